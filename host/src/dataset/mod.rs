@@ -1,0 +1,1 @@
+//! Weka trace parsing, the content-addressed mmap cache, zero-copy views and prompt synthesis.

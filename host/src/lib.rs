@@ -1,0 +1,9 @@
+//! agentx: a benchmark engine for LLM inference servers under agentic-coding load.
+//!
+//! The native host owns networking, the dataset cache, time and files; the policy of a benchmark
+//! scenario runs as a sandboxed WebAssembly component loaded by hash (see [`scenario`]).
+
+pub mod cli;
+pub mod dataset;
+pub mod scenario;
+pub mod sim;

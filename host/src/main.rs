@@ -1,0 +1,7 @@
+//! The `agentx-host` binary: parse arguments, run the subcommand, map the outcome to an exit code.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    agentx::cli::main()
+}

@@ -1,0 +1,1 @@
+//! The wasm engine: loading scenario components by hash, limits, and calls into the guest.

@@ -1,0 +1,1 @@
+//! Integration tests of the agentx-host binary and library: one test binary, one module per topic.
