@@ -1,8 +1,16 @@
-//! Command-line arguments (syntax only) and dispatch of the subcommands.
+//! Command-line arguments (syntax only), the one place where flags and environment merge, and
+//! dispatch of the subcommands.
+//!
+//! Exit codes: 0 the command completed; 1 a run was cancelled or is not a valid submission under
+//! `--require-valid`; 2 an error (bad input, setup, a scenario that traps).
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::scenario::{self, ScenarioEngine, ScenarioRef, ScenarioStore, StoredScenario};
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
 #[derive(Debug, Parser)]
@@ -13,10 +21,199 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Inspect, add and list scenario components.
+    #[command(subcommand)]
+    Scenario(ScenarioCommand),
+}
+
+/// Options shared by every command that loads scenarios.
+#[derive(Debug, Clone, Args)]
+pub struct HomeArgs {
+    /// The agentx cache directory (scenario store, compiled scenarios, datasets).
+    /// Defaults to $XDG_CACHE_HOME/agentx or ~/.cache/agentx.
+    #[arg(long, env = "AGENTX_HOME", value_name = "DIR", global = true)]
+    pub home: Option<PathBuf>,
+}
+
+impl HomeArgs {
+    /// The cache directory: `--home`/`AGENTX_HOME`, else the XDG cache directory.
+    pub fn dir(&self) -> PathBuf {
+        if let Some(h) = &self.home {
+            return h.clone();
+        }
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(|| PathBuf::from(".cache"));
+        cache.join("agentx")
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScenarioCommand {
+    /// Print a scenario's hash, size, WIT package, description, knobs and locks.
+    Inspect {
+        /// A path, `path@sha256:<hex>`, `sha256:<hex prefix>` or a scenario name in the store.
+        reference: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        home: HomeArgs,
+    },
+    /// Validate a component and add it to the local content-addressed store.
+    Add {
+        /// The component file.
+        file: PathBuf,
+        #[command(flatten)]
+        home: HomeArgs,
+    },
+    /// List the scenarios in the store, newest first.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        home: HomeArgs,
+    },
+}
 
 /// Parse the command line, run it, and map the result to the process exit code.
 pub fn main() -> ExitCode {
+    init_tracing();
     let cli = Cli::parse();
-    match cli.command {}
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Scenario(cmd) => scenario_command(cmd),
+    }
+}
+
+/// Load a scenario reference through the store with the default sandbox limits.
+pub fn load_scenario(reference: &str, home: &Path) -> anyhow::Result<scenario::Scenario> {
+    let r = ScenarioRef::parse(reference)?;
+    let store = ScenarioStore::new(home);
+    let (path, pin) = store.locate(&r)?;
+    let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
+    Ok(engine.load(&path, pin.as_deref())?)
+}
+
+fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ScenarioCommand::Inspect {
+            reference,
+            json,
+            home,
+        } => {
+            let sc = load_scenario(&reference, &home.dir())?;
+            let info = sc.instantiate()?.describe()?;
+            if json {
+                let v = serde_json::json!({
+                    "sha256": sc.hash(),
+                    "size": sc.size(),
+                    "path": sc.path(),
+                    "wit_package": scenario::WIT_PACKAGE,
+                    "wit_version": scenario::WIT_VERSION,
+                    "name": info.name,
+                    "version": info.version,
+                    "description": info.description,
+                    "knobs": info.knobs.iter().map(|k| serde_json::json!({
+                        "name": k.name, "description": k.description, "default": k.default_value,
+                    })).collect::<Vec<_>>(),
+                    "locks": info.locks.iter().map(|l| serde_json::json!({
+                        "setting": l.setting, "rule": l.rule,
+                    })).collect::<Vec<_>>(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("sha256:      {}", sc.hash());
+                println!("size:        {} bytes", sc.size());
+                println!("path:        {}", sc.path().display());
+                println!(
+                    "wit:         {}@{}",
+                    scenario::WIT_PACKAGE,
+                    scenario::WIT_VERSION
+                );
+                println!("name:        {}", info.name);
+                println!("version:     {}", info.version);
+                println!("description: {}", info.description);
+                println!("knobs:");
+                for k in &info.knobs {
+                    let d = k.default_value.as_deref().unwrap_or("-");
+                    println!("  {:<32} default {:<20} {}", k.name, d, k.description);
+                }
+                println!("locks:");
+                for l in &info.locks {
+                    println!("  {:<32} {}", l.setting, l.rule);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ScenarioCommand::Add { file, home } => {
+            let home = home.dir();
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let engine = ScenarioEngine::new(scenario::Limits::default(), Some(&home))?;
+            let sc = engine.load_bytes(&file, &bytes, None)?;
+            let info = sc.instantiate()?.describe()?;
+            let meta = StoredScenario {
+                sha256: sc.hash().to_string(),
+                name: info.name,
+                version: info.version,
+                description: info.description,
+                size: bytes.len() as u64,
+                added_unix: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+                source: file.display().to_string(),
+            };
+            let store = ScenarioStore::new(&home);
+            let path = store.add(&bytes, &meta)?;
+            println!(
+                "added {} {} sha256:{} -> {}",
+                meta.name,
+                meta.version,
+                meta.sha256,
+                path.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        ScenarioCommand::List { json, home } => {
+            let list = ScenarioStore::new(&home.dir()).list()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if list.is_empty() {
+                eprintln!("the scenario store is empty; add one with `agentx-host scenario add FILE`");
+            } else {
+                for m in list {
+                    println!(
+                        "sha256:{}  {:<28} {:<8} {} bytes",
+                        m.sha256, m.name, m.version, m.size
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

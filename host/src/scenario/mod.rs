@@ -1,1 +1,602 @@
-//! The wasm engine: loading scenario components by hash, limits, and calls into the guest.
+//! The wasm engine: loading scenario components by hash, their sandbox, and calls into the guest.
+//!
+//! A scenario is identified by the sha256 of its bytes. [`ScenarioEngine::load`] reads the file once,
+//! hashes that buffer, checks an optional pin, and compiles from the same buffer (or reuses a compiled
+//! artifact cached under the same hash and this wasmtime version), so the hash a run reports is the
+//! hash of the code that ran. The sandbox: no imports are linked at all (a component importing
+//! anything, WASI included, is refused at load), every call gets a fresh fuel budget (deterministic),
+//! linear memory is capped, and an epoch deadline is the wall-clock backstop. NaNs are canonicalized
+//! so floating point results do not depend on the host CPU. Every failure becomes a typed
+//! [`ScenarioError`] naming the component hash and the export.
+//!
+//! This is the only module that names `wasmtime`.
+
+mod error;
+mod store;
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+
+pub use error::ScenarioError;
+pub use store::{ScenarioRef, ScenarioStore, StoredScenario};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "scenario",
+        path: "wit",
+    });
+}
+
+/// The guest-facing types of the `agentx:scenario` WIT package.
+pub mod types {
+    pub use super::bindings::exports::agentx::scenario::policy::{
+        Classification, DelayParams, ErrorClass, ErrorResponse, Info, Knob, Lock, Marker, Outcome,
+        Placement, Resolved, SessionId, Setting, StartParams, Trajectory, TurnTiming, Value,
+        Violation,
+    };
+}
+
+use types::*;
+
+/// The WIT package this host speaks.
+pub const WIT_PACKAGE: &str = "agentx:scenario";
+/// The version of the WIT package this host speaks.
+pub const WIT_VERSION: &str = "0.1.0";
+/// The interface a scenario must export.
+const POLICY_EXPORT: &str = "agentx:scenario/policy@0.1.0";
+/// The wasmtime release compiled into this host (part of the compiled-artifact cache key).
+pub const WASMTIME_VERSION: &str = "48.0.8";
+
+/// Sandbox limits applied to every scenario call.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Fuel (roughly, wasm instructions) granted to each call.
+    pub fuel_per_call: u64,
+    /// Largest linear memory a scenario may grow to, in bytes.
+    pub memory_bytes: usize,
+    /// Wall-clock backstop per call.
+    pub deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            fuel_per_call: 500_000_000,
+            memory_bytes: 64 << 20,
+            deadline: Duration::from_secs(5),
+        }
+    }
+}
+
+/// How often the epoch advances; the deadline is counted in these ticks.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// A configured wasmtime engine with its sandbox limits and the compiled-artifact cache.
+#[derive(Clone)]
+pub struct ScenarioEngine {
+    engine: Engine,
+    limits: Limits,
+    compiled_dir: Option<PathBuf>,
+    _ticker: Arc<EpochTicker>,
+}
+
+impl std::fmt::Debug for ScenarioEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScenarioEngine")
+            .field("limits", &self.limits)
+            .field("compiled_dir", &self.compiled_dir)
+            .finish()
+    }
+}
+
+/// Advances the engine's epoch from a background thread until dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl ScenarioEngine {
+    /// An engine with the given limits. `cache_home` is the agentx cache directory; compiled
+    /// artifacts go under `compiled/wasmtime-<version>/<engine config hash>/` in it. `None`
+    /// disables the artifact cache (every load compiles).
+    pub fn new(limits: Limits, cache_home: Option<&Path>) -> Result<Self, ScenarioError> {
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .consume_fuel(true)
+            .epoch_interruption(true)
+            .cranelift_nan_canonicalization(true)
+            .max_wasm_stack(1 << 20);
+        let engine = Engine::new(&config).map_err(|e| ScenarioError::Engine(e.to_string()))?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("agentx-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| ScenarioError::Engine(format!("cannot start epoch thread: {e}")))?;
+        }
+
+        let compiled_dir = cache_home.map(|home| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut h);
+            home.join("compiled")
+                .join(format!("wasmtime-{WASMTIME_VERSION}"))
+                .join(format!("{:016x}", h.finish()))
+        });
+        Ok(ScenarioEngine {
+            engine,
+            limits,
+            compiled_dir,
+            _ticker: Arc::new(EpochTicker { stop }),
+        })
+    }
+
+    /// The sandbox limits of this engine.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Load a scenario component from a file, checking `pin` (a sha256 hex digest) when given.
+    pub fn load(&self, path: &Path, pin: Option<&str>) -> Result<Scenario, ScenarioError> {
+        let bytes = std::fs::read(path).map_err(|source| ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.load_bytes(path, &bytes, pin)
+    }
+
+    /// Load a scenario from bytes already read (`origin` names them in messages).
+    pub fn load_bytes(
+        &self,
+        origin: &Path,
+        bytes: &[u8],
+        pin: Option<&str>,
+    ) -> Result<Scenario, ScenarioError> {
+        let hash = sha256_hex(bytes);
+        if let Some(pin) = pin {
+            let expected = pin.trim_start_matches("sha256:").to_ascii_lowercase();
+            if expected != hash {
+                return Err(ScenarioError::DigestMismatch {
+                    path: origin.to_path_buf(),
+                    expected,
+                    actual: hash,
+                });
+            }
+        }
+        check_magic(origin, bytes)?;
+        let component = self.compile(origin, &hash, bytes)?;
+
+        let ty = component.component_type();
+        if let Some((import, _)) = ty.imports(&self.engine).next() {
+            return Err(ScenarioError::Import {
+                hash,
+                import: import.to_string(),
+            });
+        }
+        let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        if !exports.iter().any(|e| e == POLICY_EXPORT) {
+            let prefix = "agentx:scenario/policy@";
+            if let Some(found) = exports.iter().find(|e| e.starts_with(prefix)) {
+                return Err(ScenarioError::Incompatible {
+                    hash,
+                    found: format!("{WIT_PACKAGE}@{}", &found[prefix.len()..]),
+                    expected: format!("{WIT_PACKAGE}@{WIT_VERSION}"),
+                });
+            }
+            return Err(ScenarioError::NotAScenario {
+                hash,
+                exports,
+                expected: POLICY_EXPORT.to_string(),
+            });
+        }
+
+        let linker: Linker<StoreState> = Linker::new(&self.engine);
+        let pre = linker
+            .instantiate_pre(&component)
+            .and_then(bindings::ScenarioPre::new)
+            .map_err(|e| ScenarioError::Incompatible {
+                hash: hash.clone(),
+                found: format!("an incompatible {POLICY_EXPORT} ({})", chain(&e)),
+                expected: format!("{WIT_PACKAGE}@{WIT_VERSION}"),
+            })?;
+        Ok(Scenario {
+            inner: Arc::new(Loaded {
+                engine: self.clone(),
+                hash,
+                size: bytes.len(),
+                path: origin.to_path_buf(),
+                pre,
+            }),
+        })
+    }
+
+    fn compile(&self, origin: &Path, hash: &str, bytes: &[u8]) -> Result<Component, ScenarioError> {
+        let cached = self
+            .compiled_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{hash}.cwasm")));
+        if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
+            // SAFETY: the file was written by `Component::serialize` of this wasmtime version and
+            // engine configuration (both are part of its path), atomically renamed into place, and
+            // is keyed by the sha256 of the source bytes; wasmtime checks its header and version and
+            // rejects anything else, in which case the component is compiled again below.
+            match unsafe { Component::deserialize_file(&self.engine, file) } {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!(
+                    "compiled scenario cache entry {} is unusable ({e}); recompiling",
+                    file.display()
+                ),
+            }
+        }
+        let component =
+            Component::new(&self.engine, bytes).map_err(|e| ScenarioError::Compile {
+                path: origin.to_path_buf(),
+                hash: hash.to_string(),
+                message: chain(&e),
+            })?;
+        if let Some(file) = cached {
+            if let Err(e) = component
+                .serialize()
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .and_then(|data| store::write_atomic(&file, &data))
+            {
+                tracing::warn!("cannot cache compiled scenario at {}: {e}", file.display());
+            }
+        }
+        Ok(component)
+    }
+}
+
+fn check_magic(origin: &Path, bytes: &[u8]) -> Result<(), ScenarioError> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(ScenarioError::NotWasm {
+            path: origin.to_path_buf(),
+        });
+    }
+    // Core modules carry version 1 layer 0; components a different version with layer 1.
+    if bytes[4..8] == [1, 0, 0, 0] {
+        return Err(ScenarioError::CoreModule {
+            path: origin.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// The lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// An error and its causes on one line.
+fn chain(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
+}
+
+struct Loaded {
+    engine: ScenarioEngine,
+    hash: String,
+    size: usize,
+    path: PathBuf,
+    pre: bindings::ScenarioPre<StoreState>,
+}
+
+/// A compiled, validated scenario component. Cheap to clone and shareable across threads; each
+/// user makes its own [`ScenarioInstance`].
+#[derive(Clone)]
+pub struct Scenario {
+    inner: Arc<Loaded>,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scenario")
+            .field("hash", &self.inner.hash)
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl Scenario {
+    /// The sha256 (lowercase hex) of the component bytes.
+    pub fn hash(&self) -> &str {
+        &self.inner.hash
+    }
+
+    /// Size of the component in bytes.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Where the component was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// A fresh instance in its own sandboxed store.
+    pub fn instantiate(&self) -> Result<ScenarioInstance, ScenarioError> {
+        let (store, bindings) = self.new_store()?;
+        Ok(ScenarioInstance {
+            scenario: self.clone(),
+            store,
+            bindings,
+            poisoned: false,
+        })
+    }
+
+    fn new_store(&self) -> Result<(Store<StoreState>, bindings::Scenario), ScenarioError> {
+        let limits = self.inner.engine.limits;
+        let mut store = Store::new(
+            &self.inner.engine.engine,
+            StoreState {
+                limiter: MemoryLimiter {
+                    max_memory: limits.memory_bytes,
+                    refused: None,
+                },
+            },
+        );
+        store.limiter(|s| &mut s.limiter);
+        arm(&mut store, limits)?;
+        match self.inner.pre.instantiate(&mut store) {
+            Ok(b) => Ok((store, b)),
+            Err(e) => Err(self.call_error("instantiate", &store, e)),
+        }
+    }
+
+    fn call_error(
+        &self,
+        export: &'static str,
+        store: &Store<StoreState>,
+        e: wasmtime::Error,
+    ) -> ScenarioError {
+        let hash = self.inner.hash.clone();
+        let limits = self.inner.engine.limits;
+        if let Some(requested) = store.data().limiter.refused {
+            return ScenarioError::MemoryLimit {
+                hash,
+                export,
+                limit: limits.memory_bytes,
+                requested,
+            };
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => ScenarioError::OutOfFuel {
+                hash,
+                export,
+                fuel: limits.fuel_per_call,
+            },
+            Some(Trap::Interrupt) => ScenarioError::Deadline {
+                hash,
+                export,
+                deadline_ms: limits.deadline.as_millis() as u64,
+            },
+            _ => ScenarioError::Trap {
+                hash,
+                export,
+                message: chain(&e),
+            },
+        }
+    }
+}
+
+fn arm(store: &mut Store<StoreState>, limits: Limits) -> Result<(), ScenarioError> {
+    store
+        .set_fuel(limits.fuel_per_call)
+        .map_err(|e| ScenarioError::Engine(e.to_string()))?;
+    let ticks = (limits.deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+    store.set_epoch_deadline(ticks);
+    store.epoch_deadline_trap();
+    store.data_mut().limiter.refused = None;
+    Ok(())
+}
+
+struct StoreState {
+    limiter: MemoryLimiter,
+}
+
+/// Caps linear memory and remembers a refused growth, so the trap that follows is reported as
+/// the memory limit it really is.
+struct MemoryLimiter {
+    max_memory: usize,
+    refused: Option<usize>,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_memory {
+            self.refused = Some(desired);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// One live instance of a scenario. Not shareable across threads; make one per thread.
+/// After a trap the instance is replaced by a fresh one before the next call, since a trapped
+/// component instance may not be entered again.
+pub struct ScenarioInstance {
+    scenario: Scenario,
+    store: Store<StoreState>,
+    bindings: bindings::Scenario,
+    poisoned: bool,
+}
+
+macro_rules! guest_call {
+    ($self:ident, $export:literal, |$policy:ident, $store:ident| $body:expr) => {{
+        $self.prepare()?;
+        let $policy = $self.bindings.agentx_scenario_policy();
+        let $store = &mut $self.store;
+        match $body {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                $self.poisoned = true;
+                Err($self.scenario.call_error($export, &$self.store, e))
+            }
+        }
+    }};
+}
+
+impl ScenarioInstance {
+    /// The scenario this instance runs.
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+
+    fn prepare(&mut self) -> Result<(), ScenarioError> {
+        if self.poisoned {
+            let (store, bindings) = self.scenario.new_store()?;
+            self.store = store;
+            self.bindings = bindings;
+            self.poisoned = false;
+        }
+        arm(&mut self.store, self.scenario.inner.engine.limits)
+    }
+
+    /// Name, version, description, knobs and locks.
+    pub fn describe(&mut self) -> Result<Info, ScenarioError> {
+        guest_call!(self, "describe", |p, s| p.call_describe(s))
+    }
+
+    /// Apply the scenario's locks to the configuration as given.
+    pub fn resolve(
+        &mut self,
+        given: &[Setting],
+        entropy: u64,
+    ) -> Result<Result<Resolved, Vec<Violation>>, ScenarioError> {
+        guest_call!(self, "resolve", |p, s| p.call_resolve(s, given, entropy))
+    }
+
+    /// The start turn of one trajectory.
+    pub fn start_turn(
+        &mut self,
+        params: StartParams,
+        trajectory: &Trajectory,
+    ) -> Result<Option<u32>, ScenarioError> {
+        let n = trajectory.num_turns;
+        let k = guest_call!(self, "start-turn", |p, s| p.call_start_turn(
+            s, params, trajectory
+        ))?;
+        self.check_start("start-turn", k, n)?;
+        Ok(k)
+    }
+
+    /// Start turns of many trajectories in one call.
+    pub fn plan_starts(
+        &mut self,
+        params: StartParams,
+        trajectories: &[Trajectory],
+    ) -> Result<Vec<Option<u32>>, ScenarioError> {
+        let ks = guest_call!(self, "plan-starts", |p, s| p.call_plan_starts(
+            s,
+            params,
+            trajectories
+        ))?;
+        if ks.len() != trajectories.len() {
+            return Err(ScenarioError::Contract {
+                hash: self.scenario.hash().to_string(),
+                export: "plan-starts",
+                message: format!(
+                    "{} answers for {} trajectories",
+                    ks.len(),
+                    trajectories.len()
+                ),
+            });
+        }
+        for (k, t) in ks.iter().zip(trajectories) {
+            self.check_start("plan-starts", *k, t.num_turns)?;
+        }
+        Ok(ks)
+    }
+
+    /// A start turn must leave at least the start turn itself inside the trace.
+    fn check_start(
+        &self,
+        export: &'static str,
+        k: Option<u32>,
+        n: u32,
+    ) -> Result<(), ScenarioError> {
+        match k {
+            Some(k) if k >= n => Err(ScenarioError::Contract {
+                hash: self.scenario.hash().to_string(),
+                export,
+                message: format!("start turn {k} is outside a trajectory of {n} turns"),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The cache-bust marker of a session.
+    pub fn cache_bust(
+        &mut self,
+        target: Placement,
+        session: &SessionId,
+    ) -> Result<Marker, ScenarioError> {
+        guest_call!(self, "cache-bust", |p, s| p.call_cache_bust(s, target, session))
+    }
+
+    /// Classify a failed response.
+    pub fn classify_error(
+        &mut self,
+        response: &ErrorResponse,
+        phrases: Option<&[String]>,
+    ) -> Result<Classification, ScenarioError> {
+        guest_call!(self, "classify-error", |p, s| p.call_classify_error(
+            s, response, phrases
+        ))
+    }
+
+    /// The delay before a turn, in seconds.
+    pub fn turn_delay(
+        &mut self,
+        params: DelayParams,
+        timing: TurnTiming,
+    ) -> Result<f64, ScenarioError> {
+        let d = guest_call!(self, "turn-delay", |p, s| p.call_turn_delay(s, params, timing))?;
+        if !d.is_finite() || d < 0.0 {
+            return Err(ScenarioError::Contract {
+                hash: self.scenario.hash().to_string(),
+                export: "turn-delay",
+                message: format!("a delay of {d} s"),
+            });
+        }
+        Ok(d)
+    }
+
+    /// Reasons the run is not a valid submission.
+    pub fn validity(&mut self, outcome: Outcome) -> Result<Vec<String>, ScenarioError> {
+        guest_call!(self, "validity", |p, s| p.call_validity(s, outcome))
+    }
+}
