@@ -68,7 +68,7 @@ pub fn json_messages(body: &str) -> Vec<String> {
         return out;
     };
     let mut p = Parser {
-        s: body[start..].as_bytes(),
+        s: &body.as_bytes()[start..],
         i: 0,
     };
     let _ = p.object(0, &mut |key, p, depth| match key {
@@ -251,20 +251,44 @@ mod tests {
     #[test]
     fn messages_from_the_common_shapes() {
         assert_eq!(
-            json_messages(r#"{"error":{"message":"a \"quoted\" it\u0027s","type":"x","code":400}}"#),
+            json_messages(
+                r#"{"error":{"message":"a \"quoted\" it\u0027s","type":"x","code":400}}"#
+            ),
             ["a \"quoted\" it's"]
         );
-        assert_eq!(json_messages(r#"{"error":"Input validation error","error_type":"validation"}"#), ["Input validation error"]);
-        assert_eq!(json_messages(r#"{"object":"error","message":"m","type":"BadRequestError","param":null,"code":400}"#), ["m"]);
-        assert_eq!(json_messages("data: {\"error\": {\"message\": \"s\"}}\n\n"), ["s"]);
-        assert_eq!(json_messages(r#"{"error": {"message": "\ud83d\ude42"}}"#), ["\u{1f642}"]);
+        assert_eq!(
+            json_messages(r#"{"error":"Input validation error","error_type":"validation"}"#),
+            ["Input validation error"]
+        );
+        assert_eq!(
+            json_messages(
+                r#"{"object":"error","message":"m","type":"BadRequestError","param":null,"code":400}"#
+            ),
+            ["m"]
+        );
+        assert_eq!(
+            json_messages("data: {\"error\": {\"message\": \"s\"}}\n\n"),
+            ["s"]
+        );
+        assert_eq!(
+            json_messages(r#"{"error": {"message": "\ud83d\ude42"}}"#),
+            ["\u{1f642}"]
+        );
     }
 
     #[test]
     fn broken_input_never_panics() {
         for body in [
-            "", "{", "{\"error\"", "{\"error\":{\"message\":\"cut", "not json", "{\"a\":[1,2,{\"b\":", "{\"error\":\"\\u12\"}",
-            "{\"message\":\"\\ud800\"}", "}{", "{\"a\":tru",
+            "",
+            "{",
+            "{\"error\"",
+            "{\"error\":{\"message\":\"cut",
+            "not json",
+            "{\"a\":[1,2,{\"b\":",
+            "{\"error\":\"\\u12\"}",
+            "{\"message\":\"\\ud800\"}",
+            "}{",
+            "{\"a\":tru",
         ] {
             let _ = json_messages(body);
         }

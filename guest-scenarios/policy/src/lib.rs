@@ -31,6 +31,10 @@ pub mod types;
 pub mod validity;
 
 mod adapter;
+#[cfg(test)]
+mod golden;
+#[cfg(test)]
+mod resolve_tests;
 
 use alloc::string::String;
 use alloc::vec::Vec;

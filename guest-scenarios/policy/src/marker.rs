@@ -73,12 +73,13 @@ pub fn rid_marker(target: Placement, s: &SessionId) -> Marker {
 /// 64 short, common words: each is a single token for the usual tokenizers, so eight of them make the
 /// eight-token salt kv-cache-tester prepends.
 const SALT_WORDS: [&str; 64] = [
-    "apple", "river", "stone", "cloud", "green", "light", "table", "water", "house", "paper", "music",
-    "field", "night", "plant", "chair", "bread", "glass", "horse", "money", "phone", "sugar", "train",
-    "world", "youth", "zebra", "north", "south", "ocean", "metal", "radio", "space", "tiger", "piano",
-    "lemon", "eagle", "brick", "coral", "delta", "ember", "frost", "grape", "honey", "ivory", "jelly",
-    "karma", "lunar", "maple", "nylon", "olive", "pearl", "quilt", "robin", "salt", "tulip", "umbra",
-    "vivid", "wheat", "pixel", "yacht", "amber", "baker", "cedar", "dune", "flame",
+    "apple", "river", "stone", "cloud", "green", "light", "table", "water", "house", "paper",
+    "music", "field", "night", "plant", "chair", "bread", "glass", "horse", "money", "phone",
+    "sugar", "train", "world", "youth", "zebra", "north", "south", "ocean", "metal", "radio",
+    "space", "tiger", "piano", "lemon", "eagle", "brick", "coral", "delta", "ember", "frost",
+    "grape", "honey", "ivory", "jelly", "karma", "lunar", "maple", "nylon", "olive", "pearl",
+    "quilt", "robin", "salt", "tulip", "umbra", "vivid", "wheat", "pixel", "yacht", "amber",
+    "baker", "cedar", "dune", "flame",
 ];
 
 /// kv-cache-tester v0.1's per-user salt: eight words chosen by the session digest, one 6-bit slice of
@@ -114,25 +115,44 @@ mod tests {
     #[test]
     fn rid_marker_shape_and_separators() {
         let m = rid_marker(Placement::FirstTurnPrefix, &sid(0, 3));
-        assert!(m.text.starts_with("[rid:") && m.text.ends_with("]\n\n"), "{:?}", m.text);
+        assert!(
+            m.text.starts_with("[rid:") && m.text.ends_with("]\n\n"),
+            "{:?}",
+            m.text
+        );
         assert_eq!(m.text.len(), "[rid:".len() + 12 + 1 + 2);
         let s = rid_marker(Placement::SystemSuffix, &sid(0, 3));
-        assert_eq!(s.text, alloc::format!("\n\n{}", &m.text[..m.text.len() - 2]));
+        assert_eq!(
+            s.text,
+            alloc::format!("\n\n{}", &m.text[..m.text.len() - 2])
+        );
         let none = rid_marker(Placement::None, &sid(0, 3));
         assert_eq!((none.text.as_str(), none.placement), ("", Placement::None));
     }
 
     #[test]
     fn rid_marker_matches_python_hexdigest() {
-        // python3 -c 'import hashlib;print(hashlib.sha256(b"run-1:0:0:trace_0001").hexdigest()[:12])'
+        // python3 -c 'import hashlib;print(hashlib.sha256("<run>:<pass>:<lane>:<trace>".encode()).hexdigest()[:12])'
         let s = SessionId {
             run_id: "run-1".to_string(),
             recycle_pass: 0,
             lane: 0,
             trace_id: "trace_0001".to_string(),
         };
-        let want = hex(&Sha256::digest(b"run-1:0:0:trace_0001")[..6]);
-        assert_eq!(rid_marker(Placement::FirstTurnPrefix, &s).text, alloc::format!("[rid:{want}]\n\n"));
+        assert_eq!(
+            rid_marker(Placement::FirstTurnPrefix, &s).text,
+            "[rid:ca87eb1ca427]\n\n"
+        );
+        let s = SessionId {
+            run_id: "1b4e28ba-2fa1-11d2-883f-0016d3cca427".to_string(),
+            recycle_pass: 2,
+            lane: 7,
+            trace_id: "会话🙂".to_string(),
+        };
+        assert_eq!(
+            rid_marker(Placement::FirstTurnSuffix, &s).text,
+            "\n\n[rid:09953ce63c99]"
+        );
     }
 
     #[test]

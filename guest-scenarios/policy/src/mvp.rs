@@ -30,15 +30,19 @@ pub const START_MIN_RATIO: f64 = 0.0;
 pub const START_MAX_RATIO: f64 = 0.7;
 
 /// aiperf's four phrases, then what the servers it misses answer when a prompt does not fit:
-/// - llama.cpp (`tools/server`): error type `exceed_context_size_error`, message
+/// - llama.cpp (`tools/server`, 400): error type `exceed_context_size_error`, message
 ///   "request (N tokens) exceeds the available context size (M tokens), try increasing it";
-/// - TGI (router validation, 422): "Input validation error: `inputs` tokens + `max_new_tokens` must be
-///   <= N. Given: ..." and "`inputs` must have less than N tokens. Given: ...";
-/// - SGLang (tokenizer manager, 400): "The input (N tokens) is longer than the model's context length
-///   (M tokens)." and "Requested token count exceeds the model's maximum context length of M tokens."
-///   (the latter already matches "maximum context"); vLLM's "This model's maximum context length is N
-///   tokens" matches "maximum context" too.
-pub const OVERFLOW_PHRASES: [&str; 8] = [
+/// - TGI (router validation, 422, `{"error": "...", "error_type": "validation"}`): "Input validation
+///   error: `inputs` tokens + `max_new_tokens` must be <= N. Given: ..." and "`inputs` must have less
+///   than N tokens. Given: M";
+/// - vLLM's input processor (token-id prompts): "The decoder prompt (length N) is longer than the
+///   maximum model length of M."
+///
+/// Already covered by aiperf's four: vLLM's serving check ("This model's maximum context length is N
+/// tokens. ...") and SGLang's tokenizer manager ("The input (N tokens) is longer than the model's
+/// context length (M tokens)." and "Requested token count exceeds the model's maximum context length
+/// of M tokens. ..."). The tests hold a full error body of each.
+pub const OVERFLOW_PHRASES: [&str; 9] = [
     "context length",
     "maximum context",
     "context_length_exceeded",
@@ -47,6 +51,7 @@ pub const OVERFLOW_PHRASES: [&str; 8] = [
     "exceeds the available context size",
     "`inputs` tokens + `max_new_tokens` must be <=",
     "`inputs` must have less than",
+    "longer than the maximum model length",
 ];
 
 pub struct Mvp;
@@ -166,7 +171,11 @@ pub(crate) fn concurrency(r: &mut Resolver, single: bool) {
             }
         }
         Some(list) => {
-            let shown = list.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+            let shown = list
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
             if list.is_empty() || list.iter().any(|&c| c <= 0) {
                 r.error("concurrency", format!("--concurrency {shown} is not a positive number of lanes; pass e.g. --concurrency 16"));
             } else if single && list.len() > 1 {
@@ -240,5 +249,141 @@ impl Scenario for Mvp {
 
     fn validity(outcome: &Outcome) -> Vec<String> {
         validity::reasons(outcome, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ErrorClass;
+    use alloc::vec;
+
+    fn classify(status: u16, body: &str) -> Classification {
+        Mvp::classify_error(
+            &ErrorResponse {
+                status,
+                body_excerpt: body.to_string(),
+            },
+            None,
+        )
+    }
+
+    fn overflow(status: u16, body: &str) -> String {
+        let c = classify(status, body);
+        assert_eq!(c.class, ErrorClass::ContextOverflow, "{body}");
+        c.matched.unwrap()
+    }
+
+    #[test]
+    fn vllm_overflow_bodies() {
+        let body = r#"{"object":"error","message":"This model's maximum context length is 131072 tokens. However, you requested 132000 tokens (131000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#;
+        assert_eq!(overflow(400, body), "context length");
+        let body = r#"{"error":{"message":"'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum context length is 4096 tokens and your request has 2778 input tokens (8000 > 4096 - 2778). None","type":"BadRequestError","param":null,"code":400}}"#;
+        assert_eq!(overflow(400, body), "context length");
+        let body = r#"{"error":{"message":"The decoder prompt (length 140012) is longer than the maximum model length of 131072. Make sure that `max_model_len` is no smaller than the number of text tokens.","type":"BadRequestError","param":null,"code":400}}"#;
+        assert_eq!(overflow(400, body), "longer than the maximum model length");
+    }
+
+    #[test]
+    fn sglang_overflow_bodies() {
+        let body = r#"{"object":"error","message":"The input (140013 tokens) is longer than the model's context length (131072 tokens).","type":"BadRequestError","param":null,"code":400}"#;
+        assert_eq!(overflow(400, body), "context length");
+        let body = r#"{"object":"error","message":"Requested token count exceeds the model's maximum context length of 131072 tokens. You requested a total of 132072 tokens: 131000 tokens from the input messages and 1072 tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.","type":"BadRequestError","param":null,"code":400}"#;
+        assert_eq!(overflow(400, body), "context length");
+    }
+
+    #[test]
+    fn llama_cpp_overflow_body() {
+        let body = r#"{"error":{"code":400,"message":"request (13392 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":13392,"n_ctx":8192}}"#;
+        assert_eq!(overflow(400, body), "exceed_context_size_error");
+        // aiperf's own four phrases miss it
+        let aiperf = [
+            "context length",
+            "maximum context",
+            "context_length_exceeded",
+            "prompt is too long",
+        ];
+        let r = ErrorResponse {
+            status: 400,
+            body_excerpt: body.to_string(),
+        };
+        assert_eq!(
+            classify::classify_phrases(&r, &aiperf).class,
+            ErrorClass::Other
+        );
+        // the message alone (e.g. an excerpt cut before the type) still matches
+        assert_eq!(
+            overflow(
+                400,
+                r#"{"error":{"code":400,"message":"request (13392 tokens) exceeds the available context size (8192 tokens), try"#
+            ),
+            "exceeds the available context size"
+        );
+    }
+
+    #[test]
+    fn tgi_overflow_bodies() {
+        let body = r#"{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 200 `max_new_tokens`","error_type":"validation"}"#;
+        assert_eq!(
+            overflow(422, body),
+            "`inputs` tokens + `max_new_tokens` must be <="
+        );
+        let body = r#"{"error":"Input validation error: `inputs` must have less than 4095 tokens. Given: 5000","error_type":"validation"}"#;
+        assert_eq!(overflow(422, body), "`inputs` must have less than");
+        // another TGI validation error is not an overflow
+        let body = r#"{"error":"Input validation error: `top_p` must be > 0.0 and < 1.0","error_type":"validation"}"#;
+        assert_eq!(classify(422, body).class, ErrorClass::Other);
+    }
+
+    #[test]
+    fn openai_code_and_escaped_messages() {
+        let body = r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        assert_eq!(overflow(400, body), "context length");
+        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215000 tokens > 200000 maximum"}}"#;
+        assert_eq!(overflow(400, body), "prompt is too long");
+        // case-insensitive; the status is not consulted (a 500 and an in-stream error count too)
+        assert_eq!(
+            overflow(500, "MAXIMUM CONTEXT LENGTH exceeded"),
+            "context length"
+        );
+        assert_eq!(
+            overflow(
+                200,
+                "data: {\"error\": {\"message\": \"maximum context length\"}}"
+            ),
+            "context length"
+        );
+    }
+
+    #[test]
+    fn ordinary_failures_are_other() {
+        for (status, body) in [
+            (
+                500,
+                r#"{"object":"error","message":"CUDA out of memory","type":"InternalServerError","param":null,"code":500}"#,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+            ),
+            (0, "connection reset by peer"),
+            (503, ""),
+        ] {
+            assert_eq!(classify(status, body), classify::other());
+        }
+    }
+
+    #[test]
+    fn phrase_override() {
+        let r = ErrorResponse {
+            status: 400,
+            body_excerpt: "This model's maximum context length is 8192 tokens".to_string(),
+        };
+        assert_eq!(Mvp::classify_error(&r, Some(&[])).class, ErrorClass::Other);
+        let mine = vec!["MODEL'S MAXIMUM".to_string()];
+        assert_eq!(
+            Mvp::classify_error(&r, Some(&mine)).matched.as_deref(),
+            Some("MODEL'S MAXIMUM")
+        );
     }
 }

@@ -38,7 +38,11 @@ impl SeedSequence {
     pub fn new(entropy: u64) -> SeedSequence {
         // `_int_to_uint32_array`: 0 is one zero word; otherwise little-endian 32-bit words, no padding.
         let words: &[u32] = &[entropy as u32, (entropy >> 32) as u32];
-        let entropy_words = if entropy >> 32 == 0 { &words[..1] } else { words };
+        let entropy_words = if entropy >> 32 == 0 {
+            &words[..1]
+        } else {
+            words
+        };
 
         let mut hash_const = INIT_A;
         let mut hashmix = |value: u32| -> u32 {
@@ -48,7 +52,9 @@ impl SeedSequence {
             v ^ (v >> XSHIFT)
         };
         let mix = |x: u32, y: u32| -> u32 {
-            let r = MIX_MULT_L.wrapping_mul(x).wrapping_sub(MIX_MULT_R.wrapping_mul(y));
+            let r = MIX_MULT_L
+                .wrapping_mul(x)
+                .wrapping_sub(MIX_MULT_R.wrapping_mul(y));
             r ^ (r >> XSHIFT)
         };
 

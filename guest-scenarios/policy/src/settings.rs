@@ -30,7 +30,11 @@ pub fn render(v: &Value) -> String {
         Value::Integer(i) => i.to_string(),
         Value::Number(x) => format!("{x}"),
         Value::Text(t) => t.clone(),
-        Value::Integers(xs) => xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","),
+        Value::Integers(xs) => xs
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
         Value::Texts(xs) => xs.join(","),
     }
 }
@@ -92,7 +96,9 @@ impl Resolver {
 
     /// Put the effective value: replaces the given setting (keeping its `explicit`) or appends one.
     pub fn set(&mut self, name: &str, value: Value) {
-        let explicit = self.get(name).is_some_and(|s| s.explicit && s.value != Value::Absent);
+        let explicit = self
+            .get(name)
+            .is_some_and(|s| s.explicit && s.value != Value::Absent);
         let setting = Setting {
             name: name.to_string(),
             value,
@@ -166,7 +172,9 @@ impl Resolver {
         let v = self.present(name)?.0.clone();
         match v {
             Value::Integer(i) => Some(i),
-            Value::Number(x) if (-9.0e15..9.0e15).contains(&x) && (x as i64) as f64 == x => Some(x as i64),
+            Value::Number(x) if (-9.0e15..9.0e15).contains(&x) && (x as i64) as f64 == x => {
+                Some(x as i64)
+            }
             other => {
                 self.wrong_type(name, "an integer", &other, example);
                 None
@@ -286,7 +294,10 @@ impl Resolver {
             }
             self.set(NAME, Value::Texts(list));
         } else if let Some(d) = default {
-            self.set(NAME, Value::Texts(d.iter().map(|s| s.to_string()).collect()));
+            self.set(
+                NAME,
+                Value::Texts(d.iter().map(|s| s.to_string()).collect()),
+            );
         }
     }
 
@@ -295,7 +306,10 @@ impl Resolver {
         const NAME: &str = "context-overflow-rate-limit";
         let limit = self.number(NAME, "0.01").unwrap_or(default);
         if !(0.0..=1.0).contains(&limit) {
-            self.error(NAME, format!("--{NAME} {limit} is outside 0..1; pass a fraction, e.g. --{NAME} 0.01"));
+            self.error(
+                NAME,
+                format!("--{NAME} {limit} is outside 0..1; pass a fraction, e.g. --{NAME} 0.01"),
+            );
         } else if self.explicit(NAME).is_some() && limit != default {
             self.notice(NAME, format!("--{NAME} {limit} differs from the scenario's {default}: validity is judged against the new limit"));
         }
@@ -305,7 +319,12 @@ impl Resolver {
 
     /// Finish: errors (plus lock violations unless overridden) fail the call; otherwise lock violations
     /// become warnings under `unsafe_override`, which also marks the run invalid.
-    pub fn finish(self, seed: u64, seed_drawn: bool, unsafe_override: bool) -> Result<Resolved, Vec<Violation>> {
+    pub fn finish(
+        self,
+        seed: u64,
+        seed_drawn: bool,
+        unsafe_override: bool,
+    ) -> Result<Resolved, Vec<Violation>> {
         let Resolver {
             out,
             locks,

@@ -59,7 +59,10 @@ mod tests {
     #[test]
     fn strictly_above_the_limit() {
         assert!(reasons(&o(100, 1), true).is_empty());
-        assert_eq!(reasons(&o(100, 2), true), ["context_overflow_rate_exceeded"]);
+        assert_eq!(
+            reasons(&o(100, 2), true),
+            ["context_overflow_rate_exceeded"]
+        );
         assert!(reasons(&o(0, 0), true).is_empty());
         assert!(reasons(&o(100, 2), false).is_empty());
     }
@@ -74,7 +77,11 @@ mod tests {
         x.context_overflows = 5;
         assert_eq!(
             reasons(&x, true),
-            ["context_overflow_rate_exceeded", "run_cancelled", "unsafe_override"]
+            [
+                "context_overflow_rate_exceeded",
+                "run_cancelled",
+                "unsafe_override"
+            ]
         );
     }
 }
