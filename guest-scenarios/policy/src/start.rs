@@ -150,9 +150,58 @@ mod tests {
         }
     }
 
+    /// `cargo test --release -p policy -- --ignored --nocapture bench_start_turn` prints the native
+    /// cost of one start turn (the component adds the call overhead of the wasm engine).
+    #[test]
+    #[ignore]
+    fn bench_start_turn() {
+        let ts: Vec<Trajectory> = (0..949u32)
+            .map(|i| Trajectory {
+                trace_id: alloc::format!("trace_{i:04}"),
+                num_turns: 20 + i % 300,
+                unsendable: if i % 5 == 0 { vec![3, 9, 10] } else { vec![] },
+            })
+            .collect();
+        let p = params(42, 0.25, 0.75);
+        let rounds = 200;
+        let t = std::time::Instant::now();
+        let mut sum = 0u64;
+        for _ in 0..rounds {
+            for tr in &ts {
+                sum += u64::from(start_turn(&p, tr).unwrap_or(0));
+            }
+        }
+        let per = t.elapsed().as_nanos() as f64 / (rounds * ts.len()) as f64;
+        std::println!(
+            "start_turn: {per:.0} ns/call native ({} calls, checksum {sum})",
+            rounds * ts.len()
+        );
+    }
+
     #[test]
     fn everything_unsendable_is_unusable() {
         let t = traj(5, vec![0, 1, 2, 3, 4]);
         assert_eq!(start_turn(&params(1, 0.0, 1.0), &t), None);
+    }
+}
+
+#[cfg(test)]
+mod parts_bench {
+    #[test]
+    #[ignore]
+    fn bench_parts() {
+        let n = 200_000u64;
+        let t = std::time::Instant::now();
+        let mut acc = 0u64;
+        for i in 0..n {
+            acc ^= super::trace_entropy(i, "trace_0003");
+        }
+        let a = t.elapsed().as_nanos() as f64 / n as f64;
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            acc ^= u64::from(crate::rng::choice_index(i, 17));
+        }
+        let b = t.elapsed().as_nanos() as f64 / n as f64;
+        std::println!("sha256 part {a:.0} ns, rng part {b:.0} ns ({acc})");
     }
 }
