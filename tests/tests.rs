@@ -1,1 +1,4 @@
 //! Integration tests of the agentx-host binary and library: one test binary, one module per topic.
+
+mod cli;
+mod scenario;

@@ -204,7 +204,9 @@ fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else if list.is_empty() {
-                eprintln!("the scenario store is empty; add one with `agentx-host scenario add FILE`");
+                eprintln!(
+                    "the scenario store is empty; add one with `agentx-host scenario add FILE`"
+                );
             } else {
                 for m in list {
                     println!(

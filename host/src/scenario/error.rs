@@ -91,7 +91,9 @@ pub enum ScenarioError {
         requested: usize,
     },
 
-    #[error("scenario sha256:{hash} ran past its wall-clock deadline of {deadline_ms} ms in `{export}`")]
+    #[error(
+        "scenario sha256:{hash} ran past its wall-clock deadline of {deadline_ms} ms in `{export}`"
+    )]
     Deadline {
         hash: String,
         export: &'static str,

@@ -31,6 +31,7 @@ mod bindings {
     wasmtime::component::bindgen!({
         world: "scenario",
         path: "wit",
+        additional_derives: [PartialEq],
     });
 }
 
@@ -193,7 +194,10 @@ impl ScenarioEngine {
                 import: import.to_string(),
             });
         }
-        let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
         if !exports.iter().any(|e| e == POLICY_EXPORT) {
             let prefix = "agentx:scenario/policy@";
             if let Some(found) = exports.iter().find(|e| e.starts_with(prefix)) {
@@ -506,9 +510,8 @@ impl ScenarioInstance {
         trajectory: &Trajectory,
     ) -> Result<Option<u32>, ScenarioError> {
         let n = trajectory.num_turns;
-        let k = guest_call!(self, "start-turn", |p, s| p.call_start_turn(
-            s, params, trajectory
-        ))?;
+        let k = guest_call!(self, "start-turn", |p, s| p
+            .call_start_turn(s, params, trajectory))?;
         self.check_start("start-turn", k, n)?;
         Ok(k)
     }
@@ -564,7 +567,8 @@ impl ScenarioInstance {
         target: Placement,
         session: &SessionId,
     ) -> Result<Marker, ScenarioError> {
-        guest_call!(self, "cache-bust", |p, s| p.call_cache_bust(s, target, session))
+        guest_call!(self, "cache-bust", |p, s| p
+            .call_cache_bust(s, target, session))
     }
 
     /// Classify a failed response.
@@ -573,9 +577,8 @@ impl ScenarioInstance {
         response: &ErrorResponse,
         phrases: Option<&[String]>,
     ) -> Result<Classification, ScenarioError> {
-        guest_call!(self, "classify-error", |p, s| p.call_classify_error(
-            s, response, phrases
-        ))
+        guest_call!(self, "classify-error", |p, s| p
+            .call_classify_error(s, response, phrases))
     }
 
     /// The delay before a turn, in seconds.
@@ -584,7 +587,8 @@ impl ScenarioInstance {
         params: DelayParams,
         timing: TurnTiming,
     ) -> Result<f64, ScenarioError> {
-        let d = guest_call!(self, "turn-delay", |p, s| p.call_turn_delay(s, params, timing))?;
+        let d = guest_call!(self, "turn-delay", |p, s| p
+            .call_turn_delay(s, params, timing))?;
         if !d.is_finite() || d < 0.0 {
             return Err(ScenarioError::Contract {
                 hash: self.scenario.hash().to_string(),
