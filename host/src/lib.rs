@@ -4,6 +4,7 @@
 //! scenario runs as a sandboxed WebAssembly component loaded by hash (see [`scenario`]).
 
 pub mod cli;
+pub mod client;
 pub mod dataset;
 pub mod scenario;
 pub mod sim;
