@@ -13,10 +13,15 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Run the built-in simulated OpenAI-compatible inference server (vLLM-like).
+    Sim(crate::sim::SimArgs),
+}
 
 /// Parse the command line, run it, and map the result to the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Sim(args) => crate::sim::cli_main(args),
+    }
 }
