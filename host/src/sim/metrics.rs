@@ -142,6 +142,9 @@ impl EngineMetrics {
     }
 }
 
+/// Picks one histogram out of an engine's metrics.
+type HistogramOf = fn(&EngineMetrics) -> &Histogram;
+
 /// What `/metrics` needs to know about the deployment besides the numbers.
 pub struct Exposition<'a> {
     pub model: &'a str,
@@ -270,7 +273,7 @@ pub fn render(x: &Exposition<'_>) -> String {
         }
     }
 
-    let hists: [(&str, &str, fn(&EngineMetrics) -> &Histogram); 6] = [
+    let hists: [(&str, &str, HistogramOf); 6] = [
         (
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
