@@ -25,6 +25,8 @@ pub enum Command {
     /// Inspect, add and list scenario components.
     #[command(subcommand)]
     Scenario(ScenarioCommand),
+    /// Run the built-in simulated OpenAI-compatible inference server (vLLM-like).
+    Sim(Box<crate::sim::SimArgs>),
 }
 
 /// Options shared by every command that loads scenarios.
@@ -106,6 +108,7 @@ fn init_tracing() {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Scenario(cmd) => scenario_command(cmd),
+        Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
     }
 }
 

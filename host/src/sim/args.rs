@@ -1,0 +1,348 @@
+//! The `agentx-host sim` flags and the foreground server they start.
+//!
+//! Flags only override the chosen preset: every value left unset keeps the preset's. Syntax is
+//! checked by clap; combinations and ranges by [`SimArgs::to_config`] and
+//! [`SimConfig::validate`], each error naming the flag.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::config::{Preset, SimConfig, Timing};
+
+/// `--speed`: a time factor or `max` (no delays).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Speed {
+    Factor(f64),
+    Max,
+}
+
+fn parse_speed(s: &str) -> Result<Speed, String> {
+    if s == "max" {
+        return Ok(Speed::Max);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(Speed::Factor(f)),
+        _ => Err(format!(
+            "`{s}` is not a speed; use a positive factor such as 2 (twice as fast) or `max`"
+        )),
+    }
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "`{s}` is not a fraction; use a number from 0 to 1 such as 0.05"
+        )),
+    }
+}
+
+fn parse_ms(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 0.0 => Ok(Duration::from_secs_f64(f / 1e3)),
+        _ => Err(format!(
+            "`{s}` is not a duration; use milliseconds such as 50 or 0.5"
+        )),
+    }
+}
+
+/// Run a simulated OpenAI-compatible inference server (vLLM-like) in the foreground.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Starting profile: h200 (a ~30B model on one H200), cpu-small (a small model on a CPU) or
+    /// max (no delays).
+    #[arg(long, default_value = "h200", value_parser = |s: &str| s.parse::<Preset>())]
+    pub preset: Preset,
+    /// Time factor of the modelled timing (2 = twice as fast), or `max` for no delays at all.
+    #[arg(long, value_parser = parse_speed)]
+    pub speed: Option<Speed>,
+    /// Fixed time to first token in ms: every request, no queueing or cache effects.
+    #[arg(long, value_parser = parse_ms)]
+    pub ttft_ms: Option<Duration>,
+    /// Fixed inter-token latency in ms (with or without --ttft-ms).
+    #[arg(long, value_parser = parse_ms)]
+    pub itl_ms: Option<Duration>,
+    /// Model name served by /v1/models and echoed when a request names none.
+    #[arg(long, alias = "model")]
+    pub served_model_name: Option<String>,
+    /// Answer requests for any other model name with vLLM's 404.
+    #[arg(long)]
+    pub strict_model: bool,
+    /// Context length (prompt plus requested output tokens).
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    /// Tokens per prefix-cache block.
+    #[arg(long)]
+    pub block_size: Option<u32>,
+    /// Prefix-cache and KV capacity per engine, in tokens (0 disables prefix caching).
+    #[arg(long)]
+    pub cache_tokens: Option<u64>,
+    /// Sequences running at once per engine; more requests wait in a queue.
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// Data-parallel engines behind the port, each with its own `engine` metrics label.
+    #[arg(long)]
+    pub engines: Option<u32>,
+    /// Prefill throughput in tokens per second (modelled timing).
+    #[arg(long)]
+    pub prefill_tps: Option<f64>,
+    /// Decode step time with one running sequence, in ms (modelled timing).
+    #[arg(long, value_parser = parse_ms)]
+    pub itl_base_ms: Option<Duration>,
+    /// Extra decode step time per additional running sequence, in ms (modelled timing).
+    #[arg(long, value_parser = parse_ms)]
+    pub itl_per_seq_ms: Option<Duration>,
+    /// Typical output length when `ignore_eos` is not set (outputs stop in [n/2, 3n/2]).
+    #[arg(long)]
+    pub output_tokens: Option<u32>,
+    /// Tokens per streamed content chunk.
+    #[arg(long)]
+    pub tokens_per_chunk: Option<u32>,
+    /// Seed of the generated text.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Largest accepted request body in bytes (larger ones get 413).
+    #[arg(long)]
+    pub max_body_bytes: Option<usize>,
+    /// Seed of every injected fault.
+    #[arg(long, default_value_t = 0)]
+    pub fault_seed: u64,
+    /// Fraction of requests answered 500 or 503.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub fail_rate: f64,
+    /// Fraction of responses whose connection is cut mid-stream.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub reset_rate: f64,
+    /// Length of an injected stream stall, in ms.
+    #[arg(long, value_parser = parse_ms)]
+    pub stall_ms: Option<Duration>,
+    /// Fraction of streams that stall once for --stall-ms.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub stall_rate: f64,
+    /// Fraction of streams carrying one malformed SSE event.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub malformed_rate: f64,
+    /// Stop accepting connections after this many chat completion requests.
+    #[arg(long)]
+    pub stop_after: Option<u64>,
+}
+
+impl SimArgs {
+    /// The configuration these flags describe.
+    pub fn to_config(&self) -> Result<SimConfig, String> {
+        let mut c = SimConfig::preset(self.preset);
+        c.listen = SocketAddr::new(self.host, self.port);
+        if let Some(v) = &self.served_model_name {
+            c.model = v.clone();
+        }
+        c.strict_model = self.strict_model;
+        macro_rules! set {
+            ($($flag:ident => $field:ident),*) => {$(
+                if let Some(v) = self.$flag { c.$field = v; }
+            )*};
+        }
+        set!(max_model_len => max_model_len, block_size => block_size,
+             cache_tokens => cache_capacity_tokens, max_num_seqs => max_num_seqs, engines => engines, output_tokens => natural_output_tokens,
+             tokens_per_chunk => tokens_per_chunk, seed => seed, max_body_bytes => max_body_bytes);
+
+        let modeled_flags = self.prefill_tps.is_some()
+            || self.itl_base_ms.is_some()
+            || self.itl_per_seq_ms.is_some();
+        if self.ttft_ms.is_some() || self.itl_ms.is_some() {
+            if self.speed.is_some() || modeled_flags {
+                return Err(
+                    "--ttft-ms/--itl-ms set fixed timing and cannot be combined with \
+                            --speed, --prefill-tps, --itl-base-ms or --itl-per-seq-ms"
+                        .into(),
+                );
+            }
+            c.timing = Timing::Fixed {
+                ttft: self.ttft_ms.unwrap_or_default(),
+                itl: self.itl_ms.unwrap_or_default(),
+            };
+        } else if self.speed == Some(Speed::Max) {
+            if modeled_flags {
+                return Err(
+                    "--speed max removes all delays; drop --prefill-tps, --itl-base-ms \
+                            and --itl-per-seq-ms or use a numeric --speed"
+                        .into(),
+                );
+            }
+            c.timing = Timing::Instant;
+        } else if let Timing::Modeled(m) = &mut c.timing {
+            if let Some(Speed::Factor(f)) = self.speed {
+                m.speed = f;
+            }
+            if let Some(v) = self.prefill_tps {
+                m.prefill_tokens_per_s = v;
+            }
+            if let Some(v) = self.itl_base_ms {
+                m.itl_base = v;
+            }
+            if let Some(v) = self.itl_per_seq_ms {
+                m.itl_per_seq = v;
+            }
+        } else if self.speed.is_some() || modeled_flags {
+            return Err(
+                "--speed, --prefill-tps, --itl-base-ms and --itl-per-seq-ms need a timed preset \
+                 (--preset h200 or cpu-small); --preset max has no delays to scale"
+                    .into(),
+            );
+        }
+
+        c.faults.seed = self.fault_seed;
+        c.faults.fail_rate = self.fail_rate;
+        c.faults.reset_rate = self.reset_rate;
+        c.faults.stall_rate = self.stall_rate;
+        c.faults.malformed_rate = self.malformed_rate;
+        c.faults.stop_after = self.stop_after;
+        if let Some(v) = self.stall_ms {
+            c.faults.stall = v;
+        } else if self.stall_rate > 0.0 {
+            return Err("--stall-rate needs --stall-ms, the length of each stall".into());
+        }
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+}
+
+/// Run the server in the foreground until interrupted (Ctrl-C or SIGTERM).
+pub fn main(args: SimArgs) -> ExitCode {
+    let config = match args.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(async move {
+        let handle = match super::spawn(config) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let c = handle.config();
+        let timing = match &c.timing {
+            Timing::Instant => "no delays".to_string(),
+            Timing::Fixed { ttft, itl } => format!(
+                "fixed ttft {} ms, itl {} ms",
+                ttft.as_secs_f64() * 1e3,
+                itl.as_secs_f64() * 1e3
+            ),
+            Timing::Modeled(m) => format!(
+                "modelled: prefill {} tok/s, itl {} ms + {} ms/seq, speed x{}",
+                m.prefill_tokens_per_s,
+                m.itl_base.as_secs_f64() * 1e3,
+                m.itl_per_seq.as_secs_f64() * 1e3,
+                m.speed
+            ),
+        };
+        eprintln!(
+            "agentx-host sim: serving model `{}` at {} ({} engine(s), max-num-seqs {}, \
+             max-model-len {}, cache {} tokens, {timing})",
+            c.model,
+            handle.url(),
+            c.engines,
+            c.max_num_seqs,
+            c.max_model_len,
+            c.cache_capacity_tokens
+        );
+        wait_for_signal().await;
+        eprintln!("agentx-host sim: shutting down");
+        handle.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: SimArgs,
+    }
+
+    fn cfg(args: &[&str]) -> Result<SimConfig, String> {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v)
+            .map_err(|e| e.to_string())?
+            .a
+            .to_config()
+    }
+
+    #[test]
+    fn flags_override_the_preset() {
+        let c = cfg(&["--preset", "cpu-small", "--engines", "2", "--speed", "4"]).unwrap();
+        assert_eq!(c.engines, 2);
+        assert_eq!(c.max_num_seqs, 8);
+        let Timing::Modeled(m) = c.timing else {
+            panic!()
+        };
+        assert_eq!(m.speed, 4.0);
+        let c = cfg(&["--ttft-ms", "50", "--itl-ms", "10"]).unwrap();
+        assert_eq!(
+            c.timing,
+            Timing::Fixed {
+                ttft: Duration::from_millis(50),
+                itl: Duration::from_millis(10)
+            }
+        );
+        assert_eq!(cfg(&["--speed", "max"]).unwrap().timing, Timing::Instant);
+    }
+
+    #[test]
+    fn bad_combinations_name_the_flags() {
+        assert!(cfg(&["--ttft-ms", "5", "--speed", "2"])
+            .unwrap_err()
+            .contains("--ttft-ms"));
+        assert!(cfg(&["--stall-rate", "0.5"])
+            .unwrap_err()
+            .contains("--stall-ms"));
+        assert!(cfg(&["--fail-rate", "2"]).unwrap_err().contains("fraction"));
+        assert!(cfg(&["--speed", "fast"])
+            .unwrap_err()
+            .contains("not a speed"));
+        assert!(cfg(&["--preset", "max", "--speed", "2"])
+            .unwrap_err()
+            .contains("timed preset"));
+        assert!(cfg(&["--engines", "0"]).unwrap_err().contains("engines"));
+    }
+}

@@ -1,0 +1,337 @@
+//! The prefix cache of one engine: prompt tokens hashed in fixed-size blocks, least recently used
+//! blocks evicted first.
+//!
+//! Invariants: a block's hash chains the hash of every block before it, so a block matches only
+//! when its whole prefix matches (as in vLLM's automatic prefix caching). Only full blocks are
+//! cached. A hit never covers the last prompt token (the engine must compute at least one token
+//! to produce logits), so a fully cached prompt of `n` tokens reports at most `n - 1` cached
+//! tokens, rounded down to whole blocks. Within one request the first block is the most recently
+//! used, so eviction takes the tails of old prompts before their shared heads.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes prompt words into chained block hashes, one word at a time.
+#[derive(Debug)]
+pub struct BlockHasher {
+    block_size: u32,
+    in_block: u32,
+    cur: u64,
+    prev: u64,
+    blocks: Vec<u64>,
+}
+
+impl BlockHasher {
+    /// A hasher for blocks of `block_size` tokens.
+    pub fn new(block_size: u32) -> BlockHasher {
+        BlockHasher {
+            block_size: block_size.max(1),
+            in_block: 0,
+            cur: BLOCK_SEED,
+            prev: CHAIN_SEED,
+            blocks: Vec::new(),
+        }
+    }
+
+    /// Add one token (a whitespace-free word).
+    #[inline]
+    pub fn push(&mut self, word: &[u8]) {
+        self.cur = (self.cur.rotate_left(23) ^ fnv1a(word)).wrapping_mul(MUL);
+        self.in_block += 1;
+        if self.in_block == self.block_size {
+            self.prev = mix64(self.prev ^ self.cur.wrapping_mul(MUL2));
+            self.blocks.push(self.prev);
+            self.cur = BLOCK_SEED;
+            self.in_block = 0;
+        }
+    }
+
+    /// Add every whitespace-separated word of `text`.
+    pub fn push_text(&mut self, text: &str) {
+        for w in text.split_ascii_whitespace() {
+            self.push(w.as_bytes());
+        }
+    }
+
+    /// The chained hashes of the full blocks seen so far.
+    pub fn finish(self) -> Vec<u64> {
+        self.blocks
+    }
+}
+
+const BLOCK_SEED: u64 = 0x243f_6a88_85a3_08d3;
+const CHAIN_SEED: u64 = 0x1319_8a2e_0370_7344;
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+const MUL2: u64 = 0xbf58_476d_1ce4_e5b9;
+
+#[inline]
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// A 64-bit hash of a string (request ids, seeds).
+pub(crate) fn hash_str(s: &str) -> u64 {
+    mix64(fnv1a(s.as_bytes()))
+}
+
+/// SplitMix64's finaliser: a cheap, well-mixed 64-bit permutation.
+#[inline]
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Block hashes are already uniformly mixed; hashing them again would only cost time.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    hash: u64,
+    prev: u32,
+    next: u32,
+}
+
+/// An LRU set of block hashes with a capacity in tokens.
+pub struct PrefixCache {
+    block_size: u32,
+    capacity_blocks: usize,
+    map: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Most recently used.
+    head: u32,
+    /// Least recently used: evicted first.
+    tail: u32,
+}
+
+impl std::fmt::Debug for PrefixCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrefixCache")
+            .field("block_size", &self.block_size)
+            .field("capacity_blocks", &self.capacity_blocks)
+            .field("blocks", &self.map.len())
+            .finish()
+    }
+}
+
+impl PrefixCache {
+    /// A cache of `capacity_tokens` tokens (rounded down to whole blocks); 0 disables caching.
+    pub fn new(block_size: u32, capacity_tokens: u64) -> PrefixCache {
+        let block_size = block_size.max(1);
+        let capacity_blocks = (capacity_tokens / block_size as u64).min(u32::MAX as u64 - 1);
+        PrefixCache {
+            block_size,
+            capacity_blocks: capacity_blocks as usize,
+            map: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+        }
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Blocks currently cached.
+    pub fn len_blocks(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Match the prompt's blocks against the cache and then cache them all.
+    ///
+    /// `blocks` are the chained hashes of the prompt's full blocks and `prompt_tokens` its length.
+    /// Returns the cached tokens: the matched prefix blocks times the block size, never covering
+    /// the last prompt token.
+    pub fn lookup_and_insert(&mut self, blocks: &[u64], prompt_tokens: u64) -> u64 {
+        if self.capacity_blocks == 0 {
+            return 0;
+        }
+        let usable = (prompt_tokens.saturating_sub(1) / self.block_size as u64) as usize;
+        let matched = blocks
+            .iter()
+            .take(usable)
+            .take_while(|h| self.map.contains_key(h))
+            .count();
+        // Walk from the last block to the first so the head of the prompt ends up most recent.
+        for &h in blocks.iter().rev() {
+            match self.map.get(&h) {
+                Some(&slot) => self.move_to_front(slot),
+                None => self.insert_front(h),
+            }
+        }
+        while self.map.len() > self.capacity_blocks {
+            self.evict_tail();
+        }
+        matched as u64 * self.block_size as u64
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let Slot { prev, next, .. } = self.slots[i as usize];
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+    }
+
+    fn link_front(&mut self, i: u32) {
+        self.slots[i as usize].prev = NIL;
+        self.slots[i as usize].next = self.head;
+        if self.head != NIL {
+            self.slots[self.head as usize].prev = i;
+        }
+        self.head = i;
+        if self.tail == NIL {
+            self.tail = i;
+        }
+    }
+
+    fn move_to_front(&mut self, i: u32) {
+        if self.head != i {
+            self.unlink(i);
+            self.link_front(i);
+        }
+    }
+
+    fn insert_front(&mut self, hash: u64) {
+        let slot = Slot {
+            hash,
+            prev: NIL,
+            next: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.map.insert(hash, i);
+        self.link_front(i);
+    }
+
+    fn evict_tail(&mut self) {
+        let i = self.tail;
+        if i == NIL {
+            return;
+        }
+        self.unlink(i);
+        self.map.remove(&self.slots[i as usize].hash);
+        self.free.push(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hashes(text: &str, bs: u32) -> Vec<u64> {
+        let mut h = BlockHasher::new(bs);
+        h.push_text(text);
+        h.finish()
+    }
+
+    fn words(n: usize, tag: &str) -> String {
+        (0..n).map(|i| format!("{tag}{i} ")).collect()
+    }
+
+    #[test]
+    fn chained_hashes_depend_on_the_whole_prefix() {
+        let a = hashes(&(words(4, "a") + &words(4, "c")), 4);
+        let b = hashes(&(words(4, "b") + &words(4, "c")), 4);
+        assert_eq!(a.len(), 2);
+        assert_ne!(
+            a[1], b[1],
+            "same second block after a different first block"
+        );
+        // Splitting text differently across messages does not change the hashes.
+        let mut h = BlockHasher::new(4);
+        h.push_text("a0 a1");
+        h.push_text(" a2\na3 c0 c1 c2 c3");
+        assert_eq!(h.finish(), a);
+        // A partial block is not hashed.
+        assert_eq!(hashes(&words(7, "a"), 4).len(), 1);
+    }
+
+    #[test]
+    fn repeated_prefix_hits_whole_blocks_but_never_the_last_token() {
+        let mut c = PrefixCache::new(4, 1000);
+        let p1 = words(10, "w");
+        assert_eq!(c.lookup_and_insert(&hashes(&p1, 4), 10), 0);
+        // Same 10 tokens again: 2 full blocks cached, both usable since 9 tokens remain before the last.
+        assert_eq!(c.lookup_and_insert(&hashes(&p1, 4), 10), 8);
+        // Prompt of exactly 8 tokens fully cached: only one block usable (last token recomputed).
+        let p8 = words(8, "w");
+        assert_eq!(c.lookup_and_insert(&hashes(&p8, 4), 8), 4);
+        // Extension of the first prompt hits its blocks.
+        let p2 = words(20, "w");
+        assert_eq!(c.lookup_and_insert(&hashes(&p2, 4), 20), 8);
+        assert_eq!(c.lookup_and_insert(&hashes(&p2, 4), 20), 16);
+    }
+
+    #[test]
+    fn lru_evicts_old_tails_first() {
+        // Room for 3 blocks of 2 tokens.
+        let mut c = PrefixCache::new(2, 6);
+        let a = hashes(&words(6, "a"), 2); // 3 blocks
+        c.lookup_and_insert(&a, 6);
+        assert_eq!(c.len_blocks(), 3);
+        let b = hashes(&words(2, "b"), 2); // 1 block, evicts a's tail block
+        c.lookup_and_insert(&b, 2);
+        assert_eq!(c.len_blocks(), 3);
+        // a's first two blocks survive; a 7-token prompt can use 3 blocks but only 2 are cached.
+        assert_eq!(c.lookup_and_insert(&a, 7), 4);
+    }
+
+    #[test]
+    fn zero_capacity_disables_caching() {
+        let mut c = PrefixCache::new(4, 0);
+        let h = hashes(&words(16, "x"), 4);
+        assert_eq!(c.lookup_and_insert(&h, 16), 0);
+        assert_eq!(c.lookup_and_insert(&h, 16), 0);
+        assert_eq!(c.len_blocks(), 0);
+    }
+
+    #[test]
+    fn prompt_longer_than_capacity_keeps_its_head() {
+        let mut c = PrefixCache::new(1, 3);
+        let h = hashes(&words(10, "x"), 1);
+        c.lookup_and_insert(&h, 10);
+        assert_eq!(c.len_blocks(), 3);
+        assert_eq!(c.lookup_and_insert(&h, 10), 3);
+    }
+}

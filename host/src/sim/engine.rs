@@ -1,0 +1,195 @@
+//! One simulated engine: its admission queue, prefix cache, prefill lane and metrics.
+//!
+//! Invariants: a request holds a [`Running`] guard from admission until its response body is
+//! finished or dropped, and the guard alone undoes what admission did (the running gauge, the KV
+//! tokens, the `max_num_seqs` permit), so a client that disconnects at any point leaves the
+//! engine's counts exact. Prefills of one engine are serialised through `prefill_free_at`, the
+//! way one GPU computes one prefill batch at a time; decode steps are per request and only read
+//! the running count.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::cache::PrefixCache;
+use super::config::{SimConfig, Timing};
+use super::metrics::EngineMetrics;
+
+/// The mutable scheduling state behind one lock.
+#[derive(Debug)]
+struct State {
+    cache: PrefixCache,
+    /// When the engine's prefill lane is next free.
+    prefill_free_at: Option<Instant>,
+}
+
+/// One data-parallel engine.
+#[derive(Debug)]
+pub struct Engine {
+    seqs: Arc<Semaphore>,
+    state: Mutex<State>,
+    /// Signalled whenever a running request releases its KV tokens.
+    kv_freed: Notify,
+    kv_capacity: u64,
+    pub metrics: EngineMetrics,
+}
+
+/// What admission decided for a request.
+#[derive(Debug)]
+pub struct Admission {
+    pub running: Running,
+    pub cached_tokens: u64,
+    /// Modelled compute time of the prefill (0 with `Timing::Instant`).
+    pub prefill: Duration,
+    /// Time spent waiting for a sequence slot and KV space.
+    pub queued: Duration,
+    /// When the first token is due; `None` means at once.
+    pub first_token_at: Option<Instant>,
+}
+
+/// Held while a request runs; dropping it releases the request's slot and KV tokens.
+#[derive(Debug)]
+pub struct Running {
+    pub engine: Arc<Engine>,
+    _permit: Option<OwnedSemaphorePermit>,
+    kv_tokens: u64,
+}
+
+impl Running {
+    /// Account `n` more KV tokens (generated tokens) to this request.
+    #[inline]
+    pub fn add_kv(&mut self, n: u64) {
+        self.kv_tokens += n;
+        self.engine.metrics.kv_tokens.fetch_add(n, Relaxed);
+    }
+
+    /// Whether the engine's KV tokens exceed its capacity (a decode step would need preemption).
+    pub fn kv_over_capacity(&self) -> bool {
+        self.engine.metrics.kv_tokens.load(Relaxed) > self.engine.kv_capacity
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let m = &self.engine.metrics;
+        m.running.fetch_sub(1, Relaxed);
+        m.kv_tokens.fetch_sub(self.kv_tokens, Relaxed);
+        self.engine.kv_freed.notify_waiters();
+    }
+}
+
+/// Counts a request in `num_requests_waiting` for as long as it lives.
+struct Waiting<'a>(&'a EngineMetrics);
+
+impl<'a> Waiting<'a> {
+    fn new(m: &'a EngineMetrics) -> Self {
+        m.waiting.fetch_add(1, Relaxed);
+        Waiting(m)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Engine {
+    /// A fresh engine for `config`.
+    pub fn new(config: &SimConfig) -> Engine {
+        Engine {
+            seqs: Arc::new(Semaphore::new(config.max_num_seqs as usize)),
+            state: Mutex::new(State {
+                cache: PrefixCache::new(config.block_size, config.cache_capacity_tokens),
+                prefill_free_at: None,
+            }),
+            kv_freed: Notify::new(),
+            kv_capacity: config.cache_capacity_tokens,
+            metrics: EngineMetrics::new(config.max_model_len),
+        }
+    }
+
+    /// Queue the request until it may run, then look up its prefix and plan its prefill.
+    ///
+    /// `blocks` are the prompt's chained block hashes, `arrival` when the request arrived.
+    pub async fn admit(
+        self: &Arc<Self>,
+        timing: &Timing,
+        prompt_tokens: u64,
+        blocks: &[u64],
+        arrival: Instant,
+    ) -> Admission {
+        let m = &self.metrics;
+        let permit = match timing {
+            // Fixed timing promises no queueing effects at all.
+            Timing::Fixed { .. } => None,
+            _ => {
+                let waiting = Waiting::new(m);
+                // The semaphore is never closed, so acquisition only fails if it were.
+                let permit = self.seqs.clone().acquire_owned().await.ok();
+                if matches!(timing, Timing::Modeled(_)) {
+                    // Like vLLM's scheduler, a request waits until its prompt fits in the KV cache,
+                    // unless nothing else runs (then it runs and may be preempted).
+                    loop {
+                        let freed = self.kv_freed.notified();
+                        tokio::pin!(freed);
+                        freed.as_mut().enable();
+                        let used = m.kv_tokens.load(Relaxed);
+                        if used + prompt_tokens <= self.kv_capacity || m.running.load(Relaxed) == 0
+                        {
+                            break;
+                        }
+                        freed.await;
+                    }
+                }
+                drop(waiting);
+                permit
+            }
+        };
+        m.running.fetch_add(1, Relaxed);
+        m.kv_tokens.fetch_add(prompt_tokens, Relaxed);
+        let running = Running {
+            engine: self.clone(),
+            _permit: permit,
+            kv_tokens: prompt_tokens,
+        };
+
+        let now = Instant::now();
+        let queued = now.saturating_duration_since(arrival);
+        let (cached_tokens, prefill, first_token_at) = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let cached = st.cache.lookup_and_insert(blocks, prompt_tokens);
+            let uncached = prompt_tokens - cached;
+            match timing {
+                Timing::Instant => (cached, Duration::ZERO, None),
+                Timing::Fixed { ttft, .. } => (cached, *ttft, Some(now + *ttft)),
+                Timing::Modeled(mt) => {
+                    let prefill = mt.prefill(uncached);
+                    let start = st.prefill_free_at.map_or(now, |t| t.max(now));
+                    let end = start + prefill;
+                    st.prefill_free_at = Some(end);
+                    (cached, prefill, Some(end))
+                }
+            }
+        };
+
+        m.prompt_tokens.fetch_add(prompt_tokens, Relaxed);
+        m.prefix_cache_queries.fetch_add(prompt_tokens, Relaxed);
+        m.prefix_cache_hits.fetch_add(cached_tokens, Relaxed);
+        m.queue.observe_duration(queued);
+        m.prompt_len.observe_n(prompt_tokens, 1);
+        let ttft = first_token_at.map_or(queued, |t| t.saturating_duration_since(arrival));
+        m.ttft.observe_duration(ttft);
+
+        Admission {
+            running,
+            cached_tokens,
+            prefill,
+            queued,
+            first_token_at,
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Deterministic fault decisions for one request.
+//!
+//! Every request draws the same fixed sequence of numbers from `mix64(seed ^ key)`, where the key
+//! identifies the request (its `X-Request-ID` when sent, else its arrival number). A decision
+//! therefore depends only on the seed, the request and its own rate, never on other requests or
+//! on the other fault rates, so raising one rate never reshuffles the victims of another.
+
+use std::time::Duration;
+
+use super::cache::mix64;
+use super::config::Faults;
+use super::stream::StreamFaults;
+
+/// A SplitMix64 stream.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// The stream for `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix64(self.0)
+    }
+
+    /// A uniform number in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A uniform integer in `[lo, hi]` (`lo` when the range is empty).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        let r = self.next_u64();
+        if hi <= lo {
+            lo
+        } else {
+            lo + r % (hi - lo + 1)
+        }
+    }
+}
+
+/// The faults that hit one request.
+#[derive(Debug, Clone, Default)]
+pub struct FaultPlan {
+    /// Answer with this status (500 or 503) instead of a completion.
+    pub fail: Option<u16>,
+    /// Where the response is cut, stalled or corrupted (token indices).
+    pub stream: StreamFaults,
+}
+
+/// Decide the faults of a request with `total_tokens` to generate.
+pub fn plan(f: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
+    let mut rng = Rng::new(mix64(f.seed ^ key));
+    // Always draw every number, so each decision is independent of the other rates.
+    let (u_fail, u_status) = (rng.unit(), rng.unit());
+    let (u_reset, reset_pos) = (rng.unit(), rng.range(1, total_tokens.saturating_sub(1)));
+    let (u_stall, stall_pos) = (rng.unit(), rng.range(1, total_tokens.saturating_sub(1)));
+    let (u_bad, bad_pos) = (rng.unit(), rng.range(0, total_tokens.saturating_sub(1)));
+    let clamp = |p: u64| p.min(total_tokens.saturating_sub(1));
+    FaultPlan {
+        fail: (u_fail < f.fail_rate).then_some(if u_status < 0.5 { 500 } else { 503 }),
+        stream: StreamFaults {
+            reset_after: (u_reset < f.reset_rate).then_some(clamp(reset_pos)),
+            stall_before: (u_stall < f.stall_rate && f.stall > Duration::ZERO)
+                .then_some(clamp(stall_pos)),
+            stall: f.stall,
+            malformed_before: (u_bad < f.malformed_rate).then_some(bad_pos),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_deterministic_and_follow_rates() {
+        let f = Faults {
+            seed: 42,
+            fail_rate: 0.25,
+            reset_rate: 0.5,
+            stall: Duration::from_millis(10),
+            stall_rate: 1.0,
+            malformed_rate: 0.0,
+            stop_after: None,
+        };
+        let mut fails = 0;
+        let mut resets = 0;
+        for key in 0..4000u64 {
+            let a = plan(&f, key, 100);
+            let b = plan(&f, key, 100);
+            assert_eq!(a.fail, b.fail);
+            assert_eq!(a.stream.reset_after, b.stream.reset_after);
+            fails += a.fail.is_some() as u32;
+            if let Some(p) = a.stream.reset_after {
+                resets += 1;
+                assert!((1..100).contains(&p));
+            }
+            let s = a.stream.stall_before.unwrap();
+            assert!((1..100).contains(&s));
+            assert!(a.stream.malformed_before.is_none());
+        }
+        assert!((800..1200).contains(&fails), "{fails}");
+        assert!((1800..2200).contains(&resets), "{resets}");
+    }
+
+    #[test]
+    fn one_rate_does_not_reshuffle_another() {
+        let mut f = Faults {
+            seed: 1,
+            reset_rate: 0.3,
+            ..Faults::default()
+        };
+        let before: Vec<_> = (0..200)
+            .map(|k| plan(&f, k, 10).stream.reset_after)
+            .collect();
+        f.fail_rate = 0.9;
+        f.malformed_rate = 0.5;
+        let after: Vec<_> = (0..200)
+            .map(|k| plan(&f, k, 10).stream.reset_after)
+            .collect();
+        assert_eq!(before, after);
+    }
+
+    #[test]
+    fn single_token_positions_stay_in_range() {
+        let f = Faults {
+            reset_rate: 1.0,
+            stall_rate: 1.0,
+            stall: Duration::from_millis(1),
+            malformed_rate: 1.0,
+            ..Faults::default()
+        };
+        let p = plan(&f, 3, 1);
+        assert_eq!(p.stream.reset_after, Some(0));
+        assert_eq!(p.stream.stall_before, Some(0));
+        assert_eq!(p.stream.malformed_before, Some(0));
+    }
+}

@@ -1,0 +1,510 @@
+//! The HTTP side: the accept loop, routing, request handling and graceful shutdown.
+//!
+//! One hyper HTTP/1.1 connection task per client connection; no task per request beyond that.
+//! A handler never panics on input: every failure becomes an HTTP answer (or, for injected
+//! resets and `stop_after`, a closed connection), and the server keeps serving others.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::cache::{hash_str, mix64};
+use super::config::{SimConfig, Timing};
+use super::engine::Engine;
+use super::faults::{self, Rng};
+use super::metrics::{self, EngineMetrics, Exposition};
+use super::request::{self, ApiError, ChatRequest};
+use super::stream::{self, Ident, Pace, StreamPlan, TokenStream, Usage, Words};
+
+/// How long shutdown waits for in-flight responses before cutting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// State shared by every connection of one server.
+pub struct Shared {
+    pub config: SimConfig,
+    pub engines: Vec<Arc<Engine>>,
+    /// Chat completion requests received (numbering for ids, faults and `stop_after`).
+    chat_requests: AtomicU64,
+    round_robin: AtomicU64,
+    /// Signalled once `stop_after` requests have arrived.
+    stop_accepting: Notify,
+}
+
+impl Shared {
+    /// Fresh state for `config` (already validated).
+    pub fn new(config: SimConfig) -> Shared {
+        let engines = (0..config.engines)
+            .map(|_| Arc::new(Engine::new(&config)))
+            .collect();
+        Shared {
+            config,
+            engines,
+            chat_requests: AtomicU64::new(0),
+            round_robin: AtomicU64::new(0),
+            stop_accepting: Notify::new(),
+        }
+    }
+
+    /// The Prometheus text of every engine.
+    pub fn metrics_text(&self) -> String {
+        let engines: Vec<&EngineMetrics> = self.engines.iter().map(|e| &e.metrics).collect();
+        metrics::render(&Exposition {
+            model: &self.config.model,
+            block_size: self.config.block_size,
+            capacity_tokens: self.config.cache_capacity_tokens,
+            engines: &engines,
+        })
+    }
+
+    /// Chat completion requests received so far.
+    pub fn chat_requests(&self) -> u64 {
+        self.chat_requests.load(Relaxed)
+    }
+}
+
+/// A response body: a whole buffer or a token stream.
+pub enum SimBody {
+    Full(Option<Bytes>),
+    Stream(Box<TokenStream>),
+}
+
+impl Body for SimBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            SimBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            SimBody::Stream(s) => Pin::new(s.as_mut()).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            SimBody::Full(b) => b.is_none(),
+            SimBody::Stream(s) => s.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            SimBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            SimBody::Full(None) => SizeHint::with_exact(0),
+            SimBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// Why a request gets no answer: hyper closes its connection.
+#[derive(Debug, thiserror::Error)]
+pub enum Dropped {
+    #[error("connection closed: the server stopped accepting after {0} requests (--stop-after)")]
+    StopAfter(u64),
+    #[error("connection reset before the response (--reset-rate)")]
+    Reset,
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+}
+
+fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<SimBody> {
+    let mut r = Response::new(SimBody::Full(Some(body.into())));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<SimBody> {
+    full(status, "application/json", body)
+}
+
+fn api_error(e: &ApiError) -> Response<SimBody> {
+    json(
+        StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+        e.body(),
+    )
+}
+
+/// Route one request.
+pub async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<SimBody>, Dropped> {
+    let path = req.uri().path();
+    let route = match path {
+        "/v1/chat/completions" => Some(Method::POST),
+        "/health" | "/v1/models" | "/metrics" => Some(Method::GET),
+        _ => None,
+    };
+    match route {
+        None => Ok(json(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#)),
+        Some(m) if m != req.method() && !(m == Method::GET && req.method() == Method::HEAD) => {
+            Ok(json(
+                StatusCode::METHOD_NOT_ALLOWED,
+                r#"{"detail":"Method Not Allowed"}"#,
+            ))
+        }
+        Some(_) => match path {
+            "/health" => Ok(full(StatusCode::OK, "application/json", Bytes::new())),
+            "/v1/models" => Ok(json(StatusCode::OK, models_json(&shared.config))),
+            "/metrics" => Ok(full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                shared.metrics_text(),
+            )),
+            _ => chat(shared, req).await,
+        },
+    }
+}
+
+fn models_json(c: &SimConfig) -> String {
+    let created = unix_now();
+    serde_json::json!({
+        "object": "list",
+        "data": [{
+            "id": c.model,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": c.model,
+            "parent": null,
+            "max_model_len": c.max_model_len,
+            "permission": [],
+        }]
+    })
+    .to_string()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn millis(d: Duration) -> HeaderValue {
+    HeaderValue::from_str(&format!("{:.3}", d.as_secs_f64() * 1e3))
+        .unwrap_or(HeaderValue::from_static("0"))
+}
+
+async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<SimBody>, Dropped> {
+    let arrival = Instant::now();
+    let config = &shared.config;
+    let seq = shared.chat_requests.fetch_add(1, Relaxed) + 1;
+    if let Some(n) = config.faults.stop_after {
+        if seq > n {
+            return Err(Dropped::StopAfter(n));
+        }
+        if seq == n {
+            shared.stop_accepting.notify_one();
+        }
+    }
+
+    let header_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned);
+    let key = match &header_id {
+        Some(id) => hash_str(id),
+        None => mix64(seq),
+    };
+    let id = match &header_id {
+        Some(h) => format!("chatcmpl-{h}"),
+        None => format!(
+            "chatcmpl-{:016x}{:016x}",
+            mix64(config.seed ^ key),
+            mix64(key.rotate_left(17))
+        ),
+    };
+    let engine_ix = match req
+        .headers()
+        .get("x-correlation-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(c) => hash_str(c) % config.engines as u64,
+        None => shared.round_robin.fetch_add(1, Relaxed) % config.engines as u64,
+    } as usize;
+
+    let with_id = |mut r: Response<SimBody>| {
+        if let Some(h) = &header_id {
+            if let Ok(v) = HeaderValue::from_str(h) {
+                r.headers_mut().insert("x-request-id", v);
+            }
+        }
+        r
+    };
+
+    // Refuse an oversized body before reading it when its length is declared.
+    let limit = config.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = |len: Option<u64>| {
+        let size = len.map_or_else(|| format!("over {limit}"), |l| l.to_string());
+        with_id(api_error(&ApiError {
+            status: 413,
+            kind: "BadRequestError",
+            message: format!(
+                "request body is {size} bytes, over the limit of {limit} bytes; shorten the \
+                 prompt or raise the server's --max-body-bytes"
+            ),
+            param: None,
+        }))
+    };
+    if declared.is_some_and(|l| l > limit as u64) {
+        return Ok(too_large(declared));
+    }
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(too_large(None)),
+        Err(e) => return Err(Dropped::Body(e.to_string())),
+    };
+
+    let parsed: ChatRequest = match request::parse_chat(&body, config.block_size) {
+        Ok(r) => r,
+        Err(e) => return Ok(with_id(api_error(&e))),
+    };
+    drop(body);
+    if let Some(m) = &parsed.model {
+        if config.strict_model && m != &config.model {
+            return Ok(with_id(api_error(&ApiError {
+                status: 404,
+                kind: "NotFoundError",
+                message: format!("The model `{m}` does not exist."),
+                param: Some("model".into()),
+            })));
+        }
+    }
+    let prompt = parsed.prompt_tokens;
+    let max_len = config.max_model_len;
+    let max_tokens = match parsed.max_tokens {
+        Some(out) if prompt + out > max_len => {
+            return Ok(with_id(api_error(&request::context_overflow(
+                max_len,
+                prompt,
+                Some(out),
+            ))))
+        }
+        Some(out) => out,
+        None if prompt >= max_len => {
+            return Ok(with_id(api_error(&request::context_overflow(
+                max_len, prompt, None,
+            ))))
+        }
+        None => max_len - prompt,
+    };
+
+    let mut draws = Rng::new(mix64(config.seed ^ key ^ 0x5eed));
+    let total = if parsed.ignore_eos {
+        max_tokens
+    } else {
+        let n = config.natural_output_tokens.max(1) as u64;
+        draws.range(n.div_ceil(2), n + n / 2).min(max_tokens)
+    };
+    let finish_reason = if total == max_tokens {
+        "length"
+    } else {
+        "stop"
+    };
+
+    let plan = faults::plan(&config.faults, key, total);
+    if let Some(status) = plan.fail {
+        let (kind, message) = if status == 500 {
+            (
+                "InternalServerError",
+                "simulated engine failure (--fail-rate); retry the request",
+            )
+        } else {
+            (
+                "ServiceUnavailableError",
+                "simulated overload: the engine is unavailable (--fail-rate); retry later",
+            )
+        };
+        return Ok(with_id(api_error(&ApiError {
+            status,
+            kind,
+            message: message.into(),
+            param: None,
+        })));
+    }
+
+    let engine = &shared.engines[engine_ix];
+    let adm = engine
+        .admit(&config.timing, prompt, &parsed.blocks, arrival)
+        .await;
+    let model = parsed.model.as_deref().unwrap_or(&config.model);
+    let ident = Ident::new(&id, model, unix_now());
+    let usage = Usage {
+        prompt_tokens: prompt,
+        completion_tokens: total,
+        cached_tokens: adm.cached_tokens,
+    };
+    let words = Words::new(config.seed ^ key);
+    let headers = |r: &mut Response<SimBody>| {
+        let h = r.headers_mut();
+        h.insert("x-sim-engine", HeaderValue::from(engine_ix as u64));
+        h.insert("x-sim-prompt-tokens", HeaderValue::from(prompt));
+        h.insert("x-sim-cached-tokens", HeaderValue::from(adm.cached_tokens));
+        h.insert("x-sim-prefill-ms", millis(adm.prefill));
+        h.insert("x-sim-queue-ms", millis(adm.queued));
+    };
+
+    if parsed.stream {
+        let pace = match &config.timing {
+            Timing::Instant => Pace::Instant,
+            Timing::Fixed { itl, .. } => Pace::Fixed(*itl),
+            Timing::Modeled(m) => Pace::Modeled {
+                timing: m.clone(),
+                block_size: config.block_size as u64,
+            },
+        };
+        let mut r = full(
+            StatusCode::OK,
+            "text/event-stream; charset=utf-8",
+            Bytes::new(),
+        );
+        headers(&mut r);
+        let first_token_at = adm.first_token_at;
+        *r.body_mut() = SimBody::Stream(Box::new(TokenStream::new(StreamPlan {
+            running: adm.running,
+            ident,
+            pace,
+            first_token_at,
+            arrival,
+            total_tokens: total,
+            finish_reason,
+            include_usage: parsed.include_usage,
+            usage,
+            words,
+            tokens_per_chunk: config.tokens_per_chunk,
+            faults: plan.stream,
+        })));
+        return Ok(with_id(r));
+    }
+
+    // One-shot: wait out the whole generation, then answer at once.
+    let m = &engine.metrics;
+    let itl = match &config.timing {
+        Timing::Instant => Duration::ZERO,
+        Timing::Fixed { itl, .. } => *itl,
+        Timing::Modeled(mt) => mt.itl(m.running.load(Relaxed)),
+    };
+    let steps = total.saturating_sub(1);
+    m.itl.observe_n(itl.as_nanos() as u64, steps);
+    let mut done_at =
+        adm.first_token_at.unwrap_or(arrival) + itl * steps.min(u32::MAX as u64) as u32;
+    if plan.stream.stall_before.is_some() {
+        done_at += plan.stream.stall;
+    }
+    if done_at > Instant::now() {
+        tokio::time::sleep_until(done_at).await;
+    }
+    let mut running = adm.running;
+    running.add_kv(total);
+    m.generation_tokens.fetch_add(total, Relaxed);
+    if plan.stream.reset_after.is_some() {
+        m.success_abort.fetch_add(1, Relaxed);
+        return Err(Dropped::Reset);
+    }
+    m.e2e
+        .observe_duration(Instant::now().saturating_duration_since(arrival));
+    m.generation_len.observe_n(total, 1);
+    if finish_reason == "length" {
+        m.success_length.fetch_add(1, Relaxed);
+    } else {
+        m.success_stop.fetch_add(1, Relaxed);
+    }
+    let text = words.clone().text(total);
+    let mut body = stream::completion_json(&ident, &text, finish_reason, &usage);
+    if plan.stream.malformed_before.is_some() {
+        body.truncate(body.len() / 2);
+    }
+    drop(running);
+    let mut r = json(StatusCode::OK, body);
+    headers(&mut r);
+    Ok(with_id(r))
+}
+
+/// Accept connections until shutdown, then drain them for at most [`SHUTDOWN_GRACE`].
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut conns = JoinSet::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).keep_alive(true);
+    let mut listener = Some(listener);
+    loop {
+        tokio::select! {
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+            _ = shared.stop_accepting.notified(), if listener.is_some() => {
+                // Closing the socket makes new connections fail to connect.
+                listener = None;
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = accept(listener.as_ref()), if listener.is_some() => match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let shared = shared.clone();
+                    let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let conn = graceful.watch(conn);
+                    conns.spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(SHUTDOWN_GRACE) => {}
+    }
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+}
+
+async fn accept(l: Option<&TcpListener>) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
