@@ -1,1 +1,2 @@
 //! Integration tests of the agentx-host binary and library: one test binary, one module per topic.
+mod dataset;
