@@ -1,5 +1,6 @@
 //! Integration tests of the agentx-host binary and library: one test binary, one module per topic.
 
 mod cli;
+mod dataset;
 mod scenario;
 mod sim;

@@ -27,6 +27,8 @@ pub enum Command {
     Scenario(ScenarioCommand),
     /// Run the built-in simulated OpenAI-compatible inference server (vLLM-like).
     Sim(Box<crate::sim::SimArgs>),
+    /// Import, inspect, summarize or synthesize weka trace corpora.
+    Dataset(crate::dataset::cmd::DatasetArgs),
 }
 
 /// Options shared by every command that loads scenarios.
@@ -109,6 +111,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
+        Command::Dataset(args) => {
+            crate::dataset::cmd::run(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

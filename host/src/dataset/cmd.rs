@@ -1,0 +1,338 @@
+//! `agentx-host dataset import|inspect|stats|synth`: arguments and output of the dataset subcommands.
+//!
+//! Data goes to stdout (tables, or JSON with `--json`), logs to stderr. Errors are returned typed and
+//! turned into exit code 2 by the caller.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use super::prompt::{sendable_starts, AssistantMode, PromptSynth};
+use super::stats::{corpus_stats, Dist};
+use super::synth::{write_corpus, SynthOptions};
+use super::tokens::TokenCounter;
+use super::{Dataset, DatasetError, OpenOptions};
+
+/// Arguments of `agentx-host dataset`.
+#[derive(Debug, Args)]
+pub struct DatasetArgs {
+    #[command(subcommand)]
+    pub command: DatasetCommand,
+}
+
+/// Where a corpus comes from and how it is cached.
+#[derive(Debug, Args)]
+pub struct SourceArgs {
+    /// A traces.jsonl, a directory of *.json traces, or a corpus name (e.g. semianalysis_cc_traces_weka).
+    pub source: String,
+    /// Use only the first N traces (all by default).
+    #[arg(long, value_name = "N")]
+    pub num_dataset_entries: Option<usize>,
+    /// Cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR, or $AGENTX_HOME/datasets].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    fn open(&self) -> Result<Dataset, DatasetError> {
+        Dataset::open(
+            &self.source,
+            &OpenOptions {
+                num_dataset_entries: self.num_dataset_entries,
+                cache_dir: self.cache_dir.clone(),
+            },
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    Recorded,
+    Live,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetCommand {
+    /// Validate a corpus and build its cache entry (or find it); print what it holds.
+    Import(SourceArgs),
+    /// Show the traces of a corpus, the turns of one trace, or the messages of one turn.
+    Inspect {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Show this trace (by id).
+        #[arg(long, value_name = "ID")]
+        trace: Option<String>,
+        /// Show the trace at this position in dataset order.
+        #[arg(long, value_name = "I", conflicts_with = "trace")]
+        index: Option<usize>,
+        /// With --trace/--index: print the chat messages of this turn as JSON.
+        #[arg(long, value_name = "K")]
+        turn: Option<usize>,
+        /// Assistant content of printed messages.
+        #[arg(long, value_enum, default_value = "recorded")]
+        mode: ModeArg,
+        /// Seed of the synthesized text.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Count tokens and pick synthesis words with this tokenizer.json.
+        #[arg(long, value_name = "PATH")]
+        tokenizer: Option<PathBuf>,
+    },
+    /// Corpus statistics: sizes, ISL/OSL percentiles, theoretical cache-hit rates.
+    Stats {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a synthetic corpus with the shape of the public 949-trace corpus.
+    Synth {
+        /// Number of traces.
+        #[arg(long, default_value_t = 949)]
+        traces: usize,
+        /// Seed of the generator.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Output traces.jsonl.
+        #[arg(short, long, value_name = "PATH")]
+        output: PathBuf,
+        /// Cap every request's input tokens (contexts are compacted below it).
+        #[arg(long, value_name = "TOKENS")]
+        max_isl: Option<u32>,
+        /// Cap the turns of every trace.
+        #[arg(long, value_name = "N")]
+        max_turns: Option<usize>,
+    },
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+fn source_bytes(ds: &Dataset) -> u64 {
+    let p = ds.source_path();
+    if p.is_dir() {
+        std::fs::read_dir(p)
+            .map(|it| {
+                it.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    } else {
+        std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+fn dist_row(name: &str, d: &Dist) -> String {
+    format!(
+        "{name:<18} {:>10.1} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
+        d.mean, d.min, d.p50, d.p90, d.p99, d.max
+    )
+}
+
+/// Runs a dataset subcommand.
+pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
+    match args.command {
+        DatasetCommand::Import(src) => {
+            let started = Instant::now();
+            let ds = src.open()?;
+            let secs = started.elapsed().as_secs_f64();
+            let raw = source_bytes(&ds);
+            println!("source       {}", ds.source_path().display());
+            if let Some(a) = ds.alias() {
+                println!("corpus       {} ({})", a.name, a.repo);
+            }
+            println!("traces       {}", ds.len());
+            println!("requests     {}", ds.total_turns());
+            println!("subagents    {} ignored", ds.subagents_ignored());
+            println!(
+                "cache        {} ({:?})",
+                ds.cache_path().display(),
+                ds.outcome()
+            );
+            println!(
+                "size         {:.1} MiB cache / {:.1} MiB source ({:.1}%)",
+                mib(ds.cache_bytes()),
+                mib(raw),
+                100.0 * ds.cache_bytes() as f64 / raw.max(1) as f64
+            );
+            println!("seconds      {secs:.3}");
+        }
+        DatasetCommand::Inspect {
+            source,
+            trace,
+            index,
+            turn,
+            mode,
+            seed,
+            tokenizer,
+        } => {
+            let ds = source.open()?;
+            let traj = match (&trace, index) {
+                (Some(id), _) => Some(ds.find(id).ok_or_else(|| {
+                    DatasetError::Argument(format!(
+                        "--trace {id:?}: no such trace id in {}",
+                        ds.source_path().display()
+                    ))
+                })?),
+                (None, Some(i)) => Some(ds.trajectory(i).ok_or_else(|| {
+                    DatasetError::Argument(format!(
+                        "--index {i}: the dataset has {} traces (0..{})",
+                        ds.len(),
+                        ds.len()
+                    ))
+                })?),
+                (None, None) => None,
+            };
+            let Some(traj) = traj else {
+                println!(
+                    "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
+                    "index", "id", "turns", "start_in", "end_in", "subagents"
+                );
+                for t in ds.trajectories() {
+                    let first = t.turn(0).map_or(0, |x| x.input_tokens());
+                    let last = t
+                        .turn(t.num_turns().wrapping_sub(1))
+                        .map_or(0, |x| x.input_tokens());
+                    println!(
+                        "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
+                        t.index(),
+                        t.id(),
+                        t.num_turns(),
+                        first,
+                        last,
+                        t.subagents()
+                    );
+                }
+                return Ok(());
+            };
+            let mode = match mode {
+                ModeArg::Recorded => AssistantMode::Recorded,
+                ModeArg::Live => AssistantMode::Live,
+            };
+            if let Some(k) = turn {
+                let counter = match tokenizer {
+                    Some(p) => TokenCounter::from_file(&p)
+                        .map_err(|e| DatasetError::Argument(e.to_string()))?,
+                    None => TokenCounter::Words,
+                };
+                let synth = PromptSynth::for_counter(seed, &counter);
+                let conv = synth
+                    .conversation(traj, k, mode)
+                    .map_err(|e| DatasetError::Argument(format!("--turn: {e}")))?;
+                let msgs = conv.messages(None);
+                let tokens: u64 = msgs.iter().map(|m| counter.count(&m.content)).sum();
+                eprintln!(
+                    "trace {:?} turn {k}: {} messages, {tokens} tokens (recorded in: {})",
+                    traj.id(),
+                    msgs.len(),
+                    traj.turn(k).map_or(0, |t| t.input_tokens())
+                );
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&msgs).unwrap_or_default()
+                );
+                return Ok(());
+            }
+            println!(
+                "trace {:?}: {} turns, block_size {}, tool_tokens {}, system_tokens {}, subagents {}, models {}",
+                traj.id(),
+                traj.num_turns(),
+                traj.block_size(),
+                traj.tool_tokens(),
+                traj.system_tokens(),
+                traj.subagents(),
+                traj.models().collect::<Vec<_>>().join(",")
+            );
+            let live = sendable_starts(traj, AssistantMode::Live);
+            println!(
+                "{:>5} {:>10} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
+                "turn", "t", "think", "type", "in", "out", "ids", "lcp", "stop", "live_start"
+            );
+            for (k, t) in traj.turns().enumerate() {
+                println!(
+                    "{:>5} {:>10.3} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
+                    k,
+                    t.t(),
+                    t.think_time().map_or("-".into(), |x| format!("{x:.3}")),
+                    t.kind().as_str(),
+                    t.input_tokens(),
+                    t.output_tokens(),
+                    t.num_hash_ids(),
+                    t.lcp_with_previous(),
+                    if t.stop().is_empty() { "-" } else { t.stop() },
+                    if live[k] { "yes" } else { "no" }
+                );
+            }
+        }
+        DatasetCommand::Stats { source, json } => {
+            let ds = source.open()?;
+            let s = corpus_stats(&ds);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                return Ok(());
+            }
+            println!("traces                      {}", s.traces);
+            println!("requests                    {}", s.requests);
+            println!("subagent entries ignored    {}", s.subagents_ignored);
+            println!("out: 0 turns                {}", s.out_zero_turns);
+            println!("non-monotonic cuts          {}", s.non_monotonic_cuts);
+            println!(
+                "theoretical hit rate (set)  {:.2}%",
+                100.0 * s.theoretical_hit_rate_set
+            );
+            println!(
+                "theoretical hit rate (lcp)  {:.2}%",
+                100.0 * s.theoretical_hit_rate_prefix
+            );
+            println!();
+            println!(
+                "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "", "mean", "min", "p50", "p90", "p99", "max"
+            );
+            println!("{}", dist_row("turns per trace", &s.turns_per_trace));
+            println!("{}", dist_row("isl", &s.isl));
+            println!("{}", dist_row("osl", &s.osl));
+            println!("{}", dist_row("start isl", &s.start_isl));
+            println!("{}", dist_row("end isl", &s.end_isl));
+            println!("{}", dist_row("think time (s)", &s.think_time_s));
+            let h = &s.per_trace_set_hit_rate;
+            println!(
+                "{:<18} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
+                "per-trace hit", h.mean, h.min, h.p50, h.p90, h.p99, h.max
+            );
+        }
+        DatasetCommand::Synth {
+            traces,
+            seed,
+            output,
+            max_isl,
+            max_turns,
+        } => {
+            let started = Instant::now();
+            let sum = write_corpus(
+                &SynthOptions {
+                    traces,
+                    seed,
+                    max_isl,
+                    max_turns,
+                },
+                &output,
+            )?;
+            println!(
+                "wrote {} traces, {} requests, {:.1} MiB to {} in {:.1} s",
+                sum.traces,
+                sum.requests,
+                mib(sum.bytes),
+                output.display(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}

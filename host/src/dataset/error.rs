@@ -1,0 +1,96 @@
+//! The typed errors of the dataset module: where a trace is wrong, a source that cannot be found or read,
+//! and a cache that cannot be written.
+//!
+//! Every message is lower-case and says what is wrong, where (file:line, trace id, request index and
+//! field) and, where there is one, how to fix it.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Where in a source a problem sits: file, line (1-based, 0 if unknown), column, trace id, field path.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Location {
+    pub file: PathBuf,
+    pub line: u64,
+    pub column: u64,
+    pub trace: Option<String>,
+    /// A path into the trace object, e.g. `requests[3].think_time`.
+    pub field: Option<String>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+            if self.column > 0 {
+                write!(f, ":{}", self.column)?;
+            }
+        }
+        if let Some(t) = &self.trace {
+            write!(f, ": trace {t:?}")?;
+        }
+        if let Some(p) = &self.field {
+            write!(f, ": {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong opening, importing or synthesizing a dataset.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    /// A trace breaks the weka format.
+    #[error("{location}: {message}")]
+    Invalid { location: Location, message: String },
+
+    /// A file or directory could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// A source holds no traces.
+    #[error("{}: no traces found; a weka corpus is a traces.jsonl (one trace per line) or a directory of *.json traces", path.display())]
+    Empty { path: PathBuf },
+
+    /// Neither a path nor a known alias.
+    #[error(
+        "dataset `{spec}` is neither an existing file or directory nor a known dataset name \
+         (known: {known}); pass the path of a traces.jsonl, a directory of *.json traces, or a known name"
+    )]
+    UnknownSource { spec: String, known: String },
+
+    /// A known public corpus that is not in the local Hugging Face cache.
+    #[error(
+        "dataset `{name}` ({repo}) is not in the Hugging Face cache (looked in {searched}); \
+         fetch it with `hf download --repo-type dataset {repo}` or set HF_HUB_CACHE to the cache that has it"
+    )]
+    NotCached {
+        name: String,
+        repo: String,
+        searched: String,
+    },
+
+    /// A cache entry could not be used or written.
+    #[error("dataset cache {}: {reason}", path.display())]
+    Cache { path: PathBuf, reason: String },
+
+    /// A bad argument to a dataset operation (a flag value).
+    #[error("{0}")]
+    Argument(String),
+}
+
+impl DatasetError {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        DatasetError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}

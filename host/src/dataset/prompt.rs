@@ -1,0 +1,605 @@
+//! Prompt synthesis: the chat `messages` of each turn, rebuilt from hash ids at send time.
+//!
+//! Structure (one [`Conversation`] per session, advanced turn by turn):
+//! - Turn 0: the tools+system tokens are one `system` message of `ceil((tool+system)/bs)` blocks taken
+//!   from the first hash ids; the remaining blocks and the partial tail are a `user` message.
+//! - Turn k: the history is cut at `L`, the longest common prefix of the hash ids of turns k-1 and k
+//!   (never past the previous turn's full blocks). After the cut come an `assistant` segment of
+//!   `ceil(out[k-1]/bs)` blocks (fewer if the turn has fewer new blocks) and a `user` segment with the
+//!   remaining blocks plus the tail. A cut that loses blocks of the previous prompt is a context reset.
+//! - The tail: `in - full_blocks*bs` words; the leading part of the next hash block when the trace has
+//!   one, else synthesized words keyed by the turn. So a recorded-mode prompt has exactly `in` words.
+//! - Wire invariant: the messages end with a `user` message. When a turn adds no user content, its last
+//!   block moves from the preceding segment into a new user message.
+//!
+//! Content: every block's text is a pure function of (seed, trace id, hash id) ([`super::text`]), so equal
+//! hash-id prefixes give byte-equal message prefixes and traces never share blocks.
+//!
+//! Live-assistant mode ([`AssistantMode::Live`]): assistant segments are tracked (they still shape cuts)
+//! but never sent; the replay passes the server's real reply to [`Conversation::advance`], which appends
+//! it as an `assistant` message before the next user delta. A session starting at turn k sends the system
+//! and user segments of turns 0..=k. A context reset rebuilds the history from the trace (live replies are
+//! dropped). A turn whose user delta is empty cannot start a session in this mode
+//! ([`sendable_starts`]), as in aiperf; mid-session such a turn still ends with a user message (above).
+
+use super::text::{block_stream, push_words, tail_stream, trace_key, Vocabulary};
+use super::tokens::TokenCounter;
+use super::view::Trajectory;
+
+/// Where assistant content comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssistantMode {
+    /// Synthesized from the recorded `out` of the previous turn.
+    Recorded,
+    /// The server's real replies, threaded in by the replay.
+    Live,
+}
+
+/// A chat role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// Where a cache-bust marker goes. `System*` fall back to the first user message when there is no
+/// system message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    SystemPrefix,
+    SystemSuffix,
+    FirstUserPrefix,
+    FirstUserSuffix,
+}
+
+/// A marker text and its placement, applied when messages are written.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheBust<'a> {
+    pub placement: Placement,
+    pub text: &'a str,
+}
+
+/// Errors of prompt synthesis.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("trace {trace:?} has {turns} turns; turn {turn} does not exist")]
+    NoSuchTurn {
+        trace: String,
+        turn: usize,
+        turns: usize,
+    },
+}
+
+/// The settings that determine prompt text: the seed and the word vocabulary.
+#[derive(Debug, Clone)]
+pub struct PromptSynth {
+    seed: u64,
+    vocab: Vocabulary,
+}
+
+impl PromptSynth {
+    /// Text for `seed` with the standard vocabulary (the tokenizer-free model).
+    pub fn new(seed: u64) -> Self {
+        PromptSynth {
+            seed,
+            vocab: Vocabulary::STANDARD,
+        }
+    }
+
+    /// Text for `seed` with the words `counter` counts as one token each.
+    pub fn for_counter(seed: u64, counter: &TokenCounter) -> Self {
+        PromptSynth {
+            seed,
+            vocab: counter.vocabulary().unwrap_or(Vocabulary::STANDARD),
+        }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// A session of `traj` whose first request is turn `start` (with the history of turns 0..start).
+    pub fn conversation<'a>(
+        &'a self,
+        traj: Trajectory<'a>,
+        start: usize,
+        mode: AssistantMode,
+    ) -> Result<Conversation<'a>, PromptError> {
+        Conversation::new(self, traj, start, mode)
+    }
+}
+
+/// Words past the last full block of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    /// The first `words` words of the block with this hash id.
+    Partial { id: u32, words: u32 },
+    /// Synthesized words keyed by the turn.
+    Synth { turn: u32, words: u32 },
+}
+
+impl Tail {
+    fn words(self) -> u64 {
+        match self {
+            Tail::Partial { words, .. } | Tail::Synth { words, .. } => u64::from(words),
+        }
+    }
+}
+
+/// A run of block positions `[start, end)` of the current hash-id list plus an optional tail.
+#[derive(Debug, Clone, PartialEq)]
+struct Seg {
+    role: Role,
+    start: usize,
+    end: usize,
+    tail: Option<Tail>,
+}
+
+impl Seg {
+    fn is_empty(&self) -> bool {
+        self.start == self.end && self.tail.is_none()
+    }
+}
+
+/// A sent message in live mode: blocks of the tracked structure, or a live reply.
+#[derive(Debug, Clone)]
+enum Msg {
+    Blocks(Seg),
+    Text(Role, String),
+}
+
+/// What one step of the structure did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepInfo {
+    /// The cut lost blocks of the previous prompt (a non-monotonic cut).
+    pub reset: bool,
+    /// Assistant blocks of the delta (before the wire-invariant adjustment).
+    pub assistant_blocks: usize,
+    /// The user part of the delta was empty (before the adjustment).
+    pub user_delta_empty: bool,
+}
+
+/// The block structure of a trajectory, advanced turn by turn; no text.
+#[derive(Debug, Clone)]
+struct Structure<'a> {
+    traj: Trajectory<'a>,
+    ids: Vec<u32>,
+    segs: Vec<Seg>,
+    full: usize,
+    turn: Option<usize>,
+}
+
+impl<'a> Structure<'a> {
+    fn new(traj: Trajectory<'a>) -> Self {
+        Structure {
+            traj,
+            ids: Vec::new(),
+            segs: Vec::new(),
+            full: 0,
+            turn: None,
+        }
+    }
+
+    /// Applies the next turn.
+    fn step(&mut self) -> StepInfo {
+        let k = self.turn.map_or(0, |t| t + 1);
+        let turn = self.traj.turn(k).expect("caller checks the turn exists");
+        let bs = self.traj.block_size() as usize;
+        let lcp = turn.lcp_with_previous();
+        self.ids.truncate(lcp);
+        self.ids.extend_from_slice(turn.new_hash_ids());
+        let n = self.ids.len();
+        let input = turn.input_tokens() as usize;
+        let full = n.min(input / bs);
+        let rest = (input - full * bs) as u32;
+        let tail = match rest {
+            0 => None,
+            _ if full < n => Some(Tail::Partial {
+                id: self.ids[full],
+                words: rest,
+            }),
+            _ => Some(Tail::Synth {
+                turn: k as u32,
+                words: rest,
+            }),
+        };
+        let mut info = StepInfo {
+            reset: false,
+            assistant_blocks: 0,
+            user_delta_empty: false,
+        };
+        let user_start;
+        if k == 0 {
+            self.segs.clear();
+            let s = self.traj.system_blocks().min(full);
+            if s > 0 {
+                self.segs.push(Seg {
+                    role: Role::System,
+                    start: 0,
+                    end: s,
+                    tail: None,
+                });
+            }
+            user_start = s;
+        } else {
+            let keep = lcp.min(self.full).min(full);
+            info.reset = keep < self.full;
+            while self.segs.last().is_some_and(|s| s.start >= keep) {
+                self.segs.pop();
+            }
+            if let Some(last) = self.segs.last_mut() {
+                last.end = last.end.min(keep);
+                last.tail = None;
+                if last.is_empty() {
+                    self.segs.pop();
+                }
+            }
+            let prev_out = self
+                .traj
+                .turn(k - 1)
+                .map_or(0, |t| t.output_tokens() as usize);
+            let a = prev_out.div_ceil(bs).min(full - keep);
+            if a > 0 {
+                self.segs.push(Seg {
+                    role: Role::Assistant,
+                    start: keep,
+                    end: keep + a,
+                    tail: None,
+                });
+            }
+            info.assistant_blocks = a;
+            user_start = keep + a;
+        }
+        let user = Seg {
+            role: Role::User,
+            start: user_start,
+            end: full,
+            tail,
+        };
+        if user.is_empty() {
+            info.user_delta_empty = true;
+            self.end_with_user();
+        } else {
+            self.segs.push(user);
+        }
+        self.full = full;
+        self.turn = Some(k);
+        info
+    }
+
+    /// Moves the last block into a user message unless the segments already end with one.
+    fn end_with_user(&mut self) {
+        let Some(last) = self.segs.last_mut() else {
+            return;
+        };
+        if last.role == Role::User || last.end == last.start {
+            return;
+        }
+        let end = last.end;
+        last.end -= 1;
+        last.tail = None;
+        if last.is_empty() {
+            self.segs.pop();
+        }
+        self.segs.push(Seg {
+            role: Role::User,
+            start: end - 1,
+            end,
+            tail: None,
+        });
+    }
+}
+
+/// Which turns of `traj` may be the first request of a fresh session in `mode`: in live mode, turns
+/// whose user delta is empty cannot (the server would see no new user content); in recorded mode, turns
+/// whose whole delta is empty cannot. Turn 0 always can.
+pub fn sendable_starts(traj: Trajectory<'_>, mode: AssistantMode) -> Vec<bool> {
+    let mut s = Structure::new(traj);
+    (0..traj.num_turns())
+        .map(|_| {
+            let info = s.step();
+            match mode {
+                AssistantMode::Live => !info.user_delta_empty,
+                AssistantMode::Recorded => !(info.user_delta_empty && info.assistant_blocks == 0),
+            }
+        })
+        .collect()
+}
+
+/// A session's messages, turn by turn.
+#[derive(Debug, Clone)]
+pub struct Conversation<'a> {
+    synth: &'a PromptSynth,
+    key: u64,
+    mode: AssistantMode,
+    st: Structure<'a>,
+    /// Live mode only: the messages as sent.
+    live: Vec<Msg>,
+    last: StepInfo,
+}
+
+impl<'a> Conversation<'a> {
+    fn new(
+        synth: &'a PromptSynth,
+        traj: Trajectory<'a>,
+        start: usize,
+        mode: AssistantMode,
+    ) -> Result<Self, PromptError> {
+        if start >= traj.num_turns() {
+            return Err(PromptError::NoSuchTurn {
+                trace: traj.id().to_owned(),
+                turn: start,
+                turns: traj.num_turns(),
+            });
+        }
+        let mut st = Structure::new(traj);
+        let mut last = st.step();
+        for _ in 0..start {
+            last = st.step();
+        }
+        let mut c = Conversation {
+            synth,
+            key: trace_key(synth.seed, traj.id()),
+            mode,
+            st,
+            live: Vec::new(),
+            last,
+        };
+        c.rebuild_live();
+        Ok(c)
+    }
+
+    fn rebuild_live(&mut self) {
+        if self.mode == AssistantMode::Live {
+            self.live = self
+                .st
+                .segs
+                .iter()
+                .filter(|s| s.role != Role::Assistant)
+                .cloned()
+                .map(Msg::Blocks)
+                .collect();
+        }
+    }
+
+    /// The current turn (the request these messages are for).
+    pub fn turn(&self) -> usize {
+        self.st.turn.unwrap_or(0)
+    }
+
+    /// The trajectory being replayed.
+    pub fn trajectory(&self) -> Trajectory<'a> {
+        self.st.traj
+    }
+
+    /// Whether the current turn is the trajectory's last.
+    pub fn is_final(&self) -> bool {
+        self.turn() + 1 >= self.st.traj.num_turns()
+    }
+
+    /// What the step into the current turn did (reset, delta sizes).
+    pub fn step_info(&self) -> StepInfo {
+        self.last
+    }
+
+    /// Moves to the next turn. In live mode `live_reply` (the server's reply to the current turn) is
+    /// appended as an assistant message first; in recorded mode it is ignored.
+    pub fn advance(&mut self, live_reply: Option<&str>) -> Result<StepInfo, PromptError> {
+        let traj = self.st.traj;
+        if self.is_final() {
+            return Err(PromptError::NoSuchTurn {
+                trace: traj.id().to_owned(),
+                turn: self.turn() + 1,
+                turns: traj.num_turns(),
+            });
+        }
+        if self.mode == AssistantMode::Live {
+            if let Some(r) = live_reply {
+                self.live.push(Msg::Text(Role::Assistant, r.to_owned()));
+            }
+        }
+        let before = self.st.segs.clone();
+        let info = self.st.step();
+        self.last = info;
+        if self.mode == AssistantMode::Live {
+            // The sent history stays valid when the previous turn's segments survive unchanged (its last
+            // one may only lose its tail); then only the new user segments are sent. Otherwise (a reset,
+            // or the wire-invariant adjustment touched an old segment) rebuild it from the structure.
+            let mut expected = before;
+            if let Some(l) = expected.last_mut() {
+                l.tail = None;
+                if l.start == l.end {
+                    expected.pop();
+                }
+            }
+            let segs = &self.st.segs;
+            if !info.reset && segs.len() >= expected.len() && segs[..expected.len()] == expected[..]
+            {
+                let added: Vec<Msg> = segs[expected.len()..]
+                    .iter()
+                    .filter(|s| s.role == Role::User)
+                    .cloned()
+                    .map(Msg::Blocks)
+                    .collect();
+                self.live.extend(added);
+            } else {
+                self.rebuild_live();
+            }
+        }
+        Ok(info)
+    }
+
+    fn for_each_msg(&self, mut f: impl FnMut(Role, MsgRef<'_>)) {
+        match self.mode {
+            AssistantMode::Recorded => self
+                .st
+                .segs
+                .iter()
+                .for_each(|s| f(s.role, MsgRef::Blocks(s))),
+            AssistantMode::Live => self.live.iter().for_each(|m| match m {
+                Msg::Blocks(s) => f(s.role, MsgRef::Blocks(s)),
+                Msg::Text(r, t) => f(*r, MsgRef::Text(t)),
+            }),
+        }
+    }
+
+    fn write_content(&self, out: &mut Vec<u8>, m: MsgRef<'_>) {
+        match m {
+            MsgRef::Blocks(s) => {
+                let bs = self.st.traj.block_size() as usize;
+                out.reserve(super::text::max_bytes(
+                    (s.end - s.start) * bs + s.tail.map_or(0, |t| t.words() as usize),
+                ));
+                for &id in &self.st.ids[s.start..s.end] {
+                    push_words(&self.synth.vocab, out, block_stream(self.key, id), bs);
+                }
+                match s.tail {
+                    Some(Tail::Partial { id, words }) => push_words(
+                        &self.synth.vocab,
+                        out,
+                        block_stream(self.key, id),
+                        words as usize,
+                    ),
+                    Some(Tail::Synth { turn, words }) => push_words(
+                        &self.synth.vocab,
+                        out,
+                        tail_stream(self.key, turn),
+                        words as usize,
+                    ),
+                    None => {}
+                }
+            }
+            MsgRef::Text(t) => push_json_escaped(out, t),
+        }
+    }
+
+    /// Index of the message that takes the marker.
+    fn bust_target(&self, p: Placement) -> Option<usize> {
+        let mut first_system = None;
+        let mut first_user = None;
+        let mut i = 0;
+        self.for_each_msg(|r, _| {
+            if r == Role::System && first_system.is_none() {
+                first_system = Some(i);
+            }
+            if r == Role::User && first_user.is_none() {
+                first_user = Some(i);
+            }
+            i += 1;
+        });
+        match p {
+            Placement::SystemPrefix | Placement::SystemSuffix => first_system.or(first_user),
+            Placement::FirstUserPrefix | Placement::FirstUserSuffix => first_user,
+        }
+    }
+
+    /// Appends the JSON `messages` array (`[{"role":..,"content":..},..]`) of the current turn to `out`,
+    /// with the cache-bust marker inserted if given. `out` is not cleared, so a caller can write the
+    /// request body around it.
+    pub fn write_messages_json(&self, out: &mut Vec<u8>, bust: Option<CacheBust<'_>>) {
+        let target = bust.and_then(|b| self.bust_target(b.placement).map(|i| (i, b)));
+        out.push(b'[');
+        let mut i = 0;
+        self.for_each_msg(|role, m| {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"role\":\"");
+            out.extend_from_slice(role.as_str().as_bytes());
+            out.extend_from_slice(b"\",\"content\":\"");
+            let mark = target.filter(|(t, _)| *t == i).map(|(_, b)| b);
+            let prefix = mark.filter(|b| {
+                matches!(
+                    b.placement,
+                    Placement::SystemPrefix | Placement::FirstUserPrefix
+                )
+            });
+            if let Some(b) = prefix {
+                push_json_escaped(out, b.text);
+            }
+            self.write_content(out, m);
+            if let Some(b) = mark.filter(|b| prefix.is_none() && !b.text.is_empty()) {
+                push_json_escaped(out, b.text);
+            }
+            out.extend_from_slice(b"\"}");
+            i += 1;
+        });
+        out.push(b']');
+    }
+
+    /// The current turn's messages as owned values (for inspection and tests; the replay writes JSON).
+    pub fn messages(&self, bust: Option<CacheBust<'_>>) -> Vec<Message> {
+        let mut json = Vec::new();
+        self.write_messages_json(&mut json, bust);
+        serde_json::from_slice(&json).expect("messages JSON is well-formed")
+    }
+
+    /// Tokens of the current prompt under the word model, markers excluded: exactly the turn's `in` in
+    /// recorded mode.
+    pub fn prompt_words(&self) -> u64 {
+        let bs = u64::from(self.st.traj.block_size());
+        let mut n = 0;
+        self.for_each_msg(|_, m| {
+            n += match m {
+                MsgRef::Blocks(s) => (s.end - s.start) as u64 * bs + s.tail.map_or(0, Tail::words),
+                MsgRef::Text(t) => t.split_ascii_whitespace().count() as u64,
+            }
+        });
+        n
+    }
+
+    /// Number of messages of the current turn.
+    pub fn num_messages(&self) -> usize {
+        let mut n = 0;
+        self.for_each_msg(|_, _| n += 1);
+        n
+    }
+}
+
+#[derive(Clone, Copy)]
+enum MsgRef<'m> {
+    Blocks(&'m Seg),
+    Text(&'m str),
+}
+
+/// An owned chat message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+/// Appends `s` JSON-escaped (without quotes).
+pub fn push_json_escaped(out: &mut Vec<u8>, s: &str) {
+    let mut last = 0;
+    let b = s.as_bytes();
+    for (i, &c) in b.iter().enumerate() {
+        let esc: Option<&[u8]> = match c {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        out.extend_from_slice(&b[last..i]);
+        match esc {
+            Some(e) => out.extend_from_slice(e),
+            None => out.extend_from_slice(format!("\\u{:04x}", c).as_bytes()),
+        }
+        last = i + 1;
+    }
+    out.extend_from_slice(&b[last..]);
+}

@@ -1,0 +1,129 @@
+//! Source identity: the sha256 digest of a corpus's bytes, and a small index that remembers digests by
+//! file metadata so opening an unchanged corpus does not re-hash it.
+//!
+//! The digest of a `traces.jsonl` is sha256 of its bytes; of a directory, sha256 over each `*.json` file
+//! (in name order) of its name, length and bytes. The index entry `<cache>/sources/<hash of path>`
+//! stores (metadata fingerprint, digest); it is trusted only while path, length, modification time and
+//! inode all match, and is rewritten atomically.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::error::DatasetError;
+use super::weka::SourceFiles;
+
+fn files_of(source: &SourceFiles) -> Vec<PathBuf> {
+    match source {
+        SourceFiles::Jsonl(p) => vec![p.clone()],
+        SourceFiles::Dir { files, .. } => files.clone(),
+    }
+}
+
+/// sha256 over the source content (see the module doc).
+pub fn digest(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
+    let mut h = Sha256::new();
+    let dir = matches!(source, SourceFiles::Dir { .. });
+    let mut buf = vec![0u8; 1 << 20];
+    for path in files_of(source) {
+        let mut f = File::open(&path).map_err(|e| DatasetError::io("open", &path, e))?;
+        if dir {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let len = f
+                .metadata()
+                .map_err(|e| DatasetError::io("stat", &path, e))?
+                .len();
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update(len.to_le_bytes());
+        }
+        loop {
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| DatasetError::io("read", &path, e))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+    }
+    Ok(h.finalize().into())
+}
+
+/// A hash of the metadata of every file of the source; changes whenever a file may have changed.
+fn fingerprint(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
+    let mut h = Sha256::new();
+    h.update(b"agentx-source-fingerprint-v1\0");
+    for path in files_of(source) {
+        let meta = fs::metadata(&path).map_err(|e| DatasetError::io("stat", &path, e))?;
+        let canon = fs::canonicalize(&path).unwrap_or(path.clone());
+        h.update(canon.to_string_lossy().as_bytes());
+        h.update([0]);
+        h.update(meta.len().to_le_bytes());
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        h.update(mtime.to_le_bytes());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            h.update(meta.ino().to_le_bytes());
+            h.update(meta.dev().to_le_bytes());
+        }
+    }
+    Ok(h.finalize().into())
+}
+
+fn index_path(cache_dir: &Path, source: &SourceFiles) -> PathBuf {
+    let canon = fs::canonicalize(source.path()).unwrap_or_else(|_| source.path().to_owned());
+    let name = hex::encode(&Sha256::digest(canon.to_string_lossy().as_bytes())[..16]);
+    cache_dir.join("sources").join(name)
+}
+
+/// The digest of `source`, from the index when the fingerprint matches, else computed (and indexed).
+/// Returns the digest and whether it was computed now.
+pub fn digest_cached(
+    cache_dir: &Path,
+    source: &SourceFiles,
+) -> Result<([u8; 32], bool), DatasetError> {
+    let fp = fingerprint(source)?;
+    let idx = index_path(cache_dir, source);
+    if let Ok(text) = fs::read_to_string(&idx) {
+        let mut parts = text.split_whitespace();
+        if let (Some("agentx-source-v1"), Some(f), Some(d)) =
+            (parts.next(), parts.next(), parts.next())
+        {
+            if f == hex::encode(fp) {
+                if let Ok(Ok(d)) = hex::decode(d).map(<[u8; 32]>::try_from) {
+                    return Ok((d, false));
+                }
+            }
+        }
+    }
+    let d = digest(source)?;
+    // Best effort: a read-only cache directory only costs a re-hash next time.
+    let write = || -> std::io::Result<()> {
+        let dir = idx.parent().expect("index path has a parent");
+        fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(
+            ".{}.tmp.{}",
+            idx.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id()
+        ));
+        let mut f = File::create(&tmp)?;
+        writeln!(f, "agentx-source-v1 {} {}", hex::encode(fp), hex::encode(d))?;
+        f.sync_all()?;
+        fs::rename(&tmp, &idx)
+    };
+    if let Err(e) = write() {
+        tracing::debug!(index = %idx.display(), error = %e, "cannot record the source digest");
+    }
+    Ok((d, true))
+}
