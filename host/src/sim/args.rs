@@ -233,6 +233,7 @@ pub fn main(args: SimArgs) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let signals = Signals::register();
         let handle = match super::spawn(config) {
             Ok(h) => h,
             Err(e) => {
@@ -266,26 +267,50 @@ pub fn main(args: SimArgs) -> ExitCode {
             c.max_model_len,
             c.cache_capacity_tokens
         );
-        wait_for_signal().await;
+        signals.wait().await;
         eprintln!("agentx-host sim: shutting down");
         handle.shutdown().await;
         ExitCode::SUCCESS
     })
 }
 
-async fn wait_for_signal() {
+/// Interrupt signals (SIGINT, SIGTERM), registered before the URL is announced so a supervisor
+/// that signals as soon as it reads the URL is never lost.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+    streams: Vec<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn register() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                streams: [SignalKind::interrupt(), SignalKind::terminate()]
+                    .into_iter()
+                    .filter_map(|k| signal(k).ok())
+                    .collect(),
             }
-            return;
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    let _ = tokio::signal::ctrl_c().await;
+
+    async fn wait(self) {
+        #[cfg(unix)]
+        {
+            let mut streams = self.streams;
+            if let [int, term] = streams.as_mut_slice() {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                return;
+            }
+        }
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 #[cfg(test)]
