@@ -870,3 +870,29 @@ fn openai_python_client_streams_with_usage() {
     assert_eq!(v["non_stream_usage"], 5);
     rt.block_on(h.shutdown());
 }
+
+/// With a tokenizer.json the sim counts prompt tokens exactly as that tokenizer does, not by words.
+#[tokio::test]
+async fn tokenizer_json_counts_prompts_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    // A word-level vocabulary split on whitespace and punctuation: "a,b" is three tokens here, one word.
+    let vocab: serde_json::Map<String, Value> = ["<unk>", "a", "b", ","]
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.to_string(), json!(i)))
+        .collect();
+    let tj = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    });
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, tj.to_string()).unwrap();
+    let mut config = max_config();
+    config.tokenizer = agentx::dataset::tokens::TokenCounter::from_file(&path).unwrap();
+    let h = sim::spawn(config).unwrap();
+    let r = chat(&h, &stream_body("a,b a,b b", 2), &[]).await;
+    let (_, usage) = check_stream(&r, None);
+    assert_eq!(usage["prompt_tokens"], 7, "3 + 3 + 1 tokens in 3 words");
+    h.shutdown().await;
+}

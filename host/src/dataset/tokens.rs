@@ -24,6 +24,17 @@ pub enum TokenCounter {
     Hf(Arc<tokenizers::Tokenizer>),
 }
 
+/// Two counters are equal when they count the same way: both by words, or the same loaded tokenizer.
+impl PartialEq for TokenCounter {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (TokenCounter::Words, TokenCounter::Words) => true,
+            (TokenCounter::Hf(a), TokenCounter::Hf(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 impl std::fmt::Debug for TokenCounter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

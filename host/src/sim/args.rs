@@ -111,6 +111,10 @@ pub struct SimArgs {
     /// Largest accepted request body in bytes (larger ones get 413).
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
+    /// Count prompt tokens exactly with this Hugging Face tokenizer.json (default: one token per
+    /// word, as agentx's tokenizer-free prompt synthesis writes them).
+    #[arg(long, value_name = "TOKENIZER_JSON")]
+    pub tokenizer: Option<std::path::PathBuf>,
     /// Seed of every injected fault.
     #[arg(long, default_value_t = 0)]
     pub fault_seed: u64,
@@ -143,6 +147,10 @@ impl SimArgs {
             c.model = v.clone();
         }
         c.strict_model = self.strict_model;
+        if let Some(path) = &self.tokenizer {
+            c.tokenizer = crate::dataset::tokens::TokenCounter::from_file(path)
+                .map_err(|e| format!("--tokenizer: {e}"))?;
+        }
         macro_rules! set {
             ($($flag:ident => $field:ident),*) => {$(
                 if let Some(v) = self.$flag { c.$field = v; }

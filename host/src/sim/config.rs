@@ -152,6 +152,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// How prompt tokens are counted: words (agentx's tokenizer-free synthesis) or a tokenizer.json.
+    pub tokenizer: crate::dataset::tokens::TokenCounter,
     /// Injected faults.
     pub faults: Faults,
 }
@@ -179,6 +181,7 @@ impl SimConfig {
             tokens_per_chunk: 1,
             seed: 0,
             max_body_bytes: 64 << 20,
+            tokenizer: crate::dataset::tokens::TokenCounter::Words,
             faults: Faults::default(),
         };
         match preset {

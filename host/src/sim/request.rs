@@ -117,7 +117,11 @@ fn opt_positive_int(obj: &Map<String, Value>, field: &str) -> Result<Option<u64>
 }
 
 /// Parse and validate a chat completion body; `block_size` is the prefix cache's block size.
-pub fn parse_chat(body: &[u8], block_size: u32) -> Result<ChatRequest, ApiError> {
+pub fn parse_chat(
+    body: &[u8],
+    block_size: u32,
+    counter: &TokenCounter,
+) -> Result<ChatRequest, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!(
             "request body is not valid JSON: {e}; send a JSON object with `messages`"
@@ -192,7 +196,6 @@ pub fn parse_chat(body: &[u8], block_size: u32) -> Result<ChatRequest, ApiError>
         });
     }
 
-    let counter = TokenCounter::Words;
     let mut prompt_tokens = 0u64;
     let mut hasher = BlockHasher::new(block_size);
     let mut add = |text: &str| {
@@ -302,7 +305,7 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Result<ChatRequest, ApiError> {
-        parse_chat(s.as_bytes(), 4)
+        parse_chat(s.as_bytes(), 4, &TokenCounter::Words)
     }
 
     #[test]

@@ -286,7 +286,8 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
 
-    let parsed: ChatRequest = match request::parse_chat(&body, config.block_size) {
+    let parsed: ChatRequest = match request::parse_chat(&body, config.block_size, &config.tokenizer)
+    {
         Ok(r) => r,
         Err(e) => return Ok(with_id(api_error(&e))),
     };
