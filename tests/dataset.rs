@@ -489,6 +489,28 @@ fn live_mode_threads_replies_and_skips_assistant_segments() {
     let flags = sendable_starts(traj, AssistantMode::Live);
     assert!(flags[0]);
     assert_eq!(flags.len(), traj.num_turns());
+    // Whole sessions: every request ends with a user message; replies accumulate until a reset
+    // rebuilds the history from the trace.
+    let mut resets = 0;
+    for traj in ds.trajectories() {
+        let mut c = s.conversation(traj, 0, AssistantMode::Live).unwrap();
+        let mut replies = 0;
+        while !c.is_final() {
+            let info = c.advance(Some("ok")).unwrap();
+            replies = if info.reset { 0 } else { replies + 1 };
+            resets += usize::from(info.reset);
+            let m = c.messages(None);
+            assert_eq!(
+                m.last().unwrap().role,
+                "user",
+                "{} turn {}",
+                traj.id(),
+                c.turn()
+            );
+            assert_eq!(m.iter().filter(|m| m.role == "assistant").count(), replies);
+        }
+    }
+    assert!(resets > 0);
 }
 
 /// A hand-made trace whose second turn only adds assistant blocks: not a valid live session start.

@@ -10,6 +10,10 @@
 //!   [`Conversation::advance`] moves to the next turn (threading in the live reply in live mode).
 //!   [`sendable_starts`] says which turns can start a session.
 //!
+//! Views and conversations borrow the [`Dataset`] and the [`PromptSynth`]. A run keeps both for its whole
+//! life, so a replay that moves conversations into spawned tasks can leak them once (`Box::leak`) to
+//! borrow them as `'static`.
+//!
 //! Invariants: an opened dataset is immutable and fully validated; prompts depend only on (trace, hash
 //! ids, seed, vocabulary); nothing here knows about HTTP or time.
 

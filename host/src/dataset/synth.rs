@@ -2,7 +2,7 @@
 //! `cc-traces-weka-no-subagents-051226` corpus, for tests and benchmarks without the real data.
 //!
 //! Shape (per trace, from an RNG keyed by (seed, trace index), so each trace is independent of the
-//! number generated): about 145 turns on average (log-normal, median 88; ~137k requests over 949
+//! number generated): about 145 turns on average (log-normal, median 93; ~136k requests over 949
 //! traces); 64-token blocks with local hash ids numbered in first-seen order; 8-13k tool and 2-4k system
 //! tokens; a starting input of median ~20k tokens (up to ~640k for the few long-context sessions); each
 //! turn appends the previous output and new tool or user content, so consecutive turns share all full
@@ -120,6 +120,8 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
     if let Some(m) = opts.max_isl {
         limit = limit.min(m);
     }
+    // Sessions compact near their limit: 80% of a 200k context, 99% of a 1M-class one.
+    let compact_at = (f64::from(limit) * if long_context { 0.99 } else { 0.8 }) as u32;
     let tool = rng.range(8_000, 13_000);
     let system = rng.range(2_000, 4_000);
     let prefix = tool + system;
@@ -127,7 +129,7 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
     let floor = (sys_blocks * BLOCK + 200)
         .min(limit.saturating_sub(1))
         .max(prefix + 1);
-    let mut turns = (rng.lognormal(88.0, 1.0).round() as usize).clamp(1, 1_500);
+    let mut turns = (rng.lognormal(93.0, 1.0).round() as usize).clamp(1, 1_500);
     if let Some(m) = opts.max_turns {
         turns = turns.min(m.max(1));
     }
@@ -154,9 +156,9 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
         let mut keep = ids.len();
         if k > 0 {
             // Grow by the previous output plus new content, then cut if needed.
-            let add = rng.lognormal(700.0, 1.3).clamp(20.0, 60_000.0) as u32;
+            let add = rng.lognormal(900.0, 1.3).clamp(20.0, 60_000.0) as u32;
             let mut next = input.saturating_add(prev_out).saturating_add(add);
-            if next > (limit as f64 * 0.8) as u32 || next >= limit {
+            if next > compact_at || next >= limit {
                 // Compaction: keep the tools+system prefix, replace the rest with a summary.
                 keep = sys_blocks as usize;
                 let room = f64::from(limit.saturating_sub(prefix)) / 3.0;
