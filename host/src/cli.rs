@@ -43,15 +43,9 @@ pub struct HomeArgs {
 impl HomeArgs {
     /// The cache directory: `--home`/`AGENTX_HOME`, else the XDG cache directory.
     pub fn dir(&self) -> PathBuf {
-        if let Some(h) = &self.home {
-            return h.clone();
-        }
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(|| PathBuf::from(".cache"));
-        cache.join("agentx")
+        self.home
+            .clone()
+            .unwrap_or_else(crate::dataset::cache::agentx_home)
     }
 }
 
