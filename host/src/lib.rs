@@ -6,5 +6,6 @@
 pub mod cli;
 pub mod client;
 pub mod dataset;
+mod fsio;
 pub mod scenario;
 pub mod sim;

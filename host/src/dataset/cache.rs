@@ -14,7 +14,7 @@
 //! ids after it, so the long shared prefixes of consecutive turns are stored once.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -549,23 +549,7 @@ impl Store {
         };
         let bytes = build()?;
         let path = self.entry_path(key);
-        let tmp = self
-            .dir
-            .join(format!(".{}.tmp.{}", key.short_hex(), std::process::id()));
-        let write = || -> io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, &path)?;
-            // Persist the rename itself; not all platforms can open a directory, which is fine.
-            if let Ok(d) = File::open(&self.dir) {
-                let _ = d.sync_all();
-            }
-            Ok(())
-        };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
+        if let Err(e) = crate::fsio::write_atomic(&path, &bytes) {
             return Err(DatasetError::io("write cache entry", &path, e));
         }
         drop(bytes);

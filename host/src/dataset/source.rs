@@ -7,7 +7,7 @@
 //! inode all match, and is rewritten atomically.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -110,17 +110,8 @@ pub fn digest_cached(
     let d = digest(source)?;
     // Best effort: a read-only cache directory only costs a re-hash next time.
     let write = || -> std::io::Result<()> {
-        let dir = idx.parent().expect("index path has a parent");
-        fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(
-            ".{}.tmp.{}",
-            idx.file_name().unwrap_or_default().to_string_lossy(),
-            std::process::id()
-        ));
-        let mut f = File::create(&tmp)?;
-        writeln!(f, "agentx-source-v1 {} {}", hex::encode(fp), hex::encode(d))?;
-        f.sync_all()?;
-        fs::rename(&tmp, &idx)
+        let line = format!("agentx-source-v1 {} {}\n", hex::encode(fp), hex::encode(d));
+        crate::fsio::write_atomic(&idx, line.as_bytes())
     };
     if let Err(e) = write() {
         tracing::debug!(index = %idx.display(), error = %e, "cannot record the source digest");

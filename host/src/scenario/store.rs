@@ -7,7 +7,6 @@
 //! into place, so a reader never sees a partial entry. A store entry is always loaded pinned to its
 //! own hash, so a corrupted file is detected.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -190,17 +189,7 @@ impl ScenarioStore {
     }
 }
 
-/// Write `data` to `path` through a temporary file in the same directory, fsynced and renamed, so
-/// readers see the old file or the new one, never a part.
-pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(data)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
+pub(crate) use crate::fsio::write_atomic;
 
 #[cfg(test)]
 mod tests {
