@@ -7,5 +7,8 @@ pub mod cli;
 pub mod client;
 pub mod dataset;
 mod fsio;
+pub mod metrics;
+pub mod record;
+pub mod replay;
 pub mod scenario;
 pub mod sim;

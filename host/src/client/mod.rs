@@ -1,4 +1,788 @@
 //! The HTTP side of a replay: connection pool, request bodies, incremental SSE decoding, timestamps.
 //! It measures and reports; it never decides policy.
+//!
+//! - [`Client`] holds one hyper connection pool (HTTP/1.1 keep-alive, or h2c with prior knowledge,
+//!   TLS through rustls for `https://` endpoints) with an idle timeout, so a server whose keep-alive is
+//!   shorter than ours never resets a connection we are about to reuse.
+//! - [`Client::send`] posts one chat completion and reads the stream as it arrives: every non-empty
+//!   content chunk is timestamped on the monotonic clock, the final `usage` chunk is kept, and the reply
+//!   text is collected when the caller needs it (live-assistant mode). Every way a request can go wrong
+//!   (connect, status, reset, malformed SSE, an `error` event, timeout, cancellation) ends in an
+//!   [`Exchange`] whose [`Failure`] says what happened; nothing here returns an error or panics on what
+//!   a server sends.
+//! - [`RequestBody`] writes the JSON body straight from the prompt synthesis into one buffer.
+//!
+//! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
 pub mod sse;
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Request, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use crate::record::Usage;
+use sse::SseDecoder;
+
+/// Longest error body excerpt kept (and handed to the scenario's classifier).
+pub const ERROR_EXCERPT: usize = 4096;
+
+/// How to reach the server.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// `http://host:port` or `https://host:port` (a path prefix is kept).
+    pub url: String,
+    /// The request path, `/v1/chat/completions`.
+    pub endpoint: String,
+    /// Bearer token for `Authorization`, read from the environment by the caller.
+    pub api_key: Option<String>,
+    /// Idle pooled connections are closed after this long.
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Whole-request limit, from send to the end of the stream.
+    pub request_timeout: Duration,
+    /// Speak HTTP/2 without TLS (h2c, prior knowledge) instead of HTTP/1.1.
+    pub http2: bool,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("url", &self.url)
+            .field("endpoint", &self.endpoint)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("idle_timeout", &self.idle_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("http2", &self.http2)
+            .finish()
+    }
+}
+
+/// A setup error: the URL or the TLS configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("--url {url:?} is not a usable http(s) URL: {why}; pass e.g. --url http://localhost:8000")]
+    Url { url: String, why: String },
+    #[error("--endpoint {0:?} must start with `/`, e.g. --endpoint /v1/chat/completions")]
+    Endpoint(String),
+    #[error("the API key is not a valid header value (it contains control characters)")]
+    ApiKey,
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
+}
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// A pooled HTTP client bound to one endpoint.
+#[derive(Clone)]
+pub struct Client {
+    inner: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
+    uri: Uri,
+    auth: Option<HeaderValue>,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("uri", &self.uri).finish()
+    }
+}
+
+impl Client {
+    pub fn new(cfg: &ClientConfig) -> Result<Client, ClientError> {
+        let url_err = |why: String| ClientError::Url {
+            url: cfg.url.clone(),
+            why,
+        };
+        if !cfg.endpoint.starts_with('/') {
+            return Err(ClientError::Endpoint(cfg.endpoint.clone()));
+        }
+        let base: Uri = cfg.url.parse().map_err(|e| url_err(format!("{e}")))?;
+        match base.scheme_str() {
+            Some("http") | Some("https") => {}
+            Some(s) => return Err(url_err(format!("the scheme {s:?} is not http or https"))),
+            None => return Err(url_err("it has no scheme".into())),
+        }
+        if base.host().is_none() {
+            return Err(url_err("it has no host".into()));
+        }
+        let prefix = base.path().trim_end_matches('/');
+        let uri: Uri = format!(
+            "{}://{}{}{}",
+            base.scheme_str().unwrap_or("http"),
+            base.authority().map(|a| a.as_str()).unwrap_or(""),
+            prefix,
+            cfg.endpoint
+        )
+        .parse()
+        .map_err(|e| url_err(format!("{e}")))?;
+
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(cfg.connect_timeout));
+        http.set_keepalive(Some(Duration::from_secs(30)));
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http();
+        let connector = if cfg.http2 {
+            builder.enable_http2().wrap_connector(http)
+        } else {
+            builder.enable_http1().enable_http2().wrap_connector(http)
+        };
+        let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(cfg.idle_timeout)
+            .pool_max_idle_per_host(usize::MAX)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .http2_only(cfg.http2)
+            .build(connector);
+        let auth = match &cfg.api_key {
+            Some(k) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
+                    .map_err(|_| ClientError::ApiKey)?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        Ok(Client {
+            inner,
+            uri,
+            auth,
+            request_timeout: cfg.request_timeout,
+        })
+    }
+
+    /// The full request URI.
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    /// Posts `body` and reads the response to its end, or until `cancel` turns true or the request
+    /// timeout passes. `keep_text` collects the reply text.
+    pub async fn send(
+        &self,
+        body: Bytes,
+        ids: RequestIds<'_>,
+        keep_text: bool,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Exchange {
+        let sent = Instant::now();
+        let mut ex = Exchange::new(sent);
+        let cut = {
+            let work = self.exchange(body, ids, keep_text, &mut ex);
+            let cancelled = async {
+                if cancel.wait_for(|c| *c).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = work => None,
+                _ = cancelled => Some(FailureKind::Cancelled),
+                _ = tokio::time::sleep(self.request_timeout) => Some(FailureKind::Timeout),
+            }
+        };
+        match cut {
+            Some(FailureKind::Cancelled) => ex.fail(Failure::new(
+                ex.status,
+                FailureKind::Cancelled,
+                "cancelled: the run ended before the response did".into(),
+            )),
+            Some(kind) => ex.fail(Failure::new(
+                ex.status,
+                kind,
+                format!(
+                    "no complete response within the request timeout of {:?} (--request-timeout-seconds)",
+                    self.request_timeout
+                ),
+            )),
+            None => {}
+        }
+        ex.end = Instant::now();
+        ex
+    }
+
+    async fn exchange(
+        &self,
+        body: Bytes,
+        ids: RequestIds<'_>,
+        keep_text: bool,
+        ex: &mut Exchange,
+    ) {
+        let mut req = Request::post(self.uri.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header("x-request-id", ids.request_id)
+            .header("x-correlation-id", ids.correlation_id);
+        if let Some(a) = &self.auth {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
+        let req = match req.body(Full::new(body)) {
+            Ok(r) => r,
+            Err(e) => {
+                ex.fail(Failure::new(
+                    0,
+                    FailureKind::Request,
+                    format!("cannot build the request: {e}"),
+                ));
+                return;
+            }
+        };
+        let resp = match self.inner.request(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                let kind = if e.is_connect() {
+                    FailureKind::Connect
+                } else {
+                    FailureKind::Reset
+                };
+                ex.fail(Failure::new(0, kind, error_chain(&e)));
+                return;
+            }
+        };
+        ex.first_byte = Some(Instant::now());
+        let status = resp.status();
+        ex.status = status.as_u16();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let mut excerpt = Vec::new();
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => {
+                        if let Some(d) = f.data_ref() {
+                            let room = ERROR_EXCERPT.saturating_sub(excerpt.len());
+                            excerpt.extend_from_slice(&d[..d.len().min(room)]);
+                        }
+                    }
+                    Err(_) => break,
+                }
+                if excerpt.len() >= ERROR_EXCERPT {
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&excerpt).into_owned();
+            let (kind, message) = server_error_message(&text);
+            let mut f = Failure::new(
+                ex.status,
+                FailureKind::Http,
+                format!("HTTP {status}: {message}"),
+            );
+            f.server_type = kind;
+            ex.error_body = Some(text);
+            ex.fail(f);
+            return;
+        }
+        let mut dec = SseDecoder::new();
+        let mut state = StreamState {
+            keep_text,
+            done: false,
+            failure: None,
+        };
+        loop {
+            let frame = match body.frame().await {
+                None => break,
+                Some(Ok(f)) => f,
+                Some(Err(e)) => {
+                    let f = Failure::new(
+                        ex.status,
+                        FailureKind::Reset,
+                        format!(
+                            "the connection broke mid-stream after {} content chunks: {}",
+                            ex.chunk_offsets_ns.len(),
+                            error_chain(&e)
+                        ),
+                    );
+                    ex.fail(f);
+                    return;
+                }
+            };
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            let now = Instant::now();
+            let r = dec.feed(data, |event| state.on_event(event, now, ex));
+            if let Err(e) = r {
+                ex.fail(Failure::new(ex.status, FailureKind::MalformedSse, e.to_string()));
+                return;
+            }
+            if let Some(f) = state.failure.take() {
+                ex.fail(f);
+                return;
+            }
+            if state.done {
+                break;
+            }
+        }
+        if !state.done {
+            let why = if dec.has_partial() {
+                "the stream ended in the middle of an event, without `data: [DONE]`"
+            } else {
+                "the stream ended without `data: [DONE]`"
+            };
+            ex.fail(Failure::new(
+                ex.status,
+                FailureKind::Incomplete,
+                format!("{why} after {} content chunks", ex.chunk_offsets_ns.len()),
+            ));
+        }
+    }
+}
+
+/// The ids sent as headers.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestIds<'a> {
+    pub request_id: &'a str,
+    pub correlation_id: &'a str,
+}
+
+struct StreamState {
+    keep_text: bool,
+    done: bool,
+    failure: Option<Failure>,
+}
+
+impl StreamState {
+    fn on_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
+        if self.done || self.failure.is_some() {
+            return;
+        }
+        if event == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        let chunk: ChunkJson<'_> = match serde_json::from_str(event) {
+            Ok(c) => c,
+            Err(e) => {
+                self.failure = Some(Failure::new(
+                    ex.status,
+                    FailureKind::MalformedSse,
+                    format!(
+                        "malformed SSE: an event is not a JSON chunk ({e}): {:?}",
+                        excerpt(event, 200)
+                    ),
+                ));
+                return;
+            }
+        };
+        if chunk.error.is_some() {
+            let (kind, message) = server_error_message(event);
+            let mut f = Failure::new(
+                ex.status,
+                FailureKind::StreamError,
+                format!("the server sent an error event mid-stream: {message}"),
+            );
+            f.server_type = kind;
+            ex.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
+            self.failure = Some(f);
+            return;
+        }
+        for c in &chunk.choices {
+            let content = c.delta.content.as_deref().unwrap_or("");
+            let reasoning = c
+                .delta
+                .reasoning_content
+                .as_deref()
+                .or(c.delta.reasoning.as_deref())
+                .unwrap_or("");
+            if !content.is_empty() || !reasoning.is_empty() {
+                ex.chunk_offsets_ns
+                    .push(now.saturating_duration_since(ex.sent).as_nanos() as u64);
+                if !content.is_empty() {
+                    ex.content_chunks += 1;
+                    if self.keep_text {
+                        ex.text.push_str(content);
+                    }
+                }
+            }
+            if let Some(r) = &c.finish_reason {
+                ex.finish_reason = Some(r.to_string());
+            }
+        }
+        if let Some(u) = chunk.usage {
+            ex.usage = Some(Usage {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+                cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            });
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ChunkJson<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<ChoiceJson<'a>>,
+    #[serde(default)]
+    usage: Option<UsageJson>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceJson<'a> {
+    #[serde(default, borrow)]
+    delta: DeltaJson<'a>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+struct DeltaJson<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct UsageJson {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<DetailsJson>,
+}
+
+#[derive(Deserialize)]
+struct DetailsJson {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+/// The server's error type and message from an OpenAI-style error body (`{"error": {...}}`,
+/// `{"error": "..."}`, or `{"message": ...}`), else the body itself.
+fn server_error_message(body: &str) -> (Option<String>, String) {
+    let v: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let pick = |v: &serde_json::Value| -> Option<(Option<String>, String)> {
+        let e = v.get("error").unwrap_or(v);
+        if let Some(s) = e.as_str() {
+            return Some((None, s.to_owned()));
+        }
+        let msg = e.get("message")?.as_str()?.to_owned();
+        let ty = e
+            .get("type")
+            .and_then(|t| t.as_str())
+            .map(str::to_owned);
+        Some((ty, msg))
+    };
+    v.as_ref()
+        .and_then(pick)
+        .unwrap_or_else(|| (None, excerpt(body.trim(), 500).to_owned()))
+}
+
+fn excerpt(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let t = inner.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+/// The class of a failed exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The request could not be built.
+    Request,
+    /// No connection (refused, unreachable, connect timeout, TLS).
+    Connect,
+    /// A non-2xx status.
+    Http,
+    /// The connection broke before or during the response.
+    Reset,
+    /// The event stream could not be decoded.
+    MalformedSse,
+    /// The server sent an `error` event inside the stream.
+    StreamError,
+    /// The stream ended without `[DONE]`.
+    Incomplete,
+    /// The request timeout passed.
+    Timeout,
+    /// The run cancelled the request.
+    Cancelled,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Request => "request_error",
+            FailureKind::Connect => "connect_error",
+            FailureKind::Http => "http_error",
+            FailureKind::Reset => "connection_reset",
+            FailureKind::MalformedSse => "malformed_sse",
+            FailureKind::StreamError => "stream_error",
+            FailureKind::Incomplete => "incomplete_stream",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why an exchange failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub status: u16,
+    pub kind: FailureKind,
+    /// The server's own error type, when its body named one.
+    pub server_type: Option<String>,
+    pub message: String,
+}
+
+impl Failure {
+    fn new(status: u16, kind: FailureKind, message: String) -> Failure {
+        Failure {
+            status,
+            kind,
+            server_type: None,
+            message,
+        }
+    }
+}
+
+/// What one request produced.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub sent: Instant,
+    pub first_byte: Option<Instant>,
+    /// Offsets from `sent` of each non-empty content or reasoning chunk.
+    pub chunk_offsets_ns: Vec<u64>,
+    /// Non-empty content chunks (reasoning excluded).
+    pub content_chunks: u64,
+    pub end: Instant,
+    pub status: u16,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+    /// The reply text (when asked for).
+    pub text: String,
+    /// The first [`ERROR_EXCERPT`] bytes of an error body or error event.
+    pub error_body: Option<String>,
+    pub failure: Option<Failure>,
+}
+
+impl Exchange {
+    fn new(sent: Instant) -> Exchange {
+        Exchange {
+            sent,
+            first_byte: None,
+            chunk_offsets_ns: Vec::new(),
+            content_chunks: 0,
+            end: sent,
+            status: 0,
+            usage: None,
+            finish_reason: None,
+            text: String::new(),
+            error_body: None,
+            failure: None,
+        }
+    }
+
+    fn fail(&mut self, f: Failure) {
+        if self.failure.is_none() {
+            self.failure = Some(f);
+        }
+    }
+
+    /// The instant of the first content chunk.
+    pub fn first_token(&self) -> Option<Instant> {
+        self.chunk_offsets_ns
+            .first()
+            .map(|&o| self.sent + Duration::from_nanos(o))
+    }
+}
+
+/// Writes a chat completion request body into one reusable buffer.
+#[derive(Debug, Clone)]
+pub struct RequestBody {
+    /// `"model":"M"` already escaped.
+    model_json: Vec<u8>,
+    stream: bool,
+    include_usage: bool,
+    /// `,"k":v` pairs of the extra inputs, already serialized.
+    extra_json: Vec<u8>,
+}
+
+impl RequestBody {
+    /// `extra` are the `--extra-inputs` pairs (values already JSON); a key the body sets itself
+    /// (`model`, `messages`, `stream`, `stream_options`, `max_tokens`) overrides nothing and is refused
+    /// by the caller.
+    pub fn new(
+        model: &str,
+        stream: bool,
+        include_usage: bool,
+        extra: &[(String, serde_json::Value)],
+    ) -> RequestBody {
+        let mut model_json = b"\"model\":".to_vec();
+        serde_json::to_writer(&mut model_json, model).expect("string serializes");
+        let mut extra_json = Vec::new();
+        for (k, v) in extra {
+            extra_json.push(b',');
+            serde_json::to_writer(&mut extra_json, k).expect("string serializes");
+            extra_json.push(b':');
+            serde_json::to_writer(&mut extra_json, v).expect("value serializes");
+        }
+        RequestBody {
+            model_json,
+            stream,
+            include_usage,
+            extra_json,
+        }
+    }
+
+    /// The keys the body sets itself; `--extra-inputs` may not name them.
+    pub const RESERVED: [&'static str; 5] =
+        ["model", "messages", "stream", "stream_options", "max_tokens"];
+
+    /// Writes `{"model":..,"messages":<messages>,"max_tokens":N,"stream":..,...}` to `out`.
+    pub fn write(&self, out: &mut Vec<u8>, max_tokens: u32, messages: impl FnOnce(&mut Vec<u8>)) {
+        out.push(b'{');
+        out.extend_from_slice(&self.model_json);
+        out.extend_from_slice(b",\"messages\":");
+        messages(out);
+        out.extend_from_slice(b",\"max_tokens\":");
+        out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
+        if self.stream {
+            out.extend_from_slice(b",\"stream\":true");
+            if self.include_usage {
+                out.extend_from_slice(b",\"stream_options\":{\"include_usage\":true}");
+            }
+        } else {
+            out.extend_from_slice(b",\"stream\":false");
+        }
+        out.extend_from_slice(&self.extra_json);
+        out.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_json_with_extras_and_min_one_token() {
+        let b = RequestBody::new(
+            "m\"x",
+            true,
+            true,
+            &[("ignore_eos".into(), serde_json::json!(true))],
+        );
+        let mut out = Vec::new();
+        b.write(&mut out, 0, |o| o.extend_from_slice(b"[]"));
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["model"], "m\"x");
+        assert_eq!(v["max_tokens"], 1);
+        assert_eq!(v["stream"], true);
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["ignore_eos"], true);
+    }
+
+    #[test]
+    fn error_messages_from_every_shape() {
+        assert_eq!(
+            server_error_message(r#"{"error":{"message":"too long","type":"BadRequestError"}}"#),
+            (Some("BadRequestError".into()), "too long".into())
+        );
+        assert_eq!(
+            server_error_message(r#"{"error":"Input validation error"}"#),
+            (None, "Input validation error".into())
+        );
+        assert_eq!(
+            server_error_message(r#"{"object":"error","message":"x","type":"t"}"#),
+            (Some("t".into()), "x".into())
+        );
+        assert_eq!(
+            server_error_message("upstream gone\n"),
+            (None, "upstream gone".into())
+        );
+    }
+
+    #[test]
+    fn events_collect_chunks_usage_and_errors() {
+        let mut ex = Exchange::new(Instant::now());
+        let mut st = StreamState {
+            keep_text: true,
+            done: false,
+            failure: None,
+        };
+        let now = Instant::now();
+        st.on_event(
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            now,
+            &mut ex,
+        );
+        st.on_event(r#"{"choices":[{"delta":{"content":"a\n"}}]}"#, now, &mut ex);
+        st.on_event(
+            r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#,
+            now,
+            &mut ex,
+        );
+        st.on_event(
+            r#"{"choices":[{"delta":{"content":"b"},"finish_reason":"length"}]}"#,
+            now,
+            &mut ex,
+        );
+        st.on_event(
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":3}}}"#,
+            now,
+            &mut ex,
+        );
+        assert_eq!(ex.chunk_offsets_ns.len(), 3);
+        assert_eq!(ex.content_chunks, 2);
+        assert_eq!(ex.text, "a\nb");
+        assert_eq!(ex.finish_reason.as_deref(), Some("length"));
+        assert_eq!(
+            ex.usage,
+            Some(Usage {
+                prompt_tokens: Some(5),
+                completion_tokens: Some(2),
+                cached_tokens: Some(3)
+            })
+        );
+        st.on_event("[DONE]", now, &mut ex);
+        assert!(st.done);
+
+        let mut st = StreamState {
+            keep_text: false,
+            done: false,
+            failure: None,
+        };
+        st.on_event("{not json", now, &mut ex);
+        assert_eq!(st.failure.unwrap().kind, FailureKind::MalformedSse);
+        let mut st = StreamState {
+            keep_text: false,
+            done: false,
+            failure: None,
+        };
+        st.on_event(r#"{"error":{"message":"boom","type":"InternalServerError","code":500}}"#, now, &mut ex);
+        let f = st.failure.unwrap();
+        assert_eq!(f.kind, FailureKind::StreamError);
+        assert!(f.message.contains("boom"));
+    }
+}

@@ -12,6 +12,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioRef, ScenarioStore, StoredScenario};
 
+pub mod run;
+
 /// Benchmark engine for LLM inference servers under agentic-coding load.
 #[derive(Debug, Parser)]
 #[command(name = "agentx-host", version, about)]
@@ -22,6 +24,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Replay agentic sessions against a server under a scenario component (the main job).
+    /// Without --url it starts the built-in simulator and replays the bundled corpus.
+    Run(Box<run::RunArgs>),
     /// Inspect, add and list scenario components.
     #[command(subcommand)]
     Scenario(ScenarioCommand),
@@ -103,6 +108,7 @@ fn init_tracing() {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => run::main(*args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
         Command::Dataset(args) => {

@@ -1,0 +1,1005 @@
+//! `agentx-host run`: flags with aiperf's names, [`RunPlan::resolve`] (where flags, environment and
+//! the scenario's locks merge into one configuration), and the run itself: plan, warmup, profiling,
+//! records, summary and exit code.
+//!
+//! Without `--url` the command is a self-contained demo: it starts the built-in simulator on a free
+//! port, replays the bundled 24-trace corpus with the built-in agentx-mvp scenario, and (because a demo
+//! is shorter than the scenario's 900 s floor) runs under `--unsafe-override`, so its result is marked
+//! as not a valid submission.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::client::{Client, ClientConfig, RequestBody};
+use crate::dataset::{self, AssistantMode, Dataset, OpenOptions, PromptSynth, TokenCounter};
+use crate::metrics::Summary;
+use crate::record::{read_records, Clock, RecordSink};
+use crate::replay::{self, Plan, PlanParams, ReplayConfig, ReplayInputs};
+use crate::scenario::types::{DelayParams, Placement, Resolved, Setting, StartParams, Value};
+use crate::scenario::{self, Scenario, ScenarioEngine};
+
+use super::HomeArgs;
+
+/// The agentx-mvp component built into the host (the default scenario).
+pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
+/// The corpus replayed when no dataset is named (24 synthetic traces, `fixtures/traces-24.jsonl`).
+pub const BUNDLED_CORPUS: &[u8] = include_bytes!("../../../fixtures/traces-24.jsonl");
+
+const DEMO_CONCURRENCY: i64 = 4;
+const DEMO_DURATION_S: f64 = 30.0;
+
+/// Flags of `agentx-host run`. Names and meanings follow aiperf's where aiperf has the flag.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The scenario component: a path, `path@sha256:<hex>`, `sha256:<prefix>` or a name in the store.
+    /// Defaults to the built-in agentx-mvp.
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: Option<String>,
+
+    // ---- server ----
+    /// Server base URL. Without it, the built-in simulator is started and the bundled corpus replayed.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Request path.
+    #[arg(long, default_value = "/v1/chat/completions")]
+    pub endpoint: String,
+    /// Endpoint type; only `chat` (OpenAI chat completions) is supported.
+    #[arg(long, default_value = "chat")]
+    pub endpoint_type: String,
+    /// Model name sent in every request (required with --url).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    /// Stream responses (always on: token timing needs the stream; accepted for aiperf compatibility).
+    #[arg(long)]
+    pub streaming: bool,
+    /// Extra request body fields, `key:value` (value parsed as JSON, else a string). Repeatable.
+    #[arg(long, value_name = "KEY:VALUE")]
+    pub extra_inputs: Vec<String>,
+    /// Environment variable that holds the API key sent as `Authorization: Bearer` (never logged).
+    #[arg(long, default_value = "AGENTX_API_KEY", value_name = "VAR")]
+    pub api_key_env: String,
+    /// Speak HTTP/2 without TLS (h2c, prior knowledge) instead of HTTP/1.1.
+    #[arg(long)]
+    pub http2: bool,
+    /// Close pooled connections idle this long (keep it below the server's keep-alive).
+    /// Env: AGENTX_HTTP_KEEPALIVE_TIMEOUT or AIPERF_HTTP_KEEPALIVE_TIMEOUT.
+    #[arg(long, value_name = "SECONDS")]
+    pub http_keepalive_timeout: Option<f64>,
+    /// Give up a request after this long.
+    #[arg(long, default_value_t = 21600.0, value_name = "SECONDS")]
+    pub request_timeout_seconds: f64,
+    /// Give up connecting after this long.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub connect_timeout_seconds: f64,
+
+    // ---- load ----
+    /// Number of lanes (concurrent sessions).
+    #[arg(long, value_name = "N[,N...]")]
+    pub concurrency: Option<String>,
+    /// Profiling time in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub benchmark_duration: Option<f64>,
+    /// How long in-flight requests may finish after the duration (`inf` waits for all).
+    #[arg(long, default_value = "30", value_name = "SECONDS|inf")]
+    pub benchmark_grace_period: String,
+    /// How long warmup may take (`inf`, the default, waits for every warmup request).
+    #[arg(long, default_value = "inf", value_name = "SECONDS|inf")]
+    pub warmup_grace_period: String,
+    /// Seed of start turns and prompt text; drawn (and printed) when unset.
+    #[arg(long)]
+    pub random_seed: Option<u64>,
+    /// Cancel the run once this fraction of profiling requests failed (checked after
+    /// max(concurrency, 10) requests).
+    #[arg(long, value_name = "FRACTION")]
+    pub failed_request_threshold: Option<f64>,
+    #[arg(long, value_name = "FRACTION")]
+    pub trajectory_start_min_ratio: Option<f64>,
+    #[arg(long, value_name = "FRACTION")]
+    pub trajectory_start_max_ratio: Option<f64>,
+    /// Use the server's usage counts for ISL/OSL (the default; kept for aiperf compatibility).
+    #[arg(long)]
+    pub use_server_token_count: bool,
+    /// Count ISL/OSL on the client (tokenizer-free word model, or --tokenizer) instead of the server's
+    /// usage.
+    #[arg(long, conflicts_with = "use_server_token_count")]
+    pub client_token_count: bool,
+    /// Replay the recorded assistant turns instead of threading the server's replies into the history.
+    /// Env: AGENTX_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES=0 (or the AIPERF_ name).
+    #[arg(long)]
+    pub recorded_assistant: bool,
+    /// Run even if the scenario's locks are broken; the result is then not a valid submission.
+    #[arg(long)]
+    pub unsafe_override: bool,
+    /// Where the cache-bust marker goes (the scenario may lock it).
+    #[arg(long, value_name = "TARGET")]
+    pub cache_bust: Option<String>,
+    #[arg(long, value_name = "SECONDS")]
+    pub inter_turn_delay_cap_seconds: Option<f64>,
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub use_think_time_only: Option<bool>,
+    #[arg(long)]
+    pub ignore_trace_delays: bool,
+    #[arg(long, value_name = "TOKENS")]
+    pub synthesis_max_isl: Option<i64>,
+    /// Other timing modes: accepted so the scenario can refuse them with its reason.
+    #[arg(long, hide = true)]
+    pub request_rate: Option<f64>,
+    #[arg(long, hide = true)]
+    pub arrival_pattern: Option<String>,
+    #[arg(long, hide = true)]
+    pub user_centric_rate: Option<f64>,
+    #[arg(long, hide = true)]
+    pub request_rate_ramp_duration: Option<f64>,
+    #[arg(long, hide = true)]
+    pub fixed_schedule: bool,
+
+    // ---- dataset ----
+    /// A trace file/directory or a corpus name (shorthand for --input-file / --public-dataset).
+    #[arg(long, value_name = "PATH|NAME", conflicts_with_all = ["public_dataset", "input_file"])]
+    pub dataset: Option<String>,
+    /// A public corpus by name (resolved from the Hugging Face hub cache).
+    #[arg(long, value_name = "NAME", conflicts_with = "input_file")]
+    pub public_dataset: Option<String>,
+    /// Local weka traces: a `traces.jsonl` or a directory of `*.json`.
+    #[arg(long, value_name = "PATH")]
+    pub input_file: Option<PathBuf>,
+    /// The format of --input-file; only `weka_trace`.
+    #[arg(long, value_name = "TYPE")]
+    pub custom_dataset_type: Option<String>,
+    /// Use only the first N traces.
+    #[arg(long, value_name = "N")]
+    pub num_dataset_entries: Option<usize>,
+    /// A tokenizer.json (file or directory) for client-side counts and single-token synthesis words.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+    /// Accepted for aiperf compatibility (agentx never runs tokenizer code).
+    #[arg(long, hide = true)]
+    pub tokenizer_trust_remote_code: bool,
+
+    // ---- outputs ----
+    /// Directory of the run's outputs.
+    #[arg(long, alias = "artifact-dir", default_value = "artifacts", value_name = "DIR")]
+    pub output_artifact_dir: PathBuf,
+    /// Time-slice width for the timeslice exports, seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub slice_duration: Option<f64>,
+    /// Seconds between progress lines (default 5 on a terminal, 30 otherwise; 0 turns them off).
+    #[arg(long, value_name = "SECONDS")]
+    pub stats_interval: Option<f64>,
+    /// Print the plan (lanes, start turns, markers) and send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: print the plan as JSON.
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
+    /// Exit 1 when the run is not a valid submission.
+    #[arg(long)]
+    pub require_valid: bool,
+    /// The run id (seeds the markers); a fresh one by default. Pass one to reproduce a plan exactly.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// The simulator preset of a run without --url (h200, cpu-small, max).
+    #[arg(long, default_value = "h200", value_name = "PRESET")]
+    pub sim_preset: String,
+
+    #[command(flatten)]
+    pub home: HomeArgs,
+}
+
+/// An environment variable under its agentx name or its aiperf name: `(name, value)`.
+fn env_var(suffix: &str) -> Option<(String, String)> {
+    for prefix in ["AGENTX_", "AIPERF_"] {
+        let k = format!("{prefix}{suffix}");
+        if let Ok(v) = std::env::var(&k) {
+            if !v.trim().is_empty() {
+                return Some((k, v));
+            }
+        }
+    }
+    None
+}
+
+fn env_bool(suffix: &str) -> anyhow::Result<Option<bool>> {
+    match env_var(suffix) {
+        None => Ok(None),
+        Some((k, v)) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" => Ok(Some(false)),
+            _ => bail!("{k}={v:?} is not a boolean; use 1 or 0"),
+        },
+    }
+}
+
+fn parse_grace(flag: &str, v: &str) -> anyhow::Result<Option<Duration>> {
+    let t = v.trim();
+    if t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity") {
+        return Ok(None);
+    }
+    match t.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(Some(Duration::from_secs_f64(x))),
+        _ => bail!("{flag} {v:?} is not a number of seconds or `inf`; pass e.g. {flag} 30"),
+    }
+}
+
+fn positive_secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
+    if v.is_finite() && v > 0.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        bail!("{flag} {v} must be a positive number of seconds")
+    }
+}
+
+/// Where the dataset comes from.
+#[derive(Debug, Clone)]
+pub enum DatasetSource {
+    Bundled,
+    Spec(String),
+}
+
+/// The merged configuration of a run.
+#[derive(Debug)]
+pub struct RunPlan {
+    pub demo: bool,
+    pub url: Option<String>,
+    pub model: Option<String>,
+    pub dataset: DatasetSource,
+    /// The loader name the scenario sees.
+    pub loader: &'static str,
+    pub settings: Vec<Setting>,
+    pub extra: Vec<(String, serde_json::Value)>,
+    pub grace: Option<Duration>,
+    pub warmup_grace: Option<Duration>,
+    pub mode: AssistantMode,
+    pub use_server_token_count: bool,
+    pub overflow_phrases_env: Option<Vec<String>>,
+    pub client: ClientConfig,
+    pub stats_interval: Option<Duration>,
+}
+
+impl RunPlan {
+    /// Merges flags and environment into the settings the scenario resolves, checking each value
+    /// where it is given.
+    pub fn resolve(a: &RunArgs) -> anyhow::Result<RunPlan> {
+        let demo = a.url.is_none();
+        if a.endpoint_type != "chat" {
+            bail!(
+                "--endpoint-type {} is not supported; agentx replays chat sessions: use --endpoint-type chat",
+                a.endpoint_type
+            );
+        }
+        if let Some(t) = &a.custom_dataset_type {
+            if t != "weka_trace" {
+                bail!("--custom-dataset-type {t} is not supported; use --custom-dataset-type weka_trace");
+            }
+        }
+        let (dataset, loader) = match (&a.dataset, &a.public_dataset, &a.input_file) {
+            (Some(d), _, _) => {
+                let public = dataset::alias::lookup(d).is_some() && !Path::new(d).exists();
+                (
+                    DatasetSource::Spec(d.clone()),
+                    if public {
+                        "semianalysis_cc_traces_weka"
+                    } else {
+                        "weka_trace"
+                    },
+                )
+            }
+            (None, Some(p), _) => {
+                if dataset::alias::lookup(p).is_none() {
+                    bail!(
+                        "--public-dataset {p} is not a known corpus; known names: {}",
+                        dataset::alias::known_names()
+                    );
+                }
+                (DatasetSource::Spec(p.clone()), "semianalysis_cc_traces_weka")
+            }
+            (None, None, Some(f)) => (
+                DatasetSource::Spec(f.display().to_string()),
+                "weka_trace",
+            ),
+            (None, None, None) if demo => (DatasetSource::Bundled, "weka_trace"),
+            (None, None, None) => bail!(
+                "no dataset: pass --public-dataset semianalysis_cc_traces_weka, --input-file traces.jsonl --custom-dataset-type weka_trace, or --dataset PATH|NAME"
+            ),
+        };
+        if !demo && a.model.is_none() {
+            bail!("--model is required with --url: the model name the server serves, e.g. --model meta-llama/Llama-3.1-8B-Instruct");
+        }
+
+        let mut extra: Vec<(String, serde_json::Value)> = Vec::new();
+        for kv in &a.extra_inputs {
+            let Some((k, v)) = kv.split_once(':') else {
+                bail!("--extra-inputs {kv:?} is not KEY:VALUE; pass e.g. --extra-inputs ignore_eos:true");
+            };
+            let k = k.trim();
+            if k.is_empty() {
+                bail!("--extra-inputs {kv:?} has an empty key");
+            }
+            if RequestBody::RESERVED.contains(&k) {
+                bail!("--extra-inputs {k}:... would replace a field agentx sets itself ({}); remove it", RequestBody::RESERVED.join(", "));
+            }
+            let val = serde_json::from_str(v.trim())
+                .unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
+            extra.retain(|(old, _)| old != k);
+            extra.push((k.to_string(), val));
+        }
+
+        let mut s: Vec<Setting> = Vec::new();
+        let mut put = |name: &str, value: Value, explicit: bool| {
+            s.push(Setting {
+                name: name.to_string(),
+                value,
+                explicit,
+            })
+        };
+        match &a.concurrency {
+            Some(c) => {
+                let list: Result<Vec<i64>, _> =
+                    c.split(',').map(|x| x.trim().parse::<i64>()).collect();
+                let list = list.map_err(|_| {
+                    anyhow!("--concurrency {c:?} is not a number of lanes; pass e.g. --concurrency 16")
+                })?;
+                put("concurrency", Value::Integers(list), true);
+            }
+            None if demo => put(
+                "concurrency",
+                Value::Integers(vec![DEMO_CONCURRENCY]),
+                false,
+            ),
+            None => {}
+        }
+        match a.benchmark_duration {
+            Some(d) => put("benchmark-duration", Value::Number(d), true),
+            None if demo => put("benchmark-duration", Value::Number(DEMO_DURATION_S), false),
+            None => {}
+        }
+        if let Some(seed) = a.random_seed {
+            if seed > i64::MAX as u64 {
+                bail!("--random-seed {seed} is too large; pass a seed from 0 to {}", i64::MAX);
+            }
+            put("random-seed", Value::Integer(seed as i64), true);
+        }
+        let unsafe_override = a.unsafe_override || demo;
+        put("unsafe-override", Value::Flag(unsafe_override), a.unsafe_override);
+        if let Some(x) = a.trajectory_start_min_ratio {
+            put("trajectory-start-min-ratio", Value::Number(x), true);
+        }
+        if let Some(x) = a.trajectory_start_max_ratio {
+            put("trajectory-start-max-ratio", Value::Number(x), true);
+        }
+        put("loader", Value::Text(loader.to_string()), true);
+        if let Some(t) = &a.cache_bust {
+            put("cache-bust", Value::Text(t.clone()), true);
+        }
+        if let Some(c) = a.inter_turn_delay_cap_seconds {
+            put("inter-turn-delay-cap-seconds", Value::Number(c), true);
+        }
+        if let Some(b) = a.use_think_time_only {
+            put("use-think-time-only", Value::Flag(b), true);
+        }
+        if a.ignore_trace_delays {
+            put("ignore-trace-delays", Value::Flag(true), true);
+        }
+        if let Some(x) = a.synthesis_max_isl {
+            put("synthesis-max-isl", Value::Integer(x), true);
+        }
+        if let Some(x) = a.request_rate {
+            put("request-rate", Value::Number(x), true);
+        }
+        if let Some(x) = &a.arrival_pattern {
+            put("arrival-pattern", Value::Text(x.clone()), true);
+        }
+        if let Some(x) = a.user_centric_rate {
+            put("user-centric-rate", Value::Number(x), true);
+        }
+        if let Some(x) = a.request_rate_ramp_duration {
+            put("request-rate-ramp-duration", Value::Number(x), true);
+        }
+        if a.fixed_schedule {
+            put("fixed-schedule", Value::Flag(true), true);
+        }
+        if let Some((_, v)) = extra.iter().find(|(k, _)| k == "ignore_eos") {
+            match v.as_bool() {
+                Some(b) => put("ignore-eos", Value::Flag(b), true),
+                None => bail!("--extra-inputs ignore_eos:{v} is not true or false"),
+            }
+        }
+        let mut overflow_phrases_env = None;
+        if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS") {
+            let list: Vec<String> = match serde_json::from_str::<Vec<String>>(&v) {
+                Ok(l) => l,
+                Err(_) => v
+                    .split(',')
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect(),
+            };
+            tracing::info!("{k} sets the context-overflow phrases");
+            put("context-overflow-substrings", Value::Texts(list.clone()), true);
+            overflow_phrases_env = Some(list);
+        }
+        if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_RATE_LIMIT") {
+            let x: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| anyhow!("{k}={v:?} is not a fraction; use e.g. 0.01"))?;
+            put("context-overflow-rate-limit", Value::Number(x), true);
+        }
+
+        let grace = parse_grace("--benchmark-grace-period", &a.benchmark_grace_period)?;
+        let warmup_grace = parse_grace("--warmup-grace-period", &a.warmup_grace_period)?;
+        if let Some(f) = a.failed_request_threshold {
+            if !(0.0..=1.0).contains(&f) {
+                bail!("--failed-request-threshold {f} is outside 0..1; pass a fraction, e.g. 0.05");
+            }
+        }
+        let live = match env_bool("DATASET_WEKA_LIVE_ASSISTANT_RESPONSES")? {
+            Some(b) => b && !a.recorded_assistant,
+            None => !a.recorded_assistant,
+        };
+        let keepalive = match (a.http_keepalive_timeout, env_var("HTTP_KEEPALIVE_TIMEOUT")) {
+            (Some(x), _) => positive_secs("--http-keepalive-timeout", x)?,
+            (None, Some((k, v))) => {
+                let x: f64 = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| anyhow!("{k}={v:?} is not a number of seconds"))?;
+                positive_secs(&k, x)?
+            }
+            (None, None) => Duration::from_secs(300),
+        };
+        let api_key = std::env::var(&a.api_key_env)
+            .ok()
+            .filter(|k| !k.is_empty());
+        let client = ClientConfig {
+            url: a.url.clone().unwrap_or_default(),
+            endpoint: a.endpoint.clone(),
+            api_key,
+            idle_timeout: keepalive,
+            connect_timeout: positive_secs("--connect-timeout-seconds", a.connect_timeout_seconds)?,
+            request_timeout: positive_secs("--request-timeout-seconds", a.request_timeout_seconds)?,
+            http2: a.http2,
+        };
+        let stats_interval = match a.stats_interval {
+            Some(x) if x == 0.0 => None,
+            Some(x) => Some(positive_secs("--stats-interval", x)?),
+            None if std::io::stderr().is_terminal() => Some(Duration::from_secs(5)),
+            None => Some(Duration::from_secs(30)),
+        };
+        Ok(RunPlan {
+            demo,
+            url: a.url.clone(),
+            model: a.model.clone(),
+            dataset,
+            loader,
+            settings: s,
+            extra,
+            grace,
+            warmup_grace,
+            mode: if live {
+                AssistantMode::Live
+            } else {
+                AssistantMode::Recorded
+            },
+            use_server_token_count: !a.client_token_count,
+            overflow_phrases_env,
+            client,
+            stats_interval,
+        })
+    }
+}
+
+/// Typed reads of the scenario's resolved settings.
+struct Effective<'a>(&'a Resolved);
+
+impl Effective<'_> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0
+            .settings
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| &s.value)
+            .filter(|v| !matches!(v, Value::Absent))
+    }
+    fn number(&self, name: &str) -> Option<f64> {
+        match self.get(name)? {
+            Value::Number(x) => Some(*x),
+            Value::Integer(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+    fn flag(&self, name: &str) -> Option<bool> {
+        match self.get(name)? {
+            Value::Flag(b) => Some(*b),
+            _ => None,
+        }
+    }
+    fn text(&self, name: &str) -> Option<&str> {
+        match self.get(name)? {
+            Value::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+    fn concurrency(&self) -> Option<i64> {
+        match self.get("concurrency")? {
+            Value::Integers(l) => l.first().copied(),
+            Value::Integer(i) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+fn placement(name: &str) -> anyhow::Result<Placement> {
+    Ok(match name {
+        "none" => Placement::None,
+        "system_prefix" => Placement::SystemPrefix,
+        "system_suffix" => Placement::SystemSuffix,
+        "first_turn_prefix" => Placement::FirstTurnPrefix,
+        "first_turn_suffix" => Placement::FirstTurnSuffix,
+        other => bail!("the scenario resolved cache-bust to {other:?}, which this host does not know"),
+    })
+}
+
+/// A fresh id: 128 bits from the process's hash keys, the time and the pid, as hex.
+fn fresh_id() -> String {
+    use sha2::Digest;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    let d = sha2::Sha256::digest(h.finish().to_le_bytes());
+    hex::encode(&d[..16])
+}
+
+fn entropy() -> u64 {
+    let id = fresh_id();
+    u64::from_str_radix(&id[..16], 16).unwrap_or(0)
+}
+
+fn load(a: &RunArgs, home: &Path) -> anyhow::Result<Scenario> {
+    match &a.scenario {
+        Some(r) => super::load_scenario(r, home),
+        None => {
+            let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
+            Ok(engine.load_bytes(Path::new("builtin:agentx-mvp"), BUILTIN_SCENARIO, None)?)
+        }
+    }
+}
+
+/// Writes the bundled corpus under the cache directory (once) and returns its path.
+fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
+    let dir = home.join("bundled");
+    let path = dir.join("traces-24.jsonl");
+    if std::fs::read(&path).ok().as_deref() != Some(BUNDLED_CORPUS) {
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::fsio::write_atomic(&path, BUNDLED_CORPUS)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(path)
+}
+
+/// `agentx-host run`.
+pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let rp = RunPlan::resolve(&a)?;
+    let home = a.home.dir();
+    let sc = load(&a, &home)?;
+    let mut inst = sc.instantiate()?;
+    let info = inst.describe()?;
+    let resolved = match inst.resolve(&rp.settings, entropy())? {
+        Ok(r) => r,
+        Err(violations) => {
+            let mut msg = format!(
+                "the scenario {} {} (sha256:{}) refuses this configuration:",
+                info.name,
+                info.version,
+                &sc.hash()[..16]
+            );
+            for v in &violations {
+                msg.push_str(&format!("\n  --{}: {}", v.setting, v.message));
+            }
+            bail!(msg);
+        }
+    };
+    if rp.demo {
+        tracing::info!(
+            "demo run: built-in simulator, bundled corpus, concurrency {DEMO_CONCURRENCY} and {DEMO_DURATION_S} s unless given; \
+             it runs under --unsafe-override, so it is not a valid submission. Pass --url to measure a real server."
+        );
+    }
+    for w in &resolved.warnings {
+        tracing::warn!("--{}: {}", w.setting, w.message);
+    }
+    let eff = Effective(&resolved);
+    let conc = eff
+        .concurrency()
+        .ok_or_else(|| anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16"))?;
+    let conc = u32::try_from(conc)
+        .ok()
+        .filter(|&c| c > 0)
+        .ok_or_else(|| anyhow!("--concurrency {conc} is not a positive number of lanes"))?;
+    let duration = eff.number("benchmark-duration").ok_or_else(|| {
+        anyhow!("--benchmark-duration is required: profiling time in seconds, e.g. --benchmark-duration 1800")
+    })?;
+    let duration = positive_secs("--benchmark-duration", duration)?;
+    let seed = resolved.seed;
+    if resolved.seed_drawn {
+        tracing::info!(seed, "no --random-seed given; drew one (pass --random-seed {seed} to reproduce)");
+    }
+    let min_ratio = eff.number("trajectory-start-min-ratio").unwrap_or(0.0);
+    let max_ratio = eff.number("trajectory-start-max-ratio").unwrap_or(0.7);
+    let placement = placement(eff.text("cache-bust").unwrap_or("none"))?;
+    let cap = eff.number("inter-turn-delay-cap-seconds");
+    let think_only = eff.flag("use-think-time-only").unwrap_or(true);
+    let ignore_delays = eff.flag("ignore-trace-delays").unwrap_or(false);
+    let unsafe_override = eff.flag("unsafe-override").unwrap_or(false);
+    let rate_limit = eff.number("context-overflow-rate-limit").unwrap_or(0.01);
+    let ignore_eos = eff.flag("ignore-eos");
+    let mut extra = rp.extra.clone();
+    if let Some(b) = ignore_eos {
+        if !extra.iter().any(|(k, _)| k == "ignore_eos") {
+            extra.push(("ignore_eos".into(), json!(b)));
+        }
+    }
+
+    // Dataset.
+    let counter = match &a.tokenizer {
+        Some(p) => {
+            let file = if p.is_dir() { p.join("tokenizer.json") } else { p.clone() };
+            TokenCounter::from_file(&file).map_err(|e| anyhow!("--tokenizer: {e}"))?
+        }
+        None => TokenCounter::Words,
+    };
+    let opts = OpenOptions {
+        num_dataset_entries: a.num_dataset_entries,
+        cache_dir: None,
+    };
+    let ds = match &rp.dataset {
+        DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&home)?, &opts)?,
+        DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
+    };
+    let ds: &'static Dataset = Box::leak(Box::new(ds));
+    let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::for_counter(seed, &counter)));
+
+    let run_id = a.run_id.clone().unwrap_or_else(fresh_id);
+    let params = PlanParams {
+        concurrency: conc,
+        start: StartParams {
+            seed,
+            min_ratio,
+            max_ratio,
+        },
+        delay: DelayParams {
+            think_time_only: think_only,
+            cap_seconds: cap,
+        },
+        placement,
+        mode: rp.mode,
+        run_id: run_id.clone(),
+    };
+    let mut plan = Plan::build(ds, &mut inst, &params)?;
+    if ignore_delays {
+        plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
+    }
+    if plan.wrapped {
+        tracing::warn!(
+            "{} usable traces for {conc} lanes: lanes share traces (each with its own start turn and marker)",
+            plan.pool.len()
+        );
+    }
+
+    if a.dry_run {
+        if a.json {
+            let v = json!({
+                "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash()},
+                "run_id": run_id,
+                "seed": seed,
+                "concurrency": conc,
+                "dataset": {"traces": ds.len(), "usable": plan.pool.len(), "cache_key": ds.cache_key().short_hex()},
+                "lanes": plan.lanes,
+            });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!("{}", plan.table());
+            for l in &plan.lanes {
+                println!("lane {:>4} marker {:?}", l.lane, l.marker);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("{}", plan.table());
+
+    let out_dir = &a.output_artifact_dir;
+    std::fs::create_dir_all(out_dir).with_context(|| {
+        format!(
+            "cannot create the artifact directory {} (--output-artifact-dir)",
+            out_dir.display()
+        )
+    })?;
+    let sink = RecordSink::create(out_dir)?;
+    let clock = Clock::start();
+    let started_unix = clock.anchor_unix_ns();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let sim = if rp.demo {
+        let preset: crate::sim::Preset = a
+            .sim_preset
+            .parse()
+            .map_err(|e| anyhow!("--sim-preset: {e}"))?;
+        Some(SimThread::start(crate::sim::SimConfig::preset(preset))?)
+    } else {
+        None
+    };
+    let mut ccfg = rp.client.clone();
+    let model = match (&sim, &rp.model) {
+        (_, Some(m)) => m.clone(),
+        (Some(s), None) => s.model.clone(),
+        (None, None) => unreachable!("checked in RunPlan::resolve"),
+    };
+    if let Some(s) = &sim {
+        ccfg.url = s.url.clone();
+        tracing::info!(url = %s.url, preset = %a.sim_preset, "built-in simulator started");
+    }
+    let client = {
+        let _g = rt.enter();
+        Client::new(&ccfg)?
+    };
+    let body = RequestBody::new(&model, true, true, &extra);
+    let (int_tx, int_rx) = watch::channel(0u32);
+    let cfg = ReplayConfig {
+        duration,
+        grace: rp.grace,
+        warmup_grace: rp.warmup_grace,
+        failed_request_threshold: a.failed_request_threshold,
+        placement,
+        mode: rp.mode,
+        use_server_token_count: rp.use_server_token_count,
+        overflow_phrases: rp.overflow_phrases_env.clone(),
+        run_id: run_id.clone(),
+        stats_interval: rp.stats_interval,
+    };
+    tracing::info!(
+        scenario = %format!("{} {} sha256:{}", info.name, info.version, sc.hash()),
+        run_id = %run_id,
+        seed,
+        concurrency = conc,
+        duration_s = duration.as_secs_f64(),
+        url = %client.uri(),
+        model = %model,
+        mode = ?rp.mode,
+        "replay starting"
+    );
+    let outcome = rt.block_on(async {
+        tokio::spawn(forward_signals(int_tx));
+        replay::run(
+            cfg,
+            plan.clone(),
+            ReplayInputs {
+                dataset: ds,
+                synth,
+                counter: counter.clone(),
+                client,
+                body,
+                scenario: inst,
+                records: sink.sender(),
+                clock,
+                interrupt: int_rx,
+            },
+        )
+        .await
+    });
+    drop(rt);
+    drop(sim);
+    let written = sink.close()?;
+    let records_path = out_dir.join(crate::record::RECORDS_FILE);
+
+    // Validity and summary.
+    let t = &outcome.tally;
+    let mut inst = sc.instantiate()?;
+    let reasons = inst.validity(scenario::types::Outcome {
+        total_responses: t.requests,
+        context_overflows: t.context_overflows,
+        failed: t.failed,
+        cancelled: outcome.stop.cancelled(),
+        unsafe_override,
+        overflow_rate_limit: rate_limit,
+    })?;
+    let mut reasons = reasons;
+    for r in &resolved.invalid_reasons {
+        if !reasons.contains(r) {
+            reasons.push(r.clone());
+        }
+    }
+    let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
+    let summary = Summary::of(&records);
+    let doc = json!({
+        "run_id": run_id,
+        "stop": outcome.stop.as_str(),
+        "message": outcome.message,
+        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
+        "dataset": {
+            "source": ds.source_path(),
+            "alias": ds.alias().map(|x| x.name),
+            "cache_key": ds.cache_key().short_hex(),
+            "traces": ds.len(),
+        },
+        "seed": seed,
+        "seed_drawn": resolved.seed_drawn,
+        "concurrency": conc,
+        "benchmark_duration_s": duration.as_secs_f64(),
+        "assistant_mode": match rp.mode { AssistantMode::Live => "live", AssistantMode::Recorded => "recorded" },
+        "url": if rp.demo { "builtin-simulator".to_string() } else { ccfg.url.clone() },
+        "model": model,
+        "started_unix_ns": started_unix,
+        "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": format!("{:?}", s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
+        "lanes": plan.lanes,
+        "submission_valid": reasons.is_empty(),
+        "submission_invalid_reasons": reasons,
+        "records": written,
+        "summary": summary,
+        "host_version": env!("CARGO_PKG_VERSION"),
+        "wasmtime_version": scenario::WASMTIME_VERSION,
+    });
+    let summary_path = out_dir.join("run_summary.json");
+    crate::fsio::write_atomic(&summary_path, serde_json::to_string_pretty(&doc)?.as_bytes())
+        .with_context(|| format!("cannot write {}", summary_path.display()))?;
+    print_summary(&outcome, &summary, &reasons, conc, &records_path, written);
+    if let Some(m) = &outcome.message {
+        eprintln!("{m}");
+    }
+    Ok(if outcome.stop.cancelled() || (a.require_valid && !reasons.is_empty()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_summary(
+    o: &replay::ReplayOutcome,
+    s: &Summary,
+    reasons: &[String],
+    conc: u32,
+    records: &Path,
+    written: u64,
+) {
+    let d = |x: &Option<crate::metrics::Dist>| match x {
+        Some(d) => format!("p50 {:>9.2}  p90 {:>9.2}  p99 {:>9.2}  max {:>9.2}", d.p50, d.p90, d.p99, d.max),
+        None => "-".to_string(),
+    };
+    println!(
+        "run {} after {:.1} s of profiling at concurrency {conc}",
+        o.stop.as_str(),
+        o.profiling_ns.map(|(a, b)| (b - a) as f64 / 1e9).unwrap_or(0.0)
+    );
+    println!(
+        "requests      {} ok, {} failed, {} context overflow, {} cancelled, {} warmup",
+        s.requests_ok, s.requests_failed, s.context_overflows, s.cancelled, s.warmup_requests
+    );
+    println!(
+        "throughput    {:.2} req/s, {:.0} output tok/s, {:.0} input tok/s",
+        s.request_throughput, s.output_token_throughput, s.input_token_throughput
+    );
+    if let Some(c) = s.cached_tokens {
+        if s.input_tokens > 0 {
+            println!(
+                "prefix cache  {:.1}% of input tokens served from cache",
+                100.0 * c as f64 / s.input_tokens as f64
+            );
+        }
+    }
+    println!("ttft (ms)     {}", d(&s.ttft_ms));
+    println!("itl (ms)      {}", d(&s.itl_ms));
+    println!("latency (ms)  {}", d(&s.latency_ms));
+    println!("send lag (ms) {}", d(&s.send_lag_ms));
+    if reasons.is_empty() {
+        println!("submission    valid");
+    } else {
+        println!("submission    not valid: {}", reasons.join(", "));
+    }
+    println!("records       {} ({written} requests)", records.display());
+}
+
+/// Ctrl-C and SIGTERM: each one bumps the counter (first: drain; second: cancel in-flight).
+async fn forward_signals(tx: watch::Sender<u32>) {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    loop {
+        #[cfg(unix)]
+        let got = match term.as_mut() {
+            Some(t) => tokio::select! {
+                r = tokio::signal::ctrl_c() => r.is_ok(),
+                r = t.recv() => r.is_some(),
+            },
+            None => tokio::signal::ctrl_c().await.is_ok(),
+        };
+        #[cfg(not(unix))]
+        let got = tokio::signal::ctrl_c().await.is_ok();
+        if !got {
+            return;
+        }
+        let n = *tx.borrow() + 1;
+        if n == 1 {
+            tracing::warn!("interrupt: no new turns start; in-flight requests drain (interrupt again to cancel them)");
+        }
+        let _ = tx.send(n);
+    }
+}
+
+/// The built-in simulator on its own thread and runtime, so it does not share the client's workers.
+struct SimThread {
+    url: String,
+    model: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SimThread {
+    fn start(cfg: crate::sim::SimConfig) -> anyhow::Result<SimThread> {
+        let model = cfg.model.clone();
+        let (url_tx, url_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("agentx-sim".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = url_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match crate::sim::spawn(cfg) {
+                        Ok(h) => {
+                            let _ = url_tx.send(Ok(h.url()));
+                            let _ = stop_rx.await;
+                            h.shutdown().await;
+                        }
+                        Err(e) => {
+                            let _ = url_tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
+            })
+            .context("cannot start the simulator thread")?;
+        let url = url_rx
+            .recv()
+            .map_err(|_| anyhow!("the simulator thread ended before it listened"))?
+            .map_err(|e| anyhow!("cannot start the built-in simulator: {e}"))?;
+        Ok(SimThread {
+            url,
+            model,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for SimThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

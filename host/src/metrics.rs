@@ -1,0 +1,156 @@
+//! Pure statistics over request records: percentiles, per-metric distributions, and the run summary.
+//! No I/O and no clocks: everything here is a function of the records it is given.
+
+use serde::Serialize;
+
+use crate::record::{Phase, RequestRecord};
+
+/// Linear-interpolation percentile of sorted data (`k = (n-1)·p/100`, numpy's default and InferenceX's
+/// `percentile`). `p` in 0..=100; `None` on empty data.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let k = (sorted.len() - 1) as f64 * p / 100.0;
+    let lo = k.floor() as usize;
+    let hi = k.ceil() as usize;
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (k - lo as f64))
+}
+
+/// Distribution summary of one metric.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Dist {
+    pub count: usize,
+    pub avg: f64,
+    pub min: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Dist {
+    /// `None` for no values.
+    pub fn of(mut v: Vec<f64>) -> Option<Dist> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let p = |q| percentile(&v, q).unwrap_or(0.0);
+        Some(Dist {
+            count: v.len(),
+            avg: v.iter().sum::<f64>() / v.len() as f64,
+            min: v[0],
+            p50: p(50.0),
+            p90: p(90.0),
+            p99: p(99.0),
+            max: v[v.len() - 1],
+        })
+    }
+}
+
+/// The headline figures of a run (profiling phase, successful requests).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub requests_ok: u64,
+    pub requests_failed: u64,
+    pub context_overflows: u64,
+    pub cancelled: u64,
+    pub warmup_requests: u64,
+    /// Seconds from the first profiling send to the last profiling end.
+    pub duration_s: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: Option<u64>,
+    pub request_throughput: f64,
+    pub output_token_throughput: f64,
+    pub input_token_throughput: f64,
+    /// Milliseconds.
+    pub ttft_ms: Option<Dist>,
+    pub itl_ms: Option<Dist>,
+    pub latency_ms: Option<Dist>,
+    /// Milliseconds between intended and actual send.
+    pub send_lag_ms: Option<Dist>,
+    pub isl: Option<Dist>,
+    pub osl: Option<Dist>,
+}
+
+impl Summary {
+    pub fn of(records: &[RequestRecord]) -> Summary {
+        let mut s = Summary::default();
+        let (mut ttft, mut itl, mut lat, mut lag, mut isl, mut osl) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        let (mut first, mut last) = (u64::MAX, 0u64);
+        let mut cached = Some(0u64);
+        for r in records {
+            if r.phase == Phase::Warmup {
+                s.warmup_requests += 1;
+                continue;
+            }
+            if r.context_overflow {
+                s.context_overflows += 1;
+                continue;
+            }
+            if r.cancelled {
+                s.cancelled += 1;
+                continue;
+            }
+            if r.error.is_some() {
+                s.requests_failed += 1;
+                continue;
+            }
+            s.requests_ok += 1;
+            first = first.min(r.send_ns);
+            last = last.max(r.end_ns);
+            s.input_tokens += r.isl;
+            s.output_tokens += r.osl;
+            cached = cached.and_then(|c| r.usage.cached_tokens.map(|x| c + x));
+            let ms = |ns: f64| ns / 1e6;
+            if let Some(t) = r.ttft_ns() {
+                ttft.push(ms(t as f64));
+            }
+            if let Some(t) = r.itl_ns() {
+                itl.push(ms(t));
+            }
+            if let Some(t) = r.latency_ns() {
+                lat.push(ms(t as f64));
+            }
+            lag.push(ms(r.send_lag_ns() as f64));
+            isl.push(r.isl as f64);
+            osl.push(r.osl as f64);
+        }
+        if s.requests_ok > 0 {
+            s.duration_s = (last.saturating_sub(first)) as f64 / 1e9;
+            s.cached_tokens = cached;
+        }
+        let d = s.duration_s.max(1e-9);
+        if s.requests_ok > 0 {
+            s.request_throughput = s.requests_ok as f64 / d;
+            s.output_token_throughput = s.output_tokens as f64 / d;
+            s.input_token_throughput = s.input_tokens as f64 / d;
+        }
+        s.ttft_ms = Dist::of(ttft);
+        s.itl_ms = Dist::of(itl);
+        s.latency_ms = Dist::of(lat);
+        s.send_lag_ms = Dist::of(lag);
+        s.isl = Dist::of(isl);
+        s.osl = Dist::of(osl);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_interpolates_like_numpy() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&v, 50.0), Some(2.5));
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&v, 100.0), Some(4.0));
+        assert!((percentile(&v, 90.0).unwrap() - 3.7).abs() < 1e-12);
+        assert_eq!(percentile(&[], 50.0), None);
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+    }
+}

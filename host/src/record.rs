@@ -1,0 +1,325 @@
+//! `RequestRecord`, the one fact type of a run, and the sink that streams records to disk.
+//!
+//! Every request the replay sends (warmup and profiling, succeeded, failed or cancelled) becomes exactly
+//! one record. The sink appends each record to `records.jsonl` as one JSON line the moment it is handed
+//! over and writes it through to the OS (no user-space buffering across records), so a crash or a kill
+//! loses at most the requests still in flight. Everything later (statistics, exports, reports) reads
+//! these records; nothing measured lives anywhere else.
+//!
+//! Times: `*_ns` fields are nanoseconds on the run's one monotonic clock, as offsets from the run's
+//! anchor (`Clock`); the anchor's wall-clock time is kept so offsets convert to Unix time for labels.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// The run's clock: one monotonic anchor and the wall-clock time it was taken at.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    anchor: Instant,
+    anchor_unix_ns: u64,
+}
+
+impl Clock {
+    pub fn start() -> Clock {
+        let anchor_unix_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Clock {
+            anchor: Instant::now(),
+            anchor_unix_ns,
+        }
+    }
+
+    /// Nanoseconds since the anchor.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.anchor.elapsed().as_nanos() as u64
+    }
+
+    /// Nanoseconds from the anchor to `t` (0 for instants before it).
+    #[inline]
+    pub fn ns_of(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.anchor).as_nanos() as u64
+    }
+
+    /// The instant `ns` after the anchor.
+    pub fn instant_of(&self, ns: u64) -> Instant {
+        self.anchor + Duration::from_nanos(ns)
+    }
+
+    /// Unix time (ns) of the anchor.
+    pub fn anchor_unix_ns(&self) -> u64 {
+        self.anchor_unix_ns
+    }
+
+    /// Unix time (ns) of an offset.
+    pub fn unix_ns(&self, ns: u64) -> u64 {
+        self.anchor_unix_ns + ns
+    }
+}
+
+/// The phase a request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Warmup,
+    Profiling,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Warmup => "warmup",
+            Phase::Profiling => "profiling",
+        }
+    }
+}
+
+/// Token usage as the server reported it (the final `usage` chunk).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens`.
+    pub cached_tokens: Option<u64>,
+}
+
+/// What went wrong with a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordError {
+    /// The HTTP status, or 0 when the failure came before (or instead of) one.
+    pub code: u16,
+    /// A short class: `http_error`, `connect`, `timeout`, `reset`, `malformed_sse`, `stream_error`,
+    /// `cancelled`, `context_overflow`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// What happened, with the server's message when it sent one.
+    pub message: String,
+}
+
+/// One request, from the decision to send it to the end of its response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// `X-Request-ID`, unique per request.
+    pub request_id: String,
+    /// `X-Correlation-ID`, constant within a session.
+    pub correlation_id: String,
+    /// Sessions started so far in the run when this one started (0-based).
+    pub session_num: u64,
+    pub phase: Phase,
+    pub lane: u32,
+    pub trace_id: String,
+    pub turn: u32,
+    pub num_turns: u32,
+    /// Sessions of this trace minted before this one in the phase.
+    pub recycle_pass: u32,
+    /// When the request was due (previous end plus think time, or the phase start).
+    pub intended_ns: u64,
+    /// When the request bytes were handed to the connection.
+    pub send_ns: u64,
+    /// Response headers received.
+    pub first_byte_ns: Option<u64>,
+    /// The first non-empty content (or reasoning) chunk.
+    pub first_token_ns: Option<u64>,
+    /// Each non-empty content chunk's arrival, as offsets from `send_ns`.
+    pub chunk_offsets_ns: Vec<u64>,
+    /// The response ended (last byte read) or the request was given up.
+    pub end_ns: u64,
+    /// Tokens of the prompt: the server's count, or the client's when server counts are off or absent.
+    pub isl: u64,
+    /// Tokens of the reply: the server's count, or the client's.
+    pub osl: u64,
+    /// Where `isl`/`osl` came from: `server` or `client`.
+    pub token_source: TokenSource,
+    pub usage: Usage,
+    /// The recorded output length of the turn (`max_tokens`).
+    pub max_tokens: u32,
+    pub finish_reason: Option<String>,
+    /// True when the request was cut off by the end of the run (grace expired, threshold, interrupt).
+    pub cancelled: bool,
+    /// True when the scenario classified the error as a context overflow.
+    pub context_overflow: bool,
+    pub error: Option<RecordError>,
+}
+
+/// Where token counts came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenSource {
+    Server,
+    Client,
+}
+
+impl RequestRecord {
+    /// Time to first token, from the intended start (no coordinated omission).
+    pub fn ttft_ns(&self) -> Option<u64> {
+        self.first_token_ns
+            .map(|t| t.saturating_sub(self.intended_ns))
+    }
+
+    /// End-to-end latency to the last content chunk, from the intended start.
+    pub fn latency_ns(&self) -> Option<u64> {
+        self.chunk_offsets_ns
+            .last()
+            .map(|&o| (self.send_ns + o).saturating_sub(self.intended_ns))
+    }
+
+    /// Inter-token latency: decode time over `osl - 1` tokens (needs two or more).
+    pub fn itl_ns(&self) -> Option<f64> {
+        let (ttft, lat) = (self.ttft_ns()?, self.latency_ns()?);
+        (self.osl >= 2).then(|| (lat - ttft) as f64 / (self.osl - 1) as f64)
+    }
+
+    /// Lag between the intended and the actual send.
+    pub fn send_lag_ns(&self) -> u64 {
+        self.send_ns.saturating_sub(self.intended_ns)
+    }
+
+    /// A success: no error and not cancelled.
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && !self.cancelled
+    }
+}
+
+/// Errors of the record sink.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("cannot create {path}: {source}; check that the directory is writable (--output-artifact-dir)")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The file name of the record stream in the artifact directory.
+pub const RECORDS_FILE: &str = "records.jsonl";
+
+/// Streams records to `records.jsonl` from a writer thread, so the async tasks never block on disk.
+pub struct RecordSink {
+    tx: Option<mpsc::Sender<RequestRecord>>,
+    thread: Option<JoinHandle<Result<u64, SinkError>>>,
+    path: PathBuf,
+}
+
+impl RecordSink {
+    /// Creates (truncating) `dir/records.jsonl`.
+    pub fn create(dir: &Path) -> Result<RecordSink, SinkError> {
+        let path = dir.join(RECORDS_FILE);
+        let file = File::create(&path).map_err(|source| SinkError::Create {
+            path: path.clone(),
+            source,
+        })?;
+        let (tx, rx) = mpsc::channel::<RequestRecord>();
+        let p = path.clone();
+        let thread = std::thread::Builder::new()
+            .name("agentx-records".into())
+            .spawn(move || {
+                let mut w = BufWriter::with_capacity(1 << 16, file);
+                let mut n = 0u64;
+                let err = |source| SinkError::Write {
+                    path: p.clone(),
+                    source,
+                };
+                let mut put = |w: &mut BufWriter<File>, rec: &RequestRecord| {
+                    serde_json::to_writer(&mut *w, rec).map_err(std::io::Error::from)?;
+                    n += 1;
+                    w.write_all(b"\n")
+                };
+                while let Ok(rec) = rx.recv() {
+                    put(&mut w, &rec).map_err(err)?;
+                    // Write through once nothing else is queued: a burst costs one syscall, and a
+                    // record never waits in user space for the next one.
+                    while let Ok(more) = rx.try_recv() {
+                        put(&mut w, &more).map_err(err)?;
+                    }
+                    w.flush().map_err(err)?;
+                }
+                w.flush().map_err(err)?;
+                w.get_ref().sync_data().map_err(err)?;
+                Ok(n)
+            })
+            .map_err(|source| SinkError::Create {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(RecordSink {
+            tx: Some(tx),
+            thread: Some(thread),
+            path,
+        })
+    }
+
+    /// A handle for producers.
+    pub fn sender(&self) -> RecordSender {
+        RecordSender {
+            tx: self.tx.clone().expect("sink open"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits until every record sent so far is on disk; returns how many were written.
+    pub fn close(mut self) -> Result<u64, SinkError> {
+        self.tx.take();
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(SinkError::Write {
+                path: self.path.clone(),
+                source: std::io::Error::other("the record writer thread panicked"),
+            }),
+            None => Ok(0),
+        }
+    }
+}
+
+impl Drop for RecordSink {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A cloneable producer handle of a [`RecordSink`].
+#[derive(Clone)]
+pub struct RecordSender {
+    tx: mpsc::Sender<RequestRecord>,
+}
+
+impl RecordSender {
+    /// Hands a record to the writer. Never blocks.
+    pub fn send(&self, rec: RequestRecord) {
+        // The writer only goes away after every sender is dropped or on a write error, which
+        // `close` reports.
+        let _ = self.tx.send(rec);
+    }
+}
+
+/// Reads a `records.jsonl` back (for reports and tests), naming the line of a bad record.
+pub fn read_records(path: &Path) -> Result<Vec<RequestRecord>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}

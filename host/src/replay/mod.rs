@@ -1,0 +1,740 @@
+//! Agentic replay (domain.md §2.4-2.10): lanes, the warmup and profiling phases, think-time
+//! scheduling, the recycle queue and the stop conditions.
+//!
+//! - **Plan** ([`plan::Plan`]): before anything is sent, the scenario picks every lane's start turn in
+//!   one call, mints the lanes' markers, and gives the delay before every turn of every trace.
+//! - **Warmup**: one request per lane at its start turn k with the history 0..k, all in flight
+//!   together; the phase waits for all of them (with `--warmup-grace-period`, unlimited by default).
+//!   Any failure aborts the run: a degraded warmup would skew every number after it.
+//! - **Profiling**: each lane resumes at k+1 in a new session carrying the same marker, sends its next
+//!   turn when the previous response has ended plus the scenario's delay, and on the last turn or a
+//!   context overflow hands its trace to the [`recycle::Recycler`] and starts the head trace at turn 0
+//!   with a new marker.
+//! - **Stop**: at the benchmark duration nothing new starts, in-flight requests get the grace period
+//!   and are then cancelled (and recorded as cancelled); the failed-request threshold and an interrupt
+//!   stop the run early. Every request becomes exactly one [`RequestRecord`], sent to the sink the
+//!   moment it completes.
+//!
+//! Timing: the scheduled (intended) send time of each turn is recorded next to the actual send, and
+//! latencies count from the intended time, so scheduler lag is never hidden.
+
+pub mod plan;
+pub mod recycle;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::client::{Client, Exchange, FailureKind, RequestBody, RequestIds};
+use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
+use crate::record::{
+    Clock, Phase, RecordError, RecordSender, RequestRecord, TokenSource,
+};
+use crate::scenario::types::{ErrorClass, ErrorResponse, Placement, SessionId};
+use crate::scenario::ScenarioInstance;
+pub use plan::{Lane, Plan, PlanParams};
+use recycle::Recycler;
+
+/// How a replay runs (the resolved configuration the replay needs).
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    pub duration: Duration,
+    /// In-flight requests may finish this long after the duration; `None` waits for all.
+    pub grace: Option<Duration>,
+    /// Warmup may take this long; `None` waits for all.
+    pub warmup_grace: Option<Duration>,
+    pub failed_request_threshold: Option<f64>,
+    pub placement: Placement,
+    pub mode: AssistantMode,
+    pub use_server_token_count: bool,
+    /// Phrases overriding the scenario's overflow list (`None`: the scenario's own).
+    pub overflow_phrases: Option<Vec<String>>,
+    pub run_id: String,
+    /// Interval of the progress log line; `None` for none.
+    pub stats_interval: Option<Duration>,
+}
+
+/// Why the replay stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The benchmark duration elapsed (the normal end).
+    Completed,
+    /// A warmup request failed.
+    WarmupFailed,
+    /// The failed-request threshold was exceeded.
+    ThresholdExceeded,
+    /// Interrupted (Ctrl-C / SIGTERM).
+    Interrupted,
+}
+
+impl StopReason {
+    pub fn cancelled(self) -> bool {
+        self != StopReason::Completed
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Completed => "completed",
+            StopReason::WarmupFailed => "warmup_failed",
+            StopReason::ThresholdExceeded => "failed_request_threshold_exceeded",
+            StopReason::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Counts of a finished replay (profiling phase unless named otherwise).
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    pub warmup_requests: u64,
+    pub warmup_failed: u64,
+    /// Profiling responses of every kind (ok, failed, overflowed, cancelled).
+    pub requests: u64,
+    pub ok: u64,
+    /// Failures that count against the threshold (overflows and cancellations excluded).
+    pub failed: u64,
+    pub context_overflows: u64,
+    pub cancelled: u64,
+    pub sessions: u64,
+    pub output_tokens: u64,
+    pub input_tokens: u64,
+}
+
+/// The result of [`run`].
+#[derive(Debug, Clone)]
+pub struct ReplayOutcome {
+    pub stop: StopReason,
+    pub tally: Tally,
+    /// When profiling began and ended (offsets on the run clock); `None` if it never began.
+    pub profiling_ns: Option<(u64, u64)>,
+    /// A line that explains an early stop.
+    pub message: Option<String>,
+}
+
+/// Everything a replay borrows for its whole life.
+pub struct ReplayInputs {
+    pub dataset: &'static Dataset,
+    pub synth: &'static PromptSynth,
+    pub counter: TokenCounter,
+    pub client: Client,
+    pub body: RequestBody,
+    pub scenario: ScenarioInstance,
+    pub records: RecordSender,
+    pub clock: Clock,
+    /// Set once to interrupt (first signal: drain; the caller cancels on a second).
+    pub interrupt: watch::Receiver<u32>,
+}
+
+struct Shared {
+    cfg: ReplayConfig,
+    ds: &'static Dataset,
+    synth: &'static PromptSynth,
+    counter: TokenCounter,
+    client: Client,
+    body: RequestBody,
+    scenario: Mutex<ScenarioInstance>,
+    records: RecordSender,
+    clock: Clock,
+    delays: Vec<Vec<f64>>,
+    recycler: Mutex<Recycler>,
+    /// Nothing new (session or turn) may start.
+    stop_new: watch::Sender<bool>,
+    /// Cancel in-flight requests.
+    cancel: watch::Sender<bool>,
+    threshold_hit: AtomicBool,
+    threshold_tx: watch::Sender<bool>,
+    concurrency: u64,
+    session_seq: AtomicU64,
+    request_seq: AtomicU64,
+    in_flight: AtomicU64,
+    tally: Mutex<Tally>,
+    run_short: String,
+}
+
+/// The exit of one request as the lane sees it.
+struct Sent {
+    overflow: bool,
+    /// The record's error as `message (type)`.
+    error: Option<String>,
+    reply: Option<String>,
+    end: Instant,
+}
+
+/// Runs warmup and profiling to the end. Records go to `inputs.records`; the returned outcome holds
+/// the counts and why the run stopped.
+pub async fn run(
+    cfg: ReplayConfig,
+    plan: Plan,
+    inputs: ReplayInputs,
+) -> ReplayOutcome {
+    let ReplayInputs {
+        dataset,
+        synth,
+        counter,
+        client,
+        body,
+        scenario,
+        records,
+        clock,
+        mut interrupt,
+    } = inputs;
+    let running = plan.lanes.iter().map(|l| l.trace);
+    let recycler = Recycler::new(&plan.pool, running, dataset.len());
+    let (stop_new, _) = watch::channel(false);
+    let (cancel, _) = watch::channel(false);
+    let (threshold_tx, mut threshold_rx) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        concurrency: plan.lanes.len() as u64,
+        run_short: cfg.run_id.chars().take(8).collect(),
+        cfg,
+        ds: dataset,
+        synth,
+        counter,
+        client,
+        body,
+        scenario: Mutex::new(scenario),
+        records,
+        clock,
+        delays: plan.delays,
+        recycler: Mutex::new(recycler),
+        stop_new,
+        cancel,
+        threshold_hit: AtomicBool::new(false),
+        threshold_tx,
+        session_seq: AtomicU64::new(0),
+        request_seq: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
+        tally: Mutex::new(Tally::default()),
+    });
+    let lanes = plan.lanes;
+
+    // ---- warmup ----
+    tracing::info!(lanes = lanes.len(), "warmup: one request per lane at its start turn");
+    let warm_start = shared.clock.now_ns();
+    let mut warm = tokio::task::JoinSet::new();
+    for lane in lanes.iter().cloned() {
+        let sh = shared.clone();
+        warm.spawn(async move {
+            let ok = warmup_lane(&sh, &lane, warm_start).await;
+            (lane, ok)
+        });
+    }
+    let n = lanes.len();
+    let mut returned = 0usize;
+    let mut failures: Vec<String> = Vec::new();
+    let warm_deadline = shared
+        .cfg
+        .warmup_grace
+        .map(|g| tokio::time::Instant::now() + g);
+    let mut interrupted = false;
+    loop {
+        let next = async {
+            match warm_deadline {
+                Some(d) => tokio::time::timeout_at(d, warm.join_next()).await.ok(),
+                None => Some(warm.join_next().await),
+            }
+        };
+        tokio::select! {
+            r = next => match r {
+                Some(Some(Ok((lane, result)))) => {
+                    returned += 1;
+                    let status = if result.is_ok() { "ok" } else { "error" };
+                    tracing::info!(
+                        "WARMUP {returned}/{n} returned {status} (lane {}, trace {}, start_turn={}/{} ({:.1}%))",
+                        lane.lane, lane.trace_id, lane.start_turn, lane.turns, lane.percent()
+                    );
+                    if let Err(e) = result {
+                        failures.push(format!("lane {} trace {}: {e}", lane.lane, lane.trace_id));
+                    }
+                }
+                Some(Some(Err(e))) => failures.push(format!("a warmup task failed: {e}")),
+                Some(None) => break,
+                None => {
+                    let _ = shared.cancel.send(true);
+                    failures.push(format!(
+                        "{} of {n} warmup requests did not return within --warmup-grace-period {:?}",
+                        n - returned,
+                        shared.cfg.warmup_grace.unwrap_or_default()
+                    ));
+                    while warm.join_next().await.is_some() {}
+                    break;
+                }
+            },
+            _ = interrupt.changed() => {
+                interrupted = true;
+                let _ = shared.cancel.send(true);
+                while warm.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    if interrupted || !failures.is_empty() {
+        let tally = shared.tally.lock().expect("tally lock").clone();
+        let (stop, message) = if interrupted {
+            (
+                StopReason::Interrupted,
+                "interrupted during warmup; profiling never started".to_string(),
+            )
+        } else {
+            (
+                StopReason::WarmupFailed,
+                format!(
+                    "warmup failed, so the run was aborted (metrics on a degraded warmup would mislead): {}",
+                    failures.join("; ")
+                ),
+            )
+        };
+        return ReplayOutcome {
+            stop,
+            tally,
+            profiling_ns: None,
+            message: Some(message),
+        };
+    }
+
+    // ---- profiling ----
+    let prof_start = shared.clock.now_ns();
+    let deadline = Instant::now() + shared.cfg.duration;
+    tracing::info!(
+        duration_s = shared.cfg.duration.as_secs_f64(),
+        "profiling: lanes resume at their start turn + 1"
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for lane in lanes.iter().cloned() {
+        let sh = shared.clone();
+        tasks.spawn(async move { profile_lane(sh, lane, prof_start).await });
+    }
+    let mut stop = StopReason::Completed;
+    let mut message = None;
+    let ticker = shared.cfg.stats_interval;
+    let mut tick = tokio::time::interval(ticker.unwrap_or(Duration::from_secs(3600)));
+    tick.tick().await;
+    // Wait for the duration, a threshold trip or an interrupt.
+    let dl = tokio::time::Instant::from_std(deadline);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(dl) => break,
+            _ = threshold_rx.wait_for(|t| *t) => {
+                stop = StopReason::ThresholdExceeded;
+                let t = shared.tally.lock().expect("tally lock").clone();
+                message = Some(format!(
+                    "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
+                    shared.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.requests
+                ));
+                break;
+            }
+            _ = interrupt.changed() => {
+                stop = StopReason::Interrupted;
+                message = Some("interrupted: no new turns were started and in-flight requests were drained".into());
+                break;
+            }
+            _ = tick.tick(), if ticker.is_some() => progress_line(&shared, prof_start),
+            _ = async {}, if tasks.is_empty() => break,
+        }
+    }
+    let _ = shared.stop_new.send(true);
+    if stop == StopReason::ThresholdExceeded {
+        let _ = shared.cancel.send(true);
+    }
+    // Drain: in-flight requests get the grace period (a second interrupt cancels them at once).
+    let grace = shared.cfg.grace.map(|g| tokio::time::Instant::now() + g);
+    let drain = async {
+        let in_flight = shared.in_flight.load(Ordering::Relaxed);
+        if in_flight > 0 && stop != StopReason::ThresholdExceeded {
+            tracing::info!(
+                in_flight,
+                grace_s = shared.cfg.grace.map(|g| g.as_secs_f64()),
+                "duration reached; waiting for in-flight requests"
+            );
+        }
+        loop {
+            let again = interrupt.changed();
+            let timeout = async {
+                match grace {
+                    Some(g) => tokio::time::sleep_until(g).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = tasks.join_next() => if r.is_none() { break },
+                _ = timeout => {
+                    tracing::warn!("grace period over; cancelling in-flight requests");
+                    let _ = shared.cancel.send(true);
+                    while tasks.join_next().await.is_some() {}
+                    break;
+                }
+                _ = again => {
+                    if stop == StopReason::Completed {
+                        stop = StopReason::Interrupted;
+                        message = Some("interrupted while draining; in-flight requests were cancelled".into());
+                    }
+                    let _ = shared.cancel.send(true);
+                    while tasks.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+    };
+    drain.await;
+    let prof_end = shared.clock.now_ns();
+    let tally = shared.tally.lock().expect("tally lock").clone();
+    ReplayOutcome {
+        stop,
+        tally,
+        profiling_ns: Some((prof_start, prof_end)),
+        message,
+    }
+}
+
+fn progress_line(sh: &Shared, prof_start: u64) {
+    let t = sh.tally.lock().expect("tally lock").clone();
+    let secs = (sh.clock.now_ns() - prof_start) as f64 / 1e9;
+    tracing::info!(
+        "profiling {:.0}/{:.0} s: {} ok, {} failed, {} overflow, {} in flight, {:.0} output tok/s",
+        secs,
+        sh.cfg.duration.as_secs_f64(),
+        t.ok,
+        t.failed,
+        t.context_overflows,
+        sh.in_flight.load(Ordering::Relaxed),
+        t.output_tokens as f64 / secs.max(1e-9)
+    );
+}
+
+/// The marker text of a session.
+fn marker(sh: &Shared, lane: u32, trace_id: &str, recycle_pass: u32) -> String {
+    let sid = SessionId {
+        run_id: sh.cfg.run_id.clone(),
+        recycle_pass,
+        lane,
+        trace_id: trace_id.to_owned(),
+    };
+    match sh
+        .scenario
+        .lock()
+        .expect("scenario lock")
+        .cache_bust(sh.cfg.placement, &sid)
+    {
+        Ok(m) => m.text,
+        Err(e) => {
+            tracing::error!("{e}; this session goes without a cache-bust marker");
+            String::new()
+        }
+    }
+}
+
+fn bust(placement: Placement, text: &str) -> Option<CacheBust<'_>> {
+    use crate::dataset::Placement as P;
+    let p = match placement {
+        Placement::None => return None,
+        Placement::SystemPrefix => P::SystemPrefix,
+        Placement::SystemSuffix => P::SystemSuffix,
+        Placement::FirstTurnPrefix => P::FirstUserPrefix,
+        Placement::FirstTurnSuffix => P::FirstUserSuffix,
+    };
+    (!text.is_empty()).then_some(CacheBust { placement: p, text })
+}
+
+/// One session's identity while it runs.
+struct Session {
+    lane: u32,
+    trace: usize,
+    recycle_pass: u32,
+    marker: String,
+    correlation_id: String,
+    session_num: u64,
+}
+
+impl Session {
+    fn new(sh: &Shared, lane: u32, trace: usize, recycle_pass: u32, marker: String) -> Session {
+        let session_num = sh.session_seq.fetch_add(1, Ordering::Relaxed);
+        Session {
+            lane,
+            trace,
+            recycle_pass,
+            marker,
+            correlation_id: format!("{}-s{session_num}", sh.run_short),
+            session_num,
+        }
+    }
+}
+
+async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) -> Result<(), String> {
+    let traj = sh.ds.trajectory(lane.trace).expect("planned trace exists");
+    let conv = sh
+        .synth
+        .conversation(traj, lane.start_turn as usize, sh.cfg.mode)
+        .map_err(|e| e.to_string())?;
+    let session = Session::new(sh, lane.lane, lane.trace, 0, lane.marker.clone());
+    let mut cancel = sh.cancel.subscribe();
+    let sent = send_turn(sh, &session, &conv, Phase::Warmup, start_ns, &mut cancel).await;
+    match sent.error {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64) {
+    let mut cancel = sh.cancel.subscribe();
+    let mut stop = sh.stop_new.subscribe();
+    // The first session resumes after the warmup turn with the warmup's marker.
+    let mut session = Session::new(&sh, first.lane, first.trace, 0, first.marker.clone());
+    let mut start_turn = first.start_turn as usize + 1;
+    let mut intended = prof_start;
+    loop {
+        let traj = sh.ds.trajectory(session.trace).expect("planned trace exists");
+        if start_turn < traj.num_turns() {
+            sh.tally.lock().expect("tally lock").sessions += 1;
+            play_session(&sh, &session, start_turn, intended, &mut cancel, &mut stop).await;
+        }
+        let can_start = !*stop.borrow() && !*cancel.borrow();
+        let next = sh
+            .recycler
+            .lock()
+            .expect("recycler lock")
+            .recycle(session.trace, can_start);
+        let Some(next) = next else { return };
+        let id = sh.ds.trajectory(next.trace).expect("pool trace exists").id();
+        let m = marker(&sh, session.lane, id, next.recycle_pass);
+        session = Session::new(&sh, session.lane, next.trace, next.recycle_pass, m);
+        start_turn = 0;
+        intended = sh.clock.now_ns();
+    }
+}
+
+/// Plays a session from `start` until its last turn, an overflow, or the stop.
+async fn play_session(
+    sh: &Arc<Shared>,
+    session: &Session,
+    start: usize,
+    mut intended: u64,
+    cancel: &mut watch::Receiver<bool>,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let traj = sh.ds.trajectory(session.trace).expect("planned trace exists");
+    let mut conv = match sh.synth.conversation(traj, start, sh.cfg.mode) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}; the session is skipped");
+            return;
+        }
+    };
+    loop {
+        if *stop.borrow() || *cancel.borrow() {
+            return;
+        }
+        let sent = send_turn(sh, session, &conv, Phase::Profiling, intended, cancel).await;
+        if sent.overflow {
+            tracing::info!(
+                "terminating trajectory {} early at turn {}/{} (context overflow)",
+                traj.id(),
+                conv.turn(),
+                traj.num_turns()
+            );
+            return;
+        }
+        if conv.is_final() {
+            return;
+        }
+        let next = conv.turn() + 1;
+        let delay = sh.delays[session.trace][next];
+        let due = sent.end + Duration::from_secs_f64(delay);
+        intended = sh.clock.ns_of(due);
+        if delay > 0.0 {
+            tokio::select! {
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+        let reply = match sh.cfg.mode {
+            AssistantMode::Live => sent.reply.as_deref(),
+            AssistantMode::Recorded => None,
+        };
+        if let Err(e) = conv.advance(reply) {
+            tracing::error!("{e}; the session ends here");
+            return;
+        }
+    }
+}
+
+/// Sends the conversation's current turn and records it.
+async fn send_turn(
+    sh: &Arc<Shared>,
+    session: &Session,
+    conv: &crate::dataset::Conversation<'static>,
+    phase: Phase,
+    intended: u64,
+    cancel: &mut watch::Receiver<bool>,
+) -> Sent {
+    let traj = conv.trajectory();
+    let turn = conv.turn();
+    let out_tokens = traj.turn(turn).map(|t| t.output_tokens()).unwrap_or(1);
+    let bust = bust(sh.cfg.placement, &session.marker);
+    let mut buf = Vec::with_capacity(64 * 1024);
+    sh.body
+        .write(&mut buf, out_tokens, |o| conv.write_messages_json(o, bust));
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed);
+    let request_id = format!("{}-r{seq}", sh.run_short);
+    let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
+    sh.in_flight.fetch_add(1, Ordering::Relaxed);
+    let ex = sh
+        .client
+        .send(
+            Bytes::from(buf),
+            RequestIds {
+                request_id: &request_id,
+                correlation_id: &session.correlation_id,
+            },
+            keep_text,
+            cancel,
+        )
+        .await;
+    sh.in_flight.fetch_sub(1, Ordering::Relaxed);
+    let rec = to_record(sh, session, conv, phase, intended, request_id, out_tokens, &ex);
+    let sent = Sent {
+        overflow: rec.context_overflow,
+        error: rec
+            .error
+            .as_ref()
+            .map(|e| format!("{} ({})", e.message, e.kind)),
+        reply: (rec.error.is_none() && keep_text).then(|| ex.text),
+        end: ex.end,
+    };
+    account(sh, &rec);
+    sh.records.send(rec);
+    sent
+}
+
+#[allow(clippy::too_many_arguments)]
+fn to_record(
+    sh: &Shared,
+    session: &Session,
+    conv: &crate::dataset::Conversation<'static>,
+    phase: Phase,
+    intended: u64,
+    request_id: String,
+    max_tokens: u32,
+    ex: &Exchange,
+) -> RequestRecord {
+    let traj = conv.trajectory();
+    let usage = ex.usage.unwrap_or_default();
+    let server = sh.cfg.use_server_token_count
+        && usage.prompt_tokens.is_some()
+        && usage.completion_tokens.is_some();
+    let (isl, osl, token_source) = if server {
+        (
+            usage.prompt_tokens.unwrap_or(0),
+            usage.completion_tokens.unwrap_or(0),
+            TokenSource::Server,
+        )
+    } else {
+        let marker_tokens = sh.counter.count(&session.marker);
+        (
+            conv.prompt_words() + marker_tokens,
+            sh.counter.count(&ex.text),
+            TokenSource::Client,
+        )
+    };
+    let mut context_overflow = false;
+    let error = ex.failure.as_ref().map(|f| {
+        let mut kind = f.kind.as_str().to_string();
+        if f.kind != FailureKind::Cancelled {
+            let body = ex.error_body.clone().unwrap_or_else(|| f.message.clone());
+            let resp = ErrorResponse {
+                status: f.status,
+                body_excerpt: body,
+            };
+            let phrases = sh.cfg.overflow_phrases.as_deref();
+            match sh
+                .scenario
+                .lock()
+                .expect("scenario lock")
+                .classify_error(&resp, phrases)
+            {
+                Ok(c) if c.class == ErrorClass::ContextOverflow => {
+                    context_overflow = true;
+                    kind = "context_overflow".into();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!("{e}; the error counts as an ordinary failure"),
+            }
+        }
+        if let Some(t) = &f.server_type {
+            kind = format!("{kind}:{t}");
+        }
+        RecordError {
+            code: f.status,
+            kind,
+            message: f.message.clone(),
+        }
+    });
+    let cancelled = ex
+        .failure
+        .as_ref()
+        .is_some_and(|f| f.kind == FailureKind::Cancelled);
+    let send_ns = sh.clock.ns_of(ex.sent);
+    RequestRecord {
+        request_id,
+        correlation_id: session.correlation_id.clone(),
+        session_num: session.session_num,
+        phase,
+        lane: session.lane,
+        trace_id: traj.id().to_owned(),
+        turn: conv.turn() as u32,
+        num_turns: traj.num_turns() as u32,
+        recycle_pass: session.recycle_pass,
+        intended_ns: intended.min(send_ns),
+        send_ns,
+        first_byte_ns: ex.first_byte.map(|t| sh.clock.ns_of(t)),
+        first_token_ns: ex.first_token().map(|t| sh.clock.ns_of(t)),
+        chunk_offsets_ns: ex.chunk_offsets_ns.clone(),
+        end_ns: sh.clock.ns_of(ex.end),
+        isl,
+        osl,
+        token_source,
+        usage,
+        max_tokens: max_tokens.max(1),
+        finish_reason: ex.finish_reason.clone(),
+        cancelled,
+        context_overflow,
+        error,
+    }
+}
+
+/// Counts a record and trips the failed-request threshold.
+fn account(sh: &Shared, rec: &RequestRecord) {
+    let mut t = sh.tally.lock().expect("tally lock");
+    if rec.phase == Phase::Warmup {
+        t.warmup_requests += 1;
+        if rec.error.is_some() {
+            t.warmup_failed += 1;
+        }
+        return;
+    }
+    t.requests += 1;
+    if rec.context_overflow {
+        t.context_overflows += 1;
+    } else if rec.cancelled {
+        t.cancelled += 1;
+    } else if rec.error.is_some() {
+        t.failed += 1;
+    } else {
+        t.ok += 1;
+        t.output_tokens += rec.osl;
+        t.input_tokens += rec.isl;
+    }
+    if let Some(f) = sh.cfg.failed_request_threshold {
+        // Overflows are not failures (they are dropped from the ratio); cancellations are the
+        // consequence of a stop, not a server failure.
+        let counted = t.requests - t.context_overflows - t.cancelled;
+        let floor = sh.concurrency.max(10);
+        if counted >= floor
+            && t.failed as f64 / counted as f64 > f
+            && !sh.threshold_hit.swap(true, Ordering::Relaxed)
+        {
+            let _ = sh.threshold_tx.send(true);
+        }
+    }
+}
