@@ -165,7 +165,12 @@ pub struct RunArgs {
 
     // ---- outputs ----
     /// Directory of the run's outputs.
-    #[arg(long, alias = "artifact-dir", default_value = "artifacts", value_name = "DIR")]
+    #[arg(
+        long,
+        alias = "artifact-dir",
+        default_value = "artifacts",
+        value_name = "DIR"
+    )]
     pub output_artifact_dir: PathBuf,
     /// Time-slice width for the timeslice exports, seconds.
     #[arg(long, value_name = "SECONDS")]
@@ -344,7 +349,9 @@ impl RunPlan {
                 let list: Result<Vec<i64>, _> =
                     c.split(',').map(|x| x.trim().parse::<i64>()).collect();
                 let list = list.map_err(|_| {
-                    anyhow!("--concurrency {c:?} is not a number of lanes; pass e.g. --concurrency 16")
+                    anyhow!(
+                        "--concurrency {c:?} is not a number of lanes; pass e.g. --concurrency 16"
+                    )
                 })?;
                 put("concurrency", Value::Integers(list), true);
             }
@@ -362,12 +369,19 @@ impl RunPlan {
         }
         if let Some(seed) = a.random_seed {
             if seed > i64::MAX as u64 {
-                bail!("--random-seed {seed} is too large; pass a seed from 0 to {}", i64::MAX);
+                bail!(
+                    "--random-seed {seed} is too large; pass a seed from 0 to {}",
+                    i64::MAX
+                );
             }
             put("random-seed", Value::Integer(seed as i64), true);
         }
         let unsafe_override = a.unsafe_override || demo;
-        put("unsafe-override", Value::Flag(unsafe_override), a.unsafe_override);
+        put(
+            "unsafe-override",
+            Value::Flag(unsafe_override),
+            a.unsafe_override,
+        );
         if let Some(x) = a.trajectory_start_min_ratio {
             put("trajectory-start-min-ratio", Value::Number(x), true);
         }
@@ -422,7 +436,11 @@ impl RunPlan {
                     .collect(),
             };
             tracing::info!("{k} sets the context-overflow phrases");
-            put("context-overflow-substrings", Value::Texts(list.clone()), true);
+            put(
+                "context-overflow-substrings",
+                Value::Texts(list.clone()),
+                true,
+            );
             overflow_phrases_env = Some(list);
         }
         if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_RATE_LIMIT") {
@@ -455,9 +473,7 @@ impl RunPlan {
             }
             (None, None) => Duration::from_secs(300),
         };
-        let api_key = std::env::var(&a.api_key_env)
-            .ok()
-            .filter(|k| !k.is_empty());
+        let api_key = std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty());
         let client = ClientConfig {
             url: a.url.clone().unwrap_or_default(),
             endpoint: a.endpoint.clone(),
@@ -468,7 +484,7 @@ impl RunPlan {
             http2: a.http2,
         };
         let stats_interval = match a.stats_interval {
-            Some(x) if x == 0.0 => None,
+            Some(0.0) => None,
             Some(x) => Some(positive_secs("--stats-interval", x)?),
             None if std::io::stderr().is_terminal() => Some(Duration::from_secs(5)),
             None => Some(Duration::from_secs(30)),
@@ -543,7 +559,9 @@ fn placement(name: &str) -> anyhow::Result<Placement> {
         "system_suffix" => Placement::SystemSuffix,
         "first_turn_prefix" => Placement::FirstTurnPrefix,
         "first_turn_suffix" => Placement::FirstTurnSuffix,
-        other => bail!("the scenario resolved cache-bust to {other:?}, which this host does not know"),
+        other => {
+            bail!("the scenario resolved cache-bust to {other:?}, which this host does not know")
+        }
     })
 }
 
@@ -623,9 +641,9 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
         tracing::warn!("--{}: {}", w.setting, w.message);
     }
     let eff = Effective(&resolved);
-    let conc = eff
-        .concurrency()
-        .ok_or_else(|| anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16"))?;
+    let conc = eff.concurrency().ok_or_else(|| {
+        anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16")
+    })?;
     let conc = u32::try_from(conc)
         .ok()
         .filter(|&c| c > 0)
@@ -636,7 +654,10 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
     let duration = positive_secs("--benchmark-duration", duration)?;
     let seed = resolved.seed;
     if resolved.seed_drawn {
-        tracing::info!(seed, "no --random-seed given; drew one (pass --random-seed {seed} to reproduce)");
+        tracing::info!(
+            seed,
+            "no --random-seed given; drew one (pass --random-seed {seed} to reproduce)"
+        );
     }
     let min_ratio = eff.number("trajectory-start-min-ratio").unwrap_or(0.0);
     let max_ratio = eff.number("trajectory-start-max-ratio").unwrap_or(0.7);
@@ -657,7 +678,11 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
     // Dataset.
     let counter = match &a.tokenizer {
         Some(p) => {
-            let file = if p.is_dir() { p.join("tokenizer.json") } else { p.clone() };
+            let file = if p.is_dir() {
+                p.join("tokenizer.json")
+            } else {
+                p.clone()
+            };
             TokenCounter::from_file(&file).map_err(|e| anyhow!("--tokenizer: {e}"))?
         }
         None => TokenCounter::Words,
@@ -856,17 +881,22 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
         "wasmtime_version": scenario::WASMTIME_VERSION,
     });
     let summary_path = out_dir.join("run_summary.json");
-    crate::fsio::write_atomic(&summary_path, serde_json::to_string_pretty(&doc)?.as_bytes())
-        .with_context(|| format!("cannot write {}", summary_path.display()))?;
+    crate::fsio::write_atomic(
+        &summary_path,
+        serde_json::to_string_pretty(&doc)?.as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", summary_path.display()))?;
     print_summary(&outcome, &summary, &reasons, conc, &records_path, written);
     if let Some(m) = &outcome.message {
         eprintln!("{m}");
     }
-    Ok(if outcome.stop.cancelled() || (a.require_valid && !reasons.is_empty()) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(
+        if outcome.stop.cancelled() || (a.require_valid && !reasons.is_empty()) {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }
 
 fn print_summary(
@@ -878,13 +908,18 @@ fn print_summary(
     written: u64,
 ) {
     let d = |x: &Option<crate::metrics::Dist>| match x {
-        Some(d) => format!("p50 {:>9.2}  p90 {:>9.2}  p99 {:>9.2}  max {:>9.2}", d.p50, d.p90, d.p99, d.max),
+        Some(d) => format!(
+            "p50 {:>9.2}  p90 {:>9.2}  p99 {:>9.2}  max {:>9.2}",
+            d.p50, d.p90, d.p99, d.max
+        ),
         None => "-".to_string(),
     };
     println!(
         "run {} after {:.1} s of profiling at concurrency {conc}",
         o.stop.as_str(),
-        o.profiling_ns.map(|(a, b)| (b - a) as f64 / 1e9).unwrap_or(0.0)
+        o.profiling_ns
+            .map(|(a, b)| (b - a) as f64 / 1e9)
+            .unwrap_or(0.0)
     );
     println!(
         "requests      {} ok, {} failed, {} context overflow, {} cancelled, {} warmup",

@@ -69,7 +69,9 @@ impl std::fmt::Debug for ClientConfig {
 /// A setup error: the URL or the TLS configuration is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("--url {url:?} is not a usable http(s) URL: {why}; pass e.g. --url http://localhost:8000")]
+    #[error(
+        "--url {url:?} is not a usable http(s) URL: {why}; pass e.g. --url http://localhost:8000"
+    )]
     Url { url: String, why: String },
     #[error("--endpoint {0:?} must start with `/`, e.g. --endpoint /v1/chat/completions")]
     Endpoint(String),
@@ -212,13 +214,7 @@ impl Client {
         ex
     }
 
-    async fn exchange(
-        &self,
-        body: Bytes,
-        ids: RequestIds<'_>,
-        keep_text: bool,
-        ex: &mut Exchange,
-    ) {
+    async fn exchange(&self, body: Bytes, ids: RequestIds<'_>, keep_text: bool, ex: &mut Exchange) {
         let mut req = Request::post(self.uri.clone())
             .header(CONTENT_TYPE, "application/json")
             .header("x-request-id", ids.request_id)
@@ -311,7 +307,11 @@ impl Client {
             let now = Instant::now();
             let r = dec.feed(data, |event| state.on_event(event, now, ex));
             if let Err(e) = r {
-                ex.fail(Failure::new(ex.status, FailureKind::MalformedSse, e.to_string()));
+                ex.fail(Failure::new(
+                    ex.status,
+                    FailureKind::MalformedSse,
+                    e.to_string(),
+                ));
                 return;
             }
             if let Some(f) = state.failure.take() {
@@ -471,10 +471,7 @@ fn server_error_message(body: &str) -> (Option<String>, String) {
             return Some((None, s.to_owned()));
         }
         let msg = e.get("message")?.as_str()?.to_owned();
-        let ty = e
-            .get("type")
-            .and_then(|t| t.as_str())
-            .map(str::to_owned);
+        let ty = e.get("type").and_then(|t| t.as_str()).map(str::to_owned);
         Some((ty, msg))
     };
     v.as_ref()
@@ -657,8 +654,13 @@ impl RequestBody {
     }
 
     /// The keys the body sets itself; `--extra-inputs` may not name them.
-    pub const RESERVED: [&'static str; 5] =
-        ["model", "messages", "stream", "stream_options", "max_tokens"];
+    pub const RESERVED: [&'static str; 5] = [
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "max_tokens",
+    ];
 
     /// Writes `{"model":..,"messages":<messages>,"max_tokens":N,"stream":..,...}` to `out`.
     pub fn write(&self, out: &mut Vec<u8>, max_tokens: u32, messages: impl FnOnce(&mut Vec<u8>)) {
@@ -780,7 +782,11 @@ mod tests {
             done: false,
             failure: None,
         };
-        st.on_event(r#"{"error":{"message":"boom","type":"InternalServerError","code":500}}"#, now, &mut ex);
+        st.on_event(
+            r#"{"error":{"message":"boom","type":"InternalServerError","code":500}}"#,
+            now,
+            &mut ex,
+        );
         let f = st.failure.unwrap();
         assert_eq!(f.kind, FailureKind::StreamError);
         assert!(f.message.contains("boom"));

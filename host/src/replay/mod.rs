@@ -30,9 +30,7 @@ use tokio::sync::watch;
 
 use crate::client::{Client, Exchange, FailureKind, RequestBody, RequestIds};
 use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
-use crate::record::{
-    Clock, Phase, RecordError, RecordSender, RequestRecord, TokenSource,
-};
+use crate::record::{Clock, Phase, RecordError, RecordSender, RequestRecord, TokenSource};
 use crate::scenario::types::{ErrorClass, ErrorResponse, Placement, SessionId};
 use crate::scenario::ScenarioInstance;
 pub use plan::{Lane, Plan, PlanParams};
@@ -164,11 +162,7 @@ struct Sent {
 
 /// Runs warmup and profiling to the end. Records go to `inputs.records`; the returned outcome holds
 /// the counts and why the run stopped.
-pub async fn run(
-    cfg: ReplayConfig,
-    plan: Plan,
-    inputs: ReplayInputs,
-) -> ReplayOutcome {
+pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayOutcome {
     let ReplayInputs {
         dataset,
         synth,
@@ -211,7 +205,10 @@ pub async fn run(
     let lanes = plan.lanes;
 
     // ---- warmup ----
-    tracing::info!(lanes = lanes.len(), "warmup: one request per lane at its start turn");
+    tracing::info!(
+        lanes = lanes.len(),
+        "warmup: one request per lane at its start turn"
+    );
     let warm_start = shared.clock.now_ns();
     let mut warm = tokio::task::JoinSet::new();
     for lane in lanes.iter().cloned() {
@@ -469,7 +466,8 @@ async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) -> Result<(),
         .map_err(|e| e.to_string())?;
     let session = Session::new(sh, lane.lane, lane.trace, 0, lane.marker.clone());
     let mut cancel = sh.cancel.subscribe();
-    let sent = send_turn(sh, &session, &conv, Phase::Warmup, start_ns, &mut cancel).await;
+    let req = prepare(sh, &session, &conv);
+    let sent = send_turn(sh, &session, req, Phase::Warmup, start_ns, &mut cancel).await;
     match sent.error {
         None => Ok(()),
         Some(e) => Err(e),
@@ -484,7 +482,10 @@ async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64) {
     let mut start_turn = first.start_turn as usize + 1;
     let mut intended = prof_start;
     loop {
-        let traj = sh.ds.trajectory(session.trace).expect("planned trace exists");
+        let traj = sh
+            .ds
+            .trajectory(session.trace)
+            .expect("planned trace exists");
         if start_turn < traj.num_turns() {
             sh.tally.lock().expect("tally lock").sessions += 1;
             play_session(&sh, &session, start_turn, intended, &mut cancel, &mut stop).await;
@@ -496,7 +497,11 @@ async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64) {
             .expect("recycler lock")
             .recycle(session.trace, can_start);
         let Some(next) = next else { return };
-        let id = sh.ds.trajectory(next.trace).expect("pool trace exists").id();
+        let id = sh
+            .ds
+            .trajectory(next.trace)
+            .expect("pool trace exists")
+            .id();
         let m = marker(&sh, session.lane, id, next.recycle_pass);
         session = Session::new(&sh, session.lane, next.trace, next.recycle_pass, m);
         start_turn = 0;
@@ -513,7 +518,10 @@ async fn play_session(
     cancel: &mut watch::Receiver<bool>,
     stop: &mut watch::Receiver<bool>,
 ) {
-    let traj = sh.ds.trajectory(session.trace).expect("planned trace exists");
+    let traj = sh
+        .ds
+        .trajectory(session.trace)
+        .expect("planned trace exists");
     let mut conv = match sh.synth.conversation(traj, start, sh.cfg.mode) {
         Ok(c) => c,
         Err(e) => {
@@ -521,11 +529,12 @@ async fn play_session(
             return;
         }
     };
+    let mut req = prepare(sh, session, &conv);
     loop {
         if *stop.borrow() || *cancel.borrow() {
             return;
         }
-        let sent = send_turn(sh, session, &conv, Phase::Profiling, intended, cancel).await;
+        let sent = send_turn(sh, session, req, Phase::Profiling, intended, cancel).await;
         if sent.overflow {
             tracing::info!(
                 "terminating trajectory {} early at turn {}/{} (context overflow)",
@@ -538,16 +547,7 @@ async fn play_session(
         if conv.is_final() {
             return;
         }
-        let next = conv.turn() + 1;
-        let delay = sh.delays[session.trace][next];
-        let due = sent.end + Duration::from_secs_f64(delay);
-        intended = sh.clock.ns_of(due);
-        if delay > 0.0 {
-            tokio::select! {
-                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
+        // The next body is built during the think time, so synthesis never delays a send.
         let reply = match sh.cfg.mode {
             AssistantMode::Live => sent.reply.as_deref(),
             AssistantMode::Recorded => None,
@@ -556,35 +556,78 @@ async fn play_session(
             tracing::error!("{e}; the session ends here");
             return;
         }
+        req = prepare(sh, session, &conv);
+        let delay = sh.delays[session.trace][conv.turn()];
+        let due = sent.end + Duration::from_secs_f64(delay);
+        intended = sh.clock.ns_of(due);
+        if delay > 0.0 {
+            tokio::select! {
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
     }
 }
 
-/// Sends the conversation's current turn and records it.
+/// A request ready to send.
+struct Prepared {
+    body: Bytes,
+    request_id: String,
+    trace_id: &'static str,
+    turn: u32,
+    num_turns: u32,
+    max_tokens: u32,
+    /// Client-side prompt tokens (word model or tokenizer), marker included.
+    client_isl: u64,
+}
+
+/// Writes the conversation's current turn as a request body.
+fn prepare(
+    sh: &Shared,
+    session: &Session,
+    conv: &crate::dataset::Conversation<'static>,
+) -> Prepared {
+    let traj = conv.trajectory();
+    let turn = conv.turn();
+    let max_tokens = traj
+        .turn(turn)
+        .map(|t| t.output_tokens())
+        .unwrap_or(1)
+        .max(1);
+    let bust = bust(sh.cfg.placement, &session.marker);
+    let mut buf = Vec::with_capacity(64 * 1024);
+    sh.body
+        .write(&mut buf, max_tokens, |o| conv.write_messages_json(o, bust));
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed);
+    let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
+    Prepared {
+        body: Bytes::from(buf),
+        request_id: format!("{}-r{seq}", sh.run_short),
+        trace_id: traj.id(),
+        turn: turn as u32,
+        num_turns: traj.num_turns() as u32,
+        max_tokens,
+        client_isl,
+    }
+}
+
+/// Sends a prepared request and records it.
 async fn send_turn(
     sh: &Arc<Shared>,
     session: &Session,
-    conv: &crate::dataset::Conversation<'static>,
+    req: Prepared,
     phase: Phase,
     intended: u64,
     cancel: &mut watch::Receiver<bool>,
 ) -> Sent {
-    let traj = conv.trajectory();
-    let turn = conv.turn();
-    let out_tokens = traj.turn(turn).map(|t| t.output_tokens()).unwrap_or(1);
-    let bust = bust(sh.cfg.placement, &session.marker);
-    let mut buf = Vec::with_capacity(64 * 1024);
-    sh.body
-        .write(&mut buf, out_tokens, |o| conv.write_messages_json(o, bust));
-    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed);
-    let request_id = format!("{}-r{seq}", sh.run_short);
     let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
     sh.in_flight.fetch_add(1, Ordering::Relaxed);
     let ex = sh
         .client
         .send(
-            Bytes::from(buf),
+            req.body.clone(),
             RequestIds {
-                request_id: &request_id,
+                request_id: &req.request_id,
                 correlation_id: &session.correlation_id,
             },
             keep_text,
@@ -592,14 +635,14 @@ async fn send_turn(
         )
         .await;
     sh.in_flight.fetch_sub(1, Ordering::Relaxed);
-    let rec = to_record(sh, session, conv, phase, intended, request_id, out_tokens, &ex);
+    let rec = to_record(sh, session, req, phase, intended, &ex);
     let sent = Sent {
         overflow: rec.context_overflow,
         error: rec
             .error
             .as_ref()
             .map(|e| format!("{} ({})", e.message, e.kind)),
-        reply: (rec.error.is_none() && keep_text).then(|| ex.text),
+        reply: (rec.error.is_none() && keep_text).then_some(ex.text),
         end: ex.end,
     };
     account(sh, &rec);
@@ -607,18 +650,14 @@ async fn send_turn(
     sent
 }
 
-#[allow(clippy::too_many_arguments)]
 fn to_record(
     sh: &Shared,
     session: &Session,
-    conv: &crate::dataset::Conversation<'static>,
+    req: Prepared,
     phase: Phase,
     intended: u64,
-    request_id: String,
-    max_tokens: u32,
     ex: &Exchange,
 ) -> RequestRecord {
-    let traj = conv.trajectory();
     let usage = ex.usage.unwrap_or_default();
     let server = sh.cfg.use_server_token_count
         && usage.prompt_tokens.is_some()
@@ -630,9 +669,8 @@ fn to_record(
             TokenSource::Server,
         )
     } else {
-        let marker_tokens = sh.counter.count(&session.marker);
         (
-            conv.prompt_words() + marker_tokens,
+            req.client_isl,
             sh.counter.count(&ex.text),
             TokenSource::Client,
         )
@@ -676,14 +714,14 @@ fn to_record(
         .is_some_and(|f| f.kind == FailureKind::Cancelled);
     let send_ns = sh.clock.ns_of(ex.sent);
     RequestRecord {
-        request_id,
+        request_id: req.request_id,
         correlation_id: session.correlation_id.clone(),
         session_num: session.session_num,
         phase,
         lane: session.lane,
-        trace_id: traj.id().to_owned(),
-        turn: conv.turn() as u32,
-        num_turns: traj.num_turns() as u32,
+        trace_id: req.trace_id.to_owned(),
+        turn: req.turn,
+        num_turns: req.num_turns,
         recycle_pass: session.recycle_pass,
         intended_ns: intended.min(send_ns),
         send_ns,
@@ -695,7 +733,7 @@ fn to_record(
         osl,
         token_source,
         usage,
-        max_tokens: max_tokens.max(1),
+        max_tokens: req.max_tokens,
         finish_reason: ex.finish_reason.clone(),
         cancelled,
         context_overflow,

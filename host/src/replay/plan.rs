@@ -160,7 +160,11 @@ impl Plan {
             .max()
             .unwrap_or(8)
             .max(8);
-        let _ = writeln!(s, "{:>5}  {:<w$}  {:>11}  {:>6}", "lane", "trace", "start_turn", "pct");
+        let _ = writeln!(
+            s,
+            "{:>5}  {:<w$}  {:>11}  {:>6}",
+            "lane", "trace", "start_turn", "pct"
+        );
         for l in &self.lanes {
             let _ = writeln!(
                 s,
