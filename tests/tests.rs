@@ -4,3 +4,4 @@ mod cli;
 mod dataset;
 mod scenario;
 mod sim;
+mod replay;
