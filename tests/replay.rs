@@ -202,7 +202,10 @@ fn sessions_follow_the_plan_warmup_then_k_plus_one_then_recycle_from_turn_zero()
     let start_of: HashMap<u32, u32> = lanes
         .iter()
         .map(|l| {
-            let (k, n) = (l["start_turn"].as_u64().unwrap(), l["turns"].as_u64().unwrap());
+            let (k, n) = (
+                l["start_turn"].as_u64().unwrap(),
+                l["turns"].as_u64().unwrap(),
+            );
             assert!(k >= (n as f64 * 0.25) as u64 && k <= (n as f64 * 0.75) as u64);
             assert!(l["marker"].as_str().unwrap().starts_with("[rid:"));
             (l["lane"].as_u64().unwrap() as u32, k as u32)
@@ -269,15 +272,24 @@ fn sessions_follow_the_plan_warmup_then_k_plus_one_then_recycle_from_turn_zero()
             assert_eq!(w[1].turn, w[0].turn + 1);
             assert_eq!(w[1].lane, w[0].lane);
             assert_eq!(w[1].trace_id, w[0].trace_id);
-            assert!(w[1].send_ns >= w[0].end_ns, "a turn waits for the previous one");
+            assert!(
+                w[1].send_ns >= w[0].end_ns,
+                "a turn waits for the previous one"
+            );
         }
         if first.recycle_pass == 0 && first.turn == start_of[&first.lane] + 1 {
             continue;
         }
-        assert_eq!(first.turn, 0, "recycled sessions start at turn 0: {first:?}");
+        assert_eq!(
+            first.turn, 0,
+            "recycled sessions start at turn 0: {first:?}"
+        );
         recycled += 1;
     }
-    assert!(recycled > 0, "with no think time lanes finish traces and recycle");
+    assert!(
+        recycled > 0,
+        "with no think time lanes finish traces and recycle"
+    );
     // No two live sessions of one trace at once (24 traces > 3 lanes).
     let mut spans: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for s in sessions.values().filter(|s| s[0].phase == Phase::Profiling) {
@@ -359,7 +371,10 @@ fn locks_are_listed_together_and_exit_2() {
     ] {
         assert!(e.contains(flag), "{flag} missing from: {e}");
     }
-    assert!(!r.artifacts().exists(), "nothing is written for a refused run");
+    assert!(
+        !r.artifacts().exists(),
+        "nothing is written for a refused run"
+    );
 }
 
 #[test]
@@ -367,16 +382,117 @@ fn bad_flags_say_which_and_how() {
     let corpus = fixture("traces-24.jsonl");
     let corpus = corpus.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
-        (&["--url", "localhost:8000", "--model", "m", "--input-file", corpus, "--concurrency", "2", "--benchmark-duration", "900"], "--url"),
-        (&["--url", "http://x", "--input-file", corpus], "--model is required"),
+        (
+            &[
+                "--url",
+                "localhost:8000",
+                "--model",
+                "m",
+                "--input-file",
+                corpus,
+                "--concurrency",
+                "2",
+                "--benchmark-duration",
+                "900",
+            ],
+            "--url",
+        ),
+        (
+            &["--url", "http://x", "--input-file", corpus],
+            "--model is required",
+        ),
         (&["--url", "http://x", "--model", "m"], "no dataset"),
-        (&["--url", "http://x", "--model", "m", "--input-file", corpus, "--extra-inputs", "nocolon"], "--extra-inputs"),
-        (&["--url", "http://x", "--model", "m", "--input-file", corpus, "--extra-inputs", "max_tokens:5"], "max_tokens"),
-        (&["--url", "http://x", "--model", "m", "--input-file", corpus, "--failed-request-threshold", "2"], "--failed-request-threshold"),
-        (&["--url", "http://x", "--model", "m", "--input-file", corpus, "--benchmark-grace-period", "soon"], "--benchmark-grace-period"),
-        (&["--url", "http://x", "--model", "m", "--input-file", "/nonexistent/t.jsonl", "--concurrency", "2", "--benchmark-duration", "900"], "/nonexistent/t.jsonl"),
-        (&["--url", "http://x", "--model", "m", "--public-dataset", "nope"], "--public-dataset nope"),
-        (&["--url", "http://x", "--model", "m", "--input-file", corpus, "--endpoint-type", "embeddings"], "--endpoint-type"),
+        (
+            &[
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--input-file",
+                corpus,
+                "--extra-inputs",
+                "nocolon",
+            ],
+            "--extra-inputs",
+        ),
+        (
+            &[
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--input-file",
+                corpus,
+                "--extra-inputs",
+                "max_tokens:5",
+            ],
+            "max_tokens",
+        ),
+        (
+            &[
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--input-file",
+                corpus,
+                "--failed-request-threshold",
+                "2",
+            ],
+            "--failed-request-threshold",
+        ),
+        (
+            &[
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--input-file",
+                corpus,
+                "--benchmark-grace-period",
+                "soon",
+            ],
+            "--benchmark-grace-period",
+        ),
+        (
+            &[
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--input-file",
+                "/nonexistent/t.jsonl",
+                "--concurrency",
+                "2",
+                "--benchmark-duration",
+                "900",
+            ],
+            "/nonexistent/t.jsonl",
+        ),
+        (
+            &[
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--public-dataset",
+                "nope",
+            ],
+            "--public-dataset nope",
+        ),
+        (
+            &[
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--input-file",
+                corpus,
+                "--endpoint-type",
+                "embeddings",
+            ],
+            "--endpoint-type",
+        ),
     ];
     for (args, want) in cases {
         let r = run(args);
@@ -420,14 +536,21 @@ fn server_errors_trip_the_failed_request_threshold_and_keep_the_records() {
         }
         assert_eq!(r.code(), 1, "{}", r.stderr());
         assert!(
-            r.stderr().contains("--failed-request-threshold 0.05 exceeded"),
+            r.stderr()
+                .contains("--failed-request-threshold 0.05 exceeded"),
             "{}",
             r.stderr()
         );
         let recs = r.records();
-        let prof: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Profiling).collect();
+        let prof: Vec<_> = recs
+            .iter()
+            .filter(|x| x.phase == Phase::Profiling)
+            .collect();
         assert!(prof.len() >= 10, "armed after max(concurrency, 10) records");
-        let failed: Vec<_> = prof.iter().filter(|x| x.error.is_some() && !x.cancelled).collect();
+        let failed: Vec<_> = prof
+            .iter()
+            .filter(|x| x.error.is_some() && !x.cancelled)
+            .collect();
         assert!(!failed.is_empty());
         for f in failed {
             let e = f.error.as_ref().unwrap();
@@ -462,7 +585,9 @@ fn a_failed_warmup_aborts_the_run_with_exit_1() {
     assert!(r.stderr().contains("warmup failed"), "{}", r.stderr());
     let recs = r.records();
     assert_eq!(recs.len(), 2);
-    assert!(recs.iter().all(|x| x.phase == Phase::Warmup && x.error.is_some()));
+    assert!(recs
+        .iter()
+        .all(|x| x.phase == Phase::Warmup && x.error.is_some()));
     assert_eq!(r.summary()["stop"], "warmup_failed");
 }
 
@@ -522,7 +647,10 @@ fn resets_malformed_streams_and_stalls_become_error_records_not_hangs() {
     for k in ["connection_reset", "malformed_sse", "timeout"] {
         assert!(kinds.contains(k), "{k} not seen in {kinds:?}");
     }
-    assert!(started.elapsed() < Duration::from_secs(120), "runs never hang");
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "runs never hang"
+    );
 }
 
 #[test]
@@ -605,7 +733,9 @@ fn context_overflow_ends_the_trajectory_and_is_not_a_failure() {
     assert_eq!(s["summary"]["requests_failed"], 0);
     let reasons = s["submission_invalid_reasons"].as_array().unwrap();
     assert!(
-        reasons.iter().any(|x| x == "context_overflow_rate_exceeded"),
+        reasons
+            .iter()
+            .any(|x| x == "context_overflow_rate_exceeded"),
         "{reasons:?}"
     );
 }
@@ -650,7 +780,10 @@ fn an_interrupt_drains_keeps_the_records_and_exits_1() {
         if n >= 6 {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "no records streamed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no records streamed"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
@@ -660,13 +793,55 @@ fn an_interrupt_drains_keeps_the_records_and_exits_1() {
     assert!(err.contains("interrupt"), "{err}");
     let recs = read_records(&records).unwrap();
     assert!(recs.len() >= 6);
-    let s: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("artifacts/run_summary.json")).unwrap())
-            .unwrap();
+    let s: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("artifacts/run_summary.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(s["stop"], "interrupted");
     assert!(s["submission_invalid_reasons"]
         .as_array()
         .unwrap()
         .iter()
         .any(|r| r == "run_cancelled"));
+}
+
+#[test]
+fn h2c_works_and_the_api_key_is_never_written() {
+    let sim = Sim::start(fast());
+    let url = sim.url();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "sk-agentx-test-9f8e7d";
+    let out = command(
+        dir.path(),
+        &against(
+            &url,
+            &[
+                "--concurrency",
+                "2",
+                "--benchmark-duration",
+                "2",
+                "--ignore-trace-delays",
+                "--http2",
+            ],
+        ),
+    )
+    .env("AGENTX_API_KEY", secret)
+    .env("AGENTX_LOG", "debug")
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let recs = read_records(&dir.path().join("artifacts/records.jsonl")).unwrap();
+    assert!(recs.len() >= 2);
+    assert!(
+        recs.iter().all(|r| r.ok()),
+        "h2c requests succeed: {recs:#?}"
+    );
+    assert!(!err.contains(secret));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(secret));
+    for e in std::fs::read_dir(dir.path().join("artifacts")).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(!text.contains(secret), "{} holds the key", p.display());
+    }
 }

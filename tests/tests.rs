@@ -2,6 +2,6 @@
 
 mod cli;
 mod dataset;
+mod replay;
 mod scenario;
 mod sim;
-mod replay;

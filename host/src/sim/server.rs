@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
@@ -460,8 +460,10 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let mut conns = JoinSet::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).keep_alive(true);
+    // HTTP/1.1 with keep-alive, and HTTP/2 without TLS (h2c, prior knowledge) on the same port.
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
     let mut listener = Some(listener);
     loop {
         tokio::select! {
@@ -480,7 +482,7 @@ pub async fn serve(
                     let _ = stream.set_nodelay(true);
                     let shared = shared.clone();
                     let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                     let conn = graceful.watch(conn);
                     conns.spawn(async move {
                         let _ = conn.await;

@@ -1,0 +1,406 @@
+//! What the replay client costs: CPU per streamed token, timing error, memory per session.
+//!
+//! The simulator runs in this process on its own thread and current-thread runtime, so its CPU time
+//! is that thread's (`getrusage(RUSAGE_THREAD)`); the client's CPU is the process's minus the
+//! simulator's, which covers everything a replay does: prompt synthesis into request bodies, the
+//! hyper pool, SSE decoding, timestamps, the scenario calls and the record writer thread.
+//!
+//! Three measurements, on a synthetic corpus of 1,100 traces (the real corpus's shape):
+//! 1. **cost**: `--speed max` (no simulated latency), think times off, at concurrency 1, 64, 256 and
+//!    1024: CPU-microseconds per streamed token (target at most 3).
+//! 2. **timing error**: fixed 50 ms TTFT and 10 ms inter-token latency at concurrency 1024: measured
+//!    TTFT minus 50 ms at p50/p99 (target p99 under 2 ms).
+//! 3. **memory**: sessions whose contexts are about 100k tokens, at concurrency 64: peak RSS growth per
+//!    active session.
+//!
+//! Run: `cargo bench --bench replay_client [-- --secs 8 --conc 1,64,256,1024 --skip-memory]`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agentx::client::{Client, ClientConfig, RequestBody};
+use agentx::dataset::synth::{write_corpus, SynthOptions};
+use agentx::dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth, TokenCounter};
+use agentx::metrics::Dist;
+use agentx::record::{read_records, Clock, Phase, RecordSink};
+use agentx::replay::{self, Plan, PlanParams, ReplayConfig, ReplayInputs};
+use agentx::scenario::types::{DelayParams, Placement, StartParams};
+use agentx::scenario::{Limits, ScenarioEngine};
+use agentx::sim::{self, SimConfig, Timing};
+use nix::sys::resource::{getrlimit, getrusage, setrlimit, Resource, Usage, UsageWho};
+use tokio::sync::watch;
+
+fn cpu_secs(u: &Usage) -> f64 {
+    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+    t(u.user_time()) + t(u.system_time())
+}
+
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// A simulator on its own thread; `cpu()` asks that thread for its CPU time.
+struct SimThread {
+    url: String,
+    cpu_tx: tokio::sync::mpsc::UnboundedSender<std::sync::mpsc::Sender<f64>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SimThread {
+    fn start(cfg: SimConfig) -> SimThread {
+        let (url_tx, url_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (cpu_tx, mut cpu_rx) =
+            tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::Sender<f64>>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let h = sim::spawn(cfg).expect("start the simulator");
+                url_tx.send(h.url()).unwrap();
+                let serve_cpu = async {
+                    while let Some(reply) = cpu_rx.recv().await {
+                        let u = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
+                        let _ = reply.send(cpu_secs(&u));
+                    }
+                };
+                tokio::select! {
+                    _ = stop_rx => {}
+                    _ = serve_cpu => {}
+                }
+                h.shutdown().await;
+            });
+        });
+        SimThread {
+            url: url_rx.recv().unwrap(),
+            cpu_tx,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn cpu(&self) -> f64 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.cpu_tx.send(tx).unwrap();
+        rx.recv().unwrap()
+    }
+}
+
+impl Drop for SimThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Figures {
+    tokens: u64,
+    requests: usize,
+    secs: f64,
+    client_cpu: f64,
+    ttft_over_ms: Option<Dist>,
+    peak_rss_growth: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replay_once(
+    ds: &'static Dataset,
+    synth: &'static PromptSynth,
+    sim_cfg: SimConfig,
+    conc: u32,
+    secs: f64,
+    ratios: (f64, f64),
+    expected_ttft_ms: f64,
+    out: &Path,
+) -> Figures {
+    let sim = SimThread::start(sim_cfg);
+    let engine = ScenarioEngine::new(Limits::default(), None).unwrap();
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-scenarios/dist/agentx-mvp.wasm");
+    let sc = engine.load(&wasm, None).unwrap();
+    let mut inst = sc.instantiate().unwrap();
+    let params = PlanParams {
+        concurrency: conc,
+        start: StartParams {
+            seed: 42,
+            min_ratio: ratios.0,
+            max_ratio: ratios.1,
+        },
+        delay: DelayParams {
+            think_time_only: true,
+            cap_seconds: Some(60.0),
+        },
+        placement: Placement::FirstTurnPrefix,
+        mode: AssistantMode::Live,
+        run_id: format!("bench{conc}"),
+    };
+    let mut plan = Plan::build(ds, &mut inst, &params).unwrap();
+    // Think time off: the client is kept as busy as the lanes allow.
+    plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
+    std::fs::create_dir_all(out).unwrap();
+    let sink = RecordSink::create(out).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = {
+        let _g = rt.enter();
+        Client::new(&ClientConfig {
+            url: sim.url.clone(),
+            endpoint: "/v1/chat/completions".into(),
+            api_key: None,
+            idle_timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(600),
+            http2: false,
+        })
+        .unwrap()
+    };
+    let body = RequestBody::new(
+        "agentx-sim",
+        true,
+        true,
+        &[("ignore_eos".into(), serde_json::json!(true))],
+    );
+    let (_int_tx, int_rx) = watch::channel(0u32);
+    let cfg = ReplayConfig {
+        duration: Duration::from_secs_f64(secs),
+        grace: Some(Duration::from_secs(30)),
+        warmup_grace: None,
+        failed_request_threshold: None,
+        placement: Placement::FirstTurnPrefix,
+        mode: AssistantMode::Live,
+        use_server_token_count: true,
+        overflow_phrases: None,
+        run_id: format!("bench{conc}"),
+        stats_interval: None,
+    };
+    let rss0 = rss_bytes();
+    let stop_sampler = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop_sampler.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(rss_bytes());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak
+        })
+    };
+    let p0 = cpu_secs(&getrusage(UsageWho::RUSAGE_SELF).unwrap());
+    let s0 = sim.cpu();
+    let t0 = Instant::now();
+    let outcome = rt.block_on(replay::run(
+        cfg,
+        plan,
+        ReplayInputs {
+            dataset: ds,
+            synth,
+            counter: TokenCounter::Words,
+            client,
+            body,
+            scenario: inst,
+            records: sink.sender(),
+            clock: Clock::start(),
+            interrupt: int_rx,
+        },
+    ));
+    let wall = t0.elapsed().as_secs_f64();
+    drop(rt);
+    let written = sink.close().unwrap();
+    let p1 = cpu_secs(&getrusage(UsageWho::RUSAGE_SELF).unwrap());
+    let s1 = sim.cpu();
+    stop_sampler.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    drop(sim);
+    assert_eq!(outcome.stop, replay::StopReason::Completed);
+    let recs = read_records(&out.join("records.jsonl")).unwrap();
+    assert_eq!(recs.len() as u64, written);
+    let failed: Vec<_> = recs.iter().filter(|r| !r.ok()).collect();
+    assert!(
+        failed.is_empty(),
+        "failed requests: {:?}",
+        &failed[..failed.len().min(3)]
+    );
+    let tokens: u64 = recs.iter().map(|r| r.chunk_offsets_ns.len() as u64).sum();
+    let over: Vec<f64> = recs
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .filter_map(|r| r.ttft_ns())
+        .map(|t| t as f64 / 1e6 - expected_ttft_ms)
+        .collect();
+    Figures {
+        tokens,
+        requests: recs.len(),
+        secs: wall,
+        client_cpu: (p1 - p0) - (s1 - s0),
+        ttft_over_ms: Dist::of(over),
+        peak_rss_growth: peak.saturating_sub(rss0),
+    }
+}
+
+fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+}
+
+fn corpus(dir: &Path, name: &str, opts: SynthOptions) -> &'static Dataset {
+    let path = dir.join(name);
+    write_corpus(&opts, &path).unwrap();
+    let ds = Dataset::open_path(
+        &path,
+        &OpenOptions {
+            num_dataset_entries: None,
+            cache_dir: Some(dir.join("cache")),
+        },
+    )
+    .unwrap();
+    Box::leak(Box::new(ds))
+}
+
+fn main() {
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let secs: f64 = arg("--secs").unwrap_or(8.0);
+    let conc: Vec<u32> = arg::<String>("--conc")
+        .unwrap_or_else(|| "1,64,256,1024".into())
+        .split(',')
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let skip_memory = std::env::args().any(|a| a == "--skip-memory");
+    let skip_timing = std::env::args().any(|a| a == "--skip-timing");
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = corpus(
+        tmp.path(),
+        "traces.jsonl",
+        SynthOptions {
+            traces: 1100,
+            seed: 7,
+            max_isl: None,
+            max_turns: None,
+        },
+    );
+    let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::new(42)));
+    println!(
+        "corpus: {} synthetic traces, {} requests; live-assistant mode, think time off",
+        ds.len(),
+        ds.total_turns()
+    );
+
+    println!("\n1. client cost at --speed max ({secs} s of profiling per level)");
+    println!(
+        "{:>6} {:>10} {:>12} {:>12} {:>14} {:>12}",
+        "conc", "requests", "tokens", "tokens/s", "client cpu s", "cpu us/token"
+    );
+    for &c in &conc {
+        let f = replay_once(
+            ds,
+            synth,
+            SimConfig::max(),
+            c,
+            secs,
+            (0.0, 0.7),
+            0.0,
+            &tmp.path().join(format!("cost-{c}")),
+        );
+        println!(
+            "{:>6} {:>10} {:>12} {:>12.0} {:>14.2} {:>12.2}",
+            c,
+            f.requests,
+            f.tokens,
+            f.tokens as f64 / f.secs,
+            f.client_cpu,
+            f.client_cpu * 1e6 / f.tokens.max(1) as f64
+        );
+    }
+
+    if !skip_timing {
+        let c = *conc.iter().max().unwrap_or(&1024);
+        println!("\n2. timing error: fixed TTFT 50 ms, ITL 10 ms, concurrency {c}");
+        let mut cfg = SimConfig::max();
+        cfg.timing = Timing::Fixed {
+            ttft: Duration::from_millis(50),
+            itl: Duration::from_millis(10),
+        };
+        let f = replay_once(
+            ds,
+            synth,
+            cfg,
+            c,
+            secs.max(10.0),
+            (0.0, 0.7),
+            50.0,
+            &tmp.path().join("timing"),
+        );
+        if let Some(d) = f.ttft_over_ms {
+            println!(
+                "measured TTFT - 50 ms over {} profiling requests: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+                d.count, d.p50, d.p90, d.p99, d.max
+            );
+        }
+        println!(
+            "client cpu {:.2} s for {} tokens ({:.2} us/token)",
+            f.client_cpu,
+            f.tokens,
+            f.client_cpu * 1e6 / f.tokens.max(1) as f64
+        );
+    }
+
+    if !skip_memory {
+        let c = 64;
+        println!("\n3. memory: ~100k-token contexts, concurrency {c}");
+        let big = corpus(
+            tmp.path(),
+            "big.jsonl",
+            SynthOptions {
+                traces: 200,
+                seed: 11,
+                max_isl: Some(110_000),
+                max_turns: None,
+            },
+        );
+        let mut cfg = SimConfig::max();
+        cfg.max_model_len = 1 << 20;
+        cfg.timing = Timing::Fixed {
+            ttft: Duration::from_millis(200),
+            itl: Duration::from_millis(20),
+        };
+        let f = replay_once(
+            big,
+            synth,
+            cfg,
+            c,
+            secs,
+            (0.8, 0.95),
+            0.0,
+            &tmp.path().join("memory"),
+        );
+        let recs = read_records(&tmp.path().join("memory/records.jsonl")).unwrap();
+        let isl: Vec<f64> = recs.iter().map(|r| r.isl as f64).collect();
+        let d = Dist::of(isl).unwrap();
+        println!(
+            "ISL of the requests: p50 {:.0}, max {:.0} tokens; peak RSS growth {:.1} MiB = {:.0} KiB per active session",
+            d.p50,
+            d.max,
+            f.peak_rss_growth as f64 / (1 << 20) as f64,
+            f.peak_rss_growth as f64 / 1024.0 / c as f64
+        );
+    }
+}
