@@ -845,3 +845,91 @@ fn h2c_works_and_the_api_key_is_never_written() {
         assert!(!text.contains(secret), "{} holds the key", p.display());
     }
 }
+
+#[test]
+fn a_manifest_reruns_the_same_plan_and_refuses_changed_inputs() {
+    let sim = Sim::start(fast());
+    let url = sim.url();
+    let corpus = fixture("traces-24.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    // No --random-seed: the seed is drawn, and the manifest must carry it.
+    let out = command(
+        dir.path(),
+        &[
+            "--url",
+            &url,
+            "--model",
+            "agentx-sim",
+            "--dataset",
+            corpus.to_str().unwrap(),
+            "--concurrency",
+            "3",
+            "--benchmark-duration",
+            "2",
+            "--unsafe-override",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let art = dir.path().join("artifacts");
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(art.join("run_manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["seed_drawn"], true);
+    assert!(m["ended_unix_ns"].as_u64().unwrap() > m["started_unix_ns"].as_u64().unwrap());
+    assert_eq!(m["scenario"]["name"], "inferencex-agentx-mvp");
+    assert_eq!(m["dataset"]["cache_key"].as_str().unwrap().len(), 64);
+
+    let replay = |extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentx-host"));
+        c.arg("replay")
+            .arg(&art)
+            .args(extra)
+            .current_dir(dir.path())
+            .env("AGENTX_HOME", dir.path().join("home"));
+        c.output().unwrap()
+    };
+    let plan = replay(&["--dry-run", "--json"]);
+    assert_eq!(
+        plan.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    let p: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(p["lanes"], m["lanes"], "same start turns and markers");
+    assert_eq!(p["seed"], m["seed"]);
+
+    let rerun = replay(&["--output-artifact-dir", "again"]);
+    assert_eq!(
+        rerun.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let recs = read_records(&dir.path().join("again/records.jsonl")).unwrap();
+    let first = read_records(&art.join("records.jsonl")).unwrap();
+    let warm = |r: &[RequestRecord]| {
+        let mut v: Vec<_> = r
+            .iter()
+            .filter(|x| x.phase == Phase::Warmup)
+            .map(|x| (x.lane, x.trace_id.clone(), x.turn))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(warm(&recs), warm(&first));
+
+    // A manifest whose scenario hash no longer matches is refused with the reason.
+    let mut bad = m.clone();
+    bad["scenario"]["sha256"] = Value::String("00".repeat(32));
+    std::fs::write(art.join("run_manifest.json"), bad.to_string()).unwrap();
+    let o = replay(&["--dry-run"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the manifest recorded sha256:0000"));
+}

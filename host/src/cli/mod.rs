@@ -27,6 +27,9 @@ pub enum Command {
     /// Replay agentic sessions against a server under a scenario component (the main job).
     /// Without --url it starts the built-in simulator and replays the bundled corpus.
     Run(Box<run::RunArgs>),
+    /// Rerun a recorded run from its manifest: same scenario (by hash), dataset (by digest), seed,
+    /// run id and so the same plan.
+    Replay(run::ReplayArgs),
     /// Inspect, add and list scenario components.
     #[command(subcommand)]
     Scenario(ScenarioCommand),
@@ -108,7 +111,8 @@ fn init_tracing() {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run::main(*args),
+        Command::Run(args) => run::main(*args, std::env::args().skip(1).collect()),
+        Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
         Command::Dataset(args) => {

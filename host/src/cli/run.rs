@@ -194,8 +194,121 @@ pub struct RunArgs {
     #[arg(long, default_value = "h200", value_name = "PRESET")]
     pub sim_preset: String,
 
+    /// Refuse to run unless the dataset's cache key is this (set by `agentx-host replay`).
+    #[arg(long, hide = true)]
+    pub expect_dataset_key: Option<String>,
+    /// Refuse to run unless the scenario's sha256 is this (set by `agentx-host replay`).
+    #[arg(long, hide = true)]
+    pub expect_scenario_sha256: Option<String>,
+
     #[command(flatten)]
     pub home: HomeArgs,
+}
+
+/// The manifest file of a run: its inputs, written before the first request.
+pub const MANIFEST_FILE: &str = "run_manifest.json";
+
+/// `agentx-host replay MANIFEST`: rerun a recorded run with the same inputs and the same plan.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// A `run_manifest.json` (or the artifact directory holding it).
+    pub manifest: PathBuf,
+    /// Where the rerun writes (default: the original directory name with `-replay`).
+    #[arg(long, value_name = "DIR")]
+    pub output_artifact_dir: Option<PathBuf>,
+    /// Send to another server (the original URL by default).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Print the plan and send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: print the plan as JSON.
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
+}
+
+/// JSON of a scenario setting value.
+fn value_json(v: &Value) -> serde_json::Value {
+    match v {
+        Value::Absent => serde_json::Value::Null,
+        Value::Flag(b) => json!(b),
+        Value::Integer(i) => json!(i),
+        Value::Number(x) => json!(x),
+        Value::Text(t) => json!(t),
+        Value::Integers(l) => json!(l),
+        Value::Texts(l) => json!(l),
+    }
+}
+
+/// Reruns the run a manifest describes: its command line with the seed, run id, scenario hash and
+/// dataset digest pinned.
+pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let path = if r.manifest.is_dir() {
+        r.manifest.join(MANIFEST_FILE)
+    } else {
+        r.manifest.clone()
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the manifest {}", path.display()))?;
+    let m: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a run manifest (invalid JSON)", path.display()))?;
+    let field = |k: &str| {
+        m.get(k)
+            .ok_or_else(|| anyhow!("{}: the manifest has no `{k}`", path.display()))
+    };
+    let argv: Vec<String> = serde_json::from_value(field("argv")?.clone())
+        .with_context(|| format!("{}: `argv` is not a list of strings", path.display()))?;
+    let seed = field("seed")?
+        .as_u64()
+        .ok_or_else(|| anyhow!("{}: `seed` is not an integer", path.display()))?;
+    let run_id = field("run_id")?
+        .as_str()
+        .ok_or_else(|| anyhow!("{}: `run_id` is not a string", path.display()))?
+        .to_string();
+    let sha = m["scenario"]["sha256"]
+        .as_str()
+        .ok_or_else(|| anyhow!("{}: `scenario.sha256` is missing", path.display()))?
+        .to_string();
+    let key = m["dataset"]["cache_key"].as_str().map(str::to_string);
+    let mut full = vec!["agentx-host".to_string()];
+    full.extend(argv);
+    let cli = <super::Cli as clap::Parser>::try_parse_from(&full).map_err(|e| {
+        anyhow!(
+            "{}: the recorded command line no longer parses: {e}",
+            path.display()
+        )
+    })?;
+    let super::Command::Run(mut a) = cli.command else {
+        bail!("{}: the recorded command is not `run`", path.display());
+    };
+    a.random_seed = Some(seed);
+    a.run_id = Some(run_id);
+    a.expect_scenario_sha256 = Some(sha.clone());
+    a.expect_dataset_key = key;
+    if let Some(s) = &a.scenario {
+        // Pin the component by hash: the original path if it still holds those bytes, else the store.
+        let base = s.split('@').next().unwrap_or(s);
+        a.scenario = Some(if Path::new(base).exists() {
+            format!("{base}@sha256:{sha}")
+        } else {
+            format!("sha256:{sha}")
+        });
+    }
+    if let Some(u) = r.url {
+        a.url = Some(u);
+    }
+    a.output_artifact_dir = match r.output_artifact_dir {
+        Some(d) => d,
+        None => {
+            let mut d = a.output_artifact_dir.clone().into_os_string();
+            d.push("-replay");
+            PathBuf::from(d)
+        }
+    };
+    a.dry_run = r.dry_run;
+    a.json = r.json;
+    let argv: Vec<String> = full[1..].to_vec();
+    main(*a, argv)
 }
 
 /// An environment variable under its agentx name or its aiperf name: `(name, value)`.
@@ -609,11 +722,19 @@ fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// `agentx-host run`.
-pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
+/// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
+pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     let rp = RunPlan::resolve(&a)?;
     let home = a.home.dir();
     let sc = load(&a, &home)?;
+    if let Some(want) = &a.expect_scenario_sha256 {
+        if sc.hash() != want {
+            bail!(
+                "the scenario is sha256:{} but the manifest recorded sha256:{want}; pass the recorded component (add it with `agentx-host scenario add FILE`)",
+                sc.hash()
+            );
+        }
+    }
     let mut inst = sc.instantiate()?;
     let info = inst.describe()?;
     let resolved = match inst.resolve(&rp.settings, entropy())? {
@@ -695,6 +816,15 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
         DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&home)?, &opts)?,
         DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
     };
+    let dataset_key = hex::encode(ds.cache_key().0);
+    if let Some(want) = &a.expect_dataset_key {
+        if &dataset_key != want {
+            bail!(
+                "the dataset {} has digest {dataset_key} but the manifest recorded {want}; the corpus (or --num-dataset-entries) changed",
+                ds.source_path().display()
+            );
+        }
+    }
     let ds: &'static Dataset = Box::leak(Box::new(ds));
     let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::for_counter(seed, &counter)));
 
@@ -732,7 +862,7 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "run_id": run_id,
                 "seed": seed,
                 "concurrency": conc,
-                "dataset": {"traces": ds.len(), "usable": plan.pool.len(), "cache_key": ds.cache_key().short_hex()},
+                "dataset": {"traces": ds.len(), "usable": plan.pool.len(), "cache_key": dataset_key},
                 "lanes": plan.lanes,
             });
             println!("{}", serde_json::to_string_pretty(&v)?);
@@ -756,6 +886,37 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
     let sink = RecordSink::create(out_dir)?;
     let clock = Clock::start();
     let started_unix = clock.anchor_unix_ns();
+    let mut manifest = json!({
+        "argv": argv,
+        "run_id": run_id,
+        "seed": seed,
+        "seed_drawn": resolved.seed_drawn,
+        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
+        "dataset": {
+            "source": ds.source_path(),
+            "alias": ds.alias().map(|x| x.name),
+            "cache_key": dataset_key,
+            "traces": ds.len(),
+            "num_dataset_entries": a.num_dataset_entries,
+        },
+        "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
+        "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
+        "concurrency": conc,
+        "benchmark_duration_s": duration.as_secs_f64(),
+        "assistant_mode": match rp.mode { AssistantMode::Live => "live", AssistantMode::Recorded => "recorded" },
+        "url": rp.url.clone().unwrap_or_else(|| format!("builtin-simulator:{}", a.sim_preset)),
+        "lanes": plan.lanes,
+        "host_version": env!("CARGO_PKG_VERSION"),
+        "wasmtime_version": scenario::WASMTIME_VERSION,
+        "started_unix_ns": started_unix,
+        "ended_unix_ns": null,
+    });
+    let manifest_path = out_dir.join(MANIFEST_FILE);
+    let write_manifest = |m: &serde_json::Value| {
+        crate::fsio::write_atomic(&manifest_path, serde_json::to_string_pretty(m)?.as_bytes())
+            .with_context(|| format!("cannot write {}", manifest_path.display()))
+    };
+    write_manifest(&manifest)?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -850,6 +1011,8 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
             reasons.push(r.clone());
         }
     }
+    manifest["ended_unix_ns"] = json!(clock.unix_ns(clock.now_ns()));
+    write_manifest(&manifest)?;
     let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
     let summary = Summary::of(&records);
     let doc = json!({
@@ -860,7 +1023,7 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
         "dataset": {
             "source": ds.source_path(),
             "alias": ds.alias().map(|x| x.name),
-            "cache_key": ds.cache_key().short_hex(),
+            "cache_key": dataset_key,
             "traces": ds.len(),
         },
         "seed": seed,
@@ -871,8 +1034,6 @@ pub fn main(a: RunArgs) -> anyhow::Result<ExitCode> {
         "url": if rp.demo { "builtin-simulator".to_string() } else { ccfg.url.clone() },
         "model": model,
         "started_unix_ns": started_unix,
-        "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": format!("{:?}", s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
-        "lanes": plan.lanes,
         "submission_valid": reasons.is_empty(),
         "submission_invalid_reasons": reasons,
         "records": written,
