@@ -216,6 +216,8 @@ fn replay_once(
             records: sink.sender(),
             clock: Clock::start(),
             interrupt: int_rx,
+            progress: false,
+            srv_row: None,
         },
     ));
     let wall = t0.elapsed().as_secs_f64();

@@ -985,6 +985,8 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
                 records: sink.sender(),
                 clock,
                 interrupt: int_rx,
+                progress: std::io::stderr().is_terminal(),
+                srv_row: None,
             },
         )
         .await

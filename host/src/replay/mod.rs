@@ -36,6 +36,8 @@ use crate::scenario::ScenarioInstance;
 pub use plan::{Lane, Plan, PlanParams};
 use recycle::Recycler;
 
+use crate::ui::{Live, Progress, SrvRow};
+
 /// How a replay runs (the resolved configuration the replay needs).
 #[derive(Debug, Clone)]
 pub struct ReplayConfig {
@@ -123,7 +125,14 @@ pub struct ReplayInputs {
     pub clock: Clock,
     /// Set once to interrupt (first signal: drain; the caller cancels on a second).
     pub interrupt: watch::Receiver<u32>,
+    /// Draw a progress bar (stderr is a terminal).
+    pub progress: bool,
+    /// The latest server figures for the realtime block's `srv` row.
+    pub srv_row: Option<SrvRowFn>,
 }
+
+/// A source of the realtime block's `srv` row.
+pub type SrvRowFn = Arc<dyn Fn() -> Option<SrvRow> + Send + Sync>;
 
 struct Shared {
     cfg: ReplayConfig,
@@ -149,6 +158,9 @@ struct Shared {
     in_flight: AtomicU64,
     tally: Mutex<Tally>,
     run_short: String,
+    live: Live,
+    progress: Progress,
+    srv_row: Option<SrvRowFn>,
 }
 
 /// The exit of one request as the lane sees it.
@@ -173,6 +185,8 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         records,
         clock,
         mut interrupt,
+        progress,
+        srv_row,
     } = inputs;
     let running = plan.lanes.iter().map(|l| l.trace);
     let recycler = Recycler::new(&plan.pool, running, dataset.len());
@@ -201,6 +215,9 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         request_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         tally: Mutex::new(Tally::default()),
+        live: Live::default(),
+        progress: Progress::new(progress),
+        srv_row,
     });
     let lanes = plan.lanes;
 
@@ -219,6 +236,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         });
     }
     let n = lanes.len();
+    shared.progress.phase("warmup", n as u64);
     let mut returned = 0usize;
     let mut failures: Vec<String> = Vec::new();
     let warm_deadline = shared
@@ -237,6 +255,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
             r = next => match r {
                 Some(Some(Ok((lane, result)))) => {
                     returned += 1;
+                    shared.progress.update(returned as u64, format!("{returned}/{n} warmup requests returned"));
                     let status = if result.is_ok() { "ok" } else { "error" };
                     tracing::info!(
                         "WARMUP {returned}/{n} returned {status} (lane {}, trace {}, start_turn={}/{} ({:.1}%))",
@@ -268,6 +287,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         }
     }
     if interrupted || !failures.is_empty() {
+        shared.progress.finish();
         let tally = shared.tally.lock().expect("tally lock").clone();
         let (stop, message) = if interrupted {
             (
@@ -308,6 +328,10 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     let ticker = shared.cfg.stats_interval;
     let mut tick = tokio::time::interval(ticker.unwrap_or(Duration::from_secs(3600)));
     tick.tick().await;
+    let mut bar_tick = tokio::time::interval(Duration::from_millis(500));
+    shared
+        .progress
+        .phase("profiling", shared.cfg.duration.as_secs().max(1));
     // Wait for the duration, a threshold trip or an interrupt.
     let dl = tokio::time::Instant::from_std(deadline);
     loop {
@@ -327,7 +351,12 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
                 message = Some("interrupted: no new turns were started and in-flight requests were drained".into());
                 break;
             }
-            _ = tick.tick(), if ticker.is_some() => progress_line(&shared, prof_start),
+            _ = tick.tick(), if ticker.is_some() => {
+                let srv = shared.srv_row.as_ref().and_then(|f| f());
+                let elapsed = Duration::from_nanos(shared.clock.now_ns() - prof_start);
+                shared.progress.block(&shared.live.block(elapsed, "profiling", srv.as_ref()));
+            }
+            _ = bar_tick.tick() => bar(&shared, prof_start),
             _ = async {}, if tasks.is_empty() => break,
         }
     }
@@ -375,6 +404,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         }
     };
     drain.await;
+    shared.progress.finish();
     let prof_end = shared.clock.now_ns();
     let tally = shared.tally.lock().expect("tally lock").clone();
     ReplayOutcome {
@@ -385,18 +415,20 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     }
 }
 
-fn progress_line(sh: &Shared, prof_start: u64) {
+/// Moves the progress bar: seconds into profiling and the counts.
+fn bar(sh: &Shared, prof_start: u64) {
     let t = sh.tally.lock().expect("tally lock").clone();
-    let secs = (sh.clock.now_ns() - prof_start) as f64 / 1e9;
-    tracing::info!(
-        "profiling {:.0}/{:.0} s: {} ok, {} failed, {} overflow, {} in flight, {:.0} output tok/s",
+    let secs = (sh.clock.now_ns() - prof_start) / 1_000_000_000;
+    sh.progress.update(
         secs,
-        sh.cfg.duration.as_secs_f64(),
-        t.ok,
-        t.failed,
-        t.context_overflows,
-        sh.in_flight.load(Ordering::Relaxed),
-        t.output_tokens as f64 / secs.max(1e-9)
+        format!(
+            "{secs}/{}s  ok {}  err {}  overflow {}  in flight {}",
+            sh.cfg.duration.as_secs(),
+            t.ok,
+            t.failed,
+            t.context_overflows,
+            sh.in_flight.load(Ordering::Relaxed)
+        ),
     );
 }
 
@@ -743,6 +775,7 @@ fn to_record(
 
 /// Counts a record and trips the failed-request threshold.
 fn account(sh: &Shared, rec: &RequestRecord) {
+    sh.live.record(rec);
     let mut t = sh.tally.lock().expect("tally lock");
     if rec.phase == Phase::Warmup {
         t.warmup_requests += 1;
