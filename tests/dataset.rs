@@ -513,6 +513,40 @@ fn live_mode_threads_replies_and_skips_assistant_segments() {
     assert!(resets > 0);
 }
 
+/// Live mode reuses the JSON of the messages already sent; every turn's bytes must equal a fresh
+/// synthesis of the same history.
+#[test]
+fn live_mode_json_reuse_equals_fresh_synthesis() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = Dataset::open_path(&fixture("traces-24.jsonl"), &opts(cache.path())).unwrap();
+    let s = PromptSynth::new(5);
+    let bust = Some(CacheBust {
+        placement: Placement::FirstUserPrefix,
+        text: "[rid:feedfacecafe]\n\n",
+    });
+    for traj in ds.trajectories().take(8) {
+        let reply = |k: usize| format!("reply {k} with \"quotes\"\n and words");
+        let mut c = s.conversation(traj, 0, AssistantMode::Live).unwrap();
+        let mut k = 0;
+        loop {
+            let mut reused = Vec::new();
+            c.write_messages_json(&mut reused, bust);
+            let mut fresh_conv = s.conversation(traj, 0, AssistantMode::Live).unwrap();
+            for j in 0..k {
+                fresh_conv.advance(Some(&reply(j))).unwrap();
+            }
+            let mut fresh = Vec::new();
+            fresh_conv.write_messages_json(&mut fresh, bust);
+            assert!(reused == fresh, "{} turn {k}", traj.id());
+            if c.is_final() {
+                break;
+            }
+            c.advance(Some(&reply(k))).unwrap();
+            k += 1;
+        }
+    }
+}
+
 /// A hand-made trace whose second turn only adds assistant blocks: not a valid live session start.
 #[test]
 fn assistant_only_delta_is_not_a_live_start() {

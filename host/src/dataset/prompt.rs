@@ -156,7 +156,24 @@ impl Seg {
 #[derive(Debug, Clone)]
 enum Msg {
     Blocks(Seg),
-    Text(Role, String),
+    /// A live reply, stored JSON-escaped (it is written on every later turn) with its word count.
+    Text {
+        role: Role,
+        escaped: String,
+        words: u64,
+    },
+}
+
+/// Live mode: the JSON of the messages already sent, reused by the next turn. The live history only
+/// grows between rebuilds, so the bytes of its first `msgs` messages never change; a rebuild (`gen`)
+/// or another marker invalidates them.
+#[derive(Debug, Clone, Default)]
+struct JsonCache {
+    /// `[m0,m1,...` without the closing bracket.
+    bytes: Vec<u8>,
+    msgs: usize,
+    gen: u64,
+    bust: Option<(Placement, String)>,
 }
 
 /// What one step of the structure did.
@@ -326,6 +343,9 @@ pub struct Conversation<'a> {
     st: Structure<'a>,
     /// Live mode only: the messages as sent.
     live: Vec<Msg>,
+    /// Bumped whenever `live` is rebuilt rather than extended.
+    gen: u64,
+    json_cache: std::cell::RefCell<JsonCache>,
     last: StepInfo,
 }
 
@@ -354,6 +374,8 @@ impl<'a> Conversation<'a> {
             mode,
             st,
             live: Vec::new(),
+            gen: 0,
+            json_cache: Default::default(),
             last,
         };
         c.rebuild_live();
@@ -361,6 +383,7 @@ impl<'a> Conversation<'a> {
     }
 
     fn rebuild_live(&mut self) {
+        self.gen += 1;
         if self.mode == AssistantMode::Live {
             self.live = self
                 .st
@@ -406,7 +429,13 @@ impl<'a> Conversation<'a> {
         }
         if self.mode == AssistantMode::Live {
             if let Some(r) = live_reply {
-                self.live.push(Msg::Text(Role::Assistant, r.to_owned()));
+                let mut escaped = Vec::with_capacity(r.len() + 16);
+                push_json_escaped(&mut escaped, r);
+                self.live.push(Msg::Text {
+                    role: Role::Assistant,
+                    escaped: String::from_utf8(escaped).expect("escaping keeps UTF-8"),
+                    words: r.split_ascii_whitespace().count() as u64,
+                });
             }
         }
         let before = self.st.segs.clone();
@@ -449,7 +478,11 @@ impl<'a> Conversation<'a> {
                 .for_each(|s| f(s.role, MsgRef::Blocks(s))),
             AssistantMode::Live => self.live.iter().for_each(|m| match m {
                 Msg::Blocks(s) => f(s.role, MsgRef::Blocks(s)),
-                Msg::Text(r, t) => f(*r, MsgRef::Text(t)),
+                Msg::Text {
+                    role,
+                    escaped,
+                    words,
+                } => f(*role, MsgRef::Text(escaped, *words)),
             }),
         }
     }
@@ -480,7 +513,7 @@ impl<'a> Conversation<'a> {
                     None => {}
                 }
             }
-            MsgRef::Text(t) => push_json_escaped(out, t),
+            MsgRef::Text(escaped, _) => out.extend_from_slice(escaped.as_bytes()),
         }
     }
 
@@ -508,10 +541,43 @@ impl<'a> Conversation<'a> {
     /// with the cache-bust marker inserted if given. `out` is not cleared, so a caller can write the
     /// request body around it.
     pub fn write_messages_json(&self, out: &mut Vec<u8>, bust: Option<CacheBust<'_>>) {
+        if self.mode == AssistantMode::Live {
+            // Only the messages added since the last write are synthesized; the rest is copied.
+            let mut cache = self.json_cache.borrow_mut();
+            let key = bust.map(|b| (b.placement, b.text.to_owned()));
+            if cache.gen != self.gen || cache.bust != key || cache.msgs > self.live.len() {
+                *cache = JsonCache {
+                    bytes: Vec::new(),
+                    msgs: 0,
+                    gen: self.gen,
+                    bust: key,
+                };
+            }
+            let from = cache.msgs;
+            let mut bytes = std::mem::take(&mut cache.bytes);
+            self.write_messages_from(&mut bytes, bust, from);
+            cache.msgs = self.live.len();
+            out.extend_from_slice(&bytes);
+            out.push(b']');
+            cache.bytes = bytes;
+            return;
+        }
+        self.write_messages_from(out, bust, 0);
+        out.push(b']');
+    }
+
+    /// Appends messages `from..` (with the `[` or `,` before each) to `out`, without the closing `]`.
+    fn write_messages_from(&self, out: &mut Vec<u8>, bust: Option<CacheBust<'_>>, from: usize) {
         let target = bust.and_then(|b| self.bust_target(b.placement).map(|i| (i, b)));
-        out.push(b'[');
+        if from == 0 {
+            out.push(b'[');
+        }
         let mut i = 0;
         self.for_each_msg(|role, m| {
+            if i < from {
+                i += 1;
+                return;
+            }
             if i > 0 {
                 out.push(b',');
             }
@@ -535,7 +601,6 @@ impl<'a> Conversation<'a> {
             out.extend_from_slice(b"\"}");
             i += 1;
         });
-        out.push(b']');
     }
 
     /// The current turn's messages as owned values (for inspection and tests; the replay writes JSON).
@@ -553,7 +618,7 @@ impl<'a> Conversation<'a> {
         self.for_each_msg(|_, m| {
             n += match m {
                 MsgRef::Blocks(s) => (s.end - s.start) as u64 * bs + s.tail.map_or(0, Tail::words),
-                MsgRef::Text(t) => t.split_ascii_whitespace().count() as u64,
+                MsgRef::Text(_, words) => words,
             }
         });
         n
@@ -570,7 +635,8 @@ impl<'a> Conversation<'a> {
 #[derive(Clone, Copy)]
 enum MsgRef<'m> {
     Blocks(&'m Seg),
-    Text(&'m str),
+    /// Already JSON-escaped text and its word count.
+    Text(&'m str, u64),
 }
 
 /// An owned chat message.
