@@ -202,7 +202,8 @@ fn replay_once(
             peak
         })
     };
-    let p0 = cpu_secs(&getrusage(UsageWho::RUSAGE_SELF).unwrap());
+    let u0 = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let p0 = cpu_secs(&u0);
     let s0 = sim.cpu();
     let t0 = Instant::now();
     let outcome = rt.block_on(replay::run(
@@ -225,8 +226,16 @@ fn replay_once(
     let wall = t0.elapsed().as_secs_f64();
     drop(rt);
     let written = sink.close().unwrap();
-    let p1 = cpu_secs(&getrusage(UsageWho::RUSAGE_SELF).unwrap());
     let s1 = sim.cpu();
+    let u1 = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let p1 = cpu_secs(&u1);
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    eprintln!(
+        "  process cpu: user {:.2} s, system {:.2} s; simulator thread {:.2} s",
+        tv(u1.user_time()) - tv(u0.user_time()),
+        tv(u1.system_time()) - tv(u0.system_time()),
+        s1 - s0
+    );
     stop_sampler.store(true, std::sync::atomic::Ordering::Relaxed);
     let peak = sampler.join().unwrap();
     drop(sim);

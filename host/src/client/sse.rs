@@ -55,7 +55,7 @@ impl SseDecoder {
                 self.offset += 1;
             }
         }
-        while let Some(pos) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(pos) = memchr::memchr2(b'\n', b'\r', bytes) {
             let (head, tail) = bytes.split_at(pos);
             let cr = tail[0] == b'\r';
             let mut rest = &tail[1..];
