@@ -987,6 +987,7 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
                 interrupt: int_rx,
                 progress: std::io::stderr().is_terminal(),
                 srv_row: None,
+                on_profiling: None,
             },
         )
         .await

@@ -129,6 +129,9 @@ pub struct ReplayInputs {
     pub progress: bool,
     /// The latest server figures for the realtime block's `srv` row.
     pub srv_row: Option<SrvRowFn>,
+    /// Called once when profiling begins (after warmup); benchmarks and the server-metrics window
+    /// hang off it.
+    pub on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
 }
 
 /// A source of the realtime block's `srv` row.
@@ -187,6 +190,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         mut interrupt,
         progress,
         srv_row,
+        on_profiling,
     } = inputs;
     let running = plan.lanes.iter().map(|l| l.trace);
     let recycler = Recycler::new(&plan.pool, running, dataset.len());
@@ -313,6 +317,9 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
 
     // ---- profiling ----
     let prof_start = shared.clock.now_ns();
+    if let Some(f) = on_profiling {
+        f(prof_start);
+    }
     let deadline = Instant::now() + shared.cfg.duration;
     tracing::info!(
         duration_s = shared.cfg.duration.as_secs_f64(),
