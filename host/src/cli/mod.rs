@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioRef, ScenarioStore, StoredScenario};
 
+pub mod report;
 pub mod run;
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
@@ -34,6 +35,8 @@ pub enum Command {
     Sim(Box<crate::sim::SimArgs>),
     /// Import, inspect, summarize or synthesize weka trace corpora.
     Dataset(crate::dataset::cmd::DatasetArgs),
+    /// Write the InferenceX bmk_agentic JSON of a run's artifact directory.
+    Report(Box<report::ReportArgs>),
 }
 
 /// Options shared by every command that loads scenarios.
@@ -111,6 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::main(*args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
+        Command::Report(args) => report::main(*args),
         Command::Dataset(args) => {
             crate::dataset::cmd::run(args)?;
             Ok(ExitCode::SUCCESS)

@@ -1441,10 +1441,12 @@ pub fn open_traces(run: Option<&RunSummary>, spec: Option<&str>, opts: &OpenOpti
             match (&run.dataset_alias, &run.dataset_source) {
                 (Some(a), _) if dataset::alias::lookup(a).is_some() => a.clone(),
                 (_, Some(src)) if Path::new(src).exists() => src.clone(),
-                (Some(a), _) => return unavailable(format!(
+                (Some(a), _) => {
+                    return unavailable(format!(
                     "dataset {a:?} is not in the alias table (known: {}); pass --dataset PATH|NAME",
                     dataset::alias::known_names()
-                )),
+                ))
+                }
                 (None, Some(src)) => {
                     return unavailable(format!(
                         "the run's dataset {src} no longer exists; pass --dataset PATH|NAME"

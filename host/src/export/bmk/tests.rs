@@ -134,8 +134,8 @@ fn the_worked_example_gives_inferencex_numbers() {
         match (w, got) {
             (Value::Number(w), Value::Number(g)) => {
                 let (w, g) = (w.as_f64().unwrap(), g.as_f64().unwrap());
-                // Rounded to the digits shown, or to 3 significant figures where fewer decimals show.
-                let tol = (0.5 * 10f64.powi(-decimals(&text, k))).max(w.abs() * 5e-3) + 1e-12;
+                // Equal to the digits shown.
+                let tol = 0.5 * 10f64.powi(-decimals(&text, k)) + 1e-12;
                 assert!(close(g, w, tol), "{k}: got {g}, InferenceX wrote {w}");
             }
             _ => assert_eq!(got, w, "{k}"),
