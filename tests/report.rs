@@ -330,3 +330,22 @@ fn bad_input_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn plot_writes_metrics_plots_png() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("art");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["profile_export.jsonl", "server_metrics_export.json"] {
+        std::fs::copy(fixture("run").join(f), dir.join(f)).unwrap();
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_agentx-host"))
+        .args(["plot", dir.to_str().unwrap()])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let png = std::fs::read(dir.join("metrics_plots.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(png.len() > 10_000, "{} bytes", png.len());
+}

@@ -37,6 +37,8 @@ pub enum Command {
     Dataset(crate::dataset::cmd::DatasetArgs),
     /// Write the InferenceX bmk_agentic JSON of a run's artifact directory.
     Report(Box<report::ReportArgs>),
+    /// Draw metrics_plots.png (per-second time series) from a run's artifact directory.
+    Plot(report::PlotArgs),
 }
 
 /// Options shared by every command that loads scenarios.
@@ -115,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
         Command::Report(args) => report::main(*args),
+        Command::Plot(args) => report::plot_main(args),
         Command::Dataset(args) => {
             crate::dataset::cmd::run(args)?;
             Ok(ExitCode::SUCCESS)

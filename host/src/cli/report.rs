@@ -1,4 +1,5 @@
-//! `agentx-host report ARTIFACT_DIR`: the InferenceX `bmk_agentic` JSON of a finished run.
+//! `agentx-host report ARTIFACT_DIR`: the InferenceX `bmk_agentic` JSON of a finished run, and
+//! `agentx-host plot DIR`: its `metrics_plots.png`.
 //!
 //! Syntax only: the identity flags read the same environment variables InferenceX's
 //! `process_agentic_result.py` reads, so a CI job that exported them needs no flags; the computation
@@ -136,5 +137,23 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
             eprintln!("wrote {}", p.display());
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `agentx-host plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The run's artifact directory.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Write the PNG to FILE instead of DIR/metrics_plots.png.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// Runs `agentx-host plot`.
+pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
+    let path = crate::export::plot::plot_dir(&a.dir, a.output.as_deref())?;
+    eprintln!("wrote {}", path.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -325,6 +325,8 @@ pub struct Series {
     pub labels: BTreeMap<String, String>,
     /// The numeric entries of `stats`.
     pub stats: BTreeMap<String, f64>,
+    /// The numeric entries of each of `timeslices` (with `--slice-duration`), in order.
+    pub timeslices: Vec<BTreeMap<String, f64>>,
 }
 
 /// One server metric of `server_metrics_export.json`.
@@ -402,7 +404,22 @@ impl ServerMetrics {
                         .collect(),
                     _ => BTreeMap::new(),
                 };
+                let timeslices = s
+                    .get("timeslices")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_object)
+                            .map(|o| {
+                                o.iter()
+                                    .filter_map(|(k, v)| v.as_f64().map(|x| (k.clone(), x)))
+                                    .collect()
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 series.push(Series {
+                    timeslices,
                     endpoint: s
                         .get("endpoint_url")
                         .and_then(Value::as_str)

@@ -3,3 +3,4 @@
 //! `metrics` computes and computes nothing of its own.
 
 pub mod bmk;
+pub mod plot;
