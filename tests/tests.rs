@@ -3,5 +3,6 @@
 mod cli;
 mod dataset;
 mod replay;
+mod report;
 mod scenario;
 mod sim;

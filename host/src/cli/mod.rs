@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioRef, ScenarioStore, StoredScenario};
 
+pub mod report;
 pub mod run;
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
@@ -37,6 +38,10 @@ pub enum Command {
     Sim(Box<crate::sim::SimArgs>),
     /// Import, inspect, summarize or synthesize weka trace corpora.
     Dataset(crate::dataset::cmd::DatasetArgs),
+    /// Write the InferenceX bmk_agentic JSON of a run's artifact directory.
+    Report(Box<report::ReportArgs>),
+    /// Draw metrics_plots.png (per-second time series) from a run's artifact directory.
+    Plot(report::PlotArgs),
 }
 
 /// Options shared by every command that loads scenarios.
@@ -115,6 +120,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
+        Command::Report(args) => report::main(*args),
+        Command::Plot(args) => report::plot_main(args),
         Command::Dataset(args) => {
             crate::dataset::cmd::run(args)?;
             Ok(ExitCode::SUCCESS)

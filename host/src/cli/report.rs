@@ -1,0 +1,159 @@
+//! `agentx-host report ARTIFACT_DIR`: the InferenceX `bmk_agentic` JSON of a finished run, and
+//! `agentx-host plot DIR`: its `metrics_plots.png`.
+//!
+//! Syntax only: the identity flags read the same environment variables InferenceX's
+//! `process_agentic_result.py` reads, so a CI job that exported them needs no flags; the computation
+//! lives in [`crate::export::bmk`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::dataset::OpenOptions;
+use crate::export::bmk::{self, Identity, IdentityInput};
+
+/// Arguments of `agentx-host report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The run's artifact directory (--output-artifact-dir), or a directory whose first subdirectory
+    /// holding a profile_export.jsonl is used (per-run layout).
+    #[arg(value_name = "ARTIFACT_DIR")]
+    pub artifact_dir: PathBuf,
+    /// Write the JSON to FILE instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The dataset the run replayed (a path or a corpus name), for the theoretical cache hit rate and
+    /// the expected output lengths. Defaults to the one named in run_summary.json.
+    #[arg(long, value_name = "PATH|NAME")]
+    pub dataset: Option<String>,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+}
+
+/// Who was benchmarked; each flag falls back to InferenceX's environment variable.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Identity (InferenceX environment variables)")]
+pub struct IdentityArgs {
+    /// Hardware / runner name (`hw`).
+    #[arg(long, env = "RUNNER_TYPE", value_name = "NAME")]
+    pub hw: Option<String>,
+    /// Concurrency (`conc`); defaults to the run's.
+    #[arg(long, env = "CONC", value_name = "N")]
+    pub conc: Option<String>,
+    #[arg(long, env = "IMAGE", value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Model name; defaults to the run's.
+    #[arg(long, env = "MODEL", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// `infmax_model_prefix`.
+    #[arg(long, env = "MODEL_PREFIX", value_name = "PREFIX")]
+    pub model_prefix: Option<String>,
+    #[arg(long, env = "FRAMEWORK", value_name = "NAME")]
+    pub framework: Option<String>,
+    #[arg(long, env = "PRECISION", value_name = "NAME")]
+    pub precision: Option<String>,
+    /// Default "none".
+    #[arg(long, env = "SPEC_DECODING", value_name = "NAME")]
+    pub spec_decoding: Option<String>,
+    #[arg(long, env = "DISAGG", value_name = "BOOL")]
+    pub disagg: Option<String>,
+    #[arg(long, env = "IS_MULTINODE", value_name = "BOOL")]
+    pub is_multinode: Option<String>,
+    /// Tensor parallelism; the GPU count on a single node (default 1).
+    #[arg(long, env = "TP", value_name = "N")]
+    pub tp: Option<String>,
+    #[arg(long, env = "EP_SIZE", value_name = "N")]
+    pub ep: Option<String>,
+    #[arg(long, env = "DP_ATTENTION", value_name = "BOOL")]
+    pub dp_attention: Option<String>,
+    /// none, cpu or ssd (default none).
+    #[arg(long, env = "OFFLOADING", value_name = "MODE")]
+    pub offloading: Option<String>,
+    #[arg(long, env = "PREFILL_NUM_WORKERS", value_name = "N")]
+    pub prefill_num_workers: Option<String>,
+    #[arg(long, env = "PREFILL_TP", value_name = "N")]
+    pub prefill_tp: Option<String>,
+    #[arg(long, env = "PREFILL_EP", value_name = "N")]
+    pub prefill_ep: Option<String>,
+    #[arg(long, env = "PREFILL_DP_ATTN", value_name = "BOOL")]
+    pub prefill_dp_attention: Option<String>,
+    #[arg(long, env = "DECODE_NUM_WORKERS", value_name = "N")]
+    pub decode_num_workers: Option<String>,
+    #[arg(long, env = "DECODE_TP", value_name = "N")]
+    pub decode_tp: Option<String>,
+    #[arg(long, env = "DECODE_EP", value_name = "N")]
+    pub decode_ep: Option<String>,
+    #[arg(long, env = "DECODE_DP_ATTN", value_name = "BOOL")]
+    pub decode_dp_attention: Option<String>,
+}
+
+impl From<IdentityArgs> for IdentityInput {
+    fn from(a: IdentityArgs) -> Self {
+        IdentityInput {
+            hw: a.hw,
+            conc: a.conc,
+            image: a.image,
+            model: a.model,
+            model_prefix: a.model_prefix,
+            framework: a.framework,
+            precision: a.precision,
+            spec_decoding: a.spec_decoding,
+            disagg: a.disagg,
+            is_multinode: a.is_multinode,
+            tp: a.tp,
+            ep: a.ep,
+            dp_attention: a.dp_attention,
+            offloading: a.offloading,
+            prefill_num_workers: a.prefill_num_workers,
+            prefill_tp: a.prefill_tp,
+            prefill_ep: a.prefill_ep,
+            prefill_dp_attention: a.prefill_dp_attention,
+            decode_num_workers: a.decode_num_workers,
+            decode_tp: a.decode_tp,
+            decode_ep: a.decode_ep,
+            decode_dp_attention: a.decode_dp_attention,
+        }
+    }
+}
+
+/// Runs `agentx-host report`.
+pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    let identity = Identity::resolve(&a.identity.into())?;
+    let report = bmk::report_dir(
+        &a.artifact_dir,
+        &identity,
+        a.dataset.as_deref(),
+        &OpenOptions::default(),
+    )?;
+    let mut json = report.to_json_pretty();
+    json.push('\n');
+    match &a.output {
+        None => print!("{json}"),
+        Some(p) => {
+            crate::fsio::write_atomic(p, json.as_bytes())
+                .with_context(|| format!("cannot write {}", p.display()))?;
+            eprintln!("wrote {}", p.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `agentx-host plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The run's artifact directory.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Write the PNG to FILE instead of DIR/metrics_plots.png.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// Runs `agentx-host plot`.
+pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
+    let path = crate::export::plot::plot_dir(&a.dir, a.output.as_deref())?;
+    eprintln!("wrote {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,377 @@
+//! `metrics_plots.png`: a 6x2 panel of per-second time series of a run, from its records and the
+//! per-series timeslices of its scraped server metrics.
+//!
+//! [`panels`] is pure (records and server metrics in, point series out); [`render_png`] draws them with
+//! `plotters` into an RGB buffer and encodes it with `png`. Text uses the DejaVu Sans Mono font bundled
+//! in the binary (Bitstream Vera license, `host/assets/DejaVu-LICENSE.txt`), so plots render the same on
+//! a machine without any font installed. Warmup records are left out; a panel without data says so.
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use super::bmk::{self, ProfileRecord, RecordPhase, ServerMetrics};
+
+/// The file `agentx-host plot` writes into the artifact directory.
+pub const PLOT_FILE: &str = "metrics_plots.png";
+
+const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
+
+/// Errors of making the plot.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error(transparent)]
+    Report(#[from] bmk::ReportError),
+    #[error("cannot draw the plot: {0}")]
+    Draw(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One panel: a title, the y unit, and `(seconds since the first send, value)` points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    pub unit: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Per-second bins of the profiling records by end time: `(sums, counts)` per bin.
+fn bins(
+    records: &[&ProfileRecord],
+    t0: u64,
+    f: impl Fn(&ProfileRecord) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let mut acc: Vec<(f64, f64)> = Vec::new();
+    for r in records {
+        let (Some(end), Some(v)) = (r.end_ns, f(r)) else {
+            continue;
+        };
+        let i = (end.saturating_sub(t0) / 1_000_000_000) as usize;
+        if acc.len() <= i {
+            acc.resize(i + 1, (0.0, 0.0));
+        }
+        acc[i].0 += v;
+        acc[i].1 += 1.0;
+    }
+    acc
+}
+
+fn per_second(acc: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    acc.iter()
+        .enumerate()
+        .map(|(i, (s, _))| (i as f64, *s))
+        .collect()
+}
+
+fn mean_per_second(acc: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    acc.iter()
+        .enumerate()
+        .filter(|(_, (_, n))| *n > 0.0)
+        .map(|(i, (s, n))| (i as f64, s / n))
+        .collect()
+}
+
+/// A server metric's timeslices aggregated across series by slice index: counters sum `stat`, gauges
+/// average it. Time is the slice's start relative to the first slice of the metric.
+fn server_series(m: &ServerMetrics, names: &[&str], stat: &str) -> Vec<(f64, f64)> {
+    for name in names {
+        let Some(metric) = m.metrics.get(*name) else {
+            continue;
+        };
+        let n = metric
+            .series
+            .iter()
+            .map(|s| s.timeslices.len())
+            .max()
+            .unwrap_or(0);
+        let t0 = metric
+            .series
+            .iter()
+            .filter_map(|s| {
+                s.timeslices
+                    .first()
+                    .and_then(|t| t.get("start_ns"))
+                    .copied()
+            })
+            .fold(f64::INFINITY, f64::min);
+        let mut out = Vec::new();
+        for i in 0..n {
+            let vals: Vec<(f64, Option<f64>)> = metric
+                .series
+                .iter()
+                .filter_map(|s| s.timeslices.get(i))
+                .filter_map(|t| t.get(stat).map(|v| (*v, t.get("start_ns").copied())))
+                .collect();
+            if vals.is_empty() {
+                continue;
+            }
+            let sum: f64 = vals.iter().map(|v| v.0).sum();
+            let v = match metric.kind {
+                bmk::MetricKind::Gauge => sum / vals.len() as f64,
+                _ => sum,
+            };
+            let t = vals[0]
+                .1
+                .filter(|_| t0.is_finite())
+                .map_or(i as f64, |s| (s - t0) / 1e9);
+            out.push((t, v));
+        }
+        if !out.is_empty() {
+            return out;
+        }
+    }
+    Vec::new()
+}
+
+/// Hit rate per slice from two counters' per-slice increases.
+fn server_ratio(m: &ServerMetrics, hits: &str, queries: &str) -> Vec<(f64, f64)> {
+    let h = server_series(m, &[hits], "total");
+    let q = server_series(m, &[queries], "total");
+    h.iter()
+        .zip(&q)
+        .filter(|(_, (_, q))| *q > 0.0)
+        .map(|((t, h), (_, q))| (*t, h / q))
+        .collect()
+}
+
+/// The twelve panels, in reading order (left to right, top to bottom).
+pub fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) -> Vec<Panel> {
+    let prof: Vec<&ProfileRecord> = records
+        .iter()
+        .filter(|r| r.phase == RecordPhase::Profiling)
+        .collect();
+    let t0 = prof.iter().filter_map(|r| r.start_ns).min().unwrap_or(0);
+    let ok: Vec<&ProfileRecord> = prof.iter().copied().filter(|r| r.ok()).collect();
+    let p = |title: &str, unit: &str, points: Vec<(f64, f64)>| Panel {
+        title: title.into(),
+        unit: unit.into(),
+        points,
+    };
+    let empty = ServerMetrics::default();
+    let m = server.unwrap_or(&empty);
+    vec![
+        p(
+            "input throughput",
+            "tokens/s",
+            per_second(&bins(&ok, t0, |r| r.isl)),
+        ),
+        p(
+            "output throughput",
+            "tokens/s",
+            per_second(&bins(&ok, t0, |r| r.osl)),
+        ),
+        p(
+            "TTFT (mean per second)",
+            "ms",
+            mean_per_second(&bins(&ok, t0, |r| r.ttft_s.map(|x| x * 1e3))),
+        ),
+        p(
+            "ITL (mean per second)",
+            "ms",
+            mean_per_second(&bins(&ok, t0, |r| r.itl_s.map(|x| x * 1e3))),
+        ),
+        p(
+            "requests completed",
+            "requests/s",
+            per_second(&bins(&ok, t0, |_| Some(1.0))),
+        ),
+        p(
+            "errors",
+            "requests/s",
+            per_second(&bins(&prof, t0, |r| (!r.ok()).then_some(1.0))),
+        ),
+        p(
+            "running requests (server)",
+            "requests",
+            server_series(
+                m,
+                &["vllm:num_requests_running", "sglang:num_running_reqs"],
+                "avg",
+            ),
+        ),
+        p(
+            "waiting requests (server)",
+            "requests",
+            server_series(
+                m,
+                &["vllm:num_requests_waiting", "sglang:num_queue_reqs"],
+                "avg",
+            ),
+        ),
+        p(
+            "GPU KV cache usage (server)",
+            "fraction",
+            server_series(
+                m,
+                &[
+                    "vllm:kv_cache_usage_perc",
+                    "vllm:gpu_cache_usage_perc",
+                    "sglang:token_usage",
+                ],
+                "avg",
+            ),
+        ),
+        p(
+            "prefix cache hit rate (server)",
+            "fraction",
+            server_ratio(m, "vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
+        ),
+        p(
+            "prompt tokens (server)",
+            "tokens/s",
+            server_series(m, &["vllm:prompt_tokens", "sglang:prompt_tokens"], "rate"),
+        ),
+        p(
+            "generation tokens (server)",
+            "tokens/s",
+            server_series(
+                m,
+                &["vllm:generation_tokens", "sglang:generation_tokens"],
+                "rate",
+            ),
+        ),
+    ]
+}
+
+fn draw_err<E: std::fmt::Debug>(e: E) -> PlotError {
+    PlotError::Draw(format!("{e:?}"))
+}
+
+/// Draws the panels in a 6x2 grid and returns the PNG bytes.
+pub fn render_png(panels: &[Panel], width: u32, height: u32) -> Result<Vec<u8>, PlotError> {
+    // Registering twice replaces the same bytes; the registry is process-wide.
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+        .map_err(|_| PlotError::Draw("the bundled font does not parse".into()))?;
+    let mut buf = vec![0u8; width as usize * height as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_err)?;
+        let cells = root.split_evenly((6, 2));
+        for (panel, area) in panels.iter().zip(cells.iter()) {
+            let xmax = panel.points.iter().map(|p| p.0).fold(1.0f64, f64::max);
+            let ymax = panel.points.iter().map(|p| p.1).fold(0.0f64, f64::max);
+            let ymax = if ymax > 0.0 { ymax * 1.1 } else { 1.0 };
+            let mut chart = ChartBuilder::on(area)
+                .caption(&panel.title, ("sans-serif", 16))
+                .margin(8)
+                .x_label_area_size(28)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+                .map_err(draw_err)?;
+            chart
+                .configure_mesh()
+                .x_desc("s")
+                .y_desc(panel.unit.as_str())
+                .label_style(("sans-serif", 11))
+                .draw()
+                .map_err(draw_err)?;
+            if panel.points.is_empty() {
+                area.draw(&Text::new(
+                    "no data",
+                    (
+                        area.dim_in_pixel().0 as i32 / 2 - 20,
+                        area.dim_in_pixel().1 as i32 / 2,
+                    ),
+                    ("sans-serif", 14).into_font().color(&RED),
+                ))
+                .map_err(draw_err)?;
+            } else {
+                chart
+                    .draw_series(LineSeries::new(panel.points.iter().copied(), &BLUE))
+                    .map_err(draw_err)?;
+            }
+        }
+        root.present().map_err(draw_err)?;
+    }
+    let mut png_bytes = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut png_bytes, width, height);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut w = enc.write_header().map_err(draw_err)?;
+        w.write_image_data(&buf).map_err(draw_err)?;
+    }
+    Ok(png_bytes)
+}
+
+/// Reads an artifact directory and writes its plot to `out` (default `DIR/metrics_plots.png`).
+pub fn plot_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, PlotError> {
+    let a = bmk::load_artifacts(dir)?;
+    let png = render_png(&panels(&a.records, a.server.as_ref()), 1600, 2400)?;
+    let path = out.map_or_else(|| a.dir.join(PLOT_FILE), Path::to_owned);
+    crate::fsio::write_atomic(&path, &png).map_err(|source| PlotError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worked() -> Vec<ProfileRecord> {
+        let p =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run/profile_export.jsonl");
+        bmk::parse_profile_export(&std::fs::read_to_string(&p).unwrap(), &p).unwrap()
+    }
+
+    #[test]
+    fn per_second_series_by_hand() {
+        let ps = panels(&worked(), None);
+        assert_eq!(ps.len(), 12);
+        // First send at 1.0 s; ends at 2.0, 2.3 (bin 1), 3.7 (bin 2), 4.5 (bin 3), 5.1 (bin 4).
+        assert_eq!(
+            ps[0].points,
+            vec![
+                (0.0, 0.0),
+                (1.0, 220.0),
+                (2.0, 180.0),
+                (3.0, 200.0),
+                (4.0, 240.0)
+            ]
+        );
+        assert_eq!(ps[4].points[1], (1.0, 2.0));
+        // The failure ends at 4.3 s and the overflow at 5.05 s; the warmup row counts nowhere.
+        assert_eq!(
+            ps[5].points,
+            vec![(0.0, 0.0), (1.0, 0.0), (2.0, 0.0), (3.0, 1.0), (4.0, 1.0)]
+        );
+        let ttft = &ps[2].points;
+        assert_eq!(ttft[0], (1.0, 31.0));
+        assert!(ps[6].points.is_empty());
+    }
+
+    #[test]
+    fn server_timeslices_sum_counters_and_average_gauges() {
+        let doc = serde_json::json!({"metrics": {
+            "vllm:num_requests_running": {"type": "gauge", "series": [
+                {"stats": {}, "timeslices": [{"start_ns": 0, "avg": 2.0}, {"start_ns": 1e9, "avg": 4.0}]},
+                {"stats": {}, "timeslices": [{"start_ns": 0, "avg": 4.0}, {"start_ns": 1e9, "avg": 6.0}]}]},
+            "vllm:prefix_cache_hits": {"type": "counter", "series": [
+                {"stats": {"total": 1.0}, "timeslices": [{"start_ns": 0, "total": 30.0}]},
+                {"stats": {"total": 1.0}, "timeslices": [{"start_ns": 0, "total": 10.0}]}]},
+            "vllm:prefix_cache_queries": {"type": "counter", "series": [
+                {"stats": {"total": 1.0}, "timeslices": [{"start_ns": 0, "total": 100.0}]},
+                {"stats": {"total": 1.0}, "timeslices": [{"start_ns": 0, "total": 60.0}]}]},
+        }});
+        let m = ServerMetrics::parse(&doc.to_string(), Path::new("s.json")).unwrap();
+        let ps = panels(&[], Some(&m));
+        assert_eq!(ps[6].points, vec![(0.0, 3.0), (1.0, 5.0)]);
+        assert_eq!(ps[9].points, vec![(0.0, 0.25)]);
+    }
+
+    #[test]
+    fn renders_a_png_with_the_bundled_font() {
+        let png = render_png(&panels(&worked(), None), 800, 1200).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        // Width and height in the IHDR chunk.
+        assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 800);
+        assert_eq!(u32::from_be_bytes(png[20..24].try_into().unwrap()), 1200);
+    }
+}
