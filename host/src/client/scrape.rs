@@ -408,6 +408,31 @@ impl EndpointLog {
         }
     }
 
+    /// A log built from pages already fetched: `(clock offset, Some(page))` for a scrape, `(offset,
+    /// None)` for a failed one (counted as a connection failure). For offline replays and tests.
+    pub fn from_pages<'a>(
+        url: &str,
+        pages: impl IntoIterator<Item = (u64, Option<&'a str>)>,
+    ) -> Result<EndpointLog, prometheus::ParseError> {
+        let mut log = EndpointLog::new(url.to_string());
+        for (t, page) in pages {
+            let fetch = Fetch {
+                start_ns: t,
+                latency_ns: 0,
+                outcome: FetchOutcome::Connect,
+            };
+            match page {
+                Some(text) => {
+                    let mut h = DefaultHasher::new();
+                    text.hash(&mut h);
+                    log.ingest(fetch, t, h.finish(), prometheus::parse(text)?);
+                }
+                None => log.fail(fetch, "connection refused".to_string()),
+            }
+        }
+        Ok(log)
+    }
+
     /// Successful scrapes.
     pub fn scrapes(&self) -> u64 {
         self.scrape_ns.len() as u64
