@@ -4,4 +4,5 @@ mod cli;
 mod dataset;
 mod replay;
 mod scenario;
+mod server_metrics;
 mod sim;
