@@ -992,4 +992,78 @@ sglang:realtime_tokens_total{{mode=\"prefill_compute\"}} {compute}\n\
         assert_eq!(snap.waiting, Some(4.0));
         assert_eq!(snap.kv_usage, Some(0.4));
     }
+
+    /// An hour at 3 scrapes/s of an 8-engine vLLM-like page under steady load, where every
+    /// counter, gauge, sum and count moves each scrape and half of each histogram's buckets do.
+    /// Prints the points kept, their bytes and the ingest cost; run with
+    /// `cargo test --release --lib an_hour_of_scrapes -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn an_hour_of_scrapes_stays_bounded() {
+        let scrapes = 3 * 3600;
+        let mut log = EndpointLog::new("http://x/metrics".into());
+        let mut text_bytes = 0usize;
+        let started = std::time::Instant::now();
+        for i in 0..scrapes {
+            let mut p = String::new();
+            for kind in ["gauge", "counter"] {
+                for m in 0..6 {
+                    p.push_str(&format!("# TYPE vllm:{kind}{m} {kind}\n"));
+                    for e in 0..8 {
+                        p.push_str(&format!(
+                            "vllm:{kind}{m}{{engine=\"{e}\",model_name=\"m\"}} {}\n",
+                            i * (e + 1)
+                        ));
+                    }
+                }
+            }
+            for m in 0..6 {
+                p.push_str(&format!("# TYPE vllm:h{m}_seconds histogram\n"));
+                for e in 0..8 {
+                    for b in 0..20 {
+                        let v = if b < 10 { i * b } else { 0 };
+                        p.push_str(&format!(
+                            "vllm:h{m}_seconds_bucket{{engine=\"{e}\",le=\"{b}.0\",model_name=\"m\"}} {v}\n"
+                        ));
+                    }
+                    p.push_str(&format!(
+                        "vllm:h{m}_seconds_sum{{engine=\"{e}\",model_name=\"m\"}} {i}.5\n"
+                    ));
+                    p.push_str(&format!(
+                        "vllm:h{m}_seconds_count{{engine=\"{e}\",model_name=\"m\"}} {i}\n"
+                    ));
+                }
+            }
+            text_bytes += p.len();
+            ingest(&mut log, i as u64, &p);
+        }
+        let elapsed = started.elapsed();
+        let mut points = 0usize;
+        for f in log.families.values() {
+            for s in f.series.values() {
+                points += match s {
+                    SeriesLog::Scalar(t) => t.points().len(),
+                    SeriesLog::Histogram(h) => {
+                        h.sum.points().len()
+                            + h.count.points().len()
+                            + h.buckets
+                                .iter()
+                                .map(|b| b.track.points().len())
+                                .sum::<usize>()
+                    }
+                };
+            }
+        }
+        let bytes = points * std::mem::size_of::<Point>()
+            + log.scrape_ns.len() * 8
+            + log.fetches.len() * std::mem::size_of::<Fetch>();
+        println!(
+            "{scrapes} scrapes: {points} points, {:.1} MiB kept vs {:.1} MiB of page text; \
+             {:.3} ms per scrape (generate + parse + ingest)",
+            bytes as f64 / (1 << 20) as f64,
+            text_bytes as f64 / (1 << 20) as f64,
+            elapsed.as_secs_f64() * 1e3 / scrapes as f64
+        );
+        assert!(bytes < text_bytes / 4);
+    }
 }
