@@ -5,4 +5,5 @@ mod dataset;
 mod replay;
 mod report;
 mod scenario;
+mod server_metrics;
 mod sim;

@@ -14,6 +14,7 @@
 //!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
+pub mod scrape;
 pub mod sse;
 
 use std::borrow::Cow;

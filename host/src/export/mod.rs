@@ -4,3 +4,4 @@
 
 pub mod bmk;
 pub mod plot;
+pub mod server_metrics;

@@ -1,0 +1,1074 @@
+//! `server_metrics_export.json` and `.csv`: the scraped `/metrics` of a run, aggregated over the
+//! profiling window in aiperf's schema (aiperf `docs/server-metrics/server-metrics-json-schema.md`).
+//!
+//! Per metric (counters named without `_total`), per series (endpoint URL and labels):
+//! - counters: `total` (the increase, with counter resets counted as a restart from zero) and
+//!   `rate = total / duration`, plus `rate_avg/min/max/std` over the scrape-to-scrape rates when the
+//!   counter moved;
+//! - gauges and untyped (`unknown`) metrics: `avg, min, max, std` (sample, ddof 1) and `p1..p99`
+//!   (linear interpolation) of the values scraped inside the window;
+//! - histograms: `count`, `sum`, `avg`, `count_rate`, `sum_rate`, `p*_estimate` interpolated
+//!   linearly inside the buckets of the window's bucket deltas (the standard Prometheus estimate,
+//!   not aiperf's polynomial one), and per-bucket delta `buckets`.
+//!
+//! Window edges: deltas run from the last scrape at or before the window start to the first scrape
+//! at or after its end (the final scrape taken at stop), so counters cover the whole window; the
+//! rate divides by the time between those two scrapes. Timestamps (`*_ns`) are Unix nanoseconds;
+//! `start_time`/`end_time` are UTC without an offset, as aiperf writes them. Each endpoint's fetch
+//! counts, failures included, are in `summary.endpoint_info`. Both files are replaced atomically.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{json, Value};
+
+use crate::client::scrape::{
+    EndpointLog, FailureCounts, Fetch, FetchOutcome, HistogramTrack, ScrapeLog, SeriesLog, Track,
+};
+use crate::metrics::percentile;
+use crate::metrics::prometheus::MetricType;
+
+/// The JSON file name in the artifact directory.
+pub const JSON_FILE: &str = "server_metrics_export.json";
+/// The CSV file name in the artifact directory.
+pub const CSV_FILE: &str = "server_metrics_export.csv";
+
+const GAUGE_PERCENTILES: [(&str, f64); 9] = [
+    ("p1", 1.0),
+    ("p5", 5.0),
+    ("p10", 10.0),
+    ("p25", 25.0),
+    ("p50", 50.0),
+    ("p75", 75.0),
+    ("p90", 90.0),
+    ("p95", 95.0),
+    ("p99", 99.0),
+];
+
+/// Errors of writing the export.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("cannot write {path}: {source}; check that the artifact directory is writable")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the profiling window ends ({end_ns} ns) before it starts ({start_ns} ns)")]
+    Window { start_ns: u64, end_ns: u64 },
+}
+
+/// Run identity for the top-level fields.
+#[derive(Debug, Clone, Default)]
+pub struct ExportMeta {
+    pub benchmark_id: Option<String>,
+    /// The resolved configuration (`input_config`); `{}` when `Null`.
+    pub input_config: Value,
+}
+
+/// An object whose keys keep the order they were added in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ordered(pub Vec<(String, Value)>);
+
+impl Ordered {
+    fn put(&mut self, k: &str, v: impl Into<Value>) {
+        self.0.push((k.to_string(), v.into()));
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+}
+
+impl Serialize for Ordered {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// A number for JSON: integral values as integers (counts read `19`, not `19.0`), non-finite
+/// values as `null`.
+fn num(v: f64) -> Value {
+    if !v.is_finite() {
+        Value::Null
+    } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        json!(v as i64)
+    } else {
+        json!(v)
+    }
+}
+
+/// One aggregated series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesStats {
+    pub endpoint_url: String,
+    pub labels: BTreeMap<String, String>,
+    pub stats: Ordered,
+    /// Histograms only: bucket bound (as served) to delta count, in increasing bound.
+    pub buckets: Option<Ordered>,
+}
+
+/// One aggregated metric family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricStats {
+    pub kind: MetricType,
+    pub description: String,
+    pub unit: Option<String>,
+    pub series: Vec<SeriesStats>,
+}
+
+/// The indices into an endpoint's scrapes that bound a window.
+struct Span {
+    /// Reference scrape: the last one at or before the start (else the first one).
+    from: u32,
+    /// The first scrape at or after the end (else the last one).
+    to: u32,
+    /// Scrapes strictly inside `[start, end]`.
+    inside: std::ops::Range<u32>,
+    secs: f64,
+}
+
+fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
+    let t = &e.scrape_ns;
+    if t.is_empty() {
+        return None;
+    }
+    let lo = t.partition_point(|&x| x < start);
+    let hi = t.partition_point(|&x| x <= end);
+    let from = if lo < t.len() && t[lo] == start {
+        lo
+    } else {
+        lo.saturating_sub(1)
+    };
+    let to = if hi > 0 && t[hi - 1] == end {
+        hi - 1
+    } else {
+        hi.min(t.len() - 1)
+    };
+    let window_secs = (end - start) as f64 / 1e9;
+    let secs = if t[to] > t[from] {
+        (t[to] - t[from]) as f64 / 1e9
+    } else {
+        window_secs
+    };
+    Some(Span {
+        from: from as u32,
+        to: to as u32,
+        inside: lo as u32..hi as u32,
+        secs,
+    })
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = if v.len() > 1 {
+        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (mean, std)
+}
+
+fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {
+    let mut v: Vec<f64> = s.inside.clone().filter_map(|i| t.at(i)).collect();
+    if v.is_empty() {
+        // No scrape fell inside the window: the end state stands for it.
+        v.extend(t.at(s.to));
+    }
+    v.retain(|x| !x.is_nan());
+    if v.is_empty() {
+        return None;
+    }
+    let (mean, std) = mean_std(&v);
+    v.sort_by(f64::total_cmp);
+    let mut o = Ordered::default();
+    o.put("avg", num(mean));
+    o.put("min", num(v[0]));
+    o.put("max", num(v[v.len() - 1]));
+    o.put("std", num(std));
+    for (k, p) in GAUGE_PERCENTILES {
+        o.put(k, num(percentile(&v, p).unwrap_or(f64::NAN)));
+    }
+    Some(o)
+}
+
+/// The increase from `a` to `b`, a decrease meaning the counter restarted from zero.
+fn step(a: f64, b: f64) -> f64 {
+    if b >= a {
+        b - a
+    } else {
+        b
+    }
+}
+
+fn counter_stats(t: &Track, e: &EndpointLog, s: &Span) -> Option<Ordered> {
+    t.at(s.from).or_else(|| t.at(s.to))?;
+    let mut total = 0.0;
+    let mut rates = Vec::new();
+    let mut prev: Option<(u64, f64)> = None;
+    for i in s.from..=s.to {
+        let Some(v) = t.at(i) else {
+            prev = None;
+            continue;
+        };
+        let now = e.scrape_ns[i as usize];
+        if let Some((pt, pv)) = prev {
+            let d = step(pv, v);
+            total += d;
+            if now > pt {
+                rates.push(d / ((now - pt) as f64 / 1e9));
+            }
+        }
+        prev = Some((now, v));
+    }
+    let mut o = Ordered::default();
+    o.put("total", num(total));
+    o.put("rate", num(if s.secs > 0.0 { total / s.secs } else { 0.0 }));
+    if total > 0.0 && !rates.is_empty() {
+        let (mean, std) = mean_std(&rates);
+        o.put("rate_avg", num(mean));
+        o.put(
+            "rate_min",
+            num(rates.iter().copied().fold(f64::INFINITY, f64::min)),
+        );
+        o.put(
+            "rate_max",
+            num(rates.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+        );
+        o.put("rate_std", num(std));
+    }
+    Some(o)
+}
+
+/// Estimate quantile `q` (0..=1) from cumulative bucket counts, interpolating linearly inside the
+/// bucket that holds it (from 0 below the first bound when that is positive). A quantile in the
+/// `+Inf` bucket reads as the highest finite bound.
+pub fn bucket_quantile(bounds: &[f64], cumulative: &[f64], q: f64) -> Option<f64> {
+    let total = *cumulative.last()?;
+    if total <= 0.0 || bounds.len() != cumulative.len() {
+        return None;
+    }
+    let rank = q * total;
+    let j = cumulative.iter().position(|&c| c >= rank)?;
+    if bounds[j].is_infinite() {
+        return bounds.iter().rev().find(|b| b.is_finite()).copied();
+    }
+    let (lo, below) = if j == 0 {
+        (if bounds[0] > 0.0 { 0.0 } else { bounds[0] }, 0.0)
+    } else {
+        (bounds[j - 1], cumulative[j - 1])
+    };
+    let inside = cumulative[j] - below;
+    if inside <= 0.0 {
+        return Some(bounds[j]);
+    }
+    Some(lo + (bounds[j] - lo) * (rank - below) / inside)
+}
+
+fn histogram_stats(h: &HistogramTrack, s: &Span) -> Option<(Ordered, Ordered)> {
+    h.count.at(s.from).or_else(|| h.count.at(s.to))?;
+    let nb = h.buckets.len();
+    let (mut count, mut sum) = (0.0, 0.0);
+    let mut deltas = vec![0.0; nb];
+    let mut prev: Option<(f64, f64, Vec<f64>)> = None;
+    for i in s.from..=s.to {
+        let (Some(c), Some(sm)) = (h.count.at(i), h.sum.at(i)) else {
+            prev = None;
+            continue;
+        };
+        let b: Vec<f64> = h
+            .buckets
+            .iter()
+            .map(|b| b.track.at(i).unwrap_or(0.0))
+            .collect();
+        if let Some((pc, ps, pb)) = &prev {
+            // One decision for every part of the histogram: a smaller count is a restart.
+            let reset = c < *pc;
+            let d = |p: f64, v: f64| if reset { v } else { (v - p).max(0.0) };
+            count += d(*pc, c);
+            sum += if reset { sm } else { sm - ps };
+            for (k, (p, v)) in pb.iter().zip(&b).enumerate() {
+                deltas[k] += d(*p, *v);
+            }
+        }
+        prev = Some((c, sm, b));
+    }
+    let mut buckets = Ordered::default();
+    for (b, d) in h.buckets.iter().zip(&deltas) {
+        buckets.put(&b.le_text, num(*d));
+    }
+    let mut o = Ordered::default();
+    o.put("count", num(count));
+    if count <= 0.0 {
+        return Some((o, buckets));
+    }
+    let secs = s.secs;
+    o.put(
+        "count_rate",
+        num(if secs > 0.0 { count / secs } else { 0.0 }),
+    );
+    o.put("sum", num(sum));
+    o.put("sum_rate", num(if secs > 0.0 { sum / secs } else { 0.0 }));
+    o.put("avg", num(sum / count));
+    let bounds: Vec<f64> = h.buckets.iter().map(|b| b.le).collect();
+    for (k, p) in GAUGE_PERCENTILES {
+        let v = bucket_quantile(&bounds, &deltas, p / 100.0).unwrap_or(f64::NAN);
+        o.put(&format!("{k}_estimate"), num(v));
+    }
+    Some((o, buckets))
+}
+
+/// The unit aiperf infers from a metric name (and HELP text).
+pub fn infer_unit(name: &str, kind: MetricType, help: &str) -> Option<&'static str> {
+    let h = help.to_ascii_lowercase();
+    if h.contains("1 means 100 percent") {
+        return Some("ratio");
+    }
+    for (needle, unit) in [
+        ("in milliseconds", "milliseconds"),
+        ("in seconds", "seconds"),
+        ("in bytes", "bytes"),
+        ("number of cached tokens", "tokens"),
+        ("number of queried tokens", "tokens"),
+        (" tokens", "tokens"),
+    ] {
+        if h.contains(needle) && !name.ends_with("_count") {
+            return Some(unit);
+        }
+    }
+    let base = name.rsplit(':').next().unwrap_or(name);
+    if base == "request_success" {
+        return Some("requests");
+    }
+    const SUFFIXES: &[(&str, &str)] = &[
+        ("_seconds", "seconds"),
+        ("_milliseconds", "milliseconds"),
+        ("_ms", "milliseconds"),
+        ("_nanoseconds", "nanoseconds"),
+        ("_ns", "nanoseconds"),
+        ("_bytes", "bytes"),
+        ("_kilobytes", "kilobytes"),
+        ("_megabytes", "megabytes"),
+        ("_gigabytes", "gigabytes"),
+        ("_tokens", "tokens"),
+        ("_requests", "requests"),
+        ("_reqs", "requests"),
+        ("_errors", "errors"),
+        ("_error_count", "errors"),
+        ("_blocks", "blocks"),
+        ("_block_count", "blocks"),
+        ("_gb_s", "gb/s"),
+        ("_ratio", "ratio"),
+        ("_percent", "percent"),
+        ("_perc", "percent"),
+        ("_celsius", "celsius"),
+        ("_joules", "joule"),
+        ("_watts", "watt"),
+        ("_count", "count"),
+    ];
+    SUFFIXES
+        .iter()
+        .find(|(s, _)| base.ends_with(s))
+        .map(|(_, u)| *u)
+        .or((kind == MetricType::Counter).then_some("count"))
+}
+
+/// Aggregate every endpoint's series over `window` (clock offsets, inclusive), by metric name.
+pub fn aggregate(log: &ScrapeLog, window: (u64, u64)) -> BTreeMap<String, MetricStats> {
+    let mut out: BTreeMap<String, MetricStats> = BTreeMap::new();
+    for e in &log.endpoints {
+        let Some(s) = span(e, window) else { continue };
+        for (name, fam) in &e.families {
+            for (labels, series) in &fam.series {
+                let got = match (fam.kind, series) {
+                    (MetricType::Counter, SeriesLog::Scalar(t)) => {
+                        counter_stats(t, e, &s).map(|o| (o, None))
+                    }
+                    (MetricType::Gauge | MetricType::Untyped, SeriesLog::Scalar(t)) => {
+                        gauge_stats(t, &s).map(|o| (o, None))
+                    }
+                    (MetricType::Histogram, SeriesLog::Histogram(h)) => {
+                        histogram_stats(h, &s).map(|(o, b)| (o, Some(b)))
+                    }
+                    _ => None,
+                };
+                let Some((stats, buckets)) = got else {
+                    continue;
+                };
+                let m = out.entry(name.clone()).or_insert_with(|| MetricStats {
+                    kind: fam.kind,
+                    description: fam.help.clone(),
+                    unit: infer_unit(name, fam.kind, &fam.help).map(str::to_string),
+                    series: Vec::new(),
+                });
+                if m.kind != fam.kind {
+                    // The same name with another type on another endpoint: not comparable.
+                    continue;
+                }
+                m.series.push(SeriesStats {
+                    endpoint_url: e.url.clone(),
+                    labels: labels.iter().cloned().collect(),
+                    stats,
+                    buckets,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffff` (UTC) of Unix nanoseconds.
+pub fn iso_utc(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let micros = (unix_ns % 1_000_000_000) / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordered {
+    let unix = |ns: u64| log.clock.unix_ns(ns);
+    let ok: Vec<&Fetch> = e
+        .fetches
+        .iter()
+        .filter(|f| matches!(f.outcome, FetchOutcome::Ok { .. }))
+        .collect();
+    let updates: Vec<u64> = e
+        .fetches
+        .iter()
+        .filter_map(|f| match f.outcome {
+            FetchOutcome::Ok { changed: true } => Some(f.start_ns),
+            _ => None,
+        })
+        .collect();
+    let mut o = Ordered::default();
+    o.put("total_fetches", e.fetches.len() as u64);
+    o.put(
+        "first_fetch_ns",
+        e.fetches.first().map(|f| unix(f.start_ns)),
+    );
+    o.put("last_fetch_ns", e.fetches.last().map(|f| unix(f.start_ns)));
+    o.put(
+        "avg_fetch_latency_ms",
+        (!ok.is_empty())
+            .then(|| ok.iter().map(|f| f.latency_ns as f64).sum::<f64>() / ok.len() as f64 / 1e6),
+    );
+    o.put("unique_updates", updates.len() as u64);
+    o.put("first_update_ns", updates.first().map(|&t| unix(t)));
+    o.put("last_update_ns", updates.last().map(|&t| unix(t)));
+    let dur = match (updates.first(), updates.last()) {
+        (Some(a), Some(b)) => (b - a) as f64 / 1e9,
+        _ => 0.0,
+    };
+    o.put("duration_seconds", dur);
+    let mut gaps: Vec<f64> = updates
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e6)
+        .collect();
+    o.put(
+        "avg_update_interval_ms",
+        (!gaps.is_empty()).then(|| gaps.iter().sum::<f64>() / gaps.len() as f64),
+    );
+    gaps.sort_by(f64::total_cmp);
+    o.put(
+        "median_update_interval_ms",
+        if gaps.len() >= 2 {
+            percentile(&gaps, 50.0)
+        } else {
+            None
+        },
+    );
+    let in_window = |f: &&Fetch| f.start_ns >= window.0 && f.start_ns <= window.1;
+    o.put("successful_fetches", ok.len() as u64);
+    o.put("failed_fetches", e.failures.total());
+    o.put(
+        "fetches_in_window",
+        e.fetches.iter().filter(in_window).count() as u64,
+    );
+    o.put(
+        "failed_fetches_in_window",
+        e.fetches
+            .iter()
+            .filter(in_window)
+            .filter(|f| !matches!(f.outcome, FetchOutcome::Ok { .. }))
+            .count() as u64,
+    );
+    let FailureCounts {
+        connect,
+        status,
+        timeout,
+        body,
+        parse,
+    } = e.failures;
+    o.put(
+        "failures",
+        json!({"connect": connect, "status": status, "timeout": timeout, "body": body, "parse": parse}),
+    );
+    o.put("last_error", e.last_error.clone());
+    o
+}
+
+/// The `server_metrics_export.json` document.
+pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value {
+    let metrics = aggregate(log, window);
+    let configured: Vec<&str> = log.endpoints.iter().map(|e| e.url.as_str()).collect();
+    let successful: Vec<&str> = log
+        .endpoints
+        .iter()
+        .filter(|e| e.scrapes() > 0)
+        .map(|e| e.url.as_str())
+        .collect();
+    let mut info = Ordered::default();
+    for e in &log.endpoints {
+        info.put(
+            &e.url,
+            serde_json::to_value(endpoint_info(e, log, window)).unwrap_or_default(),
+        );
+    }
+    let mut ms = Ordered::default();
+    for (name, m) in &metrics {
+        let series: Vec<Value> = m
+            .series
+            .iter()
+            .map(|s| {
+                let mut o = Ordered::default();
+                o.put("endpoint_url", s.endpoint_url.clone());
+                o.put(
+                    "labels",
+                    if s.labels.is_empty() {
+                        Value::Null
+                    } else {
+                        json!(s.labels)
+                    },
+                );
+                o.put("stats", serde_json::to_value(&s.stats).unwrap_or_default());
+                if let Some(b) = &s.buckets {
+                    o.put("buckets", serde_json::to_value(b).unwrap_or_default());
+                }
+                serde_json::to_value(o).unwrap_or_default()
+            })
+            .collect();
+        let mut o = Ordered::default();
+        o.put("type", m.kind.as_str());
+        o.put("description", m.description.clone());
+        o.put("unit", m.unit.clone());
+        o.put("series", series);
+        ms.put(name, serde_json::to_value(o).unwrap_or_default());
+    }
+    let mut summary = Ordered::default();
+    summary.put("endpoints_configured", json!(configured));
+    summary.put("endpoints_successful", json!(successful));
+    summary.put("start_time", iso_utc(log.clock.unix_ns(window.0)));
+    summary.put("end_time", iso_utc(log.clock.unix_ns(window.1)));
+    summary.put("scrape_interval_ms", log.interval.as_secs_f64() * 1e3);
+    summary.put(
+        "total_fetches",
+        log.endpoints
+            .iter()
+            .map(|e| e.fetches.len() as u64)
+            .sum::<u64>(),
+    );
+    summary.put("failed_fetches", log.failed_scrapes());
+    summary.put(
+        "endpoint_info",
+        serde_json::to_value(info).unwrap_or_default(),
+    );
+    let mut top = Ordered::default();
+    top.put("schema_version", "1.0");
+    top.put("aiperf_version", Value::Null);
+    top.put("agentx_version", env!("CARGO_PKG_VERSION"));
+    top.put("benchmark_id", meta.benchmark_id.clone());
+    top.put("summary", serde_json::to_value(summary).unwrap_or_default());
+    top.put("metrics", serde_json::to_value(ms).unwrap_or_default());
+    top.put(
+        "input_config",
+        if meta.input_config.is_null() {
+            json!({})
+        } else {
+            meta.input_config.clone()
+        },
+    );
+    serde_json::to_value(top).unwrap_or_default()
+}
+
+fn csv_field(out: &mut String, s: &str) {
+    if s.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&s.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(s);
+    }
+}
+
+fn csv_row(out: &mut String, fields: &[String]) {
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        csv_field(out, f);
+    }
+    out.push('\n');
+}
+
+/// A value as aiperf's CSV writes it: integers plain, other numbers with 4 decimals, nothing
+/// for missing values.
+fn csv_num(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => i.to_string(),
+            (None, Some(f)) => format!("{f:.4}"),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// `host:port[/path]` of an endpoint URL, as aiperf's CSV shows endpoints.
+fn endpoint_display(url: &str) -> String {
+    let s = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    s.strip_suffix("/metrics").unwrap_or(s).to_string()
+}
+
+/// The `server_metrics_export.csv` text: sections for gauges, counters, histograms and unknown
+/// metrics (labels as columns), then `_info` gauges as key/value rows; sections are separated by
+/// a blank line.
+pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String {
+    let metrics = aggregate(log, window);
+    let mut out = String::new();
+    out.push_str("# agentx server metrics export (CSV, aiperf layout)\n");
+    out.push_str("# schema_version: 1.0\n");
+    if let Some(id) = &meta.benchmark_id {
+        out.push_str(&format!("# benchmark_id: {id}\n"));
+    }
+    out.push_str(&format!(
+        "# scrapes: {} failed: {}\n#\n",
+        log.scrapes(),
+        log.failed_scrapes()
+    ));
+    let sections: [(MetricType, &[&str]); 4] = [
+        (
+            MetricType::Gauge,
+            &[
+                "avg", "min", "max", "std", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95",
+                "p99",
+            ],
+        ),
+        (
+            MetricType::Counter,
+            &[
+                "total", "rate", "rate_avg", "rate_min", "rate_max", "rate_std",
+            ],
+        ),
+        (
+            MetricType::Histogram,
+            &[
+                "count",
+                "count_rate",
+                "sum",
+                "sum_rate",
+                "avg",
+                "p1_estimate",
+                "p5_estimate",
+                "p10_estimate",
+                "p25_estimate",
+                "p50_estimate",
+                "p75_estimate",
+                "p90_estimate",
+                "p95_estimate",
+                "p99_estimate",
+            ],
+        ),
+        (
+            MetricType::Untyped,
+            &[
+                "avg", "min", "max", "std", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95",
+                "p99",
+            ],
+        ),
+    ];
+    let is_info =
+        |name: &str, m: &MetricStats| m.kind == MetricType::Gauge && name.ends_with("_info");
+    let mut first = true;
+    for (kind, stat_keys) in sections {
+        let rows: Vec<(&String, &MetricStats, &SeriesStats)> = metrics
+            .iter()
+            .filter(|(n, m)| m.kind == kind && !is_info(n, m))
+            .flat_map(|(n, m)| m.series.iter().map(move |s| (n, m, s)))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        if !first {
+            out.push('\n');
+        }
+        first = false;
+        let label_cols: BTreeSet<&str> = rows
+            .iter()
+            .flat_map(|(_, _, s)| s.labels.keys().map(String::as_str))
+            .collect();
+        let mut header: Vec<String> = ["Endpoint", "Type", "Metric", "Unit"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        header.extend(stat_keys.iter().map(|s| s.to_string()));
+        header.extend(label_cols.iter().map(|s| s.to_string()));
+        header.push("Description".into());
+        if kind == MetricType::Histogram {
+            header.push("buckets".into());
+        }
+        csv_row(&mut out, &header);
+        for (name, m, s) in rows {
+            let mut row = vec![
+                endpoint_display(&s.endpoint_url),
+                kind.as_str().to_string(),
+                name.clone(),
+                m.unit.clone().unwrap_or_default(),
+            ];
+            row.extend(stat_keys.iter().map(|k| csv_num(s.stats.get(k))));
+            row.extend(
+                label_cols
+                    .iter()
+                    .map(|k| s.labels.get(*k).cloned().unwrap_or_default()),
+            );
+            row.push(m.description.clone());
+            if let Some(b) = &s.buckets {
+                row.push(
+                    b.0.iter()
+                        .map(|(k, v)| format!("{k}={}", csv_num(Some(v))))
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                );
+            }
+            csv_row(&mut out, &row);
+        }
+    }
+    let info: Vec<(&String, &MetricStats)> =
+        metrics.iter().filter(|(n, m)| is_info(n, m)).collect();
+    if !info.is_empty() {
+        if !first {
+            out.push('\n');
+        }
+        csv_row(
+            &mut out,
+            &["Endpoint", "Metric", "Key", "Value", "Description"].map(String::from),
+        );
+        for (name, m) in info {
+            for s in &m.series {
+                for (k, v) in &s.labels {
+                    csv_row(
+                        &mut out,
+                        &[
+                            endpoint_display(&s.endpoint_url),
+                            name.clone(),
+                            k.clone(),
+                            v.clone(),
+                            m.description.clone(),
+                        ],
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Write both files into `dir` for the profiling window `(start_ns, end_ns)` (clock offsets).
+pub fn write(dir: &Path, log: &ScrapeLog, window: (u64, u64)) -> Result<Vec<PathBuf>, ExportError> {
+    write_with(dir, log, window, &ExportMeta::default())
+}
+
+/// [`write`] with the run's identity and configuration.
+pub fn write_with(
+    dir: &Path,
+    log: &ScrapeLog,
+    window: (u64, u64),
+    meta: &ExportMeta,
+) -> Result<Vec<PathBuf>, ExportError> {
+    if window.1 < window.0 {
+        return Err(ExportError::Window {
+            start_ns: window.0,
+            end_ns: window.1,
+        });
+    }
+    let json_path = dir.join(JSON_FILE);
+    let mut text = serde_json::to_vec_pretty(&to_json(log, window, meta)).unwrap_or_default();
+    text.push(b'\n');
+    crate::fsio::write_atomic(&json_path, &text).map_err(|source| ExportError::Write {
+        path: json_path.clone(),
+        source,
+    })?;
+    let csv_path = dir.join(CSV_FILE);
+    crate::fsio::write_atomic(&csv_path, to_csv(log, window, meta).as_bytes()).map_err(
+        |source| ExportError::Write {
+            path: csv_path.clone(),
+            source,
+        },
+    )?;
+    Ok(vec![json_path, csv_path])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Clock;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn page(running: f64, hits: f64, b1: f64, b2: f64, inf: f64, sum: f64) -> String {
+        format!(
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+# TYPE vllm:num_requests_running gauge\n\
+vllm:num_requests_running{{engine=\"0\",model_name=\"m\"}} {running}\n\
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n\
+# TYPE vllm:prefix_cache_hits_total counter\n\
+vllm:prefix_cache_hits_total{{engine=\"0\",model_name=\"m\"}} {hits}\n\
+# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.\n\
+# TYPE vllm:e2e_request_latency_seconds histogram\n\
+vllm:e2e_request_latency_seconds_bucket{{engine=\"0\",le=\"1.0\",model_name=\"m\"}} {b1}\n\
+vllm:e2e_request_latency_seconds_bucket{{engine=\"0\",le=\"2.0\",model_name=\"m\"}} {b2}\n\
+vllm:e2e_request_latency_seconds_bucket{{engine=\"0\",le=\"+Inf\",model_name=\"m\"}} {inf}\n\
+vllm:e2e_request_latency_seconds_count{{engine=\"0\",model_name=\"m\"}} {inf}\n\
+vllm:e2e_request_latency_seconds_sum{{engine=\"0\",model_name=\"m\"}} {sum}\n\
+# TYPE vllm:cache_config_info gauge\n\
+vllm:cache_config_info{{block_size=\"16\",engine=\"0\"}} 1.0\n"
+        )
+    }
+
+    /// Scrapes every 100 ms from t=0 to t=1000 ms; the window is [250, 750] ms.
+    fn log() -> ScrapeLog {
+        let pages: Vec<(u64, Option<String>)> = (0..=10u64)
+            .map(|i| {
+                let t = i * 100 * MS;
+                if i == 5 {
+                    return (t, None);
+                }
+                // Hits: 100 before the window, +10 per scrape from i=3 on; a restart at i=7.
+                let hits = match i {
+                    0..=2 => 100.0,
+                    3..=6 => 100.0 + 10.0 * (i - 2) as f64,
+                    _ => 5.0 * (i - 6) as f64,
+                };
+                // Latency histogram: 2 observations before, then one per scrape in (0,1] then (1,2].
+                let n = i.saturating_sub(2) as f64;
+                let fast = 2.0 + (n.min(2.0));
+                let all = 2.0 + n;
+                let sum = 1.0 + 0.5 * n.min(2.0) + 1.5 * (n - 2.0).max(0.0);
+                (t, Some(page(i as f64, hits, fast, all, all, sum)))
+            })
+            .collect();
+        let e = EndpointLog::from_pages(
+            "http://localhost:8000/metrics",
+            pages.iter().map(|(t, p)| (*t, p.as_deref())),
+        )
+        .unwrap();
+        ScrapeLog {
+            clock: Clock::start(),
+            interval: Duration::from_millis(100),
+            endpoints: vec![e],
+        }
+    }
+
+    const WINDOW: (u64, u64) = (250 * MS, 750 * MS);
+
+    fn series<'a>(j: &'a Value, name: &str) -> &'a Value {
+        &j["metrics"][name]["series"][0]
+    }
+
+    #[test]
+    fn counters_gauges_and_histograms_over_the_window() {
+        let j = to_json(&log(), WINDOW, &ExportMeta::default());
+        // The reference is the scrape at 200 ms, the end the one at 800 ms (the one at 500 failed).
+        let hits = series(&j, "vllm:prefix_cache_hits");
+        assert_eq!(j["metrics"]["vllm:prefix_cache_hits"]["type"], "counter");
+        assert_eq!(j["metrics"]["vllm:prefix_cache_hits"]["unit"], "tokens");
+        assert_eq!(hits["labels"], json!({"engine": "0", "model_name": "m"}));
+        assert_eq!(hits["endpoint_url"], "http://localhost:8000/metrics");
+        // 100 -> 140 (i=6), restart to 5 (i=7: +5), 10 (i=8: +5): 50 over 0.6 s.
+        assert_eq!(hits["stats"]["total"], json!(50));
+        assert!((hits["stats"]["rate"].as_f64().unwrap() - 50.0 / 0.6).abs() < 1e-9);
+        assert_eq!(hits["stats"]["rate_max"], json!(100));
+        assert_eq!(hits["stats"]["rate_min"], json!(50));
+
+        // Gauges: scrapes at 300, 400, 600, 700 ms read 3, 4, 6, 7.
+        let run = &series(&j, "vllm:num_requests_running")["stats"];
+        assert_eq!(run["avg"], json!(5));
+        assert_eq!(run["min"], json!(3));
+        assert_eq!(run["max"], json!(7));
+        assert_eq!(run["p50"], json!(5));
+        let std = ((4.0 + 1.0 + 1.0 + 4.0) / 3.0f64).sqrt();
+        assert!((run["std"].as_f64().unwrap() - std).abs() < 1e-12);
+
+        // Histogram: from i=2 (2 obs, sum 1) to i=8 (8 obs): 6 new, 2 in (0,1], 4 in (1,2].
+        let h = series(&j, "vllm:e2e_request_latency_seconds");
+        assert_eq!(
+            j["metrics"]["vllm:e2e_request_latency_seconds"]["unit"],
+            "seconds"
+        );
+        let st = &h["stats"];
+        assert_eq!(st["count"], json!(6));
+        assert_eq!(st["sum"], json!(7));
+        assert!((st["avg"].as_f64().unwrap() - 7.0 / 6.0).abs() < 1e-12);
+        assert!((st["count_rate"].as_f64().unwrap() - 10.0).abs() < 1e-9);
+        // p50: rank 3 of 6 lies in (1, 2] one quarter in.
+        assert!((st["p50_estimate"].as_f64().unwrap() - 1.25).abs() < 1e-12);
+        let keys: Vec<&String> = h["buckets"].as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), 3);
+        assert_eq!(h["buckets"]["1.0"], json!(2));
+        assert_eq!(h["buckets"]["2.0"], json!(6));
+        assert_eq!(h["buckets"]["+Inf"], json!(6));
+
+        let info = &j["summary"]["endpoint_info"]["http://localhost:8000/metrics"];
+        assert_eq!(info["total_fetches"], json!(11));
+        assert_eq!(info["successful_fetches"], json!(10));
+        assert_eq!(info["failed_fetches"], json!(1));
+        assert_eq!(info["failed_fetches_in_window"], json!(1));
+        assert_eq!(info["failures"]["connect"], json!(1));
+        assert_eq!(j["summary"]["failed_fetches"], json!(1));
+        assert_eq!(j["schema_version"], "1.0");
+        assert_eq!(
+            j["summary"]["endpoints_successful"],
+            json!(["http://localhost:8000/metrics"])
+        );
+    }
+
+    #[test]
+    fn idle_counters_and_empty_histograms_have_the_short_forms() {
+        let text = page(0.0, 7.0, 0.0, 0.0, 0.0, 0.0);
+        let e = EndpointLog::from_pages(
+            "http://h:1/metrics",
+            [(0, Some(text.as_str())), (MS, Some(text.as_str()))],
+        )
+        .unwrap();
+        let log = ScrapeLog {
+            clock: Clock::start(),
+            interval: Duration::from_millis(1),
+            endpoints: vec![e],
+        };
+        let j = to_json(&log, (0, MS), &ExportMeta::default());
+        assert_eq!(
+            series(&j, "vllm:prefix_cache_hits")["stats"],
+            json!({"total": 0, "rate": 0})
+        );
+        let h = series(&j, "vllm:e2e_request_latency_seconds");
+        assert_eq!(h["stats"], json!({"count": 0}));
+        assert_eq!(h["buckets"]["+Inf"], json!(0));
+    }
+
+    #[test]
+    fn quantiles_from_buckets() {
+        let b = [0.1, 0.5, f64::INFINITY];
+        assert_eq!(bucket_quantile(&b, &[0.0, 0.0, 0.0], 0.5), None);
+        assert!((bucket_quantile(&b, &[10.0, 10.0, 10.0], 0.5).unwrap() - 0.05).abs() < 1e-12);
+        assert!((bucket_quantile(&b, &[0.0, 4.0, 4.0], 0.25).unwrap() - 0.2).abs() < 1e-12);
+        assert_eq!(bucket_quantile(&b, &[0.0, 1.0, 10.0], 0.99), Some(0.5));
+    }
+
+    #[test]
+    fn units_and_times() {
+        assert_eq!(
+            infer_unit(
+                "vllm:kv_cache_usage_perc",
+                MetricType::Gauge,
+                "KV-cache usage. 1 means 100 percent usage."
+            ),
+            Some("ratio")
+        );
+        assert_eq!(
+            infer_unit("vllm:request_success", MetricType::Counter, ""),
+            Some("requests")
+        );
+        assert_eq!(
+            infer_unit("vllm:num_preemptions", MetricType::Counter, ""),
+            Some("count")
+        );
+        assert_eq!(
+            infer_unit("sglang:cached_tokens", MetricType::Counter, ""),
+            Some("tokens")
+        );
+        assert_eq!(
+            infer_unit("vllm:num_requests_running", MetricType::Gauge, ""),
+            None
+        );
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000000");
+        assert_eq!(
+            iso_utc(1_765_529_006_843_416_914),
+            "2025-12-12T08:43:26.843416"
+        );
+        assert_eq!(
+            iso_utc(951_782_400_000_000_000),
+            "2000-02-29T00:00:00.000000"
+        );
+    }
+
+    #[test]
+    fn csv_sections_and_files() {
+        let log = log();
+        let csv = to_csv(&log, WINDOW, &ExportMeta::default());
+        let sections: Vec<&str> = csv.split("\n\n").collect();
+        assert_eq!(sections.len(), 4, "{csv}");
+        assert!(sections[0].contains(
+            "Endpoint,Type,Metric,Unit,avg,min,max,std,p1,p5,p10,p25,p50,p75,p90,p95,p99,engine,model_name,Description"
+        ), "{csv}");
+        assert!(sections[0].contains("localhost:8000,gauge,vllm:num_requests_running,,5,3,7,"));
+        assert!(sections[1].starts_with(
+            "Endpoint,Type,Metric,Unit,total,rate,rate_avg,rate_min,rate_max,rate_std,engine,model_name,Description"
+        ));
+        assert!(sections[1]
+            .contains("localhost:8000,counter,vllm:prefix_cache_hits,tokens,50,83.3333,"));
+        assert!(sections[2].contains(",Description,buckets\n"));
+        assert!(sections[2].contains("1.0=2;2.0=6;+Inf=6"));
+        assert_eq!(
+            sections[3].trim_end(),
+            "Endpoint,Metric,Key,Value,Description\n\
+localhost:8000,vllm:cache_config_info,block_size,16,\n\
+localhost:8000,vllm:cache_config_info,engine,0,"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let files = write(dir.path(), &log, WINDOW).unwrap();
+        assert_eq!(files.len(), 2);
+        let back: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(JSON_FILE)).unwrap()).unwrap();
+        assert_eq!(
+            series(&back, "vllm:prefix_cache_hits")["stats"]["total"],
+            json!(50)
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(CSV_FILE)).unwrap(),
+            csv
+        );
+
+        let e = write(dir.path(), &log, (2, 1)).unwrap_err().to_string();
+        assert!(e.contains("ends"), "{e}");
+        let ro = dir.path().join("file");
+        std::fs::write(&ro, "x").unwrap();
+        let e = write(&ro.join("sub"), &log, WINDOW)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("server_metrics_export.json"), "{e}");
+    }
+}

@@ -1,0 +1,278 @@
+//! Server metrics end to end: the scraper against the simulated server on port 0 (two engines, real
+//! chat traffic), an endpoint that is down, one that answers 404 and one that serves garbage; then
+//! the aiperf-schema export over a profiling window that excludes earlier traffic.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use agentx::client::scrape::{ScrapeConfig, Scraper};
+use agentx::export::server_metrics::{self, CSV_FILE, JSON_FILE};
+use agentx::record::Clock;
+use agentx::sim::{self, SimConfig};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One streamed chat completion of `words` prompt words and `max_tokens` output tokens.
+async fn chat(addr: SocketAddr, words: usize, max_tokens: u64) {
+    let prompt: Vec<String> = (0..words).map(|i| format!("w{i}")).collect();
+    let body = json!({
+        "model": "agentx-sim",
+        "messages": [{"role": "user", "content": prompt.join(" ")}],
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "ignore_eos": true,
+    })
+    .to_string();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::post("/v1/chat/completions")
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = tx.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(text.ends_with(b"data: [DONE]\n\n"));
+}
+
+/// A port with nothing listening on it.
+async fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A server that answers every request 200 with a body that is not Prometheus text.
+async fn garbage_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let body = "metric{unterminated=\"1 2\n";
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+async fn wait_for_scrapes(s: &Scraper, more_than: u64) -> u64 {
+    for _ in 0..400 {
+        let n = s.snapshot().scrapes;
+        if n > more_than {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("no scrape within 2 s");
+}
+
+fn series<'a>(j: &'a Value, name: &str) -> &'a [Value] {
+    j["metrics"][name]["series"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+fn sum_stat(j: &Value, name: &str, stat: &str) -> f64 {
+    series(j, name)
+        .iter()
+        .map(|s| s["stats"][stat].as_f64().unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrapes_the_simulator_and_exports_the_profiling_window() {
+    let mut c = SimConfig::max();
+    c.engines = 2;
+    let h = sim::spawn(c).unwrap();
+    let down = format!("http://127.0.0.1:{}", closed_port().await);
+    let missing = format!("{}/nothing/metrics", h.url());
+    let garbage = format!("http://{}", garbage_server().await);
+    let clock = Clock::start();
+    let mut cfg = ScrapeConfig::new(vec![
+        h.url(),
+        down.clone(),
+        missing.clone(),
+        garbage.clone(),
+    ]);
+    cfg.interval = Duration::from_millis(25);
+    cfg.timeout = Duration::from_secs(2);
+    let scraper = Scraper::start(cfg, clock).unwrap();
+
+    // Warmup traffic, seen by a scrape before the profiling window opens: not in the export.
+    for _ in 0..3 {
+        chat(h.addr(), 50, 4).await;
+    }
+    let n = wait_for_scrapes(&scraper, 0).await;
+    wait_for_scrapes(&scraper, n).await;
+    let start_ns = clock.now_ns();
+
+    // Profiling traffic, spread over a few scrapes, round-robin over the two engines.
+    let (mut prompt, mut generated) = (0u64, 0u64);
+    for i in 0..10u64 {
+        let (w, m) = (20 + i as usize, 3 + i);
+        chat(h.addr(), w, m).await;
+        prompt += w as u64;
+        generated += m;
+        if i % 3 == 0 {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    let live = scraper.snapshot();
+    assert!(live.scrapes >= 2, "{live:?}");
+    assert!(live.failed_scrapes >= 2, "{live:?}");
+    assert!(
+        live.running.is_some() && live.kv_usage.is_some(),
+        "{live:?}"
+    );
+    assert_eq!(
+        live.prefix_cache_hit_rate.map(|r| (0.0..=1.0).contains(&r)),
+        Some(true)
+    );
+    let end_ns = clock.now_ns();
+
+    let log = scraper.stop().await;
+    assert_eq!(log.endpoints.len(), 4);
+    let sim_log = &log.endpoints[0];
+    assert!(sim_log.scrapes() >= 3, "{}", sim_log.scrapes());
+    assert_eq!(sim_log.failures.total(), 0, "{:?}", sim_log.last_error);
+    // The final scrape was taken at stop, after the window.
+    assert!(*sim_log.scrape_ns.last().unwrap() >= end_ns);
+    let down_log = &log.endpoints[1];
+    assert_eq!(down_log.scrapes(), 0);
+    assert!(down_log.failures.connect >= 2, "{:?}", down_log.failures);
+    assert!(log.endpoints[2].failures.status >= 2);
+    assert!(log.endpoints[2]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("404"));
+    assert!(log.endpoints[3].failures.parse >= 2);
+    assert!(log.endpoints[3]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("line 1"));
+    assert_eq!(log.snapshot().running, Some(0.0));
+
+    let dir = tempfile::tempdir().unwrap();
+    let files = server_metrics::write(dir.path(), &log, (start_ns, end_ns)).unwrap();
+    assert_eq!(
+        files,
+        [dir.path().join(JSON_FILE), dir.path().join(CSV_FILE)]
+    );
+    let j: Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+
+    // Counter increases are exactly what the profiling traffic caused, summed over engines.
+    assert_eq!(sum_stat(&j, "vllm:prompt_tokens", "total"), prompt as f64);
+    assert_eq!(
+        sum_stat(&j, "vllm:generation_tokens", "total"),
+        generated as f64
+    );
+    assert_eq!(sum_stat(&j, "vllm:request_success", "total"), 10.0);
+    assert_eq!(
+        sum_stat(&j, "vllm:e2e_request_latency_seconds", "count"),
+        10.0
+    );
+    // The simulator observes one inter-token latency per generated token (as its own test shows).
+    assert_eq!(
+        sum_stat(&j, "vllm:inter_token_latency_seconds", "count"),
+        generated as f64
+    );
+    let p = series(&j, "vllm:prompt_tokens");
+    assert_eq!(p.len(), 2, "one series per engine");
+    let engines: Vec<&str> = p
+        .iter()
+        .map(|s| s["labels"]["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(engines, ["0", "1"]);
+    assert!(p[0]["stats"]["total"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["metrics"]["vllm:prompt_tokens"]["type"], "counter");
+    assert_eq!(j["metrics"]["vllm:num_requests_running"]["type"], "gauge");
+    assert_eq!(
+        j["metrics"]["vllm:time_to_first_token_seconds"]["type"],
+        "histogram"
+    );
+    let kv = &series(&j, "vllm:kv_cache_usage_perc")[0]["stats"];
+    for k in ["avg", "min", "max", "std", "p1", "p50", "p99"] {
+        assert!(kv[k].is_number(), "{k}: {kv}");
+    }
+    let e2e = &series(&j, "vllm:e2e_request_latency_seconds")[0];
+    assert!(e2e["stats"]["p99_estimate"].is_number(), "{e2e}");
+    assert!(e2e["buckets"]["+Inf"].as_f64().unwrap() > 0.0);
+
+    let sim_url = format!("{}/metrics", h.url());
+    assert_eq!(
+        j["summary"]["endpoints_configured"],
+        json!([
+            sim_url,
+            format!("{down}/metrics"),
+            missing,
+            format!("{garbage}/metrics")
+        ])
+    );
+    assert_eq!(j["summary"]["endpoints_successful"], json!([sim_url]));
+    let info = &j["summary"]["endpoint_info"];
+    assert_eq!(info[&sim_url]["failed_fetches"], json!(0));
+    assert!(
+        info[&format!("{down}/metrics")]["failed_fetches"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
+    assert!(
+        info[&format!("{down}/metrics")]["failures"]["connect"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
+    assert!(info[&sim_url]["unique_updates"].as_u64().unwrap() >= 2);
+
+    let csv = std::fs::read_to_string(&files[1]).unwrap();
+    let port = h.addr().port();
+    assert!(
+        csv.contains(&format!(
+            "127.0.0.1:{port},counter,vllm:prompt_tokens,tokens,"
+        )),
+        "{csv}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_scraper_of_nothing_but_dead_endpoints_never_fails() {
+    let down = format!("http://127.0.0.1:{}", closed_port().await);
+    let clock = Clock::start();
+    let mut cfg = ScrapeConfig::new(vec![down]);
+    cfg.interval = Duration::from_millis(10);
+    let s = Scraper::start(cfg, clock).unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let log = s.stop().await;
+    assert!(log.failed_scrapes() >= 2);
+    assert_eq!(log.scrapes(), 0);
+    let dir = tempfile::tempdir().unwrap();
+    server_metrics::write(dir.path(), &log, (0, clock.now_ns())).unwrap();
+    let j: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(JSON_FILE)).unwrap()).unwrap();
+    assert_eq!(j["metrics"], json!({}));
+    assert_eq!(j["summary"]["endpoints_successful"], json!([]));
+
+    let e = Scraper::start(ScrapeConfig::new(vec!["localhost:8000".into()]), clock).unwrap_err();
+    assert!(e.to_string().contains("no scheme"), "{e}");
+}
