@@ -1,6 +1,8 @@
 //! Pure statistics over request records: percentiles, per-metric distributions, and the run summary.
 //! No I/O and no clocks: everything here is a function of the records it is given.
 
+pub mod stats;
+
 use serde::Serialize;
 
 use crate::record::{Phase, RequestRecord};
