@@ -267,7 +267,7 @@ fn error_summary(records: &[&RequestRecord]) -> Json {
             }
         }
     }
-    seen.sort_by(|a, b| b.1.cmp(&a.1));
+    seen.sort_by_key(|e| std::cmp::Reverse(e.1));
     Json::Array(
         seen.into_iter()
             .map(|(e, n)| {
