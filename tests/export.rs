@@ -307,7 +307,9 @@ fn jsonl_and_aggregate_agree_with_the_records() {
     // Valid sends 1.0 .. 2.5 s, last valid end 2.5 + 0.16 + 0.001 s.
     let d = agg["benchmark_duration"]["avg"].as_f64().unwrap();
     assert!((d - 1.661).abs() < 1e-9, "{d}");
-    assert_eq!(agg["total_isl"]["avg"], 17_600.0);
+    assert_eq!(agg["total_isl"]["avg"], 17_600);
+    // Unix nanoseconds stay exact integers (an f64 would round them).
+    assert_eq!(agg["max_response_timestamp"]["avg"], ANCHOR + 2_661 * MS);
     assert_eq!(agg["time_to_first_token"]["count"], 3);
     assert_eq!(agg["time_to_first_token"]["min"], 120.0);
     assert_eq!(agg["time_to_first_token"]["max"], 300.0);

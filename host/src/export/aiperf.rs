@@ -17,7 +17,7 @@ use serde_json::{json, Value as Json};
 
 use crate::fsio::write_atomic;
 use crate::metrics::stats::{
-    self, Aggregate, Class, MetricDef, Stats, PERCENTILES, RECORD_METRICS, STAT_KEYS,
+    self, Aggregate, Class, MetricDef, Stats, Value, PERCENTILES, STAT_KEYS,
 };
 use crate::record::{RecordError, RequestRecord};
 
@@ -186,7 +186,10 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
 
     let mut metrics = Ordered::default();
     for (m, v) in stats::record_values(r) {
-        metrics.put(m.tag, json!({ "value": v, "unit": m.unit }));
+        let mut b = Ordered::default();
+        b.put("value", json!(v));
+        b.put("unit", m.unit);
+        metrics.put_ordered(m.tag, b);
     }
 
     let mut line = Ordered::default();
@@ -234,10 +237,10 @@ fn stats_block(m: &MetricDef, s: &Stats) -> Ordered {
 }
 
 /// An aggregate or derived metric's block: unit and the value as `avg`.
-fn scalar_block(m: &MetricDef, v: f64) -> Ordered {
+fn scalar_block(m: &MetricDef, v: &Value) -> Ordered {
     let mut b = Ordered::default();
     b.put("unit", m.unit);
-    b.put("avg", v);
+    b.put("avg", json!(v));
     b
 }
 
@@ -293,7 +296,7 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
         o.put_ordered(m.tag, stats_block(&m, &s));
     }
     for (m, v) in Aggregate::of(prof.iter().copied()).values(info.anchor_unix_ns) {
-        o.put_ordered(m.tag, scalar_block(&m, v));
+        o.put_ordered(m.tag, scalar_block(&m, &v));
     }
     o.put("error_summary", error_summary(&prof));
     o.put(
@@ -350,11 +353,12 @@ fn csv_name(m: &MetricDef) -> String {
 
 /// Counts, token totals and timestamps are integers; everything else has two decimals, as aiperf
 /// formats its CSV.
-fn csv_scalar(m: &MetricDef, v: f64) -> String {
-    if matches!(m.unit, "requests" | "tokens" | "ns") && v.fract() == 0.0 {
-        format!("{}", v as u64)
-    } else {
-        format!("{v:.2}")
+fn csv_scalar(m: &MetricDef, v: &Value) -> String {
+    match v {
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) if m.unit == "requests" && f.fract() == 0.0 => format!("{f:.0}"),
+        Value::Float(f) => format!("{f:.2}"),
+        Value::List(_) => String::new(),
     }
 }
 
@@ -388,7 +392,7 @@ pub fn aggregate_csv(records: &[RequestRecord], info: &RunInfo) -> String {
         out.push_str(&format!(
             "{},{}\n",
             csv_field(&csv_name(m)),
-            csv_scalar(m, *v)
+            csv_scalar(m, v)
         ));
     }
     out
@@ -477,7 +481,7 @@ pub fn timeslices_json(slices: &[Slice], info: &RunInfo) -> Ordered {
                 o.put_ordered(m.tag, stats_block(m, st));
             }
             for (m, v) in s.aggregate.values(info.anchor_unix_ns) {
-                o.put_ordered(m.tag, scalar_block(&m, v));
+                o.put_ordered(m.tag, scalar_block(&m, &v));
             }
             o
         })
@@ -495,7 +499,7 @@ pub fn timeslices_csv(slices: &[Slice], info: &RunInfo) -> String {
     for s in slices {
         enum Row<'a> {
             Dist(&'a Stats),
-            Scalar(f64),
+            Scalar(Value),
         }
         let mut rows: Vec<(MetricDef, Row)> = s
             .distributions
@@ -517,7 +521,7 @@ pub fn timeslices_csv(slices: &[Slice], info: &RunInfo) -> String {
                         out.push_str(&format!("{lead},{k},{:.2}\n", st.get(k).unwrap_or(0.0)));
                     }
                 }
-                Row::Scalar(v) => out.push_str(&format!("{lead},avg,{}\n", csv_scalar(&m, v))),
+                Row::Scalar(v) => out.push_str(&format!("{lead},avg,{}\n", csv_scalar(&m, &v))),
             }
         }
     }
@@ -593,11 +597,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
     (y, m, d)
-}
-
-/// The tags of every record metric, for readers that check a file's schema.
-pub fn record_metric_tags() -> Vec<&'static str> {
-    RECORD_METRICS.iter().map(|m| m.tag).collect()
 }
 
 #[cfg(test)]

@@ -92,6 +92,11 @@ pub const MAX_RESPONSE_TIMESTAMP: MetricDef =
 pub const BENCHMARK_DURATION: MetricDef = def("benchmark_duration", "Benchmark Duration", "sec");
 pub const TOTAL_ISL: MetricDef = def("total_isl", "Total Input Sequence Length", "tokens");
 pub const TOTAL_OSL: MetricDef = def("total_osl", "Total Output Sequence Length", "tokens");
+pub const TOTAL_USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
+    "total_usage_prompt_cache_read_tokens",
+    "Total Usage Prompt Cache Read Tokens",
+    "tokens",
+);
 pub const REQUEST_THROUGHPUT: MetricDef =
     def("request_throughput", "Request Throughput", "requests/sec");
 pub const OUTPUT_TOKEN_THROUGHPUT: MetricDef = def(
@@ -252,10 +257,15 @@ pub struct Stats {
 impl Stats {
     /// `None` for no values. NaNs are not expected (every value is a finite duration or count).
     pub fn of(values: &[f64]) -> Option<Stats> {
-        if values.is_empty() {
+        Stats::of_vec(values.to_vec())
+    }
+
+    /// As [`Stats::of`], sorting `v` in place (no copy: a long run's flattened inter-chunk
+    /// latencies run to millions of values).
+    pub fn of_vec(mut v: Vec<f64>) -> Option<Stats> {
+        if v.is_empty() {
             return None;
         }
-        let mut v = values.to_vec();
         v.sort_by(f64::total_cmp);
         let n = v.len() as f64;
         let sum: f64 = v.iter().sum();
@@ -330,7 +340,7 @@ where
     RECORD_METRICS
         .iter()
         .zip(values)
-        .filter_map(|(m, v)| Stats::of(&v).map(|s| (*m, s)))
+        .filter_map(|(m, v)| Stats::of_vec(v).map(|s| (*m, s)))
         .collect()
 }
 
@@ -423,33 +433,34 @@ impl Aggregate {
     }
 
     /// The aggregate as aiperf's `(metric, value)` pairs in output order, with timestamps made Unix
-    /// by `anchor_unix_ns`. Metrics without a value are left out.
-    pub fn values(&self, anchor_unix_ns: u64) -> Vec<(MetricDef, f64)> {
+    /// by `anchor_unix_ns`. Metrics without a value are left out. Counts are floats, as aiperf writes
+    /// them (`"avg": 20.0`); timestamps and token totals stay integers, because Unix nanoseconds do
+    /// not fit an f64 exactly.
+    pub fn values(&self, anchor_unix_ns: u64) -> Vec<(MetricDef, Value)> {
+        let count = |n: u64| Value::Float(n as f64);
         let mut out = vec![
-            (REQUEST_COUNT, self.request_count as f64),
-            (ERROR_REQUEST_COUNT, self.error_request_count as f64),
-            (CONTEXT_OVERFLOW_COUNT, self.context_overflow_count as f64),
+            (REQUEST_COUNT, count(self.request_count)),
+            (ERROR_REQUEST_COUNT, count(self.error_request_count)),
+            (CONTEXT_OVERFLOW_COUNT, count(self.context_overflow_count)),
         ];
-        let mut opt = |m: MetricDef, v: Option<f64>| {
-            if let Some(v) = v {
-                out.push((m, v));
-            }
-        };
-        opt(
-            MIN_REQUEST_TIMESTAMP,
-            self.min_request_ns.map(|t| (anchor_unix_ns + t) as f64),
-        );
-        opt(
-            MAX_RESPONSE_TIMESTAMP,
-            self.max_response_ns.map(|t| (anchor_unix_ns + t) as f64),
-        );
-        opt(BENCHMARK_DURATION, self.duration_s);
-        opt(TOTAL_ISL, Some(self.total_isl as f64));
-        opt(TOTAL_OSL, Some(self.total_osl as f64));
-        opt(REQUEST_THROUGHPUT, self.request_throughput);
-        opt(OUTPUT_TOKEN_THROUGHPUT, self.output_token_throughput);
-        opt(TOTAL_TOKEN_THROUGHPUT, self.total_token_throughput);
-        opt(INPUT_TOKEN_THROUGHPUT, self.input_token_throughput);
+        let unix = |t: Option<u64>| t.map(|t| Value::Int(anchor_unix_ns.saturating_add(t)));
+        let float = |v: Option<f64>| v.map(Value::Float);
+        let rest = [
+            (MIN_REQUEST_TIMESTAMP, unix(self.min_request_ns)),
+            (MAX_RESPONSE_TIMESTAMP, unix(self.max_response_ns)),
+            (BENCHMARK_DURATION, float(self.duration_s)),
+            (TOTAL_ISL, Some(Value::Int(self.total_isl))),
+            (TOTAL_OSL, Some(Value::Int(self.total_osl))),
+            (
+                TOTAL_USAGE_PROMPT_CACHE_READ_TOKENS,
+                self.total_cached_tokens.map(Value::Int),
+            ),
+            (REQUEST_THROUGHPUT, float(self.request_throughput)),
+            (OUTPUT_TOKEN_THROUGHPUT, float(self.output_token_throughput)),
+            (TOTAL_TOKEN_THROUGHPUT, float(self.total_token_throughput)),
+            (INPUT_TOKEN_THROUGHPUT, float(self.input_token_throughput)),
+        ];
+        out.extend(rest.into_iter().filter_map(|(m, v)| v.map(|v| (m, v))));
         out
     }
 }
@@ -649,10 +660,17 @@ pub(crate) mod tests {
         assert_eq!(g.input_token_throughput, Some(200.0));
         assert_eq!(g.total_token_throughput, Some(225.0));
         let v = g.values(1_000);
-        let get = |tag: &str| v.iter().find(|(m, _)| m.tag == tag).map(|(_, x)| *x);
-        assert_eq!(get("min_request_timestamp"), Some(1_000_001_000.0));
-        assert_eq!(get("benchmark_duration"), Some(2.0));
-        assert_eq!(get("context_overflow_count"), Some(1.0));
+        let get = |tag: &str| v.iter().find(|(m, _)| m.tag == tag).map(|(_, x)| x.clone());
+        assert_eq!(
+            get("min_request_timestamp"),
+            Some(Value::Int(1_000_001_000))
+        );
+        assert_eq!(get("benchmark_duration"), Some(Value::Float(2.0)));
+        assert_eq!(get("context_overflow_count"), Some(Value::Float(1.0)));
+        assert_eq!(
+            get("total_usage_prompt_cache_read_tokens"),
+            Some(Value::Int(60))
+        );
 
         let w = Aggregate::in_window(&recs, 4_000_000_000);
         assert_eq!(w.duration_s, Some(4.0));
