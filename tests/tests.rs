@@ -2,6 +2,7 @@
 
 mod cli;
 mod dataset;
+mod export;
 mod replay;
 mod report;
 mod scenario;

@@ -2,6 +2,7 @@
 //! exports, the InferenceX `bmk_agentic` JSON, CSV, plots and the run manifest. It formats what
 //! `metrics` computes and computes nothing of its own.
 
+pub mod aiperf;
 pub mod bmk;
 pub mod plot;
 pub mod server_metrics;
