@@ -175,6 +175,12 @@ pub struct RunArgs {
     /// Time-slice width for the timeslice exports, seconds.
     #[arg(long, value_name = "SECONDS")]
     pub slice_duration: Option<f64>,
+    /// Do not scrape the server's Prometheus `/metrics`.
+    #[arg(long)]
+    pub no_server_metrics: bool,
+    /// More Prometheus endpoints to scrape besides the server's own `/metrics` (repeatable).
+    #[arg(long, value_name = "URL")]
+    pub server_metrics: Vec<String>,
     /// Seconds between progress lines (default 5 on a terminal, 30 otherwise; 0 turns them off).
     #[arg(long, value_name = "SECONDS")]
     pub stats_interval: Option<f64>,
@@ -970,9 +976,64 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         mode = ?rp.mode,
         "replay starting"
     );
-    let outcome = rt.block_on(async {
+    // Server metrics: scraped from the start of warmup to after the end, exported over profiling.
+    let scraper = if a.no_server_metrics {
+        None
+    } else {
+        let mut urls = vec![crate::client::scrape::metrics_url(&ccfg.url)?];
+        for u in &a.server_metrics {
+            urls.push(
+                crate::client::scrape::metrics_url(u)
+                    .with_context(|| format!("--server-metrics {u}"))?,
+            );
+        }
+        let mut scfg = crate::client::scrape::ScrapeConfig::new(urls);
+        for var in crate::client::scrape::INTERVAL_ENV {
+            if let Ok(v) = std::env::var(var) {
+                if !v.trim().is_empty() {
+                    scfg.interval = crate::client::scrape::parse_interval(var, &v)?;
+                    break;
+                }
+            }
+        }
+        let _g = rt.enter();
+        Some(std::sync::Arc::new(crate::client::scrape::Scraper::start(
+            scfg, clock,
+        )?))
+    };
+    let srv_row: Option<replay::SrvRowFn> = scraper.as_ref().map(|s| {
+        let s = s.clone();
+        let prev = std::sync::Mutex::new(None::<(f64, f64, u64)>);
+        let f: replay::SrvRowFn = std::sync::Arc::new(move || {
+            let snap = s.snapshot();
+            let at = snap.at_ns?;
+            let (pi, go) = (snap.prompt_tokens, snap.generation_tokens);
+            let mut p = prev.lock().ok()?;
+            let (tin, tout) = match (*p, pi, go) {
+                (Some((a, b, t0)), Some(x), Some(y)) if at > t0 => {
+                    let dt = (at - t0) as f64 / 1e9;
+                    (Some((x - a) / dt), Some((y - b) / dt))
+                }
+                _ => (None, None),
+            };
+            if let (Some(x), Some(y)) = (pi, go) {
+                *p = Some((x, y, at));
+            }
+            Some(crate::ui::SrvRow {
+                prefix_cache_hit: snap.prefix_cache_hit_rate.map(|r| r * 100.0),
+                ext_cache_hit: snap.external_cache_hit_rate.map(|r| r * 100.0),
+                kv_usage: snap.kv_usage.map(|r| r * 100.0),
+                running: snap.running,
+                waiting: snap.waiting,
+                tput_in: tin,
+                tput_out: tout,
+            })
+        });
+        f
+    });
+    let (outcome, scrape_log) = rt.block_on(async {
         tokio::spawn(forward_signals(int_tx));
-        replay::run(
+        let outcome = replay::run(
             cfg,
             plan.clone(),
             ReplayInputs {
@@ -986,11 +1047,23 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
                 clock,
                 interrupt: int_rx,
                 progress: std::io::stderr().is_terminal(),
-                srv_row: None,
+                srv_row,
                 on_profiling: None,
             },
         )
-        .await
+        .await;
+        // The final scrape comes after profiling ended, so counters capture the end state.
+        let log = match scraper.map(std::sync::Arc::try_unwrap) {
+            Some(Ok(s)) => Some(s.stop().await),
+            Some(Err(_)) => {
+                tracing::warn!(
+                    "the metrics scraper is still shared; server metrics are not exported"
+                );
+                None
+            }
+            None => None,
+        };
+        (outcome, log)
     });
     drop(rt);
     drop(sim);
@@ -1050,17 +1123,79 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         serde_json::to_string_pretty(&doc)?.as_bytes(),
     )
     .with_context(|| format!("cannot write {}", summary_path.display()))?;
+    // aiperf-compatible exports, server metrics, plots: each failure is reported, none loses the records.
+    let (p0, p1) = outcome.profiling_ns.unwrap_or((0, 0));
+    let input_config = json!(manifest["resolved_settings"]);
+    let info = crate::export::aiperf::RunInfo {
+        benchmark_id: run_id.clone(),
+        anchor_unix_ns: clock.anchor_unix_ns(),
+        profiling_start_ns: p0,
+        profiling_end_ns: p1,
+        scenario_name: info.name.clone(),
+        scenario_version: info.version.clone(),
+        scenario_sha256: sc.hash().to_string(),
+        submission_valid: reasons.is_empty(),
+        submission_invalid_reasons: reasons.clone(),
+        was_cancelled: outcome.stop.cancelled(),
+        input_config: input_config.clone(),
+        seed: Some(seed),
+    };
+    let mut files = vec![
+        records_path.clone(),
+        out_dir.join(MANIFEST_FILE),
+        summary_path.clone(),
+    ];
+    let mut export_failed = false;
+    match crate::export::aiperf::write_all(out_dir, &records, &info, a.slice_duration) {
+        Ok(f) => files.extend(f),
+        Err(e) => {
+            export_failed = true;
+            eprintln!("error: {e}");
+        }
+    }
+    if let Some(log) = &scrape_log {
+        if log.failed_scrapes() > 0 {
+            tracing::warn!(
+                failed = log.failed_scrapes(),
+                scrapes = log.scrapes(),
+                "some /metrics scrapes failed (counted in server_metrics_export.json)"
+            );
+        }
+        let meta = crate::export::server_metrics::ExportMeta {
+            benchmark_id: Some(run_id.clone()),
+            input_config,
+        };
+        match crate::export::server_metrics::write_with(out_dir, log, (p0, p1), &meta) {
+            Ok(f) => files.extend(f),
+            Err(e) => {
+                export_failed = true;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    if !records.is_empty() {
+        match crate::export::plot::plot_dir(out_dir, None) {
+            Ok(p) => files.push(p),
+            Err(e) => tracing::warn!("no plot: {e}"),
+        }
+    }
     print_summary(&outcome, &summary, &reasons, conc, &records_path, written);
+    println!("outputs       {}", out_dir.display());
+    for f in &files {
+        if let Some(name) = f.file_name() {
+            println!("  {}", name.to_string_lossy());
+        }
+    }
     if let Some(m) = &outcome.message {
         eprintln!("{m}");
     }
-    Ok(
-        if outcome.stop.cancelled() || (a.require_valid && !reasons.is_empty()) {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        },
-    )
+    Ok(if export_failed {
+        ExitCode::from(2)
+    } else if outcome.stop.cancelled() || (a.require_valid && !reasons.is_empty()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_summary(
