@@ -112,6 +112,44 @@ pub struct SeriesStats {
     pub stats: Ordered,
     /// Histograms only: bucket bound (as served) to delta count, in increasing bound.
     pub buckets: Option<Ordered>,
+    /// Counters and gauges: one entry per second of the window (`start_ns` as a window offset, a
+    /// gauge's `avg`, a counter's `total` and `rate`), for time-series plots.
+    pub timeslices: Vec<Ordered>,
+}
+
+/// Width of the per-series time slices.
+pub const SLICE_NS: u64 = 1_000_000_000;
+/// More slices than this (a window over a day) are not written per series.
+const MAX_SERIES_SLICES: u64 = 86_400;
+
+/// Per-second slices of one counter or gauge series over `window`.
+fn series_slices(kind: MetricType, t: &Track, e: &EndpointLog, window: (u64, u64)) -> Vec<Ordered> {
+    let (start, end) = window;
+    if end <= start || (end - start) / SLICE_NS > MAX_SERIES_SLICES {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut a = start;
+    while a < end {
+        let b = (a + SLICE_NS).min(end);
+        let stats = span(e, (a, b)).and_then(|s| match kind {
+            MetricType::Counter => counter_stats(t, e, &s),
+            _ => gauge_stats(t, &s),
+        });
+        let mut o = Ordered::default();
+        o.put("start_ns", a - start);
+        o.put("end_ns", b - start);
+        if let Some(st) = stats {
+            for k in ["avg", "total", "rate"] {
+                if let Some(v) = st.get(k) {
+                    o.put(k, v.clone());
+                }
+            }
+        }
+        out.push(o);
+        a = b;
+    }
+    out
 }
 
 /// One aggregated metric family.
@@ -387,6 +425,10 @@ pub fn aggregate(log: &ScrapeLog, window: (u64, u64)) -> BTreeMap<String, Metric
         let Some(s) = span(e, window) else { continue };
         for (name, fam) in &e.families {
             for (labels, series) in &fam.series {
+                let slices = match series {
+                    SeriesLog::Scalar(t) => series_slices(fam.kind, t, e, window),
+                    SeriesLog::Histogram(_) => Vec::new(),
+                };
                 let got = match (fam.kind, series) {
                     (MetricType::Counter, SeriesLog::Scalar(t)) => {
                         counter_stats(t, e, &s).map(|o| (o, None))
@@ -417,6 +459,7 @@ pub fn aggregate(log: &ScrapeLog, window: (u64, u64)) -> BTreeMap<String, Metric
                     labels: labels.iter().cloned().collect(),
                     stats,
                     buckets,
+                    timeslices: slices,
                 });
             }
         }
@@ -566,6 +609,12 @@ pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value 
                 o.put("stats", serde_json::to_value(&s.stats).unwrap_or_default());
                 if let Some(b) = &s.buckets {
                     o.put("buckets", serde_json::to_value(b).unwrap_or_default());
+                }
+                if !s.timeslices.is_empty() {
+                    o.put(
+                        "timeslices",
+                        serde_json::to_value(&s.timeslices).unwrap_or_default(),
+                    );
                 }
                 serde_json::to_value(o).unwrap_or_default()
             })
@@ -896,6 +945,48 @@ vllm:cache_config_info{{block_size=\"16\",engine=\"0\"}} 1.0\n"
 
     fn series<'a>(j: &'a Value, name: &str) -> &'a Value {
         &j["metrics"][name]["series"][0]
+    }
+
+    #[test]
+    fn counters_and_gauges_have_per_second_slices() {
+        // 3 s of scrapes every 100 ms: the counter grows 10 per scrape, the gauge reads the second.
+        let pages: Vec<(u64, Option<String>)> = (0..=30u64)
+            .map(|i| {
+                let g = (i / 10) as f64;
+                (
+                    i * 100 * MS,
+                    Some(page(g, 10.0 * i as f64, 0.0, 0.0, 0.0, 0.0)),
+                )
+            })
+            .collect();
+        let e = EndpointLog::from_pages(
+            "http://localhost:8000/metrics",
+            pages.iter().map(|(t, p)| (*t, p.as_deref())),
+        )
+        .unwrap();
+        let log = ScrapeLog {
+            clock: Clock::start(),
+            interval: Duration::from_millis(100),
+            endpoints: vec![e],
+        };
+        let j = to_json(&log, (0, 3000 * MS), &ExportMeta::default());
+        let hits = series(&j, "vllm:prefix_cache_hits");
+        let slices = hits["timeslices"].as_array().unwrap();
+        assert_eq!(slices.len(), 3);
+        let total: f64 = slices.iter().map(|s| s["total"].as_f64().unwrap()).sum();
+        assert_eq!(total, hits["stats"]["total"].as_f64().unwrap());
+        assert_eq!(slices[1]["start_ns"], json!(1_000_000_000u64));
+        let run = series(&j, "vllm:num_requests_running");
+        let avgs: Vec<f64> = run["timeslices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["avg"].as_f64().unwrap())
+            .collect();
+        assert!(avgs[0] < avgs[1] && avgs[1] < avgs[2], "{avgs:?}");
+        assert!(series(&j, "vllm:e2e_request_latency_seconds")
+            .get("timeslices")
+            .is_none());
     }
 
     #[test]
