@@ -25,13 +25,7 @@ pub struct Dist {
 
 /// Linear-interpolation percentile of sorted data.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let k = (sorted.len() - 1) as f64 * p / 100.0;
-    let lo = k.floor() as usize;
-    let hi = k.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (k - lo as f64)
+    crate::metrics::percentile(sorted, p).unwrap_or(0.0)
 }
 
 impl Dist {

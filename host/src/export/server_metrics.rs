@@ -28,23 +28,12 @@ use crate::client::scrape::{
 };
 use crate::metrics::percentile;
 use crate::metrics::prometheus::MetricType;
+use crate::metrics::stats::PERCENTILES;
 
 /// The JSON file name in the artifact directory.
 pub const JSON_FILE: &str = "server_metrics_export.json";
 /// The CSV file name in the artifact directory.
 pub const CSV_FILE: &str = "server_metrics_export.csv";
-
-const GAUGE_PERCENTILES: [(&str, f64); 9] = [
-    ("p1", 1.0),
-    ("p5", 5.0),
-    ("p10", 10.0),
-    ("p25", 25.0),
-    ("p50", 50.0),
-    ("p75", 75.0),
-    ("p90", 90.0),
-    ("p95", 95.0),
-    ("p99", 99.0),
-];
 
 /// Errors of writing the export.
 #[derive(Debug, thiserror::Error)]
@@ -231,7 +220,7 @@ fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {
     o.put("min", num(v[0]));
     o.put("max", num(v[v.len() - 1]));
     o.put("std", num(std));
-    for (k, p) in GAUGE_PERCENTILES {
+    for (k, p) in PERCENTILES {
         o.put(k, num(percentile(&v, p).unwrap_or(f64::NAN)));
     }
     Some(o)
@@ -356,7 +345,7 @@ fn histogram_stats(h: &HistogramTrack, s: &Span) -> Option<(Ordered, Ordered)> {
     o.put("sum_rate", num(if secs > 0.0 { sum / secs } else { 0.0 }));
     o.put("avg", num(sum / count));
     let bounds: Vec<f64> = h.buckets.iter().map(|b| b.le).collect();
-    for (k, p) in GAUGE_PERCENTILES {
+    for (k, p) in PERCENTILES {
         let v = bucket_quantile(&bounds, &deltas, p / 100.0).unwrap_or(f64::NAN);
         o.put(&format!("{k}_estimate"), num(v));
     }
@@ -469,26 +458,10 @@ pub fn aggregate(log: &ScrapeLog, window: (u64, u64)) -> BTreeMap<String, Metric
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffff` (UTC) of Unix nanoseconds.
 pub fn iso_utc(unix_ns: u64) -> String {
-    let secs = unix_ns / 1_000_000_000;
-    let micros = (unix_ns % 1_000_000_000) / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    // aiperf writes this file's times without the zone suffix its aggregate file carries.
+    let mut t = super::aiperf::iso_utc(unix_ns);
+    t.pop();
+    t
 }
 
 fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordered {
