@@ -20,6 +20,7 @@
 
 pub mod plan;
 pub mod recycle;
+pub mod timer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -164,6 +165,8 @@ struct Shared {
     live: Live,
     progress: Progress,
     srv_row: Option<SrvRowFn>,
+    /// Think-time wake-ups (`None` if its thread could not start: tokio's timer then).
+    waker: Option<timer::Waker>,
 }
 
 /// The exit of one request as the lane sees it.
@@ -222,6 +225,9 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         live: Live::default(),
         progress: Progress::new(progress),
         srv_row,
+        waker: timer::Waker::start()
+            .map_err(|e| tracing::warn!("no timer thread ({e}); think times use tokio's timer"))
+            .ok(),
     });
     let lanes = plan.lanes;
 
@@ -601,10 +607,17 @@ async fn play_session(
         intended = sh.clock.ns_of(due);
         if delay > 0.0 {
             tokio::select! {
-                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+                _ = sleep_until(sh, due) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
+    }
+}
+
+async fn sleep_until(sh: &Shared, at: Instant) {
+    match &sh.waker {
+        Some(w) => w.sleep_until(at).await,
+        None => tokio::time::sleep_until(at.into()).await,
     }
 }
 

@@ -77,7 +77,7 @@ impl Default for Limits {
 }
 
 /// How often the epoch advances; the deadline is counted in these ticks.
-const EPOCH_TICK: Duration = Duration::from_millis(10);
+const EPOCH_TICK: Duration = Duration::from_millis(50);
 
 /// A configured wasmtime engine with its sandbox limits and the compiled-artifact cache.
 #[derive(Clone)]

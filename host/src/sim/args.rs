@@ -63,7 +63,8 @@ pub struct SimArgs {
     /// Time factor of the modelled timing (2 = twice as fast), or `max` for no delays at all.
     #[arg(long, value_parser = parse_speed)]
     pub speed: Option<Speed>,
-    /// Fixed time to first token in ms: every request, no queueing or cache effects.
+    /// Fixed time to first token in ms, counted from the request's arrival: every request, no
+    /// queueing or cache effects.
     #[arg(long, value_parser = parse_ms)]
     pub ttft_ms: Option<Duration>,
     /// Fixed inter-token latency in ms (with or without --ttft-ms).

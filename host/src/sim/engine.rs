@@ -165,7 +165,9 @@ impl Engine {
             let uncached = prompt_tokens - cached;
             match timing {
                 Timing::Instant => (cached, Duration::ZERO, None),
-                Timing::Fixed { ttft, .. } => (cached, *ttft, Some(now + *ttft)),
+                // Counted from arrival, as a server's TTFT is: reading and parsing a large body
+                // does not add to it (unless it takes longer than the TTFT itself).
+                Timing::Fixed { ttft, .. } => (cached, *ttft, Some((arrival + *ttft).max(now))),
                 Timing::Modeled(mt) => {
                     let prefill = mt.prefill(uncached);
                     let start = st.prefill_free_at.map_or(now, |t| t.max(now));

@@ -1,0 +1,630 @@
+"""agentx against aiperf, side by side, on one machine: replay cost, timing overhead, dataset preparation.
+
+Run through `bench/compare.sh`, which installs aiperf into a venv and builds agentx first. This script:
+
+1. writes the synthetic corpus (`agentx-host dataset synth`) and splits it into one weka-trace `.json`
+   per trace, the directory form both tools read (`--input-file DIR --custom-dataset-type weka_trace`);
+2. writes an offline word-level tokenizer for aiperf (one token per word, as the simulator counts);
+3. dataset preparation: each tool is launched against a fresh simulator with an empty dataset cache
+   (cold) and again with that cache (warm); the figure is the time from launch to the first request the
+   simulator sees. agentx's `dataset import` is timed on its own as well;
+4. replay: for every concurrency level, agentx and aiperf run one after the other (the order alternates
+   from level to level), each against a fresh simulator process with a fixed TTFT and inter-token
+   latency, with the same corpus, seed, scenario (inferencex-agentx-mvp) and flags.
+
+Measured per run, from outside the tool:
+- the CPU time and RSS of the tool's whole process tree, sampled from /proc every 0.5 s (utime + stime
+  of every live process plus the times of the children each has reaped), and the root's wait4 rusage;
+- the tokens the simulator streamed (`vllm:generation_tokens_total` on its /metrics);
+- the replay window: from the first to the last sample at which the simulator's token count moved. CPU
+  seconds per 1,000 tokens and tokens per second are over that window, so start-up and dataset loading
+  (measured in step 3) do not blur the per-token cost;
+- TTFT p50/p99 from the tool's own `profile_export_aiperf.json`, minus the simulator's fixed TTFT.
+
+Nothing here asserts a timing: it prints a table and writes `compare.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import pathlib
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MODEL = "bench-model"
+SCENARIO = "inferencex-agentx-mvp"
+
+
+# ---------------------------------------------------------------------------------------------------
+# process-tree accounting
+
+
+def _proc_table() -> dict[int, tuple[int, float, int]]:
+    """pid -> (ppid, CPU seconds incl. reaped children, RSS bytes) for every process."""
+    table = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read().decode("latin-1")
+        except OSError:
+            continue
+        rest = stat[stat.rindex(")") + 2 :].split()
+        # rest[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17, rss=24.
+        cpu = sum(int(rest[i]) for i in (11, 12, 13, 14)) / CLK_TCK
+        table[int(d)] = (int(rest[1]), cpu, int(rest[21]) * PAGE)
+    return table
+
+
+def tree_pids(root: int, table: dict[int, tuple[int, float, int]]) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table:
+            out.append(pid)
+            stack.extend(kids.get(pid, ()))
+    return out
+
+
+def tree_usage(root: int) -> tuple[float, int, int]:
+    """(CPU seconds, RSS bytes, process count) of `root` and all its descendants."""
+    table = _proc_table()
+    pids = tree_pids(root, table)
+    return sum(table[p][1] for p in pids), sum(table[p][2] for p in pids), len(pids)
+
+
+def tree_pss(root: int) -> int:
+    """Proportional set size of the tree in bytes: shared pages (a corpus in shared memory, mapped by
+    several worker processes) count once in total, where the RSS sum counts them in every process."""
+    total = 0
+    for pid in tree_pids(root, _proc_table()):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------
+# the simulator
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric_sum(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            total += float(line.rsplit(None, 1)[-1])
+    return total
+
+
+class Sim:
+    """An `agentx-host sim` process on a free port with a fixed TTFT and inter-token latency."""
+
+    def __init__(self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [
+            agentx, "sim", "--port", str(self.port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
+            "--served-model-name", MODEL, "--max-model-len", str(1 << 22),
+        ]  # fmt: skip
+        self.log = open(log, "wb")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.metrics()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the simulator did not start; see {log}")
+                time.sleep(0.05)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def tokens(self) -> float:
+        return metric_sum(self.metrics(), "vllm:generation_tokens_total")
+
+    def seen_request(self) -> bool:
+        m = self.metrics()
+        return any(
+            metric_sum(m, n) > 0
+            for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:request_success_total")
+        )
+
+    def cpu(self) -> float:
+        return tree_usage(self.proc.pid)[0]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# the tools
+
+
+def tool_cmd(
+    tool: str, a: argparse.Namespace, corpus: pathlib.Path, url: str, conc: int, duration: float, out: pathlib.Path
+) -> list[str]:
+    """The same replay for both tools: InferenceX's flags, the scenario, a short duration under override."""
+    common = [
+        "--url", url, "--endpoint", "/v1/chat/completions", "--endpoint-type", "chat", "--streaming",
+        "--model", MODEL, "--concurrency", str(conc), "--benchmark-duration", str(duration),
+        "--benchmark-grace-period", str(a.grace), "--random-seed", str(a.seed),
+        "--failed-request-threshold", "0.05", "--use-server-token-count",
+        "--input-file", str(corpus), "--custom-dataset-type", "weka_trace",
+        "--output-artifact-dir", str(out), "--unsafe-override",
+    ]  # fmt: skip
+    if tool == "agentx":
+        return [a.agentx, "run", a.scenario, *common]
+    return [
+        a.aiperf, "profile", "--scenario", SCENARIO, *common,
+        "--tokenizer", str(a.tokenizer_dir), "--ui-type", "none",
+    ]  # fmt: skip
+
+
+def tool_env(tool: str, cache: pathlib.Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("AGENTX_API_KEY", None)
+    env["AIPERF_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES"] = "1"
+    env["AGENTX_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES"] = "1"
+    if tool == "agentx":
+        env["AGENTX_DATASET_MMAP_CACHE_DIR"] = str(cache)
+    else:
+        env["AIPERF_DATASET_MMAP_CACHE_DIR"] = str(cache)
+        env["AIPERF_DATASET_CONFIGURATION_TIMEOUT"] = "1800"
+        env["AIPERF_SERVICE_PROFILE_CONFIGURE_TIMEOUT"] = "1800"
+    return env
+
+
+def kill_tree(reaper: "Reaper") -> None:
+    """SIGINT to the process group (both tools drain on it), then SIGKILL, and reap the root."""
+    if reaper.poll():
+        return
+    try:
+        os.killpg(reaper.proc.pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+    if not reaper.wait(20):
+        try:
+            os.killpg(reaper.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        reaper.wait(30)
+
+
+class Reaper:
+    """Reaps one child with wait4, keeping its rusage (CPU of the whole reaped tree, root's maxrss)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.code: int | None = None
+        self.cpu = 0.0
+        self.maxrss = 0
+
+    def poll(self) -> bool:
+        if self.code is None:
+            pid, status, ru = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid == self.proc.pid:
+                self.code = self.proc.returncode = os.waitstatus_to_exitcode(status)
+                self.cpu, self.maxrss = ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
+        return self.code is not None
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.poll():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+
+def find_export(out: pathlib.Path) -> dict | None:
+    for p in sorted(out.rglob("profile_export_aiperf.json")):
+        try:
+            return json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+    return None
+
+
+def stat(export: dict | None, metric: str, key: str) -> float | None:
+    if not export or not isinstance(export.get(metric), dict):
+        return None
+    v = export[metric].get(key)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
+    tag = f"{tool}-c{conc}"
+    out = a.out / "runs" / tag
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log")
+    cmd = tool_cmd(tool, a, a.replay_corpus, sim.url, conc, a.duration, out)
+    log = open(a.out / "logs" / f"{tag}.log", "wb")
+    print(f"  {tag}: {' '.join(cmd[:2])} ... (log: {log.name})", flush=True)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(tool, a.cache / "replay" / tool), start_new_session=True
+    )
+    reaper = Reaper(proc)
+    samples = []  # (t, tree cpu, tree rss, tokens, sim cpu)
+    peak_pss = 0
+    limit = a.duration + a.grace + a.startup_timeout
+    while True:
+        t = time.monotonic() - started
+        cpu, rss, _ = tree_usage(proc.pid)
+        try:
+            tok = sim.tokens()
+        except OSError:
+            tok = samples[-1][3] if samples else 0.0
+        samples.append((t, cpu, rss, tok, sim.cpu()))
+        if len(samples) % 4 == 1:  # PSS walks every mapping: every 2 s is enough
+            peak_pss = max(peak_pss, tree_pss(proc.pid))
+        if reaper.poll():
+            break
+        if t > limit:
+            print(f"  {tag}: still running after {limit:.0f} s; interrupting", flush=True)
+            break
+        if rss > a.rss_limit:
+            print(f"  {tag}: RSS {rss / 2**30:.1f} GiB is over --rss-limit-gib; stopping it", flush=True)
+            break
+        time.sleep(0.5)
+    kill_tree(reaper)
+    code, total_cpu, maxrss = reaper.code, reaper.cpu, reaper.maxrss
+    wall = time.monotonic() - started
+    log.close()
+    sim.stop()
+
+    moved = [i for i in range(1, len(samples)) if samples[i][3] > samples[i - 1][3]]
+    row: dict = {"tool": tool, "concurrency": conc, "exit_code": code, "wall_s": round(wall, 2)}
+    row["command"] = cmd
+    row["total_cpu_s"] = round(total_cpu, 3)
+    row["peak_rss_mib"] = round(max(s[2] for s in samples) / 2**20, 1)
+    row["peak_pss_mib"] = round(peak_pss / 2**20, 1)
+    row["root_maxrss_mib"] = round(maxrss / 2**20, 1)
+    if moved:
+        i0, i1 = moved[0] - 1, moved[-1]
+        secs = samples[i1][0] - samples[i0][0]
+        tokens = samples[i1][3] - samples[i0][3]
+        cpu = samples[i1][1] - samples[i0][1]
+        row["window_s"] = round(secs, 2)
+        row["tokens"] = int(tokens)
+        row["tokens_per_s"] = round(tokens / secs, 1) if secs > 0 else None
+        row["cpu_s"] = round(cpu, 3)
+        row["cpu_s_per_1k_tokens"] = round(cpu / tokens * 1000, 5) if tokens else None
+        row["sim_cpu_s"] = round(samples[i1][4] - samples[i0][4], 3)
+        row["first_token_after_s"] = round(samples[moved[0]][0], 2)
+    export = find_export(out)
+    p50, p99 = stat(export, "time_to_first_token", "p50"), stat(export, "time_to_first_token", "p99")
+    row["ttft_p50_ms"] = p50
+    row["ttft_p99_ms"] = p99
+    row["ttft_overhead_p50_ms"] = round(p50 - a.ttft_ms, 3) if p50 is not None else None
+    row["ttft_overhead_p99_ms"] = round(p99 - a.ttft_ms, 3) if p99 is not None else None
+    row["requests"] = stat(export, "request_count", "avg")
+    row["errors"] = stat(export, "error_request_count", "avg")
+    row["export_found"] = export is not None
+    print(
+        f"  {tag}: exit {code}, {row.get('tokens_per_s')} tok/s, {row.get('cpu_s_per_1k_tokens')} CPU-s/1k tok, "
+        f"peak RSS {row['peak_rss_mib']} MiB, TTFT p50/p99 {p50}/{p99} ms",
+        flush=True,
+    )
+    return row
+
+
+def launch_to_first_request(a: argparse.Namespace, tool: str, cache: pathlib.Path, label: str) -> dict:
+    """Seconds from launching the tool until the simulator sees its first request, then stops the tool."""
+    out = a.out / "prep" / f"{tool}-{label}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-prep-{tool}-{label}.log")
+    cmd = tool_cmd(tool, a, a.prep_corpus, sim.url, 1, 5, out)
+    log = open(a.out / "logs" / f"prep-{tool}-{label}.log", "wb")
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(tool, cache), start_new_session=True)
+    reaper = Reaper(proc)
+    first, peak_rss, peak_pss, cpu, stopped, pss_at = None, 0, 0, 0.0, None, 0.0
+    while not reaper.poll() and time.monotonic() - started < a.prep_timeout:
+        c, rss, _ = tree_usage(proc.pid)
+        cpu, peak_rss = max(cpu, c), max(peak_rss, rss)
+        if time.monotonic() - pss_at > 2:  # PSS walks every mapping: every 2 s is enough
+            peak_pss, pss_at = max(peak_pss, tree_pss(proc.pid)), time.monotonic()
+        if rss > a.rss_limit:
+            stopped = f"stopped at RSS {rss / 2**30:.1f} GiB (--rss-limit-gib)"
+            break
+        try:
+            if sim.seen_request():
+                first = time.monotonic() - started
+                break
+        except OSError:
+            pass
+        time.sleep(0.02)
+    kill_tree(reaper)
+    log.close()
+    sim.stop()
+    cache_bytes = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file()) if cache.exists() else 0
+    res = {
+        "seconds": round(first, 2) if first is not None else None,
+        "cpu_s": round(cpu, 2),
+        "peak_rss_mib": round(peak_rss / 2**20, 1),
+        "peak_pss_mib": round(peak_pss / 2**20, 1),
+        "cache_mib": round(cache_bytes / 2**20, 1),
+    }
+    if first is None:
+        why = stopped or f"no request within {a.prep_timeout:.0f} s (exit {proc.returncode})"
+        res["note"] = f"{why} after {time.monotonic() - started:.0f} s; see {log.name}"
+        progress = last_progress(out)
+        if progress:
+            res["last_progress"] = progress
+    print(f"  {tool} {label}: {res}", flush=True)
+    return res
+
+
+def last_progress(out: pathlib.Path) -> str | None:
+    """aiperf's last dataset-build progress line ("parsed"/"reconstructed N/M ...") in its log."""
+    last = None
+    for log in out.rglob("aiperf.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if "WekaTraceLoader:" in line and ("reconstructed" in line or "parsed" in line):
+                last = line.split("WekaTraceLoader:", 1)[1].strip()
+    return last
+
+
+def timed(cmd: list[str], env: dict | None = None) -> dict:
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    output = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{output.decode(errors='replace')}")
+    return {
+        "seconds": round(time.monotonic() - t0, 3),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+        "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),
+    }
+
+
+def prep(a: argparse.Namespace) -> dict:
+    res: dict = {}
+    print("dataset preparation", flush=True)
+    cache = a.out / "prep-cache" / "agentx-import"
+    shutil.rmtree(cache, ignore_errors=True)
+    imp = [a.agentx, "dataset", "import", str(a.prep_corpus), "--cache-dir", str(cache)]
+    res["agentx_import_cold"] = timed(imp)
+    res["agentx_import_warm"] = timed(imp)
+    print(f"  agentx dataset import: cold {res['agentx_import_cold']}, warm {res['agentx_import_warm']}")
+    for tool in a.tools:
+        cache = a.cache / "prep" / tool
+        shutil.rmtree(cache, ignore_errors=True)
+        cold = res[f"{tool}_first_request_cold"] = launch_to_first_request(a, tool, cache, "cold")
+        if cold["seconds"] is None:
+            res[f"{tool}_first_request_warm"] = {"seconds": None, "note": "not run: the cold start did not finish"}
+        else:
+            res[f"{tool}_first_request_warm"] = launch_to_first_request(a, tool, cache, "warm")
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------
+# corpus, tokenizer, report
+
+
+def make_corpus(a: argparse.Namespace, dest: pathlib.Path, max_turns: int | None) -> dict:
+    """`agentx-host dataset synth`, split into one weka-trace `.json` per trace in `dest`."""
+    if dest.is_dir() and any(dest.glob("*.json")):
+        return {"dir": str(dest), "traces": len(list(dest.glob("*.json"))), "reused": True}
+    jsonl = dest.with_suffix(".jsonl")
+    cmd = [a.agentx, "dataset", "synth", "--traces", str(a.traces), "--seed", str(a.seed), "-o", str(jsonl)]
+    if max_turns:
+        cmd += ["--max-turns", str(max_turns)]
+    t = timed(cmd)
+    tmp = dest.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    n, size = 0, 0
+    with open(jsonl, "rb") as f:
+        for line in f:
+            trace = json.loads(line)
+            (tmp / f"{n:05d}_{trace.get('id', n)}.json").write_bytes(line.rstrip(b"\n"))
+            n, size = n + 1, size + len(line)
+    jsonl.unlink()
+    tmp.rename(dest)
+    return {"dir": str(dest), "traces": n, "max_turns": max_turns, "mib": round(size / 2**20, 1), "synth": t}
+
+
+def make_tokenizer(out: pathlib.Path) -> None:
+    """An offline Hugging Face tokenizer for aiperf: one token per whitespace-separated word.
+
+    The machines this runs on cannot reach the Hugging Face hub, and aiperf's built-in tiktoken encoding
+    downloads its ranks on first use. A WordLevel tokenizer over every word of aiperf's prompt corpus
+    counts exactly as agentx's simulator does, so both tools' prompts and the server's usage agree.
+    """
+    if (out / "tokenizer.json").exists():
+        return
+    import aiperf
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    corpus = pathlib.Path(aiperf.__file__).parent / "dataset/generator/assets/shakespeare.txt"
+    vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2}
+    for w in sorted(set(corpus.read_text(encoding="utf-8").split())):
+        vocab.setdefault(w, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    special = {"unk_token": "[UNK]", "bos_token": "<s>", "eos_token": "</s>"}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30, **special}
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    (out / "special_tokens_map.json").write_text(json.dumps(special))
+
+
+def ratio(x, y):
+    return round(x / y, 4) if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y else None
+
+
+FIGURES = [
+    ("tokens_per_s", "tok/s", "{:,.0f}"),
+    ("cpu_s_per_1k_tokens", "CPU-s/1k tok", "{:.4f}"),
+    ("peak_rss_mib", "peak RSS MiB", "{:,.0f}"),
+    ("peak_pss_mib", "peak PSS MiB", "{:,.0f}"),
+    ("ttft_overhead_p50_ms", "TTFT+ p50 ms", "{:.2f}"),
+    ("ttft_overhead_p99_ms", "TTFT+ p99 ms", "{:.2f}"),
+]
+
+
+def fmt(v, f):
+    return f.format(v) if isinstance(v, (int, float)) else "-"
+
+
+def table(rows: list[dict], levels: list[int]) -> tuple[str, list[dict]]:
+    by = {(r["tool"], r["concurrency"]): r for r in rows}
+    lines = [f"{'conc':>5} {'figure':<14} {'agentx':>12} {'aiperf':>12} {'agentx/aiperf':>14}"]
+    summary = []
+    for c in levels:
+        ax, ap = by.get(("agentx", c), {}), by.get(("aiperf", c), {})
+        entry = {"concurrency": c}
+        for key, label, f in FIGURES:
+            r = ratio(ax.get(key), ap.get(key))
+            entry[key] = {"agentx": ax.get(key), "aiperf": ap.get(key), "ratio": r}
+            lines.append(f"{c:>5} {label:<14} {fmt(ax.get(key), f):>12} {fmt(ap.get(key), f):>12} {fmt(r, '{:.3f}'):>14}")
+        eff = ratio(ap.get("cpu_s_per_1k_tokens"), ax.get("cpu_s_per_1k_tokens"))
+        entry["tokens_per_cpu_s_x_aiperf"] = eff
+        lines.append(f"{c:>5} {'tok/CPU-s':<14} {'':>12} {'':>12} {fmt(eff, '{:.1f}x'):>14}")
+        summary.append(entry)
+    return "\n".join(lines), summary
+
+
+def machine() -> dict:
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        mem = int(open("/proc/meminfo").readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "mem_gib": round(mem / 2**30, 1), "os": platform.platform()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--agentx", required=True, help="the agentx-host binary")
+    p.add_argument("--aiperf", required=True, help="the aiperf executable")
+    p.add_argument("--scenario", required=True, help="the agentx-mvp component")
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/out"))
+    p.add_argument("--levels", default="1,64,256,1024", help="concurrency levels")
+    p.add_argument("--tools", default="agentx,aiperf")
+    p.add_argument("--duration", type=float, default=60, help="benchmark duration per run, s")
+    p.add_argument("--grace", type=float, default=30, help="benchmark grace period, s")
+    p.add_argument("--startup-timeout", type=float, default=900, help="allowance for start-up and warmup, s")
+    p.add_argument("--prep-timeout", type=float, default=1800, help="limit on launch-to-first-request, s")
+    p.add_argument("--traces", type=int, default=1100, help="synthetic traces (the public corpus has 949)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--replay-max-turns", type=int, default=16,
+        help="turns kept per trace in the replay corpus (dataset preparation uses the full corpus)",
+    )  # fmt: skip
+    p.add_argument("--rss-limit-gib", type=float, default=0, help="stop a tool above this RSS (default 80%% of RAM)")
+    p.add_argument("--ttft-ms", type=float, default=50, help="the simulator's fixed TTFT")
+    p.add_argument("--itl-ms", type=float, default=10, help="the simulator's fixed inter-token latency")
+    p.add_argument("--skip-prep", action="store_true")
+    p.add_argument("--skip-replay", action="store_true")
+    a = p.parse_args()
+    a.tools = [t for t in a.tools.split(",") if t]
+    levels = [int(x) for x in a.levels.split(",") if x]
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.out = a.out.resolve()
+    (a.out / "logs").mkdir(exist_ok=True)
+    a.prep_corpus = a.out / f"corpus-{a.traces}-s{a.seed}-full"
+    a.replay_corpus = a.out / f"corpus-{a.traces}-s{a.seed}-turns{a.replay_max_turns}"
+    a.rss_limit = a.rss_limit_gib * 2**30 if a.rss_limit_gib else machine()["mem_gib"] * 0.8 * 2**30
+    a.tokenizer_dir = a.out / "tokenizer"
+    a.cache = a.out / "cache"
+
+    version = subprocess.run([a.aiperf, "--version"], capture_output=True, text=True).stdout.strip()
+    agentx_version = subprocess.run([a.agentx, "--version"], capture_output=True, text=True).stdout.strip()
+    report: dict = {
+        "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "agentx": agentx_version,
+        "aiperf": version,
+        "mode": (
+            f"both tools replay the corpus with scenario {SCENARIO} (AGENTIC_REPLAY timing, weka_trace "
+            "input directory, live assistant responses, --use-server-token-count, --unsafe-override for the "
+            "short duration); aiperf runs its own built-in scenario of that name, agentx the agentx-mvp "
+            "component"
+        ),
+        "simulator": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "process": "agentx-host sim, one per run"},
+        "duration_s": a.duration,
+        "levels": levels,
+    }
+    print(f"machine: {report['machine']}\nagentx: {agentx_version}\naiperf: {version}\nmode: {report['mode']}")
+    make_tokenizer(a.tokenizer_dir)
+    if not a.skip_prep:
+        report["prep_corpus"] = make_corpus(a, a.prep_corpus, None)
+        print(f"dataset-preparation corpus: {report['prep_corpus']}", flush=True)
+    if not a.skip_replay:
+        report["replay_corpus"] = make_corpus(a, a.replay_corpus, a.replay_max_turns)
+        print(f"replay corpus: {report['replay_corpus']}", flush=True)
+    if not a.skip_prep:
+        report["prep"] = prep(a)
+    rows = []
+    if not a.skip_replay:
+        print("replay", flush=True)
+        for i, c in enumerate(levels):
+            order = a.tools if i % 2 == 0 else list(reversed(a.tools))
+            for tool in order:
+                rows.append(replay(a, tool, c))
+                (a.out / "compare.json").write_text(json.dumps({**report, "runs": rows}, indent=2))
+        text, summary = table(rows, levels)
+        report["table"] = summary
+        print("\n" + text)
+    report["runs"] = rows
+    (a.out / "compare.json").write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {a.out / 'compare.json'}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,143 @@
+//! Send-time wake-ups finer than tokio's timer wheel.
+//!
+//! tokio's `sleep_until` fires on the first millisecond tick at or after its deadline, so a turn due
+//! after a think time would go out 0-1 ms late, and that lag would count in its TTFT (latencies count
+//! from the intended send). [`Waker`] keeps the deadlines in a heap on one thread of its own, which
+//! sleeps on a channel with a timeout to the earliest one (the kernel's high-resolution timers, tens of
+//! microseconds late) and completes that lane's oneshot. One wake-up per scheduled turn; lanes that
+//! stop waiting simply drop their receiver.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+type Entry = (Instant, oneshot::Sender<()>);
+
+/// A thread that completes oneshots at their deadlines.
+#[derive(Debug)]
+pub struct Waker {
+    tx: Mutex<mpsc::Sender<Entry>>,
+}
+
+impl Waker {
+    /// Starts the timer thread; it ends when the `Waker` is dropped and no deadline is pending.
+    pub fn start() -> std::io::Result<Waker> {
+        let (tx, rx) = mpsc::channel::<Entry>();
+        std::thread::Builder::new()
+            .name("agentx-timer".into())
+            .spawn(move || run(rx))?;
+        Ok(Waker { tx: Mutex::new(tx) })
+    }
+
+    /// Completes when `at` has passed (at once if it has already).
+    pub async fn sleep_until(&self, at: Instant) {
+        if at <= Instant::now() {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        let queued = self
+            .tx
+            .lock()
+            .map(|t| t.send((at, tx)).is_ok())
+            .unwrap_or(false);
+        if !queued || rx.await.is_err() {
+            // The timer thread is gone: fall back to tokio's timer.
+            tokio::time::sleep_until(at.into()).await;
+        }
+    }
+}
+
+fn run(rx: mpsc::Receiver<Entry>) {
+    // Deadlines ordered by time, then by arrival (the sequence number), so equal instants pop in order.
+    let mut heap: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
+    let mut waiting: std::collections::HashMap<u64, oneshot::Sender<()>> = Default::default();
+    let mut seq = 0u64;
+    let mut closed = false;
+    loop {
+        let now = Instant::now();
+        while let Some(Reverse((at, id))) = heap.peek().copied() {
+            if at > now {
+                break;
+            }
+            heap.pop();
+            if let Some(tx) = waiting.remove(&id) {
+                let _ = tx.send(());
+            }
+        }
+        let next = match heap.peek() {
+            Some(Reverse((at, _))) => Some(*at),
+            None if closed => return,
+            None => None,
+        };
+        let got = match next {
+            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(e) => Some(e),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    closed = true;
+                    None
+                }
+            },
+            None => match rx.recv() {
+                Ok(e) => Some(e),
+                Err(_) => return,
+            },
+        };
+        if let Some((at, tx)) = got {
+            seq += 1;
+            heap.push(Reverse((at, seq)));
+            waiting.insert(seq, tx);
+            // Take everything already queued before sleeping again.
+            while let Ok((at, tx)) = rx.try_recv() {
+                seq += 1;
+                heap.push(Reverse((at, seq)));
+                waiting.insert(seq, tx);
+            }
+        }
+        if closed && heap.is_empty() {
+            return;
+        }
+        if closed {
+            // No new deadlines can come: sleep to the next one.
+            if let Some(Reverse((at, _))) = heap.peek() {
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wakes_at_or_after_each_deadline_in_order() {
+        let w = std::sync::Arc::new(Waker::start().unwrap());
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for i in (1..=20u64).rev() {
+            let w = w.clone();
+            let at = t0 + Duration::from_millis(5 + 2 * i);
+            tasks.push(tokio::spawn(async move {
+                w.sleep_until(at).await;
+                (at, Instant::now())
+            }));
+        }
+        for t in tasks {
+            let (at, woke) = t.await.unwrap();
+            assert!(woke >= at, "woke {:?} before its deadline", at - woke);
+        }
+        // A deadline in the past returns at once; a dropped waiter does not stop the others.
+        w.sleep_until(t0).await;
+        let far = w.sleep_until(Instant::now() + Duration::from_secs(3600));
+        assert!(tokio::time::timeout(Duration::from_millis(2), far).await.is_err());
+        let at = Instant::now() + Duration::from_millis(3);
+        w.sleep_until(at).await;
+        assert!(Instant::now() >= at);
+    }
+}
