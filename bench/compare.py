@@ -187,6 +187,8 @@ def tool_cmd(
         "--input-file", str(corpus), "--custom-dataset-type", "weka_trace",
         "--output-artifact-dir", str(out), "--unsafe-override",
     ]  # fmt: skip
+    if a.think_time == "off":
+        common.append("--ignore-trace-delays")
     if tool == "agentx":
         return [a.agentx, "run", a.scenario, *common]
     return [
@@ -226,20 +228,19 @@ def kill_tree(reaper: "Reaper") -> None:
 
 
 class Reaper:
-    """Reaps one child with wait4, keeping its rusage (CPU of the whole reaped tree, root's maxrss)."""
+    """Reaps one child with wait4, keeping its rusage: the CPU of the whole reaped tree."""
 
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
         self.code: int | None = None
         self.cpu = 0.0
-        self.maxrss = 0
 
     def poll(self) -> bool:
         if self.code is None:
             pid, status, ru = os.wait4(self.proc.pid, os.WNOHANG)
             if pid == self.proc.pid:
                 self.code = self.proc.returncode = os.waitstatus_to_exitcode(status)
-                self.cpu, self.maxrss = ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
+                self.cpu = ru.ru_utime + ru.ru_stime
         return self.code is not None
 
     def wait(self, timeout: float) -> bool:
@@ -249,6 +250,27 @@ class Reaper:
                 return False
             time.sleep(0.1)
         return True
+
+
+def profiling_span(out: pathlib.Path) -> tuple[int, int] | None:
+    """(first start, last end) in wall-clock ns of the profiling requests in profile_export.jsonl."""
+    lo = hi = None
+    for p in out.rglob("profile_export.jsonl"):
+        with open(p, "rb") as f:
+            for line in f:
+                try:
+                    m = json.loads(line)["metadata"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+                if m.get("benchmark_phase") != "profiling":
+                    continue
+                start, end = m.get("request_start_ns"), m.get("request_end_ns")
+                if isinstance(start, int):
+                    lo = start if lo is None else min(lo, start)
+                if isinstance(end, int):
+                    hi = end if hi is None else max(hi, end)
+        break
+    return (lo, hi) if lo is not None and hi is not None else None
 
 
 def find_export(out: pathlib.Path) -> dict | None:
@@ -281,7 +303,20 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
         cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(tool, a.cache / "replay" / tool), start_new_session=True
     )
     reaper = Reaper(proc)
-    samples = []  # (t, tree cpu, tree rss, tokens, sim cpu)
+    try:
+        return measure(a, tool, conc, tag, cmd, out, sim, proc, reaper, started)
+    finally:
+        kill_tree(reaper)
+        log.close()
+        sim.stop()
+
+
+def measure(
+    a: argparse.Namespace, tool: str, conc: int, tag: str, cmd: list[str], out: pathlib.Path,
+    sim: Sim, proc: subprocess.Popen, reaper: Reaper, started: float,
+) -> dict:  # fmt: skip
+    """Samples the tool's process tree and the simulator's token count until the tool exits."""
+    samples = []  # (t, tree cpu, tree rss, tokens, sim cpu, wall-clock ns)
     peak_pss = 0
     limit = a.duration + a.grace + a.startup_timeout
     while True:
@@ -291,7 +326,7 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
             tok = sim.tokens()
         except OSError:
             tok = samples[-1][3] if samples else 0.0
-        samples.append((t, cpu, rss, tok, sim.cpu()))
+        samples.append((t, cpu, rss, tok, sim.cpu(), time.time_ns()))
         if len(samples) % 4 == 1:  # PSS walks every mapping: every 2 s is enough
             peak_pss = max(peak_pss, tree_pss(proc.pid))
         if reaper.poll():
@@ -304,20 +339,29 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
             break
         time.sleep(0.5)
     kill_tree(reaper)
-    code, total_cpu, maxrss = reaper.code, reaper.cpu, reaper.maxrss
+    code, total_cpu = reaper.code, reaper.cpu
     wall = time.monotonic() - started
-    log.close()
-    sim.stop()
 
-    moved = [i for i in range(1, len(samples)) if samples[i][3] > samples[i - 1][3]]
     row: dict = {"tool": tool, "concurrency": conc, "exit_code": code, "wall_s": round(wall, 2)}
     row["command"] = cmd
     row["total_cpu_s"] = round(total_cpu, 3)
     row["peak_rss_mib"] = round(max(s[2] for s in samples) / 2**20, 1)
     row["peak_pss_mib"] = round(peak_pss / 2**20, 1)
-    row["root_maxrss_mib"] = round(maxrss / 2**20, 1)
-    if moved:
-        i0, i1 = moved[0] - 1, moved[-1]
+    # The window: the profiling phase (first profiling request start to last end, from the tool's own
+    # profile_export.jsonl), else the span over which the simulator's token count moved.
+    i0 = i1 = None
+    span = profiling_span(out)
+    if span:
+        inside = [i for i, smp in enumerate(samples) if span[0] <= smp[5] <= span[1]]
+        if len(inside) >= 2:
+            i0, i1 = inside[0], inside[-1]
+            row["window"] = "profiling"
+    if i0 is None:
+        moved = [i for i in range(1, len(samples)) if samples[i][3] > samples[i - 1][3]]
+        if moved:
+            i0, i1 = moved[0] - 1, moved[-1]
+            row["window"] = "streaming"
+    if i0 is not None:
         secs = samples[i1][0] - samples[i0][0]
         tokens = samples[i1][3] - samples[i0][3]
         cpu = samples[i1][1] - samples[i0][1]
@@ -327,7 +371,6 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
         row["cpu_s"] = round(cpu, 3)
         row["cpu_s_per_1k_tokens"] = round(cpu / tokens * 1000, 5) if tokens else None
         row["sim_cpu_s"] = round(samples[i1][4] - samples[i0][4], 3)
-        row["first_token_after_s"] = round(samples[moved[0]][0], 2)
     export = find_export(out)
     p50, p99 = stat(export, "time_to_first_token", "p50"), stat(export, "time_to_first_token", "p99")
     row["ttft_p50_ms"] = p50
@@ -403,18 +446,34 @@ def last_progress(out: pathlib.Path) -> str | None:
     return last
 
 
+def vm_hwm(pid: int) -> int:
+    """The process's peak RSS (VmHWM) in bytes; 0 once it is gone. Unlike wait4's ru_maxrss it is not
+    inherited across fork+exec from this (large) Python process."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def timed(cmd: list[str], env: dict | None = None) -> dict:
+    """Runs `cmd` to completion: wall seconds, CPU seconds (wait4) and peak RSS (VmHWM, polled)."""
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    reaper, hwm = Reaper(p), 0
+    while not reaper.poll():
+        hwm = max(hwm, vm_hwm(p.pid))
+        time.sleep(0.005)
     output = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{output.decode(errors='replace')}")
+    if reaper.code != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({reaper.code}):\n{output.decode(errors='replace')}")
     return {
         "seconds": round(time.monotonic() - t0, 3),
-        "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
-        "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),
+        "cpu_s": round(reaper.cpu, 3),
+        "peak_rss_mib": round(hwm / 2**20, 1),
     }
 
 
@@ -566,7 +625,13 @@ def main() -> None:
     p.add_argument("--rss-limit-gib", type=float, default=0, help="stop a tool above this RSS (default 80%% of RAM)")
     p.add_argument("--ttft-ms", type=float, default=50, help="the simulator's fixed TTFT")
     p.add_argument("--itl-ms", type=float, default=10, help="the simulator's fixed inter-token latency")
-    p.add_argument("--skip-prep", action="store_true")
+    p.add_argument(
+        "--think-time", choices=["off", "trace"], default="off",
+        help="off: --ignore-trace-delays, turns back to back, so both tools carry the same load (the "
+        "default); trace: the recorded think times, under each tool's own cap (aiperf 0.13 caps idle gaps "
+        "at 10 s, agentx-mvp caps think time at 60 s, so the two loads differ)",
+    )  # fmt: skip
+    p.add_argument("--skip-prep", action="store_true", help="keep the dataset-preparation figures of --out's last compare.json")
     p.add_argument("--skip-replay", action="store_true")
     a = p.parse_args()
     a.tools = [t for t in a.tools.split(",") if t]
@@ -592,8 +657,10 @@ def main() -> None:
             "input directory, live assistant responses, --use-server-token-count, --unsafe-override for the "
             "short duration); aiperf runs its own built-in scenario of that name, agentx the agentx-mvp "
             "component"
+            + ("; --ignore-trace-delays: turns go back to back" if a.think_time == "off" else "; recorded think times")
         ),
         "simulator": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "process": "agentx-host sim, one per run"},
+        "think_time": a.think_time,
         "duration_s": a.duration,
         "levels": levels,
     }
@@ -607,6 +674,13 @@ def main() -> None:
         print(f"replay corpus: {report['replay_corpus']}", flush=True)
     if not a.skip_prep:
         report["prep"] = prep(a)
+    elif (a.out / "compare.json").exists():
+        earlier = json.loads((a.out / "compare.json").read_text())
+        if "prep" in earlier:
+            report["prep"] = earlier["prep"]
+            report["prep_corpus"] = earlier.get("prep_corpus")
+            report["prep_from"] = earlier.get("generated")
+            print(f"dataset preparation: kept from the run of {report['prep_from']}", flush=True)
     rows = []
     if not a.skip_replay:
         print("replay", flush=True)
