@@ -135,7 +135,9 @@ mod tests {
         // A deadline in the past returns at once; a dropped waiter does not stop the others.
         w.sleep_until(t0).await;
         let far = w.sleep_until(Instant::now() + Duration::from_secs(3600));
-        assert!(tokio::time::timeout(Duration::from_millis(2), far).await.is_err());
+        assert!(tokio::time::timeout(Duration::from_millis(2), far)
+            .await
+            .is_err());
         let at = Instant::now() + Duration::from_millis(3);
         w.sleep_until(at).await;
         assert!(Instant::now() >= at);
