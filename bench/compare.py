@@ -10,15 +10,18 @@ Run through `bench/compare.sh`, which installs aiperf into a venv and builds age
    simulator sees. agentx's `dataset import` is timed on its own as well;
 4. replay: for every concurrency level, agentx and aiperf run one after the other (the order alternates
    from level to level), each against a fresh simulator process with a fixed TTFT and inter-token
-   latency, with the same corpus, seed, scenario (inferencex-agentx-mvp) and flags.
+   latency, with the same corpus (the first --replay-max-turns turns of each trace, so that aiperf can
+   hold it in memory), seed, scenario (inferencex-agentx-mvp) and flags; with --think-time off (the
+   default) both get --ignore-trace-delays, so both carry the same back-to-back load.
 
 Measured per run, from outside the tool:
-- the CPU time and RSS of the tool's whole process tree, sampled from /proc every 0.5 s (utime + stime
-  of every live process plus the times of the children each has reaped), and the root's wait4 rusage;
+- the CPU time, RSS and PSS of the tool's whole process tree, sampled from /proc every 0.5 s (utime +
+  stime of every live process plus the times of the children each has reaped; PSS every 2 s);
 - the tokens the simulator streamed (`vllm:generation_tokens_total` on its /metrics);
-- the replay window: from the first to the last sample at which the simulator's token count moved. CPU
-  seconds per 1,000 tokens and tokens per second are over that window, so start-up and dataset loading
-  (measured in step 3) do not blur the per-token cost;
+- the window: the profiling phase, from the first profiling request's start to the last one's end as
+  the tool's own `profile_export.jsonl` gives them (else the span over which the simulator's token count
+  moved). CPU seconds per 1,000 tokens and tokens per second are over that window, so start-up, dataset
+  loading (measured in step 3) and warmup do not blur the per-token cost;
 - TTFT p50/p99 from the tool's own `profile_export_aiperf.json`, minus the simulator's fixed TTFT.
 
 Nothing here asserts a timing: it prints a table and writes `compare.json`.
