@@ -514,7 +514,8 @@ fn live_mode_threads_replies_and_skips_assistant_segments() {
 }
 
 /// Live mode reuses the JSON of the messages already sent; every turn's bytes must equal a fresh
-/// synthesis of the same history.
+/// synthesis of the same history, whether written into one buffer or handed out as shared pieces
+/// (whose number stays bounded however long the session runs).
 #[test]
 fn live_mode_json_reuse_equals_fresh_synthesis() {
     let cache = tempfile::tempdir().unwrap();
@@ -524,13 +525,20 @@ fn live_mode_json_reuse_equals_fresh_synthesis() {
         placement: Placement::FirstUserPrefix,
         text: "[rid:feedfacecafe]\n\n",
     });
+    let mut max_turns = 0;
     for traj in ds.trajectories().take(8) {
         let reply = |k: usize| format!("reply {k} with \"quotes\"\n and words");
         let mut c = s.conversation(traj, 0, AssistantMode::Live).unwrap();
         let mut k = 0;
         loop {
+            let parts = c.messages_json_parts(bust);
+            assert!(parts.len() <= 9, "{} pieces at turn {k}", parts.len());
             let mut reused = Vec::new();
             c.write_messages_json(&mut reused, bust);
+            let mut joined: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            joined.push(b']');
+            assert!(joined == reused, "{} turn {k}: pieces differ", traj.id());
+            max_turns = max_turns.max(k);
             let mut fresh_conv = s.conversation(traj, 0, AssistantMode::Live).unwrap();
             for j in 0..k {
                 fresh_conv.advance(Some(&reply(j))).unwrap();
@@ -545,6 +553,7 @@ fn live_mode_json_reuse_equals_fresh_synthesis() {
             k += 1;
         }
     }
+    assert!(max_turns > 9, "no session long enough to merge pieces");
 }
 
 /// A hand-made trace whose second turn only adds assistant blocks: not a valid live session start.

@@ -10,7 +10,8 @@
 //!   (connect, status, reset, malformed SSE, an `error` event, timeout, cancellation) ends in an
 //!   [`Exchange`] whose [`Failure`] says what happened; nothing here returns an error or panics on what
 //!   a server sends.
-//! - [`RequestBody`] writes the JSON body straight from the prompt synthesis into one buffer.
+//! - [`RequestBody`] makes the JSON body from the prompt synthesis's shared pieces ([`JsonBody`]),
+//!   which go to the socket with vectored writes, without being copied into one buffer.
 //!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
@@ -21,7 +22,7 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -87,7 +88,7 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 /// A pooled HTTP client bound to one endpoint.
 #[derive(Clone)]
 pub struct Client {
-    inner: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
+    inner: hyper_util::client::legacy::Client<Connector, JsonBody>,
     uri: Uri,
     auth: Option<HeaderValue>,
     request_timeout: Duration,
@@ -174,7 +175,7 @@ impl Client {
     /// timeout passes. `keep_text` collects the reply text.
     pub async fn send(
         &self,
-        body: Bytes,
+        body: JsonBody,
         ids: RequestIds<'_>,
         keep_text: bool,
         cancel: &mut watch::Receiver<bool>,
@@ -215,7 +216,13 @@ impl Client {
         ex
     }
 
-    async fn exchange(&self, body: Bytes, ids: RequestIds<'_>, keep_text: bool, ex: &mut Exchange) {
+    async fn exchange(
+        &self,
+        body: JsonBody,
+        ids: RequestIds<'_>,
+        keep_text: bool,
+        ex: &mut Exchange,
+    ) {
         let mut req = Request::post(self.uri.clone())
             .header(CONTENT_TYPE, "application/json")
             .header("x-request-id", ids.request_id)
@@ -223,7 +230,7 @@ impl Client {
         if let Some(a) = &self.auth {
             req = req.header(AUTHORIZATION, a.clone());
         }
-        let req = match req.body(Full::new(body)) {
+        let req = match req.body(body) {
             Ok(r) => r,
             Err(e) => {
                 ex.fail(Failure::new(
@@ -665,10 +672,36 @@ impl RequestBody {
 
     /// Writes `{"model":..,"messages":<messages>,"max_tokens":N,"stream":..,...}` to `out`.
     pub fn write(&self, out: &mut Vec<u8>, max_tokens: u32, messages: impl FnOnce(&mut Vec<u8>)) {
-        out.push(b'{');
-        out.extend_from_slice(&self.model_json);
-        out.extend_from_slice(b",\"messages\":");
+        out.extend_from_slice(&self.head());
         messages(out);
+        self.write_tail(out, max_tokens);
+    }
+
+    /// The same body as [`RequestBody::write`], made of shared pieces: `messages` is the messages
+    /// array without its closing `]` (as [`crate::dataset::Conversation::messages_json_parts`] gives
+    /// it), and its pieces are sent as they are, not copied.
+    pub fn build(&self, max_tokens: u32, messages: Vec<Bytes>) -> JsonBody {
+        let mut parts = Vec::with_capacity(messages.len() + 2);
+        parts.push(self.head());
+        parts.extend(messages);
+        let mut tail = Vec::with_capacity(96 + self.extra_json.len());
+        tail.push(b']');
+        self.write_tail(&mut tail, max_tokens);
+        parts.push(Bytes::from(tail));
+        JsonBody::from_parts(parts)
+    }
+
+    /// `{"model":"M","messages":`
+    fn head(&self) -> Bytes {
+        let mut head = Vec::with_capacity(self.model_json.len() + 14);
+        head.push(b'{');
+        head.extend_from_slice(&self.model_json);
+        head.extend_from_slice(b",\"messages\":");
+        Bytes::from(head)
+    }
+
+    /// Everything after the messages array.
+    fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32) {
         out.extend_from_slice(b",\"max_tokens\":");
         out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
         if self.stream {
@@ -684,9 +717,110 @@ impl RequestBody {
     }
 }
 
+/// A request body made of shared pieces with an exact length (so it goes out with `Content-Length`).
+/// hyper queues the pieces and writes them with vectored writes, so a long conversation's JSON is
+/// never copied into one buffer on its way to the socket.
+#[derive(Debug, Clone, Default)]
+pub struct JsonBody {
+    parts: std::collections::VecDeque<Bytes>,
+    len: u64,
+}
+
+impl JsonBody {
+    pub fn from_parts(parts: Vec<Bytes>) -> JsonBody {
+        let parts: std::collections::VecDeque<Bytes> =
+            parts.into_iter().filter(|p| !p.is_empty()).collect();
+        let len = parts.iter().map(|p| p.len() as u64).sum();
+        JsonBody { parts, len }
+    }
+
+    /// Bytes left to send.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The whole body in one buffer (for tests and diagnostics; sending never does this).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len as usize);
+        for p in &self.parts {
+            v.extend_from_slice(p);
+        }
+        v
+    }
+}
+
+impl From<Bytes> for JsonBody {
+    fn from(b: Bytes) -> JsonBody {
+        JsonBody::from_parts(vec![b])
+    }
+}
+
+impl http_body::Body for JsonBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.parts.pop_front();
+        if let Some(p) = &next {
+            self.len -= p.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.len)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieced_body_equals_the_written_one() {
+        use http_body::Body;
+        let b = RequestBody::new("m", true, true, &[("k".into(), serde_json::json!([1, 2]))]);
+        let mut one = Vec::new();
+        b.write(&mut one, 7, |o| {
+            o.extend_from_slice(br#"[{"role":"user","content":"a"},{"role":"user","content":"b"}]"#)
+        });
+        let msgs = vec![
+            Bytes::from_static(br#"[{"role":"user","content":"a"}"#),
+            Bytes::new(),
+            Bytes::from_static(br#",{"role":"user","content":"b"}"#),
+        ];
+        let mut body = b.build(7, msgs);
+        assert_eq!(body.to_vec(), one);
+        assert_eq!(body.size_hint().exact(), Some(one.len() as u64));
+        // The frames, polled one by one, are the same bytes; the empty piece is not sent.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut got = Vec::new();
+        let mut frames = 0;
+        while let std::task::Poll::Ready(Some(Ok(f))) =
+            std::pin::Pin::new(&mut body).poll_frame(&mut cx)
+        {
+            got.extend_from_slice(f.data_ref().unwrap());
+            frames += 1;
+        }
+        assert_eq!(got, one);
+        assert_eq!(frames, 4);
+        assert!(body.is_end_stream() && body.is_empty());
+        let v: serde_json::Value = serde_json::from_slice(&one).unwrap();
+        assert_eq!(v["messages"][1]["content"], "b");
+        assert_eq!(v["k"], serde_json::json!([1, 2]));
+    }
 
     #[test]
     fn body_is_json_with_extras_and_min_one_token() {

@@ -22,9 +22,14 @@
 //! dropped). A turn whose user delta is empty cannot start a session in this mode
 //! ([`sendable_starts`]), as in aiperf; mid-session such a turn still ends with a user message (above).
 
+use bytes::Bytes;
+
 use super::text::{block_stream, push_words, tail_stream, trace_key, Vocabulary};
 use super::tokens::TokenCounter;
 use super::view::Trajectory;
+
+/// Live mode: more cached pieces than this and the later ones are merged into one.
+const MAX_JSON_PARTS: usize = 8;
 
 /// Where assistant content comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,11 +171,12 @@ enum Msg {
 
 /// Live mode: the JSON of the messages already sent, reused by the next turn. The live history only
 /// grows between rebuilds, so the bytes of its first `msgs` messages never change; a rebuild (`gen`)
-/// or another marker invalidates them.
+/// or another marker invalidates them. The bytes are kept as immutable shared pieces (the first write,
+/// then one piece per later write), so a request body refers to them instead of copying them.
 #[derive(Debug, Clone, Default)]
 struct JsonCache {
-    /// `[m0,m1,...` without the closing bracket.
-    bytes: Vec<u8>,
+    /// `[m0,m1,...` without the closing bracket, in pieces.
+    parts: Vec<Bytes>,
     msgs: usize,
     gen: u64,
     bust: Option<(Placement, String)>,
@@ -541,29 +547,49 @@ impl<'a> Conversation<'a> {
     /// with the cache-bust marker inserted if given. `out` is not cleared, so a caller can write the
     /// request body around it.
     pub fn write_messages_json(&self, out: &mut Vec<u8>, bust: Option<CacheBust<'_>>) {
-        if self.mode == AssistantMode::Live {
-            // Only the messages added since the last write are synthesized; the rest is copied.
-            let mut cache = self.json_cache.borrow_mut();
-            let key = bust.map(|b| (b.placement, b.text.to_owned()));
-            if cache.gen != self.gen || cache.bust != key || cache.msgs > self.live.len() {
-                *cache = JsonCache {
-                    bytes: Vec::new(),
-                    msgs: 0,
-                    gen: self.gen,
-                    bust: key,
-                };
-            }
-            let from = cache.msgs;
-            let mut bytes = std::mem::take(&mut cache.bytes);
-            self.write_messages_from(&mut bytes, bust, from);
-            cache.msgs = self.live.len();
-            out.extend_from_slice(&bytes);
-            out.push(b']');
-            cache.bytes = bytes;
-            return;
+        for p in self.messages_json_parts(bust) {
+            out.extend_from_slice(&p);
         }
-        self.write_messages_from(out, bust, 0);
         out.push(b']');
+    }
+
+    /// The JSON `messages` array of the current turn without its closing `]`, as shared pieces to be
+    /// sent one after another (see [`Conversation::write_messages_json`] for the same bytes in one
+    /// buffer). In live mode only the messages added since the last call are synthesized and the
+    /// earlier pieces are shared, not copied.
+    pub fn messages_json_parts(&self, bust: Option<CacheBust<'_>>) -> Vec<Bytes> {
+        if self.mode != AssistantMode::Live {
+            let mut out = Vec::new();
+            self.write_messages_from(&mut out, bust, 0);
+            return vec![Bytes::from(out)];
+        }
+        let mut cache = self.json_cache.borrow_mut();
+        let key = bust.map(|b| (b.placement, b.text.to_owned()));
+        if cache.gen != self.gen || cache.bust != key || cache.msgs > self.live.len() {
+            *cache = JsonCache {
+                parts: Vec::new(),
+                msgs: 0,
+                gen: self.gen,
+                bust: key,
+            };
+        }
+        if cache.msgs < self.live.len() || cache.parts.is_empty() {
+            let mut piece = Vec::new();
+            self.write_messages_from(&mut piece, bust, cache.msgs);
+            cache.parts.push(Bytes::from(piece));
+            cache.msgs = self.live.len();
+            if cache.parts.len() > MAX_JSON_PARTS {
+                // The later pieces are one turn each: merging them keeps the piece count (and the
+                // iovecs per write) bounded and copies only the small pieces, never the first.
+                let tail = cache.parts.split_off(1);
+                let mut merged = Vec::with_capacity(tail.iter().map(Bytes::len).sum());
+                for p in &tail {
+                    merged.extend_from_slice(p);
+                }
+                cache.parts.push(Bytes::from(merged));
+            }
+        }
+        cache.parts.clone()
     }
 
     /// Appends messages `from..` (with the `[` or `,` before each) to `out`, without the closing `]`.

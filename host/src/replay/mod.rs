@@ -26,10 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::client::{Client, Exchange, FailureKind, RequestBody, RequestIds};
+use crate::client::{Client, Exchange, FailureKind, JsonBody, RequestBody, RequestIds};
 use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
 use crate::record::{Clock, Phase, RecordError, RecordSender, RequestRecord, TokenSource};
 use crate::scenario::types::{ErrorClass, ErrorResponse, Placement, SessionId};
@@ -623,7 +622,7 @@ async fn sleep_until(sh: &Shared, at: Instant) {
 
 /// A request ready to send.
 struct Prepared {
-    body: Bytes,
+    body: JsonBody,
     request_id: String,
     trace_id: &'static str,
     turn: u32,
@@ -647,13 +646,11 @@ fn prepare(
         .unwrap_or(1)
         .max(1);
     let bust = bust(sh.cfg.placement, &session.marker);
-    let mut buf = Vec::with_capacity(64 * 1024);
-    sh.body
-        .write(&mut buf, max_tokens, |o| conv.write_messages_json(o, bust));
+    let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
     let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed);
     let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
     Prepared {
-        body: Bytes::from(buf),
+        body,
         request_id: format!("{}-r{seq}", sh.run_short),
         trace_id: traj.id(),
         turn: turn as u32,
@@ -667,7 +664,7 @@ fn prepare(
 async fn send_turn(
     sh: &Arc<Shared>,
     session: &Session,
-    req: Prepared,
+    mut req: Prepared,
     phase: Phase,
     intended: u64,
     cancel: &mut watch::Receiver<bool>,
@@ -677,7 +674,7 @@ async fn send_turn(
     let ex = sh
         .client
         .send(
-            req.body.clone(),
+            std::mem::take(&mut req.body),
             RequestIds {
                 request_id: &req.request_id,
                 correlation_id: &session.correlation_id,
