@@ -24,6 +24,11 @@ Measured per run, from outside the tool:
   loading (measured in step 3) and warmup do not blur the per-token cost;
 - TTFT p50/p99 from the tool's own `profile_export_aiperf.json`, minus the simulator's fixed TTFT.
 
+With --floor (compare.sh passes it), every level also runs bench/floor.c against a fresh simulator: a C
+client that only does epoll_wait + recv per wake-up and re-posts on `[DONE]`, accounted the same way. Its
+CPU per token is the least any client can spend here, so aiperf's cost over the floor's bounds the ratio
+that any tool could reach against aiperf at that level.
+
 Nothing here asserts a timing: it prints a table and writes `compare.json`.
 """
 
@@ -391,6 +396,37 @@ def measure(
     return row
 
 
+def floor_run(a: argparse.Namespace, conc: int) -> dict:
+    """bench/floor.c at `conc` connections: the least CPU per token any client spends on this machine."""
+    tag = f"floor-c{conc}"
+    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log")
+    ramp, window = 3.0, a.floor_window
+    log = open(a.out / "logs" / f"{tag}.log", "wb")
+    proc = subprocess.Popen(
+        [a.floor, str(sim.port), str(conc), str(ramp + window + 2)], stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    reaper = Reaper(proc)
+    row: dict = {"tool": "floor", "concurrency": conc}
+    try:
+        time.sleep(ramp)
+        t0, (c0, _, _), k0 = time.monotonic(), tree_usage(proc.pid), sim.tokens()
+        time.sleep(window)
+        t1, (c1, _, _), k1 = time.monotonic(), tree_usage(proc.pid), sim.tokens()
+        ok = not reaper.poll()
+    finally:
+        kill_tree(reaper)
+        log.close()
+        sim.stop()
+    if ok and k1 > k0:
+        row.update(
+            window_s=round(t1 - t0, 2), tokens=int(k1 - k0), tokens_per_s=round((k1 - k0) / (t1 - t0), 1),
+            cpu_s=round(c1 - c0, 3), cpu_s_per_1k_tokens=round((c1 - c0) / (k1 - k0) * 1000, 5),
+        )  # fmt: skip
+    print(f"  {tag}: {row.get('tokens_per_s')} tok/s, {row.get('cpu_s_per_1k_tokens')} CPU-s/1k tok", flush=True)
+    return row
+
+
 def launch_to_first_request(a: argparse.Namespace, tool: str, cache: pathlib.Path, label: str) -> dict:
     """Seconds from launching the tool until the simulator sees its first request, then stops the tool."""
     out = a.out / "prep" / f"{tool}-{label}"
@@ -574,6 +610,7 @@ def fmt(v, f):
 
 def table(rows: list[dict], levels: list[int]) -> tuple[str, list[dict]]:
     by = {(r["tool"], r["concurrency"]): r for r in rows}
+    floors = {r["concurrency"]: r for r in rows if r["tool"] == "floor"}
     lines = [f"{'conc':>5} {'figure':<14} {'agentx':>12} {'aiperf':>12} {'agentx/aiperf':>14}"]
     summary = []
     for c in levels:
@@ -586,6 +623,16 @@ def table(rows: list[dict], levels: list[int]) -> tuple[str, list[dict]]:
         eff = ratio(ap.get("cpu_s_per_1k_tokens"), ax.get("cpu_s_per_1k_tokens"))
         entry["tokens_per_cpu_s_x_aiperf"] = eff
         lines.append(f"{c:>5} {'tok/CPU-s':<14} {'':>12} {'':>12} {fmt(eff, '{:.1f}x'):>14}")
+        fl = floors.get(c, {}).get("cpu_s_per_1k_tokens")
+        if fl is not None:
+            # The floor client's cost: no client can do better, so aiperf/floor bounds the ratio above.
+            entry["floor_cpu_s_per_1k_tokens"] = fl
+            entry["agentx_x_floor"] = ratio(ax.get("cpu_s_per_1k_tokens"), fl)
+            entry["aiperf_x_floor"] = ratio(ap.get("cpu_s_per_1k_tokens"), fl)
+            lines.append(
+                f"{c:>5} {'floor CPU-s/1k':<14} {fmt(fl, '{:.4f}'):>12} {'':>12} "
+                f"{fmt(entry['aiperf_x_floor'], 'max {:.1f}x'):>14}"
+            )
         summary.append(entry)
     return "\n".join(lines), summary
 
@@ -636,6 +683,8 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--skip-prep", action="store_true", help="keep the dataset-preparation figures of --out's last compare.json")
     p.add_argument("--skip-replay", action="store_true")
+    p.add_argument("--floor", help="the bench/floor.c binary: a per-token cost floor measured at every level")
+    p.add_argument("--floor-window", type=float, default=20, help="seconds the floor is measured over")
     a = p.parse_args()
     a.tools = [t for t in a.tools.split(",") if t]
     levels = [int(x) for x in a.levels.split(",") if x]
@@ -692,6 +741,8 @@ def main() -> None:
             for tool in order:
                 rows.append(replay(a, tool, c))
                 (a.out / "compare.json").write_text(json.dumps({**report, "runs": rows}, indent=2))
+            if a.floor:
+                rows.append(floor_run(a, c))
         text, summary = table(rows, levels)
         report["table"] = summary
         print("\n" + text)

@@ -24,9 +24,11 @@ if ! command -v cc >/dev/null 2>&1; then
 fi
 cargo build --release --locked --bin agentx-host
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+cc -O2 -Wall -o "$TARGET_DIR/release/agentx-bench-floor" bench/floor.c
 
 exec "$VENV/bin/python" bench/compare.py \
   --agentx "$TARGET_DIR/release/agentx-host" \
   --aiperf "$VENV/bin/aiperf" \
   --scenario guest-scenarios/dist/agentx-mvp.wasm \
+  --floor "$TARGET_DIR/release/agentx-bench-floor" \
   "$@"
