@@ -18,9 +18,10 @@ Measured per run, from outside the tool:
 - the CPU time, RSS and PSS of the tool's whole process tree, sampled from /proc every 0.5 s (utime +
   stime of every live process plus the times of the children each has reaped; PSS every 2 s);
 - the tokens the simulator streamed (`vllm:generation_tokens_total` on its /metrics);
-- the window: the profiling phase, from the first profiling request's start to the last one's end as
-  the tool's own `profile_export.jsonl` gives them (else the span over which the simulator's token count
-  moved). CPU seconds per 1,000 tokens and tokens per second are over that window, so start-up, dataset
+- the window: the profiling phase, from the first profiling request's start (as the tool's own
+  `profile_export.jsonl` gives it) for the benchmark duration, or to the last response's end if that
+  comes first (else the span over which the simulator's token count moved); the grace drain after the
+  duration runs at a falling concurrency and is left out. CPU seconds per 1,000 tokens and tokens per second are over that window, so start-up, dataset
   loading (measured in step 3) and warmup do not blur the per-token cost;
 - TTFT p50/p99 from the tool's own `profile_export_aiperf.json`, minus the simulator's fixed TTFT.
 
@@ -360,6 +361,9 @@ def measure(
     i0 = i1 = None
     span = profiling_span(out)
     if span:
+        # The benchmark duration only: the grace drain after it (no new turns, in-flight ones finish)
+        # runs at a falling concurrency, and the tools drain differently, so it is left out for both.
+        span = (span[0], min(span[1], span[0] + int(a.duration * 1e9)))
         inside = [i for i, smp in enumerate(samples) if span[0] <= smp[5] <= span[1]]
         if len(inside) >= 2:
             i0, i1 = inside[0], inside[-1]

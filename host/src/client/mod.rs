@@ -393,27 +393,19 @@ impl StreamState {
             self.failure = Some(f);
             return;
         }
-        for c in &chunk.choices {
-            let content = c.delta.content.as_deref().unwrap_or("");
-            let reasoning = c
-                .delta
-                .reasoning_content
-                .as_deref()
-                .or(c.delta.reasoning.as_deref())
-                .unwrap_or("");
-            if !content.is_empty() || !reasoning.is_empty() {
-                ex.chunk_offsets_ns
-                    .push(now.saturating_duration_since(ex.sent).as_nanos() as u64);
-                if !content.is_empty() {
-                    ex.content_chunks += 1;
-                    if self.keep_text {
-                        ex.text.push_str(content);
-                    }
-                }
+        let c = &chunk.choices;
+        if c.with_output > 0 {
+            let at = now.saturating_duration_since(ex.sent).as_nanos() as u64;
+            for _ in 0..c.with_output {
+                ex.chunk_offsets_ns.push(at);
             }
-            if let Some(r) = &c.finish_reason {
-                ex.finish_reason = Some(r.to_string());
+            ex.content_chunks += c.with_content;
+            if self.keep_text {
+                ex.text.push_str(&c.content);
             }
+        }
+        if let Some(r) = &c.finish_reason {
+            ex.finish_reason = Some(r.to_string());
         }
         if let Some(u) = chunk.usage {
             ex.usage = Some(Usage {
@@ -428,11 +420,63 @@ impl StreamState {
 #[derive(Deserialize)]
 struct ChunkJson<'a> {
     #[serde(default, borrow)]
-    choices: Vec<ChoiceJson<'a>>,
+    choices: Choices<'a>,
     #[serde(default)]
     usage: Option<UsageJson>,
     #[serde(default)]
     error: Option<serde::de::IgnoredAny>,
+}
+
+/// The `choices` array, folded while it is read, so a chunk allocates nothing for it: how many choices
+/// carried output (content or reasoning) or content, their content joined, the last finish reason.
+#[derive(Default)]
+struct Choices<'a> {
+    with_output: u64,
+    with_content: u64,
+    content: Cow<'a, str>,
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fold<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Fold<'a> {
+            type Value = Choices<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut acc = Choices::default();
+                while let Some(c) = seq.next_element::<ChoiceJson<'a>>()? {
+                    let content = c.delta.content.unwrap_or_default();
+                    let reasoning = c
+                        .delta
+                        .reasoning_content
+                        .as_deref()
+                        .or(c.delta.reasoning.as_deref());
+                    if !content.is_empty() || reasoning.is_some_and(|r| !r.is_empty()) {
+                        acc.with_output += 1;
+                    }
+                    if !content.is_empty() {
+                        acc.with_content += 1;
+                        if acc.content.is_empty() {
+                            acc.content = content;
+                        } else {
+                            acc.content.to_mut().push_str(&content);
+                        }
+                    }
+                    if c.finish_reason.is_some() {
+                        acc.finish_reason = c.finish_reason;
+                    }
+                }
+                Ok(acc)
+            }
+        }
+        d.deserialize_seq(Fold(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
