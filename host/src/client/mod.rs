@@ -670,8 +670,8 @@ impl Exchange {
 /// Writes a chat completion request body into one reusable buffer.
 #[derive(Debug, Clone)]
 pub struct RequestBody {
-    /// `"model":"M"` already escaped.
-    model_json: Vec<u8>,
+    /// `{"model":"M","messages":`, built once and shared by every body.
+    head: Bytes,
     stream: bool,
     include_usage: bool,
     /// `,"k":v` pairs of the extra inputs, already serialized.
@@ -688,8 +688,9 @@ impl RequestBody {
         include_usage: bool,
         extra: &[(String, serde_json::Value)],
     ) -> RequestBody {
-        let mut model_json = b"\"model\":".to_vec();
-        serde_json::to_writer(&mut model_json, model).expect("string serializes");
+        let mut head = b"{\"model\":".to_vec();
+        serde_json::to_writer(&mut head, model).expect("string serializes");
+        head.extend_from_slice(b",\"messages\":");
         let mut extra_json = Vec::new();
         for (k, v) in extra {
             extra_json.push(b',');
@@ -698,7 +699,7 @@ impl RequestBody {
             serde_json::to_writer(&mut extra_json, v).expect("value serializes");
         }
         RequestBody {
-            model_json,
+            head: Bytes::from(head),
             stream,
             include_usage,
             extra_json,
@@ -716,7 +717,7 @@ impl RequestBody {
 
     /// Writes `{"model":..,"messages":<messages>,"max_tokens":N,"stream":..,...}` to `out`.
     pub fn write(&self, out: &mut Vec<u8>, max_tokens: u32, messages: impl FnOnce(&mut Vec<u8>)) {
-        out.extend_from_slice(&self.head());
+        out.extend_from_slice(&self.head);
         messages(out);
         self.write_tail(out, max_tokens);
     }
@@ -726,22 +727,13 @@ impl RequestBody {
     /// it), and its pieces are sent as they are, not copied.
     pub fn build(&self, max_tokens: u32, messages: Vec<Bytes>) -> JsonBody {
         let mut parts = Vec::with_capacity(messages.len() + 2);
-        parts.push(self.head());
+        parts.push(self.head.clone());
         parts.extend(messages);
         let mut tail = Vec::with_capacity(96 + self.extra_json.len());
         tail.push(b']');
         self.write_tail(&mut tail, max_tokens);
         parts.push(Bytes::from(tail));
         JsonBody::from_parts(parts)
-    }
-
-    /// `{"model":"M","messages":`
-    fn head(&self) -> Bytes {
-        let mut head = Vec::with_capacity(self.model_json.len() + 14);
-        head.push(b'{');
-        head.extend_from_slice(&self.model_json);
-        head.extend_from_slice(b",\"messages\":");
-        Bytes::from(head)
     }
 
     /// Everything after the messages array.
@@ -794,12 +786,6 @@ impl JsonBody {
             v.extend_from_slice(p);
         }
         v
-    }
-}
-
-impl From<Bytes> for JsonBody {
-    fn from(b: Bytes) -> JsonBody {
-        JsonBody::from_parts(vec![b])
     }
 }
 

@@ -579,8 +579,9 @@ impl<'a> Conversation<'a> {
             cache.parts.push(Bytes::from(piece));
             cache.msgs = self.live.len();
             if cache.parts.len() > MAX_JSON_PARTS {
-                // The later pieces are one turn each: merging them keeps the piece count (and the
-                // iovecs per write) bounded and copies only the small pieces, never the first.
+                // The later pieces are a turn or a few each: merging them keeps the piece count
+                // (and the iovecs per write) bounded; the first piece, the session's whole history
+                // at its start turn, is never copied.
                 let tail = cache.parts.split_off(1);
                 let mut merged = Vec::with_capacity(tail.iter().map(Bytes::len).sum());
                 for p in &tail {
