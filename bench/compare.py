@@ -28,7 +28,9 @@ Measured per run, from outside the tool:
 With --floor (compare.sh passes it), every level also runs bench/floor.c against a fresh simulator: a C
 client that only does epoll_wait + recv per wake-up and re-posts on `[DONE]`, accounted the same way. Its
 CPU per token is the least any client can spend here, so aiperf's cost over the floor's bounds the ratio
-that any tool could reach against aiperf at that level.
+that any tool could reach against aiperf at that level. With --hyper-floor, bench/hyper_floor.rs runs the
+same way: the same requests through agentx's own HTTP stack (tokio and hyper-util's pooled client) with
+nothing parsed, so the table also shows what the stack alone costs and what agentx adds on top.
 
 Nothing here asserts a timing: it prints a table and writes `compare.json`.
 """
@@ -400,18 +402,25 @@ def measure(
     return row
 
 
-def floor_run(a: argparse.Namespace, conc: int) -> dict:
-    """bench/floor.c at `conc` connections: the least CPU per token any client spends on this machine."""
-    tag = f"floor-c{conc}"
+FLOORS = {
+    "floor": "bench/floor.c: epoll_wait + recv per wake-up, nothing parsed",
+    "hyper-floor": "bench/hyper_floor.rs: tokio + hyper-util's pooled client, nothing parsed",
+}
+
+
+def floor_run(a: argparse.Namespace, conc: int, tool: str, binary: str) -> dict:
+    """A floor client (FLOORS) at `conc` connections: the least CPU per token a client of its kind spends
+    on this machine."""
+    tag = f"{tool}-c{conc}"
     sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log")
     ramp, window = 3.0, a.floor_window
     log = open(a.out / "logs" / f"{tag}.log", "wb")
     proc = subprocess.Popen(
-        [a.floor, str(sim.port), str(conc), str(ramp + window + 2)], stdout=log, stderr=subprocess.STDOUT,
+        [binary, str(sim.port), str(conc), str(ramp + window + 2)], stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
     reaper = Reaper(proc)
-    row: dict = {"tool": "floor", "concurrency": conc}
+    row: dict = {"tool": tool, "concurrency": conc, "client": FLOORS[tool]}
     try:
         time.sleep(ramp)
         t0, (c0, _, _), k0 = time.monotonic(), tree_usage(proc.pid), sim.tokens()
@@ -614,7 +623,6 @@ def fmt(v, f):
 
 def table(rows: list[dict], levels: list[int]) -> tuple[str, list[dict]]:
     by = {(r["tool"], r["concurrency"]): r for r in rows}
-    floors = {r["concurrency"]: r for r in rows if r["tool"] == "floor"}
     lines = [f"{'conc':>5} {'figure':<14} {'agentx':>12} {'aiperf':>12} {'agentx/aiperf':>14}"]
     summary = []
     for c in levels:
@@ -627,15 +635,19 @@ def table(rows: list[dict], levels: list[int]) -> tuple[str, list[dict]]:
         eff = ratio(ap.get("cpu_s_per_1k_tokens"), ax.get("cpu_s_per_1k_tokens"))
         entry["tokens_per_cpu_s_x_aiperf"] = eff
         lines.append(f"{c:>5} {'tok/CPU-s':<14} {'':>12} {'':>12} {fmt(eff, '{:.1f}x'):>14}")
-        fl = floors.get(c, {}).get("cpu_s_per_1k_tokens")
-        if fl is not None:
-            # The floor client's cost: no client can do better, so aiperf/floor bounds the ratio above.
-            entry["floor_cpu_s_per_1k_tokens"] = fl
-            entry["agentx_x_floor"] = ratio(ax.get("cpu_s_per_1k_tokens"), fl)
-            entry["aiperf_x_floor"] = ratio(ap.get("cpu_s_per_1k_tokens"), fl)
+        for tool in FLOORS:
+            fl = by.get((tool, c), {}).get("cpu_s_per_1k_tokens")
+            if fl is None:
+                continue
+            # A floor client's cost: no client of its kind does better, so aiperf/floor bounds the ratio
+            # such a client could reach against aiperf.
+            key = tool.replace("-", "_")
+            entry[f"{key}_cpu_s_per_1k_tokens"] = fl
+            entry[f"agentx_x_{key}"] = ratio(ax.get("cpu_s_per_1k_tokens"), fl)
+            entry[f"aiperf_x_{key}"] = ratio(ap.get("cpu_s_per_1k_tokens"), fl)
             lines.append(
-                f"{c:>5} {'floor CPU-s/1k':<14} {fmt(fl, '{:.4f}'):>12} {'':>12} "
-                f"{fmt(entry['aiperf_x_floor'], 'max {:.1f}x'):>14}"
+                f"{c:>5} {tool.split('-')[0] + ' CPU-s/1k':<14} {fmt(fl, '{:.4f}'):>12} {'':>12} "
+                f"{fmt(entry[f'aiperf_x_{key}'], 'max {:.1f}x'):>14}"
             )
         summary.append(entry)
     return "\n".join(lines), summary
@@ -688,8 +700,16 @@ def main() -> None:
     p.add_argument("--skip-prep", action="store_true", help="keep the dataset-preparation figures of --out's last compare.json")
     p.add_argument("--skip-replay", action="store_true")
     p.add_argument("--floor", help="the bench/floor.c binary: a per-token cost floor measured at every level")
-    p.add_argument("--floor-window", type=float, default=20, help="seconds the floor is measured over")
+    p.add_argument(
+        "--hyper-floor",
+        help="the bench/hyper_floor.rs binary: the per-token cost of agentx's HTTP stack alone, at every level",
+    )  # fmt: skip
+    p.add_argument("--floor-window", type=float, default=20, help="seconds each floor is measured over")
     a = p.parse_args()
+    for flag in ("agentx", "aiperf", "floor", "hyper_floor"):
+        path = getattr(a, flag)
+        if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            p.error(f"--{flag.replace('_', '-')} {path}: not an executable file (bench/compare.sh builds it)")
     a.tools = [t for t in a.tools.split(",") if t]
     levels = [int(x) for x in a.levels.split(",") if x]
     a.out.mkdir(parents=True, exist_ok=True)
@@ -745,8 +765,9 @@ def main() -> None:
             for tool in order:
                 rows.append(replay(a, tool, c))
                 (a.out / "compare.json").write_text(json.dumps({**report, "runs": rows}, indent=2))
-            if a.floor:
-                rows.append(floor_run(a, c))
+            for tool, binary in (("floor", a.floor), ("hyper-floor", a.hyper_floor)):
+                if binary:
+                    rows.append(floor_run(a, c, tool, binary))
         text, summary = table(rows, levels)
         report["table"] = summary
         print("\n" + text)

@@ -22,7 +22,7 @@ fi
 if ! command -v cc >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
 fi
-cargo build --release --locked --bin agentx-host
+cargo build --release --locked --bin agentx-host --example agentx-bench-hyper-floor
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 cc -O2 -Wall -o "$TARGET_DIR/release/agentx-bench-floor" bench/floor.c
 
@@ -31,4 +31,5 @@ exec "$VENV/bin/python" bench/compare.py \
   --aiperf "$VENV/bin/aiperf" \
   --scenario guest-scenarios/dist/agentx-mvp.wasm \
   --floor "$TARGET_DIR/release/agentx-bench-floor" \
+  --hyper-floor "$TARGET_DIR/release/examples/agentx-bench-hyper-floor" \
   "$@"
