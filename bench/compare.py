@@ -755,7 +755,7 @@ def main() -> None:
         if "prep" in earlier:
             report["prep"] = earlier["prep"]
             report["prep_corpus"] = earlier.get("prep_corpus")
-            report["prep_from"] = earlier.get("generated")
+            report["prep_from"] = earlier.get("prep_from") or earlier.get("generated")
             print(f"dataset preparation: kept from the run of {report['prep_from']}", flush=True)
     rows = []
     if not a.skip_replay:
