@@ -12,7 +12,8 @@
 //! 2. **timing error**: fixed 50 ms TTFT and 10 ms inter-token latency at concurrency 1024: measured
 //!    TTFT minus 50 ms at p50/p99 (target p99 under 2 ms).
 //! 3. **memory**: sessions whose contexts are about 100k tokens, at concurrency 64: peak RSS growth per
-//!    active session.
+//!    active session. Here the simulator runs as its own `agentx-host sim` process, so the process's
+//!    memory is the client's alone.
 //!
 //! Run: `cargo bench --bench replay_client [-- --secs 8 --conc 1,64,256,1024 --skip-memory]`.
 
@@ -107,6 +108,51 @@ impl Drop for SimThread {
     }
 }
 
+/// A simulator in its own process (`agentx-host sim`), so this process's memory is the client's alone.
+struct SimProcess {
+    url: String,
+    child: std::process::Child,
+}
+
+impl SimProcess {
+    fn start(args: &[&str]) -> SimProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"))
+            .args(["sim", "--host", "127.0.0.1", "--port", "0"])
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start agentx-host sim");
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        // "agentx-host sim: serving model `m` at http://127.0.0.1:PORT (...)"
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                let at = l.find(" at http://")?;
+                l[at + 4..].split_whitespace().next().map(str::to_owned)
+            })
+            .expect("the simulator's address on its stderr");
+        std::thread::spawn(move || lines.for_each(drop));
+        SimProcess { url, child }
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where the simulator of a measurement runs.
+enum SimAt {
+    /// On a thread of this process, whose CPU time is then left out of the client's.
+    Thread(SimConfig),
+    /// In its own process, with these `agentx-host sim` flags: for the memory measurement.
+    Process(&'static [&'static str]),
+}
+
 struct Figures {
     tokens: u64,
     requests: usize,
@@ -120,16 +166,28 @@ struct Figures {
 fn replay_once(
     ds: &'static Dataset,
     synth: &'static PromptSynth,
-    mut sim_cfg: SimConfig,
+    sim_at: SimAt,
     conc: u32,
     secs: f64,
     ratios: (f64, f64),
     expected_ttft_ms: f64,
+    min_start_isl: Option<u32>,
     out: &Path,
 ) -> Figures {
-    // The synthetic corpus grows past 128k tokens; a large context keeps overflows out of the figures.
-    sim_cfg.max_model_len = 1 << 20;
-    let sim = SimThread::start(sim_cfg);
+    let (sim, sim_proc) = match sim_at {
+        SimAt::Thread(mut cfg) => {
+            // The synthetic corpus grows past 128k tokens; a large context keeps overflows out of the
+            // figures.
+            cfg.max_model_len = 1 << 20;
+            (Some(SimThread::start(cfg)), None)
+        }
+        SimAt::Process(args) => (None, Some(SimProcess::start(args))),
+    };
+    let sim_url = match (&sim, &sim_proc) {
+        (Some(s), _) => s.url.clone(),
+        (_, Some(p)) => p.url.clone(),
+        (None, None) => unreachable!(),
+    };
     let engine = ScenarioEngine::new(Limits::default(), None).unwrap();
     let wasm = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-scenarios/dist/agentx-mvp.wasm");
     let sc = engine.load(&wasm, None).unwrap();
@@ -150,6 +208,24 @@ fn replay_once(
         run_id: format!("bench{conc}"),
     };
     let mut plan = Plan::build(ds, &mut inst, &params).unwrap();
+    if let Some(min) = min_start_isl {
+        // Each lane starts at the first run of RUN turns of a trace whose contexts all have at least
+        // `min` tokens (the warmup turn and what a lane replays in a few seconds), on traces that get
+        // there.
+        const RUN: usize = 6;
+        let mut starts = ds.trajectories().filter_map(|t| {
+            let isl: Vec<u32> = t.turns().map(|u| u.input_tokens()).collect();
+            let k = isl.windows(RUN).position(|w| w.iter().all(|&n| n >= min))?;
+            Some((t.index(), t.id().to_owned(), t.num_turns(), k))
+        });
+        for lane in &mut plan.lanes {
+            let (trace, id, turns, k) = starts
+                .next()
+                .unwrap_or_else(|| panic!("fewer than {conc} traces reach {min} input tokens"));
+            (lane.trace, lane.trace_id) = (trace, id);
+            (lane.turns, lane.start_turn) = (turns as u32, k as u32);
+        }
+    }
     // Think time off: the client is kept as busy as the lanes allow.
     plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
     std::fs::create_dir_all(out).unwrap();
@@ -161,7 +237,7 @@ fn replay_once(
     let client = {
         let _g = rt.enter();
         Client::new(&ClientConfig {
-            url: sim.url.clone(),
+            url: sim_url,
             endpoint: "/v1/chat/completions".into(),
             api_key: None,
             idle_timeout: Duration::from_secs(300),
@@ -206,11 +282,14 @@ fn replay_once(
     // CPU is counted from the start of profiling: warmup and planning are one-off costs.
     let (mark_tx, mark_rx) = std::sync::mpsc::channel();
     let sim_cpu = {
-        let tx = sim.cpu_tx.clone();
-        move || {
-            let (t, r) = std::sync::mpsc::channel();
-            tx.send(t).unwrap();
-            r.recv().unwrap()
+        let tx = sim.as_ref().map(|s| s.cpu_tx.clone());
+        move || match &tx {
+            Some(tx) => {
+                let (t, r) = std::sync::mpsc::channel();
+                tx.send(t).unwrap();
+                r.recv().unwrap()
+            }
+            None => 0.0,
         }
     };
     let u0 = getrusage(UsageWho::RUSAGE_SELF).unwrap();
@@ -239,7 +318,7 @@ fn replay_once(
     let wall = t0.elapsed().as_secs_f64();
     drop(rt);
     let written = sink.close().unwrap();
-    let s1 = sim.cpu();
+    let s1 = sim.as_ref().map_or(0.0, SimThread::cpu);
     let u1 = getrusage(UsageWho::RUSAGE_SELF).unwrap();
     let p1 = cpu_secs(&u1);
     let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
@@ -251,7 +330,7 @@ fn replay_once(
     );
     stop_sampler.store(true, std::sync::atomic::Ordering::Relaxed);
     let peak = sampler.join().unwrap();
-    drop(sim);
+    drop((sim, sim_proc));
     assert_eq!(outcome.stop, replay::StopReason::Completed);
     let recs = read_records(&out.join("records.jsonl")).unwrap();
     assert_eq!(recs.len() as u64, written);
@@ -347,11 +426,12 @@ fn main() {
         let f = replay_once(
             ds,
             synth,
-            SimConfig::max(),
+            SimAt::Thread(SimConfig::max()),
             c,
             secs,
             (0.0, 0.7),
             0.0,
+            None,
             &tmp.path().join(format!("cost-{c}")),
         );
         println!(
@@ -387,11 +467,12 @@ fn main() {
         let f = replay_once(
             small,
             synth,
-            cfg,
+            SimAt::Thread(cfg),
             c,
             secs.max(10.0),
             (0.0, 0.7),
             50.0,
+            None,
             &tmp.path().join("timing"),
         );
         if let Some(d) = f.ttft_over_ms {
@@ -417,31 +498,36 @@ fn main() {
             SynthOptions {
                 traces: 200,
                 seed: 11,
-                max_isl: Some(110_000),
+                // Sessions compact at 80 % of this (120k tokens), so contexts stay above 100k for many turns.
+                max_isl: Some(150_000),
                 max_turns: None,
             },
         );
-        let mut cfg = SimConfig::max();
-        cfg.max_model_len = 1 << 20;
-        cfg.timing = Timing::Fixed {
-            ttft: Duration::from_millis(200),
-            itl: Duration::from_millis(20),
-        };
         let f = replay_once(
             big,
             synth,
-            cfg,
+            SimAt::Process(&[
+                "--ttft-ms",
+                "200",
+                "--itl-ms",
+                "20",
+                "--max-model-len",
+                "1048576",
+            ]),
             c,
             secs,
             (0.8, 0.95),
             0.0,
+            Some(110_000),
             &tmp.path().join("memory"),
         );
         let recs = read_records(&tmp.path().join("memory/records.jsonl")).unwrap();
         let isl: Vec<f64> = recs.iter().map(|r| r.isl as f64).collect();
         let d = Dist::of(isl).unwrap();
         println!(
-            "ISL of the requests: p50 {:.0}, max {:.0} tokens; peak RSS growth {:.1} MiB = {:.0} KiB per active session",
+            "ISL of the {} requests: min {:.0}, p50 {:.0}, max {:.0} tokens; peak RSS growth {:.1} MiB = {:.0} KiB per active session",
+            d.count,
+            d.min,
             d.p50,
             d.max,
             f.peak_rss_growth as f64 / (1 << 20) as f64,
