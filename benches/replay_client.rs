@@ -148,7 +148,7 @@ impl Drop for SimProcess {
 /// Where the simulator of a measurement runs.
 enum SimAt {
     /// On a thread of this process, whose CPU time is then left out of the client's.
-    Thread(SimConfig),
+    Thread(Box<SimConfig>),
     /// In its own process, with these `agentx-host sim` flags: for the memory measurement.
     Process(&'static [&'static str]),
 }
@@ -179,7 +179,7 @@ fn replay_once(
             // The synthetic corpus grows past 128k tokens; a large context keeps overflows out of the
             // figures.
             cfg.max_model_len = 1 << 20;
-            (Some(SimThread::start(cfg)), None)
+            (Some(SimThread::start(*cfg)), None)
         }
         SimAt::Process(args) => (None, Some(SimProcess::start(args))),
     };
@@ -426,7 +426,7 @@ fn main() {
         let f = replay_once(
             ds,
             synth,
-            SimAt::Thread(SimConfig::max()),
+            SimAt::Thread(Box::new(SimConfig::max())),
             c,
             secs,
             (0.0, 0.7),
@@ -467,7 +467,7 @@ fn main() {
         let f = replay_once(
             small,
             synth,
-            SimAt::Thread(cfg),
+            SimAt::Thread(Box::new(cfg)),
             c,
             secs.max(10.0),
             (0.0, 0.7),
