@@ -28,7 +28,7 @@ use agentx::record::{read_records, Clock, Phase, RecordSink};
 use agentx::replay::{self, Plan, PlanParams, ReplayConfig, ReplayInputs};
 use agentx::scenario::types::{DelayParams, Placement, StartParams};
 use agentx::scenario::{Limits, ScenarioEngine};
-use agentx::sim::{self, SimConfig, Timing};
+use agentx::sim::{SimConfig, SimThread, Timing};
 use nix::sys::resource::{getrlimit, getrusage, setrlimit, Resource, Usage, UsageWho};
 use tokio::sync::watch;
 
@@ -45,67 +45,6 @@ fn rss_bytes() -> u64 {
         .and_then(|x| x.parse().ok())
         .unwrap_or(0);
     pages * 4096
-}
-
-/// A simulator on its own thread; `cpu()` asks that thread for its CPU time.
-struct SimThread {
-    url: String,
-    cpu_tx: tokio::sync::mpsc::UnboundedSender<std::sync::mpsc::Sender<f64>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl SimThread {
-    fn start(cfg: SimConfig) -> SimThread {
-        let (url_tx, url_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (cpu_tx, mut cpu_rx) =
-            tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::Sender<f64>>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let h = sim::spawn(cfg).expect("start the simulator");
-                url_tx.send(h.url()).unwrap();
-                let serve_cpu = async {
-                    while let Some(reply) = cpu_rx.recv().await {
-                        let u = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
-                        let _ = reply.send(cpu_secs(&u));
-                    }
-                };
-                tokio::select! {
-                    _ = stop_rx => {}
-                    _ = serve_cpu => {}
-                }
-                h.shutdown().await;
-            });
-        });
-        SimThread {
-            url: url_rx.recv().unwrap(),
-            cpu_tx,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn cpu(&self) -> f64 {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.cpu_tx.send(tx).unwrap();
-        rx.recv().unwrap()
-    }
-}
-
-impl Drop for SimThread {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// A simulator in its own process (`agentx-host sim`), so this process's memory is the client's alone.
@@ -179,12 +118,15 @@ fn replay_once(
             // The synthetic corpus grows past 128k tokens; a large context keeps overflows out of the
             // figures.
             cfg.max_model_len = 1 << 20;
-            (Some(SimThread::start(*cfg)), None)
+            (
+                Some(SimThread::start(*cfg).expect("start the simulator")),
+                None,
+            )
         }
         SimAt::Process(args) => (None, Some(SimProcess::start(args))),
     };
     let sim_url = match (&sim, &sim_proc) {
-        (Some(s), _) => s.url.clone(),
+        (Some(s), _) => s.url(),
         (_, Some(p)) => p.url.clone(),
         (None, None) => unreachable!(),
     };
@@ -281,17 +223,14 @@ fn replay_once(
     };
     // CPU is counted from the start of profiling: warmup and planning are one-off costs.
     let (mark_tx, mark_rx) = std::sync::mpsc::channel();
-    let sim_cpu = {
-        let tx = sim.as_ref().map(|s| s.cpu_tx.clone());
-        move || match &tx {
-            Some(tx) => {
-                let (t, r) = std::sync::mpsc::channel();
-                tx.send(t).unwrap();
-                r.recv().unwrap()
-            }
-            None => 0.0,
-        }
+    let sim = sim.map(std::sync::Arc::new);
+    let sim_cpu = |s: &Option<std::sync::Arc<SimThread>>| {
+        s.as_ref().map_or(0.0, |s| {
+            s.cpu_seconds()
+                .expect("the simulator thread's CPU time (/proc/thread-self/schedstat)")
+        })
     };
+    let sim_at_profiling = sim.clone();
     let u0 = getrusage(UsageWho::RUSAGE_SELF).unwrap();
     let outcome = rt.block_on(replay::run(
         cfg,
@@ -310,7 +249,7 @@ fn replay_once(
             srv_row: None,
             on_profiling: Some(Box::new(move |_| {
                 let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
-                let _ = mark_tx.send((cpu_secs(&u), sim_cpu(), Instant::now()));
+                let _ = mark_tx.send((cpu_secs(&u), sim_cpu(&sim_at_profiling), Instant::now()));
             })),
         },
     ));
@@ -318,7 +257,7 @@ fn replay_once(
     let wall = t0.elapsed().as_secs_f64();
     drop(rt);
     let written = sink.close().unwrap();
-    let s1 = sim.as_ref().map_or(0.0, SimThread::cpu);
+    let s1 = sim_cpu(&sim);
     let u1 = getrusage(UsageWho::RUSAGE_SELF).unwrap();
     let p1 = cpu_secs(&u1);
     let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;

@@ -1,7 +1,7 @@
 //! Streamed tokens per second the simulator serves at `--speed max`, per CPU core.
 //!
-//! The server runs on its own single-threaded tokio runtime on a dedicated thread, so its CPU
-//! time is exactly that thread's (`getrusage(RUSAGE_THREAD)`); a hyper client on another thread
+//! The server runs on its own single-threaded tokio runtime on a dedicated thread
+//! ([`agentx::sim::SimThread`]), so its CPU time is exactly that thread's; a hyper client on another thread
 //! keeps 1, 64 and 1024 streams busy (one keep-alive connection each, requests back to back,
 //! `ignore_eos` so every request streams exactly `--tokens` one-token chunks). Every response is
 //! checked to end with the usage chunk and `[DONE]`.
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentx::sim::{self, SimConfig};
+use agentx::sim::{SimConfig, SimThread};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use nix::sys::resource::{getrlimit, getrusage, setrlimit, Resource, Usage, UsageWho};
@@ -119,36 +119,12 @@ fn main() {
     }
 
     // The server: one thread, one current-thread runtime.
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (cpu_req_tx, mut cpu_req_rx) =
-        tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::Sender<f64>>();
-    let server = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let h = sim::spawn(SimConfig::max()).expect("start the simulator");
-            addr_tx.send(h.addr()).unwrap();
-            let serve_cpu = async {
-                while let Some(reply) = cpu_req_rx.recv().await {
-                    let u = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
-                    let _ = reply.send(cpu_secs(&u));
-                }
-            };
-            tokio::select! {
-                _ = stop_rx => {}
-                _ = serve_cpu => {}
-            }
-            h.shutdown().await;
-        });
-    });
-    let addr = addr_rx.recv().unwrap();
+    let server = SimThread::start(SimConfig::max()).expect("start the simulator");
+    let addr = server.addr();
     let server_cpu = || {
-        let (tx, rx) = std::sync::mpsc::channel();
-        cpu_req_tx.send(tx).unwrap();
-        rx.recv().unwrap()
+        server
+            .cpu_seconds()
+            .expect("the server thread's CPU time (/proc/thread-self/schedstat)")
     };
 
     let prompt: String = (0..200).map(|i| format!("w{i} ")).collect();
@@ -223,7 +199,5 @@ fn main() {
         "lowest: {worst:.0} tokens/s per server core (target 500000): {}",
         if worst >= 500_000.0 { "met" } else { "NOT met" }
     );
-    drop(cpu_req_tx);
-    let _ = stop_tx.send(());
-    server.join().unwrap();
+    drop(server);
 }

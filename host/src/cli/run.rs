@@ -933,19 +933,22 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             .sim_preset
             .parse()
             .map_err(|e| anyhow!("--sim-preset: {e}"))?;
-        Some(SimThread::start(crate::sim::SimConfig::preset(preset))?)
+        Some(
+            crate::sim::SimThread::start(crate::sim::SimConfig::preset(preset))
+                .context("cannot start the built-in simulator")?,
+        )
     } else {
         None
     };
     let mut ccfg = rp.client.clone();
     let model = match (&sim, &rp.model) {
         (_, Some(m)) => m.clone(),
-        (Some(s), None) => s.model.clone(),
+        (Some(s), None) => s.model().to_owned(),
         (None, None) => unreachable!("checked in RunPlan::resolve"),
     };
     if let Some(s) = &sim {
-        ccfg.url = s.url.clone();
-        tracing::info!(url = %s.url, preset = %a.sim_preset, "built-in simulator started");
+        ccfg.url = s.url();
+        tracing::info!(url = %ccfg.url, preset = %a.sim_preset, "built-in simulator started");
     }
     let client = {
         let _g = rt.enter();
@@ -1271,69 +1274,5 @@ async fn forward_signals(tx: watch::Sender<u32>) {
             tracing::warn!("interrupt: no new turns start; in-flight requests drain (interrupt again to cancel them)");
         }
         let _ = tx.send(n);
-    }
-}
-
-/// The built-in simulator on its own thread and runtime, so it does not share the client's workers.
-struct SimThread {
-    url: String,
-    model: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl SimThread {
-    fn start(cfg: crate::sim::SimConfig) -> anyhow::Result<SimThread> {
-        let model = cfg.model.clone();
-        let (url_tx, url_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("agentx-sim".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = url_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    match crate::sim::spawn(cfg) {
-                        Ok(h) => {
-                            let _ = url_tx.send(Ok(h.url()));
-                            let _ = stop_rx.await;
-                            h.shutdown().await;
-                        }
-                        Err(e) => {
-                            let _ = url_tx.send(Err(e.to_string()));
-                        }
-                    }
-                });
-            })
-            .context("cannot start the simulator thread")?;
-        let url = url_rx
-            .recv()
-            .map_err(|_| anyhow!("the simulator thread ended before it listened"))?
-            .map_err(|e| anyhow!("cannot start the built-in simulator: {e}"))?;
-        Ok(SimThread {
-            url,
-            model,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for SimThread {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }

@@ -14,7 +14,8 @@
 //! `max_tokens` tokens and the usage always matches the text.
 //!
 //! Library use: [`spawn`] starts a server on the current tokio runtime and returns a
-//! [`SimHandle`]; the replay engine only ever talks to it through its URL.
+//! [`SimHandle`]; [`SimThread`] starts one on a thread and runtime of its own. The replay engine
+//! only ever talks to it through its URL.
 //!
 //! Non-standard response headers expose what the model decided, for tests and diagnostics:
 //! `x-sim-engine`, `x-sim-prompt-tokens`, `x-sim-cached-tokens`, `x-sim-prefill-ms` (modelled
@@ -30,6 +31,7 @@ mod metrics;
 mod request;
 mod server;
 mod stream;
+mod thread;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,6 +43,7 @@ pub use args::{main as cli_main, SimArgs};
 pub use cache::{BlockHasher, PrefixCache};
 pub use config::{Faults, ModelTiming, Preset, SimConfig, Timing};
 pub use request::{context_overflow, ApiError};
+pub use thread::SimThread;
 
 /// Why the simulator could not start.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +61,9 @@ pub enum SimError {
     /// `spawn` was called outside a tokio runtime.
     #[error("the simulator must be started from within a tokio runtime")]
     NoRuntime,
+    /// [`SimThread`] could not start its thread or runtime.
+    #[error("cannot start the simulator thread: {0}")]
+    Thread(String),
 }
 
 /// A running simulated server. Dropping it asks the server to stop; [`SimHandle::shutdown`]
