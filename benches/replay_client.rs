@@ -1,9 +1,9 @@
 //! What the replay client costs: CPU per streamed token, timing error, memory per session.
 //!
-//! The simulator runs in this process on its own thread and current-thread runtime, so its CPU time
-//! is that thread's (`getrusage(RUSAGE_THREAD)`); the client's CPU is the process's minus the
-//! simulator's, which covers everything a replay does: prompt synthesis into request bodies, the
-//! hyper pool, SSE decoding, timestamps, the scenario calls and the record writer thread.
+//! The simulator runs in this process on its own thread and current-thread runtime
+//! ([`agentx::sim::SimThread`]), so its CPU time is that thread's; the client's CPU is the process's
+//! minus the simulator's, which covers everything a replay does: prompt synthesis into request
+//! bodies, the hyper pool, SSE decoding, timestamps, the scenario calls and the record writer thread.
 //!
 //! Three measurements, on a synthetic corpus of 1,100 traces (the real corpus's shape):
 //! 1. **cost**: `--speed max` (no simulated latency), think times off, at concurrency 1, 64, 256 and
