@@ -101,6 +101,7 @@ fn main() {
                 seed: 1,
                 max_isl: None,
                 max_turns: None,
+                context: None,
             },
             &corpus,
         )

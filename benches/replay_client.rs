@@ -347,6 +347,7 @@ fn main() {
             seed: 7,
             max_isl: None,
             max_turns: None,
+            context: None,
         },
     );
     let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::new(42)));
@@ -401,6 +402,7 @@ fn main() {
                 seed: 9,
                 max_isl: Some(20_000),
                 max_turns: Some(40),
+                context: None,
             },
         );
         let f = replay_once(
@@ -440,6 +442,7 @@ fn main() {
                 // Sessions compact at 80 % of this (120k tokens), so contexts stay above 100k for many turns.
                 max_isl: Some(150_000),
                 max_turns: None,
+                context: None,
             },
         );
         let f = replay_once(

@@ -687,6 +687,7 @@ fn synth_is_deterministic_and_the_fixture_is_its_output() {
             seed: 8,
             max_isl: None,
             max_turns: Some(10),
+            context: None,
         },
         &b,
     )

@@ -5,6 +5,7 @@ mod dataset;
 mod export;
 mod replay;
 mod report;
+mod robustness;
 mod scenario;
 mod server_metrics;
 mod sim;

@@ -147,6 +147,10 @@ pub struct RequestRecord {
     /// True when the scenario classified the error as a context overflow.
     pub context_overflow: bool,
     pub error: Option<RecordError>,
+    /// Set when the request was sent a second time (a reused connection failed before any response
+    /// byte), with the first attempt's error; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
 }
 
 /// Where token counts came from.

@@ -286,6 +286,7 @@ mod tests {
                 kind: "http_error".into(),
                 message: "x".into(),
             }),
+            retry: None,
         }
     }
 

@@ -78,6 +78,11 @@ pub struct RunArgs {
     /// Give up connecting after this long.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub connect_timeout_seconds: f64,
+    /// Do not ask the server for `/v1/models` before the run (for servers that do not answer it).
+    /// The check confirms the server is reachable and serves --model, and counts the lanes and
+    /// traces that exceed its context length.
+    #[arg(long)]
+    pub skip_preflight: bool,
 
     // ---- load ----
     /// Number of lanes (concurrent sessions).
@@ -246,6 +251,83 @@ fn value_json(v: &Value) -> serde_json::Value {
     }
 }
 
+/// What `agentx-host replay` reads of a run manifest: the recorded command line and the inputs it
+/// pins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRun {
+    /// The command line of the run, without the program name.
+    pub argv: Vec<String>,
+    pub seed: u64,
+    pub run_id: String,
+    pub scenario_sha256: String,
+    /// The dataset's cache key, when the manifest has one.
+    pub dataset_key: Option<String>,
+}
+
+/// A run manifest that cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("not a run manifest (invalid JSON): {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the manifest has no `{0}`")]
+    Missing(&'static str),
+    #[error("`{field}` is not {expected}")]
+    Type {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("the recorded command line no longer parses: {0}")]
+    Argv(String),
+    #[error("the recorded command is not `run`")]
+    NotRun,
+}
+
+impl RecordedRun {
+    /// Reads the text of a `run_manifest.json`.
+    pub fn parse(text: &str) -> Result<RecordedRun, ManifestError> {
+        let m: serde_json::Value = serde_json::from_str(text)?;
+        let field = |k: &'static str| m.get(k).ok_or(ManifestError::Missing(k));
+        let bad = |field, expected| ManifestError::Type { field, expected };
+        let argv = serde_json::from_value(field("argv")?.clone())
+            .map_err(|_| bad("argv", "a list of strings"))?;
+        let seed = field("seed")?
+            .as_u64()
+            .ok_or_else(|| bad("seed", "a non-negative integer"))?;
+        let run_id = field("run_id")?
+            .as_str()
+            .ok_or_else(|| bad("run_id", "a string"))?
+            .to_string();
+        let scenario_sha256 = m["scenario"]["sha256"]
+            .as_str()
+            .ok_or(ManifestError::Missing("scenario.sha256"))?
+            .to_string();
+        let dataset_key = m["dataset"]["cache_key"].as_str().map(str::to_string);
+        Ok(RecordedRun {
+            argv,
+            seed,
+            run_id,
+            scenario_sha256,
+            dataset_key,
+        })
+    }
+
+    /// The recorded `run` command's arguments with the seed, run id, scenario hash and dataset
+    /// digest pinned (the scenario as recorded; [`replay_main`] pins its bytes).
+    pub fn run_args(&self) -> Result<RunArgs, ManifestError> {
+        let full = std::iter::once("agentx-host").chain(self.argv.iter().map(String::as_str));
+        let cli = <super::Cli as clap::Parser>::try_parse_from(full)
+            .map_err(|e| ManifestError::Argv(e.to_string()))?;
+        let super::Command::Run(mut a) = cli.command else {
+            return Err(ManifestError::NotRun);
+        };
+        a.random_seed = Some(self.seed);
+        a.run_id = Some(self.run_id.clone());
+        a.expect_scenario_sha256 = Some(self.scenario_sha256.clone());
+        a.expect_dataset_key = self.dataset_key.clone();
+        Ok(*a)
+    }
+}
+
 /// Reruns the run a manifest describes: its command line with the seed, run id, scenario hash and
 /// dataset digest pinned.
 pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -256,41 +338,11 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read the manifest {}", path.display()))?;
-    let m: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a run manifest (invalid JSON)", path.display()))?;
-    let field = |k: &str| {
-        m.get(k)
-            .ok_or_else(|| anyhow!("{}: the manifest has no `{k}`", path.display()))
-    };
-    let argv: Vec<String> = serde_json::from_value(field("argv")?.clone())
-        .with_context(|| format!("{}: `argv` is not a list of strings", path.display()))?;
-    let seed = field("seed")?
-        .as_u64()
-        .ok_or_else(|| anyhow!("{}: `seed` is not an integer", path.display()))?;
-    let run_id = field("run_id")?
-        .as_str()
-        .ok_or_else(|| anyhow!("{}: `run_id` is not a string", path.display()))?
-        .to_string();
-    let sha = m["scenario"]["sha256"]
-        .as_str()
-        .ok_or_else(|| anyhow!("{}: `scenario.sha256` is missing", path.display()))?
-        .to_string();
-    let key = m["dataset"]["cache_key"].as_str().map(str::to_string);
-    let mut full = vec!["agentx-host".to_string()];
-    full.extend(argv);
-    let cli = <super::Cli as clap::Parser>::try_parse_from(&full).map_err(|e| {
-        anyhow!(
-            "{}: the recorded command line no longer parses: {e}",
-            path.display()
-        )
-    })?;
-    let super::Command::Run(mut a) = cli.command else {
-        bail!("{}: the recorded command is not `run`", path.display());
-    };
-    a.random_seed = Some(seed);
-    a.run_id = Some(run_id);
-    a.expect_scenario_sha256 = Some(sha.clone());
-    a.expect_dataset_key = key;
+    let recorded = RecordedRun::parse(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let mut a = recorded
+        .run_args()
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let sha = &recorded.scenario_sha256;
     if let Some(s) = &a.scenario {
         // Pin the component by hash: the original path if it still holds those bytes, else the store.
         let base = s.split('@').next().unwrap_or(s);
@@ -313,8 +365,7 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     a.dry_run = r.dry_run;
     a.json = r.json;
-    let argv: Vec<String> = full[1..].to_vec();
-    main(*a, argv)
+    main(a, recorded.argv)
 }
 
 /// An environment variable under its agentx name or its aiperf name: `(name, value)`.
@@ -671,6 +722,52 @@ impl Effective<'_> {
     }
 }
 
+/// The settings of a run as the host uses them, read from the configuration the scenario resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    pub concurrency: u32,
+    pub duration: Duration,
+    pub min_ratio: f64,
+    pub max_ratio: f64,
+    pub placement: Placement,
+    pub cap: Option<f64>,
+    pub think_only: bool,
+    pub ignore_delays: bool,
+    pub unsafe_override: bool,
+    pub rate_limit: f64,
+    pub ignore_eos: Option<bool>,
+}
+
+impl RunSettings {
+    /// Reads and checks the settings of `resolve`'s answer.
+    pub fn of(resolved: &Resolved) -> anyhow::Result<RunSettings> {
+        let eff = Effective(resolved);
+        let conc = eff.concurrency().ok_or_else(|| {
+            anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16")
+        })?;
+        let concurrency = u32::try_from(conc)
+            .ok()
+            .filter(|&c| c > 0)
+            .ok_or_else(|| anyhow!("--concurrency {conc} is not a positive number of lanes"))?;
+        let duration = eff.number("benchmark-duration").ok_or_else(|| {
+            anyhow!("--benchmark-duration is required: profiling time in seconds, e.g. --benchmark-duration 1800")
+        })?;
+        Ok(RunSettings {
+            concurrency,
+            duration: positive_secs("--benchmark-duration", duration)?,
+            min_ratio: eff.number("trajectory-start-min-ratio").unwrap_or(0.0),
+            max_ratio: eff.number("trajectory-start-max-ratio").unwrap_or(0.7),
+            placement: placement(eff.text("cache-bust").unwrap_or("none"))?,
+            cap: eff.number("inter-turn-delay-cap-seconds"),
+            think_only: eff.flag("use-think-time-only").unwrap_or(true),
+            ignore_delays: eff.flag("ignore-trace-delays").unwrap_or(false),
+            unsafe_override: eff.flag("unsafe-override").unwrap_or(false),
+            rate_limit: eff.number("context-overflow-rate-limit").unwrap_or(0.01),
+            ignore_eos: eff.flag("ignore-eos"),
+        })
+    }
+}
+
 fn placement(name: &str) -> anyhow::Result<Placement> {
     Ok(match name {
         "none" => Placement::None,
@@ -767,18 +864,19 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     for w in &resolved.warnings {
         tracing::warn!("--{}: {}", w.setting, w.message);
     }
-    let eff = Effective(&resolved);
-    let conc = eff.concurrency().ok_or_else(|| {
-        anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16")
-    })?;
-    let conc = u32::try_from(conc)
-        .ok()
-        .filter(|&c| c > 0)
-        .ok_or_else(|| anyhow!("--concurrency {conc} is not a positive number of lanes"))?;
-    let duration = eff.number("benchmark-duration").ok_or_else(|| {
-        anyhow!("--benchmark-duration is required: profiling time in seconds, e.g. --benchmark-duration 1800")
-    })?;
-    let duration = positive_secs("--benchmark-duration", duration)?;
+    let RunSettings {
+        concurrency: conc,
+        duration,
+        min_ratio,
+        max_ratio,
+        placement,
+        cap,
+        think_only,
+        ignore_delays,
+        unsafe_override,
+        rate_limit,
+        ignore_eos,
+    } = RunSettings::of(&resolved)?;
     let seed = resolved.seed;
     if resolved.seed_drawn {
         tracing::info!(
@@ -786,15 +884,6 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             "no --random-seed given; drew one (pass --random-seed {seed} to reproduce)"
         );
     }
-    let min_ratio = eff.number("trajectory-start-min-ratio").unwrap_or(0.0);
-    let max_ratio = eff.number("trajectory-start-max-ratio").unwrap_or(0.7);
-    let placement = placement(eff.text("cache-bust").unwrap_or("none"))?;
-    let cap = eff.number("inter-turn-delay-cap-seconds");
-    let think_only = eff.flag("use-think-time-only").unwrap_or(true);
-    let ignore_delays = eff.flag("ignore-trace-delays").unwrap_or(false);
-    let unsafe_override = eff.flag("unsafe-override").unwrap_or(false);
-    let rate_limit = eff.number("context-overflow-rate-limit").unwrap_or(0.01);
-    let ignore_eos = eff.flag("ignore-eos");
     let mut extra = rp.extra.clone();
     if let Some(b) = ignore_eos {
         if !extra.iter().any(|(k, _)| k == "ignore_eos") {
@@ -954,6 +1043,22 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         let _g = rt.enter();
         Client::new(&ccfg)?
     };
+    if !a.skip_preflight {
+        let pf = rt.block_on(crate::client::preflight::check(
+            &client,
+            &model,
+            ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
+        ));
+        match pf {
+            Ok(p) => report_preflight(&p, &plan, ds, &model),
+            Err(e) => {
+                // Nothing was sent: the records file stays empty and the manifest says why.
+                manifest["preflight_error"] = json!(e.to_string());
+                write_manifest(&manifest)?;
+                return Err(anyhow!(e));
+            }
+        }
+    }
     let body = RequestBody::new(&model, true, true, &extra);
     let (int_tx, int_rx) = watch::channel(0u32);
     let cfg = ReplayConfig {
@@ -1076,20 +1181,17 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     // Validity and summary.
     let t = &outcome.tally;
     let mut inst = sc.instantiate()?;
+    // Warmup responses count in the overflow rate (numerator and denominator): an overflow in
+    // warmup is as much a sign of a too-short context as one in profiling.
     let reasons = inst.validity(scenario::types::Outcome {
-        total_responses: t.requests,
-        context_overflows: t.context_overflows,
+        total_responses: t.requests + t.warmup_requests,
+        context_overflows: t.context_overflows + t.warmup_overflows,
         failed: t.failed,
         cancelled: outcome.stop.cancelled(),
         unsafe_override,
         overflow_rate_limit: rate_limit,
     })?;
-    let mut reasons = reasons;
-    for r in &resolved.invalid_reasons {
-        if !reasons.contains(r) {
-            reasons.push(r.clone());
-        }
-    }
+    let reasons = scenario::check::invalid_reasons(reasons, &resolved.invalid_reasons);
     manifest["ended_unix_ns"] = json!(clock.unix_ns(clock.now_ns()));
     write_manifest(&manifest)?;
     let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
@@ -1201,6 +1303,46 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The longest the pre-flight `GET /v1/models` may take (a server that does not answer in that time
+/// is warned about, not refused).
+const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Logs what the pre-flight check found: the served model, its context length, and how much of the
+/// plan will overflow it.
+fn report_preflight(
+    p: &crate::client::preflight::Preflight,
+    plan: &Plan,
+    ds: &Dataset,
+    model: &str,
+) {
+    if let Some(n) = &p.note {
+        tracing::warn!("pre-flight: {n}");
+    }
+    let Some(len) = p.max_model_len else {
+        if p.note.is_none() {
+            tracing::info!("pre-flight: the server serves `{model}` and reports no context length");
+        }
+        return;
+    };
+    let o = plan.over_context(ds, len);
+    let line = format!(
+        "pre-flight: the server serves `{model}` with a context of {len} tokens; \
+         {} of {} lanes start above it and {} of {} traces grow past it (prompt plus max_tokens, recorded counts)",
+        o.lanes,
+        plan.lanes.len(),
+        o.traces,
+        o.pool
+    );
+    if o.lanes > 0 || o.traces > 0 {
+        tracing::warn!(
+            "{line}: those requests will end as context overflows (counted, not failures; \
+             they count towards the scenario's overflow rate limit)"
+        );
+    } else {
+        tracing::info!("{line}");
+    }
+}
+
 fn print_summary(
     o: &replay::ReplayOutcome,
     s: &Summary,
@@ -1224,8 +1366,13 @@ fn print_summary(
             .unwrap_or(0.0)
     );
     println!(
-        "requests      {} ok, {} failed, {} context overflow, {} cancelled, {} warmup",
-        s.requests_ok, s.requests_failed, s.context_overflows, s.cancelled, s.warmup_requests
+        "requests      {} ok, {} failed, {} context overflow, {} cancelled, {} warmup ({} context overflow)",
+        s.requests_ok,
+        s.requests_failed,
+        s.context_overflows,
+        s.cancelled,
+        s.warmup_requests,
+        s.warmup_context_overflows
     );
     println!(
         "throughput    {:.2} req/s, {:.0} output tok/s, {:.0} input tok/s",
@@ -1274,5 +1421,50 @@ async fn forward_signals(tx: watch::Sender<u32>) {
             tracing::warn!("interrupt: no new turns start; in-flight requests drain (interrupt again to cancel them)");
         }
         let _ = tx.send(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = r#"{"argv": ["run", "--url", "http://127.0.0.1:8000", "--concurrency", "4",
+        "--benchmark-duration", "60", "--scenario", "agentx-mvp"],
+        "run_id": "r1", "seed": 42, "scenario": {"sha256": "ab12"}, "dataset": {"cache_key": "k9"}}"#;
+
+    #[test]
+    fn manifest_pins_the_recorded_inputs() {
+        let r = RecordedRun::parse(MANIFEST).unwrap();
+        assert_eq!(r.seed, 42);
+        assert_eq!(r.dataset_key.as_deref(), Some("k9"));
+        let a = r.run_args().unwrap();
+        assert_eq!(a.random_seed, Some(42));
+        assert_eq!(a.run_id.as_deref(), Some("r1"));
+        assert_eq!(a.expect_scenario_sha256.as_deref(), Some("ab12"));
+        assert_eq!(a.expect_dataset_key.as_deref(), Some("k9"));
+        assert_eq!(a.scenario.as_deref(), Some("agentx-mvp"));
+    }
+
+    #[test]
+    fn manifest_errors_name_the_field() {
+        let err = |t: &str| RecordedRun::parse(t).unwrap_err().to_string();
+        assert!(err("{").contains("invalid JSON"));
+        assert!(err(r#"{"seed": 1}"#).contains("no `argv`"));
+        assert!(err(r#"{"argv": [1], "seed": 1}"#).contains("`argv` is not a list of strings"));
+        assert!(err(r#"{"argv": [], "seed": -1}"#).contains("`seed`"));
+        assert!(err(r#"{"argv": [], "seed": 1, "run_id": "r"}"#).contains("scenario.sha256"));
+        let run = |argv: &str| {
+            RecordedRun::parse(&format!(
+                r#"{{"argv": {argv}, "seed": 1, "run_id": "r", "scenario": {{"sha256": "x"}}}}"#
+            ))
+            .unwrap()
+            .run_args()
+            .unwrap_err()
+        };
+        assert!(matches!(run(r#"["sim"]"#), ManifestError::NotRun));
+        assert!(matches!(
+            run(r#"["run", "--no-such-flag"]"#),
+            ManifestError::Argv(_)
+        ));
     }
 }

@@ -2,8 +2,11 @@
 //! It measures and reports; it never decides policy.
 //!
 //! - [`Client`] holds one hyper connection pool (HTTP/1.1 keep-alive, or h2c with prior knowledge,
-//!   TLS through rustls for `https://` endpoints) with an idle timeout, so a server whose keep-alive is
-//!   shorter than ours never resets a connection we are about to reuse.
+//!   TLS through rustls for `https://` endpoints) that follows the server's `Keep-Alive` header
+//!   ([`pool`]): idle connections are retired before the server's deadline and connections before
+//!   the server's request limit. A request that fails on a reused connection before any byte of the
+//!   response arrived is sent once more on a fresh connection, and the record says so; once a byte
+//!   has arrived it is never retried.
 //! - [`Client::send`] posts one chat completion and reads the stream as it arrives: every non-empty
 //!   content chunk is timestamped on the monotonic clock, the final `usage` chunk is kept, and the reply
 //!   text is collected when the caller needs it (live-assistant mode). Every way a request can go wrong
@@ -15,6 +18,8 @@
 //!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
+pub mod pool;
+pub mod preflight;
 pub mod scrape;
 pub mod sse;
 
@@ -25,8 +30,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Request, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::client::legacy::connect::{capture_connection, HttpConnector};
 use serde::Deserialize;
 use tokio::sync::watch;
 
@@ -83,12 +87,12 @@ pub enum ClientError {
     Tls(String),
 }
 
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
-
 /// A pooled HTTP client bound to one endpoint.
 #[derive(Clone)]
 pub struct Client {
-    inner: hyper_util::client::legacy::Client<Connector, JsonBody>,
+    pools: std::sync::Arc<pool::Pools>,
+    /// `scheme://authority` plus the URL's path prefix (for [`Client::get`]).
+    base: String,
     uri: Uri,
     auth: Option<HeaderValue>,
     request_timeout: Duration,
@@ -142,13 +146,7 @@ impl Client {
         } else {
             builder.enable_http1().enable_http2().wrap_connector(http)
         };
-        let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(cfg.idle_timeout)
-            .pool_max_idle_per_host(usize::MAX)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .http2_only(cfg.http2)
-            .build(connector);
+        let pools = pool::Pools::new(connector, cfg.idle_timeout, cfg.http2);
         let auth = match &cfg.api_key {
             Some(k) => {
                 let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
@@ -159,7 +157,13 @@ impl Client {
             None => None,
         };
         Ok(Client {
-            inner,
+            pools: std::sync::Arc::new(pools),
+            base: format!(
+                "{}://{}{}",
+                base.scheme_str().unwrap_or("http"),
+                base.authority().map(|a| a.as_str()).unwrap_or(""),
+                prefix
+            ),
             uri,
             auth,
             request_timeout: cfg.request_timeout,
@@ -169,6 +173,96 @@ impl Client {
     /// The full request URI.
     pub fn uri(&self) -> &Uri {
         &self.uri
+    }
+
+    /// How long the pool keeps an idle connection now (lowered by the server's `Keep-Alive`).
+    pub fn idle_timeout(&self) -> Duration {
+        self.pools.idle_timeout()
+    }
+
+    /// `GET` of `path` under the URL's prefix through the same pool (so the server's keep-alive is
+    /// learned from it too), with a whole-request limit: status, headers and at most `limit` bytes
+    /// of the body. For the pre-flight check; a failure is an error, not data.
+    pub async fn get(
+        &self,
+        path: &str,
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<(hyper::StatusCode, hyper::HeaderMap, Vec<u8>), GetError> {
+        let url = format!("{}{}", self.base, path);
+        let uri: Uri = url.parse().map_err(|e| GetError::Other(format!("{e}")))?;
+        let mut req = Request::get(uri);
+        if let Some(a) = &self.auth {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
+        let req = req
+            .body(JsonBody::default())
+            .map_err(|e| GetError::Other(e.to_string()))?;
+        let work = async {
+            let resp = self.pools.pooled().request(req).await.map_err(|e| {
+                if e.is_connect() {
+                    GetError::Connect(error_chain(&e))
+                } else {
+                    GetError::Other(error_chain(&e))
+                }
+            })?;
+            self.learn(&resp, None);
+            let (parts, mut body) = resp.into_parts();
+            let mut out = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| GetError::Other(error_chain(&e)))?;
+                if let Some(d) = frame.data_ref() {
+                    let room = limit.saturating_sub(out.len());
+                    out.extend_from_slice(&d[..d.len().min(room)]);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok((parts.status, parts.headers, out))
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(GetError::Timeout(timeout)),
+        }
+    }
+
+    /// Follows the server's `Keep-Alive` header of a response: lowers the pool's idle timeout below
+    /// the server's, and retires the connection before the server's request limit.
+    fn learn<B>(
+        &self,
+        resp: &hyper::Response<B>,
+        capture: Option<&hyper_util::client::legacy::connect::CaptureConnection>,
+    ) {
+        let served = resp
+            .extensions()
+            .get::<pool::ConnMeta>()
+            .map(|m| m.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+        let Some(ka) = resp
+            .headers()
+            .get("keep-alive")
+            .and_then(|v| v.to_str().ok())
+            .and_then(pool::KeepAlive::parse)
+        else {
+            return;
+        };
+        if let Some(t) = ka.timeout {
+            let idle = pool::idle_deadline(Duration::from_secs(t));
+            if self.pools.lower_idle_timeout(idle) {
+                tracing::info!(
+                    "the server closes connections idle for {t} s (Keep-Alive: timeout={t}); \
+                     idle pooled connections are now retired after {idle:?}"
+                );
+            }
+        }
+        if let (Some(max), Some(served), Some(c)) = (ka.max, served, capture) {
+            // The server closes the connection after `max` responses; retire it one early.
+            if served.saturating_add(1) >= max {
+                if let Some(conn) = c.connection_metadata().as_ref() {
+                    conn.poison();
+                }
+            }
+        }
     }
 
     /// Posts `body` and reads the response to its end, or until `cancel` turns true or the request
@@ -223,14 +317,19 @@ impl Client {
         keep_text: bool,
         ex: &mut Exchange,
     ) {
-        let mut req = Request::post(self.uri.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header("x-request-id", ids.request_id)
-            .header("x-correlation-id", ids.correlation_id);
-        if let Some(a) = &self.auth {
-            req = req.header(AUTHORIZATION, a.clone());
-        }
-        let req = match req.body(body) {
+        let build = |body: JsonBody| {
+            let mut req = Request::post(self.uri.clone())
+                .header(CONTENT_TYPE, "application/json")
+                .header("x-request-id", ids.request_id)
+                .header("x-correlation-id", ids.correlation_id);
+            if let Some(a) = &self.auth {
+                req = req.header(AUTHORIZATION, a.clone());
+            }
+            req.body(body)
+        };
+        // The pieces are shared, so keeping a copy for the one retry costs no body bytes.
+        let again = body.clone();
+        let mut req = match build(body) {
             Ok(r) => r,
             Err(e) => {
                 ex.fail(Failure::new(
@@ -241,8 +340,41 @@ impl Client {
                 return;
             }
         };
-        let resp = match self.inner.request(req).await {
+        let capture = capture_connection(&mut req);
+        let first = self.pools.pooled().request(req).await;
+        let resp = match first {
             Ok(r) => r,
+            Err(e) if !e.is_connect() && reused_before(&e, ex.sent) => {
+                // The connection was opened before this request and failed before any response
+                // byte: most likely the server closed it as we reused it. Once more, on a new one.
+                let why = error_chain(&e);
+                ex.retried = Some(format!(
+                    "a reused connection failed before any response byte ({why}); sent again on a new connection"
+                ));
+                let req = match build(again) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        ex.fail(Failure::new(0, FailureKind::Request, e.to_string()));
+                        return;
+                    }
+                };
+                match self.pools.fresh().request(req).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let kind = if e.is_connect() {
+                            FailureKind::Connect
+                        } else {
+                            FailureKind::Reset
+                        };
+                        ex.fail(Failure::new(
+                            0,
+                            kind,
+                            format!("{} (after a retry: {why})", error_chain(&e)),
+                        ));
+                        return;
+                    }
+                }
+            }
             Err(e) => {
                 let kind = if e.is_connect() {
                     FailureKind::Connect
@@ -254,6 +386,7 @@ impl Client {
             }
         };
         ex.first_byte = Some(Instant::now());
+        self.learn(&resp, Some(&capture));
         let status = resp.status();
         ex.status = status.as_u16();
         let mut body = resp.into_body();
@@ -343,6 +476,29 @@ impl Client {
             ));
         }
     }
+}
+
+/// Whether a request error happened on a connection that was open before the request was sent
+/// (a reused one), as the connection's [`pool::ConnMeta`] tells.
+fn reused_before(e: &hyper_util::client::legacy::Error, sent: Instant) -> bool {
+    let Some(info) = e.connect_info() else {
+        return false;
+    };
+    let mut ext = hyper::http::Extensions::new();
+    info.get_extras(&mut ext);
+    ext.get::<pool::ConnMeta>().is_some_and(|m| m.opened < sent)
+}
+
+/// Why a [`Client::get`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GetError {
+    /// No connection: refused, unreachable, DNS, TLS, connect timeout.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Other(String),
 }
 
 /// The ids sent as headers.
@@ -634,6 +790,8 @@ pub struct Exchange {
     /// The first [`ERROR_EXCERPT`] bytes of an error body or error event.
     pub error_body: Option<String>,
     pub failure: Option<Failure>,
+    /// Set when the request was sent a second time, and why.
+    pub retried: Option<String>,
 }
 
 impl Exchange {
@@ -650,6 +808,7 @@ impl Exchange {
             text: String::new(),
             error_body: None,
             failure: None,
+            retried: None,
         }
     }
 

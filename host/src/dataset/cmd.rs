@@ -104,6 +104,10 @@ pub enum DatasetCommand {
         /// Cap the turns of every trace.
         #[arg(long, value_name = "N")]
         max_turns: Option<usize>,
+        /// Scale the whole trace shape (tools+system prefix, growth per turn, outputs) to a server
+        /// context of this many tokens, e.g. 4096: most traces fit, the long-context few grow past it.
+        #[arg(long, value_name = "TOKENS")]
+        context: Option<u32>,
     },
 }
 
@@ -313,6 +317,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             output,
             max_isl,
             max_turns,
+            context,
         } => {
             let started = Instant::now();
             let sum = write_corpus(
@@ -321,6 +326,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                     seed,
                     max_isl,
                     max_turns,
+                    context,
                 },
                 &output,
             )?;

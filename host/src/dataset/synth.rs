@@ -11,6 +11,13 @@
 //! non-monotonic cuts); ~3% of turns have `out: 0`; ~2% of requests are repeated as a streaming /
 //! non-streaming pair with identical hash ids; think times are short after tool use and long after
 //! `end_turn`. `max_isl` and `max_turns` shrink the corpus (the committed fixtures use them).
+//!
+//! `context` scales the whole shape to a server's context length instead (for 4k-32k models): the
+//! tools+system prefix, the starting input, the growth per turn, compaction summaries and the
+//! session limits scale by `context / 200,000` (a standard session's limit), outputs by its square
+//! root (so a 4k corpus still streams tens of tokens per turn). Standard sessions then compact below
+//! `context` and fit; the ~8% long-context sessions, whose limit is four times larger, grow past it
+//! and overflow, as long sessions overflow a 200k model. Without `context` the output is unchanged.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -20,7 +27,7 @@ use super::error::DatasetError;
 use super::text::mix64;
 
 /// Generator settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SynthOptions {
     pub traces: usize,
     pub seed: u64,
@@ -28,7 +35,15 @@ pub struct SynthOptions {
     pub max_isl: Option<u32>,
     /// Cap on turns per trace.
     pub max_turns: Option<usize>,
+    /// Scale the trace shape to a server context of this many tokens (see the module doc).
+    pub context: Option<u32>,
 }
+
+/// The reference context of the shape: a standard session's limit.
+const REFERENCE_CONTEXT: f64 = 200_000.0;
+
+/// Smallest `--context`: the scaled prefix must still leave room for a conversation.
+pub const MIN_CONTEXT: u32 = 1_024;
 
 /// Totals of a generated corpus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -114,19 +129,35 @@ struct Req {
 /// Generates trace `index` of the corpus as one JSON line (without the newline).
 pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
     let mut rng = Rng(mix64(opts.seed ^ mix64(index as u64 ^ 0x5EED_0000)));
+    // Token sizes scale with `f`, outputs with `g` (both 1 without `context`: the same numbers).
+    let f = opts
+        .context
+        .map_or(1.0, |c| f64::from(c) / REFERENCE_CONTEXT);
+    let g = f.sqrt();
+    let tok = |x: u32| -> u32 {
+        if opts.context.is_some() {
+            (f64::from(x) * f).round().max(1.0) as u32
+        } else {
+            x
+        }
+    };
     let long_context = rng.chance(0.08);
     let model = if rng.chance(0.15) { SONNET } else { OPUS };
-    let mut limit: u32 = if long_context { 800_000 } else { 200_000 };
+    let mut limit: u32 = if long_context {
+        tok(800_000)
+    } else {
+        tok(200_000)
+    };
     if let Some(m) = opts.max_isl {
         limit = limit.min(m);
     }
     // Sessions compact near their limit: 80% of a 200k context, 99% of a 1M-class one.
     let compact_at = (f64::from(limit) * if long_context { 0.99 } else { 0.8 }) as u32;
-    let tool = rng.range(8_000, 13_000);
-    let system = rng.range(2_000, 4_000);
+    let tool = rng.range(tok(8_000), tok(13_000));
+    let system = rng.range(tok(2_000), tok(4_000));
     let prefix = tool + system;
     let sys_blocks = prefix.div_ceil(BLOCK);
-    let floor = (sys_blocks * BLOCK + 200)
+    let floor = (sys_blocks * BLOCK + tok(200))
         .min(limit.saturating_sub(1))
         .max(prefix + 1);
     let mut turns = (rng.lognormal(93.0, 1.0).round() as usize).clamp(1, 1_500);
@@ -134,13 +165,13 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
         turns = turns.min(m.max(1));
     }
     let start = if long_context {
-        rng.lognormal(150_000.0, 0.8)
+        rng.lognormal(150_000.0 * f, 0.8)
     } else {
-        rng.lognormal(20_000.0, 0.9)
+        rng.lognormal(20_000.0 * f, 0.9)
     };
     let mut input = (start as u32)
         .min((limit as f64 * 0.8) as u32)
-        .min(639_552)
+        .min(tok(639_552))
         .max(floor);
 
     // Hash ids: the current list is `ids[..]`; fresh ids count up from 1 in first-seen order.
@@ -156,16 +187,18 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
         let mut keep = ids.len();
         if k > 0 {
             // Grow by the previous output plus new content, then cut if needed.
-            let add = rng.lognormal(900.0, 1.3).clamp(20.0, 60_000.0) as u32;
+            let add = rng
+                .lognormal(900.0 * f, 1.3)
+                .clamp(f64::from(tok(20)), 60_000.0 * f) as u32;
             let mut next = input.saturating_add(prev_out).saturating_add(add);
             if next > compact_at || next >= limit {
                 // Compaction: keep the tools+system prefix, replace the rest with a summary.
                 keep = sys_blocks as usize;
                 let room = f64::from(limit.saturating_sub(prefix)) / 3.0;
                 let summary = rng
-                    .lognormal(9_000.0, 0.5)
-                    .clamp(1_000.0, 30_000.0)
-                    .min(room.max(200.0)) as u32;
+                    .lognormal(9_000.0 * f, 0.5)
+                    .clamp(1_000.0 * f, 30_000.0 * f)
+                    .min(room.max(f64::from(tok(200)))) as u32;
                 next = (prefix + summary).min(limit.saturating_sub(1)).max(floor);
             } else if history.len() > 3 && rng.chance(0.004) {
                 // Rewind to an earlier turn and continue from there.
@@ -187,7 +220,7 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
         let output = if rng.chance(0.03) {
             0
         } else {
-            rng.lognormal(180.0, 1.1).clamp(1.0, 32_000.0) as u32
+            rng.lognormal(180.0 * g, 1.1).clamp(1.0, 32_000.0 * g) as u32
         };
         let last = k + 1 == turns;
         let stop = if last || (output > 0 && rng.chance(0.1)) {
@@ -333,11 +366,28 @@ pub fn write_corpus(opts: &SynthOptions, path: &Path) -> Result<SynthSummary, Da
     if opts.traces == 0 {
         return Err(DatasetError::Argument("--traces must be at least 1".into()));
     }
-    if opts.max_isl.is_some_and(|m| m < 20_000) {
-        return Err(DatasetError::Argument(
-            "--max-isl must be at least 20000 tokens: the tools+system prefix alone is up to 17000"
+    if let Some(c) = opts.context {
+        if c < MIN_CONTEXT {
+            return Err(DatasetError::Argument(format!(
+                "--context {c} is too small: the scaled tools+system prefix needs room; use at least {MIN_CONTEXT}"
+            )));
+        }
+    }
+    // The tools+system prefix alone is up to 17,000 tokens at full scale (85 per 1,000 of context).
+    let least = match opts.context {
+        Some(c) => (f64::from(c) * 0.1).ceil() as u32,
+        None => 20_000,
+    };
+    if opts.max_isl.is_some_and(|m| m < least) {
+        return Err(DatasetError::Argument(match opts.context {
+            Some(c) => format!(
+                "--max-isl must be at least {least} tokens with --context {c}: the scaled tools+system prefix alone is up to {}",
+                (f64::from(c) * 0.085).ceil() as u32
+            ),
+            None => "--max-isl must be at least 20000 tokens: the tools+system prefix alone is up to 17000; \
+                     for a small-context server use --context N, which scales the whole trace shape"
                 .into(),
-        ));
+        }));
     }
     let io = |e| DatasetError::io("write", path, e);
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
@@ -375,6 +425,7 @@ mod tests {
             seed: 3,
             max_isl: Some(40_000),
             max_turns: Some(60),
+            context: None,
         };
         for i in 0..5 {
             let mut a = Vec::new();

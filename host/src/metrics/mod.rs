@@ -60,6 +60,8 @@ pub struct Summary {
     pub context_overflows: u64,
     pub cancelled: u64,
     pub warmup_requests: u64,
+    /// Warmup responses classified as context overflows (counted in `warmup_requests` too).
+    pub warmup_context_overflows: u64,
     /// Seconds from the first profiling send to the last profiling end.
     pub duration_s: f64,
     pub input_tokens: u64,
@@ -88,6 +90,9 @@ impl Summary {
         for r in records {
             if r.phase == Phase::Warmup {
                 s.warmup_requests += 1;
+                if r.context_overflow {
+                    s.warmup_context_overflows += 1;
+                }
                 continue;
             }
             if r.context_overflow {

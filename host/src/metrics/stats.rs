@@ -85,6 +85,13 @@ pub const CONTEXT_OVERFLOW_COUNT: MetricDef = def(
     "Context Overflow Count",
     "requests",
 );
+/// Warmup responses classified as context overflows: not failures, but they count in the overflow
+/// rate that decides a submission's validity.
+pub const WARMUP_CONTEXT_OVERFLOW_COUNT: MetricDef = def(
+    "warmup_context_overflow_count",
+    "Warmup Context Overflow Count",
+    "requests",
+);
 pub const MIN_REQUEST_TIMESTAMP: MetricDef =
     def("min_request_timestamp", "Minimum Request Timestamp", "ns");
 pub const MAX_RESPONSE_TIMESTAMP: MetricDef =
@@ -352,6 +359,8 @@ pub struct Aggregate {
     /// Failed or cancelled records (context overflows excluded).
     pub error_request_count: u64,
     pub context_overflow_count: u64,
+    /// Context overflows of the warmup phase (not in any other figure).
+    pub warmup_context_overflow_count: u64,
     /// Earliest send of a valid record (run-clock offset, ns).
     pub min_request_ns: Option<u64>,
     /// Latest end of a valid record (run-clock offset, ns).
@@ -400,7 +409,11 @@ impl Aggregate {
         let mut a = Aggregate::default();
         for r in records {
             match class(r) {
-                Class::Warmup => {}
+                Class::Warmup => {
+                    if r.context_overflow {
+                        a.warmup_context_overflow_count += 1;
+                    }
+                }
                 Class::ContextOverflow => a.context_overflow_count += 1,
                 Class::Error => a.error_request_count += 1,
                 Class::Valid => {
@@ -442,6 +455,10 @@ impl Aggregate {
             (REQUEST_COUNT, count(self.request_count)),
             (ERROR_REQUEST_COUNT, count(self.error_request_count)),
             (CONTEXT_OVERFLOW_COUNT, count(self.context_overflow_count)),
+            (
+                WARMUP_CONTEXT_OVERFLOW_COUNT,
+                count(self.warmup_context_overflow_count),
+            ),
         ];
         let unix = |t: Option<u64>| t.map(|t| Value::Int(anchor_unix_ns.saturating_add(t)));
         let float = |v: Option<f64>| v.map(Value::Float);
@@ -505,6 +522,7 @@ pub(crate) mod tests {
             cancelled: false,
             context_overflow: false,
             error: None,
+            retry: None,
         }
     }
 

@@ -5,7 +5,10 @@
 //!   one call, mints the lanes' markers, and gives the delay before every turn of every trace.
 //! - **Warmup**: one request per lane at its start turn k with the history 0..k, all in flight
 //!   together; the phase waits for all of them (with `--warmup-grace-period`, unlimited by default).
-//!   Any failure aborts the run: a degraded warmup would skew every number after it.
+//!   A response the scenario classifies as a context overflow is not a failure: it is counted (phase
+//!   warmup), the lane's trajectory ends there, and when profiling begins the lane starts the head
+//!   trace of the recycle queue at turn 0, as after a profiling overflow. Any other failure aborts
+//!   the run: a degraded warmup would skew every number after it.
 //! - **Profiling**: each lane resumes at k+1 in a new session carrying the same marker, sends its next
 //!   turn when the previous response has ended plus the scenario's delay, and on the last turn or a
 //!   context overflow hands its trace to the [`recycle::Recycler`] and starts the head trace at turn 0
@@ -89,7 +92,10 @@ impl StopReason {
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
     pub warmup_requests: u64,
+    /// Warmup failures that abort the run (context overflows excluded).
     pub warmup_failed: u64,
+    /// Warmup responses the scenario classified as context overflows (not failures).
+    pub warmup_overflows: u64,
     /// Profiling responses of every kind (ok, failed, overflowed, cancelled).
     pub requests: u64,
     pub ok: u64,
@@ -166,6 +172,16 @@ struct Shared {
     srv_row: Option<SrvRowFn>,
     /// Think-time wake-ups (`None` if its thread could not start: tokio's timer then).
     waker: Option<timer::Waker>,
+}
+
+/// How a lane's warmup request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Warmed {
+    Ok,
+    /// A context overflow: the trajectory ends, the lane recycles when profiling begins.
+    Overflow,
+    /// Anything else: the warmup (and so the run) fails.
+    Failed(String),
 }
 
 /// The exit of one request as the lane sees it.
@@ -248,6 +264,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     shared.progress.phase("warmup", n as u64);
     let mut returned = 0usize;
     let mut failures: Vec<String> = Vec::new();
+    let mut warm_overflowed = std::collections::HashSet::new();
     let warm_deadline = shared
         .cfg
         .warmup_grace
@@ -265,13 +282,23 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
                 Some(Some(Ok((lane, result)))) => {
                     returned += 1;
                     shared.progress.update(returned as u64, format!("{returned}/{n} warmup requests returned"));
-                    let status = if result.is_ok() { "ok" } else { "error" };
+                    let status = match &result {
+                        Warmed::Ok => "ok",
+                        Warmed::Overflow => "context_overflow",
+                        Warmed::Failed(_) => "error",
+                    };
                     tracing::info!(
                         "WARMUP {returned}/{n} returned {status} (lane {}, trace {}, start_turn={}/{} ({:.1}%))",
                         lane.lane, lane.trace_id, lane.start_turn, lane.turns, lane.percent()
                     );
-                    if let Err(e) = result {
-                        failures.push(format!("lane {} trace {}: {e}", lane.lane, lane.trace_id));
+                    match result {
+                        Warmed::Failed(e) => {
+                            failures.push(format!("lane {} trace {}: {e}", lane.lane, lane.trace_id));
+                        }
+                        Warmed::Overflow => {
+                            warm_overflowed.insert(lane.lane);
+                        }
+                        Warmed::Ok => {}
                     }
                 }
                 Some(Some(Err(e))) => failures.push(format!("a warmup task failed: {e}")),
@@ -330,10 +357,33 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         duration_s = shared.cfg.duration.as_secs_f64(),
         "profiling: lanes resume at their start turn + 1"
     );
+    {
+        let mut over: Vec<u32> = warm_overflowed.iter().copied().collect();
+        over.sort_unstable();
+        let list = over
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::info!(
+            "Phase warmup complete: {n} returned, {} ok, {} context overflow{}",
+            n - over.len(),
+            over.len(),
+            if over.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (lanes {list} start the next trace of the recycle queue at turn 0; \
+                     warmup overflows count in the overflow rate that decides validity)"
+                )
+            }
+        );
+    }
     let mut tasks = tokio::task::JoinSet::new();
     for lane in lanes.iter().cloned() {
         let sh = shared.clone();
-        tasks.spawn(async move { profile_lane(sh, lane, prof_start).await });
+        let overflowed = warm_overflowed.contains(&lane.lane);
+        tasks.spawn(async move { profile_lane(sh, lane, prof_start, overflowed).await });
     }
     let mut stop = StopReason::Completed;
     let mut message = None;
@@ -467,15 +517,7 @@ fn marker(sh: &Shared, lane: u32, trace_id: &str, recycle_pass: u32) -> String {
 }
 
 fn bust(placement: Placement, text: &str) -> Option<CacheBust<'_>> {
-    use crate::dataset::Placement as P;
-    let p = match placement {
-        Placement::None => return None,
-        Placement::SystemPrefix => P::SystemPrefix,
-        Placement::SystemSuffix => P::SystemSuffix,
-        Placement::FirstTurnPrefix => P::FirstUserPrefix,
-        Placement::FirstTurnSuffix => P::FirstUserSuffix,
-    };
-    (!text.is_empty()).then_some(CacheBust { placement: p, text })
+    crate::scenario::check::cache_bust(placement, text)
 }
 
 /// One session's identity while it runs.
@@ -502,28 +544,39 @@ impl Session {
     }
 }
 
-async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) -> Result<(), String> {
+async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) -> Warmed {
     let traj = sh.ds.trajectory(lane.trace).expect("planned trace exists");
-    let conv = sh
+    let conv = match sh
         .synth
         .conversation(traj, lane.start_turn as usize, sh.cfg.mode)
-        .map_err(|e| e.to_string())?;
+    {
+        Ok(c) => c,
+        Err(e) => return Warmed::Failed(e.to_string()),
+    };
     let session = Session::new(sh, lane.lane, lane.trace, 0, lane.marker.clone());
     let mut cancel = sh.cancel.subscribe();
     let req = prepare(sh, &session, &conv);
     let sent = send_turn(sh, &session, req, Phase::Warmup, start_ns, &mut cancel).await;
     match sent.error {
-        None => Ok(()),
-        Some(e) => Err(e),
+        None => Warmed::Ok,
+        Some(_) if sent.overflow => Warmed::Overflow,
+        Some(e) => Warmed::Failed(e),
     }
 }
 
-async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64) {
+/// `warm_overflowed`: the lane's warmup request overflowed the context, so its trajectory is over and
+/// the lane goes straight to the recycle queue.
+async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64, warm_overflowed: bool) {
     let mut cancel = sh.cancel.subscribe();
     let mut stop = sh.stop_new.subscribe();
-    // The first session resumes after the warmup turn with the warmup's marker.
+    // The first session resumes after the warmup turn with the warmup's marker (an overflowed
+    // warmup leaves nothing to resume: the loop below recycles at once).
     let mut session = Session::new(&sh, first.lane, first.trace, 0, first.marker.clone());
-    let mut start_turn = first.start_turn as usize + 1;
+    let mut start_turn = if warm_overflowed {
+        usize::MAX
+    } else {
+        first.start_turn as usize + 1
+    };
     let mut intended = prof_start;
     loop {
         let traj = sh
@@ -787,6 +840,7 @@ fn to_record(
         cancelled,
         context_overflow,
         error,
+        retry: ex.retried.clone(),
     }
 }
 
@@ -796,7 +850,9 @@ fn account(sh: &Shared, rec: &RequestRecord) {
     let mut t = sh.tally.lock().expect("tally lock");
     if rec.phase == Phase::Warmup {
         t.warmup_requests += 1;
-        if rec.error.is_some() {
+        if rec.context_overflow {
+            t.warmup_overflows += 1;
+        } else if rec.error.is_some() {
             t.warmup_failed += 1;
         }
         return;

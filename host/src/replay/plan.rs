@@ -66,7 +66,47 @@ pub enum PlanError {
     NoUsableTrace { traces: usize },
 }
 
+/// How much of a plan cannot fit a server's context length (by the corpus's recorded counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverContext {
+    /// Lanes whose warmup request (the start turn's prompt plus its output) is longer.
+    pub lanes: usize,
+    /// Traces of the pool with at least one such request.
+    pub traces: usize,
+    pub pool: usize,
+}
+
 impl Plan {
+    /// What will overflow a context of `max_len` tokens: a request needs its prompt plus its
+    /// requested output (`max_tokens`), as vLLM counts it.
+    pub fn over_context(&self, ds: &Dataset, max_len: u64) -> OverContext {
+        let need = |t: &crate::dataset::Turn<'_>| {
+            u64::from(t.input_tokens()) + u64::from(t.output_tokens().max(1))
+        };
+        let lanes = self
+            .lanes
+            .iter()
+            .filter(|l| {
+                ds.trajectory(l.trace)
+                    .and_then(|t| t.turn(l.start_turn as usize))
+                    .is_some_and(|t| need(&t) > max_len)
+            })
+            .count();
+        let traces = self
+            .pool
+            .iter()
+            .filter(|&&i| {
+                ds.trajectory(i)
+                    .is_some_and(|t| t.turns().any(|t| need(&t) > max_len))
+            })
+            .count();
+        OverContext {
+            lanes,
+            traces,
+            pool: self.pool.len(),
+        }
+    }
+
     /// Plans a run: start turns in one guest call, delays per turn, markers per lane.
     pub fn build(
         ds: &Dataset,

@@ -11,6 +11,7 @@
 //!
 //! This is the only module that names `wasmtime`.
 
+pub mod check;
 mod error;
 mod store;
 
@@ -512,7 +513,7 @@ impl ScenarioInstance {
         let n = trajectory.num_turns;
         let k = guest_call!(self, "start-turn", |p, s| p
             .call_start_turn(s, params, trajectory))?;
-        self.check_start("start-turn", k, n)?;
+        check::start_turn(k, n).map_err(|m| self.contract("start-turn", m))?;
         Ok(k)
     }
 
@@ -527,37 +528,16 @@ impl ScenarioInstance {
             params,
             trajectories
         ))?;
-        if ks.len() != trajectories.len() {
-            return Err(ScenarioError::Contract {
-                hash: self.scenario.hash().to_string(),
-                export: "plan-starts",
-                message: format!(
-                    "{} answers for {} trajectories",
-                    ks.len(),
-                    trajectories.len()
-                ),
-            });
-        }
-        for (k, t) in ks.iter().zip(trajectories) {
-            self.check_start("plan-starts", *k, t.num_turns)?;
-        }
+        check::plan_starts(&ks, trajectories).map_err(|m| self.contract("plan-starts", m))?;
         Ok(ks)
     }
 
-    /// A start turn must leave at least the start turn itself inside the trace.
-    fn check_start(
-        &self,
-        export: &'static str,
-        k: Option<u32>,
-        n: u32,
-    ) -> Result<(), ScenarioError> {
-        match k {
-            Some(k) if k >= n => Err(ScenarioError::Contract {
-                hash: self.scenario.hash().to_string(),
-                export,
-                message: format!("start turn {k} is outside a trajectory of {n} turns"),
-            }),
-            _ => Ok(()),
+    /// A guest answer that [`check`] refused.
+    fn contract(&self, export: &'static str, message: String) -> ScenarioError {
+        ScenarioError::Contract {
+            hash: self.scenario.hash().to_string(),
+            export,
+            message,
         }
     }
 
@@ -589,14 +569,7 @@ impl ScenarioInstance {
     ) -> Result<f64, ScenarioError> {
         let d = guest_call!(self, "turn-delay", |p, s| p
             .call_turn_delay(s, params, timing))?;
-        if !d.is_finite() || d < 0.0 {
-            return Err(ScenarioError::Contract {
-                hash: self.scenario.hash().to_string(),
-                export: "turn-delay",
-                message: format!("a delay of {d} s"),
-            });
-        }
-        Ok(d)
+        check::turn_delay(d).map_err(|m| self.contract("turn-delay", m))
     }
 
     /// Reasons the run is not a valid submission.

@@ -137,6 +137,17 @@ pub struct SimArgs {
     /// Stop accepting connections after this many chat completion requests.
     #[arg(long)]
     pub stop_after: Option<u64>,
+    /// Close a connection that has been idle this many seconds (30, hyper's default; uvicorn, under
+    /// vLLM, closes after 5 s, llama.cpp after 5 s).
+    #[arg(long, value_name = "SECS")]
+    pub keep_alive_timeout: Option<f64>,
+    /// Close a connection after this many requests on it (llama.cpp: 100).
+    #[arg(long, value_name = "N")]
+    pub keep_alive_max: Option<u32>,
+    /// Announce the two above in a `Keep-Alive: timeout=T, max=N` header on every response, as
+    /// llama.cpp does (vLLM announces nothing).
+    #[arg(long)]
+    pub keep_alive_header: bool,
 }
 
 impl SimArgs {
@@ -212,6 +223,21 @@ impl SimArgs {
         c.faults.stall_rate = self.stall_rate;
         c.faults.malformed_rate = self.malformed_rate;
         c.faults.stop_after = self.stop_after;
+        if let Some(t) = self.keep_alive_timeout {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(format!(
+                    "--keep-alive-timeout {t} is not a positive number of seconds, e.g. 5"
+                ));
+            }
+            c.keep_alive.idle = Duration::from_secs_f64(t);
+        }
+        if let Some(n) = self.keep_alive_max {
+            if n == 0 {
+                return Err("--keep-alive-max 0: a connection serves at least one request".into());
+            }
+            c.keep_alive.max = Some(n);
+        }
+        c.keep_alive.header = self.keep_alive_header;
         if let Some(v) = self.stall_ms {
             c.faults.stall = v;
         } else if self.stall_rate > 0.0 {

@@ -156,6 +156,29 @@ pub struct SimConfig {
     pub tokenizer: crate::dataset::tokens::TokenCounter,
     /// Injected faults.
     pub faults: Faults,
+    /// When connections are closed between requests.
+    pub keep_alive: KeepAliveConfig,
+}
+
+/// How long the server keeps a connection between requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeepAliveConfig {
+    /// A connection idle this long is closed (hyper's header read timeout).
+    pub idle: Duration,
+    /// A connection is closed after this many requests (`Connection: close` on the last answer).
+    pub max: Option<u32>,
+    /// Every answer carries `Keep-Alive: timeout=T[, max=N]`, as llama.cpp's do.
+    pub header: bool,
+}
+
+impl Default for KeepAliveConfig {
+    fn default() -> Self {
+        KeepAliveConfig {
+            idle: Duration::from_secs(30),
+            max: None,
+            header: false,
+        }
+    }
 }
 
 impl Default for SimConfig {
@@ -183,6 +206,7 @@ impl SimConfig {
             max_body_bytes: 64 << 20,
             tokenizer: crate::dataset::tokens::TokenCounter::Words,
             faults: Faults::default(),
+            keep_alive: KeepAliveConfig::default(),
         };
         match preset {
             Preset::H200 => SimConfig {

@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 
 pub use args::{main as cli_main, SimArgs};
 pub use cache::{BlockHasher, PrefixCache};
-pub use config::{Faults, ModelTiming, Preset, SimConfig, Timing};
+pub use config::{Faults, KeepAliveConfig, ModelTiming, Preset, SimConfig, Timing};
 pub use request::{context_overflow, ApiError};
 pub use thread::SimThread;
 

@@ -462,7 +462,20 @@ pub async fn serve(
     let mut conns = JoinSet::new();
     // HTTP/1.1 with keep-alive, and HTTP/2 without TLS (h2c, prior knowledge) on the same port.
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).keep_alive(true);
+    let ka = shared.config.keep_alive;
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        // hyper times the wait for the next request's head from when the connection went idle.
+        .header_read_timeout(ka.idle);
+    let ka_header = ka.header.then(|| {
+        let mut v = format!("timeout={}", ka.idle.as_secs_f64().ceil() as u64);
+        if let Some(m) = ka.max {
+            v.push_str(&format!(", max={m}"));
+        }
+        HeaderValue::from_str(&v).expect("ascii header")
+    });
     builder.http2().timer(TokioTimer::new());
     let mut listener = Some(listener);
     loop {
@@ -481,7 +494,23 @@ pub async fn serve(
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
                     let shared = shared.clone();
-                    let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
+                    let served = Arc::new(AtomicU64::new(0));
+                    let ka_header = ka_header.clone();
+                    let service = hyper::service::service_fn(move |req| {
+                        let (shared, served, ka_header) = (shared.clone(), served.clone(), ka_header.clone());
+                        async move {
+                            let n = served.fetch_add(1, Relaxed) + 1;
+                            let mut resp = handle(shared, req).await?;
+                            let h = resp.headers_mut();
+                            if let Some(v) = ka_header {
+                                h.insert("keep-alive", v);
+                            }
+                            if ka.max.is_some_and(|m| n >= u64::from(m)) {
+                                h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                            }
+                            Ok::<_, Dropped>(resp)
+                        }
+                    });
                     let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                     let conn = graceful.watch(conn);
                     conns.spawn(async move {

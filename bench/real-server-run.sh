@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The replay half of bench/real-server.sh (which builds llama-server and calls this):
+#   real-server-run.sh SERVER MODEL PORT DURATION CONCURRENCY SLOT_CTX WORKDIR
+# Starts llama-server, writes a corpus scaled to its slot context, replays it with the MVP scenario,
+# makes the `report`, checks the outputs and prints the run's summary; stops the server on any exit.
+set -euo pipefail
+SERVER="$1" MODEL="$2" PORT="$3" DURATION="$4" CONCURRENCY="$5" SLOT_CTX="$6" WORK="$7"
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+AGENTX="$TARGET_DIR/release/agentx-host"
+OUT="$WORK/run-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$OUT"
+step() { echo; echo "=== $* ($(date +%H:%M:%S))"; }
+
+step "build agentx-host (release)"
+cargo build --release --locked --bin agentx-host
+
+step "start llama-server on 127.0.0.1:$PORT ($CONCURRENCY slots of $SLOT_CTX tokens)"
+"$SERVER" -m "$MODEL" -a smollm2 --host 127.0.0.1 --port "$PORT" -c $((SLOT_CTX * CONCURRENCY)) \
+  -np "$CONCURRENCY" -t 2 --metrics --no-webui >"$OUT/llama-server.log" 2>&1 &
+SERVER_PID=$!
+trap 'kill $SERVER_PID 2>/dev/null || true; wait $SERVER_PID 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then break; fi
+  if ! kill -0 $SERVER_PID 2>/dev/null; then echo "llama-server exited:"; tail -20 "$OUT/llama-server.log"; exit 1; fi
+  sleep 1
+done
+curl -s "http://127.0.0.1:$PORT/v1/models" | tee "$OUT/models.json"; echo
+
+step "corpus: dataset synth --context $SLOT_CTX"
+"$AGENTX" dataset synth --traces 40 --seed 11 --context "$SLOT_CTX" --max-turns 30 -o "$OUT/traces.jsonl"
+"$AGENTX" dataset stats "$OUT/traces.jsonl" | head -20
+
+step "replay: MVP scenario, concurrency $CONCURRENCY, ${DURATION} s, --unsafe-override"
+set +e
+AGENTX_HOME="$WORK/home" "$AGENTX" run --url "http://127.0.0.1:$PORT" --model smollm2 \
+  --input-file "$OUT/traces.jsonl" --custom-dataset-type weka_trace --streaming \
+  --concurrency "$CONCURRENCY" --benchmark-duration "$DURATION" --benchmark-grace-period 60 \
+  --random-seed 42 --unsafe-override --stats-interval 30 \
+  --output-artifact-dir "$OUT/artifacts" 2>"$OUT/agentx.log" | tee "$OUT/summary.txt"
+CODE=${PIPESTATUS[0]}
+set -e
+echo "agentx exit code $CODE"
+grep -E "pre-flight|Phase warmup complete|Keep-Alive|retried" "$OUT/agentx.log" | head -10 || true
+
+step "report"
+"$AGENTX" report "$OUT/artifacts" -o "$OUT/agg_bmk.json" --hw cpu-2core --framework llamacpp \
+  --precision q4_1 --tp 1 --conc "$CONCURRENCY" --model SmolLM2-135M-Instruct
+
+step "checks"
+python3 - "$OUT" <<'EOF'
+import json, sys, collections, pathlib
+out = pathlib.Path(sys.argv[1]); art = out / "artifacts"
+recs = [json.loads(l) for l in open(art / "records.jsonl")]
+kinds = collections.Counter()
+unclassified = []
+for r in recs:
+    if r["error"] is None:
+        kinds["ok"] += 1
+    elif r["context_overflow"]:
+        kinds["context_overflow (" + r["phase"] + ")"] += 1
+    elif r["cancelled"]:
+        kinds["cancelled at the end"] += 1
+    else:
+        kinds["failed: " + r["error"]["type"]] += 1
+        unclassified.append(r["error"])
+retried = sum(1 for r in recs if r.get("retry"))
+print(f"records {len(recs)}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + f"; retried {retried}")
+over = [r for r in recs if r["context_overflow"]]
+if over:
+    print("overflow message:", over[0]["error"]["message"][:160])
+files = ["records.jsonl", "run_manifest.json", "run_summary.json", "profile_export.jsonl",
+         "profile_export_aiperf.json", "profile_export_aiperf.csv", "server_metrics_export.json",
+         "server_metrics_export.csv", "metrics_plots.png"]
+missing = [f for f in files if not (art / f).exists()]
+sm = (art / "server_metrics_export.json").read_text() if (art / "server_metrics_export.json").exists() else ""
+llama = sorted({w.strip('"') for w in sm.replace(",", " ").split() if w.startswith('"llamacpp:')})
+print("llamacpp metrics exported:", ", ".join(llama[:12]) or "none")
+agg = json.load(open(out / "agg_bmk.json"))
+summ = json.load(open(art / "run_summary.json"))
+s = summ["summary"]
+def d(x, k="p50"):
+    return "-" if not x else f"{x[k]:.1f}"
+print(f"profiling {s['duration_s']:.0f} s: {s['requests_ok']} ok, {s['requests_failed']} failed, "
+      f"{s['context_overflows']} overflow, {s['cancelled']} cancelled, warmup {s['warmup_requests']} "
+      f"({s.get('warmup_context_overflows', 0)} overflow)")
+print(f"throughput {s['output_token_throughput']:.1f} output tok/s, {s['input_token_throughput']:.0f} input tok/s; "
+      f"TTFT p50 {d(s['ttft_ms'])} ms p99 {d(s['ttft_ms'], 'p99')} ms; ITL p50 {d(s['itl_ms'])} ms")
+print("report keys:", len(agg), "server cache hit rate:", agg.get("server_prefix_cache_hit_rate", agg.get("prefix_cache_hit_rate")))
+problems = []
+if unclassified: problems.append(f"{len(unclassified)} unclassified failures: {unclassified[:3]}")
+if missing: problems.append(f"missing outputs: {missing}")
+if not llama: problems.append("no llamacpp:* metric in server_metrics_export.json")
+if problems:
+    print("PROBLEMS:\n  " + "\n  ".join(problems)); sys.exit(1)
+print("all requests succeeded or were classified; exports, report and llamacpp metrics present")
+EOF
+echo "outputs in $OUT"

@@ -1,0 +1,190 @@
+//! The pre-flight check: one `GET /v1/models` before anything of the run is sent, so that a wrong
+//! URL, a missing API key or a wrong `--model` surfaces in a second, not after warmup.
+//!
+//! What the answer tells: the served model names (`data[].id`) and, where the server reports one,
+//! the context length (vLLM's and SGLang's `max_model_len`, llama.cpp's `meta.n_ctx` per slot, or
+//! `context_length` / `max_context_length`). The request goes through the replay's own pool, so a
+//! `Keep-Alive` header on the answer already sets the pool's idle timeout.
+//!
+//! Fatal ([`PreflightError`]): no connection (refused, DNS, TLS, unreachable), 401/403, a model that
+//! the server does not serve. Not fatal (a [`Preflight`] with a note): a 404 or another status, a
+//! body that is not the OpenAI model list, no answer within the time limit; the run goes on without
+//! the model and length checks.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Client, GetError};
+
+/// Largest `/v1/models` body read.
+const BODY_LIMIT: usize = 1 << 20;
+
+/// What the server said.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Preflight {
+    /// Served model names, in the server's order.
+    pub models: Vec<String>,
+    /// The served model's context length, where the server reports one.
+    pub max_model_len: Option<u64>,
+    /// Why the checks were partly skipped (a status, a body, a timeout), for a warning.
+    pub note: Option<String>,
+}
+
+/// Why the run cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    #[error("cannot reach the server at {url}: {why}; check --url (and that the server is up), or pass --skip-preflight")]
+    Unreachable { url: String, why: String },
+    #[error("the server at {url} refused the request with HTTP {status}: {body}; set the API key in the variable named by --api-key-env (default AGENTX_API_KEY)")]
+    Unauthorized {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("the server at {url} does not serve the model `{model}`: it serves {served}; pass --model {first}")]
+    WrongModel {
+        url: String,
+        model: String,
+        served: String,
+        first: String,
+    },
+}
+
+/// Asks the server for its models and checks `model` against them.
+pub async fn check(
+    client: &Client,
+    model: &str,
+    timeout: Duration,
+) -> Result<Preflight, PreflightError> {
+    let url = format!("{}/v1/models", client.base);
+    let (status, _headers, body) = match client.get("/v1/models", timeout, BODY_LIMIT).await {
+        Ok(r) => r,
+        Err(GetError::Connect(why)) => return Err(PreflightError::Unreachable { url, why }),
+        Err(GetError::Timeout(t)) => {
+            return Ok(Preflight {
+                note: Some(format!(
+                    "{url} gave no answer within {t:?}; the model and context checks are skipped"
+                )),
+                ..Preflight::default()
+            })
+        }
+        Err(GetError::Other(why)) => {
+            // A connection that opened and then broke: a TLS mismatch (https against plain HTTP),
+            // a proxy, or a server that is not HTTP. None of those will serve the run.
+            return Err(PreflightError::Unreachable { url, why });
+        }
+    };
+    let text = String::from_utf8_lossy(&body);
+    if status.as_u16() == 401 || status.as_u16() == 403 {
+        return Err(PreflightError::Unauthorized {
+            url,
+            status: status.as_u16(),
+            body: super::excerpt(text.trim(), 300).to_owned(),
+        });
+    }
+    if !status.is_success() {
+        return Ok(Preflight {
+            note: Some(format!(
+                "{url} answered HTTP {status}; the model and context checks are skipped"
+            )),
+            ..Preflight::default()
+        });
+    }
+    let Some(mut p) = parse_models(&text, model) else {
+        return Ok(Preflight {
+            note: Some(format!(
+                "{url} did not answer with an OpenAI model list; the model and context checks are skipped"
+            )),
+            ..Preflight::default()
+        });
+    };
+    if !p.models.is_empty() && !p.models.iter().any(|m| m == model) {
+        return Err(PreflightError::WrongModel {
+            url,
+            model: model.to_owned(),
+            served: p
+                .models
+                .iter()
+                .map(|m| format!("`{m}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            first: p.models[0].clone(),
+        });
+    }
+    if p.models.is_empty() {
+        p.note = Some(format!("{url} lists no models; the model check is skipped"));
+    }
+    Ok(p)
+}
+
+/// The model names and the context length of `model` (or of the only model) from an OpenAI model
+/// list; `None` when the body is not one.
+pub fn parse_models(body: &str, model: &str) -> Option<Preflight> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let data = v.get("data")?.as_array()?;
+    let models: Vec<String> = data
+        .iter()
+        .filter_map(|m| m.get("id")?.as_str().map(str::to_owned))
+        .collect();
+    let entry = data
+        .iter()
+        .find(|m| m.get("id").and_then(Value::as_str) == Some(model))
+        .or(if data.len() == 1 { data.first() } else { None });
+    let max_model_len = entry.and_then(context_length);
+    Some(Preflight {
+        models,
+        max_model_len,
+        note: None,
+    })
+}
+
+/// The context length a model entry reports, under the names servers use for it.
+fn context_length(m: &Value) -> Option<u64> {
+    let num = |v: Option<&Value>| -> Option<u64> {
+        let v = v?;
+        v.as_u64()
+            .or_else(|| v.as_f64().filter(|f| *f >= 1.0).map(|f| f as u64))
+    };
+    num(m.get("max_model_len"))
+        .or_else(|| num(m.pointer("/meta/n_ctx")))
+        .or_else(|| num(m.get("context_length")))
+        .or_else(|| num(m.get("max_context_length")))
+        .filter(|&n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vllm_model_list() {
+        let b = r#"{"object":"list","data":[{"id":"Qwen/Qwen3-32B","object":"model","max_model_len":131072}]}"#;
+        let p = parse_models(b, "Qwen/Qwen3-32B").unwrap();
+        assert_eq!(p.models, vec!["Qwen/Qwen3-32B"]);
+        assert_eq!(p.max_model_len, Some(131072));
+    }
+
+    #[test]
+    fn llama_cpp_model_list_reports_the_slot_context() {
+        let b = r#"{"object":"list","data":[{"id":"smollm2","object":"model","owned_by":"llamacpp","meta":{"n_ctx_train":8192,"n_ctx":4096}}]}"#;
+        let p = parse_models(b, "other").unwrap();
+        assert_eq!(p.models, vec!["smollm2"]);
+        assert_eq!(p.max_model_len, Some(4096));
+    }
+
+    #[test]
+    fn several_models_take_the_named_one() {
+        let b = r#"{"data":[{"id":"a","max_model_len":1000},{"id":"b","max_model_len":2000}]}"#;
+        assert_eq!(parse_models(b, "b").unwrap().max_model_len, Some(2000));
+        assert_eq!(parse_models(b, "c").unwrap().max_model_len, None);
+    }
+
+    #[test]
+    fn not_a_model_list() {
+        assert_eq!(parse_models("<html>", "m"), None);
+        assert_eq!(parse_models(r#"{"models":[]}"#, "m"), None);
+        let p = parse_models(r#"{"data":[{"id":"m","max_model_len":"x"}]}"#, "m").unwrap();
+        assert_eq!(p.max_model_len, None);
+    }
+}
