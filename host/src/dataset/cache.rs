@@ -11,7 +11,9 @@
 //! Layout (little-endian, sections 8-byte aligned): a 128-byte header; trace records (40 bytes);
 //! turn records (80 bytes); the hash-id pool (u32); the string table. Hash ids are stored as deltas: a
 //! turn keeps the length of its longest common prefix with the previous turn of its trace and only the
-//! ids after it, so the long shared prefixes of consecutive turns are stored once.
+//! ids after it, so the long shared prefixes of consecutive turns are stored once. The last string of
+//! the table is the import's warning report ([`WarningReport`] as JSON), so a warm open reports the
+//! warnings of the import that built the entry.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -21,11 +23,12 @@ use sha2::{Digest, Sha256};
 
 use super::error::DatasetError;
 use super::mmap::{as_u32s, Mapped};
+use super::warnings::WarningReport;
 use super::weka::{ParsedTrace, RequestKind};
 
 pub const MAGIC: [u8; 8] = *b"AGXDSET\n";
 /// Bump on any change of the layout or of what the builder stores.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 128;
 pub const TRACE_REC: usize = 40;
 pub const TURN_REC: usize = 80;
@@ -129,6 +132,7 @@ pub struct Builder {
     n_traces: u32,
     n_turns: u32,
     subagents: u64,
+    warnings: WarningReport,
 }
 
 impl Default for Builder {
@@ -143,6 +147,7 @@ impl Default for Builder {
             n_traces: 0,
             n_turns: 0,
             subagents: 0,
+            warnings: WarningReport::default(),
         }
     }
 }
@@ -219,7 +224,15 @@ impl Builder {
             .checked_add(1)
             .ok_or("more than 2^32 traces")?;
         self.subagents += u64::from(t.subagents);
+        for w in &t.warnings {
+            self.warnings.add(w);
+        }
         Ok(())
+    }
+
+    /// The warnings of the traces added so far.
+    pub fn warnings(&self) -> &WarningReport {
+        &self.warnings
     }
 
     /// Number of traces added.
@@ -228,7 +241,12 @@ impl Builder {
     }
 
     /// Serializes the entry.
-    pub fn finish(self, key: &CacheKey) -> Vec<u8> {
+    pub fn finish(mut self, key: &CacheKey) -> Vec<u8> {
+        // The report goes last, as its own string (not interned: a trace string may equal it).
+        let report = serde_json::to_string(&self.warnings).expect("a report serializes");
+        let off = self.strings.bytes.len() as u32;
+        self.strings.bytes.extend_from_slice(report.as_bytes());
+        self.strings.spans.push((off, report.len() as u32));
         let align8 = |n: usize| n.div_ceil(8) * 8;
         let traces_off = HEADER_LEN;
         let turns_off = align8(traces_off + self.traces.len());
@@ -356,12 +374,15 @@ impl Layout {
             .filter(|&e| e <= b.len())
             .ok_or("string table out of range")?;
         let data = &b[table_end..];
+        let mut last = "";
         for i in 0..n_strings {
             let o = rd_u32(b, strings_off + 8 + i * 8) as usize;
             let l = rd_u32(b, strings_off + 12 + i * 8) as usize;
             let s = data.get(o..o + l).ok_or("string out of range")?;
-            std::str::from_utf8(s).map_err(|_| "string is not UTF-8")?;
+            last = std::str::from_utf8(s).map_err(|_| "string is not UTF-8")?;
         }
+        serde_json::from_str::<WarningReport>(last)
+            .map_err(|e| format!("warning report unreadable: {e}"))?;
         let s_ok = |i: u32| (i as usize) < n_strings;
         let mut next_turn = 0usize;
         for i in 0..n_traces {
@@ -393,8 +414,7 @@ impl Layout {
                     && s_ok(rd_u32(b, t + 60))
                     && s_ok(rd_u32(b, t + 64))
                     && s_ok(rd_u32(b, t + 68)));
-                if bad_lcp || bad_pool || bad_str || rd_u32(b, t + 72) > 1 || rd_u32(b, t + 32) == 0
-                {
+                if bad_lcp || bad_pool || bad_str || rd_u32(b, t + 72) > 1 {
                     return Err(format!("turn record {k} is inconsistent"));
                 }
                 prev_ids = n_ids;

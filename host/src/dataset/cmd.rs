@@ -12,6 +12,7 @@ use super::prompt::{sendable_starts, AssistantMode, PromptSynth};
 use super::stats::{corpus_stats, Dist};
 use super::synth::{write_corpus, SynthOptions};
 use super::tokens::TokenCounter;
+use super::warnings::WarningReport;
 use super::{Dataset, DatasetError, OpenOptions};
 
 /// Arguments of `agentx-host dataset`.
@@ -32,17 +33,25 @@ pub struct SourceArgs {
     /// Cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR, or $AGENTX_HOME/datasets].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Refuse a corpus with import warnings (checks beyond aiperf's: `in: 0`, hash ids above 2^32-1,
+    /// a first request shorter than the tools+system prefix, ...), naming file:line of each kind.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 impl SourceArgs {
     fn open(&self) -> Result<Dataset, DatasetError> {
-        Dataset::open(
+        let ds = Dataset::open(
             &self.source,
             &OpenOptions {
                 num_dataset_entries: self.num_dataset_entries,
                 cache_dir: self.cache_dir.clone(),
             },
-        )
+        )?;
+        if self.strict {
+            ds.check_strict()?;
+        }
+        Ok(ds)
     }
 }
 
@@ -54,8 +63,14 @@ pub enum ModeArg {
 
 #[derive(Debug, Subcommand)]
 pub enum DatasetCommand {
-    /// Validate a corpus and build its cache entry (or find it); print what it holds.
-    Import(SourceArgs),
+    /// Validate a corpus and build its cache entry (or find it); print what it holds and its warnings.
+    Import {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the traces of a corpus, the turns of one trace, or the messages of one turn.
     Inspect {
         #[command(flatten)]
@@ -132,6 +147,21 @@ fn source_bytes(ds: &Dataset) -> u64 {
     }
 }
 
+/// The human warning section: a total line, then counts by kind with their first places.
+fn print_warnings(w: &WarningReport) {
+    if w.is_empty() {
+        println!("warnings     0");
+        return;
+    }
+    println!(
+        "warnings     {} (beyond aiperf's checks; --strict refuses them)",
+        w.total
+    );
+    for line in w.lines() {
+        println!("  {line}");
+    }
+}
+
 fn dist_row(name: &str, d: &Dist) -> String {
     format!(
         "{name:<18} {:>10.1} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
@@ -142,11 +172,28 @@ fn dist_row(name: &str, d: &Dist) -> String {
 /// Runs a dataset subcommand.
 pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
     match args.command {
-        DatasetCommand::Import(src) => {
+        DatasetCommand::Import { source: src, json } => {
             let started = Instant::now();
             let ds = src.open()?;
             let secs = started.elapsed().as_secs_f64();
             let raw = source_bytes(&ds);
+            if json {
+                let v = serde_json::json!({
+                    "source": ds.source_path().display().to_string(),
+                    "corpus": ds.alias().map(|a| a.name),
+                    "traces": ds.len(),
+                    "requests": ds.total_turns(),
+                    "subagents_ignored": ds.subagents_ignored(),
+                    "cache": ds.cache_path().display().to_string(),
+                    "outcome": format!("{:?}", ds.outcome()),
+                    "cache_bytes": ds.cache_bytes(),
+                    "source_bytes": raw,
+                    "seconds": secs,
+                    "warnings": ds.warnings(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                return Ok(());
+            }
             println!("source       {}", ds.source_path().display());
             if let Some(a) = ds.alias() {
                 println!("corpus       {} ({})", a.name, a.repo);
@@ -166,6 +213,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 100.0 * ds.cache_bytes() as f64 / raw.max(1) as f64
             );
             println!("seconds      {secs:.3}");
+            print_warnings(&ds.warnings());
         }
         DatasetCommand::Inspect {
             source,
@@ -278,7 +326,14 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             let ds = source.open()?;
             let s = corpus_stats(&ds);
             if json {
-                println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                let mut v = serde_json::to_value(&s).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert(
+                        "warnings".into(),
+                        serde_json::to_value(ds.warnings()).unwrap_or_default(),
+                    );
+                }
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 return Ok(());
             }
             println!("traces                      {}", s.traces);
@@ -310,6 +365,8 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 "{:<18} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
                 "per-trace hit", h.mean, h.min, h.p50, h.p90, h.p99, h.max
             );
+            println!();
+            print_warnings(&ds.warnings());
         }
         DatasetCommand::Synth {
             traces,

@@ -80,6 +80,10 @@ pub enum DatasetError {
     #[error("dataset cache {}: {reason}", path.display())]
     Cache { path: PathBuf, reason: String },
 
+    /// `--strict` and a corpus with import warnings.
+    #[error("{}: {message}", path.display())]
+    Strict { path: PathBuf, message: String },
+
     /// A bad argument to a dataset operation (a flag value).
     #[error("{0}")]
     Argument(String),

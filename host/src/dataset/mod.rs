@@ -14,6 +14,9 @@
 //! life, so a replay that moves conversations into spawned tasks can leak them once (`Box::leak`) to
 //! borrow them as `'static`.
 //!
+//! Import warnings (what aiperf accepts beyond this importer's checks, [`warnings`]) never fail an open;
+//! they are logged as one line and kept in the entry ([`Dataset::warnings`], [`Dataset::check_strict`]).
+//!
 //! Invariants: an opened dataset is immutable and fully validated; prompts depend only on (trace, hash
 //! ids, seed, vocabulary); nothing here knows about HTTP or time.
 
@@ -29,6 +32,7 @@ pub mod synth;
 pub mod text;
 pub mod tokens;
 mod view;
+pub mod warnings;
 pub mod weka;
 
 use std::path::{Path, PathBuf};
@@ -120,6 +124,7 @@ fn build(
         source = %files.path().display(),
         traces = b.traces(),
         requests,
+        warnings = b.warnings().total,
         secs = started.elapsed().as_secs_f64(),
         "dataset imported"
     );
@@ -127,6 +132,18 @@ fn build(
 }
 
 impl Dataset {
+    /// The warnings of the import that built this dataset's cache entry (counts by kind, first places),
+    /// read from the last string of the entry (validated when the entry was opened).
+    pub fn warnings(&self) -> warnings::WarningReport {
+        let n = self.entry.layout.n_strings as u32;
+        serde_json::from_str(self.string(n.saturating_sub(1))).unwrap_or_default()
+    }
+
+    /// `--strict`: an error naming the first place of each warning kind when the corpus has warnings.
+    pub fn check_strict(&self) -> Result<(), DatasetError> {
+        self.warnings().strict(&self.source)
+    }
+
     /// Opens a corpus: resolves `spec`, imports it into the cache if needed, and maps the entry.
     pub fn open(spec: &str, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let src = resolve(spec)?;
@@ -157,11 +174,21 @@ impl Dataset {
         tracing::debug!(key = %key.short_hex(), hashed, "dataset cache key");
         let (entry, outcome) =
             store.get_or_build(&key, || build(&src.files, opts.num_dataset_entries, &key))?;
-        Ok(Dataset {
+        let ds = Dataset {
             entry,
             source: src.files.path().to_owned(),
             alias: src.alias,
             outcome,
-        })
+        };
+        let w = ds.warnings();
+        if !w.is_empty() {
+            tracing::warn!(
+                source = %ds.source.display(),
+                "dataset has {} import warnings ({}); `agentx-host dataset stats` lists where, --strict refuses them",
+                w.total,
+                w.summary()
+            );
+        }
+        Ok(ds)
     }
 }

@@ -25,7 +25,7 @@ impl Dataset {
         self.entry.map.bytes()
     }
 
-    fn string(&self, i: u32) -> &str {
+    pub(crate) fn string(&self, i: u32) -> &str {
         let b = self.bytes();
         let l = &self.entry.layout;
         let o = rd_u32(b, l.strings_off + 8 + i as usize * 8) as usize;

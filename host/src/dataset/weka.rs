@@ -1,13 +1,19 @@
-//! The weka trace format: strict parsing and validation of `traces.jsonl` files and directories of
-//! `*.json` traces into [`ParsedTrace`]s.
+//! The weka trace format: parsing and validation of `traces.jsonl` files and directories of `*.json`
+//! traces into [`ParsedTrace`]s.
 //!
-//! Invariants of a trace that passes: known fields only, right types, `hash_id_scope` is `"local"`,
-//! `block_size > 0`, ids unique within the source, request start times `t` finite, non-negative and
-//! non-decreasing, durations (`think_time`, `api_time`, `ttft`) finite and non-negative, `in >= 1`,
-//! hash ids fit in 32 bits, and the first request's hash ids cover the tools+system prefix. Subagent
-//! entries are parsed with the same rigour and counted; the replay of this corpus does not use them.
+//! Everything aiperf's weka loader accepts imports. Errors are what cannot be replayed or what aiperf
+//! refuses too: malformed JSON, unknown fields, missing required fields (`id`, `block_size`,
+//! `hash_id_scope`, `requests`; `t`, `in`, `out` of a request; `t`, `requests` of a subagent), wrong
+//! types, `hash_id_scope` other than `"local"`, `block_size` outside 1..=2^32-1, token counts above
+//! 2^32-1, `ttft` on a normal request, and duplicate trace ids. Numbers are read as pydantic's lax mode
+//! reads them (integral floats, numeric strings and booleans). Checks that go beyond aiperf's become
+//! [`Warning`]s carried by the trace (see [`WarningKind`]): the value is clamped, remapped or dropped so
+//! the trace replays. After conversion: hash ids fit in 32 bits, finite `t`, durations finite and
+//! non-negative. Subagent entries are parsed with the same rules and counted; the replay of this
+//! corpus does not use them.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -15,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::error::{DatasetError, Location};
+use super::warnings::{Warning, WarningKind};
 
 /// Recorded transport of a request (`type` `"n"` or `"s"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +69,8 @@ pub struct ParsedTrace {
     pub subagents: u32,
     /// Where the trace starts in its source.
     pub location: Location,
+    /// What the trace does beyond this importer's checks that aiperf accepts.
+    pub warnings: Vec<Warning>,
 }
 
 /// The files of a local corpus, in the order their traces are read.
@@ -109,18 +118,192 @@ impl SourceFiles {
     }
 }
 
+/// An integer as aiperf's (lax) pydantic model reads one: a JSON integer, an integral float (`3.0`), a
+/// string of digits (`" 1_000 "`, `"12.0"`) or a boolean. `coerced` says it was not a plain integer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Int {
+    v: i128,
+    coerced: bool,
+}
+
+/// Parses an integer the way pydantic's lax mode does from a string: surrounding whitespace, a sign,
+/// underscores between digits, and a zero fraction are allowed.
+fn parse_int_str(s: &str) -> Option<i128> {
+    let s = s.trim();
+    let (neg, digits) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let int = match digits.split_once('.') {
+        Some((i, f)) if !f.is_empty() && f.bytes().all(|b| b == b'0') => i,
+        Some(_) => return None,
+        None => digits,
+    };
+    let bytes = int.as_bytes();
+    if bytes.is_empty() || bytes[0] == b'_' || bytes[bytes.len() - 1] == b'_' {
+        return None;
+    }
+    let mut v: i128 = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'0'..=b'9' => v = v.checked_mul(10)?.checked_add(i128::from(b - b'0'))?,
+            b'_' if bytes[i - 1] != b'_' => {}
+            _ => return None,
+        }
+    }
+    Some(if neg { -v } else { v })
+}
+
+struct IntVisitor;
+
+impl serde::de::Visitor<'_> for IntVisitor {
+    type Value = Int;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an integer")
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Int, E> {
+        Ok(Int {
+            v: i128::from(v),
+            coerced: false,
+        })
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Int, E> {
+        Ok(Int {
+            v: i128::from(v),
+            coerced: false,
+        })
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Int, E> {
+        if v.is_finite() && v.fract() == 0.0 {
+            // `as` saturates beyond i128: only absurd magnitudes collapse.
+            Ok(Int {
+                v: v as i128,
+                coerced: true,
+            })
+        } else {
+            Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+        }
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Int, E> {
+        parse_int_str(v)
+            .map(|v| Int { v, coerced: true })
+            .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Int, E> {
+        Ok(Int {
+            v: i128::from(v),
+            coerced: true,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Int {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(IntVisitor)
+    }
+}
+
+/// A number as aiperf's (lax) pydantic model reads a float: a JSON number, a numeric string (`"1.5"`,
+/// `"nan"`, `"inf"`) or a boolean. `coerced` says it was not a plain number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Float {
+    v: f64,
+    coerced: bool,
+}
+
+struct FloatVisitor;
+
+impl serde::de::Visitor<'_> for FloatVisitor {
+    type Value = Float;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a number")
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Float, E> {
+        self.visit_f64(v as f64)
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Float, E> {
+        self.visit_f64(v as f64)
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Float, E> {
+        Ok(Float { v, coerced: false })
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Float, E> {
+        let t = v.trim();
+        let ok = !t.starts_with('_') && !t.ends_with('_') && !t.contains("__");
+        ok.then(|| t.replace('_', "").parse::<f64>().ok())
+            .flatten()
+            .map(|v| Float { v, coerced: true })
+            .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Float, E> {
+        Ok(Float {
+            v: f64::from(u8::from(v)),
+            coerced: true,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Float {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(FloatVisitor)
+    }
+}
+
+/// A `hash_ids` list: ids in 0..=2^32-1 in place; others (which aiperf accepts as Python ints) get a
+/// placeholder and are listed in `wide` (position, value) to be remapped per trace.
+#[derive(Debug, Default)]
+struct HashIdList {
+    ids: Vec<u32>,
+    wide: Vec<(u32, i128)>,
+    coerced: bool,
+}
+
+impl<'de> Deserialize<'de> for HashIdList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = HashIdList;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of integer hash ids")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<HashIdList, A::Error> {
+                let mut out = HashIdList {
+                    ids: Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16)),
+                    ..HashIdList::default()
+                };
+                while let Some(Int { v, coerced }) = seq.next_element::<Int>()? {
+                    out.coerced |= coerced;
+                    match u32::try_from(v) {
+                        Ok(id) => out.ids.push(id),
+                        Err(_) => {
+                            out.wide.push((out.ids.len() as u32, v));
+                            out.ids.push(0);
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTrace {
     id: String,
     #[serde(default)]
     models: Vec<String>,
-    block_size: u32,
+    block_size: Int,
     hash_id_scope: String,
-    #[serde(default)]
-    tool_tokens: u32,
-    #[serde(default)]
-    system_tokens: u32,
+    tool_tokens: Option<Int>,
+    system_tokens: Option<Int>,
     requests: Vec<RawEntry>,
     #[serde(default)]
     #[allow(dead_code)]
@@ -135,29 +318,29 @@ struct RawTrace {
 struct RawEntry {
     #[serde(rename = "type")]
     kind: String,
-    t: Option<f64>,
+    t: Option<Float>,
     model: Option<String>,
     #[serde(rename = "in")]
-    input: Option<u32>,
+    input: Option<Int>,
     #[serde(rename = "out")]
-    output: Option<u32>,
-    hash_ids: Option<Vec<u32>>,
+    output: Option<Int>,
+    hash_ids: Option<HashIdList>,
     input_types: Option<Vec<String>>,
     output_types: Option<Vec<String>>,
     stop: Option<String>,
-    api_time: Option<f64>,
-    think_time: Option<f64>,
-    ttft: Option<f64>,
+    api_time: Option<Float>,
+    think_time: Option<Float>,
+    ttft: Option<Float>,
     agent_id: Option<String>,
     subagent_type: Option<String>,
-    duration_ms: Option<f64>,
-    total_tokens: Option<u64>,
-    tool_use_count: Option<u64>,
+    duration_ms: Option<Float>,
+    total_tokens: Option<Int>,
+    tool_use_count: Option<Int>,
     status: Option<String>,
     requests: Option<Vec<RawEntry>>,
     models: Option<Vec<String>>,
-    tool_tokens: Option<u32>,
-    system_tokens: Option<u32>,
+    tool_tokens: Option<Int>,
+    system_tokens: Option<Int>,
 }
 
 impl RawEntry {
@@ -198,36 +381,114 @@ impl RawEntry {
     }
 }
 
-/// Context for building errors about one trace.
+/// Context for building errors and warnings about one trace.
 struct Ctx<'a> {
     base: &'a Location,
     trace: &'a str,
+    warnings: RefCell<Vec<Warning>>,
 }
 
 impl Ctx<'_> {
-    fn err(&self, field: String, message: impl Into<String>) -> DatasetError {
+    fn located(&self, field: String) -> Location {
         let mut location = self.base.clone();
         location.trace = Some(self.trace.to_owned());
         location.field = Some(field);
+        location
+    }
+
+    fn err(&self, field: String, message: impl Into<String>) -> DatasetError {
         DatasetError::Invalid {
-            location,
+            location: self.located(field),
             message: message.into(),
         }
     }
+
+    fn warn(&self, kind: WarningKind, field: String, message: impl Into<String>) {
+        self.warnings.borrow_mut().push(Warning {
+            kind,
+            location: self.located(field),
+            message: message.into(),
+        });
+    }
+
+    /// Warns when a number was read through a lax coercion.
+    fn coerced(&self, path: &str, name: &str, coerced: bool) {
+        if coerced {
+            self.warn(
+                WarningKind::CoercedNumber,
+                join(path, name),
+                format!("`{name}` is not a plain JSON number (a string, a boolean or an integral float); read as its value"),
+            );
+        }
+    }
+
+    /// A token count: negative reads as 0 (a warning); above 2^32-1 cannot be replayed.
+    fn count(&self, path: &str, name: &str, v: Int) -> Result<u32, DatasetError> {
+        self.coerced(path, name, v.coerced);
+        if v.v < 0 {
+            self.warn(
+                WarningKind::NegativeTokens,
+                join(path, name),
+                format!("`{name}` is {}, a negative token count; read as 0", v.v),
+            );
+            return Ok(0);
+        }
+        u32::try_from(v.v).map_err(|_| {
+            self.err(
+                join(path, name),
+                format!("{} tokens is above 2^32-1 and cannot be replayed", v.v),
+            )
+        })
+    }
+
+    /// A duration in seconds: negative or not finite is dropped (a warning).
+    fn duration(&self, path: &str, name: &str, v: Option<Float>) -> Option<f64> {
+        let v = v?;
+        self.coerced(path, name, v.coerced);
+        if v.v.is_finite() && v.v >= 0.0 {
+            return Some(v.v);
+        }
+        self.warn(
+            WarningKind::InvalidDuration,
+            join(path, name),
+            format!(
+                "`{name}` is {}, not a finite number >= 0 (seconds); dropped",
+                v.v
+            ),
+        );
+        None
+    }
+
+    /// A start time `t`: returns NaN for a non-finite value (the caller substitutes the previous `t`).
+    fn time(&self, path: &str, v: Float) -> f64 {
+        self.coerced(path, "t", v.coerced);
+        if !v.v.is_finite() {
+            self.warn(
+                WarningKind::InvalidTime,
+                join(path, "t"),
+                format!(
+                    "`t` is {}, not finite; read as the previous request's start",
+                    v.v
+                ),
+            );
+            return f64::NAN;
+        }
+        if v.v < 0.0 {
+            self.warn(
+                WarningKind::InvalidTime,
+                join(path, "t"),
+                format!("`t` is {}, before the trace's start", v.v),
+            );
+        }
+        v.v
+    }
 }
 
-fn check_duration(
-    ctx: &Ctx<'_>,
-    path: &str,
-    name: &str,
-    v: Option<f64>,
-) -> Result<(), DatasetError> {
-    match v {
-        Some(x) if !x.is_finite() || x < 0.0 => Err(ctx.err(
-            format!("{path}.{name}"),
-            format!("must be a finite number >= 0 (seconds), got {x}"),
-        )),
-        _ => Ok(()),
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
     }
 }
 
@@ -246,8 +507,16 @@ fn required<T>(
     })
 }
 
-/// Validates one n/s entry (top-level or nested in a subagent) and converts it.
-fn convert_request(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<ParsedRequest, DatasetError> {
+/// Hash ids outside 0..=2^32-1 of one request: (position, value).
+type WideIds = Vec<(u32, i128)>;
+
+/// Validates one n/s entry (top-level or nested in a subagent) and converts it. A non-finite `t` is
+/// returned as NaN; out-of-range hash ids hold placeholders and are returned to be remapped.
+fn convert_request(
+    ctx: &Ctx<'_>,
+    path: &str,
+    e: RawEntry,
+) -> Result<(ParsedRequest, WideIds), DatasetError> {
     let kind = match e.kind.as_str() {
         "n" => RequestKind::Normal,
         "s" => RequestKind::Streaming,
@@ -265,39 +534,50 @@ fn convert_request(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<ParsedReque
             "`ttft` is only recorded on streaming requests (type \"s\")",
         ));
     }
-    let t = required(ctx, path, "t", e.t, &e.kind)?;
-    if !t.is_finite() || t < 0.0 {
-        return Err(ctx.err(
-            format!("{path}.t"),
-            format!("must be a finite number >= 0 (seconds), got {t}"),
-        ));
+    let t = ctx.time(path, required(ctx, path, "t", e.t, &e.kind)?);
+    let raw_in = required(ctx, path, "in", e.input, &e.kind)?;
+    let input = ctx.count(path, "in", raw_in)?;
+    if raw_in.v == 0 {
+        ctx.warn(
+            WarningKind::ZeroInput,
+            join(path, "in"),
+            "`in` is 0: the request is replayed with its hash-id blocks only",
+        );
     }
-    let input = required(ctx, path, "in", e.input, &e.kind)?;
-    if input == 0 {
-        return Err(ctx.err(
-            format!("{path}.in"),
-            "must be >= 1: a request without input tokens cannot be replayed",
-        ));
+    let output = ctx.count(path, "out", required(ctx, path, "out", e.output, &e.kind)?)?;
+    let hash_ids = e.hash_ids.unwrap_or_default();
+    ctx.coerced(path, "hash_ids", hash_ids.coerced);
+    if let Some(&(i, v)) = hash_ids.wide.first() {
+        let more = match hash_ids.wide.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more in this request)"),
+        };
+        ctx.warn(
+            WarningKind::HashIdOutOfRange,
+            format!("{path}.hash_ids[{i}]"),
+            format!("hash id {v} is outside 0..=2^32-1{more}; remapped to a free 32-bit id of this trace"),
+        );
     }
-    let output = required(ctx, path, "out", e.output, &e.kind)?;
-    let hash_ids = required(ctx, path, "hash_ids", e.hash_ids, &e.kind)?;
-    check_duration(ctx, path, "think_time", e.think_time)?;
-    check_duration(ctx, path, "api_time", e.api_time)?;
-    check_duration(ctx, path, "ttft", e.ttft)?;
-    Ok(ParsedRequest {
-        t,
-        kind,
-        model: e.model.unwrap_or_default(),
-        input,
-        output,
-        hash_ids,
-        input_types: e.input_types.unwrap_or_default(),
-        output_types: e.output_types.unwrap_or_default(),
-        stop: e.stop.unwrap_or_default(),
-        api_time: e.api_time,
-        think_time: e.think_time,
-        ttft: e.ttft,
-    })
+    let think_time = ctx.duration(path, "think_time", e.think_time);
+    let api_time = ctx.duration(path, "api_time", e.api_time);
+    let ttft = ctx.duration(path, "ttft", e.ttft);
+    Ok((
+        ParsedRequest {
+            t,
+            kind,
+            model: e.model.unwrap_or_default(),
+            input,
+            output,
+            hash_ids: hash_ids.ids,
+            input_types: e.input_types.unwrap_or_default(),
+            output_types: e.output_types.unwrap_or_default(),
+            stop: e.stop.unwrap_or_default(),
+            api_time,
+            think_time,
+            ttft,
+        },
+        hash_ids.wide,
+    ))
 }
 
 fn bad_type(ctx: &Ctx<'_>, path: &str, kind: &str, allowed: &str) -> DatasetError {
@@ -321,19 +601,15 @@ fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<(), DatasetE
             "missing field `t`, required on a subagent entry",
         )
     })?;
-    if !t.is_finite() || t < 0.0 {
-        return Err(ctx.err(
-            format!("{path}.t"),
-            format!("must be a finite number >= 0 (seconds), got {t}"),
-        ));
-    }
-    if let Some(d) = e.duration_ms {
-        if !d.is_finite() || d < 0.0 {
-            return Err(ctx.err(
-                format!("{path}.duration_ms"),
-                format!("must be a finite number >= 0, got {d}"),
-            ));
-        }
+    ctx.time(path, t);
+    ctx.duration(path, "duration_ms", e.duration_ms);
+    for (name, v) in [
+        ("total_tokens", e.total_tokens),
+        ("tool_use_count", e.tool_use_count),
+        ("tool_tokens", e.tool_tokens),
+        ("system_tokens", e.system_tokens),
+    ] {
+        ctx.coerced(path, name, v.is_some_and(|v| v.coerced));
     }
     let inner = e.requests.ok_or_else(|| {
         ctx.err(
@@ -360,13 +636,46 @@ fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<(), DatasetE
     Ok(())
 }
 
+/// Replaces the placeholders of out-of-range hash ids with ids no in-range id of the trace uses,
+/// counting down from 2^32-1, one per distinct value: equal ids stay equal, different ones different.
+fn remap_wide(requests: &mut [ParsedRequest], wide: &[(usize, WideIds)]) {
+    let mut used: HashSet<u32> = HashSet::new();
+    for (i, r) in requests.iter().enumerate() {
+        let w = wide.iter().find(|(k, _)| *k == i).map(|(_, w)| w);
+        for (j, &id) in r.hash_ids.iter().enumerate() {
+            if !w.is_some_and(|w| w.iter().any(|&(p, _)| p as usize == j)) {
+                used.insert(id);
+            }
+        }
+    }
+    let mut map: HashMap<i128, u32> = HashMap::new();
+    let mut next = u32::MAX;
+    for (i, w) in wide {
+        for &(p, v) in w {
+            let id = *map.entry(v).or_insert_with(|| {
+                while used.contains(&next) {
+                    next = next.wrapping_sub(1);
+                }
+                used.insert(next);
+                next
+            });
+            requests[*i].hash_ids[p as usize] = id;
+        }
+    }
+}
+
 fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetError> {
     let ctx = Ctx {
         base,
         trace: &raw.id,
+        warnings: RefCell::new(Vec::new()),
     };
     if raw.id.is_empty() {
-        return Err(ctx.err("id".into(), "must be a non-empty string"));
+        ctx.warn(
+            WarningKind::EmptyId,
+            "id".into(),
+            "`id` is the empty string",
+        );
     }
     if raw.hash_id_scope != "local" {
         return Err(ctx.err(
@@ -377,30 +686,50 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
             ),
         ));
     }
-    if raw.block_size == 0 {
-        return Err(ctx.err(
-            "block_size".into(),
-            "must be > 0 (tokens per hash block, 64 in public corpora)",
-        ));
-    }
+    ctx.coerced("", "block_size", raw.block_size.coerced);
+    let block_size = u32::try_from(raw.block_size.v)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| {
+            ctx.err(
+                "block_size".into(),
+                format!(
+                    "must be in 1..=2^32-1 (tokens per hash block, 64 in public corpora), got {}",
+                    raw.block_size.v
+                ),
+            )
+        })?;
+    let zero = Int {
+        v: 0,
+        coerced: false,
+    };
+    let tool_tokens = ctx.count("", "tool_tokens", raw.tool_tokens.unwrap_or(zero))?;
+    let system_tokens = ctx.count("", "system_tokens", raw.system_tokens.unwrap_or(zero))?;
     let mut requests = Vec::with_capacity(raw.requests.len());
+    let mut wide: Vec<(usize, WideIds)> = Vec::new();
     let mut subagents = 0u32;
-    let mut last_t = f64::NEG_INFINITY;
+    let mut last_t: Option<f64> = None;
     for (i, e) in raw.requests.into_iter().enumerate() {
         let path = format!("requests[{i}]");
         match e.kind.as_str() {
             "n" | "s" => {
-                let r = convert_request(&ctx, &path, e)?;
-                if r.t < last_t {
-                    return Err(ctx.err(
+                let (mut r, w) = convert_request(&ctx, &path, e)?;
+                if r.t.is_nan() {
+                    r.t = last_t.unwrap_or(0.0);
+                } else if let Some(last) = last_t.filter(|&l| r.t < l) {
+                    ctx.warn(
+                        WarningKind::DecreasingTime,
                         format!("{path}.t"),
                         format!(
-                            "request start times must not decrease: {} after {}",
-                            r.t, last_t
+                            "request start times decrease: {} after {last}; replayed without a wait",
+                            r.t
                         ),
-                    ));
+                    );
                 }
-                last_t = r.t;
+                last_t = Some(r.t);
+                if !w.is_empty() {
+                    wide.push((requests.len(), w));
+                }
                 requests.push(r);
             }
             "subagent" => {
@@ -410,30 +739,36 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
             other => return Err(bad_type(&ctx, &path, other, "\"n\", \"s\", \"subagent\"")),
         }
     }
-    let prefix = u64::from(raw.tool_tokens) + u64::from(raw.system_tokens);
+    if !wide.is_empty() {
+        remap_wide(&mut requests, &wide);
+    }
+    let prefix = u64::from(tool_tokens) + u64::from(system_tokens);
     if let Some(first) = requests.first() {
-        let blocks = prefix.div_ceil(u64::from(raw.block_size));
+        let blocks = prefix.div_ceil(u64::from(block_size));
         if blocks > first.hash_ids.len() as u64 {
-            return Err(ctx.err(
+            ctx.warn(
+                WarningKind::ShortFirstRequest,
                 "requests[0].hash_ids".into(),
                 format!(
                     "the first request has {} hash ids, fewer than the {blocks} blocks of the tools+system \
-                     prefix ({prefix} tokens of tool_tokens+system_tokens at block_size {})",
+                     prefix ({prefix} tokens of tool_tokens+system_tokens at block_size {block_size}); \
+                     the system message is cut to the request's blocks",
                     first.hash_ids.len(),
-                    raw.block_size
                 ),
-            ));
+            );
         }
     }
+    let warnings = ctx.warnings.into_inner();
     Ok(ParsedTrace {
         id: raw.id,
         models: raw.models,
-        block_size: raw.block_size,
-        tool_tokens: raw.tool_tokens,
-        system_tokens: raw.system_tokens,
+        block_size,
+        tool_tokens,
+        system_tokens,
         requests,
         subagents,
         location: base.clone(),
+        warnings,
     })
 }
 
@@ -629,28 +964,103 @@ mod tests {
             e.contains("hash_id_scope") && e.contains("\"global\""),
             "{e}"
         );
-        let e = err_of(&OK.replace("{\"t\":0,\"type\":\"n\"", "{\"t\":3,\"type\":\"n\""));
-        assert!(
-            e.contains("requests[2].t") && e.contains("must not decrease"),
-            "{e}"
-        );
-        let e = err_of(&OK.replace("\"in\":12", "\"in\":\"12\""));
+        let e = err_of(&OK.replace("\"in\":12", "\"in\":[12]"));
         assert!(
             e.contains("requests[2].in") && e.contains("invalid type"),
             "{e}"
         );
+        let e = err_of(&OK.replace("\"in\":12", "\"in\":12.5"));
+        assert!(e.contains("requests[2].in") && e.contains("integer"), "{e}");
+        let e = err_of(&OK.replace("\"in\":12", "\"in\":\"12x\""));
+        assert!(e.contains("requests[2].in") && e.contains("integer"), "{e}");
+        let e = err_of(&OK.replace("\"in\":12,", ""));
+        assert!(e.contains("requests[2].in") && e.contains("missing"), "{e}");
+        let e = err_of(&OK.replace("\"in\":12", "\"in\":4294967296"));
+        assert!(e.contains("requests[2].in") && e.contains("2^32-1"), "{e}");
+        let e = err_of(&OK.replace("\"block_size\":4", "\"block_size\":0"));
+        assert!(e.contains("block_size"), "{e}");
         let e = err_of(&OK.replace("\"type\":\"n\"", "\"type\":\"x\""));
         assert!(e.contains("requests[0].type"), "{e}");
-        let e = err_of(&OK.replace("\"think_time\":null", "\"think_time\":-1"));
-        assert!(e.contains("requests[0].think_time"), "{e}");
-        let e = err_of(&OK.replace("\"hash_ids\":[1,2]", "\"hash_ids\":[1]"));
-        assert!(
-            e.contains("requests[0].hash_ids") && e.contains("tools+system"),
-            "{e}"
-        );
+        let e = err_of(&OK.replace("\"think_time\":null", "\"ttft\":0.1"));
+        assert!(e.contains("requests[0].ttft"), "{e}");
         let e = err_of(&OK.replace("\"ttft\":0.1", "\"ttft\":0.1,\"agent_id\":\"x\""));
         assert!(e.contains("requests[1].requests[0].agent_id"), "{e}");
         let e = err_of(&OK[..40]);
         assert!(e.contains("x.jsonl:3:"), "{e}");
+    }
+
+    fn warned(text: &str) -> ParsedTrace {
+        parse_trace(&text.replace('\n', ""), &loc()).unwrap()
+    }
+
+    fn kinds(t: &ParsedTrace) -> Vec<&'static str> {
+        t.warnings.iter().map(|w| w.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn aiperf_accepted_values_warn_and_replay() {
+        assert!(warned(OK).warnings.is_empty());
+        let t = warned(&OK.replace("{\"t\":0,\"type\":\"n\"", "{\"t\":3,\"type\":\"n\""));
+        assert_eq!(kinds(&t), ["decreasing_time"]);
+        assert!(t.warnings[0]
+            .to_string()
+            .starts_with("x.jsonl:3: trace \"a\": requests[2].t:"));
+        let t = warned(&OK.replace("\"think_time\":null", "\"think_time\":-1"));
+        assert_eq!(kinds(&t), ["invalid_duration"]);
+        assert_eq!(t.requests[0].think_time, None);
+        let t = warned(&OK.replace("\"hash_ids\":[1,2]", "\"hash_ids\":[1]"));
+        assert_eq!(kinds(&t), ["short_first_request"]);
+        let t = warned(&OK.replace("\"in\":9", "\"in\":0"));
+        assert_eq!(kinds(&t), ["zero_input"]);
+        assert_eq!(t.requests[0].input, 0);
+        let t = warned(&OK.replace("\"out\":2", "\"out\":-2"));
+        assert_eq!(kinds(&t), ["negative_tokens"]);
+        assert_eq!(t.requests[0].output, 0);
+        let t = warned(
+            &OK.replace("\"in\":9", "\"in\":\" 9 \"")
+                .replace("\"out\":2", "\"out\":2.0"),
+        );
+        assert_eq!(kinds(&t), ["coerced_number", "coerced_number"]);
+        assert_eq!((t.requests[0].input, t.requests[0].output), (9, 2));
+        let t = warned(&OK.replace("\"id\":\"a\"", "\"id\":\"\""));
+        assert_eq!(kinds(&t), ["empty_id"]);
+        let t = warned(&OK.replace("{\"t\":2,", "{\"t\":\"nan\","));
+        assert_eq!(kinds(&t), ["coerced_number", "invalid_time"]);
+        assert_eq!(t.requests[1].t, 0.0);
+        // Missing optional fields (hash_ids, model) and a request after a subagent entry.
+        let t = warned(&OK.replace(",\"hash_ids\":[1,2,3]", ""));
+        assert!(t.requests[1].hash_ids.is_empty() && t.warnings.is_empty());
+    }
+
+    #[test]
+    fn out_of_range_hash_ids_are_remapped_keeping_equality() {
+        let t = warned(&OK.replace(
+            "\"hash_ids\":[1,2,3]",
+            "\"hash_ids\":[1,2,-1,4294967296,4294967295,4294967296]",
+        ));
+        assert_eq!(kinds(&t), ["hash_id_out_of_range"]);
+        assert!(t.warnings[0].location.field.as_deref() == Some("requests[2].hash_ids[2]"));
+        let ids = &t.requests[1].hash_ids;
+        assert_eq!(&ids[..2], &[1, 2]);
+        assert_eq!(ids[4], u32::MAX);
+        assert_eq!(ids[3], ids[5]);
+        let distinct: HashSet<u32> = ids.iter().copied().collect();
+        assert_eq!(distinct.len(), 5, "{ids:?}");
+    }
+
+    #[test]
+    fn lax_numbers_read_like_pydantic() {
+        for (s, v) in [
+            (" 12 ", 12),
+            ("1_000", 1000),
+            ("12.0", 12),
+            ("+3", 3),
+            ("-3", -3),
+        ] {
+            assert_eq!(parse_int_str(s), Some(v), "{s:?}");
+        }
+        for s in ["12.5", "1e3", "0x10", "", "_1", "1__0", "1.", "--1"] {
+            assert_eq!(parse_int_str(s), None, "{s:?}");
+        }
     }
 }
