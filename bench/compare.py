@@ -119,6 +119,11 @@ def tree_pss(root: int) -> int:
 # the simulator
 
 
+def pinned(cpus: str | None) -> list[str]:
+    """A `taskset -c CPUS` prefix (children inherit it), or nothing."""
+    return ["taskset", "-c", cpus] if cpus else []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,10 +141,10 @@ def metric_sum(text: str, name: str) -> float:
 class Sim:
     """An `agentx-host sim` process on a free port with a fixed TTFT and inter-token latency."""
 
-    def __init__(self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path):
+    def __init__(self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path, cpus: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [
+        self.args = pinned(cpus) + [
             agentx, "sim", "--port", str(self.port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
             "--served-model-name", MODEL, "--max-model-len", str(1 << 22),
         ]  # fmt: skip
@@ -305,8 +310,8 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
     out = a.out / "runs" / tag
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log")
-    cmd = tool_cmd(tool, a, a.replay_corpus, sim.url, conc, a.duration, out)
+    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log", a.sim_cpus)
+    cmd = pinned(a.tool_cpus) + tool_cmd(tool, a, a.replay_corpus, sim.url, conc, a.duration, out)
     log = open(a.out / "logs" / f"{tag}.log", "wb")
     print(f"  {tag}: {' '.join(cmd[:2])} ... (log: {log.name})", flush=True)
     started = time.monotonic()
@@ -412,11 +417,11 @@ def floor_run(a: argparse.Namespace, conc: int, tool: str, binary: str) -> dict:
     """A floor client (FLOORS) at `conc` connections: the least CPU per token a client of its kind spends
     on this machine."""
     tag = f"{tool}-c{conc}"
-    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log")
+    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log", a.sim_cpus)
     ramp, window = 3.0, a.floor_window
     log = open(a.out / "logs" / f"{tag}.log", "wb")
     proc = subprocess.Popen(
-        [binary, str(sim.port), str(conc), str(ramp + window + 2)], stdout=log, stderr=subprocess.STDOUT,
+        pinned(a.tool_cpus) + [binary, str(sim.port), str(conc), str(ramp + window + 2)], stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
     reaper = Reaper(proc)
@@ -705,7 +710,14 @@ def main() -> None:
         help="the bench/hyper_floor.rs binary: the per-token cost of agentx's HTTP stack alone, at every level",
     )  # fmt: skip
     p.add_argument("--floor-window", type=float, default=20, help="seconds each floor is measured over")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="run the simulator on CPU 0 and the tool on CPU 1 (taskset), so that TTFT overhead is the "
+        "client's timing error rather than CPU starvation of a shared pair of cores",
+    )  # fmt: skip
     a = p.parse_args()
+    a.sim_cpus, a.tool_cpus = ("0", "1") if a.pin else (None, None)
     for flag in ("agentx", "aiperf", "floor", "hyper_floor"):
         path = getattr(a, flag)
         if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
@@ -736,6 +748,7 @@ def main() -> None:
             + ("; --ignore-trace-delays: turns go back to back" if a.think_time == "off" else "; recorded think times")
         ),
         "simulator": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "process": "agentx-host sim, one per run"},
+        "pinned": {"simulator_cpus": a.sim_cpus, "tool_cpus": a.tool_cpus} if a.pin else None,
         "think_time": a.think_time,
         "duration_s": a.duration,
         "levels": levels,

@@ -18,7 +18,9 @@ cargo build --release --locked --bin agentx-host
 
 step "start llama-server on 127.0.0.1:$PORT ($CONCURRENCY slots of $SLOT_CTX tokens)"
 "$SERVER" -m "$MODEL" -a smollm2 --host 127.0.0.1 --port "$PORT" -c $((SLOT_CTX * CONCURRENCY)) \
-  -np "$CONCURRENCY" -t 2 --metrics --no-webui >"$OUT/llama-server.log" 2>&1 &
+  -np "$CONCURRENCY" -t 2 --metrics --no-webui --no-repack >"$OUT/llama-server.log" 2>&1 &
+# --no-repack: with GGML_NATIVE on a CPU that reports AMX (as this VM's does), the repacked AMX
+# weight buffers fault (general protection) in the first decode; plain buffers work.
 SERVER_PID=$!
 trap 'kill $SERVER_PID 2>/dev/null || true; wait $SERVER_PID 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do

@@ -295,7 +295,7 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
     for (m, s) in stats::distributions(prof.iter().copied()) {
         o.put_ordered(m.tag, stats_block(&m, &s));
     }
-    for (m, v) in Aggregate::of(records.iter()).values(info.anchor_unix_ns) {
+    for (m, v) in Aggregate::of(records.iter()).run_values(info.anchor_unix_ns) {
         o.put_ordered(m.tag, scalar_block(&m, &v));
     }
     o.put("error_summary", error_summary(&prof));
@@ -368,7 +368,7 @@ pub fn aggregate_csv(records: &[RequestRecord], info: &RunInfo) -> String {
     let prof = profiling(records);
     let mut dists = stats::distributions(prof.iter().copied());
     dists.sort_by_key(|(m, _)| m.tag);
-    let mut scalars = Aggregate::of(records.iter()).values(info.anchor_unix_ns);
+    let mut scalars = Aggregate::of(records.iter()).run_values(info.anchor_unix_ns);
     scalars.sort_by_key(|(m, _)| m.tag);
     let mut out = String::new();
     if !dists.is_empty() {

@@ -445,6 +445,24 @@ impl Aggregate {
         }
     }
 
+    /// [`Aggregate::values`] of the whole run: the warmup's context overflows follow the profiling
+    /// ones (a time slice, which never holds warmup, leaves them out).
+    pub fn run_values(&self, anchor_unix_ns: u64) -> Vec<(MetricDef, Value)> {
+        let mut v = self.values(anchor_unix_ns);
+        let at = v
+            .iter()
+            .position(|(m, _)| m.tag == CONTEXT_OVERFLOW_COUNT.tag)
+            .map_or(v.len(), |i| i + 1);
+        v.insert(
+            at,
+            (
+                WARMUP_CONTEXT_OVERFLOW_COUNT,
+                Value::Float(self.warmup_context_overflow_count as f64),
+            ),
+        );
+        v
+    }
+
     /// The aggregate as aiperf's `(metric, value)` pairs in output order, with timestamps made Unix
     /// by `anchor_unix_ns`. Metrics without a value are left out. Counts are floats, as aiperf writes
     /// them (`"avg": 20.0`); timestamps and token totals stay integers, because Unix nanoseconds do
@@ -455,10 +473,6 @@ impl Aggregate {
             (REQUEST_COUNT, count(self.request_count)),
             (ERROR_REQUEST_COUNT, count(self.error_request_count)),
             (CONTEXT_OVERFLOW_COUNT, count(self.context_overflow_count)),
-            (
-                WARMUP_CONTEXT_OVERFLOW_COUNT,
-                count(self.warmup_context_overflow_count),
-            ),
         ];
         let unix = |t: Option<u64>| t.map(|t| Value::Int(anchor_unix_ns.saturating_add(t)));
         let float = |v: Option<f64>| v.map(Value::Float);
