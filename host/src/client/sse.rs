@@ -48,7 +48,8 @@ impl SseDecoder {
         mut bytes: &[u8],
         mut on_event: impl FnMut(&str),
     ) -> Result<(), SseError> {
-        if self.after_cr {
+        // An empty piece says nothing about the `\n` that may follow a `\r`: keep waiting for it.
+        if self.after_cr && !bytes.is_empty() {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
                 bytes = rest;
@@ -182,6 +183,16 @@ mod tests {
     fn byte_at_a_time() {
         let splits: Vec<usize> = (1..STREAM.len()).collect();
         assert_eq!(decode_split(STREAM, &splits).unwrap(), expected());
+    }
+
+    /// Found by the `sse` fuzz target: an empty piece between a `\r` and its `\n` made the `\n` a
+    /// blank line of its own, which ended the event early (`["a", "b"]` instead of `["a\nb"]`).
+    #[test]
+    fn empty_piece_inside_crlf() {
+        let stream = b"data: a\r\ndata: b\n\n";
+        assert_eq!(decode_split(stream, &[]).unwrap(), ["a\nb"]);
+        assert_eq!(decode_split(stream, &[8, 8]).unwrap(), ["a\nb"]);
+        assert_eq!(decode_split(stream, &[8, 8, 8, 9, 9]).unwrap(), ["a\nb"]);
     }
 
     #[test]
