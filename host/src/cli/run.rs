@@ -392,22 +392,24 @@ fn env_bool(suffix: &str) -> anyhow::Result<Option<bool>> {
     }
 }
 
+/// The longest time a flag takes, seconds (about 31 years): a longer one cannot be a timer deadline.
+const MAX_SECS: f64 = 1e9;
+
 fn parse_grace(flag: &str, v: &str) -> anyhow::Result<Option<Duration>> {
     let t = v.trim();
     if t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity") {
         return Ok(None);
     }
     match t.parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(Some(Duration::from_secs_f64(x))),
+        Ok(x) if (0.0..=MAX_SECS).contains(&x) => Ok(Some(Duration::from_secs_f64(x))),
         _ => bail!("{flag} {v:?} is not a number of seconds or `inf`; pass e.g. {flag} 30"),
     }
 }
 
 fn positive_secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
-    if v.is_finite() && v > 0.0 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        bail!("{flag} {v} must be a positive number of seconds")
+    match Duration::try_from_secs_f64(v) {
+        Ok(d) if d > Duration::ZERO && v <= MAX_SECS => Ok(d),
+        _ => bail!("{flag} {v} must be a positive number of seconds (at most {MAX_SECS})"),
     }
 }
 
@@ -1429,8 +1431,37 @@ mod tests {
     use super::*;
 
     const MANIFEST: &str = r#"{"argv": ["run", "--url", "http://127.0.0.1:8000", "--concurrency", "4",
-        "--benchmark-duration", "60", "--scenario", "agentx-mvp"],
+        "--benchmark-duration", "60", "agentx-mvp"],
         "run_id": "r1", "seed": 42, "scenario": {"sha256": "ab12"}, "dataset": {"cache_key": "k9"}}"#;
+
+    /// Found by the `scenario_results` fuzz target (a resolved `benchmark-duration`): a tiny positive
+    /// value became a zero duration, a huge finite one panicked in `Duration::from_secs_f64` or when
+    /// the deadline was computed.
+    #[test]
+    fn seconds_are_positive_and_fit_a_deadline() {
+        for v in [
+            1e-300,
+            1e300,
+            1.8e19,
+            1e10,
+            -1.0,
+            0.0,
+            f64::NAN,
+            f64::INFINITY,
+        ] {
+            assert!(positive_secs("--x", v).is_err(), "{v}");
+        }
+        for v in [1e-9, 0.5, 1800.0, MAX_SECS] {
+            let d = positive_secs("--x", v).unwrap();
+            assert!(d > Duration::ZERO);
+            let _ = std::time::Instant::now() + d;
+        }
+        assert_eq!(parse_grace("--g", "inf").unwrap(), None);
+        assert_eq!(parse_grace("--g", "0").unwrap(), Some(Duration::ZERO));
+        for v in ["1e300", "1e19", "-1", "NaN"] {
+            assert!(parse_grace("--g", v).is_err(), "{v}");
+        }
+    }
 
     #[test]
     fn manifest_pins_the_recorded_inputs() {
