@@ -1,0 +1,493 @@
+//! Soak: a long replay under injected faults, watching the client for hangs, lost records and leaks.
+//!
+//! The simulator runs in this process, on a tokio runtime with one worker thread of its own, with a
+//! fixed 200 ms TTFT and 20 ms inter-token latency and 1 % each of 5xx answers, connection resets
+//! mid-stream, 2 s stalls mid-stream and malformed SSE events. (Warmup waits for its slowest
+//! request, and synthetic outputs reach several thousand tokens: at 20 ms a token it takes a minute
+//! or two.) The client is the real binary,
+//! `agentx-host run`, as a child process, so its memory and file descriptors are its own: it replays
+//! a synthetic corpus (400 traces, contexts up to 40k tokens, live-assistant mode) at concurrency 256
+//! with turns back to back (`--ignore-trace-delays`: every lane always has a request in flight, so the
+//! load is steady and the run carries as many requests as the server's timing allows) and no
+//! failed-request threshold, so the ~3 % failures never stop it.
+//!
+//! Every 10 s the bench prints the child's VmRSS, open file descriptors and threads (from `/proc`).
+//! At the end it reads `records.jsonl` back and checks that it holds one record per chat request the
+//! server received, and prints (and writes as JSON) the outcome counts, the RSS slope per minute
+//! (least squares over the profiling samples after the first 5 minutes, or after the first sixth of
+//! a shorter run), the file descriptors after that warm-up, the exit code and wall time.
+//!
+//! Warmup aborts a run on any failure, so the fault seed is chosen (from the simulator's
+//! deterministic, request-id-keyed fault draws) to leave the `concurrency` warmup requests of run id
+//! `soak` clean; every profiling request after them meets the faults at their rates.
+//!
+//! It asserts nothing about timing. It exits 1 when the child has not exited duration + grace +
+//! 120 s after profiling began (or 720 s after its start while still in warmup, which the child
+//! bounds at 600 s): a HANG, and the child is killed; or when records and requests differ.
+//!
+//! Run: `cargo bench --bench soak -- [--duration SECS] [--concurrency N] [--grace SECS] [--json PATH]`
+//! (defaults 1800, 256, 30 and `target/soak.json`; the child's log goes next to the JSON).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use agentx::dataset::synth::{write_corpus, SynthOptions};
+use agentx::record::{read_records, Phase};
+use agentx::sim::{Faults, SimConfig, Timing};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+use serde_json::json;
+
+/// The run id passed to the child: request ids are `soak-r0`, `soak-r1`, ... in send order.
+const RUN_ID: &str = "soak";
+const FAULT_RATE: f64 = 0.01;
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// Beyond duration + grace after profiling began, how long the child may take (the exports).
+const HANG_MARGIN: Duration = Duration::from_secs(120);
+/// `--warmup-grace-period` of the child; the bench allows it `HANG_MARGIN` more.
+const WARMUP_LIMIT: Duration = Duration::from_secs(600);
+
+fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} {v}: not a valid value"))
+        })
+}
+
+// ---- the simulator's fault draws (sim::cache::hash_str, sim::faults::plan), to pick the seed ----
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn hash_str(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in s.as_bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix64(h)
+}
+
+/// Whether the request with this id fails, is reset or gets a malformed event (stalls only delay).
+fn faulted(seed: u64, request_id: &str) -> bool {
+    let mut state = mix64(seed ^ hash_str(request_id));
+    // The plan draws, in order: fail, status, reset, reset position, stall, stall position, bad, ...
+    let draws: Vec<f64> = (0..7)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            (mix64(state) >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect();
+    draws[0] < FAULT_RATE || draws[2] < FAULT_RATE || draws[6] < FAULT_RATE
+}
+
+/// The first fault seed whose draws leave the `n` warmup requests (`soak-r0`..) without a failure.
+fn clean_warmup_seed(n: u32) -> u64 {
+    (1..)
+        .find(|&seed| !(0..n).any(|r| faulted(seed, &format!("{RUN_ID}-r{r}"))))
+        .unwrap()
+}
+
+// ---- /proc ----
+
+struct Sample {
+    /// Seconds since the child was started.
+    t: f64,
+    rss_kib: u64,
+    fds: u64,
+    threads: u64,
+}
+
+fn sample(pid: u32, t: f64) -> Option<Sample> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+    Some(Sample {
+        t,
+        rss_kib: field("VmRSS:")?,
+        fds,
+        threads: field("Threads:").unwrap_or(0),
+    })
+}
+
+/// Least-squares slope of y over x (None with fewer than two distinct x).
+fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// Whether a line of the log contains `needle`.
+fn log_has(log: &Path, needle: &str) -> bool {
+    std::fs::File::open(log)
+        .map(|f| {
+            std::io::BufReader::new(f)
+                .lines()
+                .map_while(Result::ok)
+                .any(|l| l.contains(needle))
+        })
+        .unwrap_or(false)
+}
+
+fn log_tail(log: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn main() -> ExitCode {
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let duration: f64 = arg("--duration").unwrap_or(1800.0);
+    let concurrency: u32 = arg("--concurrency").unwrap_or(256);
+    let grace: f64 = arg("--grace").unwrap_or(30.0);
+    // The bench binary is target/<profile>/deps/soak-<hash>.
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let json_path: PathBuf = arg("--json").unwrap_or_else(|| target.join("soak.json"));
+    let log_path = json_path.with_extension("log");
+    let warm = (duration / 6.0).min(300.0);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("traces.jsonl");
+    let synth = SynthOptions {
+        traces: 400,
+        seed: 11,
+        max_isl: Some(40_000),
+        max_turns: None,
+        context: None,
+    };
+    let made = write_corpus(&synth, &corpus).expect("write the synthetic corpus");
+
+    let fault_seed = clean_warmup_seed(concurrency);
+    let mut cfg = SimConfig::h200();
+    cfg.timing = Timing::Fixed {
+        ttft: Duration::from_millis(200),
+        itl: Duration::from_millis(20),
+    };
+    // Prompt plus output stay far below this: no context overflows.
+    cfg.max_model_len = 1 << 20;
+    cfg.faults = Faults {
+        seed: fault_seed,
+        fail_rate: FAULT_RATE,
+        reset_rate: FAULT_RATE,
+        stall_rate: FAULT_RATE,
+        stall: Duration::from_secs(2),
+        malformed_rate: FAULT_RATE,
+        ..Faults::default()
+    };
+    // SimThread does not expose the request count, so the bench keeps the server's handle on a
+    // runtime with one worker thread of its own.
+    let sim_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("agentx-sim")
+        .enable_all()
+        .build()
+        .unwrap();
+    let sim = {
+        let _g = sim_rt.enter();
+        agentx::sim::spawn(cfg).expect("start the simulator")
+    };
+    let model = sim.config().model.clone();
+    println!(
+        "soak: {} s at concurrency {concurrency}, grace {grace} s; {} synthetic traces ({} requests, \
+         ISL <= 40k); simulator at {} (TTFT 200 ms, ITL 20 ms; 1 % each of 5xx, resets, 2 s stalls, \
+         malformed SSE; fault seed {fault_seed}, the first to leave the warmup clean)",
+        duration,
+        made.traces,
+        made.requests,
+        sim.url()
+    );
+
+    let artifacts = tmp.path().join("artifacts");
+    let log = std::fs::File::create(&log_path).expect("create the child's log");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentx-host"))
+        .arg("run")
+        .args(["--url", &sim.url(), "--model", &model])
+        .arg("--input-file")
+        .arg(&corpus)
+        .args(["--concurrency", &concurrency.to_string()])
+        .args(["--benchmark-duration", &duration.to_string()])
+        .args(["--benchmark-grace-period", &grace.to_string()])
+        .args(["--warmup-grace-period", &WARMUP_LIMIT.as_secs().to_string()])
+        .args(["--ignore-trace-delays", "--unsafe-override"])
+        .args(["--random-seed", "1", "--run-id", RUN_ID])
+        .arg("--output-artifact-dir")
+        .arg(&artifacts)
+        .current_dir(tmp.path())
+        .env("AGENTX_HOME", tmp.path().join("home"))
+        .env("AGENTX_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start agentx-host run");
+    let pid = child.id();
+    println!(
+        "child pid {pid}; its log: {}\n{:>7} {:>10} {:>6} {:>8}  phase",
+        log_path.display(),
+        "t s",
+        "rss MiB",
+        "fds",
+        "threads"
+    );
+
+    let mut samples: Vec<Sample> = Vec::new();
+    let (mut prof_start, mut prof_end): (Option<f64>, Option<f64>) = (None, None);
+    let mut next = started;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for the child") {
+            break st;
+        }
+        let t = started.elapsed();
+        let deadline = match prof_start {
+            Some(p) => Duration::from_secs_f64(p + duration + grace) + HANG_MARGIN,
+            None => WARMUP_LIMIT + HANG_MARGIN,
+        };
+        if t > deadline {
+            println!(
+                "\nHANG: agentx-host run has not exited {:.0} s after its start ({}); killing it. \
+                 Last lines of its log:\n{}",
+                t.as_secs_f64(),
+                match prof_start {
+                    Some(p) => format!(
+                        "profiling began at {p:.0} s; duration {duration} s + grace {grace} s + {} s",
+                        HANG_MARGIN.as_secs()
+                    ),
+                    None => format!(
+                        "still in warmup, bounded at {} s, + {} s",
+                        WARMUP_LIMIT.as_secs(),
+                        HANG_MARGIN.as_secs()
+                    ),
+                },
+                log_tail(&log_path, 30)
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+            return ExitCode::FAILURE;
+        }
+        if Instant::now() >= next {
+            next += SAMPLE_EVERY;
+            let ts = t.as_secs_f64();
+            if prof_start.is_none() && log_has(&log_path, "profiling: lanes resume") {
+                prof_start = Some(ts);
+            }
+            if prof_start.is_some() && prof_end.is_none() && log_has(&log_path, "duration reached")
+            {
+                prof_end = Some(ts);
+            }
+            let phase = match (prof_start, prof_end) {
+                (None, _) => "preparation/warmup",
+                (Some(_), None) => "profiling",
+                (Some(_), Some(_)) => "drain/exports",
+            };
+            if let Some(s) = sample(pid, ts) {
+                println!(
+                    "{:>7.0} {:>10.1} {:>6} {:>8}  {phase}",
+                    s.t,
+                    s.rss_kib as f64 / 1024.0,
+                    s.fds,
+                    s.threads
+                );
+                let _ = std::io::stdout().flush();
+                samples.push(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let wall = started.elapsed().as_secs_f64();
+    let requests = sim.chat_requests();
+    drop(sim);
+    drop(sim_rt);
+
+    let records = match read_records(&artifacts.join("records.jsonl")) {
+        Ok(r) => r,
+        Err(e) => {
+            println!(
+                "cannot read the records: {e}\nlast lines of the child's log:\n{}",
+                log_tail(&log_path, 30)
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+
+    // Outcomes.
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut warmup, mut retried, mut retried_ok) = (0u64, 0u64, 0u64);
+    let mut retry_reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &records {
+        warmup += (r.phase == Phase::Warmup) as u64;
+        let key = if r.cancelled {
+            "cancelled".to_string()
+        } else if r.context_overflow {
+            "context_overflow".to_string()
+        } else if let Some(e) = &r.error {
+            let kind = e.kind.split(':').next().unwrap_or(&e.kind);
+            if e.code != 0 {
+                format!("error {kind} {}", e.code)
+            } else {
+                format!("error {kind}")
+            }
+        } else {
+            "ok".to_string()
+        };
+        *outcomes.entry(key).or_default() += 1;
+        if let Some(why) = &r.retry {
+            retried += 1;
+            retried_ok += r.ok() as u64;
+            let short: String = why.chars().take(80).collect();
+            *retry_reasons.entry(short).or_default() += 1;
+        }
+    }
+
+    // Memory and descriptors over the profiling window after its warm-up.
+    let p0 = prof_start.unwrap_or(0.0);
+    let p1 = prof_end.unwrap_or(p0 + duration);
+    let steady: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.t >= p0 + warm && s.t <= p1)
+        .collect();
+    let mib = |k: u64| k as f64 / 1024.0;
+    let rss_slope = slope(
+        &steady
+            .iter()
+            .map(|s| (s.t / 60.0, mib(s.rss_kib)))
+            .collect::<Vec<_>>(),
+    );
+    let fd_min = steady.iter().map(|s| s.fds).min();
+    let fd_max = steady.iter().map(|s| s.fds).max();
+    let rss_peak = samples.iter().map(|s| s.rss_kib).max().map(mib);
+    let first = steady.first().map(|s| (s.t, mib(s.rss_kib)));
+    let last = steady.last().map(|s| (s.t, mib(s.rss_kib), s.fds));
+    let final_sample = samples.last().map(|s| (s.t, mib(s.rss_kib), s.fds));
+    let equal = records.len() as u64 == requests;
+
+    let summary = json!({
+        "duration_s": duration,
+        "concurrency": concurrency,
+        "grace_s": grace,
+        "corpus": {"traces": made.traces, "requests": made.requests, "max_isl": 40_000},
+        "sim": {"ttft_ms": 200, "itl_ms": 20, "fault_rate_each": FAULT_RATE, "stall_s": 2,
+                "fault_seed": fault_seed},
+        "exit_code": status.code(),
+        "wall_s": wall,
+        "profiling_start_s": prof_start,
+        "drain_start_s": prof_end,
+        "requests_received": requests,
+        "records": records.len(),
+        "records_equal_requests": equal,
+        "warmup_records": warmup,
+        "outcomes": outcomes,
+        "retried": retried,
+        "retried_ok": retried_ok,
+        "retry_reasons": retry_reasons,
+        "steady_window_s": [p0 + warm, p1],
+        "steady_samples": steady.len(),
+        "rss_mib_at_window_start": first.map(|f| f.1),
+        "rss_mib_at_window_end": last.map(|l| l.1),
+        "rss_mib_last_sample": final_sample.map(|l| l.1),
+        "rss_mib_peak": rss_peak,
+        "rss_slope_mib_per_min": rss_slope,
+        "fds_min": fd_min,
+        "fds_max": fd_max,
+        "fds_at_window_end": last.map(|l| l.2),
+        "samples": samples.iter().map(|s| json!([s.t, s.rss_kib, s.fds, s.threads])).collect::<Vec<_>>(),
+    });
+    if let Some(dir) = json_path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&summary).unwrap() + "\n",
+    )
+    .expect("write the JSON summary");
+
+    let opt = |v: Option<f64>, unit: &str| v.map_or("-".into(), |v| format!("{v:.2}{unit}"));
+    println!("\n==== soak summary ====");
+    println!(
+        "child exit code      {}",
+        status
+            .code()
+            .map_or_else(|| format!("{status}"), |c| c.to_string())
+    );
+    println!("wall time            {wall:.0} s (profiling from {p0:.0} s, drain from {p1:.0} s)");
+    println!("requests received    {requests}");
+    println!(
+        "records written      {} ({warmup} warmup){}",
+        records.len(),
+        if equal { "" } else { "  <-- MISMATCH" }
+    );
+    for (k, v) in &outcomes {
+        println!(
+            "  {k:<30} {v:>8}  {:5.2} %",
+            100.0 * *v as f64 / records.len().max(1) as f64
+        );
+    }
+    println!("retried once         {retried} ({retried_ok} then ok)");
+    for (why, n) in &retry_reasons {
+        println!("  {n:>6}  {why}");
+    }
+    println!(
+        "window               {:.0}-{:.0} s, {} samples",
+        p0 + warm,
+        p1,
+        steady.len()
+    );
+    println!(
+        "RSS                  {} at window start, {} at window end, {} last sample, {} peak",
+        opt(first.map(|f| f.1), " MiB"),
+        opt(last.map(|l| l.1), " MiB"),
+        opt(final_sample.map(|l| l.1), " MiB"),
+        opt(rss_peak, " MiB")
+    );
+    println!("RSS slope            {} per minute", opt(rss_slope, " MiB"));
+    println!(
+        "fds in window        min {} max {} at end {}",
+        fd_min.map_or("-".into(), |v| v.to_string()),
+        fd_max.map_or("-".into(), |v| v.to_string()),
+        last.map_or("-".into(), |l| l.2.to_string())
+    );
+    println!("json                 {}", json_path.display());
+    if status.code() != Some(0) {
+        println!(
+            "\nnote: agentx-host run exited with {status}; last lines of its log:\n{}",
+            log_tail(&log_path, 20)
+        );
+    }
+    if !equal {
+        println!(
+            "\nFAILED: {} records written but the server received {requests} chat requests: \
+             every request must leave exactly one record",
+            records.len()
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
