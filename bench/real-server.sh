@@ -6,7 +6,8 @@
 #   bench/real-server.sh run          # build if needed, start the server, replay, check, stop (~3 min)
 #   bench/real-server.sh              # both
 #
-# The replay: a synthetic corpus scaled to the server's 4,096-token slots (`dataset synth --context 4096`),
+# The replay: a synthetic corpus scaled to 1.5x the server's 4,096-token slots (`dataset synth --context 6144`,
+# so the longer turns overflow with llama.cpp's own error),
 # the MVP scenario, concurrency 4, 120 s under --unsafe-override, live assistant responses. The script
 # checks that every request either succeeded or was classified (context overflow in llama.cpp's own
 # wording), that the exports and the `report` JSON are complete and that the scraped `llamacpp:*` metrics

@@ -7,51 +7,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agentx::record::{read_records, Phase, RequestRecord};
-use agentx::sim::{self, Faults, SimConfig, SimHandle, Timing};
+use agentx::sim::{Faults, SimConfig, Timing};
+
+use crate::support::{fixture, Sim};
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
-/// A simulator on its own runtime, serving while the test thread waits on the binary.
-struct Sim {
-    rt: tokio::runtime::Runtime,
-    handle: Option<SimHandle>,
-}
-
-impl Sim {
-    fn start(cfg: SimConfig) -> Sim {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let handle = rt.block_on(async { sim::spawn(cfg).unwrap() });
-        Sim {
-            rt,
-            handle: Some(handle),
-        }
-    }
-
-    fn url(&self) -> String {
-        self.handle.as_ref().unwrap().url()
-    }
-
-    fn requests(&self) -> u64 {
-        self.handle.as_ref().unwrap().chat_requests()
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            self.rt.block_on(h.shutdown());
-        }
-    }
-}
 
 fn fast() -> SimConfig {
     SimConfig::max()

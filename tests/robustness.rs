@@ -11,46 +11,11 @@ use std::time::{Duration, Instant};
 
 use agentx::client::{Client, ClientConfig, JsonBody, RequestIds};
 use agentx::record::{read_records, Phase, RequestRecord};
-use agentx::sim::{self, KeepAliveConfig, SimConfig, SimHandle};
+use agentx::sim::{KeepAliveConfig, SimConfig};
+
 use serde_json::Value;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
-struct Sim {
-    rt: tokio::runtime::Runtime,
-    handle: Option<SimHandle>,
-}
-
-impl Sim {
-    fn start(cfg: SimConfig) -> Sim {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let handle = rt.block_on(async { sim::spawn(cfg).unwrap() });
-        Sim {
-            rt,
-            handle: Some(handle),
-        }
-    }
-
-    fn url(&self) -> String {
-        self.handle.as_ref().unwrap().url()
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            self.rt.block_on(h.shutdown());
-        }
-    }
-}
+use crate::support::{fixture, Sim};
 
 struct Run {
     out: Output,
@@ -612,35 +577,15 @@ fn synth_context_scales_the_corpus_to_a_small_server() {
         .iter()
         .all(|x| x.error.is_none() || x.context_overflow || x.cancelled));
 
-    // Too small a context is refused with the fix.
-    let r = run_in(
-        tempfile::tempdir().unwrap(),
-        &[
-            "dataset",
-            "synth",
-            "--traces",
-            "2",
-            "--context",
-            "500",
-            "-o",
-            "x.jsonl",
-        ],
-    );
-    assert_eq!(r.code(), 2);
-    assert!(r.stderr().contains("--context 500"), "{}", r.stderr());
-    let r = run_in(
-        tempfile::tempdir().unwrap(),
-        &[
-            "dataset",
-            "synth",
-            "--traces",
-            "2",
-            "--max-isl",
-            "8000",
-            "-o",
-            "x.jsonl",
-        ],
-    );
-    assert_eq!(r.code(), 2);
-    assert!(r.stderr().contains("--context N"), "{}", r.stderr());
+    // Too small a context, or --max-isl below the full-size prefix, is refused with the fix.
+    for (flags, says) in [
+        (["--context", "500"], "--context 500"),
+        (["--max-isl", "8000"], "--context N"),
+    ] {
+        let mut args = vec!["dataset", "synth", "--traces", "2", "-o", "x.jsonl"];
+        args.extend(flags);
+        let r = run_in(tempfile::tempdir().unwrap(), &args);
+        assert_eq!(r.code(), 2);
+        assert!(r.stderr().contains(says), "{}", r.stderr());
+    }
 }

@@ -9,3 +9,4 @@ mod robustness;
 mod scenario;
 mod server_metrics;
 mod sim;
+mod support;

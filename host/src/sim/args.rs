@@ -39,8 +39,12 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
 }
 
 fn parse_ms(s: &str) -> Result<Duration, String> {
-    match s.parse::<f64>() {
-        Ok(f) if f.is_finite() && f >= 0.0 => Ok(Duration::from_secs_f64(f / 1e3)),
+    // `try_from_secs_f64`: a huge value is an error, not a panic.
+    match s
+        .parse::<f64>()
+        .map(|f| (f, Duration::try_from_secs_f64(f / 1e3)))
+    {
+        Ok((f, Ok(d))) if f >= 0.0 => Ok(d),
         _ => Err(format!(
             "`{s}` is not a duration; use milliseconds such as 50 or 0.5"
         )),
@@ -229,7 +233,9 @@ impl SimArgs {
                     "--keep-alive-timeout {t} is not a positive number of seconds, e.g. 5"
                 ));
             }
-            c.keep_alive.idle = Duration::from_secs_f64(t);
+            c.keep_alive.idle = Duration::try_from_secs_f64(t).map_err(|_| {
+                format!("--keep-alive-timeout {t} is too large; use seconds such as 5")
+            })?;
         }
         if let Some(n) = self.keep_alive_max {
             if n == 0 {
@@ -366,6 +372,30 @@ mod tests {
             .map_err(|e| e.to_string())?
             .a
             .to_config()
+    }
+
+    #[test]
+    fn huge_or_bad_durations_are_errors_not_panics() {
+        for args in [
+            &["--ttft-ms", "1e300"][..],
+            &["--itl-ms", "-1"],
+            &["--keep-alive-timeout", "1e300"],
+            &["--keep-alive-timeout", "0"],
+            &["--keep-alive-max", "0"],
+        ] {
+            assert!(cfg(args).is_err(), "{args:?}");
+        }
+        let c = cfg(&[
+            "--keep-alive-timeout",
+            "1.5",
+            "--keep-alive-max",
+            "7",
+            "--keep-alive-header",
+        ])
+        .unwrap();
+        assert_eq!(c.keep_alive.idle, Duration::from_millis(1500));
+        assert_eq!(c.keep_alive.max, Some(7));
+        assert!(c.keep_alive.header);
     }
 
     #[test]
