@@ -571,14 +571,23 @@ def make_corpus(a: argparse.Namespace, dest: pathlib.Path, max_turns: int | None
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     n, size = 0, 0
+    cap = a.max_output_tokens if max_turns else None
     with open(jsonl, "rb") as f:
         for line in f:
             trace = json.loads(line)
+            if cap:
+                # Long outputs at a slow inter-token latency would hold warmup for minutes.
+                for r in trace["requests"]:
+                    r["out"] = min(r["out"], cap)
+                line = json.dumps(trace, separators=(",", ":")).encode() + b"\n"
             (tmp / f"{n:05d}_{trace.get('id', n)}.json").write_bytes(line.rstrip(b"\n"))
             n, size = n + 1, size + len(line)
     jsonl.unlink()
     tmp.rename(dest)
-    return {"dir": str(dest), "traces": n, "max_turns": max_turns, "mib": round(size / 2**20, 1), "synth": t}
+    return {
+        "dir": str(dest), "traces": n, "max_turns": max_turns, "max_output_tokens": cap,
+        "mib": round(size / 2**20, 1), "synth": t,
+    }  # fmt: skip
 
 
 def make_tokenizer(out: pathlib.Path) -> None:
@@ -711,6 +720,12 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--floor-window", type=float, default=20, help="seconds each floor is measured over")
     p.add_argument(
+        "--max-output-tokens",
+        type=int,
+        help="cap every turn's recorded output in the replay corpus (a slow --itl-ms otherwise holds warmup "
+        "for minutes on the longest outputs)",
+    )  # fmt: skip
+    p.add_argument(
         "--pin",
         action="store_true",
         help="run the simulator on CPU 0 and the tool on CPU 1 (taskset), so that TTFT overhead is the "
@@ -728,7 +743,8 @@ def main() -> None:
     a.out = a.out.resolve()
     (a.out / "logs").mkdir(exist_ok=True)
     a.prep_corpus = a.out / f"corpus-{a.traces}-s{a.seed}-full"
-    a.replay_corpus = a.out / f"corpus-{a.traces}-s{a.seed}-turns{a.replay_max_turns}"
+    cap = f"-out{a.max_output_tokens}" if a.max_output_tokens else ""
+    a.replay_corpus = a.out / f"corpus-{a.traces}-s{a.seed}-turns{a.replay_max_turns}{cap}"
     a.rss_limit = a.rss_limit_gib * 2**30 if a.rss_limit_gib else machine()["mem_gib"] * 0.8 * 2**30
     a.tokenizer_dir = a.out / "tokenizer"
     a.cache = a.out / "cache"
