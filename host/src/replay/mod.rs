@@ -175,9 +175,11 @@ struct Shared {
 }
 
 /// How a lane's warmup request ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
 enum Warmed {
-    Ok,
+    /// With the conversation of the lane's first profiling turn (k+1), built while other warmup
+    /// requests are still in flight, so that 256 lanes do not all build theirs when profiling begins
+    /// (their sends are due then, and the building would show as send lag).
+    Ok(Option<Box<crate::dataset::Conversation<'static>>>),
     /// A context overflow: the trajectory ends, the lane recycles when profiling begins.
     Overflow,
     /// Anything else: the warmup (and so the run) fails.
@@ -265,6 +267,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     let mut returned = 0usize;
     let mut failures: Vec<String> = Vec::new();
     let mut warm_overflowed = std::collections::HashSet::new();
+    let mut resume = std::collections::HashMap::new();
     let warm_deadline = shared
         .cfg
         .warmup_grace
@@ -283,7 +286,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
                     returned += 1;
                     shared.progress.update(returned as u64, format!("{returned}/{n} warmup requests returned"));
                     let status = match &result {
-                        Warmed::Ok => "ok",
+                        Warmed::Ok(_) => "ok",
                         Warmed::Overflow => "context_overflow",
                         Warmed::Failed(_) => "error",
                     };
@@ -298,7 +301,11 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
                         Warmed::Overflow => {
                             warm_overflowed.insert(lane.lane);
                         }
-                        Warmed::Ok => {}
+                        Warmed::Ok(conv) => {
+                            if let Some(c) = conv {
+                                resume.insert(lane.lane, c);
+                            }
+                        }
                     }
                 }
                 Some(Some(Err(e))) => failures.push(format!("a warmup task failed: {e}")),
@@ -383,7 +390,8 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     for lane in lanes.iter().cloned() {
         let sh = shared.clone();
         let overflowed = warm_overflowed.contains(&lane.lane);
-        tasks.spawn(async move { profile_lane(sh, lane, prof_start, overflowed).await });
+        let conv = resume.remove(&lane.lane);
+        tasks.spawn(async move { profile_lane(sh, lane, prof_start, overflowed, conv).await });
     }
     let mut stop = StopReason::Completed;
     let mut message = None;
@@ -558,15 +566,33 @@ async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) -> Warmed {
     let req = prepare(sh, &session, &conv);
     let sent = send_turn(sh, &session, req, Phase::Warmup, start_ns, &mut cancel).await;
     match sent.error {
-        None => Warmed::Ok,
+        None => {
+            let next = lane.start_turn as usize + 1;
+            let conv = (next < traj.num_turns())
+                .then(|| sh.synth.conversation(traj, next, sh.cfg.mode).ok())
+                .flatten()
+                .map(|c| {
+                    // Writes (and, live, caches) the history's JSON: the costly part of a body.
+                    let _ = c.messages_json_parts(bust(sh.cfg.placement, &lane.marker));
+                    Box::new(c)
+                });
+            Warmed::Ok(conv)
+        }
         Some(_) if sent.overflow => Warmed::Overflow,
         Some(e) => Warmed::Failed(e),
     }
 }
 
 /// `warm_overflowed`: the lane's warmup request overflowed the context, so its trajectory is over and
-/// the lane goes straight to the recycle queue.
-async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64, warm_overflowed: bool) {
+/// the lane goes straight to the recycle queue. `resume`: the first profiling turn's conversation,
+/// built during warmup.
+async fn profile_lane(
+    sh: Arc<Shared>,
+    first: Lane,
+    prof_start: u64,
+    warm_overflowed: bool,
+    mut resume: Option<Box<crate::dataset::Conversation<'static>>>,
+) {
     let mut cancel = sh.cancel.subscribe();
     let mut stop = sh.stop_new.subscribe();
     // The first session resumes after the warmup turn with the warmup's marker (an overflowed
@@ -585,7 +611,17 @@ async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64, warm_overfl
             .expect("planned trace exists");
         if start_turn < traj.num_turns() {
             sh.tally.lock().expect("tally lock").sessions += 1;
-            play_session(&sh, &session, start_turn, intended, &mut cancel, &mut stop).await;
+            let ready = resume.take();
+            play_session(
+                &sh,
+                &session,
+                start_turn,
+                ready,
+                intended,
+                &mut cancel,
+                &mut stop,
+            )
+            .await;
         }
         let can_start = !*stop.borrow() && !*cancel.borrow();
         let next = sh
@@ -606,11 +642,13 @@ async fn profile_lane(sh: Arc<Shared>, first: Lane, prof_start: u64, warm_overfl
     }
 }
 
-/// Plays a session from `start` until its last turn, an overflow, or the stop.
+/// Plays a session from `start` until its last turn, an overflow, or the stop; `ready` is its
+/// conversation at `start` when it was built beforehand.
 async fn play_session(
     sh: &Arc<Shared>,
     session: &Session,
     start: usize,
+    ready: Option<Box<crate::dataset::Conversation<'static>>>,
     mut intended: u64,
     cancel: &mut watch::Receiver<bool>,
     stop: &mut watch::Receiver<bool>,
@@ -619,7 +657,11 @@ async fn play_session(
         .ds
         .trajectory(session.trace)
         .expect("planned trace exists");
-    let mut conv = match sh.synth.conversation(traj, start, sh.cfg.mode) {
+    let built = match ready {
+        Some(c) => Ok(*c),
+        None => sh.synth.conversation(traj, start, sh.cfg.mode),
+    };
+    let mut conv = match built {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("{e}; the session is skipped");
