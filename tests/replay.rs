@@ -2,45 +2,18 @@
 //! simulator's faults for the failure paths. Every test reads back the records the run streamed.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentx::record::{read_records, Phase, RequestRecord};
 use agentx::sim::{Faults, SimConfig, Timing};
 
-use crate::support::{fixture, Sim};
+use crate::support::{fixture, Run, Sim};
 use serde_json::Value;
 
 fn fast() -> SimConfig {
     SimConfig::max()
-}
-
-struct Run {
-    out: Output,
-    dir: tempfile::TempDir,
-}
-
-impl Run {
-    fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.out.stdout).into_owned()
-    }
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
-    }
-    fn code(&self) -> i32 {
-        self.out.status.code().unwrap_or(-1)
-    }
-    fn artifacts(&self) -> PathBuf {
-        self.dir.path().join("artifacts")
-    }
-    fn records(&self) -> Vec<RequestRecord> {
-        read_records(&self.artifacts().join("records.jsonl")).unwrap()
-    }
-    fn summary(&self) -> Value {
-        let p = self.artifacts().join("run_summary.json");
-        serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
-    }
 }
 
 fn command(dir: &Path, args: &[&str]) -> Command {
@@ -58,7 +31,11 @@ fn command(dir: &Path, args: &[&str]) -> Command {
 fn run(args: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let out = command(dir.path(), args).output().unwrap();
-    Run { out, dir }
+    Run {
+        out,
+        dir,
+        took: Duration::ZERO,
+    }
 }
 
 /// Flags of a short run against `url` on the bundled-size fixture corpus.

@@ -5,41 +5,17 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentx::client::{Client, ClientConfig, JsonBody, RequestIds};
-use agentx::record::{read_records, Phase, RequestRecord};
+use agentx::record::{Phase, RequestRecord};
 use agentx::sim::{KeepAliveConfig, SimConfig};
 
 use serde_json::Value;
 
-use crate::support::{fixture, Sim};
-
-struct Run {
-    out: Output,
-    dir: tempfile::TempDir,
-    took: Duration,
-}
-
-impl Run {
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
-    }
-    fn code(&self) -> i32 {
-        self.out.status.code().unwrap_or(-1)
-    }
-    fn artifacts(&self) -> PathBuf {
-        self.dir.path().join("artifacts")
-    }
-    fn records(&self) -> Vec<RequestRecord> {
-        read_records(&self.artifacts().join("records.jsonl")).unwrap()
-    }
-    fn json(&self, name: &str) -> Value {
-        serde_json::from_slice(&std::fs::read(self.artifacts().join(name)).unwrap()).unwrap()
-    }
-}
+use crate::support::{fixture, Run, Sim};
 
 fn run_in(dir: tempfile::TempDir, args: &[&str]) -> Run {
     let started = Instant::now();

@@ -1,8 +1,13 @@
-//! What several test modules share: fixture paths and a simulator serving on its own runtime.
+//! What several test modules share: fixture paths, a simulator serving on its own runtime, and a
+//! finished `agentx-host` process with its artifact directory.
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
 
+use agentx::record::{read_records, RequestRecord};
 use agentx::sim::{self, SimConfig, SimHandle};
+use serde_json::Value;
 
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -45,5 +50,38 @@ impl Drop for Sim {
         if let Some(h) = self.handle.take() {
             self.rt.block_on(h.shutdown());
         }
+    }
+}
+
+/// A finished `agentx-host` process: its output, its working directory (artifacts under
+/// `artifacts/`) and how long it took.
+pub struct Run {
+    pub out: Output,
+    pub dir: tempfile::TempDir,
+    pub took: Duration,
+}
+
+impl Run {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    pub fn code(&self) -> i32 {
+        self.out.status.code().unwrap_or(-1)
+    }
+    pub fn artifacts(&self) -> PathBuf {
+        self.dir.path().join("artifacts")
+    }
+    pub fn records(&self) -> Vec<RequestRecord> {
+        read_records(&self.artifacts().join("records.jsonl")).unwrap()
+    }
+    /// An artifact file as JSON.
+    pub fn json(&self, name: &str) -> Value {
+        serde_json::from_slice(&std::fs::read(self.artifacts().join(name)).unwrap()).unwrap()
+    }
+    pub fn summary(&self) -> Value {
+        self.json("run_summary.json")
     }
 }
