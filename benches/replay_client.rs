@@ -186,6 +186,9 @@ fn replay_once(
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(600),
             http2: false,
+            routing: Default::default(),
+            reuse: Default::default(),
+            tcp_user_timeout: None,
         })
         .unwrap()
     };
@@ -207,6 +210,7 @@ fn replay_once(
         overflow_phrases: None,
         run_id: format!("bench{conc}"),
         stats_interval: None,
+        trace_idle_cap: None,
     };
     let rss0 = rss_bytes();
     let stop_sampler = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

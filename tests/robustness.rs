@@ -6,8 +6,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentx::client::{Client, ClientConfig, JsonBody, RequestIds};
 use agentx::record::{Phase, RequestRecord};
@@ -18,21 +17,7 @@ use serde_json::Value;
 use crate::support::{fixture, Run, Sim};
 
 fn run_in(dir: tempfile::TempDir, args: &[&str]) -> Run {
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_agentx-host"))
-        .args(args)
-        .current_dir(dir.path())
-        .env("AGENTX_HOME", dir.path().join("home"))
-        .env("AGENTX_LOG", "info")
-        .env_remove("AGENTX_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES")
-        .env_remove("AIPERF_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES")
-        .output()
-        .unwrap();
-    Run {
-        out,
-        dir,
-        took: started.elapsed(),
-    }
+    Run::exec(dir, args, &[])
 }
 
 /// `agentx-host run` against `url` on the fixture corpus (or `corpus`), plus `extra`.
@@ -309,6 +294,9 @@ fn client(url: &str) -> Client {
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
         http2: false,
+        routing: Default::default(),
+        reuse: Default::default(),
+        tcp_user_timeout: None,
     })
     .unwrap()
 }
@@ -324,6 +312,8 @@ fn send(rt: &tokio::runtime::Runtime, c: &Client, n: usize) -> agentx::client::E
             RequestIds {
                 request_id: &format!("r{n}"),
                 correlation_id: "s0",
+                parent_correlation_id: None,
+                last: false,
             },
             true,
             &mut rx,

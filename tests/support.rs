@@ -43,6 +43,11 @@ impl Sim {
     pub fn requests(&self) -> u64 {
         self.handle.as_ref().unwrap().chat_requests()
     }
+
+    /// The chat requests' headers and connections (with `record_headers` on).
+    pub fn received(&self) -> Vec<sim::Received> {
+        self.handle.as_ref().unwrap().received()
+    }
 }
 
 impl Drop for Sim {
@@ -62,6 +67,29 @@ pub struct Run {
 }
 
 impl Run {
+    /// `agentx-host ARGS` in `dir` (its artifacts under `dir/artifacts`, its home under `dir/home`),
+    /// with `env` set over an environment cleared of the variables that change a replay.
+    pub fn exec(dir: tempfile::TempDir, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let started = std::time::Instant::now();
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"));
+        c.args(args)
+            .current_dir(dir.path())
+            .env("AGENTX_HOME", dir.path().join("home"))
+            .env("AGENTX_LOG", "info");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AIPERF_") || (k.starts_with("AGENTX_") && k != "AGENTX_LOG") {
+                c.env_remove(k);
+            }
+        }
+        c.envs(env.iter().copied());
+        let out = c.output().unwrap();
+        Run {
+            out,
+            dir,
+            took: started.elapsed(),
+        }
+    }
+
     pub fn stdout(&self) -> String {
         String::from_utf8_lossy(&self.out.stdout).into_owned()
     }

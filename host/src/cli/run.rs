@@ -17,7 +17,7 @@ use clap::Args;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::client::{Client, ClientConfig, RequestBody};
+use crate::client::{Client, ClientConfig, ConnectionReuse, RequestBody, RoutingHeaders};
 use crate::dataset::{self, AssistantMode, Dataset, OpenOptions, PromptSynth, TokenCounter};
 use crate::metrics::Summary;
 use crate::record::{read_records, Clock, RecordSink};
@@ -78,6 +78,17 @@ pub struct RunArgs {
     /// Give up connecting after this long.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub connect_timeout_seconds: f64,
+    /// The header that carries each session's correlation id (default `X-Correlation-ID`).
+    /// Session headers for routers are switched by AGENTX_HTTP_* / AIPERF_HTTP_* variables:
+    /// X_SESSION_AFFINITY_FROM_CORRELATION_ID (on by default), X_SESSION_ID_FROM_CORRELATION_ID,
+    /// X_SMG_ROUTING_KEY_FROM_CORRELATION_ID, X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID.
+    #[arg(long, value_name = "NAME")]
+    pub session_header: Option<String>,
+    /// Which connection each request goes out on: `pooled` (any idle one), `never` (a new one for
+    /// every request) or `sticky-user-sessions` (one per session, released after its final turn,
+    /// an error or a cancellation).
+    #[arg(long, default_value = "pooled", value_name = "STRATEGY")]
+    pub connection_reuse_strategy: ConnectionReuse,
     /// Do not ask the server for `/v1/models` before the run (for servers that do not answer it).
     /// The check confirms the server is reachable and serves --model, and counts the lanes and
     /// traces that exceed its context length.
@@ -133,6 +144,38 @@ pub struct RunArgs {
     pub ignore_trace_delays: bool,
     #[arg(long, value_name = "TOKENS")]
     pub synthesis_max_isl: Option<i64>,
+    /// During profiling, a session waits at most this long between a response and its next turn
+    /// (aiperf's per-trace idle cap; off by default).
+    #[arg(long, value_name = "SECONDS")]
+    pub trace_idle_gap_cap_seconds: Option<f64>,
+    /// Session-tree scenarios: N more requests per lane after its warmup primers (aiperf's warmup
+    /// pressure stage). Single-stream (0.1.0) scenarios send one warmup request per lane and
+    /// warn that the flag has no effect.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "agentic_cache_warmup_duration"
+    )]
+    pub warmup_requests_per_lane: Option<u64>,
+    /// Session-tree scenarios: replay at zero idle delay for this long after the warmup primers.
+    #[arg(long, value_name = "SECONDS")]
+    pub agentic_cache_warmup_duration: Option<f64>,
+    /// How long warmup may take; overrides --warmup-grace-period (aiperf's agentic name).
+    #[arg(long, value_name = "SECONDS|inf")]
+    pub agentic_warmup_grace_period: Option<String>,
+    /// Session-tree scenarios: the whole-system idle cap (the scenario sets 10 s).
+    #[arg(long, value_name = "SECONDS")]
+    pub system_idle_gap_cap_seconds: Option<f64>,
+    /// Session-tree scenarios: fire every lane's first request at once instead of spreading them.
+    #[arg(long)]
+    pub burst_phase_starts: bool,
+    /// Accepted for aiperf compatibility: agentx lets lanes wrap around the dataset whenever there
+    /// are more lanes than traces.
+    #[arg(long)]
+    pub allow_dataset_wrap: bool,
+    /// Accepted for aiperf compatibility: agentx collects no GPU telemetry.
+    #[arg(long)]
+    pub no_gpu_telemetry: bool,
     /// Other timing modes: accepted so the scenario can refuse them with its reason.
     #[arg(long, hide = true)]
     pub request_rate: Option<f64>,
@@ -158,12 +201,21 @@ pub struct RunArgs {
     /// The format of --input-file; only `weka_trace`.
     #[arg(long, value_name = "TYPE")]
     pub custom_dataset_type: Option<String>,
-    /// Use only the first N traces.
+    /// Use only the first N traces (after --max-context-length).
     #[arg(long, value_name = "N")]
     pub num_dataset_entries: Option<usize>,
-    /// A tokenizer.json (file or directory) for client-side counts and single-token synthesis words.
-    #[arg(long, value_name = "PATH")]
-    pub tokenizer: Option<PathBuf>,
+    /// Drop traces whose peak context (prompt plus output tokens of their largest turn) exceeds
+    /// this many tokens.
+    #[arg(long, value_name = "TOKENS")]
+    pub max_context_length: Option<u64>,
+    /// How the timestamps of requests nested in subagent entries are read: auto, absolute or
+    /// relative (session-tree corpora).
+    #[arg(long, value_name = "BASIS")]
+    pub weka_nested_timestamp_basis: Option<String>,
+    /// The tokenizer for client-side counts and single-token synthesis words: a tokenizer.json
+    /// (file or directory), a Hugging Face model id found in the local hub cache, or `builtin`.
+    #[arg(long, value_name = "PATH|MODEL")]
+    pub tokenizer: Option<String>,
     /// Accepted for aiperf compatibility (agentx never runs tokenizer code).
     #[arg(long, hide = true)]
     pub tokenizer_trust_remote_code: bool,
@@ -183,8 +235,9 @@ pub struct RunArgs {
     /// Do not scrape the server's Prometheus `/metrics`.
     #[arg(long)]
     pub no_server_metrics: bool,
-    /// More Prometheus endpoints to scrape besides the server's own `/metrics` (repeatable).
-    #[arg(long, value_name = "URL")]
+    /// More Prometheus endpoints to scrape besides the server's own `/metrics` (several per flag,
+    /// and repeatable: every prefill, decode and frontend endpoint of a disaggregated deployment).
+    #[arg(long, value_name = "URL", num_args = 1..)]
     pub server_metrics: Vec<String>,
     /// Seconds between progress lines (default 5 on a terminal, 30 otherwise; 0 turns them off).
     #[arg(long, value_name = "SECONDS")]
@@ -392,6 +445,60 @@ fn env_bool(suffix: &str) -> anyhow::Result<Option<bool>> {
     }
 }
 
+/// `TCP_USER_TIMEOUT` when `AGENTX_HTTP_TCP_USER_TIMEOUT` / `AIPERF_HTTP_TCP_USER_TIMEOUT` is unset
+/// (aiperf's default): unacknowledged data for 30 s drops a dead connection.
+const DEFAULT_TCP_USER_TIMEOUT_MS: u64 = 30_000;
+
+/// The session headers: `--session-header` and the `*_HTTP_X_*_FROM_CORRELATION_ID` switches.
+fn routing_headers(session_header: Option<&str>) -> anyhow::Result<RoutingHeaders> {
+    let mut r = RoutingHeaders::default();
+    if let Some(h) = session_header {
+        r.correlation = hyper::header::HeaderName::from_bytes(h.trim().as_bytes()).map_err(|_| {
+            anyhow!("--session-header {h:?} is not a valid HTTP header name; pass e.g. --session-header X-Session-ID")
+        })?;
+    }
+    for (switch, _) in crate::client::routing::SWITCHES {
+        if let Some(on) = env_bool(&format!("HTTP_{switch}"))? {
+            r.set(switch, on);
+        }
+    }
+    Ok(r)
+}
+
+/// The flags of aiperf's command line that this host accepts but does not act on with a 0.1.0
+/// (single-stream) scenario, each named with why; they are logged as warnings and recorded in the
+/// manifest.
+fn not_acted_on(a: &RunArgs) -> Vec<String> {
+    const TREES: &str = "it only has meaning for session-tree scenarios; a single-stream scenario";
+    let mut v = Vec::new();
+    if let Some(n) = a.warmup_requests_per_lane {
+        v.push(format!(
+            "--warmup-requests-per-lane {n}: {TREES} sends one warmup request per lane"
+        ));
+    }
+    if a.agentic_cache_warmup_duration.is_some() {
+        v.push(format!(
+            "--agentic-cache-warmup-duration: {TREES} has no cache-pressure stage"
+        ));
+    }
+    if a.system_idle_gap_cap_seconds.is_some() {
+        v.push(format!(
+            "--system-idle-gap-cap-seconds: {TREES} waits each recorded delay (see --trace-idle-gap-cap-seconds)"
+        ));
+    }
+    if a.burst_phase_starts {
+        v.push(format!(
+            "--burst-phase-starts: {TREES} starts every lane at the start of profiling already"
+        ));
+    }
+    if let Some(b) = &a.weka_nested_timestamp_basis {
+        v.push(format!(
+            "--weka-nested-timestamp-basis {b}: {TREES} does not replay subagent entries"
+        ));
+    }
+    v
+}
+
 /// The longest time a flag takes, seconds (about 31 years): a longer one cannot be a timer deadline.
 const MAX_SECS: f64 = 1e9;
 
@@ -438,6 +545,10 @@ pub struct RunPlan {
     pub overflow_phrases_env: Option<Vec<String>>,
     pub client: ClientConfig,
     pub stats_interval: Option<Duration>,
+    /// `--trace-idle-gap-cap-seconds`.
+    pub trace_idle_cap: Option<Duration>,
+    /// Flags accepted for aiperf compatibility that this run does not act on, each with why.
+    pub not_acted_on: Vec<String>,
 }
 
 impl RunPlan {
@@ -624,7 +735,36 @@ impl RunPlan {
         }
 
         let grace = parse_grace("--benchmark-grace-period", &a.benchmark_grace_period)?;
-        let warmup_grace = parse_grace("--warmup-grace-period", &a.warmup_grace_period)?;
+        let warmup_grace = match &a.agentic_warmup_grace_period {
+            Some(g) => parse_grace("--agentic-warmup-grace-period", g)?,
+            None => parse_grace("--warmup-grace-period", &a.warmup_grace_period)?,
+        };
+        let trace_idle_cap = a
+            .trace_idle_gap_cap_seconds
+            .map(|c| positive_secs("--trace-idle-gap-cap-seconds", c))
+            .transpose()?;
+        if let Some(b) = &a.weka_nested_timestamp_basis {
+            if !matches!(b.as_str(), "auto" | "absolute" | "relative") {
+                bail!("--weka-nested-timestamp-basis {b:?} is not auto, absolute or relative");
+            }
+        }
+        if let Some(d) = a.agentic_cache_warmup_duration {
+            positive_secs("--agentic-cache-warmup-duration", d)?;
+        }
+        if let Some(c) = a.system_idle_gap_cap_seconds {
+            positive_secs("--system-idle-gap-cap-seconds", c)?;
+        }
+        let not_acted_on = not_acted_on(a);
+        let routing = routing_headers(a.session_header.as_deref())?;
+        let tcp_user_timeout = match env_var("HTTP_TCP_USER_TIMEOUT") {
+            None => Some(Duration::from_millis(DEFAULT_TCP_USER_TIMEOUT_MS)),
+            Some((k, v)) => match v.trim().parse::<u64>() {
+                Ok(ms) if (1..=1_000_000).contains(&ms) => Some(Duration::from_millis(ms)),
+                _ => bail!(
+                    "{k}={v:?} is not a number of milliseconds from 1 to 1000000; use e.g. {k}=900000"
+                ),
+            },
+        };
         if let Some(f) = a.failed_request_threshold {
             if !(0.0..=1.0).contains(&f) {
                 bail!("--failed-request-threshold {f} is outside 0..1; pass a fraction, e.g. 0.05");
@@ -654,6 +794,9 @@ impl RunPlan {
             connect_timeout: positive_secs("--connect-timeout-seconds", a.connect_timeout_seconds)?,
             request_timeout: positive_secs("--request-timeout-seconds", a.request_timeout_seconds)?,
             http2: a.http2,
+            routing,
+            reuse: a.connection_reuse_strategy,
+            tcp_user_timeout,
         };
         let stats_interval = match a.stats_interval {
             Some(0.0) => None,
@@ -662,6 +805,8 @@ impl RunPlan {
             None => Some(Duration::from_secs(30)),
         };
         Ok(RunPlan {
+            trace_idle_cap,
+            not_acted_on,
             demo,
             url: a.url.clone(),
             model: a.model.clone(),
@@ -866,6 +1011,9 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     for w in &resolved.warnings {
         tracing::warn!("--{}: {}", w.setting, w.message);
     }
+    for w in &rp.not_acted_on {
+        tracing::warn!("accepted but not acted on: {w}");
+    }
     let RunSettings {
         concurrency: conc,
         duration,
@@ -894,16 +1042,17 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     }
 
     // Dataset.
-    let counter = match &a.tokenizer {
-        Some(p) => {
+    let counter = match a.tokenizer.as_deref() {
+        None | Some("builtin") => TokenCounter::Words,
+        Some(spec) => {
+            let p = Path::new(spec);
             let file = if p.is_dir() {
                 p.join("tokenizer.json")
             } else {
-                p.clone()
+                p.to_path_buf()
             };
             TokenCounter::from_file(&file).map_err(|e| anyhow!("--tokenizer: {e}"))?
         }
-        None => TokenCounter::Words,
     };
     let opts = OpenOptions {
         num_dataset_entries: a.num_dataset_entries,
@@ -998,6 +1147,13 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         },
         "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
         "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
+        "not_acted_on": rp.not_acted_on,
+        "http": {
+            "correlation_header": rp.client.routing.correlation.as_str(),
+            "session_headers": rp.client.routing.names(),
+            "connection_reuse_strategy": rp.client.reuse.as_str(),
+            "tcp_user_timeout_ms": rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),
+        },
         "concurrency": conc,
         "benchmark_duration_s": duration.as_secs_f64(),
         "assistant_mode": match rp.mode { AssistantMode::Live => "live", AssistantMode::Recorded => "recorded" },
@@ -1074,6 +1230,7 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         overflow_phrases: rp.overflow_phrases_env.clone(),
         run_id: run_id.clone(),
         stats_interval: rp.stats_interval,
+        trace_idle_cap: rp.trace_idle_cap,
     };
     tracing::info!(
         scenario = %format!("{} {} sha256:{}", info.name, info.version, sc.hash()),

@@ -20,6 +20,7 @@
 
 pub mod pool;
 pub mod preflight;
+pub mod routing;
 pub mod scrape;
 pub mod sse;
 
@@ -35,6 +36,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::record::Usage;
+pub use routing::{ConnectionReuse, RoutingHeaders};
 use sse::SseDecoder;
 
 /// Longest error body excerpt kept (and handed to the scenario's classifier).
@@ -56,6 +58,13 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Speak HTTP/2 without TLS (h2c, prior knowledge) instead of HTTP/1.1.
     pub http2: bool,
+    /// Session headers from the correlation id, and the correlation header's name.
+    pub routing: RoutingHeaders,
+    /// Which connection each request goes out on.
+    pub reuse: ConnectionReuse,
+    /// `TCP_USER_TIMEOUT` of every connection (Linux): how long sent data may stay unacknowledged
+    /// before the kernel drops the connection.
+    pub tcp_user_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -68,6 +77,9 @@ impl std::fmt::Debug for ClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("http2", &self.http2)
+            .field("routing", &self.routing)
+            .field("reuse", &self.reuse)
+            .field("tcp_user_timeout", &self.tcp_user_timeout)
             .finish()
     }
 }
@@ -96,6 +108,8 @@ pub struct Client {
     uri: Uri,
     auth: Option<HeaderValue>,
     request_timeout: Duration,
+    routing: std::sync::Arc<RoutingHeaders>,
+    reuse: ConnectionReuse,
 }
 
 impl std::fmt::Debug for Client {
@@ -138,6 +152,7 @@ impl Client {
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout));
         http.set_keepalive(Some(Duration::from_secs(30)));
+        http.set_tcp_user_timeout(cfg.tcp_user_timeout);
         let builder = hyper_rustls::HttpsConnectorBuilder::new()
             .with_webpki_roots()
             .https_or_http();
@@ -167,6 +182,8 @@ impl Client {
             uri,
             auth,
             request_timeout: cfg.request_timeout,
+            routing: std::sync::Arc::new(cfg.routing.clone()),
+            reuse: cfg.reuse,
         })
     }
 
@@ -307,7 +324,24 @@ impl Client {
             None => {}
         }
         ex.end = Instant::now();
+        if self.reuse == ConnectionReuse::Sticky && (ids.last || ex.failure.is_some()) {
+            self.pools.release(ids.correlation_id);
+        }
         ex
+    }
+
+    /// Sticky sessions holding a connection pool now (`--connection-reuse-strategy
+    /// sticky-user-sessions`).
+    pub fn sticky_sessions(&self) -> usize {
+        self.pools.sessions()
+    }
+
+    /// Ends a sticky session that stops before its final turn (the run ended): its connection
+    /// closes.
+    pub fn end_session(&self, correlation_id: &str) {
+        if self.reuse == ConnectionReuse::Sticky {
+            self.pools.release(correlation_id);
+        }
     }
 
     async fn exchange(
@@ -320,12 +354,13 @@ impl Client {
         let build = |body: JsonBody| {
             let mut req = Request::post(self.uri.clone())
                 .header(CONTENT_TYPE, "application/json")
-                .header("x-request-id", ids.request_id)
-                .header("x-correlation-id", ids.correlation_id);
+                .header("x-request-id", ids.request_id);
             if let Some(a) = &self.auth {
                 req = req.header(AUTHORIZATION, a.clone());
             }
-            req.body(body)
+            self.routing
+                .apply(req, ids.correlation_id, ids.parent_correlation_id)
+                .body(body)
         };
         // The pieces are shared, so keeping a copy for the one retry costs no body bytes.
         let again = body.clone();
@@ -341,7 +376,12 @@ impl Client {
             }
         };
         let capture = capture_connection(&mut req);
-        let first = self.pools.pooled().request(req).await;
+        let pool = match self.reuse {
+            ConnectionReuse::Pooled => self.pools.pooled(),
+            ConnectionReuse::Never => self.pools.fresh().clone(),
+            ConnectionReuse::Sticky => self.pools.session(ids.correlation_id),
+        };
+        let first = pool.request(req).await;
         let resp = match first {
             Ok(r) => r,
             Err(e) if !e.is_connect() && reused_before(&e, ex.sent) => {
@@ -505,7 +545,12 @@ pub enum GetError {
 #[derive(Debug, Clone, Copy)]
 pub struct RequestIds<'a> {
     pub request_id: &'a str,
+    /// The stream's own correlation id.
     pub correlation_id: &'a str,
+    /// The parent stream's correlation id (child streams of a session tree).
+    pub parent_correlation_id: Option<&'a str>,
+    /// The session's final turn: a sticky session's connection is released after it.
+    pub last: bool,
 }
 
 struct StreamState {

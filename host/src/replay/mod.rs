@@ -58,6 +58,10 @@ pub struct ReplayConfig {
     pub run_id: String,
     /// Interval of the progress log line; `None` for none.
     pub stats_interval: Option<Duration>,
+    /// `--trace-idle-gap-cap-seconds`: a session waits at most this long between a response and
+    /// its next turn during profiling (a single-stream session has nothing in flight while it
+    /// waits, so aiperf's per-tree idle cap is a cap on each delay).
+    pub trace_idle_cap: Option<Duration>,
 }
 
 /// Why the replay stopped.
@@ -565,6 +569,7 @@ async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) -> Warmed {
     let mut cancel = sh.cancel.subscribe();
     let req = prepare(sh, &session, &conv);
     let sent = send_turn(sh, &session, req, Phase::Warmup, start_ns, &mut cancel).await;
+    sh.client.end_session(&session.correlation_id);
     match sent.error {
         None => {
             let next = lane.start_turn as usize + 1;
@@ -623,6 +628,7 @@ async fn profile_lane(
             )
             .await;
         }
+        sh.client.end_session(&session.correlation_id);
         let can_start = !*stop.borrow() && !*cancel.borrow();
         let next = sh
             .recycler
@@ -696,7 +702,11 @@ async fn play_session(
             return;
         }
         req = prepare(sh, session, &conv);
-        let delay = sh.delays[session.trace][conv.turn()];
+        let recorded = sh.delays[session.trace][conv.turn()];
+        let delay = sh
+            .cfg
+            .trace_idle_cap
+            .map_or(recorded, |c| recorded.min(c.as_secs_f64()));
         let due = sent.end + Duration::from_secs_f64(delay);
         intended = sh.clock.ns_of(due);
         if delay > 0.0 {
@@ -773,6 +783,8 @@ async fn send_turn(
             RequestIds {
                 request_id: &req.request_id,
                 correlation_id: &session.correlation_id,
+                parent_correlation_id: None,
+                last: req.turn + 1 >= req.num_turns,
             },
             keep_text,
             cancel,

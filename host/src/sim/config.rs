@@ -158,6 +158,9 @@ pub struct SimConfig {
     pub faults: Faults,
     /// When connections are closed between requests.
     pub keep_alive: KeepAliveConfig,
+    /// Keep the headers of every chat request with the connection it came on (tests of routing
+    /// headers and connection reuse read them back with `SimHandle::received`).
+    pub record_headers: bool,
 }
 
 /// How long the server keeps a connection between requests.
@@ -207,6 +210,7 @@ impl SimConfig {
             tokenizer: crate::dataset::tokens::TokenCounter::Words,
             faults: Faults::default(),
             keep_alive: KeepAliveConfig::default(),
+            record_headers: false,
         };
         match preset {
             Preset::H200 => SimConfig {

@@ -43,6 +43,7 @@ pub use args::{main as cli_main, SimArgs};
 pub use cache::{BlockHasher, PrefixCache};
 pub use config::{Faults, KeepAliveConfig, ModelTiming, Preset, SimConfig, Timing};
 pub use request::{context_overflow, ApiError};
+pub use server::Received;
 pub use thread::SimThread;
 
 /// Why the simulator could not start.
@@ -107,6 +108,12 @@ impl SimHandle {
     /// Chat completion requests received so far.
     pub fn chat_requests(&self) -> u64 {
         self.shared.chat_requests()
+    }
+
+    /// Every chat request's headers and connection, in arrival order (with
+    /// `SimConfig::record_headers`; empty otherwise).
+    pub fn received(&self) -> Vec<server::Received> {
+        self.shared.received()
     }
 
     /// Stop accepting, let in-flight responses finish (for at most two seconds), and wait.

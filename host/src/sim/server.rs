@@ -44,7 +44,39 @@ pub struct Shared {
     round_robin: AtomicU64,
     /// Signalled once `stop_after` requests have arrived.
     stop_accepting: Notify,
+    /// Chat requests' headers, when `record_headers` is on.
+    received: std::sync::Mutex<Vec<Received>>,
+    /// Connections accepted so far (numbering for [`Received::conn`]).
+    accepted: AtomicU64,
 }
+
+/// What arrived with one chat request (`SimConfig::record_headers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The connection it came on: 0 for the first accepted, then 1, 2, …
+    pub conn: u64,
+    /// Header names (lowercase) and values, in arrival order; `authorization` is left out.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Received {
+    /// The value of header `name` (lowercase), if it came once or more (the first).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The headers a router would key a session on, in the order the simulator consults them.
+const SESSION_KEYS: [&str; 5] = [
+    "x-session-affinity",
+    "x-smg-routing-key",
+    "x-dynamo-session-id",
+    "x-session-id",
+    "x-correlation-id",
+];
 
 impl Shared {
     /// Fresh state for `config` (already validated).
@@ -58,6 +90,8 @@ impl Shared {
             chat_requests: AtomicU64::new(0),
             round_robin: AtomicU64::new(0),
             stop_accepting: Notify::new(),
+            received: std::sync::Mutex::new(Vec::new()),
+            accepted: AtomicU64::new(0),
         }
     }
 
@@ -75,6 +109,29 @@ impl Shared {
     /// Chat completion requests received so far.
     pub fn chat_requests(&self) -> u64 {
         self.chat_requests.load(Relaxed)
+    }
+
+    /// The recorded chat requests so far (empty unless `record_headers` is on).
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().expect("received lock").clone()
+    }
+
+    fn record(&self, conn: u64, req: &Request<Incoming>) {
+        let headers = req
+            .headers()
+            .iter()
+            .filter(|(k, _)| *k != hyper::header::AUTHORIZATION)
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        self.received
+            .lock()
+            .expect("received lock")
+            .push(Received { conn, headers });
     }
 }
 
@@ -240,11 +297,13 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
             mix64(key.rotate_left(17))
         ),
     };
-    let engine_ix = match req
-        .headers()
-        .get("x-correlation-id")
-        .and_then(|v| v.to_str().ok())
-    {
+    let session_key = SESSION_KEYS.iter().find_map(|k| {
+        req.headers()
+            .get(*k)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+    });
+    let engine_ix = match session_key {
         Some(c) => hash_str(c) % config.engines as u64,
         None => shared.round_robin.fetch_add(1, Relaxed) % config.engines as u64,
     } as usize;
@@ -496,8 +555,12 @@ pub async fn serve(
                     let shared = shared.clone();
                     let served = Arc::new(AtomicU64::new(0));
                     let ka_header = ka_header.clone();
-                    let service = hyper::service::service_fn(move |req| {
+                    let conn_no = shared.accepted.fetch_add(1, Relaxed);
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                         let (shared, served, ka_header) = (shared.clone(), served.clone(), ka_header.clone());
+                        if shared.config.record_headers && req.uri().path() == "/v1/chat/completions" {
+                            shared.record(conn_no, &req);
+                        }
                         async move {
                             let n = served.fetch_add(1, Relaxed) + 1;
                             let mut resp = handle(shared, req).await?;
