@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agentx::dataset::prompt::push_json_escaped;
-use agentx::dataset::stats::{corpus_stats, theoretical_hits};
+use agentx::dataset::stats::{corpus_stats, prefix_stamps, theoretical_hits};
 use agentx::dataset::synth::{write_corpus, SynthOptions};
 use agentx::dataset::weka::{for_each_trace, SourceFiles};
 use agentx::dataset::{
@@ -782,6 +782,11 @@ fn theoretical_hit_rates_follow_the_definitions() {
     assert_eq!((h.blocks, h.set_hits, h.prefix_hits), (9, 5, 3));
     let h1 = theoretical_hits(ds.trajectory(0).unwrap(), 1);
     assert_eq!((h1.blocks, h1.set_hits, h1.prefix_hits), (5, 2, 0));
+    // aiperf's per-turn stamps: the leading run of already-sent blocks.
+    assert_eq!(
+        prefix_stamps(ds.trajectory(0).unwrap()),
+        [(0, 3), (2, 2), (3, 4)]
+    );
     let s = corpus_stats(&ds);
     assert_eq!((s.traces, s.requests, s.non_monotonic_cuts), (1, 3, 2));
 }

@@ -110,6 +110,16 @@ fn info() -> RunInfo {
         was_cancelled: false,
         input_config: json!({"endpoint": {"url": "http://127.0.0.1:0"}, "concurrency": 2}),
         seed: Some(42),
+        profiling_duration_ns: Some(3_500 * MS),
+        prefix_stamps: (0..4)
+            .map(|s| (format!("trace-{s}"), vec![(1, 4); 8]))
+            .collect(),
+        dataset: Some(json!({
+            "source_type": "public_dataset",
+            "loader": "semianalysis_cc_traces_weka_062126",
+            "hf_dataset_name": "semianalysisai/cc-traces-weka-062126",
+            "hf_split": "train",
+        })),
     }
 }
 
@@ -315,7 +325,8 @@ fn jsonl_and_aggregate_agree_with_the_records() {
     assert_eq!(agg["time_to_first_token"]["min"], 120.0);
     assert_eq!(agg["time_to_first_token"]["max"], 300.0);
     assert_eq!(agg["error_isl"]["count"], 2);
-    assert_eq!(agg["start_time"], "2026-05-28T20:26:41.000000Z");
+    assert_eq!(agg["start_time_utc"], "2026-05-28T20:26:41.000000Z");
+    assert!(agg["time_zone"].is_string());
     assert_eq!(agg["metadata"]["scenario"]["name"], "inferencex-agentx-mvp");
     assert_eq!(agg["input_config"]["concurrency"], 2);
 }

@@ -181,6 +181,18 @@ impl RequestRecord {
         (self.osl >= 2).then(|| (lat - ttft) as f64 / (self.osl - 1) as f64)
     }
 
+    /// From the first content chunk to the end of the response (aiperf's `full_decode_duration`:
+    /// through the explicit end of the request, so the usage chunk and `[DONE]` count).
+    pub fn full_decode_ns(&self) -> Option<u64> {
+        self.first_token_ns.map(|t| self.end_ns.saturating_sub(t))
+    }
+
+    /// Full-response inter-token latency: [`RequestRecord::full_decode_ns`] over `osl - 1` tokens.
+    pub fn full_response_itl_ns(&self) -> Option<f64> {
+        let d = self.full_decode_ns()?;
+        (self.osl >= 2).then(|| d as f64 / (self.osl - 1) as f64)
+    }
+
     /// Lag between the intended and the actual send.
     pub fn send_lag_ns(&self) -> u64 {
         self.send_ns.saturating_sub(self.intended_ns)

@@ -1403,6 +1403,20 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         was_cancelled: outcome.stop.cancelled(),
         input_config: input_config.clone(),
         seed: Some(seed),
+        profiling_duration_ns: Some(duration.as_nanos() as u64),
+        prefix_stamps: prefix_stamps(ds, &records),
+        dataset: ds.alias().map(|alias| {
+            let mut d = json!({
+                "source_type": "public_dataset",
+                "loader": alias.name,
+                "hf_dataset_name": alias.repo,
+                "hf_split": "train",
+            });
+            if let Some(n) = a.num_dataset_entries {
+                d["num_dataset_entries"] = json!(n);
+            }
+            d
+        }),
     };
     let mut files = vec![
         records_path.clone(),
@@ -1460,6 +1474,23 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The theoretical prefix-cache stamps of every trace the profiling records replayed.
+fn prefix_stamps(
+    ds: &Dataset,
+    records: &[crate::record::RequestRecord],
+) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+    let mut out = std::collections::HashMap::new();
+    for r in records {
+        if r.phase != crate::record::Phase::Profiling || out.contains_key(&r.trace_id) {
+            continue;
+        }
+        if let Some(t) = ds.find(&r.trace_id) {
+            out.insert(r.trace_id.clone(), dataset::stats::prefix_stamps(t));
+        }
+    }
+    out
 }
 
 /// The longest the pre-flight `GET /v1/models` may take (a server that does not answer in that time

@@ -129,6 +129,23 @@ pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
     c
 }
 
+/// Each turn's theoretical prefix-cache `(hit, total)` blocks as aiperf's loader stamps them: the
+/// hits are the leading run of the turn's hash ids already sent by an earlier turn of the trace (an
+/// infinite cache keyed by block, matched from the start of the prompt).
+pub fn prefix_stamps(traj: Trajectory<'_>) -> Vec<(u32, u32)> {
+    let mut seen: HashSet<u32> = HashSet::new();
+    traj.turns()
+        .map(|turn| {
+            // The shared prefix with the previous turn was sent by it.
+            let lcp = turn.lcp_with_previous();
+            let new = turn.new_hash_ids();
+            let hits = lcp + new.iter().take_while(|id| seen.contains(id)).count();
+            seen.extend(new.iter().copied());
+            (hits as u32, turn.num_hash_ids() as u32)
+        })
+        .collect()
+}
+
 /// Statistics of a whole corpus.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CorpusStats {

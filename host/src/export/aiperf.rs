@@ -19,7 +19,7 @@ use crate::fsio::write_atomic;
 use crate::metrics::stats::{
     self, Aggregate, Class, MetricDef, Stats, Value, PERCENTILES, STAT_KEYS,
 };
-use crate::record::{RecordError, RequestRecord};
+use crate::record::{Phase, RecordError, RequestRecord};
 
 pub const PROFILE_EXPORT_JSONL: &str = "profile_export.jsonl";
 pub const PROFILE_EXPORT_JSON: &str = "profile_export_aiperf.json";
@@ -56,6 +56,13 @@ pub struct RunInfo {
     pub input_config: Json,
     /// The random seed the run used.
     pub seed: Option<u64>,
+    /// The configured profiling duration (ns), for `metadata.metric_duration_coverage`.
+    pub profiling_duration_ns: Option<u64>,
+    /// Per trace id, each turn's theoretical prefix-cache `(hit, total)` blocks (the stamps aiperf's
+    /// loader puts on turns); empty when the corpus is not at hand.
+    pub prefix_stamps: HashMap<String, Vec<(u32, u32)>>,
+    /// `metadata.dataset`: the public corpus's provenance (`None` for local files).
+    pub dataset: Option<Json>,
 }
 
 /// Failures to write the exports, naming the file.
@@ -172,17 +179,38 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
     md.put("x_correlation_id", r.correlation_id.as_str());
     md.put("conversation_id", r.trace_id.as_str());
     md.put("turn_index", r.turn);
+    md.put("source_trace_id", r.trace_id.as_str());
+    // The replayed turn's position among the trace's top-level requests is not kept by the dataset
+    // cache (subagent entries are skipped), so the source indices are left unknown, as aiperf does
+    // for loaders that do not provide them.
+    md.put("source_outer_idx", Json::Null);
+    md.put("source_inner_idx", Json::Null);
+    md.put("source_kind", "weka_main");
+    md.put("credit_issued_ns", unix(info, r.intended_ns));
     md.put("request_start_ns", unix(info, r.send_ns));
     md.put("request_ack_ns", r.first_byte_ns.map(|t| unix(info, t)));
     md.put("request_end_ns", unix(info, r.end_ns));
     md.put("worker_id", format!("worker_{}", r.lane));
     md.put("record_processor_id", "record_processor_0");
     md.put("benchmark_phase", r.phase.as_str());
+    let (index, profiling_index) = match r.phase {
+        Phase::Warmup => (0, None),
+        Phase::Profiling => (1, Some(0)),
+    };
+    md.put("phase_index", index);
+    md.put("profiling_index", profiling_index);
+    md.put("phase_name", r.phase.as_str());
+    md.put("phase_kind", r.phase.as_str());
     md.put("was_cancelled", r.cancelled);
     md.put(
         "cancellation_time_ns",
         r.cancelled.then(|| unix(info, r.end_ns)),
     );
+    md.put("context_overflow_skip", r.context_overflow);
+    // Single-stream sessions are the roots of their own trees.
+    md.put("agent_depth", 0);
+    md.put("parent_correlation_id", Json::Null);
+    md.put("root_correlation_id", r.correlation_id.as_str());
 
     let mut metrics = Ordered::default();
     for (m, v) in stats::record_values(r) {
@@ -289,14 +317,28 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
     let mut o = Ordered::default();
     o.put("schema_version", SCHEMA_VERSION);
     o.put("benchmark_id", info.benchmark_id.as_str());
-    o.put("start_time", iso_utc(unix(info, info.profiling_start_ns)));
-    o.put("end_time", iso_utc(unix(info, info.profiling_end_ns)));
+    let (start, end) = (
+        unix(info, info.profiling_start_ns),
+        unix(info, info.profiling_end_ns),
+    );
+    // aiperf writes naive local times; the zone and the UTC instants are written beside them.
+    o.put("start_time", iso_local(start));
+    o.put("end_time", iso_local(end));
+    o.put("time_zone", utc_offset(start));
+    o.put("start_time_utc", iso_utc(start));
+    o.put("end_time_utc", iso_utc(end));
     o.put("was_cancelled", info.was_cancelled);
     for (m, s) in stats::distributions(prof.iter().copied()) {
         o.put_ordered(m.tag, stats_block(&m, &s));
     }
     for (m, v) in Aggregate::of(records.iter()).run_values(info.anchor_unix_ns) {
         o.put_ordered(m.tag, scalar_block(&m, &v));
+    }
+    for (m, v) in stats::e2e_normalized_interactivity(prof.iter().copied()) {
+        o.put_ordered(m.tag, scalar_block(&m, &v));
+    }
+    if let Some(b) = theoretical_prefix_cache_hit(&prof, info) {
+        o.put_ordered("theoretical_prefix_cache_hit", b);
     }
     o.put("error_summary", error_summary(&prof));
     o.put(
@@ -314,7 +356,33 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
         "submission_invalid_reasons",
         info.submission_invalid_reasons.clone(),
     );
+    if let Some(d) = &info.dataset {
+        md.put("dataset", d.clone());
+    }
+    if let Some(dur) = info.profiling_duration_ns {
+        if let Some(c) = stats::Coverage::of(prof.iter().copied(), info.profiling_start_ns, dur) {
+            md.put(
+                "metric_duration_coverage",
+                json!([{
+                    "phase_name": "profiling",
+                    "expected_duration_seconds": dur as f64 / 1e9,
+                    "required_ratio": COVERAGE_REQUIRED_RATIO,
+                    "ttft_ratio": c.ttft_ratio,
+                    "inter_token_latency_ratio": c.inter_token_latency_ratio,
+                }]),
+            );
+        }
+    }
     o.put_ordered("metadata", md);
+    let warm: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| stats::class(r) == Class::Warmup && !r.context_overflow)
+        .collect();
+    let mut wm = Ordered::default();
+    for (m, s) in stats::distributions_of_phase(warm.iter().copied(), Phase::Warmup) {
+        wm.put_ordered(m.tag, stats_block(&m, &s));
+    }
+    o.put_ordered("warmup_metrics", wm);
     o.put(
         "run_info",
         json!({
@@ -331,6 +399,41 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
     );
     o.put("input_config", info.input_config.clone());
     o
+}
+
+/// The share of the profiling phase that latency signals must cover (aiperf's 0.95; reported, not
+/// enforced, for 0.1.0 scenarios).
+pub const COVERAGE_REQUIRED_RATIO: f64 = 0.95;
+
+/// aiperf's `theoretical_prefix_cache_hit`: over valid profiling records, the hit blocks (clamped
+/// to the total) and total blocks of each record's turn; `None` when no record has a stamp.
+fn theoretical_prefix_cache_hit(prof: &[&RequestRecord], info: &RunInfo) -> Option<Ordered> {
+    let (mut hit, mut total) = (0u64, 0u64);
+    for r in prof {
+        if stats::class(r) != Class::Valid {
+            continue;
+        }
+        let Some(&(h, t)) = info
+            .prefix_stamps
+            .get(&r.trace_id)
+            .and_then(|v| v.get(r.turn as usize))
+        else {
+            continue;
+        };
+        if t == 0 {
+            continue;
+        }
+        hit += u64::from(h.min(t));
+        total += u64::from(t);
+    }
+    (total > 0).then(|| {
+        let mut b = Ordered::default();
+        b.put("unit", "%");
+        b.put("avg", 100.0 * hit as f64 / total as f64);
+        b.put("sum", hit);
+        b.put("count", total);
+        b
+    })
 }
 
 /// A CSV field, quoted when it has to be.
@@ -570,6 +673,23 @@ pub fn write_all(
     Ok(written)
 }
 
+/// Unix nanoseconds as a naive local ISO-8601 time with microseconds, as aiperf writes
+/// `start_time` (`datetime.fromtimestamp(...)`), e.g. `2026-05-17T14:00:00.000000`.
+pub fn iso_local(unix_ns: u64) -> String {
+    chrono::DateTime::from_timestamp_nanos(unix_ns as i64)
+        .with_timezone(&chrono::Local)
+        .format("%Y-%m-%dT%H:%M:%S%.6f")
+        .to_string()
+}
+
+/// The local time zone's UTC offset at `unix_ns`, e.g. `+02:00`.
+pub fn utc_offset(unix_ns: u64) -> String {
+    chrono::DateTime::from_timestamp_nanos(unix_ns as i64)
+        .with_timezone(&chrono::Local)
+        .format("%:z")
+        .to_string()
+}
+
 /// Unix nanoseconds as UTC ISO-8601 with microseconds, e.g. `2026-05-17T12:00:00.000000Z`.
 pub fn iso_utc(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;
@@ -619,6 +739,9 @@ mod tests {
             was_cancelled: false,
             input_config: json!({"concurrency": 2}),
             seed: Some(42),
+            profiling_duration_ns: Some(2_000_000_000),
+            prefix_stamps: HashMap::from([("trace-a".to_string(), vec![(3, 4), (9, 9)])]),
+            dataset: None,
         }
     }
 
@@ -718,7 +841,11 @@ mod tests {
         assert_eq!(j["input_sequence_length"]["min"], 100.0);
         assert_eq!(j["input_sequence_length"]["count"], 2);
         assert_eq!(j["error_isl"]["count"], 3);
-        assert_eq!(j["start_time"], "2023-11-14T22:13:21.000000Z");
+        assert_eq!(j["start_time_utc"], "2023-11-14T22:13:21.000000Z");
+        // aiperf's naive local time, with the zone written beside it.
+        assert_eq!(j["start_time"], iso_local(1_700_000_001_000_000_000));
+        assert!(!j["start_time"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(j["time_zone"], utc_offset(1_700_000_001_000_000_000));
         assert_eq!(j["metadata"]["submission_valid"], false);
         assert_eq!(
             j["metadata"]["scenario"]["component_sha256"],
@@ -729,6 +856,68 @@ mod tests {
         assert_eq!(es[0]["error_details"]["code"], 500);
         assert_eq!(es[1]["error_details"]["code"], 499);
         assert_eq!(j["run_info"]["random_seed"], 42);
+    }
+
+    #[test]
+    fn aggregate_has_the_schema_1_5_additions() {
+        let j = aggregate_json(&records(), &info()).into_json();
+        let close = |v: &Json, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-9;
+        // Latency over OSL, seconds per token: 0.200/20 = 0.01 and 1.899/30 = 0.0633. Linear
+        // percentiles: p75 = 0.01 + 0.75·0.0533 = 0.049975, p90 = 0.01 + 0.9·0.0533 = 0.05797.
+        let p75 = &j["e2e_normalized_interactivity_p75"];
+        assert_eq!(p75["unit"], "tokens/sec/user");
+        assert!(close(&p75["avg"], 1.0 / 0.049975), "{p75}");
+        assert!(close(
+            &j["e2e_normalized_interactivity_p90"]["avg"],
+            1.0 / 0.05797
+        ));
+        // Both valid records replay trace-a's turn 0, stamped 3 hits of 4 blocks.
+        assert_eq!(
+            j["theoretical_prefix_cache_hit"],
+            json!({"unit": "%", "avg": 75.0, "sum": 6, "count": 8})
+        );
+        // The overflow is the skip path's only count.
+        assert_eq!(j["skipped_context_overflow_count"]["avg"], 1.0);
+        // Profiling starts at 1.0 s and is configured for 2 s: the last first token comes at
+        // 1.1 + 0.3 = 1.4 s (0.2 of it), the last end with an ITL at 1.1 + 1.899 + 0.001 = 3.0 s.
+        let cov = &j["metadata"]["metric_duration_coverage"][0];
+        assert_eq!(cov["phase_name"], "profiling");
+        assert_eq!(cov["required_ratio"], 0.95);
+        assert!(close(&cov["ttft_ratio"], 0.2), "{cov}");
+        assert!(close(&cov["inter_token_latency_ratio"], 1.0), "{cov}");
+        // The warmup's one record (ISL 10) is the warmup metrics' only sample.
+        assert_eq!(j["warmup_metrics"]["input_sequence_length"]["avg"], 10.0);
+        assert_eq!(j["warmup_metrics"]["input_sequence_length"]["count"], 1);
+        assert!(j["runtime_submission_invalid_reasons"].is_array());
+        // A local corpus has no public-dataset provenance.
+        assert!(j["metadata"].get("dataset").is_none());
+    }
+
+    #[test]
+    fn records_carry_tree_fields_and_full_response_metrics() {
+        let text = records_jsonl(&records(), &info()).unwrap();
+        let ok: Json = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+        let md = &ok["metadata"];
+        assert_eq!(md["agent_depth"], 0);
+        assert_eq!(md["parent_correlation_id"], Json::Null);
+        assert_eq!(md["root_correlation_id"], md["x_correlation_id"]);
+        assert_eq!(md["source_trace_id"], "trace-a");
+        assert_eq!(md["credit_issued_ns"], md["request_start_ns"]);
+        assert_eq!(md["phase_kind"], "profiling");
+        assert_eq!(md["profiling_index"], 0);
+        assert_eq!(md["context_overflow_skip"], false);
+        // First token at 100 ms, last chunk at 200 ms, end at 201 ms; OSL 20.
+        let m = &ok["metrics"];
+        let v = |k: &str| m[k]["value"].as_f64().unwrap();
+        assert!((v("full_decode_duration") - 101.0).abs() < 1e-9);
+        assert!((v("inter_token_latency") - 100.0 / 19.0).abs() < 1e-9);
+        assert!((v("full_response_inter_token_latency") - 101.0 / 19.0).abs() < 1e-9);
+        assert!(
+            (v("full_response_output_token_throughput_per_user") - 19_000.0 / 101.0).abs() < 1e-9
+        );
+        let warm: Json = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(warm["metadata"]["phase_index"], 0);
+        assert_eq!(warm["metadata"]["profiling_index"], Json::Null);
     }
 
     #[test]

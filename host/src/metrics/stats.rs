@@ -43,6 +43,18 @@ pub const OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
     "Output Token Throughput Per User",
     "tokens/sec/user",
 );
+pub const FULL_DECODE_DURATION: MetricDef =
+    def("full_decode_duration", "Full Decode Duration", "ms");
+pub const FULL_RESPONSE_INTER_TOKEN_LATENCY: MetricDef = def(
+    "full_response_inter_token_latency",
+    "Full-Response Inter Token Latency",
+    "ms",
+);
+pub const FULL_RESPONSE_OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
+    "full_response_output_token_throughput_per_user",
+    "Full-Response Output Token Throughput Per User",
+    "tokens/sec/user",
+);
 pub const USAGE_PROMPT_TOKENS: MetricDef =
     def("usage_prompt_tokens", "Usage Prompt Tokens", "tokens");
 pub const USAGE_COMPLETION_TOKENS: MetricDef = def(
@@ -59,7 +71,7 @@ pub const USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
 pub const ERROR_ISL: MetricDef = def("error_isl", "Error Input Sequence Length", "tokens");
 
 /// Every record metric, in output order.
-pub const RECORD_METRICS: [MetricDef; 14] = [
+pub const RECORD_METRICS: [MetricDef; 17] = [
     INPUT_SEQUENCE_LENGTH,
     TIME_TO_FIRST_TOKEN,
     TIME_TO_SECOND_TOKEN,
@@ -67,8 +79,11 @@ pub const RECORD_METRICS: [MetricDef; 14] = [
     INTER_CHUNK_LATENCY,
     OUTPUT_SEQUENCE_LENGTH,
     OUTPUT_TOKEN_COUNT,
+    FULL_DECODE_DURATION,
     INTER_TOKEN_LATENCY,
+    FULL_RESPONSE_INTER_TOKEN_LATENCY,
     OUTPUT_TOKEN_THROUGHPUT_PER_USER,
+    FULL_RESPONSE_OUTPUT_TOKEN_THROUGHPUT_PER_USER,
     USAGE_PROMPT_TOKENS,
     USAGE_COMPLETION_TOKENS,
     USAGE_TOTAL_TOKENS,
@@ -91,6 +106,24 @@ pub const WARMUP_CONTEXT_OVERFLOW_COUNT: MetricDef = def(
     "warmup_context_overflow_count",
     "Warmup Context Overflow Count",
     "requests",
+);
+/// Context overflows left out of the records (all of them, in agentic replay); written only when
+/// there are some, as aiperf does.
+pub const SKIPPED_CONTEXT_OVERFLOW_COUNT: MetricDef = def(
+    "skipped_context_overflow_count",
+    "Skipped Context Overflow Count",
+    "requests",
+);
+/// `1 / percentile(latency_s / OSL, p)`: output tokens per second a user sees end to end.
+pub const E2E_NORMALIZED_INTERACTIVITY_P75: MetricDef = def(
+    "e2e_normalized_interactivity_p75",
+    "E2E Normalized Interactivity p75",
+    "tokens/sec/user",
+);
+pub const E2E_NORMALIZED_INTERACTIVITY_P90: MetricDef = def(
+    "e2e_normalized_interactivity_p90",
+    "E2E Normalized Interactivity p90",
+    "tokens/sec/user",
 );
 pub const MIN_REQUEST_TIMESTAMP: MetricDef =
     def("min_request_timestamp", "Minimum Request Timestamp", "ns");
@@ -203,11 +236,25 @@ pub fn record_values(r: &RequestRecord) -> Vec<(MetricDef, Value)> {
     out.push((OUTPUT_SEQUENCE_LENGTH, Value::Int(r.osl)));
     // Reasoning tokens are not counted apart from content, so the output token count is the OSL.
     out.push((OUTPUT_TOKEN_COUNT, Value::Int(r.osl)));
-    if let Some(itl) = r.itl_ns() {
+    if let Some(d) = r.full_decode_ns() {
+        out.push((FULL_DECODE_DURATION, Value::Float(ms(d as f64))));
+    }
+    let itl = r.itl_ns();
+    let full = r.full_response_itl_ns();
+    if let Some(itl) = itl {
         out.push((INTER_TOKEN_LATENCY, Value::Float(ms(itl))));
-        if itl > 0.0 {
-            out.push((OUTPUT_TOKEN_THROUGHPUT_PER_USER, Value::Float(1e9 / itl)));
-        }
+    }
+    if let Some(f) = full {
+        out.push((FULL_RESPONSE_INTER_TOKEN_LATENCY, Value::Float(ms(f))));
+    }
+    if let Some(itl) = itl.filter(|x| *x > 0.0) {
+        out.push((OUTPUT_TOKEN_THROUGHPUT_PER_USER, Value::Float(1e9 / itl)));
+    }
+    if let Some(f) = full.filter(|x| *x > 0.0) {
+        out.push((
+            FULL_RESPONSE_OUTPUT_TOKEN_THROUGHPUT_PER_USER,
+            Value::Float(1e9 / f),
+        ));
     }
     let u = &r.usage;
     if let Some(p) = u.prompt_tokens {
@@ -333,9 +380,17 @@ pub fn distributions<'a, I>(records: I) -> Vec<(MetricDef, Stats)>
 where
     I: IntoIterator<Item = &'a RequestRecord>,
 {
+    distributions_of_phase(records, Phase::Profiling)
+}
+
+/// [`distributions`] over the records of `phase` (aiperf's `warmup_metrics` are the warmup's).
+pub fn distributions_of_phase<'a, I>(records: I, phase: Phase) -> Vec<(MetricDef, Stats)>
+where
+    I: IntoIterator<Item = &'a RequestRecord>,
+{
     let mut values: Vec<Vec<f64>> = vec![Vec::new(); RECORD_METRICS.len()];
     for r in records {
-        if matches!(class(r), Class::Warmup | Class::ContextOverflow) {
+        if r.phase != phase || r.context_overflow {
             continue;
         }
         for (m, v) in record_values(r) {
@@ -349,6 +404,79 @@ where
         .zip(values)
         .filter_map(|(m, v)| Stats::of_vec(v).map(|s| (*m, s)))
         .collect()
+}
+
+/// aiperf's E2E-normalized interactivity at p75 and p90: `1 / percentile(latency_s / OSL, p)`
+/// over valid profiling records whose latency, OSL, TTFT and ISL are all positive. Left out when no
+/// record qualifies.
+pub fn e2e_normalized_interactivity<'a, I>(records: I) -> Vec<(MetricDef, Value)>
+where
+    I: IntoIterator<Item = &'a RequestRecord>,
+{
+    let mut ratio: Vec<f64> = records
+        .into_iter()
+        .filter(|r| class(r) == Class::Valid && r.osl > 0 && r.isl > 0)
+        .filter(|r| r.ttft_ns().is_some_and(|t| t > 0))
+        .filter_map(|r| {
+            let l = r.latency_ns().filter(|l| *l > 0)?;
+            Some(l as f64 / 1e9 / r.osl as f64)
+        })
+        .filter(|x| x.is_finite())
+        .collect();
+    ratio.sort_by(f64::total_cmp);
+    [
+        (E2E_NORMALIZED_INTERACTIVITY_P75, 75.0),
+        (E2E_NORMALIZED_INTERACTIVITY_P90, 90.0),
+    ]
+    .into_iter()
+    .filter_map(|(m, p)| {
+        let x = super::percentile(&ratio, p)?;
+        let v = 1.0 / x;
+        (x > 0.0 && v.is_finite()).then_some((m, Value::Float(v)))
+    })
+    .collect()
+}
+
+/// How much of a profiling phase the latency signals cover (aiperf's
+/// `metadata.metric_duration_coverage`): the latest first token, and the latest end of a record
+/// with an inter-token latency, as fractions of the configured duration from the phase start.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Coverage {
+    pub ttft_ratio: f64,
+    pub inter_token_latency_ratio: f64,
+}
+
+impl Coverage {
+    /// Over valid profiling records; `None` without a positive duration.
+    pub fn of<'a, I>(records: I, phase_start_ns: u64, duration_ns: u64) -> Option<Coverage>
+    where
+        I: IntoIterator<Item = &'a RequestRecord>,
+    {
+        if duration_ns == 0 {
+            return None;
+        }
+        let (mut ttft_at, mut itl_at) = (None::<u64>, None::<u64>);
+        for r in records {
+            if class(r) != Class::Valid {
+                continue;
+            }
+            if let Some(t) = r.first_token_ns {
+                ttft_at = Some(ttft_at.map_or(t, |m| m.max(t)));
+            }
+            if r.itl_ns().is_some_and(f64::is_finite) {
+                itl_at = Some(itl_at.map_or(r.end_ns, |m| m.max(r.end_ns)));
+            }
+        }
+        let ratio = |at: Option<u64>| {
+            at.map_or(0.0, |t| {
+                (t.saturating_sub(phase_start_ns) as f64 / duration_ns as f64).clamp(0.0, 1.0)
+            })
+        };
+        Some(Coverage {
+            ttft_ratio: ratio(ttft_at),
+            inter_token_latency_ratio: ratio(itl_at),
+        })
+    }
 }
 
 /// The run-level aggregate and derived metrics of §3.2, over profiling records.
@@ -460,6 +588,15 @@ impl Aggregate {
                 Value::Float(self.warmup_context_overflow_count as f64),
             ),
         );
+        if self.context_overflow_count > 0 {
+            v.insert(
+                at + 1,
+                (
+                    SKIPPED_CONTEXT_OVERFLOW_COUNT,
+                    Value::Float(self.context_overflow_count as f64),
+                ),
+            );
+        }
         v
     }
 
