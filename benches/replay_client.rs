@@ -211,6 +211,7 @@ fn replay_once(
         run_id: format!("bench{conc}"),
         stats_interval: None,
         trace_idle_cap: None,
+        warmup_progress_interval: None,
     };
     let rss0 = rss_bytes();
     let stop_sampler = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -81,6 +81,17 @@ fn session_affinity_is_on_by_default_and_the_correlation_id_is_the_records() {
             1
         );
     }
+    // The lines operators grep a run's log for.
+    let log = r.stderr();
+    for line in [
+        "Phase warmup started | target: 3 requests",
+        "Phase warmup complete: 3 returned, 3 ok",
+        "Phase profiling started | profiling_index=0 | target: 2.0s duration",
+        "Phase profiling complete | completed=",
+        "replay_rc=0",
+    ] {
+        assert!(log.contains(line), "no {line:?} in\n{log}");
+    }
     let m = r.json("run_manifest.json");
     assert_eq!(m["http"]["session_headers"][0], "X-Session-Affinity");
     assert_eq!(m["http"]["tcp_user_timeout_ms"], 30000);

@@ -547,6 +547,8 @@ pub struct RunPlan {
     pub stats_interval: Option<Duration>,
     /// `--trace-idle-gap-cap-seconds`.
     pub trace_idle_cap: Option<Duration>,
+    /// The warmup heartbeat (`*_SERVICE_WARMUP_PROGRESS_LOG_INTERVAL`, 30 s by default).
+    pub warmup_progress_interval: Option<Duration>,
     /// Flags accepted for aiperf compatibility that this run does not act on, each with why.
     pub not_acted_on: Vec<String>,
 }
@@ -804,7 +806,16 @@ impl RunPlan {
             None if std::io::stderr().is_terminal() => Some(Duration::from_secs(5)),
             None => Some(Duration::from_secs(30)),
         };
+        let warmup_progress_interval = match env_var("SERVICE_WARMUP_PROGRESS_LOG_INTERVAL") {
+            None => Some(Duration::from_secs(30)),
+            Some((k, v)) => match v.trim().parse::<f64>() {
+                Ok(x) if x == 0.0 => None,
+                Ok(x) => Some(positive_secs(&k, x)?),
+                Err(_) => bail!("{k}={v:?} is not a number of seconds (0 turns the heartbeat off)"),
+            },
+        };
         Ok(RunPlan {
+            warmup_progress_interval,
             trace_idle_cap,
             not_acted_on,
             demo,
@@ -1231,6 +1242,7 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         run_id: run_id.clone(),
         stats_interval: rp.stats_interval,
         trace_idle_cap: rp.trace_idle_cap,
+        warmup_progress_interval: rp.warmup_progress_interval,
     };
     tracing::info!(
         scenario = %format!("{} {} sha256:{}", info.name, info.version, sc.hash()),

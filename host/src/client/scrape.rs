@@ -471,17 +471,23 @@ pub struct ServerSnapshot {
     pub at_ns: Option<u64>,
     pub scrapes: u64,
     pub failed_scrapes: u64,
-    /// `vllm:num_requests_running` (SGLang `sglang:num_running_reqs`), summed.
+    /// `vllm:num_requests_running` (SGLang `sglang:num_running_reqs`, llama.cpp
+    /// `llamacpp:requests_processing`, ATOM `atom:num_requests_running`), summed.
     pub running: Option<f64>,
-    /// `vllm:num_requests_waiting` (SGLang `sglang:num_queue_reqs`), summed.
+    /// `vllm:num_requests_waiting` (SGLang `sglang:num_queue_reqs`, llama.cpp
+    /// `llamacpp:requests_deferred`, ATOM `atom:num_requests_waiting`), summed.
     pub waiting: Option<f64>,
     /// KV usage as a fraction: `vllm:kv_cache_usage_perc` (V0 `vllm:gpu_cache_usage_perc`, SGLang
-    /// `sglang:token_usage`), averaged across series.
+    /// `sglang:token_usage`, llama.cpp and ATOM `*:kv_cache_usage_ratio`, Dynamo
+    /// `dynamo_component_gpu_cache_usage_percent` / 100), averaged across series.
     pub kv_usage: Option<f64>,
     /// `vllm:cpu_cache_usage_perc`, averaged.
     pub cpu_kv_usage: Option<f64>,
     /// Prefix-cache hits over queries since the first scrape (SGLang: `realtime_tokens`
-    /// `prefill_cache` over all modes, else `cached_tokens` over `prompt_tokens`).
+    /// `prefill_cache` over all modes, else `cached_tokens` over `prompt_tokens`; llama.cpp:
+    /// `prompt_tokens_cached` over it plus the evaluated `prompt_tokens`; ATOM
+    /// `prefix_cache_cached_tokens` over `prompt_tokens`; Dynamo's frontend cached over input
+    /// tokens).
     pub prefix_cache_hit_rate: Option<f64>,
     /// `vllm:external_prefix_cache_hits` over `_queries` since the first scrape.
     pub external_cache_hit_rate: Option<f64>,
@@ -549,7 +555,28 @@ impl ServerSnapshot {
                 increase("sglang:cached_tokens", &all),
                 increase("sglang:prompt_tokens", &all),
             )
+        })
+        .or_else(|| {
+            // llama.cpp counts evaluated prompt tokens apart from cached ones (builds that export
+            // the cached counter; stock builds have none, and the row shows `-`).
+            let cached = increase("llamacpp:prompt_tokens_cached", &all);
+            let evaluated = increase("llamacpp:prompt_tokens", &all);
+            ratio(cached, cached.zip(evaluated).map(|(c, e)| c + e))
+        })
+        .or_else(|| {
+            ratio(
+                increase("atom:prefix_cache_cached_tokens", &all),
+                increase("atom:prompt_tokens", &all),
+            )
+        })
+        .or_else(|| {
+            ratio(
+                increase("dynamo_frontend_cached_tokens", &all),
+                increase("dynamo_frontend_input_sequence_tokens", &all),
+            )
         });
+        let llama_prompt = increase("llamacpp:prompt_tokens", &all)
+            .map(|e| e + increase("llamacpp:prompt_tokens_cached", &all).unwrap_or(0.0));
         ServerSnapshot {
             at_ns: logs
                 .clone()
@@ -560,16 +587,26 @@ impl ServerSnapshot {
             running: sum(latest(&[
                 "vllm:num_requests_running",
                 "sglang:num_running_reqs",
+                "llamacpp:requests_processing",
+                "atom:num_requests_running",
             ])),
             waiting: sum(latest(&[
                 "vllm:num_requests_waiting",
                 "sglang:num_queue_reqs",
+                "llamacpp:requests_deferred",
+                "atom:num_requests_waiting",
             ])),
             kv_usage: avg(latest(&[
                 "vllm:kv_cache_usage_perc",
                 "vllm:gpu_cache_usage_perc",
                 "sglang:token_usage",
-            ])),
+                "llamacpp:kv_cache_usage_ratio",
+                "atom:kv_cache_usage_ratio",
+            ]))
+            .or_else(|| {
+                // Dynamo reports a percentage.
+                avg(latest(&["dynamo_component_gpu_cache_usage_percent"])).map(|p| p / 100.0)
+            }),
             cpu_kv_usage: avg(latest(&["vllm:cpu_cache_usage_perc"])),
             prefix_cache_hit_rate: prefix,
             external_cache_hit_rate: ratio(
@@ -577,9 +614,15 @@ impl ServerSnapshot {
                 increase("vllm:external_prefix_cache_queries", &all),
             ),
             prompt_tokens: increase("vllm:prompt_tokens", &all)
-                .or_else(|| increase("sglang:prompt_tokens", &all)),
+                .or_else(|| increase("sglang:prompt_tokens", &all))
+                .or(llama_prompt)
+                .or_else(|| increase("atom:prompt_tokens", &all))
+                .or_else(|| increase("dynamo_frontend_input_sequence_tokens", &all)),
             generation_tokens: increase("vllm:generation_tokens", &all)
-                .or_else(|| increase("sglang:generation_tokens", &all)),
+                .or_else(|| increase("sglang:generation_tokens", &all))
+                .or_else(|| increase("llamacpp:tokens_predicted", &all))
+                .or_else(|| increase("atom:generation_tokens", &all))
+                .or_else(|| increase("dynamo_frontend_output_tokens", &all)),
         }
     }
 }
@@ -916,6 +959,30 @@ s{{quantile=\"0.5\"}} 1\n"
         let mut h = DefaultHasher::new();
         text.hash(&mut h);
         log.ingest(f, t, h.finish(), prometheus::parse(text).unwrap());
+    }
+
+    #[test]
+    fn llamacpp_pages_fill_the_live_row() {
+        let page = |evaluated: f64, cached: f64, predicted: f64| {
+            format!(
+                "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total {evaluated}\n\
+                 # TYPE llamacpp:prompt_tokens_cached_total counter\nllamacpp:prompt_tokens_cached_total {cached}\n\
+                 # TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total {predicted}\n\
+                 # TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 3\n\
+                 # TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 2\n\
+                 # TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.25\n"
+            )
+        };
+        let mut log = EndpointLog::new("http://x/metrics".into());
+        ingest(&mut log, 10, &page(100.0, 0.0, 10.0));
+        ingest(&mut log, 20, &page(400.0, 900.0, 60.0));
+        let snap = ServerSnapshot::of(std::iter::once(&log));
+        // 900 cached of 300 evaluated + 900 cached.
+        assert_eq!(snap.prefix_cache_hit_rate, Some(0.75));
+        assert_eq!((snap.running, snap.waiting), (Some(3.0), Some(2.0)));
+        assert_eq!(snap.kv_usage, Some(0.25));
+        assert_eq!(snap.prompt_tokens, Some(1200.0));
+        assert_eq!(snap.generation_tokens, Some(50.0));
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub struct ReplayConfig {
     pub run_id: String,
     /// Interval of the progress log line; `None` for none.
     pub stats_interval: Option<Duration>,
+    /// Interval of the `Phase warmup progress` heartbeat (aiperf's 30 s); `None` for none.
+    pub warmup_progress_interval: Option<Duration>,
     /// `--trace-idle-gap-cap-seconds`: a session waits at most this long between a response and
     /// its next turn during profiling (a single-stream session has nothing in flight while it
     /// waits, so aiperf's per-tree idle cap is a cap on each delay).
@@ -268,6 +270,14 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     }
     let n = lanes.len();
     shared.progress.phase("warmup", n as u64);
+    tracing::info!("Phase warmup started | target: {n} requests");
+    let mut heartbeat = tokio::time::interval(
+        shared
+            .cfg
+            .warmup_progress_interval
+            .unwrap_or(Duration::from_secs(3600)),
+    );
+    heartbeat.tick().await;
     let mut returned = 0usize;
     let mut failures: Vec<String> = Vec::new();
     let mut warm_overflowed = std::collections::HashSet::new();
@@ -325,6 +335,15 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
                     break;
                 }
             },
+            _ = heartbeat.tick(), if shared.cfg.warmup_progress_interval.is_some() => {
+                let t = shared.tally.lock().expect("tally lock").clone();
+                tracing::info!(
+                    "Phase warmup progress | returned={returned}/{n} | sent={n} | in_flight={} | errors={} | elapsed={:.1}s",
+                    shared.in_flight.load(Ordering::Relaxed),
+                    t.warmup_failed,
+                    (shared.clock.now_ns() - warm_start) as f64 / 1e9
+                );
+            }
             _ = interrupt.changed() => {
                 interrupted = true;
                 let _ = shared.cancel.send(true);
@@ -376,9 +395,10 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
             .map(|l| l.to_string())
             .collect::<Vec<_>>()
             .join(", ");
+        let t = shared.tally.lock().expect("tally lock").clone();
         tracing::info!(
-            "Phase warmup complete: {n} returned, {} ok, {} context overflow{}",
-            n - over.len(),
+            "Phase warmup complete: {n} returned, {} ok, {} context overflow{} | completed={}, cancelled=0, errors={} | elapsed={:.2}s",
+            n - over.len() - failures.len(),
             over.len(),
             if over.is_empty() {
                 String::new()
@@ -387,7 +407,14 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
                     " (lanes {list} start the next trace of the recycle queue at turn 0; \
                      warmup overflows count in the overflow rate that decides validity)"
                 )
-            }
+            },
+            t.warmup_requests,
+            t.warmup_failed,
+            (prof_start - warm_start) as f64 / 1e9,
+        );
+        tracing::info!(
+            "Phase profiling started | profiling_index=0 | target: {:.1}s duration",
+            shared.cfg.duration.as_secs_f64()
         );
     }
     let mut tasks = tokio::task::JoinSet::new();
@@ -428,6 +455,15 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
             _ = tick.tick(), if ticker.is_some() => {
                 let srv = shared.srv_row.as_ref().and_then(|f| f());
                 let elapsed = Duration::from_nanos(shared.clock.now_ns() - prof_start);
+                let t = shared.tally.lock().expect("tally lock").clone();
+                tracing::info!(
+                    "Phase profiling progress | returned={} | in_flight={} | errors={} | overflows={} | elapsed={:.1}s",
+                    t.requests,
+                    shared.in_flight.load(Ordering::Relaxed),
+                    t.failed,
+                    t.context_overflows,
+                    elapsed.as_secs_f64()
+                );
                 shared.progress.block(&shared.live.block(elapsed, "profiling", srv.as_ref()));
             }
             _ = bar_tick.tick() => bar(&shared, prof_start),
@@ -481,6 +517,15 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     shared.progress.finish();
     let prof_end = shared.clock.now_ns();
     let tally = shared.tally.lock().expect("tally lock").clone();
+    tracing::info!(
+        "Phase profiling complete | completed={}, cancelled={}, errors={}, overflows={} | elapsed={:.2}s{}",
+        tally.ok,
+        tally.cancelled,
+        tally.failed,
+        tally.context_overflows,
+        (prof_end - prof_start) as f64 / 1e9,
+        if stop.cancelled() { " | was_cancelled=True" } else { "" }
+    );
     ReplayOutcome {
         stop,
         tally,
