@@ -24,6 +24,7 @@ pub mod alias;
 pub mod cache;
 pub mod cmd;
 pub mod error;
+pub mod hub;
 mod mmap;
 pub mod prompt;
 pub mod source;
@@ -64,7 +65,8 @@ pub struct ResolvedSource {
     pub alias: Option<&'static alias::Alias>,
 }
 
-/// Resolves a path or a corpus name to local files (no network).
+/// Resolves a path, a corpus name of [`alias::ALIASES`] or a hub dataset repository id (`org/name`) to
+/// local files (no network).
 pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
     let path = Path::new(spec);
     if path.exists() {
@@ -78,6 +80,15 @@ pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
         return Ok(ResolvedSource {
             files: weka::SourceFiles::Jsonl(file),
             alias: Some(a),
+        });
+    }
+    // Any other hub dataset repository (aiperf's `--hf-weka-dataset org/name`); a name ending like a
+    // traces file is a mistyped path, not a repository.
+    if hub::is_repo_id(spec) && !spec.ends_with(".jsonl") && !spec.ends_with(".json") {
+        let file = alias::resolve_repo(spec)?;
+        return Ok(ResolvedSource {
+            files: weka::SourceFiles::Jsonl(file),
+            alias: None,
         });
     }
     Err(DatasetError::UnknownSource {
