@@ -22,6 +22,8 @@ fn fixture(name: &str) -> PathBuf {
 fn opts(cache: &Path) -> OpenOptions {
     OpenOptions {
         num_dataset_entries: None,
+        max_context_length: None,
+        max_osl: None,
         cache_dir: Some(cache.to_owned()),
     }
 }

@@ -30,6 +30,10 @@ pub struct SourceArgs {
     /// Use only the first N traces (all by default).
     #[arg(long, value_name = "N")]
     pub num_dataset_entries: Option<usize>,
+    /// Drop traces whose peak context (max over requests of in + max(1, out)) exceeds N tokens, then
+    /// keep the first --num-dataset-entries of the rest (aiperf's filter-then-cap).
+    #[arg(long, value_name = "N")]
+    pub max_context_length: Option<u64>,
     /// Cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR, or $AGENTX_HOME/datasets].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -45,6 +49,8 @@ impl SourceArgs {
             &self.source,
             &OpenOptions {
                 num_dataset_entries: self.num_dataset_entries,
+                max_context_length: self.max_context_length,
+                max_osl: None,
                 cache_dir: self.cache_dir.clone(),
             },
         )?;
