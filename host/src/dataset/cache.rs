@@ -12,8 +12,9 @@
 //! turn records (80 bytes); the hash-id pool (u32); the string table. Hash ids are stored as deltas: a
 //! turn keeps the length of its longest common prefix with the previous turn of its trace and only the
 //! ids after it, so the long shared prefixes of consecutive turns are stored once. The last string of
-//! the table is the import's warning report ([`WarningReport`] as JSON), so a warm open reports the
-//! warnings of the import that built the entry.
+//! the table is the import's report ([`ImportReport`] as JSON: the [`WarningReport`] fields, plus the
+//! counts of a `--max-context-length` selection), so a warm open reports the warnings and the selection
+//! of the import that built the entry.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;

@@ -1,14 +1,18 @@
 //! Weka trace parsing, the content-addressed mmap cache, zero-copy views and prompt synthesis.
 //!
 //! The replay engine's entry points:
-//! - [`Dataset::open`] resolves a corpus (a `traces.jsonl`, a directory of `*.json` traces, or a name from
-//!   [`alias::ALIASES`] found in the Hugging Face hub cache), imports it into the cache on first use, and
-//!   maps the entry. [`Dataset::trajectories`] iterates [`Trajectory`]s in dataset order; each has
-//!   [`Turn`]s with token counts, timing, stop reason and hash ids ([`HashIds`], slices of the map).
+//! - [`Dataset::open`] resolves a corpus (a `traces.jsonl`, a directory of `*.json` traces, a name from
+//!   [`alias::ALIASES`] or a dataset repository id found in the Hugging Face hub cache, [`hub`]), selects
+//!   traces ([`select`]: `--max-context-length`, `--num-dataset-entries`), imports them into the cache on
+//!   first use, and maps the entry. [`Dataset::trajectories`] iterates [`Trajectory`]s in dataset
+//!   order; each has [`Turn`]s with token counts, timing, stop reason and hash ids ([`HashIds`], slices
+//!   of the map).
 //! - [`PromptSynth::conversation`] starts a session of a trajectory at a turn and
 //!   [`Conversation::write_messages_json`] appends that turn's chat `messages` to a request body;
 //!   [`Conversation::advance`] moves to the next turn (threading in the live reply in live mode).
 //!   [`sendable_starts`] says which turns can start a session.
+//! - [`tokens::resolve_tokenizer`] resolves a `--tokenizer` value (path, `builtin`, cached model id) and
+//!   [`tokens::TokenizerSource::counter`] loads the [`TokenCounter`].
 //!
 //! Views and conversations borrow the [`Dataset`] and the [`PromptSynth`]. A run keeps both for its whole
 //! life, so a replay that moves conversations into spawned tasks can leak them once (`Box::leak`) to
