@@ -27,6 +27,8 @@ fn open(corpus: &Path, cache: &Path) -> Dataset {
         corpus,
         &OpenOptions {
             num_dataset_entries: None,
+            max_context_length: None,
+            max_osl: None,
             cache_dir: Some(cache.to_owned()),
         },
     )

@@ -324,6 +324,8 @@ fn corpus(dir: &Path, name: &str, opts: SynthOptions) -> &'static Dataset {
         &path,
         &OpenOptions {
             num_dataset_entries: None,
+            max_context_length: None,
+            max_osl: None,
             cache_dir: Some(dir.join("cache")),
         },
     )

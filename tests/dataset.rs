@@ -22,6 +22,8 @@ fn fixture(name: &str) -> PathBuf {
 fn opts(cache: &Path) -> OpenOptions {
     OpenOptions {
         num_dataset_entries: None,
+        max_context_length: None,
+        max_osl: None,
         cache_dir: Some(cache.to_owned()),
     }
 }
@@ -439,13 +441,13 @@ fn aliases_resolve_from_the_hub_cache_or_name_the_download_command() {
     assert_eq!(code, 2);
     assert!(
         err.contains(
-            "hf download --repo-type dataset semianalysisai/cc-traces-weka-no-subagents-051226"
+            "hf download semianalysisai/cc-traces-weka-no-subagents-051826 --repo-type dataset"
         ),
         "{err}"
     );
     let snap = hub
         .path()
-        .join("datasets--semianalysisai--cc-traces-weka-no-subagents-051226/snapshots/0ae681ae");
+        .join("datasets--semianalysisai--cc-traces-weka-no-subagents-051826/snapshots/0ae681ae");
     std::fs::create_dir_all(&snap).unwrap();
     std::fs::copy(fixture("traces-24.jsonl"), snap.join("traces.jsonl")).unwrap();
     let (code, out, err) = run(
@@ -455,7 +457,7 @@ fn aliases_resolve_from_the_hub_cache_or_name_the_download_command() {
     );
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("semianalysisai/cc-traces-weka-no-subagents-051226")
+        out.contains("semianalysisai/cc-traces-weka-no-subagents-051826")
             && out.contains("traces       24"),
         "{out}"
     );

@@ -1067,6 +1067,8 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     };
     let opts = OpenOptions {
         num_dataset_entries: a.num_dataset_entries,
+        max_context_length: None,
+        max_osl: None,
         cache_dir: None,
     };
     let ds = match &rp.dataset {

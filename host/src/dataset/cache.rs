@@ -12,8 +12,9 @@
 //! turn records (80 bytes); the hash-id pool (u32); the string table. Hash ids are stored as deltas: a
 //! turn keeps the length of its longest common prefix with the previous turn of its trace and only the
 //! ids after it, so the long shared prefixes of consecutive turns are stored once. The last string of
-//! the table is the import's warning report ([`WarningReport`] as JSON), so a warm open reports the
-//! warnings of the import that built the entry.
+//! the table is the import's report ([`ImportReport`] as JSON: the [`WarningReport`] fields, plus the
+//! counts of a `--max-context-length` selection), so a warm open reports the warnings and the selection
+//! of the import that built the entry.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -23,6 +24,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::DatasetError;
 use super::mmap::{as_u32s, Mapped};
+use super::select::{Selection, SelectionReport};
 use super::warnings::WarningReport;
 use super::weka::{ParsedTrace, RequestKind};
 
@@ -42,6 +44,20 @@ pub struct CacheKey(pub [u8; 32]);
 impl CacheKey {
     /// Derives the key of `source_digest` (sha256 of the source bytes) with the given trace cap.
     pub fn derive(source_digest: &[u8; 32], limit: Option<usize>) -> Self {
+        Self::derive_selection(
+            source_digest,
+            &Selection {
+                num_dataset_entries: limit,
+                ..Selection::default()
+            },
+        )
+    }
+
+    /// Derives the key of `source_digest` with a selection. Without `--max-context-length` the key is
+    /// [`Self::derive`]'s of the cap alone (the output cap changes nothing then), so entries built before
+    /// the context filter existed stay valid.
+    pub fn derive_selection(source_digest: &[u8; 32], sel: &Selection) -> Self {
+        let limit = sel.num_dataset_entries;
         let mut h = Sha256::new();
         h.update(b"agentx-dataset-cache\0");
         h.update(FORMAT_VERSION.to_le_bytes());
@@ -51,6 +67,15 @@ impl CacheKey {
         match limit {
             Some(n) => h.update((n as u64).to_le_bytes()),
             None => h.update(b"all"),
+        }
+        if let Some(m) = sel.max_context_length {
+            h.update(b"\0max_context_length\0");
+            h.update(m.to_le_bytes());
+            h.update(b"\0max_osl\0");
+            match sel.max_osl {
+                Some(o) => h.update(u64::from(o).to_le_bytes()),
+                None => h.update(b"none"),
+            }
         }
         CacheKey(h.finalize().into())
     }
@@ -133,6 +158,18 @@ pub struct Builder {
     n_turns: u32,
     subagents: u64,
     warnings: WarningReport,
+    selection: Option<SelectionReport>,
+}
+
+/// The last string of an entry: the warning report's fields, plus the selection counts when the
+/// import selected traces by context length. Readers that know only [`WarningReport`] ignore the
+/// extra field.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ImportReport {
+    #[serde(flatten)]
+    pub warnings: WarningReport,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<SelectionReport>,
 }
 
 impl Default for Builder {
@@ -148,6 +185,7 @@ impl Default for Builder {
             n_turns: 0,
             subagents: 0,
             warnings: WarningReport::default(),
+            selection: None,
         }
     }
 }
@@ -235,6 +273,11 @@ impl Builder {
         &self.warnings
     }
 
+    /// Records the counts of the selection that chose the added traces (stored with the warnings).
+    pub fn set_selection(&mut self, report: SelectionReport) {
+        self.selection = Some(report);
+    }
+
     /// Number of traces added.
     pub fn traces(&self) -> u32 {
         self.n_traces
@@ -243,7 +286,11 @@ impl Builder {
     /// Serializes the entry.
     pub fn finish(mut self, key: &CacheKey) -> Vec<u8> {
         // The report goes last, as its own string (not interned: a trace string may equal it).
-        let report = serde_json::to_string(&self.warnings).expect("a report serializes");
+        let report = serde_json::to_string(&ImportReport {
+            warnings: std::mem::take(&mut self.warnings),
+            selection: self.selection.take(),
+        })
+        .expect("a report serializes");
         let off = self.strings.bytes.len() as u32;
         self.strings.bytes.extend_from_slice(report.as_bytes());
         self.strings.spans.push((off, report.len() as u32));

@@ -25,11 +25,16 @@ pub struct DatasetArgs {
 /// Where a corpus comes from and how it is cached.
 #[derive(Debug, Args)]
 pub struct SourceArgs {
-    /// A traces.jsonl, a directory of *.json traces, or a corpus name (e.g. semianalysis_cc_traces_weka).
+    /// A traces.jsonl, a directory of *.json traces, a corpus name (e.g. semianalysis_cc_traces_weka_062126)
+    /// or a cached Hugging Face dataset repository (org/name).
     pub source: String,
     /// Use only the first N traces (all by default).
     #[arg(long, value_name = "N")]
     pub num_dataset_entries: Option<usize>,
+    /// Drop traces whose peak context (max over requests of in + max(1, out)) exceeds N tokens, then
+    /// keep the first --num-dataset-entries of the rest (aiperf's filter-then-cap).
+    #[arg(long, value_name = "N")]
+    pub max_context_length: Option<u64>,
     /// Cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR, or $AGENTX_HOME/datasets].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -45,6 +50,8 @@ impl SourceArgs {
             &self.source,
             &OpenOptions {
                 num_dataset_entries: self.num_dataset_entries,
+                max_context_length: self.max_context_length,
+                max_osl: None,
                 cache_dir: self.cache_dir.clone(),
             },
         )?;
@@ -190,6 +197,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                     "source_bytes": raw,
                     "seconds": secs,
                     "warnings": ds.warnings(),
+                    "selection": ds.selection(),
                 });
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 return Ok(());
@@ -199,6 +207,17 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 println!("corpus       {} ({})", a.name, a.repo);
             }
             println!("traces       {}", ds.len());
+            if let Some(r) = ds.selection() {
+                println!(
+                    "selection    {} kept, {} dropped by --max-context-length {} (scanned {}; peak context {}..{})",
+                    r.kept,
+                    r.dropped,
+                    r.max_context_length.unwrap_or(0),
+                    r.scanned,
+                    r.smallest_peak,
+                    r.largest_peak
+                );
+            }
             println!("requests     {}", ds.total_turns());
             println!("subagents    {} ignored", ds.subagents_ignored());
             println!(

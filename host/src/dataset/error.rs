@@ -61,19 +61,62 @@ pub enum DatasetError {
     /// Neither a path nor a known alias.
     #[error(
         "dataset `{spec}` is neither an existing file or directory nor a known dataset name \
-         (known: {known}); pass the path of a traces.jsonl, a directory of *.json traces, or a known name"
+         (known: {known}); pass the path of a traces.jsonl, a directory of *.json traces, a known name, \
+         or a Hugging Face dataset repository id (org/name) in the local hub cache"
     )]
     UnknownSource { spec: String, known: String },
 
     /// A known public corpus that is not in the local Hugging Face cache.
     #[error(
         "dataset `{name}` ({repo}) is not in the Hugging Face cache (looked in {searched}); \
-         fetch it with `hf download --repo-type dataset {repo}` or set HF_HUB_CACHE to the cache that has it"
+         fetch it with `hf download {repo} --repo-type dataset` (older clients: \
+         `huggingface-cli download {repo} --repo-type dataset`) or set HF_HUB_CACHE to the cache that has it"
     )]
     NotCached {
         name: String,
         repo: String,
         searched: String,
+    },
+
+    /// A corpus repository in the cache whose snapshot lacks the traces file the importer reads.
+    #[error(
+        "dataset `{name}` ({repo}) is in the Hugging Face cache without its {file} (the snapshot holds {found}); \
+         agentx reads the {file} the corpus publishes: fetch it with \
+         `hf download {repo} {file} --repo-type dataset` (older clients: \
+         `huggingface-cli download {repo} {file} --repo-type dataset`)"
+    )]
+    MissingTracesFile {
+        name: String,
+        repo: String,
+        file: String,
+        found: String,
+    },
+
+    /// `--tokenizer NAME` names a Hugging Face model that is not in the local cache.
+    #[error(
+        "tokenizer `{model}` is neither an existing file or directory nor in the Hugging Face cache \
+         (looked for {file} in {searched}); fetch it with \
+         `hf download {model} tokenizer.json tokenizer_config.json` (older clients: \
+         `huggingface-cli download {model} tokenizer.json tokenizer_config.json`), set HF_HUB_CACHE to \
+         the cache that has it, or pass the path of a tokenizer.json"
+    )]
+    TokenizerNotCached {
+        model: String,
+        file: String,
+        searched: String,
+    },
+
+    /// `--max-context-length` (with `--num-dataset-entries`) left no trace.
+    #[error(
+        "{dataset}: no trace fits --max-context-length {max_context_length} (scanned {scanned} traces; \
+         the smallest peak context, max over requests of in + max(1, min(out, max_osl)), is {smallest_peak} \
+         tokens); raise it to at least {smallest_peak} to admit any trace"
+    )]
+    EmptySelection {
+        dataset: String,
+        max_context_length: u64,
+        scanned: u64,
+        smallest_peak: u64,
     },
 
     /// A cache entry could not be used or written.

@@ -1,14 +1,18 @@
 //! Weka trace parsing, the content-addressed mmap cache, zero-copy views and prompt synthesis.
 //!
 //! The replay engine's entry points:
-//! - [`Dataset::open`] resolves a corpus (a `traces.jsonl`, a directory of `*.json` traces, or a name from
-//!   [`alias::ALIASES`] found in the Hugging Face hub cache), imports it into the cache on first use, and
-//!   maps the entry. [`Dataset::trajectories`] iterates [`Trajectory`]s in dataset order; each has
-//!   [`Turn`]s with token counts, timing, stop reason and hash ids ([`HashIds`], slices of the map).
+//! - [`Dataset::open`] resolves a corpus (a `traces.jsonl`, a directory of `*.json` traces, a name from
+//!   [`alias::ALIASES`] or a dataset repository id found in the Hugging Face hub cache, [`hub`]), selects
+//!   traces ([`select`]: `--max-context-length`, `--num-dataset-entries`), imports them into the cache on
+//!   first use, and maps the entry. [`Dataset::trajectories`] iterates [`Trajectory`]s in dataset
+//!   order; each has [`Turn`]s with token counts, timing, stop reason and hash ids ([`HashIds`], slices
+//!   of the map).
 //! - [`PromptSynth::conversation`] starts a session of a trajectory at a turn and
 //!   [`Conversation::write_messages_json`] appends that turn's chat `messages` to a request body;
 //!   [`Conversation::advance`] moves to the next turn (threading in the live reply in live mode).
 //!   [`sendable_starts`] says which turns can start a session.
+//! - [`tokens::resolve_tokenizer`] resolves a `--tokenizer` value (path, `builtin`, cached model id) and
+//!   [`tokens::TokenizerSource::counter`] loads the [`TokenCounter`].
 //!
 //! Views and conversations borrow the [`Dataset`] and the [`PromptSynth`]. A run keeps both for its whole
 //! life, so a replay that moves conversations into spawned tasks can leak them once (`Box::leak`) to
@@ -24,8 +28,10 @@ pub mod alias;
 pub mod cache;
 pub mod cmd;
 pub mod error;
+pub mod hub;
 mod mmap;
 pub mod prompt;
+pub mod select;
 pub mod source;
 pub mod stats;
 pub mod synth;
@@ -51,8 +57,15 @@ pub use weka::RequestKind;
 /// Options of [`Dataset::open`].
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
-    /// Use only the first N traces (`--num-dataset-entries`); `None` uses all.
+    /// Use only the first N traces (`--num-dataset-entries`); `None` uses all. With
+    /// `max_context_length`, the first N traces that fit ([`select`]).
     pub num_dataset_entries: Option<usize>,
+    /// Drop traces whose peak context exceeds this many tokens (`--max-context-length`; [`select`]).
+    /// [`Dataset::selection`] says how many were dropped.
+    pub max_context_length: Option<u64>,
+    /// The output cap (max_tokens) of top-level requests, which the peak context of
+    /// `max_context_length` is computed with (aiperf's `--synthesis-max-osl`); `None` is unbounded.
+    pub max_osl: Option<u32>,
     /// The cache directory; `None` uses [`cache::default_dir`].
     pub cache_dir: Option<PathBuf>,
 }
@@ -64,7 +77,8 @@ pub struct ResolvedSource {
     pub alias: Option<&'static alias::Alias>,
 }
 
-/// Resolves a path or a corpus name to local files (no network).
+/// Resolves a path, a corpus name of [`alias::ALIASES`] or a hub dataset repository id (`org/name`) to
+/// local files (no network).
 pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
     let path = Path::new(spec);
     if path.exists() {
@@ -80,23 +94,33 @@ pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
             alias: Some(a),
         });
     }
+    // Any other hub dataset repository (aiperf's `--hf-weka-dataset org/name`); a name ending like a
+    // traces file is a mistyped path, not a repository.
+    if hub::is_repo_id(spec) && !spec.ends_with(".jsonl") && !spec.ends_with(".json") {
+        let file = alias::resolve_repo(spec)?;
+        return Ok(ResolvedSource {
+            files: weka::SourceFiles::Jsonl(file),
+            alias: None,
+        });
+    }
     Err(DatasetError::UnknownSource {
         spec: spec.to_owned(),
         known: alias::known_names(),
     })
 }
 
-/// Parses and validates a whole source into a cache entry's bytes.
+/// Parses and validates a whole source into a cache entry's bytes, selecting traces by `sel`.
 fn build(
     files: &weka::SourceFiles,
-    limit: Option<usize>,
+    sel: &select::Selection,
     key: &CacheKey,
 ) -> Result<Vec<u8>, DatasetError> {
     let started = Instant::now();
     let mut b = cache::Builder::default();
     let mut requests = 0usize;
     let mut subagents = 0u64;
-    weka::for_each_trace(files, limit, |t| {
+    let limit = sel.num_dataset_entries;
+    let mut add = |t: weka::ParsedTrace, b: &mut cache::Builder| {
         requests += t.requests.len();
         subagents += u64::from(t.subagents);
         b.add(&t).map_err(|reason| DatasetError::Invalid {
@@ -106,7 +130,42 @@ fn build(
             },
             message: reason,
         })
-    })?;
+    };
+    if let Some(max) = sel.max_context_length {
+        let mut selector = select::Selector::new(*sel);
+        weka::scan_traces(files, |t| {
+            if selector.offer(&t) {
+                add(t, &mut b)?;
+            }
+            Ok(if selector.full() {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            })
+        })?;
+        let report = selector.into_report();
+        if report.kept == 0 {
+            return Err(DatasetError::EmptySelection {
+                dataset: files.path().display().to_string(),
+                max_context_length: max,
+                scanned: report.scanned,
+                smallest_peak: report.smallest_peak,
+            });
+        }
+        tracing::info!(
+            scanned = report.scanned,
+            dropped = report.dropped,
+            kept = report.kept,
+            max_context_length = max,
+            num_dataset_entries = limit,
+            smallest_peak = report.smallest_peak,
+            largest_peak = report.largest_peak,
+            "traces selected by --max-context-length (filter, then cap)"
+        );
+        b.set_selection(report);
+    } else {
+        weka::for_each_trace(files, limit, |t| add(t, &mut b))?;
+    }
     if let Some(n) = limit {
         tracing::info!(
             traces = b.traces(),
@@ -137,6 +196,15 @@ impl Dataset {
     pub fn warnings(&self) -> warnings::WarningReport {
         let n = self.entry.layout.n_strings as u32;
         serde_json::from_str(self.string(n.saturating_sub(1))).unwrap_or_default()
+    }
+
+    /// The counts of the `--max-context-length` selection that built this dataset's entry (scanned,
+    /// dropped, kept, smallest and largest peak context); `None` when no context limit was set.
+    pub fn selection(&self) -> Option<select::SelectionReport> {
+        let n = self.entry.layout.n_strings as u32;
+        serde_json::from_str::<cache::ImportReport>(self.string(n.saturating_sub(1)))
+            .ok()
+            .and_then(|r| r.selection)
     }
 
     /// `--strict`: an error naming the first place of each warning kind when the corpus has warnings.
@@ -170,16 +238,34 @@ impl Dataset {
         }
         let store = cache::Store::new(opts.cache_dir.clone().unwrap_or_else(cache::default_dir));
         let (digest, hashed) = source::digest_cached(store.dir(), &src.files)?;
-        let key = CacheKey::derive(&digest, opts.num_dataset_entries);
+        let sel = select::Selection {
+            num_dataset_entries: opts.num_dataset_entries,
+            max_context_length: opts.max_context_length,
+            max_osl: opts.max_osl,
+        };
+        let key = CacheKey::derive_selection(&digest, &sel);
         tracing::debug!(key = %key.short_hex(), hashed, "dataset cache key");
-        let (entry, outcome) =
-            store.get_or_build(&key, || build(&src.files, opts.num_dataset_entries, &key))?;
+        let (entry, outcome) = store.get_or_build(&key, || build(&src.files, &sel, &key))?;
         let ds = Dataset {
             entry,
             source: src.files.path().to_owned(),
             alias: src.alias,
             outcome,
         };
+        if let Some(a) = ds.alias {
+            let selected = sel.num_dataset_entries.is_some() || sel.max_context_length.is_some();
+            if !selected && ds.len() != a.traces as usize {
+                tracing::warn!(
+                    corpus = a.name,
+                    traces = ds.len(),
+                    published = a.traces,
+                    source = %ds.source.display(),
+                    "the cached corpus has a different number of traces than {} was published with \
+                     (another revision, or an incomplete download)",
+                    a.repo
+                );
+            }
+        }
         let w = ds.warnings();
         if !w.is_empty() {
             tracing::warn!(

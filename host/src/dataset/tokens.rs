@@ -8,11 +8,177 @@
 //! With a Hugging Face `tokenizer.json` ([`TokenCounter::Hf`]) counts are exact for that tokenizer, and
 //! [`TokenCounter::vocabulary`] restricts synthesis to words the tokenizer encodes as one token each, so
 //! synthesized prompts still hit their recorded token counts.
+//!
+//! [`resolve_tokenizer`] turns a `--tokenizer` value into a [`TokenizerSource`] offline, the way aiperf's
+//! `--tokenizer` names one: a path (a `tokenizer.json`, or a directory holding one); `builtin` (aiperf:
+//! tiktoken `o200k_base`), which here is the tokenizer-free word counter; or a Hugging Face model id
+//! (`org/name`, or a bare `name` that matches exactly one cached `org/name`) found in the hub cache
+//! ([`super::hub`], the same directories as the corpora). Nothing is downloaded.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::error::DatasetError;
+use super::hub::{self, RepoKind};
 use super::text::{Vocabulary, WORDS};
+
+/// The `--tokenizer` name aiperf maps to its zero-network tokenizer (tiktoken `o200k_base`).
+pub const BUILTIN: &str = "builtin";
+
+/// tiktoken encoding names aiperf routes to tiktoken rather than the hub; agentx has no tiktoken and
+/// counts them like [`BUILTIN`].
+pub const TIKTOKEN_ENCODINGS: &[&str] = &[
+    "cl100k_base",
+    "o200k_base",
+    "o200k_harmony",
+    "p50k_base",
+    "p50k_edit",
+    "r50k_base",
+];
+
+/// The file a tokenizer directory or model snapshot must hold.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+/// Where a `--tokenizer` value resolved to ([`resolve_tokenizer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenizerSource {
+    /// `builtin` or a tiktoken encoding name: the tokenizer-free word counter ([`TokenCounter::Words`]).
+    /// aiperf counts these with tiktoken `o200k_base`; agentx's synthesized words are single tokens of
+    /// typical BPE vocabularies, so the two agree closely on synthesized prompts but are not identical.
+    Builtin,
+    /// A Hugging Face `tokenizer.json`: a path given directly, or the file of a cached model snapshot.
+    File {
+        path: PathBuf,
+        /// The model id it was found by (`org/name`), when it came from the hub cache.
+        model: Option<String>,
+    },
+}
+
+impl TokenizerSource {
+    /// Loads the counter: [`TokenCounter::Words`] for [`TokenizerSource::Builtin`], else the file.
+    pub fn counter(&self) -> Result<TokenCounter, TokenizerError> {
+        match self {
+            TokenizerSource::Builtin => Ok(TokenCounter::Words),
+            TokenizerSource::File { path, .. } => TokenCounter::from_file(path),
+        }
+    }
+
+    /// A one-line description for logs and run summaries: `builtin`, or the model id and file.
+    pub fn describe(&self) -> String {
+        match self {
+            TokenizerSource::Builtin => BUILTIN.to_owned(),
+            TokenizerSource::File {
+                path,
+                model: Some(m),
+            } => format!("{m} ({})", path.display()),
+            TokenizerSource::File { path, model: None } => path.display().to_string(),
+        }
+    }
+}
+
+/// Resolves a `--tokenizer` value offline (see the module doc), in this order: `builtin` and tiktoken
+/// encoding names; an existing path (a file is taken as a `tokenizer.json`, a directory must hold one);
+/// a model id `org/name` in the hub cache; a bare `name` that is the name part of exactly one cached
+/// model with a `tokenizer.json`. A model that is not cached is an error naming the `hf download`
+/// command that fetches it.
+pub fn resolve_tokenizer(spec: &str) -> Result<TokenizerSource, DatasetError> {
+    resolve_tokenizer_in(spec, &hub::hub_dirs())
+}
+
+fn resolve_tokenizer_in(spec: &str, dirs: &[PathBuf]) -> Result<TokenizerSource, DatasetError> {
+    if spec == BUILTIN || TIKTOKEN_ENCODINGS.contains(&spec) {
+        return Ok(TokenizerSource::Builtin);
+    }
+    let path = Path::new(spec);
+    if path.is_dir() {
+        let file = path.join(TOKENIZER_FILE);
+        if !file.is_file() {
+            return Err(DatasetError::Argument(format!(
+                "--tokenizer {spec}: the directory has no {TOKENIZER_FILE}; pass a directory or file \
+                 holding a Hugging Face {TOKENIZER_FILE}, a cached model id (org/name), or `builtin`"
+            )));
+        }
+        return Ok(TokenizerSource::File {
+            path: file,
+            model: None,
+        });
+    }
+    if path.is_file() {
+        return Ok(TokenizerSource::File {
+            path: path.to_owned(),
+            model: None,
+        });
+    }
+    if hub::is_repo_id(spec) {
+        return match hub::find(dirs, RepoKind::Model, spec, TOKENIZER_FILE) {
+            Some(path) => Ok(TokenizerSource::File {
+                path,
+                model: Some(spec.to_owned()),
+            }),
+            None => Err(DatasetError::TokenizerNotCached {
+                model: spec.to_owned(),
+                file: TOKENIZER_FILE.to_owned(),
+                searched: hub::describe_dirs(dirs),
+            }),
+        };
+    }
+    if !spec.is_empty() && !spec.contains(['/', '\\']) {
+        let matches = cached_models_named(dirs, spec);
+        match matches.as_slice() {
+            [one] => {
+                if let Some(path) = hub::find(dirs, RepoKind::Model, one, TOKENIZER_FILE) {
+                    return Ok(TokenizerSource::File {
+                        path,
+                        model: Some(one.clone()),
+                    });
+                }
+            }
+            [] => {}
+            many => {
+                return Err(DatasetError::Argument(format!(
+                    "--tokenizer {spec} is ambiguous: the Hugging Face cache holds {}; pass one of them",
+                    many.join(", ")
+                )))
+            }
+        }
+    }
+    Err(DatasetError::Argument(format!(
+        "--tokenizer {spec} is neither `builtin`, an existing tokenizer.json or directory, nor a cached \
+         Hugging Face model (looked in {}); pass a model id as org/name (fetch it with \
+         `hf download ORG/NAME tokenizer.json tokenizer_config.json`) or the path of a tokenizer.json",
+        hub::describe_dirs(dirs)
+    )))
+}
+
+/// Cached model ids (`org/name`, sorted, distinct) whose name part is `name` and that have a
+/// `tokenizer.json`.
+fn cached_models_named(dirs: &[PathBuf], name: &str) -> Vec<String> {
+    let suffix = format!("--{name}");
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(entries) = std::fs::read_dir(d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let dir_name = e.file_name().to_string_lossy().into_owned();
+            let Some(rest) = dir_name.strip_prefix("models--") else {
+                continue;
+            };
+            let Some(org) = rest.strip_suffix(&suffix) else {
+                continue;
+            };
+            let repo = format!("{org}/{name}");
+            if hub::is_repo_id(&repo)
+                && hub::find_in(d, RepoKind::Model, &repo, TOKENIZER_FILE).is_some()
+            {
+                out.push(repo);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
 
 /// Counts tokens in text.
 #[derive(Clone, Default)]
@@ -110,6 +276,101 @@ impl TokenCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::super::hub::tests::{put, set_main};
+
+    #[test]
+    fn builtin_and_tiktoken_names_are_the_word_counter() {
+        let none: Vec<PathBuf> = Vec::new();
+        for name in ["builtin", "o200k_base", "cl100k_base"] {
+            let s = resolve_tokenizer_in(name, &none).unwrap();
+            assert_eq!(s, TokenizerSource::Builtin);
+            assert_eq!(s.counter().unwrap(), TokenCounter::Words);
+        }
+        assert_eq!(TokenizerSource::Builtin.describe(), "builtin");
+    }
+
+    #[test]
+    fn paths_are_a_file_or_a_directory_holding_tokenizer_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let none: Vec<PathBuf> = Vec::new();
+        let file = dir.path().join("tokenizer.json");
+        std::fs::write(&file, "{}").unwrap();
+        let spec = dir.path().display().to_string();
+        let want = TokenizerSource::File {
+            path: file.clone(),
+            model: None,
+        };
+        assert_eq!(resolve_tokenizer_in(&spec, &none).unwrap(), want);
+        assert_eq!(
+            resolve_tokenizer_in(&file.display().to_string(), &none).unwrap(),
+            want
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let e = resolve_tokenizer_in(&empty.path().display().to_string(), &none)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("has no tokenizer.json"), "{e}");
+    }
+
+    #[test]
+    fn model_ids_resolve_from_the_hub_cache() {
+        let hub = tempfile::tempdir().unwrap();
+        let h = hub.path();
+        let dirs = vec![h.to_owned()];
+        let k = RepoKind::Model;
+        put(h, k, "Org/Model-8B", "old", "tokenizer.json", "{}");
+        let main = put(h, k, "Org/Model-8B", "abc", "tokenizer.json", "{}");
+        set_main(h, k, "Org/Model-8B", "abc");
+        let got = resolve_tokenizer_in("Org/Model-8B", &dirs).unwrap();
+        assert_eq!(
+            got,
+            TokenizerSource::File {
+                path: main.clone(),
+                model: Some("Org/Model-8B".into())
+            }
+        );
+        assert!(got.describe().starts_with("Org/Model-8B ("));
+        assert_eq!(
+            main,
+            h.join("models--Org--Model-8B/snapshots/abc/tokenizer.json")
+        );
+        // A bare name matching exactly one cached model resolves to it; two are ambiguous.
+        assert_eq!(resolve_tokenizer_in("Model-8B", &dirs).unwrap(), got);
+        put(h, k, "Other/Model-8B", "r", "tokenizer.json", "{}");
+        let e = resolve_tokenizer_in("Model-8B", &dirs)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ambiguous") && e.contains("Other/Model-8B"),
+            "{e}"
+        );
+        // A snapshot without tokenizer.json does not count.
+        put(h, k, "Org/NoTok", "r", "config.json", "{}");
+        assert!(resolve_tokenizer_in("Org/NoTok", &dirs).is_err());
+    }
+
+    #[test]
+    fn an_uncached_model_names_the_download_command() {
+        let hub = tempfile::tempdir().unwrap();
+        let dirs = vec![hub.path().to_owned()];
+        let e = resolve_tokenizer_in("deepseek-ai/DeepSeek-V4", &dirs)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("hf download deepseek-ai/DeepSeek-V4 tokenizer.json tokenizer_config.json"),
+            "{e}"
+        );
+        assert!(
+            e.contains("huggingface-cli download deepseek-ai/DeepSeek-V4"),
+            "{e}"
+        );
+        assert!(e.contains(&hub.path().display().to_string()), "{e}");
+        let e = resolve_tokenizer_in("no-such-model", &dirs)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hf download ORG/NAME tokenizer.json"), "{e}");
+    }
 
     #[test]
     fn words_counts_whitespace_separated_runs() {

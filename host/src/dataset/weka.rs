@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -67,6 +68,10 @@ pub struct ParsedTrace {
     pub system_tokens: u32,
     pub requests: Vec<ParsedRequest>,
     pub subagents: u32,
+    /// The largest `in + max(1, out)` over the requests nested in subagent entries (0 without any): the
+    /// context those requests ask for, which trace selection by peak context counts (subagent requests
+    /// are never capped by an output limit).
+    pub subagent_peak: u64,
     /// Where the trace starts in its source.
     pub location: Location,
     /// What the trace does beyond this importer's checks that aiperf accepts.
@@ -587,8 +592,9 @@ fn bad_type(ctx: &Ctx<'_>, path: &str, kind: &str, allowed: &str) -> DatasetErro
     )
 }
 
-/// Validates a subagent entry (its nested requests included); nothing of it is kept.
-fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<(), DatasetError> {
+/// Validates a subagent entry (its nested requests included); only the peak context of its requests
+/// (`in + max(1, out)`) is kept.
+fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<u64, DatasetError> {
     if let Some(f) = e.request_fields().next() {
         return Err(ctx.err(
             format!("{path}.{f}"),
@@ -617,11 +623,13 @@ fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<(), DatasetE
             "missing field `requests`, required on a subagent entry",
         )
     })?;
+    let mut peak = 0u64;
     for (j, r) in inner.into_iter().enumerate() {
         let p = format!("{path}.requests[{j}]");
         match r.kind.as_str() {
             "n" | "s" => {
-                convert_request(ctx, &p, r)?;
+                let (r, _) = convert_request(ctx, &p, r)?;
+                peak = peak.max(u64::from(r.input) + u64::from(r.output.max(1)));
             }
             other => {
                 return Err(bad_type(
@@ -633,7 +641,7 @@ fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<(), DatasetE
             }
         }
     }
-    Ok(())
+    Ok(peak)
 }
 
 /// Replaces the placeholders of out-of-range hash ids with ids no in-range id of the trace uses,
@@ -708,6 +716,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
     let mut requests = Vec::with_capacity(raw.requests.len());
     let mut wide: Vec<(usize, WideIds)> = Vec::new();
     let mut subagents = 0u32;
+    let mut subagent_peak = 0u64;
     let mut last_t: Option<f64> = None;
     for (i, e) in raw.requests.into_iter().enumerate() {
         let path = format!("requests[{i}]");
@@ -733,7 +742,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
                 requests.push(r);
             }
             "subagent" => {
-                check_subagent(&ctx, &path, e)?;
+                subagent_peak = subagent_peak.max(check_subagent(&ctx, &path, e)?);
                 subagents += 1;
             }
             other => return Err(bad_type(&ctx, &path, other, "\"n\", \"s\", \"subagent\"")),
@@ -767,6 +776,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
         system_tokens,
         requests,
         subagents,
+        subagent_peak,
         location: base.clone(),
         warnings,
     })
@@ -837,9 +847,32 @@ pub fn for_each_trace(
     limit: Option<usize>,
     mut f: impl FnMut(ParsedTrace) -> Result<(), DatasetError>,
 ) -> Result<usize, DatasetError> {
+    if limit == Some(0) {
+        return Ok(0);
+    }
+    let mut delivered = 0usize;
+    scan_traces(source, |t| {
+        f(t)?;
+        delivered += 1;
+        Ok(if limit.is_some_and(|l| delivered >= l) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
+    })
+}
+
+/// Reads traces in source order and hands each to `f` until it answers `Break` (nothing after that trace
+/// is read). Returns the number of traces read. Duplicate trace ids are an error naming both places; a
+/// source without any trace is [`DatasetError::Empty`].
+pub fn scan_traces(
+    source: &SourceFiles,
+    mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+) -> Result<usize, DatasetError> {
     let mut seen: HashMap<String, Location> = HashMap::new();
     let mut count = 0usize;
-    let mut deliver = |t: ParsedTrace, count: &mut usize| -> Result<(), DatasetError> {
+    let mut done = false;
+    let mut deliver = |t: ParsedTrace, count: &mut usize| -> Result<bool, DatasetError> {
         if let Some(first) = seen.get(&t.id) {
             let mut location = t.location.clone();
             location.trace = Some(t.id.clone());
@@ -855,7 +888,7 @@ pub fn for_each_trace(
         }
         seen.insert(t.id.clone(), t.location.clone());
         *count += 1;
-        f(t)
+        Ok(f(t)?.is_break())
     };
     match source {
         SourceFiles::Jsonl(path) => {
@@ -863,10 +896,7 @@ pub fn for_each_trace(
             let mut reader = BufReader::with_capacity(1 << 20, file);
             let mut line = String::new();
             let mut lineno = 0u64;
-            loop {
-                if limit.is_some_and(|l| count >= l) {
-                    break;
-                }
+            while !done {
                 line.clear();
                 let n = reader
                     .read_line(&mut line)
@@ -885,7 +915,7 @@ pub fn for_each_trace(
                     ..Location::default()
                 };
                 let t = parse_trace(text, &base)?;
-                deliver(t, &mut count)?;
+                done = deliver(t, &mut count)?;
             }
             if count == 0 {
                 return Err(DatasetError::Empty { path: path.clone() });
@@ -894,7 +924,7 @@ pub fn for_each_trace(
         SourceFiles::Dir { files, .. } => {
             let mut buf = String::new();
             for path in files {
-                if limit.is_some_and(|l| count >= l) {
+                if done {
                     break;
                 }
                 buf.clear();
@@ -907,7 +937,7 @@ pub fn for_each_trace(
                     ..Location::default()
                 };
                 let t = parse_trace(&buf, &base)?;
-                deliver(t, &mut count)?;
+                done = deliver(t, &mut count)?;
             }
         }
     }

@@ -510,6 +510,8 @@ fn traces_available(cache: &Path) -> Traces {
         &fixture("traces.jsonl"),
         &OpenOptions {
             num_dataset_entries: None,
+            max_context_length: None,
+            max_osl: None,
             cache_dir: Some(cache.to_owned()),
         },
     )
@@ -578,6 +580,8 @@ fn open_traces_resolves_from_the_run_summary() {
     let cache = tempfile::tempdir().unwrap();
     let opts = OpenOptions {
         num_dataset_entries: None,
+        max_context_length: None,
+        max_osl: None,
         cache_dir: Some(cache.path().to_owned()),
     };
     let run = RunSummary {
