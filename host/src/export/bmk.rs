@@ -1025,7 +1025,10 @@ const FLAT_SERVER_KEYS: [(&str, &str); 10] = [
     ("cpu_kv_cache_usage_pct", "kv_cache.cpu_usage_pct"),
     ("total_prompt_tokens", "tokens.prompt_total"),
     ("total_generation_tokens", "tokens.generation_total"),
-    ("server_external_cache_hit_rate", "cache.external_cache_hit_rate"),
+    (
+        "server_external_cache_hit_rate",
+        "cache.external_cache_hit_rate",
+    ),
 ];
 
 /// What the dataset (and aiperf's aggregate) say about the successful records.
@@ -1088,7 +1091,9 @@ fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures
             t.expected = Some(expected);
             if hits.blocks > 0 {
                 t.rate = Some(hits.set_rate());
-                t.rate_source = Some(format!("dataset {name} (block hashes of the turns replayed)"));
+                t.rate_source = Some(format!(
+                    "dataset {name} (block hashes of the turns replayed)"
+                ));
                 t.prefix_rate = Some(hits.prefix_rate());
             }
             if !missing.is_empty() {
@@ -1230,7 +1235,11 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
 
     // Trace metadata: expected output lengths and the theoretical cache hit rate.
     let t = trace_figures(input, &ok);
-    put_stats(&mut r, "output_tokens_expected", t.expected.as_deref().and_then(Stats::of));
+    put_stats(
+        &mut r,
+        "output_tokens_expected",
+        t.expected.as_deref().and_then(Stats::of),
+    );
     r.set("theoretical_cache_hit_rate", num(t.rate));
     if matches!(input.traces, Traces::Available { .. }) {
         r.set("theoretical_prefix_cache_hit_rate", num(t.prefix_rate));
@@ -1382,7 +1391,10 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     r.set("server_metric_sources", Value::Object(sources));
     r.set("server_metrics_adapter", adapter);
     r.set("trace_metadata", trace_meta);
-    r.set("theoretical_cache_hit_rate_source", t.rate_source.map_or(Value::Null, Value::from));
+    r.set(
+        "theoretical_cache_hit_rate_source",
+        t.rate_source.map_or(Value::Null, Value::from),
+    );
     if let Some(run) = input.run {
         r.set(
             "dataset",
@@ -1572,3 +1584,6 @@ pub fn render_dir(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod nested_tests;

@@ -325,7 +325,10 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
         f.put("tokens.prompt_by_source.raw", Some(raw), src);
         f.put(
             "cache.overall_cache_hit_rate",
-            ratio(Some(local.unwrap_or(0.0) + external.unwrap_or(0.0)), Some(raw)),
+            ratio(
+                Some(local.unwrap_or(0.0) + external.unwrap_or(0.0)),
+                Some(raw),
+            ),
             "(local_cache_hit + external_kv_transfer) / all of vllm:prompt_tokens_by_source",
         );
     }
@@ -407,7 +410,10 @@ fn sglang(m: &ServerMetrics, f: &mut Figures) {
         }
         for src in sources {
             let v = m.value_where("sglang:cached_tokens", |s| {
-                s.labels.get("cache_source").map_or("device", String::as_str) == src
+                s.labels
+                    .get("cache_source")
+                    .map_or("device", String::as_str)
+                    == src
             });
             if let Some(v) = v {
                 f.cached_tokens_by_source.insert(src, v);
@@ -456,7 +462,11 @@ fn sglang(m: &ServerMetrics, f: &mut Figures) {
         let src = "sglang:prompt_tokens and sglang:cached_tokens{cache_source}";
         f.put("tokens.prompt_by_source.raw", Some(p), src);
         f.put("tokens.prompt_by_source.gpu_cache_hit", device, src);
-        f.put("tokens.prompt_by_source.cpu_or_external_cache_hit", host, src);
+        f.put(
+            "tokens.prompt_by_source.cpu_or_external_cache_hit",
+            host,
+            src,
+        );
         f.put(
             "tokens.prompt_by_source.computed",
             all_cached.map(|c| (p - c).max(0.0)),
@@ -553,8 +563,13 @@ fn llamacpp(m: &ServerMetrics, f: &mut Figures) {
     let evaluated = m.value("llamacpp:prompt_tokens");
     let cached = m.value("llamacpp:prompt_tokens_cached");
     let received = evaluated.zip(cached).map(|(e, c)| e + c);
-    let rate_src = "llamacpp:prompt_tokens_cached / (llamacpp:prompt_tokens_cached + llamacpp:prompt_tokens)";
-    f.put("cache.gpu_cache_hit_rate", ratio(cached, received), rate_src);
+    let rate_src =
+        "llamacpp:prompt_tokens_cached / (llamacpp:prompt_tokens_cached + llamacpp:prompt_tokens)";
+    f.put(
+        "cache.gpu_cache_hit_rate",
+        ratio(cached, received),
+        rate_src,
+    );
     f.put(
         "cache.overall_cache_hit_rate",
         ratio(cached, received),
@@ -615,7 +630,11 @@ fn dynamo(m: &ServerMetrics, f: &mut Figures) {
         "dynamo_frontend_cached_tokens",
     );
     let rate_src = "dynamo_frontend_cached_tokens / dynamo_frontend_input_sequence_tokens";
-    f.put("cache.frontend_cache_hit_rate", ratio(cached, input), rate_src);
+    f.put(
+        "cache.frontend_cache_hit_rate",
+        ratio(cached, input),
+        rate_src,
+    );
     f.put(
         "cache.router_kv_hit_rate",
         level(m, "dynamo_component_router_kv_hit_rate"),
@@ -628,7 +647,11 @@ fn dynamo(m: &ServerMetrics, f: &mut Figures) {
     );
     // Worker figures (from vLLM or SGLang names) come first; the frontend's fill what they lack.
     f.put("cache.gpu_cache_hit_rate", ratio(cached, input), rate_src);
-    f.put("cache.overall_cache_hit_rate", ratio(cached, input), rate_src);
+    f.put(
+        "cache.overall_cache_hit_rate",
+        ratio(cached, input),
+        rate_src,
+    );
     f.put(
         "kv_cache.gpu_usage_pct",
         level(m, "dynamo_component_gpu_cache_usage_percent"),

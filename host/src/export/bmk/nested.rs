@@ -28,7 +28,13 @@ use super::{
 pub const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
 
 /// Labels kept when listing a metric series' source (InferenceX's per-source list).
-const SOURCE_LABELS: [&str; 5] = ["dynamo_component", "component", "worker_id", "dp_rank", "engine"];
+const SOURCE_LABELS: [&str; 5] = [
+    "dynamo_component",
+    "component",
+    "worker_id",
+    "dp_rank",
+    "engine",
+];
 
 /// Rounds every non-integer number to 5 decimals, in place.
 pub fn round5(v: &mut Value) {
@@ -217,7 +223,9 @@ fn server_section(
     );
     o.insert(
         "metric_count".into(),
-        json!(figures.as_ref().map_or(0, |f| f.detection.metric_names.len())),
+        json!(figures
+            .as_ref()
+            .map_or(0, |f| f.detection.metric_names.len())),
     );
     o.insert(
         "sources".into(),
@@ -355,7 +363,10 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
         })
         .unwrap_or(Value::Null);
     r.set("dataset", dataset);
-    if let Some(run) = input.run.filter(|x| !x.submission_invalid_reasons.is_empty()) {
+    if let Some(run) = input
+        .run
+        .filter(|x| !x.submission_invalid_reasons.is_empty())
+    {
         r.set("warnings", json!(run.submission_invalid_reasons));
     }
 
@@ -518,7 +529,10 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     // Server metrics.
     let (server, figures) =
         server_section(input.server, isl_sum, osl_sum, ok.len() as u64, &mut notes);
-    if let Some(pool) = figures.as_ref().and_then(|f| f.get("kv_cache.gpu_total_tokens")) {
+    if let Some(pool) = figures
+        .as_ref()
+        .and_then(|f| f.get("kv_cache.gpu_total_tokens"))
+    {
         r.set("kv_cache_pool_tokens", json!(pool.round() as u64));
     } else {
         r.set("kv_cache_pool_tokens", Value::Null);
