@@ -202,3 +202,40 @@ pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
     eprintln!("wrote {}", path.display());
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        report: ReportArgs,
+    }
+
+    #[test]
+    fn layout_defaults_to_nested_and_flat_is_a_flag_away() {
+        let a = Cli::try_parse_from(["report", "dir"]).unwrap().report;
+        assert_eq!(a.layout, Layout::Nested);
+        let a = Cli::try_parse_from([
+            "report",
+            "dir",
+            "--layout",
+            "flat",
+            "--pp",
+            "2",
+            "--dcp-size",
+            "4",
+            "--pcp-size",
+            "2",
+        ])
+        .unwrap()
+        .report;
+        assert_eq!(a.layout, Layout::Flat);
+        let id = Identity::resolve(&a.identity.into()).unwrap();
+        assert_eq!((id.pp, id.dcp_size, id.pcp_size), (2, 4, 2));
+        assert!(Cli::try_parse_from(["report", "dir", "--layout", "tree"]).is_err());
+    }
+}

@@ -1,8 +1,12 @@
-//! The InferenceX `bmk_agentic` JSON (domain §5) from a run's artifact directory.
+//! The InferenceX `bmk_agentic` JSON from a run's artifact directory, in two layouts: the seed-era
+//! flat keys (domain §5, [`compute`]) and InferenceX's current nested result (inferencex-v1.md §3,
+//! [`compute_nested`] in `nested`). Which engine wrote the server metrics, and the figures read from
+//! its metric names, is [`backends`]'s.
 //!
-//! [`compute`] is a pure function over parsed inputs (aiperf records, aiperf server metrics, our
-//! `run_summary.json`, the identity of the benchmarked system and, when it can be opened, the dataset);
-//! the loaders around it ([`load_artifacts`], [`open_traces`], [`report_dir`]) only read files.
+//! Both computations are pure functions over parsed inputs (aiperf records, aiperf server metrics,
+//! aiperf's aggregate `profile_export_aiperf.json`, our `run_summary.json`, the identity of the
+//! benchmarked system and, when it can be opened, the dataset); the loaders around them
+//! ([`load_artifacts`], [`open_traces`], [`report_dir`], [`render_dir`]) only read files.
 //!
 //! Invariants: every key of domain §5.2 is present (null when unavailable, with a line in `notes` saying
 //! why); warmup records count nowhere; percentiles interpolate linearly (`k = (n-1)p/100`) and `std` is the

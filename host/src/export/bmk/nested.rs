@@ -353,6 +353,8 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     }
     r.set("router", opt_str(&id.router));
     r.set("kv_p2p_transfer", opt_str(&id.kv_p2p_transfer));
+    // Filled from the server's KV pool size once the server figures are read.
+    r.set("kv_cache_pool_tokens", Value::Null);
     let dataset = input
         .aiperf
         .and_then(|a| a.dataset.clone())
@@ -534,8 +536,6 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
         .and_then(|f| f.get("kv_cache.gpu_total_tokens"))
     {
         r.set("kv_cache_pool_tokens", json!(pool.round() as u64));
-    } else {
-        r.set("kv_cache_pool_tokens", Value::Null);
     }
     r.set("server_metrics", server);
     r.set("trace_metadata", t.meta.clone());
