@@ -1273,9 +1273,12 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
                 adapter = json!(f.detection.adapter);
             }
             if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
+                let names = &f.detection.metric_names;
+                let shown = names.iter().take(40).cloned().collect::<Vec<_>>().join(", ");
+                let more = names.len().saturating_sub(40);
                 notes.push(format!(
-                    "server metrics from an unknown engine (none of vLLM, SGLang, Dynamo, ATOM, llama.cpp): {}",
-                    f.detection.metric_names.join(", ")
+                    "server metrics from an unknown engine (none of vLLM, SGLang, Dynamo, ATOM, llama.cpp): {shown}{}",
+                    if more > 0 { format!(" and {more} more") } else { String::new() }
                 ));
             } else {
                 notes.extend(f.notes.iter().cloned());
