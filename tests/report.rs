@@ -14,10 +14,11 @@ fn fixture(p: &str) -> PathBuf {
     root().join("fixtures/report").join(p)
 }
 
-/// Runs `agentx-host report` with a clean environment plus `env`, from the repository root.
+/// Runs `agentx-host report --layout flat` (the seed-era keys these tests check) with a clean
+/// environment plus `env`, from the repository root.
 fn report(args: &[&str], env: &[(&str, &str)], home: &Path) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_agentx-host"));
-    c.arg("report")
+    c.args(["report", "--layout", "flat"])
         .args(args)
         .current_dir(root())
         .env_clear()

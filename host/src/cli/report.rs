@@ -1,4 +1,5 @@
-//! `agentx-host report ARTIFACT_DIR`: the InferenceX `bmk_agentic` JSON of a finished run, and
+//! `agentx-host report ARTIFACT_DIR`: the InferenceX `bmk_agentic` JSON of a finished run (nested
+//! layout by default, `--layout flat` for the seed-era keys), and
 //! `agentx-host plot DIR`: its `metrics_plots.png`.
 //!
 //! Syntax only: the identity flags read the same environment variables InferenceX's
@@ -12,7 +13,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::dataset::OpenOptions;
-use crate::export::bmk::{self, Identity, IdentityInput};
+use crate::export::bmk::{self, Identity, IdentityInput, Layout};
 
 /// Arguments of `agentx-host report`.
 #[derive(Debug, Args)]
@@ -28,6 +29,10 @@ pub struct ReportArgs {
     /// the expected output lengths. Defaults to the one named in run_summary.json.
     #[arg(long, value_name = "PATH|NAME")]
     pub dataset: Option<String>,
+    /// nested: InferenceX's current result (identity, request_accounting, request_metrics{...},
+    /// server_metrics{...}); flat: the seed-era bmk_agentic keys (mean_ttft, p90_e2el, ...).
+    #[arg(long, value_enum, default_value_t = Layout::Nested, value_name = "LAYOUT")]
+    pub layout: Layout,
     #[command(flatten)]
     pub identity: IdentityArgs,
 }
@@ -87,6 +92,36 @@ pub struct IdentityArgs {
     pub decode_ep: Option<String>,
     #[arg(long, env = "DECODE_DP_ATTN", value_name = "BOOL")]
     pub decode_dp_attention: Option<String>,
+    /// Pipeline parallelism (default 1); the per-GPU divisor is TP x PP x PCP on one node.
+    #[arg(long, env = "PP_SIZE", value_name = "N")]
+    pub pp: Option<String>,
+    /// Decode context parallelism (default 1; runs on the TP GPUs).
+    #[arg(long, env = "DCP_SIZE", value_name = "N")]
+    pub dcp_size: Option<String>,
+    /// Prefill context parallelism (default 1).
+    #[arg(long, env = "PCP_SIZE", value_name = "N")]
+    pub pcp_size: Option<String>,
+    /// Nested layout: `recipe_fingerprint`.
+    #[arg(long, env = "RECIPE_FINGERPRINT", value_name = "TEXT")]
+    pub recipe_fingerprint: Option<String>,
+    /// Nested layout: `kv_offload_backend` (e.g. lmcache, native).
+    #[arg(long, env = "KV_OFFLOAD_BACKEND", value_name = "NAME")]
+    pub kv_offload_backend: Option<String>,
+    /// Nested layout: `allocated_cpu_dram_gb`.
+    #[arg(long, env = "ALLOCATED_CPU_DRAM_GB", value_name = "GB")]
+    pub allocated_cpu_dram_gb: Option<String>,
+    /// Nested layout: `router`.
+    #[arg(long, env = "ROUTER", value_name = "NAME")]
+    pub router: Option<String>,
+    /// Nested layout: `kv_p2p_transfer`.
+    #[arg(long, env = "KV_P2P_TRANSFER", value_name = "NAME")]
+    pub kv_p2p_transfer: Option<String>,
+    /// Nested layout, multinode: `prefill_hw`.
+    #[arg(long, env = "PREFILL_HW", value_name = "NAME")]
+    pub prefill_hw: Option<String>,
+    /// Nested layout, multinode: `decode_hw`.
+    #[arg(long, env = "DECODE_HW", value_name = "NAME")]
+    pub decode_hw: Option<String>,
 }
 
 impl From<IdentityArgs> for IdentityInput {
@@ -114,6 +149,16 @@ impl From<IdentityArgs> for IdentityInput {
             decode_tp: a.decode_tp,
             decode_ep: a.decode_ep,
             decode_dp_attention: a.decode_dp_attention,
+            pp: a.pp,
+            dcp_size: a.dcp_size,
+            pcp_size: a.pcp_size,
+            recipe_fingerprint: a.recipe_fingerprint,
+            kv_offload_backend: a.kv_offload_backend,
+            allocated_cpu_dram_gb: a.allocated_cpu_dram_gb,
+            router: a.router,
+            kv_p2p_transfer: a.kv_p2p_transfer,
+            prefill_hw: a.prefill_hw,
+            decode_hw: a.decode_hw,
         }
     }
 }
@@ -121,13 +166,13 @@ impl From<IdentityArgs> for IdentityInput {
 /// Runs `agentx-host report`.
 pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
     let identity = Identity::resolve(&a.identity.into())?;
-    let report = bmk::report_dir(
+    let mut json = bmk::render_dir(
         &a.artifact_dir,
         &identity,
         a.dataset.as_deref(),
         &OpenOptions::default(),
+        a.layout,
     )?;
-    let mut json = report.to_json_pretty();
     json.push('\n');
     match &a.output {
         None => print!("{json}"),
@@ -156,4 +201,41 @@ pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
     let path = crate::export::plot::plot_dir(&a.dir, a.output.as_deref())?;
     eprintln!("wrote {}", path.display());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        report: ReportArgs,
+    }
+
+    #[test]
+    fn layout_defaults_to_nested_and_flat_is_a_flag_away() {
+        let a = Cli::try_parse_from(["report", "dir"]).unwrap().report;
+        assert_eq!(a.layout, Layout::Nested);
+        let a = Cli::try_parse_from([
+            "report",
+            "dir",
+            "--layout",
+            "flat",
+            "--pp",
+            "2",
+            "--dcp-size",
+            "4",
+            "--pcp-size",
+            "2",
+        ])
+        .unwrap()
+        .report;
+        assert_eq!(a.layout, Layout::Flat);
+        let id = Identity::resolve(&a.identity.into()).unwrap();
+        assert_eq!((id.pp, id.dcp_size, id.pcp_size), (2, 4, 2));
+        assert!(Cli::try_parse_from(["report", "dir", "--layout", "tree"]).is_err());
+    }
 }

@@ -1,8 +1,12 @@
-//! The InferenceX `bmk_agentic` JSON (domain §5) from a run's artifact directory.
+//! The InferenceX `bmk_agentic` JSON from a run's artifact directory, in two layouts: the seed-era
+//! flat keys (domain §5, [`compute`]) and InferenceX's current nested result (inferencex-v1.md §3,
+//! [`compute_nested`] in `nested`). Which engine wrote the server metrics, and the figures read from
+//! its metric names, is [`backends`]'s.
 //!
-//! [`compute`] is a pure function over parsed inputs (aiperf records, aiperf server metrics, our
-//! `run_summary.json`, the identity of the benchmarked system and, when it can be opened, the dataset);
-//! the loaders around it ([`load_artifacts`], [`open_traces`], [`report_dir`]) only read files.
+//! Both computations are pure functions over parsed inputs (aiperf records, aiperf server metrics,
+//! aiperf's aggregate `profile_export_aiperf.json`, our `run_summary.json`, the identity of the
+//! benchmarked system and, when it can be opened, the dataset); the loaders around them
+//! ([`load_artifacts`], [`open_traces`], [`report_dir`], [`render_dir`]) only read files.
 //!
 //! Invariants: every key of domain §5.2 is present (null when unavailable, with a line in `notes` saying
 //! why); warmup records count nowhere; percentiles interpolate linearly (`k = (n-1)p/100`) and `std` is the
@@ -20,6 +24,11 @@ use serde_json::{json, Value};
 
 use crate::dataset::{self, Dataset, OpenOptions};
 use crate::metrics::percentile;
+
+pub mod backends;
+mod nested;
+
+pub use nested::compute_nested;
 
 /// The statistics every distribution is reported with (`{stat}_{metric}` keys).
 pub const STATS: [&str; 5] = ["mean", "p75", "p90", "p95", "std"];
@@ -57,6 +66,18 @@ pub const SUMMARIZE_KEYS: [&str; 24] = [
 pub const PROFILE_EXPORT: &str = "profile_export.jsonl";
 pub const SERVER_METRICS: &str = "server_metrics_export.json";
 pub const RUN_SUMMARY: &str = "run_summary.json";
+pub const PROFILE_AIPERF: &str = "profile_export_aiperf.json";
+
+/// The report layouts `agentx-host report --layout` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Layout {
+    /// The seed-era `bmk_agentic` keys (`mean_ttft`, `p90_e2el`, ...) at the top level (domain §5).
+    Flat,
+    /// InferenceX's current result: identity, `request_accounting`, `request_metrics{...}` and
+    /// `server_metrics{...}` (inferencex-v1.md §3).
+    #[default]
+    Nested,
+}
 
 /// Errors of reading an artifact directory or resolving the identity.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +128,21 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The category InferenceX groups dropped rows by: the error's type (`type`, `error_type` or
+    /// `class`), else its code, else its message up to the first ':'.
+    pub fn category(&self) -> String {
+        if let Some(k) = self.kind.as_deref().filter(|k| !k.is_empty()) {
+            return k.to_string();
+        }
+        if let Some(c) = self.code {
+            return c.to_string();
+        }
+        match self.message.as_deref() {
+            Some(m) if !m.trim().is_empty() => m.split(':').next().unwrap_or(m).trim().to_string(),
+            _ => "unknown".into(),
+        }
+    }
+
     /// A context overflow, as the record writer classified it (`error.type`).
     pub fn is_context_overflow(&self) -> bool {
         self.kind.as_deref().is_some_and(|k| {
@@ -131,6 +167,9 @@ pub struct ProfileRecord {
     pub ttft_s: Option<f64>,
     pub e2el_s: Option<f64>,
     pub itl_s: Option<f64>,
+    /// aiperf's `full_response_inter_token_latency` (the whole response over its tokens), when the
+    /// record writer gave it.
+    pub full_response_itl_s: Option<f64>,
     pub isl: Option<f64>,
     pub osl: Option<f64>,
     pub cache_read_tokens: Option<f64>,
@@ -241,7 +280,10 @@ fn failure_of(v: &Value) -> Option<Failure> {
         Value::Object(o) if o.is_empty() => None,
         Value::Object(o) => Some(Failure {
             code: o.get("code").and_then(Value::as_i64),
-            kind: o.get("type").and_then(Value::as_str).map(str::to_owned),
+            kind: ["type", "error_type", "class"]
+                .iter()
+                .find_map(|k| o.get(*k).and_then(Value::as_str))
+                .map(str::to_owned),
             message: o.get("message").and_then(Value::as_str).map(str::to_owned),
         }),
         Value::String(s) => Some(Failure {
@@ -284,6 +326,7 @@ fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, String> {
         ttft_s: latency(m, "time_to_first_token")?,
         e2el_s: latency(m, "request_latency")?,
         itl_s: latency(m, "inter_token_latency")?,
+        full_response_itl_s: latency(m, "full_response_inter_token_latency")?,
         isl: count("input_sequence_length")?,
         osl: count("output_sequence_length")?,
         cache_read_tokens: count("usage_prompt_cache_read_tokens")?,
@@ -531,6 +574,43 @@ impl RunSummary {
     }
 }
 
+/// The parts of `profile_export_aiperf.json` the report reads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AiperfSummary {
+    /// `theoretical_prefix_cache_hit`: `sum / count`, else `avg / 100` when its unit is `%`.
+    pub theoretical_cache_hit_rate: Option<f64>,
+    /// `metadata.dataset`, copied into the nested result as `dataset`.
+    pub dataset: Option<Value>,
+}
+
+impl AiperfSummary {
+    pub fn parse(text: &str, path: &Path) -> Result<AiperfSummary, ReportError> {
+        let doc: Value = serde_json::from_str(text).map_err(|e| ReportError::File {
+            path: path.to_owned(),
+            message: format!("not JSON ({e})"),
+        })?;
+        let t = doc.get("theoretical_prefix_cache_hit");
+        let f = |k: &str| t.and_then(|t| t.get(k)).and_then(Value::as_f64);
+        let rate = match (f("sum"), f("count")) {
+            (Some(s), Some(c)) if c > 0.0 => Some(s / c),
+            _ => match (
+                f("avg"),
+                t.and_then(|t| t.get("unit")).and_then(Value::as_str),
+            ) {
+                (Some(a), Some("%")) => Some(a / 100.0),
+                _ => None,
+            },
+        };
+        Ok(AiperfSummary {
+            theoretical_cache_hit_rate: rate.filter(|x| x.is_finite()),
+            dataset: doc
+                .pointer("/metadata/dataset")
+                .filter(|v| !v.is_null())
+                .cloned(),
+        })
+    }
+}
+
 /// Prefill and decode topology of a multinode (disaggregated) deployment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Multinode {
@@ -562,6 +642,20 @@ pub struct Identity {
     pub offloading: String,
     /// `Some` when `IS_MULTINODE` is true.
     pub multinode: Option<Multinode>,
+    /// Pipeline parallelism (default 1).
+    pub pp: u64,
+    /// Decode context parallelism (default 1; shares the TP GPUs).
+    pub dcp_size: u64,
+    /// Prefill context parallelism (default 1).
+    pub pcp_size: u64,
+    /// Nested-layout identity strings, null when not given.
+    pub recipe_fingerprint: Option<String>,
+    pub kv_offload_backend: Option<String>,
+    pub allocated_cpu_dram_gb: Option<String>,
+    pub router: Option<String>,
+    pub kv_p2p_transfer: Option<String>,
+    pub prefill_hw: Option<String>,
+    pub decode_hw: Option<String>,
 }
 
 impl Default for Identity {
@@ -581,6 +675,16 @@ impl Default for Identity {
             dp_attention: false,
             offloading: "none".into(),
             multinode: None,
+            pp: 1,
+            dcp_size: 1,
+            pcp_size: 1,
+            recipe_fingerprint: None,
+            kv_offload_backend: None,
+            allocated_cpu_dram_gb: None,
+            router: None,
+            kv_p2p_transfer: None,
+            prefill_hw: None,
+            decode_hw: None,
         }
     }
 }
@@ -610,6 +714,16 @@ pub struct IdentityInput {
     pub decode_tp: Option<String>,
     pub decode_ep: Option<String>,
     pub decode_dp_attention: Option<String>,
+    pub pp: Option<String>,
+    pub dcp_size: Option<String>,
+    pub pcp_size: Option<String>,
+    pub recipe_fingerprint: Option<String>,
+    pub kv_offload_backend: Option<String>,
+    pub allocated_cpu_dram_gb: Option<String>,
+    pub router: Option<String>,
+    pub kv_p2p_transfer: Option<String>,
+    pub prefill_hw: Option<String>,
+    pub decode_hw: Option<String>,
 }
 
 fn given(v: &Option<String>) -> Option<&str> {
@@ -650,6 +764,7 @@ impl Identity {
     /// "none", booleans false).
     pub fn resolve(i: &IdentityInput) -> Result<Identity, ReportError> {
         let s = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
+        let opt = |v: &Option<String>| given(v).map(str::to_owned);
         let is_multinode = bool_of(&i.is_multinode, "--is-multinode", "IS_MULTINODE")?;
         let multinode = if is_multinode {
             Some(Multinode {
@@ -701,13 +816,24 @@ impl Identity {
             dp_attention: bool_of(&i.dp_attention, "--dp-attention", "DP_ATTENTION")?,
             offloading: given(&i.offloading).unwrap_or("none").to_owned(),
             multinode,
+            pp: int_of(&i.pp, 1, "--pp", "PP_SIZE")?,
+            dcp_size: int_of(&i.dcp_size, 1, "--dcp-size", "DCP_SIZE")?,
+            pcp_size: int_of(&i.pcp_size, 1, "--pcp-size", "PCP_SIZE")?,
+            recipe_fingerprint: opt(&i.recipe_fingerprint),
+            kv_offload_backend: opt(&i.kv_offload_backend),
+            allocated_cpu_dram_gb: opt(&i.allocated_cpu_dram_gb),
+            router: opt(&i.router),
+            kv_p2p_transfer: opt(&i.kv_p2p_transfer),
+            prefill_hw: opt(&i.prefill_hw),
+            decode_hw: opt(&i.decode_hw),
         })
     }
 
-    /// GPUs the throughput is divided by: TP on one node, prefill plus decode GPUs on several.
+    /// GPUs the throughput is divided by: TP x PP x PCP on one node (decode context parallelism
+    /// shares the TP GPUs), prefill plus decode GPUs on several.
     pub fn num_gpus(&self) -> u64 {
         match &self.multinode {
-            None => self.tp,
+            None => self.tp * self.pp * self.pcp_size,
             Some(m) => m.prefill_num_workers * m.prefill_tp + m.decode_num_workers * m.decode_tp,
         }
     }
@@ -727,6 +853,8 @@ pub struct ReportInput<'a> {
     /// `None` when `server_metrics_export.json` is absent.
     pub server: Option<&'a ServerMetrics>,
     pub run: Option<&'a RunSummary>,
+    /// `None` when `profile_export_aiperf.json` is absent.
+    pub aiperf: Option<&'a AiperfSummary>,
     pub identity: &'a Identity,
     pub traces: &'a Traces,
 }
@@ -763,6 +891,13 @@ impl BmkReport {
 
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.fields.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// Rounds every non-integer number to 5 decimals (the nested layout's precision).
+    pub fn round_floats(&mut self) {
+        for (_, v) in &mut self.fields {
+            nested::round5(v);
+        }
     }
 
     /// Pretty JSON with keys in report order.
@@ -883,173 +1018,108 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-/// Server-side figures and the metric each came from.
-struct ServerFigures {
-    values: Vec<(&'static str, Option<f64>)>,
-    sources: Vec<(&'static str, String)>,
+/// The flat layout's server keys and the figure of [`backends::figures`] each one is.
+const FLAT_SERVER_KEYS: [(&str, &str); 10] = [
+    ("server_gpu_cache_hit_rate", "cache.gpu_cache_hit_rate"),
+    ("server_cpu_cache_hit_rate", "cache.cpu_cache_hit_rate"),
+    ("kv_offload_bytes_gpu_to_cpu", "kv_offload.bytes_gpu_to_cpu"),
+    ("kv_offload_bytes_cpu_to_gpu", "kv_offload.bytes_cpu_to_gpu"),
+    ("kv_offload_time_gpu_to_cpu", "kv_offload.time_gpu_to_cpu"),
+    ("kv_offload_time_cpu_to_gpu", "kv_offload.time_cpu_to_gpu"),
+    ("cpu_kv_cache_usage_pct", "kv_cache.cpu_usage_pct"),
+    ("total_prompt_tokens", "tokens.prompt_total"),
+    ("total_generation_tokens", "tokens.generation_total"),
+    (
+        "server_external_cache_hit_rate",
+        "cache.external_cache_hit_rate",
+    ),
+];
+
+/// What the dataset (and aiperf's aggregate) say about the successful records.
+struct TraceFigures {
+    /// Expected output lengths of the records whose turn was found; `None` without the dataset.
+    expected: Option<Vec<f64>>,
+    /// The theoretical cache hit rate: aiperf's `theoretical_prefix_cache_hit`, else the dataset's.
+    rate: Option<f64>,
+    /// Where `rate` came from.
+    rate_source: Option<String>,
+    /// The dataset's prefix-only rate, when the dataset is available.
+    prefix_rate: Option<f64>,
+    meta: Value,
+    notes: Vec<String>,
 }
 
-fn server_figures(m: &ServerMetrics) -> ServerFigures {
-    let mut f = ServerFigures {
-        values: Vec::new(),
-        sources: Vec::new(),
+fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures {
+    let mut t = TraceFigures {
+        expected: None,
+        rate: None,
+        rate_source: None,
+        prefix_rate: None,
+        meta: json!({"status": "unavailable"}),
+        notes: Vec::new(),
     };
-    let mut put = |key: &'static str, v: Option<f64>, src: String| {
-        if v.is_some() {
-            f.sources.push((key, src));
+    let aiperf_rate = input.aiperf.and_then(|a| a.theoretical_cache_hit_rate);
+    match input.traces {
+        Traces::Unavailable { reason } => {
+            if aiperf_rate.is_some() {
+                t.notes.push(format!("trace metadata unavailable ({reason}): *_output_tokens_expected are null; the theoretical cache hit rate is {PROFILE_AIPERF}'s"));
+            } else {
+                t.notes.push(format!("trace metadata unavailable ({reason}): theoretical_cache_hit_rate and *_output_tokens_expected are null"));
+            }
+            t.meta["reason"] = json!(reason);
         }
-        f.values.push((key, v));
-    };
-    let sg_prompt = m.value("sglang:prompt_tokens");
-
-    // GPU prefix cache: vLLM's hits/queries, else SGLang's device-cached share of prompt tokens,
-    // else SGLang's realtime prefill split.
-    let gpu = [
-        (
-            ratio(
-                m.value("vllm:prefix_cache_hits"),
-                m.value("vllm:prefix_cache_queries"),
-            ),
-            "vllm:prefix_cache_hits / vllm:prefix_cache_queries",
-        ),
-        (
-            ratio(
-                m.value_where("sglang:cached_tokens", |s| {
-                    s.labels.get("cache_source").is_none_or(|v| v == "device")
-                }),
-                sg_prompt,
-            ),
-            "sglang:cached_tokens{cache_source=device} / sglang:prompt_tokens",
-        ),
-        (
-            {
-                let cache = m.value_labelled("sglang:realtime_tokens", "mode", "prefill_cache");
-                let compute = m.value_labelled("sglang:realtime_tokens", "mode", "prefill_compute");
-                ratio(cache, cache.zip(compute).map(|(a, b)| a + b))
-            },
-            "sglang:realtime_tokens{mode=prefill_cache} / (prefill_cache + prefill_compute)",
-        ),
-    ]
-    .into_iter()
-    .find(|(v, _)| v.is_some());
-    match gpu {
-        Some((v, src)) => put("server_gpu_cache_hit_rate", v, src.into()),
-        None => put("server_gpu_cache_hit_rate", None, String::new()),
-    }
-
-    // External (offload / KV-connector) tier: vLLM's external prefix cache, else SGLang HiCache's
-    // host-cached share of prompt tokens.
-    let ext = [
-        (
-            ratio(
-                m.value("vllm:external_prefix_cache_hits"),
-                m.value("vllm:external_prefix_cache_queries"),
-            ),
-            "vllm:external_prefix_cache_hits / vllm:external_prefix_cache_queries",
-        ),
-        (
-            ratio(
-                m.value_labelled("sglang:cached_tokens", "cache_source", "host"),
-                sg_prompt,
-            ),
-            "sglang:cached_tokens{cache_source=host} / sglang:prompt_tokens",
-        ),
-    ]
-    .into_iter()
-    .find(|(v, _)| v.is_some());
-    let (ext_v, ext_src) = ext.map_or((None, ""), |(v, s)| (v, s));
-    // InferenceX's PR read vllm:cpu_prefix_cache_*, which no server exports; the key stays for
-    // compatibility and carries the offload tier's rate unless such metrics do exist.
-    let cpu_legacy = ratio(
-        m.value("vllm:cpu_prefix_cache_hits"),
-        m.value("vllm:cpu_prefix_cache_queries"),
-    );
-    match cpu_legacy {
-        Some(v) => put(
-            "server_cpu_cache_hit_rate",
-            Some(v),
-            "vllm:cpu_prefix_cache_hits / vllm:cpu_prefix_cache_queries".into(),
-        ),
-        None => put("server_cpu_cache_hit_rate", ext_v, ext_src.into()),
-    }
-
-    // KV offload counters: the names InferenceX reads, else kv-cache-tester's labelled totals.
-    for (key, name, alt, dir) in [
-        (
-            "kv_offload_bytes_gpu_to_cpu",
-            "vllm:kv_offload_bytes_gpu_to_cpu",
-            "vllm:kv_offload_total_bytes",
-            "GPU_to_CPU",
-        ),
-        (
-            "kv_offload_bytes_cpu_to_gpu",
-            "vllm:kv_offload_bytes_cpu_to_gpu",
-            "vllm:kv_offload_total_bytes",
-            "CPU_to_GPU",
-        ),
-        (
-            "kv_offload_time_gpu_to_cpu",
-            "vllm:kv_offload_time_gpu_to_cpu",
-            "vllm:kv_offload_total_time",
-            "GPU_to_CPU",
-        ),
-        (
-            "kv_offload_time_cpu_to_gpu",
-            "vllm:kv_offload_time_cpu_to_gpu",
-            "vllm:kv_offload_total_time",
-            "CPU_to_GPU",
-        ),
-    ] {
-        match m.value(name) {
-            Some(v) => put(key, Some(v), name.into()),
-            None => put(
-                key,
-                m.value_labelled(alt, "transfer_type", dir),
-                format!("{alt}{{transfer_type={dir}}}"),
-            ),
+        Traces::Available { dataset, name } => {
+            let by_id: HashMap<&str, dataset::Trajectory<'_>> =
+                dataset.trajectories().map(|t| (t.id(), t)).collect();
+            let mut expected = Vec::new();
+            let mut max_turn: BTreeMap<&str, u64> = BTreeMap::new();
+            let mut missing: BTreeMap<&str, ()> = BTreeMap::new();
+            for x in ok {
+                let tid = trace_id_of(&x.conversation_id);
+                let Some(traj) = by_id.get(tid) else {
+                    missing.insert(tid, ());
+                    continue;
+                };
+                if let Some(k) = x.turn_index {
+                    if let Some(turn) = traj.turn(k as usize) {
+                        expected.push(f64::from(turn.output_tokens()));
+                    }
+                    let e = max_turn.entry(tid).or_insert(0);
+                    *e = (*e).max(k);
+                }
+            }
+            let mut hits = dataset::stats::HitCounts::default();
+            for (tid, k) in &max_turn {
+                hits.add(dataset::stats::theoretical_hits(by_id[tid], *k as usize));
+            }
+            t.expected = Some(expected);
+            if hits.blocks > 0 {
+                t.rate = Some(hits.set_rate());
+                t.rate_source = Some(format!(
+                    "dataset {name} (block hashes of the turns replayed)"
+                ));
+                t.prefix_rate = Some(hits.prefix_rate());
+            }
+            if !missing.is_empty() {
+                t.notes.push(format!(
+                    "{} conversation id(s) of the records are not in dataset {name} (e.g. {:?}); they are left out of the trace-derived figures",
+                    missing.len(),
+                    missing.keys().next().copied().unwrap_or_default()
+                ));
+            }
+            t.meta = json!({
+                "status": "available",
+                "dataset": name,
+                "traces_matched": max_turn.len(),
+                "traces_missing": missing.len(),
+            });
         }
     }
-
-    let first_gauge = |names: &[&'static str]| {
-        names
-            .iter()
-            .find_map(|n| m.value(n).map(|v| (v, (*n).to_string())))
-    };
-    let cpu_usage = first_gauge(&["vllm:cpu_kv_cache_usage_perc", "vllm:cpu_cache_usage_perc"]);
-    put(
-        "cpu_kv_cache_usage_pct",
-        cpu_usage.as_ref().map(|x| x.0),
-        cpu_usage.map(|x| x.1).unwrap_or_default(),
-    );
-    let totals = |names: &[&'static str]| {
-        names
-            .iter()
-            .find_map(|n| m.value(n).map(|v| (v, (*n).to_string())))
-    };
-    let p = totals(&["vllm:prompt_tokens", "sglang:prompt_tokens"]);
-    put(
-        "total_prompt_tokens",
-        p.as_ref().map(|x| x.0),
-        p.map(|x| x.1).unwrap_or_default(),
-    );
-    let g = totals(&["vllm:generation_tokens", "sglang:generation_tokens"]);
-    put(
-        "total_generation_tokens",
-        g.as_ref().map(|x| x.0),
-        g.map(|x| x.1).unwrap_or_default(),
-    );
-    put("server_external_cache_hit_rate", ext_v, ext_src.into());
-    let gpu_usage = first_gauge(&[
-        "vllm:kv_cache_usage_perc",
-        "vllm:gpu_cache_usage_perc",
-        "sglang:token_usage",
-    ]);
-    put(
-        "gpu_kv_cache_usage_pct",
-        gpu_usage.as_ref().map(|x| x.0),
-        gpu_usage.map(|x| x.1).unwrap_or_default(),
-    );
-    f
+    if let Some(r) = aiperf_rate {
+        t.rate = Some(r);
+        t.rate_source = Some(format!("{PROFILE_AIPERF} theoretical_prefix_cache_hit"));
+    }
+    t
 }
 
 /// Computes the report. Pure: the same inputs give the same JSON.
@@ -1168,74 +1238,50 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     put_stats(&mut r, "output_tokens_actual", Stats::of(&osl_v));
 
     // Trace metadata: expected output lengths and the theoretical cache hit rate.
-    let mut trace_meta = json!({"status": "unavailable"});
-    match input.traces {
-        Traces::Unavailable { reason } => {
-            put_stats(&mut r, "output_tokens_expected", None);
-            r.set("theoretical_cache_hit_rate", Value::Null);
-            notes.push(format!("trace metadata unavailable ({reason}): theoretical_cache_hit_rate and *_output_tokens_expected are null"));
-            trace_meta["reason"] = json!(reason);
-        }
-        Traces::Available { dataset, name } => {
-            let by_id: HashMap<&str, dataset::Trajectory<'_>> =
-                dataset.trajectories().map(|t| (t.id(), t)).collect();
-            let mut expected = Vec::new();
-            let mut max_turn: BTreeMap<&str, u64> = BTreeMap::new();
-            let mut missing: BTreeMap<&str, ()> = BTreeMap::new();
-            for x in &ok {
-                let tid = trace_id_of(&x.conversation_id);
-                let Some(traj) = by_id.get(tid) else {
-                    missing.insert(tid, ());
-                    continue;
-                };
-                if let Some(k) = x.turn_index {
-                    if let Some(turn) = traj.turn(k as usize) {
-                        expected.push(f64::from(turn.output_tokens()));
-                    }
-                    let e = max_turn.entry(tid).or_insert(0);
-                    *e = (*e).max(k);
-                }
-            }
-            let mut hits = dataset::stats::HitCounts::default();
-            for (tid, k) in &max_turn {
-                hits.add(dataset::stats::theoretical_hits(by_id[tid], *k as usize));
-            }
-            put_stats(&mut r, "output_tokens_expected", Stats::of(&expected));
-            let rate = (hits.blocks > 0).then(|| hits.set_rate());
-            r.set("theoretical_cache_hit_rate", num(rate));
-            r.set(
-                "theoretical_prefix_cache_hit_rate",
-                num((hits.blocks > 0).then(|| hits.prefix_rate())),
-            );
-            if !missing.is_empty() {
-                notes.push(format!(
-                    "{} conversation id(s) of the records are not in dataset {name} (e.g. {:?}); they are left out of the trace-derived figures",
-                    missing.len(),
-                    missing.keys().next().copied().unwrap_or_default()
-                ));
-            }
-            trace_meta = json!({
-                "status": "available",
-                "dataset": name,
-                "traces_matched": max_turn.len(),
-                "traces_missing": missing.len(),
-            });
-        }
+    let t = trace_figures(input, &ok);
+    put_stats(
+        &mut r,
+        "output_tokens_expected",
+        t.expected.as_deref().and_then(Stats::of),
+    );
+    r.set("theoretical_cache_hit_rate", num(t.rate));
+    if matches!(input.traces, Traces::Available { .. }) {
+        r.set("theoretical_prefix_cache_hit_rate", num(t.prefix_rate));
     }
+    notes.extend(t.notes);
+    let trace_meta = t.meta;
 
     // Server metrics.
     let isl_sum: f64 = isl_v.iter().sum();
     let osl_sum: f64 = osl_v.iter().sum();
     let mut sources = serde_json::Map::new();
     let mut server_vals: HashMap<&str, Option<f64>> = HashMap::new();
+    let mut adapter = Value::Null;
     match input.server {
         Some(m) => {
-            let f = server_figures(m);
-            for (k, v) in f.values {
-                server_vals.insert(k, v);
+            let f = backends::figures(m);
+            let flat_keys = FLAT_SERVER_KEYS
+                .iter()
+                .chain(&[("gpu_kv_cache_usage_pct", "kv_cache.gpu_usage_pct")]);
+            for (flat, key) in flat_keys {
+                server_vals.insert(flat, f.get(key));
+                if let Some(src) = f.source(key) {
+                    sources.insert(flat.to_string(), json!(src));
+                }
             }
-            for (k, s) in f.sources {
-                sources.insert(k.to_string(), json!(s));
+            if !f.detection.metric_names.is_empty() {
+                adapter = json!(f.detection.adapter);
+            }
+            if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
+                let names = &f.detection.metric_names;
+                let shown = names.iter().take(40).cloned().collect::<Vec<_>>().join(", ");
+                let more = names.len().saturating_sub(40);
+                notes.push(format!(
+                    "server metrics from an unknown engine (none of vLLM, SGLang, Dynamo, ATOM, llama.cpp): {shown}{}",
+                    if more > 0 { format!(" and {more} more") } else { String::new() }
+                ));
+            } else {
+                notes.extend(f.notes.iter().cloned());
             }
         }
         None => notes.push(format!(
@@ -1350,7 +1396,12 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
         }),
     );
     r.set("server_metric_sources", Value::Object(sources));
+    r.set("server_metrics_adapter", adapter);
     r.set("trace_metadata", trace_meta);
+    r.set(
+        "theoretical_cache_hit_rate_source",
+        t.rate_source.map_or(Value::Null, Value::from),
+    );
     if let Some(run) = input.run {
         r.set(
             "dataset",
@@ -1387,6 +1438,7 @@ pub struct Artifacts {
     pub records: Vec<ProfileRecord>,
     pub server: Option<ServerMetrics>,
     pub run: Option<RunSummary>,
+    pub aiperf: Option<AiperfSummary>,
 }
 
 /// The directory holding `profile_export.jsonl`: `dir` itself, else the first directory directly below
@@ -1435,11 +1487,16 @@ pub fn load_artifacts(dir: &Path) -> Result<Artifacts, ReportError> {
         .transpose()?;
     let rp = dir.join(RUN_SUMMARY);
     let run = read(&rp)?.map(|t| RunSummary::parse(&t, &rp)).transpose()?;
+    let ap = dir.join(PROFILE_AIPERF);
+    let aiperf = read(&ap)?
+        .map(|t| AiperfSummary::parse(&t, &ap))
+        .transpose()?;
     Ok(Artifacts {
         dir,
         records,
         server,
         run,
+        aiperf,
     })
 }
 
@@ -1489,7 +1546,7 @@ pub fn open_traces(run: Option<&RunSummary>, spec: Option<&str>, opts: &OpenOpti
     }
 }
 
-/// Reads an artifact directory and computes its report.
+/// Reads an artifact directory and computes its report (flat layout).
 pub fn report_dir(
     dir: &Path,
     identity: &Identity,
@@ -1498,14 +1555,42 @@ pub fn report_dir(
 ) -> Result<BmkReport, ReportError> {
     let a = load_artifacts(dir)?;
     let traces = open_traces(a.run.as_ref(), dataset_spec, opts);
-    Ok(compute(&ReportInput {
-        records: &a.records,
-        server: a.server.as_ref(),
-        run: a.run.as_ref(),
-        identity,
-        traces: &traces,
-    }))
+    Ok(compute(&a.input(identity, &traces)))
+}
+
+impl Artifacts {
+    /// The inputs of [`compute`] and [`compute_nested`].
+    pub fn input<'a>(&'a self, identity: &'a Identity, traces: &'a Traces) -> ReportInput<'a> {
+        ReportInput {
+            records: &self.records,
+            server: self.server.as_ref(),
+            run: self.run.as_ref(),
+            aiperf: self.aiperf.as_ref(),
+            identity,
+            traces,
+        }
+    }
+}
+
+/// Reads an artifact directory and writes its report in `layout` as pretty JSON.
+pub fn render_dir(
+    dir: &Path,
+    identity: &Identity,
+    dataset_spec: Option<&str>,
+    opts: &OpenOptions,
+    layout: Layout,
+) -> Result<String, ReportError> {
+    let a = load_artifacts(dir)?;
+    let traces = open_traces(a.run.as_ref(), dataset_spec, opts);
+    let input = a.input(identity, &traces);
+    Ok(match layout {
+        Layout::Flat => compute(&input).to_json_pretty(),
+        Layout::Nested => compute_nested(&input).to_json_pretty(),
+    })
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod nested_tests;

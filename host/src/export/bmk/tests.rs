@@ -47,6 +47,7 @@ fn report(
         records,
         server,
         run,
+        aiperf: None,
         identity: &worked_identity(),
         traces: &no_traces(),
     })
@@ -77,6 +78,7 @@ fn rec(
         ttft_s: Some(ttft_ms / 1e3),
         e2el_s: Some(e2e_ms / 1e3),
         itl_s: Some(itl_ms / 1e3),
+        full_response_itl_s: None,
         isl: Some(isl),
         osl: Some(osl),
         cache_read_tokens: None,
@@ -533,6 +535,7 @@ fn trace_metadata_gives_theoretical_hits_and_expected_outputs() {
         records: &recs,
         server: None,
         run: None,
+        aiperf: None,
         identity: &worked_identity(),
         traces: &traces,
     });
@@ -553,6 +556,7 @@ fn trace_metadata_gives_theoretical_hits_and_expected_outputs() {
         records: &recs,
         server: None,
         run: None,
+        aiperf: None,
         identity: &worked_identity(),
         traces: &traces,
     });
@@ -682,6 +686,7 @@ fn identity_from_inferencex_variables() {
         records: &worked_records(),
         server: None,
         run: None,
+        aiperf: None,
         identity: &i,
         traces: &no_traces(),
     });
@@ -723,6 +728,7 @@ fn run_summary_fills_conc_model_and_validity() {
         records: &worked_records(),
         server: None,
         run: Some(&run),
+        aiperf: None,
         identity: &id,
         traces: &no_traces(),
     });
