@@ -217,3 +217,128 @@ fn connection_reuse_strategies_pooled_never_and_sticky() {
         got.len()
     );
 }
+
+/// A Hugging Face hub cache holding the fixture corpus as InferenceX's current default corpus, and
+/// a small tokenizer as `deepseek-ai/DeepSeek-R1-0528`.
+fn hub_cache(with_tokenizer: bool) -> tempfile::TempDir {
+    let hub = tempfile::tempdir().unwrap();
+    let repo = hub
+        .path()
+        .join("datasets--semianalysisai--cc-traces-weka-062126");
+    std::fs::create_dir_all(repo.join("snapshots/abc")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), "abc").unwrap();
+    std::fs::copy(
+        fixture("traces-24.jsonl"),
+        repo.join("snapshots/abc/traces.jsonl"),
+    )
+    .unwrap();
+    if with_tokenizer {
+        let model = hub
+            .path()
+            .join("models--deepseek-ai--DeepSeek-R1-0528/snapshots/r1");
+        std::fs::create_dir_all(&model).unwrap();
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            ["the", "and", "for", "this", "code"]
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (w.to_string(), serde_json::json!(i)))
+                .collect();
+        let tj = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"},
+            "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+        });
+        std::fs::write(model.join("tokenizer.json"), tj.to_string()).unwrap();
+    }
+    hub
+}
+
+/// InferenceX's `build_replay_cmd` line (inferencex-v1.md §1) with `aiperf profile --scenario
+/// inferencex-agentx-mvp` replaced by `agentx-host run`, plus `--dry-run --json`.
+fn inferencex_line(url: &str) -> Vec<String> {
+    let metrics = format!("{url}/metrics");
+    let line = format!(
+        "run --url {url} --endpoint /v1/chat/completions --endpoint-type chat --streaming \
+         --model agentx-sim --tokenizer deepseek-ai/DeepSeek-R1-0528 --concurrency 4 \
+         --benchmark-duration 1800 --stats-interval 30 --random-seed 42 \
+         --failed-request-threshold 0.10 --trajectory-start-min-ratio 0.25 \
+         --trajectory-start-max-ratio 0.75 --warmup-requests-per-lane 10 \
+         --trace-idle-gap-cap-seconds 300 --warmup-grace-period 1800 --use-server-token-count \
+         --extra-inputs thinking:true --no-gpu-telemetry --tokenizer-trust-remote-code \
+         --max-context-length 60000 --num-dataset-entries 393 --slice-duration 1.0 \
+         --server-metrics {metrics} {metrics} --output-artifact-dir results/aiperf_artifacts \
+         --public-dataset semianalysis_cc_traces_weka_062126 --dry-run --json"
+    );
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+#[test]
+fn inferencex_current_command_line_runs_through_dry_run() {
+    let sim = recording_sim();
+    let hub = hub_cache(true);
+    let line = inferencex_line(&sim.url());
+    let args: Vec<&str> = line.iter().map(String::as_str).collect();
+    let env = [
+        ("HF_HUB_CACHE", hub.path().to_str().unwrap()),
+        ("AIPERF_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES", "0"),
+        ("AIPERF_HTTP_TCP_USER_TIMEOUT", "900000"),
+        ("AIPERF_HTTP_X_SESSION_ID_FROM_CORRELATION_ID", "1"),
+        ("AIPERF_SERVER_METRICS_COLLECTION_INTERVAL", "1.0"),
+        ("AIPERF_UI_REALTIME_METRICS_ENABLED", "true"),
+    ];
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &env);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(plan["concurrency"], 4);
+    assert_eq!(plan["lanes"].as_array().unwrap().len(), 4);
+    // The fixture's 24 traces, less the 4 whose peak context exceeds 60,000 tokens.
+    assert_eq!(plan["dataset"]["traces"], 20);
+    let log = r.stderr();
+    for want in [
+        "accepted but not acted on: --warmup-requests-per-lane 10",
+        "--tokenizer deepseek-ai/DeepSeek-R1-0528:",
+        "dropped=4",
+        "replay_rc=0",
+    ] {
+        assert!(log.contains(want), "no {want:?} in\n{log}");
+    }
+    // Every start turn lies within the 0.25-0.75 band of its trace.
+    for l in plan["lanes"].as_array().unwrap() {
+        let (k, n) = (
+            l["start_turn"].as_f64().unwrap(),
+            l["turns"].as_f64().unwrap(),
+        );
+        assert!(k >= (0.25 * n).floor() - 1.0 && k <= 0.75 * n, "{l}");
+    }
+    assert_eq!(sim.requests(), 0, "a dry run sends nothing");
+
+    // Without the tokenizer in the cache the run goes on with the word model (server counts), and
+    // says how to fetch it.
+    let hub = hub_cache(false);
+    let env = [("HF_HUB_CACHE", hub.path().to_str().unwrap())];
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &env);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("hf download deepseek-ai/DeepSeek-R1-0528"),
+        "{}",
+        r.stderr()
+    );
+
+    // A corpus missing from the cache is refused with the command that fetches it.
+    let empty = tempfile::tempdir().unwrap();
+    let env = [
+        ("HF_HUB_CACHE", empty.path().to_str().unwrap()),
+        ("HOME", empty.path().to_str().unwrap()),
+    ];
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &env);
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr()
+            .contains("hf download semianalysisai/cc-traces-weka-062126"),
+        "{}",
+        r.stderr()
+    );
+}

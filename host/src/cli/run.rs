@@ -596,7 +596,7 @@ impl RunPlan {
             ),
             (None, None, None) if demo => (DatasetSource::Bundled, "weka_trace"),
             (None, None, None) => bail!(
-                "no dataset: pass --public-dataset semianalysis_cc_traces_weka, --input-file traces.jsonl --custom-dataset-type weka_trace, or --dataset PATH|NAME"
+                "no dataset: pass --public-dataset semianalysis_cc_traces_weka_062126 (InferenceX's current corpus), --input-file traces.jsonl --custom-dataset-type weka_trace, or --dataset PATH|NAME"
             ),
         };
         if !demo && a.model.is_none() {
@@ -809,7 +809,7 @@ impl RunPlan {
         let warmup_progress_interval = match env_var("SERVICE_WARMUP_PROGRESS_LOG_INTERVAL") {
             None => Some(Duration::from_secs(30)),
             Some((k, v)) => match v.trim().parse::<f64>() {
-                Ok(x) if x == 0.0 => None,
+                Ok(0.0) => None,
                 Ok(x) => Some(positive_secs(&k, x)?),
                 Err(_) => bail!("{k}={v:?} is not a number of seconds (0 turns the heartbeat off)"),
             },
@@ -1054,20 +1054,28 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
 
     // Dataset.
     let counter = match a.tokenizer.as_deref() {
-        None | Some("builtin") => TokenCounter::Words,
-        Some(spec) => {
-            let p = Path::new(spec);
-            let file = if p.is_dir() {
-                p.join("tokenizer.json")
-            } else {
-                p.to_path_buf()
-            };
-            TokenCounter::from_file(&file).map_err(|e| anyhow!("--tokenizer: {e}"))?
-        }
+        None => TokenCounter::Words,
+        Some(spec) => match dataset::tokens::resolve_tokenizer(spec) {
+            Ok(src) => {
+                tracing::info!("--tokenizer {spec}: {}", src.describe());
+                src.counter()
+                    .map_err(|e| anyhow!("--tokenizer {spec}: {e}"))?
+            }
+            // Token counts come from the server's usage unless --client-token-count: a tokenizer
+            // that is not at hand only costs the exact single-token synthesis vocabulary.
+            Err(e) if rp.use_server_token_count => {
+                tracing::warn!(
+                    "--tokenizer {spec}: {e}; using the built-in tokenizer-free word model for prompt \
+                     synthesis (token counts come from the server's usage)"
+                );
+                TokenCounter::Words
+            }
+            Err(e) => bail!("--tokenizer {spec}: {e}"),
+        },
     };
     let opts = OpenOptions {
         num_dataset_entries: a.num_dataset_entries,
-        max_context_length: None,
+        max_context_length: a.max_context_length,
         max_osl: None,
         cache_dir: None,
     };
@@ -1075,6 +1083,7 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&home)?, &opts)?,
         DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
     };
+
     let dataset_key = hex::encode(ds.cache_key().0);
     if let Some(want) = &a.expect_dataset_key {
         if &dataset_key != want {
