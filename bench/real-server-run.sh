@@ -95,8 +95,10 @@ print(f"profiling {s['duration_s']:.0f} s: {s['requests_ok']} ok, {s['requests_f
       f"({s.get('warmup_context_overflows', 0)} overflow)")
 print(f"throughput {s['output_token_throughput']:.1f} output tok/s, {s['input_token_throughput']:.0f} input tok/s; "
       f"TTFT p50 {d(s['ttft_ms'])} ms p99 {d(s['ttft_ms'], 'p99')} ms; ITL p50 {d(s['itl_ms'])} ms")
-hits = {k: v for k, v in agg.items() if "hit" in k}
-print(f"report: {len(agg)} keys; cache hit rates: {hits}")
+srv = agg.get("server_metrics", {})
+hits = {k: v for k, v in srv.get("cache", {}).items() if "hit" in k}
+hits["theoretical_cache_hit_rate"] = agg.get("request_metrics", {}).get("cache", {}).get("theoretical_cache_hit_rate")
+print(f"report (nested): adapter {srv.get('adapter')}; cache hit rates: {hits}")
 problems = []
 if unclassified: problems.append(f"{len(unclassified)} unclassified failures: {unclassified[:3]}")
 if missing: problems.append(f"missing outputs: {missing}")

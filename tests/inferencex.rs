@@ -342,3 +342,194 @@ fn inferencex_current_command_line_runs_through_dry_run() {
         r.stderr()
     );
 }
+
+/// Done when: an export directory from `agentx-host run` fills every key InferenceX's current
+/// aggregator reads (inferencex-v1.md §2) with a value, passes its validator's `request_count`
+/// check, and `report` makes the nested result from it.
+#[test]
+fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
+    let sim = recording_sim();
+    let hub = hub_cache(false);
+    let url = sim.url();
+    let args = [
+        "run",
+        "--url",
+        &url,
+        "--model",
+        "agentx-sim",
+        "--public-dataset",
+        "semianalysis_cc_traces_weka_062126",
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--concurrency",
+        "3",
+        "--benchmark-duration",
+        "3",
+        "--benchmark-grace-period",
+        "10",
+        "--stats-interval",
+        "1",
+        "--slice-duration",
+        "1.0",
+        "--trace-idle-gap-cap-seconds",
+        "0.05",
+        "--output-artifact-dir",
+        "results/aiperf_artifacts",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("HF_HUB_CACHE", hub.path().to_str().unwrap()),
+        ("AIPERF_SERVER_METRICS_COLLECTION_INTERVAL", "0.2"),
+    ];
+    let r = Run::exec(dir, &args, &env);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let art = r.dir.path().join("results/aiperf_artifacts");
+    let read = |name: &str| std::fs::read_to_string(art.join(name)).unwrap();
+
+    // profile_export.jsonl: every error-free profiling row has what the aggregator reads.
+    let mut profiled = 0;
+    for line in read("profile_export.jsonl").lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let md = &row["metadata"];
+        assert!(md["benchmark_phase"].is_string());
+        if !row["error"].is_null() || md["benchmark_phase"] != "profiling" {
+            continue;
+        }
+        profiled += 1;
+        for k in ["request_start_ns", "request_end_ns", "turn_index"] {
+            assert!(md[k].is_u64(), "{k} in {row}");
+        }
+        assert!(md["conversation_id"].is_string());
+        let m = &row["metrics"];
+        let mut tags = vec![
+            "time_to_first_token",
+            "request_latency",
+            "input_sequence_length",
+            "output_sequence_length",
+        ];
+        if m["output_sequence_length"]["value"].as_u64().unwrap() >= 2 {
+            tags.extend([
+                "inter_token_latency",
+                "full_response_inter_token_latency",
+                "full_response_output_token_throughput_per_user",
+            ]);
+        }
+        for t in tags {
+            assert!(m[t]["value"].as_f64().is_some(), "{t} in {row}");
+        }
+    }
+    assert!(profiled > 10, "{profiled} profiling rows");
+
+    // --trace-idle-gap-cap-seconds 0.05: no profiling turn waits longer than that after the
+    // previous response of its session.
+    let recs = agentx::record::read_records(&art.join("records.jsonl")).unwrap();
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    let mut gaps = 0;
+    for x in recs
+        .iter()
+        .filter(|x| x.phase == agentx::record::Phase::Profiling)
+    {
+        if let Some(end) = last.insert(&x.correlation_id, x.end_ns) {
+            assert!(
+                x.intended_ns <= end + 50_000_000,
+                "{} waited {} ns",
+                x.request_id,
+                x.intended_ns - end
+            );
+            gaps += 1;
+        }
+    }
+    assert!(gaps > 0);
+
+    // profile_export_aiperf.json: request_count an object (the validator's check), the
+    // theoretical hit rate from sum/count, the corpus's provenance, the power window.
+    let agg: serde_json::Value = serde_json::from_str(&read("profile_export_aiperf.json")).unwrap();
+    assert_eq!(agg["request_count"]["unit"], "requests");
+    assert_eq!(
+        agg["request_count"]["avg"].as_f64().unwrap() as usize,
+        profiled
+    );
+    assert!(agg["error_request_count"]["avg"].is_number());
+    assert!(agg["completed_request_count"]["avg"].as_f64().unwrap() >= profiled as f64);
+    let th = &agg["theoretical_prefix_cache_hit"];
+    let (sum, count) = (th["sum"].as_f64().unwrap(), th["count"].as_f64().unwrap());
+    assert!(count > 0.0 && sum > 0.5 * count, "{th}");
+    assert!((th["avg"].as_f64().unwrap() - 100.0 * sum / count).abs() < 1e-9);
+    assert_eq!(
+        agg["metadata"]["dataset"],
+        serde_json::json!({
+            "source_type": "public_dataset",
+            "loader": "semianalysis_cc_traces_weka_062126",
+            "hf_dataset_name": "semianalysisai/cc-traces-weka-062126",
+            "hf_split": "train",
+        })
+    );
+    for k in ["start_time", "end_time"] {
+        let t = agg[k].as_str().unwrap();
+        assert_eq!(t.len(), "2026-05-17T14:00:00.000000".len(), "{k} {t}");
+    }
+    assert!(
+        agg["e2e_normalized_interactivity_p90"]["avg"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+
+    // server_metrics_export: the metrics object and a non-empty CSV.
+    let sm: serde_json::Value = serde_json::from_str(&read("server_metrics_export.json")).unwrap();
+    assert!(sm["metrics"].as_object().is_some_and(|m| !m.is_empty()));
+    assert!(read("server_metrics_export.csv").lines().count() > 1);
+
+    // The nested report of the same directory.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"))
+        .args(["report", art.to_str().unwrap()])
+        .env("HF_HUB_CACHE", hub.path())
+        .env("AGENTX_HOME", r.dir.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lat = &rep["request_metrics"]["latency"];
+    for k in [
+        "ttft",
+        "e2el",
+        "itl",
+        "intvty",
+        "full_response_itl",
+        "full_response_intvty",
+    ] {
+        assert!(lat[k]["mean"].as_f64().is_some(), "{k}: {lat}");
+    }
+    assert!(
+        rep["request_metrics"]["cache"]["theoretical_cache_hit_rate"]
+            .as_f64()
+            .is_some()
+    );
+    assert_eq!(rep["server_metrics"]["adapter"], "vllm");
+    assert!(rep["server_metrics"]["cache"]["gpu_cache_hit_rate"]
+        .as_f64()
+        .is_some());
+    assert_eq!(rep["dataset"], agg["metadata"]["dataset"]);
+    assert_eq!(
+        rep["request_accounting"]["records_profiled"]
+            .as_u64()
+            .unwrap() as usize,
+        profiled
+    );
+    // The realtime block's server row and the phase lines, as operators grep them.
+    let log = r.stderr();
+    for want in [
+        "prefix_cache_hit=",
+        "kv_usage=",
+        "queue=",
+        "tput_in=",
+        "Phase profiling progress | returned=",
+    ] {
+        assert!(log.contains(want), "no {want:?} in\n{log}");
+    }
+}

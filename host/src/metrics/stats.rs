@@ -95,6 +95,12 @@ pub const RECORD_METRICS: [MetricDef; 17] = [
 pub const REQUEST_COUNT: MetricDef = def("request_count", "Request Count", "requests");
 pub const ERROR_REQUEST_COUNT: MetricDef =
     def("error_request_count", "Error Request Count", "requests");
+/// Successful plus failed requests (aiperf's `completed_request_count`); left out when 0.
+pub const COMPLETED_REQUEST_COUNT: MetricDef = def(
+    "completed_request_count",
+    "Completed Requests (Success + Error)",
+    "requests",
+);
 pub const CONTEXT_OVERFLOW_COUNT: MetricDef = def(
     "context_overflow_count",
     "Context Overflow Count",
@@ -611,6 +617,10 @@ impl Aggregate {
             (ERROR_REQUEST_COUNT, count(self.error_request_count)),
             (CONTEXT_OVERFLOW_COUNT, count(self.context_overflow_count)),
         ];
+        let completed = self.request_count + self.error_request_count;
+        if completed > 0 {
+            out.insert(2, (COMPLETED_REQUEST_COUNT, count(completed)));
+        }
         let unix = |t: Option<u64>| t.map(|t| Value::Int(anchor_unix_ns.saturating_add(t)));
         let float = |v: Option<f64>| v.map(Value::Float);
         let rest = [
