@@ -558,7 +558,7 @@ impl ServerSnapshot {
         })
         .or_else(|| {
             // llama.cpp counts evaluated prompt tokens apart from cached ones (builds that export
-            // the cached counter; stock builds have none, and the row shows `-`).
+            // the cached counter; on a build without it the row shows `-`).
             let cached = increase("llamacpp:prompt_tokens_cached", &all);
             let evaluated = increase("llamacpp:prompt_tokens", &all);
             ratio(cached, cached.zip(evaluated).map(|(c, e)| c + e))

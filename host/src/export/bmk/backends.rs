@@ -21,8 +21,9 @@
 //!
 //! llama.cpp's `prompt_tokens_total` counts the prompt tokens it evaluated (`n_prompt_tokens_processed`),
 //! which excludes the prefix it reused from the cache; the hit rate is therefore
-//! `cached / (cached + evaluated)`, and needs `llamacpp:prompt_tokens_cached_total`, which stock
-//! builds do not export: without it the rate is null and the notes say so.
+//! `cached / (cached + evaluated)`, and needs `llamacpp:prompt_tokens_cached_total` (exported by the
+//! llama-server `bench/real-server.sh` builds): on a build without it the rate is null and the notes
+//! say so.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -586,7 +587,7 @@ fn llamacpp(m: &ServerMetrics, f: &mut Figures) {
         "llamacpp:prompt_tokens_cached + llamacpp:prompt_tokens",
     );
     if cached.is_none() {
-        f.notes.push("llama.cpp exports no llamacpp:prompt_tokens_cached_total (stock builds do not): its cache hit rate is null; llamacpp:prompt_tokens counts only the prompt tokens it evaluated".into());
+        f.notes.push("this llama.cpp build exports no llamacpp:prompt_tokens_cached_total, so its cache hit rate is null; llamacpp:prompt_tokens counts only the prompt tokens it evaluated".into());
     }
     if let Some(e) = evaluated {
         let src = "llamacpp:prompt_tokens (evaluated) and llamacpp:prompt_tokens_cached";

@@ -159,7 +159,7 @@ fn llamacpp_page_figures() {
 }
 
 #[test]
-fn stock_llamacpp_without_the_cached_counter_has_a_null_rate_and_says_so() {
+fn a_llamacpp_build_without_the_cached_counter_has_a_null_rate_and_says_so() {
     let strip = |p: &str| {
         p.lines()
             .filter(|l| !l.contains("prompt_tokens_cached"))
