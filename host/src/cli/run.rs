@@ -1455,6 +1455,18 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(log) = &scrape_log {
+        if let Some((k, prefix)) = env_var("REQUIRED_SERVER_METRIC_PREFIX") {
+            // InferenceX recipes name the engine's metric prefix (`vllm:`, `sglang:`, `atom:`): an
+            // endpoint without it gives a falsely healthy, partial view of the servers.
+            for e in &log.endpoints {
+                if !e.families.keys().any(|n| n.starts_with(prefix.trim())) {
+                    tracing::warn!(
+                        "{k}={prefix}: no metric of {} starts with {prefix:?}; check the --server-metrics URLs",
+                        e.url
+                    );
+                }
+            }
+        }
         if log.failed_scrapes() > 0 {
             tracing::warn!(
                 failed = log.failed_scrapes(),
