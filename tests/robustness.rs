@@ -425,7 +425,7 @@ fn the_servers_keep_alive_timeout_and_max_are_honoured() {
     assert_eq!(server.join().unwrap(), vec![1, 1, 2, 1]);
 }
 
-fn keep_alive_run(header: bool) -> Run {
+fn keep_alive_run(header: bool, extra: &[&str]) -> Run {
     let mut cfg = SimConfig::max();
     cfg.keep_alive = KeepAliveConfig {
         idle: Duration::from_secs(1),
@@ -447,14 +447,21 @@ fn keep_alive_run(header: bool) -> Run {
             "1.5",
             "--failed-request-threshold",
             "0.5",
-        ],
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect::<Vec<_>>(),
     )
 }
 
 #[test]
 fn a_server_that_closes_idle_connections_after_1_s_loses_no_request() {
-    for header in [true, false] {
-        let r = keep_alive_run(header);
+    // The pooled client with and without the server's Keep-Alive header, and sticky sessions (each
+    // holding its own connection, which the server closes under it).
+    let sticky: &[&str] = &["--connection-reuse-strategy", "sticky-user-sessions"];
+    for (header, extra) in [(true, &[][..]), (false, &[][..]), (false, sticky)] {
+        let r = keep_alive_run(header, extra);
         assert_eq!(r.code(), 0, "{}", r.stderr());
         let recs = r.records();
         assert!(recs.len() > 8, "{}", recs.len());
@@ -462,7 +469,10 @@ fn a_server_that_closes_idle_connections_after_1_s_loses_no_request() {
             .iter()
             .filter(|x| x.error.is_some() && !x.cancelled)
             .collect();
-        assert!(failed.is_empty(), "keep-alive header {header}: {failed:#?}");
+        assert!(
+            failed.is_empty(),
+            "keep-alive header {header} {extra:?}: {failed:#?}"
+        );
         if header {
             assert!(
                 r.stderr().contains("Keep-Alive: timeout=1"),

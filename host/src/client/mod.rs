@@ -23,6 +23,7 @@ pub mod preflight;
 pub mod routing;
 pub mod scrape;
 pub mod sse;
+mod sticky;
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -325,7 +326,7 @@ impl Client {
         }
         ex.end = Instant::now();
         if self.reuse == ConnectionReuse::Sticky && (ids.last || ex.failure.is_some()) {
-            self.pools.release(ids.correlation_id);
+            self.pools.sticky.release(ids.correlation_id);
         }
         ex
     }
@@ -333,14 +334,14 @@ impl Client {
     /// Sticky sessions holding a connection pool now (`--connection-reuse-strategy
     /// sticky-user-sessions`).
     pub fn sticky_sessions(&self) -> usize {
-        self.pools.sessions()
+        self.pools.sticky.len()
     }
 
     /// Ends a sticky session that stops before its final turn (the run ended): its connection
     /// closes.
     pub fn end_session(&self, correlation_id: &str) {
         if self.reuse == ConnectionReuse::Sticky {
-            self.pools.release(correlation_id);
+            self.pools.sticky.release(correlation_id);
         }
     }
 
@@ -376,10 +377,36 @@ impl Client {
             }
         };
         let capture = capture_connection(&mut req);
+        if self.reuse == ConnectionReuse::Sticky {
+            let spare = match build(again) {
+                Ok(r) => r,
+                Err(e) => {
+                    ex.fail(Failure::new(0, FailureKind::Request, e.to_string()));
+                    return;
+                }
+            };
+            let resp = match self.pools.sticky.send(ids.correlation_id, req, spare).await {
+                Ok((r, retried)) => {
+                    ex.retried = retried;
+                    r
+                }
+                Err(e) => {
+                    let kind = if e.connect {
+                        FailureKind::Connect
+                    } else {
+                        FailureKind::Reset
+                    };
+                    ex.fail(Failure::new(0, kind, e.message));
+                    return;
+                }
+            };
+            return self
+                .read_response(resp, Some(&capture), keep_text, ex)
+                .await;
+        }
         let pool = match self.reuse {
-            ConnectionReuse::Pooled => self.pools.pooled(),
             ConnectionReuse::Never => self.pools.fresh().clone(),
-            ConnectionReuse::Sticky => self.pools.session(ids.correlation_id),
+            _ => self.pools.pooled(),
         };
         let first = pool.request(req).await;
         let resp = match first {
@@ -425,8 +452,20 @@ impl Client {
                 return;
             }
         };
+        self.read_response(resp, Some(&capture), keep_text, ex)
+            .await;
+    }
+
+    /// Reads a response to its end into `ex`: status, error body, or the token stream.
+    async fn read_response(
+        &self,
+        resp: hyper::Response<hyper::body::Incoming>,
+        capture: Option<&hyper_util::client::legacy::connect::CaptureConnection>,
+        keep_text: bool,
+        ex: &mut Exchange,
+    ) {
         ex.first_byte = Some(Instant::now());
-        self.learn(&resp, Some(&capture));
+        self.learn(&resp, capture);
         let status = resp.status();
         ex.status = status.as_u16();
         let mut body = resp.into_body();

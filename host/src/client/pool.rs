@@ -13,15 +13,13 @@
 //!   it has served `max - 1` responses, before the server closes it.
 //! - [`Pools::fresh`] never keeps a connection, so a request sent on it always opens a new one: the
 //!   client's one retry after a failure on a reused connection goes there.
-//! - [`Pools::session`] gives each session of `--connection-reuse-strategy sticky-user-sessions` a
-//!   pool of its own that keeps at most one idle connection, so its turns go out on one connection;
-//!   [`Pools::release`] drops it (final turn, error, cancellation).
+//! - [`Pools::sticky`] holds each session's own connection for `--connection-reuse-strategy
+//!   sticky-user-sessions` ([`super::sticky`]).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -169,8 +167,8 @@ pub(crate) struct Pools {
     /// The current pool's idle timeout, nanoseconds.
     idle_ns: AtomicU64,
     fresh: Legacy,
-    /// Sticky sessions' own pools, by correlation id.
-    sessions: Mutex<HashMap<String, Legacy>>,
+    /// The sessions' own connections (`sticky-user-sessions`).
+    pub(crate) sticky: super::sticky::Sticky,
 }
 
 impl Pools {
@@ -180,35 +178,10 @@ impl Pools {
             current: RwLock::new(build(connector.clone(), idle, usize::MAX, http2)),
             fresh: build(connector.clone(), idle, 0, http2),
             idle_ns: AtomicU64::new(idle.as_nanos() as u64),
-            connector,
+            connector: connector.clone(),
             http2,
-            sessions: Mutex::new(HashMap::new()),
+            sticky: super::sticky::Sticky::new(connector.clone(), http2),
         }
-    }
-
-    /// The pool of one sticky session: it keeps at most one idle connection, so the session's
-    /// requests (one at a time) go out on the same connection while the server keeps it.
-    pub(crate) fn session(&self, corr: &str) -> Legacy {
-        let mut m = self.sessions.lock().expect("session pools lock");
-        if let Some(c) = m.get(corr) {
-            return c.clone();
-        }
-        let c = build(self.connector.clone(), self.idle_timeout(), 1, self.http2);
-        m.insert(corr.to_owned(), c.clone());
-        c
-    }
-
-    /// Drops a sticky session's pool; its idle connection closes.
-    pub(crate) fn release(&self, corr: &str) {
-        self.sessions
-            .lock()
-            .expect("session pools lock")
-            .remove(corr);
-    }
-
-    /// Sticky sessions holding a pool now.
-    pub(crate) fn sessions(&self) -> usize {
-        self.sessions.lock().expect("session pools lock").len()
     }
 
     /// The pooled client for the next request.
