@@ -11,6 +11,7 @@ mod fsio;
 pub mod metrics;
 pub mod record;
 pub mod replay;
+pub mod run;
 pub mod scenario;
 pub mod sim;
 pub mod ui;

@@ -1,6 +1,6 @@
-//! `agentx-host run`: flags with aiperf's names, [`RunPlan::resolve`] (where flags, environment and
-//! the scenario's locks merge into one configuration), and the run itself: plan, warmup, profiling,
-//! records, summary and exit code.
+//! `agentx-host run`: flags with aiperf's names, [`RunPlan::resolve`] (where flags and environment
+//! merge into one checked configuration), the call of the run ([`crate::run::execute`]) and what it
+//! prints: the plan of a dry run, the summary and the outputs.
 //!
 //! Without `--url` the command is a self-contained demo: it starts the built-in simulator on a free
 //! port, replays the bundled 24-trace corpus with the built-in agentx-mvp scenario, and (because a demo
@@ -14,26 +14,17 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
-use serde_json::json;
-use tokio::sync::watch;
 
-use crate::client::{Client, ClientConfig, ConnectionReuse, RequestBody, RoutingHeaders};
-use crate::dataset::{self, AssistantMode, Dataset, OpenOptions, PromptSynth, TokenCounter};
+use crate::client::{ClientConfig, ConnectionReuse, RequestBody, RoutingHeaders};
+use crate::dataset::{self, AssistantMode};
 use crate::metrics::Summary;
-use crate::record::{read_records, Clock, RecordSink};
-use crate::replay::{self, Plan, PlanParams, ReplayConfig, ReplayInputs};
-use crate::scenario::types::{DelayParams, Placement, Resolved, Setting, StartParams, Value};
-use crate::scenario::{self, Scenario, ScenarioEngine};
+use crate::replay;
+use crate::run::{positive_secs, Cancel, DatasetSource, RunConfig, RunPlan, MAX_SECS};
+pub use crate::run::{RunSettings, BUILTIN_SCENARIO, BUNDLED_CORPUS, MANIFEST_FILE};
+use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
+use crate::scenario::types::{Setting, Value};
 
 use super::HomeArgs;
-
-/// The agentx-mvp component built into the host (the default scenario).
-pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
-/// The corpus replayed when no dataset is named (24 synthetic traces, `fixtures/traces-24.jsonl`).
-pub const BUNDLED_CORPUS: &[u8] = include_bytes!("../../../fixtures/traces-24.jsonl");
-
-const DEMO_CONCURRENCY: i64 = 4;
-const DEMO_DURATION_S: f64 = 30.0;
 
 /// Flags of `agentx-host run`. Names and meanings follow aiperf's where aiperf has the flag.
 #[derive(Debug, Clone, Args)]
@@ -269,9 +260,6 @@ pub struct RunArgs {
     pub home: HomeArgs,
 }
 
-/// The manifest file of a run: its inputs, written before the first request.
-pub const MANIFEST_FILE: &str = "run_manifest.json";
-
 /// `agentx-host replay MANIFEST`: rerun a recorded run with the same inputs and the same plan.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
@@ -289,19 +277,6 @@ pub struct ReplayArgs {
     /// With --dry-run: print the plan as JSON.
     #[arg(long, requires = "dry_run")]
     pub json: bool,
-}
-
-/// JSON of a scenario setting value.
-fn value_json(v: &Value) -> serde_json::Value {
-    match v {
-        Value::Absent => serde_json::Value::Null,
-        Value::Flag(b) => json!(b),
-        Value::Integer(i) => json!(i),
-        Value::Number(x) => json!(x),
-        Value::Text(t) => json!(t),
-        Value::Integers(l) => json!(l),
-        Value::Texts(l) => json!(l),
-    }
 }
 
 /// What `agentx-host replay` reads of a run manifest: the recorded command line and the inputs it
@@ -499,9 +474,6 @@ fn not_acted_on(a: &RunArgs) -> Vec<String> {
     v
 }
 
-/// The longest time a flag takes, seconds (about 31 years): a longer one cannot be a timer deadline.
-const MAX_SECS: f64 = 1e9;
-
 fn parse_grace(flag: &str, v: &str) -> anyhow::Result<Option<Duration>> {
     let t = v.trim();
     if t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity") {
@@ -511,46 +483,6 @@ fn parse_grace(flag: &str, v: &str) -> anyhow::Result<Option<Duration>> {
         Ok(x) if (0.0..=MAX_SECS).contains(&x) => Ok(Some(Duration::from_secs_f64(x))),
         _ => bail!("{flag} {v:?} is not a number of seconds or `inf`; pass e.g. {flag} 30"),
     }
-}
-
-fn positive_secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
-    match Duration::try_from_secs_f64(v) {
-        Ok(d) if d > Duration::ZERO && v <= MAX_SECS => Ok(d),
-        _ => bail!("{flag} {v} must be a positive number of seconds (at most {MAX_SECS})"),
-    }
-}
-
-/// Where the dataset comes from.
-#[derive(Debug, Clone)]
-pub enum DatasetSource {
-    Bundled,
-    Spec(String),
-}
-
-/// The merged configuration of a run.
-#[derive(Debug)]
-pub struct RunPlan {
-    pub demo: bool,
-    pub url: Option<String>,
-    pub model: Option<String>,
-    pub dataset: DatasetSource,
-    /// The loader name the scenario sees.
-    pub loader: &'static str,
-    pub settings: Vec<Setting>,
-    pub extra: Vec<(String, serde_json::Value)>,
-    pub grace: Option<Duration>,
-    pub warmup_grace: Option<Duration>,
-    pub mode: AssistantMode,
-    pub use_server_token_count: bool,
-    pub overflow_phrases_env: Option<Vec<String>>,
-    pub client: ClientConfig,
-    pub stats_interval: Option<Duration>,
-    /// `--trace-idle-gap-cap-seconds`.
-    pub trace_idle_cap: Option<Duration>,
-    /// The warmup heartbeat (`*_SERVICE_WARMUP_PROGRESS_LOG_INTERVAL`, 30 s by default).
-    pub warmup_progress_interval: Option<Duration>,
-    /// Flags accepted for aiperf compatibility that this run does not act on, each with why.
-    pub not_acted_on: Vec<String>,
 }
 
 impl RunPlan {
@@ -815,6 +747,7 @@ impl RunPlan {
             },
         };
         Ok(RunPlan {
+            required_metric_prefix: env_var("REQUIRED_SERVER_METRIC_PREFIX"),
             warmup_progress_interval,
             trace_idle_cap,
             not_acted_on,
@@ -840,732 +773,60 @@ impl RunPlan {
     }
 }
 
-/// Typed reads of the scenario's resolved settings.
-struct Effective<'a>(&'a Resolved);
-
-impl Effective<'_> {
-    fn get(&self, name: &str) -> Option<&Value> {
-        self.0
-            .settings
-            .iter()
-            .find(|s| s.name == name)
-            .map(|s| &s.value)
-            .filter(|v| !matches!(v, Value::Absent))
-    }
-    fn number(&self, name: &str) -> Option<f64> {
-        match self.get(name)? {
-            Value::Number(x) => Some(*x),
-            Value::Integer(i) => Some(*i as f64),
-            _ => None,
-        }
-    }
-    fn flag(&self, name: &str) -> Option<bool> {
-        match self.get(name)? {
-            Value::Flag(b) => Some(*b),
-            _ => None,
-        }
-    }
-    fn text(&self, name: &str) -> Option<&str> {
-        match self.get(name)? {
-            Value::Text(t) => Some(t),
-            _ => None,
-        }
-    }
-    fn concurrency(&self) -> Option<i64> {
-        match self.get("concurrency")? {
-            Value::Integers(l) => l.first().copied(),
-            Value::Integer(i) => Some(*i),
-            _ => None,
-        }
-    }
-}
-
-/// The settings of a run as the host uses them, read from the configuration the scenario resolved.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunSettings {
-    pub concurrency: u32,
-    pub duration: Duration,
-    pub min_ratio: f64,
-    pub max_ratio: f64,
-    pub placement: Placement,
-    pub cap: Option<f64>,
-    pub think_only: bool,
-    pub ignore_delays: bool,
-    pub unsafe_override: bool,
-    pub rate_limit: f64,
-    pub ignore_eos: Option<bool>,
-}
-
-impl RunSettings {
-    /// Reads and checks the settings of `resolve`'s answer.
-    pub fn of(resolved: &Resolved) -> anyhow::Result<RunSettings> {
-        let eff = Effective(resolved);
-        let conc = eff.concurrency().ok_or_else(|| {
-            anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16")
-        })?;
-        let concurrency = u32::try_from(conc)
-            .ok()
-            .filter(|&c| c > 0)
-            .ok_or_else(|| anyhow!("--concurrency {conc} is not a positive number of lanes"))?;
-        let duration = eff.number("benchmark-duration").ok_or_else(|| {
-            anyhow!("--benchmark-duration is required: profiling time in seconds, e.g. --benchmark-duration 1800")
-        })?;
-        Ok(RunSettings {
-            concurrency,
-            duration: positive_secs("--benchmark-duration", duration)?,
-            min_ratio: eff.number("trajectory-start-min-ratio").unwrap_or(0.0),
-            max_ratio: eff.number("trajectory-start-max-ratio").unwrap_or(0.7),
-            placement: placement(eff.text("cache-bust").unwrap_or("none"))?,
-            cap: eff.number("inter-turn-delay-cap-seconds"),
-            think_only: eff.flag("use-think-time-only").unwrap_or(true),
-            ignore_delays: eff.flag("ignore-trace-delays").unwrap_or(false),
-            unsafe_override: eff.flag("unsafe-override").unwrap_or(false),
-            rate_limit: eff.number("context-overflow-rate-limit").unwrap_or(0.01),
-            ignore_eos: eff.flag("ignore-eos"),
-        })
-    }
-}
-
-fn placement(name: &str) -> anyhow::Result<Placement> {
-    Ok(match name {
-        "none" => Placement::None,
-        "system_prefix" => Placement::SystemPrefix,
-        "system_suffix" => Placement::SystemSuffix,
-        "first_turn_prefix" => Placement::FirstTurnPrefix,
-        "first_turn_suffix" => Placement::FirstTurnSuffix,
-        other => {
-            bail!("the scenario resolved cache-bust to {other:?}, which this host does not know")
-        }
-    })
-}
-
-/// A fresh id: 128 bits from the process's hash keys, the time and the pid, as hex.
-fn fresh_id() -> String {
-    use sha2::Digest;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    let d = sha2::Sha256::digest(h.finish().to_le_bytes());
-    hex::encode(&d[..16])
-}
-
-fn entropy() -> u64 {
-    let id = fresh_id();
-    u64::from_str_radix(&id[..16], 16).unwrap_or(0)
-}
-
-fn load(a: &RunArgs, home: &Path) -> anyhow::Result<Scenario> {
-    match &a.scenario {
-        Some(r) => super::load_scenario(r, home),
-        None => {
-            let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
-            Ok(engine.load_bytes(Path::new("builtin:agentx-mvp"), BUILTIN_SCENARIO, None)?)
-        }
-    }
-}
-
-/// Writes the bundled corpus under the cache directory (once) and returns its path.
-fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
-    let dir = home.join("bundled");
-    let path = dir.join("traces-24.jsonl");
-    if std::fs::read(&path).ok().as_deref() != Some(BUNDLED_CORPUS) {
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        crate::fsio::write_atomic(&path, BUNDLED_CORPUS)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(path)
-}
-
 /// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
 pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
-    let rp = RunPlan::resolve(&a)?;
-    let home = a.home.dir();
-    let sc = load(&a, &home)?;
-    if let Some(want) = &a.expect_scenario_sha256 {
-        if sc.hash() != want {
-            bail!(
-                "the scenario is sha256:{} but the manifest recorded sha256:{want}; pass the recorded component (add it with `agentx-host scenario add FILE`)",
-                sc.hash()
-            );
-        }
-    }
-    let mut inst = sc.instantiate()?;
-    let info = inst.describe()?;
-    let resolved = match inst.resolve(&rp.settings, entropy())? {
-        Ok(r) => r,
-        Err(violations) => {
-            let mut msg = format!(
-                "the scenario {} {} (sha256:{}) refuses this configuration:",
-                info.name,
-                info.version,
-                &sc.hash()[..16]
-            );
-            for v in &violations {
-                msg.push_str(&format!("\n  --{}: {}", v.setting, v.message));
-            }
-            bail!(msg);
-        }
-    };
-    if rp.demo {
-        tracing::info!(
-            "demo run: built-in simulator, bundled corpus, concurrency {DEMO_CONCURRENCY} and {DEMO_DURATION_S} s unless given; \
-             it runs under --unsafe-override, so it is not a valid submission. Pass --url to measure a real server."
-        );
-    }
-    for w in &resolved.warnings {
-        tracing::warn!("--{}: {}", w.setting, w.message);
-    }
-    for w in &rp.not_acted_on {
-        tracing::warn!("accepted but not acted on: {w}");
-    }
-    let RunSettings {
-        concurrency: conc,
-        duration,
-        min_ratio,
-        max_ratio,
-        placement,
-        cap,
-        think_only,
-        ignore_delays,
-        unsafe_override,
-        rate_limit,
-        ignore_eos,
-    } = RunSettings::of(&resolved)?;
-    let seed = resolved.seed;
-    if resolved.seed_drawn {
-        tracing::info!(
-            seed,
-            "no --random-seed given; drew one (pass --random-seed {seed} to reproduce)"
-        );
-    }
-    let mut extra = rp.extra.clone();
-    if let Some(b) = ignore_eos {
-        if !extra.iter().any(|(k, _)| k == "ignore_eos") {
-            extra.push(("ignore_eos".into(), json!(b)));
-        }
-    }
-
-    // Dataset.
-    let counter = match a.tokenizer.as_deref() {
-        None => TokenCounter::Words,
-        Some(spec) => match dataset::tokens::resolve_tokenizer(spec) {
-            Ok(src) => {
-                tracing::info!("--tokenizer {spec}: {}", src.describe());
-                src.counter()
-                    .map_err(|e| anyhow!("--tokenizer {spec}: {e}"))?
-            }
-            // Token counts come from the server's usage unless --client-token-count: a tokenizer
-            // that is not at hand only costs the exact single-token synthesis vocabulary.
-            Err(e) if rp.use_server_token_count => {
-                tracing::warn!(
-                    "--tokenizer {spec}: {e}; using the built-in tokenizer-free word model for prompt \
-                     synthesis (token counts come from the server's usage)"
-                );
-                TokenCounter::Words
-            }
-            Err(e) => bail!("--tokenizer {spec}: {e}"),
-        },
-    };
-    let opts = OpenOptions {
+    let cfg = RunConfig {
+        plan: RunPlan::resolve(&a)?,
+        scenario: a.scenario.clone(),
+        home: a.home.dir(),
         num_dataset_entries: a.num_dataset_entries,
         max_context_length: a.max_context_length,
-        max_osl: None,
-        cache_dir: None,
+        tokenizer: a.tokenizer.clone(),
+        output_artifact_dir: a.output_artifact_dir.clone(),
+        slice_duration: a.slice_duration,
+        no_server_metrics: a.no_server_metrics,
+        server_metrics: a.server_metrics.clone(),
+        skip_preflight: a.skip_preflight,
+        require_valid: a.require_valid,
+        failed_request_threshold: a.failed_request_threshold,
+        run_id: a.run_id.clone(),
+        sim_preset: a.sim_preset.clone(),
+        expect_dataset_key: a.expect_dataset_key.clone(),
+        expect_scenario_sha256: a.expect_scenario_sha256.clone(),
+        dry_run: a.dry_run,
+        argv,
+        progress: std::io::stderr().is_terminal(),
+        signals: true,
     };
-    let ds = match &rp.dataset {
-        DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&home)?, &opts)?,
-        DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
-    };
-
-    let dataset_key = hex::encode(ds.cache_key().0);
-    if let Some(want) = &a.expect_dataset_key {
-        if &dataset_key != want {
-            bail!(
-                "the dataset {} has digest {dataset_key} but the manifest recorded {want}; the corpus (or --num-dataset-entries) changed",
-                ds.source_path().display()
-            );
-        }
-    }
-    let ds: &'static Dataset = Box::leak(Box::new(ds));
-    let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::for_counter(seed, &counter)));
-
-    let run_id = a.run_id.clone().unwrap_or_else(fresh_id);
-    let params = PlanParams {
-        concurrency: conc,
-        start: StartParams {
-            seed,
-            min_ratio,
-            max_ratio,
-        },
-        delay: DelayParams {
-            think_time_only: think_only,
-            cap_seconds: cap,
-        },
-        placement,
-        mode: rp.mode,
-        run_id: run_id.clone(),
-    };
-    let mut plan = Plan::build(ds, &mut inst, &params)?;
-    if ignore_delays {
-        plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
-    }
-    if plan.wrapped {
-        tracing::warn!(
-            "{} usable traces for {conc} lanes: lanes share traces (each with its own start turn and marker)",
-            plan.pool.len()
-        );
-    }
-
-    if a.dry_run {
+    let out = crate::run::execute(cfg, &Cancel::new())?;
+    if let Some(d) = &out.dry_run {
         if a.json {
-            let v = json!({
-                "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash()},
-                "run_id": run_id,
-                "seed": seed,
-                "concurrency": conc,
-                "dataset": {"traces": ds.len(), "usable": plan.pool.len(), "cache_key": dataset_key},
-                "lanes": plan.lanes,
-            });
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            println!("{}", serde_json::to_string_pretty(&d.json)?);
         } else {
-            println!("{}", plan.table());
-            for l in &plan.lanes {
-                println!("lane {:>4} marker {:?}", l.lane, l.marker);
-            }
+            println!("{}", d.table);
         }
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!("{}", plan.table());
-
-    let out_dir = &a.output_artifact_dir;
-    std::fs::create_dir_all(out_dir).with_context(|| {
-        format!(
-            "cannot create the artifact directory {} (--output-artifact-dir)",
-            out_dir.display()
-        )
-    })?;
-    let sink = RecordSink::create(out_dir)?;
-    let clock = Clock::start();
-    let started_unix = clock.anchor_unix_ns();
-    let mut manifest = json!({
-        "argv": argv,
-        "run_id": run_id,
-        "seed": seed,
-        "seed_drawn": resolved.seed_drawn,
-        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
-        "dataset": {
-            "source": ds.source_path(),
-            "alias": ds.alias().map(|x| x.name),
-            "cache_key": dataset_key,
-            "traces": ds.len(),
-            "num_dataset_entries": a.num_dataset_entries,
-        },
-        "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
-        "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
-        "not_acted_on": rp.not_acted_on,
-        "http": {
-            "correlation_header": rp.client.routing.correlation.as_str(),
-            "session_headers": rp.client.routing.names(),
-            "connection_reuse_strategy": rp.client.reuse.as_str(),
-            "tcp_user_timeout_ms": rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),
-        },
-        "concurrency": conc,
-        "benchmark_duration_s": duration.as_secs_f64(),
-        "assistant_mode": match rp.mode { AssistantMode::Live => "live", AssistantMode::Recorded => "recorded" },
-        "url": rp.url.clone().unwrap_or_else(|| format!("builtin-simulator:{}", a.sim_preset)),
-        "lanes": plan.lanes,
-        "host_version": env!("CARGO_PKG_VERSION"),
-        "wasmtime_version": scenario::WASMTIME_VERSION,
-        "started_unix_ns": started_unix,
-        "ended_unix_ns": null,
-    });
-    let manifest_path = out_dir.join(MANIFEST_FILE);
-    let write_manifest = |m: &serde_json::Value| {
-        crate::fsio::write_atomic(&manifest_path, serde_json::to_string_pretty(m)?.as_bytes())
-            .with_context(|| format!("cannot write {}", manifest_path.display()))
-    };
-    write_manifest(&manifest)?;
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let sim = if rp.demo {
-        let preset: crate::sim::Preset = a
-            .sim_preset
-            .parse()
-            .map_err(|e| anyhow!("--sim-preset: {e}"))?;
-        Some(
-            crate::sim::SimThread::start(crate::sim::SimConfig::preset(preset))
-                .context("cannot start the built-in simulator")?,
-        )
-    } else {
-        None
-    };
-    let mut ccfg = rp.client.clone();
-    let model = match (&sim, &rp.model) {
-        (_, Some(m)) => m.clone(),
-        (Some(s), None) => s.model().to_owned(),
-        (None, None) => unreachable!("checked in RunPlan::resolve"),
-    };
-    if let Some(s) = &sim {
-        ccfg.url = s.url();
-        tracing::info!(url = %ccfg.url, preset = %a.sim_preset, "built-in simulator started");
-    }
-    let client = {
-        let _g = rt.enter();
-        Client::new(&ccfg)?
-    };
-    if !a.skip_preflight {
-        let pf = rt.block_on(crate::client::preflight::check(
-            &client,
-            &model,
-            ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
-        ));
-        match pf {
-            Ok(p) => report_preflight(&p, &plan, ds, &model),
-            Err(e) => {
-                // Nothing was sent: the records file stays empty and the manifest says why.
-                manifest["preflight_error"] = json!(e.to_string());
-                write_manifest(&manifest)?;
-                return Err(anyhow!(e));
-            }
-        }
-    }
-    let body = RequestBody::new(&model, true, true, &extra);
-    let (int_tx, int_rx) = watch::channel(0u32);
-    let cfg = ReplayConfig {
-        duration,
-        grace: rp.grace,
-        warmup_grace: rp.warmup_grace,
-        failed_request_threshold: a.failed_request_threshold,
-        placement,
-        mode: rp.mode,
-        use_server_token_count: rp.use_server_token_count,
-        overflow_phrases: rp.overflow_phrases_env.clone(),
-        run_id: run_id.clone(),
-        stats_interval: rp.stats_interval,
-        trace_idle_cap: rp.trace_idle_cap,
-        warmup_progress_interval: rp.warmup_progress_interval,
-    };
-    tracing::info!(
-        scenario = %format!("{} {} sha256:{}", info.name, info.version, sc.hash()),
-        run_id = %run_id,
-        seed,
-        concurrency = conc,
-        duration_s = duration.as_secs_f64(),
-        url = %client.uri(),
-        model = %model,
-        mode = ?rp.mode,
-        "replay starting"
-    );
-    // Server metrics: scraped from the start of warmup to after the end, exported over profiling.
-    let scraper = if a.no_server_metrics {
-        None
-    } else {
-        let mut urls = vec![crate::client::scrape::metrics_url(&ccfg.url)?];
-        for u in &a.server_metrics {
-            urls.push(
-                crate::client::scrape::metrics_url(u)
-                    .with_context(|| format!("--server-metrics {u}"))?,
-            );
-        }
-        let mut scfg = crate::client::scrape::ScrapeConfig::new(urls);
-        for var in crate::client::scrape::INTERVAL_ENV {
-            if let Ok(v) = std::env::var(var) {
-                if !v.trim().is_empty() {
-                    scfg.interval = crate::client::scrape::parse_interval(var, &v)?;
-                    break;
-                }
-            }
-        }
-        let _g = rt.enter();
-        Some(std::sync::Arc::new(crate::client::scrape::Scraper::start(
-            scfg, clock,
-        )?))
-    };
-    let srv_row: Option<replay::SrvRowFn> = scraper.as_ref().map(|s| {
-        let s = s.clone();
-        let prev = std::sync::Mutex::new(None::<(f64, f64, u64)>);
-        let f: replay::SrvRowFn = std::sync::Arc::new(move || {
-            let snap = s.snapshot();
-            let at = snap.at_ns?;
-            let (pi, go) = (snap.prompt_tokens, snap.generation_tokens);
-            let mut p = prev.lock().ok()?;
-            let (tin, tout) = match (*p, pi, go) {
-                (Some((a, b, t0)), Some(x), Some(y)) if at > t0 => {
-                    let dt = (at - t0) as f64 / 1e9;
-                    (Some((x - a) / dt), Some((y - b) / dt))
-                }
-                _ => (None, None),
-            };
-            if let (Some(x), Some(y)) = (pi, go) {
-                *p = Some((x, y, at));
-            }
-            Some(crate::ui::SrvRow {
-                prefix_cache_hit: snap.prefix_cache_hit_rate.map(|r| r * 100.0),
-                ext_cache_hit: snap.external_cache_hit_rate.map(|r| r * 100.0),
-                kv_usage: snap.kv_usage.map(|r| r * 100.0),
-                running: snap.running,
-                waiting: snap.waiting,
-                tput_in: tin,
-                tput_out: tout,
-            })
-        });
-        f
-    });
-    let (outcome, scrape_log) = rt.block_on(async {
-        tokio::spawn(forward_signals(int_tx));
-        let outcome = replay::run(
-            cfg,
-            plan.clone(),
-            ReplayInputs {
-                dataset: ds,
-                synth,
-                counter: counter.clone(),
-                client,
-                body,
-                scenario: inst,
-                records: sink.sender(),
-                clock,
-                interrupt: int_rx,
-                progress: std::io::stderr().is_terminal(),
-                srv_row,
-                on_profiling: None,
-            },
-        )
-        .await;
-        // The final scrape comes after profiling ended, so counters capture the end state.
-        let log = match scraper.map(std::sync::Arc::try_unwrap) {
-            Some(Ok(s)) => Some(s.stop().await),
-            Some(Err(_)) => {
-                tracing::warn!(
-                    "the metrics scraper is still shared; server metrics are not exported"
-                );
-                None
-            }
-            None => None,
-        };
-        (outcome, log)
-    });
-    drop(rt);
-    drop(sim);
-    let written = sink.close()?;
-    let records_path = out_dir.join(crate::record::RECORDS_FILE);
-
-    // Validity and summary.
-    let t = &outcome.tally;
-    let mut inst = sc.instantiate()?;
-    // Warmup responses count in the overflow rate (numerator and denominator): an overflow in
-    // warmup is as much a sign of a too-short context as one in profiling.
-    let reasons = inst.validity(scenario::types::Outcome {
-        total_responses: t.requests + t.warmup_requests,
-        context_overflows: t.context_overflows + t.warmup_overflows,
-        failed: t.failed,
-        cancelled: outcome.stop.cancelled(),
-        unsafe_override,
-        overflow_rate_limit: rate_limit,
-    })?;
-    let reasons = scenario::check::invalid_reasons(reasons, &resolved.invalid_reasons);
-    manifest["ended_unix_ns"] = json!(clock.unix_ns(clock.now_ns()));
-    write_manifest(&manifest)?;
-    let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
-    let summary = Summary::of(&records);
-    let doc = json!({
-        "run_id": run_id,
-        "stop": outcome.stop.as_str(),
-        "message": outcome.message,
-        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
-        "dataset": {
-            "source": ds.source_path(),
-            "alias": ds.alias().map(|x| x.name),
-            "cache_key": dataset_key,
-            "traces": ds.len(),
-        },
-        "seed": seed,
-        "seed_drawn": resolved.seed_drawn,
-        "concurrency": conc,
-        "benchmark_duration_s": duration.as_secs_f64(),
-        "assistant_mode": match rp.mode { AssistantMode::Live => "live", AssistantMode::Recorded => "recorded" },
-        "url": if rp.demo { "builtin-simulator".to_string() } else { ccfg.url.clone() },
-        "model": model,
-        "started_unix_ns": started_unix,
-        "submission_valid": reasons.is_empty(),
-        "submission_invalid_reasons": reasons,
-        "records": written,
-        "summary": summary,
-        "host_version": env!("CARGO_PKG_VERSION"),
-        "wasmtime_version": scenario::WASMTIME_VERSION,
-    });
-    let summary_path = out_dir.join("run_summary.json");
-    crate::fsio::write_atomic(
-        &summary_path,
-        serde_json::to_string_pretty(&doc)?.as_bytes(),
-    )
-    .with_context(|| format!("cannot write {}", summary_path.display()))?;
-    // aiperf-compatible exports, server metrics, plots: each failure is reported, none loses the records.
-    let (p0, p1) = outcome.profiling_ns.unwrap_or((0, 0));
-    let input_config = json!(manifest["resolved_settings"]);
-    let info = crate::export::aiperf::RunInfo {
-        benchmark_id: run_id.clone(),
-        anchor_unix_ns: clock.anchor_unix_ns(),
-        profiling_start_ns: p0,
-        profiling_end_ns: p1,
-        scenario_name: info.name.clone(),
-        scenario_version: info.version.clone(),
-        scenario_sha256: sc.hash().to_string(),
-        submission_valid: reasons.is_empty(),
-        submission_invalid_reasons: reasons.clone(),
-        was_cancelled: outcome.stop.cancelled(),
-        input_config: input_config.clone(),
-        seed: Some(seed),
-        profiling_duration_ns: Some(duration.as_nanos() as u64),
-        prefix_stamps: prefix_stamps(ds, &records),
-        dataset: ds.alias().map(|alias| {
-            let mut d = json!({
-                "source_type": "public_dataset",
-                "loader": alias.name,
-                "hf_dataset_name": alias.repo,
-                "hf_split": "train",
-            });
-            if let Some(n) = a.num_dataset_entries {
-                d["num_dataset_entries"] = json!(n);
-            }
-            d
-        }),
-    };
-    let mut files = vec![
-        records_path.clone(),
-        out_dir.join(MANIFEST_FILE),
-        summary_path.clone(),
-    ];
-    let mut export_failed = false;
-    match crate::export::aiperf::write_all(out_dir, &records, &info, a.slice_duration) {
-        Ok(f) => files.extend(f),
-        Err(e) => {
-            export_failed = true;
-            eprintln!("error: {e}");
-        }
-    }
-    if let Some(log) = &scrape_log {
-        if let Some((k, prefix)) = env_var("REQUIRED_SERVER_METRIC_PREFIX") {
-            // InferenceX recipes name the engine's metric prefix (`vllm:`, `sglang:`, `atom:`): an
-            // endpoint without it gives a falsely healthy, partial view of the servers.
-            for e in &log.endpoints {
-                if !e.families.keys().any(|n| n.starts_with(prefix.trim())) {
-                    tracing::warn!(
-                        "{k}={prefix}: no metric of {} starts with {prefix:?}; check the --server-metrics URLs",
-                        e.url
-                    );
-                }
-            }
-        }
-        if log.failed_scrapes() > 0 {
-            tracing::warn!(
-                failed = log.failed_scrapes(),
-                scrapes = log.scrapes(),
-                "some /metrics scrapes failed (counted in server_metrics_export.json)"
-            );
-        }
-        let meta = crate::export::server_metrics::ExportMeta {
-            benchmark_id: Some(run_id.clone()),
-            input_config,
-        };
-        match crate::export::server_metrics::write_with(out_dir, log, (p0, p1), &meta) {
-            Ok(f) => files.extend(f),
-            Err(e) => {
-                export_failed = true;
-                eprintln!("error: {e}");
-            }
-        }
-    }
-    if !records.is_empty() {
-        match crate::export::plot::plot_dir(out_dir, None) {
-            Ok(p) => files.push(p),
-            Err(e) => tracing::warn!("no plot: {e}"),
-        }
-    }
-    print_summary(&outcome, &summary, &reasons, conc, &records_path, written);
-    println!("outputs       {}", out_dir.display());
-    for f in &files {
-        if let Some(name) = f.file_name() {
-            println!("  {}", name.to_string_lossy());
-        }
-    }
-    if let Some(m) = &outcome.message {
-        eprintln!("{m}");
-    }
-    Ok(if export_failed {
-        ExitCode::from(2)
-    } else if outcome.stop.cancelled() || (a.require_valid && !reasons.is_empty()) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// The theoretical prefix-cache stamps of every trace the profiling records replayed.
-fn prefix_stamps(
-    ds: &Dataset,
-    records: &[crate::record::RequestRecord],
-) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
-    let mut out = std::collections::HashMap::new();
-    for r in records {
-        if r.phase != crate::record::Phase::Profiling || out.contains_key(&r.trace_id) {
-            continue;
-        }
-        if let Some(t) = ds.find(&r.trace_id) {
-            out.insert(r.trace_id.clone(), dataset::stats::prefix_stamps(t));
-        }
-    }
-    out
-}
-
-/// The longest the pre-flight `GET /v1/models` may take (a server that does not answer in that time
-/// is warned about, not refused).
-const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Logs what the pre-flight check found: the served model, its context length, and how much of the
-/// plan will overflow it.
-fn report_preflight(
-    p: &crate::client::preflight::Preflight,
-    plan: &Plan,
-    ds: &Dataset,
-    model: &str,
-) {
-    if let Some(n) = &p.note {
-        tracing::warn!("pre-flight: {n}");
-    }
-    let Some(len) = p.max_model_len else {
-        if p.note.is_none() {
-            tracing::info!("pre-flight: the server serves `{model}` and reports no context length");
-        }
-        return;
-    };
-    let o = plan.over_context(ds, len);
-    let line = format!(
-        "pre-flight: the server serves `{model}` with a context of {len} tokens; \
-         {} of {} lanes start above it and {} of {} traces grow past it (prompt plus max_tokens, recorded counts)",
-        o.lanes,
-        plan.lanes.len(),
-        o.traces,
-        o.pool
-    );
-    if o.lanes > 0 || o.traces > 0 {
-        tracing::warn!(
-            "{line}: those requests will end as context overflows (counted, not failures; \
-             they count towards the scenario's overflow rate limit)"
+    if let (Some(o), Some(s)) = (&out.replay, &out.summary) {
+        print_summary(
+            o,
+            s,
+            &out.submission_invalid_reasons,
+            out.concurrency,
+            &out.records_path,
+            out.records_written,
         );
-    } else {
-        tracing::info!("{line}");
+        println!("outputs       {}", out.dir.display());
+        for f in &out.files {
+            if let Some(name) = f.file_name() {
+                println!("  {}", name.to_string_lossy());
+            }
+        }
+        if let Some(m) = &o.message {
+            eprintln!("{m}");
+        }
     }
+    Ok(ExitCode::from(out.code))
 }
 
 fn print_summary(
@@ -1621,32 +882,6 @@ fn print_summary(
         println!("submission    not valid: {}", reasons.join(", "));
     }
     println!("records       {} ({written} requests)", records.display());
-}
-
-/// Ctrl-C and SIGTERM: each one bumps the counter (first: drain; second: cancel in-flight).
-async fn forward_signals(tx: watch::Sender<u32>) {
-    #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    loop {
-        #[cfg(unix)]
-        let got = match term.as_mut() {
-            Some(t) => tokio::select! {
-                r = tokio::signal::ctrl_c() => r.is_ok(),
-                r = t.recv() => r.is_some(),
-            },
-            None => tokio::signal::ctrl_c().await.is_ok(),
-        };
-        #[cfg(not(unix))]
-        let got = tokio::signal::ctrl_c().await.is_ok();
-        if !got {
-            return;
-        }
-        let n = *tx.borrow() + 1;
-        if n == 1 {
-            tracing::warn!("interrupt: no new turns start; in-flight requests drain (interrupt again to cancel them)");
-        }
-        let _ = tx.send(n);
-    }
 }
 
 #[cfg(test)]
