@@ -1479,6 +1479,7 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             Ok(p) => files.push(p),
             Err(e) => tracing::warn!("no plot: {e}"),
         }
+        files.extend(crate::export::html::write_after_run(out_dir));
     }
     print_summary(&outcome, &summary, &reasons, conc, &records_path, written);
     println!("outputs       {}", out_dir.display());
