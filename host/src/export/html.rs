@@ -608,7 +608,7 @@ mod tests {
                 // One failure in 50, so the errors panel has points to the end.
                 error: (i % 50 == 49).then(bmk::Failure::default),
                 ttft_s: Some(0.1 + (i % 7) as f64 * 0.0123),
-                e2el_s: Some(3.14159),
+                e2el_s: Some(3.25),
                 itl_s: Some(0.010 + (i % 5) as f64 * 0.000_37),
                 full_response_itl_s: None,
                 isl: Some(12_345.0 + (i % 11) as f64 * 1001.0),
