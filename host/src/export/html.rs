@@ -222,7 +222,7 @@ doc.charts.forEach(function(c,i){
   var pts=c.style=='points';
   var opts={title:c.title,width:width(el),height:240,
     scales:{x:{time:false}},
-    axes:[{label:c.x,size:40},{label:c.y,size:64,values:function(u,vs){return vs.map(fmt)}}],
+    axes:[{label:c.x,size:40},{label:c.y,size:64}],
     cursor:{drag:{x:true,y:false},sync:c.group?{key:c.group}:undefined},
     legend:{live:true},
     series:[{label:c.x,value:function(u,v){return fmt(v)}}].concat(c.series.map(function(s,j){
