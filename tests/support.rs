@@ -113,3 +113,35 @@ impl Run {
         self.json("run_summary.json")
     }
 }
+
+/// The first Chromium-family browser on PATH (`chromium`, `chromium-browser`, `google-chrome`), for
+/// the tests that load a page in a real browser; `None` where none is installed.
+pub fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| std::env::split_paths(&path).map(move |d| d.join(name)))
+        .find(|p| p.is_file())
+}
+
+/// `chromium --headless` on `page` with `args` (e.g. `--dump-dom`), its own profile directory under
+/// `profile`, and a virtual time budget so timers of the page run before it returns.
+pub fn headless(browser: &Path, profile: &Path, page: &Path, args: &[&str]) -> Output {
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+    std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .env("HOME", profile)
+        .output()
+        .unwrap()
+}

@@ -3,6 +3,7 @@
 mod cli;
 mod dataset;
 mod export;
+mod html;
 mod inferencex;
 mod replay;
 mod report;

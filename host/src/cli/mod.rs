@@ -40,7 +40,8 @@ pub enum Command {
     Dataset(crate::dataset::cmd::DatasetArgs),
     /// Write the InferenceX bmk_agentic JSON of a run's artifact directory.
     Report(Box<report::ReportArgs>),
-    /// Draw metrics_plots.png (per-second time series) from a run's artifact directory.
+    /// Draw metrics_plots.png and report.html (per-second time series, headline numbers, verdict) from a
+    /// run's artifact directory.
     Plot(report::PlotArgs),
 }
 

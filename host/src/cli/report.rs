@@ -1,6 +1,7 @@
 //! `agentx-host report ARTIFACT_DIR`: the InferenceX `bmk_agentic` JSON of a finished run (nested
 //! layout by default, `--layout flat` for the seed-era keys), and
-//! `agentx-host plot DIR`: its `metrics_plots.png`.
+//! `agentx-host plot DIR`: its `metrics_plots.png` and `report.html` (the same series, interactive, with
+//! the headline numbers and the verdict; `--no-html` for the PNG alone).
 //!
 //! Syntax only: the identity flags read the same environment variables InferenceX's
 //! `process_agentic_result.py` reads, so a CI job that exported them needs no flags; the computation
@@ -194,12 +195,22 @@ pub struct PlotArgs {
     /// Write the PNG to FILE instead of DIR/metrics_plots.png.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Write the HTML report to FILE instead of DIR/report.html.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_html")]
+    pub html: Option<PathBuf>,
+    /// Write only the PNG, not report.html.
+    #[arg(long)]
+    pub no_html: bool,
 }
 
 /// Runs `agentx-host plot`.
 pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
     let path = crate::export::plot::plot_dir(&a.dir, a.output.as_deref())?;
     eprintln!("wrote {}", path.display());
+    if !a.no_html {
+        let path = crate::export::html::html_dir(&a.dir, a.html.as_deref())?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -880,6 +880,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             Ok(p) => files.push(p),
             Err(e) => tracing::warn!("no plot: {e}"),
         }
+        files.extend(crate::export::html::write_after_run(out_dir));
     }
     let code = if export_failed {
         2
