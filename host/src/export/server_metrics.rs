@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
 
-use crate::client::scrape::{
-    EndpointLog, FailureCounts, Fetch, FetchOutcome, HistogramTrack, ScrapeLog, SeriesLog, Track,
-};
 use crate::metrics::percentile;
 use crate::metrics::prometheus::MetricType;
+use crate::metrics::scrape_log::{
+    EndpointLog, FailureCounts, Fetch, FetchOutcome, HistogramTrack, ScrapeLog, SeriesLog, Track,
+};
 use crate::metrics::stats::PERCENTILES;
 
 /// The JSON file name in the artifact directory.

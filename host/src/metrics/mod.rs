@@ -2,6 +2,7 @@
 //! No I/O and no clocks: everything here is a function of the records it is given.
 
 pub mod prometheus;
+pub mod scrape_log;
 pub mod stats;
 
 use serde::Serialize;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::backends::{self, Backend};
 use super::*;
-use crate::client::scrape::{EndpointLog, ScrapeLog};
 use crate::export::server_metrics;
+use crate::metrics::scrape_log::{EndpointLog, ScrapeLog};
 use crate::record::Clock;
 
 const S: u64 = 1_000_000_000;

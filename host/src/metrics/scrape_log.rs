@@ -1,0 +1,537 @@
+//! What a run's server-metrics scrapes leave behind, kept as compact per-series time series: the
+//! [`ScrapeLog`] of every endpoint (scrape times, failures by kind, and for each metric family and
+//! label set a [`Track`] of change points or a [`HistogramTrack`]), and the [`ServerSnapshot`] of
+//! the latest values for the live view. The scraper (`client::scrape`) fills these; the exports and
+//! reports read them. No I/O here.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use crate::metrics::prometheus::{self, MetricType};
+use crate::record::Clock;
+
+/// One value of a [`Track`] from a scrape index on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Index into [`EndpointLog::scrape_ns`].
+    pub idx: u32,
+    pub value: f64,
+    /// False when the series was missing from the page from this scrape on.
+    pub present: bool,
+}
+
+/// A series' values as change points: a value holds from its scrape until the next point.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Track {
+    points: Vec<Point>,
+}
+
+impl Track {
+    pub(crate) fn push(&mut self, idx: u32, value: Option<f64>) {
+        let (value, present) = match value {
+            Some(v) => (v, true),
+            None => (0.0, false),
+        };
+        match self.points.last() {
+            // Compare bits so a NaN that stays NaN is no change.
+            Some(p) if p.present == present && p.value.to_bits() == value.to_bits() => {}
+            None if !present => {}
+            _ => self.points.push(Point {
+                idx,
+                value,
+                present,
+            }),
+        }
+    }
+
+    /// The value at scrape `idx`, `None` when the series was absent then.
+    pub fn at(&self, idx: u32) -> Option<f64> {
+        let n = self.points.partition_point(|p| p.idx <= idx);
+        let p = self.points.get(n.checked_sub(1)?)?;
+        p.present.then_some(p.value)
+    }
+
+    /// The change points, in scrape order.
+    pub fn points(&self) -> &[Point] {
+        &self.points
+    }
+
+    /// The first value seen.
+    pub fn first(&self) -> Option<f64> {
+        self.points.iter().find(|p| p.present).map(|p| p.value)
+    }
+}
+
+/// One `le` bucket of a histogram series (cumulative counts, as served).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    pub le: f64,
+    /// The bound as the server wrote it (`0.5`, `1.0`, `+Inf`), for export keys.
+    pub le_text: String,
+    pub track: Track,
+}
+
+/// A histogram series: its buckets in increasing `le`, `_sum` and `_count`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistogramTrack {
+    pub buckets: Vec<Bucket>,
+    pub sum: Track,
+    pub count: Track,
+}
+
+/// The values of one series (one label set of one family on one endpoint).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SeriesLog {
+    /// Counters, gauges and untyped metrics.
+    Scalar(Track),
+    Histogram(HistogramTrack),
+}
+
+/// Labels of a series, sorted by name (`le` removed from histogram buckets).
+pub type Labels = Vec<(String, String)>;
+
+/// One metric family as seen on one endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyLog {
+    pub kind: MetricType,
+    pub help: String,
+    pub series: BTreeMap<Labels, SeriesLog>,
+    /// The scrape that last carried each series (to mark the ones that disappear).
+    seen: BTreeMap<Labels, u32>,
+}
+
+/// What became of one fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// Parsed; `changed` when the page differed from the previous successful one.
+    Ok {
+        changed: bool,
+    },
+    Connect,
+    Status(u16),
+    Timeout,
+    Body,
+    Parse,
+}
+
+/// One fetch of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fetch {
+    /// Clock offset when the request was sent.
+    pub start_ns: u64,
+    /// Send to the end of the body (or the failure).
+    pub latency_ns: u64,
+    pub outcome: FetchOutcome,
+}
+
+/// Failed fetches by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FailureCounts {
+    pub connect: u64,
+    pub status: u64,
+    pub timeout: u64,
+    pub body: u64,
+    pub parse: u64,
+}
+
+impl FailureCounts {
+    pub fn total(&self) -> u64 {
+        self.connect + self.status + self.timeout + self.body + self.parse
+    }
+}
+
+/// Everything scraped from one endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointLog {
+    /// The full `/metrics` URL.
+    pub url: String,
+    /// Every fetch, successful or not, in order.
+    pub fetches: Vec<Fetch>,
+    /// Clock offsets of the successful scrapes; [`Point::idx`] indexes this.
+    pub scrape_ns: Vec<u64>,
+    /// Families by name (counters without `_total`).
+    pub families: BTreeMap<String, FamilyLog>,
+    pub failures: FailureCounts,
+    /// What the latest failure was, for the log and the export.
+    pub last_error: Option<String>,
+    last_hash: Option<u64>,
+}
+
+impl EndpointLog {
+    pub(crate) fn new(url: String) -> EndpointLog {
+        EndpointLog {
+            url,
+            fetches: Vec::new(),
+            scrape_ns: Vec::new(),
+            families: BTreeMap::new(),
+            failures: FailureCounts::default(),
+            last_error: None,
+            last_hash: None,
+        }
+    }
+
+    pub(crate) fn fail(&mut self, fetch: Fetch, message: String) {
+        match fetch.outcome {
+            FetchOutcome::Connect => self.failures.connect += 1,
+            FetchOutcome::Status(_) => self.failures.status += 1,
+            FetchOutcome::Timeout => self.failures.timeout += 1,
+            FetchOutcome::Body => self.failures.body += 1,
+            FetchOutcome::Parse => self.failures.parse += 1,
+            FetchOutcome::Ok { .. } => {}
+        }
+        if self.failures.total() == 1 {
+            tracing::warn!(url = %self.url, "server metrics scrape failed (counted, the run goes on): {message}");
+        } else {
+            tracing::debug!(url = %self.url, "server metrics scrape failed: {message}");
+        }
+        self.last_error = Some(message);
+        self.fetches.push(fetch);
+    }
+
+    /// Fold one parsed page, scraped at `t_ns`, into the series.
+    pub(crate) fn ingest(
+        &mut self,
+        mut fetch: Fetch,
+        t_ns: u64,
+        hash: u64,
+        families: Vec<prometheus::Family>,
+    ) {
+        let changed = self.last_hash != Some(hash);
+        self.last_hash = Some(hash);
+        fetch.outcome = FetchOutcome::Ok { changed };
+        self.fetches.push(fetch);
+        let idx = self.scrape_ns.len() as u32;
+        self.scrape_ns.push(t_ns);
+        for f in families {
+            if f.kind == MetricType::Summary || f.name.ends_with("_created") {
+                continue;
+            }
+            let fam = self
+                .families
+                .entry(f.name.clone())
+                .or_insert_with(|| FamilyLog {
+                    kind: f.kind,
+                    help: f.help.clone(),
+                    series: BTreeMap::new(),
+                    seen: BTreeMap::new(),
+                });
+            if fam.kind != f.kind {
+                // A family that changed type (a restarted server of another version) keeps its
+                // first type; its new samples are not comparable with the old ones.
+                continue;
+            }
+            if fam.help.is_empty() && !f.help.is_empty() {
+                fam.help = f.help.clone();
+            }
+            for s in &f.samples {
+                let role = f.role(s);
+                let histogram = fam.kind == MetricType::Histogram;
+                if role == "_created" || (!histogram && !matches!(role, "" | "_total")) {
+                    continue;
+                }
+                let mut labels: Labels = s
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| !(histogram && k == "le"))
+                    .cloned()
+                    .collect();
+                labels.sort();
+                fam.seen.insert(labels.clone(), idx);
+                let series = fam.series.entry(labels).or_insert_with(|| {
+                    if histogram {
+                        SeriesLog::Histogram(HistogramTrack::default())
+                    } else {
+                        SeriesLog::Scalar(Track::default())
+                    }
+                });
+                match series {
+                    SeriesLog::Scalar(t) => t.push(idx, Some(s.value)),
+                    SeriesLog::Histogram(h) => match role {
+                        "_sum" => h.sum.push(idx, Some(s.value)),
+                        "_count" => h.count.push(idx, Some(s.value)),
+                        "_bucket" => {
+                            let Some(le_text) = s.label("le") else {
+                                continue;
+                            };
+                            let Some(le) = prometheus::parse_value(le_text) else {
+                                continue;
+                            };
+                            let i = match h.buckets.iter().position(|b| b.le == le) {
+                                Some(i) => i,
+                                None => {
+                                    let at = h.buckets.partition_point(|b| b.le < le);
+                                    h.buckets.insert(
+                                        at,
+                                        Bucket {
+                                            le,
+                                            le_text: le_text.to_string(),
+                                            track: Track::default(),
+                                        },
+                                    );
+                                    at
+                                }
+                            };
+                            h.buckets[i].track.push(idx, Some(s.value));
+                        }
+                        _ => {}
+                    },
+                }
+            }
+        }
+        // Series missing from this page are absent from this scrape on.
+        for fam in self.families.values_mut() {
+            for (labels, series) in fam.series.iter_mut() {
+                if fam.seen.get(labels) == Some(&idx) {
+                    continue;
+                }
+                match series {
+                    SeriesLog::Scalar(t) => t.push(idx, None),
+                    SeriesLog::Histogram(h) => {
+                        h.sum.push(idx, None);
+                        h.count.push(idx, None);
+                        for b in &mut h.buckets {
+                            b.track.push(idx, None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A log built from pages already fetched: `(clock offset, Some(page))` for a scrape, `(offset,
+    /// None)` for a failed one (counted as a connection failure). For offline replays and tests.
+    pub fn from_pages<'a>(
+        url: &str,
+        pages: impl IntoIterator<Item = (u64, Option<&'a str>)>,
+    ) -> Result<EndpointLog, prometheus::ParseError> {
+        let mut log = EndpointLog::new(url.to_string());
+        for (t, page) in pages {
+            let fetch = Fetch {
+                start_ns: t,
+                latency_ns: 0,
+                outcome: FetchOutcome::Connect,
+            };
+            match page {
+                Some(text) => {
+                    let mut h = DefaultHasher::new();
+                    text.hash(&mut h);
+                    log.ingest(fetch, t, h.finish(), prometheus::parse(text)?);
+                }
+                None => log.fail(fetch, "connection refused".to_string()),
+            }
+        }
+        Ok(log)
+    }
+
+    /// Successful scrapes.
+    pub fn scrapes(&self) -> u64 {
+        self.scrape_ns.len() as u64
+    }
+
+    /// The scalar series of family `name` (counters, gauges, untyped).
+    pub fn scalars<'a>(&'a self, name: &str) -> impl Iterator<Item = (&'a Labels, &'a Track)> {
+        self.families
+            .get(name)
+            .into_iter()
+            .flat_map(|f| f.series.iter())
+            .filter_map(|(l, s)| match s {
+                SeriesLog::Scalar(t) => Some((l, t)),
+                SeriesLog::Histogram(_) => None,
+            })
+    }
+
+    pub(crate) fn last_idx(&self) -> Option<u32> {
+        (self.scrape_ns.len() as u32).checked_sub(1)
+    }
+}
+
+/// The whole run's scrapes.
+#[derive(Debug, Clone)]
+pub struct ScrapeLog {
+    pub clock: Clock,
+    pub interval: Duration,
+    pub endpoints: Vec<EndpointLog>,
+}
+
+/// Latest values for the live `srv` row, summed or averaged across endpoints and series by what
+/// each metric is (counts add up, usage fractions average). `None` when no endpoint has the metric.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerSnapshot {
+    /// Clock offset of the newest successful scrape.
+    pub at_ns: Option<u64>,
+    pub scrapes: u64,
+    pub failed_scrapes: u64,
+    /// `vllm:num_requests_running` (SGLang `sglang:num_running_reqs`, llama.cpp
+    /// `llamacpp:requests_processing`, ATOM `atom:num_requests_running`), summed.
+    pub running: Option<f64>,
+    /// `vllm:num_requests_waiting` (SGLang `sglang:num_queue_reqs`, llama.cpp
+    /// `llamacpp:requests_deferred`, ATOM `atom:num_requests_waiting`), summed.
+    pub waiting: Option<f64>,
+    /// KV usage as a fraction: `vllm:kv_cache_usage_perc` (V0 `vllm:gpu_cache_usage_perc`, SGLang
+    /// `sglang:token_usage`, llama.cpp and ATOM `*:kv_cache_usage_ratio`, Dynamo
+    /// `dynamo_component_gpu_cache_usage_percent` / 100), averaged across series.
+    pub kv_usage: Option<f64>,
+    /// `vllm:cpu_cache_usage_perc`, averaged.
+    pub cpu_kv_usage: Option<f64>,
+    /// Prefix-cache hits over queries since the first scrape (SGLang: `realtime_tokens`
+    /// `prefill_cache` over all modes, else `cached_tokens` over `prompt_tokens`; llama.cpp:
+    /// `prompt_tokens_cached` over it plus the evaluated `prompt_tokens`; ATOM
+    /// `prefix_cache_cached_tokens` over `prompt_tokens`; Dynamo's frontend cached over input
+    /// tokens).
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// `vllm:external_prefix_cache_hits` over `_queries` since the first scrape.
+    pub external_cache_hit_rate: Option<f64>,
+    /// Prompt and generation tokens counted by the server since the first scrape.
+    pub prompt_tokens: Option<f64>,
+    pub generation_tokens: Option<f64>,
+}
+
+impl ServerSnapshot {
+    pub(crate) fn of<'a>(logs: impl Iterator<Item = &'a EndpointLog> + Clone) -> ServerSnapshot {
+        let latest = |names: &[&str]| -> Vec<f64> {
+            for name in names {
+                let v: Vec<f64> = logs
+                    .clone()
+                    .flat_map(|e| {
+                        let idx = e.last_idx();
+                        e.scalars(name)
+                            .filter_map(move |(_, t)| idx.and_then(|i| t.at(i)))
+                    })
+                    .collect();
+                if !v.is_empty() {
+                    return v;
+                }
+            }
+            Vec::new()
+        };
+        let sum = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>());
+        let avg = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        // Increase since the first scrape, summed over series matching `keep`.
+        let increase = |name: &str, keep: &dyn Fn(&Labels) -> bool| -> Option<f64> {
+            let mut any = false;
+            let mut total = 0.0;
+            for e in logs.clone() {
+                let Some(i) = e.last_idx() else { continue };
+                for (l, t) in e.scalars(name) {
+                    if !keep(l) {
+                        continue;
+                    }
+                    if let (Some(first), Some(now)) = (t.first(), t.at(i)) {
+                        any = true;
+                        total += (now - first).max(0.0);
+                    }
+                }
+            }
+            any.then_some(total)
+        };
+        let all = |_: &Labels| true;
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let mode = |m: &'static str| move |l: &Labels| l.iter().any(|(k, v)| k == "mode" && v == m);
+        let prefix = ratio(
+            increase("vllm:prefix_cache_hits", &all),
+            increase("vllm:prefix_cache_queries", &all),
+        )
+        .or_else(|| {
+            ratio(
+                increase("sglang:realtime_tokens", &mode("prefill_cache")),
+                increase("sglang:realtime_tokens", &all),
+            )
+        })
+        .or_else(|| {
+            ratio(
+                increase("sglang:cached_tokens", &all),
+                increase("sglang:prompt_tokens", &all),
+            )
+        })
+        .or_else(|| {
+            // llama.cpp counts evaluated prompt tokens apart from cached ones (builds that export
+            // the cached counter; on a build without it the row shows `-`).
+            let cached = increase("llamacpp:prompt_tokens_cached", &all);
+            let evaluated = increase("llamacpp:prompt_tokens", &all);
+            ratio(cached, cached.zip(evaluated).map(|(c, e)| c + e))
+        })
+        .or_else(|| {
+            ratio(
+                increase("atom:prefix_cache_cached_tokens", &all),
+                increase("atom:prompt_tokens", &all),
+            )
+        })
+        .or_else(|| {
+            ratio(
+                increase("dynamo_frontend_cached_tokens", &all),
+                increase("dynamo_frontend_input_sequence_tokens", &all),
+            )
+        });
+        let llama_prompt = increase("llamacpp:prompt_tokens", &all)
+            .map(|e| e + increase("llamacpp:prompt_tokens_cached", &all).unwrap_or(0.0));
+        ServerSnapshot {
+            at_ns: logs
+                .clone()
+                .filter_map(|e| e.scrape_ns.last().copied())
+                .max(),
+            scrapes: logs.clone().map(|e| e.scrapes()).sum(),
+            failed_scrapes: logs.clone().map(|e| e.failures.total()).sum(),
+            running: sum(latest(&[
+                "vllm:num_requests_running",
+                "sglang:num_running_reqs",
+                "llamacpp:requests_processing",
+                "atom:num_requests_running",
+            ])),
+            waiting: sum(latest(&[
+                "vllm:num_requests_waiting",
+                "sglang:num_queue_reqs",
+                "llamacpp:requests_deferred",
+                "atom:num_requests_waiting",
+            ])),
+            kv_usage: avg(latest(&[
+                "vllm:kv_cache_usage_perc",
+                "vllm:gpu_cache_usage_perc",
+                "sglang:token_usage",
+                "llamacpp:kv_cache_usage_ratio",
+                "atom:kv_cache_usage_ratio",
+            ]))
+            .or_else(|| {
+                // Dynamo reports a percentage.
+                avg(latest(&["dynamo_component_gpu_cache_usage_percent"])).map(|p| p / 100.0)
+            }),
+            cpu_kv_usage: avg(latest(&["vllm:cpu_cache_usage_perc"])),
+            prefix_cache_hit_rate: prefix,
+            external_cache_hit_rate: ratio(
+                increase("vllm:external_prefix_cache_hits", &all),
+                increase("vllm:external_prefix_cache_queries", &all),
+            ),
+            prompt_tokens: increase("vllm:prompt_tokens", &all)
+                .or_else(|| increase("sglang:prompt_tokens", &all))
+                .or(llama_prompt)
+                .or_else(|| increase("atom:prompt_tokens", &all))
+                .or_else(|| increase("dynamo_frontend_input_sequence_tokens", &all)),
+            generation_tokens: increase("vllm:generation_tokens", &all)
+                .or_else(|| increase("sglang:generation_tokens", &all))
+                .or_else(|| increase("llamacpp:tokens_predicted", &all))
+                .or_else(|| increase("atom:generation_tokens", &all))
+                .or_else(|| increase("dynamo_frontend_output_tokens", &all)),
+        }
+    }
+}
+
+impl ScrapeLog {
+    /// The latest values (as of the final scrape).
+    pub fn snapshot(&self) -> ServerSnapshot {
+        ServerSnapshot::of(self.endpoints.iter())
+    }
+
+    /// Successful scrapes over all endpoints.
+    pub fn scrapes(&self) -> u64 {
+        self.endpoints.iter().map(|e| e.scrapes()).sum()
+    }
+
+    /// Failed scrapes over all endpoints.
+    pub fn failed_scrapes(&self) -> u64 {
+        self.endpoints.iter().map(|e| e.failures.total()).sum()
+    }
+}
