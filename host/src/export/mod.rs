@@ -7,3 +7,4 @@ pub mod bmk;
 pub mod html;
 pub mod plot;
 pub mod server_metrics;
+pub mod sweep;
