@@ -12,3 +12,4 @@ mod scenario;
 mod server_metrics;
 mod sim;
 mod support;
+mod sweep;

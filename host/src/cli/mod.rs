@@ -14,6 +14,7 @@ use crate::scenario::{self, ScenarioEngine, ScenarioRef, ScenarioStore, StoredSc
 
 pub mod report;
 pub mod run;
+pub mod sweep;
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
 #[derive(Debug, Parser)]
@@ -40,6 +41,9 @@ pub enum Command {
     Dataset(crate::dataset::cmd::DatasetArgs),
     /// Write the InferenceX bmk_agentic JSON of a run's artifact directory.
     Report(Box<report::ReportArgs>),
+    /// One run per concurrency point into <dir>/conc_<N>/, then sweep.json, sweep.csv and the
+    /// Pareto view (throughput per GPU against interactivity).
+    Sweep(Box<sweep::SweepArgs>),
     /// Draw metrics_plots.png and report.html (per-second time series, headline numbers, verdict) from a
     /// run's artifact directory.
     Plot(report::PlotArgs),
@@ -96,7 +100,10 @@ pub enum ScenarioCommand {
 pub fn main() -> ExitCode {
     init_tracing();
     let cli = Cli::parse();
-    let replays = matches!(cli.command, Command::Run(_) | Command::Replay(_));
+    let replays = matches!(
+        cli.command,
+        Command::Run(_) | Command::Replay(_) | Command::Sweep(_)
+    );
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -133,6 +140,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
         Command::Report(args) => report::main(*args),
+        Command::Sweep(args) => sweep::main(*args, std::env::args().skip(1).collect()),
         Command::Plot(args) => report::plot_main(args),
         Command::Dataset(args) => {
             crate::dataset::cmd::run(args)?;

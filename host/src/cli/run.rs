@@ -775,29 +775,7 @@ impl RunPlan {
 
 /// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
 pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
-    let cfg = RunConfig {
-        plan: RunPlan::resolve(&a)?,
-        scenario: a.scenario.clone(),
-        home: a.home.dir(),
-        num_dataset_entries: a.num_dataset_entries,
-        max_context_length: a.max_context_length,
-        tokenizer: a.tokenizer.clone(),
-        output_artifact_dir: a.output_artifact_dir.clone(),
-        slice_duration: a.slice_duration,
-        no_server_metrics: a.no_server_metrics,
-        server_metrics: a.server_metrics.clone(),
-        skip_preflight: a.skip_preflight,
-        require_valid: a.require_valid,
-        failed_request_threshold: a.failed_request_threshold,
-        run_id: a.run_id.clone(),
-        sim_preset: a.sim_preset.clone(),
-        expect_dataset_key: a.expect_dataset_key.clone(),
-        expect_scenario_sha256: a.expect_scenario_sha256.clone(),
-        dry_run: a.dry_run,
-        argv,
-        progress: std::io::stderr().is_terminal(),
-        signals: true,
-    };
+    let cfg = run_config(&a, argv)?;
     let out = crate::run::execute(cfg, &Cancel::new())?;
     if let Some(d) = &out.dry_run {
         if a.json {
@@ -827,6 +805,33 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(out.code))
+}
+
+/// The run configuration of `agentx-host run`'s flags and environment.
+pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
+    Ok(RunConfig {
+        plan: RunPlan::resolve(a)?,
+        scenario: a.scenario.clone(),
+        home: a.home.dir(),
+        num_dataset_entries: a.num_dataset_entries,
+        max_context_length: a.max_context_length,
+        tokenizer: a.tokenizer.clone(),
+        output_artifact_dir: a.output_artifact_dir.clone(),
+        slice_duration: a.slice_duration,
+        no_server_metrics: a.no_server_metrics,
+        server_metrics: a.server_metrics.clone(),
+        skip_preflight: a.skip_preflight,
+        require_valid: a.require_valid,
+        failed_request_threshold: a.failed_request_threshold,
+        run_id: a.run_id.clone(),
+        sim_preset: a.sim_preset.clone(),
+        expect_dataset_key: a.expect_dataset_key.clone(),
+        expect_scenario_sha256: a.expect_scenario_sha256.clone(),
+        dry_run: a.dry_run,
+        argv,
+        progress: std::io::stderr().is_terminal(),
+        signals: true,
+    })
 }
 
 fn print_summary(

@@ -3,7 +3,10 @@
 //! the scenario, open the dataset, plan, start the built-in simulator or reach the server, scrape its
 //! metrics, replay, and write the records, the manifest, the summary, the exports and the plots. It
 //! returns a [`RunOutcome`] with the artifact paths, the summary and the exit code; a [`Cancel`]
-//! handle stops it as Ctrl-C would. The CLI, sweeps and tests call it; it prints nothing but logs.
+//! handle stops it as Ctrl-C would. The CLI, sweeps ([`sweep`]) and tests call it; it prints nothing
+//! but logs.
+
+pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +37,7 @@ pub const DEMO_CONCURRENCY: i64 = 4;
 pub const DEMO_DURATION_S: f64 = 30.0;
 
 /// Everything a run needs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The scenario reference (path, `path@sha256:`, store name or hash); `None` for the built-in
     /// agentx-mvp.
@@ -168,7 +171,7 @@ pub enum DatasetSource {
 
 /// The merged configuration of a run: flags and environment, checked, before the scenario resolves
 /// them (the CLI builds it from `agentx-host run`'s flags).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RunPlan {
     pub demo: bool,
     pub url: Option<String>,
@@ -369,6 +372,43 @@ fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The dataset a run replays, opened (and imported into the cache on first use).
+fn open_dataset(cfg: &RunConfig) -> anyhow::Result<Dataset> {
+    let opts = OpenOptions {
+        num_dataset_entries: cfg.num_dataset_entries,
+        max_context_length: cfg.max_context_length,
+        max_osl: None,
+        cache_dir: None,
+    };
+    Ok(match &cfg.plan.dataset {
+        DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&cfg.home)?, &opts)?,
+        DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
+    })
+}
+
+/// What pins a run's inputs besides its flags: the scenario component's sha256 and the dataset's
+/// cache key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputIds {
+    pub scenario_sha256: String,
+    pub dataset_key: String,
+}
+
+/// Loads the scenario and opens the dataset of `cfg` without running anything.
+pub fn input_ids(cfg: &RunConfig) -> anyhow::Result<InputIds> {
+    let sc = load(cfg.scenario.as_deref(), &cfg.home)?;
+    let ds = open_dataset(cfg)?;
+    Ok(InputIds {
+        scenario_sha256: sc.hash().to_string(),
+        dataset_key: hex::encode(ds.cache_key().0),
+    })
+}
+
+/// A seed drawn for a run that was given none (a sweep draws one for all its points).
+pub fn draw_seed() -> u64 {
+    entropy() & (i64::MAX as u64)
+}
+
 /// Runs `cfg` to its end (or a dry run's plan); `cancel` stops it early.
 pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let rp = &cfg.plan;
@@ -459,16 +499,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             Err(e) => bail!("--tokenizer {spec}: {e}"),
         },
     };
-    let opts = OpenOptions {
-        num_dataset_entries: cfg.num_dataset_entries,
-        max_context_length: cfg.max_context_length,
-        max_osl: None,
-        cache_dir: None,
-    };
-    let ds = match &rp.dataset {
-        DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&home)?, &opts)?,
-        DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
-    };
+    let ds = open_dataset(&cfg)?;
 
     let dataset_key = hex::encode(ds.cache_key().0);
     if let Some(want) = &cfg.expect_dataset_key {

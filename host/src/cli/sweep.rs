@@ -1,0 +1,113 @@
+//! `agentx-host sweep`: the run's flags plus the sweep's (`--concurrency` as a list, `--resume`,
+//! `--gpus`, `--idle-timeout`, `--result-filename`), the call of [`crate::run::sweep::run_sweep`]
+//! and its table.
+
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use clap::{Args, Parser};
+
+use super::report::IdentityArgs;
+use super::run::{run_config, RunArgs};
+use crate::export::bmk::Identity;
+use crate::export::sweep::PointStatus;
+use crate::run::sweep::{parse_concurrency, run_sweep, SweepConfig};
+use crate::run::Cancel;
+
+/// Flags of `agentx-host sweep`: every flag of `run`, with `--concurrency` a list of points.
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Keep the points a previous invocation of the same sweep finished; run the rest.
+    #[arg(long)]
+    pub resume: bool,
+    /// GPUs behind the server: adds throughput per GPU to the summary.
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// Between points, wait at most this long for every server to show nothing running or waiting.
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    pub idle_timeout: f64,
+    /// Each point's InferenceX report is `conc_<N>/<NAME>_conc<N>.json`.
+    #[arg(
+        long,
+        env = "RESULT_FILENAME",
+        default_value = "agentx",
+        value_name = "NAME"
+    )]
+    pub result_filename: String,
+}
+
+/// InferenceX's identity variables (RUNNER_TYPE, FRAMEWORK, TP, ...), read from the environment.
+#[derive(Debug, Parser)]
+struct IdentityEnv {
+    #[command(flatten)]
+    identity: IdentityArgs,
+}
+
+/// Runs `agentx-host sweep`.
+pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    let concurrency = parse_concurrency(a.run.concurrency.as_deref().ok_or_else(|| {
+        anyhow!("--concurrency is required: the sweep's points, e.g. --concurrency 1,4,16,64,256")
+    })?)?;
+    if a.run.dry_run {
+        return Err(anyhow!(
+            "--dry-run plans one run; pass it to `agentx-host run --concurrency N` for a point's plan"
+        ));
+    }
+    let mut first = a.run.clone();
+    first.concurrency = Some(concurrency[0].to_string());
+    let run = run_config(&first, argv)?;
+    let identity = IdentityEnv::try_parse_from(["agentx-host"])
+        .map_err(|e| anyhow!("{e}"))?
+        .identity;
+    let idle_timeout = crate::run::positive_secs("--idle-timeout", a.idle_timeout)?;
+    let cfg = SweepConfig {
+        dir: a.run.output_artifact_dir.clone(),
+        run,
+        concurrency,
+        resume: a.resume,
+        gpus: a.gpus,
+        idle_timeout,
+        result_filename: a.result_filename.clone(),
+        identity: Identity::resolve(&identity.into())?,
+    };
+    let out = run_sweep(cfg, &Cancel::new())?;
+    let f = |x: Option<f64>, d: usize| x.map_or("-".into(), |v| format!("{v:.d$}"));
+    println!(
+        "{:>6}  {:<9}  {:>8}  {:>8}  {:>12}  {:>10}  {:>10}  {:>8}  valid",
+        "conc", "status", "ok", "failed", "tok/s", "ttft p90", "itl p50", "tok/s/u"
+    );
+    for p in &out.sweep.points {
+        let status = match p.status {
+            PointStatus::Completed => "completed",
+            PointStatus::Resumed => "resumed",
+            PointStatus::Failed => "failed",
+        };
+        println!(
+            "{:>6}  {:<9}  {:>8}  {:>8}  {:>12}  {:>10}  {:>10}  {:>8}  {}",
+            p.concurrency,
+            status,
+            p.requests_ok,
+            p.requests_failed,
+            f(p.total_token_throughput, 0),
+            f(p.ttft_ms.p90, 1),
+            f(p.itl_ms.p50, 2),
+            f(p.interactivity, 1),
+            if p.valid { "yes" } else { "no" }
+        );
+        if let Some(e) = &p.error {
+            println!("        {e}");
+        }
+    }
+    println!("sweep         {}", a.run.output_artifact_dir.display());
+    for file in &out.files {
+        if let Some(name) = file.file_name() {
+            println!("  {}", name.to_string_lossy());
+        }
+    }
+    if out.interrupted {
+        eprintln!("interrupted: the finished points are kept; rerun with --resume to run the rest");
+    }
+    Ok(ExitCode::from(out.code()))
+}

@@ -1,0 +1,541 @@
+//! A concurrency sweep: one run per point, in order, each a complete run directory `conc_<N>/`
+//! (manifest, records, exports, plots and the InferenceX report `<result-filename>_conc<N>.json`),
+//! then the sweep summary (`export::sweep`). Between points the sweep waits until every scraped
+//! server is idle (nothing running or waiting). Every point gets its own run id, hence its own
+//! cache-bust markers, so points do not share KV-cache keys without restarting the engines.
+//!
+//! Nothing finished is lost: the summary is rewritten after every point; a point that fails is
+//! recorded with why and the sweep goes on (the exit code is 1 at the end); an interrupt stops the
+//! sweep after the current point. `--resume` keeps the points a previous invocation finished with
+//! the same inputs (flags, seed, scenario sha256, dataset digest) and refuses a changed input,
+//! naming it; without `--resume` a directory that already holds a point's run is refused.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail};
+
+use super::{execute, input_ids, Cancel, RunConfig, RunOutcome};
+use crate::export::bmk::{self, Identity, Layout};
+use crate::export::sweep::{Point, PointStatus, Sweep, SweepInputs, Tail, SCHEMA};
+use crate::metrics::scrape_log::{EndpointLog, ServerSnapshot};
+use crate::scenario::types::{Setting, Value};
+
+/// A sweep: the run every point shares, and what differs.
+#[derive(Debug, Clone)]
+pub struct SweepConfig {
+    /// The run of every point (its concurrency and artifact directory are replaced per point).
+    pub run: RunConfig,
+    /// The points, strictly increasing.
+    pub concurrency: Vec<u32>,
+    /// The sweep's directory (`conc_<N>/` below it).
+    pub dir: PathBuf,
+    pub resume: bool,
+    pub gpus: Option<u32>,
+    /// How long to wait for the servers to become idle between points.
+    pub idle_timeout: Duration,
+    /// `<result-filename>_conc<N>.json`.
+    pub result_filename: String,
+    /// Who was benchmarked, for each point's report (from InferenceX's environment variables).
+    pub identity: Identity,
+}
+
+/// What a sweep did.
+#[derive(Debug)]
+pub struct SweepOutcome {
+    pub sweep: Sweep,
+    /// Every summary file written.
+    pub files: Vec<PathBuf>,
+    /// Stopped by an interrupt before the last point.
+    pub interrupted: bool,
+}
+
+impl SweepOutcome {
+    /// 0 when every point completed, else 1.
+    pub fn code(&self) -> u8 {
+        u8::from(self.interrupted || self.sweep.points.iter().any(|p| !p.done()))
+    }
+}
+
+/// Parses `--concurrency 1,4,16`: positive, strictly increasing, not empty.
+pub fn parse_concurrency(text: &str) -> anyhow::Result<Vec<u32>> {
+    let mut out: Vec<u32> = Vec::new();
+    for part in text.split(',') {
+        let p = part.trim();
+        if p.is_empty() {
+            continue;
+        }
+        let n: u32 = p.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+            anyhow!("--concurrency {text:?}: {p:?} is not a positive number of lanes")
+        })?;
+        out.push(n);
+    }
+    if out.is_empty() {
+        bail!("--concurrency is empty: a sweep needs its points, e.g. --concurrency 1,4,16,64,256");
+    }
+    if out.windows(2).any(|w| w[1] <= w[0]) {
+        let mut sorted = out.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let list = sorted
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        bail!(
+            "--concurrency {text:?} must list each point once, in increasing order (the sweep runs them in order); pass --concurrency {list}"
+        );
+    }
+    Ok(out)
+}
+
+/// The flags whose value a point replaces or that only the sweep has.
+const SWEEP_ONLY: [&str; 4] = ["--gpus", "--idle-timeout", "--result-filename", "--compare"];
+
+/// The `run` command line of one point, from the sweep's: `run` instead of `sweep`, the point's
+/// concurrency and directory, the sweep's seed, and without the sweep's own flags.
+fn point_argv(sweep_argv: &[String], n: u32, dir: &Path, seed: u64) -> Vec<String> {
+    let mut out = vec!["run".to_string()];
+    let mut it = sweep_argv.iter().skip(1).peekable();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v)),
+            _ => (a.as_str(), None),
+        };
+        let takes_value = SWEEP_ONLY.contains(&flag)
+            || matches!(
+                flag,
+                "--concurrency" | "--output-artifact-dir" | "--artifact-dir" | "--random-seed"
+            );
+        if flag == "--resume" {
+            continue;
+        }
+        if takes_value {
+            if inline.is_none() {
+                it.next();
+                if flag == "--compare" {
+                    it.next();
+                }
+            }
+            continue;
+        }
+        out.push(a.clone());
+    }
+    out.extend([
+        "--concurrency".to_string(),
+        n.to_string(),
+        "--output-artifact-dir".to_string(),
+        dir.display().to_string(),
+        "--random-seed".to_string(),
+        seed.to_string(),
+    ]);
+    out
+}
+
+/// The sweep's inputs as `--resume` compares them: the command line without `--resume`.
+fn inputs_argv(argv: &[String]) -> Vec<String> {
+    argv.iter().filter(|a| *a != "--resume").cloned().collect()
+}
+
+/// What differs between two sweeps' inputs, for the refusal message.
+fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
+    let mut d = Vec::new();
+    if old.argv != new.argv {
+        d.push(format!(
+            "the command line (was `{}`, now `{}`)",
+            old.argv.join(" "),
+            new.argv.join(" ")
+        ));
+    }
+    if old.seed != new.seed {
+        d.push(format!("the seed (was {}, now {})", old.seed, new.seed));
+    }
+    if old.scenario_sha256 != new.scenario_sha256 {
+        d.push(format!(
+            "the scenario (was sha256:{}, now sha256:{})",
+            old.scenario_sha256, new.scenario_sha256
+        ));
+    }
+    if old.dataset_key != new.dataset_key {
+        d.push(format!(
+            "the dataset (digest was {}, now {})",
+            old.dataset_key, new.dataset_key
+        ));
+    }
+    if old.gpus != new.gpus {
+        d.push(format!("--gpus (was {:?}, now {:?})", old.gpus, new.gpus));
+    }
+    if old.result_filename != new.result_filename {
+        d.push(format!(
+            "--result-filename (was {}, now {})",
+            old.result_filename, new.result_filename
+        ));
+    }
+    d
+}
+
+fn setting(cfg: &mut RunConfig, name: &str, value: Value) {
+    cfg.plan.settings.retain(|s| s.name != name);
+    cfg.plan.settings.push(Setting {
+        name: name.to_string(),
+        value,
+        explicit: true,
+    });
+}
+
+/// The seed the run config names, if any.
+fn given_seed(cfg: &RunConfig) -> Option<u64> {
+    cfg.plan
+        .settings
+        .iter()
+        .find(|s| s.name == "random-seed")
+        .and_then(|s| match s.value {
+            Value::Integer(i) => u64::try_from(i).ok(),
+            _ => None,
+        })
+}
+
+/// Runs the sweep.
+pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutcome> {
+    let seed = given_seed(&cfg.run).unwrap_or_else(super::draw_seed);
+    let mut base = cfg.run.clone();
+    setting(&mut base, "random-seed", Value::Integer(seed as i64));
+    let ids = input_ids(&base)?;
+    let inputs = SweepInputs {
+        argv: inputs_argv(&cfg.run.argv),
+        concurrency: cfg.concurrency.clone(),
+        seed,
+        scenario_sha256: ids.scenario_sha256,
+        dataset_key: ids.dataset_key,
+        gpus: cfg.gpus,
+        result_filename: cfg.result_filename.clone(),
+    };
+    let previous = Sweep::read(&cfg.dir)?;
+    let conc_dir = |n: u32| format!("conc_{n}");
+    match (&previous, cfg.resume) {
+        (Some(old), true) => {
+            let d = differences(&old.inputs, &inputs);
+            if !d.is_empty() {
+                bail!(
+                    "--resume: {} holds a sweep with other inputs: {}; rerun with the same inputs, or sweep into another --output-artifact-dir",
+                    cfg.dir.display(),
+                    d.join("; ")
+                );
+            }
+        }
+        _ => {
+            if let Some(n) = cfg.concurrency.iter().find(|&&n| {
+                cfg.dir
+                    .join(conc_dir(n))
+                    .join(super::MANIFEST_FILE)
+                    .exists()
+            }) {
+                bail!(
+                    "{} already holds a run of concurrency {n} ({}); pass --resume to keep the finished points of the same sweep, or choose another --output-artifact-dir",
+                    cfg.dir.display(),
+                    cfg.dir.join(conc_dir(*n)).display()
+                );
+            }
+        }
+    }
+    std::fs::create_dir_all(&cfg.dir).map_err(|e| {
+        anyhow!(
+            "cannot create the sweep directory {} (--output-artifact-dir): {e}",
+            cfg.dir.display()
+        )
+    })?;
+    let mut sweep = Sweep {
+        schema: SCHEMA.into(),
+        inputs,
+        points: Vec::new(),
+    };
+    let mut interrupted = false;
+    let servers = metrics_urls(&cfg.run);
+    let mut ran_one = false;
+    for &n in &cfg.concurrency {
+        let rel = conc_dir(n);
+        let dir = cfg.dir.join(&rel);
+        if let Some(p) = previous
+            .as_ref()
+            .filter(|_| cfg.resume)
+            .and_then(|s| s.points.iter().find(|p| p.concurrency == n && p.done()))
+            .filter(|_| dir.join("run_summary.json").exists())
+        {
+            tracing::info!("sweep: concurrency {n} finished before; kept (--resume)");
+            let mut p = p.clone();
+            p.status = PointStatus::Resumed;
+            sweep.points.push(p);
+            continue;
+        }
+        if cancel.interrupts() > 0 {
+            interrupted = true;
+            break;
+        }
+        if ran_one && !servers.is_empty() {
+            if let Err(e) = wait_idle(&servers, cfg.idle_timeout, cancel) {
+                tracing::error!("sweep: concurrency {n} not run: {e}");
+                sweep.points.push(Point::failed(n, rel, e));
+                sweep.write(&cfg.dir)?;
+                continue;
+            }
+        }
+        if dir.exists() {
+            // A failed point of a resumed sweep: its partial run is moved aside, not overwritten.
+            let aside = cfg.dir.join(format!("{rel}.failed-{}", super::fresh_id()));
+            std::fs::rename(&dir, &aside)
+                .map_err(|e| anyhow!("cannot move the unfinished {} aside: {e}", dir.display()))?;
+            tracing::warn!(
+                "sweep: the unfinished run of concurrency {n} was moved to {}",
+                aside.display()
+            );
+        }
+        tracing::info!("sweep: concurrency {n} into {}", dir.display());
+        let mut run = base.clone();
+        setting(&mut run, "concurrency", Value::Integers(vec![i64::from(n)]));
+        run.output_artifact_dir = dir.clone();
+        run.run_id = None;
+        run.argv = point_argv(&cfg.run.argv, n, &dir, seed);
+        ran_one = true;
+        let point = match execute(run, cancel) {
+            Ok(out) => point_of(n, rel, &out, &cfg),
+            Err(e) => Point::failed(n, rel, format!("{e:#}")),
+        };
+        if let Some(e) = &point.error {
+            tracing::error!("sweep: concurrency {n} failed: {e}");
+        }
+        sweep.points.push(point);
+        sweep.write(&cfg.dir)?;
+        if cancel.interrupts() > 0 {
+            interrupted = true;
+            break;
+        }
+    }
+    let files = sweep.write(&cfg.dir)?;
+    Ok(SweepOutcome {
+        sweep,
+        files,
+        interrupted,
+    })
+}
+
+/// A point's row from its run outcome and its InferenceX report (written next to the run).
+fn point_of(n: u32, rel: String, out: &RunOutcome, cfg: &SweepConfig) -> Point {
+    let (Some(replay), Some(s)) = (&out.replay, &out.summary) else {
+        return Point::failed(n, rel, "the run produced no outcome".into());
+    };
+    let mut p = Point::failed(n, rel.clone(), String::new());
+    p.error = None;
+    p.status = PointStatus::Completed;
+    if replay.stop.cancelled() {
+        p.status = PointStatus::Failed;
+        p.error = Some(format!(
+            "the run stopped early ({}){}",
+            replay.stop.as_str(),
+            replay
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        ));
+    } else if out.code == 2 {
+        p.status = PointStatus::Failed;
+        p.error = Some("an export could not be written (see the log)".into());
+    }
+    p.run_id = Some(out.run_id.clone());
+    p.requests_ok = s.requests_ok;
+    p.requests_failed = s.requests_failed;
+    p.context_overflows = s.context_overflows;
+    let total = s.input_token_throughput + s.output_token_throughput;
+    let some = |x: f64| (s.requests_ok > 0).then_some(x);
+    p.total_token_throughput = some(total);
+    p.output_token_throughput = some(s.output_token_throughput);
+    if let Some(g) = cfg.gpus.filter(|g| *g > 0) {
+        p.total_token_throughput_per_gpu = p.total_token_throughput.map(|t| t / f64::from(g));
+        p.output_token_throughput_per_gpu = p.output_token_throughput.map(|t| t / f64::from(g));
+    }
+    let tail = |d: &Option<crate::metrics::Dist>| Tail {
+        p50: d.as_ref().map(|d| d.p50),
+        p90: d.as_ref().map(|d| d.p90),
+        p99: d.as_ref().map(|d| d.p99),
+    };
+    p.ttft_ms = tail(&s.ttft_ms);
+    p.itl_ms = tail(&s.itl_ms);
+    p.e2e_ms = tail(&s.latency_ms);
+    p.interactivity = p.itl_ms.p50.filter(|x| *x > 0.0).map(|x| 1000.0 / x);
+    p.valid = out.valid();
+    p.invalid_reasons = out.submission_invalid_reasons.clone();
+    // The point's InferenceX report (nested layout), named as InferenceX names it.
+    let name = format!("{}_conc{n}.json", cfg.result_filename);
+    match bmk::render_dir(
+        &out.dir,
+        &cfg.identity,
+        None,
+        &crate::dataset::OpenOptions::default(),
+        Layout::Nested,
+    ) {
+        Ok(json) => {
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+            let cache = &v["server_metrics"]["cache"];
+            p.server_cache_hit_rate = cache["overall_cache_hit_rate"]
+                .as_f64()
+                .or_else(|| cache["gpu_cache_hit_rate"].as_f64());
+            let path = out.dir.join(&name);
+            match crate::fsio::write_atomic(&path, format!("{json}\n").as_bytes()) {
+                Ok(()) => p.report = Some(format!("{rel}/{name}")),
+                Err(e) => tracing::warn!("cannot write {}: {e}", path.display()),
+            }
+        }
+        Err(e) => tracing::warn!("no report for concurrency {n}: {e}"),
+    }
+    p
+}
+
+/// The `/metrics` URLs the sweep watches between points: the server's and `--server-metrics`'s.
+fn metrics_urls(run: &RunConfig) -> Vec<String> {
+    if run.no_server_metrics {
+        return Vec::new();
+    }
+    let Some(url) = &run.plan.url else {
+        // A demo sweep starts a fresh simulator for every point.
+        return Vec::new();
+    };
+    std::iter::once(url)
+        .chain(&run.server_metrics)
+        .filter_map(|u| crate::client::scrape::metrics_url(u).ok())
+        .collect()
+}
+
+/// Waits until every server reports nothing running and nothing waiting (vLLM, SGLang, llama.cpp,
+/// ATOM gauges). A server whose page has none of those gauges counts as idle; one that cannot be
+/// read is retried until the timeout.
+fn wait_idle(urls: &[String], timeout: Duration, cancel: &Cancel) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let started = Instant::now();
+    let mut logged = false;
+    loop {
+        let mut busy = Vec::new();
+        for u in urls {
+            match rt.block_on(fetch(u)) {
+                Ok(text) => {
+                    let log = EndpointLog::from_pages(u, [(0, Some(text.as_str()))])
+                        .map_err(|e| format!("{u}: {e}"));
+                    match log {
+                        Ok(log) => {
+                            let s = ServerSnapshot::of(std::iter::once(&log));
+                            let (r, w) = (s.running.unwrap_or(0.0), s.waiting.unwrap_or(0.0));
+                            if r + w > 0.0 {
+                                busy.push(format!("{u}: {r} running, {w} waiting"));
+                            }
+                        }
+                        Err(e) => busy.push(e),
+                    }
+                }
+                Err(e) => busy.push(format!("{u}: {e}")),
+            }
+        }
+        if busy.is_empty() {
+            if logged {
+                tracing::info!(
+                    "sweep: servers idle after {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            return Ok(());
+        }
+        let last = busy.join("; ");
+        if !logged {
+            tracing::info!("sweep: waiting for the servers to become idle ({last})");
+            logged = true;
+        }
+        if started.elapsed() >= timeout || cancel.interrupts() > 0 {
+            return Err(format!(
+                "the servers did not become idle within --idle-timeout {:.0} s ({last}); raise --idle-timeout or check the server",
+                timeout.as_secs_f64()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500).min(timeout));
+    }
+}
+
+/// One GET of a `/metrics` page, at most 10 s.
+async fn fetch(url: &str) -> Result<String, String> {
+    use http_body_util::BodyExt;
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .build();
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(https);
+    let work = async {
+        let resp = client.get(uri).await.map_err(|e| format!("{e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("{e}"))?
+            .to_bytes();
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .map_err(|_| "no answer within 10 s".to_string())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_lists_are_positive_and_increasing() {
+        assert_eq!(parse_concurrency("1,4, 16").unwrap(), vec![1, 4, 16]);
+        let e = parse_concurrency("4,1,16").unwrap_err().to_string();
+        assert!(e.contains("pass --concurrency 1,4,16"), "{e}");
+        let e = parse_concurrency("4,4").unwrap_err().to_string();
+        assert!(e.contains("each point once"), "{e}");
+        assert!(parse_concurrency("")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        assert!(parse_concurrency("1,x")
+            .unwrap_err()
+            .to_string()
+            .contains("\"x\""));
+        assert!(parse_concurrency("0").is_err());
+    }
+
+    #[test]
+    fn a_points_command_line_is_a_run_of_that_point() {
+        let argv: Vec<String> = [
+            "sweep",
+            "--url",
+            "http://h:8000",
+            "--concurrency",
+            "1,4",
+            "--resume",
+            "--gpus=8",
+            "--output-artifact-dir",
+            "out",
+            "--result-filename",
+            "r",
+            "--benchmark-duration",
+            "60",
+        ]
+        .map(String::from)
+        .to_vec();
+        let p = point_argv(&argv, 4, Path::new("out/conc_4"), 7);
+        assert_eq!(
+            p.join(" "),
+            "run --url http://h:8000 --benchmark-duration 60 --concurrency 4 --output-artifact-dir out/conc_4 --random-seed 7"
+        );
+        assert!(!inputs_argv(&argv).contains(&"--resume".to_string()));
+    }
+}

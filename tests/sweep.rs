@@ -1,0 +1,209 @@
+//! `agentx-host sweep` end to end against the built-in simulator: one complete run per point, the
+//! summary, resume, refusals, and a failing point that does not stop the sweep.
+
+use std::collections::HashSet;
+
+use agentx::sim::SimConfig;
+use serde_json::Value;
+
+use crate::support::{fixture, Run, Sim};
+
+fn sweep(url: &str, dir: &std::path::Path, extra: &[&str]) -> Run {
+    let corpus = fixture("traces-24.jsonl");
+    let out = dir.join("sweep");
+    let mut args = vec![
+        "sweep",
+        "--url",
+        url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--benchmark-duration",
+        "2",
+        "--benchmark-grace-period",
+        "10",
+        "--trace-idle-gap-cap-seconds",
+        "0.01",
+        "--stats-interval",
+        "0",
+        "--gpus",
+        "2",
+        "--output-artifact-dir",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let home = tempfile::tempdir().unwrap();
+    Run::exec(home, &args, &[])
+}
+
+fn json(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_sweep_runs_every_point_resumes_and_refuses_what_would_overwrite() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("sweep");
+    let r = sweep(&sim.url(), work.path(), &["--concurrency", "1,3"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let s = json(&out.join("sweep.json"));
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    let mut run_ids = HashSet::new();
+    let mut markers = HashSet::new();
+    for (p, n) in points.iter().zip([1, 3]) {
+        assert_eq!(p["concurrency"], n);
+        assert_eq!(p["status"], "completed", "{p}");
+        assert!(p["requests_ok"].as_u64().unwrap() > 0);
+        // Throughput per GPU is the total over --gpus 2.
+        let (t, g) = (
+            p["total_token_throughput"].as_f64().unwrap(),
+            p["total_token_throughput_per_gpu"].as_f64().unwrap(),
+        );
+        assert!((t / 2.0 - g).abs() < 1e-6);
+        let dir = out.join(format!("conc_{n}"));
+        let m = json(&dir.join("run_manifest.json"));
+        assert_eq!(m["concurrency"], n);
+        assert_eq!(m["seed"], 42);
+        assert_eq!(m["argv"][0], "run", "a point is a replayable run");
+        run_ids.insert(m["run_id"].as_str().unwrap().to_owned());
+        markers.insert(m["lanes"][0]["marker"].as_str().unwrap().to_owned());
+        // The point's InferenceX report, named as InferenceX names it.
+        let rep = json(&dir.join(format!("agentx_conc{n}.json")));
+        assert_eq!(rep["conc"], n, "{rep}");
+        assert_eq!(p["report"], format!("conc_{n}/agentx_conc{n}.json"));
+    }
+    assert_eq!(run_ids.len(), 2, "each point has its own run id");
+    assert_eq!(markers.len(), 2, "and so its own cache-bust markers");
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    assert!(csv.lines().nth(2).unwrap().starts_with("3,completed,"));
+
+    // Without --resume nothing finished is overwritten.
+    let sent = sim.requests();
+    let r = sweep(&sim.url(), work.path(), &["--concurrency", "1,3"]);
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr().contains("already holds a run of concurrency 1")
+            && r.stderr().contains("--resume"),
+        "{}",
+        r.stderr()
+    );
+    // --resume keeps both points and sends nothing.
+    let r = sweep(
+        &sim.url(),
+        work.path(),
+        &["--concurrency", "1,3", "--resume"],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert_eq!(sim.requests(), sent, "no point ran again");
+    let s = json(&out.join("sweep.json"));
+    assert!(s["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["status"] == "resumed"));
+    // --resume with another input is refused, naming it.
+    let r = sweep(
+        &sim.url(),
+        work.path(),
+        &[
+            "--concurrency",
+            "1,3",
+            "--resume",
+            "--request-timeout-seconds",
+            "99",
+        ],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr()
+            .contains("holds a sweep with other inputs: the command line"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(sim.requests(), sent);
+}
+
+#[test]
+fn bad_lists_are_refused_and_a_failing_point_does_not_stop_the_sweep() {
+    let work = tempfile::tempdir().unwrap();
+    for (list, want) in [
+        ("4,1", "pass --concurrency 1,4"),
+        ("1,1", "each point once"),
+        ("", "is empty"),
+    ] {
+        let r = sweep("http://127.0.0.1:9", work.path(), &["--concurrency", list]);
+        assert_eq!(r.code(), 2);
+        assert!(r.stderr().contains(want), "{list}: {}", r.stderr());
+    }
+    // A server that fails every request: the warmup fails at each point, both are recorded, exit 1.
+    let mut cfg = SimConfig::max();
+    cfg.faults.fail_rate = 1.0;
+    let sim = Sim::start(cfg);
+    let r = sweep(&sim.url(), work.path(), &["--concurrency", "1,2"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let s = json(&work.path().join("sweep/sweep.json"));
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "the sweep went on after the first failure");
+    for p in points {
+        assert_eq!(p["status"], "failed");
+        assert!(
+            p["error"].as_str().unwrap().contains("warmup_failed"),
+            "{p}"
+        );
+    }
+}
+
+/// A `/metrics` endpoint that always shows three requests running.
+fn busy_metrics() -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let page = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n";
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn a_server_that_never_becomes_idle_fails_the_next_point_with_the_reason() {
+    let sim = Sim::start(SimConfig::max());
+    let busy = busy_metrics();
+    let work = tempfile::tempdir().unwrap();
+    let r = sweep(
+        &sim.url(),
+        work.path(),
+        &[
+            "--concurrency",
+            "1,2",
+            "--idle-timeout",
+            "1",
+            "--server-metrics",
+            &busy,
+        ],
+    );
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let s = json(&work.path().join("sweep/sweep.json"));
+    assert_eq!(s["points"][0]["status"], "completed");
+    let e = s["points"][1]["error"].as_str().unwrap();
+    assert!(
+        e.contains("did not become idle within --idle-timeout 1 s") && e.contains("3 running"),
+        "{e}"
+    );
+}
