@@ -985,3 +985,35 @@ fn hf_tokenizer_counts_exactly() {
         .to_string();
     assert!(e.contains("missing.json"), "{e}");
 }
+
+/// A dataset directory is read through the directory itself: an entry that is a symlink leading
+/// outside it is refused by name, before anything is imported.
+#[test]
+fn a_symlink_leading_outside_a_dataset_directory_is_refused() {
+    let cache = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = std::fs::read_to_string(fixture("traces-24.jsonl"))
+        .unwrap()
+        .lines()
+        .take(2)
+        .map(str::to_owned)
+        .collect();
+    std::fs::write(dir.path().join("a.json"), &lines[0]).unwrap();
+    std::fs::write(outside.path().join("b.json"), &lines[1]).unwrap();
+    // Inside the directory the corpus opens.
+    assert_eq!(
+        Dataset::open_path(dir.path(), &opts(cache.path()))
+            .unwrap()
+            .len(),
+        1
+    );
+    std::os::unix::fs::symlink(outside.path().join("b.json"), dir.path().join("b.json")).unwrap();
+    let e = Dataset::open_path(dir.path(), &opts(cache.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("b.json") && e.contains("is a symlink that leads outside it"),
+        "{e}"
+    );
+}

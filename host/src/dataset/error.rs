@@ -54,6 +54,21 @@ pub enum DatasetError {
         source: io::Error,
     },
 
+    /// A dataset directory entry is a symlink that leads outside the directory.
+    #[error(
+        "{}: this entry of the dataset directory {} is a symlink that leads outside it (to {}); \
+         agentx reads a dataset directory only through the directory itself: copy the file in, or \
+         pass it as --input-file",
+        entry.display(),
+        dir.display(),
+        target.display()
+    )]
+    SymlinkOutside {
+        entry: PathBuf,
+        dir: PathBuf,
+        target: PathBuf,
+    },
+
     /// A source holds no traces.
     #[error("{}: no traces found; a weka corpus is a traces.jsonl (one trace per line) or a directory of *.json traces", path.display())]
     Empty { path: PathBuf },

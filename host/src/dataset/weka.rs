@@ -94,12 +94,37 @@ impl SourceFiles {
         if !meta.is_dir() {
             return Ok(SourceFiles::Jsonl(path.to_owned()));
         }
+        // The directory is opened as a capability: its entries are opened through it, so a
+        // symlink that leads outside the directory cannot be followed and is refused by name.
+        let dir = cap_std::fs::Dir::open_ambient_dir(path, cap_std::ambient_authority())
+            .map_err(|e| DatasetError::io("open", path, e))?;
         let mut files = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(|e| DatasetError::io("list", path, e))? {
+        for entry in dir
+            .entries()
+            .map_err(|e| DatasetError::io("list", path, e))?
+        {
             let entry = entry.map_err(|e| DatasetError::io("list", path, e))?;
-            let p = entry.path();
-            if p.extension().is_some_and(|x| x == "json") && p.is_file() {
-                files.push(p);
+            let name = entry.file_name();
+            let p = path.join(&name);
+            if p.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            match dir.metadata(&name) {
+                Ok(m) if m.is_file() => files.push(p),
+                Ok(_) => {}
+                Err(e) => {
+                    let link =
+                        std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+                    if link {
+                        let target = std::fs::read_link(&p).unwrap_or_default();
+                        return Err(DatasetError::SymlinkOutside {
+                            entry: p,
+                            dir: path.to_owned(),
+                            target,
+                        });
+                    }
+                    return Err(DatasetError::io("stat", &p, e));
+                }
             }
         }
         files.sort();
