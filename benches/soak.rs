@@ -79,15 +79,11 @@ fn hash_str(s: &str) -> u64 {
 
 /// Whether the request with this id fails, is reset or gets a malformed event (stalls only delay).
 fn faulted(seed: u64, request_id: &str) -> bool {
-    let mut state = mix64(seed ^ hash_str(request_id));
-    // The plan draws, in order: fail, status, reset, reset position, stall, stall position, bad, ...
-    let draws: Vec<f64> = (0..7)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            (mix64(state) >> 11) as f64 / (1u64 << 53) as f64
-        })
-        .collect();
-    draws[0] < FAULT_RATE || draws[2] < FAULT_RATE || draws[6] < FAULT_RATE
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed ^ hash_str(request_id));
+    // The plan draws, in order: fail, status, reset, stall, malformed, then the positions.
+    let [fail, _status, reset, _stall, bad]: [f64; 5] = rng.random();
+    fail < FAULT_RATE || reset < FAULT_RATE || bad < FAULT_RATE
 }
 
 /// The first fault seed whose draws leave the `n` warmup requests (`soak-r0`..) without a failure.

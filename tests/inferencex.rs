@@ -272,7 +272,7 @@ fn inferencex_line(url: &str) -> Vec<String> {
          --trajectory-start-max-ratio 0.75 --warmup-requests-per-lane 10 \
          --trace-idle-gap-cap-seconds 300 --warmup-grace-period 1800 --use-server-token-count \
          --extra-inputs thinking:true --no-gpu-telemetry --tokenizer-trust-remote-code \
-         --max-context-length 60000 --num-dataset-entries 393 --slice-duration 1.0 \
+         --max-context-length 51600 --num-dataset-entries 393 --slice-duration 1.0 \
          --server-metrics {metrics} {metrics} --output-artifact-dir results/aiperf_artifacts \
          --public-dataset semianalysis_cc_traces_weka_062126 --dry-run --json"
     );
@@ -298,7 +298,8 @@ fn inferencex_current_command_line_runs_through_dry_run() {
     let plan: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
     assert_eq!(plan["concurrency"], 4);
     assert_eq!(plan["lanes"].as_array().unwrap().len(), 4);
-    // The fixture's 24 traces, less the 4 whose peak context exceeds 60,000 tokens.
+    // The fixture's 24 traces, less the 4 whose peak context (prompt plus output of the largest turn)
+    // exceeds 51,600 tokens: 51,800, 51,812, 52,156 and 63,907; the next largest is 51,500.
     assert_eq!(plan["dataset"]["traces"], 20);
     let log = r.stderr();
     for want in [

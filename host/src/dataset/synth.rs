@@ -1,16 +1,17 @@
 //! The synthetic corpus generator: weka traces with the published shape of the 949-trace
 //! `cc-traces-weka-no-subagents-051226` corpus, for tests and benchmarks without the real data.
 //!
-//! Shape (per trace, from an RNG keyed by (seed, trace index), so each trace is independent of the
-//! number generated): about 145 turns on average (log-normal, median 93; ~136k requests over 949
-//! traces); 64-token blocks with local hash ids numbered in first-seen order; 8-13k tool and 2-4k system
-//! tokens; a starting input of median ~20k tokens (up to ~640k for the few long-context sessions); each
-//! turn appends the previous output and new tool or user content, so consecutive turns share all full
-//! blocks of the previous prompt (a ~97% theoretical hit rate); a context near the session's limit is
-//! compacted to the system prefix plus a summary, and rarely a session rewinds to an earlier turn (both
-//! non-monotonic cuts); ~3% of turns have `out: 0`; ~2% of requests are repeated as a streaming /
-//! non-streaming pair with identical hash ids; think times are short after tool use and long after
-//! `end_turn`. `max_isl` and `max_turns` shrink the corpus (the committed fixtures use them).
+//! Shape (per trace, from the seed's ChaCha8 generator on the trace index's stream, so each trace
+//! is independent of the number generated): about 145 turns on average (log-normal, median 93;
+//! ~136k requests over 949 traces); 64-token blocks with local hash ids numbered in first-seen
+//! order; 8-13k tool and 2-4k system tokens; a starting input of median ~20k tokens (up to ~640k
+//! for the few long-context sessions); each turn appends the previous output and new tool or user
+//! content, so consecutive turns share all full blocks of the previous prompt (a ~97% theoretical
+//! hit rate); a context near the session's limit is compacted to the system prefix plus a summary,
+//! and rarely a session rewinds to an earlier turn (both non-monotonic cuts); ~3% of turns have
+//! `out: 0`; ~2% of requests are repeated as a streaming / non-streaming pair with identical hash
+//! ids; think times are short after tool use and long after `end_turn`. `max_isl` and `max_turns`
+//! shrink the corpus (the committed fixtures use them).
 //!
 //! `context` scales the whole shape to a server's context length instead (for 4k-32k models): the
 //! tools+system prefix, the starting input, the growth per turn, compaction summaries and the
@@ -23,8 +24,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, LogNormal};
+
 use super::error::DatasetError;
-use super::text::mix64;
 
 /// Generator settings.
 #[derive(Debug, Clone, Default)]
@@ -53,31 +57,29 @@ pub struct SynthSummary {
     pub bytes: u64,
 }
 
-/// A small deterministic RNG (SplitMix64 stream).
-struct Rng(u64);
+/// The draws of one trace: a ChaCha8 stream through rand's and rand_distr's distributions.
+struct Draws(ChaCha8Rng);
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix64(self.0)
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+impl Draws {
+    /// Trace `index` of the corpus for `seed`: the seed's generator on its own stream, so a trace
+    /// depends only on (seed, index).
+    fn new(seed: u64, index: usize) -> Draws {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(index as u64);
+        Draws(rng)
     }
     fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
+        self.0.random_bool(p)
     }
+    /// Uniform in `[lo, hi]`.
     fn range(&mut self, lo: u32, hi: u32) -> u32 {
-        lo + (self.unit() * f64::from(hi - lo + 1)) as u32
+        self.0.random_range(lo..=hi)
     }
-    fn normal(&mut self) -> f64 {
-        let u1 = self.unit().max(1e-300);
-        let u2 = self.unit();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
+    /// Log-normal with this median (`e^mu`) and `sigma`.
     fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        median * (sigma * self.normal()).exp()
+        LogNormal::new(median.ln(), sigma)
+            .expect("finite median and sigma")
+            .sample(&mut self.0)
     }
 }
 
@@ -128,7 +130,7 @@ struct Req {
 
 /// Generates trace `index` of the corpus as one JSON line (without the newline).
 pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
-    let mut rng = Rng(mix64(opts.seed ^ mix64(index as u64 ^ 0x5EED_0000)));
+    let mut rng = Draws::new(opts.seed, index);
     // Token sizes scale with `f`, outputs with `g` (both 1 without `context`: the same numbers).
     let f = opts
         .context

@@ -5,7 +5,9 @@
 //! (the most frequent such words of 3 to 7 letters), so `TokenCounter::Words` counts synthesized text
 //! exactly and a real BPE tokenizer counts it almost exactly. The text of a block is a pure function of
 //! (trace key, hash id); the trace key is derived from (seed, trace id), so equal hash ids within a trace
-//! give byte-equal text and different traces (or seeds) give unrelated text.
+//! give byte-equal text and different traces (or seeds) give unrelated text. The words come from
+//! keyed hashing ([`mix64`]), not from a random generator: this is content addressing, and the
+//! prefix cache reuses a block only if its text is the same wherever the hash id appears.
 
 use sha2::{Digest, Sha256};
 
@@ -187,7 +189,7 @@ const fn build_standard() -> Vocabulary {
     }
 }
 
-/// SplitMix64 finaliser: a bijective 64-bit mix, used to derive independent streams from keys.
+/// SplitMix64's step and finaliser: a bijective 64-bit mix, hashing keys into block and tail words.
 #[inline]
 pub fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);

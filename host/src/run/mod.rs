@@ -322,25 +322,16 @@ pub fn positive_secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
     }
 }
 
-/// A fresh id: 128 bits from the process's hash keys, the time and the pid, as hex.
+/// A fresh id: 128 bits from the OS-seeded thread generator, as 32 hex digits.
 fn fresh_id() -> String {
-    use sha2::Digest;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    let d = sha2::Sha256::digest(h.finish().to_le_bytes());
-    hex::encode(&d[..16])
+    use rand::RngExt;
+    format!("{:032x}", rand::rng().random::<u128>())
 }
 
+/// The entropy the scenario draws a seed from when `--random-seed` is unset.
 fn entropy() -> u64 {
-    let id = fresh_id();
-    u64::from_str_radix(&id[..16], 16).unwrap_or(0)
+    use rand::RngExt;
+    rand::rng().random()
 }
 
 fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {

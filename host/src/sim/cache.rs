@@ -7,6 +7,9 @@
 //! to produce logits), so a fully cached prompt of `n` tokens reports at most `n - 1` cached
 //! tokens, rounded down to whole blocks. Within one request the first block is the most recently
 //! used, so eviction takes the tails of old prompts before their shared heads.
+//!
+//! [`mix64`] and FNV-1a here are hashes, not random draws (those come from `rand`): block hashes
+//! and [`hash_str`]'s request and session keys must be pure functions of their input.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -79,7 +82,7 @@ pub(crate) fn hash_str(s: &str) -> u64 {
     mix64(fnv1a(s.as_bytes()))
 }
 
-/// SplitMix64's finaliser: a cheap, well-mixed 64-bit permutation.
+/// SplitMix64's finaliser: a cheap, well-mixed 64-bit permutation (a hash step, not a generator).
 #[inline]
 pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -1,47 +1,18 @@
 //! Deterministic fault decisions for one request.
 //!
-//! Every request draws the same fixed sequence of numbers from `mix64(seed ^ key)`, where the key
-//! identifies the request (its `X-Request-ID` when sent, else its arrival number). A decision
-//! therefore depends only on the seed, the request and its own rate, never on other requests or
-//! on the other fault rates, so raising one rate never reshuffles the victims of another.
+//! Every request draws the same fixed sequence of numbers from a ChaCha8 stream seeded with
+//! `seed ^ key`, where the key identifies the request (its `X-Request-ID` when sent, else its
+//! arrival number). A decision therefore depends only on the seed, the request and its own rate,
+//! never on other requests or on the other fault rates, so raising one rate never reshuffles the
+//! victims of another.
 
 use std::time::Duration;
 
-use super::cache::mix64;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+
 use super::config::Faults;
 use super::stream::StreamFaults;
-
-/// A SplitMix64 stream.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// The stream for `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix64(self.0)
-    }
-
-    /// A uniform number in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A uniform integer in `[lo, hi]` (`lo` when the range is empty).
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        let r = self.next_u64();
-        if hi <= lo {
-            lo
-        } else {
-            lo + r % (hi - lo + 1)
-        }
-    }
-}
 
 /// The faults that hit one request.
 #[derive(Debug, Clone, Default)]
@@ -54,13 +25,15 @@ pub struct FaultPlan {
 
 /// Decide the faults of a request with `total_tokens` to generate.
 pub fn plan(f: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
-    let mut rng = Rng::new(mix64(f.seed ^ key));
-    // Always draw every number, so each decision is independent of the other rates.
-    let (u_fail, u_status) = (rng.unit(), rng.unit());
-    let (u_reset, reset_pos) = (rng.unit(), rng.range(1, total_tokens.saturating_sub(1)));
-    let (u_stall, stall_pos) = (rng.unit(), rng.range(1, total_tokens.saturating_sub(1)));
-    let (u_bad, bad_pos) = (rng.unit(), rng.range(0, total_tokens.saturating_sub(1)));
-    let clamp = |p: u64| p.min(total_tokens.saturating_sub(1));
+    let mut rng = ChaCha8Rng::seed_from_u64(f.seed ^ key);
+    let last = total_tokens.saturating_sub(1);
+    // Always draw every number, so each decision is independent of the other rates: first the five
+    // uniforms that decide (fail, its status, reset, stall, malformed), then the three positions.
+    let [u_fail, u_status, u_reset, u_stall, u_bad]: [f64; 5] = rng.random();
+    let reset_pos = rng.random_range(1..=last.max(1));
+    let stall_pos = rng.random_range(1..=last.max(1));
+    let bad_pos = rng.random_range(0..=last);
+    let clamp = |p: u64| p.min(last);
     FaultPlan {
         fail: (u_fail < f.fail_rate).then_some(if u_status < 0.5 { 500 } else { 503 }),
         stream: StreamFaults {

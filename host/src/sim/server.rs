@@ -19,6 +19,8 @@ use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
@@ -27,7 +29,7 @@ use tokio::time::Instant;
 use super::cache::{hash_str, mix64};
 use super::config::{SimConfig, Timing};
 use super::engine::Engine;
-use super::faults::{self, Rng};
+use super::faults;
 use super::metrics::{self, EngineMetrics, Exposition};
 use super::request::{self, ApiError, ChatRequest};
 use super::stream::{self, Ident, Pace, StreamPlan, TokenStream, Usage, Words};
@@ -289,13 +291,13 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         Some(id) => hash_str(id),
         None => mix64(seq),
     };
+    // The request's own draws: 128 bits of id (always drawn, used when the client sent no id), then
+    // its natural output length.
+    let mut draws = ChaCha8Rng::seed_from_u64(config.seed ^ key ^ 0x5eed);
+    let drawn_id: u128 = draws.random();
     let id = match &header_id {
         Some(h) => format!("chatcmpl-{h}"),
-        None => format!(
-            "chatcmpl-{:016x}{:016x}",
-            mix64(config.seed ^ key),
-            mix64(key.rotate_left(17))
-        ),
+        None => format!("chatcmpl-{drawn_id:032x}"),
     };
     let session_key = SESSION_KEYS.iter().find_map(|k| {
         req.headers()
@@ -380,12 +382,13 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         None => max_len - prompt,
     };
 
-    let mut draws = Rng::new(mix64(config.seed ^ key ^ 0x5eed));
     let total = if parsed.ignore_eos {
         max_tokens
     } else {
         let n = config.natural_output_tokens.max(1) as u64;
-        draws.range(n.div_ceil(2), n + n / 2).min(max_tokens)
+        draws
+            .random_range(n.div_ceil(2)..=n + n / 2)
+            .min(max_tokens)
     };
     let finish_reason = if total == max_tokens {
         "length"
@@ -425,7 +428,7 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         completion_tokens: total,
         cached_tokens: adm.cached_tokens,
     };
-    let words = Words::new(config.seed ^ key);
+    let mut words = Words::new(config.seed ^ key);
     let headers = |r: &mut Response<SimBody>| {
         let h = r.headers_mut();
         h.insert("x-sim-engine", HeaderValue::from(engine_ix as u64));
@@ -500,7 +503,7 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
     } else {
         m.success_stop.fetch_add(1, Relaxed);
     }
-    let text = words.clone().text(total);
+    let text = words.text(total);
     let mut body = stream::completion_json(&ident, &text, finish_reason, &usage);
     if plan.stream.malformed_before.is_some() {
         body.truncate(body.len() / 2);

@@ -19,7 +19,9 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::cache::mix64;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+
 use super::config::ModelTiming;
 use super::engine::Running;
 
@@ -40,25 +42,20 @@ const VOCAB: [&str; 64] = [
     "crate", "import",
 ];
 
-/// A deterministic word sequence (xorshift64* over a seed).
-#[derive(Debug, Clone)]
-pub struct Words(u64);
+/// A deterministic word sequence: uniform draws from [`VOCAB`] by a ChaCha8 stream over a seed.
+#[derive(Debug)]
+pub struct Words(ChaCha8Rng);
 
 impl Words {
     /// The sequence for `seed`.
     pub fn new(seed: u64) -> Words {
-        Words(mix64(seed) | 1)
+        Words(ChaCha8Rng::seed_from_u64(seed))
     }
 
     /// The next word.
     #[inline]
     pub fn next_word(&mut self) -> &'static str {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        VOCAB[(x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 58) as usize]
+        VOCAB[self.0.random_range(..VOCAB.len())]
     }
 
     /// `n` words joined by single spaces.
