@@ -57,6 +57,10 @@ pub struct Table {
     pub title: String,
     pub header: Vec<String>,
     pub rows: Vec<Vec<String>>,
+    /// Links of cells, by row then column: `links[i][j]`, when present and `Some`, turns cell
+    /// `(i, j)` into a link to that href (a relative path or an http(s) URL; any other scheme is
+    /// shown as plain text). Empty for a table without links.
+    pub links: Vec<Vec<Option<String>>>,
 }
 
 impl Table {
@@ -69,6 +73,7 @@ impl Table {
                 .into_iter()
                 .map(|(k, v)| vec![k.to_owned(), v])
                 .collect(),
+            links: Vec::new(),
         }
     }
 }
@@ -128,6 +133,21 @@ pub struct Page {
     pub verdict: Option<Verdict>,
     pub tables: Vec<Table>,
     pub charts: Vec<Chart>,
+    /// The heading above the charts; `None`: "Time series".
+    pub charts_heading: Option<String>,
+}
+
+/// An href a page may link to: relative (no scheme) or http(s); `javascript:` and other schemes are
+/// refused.
+fn safe_href(href: &str) -> bool {
+    let h = href.trim_start().to_ascii_lowercase();
+    let scheme_end = h.find(':');
+    let path_start = h.find(['/', '?', '#']);
+    match scheme_end {
+        None => true,
+        Some(c) if path_start.is_some_and(|p| p < c) => true,
+        Some(_) => h.starts_with("http://") || h.starts_with("https://"),
+    }
 }
 
 fn esc(s: &str) -> String {
@@ -300,16 +320,26 @@ pub fn render_page(page: &Page) -> String {
             }
             h.push_str("</tr>");
         }
-        for row in &t.rows {
+        for (r, row) in t.rows.iter().enumerate() {
             h.push_str("<tr>");
             for (i, c) in row.iter().enumerate() {
                 // Long identifiers (hashes, paths) in a narrow monospace cell.
                 let mono = i > 0 && t.header.is_empty() && c.len() > 24;
+                let href = t
+                    .links
+                    .get(r)
+                    .and_then(|l| l.get(i))
+                    .and_then(Option::as_deref)
+                    .filter(|href| safe_href(href));
+                let text = match href {
+                    Some(href) => format!("<a href=\"{}\">{}</a>", esc(href), esc(c)),
+                    None => esc(c),
+                };
                 let _ = write!(
                     h,
                     "<td{}>{}</td>",
                     if mono { " class=\"mono\"" } else { "" },
-                    esc(c)
+                    text
                 );
             }
             h.push_str("</tr>");
@@ -318,9 +348,12 @@ pub fn render_page(page: &Page) -> String {
     }
     h.push_str("</div>\n");
     if !page.charts.is_empty() {
-        h.push_str(
-            "<h2>Time series</h2><div class=\"hint\">hover for values; drag across a chart to zoom \
-             a range (charts of one group zoom together); double-click to reset</div>\n",
+        let heading = page.charts_heading.as_deref().unwrap_or("Time series");
+        let _ = writeln!(
+            h,
+            "<h2>{}</h2><div class=\"hint\">hover for values; drag across a chart to zoom \
+             a range (charts of one group zoom together); double-click to reset</div>",
+            esc(heading)
         );
     }
     h.push_str("<div class=\"charts\" id=\"agentx-charts\"></div>\n");
@@ -473,6 +506,7 @@ pub fn run_page(
             dist_row("E2E", e2e.as_ref()),
             dist_row("interactivity", intvty.as_ref()),
         ],
+        links: Vec::new(),
     };
     let verdict = a.run.as_ref().map(|r| Verdict {
         valid: r.submission_valid,
@@ -489,6 +523,7 @@ pub fn run_page(
         verdict,
         tables: vec![what, requests, throughput, latency],
         charts: panels.iter().map(Chart::from_panel).collect(),
+        charts_heading: None,
     }
 }
 
@@ -590,6 +625,32 @@ mod tests {
         assert!(h.contains("<h1>&lt;b&gt;&amp;</h1>"));
         assert!(!h.contains("alert(1)</script>"));
         assert!(h.contains("\"title\":\"<\\/script>\""));
+    }
+
+    #[test]
+    fn table_links_are_escaped_and_only_relative_or_http() {
+        let page = Page {
+            tables: vec![Table {
+                title: "t".into(),
+                header: vec!["a".into(), "b".into()],
+                rows: vec![vec!["x".into(), "<y>".into()], vec!["z".into(), "w".into()]],
+                links: vec![
+                    vec![None, Some("conc_4/report.html?a=\"1\"&b".into())],
+                    vec![
+                        Some(" JavaScript:alert(1)".into()),
+                        Some("https://e.x/".into()),
+                    ],
+                ],
+            }],
+            ..Page::default()
+        };
+        let h = render_page(&page);
+        assert!(h.contains(
+            "<td><a href=\"conc_4/report.html?a=&quot;1&quot;&amp;b\">&lt;y&gt;</a></td>"
+        ));
+        assert!(h.contains("<td>z</td>"), "a javascript: href is plain text");
+        assert!(h.contains("<a href=\"https://e.x/\">w</a>"));
+        assert!(!h.contains("alert(1)\""));
     }
 
     /// A 30-minute run at one completion per second and full server metrics stays small.
