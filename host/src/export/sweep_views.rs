@@ -195,11 +195,14 @@ pub fn render_png(
         let mut caption = String::new();
         for (label, v) in &vs {
             let n = v.pareto.len().max(v.ttft_p90.len());
-            let _ = write!(
-                caption,
-                "{}{label}: {n} points",
-                if caption.is_empty() { "" } else { "; " }
-            );
+            let total = n + v.failed.len();
+            if !caption.is_empty() {
+                caption.push_str("; ");
+            }
+            if !label.is_empty() {
+                let _ = write!(caption, "{label}: ");
+            }
+            let _ = write!(caption, "{n} of {total} points");
             if !v.failed.is_empty() {
                 let cs: Vec<String> = v.failed.iter().map(|c| format!("c={c}")).collect();
                 let _ = write!(caption, " (failed, not shown: {})", cs.join(", "));
@@ -938,4 +941,388 @@ pub fn write_compare(dir_a: &Path, dir_b: &Path, out: &Path) -> Result<Vec<PathB
         write_file(&out.join(COMPARE_PNG), &png)?,
         write_file(&out.join(COMPARE_HTML), page.as_bytes())?,
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::sweep::{SweepInputs, Tail, SCHEMA};
+
+    /// A completed point: interactivity, throughput per GPU (8 GPUs), TTFT p50/p90, ITL p50,
+    /// E2E p90 and the server cache hit rate.
+    fn pt(
+        c: u32,
+        intvty: f64,
+        per_gpu: f64,
+        ttft: (f64, f64),
+        itl: f64,
+        e2e: f64,
+        hit: f64,
+    ) -> Point {
+        let mut p = Point::failed(c, format!("conc_{c}"), String::new());
+        p.status = PointStatus::Completed;
+        p.error = None;
+        p.requests_ok = 10 * u64::from(c);
+        p.interactivity = Some(intvty);
+        p.total_token_throughput_per_gpu = Some(per_gpu);
+        p.total_token_throughput = Some(per_gpu * 8.0);
+        p.ttft_ms = Tail {
+            p50: Some(ttft.0),
+            p90: Some(ttft.1),
+            p99: Some(ttft.1 * 2.0),
+        };
+        p.itl_ms = Tail {
+            p50: Some(itl),
+            p90: Some(itl * 1.5),
+            p99: Some(itl * 2.0),
+        };
+        p.e2e_ms = Tail {
+            p50: Some(e2e / 2.0),
+            p90: Some(e2e),
+            p99: Some(e2e * 1.5),
+        };
+        p.server_cache_hit_rate = Some(hit);
+        p.valid = true;
+        p
+    }
+
+    fn sweep(points: Vec<Point>, gpus: Option<u32>) -> Sweep {
+        Sweep {
+            schema: SCHEMA.into(),
+            inputs: SweepInputs {
+                argv: vec!["sweep".into(), "--concurrency".into(), "1,4,16,64".into()],
+                concurrency: points.iter().map(|p| p.concurrency).collect(),
+                seed: 42,
+                scenario_sha256: "ab".repeat(32),
+                dataset_key: "cd".repeat(32),
+                gpus,
+                result_filename: "agentx".into(),
+            },
+            points,
+        }
+    }
+
+    /// Four points, conc 16 failed; conc 4 is dominated by none, conc 1/4/64 form the frontier.
+    fn sweep_a() -> Sweep {
+        sweep(
+            vec![
+                pt(1, 100.0, 10.0, (50.0, 80.0), 10.0, 1000.0, 0.5),
+                pt(4, 80.0, 40.0, (60.0, 100.0), 12.5, 1200.0, 0.6),
+                Point::failed(16, "conc_16".into(), "server refused".into()),
+                pt(64, 20.0, 150.0, (400.0, 900.0), 50.0, 5000.0, 0.8),
+            ],
+            Some(8),
+        )
+    }
+
+    /// Conc 1 and 16 in common with A (16 failed there), 128 only here; 64 only in A.
+    fn sweep_b() -> Sweep {
+        sweep(
+            vec![
+                pt(1, 90.0, 15.0, (60.0, 120.0), 11.1, 900.0, 0.6),
+                pt(4, 70.0, 30.0, (66.0, 110.0), 14.0, 1500.0, 0.0),
+                pt(16, 50.0, 90.0, (150.0, 300.0), 20.0, 2500.0, 0.7),
+                pt(128, 10.0, 200.0, (900.0, 2000.0), 100.0, 9000.0, 0.9),
+            ],
+            Some(8),
+        )
+    }
+
+    fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+        let dec = png::Decoder::new(png_bytes);
+        let mut r = dec.read_info().unwrap();
+        let mut buf = vec![0; r.output_buffer_size()];
+        let info = r.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        buf.truncate(info.buffer_size());
+        (info.width, info.height, buf)
+    }
+
+    /// Pixels close to a series colour.
+    fn painted(rgb: &[u8], c: RGBColor) -> usize {
+        rgb.chunks(3)
+            .filter(|p| {
+                u32::from(p[0].abs_diff(c.0))
+                    + u32::from(p[1].abs_diff(c.1))
+                    + u32::from(p[2].abs_diff(c.2))
+                    < 40
+            })
+            .count()
+    }
+
+    #[test]
+    fn views_leave_failed_points_out_and_draw_the_frontier() {
+        let v = views(&sweep_a(), true);
+        assert_eq!(v.failed, vec![16]);
+        assert_eq!(
+            v.pareto,
+            vec![(100.0, 10.0, 1), (80.0, 40.0, 4), (20.0, 150.0, 64)]
+        );
+        assert_eq!(v.frontier, vec![(20.0, 150.0), (80.0, 40.0), (100.0, 10.0)]);
+        assert_eq!(v.ttft_p90, vec![(1, 80.0), (4, 100.0), (64, 900.0)]);
+        // Without GPUs the total throughput is drawn.
+        let v = views(&sweep_a(), false);
+        assert_eq!(v.pareto[0], (100.0, 80.0, 1));
+    }
+
+    #[test]
+    fn the_pareto_png_decodes_at_its_size_and_is_drawn() {
+        let png_bytes = render_png(&[("", &sweep_a())], PNG_WIDTH, PNG_HEIGHT).unwrap();
+        let (w, h, rgb) = decode(&png_bytes);
+        assert_eq!((w, h), (PNG_WIDTH, PNG_HEIGHT));
+        let not_white = rgb.chunks(3).filter(|p| p != &[255, 255, 255]).count();
+        assert!(not_white > 10_000, "{not_white} pixels drawn");
+        assert!(painted(&rgb, COLORS[0]) > 200, "the points and lines");
+        assert_eq!(painted(&rgb, COLORS[1]), 0, "one sweep, one colour");
+        // A sweep with no completed point still renders (saying so).
+        let none = sweep(vec![Point::failed(1, "conc_1".into(), "x".into())], None);
+        let (w, _, _) = decode(&render_png(&[("", &none)], 400, 300).unwrap());
+        assert_eq!(w, 400);
+    }
+
+    #[test]
+    fn the_compare_png_overlays_both_sweeps_in_two_colours() {
+        let (a, b) = (sweep_a(), sweep_b());
+        let png_bytes = render_png(&[("a", &a), ("b", &b)], 1200, 600).unwrap();
+        let (w, h, rgb) = decode(&png_bytes);
+        assert_eq!((w, h), (1200, 600));
+        assert!(painted(&rgb, COLORS[0]) > 200);
+        assert!(painted(&rgb, COLORS[1]) > 200);
+    }
+
+    /// The JSON document of charts in a rendered page.
+    fn chart_doc(h: &str) -> serde_json::Value {
+        let start = h.find("id=\"agentx-data\">").unwrap() + "id=\"agentx-data\">".len();
+        let end = start + h[start..].find("</script>").unwrap();
+        serde_json::from_str(&h[start..end]).unwrap()
+    }
+
+    #[test]
+    fn the_sweep_page_has_every_point_links_and_the_frontier() {
+        let dir = tempfile::tempdir().unwrap();
+        for c in [1, 4, 64] {
+            let d = dir.path().join(format!("conc_{c}"));
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("report.html"), "<html></html>").unwrap();
+        }
+        let s = sweep_a();
+        let files = write_views(dir.path(), &s);
+        assert_eq!(
+            files,
+            vec![dir.path().join(PARETO_PNG), dir.path().join(REPORT_HTML)]
+        );
+        let h = std::fs::read_to_string(dir.path().join(REPORT_HTML)).unwrap();
+        assert!(!h.contains("<script src") && !h.contains("<link"));
+        let page = sweep_page(&s, dir.path());
+        let points = &page.tables[1];
+        assert_eq!(points.rows.len(), 4);
+        for (row, c) in points.rows.iter().zip([1, 4, 16, 64]) {
+            assert_eq!(row[0], c.to_string());
+        }
+        assert_eq!(points.header[5], "tokens/s/GPU");
+        assert_eq!(points.rows[0][5], "10");
+        assert_eq!(points.rows[2][1], "failed");
+        assert_eq!(points.rows[3][16], "80.0%");
+        for c in [1, 4, 64] {
+            assert!(
+                h.contains(&format!("<a href=\"conc_{c}/report.html\">")),
+                "no link to conc_{c}"
+            );
+        }
+        assert!(
+            !h.contains("conc_16/report.html"),
+            "the failed point has none"
+        );
+        assert!(h.contains("server refused"));
+        let doc = chart_doc(&h);
+        let charts = doc["charts"].as_array().unwrap();
+        assert_eq!(charts.len(), 2);
+        assert_eq!(charts[0]["style"], "points");
+        assert_eq!(charts[0]["series"][0]["label"], "points");
+        assert_eq!(charts[0]["series"][1]["label"], "Pareto frontier");
+        assert_eq!(
+            charts[0]["series"][1]["x"],
+            serde_json::json!([20, 80, 100])
+        );
+        assert_eq!(
+            charts[0]["series"][1]["y"],
+            serde_json::json!([150, 40, 10])
+        );
+        assert_eq!(charts[1]["series"][0]["x"], serde_json::json!([1, 4, 64]));
+        assert_eq!(
+            charts[1]["series"][0]["y"],
+            serde_json::json!([80, 100, 900])
+        );
+        let (w, h, _) = decode(&std::fs::read(dir.path().join(PARETO_PNG)).unwrap());
+        assert_eq!((w, h), (PNG_WIDTH, PNG_HEIGHT));
+    }
+
+    #[test]
+    fn write_views_warns_and_goes_on_when_it_cannot_write() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the directory should be.
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        assert!(write_views(&not_a_dir, &sweep_a()).is_empty());
+    }
+
+    #[test]
+    fn compare_ratios_by_hand() {
+        let c = compare(&sweep_a(), &sweep_b(), "a", "b");
+        assert!(c.throughput_per_gpu);
+        assert_eq!(c.only_a, vec![64]);
+        assert_eq!(c.only_b, vec![128]);
+        assert_eq!(
+            c.rows.iter().map(|r| r.concurrency).collect::<Vec<_>>(),
+            vec![1, 4, 16]
+        );
+        let close = |x: Option<f64>, want: f64| {
+            let x = x.unwrap();
+            assert!((x - want).abs() < 1e-9, "{x} != {want}");
+        };
+        // conc 1: B/A of 15/10 tokens/s/GPU, 90/100 tokens/s/user, TTFT 60/50 and 120/80 ms,
+        // ITL 11.1/10 ms, E2E p90 900/1000 ms, cache hit 0.6/0.5.
+        let r = &c.rows[0].ratio;
+        close(r.throughput, 1.5);
+        close(r.interactivity, 0.9);
+        close(r.ttft_p50_ms, 1.2);
+        close(r.ttft_p90_ms, 1.5);
+        close(r.itl_p50_ms, 1.11);
+        close(r.e2e_p90_ms, 0.9);
+        close(r.server_cache_hit_rate, 1.2);
+        // conc 4: 30/40, 70/80, 66/60, 110/100, 14/12.5, 1500/1200, 0.0/0.6.
+        let r = &c.rows[1].ratio;
+        close(r.throughput, 0.75);
+        close(r.interactivity, 0.875);
+        close(r.ttft_p50_ms, 1.1);
+        close(r.ttft_p90_ms, 1.1);
+        close(r.itl_p50_ms, 1.12);
+        close(r.e2e_p90_ms, 1.25);
+        close(r.server_cache_hit_rate, 0.0);
+        // conc 16 failed in A: no ratios, a note.
+        assert_eq!(c.rows[2].status_a, PointStatus::Failed);
+        assert_eq!(c.rows[2].ratio, Figures::default());
+        close(c.rows[2].b.throughput, 90.0);
+        for want in [
+            "concurrency 64 only in a: not compared",
+            "concurrency 128 only in b: not compared",
+            "concurrency 16 failed in a: server refused",
+        ] {
+            assert!(c.notes.iter().any(|n| n == want), "{:?}", c.notes);
+        }
+        // Without GPUs on one side, total throughput: 120/80.
+        let mut a = sweep_a();
+        a.inputs.gpus = None;
+        let c = compare(&a, &sweep_b(), "a", "b");
+        assert!(!c.throughput_per_gpu);
+        close(c.rows[0].ratio.throughput, 1.5);
+        close(c.rows[0].a.throughput, 80.0);
+        assert!(c.notes[0].contains("not per GPU"), "{:?}", c.notes);
+        // A zero in A has no ratio.
+        assert_eq!(ratio(Some(0.0), Some(1.0)), None);
+    }
+
+    #[test]
+    fn write_compare_writes_four_files() {
+        let root = tempfile::tempdir().unwrap();
+        let (da, db) = (root.path().join("before"), root.path().join("after"));
+        for (d, s) in [(&da, sweep_a()), (&db, sweep_b())] {
+            std::fs::create_dir(d).unwrap();
+            s.write(d).unwrap();
+        }
+        let out = root.path().join("cmp");
+        let files = write_compare(&da, &db, &out).unwrap();
+        let names: Vec<_> = files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            vec![COMPARE_JSON, COMPARE_CSV, COMPARE_PNG, COMPARE_HTML]
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(COMPARE_JSON)).unwrap()).unwrap();
+        assert_eq!(json["label_a"], "before");
+        assert_eq!(json["label_b"], "after");
+        assert_eq!(json["rows"][0]["ratio"]["throughput"], 1.5);
+        let csv = std::fs::read_to_string(out.join(COMPARE_CSV)).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with(
+            "concurrency,status_a,status_b,throughput_a,throughput_b,throughput_ratio,"
+        ));
+        assert!(
+            lines[1].starts_with("1,completed,completed,10.000000,15.000000,1.500000,"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[3].starts_with("16,failed,completed,,90.000000,,"),
+            "{}",
+            lines[3]
+        );
+        let h = std::fs::read_to_string(out.join(COMPARE_HTML)).unwrap();
+        let doc = chart_doc(&h);
+        let labels: Vec<&str> = doc["charts"][0]["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            labels,
+            vec![
+                "before points",
+                "before Pareto frontier",
+                "after points",
+                "after Pareto frontier"
+            ]
+        );
+        assert!(h.contains("concurrency 128 only in after"));
+        let (w, h, _) = decode(&std::fs::read(out.join(COMPARE_PNG)).unwrap());
+        assert_eq!((w, h), (PNG_WIDTH, PNG_HEIGHT));
+    }
+
+    #[test]
+    fn write_compare_errors_say_what_is_wrong() {
+        let root = tempfile::tempdir().unwrap();
+        let (da, db) = (root.path().join("a"), root.path().join("b"));
+        std::fs::create_dir(&da).unwrap();
+        std::fs::create_dir(&db).unwrap();
+        sweep_a().write(&da).unwrap();
+        let e = write_compare(&da, &db, &root.path().join("out"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("not a sweep directory: "), "{e}");
+        assert!(
+            e.ends_with(
+                "b (no sweep.json); pass the --output-artifact-dir of an `agentx-host sweep`"
+            ),
+            "{e}"
+        );
+        sweep(vec![pt(2, 1.0, 1.0, (1.0, 1.0), 1.0, 1.0, 0.0)], Some(8))
+            .write(&db)
+            .unwrap();
+        let e = write_compare(&da, &db, &root.path().join("out"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "the sweeps have no concurrency in common: a ran [1, 4, 16, 64], b ran [2]"
+        );
+        assert!(!root.path().join("out").exists(), "nothing written");
+    }
+
+    #[test]
+    fn labels_are_directory_names_told_apart() {
+        let root = tempfile::tempdir().unwrap();
+        let (x, y) = (root.path().join("x/sweep"), root.path().join("y/sweep"));
+        std::fs::create_dir_all(&x).unwrap();
+        std::fs::create_dir_all(&y).unwrap();
+        assert_eq!(labels(&x, &y), ("x/sweep".into(), "y/sweep".into()));
+        assert_eq!(
+            labels(&x, &root.path().join("x")),
+            ("sweep".into(), "x".into())
+        );
+    }
 }
