@@ -93,6 +93,8 @@ pub enum ChartStyle {
 pub struct ChartSeries {
     pub label: String,
     pub points: Vec<(f64, f64)>,
+    /// How this series is drawn when not as the chart says (a frontier line among points).
+    pub style: Option<ChartStyle>,
 }
 
 /// One chart.
@@ -105,6 +107,8 @@ pub struct Chart {
     pub series: Vec<ChartSeries>,
     /// Charts with the same group share the hover cursor and the zoomed x range.
     pub group: Option<String>,
+    /// A log2 x axis (concurrency 1, 2, 4, ...); x must be positive.
+    pub x_log2: bool,
 }
 
 impl Chart {
@@ -118,8 +122,10 @@ impl Chart {
             series: vec![ChartSeries {
                 label: p.unit.clone(),
                 points: p.points.clone(),
+                style: None,
             }],
             group: Some("time".into()),
+            x_log2: false,
         }
     }
 }
@@ -179,18 +185,27 @@ fn compact(v: f64) -> Value {
     s.parse::<f64>().map_or(Value::Null, |x| json!(x))
 }
 
+fn style_name(s: ChartStyle) -> &'static str {
+    match s {
+        ChartStyle::Lines => "lines",
+        ChartStyle::Points => "points",
+    }
+}
+
 fn chart_json(c: &Chart) -> Value {
     json!({
         "title": c.title,
         "x": c.x_label,
         "y": c.y_label,
-        "style": match c.style { ChartStyle::Lines => "lines", ChartStyle::Points => "points" },
+        "style": style_name(c.style),
         "group": c.group,
+        "xlog2": c.x_log2,
         "series": c.series.iter().map(|s| {
             let mut pts = s.points.clone();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             json!({
                 "label": s.label,
+                "style": s.style.map(style_name),
                 "x": pts.iter().map(|p| compact(p.0)).collect::<Vec<_>>(),
                 "y": pts.iter().map(|p| compact(p.1)).collect::<Vec<_>>(),
             })
@@ -241,15 +256,16 @@ doc.charts.forEach(function(c,i){
   var n=c.series.reduce(function(a,s){return a+s.y.filter(function(v){return v!=null}).length},0);
   var pts=c.style=='points';
   var opts={title:c.title,width:width(el),height:240,
-    scales:{x:{time:false}},
+    scales:{x:c.xlog2?{time:false,distr:3,log:2}:{time:false}},
     axes:[{label:c.x,size:40},{label:c.y,size:64}],
     cursor:{drag:{x:true,y:false},sync:c.group?{key:c.group}:undefined},
     legend:{live:true},
     series:[{label:c.x,value:function(u,v){return fmt(v)}}].concat(c.series.map(function(s,j){
+      var sp=s.style?s.style=='points':pts;
       return {label:s.label,stroke:colors[j%colors.length],width:1.5,spanGaps:true,
         value:function(u,v){return fmt(v)},
-        points:pts?{show:true,size:8,fill:colors[j%colors.length]}:{show:n<60},
-        paths:pts?function(){return null}:undefined}
+        points:sp?{show:true,size:8,fill:colors[j%colors.length]}:{show:n<60},
+        paths:sp?function(){return null}:undefined}
     })),
     hooks:{setScale:[function(u,key){
       if(key!='x'||syncing||!c.group)return;syncing=true;

@@ -426,14 +426,21 @@ fn charts(sweeps: &[(&str, &Sweep)]) -> Vec<Chart> {
         pareto.push(ChartSeries {
             label: name(label, "points"),
             points: v.pareto.iter().map(|p| (p.0, p.1)).collect(),
+            style: None,
         });
         pareto.push(ChartSeries {
             label: name(label, "Pareto frontier"),
             points: v.frontier.clone(),
+            style: Some(ChartStyle::Lines),
         });
         ttft.push(ChartSeries {
             label: name(label, "TTFT p90 (ms)"),
-            points: v.ttft_p90.iter().map(|&(c, t)| (f64::from(c), t)).collect(),
+            points: v
+                .ttft_p90
+                .iter()
+                .map(|&(c, t)| (f64::from(c.max(1)), t))
+                .collect(),
+            style: None,
         });
     }
     vec![
@@ -444,14 +451,16 @@ fn charts(sweeps: &[(&str, &Sweep)]) -> Vec<Chart> {
             style: ChartStyle::Points,
             series: pareto,
             group: None,
+            x_log2: false,
         },
         Chart {
             title: "TTFT p90 vs concurrency".into(),
-            x_label: "concurrency".into(),
+            x_label: "concurrency (log2)".into(),
             y_label: "TTFT p90 (ms)".into(),
             style: ChartStyle::Lines,
             series: ttft,
             group: None,
+            x_log2: true,
         },
     ]
 }
@@ -1140,6 +1149,11 @@ mod tests {
         assert_eq!(charts[0]["style"], "points");
         assert_eq!(charts[0]["series"][0]["label"], "points");
         assert_eq!(charts[0]["series"][1]["label"], "Pareto frontier");
+        assert_eq!(
+            charts[0]["series"][1]["style"], "lines",
+            "the frontier is a line"
+        );
+        assert_eq!(charts[1]["xlog2"], true);
         assert_eq!(
             charts[0]["series"][1]["x"],
             serde_json::json!([20, 80, 100])
