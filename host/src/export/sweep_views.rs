@@ -522,10 +522,13 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
                 "-".into()
             },
         ]);
-        let mut l = vec![None; 19];
+        // The concurrency and the last column link to the point's page.
+        let mut l = vec![None; rows[rows.len() - 1].len()];
         if has_report {
             l[0] = Some(report.clone());
-            l[18] = Some(report);
+            if let Some(last) = l.last_mut() {
+                *last = Some(report);
+            }
         }
         links.push(l);
     }
@@ -588,7 +591,7 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
         verdict: None,
         tables,
         charts: charts(&[("", s)]),
-        charts_heading: Some("Sweep".into()),
+        charts_heading: Some("Throughput, interactivity and latency by concurrency".into()),
     }
 }
 
