@@ -2,8 +2,11 @@
 //! Chromium loads it from disk (no network), and the page's self-check (written into
 //! `<pre id="agentx-selfcheck">` once the charts are drawn) says how many charts were drawn, with how
 //! many data points and painted pixels each, and which errors reached `window.onerror` or
-//! `console.error`. Skipped, with the reason printed, where no Chromium is installed.
+//! `console.error`. Skipped, with the reason printed, where no Chromium is installed. A sweep's
+//! `report.html` and `sweep_compare.html`, from hand-made `sweep.json`s, are checked the same way.
 
+use agentx::export::sweep::{Point, PointStatus, Sweep, SweepInputs, Tail, SCHEMA};
+use agentx::export::sweep_views;
 use agentx::sim::SimConfig;
 use serde_json::Value;
 
@@ -129,4 +132,104 @@ fn report_html_draws_every_chart_in_headless_chromium_without_errors() {
         );
     }
     assert!(titles.iter().any(|t| t == "TTFT (mean per second)"));
+}
+
+/// A hand-made sweep of four points (conc 16 failed), its per-GPU throughput falling in
+/// interactivity as concurrency grows, and a second one shifted, for a comparison.
+fn sweep(scale: f64, conc: &[u32], failed: Option<u32>) -> Sweep {
+    let points = conc
+        .iter()
+        .map(|&c| {
+            let mut p = Point::failed(c, format!("conc_{c}"), "server refused".into());
+            if Some(c) == failed {
+                return p;
+            }
+            let c = f64::from(c);
+            p.status = PointStatus::Completed;
+            p.error = None;
+            p.requests_ok = 100;
+            p.interactivity = Some(scale * 120.0 / (1.0 + c.log2()));
+            p.total_token_throughput = Some(scale * 80.0 * c.sqrt());
+            p.total_token_throughput_per_gpu = Some(scale * 10.0 * c.sqrt());
+            let ttft = |q: f64| Some(q * (40.0 + 5.0 * c) / scale);
+            p.ttft_ms = Tail {
+                p50: ttft(1.0),
+                p90: ttft(1.6),
+                p99: ttft(2.5),
+            };
+            p.itl_ms.p50 = p.interactivity.map(|i| 1000.0 / i);
+            p.server_cache_hit_rate = Some(0.5);
+            p.valid = true;
+            p
+        })
+        .collect();
+    Sweep {
+        schema: SCHEMA.into(),
+        inputs: SweepInputs {
+            argv: vec!["sweep".into()],
+            concurrency: conc.to_vec(),
+            seed: 42,
+            scenario_sha256: "ab".repeat(32),
+            dataset_key: "cd".repeat(32),
+            gpus: Some(8),
+            result_filename: "agentx".into(),
+        },
+        points,
+    }
+}
+
+/// Both charts of a sweep page drew their points with no error.
+fn assert_drawn(check: &Value, n_points: &[u64]) {
+    assert_eq!(check["errors"], serde_json::json!([]), "{check}");
+    assert_eq!(check["charts"], 2, "{check}");
+    assert_eq!(check["expected"], 2, "{check}");
+    for (i, want) in n_points.iter().enumerate() {
+        assert_eq!(check["points"][i].as_u64(), Some(*want), "{check}");
+        assert!(
+            check["drawn"][i].as_u64().unwrap() > 0,
+            "chart {i} painted nothing: {check}"
+        );
+    }
+}
+
+#[test]
+fn sweep_report_html_draws_both_views_in_headless_chromium() {
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "skipped: no chromium, chromium-browser or google-chrome on PATH (apt-get install chromium)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (da, db) = (dir.path().join("base"), dir.path().join("tuned"));
+    std::fs::create_dir(&da).unwrap();
+    std::fs::create_dir(&db).unwrap();
+    let a = sweep(1.0, &[1, 4, 16, 64], Some(16));
+    let b = sweep(1.25, &[1, 4, 16, 64], None);
+    a.write(&da).unwrap();
+    b.write(&db).unwrap();
+    let files = sweep_views::write_views(&da, &a);
+    assert_eq!(files.len(), 2, "{files:?}");
+    let profile = dir.path().join("chromium-profile");
+
+    let o = headless(&browser, &profile, &da.join("report.html"), &["--dump-dom"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dom = String::from_utf8_lossy(&o.stdout);
+    // Pareto view: 3 points plus a 3-point frontier; TTFT p90: 3 points.
+    assert_drawn(&selfcheck(&dom), &[6, 3]);
+    assert!(dom.contains("server refused"));
+
+    let out = dir.path().join("compare");
+    sweep_views::write_compare(&da, &db, &out).unwrap();
+    let o = headless(
+        &browser,
+        &profile,
+        &out.join(sweep_views::COMPARE_HTML),
+        &["--dump-dom"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dom = String::from_utf8_lossy(&o.stdout);
+    // A: 3 points and frontier, B: 4 and 4; TTFT p90: 3 + 4.
+    assert_drawn(&selfcheck(&dom), &[14, 7]);
+    assert!(dom.contains("concurrency 16 failed in base"));
 }

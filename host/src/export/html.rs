@@ -57,6 +57,10 @@ pub struct Table {
     pub title: String,
     pub header: Vec<String>,
     pub rows: Vec<Vec<String>>,
+    /// Links of cells, by row then column: `links[i][j]`, when present and `Some`, turns cell
+    /// `(i, j)` into a link to that href (a relative path or an http(s) URL; any other scheme is
+    /// shown as plain text). Empty for a table without links.
+    pub links: Vec<Vec<Option<String>>>,
 }
 
 impl Table {
@@ -69,6 +73,7 @@ impl Table {
                 .into_iter()
                 .map(|(k, v)| vec![k.to_owned(), v])
                 .collect(),
+            links: Vec::new(),
         }
     }
 }
@@ -88,6 +93,8 @@ pub enum ChartStyle {
 pub struct ChartSeries {
     pub label: String,
     pub points: Vec<(f64, f64)>,
+    /// How this series is drawn when not as the chart says (a frontier line among points).
+    pub style: Option<ChartStyle>,
 }
 
 /// One chart.
@@ -100,6 +107,8 @@ pub struct Chart {
     pub series: Vec<ChartSeries>,
     /// Charts with the same group share the hover cursor and the zoomed x range.
     pub group: Option<String>,
+    /// A log2 x axis (concurrency 1, 2, 4, ...); x must be positive.
+    pub x_log2: bool,
 }
 
 impl Chart {
@@ -113,8 +122,10 @@ impl Chart {
             series: vec![ChartSeries {
                 label: p.unit.clone(),
                 points: p.points.clone(),
+                style: None,
             }],
             group: Some("time".into()),
+            x_log2: false,
         }
     }
 }
@@ -128,6 +139,21 @@ pub struct Page {
     pub verdict: Option<Verdict>,
     pub tables: Vec<Table>,
     pub charts: Vec<Chart>,
+    /// The heading above the charts; `None`: "Time series".
+    pub charts_heading: Option<String>,
+}
+
+/// An href a page may link to: relative (no scheme) or http(s); `javascript:` and other schemes are
+/// refused.
+fn safe_href(href: &str) -> bool {
+    let h = href.trim_start().to_ascii_lowercase();
+    let scheme_end = h.find(':');
+    let path_start = h.find(['/', '?', '#']);
+    match scheme_end {
+        None => true,
+        Some(c) if path_start.is_some_and(|p| p < c) => true,
+        Some(_) => h.starts_with("http://") || h.starts_with("https://"),
+    }
 }
 
 fn esc(s: &str) -> String {
@@ -159,18 +185,27 @@ fn compact(v: f64) -> Value {
     s.parse::<f64>().map_or(Value::Null, |x| json!(x))
 }
 
+fn style_name(s: ChartStyle) -> &'static str {
+    match s {
+        ChartStyle::Lines => "lines",
+        ChartStyle::Points => "points",
+    }
+}
+
 fn chart_json(c: &Chart) -> Value {
     json!({
         "title": c.title,
         "x": c.x_label,
         "y": c.y_label,
-        "style": match c.style { ChartStyle::Lines => "lines", ChartStyle::Points => "points" },
+        "style": style_name(c.style),
         "group": c.group,
+        "xlog2": c.x_log2,
         "series": c.series.iter().map(|s| {
             let mut pts = s.points.clone();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             json!({
                 "label": s.label,
+                "style": s.style.map(style_name),
                 "x": pts.iter().map(|p| compact(p.0)).collect::<Vec<_>>(),
                 "y": pts.iter().map(|p| compact(p.1)).collect::<Vec<_>>(),
             })
@@ -221,15 +256,16 @@ doc.charts.forEach(function(c,i){
   var n=c.series.reduce(function(a,s){return a+s.y.filter(function(v){return v!=null}).length},0);
   var pts=c.style=='points';
   var opts={title:c.title,width:width(el),height:240,
-    scales:{x:{time:false}},
+    scales:{x:c.xlog2?{time:false,distr:3,log:2}:{time:false}},
     axes:[{label:c.x,size:40},{label:c.y,size:64}],
     cursor:{drag:{x:true,y:false},sync:c.group?{key:c.group}:undefined},
     legend:{live:true},
     series:[{label:c.x,value:function(u,v){return fmt(v)}}].concat(c.series.map(function(s,j){
+      var sp=s.style?s.style=='points':pts;
       return {label:s.label,stroke:colors[j%colors.length],width:1.5,spanGaps:true,
         value:function(u,v){return fmt(v)},
-        points:pts?{show:true,size:8,fill:colors[j%colors.length]}:{show:n<60},
-        paths:pts?function(){return null}:undefined}
+        points:sp?{show:true,size:8,fill:colors[j%colors.length]}:{show:n<60},
+        paths:sp?function(){return null}:undefined}
     })),
     hooks:{setScale:[function(u,key){
       if(key!='x'||syncing||!c.group)return;syncing=true;
@@ -300,16 +336,26 @@ pub fn render_page(page: &Page) -> String {
             }
             h.push_str("</tr>");
         }
-        for row in &t.rows {
+        for (r, row) in t.rows.iter().enumerate() {
             h.push_str("<tr>");
             for (i, c) in row.iter().enumerate() {
                 // Long identifiers (hashes, paths) in a narrow monospace cell.
                 let mono = i > 0 && t.header.is_empty() && c.len() > 24;
+                let href = t
+                    .links
+                    .get(r)
+                    .and_then(|l| l.get(i))
+                    .and_then(Option::as_deref)
+                    .filter(|href| safe_href(href));
+                let text = match href {
+                    Some(href) => format!("<a href=\"{}\">{}</a>", esc(href), esc(c)),
+                    None => esc(c),
+                };
                 let _ = write!(
                     h,
                     "<td{}>{}</td>",
                     if mono { " class=\"mono\"" } else { "" },
-                    esc(c)
+                    text
                 );
             }
             h.push_str("</tr>");
@@ -318,9 +364,12 @@ pub fn render_page(page: &Page) -> String {
     }
     h.push_str("</div>\n");
     if !page.charts.is_empty() {
-        h.push_str(
-            "<h2>Time series</h2><div class=\"hint\">hover for values; drag across a chart to zoom \
-             a range (charts of one group zoom together); double-click to reset</div>\n",
+        let heading = page.charts_heading.as_deref().unwrap_or("Time series");
+        let _ = writeln!(
+            h,
+            "<h2>{}</h2><div class=\"hint\">hover for values; drag across a chart to zoom \
+             a range (charts of one group zoom together); double-click to reset</div>",
+            esc(heading)
         );
     }
     h.push_str("<div class=\"charts\" id=\"agentx-charts\"></div>\n");
@@ -473,6 +522,7 @@ pub fn run_page(
             dist_row("E2E", e2e.as_ref()),
             dist_row("interactivity", intvty.as_ref()),
         ],
+        links: Vec::new(),
     };
     let verdict = a.run.as_ref().map(|r| Verdict {
         valid: r.submission_valid,
@@ -489,6 +539,7 @@ pub fn run_page(
         verdict,
         tables: vec![what, requests, throughput, latency],
         charts: panels.iter().map(Chart::from_panel).collect(),
+        charts_heading: None,
     }
 }
 
@@ -590,6 +641,32 @@ mod tests {
         assert!(h.contains("<h1>&lt;b&gt;&amp;</h1>"));
         assert!(!h.contains("alert(1)</script>"));
         assert!(h.contains("\"title\":\"<\\/script>\""));
+    }
+
+    #[test]
+    fn table_links_are_escaped_and_only_relative_or_http() {
+        let page = Page {
+            tables: vec![Table {
+                title: "t".into(),
+                header: vec!["a".into(), "b".into()],
+                rows: vec![vec!["x".into(), "<y>".into()], vec!["z".into(), "w".into()]],
+                links: vec![
+                    vec![None, Some("conc_4/report.html?a=\"1\"&b".into())],
+                    vec![
+                        Some(" JavaScript:alert(1)".into()),
+                        Some("https://e.x/".into()),
+                    ],
+                ],
+            }],
+            ..Page::default()
+        };
+        let h = render_page(&page);
+        assert!(h.contains(
+            "<td><a href=\"conc_4/report.html?a=&quot;1&quot;&amp;b\">&lt;y&gt;</a></td>"
+        ));
+        assert!(h.contains("<td>z</td>"), "a javascript: href is plain text");
+        assert!(h.contains("<a href=\"https://e.x/\">w</a>"));
+        assert!(!h.contains("alert(1)\""));
     }
 
     /// A 30-minute run at one completion per second and full server metrics stays small.

@@ -8,3 +8,4 @@ pub mod html;
 pub mod plot;
 pub mod server_metrics;
 pub mod sweep;
+pub mod sweep_views;
