@@ -83,6 +83,53 @@ fn a_sweep_runs_every_point_resumes_and_refuses_what_would_overwrite() {
     let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3);
     assert!(csv.lines().nth(2).unwrap().starts_with("3,completed,"));
+    for view in ["sweep_pareto.png", "report.html"] {
+        assert!(out.join(view).is_file(), "{view}");
+    }
+
+    // A second sweep of the same points, compared with the first: one row of ratios per point.
+    let other = tempfile::tempdir().unwrap();
+    let r = sweep(&sim.url(), other.path(), &["--concurrency", "1,3"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let cmp = work.path().join("compare");
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "sweep",
+            "--compare",
+            out.to_str().unwrap(),
+            other.path().join("sweep").to_str().unwrap(),
+            "--output-artifact-dir",
+            cmp.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let rows = std::fs::read_to_string(cmp.join("sweep_compare.csv")).unwrap();
+    assert_eq!(rows.lines().count(), 3, "{rows}");
+    for f in [
+        "sweep_compare.json",
+        "sweep_compare.png",
+        "sweep_compare.html",
+    ] {
+        assert!(cmp.join(f).is_file(), "{f}");
+    }
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "sweep",
+            "--compare",
+            out.to_str().unwrap(),
+            cmp.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr().contains("not a sweep directory"),
+        "{}",
+        r.stderr()
+    );
 
     // Without --resume nothing finished is overwritten.
     let sent = sim.requests();

@@ -36,6 +36,11 @@ pub struct SweepArgs {
         value_name = "NAME"
     )]
     pub result_filename: String,
+    /// Compare two finished sweeps instead of running one: their points overlaid in the same views
+    /// and the ratio B/A per concurrency, written to --output-artifact-dir (sweep_compare.json,
+    /// .csv, .png, .html).
+    #[arg(long, num_args = 2, value_names = ["DIR_A", "DIR_B"])]
+    pub compare: Option<Vec<std::path::PathBuf>>,
 }
 
 /// InferenceX's identity variables (RUNNER_TYPE, FRAMEWORK, TP, ...), read from the environment.
@@ -47,6 +52,27 @@ struct IdentityEnv {
 
 /// Runs `agentx-host sweep`.
 pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    if let Some(dirs) = &a.compare {
+        let out = &a.run.output_artifact_dir;
+        let files = crate::export::sweep_views::write_compare(&dirs[0], &dirs[1], out)?;
+        let c = crate::export::sweep_views::compare(
+            &crate::export::sweep_views::read_sweep(&dirs[0])?,
+            &crate::export::sweep_views::read_sweep(&dirs[1])?,
+            &dirs[0].display().to_string(),
+            &dirs[1].display().to_string(),
+        );
+        print!("{}", c.csv());
+        for n in &c.notes {
+            eprintln!("note: {n}");
+        }
+        println!("compare       {}", out.display());
+        for f in &files {
+            if let Some(name) = f.file_name() {
+                println!("  {}", name.to_string_lossy());
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let concurrency = parse_concurrency(a.run.concurrency.as_deref().ok_or_else(|| {
         anyhow!("--concurrency is required: the sweep's points, e.g. --concurrency 1,4,16,64,256")
     })?)?;

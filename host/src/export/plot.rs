@@ -15,7 +15,7 @@ use super::bmk::{self, ProfileRecord, RecordPhase, ServerMetrics};
 /// The file `agentx-host plot` writes into the artifact directory.
 pub const PLOT_FILE: &str = "metrics_plots.png";
 
-const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
+pub(crate) const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
 
 /// Errors of making the plot.
 #[derive(Debug, thiserror::Error)]

@@ -35,9 +35,6 @@ pub const COMPARE_HTML: &str = "sweep_compare.html";
 pub const PNG_WIDTH: u32 = 1600;
 pub const PNG_HEIGHT: u32 = 720;
 
-// The font of `plot.rs` (Bitstream Vera license, `host/assets/DejaVu-LICENSE.txt`).
-const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
-
 /// Series colours, the first ones of the HTML charts'.
 const COLORS: [RGBColor; 4] = [
     RGBColor(0x09, 0x69, 0xda),
@@ -176,12 +173,12 @@ pub fn render_png(
     height: u32,
 ) -> Result<Vec<u8>, ViewError> {
     let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
-    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).map_err(|_| {
-        ViewError::Draw {
+    plotters::style::register_font("sans-serif", FontStyle::Normal, super::plot::FONT).map_err(
+        |_| ViewError::Draw {
             what: "the sweep plot",
             message: "the bundled font does not parse".into(),
-        }
-    })?;
+        },
+    )?;
     let all: Vec<&Sweep> = sweeps.iter().map(|(_, s)| *s).collect();
     let gpu = per_gpu(&all);
     let vs: Vec<(&str, Views)> = sweeps.iter().map(|(l, s)| (*l, views(s, gpu))).collect();

@@ -1,6 +1,7 @@
 //! A concurrency sweep: one run per point, in order, each a complete run directory `conc_<N>/`
 //! (manifest, records, exports, plots and the InferenceX report `<result-filename>_conc<N>.json`),
-//! then the sweep summary (`export::sweep`). Between points the sweep waits until every scraped
+//! then the sweep summary (`export::sweep`) and its views (`export::sweep_views`: the Pareto PNG
+//! and report.html). Between points the sweep waits until every scraped
 //! server is idle (nothing running or waiting). Every point gets its own run id, hence its own
 //! cache-bust markers, so points do not share KV-cache keys without restarting the engines.
 //!
@@ -275,7 +276,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
             if let Err(e) = wait_idle(&servers, cfg.idle_timeout, cancel) {
                 tracing::error!("sweep: concurrency {n} not run: {e}");
                 sweep.points.push(Point::failed(n, rel, e));
-                sweep.write(&cfg.dir)?;
+                write(&sweep, &cfg.dir)?;
                 continue;
             }
         }
@@ -304,18 +305,26 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
             tracing::error!("sweep: concurrency {n} failed: {e}");
         }
         sweep.points.push(point);
-        sweep.write(&cfg.dir)?;
+        write(&sweep, &cfg.dir)?;
         if cancel.interrupts() > 0 {
             interrupted = true;
             break;
         }
     }
-    let files = sweep.write(&cfg.dir)?;
+    let files = write(&sweep, &cfg.dir)?;
     Ok(SweepOutcome {
         sweep,
         files,
         interrupted,
     })
+}
+
+/// The summary and its views (the Pareto PNG and report.html; a view that cannot be written is a
+/// warning), after every point.
+fn write(sweep: &Sweep, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = sweep.write(dir)?;
+    files.extend(crate::export::sweep_views::write_views(dir, sweep));
+    Ok(files)
 }
 
 /// A point's row from its run outcome and its InferenceX report (written next to the run).
