@@ -254,3 +254,67 @@ fn a_server_that_never_becomes_idle_fails_the_next_point_with_the_reason() {
         "{e}"
     );
 }
+
+#[test]
+fn an_interrupted_sweep_stops_after_the_current_point_and_keeps_what_it_measured() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("sweep");
+    let corpus = fixture("traces-24.jsonl");
+    let url = sim.url();
+    let args = [
+        "sweep",
+        "--url",
+        &url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--concurrency",
+        "1,2",
+        "--benchmark-duration",
+        "60",
+        "--benchmark-grace-period",
+        "10",
+        "--trace-idle-gap-cap-seconds",
+        "0.01",
+        "--stats-interval",
+        "0",
+        "--output-artifact-dir",
+        out.to_str().unwrap(),
+    ];
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"))
+        .args(args)
+        .env("AGENTX_HOME", work.path().join("home"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the first point streams profiling records.
+    let records = out.join("conc_1/records.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&records).map_or(0, |s| s.lines().count()) < 5 {
+        assert!(t0.elapsed().as_secs() < 60, "no records streamed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the finished points are kept"), "{err}");
+    let s = json(&out.join("sweep.json"));
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 1, "the second point never started: {s}");
+    assert_eq!(points[0]["status"], "failed");
+    assert!(points[0]["error"].as_str().unwrap().contains("interrupted"));
+    assert!(
+        out.join("conc_1/records.jsonl").is_file(),
+        "the measured records stay"
+    );
+    assert!(!out.join("conc_2").exists());
+}

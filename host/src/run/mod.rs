@@ -197,6 +197,9 @@ pub struct RunPlan {
     /// `(variable, prefix)` of `AGENTX_`/`AIPERF_REQUIRED_SERVER_METRIC_PREFIX`: an endpoint none of
     /// whose metrics carries the prefix is warned about.
     pub required_metric_prefix: Option<(String, String)>,
+    /// The server-metrics scrape interval (`*_SERVER_METRICS_COLLECTION_INTERVAL`); `None` for the
+    /// scraper's default.
+    pub scrape_interval: Option<Duration>,
 }
 
 /// JSON of a scenario setting value.
@@ -687,13 +690,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             );
         }
         let mut scfg = crate::client::scrape::ScrapeConfig::new(urls);
-        for var in crate::client::scrape::INTERVAL_ENV {
-            if let Ok(v) = std::env::var(var) {
-                if !v.trim().is_empty() {
-                    scfg.interval = crate::client::scrape::parse_interval(var, &v)?;
-                    break;
-                }
-            }
+        if let Some(i) = rp.scrape_interval {
+            scfg.interval = i;
         }
         let _g = rt.enter();
         Some(std::sync::Arc::new(crate::client::scrape::Scraper::start(
