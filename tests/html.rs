@@ -10,34 +10,14 @@ use agentx::export::sweep_views;
 use agentx::sim::SimConfig;
 use serde_json::Value;
 
-use crate::support::{chromium, fixture, headless, Run, Sim};
+use crate::support::{chromium, fixture_args, headless, Run, Sim};
 
 /// A short replay of the fixture corpus against the simulator.
 fn short_run() -> Run {
     let cfg = SimConfig::max();
     let sim = Sim::start(cfg);
-    let corpus = fixture("traces-24.jsonl");
-    let url = sim.url();
-    let args = [
-        "run",
-        "--url",
-        &url,
-        "--model",
-        "agentx-sim",
-        "--input-file",
-        corpus.to_str().unwrap(),
-        "--random-seed",
-        "42",
-        "--unsafe-override",
-        "--concurrency",
-        "3",
-        "--benchmark-duration",
-        "3",
-        "--benchmark-grace-period",
-        "10",
-        "--stats-interval",
-        "0",
-    ];
+    let mut args = fixture_args("run", &sim.url());
+    args.extend(["--concurrency", "3", "--benchmark-duration", "3"].map(String::from));
     let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     r

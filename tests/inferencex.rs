@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use agentx::sim::{Received, SimConfig};
 
-use crate::support::{fixture, Run, Sim};
+use crate::support::{fixture, fixture_args, Run, Sim};
 
 fn recording_sim() -> Sim {
     let mut cfg = SimConfig::max();
@@ -16,28 +16,9 @@ fn recording_sim() -> Sim {
 
 /// A short replay of the fixture corpus against `url` with `extra` flags and `env`.
 fn replay(url: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
-    let corpus = fixture("traces-24.jsonl");
-    let mut args = vec![
-        "run",
-        "--url",
-        url,
-        "--model",
-        "agentx-sim",
-        "--input-file",
-        corpus.to_str().unwrap(),
-        "--random-seed",
-        "42",
-        "--unsafe-override",
-        "--concurrency",
-        "3",
-        "--benchmark-duration",
-        "2",
-        "--benchmark-grace-period",
-        "10",
-        "--stats-interval",
-        "0",
-    ];
-    args.extend_from_slice(extra);
+    let mut args = fixture_args("run", url);
+    args.extend(["--concurrency", "3", "--benchmark-duration", "2"].map(String::from));
+    args.extend(extra.iter().map(|a| a.to_string()));
     let r = Run::exec(tempfile::tempdir().unwrap(), &args, env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     r

@@ -9,6 +9,31 @@ use agentx::record::{read_records, RequestRecord};
 use agentx::sim::{self, SimConfig, SimHandle};
 use serde_json::Value;
 
+/// `agentx-host COMMAND` against the server at `url` on the fixture corpus: its model, seed 42,
+/// `--unsafe-override` (short runs are below the scenario's 900 s floor), a 10 s grace period and no
+/// progress lines. The caller adds the rest.
+pub fn fixture_args(command: &str, url: &str) -> Vec<String> {
+    let corpus = fixture("traces-24.jsonl");
+    [
+        command,
+        "--url",
+        url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--benchmark-grace-period",
+        "10",
+        "--stats-interval",
+        "0",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
@@ -69,7 +94,11 @@ pub struct Run {
 impl Run {
     /// `agentx-host ARGS` in `dir` (its artifacts under `dir/artifacts`, its home under `dir/home`),
     /// with `env` set over an environment cleared of the variables that change a replay.
-    pub fn exec(dir: tempfile::TempDir, args: &[&str], env: &[(&str, &str)]) -> Run {
+    pub fn exec<S: AsRef<std::ffi::OsStr>>(
+        dir: tempfile::TempDir,
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> Run {
         let started = std::time::Instant::now();
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"));
         c.args(args)

@@ -6,36 +6,25 @@ use std::collections::HashSet;
 use agentx::sim::SimConfig;
 use serde_json::Value;
 
-use crate::support::{fixture, Run, Sim};
+use crate::support::{fixture_args, Run, Sim};
 
 fn sweep(url: &str, dir: &std::path::Path, extra: &[&str]) -> Run {
-    let corpus = fixture("traces-24.jsonl");
     let out = dir.join("sweep");
-    let mut args = vec![
-        "sweep",
-        "--url",
-        url,
-        "--model",
-        "agentx-sim",
-        "--input-file",
-        corpus.to_str().unwrap(),
-        "--random-seed",
-        "42",
-        "--unsafe-override",
-        "--benchmark-duration",
-        "2",
-        "--benchmark-grace-period",
-        "10",
-        "--trace-idle-gap-cap-seconds",
-        "0.01",
-        "--stats-interval",
-        "0",
-        "--gpus",
-        "2",
-        "--output-artifact-dir",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
+    let mut args = fixture_args("sweep", url);
+    args.extend(
+        [
+            "--benchmark-duration",
+            "2",
+            "--trace-idle-gap-cap-seconds",
+            "0.01",
+            "--gpus",
+            "2",
+            "--output-artifact-dir",
+            out.to_str().unwrap(),
+        ]
+        .map(String::from),
+    );
+    args.extend(extra.iter().map(|a| a.to_string()));
     let home = tempfile::tempdir().unwrap();
     Run::exec(home, &args, &[])
 }
@@ -262,34 +251,22 @@ fn an_interrupted_sweep_stops_after_the_current_point_and_keeps_what_it_measured
     let sim = Sim::start(SimConfig::max());
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("sweep");
-    let corpus = fixture("traces-24.jsonl");
-    let url = sim.url();
-    let args = [
-        "sweep",
-        "--url",
-        &url,
-        "--model",
-        "agentx-sim",
-        "--input-file",
-        corpus.to_str().unwrap(),
-        "--random-seed",
-        "42",
-        "--unsafe-override",
-        "--concurrency",
-        "1,2",
-        "--benchmark-duration",
-        "60",
-        "--benchmark-grace-period",
-        "10",
-        "--trace-idle-gap-cap-seconds",
-        "0.01",
-        "--stats-interval",
-        "0",
-        "--output-artifact-dir",
-        out.to_str().unwrap(),
-    ];
+    let mut args = fixture_args("sweep", &sim.url());
+    args.extend(
+        [
+            "--concurrency",
+            "1,2",
+            "--benchmark-duration",
+            "60",
+            "--trace-idle-gap-cap-seconds",
+            "0.01",
+            "--output-artifact-dir",
+            out.to_str().unwrap(),
+        ]
+        .map(String::from),
+    );
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"))
-        .args(args)
+        .args(&args)
         .env("AGENTX_HOME", work.path().join("home"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -572,13 +572,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "seed": seed,
         "seed_drawn": resolved.seed_drawn,
         "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
-        "dataset": {
-            "source": ds.source_path(),
-            "alias": ds.alias().map(|x| x.name),
-            "cache_key": dataset_key,
-            "traces": ds.len(),
-            "num_dataset_entries": cfg.num_dataset_entries,
-        },
+        "dataset": dataset_json(ds, &dataset_key, cfg.num_dataset_entries),
         "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
         "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
         "not_acted_on": rp.not_acted_on,
@@ -792,12 +786,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "stop": outcome.stop.as_str(),
         "message": outcome.message,
         "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
-        "dataset": {
-            "source": ds.source_path(),
-            "alias": ds.alias().map(|x| x.name),
-            "cache_key": dataset_key,
-            "traces": ds.len(),
-        },
+        "dataset": dataset_json(ds, &dataset_key, None),
         "seed": seed,
         "seed_drawn": resolved.seed_drawn,
         "concurrency": conc,
@@ -922,6 +911,20 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         records_written: written,
         dry_run: None,
     })
+}
+
+/// The dataset as the manifest and the run summary name it (`num_dataset_entries` when given).
+fn dataset_json(ds: &Dataset, key: &str, entries: Option<usize>) -> serde_json::Value {
+    let mut d = json!({
+        "source": ds.source_path(),
+        "alias": ds.alias().map(|x| x.name),
+        "cache_key": key,
+        "traces": ds.len(),
+    });
+    if let Some(n) = entries {
+        d["num_dataset_entries"] = json!(n);
+    }
+    d
 }
 
 /// The theoretical prefix-cache stamps of every trace the profiling records replayed.
