@@ -1122,6 +1122,48 @@ fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures
     t
 }
 
+/// The identity figures both layouts derive the same way: concurrency and model (the run's when
+/// not given), and TP, EP and DP-attention (summed over prefill and decode on multi-node).
+pub(crate) struct Basics {
+    pub conc: Option<u64>,
+    pub model: String,
+    pub tp: u64,
+    pub ep: u64,
+    pub dpa: bool,
+}
+
+impl Basics {
+    pub(crate) fn of(input: &ReportInput<'_>, notes: &mut Vec<String>) -> Basics {
+        let id = input.identity;
+        let conc = id.conc.or(input.run.and_then(|x| x.concurrency));
+        if conc.is_none() {
+            notes.push(
+                "conc is null: pass --conc (or CONC); run_summary.json has no concurrency".into(),
+            );
+        }
+        let model = if id.model.is_empty() {
+            input.run.and_then(|x| x.model.clone()).unwrap_or_default()
+        } else {
+            id.model.clone()
+        };
+        let (tp, ep, dpa) = match &id.multinode {
+            None => (id.tp, id.ep, id.dp_attention),
+            Some(m) => (
+                m.prefill_tp + m.decode_tp,
+                m.prefill_ep.max(m.decode_ep),
+                m.prefill_dp_attention || m.decode_dp_attention,
+            ),
+        };
+        Basics {
+            conc,
+            model,
+            tp,
+            ep,
+            dpa,
+        }
+    }
+}
+
 /// Computes the report. Pure: the same inputs give the same JSON.
 pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     let id = input.identity;
@@ -1129,25 +1171,13 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     let mut r = BmkReport::default();
 
     // Identity (domain §5.2).
-    let conc = id.conc.or(input.run.and_then(|x| x.concurrency));
-    if conc.is_none() {
-        notes.push(
-            "conc is null: pass --conc (or CONC); run_summary.json has no concurrency".into(),
-        );
-    }
-    let model = if id.model.is_empty() {
-        input.run.and_then(|x| x.model.clone()).unwrap_or_default()
-    } else {
-        id.model.clone()
-    };
-    let (tp, ep, dpa) = match &id.multinode {
-        None => (id.tp, id.ep, id.dp_attention),
-        Some(m) => (
-            m.prefill_tp + m.decode_tp,
-            m.prefill_ep.max(m.decode_ep),
-            m.prefill_dp_attention || m.decode_dp_attention,
-        ),
-    };
+    let Basics {
+        conc,
+        model,
+        tp,
+        ep,
+        dpa,
+    } = Basics::of(input, &mut notes);
     let tf = |b: bool| if b { "true" } else { "false" };
     r.set("hw", id.hw.clone());
     r.set("conc", conc.map_or(Value::Null, |c| json!(c)));

@@ -297,25 +297,13 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     let mut r = BmkReport::default();
 
     // Identity.
-    let conc = id.conc.or(input.run.and_then(|x| x.concurrency));
-    if conc.is_none() {
-        notes.push(
-            "conc is null: pass --conc (or CONC); run_summary.json has no concurrency".into(),
-        );
-    }
-    let model = if id.model.is_empty() {
-        input.run.and_then(|x| x.model.clone()).unwrap_or_default()
-    } else {
-        id.model.clone()
-    };
-    let (tp, ep, dpa) = match &id.multinode {
-        None => (id.tp, id.ep, id.dp_attention),
-        Some(m) => (
-            m.prefill_tp + m.decode_tp,
-            m.prefill_ep.max(m.decode_ep),
-            m.prefill_dp_attention || m.decode_dp_attention,
-        ),
-    };
+    let super::Basics {
+        conc,
+        model,
+        tp,
+        ep,
+        dpa,
+    } = super::Basics::of(input, &mut notes);
     r.set("hw", id.hw.clone());
     r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
     r.set("image", id.image.clone());
