@@ -385,14 +385,16 @@ pub fn render_page(page: &Page) -> String {
     h
 }
 
-fn num(v: Option<f64>, digits: usize) -> String {
+/// A table cell: `v` with `digits` decimals, `-` when absent or not finite.
+pub(crate) fn num(v: Option<f64>, digits: usize) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{x:.digits$}"),
         _ => "-".into(),
     }
 }
 
-fn pct(v: Option<f64>) -> String {
+/// A table cell: a 0-1 fraction as a percentage, `-` when absent or not finite.
+pub(crate) fn pct(v: Option<f64>) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
         _ => "-".into(),

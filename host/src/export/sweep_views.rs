@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::html::{self, Chart, ChartSeries, ChartStyle, Page, Table};
+use super::html::{self, num, pct, Chart, ChartSeries, ChartStyle, Page, Table};
 use super::sweep::{self, Point, PointStatus, Sweep, SweepError};
 
 /// The sweep's Pareto view, in its directory.
@@ -375,20 +375,6 @@ fn no_data<DB: DrawingBackend>(
         (w as i32 / 2 - 80, h as i32 / 2),
         ("sans-serif", 16).into_font().color(&RED),
     ))
-}
-
-fn num(v: Option<f64>, digits: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.digits$}"),
-        _ => "-".into(),
-    }
-}
-
-fn pct(v: Option<f64>) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
-        _ => "-".into(),
-    }
 }
 
 fn status(s: PointStatus) -> &'static str {
