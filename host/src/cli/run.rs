@@ -746,15 +746,9 @@ impl RunPlan {
                 Err(_) => bail!("{k}={v:?} is not a number of seconds (0 turns the heartbeat off)"),
             },
         };
-        let mut scrape_interval = None;
-        for var in crate::client::scrape::INTERVAL_ENV {
-            if let Ok(v) = std::env::var(var) {
-                if !v.trim().is_empty() {
-                    scrape_interval = Some(crate::client::scrape::parse_interval(var, &v)?);
-                    break;
-                }
-            }
-        }
+        let scrape_interval = env_var("SERVER_METRICS_COLLECTION_INTERVAL")
+            .map(|(k, v)| crate::client::scrape::parse_interval(&k, &v))
+            .transpose()?;
         Ok(RunPlan {
             scrape_interval,
             required_metric_prefix: env_var("REQUIRED_SERVER_METRIC_PREFIX"),
