@@ -541,10 +541,7 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn parse(text: &str, path: &Path) -> Result<RunSummary, ReportError> {
-        let doc: Value = serde_json::from_str(text).map_err(|e| ReportError::File {
-            path: path.to_owned(),
-            message: format!("not JSON ({e})"),
-        })?;
+        let doc = json_doc(text, path)?;
         let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
         Ok(RunSummary {
             dataset_alias: s(doc.pointer("/dataset/alias")),
@@ -574,6 +571,14 @@ impl RunSummary {
     }
 }
 
+/// A JSON artifact file's text, or an error naming the file.
+fn json_doc(text: &str, path: &Path) -> Result<Value, ReportError> {
+    serde_json::from_str(text).map_err(|e| ReportError::File {
+        path: path.to_owned(),
+        message: format!("not JSON ({e})"),
+    })
+}
+
 /// The parts of `profile_export_aiperf.json` the report reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AiperfSummary {
@@ -585,10 +590,7 @@ pub struct AiperfSummary {
 
 impl AiperfSummary {
     pub fn parse(text: &str, path: &Path) -> Result<AiperfSummary, ReportError> {
-        let doc: Value = serde_json::from_str(text).map_err(|e| ReportError::File {
-            path: path.to_owned(),
-            message: format!("not JSON ({e})"),
-        })?;
+        let doc = json_doc(text, path)?;
         let t = doc.get("theoretical_prefix_cache_hit");
         let f = |k: &str| t.and_then(|t| t.get(k)).and_then(Value::as_f64);
         let rate = match (f("sum"), f("count")) {
