@@ -422,12 +422,16 @@ fn wait_idle(urls: &[String], timeout: Duration, cancel: &Cancel) -> Result<(), 
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let client = {
+        let _g = rt.enter();
+        metrics_client()
+    };
     let started = Instant::now();
     let mut logged = false;
     loop {
         let mut busy = Vec::new();
         for u in urls {
-            match rt.block_on(fetch(u)) {
+            match rt.block_on(fetch(&client, u)) {
                 Ok(text) => {
                     let log = EndpointLog::from_pages(u, [(0, Some(text.as_str()))])
                         .map_err(|e| format!("{u}: {e}"));
@@ -469,18 +473,25 @@ fn wait_idle(urls: &[String], timeout: Duration, cancel: &Cancel) -> Result<(), 
     }
 }
 
-/// One GET of a `/metrics` page, at most 10 s.
-async fn fetch(url: &str) -> Result<String, String> {
-    use http_body_util::BodyExt;
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
+type MetricsClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+/// The client of the idle polls (one for the whole wait).
+fn metrics_client() -> MetricsClient {
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_webpki_roots()
         .https_or_http()
         .enable_http1()
         .build();
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build(https);
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https)
+}
+
+/// One GET of a `/metrics` page, at most 10 s.
+async fn fetch(client: &MetricsClient, url: &str) -> Result<String, String> {
+    use http_body_util::BodyExt;
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
     let work = async {
         let resp = client.get(uri).await.map_err(|e| format!("{e}"))?;
         if !resp.status().is_success() {
