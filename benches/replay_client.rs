@@ -171,7 +171,7 @@ fn replay_once(
     // Think time off: the client is kept as busy as the lanes allow.
     plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
     std::fs::create_dir_all(out).unwrap();
-    let sink = RecordSink::create(out).unwrap();
+    let sink = RecordSink::create(&agentx::fsio::Root::create(out).unwrap()).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

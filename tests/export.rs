@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use agentx::export::aiperf::{self, ExportError, RunInfo};
+use agentx::fsio::Root;
 use agentx::record::{
     read_records, Phase, RecordError, RecordSink, RequestRecord, TokenSource, Usage,
 };
@@ -126,7 +127,7 @@ fn info() -> RunInfo {
 /// Records through the real sink and back, then every export written.
 fn exported(slice: Option<f64>) -> (tempfile::TempDir, Vec<PathBuf>, Vec<RequestRecord>) {
     let dir = tempfile::tempdir().unwrap();
-    let sink = RecordSink::create(dir.path()).unwrap();
+    let sink = RecordSink::create(&Root::open(dir.path()).unwrap()).unwrap();
     let tx = sink.sender();
     for r in records() {
         tx.send(r);
@@ -135,7 +136,8 @@ fn exported(slice: Option<f64>) -> (tempfile::TempDir, Vec<PathBuf>, Vec<Request
     sink.close().unwrap();
     let recs = read_records(&dir.path().join("records.jsonl")).unwrap();
     assert_eq!(recs, records());
-    let written = aiperf::write_all(dir.path(), &recs, &info(), slice).unwrap();
+    let written =
+        aiperf::write_all(&Root::open(dir.path()).unwrap(), &recs, &info(), slice).unwrap();
     (dir, written, recs)
 }
 
@@ -334,7 +336,13 @@ fn jsonl_and_aggregate_agree_with_the_records() {
 #[test]
 fn a_bad_slice_duration_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let err = aiperf::write_all(dir.path(), &records(), &info(), Some(0.0)).unwrap_err();
+    let err = aiperf::write_all(
+        &Root::open(dir.path()).unwrap(),
+        &records(),
+        &info(),
+        Some(0.0),
+    )
+    .unwrap_err();
     assert!(matches!(err, ExportError::SliceDuration { .. }));
     assert!(err.to_string().contains("--slice-duration"), "{err}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -343,7 +351,8 @@ fn a_bad_slice_duration_is_a_clear_error() {
 #[test]
 fn no_records_still_write_a_readable_set() {
     let dir = tempfile::tempdir().unwrap();
-    let written = aiperf::write_all(dir.path(), &[], &info(), Some(2.0)).unwrap();
+    let written =
+        aiperf::write_all(&Root::open(dir.path()).unwrap(), &[], &info(), Some(2.0)).unwrap();
     assert_eq!(written.len(), 5);
     let agg: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join(aiperf::PROFILE_EXPORT_JSON)).unwrap(),

@@ -7,6 +7,7 @@
 
 use agentx::export::sweep::{Point, PointStatus, Sweep, SweepInputs, Tail, SCHEMA};
 use agentx::export::sweep_views;
+use agentx::fsio::Root;
 use agentx::sim::SimConfig;
 use serde_json::Value;
 
@@ -182,13 +183,12 @@ fn sweep_report_html_draws_both_views_in_headless_chromium() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (da, db) = (dir.path().join("base"), dir.path().join("tuned"));
-    std::fs::create_dir(&da).unwrap();
-    std::fs::create_dir(&db).unwrap();
+    let (ra, rb) = (Root::create(&da).unwrap(), Root::create(&db).unwrap());
     let a = sweep(1.0, &[1, 4, 16, 64], Some(16));
     let b = sweep(1.25, &[1, 4, 16, 64], None);
-    a.write(&da).unwrap();
-    b.write(&db).unwrap();
-    let files = sweep_views::write_views(&da, &a);
+    a.write(&ra).unwrap();
+    b.write(&rb).unwrap();
+    let files = sweep_views::write_views(&ra, &a);
     assert_eq!(files.len(), 2, "{files:?}");
     let profile = dir.path().join("chromium-profile");
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use agentx::client::scrape::{ScrapeConfig, Scraper};
 use agentx::export::server_metrics::{self, CSV_FILE, JSON_FILE};
+use agentx::fsio::Root;
 use agentx::record::Clock;
 use agentx::sim::{self, SimConfig};
 use bytes::Bytes;
@@ -172,7 +173,8 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
     assert_eq!(log.snapshot().running, Some(0.0));
 
     let dir = tempfile::tempdir().unwrap();
-    let files = server_metrics::write(dir.path(), &log, (start_ns, end_ns)).unwrap();
+    let files =
+        server_metrics::write(&Root::open(dir.path()).unwrap(), &log, (start_ns, end_ns)).unwrap();
     assert_eq!(
         files,
         [dir.path().join(JSON_FILE), dir.path().join(CSV_FILE)]
@@ -267,7 +269,7 @@ async fn a_scraper_of_nothing_but_dead_endpoints_never_fails() {
     assert!(log.failed_scrapes() >= 2);
     assert_eq!(log.scrapes(), 0);
     let dir = tempfile::tempdir().unwrap();
-    server_metrics::write(dir.path(), &log, (0, clock.now_ns())).unwrap();
+    server_metrics::write(&Root::open(dir.path()).unwrap(), &log, (0, clock.now_ns())).unwrap();
     let j: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join(JSON_FILE)).unwrap()).unwrap();
     assert_eq!(j["metrics"], json!({}));

@@ -7,7 +7,7 @@ pub mod cli;
 pub mod client;
 pub mod dataset;
 pub mod export;
-mod fsio;
+pub mod fsio;
 pub mod metrics;
 pub mod record;
 pub mod replay;

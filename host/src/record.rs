@@ -232,13 +232,15 @@ pub struct RecordSink {
 }
 
 impl RecordSink {
-    /// Creates (truncating) `dir/records.jsonl`.
-    pub fn create(dir: &Path) -> Result<RecordSink, SinkError> {
+    /// Creates (truncating) `records.jsonl` in the artifact directory.
+    pub fn create(dir: &crate::fsio::Root) -> Result<RecordSink, SinkError> {
         let path = dir.join(RECORDS_FILE);
-        let file = File::create(&path).map_err(|source| SinkError::Create {
-            path: path.clone(),
-            source,
-        })?;
+        let file = dir
+            .create_file(RECORDS_FILE)
+            .map_err(|source| SinkError::Create {
+                path: path.clone(),
+                source,
+            })?;
         let (tx, rx) = mpsc::channel::<RequestRecord>();
         let p = path.clone();
         let thread = std::thread::Builder::new()

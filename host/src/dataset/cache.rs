@@ -16,7 +16,7 @@
 //! counts of a `--max-context-length` selection), so a warm open reports the warnings and the selection
 //! of the import that built the entry.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -502,6 +502,7 @@ pub enum Outcome {
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    root: crate::fsio::LazyRoot,
 }
 
 /// The default cache directory: `AGENTX_DATASET_MMAP_CACHE_DIR`, else `AIPERF_DATASET_MMAP_CACHE_DIR`,
@@ -550,11 +551,20 @@ enum Probe {
 
 impl Store {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Store { dir: dir.into() }
+        let dir = dir.into();
+        Store {
+            root: crate::fsio::LazyRoot::new(&dir),
+            dir,
+        }
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The cache directory as a capability, created and opened on the first write.
+    pub(crate) fn root(&self) -> std::io::Result<&crate::fsio::Root> {
+        self.root.get()
     }
 
     /// The path of the entry for `key`.
@@ -594,14 +604,13 @@ impl Store {
         if let Probe::Valid(e) = self.probe(key)? {
             return Ok((e, Outcome::Hit));
         }
-        fs::create_dir_all(&self.dir)
+        let root = self
+            .root()
             .map_err(|e| DatasetError::io("create cache directory", &self.dir, e))?;
-        let lock_path = self.dir.join(format!("{}.lock", key.short_hex()));
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
+        let lock_name = format!("{}.lock", key.short_hex());
+        let lock_path = self.dir.join(&lock_name);
+        let lock = root
+            .open_for_lock(&lock_name)
             .map_err(|e| DatasetError::io("open lock", &lock_path, e))?;
         lock.lock()
             .map_err(|e| DatasetError::io("lock", &lock_path, e))?;
@@ -616,7 +625,7 @@ impl Store {
         };
         let bytes = build()?;
         let path = self.entry_path(key);
-        if let Err(e) = crate::fsio::write_atomic(&path, &bytes) {
+        if let Err(e) = root.write_atomic(format!("{}.{ENTRY_EXT}", key.short_hex()), &bytes) {
             return Err(DatasetError::io("write cache entry", &path, e));
         }
         drop(bytes);

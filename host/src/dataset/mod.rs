@@ -237,7 +237,7 @@ impl Dataset {
             ));
         }
         let store = cache::Store::new(opts.cache_dir.clone().unwrap_or_else(cache::default_dir));
-        let (digest, hashed) = source::digest_cached(store.dir(), &src.files)?;
+        let (digest, hashed) = source::digest_cached(&store, &src.files)?;
         let sel = select::Selection {
             num_dataset_entries: opts.num_dataset_entries,
             max_context_length: opts.max_context_length,

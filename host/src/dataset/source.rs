@@ -81,20 +81,22 @@ fn fingerprint(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
     Ok(h.finalize().into())
 }
 
-fn index_path(cache_dir: &Path, source: &SourceFiles) -> PathBuf {
+/// The index file of `source`, relative to the cache directory.
+fn index_name(source: &SourceFiles) -> PathBuf {
     let canon = fs::canonicalize(source.path()).unwrap_or_else(|_| source.path().to_owned());
     let name = hex::encode(&Sha256::digest(canon.to_string_lossy().as_bytes())[..16]);
-    cache_dir.join("sources").join(name)
+    Path::new("sources").join(name)
 }
 
 /// The digest of `source`, from the index when the fingerprint matches, else computed (and indexed).
 /// Returns the digest and whether it was computed now.
 pub fn digest_cached(
-    cache_dir: &Path,
+    cache: &super::cache::Store,
     source: &SourceFiles,
 ) -> Result<([u8; 32], bool), DatasetError> {
     let fp = fingerprint(source)?;
-    let idx = index_path(cache_dir, source);
+    let rel = index_name(source);
+    let idx = cache.dir().join(&rel);
     if let Ok(text) = fs::read_to_string(&idx) {
         let mut parts = text.split_whitespace();
         if let (Some("agentx-source-v1"), Some(f), Some(d)) =
@@ -111,7 +113,7 @@ pub fn digest_cached(
     // Best effort: a read-only cache directory only costs a re-hash next time.
     let write = || -> std::io::Result<()> {
         let line = format!("agentx-source-v1 {} {}\n", hex::encode(fp), hex::encode(d));
-        crate::fsio::write_atomic(&idx, line.as_bytes())
+        cache.root()?.write_atomic(&rel, line.as_bytes()).map(drop)
     };
     if let Err(e) = write() {
         tracing::debug!(index = %idx.display(), error = %e, "cannot record the source digest");

@@ -20,7 +20,6 @@
 //! `context` and fit; the ~8% long-context sessions, whose limit is four times larger, grow past it
 //! and overflow, as long sessions overflow a 200k model. Without `context` the output is unchanged.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
@@ -392,8 +391,10 @@ pub fn write_corpus(opts: &SynthOptions, path: &Path) -> Result<SynthSummary, Da
         }));
     }
     let io = |e| DatasetError::io("write", path, e);
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(io)?);
+    // Written beneath the output's directory, opened as a capability, then renamed into place.
+    let (root, name) = crate::fsio::Root::for_file(path).map_err(io)?;
+    let tmp = name.with_extension(format!("tmp.{}", std::process::id()));
+    let mut w = BufWriter::with_capacity(1 << 20, root.create_file(&tmp).map_err(io)?);
     let mut line = Vec::new();
     let mut sum = SynthSummary {
         traces: opts.traces,
@@ -410,7 +411,7 @@ pub fn write_corpus(opts: &SynthOptions, path: &Path) -> Result<SynthSummary, Da
         .map_err(|e| io(e.into_error()))?
         .sync_all()
         .map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
+    root.rename(&tmp, &name).map_err(io)?;
     Ok(sum)
 }
 

@@ -10,12 +10,11 @@
 //! replaced atomically, so a reader never sees half of one.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value as Json};
 
-use crate::fsio::write_atomic;
 use crate::metrics::stats::{
     self, Aggregate, Class, MetricDef, Stats, Value, PERCENTILES, STAT_KEYS,
 };
@@ -634,7 +633,7 @@ pub fn timeslices_csv(slices: &[Slice], info: &RunInfo) -> String {
 /// Writes every aiperf export of the run into `dir` (the timeslice files only with a slice
 /// duration, in seconds) and returns the paths written, in order.
 pub fn write_all(
-    dir: &Path,
+    dir: &crate::fsio::Root,
     records: &[RequestRecord],
     info: &RunInfo,
     slice_duration: Option<f64>,
@@ -650,10 +649,11 @@ pub fn write_all(
             path: path.clone(),
             source,
         })?;
-        write_atomic(&path, data.as_bytes()).map_err(|source| ExportError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        dir.write_atomic(name, data.as_bytes())
+            .map_err(|source| ExportError::Write {
+                path: path.clone(),
+                source,
+            })?;
         written.push(path);
         Ok::<(), ExportError>(())
     };
@@ -989,17 +989,21 @@ mod tests {
     #[test]
     fn write_all_names_the_file_it_cannot_write() {
         let dir = tempfile::tempdir().unwrap();
-        let blocker = dir.path().join("not-a-dir");
-        std::fs::write(&blocker, b"x").unwrap();
-        let err = write_all(&blocker, &records(), &info(), None).unwrap_err();
+        let root = crate::fsio::Root::open(dir.path()).unwrap();
+        // A directory where the file should be.
+        let blocker = dir.path().join(PROFILE_EXPORT_JSONL).join("x");
+        std::fs::create_dir_all(&blocker).unwrap();
+        let err = write_all(&root, &records(), &info(), None).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("profile_export.jsonl"), "{msg}");
-        let ok = write_all(dir.path(), &records(), &info(), Some(1.0)).unwrap();
+        std::fs::remove_dir_all(dir.path().join(PROFILE_EXPORT_JSONL)).unwrap();
+        let ok = write_all(&root, &records(), &info(), Some(1.0)).unwrap();
         assert_eq!(ok.len(), 5);
         assert!(ok.iter().all(|p| p.is_file()));
         // A bad slice duration writes nothing.
         let d2 = tempfile::tempdir().unwrap();
-        assert!(write_all(d2.path(), &records(), &info(), Some(-1.0)).is_err());
+        let r2 = crate::fsio::Root::open(d2.path()).unwrap();
+        assert!(write_all(&r2, &records(), &info(), Some(-1.0)).is_err());
         assert_eq!(std::fs::read_dir(d2.path()).unwrap().count(), 0);
     }
 }

@@ -553,6 +553,19 @@ fn read_json(path: &Path) -> Option<Value> {
 
 /// Reads an artifact directory and writes its `report.html` to `out` (default `DIR/report.html`).
 pub fn html_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, HtmlError> {
+    let (root, name) = match out {
+        Some(p) => crate::fsio::Root::for_file(p),
+        None => crate::fsio::Root::open(dir).map(|r| (r, PathBuf::from(HTML_FILE))),
+    }
+    .map_err(|source| HtmlError::Write {
+        path: out.map_or_else(|| dir.join(HTML_FILE), Path::to_owned),
+        source,
+    })?;
+    html_into(dir, &root, &name)
+}
+
+/// Reads the artifact directory `dir` and writes its page as `name` beneath `out`.
+fn html_into(dir: &Path, out: &crate::fsio::Root, name: &Path) -> Result<PathBuf, HtmlError> {
     let a = bmk::load_artifacts(dir)?;
     let summary = read_json(&a.dir.join("run_summary.json"));
     let manifest = read_json(&a.dir.join("run_manifest.json"));
@@ -563,17 +576,17 @@ pub fn html_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, HtmlError> {
         summary.as_ref(),
         manifest.as_ref(),
     ));
-    let path = out.map_or_else(|| a.dir.join(HTML_FILE), Path::to_owned);
-    crate::fsio::write_atomic(&path, html.as_bytes()).map_err(|source| HtmlError::Write {
-        path: path.clone(),
-        source,
-    })?;
-    Ok(path)
+    out.write_atomic(name, html.as_bytes())
+        .map_err(|source| HtmlError::Write {
+            path: out.join(name),
+            source,
+        })
 }
 
-/// [`html_dir`] after a run: a failure is a warning (the records and other exports stand).
-pub fn write_after_run(dir: &Path) -> Option<PathBuf> {
-    html_dir(dir, None)
+/// The page of a run just finished, into its artifact directory: a failure is a warning (the
+/// records and other exports stand).
+pub fn write_after_run(dir: &crate::fsio::Root) -> Option<PathBuf> {
+    html_into(dir.path(), dir, Path::new(HTML_FILE))
         .map_err(|e| tracing::warn!("no {HTML_FILE}: {e}"))
         .ok()
 }

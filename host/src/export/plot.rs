@@ -301,14 +301,26 @@ pub fn render_png(panels: &[Panel], width: u32, height: u32) -> Result<Vec<u8>, 
 
 /// Reads an artifact directory and writes its plot to `out` (default `DIR/metrics_plots.png`).
 pub fn plot_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, PlotError> {
-    let a = bmk::load_artifacts(dir)?;
-    let png = render_png(&panels(&a.records, a.server.as_ref()), 1600, 2400)?;
-    let path = out.map_or_else(|| a.dir.join(PLOT_FILE), Path::to_owned);
-    crate::fsio::write_atomic(&path, &png).map_err(|source| PlotError::Write {
-        path: path.clone(),
+    let (root, name) = match out {
+        Some(p) => crate::fsio::Root::for_file(p),
+        None => crate::fsio::Root::open(dir).map(|r| (r, PathBuf::from(PLOT_FILE))),
+    }
+    .map_err(|source| PlotError::Write {
+        path: out.map_or_else(|| dir.join(PLOT_FILE), Path::to_owned),
         source,
     })?;
-    Ok(path)
+    plot_into(dir, &root, &name)
+}
+
+/// Reads the artifact directory `dir` and writes its plot as `name` beneath `out`.
+pub fn plot_into(dir: &Path, out: &crate::fsio::Root, name: &Path) -> Result<PathBuf, PlotError> {
+    let a = bmk::load_artifacts(dir)?;
+    let png = render_png(&panels(&a.records, a.server.as_ref()), 1600, 2400)?;
+    out.write_atomic(name, &png)
+        .map_err(|source| PlotError::Write {
+            path: out.join(name),
+            source,
+        })
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 //! counts, failures included, are in `summary.endpoint_info`. Both files are replaced atomically.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
@@ -818,13 +818,17 @@ pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String 
 }
 
 /// Write both files into `dir` for the profiling window `(start_ns, end_ns)` (clock offsets).
-pub fn write(dir: &Path, log: &ScrapeLog, window: (u64, u64)) -> Result<Vec<PathBuf>, ExportError> {
+pub fn write(
+    dir: &crate::fsio::Root,
+    log: &ScrapeLog,
+    window: (u64, u64),
+) -> Result<Vec<PathBuf>, ExportError> {
     write_with(dir, log, window, &ExportMeta::default())
 }
 
 /// [`write`] with the run's identity and configuration.
 pub fn write_with(
-    dir: &Path,
+    dir: &crate::fsio::Root,
     log: &ScrapeLog,
     window: (u64, u64),
     meta: &ExportMeta,
@@ -838,17 +842,17 @@ pub fn write_with(
     let json_path = dir.join(JSON_FILE);
     let mut text = serde_json::to_vec_pretty(&to_json(log, window, meta)).unwrap_or_default();
     text.push(b'\n');
-    crate::fsio::write_atomic(&json_path, &text).map_err(|source| ExportError::Write {
-        path: json_path.clone(),
-        source,
-    })?;
+    dir.write_atomic(JSON_FILE, &text)
+        .map_err(|source| ExportError::Write {
+            path: json_path.clone(),
+            source,
+        })?;
     let csv_path = dir.join(CSV_FILE);
-    crate::fsio::write_atomic(&csv_path, to_csv(log, window, meta).as_bytes()).map_err(
-        |source| ExportError::Write {
+    dir.write_atomic(CSV_FILE, to_csv(log, window, meta).as_bytes())
+        .map_err(|source| ExportError::Write {
             path: csv_path.clone(),
             source,
-        },
-    )?;
+        })?;
     Ok(vec![json_path, csv_path])
 }
 
@@ -1113,7 +1117,8 @@ localhost:8000,vllm:cache_config_info,engine,0,"
         );
 
         let dir = tempfile::tempdir().unwrap();
-        let files = write(dir.path(), &log, WINDOW).unwrap();
+        let root = crate::fsio::Root::open(dir.path()).unwrap();
+        let files = write(&root, &log, WINDOW).unwrap();
         assert_eq!(files.len(), 2);
         let back: Value =
             serde_json::from_slice(&std::fs::read(dir.path().join(JSON_FILE)).unwrap()).unwrap();
@@ -1126,13 +1131,12 @@ localhost:8000,vllm:cache_config_info,engine,0,"
             csv
         );
 
-        let e = write(dir.path(), &log, (2, 1)).unwrap_err().to_string();
+        let e = write(&root, &log, (2, 1)).unwrap_err().to_string();
         assert!(e.contains("ends"), "{e}");
-        let ro = dir.path().join("file");
-        std::fs::write(&ro, "x").unwrap();
-        let e = write(&ro.join("sub"), &log, WINDOW)
-            .unwrap_err()
-            .to_string();
+        // A directory where the file should be.
+        std::fs::remove_file(dir.path().join(JSON_FILE)).unwrap();
+        std::fs::create_dir_all(dir.path().join(JSON_FILE).join("x")).unwrap();
+        let e = write(&root, &log, WINDOW).unwrap_err().to_string();
         assert!(e.contains("server_metrics_export.json"), "{e}");
     }
 }

@@ -163,7 +163,7 @@ impl Sweep {
     }
 
     /// Writes `sweep.json` and `sweep.csv` into `dir` (each replaced atomically).
-    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, SweepError> {
+    pub fn write(&self, dir: &crate::fsio::Root) -> Result<Vec<PathBuf>, SweepError> {
         let mut out = Vec::new();
         for (name, data) in [
             (
@@ -172,14 +172,12 @@ impl Sweep {
             ),
             (SWEEP_CSV, self.csv()),
         ] {
-            let path = dir.join(name);
-            crate::fsio::write_atomic(&path, data.as_bytes()).map_err(|source| {
+            out.push(dir.write_atomic(name, data.as_bytes()).map_err(|source| {
                 SweepError::Write {
-                    path: path.clone(),
+                    path: dir.join(name),
                     source,
                 }
-            })?;
-            out.push(path);
+            })?);
         }
         Ok(out)
     }
@@ -311,7 +309,8 @@ mod tests {
             ],
         };
         let dir = tempfile::tempdir().unwrap();
-        s.write(dir.path()).unwrap();
+        s.write(&crate::fsio::Root::open(dir.path()).unwrap())
+            .unwrap();
         assert_eq!(Sweep::read(dir.path()).unwrap(), Some(s.clone()));
         let csv = std::fs::read_to_string(dir.path().join(SWEEP_CSV)).unwrap();
         let rows: Vec<&str> = csv.lines().collect();

@@ -15,6 +15,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::fsio::Root;
+
 use plotters::prelude::*;
 use serde::Serialize;
 
@@ -578,26 +580,26 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
     }
 }
 
-fn write_file(path: &Path, data: &[u8]) -> Result<PathBuf, ViewError> {
-    crate::fsio::write_atomic(path, data).map_err(|source| ViewError::Write {
-        path: path.to_owned(),
-        source,
-    })?;
-    Ok(path.to_owned())
+fn write_file(dir: &Root, name: &str, data: &[u8]) -> Result<PathBuf, ViewError> {
+    dir.write_atomic(name, data)
+        .map_err(|source| ViewError::Write {
+            path: dir.join(name),
+            source,
+        })
 }
 
 /// Writes `sweep_pareto.png` and `report.html` into the sweep's directory; a failure is a warning
 /// (the points and `sweep.json` stand). Returns the files written.
-pub fn write_views(dir: &Path, sweep: &Sweep) -> Vec<PathBuf> {
+pub fn write_views(dir: &Root, sweep: &Sweep) -> Vec<PathBuf> {
     let mut out = Vec::new();
     match render_png(&[("", sweep)], PNG_WIDTH, PNG_HEIGHT)
-        .and_then(|png| write_file(&dir.join(PARETO_PNG), &png))
+        .and_then(|png| write_file(dir, PARETO_PNG, &png))
     {
         Ok(p) => out.push(p),
         Err(e) => tracing::warn!("no {PARETO_PNG}: {e}"),
     }
-    let page = html::render_page(&sweep_page(sweep, dir));
-    match write_file(&dir.join(REPORT_HTML), page.as_bytes()) {
+    let page = html::render_page(&sweep_page(sweep, dir.path()));
+    match write_file(dir, REPORT_HTML, page.as_bytes()) {
         Ok(p) => out.push(p),
         Err(e) => tracing::warn!("no sweep {REPORT_HTML}: {e}"),
     }
@@ -923,7 +925,7 @@ pub fn write_compare(dir_a: &Path, dir_b: &Path, out: &Path) -> Result<Vec<PathB
             conc_b: conc(&b),
         });
     }
-    std::fs::create_dir_all(out).map_err(|source| ViewError::Write {
+    let out = Root::create(out).map_err(|source| ViewError::Write {
         path: out.to_owned(),
         source,
     })?;
@@ -931,10 +933,10 @@ pub fn write_compare(dir_a: &Path, dir_b: &Path, out: &Path) -> Result<Vec<PathB
     let png = render_png(&[(&la, &a), (&lb, &b)], PNG_WIDTH, PNG_HEIGHT)?;
     let page = html::render_page(&compare_page(&c, &a, &b));
     Ok(vec![
-        write_file(&out.join(COMPARE_JSON), json.as_bytes())?,
-        write_file(&out.join(COMPARE_CSV), c.csv().as_bytes())?,
-        write_file(&out.join(COMPARE_PNG), &png)?,
-        write_file(&out.join(COMPARE_HTML), page.as_bytes())?,
+        write_file(&out, COMPARE_JSON, json.as_bytes())?,
+        write_file(&out, COMPARE_CSV, c.csv().as_bytes())?,
+        write_file(&out, COMPARE_PNG, &png)?,
+        write_file(&out, COMPARE_HTML, page.as_bytes())?,
     ])
 }
 
@@ -1101,7 +1103,7 @@ mod tests {
             std::fs::write(d.join("report.html"), "<html></html>").unwrap();
         }
         let s = sweep_a();
-        let files = write_views(dir.path(), &s);
+        let files = write_views(&Root::open(dir.path()).unwrap(), &s);
         assert_eq!(
             files,
             vec![dir.path().join(PARETO_PNG), dir.path().join(REPORT_HTML)]
@@ -1160,10 +1162,11 @@ mod tests {
     #[test]
     fn write_views_warns_and_goes_on_when_it_cannot_write() {
         let dir = tempfile::tempdir().unwrap();
-        // A file where the directory should be.
-        let not_a_dir = dir.path().join("file");
-        std::fs::write(&not_a_dir, "").unwrap();
-        assert!(write_views(&not_a_dir, &sweep_a()).is_empty());
+        // Directories where the files should be.
+        std::fs::create_dir_all(dir.path().join(PARETO_PNG).join("x")).unwrap();
+        std::fs::create_dir_all(dir.path().join(REPORT_HTML).join("x")).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        assert!(write_views(&root, &sweep_a()).is_empty());
     }
 
     #[test]
@@ -1227,8 +1230,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let (da, db) = (root.path().join("before"), root.path().join("after"));
         for (d, s) in [(&da, sweep_a()), (&db, sweep_b())] {
-            std::fs::create_dir(d).unwrap();
-            s.write(d).unwrap();
+            s.write(&Root::create(d).unwrap()).unwrap();
         }
         let out = root.path().join("cmp");
         let files = write_compare(&da, &db, &out).unwrap();
@@ -1289,7 +1291,7 @@ mod tests {
         let (da, db) = (root.path().join("a"), root.path().join("b"));
         std::fs::create_dir(&da).unwrap();
         std::fs::create_dir(&db).unwrap();
-        sweep_a().write(&da).unwrap();
+        sweep_a().write(&Root::open(&da).unwrap()).unwrap();
         let e = write_compare(&da, &db, &root.path().join("out"))
             .unwrap_err()
             .to_string();
@@ -1301,7 +1303,7 @@ mod tests {
             "{e}"
         );
         sweep(vec![pt(2, 1.0, 1.0, (1.0, 1.0), 1.0, 1.0, 0.0)], Some(8))
-            .write(&db)
+            .write(&Root::open(&db).unwrap())
             .unwrap();
         let e = write_compare(&da, &db, &root.path().join("out"))
             .unwrap_err()

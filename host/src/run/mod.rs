@@ -355,12 +355,10 @@ fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
 
 /// Writes the bundled corpus under the cache directory (once) and returns its path.
 fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
-    let dir = home.join("bundled");
-    let path = dir.join("traces-24.jsonl");
+    let path = home.join("bundled").join("traces-24.jsonl");
     if std::fs::read(&path).ok().as_deref() != Some(BUNDLED_CORPUS) {
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        crate::fsio::write_atomic(&path, BUNDLED_CORPUS)
+        crate::fsio::Root::create(home)
+            .and_then(|h| h.write_atomic("bundled/traces-24.jsonl", BUNDLED_CORPUS))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(path)
@@ -557,13 +555,14 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     tracing::info!("plan:\n{}", plan.table());
 
     let out_dir = &cfg.output_artifact_dir;
-    std::fs::create_dir_all(out_dir).with_context(|| {
+    // The artifact directory, opened once: every file of the run is written beneath it.
+    let art = crate::fsio::Root::create(out_dir).with_context(|| {
         format!(
             "cannot create the artifact directory {} (--output-artifact-dir)",
             out_dir.display()
         )
     })?;
-    let sink = RecordSink::create(out_dir)?;
+    let sink = RecordSink::create(&art)?;
     let clock = Clock::start();
     let started_unix = clock.anchor_unix_ns();
     let mut manifest = json!({
@@ -594,7 +593,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     });
     let manifest_path = out_dir.join(MANIFEST_FILE);
     let write_manifest = |m: &serde_json::Value| {
-        crate::fsio::write_atomic(&manifest_path, serde_json::to_string_pretty(m)?.as_bytes())
+        art.write_atomic(MANIFEST_FILE, serde_json::to_string_pretty(m)?.as_bytes())
             .with_context(|| format!("cannot write {}", manifest_path.display()))
     };
     write_manifest(&manifest)?;
@@ -803,8 +802,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "wasmtime_version": scenario::WASMTIME_VERSION,
     });
     let summary_path = out_dir.join("run_summary.json");
-    crate::fsio::write_atomic(
-        &summary_path,
+    art.write_atomic(
+        "run_summary.json",
         serde_json::to_string_pretty(&doc)?.as_bytes(),
     )
     .with_context(|| format!("cannot write {}", summary_path.display()))?;
@@ -845,7 +844,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         summary_path.clone(),
     ];
     let mut export_failed = false;
-    match crate::export::aiperf::write_all(out_dir, &records, &info, cfg.slice_duration) {
+    match crate::export::aiperf::write_all(&art, &records, &info, cfg.slice_duration) {
         Ok(f) => files.extend(f),
         Err(e) => {
             export_failed = true;
@@ -876,7 +875,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             benchmark_id: Some(run_id.clone()),
             input_config,
         };
-        match crate::export::server_metrics::write_with(out_dir, log, (p0, p1), &meta) {
+        match crate::export::server_metrics::write_with(&art, log, (p0, p1), &meta) {
             Ok(f) => files.extend(f),
             Err(e) => {
                 export_failed = true;
@@ -885,11 +884,12 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         }
     }
     if !records.is_empty() {
-        match crate::export::plot::plot_dir(out_dir, None) {
+        match crate::export::plot::plot_into(out_dir, &art, crate::export::plot::PLOT_FILE.as_ref())
+        {
             Ok(p) => files.push(p),
             Err(e) => tracing::warn!("no plot: {e}"),
         }
-        files.extend(crate::export::html::write_after_run(out_dir));
+        files.extend(crate::export::html::write_after_run(&art));
     }
     let code = if export_failed {
         2

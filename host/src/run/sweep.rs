@@ -239,7 +239,9 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
             }
         }
     }
-    std::fs::create_dir_all(&cfg.dir).map_err(|e| {
+    // The sweep directory, opened once: the summary, its views, the points' reports and the
+    // moved-aside partial runs are written beneath it.
+    let root = crate::fsio::Root::create(&cfg.dir).map_err(|e| {
         anyhow!(
             "cannot create the sweep directory {} (--output-artifact-dir): {e}",
             cfg.dir.display()
@@ -276,14 +278,15 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
             if let Err(e) = wait_idle(&servers, cfg.idle_timeout, cancel) {
                 tracing::error!("sweep: concurrency {n} not run: {e}");
                 sweep.points.push(Point::failed(n, rel, e));
-                write(&sweep, &cfg.dir)?;
+                write(&sweep, &root)?;
                 continue;
             }
         }
         if dir.exists() {
             // A failed point of a resumed sweep: its partial run is moved aside, not overwritten.
-            let aside = cfg.dir.join(format!("{rel}.failed-{}", super::fresh_id()));
-            std::fs::rename(&dir, &aside)
+            let aside_rel = format!("{rel}.failed-{}", super::fresh_id());
+            let aside = cfg.dir.join(&aside_rel);
+            root.rename(&rel, &aside_rel)
                 .map_err(|e| anyhow!("cannot move the unfinished {} aside: {e}", dir.display()))?;
             tracing::warn!(
                 "sweep: the unfinished run of concurrency {n} was moved to {}",
@@ -298,20 +301,20 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         run.argv = point_argv(&cfg.run.argv, n, &dir, seed);
         ran_one = true;
         let point = match execute(run, cancel) {
-            Ok(out) => point_of(n, rel, &out, &cfg),
+            Ok(out) => point_of(n, rel, &out, &cfg, &root),
             Err(e) => Point::failed(n, rel, format!("{e:#}")),
         };
         if let Some(e) = &point.error {
             tracing::error!("sweep: concurrency {n} failed: {e}");
         }
         sweep.points.push(point);
-        write(&sweep, &cfg.dir)?;
+        write(&sweep, &root)?;
         if cancel.interrupts() > 0 {
             interrupted = true;
             break;
         }
     }
-    let files = write(&sweep, &cfg.dir)?;
+    let files = write(&sweep, &root)?;
     Ok(SweepOutcome {
         sweep,
         files,
@@ -321,14 +324,20 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
 
 /// The summary and its views (the Pareto PNG and report.html; a view that cannot be written is a
 /// warning), after every point.
-fn write(sweep: &Sweep, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+fn write(sweep: &Sweep, dir: &crate::fsio::Root) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = sweep.write(dir)?;
     files.extend(crate::export::sweep_views::write_views(dir, sweep));
     Ok(files)
 }
 
 /// A point's row from its run outcome and its InferenceX report (written next to the run).
-fn point_of(n: u32, rel: String, out: &RunOutcome, cfg: &SweepConfig) -> Point {
+fn point_of(
+    n: u32,
+    rel: String,
+    out: &RunOutcome,
+    cfg: &SweepConfig,
+    root: &crate::fsio::Root,
+) -> Point {
     let (Some(replay), Some(s)) = (&out.replay, &out.summary) else {
         return Point::failed(n, rel, "the run produced no outcome".into());
     };
@@ -388,10 +397,10 @@ fn point_of(n: u32, rel: String, out: &RunOutcome, cfg: &SweepConfig) -> Point {
             p.server_cache_hit_rate = cache["overall_cache_hit_rate"]
                 .as_f64()
                 .or_else(|| cache["gpu_cache_hit_rate"].as_f64());
-            let path = out.dir.join(&name);
-            match crate::fsio::write_atomic(&path, format!("{json}\n").as_bytes()) {
-                Ok(()) => p.report = Some(format!("{rel}/{name}")),
-                Err(e) => tracing::warn!("cannot write {}: {e}", path.display()),
+            let report = format!("{rel}/{name}");
+            match root.write_atomic(&report, format!("{json}\n").as_bytes()) {
+                Ok(_) => p.report = Some(report),
+                Err(e) => tracing::warn!("cannot write {}: {e}", root.join(&report).display()),
             }
         }
         Err(e) => tracing::warn!("no report for concurrency {n}: {e}"),

@@ -85,7 +85,7 @@ const EPOCH_TICK: Duration = Duration::from_millis(50);
 pub struct ScenarioEngine {
     engine: Engine,
     limits: Limits,
-    compiled_dir: Option<PathBuf>,
+    compiled_dir: Option<crate::fsio::LazyRoot>,
     _ticker: Arc<EpochTicker>,
 }
 
@@ -141,9 +141,11 @@ impl ScenarioEngine {
         let compiled_dir = cache_home.map(|home| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             engine.precompile_compatibility_hash().hash(&mut h);
-            home.join("compiled")
-                .join(format!("wasmtime-{WASMTIME_VERSION}"))
-                .join(format!("{:016x}", h.finish()))
+            crate::fsio::LazyRoot::new(
+                home.join("compiled")
+                    .join(format!("wasmtime-{WASMTIME_VERSION}"))
+                    .join(format!("{:016x}", h.finish())),
+            )
         });
         Ok(ScenarioEngine {
             engine,
@@ -239,13 +241,17 @@ impl ScenarioEngine {
         let cached = self
             .compiled_dir
             .as_ref()
-            .map(|dir| dir.join(format!("{hash}.cwasm")));
-        if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
+            .map(|dir| (dir, format!("{hash}.cwasm")));
+        if let Some(file) = cached
+            .as_ref()
+            .map(|(dir, name)| dir.path().join(name))
+            .filter(|f| f.is_file())
+        {
             // SAFETY: the file was written by `Component::serialize` of this wasmtime version and
             // engine configuration (both are part of its path), atomically renamed into place, and
             // is keyed by the sha256 of the source bytes; wasmtime checks its header and version and
             // rejects anything else, in which case the component is compiled again below.
-            match unsafe { Component::deserialize_file(&self.engine, file) } {
+            match unsafe { Component::deserialize_file(&self.engine, &file) } {
                 Ok(c) => return Ok(c),
                 Err(e) => tracing::warn!(
                     "compiled scenario cache entry {} is unusable ({e}); recompiling",
@@ -259,13 +265,16 @@ impl ScenarioEngine {
                 hash: hash.to_string(),
                 message: chain(&e),
             })?;
-        if let Some(file) = cached {
+        if let Some((dir, name)) = cached {
             if let Err(e) = component
                 .serialize()
                 .map_err(|e| std::io::Error::other(e.to_string()))
-                .and_then(|data| store::write_atomic(&file, &data))
+                .and_then(|data| dir.get()?.write_atomic(&name, &data))
             {
-                tracing::warn!("cannot cache compiled scenario at {}: {e}", file.display());
+                tracing::warn!(
+                    "cannot cache compiled scenario at {}: {e}",
+                    dir.path().join(&name).display()
+                );
             }
         }
         Ok(component)

@@ -86,13 +86,16 @@ pub struct StoredScenario {
 #[derive(Debug, Clone)]
 pub struct ScenarioStore {
     dir: PathBuf,
+    root: crate::fsio::LazyRoot,
 }
 
 impl ScenarioStore {
     /// The store at `<home>/scenarios`.
     pub fn new(home: &Path) -> ScenarioStore {
+        let dir = home.join("scenarios").join("sha256");
         ScenarioStore {
-            dir: home.join("scenarios").join("sha256"),
+            root: crate::fsio::LazyRoot::new(&dir),
+            dir,
         }
     }
 
@@ -115,10 +118,12 @@ impl ScenarioStore {
 
     /// Add component bytes under their hash with the given metadata.
     pub fn add(&self, bytes: &[u8], meta: &StoredScenario) -> Result<PathBuf, ScenarioError> {
-        let path = self.wasm_path(&meta.sha256);
-        write_atomic(&path, bytes).map_err(|e| self.io(e))?;
+        let root = self.root.get().map_err(|e| self.io(e))?;
+        let path = root
+            .write_atomic(format!("{}.wasm", meta.sha256), bytes)
+            .map_err(|e| self.io(e))?;
         let json = serde_json::to_vec_pretty(meta).map_err(|e| self.io(e.into()))?;
-        write_atomic(&self.dir.join(format!("{}.json", meta.sha256)), &json)
+        root.write_atomic(format!("{}.json", meta.sha256), &json)
             .map_err(|e| self.io(e))?;
         Ok(path)
     }
@@ -188,8 +193,6 @@ impl ScenarioStore {
         }
     }
 }
-
-pub(crate) use crate::fsio::write_atomic;
 
 #[cfg(test)]
 mod tests {

@@ -241,7 +241,12 @@ fn artifact_dir(engine: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(PROFILE_EXPORT), RECORDS).unwrap();
     std::fs::write(dir.join(PROFILE_AIPERF), AIPERF).unwrap();
-    server_metrics::write(&dir, &scrape_log(&[engine]), (0, 10 * S)).unwrap();
+    server_metrics::write(
+        &crate::fsio::Root::open(&dir).unwrap(),
+        &scrape_log(&[engine]),
+        (0, 10 * S),
+    )
+    .unwrap();
     dir
 }
 
