@@ -256,6 +256,7 @@ fn replay_once(
                 let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
                 let _ = mark_tx.send((cpu_secs(&u), sim_cpu(&sim_at_profiling), Instant::now()));
             })),
+            shard: None,
         },
     ));
     let (p0, s0, t0) = mark_rx.recv().unwrap();

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioRef, ScenarioStore, StoredScenario};
 
+pub mod merge;
 pub mod report;
 pub mod run;
 pub mod sweep;
@@ -44,6 +45,9 @@ pub enum Command {
     /// One run per concurrency point into <dir>/conc_<N>/, then sweep.json, sweep.csv and the
     /// Pareto view (throughput per GPU against interactivity).
     Sweep(Box<sweep::SweepArgs>),
+    /// Merge the shard directories of a sharded run into one artifact directory that reads like a
+    /// run in one process.
+    Merge(merge::MergeArgs),
     /// Draw metrics_plots.png and report.html (per-second time series, headline numbers, verdict) from a
     /// run's artifact directory.
     Plot(report::PlotArgs),
@@ -142,6 +146,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => report::main(*args),
         Command::Sweep(args) => sweep::main(*args, std::env::args().skip(1).collect()),
         Command::Plot(args) => report::plot_main(args),
+        Command::Merge(args) => merge::main(args),
         Command::Dataset(args) => {
             crate::dataset::cmd::run(args)?;
             Ok(ExitCode::SUCCESS)

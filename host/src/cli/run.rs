@@ -249,6 +249,28 @@ pub struct RunArgs {
     #[arg(long, default_value = "h200", value_name = "PRESET")]
     pub sim_preset: String,
 
+    /// Run shard I of N (0-based) of one run: every shard plans the whole run and replays the lanes
+    /// l with l % N == I, into <output-artifact-dir>/shard-<I>/. Under srun, SLURM_PROCID and
+    /// SLURM_NTASKS say it.
+    #[arg(long, value_name = "I/N", help_heading = "Sharded runs")]
+    pub shard: Option<String>,
+    /// N shards, this one's index from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job).
+    #[arg(long, value_name = "N", help_heading = "Sharded runs")]
+    pub shards: Option<u32>,
+    /// Where shard 0 listens for the rendezvous, HOST[:PORT] [env: AGENTX_COORDINATOR; default
+    /// under Slurm: the first host of SLURM_JOB_NODELIST].
+    #[arg(long, value_name = "HOST[:PORT]", help_heading = "Sharded runs")]
+    pub coordinator: Option<String>,
+    /// The rendezvous port [env: AGENTX_COORDINATOR_PORT; default 29517].
+    #[arg(long, value_name = "PORT", help_heading = "Sharded runs")]
+    pub coordinator_port: Option<u16>,
+    /// Seconds every shard may take to join and to plan [default: 300].
+    #[arg(long, value_name = "SECONDS", help_heading = "Sharded runs")]
+    pub rendezvous_timeout: Option<f64>,
+    /// Shard 0 merges every shard's directory into DIR when all are done (a shared filesystem).
+    #[arg(long, value_name = "DIR", help_heading = "Sharded runs")]
+    pub merge_into: Option<PathBuf>,
+
     /// Refuse to run unless the dataset's cache key is this (set by `agentx-host replay`).
     #[arg(long, hide = true)]
     pub expect_dataset_key: Option<String>,
@@ -813,7 +835,21 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
 
 /// The run configuration of `agentx-host run`'s flags and environment.
 pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
+    let flags = crate::run::shard::ShardFlags {
+        shard: a.shard.clone(),
+        shards: a.shards,
+        coordinator: a.coordinator.clone(),
+        port: a.coordinator_port,
+        timeout: a.rendezvous_timeout,
+        merge_into: a.merge_into.clone(),
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let (shard, job_run_id) = match crate::run::shard::resolve(&flags, &env)? {
+        Some((c, id)) => (Some(c), id),
+        None => (None, None),
+    };
     Ok(RunConfig {
+        shard,
         plan: RunPlan::resolve(a)?,
         scenario: a.scenario.clone(),
         home: a.home.dir(),
@@ -827,7 +863,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         skip_preflight: a.skip_preflight,
         require_valid: a.require_valid,
         failed_request_threshold: a.failed_request_threshold,
-        run_id: a.run_id.clone(),
+        run_id: a.run_id.clone().or(job_run_id),
         sim_preset: a.sim_preset.clone(),
         expect_dataset_key: a.expect_dataset_key.clone(),
         expect_scenario_sha256: a.expect_scenario_sha256.clone(),

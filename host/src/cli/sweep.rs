@@ -84,6 +84,11 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     let mut first = a.run.clone();
     first.concurrency = Some(concurrency[0].to_string());
     let run = run_config(&first, argv)?;
+    if run.shard.is_some() {
+        anyhow::bail!(
+            "a sweep runs in one process: shard each point with `agentx-host run --shard I/N` (or srun) instead"
+        );
+    }
     let identity = IdentityEnv::try_parse_from(["agentx-host"])
         .map_err(|e| anyhow!("{e}"))?
         .identity;

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::{Client, Exchange, FailureKind, JsonBody, RequestBody, RequestIds};
 use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
@@ -144,6 +144,30 @@ pub struct ReplayInputs {
     /// Called once when profiling begins (after warmup); benchmarks and the server-metrics window
     /// hang off it.
     pub on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
+    /// The other shards of a sharded run; `None` for a run in one process.
+    pub shard: Option<ShardLink>,
+}
+
+/// What one shard's replay exchanges with the other shards of a sharded run (through the run's
+/// rendezvous, which owns the network side). The phases stay global: profiling begins only when
+/// every shard's warmup returned, and a stop anywhere stops every shard.
+pub struct ShardLink {
+    /// This shard's index and the shard count: session and request numbers are strided by them
+    /// (`n * count + index`), so ids stay unique across the merged run.
+    pub index: u32,
+    pub count: u32,
+    /// This shard's warmup outcome, sent once when its warmup returned (`Err` with why it failed).
+    pub warmup_done: oneshot::Sender<Result<(), String>>,
+    /// Every shard's warmup returned (`Ok`), or the run stops (`Err` with why).
+    pub profile: oneshot::Receiver<Result<(), String>>,
+    /// A stop decided elsewhere: another shard's interrupt or failure, or the failed-request
+    /// threshold over all shards.
+    pub remote_stop: watch::Receiver<Option<(StopReason, String)>>,
+    /// This shard's counts, for the failed-request threshold over all shards (which then is not
+    /// checked locally).
+    pub tally: watch::Sender<Tally>,
+    /// A stop decided here (an interrupt), told to the other shards.
+    pub local_stop: mpsc::UnboundedSender<(StopReason, String)>,
 }
 
 /// A source of the realtime block's `srv` row.
@@ -178,6 +202,10 @@ struct Shared {
     srv_row: Option<SrvRowFn>,
     /// Think-time wake-ups (`None` if its thread could not start: tokio's timer then).
     waker: Option<timer::Waker>,
+    /// `(index, count)` of a sharded run, `(0, 1)` otherwise.
+    stride: (u64, u64),
+    /// A sharded run publishes its counts here instead of checking the threshold itself.
+    shard_tally: Option<watch::Sender<Tally>>,
 }
 
 /// How a lane's warmup request ended.
@@ -217,7 +245,29 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         progress,
         srv_row,
         on_profiling,
+        shard,
     } = inputs;
+    let (stride, mut link) = match shard {
+        Some(l) => {
+            let ShardLink {
+                index,
+                count,
+                warmup_done,
+                profile,
+                remote_stop,
+                tally,
+                local_stop,
+            } = l;
+            (
+                (u64::from(index), u64::from(count.max(1))),
+                Some((warmup_done, profile, remote_stop, tally, local_stop)),
+            )
+        }
+        None => ((0, 1), None),
+    };
+    let shard_tally = link.as_ref().map(|l| l.3.clone());
+    let mut remote_stop = link.as_ref().map(|l| l.2.clone());
+    let local_stop = link.as_ref().map(|l| l.4.clone());
     let running = plan.lanes.iter().map(|l| l.trace);
     let recycler = Recycler::new(&plan.pool, running, dataset.len());
     let (stop_new, _) = watch::channel(false);
@@ -251,6 +301,8 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         waker: timer::Waker::start()
             .map_err(|e| tracing::warn!("no timer thread ({e}); think times use tokio's timer"))
             .ok(),
+        stride,
+        shard_tally,
     });
     let lanes = plan.lanes;
 
@@ -352,6 +404,47 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
             }
         }
     }
+    // A sharded run: tell the others how this warmup ended, and begin profiling only when every
+    // shard's warmup returned.
+    if let Some((done, profile, ..)) = link.take() {
+        let mine = if interrupted {
+            Err(format!("shard {} was interrupted during warmup", stride.0))
+        } else if !failures.is_empty() {
+            Err(format!(
+                "shard {} warmup failed: {}",
+                stride.0,
+                failures.join("; ")
+            ))
+        } else {
+            Ok(())
+        };
+        let failed_here = mine.is_err();
+        let _ = done.send(mine);
+        if !failed_here {
+            tracing::info!("warmup returned; waiting for every shard's warmup");
+            let verdict = tokio::select! {
+                v = profile => v.unwrap_or_else(|_| Err("the rendezvous closed before profiling began".into())),
+                _ = interrupt.changed() => {
+                    interrupted = true;
+                    if let Some(tx) = &local_stop {
+                        let _ = tx.send((StopReason::Interrupted, format!("shard {} was interrupted", stride.0)));
+                    }
+                    Ok(())
+                }
+            };
+            if let Err(why) = verdict {
+                shared.progress.finish();
+                return ReplayOutcome {
+                    stop: StopReason::WarmupFailed,
+                    tally: shared.tally.lock().expect("tally lock").clone(),
+                    profiling_ns: None,
+                    message: Some(format!(
+                        "another shard's warmup did not succeed, so every shard stopped: {why}"
+                    )),
+                };
+            }
+        }
+    }
     if interrupted || !failures.is_empty() {
         shared.progress.finish();
         let tally = shared.tally.lock().expect("tally lock").clone();
@@ -450,6 +543,21 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
             _ = interrupt.changed() => {
                 stop = StopReason::Interrupted;
                 message = Some("interrupted: no new turns were started and in-flight requests were drained".into());
+                if let Some(tx) = &local_stop {
+                    let _ = tx.send((StopReason::Interrupted, format!("shard {} was interrupted", stride.0)));
+                }
+                break;
+            }
+            Some((why, text)) = async {
+                match remote_stop.as_mut() {
+                    Some(rx) => rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                // Another shard's stop: the threshold cancels in-flight requests, anything else
+                // drains them like an interrupt.
+                stop = if why == StopReason::ThresholdExceeded { why } else { StopReason::Interrupted };
+                message = Some(text);
                 break;
             }
             _ = tick.tick(), if ticker.is_some() => {
@@ -589,7 +697,8 @@ struct Session {
 
 impl Session {
     fn new(sh: &Shared, lane: u32, trace: usize, recycle_pass: u32, marker: String) -> Session {
-        let session_num = sh.session_seq.fetch_add(1, Ordering::Relaxed);
+        let session_num =
+            sh.session_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
         Session {
             lane,
             trace,
@@ -797,7 +906,7 @@ fn prepare(
         .max(1);
     let bust = bust(sh.cfg.placement, &session.marker);
     let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
-    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed);
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
     let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
     Prepared {
         body,
@@ -967,6 +1076,11 @@ fn account(sh: &Shared, rec: &RequestRecord) {
         t.ok += 1;
         t.output_tokens += rec.osl;
         t.input_tokens += rec.isl;
+    }
+    if let Some(tx) = &sh.shard_tally {
+        // The threshold is over all shards' records: the rendezvous sums and decides.
+        tx.send_replace(t.clone());
+        return;
     }
     if let Some(f) = sh.cfg.failed_request_threshold {
         // Overflows are not failures (they are dropped from the ratio); cancellations are the

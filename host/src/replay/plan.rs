@@ -190,6 +190,53 @@ impl Plan {
         })
     }
 
+    /// The part of the plan shard `index` of `count` runs: the lanes `l` with `l % count == index`,
+    /// and its own part of the recycle pool. Every pool trace belongs to one shard: a lane's start
+    /// trace to the lane's shard, the others dealt in pool order to the shard holding the fewest so
+    /// far (lowest index on a tie). A trace therefore never runs on two shards, and within a shard
+    /// the recycle queue keeps it on one lane at a time while the shard holds more traces than
+    /// lanes. The delays stay whole (they are indexed by trace).
+    pub fn shard(&self, index: u32, count: u32) -> Plan {
+        let count = count.max(1);
+        let shard_of_lane = |l: u32| l % count;
+        let mut owner: std::collections::HashMap<usize, u32> = std::collections::HashMap::new();
+        for l in &self.lanes {
+            owner.entry(l.trace).or_insert(shard_of_lane(l.lane));
+        }
+        let mut held = vec![0usize; count as usize];
+        for s in owner.values() {
+            held[*s as usize] += 1;
+        }
+        let mut pool = Vec::new();
+        for &t in &self.pool {
+            let s = match owner.get(&t) {
+                Some(&s) => s,
+                None => {
+                    let s = (0..count)
+                        .min_by_key(|&s| (held[s as usize], s))
+                        .unwrap_or(0);
+                    held[s as usize] += 1;
+                    owner.insert(t, s);
+                    s
+                }
+            };
+            if s == index {
+                pool.push(t);
+            }
+        }
+        Plan {
+            lanes: self
+                .lanes
+                .iter()
+                .filter(|l| shard_of_lane(l.lane) == index)
+                .cloned()
+                .collect(),
+            pool,
+            delays: self.delays.clone(),
+            wrapped: self.wrapped,
+        }
+    }
+
     /// The startup table: one line per lane and the min/median/max start percentage.
     pub fn table(&self) -> String {
         let mut s = String::new();
@@ -256,5 +303,60 @@ fn wit_trajectory(
         trace_id,
         num_turns: t.num_turns() as u32,
         unsendable,
+    }
+}
+
+#[cfg(test)]
+mod shard_tests {
+    use super::*;
+
+    fn plan(lanes: u32, pool: usize) -> Plan {
+        Plan {
+            lanes: (0..lanes)
+                .map(|l| Lane {
+                    lane: l,
+                    trace: l as usize % pool,
+                    trace_id: format!("t{}", l as usize % pool),
+                    turns: 4,
+                    start_turn: 1,
+                    marker: format!("m{l}"),
+                })
+                .collect(),
+            pool: (0..pool).collect(),
+            delays: vec![vec![0.0; 4]; pool],
+            wrapped: (lanes as usize) > pool,
+        }
+    }
+
+    #[test]
+    fn shards_split_lanes_and_pool_without_sharing_a_trace() {
+        let p = plan(8, 20);
+        let parts: Vec<Plan> = (0..3).map(|i| p.shard(i, 3)).collect();
+        let mut lanes: Vec<u32> = parts
+            .iter()
+            .flat_map(|s| s.lanes.iter().map(|l| l.lane))
+            .collect();
+        lanes.sort_unstable();
+        assert_eq!(lanes, (0..8).collect::<Vec<_>>());
+        assert_eq!(
+            parts.iter().map(|s| s.lanes.len()).collect::<Vec<_>>(),
+            vec![3, 3, 2]
+        );
+        let mut pool: Vec<usize> = parts.iter().flat_map(|s| s.pool.clone()).collect();
+        pool.sort_unstable();
+        assert_eq!(
+            pool,
+            (0..20).collect::<Vec<_>>(),
+            "every trace in exactly one shard"
+        );
+        for s in &parts {
+            // A shard's lanes start on traces of its own pool, and it holds more traces than lanes.
+            assert!(s.lanes.iter().all(|l| s.pool.contains(&l.trace)));
+            assert!(s.pool.len() > s.lanes.len(), "{:?}", s.pool);
+        }
+        // One shard is the whole plan.
+        let one = p.shard(0, 1);
+        assert_eq!(one.pool, p.pool);
+        assert_eq!(one.lanes.len(), 8);
     }
 }

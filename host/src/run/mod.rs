@@ -6,6 +6,9 @@
 //! handle stops it as Ctrl-C would. The CLI, sweeps ([`sweep`]) and tests call it; it prints nothing
 //! but logs.
 
+pub mod merge;
+pub mod rendezvous;
+pub mod shard;
 pub mod sweep;
 
 use std::path::{Path, PathBuf};
@@ -74,6 +77,8 @@ pub struct RunConfig {
     pub progress: bool,
     /// Ctrl-C and SIGTERM act on this run (as [`Cancel::interrupt`] does).
     pub signals: bool,
+    /// This process's part of a sharded run (`None`: the whole run in one process).
+    pub shard: Option<shard::ShardConfig>,
 }
 
 /// Stops a run from another thread: the first [`Cancel::interrupt`] lets in-flight requests drain
@@ -503,9 +508,79 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         }
     }
     let ds: &'static Dataset = Box::leak(Box::new(ds));
+
+    // A sharded run meets the other shards before planning: they must agree on what pins the plan,
+    // and shard 0's run id and seed become everyone's.
+    let mut rt = None;
+    let mut joined = None;
+    let mut seed = seed;
+    let mut run_id = cfg.run_id.clone();
+    if let (Some(sh), false) = (&cfg.shard, cfg.dry_run) {
+        if conc < sh.count {
+            bail!(
+                "{} shards for --concurrency {conc}: every shard needs at least one lane; use at most {conc} shards",
+                sh.count
+            );
+        }
+        let runtime = runtime()?;
+        let hello = rendezvous::Hello {
+            index: sh.index,
+            count: sh.count,
+            run_id: run_id.clone(),
+            seed,
+            seed_drawn: resolved.seed_drawn,
+            scenario_sha256: sc.hash().to_string(),
+            dataset_key: dataset_key.clone(),
+            concurrency: conc,
+            settings: resolved
+                .settings
+                .iter()
+                .filter(|s| s.name != "random-seed")
+                .map(|s| (s.name.clone(), value_json(&s.value)))
+                .collect(),
+            failed_request_threshold: cfg.failed_request_threshold,
+            host: host_name(),
+        };
+        let coordinator = if sh.index == 0 {
+            let addr = std::net::SocketAddr::from(([0, 0, 0, 0], sh.port));
+            Some(runtime.block_on(rendezvous::Coordinator::start(
+                addr,
+                hello.clone(),
+                sh.timeout,
+            ))?)
+        } else {
+            None
+        };
+        // Shard 0 reaches its own coordinator over loopback.
+        let target = if sh.index == 0 {
+            format!("127.0.0.1:{}", sh.port)
+        } else {
+            sh.coordinator.clone()
+        };
+        tracing::info!(
+            shard = sh.index,
+            shards = sh.count,
+            coordinator = %target,
+            source = sh.source,
+            "rendezvous: joining"
+        );
+        let member = runtime.block_on(rendezvous::Member::join(&target, &hello, sh.timeout))?;
+        tracing::info!(
+            run_id = %member.run_id,
+            seed = member.seed,
+            clock_offset_ms = member.clock_offset_ns as f64 / 1e6,
+            rtt_ms = member.clock_rtt_ns as f64 / 1e6,
+            joined_s = member.joined_in.as_secs_f64(),
+            "rendezvous: joined"
+        );
+        seed = member.seed;
+        run_id = Some(member.run_id.clone());
+        rt = Some(runtime);
+        joined = Some((member, coordinator));
+    }
     let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::for_counter(seed, &counter)));
 
-    let run_id = cfg.run_id.clone().unwrap_or_else(fresh_id);
+    let run_id = run_id.unwrap_or_else(fresh_id);
     let params = PlanParams {
         concurrency: conc,
         start: StartParams {
@@ -521,7 +596,11 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         mode: rp.mode,
         run_id: run_id.clone(),
     };
-    let mut plan = Plan::build(ds, &mut inst, &params)?;
+    let full_plan = Plan::build(ds, &mut inst, &params)?;
+    let mut plan = match &cfg.shard {
+        Some(sh) => full_plan.shard(sh.index, sh.count),
+        None => full_plan.clone(),
+    };
     if ignore_delays {
         plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
     }
@@ -533,7 +612,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     }
 
     if cfg.dry_run {
-        let json = json!({
+        let mut json = json!({
             "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash()},
             "run_id": run_id,
             "seed": seed,
@@ -541,6 +620,9 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             "dataset": {"traces": ds.len(), "usable": plan.pool.len(), "cache_key": dataset_key},
             "lanes": plan.lanes,
         });
+        if let Some(sh) = &cfg.shard {
+            json["shard"] = json!({"index": sh.index, "count": sh.count, "pool": plan.pool.len()});
+        }
         let mut table = plan.table();
         for l in &plan.lanes {
             table.push_str(&format!("\nlane {:>4} marker {:?}", l.lane, l.marker));
@@ -554,7 +636,11 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     }
     tracing::info!("plan:\n{}", plan.table());
 
-    let out_dir = &cfg.output_artifact_dir;
+    let shard_dir = cfg
+        .shard
+        .as_ref()
+        .map(|sh| cfg.output_artifact_dir.join(shard_dir_name(sh.index)));
+    let out_dir = shard_dir.as_ref().unwrap_or(&cfg.output_artifact_dir);
     // The artifact directory, opened once: every file of the run is written beneath it.
     let art = crate::fsio::Root::create(out_dir).with_context(|| {
         format!(
@@ -575,6 +661,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
         "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
         "not_acted_on": rp.not_acted_on,
+        "resolve_invalid_reasons": resolved.invalid_reasons,
+        "slice_duration": cfg.slice_duration,
         "http": {
             "correlation_header": rp.client.routing.correlation.as_str(),
             "session_headers": rp.client.routing.names(),
@@ -591,6 +679,20 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "started_unix_ns": started_unix,
         "ended_unix_ns": null,
     });
+    if let (Some(sh), Some((m, _))) = (&cfg.shard, &joined) {
+        manifest["shard"] = json!({
+            "index": sh.index,
+            "count": sh.count,
+            "source": sh.source,
+            "coordinator": sh.coordinator,
+            "host": host_name(),
+            "lanes": plan.lanes.iter().map(|l| l.lane).collect::<Vec<_>>(),
+            "pool": plan.pool.len(),
+            "clock_offset_ns": m.clock_offset_ns,
+            "clock_rtt_ns": m.clock_rtt_ns,
+            "rendezvous_s": m.joined_in.as_secs_f64(),
+        });
+    }
     let manifest_path = out_dir.join(MANIFEST_FILE);
     let write_manifest = |m: &serde_json::Value| {
         art.write_atomic(MANIFEST_FILE, serde_json::to_string_pretty(m)?.as_bytes())
@@ -598,10 +700,10 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     };
     write_manifest(&manifest)?;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = match rt {
+        Some(rt) => rt,
+        None => runtime()?,
+    };
     let sim = if rp.demo {
         let preset: crate::sim::Preset = cfg
             .sim_preset
@@ -672,7 +774,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "replay starting"
     );
     // Server metrics: scraped from the start of warmup to after the end, exported over profiling.
-    let scraper = if cfg.no_server_metrics {
+    // In a sharded run only shard 0 scrapes: the servers are the same for all.
+    let scraper = if cfg.no_server_metrics || cfg.shard.as_ref().is_some_and(|s| s.index != 0) {
         None
     } else {
         let mut urls = vec![crate::client::scrape::metrics_url(&ccfg.url)?];
@@ -721,6 +824,23 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         });
         f
     });
+    // A sharded run: say this shard is ready, and start warmup when every shard is.
+    let mut finish = None;
+    let mut coordinator = None;
+    let link = match joined {
+        Some((mut member, coord)) => {
+            let sh = cfg.shard.as_ref().expect("joined only when sharded");
+            rt.block_on(member.ready(sh.timeout))?;
+            let (link, fin) = {
+                let _g = rt.enter();
+                member.link(sh.index, sh.count)
+            };
+            finish = Some(fin);
+            coordinator = coord;
+            Some(link)
+        }
+        None => None,
+    };
     let (outcome, scrape_log) = rt.block_on(async {
         if cfg.signals {
             tokio::spawn(forward_signals(cancel.clone()));
@@ -741,6 +861,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
                 progress: cfg.progress,
                 srv_row,
                 on_profiling: None,
+                shard: link,
             },
         )
         .await;
@@ -757,7 +878,6 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         };
         (outcome, log)
     });
-    drop(rt);
     drop(sim);
     let written = sink.close()?;
     let records_path = out_dir.join(crate::record::RECORDS_FILE);
@@ -777,6 +897,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     })?;
     let reasons = scenario::check::invalid_reasons(reasons, &resolved.invalid_reasons);
     manifest["ended_unix_ns"] = json!(clock.unix_ns(clock.now_ns()));
+    manifest["profiling_ns"] = json!(outcome.profiling_ns.map(|(a, b)| [a, b]));
+    manifest["stop"] = json!(outcome.stop.as_str());
     write_manifest(&manifest)?;
     let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
     let summary = Summary::of(&records);
@@ -825,32 +947,16 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         seed: Some(seed),
         profiling_duration_ns: Some(duration.as_nanos() as u64),
         prefix_stamps: prefix_stamps(ds, &records),
-        dataset: ds.alias().map(|alias| {
-            let mut d = json!({
-                "source_type": "public_dataset",
-                "loader": alias.name,
-                "hf_dataset_name": alias.repo,
-                "hf_split": "train",
-            });
-            if let Some(n) = cfg.num_dataset_entries {
-                d["num_dataset_entries"] = json!(n);
-            }
-            d
-        }),
+        dataset: ds
+            .alias()
+            .map(|alias| alias_dataset_json(alias, cfg.num_dataset_entries)),
     };
     let mut files = vec![
         records_path.clone(),
         out_dir.join(MANIFEST_FILE),
         summary_path.clone(),
     ];
-    let mut export_failed = false;
-    match crate::export::aiperf::write_all(&art, &records, &info, cfg.slice_duration) {
-        Ok(f) => files.extend(f),
-        Err(e) => {
-            export_failed = true;
-            tracing::error!("{e}");
-        }
-    }
+    let mut server = None;
     if let Some(log) = &scrape_log {
         if let Some((k, prefix)) = &rp.required_metric_prefix {
             // InferenceX recipes name the engine's metric prefix (`vllm:`, `sglang:`, `atom:`): an
@@ -875,21 +981,55 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             benchmark_id: Some(run_id.clone()),
             input_config,
         };
-        match crate::export::server_metrics::write_with(&art, log, (p0, p1), &meta) {
-            Ok(f) => files.extend(f),
-            Err(e) => {
-                export_failed = true;
-                tracing::error!("{e}");
+        server = Some((log, meta));
+    }
+    let (written_files, mut export_failed) = write_exports(
+        &art,
+        &records,
+        &info,
+        cfg.slice_duration,
+        server.as_ref().map(|(log, meta)| (*log, meta)),
+    );
+    files.extend(written_files);
+    // A sharded run: this shard is done; shard 0 waits for the others and merges.
+    if let (Some(fin), Some(sh)) = (finish, &cfg.shard) {
+        let wait = sh.timeout.max(Duration::from_secs(600));
+        if let Err(e) = rt.block_on(fin.done(wait)) {
+            tracing::error!("rendezvous: {e:#}");
+        }
+        if let Some(c) = coordinator {
+            match rt.block_on(c.finish(wait)) {
+                Ok(report) => {
+                    if !report.lost.is_empty() {
+                        tracing::error!(lost = ?report.lost, "rendezvous: shards were lost before they were done");
+                    }
+                    manifest["shard"]["rendezvous"] = json!(report);
+                    write_manifest(&manifest)?;
+                }
+                Err(e) => tracing::error!("rendezvous: {e:#}"),
+            }
+            if let Some(into) = &sh.merge_into {
+                let dirs: Vec<PathBuf> = (0..sh.count)
+                    .map(|i| cfg.output_artifact_dir.join(shard_dir_name(i)))
+                    .collect();
+                match merge::merge(&dirs, into, &cfg.home) {
+                    Ok(m) => {
+                        tracing::info!(
+                            dir = %into.display(),
+                            records = m.records,
+                            secs = m.took.as_secs_f64(),
+                            "merged {} shards",
+                            dirs.len()
+                        );
+                        files.extend(m.files);
+                    }
+                    Err(e) => {
+                        export_failed = true;
+                        tracing::error!("--merge-into {}: {e:#}", into.display());
+                    }
+                }
             }
         }
-    }
-    if !records.is_empty() {
-        match crate::export::plot::plot_into(out_dir, &art, crate::export::plot::PLOT_FILE.as_ref())
-        {
-            Ok(p) => files.push(p),
-            Err(e) => tracing::warn!("no plot: {e}"),
-        }
-        files.extend(crate::export::html::write_after_run(&art));
     }
     let code = if export_failed {
         2
@@ -911,6 +1051,93 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         records_written: written,
         dry_run: None,
     })
+}
+
+/// The name of shard `i`'s directory under a sharded run's `--output-artifact-dir`.
+pub fn shard_dir_name(i: u32) -> String {
+    format!("shard-{i}")
+}
+
+/// A multi-thread runtime with every driver.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// This machine's host name, for messages and manifests.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The aiperf `metadata.dataset` block of a named corpus.
+fn alias_dataset_json(
+    alias: &crate::dataset::alias::Alias,
+    entries: Option<usize>,
+) -> serde_json::Value {
+    let mut d = json!({
+        "source_type": "public_dataset",
+        "loader": alias.name,
+        "hf_dataset_name": alias.repo,
+        "hf_split": "train",
+    });
+    if let Some(n) = entries {
+        d["num_dataset_entries"] = json!(n);
+    }
+    d
+}
+
+/// The exports of a finished run, or of a merge of shards, beside its records: the aiperf files,
+/// the server metrics (from the scrape log when there is one), the plot and report.html. Each
+/// failure is logged and none loses the records; returns the files written and whether an export
+/// the pipelines read could not be written.
+pub(crate) fn write_exports(
+    art: &crate::fsio::Root,
+    records: &[crate::record::RequestRecord],
+    info: &crate::export::aiperf::RunInfo,
+    slice_duration: Option<f64>,
+    server: Option<(
+        &crate::metrics::scrape_log::ScrapeLog,
+        &crate::export::server_metrics::ExportMeta,
+    )>,
+) -> (Vec<PathBuf>, bool) {
+    let mut files = Vec::new();
+    let mut failed = false;
+    match crate::export::aiperf::write_all(art, records, info, slice_duration) {
+        Ok(f) => files.extend(f),
+        Err(e) => {
+            failed = true;
+            tracing::error!("{e}");
+        }
+    }
+    if let Some((log, meta)) = server {
+        let window = (info.profiling_start_ns, info.profiling_end_ns);
+        match crate::export::server_metrics::write_with(art, log, window, meta) {
+            Ok(f) => files.extend(f),
+            Err(e) => {
+                failed = true;
+                tracing::error!("{e}");
+            }
+        }
+    }
+    if !records.is_empty() {
+        match crate::export::plot::plot_into(
+            art.path(),
+            art,
+            crate::export::plot::PLOT_FILE.as_ref(),
+        ) {
+            Ok(p) => files.push(p),
+            Err(e) => tracing::warn!("no plot: {e}"),
+        }
+        files.extend(crate::export::html::write_after_run(art));
+    }
+    (files, failed)
 }
 
 /// The dataset as the manifest and the run summary name it (`num_dataset_entries` when given).

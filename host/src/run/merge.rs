@@ -1,0 +1,445 @@
+//! `agentx-host merge`: the shards of a sharded run made into one artifact directory that reads
+//! exactly like a run in one process: the records on one timeline, the manifest (listing the
+//! shards and the clock skew measured at the rendezvous), the run summary with the validity decided
+//! by the scenario over all shards' counts, the aiperf exports, shard 0's server metrics, the plot
+//! and report.html.
+//!
+//! The timeline: each shard recorded its clock's wall-clock anchor and its offset from the
+//! coordinator's clock; a shard's records move by `(anchor + offset) - earliest`, so every time is
+//! an offset from the earliest shard's corrected anchor.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::{json, Value};
+
+use crate::record::{read_records, Phase, RequestRecord, RECORDS_FILE};
+
+use super::MANIFEST_FILE;
+
+/// What a merge wrote.
+#[derive(Debug)]
+pub struct Merged {
+    pub dir: PathBuf,
+    pub files: Vec<PathBuf>,
+    pub records: usize,
+    /// The largest difference between two shards' clock offsets, ns.
+    pub clock_skew_ns: i64,
+    pub took: Duration,
+    pub submission_invalid_reasons: Vec<String>,
+}
+
+/// One shard directory, read.
+struct Shard {
+    dir: PathBuf,
+    manifest: Value,
+    summary: Value,
+    index: u32,
+    count: u32,
+    /// Corrected anchor: wall-clock anchor plus the offset to the coordinator's clock.
+    anchor: i128,
+    records: Vec<RequestRecord>,
+}
+
+fn read_json(path: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read {}; is this a shard directory of a finished sharded run?",
+            path.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+fn read_shard(dir: &Path) -> anyhow::Result<Shard> {
+    let manifest = read_json(&dir.join(MANIFEST_FILE))?;
+    let sh = &manifest["shard"];
+    let (Some(index), Some(count)) = (sh["index"].as_u64(), sh["count"].as_u64()) else {
+        bail!(
+            "{} is not a shard's manifest (no \"shard\" block): merge takes the shard-<I> directories of a run made with --shard / SLURM / --shards",
+            dir.join(MANIFEST_FILE).display()
+        );
+    };
+    if manifest["ended_unix_ns"].is_null() {
+        bail!(
+            "{}: the shard has not finished (its manifest has no end time); merge it when every shard is done",
+            dir.display()
+        );
+    }
+    let summary = read_json(&dir.join("run_summary.json"))?;
+    let started = manifest["started_unix_ns"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("{}: no started_unix_ns", dir.join(MANIFEST_FILE).display()))?;
+    let offset = sh["clock_offset_ns"].as_i64().unwrap_or(0);
+    let records = read_records(&dir.join(RECORDS_FILE)).map_err(|e| anyhow!("{e}"))?;
+    Ok(Shard {
+        dir: dir.to_owned(),
+        summary,
+        index: index as u32,
+        count: count as u32,
+        anchor: i128::from(started) + i128::from(offset),
+        records,
+        manifest,
+    })
+}
+
+/// The field of a manifest that must be the same in every shard.
+fn same(shards: &[Shard], what: &str, get: impl Fn(&Value) -> &Value) -> anyhow::Result<()> {
+    let first = get(&shards[0].manifest);
+    for s in &shards[1..] {
+        let v = get(&s.manifest);
+        if v != first {
+            bail!(
+                "{} and {} are shards of different runs: {what} {} against {}",
+                shards[0].dir.display(),
+                s.dir.display(),
+                first,
+                v
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Merges the shard directories `dirs` into `out` (created; files in it are replaced). `home` is
+/// the agentx cache directory, where the scenario component is found to decide validity.
+pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged> {
+    let t0 = Instant::now();
+    if dirs.is_empty() {
+        bail!("merge needs the shard directories: agentx-host merge DIR/shard-0 DIR/shard-1 ... -o DIR/merged");
+    }
+    let mut shards = dirs
+        .iter()
+        .map(|d| read_shard(d))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    shards.sort_by_key(|s| s.index);
+    same(&shards, "run id", |m| &m["run_id"])?;
+    same(&shards, "scenario", |m| &m["scenario"]["sha256"])?;
+    same(&shards, "dataset", |m| &m["dataset"]["cache_key"])?;
+    same(&shards, "seed", |m| &m["seed"])?;
+    same(&shards, "shard count", |m| &m["shard"]["count"])?;
+    let count = shards[0].count;
+    let have: Vec<u32> = shards.iter().map(|s| s.index).collect();
+    if let Some(w) = have.windows(2).find(|w| w[0] == w[1]) {
+        bail!("shard {} is given twice", w[0]);
+    }
+    let missing: Vec<String> = (0..count)
+        .filter(|i| !have.contains(i))
+        .map(|i| i.to_string())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "the run has {count} shards but shards {} are missing; pass every shard-<I> directory",
+            missing.join(", ")
+        );
+    }
+    if out.exists() && dirs.iter().any(|d| same_dir(d, out)) {
+        bail!("-o {} is one of the shard directories", out.display());
+    }
+
+    // One timeline.
+    let anchor = shards.iter().map(|s| s.anchor).min().unwrap_or(0);
+    let mut records = Vec::new();
+    let mut window: Option<(u64, u64)> = None;
+    let mut shard_rows = Vec::new();
+    let offsets: Vec<i64> = shards
+        .iter()
+        .map(|s| s.manifest["shard"]["clock_offset_ns"].as_i64().unwrap_or(0))
+        .collect();
+    let clock_skew_ns = offsets.iter().max().unwrap_or(&0) - offsets.iter().min().unwrap_or(&0);
+    let mut stops = Vec::new();
+    for s in &mut shards {
+        let delta = (s.anchor - anchor) as u64;
+        for r in &mut s.records {
+            r.intended_ns += delta;
+            r.send_ns += delta;
+            r.end_ns += delta;
+            r.first_byte_ns = r.first_byte_ns.map(|x| x + delta);
+            r.first_token_ns = r.first_token_ns.map(|x| x + delta);
+        }
+        if let Some([a, b]) = s.manifest["profiling_ns"]
+            .as_array()
+            .and_then(|v| Some([v.first()?.as_u64()?, v.get(1)?.as_u64()?]))
+        {
+            let (a, b) = (a + delta, b + delta);
+            window = Some(window.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+        }
+        let stop = s.summary["stop"]
+            .as_str()
+            .unwrap_or("completed")
+            .to_string();
+        shard_rows.push(json!({
+            "index": s.index,
+            "dir": s.dir,
+            "host": s.manifest["shard"]["host"],
+            "lanes": s.manifest["shard"]["lanes"],
+            "records": s.records.len(),
+            "stop": stop,
+            "clock_offset_ns": s.manifest["shard"]["clock_offset_ns"],
+            "clock_rtt_ns": s.manifest["shard"]["clock_rtt_ns"],
+            "started_unix_ns": s.manifest["started_unix_ns"],
+            "shift_ns": delta,
+            "profiling_ns": s.manifest["profiling_ns"],
+        }));
+        stops.push((stop, s.summary["message"].as_str().map(str::to_owned)));
+        records.append(&mut s.records);
+    }
+    records.sort_by(|a, b| {
+        a.end_ns
+            .cmp(&b.end_ns)
+            .then_with(|| a.request_id.cmp(&b.request_id))
+    });
+    let (p0, p1) = window.unwrap_or((0, 0));
+
+    // The manifest: shard 0's, with the whole plan and the shards.
+    let m0 = &shards[0].manifest;
+    let mut manifest = m0.clone();
+    let mut lanes: Vec<Value> = shards
+        .iter()
+        .filter_map(|s| s.manifest["lanes"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    lanes.sort_by_key(|l| l["lane"].as_u64().unwrap_or(0));
+    manifest["lanes"] = json!(lanes);
+    if let Some(o) = manifest.as_object_mut() {
+        o.remove("shard");
+    }
+    manifest["shards"] = json!(shard_rows);
+    manifest["clock_skew_ns"] = json!(clock_skew_ns);
+    manifest["started_unix_ns"] = json!(anchor as u64);
+    manifest["ended_unix_ns"] = json!(shards
+        .iter()
+        .filter_map(|s| s.manifest["ended_unix_ns"].as_u64())
+        .max());
+    manifest["profiling_ns"] = json!(window.map(|(a, b)| [a, b]));
+    manifest["merged_unix_ns"] = json!(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0));
+    let stop = stops
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .find(|s| *s != "completed")
+        .unwrap_or("completed")
+        .to_string();
+    manifest["stop"] = json!(stop);
+    let message: Vec<String> = stops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, m))| m.as_ref().map(|m| format!("shard {i}: {m}")))
+        .collect();
+    let cancelled = stop != "completed";
+
+    // Validity over all shards' counts, decided by the scenario component itself.
+    let reasons = validity(&shards, &records, cancelled, home).unwrap_or_else(|e| {
+        tracing::warn!("the scenario component is not at hand ({e:#}); the merged run keeps every shard's invalid reasons");
+        let mut all: Vec<String> = Vec::new();
+        for s in &shards {
+            for r in s.summary["submission_invalid_reasons"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                if !all.iter().any(|x| x == r) {
+                    all.push(r.to_string());
+                }
+            }
+        }
+        all
+    });
+
+    let art = crate::fsio::Root::create(out)
+        .with_context(|| format!("cannot create the merge directory {} (-o)", out.display()))?;
+    let mut files = Vec::new();
+    let put = |name: &str, data: &[u8]| {
+        art.write_atomic(name, data)
+            .with_context(|| format!("cannot write {}", art.join(name).display()))
+    };
+    let mut jsonl = Vec::with_capacity(records.len() * 512);
+    for r in &records {
+        serde_json::to_writer(&mut jsonl, r)?;
+        jsonl.push(b'\n');
+    }
+    files.push(put(RECORDS_FILE, &jsonl)?);
+    files.push(put(
+        MANIFEST_FILE,
+        serde_json::to_string_pretty(&manifest)?.as_bytes(),
+    )?);
+    let summary = crate::metrics::Summary::of(&records);
+    let mut doc = shards[0].summary.clone();
+    doc["stop"] = json!(stop);
+    doc["message"] = if message.is_empty() {
+        Value::Null
+    } else {
+        json!(message.join("; "))
+    };
+    doc["records"] = json!(records.len());
+    doc["summary"] = json!(summary);
+    doc["submission_valid"] = json!(reasons.is_empty());
+    doc["submission_invalid_reasons"] = json!(reasons);
+    doc["started_unix_ns"] = json!(anchor as u64);
+    doc["shards"] = json!(count);
+    files.push(put(
+        "run_summary.json",
+        serde_json::to_string_pretty(&doc)?.as_bytes(),
+    )?);
+    // Shard 0 scraped the servers for the whole run; its files hold the server's view.
+    for name in [
+        crate::export::server_metrics::JSON_FILE,
+        crate::export::server_metrics::CSV_FILE,
+    ] {
+        if let Ok(bytes) = std::fs::read(shards[0].dir.join(name)) {
+            files.push(put(name, &bytes)?);
+        }
+    }
+    let info = crate::export::aiperf::RunInfo {
+        benchmark_id: m0["run_id"].as_str().unwrap_or_default().to_string(),
+        anchor_unix_ns: anchor as u64,
+        profiling_start_ns: p0,
+        profiling_end_ns: p1,
+        scenario_name: m0["scenario"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        scenario_version: m0["scenario"]["version"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        scenario_sha256: m0["scenario"]["sha256"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        submission_valid: reasons.is_empty(),
+        submission_invalid_reasons: reasons.clone(),
+        was_cancelled: cancelled,
+        input_config: m0["resolved_settings"].clone(),
+        seed: m0["seed"].as_u64(),
+        profiling_duration_ns: m0["benchmark_duration_s"]
+            .as_f64()
+            .map(|s| (s * 1e9) as u64),
+        prefix_stamps: stamps(m0, &records),
+        dataset: m0["dataset"]["alias"]
+            .as_str()
+            .and_then(crate::dataset::alias::lookup)
+            .map(|a| {
+                super::alias_dataset_json(
+                    a,
+                    m0["dataset"]["num_dataset_entries"]
+                        .as_u64()
+                        .map(|n| n as usize),
+                )
+            }),
+    };
+    let slice = m0["slice_duration"].as_f64();
+    let (written, failed) = super::write_exports(&art, &records, &info, slice, None);
+    files.extend(written);
+    if failed {
+        bail!(
+            "some exports of the merged run could not be written into {} (see the errors above); the merged records are in {}",
+            out.display(),
+            art.join(RECORDS_FILE).display()
+        );
+    }
+    Ok(Merged {
+        dir: out.to_owned(),
+        files,
+        records: records.len(),
+        clock_skew_ns,
+        took: t0.elapsed(),
+        submission_invalid_reasons: reasons,
+    })
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// The theoretical prefix-cache stamps of the replayed traces, from the corpus the manifest names
+/// (empty, with a note, when it is not at hand).
+fn stamps(
+    m: &Value,
+    records: &[RequestRecord],
+) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+    let Some(src) = m["dataset"]["source"].as_str() else {
+        return Default::default();
+    };
+    match crate::dataset::Dataset::open_path(Path::new(src), &Default::default()) {
+        Ok(ds) => super::prefix_stamps(&ds, records),
+        Err(e) => {
+            tracing::warn!(
+                "{src}: {e}; the merged export has no theoretical prefix-cache hit rate"
+            );
+            Default::default()
+        }
+    }
+}
+
+/// The scenario's verdict on the merged counts (warmup responses count in the overflow rate, as
+/// in a run), plus the reasons `resolve` gave before the run.
+fn validity(
+    shards: &[Shard],
+    records: &[RequestRecord],
+    cancelled: bool,
+    home: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let m = &shards[0].manifest;
+    let sha = m["scenario"]["sha256"]
+        .as_str()
+        .ok_or_else(|| anyhow!("the manifest names no scenario sha256"))?;
+    let source = m["scenario"]["source"].as_str().unwrap_or_default();
+    let sc = if source.starts_with("builtin:") {
+        super::load(None, home)?
+    } else if Path::new(source).is_file() {
+        super::load(Some(&format!("{source}@sha256:{sha}")), home)?
+    } else {
+        super::load(Some(&format!("sha256:{sha}")), home)?
+    };
+    if sc.hash() != sha {
+        bail!(
+            "the scenario at hand is sha256:{} but the run used sha256:{sha}",
+            sc.hash()
+        );
+    }
+    let setting = |name: &str| {
+        m["resolved_settings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == name)
+            .map(|s| s["value"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let (mut total, mut overflows, mut failed) = (0u64, 0u64, 0u64);
+    for r in records {
+        total += 1;
+        if r.context_overflow {
+            overflows += 1;
+        } else if r.phase == Phase::Profiling && !r.cancelled && r.error.is_some() {
+            failed += 1;
+        }
+    }
+    let mut inst = sc.instantiate()?;
+    let reasons = inst.validity(crate::scenario::types::Outcome {
+        total_responses: total,
+        context_overflows: overflows,
+        failed,
+        cancelled,
+        unsafe_override: setting("unsafe-override").as_bool().unwrap_or(false),
+        overflow_rate_limit: setting("context-overflow-rate-limit")
+            .as_f64()
+            .unwrap_or(0.01),
+    })?;
+    let resolved: Vec<String> = m["resolve_invalid_reasons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    Ok(crate::scenario::check::invalid_reasons(reasons, &resolved))
+}

@@ -1,0 +1,805 @@
+//! The rendezvous of a sharded run: shard 0 listens, every shard (shard 0 too, over loopback)
+//! connects, and one JSON line per message keeps the phases global.
+//!
+//! 1. `hello`: each shard sends what pins its plan (scenario sha256, dataset key, seed, run id,
+//!    concurrency, resolved settings, threshold). The coordinator compares every hello with shard
+//!    0's and refuses the run, naming what differs, when one disagrees; a shard index out of range,
+//!    twice, or a different shard count is refused too.
+//! 2. `ping`/`pong`: each shard measures its wall-clock offset from the coordinator (the sample with
+//!    the shortest round trip), kept in its manifest so a merge puts all records on one timeline.
+//! 3. `welcome` (run id and seed: shard 0's, so a drawn seed is drawn once), `ready` when a shard
+//!    has planned, `go` when all have: every shard starts its warmup together.
+//! 4. `warmup` from each shard; `profile` when every warmup returned, else `stop` to all.
+//! 5. During profiling each shard's `tally` feeds the failed-request threshold over all shards; a
+//!    `stop` from one shard (interrupt) or the threshold goes to all.
+//! 6. `done` when a shard wrote its files; `bye` to all when every shard is done (or lost). A shard
+//!    whose connection drops before `done` stops the others.
+//!
+//! No request goes through here: each shard owns its lanes outright.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::replay::{ShardLink, StopReason, Tally};
+
+/// The coordinator's port unless `--coordinator-port` / `AGENTX_COORDINATOR_PORT` says otherwise.
+pub const DEFAULT_PORT: u16 = 29517;
+
+/// What pins a shard's plan; every shard's must agree with shard 0's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Hello {
+    pub index: u32,
+    pub count: u32,
+    /// `--run-id` (or one derived from the scheduler's job id); `None`: shard 0 mints one.
+    pub run_id: Option<String>,
+    pub seed: u64,
+    /// The seed was drawn, not given: shard 0's is used by all.
+    pub seed_drawn: bool,
+    pub scenario_sha256: String,
+    pub dataset_key: String,
+    pub concurrency: u32,
+    /// The scenario's resolved settings (name and value), the seed excepted.
+    pub settings: BTreeMap<String, serde_json::Value>,
+    pub failed_request_threshold: Option<f64>,
+    pub host: String,
+}
+
+impl Hello {
+    /// What differs between this hello and the reference (shard 0's), one item per field.
+    pub fn differences(&self, reference: &Hello) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.count != reference.count {
+            out.push(format!(
+                "shard count {} (shard 0 has {})",
+                self.count, reference.count
+            ));
+        }
+        if self.scenario_sha256 != reference.scenario_sha256 {
+            out.push(format!(
+                "scenario sha256:{} (shard 0 has sha256:{})",
+                self.scenario_sha256, reference.scenario_sha256
+            ));
+        }
+        if self.dataset_key != reference.dataset_key {
+            out.push(format!(
+                "dataset digest {} (shard 0 has {})",
+                self.dataset_key, reference.dataset_key
+            ));
+        }
+        if self.run_id != reference.run_id {
+            out.push(format!(
+                "run id {:?} (shard 0 has {:?})",
+                self.run_id, reference.run_id
+            ));
+        }
+        match (self.seed_drawn, reference.seed_drawn) {
+            (false, false) if self.seed != reference.seed => out.push(format!(
+                "--random-seed {} (shard 0 has {})",
+                self.seed, reference.seed
+            )),
+            (false, true) => out.push(format!("--random-seed {} (shard 0 has none)", self.seed)),
+            (true, false) => out.push(format!("no --random-seed (shard 0 has {})", reference.seed)),
+            _ => {}
+        }
+        if self.concurrency != reference.concurrency {
+            out.push(format!(
+                "--concurrency {} (shard 0 has {})",
+                self.concurrency, reference.concurrency
+            ));
+        }
+        if self.failed_request_threshold != reference.failed_request_threshold {
+            out.push(format!(
+                "--failed-request-threshold {:?} (shard 0 has {:?})",
+                self.failed_request_threshold, reference.failed_request_threshold
+            ));
+        }
+        let names: std::collections::BTreeSet<&String> = self
+            .settings
+            .keys()
+            .chain(reference.settings.keys())
+            .collect();
+        for n in names {
+            let (a, b) = (self.settings.get(n), reference.settings.get(n));
+            if a != b {
+                let show =
+                    |v: Option<&serde_json::Value>| v.map_or("unset".into(), |v| v.to_string());
+                out.push(format!("--{n} {} (shard 0 has {})", show(a), show(b)));
+            }
+        }
+        out
+    }
+}
+
+/// One line of the protocol.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum Msg {
+    Hello(Box<Hello>),
+    Ping {
+        t1: u64,
+    },
+    Pong {
+        t1: u64,
+        t2: u64,
+    },
+    Welcome {
+        run_id: String,
+        seed: u64,
+    },
+    Refuse {
+        message: String,
+    },
+    Ready,
+    Go,
+    Warmup {
+        ok: bool,
+        message: Option<String>,
+    },
+    Profile,
+    Tally {
+        requests: u64,
+        failed: u64,
+        overflows: u64,
+        cancelled: u64,
+    },
+    Stop {
+        reason: String,
+        message: String,
+    },
+    Done,
+    Bye,
+}
+
+fn reason_str(r: StopReason) -> &'static str {
+    r.as_str()
+}
+
+fn reason_of(s: &str) -> StopReason {
+    match s {
+        "failed_request_threshold_exceeded" => StopReason::ThresholdExceeded,
+        "warmup_failed" => StopReason::WarmupFailed,
+        _ => StopReason::Interrupted,
+    }
+}
+
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+async fn send(w: &mut OwnedWriteHalf, m: &Msg) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(m).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line).await
+}
+
+/// Reads the next message; `Ok(None)` at the end of the stream.
+async fn recv(r: &mut BufReader<OwnedReadHalf>) -> anyhow::Result<Option<Msg>> {
+    let mut line = String::new();
+    if r.read_line(&mut line).await? == 0 {
+        return Ok(None);
+    }
+    let m = serde_json::from_str(line.trim_end())
+        .map_err(|e| anyhow!("a rendezvous message is not one this host speaks ({e}): {line:?}"))?;
+    Ok(Some(m))
+}
+
+// ---------------------------------------------------------------- coordinator (shard 0)
+
+/// What the coordinator saw, for shard 0's manifest.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CoordinatorReport {
+    /// Shards whose connection dropped before they were done.
+    pub lost: Vec<u32>,
+    /// Every shard's wall-clock offset from the coordinator and host, as the shards reported them.
+    pub shards: Vec<ShardSeen>,
+}
+
+/// One shard as the coordinator saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardSeen {
+    pub index: u32,
+    pub host: String,
+    pub peer: String,
+}
+
+/// Shard 0's listening coordinator.
+pub struct Coordinator {
+    task: tokio::task::JoinHandle<anyhow::Result<CoordinatorReport>>,
+}
+
+impl Coordinator {
+    /// Binds `addr` and serves the rendezvous of `reference.count` shards in the background;
+    /// `timeout` bounds the wait for every shard's hello and ready.
+    pub async fn start(
+        addr: SocketAddr,
+        reference: Hello,
+        timeout: Duration,
+    ) -> anyhow::Result<Coordinator> {
+        let listener = TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "shard 0 cannot listen on {addr} for the rendezvous; free the port or choose another with --coordinator-port"
+            )
+        })?;
+        tracing::info!(%addr, shards = reference.count, "rendezvous: listening");
+        let task = tokio::spawn(serve(listener, reference, timeout));
+        Ok(Coordinator { task })
+    }
+
+    /// Waits for the rendezvous to end (every shard done or lost).
+    pub async fn finish(self, timeout: Duration) -> anyhow::Result<CoordinatorReport> {
+        match tokio::time::timeout(timeout, self.task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(anyhow!("the rendezvous task failed: {e}")),
+            Err(_) => bail!(
+                "not every shard finished within {} s after shard 0 did",
+                timeout.as_secs()
+            ),
+        }
+    }
+}
+
+enum Event {
+    Msg(usize, Msg),
+    Closed(usize),
+}
+
+async fn serve(
+    listener: TcpListener,
+    reference: Hello,
+    timeout: Duration,
+) -> anyhow::Result<CoordinatorReport> {
+    let count = reference.count as usize;
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let mut out: Vec<mpsc::UnboundedSender<Msg>> = Vec::new();
+    let mut peers: Vec<String> = Vec::new();
+    // conn -> shard index, once its hello was accepted.
+    let mut index_of: Vec<Option<u32>> = Vec::new();
+    let mut hellos: BTreeMap<u32, Hello> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut refusal: Option<String> = None;
+
+    let spawn_conn = |stream: TcpStream,
+                      id: usize,
+                      ev_tx: mpsc::UnboundedSender<Event>|
+     -> mpsc::UnboundedSender<Msg> {
+        let _ = stream.set_nodelay(true);
+        let (r, mut w) = stream.into_split();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+        let pong_tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if send(&mut w, &m).await.is_err() {
+                    break;
+                }
+                if matches!(m, Msg::Bye | Msg::Refuse { .. }) {
+                    let _ = w.shutdown().await;
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let mut r = BufReader::new(r);
+            loop {
+                match recv(&mut r).await {
+                    Ok(Some(Msg::Ping { t1 })) => {
+                        let _ = pong_tx.send(Msg::Pong { t1, t2: wall_ns() });
+                    }
+                    Ok(Some(m)) => {
+                        let _ = ev_tx.send(Event::Msg(id, m));
+                    }
+                    Ok(None) | Err(_) => {
+                        let _ = ev_tx.send(Event::Closed(id));
+                        break;
+                    }
+                }
+            }
+        });
+        tx
+    };
+
+    // Phase 1: hellos.
+    while hellos.len() < count && refusal.is_none() {
+        tokio::select! {
+            a = listener.accept() => {
+                let (stream, peer) = a.context("rendezvous: accept failed")?;
+                let id = out.len();
+                out.push(spawn_conn(stream, id, ev_tx.clone()));
+                peers.push(peer.to_string());
+                index_of.push(None);
+            }
+            Some(ev) = ev_rx.recv() => match ev {
+                Event::Msg(id, Msg::Hello(h)) => {
+                    let h = *h;
+                    let mut why = Vec::new();
+                    if h.index >= reference.count || h.count != reference.count {
+                        why.push(format!(
+                            "shard {}/{} does not fit a run of {} shards (indices 0 to {})",
+                            h.index, h.count, reference.count, reference.count - 1
+                        ));
+                    } else if hellos.contains_key(&h.index) {
+                        why.push(format!("shard {} joined twice (check --shard / SLURM_PROCID / JOB_COMPLETION_INDEX)", h.index));
+                    } else {
+                        why.extend(h.differences(&reference));
+                    }
+                    if why.is_empty() {
+                        index_of[id] = Some(h.index);
+                        hellos.insert(h.index, h);
+                    } else {
+                        refusal = Some(format!(
+                            "shard {} on {} disagrees with shard 0 on the plan: {}",
+                            h.index, h.host, why.join("; ")
+                        ));
+                    }
+                }
+                Event::Msg(_, _) => {}
+                Event::Closed(id) => {
+                    if let Some(i) = index_of[id].take() {
+                        hellos.remove(&i);
+                        tracing::warn!("rendezvous: shard {i} left before every shard joined");
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                let missing: Vec<String> = (0..reference.count)
+                    .filter(|i| !hellos.contains_key(i))
+                    .map(|i| i.to_string())
+                    .collect();
+                refusal = Some(format!(
+                    "shards {} did not join within --rendezvous-timeout {} s",
+                    missing.join(", "),
+                    timeout.as_secs()
+                ));
+            }
+        }
+    }
+    if let Some(message) = refusal {
+        for tx in &out {
+            let _ = tx.send(Msg::Refuse {
+                message: message.clone(),
+            });
+        }
+        // Let the refusals go out before the task ends.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        bail!("{message}");
+    }
+    let run_id = reference.run_id.clone().unwrap_or_else(super::fresh_id);
+    let conn_of: BTreeMap<u32, usize> = index_of
+        .iter()
+        .enumerate()
+        .filter_map(|(c, i)| i.map(|i| (i, c)))
+        .collect();
+    let broadcast = |m: Msg| {
+        for c in conn_of.values() {
+            let _ = out[*c].send(m.clone());
+        }
+    };
+    broadcast(Msg::Welcome {
+        run_id: run_id.clone(),
+        seed: reference.seed,
+    });
+    tracing::info!(shards = count, run_id = %run_id, "rendezvous: every shard joined");
+
+    // Phases 2 to 4: ready, warmup, profiling, done.
+    let mut ready = 0usize;
+    let mut warm_ok = 0usize;
+    let mut warm_fail: Option<String> = None;
+    let mut warm_seen = 0usize;
+    let mut done = std::collections::BTreeSet::new();
+    let mut lost = Vec::new();
+    let mut tallies: BTreeMap<u32, (u64, u64, u64, u64)> = BTreeMap::new();
+    let mut stopped = false;
+    let floor = u64::from(reference.concurrency).max(10);
+    let ready_deadline = tokio::time::Instant::now() + timeout;
+    while done.len() + lost.len() < count {
+        let ev = if ready < count {
+            match tokio::time::timeout_at(ready_deadline, ev_rx.recv()).await {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(_) => {
+                    let message = format!(
+                        "not every shard planned within --rendezvous-timeout {} s",
+                        timeout.as_secs()
+                    );
+                    broadcast(Msg::Refuse {
+                        message: message.clone(),
+                    });
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    bail!("{message}");
+                }
+            }
+        } else {
+            match ev_rx.recv().await {
+                Some(ev) => ev,
+                None => break,
+            }
+        };
+        match ev {
+            Event::Msg(c, m) => {
+                let Some(i) = index_of.get(c).copied().flatten() else {
+                    continue;
+                };
+                match m {
+                    Msg::Ready => {
+                        ready += 1;
+                        if ready == count {
+                            broadcast(Msg::Go);
+                        }
+                    }
+                    Msg::Warmup { ok, message } => {
+                        warm_seen += 1;
+                        if ok {
+                            warm_ok += 1;
+                        } else if warm_fail.is_none() {
+                            warm_fail =
+                                Some(message.unwrap_or_else(|| format!("shard {i} failed")));
+                        }
+                        if warm_seen == count {
+                            match &warm_fail {
+                                None if warm_ok == count => broadcast(Msg::Profile),
+                                _ => {
+                                    stopped = true;
+                                    broadcast(Msg::Stop {
+                                        reason: reason_str(StopReason::WarmupFailed).into(),
+                                        message: warm_fail.clone().unwrap_or_default(),
+                                    });
+                                }
+                            }
+                        } else if !ok && !stopped {
+                            // No shard profiles after a failed warmup: tell the others now.
+                            stopped = true;
+                            broadcast(Msg::Stop {
+                                reason: reason_str(StopReason::WarmupFailed).into(),
+                                message: warm_fail.clone().unwrap_or_default(),
+                            });
+                        }
+                    }
+                    Msg::Tally {
+                        requests,
+                        failed,
+                        overflows,
+                        cancelled,
+                    } => {
+                        tallies.insert(i, (requests, failed, overflows, cancelled));
+                        if let (Some(f), false) = (reference.failed_request_threshold, stopped) {
+                            let (req, fail, over, canc) =
+                                tallies.values().fold((0, 0, 0, 0), |a, t| {
+                                    (a.0 + t.0, a.1 + t.1, a.2 + t.2, a.3 + t.3)
+                                });
+                            let counted = req - over - canc;
+                            if counted >= floor && fail as f64 / counted as f64 > f {
+                                stopped = true;
+                                broadcast(Msg::Stop {
+                                    reason: reason_str(StopReason::ThresholdExceeded).into(),
+                                    message: format!(
+                                        "--failed-request-threshold {f} exceeded over all shards: {fail} of {req} profiling requests failed; in-flight requests were cancelled"
+                                    ),
+                                });
+                            }
+                        }
+                    }
+                    Msg::Stop { reason, message } if !stopped => {
+                        stopped = true;
+                        broadcast(Msg::Stop { reason, message });
+                    }
+                    Msg::Done => {
+                        done.insert(i);
+                    }
+                    _ => {}
+                }
+            }
+            Event::Closed(c) => {
+                let Some(i) = index_of.get(c).copied().flatten() else {
+                    continue;
+                };
+                if !done.contains(&i) && !lost.contains(&i) {
+                    lost.push(i);
+                    tracing::error!("rendezvous: shard {i} lost its connection before it was done");
+                    if !stopped {
+                        stopped = true;
+                        broadcast(Msg::Stop {
+                            reason: reason_str(StopReason::Interrupted).into(),
+                            message: format!(
+                                "shard {i} lost its connection to the rendezvous, so every shard stopped"
+                            ),
+                        });
+                    }
+                    if ready < count {
+                        ready += 1;
+                    }
+                    if warm_seen < count && !stopped {
+                        warm_seen += 1;
+                    }
+                }
+            }
+        }
+    }
+    broadcast(Msg::Bye);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(CoordinatorReport {
+        lost,
+        shards: hellos
+            .values()
+            .map(|h| ShardSeen {
+                index: h.index,
+                host: h.host.clone(),
+                peer: conn_of
+                    .get(&h.index)
+                    .map(|c| peers[*c].clone())
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
+
+// ---------------------------------------------------------------- member (every shard)
+
+/// A shard's side of the rendezvous after `welcome`.
+pub struct Member {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    pub run_id: String,
+    pub seed: u64,
+    /// Coordinator wall clock minus this host's, nanoseconds (positive: this clock is behind).
+    pub clock_offset_ns: i64,
+    /// The round trip of the ping that measured the offset.
+    pub clock_rtt_ns: u64,
+    /// How long joining took (connect to welcome).
+    pub joined_in: Duration,
+}
+
+impl Member {
+    /// Connects to `coordinator` (retrying until `timeout`), says hello, measures the clock offset
+    /// and waits for the welcome.
+    pub async fn join(
+        coordinator: &str,
+        hello: &Hello,
+        timeout: Duration,
+    ) -> anyhow::Result<Member> {
+        let t0 = tokio::time::Instant::now();
+        let deadline = t0 + timeout;
+        let mut last_err = String::new();
+        let stream = loop {
+            match tokio::time::timeout_at(deadline, TcpStream::connect(coordinator)).await {
+                Ok(Ok(s)) => break s,
+                Ok(Err(e)) => last_err = e.to_string(),
+                Err(_) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "no coordinator answered at {coordinator} within --rendezvous-timeout {} s ({last_err}); \
+                     start shard 0 (it listens there) or fix --coordinator / --coordinator-port",
+                    timeout.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        let _ = stream.set_nodelay(true);
+        let (r, mut writer) = stream.into_split();
+        let mut reader = BufReader::new(r);
+        let lost = |e: &dyn std::fmt::Display| {
+            anyhow!("the rendezvous at {coordinator} closed during the hello: {e}")
+        };
+        // Clock offset first (the welcome may follow the hello at once): the ping with the
+        // shortest round trip of five.
+        let mut best: Option<(u64, i64)> = None;
+        for _ in 0..5 {
+            let t1 = wall_ns();
+            send(&mut writer, &Msg::Ping { t1 })
+                .await
+                .map_err(|e| lost(&e))?;
+            loop {
+                let m = tokio::time::timeout_at(deadline, recv(&mut reader))
+                    .await
+                    .map_err(|_| {
+                        anyhow!("the rendezvous at {coordinator} did not answer a ping")
+                    })??;
+                match m {
+                    Some(Msg::Pong { t1: back, t2 }) if back == t1 => {
+                        let t3 = wall_ns();
+                        let rtt = t3.saturating_sub(t1);
+                        let offset = t2 as i128 - (t1 as i128 + t3 as i128) / 2;
+                        if best.is_none_or(|(r, _)| rtt < r) {
+                            best = Some((rtt, offset as i64));
+                        }
+                        break;
+                    }
+                    Some(Msg::Refuse { message }) => {
+                        bail!("the rendezvous refused this run: {message}")
+                    }
+                    Some(_) => continue,
+                    None => return Err(lost(&"end of stream")),
+                }
+            }
+        }
+        let (clock_rtt_ns, clock_offset_ns) = best.unwrap_or((0, 0));
+        send(&mut writer, &Msg::Hello(Box::new(hello.clone())))
+            .await
+            .map_err(|e| lost(&e))?;
+        loop {
+            let m = tokio::time::timeout_at(deadline, recv(&mut reader))
+                .await
+                .map_err(|_| {
+                    anyhow!(
+                        "not every shard joined the rendezvous at {coordinator} within --rendezvous-timeout {} s",
+                        timeout.as_secs()
+                    )
+                })??;
+            match m {
+                Some(Msg::Welcome { run_id, seed }) => {
+                    return Ok(Member {
+                        reader,
+                        writer,
+                        run_id,
+                        seed,
+                        clock_offset_ns,
+                        clock_rtt_ns,
+                        joined_in: t0.elapsed(),
+                    })
+                }
+                Some(Msg::Refuse { message }) => {
+                    bail!("the rendezvous refused this run: {message}")
+                }
+                Some(_) => continue,
+                None => return Err(lost(&"end of stream")),
+            }
+        }
+    }
+
+    /// Says this shard has planned and waits until every shard has (`go`).
+    pub async fn ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        send(&mut self.writer, &Msg::Ready).await?;
+        loop {
+            let m = tokio::time::timeout(timeout, recv(&mut self.reader))
+                .await
+                .map_err(|_| {
+                    anyhow!(
+                        "the other shards did not get ready within {} s",
+                        timeout.as_secs()
+                    )
+                })??;
+            match m {
+                Some(Msg::Go) => return Ok(()),
+                Some(Msg::Refuse { message }) | Some(Msg::Stop { message, .. }) => {
+                    bail!("the rendezvous stopped the run before warmup: {message}")
+                }
+                Some(_) => continue,
+                None => bail!("the rendezvous closed before warmup began"),
+            }
+        }
+    }
+
+    /// The replay's side of the link, and the task that carries it over the connection until the
+    /// returned [`Finish`] is used.
+    pub fn link(self, index: u32, count: u32) -> (ShardLink, Finish) {
+        let (warm_tx, warm_rx) = oneshot::channel::<Result<(), String>>();
+        let (profile_tx, profile_rx) = oneshot::channel::<Result<(), String>>();
+        let (stop_tx, stop_rx) = watch::channel::<Option<(StopReason, String)>>(None);
+        let (tally_tx, mut tally_rx) = watch::channel(Tally::default());
+        let (local_tx, mut local_rx) = mpsc::unbounded_channel::<(StopReason, String)>();
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
+        let Member {
+            mut reader,
+            mut writer,
+            ..
+        } = self;
+        // Reading a line is not cancel-safe, so it has a task of its own and the loop below
+        // selects on its channel.
+        let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Option<Msg>>();
+        tokio::spawn(async move {
+            loop {
+                let m = recv(&mut reader).await.ok().flatten();
+                let end = m.is_none();
+                if in_tx.send(m).is_err() || end {
+                    break;
+                }
+            }
+        });
+        let task = tokio::spawn(async move {
+            let mut warm_rx = Some(warm_rx);
+            let mut profile_tx = Some(profile_tx);
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            let mut sent_tally = (0u64, 0u64);
+            let mut said_done = false;
+            loop {
+                tokio::select! {
+                    r = async { warm_rx.as_mut().expect("guarded").await }, if warm_rx.is_some() => {
+                        warm_rx = None;
+                        let m = match r {
+                            Ok(Ok(())) => Msg::Warmup { ok: true, message: None },
+                            Ok(Err(e)) => Msg::Warmup { ok: false, message: Some(e) },
+                            Err(_) => Msg::Warmup { ok: false, message: Some(format!("shard {index} ended before its warmup returned")) },
+                        };
+                        if send(&mut writer, &m).await.is_err() { break; }
+                    }
+                    m = in_rx.recv() => match m.flatten() {
+                        Some(Msg::Profile) => {
+                            if let Some(tx) = profile_tx.take() { let _ = tx.send(Ok(())); }
+                        }
+                        Some(Msg::Stop { reason, message }) => {
+                            if let Some(tx) = profile_tx.take() { let _ = tx.send(Err(message.clone())); }
+                            stop_tx.send_replace(Some((reason_of(&reason), message)));
+                        }
+                        Some(Msg::Bye) => return Ok(()),
+                        Some(_) => {}
+                        None => {
+                            let why = "the rendezvous connection to shard 0 was lost".to_string();
+                            if let Some(tx) = profile_tx.take() { let _ = tx.send(Err(why.clone())); }
+                            if !said_done {
+                                stop_tx.send_replace(Some((StopReason::Interrupted, why.clone())));
+                            }
+                            return Err(anyhow!(why));
+                        }
+                    },
+                    _ = tick.tick() => {
+                        let t = tally_rx.borrow_and_update().clone();
+                        if (t.requests, t.failed) != sent_tally {
+                            sent_tally = (t.requests, t.failed);
+                            let m = Msg::Tally { requests: t.requests, failed: t.failed, overflows: t.context_overflows, cancelled: t.cancelled };
+                            if send(&mut writer, &m).await.is_err() { break; }
+                        }
+                    }
+                    Some((reason, message)) = local_rx.recv() => {
+                        let m = Msg::Stop { reason: reason_str(reason).into(), message };
+                        if send(&mut writer, &m).await.is_err() { break; }
+                    }
+                    Some(()) = done_rx.recv(), if !said_done => {
+                        said_done = true;
+                        // The last counts first, so the threshold sees them.
+                        let t = tally_rx.borrow().clone();
+                        let _ = send(&mut writer, &Msg::Tally { requests: t.requests, failed: t.failed, overflows: t.context_overflows, cancelled: t.cancelled }).await;
+                        if send(&mut writer, &Msg::Done).await.is_err() { break; }
+                    }
+                }
+            }
+            Err(anyhow!("the rendezvous connection to shard 0 was lost"))
+        });
+        (
+            ShardLink {
+                index,
+                count,
+                warmup_done: warm_tx,
+                profile: profile_rx,
+                remote_stop: stop_rx,
+                tally: tally_tx,
+                local_stop: local_tx,
+            },
+            Finish {
+                done: done_tx,
+                task,
+            },
+        )
+    }
+}
+
+/// Tells the rendezvous this shard is done and waits for the end of the run.
+pub struct Finish {
+    done: mpsc::UnboundedSender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Finish {
+    /// Sends `done` (this shard wrote its files) and waits for `bye` (every shard is done) up to
+    /// `timeout`.
+    pub async fn done(self, timeout: Duration) -> anyhow::Result<()> {
+        let _ = self.done.send(());
+        match tokio::time::timeout(timeout, self.task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(anyhow!("the rendezvous task failed: {e}")),
+            Err(_) => bail!(
+                "the other shards did not finish within {} s of this one",
+                timeout.as_secs()
+            ),
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Which shard of a sharded run this process is, where the coordinator is, and what run id the
+//! shards share: from `--shard I/N`, `--shards N` with Kubernetes' `JOB_COMPLETION_INDEX`, or
+//! Slurm's `SLURM_PROCID` / `SLURM_NTASKS` / `SLURM_JOB_ID` / `SLURM_JOB_NODELIST`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use sha2::{Digest, Sha256};
+
+use super::rendezvous::DEFAULT_PORT;
+
+/// This process's part of a sharded run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardConfig {
+    pub index: u32,
+    pub count: u32,
+    /// `HOST:PORT` of shard 0's rendezvous.
+    pub coordinator: String,
+    /// The port shard 0 listens on (all interfaces).
+    pub port: u16,
+    /// How long joining (and getting ready) may take.
+    pub timeout: Duration,
+    /// Shard 0 merges every shard's directory into this one at the end (shared filesystem).
+    pub merge_into: Option<PathBuf>,
+    /// Where the index and count came from, for messages and the manifest.
+    pub source: &'static str,
+}
+
+/// The sharding flags as given.
+#[derive(Debug, Clone, Default)]
+pub struct ShardFlags {
+    /// `--shard I/N`.
+    pub shard: Option<String>,
+    /// `--shards N` (the index from `JOB_COMPLETION_INDEX`).
+    pub shards: Option<u32>,
+    /// `--coordinator HOST[:PORT]` (or `AGENTX_COORDINATOR`).
+    pub coordinator: Option<String>,
+    /// `--coordinator-port` (or `AGENTX_COORDINATOR_PORT`).
+    pub port: Option<u16>,
+    pub timeout: Option<f64>,
+    pub merge_into: Option<PathBuf>,
+}
+
+/// The shard of this process, or `None` for a run in one process. `env` reads a variable (the
+/// process environment in the CLI; a map in tests). Also returns a run id the shards share when
+/// the scheduler gives one (Slurm's job id) and none was given.
+pub fn resolve(
+    flags: &ShardFlags,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<(ShardConfig, Option<String>)>> {
+    let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    let num = |k: &str, v: &str| -> anyhow::Result<u32> {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| anyhow!("{k}={v:?} is not a shard number"))
+    };
+    let (index, count, source) = if let Some(s) = &flags.shard {
+        if flags.shards.is_some() {
+            bail!("--shard I/N and --shards N are two ways to say the same thing: give one");
+        }
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| anyhow!("--shard {s:?}: expected I/N, e.g. --shard 0/4 (0-based)"))?;
+        (num("--shard", i)?, num("--shard", n)?, "--shard")
+    } else if let Some(n) = flags.shards {
+        let i = var("JOB_COMPLETION_INDEX").ok_or_else(|| {
+            anyhow!("--shards {n} takes the shard index from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job sets it); it is not set: use --shard I/{n} elsewhere")
+        })?;
+        (
+            num("JOB_COMPLETION_INDEX", &i)?,
+            n,
+            "--shards + JOB_COMPLETION_INDEX",
+        )
+    } else if let (Some(i), Some(n)) = (var("SLURM_PROCID"), var("SLURM_NTASKS")) {
+        let n = num("SLURM_NTASKS", &n)?;
+        if n <= 1 && flags.merge_into.is_none() && flags.coordinator.is_none() {
+            // One task under srun: a plain run.
+            return Ok(None);
+        }
+        (num("SLURM_PROCID", &i)?, n, "SLURM_PROCID/SLURM_NTASKS")
+    } else {
+        if flags.coordinator.is_some() || flags.merge_into.is_some() {
+            bail!("--coordinator and --merge-into belong to a sharded run: add --shard I/N (or run under srun / a Kubernetes Indexed Job with --shards N)");
+        }
+        return Ok(None);
+    };
+    if count == 0 {
+        bail!("{source}: a run of 0 shards cannot run; N must be at least 1");
+    }
+    if index >= count {
+        bail!(
+            "{source}: shard index {index} is out of range for {count} shards (indices are 0 to {})",
+            count - 1
+        );
+    }
+    let port = match flags.port {
+        Some(p) => p,
+        None => match var("AGENTX_COORDINATOR_PORT") {
+            Some(p) => p
+                .trim()
+                .parse()
+                .map_err(|_| anyhow!("AGENTX_COORDINATOR_PORT={p:?} is not a port number"))?,
+            None => DEFAULT_PORT,
+        },
+    };
+    let host = match flags
+        .coordinator
+        .clone()
+        .or_else(|| var("AGENTX_COORDINATOR"))
+    {
+        Some(h) => h,
+        None => match var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")) {
+            Some(list) => first_host(&list)
+                .ok_or_else(|| anyhow!("SLURM_JOB_NODELIST={list:?}: cannot read its first host; pass --coordinator HOST:PORT"))?,
+            None if count == 1 || index == 0 => "127.0.0.1".into(),
+            None => bail!("shard {index}/{count} needs to know where shard 0 listens: pass --coordinator HOST:PORT (or AGENTX_COORDINATOR)"),
+        },
+    };
+    let coordinator =
+        if host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1
+            || host.starts_with('[') && host.contains("]:")
+        {
+            host
+        } else {
+            format!("{host}:{port}")
+        };
+    let timeout = match flags.timeout {
+        Some(t) => super::positive_secs("--rendezvous-timeout", t)?,
+        None => Duration::from_secs(300),
+    };
+    let run_id = var("SLURM_JOB_ID").map(|j| {
+        let step = var("SLURM_STEP_ID").unwrap_or_default();
+        let d = Sha256::digest(format!("slurm:{j}.{step}").as_bytes());
+        hex::encode(&d[..16])
+    });
+    Ok(Some((
+        ShardConfig {
+            index,
+            count,
+            coordinator,
+            port,
+            timeout,
+            merge_into: flags.merge_into.clone(),
+            source,
+        },
+        run_id,
+    )))
+}
+
+/// The first host of a Slurm node list: `node1,node2`, `gpu[01-04,07]`, `a[1-2],b3`.
+pub fn first_host(list: &str) -> Option<String> {
+    let list = list.trim();
+    if list.is_empty() {
+        return None;
+    }
+    // The first entry ends at a comma outside brackets.
+    let mut depth = 0;
+    let mut end = list.len();
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let first = &list[..end];
+    match first.split_once('[') {
+        None => Some(first.to_string()),
+        Some((prefix, rest)) => {
+            let inner = rest.split(']').next()?;
+            let range = inner.split(',').next()?;
+            let lo = range.split('-').next()?;
+            if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let suffix = rest.split_once(']').map(|x| x.1).unwrap_or("");
+            Some(format!("{prefix}{lo}{suffix}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn slurm_node_lists() {
+        assert_eq!(first_host("node1").as_deref(), Some("node1"));
+        assert_eq!(first_host("node1,node2").as_deref(), Some("node1"));
+        assert_eq!(first_host("gpu[01-04,07]").as_deref(), Some("gpu01"));
+        assert_eq!(first_host("gpu[07,01-04]").as_deref(), Some("gpu07"));
+        assert_eq!(first_host("a[1-2]-ib,b3").as_deref(), Some("a1-ib"));
+        assert_eq!(first_host("").as_deref(), None);
+        assert_eq!(first_host("x[]").as_deref(), None);
+    }
+
+    #[test]
+    fn the_shard_comes_from_flags_or_the_scheduler() {
+        let none = env(&[]);
+        assert!(resolve(&ShardFlags::default(), &none).unwrap().is_none());
+        let f = ShardFlags {
+            shard: Some("1/3".into()),
+            coordinator: Some("h0".into()),
+            ..Default::default()
+        };
+        let (c, id) = resolve(&f, &none).unwrap().unwrap();
+        assert_eq!(
+            (c.index, c.count, c.coordinator.as_str()),
+            (1, 3, "h0:29517")
+        );
+        assert_eq!(id, None);
+        // Slurm: index, count, the first node, and a run id from the job.
+        let slurm = env(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_JOB_NODELIST", "gpu[03-04]"),
+            ("AGENTX_COORDINATOR_PORT", "4000"),
+        ]);
+        let (c, id) = resolve(&ShardFlags::default(), &slurm).unwrap().unwrap();
+        assert_eq!(
+            (c.index, c.count, c.coordinator.as_str()),
+            (1, 2, "gpu03:4000")
+        );
+        assert_eq!(id.as_ref().map(String::len), Some(32));
+        let (_, id0) = resolve(
+            &ShardFlags::default(),
+            &env(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_JOB_ID", "42"),
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(id, id0, "every task of a job shares the run id");
+        // Kubernetes: --shards with JOB_COMPLETION_INDEX.
+        let k8s = env(&[("JOB_COMPLETION_INDEX", "2")]);
+        let f = ShardFlags {
+            shards: Some(4),
+            coordinator: Some("agentx-0.agentx-coordinator:29517".into()),
+            ..Default::default()
+        };
+        let (c, _) = resolve(&f, &k8s).unwrap().unwrap();
+        assert_eq!((c.index, c.count), (2, 4));
+        assert_eq!(c.coordinator, "agentx-0.agentx-coordinator:29517");
+    }
+
+    #[test]
+    fn bad_shards_say_what_is_wrong() {
+        let none = env(&[]);
+        let e = |f: ShardFlags, env: &dyn Fn(&str) -> Option<String>| {
+            resolve(&f, env).unwrap_err().to_string()
+        };
+        let shard = |s: &str| ShardFlags {
+            shard: Some(s.into()),
+            coordinator: Some("h".into()),
+            ..Default::default()
+        };
+        assert!(e(shard("3/3"), &none).contains("out of range for 3 shards (indices are 0 to 2)"));
+        assert!(e(shard("1/0"), &none).contains("0 shards"));
+        assert!(e(shard("x/2"), &none).contains("not a shard number"));
+        assert!(e(shard("2"), &none).contains("expected I/N"));
+        let f = ShardFlags {
+            shards: Some(2),
+            ..Default::default()
+        };
+        assert!(e(f, &none).contains("JOB_COMPLETION_INDEX"));
+        let f = ShardFlags {
+            shard: Some("1/2".into()),
+            ..Default::default()
+        };
+        assert!(e(f, &none).contains("--coordinator HOST:PORT"));
+        let f = ShardFlags {
+            merge_into: Some("m".into()),
+            ..Default::default()
+        };
+        assert!(e(f, &none).contains("belong to a sharded run"));
+    }
+}
