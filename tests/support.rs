@@ -83,6 +83,26 @@ impl Drop for Sim {
     }
 }
 
+/// `agentx-host` in `dir` (its home under `dir/home`), with `env` set over an environment cleared
+/// of the variables that change a replay (`AIPERF_*`, `AGENTX_*`, and a scheduler's `SLURM_*`).
+pub fn agentx_command(dir: &Path, env: &[(&str, &str)]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"));
+    c.current_dir(dir)
+        .env("AGENTX_HOME", dir.join("home"))
+        .env("AGENTX_LOG", "info");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AIPERF_")
+            || k.starts_with("SLURM_")
+            || k == "JOB_COMPLETION_INDEX"
+            || (k.starts_with("AGENTX_") && k != "AGENTX_LOG")
+        {
+            c.env_remove(k);
+        }
+    }
+    c.envs(env.iter().copied());
+    c
+}
+
 /// A finished `agentx-host` process: its output, its working directory (artifacts under
 /// `artifacts/`) and how long it took.
 pub struct Run {
@@ -100,18 +120,7 @@ impl Run {
         env: &[(&str, &str)],
     ) -> Run {
         let started = std::time::Instant::now();
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"));
-        c.args(args)
-            .current_dir(dir.path())
-            .env("AGENTX_HOME", dir.path().join("home"))
-            .env("AGENTX_LOG", "info");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AIPERF_") || (k.starts_with("AGENTX_") && k != "AGENTX_LOG") {
-                c.env_remove(k);
-            }
-        }
-        c.envs(env.iter().copied());
-        let out = c.output().unwrap();
+        let out = agentx_command(dir.path(), env).args(args).output().unwrap();
         Run {
             out,
             dir,

@@ -10,6 +10,7 @@ mod report;
 mod robustness;
 mod scenario;
 mod server_metrics;
+mod shard;
 mod sim;
 mod support;
 mod sweep;

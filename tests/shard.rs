@@ -1,0 +1,581 @@
+//! Sharded runs end to end: shard processes of one run against the built-in simulator, their
+//! rendezvous, and `agentx-host merge`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use agentx::record::{read_records, Phase};
+use agentx::sim::SimConfig;
+use serde_json::Value;
+
+use crate::support::{agentx_command, fixture_args, Run, Sim};
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The run flags every shard of a test run shares.
+fn shard_args(url: &str, out: &Path, conc: u32, extra: &[&str]) -> Vec<String> {
+    let mut a = fixture_args("run", url);
+    a.extend(
+        [
+            "--concurrency",
+            &conc.to_string(),
+            "--benchmark-duration",
+            "3",
+            "--trace-idle-gap-cap-seconds",
+            "0.01",
+            "--output-artifact-dir",
+            out.to_str().unwrap(),
+            "--rendezvous-timeout",
+            "60",
+        ]
+        .map(String::from),
+    );
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn spawn(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Child {
+    agentx_command(dir, env)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_all(children: Vec<Child>) -> Vec<Output> {
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn lanes(v: &Value) -> Vec<(u64, String, u64, String)> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["lane"].as_u64().unwrap(),
+                l["trace_id"].as_str().unwrap().to_string(),
+                l["start_turn"].as_u64().unwrap(),
+                l["marker"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let merged = work.path().join("merged");
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0..3)
+        .map(|i| {
+            let shard = format!("{i}/3");
+            let mut extra = vec![
+                "--shard",
+                &shard,
+                "--coordinator",
+                "127.0.0.1",
+                "--coordinator-port",
+                &port,
+            ];
+            if i == 0 {
+                extra.extend(["--merge-into", merged.to_str().unwrap()]);
+            }
+            spawn(work.path(), &shard_args(&sim.url(), &out, 6, &extra), &[])
+        })
+        .collect();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
+    }
+    let m = json(&merged.join("run_manifest.json"));
+    assert_eq!(m["shards"].as_array().unwrap().len(), 3);
+    assert_eq!(m["concurrency"], 6);
+
+    // The merge has the plan of the run in one process: same lanes, start turns and markers.
+    let run_id = m["run_id"].as_str().unwrap().to_string();
+    let mut dry = fixture_args("run", &sim.url());
+    dry.extend(
+        [
+            "--concurrency",
+            "6",
+            "--benchmark-duration",
+            "3",
+            "--run-id",
+            &run_id,
+            "--dry-run",
+            "--json",
+        ]
+        .map(String::from),
+    );
+    let d = Run::exec(tempfile::tempdir().unwrap(), &dry, &[]);
+    assert_eq!(d.code(), 0, "{}", d.stderr());
+    let plan: Value = serde_json::from_str(&d.stdout()).unwrap();
+    assert_eq!(lanes(&m["lanes"]), lanes(&plan["lanes"]));
+
+    // Records from every lane, ids unique across shards.
+    let records = read_records(&merged.join("records.jsonl")).unwrap();
+    let mut seen: Vec<u32> = records.iter().map(|r| r.lane).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen, (0..6).collect::<Vec<_>>());
+    let ids: std::collections::HashSet<&str> =
+        records.iter().map(|r| r.request_id.as_str()).collect();
+    assert_eq!(ids.len(), records.len(), "request ids are unique");
+
+    // No trace on two lanes at overlapping times (sessions by correlation id).
+    let mut sessions: HashMap<&str, (u32, &str, u64, u64)> = HashMap::new();
+    for r in records.iter().filter(|r| r.phase == Phase::Profiling) {
+        let e = sessions.entry(r.correlation_id.as_str()).or_insert((
+            r.lane,
+            r.trace_id.as_str(),
+            r.send_ns,
+            r.end_ns,
+        ));
+        e.2 = e.2.min(r.send_ns);
+        e.3 = e.3.max(r.end_ns);
+    }
+    let v: Vec<_> = sessions.values().collect();
+    for a in &v {
+        for b in &v {
+            if a.1 == b.1 && a.0 != b.0 {
+                assert!(
+                    a.3 <= b.2 || b.3 <= a.2,
+                    "trace {} ran on lanes {} and {} at once",
+                    a.1,
+                    a.0,
+                    b.0
+                );
+            }
+        }
+    }
+
+    // Phases are global: no profiling request before the last warmup response of any shard, and
+    // the shards' profiling began together.
+    let last_warm = records
+        .iter()
+        .filter(|r| r.phase == Phase::Warmup)
+        .map(|r| r.end_ns)
+        .max()
+        .unwrap();
+    let first_prof = records
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .map(|r| r.intended_ns)
+        .min()
+        .unwrap();
+    assert!(
+        first_prof + 5_000_000 >= last_warm,
+        "profiling began {} ms before the last warmup response",
+        (last_warm - first_prof) as f64 / 1e6
+    );
+    let starts: Vec<u64> = m["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["profiling_ns"][0].as_u64().unwrap() + s["shift_ns"].as_u64().unwrap())
+        .collect();
+    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+    assert!(
+        spread < 500_000_000,
+        "profiling starts {} ms apart",
+        spread / 1_000_000
+    );
+    // Only shard 0 scraped the server.
+    assert!(out.join("shard-0/server_metrics_export.json").is_file());
+    assert!(!out.join("shard-1/server_metrics_export.json").exists());
+    assert!(merged.join("server_metrics_export.json").is_file());
+    for f in [
+        "profile_export.jsonl",
+        "profile_export_aiperf.json",
+        "profile_export_aiperf.csv",
+        "metrics_plots.png",
+        "report.html",
+        "run_summary.json",
+    ] {
+        assert!(merged.join(f).is_file(), "{f}");
+    }
+    let agg = json(&merged.join("profile_export_aiperf.json"));
+    let profiling = records
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .count();
+    assert_eq!(
+        agg["request_count"]["avg"].as_f64().unwrap() as usize,
+        profiling,
+        "{}",
+        agg["request_count"]
+    );
+
+    // `report` accepts the merged directory.
+    let rep = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "report".to_string(),
+            merged.to_str().unwrap().to_string(),
+            "-o".into(),
+            work.path().join("report.json").to_str().unwrap().into(),
+        ],
+        &[],
+    );
+    assert_eq!(rep.code(), 0, "{}", rep.stderr());
+    assert!(json(&work.path().join("report.json")).is_object());
+
+    // Merging by hand gives the same records; a missing shard and another run's shard are refused.
+    let shard = |i: u32| out.join(format!("shard-{i}"));
+    let again = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &merge_args(&[shard(0), shard(1), shard(2)], &work.path().join("m2")),
+        &[],
+    );
+    assert_eq!(again.code(), 0, "{}", again.stderr());
+    assert_eq!(
+        read_records(&work.path().join("m2/records.jsonl"))
+            .unwrap()
+            .len(),
+        records.len()
+    );
+    let e = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &merge_args(&[shard(0), shard(2)], &work.path().join("m3")),
+        &[],
+    );
+    assert_eq!(e.code(), 2);
+    assert!(
+        e.stderr().contains("shards 1 are missing"),
+        "{}",
+        e.stderr()
+    );
+    let other = work.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    for f in ["run_manifest.json", "run_summary.json", "records.jsonl"] {
+        std::fs::copy(shard(1).join(f), other.join(f)).unwrap();
+    }
+    let mut om = json(&other.join("run_manifest.json"));
+    om["run_id"] = "another-run".into();
+    std::fs::write(other.join("run_manifest.json"), om.to_string()).unwrap();
+    let e = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &merge_args(&[shard(0), other, shard(2)], &work.path().join("m4")),
+        &[],
+    );
+    assert_eq!(e.code(), 2);
+    assert!(
+        e.stderr().contains("shards of different runs: run id"),
+        "{}",
+        e.stderr()
+    );
+    assert!(!work.path().join("m4/records.jsonl").exists());
+}
+
+fn merge_args(dirs: &[PathBuf], out: &Path) -> Vec<String> {
+    let mut a = vec!["merge".to_string()];
+    a.extend(dirs.iter().map(|d| d.to_str().unwrap().to_string()));
+    a.extend(["-o".to_string(), out.to_str().unwrap().to_string()]);
+    a
+}
+
+#[test]
+fn shards_that_disagree_on_the_plan_are_refused_naming_what_differs() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let shard = format!("{i}/2");
+            let mut args = shard_args(
+                &sim.url(),
+                &out,
+                4,
+                &[
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    "127.0.0.1",
+                    "--coordinator-port",
+                    &port,
+                ],
+            );
+            // Shard 1 was given another seed.
+            if i == 1 {
+                let at = args.iter().position(|a| a == "--random-seed").unwrap();
+                args[at + 1] = "43".into();
+            }
+            spawn(work.path(), &args, &[])
+        })
+        .collect();
+    let outs = wait_all(children);
+    for o in &outs {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(o));
+        assert!(
+            stderr(o).contains("--random-seed 43 (shard 0 has 42)"),
+            "{}",
+            stderr(o)
+        );
+    }
+    // Nothing was sent.
+    assert_eq!(sim.requests(), 0);
+}
+
+#[test]
+fn a_coordinator_that_never_answers_and_a_bad_shard_get_clear_errors() {
+    let work = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let mut args = shard_args(
+        "http://127.0.0.1:9",
+        &work.path().join("run"),
+        4,
+        &[
+            "--shard",
+            "1/2",
+            "--coordinator",
+            &format!("127.0.0.1:{port}"),
+            "--skip-preflight",
+        ],
+    );
+    let at = args
+        .iter()
+        .position(|a| a == "--rendezvous-timeout")
+        .unwrap();
+    args[at + 1] = "1".into();
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr().contains(&format!(
+            "no coordinator answered at 127.0.0.1:{port} within --rendezvous-timeout 1 s"
+        )),
+        "{}",
+        r.stderr()
+    );
+    let at = args.iter().position(|a| a == "1/2").unwrap();
+    args[at] = "2/2".into();
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr()
+            .contains("shard index 2 is out of range for 2 shards (indices are 0 to 1)"),
+        "{}",
+        r.stderr()
+    );
+    // Slurm's variables say the same.
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &shard_args("http://127.0.0.1:9", &work.path().join("run"), 4, &[]),
+        &[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "2")],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr()
+            .contains("SLURM_PROCID/SLURM_NTASKS: shard index 3 is out of range"),
+        "{}",
+        r.stderr()
+    );
+}
+
+#[test]
+fn the_threshold_counts_over_all_shards_and_stops_every_shard() {
+    // Every request after the warmups fails: the threshold trips over both shards' records.
+    let mut cfg = SimConfig::max();
+    cfg.faults.stop_after = Some(4);
+    let sim = Sim::start(cfg);
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let shard = format!("{i}/2");
+            let mut args = shard_args(
+                &sim.url(),
+                &out,
+                4,
+                &[
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    "127.0.0.1",
+                    "--coordinator-port",
+                    &port,
+                    "--failed-request-threshold",
+                    "0.5",
+                    "--skip-preflight",
+                ],
+            );
+            // A long run that only the threshold ends.
+            let at = args
+                .iter()
+                .position(|a| a == "--benchmark-duration")
+                .unwrap();
+            args[at + 1] = "120".into();
+            spawn(work.path(), &args, &[])
+        })
+        .collect();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "shard {i}: {}", stderr(o));
+        let s = json(&out.join(format!("shard-{i}/run_summary.json")));
+        assert_eq!(
+            s["stop"], "failed_request_threshold_exceeded",
+            "shard {i}: {s}"
+        );
+    }
+}
+
+/// Starts two shards of a long run and waits until shard 1 has a profiling record.
+fn two_long_shards(sim: &Sim, work: &Path) -> (PathBuf, Vec<Child>) {
+    let out = work.join("run");
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let shard = format!("{i}/2");
+            let mut args = shard_args(
+                &sim.url(),
+                &out,
+                4,
+                &[
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    "127.0.0.1",
+                    "--coordinator-port",
+                    &port,
+                ],
+            );
+            let at = args
+                .iter()
+                .position(|a| a == "--benchmark-duration")
+                .unwrap();
+            args[at + 1] = "300".into();
+            spawn(work, &args, &[])
+        })
+        .collect();
+    let records = out.join("shard-1/records.jsonl");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&records).is_ok_and(|t| t.contains("\"profiling\"")) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "shard 1 never reached profiling"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    (out, children)
+}
+
+#[test]
+fn an_interrupt_of_one_shard_stops_every_shard_and_each_keeps_its_records() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let (out, children) = two_long_shards(&sim, work.path());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(children[1].id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "shard {i}: {}", stderr(o));
+        let s = json(&out.join(format!("shard-{i}/run_summary.json")));
+        assert_eq!(s["stop"], "interrupted", "shard {i}: {s}");
+        assert!(s["records"].as_u64().unwrap() > 0);
+    }
+    assert!(
+        stderr(&outs[0]).contains("shard 1 was interrupted"),
+        "{}",
+        stderr(&outs[0])
+    );
+}
+
+#[test]
+fn a_shard_that_dies_stops_the_others_which_keep_their_records() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let (out, mut children) = two_long_shards(&sim, work.path());
+    children[1].kill().unwrap();
+    let outs = wait_all(children);
+    assert_eq!(outs[0].status.code(), Some(1), "{}", stderr(&outs[0]));
+    let s = json(&out.join("shard-0/run_summary.json"));
+    assert_eq!(s["stop"], "interrupted", "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("shard 1 lost its connection"),
+        "{s}"
+    );
+    assert!(s["records"].as_u64().unwrap() > 0);
+    // What shard 1 measured before it died is still there.
+    assert!(!read_records(&out.join("shard-1/records.jsonl"))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn a_warmup_failure_on_one_shard_stops_every_shard_before_profiling() {
+    let good = Sim::start(SimConfig::max());
+    let mut bad_cfg = SimConfig::max();
+    bad_cfg.faults.fail_rate = 1.0;
+    let bad = Sim::start(bad_cfg);
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let shard = format!("{i}/2");
+            let url = if i == 1 { bad.url() } else { good.url() };
+            let args = shard_args(
+                &url,
+                &out,
+                4,
+                &[
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    "127.0.0.1",
+                    "--coordinator-port",
+                    &port,
+                    "--skip-preflight",
+                ],
+            );
+            spawn(work.path(), &args, &[])
+        })
+        .collect();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "shard {i}: {}", stderr(o));
+        let s = json(&out.join(format!("shard-{i}/run_summary.json")));
+        assert_eq!(s["stop"], "warmup_failed", "shard {i}: {s}");
+        // Shard 0's warmup went well; it stopped because shard 1's did not.
+        let recs = read_records(&out.join(format!("shard-{i}/records.jsonl"))).unwrap();
+        assert!(recs.iter().all(|r| r.phase == Phase::Warmup));
+    }
+    let s0 = json(&out.join("shard-0/run_summary.json"));
+    assert!(
+        s0["message"]
+            .as_str()
+            .unwrap()
+            .contains("shard 1 warmup failed"),
+        "{s0}"
+    );
+}
