@@ -140,7 +140,7 @@ start_munge() {
 node_memory_mb() {
     # What slurmd itself will register; /proc/meminfo when slurmd -C is unavailable.
     local mem
-    mem=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)
+    mem=$({ slurmd -C 2>/dev/null || true; } | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)
     if [ -z "$mem" ]; then
         mem=$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)
     fi
@@ -158,7 +158,7 @@ node_cpus() {
 node_addr() {
     # The node's name must resolve for slurmctld to reach slurmd; fall back to loopback.
     local addr
-    addr=$(getent ahostsv4 "$NODE" 2>/dev/null | awk 'NR == 1 { print $1 }')
+    addr=$({ getent ahostsv4 "$NODE" 2>/dev/null || true; } | awk 'NR == 1 { print $1 }')
     echo "${addr:-127.0.0.1}"
 }
 
@@ -210,10 +210,6 @@ MinJobAge=300
 NodeName=$NODE NodeAddr=$addr CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
-    if [ -e "$CONF" ] && ! grep -qxF "$MARK" "$CONF"; then
-        rm -f "$DIR/slurm.conf.new"
-        die "$CONF exists and was not written by this script; move it away to use the local cluster"
-    fi
     mkdir -p /etc/slurm
     if [ -e "$CONF" ] && cmp -s "$DIR/slurm.conf.new" "$CONF"; then
         rm -f "$DIR/slurm.conf.new"
@@ -227,11 +223,18 @@ EOF
 # ---------------------------------------------------------------------------------------------
 # daemons
 
-pid_alive() { # pidfile
-    local pid
+pid_alive() { # pidfile: its process exists, is not a zombie and runs a daemon of this script
+    local pid state comm
     [ -s "$1" ] || return 1
     pid=$(cat "$1" 2>/dev/null) || return 1
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+    case "$pid" in '' | *[!0-9]*) return 1 ;; esac
+    [ -r "/proc/$pid/stat" ] || return 1
+    # Field 3 of /proc/PID/stat, after the parenthesised command name.
+    state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] || return 1
+    # A recycled pid belongs to something else.
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null)
+    case "$comm" in munged | slurmctld | slurmd) return 0 ;; *) return 1 ;; esac
 }
 
 stop_pidfile() { # name pidfile
@@ -244,15 +247,22 @@ stop_pidfile() { # name pidfile
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 100); do
-        kill -0 "$pid" 2>/dev/null || break
+        pid_alive "$pidfile" || break
         sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if pid_alive "$pidfile"; then
         log "$name did not exit after SIGTERM; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
         sleep 0.5
     fi
     rm -f "$pidfile"
+}
+
+die_with_logs() {
+    log "ERROR: $*"
+    log_tails
+    log "ERROR: $* ('$0 down' stops what was started)"
+    exit 1
 }
 
 log_tails() {
@@ -275,19 +285,17 @@ start_daemon() { # name pidfile cmd...
     log "starting $name"
     # Both daemons fork into the background themselves and write their pid files.
     if ! "$@" >>"$DIR/log/$name.stderr" 2>&1; then
-        log_tails
-        die "$name failed to start (stderr: $DIR/log/$name.stderr)"
+        die_with_logs "$name failed to start (stderr: $DIR/log/$name.stderr)"
     fi
     for _ in $(seq 100); do
         pid_alive "$pidfile" && return
         sleep 0.1
     done
-    log_tails
-    die "$name did not stay up (no live pid in $pidfile)"
+    die_with_logs "$name did not stay up (no live pid in $pidfile)"
 }
 
 node_state() {
-    sinfo -h -N -n "$NODE" -o '%T' 2>/dev/null | head -n1
+    { sinfo -h -N -n "$NODE" -o '%T' 2>/dev/null || true; } | head -n1
 }
 
 wait_idle() {
@@ -309,8 +317,7 @@ wait_idle() {
     log "node $NODE did not become idle within ${TIMEOUT}s (state: ${state:-unknown})"
     sinfo -N -l >&2 2>/dev/null || true
     scontrol show node "$NODE" >&2 2>/dev/null || true
-    log_tails
-    exit 1
+    die_with_logs "node $NODE did not become idle within ${TIMEOUT}s (state: ${state:-unknown})"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -319,6 +326,9 @@ wait_idle() {
 cmd_up() {
     need_root
     START=$SECONDS
+    if [ -e "$CONF" ] && ! grep -qxF "$MARK" "$CONF"; then
+        die "$CONF exists and was not written by this script; move it away to use the local cluster"
+    fi
     mkdir -p "$DIR/run" "$DIR/log"
     install_packages
     start_munge
@@ -331,6 +341,10 @@ cmd_up() {
         fi
         stop_pidfile slurmd "$DIR/run/slurmd.pid"
         stop_pidfile slurmctld "$DIR/run/slurmctld.pid"
+    fi
+    if ! pid_alive "$DIR/run/slurmctld.pid"; then
+        # A slurmd that outlived its controller re-registers at once when restarted with it.
+        stop_pidfile slurmd "$DIR/run/slurmd.pid"
     fi
     start_daemon slurmctld "$DIR/run/slurmctld.pid" slurmctld -f "$CONF"
     start_daemon slurmd "$DIR/run/slurmd.pid" slurmd -f "$CONF" -N "$NODE"

@@ -61,7 +61,10 @@ teardown() {
     fi
 }
 trap teardown EXIT
-trap 'exit 143' TERM INT
+for sig in TERM INT HUP; do
+    # shellcheck disable=SC2064 # expand $sig now
+    trap "echo 'FAIL interrupted by SIG$sig' >&2; exit 143" "$sig"
+done
 
 # ---- cluster -----------------------------------------------------------------------------------
 if ! "$HERE/local-cluster.sh" up; then
