@@ -30,6 +30,7 @@ SLURMD_PORT=${SLURM_LOCAL_SLURMD_PORT:-6818}
 CONF=/etc/slurm/slurm.conf
 MARK="# Written by agentx deploy/slurm/local-cluster.sh; removed by its 'down'."
 NODE=$(hostname -s)
+OWNED=.agentx-local-cluster # marks the state directory as this script's
 
 log() { printf 'local-cluster: %s\n' "$*" >&2; }
 die() {
@@ -329,7 +330,12 @@ cmd_up() {
     if [ -e "$CONF" ] && ! grep -qxF "$MARK" "$CONF"; then
         die "$CONF exists and was not written by this script; move it away to use the local cluster"
     fi
+    # The state directory is this script's alone: `down` deletes it.
+    if [ -d "$DIR" ] && [ ! -f "$DIR/$OWNED" ] && [ -n "$(ls -A "$DIR")" ]; then
+        die "SLURM_LOCAL_DIR=$DIR exists, is not empty and was not created by this script"
+    fi
     mkdir -p "$DIR/run" "$DIR/log"
+    touch "$DIR/$OWNED"
     install_packages
     start_munge
     local changed=0
@@ -377,13 +383,11 @@ cmd_down() {
     if [ -f "$CONF" ] && grep -qxF "$MARK" "$CONF"; then
         rm -f "$CONF"
     fi
-    # Only remove a directory that looks like ours (a typo in SLURM_LOCAL_DIR must not rm -rf it).
-    if [ -d "$DIR" ]; then
-        if [ -d "$DIR/run" ] || [ -d "$DIR/state" ] || [ -f "$DIR/slurm.conf.new" ]; then
-            rm -rf "$DIR"
-        else
-            log "not removing $DIR: it does not look like this script's state directory"
-        fi
+    # Only remove a directory that `up` made (a typo in SLURM_LOCAL_DIR must not rm -rf it).
+    if [ -f "$DIR/$OWNED" ]; then
+        rm -rf "$DIR"
+    elif [ -d "$DIR" ]; then
+        log "not removing $DIR: it has no $OWNED, so this script did not create it"
     fi
     log "down"
 }

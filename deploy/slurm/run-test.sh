@@ -103,6 +103,7 @@ else
     what="exited $rc"
     [ "$rc" -eq 124 ] && what="did not finish within ${JOB_TIMEOUT}s"
     fail "job: sbatch --wait agentx.sbatch (job ${jobid:-?}) $what after ${elapsed}s"
+    echo "----- sbatch's output -----"
     cat "$submit_log"
     if [ -n "$jobid" ] && [ -f "$job_out" ]; then
         echo "----- last 60 lines of $job_out -----"
@@ -124,7 +125,8 @@ for i in $(seq 0 $((SHARDS - 1))); do
 done
 
 M=$OUT/merged
-python3 - "$M" "$CONCURRENCY" "$SHARDS" <<'PY' || failures=$((failures + 1))
+checks=$(
+    python3 - "$M" "$CONCURRENCY" "$SHARDS" <<'PY' 2>&1
 import json
 import os
 import sys
@@ -193,6 +195,12 @@ except (OSError, ValueError) as e:
 
 sys.exit(1 if failed else 0)
 PY
+)
+py_rc=$?
+echo "$checks"
+n=$(grep -c '^FAIL' <<<"$checks")
+[ "$py_rc" -ne 0 ] && [ "$n" -eq 0 ] && n=1 # python itself failed
+failures=$((failures + n))
 
 # ---- the report --------------------------------------------------------------------------------
 if "$BIN" report --help >/dev/null 2>&1; then
@@ -209,7 +217,6 @@ else
 fi
 
 # ---- verdict -----------------------------------------------------------------------------------
-# The python block counts as one failure whatever the number of its FAIL lines.
 if [ "$failures" -eq 0 ]; then
     echo "PASS sharded Slurm run (files in $WORK)"
     exit 0
