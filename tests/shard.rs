@@ -384,7 +384,11 @@ fn a_coordinator_that_never_answers_and_a_bad_shard_get_clear_errors() {
     let r = Run::exec(
         tempfile::tempdir().unwrap(),
         &shard_args("http://127.0.0.1:9", &work.path().join("run"), 4, &[]),
-        &[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "2")],
+        &[
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
+        ],
     );
     assert_eq!(r.code(), 2);
     assert!(

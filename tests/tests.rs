@@ -2,6 +2,7 @@
 
 mod cli;
 mod dataset;
+mod deploy;
 mod export;
 mod html;
 mod inferencex;

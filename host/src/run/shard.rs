@@ -72,7 +72,13 @@ pub fn resolve(
             n,
             "--shards + JOB_COMPLETION_INDEX",
         )
-    } else if let (Some(i), Some(n)) = (var("SLURM_PROCID"), var("SLURM_NTASKS")) {
+    } else if let (Some(i), Some(n), Some(_)) = (
+        var("SLURM_PROCID"),
+        var("SLURM_NTASKS"),
+        // Only inside an srun step: the batch script itself also has SLURM_PROCID=0 and the
+        // job's task count, and is not a shard.
+        var("SLURM_STEP_ID"),
+    ) {
         let n = num("SLURM_NTASKS", &n)?;
         if n <= 1 && flags.merge_into.is_none() && flags.coordinator.is_none() {
             // One task under srun: a plain run.
@@ -228,6 +234,7 @@ mod tests {
             ("SLURM_PROCID", "1"),
             ("SLURM_NTASKS", "2"),
             ("SLURM_JOB_ID", "42"),
+            ("SLURM_STEP_ID", "0"),
             ("SLURM_JOB_NODELIST", "gpu[03-04]"),
             ("AGENTX_COORDINATOR_PORT", "4000"),
         ]);
@@ -243,11 +250,19 @@ mod tests {
                 ("SLURM_PROCID", "0"),
                 ("SLURM_NTASKS", "2"),
                 ("SLURM_JOB_ID", "42"),
+                ("SLURM_STEP_ID", "0"),
             ]),
         )
         .unwrap()
         .unwrap();
         assert_eq!(id, id0, "every task of a job shares the run id");
+        // The batch script itself (no step) is not a shard.
+        let batch = env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_ID", "42"),
+        ]);
+        assert!(resolve(&ShardFlags::default(), &batch).unwrap().is_none());
         // Kubernetes: --shards with JOB_COMPLETION_INDEX.
         let k8s = env(&[("JOB_COMPLETION_INDEX", "2")]);
         let f = ShardFlags {
