@@ -51,6 +51,45 @@ fn spawn(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Child {
         .unwrap()
 }
 
+/// Starts the `n` shards of one run into `out` (flags from [`shard_args`] plus `extra`), all with
+/// a coordinator on a free local port; `tweak` changes shard `i`'s arguments before it starts.
+fn start_shards(
+    work: &Path,
+    url: &dyn Fn(u32) -> String,
+    out: &Path,
+    n: u32,
+    conc: u32,
+    extra: &[&str],
+    tweak: &dyn Fn(u32, &mut Vec<String>),
+) -> Vec<Child> {
+    let port = free_port().to_string();
+    (0..n)
+        .map(|i| {
+            let shard = format!("{i}/{n}");
+            let mut args = shard_args(&url(i), out, conc, extra);
+            args.extend(
+                [
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    "127.0.0.1",
+                    "--coordinator-port",
+                    &port,
+                ]
+                .map(String::from),
+            );
+            tweak(i, &mut args);
+            spawn(work, &args, &[])
+        })
+        .collect()
+}
+
+/// Sets the value after `flag` in `args`.
+fn set(args: &mut [String], flag: &str, value: &str) {
+    let at = args.iter().position(|a| a == flag).unwrap();
+    args[at + 1] = value.into();
+}
+
 fn wait_all(children: Vec<Child>) -> Vec<Output> {
     children
         .into_iter()
@@ -88,24 +127,13 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("run");
     let merged = work.path().join("merged");
-    let port = free_port().to_string();
-    let children: Vec<Child> = (0..3)
-        .map(|i| {
-            let shard = format!("{i}/3");
-            let mut extra = vec![
-                "--shard",
-                &shard,
-                "--coordinator",
-                "127.0.0.1",
-                "--coordinator-port",
-                &port,
-            ];
-            if i == 0 {
-                extra.extend(["--merge-into", merged.to_str().unwrap()]);
-            }
-            spawn(work.path(), &shard_args(&sim.url(), &out, 6, &extra), &[])
-        })
-        .collect();
+    let url = sim.url();
+    let merge_into = merged.to_str().unwrap().to_string();
+    let children = start_shards(work.path(), &|_| url.clone(), &out, 3, 6, &[], &|i, a| {
+        if i == 0 {
+            a.extend(["--merge-into".to_string(), merge_into.clone()]);
+        }
+    });
     let outs = wait_all(children);
     for (i, o) in outs.iter().enumerate() {
         assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
@@ -302,31 +330,13 @@ fn shards_that_disagree_on_the_plan_are_refused_naming_what_differs() {
     let sim = Sim::start(SimConfig::max());
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("run");
-    let port = free_port().to_string();
-    let children: Vec<Child> = (0..2)
-        .map(|i| {
-            let shard = format!("{i}/2");
-            let mut args = shard_args(
-                &sim.url(),
-                &out,
-                4,
-                &[
-                    "--shard",
-                    &shard,
-                    "--coordinator",
-                    "127.0.0.1",
-                    "--coordinator-port",
-                    &port,
-                ],
-            );
-            // Shard 1 was given another seed.
-            if i == 1 {
-                let at = args.iter().position(|a| a == "--random-seed").unwrap();
-                args[at + 1] = "43".into();
-            }
-            spawn(work.path(), &args, &[])
-        })
-        .collect();
+    let url = sim.url();
+    // Shard 1 was given another seed.
+    let children = start_shards(work.path(), &|_| url.clone(), &out, 2, 4, &[], &|i, a| {
+        if i == 1 {
+            set(a, "--random-seed", "43");
+        }
+    });
     let outs = wait_all(children);
     for o in &outs {
         assert_eq!(o.status.code(), Some(2), "{}", stderr(o));
@@ -356,11 +366,7 @@ fn a_coordinator_that_never_answers_and_a_bad_shard_get_clear_errors() {
             "--skip-preflight",
         ],
     );
-    let at = args
-        .iter()
-        .position(|a| a == "--rendezvous-timeout")
-        .unwrap();
-    args[at + 1] = "1".into();
+    set(&mut args, "--rendezvous-timeout", "1");
     let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 2);
     assert!(
@@ -370,8 +376,7 @@ fn a_coordinator_that_never_answers_and_a_bad_shard_get_clear_errors() {
         "{}",
         r.stderr()
     );
-    let at = args.iter().position(|a| a == "1/2").unwrap();
-    args[at] = "2/2".into();
+    set(&mut args, "--shard", "2/2");
     let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 2);
     assert!(
@@ -407,35 +412,17 @@ fn the_threshold_counts_over_all_shards_and_stops_every_shard() {
     let sim = Sim::start(cfg);
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("run");
-    let port = free_port().to_string();
-    let children: Vec<Child> = (0..2)
-        .map(|i| {
-            let shard = format!("{i}/2");
-            let mut args = shard_args(
-                &sim.url(),
-                &out,
-                4,
-                &[
-                    "--shard",
-                    &shard,
-                    "--coordinator",
-                    "127.0.0.1",
-                    "--coordinator-port",
-                    &port,
-                    "--failed-request-threshold",
-                    "0.5",
-                    "--skip-preflight",
-                ],
-            );
-            // A long run that only the threshold ends.
-            let at = args
-                .iter()
-                .position(|a| a == "--benchmark-duration")
-                .unwrap();
-            args[at + 1] = "120".into();
-            spawn(work.path(), &args, &[])
-        })
-        .collect();
+    let url = sim.url();
+    let children = start_shards(
+        work.path(),
+        &|_| url.clone(),
+        &out,
+        2,
+        4,
+        &["--failed-request-threshold", "0.5", "--skip-preflight"],
+        // A long run that only the threshold ends.
+        &|_, a| set(a, "--benchmark-duration", "120"),
+    );
     let outs = wait_all(children);
     for (i, o) in outs.iter().enumerate() {
         assert_eq!(o.status.code(), Some(1), "shard {i}: {}", stderr(o));
@@ -450,31 +437,10 @@ fn the_threshold_counts_over_all_shards_and_stops_every_shard() {
 /// Starts two shards of a long run and waits until shard 1 has a profiling record.
 fn two_long_shards(sim: &Sim, work: &Path) -> (PathBuf, Vec<Child>) {
     let out = work.join("run");
-    let port = free_port().to_string();
-    let children: Vec<Child> = (0..2)
-        .map(|i| {
-            let shard = format!("{i}/2");
-            let mut args = shard_args(
-                &sim.url(),
-                &out,
-                4,
-                &[
-                    "--shard",
-                    &shard,
-                    "--coordinator",
-                    "127.0.0.1",
-                    "--coordinator-port",
-                    &port,
-                ],
-            );
-            let at = args
-                .iter()
-                .position(|a| a == "--benchmark-duration")
-                .unwrap();
-            args[at + 1] = "300".into();
-            spawn(work, &args, &[])
-        })
-        .collect();
+    let url = sim.url();
+    let children = start_shards(work, &|_| url.clone(), &out, 2, 4, &[], &|_, a| {
+        set(a, "--benchmark-duration", "300")
+    });
     let records = out.join("shard-1/records.jsonl");
     let t0 = std::time::Instant::now();
     while !std::fs::read_to_string(&records).is_ok_and(|t| t.contains("\"profiling\"")) {
@@ -543,28 +509,16 @@ fn a_warmup_failure_on_one_shard_stops_every_shard_before_profiling() {
     let bad = Sim::start(bad_cfg);
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("run");
-    let port = free_port().to_string();
-    let children: Vec<Child> = (0..2)
-        .map(|i| {
-            let shard = format!("{i}/2");
-            let url = if i == 1 { bad.url() } else { good.url() };
-            let args = shard_args(
-                &url,
-                &out,
-                4,
-                &[
-                    "--shard",
-                    &shard,
-                    "--coordinator",
-                    "127.0.0.1",
-                    "--coordinator-port",
-                    &port,
-                    "--skip-preflight",
-                ],
-            );
-            spawn(work.path(), &args, &[])
-        })
-        .collect();
+    let (good, bad) = (good.url(), bad.url());
+    let children = start_shards(
+        work.path(),
+        &|i| if i == 1 { bad.clone() } else { good.clone() },
+        &out,
+        2,
+        4,
+        &["--skip-preflight"],
+        &|_, _| {},
+    );
     let outs = wait_all(children);
     for (i, o) in outs.iter().enumerate() {
         assert_eq!(o.status.code(), Some(1), "shard {i}: {}", stderr(o));

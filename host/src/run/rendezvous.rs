@@ -56,30 +56,41 @@ impl Hello {
     /// What differs between this hello and the reference (shard 0's), one item per field.
     pub fn differences(&self, reference: &Hello) -> Vec<String> {
         let mut out = Vec::new();
-        if self.count != reference.count {
-            out.push(format!(
-                "shard count {} (shard 0 has {})",
-                self.count, reference.count
-            ));
-        }
-        if self.scenario_sha256 != reference.scenario_sha256 {
-            out.push(format!(
-                "scenario sha256:{} (shard 0 has sha256:{})",
-                self.scenario_sha256, reference.scenario_sha256
-            ));
-        }
-        if self.dataset_key != reference.dataset_key {
-            out.push(format!(
-                "dataset digest {} (shard 0 has {})",
-                self.dataset_key, reference.dataset_key
-            ));
-        }
-        if self.run_id != reference.run_id {
-            out.push(format!(
-                "run id {:?} (shard 0 has {:?})",
-                self.run_id, reference.run_id
-            ));
-        }
+        let mut differ = |what: &str, mine: String, theirs: String| {
+            if mine != theirs {
+                out.push(format!("{what}{mine} (shard 0 has {theirs})"));
+            }
+        };
+        differ(
+            "shard count ",
+            self.count.to_string(),
+            reference.count.to_string(),
+        );
+        differ(
+            "scenario sha256:",
+            self.scenario_sha256.clone(),
+            reference.scenario_sha256.clone(),
+        );
+        differ(
+            "dataset digest ",
+            self.dataset_key.clone(),
+            reference.dataset_key.clone(),
+        );
+        differ(
+            "run id ",
+            format!("{:?}", self.run_id),
+            format!("{:?}", reference.run_id),
+        );
+        differ(
+            "--concurrency ",
+            self.concurrency.to_string(),
+            reference.concurrency.to_string(),
+        );
+        differ(
+            "--failed-request-threshold ",
+            format!("{:?}", self.failed_request_threshold),
+            format!("{:?}", reference.failed_request_threshold),
+        );
         match (self.seed_drawn, reference.seed_drawn) {
             (false, false) if self.seed != reference.seed => out.push(format!(
                 "--random-seed {} (shard 0 has {})",
@@ -88,18 +99,6 @@ impl Hello {
             (false, true) => out.push(format!("--random-seed {} (shard 0 has none)", self.seed)),
             (true, false) => out.push(format!("no --random-seed (shard 0 has {})", reference.seed)),
             _ => {}
-        }
-        if self.concurrency != reference.concurrency {
-            out.push(format!(
-                "--concurrency {} (shard 0 has {})",
-                self.concurrency, reference.concurrency
-            ));
-        }
-        if self.failed_request_threshold != reference.failed_request_threshold {
-            out.push(format!(
-                "--failed-request-threshold {:?} (shard 0 has {:?})",
-                self.failed_request_threshold, reference.failed_request_threshold
-            ));
         }
         let names: std::collections::BTreeSet<&String> = self
             .settings
@@ -801,5 +800,50 @@ impl Finish {
                 timeout.as_secs()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello {
+        Hello {
+            index: 0,
+            count: 2,
+            run_id: None,
+            seed: 7,
+            seed_drawn: false,
+            scenario_sha256: "aa".into(),
+            dataset_key: "dd".into(),
+            concurrency: 8,
+            settings: [("cache-bust".to_string(), serde_json::json!("system_prefix"))].into(),
+            failed_request_threshold: None,
+            host: "h0".into(),
+        }
+    }
+
+    #[test]
+    fn differences_name_each_field_that_differs() {
+        let r = hello();
+        assert!(r.differences(&r).is_empty());
+        let mut h = hello();
+        h.index = 1;
+        h.host = "h1".into();
+        assert!(h.differences(&r).is_empty(), "index and host may differ");
+        h.scenario_sha256 = "bb".into();
+        h.dataset_key = "ee".into();
+        h.seed_drawn = true;
+        h.settings
+            .insert("cache-bust".into(), serde_json::json!("none"));
+        assert_eq!(
+            h.differences(&r),
+            vec![
+                "scenario sha256:bb (shard 0 has aa)",
+                "dataset digest ee (shard 0 has dd)",
+                "no --random-seed (shard 0 has 7)",
+                "--cache-bust \"none\" (shard 0 has \"system_prefix\")",
+            ]
+        );
     }
 }
