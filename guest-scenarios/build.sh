@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh - build the scenario components reproducibly into dist/.
 #
-#   guest-scenarios/build.sh           build both components into dist/ (+ SHA256SUMS, TOOLCHAIN)
+#   guest-scenarios/build.sh           build the components into dist/ (+ SHA256SUMS, TOOLCHAIN)
 #   guest-scenarios/build.sh --check   rebuild from scratch in a temporary directory and compare with
 #                                      the committed dist/ bytes (see "check" below); dist/ is untouched
 #
@@ -25,7 +25,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 DIST=$HERE/dist
-COMPONENTS=(agentx-mvp kvct-v01)
+COMPONENTS=(agentx-mvp kvct-v01 agentx-v1)
 APT_PACKAGES=(rustc-web cargo-web rust-web-src rust-web-llvm lld-22 libstd-rust-web-dev)
 COMPONENT_LD=/usr/lib/rustlib/x86_64-unknown-linux-gnu/bin/wasm-component-ld
 WASM_LD=/usr/bin/wasm-ld-22
@@ -83,7 +83,7 @@ build_in() {
     unset CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS
     export RUSTFLAGS="--remap-path-prefix=$CARGO_HOME_DIR/registry/src=/cargo/registry/src --remap-path-prefix=/usr/lib/rustlib/src/rust=/rustc/src -Clink-arg=--wasm-ld-path=$WASM_LD"
     /usr/bin/cargo build --locked --release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort \
-      -p agentx-mvp -p kvct-v01
+      "${COMPONENTS[@]/#/-p}"
   )
   for c in "${COMPONENTS[@]}"; do
     cp "$target/wasm32-unknown-unknown/release/${c//-/_}.wasm" "$out/$c.wasm"
@@ -96,7 +96,7 @@ copy_sources() {
   mkdir -p "$dest/guest-scenarios" "$dest/wit"
   cp -r "$ROOT/wit/." "$dest/wit/"
   cp "$HERE/Cargo.toml" "$HERE/Cargo.lock" "$dest/guest-scenarios/"
-  for d in policy "${COMPONENTS[@]}"; do
+  for d in policy trees "${COMPONENTS[@]}"; do
     mkdir -p "$dest/guest-scenarios/$d"
     cp "$HERE/$d/Cargo.toml" "$dest/guest-scenarios/$d/"
     cp -r "$HERE/$d/src" "$dest/guest-scenarios/$d/"

@@ -10,6 +10,7 @@ mod replay;
 mod report;
 mod robustness;
 mod scenario;
+mod scenario_v2;
 mod server_metrics;
 mod shard;
 mod sim;

@@ -11,9 +11,7 @@
 //! - [`classify`]: context-overflow detection;
 //! - [`delay`], [`validity`]: inter-turn delays and end-of-run validity;
 //! - [`settings`]: the `resolve` machinery (locks, errors, notices, seed drawing);
-//! - [`mvp`], [`kvct`]: the two 0.1.0 scenarios, each a [`Scenario`];
-//! - [`tree`]: t*, the streams alive at it and the warm turns of a session tree (AgentX v1.0);
-//! - [`agentx_v1`]: the session-tree scenario of the 0.2.0 world, a [`TreeScenario`].
+//! - [`mvp`], [`kvct`]: the two scenarios, each a [`Scenario`].
 
 #![no_std]
 
@@ -21,7 +19,6 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
-pub mod agentx_v1;
 pub mod classify;
 pub mod delay;
 pub mod kvct;
@@ -30,15 +27,12 @@ pub mod mvp;
 pub mod rng;
 pub mod settings;
 pub mod start;
-pub mod tree;
 pub mod types;
 pub mod validity;
 
 mod adapter;
 #[cfg(test)]
 mod golden;
-#[cfg(test)]
-mod golden_v1;
 #[cfg(test)]
 mod resolve_tests;
 
@@ -62,22 +56,6 @@ pub trait Scenario {
     fn classify_error(response: &ErrorResponse, phrases: Option<&[String]>) -> Classification;
     fn turn_delay(params: &DelayParams, timing: &TurnTiming) -> f64;
     fn validity(outcome: &Outcome) -> Vec<String>;
-}
-
-/// The exports of the 0.2.0 `policy` interface (session trees), for one scenario.
-pub trait TreeScenario {
-    fn describe() -> Info;
-    fn resolve(given: Vec<Setting>, entropy: u64) -> Result<Resolved, Vec<Violation>>;
-    fn rules(resolved: &[Setting]) -> agentx_v1::ReplayRules;
-    fn start_tree(
-        params: &tree::TreeParams,
-        lane: u32,
-        tree: &tree::Tree,
-    ) -> Option<tree::TreeStart>;
-    fn cache_bust(target: Placement, tree: &agentx_v1::TreeId) -> Marker;
-    fn classify_error(response: &ErrorResponse, phrases: Option<&[String]>) -> Classification;
-    fn turn_delay(params: &agentx_v1::DelayParams, times: &agentx_v1::TurnTimes) -> f64;
-    fn validity(outcome: &agentx_v1::Outcome) -> Vec<String>;
 }
 
 /// Python's `str(n)` for a non-negative integer, into `buf`, without allocating.

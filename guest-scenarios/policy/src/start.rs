@@ -71,28 +71,10 @@ pub fn candidates(t: &Trajectory, min_ratio: f64, max_ratio: f64) -> Vec<u32> {
 
 /// `k_i`, or `None` when the trajectory has no usable start.
 pub fn start_turn(p: &StartParams, t: &Trajectory) -> Option<u32> {
-    pick(
-        trace_entropy(p.seed, &t.trace_id),
-        t.num_turns,
-        &t.unsendable,
-        p.min_ratio,
-        p.max_ratio,
-    )
-}
-
-/// The start turn `default_rng(entropy).choice(candidates)` picks among the candidates of a trace
-/// of `num_turns` turns, or `None` when there is none.
-pub fn pick(
-    entropy: u64,
-    num_turns: u32,
-    unsendable: &[u32],
-    min_ratio: f64,
-    max_ratio: f64,
-) -> Option<u32> {
-    let (lo, hi) = candidate_range(num_turns, min_ratio, max_ratio)?;
+    let (lo, hi) = candidate_range(t.num_turns, p.min_ratio, p.max_ratio)?;
     // Turns in lo..=hi excluded because k or k+1 is unsendable, sorted and distinct.
     let mut excluded: Vec<u32> = Vec::new();
-    for &u in unsendable {
+    for &u in &t.unsendable {
         for k in [u.checked_sub(1), Some(u)].into_iter().flatten() {
             if (lo..=hi).contains(&k) {
                 excluded.push(k);
@@ -106,7 +88,7 @@ pub fn pick(
         return None;
     }
     // total <= num_turns - 1 < 2^32.
-    let idx = choice_index(entropy, total as u32);
+    let idx = choice_index(trace_entropy(p.seed, &t.trace_id), total as u32);
     // The idx-th kept turn: skip over excluded turns at or below the running answer.
     let mut k = lo + idx;
     for &e in &excluded {

@@ -178,7 +178,9 @@ fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {
                     "size": sc.size(),
                     "path": sc.path(),
                     "wit_package": scenario::WIT_PACKAGE,
-                    "wit_version": scenario::WIT_VERSION,
+                    "wit_version": sc.world().version(),
+                    "world": sc.world().as_str(),
+                    "replays": sc.world().replays(),
                     "name": info.name,
                     "version": info.version,
                     "description": info.description,
@@ -195,9 +197,9 @@ fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {
                 println!("size:        {} bytes", sc.size());
                 println!("path:        {}", sc.path().display());
                 println!(
-                    "wit:         {}@{}",
-                    scenario::WIT_PACKAGE,
-                    scenario::WIT_VERSION
+                    "wit:         {} ({})",
+                    sc.world().as_str(),
+                    sc.world().replays()
                 );
                 println!("name:        {}", info.name);
                 println!("version:     {}", info.version);

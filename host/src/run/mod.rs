@@ -421,6 +421,19 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     }
     let mut inst = sc.instantiate()?;
     let info = inst.describe()?;
+    if sc.world() != scenario::World::V0_1 {
+        bail!(
+            "the scenario {} {} (sha256:{}) implements {} ({}); `run` replays {} so far: replaying \
+             session trees (subagents, t* start points) is not built into this host yet. Run the \
+             default agentx-mvp (or name it), or inspect the component with `agentx-host scenario inspect`",
+            info.name,
+            info.version,
+            &sc.hash()[..16],
+            sc.world().as_str(),
+            sc.world().replays(),
+            scenario::World::V0_1.replays()
+        );
+    }
     let resolved = match inst.resolve(&rp.settings, entropy())? {
         Ok(r) => r,
         Err(violations) => {

@@ -47,6 +47,68 @@ pub fn turn_delay(d: f64) -> Result<f64, String> {
     }
 }
 
+/// The end-to-start delay of a session-tree turn, milliseconds: finite, non-negative and at most
+/// [`MAX_DELAY_S`].
+pub fn tree_turn_delay(ms: f64) -> Result<f64, String> {
+    if (0.0..=MAX_DELAY_S * 1000.0).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!("a delay of {ms} ms"))
+    }
+}
+
+/// A lane's start in a tree: at least one stream, each index in range and listed once, each next
+/// turn inside its stream, the warm turn the one before it, offsets and leads finite and
+/// non-negative, branch indices in range, and t* finite when given.
+pub fn tree_start(
+    st: &super::types_v2::TreeStart,
+    tree: &super::types_v2::Tree,
+) -> Result<(), String> {
+    if st.streams.is_empty() {
+        return Err("a start with no stream".into());
+    }
+    if st.t_star_ms.is_some_and(|t| !t.is_finite()) {
+        return Err(format!("t* {:?} is not a finite time", st.t_star_ms));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in &st.streams {
+        let Some(stream) = tree.streams.get(s.index as usize) else {
+            return Err(format!(
+                "stream {} of a tree of {} streams",
+                s.index,
+                tree.streams.len()
+            ));
+        };
+        let id = &stream.conversation_id;
+        if !seen.insert(s.index) {
+            return Err(format!("stream {id} listed twice"));
+        }
+        let n = stream.turn_ts_ms.len() as u32;
+        if s.next_turn >= n {
+            return Err(format!("{id}: next turn {} of {n} turns", s.next_turn));
+        }
+        if s.warm_turn != s.next_turn.checked_sub(1) {
+            return Err(format!(
+                "{id}: warm turn {:?} is not the one before next turn {}",
+                s.warm_turn, s.next_turn
+            ));
+        }
+        for (what, x) in [("offset", s.offset_ms), ("lead", s.lead_ms)] {
+            if !(0.0..=MAX_DELAY_S * 1000.0).contains(&x) {
+                return Err(format!("{id}: {what} of {x} ms"));
+            }
+        }
+        if s.branch.is_some_and(|b| b as usize >= tree.branches.len()) {
+            return Err(format!(
+                "{id}: branch {:?} of {}",
+                s.branch,
+                tree.branches.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The marker a session's prompt carries: none for the `none` target or an empty text.
 pub fn cache_bust(target: Placement, text: &str) -> Option<CacheBust<'_>> {
     let placement = match target {

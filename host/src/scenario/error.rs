@@ -73,6 +73,19 @@ pub enum ScenarioError {
         expected: String,
     },
 
+    #[error(
+        "scenario sha256:{hash} implements {has} ({has_replays}), which has no `{export}`: that call \
+         belongs to {wants}; use a scenario of that world (agentx-mvp for single-stream sessions, \
+         agentx-v1 for session trees)"
+    )]
+    WrongWorld {
+        hash: String,
+        export: &'static str,
+        has: &'static str,
+        has_replays: &'static str,
+        wants: &'static str,
+    },
+
     #[error("scenario sha256:{hash} cannot be instantiated: {message}")]
     Instantiate { hash: String, message: String },
 

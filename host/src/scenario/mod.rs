@@ -14,6 +14,7 @@
 pub mod check;
 mod error;
 mod store;
+mod world2;
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -45,14 +46,68 @@ pub mod types {
     };
 }
 
+/// The guest-facing types of `agentx:scenario@0.2.0` (session trees) that 0.1.0 has not.
+pub use world2::types as types_v2;
+
 use types::*;
 
 /// The WIT package this host speaks.
 pub const WIT_PACKAGE: &str = "agentx:scenario";
-/// The version of the WIT package this host speaks.
+/// The version of the WIT package of single-stream scenarios (`agentx-mvp`, `kvct-v01`).
 pub const WIT_VERSION: &str = "0.1.0";
-/// The interface a scenario must export.
+/// The version of the WIT package of session-tree scenarios (`agentx-v1`).
+pub const WIT_VERSION_V2: &str = "0.2.0";
+/// The interface a 0.1.0 scenario exports.
 const POLICY_EXPORT: &str = "agentx:scenario/policy@0.1.0";
+/// The interface a 0.2.0 scenario exports.
+const POLICY_EXPORT_V2: &str = "agentx:scenario/policy@0.2.0";
+
+/// The world a scenario component implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    /// `agentx:scenario@0.1.0`: single-stream sessions, a start turn per trace.
+    V0_1,
+    /// `agentx:scenario@0.2.0`: session trees, a start instant per lane.
+    V0_2,
+}
+
+impl World {
+    /// `agentx:scenario@<version>`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            World::V0_1 => "agentx:scenario@0.1.0",
+            World::V0_2 => "agentx:scenario@0.2.0",
+        }
+    }
+
+    /// The WIT version alone.
+    pub fn version(self) -> &'static str {
+        match self {
+            World::V0_1 => WIT_VERSION,
+            World::V0_2 => WIT_VERSION_V2,
+        }
+    }
+
+    /// What a scenario of this world replays, in words.
+    pub fn replays(self) -> &'static str {
+        match self {
+            World::V0_1 => "single-stream sessions",
+            World::V0_2 => "session trees",
+        }
+    }
+}
+
+/// The instantiable component of either world.
+enum Pre {
+    V1(bindings::ScenarioPre<StoreState>),
+    V2(world2::bindings::ScenarioPre<StoreState>),
+}
+
+/// A live instance's exports, of either world.
+enum Bound {
+    V1(bindings::Scenario),
+    V2(world2::bindings::Scenario),
+}
 /// The wasmtime release compiled into this host (part of the compiled-artifact cache key).
 pub const WASMTIME_VERSION: &str = "48.0.8";
 
@@ -201,37 +256,46 @@ impl ScenarioEngine {
             .exports(&self.engine)
             .map(|(n, _)| n.to_string())
             .collect();
-        if !exports.iter().any(|e| e == POLICY_EXPORT) {
+        let world = if exports.iter().any(|e| e == POLICY_EXPORT) {
+            World::V0_1
+        } else if exports.iter().any(|e| e == POLICY_EXPORT_V2) {
+            World::V0_2
+        } else {
             let prefix = "agentx:scenario/policy@";
             if let Some(found) = exports.iter().find(|e| e.starts_with(prefix)) {
                 return Err(ScenarioError::Incompatible {
                     hash,
                     found: format!("{WIT_PACKAGE}@{}", &found[prefix.len()..]),
-                    expected: format!("{WIT_PACKAGE}@{WIT_VERSION}"),
+                    expected: format!("{WIT_PACKAGE}@{WIT_VERSION} or @{WIT_VERSION_V2}"),
                 });
             }
             return Err(ScenarioError::NotAScenario {
                 hash,
                 exports,
-                expected: POLICY_EXPORT.to_string(),
+                expected: format!("{POLICY_EXPORT} or {POLICY_EXPORT_V2}"),
             });
-        }
+        };
 
         let linker: Linker<StoreState> = Linker::new(&self.engine);
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(bindings::ScenarioPre::new)
-            .map_err(|e| ScenarioError::Incompatible {
-                hash: hash.clone(),
-                found: format!("an incompatible {POLICY_EXPORT} ({})", chain(&e)),
-                expected: format!("{WIT_PACKAGE}@{WIT_VERSION}"),
-            })?;
+        let incompatible = |e: wasmtime::Error| ScenarioError::Incompatible {
+            hash: hash.clone(),
+            found: format!("an incompatible {} ({})", world.as_str(), chain(&e)),
+            expected: world.as_str().to_string(),
+        };
+        let instance_pre = linker.instantiate_pre(&component).map_err(incompatible)?;
+        let pre = match world {
+            World::V0_1 => Pre::V1(bindings::ScenarioPre::new(instance_pre).map_err(incompatible)?),
+            World::V0_2 => {
+                Pre::V2(world2::bindings::ScenarioPre::new(instance_pre).map_err(incompatible)?)
+            }
+        };
         Ok(Scenario {
             inner: Arc::new(Loaded {
                 engine: self.clone(),
                 hash,
                 size: bytes.len(),
                 path: origin.to_path_buf(),
+                world,
                 pre,
             }),
         })
@@ -311,7 +375,8 @@ struct Loaded {
     hash: String,
     size: usize,
     path: PathBuf,
-    pre: bindings::ScenarioPre<StoreState>,
+    world: World,
+    pre: Pre,
 }
 
 /// A compiled, validated scenario component. Cheap to clone and shareable across threads; each
@@ -346,6 +411,11 @@ impl Scenario {
         &self.inner.path
     }
 
+    /// The world the component implements.
+    pub fn world(&self) -> World {
+        self.inner.world
+    }
+
     /// A fresh instance in its own sandboxed store.
     pub fn instantiate(&self) -> Result<ScenarioInstance, ScenarioError> {
         let (store, bindings) = self.new_store()?;
@@ -357,7 +427,7 @@ impl Scenario {
         })
     }
 
-    fn new_store(&self) -> Result<(Store<StoreState>, bindings::Scenario), ScenarioError> {
+    fn new_store(&self) -> Result<(Store<StoreState>, Bound), ScenarioError> {
         let limits = self.inner.engine.limits;
         let mut store = Store::new(
             &self.inner.engine.engine,
@@ -370,7 +440,11 @@ impl Scenario {
         );
         store.limiter(|s| &mut s.limiter);
         arm(&mut store, limits)?;
-        match self.inner.pre.instantiate(&mut store) {
+        let bound = match &self.inner.pre {
+            Pre::V1(pre) => pre.instantiate(&mut store).map(Bound::V1),
+            Pre::V2(pre) => pre.instantiate(&mut store).map(Bound::V2),
+        };
+        match bound {
             Ok(b) => Ok((store, b)),
             Err(e) => Err(self.call_error("instantiate", &store, e)),
         }
@@ -464,14 +538,20 @@ impl ResourceLimiter for MemoryLimiter {
 pub struct ScenarioInstance {
     scenario: Scenario,
     store: Store<StoreState>,
-    bindings: bindings::Scenario,
+    bindings: Bound,
     poisoned: bool,
 }
 
+/// One call into the guest, on a component of world `$world` (`V1` or `V2`); a component of the
+/// other world gets [`ScenarioError::WrongWorld`].
 macro_rules! guest_call {
-    ($self:ident, $export:literal, |$policy:ident, $store:ident| $body:expr) => {{
+    ($self:ident, $export:literal, $world:ident |$policy:ident, $store:ident| $body:expr) => {{
         $self.prepare()?;
-        let $policy = $self.bindings.agentx_scenario_policy();
+        let $policy = match &$self.bindings {
+            Bound::$world(b) => b.agentx_scenario_policy(),
+            #[allow(unreachable_patterns)]
+            _ => return Err($self.wrong_world($export)),
+        };
         let $store = &mut $self.store;
         match $body {
             Ok(v) => Ok(v),
@@ -501,7 +581,11 @@ impl ScenarioInstance {
 
     /// Name, version, description, knobs and locks.
     pub fn describe(&mut self) -> Result<Info, ScenarioError> {
-        guest_call!(self, "describe", |p, s| p.call_describe(s))
+        if matches!(self.bindings, Bound::V2(_)) {
+            return guest_call!(self, "describe", V2 | p, s | p.call_describe(s))
+                .map(world2::info_back);
+        }
+        guest_call!(self, "describe", V1 | p, s | p.call_describe(s))
     }
 
     /// Apply the scenario's locks to the configuration as given.
@@ -510,7 +594,22 @@ impl ScenarioInstance {
         given: &[Setting],
         entropy: u64,
     ) -> Result<Result<Resolved, Vec<Violation>>, ScenarioError> {
-        guest_call!(self, "resolve", |p, s| p.call_resolve(s, given, entropy))
+        if matches!(self.bindings, Bound::V2(_)) {
+            let given = world2::settings(given);
+            return guest_call!(
+                self,
+                "resolve",
+                V2 | p,
+                s | p.call_resolve(s, &given, entropy)
+            )
+            .map(world2::resolved_back);
+        }
+        guest_call!(
+            self,
+            "resolve",
+            V1 | p,
+            s | p.call_resolve(s, given, entropy)
+        )
     }
 
     /// The start turn of one trajectory.
@@ -520,8 +619,12 @@ impl ScenarioInstance {
         trajectory: &Trajectory,
     ) -> Result<Option<u32>, ScenarioError> {
         let n = trajectory.num_turns;
-        let k = guest_call!(self, "start-turn", |p, s| p
-            .call_start_turn(s, params, trajectory))?;
+        let k = guest_call!(
+            self,
+            "start-turn",
+            V1 | p,
+            s | p.call_start_turn(s, params, trajectory)
+        )?;
         check::start_turn(k, n).map_err(|m| self.contract("start-turn", m))?;
         Ok(k)
     }
@@ -532,11 +635,12 @@ impl ScenarioInstance {
         params: StartParams,
         trajectories: &[Trajectory],
     ) -> Result<Vec<Option<u32>>, ScenarioError> {
-        let ks = guest_call!(self, "plan-starts", |p, s| p.call_plan_starts(
-            s,
-            params,
-            trajectories
-        ))?;
+        let ks = guest_call!(
+            self,
+            "plan-starts",
+            V1 | p,
+            s | p.call_plan_starts(s, params, trajectories)
+        )?;
         check::plan_starts(&ks, trajectories).map_err(|m| self.contract("plan-starts", m))?;
         Ok(ks)
     }
@@ -556,8 +660,12 @@ impl ScenarioInstance {
         target: Placement,
         session: &SessionId,
     ) -> Result<Marker, ScenarioError> {
-        guest_call!(self, "cache-bust", |p, s| p
-            .call_cache_bust(s, target, session))
+        guest_call!(
+            self,
+            "cache-bust",
+            V1 | p,
+            s | p.call_cache_bust(s, target, session)
+        )
     }
 
     /// Classify a failed response.
@@ -566,8 +674,22 @@ impl ScenarioInstance {
         response: &ErrorResponse,
         phrases: Option<&[String]>,
     ) -> Result<Classification, ScenarioError> {
-        guest_call!(self, "classify-error", |p, s| p
-            .call_classify_error(s, response, phrases))
+        if matches!(self.bindings, Bound::V2(_)) {
+            let response = world2::error_response(response);
+            return guest_call!(
+                self,
+                "classify-error",
+                V2 | p,
+                s | p.call_classify_error(s, &response, phrases)
+            )
+            .map(world2::classification_back);
+        }
+        guest_call!(
+            self,
+            "classify-error",
+            V1 | p,
+            s | p.call_classify_error(s, response, phrases)
+        )
     }
 
     /// The delay before a turn, in seconds.
@@ -576,13 +698,101 @@ impl ScenarioInstance {
         params: DelayParams,
         timing: TurnTiming,
     ) -> Result<f64, ScenarioError> {
-        let d = guest_call!(self, "turn-delay", |p, s| p
-            .call_turn_delay(s, params, timing))?;
+        let d = guest_call!(
+            self,
+            "turn-delay",
+            V1 | p,
+            s | p.call_turn_delay(s, params, timing)
+        )?;
         check::turn_delay(d).map_err(|m| self.contract("turn-delay", m))
     }
 
     /// Reasons the run is not a valid submission.
     pub fn validity(&mut self, outcome: Outcome) -> Result<Vec<String>, ScenarioError> {
-        guest_call!(self, "validity", |p, s| p.call_validity(s, outcome))
+        guest_call!(self, "validity", V1 | p, s | p.call_validity(s, outcome))
+    }
+
+    /// The error of a call the component's world does not have.
+    fn wrong_world(&self, export: &'static str) -> ScenarioError {
+        let has = self.scenario.world();
+        let wants = match has {
+            World::V0_1 => World::V0_2,
+            World::V0_2 => World::V0_1,
+        };
+        ScenarioError::WrongWorld {
+            hash: self.scenario.hash().to_string(),
+            export,
+            has: has.as_str(),
+            has_replays: has.replays(),
+            wants: wants.as_str(),
+        }
+    }
+
+    // ---- agentx:scenario@0.2.0 (session trees) ----
+
+    /// The mechanism's parameters for a resolved configuration (0.2.0).
+    pub fn rules(&mut self, resolved: &[Setting]) -> Result<types_v2::ReplayRules, ScenarioError> {
+        let settings = world2::settings(resolved);
+        guest_call!(self, "rules", V2 | p, s | p.call_rules(s, &settings))
+    }
+
+    /// Where lane `lane` starts in `tree` (0.2.0); `None` when the tree cannot start a lane. The
+    /// answer is checked: stream indices in range, next turns within their streams, warm turn
+    /// `next - 1`, finite non-negative offsets and leads.
+    pub fn start_tree(
+        &mut self,
+        params: types_v2::TreeParams,
+        lane: u32,
+        tree: &types_v2::Tree,
+    ) -> Result<Option<types_v2::TreeStart>, ScenarioError> {
+        let start = guest_call!(
+            self,
+            "start-tree",
+            V2 | p,
+            s | p.call_start_tree(s, params, lane, tree)
+        )?;
+        if let Some(st) = &start {
+            check::tree_start(st, tree).map_err(|m| self.contract("start-tree", m))?;
+        }
+        Ok(start)
+    }
+
+    /// The cache-bust marker of a tree (0.2.0).
+    pub fn cache_bust_tree(
+        &mut self,
+        target: Placement,
+        tree: &types_v2::TreeId,
+    ) -> Result<Marker, ScenarioError> {
+        let target = world2::placement(target);
+        guest_call!(
+            self,
+            "cache-bust",
+            V2 | p,
+            s | p.call_cache_bust(s, target, tree)
+        )
+        .map(world2::marker_back)
+    }
+
+    /// The end-to-start delay of a turn, in milliseconds (0.2.0).
+    pub fn tree_turn_delay(
+        &mut self,
+        params: types_v2::DelayParams,
+        times: types_v2::TurnTimes,
+    ) -> Result<f64, ScenarioError> {
+        let d = guest_call!(
+            self,
+            "turn-delay",
+            V2 | p,
+            s | p.call_turn_delay(s, params, times)
+        )?;
+        check::tree_turn_delay(d).map_err(|m| self.contract("turn-delay", m))
+    }
+
+    /// Reasons a session-tree run is not a valid submission (0.2.0).
+    pub fn tree_validity(
+        &mut self,
+        outcome: types_v2::Outcome,
+    ) -> Result<Vec<String>, ScenarioError> {
+        guest_call!(self, "validity", V2 | p, s | p.call_validity(s, outcome))
     }
 }

@@ -273,7 +273,7 @@ fn tree_markers_match_aiperf() {
     let mut n = 0;
     for row in d["spec_section6_golden"].as_array().unwrap() {
         let got = crate::agentx_v1::tree_marker(
-            crate::types::Placement::FirstTurnPrefix,
+            policy::types::Placement::FirstTurnPrefix,
             &crate::agentx_v1::TreeId {
                 run_id: row["benchmark_id"].as_str().unwrap().into(),
                 pass: row["pass"].as_u64().unwrap() as u32,
@@ -295,7 +295,7 @@ fn tree_markers_match_aiperf() {
         let get = |name: &str| &row[col(name)];
         let marker_col = fields.iter().position(|x| x.contains("marker")).unwrap();
         let got = crate::agentx_v1::tree_marker(
-            crate::types::Placement::FirstTurnPrefix,
+            policy::types::Placement::FirstTurnPrefix,
             &crate::agentx_v1::TreeId {
                 run_id: get("benchmark_id").as_str().unwrap().into(),
                 pass: get("pass").as_u64().unwrap() as u32,

@@ -23,7 +23,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use sha2::{Digest, Sha256};
 
-use crate::rng::Pcg64;
+use policy::rng::{choice_index, Pcg64};
+use policy::start::candidate_range;
 
 /// One stream of a session tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,14 +85,7 @@ pub struct TreeStart {
 /// The seed of lane `lane` on trace `root`: the first 8 bytes of `sha256(f"{seed}:{root}:{lane}")`,
 /// big-endian.
 pub fn lane_seed(seed: u64, root: &str, lane: u32) -> u64 {
-    let (mut a, mut b) = ([0u8; 20], [0u8; 20]);
-    let mut h = Sha256::new();
-    h.update(crate::decimal(seed, &mut a));
-    h.update(b":");
-    h.update(root.as_bytes());
-    h.update(b":");
-    h.update(crate::decimal(u64::from(lane), &mut b));
-    let d = h.finalize();
+    let d = Sha256::digest(alloc::format!("{seed}:{root}:{lane}").as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&d[..8]);
     u64::from_be_bytes(first)
@@ -251,7 +245,7 @@ pub fn start_tree(p: &TreeParams, lane: u32, tree: &Tree) -> Option<TreeStart> {
         }
     }
     let n = root.turn_ts_ms.len() as u32;
-    let k = crate::start::pick(entropy, n, &root.unsendable, p.min_ratio, p.max_ratio)?;
+    let k = pick(entropy, n, &root.unsendable, p.min_ratio, p.max_ratio)?;
     Some(TreeStart {
         t_star_ms: None,
         streams: alloc::vec![StreamStart {
@@ -265,4 +259,21 @@ pub fn start_tree(p: &TreeParams, lane: u32, tree: &Tree) -> Option<TreeStart> {
             branch: None,
         }],
     })
+}
+
+/// The turn-index start: `default_rng(entropy).choice(candidates)` over the candidates of
+/// `policy::start` (`k` and `k + 1` sendable), or `None` when there is none.
+fn pick(
+    entropy: u64,
+    num_turns: u32,
+    unsendable: &[u32],
+    min_ratio: f64,
+    max_ratio: f64,
+) -> Option<u32> {
+    let (lo, hi) = candidate_range(num_turns, min_ratio, max_ratio)?;
+    let kept: Vec<u32> = (lo..=hi)
+        .filter(|k| !unsendable.contains(k) && !unsendable.contains(&(k + 1)))
+        .collect();
+    let n = u32::try_from(kept.len()).ok().filter(|&n| n > 0)?;
+    Some(kept[choice_index(entropy, n) as usize])
 }

@@ -22,13 +22,14 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use crate::settings::Resolver;
-use crate::tree::{Tree, TreeParams, TreeStart};
-use crate::types::{
+use policy::settings::Resolver;
+use policy::types::{
     Classification, ErrorResponse, Info, Knob, Lock, Marker, Placement, Resolved, SessionId,
     Setting, Value, Violation,
 };
-use crate::{classify, marker, mvp, validity};
+use policy::{classify, marker, mvp, validity};
+
+use crate::tree::{Tree, TreeParams, TreeStart};
 
 pub const NAME: &str = "inferencex-agentx-v1";
 pub const VERSION: &str = "1.0.0";
@@ -161,7 +162,7 @@ pub fn reasons(o: &Outcome) -> Vec<String> {
     if o.unsafe_override {
         out.push("unsafe_override".to_string());
     }
-    let v01 = crate::types::Outcome {
+    let v01 = policy::types::Outcome {
         total_responses: o.total_responses,
         context_overflows: o.context_overflows,
         failed: o.failed,
@@ -209,7 +210,7 @@ fn forbid(r: &mut Resolver, name: &str, ok: Option<&Value>, why: &str) {
                 name,
                 format!(
                     "--{name} {} {why}; remove --{name}",
-                    crate::settings::render(&v)
+                    policy::settings::render(&v)
                 ),
             );
         }
@@ -312,7 +313,7 @@ pub fn resolve(given: Vec<Setting>, entropy: u64) -> Result<Resolved, Vec<Violat
             Value::Number(SYSTEM_IDLE_CAP_S),
         ),
     }
-    mvp::concurrency(&mut r, true);
+    concurrency(&mut r);
     let (seed, drawn) = r.seed(entropy);
     let unsafe_override = r.flag("unsafe-override").unwrap_or(false);
     r.set("unsafe-override", Value::Flag(unsafe_override));
@@ -320,6 +321,17 @@ pub fn resolve(given: Vec<Setting>, entropy: u64) -> Result<Resolved, Vec<Violat
     r.overflow_phrases(Some(&mvp::OVERFLOW_PHRASES));
     r.overflow_rate_limit(validity::DEFAULT_OVERFLOW_RATE_LIMIT);
     r.finish(seed, drawn, unsafe_override)
+}
+
+/// `concurrency`: required, positive, one value (a sweep runs one run per value).
+fn concurrency(r: &mut Resolver) {
+    match r.integers("concurrency", "16") {
+        None if r.present("concurrency").is_none() => r.error("concurrency", "--concurrency is required: the number of lanes (trees in flight), e.g. --concurrency 16".to_string()),
+        None => {}
+        Some(list) if list.is_empty() || list.iter().any(|&c| c <= 0) => r.error("concurrency", "--concurrency must be one positive number of lanes, e.g. --concurrency 16".to_string()),
+        Some(list) if list.len() > 1 => r.lock("concurrency", format!("--concurrency {list:?} is a sweep; the scenario measures one concurrency per run: use `agentx-host sweep`, or one run per value")),
+        Some(list) => r.set("concurrency", Value::Integers(list)),
+    }
 }
 
 /// The replay rules of a resolved configuration.

@@ -1,0 +1,208 @@
+//! The `agentx:scenario@0.2.0` world end to end: the bundled `agentx-v1.wasm` loaded by hash and
+//! called through wasmtime (its answers equal aiperf 0.13's vectors), the 0.1.0 components beside it
+//! unchanged, and each world refusing the other's calls with a clear error.
+
+use agentx::scenario::types::{Placement, Setting, Value};
+use agentx::scenario::types_v2::{
+    Branch, DelayParams, Tree, TreeId, TreeParams, TreeStream, TurnTimes,
+};
+use agentx::scenario::{ScenarioError, World};
+
+use crate::scenario::load;
+use crate::support::Run;
+
+fn stream(id: &str, ts: &[f64]) -> TreeStream {
+    TreeStream {
+        conversation_id: id.into(),
+        turn_ts_ms: ts.to_vec(),
+        unsendable: Vec::new(),
+    }
+}
+
+fn set(name: &str, value: Value) -> Setting {
+    Setting {
+        name: name.into(),
+        value,
+        explicit: true,
+    }
+}
+
+#[test]
+fn agentx_v1_answers_through_the_0_2_world() {
+    let sc = load("agentx-v1.wasm");
+    assert_eq!(sc.world(), World::V0_2);
+    assert_eq!(load("agentx-mvp.wasm").world(), World::V0_1);
+    assert_eq!(load("kvct-v01.wasm").world(), World::V0_1);
+    let mut i = sc.instantiate().unwrap();
+    assert_eq!(i.describe().unwrap().name, "inferencex-agentx-v1");
+    let r = i
+        .resolve(
+            &[
+                set("concurrency", Value::Integers(vec![8])),
+                set(
+                    "public-dataset",
+                    Value::Text("semianalysis_cc_traces_weka_062126".into()),
+                ),
+                set("random-seed", Value::Integer(42)),
+            ],
+            1,
+        )
+        .unwrap()
+        .unwrap();
+    assert!(r.invalid_reasons.is_empty(), "{:?}", r.invalid_reasons);
+    let rules = i.rules(&r.settings).unwrap();
+    assert_eq!(rules.system_idle_cap_seconds, Some(10.0));
+    assert_eq!(rules.warmup_max_tokens, 1);
+
+    // agentx-v1.md §3: seed 42, trace_x, lane 0, ratios 0/1.
+    let x = Tree {
+        trace_id: "trace_x".into(),
+        streams: vec![stream(
+            "trace_x",
+            &[0.0, 60000.0, 120000.0, 300000.0, 600000.0],
+        )],
+        branches: vec![],
+    };
+    let p = TreeParams {
+        seed: 42,
+        min_ratio: 0.0,
+        max_ratio: 1.0,
+        lead_cap_ms: 10_000.0,
+    };
+    let st = i.start_tree(p, 0, &x).unwrap().unwrap();
+    assert_eq!(st.t_star_ms, Some(258193.74924743973));
+    assert_eq!(st.streams[0].next_turn, 3);
+    assert_eq!(st.streams[0].warm_turn, Some(2));
+    assert_eq!(st.streams[0].offset_ms, 41806.25075256027);
+    assert_eq!(
+        st.streams[0].lead_ms, 10_000.0,
+        "capped at the system idle cap"
+    );
+
+    // The §3 worked example at t* = 30000 (ratios pinned): the root waits on its child's join.
+    let tree = Tree {
+        trace_id: "ex".into(),
+        streams: vec![
+            stream("ex", &[0.0, 10000.0, 50000.0]),
+            stream("ex::sa:c", &[5000.0, 20000.0, 40000.0]),
+        ],
+        branches: vec![Branch {
+            branch_id: "ex:spawn:c".into(),
+            children: vec![1],
+            start_ms: Some(5000.0),
+            spawn_turn: Some(0),
+            join_turn: Some(2),
+        }],
+    };
+    let pinned = TreeParams {
+        min_ratio: 0.6,
+        max_ratio: 0.6,
+        ..p
+    };
+    let st = i.start_tree(pinned, 0, &tree).unwrap().unwrap();
+    assert_eq!(st.t_star_ms, Some(30000.0));
+    let got: Vec<(u32, u32, bool)> = st
+        .streams
+        .iter()
+        .map(|s| (s.index, s.next_turn, s.waiting))
+        .collect();
+    assert_eq!(got, vec![(0, 2, true), (1, 2, false)]);
+
+    // §6: one marker per tree.
+    let m = i
+        .cache_bust_tree(
+            Placement::FirstTurnPrefix,
+            &TreeId {
+                run_id: "00000000-0000-0000-0000-000000000000".into(),
+                pass: 0,
+                lane: 0,
+                trace_id: "trace_x::sa:agent_001".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(m.text, "[rid:5a1c9f04290b]\n\n");
+    let d = i
+        .tree_turn_delay(
+            DelayParams {
+                think_time_only: false,
+                cap_seconds: None,
+            },
+            TurnTimes {
+                ts_ms: 10_000.0,
+                prev_ts_ms: 6_000.0,
+                prev_api_ms: Some(-500.0),
+                think_time_ms: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(d, 4_500.0);
+}
+
+#[test]
+fn each_world_refuses_the_other_worlds_calls() {
+    let mut v1 = load("agentx-v1.wasm").instantiate().unwrap();
+    let e = v1
+        .start_turn(
+            agentx::scenario::types::StartParams {
+                seed: 1,
+                min_ratio: 0.0,
+                max_ratio: 0.7,
+            },
+            &agentx::scenario::types::Trajectory {
+                trace_id: "t".into(),
+                num_turns: 5,
+                unsendable: vec![],
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(e, ScenarioError::WrongWorld { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("implements agentx:scenario@0.2.0 (session trees), which has no `start-turn`"),
+        "{msg}"
+    );
+    // The instance still answers afterwards.
+    assert!(v1.describe().is_ok());
+
+    let mut mvp = load("agentx-mvp.wasm").instantiate().unwrap();
+    let e = mvp
+        .start_tree(
+            TreeParams {
+                seed: 1,
+                min_ratio: 0.0,
+                max_ratio: 1.0,
+                lead_cap_ms: 10_000.0,
+            },
+            0,
+            &Tree {
+                trace_id: "t".into(),
+                streams: vec![stream("t", &[0.0, 1.0])],
+                branches: vec![],
+            },
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "implements agentx:scenario@0.1.0 (single-stream sessions), which has no `start-tree`"
+        ),
+        "{e}"
+    );
+
+    // `run` names what it cannot do with a session-tree scenario, before anything is sent.
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "run",
+            crate::scenario::dist("agentx-v1.wasm").to_str().unwrap(),
+            "--dry-run",
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr()
+            .contains("implements agentx:scenario@0.2.0 (session trees)"),
+        "{}",
+        r.stderr()
+    );
+}
