@@ -166,13 +166,18 @@ pub struct Branch {
     pub start_timestamp_ms: f64,
 }
 
-/// Counted outcomes of one build.
+/// Counted outcomes of one build (over the streams built; dropped subagents are not counted).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TreeCounts {
+    /// Nested requests less than 1e-6 s before their marker, moved onto it (absolute basis).
     pub clamped_requests: usize,
+    /// Retained subagents without requests (one stream without turns each).
     pub empty_subagents: usize,
+    /// Replayed requests without hash ids.
     pub empty_hash_requests: usize,
+    /// Seams spliced in the top level (subagent layers' seams are not counted, as in aiperf).
     pub seams: usize,
+    /// Worker chains classified aux (reductions included), reduction, worker-group member.
     pub aux: usize,
     pub reductions: usize,
     pub worker_group: usize,
@@ -435,7 +440,6 @@ impl<'a> Builder<'a> {
                 inner: None,
             })
             .collect();
-        self.counts.empty_hash_requests += top.iter().filter(|s| s.req.hash_ids.is_empty()).count();
         // Root and flat workers.
         let mut flat: Vec<Plan<'a>> = Vec::new();
         let root_reqs: Vec<Src<'a>> = if self.opts.split_chains && top.len() > 1 {
@@ -654,6 +658,11 @@ impl<'a> Builder<'a> {
             }
         }
         stamp_prefixes(&mut streams, &stream_reqs, &stream_entry);
+        self.counts.empty_hash_requests = stream_reqs
+            .iter()
+            .flatten()
+            .filter(|r| r.req.hash_ids.is_empty())
+            .count();
         install_predecessors(&mut streams);
         Ok(SessionTree {
             trace_id: trace.id.clone(),
@@ -763,9 +772,6 @@ impl<'a> Builder<'a> {
                 entry: Some((si, ci)),
                 fork_index: sp.fork_index[ci],
             });
-        }
-        if let Some(d) = &sp.detection {
-            self.counts.empty_hash_requests += d.unclassified_empty_hash;
         }
         plans
     }
