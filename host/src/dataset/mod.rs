@@ -37,6 +37,7 @@ pub mod stats;
 pub mod synth;
 pub mod text;
 pub mod tokens;
+pub mod tree;
 mod view;
 pub mod warnings;
 pub mod weka;

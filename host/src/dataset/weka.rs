@@ -9,8 +9,9 @@
 //! reads them (integral floats, numeric strings and booleans). Checks that go beyond aiperf's become
 //! [`Warning`]s carried by the trace (see [`WarningKind`]): the value is clamped, remapped or dropped so
 //! the trace replays. After conversion: hash ids fit in 32 bits, finite `t`, durations finite and
-//! non-negative. Subagent entries are parsed with the same rules and counted; the replay of this
-//! corpus does not use them.
+//! non-negative (top-level `t`; nested ones keep a non-finite `t` as NaN). Subagent entries are parsed
+//! with the same rules and kept ([`ParsedSubagent`]): the flat replay ignores them, the session-tree
+//! builder ([`super::tree`]) uses them.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -41,9 +42,12 @@ impl RequestKind {
     }
 }
 
-/// One validated top-level request of a trace.
+/// One validated request of a trace (top-level, or nested in a subagent entry).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedRequest {
+    /// Position in the `requests` list that holds it: the outer index (subagent entries counted) for a
+    /// top-level request, the inner index for a request nested in a subagent entry.
+    pub index: u32,
     pub t: f64,
     pub kind: RequestKind,
     pub model: String,
@@ -56,9 +60,33 @@ pub struct ParsedRequest {
     pub api_time: Option<f64>,
     pub think_time: Option<f64>,
     pub ttft: Option<f64>,
+    /// `api_time` as recorded (negative or non-finite values kept; `api_time` drops them): aiperf's
+    /// end-to-start delay uses a negative value as is.
+    pub recorded_api_time: Option<f64>,
+    /// `think_time` as recorded (negative or non-finite values kept).
+    pub recorded_think_time: Option<f64>,
 }
 
-/// One validated trace; subagent entries are counted, not kept.
+/// One validated `type: "subagent"` entry with its nested requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedSubagent {
+    /// Outer index of the entry in the trace's `requests`.
+    pub index: u32,
+    /// The spawn marker's `t` (seconds, root clock).
+    pub t: f64,
+    /// `agent_id`; aiperf requires it, this parser does not (the replay of top-level requests never
+    /// needs it).
+    pub agent_id: Option<String>,
+    /// `duration_ms` as recorded (negative or non-finite values kept).
+    pub duration_ms: Option<f64>,
+    pub tool_tokens: u32,
+    pub system_tokens: u32,
+    /// The nested requests in file order (`index` = inner index); their `t` is as recorded (a
+    /// non-finite `t` is NaN, with an [`WarningKind::InvalidTime`] warning).
+    pub requests: Vec<ParsedRequest>,
+}
+
+/// One validated trace: top-level requests, and the subagent entries (which the flat replay ignores).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedTrace {
     pub id: String,
@@ -72,6 +100,8 @@ pub struct ParsedTrace {
     /// context those requests ask for, which trace selection by peak context counts (subagent requests
     /// are never capped by an output limit).
     pub subagent_peak: u64,
+    /// The subagent entries in file order.
+    pub subagent_entries: Vec<ParsedSubagent>,
     /// Where the trace starts in its source.
     pub location: Location,
     /// What the trace does beyond this importer's checks that aiperf accepts.
@@ -545,6 +575,7 @@ type WideIds = Vec<(u32, i128)>;
 fn convert_request(
     ctx: &Ctx<'_>,
     path: &str,
+    index: usize,
     e: RawEntry,
 ) -> Result<(ParsedRequest, WideIds), DatasetError> {
     let kind = match e.kind.as_str() {
@@ -588,11 +619,14 @@ fn convert_request(
             format!("hash id {v} is outside 0..=2^32-1{more}; remapped to a free 32-bit id of this trace"),
         );
     }
+    let recorded_think_time = e.think_time.map(|v| v.v);
+    let recorded_api_time = e.api_time.map(|v| v.v);
     let think_time = ctx.duration(path, "think_time", e.think_time);
     let api_time = ctx.duration(path, "api_time", e.api_time);
     let ttft = ctx.duration(path, "ttft", e.ttft);
     Ok((
         ParsedRequest {
+            index: index as u32,
             t,
             kind,
             model: e.model.unwrap_or_default(),
@@ -605,6 +639,8 @@ fn convert_request(
             api_time,
             think_time,
             ttft,
+            recorded_api_time,
+            recorded_think_time,
         },
         hash_ids.wide,
     ))
@@ -617,9 +653,27 @@ fn bad_type(ctx: &Ctx<'_>, path: &str, kind: &str, allowed: &str) -> DatasetErro
     )
 }
 
-/// Validates a subagent entry (its nested requests included); only the peak context of its requests
-/// (`in + max(1, out)`) is kept.
-fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<u64, DatasetError> {
+/// A validated subagent entry, the peak context of its requests (`in + max(1, out)`), and the
+/// out-of-range hash ids of its requests (inner position, ids) to remap with the trace's.
+struct CheckedSubagent {
+    entry: ParsedSubagent,
+    peak: u64,
+    wide: Vec<(usize, WideIds)>,
+}
+
+/// A subagent's declared token count: read as aiperf's integer, clamped into 0..=2^32-1 (only the
+/// session-tree builder uses it, to size a turn-0 system segment).
+fn clamp_count(v: Option<Int>) -> u32 {
+    v.map_or(0, |v| u32::try_from(v.v.max(0)).unwrap_or(u32::MAX))
+}
+
+/// Validates a subagent entry (its nested requests included).
+fn check_subagent(
+    ctx: &Ctx<'_>,
+    path: &str,
+    index: usize,
+    e: RawEntry,
+) -> Result<CheckedSubagent, DatasetError> {
     if let Some(f) = e.request_fields().next() {
         return Err(ctx.err(
             format!("{path}.{f}"),
@@ -632,7 +686,8 @@ fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<u64, Dataset
             "missing field `t`, required on a subagent entry",
         )
     })?;
-    ctx.time(path, t);
+    let marker_t = ctx.time(path, t);
+    let duration_ms = e.duration_ms.map(|v| v.v);
     ctx.duration(path, "duration_ms", e.duration_ms);
     for (name, v) in [
         ("total_tokens", e.total_tokens),
@@ -649,12 +704,18 @@ fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<u64, Dataset
         )
     })?;
     let mut peak = 0u64;
+    let mut requests = Vec::with_capacity(inner.len());
+    let mut wide = Vec::new();
     for (j, r) in inner.into_iter().enumerate() {
         let p = format!("{path}.requests[{j}]");
         match r.kind.as_str() {
             "n" | "s" => {
-                let (r, _) = convert_request(ctx, &p, r)?;
+                let (r, w) = convert_request(ctx, &p, j, r)?;
                 peak = peak.max(u64::from(r.input) + u64::from(r.output.max(1)));
+                if !w.is_empty() {
+                    wide.push((requests.len(), w));
+                }
+                requests.push(r);
             }
             other => {
                 return Err(bad_type(
@@ -666,12 +727,25 @@ fn check_subagent(ctx: &Ctx<'_>, path: &str, e: RawEntry) -> Result<u64, Dataset
             }
         }
     }
-    Ok(peak)
+    Ok(CheckedSubagent {
+        entry: ParsedSubagent {
+            index: index as u32,
+            t: marker_t,
+            agent_id: e.agent_id,
+            duration_ms,
+            tool_tokens: clamp_count(e.tool_tokens),
+            system_tokens: clamp_count(e.system_tokens),
+            requests,
+        },
+        peak,
+        wide,
+    })
 }
 
 /// Replaces the placeholders of out-of-range hash ids with ids no in-range id of the trace uses,
 /// counting down from 2^32-1, one per distinct value: equal ids stay equal, different ones different.
-fn remap_wide(requests: &mut [ParsedRequest], wide: &[(usize, WideIds)]) {
+/// `requests` are all requests of the trace (top-level first, then nested ones); `wide` indexes them.
+fn remap_wide(mut requests: Vec<&mut ParsedRequest>, wide: &[(usize, WideIds)]) {
     let mut used: HashSet<u32> = HashSet::new();
     for (i, r) in requests.iter().enumerate() {
         let w = wide.iter().find(|(k, _)| *k == i).map(|(_, w)| w);
@@ -742,12 +816,14 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
     let mut wide: Vec<(usize, WideIds)> = Vec::new();
     let mut subagents = 0u32;
     let mut subagent_peak = 0u64;
+    let mut subagent_entries: Vec<ParsedSubagent> = Vec::new();
+    let mut inner_wide: Vec<(usize, usize, WideIds)> = Vec::new();
     let mut last_t: Option<f64> = None;
     for (i, e) in raw.requests.into_iter().enumerate() {
         let path = format!("requests[{i}]");
         match e.kind.as_str() {
             "n" | "s" => {
-                let (mut r, w) = convert_request(&ctx, &path, e)?;
+                let (mut r, w) = convert_request(&ctx, &path, i, e)?;
                 if r.t.is_nan() {
                     r.t = last_t.unwrap_or(0.0);
                 } else if let Some(last) = last_t.filter(|&l| r.t < l) {
@@ -767,14 +843,37 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
                 requests.push(r);
             }
             "subagent" => {
-                subagent_peak = subagent_peak.max(check_subagent(&ctx, &path, e)?);
+                let c = check_subagent(&ctx, &path, i, e)?;
+                subagent_peak = subagent_peak.max(c.peak);
+                for (j, w) in c.wide {
+                    inner_wide.push((subagent_entries.len(), j, w));
+                }
+                subagent_entries.push(c.entry);
                 subagents += 1;
             }
             other => return Err(bad_type(&ctx, &path, other, "\"n\", \"s\", \"subagent\"")),
         }
     }
-    if !wide.is_empty() {
-        remap_wide(&mut requests, &wide);
+    if !wide.is_empty() || !inner_wide.is_empty() {
+        // Nested requests follow the top-level ones in the list remapped (hash ids are per trace).
+        let mut offsets = Vec::with_capacity(subagent_entries.len());
+        let mut n = requests.len();
+        for s in &subagent_entries {
+            offsets.push(n);
+            n += s.requests.len();
+        }
+        for (s, j, w) in inner_wide {
+            wide.push((offsets[s] + j, w));
+        }
+        let all: Vec<&mut ParsedRequest> = requests
+            .iter_mut()
+            .chain(
+                subagent_entries
+                    .iter_mut()
+                    .flat_map(|s| s.requests.iter_mut()),
+            )
+            .collect();
+        remap_wide(all, &wide);
     }
     let prefix = u64::from(tool_tokens) + u64::from(system_tokens);
     if let Some(first) = requests.first() {
@@ -802,6 +901,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
         requests,
         subagents,
         subagent_peak,
+        subagent_entries,
         location: base.clone(),
         warnings,
     })

@@ -1,0 +1,614 @@
+//! Hash-chain detection: splits one layer of requests (a trace's top-level requests, or one subagent
+//! entry's nested requests) into per-agent chains by hash-id longest-common-prefix evidence, as
+//! aiperf 0.13.0.dev20261023 does (`weka_agent_chains.py`, `weka_trace.py::_split_off_preamble`;
+//! docs/agentx-v1-reference.md M6).
+//!
+//! Phase 1 walks the requests in `(t, index)` order: a request extends the deepest same-model chain
+//! whose tail is a full prefix of it and has ended by its start (`+ 1e-6` s), else forks from the
+//! tail with the deepest LCP. Phase 2 splices the elected continuation of each dead tail back onto
+//! it (a join seam: compaction, not a new agent). Workers are then classified aux / reduction /
+//! worker group / flat agent. Everything here is pure: indices refer to the caller's slice.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+/// Seconds of slack in every "ended by" comparison (aiperf's `_EPSILON_SECONDS`).
+pub const EPS: f64 = 1e-6;
+
+/// The thresholds of detection and classification (aiperf's `AIPERF_DATASET_WEKA_*` defaults); policy
+/// parameters of AgentX v1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChainParams {
+    /// A seam splice is refused when the gap after the tail exceeds this many seconds **and** ...
+    pub seam_max_gap_s: f64,
+    /// ... the fork shares less than this fraction of the tail's blocks.
+    pub seam_min_overlap_ratio: f64,
+    /// Aux: at most this many requests (0 disables aux and reduction classification).
+    pub aux_max_requests: usize,
+    /// Aux: first input below `max(aux_isl_floor, ⌊aux_isl_ratio · main peak input⌋)`.
+    pub aux_isl_ratio: f64,
+    pub aux_isl_floor: u32,
+    /// Aux: a first request on another model than the main chain's is aux.
+    pub aux_cross_model: bool,
+    /// Reduction: output in `(0, reduction_osl_max)` (0 disables) ...
+    pub reduction_osl_max: u32,
+    /// ... and input > `reduction_ratio · output` (and input ≥ `aux_isl_floor`).
+    pub reduction_ratio: f64,
+    /// Worker group: at least this many concurrent forks of one parent request (0 disables).
+    pub worker_group_min: usize,
+}
+
+impl Default for ChainParams {
+    fn default() -> Self {
+        ChainParams {
+            seam_max_gap_s: 3600.0,
+            seam_min_overlap_ratio: 0.5,
+            aux_max_requests: 1,
+            aux_isl_ratio: 0.10,
+            aux_isl_floor: 16384,
+            aux_cross_model: true,
+            reduction_osl_max: 4000,
+            reduction_ratio: 20.0,
+            worker_group_min: 3,
+        }
+    }
+}
+
+/// The fields of one request that detection reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Req<'a> {
+    /// Position in its `requests` list (outer or inner index).
+    pub index: u32,
+    /// Start, seconds on the root clock.
+    pub t: f64,
+    pub api_time: Option<f64>,
+    pub model: &'a str,
+    pub hash_ids: &'a [u32],
+    pub input: u32,
+    pub output: u32,
+}
+
+impl Req<'_> {
+    /// Interval end: `t + max(api, 0)`, a missing or non-finite api counting as 0.
+    pub fn end(&self) -> f64 {
+        request_end(self.t, self.api_time)
+    }
+}
+
+/// `t + max(api, 0)`, a missing or non-finite api counting as 0.
+pub fn request_end(t: f64, api_time: Option<f64>) -> f64 {
+    t + api_time.filter(|a| a.is_finite()).unwrap_or(0.0).max(0.0)
+}
+
+/// Python's float order for values known not to be NaN (`-0.0 == 0.0`).
+pub fn fcmp(a: f64, b: f64) -> Ordering {
+    a.partial_cmp(&b).unwrap_or(Ordering::Equal)
+}
+
+pub fn lcp(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Where a chain split off another one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fork {
+    /// The chain forked from (resolved through splices for live chains); `None`: no shared prefix.
+    pub parent_chain: Option<usize>,
+    /// Index of the tail request it forked from.
+    pub fork_index: Option<u32>,
+    /// Blocks shared with that request.
+    pub depth: usize,
+    /// `t` of the chain's first request.
+    pub fork_time: f64,
+}
+
+/// One phase-1 chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chain {
+    /// Positions in the detected slice, in phase-1 order, spliced continuations appended.
+    pub requests: Vec<usize>,
+    pub fork: Option<Fork>,
+    pub spliced_into: Option<usize>,
+    /// Position of the last hash-bearing request (phase-1 state).
+    tail: Option<usize>,
+}
+
+/// The chains of one layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detection {
+    /// Every phase-1 chain, spliced ones included.
+    pub chains: Vec<Chain>,
+    /// The chain holding the earliest request.
+    pub main_index: usize,
+    /// Live non-main chains ordered by first request `(t, index)`.
+    pub worker_indices: Vec<usize>,
+    pub seams_merged: usize,
+    /// Requests without hash ids (kept on chain 0).
+    pub unclassified_empty_hash: usize,
+}
+
+struct Phase1<'r, 'a> {
+    reqs: &'r [Req<'a>],
+    chains: Vec<Chain>,
+    chain_of: HashMap<u32, usize>,
+    forks_by_tail: HashMap<u32, Vec<usize>>,
+    unclassified: usize,
+}
+
+impl Phase1<'_, '_> {
+    fn append(&mut self, c: usize, pos: usize) {
+        self.chains[c].requests.push(pos);
+        self.chain_of.insert(self.reqs[pos].index, c);
+        if !self.reqs[pos].hash_ids.is_empty() {
+            self.chains[c].tail = Some(pos);
+        }
+    }
+
+    fn new_chain(&mut self, fork: Option<Fork>) -> usize {
+        self.chains.push(Chain {
+            requests: Vec::new(),
+            fork,
+            spliced_into: None,
+            tail: None,
+        });
+        self.chains.len() - 1
+    }
+
+    fn classify(&mut self, pos: usize) {
+        let r = self.reqs[pos];
+        if r.hash_ids.is_empty() {
+            self.unclassified += 1;
+            if self.chains.is_empty() {
+                self.new_chain(None);
+            }
+            self.chains[0].requests.push(pos);
+            self.chain_of.insert(r.index, 0);
+            return;
+        }
+        if self.chains.is_empty() {
+            let c = self.new_chain(None);
+            self.append(c, pos);
+            return;
+        }
+        if let Some(c) = self.extension_target(&r) {
+            self.append(c, pos);
+            return;
+        }
+        let (parent, depth) = self.max_lcp_chain(r.hash_ids);
+        if parent.is_none() && self.chains.iter().all(|c| c.tail.is_none()) {
+            self.append(0, pos);
+            return;
+        }
+        let fork_index = parent.and_then(|p| self.chains[p].tail.map(|t| self.reqs[t].index));
+        let c = self.new_chain(Some(Fork {
+            parent_chain: parent,
+            fork_index,
+            depth,
+            fork_time: r.t,
+        }));
+        self.append(c, pos);
+        if let (Some(fi), true) = (fork_index, depth > 0) {
+            self.forks_by_tail.entry(fi).or_default().push(c);
+        }
+    }
+
+    /// The deepest same-model chain whose tail is a full prefix of `r` and ended by `r.t + EPS`; ties
+    /// to the lowest index.
+    fn extension_target(&self, r: &Req<'_>) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        let mut best_len = 0usize;
+        for (i, c) in self.chains.iter().enumerate() {
+            let Some(tp) = c.tail else { continue };
+            let tail = &self.reqs[tp];
+            let tl = tail.hash_ids.len();
+            if tl > r.hash_ids.len() || (best.is_some() && tl <= best_len) {
+                continue;
+            }
+            if tail.model != r.model || tail.end() > r.t + EPS {
+                continue;
+            }
+            if r.hash_ids[..tl] == *tail.hash_ids {
+                best = Some(i);
+                best_len = tl;
+            }
+        }
+        best
+    }
+
+    /// The chain whose tail has the greatest `(LCP, tail length)` with `h` (LCP > 0); ties to the
+    /// lowest index.
+    fn max_lcp_chain(&self, h: &[u32]) -> (Option<usize>, usize) {
+        let mut best = None;
+        let mut key = (0usize, 0usize);
+        for (i, c) in self.chains.iter().enumerate() {
+            let Some(tp) = c.tail else { continue };
+            let tail = self.reqs[tp].hash_ids;
+            let d = lcp(tail, h);
+            if d == 0 {
+                continue;
+            }
+            if (d, tail.len()) > key {
+                best = Some(i);
+                key = (d, tail.len());
+            }
+        }
+        (best, key.0)
+    }
+}
+
+fn resolve(alias: &HashMap<usize, usize>, mut i: usize) -> usize {
+    while let Some(&j) = alias.get(&i) {
+        i = j;
+    }
+    i
+}
+
+/// Detects the chains of `reqs` (indices must be distinct).
+pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
+    if reqs.is_empty() {
+        return Detection {
+            chains: Vec::new(),
+            main_index: 0,
+            worker_indices: Vec::new(),
+            seams_merged: 0,
+            unclassified_empty_hash: 0,
+        };
+    }
+    let mut order: Vec<usize> = (0..reqs.len()).collect();
+    order.sort_by(|&a, &b| fcmp(reqs[a].t, reqs[b].t).then(reqs[a].index.cmp(&reqs[b].index)));
+    let mut s = Phase1 {
+        reqs,
+        chains: Vec::new(),
+        chain_of: HashMap::new(),
+        forks_by_tail: HashMap::new(),
+        unclassified: 0,
+    };
+    for &pos in &order {
+        s.classify(pos);
+    }
+    let pos_of: HashMap<u32, usize> = reqs.iter().enumerate().map(|(i, r)| (r.index, i)).collect();
+    let Phase1 {
+        mut chains,
+        mut chain_of,
+        mut forks_by_tail,
+        unclassified,
+        ..
+    } = s;
+    let mut alias: HashMap<usize, usize> = HashMap::new();
+    let seams = resolve_seams(
+        reqs,
+        &pos_of,
+        &mut chains,
+        &mut chain_of,
+        &mut forks_by_tail,
+        &mut alias,
+        p,
+    );
+    for c in chains.iter_mut() {
+        if c.spliced_into.is_none() {
+            if let Some(f) = c.fork.as_mut() {
+                f.parent_chain = f.parent_chain.map(|pc| resolve(&alias, pc));
+            }
+        }
+    }
+    let main_index = resolve(&alias, chain_of[&reqs[order[0]].index]);
+    let mut workers: Vec<usize> = (0..chains.len())
+        .filter(|&i| chains[i].spliced_into.is_none() && i != main_index)
+        .collect();
+    workers.sort_by(|&a, &b| {
+        let (x, y) = (&reqs[chains[a].requests[0]], &reqs[chains[b].requests[0]]);
+        fcmp(x.t, y.t).then(x.index.cmp(&y.index))
+    });
+    Detection {
+        chains,
+        main_index,
+        worker_indices: workers,
+        seams_merged: seams,
+        unclassified_empty_hash: unclassified,
+    }
+}
+
+fn last_hash_pos(reqs: &[Req<'_>], c: &Chain) -> Option<usize> {
+    c.requests
+        .iter()
+        .rev()
+        .copied()
+        .find(|&p| !reqs[p].hash_ids.is_empty())
+}
+
+/// Phase 2: visits fork-source requests in ascending index order and splices the elected
+/// continuation onto each tail that is still its chain's last hash-bearing request.
+fn resolve_seams(
+    reqs: &[Req<'_>],
+    pos_of: &HashMap<u32, usize>,
+    chains: &mut [Chain],
+    chain_of: &mut HashMap<u32, usize>,
+    forks_by_tail: &mut HashMap<u32, Vec<usize>>,
+    alias: &mut HashMap<usize, usize>,
+    p: &ChainParams,
+) -> usize {
+    let mut seams = 0;
+    let mut keys: BinaryHeap<Reverse<u32>> = forks_by_tail.keys().map(|&k| Reverse(k)).collect();
+    let mut processed: HashSet<u32> = HashSet::new();
+    while let Some(Reverse(fi)) = keys.pop() {
+        if !processed.insert(fi) {
+            continue;
+        }
+        let owner = resolve(alias, chain_of[&fi]);
+        let tail_pos = pos_of[&fi];
+        if last_hash_pos(reqs, &chains[owner]) != Some(tail_pos) {
+            continue;
+        }
+        let registered: Vec<usize> = forks_by_tail[&fi]
+            .iter()
+            .copied()
+            .filter(|&ci| chains[ci].spliced_into.is_none())
+            .collect();
+        let Some(elected) = elect(reqs, chains, &registered, &reqs[tail_pos], p) else {
+            continue;
+        };
+        let moved = chains[elected].requests.clone();
+        for &q in &moved {
+            chain_of.insert(reqs[q].index, owner);
+        }
+        chains[owner].requests.extend(moved);
+        chains[elected].spliced_into = Some(owner);
+        alias.insert(elected, owner);
+        seams += 1;
+        let Some(new_tail) = last_hash_pos(reqs, &chains[owner]) else {
+            continue;
+        };
+        // Re-key the consumed tail's other forks against the merged chain's new tail.
+        let new_idx = reqs[new_tail].index;
+        let mut rekeyed = false;
+        for &ci in &registered {
+            if ci == elected || chains[ci].spliced_into.is_some() || chains[ci].fork.is_none() {
+                continue;
+            }
+            let first = reqs[chains[ci].requests[0]].hash_ids;
+            let d = lcp(reqs[new_tail].hash_ids, first);
+            if d == 0 {
+                continue;
+            }
+            let f = chains[ci].fork.as_mut().expect("checked above");
+            f.fork_index = Some(new_idx);
+            f.depth = d;
+            f.parent_chain = Some(owner);
+            forks_by_tail.entry(new_idx).or_default().push(ci);
+            rekeyed = true;
+        }
+        if rekeyed {
+            processed.remove(&new_idx);
+            keys.push(Reverse(new_idx));
+        }
+    }
+    seams
+}
+
+/// The seam continuation among the forks registered on a dead tail: positive depth, starts after the
+/// tail ended, same model, not seam-blocked; the deepest wins, then the earliest fork, then the
+/// lowest chain index.
+fn elect(
+    reqs: &[Req<'_>],
+    chains: &[Chain],
+    registered: &[usize],
+    tail: &Req<'_>,
+    p: &ChainParams,
+) -> Option<usize> {
+    let t_end = tail.end();
+    let tail_blocks = tail.hash_ids.len();
+    let mut best: Option<(usize, &Fork)> = None;
+    for &ci in registered {
+        let Some(f) = chains[ci].fork.as_ref() else {
+            continue;
+        };
+        let first = &reqs[chains[ci].requests[0]];
+        if f.depth == 0 || t_end > first.t + EPS || first.model != tail.model {
+            continue;
+        }
+        if tail_blocks > 0 {
+            let gap = first.t - t_end;
+            let overlap = f.depth as f64 / tail_blocks as f64;
+            if gap > p.seam_max_gap_s && overlap < p.seam_min_overlap_ratio {
+                continue;
+            }
+        }
+        let better = match best {
+            None => true,
+            Some((bi, bf)) => f
+                .depth
+                .cmp(&bf.depth)
+                .then(fcmp(bf.fork_time, f.fork_time))
+                .then(bi.cmp(&ci))
+                .is_gt(),
+        };
+        if better {
+            best = Some((ci, f));
+        }
+    }
+    best.map(|(ci, _)| ci)
+}
+
+/// The earliest request of a layer set aside before detection when it shares no prefix with any
+/// other hash-bearing request and either has `out ≤ 64` (a title-generation call) or none of its
+/// blocks recur. Returns its position in `reqs`.
+pub fn preamble(reqs: &[Req<'_>]) -> Option<usize> {
+    if reqs.len() < 2 {
+        return None;
+    }
+    let first = (0..reqs.len())
+        .min_by(|&a, &b| fcmp(reqs[a].t, reqs[b].t).then(reqs[a].index.cmp(&reqs[b].index)))?;
+    let r = &reqs[first];
+    if r.hash_ids.is_empty() {
+        return None;
+    }
+    let others = || reqs.iter().enumerate().filter(move |&(i, _)| i != first);
+    if others().any(|(_, o)| !o.hash_ids.is_empty() && lcp(r.hash_ids, o.hash_ids) > 0) {
+        return None;
+    }
+    if r.output > 64 {
+        let blocks: HashSet<u32> = others()
+            .flat_map(|(_, o)| o.hash_ids.iter().copied())
+            .collect();
+        if r.hash_ids.iter().any(|h| blocks.contains(h)) {
+            return None;
+        }
+    }
+    Some(first)
+}
+
+/// The class of a worker chain (first match wins, in this order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainClass {
+    /// A short one-shot on another model or from a small fresh context (`aux:NNN`).
+    Aux,
+    /// A same-model large-input, short-output one-shot (emitted as `aux:NNN` too).
+    Reduction,
+    /// Member `member` of concurrent fan-out group `group` (`wg:GGG_MMM`).
+    WorkerGroup { group: usize, member: usize },
+    /// A flat agent (`fa:NNN`).
+    Agent,
+}
+
+impl ChainClass {
+    /// Aux or reduction.
+    pub fn is_aux(self) -> bool {
+        matches!(self, ChainClass::Aux | ChainClass::Reduction)
+    }
+
+    /// The conversation-id suffix of worker number `n` of its layer.
+    pub fn suffix(self, n: usize) -> String {
+        match self {
+            ChainClass::Aux | ChainClass::Reduction => format!("aux:{n:03}"),
+            ChainClass::WorkerGroup { group, member } => format!("wg:{group:03}_{member:03}"),
+            ChainClass::Agent => format!("fa:{n:03}"),
+        }
+    }
+}
+
+/// aiperf's `is_aux_chain`.
+pub fn is_aux(
+    chain: &[&Req<'_>],
+    main_peak_in: u32,
+    main_model: Option<&str>,
+    p: &ChainParams,
+) -> bool {
+    let Some(first) = chain.first() else {
+        return false;
+    };
+    if chain.len() > p.aux_max_requests {
+        return false;
+    }
+    if p.aux_cross_model && main_model.is_some_and(|m| m != first.model) {
+        return true;
+    }
+    let threshold = (p.aux_isl_ratio * f64::from(main_peak_in)) as i64;
+    i64::from(first.input) < threshold.max(i64::from(p.aux_isl_floor))
+}
+
+/// aiperf's `is_reduction_chain`.
+pub fn is_reduction(chain: &[&Req<'_>], p: &ChainParams) -> bool {
+    if p.reduction_osl_max == 0 || chain.len() != 1 {
+        return false;
+    }
+    let r = chain[0];
+    r.output > 0
+        && r.output < p.reduction_osl_max
+        && r.input >= p.aux_isl_floor
+        && f64::from(r.input) > p.reduction_ratio * f64::from(r.output)
+}
+
+/// A worker's `(first t, max end, first index, chain)`.
+type Interval = (f64, f64, u32, usize);
+
+/// `(group, member)` of each worker in a concurrent fan-out: workers forked at depth > 0 from the
+/// same parent request, in connected components of overlapping `[first t, max end)` intervals
+/// (touching does not overlap) of at least `worker_group_min` members; groups numbered by their
+/// earliest `(t0, first index)`, members by `(t0, first index)`.
+pub fn worker_groups(
+    reqs: &[Req<'_>],
+    d: &Detection,
+    p: &ChainParams,
+) -> HashMap<usize, (usize, usize)> {
+    let mut out = HashMap::new();
+    if p.worker_group_min == 0 {
+        return out;
+    }
+    // Buckets by fork point in first-seen order.
+    let mut buckets: Vec<((usize, u32), Vec<Interval>)> = Vec::new();
+    for &ci in &d.worker_indices {
+        let c = &d.chains[ci];
+        let Some(f) = &c.fork else { continue };
+        let (Some(pc), Some(fi)) = (f.parent_chain, f.fork_index) else {
+            continue;
+        };
+        if f.depth == 0 || c.requests.is_empty() {
+            continue;
+        }
+        let first = &reqs[c.requests[0]];
+        let t1 = c
+            .requests
+            .iter()
+            .map(|&q| reqs[q].end())
+            .fold(f64::NEG_INFINITY, f64::max);
+        let cand = (first.t, t1, first.index, ci);
+        match buckets.iter_mut().find(|(k, _)| *k == (pc, fi)) {
+            Some((_, v)) => v.push(cand),
+            None => buckets.push(((pc, fi), vec![cand])),
+        }
+    }
+    let mut groups: Vec<Vec<Interval>> = Vec::new();
+    for (_, mut cands) in buckets {
+        cands.sort_by(|a, b| fcmp(a.0, b.0).then(a.2.cmp(&b.2)));
+        let mut comp: Vec<Interval> = Vec::new();
+        let mut max_end = f64::NEG_INFINITY;
+        for c in cands {
+            if !comp.is_empty() && max_end <= c.0 {
+                groups.push(std::mem::take(&mut comp));
+            }
+            max_end = if comp.is_empty() {
+                c.1
+            } else {
+                max_end.max(c.1)
+            };
+            comp.push(c);
+        }
+        groups.push(comp);
+    }
+    groups.retain(|g| g.len() >= p.worker_group_min);
+    // Members are already in (t0, index) order: the minimum is the first.
+    groups.sort_by(|a, b| fcmp(a[0].0, b[0].0).then(a[0].2.cmp(&b[0].2)));
+    for (g, comp) in groups.iter().enumerate() {
+        for (m, c) in comp.iter().enumerate() {
+            out.insert(c.3, (g, m));
+        }
+    }
+    out
+}
+
+/// Classifies worker `ci` of `d` against the detected main chain (preamble excluded).
+pub fn classify(
+    reqs: &[Req<'_>],
+    d: &Detection,
+    ci: usize,
+    groups: &HashMap<usize, (usize, usize)>,
+    p: &ChainParams,
+) -> ChainClass {
+    let main: Vec<&Req<'_>> = d.chains[d.main_index]
+        .requests
+        .iter()
+        .map(|&q| &reqs[q])
+        .collect();
+    let peak = main.iter().map(|r| r.input).max().unwrap_or(0);
+    let model = main.first().map(|r| r.model);
+    let chain: Vec<&Req<'_>> = d.chains[ci].requests.iter().map(|&q| &reqs[q]).collect();
+    if is_aux(&chain, peak, model, p) {
+        ChainClass::Aux
+    } else if is_reduction(&chain, p) {
+        ChainClass::Reduction
+    } else if let Some(&(group, member)) = groups.get(&ci) {
+        ChainClass::WorkerGroup { group, member }
+    } else {
+        ChainClass::Agent
+    }
+}
