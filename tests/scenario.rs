@@ -485,7 +485,10 @@ fn another_wit_version_is_incompatible() {
     let path = wat_fixture(dir.path(), "wit-0.2.0.wat");
     let err = engine().load(&path, None).unwrap_err();
     assert!(matches!(err, ScenarioError::Incompatible { .. }), "{err}");
-    assert!(err.to_string().contains("does not have export `rules`"), "{err}");
+    assert!(
+        err.to_string().contains("does not have export `rules`"),
+        "{err}"
+    );
 }
 
 #[test]

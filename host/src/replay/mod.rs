@@ -24,6 +24,7 @@
 pub mod plan;
 pub mod recycle;
 pub mod timer;
+pub mod tree;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,157 @@
+//! Session trees as the scenario's planner sees them: a [`SessionTree`] of the dataset (streams,
+//! turn starts, the root's branches) turned into the `agentx:scenario@0.2.0` `tree` record that
+//! `start-tree` answers on. This is where the session-tree scheduler takes its lanes' start points
+//! from: t*, the alive streams, their next and warm turns, offsets and warmup leads.
+
+use crate::dataset::tree::SessionTree;
+use crate::scenario::types_v2::{Branch, Tree, TreeStream};
+
+/// The planner's view of a tree: every stream's turn starts (ms on the root clock) and the root's
+/// branches with their children, spawn and join turns and recorded starts. Prompts never cross.
+pub fn wit_tree(t: &SessionTree) -> Tree {
+    Tree {
+        trace_id: t.trace_id.clone(),
+        streams: t
+            .streams
+            .iter()
+            .map(|s| TreeStream {
+                conversation_id: s.id.clone(),
+                turn_ts_ms: s.turns.iter().map(|x| x.ts_ms).collect(),
+                unsendable: Vec::new(),
+            })
+            .collect(),
+        branches: t
+            .branches
+            .iter()
+            .map(|b| Branch {
+                branch_id: b.id.clone(),
+                children: b.children.iter().map(|&c| c as u32).collect(),
+                start_ms: Some(b.start_timestamp_ms),
+                spawn_turn: Some(b.spawn_turn as u32),
+                join_turn: b.join_turn.map(|j| j as u32),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::dataset::tree::{build, NestedBasis, TreeOptions};
+    use crate::dataset::weka::{for_each_trace, SourceFiles};
+    use crate::scenario::types_v2::TreeParams;
+    use crate::scenario::{Limits, ScenarioEngine};
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn trees(corpus: &str) -> HashMap<String, SessionTree> {
+        let mut traces = Vec::new();
+        for_each_trace(
+            &SourceFiles::Jsonl(root().join("fixtures").join(corpus)),
+            None,
+            |t| {
+                traces.push(t);
+                Ok(())
+            },
+        )
+        .unwrap();
+        let opts = TreeOptions {
+            basis: NestedBasis::infer(&traces),
+            ..TreeOptions::default()
+        };
+        traces
+            .iter()
+            .map(|t| {
+                let tree = build(t, &opts).unwrap();
+                (tree.trace_id.clone(), tree)
+            })
+            .collect()
+    }
+
+    /// The fixture corpora parsed and built by the dataset side, planned by the real agentx-v1
+    /// component through wasmtime: every lane of every golden run of aiperf 0.13 (two corpora, three
+    /// seeds, four concurrencies, two ratio pairs) gets the same t*, alive streams, next and warm
+    /// turns, offsets, waiting roots and join turns.
+    #[test]
+    fn the_corpora_through_the_component_start_where_aiperf_starts() {
+        let engine = ScenarioEngine::new(Limits::default(), None).unwrap();
+        let sc = engine
+            .load(&root().join("guest-scenarios/dist/agentx-v1.wasm"), None)
+            .unwrap();
+        let mut inst = sc.instantiate().unwrap();
+        let golden: Value = serde_json::from_str(
+            &std::fs::read_to_string(root().join("fixtures/golden/v1_tstar.json")).unwrap(),
+        )
+        .unwrap();
+        let cap = golden["system_idle_gap_cap_seconds"].as_f64().unwrap() * 1000.0;
+        let corpora: HashMap<&str, HashMap<String, Tree>> = [
+            ("subagents8", "traces-subagents-8.jsonl"),
+            ("traces24", "traces-24.jsonl"),
+        ]
+        .into_iter()
+        .map(|(name, file)| {
+            (
+                name,
+                trees(file)
+                    .iter()
+                    .map(|(id, t)| (id.clone(), wit_tree(t)))
+                    .collect(),
+            )
+        })
+        .collect();
+        let mut lanes = 0;
+        for run in golden["runs"].as_array().unwrap() {
+            let trees = &corpora[run["corpus"].as_str().unwrap()];
+            let p = TreeParams {
+                seed: run["seed"].as_u64().unwrap(),
+                min_ratio: run["min_ratio"].as_f64().unwrap(),
+                max_ratio: run["max_ratio"].as_f64().unwrap(),
+                lead_cap_ms: cap,
+            };
+            for lane in run["lanes"].as_array().unwrap() {
+                let l = lane["lane"].as_u64().unwrap() as u32;
+                let trace = lane["trace_id"].as_str().unwrap();
+                let what = format!("{} seed {} lane {l} ({trace})", run["corpus"], p.seed);
+                let tree = &trees[trace];
+                let st = inst.start_tree(p, l, tree).unwrap().unwrap();
+                assert_eq!(st.t_star_ms, lane["t_star_ms"].as_f64(), "{what}: t*");
+                let want = lane["states"].as_array().unwrap();
+                assert_eq!(st.streams.len(), want.len(), "{what}: alive streams");
+                for (g, w) in st.streams.iter().zip(want) {
+                    let id = &tree.streams[g.index as usize].conversation_id;
+                    assert_eq!(id, w["conversation_id"].as_str().unwrap(), "{what}");
+                    assert_eq!(
+                        u64::from(g.next_turn),
+                        w["next_turn"].as_u64().unwrap(),
+                        "{what} {id}"
+                    );
+                    assert_eq!(
+                        g.warm_turn.map(u64::from),
+                        w["warm_turn"].as_u64(),
+                        "{what} {id}"
+                    );
+                    assert_eq!(g.offset_ms, w["offset_ms"].as_f64().unwrap(), "{what} {id}");
+                    assert_eq!(
+                        g.waiting,
+                        w["waiting_on_children"].as_bool().unwrap(),
+                        "{what} {id}"
+                    );
+                    assert_eq!(
+                        g.join_turn.map(u64::from),
+                        w["join_target_turn"].as_u64(),
+                        "{what} {id}"
+                    );
+                }
+                lanes += 1;
+            }
+        }
+        assert!(lanes > 200, "{lanes} lanes");
+    }
+}
