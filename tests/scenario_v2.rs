@@ -188,21 +188,123 @@ fn each_world_refuses_the_other_worlds_calls() {
         "{e}"
     );
 
-    // `run` names what it cannot do with a session-tree scenario, before anything is sent.
+    // `run` plans a session-tree scenario but names what it cannot do yet, before anything is sent.
     let r = Run::exec(
         tempfile::tempdir().unwrap(),
         &[
             "run",
             crate::scenario::dist("agentx-v1.wasm").to_str().unwrap(),
-            "--dry-run",
         ],
         &[],
     );
     assert_eq!(r.code(), 2);
     assert!(
-        r.stderr()
-            .contains("implements agentx:scenario@0.2.0 (session trees)"),
+        r.stderr().contains(
+            "implements agentx:scenario@0.2.0 (session trees); `run` replays single-stream sessions so far"
+        ),
         "{}",
         r.stderr()
     );
+    assert!(!r.artifacts().exists(), "nothing written");
+}
+
+/// `run --dry-run --json` with agentx-v1 on the with-subagents fixture plans what aiperf 0.13 plans
+/// for the same seed, concurrency and benchmark id: per lane the trace, t*, the alive streams with
+/// their next and warm turns and offsets, the tree's marker, and the warmup spread (each primer's
+/// delay is the largest lead minus its own).
+#[test]
+fn the_dry_run_of_agentx_v1_is_aiperfs_plan() {
+    let fixture = crate::support::fixture("traces-subagents-8.jsonl");
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "run",
+            crate::scenario::dist("agentx-v1.wasm").to_str().unwrap(),
+            "--input-file",
+            fixture.to_str().unwrap(),
+            "--url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--concurrency",
+            "8",
+            "--random-seed",
+            "42",
+            "--run-id",
+            "00000000-0000-0000-0000-000000000000",
+            "--unsafe-override",
+            "--dry-run",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(plan["scenario"]["world"], "agentx:scenario@0.2.0");
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::support::fixture("golden/v1_tstar.json")).unwrap(),
+    )
+    .unwrap();
+    let run = golden["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["corpus"] == "subagents8"
+                && r["seed"] == 42
+                && r["concurrency"] == 8
+                && r["min_ratio"] == 0.0
+        })
+        .unwrap();
+    let lanes = plan["lanes"].as_array().unwrap();
+    let want = run["lanes"].as_array().unwrap();
+    assert_eq!(lanes.len(), want.len());
+    for (g, w) in lanes.iter().zip(want) {
+        let what = format!("lane {}", w["lane"]);
+        assert_eq!(g["trace_id"], w["trace_id"], "{what}");
+        assert_eq!(g["t_star_ms"], w["t_star_ms"], "{what}");
+        let gs = g["streams"].as_array().unwrap();
+        let ws = w["states"].as_array().unwrap();
+        assert_eq!(gs.len(), ws.len(), "{what}");
+        for (a, b) in gs.iter().zip(ws) {
+            for (k, j) in [
+                ("conversation_id", "conversation_id"),
+                ("next_turn", "next_turn"),
+                ("warm_turn", "warm_turn"),
+                ("offset_ms", "offset_ms"),
+                ("waiting", "waiting_on_children"),
+            ] {
+                assert_eq!(a[k], b[j], "{what} {}: {k}", b["conversation_id"]);
+            }
+        }
+    }
+    // Markers and the warmup spread, against aiperf's own warmup dispatch.
+    let max_lead = lanes
+        .iter()
+        .flat_map(|l| l["streams"].as_array().unwrap())
+        .filter(|s| !s["warm_turn"].is_null())
+        .map(|s| s["lead_ms"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let events = run["spread"]["warmup_events"].as_array().unwrap();
+    assert!(!events.is_empty());
+    for e in events {
+        let root = e["root_correlation_id"].as_str().unwrap();
+        let lane: usize = root[1..root.find(':').unwrap()].parse().unwrap();
+        let l = &lanes[lane];
+        assert_eq!(l["marker"], e["cache_bust_marker"], "lane {lane}");
+        let s = l["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["conversation_id"] == e["conversation_id"])
+            .unwrap();
+        assert_eq!(s["warm_turn"], e["turn_index"], "lane {lane}");
+        let delay = (max_lead - s["lead_ms"].as_f64().unwrap()) / 1000.0;
+        assert!(
+            (delay - e["delay_s"].as_f64().unwrap()).abs() < 1e-9,
+            "lane {lane} {}: primer at {delay} s, aiperf {}",
+            e["conversation_id"],
+            e["delay_s"]
+        );
+    }
 }

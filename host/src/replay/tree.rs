@@ -3,6 +3,8 @@
 //! `start-tree` answers on. This is where the session-tree scheduler takes its lanes' start points
 //! from: t*, the alive streams, their next and warm turns, offsets and warmup leads.
 
+use std::collections::HashMap;
+
 use crate::dataset::tree::SessionTree;
 use crate::scenario::types_v2::{Branch, Tree, TreeStream};
 
@@ -154,4 +156,131 @@ mod tests {
         }
         assert!(lanes > 200, "{lanes} lanes");
     }
+}
+
+/// The start of every lane of a session-tree run, as `--dry-run --json` prints it and as the
+/// session-tree scheduler will replay it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TreeLane {
+    pub lane: u32,
+    pub trace_id: String,
+    /// t* on the root's clock (ms); `None` for a lane started by the turn-index fallback.
+    pub t_star_ms: Option<f64>,
+    /// The tree's cache-bust marker (every stream of the tree carries it).
+    pub marker: String,
+    /// Trees of this base trace minted before this one.
+    pub pass: u32,
+    pub streams: Vec<TreeLaneStream>,
+}
+
+/// One alive stream of a lane's tree.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TreeLaneStream {
+    pub conversation_id: String,
+    pub next_turn: u32,
+    pub warm_turn: Option<u32>,
+    pub offset_ms: f64,
+    /// How long before t* the warm turn was recorded (capped): warmup fires it at the run's
+    /// largest lead minus this.
+    pub lead_ms: f64,
+    /// The root waits for its children's join before `next_turn`.
+    pub waiting: bool,
+}
+
+/// What planning a session-tree run needs.
+#[derive(Debug, Clone)]
+pub struct TreePlanParams {
+    pub concurrency: u32,
+    pub seed: u64,
+    pub min_ratio: f64,
+    pub max_ratio: f64,
+    /// The system idle cap (ms): the largest warmup lead.
+    pub lead_cap_ms: f64,
+    pub placement: crate::scenario::types::Placement,
+    pub run_id: String,
+}
+
+/// The lanes of a session-tree run: roots drawn round-robin in corpus order (aiperf's sequential
+/// sampler, wrapping past the pool), each lane's start from the scenario's `start-tree` with its
+/// lane index; a tree that cannot start a lane is passed over (at most `concurrency + 2·pool`
+/// draws, as aiperf). Markers count trees per base trace in mint order.
+pub fn plan_lanes(
+    trees: &[Tree],
+    p: &TreePlanParams,
+    scenario: &mut crate::scenario::ScenarioInstance,
+) -> Result<Vec<TreeLane>, crate::scenario::ScenarioError> {
+    let mut lanes = Vec::with_capacity(p.concurrency as usize);
+    if trees.is_empty() {
+        return Ok(lanes);
+    }
+    let params = crate::scenario::types_v2::TreeParams {
+        seed: p.seed,
+        min_ratio: p.min_ratio,
+        max_ratio: p.max_ratio,
+        lead_cap_ms: p.lead_cap_ms,
+    };
+    let mut passes: HashMap<&str, u32> = HashMap::new();
+    let attempts = p.concurrency as usize + 2 * trees.len();
+    let mut draw = 0usize;
+    while lanes.len() < p.concurrency as usize && draw < attempts {
+        let tree = &trees[draw % trees.len()];
+        draw += 1;
+        let lane = lanes.len() as u32;
+        let Some(start) = scenario.start_tree(params, lane, tree)? else {
+            continue;
+        };
+        let pass = passes.entry(tree.trace_id.as_str()).or_insert(0);
+        let marker = scenario.cache_bust_tree(
+            p.placement,
+            &crate::scenario::types_v2::TreeId {
+                run_id: p.run_id.clone(),
+                pass: *pass,
+                lane,
+                trace_id: tree.trace_id.clone(),
+            },
+        )?;
+        lanes.push(TreeLane {
+            lane,
+            trace_id: tree.trace_id.clone(),
+            t_star_ms: start.t_star_ms,
+            marker: marker.text,
+            pass: *pass,
+            streams: start
+                .streams
+                .iter()
+                .map(|s| TreeLaneStream {
+                    conversation_id: tree.streams[s.index as usize].conversation_id.clone(),
+                    next_turn: s.next_turn,
+                    warm_turn: s.warm_turn,
+                    offset_ms: s.offset_ms,
+                    lead_ms: s.lead_ms,
+                    waiting: s.waiting,
+                })
+                .collect(),
+        });
+        *pass += 1;
+    }
+    Ok(lanes)
+}
+
+/// The session trees of a corpus file or directory, in corpus order, keeping the traces `keep`
+/// accepts (the dataset's selection); the nested-timestamp basis is inferred once per corpus.
+pub fn corpus_trees(
+    source: &std::path::Path,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<SessionTree>, crate::dataset::DatasetError> {
+    use crate::dataset::tree::{build, NestedBasis, TreeOptions};
+    use crate::dataset::weka::{for_each_trace, SourceFiles};
+    let mut traces = Vec::new();
+    for_each_trace(&SourceFiles::from_path(source)?, None, |t| {
+        if keep(&t.id) {
+            traces.push(t);
+        }
+        Ok(())
+    })?;
+    let opts = TreeOptions {
+        basis: NestedBasis::infer(&traces),
+        ..TreeOptions::default()
+    };
+    traces.iter().map(|t| build(t, &opts)).collect()
 }

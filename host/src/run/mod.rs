@@ -421,11 +421,12 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     }
     let mut inst = sc.instantiate()?;
     let info = inst.describe()?;
-    if sc.world() != scenario::World::V0_1 {
+    let trees = sc.world() == scenario::World::V0_2;
+    if trees && !cfg.dry_run {
         bail!(
-            "the scenario {} {} (sha256:{}) implements {} ({}); `run` replays {} so far: replaying \
-             session trees (subagents, t* start points) is not built into this host yet. Run the \
-             default agentx-mvp (or name it), or inspect the component with `agentx-host scenario inspect`",
+            "the scenario {} {} (sha256:{}) implements {} ({}); `run` replays {} so far: it plans \
+             session trees (`--dry-run --json` prints every lane's t*, marker and streams) but does \
+             not replay them yet. Run the default agentx-mvp (or name it) to measure",
             info.name,
             info.version,
             &sc.hash()[..16],
@@ -609,6 +610,22 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         mode: rp.mode,
         run_id: run_id.clone(),
     };
+    if trees {
+        return plan_trees(TreeDryRun {
+            ds,
+            dataset_key: &dataset_key,
+            inst: &mut inst,
+            info: &info,
+            hash: sc.hash(),
+            resolved: &resolved,
+            concurrency: conc,
+            seed,
+            ratios: (min_ratio, max_ratio),
+            placement,
+            run_id,
+            dir: cfg.output_artifact_dir.clone(),
+        });
+    }
     let full_plan = Plan::build(ds, &mut inst, &params)?;
     let mut plan = match &cfg.shard {
         Some(sh) => full_plan.shard(sh.index, sh.count),
@@ -1064,6 +1081,114 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         records_written: written,
         dry_run: None,
     })
+}
+
+/// What the dry run of a session-tree scenario needs.
+struct TreeDryRun<'a> {
+    ds: &'a Dataset,
+    dataset_key: &'a str,
+    inst: &'a mut scenario::ScenarioInstance,
+    info: &'a scenario::types::Info,
+    hash: &'a str,
+    resolved: &'a Resolved,
+    concurrency: u32,
+    seed: u64,
+    ratios: (f64, f64),
+    placement: Placement,
+    run_id: String,
+    dir: PathBuf,
+}
+
+/// The plan of a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker
+/// and alive streams with their next and warm turns and offsets.
+fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
+    let t0 = std::time::Instant::now();
+    let built = replay::tree::corpus_trees(d.ds.source_path(), |id| d.ds.find(id).is_some())?;
+    let trees: Vec<_> = built.iter().map(replay::tree::wit_tree).collect();
+    let built_in = t0.elapsed();
+    let rules = d.inst.rules(&d.resolved.settings)?;
+    let lanes = replay::tree::plan_lanes(
+        &trees,
+        &replay::tree::TreePlanParams {
+            concurrency: d.concurrency,
+            seed: d.seed,
+            min_ratio: d.ratios.0,
+            max_ratio: d.ratios.1,
+            lead_cap_ms: rules.system_idle_cap_seconds.unwrap_or(10.0) * 1000.0,
+            placement: d.placement,
+            run_id: d.run_id.clone(),
+        },
+        d.inst,
+    )?;
+    let planned_in = t0.elapsed() - built_in;
+    tracing::info!(
+        trees = trees.len(),
+        lanes = lanes.len(),
+        build_ms = built_in.as_secs_f64() * 1e3,
+        plan_ms = planned_in.as_secs_f64() * 1e3,
+        "session-tree plan"
+    );
+    if lanes.len() < d.concurrency as usize {
+        bail!(
+            "only {} of {} lanes could start: the corpus has {} trees, none of the others has a usable start",
+            lanes.len(),
+            d.concurrency,
+            trees.len()
+        );
+    }
+    let streams: usize = trees.iter().map(|t| t.streams.len()).sum();
+    let json = json!({
+        "scenario": {"name": d.info.name, "version": d.info.version, "sha256": d.hash,
+                     "world": scenario::World::V0_2.as_str()},
+        "run_id": d.run_id,
+        "seed": d.seed,
+        "concurrency": d.concurrency,
+        "dataset": {"traces": d.ds.len(), "trees": trees.len(), "streams": streams, "cache_key": d.dataset_key},
+        "rules": {
+            "warmup_max_tokens": rules.warmup_max_tokens,
+            "warmup_spread": rules.warmup_spread,
+            "system_idle_cap_seconds": rules.system_idle_cap_seconds,
+            "trace_idle_cap_seconds": rules.trace_idle_cap_seconds,
+        },
+        "planning_ms": planned_in.as_secs_f64() * 1e3,
+        "lanes": lanes,
+    });
+    let mut table = format!(
+        "{:>5}  {:<24} {:>12}  streams (next/warm, offset ms)",
+        "lane", "trace", "t* (ms)"
+    );
+    for l in &lanes {
+        let t = l
+            .t_star_ms
+            .map_or("turn-index".to_string(), |t| format!("{t:.1}"));
+        let s: Vec<String> = l
+            .streams
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}/{}{} +{:.0}",
+                    s.conversation_id,
+                    s.next_turn,
+                    s.warm_turn.map_or("-".into(), |w| w.to_string()),
+                    if s.waiting { " (waits)" } else { "" },
+                    s.offset_ms
+                )
+            })
+            .collect();
+        table.push_str(&format!(
+            "\n{:>5}  {:<24} {:>12}  {}",
+            l.lane,
+            l.trace_id,
+            t,
+            s.join("; ")
+        ));
+    }
+    Ok(RunOutcome::planned(
+        d.dir,
+        d.run_id,
+        d.concurrency,
+        DryRun { json, table },
+    ))
 }
 
 /// The name of shard `i`'s directory under a sharded run's `--output-artifact-dir`.
