@@ -628,6 +628,12 @@ impl RunPlan {
             put("trajectory-start-max-ratio", Value::Number(x), true);
         }
         put("loader", Value::Text(loader.to_string()), true);
+        // The corpus by name, for scenarios that allow some public corpora and not others.
+        if let DatasetSource::Spec(spec) = &dataset {
+            if let Some(alias) = dataset::alias::lookup(spec).filter(|_| loader != "weka_trace") {
+                put("public-dataset", Value::Text(alias.name.to_string()), true);
+            }
+        }
         if let Some(t) = &a.cache_bust {
             put("cache-bust", Value::Text(t.clone()), true);
         }
