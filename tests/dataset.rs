@@ -864,6 +864,7 @@ fn synth_is_deterministic_and_the_fixture_is_its_output() {
             max_isl: None,
             max_turns: Some(10),
             context: None,
+            subagents: false,
         },
         &b,
     )

@@ -109,11 +109,12 @@ pub enum DatasetCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write a synthetic corpus with the shape of the public 949-trace corpus.
+    /// Write a synthetic corpus with the shape of the public 949-trace corpus (with --subagents, of
+    /// the 393-trace with-subagents corpus).
     Synth {
-        /// Number of traces.
-        #[arg(long, default_value_t = 949)]
-        traces: usize,
+        /// Number of traces [default: 949; 393 with --subagents].
+        #[arg(long)]
+        traces: Option<usize>,
         /// Seed of the generator.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -130,6 +131,10 @@ pub enum DatasetCommand {
         /// context of this many tokens, e.g. 4096: most traces fit, the long-context few grow past it.
         #[arg(long, value_name = "TOKENS")]
         context: Option<u32>,
+        /// Write the with-subagents shape: subagent entries (parallel fan-out joined by a later root
+        /// turn, background subagents) and flat worker chains that hash-chain detection splits off.
+        #[arg(long)]
+        subagents: bool,
     },
 }
 
@@ -394,15 +399,17 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             max_isl,
             max_turns,
             context,
+            subagents,
         } => {
             let started = Instant::now();
             let sum = write_corpus(
                 &SynthOptions {
-                    traces,
+                    traces: traces.unwrap_or(if subagents { 393 } else { 949 }),
                     seed,
                     max_isl,
                     max_turns,
                     context,
+                    subagents,
                 },
                 &output,
             )?;
