@@ -9,7 +9,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::prompt::{sendable_starts, AssistantMode, PromptSynth};
-use super::stats::{corpus_stats, Dist};
+use super::stats::{corpus_stats, dataset_tree_stats, Dist, TreeStats};
 use super::synth::{write_corpus, SynthOptions};
 use super::tokens::TokenCounter;
 use super::warnings::WarningReport;
@@ -181,6 +181,43 @@ fn dist_row(name: &str, d: &Dist) -> String {
     )
 }
 
+/// The session-tree section of `dataset stats`.
+fn print_trees(t: &TreeStats) {
+    println!(
+        "session trees               {} (nested timestamps {}; {} not buildable)",
+        t.trees, t.nested_basis, t.unbuildable
+    );
+    if let Some(e) = &t.first_error {
+        println!("  first error               {e}");
+    }
+    println!("  with child streams        {}", t.trees_with_children);
+    println!(
+        "  branches                  {} ({} background, in {} trees)",
+        t.branches, t.background_branches, t.trees_with_background
+    );
+    println!(
+        "  subagent streams          {} ({} dropped entries; extra chains fa {}, aux {}, wg {})",
+        t.subagent_streams,
+        t.dropped_subagents,
+        t.subagent_chains.fa,
+        t.subagent_chains.aux,
+        t.subagent_chains.wg
+    );
+    let f = &t.flat_chains;
+    println!(
+        "  flat chains               fa {}, aux {} (reductions {}), wg {}",
+        f.fa, f.aux, f.reduction, f.wg
+    );
+    println!(
+        "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "", "mean", "min", "p50", "p90", "p99", "max"
+    );
+    println!("{}", dist_row("streams per tree", &t.streams_per_tree));
+    println!("{}", dist_row("depth", &t.depth));
+    println!("{}", dist_row("children/branch", &t.children_per_branch));
+    println!("{}", dist_row("overlap", &t.overlap));
+}
+
 /// Runs a dataset subcommand.
 pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
     match args.command {
@@ -349,12 +386,17 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
         DatasetCommand::Stats { source, json } => {
             let ds = source.open()?;
             let s = corpus_stats(&ds);
+            let trees = dataset_tree_stats(&ds)?;
             if json {
                 let mut v = serde_json::to_value(&s).unwrap_or_default();
                 if let Some(o) = v.as_object_mut() {
                     o.insert(
                         "warnings".into(),
                         serde_json::to_value(ds.warnings()).unwrap_or_default(),
+                    );
+                    o.insert(
+                        "trees".into(),
+                        serde_json::to_value(&trees).unwrap_or_default(),
                     );
                 }
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -389,6 +431,8 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 "{:<18} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
                 "per-trace hit", h.mean, h.min, h.p50, h.p90, h.p99, h.max
             );
+            println!();
+            print_trees(&trees);
             println!();
             print_warnings(&ds.warnings());
         }
