@@ -104,6 +104,7 @@ fn main() {
                 max_isl: None,
                 max_turns: None,
                 context: None,
+                subagents: false,
             },
             &corpus,
         )

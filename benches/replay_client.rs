@@ -356,6 +356,7 @@ fn main() {
             max_isl: None,
             max_turns: None,
             context: None,
+            subagents: false,
         },
     );
     let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::new(42)));
@@ -411,6 +412,7 @@ fn main() {
                 max_isl: Some(20_000),
                 max_turns: Some(40),
                 context: None,
+                subagents: false,
             },
         );
         let f = replay_once(
@@ -451,6 +453,7 @@ fn main() {
                 max_isl: Some(150_000),
                 max_turns: None,
                 context: None,
+                subagents: false,
             },
         );
         let f = replay_once(

@@ -178,6 +178,7 @@ fn main() -> ExitCode {
         max_isl: Some(40_000),
         max_turns: None,
         context: None,
+        subagents: false,
     };
     let made = write_corpus(&synth, &corpus).expect("write the synthetic corpus");
 

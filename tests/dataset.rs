@@ -864,6 +864,7 @@ fn synth_is_deterministic_and_the_fixture_is_its_output() {
             max_isl: None,
             max_turns: Some(10),
             context: None,
+            subagents: false,
         },
         &b,
     )
@@ -872,6 +873,85 @@ fn synth_is_deterministic_and_the_fixture_is_its_output() {
         std::fs::read(&b).unwrap()[..200],
         std::fs::read(&a).unwrap()[..200]
     );
+}
+
+#[test]
+fn synth_subagents_and_its_tree_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("sa.jsonl");
+    let args = |out: &Path| {
+        vec![
+            "dataset".to_owned(),
+            "synth".into(),
+            "--subagents".into(),
+            "--traces".into(),
+            "12".into(),
+            "--seed".into(),
+            "5".into(),
+            "--max-turns".into(),
+            "40".into(),
+            "-o".into(),
+            out.to_str().unwrap().into(),
+        ]
+    };
+    let argv = args(&a);
+    let (code, out, err) = run(
+        &argv.iter().map(String::as_str).collect::<Vec<_>>(),
+        dir.path(),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote 12 traces"), "{out}");
+    let b = dir.path().join("sa2.jsonl");
+    let argv = args(&b);
+    let (code, _, err) = run(
+        &argv.iter().map(String::as_str).collect::<Vec<_>>(),
+        dir.path(),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+
+    let cache = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(
+        &["dataset", "stats", a.to_str().unwrap(), "--json"],
+        cache.path(),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // The existing keys stay; the trees block is added.
+    assert_eq!(v["traces"], 12);
+    assert!(v["subagents_ignored"].as_u64().unwrap() > 0);
+    assert!(v["theoretical_hit_rate_set"].as_f64().unwrap() > 0.5);
+    let t = &v["trees"];
+    assert_eq!(t["trees"], 12);
+    assert_eq!(t["unbuildable"], 0);
+    assert_eq!(t["nested_basis"], "absolute");
+    assert_eq!(t["depth"]["max"], 1.0);
+    assert!(t["streams_per_tree"]["max"].as_f64().unwrap() >= 3.0);
+    assert!(t["overlap"]["max"].as_f64().unwrap() >= 3.0);
+    assert!(t["children_per_branch"]["max"].as_f64().unwrap() >= 2.0);
+    assert!(t["subagent_streams"].as_u64().unwrap() > 0);
+    for k in ["fa", "aux", "reduction", "wg"] {
+        assert!(t["flat_chains"][k].is_u64(), "{k}");
+    }
+    assert!(t["background_branches"].is_u64());
+    let (code, out, _) = run(
+        &["dataset", "stats", a.to_str().unwrap()],
+        cache.path(),
+        &[],
+    );
+    assert_eq!(code, 0);
+    for want in [
+        "session trees",
+        "streams per tree",
+        "overlap",
+        "flat chains",
+        "background",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
 }
 
 #[test]
@@ -889,6 +969,10 @@ fn stats_and_inspect_commands() {
     let rate = v["theoretical_hit_rate_set"].as_f64().unwrap();
     assert!(rate > 0.8 && rate < 1.0, "{rate}");
     assert!(v["isl"]["p50"].as_f64().unwrap() > 0.0);
+    // No subagent entries: trees of the root alone but for three flat chains.
+    assert_eq!(v["trees"]["trees"], 24);
+    assert_eq!(v["trees"]["subagent_streams"], 0);
+    assert_eq!(v["trees"]["streams_per_tree"]["p50"], 1.0);
     let (code, out, _) = run(
         &["dataset", "stats", f.to_str().unwrap()],
         cache.path(),

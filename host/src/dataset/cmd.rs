@@ -9,7 +9,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::prompt::{sendable_starts, AssistantMode, PromptSynth};
-use super::stats::{corpus_stats, Dist};
+use super::stats::{corpus_stats, dataset_tree_stats, Dist, TreeStats};
 use super::synth::{write_corpus, SynthOptions};
 use super::tokens::TokenCounter;
 use super::warnings::WarningReport;
@@ -109,11 +109,12 @@ pub enum DatasetCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write a synthetic corpus with the shape of the public 949-trace corpus.
+    /// Write a synthetic corpus with the shape of the public 949-trace corpus (with --subagents, of
+    /// the 393-trace with-subagents corpus).
     Synth {
-        /// Number of traces.
-        #[arg(long, default_value_t = 949)]
-        traces: usize,
+        /// Number of traces [default: 949; 393 with --subagents].
+        #[arg(long)]
+        traces: Option<usize>,
         /// Seed of the generator.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -130,6 +131,10 @@ pub enum DatasetCommand {
         /// context of this many tokens, e.g. 4096: most traces fit, the long-context few grow past it.
         #[arg(long, value_name = "TOKENS")]
         context: Option<u32>,
+        /// Write the with-subagents shape: subagent entries (parallel fan-out joined by a later root
+        /// turn, background subagents) and flat worker chains that hash-chain detection splits off.
+        #[arg(long)]
+        subagents: bool,
     },
 }
 
@@ -174,6 +179,43 @@ fn dist_row(name: &str, d: &Dist) -> String {
         "{name:<18} {:>10.1} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
         d.mean, d.min, d.p50, d.p90, d.p99, d.max
     )
+}
+
+/// The session-tree section of `dataset stats`.
+fn print_trees(t: &TreeStats) {
+    println!(
+        "session trees               {} (nested timestamps {}; {} not buildable)",
+        t.trees, t.nested_basis, t.unbuildable
+    );
+    if let Some(e) = &t.first_error {
+        println!("  first error               {e}");
+    }
+    println!("  with child streams        {}", t.trees_with_children);
+    println!(
+        "  branches                  {} ({} background, in {} trees)",
+        t.branches, t.background_branches, t.trees_with_background
+    );
+    println!(
+        "  subagent streams          {} ({} dropped entries; extra chains fa {}, aux {}, wg {})",
+        t.subagent_streams,
+        t.dropped_subagents,
+        t.subagent_chains.fa,
+        t.subagent_chains.aux,
+        t.subagent_chains.wg
+    );
+    let f = &t.flat_chains;
+    println!(
+        "  flat chains               fa {}, aux {} (reductions {}), wg {}",
+        f.fa, f.aux, f.reduction, f.wg
+    );
+    println!(
+        "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "", "mean", "min", "p50", "p90", "p99", "max"
+    );
+    println!("{}", dist_row("streams per tree", &t.streams_per_tree));
+    println!("{}", dist_row("depth", &t.depth));
+    println!("{}", dist_row("children/branch", &t.children_per_branch));
+    println!("{}", dist_row("overlap", &t.overlap));
 }
 
 /// Runs a dataset subcommand.
@@ -344,12 +386,17 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
         DatasetCommand::Stats { source, json } => {
             let ds = source.open()?;
             let s = corpus_stats(&ds);
+            let trees = dataset_tree_stats(&ds)?;
             if json {
                 let mut v = serde_json::to_value(&s).unwrap_or_default();
                 if let Some(o) = v.as_object_mut() {
                     o.insert(
                         "warnings".into(),
                         serde_json::to_value(ds.warnings()).unwrap_or_default(),
+                    );
+                    o.insert(
+                        "trees".into(),
+                        serde_json::to_value(&trees).unwrap_or_default(),
                     );
                 }
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -385,6 +432,8 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 "per-trace hit", h.mean, h.min, h.p50, h.p90, h.p99, h.max
             );
             println!();
+            print_trees(&trees);
+            println!();
             print_warnings(&ds.warnings());
         }
         DatasetCommand::Synth {
@@ -394,15 +443,17 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             max_isl,
             max_turns,
             context,
+            subagents,
         } => {
             let started = Instant::now();
             let sum = write_corpus(
                 &SynthOptions {
-                    traces,
+                    traces: traces.unwrap_or(if subagents { 393 } else { 949 }),
                     seed,
                     max_isl,
                     max_turns,
                     context,
+                    subagents,
                 },
                 &output,
             )?;

@@ -4,12 +4,21 @@
 //! order: set-based, a block is a hit if its hash id appeared in an earlier request of the same trace
 //! (an infinite cache); longest-prefix, a request hits the longest hash-id prefix it shares with any
 //! earlier request of the trace (a prefix cache that never evicts). Rates are hit blocks over all blocks.
+//!
+//! Session-tree figures ([`TreeStats`]) come from the trees [`super::tree::build`] makes of the traces
+//! (subagent entries included, which the cached corpus leaves out).
 
 use std::collections::{HashMap, HashSet};
 
+use std::ops::ControlFlow;
+
 use serde::Serialize;
 
+use super::error::DatasetError;
+use super::tree::chain::ChainClass;
+use super::tree::{self, NestedBasis, SessionTree, StreamKind, TreeOptions};
 use super::view::{Dataset, Trajectory};
+use super::weka::{self, SourceFiles};
 
 /// Summary statistics of a sample, with percentiles by linear interpolation (`k = (n-1)p/100`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -215,6 +224,202 @@ pub fn corpus_stats(ds: &Dataset) -> CorpusStats {
     s
 }
 
+/// Flat worker chains of the top level by class (`::fa:`, `::aux:` with reductions, `::wg:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ChainCounts {
+    pub fa: usize,
+    /// Aux chains, reductions included (aiperf names both `aux:NNN`).
+    pub aux: usize,
+    pub reduction: usize,
+    pub wg: usize,
+}
+
+impl ChainCounts {
+    fn add(&mut self, class: Option<ChainClass>) {
+        match class {
+            Some(ChainClass::Agent) => self.fa += 1,
+            Some(ChainClass::Aux) => self.aux += 1,
+            Some(ChainClass::Reduction) => {
+                self.aux += 1;
+                self.reduction += 1
+            }
+            Some(ChainClass::WorkerGroup { .. }) => self.wg += 1,
+            None => {}
+        }
+    }
+}
+
+/// Session-tree figures of a corpus: distributions are over trees, except `children_per_branch`
+/// (over branches). A corpus without subagent entries has trees of one stream, unless hash-chain
+/// detection splits flat chains off a trace's requests.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TreeStats {
+    /// The nested-timestamp basis inferred for the corpus (aiperf's `auto`).
+    pub nested_basis: &'static str,
+    pub trees: usize,
+    /// Traces whose tree could not be built (aiperf refuses them too), and the first reason.
+    pub unbuildable: usize,
+    pub first_error: Option<String>,
+    pub trees_with_children: usize,
+    pub streams_per_tree: Dist,
+    /// Deepest stream of a tree (0: the root alone).
+    pub depth: Dist,
+    pub children_per_branch: Dist,
+    /// Largest number of a tree's streams whose recorded intervals (first start to last end,
+    /// half-open) overlap at one instant.
+    pub overlap: Dist,
+    pub branches: usize,
+    /// Branches without a join turn, and the trees that have one.
+    pub background_branches: usize,
+    pub trees_with_background: usize,
+    /// Streams of subagent entries (extra chains of an entry included), and the worker chains among
+    /// them by class.
+    pub subagent_streams: usize,
+    pub subagent_chains: ChainCounts,
+    /// Subagent entries without a preceding root request.
+    pub dropped_subagents: usize,
+    pub flat_chains: ChainCounts,
+}
+
+/// The largest number of `t`'s streams whose `[first start, last end)` intervals overlap at one instant.
+pub fn tree_overlap(t: &SessionTree) -> usize {
+    let mut ev: Vec<(f64, i32)> = Vec::new();
+    for s in &t.streams {
+        let Some(a) = s.turns.iter().map(|x| x.ts_ms).reduce(f64::min) else {
+            continue;
+        };
+        let b = s
+            .turns
+            .iter()
+            .map(|x| x.ts_ms + x.api_time_ms.unwrap_or(0.0))
+            .fold(a, f64::max);
+        if b > a {
+            ev.push((a, 1));
+            ev.push((b, -1));
+        }
+    }
+    // Ends before starts at one instant: touching intervals do not overlap.
+    ev.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let (mut cur, mut best) = (0i32, 0i32);
+    for (_, d) in ev {
+        cur += d;
+        best = best.max(cur);
+    }
+    // A tree whose streams all have empty intervals still has its root.
+    (best as usize).max(1)
+}
+
+impl TreeStats {
+    /// The figures of these trees.
+    pub fn of<'a>(trees: impl IntoIterator<Item = &'a SessionTree>, basis: NestedBasis) -> Self {
+        let mut s = TreeStats {
+            nested_basis: match basis {
+                NestedBasis::Absolute => "absolute",
+                NestedBasis::Relative => "relative",
+            },
+            ..TreeStats::default()
+        };
+        let (mut streams, mut depth, mut children, mut overlap) = (vec![], vec![], vec![], vec![]);
+        for t in trees {
+            s.trees += 1;
+            streams.push(t.streams.len() as f64);
+            depth.push(f64::from(
+                t.streams.iter().map(|x| x.depth).max().unwrap_or(0),
+            ));
+            overlap.push(tree_overlap(t) as f64);
+            if t.streams.len() > 1 {
+                s.trees_with_children += 1;
+            }
+            s.branches += t.branches.len();
+            let bg = t.branches.iter().filter(|b| b.join_turn.is_none()).count();
+            s.background_branches += bg;
+            if bg > 0 {
+                s.trees_with_background += 1;
+            }
+            children.extend(t.branches.iter().map(|b| b.children.len() as f64));
+            s.dropped_subagents += t.dropped_subagents.len();
+            for x in &t.streams {
+                match x.kind {
+                    StreamKind::Subagent => {
+                        s.subagent_streams += 1;
+                        s.subagent_chains.add(x.class);
+                    }
+                    StreamKind::Flat => s.flat_chains.add(x.class),
+                    StreamKind::Main => {}
+                }
+            }
+        }
+        s.streams_per_tree = Dist::of(streams);
+        s.depth = Dist::of(depth);
+        s.children_per_branch = Dist::of(children);
+        s.overlap = Dist::of(overlap);
+        s
+    }
+}
+
+/// Builds the session tree of every trace of `files` that `keep` accepts (with the corpus's inferred
+/// nested-timestamp basis and the default tree options) and summarizes them. Reads the source once, or
+/// twice when a trace turns out to need the relative basis.
+pub fn tree_stats(
+    files: &SourceFiles,
+    keep: impl Fn(&str) -> bool,
+) -> Result<TreeStats, DatasetError> {
+    let pass = |basis: NestedBasis| -> Result<Option<TreeStats>, DatasetError> {
+        let opts = TreeOptions {
+            basis,
+            ..TreeOptions::default()
+        };
+        let mut trees: Vec<SessionTree> = Vec::new();
+        let (mut failed, mut first_error, mut relative) = (0usize, None, false);
+        weka::scan_traces(files, |t| {
+            if !keep(&t.id) {
+                return Ok(ControlFlow::Continue(()));
+            }
+            if basis == NestedBasis::Absolute
+                && NestedBasis::infer(std::iter::once(&t)) == NestedBasis::Relative
+            {
+                relative = true;
+                return Ok(ControlFlow::Break(()));
+            }
+            match tree::build(&t, &opts) {
+                Ok(mut tree) => {
+                    // The figures need the shape only: drop the per-turn predecessor lists.
+                    for s in &mut tree.streams {
+                        for turn in &mut s.turns {
+                            turn.replay_predecessors = Vec::new();
+                        }
+                    }
+                    trees.push(tree)
+                }
+                Err(e) => {
+                    failed += 1;
+                    first_error.get_or_insert_with(|| e.to_string());
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if relative {
+            return Ok(None);
+        }
+        let mut s = TreeStats::of(&trees, basis);
+        s.unbuildable = failed;
+        s.first_error = first_error;
+        Ok(Some(s))
+    };
+    match pass(NestedBasis::Absolute)? {
+        Some(s) => Ok(s),
+        None => Ok(pass(NestedBasis::Relative)?.expect("no basis check under relative")),
+    }
+}
+
+/// [`tree_stats`] of the traces of an opened dataset (its selection), read from its source.
+pub fn dataset_tree_stats(ds: &Dataset) -> Result<TreeStats, DatasetError> {
+    let ids: HashSet<&str> = ds.trajectories().map(|t| t.id()).collect();
+    tree_stats(&SourceFiles::from_path(ds.source_path())?, |id| {
+        ids.contains(id)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +431,59 @@ mod tests {
         assert_eq!(percentile(&v, 100.0), 4.0);
         assert_eq!(percentile(&v, 0.0), 1.0);
         assert_eq!(Dist::of(vec![]).count, 0);
+    }
+
+    #[test]
+    fn tree_figures_of_the_subagent_fixture() {
+        let f = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/traces-subagents-8.jsonl");
+        let s = tree_stats(&SourceFiles::Jsonl(f), |_| true).unwrap();
+        assert_eq!(s.nested_basis, "absolute");
+        assert_eq!((s.trees, s.unbuildable), (8, 0));
+        // sa-02's two overlapping subagents run beside the root.
+        assert!(s.overlap.max >= 3.0, "{s:?}");
+        assert_eq!(s.depth.max, 1.0);
+        // sa-03's async subagent outlives the root.
+        assert!(s.background_branches >= 1, "{s:?}");
+        assert_eq!(s.dropped_subagents, 1);
+        assert!(s.flat_chains.wg >= 3 && s.flat_chains.fa >= 1 && s.flat_chains.aux >= 1);
+        assert!(s.children_per_branch.max >= 2.0);
+    }
+
+    #[test]
+    fn tree_figures_without_subagents() {
+        let f =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/traces-24.jsonl");
+        let s = tree_stats(&SourceFiles::Jsonl(f), |_| true).unwrap();
+        assert_eq!(
+            (s.trees, s.subagent_streams, s.background_branches),
+            (24, 0, 0)
+        );
+        assert_eq!(s.streams_per_tree.p50, 1.0);
+        // Three streaming/non-streaming twins whose millisecond-rounded start falls 1 ms before the
+        // first one's end: detection splits each off as a one-request chain of its own, a reduction
+        // (large input, short output), which aiperf names `aux`.
+        assert_eq!(
+            s.flat_chains,
+            ChainCounts {
+                aux: 3,
+                reduction: 3,
+                ..ChainCounts::default()
+            }
+        );
+        assert_eq!(s.trees_with_children, 3);
+        let s = tree_stats(
+            &SourceFiles::Jsonl(
+                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("fixtures/traces-24.jsonl"),
+            ),
+            |id| id != "trace_0005" && id != "trace_0014" && id != "trace_0024",
+        )
+        .unwrap();
+        assert_eq!(s.trees, 21);
+        assert_eq!(
+            (s.streams_per_tree.max, s.overlap.max, s.branches),
+            (1.0, 1.0, 0)
+        );
     }
 }

@@ -29,6 +29,8 @@ use rand_distr::{Distribution, LogNormal};
 
 use super::error::DatasetError;
 
+pub mod subagents;
+
 /// Generator settings.
 #[derive(Debug, Clone, Default)]
 pub struct SynthOptions {
@@ -40,6 +42,9 @@ pub struct SynthOptions {
     pub max_turns: Option<usize>,
     /// Scale the trace shape to a server context of this many tokens (see the module doc).
     pub context: Option<u32>,
+    /// Write traces of the with-subagents shape: subagent entries, fan-out, background subagents and
+    /// flat worker chains (see [`subagents`]).
+    pub subagents: bool,
 }
 
 /// The reference context of the shape: a standard session's limit.
@@ -127,9 +132,20 @@ struct Req {
     think_time: Option<f64>,
 }
 
-/// Generates trace `index` of the corpus as one JSON line (without the newline).
-pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
-    let mut rng = Draws::new(opts.seed, index);
+/// A trace's main session as generated: its model, declared prefix and requests.
+struct RootChain {
+    model: &'static str,
+    tool: u32,
+    system: u32,
+    /// Full blocks of the tools+system prefix (what a compaction keeps).
+    sys_blocks: usize,
+    /// The first hash id not used by the requests.
+    next_id: u32,
+    reqs: Vec<Req>,
+}
+
+/// Draws trace `index`'s main session from `rng` (the draws of [`trace_line`], in its order).
+fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
     // Token sizes scale with `f`, outputs with `g` (both 1 without `context`: the same numbers).
     let f = opts
         .context
@@ -286,7 +302,30 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
         prev_stop = reqs[reqs.len() - 1].stop;
         prev_out = reqs[reqs.len() - 1].output;
     }
+    RootChain {
+        model,
+        tool,
+        system,
+        sys_blocks: sys_blocks as usize,
+        next_id,
+        reqs,
+    }
+}
 
+/// Generates trace `index` of the corpus as one JSON line (without the newline); with
+/// [`SynthOptions::subagents`], a trace of the with-subagents shape ([`subagents`]).
+pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
+    if opts.subagents {
+        return subagents::trace_line(opts, index, out);
+    }
+    let mut rng = Draws::new(opts.seed, index);
+    let RootChain {
+        model,
+        tool,
+        system,
+        reqs,
+        ..
+    } = root_chain(opts, &mut rng);
     // Serialize; hash ids are rebuilt from (kept prefix of the previous list, new range).
     let id = format!("trace_{:04}", index + 1);
     let (mut sum_in, mut sum_out) = (0u64, 0u64);
@@ -308,51 +347,7 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"t\":");
-        push_secs(out, r.t);
-        out.extend_from_slice(if r.streaming {
-            b",\"type\":\"s\",\"model\":\""
-        } else {
-            b",\"type\":\"n\",\"model\":\""
-        });
-        out.extend_from_slice(model.as_bytes());
-        out.extend_from_slice(b"\",\"in\":");
-        push_u64(out, u64::from(r.input));
-        out.extend_from_slice(b",\"out\":");
-        push_u64(out, u64::from(r.output));
-        out.extend_from_slice(b",\"hash_ids\":[");
-        for (j, h) in cur.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            push_u64(out, u64::from(*h));
-        }
-        out.extend_from_slice(b"],\"input_types\":[");
-        for (j, s) in r.input_types.split(',').enumerate() {
-            out.extend_from_slice(if j > 0 { b",\"" } else { b"\"" });
-            out.extend_from_slice(s.as_bytes());
-            out.push(b'"');
-        }
-        out.extend_from_slice(b"],\"output_types\":[");
-        for (j, s) in r.output_types.split(',').enumerate() {
-            out.extend_from_slice(if j > 0 { b",\"" } else { b"\"" });
-            out.extend_from_slice(s.as_bytes());
-            out.push(b'"');
-        }
-        out.extend_from_slice(b"],\"stop\":\"");
-        out.extend_from_slice(r.stop.as_bytes());
-        out.extend_from_slice(b"\",\"api_time\":");
-        push_secs(out, r.api_time);
-        out.extend_from_slice(b",\"think_time\":");
-        match r.think_time {
-            Some(x) => push_secs(out, x),
-            None => out.extend_from_slice(b"null"),
-        }
-        if r.streaming {
-            out.extend_from_slice(b",\"ttft\":");
-            push_secs(out, 0.3 + f64::from(r.input) / 150_000.0);
-        }
-        out.push(b'}');
+        write_request(out, r, model, &cur);
     }
     out.extend_from_slice(b"],\"totals\":{\"parent_tokens\":{\"input\":");
     push_u64(out, sum_in);
@@ -360,6 +355,55 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
     push_u64(out, sum_out);
     out.extend_from_slice(b"},\"subagent_count\":0}}");
     reqs.len()
+}
+
+/// One request object (`{"t":...}`) with these hash ids.
+fn write_request(out: &mut Vec<u8>, r: &Req, model: &str, ids: &[u32]) {
+    out.extend_from_slice(b"{\"t\":");
+    push_secs(out, r.t);
+    out.extend_from_slice(if r.streaming {
+        b",\"type\":\"s\",\"model\":\""
+    } else {
+        b",\"type\":\"n\",\"model\":\""
+    });
+    out.extend_from_slice(model.as_bytes());
+    out.extend_from_slice(b"\",\"in\":");
+    push_u64(out, u64::from(r.input));
+    out.extend_from_slice(b",\"out\":");
+    push_u64(out, u64::from(r.output));
+    out.extend_from_slice(b",\"hash_ids\":[");
+    for (j, h) in ids.iter().enumerate() {
+        if j > 0 {
+            out.push(b',');
+        }
+        push_u64(out, u64::from(*h));
+    }
+    out.extend_from_slice(b"],\"input_types\":[");
+    for (j, s) in r.input_types.split(',').enumerate() {
+        out.extend_from_slice(if j > 0 { b",\"" } else { b"\"" });
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"],\"output_types\":[");
+    for (j, s) in r.output_types.split(',').enumerate() {
+        out.extend_from_slice(if j > 0 { b",\"" } else { b"\"" });
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"],\"stop\":\"");
+    out.extend_from_slice(r.stop.as_bytes());
+    out.extend_from_slice(b"\",\"api_time\":");
+    push_secs(out, r.api_time);
+    out.extend_from_slice(b",\"think_time\":");
+    match r.think_time {
+        Some(x) => push_secs(out, x),
+        None => out.extend_from_slice(b"null"),
+    }
+    if r.streaming {
+        out.extend_from_slice(b",\"ttft\":");
+        push_secs(out, 0.3 + f64::from(r.input) / 150_000.0);
+    }
+    out.push(b'}');
 }
 
 /// Writes a corpus as `traces.jsonl` to `path`.
@@ -429,6 +473,7 @@ mod tests {
             max_isl: Some(40_000),
             max_turns: Some(60),
             context: None,
+            subagents: false,
         };
         for i in 0..5 {
             let mut a = Vec::new();
