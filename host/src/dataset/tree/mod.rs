@@ -893,12 +893,33 @@ fn stamp_prefixes(
             .then(a.2.cmp(&b.2))
             .then(a.3.cmp(&b.3))
     });
-    let mut seen = std::collections::HashSet::new();
+    let mut seen: std::collections::HashSet<u32, std::hash::BuildHasherDefault<IdHasher>> =
+        Default::default();
     for &(_, _, _, _, st, k) in &keys {
         let h = &stream_reqs[st][k].req.hash_ids;
         let hit = h.iter().take_while(|id| seen.contains(*id)).count();
-        seen.extend(h.iter().copied());
+        // The leading `hit` ids are in the set already.
+        seen.extend(h[hit..].iter().copied());
         streams[st].turns[k].prefix_hit_blocks = hit as u32;
+    }
+}
+
+/// A hasher for hash ids (u32 block ids, not attacker-chosen): one multiply instead of SipHash,
+/// which made stamping a long-context corpus the bulk of building its trees.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = (u64::from(i) ^ self.0.rotate_left(5)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 }
 
