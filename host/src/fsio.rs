@@ -51,6 +51,22 @@ impl Root {
         Ok((Root::create(parent)?, PathBuf::from(name)))
     }
 
+    /// Where an export of the artifact directory `dir` goes: `out` (a file the user named, through
+    /// its own directory) or `dir/default`. Returns the directory, the file's name in it, and the
+    /// full path for messages.
+    pub fn for_output(
+        dir: &Path,
+        out: Option<&Path>,
+        default: &str,
+    ) -> Result<(Root, PathBuf), (PathBuf, std::io::Error)> {
+        match out {
+            Some(p) => Root::for_file(p).map_err(|e| (p.to_owned(), e)),
+            None => Root::open(dir)
+                .map(|r| (r, PathBuf::from(default)))
+                .map_err(|e| (dir.join(default), e)),
+        }
+    }
+
     /// The path the directory was opened at.
     pub fn path(&self) -> &Path {
         &self.path

@@ -553,14 +553,8 @@ fn read_json(path: &Path) -> Option<Value> {
 
 /// Reads an artifact directory and writes its `report.html` to `out` (default `DIR/report.html`).
 pub fn html_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, HtmlError> {
-    let (root, name) = match out {
-        Some(p) => crate::fsio::Root::for_file(p),
-        None => crate::fsio::Root::open(dir).map(|r| (r, PathBuf::from(HTML_FILE))),
-    }
-    .map_err(|source| HtmlError::Write {
-        path: out.map_or_else(|| dir.join(HTML_FILE), Path::to_owned),
-        source,
-    })?;
+    let (root, name) = crate::fsio::Root::for_output(dir, out, HTML_FILE)
+        .map_err(|(path, source)| HtmlError::Write { path, source })?;
     html_into(dir, &root, &name)
 }
 

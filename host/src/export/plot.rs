@@ -301,14 +301,8 @@ pub fn render_png(panels: &[Panel], width: u32, height: u32) -> Result<Vec<u8>, 
 
 /// Reads an artifact directory and writes its plot to `out` (default `DIR/metrics_plots.png`).
 pub fn plot_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, PlotError> {
-    let (root, name) = match out {
-        Some(p) => crate::fsio::Root::for_file(p),
-        None => crate::fsio::Root::open(dir).map(|r| (r, PathBuf::from(PLOT_FILE))),
-    }
-    .map_err(|source| PlotError::Write {
-        path: out.map_or_else(|| dir.join(PLOT_FILE), Path::to_owned),
-        source,
-    })?;
+    let (root, name) = crate::fsio::Root::for_output(dir, out, PLOT_FILE)
+        .map_err(|(path, source)| PlotError::Write { path, source })?;
     plot_into(dir, &root, &name)
 }
 

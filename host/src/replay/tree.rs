@@ -44,8 +44,6 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::dataset::tree::{build, NestedBasis, TreeOptions};
-    use crate::dataset::weka::{for_each_trace, SourceFiles};
     use crate::scenario::types_v2::TreeParams;
     use crate::scenario::{Limits, ScenarioEngine};
 
@@ -54,26 +52,10 @@ mod tests {
     }
 
     fn trees(corpus: &str) -> HashMap<String, SessionTree> {
-        let mut traces = Vec::new();
-        for_each_trace(
-            &SourceFiles::Jsonl(root().join("fixtures").join(corpus)),
-            None,
-            |t| {
-                traces.push(t);
-                Ok(())
-            },
-        )
-        .unwrap();
-        let opts = TreeOptions {
-            basis: NestedBasis::infer(&traces),
-            ..TreeOptions::default()
-        };
-        traces
-            .iter()
-            .map(|t| {
-                let tree = build(t, &opts).unwrap();
-                (tree.trace_id.clone(), tree)
-            })
+        corpus_trees(&root().join("fixtures").join(corpus), |_| true)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.trace_id.clone(), t))
             .collect()
     }
 

@@ -157,10 +157,6 @@ enum Msg {
     Bye,
 }
 
-fn reason_str(r: StopReason) -> &'static str {
-    r.as_str()
-}
-
 fn reason_of(s: &str) -> StopReason {
     match s {
         "failed_request_threshold_exceeded" => StopReason::ThresholdExceeded,
@@ -449,7 +445,7 @@ async fn serve(
                                 _ => {
                                     stopped = true;
                                     broadcast(Msg::Stop {
-                                        reason: reason_str(StopReason::WarmupFailed).into(),
+                                        reason: StopReason::WarmupFailed.as_str().into(),
                                         message: warm_fail.clone().unwrap_or_default(),
                                     });
                                 }
@@ -458,7 +454,7 @@ async fn serve(
                             // No shard profiles after a failed warmup: tell the others now.
                             stopped = true;
                             broadcast(Msg::Stop {
-                                reason: reason_str(StopReason::WarmupFailed).into(),
+                                reason: StopReason::WarmupFailed.as_str().into(),
                                 message: warm_fail.clone().unwrap_or_default(),
                             });
                         }
@@ -479,7 +475,7 @@ async fn serve(
                             if counted >= floor && fail as f64 / counted as f64 > f {
                                 stopped = true;
                                 broadcast(Msg::Stop {
-                                    reason: reason_str(StopReason::ThresholdExceeded).into(),
+                                    reason: StopReason::ThresholdExceeded.as_str().into(),
                                     message: format!(
                                         "--failed-request-threshold {f} exceeded over all shards: {fail} of {req} profiling requests failed; in-flight requests were cancelled"
                                     ),
@@ -507,7 +503,7 @@ async fn serve(
                     if !stopped {
                         stopped = true;
                         broadcast(Msg::Stop {
-                            reason: reason_str(StopReason::Interrupted).into(),
+                            reason: StopReason::Interrupted.as_str().into(),
                             message: format!(
                                 "shard {i} lost its connection to the rendezvous, so every shard stopped"
                             ),
@@ -749,7 +745,7 @@ impl Member {
                         }
                     }
                     Some((reason, message)) = local_rx.recv() => {
-                        let m = Msg::Stop { reason: reason_str(reason).into(), message };
+                        let m = Msg::Stop { reason: reason.as_str().into(), message };
                         if send(&mut writer, &m).await.is_err() { break; }
                     }
                     Some(()) = done_rx.recv(), if !said_done => {
