@@ -23,53 +23,7 @@ macro_rules! export_scenario {
 
             type S = $scenario;
 
-            fn value_in(v: w::Value) -> t::Value {
-                match v {
-                    w::Value::Absent => t::Value::Absent,
-                    w::Value::Flag(b) => t::Value::Flag(b),
-                    w::Value::Integer(i) => t::Value::Integer(i),
-                    w::Value::Number(x) => t::Value::Number(x),
-                    w::Value::Text(s) => t::Value::Text(s),
-                    w::Value::Integers(xs) => t::Value::Integers(xs),
-                    w::Value::Texts(xs) => t::Value::Texts(xs),
-                }
-            }
-
-            fn value_out(v: t::Value) -> w::Value {
-                match v {
-                    t::Value::Absent => w::Value::Absent,
-                    t::Value::Flag(b) => w::Value::Flag(b),
-                    t::Value::Integer(i) => w::Value::Integer(i),
-                    t::Value::Number(x) => w::Value::Number(x),
-                    t::Value::Text(s) => w::Value::Text(s),
-                    t::Value::Integers(xs) => w::Value::Integers(xs),
-                    t::Value::Texts(xs) => w::Value::Texts(xs),
-                }
-            }
-
-            fn violation_out(v: t::Violation) -> w::Violation {
-                w::Violation { setting: v.setting, message: v.message }
-            }
-
-            fn placement_in(p: w::Placement) -> t::Placement {
-                match p {
-                    w::Placement::None => t::Placement::None,
-                    w::Placement::SystemPrefix => t::Placement::SystemPrefix,
-                    w::Placement::SystemSuffix => t::Placement::SystemSuffix,
-                    w::Placement::FirstTurnPrefix => t::Placement::FirstTurnPrefix,
-                    w::Placement::FirstTurnSuffix => t::Placement::FirstTurnSuffix,
-                }
-            }
-
-            fn placement_out(p: t::Placement) -> w::Placement {
-                match p {
-                    t::Placement::None => w::Placement::None,
-                    t::Placement::SystemPrefix => w::Placement::SystemPrefix,
-                    t::Placement::SystemSuffix => w::Placement::SystemSuffix,
-                    t::Placement::FirstTurnPrefix => w::Placement::FirstTurnPrefix,
-                    t::Placement::FirstTurnSuffix => w::Placement::FirstTurnSuffix,
-                }
-            }
+            $crate::__policy_conversions!();
 
             fn params_in(s: w::StartParams) -> t::StartParams {
                 t::StartParams { seed: s.seed, min_ratio: s.min_ratio, max_ratio: s.max_ratio }
@@ -83,39 +37,11 @@ macro_rules! export_scenario {
 
             impl p::Guest for Component {
                 fn describe() -> w::Info {
-                    let i = S::describe();
-                    w::Info {
-                        name: i.name,
-                        version: i.version,
-                        description: i.description,
-                        knobs: i
-                            .knobs
-                            .into_iter()
-                            .map(|k| w::Knob { name: k.name, description: k.description, default_value: k.default_value })
-                            .collect(),
-                        locks: i.locks.into_iter().map(|l| w::Lock { setting: l.setting, rule: l.rule }).collect(),
-                    }
+                    info_out(S::describe())
                 }
 
                 fn resolve(given: Vec<w::Setting>, entropy: u64) -> Result<w::Resolved, Vec<w::Violation>> {
-                    let given = given
-                        .into_iter()
-                        .map(|s| t::Setting { name: s.name, value: value_in(s.value), explicit: s.explicit })
-                        .collect();
-                    match S::resolve(given, entropy) {
-                        Ok(r) => Ok(w::Resolved {
-                            settings: r
-                                .settings
-                                .into_iter()
-                                .map(|s| w::Setting { name: s.name, value: value_out(s.value), explicit: s.explicit })
-                                .collect(),
-                            seed: r.seed,
-                            seed_drawn: r.seed_drawn,
-                            warnings: r.warnings.into_iter().map(violation_out).collect(),
-                            invalid_reasons: r.invalid_reasons,
-                        }),
-                        Err(v) => Err(v.into_iter().map(violation_out).collect()),
-                    }
+                    resolve_via(given, entropy, S::resolve)
                 }
 
                 fn start_turn(params: w::StartParams, trajectory: w::Trajectory) -> Option<u32> {
@@ -142,17 +68,7 @@ macro_rules! export_scenario {
                 }
 
                 fn classify_error(response: w::ErrorResponse, phrases: Option<Vec<String>>) -> w::Classification {
-                    let c = S::classify_error(
-                        &t::ErrorResponse { status: response.status, body_excerpt: response.body_excerpt },
-                        phrases.as_deref(),
-                    );
-                    w::Classification {
-                        class: match c.class {
-                            t::ErrorClass::ContextOverflow => w::ErrorClass::ContextOverflow,
-                            t::ErrorClass::Other => w::ErrorClass::Other,
-                        },
-                        matched: c.matched,
-                    }
+                    classify_via(response, phrases, S::classify_error)
                 }
 
                 fn turn_delay(params: w::DelayParams, timing: w::TurnTiming) -> f64 {
@@ -177,5 +93,144 @@ macro_rules! export_scenario {
 
         use __scenario_adapter::Component as ScenarioComponent;
         export!(ScenarioComponent);
+    };
+}
+
+/// The conversions both worlds share (values, settings, violations, placements, info, resolve and
+/// classify), expanded inside each adapter module, where `w` names the generated interface and `t`
+/// this crate's types.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __policy_conversions {
+    () => {
+        fn value_in(v: w::Value) -> t::Value {
+            match v {
+                w::Value::Absent => t::Value::Absent,
+                w::Value::Flag(b) => t::Value::Flag(b),
+                w::Value::Integer(i) => t::Value::Integer(i),
+                w::Value::Number(x) => t::Value::Number(x),
+                w::Value::Text(s) => t::Value::Text(s),
+                w::Value::Integers(xs) => t::Value::Integers(xs),
+                w::Value::Texts(xs) => t::Value::Texts(xs),
+            }
+        }
+
+        fn value_out(v: t::Value) -> w::Value {
+            match v {
+                t::Value::Absent => w::Value::Absent,
+                t::Value::Flag(b) => w::Value::Flag(b),
+                t::Value::Integer(i) => w::Value::Integer(i),
+                t::Value::Number(x) => w::Value::Number(x),
+                t::Value::Text(s) => w::Value::Text(s),
+                t::Value::Integers(xs) => w::Value::Integers(xs),
+                t::Value::Texts(xs) => w::Value::Texts(xs),
+            }
+        }
+
+        fn violation_out(v: t::Violation) -> w::Violation {
+            w::Violation {
+                setting: v.setting,
+                message: v.message,
+            }
+        }
+
+        fn placement_in(p: w::Placement) -> t::Placement {
+            match p {
+                w::Placement::None => t::Placement::None,
+                w::Placement::SystemPrefix => t::Placement::SystemPrefix,
+                w::Placement::SystemSuffix => t::Placement::SystemSuffix,
+                w::Placement::FirstTurnPrefix => t::Placement::FirstTurnPrefix,
+                w::Placement::FirstTurnSuffix => t::Placement::FirstTurnSuffix,
+            }
+        }
+
+        fn placement_out(p: t::Placement) -> w::Placement {
+            match p {
+                t::Placement::None => w::Placement::None,
+                t::Placement::SystemPrefix => w::Placement::SystemPrefix,
+                t::Placement::SystemSuffix => w::Placement::SystemSuffix,
+                t::Placement::FirstTurnPrefix => w::Placement::FirstTurnPrefix,
+                t::Placement::FirstTurnSuffix => w::Placement::FirstTurnSuffix,
+            }
+        }
+
+        fn info_out(i: t::Info) -> w::Info {
+            w::Info {
+                name: i.name,
+                version: i.version,
+                description: i.description,
+                knobs: i
+                    .knobs
+                    .into_iter()
+                    .map(|k| w::Knob {
+                        name: k.name,
+                        description: k.description,
+                        default_value: k.default_value,
+                    })
+                    .collect(),
+                locks: i
+                    .locks
+                    .into_iter()
+                    .map(|l| w::Lock {
+                        setting: l.setting,
+                        rule: l.rule,
+                    })
+                    .collect(),
+            }
+        }
+
+        fn resolve_via(
+            given: Vec<w::Setting>,
+            entropy: u64,
+            f: fn(Vec<t::Setting>, u64) -> Result<t::Resolved, Vec<t::Violation>>,
+        ) -> Result<w::Resolved, Vec<w::Violation>> {
+            let given = given
+                .into_iter()
+                .map(|s| t::Setting {
+                    name: s.name,
+                    value: value_in(s.value),
+                    explicit: s.explicit,
+                })
+                .collect();
+            match f(given, entropy) {
+                Ok(r) => Ok(w::Resolved {
+                    settings: r
+                        .settings
+                        .into_iter()
+                        .map(|s| w::Setting {
+                            name: s.name,
+                            value: value_out(s.value),
+                            explicit: s.explicit,
+                        })
+                        .collect(),
+                    seed: r.seed,
+                    seed_drawn: r.seed_drawn,
+                    warnings: r.warnings.into_iter().map(violation_out).collect(),
+                    invalid_reasons: r.invalid_reasons,
+                }),
+                Err(v) => Err(v.into_iter().map(violation_out).collect()),
+            }
+        }
+
+        fn classify_via(
+            response: w::ErrorResponse,
+            phrases: Option<Vec<String>>,
+            f: fn(&t::ErrorResponse, Option<&[String]>) -> t::Classification,
+        ) -> w::Classification {
+            let c = f(
+                &t::ErrorResponse {
+                    status: response.status,
+                    body_excerpt: response.body_excerpt,
+                },
+                phrases.as_deref(),
+            );
+            w::Classification {
+                class: match c.class {
+                    t::ErrorClass::ContextOverflow => w::ErrorClass::ContextOverflow,
+                    t::ErrorClass::Other => w::ErrorClass::Other,
+                },
+                matched: c.matched,
+            }
+        }
     };
 }

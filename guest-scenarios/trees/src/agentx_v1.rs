@@ -23,6 +23,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use policy::settings::Resolver;
+pub use policy::types::DelayParams;
 use policy::types::{
     Classification, ErrorResponse, Info, Knob, Lock, Marker, Placement, Resolved, SessionId,
     Setting, Value, Violation,
@@ -77,12 +78,6 @@ pub struct TurnTimes {
     pub prev_ts_ms: f64,
     pub prev_api_ms: Option<f64>,
     pub think_time_ms: Option<f64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DelayParams {
-    pub think_time_only: bool,
-    pub cap_seconds: Option<f64>,
 }
 
 /// The mechanism's parameters for a resolved configuration.

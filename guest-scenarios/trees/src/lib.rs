@@ -25,6 +25,8 @@ mod adapter;
 #[cfg(test)]
 mod golden_v1;
 
+#[doc(hidden)]
+pub use policy::__policy_conversions;
 pub use policy::types;
 
 use alloc::string::String;
