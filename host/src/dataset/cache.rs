@@ -14,7 +14,8 @@
 //! ids after it, so the long shared prefixes of consecutive turns are stored once. The last string of
 //! the table is the import's report ([`ImportReport`] as JSON: the [`WarningReport`] fields, plus the
 //! counts of a `--max-context-length` selection), so a warm open reports the warnings and the selection
-//! of the import that built the entry.
+//! of the import that built the entry. An entry of session trees ([`super::tree::corpus`]) keeps one
+//! trace record per stream and the trees' topology in that report.
 
 use std::fs::File;
 use std::io;
@@ -25,12 +26,13 @@ use sha2::{Digest, Sha256};
 use super::error::DatasetError;
 use super::mmap::{as_u32s, Mapped};
 use super::select::{Selection, SelectionReport};
+use super::tree::corpus::TreeTopology;
 use super::warnings::WarningReport;
 use super::weka::{ParsedTrace, RequestKind};
 
 pub const MAGIC: [u8; 8] = *b"AGXDSET\n";
 /// Bump on any change of the layout or of what the builder stores.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 pub const HEADER_LEN: usize = 128;
 pub const TRACE_REC: usize = 40;
 pub const TURN_REC: usize = 80;
@@ -159,6 +161,7 @@ pub struct Builder {
     subagents: u64,
     warnings: WarningReport,
     selection: Option<SelectionReport>,
+    trees: Option<TreeTopology>,
 }
 
 /// The last string of an entry: the warning report's fields, plus the selection counts when the
@@ -170,6 +173,10 @@ pub struct ImportReport {
     pub warnings: WarningReport,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<SelectionReport>,
+    /// The session trees of an entry of [`super::tree::corpus::TreeCorpus`] (one trajectory per
+    /// stream); `None` in a dataset entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trees: Option<TreeTopology>,
 }
 
 impl Default for Builder {
@@ -186,6 +193,7 @@ impl Default for Builder {
             subagents: 0,
             warnings: WarningReport::default(),
             selection: None,
+            trees: None,
         }
     }
 }
@@ -278,6 +286,11 @@ impl Builder {
         self.selection = Some(report);
     }
 
+    /// Records the session trees whose streams the added traces are (stored with the warnings).
+    pub fn set_trees(&mut self, trees: TreeTopology) {
+        self.trees = Some(trees);
+    }
+
     /// Number of traces added.
     pub fn traces(&self) -> u32 {
         self.n_traces
@@ -289,6 +302,7 @@ impl Builder {
         let report = serde_json::to_string(&ImportReport {
             warnings: std::mem::take(&mut self.warnings),
             selection: self.selection.take(),
+            trees: self.trees.take(),
         })
         .expect("a report serializes");
         let off = self.strings.bytes.len() as u32;
@@ -543,10 +557,10 @@ pub struct Entry {
     pub layout: Layout,
 }
 
-enum Probe {
+enum Probe<T> {
     Missing,
     Invalid(String),
-    Valid(Entry),
+    Valid(T),
 }
 
 impl Store {
@@ -572,7 +586,13 @@ impl Store {
         self.dir.join(format!("{}.{ENTRY_EXT}", key.short_hex()))
     }
 
-    fn probe(&self, key: &CacheKey) -> Result<Probe, DatasetError> {
+    /// Maps the entry for `key` and validates it: its layout, then `check` (which takes the mapped
+    /// entry and answers what the caller reads of it, or why it is invalid).
+    fn probe<T>(
+        &self,
+        key: &CacheKey,
+        check: &impl Fn(Entry) -> Result<T, String>,
+    ) -> Result<Probe<T>, DatasetError> {
         let path = self.entry_path(key);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -580,15 +600,19 @@ impl Store {
             Err(e) => return Err(DatasetError::io("open", path, e)),
         };
         let map = Mapped::map(&file).map_err(|e| DatasetError::io("map", &path, e))?;
-        Ok(match Layout::parse(map.bytes(), Some(key)) {
-            Ok(layout) => Probe::Valid(Entry { path, map, layout }),
+        let layout = match Layout::parse(map.bytes(), Some(key)) {
+            Ok(layout) => layout,
+            Err(reason) => return Ok(Probe::Invalid(reason)),
+        };
+        Ok(match check(Entry { path, map, layout }) {
+            Ok(v) => Probe::Valid(v),
             Err(reason) => Probe::Invalid(reason),
         })
     }
 
     /// Maps the valid entry for `key` if there is one, without building.
     pub fn get(&self, key: &CacheKey) -> Result<Option<Entry>, DatasetError> {
-        Ok(match self.probe(key)? {
+        Ok(match self.probe(key, &Ok)? {
             Probe::Valid(e) => Some(e),
             _ => None,
         })
@@ -601,8 +625,21 @@ impl Store {
         key: &CacheKey,
         build: impl FnOnce() -> Result<Vec<u8>, DatasetError>,
     ) -> Result<(Entry, Outcome), DatasetError> {
-        if let Probe::Valid(e) = self.probe(key)? {
-            return Ok((e, Outcome::Hit));
+        self.get_or_build_checked(key, Ok, build)
+    }
+
+    /// [`Self::get_or_build`] for entries whose content needs more validation than the layout's:
+    /// `check` reads a mapped entry whose layout is valid into what the caller keeps, or says why it is
+    /// invalid, and an invalid entry is rebuilt like a damaged one. An entry that fails `check` right
+    /// after it was built is an error, not a second build.
+    pub fn get_or_build_checked<T>(
+        &self,
+        key: &CacheKey,
+        check: impl Fn(Entry) -> Result<T, String>,
+        build: impl FnOnce() -> Result<Vec<u8>, DatasetError>,
+    ) -> Result<(T, Outcome), DatasetError> {
+        if let Probe::Valid(v) = self.probe(key, &check)? {
+            return Ok((v, Outcome::Hit));
         }
         let root = self
             .root()
@@ -615,8 +652,8 @@ impl Store {
         lock.lock()
             .map_err(|e| DatasetError::io("lock", &lock_path, e))?;
         // Re-check under the lock: another process may have built the entry while we waited.
-        let outcome = match self.probe(key)? {
-            Probe::Valid(e) => return Ok((e, Outcome::Hit)),
+        let outcome = match self.probe(key, &check)? {
+            Probe::Valid(v) => return Ok((v, Outcome::Hit)),
             Probe::Missing => Outcome::Built,
             Probe::Invalid(reason) => {
                 tracing::warn!(entry = %self.entry_path(key).display(), %reason, "rebuilding invalid dataset cache entry");
@@ -629,8 +666,8 @@ impl Store {
             return Err(DatasetError::io("write cache entry", &path, e));
         }
         drop(bytes);
-        match self.probe(key)? {
-            Probe::Valid(e) => Ok((e, outcome)),
+        match self.probe(key, &check)? {
+            Probe::Valid(v) => Ok((v, outcome)),
             Probe::Invalid(reason) => Err(DatasetError::Cache {
                 path,
                 reason: format!("entry invalid right after writing it: {reason}"),

@@ -17,7 +17,7 @@ pub const EPS: f64 = 1e-6;
 
 /// The thresholds of detection and classification (aiperf's `AIPERF_DATASET_WEKA_*` defaults); policy
 /// parameters of AgentX v1.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct ChainParams {
     /// A seam splice is refused when the gap after the tail exceeds this many seconds **and** ...
     pub seam_max_gap_s: f64,
@@ -458,7 +458,7 @@ pub fn preamble(reqs: &[Req<'_>]) -> Option<usize> {
 }
 
 /// The class of a worker chain (first match wins, in this order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ChainClass {
     /// A short one-shot on another model or from a small fresh context (`aux:NNN`).
     Aux,

@@ -27,6 +27,7 @@
 //! their layer's main chain), seams spliced, and the classes of the worker chains.
 
 pub mod chain;
+pub mod corpus;
 
 use std::collections::HashMap;
 
@@ -36,7 +37,8 @@ use super::weka::{ParsedRequest, ParsedSubagent, ParsedTrace};
 use chain::{ChainClass, ChainParams, Detection, Req, EPS};
 
 /// How nested (subagent) timestamps are read: chosen once per corpus (`--weka-nested-timestamp-basis`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NestedBasis {
     /// Nested `t` is on the root clock; one more than 1e-6 s before its marker is an error, one
     /// within 1e-6 s is clamped to the marker.
@@ -86,14 +88,14 @@ impl Default for TreeOptions {
 }
 
 /// What produced a turn's new input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum InputKind {
     ToolResult,
     UserInput,
 }
 
 /// Which part of the trace a stream replays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StreamKind {
     /// The root: the trace's main chain (`weka_main`).
     Main,
@@ -104,15 +106,18 @@ pub enum StreamKind {
 }
 
 /// One replayed request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TreeTurn {
     /// Recorded start, ms on the root clock (`1000·t`).
     pub ts_ms: f64,
     /// End-to-start delay after the previous turn of the stream; `None` on turn 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<f64>,
     /// The delay under `--use-think-time-only` (`1000·think_time` when recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms_think_time_only: Option<f64>,
     /// `1000·max(0, api_time)`; `None` when missing or not finite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_time_ms: Option<f64>,
     /// `max(1, min(out, max_osl))` (root and flat), `max(1, out)` (subagent).
     pub max_tokens: u32,
@@ -121,17 +126,22 @@ pub struct TreeTurn {
     pub prefix_total_blocks: u32,
     /// Where the request sits in the trace: outer index, and inner index for a nested request.
     pub source_outer_idx: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_inner_idx: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_kind: Option<InputKind>,
     /// Branches (indices into [`SessionTree::branches`]) this turn spawns and joins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spawns: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub joins: Vec<usize>,
     /// Replay-barrier predecessors `(stream, turn)` in its scope, sorted by (conversation id, turn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replay_predecessors: Vec<(usize, usize)>,
 }
 
 /// One stream (an aiperf conversation).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stream {
     pub id: String,
     pub kind: StreamKind,
@@ -155,7 +165,7 @@ pub struct Stream {
 }
 
 /// A SPAWN branch: children started together from one root turn.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Branch {
     /// `<trace>:spawn:<first agent_id>` or `<trace>:flatspawn:<n of the first worker>`.
     pub id: String,
@@ -167,7 +177,7 @@ pub struct Branch {
 }
 
 /// Counted outcomes of one build (over the streams built; dropped subagents are not counted).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TreeCounts {
     /// Nested requests less than 1e-6 s before their marker, moved onto it (absolute basis).
     pub clamped_requests: usize,
@@ -184,7 +194,7 @@ pub struct TreeCounts {
 }
 
 /// One trace as a tree of streams.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionTree {
     pub trace_id: String,
     /// Root first, then subagent streams (entry order, chain order), then flat streams.
