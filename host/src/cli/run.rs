@@ -873,6 +873,11 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         sim_preset: a.sim_preset.clone(),
         expect_dataset_key: a.expect_dataset_key.clone(),
         expect_scenario_sha256: a.expect_scenario_sha256.clone(),
+        nested_basis: match a.weka_nested_timestamp_basis.as_deref() {
+            Some("absolute") => Some(crate::dataset::tree::NestedBasis::Absolute),
+            Some("relative") => Some(crate::dataset::tree::NestedBasis::Relative),
+            _ => None,
+        },
         dry_run: a.dry_run,
         argv,
         progress: std::io::stderr().is_terminal(),

@@ -44,6 +44,8 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use crate::dataset::tree::corpus::{TreeCorpus, TreeOpen};
+    use crate::dataset::{Dataset, OpenOptions};
     use crate::scenario::types_v2::TreeParams;
     use crate::scenario::{Limits, ScenarioEngine};
 
@@ -52,11 +54,27 @@ mod tests {
     }
 
     fn trees(corpus: &str) -> HashMap<String, SessionTree> {
-        corpus_trees(&root().join("fixtures").join(corpus), |_| true)
-            .unwrap()
-            .into_iter()
-            .map(|t| (t.trace_id.clone(), t))
-            .collect()
+        let cache = tempfile::tempdir().unwrap();
+        let ds = Dataset::open_path(
+            &root().join("fixtures").join(corpus),
+            &OpenOptions {
+                cache_dir: Some(cache.path().to_owned()),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        TreeCorpus::open(
+            &ds,
+            &TreeOpen {
+                cache_dir: Some(cache.path().to_owned()),
+                ..TreeOpen::default()
+            },
+        )
+        .unwrap()
+        .trees
+        .into_iter()
+        .map(|t| (t.trace_id.clone(), t))
+        .collect()
     }
 
     /// The fixture corpora parsed and built by the dataset side, planned by the real agentx-v1
@@ -243,26 +261,4 @@ pub fn plan_lanes(
         *pass += 1;
     }
     Ok(lanes)
-}
-
-/// The session trees of a corpus file or directory, in corpus order, keeping the traces `keep`
-/// accepts (the dataset's selection); the nested-timestamp basis is inferred once per corpus.
-pub fn corpus_trees(
-    source: &std::path::Path,
-    keep: impl Fn(&str) -> bool,
-) -> Result<Vec<SessionTree>, crate::dataset::DatasetError> {
-    use crate::dataset::tree::{build, NestedBasis, TreeOptions};
-    use crate::dataset::weka::{for_each_trace, SourceFiles};
-    let mut traces = Vec::new();
-    for_each_trace(&SourceFiles::from_path(source)?, None, |t| {
-        if keep(&t.id) {
-            traces.push(t);
-        }
-        Ok(())
-    })?;
-    let opts = TreeOptions {
-        basis: NestedBasis::infer(&traces),
-        ..TreeOptions::default()
-    };
-    traces.iter().map(|t| build(t, &opts)).collect()
 }

@@ -69,6 +69,9 @@ pub struct RunConfig {
     /// Refuse to run unless the dataset's cache key / the scenario's sha256 is this.
     pub expect_dataset_key: Option<String>,
     pub expect_scenario_sha256: Option<String>,
+    /// `--weka-nested-timestamp-basis`: how a session-tree corpus's nested timestamps are read;
+    /// `None` infers it per corpus (`auto`).
+    pub nested_basis: Option<dataset::tree::NestedBasis>,
     /// Plan only: nothing is sent or written.
     pub dry_run: bool,
     /// The command line, kept in the manifest (what `agentx-host replay` reruns).
@@ -613,6 +616,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     if trees {
         return plan_trees(TreeDryRun {
             ds,
+            basis: cfg.nested_basis,
             dataset_key: &dataset_key,
             inst: &mut inst,
             info: &info,
@@ -1086,6 +1090,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
 /// What the dry run of a session-tree scenario needs.
 struct TreeDryRun<'a> {
     ds: &'a Dataset,
+    basis: Option<dataset::tree::NestedBasis>,
     dataset_key: &'a str,
     inst: &'a mut scenario::ScenarioInstance,
     info: &'a scenario::types::Info,
@@ -1103,8 +1108,15 @@ struct TreeDryRun<'a> {
 /// and alive streams with their next and warm turns and offsets.
 fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
     let t0 = std::time::Instant::now();
-    let built = replay::tree::corpus_trees(d.ds.source_path(), |id| d.ds.find(id).is_some())?;
-    let trees: Vec<_> = built.iter().map(replay::tree::wit_tree).collect();
+    let corpus = dataset::tree::corpus::TreeCorpus::open(
+        d.ds,
+        &dataset::tree::corpus::TreeOpen {
+            basis: d.basis,
+            ..Default::default()
+        },
+    )?;
+    let opened_in = t0.elapsed();
+    let trees: Vec<_> = corpus.trees.iter().map(replay::tree::wit_tree).collect();
     let built_in = t0.elapsed();
     let rules = d.inst.rules(&d.resolved.settings)?;
     let lanes = replay::tree::plan_lanes(
@@ -1124,6 +1136,8 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
     tracing::info!(
         trees = trees.len(),
         lanes = lanes.len(),
+        trees_cache = ?corpus.outcome(),
+        open_ms = opened_in.as_secs_f64() * 1e3,
         build_ms = built_in.as_secs_f64() * 1e3,
         plan_ms = planned_in.as_secs_f64() * 1e3,
         "session-tree plan"
