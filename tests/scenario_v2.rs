@@ -188,23 +188,38 @@ fn each_world_refuses_the_other_worlds_calls() {
         "{e}"
     );
 
-    // `run` plans a session-tree scenario but names what it cannot do yet, before anything is sent.
+    // The demo run (built-in simulator, bundled corpus) replays with the session-tree scheduler
+    // when named by path, and a sharded run of it is refused before anything is sent.
     let r = Run::exec(
         tempfile::tempdir().unwrap(),
         &[
             "run",
             crate::scenario::dist("agentx-v1.wasm").to_str().unwrap(),
+            "--benchmark-duration",
+            "3",
+            "--stats-interval",
+            "0",
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let recs = r.records();
+    assert!(recs.iter().all(|x| x.tree.is_some()));
+    assert!(recs
+        .iter()
+        .any(|x| x.phase == agentx::record::Phase::Profiling && x.error.is_none()));
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "run",
+            crate::scenario::dist("agentx-v1.wasm").to_str().unwrap(),
+            "--shard",
+            "0/2",
         ],
         &[],
     );
     assert_eq!(r.code(), 2);
-    assert!(
-        r.stderr().contains(
-            "implements agentx:scenario@0.2.0 (session trees); `run` replays single-stream sessions so far"
-        ),
-        "{}",
-        r.stderr()
-    );
+    assert!(r.stderr().contains("does not split yet"), "{}", r.stderr());
     assert!(!r.artifacts().exists(), "nothing written");
 }
 

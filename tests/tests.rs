@@ -16,3 +16,4 @@ mod shard;
 mod sim;
 mod support;
 mod sweep;
+mod tree_run;

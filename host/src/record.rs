@@ -151,6 +151,27 @@ pub struct RequestRecord {
     /// byte), with the first attempt's error; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<String>,
+    /// Where a request of a session tree sits in its tree; absent for single-stream sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<TreeInfo>,
+}
+
+/// The tree fields of a session-tree request (aiperf's `agent_depth`, `parent_correlation_id`,
+/// `root_correlation_id`, `source_trace_id` and the theoretical prefix-cache stamp).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeInfo {
+    /// 0 for the root stream, 1 for a child.
+    pub agent_depth: u8,
+    /// The root stream's correlation id (a child's parent).
+    pub root_correlation_id: String,
+    /// The parent stream's correlation id (children only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_correlation_id: Option<String>,
+    /// The trace the tree replays (`trace_id` is the stream's conversation id).
+    pub source_trace_id: String,
+    /// Leading hash blocks the trace had sent before this request, of all its blocks.
+    pub prefix_hit_blocks: u32,
+    pub prefix_total_blocks: u32,
 }
 
 /// Where token counts came from.

@@ -287,6 +287,7 @@ mod tests {
                 message: "x".into(),
             }),
             retry: None,
+            tree: None,
         }
     }
 

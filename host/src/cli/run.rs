@@ -640,6 +640,9 @@ impl RunPlan {
         if let Some(c) = a.inter_turn_delay_cap_seconds {
             put("inter-turn-delay-cap-seconds", Value::Number(c), true);
         }
+        if let Some(c) = a.system_idle_gap_cap_seconds {
+            put("system-idle-gap-cap-seconds", Value::Number(c), true);
+        }
         if let Some(b) = a.use_think_time_only {
             put("use-think-time-only", Value::Flag(b), true);
         }
@@ -783,6 +786,16 @@ impl RunPlan {
             warmup_progress_interval,
             trace_idle_cap,
             not_acted_on,
+            tree_flags: crate::run::TreeFlags {
+                burst: a.burst_phase_starts,
+                pressure: match (a.warmup_requests_per_lane, a.agentic_cache_warmup_duration) {
+                    (Some(n), _) => Some(crate::replay::sched::Pressure::RequestsPerLane(n)),
+                    (None, Some(d)) => Some(crate::replay::sched::Pressure::Duration(
+                        Duration::from_secs_f64(d),
+                    )),
+                    (None, None) => None,
+                },
+            },
             demo,
             url: a.url.clone(),
             model: a.model.clone(),

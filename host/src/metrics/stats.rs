@@ -684,6 +684,7 @@ pub(crate) mod tests {
             context_overflow: false,
             error: None,
             retry: None,
+            tree: None,
         }
     }
 

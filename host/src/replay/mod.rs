@@ -23,6 +23,7 @@
 
 pub mod plan;
 pub mod recycle;
+pub mod sched;
 pub mod timer;
 pub mod tree;
 
@@ -233,79 +234,21 @@ struct Sent {
 /// Runs warmup and profiling to the end. Records go to `inputs.records`; the returned outcome holds
 /// the counts and why the run stopped.
 pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayOutcome {
-    let ReplayInputs {
-        dataset,
-        synth,
-        counter,
-        client,
-        body,
-        scenario,
-        records,
-        clock,
-        mut interrupt,
-        progress,
-        srv_row,
-        on_profiling,
-        shard,
-    } = inputs;
-    let (stride, mut link) = match shard {
-        Some(l) => {
-            let ShardLink {
-                index,
-                count,
-                warmup_done,
-                profile,
-                remote_stop,
-                tally,
-                local_stop,
-            } = l;
-            (
-                (u64::from(index), u64::from(count.max(1))),
-                Some((warmup_done, profile, remote_stop, tally, local_stop)),
-            )
-        }
-        None => ((0, 1), None),
-    };
-    let shard_tally = link.as_ref().map(|l| l.3.clone());
-    let mut remote_stop = link.as_ref().map(|l| l.2.clone());
-    let local_stop = link.as_ref().map(|l| l.4.clone());
     let running = plan.lanes.iter().map(|l| l.trace);
-    let recycler = Recycler::new(&plan.pool, running, dataset.len());
-    let (stop_new, _) = watch::channel(false);
-    let (cancel, _) = watch::channel(false);
-    let (threshold_tx, mut threshold_rx) = watch::channel(false);
-    let shared = Arc::new(Shared {
-        concurrency: plan.lanes.len() as u64,
-        run_short: cfg.run_id.chars().take(8).collect(),
-        cfg,
-        ds: dataset,
-        synth,
-        counter,
-        client,
-        body,
-        scenario: Mutex::new(scenario),
-        records,
-        clock,
-        delays: plan.delays,
-        recycler: Mutex::new(recycler),
-        stop_new,
-        cancel,
-        threshold_hit: AtomicBool::new(false),
-        threshold_tx,
-        session_seq: AtomicU64::new(0),
-        request_seq: AtomicU64::new(0),
-        in_flight: AtomicU64::new(0),
-        tally: Mutex::new(Tally::default()),
-        live: Live::default(),
-        progress: Progress::new(progress),
-        srv_row,
-        waker: timer::Waker::start()
-            .map_err(|e| tracing::warn!("no timer thread ({e}); think times use tokio's timer"))
-            .ok(),
+    let recycler = Recycler::new(&plan.pool, running, inputs.dataset.len());
+    let (shared, rest) = Shared::build(cfg, inputs, plan.delays, recycler, plan.lanes.len() as u64);
+    let Rest {
+        mut interrupt,
+        on_profiling,
         stride,
-        shard_tally,
-    });
+        mut link,
+        mut remote_stop,
+        local_stop,
+        mut threshold_rx,
+    } = rest;
     let lanes = plan.lanes;
+
+    // ---- warmup ----    let lanes = plan.lanes;
 
     // ---- warmup ----
     tracing::info!(
@@ -643,6 +586,116 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     }
 }
 
+/// What [`Shared::build`] leaves to the phase loop.
+struct Rest {
+    interrupt: watch::Receiver<u32>,
+    on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
+    stride: (u64, u64),
+    #[allow(clippy::type_complexity)]
+    link: Option<(
+        oneshot::Sender<Result<(), String>>,
+        oneshot::Receiver<Result<(), String>>,
+        watch::Receiver<Option<(StopReason, String)>>,
+        watch::Sender<Tally>,
+        mpsc::UnboundedSender<(StopReason, String)>,
+    )>,
+    remote_stop: Option<watch::Receiver<Option<(StopReason, String)>>>,
+    local_stop: Option<mpsc::UnboundedSender<(StopReason, String)>>,
+    threshold_rx: watch::Receiver<bool>,
+}
+
+impl Shared {
+    /// The state every request of a replay shares, from the replay's inputs.
+    fn build(
+        cfg: ReplayConfig,
+        inputs: ReplayInputs,
+        delays: Vec<Vec<f64>>,
+        recycler: Recycler,
+        concurrency: u64,
+    ) -> (Arc<Shared>, Rest) {
+        let ReplayInputs {
+            dataset,
+            synth,
+            counter,
+            client,
+            body,
+            scenario,
+            records,
+            clock,
+            interrupt,
+            progress,
+            srv_row,
+            on_profiling,
+            shard,
+        } = inputs;
+        let (stride, link) = match shard {
+            Some(l) => {
+                let ShardLink {
+                    index,
+                    count,
+                    warmup_done,
+                    profile,
+                    remote_stop,
+                    tally,
+                    local_stop,
+                } = l;
+                (
+                    (u64::from(index), u64::from(count.max(1))),
+                    Some((warmup_done, profile, remote_stop, tally, local_stop)),
+                )
+            }
+            None => ((0, 1), None),
+        };
+        let shard_tally = link.as_ref().map(|l| l.3.clone());
+        let remote_stop = link.as_ref().map(|l| l.2.clone());
+        let local_stop = link.as_ref().map(|l| l.4.clone());
+        let (stop_new, _) = watch::channel(false);
+        let (cancel, _) = watch::channel(false);
+        let (threshold_tx, threshold_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            concurrency,
+            run_short: cfg.run_id.chars().take(8).collect(),
+            cfg,
+            ds: dataset,
+            synth,
+            counter,
+            client,
+            body,
+            scenario: Mutex::new(scenario),
+            records,
+            clock,
+            delays,
+            recycler: Mutex::new(recycler),
+            stop_new,
+            cancel,
+            threshold_hit: AtomicBool::new(false),
+            threshold_tx,
+            session_seq: AtomicU64::new(0),
+            request_seq: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            tally: Mutex::new(Tally::default()),
+            live: Live::default(),
+            progress: Progress::new(progress),
+            srv_row,
+            waker: timer::Waker::start()
+                .map_err(|e| tracing::warn!("no timer thread ({e}); think times use tokio's timer"))
+                .ok(),
+            stride,
+            shard_tally,
+        });
+        let rest = Rest {
+            interrupt,
+            on_profiling,
+            stride,
+            link,
+            remote_stop,
+            local_stop,
+            threshold_rx,
+        };
+        (shared, rest)
+    }
+}
+
 /// Moves the progress bar: seconds into profiling and the counts.
 fn bar(sh: &Shared, prof_start: u64) {
     let t = sh.tally.lock().expect("tally lock").clone();
@@ -694,6 +747,8 @@ struct Session {
     marker: String,
     correlation_id: String,
     session_num: u64,
+    /// A stream of a session tree: its place in the tree (the record's prefix stamp is per turn).
+    tree: Option<crate::record::TreeInfo>,
 }
 
 impl Session {
@@ -707,6 +762,7 @@ impl Session {
             marker,
             correlation_id: format!("{}-s{session_num}", sh.run_short),
             session_num,
+            tree: None,
         }
     }
 }
@@ -890,6 +946,8 @@ struct Prepared {
     max_tokens: u32,
     /// Client-side prompt tokens (word model or tokenizer), marker included.
     client_isl: u64,
+    /// The turn's theoretical prefix-cache stamp (hit blocks, total blocks); session trees only.
+    prefix: (u32, u32),
 }
 
 /// Writes the conversation's current turn as a request body.
@@ -917,6 +975,7 @@ fn prepare(
         num_turns: traj.num_turns() as u32,
         max_tokens,
         client_isl,
+        prefix: (0, 0),
     }
 }
 
@@ -1050,6 +1109,10 @@ fn to_record(
         context_overflow,
         error,
         retry: ex.retried.clone(),
+        tree: session.tree.clone().map(|mut t| {
+            (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
+            t
+        }),
     }
 }
 

@@ -163,6 +163,9 @@ mod tests {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TreeLane {
     pub lane: u32,
+    /// The tree's index in the corpus.
+    #[serde(skip)]
+    pub tree: usize,
     pub trace_id: String,
     /// t* on the root's clock (ms); `None` for a lane started by the turn-index fallback.
     pub t_star_ms: Option<f64>,
@@ -176,6 +179,9 @@ pub struct TreeLane {
 /// One alive stream of a lane's tree.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TreeLaneStream {
+    /// The stream's index in its tree.
+    #[serde(skip)]
+    pub index: u32,
     pub conversation_id: String,
     pub next_turn: u32,
     pub warm_turn: Option<u32>,
@@ -208,10 +214,13 @@ pub fn plan_lanes(
     trees: &[Tree],
     p: &TreePlanParams,
     scenario: &mut crate::scenario::ScenarioInstance,
-) -> Result<Vec<TreeLane>, crate::scenario::ScenarioError> {
+) -> Result<PlannedLanes, crate::scenario::ScenarioError> {
     let mut lanes = Vec::with_capacity(p.concurrency as usize);
     if trees.is_empty() {
-        return Ok(lanes);
+        return Ok(PlannedLanes {
+            lanes,
+            next_draw: 0,
+        });
     }
     let params = crate::scenario::types_v2::TreeParams {
         seed: p.seed,
@@ -241,6 +250,7 @@ pub fn plan_lanes(
         )?;
         lanes.push(TreeLane {
             lane,
+            tree: (draw - 1) % trees.len(),
             trace_id: tree.trace_id.clone(),
             t_star_ms: start.t_star_ms,
             marker: marker.text,
@@ -249,6 +259,7 @@ pub fn plan_lanes(
                 .streams
                 .iter()
                 .map(|s| TreeLaneStream {
+                    index: s.index,
                     conversation_id: tree.streams[s.index as usize].conversation_id.clone(),
                     next_turn: s.next_turn,
                     warm_turn: s.warm_turn,
@@ -260,5 +271,16 @@ pub fn plan_lanes(
         });
         *pass += 1;
     }
-    Ok(lanes)
+    Ok(PlannedLanes {
+        lanes,
+        next_draw: draw,
+    })
+}
+
+/// The lanes of a session-tree run and where the sampler goes on from (recycled trees draw from
+/// there, round-robin in corpus order).
+#[derive(Debug, Clone)]
+pub struct PlannedLanes {
+    pub lanes: Vec<TreeLane>,
+    pub next_draw: usize,
 }

@@ -200,14 +200,45 @@ pub struct RunPlan {
     pub trace_idle_cap: Option<Duration>,
     /// The warmup heartbeat (`*_SERVICE_WARMUP_PROGRESS_LOG_INTERVAL`, 30 s by default).
     pub warmup_progress_interval: Option<Duration>,
-    /// Flags accepted for aiperf compatibility that this run does not act on, each with why.
+    /// Flags accepted for aiperf compatibility that this run does not act on, each with why (with a
+    /// 0.1.0 scenario; a session-tree scenario acts on [`TreeFlags`]).
     pub not_acted_on: Vec<String>,
+    /// The session-tree flags (agentx-v1.md §4-5).
+    pub tree_flags: TreeFlags,
     /// `(variable, prefix)` of `AGENTX_`/`AIPERF_REQUIRED_SERVER_METRIC_PREFIX`: an endpoint none of
     /// whose metrics carries the prefix is warned about.
     pub required_metric_prefix: Option<(String, String)>,
     /// The server-metrics scrape interval (`*_SERVER_METRICS_COLLECTION_INTERVAL`); `None` for the
     /// scraper's default.
     pub scrape_interval: Option<Duration>,
+}
+
+/// The flags a session-tree (0.2.0) scenario acts on and a 0.1.0 one does not.
+#[derive(Debug, Clone, Default)]
+pub struct TreeFlags {
+    /// `--burst-phase-starts`: primers all at once, each lane's profiling from its own T0.
+    pub burst: bool,
+    /// `--warmup-requests-per-lane` / `--agentic-cache-warmup-duration`.
+    pub pressure: Option<replay::sched::Pressure>,
+}
+
+impl TreeFlags {
+    /// The flags of `not_acted_on` entries a session-tree scenario acts on.
+    const ACTED_ON: [&'static str; 5] = [
+        "--warmup-requests-per-lane",
+        "--agentic-cache-warmup-duration",
+        "--burst-phase-starts",
+        "--weka-nested-timestamp-basis",
+        "--system-idle-gap-cap-seconds",
+    ];
+
+    /// `not_acted_on` as it stands for a scenario of `world`.
+    pub fn not_acted_on(list: &[String], trees: bool) -> Vec<String> {
+        list.iter()
+            .filter(|w| !trees || !Self::ACTED_ON.iter().any(|f| w.starts_with(f)))
+            .cloned()
+            .collect()
+    }
 }
 
 /// JSON of a scenario setting value.
@@ -425,17 +456,11 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let mut inst = sc.instantiate()?;
     let info = inst.describe()?;
     let trees = sc.world() == scenario::World::V0_2;
-    if trees && !cfg.dry_run {
+    if trees && cfg.shard.is_some() {
         bail!(
-            "the scenario {} {} (sha256:{}) implements {} ({}); `run` replays {} so far: it plans \
-             session trees (`--dry-run --json` prints every lane's t*, marker and streams) but does \
-             not replay them yet. Run the default agentx-mvp (or name it) to measure",
+            "the scenario {} {} replays session trees, which a sharded run (--shard, Slurm, Kubernetes)              does not split yet; run it in one process, or shard agentx-mvp",
             info.name,
-            info.version,
-            &sc.hash()[..16],
-            sc.world().as_str(),
-            sc.world().replays(),
-            scenario::World::V0_1.replays()
+            info.version
         );
     }
     let resolved = match inst.resolve(&rp.settings, entropy())? {
@@ -462,7 +487,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     for w in &resolved.warnings {
         tracing::warn!("--{}: {}", w.setting, w.message);
     }
-    for w in &rp.not_acted_on {
+    let not_acted_on = TreeFlags::not_acted_on(&rp.not_acted_on, trees);
+    for w in &not_acted_on {
         tracing::warn!("accepted but not acted on: {w}");
     }
     let RunSettings {
@@ -613,8 +639,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         mode: rp.mode,
         run_id: run_id.clone(),
     };
-    if trees {
-        return plan_trees(TreeDryRun {
+    let tree_plan = if trees {
+        let tp = plan_trees(TreeDryRun {
             ds,
             basis: cfg.nested_basis,
             dataset_key: &dataset_key,
@@ -626,11 +652,35 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             seed,
             ratios: (min_ratio, max_ratio),
             placement,
-            run_id,
-            dir: cfg.output_artifact_dir.clone(),
-        });
-    }
-    let full_plan = Plan::build(ds, &mut inst, &params)?;
+            run_id: run_id.clone(),
+            think_only,
+            cap,
+        })?;
+        if cfg.dry_run {
+            return Ok(RunOutcome::planned(
+                cfg.output_artifact_dir.clone(),
+                run_id,
+                conc,
+                DryRun {
+                    json: tp.json,
+                    table: tp.table,
+                },
+            ));
+        }
+        Some(tp)
+    } else {
+        None
+    };
+    let full_plan = if trees {
+        Plan {
+            lanes: Vec::new(),
+            pool: Vec::new(),
+            delays: Vec::new(),
+            wrapped: false,
+        }
+    } else {
+        Plan::build(ds, &mut inst, &params)?
+    };
     let mut plan = match &cfg.shard {
         Some(sh) => full_plan.shard(sh.index, sh.count),
         None => full_plan.clone(),
@@ -668,7 +718,10 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             DryRun { json, table },
         ));
     }
-    tracing::info!("plan:\n{}", plan.table());
+    match &tree_plan {
+        Some(tp) => tracing::info!("plan:\n{}", tp.table),
+        None => tracing::info!("plan:\n{}", plan.table()),
+    }
 
     let shard_dir = cfg
         .shard
@@ -694,7 +747,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "dataset": dataset_json(ds, &dataset_key, cfg.num_dataset_entries),
         "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
         "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
-        "not_acted_on": rp.not_acted_on,
+        "not_acted_on": not_acted_on,
         "resolve_invalid_reasons": resolved.invalid_reasons,
         "slice_duration": cfg.slice_duration,
         "http": {
@@ -707,7 +760,10 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         "benchmark_duration_s": duration.as_secs_f64(),
         "assistant_mode": match rp.mode { AssistantMode::Live => "live", AssistantMode::Recorded => "recorded" },
         "url": rp.url.clone().unwrap_or_else(|| format!("builtin-simulator:{}", cfg.sim_preset)),
-        "lanes": plan.lanes,
+        "lanes": match &tree_plan {
+            Some(tp) => json!(tp.lanes),
+            None => json!(plan.lanes),
+        },
         "host_version": env!("CARGO_PKG_VERSION"),
         "wasmtime_version": scenario::WASMTIME_VERSION,
         "started_unix_ns": started_unix,
@@ -771,7 +827,12 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
         ));
         match pf {
-            Ok(p) => report_preflight(&p, &plan, ds, &model),
+            Ok(p) if tree_plan.is_none() => report_preflight(&p, &plan, ds, &model),
+            Ok(p) => {
+                if let Some(n) = &p.note {
+                    tracing::warn!("pre-flight: {n}");
+                }
+            }
             Err(e) => {
                 // Nothing was sent: the records file stays empty and the manifest says why.
                 manifest["preflight_error"] = json!(e.to_string());
@@ -879,26 +940,28 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         if cfg.signals {
             tokio::spawn(forward_signals(cancel.clone()));
         }
-        let outcome = replay::run(
-            replay_cfg,
-            plan.clone(),
-            ReplayInputs {
-                dataset: ds,
-                synth,
-                counter: counter.clone(),
-                client,
-                body,
-                scenario: inst,
-                records: sink.sender(),
-                clock,
-                interrupt: int_rx,
-                progress: cfg.progress,
-                srv_row,
-                on_profiling: None,
-                shard: link,
-            },
-        )
-        .await;
+        let inputs = ReplayInputs {
+            dataset: ds,
+            synth,
+            counter: counter.clone(),
+            client,
+            body,
+            scenario: inst,
+            records: sink.sender(),
+            clock,
+            interrupt: int_rx,
+            progress: cfg.progress,
+            srv_row,
+            on_profiling: None,
+            shard: link,
+        };
+        let (outcome, counts) = match tree_plan.as_ref() {
+            Some(tp) => {
+                let o = replay::sched::run(replay_cfg, tp.sched_plan(&rp.tree_flags), inputs).await;
+                (o.replay, Some(o.counts))
+            }
+            None => (replay::run(replay_cfg, plan.clone(), inputs).await, None),
+        };
         // The final scrape comes after profiling ended, so counters capture the end state.
         let log = match scraper.map(std::sync::Arc::try_unwrap) {
             Some(Ok(s)) => Some(s.stop().await),
@@ -910,8 +973,9 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             }
             None => None,
         };
-        (outcome, log)
+        ((outcome, counts), log)
     });
+    let (outcome, tree_counts) = outcome;
     drop(sim);
     let written = sink.close()?;
     let records_path = out_dir.join(crate::record::RECORDS_FILE);
@@ -921,20 +985,38 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let mut inst = sc.instantiate()?;
     // Warmup responses count in the overflow rate (numerator and denominator): an overflow in
     // warmup is as much a sign of a too-short context as one in profiling.
-    let reasons = inst.validity(scenario::types::Outcome {
-        total_responses: t.requests + t.warmup_requests,
-        context_overflows: t.context_overflows + t.warmup_overflows,
-        failed: t.failed,
-        cancelled: outcome.stop.cancelled(),
-        unsafe_override,
-        overflow_rate_limit: rate_limit,
-    })?;
+    let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
+    let reasons = if trees {
+        let (secs, ttft, itl) = coverage(&records, outcome.profiling_ns);
+        inst.tree_validity(scenario::types_v2::Outcome {
+            total_responses: t.requests + t.warmup_requests,
+            context_overflows: t.context_overflows + t.warmup_overflows,
+            failed: t.failed,
+            cancelled: outcome.stop.cancelled(),
+            unsafe_override,
+            overflow_rate_limit: rate_limit,
+            profiling_seconds: secs,
+            ttft_coverage: ttft,
+            itl_coverage: itl,
+        })?
+    } else {
+        inst.validity(scenario::types::Outcome {
+            total_responses: t.requests + t.warmup_requests,
+            context_overflows: t.context_overflows + t.warmup_overflows,
+            failed: t.failed,
+            cancelled: outcome.stop.cancelled(),
+            unsafe_override,
+            overflow_rate_limit: rate_limit,
+        })?
+    };
     let reasons = scenario::check::invalid_reasons(reasons, &resolved.invalid_reasons);
+    if let Some(c) = &tree_counts {
+        manifest["trees"] = json!(c);
+    }
     manifest["ended_unix_ns"] = json!(clock.unix_ns(clock.now_ns()));
     manifest["profiling_ns"] = json!(outcome.profiling_ns.map(|(a, b)| [a, b]));
     manifest["stop"] = json!(outcome.stop.as_str());
     write_manifest(&manifest)?;
-    let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
     let summary = Summary::of(&records);
     let doc = json!({
         "run_id": run_id,
@@ -980,7 +1062,10 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         input_config: input_config.clone(),
         seed: Some(seed),
         profiling_duration_ns: Some(duration.as_nanos() as u64),
-        prefix_stamps: prefix_stamps(ds, &records),
+        prefix_stamps: match &tree_plan {
+            Some(tp) => tp.prefix_stamps(&records),
+            None => prefix_stamps(ds, &records),
+        },
         dataset: ds
             .alias()
             .map(|alias| alias_dataset_json(alias, cfg.num_dataset_entries)),
@@ -1087,7 +1172,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     })
 }
 
-/// What the dry run of a session-tree scenario needs.
+/// What planning a session-tree run needs.
 struct TreeDryRun<'a> {
     ds: &'a Dataset,
     basis: Option<dataset::tree::NestedBasis>,
@@ -1101,12 +1186,99 @@ struct TreeDryRun<'a> {
     ratios: (f64, f64),
     placement: Placement,
     run_id: String,
-    dir: PathBuf,
+    think_only: bool,
+    cap: Option<f64>,
 }
 
-/// The plan of a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker
-/// and alive streams with their next and warm turns and offsets.
-fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
+/// A planned session-tree run: the corpus's trees (from the dataset cache), every lane's start, the
+/// scenario's rules and every turn's delay, with the plan's JSON and table for `--dry-run`.
+struct TreePlanned {
+    corpus: &'static dataset::tree::corpus::TreeCorpus,
+    lanes: Vec<replay::tree::TreeLane>,
+    next_draw: usize,
+    rules: scenario::types_v2::ReplayRules,
+    delays_ms: Vec<Vec<f64>>,
+    json: serde_json::Value,
+    table: String,
+}
+
+impl TreePlanned {
+    fn sched_plan(&self, flags: &TreeFlags) -> replay::sched::TreePlan {
+        replay::sched::TreePlan {
+            streams: &self.corpus.streams,
+            trees: &self.corpus.trees,
+            first_stream: &self.corpus.first_stream,
+            lanes: self.lanes.clone(),
+            next_draw: self.next_draw,
+            rules: self.rules,
+            delays_ms: self.delays_ms.clone(),
+            burst: flags.burst,
+            pressure: flags.pressure,
+        }
+    }
+
+    /// The theoretical prefix-cache stamps of every stream the profiling records replayed, by
+    /// conversation id.
+    fn prefix_stamps(
+        &self,
+        records: &[crate::record::RequestRecord],
+    ) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+        let wanted: std::collections::HashSet<&str> = records
+            .iter()
+            .filter(|r| r.phase == crate::record::Phase::Profiling)
+            .map(|r| r.trace_id.as_str())
+            .collect();
+        let mut out = std::collections::HashMap::new();
+        for t in &self.corpus.trees {
+            for s in &t.streams {
+                if wanted.contains(s.id.as_str()) && !out.contains_key(&s.id) {
+                    out.insert(
+                        s.id.clone(),
+                        s.turns
+                            .iter()
+                            .map(|x| (x.prefix_hit_blocks, x.prefix_total_blocks))
+                            .collect(),
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The profiling window's length (s) and the share of it the TTFT and ITL timelines of successful
+/// profiling requests cover (from the window's start to the last first token, and to the last
+/// response end of a request with an ITL).
+fn coverage(
+    records: &[crate::record::RequestRecord],
+    window: Option<(u64, u64)>,
+) -> (f64, Option<f64>, Option<f64>) {
+    let Some((a, b)) = window else {
+        return (0.0, None, None);
+    };
+    let len = b.saturating_sub(a) as f64;
+    if len <= 0.0 {
+        return (0.0, None, None);
+    }
+    let ok = records
+        .iter()
+        .filter(|r| r.phase == crate::record::Phase::Profiling && r.error.is_none());
+    let (mut ttft, mut itl) = (None::<u64>, None::<u64>);
+    for r in ok {
+        if let Some(t) = r.first_token_ns {
+            ttft = Some(ttft.map_or(t, |x| x.max(t)));
+        }
+        if r.itl_ns().is_some() {
+            itl = Some(itl.map_or(r.end_ns, |x| x.max(r.end_ns)));
+        }
+    }
+    let share = |t: Option<u64>| t.map(|t| (t.saturating_sub(a) as f64 / len).min(1.0));
+    (len / 1e9, share(ttft), share(itl))
+}
+
+/// Plans a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker and
+/// alive streams, the rules and the delays.
+fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     let t0 = std::time::Instant::now();
     let corpus = dataset::tree::corpus::TreeCorpus::open(
         d.ds,
@@ -1116,10 +1288,11 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
         },
     )?;
     let opened_in = t0.elapsed();
+    let corpus: &'static dataset::tree::corpus::TreeCorpus = Box::leak(Box::new(corpus));
     let trees: Vec<_> = corpus.trees.iter().map(replay::tree::wit_tree).collect();
     let built_in = t0.elapsed();
     let rules = d.inst.rules(&d.resolved.settings)?;
-    let lanes = replay::tree::plan_lanes(
+    let planned = replay::tree::plan_lanes(
         &trees,
         &replay::tree::TreePlanParams {
             concurrency: d.concurrency,
@@ -1132,7 +1305,36 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
         },
         d.inst,
     )?;
+    let lanes = planned.lanes;
     let planned_in = t0.elapsed() - built_in;
+    // Every turn's end-to-start delay, from the scenario's rule.
+    let dp = scenario::types_v2::DelayParams {
+        think_time_only: d.think_only,
+        cap_seconds: d.cap,
+    };
+    let mut delays_ms = Vec::with_capacity(corpus.streams.len());
+    for (i, t) in corpus.trees.iter().enumerate() {
+        for (si, s) in t.streams.iter().enumerate() {
+            let traj = corpus.stream(i, si);
+            let mut v = vec![0.0; s.turns.len()];
+            for (k, w) in s.turns.windows(2).enumerate() {
+                v[k + 1] = d.inst.tree_turn_delay(
+                    dp,
+                    scenario::types_v2::TurnTimes {
+                        ts_ms: w[1].ts_ms,
+                        prev_ts_ms: w[0].ts_ms,
+                        prev_api_ms: w[0].api_time_ms,
+                        think_time_ms: traj
+                            .turn(k + 1)
+                            .and_then(|x| x.think_time())
+                            .map(|x| x * 1e3),
+                    },
+                )?;
+            }
+            delays_ms.push(v);
+        }
+    }
+    let delays_in = t0.elapsed() - built_in - planned_in;
     tracing::info!(
         trees = trees.len(),
         lanes = lanes.len(),
@@ -1140,6 +1342,7 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
         open_ms = opened_in.as_secs_f64() * 1e3,
         build_ms = built_in.as_secs_f64() * 1e3,
         plan_ms = planned_in.as_secs_f64() * 1e3,
+        delays_ms = delays_in.as_secs_f64() * 1e3,
         "session-tree plan"
     );
     if lanes.len() < d.concurrency as usize {
@@ -1197,12 +1400,15 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<RunOutcome> {
             s.join("; ")
         ));
     }
-    Ok(RunOutcome::planned(
-        d.dir,
-        d.run_id,
-        d.concurrency,
-        DryRun { json, table },
-    ))
+    Ok(TreePlanned {
+        corpus,
+        lanes,
+        next_draw: planned.next_draw,
+        rules,
+        delays_ms,
+        json,
+        table,
+    })
 }
 
 /// The name of shard `i`'s directory under a sharded run's `--output-artifact-dir`.

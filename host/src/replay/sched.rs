@@ -1,0 +1,1407 @@
+//! The session-tree scheduler (agentx-v1.md §4-5, docs/agentx-v1-reference.md M2/M3): replays
+//! [`SessionTree`]s with trees, not requests, as the unit of concurrency.
+//!
+//! - **Lanes hold trees.** Each lane holds one runtime tree at a time: its root stream and the child
+//!   streams its branches spawn. In-flight requests may exceed the lane count. A lane's next tree
+//!   starts (at root turn 0, drawn round-robin from the corpus, with the next marker pass of its
+//!   trace) only when the whole tree drained: the root's terminal turn returned and every started
+//!   child finished.
+//! - **Warmup.** Every alive stream with a warm turn sends it (`max_tokens` from the scenario's
+//!   rules, the tree's marker, the full recorded prefix), spread so that every primer's recorded
+//!   position lines up with t* (or all at once). A failed depth-0 primer aborts the run; a depth-0
+//!   context overflow is counted and the lane starts a fresh tree when profiling begins (aiperf
+//!   aborts the run on it); a failed child primer is logged and its stream goes on.
+//! - **Profiling.** Every alive, non-waiting stream sends its next turn `offset − T0` after the start;
+//!   later turns follow their previous response's end by the scenario's end-to-start delay. A root
+//!   turn that spawns a branch starts its children at the turn's issue (when the branch began
+//!   before the turn's recorded end) or at its return; a root turn that joins branches waits for
+//!   every started child to finish; every turn waits for its replay-barrier predecessors in the
+//!   same runtime tree.
+//! - **Idle caps.** When nothing is in flight anywhere, pending timers move earlier so that the
+//!   earliest fires at most the system idle cap after the last response; with a per-tree cap, a
+//!   tree with nothing in flight has its own timers moved the same way.
+//! - **Never stuck.** A tree with turns held by a join or the barrier and nothing in flight or
+//!   scheduled (a predecessor that will never run, say after an overflow) releases them, counted
+//!   in [`TreeCounts::forced_releases`], instead of holding its lane forever.
+//!
+//! Records, the threshold, interrupts, the grace period and the stop are those of the
+//! single-stream replay ([`super`]); each request's record is sent the moment it completes.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use super::tree::TreeLane;
+use super::{
+    account, bar, bust, to_record, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Sent, Session,
+    Shared, StopReason, Tally,
+};
+use crate::client::RequestIds;
+use crate::dataset::tree::SessionTree;
+use crate::dataset::{AssistantMode, Conversation, Dataset};
+use crate::record::{Phase, TreeInfo};
+use crate::scenario::types_v2::{ReplayRules, TreeId};
+
+/// What the scheduler replays: the corpus's trees and their streams' trajectories, the planned
+/// lanes, the scenario's rules and every turn's delay.
+pub struct TreePlan {
+    /// One trajectory per stream: tree `i`'s stream `s` is `first_stream[i] + s`.
+    pub streams: &'static Dataset,
+    pub trees: &'static [SessionTree],
+    pub first_stream: &'static [u32],
+    pub lanes: Vec<TreeLane>,
+    /// Where the sampler goes on from for recycled trees.
+    pub next_draw: usize,
+    pub rules: ReplayRules,
+    /// Per stream (global index), per turn: the end-to-start delay in ms (0 for turn 0).
+    pub delays_ms: Vec<Vec<f64>>,
+    /// `--burst-phase-starts`: primers all at once, and each lane's T0 its own.
+    pub burst: bool,
+    /// The warmup's cache-pressure stage after the primers, if any.
+    pub pressure: Option<Pressure>,
+}
+
+/// The warmup's optional cache-pressure stage (agentx-v1.md §4): after the primers, the trees go on
+/// with no idle delay, 1-token requests, the barrier on and drained trees recycling, until its end;
+/// then profiling resumes every stream where the stage left it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pressure {
+    /// `--warmup-requests-per-lane N`: each lane sends N requests beyond its primers.
+    RequestsPerLane(u64),
+    /// `--agentic-cache-warmup-duration D`: the stage releases turns for D.
+    Duration(Duration),
+}
+
+/// What the scheduler counted beyond the request tally.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TreeCounts {
+    /// Trees started in profiling (the lanes' first trees and every recycled one).
+    pub trees_started: u64,
+    /// Trees that drained in profiling.
+    pub trees_drained: u64,
+    /// Child streams spawned during profiling.
+    pub children_spawned: u64,
+    /// Turns that waited for a join, and for the replay barrier.
+    pub join_waits: u64,
+    pub barrier_waits: u64,
+    /// Held turns released because nothing in their tree could complete what they waited for.
+    pub forced_releases: u64,
+    /// Times the system idle cap moved the pending timers earlier, and by how much in all (s).
+    pub system_idle_shifts: u64,
+    pub system_idle_shifted_s: f64,
+    /// The same for the per-tree idle cap.
+    pub tree_idle_shifts: u64,
+    /// Depth-0 warmup primers that overflowed the context (their lanes start a fresh tree), and
+    /// child primers that failed (their streams go on).
+    pub warmup_root_overflows: u64,
+    pub warmup_child_failures: u64,
+    /// Requests of the warmup's cache-pressure stage, and trees it recycled.
+    pub pressure_requests: u64,
+    pub pressure_trees: u64,
+    /// Responses for trees that had already been replaced (none expected).
+    pub late_events: u64,
+    /// The most requests in flight at once.
+    pub peak_in_flight: u64,
+}
+
+/// The outcome of a session-tree replay.
+pub struct TreeOutcome {
+    pub replay: ReplayOutcome,
+    pub counts: TreeCounts,
+}
+
+/// Where the replay is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Primers,
+    Pressure,
+    Profiling,
+}
+
+impl Stage {
+    fn phase(self) -> Phase {
+        match self {
+            Stage::Primers | Stage::Pressure => Phase::Warmup,
+            Stage::Profiling => Phase::Profiling,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    /// A child whose branch has not started.
+    NotStarted,
+    /// Its next turn has a timer.
+    Waiting,
+    /// Its next turn is held by a join or the barrier.
+    Held,
+    InFlight,
+    Done,
+}
+
+struct RtStream {
+    st: St,
+    next: u32,
+    /// The conversation at `next`, when it was built beforehand.
+    conv: Option<Box<Conversation<'static>>>,
+    session: Option<Session>,
+}
+
+struct RtTree {
+    gen: u64,
+    tree: usize,
+    lane: u32,
+    marker: String,
+    root_corr: String,
+    streams: Vec<RtStream>,
+    started: Vec<bool>,
+    /// Per stream: turns completed (the barrier's view), seeded with the resume boundaries.
+    done_upto: Vec<u32>,
+    in_flight: u32,
+    timers: u32,
+    /// Held turns: (stream, intended ns).
+    held: Vec<(u32, u64)>,
+    pass: u32,
+    /// The recorded instant the tree's replay starts from (ms on the root clock): t*, or root
+    /// turn 0's start for a recycled tree; the pressure stage's hand-off measures offsets from it.
+    origin_ms: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: Instant,
+    seq: u64,
+    lane: u32,
+    gen: u64,
+    stream: u32,
+}
+
+/// A request's return, as the scheduler sees it.
+struct Done {
+    lane: u32,
+    gen: u64,
+    stream: u32,
+    turn: u32,
+    stage: Stage,
+    overflow: bool,
+    failed: Option<String>,
+    end: Instant,
+    /// The conversation at the stream's next turn (none after the last turn or when it could not
+    /// be built).
+    next: Option<Box<Conversation<'static>>>,
+    session: Session,
+}
+
+struct Sched {
+    sh: Arc<Shared>,
+    plan: TreePlan,
+    lanes: Vec<Option<RtTree>>,
+    heap: BinaryHeap<Reverse<Timer>>,
+    seq: u64,
+    gen: u64,
+    draw: usize,
+    passes: HashMap<String, u32>,
+    tasks: JoinSet<Done>,
+    in_flight: u64,
+    /// When the last response left nothing in flight.
+    idle_since: Instant,
+    stage: Stage,
+    /// Per lane: requests sent in the pressure stage.
+    pressure_sent: Vec<u64>,
+    /// The pressure stage stopped releasing turns.
+    paused: bool,
+    counts: TreeCounts,
+}
+
+impl Sched {
+    fn tree(&self, t: usize) -> &'static SessionTree {
+        let trees: &'static [SessionTree] = self.plan.trees;
+        &trees[t]
+    }
+
+    fn push_timer(&mut self, lane: u32, stream: u32, at: Instant) {
+        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+            return;
+        };
+        rt.timers += 1;
+        rt.streams[stream as usize].st = St::Waiting;
+        self.seq += 1;
+        self.heap.push(Reverse(Timer {
+            at,
+            seq: self.seq,
+            lane,
+            gen: rt.gen,
+            stream,
+        }));
+    }
+
+    fn new_session(&self, rt: &RtTree, stream: u32) -> Session {
+        let tree = self.tree(rt.tree);
+        let s = &tree.streams[stream as usize];
+        let mut session = Session::new(&self.sh, rt.lane, rt.tree, rt.pass, rt.marker.clone());
+        let root_corr = if stream == 0 {
+            session.correlation_id.clone()
+        } else {
+            rt.root_corr.clone()
+        };
+        session.tree = Some(TreeInfo {
+            agent_depth: s.depth,
+            root_correlation_id: root_corr.clone(),
+            parent_correlation_id: (stream != 0).then_some(root_corr),
+            source_trace_id: tree.trace_id.clone(),
+            prefix_hit_blocks: 0,
+            prefix_total_blocks: 0,
+        });
+        session
+    }
+
+    /// A runtime tree of corpus tree `t` on `lane`, every stream not started.
+    fn fresh_tree(&mut self, lane: u32, t: usize, marker: String, pass: u32) -> RtTree {
+        self.gen += 1;
+        let tree = self.tree(t);
+        let mut rt = RtTree {
+            gen: self.gen,
+            tree: t,
+            lane,
+            marker,
+            root_corr: String::new(),
+            streams: tree
+                .streams
+                .iter()
+                .map(|_| RtStream {
+                    st: St::NotStarted,
+                    next: 0,
+                    conv: None,
+                    session: None,
+                })
+                .collect(),
+            started: vec![false; tree.branches.len()],
+            done_upto: vec![0; tree.streams.len()],
+            in_flight: 0,
+            timers: 0,
+            held: Vec::new(),
+            pass,
+            origin_ms: tree.streams[0].turns.first().map_or(0.0, |t| t.ts_ms),
+        };
+        let root = self.new_session(&rt, 0);
+        rt.root_corr = root.correlation_id.clone();
+        if let Some(t) = root.tree.as_ref() {
+            debug_assert_eq!(t.root_correlation_id, rt.root_corr);
+        }
+        rt.streams[0].session = Some(root);
+        rt
+    }
+
+    /// The runtime tree of a planned lane, its streams where t* left them.
+    fn planned_tree(&mut self, lane: &TreeLane) -> RtTree {
+        let mut rt = self.fresh_tree(lane.lane, lane.tree, lane.marker.clone(), lane.pass);
+        let tree = self.tree(lane.tree);
+        if let Some(t) = lane.t_star_ms {
+            rt.origin_ms = t;
+        } else if let Some(s) = lane.streams.iter().find(|s| s.index == 0) {
+            rt.origin_ms = tree.streams[0].turns[s.next_turn as usize].ts_ms;
+        }
+        let n_root = tree.streams[0].turns.len() as u32;
+        let root_next = lane
+            .streams
+            .iter()
+            .find(|s| s.index == 0)
+            .map_or(n_root, |s| s.next_turn);
+        // Resume boundaries: turns recorded before t* count as completed.
+        for (i, s) in tree.streams.iter().enumerate() {
+            rt.done_upto[i] = match lane.t_star_ms {
+                Some(t) => s
+                    .turns
+                    .iter()
+                    .position(|x| x.ts_ms >= t)
+                    .unwrap_or(s.turns.len()) as u32,
+                None => 0,
+            };
+        }
+        rt.done_upto[0] = root_next;
+        for (b, br) in tree.branches.iter().enumerate() {
+            rt.started[b] = (br.spawn_turn as u32) < root_next;
+            if rt.started[b] {
+                for &c in &br.children {
+                    rt.streams[c].st = St::Done;
+                }
+            }
+        }
+        rt.streams[0].st = St::Done;
+        for s in &lane.streams {
+            let i = s.index as usize;
+            rt.streams[i].next = s.next_turn;
+            rt.streams[i].st = St::Waiting; // its timer comes with the profiling start
+            rt.done_upto[i] = s.next_turn;
+            if i != 0 {
+                let session = self.new_session(&rt, s.index);
+                rt.streams[i].session = Some(session);
+            }
+        }
+        rt
+    }
+
+    fn draw_tree(&mut self) -> Option<usize> {
+        let n = self.plan.trees.len();
+        for _ in 0..n {
+            let t = self.draw % n;
+            self.draw += 1;
+            if !self.plan.trees[t].streams[0].turns.is_empty() {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// Starts the next tree of the sampler on `lane` at root turn 0, now.
+    fn recycle(&mut self, lane: u32) {
+        self.lanes[lane as usize] = None;
+        if *self.sh.stop_new.borrow() {
+            return;
+        }
+        let Some(t) = self.draw_tree() else { return };
+        let trace = self.tree(t).trace_id.clone();
+        let pass = {
+            let p = self.passes.entry(trace.clone()).or_insert(0);
+            let v = *p;
+            *p += 1;
+            v
+        };
+        let marker = {
+            let mut sc = self.sh.scenario.lock().expect("scenario lock");
+            match sc.cache_bust_tree(
+                self.sh.cfg.placement,
+                &TreeId {
+                    run_id: self.sh.cfg.run_id.clone(),
+                    pass,
+                    lane,
+                    trace_id: trace.clone(),
+                },
+            ) {
+                Ok(m) => m.text,
+                Err(e) => {
+                    tracing::error!("{e}; this tree goes without a cache-bust marker");
+                    String::new()
+                }
+            }
+        };
+        let rt = self.fresh_tree(lane, t, marker, pass);
+        self.lanes[lane as usize] = Some(rt);
+        if self.stage == Stage::Profiling {
+            self.counts.trees_started += 1;
+            self.sh.tally.lock().expect("tally lock").sessions += 1;
+        } else {
+            self.counts.pressure_trees += 1;
+        }
+        self.push_timer(lane, 0, Instant::now());
+    }
+
+    /// Starts branch `b` of the tree on `lane`: each child's turn 0 at `base` plus its recorded
+    /// distance from `ref_ts`.
+    fn start_branch(&mut self, lane: u32, b: usize, base: Instant, ref_ts: f64) {
+        let trees: &'static [SessionTree] = self.plan.trees;
+        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+            return;
+        };
+        if rt.started[b] {
+            return;
+        }
+        rt.started[b] = true;
+        let tree = &trees[rt.tree];
+        for &c in &tree.branches[b].children {
+            let Some(first) = tree.streams[c].turns.first() else {
+                if let Some(rt) = self.lanes[lane as usize].as_mut() {
+                    rt.streams[c].st = St::Done;
+                }
+                continue;
+            };
+            let Some(rt) = self.lanes[lane as usize].as_ref() else {
+                return;
+            };
+            let session = self.new_session(rt, c as u32);
+            let rt = self.lanes[lane as usize].as_mut().expect("tree");
+            rt.streams[c].session = Some(session);
+            rt.streams[c].next = 0;
+            self.counts.children_spawned += 1;
+            let after = if self.stage == Stage::Pressure {
+                0.0
+            } else {
+                (first.ts_ms - ref_ts).max(0.0)
+            };
+            self.push_timer(
+                lane,
+                c as u32,
+                base + Duration::from_secs_f64(after / 1000.0),
+            );
+        }
+    }
+
+    /// Why stream `s`'s next turn must wait, if it must: `Some(true)` a join, `Some(false)` the
+    /// barrier.
+    fn holds(&self, rt: &RtTree, s: u32) -> Option<bool> {
+        let tree = self.tree(rt.tree);
+        let turn = &tree.streams[s as usize].turns[rt.streams[s as usize].next as usize];
+        for &b in &turn.joins {
+            if rt.started[b]
+                && tree.branches[b]
+                    .children
+                    .iter()
+                    .any(|&c| rt.streams[c].st != St::Done)
+            {
+                return Some(true);
+            }
+        }
+        for &(ps, pt) in &turn.replay_predecessors {
+            if rt.done_upto[ps] as usize <= pt && rt.streams[ps].st != St::Done {
+                return Some(false);
+            }
+        }
+        None
+    }
+
+    /// Sends stream `s`'s next turn now, or holds it.
+    fn release(&mut self, lane: u32, s: u32, intended: u64, force: bool) {
+        if *self.sh.stop_new.borrow() {
+            return;
+        }
+        let Some(rt) = self.lanes[lane as usize].as_ref() else {
+            return;
+        };
+        if self.stage == Stage::Pressure {
+            let limit = match self.plan.pressure {
+                Some(Pressure::RequestsPerLane(n)) => n,
+                _ => u64::MAX,
+            };
+            if self.paused || self.pressure_sent[lane as usize] >= limit {
+                // Deferred: profiling resumes the stream at this turn.
+                let rt = self.lanes[lane as usize].as_mut().expect("tree");
+                rt.streams[s as usize].st = St::Waiting;
+                return;
+            }
+        }
+        if !force && self.stage != Stage::Primers {
+            if let Some(join) = self.holds(rt, s) {
+                let rt = self.lanes[lane as usize].as_mut().expect("tree");
+                if rt.streams[s as usize].st != St::Held {
+                    if join {
+                        self.counts.join_waits += 1;
+                    } else {
+                        self.counts.barrier_waits += 1;
+                    }
+                }
+                rt.streams[s as usize].st = St::Held;
+                if !rt.held.iter().any(|h| h.0 == s) {
+                    rt.held.push((s, intended));
+                }
+                return;
+            }
+        }
+        self.dispatch(lane, s, intended);
+    }
+
+    fn dispatch(&mut self, lane: u32, s: u32, intended: u64) {
+        let stage = self.stage;
+        let phase = stage.phase();
+        if stage == Stage::Pressure {
+            self.pressure_sent[lane as usize] += 1;
+            self.counts.pressure_requests += 1;
+        }
+        let sh = self.sh.clone();
+        let trees: &'static [SessionTree] = self.plan.trees;
+        let g0 = self.plan.first_stream;
+        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+            return;
+        };
+        let t = rt.tree;
+        let tree = &trees[t];
+        let g = g0[t] as usize + s as usize;
+        let st = &mut rt.streams[s as usize];
+        let turn = st.next;
+        st.st = St::InFlight;
+        let conv = st.conv.take();
+        let Some(session) = st.session.take() else {
+            return;
+        };
+        rt.in_flight += 1;
+        rt.held.retain(|h| h.0 != s);
+        let gen = rt.gen;
+        self.in_flight += 1;
+        self.counts.peak_in_flight = self.counts.peak_in_flight.max(self.in_flight);
+        let tt = &tree.streams[s as usize].turns[turn as usize];
+        // A branch that began before this root turn's recorded end starts at the turn's issue.
+        if s == 0 && stage != Stage::Primers {
+            let api = tt.api_time_ms.unwrap_or(0.0);
+            let now = Instant::now();
+            for &b in &tt.spawns {
+                let br = &tree.branches[b];
+                if api > 0.0 && br.start_timestamp_ms < tt.ts_ms + api {
+                    self.start_branch(lane, b, now, tt.ts_ms);
+                }
+            }
+        }
+        let max_tokens = match phase {
+            Phase::Warmup => self.plan.rules.warmup_max_tokens.max(1),
+            Phase::Profiling => tt.max_tokens.max(1),
+        };
+        let prefix = (tt.prefix_hit_blocks, tt.prefix_total_blocks);
+        let traj = self.plan.streams.trajectory(g).expect("stream exists");
+        let num_turns = tree.streams[s as usize].turns.len() as u32;
+        let conv_id: &'static str = &tree.streams[s as usize].id;
+        self.tasks.spawn(async move {
+            let mode = sh.cfg.mode;
+            let conv = match conv {
+                Some(c) => Ok(*c),
+                None => sh.synth.conversation(traj, turn as usize, mode),
+            };
+            let mut conv = match conv {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("{e}; stream {conv_id} ends here");
+                    return Done {
+                        lane,
+                        gen,
+                        stream: s,
+                        turn,
+                        stage,
+                        overflow: false,
+                        failed: Some(e.to_string()),
+                        end: Instant::now(),
+                        next: None,
+                        session,
+                    };
+                }
+            };
+            let req = {
+                let bust = bust(sh.cfg.placement, &session.marker);
+                let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
+                let seq =
+                    sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+                super::Prepared {
+                    body,
+                    request_id: format!("{}-r{seq}", sh.run_short),
+                    trace_id: conv_id,
+                    turn,
+                    num_turns,
+                    max_tokens,
+                    client_isl: conv.prompt_words() + sh.counter.count(&session.marker),
+                    prefix,
+                }
+            };
+            let mut cancel = sh.cancel.subscribe();
+            let sent = send_tree_turn(&sh, &session, req, phase, intended, &mut cancel).await;
+            let last = turn + 1 >= num_turns;
+            if last || sent.overflow {
+                sh.client.end_session(&session.correlation_id);
+            }
+            // The next turn's conversation is built now, while its delay runs.
+            let next = if last || sent.overflow {
+                None
+            } else if stage == Stage::Primers {
+                sh.synth
+                    .conversation(traj, turn as usize + 1, mode)
+                    .ok()
+                    .map(Box::new)
+            } else {
+                let reply = match mode {
+                    AssistantMode::Live => sent.reply.as_deref(),
+                    AssistantMode::Recorded => None,
+                };
+                match conv.advance(reply) {
+                    Ok(_) => Some(Box::new(conv)),
+                    Err(e) => {
+                        tracing::error!("{e}; stream {conv_id} ends here");
+                        None
+                    }
+                }
+            };
+            Done {
+                lane,
+                gen,
+                stream: s,
+                turn,
+                stage,
+                overflow: sent.overflow,
+                failed: sent.error,
+                end: sent.end,
+                next: next.inspect(|c| {
+                    // Writes (and, live, caches) the history's JSON: the costly part of a body.
+                    let _ = c.messages_json_parts(bust(sh.cfg.placement, &session.marker));
+                }),
+                session,
+            }
+        });
+    }
+    /// A response came back: the stream moves on, spawns and joins follow, held turns are
+    /// re-checked, and a drained tree's lane recycles.
+    fn on_done(&mut self, d: Done) {
+        self.in_flight -= 1;
+        let now = Instant::now();
+        if self.in_flight == 0 {
+            self.idle_since = now;
+        }
+        let trees: &'static [SessionTree] = self.plan.trees;
+        let Some(rt) = self.lanes[d.lane as usize].as_mut() else {
+            self.counts.late_events += 1;
+            return;
+        };
+        if rt.gen != d.gen {
+            self.counts.late_events += 1;
+            return;
+        }
+        rt.in_flight -= 1;
+        let tree = &trees[rt.tree];
+        let s = d.stream as usize;
+        let stream = &tree.streams[s];
+        rt.done_upto[s] = rt.done_upto[s].max(d.turn + 1);
+        rt.streams[s].session = Some(d.session);
+        let last = d.turn as usize + 1 >= stream.turns.len();
+        let ends = last
+            || d.next.is_none()
+            || (d.overflow && (s != 0 || self.plan.rules.overflow_ends_tree));
+        if d.stage == Stage::Primers {
+            // A primer: the stream resumes in profiling at the turn after it.
+            let st = &mut rt.streams[s];
+            st.conv = d.next;
+            if d.overflow && s == 0 {
+                st.st = St::Done;
+            } else {
+                st.st = St::Waiting;
+            }
+            return;
+        }
+        if s == 0 {
+            // Branches not started at the turn's issue start at its return.
+            let lane = d.lane;
+            for &b in &stream.turns[d.turn as usize].spawns {
+                let start = tree.branches[b].start_timestamp_ms;
+                self.start_branch(lane, b, d.end, start);
+            }
+        }
+        let rt = self.lanes[d.lane as usize].as_mut().expect("tree");
+        if ends {
+            rt.streams[s].st = St::Done;
+            if d.overflow {
+                tracing::info!(
+                    "stream {} ended at turn {}/{} (context overflow)",
+                    stream.id,
+                    d.turn,
+                    stream.turns.len()
+                );
+            }
+        } else {
+            let next = d.turn + 1;
+            rt.streams[s].next = next;
+            rt.streams[s].conv = d.next;
+            let g = self.plan.first_stream[rt.tree] as usize + s;
+            let delay = if d.stage == Stage::Pressure {
+                0.0
+            } else {
+                self.plan.delays_ms[g]
+                    .get(next as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+                    .max(0.0)
+            };
+            self.push_timer(
+                d.lane,
+                d.stream,
+                d.end + Duration::from_secs_f64(delay / 1000.0),
+            );
+        }
+        self.settle(d.lane);
+    }
+
+    /// Re-checks a tree's held turns, releases them when nothing else can, applies the per-tree
+    /// idle cap, and recycles the lane when the tree drained.
+    fn settle(&mut self, lane: u32) {
+        let Some(rt) = self.lanes[lane as usize].as_ref() else {
+            return;
+        };
+        let held: Vec<(u32, u64)> = rt.held.clone();
+        for (s, intended) in held {
+            let rt = self.lanes[lane as usize].as_ref().expect("tree");
+            if self.holds(rt, s).is_none() {
+                let now = self.sh.clock.now_ns();
+                self.release(lane, s, intended.max(now), false);
+            }
+        }
+        let rt = self.lanes[lane as usize].as_ref().expect("tree");
+        if rt.in_flight == 0 && rt.timers == 0 && !rt.held.is_empty() {
+            let held: Vec<(u32, u64)> = rt.held.clone();
+            let tree = self.tree(rt.tree);
+            for (s, _) in held {
+                self.counts.forced_releases += 1;
+                tracing::warn!(
+                    "tree {} on lane {lane}: a held turn of stream {} waits for requests that will not run; released",
+                    tree.trace_id,
+                    tree.streams[s as usize].id
+                );
+                let now = self.sh.clock.now_ns();
+                self.release(lane, s, now, true);
+            }
+        }
+        let rt = self.lanes[lane as usize].as_ref().expect("tree");
+        if rt.in_flight == 0 && rt.timers > 0 {
+            if let Some(cap) = self.sh.cfg.trace_idle_cap {
+                self.shift(Some((lane, rt.gen)), Instant::now() + cap, false);
+            }
+        }
+        let rt = self.lanes[lane as usize].as_ref().expect("tree");
+        let drained = rt.in_flight == 0
+            && rt.timers == 0
+            && rt.held.is_empty()
+            && rt
+                .streams
+                .iter()
+                .all(|s| matches!(s.st, St::Done | St::NotStarted));
+        if drained && self.stage != Stage::Primers {
+            for s in &rt.streams {
+                if let Some(sess) = &s.session {
+                    self.sh.client.end_session(&sess.correlation_id);
+                }
+            }
+            self.counts.trees_drained += 1;
+            self.recycle(lane);
+        }
+    }
+
+    /// Moves pending timers (of one tree, or all) earlier so that the earliest is due at `target`
+    /// (never before now), keeping their order.
+    fn shift(&mut self, only: Option<(u32, u64)>, target: Instant, system: bool) {
+        let mine = |t: &Timer| only.is_none_or(|(l, g)| t.lane == l && t.gen == g);
+        let Some(earliest) = self
+            .heap
+            .iter()
+            .filter(|t| mine(&t.0))
+            .map(|t| t.0.at)
+            .min()
+        else {
+            return;
+        };
+        if earliest <= target {
+            return;
+        }
+        let by = earliest - target;
+        let now = Instant::now();
+        let timers: Vec<Timer> = std::mem::take(&mut self.heap)
+            .into_iter()
+            .map(|Reverse(mut t)| {
+                if mine(&t) {
+                    t.at = t.at.checked_sub(by).unwrap_or(now).max(now);
+                }
+                t
+            })
+            .collect();
+        self.heap = timers.into_iter().map(Reverse).collect();
+        if system {
+            self.counts.system_idle_shifts += 1;
+            self.counts.system_idle_shifted_s += by.as_secs_f64();
+        } else {
+            self.counts.tree_idle_shifts += 1;
+        }
+    }
+
+    /// Fires every due timer.
+    fn fire_due(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse(t)) = self.heap.peek().copied() {
+            if t.at > now {
+                break;
+            }
+            self.heap.pop();
+            let Some(rt) = self.lanes[t.lane as usize].as_mut() else {
+                continue;
+            };
+            if rt.gen != t.gen {
+                continue;
+            }
+            rt.timers -= 1;
+            if rt.streams[t.stream as usize].st != St::Waiting {
+                continue;
+            }
+            let intended = self.sh.clock.ns_of(t.at);
+            self.release(t.lane, t.stream, intended, false);
+            self.settle(t.lane);
+        }
+    }
+
+    /// The system idle cap: with nothing in flight, the earliest pending timer fires at most `cap`
+    /// after the last response.
+    fn cap_system_idle(&mut self) {
+        if self.in_flight > 0 || self.stage != Stage::Profiling {
+            return;
+        }
+        let Some(cap) = self.plan.rules.system_idle_cap_seconds else {
+            return;
+        };
+        if cap.is_finite() && cap >= 0.0 {
+            let target = self.idle_since + Duration::from_secs_f64(cap);
+            self.shift(None, target.max(Instant::now()), true);
+        }
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        self.heap.peek().map(|t| t.0.at)
+    }
+}
+
+/// Sends a prepared request of a tree stream and records it.
+async fn send_tree_turn(
+    sh: &Arc<Shared>,
+    session: &Session,
+    mut req: super::Prepared,
+    phase: Phase,
+    intended: u64,
+    cancel: &mut tokio::sync::watch::Receiver<bool>,
+) -> Sent {
+    let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
+    sh.in_flight.fetch_add(1, Ordering::Relaxed);
+    let parent = session
+        .tree
+        .as_ref()
+        .and_then(|t| t.parent_correlation_id.as_deref());
+    let ex = sh
+        .client
+        .send(
+            std::mem::take(&mut req.body),
+            RequestIds {
+                request_id: &req.request_id,
+                correlation_id: &session.correlation_id,
+                parent_correlation_id: parent,
+                last: req.turn + 1 >= req.num_turns,
+            },
+            keep_text,
+            cancel,
+        )
+        .await;
+    sh.in_flight.fetch_sub(1, Ordering::Relaxed);
+    let rec = to_record(sh, session, req, phase, intended, &ex);
+    let sent = Sent {
+        overflow: rec.context_overflow,
+        error: rec
+            .error
+            .as_ref()
+            .map(|e| format!("{} ({})", e.message, e.kind)),
+        reply: (rec.error.is_none() && keep_text).then_some(ex.text),
+        end: ex.end,
+    };
+    account(sh, &rec);
+    sh.records.send(rec);
+    sent
+}
+
+/// Runs a session-tree replay to its end: warmup primers, then profiling until the duration, the
+/// threshold or an interrupt. Records go to `inputs.records` as they complete.
+pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> TreeOutcome {
+    let recycler = super::recycle::Recycler::new(&[], std::iter::empty(), 0);
+    let n_lanes = plan.lanes.len();
+    let (sh, rest) = Shared::build(cfg, inputs, Vec::new(), recycler, n_lanes as u64);
+    let Rest {
+        mut interrupt,
+        on_profiling,
+        mut threshold_rx,
+        ..
+    } = rest;
+    let mut passes: HashMap<String, u32> = HashMap::new();
+    for l in &plan.lanes {
+        let p = passes.entry(l.trace_id.clone()).or_insert(0);
+        *p = (*p).max(l.pass + 1);
+    }
+    let lanes_plan = plan.lanes.clone();
+    let mut sc = Sched {
+        sh: sh.clone(),
+        lanes: (0..n_lanes).map(|_| None).collect(),
+        heap: BinaryHeap::new(),
+        seq: 0,
+        gen: 0,
+        draw: plan.next_draw,
+        passes,
+        tasks: JoinSet::new(),
+        in_flight: 0,
+        idle_since: Instant::now(),
+        stage: Stage::Primers,
+        pressure_sent: vec![0; n_lanes],
+        paused: false,
+        counts: TreeCounts::default(),
+        plan,
+    };
+    for l in &lanes_plan {
+        let rt = sc.planned_tree(l);
+        sc.lanes[l.lane as usize] = Some(rt);
+    }
+
+    // ---- warmup: the primers ----
+    let warm_start = Instant::now();
+    let spread = sc.plan.rules.warmup_spread && !sc.plan.burst;
+    let max_lead = lanes_plan
+        .iter()
+        .flat_map(|l| l.streams.iter())
+        .filter(|s| s.warm_turn.is_some())
+        .map(|s| s.lead_ms)
+        .fold(0.0f64, f64::max);
+    let mut primers = 0u64;
+    for l in &lanes_plan {
+        for s in &l.streams {
+            let Some(w) = s.warm_turn else { continue };
+            let off = if spread {
+                (max_lead - s.lead_ms).max(0.0)
+            } else {
+                0.0
+            };
+            let rt = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            rt.streams[s.index as usize].next = w;
+            primers += 1;
+            sc.push_timer(
+                l.lane,
+                s.index,
+                warm_start + Duration::from_secs_f64(off / 1000.0),
+            );
+        }
+    }
+    sh.progress.phase("warmup", primers);
+    tracing::info!(
+        "Phase warmup started | target: {primers} primers over {n_lanes} lanes (max_tokens={}, {})",
+        sc.plan.rules.warmup_max_tokens,
+        if spread {
+            format!("spread over {:.0} ms", max_lead)
+        } else {
+            "all at once".into()
+        }
+    );
+    let warm_deadline = sh.cfg.warmup_grace.map(|g| tokio::time::Instant::now() + g);
+    let mut returned = 0u64;
+    let mut failures: Vec<String> = Vec::new();
+    let mut interrupted = false;
+    while returned < primers {
+        let wake = sc.next_wake();
+        tokio::select! {
+            Some(r) = sc.tasks.join_next() => {
+                let Ok(d) = r else {
+                    failures.push("a warmup task failed".into());
+                    returned += 1;
+                    continue;
+                };
+                returned += 1;
+                sh.progress.update(returned, format!("{returned}/{primers} primers returned"));
+                let depth0 = d.stream == 0;
+                let lane = d.lane;
+                let (overflow, failed) = (d.overflow, d.failed.clone());
+                let next_turn = d.turn + 1;
+                let stream = d.stream;
+                sc.on_done(d);
+                if let Some(rt) = sc.lanes[lane as usize].as_mut() {
+                    rt.streams[stream as usize].next = next_turn;
+                }
+                match (overflow, failed) {
+                    (true, _) if depth0 => {
+                        sc.counts.warmup_root_overflows += 1;
+                        tracing::info!("warmup: lane {lane}'s root primer overflowed the context; the lane starts a fresh tree when profiling begins");
+                    }
+                    (false, Some(e)) if depth0 && sc.plan.rules.warmup_failure_aborts => {
+                        failures.push(format!("lane {lane} root primer: {e}"));
+                    }
+                    (_, Some(e)) => {
+                        sc.counts.warmup_child_failures += 1;
+                        tracing::warn!("warmup: lane {lane} stream {stream} primer failed ({e}); the stream goes on");
+                    }
+                    _ => {}
+                }
+                if !failures.is_empty() {
+                    let _ = sh.cancel.send(true);
+                    while sc.tasks.join_next().await.is_some() {}
+                    break;
+                }
+            }
+            _ = async {
+                match wake {
+                    Some(w) => super::sleep_until(&sh, w).await,
+                    None => std::future::pending().await,
+                }
+            } => sc.fire_due(),
+            _ = async {
+                match warm_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let _ = sh.cancel.send(true);
+                failures.push(format!(
+                    "{} of {primers} primers did not return within the warmup grace period {:?}",
+                    primers - returned,
+                    sh.cfg.warmup_grace.unwrap_or_default()
+                ));
+                while sc.tasks.join_next().await.is_some() {}
+                break;
+            }
+            _ = interrupt.changed() => {
+                interrupted = true;
+                let _ = sh.cancel.send(true);
+                while sc.tasks.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    if interrupted || !failures.is_empty() {
+        sh.progress.finish();
+        let tally = sh.tally.lock().expect("tally lock").clone();
+        let (stop, message) = if interrupted {
+            (
+                StopReason::Interrupted,
+                "interrupted during warmup; profiling never started".to_string(),
+            )
+        } else {
+            (
+                StopReason::WarmupFailed,
+                format!(
+                    "warmup failed, so the run was aborted (metrics on a degraded warmup would mislead): {}",
+                    failures.join("; ")
+                ),
+            )
+        };
+        return TreeOutcome {
+            replay: ReplayOutcome {
+                stop,
+                tally,
+                profiling_ns: None,
+                message: Some(message),
+            },
+            counts: sc.counts,
+        };
+    }
+
+    let pressured = match sc.plan.pressure {
+        Some(p) => match pressure_stage(&mut sc, p, &mut interrupt).await {
+            Ok(()) => true,
+            Err(()) => {
+                sh.progress.finish();
+                let tally = sh.tally.lock().expect("tally lock").clone();
+                return TreeOutcome {
+                    replay: ReplayOutcome {
+                        stop: StopReason::Interrupted,
+                        tally,
+                        profiling_ns: None,
+                        message: Some(
+                            "interrupted during warmup; profiling never started".to_string(),
+                        ),
+                    },
+                    counts: sc.counts,
+                };
+            }
+        },
+        None => false,
+    };
+
+    // ---- profiling ----
+    sc.stage = Stage::Profiling;
+    sc.heap.clear();
+    let prof_start = sh.clock.now_ns();
+    let start = Instant::now();
+    sc.idle_since = start;
+    if let Some(f) = on_profiling {
+        f(prof_start);
+    }
+    tracing::info!(
+        "Phase warmup complete: {returned} primers returned | elapsed={:.2}s",
+        start.duration_since(warm_start).as_secs_f64()
+    );
+    tracing::info!(
+        "Phase profiling started | profiling_index=0 | target: {:.1}s duration",
+        sh.cfg.duration.as_secs_f64()
+    );
+    let t0_all = lanes_plan
+        .iter()
+        .flat_map(|l| l.streams.iter())
+        .filter(|s| !s.waiting)
+        .map(|s| s.offset_ms)
+        .fold(f64::INFINITY, f64::min);
+    if pressured {
+        sc.hand_off(start);
+    }
+    for l in lanes_plan.iter().filter(|_| !pressured) {
+        let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|rt| {
+            l.streams.iter().any(|s| s.index == 0) && rt.streams[0].st == St::Done
+        });
+        sc.counts.trees_started += 1;
+        sh.tally.lock().expect("tally lock").sessions += 1;
+        if overflowed {
+            sc.counts.trees_started -= 1;
+            sh.tally.lock().expect("tally lock").sessions -= 1;
+            sc.recycle(l.lane);
+            continue;
+        }
+        let t0 = if sc.plan.burst {
+            l.streams
+                .iter()
+                .filter(|s| !s.waiting)
+                .map(|s| s.offset_ms)
+                .fold(f64::INFINITY, f64::min)
+        } else {
+            t0_all
+        };
+        let t0 = if t0.is_finite() { t0 } else { 0.0 };
+        for s in &l.streams {
+            let rt = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            rt.streams[s.index as usize].next = s.next_turn;
+            rt.streams[s.index as usize].st = St::Waiting;
+            let after = (s.offset_ms - t0).max(0.0);
+            sc.push_timer(
+                l.lane,
+                s.index,
+                start + Duration::from_secs_f64(after / 1000.0),
+            );
+        }
+    }
+    sh.progress
+        .phase("profiling", sh.cfg.duration.as_secs().max(1));
+    let deadline = tokio::time::Instant::from_std(start + sh.cfg.duration);
+    let ticker = sh.cfg.stats_interval;
+    let mut tick = tokio::time::interval(ticker.unwrap_or(Duration::from_secs(3600)));
+    tick.tick().await;
+    let mut bar_tick = tokio::time::interval(Duration::from_millis(500));
+    let mut stop = StopReason::Completed;
+    let mut message = None;
+    sc.fire_due();
+    sc.cap_system_idle();
+    loop {
+        let wake = sc.next_wake();
+        tokio::select! {
+            Some(r) = sc.tasks.join_next() => {
+                if let Ok(d) = r {
+                    sc.on_done(d);
+                }
+                sc.fire_due();
+                sc.cap_system_idle();
+            }
+            _ = async {
+                match wake {
+                    Some(w) => super::sleep_until(&sh, w).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                sc.fire_due();
+                sc.cap_system_idle();
+            }
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = threshold_rx.wait_for(|t| *t) => {
+                stop = StopReason::ThresholdExceeded;
+                let t = sh.tally.lock().expect("tally lock").clone();
+                message = Some(format!(
+                    "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
+                    sh.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.requests
+                ));
+                break;
+            }
+            _ = interrupt.changed() => {
+                stop = StopReason::Interrupted;
+                message = Some("interrupted: no new turns were started and in-flight requests were drained".into());
+                break;
+            }
+            _ = tick.tick(), if ticker.is_some() => {
+                let elapsed = Duration::from_nanos(sh.clock.now_ns() - prof_start);
+                let t = sh.tally.lock().expect("tally lock").clone();
+                tracing::info!(
+                    "Phase profiling progress | returned={} | in_flight={} | trees={} | errors={} | overflows={} | elapsed={:.1}s",
+                    t.requests, sc.in_flight, sc.counts.trees_started, t.failed, t.context_overflows, elapsed.as_secs_f64()
+                );
+                let srv = sh.srv_row.as_ref().and_then(|f| f());
+                sh.progress.block(&sh.live.block(elapsed, "profiling", srv.as_ref()));
+            }
+            _ = bar_tick.tick() => bar(&sh, prof_start),
+            _ = async {}, if sc.tasks.is_empty() && sc.heap.is_empty() => {
+                // Nothing in flight and nothing to come: every lane is out of trees.
+                break;
+            }
+        }
+    }
+    let _ = sh.stop_new.send(true);
+    sc.heap.clear();
+    if stop == StopReason::ThresholdExceeded {
+        let _ = sh.cancel.send(true);
+    }
+    // Drain: in-flight requests get the grace period (a second interrupt cancels them at once).
+    let grace = sh.cfg.grace.map(|g| tokio::time::Instant::now() + g);
+    loop {
+        let again = interrupt.changed();
+        let timeout = async {
+            match grace {
+                Some(g) => tokio::time::sleep_until(g).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = sc.tasks.join_next() => match r {
+                None => break,
+                Some(Ok(d)) => sc.on_done(d),
+                Some(Err(_)) => {}
+            },
+            _ = timeout => {
+                tracing::warn!("grace period over; cancelling in-flight requests");
+                let _ = sh.cancel.send(true);
+                while sc.tasks.join_next().await.is_some() {}
+                break;
+            }
+            _ = again => {
+                if stop == StopReason::Completed {
+                    stop = StopReason::Interrupted;
+                    message = Some("interrupted while draining; in-flight requests were cancelled".into());
+                }
+                let _ = sh.cancel.send(true);
+                while sc.tasks.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    sh.progress.finish();
+    let prof_end = sh.clock.now_ns();
+    let tally: Tally = sh.tally.lock().expect("tally lock").clone();
+    tracing::info!(
+        "Phase profiling complete | completed={}, cancelled={}, errors={}, overflows={} | trees started={}, drained={} | elapsed={:.2}s{}",
+        tally.ok,
+        tally.cancelled,
+        tally.failed,
+        tally.context_overflows,
+        sc.counts.trees_started,
+        sc.counts.trees_drained,
+        (prof_end - prof_start) as f64 / 1e9,
+        if stop.cancelled() { " | was_cancelled=True" } else { "" }
+    );
+    TreeOutcome {
+        replay: ReplayOutcome {
+            stop,
+            tally,
+            profiling_ns: Some((prof_start, prof_end)),
+            message,
+        },
+        counts: sc.counts,
+    }
+}
+
+/// The warmup's cache-pressure stage: every waiting stream goes on at once with no idle delay until
+/// each lane sent its requests (or the stage's time is up); then releases stop and the stage drains.
+/// `Err` when interrupted.
+async fn pressure_stage(
+    sc: &mut Sched,
+    p: Pressure,
+    interrupt: &mut tokio::sync::watch::Receiver<u32>,
+) -> Result<(), ()> {
+    sc.stage = Stage::Pressure;
+    sc.heap.clear();
+    let now = Instant::now();
+    tracing::info!(
+        "warmup: cache-pressure stage ({})",
+        match p {
+            Pressure::RequestsPerLane(n) => format!("{n} requests per lane"),
+            Pressure::Duration(d) => format!("{:.0} s", d.as_secs_f64()),
+        }
+    );
+    for lane in 0..sc.lanes.len() as u32 {
+        let Some(rt) = sc.lanes[lane as usize].as_mut() else {
+            continue;
+        };
+        rt.timers = 0;
+        if rt.streams[0].st == St::Done && rt.streams.iter().all(|s| s.st != St::Waiting) {
+            sc.recycle(lane);
+            continue;
+        }
+        let waiting: Vec<u32> = (0..rt.streams.len() as u32)
+            .filter(|&s| rt.streams[s as usize].st == St::Waiting)
+            .collect();
+        for s in waiting {
+            sc.push_timer(lane, s, now);
+        }
+    }
+    let end = match p {
+        Pressure::Duration(d) => Some(tokio::time::Instant::from_std(now + d)),
+        Pressure::RequestsPerLane(_) => None,
+    };
+    sc.fire_due();
+    loop {
+        if let Pressure::RequestsPerLane(n) = p {
+            if sc.pressure_sent.iter().all(|&x| x >= n) {
+                sc.paused = true;
+            }
+        }
+        if sc.tasks.is_empty() && (sc.paused || sc.heap.is_empty()) {
+            break;
+        }
+        let wake = sc.next_wake();
+        tokio::select! {
+            Some(r) = sc.tasks.join_next() => {
+                if let Ok(d) = r {
+                    sc.on_done(d);
+                }
+                sc.fire_due();
+            }
+            _ = async {
+                match wake {
+                    Some(w) => super::sleep_until(&sc.sh, w).await,
+                    None => std::future::pending().await,
+                }
+            } => sc.fire_due(),
+            _ = async {
+                match end {
+                    Some(e) => tokio::time::sleep_until(e).await,
+                    None => std::future::pending().await,
+                }
+            }, if !sc.paused => sc.paused = true,
+            _ = interrupt.changed() => {
+                let _ = sc.sh.cancel.send(true);
+                while sc.tasks.join_next().await.is_some() {}
+                return Err(());
+            }
+        }
+    }
+    tracing::info!(
+        requests = sc.counts.pressure_requests,
+        trees = sc.counts.pressure_trees,
+        "warmup: cache-pressure stage drained"
+    );
+    Ok(())
+}
+
+impl Sched {
+    /// Profiling after the pressure stage: every stream resumes at its deferred or held turn, due
+    /// `offset − T0` after `start`, where a stream's offset is its turn's recorded start past its
+    /// tree's origin and T0 the smallest offset of a turn not held by a join.
+    fn hand_off(&mut self, start: Instant) {
+        self.heap.clear();
+        let trees: &'static [SessionTree] = self.plan.trees;
+        let mut due: Vec<(u32, u32, f64, bool)> = Vec::new();
+        for rt in self.lanes.iter_mut().flatten() {
+            rt.timers = 0;
+            rt.held.clear();
+            let tree = &trees[rt.tree];
+            for (i, st) in rt.streams.iter_mut().enumerate() {
+                if matches!(st.st, St::Waiting | St::Held) {
+                    let off = tree.streams[i].turns[st.next as usize].ts_ms - rt.origin_ms;
+                    due.push((rt.lane, i as u32, off.max(0.0), st.st == St::Held));
+                    st.st = St::Waiting;
+                }
+            }
+        }
+        let t0 = due
+            .iter()
+            .filter(|d| !d.3)
+            .map(|d| d.2)
+            .fold(f64::INFINITY, f64::min);
+        let t0 = if t0.is_finite() { t0 } else { 0.0 };
+        let mut lanes_seen = std::collections::HashSet::new();
+        for (lane, s, off, _) in due {
+            if lanes_seen.insert(lane) {
+                self.counts.trees_started += 1;
+                self.sh.tally.lock().expect("tally lock").sessions += 1;
+            }
+            let at = start + Duration::from_secs_f64((off - t0).max(0.0) / 1000.0);
+            self.push_timer(lane, s, at);
+        }
+        for lane in 0..self.lanes.len() as u32 {
+            if self.lanes[lane as usize].is_none() {
+                self.recycle(lane);
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Session-tree replay end to end: `agentx-host run agentx-v1.wasm` on the with-subagents fixture
+//! against the simulator, checked from `records.jsonl` alone (and the trees the dataset side builds
+//! from the same file): joins gate their parent turn, children of one spawn overlap, nothing sits idle
+//! past the 10 s system cap, a lane's next tree waits for its tree to drain, and warmup primes with
+//! 1-token requests that bring every lane to t* together.
+
+use std::collections::{BTreeMap, HashMap};
+
+use agentx::dataset::tree::SessionTree;
+use agentx::record::{Phase, RequestRecord};
+use agentx::sim::{SimConfig, Timing};
+
+use crate::support::{fixture, Run, Sim};
+
+const NS: u64 = 1_000_000_000;
+
+/// The fixture's trees as the dataset side builds them.
+fn trees() -> HashMap<String, SessionTree> {
+    use agentx::dataset::tree::{build, NestedBasis, TreeOptions};
+    use agentx::dataset::weka::{for_each_trace, SourceFiles};
+    let mut traces = Vec::new();
+    let files = SourceFiles::from_path(&fixture("traces-subagents-8.jsonl")).unwrap();
+    for_each_trace(&files, None, |t| {
+        traces.push(t);
+        Ok(())
+    })
+    .unwrap();
+    let opts = TreeOptions {
+        basis: NestedBasis::infer(&traces),
+        ..TreeOptions::default()
+    };
+    traces
+        .iter()
+        .map(|t| build(t, &opts).unwrap())
+        .map(|t| (t.trace_id.clone(), t))
+        .collect()
+}
+
+fn run_trees(url: &str, concurrency: &str, duration: &str, extra: &[&str]) -> Run {
+    let corpus = fixture("traces-subagents-8.jsonl");
+    let v1 = crate::scenario::dist("agentx-v1.wasm");
+    let mut args = vec![
+        "run",
+        v1.to_str().unwrap(),
+        "--url",
+        url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--concurrency",
+        concurrency,
+        "--benchmark-duration",
+        duration,
+        "--benchmark-grace-period",
+        "30",
+        "--stats-interval",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+}
+
+/// A simulator whose responses take a little while (so requests overlap and the order of ends and
+/// sends means something).
+fn sim() -> Sim {
+    let mut cfg = SimConfig::max();
+    cfg.timing = Timing::Fixed {
+        ttft: std::time::Duration::from_millis(40),
+        itl: std::time::Duration::from_millis(2),
+    };
+    Sim::start(cfg)
+}
+
+/// The records of one runtime tree: by stream conversation id, in send order.
+type TreeRecs<'a> = BTreeMap<&'a str, Vec<&'a RequestRecord>>;
+
+#[test]
+fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drained_trees() {
+    let sim = sim();
+    let r = run_trees(&sim.url(), "4", "45", &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let recs = r.records();
+    let manifest = r.json("run_manifest.json");
+    let counts = &manifest["trees"];
+    assert!(counts.is_object(), "{manifest}");
+    let trees = trees();
+    let (p0, p1) = (
+        manifest["profiling_ns"][0].as_u64().unwrap(),
+        manifest["profiling_ns"][1].as_u64().unwrap(),
+    );
+
+    // Every tree record says where it sits.
+    for x in &recs {
+        let t = x.tree.as_ref().expect("tree fields on every record");
+        assert!(
+            trees.contains_key(&t.source_trace_id),
+            "{}",
+            t.source_trace_id
+        );
+        assert_eq!(t.agent_depth == 0, x.trace_id == t.source_trace_id);
+        assert_eq!(t.parent_correlation_id.is_some(), t.agent_depth > 0);
+    }
+
+    // Warmup: primers carry max_tokens=1 and come before profiling.
+    let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
+    assert!(!warm.is_empty());
+    assert!(warm.iter().all(|x| x.max_tokens == 1));
+    assert!(
+        warm.iter().all(|x| x.end_ns <= p0),
+        "primers returned before profiling"
+    );
+
+    let prof: Vec<&RequestRecord> = recs
+        .iter()
+        .filter(|x| x.phase == Phase::Profiling)
+        .collect();
+    assert!(prof.len() > 40, "{} profiling records", prof.len());
+
+    // Runtime trees by their root correlation id.
+    let mut by_tree: BTreeMap<&str, (u32, TreeRecs)> = BTreeMap::new();
+    for x in &prof {
+        let t = x.tree.as_ref().unwrap();
+        by_tree
+            .entry(t.root_correlation_id.as_str())
+            .or_insert((x.lane, BTreeMap::new()))
+            .1
+            .entry(x.trace_id.as_str())
+            .or_default()
+            .push(x);
+    }
+
+    // Joins: a root turn that joins a branch is sent only after the last response of every child of
+    // that branch (in the same runtime tree) ended.
+    let mut joins_checked = 0;
+    let mut overlaps = 0;
+    for (lane, streams) in by_tree.values() {
+        let any = streams.values().next().unwrap()[0];
+        let tree = &trees[&any.tree.as_ref().unwrap().source_trace_id];
+        let root = &tree.streams[0];
+        for rr in streams.get(root.id.as_str()).into_iter().flatten() {
+            if rr.cancelled {
+                continue;
+            }
+            for &b in &root.turns[rr.turn as usize].joins {
+                for &c in &tree.branches[b].children {
+                    let Some(kids) = streams.get(tree.streams[c].id.as_str()) else {
+                        continue;
+                    };
+                    let last_end = kids.iter().map(|k| k.end_ns).max().unwrap();
+                    assert!(
+                        rr.send_ns >= last_end,
+                        "lane {lane}: {} turn {} sent at {} before child {} ended at {last_end}",
+                        root.id,
+                        rr.turn,
+                        rr.send_ns,
+                        tree.streams[c].id
+                    );
+                    joins_checked += 1;
+                }
+            }
+        }
+        // Children of one spawn run at the same time (spawns of this replay: every child's first
+        // record is its turn 0; a tree resumed at t* may hold children with one turn left each,
+        // which the recording's offsets keep apart).
+        for br in &tree.branches {
+            let kids: Vec<_> = br
+                .children
+                .iter()
+                .filter_map(|&c| streams.get(tree.streams[c].id.as_str()))
+                .collect();
+            if kids.len() < br.children.len() || kids.iter().any(|v| v[0].turn != 0) {
+                continue;
+            }
+            let spans: Vec<(u64, u64)> = kids
+                .iter()
+                .map(|v| {
+                    (
+                        v.iter().map(|x| x.send_ns).min().unwrap(),
+                        v.iter().map(|x| x.end_ns).max().unwrap(),
+                    )
+                })
+                .collect();
+            if spans.len() >= 2 {
+                for (i, a) in spans.iter().enumerate() {
+                    let with_sibling = spans
+                        .iter()
+                        .enumerate()
+                        .any(|(j, b)| i != j && a.0 < b.1 && b.0 < a.1);
+                    assert!(with_sibling, "a child of {} runs alone: {spans:?}", br.id);
+                }
+                overlaps += 1;
+            }
+        }
+    }
+    assert!(joins_checked > 0, "no join was exercised");
+    assert!(overlaps > 0, "no spawn with two children ran");
+
+    // No gap with nothing in flight exceeds the 10 s system idle cap (measured over profiling).
+    let mut spans: Vec<(u64, u64)> = prof.iter().map(|x| (x.send_ns, x.end_ns)).collect();
+    spans.sort();
+    let mut reach = p0;
+    let mut worst = 0u64;
+    for (a, b) in &spans {
+        if *a > reach {
+            worst = worst.max(a - reach);
+        }
+        reach = reach.max(*b);
+    }
+    assert!(
+        worst <= 10 * NS + NS / 2,
+        "an idle gap of {:.2} s",
+        worst as f64 / 1e9
+    );
+
+    // A lane's next tree starts only after its previous tree drained.
+    let mut lanes: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for (lane, streams) in by_tree.values() {
+        let all = streams.values().flatten();
+        let first = all.clone().map(|x| x.send_ns).min().unwrap();
+        let last = all.map(|x| x.end_ns).max().unwrap();
+        lanes.entry(*lane).or_default().push((first, last));
+    }
+    let mut recycled = 0;
+    for (lane, mut v) in lanes {
+        v.sort();
+        for w in v.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1,
+                "lane {lane}: a tree started at {} before the previous one drained at {}",
+                w[1].0,
+                w[0].1
+            );
+            recycled += 1;
+        }
+    }
+    assert!(recycled > 0, "no lane recycled within the run");
+    assert_eq!(counts["late_events"], 0);
+    assert!(p1 > p0);
+
+    // The summary and the manifest say what happened.
+    let summary = r.summary();
+    assert_eq!(summary["stop"], "completed");
+    assert!(counts["trees_drained"].as_u64().unwrap() >= recycled as u64);
+    assert!(counts["children_spawned"].as_u64().unwrap() > 0);
+}
+
+/// Warmup primers are spread so that every lane reaches t* together: each lane's first profiling
+/// request is due at its own earliest offset past the run's T0, so lanes whose earliest stream is at
+/// T0 all start within a few milliseconds of the profiling start.
+#[test]
+fn warmup_primes_with_one_token_and_lanes_start_profiling_together() {
+    let sim = sim();
+    let r = run_trees(&sim.url(), "8", "5", &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let manifest = r.json("run_manifest.json");
+    let p0 = manifest["profiling_ns"][0].as_u64().unwrap();
+    let lanes = manifest["lanes"].as_array().unwrap();
+    let recs = r.records();
+    let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
+    let primers: usize = lanes
+        .iter()
+        .flat_map(|l| l["streams"].as_array().unwrap())
+        .filter(|s| !s["warm_turn"].is_null())
+        .count();
+    assert_eq!(
+        warm.len(),
+        primers,
+        "one primer per alive stream with a warm turn"
+    );
+    assert!(warm.iter().all(|x| x.max_tokens == 1 && x.error.is_none()));
+    // Primers fire at (largest lead - own lead) after the warmup's start.
+    let max_lead = lanes
+        .iter()
+        .flat_map(|l| l["streams"].as_array().unwrap())
+        .filter(|s| !s["warm_turn"].is_null())
+        .map(|s| s["lead_ms"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let w0 = warm.iter().map(|x| x.intended_ns).min().unwrap();
+    for x in &warm {
+        let lane = &lanes[x.lane as usize];
+        let s = lane["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["conversation_id"] == x.trace_id.as_str())
+            .unwrap();
+        let want = (max_lead - s["lead_ms"].as_f64().unwrap()) * 1e6;
+        let got = (x.intended_ns - w0) as f64;
+        assert!(
+            (got - want).abs() < 5e6,
+            "{}: primer at {got} ns, want {want}",
+            x.trace_id
+        );
+    }
+    let t0 = lanes
+        .iter()
+        .flat_map(|l| l["streams"].as_array().unwrap())
+        .filter(|s| s["waiting"] == false)
+        .map(|s| s["offset_ms"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    let mut at_t0 = Vec::new();
+    for l in lanes {
+        let lane = l["lane"].as_u64().unwrap() as u32;
+        let own = l["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["waiting"] == false)
+            .map(|s| s["offset_ms"].as_f64().unwrap())
+            .fold(f64::INFINITY, f64::min);
+        let first = recs
+            .iter()
+            .filter(|x| x.phase == Phase::Profiling && x.lane == lane)
+            .map(|x| x.intended_ns)
+            .min();
+        let Some(first) = first else { continue };
+        if own - t0 > 2_000.0 {
+            // Later starts may move earlier under the system idle cap.
+            continue;
+        }
+        let due = (own - t0) * 1e6;
+        let got = (first - p0) as f64;
+        assert!(
+            (got - due).abs() < 50e6,
+            "lane {lane}: first profiling request due {due} ns after the start, sent at {got}"
+        );
+        if own == t0 {
+            at_t0.push(first);
+        }
+    }
+    assert!(!at_t0.is_empty());
+    let spread = at_t0.iter().max().unwrap() - at_t0.iter().min().unwrap();
+    assert!(spread < 20_000_000, "lanes at T0 started {spread} ns apart");
+}
