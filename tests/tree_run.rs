@@ -336,3 +336,214 @@ fn warmup_primes_with_one_token_and_lanes_start_profiling_together() {
     let spread = at_t0.iter().max().unwrap() - at_t0.iter().min().unwrap();
     assert!(spread < 20_000_000, "lanes at T0 started {spread} ns apart");
 }
+
+/// `--warmup-requests-per-lane N`: after the primers each lane sends N more 1-token requests (the
+/// cache-pressure stage), then profiling resumes every stream where the stage left it.
+#[test]
+fn the_cache_pressure_stage_sends_n_requests_per_lane_then_hands_off() {
+    let sim = sim();
+    let r = run_trees(&sim.url(), "4", "4", &["--warmup-requests-per-lane", "3"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let manifest = r.json("run_manifest.json");
+    let lanes = manifest["lanes"].as_array().unwrap();
+    let primers = lanes
+        .iter()
+        .flat_map(|l| l["streams"].as_array().unwrap())
+        .filter(|s| !s["warm_turn"].is_null())
+        .count();
+    let recs = r.records();
+    let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
+    assert_eq!(warm.len(), primers + 3 * 4, "primers plus 3 per lane");
+    assert!(warm.iter().all(|x| x.max_tokens == 1));
+    for lane in 0..4 {
+        assert_eq!(
+            warm.iter().filter(|x| x.lane == lane).count()
+                - lanes[lane as usize]["streams"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|s| !s["warm_turn"].is_null())
+                    .count(),
+            3,
+            "lane {lane}"
+        );
+    }
+    assert_eq!(manifest["trees"]["pressure_requests"], 12);
+    assert!(
+        !manifest["not_acted_on"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w
+                .as_str()
+                .unwrap()
+                .starts_with("--warmup-requests-per-lane")),
+        "acted on with a session-tree scenario"
+    );
+    let p0 = manifest["profiling_ns"][0].as_u64().unwrap();
+    assert!(warm.iter().all(|x| x.end_ns <= p0));
+    assert!(recs
+        .iter()
+        .any(|x| x.phase == Phase::Profiling && x.error.is_none()));
+}
+
+/// `--trace-idle-gap-cap-seconds 1`: within one tree, nothing waits more than a second with none of
+/// the tree's requests in flight (measured from the records).
+#[test]
+fn the_trace_idle_cap_bounds_every_trees_idle_gaps() {
+    let sim = sim();
+    let r = run_trees(
+        &sim.url(),
+        "3",
+        "15",
+        &["--trace-idle-gap-cap-seconds", "1"],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let recs = r.records();
+    let mut by_tree: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for x in recs.iter().filter(|x| x.phase == Phase::Profiling) {
+        by_tree
+            .entry(x.tree.as_ref().unwrap().root_correlation_id.as_str())
+            .or_default()
+            .push((x.send_ns, x.end_ns));
+    }
+    let mut worst = 0u64;
+    for spans in by_tree.values_mut() {
+        spans.sort();
+        let mut reach = spans[0].1;
+        for (a, b) in spans.iter().skip(1) {
+            worst = worst.max(a.saturating_sub(reach));
+            reach = reach.max(*b);
+        }
+    }
+    assert!(
+        worst <= NS + NS / 5,
+        "a tree sat idle for {:.3} s",
+        worst as f64 / 1e9
+    );
+    let manifest = r.json("run_manifest.json");
+    assert!(manifest["trees"]["tree_idle_shifts"].as_u64().unwrap() > 0);
+}
+
+/// A hand-written corpus of awkward trees: a subagent that outlives its root (no join ever comes:
+/// it runs in the background and holds the lane until it ends), a subagent without requests (done at
+/// once, its join does not wait), and, with the absolute nested-timestamp basis, a nested request
+/// recorded before its marker (it cannot be placed: a clear error naming the trace).
+#[test]
+fn awkward_trees_replay_and_unplaceable_timestamps_are_refused() {
+    let req = |t: f64, ids: &[u32], api: f64| {
+        serde_json::json!({"t": t, "type": "n", "model": "m", "in": ids.len() * 64, "out": 40,
+            "hash_ids": ids, "input_types": ["tool_result"], "output_types": ["text"],
+            "stop": "tool_use", "api_time": api})
+    };
+    let ids = |n: u32, base: u32| (base..base + n).collect::<Vec<u32>>();
+    let bg = serde_json::json!({"id": "bg", "models": ["m"], "block_size": 64, "hash_id_scope": "local", "tool_tokens": 0,
+    "system_tokens": 0, "requests": [
+        req(0.0, &ids(4, 1), 0.5),
+        {"t": 1.0, "type": "subagent", "agent_id": "late", "duration_ms": 20000,
+         "requests": [req(1.0, &ids(3, 100), 0.5), req(4.0, &ids(5, 100), 0.5), req(12.0, &ids(7, 100), 0.5)]},
+        req(2.0, &ids(6, 1), 0.5),
+        req(3.0, &ids(8, 1), 0.5),
+    ]});
+    let empty = serde_json::json!({"id": "empty", "models": ["m"], "block_size": 64, "hash_id_scope": "local", "tool_tokens": 0,
+    "system_tokens": 0, "requests": [
+        req(0.0, &ids(4, 1), 0.5),
+        {"t": 1.0, "type": "subagent", "agent_id": "nothing", "duration_ms": 500, "requests": []},
+        req(2.0, &ids(6, 1), 0.5),
+        req(4.0, &ids(8, 1), 0.5),
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("awkward.jsonl");
+    std::fs::write(&corpus, format!("{bg}\n{empty}\n")).unwrap();
+    let sim = sim();
+    let v1 = crate::scenario::dist("agentx-v1.wasm");
+    let base = |extra: &[&str]| {
+        let mut a: Vec<String> = [
+            "run",
+            v1.to_str().unwrap(),
+            "--url",
+            &sim.url(),
+            "--model",
+            "agentx-sim",
+            "--input-file",
+            corpus.to_str().unwrap(),
+            "--random-seed",
+            "7",
+            "--unsafe-override",
+            "--concurrency",
+            "2",
+            "--benchmark-duration",
+            "12",
+            "--benchmark-grace-period",
+            "30",
+            "--stats-interval",
+            "0",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let r = Run::exec(tempfile::tempdir().unwrap(), &base(&[]), &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let recs = r.records();
+    let prof: Vec<_> = recs
+        .iter()
+        .filter(|x| x.phase == Phase::Profiling && !x.cancelled)
+        .collect();
+    // The background child's requests run past its root's last turn, and its tree's lane takes its
+    // next tree only after them.
+    let mut trees: BTreeMap<&str, Vec<&RequestRecord>> = BTreeMap::new();
+    for x in &prof {
+        trees
+            .entry(x.tree.as_ref().unwrap().root_correlation_id.as_str())
+            .or_default()
+            .push(x);
+    }
+    let mut outlived = 0;
+    for v in trees.values() {
+        let root_end = v
+            .iter()
+            .filter(|x| x.trace_id == "bg")
+            .map(|x| x.end_ns)
+            .max();
+        let child_end = v
+            .iter()
+            .filter(|x| x.trace_id == "bg::sa:late")
+            .map(|x| x.end_ns)
+            .max();
+        if let (Some(a), Some(b)) = (root_end, child_end) {
+            if b > a {
+                outlived += 1;
+            }
+        }
+    }
+    assert!(outlived > 0, "no background child outlived its root");
+    // The empty subagent never holds its join: no record of it, and the root went on.
+    assert!(!recs.iter().any(|x| x.trace_id.starts_with("empty::")));
+    assert!(prof.iter().any(|x| x.trace_id == "empty" && x.turn >= 1));
+    let manifest = r.json("run_manifest.json");
+    assert_eq!(manifest["trees"]["late_events"], 0);
+
+    // A nested request before its marker cannot be placed on the root clock (absolute basis).
+    let mut early = bg.clone();
+    early["id"] = "early".into();
+    early["requests"][1]["requests"][0]["t"] = 0.2.into();
+    let bad = dir.path().join("early.jsonl");
+    std::fs::write(&bad, format!("{early}\n")).unwrap();
+    let mut args = base(&["--weka-nested-timestamp-basis", "absolute"]);
+    let i = args.iter().position(|a| a == "--input-file").unwrap();
+    args[i + 1] = bad.to_str().unwrap().to_string();
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("trace \"early\""), "{}", r.stderr());
+    assert!(
+        !r.artifacts().join("records.jsonl").exists(),
+        "nothing sent"
+    );
+    assert!(
+        r.stderr().contains("cannot be placed on the root clock"),
+        "{}",
+        r.stderr()
+    );
+}

@@ -178,13 +178,23 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
     md.put("x_correlation_id", r.correlation_id.as_str());
     md.put("conversation_id", r.trace_id.as_str());
     md.put("turn_index", r.turn);
-    md.put("source_trace_id", r.trace_id.as_str());
-    // The replayed turn's position among the trace's top-level requests is not kept by the dataset
-    // cache (subagent entries are skipped), so the source indices are left unknown, as aiperf does
-    // for loaders that do not provide them.
+    let tree = r.tree.as_ref();
+    md.put(
+        "source_trace_id",
+        tree.map_or(r.trace_id.as_str(), |t| t.source_trace_id.as_str()),
+    );
+    // The replayed turn's position among the trace's requests is not kept by the dataset cache, so
+    // the source indices are left unknown, as aiperf does for loaders that do not provide them.
     md.put("source_outer_idx", Json::Null);
     md.put("source_inner_idx", Json::Null);
-    md.put("source_kind", "weka_main");
+    md.put(
+        "source_kind",
+        match tree.map(|t| t.agent_depth) {
+            Some(d) if d > 0 && r.trace_id.contains("::sa:") => "weka_subagent",
+            Some(d) if d > 0 => "weka_flat",
+            _ => "weka_main",
+        },
+    );
     md.put("credit_issued_ns", unix(info, r.intended_ns));
     md.put("request_start_ns", unix(info, r.send_ns));
     md.put("request_ack_ns", r.first_byte_ns.map(|t| unix(info, t)));
@@ -207,9 +217,18 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
     );
     md.put("context_overflow_skip", r.context_overflow);
     // Single-stream sessions are the roots of their own trees.
-    md.put("agent_depth", 0);
-    md.put("parent_correlation_id", Json::Null);
-    md.put("root_correlation_id", r.correlation_id.as_str());
+    match tree {
+        Some(t) => {
+            md.put("agent_depth", t.agent_depth);
+            md.put("parent_correlation_id", t.parent_correlation_id.as_deref());
+            md.put("root_correlation_id", t.root_correlation_id.as_str());
+        }
+        None => {
+            md.put("agent_depth", 0);
+            md.put("parent_correlation_id", Json::Null);
+            md.put("root_correlation_id", r.correlation_id.as_str());
+        }
+    }
 
     let mut metrics = Ordered::default();
     for (m, v) in stats::record_values(r) {

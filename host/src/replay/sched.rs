@@ -1155,6 +1155,10 @@ pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tre
             );
         }
     }
+    // Trees that start with only future work: the per-tree idle cap counts from now.
+    for lane in 0..n_lanes as u32 {
+        sc.settle(lane);
+    }
     sh.progress
         .phase("profiling", sh.cfg.duration.as_secs().max(1));
     let deadline = tokio::time::Instant::from_std(start + sh.cfg.duration);

@@ -987,7 +987,24 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     // warmup is as much a sign of a too-short context as one in profiling.
     let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
     let reasons = if trees {
-        let (secs, ttft, itl) = coverage(&records, outcome.profiling_ns);
+        // The configured duration is what coverage is measured against (aiperf's
+        // metric_duration_coverage); none when profiling never began.
+        let prof: Vec<_> = records
+            .iter()
+            .filter(|r| r.phase == crate::record::Phase::Profiling)
+            .collect();
+        let cov = outcome.profiling_ns.and_then(|(p0, _)| {
+            crate::metrics::stats::Coverage::of(
+                prof.iter().copied(),
+                p0,
+                duration.as_nanos() as u64,
+            )
+        });
+        let (secs, ttft, itl) = (
+            duration.as_secs_f64(),
+            cov.map(|c| c.ttft_ratio),
+            cov.map(|c| c.inter_token_latency_ratio),
+        );
         inst.tree_validity(scenario::types_v2::Outcome {
             total_responses: t.requests + t.warmup_requests,
             context_overflows: t.context_overflows + t.warmup_overflows,
@@ -1244,36 +1261,6 @@ impl TreePlanned {
         }
         out
     }
-}
-
-/// The profiling window's length (s) and the share of it the TTFT and ITL timelines of successful
-/// profiling requests cover (from the window's start to the last first token, and to the last
-/// response end of a request with an ITL).
-fn coverage(
-    records: &[crate::record::RequestRecord],
-    window: Option<(u64, u64)>,
-) -> (f64, Option<f64>, Option<f64>) {
-    let Some((a, b)) = window else {
-        return (0.0, None, None);
-    };
-    let len = b.saturating_sub(a) as f64;
-    if len <= 0.0 {
-        return (0.0, None, None);
-    }
-    let ok = records
-        .iter()
-        .filter(|r| r.phase == crate::record::Phase::Profiling && r.error.is_none());
-    let (mut ttft, mut itl) = (None::<u64>, None::<u64>);
-    for r in ok {
-        if let Some(t) = r.first_token_ns {
-            ttft = Some(ttft.map_or(t, |x| x.max(t)));
-        }
-        if r.itl_ns().is_some() {
-            itl = Some(itl.map_or(r.end_ns, |x| x.max(r.end_ns)));
-        }
-    }
-    let share = |t: Option<u64>| t.map(|t| (t.saturating_sub(a) as f64 / len).min(1.0));
-    (len / 1e9, share(ttft), share(itl))
 }
 
 /// Plans a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker and
