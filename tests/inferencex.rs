@@ -284,21 +284,25 @@ fn inferencex_current_command_line_runs_through_dry_run() {
     assert_eq!(plan["dataset"]["traces"], 20);
     let log = r.stderr();
     for want in [
-        "accepted but not acted on: --warmup-requests-per-lane 10",
         "--tokenizer deepseek-ai/DeepSeek-R1-0528:",
         "dropped=4",
         "replay_rc=0",
     ] {
         assert!(log.contains(want), "no {want:?} in\n{log}");
     }
-    // Every start turn lies within the 0.25-0.75 band of its trace.
+    // The line runs the default scenario, agentx-v1 (aiperf 0.13's behaviour of
+    // `inferencex-agentx-mvp`): every lane starts at an instant t* with its alive streams and marker.
+    assert_eq!(plan["scenario"]["name"], "inferencex-agentx-v1");
+    assert_eq!(plan["rules"]["warmup_max_tokens"], 1);
     for l in plan["lanes"].as_array().unwrap() {
-        let (k, n) = (
-            l["start_turn"].as_f64().unwrap(),
-            l["turns"].as_f64().unwrap(),
-        );
-        assert!(k >= (0.25 * n).floor() - 1.0 && k <= 0.75 * n, "{l}");
+        assert!(l["t_star_ms"].is_number(), "{l}");
+        assert!(!l["streams"].as_array().unwrap().is_empty(), "{l}");
+        assert!(l["marker"].as_str().unwrap().starts_with("[rid:"), "{l}");
     }
+    assert!(
+        !log.contains("accepted but not acted on: --warmup-requests-per-lane"),
+        "a session-tree scenario acts on it"
+    );
     assert_eq!(sim.requests(), 0, "a dry run sends nothing");
 
     // Without the tokenizer in the cache the run goes on with the word model (server counts), and
@@ -409,16 +413,28 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
     }
     assert!(profiled > 10, "{profiled} profiling rows");
 
-    // --trace-idle-gap-cap-seconds 0.05: no profiling turn waits longer than that after the
-    // previous response of its session.
+    // --trace-idle-gap-cap-seconds 0.05: no profiling turn of a tree waits longer than that after
+    // the tree's last response when nothing of the tree was in flight.
     let recs = agentx::record::read_records(&art.join("records.jsonl")).unwrap();
-    let mut last: HashMap<&str, u64> = HashMap::new();
-    let mut gaps = 0;
+    let mut trees: HashMap<&str, Vec<&agentx::record::RequestRecord>> = HashMap::new();
     for x in recs
         .iter()
         .filter(|x| x.phase == agentx::record::Phase::Profiling)
     {
-        if let Some(end) = last.insert(&x.correlation_id, x.end_ns) {
+        let root = x.tree.as_ref().map_or(x.correlation_id.as_str(), |t| {
+            t.root_correlation_id.as_str()
+        });
+        trees.entry(root).or_default().push(x);
+    }
+    let mut gaps = 0;
+    for v in trees.values_mut() {
+        v.sort_by_key(|x| x.intended_ns);
+        for (i, x) in v.iter().enumerate().skip(1) {
+            let busy = v[..i].iter().any(|p| p.end_ns > x.intended_ns);
+            if busy {
+                continue;
+            }
+            let end = v[..i].iter().map(|p| p.end_ns).max().unwrap();
             assert!(
                 x.intended_ns <= end + 50_000_000,
                 "{} waited {} ns",

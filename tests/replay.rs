@@ -19,6 +19,7 @@ fn fast() -> SimConfig {
 fn command(dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_agentx-host"));
     c.arg("run")
+        .arg("agentx-mvp")
         .args(args)
         .current_dir(dir)
         .env("AGENTX_HOME", dir.join("home"))
@@ -78,15 +79,18 @@ fn by_session(recs: &[RequestRecord]) -> HashMap<String, Vec<&RequestRecord>> {
 
 #[test]
 fn demo_run_needs_no_flags_and_writes_every_record() {
-    // The README's first command is `agentx-host run`; here shortened and on the fastest preset.
-    let r = run(&[
+    // The README's first command is `agentx-host run` (the built-in agentx-v1 on the bundled corpus
+    // against the built-in simulator); here shortened and on the fastest preset.
+    let args = [
+        "run",
         "--benchmark-duration",
         "3",
         "--sim-preset",
         "max",
         "--benchmark-grace-period",
         "10",
-    ]);
+    ];
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let out = r.stdout();
     assert!(out.contains("run completed"), "{out}");
@@ -96,14 +100,36 @@ fn demo_run_needs_no_flags_and_writes_every_record() {
     );
     let recs = r.records();
     let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
-    assert_eq!(warm.len(), 4, "one warmup request per lane");
+    assert!(warm.len() >= 4, "a primer per lane at least");
+    assert!(warm.iter().all(|x| x.max_tokens == 1));
     assert!(recs.iter().any(|x| x.phase == Phase::Profiling));
     assert!(recs.iter().all(|x| x.ok()), "{recs:#?}");
+    assert!(
+        recs.iter().all(|x| x.tree.is_some()),
+        "session-tree records"
+    );
     let s = r.summary();
     assert_eq!(s["records"].as_u64().unwrap() as usize, recs.len());
     assert_eq!(s["submission_valid"], false);
-    assert_eq!(s["scenario"]["name"], "inferencex-agentx-mvp");
+    assert_eq!(s["scenario"]["name"], "inferencex-agentx-v1");
     assert_eq!(s["stop"], "completed");
+    let stderr = r.stderr();
+    assert!(stderr.contains("primers returned"), "{stderr}");
+
+    // The MVP stays built in, by name.
+    let r = run(&[
+        "--benchmark-duration",
+        "3",
+        "--sim-preset",
+        "max",
+        "--benchmark-grace-period",
+        "10",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let recs = r.records();
+    let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
+    assert_eq!(warm.len(), 4, "one warmup request per lane");
+    assert_eq!(r.summary()["scenario"]["name"], "inferencex-agentx-mvp");
     let stderr = r.stderr();
     assert!(stderr.contains("WARMUP 4/4 returned ok"), "{stderr}");
     assert!(stderr.contains("start turn as % of trace"), "{stderr}");

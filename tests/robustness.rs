@@ -28,6 +28,7 @@ fn replay(url: &str, model: &str, corpus: Option<&Path>, extra: &[&str]) -> Run 
     let corpus = corpus.to_str().unwrap();
     let mut args = vec![
         "run",
+        "agentx-mvp",
         "--url",
         url,
         "--model",

@@ -11,27 +11,33 @@ use serde_json::Value;
 
 /// `agentx-host COMMAND` against the server at `url` on the fixture corpus: its model, seed 42,
 /// `--unsafe-override` (short runs are below the scenario's 900 s floor), a 10 s grace period and no
-/// progress lines. The caller adds the rest.
+/// progress lines; a `run` replays the built-in agentx-mvp (single-stream sessions). The caller adds
+/// the rest.
 pub fn fixture_args(command: &str, url: &str) -> Vec<String> {
     let corpus = fixture("traces-24.jsonl");
-    [
-        command,
-        "--url",
-        url,
-        "--model",
-        "agentx-sim",
-        "--input-file",
-        corpus.to_str().unwrap(),
-        "--random-seed",
-        "42",
-        "--unsafe-override",
-        "--benchmark-grace-period",
-        "10",
-        "--stats-interval",
-        "0",
-    ]
-    .map(str::to_owned)
-    .to_vec()
+    let mut args = vec![command.to_string()];
+    if command == "run" {
+        args.push("agentx-mvp".into());
+    }
+    args.extend(
+        [
+            "--url",
+            url,
+            "--model",
+            "agentx-sim",
+            "--input-file",
+            corpus.to_str().unwrap(),
+            "--random-seed",
+            "42",
+            "--unsafe-override",
+            "--benchmark-grace-period",
+            "10",
+            "--stats-interval",
+            "0",
+        ]
+        .map(str::to_owned),
+    );
+    args
 }
 
 pub fn fixture(name: &str) -> PathBuf {

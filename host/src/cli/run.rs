@@ -30,7 +30,7 @@ use super::HomeArgs;
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The scenario component: a path, `path@sha256:<hex>`, `sha256:<prefix>` or a name in the store.
-    /// Defaults to the built-in agentx-mvp.
+    /// Defaults to the built-in agentx-v1 (session trees); `agentx-mvp` names the built-in MVP.
     #[arg(value_name = "SCENARIO")]
     pub scenario: Option<String>,
 
@@ -398,6 +398,9 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
         let base = s.split('@').next().unwrap_or(s);
         a.scenario = Some(if Path::new(base).exists() {
             format!("{base}@sha256:{sha}")
+        } else if crate::run::is_builtin_name(base) {
+            // A built-in by name: the hash check refuses other bytes.
+            base.to_string()
         } else {
             format!("sha256:{sha}")
         });

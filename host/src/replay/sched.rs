@@ -169,6 +169,8 @@ struct RtTree {
     /// The recorded instant the tree's replay starts from (ms on the root clock): t*, or root
     /// turn 0's start for a recycled tree; the pressure stage's hand-off measures offsets from it.
     origin_ms: f64,
+    /// The end of the tree's last response (or its start): the per-tree idle cap counts from it.
+    last_end: Instant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -286,6 +288,7 @@ impl Sched {
             held: Vec::new(),
             pass,
             origin_ms: tree.streams[0].turns.first().map_or(0.0, |t| t.ts_ms),
+            last_end: Instant::now(),
         };
         let root = self.new_session(&rt, 0);
         rt.root_corr = root.correlation_id.clone();
@@ -639,9 +642,9 @@ impl Sched {
     /// re-checked, and a drained tree's lane recycles.
     fn on_done(&mut self, d: Done) {
         self.in_flight -= 1;
-        let now = Instant::now();
         if self.in_flight == 0 {
-            self.idle_since = now;
+            // The system idle cap counts from the response that left nothing in flight.
+            self.idle_since = d.end;
         }
         let trees: &'static [SessionTree] = self.plan.trees;
         let Some(rt) = self.lanes[d.lane as usize].as_mut() else {
@@ -653,6 +656,7 @@ impl Sched {
             return;
         }
         rt.in_flight -= 1;
+        rt.last_end = rt.last_end.max(d.end);
         let tree = &trees[rt.tree];
         let s = d.stream as usize;
         let stream = &tree.streams[s];
@@ -747,7 +751,7 @@ impl Sched {
         let rt = self.lanes[lane as usize].as_ref().expect("tree");
         if rt.in_flight == 0 && rt.timers > 0 {
             if let Some(cap) = self.sh.cfg.trace_idle_cap {
-                self.shift(Some((lane, rt.gen)), Instant::now() + cap, false);
+                self.shift(Some((lane, rt.gen)), rt.last_end + cap, false);
             }
         }
         let rt = self.lanes[lane as usize].as_ref().expect("tree");
@@ -1155,8 +1159,11 @@ pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tre
             );
         }
     }
-    // Trees that start with only future work: the per-tree idle cap counts from now.
+    // Trees that start with only future work: the per-tree idle cap counts from the start.
     for lane in 0..n_lanes as u32 {
+        if let Some(rt) = sc.lanes[lane as usize].as_mut() {
+            rt.last_end = start;
+        }
         sc.settle(lane);
     }
     sh.progress

@@ -393,8 +393,8 @@ fn validity(
         .as_str()
         .ok_or_else(|| anyhow!("the manifest names no scenario sha256"))?;
     let source = m["scenario"]["source"].as_str().unwrap_or_default();
-    let sc = if source.starts_with("builtin:") {
-        super::load(None, home)?
+    let sc = if let Some(stem) = source.strip_prefix("builtin:") {
+        super::load(Some(stem), home)?
     } else if Path::new(source).is_file() {
         super::load(Some(&format!("{source}@sha256:{sha}")), home)?
     } else {

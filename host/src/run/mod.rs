@@ -28,8 +28,37 @@ use crate::scenario::types::{DelayParams, Placement, Resolved, Setting, StartPar
 use crate::scenario::{self, Scenario, ScenarioEngine};
 use crate::scenario::{ScenarioRef, ScenarioStore};
 
-/// The agentx-mvp component built into the host (the default scenario).
-pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
+/// The agentx-v1 component built into the host: the default scenario (AgentX v1.0 session trees).
+pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-v1.wasm");
+/// The agentx-mvp component built into the host (the seed-era single-stream scenario), selectable by
+/// name (`agentx-mvp`, `inferencex-agentx-mvp`) or hash.
+pub const BUILTIN_MVP: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
+
+/// The components built into the host: file stem, scenario name, bytes. The first is the default.
+pub const BUILTINS: [(&str, &str, &[u8]); 2] = [
+    ("agentx-v1", "inferencex-agentx-v1", BUILTIN_SCENARIO),
+    ("agentx-mvp", "inferencex-agentx-mvp", BUILTIN_MVP),
+];
+
+/// Whether `name` names a built-in component (its file stem or scenario name).
+pub fn is_builtin_name(name: &str) -> bool {
+    builtin(&ScenarioRef::Name(name.to_string())).is_some()
+}
+
+/// The built-in component a name or hash reference means, if any.
+fn builtin(r: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
+    use sha2::{Digest, Sha256};
+    BUILTINS
+        .iter()
+        .find(|(stem, name, bytes)| match r {
+            ScenarioRef::Name(n) => n == stem || n == name,
+            ScenarioRef::Hash(prefix) => {
+                hex::encode(Sha256::digest(bytes)).starts_with(prefix.as_str())
+            }
+            ScenarioRef::File { .. } => false,
+        })
+        .map(|(stem, _, bytes)| (*stem, *bytes))
+}
 /// The corpus replayed when no dataset is named (24 synthetic traces, `fixtures/traces-24.jsonl`).
 pub const BUNDLED_CORPUS: &[u8] = include_bytes!("../../../fixtures/traces-24.jsonl");
 /// The manifest file of a run: its inputs, written before the first request.
@@ -381,13 +410,23 @@ fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
         Some(r) => {
             let r = ScenarioRef::parse(r)?;
             let store = ScenarioStore::new(home);
-            let (path, pin) = store.locate(&r)?;
             let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
-            Ok(engine.load(&path, pin.as_deref())?)
+            match store.locate(&r) {
+                Ok((path, pin)) => Ok(engine.load(&path, pin.as_deref())?),
+                // A name or hash the store does not hold may be a built-in component.
+                Err(e @ scenario::ScenarioError::NotInStore { .. }) => match builtin(&r) {
+                    Some((stem, bytes)) => {
+                        let source = format!("builtin:{stem}");
+                        Ok(engine.load_bytes(Path::new(&source), bytes, None)?)
+                    }
+                    None => Err(e.into()),
+                },
+                Err(e) => Err(e.into()),
+            }
         }
         None => {
             let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
-            Ok(engine.load_bytes(Path::new("builtin:agentx-mvp"), BUILTIN_SCENARIO, None)?)
+            Ok(engine.load_bytes(Path::new("builtin:agentx-v1"), BUILTIN_SCENARIO, None)?)
         }
     }
 }
@@ -444,7 +483,14 @@ pub fn draw_seed() -> u64 {
 pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let rp = &cfg.plan;
     let home = cfg.home.clone();
-    let sc = load(cfg.scenario.as_deref(), &home)?;
+    // A rerun of a run that named no scenario takes the recorded component by its hash (the
+    // default may have changed since; the built-ins are found by hash too).
+    let sc = match (&cfg.scenario, &cfg.expect_scenario_sha256) {
+        (None, Some(h)) => {
+            load(Some(&format!("sha256:{h}")), &home).or_else(|_| load(None, &home))?
+        }
+        _ => load(cfg.scenario.as_deref(), &home)?,
+    };
     if let Some(want) = &cfg.expect_scenario_sha256 {
         if sc.hash() != want {
             bail!(
