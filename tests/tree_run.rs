@@ -547,3 +547,102 @@ fn awkward_trees_replay_and_unplaceable_timestamps_are_refused() {
         r.stderr()
     );
 }
+
+/// The single-stream replay's guarantees hold for trees: the failed-request threshold stops the run
+/// with its records kept, and an interrupt drains, keeps every record streamed so far, and exits 1.
+#[cfg(unix)]
+#[test]
+fn session_trees_keep_the_threshold_and_the_interrupt() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let mut cfg = SimConfig::max();
+    cfg.faults = agentx::sim::Faults {
+        seed: 7,
+        fail_rate: 0.5,
+        ..agentx::sim::Faults::default()
+    };
+    let sim = Sim::start(cfg);
+    let mut tripped = false;
+    for attempt in 0..8 {
+        let id = format!("attempt{attempt}");
+        let r = run_trees(
+            &sim.url(),
+            "2",
+            "30",
+            &["--run-id", &id, "--failed-request-threshold", "0.05"],
+        );
+        assert_eq!(r.code(), 1, "{}", r.stderr());
+        assert!(!r.records().is_empty(), "records kept");
+        if r.stderr().contains("warmup failed") {
+            // A root primer failed: the run aborts before profiling (as aiperf), records kept.
+            continue;
+        }
+        assert!(
+            r.stderr()
+                .contains("--failed-request-threshold 0.05 exceeded"),
+            "{}",
+            r.stderr()
+        );
+        assert_eq!(r.summary()["stop"], "failed_request_threshold_exceeded");
+        tripped = true;
+        break;
+    }
+    assert!(tripped, "eight warmups in a row failed");
+
+    let sim = self::sim();
+    let corpus = fixture("traces-subagents-8.jsonl");
+    let v1 = crate::scenario::dist("agentx-v1.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    let url = sim.url();
+    let child = crate::support::agentx_command(dir.path(), &[])
+        .args([
+            "run",
+            v1.to_str().unwrap(),
+            "--url",
+            &url,
+            "--model",
+            "agentx-sim",
+            "--input-file",
+            corpus.to_str().unwrap(),
+            "--unsafe-override",
+            "--concurrency",
+            "3",
+            "--benchmark-duration",
+            "600",
+            "--stats-interval",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let records = dir.path().join("artifacts/records.jsonl");
+    let t0 = Instant::now();
+    loop {
+        let n = std::fs::read_to_string(&records)
+            .map(|s| s.lines().count())
+            .unwrap_or(0);
+        if n >= 12 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "no records streamed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let recs = agentx::record::read_records(&records).unwrap();
+    assert!(recs.len() >= 12);
+    let s: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("artifacts/run_summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(s["stop"], "interrupted");
+}
