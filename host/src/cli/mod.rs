@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::scenario::{self, ScenarioEngine, ScenarioRef, ScenarioStore, StoredScenario};
+use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 
 pub mod merge;
 pub mod report;
@@ -154,13 +154,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Load a scenario reference through the store with the default sandbox limits.
+/// Load a scenario reference (a path, the store, or a built-in component by name or hash) with the
+/// default sandbox limits.
 pub fn load_scenario(reference: &str, home: &Path) -> anyhow::Result<scenario::Scenario> {
-    let r = ScenarioRef::parse(reference)?;
-    let store = ScenarioStore::new(home);
-    let (path, pin) = store.locate(&r)?;
-    let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
-    Ok(engine.load(&path, pin.as_deref())?)
+    crate::run::load(Some(reference), home)
 }
 
 fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {

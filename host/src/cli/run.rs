@@ -703,9 +703,17 @@ impl RunPlan {
         }
 
         let grace = parse_grace("--benchmark-grace-period", &a.benchmark_grace_period)?;
-        let warmup_grace = match &a.agentic_warmup_grace_period {
-            Some(g) => parse_grace("--agentic-warmup-grace-period", g)?,
-            None => parse_grace("--warmup-grace-period", &a.warmup_grace_period)?,
+        let warmup_grace = match (
+            &a.agentic_warmup_grace_period,
+            a.agentic_cache_warmup_duration,
+        ) {
+            (Some(g), _) => parse_grace("--agentic-warmup-grace-period", g)?,
+            // With a cache-pressure stage of D seconds and no warmup grace given, aiperf's default:
+            // the profiling grace, or min(D, 300 s) if longer.
+            (None, Some(d)) if a.warmup_grace_period.trim() == "inf" => {
+                grace.map(|g| g.max(Duration::from_secs_f64(d.clamp(0.0, 300.0))))
+            }
+            (None, _) => parse_grace("--warmup-grace-period", &a.warmup_grace_period)?,
         };
         let trace_idle_cap = a
             .trace_idle_gap_cap_seconds

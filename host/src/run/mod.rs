@@ -405,7 +405,9 @@ fn entropy() -> u64 {
     rand::rng().random()
 }
 
-fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
+/// Loads a scenario reference (a path, the store, or a built-in by name or hash), or the built-in
+/// default (agentx-v1) when none is given.
+pub fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
     match scenario {
         Some(r) => {
             let r = ScenarioRef::parse(r)?;
