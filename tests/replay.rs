@@ -733,21 +733,8 @@ fn an_interrupt_drains_keeps_the_records_and_exits_1() {
     .spawn()
     .unwrap();
     let records = dir.path().join("artifacts/records.jsonl");
-    let t0 = Instant::now();
-    // Wait until profiling records are on disk (written as they complete, before the run ends).
-    loop {
-        let n = std::fs::read_to_string(&records)
-            .map(|s| s.lines().count())
-            .unwrap_or(0);
-        if n >= 6 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no records streamed"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Wait until records are on disk (written as they complete, before the run ends).
+    crate::support::wait_for_records(&records, 6, Duration::from_secs(60));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -189,3 +189,19 @@ pub fn headless(browser: &Path, profile: &Path, page: &Path, args: &[&str]) -> O
         .output()
         .unwrap()
 }
+
+/// Waits until `path` (a records file being written) holds at least `n` records; panics after
+/// `within`.
+pub fn wait_for_records(path: &Path, n: usize, within: Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let have = std::fs::read_to_string(path)
+            .map(|s| s.lines().count())
+            .unwrap_or(0);
+        if have >= n {
+            return;
+        }
+        assert!(t0.elapsed() < within, "no records streamed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -556,7 +556,7 @@ fn session_trees_keep_the_threshold_and_the_interrupt() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let mut cfg = SimConfig::max();
     cfg.faults = agentx::sim::Faults {
@@ -620,20 +620,8 @@ fn session_trees_keep_the_threshold_and_the_interrupt() {
         .spawn()
         .unwrap();
     let records = dir.path().join("artifacts/records.jsonl");
-    let t0 = Instant::now();
-    loop {
-        let n = std::fs::read_to_string(&records)
-            .map(|s| s.lines().count())
-            .unwrap_or(0);
-        if n >= 12 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "no records streamed"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Wait until records are on disk (written as they complete, before the run ends).
+    crate::support::wait_for_records(&records, 12, Duration::from_secs(90));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

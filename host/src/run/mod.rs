@@ -1034,8 +1034,16 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     // Warmup responses count in the overflow rate (numerator and denominator): an overflow in
     // warmup is as much a sign of a too-short context as one in profiling.
     let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
+    let base = scenario::types::Outcome {
+        total_responses: t.requests + t.warmup_requests,
+        context_overflows: t.context_overflows + t.warmup_overflows,
+        failed: t.failed,
+        cancelled: outcome.stop.cancelled(),
+        unsafe_override,
+        overflow_rate_limit: rate_limit,
+    };
     let reasons = if trees {
-        // The configured duration is what coverage is measured against (aiperf's
+        // Coverage is measured against the configured duration (aiperf's
         // metric_duration_coverage); none when profiling never began.
         let prof: Vec<_> = records
             .iter()
@@ -1048,31 +1056,16 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
                 duration.as_nanos() as u64,
             )
         });
-        let (secs, ttft, itl) = (
-            duration.as_secs_f64(),
-            cov.map(|c| c.ttft_ratio),
-            cov.map(|c| c.inter_token_latency_ratio),
-        );
-        inst.tree_validity(scenario::types_v2::Outcome {
-            total_responses: t.requests + t.warmup_requests,
-            context_overflows: t.context_overflows + t.warmup_overflows,
-            failed: t.failed,
-            cancelled: outcome.stop.cancelled(),
-            unsafe_override,
-            overflow_rate_limit: rate_limit,
-            profiling_seconds: secs,
-            ttft_coverage: ttft,
-            itl_coverage: itl,
-        })?
+        inst.tree_validity(
+            base,
+            (
+                duration.as_secs_f64(),
+                cov.map(|c| c.ttft_ratio),
+                cov.map(|c| c.inter_token_latency_ratio),
+            ),
+        )?
     } else {
-        inst.validity(scenario::types::Outcome {
-            total_responses: t.requests + t.warmup_requests,
-            context_overflows: t.context_overflows + t.warmup_overflows,
-            failed: t.failed,
-            cancelled: outcome.stop.cancelled(),
-            unsafe_override,
-            overflow_rate_limit: rate_limit,
-        })?
+        inst.validity(base)?
     };
     let reasons = scenario::check::invalid_reasons(reasons, &resolved.invalid_reasons);
     if let Some(c) = &tree_counts {

@@ -789,10 +789,14 @@ impl ScenarioInstance {
     }
 
     /// Reasons a session-tree run is not a valid submission (0.2.0).
+    /// `coverage`: the profiling phase's configured seconds and the shares of it the TTFT and ITL
+    /// timelines cover (none when profiling never began).
     pub fn tree_validity(
         &mut self,
-        outcome: types_v2::Outcome,
+        outcome: types::Outcome,
+        coverage: (f64, Option<f64>, Option<f64>),
     ) -> Result<Vec<String>, ScenarioError> {
+        let outcome = world2::outcome(outcome, coverage);
         guest_call!(self, "validity", V2 | p, s | p.call_validity(s, outcome))
     }
 }

@@ -151,3 +151,18 @@ pub(super) fn marker_back(m: v2::Marker) -> v1::Marker {
         },
     }
 }
+
+/// A run's outcome with the 0.2.0 world's metric coverage: (profiling seconds, TTFT and ITL shares).
+pub(super) fn outcome(o: v1::Outcome, coverage: (f64, Option<f64>, Option<f64>)) -> v2::Outcome {
+    v2::Outcome {
+        total_responses: o.total_responses,
+        context_overflows: o.context_overflows,
+        failed: o.failed,
+        cancelled: o.cancelled,
+        unsafe_override: o.unsafe_override,
+        overflow_rate_limit: o.overflow_rate_limit,
+        profiling_seconds: coverage.0,
+        ttft_coverage: coverage.1,
+        itl_coverage: coverage.2,
+    }
+}
