@@ -305,6 +305,21 @@ fn inferencex_current_command_line_runs_through_dry_run() {
     );
     assert_eq!(sim.requests(), 0, "a dry run sends nothing");
 
+    // The same line with the single-stream agentx-mvp: the session-tree flags are named, not
+    // silently ignored.
+    let mut mvp: Vec<&str> = args.clone();
+    mvp.insert(1, "agentx-mvp");
+    let r = Run::exec(tempfile::tempdir().unwrap(), &mvp, &env);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("accepted but not acted on: --warmup-requests-per-lane 10"),
+        "{}",
+        r.stderr()
+    );
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert!(plan["lanes"][0]["start_turn"].is_number(), "{plan}");
+
     // Without the tokenizer in the cache the run goes on with the word model (server counts), and
     // says how to fetch it.
     let hub = hub_cache(false);
