@@ -84,7 +84,7 @@ start=$SECONDS
 (
     cd "$WORK" &&
         env AGENTX="$BIN" URL= MODEL= \
-            CONCURRENCY="$CONCURRENCY" DURATION="$DURATION" OUT="$OUT" SCENARIO= \
+            CONCURRENCY="$CONCURRENCY" DURATION="$DURATION" OUT="$OUT" SCENARIO=agentx-mvp \
             DATASET_ARGS="--input-file $REPO/fixtures/traces-24.jsonl --custom-dataset-type weka_trace" \
             EXTRA_ARGS="--random-seed 42 --unsafe-override" \
             SIM_ARGS="--preset h200 --speed 4" \

@@ -506,7 +506,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let trees = sc.world() == scenario::World::V0_2;
     if trees && cfg.shard.is_some() {
         bail!(
-            "the scenario {} {} replays session trees, which a sharded run (--shard, Slurm, Kubernetes)              does not split yet; run it in one process, or shard agentx-mvp",
+            "the scenario {} {} replays session trees, which a sharded run (--shard, Slurm, Kubernetes) does not split yet; run it in one process, or shard agentx-mvp",
             info.name,
             info.version
         );
