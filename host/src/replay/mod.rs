@@ -997,7 +997,10 @@ async fn send_turn(
             RequestIds {
                 request_id: &req.request_id,
                 correlation_id: &session.correlation_id,
-                parent_correlation_id: None,
+                parent_correlation_id: session
+                    .tree
+                    .as_ref()
+                    .and_then(|t| t.parent_correlation_id.as_deref()),
                 last: req.turn + 1 >= req.num_turns,
             },
             keep_text,

@@ -37,10 +37,8 @@ use tokio::task::JoinSet;
 
 use super::tree::TreeLane;
 use super::{
-    account, bar, bust, to_record, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Sent, Session,
-    Shared, StopReason, Tally,
+    bar, bust, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Session, Shared, StopReason, Tally,
 };
-use crate::client::RequestIds;
 use crate::dataset::tree::SessionTree;
 use crate::dataset::{AssistantMode, Conversation, Dataset};
 use crate::record::{Phase, TreeInfo};
@@ -595,7 +593,7 @@ impl Sched {
                 }
             };
             let mut cancel = sh.cancel.subscribe();
-            let sent = send_tree_turn(&sh, &session, req, phase, intended, &mut cancel).await;
+            let sent = super::send_turn(&sh, &session, req, phase, intended, &mut cancel).await;
             let last = turn + 1 >= num_turns;
             if last || sent.overflow {
                 sh.client.end_session(&session.correlation_id);
@@ -853,54 +851,62 @@ impl Sched {
     }
 }
 
-/// Sends a prepared request of a tree stream and records it.
-async fn send_tree_turn(
-    sh: &Arc<Shared>,
-    session: &Session,
-    mut req: super::Prepared,
-    phase: Phase,
-    intended: u64,
-    cancel: &mut tokio::sync::watch::Receiver<bool>,
-) -> Sent {
-    let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
-    sh.in_flight.fetch_add(1, Ordering::Relaxed);
-    let parent = session
-        .tree
-        .as_ref()
-        .and_then(|t| t.parent_correlation_id.as_deref());
-    let ex = sh
-        .client
-        .send(
-            std::mem::take(&mut req.body),
-            RequestIds {
-                request_id: &req.request_id,
-                correlation_id: &session.correlation_id,
-                parent_correlation_id: parent,
-                last: req.turn + 1 >= req.num_turns,
-            },
-            keep_text,
-            cancel,
-        )
-        .await;
-    sh.in_flight.fetch_sub(1, Ordering::Relaxed);
-    let rec = to_record(sh, session, req, phase, intended, &ex);
-    let sent = Sent {
-        overflow: rec.context_overflow,
-        error: rec
-            .error
-            .as_ref()
-            .map(|e| format!("{} ({})", e.message, e.kind)),
-        reply: (rec.error.is_none() && keep_text).then_some(ex.text),
-        end: ex.end,
-    };
-    account(sh, &rec);
-    sh.records.send(rec);
-    sent
+/// The scheduler's wake-up at its earliest timer, armed anew only when that instant changes: each
+/// arming queues a deadline on the timer thread and wakes that thread, which once per response
+/// would cost as much as the rest of the scheduler's work.
+struct Wake {
+    at: Option<Instant>,
+    fut: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+}
+
+impl Wake {
+    fn new() -> Wake {
+        Wake {
+            at: None,
+            fut: Box::pin(std::future::pending()),
+        }
+    }
+
+    /// Makes `fut` complete at `at` (never, for none).
+    fn arm(&mut self, sh: &Arc<Shared>, at: Option<Instant>) {
+        if at == self.at {
+            return;
+        }
+        self.at = at;
+        self.fut = match at {
+            Some(at) => {
+                let sh = sh.clone();
+                Box::pin(async move { super::sleep_until(&sh, at).await })
+            }
+            None => Box::pin(std::future::pending()),
+        };
+    }
+
+    /// `fut` completed: it must not be polled again, and the next `arm` arms anew.
+    fn fired(&mut self) {
+        self.at = None;
+        self.fut = Box::pin(std::future::pending());
+    }
 }
 
 /// Runs a session-tree replay to its end: warmup primers, then profiling until the duration, the
 /// threshold or an interrupt. Records go to `inputs.records` as they complete.
+///
+/// The scheduler runs as a task of the runtime: every response passes through its loop, and on a
+/// worker thread the request task that finishes wakes it (and it spawns the next request) on the
+/// same thread, where from the thread blocking on the runtime each response would cost two
+/// cross-thread wake-ups.
 pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> TreeOutcome {
+    match tokio::spawn(schedule(cfg, plan, inputs)).await {
+        Ok(o) => o,
+        Err(e) => match e.try_into_panic() {
+            Ok(p) => std::panic::resume_unwind(p),
+            Err(e) => panic!("the session-tree scheduler was cancelled: {e}"),
+        },
+    }
+}
+
+async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> TreeOutcome {
     let recycler = super::recycle::Recycler::new(&[], std::iter::empty(), 0);
     let n_lanes = plan.lanes.len();
     let (sh, rest) = Shared::build(cfg, inputs, Vec::new(), recycler, n_lanes as u64);
@@ -980,8 +986,9 @@ pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tre
     let mut returned = 0u64;
     let mut failures: Vec<String> = Vec::new();
     let mut interrupted = false;
+    let mut wake = Wake::new();
     while returned < primers {
-        let wake = sc.next_wake();
+        wake.arm(&sh, sc.next_wake());
         tokio::select! {
             Some(r) = sc.tasks.join_next() => {
                 let Ok(d) = r else {
@@ -1020,12 +1027,10 @@ pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tre
                     break;
                 }
             }
-            _ = async {
-                match wake {
-                    Some(w) => super::sleep_until(&sh, w).await,
-                    None => std::future::pending().await,
-                }
-            } => sc.fire_due(),
+            _ = &mut wake.fut => {
+                wake.fired();
+                sc.fire_due();
+            }
             _ = async {
                 match warm_deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -1177,8 +1182,11 @@ pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tre
     let mut message = None;
     sc.fire_due();
     sc.cap_system_idle();
+    let mut wake = Wake::new();
+    let deadline = tokio::time::sleep_until(deadline);
+    tokio::pin!(deadline);
     loop {
-        let wake = sc.next_wake();
+        wake.arm(&sh, sc.next_wake());
         tokio::select! {
             Some(r) = sc.tasks.join_next() => {
                 if let Ok(d) = r {
@@ -1187,16 +1195,12 @@ pub async fn run(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tre
                 sc.fire_due();
                 sc.cap_system_idle();
             }
-            _ = async {
-                match wake {
-                    Some(w) => super::sleep_until(&sh, w).await,
-                    None => std::future::pending().await,
-                }
-            } => {
+            _ = &mut wake.fut => {
+                wake.fired();
                 sc.fire_due();
                 sc.cap_system_idle();
             }
-            _ = tokio::time::sleep_until(deadline) => break,
+            _ = &mut deadline => break,
             _ = threshold_rx.wait_for(|t| *t) => {
                 stop = StopReason::ThresholdExceeded;
                 let t = sh.tally.lock().expect("tally lock").clone();
@@ -1330,6 +1334,7 @@ async fn pressure_stage(
         Pressure::RequestsPerLane(_) => None,
     };
     sc.fire_due();
+    let mut wake = Wake::new();
     loop {
         if let Pressure::RequestsPerLane(n) = p {
             if sc.pressure_sent.iter().all(|&x| x >= n) {
@@ -1339,7 +1344,7 @@ async fn pressure_stage(
         if sc.tasks.is_empty() && (sc.paused || sc.heap.is_empty()) {
             break;
         }
-        let wake = sc.next_wake();
+        wake.arm(&sc.sh, sc.next_wake());
         tokio::select! {
             Some(r) = sc.tasks.join_next() => {
                 if let Ok(d) = r {
@@ -1347,12 +1352,10 @@ async fn pressure_stage(
                 }
                 sc.fire_due();
             }
-            _ = async {
-                match wake {
-                    Some(w) => super::sleep_until(&sc.sh, w).await,
-                    None => std::future::pending().await,
-                }
-            } => sc.fire_due(),
+            _ = &mut wake.fut => {
+                wake.fired();
+                sc.fire_due();
+            }
             _ = async {
                 match end {
                     Some(e) => tokio::time::sleep_until(e).await,
