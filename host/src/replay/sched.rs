@@ -79,7 +79,7 @@ pub enum Pressure {
 pub struct TreeCounts {
     /// Trees started in profiling (the lanes' first trees and every recycled one).
     pub trees_started: u64,
-    /// Trees that drained in profiling.
+    /// Trees that drained (in profiling and in the warmup's cache-pressure stage).
     pub trees_drained: u64,
     /// Child streams spawned during profiling.
     pub children_spawned: u64,
