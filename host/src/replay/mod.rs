@@ -391,27 +391,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     }
     if interrupted || !failures.is_empty() {
         shared.progress.finish();
-        let tally = shared.tally.lock().expect("tally lock").clone();
-        let (stop, message) = if interrupted {
-            (
-                StopReason::Interrupted,
-                "interrupted during warmup; profiling never started".to_string(),
-            )
-        } else {
-            (
-                StopReason::WarmupFailed,
-                format!(
-                    "warmup failed, so the run was aborted (metrics on a degraded warmup would mislead): {}",
-                    failures.join("; ")
-                ),
-            )
-        };
-        return ReplayOutcome {
-            stop,
-            tally,
-            profiling_ns: None,
-            message: Some(message),
-        };
+        return warmup_stopped(&shared, interrupted, &failures);
     }
 
     // ---- profiling ----
@@ -693,6 +673,31 @@ impl Shared {
             threshold_rx,
         };
         (shared, rest)
+    }
+}
+
+/// The outcome of a replay stopped in warmup: interrupted, or aborted by `failures`.
+fn warmup_stopped(sh: &Shared, interrupted: bool, failures: &[String]) -> ReplayOutcome {
+    let tally = sh.tally.lock().expect("tally lock").clone();
+    let (stop, message) = if interrupted {
+        (
+            StopReason::Interrupted,
+            "interrupted during warmup; profiling never started".to_string(),
+        )
+    } else {
+        (
+            StopReason::WarmupFailed,
+            format!(
+                "warmup failed, so the run was aborted (metrics on a degraded warmup would mislead): {}",
+                failures.join("; ")
+            ),
+        )
+    };
+    ReplayOutcome {
+        stop,
+        tally,
+        profiling_ns: None,
+        message: Some(message),
     }
 }
 

@@ -1056,28 +1056,8 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     }
     if interrupted || !failures.is_empty() {
         sh.progress.finish();
-        let tally = sh.tally.lock().expect("tally lock").clone();
-        let (stop, message) = if interrupted {
-            (
-                StopReason::Interrupted,
-                "interrupted during warmup; profiling never started".to_string(),
-            )
-        } else {
-            (
-                StopReason::WarmupFailed,
-                format!(
-                    "warmup failed, so the run was aborted (metrics on a degraded warmup would mislead): {}",
-                    failures.join("; ")
-                ),
-            )
-        };
         return TreeOutcome {
-            replay: ReplayOutcome {
-                stop,
-                tally,
-                profiling_ns: None,
-                message: Some(message),
-            },
+            replay: super::warmup_stopped(&sh, interrupted, &failures),
             counts: sc.counts,
         };
     }
@@ -1087,16 +1067,8 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
             Ok(()) => true,
             Err(()) => {
                 sh.progress.finish();
-                let tally = sh.tally.lock().expect("tally lock").clone();
                 return TreeOutcome {
-                    replay: ReplayOutcome {
-                        stop: StopReason::Interrupted,
-                        tally,
-                        profiling_ns: None,
-                        message: Some(
-                            "interrupted during warmup; profiling never started".to_string(),
-                        ),
-                    },
+                    replay: super::warmup_stopped(&sh, true, &[]),
                     counts: sc.counts,
                 };
             }
