@@ -109,7 +109,10 @@ fn bad_references_exit_2_with_a_clear_message() {
             "cannot read scenario nope/missing.wasm",
         ),
         ("sha256:abc", "expected 8 to 64 hex digits"),
-        ("no-such-scenario", "is not in the store"),
+        (
+            "no-such-scenario",
+            "is neither built in (agentx-v1 (default), agentx-mvp) nor in the store",
+        ),
         ("Cargo.toml", "is not a WebAssembly file"),
     ];
     for (r, want) in cases {

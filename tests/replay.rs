@@ -334,7 +334,7 @@ fn locks_are_listed_together_and_exit_2() {
         assert!(e.contains(flag), "{flag} missing from: {e}");
     }
     assert!(
-        !r.artifacts().exists(),
+        !r.dir.path().join("artifacts").exists(),
         "nothing is written for a refused run"
     );
 }
@@ -732,7 +732,7 @@ fn an_interrupt_drains_keeps_the_records_and_exits_1() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let records = dir.path().join("artifacts/records.jsonl");
+    let records = dir.path().join("artifacts/latest/records.jsonl");
     // Wait until records are on disk (written as they complete, before the run ends).
     crate::support::wait_for_records(&records, 6, Duration::from_secs(60));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
@@ -743,7 +743,7 @@ fn an_interrupt_drains_keeps_the_records_and_exits_1() {
     let recs = read_records(&records).unwrap();
     assert!(recs.len() >= 6);
     let s: Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("artifacts/run_summary.json")).unwrap(),
+        &std::fs::read(dir.path().join("artifacts/latest/run_summary.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(s["stop"], "interrupted");
@@ -780,7 +780,7 @@ fn h2c_works_and_the_api_key_is_never_written() {
     .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let recs = read_records(&dir.path().join("artifacts/records.jsonl")).unwrap();
+    let recs = read_records(&dir.path().join("artifacts/latest/records.jsonl")).unwrap();
     assert!(recs.len() >= 2);
     assert!(
         recs.iter().all(|r| r.ok()),
@@ -788,7 +788,7 @@ fn h2c_works_and_the_api_key_is_never_written() {
     );
     assert!(!err.contains(secret));
     assert!(!String::from_utf8_lossy(&out.stdout).contains(secret));
-    for e in std::fs::read_dir(dir.path().join("artifacts")).unwrap() {
+    for e in std::fs::read_dir(dir.path().join("artifacts/latest")).unwrap() {
         let p = e.unwrap().path();
         let bytes = std::fs::read(&p).unwrap();
         assert!(
@@ -830,7 +830,7 @@ fn a_manifest_reruns_the_same_plan_and_refuses_changed_inputs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let art = dir.path().join("artifacts");
+    let art = dir.path().join("artifacts/latest");
     let m: Value =
         serde_json::from_slice(&std::fs::read(art.join("run_manifest.json")).unwrap()).unwrap();
     assert_eq!(m["seed_drawn"], true);

@@ -220,7 +220,7 @@ fn each_world_refuses_the_other_worlds_calls() {
     );
     assert_eq!(r.code(), 2);
     assert!(r.stderr().contains("does not split yet"), "{}", r.stderr());
-    assert!(!r.artifacts().exists(), "nothing written");
+    assert!(!r.dir.path().join("artifacts").exists(), "nothing written");
 }
 
 /// `run --dry-run --json` with agentx-v1 on the with-subagents fixture plans what aiperf 0.13 plans

@@ -109,8 +109,9 @@ pub fn agentx_command(dir: &Path, env: &[(&str, &str)]) -> std::process::Command
     c
 }
 
-/// A finished `agentx-host` process: its output, its working directory (artifacts under
-/// `artifacts/`) and how long it took.
+/// A finished `agentx-host` process: its output, its working directory (a run without
+/// `--output-artifact-dir` writes to a fresh `artifacts/<scenario>-<time>-<id>`, named by
+/// `artifacts/latest`) and how long it took.
 pub struct Run {
     pub out: Output,
     pub dir: tempfile::TempDir,
@@ -143,8 +144,9 @@ impl Run {
     pub fn code(&self) -> i32 {
         self.out.status.code().unwrap_or(-1)
     }
+    /// The newest run's artifact directory (`artifacts/latest`).
     pub fn artifacts(&self) -> PathBuf {
-        self.dir.path().join("artifacts")
+        self.dir.path().join("artifacts/latest")
     }
     pub fn records(&self) -> Vec<RequestRecord> {
         read_records(&self.artifacts().join("records.jsonl")).unwrap()

@@ -75,6 +75,33 @@ fn a_sweep_runs_every_point_resumes_and_refuses_what_would_overwrite() {
     for view in ["sweep_pareto.png", "report.html"] {
         assert!(out.join(view).is_file(), "{view}");
     }
+    // `plot SWEEPDIR` draws the sweep again (not the first point's run page over it); `report`
+    // refuses the ambiguous directory and lists the points.
+    let page = std::fs::read(out.join("report.html")).unwrap();
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    std::fs::remove_file(out.join("sweep_pareto.png")).unwrap();
+    let p = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &["plot", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(p.code(), 0, "{}", p.stderr());
+    assert_eq!(std::fs::read(out.join("report.html")).unwrap(), page);
+    assert!(out.join("sweep_pareto.png").is_file());
+    assert!(!out.join("metrics_plots.png").exists());
+    let rep = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &["report", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(rep.code(), 2);
+    assert!(
+        rep.stderr().contains("holds several runs")
+            && rep.stderr().contains("conc_1")
+            && rep.stderr().contains("conc_3"),
+        "{}",
+        rep.stderr()
+    );
 
     // A second sweep of the same points, compared with the first: one row of ratios per point.
     let other = tempfile::tempdir().unwrap();

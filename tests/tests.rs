@@ -4,6 +4,7 @@ mod cli;
 mod dataset;
 mod deploy;
 mod export;
+mod front_door;
 mod html;
 mod inferencex;
 mod replay;

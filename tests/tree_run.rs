@@ -619,7 +619,7 @@ fn session_trees_keep_the_threshold_and_the_interrupt() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let records = dir.path().join("artifacts/records.jsonl");
+    let records = dir.path().join("artifacts/latest/records.jsonl");
     // Wait until records are on disk (written as they complete, before the run ends).
     crate::support::wait_for_records(&records, 12, Duration::from_secs(90));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
@@ -629,7 +629,7 @@ fn session_trees_keep_the_threshold_and_the_interrupt() {
     let recs = agentx::record::read_records(&records).unwrap();
     assert!(recs.len() >= 12);
     let s: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("artifacts/run_summary.json")).unwrap(),
+        &std::fs::read(dir.path().join("artifacts/latest/run_summary.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(s["stop"], "interrupted");

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use cap_std::fs::{Dir, OpenOptions};
 use rand::RngExt;
 
+/// The link beside per-run artifact directories that names the newest one (`artifacts/latest`).
+pub const LATEST_LINK: &str = "latest";
+
 /// A directory opened once as a capability, with the path it was opened at (for messages).
 #[derive(Debug)]
 pub struct Root {
@@ -113,6 +116,25 @@ impl Root {
     /// Renames `from` to `to`, both beneath this directory.
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> std::io::Result<()> {
         self.dir.rename(from.as_ref(), &self.dir, to.as_ref())
+    }
+
+    /// Removes the file `rel` beneath this directory; a file that is not there is not an error.
+    pub fn remove_file_if_present(&self, rel: impl AsRef<Path>) -> std::io::Result<()> {
+        match self.dir.remove_file(rel.as_ref()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Points the symlink `link` at `target` (a name relative to this directory), replacing an
+    /// earlier link atomically: readers see the old target or the new one.
+    #[cfg(unix)]
+    pub fn replace_symlink(&self, target: impl AsRef<Path>, link: &str) -> std::io::Result<()> {
+        let tmp = format!(".{link}.{:016x}.tmp", rand::rng().random::<u64>());
+        self.dir.symlink(target.as_ref(), &tmp)?;
+        self.dir.rename(&tmp, &self.dir, link).inspect_err(|_| {
+            let _ = self.dir.remove_file(&tmp);
+        })
     }
 
     /// Writes `data` to `rel` through a temporary file in the same directory, fsynced and renamed,

@@ -3,6 +3,9 @@
 //! The native host owns networking, the dataset cache, time and files; the policy of a benchmark
 //! scenario runs as a sandboxed WebAssembly component loaded by hash (see [`scenario`]).
 
+#[macro_use]
+pub mod out;
+
 pub mod cli;
 pub mod client;
 pub mod dataset;

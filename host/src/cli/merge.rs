@@ -22,7 +22,7 @@ pub struct MergeArgs {
 
 pub fn main(a: MergeArgs) -> anyhow::Result<ExitCode> {
     let m = crate::run::merge::merge(&a.dirs, &a.output, &a.home.dir())?;
-    println!(
+    outln!(
         "merged {} shards: {} records into {} in {:.2} s (clock skew between shards {:.3} ms)",
         a.dirs.len(),
         m.records,
@@ -31,15 +31,15 @@ pub fn main(a: MergeArgs) -> anyhow::Result<ExitCode> {
         m.clock_skew_ns as f64 / 1e6
     );
     if m.submission_invalid_reasons.is_empty() {
-        println!("submission valid");
+        outln!("submission valid");
     } else {
         for r in &m.submission_invalid_reasons {
-            println!("not a valid submission: {r}");
+            outln!("not a valid submission: {r}");
         }
     }
     for f in &m.files {
         if let Some(name) = f.file_name() {
-            println!("  {}", name.to_string_lossy());
+            outln!("  {}", name.to_string_lossy());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -90,7 +90,7 @@ pub enum ScenarioCommand {
         #[command(flatten)]
         home: HomeArgs,
     },
-    /// List the scenarios in the store, newest first.
+    /// List the built-in scenarios (the default first), then the store's, newest first.
     List {
         /// Print JSON instead of text.
         #[arg(long)]
@@ -111,7 +111,7 @@ pub fn main() -> ExitCode {
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(2)
         }
     };
@@ -188,27 +188,27 @@ fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {
                         "setting": l.setting, "rule": l.rule,
                     })).collect::<Vec<_>>(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                println!("sha256:      {}", sc.hash());
-                println!("size:        {} bytes", sc.size());
-                println!("path:        {}", sc.path().display());
-                println!(
+                outln!("sha256:      {}", sc.hash());
+                outln!("size:        {} bytes", sc.size());
+                outln!("path:        {}", sc.path().display());
+                outln!(
                     "wit:         {} ({})",
                     sc.world().as_str(),
                     sc.world().replays()
                 );
-                println!("name:        {}", info.name);
-                println!("version:     {}", info.version);
-                println!("description: {}", info.description);
-                println!("knobs:");
+                outln!("name:        {}", info.name);
+                outln!("version:     {}", info.version);
+                outln!("description: {}", info.description);
+                outln!("knobs:");
                 for k in &info.knobs {
                     let d = k.default_value.as_deref().unwrap_or("-");
-                    println!("  {:<32} default {:<20} {}", k.name, d, k.description);
+                    outln!("  {:<32} default {:<20} {}", k.name, d, k.description);
                 }
-                println!("locks:");
+                outln!("locks:");
                 for l in &info.locks {
-                    println!("  {:<32} {}", l.setting, l.rule);
+                    outln!("  {:<32} {}", l.setting, l.rule);
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -234,7 +234,7 @@ fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {
             };
             let store = ScenarioStore::new(&home);
             let path = store.add(&bytes, &meta)?;
-            println!(
+            outln!(
                 "added {} {} sha256:{} -> {}",
                 meta.name,
                 meta.version,
@@ -244,19 +244,31 @@ fn scenario_command(cmd: ScenarioCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ScenarioCommand::List { json, home } => {
-            let list = ScenarioStore::new(&home.dir()).list()?;
+            let builtins = scenario::builtin::list();
+            let store_dir = home.dir();
+            let list = ScenarioStore::new(&store_dir).list()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
-            } else if list.is_empty() {
-                eprintln!(
-                    "the scenario store is empty; add one with `agentx-host scenario add FILE`"
-                );
+                let v = serde_json::json!({"builtin": builtins, "store": list});
+                outln!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                for m in list {
-                    println!(
-                        "sha256:{}  {:<28} {:<8} {} bytes",
-                        m.sha256, m.name, m.version, m.size
+                outln!("built in:");
+                for b in &builtins {
+                    let name = format!("{} ({})", b.name, b.alias);
+                    outln!(
+                        "  sha256:{}  {:<40} {} bytes{}",
+                        b.sha256,
+                        name,
+                        b.size,
+                        if b.default { "  [default]" } else { "" }
                     );
+                }
+                outln!("store ({}):", store_dir.display());
+                if list.is_empty() {
+                    outln!("  (empty; add a component with `agentx-host scenario add FILE`)");
+                }
+                for m in list {
+                    let name = format!("{} {}", m.name, m.version);
+                    outln!("  sha256:{}  {:<40} {} bytes", m.sha256, name, m.size);
                 }
             }
             Ok(ExitCode::SUCCESS)

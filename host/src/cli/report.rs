@@ -19,8 +19,8 @@ use crate::export::bmk::{self, Identity, IdentityInput, Layout};
 /// Arguments of `agentx-host report`.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The run's artifact directory (--output-artifact-dir), or a directory whose first subdirectory
-    /// holding a profile_export.jsonl is used (per-run layout).
+    /// The run's artifact directory: the run itself, a directory whose `latest` link names it (the
+    /// per-run default `artifacts`), or one holding exactly one run (aiperf's per-run layout).
     #[arg(value_name = "ARTIFACT_DIR")]
     pub artifact_dir: PathBuf,
     /// Write the JSON to FILE instead of stdout.
@@ -176,11 +176,11 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
     )?;
     json.push('\n');
     match &a.output {
-        None => print!("{json}"),
+        None => out!("{json}"),
         Some(p) => {
             crate::fsio::write_atomic(p, json.as_bytes())
                 .with_context(|| format!("cannot write {}", p.display()))?;
-            eprintln!("wrote {}", p.display());
+            errln!("wrote {}", p.display());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -189,7 +189,8 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
 /// Arguments of `agentx-host plot`.
 #[derive(Debug, Args)]
 pub struct PlotArgs {
-    /// The run's artifact directory.
+    /// A run's artifact directory (or `artifacts`, for the newest run), or a sweep's directory
+    /// (its Pareto view and page are drawn again).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
     /// Write the PNG to FILE instead of DIR/metrics_plots.png.
@@ -203,13 +204,38 @@ pub struct PlotArgs {
     pub no_html: bool,
 }
 
-/// Runs `agentx-host plot`.
+/// Runs `agentx-host plot`: a run's plot and page into the run's directory (the one `DIR` names:
+/// itself, its `latest`, or its only run); a sweep's Pareto view and page for a sweep directory.
 pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
-    let path = crate::export::plot::plot_dir(&a.dir, a.output.as_deref())?;
-    eprintln!("wrote {}", path.display());
+    if a.dir.join(crate::export::sweep::SWEEP_JSON).is_file() {
+        if a.output.is_some() || a.html.is_some() {
+            anyhow::bail!(
+                "{} is a sweep: its views (sweep_pareto.png, report.html) are written into it; drop -o/--html, or name one point (e.g. {}/conc_N)",
+                a.dir.display(),
+                a.dir.display()
+            );
+        }
+        let sweep = crate::export::sweep_views::read_sweep(&a.dir)?;
+        let root = crate::fsio::Root::open(&a.dir)
+            .with_context(|| format!("cannot open the sweep directory {}", a.dir.display()))?;
+        let files = crate::export::sweep_views::write_views(&root, &sweep);
+        if files.is_empty() {
+            anyhow::bail!(
+                "no view of the sweep {} was written (see the log)",
+                a.dir.display()
+            );
+        }
+        for f in files {
+            errln!("wrote {}", f.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dir = bmk::locate(&a.dir)?;
+    let path = crate::export::plot::plot_dir(&dir, a.output.as_deref())?;
+    errln!("wrote {}", path.display());
     if !a.no_html {
-        let path = crate::export::html::html_dir(&a.dir, a.html.as_deref())?;
-        eprintln!("wrote {}", path.display());
+        let path = crate::export::html::html_dir(&dir, a.html.as_deref())?;
+        errln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -212,14 +212,14 @@ pub struct RunArgs {
     pub tokenizer_trust_remote_code: bool,
 
     // ---- outputs ----
-    /// Directory of the run's outputs.
-    #[arg(
-        long,
-        alias = "artifact-dir",
-        default_value = "artifacts",
-        value_name = "DIR"
-    )]
-    pub output_artifact_dir: PathBuf,
+    /// Directory of the run's outputs [default: a fresh artifacts/<scenario>-<UTC time>-<id>, with
+    /// artifacts/latest pointing at it]. A directory that holds another run is refused unless
+    /// --overwrite.
+    #[arg(long, alias = "artifact-dir", value_name = "DIR")]
+    pub output_artifact_dir: Option<PathBuf>,
+    /// Replace the run in --output-artifact-dir (its files are removed when the new run starts).
+    #[arg(long)]
+    pub overwrite: bool,
     /// Time-slice width for the timeslice exports, seconds.
     #[arg(long, value_name = "SECONDS")]
     pub slice_duration: Option<f64>,
@@ -287,12 +287,19 @@ pub struct RunArgs {
 pub struct ReplayArgs {
     /// A `run_manifest.json` (or the artifact directory holding it).
     pub manifest: PathBuf,
-    /// Where the rerun writes (default: the original directory name with `-replay`).
+    /// Where the rerun writes [default: the recorded run's directory with `-replay`].
     #[arg(long, value_name = "DIR")]
     pub output_artifact_dir: Option<PathBuf>,
+    /// Replace an earlier rerun in that directory.
+    #[arg(long)]
+    pub overwrite: bool,
     /// Send to another server (the original URL by default).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
+    /// The model the server serves (the recorded one by default; needed with --url for a run of
+    /// the built-in simulator).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
     /// Print the plan and send nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -312,6 +319,8 @@ pub struct RecordedRun {
     pub scenario_sha256: String,
     /// The dataset's cache key, when the manifest has one.
     pub dataset_key: Option<String>,
+    /// The working directory of the run (relative paths in `argv` are relative to it).
+    pub cwd: Option<String>,
 }
 
 /// A run manifest that cannot be replayed.
@@ -352,12 +361,14 @@ impl RecordedRun {
             .ok_or(ManifestError::Missing("scenario.sha256"))?
             .to_string();
         let dataset_key = m["dataset"]["cache_key"].as_str().map(str::to_string);
+        let cwd = m["cwd"].as_str().map(str::to_string);
         Ok(RecordedRun {
             argv,
             seed,
             run_id,
             scenario_sha256,
             dataset_key,
+            cwd,
         })
     }
 
@@ -382,7 +393,7 @@ impl RecordedRun {
 /// dataset digest pinned.
 pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     let path = if r.manifest.is_dir() {
-        r.manifest.join(MANIFEST_FILE)
+        crate::run::artifact_dir::find_run(&r.manifest)?.join(MANIFEST_FILE)
     } else {
         r.manifest.clone()
     };
@@ -405,20 +416,93 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
             format!("sha256:{sha}")
         });
     }
+    let run_dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let run_dir = std::fs::canonicalize(&run_dir).unwrap_or(run_dir);
+    let demo = a.url.is_none();
     if let Some(u) = r.url {
+        if demo {
+            // A run of the built-in simulator sent to a server: what the demo implied is pinned.
+            a.concurrency
+                .get_or_insert_with(|| crate::run::DEMO_CONCURRENCY.to_string());
+            a.benchmark_duration
+                .get_or_insert(crate::run::DEMO_DURATION_S);
+            a.unsafe_override = true;
+            if a.dataset.is_none() && a.public_dataset.is_none() && a.input_file.is_none() {
+                a.input_file = Some(crate::run::bundled_corpus(&a.home.dir())?);
+            }
+            if a.model.is_none() && r.model.is_none() {
+                bail!(
+                    "{} is a run of the built-in simulator: pass the model the server at {u} serves, e.g. `agentx-host replay {} --url {u} --model NAME`",
+                    path.display(),
+                    r.manifest.display()
+                );
+            }
+        }
         a.url = Some(u);
     }
-    a.output_artifact_dir = match r.output_artifact_dir {
+    if let Some(m) = r.model {
+        a.model = Some(m);
+    }
+    let cwd = recorded.cwd.as_deref().map(Path::new);
+    for p in [a.input_file.as_mut()].into_iter().flatten() {
+        *p = relocate(p, cwd, &run_dir);
+    }
+    if let Some(d) = a.dataset.as_mut() {
+        if crate::dataset::alias::lookup(d).is_none() || Path::new(d).exists() {
+            *d = relocate(Path::new(d), cwd, &run_dir).display().to_string();
+        }
+    }
+    a.output_artifact_dir = Some(match r.output_artifact_dir {
         Some(d) => d,
         None => {
-            let mut d = a.output_artifact_dir.clone().into_os_string();
+            // Beside the recorded run, wherever that was written (a fresh directory, or a named one).
+            let mut d = run_dir.clone().into_os_string();
             d.push("-replay");
             PathBuf::from(d)
         }
-    };
+    });
+    a.overwrite = r.overwrite;
     a.dry_run = r.dry_run;
     a.json = r.json;
-    main(a, recorded.argv)
+    let mut cfg = run_config(&a, recorded.argv.clone())?;
+    cfg.replay_of = Some(crate::run::ReplayOf {
+        run_id: recorded.run_id.clone(),
+        manifest: std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()),
+    });
+    // A corpus file that moved or is gone: the recorded digest finds its cache entry.
+    if let (crate::run::DatasetSource::Spec(spec), Some(key)) =
+        (&cfg.plan.dataset, &recorded.dataset_key)
+    {
+        let local = crate::dataset::alias::lookup(spec).is_none();
+        if local && !Path::new(spec).exists() {
+            tracing::info!(
+                "the recorded dataset {spec} is not at hand; replaying its cached copy (digest {})",
+                &key[..key.len().min(16)]
+            );
+            cfg.plan.dataset = crate::run::DatasetSource::Cached {
+                key: key.clone(),
+                source: PathBuf::from(spec),
+            };
+        }
+    }
+    execute_and_print(cfg, a.json)
+}
+
+/// A relative dataset path of a recorded run, as seen from this working directory: unchanged when
+/// it exists here; else under the recorded working directory; else under the nearest ancestor of the
+/// run's directory that has it (the recorded digest refuses a wrong file either way).
+fn relocate(p: &Path, cwd: Option<&Path>, run_dir: &Path) -> PathBuf {
+    if p.is_absolute() || p.exists() {
+        return p.to_owned();
+    }
+    cwd.into_iter()
+        .chain(run_dir.ancestors())
+        .map(|base| base.join(p))
+        .find(|c| c.exists())
+        .unwrap_or_else(|| p.to_owned())
 }
 
 /// An environment variable under its agentx name or its aiperf name: `(name, value)`.
@@ -595,6 +679,11 @@ impl RunPlan {
                         "--concurrency {c:?} is not a number of lanes; pass e.g. --concurrency 16"
                     )
                 })?;
+                if list.len() > 1 {
+                    bail!(
+                        "--concurrency {c}: a run has one concurrency; for one run per point use `agentx-host sweep --concurrency {c}`"
+                    );
+                }
                 put("concurrency", Value::Integers(list), true);
             }
             None if demo => put(
@@ -762,8 +851,18 @@ impl RunPlan {
             (None, None) => Duration::from_secs(300),
         };
         let api_key = std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty());
+        let url = match &a.url {
+            Some(u) => {
+                let b = crate::client::base_url(u, &a.endpoint)?;
+                if let Some(n) = &b.note {
+                    tracing::info!("{n}");
+                }
+                Some(b.url)
+            }
+            None => None,
+        };
         let client = ClientConfig {
-            url: a.url.clone().unwrap_or_default(),
+            url: url.clone().unwrap_or_default(),
             endpoint: a.endpoint.clone(),
             api_key,
             idle_timeout: keepalive,
@@ -808,7 +907,7 @@ impl RunPlan {
                 },
             },
             demo,
-            url: a.url.clone(),
+            url,
             model: a.model.clone(),
             dataset,
             loader,
@@ -832,12 +931,17 @@ impl RunPlan {
 /// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
 pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a, argv)?;
+    execute_and_print(cfg, a.json)
+}
+
+/// Runs `cfg` and prints the plan of a dry run (as JSON with `json`), or the summary and outputs.
+fn execute_and_print(cfg: RunConfig, json: bool) -> anyhow::Result<ExitCode> {
     let out = crate::run::execute(cfg, &Cancel::new())?;
     if let Some(d) = &out.dry_run {
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&d.json)?);
+        if json {
+            outln!("{}", serde_json::to_string_pretty(&d.json)?);
         } else {
-            println!("{}", d.table);
+            outln!("{}", d.table);
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -850,14 +954,22 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             &out.records_path,
             out.records_written,
         );
-        println!("outputs       {}", out.dir.display());
+        outln!("outputs       {}", out.dir.display());
         for f in &out.files {
             if let Some(name) = f.file_name() {
-                println!("  {}", name.to_string_lossy());
+                outln!("  {}", name.to_string_lossy());
             }
         }
+        let page = out.dir.join(crate::export::html::HTML_FILE);
+        if page.is_file() {
+            outln!("page          {}", page.display());
+        }
+        outln!(
+            "next          agentx-host report {}   (the InferenceX result row)",
+            out.dir.display()
+        );
         if let Some(m) = &o.message {
-            eprintln!("{m}");
+            errln!("{m}");
         }
     }
     Ok(ExitCode::from(out.code))
@@ -886,7 +998,8 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         num_dataset_entries: a.num_dataset_entries,
         max_context_length: a.max_context_length,
         tokenizer: a.tokenizer.clone(),
-        output_artifact_dir: a.output_artifact_dir.clone(),
+        output: crate::run::artifact_dir::OutputDir::from_flag(a.output_artifact_dir.clone()),
+        overwrite: a.overwrite,
         slice_duration: a.slice_duration,
         no_server_metrics: a.no_server_metrics,
         server_metrics: a.server_metrics.clone(),
@@ -903,6 +1016,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
             _ => None,
         },
         dry_run: a.dry_run,
+        replay_of: None,
         argv,
         progress: std::io::stderr().is_terminal(),
         signals: true,
@@ -924,14 +1038,14 @@ fn print_summary(
         ),
         None => "-".to_string(),
     };
-    println!(
+    outln!(
         "run {} after {:.1} s of profiling at concurrency {conc}",
         o.stop.as_str(),
         o.profiling_ns
             .map(|(a, b)| (b - a) as f64 / 1e9)
             .unwrap_or(0.0)
     );
-    println!(
+    outln!(
         "requests      {} ok, {} failed, {} context overflow, {} cancelled, {} warmup ({} context overflow)",
         s.requests_ok,
         s.requests_failed,
@@ -940,28 +1054,30 @@ fn print_summary(
         s.warmup_requests,
         s.warmup_context_overflows
     );
-    println!(
+    outln!(
         "throughput    {:.2} req/s, {:.0} output tok/s, {:.0} input tok/s",
-        s.request_throughput, s.output_token_throughput, s.input_token_throughput
+        s.request_throughput,
+        s.output_token_throughput,
+        s.input_token_throughput
     );
     if let Some(c) = s.cached_tokens {
         if s.input_tokens > 0 {
-            println!(
+            outln!(
                 "prefix cache  {:.1}% of input tokens served from cache",
                 100.0 * c as f64 / s.input_tokens as f64
             );
         }
     }
-    println!("ttft (ms)     {}", d(&s.ttft_ms));
-    println!("itl (ms)      {}", d(&s.itl_ms));
-    println!("latency (ms)  {}", d(&s.latency_ms));
-    println!("send lag (ms) {}", d(&s.send_lag_ms));
+    outln!("ttft (ms)     {}", d(&s.ttft_ms));
+    outln!("itl (ms)      {}", d(&s.itl_ms));
+    outln!("latency (ms)  {}", d(&s.latency_ms));
+    outln!("send lag (ms) {}", d(&s.send_lag_ms));
     if reasons.is_empty() {
-        println!("submission    valid");
+        outln!("submission    valid");
     } else {
-        println!("submission    not valid: {}", reasons.join(", "));
+        outln!("submission    not valid: {}", reasons.join(", "));
     }
-    println!("records       {} ({written} requests)", records.display());
+    outln!("records       {} ({written} requests)", records.display());
 }
 
 #[cfg(test)]

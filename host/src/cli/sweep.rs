@@ -2,6 +2,7 @@
 //! `--gpus`, `--idle-timeout`, `--result-filename`), the call of [`crate::run::sweep::run_sweep`]
 //! and its table.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::anyhow;
@@ -50,10 +51,49 @@ struct IdentityEnv {
     identity: IdentityArgs,
 }
 
+/// The sweep's directory: `--output-artifact-dir`, else a fresh `artifacts/sweep-<UTC time>-<id>`
+/// (and `artifacts/latest` pointing at it); `--resume` without the flag resumes `artifacts/latest`
+/// when that is a sweep.
+fn sweep_dir(given: Option<&Path>, resume: bool) -> anyhow::Result<PathBuf> {
+    use crate::run::artifact_dir::{OutputDir, DEFAULT_PARENT, LATEST_LINK};
+    if let Some(d) = given {
+        return Ok(d.to_owned());
+    }
+    let parent = Path::new(DEFAULT_PARENT);
+    if resume {
+        let latest = parent.join(LATEST_LINK);
+        if latest.join(crate::export::sweep::SWEEP_JSON).exists() {
+            let d = std::fs::canonicalize(&latest).unwrap_or(latest);
+            tracing::info!("--resume: the newest sweep, {}", d.display());
+            return Ok(d);
+        }
+        anyhow::bail!(
+            "--resume: {} is not a sweep; name the sweep's directory with --output-artifact-dir DIR",
+            latest.display()
+        );
+    }
+    let id = format!("{:016x}", rand::RngExt::random::<u64>(&mut rand::rng()));
+    Ok(OutputDir::default().resolve("sweep", &id, false))
+}
+
+/// Points `artifacts/latest` at a fresh sweep directory once the sweep wrote it.
+fn link_fresh_sweep(given: Option<&Path>, dir: &Path) {
+    if let (None, Some(name), true) = (given, dir.file_name(), dir.is_dir()) {
+        crate::run::artifact_dir::link_latest(
+            Path::new(crate::run::artifact_dir::DEFAULT_PARENT),
+            Path::new(name),
+        );
+    }
+}
+
 /// Runs `agentx-host sweep`.
 pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     if let Some(dirs) = &a.compare {
-        let out = &a.run.output_artifact_dir;
+        let out = &a
+            .run
+            .output_artifact_dir
+            .clone()
+            .unwrap_or_else(|| crate::run::artifact_dir::DEFAULT_PARENT.into());
         let files = crate::export::sweep_views::write_compare(&dirs[0], &dirs[1], out)?;
         let c = crate::export::sweep_views::compare(
             &crate::export::sweep_views::read_sweep(&dirs[0])?,
@@ -61,14 +101,14 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             &dirs[0].display().to_string(),
             &dirs[1].display().to_string(),
         );
-        print!("{}", c.csv());
+        out!("{}", c.csv());
         for n in &c.notes {
-            eprintln!("note: {n}");
+            errln!("note: {n}");
         }
-        println!("compare       {}", out.display());
+        outln!("compare       {}", out.display());
         for f in &files {
             if let Some(name) = f.file_name() {
-                println!("  {}", name.to_string_lossy());
+                outln!("  {}", name.to_string_lossy());
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -93,8 +133,9 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow!("{e}"))?
         .identity;
     let idle_timeout = crate::run::positive_secs("--idle-timeout", a.idle_timeout)?;
+    let dir = sweep_dir(a.run.output_artifact_dir.as_deref(), a.resume)?;
     let cfg = SweepConfig {
-        dir: a.run.output_artifact_dir.clone(),
+        dir: dir.clone(),
         run,
         concurrency,
         resume: a.resume,
@@ -103,11 +144,20 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         result_filename: a.result_filename.clone(),
         identity: Identity::resolve(&identity.into())?,
     };
-    let out = run_sweep(cfg, &Cancel::new())?;
+    let out = run_sweep(cfg, &Cancel::new());
+    link_fresh_sweep(a.run.output_artifact_dir.as_deref(), &dir);
+    let out = out?;
     let f = |x: Option<f64>, d: usize| x.map_or("-".into(), |v| format!("{v:.d$}"));
-    println!(
+    outln!(
         "{:>6}  {:<9}  {:>8}  {:>8}  {:>12}  {:>10}  {:>10}  {:>8}  valid",
-        "conc", "status", "ok", "failed", "tok/s", "ttft p90", "itl p50", "tok/s/u"
+        "conc",
+        "status",
+        "ok",
+        "failed",
+        "tok/s",
+        "ttft p90",
+        "itl p50",
+        "tok/s/u"
     );
     for p in &out.sweep.points {
         let status = match p.status {
@@ -115,7 +165,7 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             PointStatus::Resumed => "resumed",
             PointStatus::Failed => "failed",
         };
-        println!(
+        outln!(
             "{:>6}  {:<9}  {:>8}  {:>8}  {:>12}  {:>10}  {:>10}  {:>8}  {}",
             p.concurrency,
             status,
@@ -128,17 +178,17 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             if p.valid { "yes" } else { "no" }
         );
         if let Some(e) = &p.error {
-            println!("        {e}");
+            outln!("        {e}");
         }
     }
-    println!("sweep         {}", a.run.output_artifact_dir.display());
+    outln!("sweep         {}", dir.display());
     for file in &out.files {
         if let Some(name) = file.file_name() {
-            println!("  {}", name.to_string_lossy());
+            outln!("  {}", name.to_string_lossy());
         }
     }
     if out.interrupted {
-        eprintln!("interrupted: the finished points are kept; rerun with --resume to run the rest");
+        errln!("interrupted: the finished points are kept; rerun with --resume to run the rest");
     }
     Ok(ExitCode::from(out.code()))
 }

@@ -43,6 +43,104 @@ use sse::SseDecoder;
 /// Longest error body excerpt kept (and handed to the scenario's classifier).
 pub const ERROR_EXCERPT: usize = 4096;
 
+/// Makes room for `needed` open files (sockets of the lanes, plus the process's own): raises the
+/// soft `RLIMIT_NOFILE` towards the hard limit when it is lower, as a server would. Returns
+/// `Err((soft, hard))` when even the hard limit is below `needed`.
+pub fn ensure_open_files(needed: u64) -> Result<(), (u64, u64)> {
+    #[cfg(unix)]
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource};
+        let mut l = getrlimit(Resource::Nofile);
+        let soft = l.current.unwrap_or(u64::MAX);
+        let hard = l.maximum.unwrap_or(u64::MAX);
+        if soft >= needed {
+            return Ok(());
+        }
+        let want = needed.min(hard);
+        l.current = Some(want);
+        if setrlimit(Resource::Nofile, l).is_ok() {
+            tracing::debug!(from = soft, to = want, "raised the open-file limit");
+        } else {
+            return Err((soft, hard));
+        }
+        if want < needed {
+            return Err((want, hard));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = needed;
+    Ok(())
+}
+
+/// The server's base URL as `--url` was written: OpenAI clients take `http://host:8000/v1`, servers
+/// are often named `http://host:8000`; both mean the same base here. `note` says what was understood
+/// when the URL was rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseUrl {
+    pub url: String,
+    pub note: Option<String>,
+}
+
+/// Reads `--url` against `--endpoint`: checks the scheme, host and port; takes a trailing `/v1`
+/// as part of the base when the endpoint starts with `/v1/`; refuses a URL that already names an
+/// endpoint (`…/v1/chat/completions`), with the fix.
+pub fn base_url(url: &str, endpoint: &str) -> Result<BaseUrl, ClientError> {
+    let err = |why: String| ClientError::Url {
+        url: url.to_owned(),
+        why,
+    };
+    let u: Uri = url.trim().parse().map_err(|e| err(format!("{e}")))?;
+    match u.scheme_str() {
+        Some("http") | Some("https") => {}
+        Some(s) => return Err(err(format!("the scheme {s:?} is not http or https"))),
+        None => return Err(err("it has no scheme (write http:// or https://)".into())),
+    }
+    let Some(auth) = u.authority() else {
+        return Err(err("it has no host".into()));
+    };
+    if auth.host().is_empty() {
+        return Err(err("it has no host".into()));
+    }
+    // `Authority::port` hides a port that does not fit a u16: read the text after the host.
+    if let Some((_, p)) = auth
+        .as_str()
+        .rsplit_once(':')
+        .filter(|(_, p)| !p.contains(']'))
+    {
+        if !matches!(p.parse::<u16>(), Ok(1..=65535)) {
+            return Err(err(format!("the port {p} is not from 1 to 65535")));
+        }
+    }
+    if u.query().is_some() {
+        return Err(err("a base URL has no query (`?…`)".into()));
+    }
+    let path = u.path().trim_end_matches('/');
+    let root = format!("{}://{}", u.scheme_str().unwrap_or("http"), auth.as_str());
+    const ENDPOINTS: &[&str] = &["/chat/completions", "/completions", "/messages", "/models"];
+    if let Some(e) = ENDPOINTS.iter().find(|e| path.ends_with(*e)) {
+        let base = &path[..path.len() - e.len()];
+        let base = base.strip_suffix("/v1").unwrap_or(base);
+        return Err(err(format!(
+            "it names the endpoint {path}; pass the server's base URL, --url {root}{base} (the request path comes from --endpoint, {endpoint})"
+        )));
+    }
+    if endpoint.starts_with("/v1/") {
+        if let Some(base) = path.strip_suffix("/v1") {
+            let b = format!("{root}{base}");
+            return Ok(BaseUrl {
+                note: Some(format!(
+                    "--url {url}: read as the base URL {b}; requests go to {b}{endpoint}"
+                )),
+                url: b,
+            });
+        }
+    }
+    Ok(BaseUrl {
+        url: format!("{root}{path}"),
+        note: None,
+    })
+}
+
 /// How to reach the server.
 #[derive(Clone)]
 pub struct ClientConfig {
@@ -191,6 +289,14 @@ impl Client {
     /// The full request URI.
     pub fn uri(&self) -> &Uri {
         &self.uri
+    }
+
+    /// Whether the base URL has a path (a prefix before the endpoint).
+    pub fn has_path(&self) -> bool {
+        self.base
+            .splitn(4, '/')
+            .nth(3)
+            .is_some_and(|p| !p.is_empty())
     }
 
     /// How long the pool keeps an idle connection now (lowered by the server's `Keep-Alive`).
@@ -1059,6 +1165,41 @@ impl http_body::Body for JsonBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base_urls_are_read_as_users_write_them() {
+        let ep = "/v1/chat/completions";
+        let b = base_url("http://h:8000", ep).unwrap();
+        assert_eq!((b.url.as_str(), b.note), ("http://h:8000", None));
+        let b = base_url("http://h:8000/v1/", ep).unwrap();
+        assert_eq!(b.url, "http://h:8000");
+        assert!(b
+            .note
+            .unwrap()
+            .contains("http://h:8000/v1/chat/completions"));
+        assert_eq!(
+            base_url("https://h/proxy", ep).unwrap().url,
+            "https://h/proxy"
+        );
+        let e = base_url("http://h:8000/v1/chat/completions", ep)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--url http://h:8000 "), "{e}");
+        let e = base_url("http://h/gw/v1/models", ep)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--url http://h/gw "), "{e}");
+        for bad in [
+            "http://h:99999",
+            "http://h:0",
+            "ftp://h",
+            "h:8000",
+            "http://:80",
+            "http://h/?x=1",
+        ] {
+            assert!(base_url(bad, ep).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn pieced_body_equals_the_written_one() {

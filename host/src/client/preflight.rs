@@ -42,6 +42,8 @@ pub enum PreflightError {
         status: u16,
         body: String,
     },
+    #[error("{url} answered HTTP 404: the path of --url leads nowhere on this server; pass the server's base URL (e.g. --url http://HOST:PORT), or --skip-preflight if it serves no model list")]
+    NotFound { url: String },
     #[error("the server at {url} does not serve the model `{model}`: it serves {served}; pass --model {first}")]
     WrongModel {
         url: String,
@@ -82,6 +84,10 @@ pub async fn check(
             status: status.as_u16(),
             body: super::excerpt(text.trim(), 300).to_owned(),
         });
+    }
+    if status.as_u16() == 404 && client.has_path() {
+        // A base URL with a path that leads nowhere: every request of the run would 404 too.
+        return Err(PreflightError::NotFound { url });
     }
     if !status.is_success() {
         return Ok(Preflight {

@@ -162,15 +162,15 @@ fn source_bytes(ds: &Dataset) -> u64 {
 /// The human warning section: a total line, then counts by kind with their first places.
 fn print_warnings(w: &WarningReport) {
     if w.is_empty() {
-        println!("warnings     0");
+        outln!("warnings     0");
         return;
     }
-    println!(
+    outln!(
         "warnings     {} (beyond aiperf's checks; --strict refuses them)",
         w.total
     );
     for line in w.lines() {
-        println!("  {line}");
+        outln!("  {line}");
     }
 }
 
@@ -183,19 +183,23 @@ fn dist_row(name: &str, d: &Dist) -> String {
 
 /// The session-tree section of `dataset stats`.
 fn print_trees(t: &TreeStats) {
-    println!(
+    outln!(
         "session trees               {} (nested timestamps {}; {} not buildable)",
-        t.trees, t.nested_basis, t.unbuildable
+        t.trees,
+        t.nested_basis,
+        t.unbuildable
     );
     if let Some(e) = &t.first_error {
-        println!("  first error               {e}");
+        outln!("  first error               {e}");
     }
-    println!("  with child streams        {}", t.trees_with_children);
-    println!(
+    outln!("  with child streams        {}", t.trees_with_children);
+    outln!(
         "  branches                  {} ({} background, in {} trees)",
-        t.branches, t.background_branches, t.trees_with_background
+        t.branches,
+        t.background_branches,
+        t.trees_with_background
     );
-    println!(
+    outln!(
         "  subagent streams          {} ({} dropped entries; extra chains fa {}, aux {}, wg {})",
         t.subagent_streams,
         t.dropped_subagents,
@@ -204,18 +208,27 @@ fn print_trees(t: &TreeStats) {
         t.subagent_chains.wg
     );
     let f = &t.flat_chains;
-    println!(
+    outln!(
         "  flat chains               fa {}, aux {} (reductions {}), wg {}",
-        f.fa, f.aux, f.reduction, f.wg
+        f.fa,
+        f.aux,
+        f.reduction,
+        f.wg
     );
-    println!(
+    outln!(
         "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "", "mean", "min", "p50", "p90", "p99", "max"
+        "",
+        "mean",
+        "min",
+        "p50",
+        "p90",
+        "p99",
+        "max"
     );
-    println!("{}", dist_row("streams per tree", &t.streams_per_tree));
-    println!("{}", dist_row("depth", &t.depth));
-    println!("{}", dist_row("children/branch", &t.children_per_branch));
-    println!("{}", dist_row("overlap", &t.overlap));
+    outln!("{}", dist_row("streams per tree", &t.streams_per_tree));
+    outln!("{}", dist_row("depth", &t.depth));
+    outln!("{}", dist_row("children/branch", &t.children_per_branch));
+    outln!("{}", dist_row("overlap", &t.overlap));
 }
 
 /// Runs a dataset subcommand.
@@ -241,16 +254,16 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                     "warnings": ds.warnings(),
                     "selection": ds.selection(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 return Ok(());
             }
-            println!("source       {}", ds.source_path().display());
+            outln!("source       {}", ds.source_path().display());
             if let Some(a) = ds.alias() {
-                println!("corpus       {} ({})", a.name, a.repo);
+                outln!("corpus       {} ({})", a.name, a.repo);
             }
-            println!("traces       {}", ds.len());
+            outln!("traces       {}", ds.len());
             if let Some(r) = ds.selection() {
-                println!(
+                outln!(
                     "selection    {} kept, {} dropped by --max-context-length {} (scanned {}; peak context {}..{})",
                     r.kept,
                     r.dropped,
@@ -260,20 +273,20 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                     r.largest_peak
                 );
             }
-            println!("requests     {}", ds.total_turns());
-            println!("subagents    {} ignored", ds.subagents_ignored());
-            println!(
+            outln!("requests     {}", ds.total_turns());
+            outln!("subagents    {} ignored", ds.subagents_ignored());
+            outln!(
                 "cache        {} ({:?})",
                 ds.cache_path().display(),
                 ds.outcome()
             );
-            println!(
+            outln!(
                 "size         {:.1} MiB cache / {:.1} MiB source ({:.1}%)",
                 mib(ds.cache_bytes()),
                 mib(raw),
                 100.0 * ds.cache_bytes() as f64 / raw.max(1) as f64
             );
-            println!("seconds      {secs:.3}");
+            outln!("seconds      {secs:.3}");
             print_warnings(&ds.warnings());
         }
         DatasetCommand::Inspect {
@@ -303,16 +316,24 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 (None, None) => None,
             };
             let Some(traj) = traj else {
-                println!(
+                outln!(
                     "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
-                    "index", "id", "turns", "start_in", "end_in", "subagents"
+                    "index",
+                    "id",
+                    "turns",
+                    "start_in",
+                    "end_in",
+                    "subagents"
                 );
                 for t in ds.trajectories() {
+                    if crate::out::stdout_closed() {
+                        break;
+                    }
                     let first = t.turn(0).map_or(0, |x| x.input_tokens());
                     let last = t
                         .turn(t.num_turns().wrapping_sub(1))
                         .map_or(0, |x| x.input_tokens());
-                    println!(
+                    outln!(
                         "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
                         t.index(),
                         t.id(),
@@ -340,19 +361,19 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                     .map_err(|e| DatasetError::Argument(format!("--turn: {e}")))?;
                 let msgs = conv.messages(None);
                 let tokens: u64 = msgs.iter().map(|m| counter.count(&m.content)).sum();
-                eprintln!(
+                errln!(
                     "trace {:?} turn {k}: {} messages, {tokens} tokens (recorded in: {})",
                     traj.id(),
                     msgs.len(),
                     traj.turn(k).map_or(0, |t| t.input_tokens())
                 );
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&msgs).unwrap_or_default()
                 );
                 return Ok(());
             }
-            println!(
+            outln!(
                 "trace {:?}: {} turns, block_size {}, tool_tokens {}, system_tokens {}, subagents {}, models {}",
                 traj.id(),
                 traj.num_turns(),
@@ -363,12 +384,24 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 traj.models().collect::<Vec<_>>().join(",")
             );
             let live = sendable_starts(traj, AssistantMode::Live);
-            println!(
+            outln!(
                 "{:>5} {:>10} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
-                "turn", "t", "think", "type", "in", "out", "ids", "lcp", "stop", "live_start"
+                "turn",
+                "t",
+                "think",
+                "type",
+                "in",
+                "out",
+                "ids",
+                "lcp",
+                "stop",
+                "live_start"
             );
             for (k, t) in traj.turns().enumerate() {
-                println!(
+                if crate::out::stdout_closed() {
+                    break;
+                }
+                outln!(
                     "{:>5} {:>10.3} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
                     k,
                     t.t(),
@@ -399,41 +432,53 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                         serde_json::to_value(&trees).unwrap_or_default(),
                     );
                 }
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 return Ok(());
             }
-            println!("traces                      {}", s.traces);
-            println!("requests                    {}", s.requests);
-            println!("subagent entries ignored    {}", s.subagents_ignored);
-            println!("out: 0 turns                {}", s.out_zero_turns);
-            println!("non-monotonic cuts          {}", s.non_monotonic_cuts);
-            println!(
+            outln!("traces                      {}", s.traces);
+            outln!("requests                    {}", s.requests);
+            outln!("subagent entries ignored    {}", s.subagents_ignored);
+            outln!("out: 0 turns                {}", s.out_zero_turns);
+            outln!("non-monotonic cuts          {}", s.non_monotonic_cuts);
+            outln!(
                 "theoretical hit rate (set)  {:.2}%",
                 100.0 * s.theoretical_hit_rate_set
             );
-            println!(
+            outln!(
                 "theoretical hit rate (lcp)  {:.2}%",
                 100.0 * s.theoretical_hit_rate_prefix
             );
-            println!();
-            println!(
+            outln!();
+            outln!(
                 "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                "", "mean", "min", "p50", "p90", "p99", "max"
+                "",
+                "mean",
+                "min",
+                "p50",
+                "p90",
+                "p99",
+                "max"
             );
-            println!("{}", dist_row("turns per trace", &s.turns_per_trace));
-            println!("{}", dist_row("isl", &s.isl));
-            println!("{}", dist_row("osl", &s.osl));
-            println!("{}", dist_row("start isl", &s.start_isl));
-            println!("{}", dist_row("end isl", &s.end_isl));
-            println!("{}", dist_row("think time (s)", &s.think_time_s));
+            outln!("{}", dist_row("turns per trace", &s.turns_per_trace));
+            outln!("{}", dist_row("isl", &s.isl));
+            outln!("{}", dist_row("osl", &s.osl));
+            outln!("{}", dist_row("start isl", &s.start_isl));
+            outln!("{}", dist_row("end isl", &s.end_isl));
+            outln!("{}", dist_row("think time (s)", &s.think_time_s));
             let h = &s.per_trace_set_hit_rate;
-            println!(
+            outln!(
                 "{:<18} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
-                "per-trace hit", h.mean, h.min, h.p50, h.p90, h.p99, h.max
+                "per-trace hit",
+                h.mean,
+                h.min,
+                h.p50,
+                h.p90,
+                h.p99,
+                h.max
             );
-            println!();
+            outln!();
             print_trees(&trees);
-            println!();
+            outln!();
             print_warnings(&ds.warnings());
         }
         DatasetCommand::Synth {
@@ -457,7 +502,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 },
                 &output,
             )?;
-            println!(
+            outln!(
                 "wrote {} traces, {} requests, {:.1} MiB to {} in {:.1} s",
                 sum.traces,
                 sum.requests,

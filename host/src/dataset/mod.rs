@@ -230,6 +230,42 @@ impl Dataset {
         )
     }
 
+    /// Opens the cache entry of digest `key` (hex) when its source is no longer at hand: a rerun of
+    /// a recorded run whose corpus moved. `source` is the recorded path, for messages.
+    pub fn open_cached(
+        key: &str,
+        source: PathBuf,
+        opts: &OpenOptions,
+    ) -> Result<Dataset, DatasetError> {
+        let store = cache::Store::new(opts.cache_dir.clone().unwrap_or_else(cache::default_dir));
+        let gone = |reason: String| DatasetError::Cache {
+            path: source.clone(),
+            reason,
+        };
+        let bytes = hex::decode(key)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| {
+                gone(format!(
+                    "the recorded dataset digest {key:?} is not 64 hex digits"
+                ))
+            })?;
+        let key = CacheKey(bytes);
+        let entry = store.get(&key)?.ok_or_else(|| {
+            gone(format!(
+                "the corpus is not at this path and the cache {} has no entry of digest {}; pass the corpus again with --dataset PATH",
+                store.dir().display(),
+                key.short_hex()
+            ))
+        })?;
+        Ok(Dataset {
+            entry,
+            source,
+            alias: None,
+            outcome: cache::Outcome::Hit,
+        })
+    }
+
     /// Opens an already resolved source.
     pub fn open_resolved(src: ResolvedSource, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         if opts.num_dataset_entries == Some(0) {

@@ -100,6 +100,8 @@ pub enum ReportError {
         "no {PROFILE_EXPORT} in {dir} or in any directory directly below it; pass the run's --output-artifact-dir"
     )]
     NoRecords { dir: PathBuf },
+    #[error("{dir} holds several runs; name one of them:{candidates}")]
+    Ambiguous { dir: PathBuf, candidates: String },
     #[error("{flag} (or env {env}): {message}")]
     Identity {
         flag: &'static str,
@@ -1473,11 +1475,16 @@ pub struct Artifacts {
     pub aiperf: Option<AiperfSummary>,
 }
 
-/// The directory holding `profile_export.jsonl`: `dir` itself, else the first directory directly below
-/// it (by name) that has one (aiperf's per-run layout).
+/// The directory holding `profile_export.jsonl`: `dir` itself, else its `latest` link (agentx's
+/// per-run default directories), else the one directory directly below it that has one (aiperf's
+/// per-run layout). Several candidates and no `latest` are refused with the candidates listed.
 pub fn locate(dir: &Path) -> Result<PathBuf, ReportError> {
     if dir.join(PROFILE_EXPORT).is_file() {
         return Ok(dir.to_owned());
+    }
+    let latest = dir.join(crate::fsio::LATEST_LINK);
+    if latest.join(PROFILE_EXPORT).is_file() {
+        return Ok(latest);
     }
     let mut subs: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| ReportError::Read {
@@ -1489,11 +1496,19 @@ pub fn locate(dir: &Path) -> Result<PathBuf, ReportError> {
         .filter(|p| p.join(PROFILE_EXPORT).is_file())
         .collect();
     subs.sort();
-    subs.into_iter()
-        .next()
-        .ok_or_else(|| ReportError::NoRecords {
+    match subs.len() {
+        0 => Err(ReportError::NoRecords {
             dir: dir.to_owned(),
-        })
+        }),
+        1 => Ok(subs.remove(0)),
+        _ => Err(ReportError::Ambiguous {
+            dir: dir.to_owned(),
+            candidates: subs
+                .iter()
+                .map(|p| format!("\n  {}", p.display()))
+                .collect(),
+        }),
+    }
 }
 
 fn read(path: &Path) -> Result<Option<String>, ReportError> {

@@ -6,6 +6,7 @@
 //! handle stops it as Ctrl-C would. The CLI, sweeps ([`sweep`]) and tests call it; it prints nothing
 //! but logs.
 
+pub mod artifact_dir;
 pub mod merge;
 pub mod rendezvous;
 pub mod shard;
@@ -24,41 +25,10 @@ use crate::dataset::{self, AssistantMode, Dataset, OpenOptions, PromptSynth, Tok
 use crate::metrics::Summary;
 use crate::record::{read_records, Clock, RecordSink};
 use crate::replay::{self, Plan, PlanParams, ReplayConfig, ReplayInputs, ReplayOutcome};
+use crate::scenario;
 use crate::scenario::types::{DelayParams, Placement, Resolved, Setting, StartParams, Value};
-use crate::scenario::{self, Scenario, ScenarioEngine};
-use crate::scenario::{ScenarioRef, ScenarioStore};
 
-/// The agentx-v1 component built into the host: the default scenario (AgentX v1.0 session trees).
-pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-v1.wasm");
-/// The agentx-mvp component built into the host (the seed-era single-stream scenario), selectable by
-/// name (`agentx-mvp`, `inferencex-agentx-mvp`) or hash.
-pub const BUILTIN_MVP: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
-
-/// The components built into the host: file stem, scenario name, bytes. The first is the default.
-pub const BUILTINS: [(&str, &str, &[u8]); 2] = [
-    ("agentx-v1", "inferencex-agentx-v1", BUILTIN_SCENARIO),
-    ("agentx-mvp", "inferencex-agentx-mvp", BUILTIN_MVP),
-];
-
-/// Whether `name` names a built-in component (its file stem or scenario name).
-pub fn is_builtin_name(name: &str) -> bool {
-    builtin(&ScenarioRef::Name(name.to_string())).is_some()
-}
-
-/// The built-in component a name or hash reference means, if any.
-fn builtin(r: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
-    use sha2::{Digest, Sha256};
-    BUILTINS
-        .iter()
-        .find(|(stem, name, bytes)| match r {
-            ScenarioRef::Name(n) => n == stem || n == name,
-            ScenarioRef::Hash(prefix) => {
-                hex::encode(Sha256::digest(bytes)).starts_with(prefix.as_str())
-            }
-            ScenarioRef::File { .. } => false,
-        })
-        .map(|(stem, _, bytes)| (*stem, *bytes))
-}
+pub use crate::scenario::builtin::{is_builtin_name, load, BUILTIN_MVP, BUILTIN_SCENARIO};
 /// The corpus replayed when no dataset is named (24 synthetic traces, `fixtures/traces-24.jsonl`).
 pub const BUNDLED_CORPUS: &[u8] = include_bytes!("../../../fixtures/traces-24.jsonl");
 /// The manifest file of a run: its inputs, written before the first request.
@@ -82,7 +52,10 @@ pub struct RunConfig {
     pub max_context_length: Option<u64>,
     /// `--tokenizer`: a path, a hub model id or `builtin`.
     pub tokenizer: Option<String>,
-    pub output_artifact_dir: PathBuf,
+    /// Where the artifacts go: the named directory or a fresh one per run.
+    pub output: artifact_dir::OutputDir,
+    /// `--overwrite`: a named directory that holds another run is replaced instead of refused.
+    pub overwrite: bool,
     pub slice_duration: Option<f64>,
     pub no_server_metrics: bool,
     /// More `/metrics` endpoints besides the server's own.
@@ -103,6 +76,8 @@ pub struct RunConfig {
     pub nested_basis: Option<dataset::tree::NestedBasis>,
     /// Plan only: nothing is sent or written.
     pub dry_run: bool,
+    /// The run this one reruns (`agentx-host replay`), named in the manifest.
+    pub replay_of: Option<ReplayOf>,
     /// The command line, kept in the manifest (what `agentx-host replay` reruns).
     pub argv: Vec<String>,
     /// Draw a progress bar on stderr.
@@ -204,6 +179,18 @@ impl RunOutcome {
 pub enum DatasetSource {
     Bundled,
     Spec(String),
+    /// A recorded run's corpus that is no longer at its path, by its cache digest (`replay`).
+    Cached {
+        key: String,
+        source: PathBuf,
+    },
+}
+
+/// The recorded run a rerun (`agentx-host replay`) repeats, as its manifest names it.
+#[derive(Debug, Clone)]
+pub struct ReplayOf {
+    pub run_id: String,
+    pub manifest: PathBuf,
 }
 
 /// The merged configuration of a run: flags and environment, checked, before the scenario resolves
@@ -405,36 +392,8 @@ fn entropy() -> u64 {
     rand::rng().random()
 }
 
-/// Loads a scenario reference (a path, the store, or a built-in by name or hash), or the built-in
-/// default (agentx-v1) when none is given.
-pub fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
-    match scenario {
-        Some(r) => {
-            let r = ScenarioRef::parse(r)?;
-            let store = ScenarioStore::new(home);
-            let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
-            match store.locate(&r) {
-                Ok((path, pin)) => Ok(engine.load(&path, pin.as_deref())?),
-                // A name or hash the store does not hold may be a built-in component.
-                Err(e @ scenario::ScenarioError::NotInStore { .. }) => match builtin(&r) {
-                    Some((stem, bytes)) => {
-                        let source = format!("builtin:{stem}");
-                        Ok(engine.load_bytes(Path::new(&source), bytes, None)?)
-                    }
-                    None => Err(e.into()),
-                },
-                Err(e) => Err(e.into()),
-            }
-        }
-        None => {
-            let engine = ScenarioEngine::new(scenario::Limits::default(), Some(home))?;
-            Ok(engine.load_bytes(Path::new("builtin:agentx-v1"), BUILTIN_SCENARIO, None)?)
-        }
-    }
-}
-
 /// Writes the bundled corpus under the cache directory (once) and returns its path.
-fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
+pub fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
     let path = home.join("bundled").join("traces-24.jsonl");
     if std::fs::read(&path).ok().as_deref() != Some(BUNDLED_CORPUS) {
         crate::fsio::Root::create(home)
@@ -455,6 +414,7 @@ fn open_dataset(cfg: &RunConfig) -> anyhow::Result<Dataset> {
     Ok(match &cfg.plan.dataset {
         DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&cfg.home)?, &opts)?,
         DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
+        DatasetSource::Cached { key, source } => Dataset::open_cached(key, source.clone(), &opts)?,
     })
 }
 
@@ -485,6 +445,11 @@ pub fn draw_seed() -> u64 {
 pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let rp = &cfg.plan;
     let home = cfg.home.clone();
+    let shard_sub = cfg.shard.as_ref().map(|sh| shard_dir_name(sh.index));
+    if !cfg.dry_run {
+        // Refused before anything loads; checked again before the directory is touched.
+        cfg.output.check(shard_sub.as_deref(), cfg.overwrite)?;
+    }
     // A rerun of a run that named no scenario takes the recorded component by its hash (the
     // default may have changed since; the built-ins are found by hash too).
     let sc = match (&cfg.scenario, &cfg.expect_scenario_sha256) {
@@ -552,6 +517,16 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         rate_limit,
         ignore_eos,
     } = RunSettings::of(&resolved)?;
+    if !cfg.dry_run {
+        // One connection per lane (more while trees fan out), plus the process's own files.
+        let needed = u64::from(conc) * 2 + 256;
+        if let Err((soft, hard)) = crate::client::ensure_open_files(needed) {
+            tracing::warn!(
+                "--concurrency {conc} may need about {needed} open files (connections), but the open-file limit is {soft} (hard limit {hard}); \
+                 raise it (`ulimit -n {needed}`) or connections will fail with `Too many open files`"
+            );
+        }
+    }
     let seed = resolved.seed;
     if resolved.seed_drawn {
         tracing::info!(
@@ -706,7 +681,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         })?;
         if cfg.dry_run {
             return Ok(RunOutcome::planned(
-                cfg.output_artifact_dir.clone(),
+                cfg.output.resolve(&info.name, &run_id, cfg.shard.is_some()),
                 run_id,
                 conc,
                 DryRun {
@@ -737,10 +712,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
     }
     if plan.wrapped {
-        tracing::warn!(
-            "{} usable traces for {conc} lanes: lanes share traces (each with its own start turn and marker)",
-            plan.pool.len()
-        );
+        warn_shared(conc, plan.pool.len(), "usable traces");
     }
 
     if cfg.dry_run {
@@ -760,34 +732,80 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             table.push_str(&format!("\nlane {:>4} marker {:?}", l.lane, l.marker));
         }
         return Ok(RunOutcome::planned(
-            cfg.output_artifact_dir.clone(),
+            cfg.output.resolve(&info.name, &run_id, cfg.shard.is_some()),
             run_id,
             conc,
             DryRun { json, table },
         ));
     }
     match &tree_plan {
-        Some(tp) => tracing::info!("plan:\n{}", tp.table),
-        None => tracing::info!("plan:\n{}", plan.table()),
+        Some(tp) => tracing::debug!("plan:\n{}", tp.table),
+        None => tracing::debug!("plan:\n{}", plan.table()),
     }
 
-    let shard_dir = cfg
-        .shard
-        .as_ref()
-        .map(|sh| cfg.output_artifact_dir.join(shard_dir_name(sh.index)));
-    let out_dir = shard_dir.as_ref().unwrap_or(&cfg.output_artifact_dir);
-    // The artifact directory, opened once: every file of the run is written beneath it.
-    let art = crate::fsio::Root::create(out_dir).with_context(|| {
-        format!(
-            "cannot create the artifact directory {} (--output-artifact-dir)",
-            out_dir.display()
+    let rt = match rt {
+        Some(rt) => rt,
+        None => runtime()?,
+    };
+    let sim = if rp.demo {
+        let preset: crate::sim::Preset = cfg
+            .sim_preset
+            .parse()
+            .map_err(|e| anyhow!("--sim-preset {}: {e}", cfg.sim_preset))?;
+        Some(
+            crate::sim::SimThread::start(crate::sim::SimConfig::preset(preset))
+                .context("cannot start the built-in simulator")?,
         )
-    })?;
+    } else {
+        None
+    };
+    let mut ccfg = rp.client.clone();
+    let model = match (&sim, &rp.model) {
+        (_, Some(m)) => m.clone(),
+        (Some(s), None) => s.model().to_owned(),
+        (None, None) => unreachable!("checked in RunPlan::resolve"),
+    };
+    if let Some(s) = &sim {
+        ccfg.url = s.url();
+        tracing::info!(url = %ccfg.url, preset = %cfg.sim_preset, "built-in simulator started");
+    }
+    let client = {
+        let _g = rt.enter();
+        Client::new(&ccfg)?
+    };
+    if !cfg.skip_preflight {
+        let pf = rt.block_on(crate::client::preflight::check(
+            &client,
+            &model,
+            ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
+        ));
+        match pf {
+            Ok(p) if tree_plan.is_none() => report_preflight(&p, &plan, ds, &model),
+            Ok(p) => {
+                if let Some(n) = &p.note {
+                    tracing::warn!("pre-flight: {n}");
+                }
+            }
+            // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
+            Err(e) => return Err(anyhow!(e)),
+        }
+    }
+
+    // The artifact directory, opened once and only now that every check passed: every file of the
+    // run is written beneath it.
+    let run_dir = cfg.output.resolve(&info.name, &run_id, cfg.shard.is_some());
+    let out_dir = &match &shard_sub {
+        Some(sub) => run_dir.join(sub),
+        None => run_dir.clone(),
+    };
+    let art = artifact_dir::open(&cfg.output, &run_dir, out_dir, cfg.overwrite)?;
     let sink = RecordSink::create(&art)?;
     let clock = Clock::start();
     let started_unix = clock.anchor_unix_ns();
     let mut manifest = json!({
         "argv": cfg.argv,
+        "cwd": std::env::current_dir().ok(),
+        "replay_of": cfg.replay_of.as_ref().map(|r| json!({"run_id": r.run_id, "manifest": r.manifest})),
         "run_id": run_id,
         "seed": seed,
         "seed_drawn": resolved.seed_drawn,
@@ -838,57 +856,6 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     };
     write_manifest(&manifest)?;
 
-    let rt = match rt {
-        Some(rt) => rt,
-        None => runtime()?,
-    };
-    let sim = if rp.demo {
-        let preset: crate::sim::Preset = cfg
-            .sim_preset
-            .parse()
-            .map_err(|e| anyhow!("--sim-preset: {e}"))?;
-        Some(
-            crate::sim::SimThread::start(crate::sim::SimConfig::preset(preset))
-                .context("cannot start the built-in simulator")?,
-        )
-    } else {
-        None
-    };
-    let mut ccfg = rp.client.clone();
-    let model = match (&sim, &rp.model) {
-        (_, Some(m)) => m.clone(),
-        (Some(s), None) => s.model().to_owned(),
-        (None, None) => unreachable!("checked in RunPlan::resolve"),
-    };
-    if let Some(s) = &sim {
-        ccfg.url = s.url();
-        tracing::info!(url = %ccfg.url, preset = %cfg.sim_preset, "built-in simulator started");
-    }
-    let client = {
-        let _g = rt.enter();
-        Client::new(&ccfg)?
-    };
-    if !cfg.skip_preflight {
-        let pf = rt.block_on(crate::client::preflight::check(
-            &client,
-            &model,
-            ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
-        ));
-        match pf {
-            Ok(p) if tree_plan.is_none() => report_preflight(&p, &plan, ds, &model),
-            Ok(p) => {
-                if let Some(n) = &p.note {
-                    tracing::warn!("pre-flight: {n}");
-                }
-            }
-            Err(e) => {
-                // Nothing was sent: the records file stays empty and the manifest says why.
-                manifest["preflight_error"] = json!(e.to_string());
-                write_manifest(&manifest)?;
-                return Err(anyhow!(e));
-            }
-        }
-    }
     let body = RequestBody::new(&model, true, true, &extra);
     let int_rx = cancel.subscribe();
     let replay_cfg = ReplayConfig {
@@ -1187,7 +1154,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
             }
             if let Some(into) = &sh.merge_into {
                 let dirs: Vec<PathBuf> = (0..sh.count)
-                    .map(|i| cfg.output_artifact_dir.join(shard_dir_name(i)))
+                    .map(|i| run_dir.join(shard_dir_name(i)))
                     .collect();
                 match merge::merge(&dirs, into, &cfg.home) {
                     Ok(m) => {
@@ -1228,6 +1195,23 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         records_written: written,
         dry_run: None,
     })
+}
+
+/// The warning of a run with more lanes than `what` (traces or trees): each is replayed on
+/// several lanes at once, each with its own start and marker; past a hundred lanes apiece, the
+/// prefix cache sees mostly one corpus's prefixes.
+fn warn_shared(conc: u32, n: usize, what: &str) {
+    let per = (conc as usize).div_ceil(n.max(1));
+    if per >= 100 {
+        tracing::warn!(
+            "{n} {what} for {conc} lanes: each is replayed on about {per} lanes at once (own start and marker each); \
+             a larger corpus gives a more realistic cache load (--dataset, or fewer lanes)"
+        );
+    } else {
+        tracing::warn!(
+            "{n} {what} for {conc} lanes: lanes share them, about {per} lanes each (each with its own start and marker)"
+        );
+    }
 }
 
 /// What planning a session-tree run needs.
@@ -1373,6 +1357,9 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
         delays_ms = delays_in.as_secs_f64() * 1e3,
         "session-tree plan"
     );
+    if trees.len() < d.concurrency as usize {
+        warn_shared(d.concurrency, trees.len(), "trees");
+    }
     if lanes.len() < d.concurrency as usize {
         bail!(
             "only {} of {} lanes could start: the corpus has {} trees, none of the others has a usable start",

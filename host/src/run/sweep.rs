@@ -296,7 +296,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         tracing::info!("sweep: concurrency {n} into {}", dir.display());
         let mut run = base.clone();
         setting(&mut run, "concurrency", Value::Integers(vec![i64::from(n)]));
-        run.output_artifact_dir = dir.clone();
+        run.output = super::artifact_dir::OutputDir::Given(dir.clone());
         run.run_id = None;
         run.argv = point_argv(&cfg.run.argv, n, &dir, seed);
         ran_one = true;

@@ -11,6 +11,7 @@
 //!
 //! This is the only module that names `wasmtime`.
 
+pub mod builtin;
 pub mod check;
 mod error;
 mod store;

@@ -259,7 +259,7 @@ pub fn main(args: SimArgs) -> ExitCode {
     let config = match args.to_config() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -269,7 +269,7 @@ pub fn main(args: SimArgs) -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
@@ -278,7 +278,7 @@ pub fn main(args: SimArgs) -> ExitCode {
         let handle = match super::spawn(config) {
             Ok(h) => h,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return ExitCode::from(2);
             }
         };
@@ -298,7 +298,7 @@ pub fn main(args: SimArgs) -> ExitCode {
                 m.speed
             ),
         };
-        eprintln!(
+        errln!(
             "agentx-host sim: serving model `{}` at {} ({} engine(s), max-num-seqs {}, \
              max-model-len {}, cache {} tokens, {timing})",
             c.model,
@@ -309,7 +309,7 @@ pub fn main(args: SimArgs) -> ExitCode {
             c.cache_capacity_tokens
         );
         signals.wait().await;
-        eprintln!("agentx-host sim: shutting down");
+        errln!("agentx-host sim: shutting down");
         handle.shutdown().await;
         ExitCode::SUCCESS
     })

@@ -1,0 +1,115 @@
+//! The components built into the host (the default scenario and the others selectable by name or
+//! hash), and the one loader of a scenario reference: a path, the store, or a built-in.
+
+use std::path::Path;
+
+use super::{Scenario, ScenarioEngine, ScenarioRef, ScenarioStore};
+
+/// The agentx-v1 component built into the host: the default scenario (AgentX v1.0 session trees).
+pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-v1.wasm");
+/// The agentx-mvp component built into the host (the seed-era single-stream scenario), selectable by
+/// name (`agentx-mvp`, `inferencex-agentx-mvp`) or hash.
+pub const BUILTIN_MVP: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
+
+/// The components built into the host: file stem, scenario name, bytes. The first is the default.
+pub const BUILTINS: [(&str, &str, &[u8]); 2] = [
+    ("agentx-v1", "inferencex-agentx-v1", BUILTIN_SCENARIO),
+    ("agentx-mvp", "inferencex-agentx-mvp", BUILTIN_MVP),
+];
+
+/// Whether `name` names a built-in component (its file stem or scenario name).
+pub fn is_builtin_name(name: &str) -> bool {
+    builtin(&ScenarioRef::Name(name.to_string())).is_some()
+}
+
+/// The built-in component a name or hash reference means, if any.
+fn builtin(r: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
+    use sha2::{Digest, Sha256};
+    BUILTINS
+        .iter()
+        .find(|(stem, name, bytes)| match r {
+            ScenarioRef::Name(n) => n == stem || n == name,
+            ScenarioRef::Hash(prefix) => {
+                hex::encode(Sha256::digest(bytes)).starts_with(prefix.as_str())
+            }
+            ScenarioRef::File { .. } => false,
+        })
+        .map(|(stem, _, bytes)| (*stem, *bytes))
+}
+
+/// A built-in component as `scenario list` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuiltinInfo {
+    /// The name `run` takes (the file stem), and the scenario's alias.
+    pub name: &'static str,
+    pub alias: &'static str,
+    pub sha256: String,
+    pub size: u64,
+    /// The component `run` replays without a scenario.
+    pub default: bool,
+}
+
+/// The built-in components, the default first.
+pub fn list() -> Vec<BuiltinInfo> {
+    use sha2::{Digest, Sha256};
+    BUILTINS
+        .iter()
+        .enumerate()
+        .map(|(i, (stem, alias, bytes))| BuiltinInfo {
+            name: stem,
+            alias,
+            sha256: hex::encode(Sha256::digest(bytes)),
+            size: bytes.len() as u64,
+            default: i == 0,
+        })
+        .collect()
+}
+
+/// The names of the built-ins, for messages: `agentx-v1 (default), agentx-mvp`.
+pub fn names() -> String {
+    BUILTINS
+        .iter()
+        .enumerate()
+        .map(|(i, (stem, _, _))| {
+            if i == 0 {
+                format!("{stem} (default)")
+            } else {
+                stem.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Loads a scenario reference (a path, the store, or a built-in by name or hash), or the built-in
+/// default (agentx-v1) when none is given.
+pub fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
+    match scenario {
+        Some(r) => {
+            let r = ScenarioRef::parse(r)?;
+            let store = ScenarioStore::new(home);
+            let engine = ScenarioEngine::new(super::Limits::default(), Some(home))?;
+            match store.locate(&r) {
+                Ok((path, pin)) => Ok(engine.load(&path, pin.as_deref())?),
+                // A name or hash the store does not hold may be a built-in component.
+                Err(super::ScenarioError::NotInStore { reference, store }) => match builtin(&r) {
+                    Some((stem, bytes)) => {
+                        let source = format!("builtin:{stem}");
+                        Ok(engine.load_bytes(Path::new(&source), bytes, None)?)
+                    }
+                    None => anyhow::bail!(
+                        "scenario {reference} is neither built in ({}) nor in the store at {}; \
+                         `agentx-host scenario list` shows both, `agentx-host scenario add FILE` adds one",
+                        names(),
+                        store.display()
+                    ),
+                },
+                Err(e) => Err(e.into()),
+            }
+        }
+        None => {
+            let engine = ScenarioEngine::new(super::Limits::default(), Some(home))?;
+            Ok(engine.load_bytes(Path::new("builtin:agentx-v1"), BUILTIN_SCENARIO, None)?)
+        }
+    }
+}
