@@ -19,8 +19,21 @@ pub mod sweep;
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
 #[derive(Debug, Parser)]
-#[command(name = "agentx-host", version, about)]
+#[command(
+    name = "agentx-host",
+    version,
+    about,
+    after_help = "Logging: INFO by default, on stderr. -q shows warnings and errors only, -v adds DEBUG, -vv TRACE. \
+                  RUST_LOG (or AGENTX_LOG, which wins) takes a tracing filter, e.g. RUST_LOG=agentx=debug,hyper=info.\n\
+                  Exit codes: 0 done; 1 a run was cancelled, or is not a valid submission under --require-valid; 2 an error."
+)]
 pub struct Cli {
+    /// Warnings and errors only.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// More log lines: -v DEBUG, -vv TRACE.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -42,8 +55,21 @@ pub enum Command {
     Dataset(crate::dataset::cmd::DatasetArgs),
     /// Write the InferenceX bmk_agentic JSON of a run's artifact directory.
     Report(Box<report::ReportArgs>),
-    /// One run per concurrency point into <dir>/conc_<N>/, then sweep.json, sweep.csv and the
+    /// One run per concurrency point into `<dir>/conc_<N>/`, then sweep.json, sweep.csv and the
     /// Pareto view (throughput per GPU against interactivity).
+    // The run flags a sweep does not act on (a plan, shards, --overwrite) stay out of its help; given
+    // anyway, each is refused with the reason.
+    #[command(
+        mut_arg("dry_run", |a| a.hide(true)),
+        mut_arg("json", |a| a.hide(true)),
+        mut_arg("overwrite", |a| a.hide(true)),
+        mut_arg("shard", |a| a.hide(true)),
+        mut_arg("shards", |a| a.hide(true)),
+        mut_arg("coordinator", |a| a.hide(true)),
+        mut_arg("coordinator_port", |a| a.hide(true)),
+        mut_arg("rendezvous_timeout", |a| a.hide(true)),
+        mut_arg("merge_into", |a| a.hide(true)),
+    )]
     Sweep(Box<sweep::SweepArgs>),
     /// Merge the shard directories of a sharded run into one artifact directory that reads like a
     /// run in one process.
@@ -102,20 +128,28 @@ pub enum ScenarioCommand {
 
 /// Parse the command line, run it, and map the result to the process exit code.
 pub fn main() -> ExitCode {
-    init_tracing();
     let cli = Cli::parse();
-    let replays = matches!(
-        cli.command,
-        Command::Run(_) | Command::Replay(_) | Command::Sweep(_)
-    );
-    let code = match run(cli) {
-        Ok(code) => code,
+    init_tracing(log_filter(
+        std::env::var("AGENTX_LOG").ok(),
+        std::env::var("RUST_LOG").ok(),
+        cli.quiet,
+        cli.verbose,
+    ));
+    // Commands that send requests (not a plan, not a comparison of finished sweeps).
+    let replays = match &cli.command {
+        Command::Run(a) => !a.dry_run,
+        Command::Replay(r) => !r.dry_run,
+        Command::Sweep(s) => s.compare.is_none(),
+        _ => false,
+    };
+    let (code, replayed) = match run(cli) {
+        Ok(code) => (code, replays),
         Err(e) => {
             errln!("error: {e:#}");
-            ExitCode::from(2)
+            (ExitCode::from(2), false)
         }
     };
-    if replays {
+    if replayed {
         // The line InferenceX's wrapper prints and its operators grep for.
         let rc = (0u8..=255)
             .find(|c| ExitCode::from(*c) == code)
@@ -125,9 +159,26 @@ pub fn main() -> ExitCode {
     code
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// The log filter: `AGENTX_LOG`, else `RUST_LOG` (tracing's filter syntax), else the level of
+/// `-q`/`-v` (INFO by default).
+fn log_filter(agentx: Option<String>, rust: Option<String>, quiet: bool, verbose: u8) -> String {
+    if let Some(f) = agentx.or(rust).filter(|f| !f.trim().is_empty()) {
+        return f;
+    }
+    match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        _ => "trace",
+    }
+    .to_string()
+}
+
+fn init_tracing(filter: String) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        errln!("warning: the log filter {filter:?} does not parse ({e}); logging at INFO");
+        tracing_subscriber::EnvFilter::new("info")
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -48,49 +48,64 @@ pub struct IdentityArgs {
     /// Concurrency (`conc`); defaults to the run's.
     #[arg(long, env = "CONC", value_name = "N")]
     pub conc: Option<String>,
+    /// The server's container image (`image`).
     #[arg(long, env = "IMAGE", value_name = "IMAGE")]
     pub image: Option<String>,
     /// Model name; defaults to the run's.
-    #[arg(long, env = "MODEL", value_name = "MODEL")]
+    #[arg(long, short = 'm', env = "MODEL", value_name = "MODEL")]
     pub model: Option<String>,
     /// `infmax_model_prefix`.
     #[arg(long, env = "MODEL_PREFIX", value_name = "PREFIX")]
     pub model_prefix: Option<String>,
+    /// The serving engine (`framework`), e.g. vllm, sglang, trt, atom, dynamo-vllm.
     #[arg(long, env = "FRAMEWORK", value_name = "NAME")]
     pub framework: Option<String>,
+    /// Weight precision (`precision`), e.g. fp8, fp4, bf16.
     #[arg(long, env = "PRECISION", value_name = "NAME")]
     pub precision: Option<String>,
-    /// Default "none".
+    /// Speculative decoding (`spec_decoding`), e.g. mtp, eagle (default "none").
     #[arg(long, env = "SPEC_DECODING", value_name = "NAME")]
     pub spec_decoding: Option<String>,
+    /// Prefill and decode on separate workers (`disagg`): true or false (default false).
     #[arg(long, env = "DISAGG", value_name = "BOOL")]
     pub disagg: Option<String>,
+    /// The server spans several nodes (`is_multinode`): true or false (default false).
     #[arg(long, env = "IS_MULTINODE", value_name = "BOOL")]
     pub is_multinode: Option<String>,
     /// Tensor parallelism; the GPU count on a single node (default 1).
     #[arg(long, env = "TP", value_name = "N")]
     pub tp: Option<String>,
+    /// Expert parallelism (`ep`, default 1).
     #[arg(long, env = "EP_SIZE", value_name = "N")]
     pub ep: Option<String>,
+    /// Data-parallel attention (`dp_attention`): true or false (default false).
     #[arg(long, env = "DP_ATTENTION", value_name = "BOOL")]
     pub dp_attention: Option<String>,
     /// none, cpu or ssd (default none).
     #[arg(long, env = "OFFLOADING", value_name = "MODE")]
     pub offloading: Option<String>,
+    /// Disaggregated: prefill workers (`prefill_num_workers`).
     #[arg(long, env = "PREFILL_NUM_WORKERS", value_name = "N")]
     pub prefill_num_workers: Option<String>,
+    /// Disaggregated: tensor parallelism of each prefill worker (`prefill_tp`).
     #[arg(long, env = "PREFILL_TP", value_name = "N")]
     pub prefill_tp: Option<String>,
+    /// Disaggregated: expert parallelism of each prefill worker (`prefill_ep`).
     #[arg(long, env = "PREFILL_EP", value_name = "N")]
     pub prefill_ep: Option<String>,
+    /// Disaggregated: data-parallel attention on prefill (`prefill_dp_attention`).
     #[arg(long, env = "PREFILL_DP_ATTN", value_name = "BOOL")]
     pub prefill_dp_attention: Option<String>,
+    /// Disaggregated: decode workers (`decode_num_workers`).
     #[arg(long, env = "DECODE_NUM_WORKERS", value_name = "N")]
     pub decode_num_workers: Option<String>,
+    /// Disaggregated: tensor parallelism of each decode worker (`decode_tp`).
     #[arg(long, env = "DECODE_TP", value_name = "N")]
     pub decode_tp: Option<String>,
+    /// Disaggregated: expert parallelism of each decode worker (`decode_ep`).
     #[arg(long, env = "DECODE_EP", value_name = "N")]
     pub decode_ep: Option<String>,
+    /// Disaggregated: data-parallel attention on decode (`decode_dp_attention`).
     #[arg(long, env = "DECODE_DP_ATTN", value_name = "BOOL")]
     pub decode_dp_attention: Option<String>,
     /// Pipeline parallelism (default 1); the per-GPU divisor is TP x PP x PCP on one node.

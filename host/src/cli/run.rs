@@ -36,136 +36,196 @@ pub struct RunArgs {
 
     // ---- server ----
     /// Server base URL. Without it, the built-in simulator is started and the bundled corpus replayed.
-    #[arg(long, value_name = "URL")]
+    #[arg(help_heading = "Against what", long, value_name = "URL")]
     pub url: Option<String>,
     /// Request path.
-    #[arg(long, default_value = "/v1/chat/completions")]
+    #[arg(
+        help_heading = "Against what",
+        long,
+        default_value = "/v1/chat/completions"
+    )]
     pub endpoint: String,
     /// Endpoint type; only `chat` (OpenAI chat completions) is supported.
-    #[arg(long, default_value = "chat")]
+    #[arg(help_heading = "Against what", long, default_value = "chat")]
     pub endpoint_type: String,
     /// Model name sent in every request (required with --url).
-    #[arg(long, short = 'm')]
+    #[arg(help_heading = "Against what", long, short = 'm')]
     pub model: Option<String>,
     /// Stream responses (always on: token timing needs the stream; accepted for aiperf compatibility).
-    #[arg(long)]
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub streaming: bool,
     /// Extra request body fields, `key:value` (value parsed as JSON, else a string). Repeatable.
-    #[arg(long, value_name = "KEY:VALUE")]
+    #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE")]
     pub extra_inputs: Vec<String>,
     /// Environment variable that holds the API key sent as `Authorization: Bearer` (never logged).
-    #[arg(long, default_value = "AGENTX_API_KEY", value_name = "VAR")]
+    #[arg(
+        help_heading = "Against what",
+        long,
+        default_value = "AGENTX_API_KEY",
+        value_name = "VAR"
+    )]
     pub api_key_env: String,
     /// Speak HTTP/2 without TLS (h2c, prior knowledge) instead of HTTP/1.1.
-    #[arg(long)]
+    #[arg(help_heading = "Against what", long)]
     pub http2: bool,
     /// Close pooled connections idle this long (keep it below the server's keep-alive).
     /// Env: AGENTX_HTTP_KEEPALIVE_TIMEOUT or AIPERF_HTTP_KEEPALIVE_TIMEOUT.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(help_heading = "Against what", long, value_name = "SECONDS")]
     pub http_keepalive_timeout: Option<f64>,
     /// Give up a request after this long.
-    #[arg(long, default_value_t = 21600.0, value_name = "SECONDS")]
+    #[arg(
+        help_heading = "Against what",
+        long,
+        default_value_t = 21600.0,
+        value_name = "SECONDS"
+    )]
     pub request_timeout_seconds: f64,
     /// Give up connecting after this long.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    #[arg(
+        help_heading = "Against what",
+        long,
+        default_value_t = 30.0,
+        value_name = "SECONDS"
+    )]
     pub connect_timeout_seconds: f64,
     /// The header that carries each session's correlation id (default `X-Correlation-ID`).
     /// Session headers for routers are switched by AGENTX_HTTP_* / AIPERF_HTTP_* variables:
     /// X_SESSION_AFFINITY_FROM_CORRELATION_ID (on by default), X_SESSION_ID_FROM_CORRELATION_ID,
     /// X_SMG_ROUTING_KEY_FROM_CORRELATION_ID, X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID.
-    #[arg(long, value_name = "NAME")]
+    #[arg(help_heading = "Against what", long, value_name = "NAME")]
     pub session_header: Option<String>,
     /// Which connection each request goes out on: `pooled` (any idle one), `never` (a new one for
     /// every request) or `sticky-user-sessions` (one per session, released after its final turn,
     /// an error or a cancellation).
-    #[arg(long, default_value = "pooled", value_name = "STRATEGY")]
+    #[arg(
+        help_heading = "Against what",
+        long,
+        default_value = "pooled",
+        value_name = "STRATEGY"
+    )]
     pub connection_reuse_strategy: ConnectionReuse,
     /// Do not ask the server for `/v1/models` before the run (for servers that do not answer it).
     /// The check confirms the server is reachable and serves --model, and counts the lanes and
     /// traces that exceed its context length.
-    #[arg(long)]
+    #[arg(help_heading = "Against what", long)]
     pub skip_preflight: bool,
 
     // ---- load ----
-    /// Number of lanes (concurrent sessions).
-    #[arg(long, value_name = "N[,N...]")]
+    /// Number of lanes (concurrent sessions; session trees under agentx-v1) [default: the scenario's; `agentx-host scenario inspect` lists them; 4 without
+    /// --url]. A list of points is `agentx-host sweep`'s.
+    #[arg(help_heading = "How long and how hard", long, value_name = "N[,N...]")]
     pub concurrency: Option<String>,
-    /// Profiling time in seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Profiling time in seconds [default: the scenario's; `agentx-host scenario inspect` lists them; 30 without --url].
+    #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
     pub benchmark_duration: Option<f64>,
     /// How long in-flight requests may finish after the duration (`inf` waits for all).
-    #[arg(long, default_value = "30", value_name = "SECONDS|inf")]
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        default_value = "30",
+        value_name = "SECONDS|inf"
+    )]
     pub benchmark_grace_period: String,
     /// How long warmup may take (`inf`, the default, waits for every warmup request).
-    #[arg(long, default_value = "inf", value_name = "SECONDS|inf")]
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        default_value = "inf",
+        value_name = "SECONDS|inf"
+    )]
     pub warmup_grace_period: String,
     /// Seed of start turns and prompt text; drawn (and printed) when unset.
-    #[arg(long)]
+    #[arg(help_heading = "What to replay", long)]
     pub random_seed: Option<u64>,
     /// Cancel the run once this fraction of profiling requests failed (checked after
-    /// max(concurrency, 10) requests).
-    #[arg(long, value_name = "FRACTION")]
+    /// max(concurrency, 10) requests) [default: off].
+    #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
     pub failed_request_threshold: Option<f64>,
-    #[arg(long, value_name = "FRACTION")]
+    /// Earliest start point of a lane, as a fraction of its trace's turns (session trees: of its
+    /// tree's span) [default: the scenario's; `agentx-host scenario inspect` lists them].
+    #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
     pub trajectory_start_min_ratio: Option<f64>,
-    #[arg(long, value_name = "FRACTION")]
+    /// Latest start point of a lane, as a fraction of its trace's turns (session trees: of its
+    /// tree's span) [default: the scenario's; `agentx-host scenario inspect` lists them].
+    #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
     pub trajectory_start_max_ratio: Option<f64>,
     /// Use the server's usage counts for ISL/OSL (the default; kept for aiperf compatibility).
-    #[arg(long)]
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub use_server_token_count: bool,
     /// Count ISL/OSL on the client (tokenizer-free word model, or --tokenizer) instead of the server's
     /// usage.
-    #[arg(long, conflicts_with = "use_server_token_count")]
+    #[arg(
+        help_heading = "aiperf and InferenceX compatibility",
+        long,
+        conflicts_with = "use_server_token_count"
+    )]
     pub client_token_count: bool,
     /// Replay the recorded assistant turns instead of threading the server's replies into the history.
     /// Env: AGENTX_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES=0 (or the AIPERF_ name).
-    #[arg(long)]
+    #[arg(help_heading = "What to replay", long)]
     pub recorded_assistant: bool,
     /// Run even if the scenario's locks are broken; the result is then not a valid submission.
-    #[arg(long)]
+    #[arg(help_heading = "Advanced", long)]
     pub unsafe_override: bool,
     /// Where the cache-bust marker goes (the scenario may lock it).
-    #[arg(long, value_name = "TARGET")]
+    #[arg(help_heading = "What to replay", long, value_name = "TARGET")]
     pub cache_bust: Option<String>,
-    #[arg(long, value_name = "SECONDS")]
+    /// Longest wait between a response and the session's next turn (the recorded think time is
+    /// cut to it) [default: the scenario's; `agentx-host scenario inspect` lists them].
+    #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
     pub inter_turn_delay_cap_seconds: Option<f64>,
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    /// Wait only the recorded think time between turns, not the whole recorded gap (which also
+    /// holds the recorded server time) [default: the scenario's; `agentx-host scenario inspect` lists them].
+    #[arg(help_heading = "How long and how hard", long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub use_think_time_only: Option<bool>,
-    #[arg(long)]
+    /// Send each turn as soon as the previous response ended (no think time); the scenarios of
+    /// InferenceX refuse it without --unsafe-override.
+    #[arg(help_heading = "How long and how hard", long)]
     pub ignore_trace_delays: bool,
-    #[arg(long, value_name = "TOKENS")]
+    /// Truncate every prompt to this many tokens (aiperf's name; InferenceX's scenarios refuse it).
+    #[arg(
+        help_heading = "Advanced",
+        long,
+        alias = "max-isl",
+        value_name = "TOKENS"
+    )]
     pub synthesis_max_isl: Option<i64>,
     /// During profiling, a session waits at most this long between a response and its next turn
     /// (aiperf's per-trace idle cap; off by default).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
     pub trace_idle_gap_cap_seconds: Option<f64>,
     /// Session-tree scenarios: N more requests per lane after its warmup primers (aiperf's warmup
     /// pressure stage). Single-stream (0.1.0) scenarios send one warmup request per lane and
     /// warn that the flag has no effect.
     #[arg(
+        help_heading = "How long and how hard",
         long,
         value_name = "N",
         conflicts_with = "agentic_cache_warmup_duration"
     )]
     pub warmup_requests_per_lane: Option<u64>,
     /// Session-tree scenarios: replay at zero idle delay for this long after the warmup primers.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
     pub agentic_cache_warmup_duration: Option<f64>,
     /// How long warmup may take; overrides --warmup-grace-period (aiperf's agentic name).
-    #[arg(long, value_name = "SECONDS|inf")]
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        value_name = "SECONDS|inf"
+    )]
     pub agentic_warmup_grace_period: Option<String>,
     /// Session-tree scenarios: the whole-system idle cap (the scenario sets 10 s).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
     pub system_idle_gap_cap_seconds: Option<f64>,
     /// Session-tree scenarios: fire every lane's first request at once instead of spreading them.
-    #[arg(long)]
+    #[arg(help_heading = "How long and how hard", long)]
     pub burst_phase_starts: bool,
     /// Accepted for aiperf compatibility: agentx lets lanes wrap around the dataset whenever there
     /// are more lanes than traces.
-    #[arg(long)]
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub allow_dataset_wrap: bool,
     /// Accepted for aiperf compatibility: agentx collects no GPU telemetry.
-    #[arg(long)]
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub no_gpu_telemetry: bool,
     /// Other timing modes: accepted so the scenario can refuse them with its reason.
     #[arg(long, hide = true)]
@@ -181,72 +241,92 @@ pub struct RunArgs {
 
     // ---- dataset ----
     /// A trace file/directory or a corpus name (shorthand for --input-file / --public-dataset).
-    #[arg(long, value_name = "PATH|NAME", conflicts_with_all = ["public_dataset", "input_file"])]
+    #[arg(help_heading = "What to replay", long, value_name = "PATH|NAME", conflicts_with_all = ["public_dataset", "input_file"])]
     pub dataset: Option<String>,
     /// A public corpus by name (resolved from the Hugging Face hub cache).
-    #[arg(long, value_name = "NAME", conflicts_with = "input_file")]
+    #[arg(
+        help_heading = "What to replay",
+        long,
+        value_name = "NAME",
+        conflicts_with = "input_file"
+    )]
     pub public_dataset: Option<String>,
     /// Local weka traces: a `traces.jsonl` or a directory of `*.json`.
-    #[arg(long, value_name = "PATH")]
+    #[arg(help_heading = "What to replay", long, value_name = "PATH")]
     pub input_file: Option<PathBuf>,
     /// The format of --input-file; only `weka_trace`.
-    #[arg(long, value_name = "TYPE")]
+    #[arg(help_heading = "What to replay", long, value_name = "TYPE")]
     pub custom_dataset_type: Option<String>,
     /// Use only the first N traces (after --max-context-length).
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = "What to replay", long, value_name = "N")]
     pub num_dataset_entries: Option<usize>,
     /// Drop traces whose peak context (prompt plus output tokens of their largest turn) exceeds
     /// this many tokens.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(help_heading = "What to replay", long, value_name = "TOKENS")]
     pub max_context_length: Option<u64>,
     /// How the timestamps of requests nested in subagent entries are read: auto, absolute or
     /// relative (session-tree corpora).
-    #[arg(long, value_name = "BASIS")]
+    #[arg(help_heading = "What to replay", long, value_name = "BASIS")]
     pub weka_nested_timestamp_basis: Option<String>,
     /// The tokenizer for client-side counts and single-token synthesis words: a tokenizer.json
     /// (file or directory), a Hugging Face model id found in the local hub cache, or `builtin`.
-    #[arg(long, value_name = "PATH|MODEL")]
+    #[arg(help_heading = "What to replay", long, value_name = "PATH|MODEL")]
     pub tokenizer: Option<String>,
     /// Accepted for aiperf compatibility (agentx never runs tokenizer code).
-    #[arg(long, hide = true)]
+    #[arg(
+        help_heading = "aiperf and InferenceX compatibility",
+        long,
+        hide = true
+    )]
     pub tokenizer_trust_remote_code: bool,
 
     // ---- outputs ----
     /// Directory of the run's outputs [default: a fresh artifacts/<scenario>-<UTC time>-<id>, with
     /// artifacts/latest pointing at it]. A directory that holds another run is refused unless
     /// --overwrite.
-    #[arg(long, alias = "artifact-dir", value_name = "DIR")]
+    #[arg(
+        help_heading = "Outputs",
+        long,
+        short = 'o',
+        alias = "artifact-dir",
+        value_name = "DIR"
+    )]
     pub output_artifact_dir: Option<PathBuf>,
     /// Replace the run in --output-artifact-dir (its files are removed when the new run starts).
-    #[arg(long)]
+    #[arg(help_heading = "Outputs", long)]
     pub overwrite: bool,
-    /// Time-slice width for the timeslice exports, seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Time-slice width of the timeslice exports, seconds [default: no timeslice exports].
+    #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
     pub slice_duration: Option<f64>,
     /// Do not scrape the server's Prometheus `/metrics`.
-    #[arg(long)]
+    #[arg(help_heading = "Outputs", long)]
     pub no_server_metrics: bool,
     /// More Prometheus endpoints to scrape besides the server's own `/metrics` (several per flag,
     /// and repeatable: every prefill, decode and frontend endpoint of a disaggregated deployment).
-    #[arg(long, value_name = "URL", num_args = 1..)]
+    #[arg(help_heading = "Outputs", long, value_name = "URL", num_args = 1..)]
     pub server_metrics: Vec<String>,
     /// Seconds between progress lines (default 5 on a terminal, 30 otherwise; 0 turns them off).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
     pub stats_interval: Option<f64>,
     /// Print the plan (lanes, start turns, markers) and send nothing.
-    #[arg(long)]
+    #[arg(help_heading = "Outputs", long)]
     pub dry_run: bool,
     /// With --dry-run: print the plan as JSON.
-    #[arg(long, requires = "dry_run")]
+    #[arg(help_heading = "Outputs", long, requires = "dry_run")]
     pub json: bool,
     /// Exit 1 when the run is not a valid submission.
-    #[arg(long)]
+    #[arg(help_heading = "Outputs", long)]
     pub require_valid: bool,
     /// The run id (seeds the markers); a fresh one by default. Pass one to reproduce a plan exactly.
-    #[arg(long, value_name = "ID")]
+    #[arg(help_heading = "What to replay", long, value_name = "ID")]
     pub run_id: Option<String>,
     /// The simulator preset of a run without --url (h200, cpu-small, max).
-    #[arg(long, default_value = "h200", value_name = "PRESET")]
+    #[arg(
+        help_heading = "Against what",
+        long,
+        default_value = "h200",
+        value_name = "PRESET"
+    )]
     pub sim_preset: String,
 
     /// Run shard I of N (0-based) of one run: every shard plans the whole run and replays the lanes
@@ -288,7 +368,7 @@ pub struct ReplayArgs {
     /// A `run_manifest.json` (or the artifact directory holding it).
     pub manifest: PathBuf,
     /// Where the rerun writes [default: the recorded run's directory with `-replay`].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, short = 'o', value_name = "DIR")]
     pub output_artifact_dir: Option<PathBuf>,
     /// Replace an earlier rerun in that directory.
     #[arg(long)]
@@ -670,6 +750,7 @@ impl RunPlan {
                 explicit,
             })
         };
+        let mut concurrency_list = None;
         match &a.concurrency {
             Some(c) => {
                 let list: Result<Vec<i64>, _> =
@@ -680,9 +761,7 @@ impl RunPlan {
                     )
                 })?;
                 if list.len() > 1 {
-                    bail!(
-                        "--concurrency {c}: a run has one concurrency; for one run per point use `agentx-host sweep --concurrency {c}`"
-                    );
+                    concurrency_list = Some(c.clone());
                 }
                 put("concurrency", Value::Integers(list), true);
             }
@@ -907,6 +986,7 @@ impl RunPlan {
                 },
             },
             demo,
+            concurrency_list,
             url,
             model: a.model.clone(),
             dataset,
@@ -975,8 +1055,35 @@ fn execute_and_print(cfg: RunConfig, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(out.code))
 }
 
+/// The line a run without `--url` starts with: what it implies that was not given.
+fn demo_banner(a: &RunArgs) -> Option<String> {
+    if a.url.is_some() {
+        return None;
+    }
+    let mut implied = vec![format!("the built-in simulator ({})", a.sim_preset)];
+    if a.dataset.is_none() && a.public_dataset.is_none() && a.input_file.is_none() {
+        implied.push("the bundled 24-trace corpus".into());
+    }
+    if a.concurrency.is_none() {
+        implied.push(format!("concurrency {DEMO_CONCURRENCY}"));
+    }
+    if a.benchmark_duration.is_none() {
+        implied.push(format!("{DEMO_DURATION_S} s"));
+    }
+    if !a.unsafe_override {
+        implied.push("--unsafe-override (not a valid submission)".into());
+    }
+    Some(format!(
+        "no --url: a demo run with {}; pass --url to measure a real server",
+        implied.join(", ")
+    ))
+}
+
 /// The run configuration of `agentx-host run`'s flags and environment.
 pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
+    if let Some(b) = demo_banner(a) {
+        tracing::info!("{b}");
+    }
     let flags = crate::run::shard::ShardFlags {
         shard: a.shard.clone(),
         shards: a.shards,

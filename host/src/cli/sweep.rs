@@ -116,6 +116,11 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     let concurrency = parse_concurrency(a.run.concurrency.as_deref().ok_or_else(|| {
         anyhow!("--concurrency is required: the sweep's points, e.g. --concurrency 1,4,16,64,256")
     })?)?;
+    if a.run.overwrite {
+        return Err(anyhow!(
+            "--overwrite: a sweep keeps the points it finished; pass --resume to go on with the same sweep, or sweep into another --output-artifact-dir"
+        ));
+    }
     if a.run.dry_run {
         return Err(anyhow!(
             "--dry-run plans one run; pass it to `agentx-host run --concurrency N` for a point's plan"

@@ -522,6 +522,9 @@ pub struct Store {
 /// The default cache directory: `AGENTX_DATASET_MMAP_CACHE_DIR`, else `AIPERF_DATASET_MMAP_CACHE_DIR`,
 /// else `$AGENTX_HOME/datasets`, where `AGENTX_HOME` defaults to `$XDG_CACHE_HOME/agentx` or
 /// `~/.cache/agentx`.
+/// The dataset cache's directory under the agentx home.
+pub const DATASETS_SUBDIR: &str = "datasets";
+
 pub fn default_dir() -> PathBuf {
     let env = |k: &str| {
         std::env::var_os(k)
@@ -533,7 +536,7 @@ pub fn default_dir() -> PathBuf {
     {
         return d;
     }
-    agentx_home().join("datasets")
+    agentx_home().join(DATASETS_SUBDIR)
 }
 
 /// `AGENTX_HOME`, defaulting to `$XDG_CACHE_HOME/agentx` or `~/.cache/agentx`.

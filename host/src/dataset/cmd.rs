@@ -35,9 +35,13 @@ pub struct SourceArgs {
     /// keep the first --num-dataset-entries of the rest (aiperf's filter-then-cap).
     #[arg(long, value_name = "N")]
     pub max_context_length: Option<u64>,
-    /// Cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR, or $AGENTX_HOME/datasets].
+    /// Dataset cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR,
+    /// or <--home>/datasets].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// The agentx cache directory whose `datasets/` holds the cache (as `run --home`).
+    #[arg(long, value_name = "DIR")]
+    pub home: Option<PathBuf>,
     /// Refuse a corpus with import warnings (checks beyond aiperf's: `in: 0`, hash ids above 2^32-1,
     /// a first request shorter than the tools+system prefix, ...), naming file:line of each kind.
     #[arg(long)]
@@ -52,7 +56,11 @@ impl SourceArgs {
                 num_dataset_entries: self.num_dataset_entries,
                 max_context_length: self.max_context_length,
                 max_osl: None,
-                cache_dir: self.cache_dir.clone(),
+                cache_dir: self.cache_dir.clone().or_else(|| {
+                    self.home
+                        .as_ref()
+                        .map(|h| h.join(crate::dataset::cache::DATASETS_SUBDIR))
+                }),
             },
         )?;
         if self.strict {
@@ -95,7 +103,12 @@ pub enum DatasetCommand {
         #[arg(long, value_enum, default_value = "recorded")]
         mode: ModeArg,
         /// Seed of the synthesized text.
-        #[arg(long, default_value_t = 0)]
+        #[arg(
+            long = "random-seed",
+            alias = "seed",
+            default_value_t = 0,
+            value_name = "SEED"
+        )]
         seed: u64,
         /// Count tokens and pick synthesis words with this tokenizer.json.
         #[arg(long, value_name = "PATH")]
@@ -116,13 +129,18 @@ pub enum DatasetCommand {
         #[arg(long)]
         traces: Option<usize>,
         /// Seed of the generator.
-        #[arg(long, default_value_t = 0)]
+        #[arg(
+            long = "random-seed",
+            alias = "seed",
+            default_value_t = 0,
+            value_name = "SEED"
+        )]
         seed: u64,
         /// Output traces.jsonl.
         #[arg(short, long, value_name = "PATH")]
         output: PathBuf,
         /// Cap every request's input tokens (contexts are compacted below it).
-        #[arg(long, value_name = "TOKENS")]
+        #[arg(long = "synthesis-max-isl", alias = "max-isl", value_name = "TOKENS")]
         max_isl: Option<u32>,
         /// Cap the turns of every trace.
         #[arg(long, value_name = "N")]

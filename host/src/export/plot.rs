@@ -183,7 +183,8 @@ pub fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) -> Vec<
         p(
             "errors",
             "requests/s",
-            per_second(&bins(&prof, t0, |r| (!r.ok()).then_some(1.0))),
+            // Every second of the run, so a run without errors draws a line at zero.
+            per_second(&bins(&prof, t0, |r| Some(if r.ok() { 0.0 } else { 1.0 }))),
         ),
         p(
             "running requests (server)",
@@ -242,8 +243,69 @@ fn draw_err<E: std::fmt::Debug>(e: E) -> PlotError {
     PlotError::Draw(format!("{e:?}"))
 }
 
-/// Draws the panels in a 6x2 grid and returns the PNG bytes.
-pub fn render_png(panels: &[Panel], width: u32, height: u32) -> Result<Vec<u8>, PlotError> {
+/// The band above the panels: what was run, and whether it is a valid submission.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Header {
+    pub title: String,
+    /// `Some(true)` valid, `Some(false)` not (with `reasons`), `None` unknown (no run summary).
+    pub valid: Option<bool>,
+    pub reasons: Vec<String>,
+}
+
+impl Header {
+    /// The header of a run from its summary (scenario, model, concurrency, verdict).
+    pub fn of(a: &bmk::Artifacts) -> Header {
+        let Some(s) = &a.run else {
+            return Header {
+                title: format!("agentx run: {}", a.dir.display()),
+                ..Header::default()
+            };
+        };
+        let scenario = s
+            .scenario
+            .as_ref()
+            .and_then(|v| v.get("name"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("?");
+        let mut title = format!("agentx run: {scenario}");
+        if let Some(m) = &s.model {
+            title.push_str(&format!(", model {m}"));
+        }
+        if let Some(c) = s.concurrency {
+            title.push_str(&format!(", concurrency {c}"));
+        }
+        Header {
+            title,
+            valid: s.submission_valid,
+            reasons: s.submission_invalid_reasons.clone(),
+        }
+    }
+
+    fn verdict(&self) -> (String, RGBColor) {
+        match self.valid {
+            Some(true) => ("valid submission".into(), RGBColor(0, 128, 0)),
+            Some(false) => (
+                format!("not a valid submission: {}", self.reasons.join(", ")),
+                RGBColor(190, 0, 0),
+            ),
+            None => (
+                "validity unknown (no run_summary.json)".into(),
+                RGBColor(90, 90, 90),
+            ),
+        }
+    }
+}
+
+/// Height of the header band, pixels.
+const HEADER_PX: u32 = 56;
+
+/// Draws the header and the panels in a 6x2 grid below it, and returns the PNG bytes.
+pub fn render_png(
+    panels: &[Panel],
+    header: &Header,
+    width: u32,
+    height: u32,
+) -> Result<Vec<u8>, PlotError> {
     // Registering twice replaces the same bytes; the registry is process-wide.
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| PlotError::Draw("the bundled font does not parse".into()))?;
@@ -251,7 +313,21 @@ pub fn render_png(panels: &[Panel], width: u32, height: u32) -> Result<Vec<u8>, 
     {
         let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
-        let cells = root.split_evenly((6, 2));
+        let (top, body) = root.split_vertically(HEADER_PX);
+        top.draw(&Text::new(
+            header.title.as_str(),
+            (12, 6),
+            ("sans-serif", 20).into_font().color(&BLACK),
+        ))
+        .map_err(draw_err)?;
+        let (verdict, colour) = header.verdict();
+        top.draw(&Text::new(
+            verdict,
+            (12, 32),
+            ("sans-serif", 16).into_font().color(&colour),
+        ))
+        .map_err(draw_err)?;
+        let cells = body.split_evenly((6, 2));
         for (panel, area) in panels.iter().zip(cells.iter()) {
             let xmax = panel.points.iter().map(|p| p.0).fold(1.0f64, f64::max);
             let ymax = panel.points.iter().map(|p| p.1).fold(0.0f64, f64::max);
@@ -277,7 +353,9 @@ pub fn render_png(panels: &[Panel], width: u32, height: u32) -> Result<Vec<u8>, 
                         area.dim_in_pixel().0 as i32 / 2 - 20,
                         area.dim_in_pixel().1 as i32 / 2,
                     ),
-                    ("sans-serif", 14).into_font().color(&RED),
+                    ("sans-serif", 14)
+                        .into_font()
+                        .color(&RGBColor(120, 120, 120)),
                 ))
                 .map_err(draw_err)?;
             } else {
@@ -309,7 +387,12 @@ pub fn plot_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, PlotError> {
 /// Reads the artifact directory `dir` and writes its plot as `name` beneath `out`.
 pub fn plot_into(dir: &Path, out: &crate::fsio::Root, name: &Path) -> Result<PathBuf, PlotError> {
     let a = bmk::load_artifacts(dir)?;
-    let png = render_png(&panels(&a.records, a.server.as_ref()), 1600, 2400)?;
+    let png = render_png(
+        &panels(&a.records, a.server.as_ref()),
+        &Header::of(&a),
+        1600,
+        2400 + HEADER_PX,
+    )?;
     out.write_atomic(name, &png)
         .map_err(|source| PlotError::Write {
             path: out.join(name),
@@ -374,7 +457,12 @@ mod tests {
 
     #[test]
     fn renders_a_png_with_the_bundled_font() {
-        let png = render_png(&panels(&worked(), None), 800, 1200).unwrap();
+        let header = Header {
+            title: "agentx run: test".into(),
+            valid: Some(false),
+            reasons: vec!["unsafe_override".into()],
+        };
+        let png = render_png(&panels(&worked(), None), &header, 800, 1200).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         // Width and height in the IHDR chunk.
         assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 800);

@@ -198,6 +198,8 @@ pub struct ReplayOf {
 #[derive(Debug, Clone)]
 pub struct RunPlan {
     pub demo: bool,
+    /// `--concurrency` as given when it lists several points (a sweep's, refused for one run).
+    pub concurrency_list: Option<String>,
     pub url: Option<String>,
     pub model: Option<String>,
     pub dataset: DatasetSource,
@@ -486,20 +488,22 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
                 &sc.hash()[..16]
             );
             for v in &violations {
-                msg.push_str(&format!("\n  --{}: {}", v.setting, v.message));
+                msg.push_str(&format!("\n  {}: {}", flag_of(&v.setting), v.message));
+            }
+            if let Some(c) = &rp.concurrency_list {
+                msg.push_str(&format!(
+                    "\n(for one run per concurrency, `agentx-host sweep --concurrency {c}`)"
+                ));
             }
             bail!(msg);
         }
     };
-    if rp.demo {
-        tracing::info!(
-            "demo run: built-in simulator, bundled corpus, concurrency {DEMO_CONCURRENCY} and {DEMO_DURATION_S} s unless given; \
-             it runs under --unsafe-override, so it is not a valid submission. Pass --url to measure a real server."
+    if let Some(c) = &rp.concurrency_list {
+        bail!(
+            "--concurrency {c}: a run has one concurrency; for one run per point use `agentx-host sweep --concurrency {c}`"
         );
     }
-    for w in &resolved.warnings {
-        tracing::warn!("--{}: {}", w.setting, w.message);
-    }
+    log_resolve_warnings(&resolved);
     let not_acted_on = TreeFlags::not_acted_on(&rp.not_acted_on, trees);
     for w in &not_acted_on {
         tracing::warn!("accepted but not acted on: {w}");
@@ -740,7 +744,14 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     }
     match &tree_plan {
         Some(tp) => tracing::debug!("plan:\n{}", tp.table),
-        None => tracing::debug!("plan:\n{}", plan.table()),
+        None => {
+            let (min, med, max) = plan.percent_spread();
+            tracing::info!(
+                "plan: {} lanes; start turn as % of trace: min {min:.1}%, median {med:.1}%, max {max:.1}% (-v lists the lanes)",
+                plan.lanes.len()
+            );
+            tracing::debug!("plan:\n{}", plan.table());
+        }
     }
 
     let rt = match rt {
@@ -1197,6 +1208,47 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     })
 }
 
+/// The flag a user sets for the scenario setting `setting` (the settings carry aiperf's names; the
+/// dataset loader is chosen by the dataset flags).
+pub fn flag_of(setting: &str) -> String {
+    match setting {
+        "loader" => "the dataset (--public-dataset / --input-file)".to_string(),
+        s => format!("--{s}"),
+    }
+}
+
+/// The scenario's warnings. Under `--unsafe-override` (given, or implied by a demo) the rules the
+/// run breaks are expected: one line names them, the scenario's own words go to DEBUG.
+fn log_resolve_warnings(resolved: &Resolved) {
+    let overridden = resolved
+        .invalid_reasons
+        .iter()
+        .any(|r| r == "unsafe_override");
+    if !overridden {
+        for w in &resolved.warnings {
+            tracing::warn!("{}: {}", flag_of(&w.setting), w.message);
+        }
+        return;
+    }
+    let mut names: Vec<String> = resolved
+        .warnings
+        .iter()
+        .map(|w| flag_of(&w.setting))
+        .collect();
+    names.dedup();
+    if names.is_empty() {
+        tracing::info!("--unsafe-override: not a valid submission");
+    } else {
+        tracing::info!(
+            "--unsafe-override: outside the scenario's rules for {}; not a valid submission (-v shows the rules)",
+            names.join(", ")
+        );
+    }
+    for w in &resolved.warnings {
+        tracing::debug!("{}: {}", flag_of(&w.setting), w.message);
+    }
+}
+
 /// The warning of a run with more lanes than `what` (traces or trees): each is replayed on
 /// several lanes at once, each with its own start and marker; past a hundred lanes apiece, the
 /// prefix cache sees mostly one corpus's prefixes.
@@ -1348,14 +1400,18 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     }
     let delays_in = t0.elapsed() - built_in - planned_in;
     tracing::info!(
-        trees = trees.len(),
-        lanes = lanes.len(),
+        "session-tree plan: {} lanes over {} trees in {:.0} ms",
+        lanes.len(),
+        trees.len(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    tracing::debug!(
         trees_cache = ?corpus.outcome(),
-        open_ms = opened_in.as_secs_f64() * 1e3,
-        build_ms = built_in.as_secs_f64() * 1e3,
-        plan_ms = planned_in.as_secs_f64() * 1e3,
-        delays_ms = delays_in.as_secs_f64() * 1e3,
-        "session-tree plan"
+        open_ms = format!("{:.2}", opened_in.as_secs_f64() * 1e3),
+        build_ms = format!("{:.2}", built_in.as_secs_f64() * 1e3),
+        plan_ms = format!("{:.2}", planned_in.as_secs_f64() * 1e3),
+        delays_ms = format!("{:.2}", delays_in.as_secs_f64() * 1e3),
+        "session-tree plan timings"
     );
     if trees.len() < d.concurrency as usize {
         warn_shared(d.concurrency, trees.len(), "trees");

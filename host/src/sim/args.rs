@@ -111,7 +111,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub tokens_per_chunk: Option<u32>,
     /// Seed of the generated text.
-    #[arg(long)]
+    #[arg(long = "random-seed", alias = "seed", value_name = "SEED")]
     pub seed: Option<u64>,
     /// Largest accepted request body in bytes (larger ones get 413).
     #[arg(long)]
@@ -143,7 +143,11 @@ pub struct SimArgs {
     pub stop_after: Option<u64>,
     /// Close a connection that has been idle this many seconds (30, hyper's default; uvicorn, under
     /// vLLM, closes after 5 s, llama.cpp after 5 s).
-    #[arg(long, value_name = "SECS")]
+    #[arg(
+        long = "http-keepalive-timeout",
+        alias = "keep-alive-timeout",
+        value_name = "SECONDS"
+    )]
     pub keep_alive_timeout: Option<f64>,
     /// Close a connection after this many requests on it (llama.cpp: 100).
     #[arg(long, value_name = "N")]
