@@ -3,9 +3,9 @@
 //! prints: the plan of a dry run, the summary and the outputs.
 //!
 //! Without `--url` the command is a self-contained demo: it starts the built-in simulator on a free
-//! port, replays the bundled 24-trace corpus with the built-in agentx-mvp scenario, and (because a demo
-//! is shorter than the scenario's 900 s floor) runs under `--unsafe-override`, so its result is marked
-//! as not a valid submission.
+//! port, replays the bundled 24-trace corpus with the built-in default scenario (agentx-v1), and
+//! (because a demo is shorter than the scenario's 900 s floor) runs under `--unsafe-override`, so its
+//! result is marked as not a valid submission.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -34,7 +34,52 @@ pub struct RunArgs {
     #[arg(value_name = "SCENARIO")]
     pub scenario: Option<String>,
 
-    // ---- server ----
+    /// Seed of start turns and prompt text; drawn (and printed) when unset.
+    #[arg(help_heading = "What to replay", long)]
+    pub random_seed: Option<u64>,
+    /// Replay the recorded assistant turns instead of threading the server's replies into the history.
+    /// Env: AGENTX_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES=0 (or the AIPERF_ name).
+    #[arg(help_heading = "What to replay", long)]
+    pub recorded_assistant: bool,
+    /// Where the cache-bust marker goes (the scenario may lock it).
+    #[arg(help_heading = "What to replay", long, value_name = "TARGET")]
+    pub cache_bust: Option<String>,
+    /// A trace file/directory or a corpus name (shorthand for --input-file / --public-dataset).
+    #[arg(help_heading = "What to replay", long, value_name = "PATH|NAME", conflicts_with_all = ["public_dataset", "input_file"])]
+    pub dataset: Option<String>,
+    /// A public corpus by name (resolved from the Hugging Face hub cache).
+    #[arg(
+        help_heading = "What to replay",
+        long,
+        value_name = "NAME",
+        conflicts_with = "input_file"
+    )]
+    pub public_dataset: Option<String>,
+    /// Local weka traces: a `traces.jsonl` or a directory of `*.json`.
+    #[arg(help_heading = "What to replay", long, value_name = "PATH")]
+    pub input_file: Option<PathBuf>,
+    /// The format of --input-file; only `weka_trace`.
+    #[arg(help_heading = "What to replay", long, value_name = "TYPE")]
+    pub custom_dataset_type: Option<String>,
+    /// Use only the first N traces (after --max-context-length).
+    #[arg(help_heading = "What to replay", long, value_name = "N")]
+    pub num_dataset_entries: Option<usize>,
+    /// Drop traces whose peak context (prompt plus output tokens of their largest turn) exceeds
+    /// this many tokens.
+    #[arg(help_heading = "What to replay", long, value_name = "TOKENS")]
+    pub max_context_length: Option<u64>,
+    /// How the timestamps of requests nested in subagent entries are read: auto, absolute or
+    /// relative (session-tree corpora).
+    #[arg(help_heading = "What to replay", long, value_name = "BASIS")]
+    pub weka_nested_timestamp_basis: Option<String>,
+    /// The tokenizer for client-side counts and single-token synthesis words: a tokenizer.json
+    /// (file or directory), a Hugging Face model id found in the local hub cache, or `builtin`.
+    #[arg(help_heading = "What to replay", long, value_name = "PATH|MODEL")]
+    pub tokenizer: Option<String>,
+    /// The run id (seeds the markers); a fresh one by default. Pass one to reproduce a plan exactly.
+    #[arg(help_heading = "What to replay", long, value_name = "ID")]
+    pub run_id: Option<String>,
+
     /// Server base URL. Without it, the built-in simulator is started and the bundled corpus replayed.
     #[arg(help_heading = "Against what", long, value_name = "URL")]
     pub url: Option<String>,
@@ -51,9 +96,6 @@ pub struct RunArgs {
     /// Model name sent in every request (required with --url).
     #[arg(help_heading = "Against what", long, short = 'm')]
     pub model: Option<String>,
-    /// Stream responses (always on: token timing needs the stream; accepted for aiperf compatibility).
-    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub streaming: bool,
     /// Extra request body fields, `key:value` (value parsed as JSON, else a string). Repeatable.
     #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE")]
     pub extra_inputs: Vec<String>,
@@ -109,8 +151,15 @@ pub struct RunArgs {
     /// traces that exceed its context length.
     #[arg(help_heading = "Against what", long)]
     pub skip_preflight: bool,
+    /// The simulator preset of a run without --url (h200, cpu-small, max).
+    #[arg(
+        help_heading = "Against what",
+        long,
+        default_value = "h200",
+        value_name = "PRESET"
+    )]
+    pub sim_preset: String,
 
-    // ---- load ----
     /// Number of lanes (concurrent sessions; session trees under agentx-v1) [default: the scenario's; `agentx-host scenario inspect` lists them; 4 without
     /// --url]. A list of points is `agentx-host sweep`'s.
     #[arg(help_heading = "How long and how hard", long, value_name = "N[,N...]")]
@@ -134,9 +183,6 @@ pub struct RunArgs {
         value_name = "SECONDS|inf"
     )]
     pub warmup_grace_period: String,
-    /// Seed of start turns and prompt text; drawn (and printed) when unset.
-    #[arg(help_heading = "What to replay", long)]
-    pub random_seed: Option<u64>,
     /// Cancel the run once this fraction of profiling requests failed (checked after
     /// max(concurrency, 10) requests) [default: off].
     #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
@@ -149,27 +195,6 @@ pub struct RunArgs {
     /// tree's span) [default: the scenario's; `agentx-host scenario inspect` lists them].
     #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
     pub trajectory_start_max_ratio: Option<f64>,
-    /// Use the server's usage counts for ISL/OSL (the default; kept for aiperf compatibility).
-    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub use_server_token_count: bool,
-    /// Count ISL/OSL on the client (tokenizer-free word model, or --tokenizer) instead of the server's
-    /// usage.
-    #[arg(
-        help_heading = "aiperf and InferenceX compatibility",
-        long,
-        conflicts_with = "use_server_token_count"
-    )]
-    pub client_token_count: bool,
-    /// Replay the recorded assistant turns instead of threading the server's replies into the history.
-    /// Env: AGENTX_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES=0 (or the AIPERF_ name).
-    #[arg(help_heading = "What to replay", long)]
-    pub recorded_assistant: bool,
-    /// Run even if the scenario's locks are broken; the result is then not a valid submission.
-    #[arg(help_heading = "Advanced", long)]
-    pub unsafe_override: bool,
-    /// Where the cache-bust marker goes (the scenario may lock it).
-    #[arg(help_heading = "What to replay", long, value_name = "TARGET")]
-    pub cache_bust: Option<String>,
     /// Longest wait between a response and the session's next turn (the recorded think time is
     /// cut to it) [default: the scenario's; `agentx-host scenario inspect` lists them].
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
@@ -182,14 +207,6 @@ pub struct RunArgs {
     /// InferenceX refuse it without --unsafe-override.
     #[arg(help_heading = "How long and how hard", long)]
     pub ignore_trace_delays: bool,
-    /// Truncate every prompt to this many tokens (aiperf's name; InferenceX's scenarios refuse it).
-    #[arg(
-        help_heading = "Advanced",
-        long,
-        alias = "max-isl",
-        value_name = "TOKENS"
-    )]
-    pub synthesis_max_isl: Option<i64>,
     /// During profiling, a session waits at most this long between a response and its next turn
     /// (aiperf's per-trace idle cap; off by default).
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
@@ -220,67 +237,7 @@ pub struct RunArgs {
     /// Session-tree scenarios: fire every lane's first request at once instead of spreading them.
     #[arg(help_heading = "How long and how hard", long)]
     pub burst_phase_starts: bool,
-    /// Accepted for aiperf compatibility: agentx lets lanes wrap around the dataset whenever there
-    /// are more lanes than traces.
-    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub allow_dataset_wrap: bool,
-    /// Accepted for aiperf compatibility: agentx collects no GPU telemetry.
-    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub no_gpu_telemetry: bool,
-    /// Other timing modes: accepted so the scenario can refuse them with its reason.
-    #[arg(long, hide = true)]
-    pub request_rate: Option<f64>,
-    #[arg(long, hide = true)]
-    pub arrival_pattern: Option<String>,
-    #[arg(long, hide = true)]
-    pub user_centric_rate: Option<f64>,
-    #[arg(long, hide = true)]
-    pub request_rate_ramp_duration: Option<f64>,
-    #[arg(long, hide = true)]
-    pub fixed_schedule: bool,
 
-    // ---- dataset ----
-    /// A trace file/directory or a corpus name (shorthand for --input-file / --public-dataset).
-    #[arg(help_heading = "What to replay", long, value_name = "PATH|NAME", conflicts_with_all = ["public_dataset", "input_file"])]
-    pub dataset: Option<String>,
-    /// A public corpus by name (resolved from the Hugging Face hub cache).
-    #[arg(
-        help_heading = "What to replay",
-        long,
-        value_name = "NAME",
-        conflicts_with = "input_file"
-    )]
-    pub public_dataset: Option<String>,
-    /// Local weka traces: a `traces.jsonl` or a directory of `*.json`.
-    #[arg(help_heading = "What to replay", long, value_name = "PATH")]
-    pub input_file: Option<PathBuf>,
-    /// The format of --input-file; only `weka_trace`.
-    #[arg(help_heading = "What to replay", long, value_name = "TYPE")]
-    pub custom_dataset_type: Option<String>,
-    /// Use only the first N traces (after --max-context-length).
-    #[arg(help_heading = "What to replay", long, value_name = "N")]
-    pub num_dataset_entries: Option<usize>,
-    /// Drop traces whose peak context (prompt plus output tokens of their largest turn) exceeds
-    /// this many tokens.
-    #[arg(help_heading = "What to replay", long, value_name = "TOKENS")]
-    pub max_context_length: Option<u64>,
-    /// How the timestamps of requests nested in subagent entries are read: auto, absolute or
-    /// relative (session-tree corpora).
-    #[arg(help_heading = "What to replay", long, value_name = "BASIS")]
-    pub weka_nested_timestamp_basis: Option<String>,
-    /// The tokenizer for client-side counts and single-token synthesis words: a tokenizer.json
-    /// (file or directory), a Hugging Face model id found in the local hub cache, or `builtin`.
-    #[arg(help_heading = "What to replay", long, value_name = "PATH|MODEL")]
-    pub tokenizer: Option<String>,
-    /// Accepted for aiperf compatibility (agentx never runs tokenizer code).
-    #[arg(
-        help_heading = "aiperf and InferenceX compatibility",
-        long,
-        hide = true
-    )]
-    pub tokenizer_trust_remote_code: bool,
-
-    // ---- outputs ----
     /// Directory of the run's outputs [default: a fresh artifacts/<scenario>-<UTC time>-<id>, with
     /// artifacts/latest pointing at it]. A directory that holds another run is refused unless
     /// --overwrite.
@@ -317,17 +274,47 @@ pub struct RunArgs {
     /// Exit 1 when the run is not a valid submission.
     #[arg(help_heading = "Outputs", long)]
     pub require_valid: bool,
-    /// The run id (seeds the markers); a fresh one by default. Pass one to reproduce a plan exactly.
-    #[arg(help_heading = "What to replay", long, value_name = "ID")]
-    pub run_id: Option<String>,
-    /// The simulator preset of a run without --url (h200, cpu-small, max).
+
+    /// Stream responses (always on: token timing needs the stream; accepted for aiperf compatibility).
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
+    pub streaming: bool,
+    /// Use the server's usage counts for ISL/OSL (the default; kept for aiperf compatibility).
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
+    pub use_server_token_count: bool,
+    /// Count ISL/OSL on the client (tokenizer-free word model, or --tokenizer) instead of the server's
+    /// usage.
     #[arg(
-        help_heading = "Against what",
+        help_heading = "aiperf and InferenceX compatibility",
         long,
-        default_value = "h200",
-        value_name = "PRESET"
+        conflicts_with = "use_server_token_count"
     )]
-    pub sim_preset: String,
+    pub client_token_count: bool,
+    /// Accepted for aiperf compatibility: agentx lets lanes wrap around the dataset whenever there
+    /// are more lanes than traces.
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
+    pub allow_dataset_wrap: bool,
+    /// Accepted for aiperf compatibility: agentx collects no GPU telemetry.
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
+    pub no_gpu_telemetry: bool,
+    /// Accepted for aiperf compatibility (agentx never runs tokenizer code).
+    #[arg(
+        help_heading = "aiperf and InferenceX compatibility",
+        long,
+        hide = true
+    )]
+    pub tokenizer_trust_remote_code: bool,
+
+    /// Run even if the scenario's locks are broken; the result is then not a valid submission.
+    #[arg(help_heading = "Advanced", long)]
+    pub unsafe_override: bool,
+    /// Truncate every prompt to this many tokens (aiperf's name; InferenceX's scenarios refuse it).
+    #[arg(
+        help_heading = "Advanced",
+        long,
+        alias = "max-isl",
+        value_name = "TOKENS"
+    )]
+    pub synthesis_max_isl: Option<i64>,
 
     /// Run shard I of N (0-based) of one run: every shard plans the whole run and replays the lanes
     /// l with l % N == I, into <output-artifact-dir>/shard-<I>/. Under srun, SLURM_PROCID and
@@ -351,13 +338,23 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", help_heading = "Sharded runs")]
     pub merge_into: Option<PathBuf>,
 
+    /// Other timing modes: accepted so the scenario can refuse them with its reason.
+    #[arg(long, hide = true)]
+    pub request_rate: Option<f64>,
+    #[arg(long, hide = true)]
+    pub arrival_pattern: Option<String>,
+    #[arg(long, hide = true)]
+    pub user_centric_rate: Option<f64>,
+    #[arg(long, hide = true)]
+    pub request_rate_ramp_duration: Option<f64>,
+    #[arg(long, hide = true)]
+    pub fixed_schedule: bool,
     /// Refuse to run unless the dataset's cache key is this (set by `agentx-host replay`).
     #[arg(long, hide = true)]
     pub expect_dataset_key: Option<String>,
     /// Refuse to run unless the scenario's sha256 is this (set by `agentx-host replay`).
     #[arg(long, hide = true)]
     pub expect_scenario_sha256: Option<String>,
-
     #[command(flatten)]
     pub home: HomeArgs,
 }

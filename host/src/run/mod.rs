@@ -42,7 +42,7 @@ pub const DEMO_DURATION_S: f64 = 30.0;
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The scenario reference (path, `path@sha256:`, store name or hash); `None` for the built-in
-    /// agentx-mvp.
+    /// default (agentx-v1).
     pub scenario: Option<String>,
     /// `AGENTX_HOME`: the scenario store and caches.
     pub home: PathBuf,
