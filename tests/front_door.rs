@@ -412,3 +412,190 @@ fn scenario_list_shows_the_built_ins_on_a_fresh_home() {
         r.stderr()
     );
 }
+
+#[test]
+fn a_concurrency_beyond_the_open_file_limit_or_the_corpus_is_named_with_the_numbers() {
+    let work = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_agentx-host");
+    // A shell that lowers the limit (soft and hard) before it runs the binary.
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -n 200 && exec "$0" run agentx-mvp --concurrency 3000 --dry-run --random-seed 1"#)
+        .arg(bin)
+        .current_dir(work.path())
+        .env("AGENTX_HOME", work.path().join("home"))
+        .env("AGENTX_LOG", "info")
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(
+        e.contains("--concurrency 3000 may need about 6256 open files")
+            && e.contains("the open-file limit is 200"),
+        "{e}"
+    );
+    assert!(
+        e.contains("24 usable traces for 3000 lanes: each is replayed on about 125 lanes"),
+        "{e}"
+    );
+}
+
+/// Every flag and argument a user is offered says what it does: no empty help anywhere.
+#[test]
+fn every_offered_flag_has_help() {
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for a in cmd.get_arguments() {
+            if a.is_hide_set() || a.get_id() == "help" || a.get_id() == "version" {
+                continue;
+            }
+            let empty = a
+                .get_help()
+                .or(a.get_long_help())
+                .is_none_or(|h| h.to_string().trim().is_empty());
+            if empty {
+                missing.push(format!("{path} --{}", a.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_about().is_none() && sub.get_name() != "help" {
+                missing.push(format!("{path} {} (no description)", sub.get_name()));
+            }
+            walk(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+    let cmd = <agentx::cli::Cli as clap::CommandFactory>::command();
+    let mut missing = Vec::new();
+    walk(&cmd, "agentx-host", &mut missing);
+    assert!(missing.is_empty(), "flags without help: {missing:#?}");
+}
+
+/// `agentx-host ARGS` in `dir` with the log filter left to `env` (no `AGENTX_LOG` of the harness).
+fn logged(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = agentx_command(dir, env);
+    c.env_remove("AGENTX_LOG").env_remove("RUST_LOG");
+    c.envs(env.iter().copied());
+    c.args(args).output().unwrap()
+}
+
+#[test]
+fn info_is_what_an_operator_reads() {
+    let work = tempfile::tempdir().unwrap();
+    let corpus = fixture("traces-24.jsonl");
+    let args = [
+        "run",
+        "--dataset",
+        corpus.to_str().unwrap(),
+        "--concurrency",
+        "2",
+        "--benchmark-duration",
+        "1",
+        "--sim-preset",
+        "max",
+        "--stats-interval",
+        "0",
+    ];
+    let o = logged(work.path(), &args, &[]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    // The demo line names only what the flags left to it.
+    assert!(
+        e.contains(
+            "no --url: a demo run with the built-in simulator (max), 30 s, --unsafe-override"
+        ) || e
+            .contains("no --url: a demo run with the built-in simulator (max), --unsafe-override"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("bundled") && !e.contains("concurrency 4"),
+        "{e}"
+    );
+    // No flag that does not exist, no advice to add what is implied, no raw timings, no lane table.
+    assert!(!e.contains("--loader"), "{e}");
+    assert!(!e.contains("add --unsafe-override"), "{e}");
+    assert!(!e.contains("open_ms="), "{e}");
+    assert!(e.contains("session-tree plan: 2 lanes"), "{e}");
+    assert!(
+        !e.contains("streams (next/warm"),
+        "the lane table is DEBUG: {e}"
+    );
+    assert!(
+        e.contains("replay_rc=0") && e.contains("Phase profiling complete"),
+        "{e}"
+    );
+
+    // -v shows the table; -q and RUST_LOG=warn keep only warnings and errors.
+    let mut dry: Vec<&str> = args.to_vec();
+    dry.push("--dry-run");
+    let o = logged(work.path(), &[&["-v"], &dry[..]].concat(), &[]);
+    assert!(stderr(&o).contains("DEBUG"), "{}", stderr(&o));
+    for (flags, env) in [(vec!["-q"], vec![]), (vec![], vec![("RUST_LOG", "warn")])] {
+        let o = logged(work.path(), &[&flags[..], &args[..]].concat(), &env);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            !stderr(&o).contains(" INFO "),
+            "{flags:?} {env:?}: {}",
+            stderr(&o)
+        );
+    }
+    // An error is the last word: no replay_rc after a refusal.
+    let o = logged(work.path(), &["run", "--url", "ftp://x"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!stderr(&o).contains("replay_rc"), "{}", stderr(&o));
+}
+
+#[test]
+fn one_vocabulary_across_subcommands_with_the_old_spellings_as_aliases() {
+    use clap::Parser;
+    let parse = |args: &[&str]| {
+        agentx::cli::Cli::try_parse_from(std::iter::once("agentx-host").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())
+    };
+    for args in [
+        &["run", "-o", "out", "-m", "x"][..],
+        &["replay", "dir", "-o", "out", "-m", "x"],
+        &["report", "dir", "-m", "x", "-o", "f.json"],
+        &["sweep", "--concurrency", "1,2", "-o", "out", "-m", "x"],
+        &[
+            "dataset",
+            "synth",
+            "--random-seed",
+            "3",
+            "--synthesis-max-isl",
+            "9",
+            "-o",
+            "x",
+        ],
+        &[
+            "dataset",
+            "synth",
+            "--seed",
+            "3",
+            "--max-isl",
+            "9",
+            "-o",
+            "x",
+        ],
+        &["dataset", "stats", "c.jsonl", "--home", "h"],
+        &["sim", "--random-seed", "1", "--http-keepalive-timeout", "5"],
+        &["sim", "--seed", "1", "--keep-alive-timeout", "5"],
+        &["run", "--synthesis-max-isl", "9", "-q"],
+        &["-v", "scenario", "list"],
+    ] {
+        parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    }
+    // Flags a sweep does not act on are not offered in its help.
+    let help = <agentx::cli::Cli as clap::CommandFactory>::command()
+        .find_subcommand_mut("sweep")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    for f in [
+        "--dry-run",
+        "--json",
+        "--shard ",
+        "--merge-into",
+        "--overwrite",
+    ] {
+        assert!(!help.contains(f), "sweep --help offers {f}");
+    }
+}

@@ -69,6 +69,11 @@ pub enum Command {
         mut_arg("coordinator_port", |a| a.hide(true)),
         mut_arg("rendezvous_timeout", |a| a.hide(true)),
         mut_arg("merge_into", |a| a.hide(true)),
+        mut_arg("output_artifact_dir", |a| a.help(
+            "The sweep's directory: a run per point in conc_<N>/, then sweep.json and its views \
+             [default: a fresh artifacts/sweep-<UTC time>-<id>, with artifacts/latest pointing at it; \
+             with --resume, the sweep artifacts/latest names]"
+        )),
     )]
     Sweep(Box<sweep::SweepArgs>),
     /// Merge the shard directories of a sharded run into one artifact directory that reads like a

@@ -434,6 +434,36 @@ mod tests {
         let ttft = &ps[2].points;
         assert_eq!(ttft[0], (1.0, 31.0));
         assert!(ps[6].points.is_empty());
+        // A run without errors draws a line at zero over its seconds, not "no data".
+        let clean: Vec<_> = worked().into_iter().filter(|r| r.ok()).collect();
+        let e = &panels(&clean, None)[5].points;
+        assert!(!e.is_empty() && e.iter().all(|p| p.1 == 0.0), "{e:?}");
+    }
+
+    #[test]
+    fn the_header_names_the_run_and_its_verdict() {
+        let mut a =
+            bmk::load_artifacts(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run"))
+                .unwrap();
+        a.run = Some(bmk::RunSummary {
+            dataset_alias: None,
+            dataset_source: None,
+            scenario: Some(serde_json::json!({"name": "inferencex-agentx-v1"})),
+            seed: Some(1),
+            concurrency: Some(8),
+            model: Some("m".into()),
+            submission_valid: Some(false),
+            submission_invalid_reasons: vec!["unsafe_override".into()],
+            context_overflows: None,
+        });
+        let h = Header::of(&a);
+        assert_eq!(
+            h.title,
+            "agentx run: inferencex-agentx-v1, model m, concurrency 8"
+        );
+        assert_eq!(h.verdict().0, "not a valid submission: unsafe_override");
+        a.run = None;
+        assert_eq!(Header::of(&a).valid, None);
     }
 
     #[test]

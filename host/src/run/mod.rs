@@ -521,15 +521,14 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         rate_limit,
         ignore_eos,
     } = RunSettings::of(&resolved)?;
-    if !cfg.dry_run {
-        // One connection per lane (more while trees fan out), plus the process's own files.
-        let needed = u64::from(conc) * 2 + 256;
-        if let Err((soft, hard)) = crate::client::ensure_open_files(needed) {
-            tracing::warn!(
-                "--concurrency {conc} may need about {needed} open files (connections), but the open-file limit is {soft} (hard limit {hard}); \
-                 raise it (`ulimit -n {needed}`) or connections will fail with `Too many open files`"
-            );
-        }
+    // One connection per lane (more while trees fan out), plus the process's own files; a dry run
+    // says so too, before the run would meet it.
+    let needed = u64::from(conc) * 2 + 256;
+    if let Err((soft, hard)) = crate::client::ensure_open_files(needed) {
+        tracing::warn!(
+            "--concurrency {conc} may need about {needed} open files (connections), but the open-file limit is {soft} (hard limit {hard}); \
+             raise it (`ulimit -n {needed}`) or connections will fail with `Too many open files`"
+        );
     }
     let seed = resolved.seed;
     if resolved.seed_drawn {
