@@ -325,7 +325,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             .as_str()
             .and_then(crate::dataset::alias::lookup)
             .map(|a| {
-                super::alias_dataset_json(
+                super::outputs::alias_dataset_json(
                     a,
                     m0["dataset"]["num_dataset_entries"]
                         .as_u64()
@@ -334,7 +334,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             }),
     };
     let slice = m0["slice_duration"].as_f64();
-    let (written, failed) = super::write_exports(&art, &records, &info, slice, None);
+    let (written, failed) = super::outputs::write_exports(&art, &records, &info, slice, None);
     files.extend(written);
     if failed {
         bail!(
@@ -370,7 +370,7 @@ fn stamps(
         return Default::default();
     };
     match crate::dataset::Dataset::open_path(Path::new(src), &Default::default()) {
-        Ok(ds) => super::prefix_stamps(&ds, records),
+        Ok(ds) => super::plan::prefix_stamps(&ds, records),
         Err(e) => {
             tracing::warn!(
                 "{src}: {e}; the merged export has no theoretical prefix-cache hit rate"

@@ -1,0 +1,362 @@
+//! The configuration of a run ([`RunConfig`], with the flags and environment merged into a
+//! [`RunPlan`]), what it answers ([`RunOutcome`]), the [`Cancel`] handle, and the settings the
+//! scenario resolved, read once ([`RunSettings`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{artifact_dir, shard};
+use crate::client::ClientConfig;
+use crate::dataset::{self, AssistantMode};
+use crate::metrics::Summary;
+use crate::replay::{self, ReplayOutcome};
+use crate::scenario::types::{Placement, Resolved, Setting, Value};
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The scenario reference (path, `path@sha256:`, store name or hash); `None` for the built-in
+    /// default (agentx-v1).
+    pub scenario: Option<String>,
+    /// `AGENTX_HOME`: the scenario store and caches.
+    pub home: PathBuf,
+    /// Flags and environment, merged and checked.
+    pub plan: RunPlan,
+    pub num_dataset_entries: Option<usize>,
+    pub max_context_length: Option<u64>,
+    /// `--tokenizer`: a path, a hub model id or `builtin`.
+    pub tokenizer: Option<String>,
+    /// Where the artifacts go: the named directory or a fresh one per run.
+    pub output: artifact_dir::OutputDir,
+    /// `--overwrite`: a named directory that holds another run is replaced instead of refused.
+    pub overwrite: bool,
+    pub slice_duration: Option<f64>,
+    pub no_server_metrics: bool,
+    /// More `/metrics` endpoints besides the server's own.
+    pub server_metrics: Vec<String>,
+    pub skip_preflight: bool,
+    /// Exit code 1 when the run is not a valid submission.
+    pub require_valid: bool,
+    pub failed_request_threshold: Option<f64>,
+    /// Pins the markers; a fresh id when `None`.
+    pub run_id: Option<String>,
+    /// The simulator preset of a run without a URL.
+    pub sim_preset: String,
+    /// Refuse to run unless the dataset's cache key / the scenario's sha256 is this.
+    pub expect_dataset_key: Option<String>,
+    pub expect_scenario_sha256: Option<String>,
+    /// `--weka-nested-timestamp-basis`: how a session-tree corpus's nested timestamps are read;
+    /// `None` infers it per corpus (`auto`).
+    pub nested_basis: Option<dataset::tree::NestedBasis>,
+    /// Plan only: nothing is sent or written.
+    pub dry_run: bool,
+    /// The run this one reruns (`agentx-host replay`), named in the manifest.
+    pub replay_of: Option<ReplayOf>,
+    /// The command line, kept in the manifest (what `agentx-host replay` reruns).
+    pub argv: Vec<String>,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+    /// Ctrl-C and SIGTERM act on this run (as [`Cancel::interrupt`] does).
+    pub signals: bool,
+    /// This process's part of a sharded run (`None`: the whole run in one process).
+    pub shard: Option<shard::ShardConfig>,
+}
+
+/// Stops a run from another thread: the first [`Cancel::interrupt`] lets in-flight requests drain
+/// and starts nothing new; the second cancels them.
+#[derive(Debug, Clone)]
+pub struct Cancel(Arc<watch::Sender<u32>>);
+
+impl Default for Cancel {
+    fn default() -> Self {
+        Cancel::new()
+    }
+}
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel(Arc::new(watch::channel(0u32).0))
+    }
+
+    /// One interrupt, like one Ctrl-C.
+    pub fn interrupt(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+
+    /// Interrupts so far.
+    pub fn interrupts(&self) -> u32 {
+        *self.0.borrow()
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u32> {
+        self.0.subscribe()
+    }
+}
+
+/// The plan of a `--dry-run`.
+#[derive(Debug, Clone)]
+pub struct DryRun {
+    /// Scenario, run id, seed, concurrency, dataset and lanes.
+    pub json: serde_json::Value,
+    /// The lane table and every lane's marker, as text.
+    pub table: String,
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The process exit code: 0, 1 (cancelled, or not valid with `require_valid`), 2 (an export
+    /// could not be written).
+    pub code: u8,
+    /// The artifact directory.
+    pub dir: PathBuf,
+    pub run_id: String,
+    pub concurrency: u32,
+    /// Every file written.
+    pub files: Vec<PathBuf>,
+    /// How the replay ended (`None` for a dry run).
+    pub replay: Option<ReplayOutcome>,
+    pub summary: Option<Summary>,
+    /// Empty for a valid submission.
+    pub submission_invalid_reasons: Vec<String>,
+    pub records_path: PathBuf,
+    pub records_written: u64,
+    /// The plan, for a dry run.
+    pub dry_run: Option<DryRun>,
+}
+
+impl RunOutcome {
+    pub(crate) fn planned(dir: PathBuf, run_id: String, concurrency: u32, d: DryRun) -> RunOutcome {
+        RunOutcome {
+            code: 0,
+            records_path: dir.join(crate::record::RECORDS_FILE),
+            dir,
+            run_id,
+            concurrency,
+            files: Vec::new(),
+            replay: None,
+            summary: None,
+            submission_invalid_reasons: Vec::new(),
+            records_written: 0,
+            dry_run: Some(d),
+        }
+    }
+
+    /// A valid submission.
+    pub fn valid(&self) -> bool {
+        self.submission_invalid_reasons.is_empty()
+    }
+}
+
+/// Where the dataset comes from.
+#[derive(Debug, Clone)]
+pub enum DatasetSource {
+    Bundled,
+    Spec(String),
+    /// A recorded run's corpus that is no longer at its path, by its cache digest (`replay`).
+    Cached {
+        key: String,
+        source: PathBuf,
+    },
+}
+
+/// The recorded run a rerun (`agentx-host replay`) repeats, as its manifest names it.
+#[derive(Debug, Clone)]
+pub struct ReplayOf {
+    pub run_id: String,
+    pub manifest: PathBuf,
+}
+
+/// The merged configuration of a run: flags and environment, checked, before the scenario resolves
+/// them (the CLI builds it from `agentx-host run`'s flags).
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub demo: bool,
+    /// `--concurrency` as given when it lists several points (a sweep's, refused for one run).
+    pub concurrency_list: Option<String>,
+    pub url: Option<String>,
+    pub model: Option<String>,
+    pub dataset: DatasetSource,
+    /// The loader name the scenario sees.
+    pub loader: &'static str,
+    pub settings: Vec<Setting>,
+    pub extra: Vec<(String, serde_json::Value)>,
+    pub grace: Option<Duration>,
+    pub warmup_grace: Option<Duration>,
+    pub mode: AssistantMode,
+    pub use_server_token_count: bool,
+    pub overflow_phrases_env: Option<Vec<String>>,
+    pub client: ClientConfig,
+    pub stats_interval: Option<Duration>,
+    /// `--trace-idle-gap-cap-seconds`.
+    pub trace_idle_cap: Option<Duration>,
+    /// The warmup heartbeat (`*_SERVICE_WARMUP_PROGRESS_LOG_INTERVAL`, 30 s by default).
+    pub warmup_progress_interval: Option<Duration>,
+    /// Flags accepted for aiperf compatibility that this run does not act on, each with why (with a
+    /// 0.1.0 scenario; a session-tree scenario acts on [`TreeFlags`]).
+    pub not_acted_on: Vec<String>,
+    /// The session-tree flags (agentx-v1.md §4-5).
+    pub tree_flags: TreeFlags,
+    /// `(variable, prefix)` of `AGENTX_`/`AIPERF_REQUIRED_SERVER_METRIC_PREFIX`: an endpoint none of
+    /// whose metrics carries the prefix is warned about.
+    pub required_metric_prefix: Option<(String, String)>,
+    /// The server-metrics scrape interval (`*_SERVER_METRICS_COLLECTION_INTERVAL`); `None` for the
+    /// scraper's default.
+    pub scrape_interval: Option<Duration>,
+}
+
+/// The flags a session-tree (0.2.0) scenario acts on and a 0.1.0 one does not.
+#[derive(Debug, Clone, Default)]
+pub struct TreeFlags {
+    /// `--burst-phase-starts`: primers all at once, each lane's profiling from its own T0.
+    pub burst: bool,
+    /// `--warmup-requests-per-lane` / `--agentic-cache-warmup-duration`.
+    pub pressure: Option<replay::sched::Pressure>,
+}
+
+impl TreeFlags {
+    /// The flags of `not_acted_on` entries a session-tree scenario acts on.
+    const ACTED_ON: [&'static str; 5] = [
+        "--warmup-requests-per-lane",
+        "--agentic-cache-warmup-duration",
+        "--burst-phase-starts",
+        "--weka-nested-timestamp-basis",
+        "--system-idle-gap-cap-seconds",
+    ];
+
+    /// `not_acted_on` as it stands for a scenario of `world`.
+    pub fn not_acted_on(list: &[String], trees: bool) -> Vec<String> {
+        list.iter()
+            .filter(|w| !trees || !Self::ACTED_ON.iter().any(|f| w.starts_with(f)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// JSON of a scenario setting value.
+pub(crate) fn value_json(v: &Value) -> serde_json::Value {
+    match v {
+        Value::Absent => serde_json::Value::Null,
+        Value::Flag(b) => json!(b),
+        Value::Integer(i) => json!(i),
+        Value::Number(x) => json!(x),
+        Value::Text(t) => json!(t),
+        Value::Integers(l) => json!(l),
+        Value::Texts(l) => json!(l),
+    }
+}
+
+/// Typed reads of the scenario's resolved settings.
+struct Effective<'a>(&'a Resolved);
+
+impl Effective<'_> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0
+            .settings
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| &s.value)
+            .filter(|v| !matches!(v, Value::Absent))
+    }
+    fn number(&self, name: &str) -> Option<f64> {
+        match self.get(name)? {
+            Value::Number(x) => Some(*x),
+            Value::Integer(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+    fn flag(&self, name: &str) -> Option<bool> {
+        match self.get(name)? {
+            Value::Flag(b) => Some(*b),
+            _ => None,
+        }
+    }
+    fn text(&self, name: &str) -> Option<&str> {
+        match self.get(name)? {
+            Value::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+    fn concurrency(&self) -> Option<i64> {
+        match self.get("concurrency")? {
+            Value::Integers(l) => l.first().copied(),
+            Value::Integer(i) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+/// The settings of a run as the host uses them, read from the configuration the scenario resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    pub concurrency: u32,
+    pub duration: Duration,
+    pub min_ratio: f64,
+    pub max_ratio: f64,
+    pub placement: Placement,
+    pub cap: Option<f64>,
+    pub think_only: bool,
+    pub ignore_delays: bool,
+    pub unsafe_override: bool,
+    pub rate_limit: f64,
+    pub ignore_eos: Option<bool>,
+}
+
+impl RunSettings {
+    /// Reads and checks the settings of `resolve`'s answer.
+    pub fn of(resolved: &Resolved) -> anyhow::Result<RunSettings> {
+        let eff = Effective(resolved);
+        let conc = eff.concurrency().ok_or_else(|| {
+            anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16")
+        })?;
+        let concurrency = u32::try_from(conc)
+            .ok()
+            .filter(|&c| c > 0)
+            .ok_or_else(|| anyhow!("--concurrency {conc} is not a positive number of lanes"))?;
+        let duration = eff.number("benchmark-duration").ok_or_else(|| {
+            anyhow!("--benchmark-duration is required: profiling time in seconds, e.g. --benchmark-duration 1800")
+        })?;
+        Ok(RunSettings {
+            concurrency,
+            duration: positive_secs("--benchmark-duration", duration)?,
+            min_ratio: eff.number("trajectory-start-min-ratio").unwrap_or(0.0),
+            max_ratio: eff.number("trajectory-start-max-ratio").unwrap_or(0.7),
+            placement: placement(eff.text("cache-bust").unwrap_or("none"))?,
+            cap: eff.number("inter-turn-delay-cap-seconds"),
+            think_only: eff.flag("use-think-time-only").unwrap_or(true),
+            ignore_delays: eff.flag("ignore-trace-delays").unwrap_or(false),
+            unsafe_override: eff.flag("unsafe-override").unwrap_or(false),
+            rate_limit: eff.number("context-overflow-rate-limit").unwrap_or(0.01),
+            ignore_eos: eff.flag("ignore-eos"),
+        })
+    }
+}
+
+fn placement(name: &str) -> anyhow::Result<Placement> {
+    Ok(match name {
+        "none" => Placement::None,
+        "system_prefix" => Placement::SystemPrefix,
+        "system_suffix" => Placement::SystemSuffix,
+        "first_turn_prefix" => Placement::FirstTurnPrefix,
+        "first_turn_suffix" => Placement::FirstTurnSuffix,
+        other => {
+            bail!("the scenario resolved cache-bust to {other:?}, which this host does not know")
+        }
+    })
+}
+
+/// The longest time a flag takes, seconds (about 31 years): a longer one cannot be a timer deadline.
+pub const MAX_SECS: f64 = 1e9;
+
+/// A positive duration of at most [`MAX_SECS`], or an error naming `flag`.
+pub fn positive_secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
+    match Duration::try_from_secs_f64(v) {
+        Ok(d) if d > Duration::ZERO && v <= MAX_SECS => Ok(d),
+        _ => bail!("{flag} {v} must be a positive number of seconds (at most {MAX_SECS})"),
+    }
+}

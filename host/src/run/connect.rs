@@ -1,0 +1,268 @@
+//! Meeting the others before a run: the shards of a sharded run at the rendezvous, and the server
+//! (the built-in simulator or `--url`) through the client and its pre-flight check; the scraper of
+//! the server's metrics and the realtime block's `srv` row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+
+use super::config::{value_json, RunConfig};
+use super::plan::Planned;
+use super::prepare::Prepared;
+use super::{host_name, rendezvous, runtime};
+use crate::client::{Client, ClientConfig};
+use crate::dataset::Dataset;
+use crate::record::Clock;
+use crate::replay::{self, Plan};
+
+/// A shard's membership of its run: the member (for the manifest, the ready barrier, the link and
+/// the end) and, on shard 0, the coordinator.
+pub(super) struct ShardMember {
+    pub member: rendezvous::Member,
+    pub coordinator: Option<rendezvous::Coordinator>,
+}
+
+/// A joined shard, with the runtime the rendezvous ran on (the run goes on on it).
+pub(super) struct Joined {
+    pub rt: tokio::runtime::Runtime,
+    pub shard: ShardMember,
+}
+
+/// A sharded run meets the other shards before planning: they must agree on what pins the plan,
+/// and shard 0's run id and seed become everyone's. `None` for a run in one process or a dry run.
+pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Option<Joined>> {
+    let (Some(sh), false) = (&cfg.shard, cfg.dry_run) else {
+        return Ok(None);
+    };
+    let conc = p.settings.concurrency;
+    if conc < sh.count {
+        bail!(
+            "{} shards for --concurrency {conc}: every shard needs at least one lane; use at most {conc} shards",
+            sh.count
+        );
+    }
+    let runtime = runtime()?;
+    let hello = rendezvous::Hello {
+        index: sh.index,
+        count: sh.count,
+        run_id: cfg.run_id.clone(),
+        seed: p.resolved.seed,
+        seed_drawn: p.resolved.seed_drawn,
+        scenario_sha256: p.sc.hash().to_string(),
+        dataset_key: p.dataset_key.clone(),
+        concurrency: conc,
+        settings: p
+            .resolved
+            .settings
+            .iter()
+            .filter(|s| s.name != "random-seed")
+            .map(|s| (s.name.clone(), value_json(&s.value)))
+            .collect(),
+        failed_request_threshold: cfg.failed_request_threshold,
+        host: host_name(),
+    };
+    let coordinator = if sh.index == 0 {
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], sh.port));
+        Some(runtime.block_on(rendezvous::Coordinator::start(
+            addr,
+            hello.clone(),
+            sh.timeout,
+        ))?)
+    } else {
+        None
+    };
+    // Shard 0 reaches its own coordinator over loopback.
+    let target = if sh.index == 0 {
+        format!("127.0.0.1:{}", sh.port)
+    } else {
+        sh.coordinator.clone()
+    };
+    tracing::info!(
+        shard = sh.index,
+        shards = sh.count,
+        coordinator = %target,
+        source = sh.source,
+        "rendezvous: joining"
+    );
+    let member = runtime.block_on(rendezvous::Member::join(&target, &hello, sh.timeout))?;
+    tracing::info!(
+        run_id = %member.run_id,
+        seed = member.seed,
+        clock_offset_ms = member.clock_offset_ns as f64 / 1e6,
+        rtt_ms = member.clock_rtt_ns as f64 / 1e6,
+        joined_s = member.joined_in.as_secs_f64(),
+        "rendezvous: joined"
+    );
+    Ok(Some(Joined {
+        rt: runtime,
+        shard: ShardMember {
+            member,
+            coordinator,
+        },
+    }))
+}
+
+/// The server a run talks to: the built-in simulator (without `--url`) or the named one, the
+/// client, and the model every request names.
+pub(super) struct Connected {
+    pub sim: Option<crate::sim::SimThread>,
+    pub ccfg: ClientConfig,
+    pub model: String,
+}
+
+/// Starts the simulator when there is no `--url`, builds the client and runs the pre-flight check:
+/// the last checks before the artifact directory is touched. The client goes on to the replay.
+pub(super) fn connect(
+    cfg: &RunConfig,
+    rt: &tokio::runtime::Runtime,
+    p: &Prepared,
+    planned: &Planned,
+) -> anyhow::Result<(Connected, Client)> {
+    let rp = &cfg.plan;
+    let sim = if rp.demo {
+        let preset: crate::sim::Preset = cfg
+            .sim_preset
+            .parse()
+            .map_err(|e| anyhow!("--sim-preset {}: {e}", cfg.sim_preset))?;
+        Some(
+            crate::sim::SimThread::start(crate::sim::SimConfig::preset(preset))
+                .context("cannot start the built-in simulator")?,
+        )
+    } else {
+        None
+    };
+    let mut ccfg = rp.client.clone();
+    let model = match (&sim, &rp.model) {
+        (_, Some(m)) => m.clone(),
+        (Some(s), None) => s.model().to_owned(),
+        (None, None) => bail!("--model is required with --url"),
+    };
+    if let Some(s) = &sim {
+        ccfg.url = s.url();
+        tracing::info!(url = %ccfg.url, preset = %cfg.sim_preset, "built-in simulator started");
+    }
+    let client = {
+        let _g = rt.enter();
+        Client::new(&ccfg)?
+    };
+    if !cfg.skip_preflight {
+        let pf = rt.block_on(crate::client::preflight::check(
+            &client,
+            &model,
+            ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
+        ));
+        match pf {
+            Ok(pre) if planned.tree.is_none() => {
+                report_preflight(&pre, &planned.plan, p.ds, &model)
+            }
+            Ok(pre) => {
+                if let Some(n) = &pre.note {
+                    tracing::warn!("pre-flight: {n}");
+                }
+            }
+            // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
+            Err(e) => return Err(anyhow!(e)),
+        }
+    }
+    Ok((Connected { sim, ccfg, model }, client))
+}
+
+/// The server-metrics scraper: from the start of warmup to after the end, exported over profiling.
+/// In a sharded run only shard 0 scrapes: the servers are the same for all.
+pub(super) fn start_scraper(
+    cfg: &RunConfig,
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    clock: Clock,
+) -> anyhow::Result<Option<Arc<crate::client::scrape::Scraper>>> {
+    if cfg.no_server_metrics || cfg.shard.as_ref().is_some_and(|s| s.index != 0) {
+        return Ok(None);
+    }
+    let mut urls = vec![crate::client::scrape::metrics_url(url)?];
+    for u in &cfg.server_metrics {
+        urls.push(
+            crate::client::scrape::metrics_url(u)
+                .with_context(|| format!("--server-metrics {u}"))?,
+        );
+    }
+    let mut scfg = crate::client::scrape::ScrapeConfig::new(urls);
+    if let Some(i) = cfg.plan.scrape_interval {
+        scfg.interval = i;
+    }
+    let _g = rt.enter();
+    Ok(Some(Arc::new(crate::client::scrape::Scraper::start(
+        scfg, clock,
+    )?)))
+}
+
+/// The realtime block's `srv` row from the scraper's latest snapshot: cache hit rates, KV usage,
+/// queue, and the server's token throughput over the last interval.
+pub(super) fn srv_row(s: Arc<crate::client::scrape::Scraper>) -> replay::SrvRowFn {
+    let prev = std::sync::Mutex::new(None::<(f64, f64, u64)>);
+    Arc::new(move || {
+        let snap = s.snapshot();
+        let at = snap.at_ns?;
+        let (pi, go) = (snap.prompt_tokens, snap.generation_tokens);
+        let mut p = prev.lock().ok()?;
+        let (tin, tout) = match (*p, pi, go) {
+            (Some((a, b, t0)), Some(x), Some(y)) if at > t0 => {
+                let dt = (at - t0) as f64 / 1e9;
+                (Some((x - a) / dt), Some((y - b) / dt))
+            }
+            _ => (None, None),
+        };
+        if let (Some(x), Some(y)) = (pi, go) {
+            *p = Some((x, y, at));
+        }
+        Some(crate::ui::SrvRow {
+            prefix_cache_hit: snap.prefix_cache_hit_rate.map(|r| r * 100.0),
+            ext_cache_hit: snap.external_cache_hit_rate.map(|r| r * 100.0),
+            kv_usage: snap.kv_usage.map(|r| r * 100.0),
+            running: snap.running,
+            waiting: snap.waiting,
+            tput_in: tin,
+            tput_out: tout,
+        })
+    })
+}
+
+/// The longest the pre-flight `GET /v1/models` may take (a server that does not answer in that time
+/// is warned about, not refused).
+const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Logs what the pre-flight check found: the served model, its context length, and how much of the
+/// plan will overflow it.
+fn report_preflight(
+    p: &crate::client::preflight::Preflight,
+    plan: &Plan,
+    ds: &Dataset,
+    model: &str,
+) {
+    if let Some(n) = &p.note {
+        tracing::warn!("pre-flight: {n}");
+    }
+    let Some(len) = p.max_model_len else {
+        if p.note.is_none() {
+            tracing::info!("pre-flight: the server serves `{model}` and reports no context length");
+        }
+        return;
+    };
+    let o = plan.over_context(ds, len);
+    let line = format!(
+        "pre-flight: the server serves `{model}` with a context of {len} tokens; \
+         {} of {} lanes start above it and {} of {} traces grow past it (prompt plus max_tokens, recorded counts)",
+        o.lanes,
+        plan.lanes.len(),
+        o.traces,
+        o.pool
+    );
+    if o.lanes > 0 || o.traces > 0 {
+        tracing::warn!(
+            "{line}: those requests will end as context overflows (counted, not failures; \
+             they count towards the scenario's overflow rate limit)"
+        );
+    } else {
+        tracing::info!("{line}");
+    }
+}

@@ -1,0 +1,519 @@
+//! What a run writes: the artifact directory opened once every check passed, the manifest (before
+//! the first request and at the end), and the last stage (the scenario's verdict, the summary, the
+//! aiperf exports, the plot and the page, a sharded run's merge).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use serde_json::json;
+
+use super::config::{value_json, RunConfig, RunOutcome};
+use super::connect::Connected;
+use super::plan::{prefix_stamps, Planned};
+use super::prepare::Prepared;
+use super::{artifact_dir, host_name, merge, rendezvous, shard_dir_name, MANIFEST_FILE};
+use crate::dataset::{AssistantMode, Dataset};
+use crate::export::bmk::RUN_SUMMARY;
+use crate::fsio::Root;
+use crate::metrics::Summary;
+use crate::record::{read_records, Clock, RecordSink};
+use crate::replay::{self, ReplayOutcome};
+use crate::scenario;
+
+/// A run's artifact directory once it is open: the run's clock and the manifest (rewritten as the
+/// run learns more).
+pub(super) struct RunDir {
+    /// The run's directory (`out` or, for a shard, its parent).
+    pub run_dir: PathBuf,
+    /// Where this process writes.
+    pub out: PathBuf,
+    pub art: Root,
+    pub clock: Clock,
+    pub manifest: serde_json::Value,
+}
+
+impl RunDir {
+    /// Opens the directory (only now that every check passed), starts the record sink (returned
+    /// beside it) and the clock, and writes the manifest before the first request.
+    pub fn open(
+        cfg: &RunConfig,
+        p: &Prepared,
+        planned: &Planned,
+        member: Option<&rendezvous::Member>,
+    ) -> anyhow::Result<(RunDir, RecordSink)> {
+        let run_dir = cfg
+            .output
+            .resolve(&p.info.name, &planned.run_id, cfg.shard.is_some());
+        let out = match &cfg.shard {
+            Some(sh) => run_dir.join(shard_dir_name(sh.index)),
+            None => run_dir.clone(),
+        };
+        let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
+        let sink = RecordSink::create(&art)?;
+        let clock = Clock::start();
+        let mut manifest = manifest_json(cfg, p, planned, clock.anchor_unix_ns());
+        if let (Some(sh), Some(m)) = (&cfg.shard, member) {
+            manifest["shard"] = json!({
+                "index": sh.index,
+                "count": sh.count,
+                "source": sh.source,
+                "coordinator": sh.coordinator,
+                "host": host_name(),
+                "lanes": planned.plan.lanes.iter().map(|l| l.lane).collect::<Vec<_>>(),
+                "pool": planned.plan.pool.len(),
+                "clock_offset_ns": m.clock_offset_ns,
+                "clock_rtt_ns": m.clock_rtt_ns,
+                "rendezvous_s": m.joined_in.as_secs_f64(),
+            });
+        }
+        let d = RunDir {
+            run_dir,
+            out,
+            art,
+            clock,
+            manifest,
+        };
+        d.write_manifest()?;
+        Ok((d, sink))
+    }
+
+    /// Writes the manifest as it stands (atomically: readers see the old or the new one).
+    pub fn write_manifest(&self) -> anyhow::Result<()> {
+        self.art
+            .write_atomic(
+                MANIFEST_FILE,
+                serde_json::to_string_pretty(&self.manifest)?.as_bytes(),
+            )
+            .with_context(|| format!("cannot write {}", self.out.join(MANIFEST_FILE).display()))?;
+        Ok(())
+    }
+}
+
+fn assistant_mode(m: AssistantMode) -> &'static str {
+    match m {
+        AssistantMode::Live => "live",
+        AssistantMode::Recorded => "recorded",
+    }
+}
+
+/// The manifest of a run about to start: every input that pins it.
+fn manifest_json(
+    cfg: &RunConfig,
+    p: &Prepared,
+    planned: &Planned,
+    started_unix: u64,
+) -> serde_json::Value {
+    let rp = &cfg.plan;
+    let (info, sc, resolved) = (&p.info, &p.sc, &p.resolved);
+    json!({
+        "argv": cfg.argv,
+        "cwd": std::env::current_dir().ok(),
+        "replay_of": cfg.replay_of.as_ref().map(|r| json!({"run_id": r.run_id, "manifest": r.manifest})),
+        "run_id": planned.run_id,
+        "seed": planned.seed,
+        "seed_drawn": resolved.seed_drawn,
+        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
+        "dataset": dataset_json(p.ds, &p.dataset_key, cfg.num_dataset_entries),
+        "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
+        "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
+        "not_acted_on": p.not_acted_on,
+        "resolve_invalid_reasons": resolved.invalid_reasons,
+        "slice_duration": cfg.slice_duration,
+        "http": {
+            "correlation_header": rp.client.routing.correlation.as_str(),
+            "session_headers": rp.client.routing.names(),
+            "connection_reuse_strategy": rp.client.reuse.as_str(),
+            "tcp_user_timeout_ms": rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),
+        },
+        "concurrency": p.settings.concurrency,
+        "benchmark_duration_s": p.settings.duration.as_secs_f64(),
+        "assistant_mode": assistant_mode(rp.mode),
+        "url": rp.url.clone().unwrap_or_else(|| format!("builtin-simulator:{}", cfg.sim_preset)),
+        "lanes": match &planned.tree {
+            Some(tp) => json!(tp.lanes),
+            None => json!(planned.plan.lanes),
+        },
+        "host_version": env!("CARGO_PKG_VERSION"),
+        "wasmtime_version": scenario::WASMTIME_VERSION,
+        "started_unix_ns": started_unix,
+        "ended_unix_ns": null,
+    })
+}
+
+/// What the replay stage hands to the last one.
+pub(super) struct Replayed {
+    pub outcome: ReplayOutcome,
+    pub tree_counts: Option<replay::sched::TreeCounts>,
+    pub scrape_log: Option<crate::metrics::scrape_log::ScrapeLog>,
+    /// The shard's end of the rendezvous, and shard 0's coordinator.
+    pub finish: Option<rendezvous::Finish>,
+    pub coordinator: Option<rendezvous::Coordinator>,
+}
+
+/// The scenario's verdict on the finished run: the 0.1.0 or the 0.2.0 validity call (with the
+/// duration coverage), merged with the reasons `resolve` gave.
+fn verdict(
+    p: &Prepared,
+    outcome: &ReplayOutcome,
+    records: &[crate::record::RequestRecord],
+) -> anyhow::Result<Vec<String>> {
+    let t = &outcome.tally;
+    let s = &p.settings;
+    let mut inst = p.sc.instantiate()?;
+    // Warmup responses count in the overflow rate (numerator and denominator): an overflow in
+    // warmup is as much a sign of a too-short context as one in profiling.
+    let base = scenario::types::Outcome {
+        total_responses: t.requests + t.warmup_requests,
+        context_overflows: t.context_overflows + t.warmup_overflows,
+        failed: t.failed,
+        cancelled: outcome.stop.cancelled(),
+        unsafe_override: s.unsafe_override,
+        overflow_rate_limit: s.rate_limit,
+    };
+    let reasons = if p.trees {
+        // Coverage is measured against the configured duration (aiperf's
+        // metric_duration_coverage); none when profiling never began.
+        let prof = records
+            .iter()
+            .filter(|r| r.phase == crate::record::Phase::Profiling);
+        let cov = outcome.profiling_ns.and_then(|(p0, _)| {
+            crate::metrics::stats::Coverage::of(prof, p0, s.duration.as_nanos() as u64)
+        });
+        inst.tree_validity(
+            base,
+            (
+                s.duration.as_secs_f64(),
+                cov.map(|c| c.ttft_ratio),
+                cov.map(|c| c.inter_token_latency_ratio),
+            ),
+        )?
+    } else {
+        inst.validity(base)?
+    };
+    Ok(scenario::check::invalid_reasons(
+        reasons,
+        &p.resolved.invalid_reasons,
+    ))
+}
+
+/// The last stage: the verdict, the manifest's end, the summary, the exports and plots, and a
+/// sharded run's end (shard 0 waits for the others and merges). Each export failure is reported;
+/// none loses the records.
+pub(super) fn finish(
+    cfg: &RunConfig,
+    rt: &tokio::runtime::Runtime,
+    p: &Prepared,
+    planned: &Planned,
+    conn: &Connected,
+    (mut d, sink): (RunDir, RecordSink),
+    r: Replayed,
+) -> anyhow::Result<RunOutcome> {
+    let written = sink.close()?;
+    let records_path = d.out.join(crate::record::RECORDS_FILE);
+    let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
+    let outcome = r.outcome;
+    let reasons = verdict(p, &outcome, &records)?;
+    if let Some(c) = &r.tree_counts {
+        d.manifest["trees"] = json!(c);
+    }
+    d.manifest["ended_unix_ns"] = json!(d.clock.unix_ns(d.clock.now_ns()));
+    d.manifest["profiling_ns"] = json!(outcome.profiling_ns.map(|(a, b)| [a, b]));
+    d.manifest["stop"] = json!(outcome.stop.as_str());
+    d.write_manifest()?;
+    let summary = Summary::of(&records);
+    let summary_path = write_summary(
+        cfg, p, planned, conn, &d, &outcome, &reasons, written, &summary,
+    )?;
+    let mut files = vec![
+        records_path.clone(),
+        d.out.join(MANIFEST_FILE),
+        summary_path,
+    ];
+    let (written_files, mut export_failed) = exports(
+        cfg,
+        p,
+        planned,
+        &d,
+        &outcome,
+        &reasons,
+        &records,
+        r.scrape_log.as_ref(),
+    );
+    files.extend(written_files);
+    if let (Some(fin), Some(sh)) = (r.finish, &cfg.shard) {
+        let (merged, failed) = finish_shards(cfg, rt, sh, fin, r.coordinator, &mut d)?;
+        files.extend(merged);
+        export_failed |= failed;
+    }
+    let code = if export_failed {
+        2
+    } else if outcome.stop.cancelled() || (cfg.require_valid && !reasons.is_empty()) {
+        1
+    } else {
+        0
+    };
+    Ok(RunOutcome {
+        code,
+        dir: d.out.clone(),
+        run_id: planned.run_id.clone(),
+        concurrency: p.settings.concurrency,
+        files,
+        replay: Some(outcome),
+        summary: Some(summary),
+        submission_invalid_reasons: reasons,
+        records_path,
+        records_written: written,
+        dry_run: None,
+    })
+}
+
+/// Writes `run_summary.json`; returns its path.
+#[allow(clippy::too_many_arguments)]
+fn write_summary(
+    cfg: &RunConfig,
+    p: &Prepared,
+    planned: &Planned,
+    conn: &Connected,
+    d: &RunDir,
+    outcome: &ReplayOutcome,
+    reasons: &[String],
+    written: u64,
+    summary: &Summary,
+) -> anyhow::Result<PathBuf> {
+    let rp = &cfg.plan;
+    let (info, sc) = (&p.info, &p.sc);
+    let doc = json!({
+        "run_id": planned.run_id,
+        "stop": outcome.stop.as_str(),
+        "message": outcome.message,
+        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
+        "dataset": dataset_json(p.ds, &p.dataset_key, None),
+        "seed": planned.seed,
+        "seed_drawn": p.resolved.seed_drawn,
+        "concurrency": p.settings.concurrency,
+        "benchmark_duration_s": p.settings.duration.as_secs_f64(),
+        "assistant_mode": assistant_mode(rp.mode),
+        "url": if rp.demo { "builtin-simulator".to_string() } else { conn.ccfg.url.clone() },
+        "model": conn.model,
+        "started_unix_ns": d.clock.anchor_unix_ns(),
+        "submission_valid": reasons.is_empty(),
+        "submission_invalid_reasons": reasons,
+        "records": written,
+        "summary": summary,
+        "host_version": env!("CARGO_PKG_VERSION"),
+        "wasmtime_version": scenario::WASMTIME_VERSION,
+    });
+    let path = d.out.join(RUN_SUMMARY);
+    d.art
+        .write_atomic(RUN_SUMMARY, serde_json::to_string_pretty(&doc)?.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// The aiperf-compatible exports, the server metrics, the plot and the page.
+#[allow(clippy::too_many_arguments)]
+fn exports(
+    cfg: &RunConfig,
+    p: &Prepared,
+    planned: &Planned,
+    d: &RunDir,
+    outcome: &ReplayOutcome,
+    reasons: &[String],
+    records: &[crate::record::RequestRecord],
+    scrape_log: Option<&crate::metrics::scrape_log::ScrapeLog>,
+) -> (Vec<PathBuf>, bool) {
+    let (p0, p1) = outcome.profiling_ns.unwrap_or((0, 0));
+    let input_config = json!(d.manifest["resolved_settings"]);
+    let info = crate::export::aiperf::RunInfo {
+        benchmark_id: planned.run_id.clone(),
+        anchor_unix_ns: d.clock.anchor_unix_ns(),
+        profiling_start_ns: p0,
+        profiling_end_ns: p1,
+        scenario_name: p.info.name.clone(),
+        scenario_version: p.info.version.clone(),
+        scenario_sha256: p.sc.hash().to_string(),
+        submission_valid: reasons.is_empty(),
+        submission_invalid_reasons: reasons.to_vec(),
+        was_cancelled: outcome.stop.cancelled(),
+        input_config: input_config.clone(),
+        seed: Some(planned.seed),
+        profiling_duration_ns: Some(p.settings.duration.as_nanos() as u64),
+        prefix_stamps: match &planned.tree {
+            Some(tp) => tp.prefix_stamps(records),
+            None => prefix_stamps(p.ds, records),
+        },
+        dataset: p
+            .ds
+            .alias()
+            .map(|alias| alias_dataset_json(alias, cfg.num_dataset_entries)),
+    };
+    let server = scrape_log.map(|log| {
+        check_scrapes(cfg, log);
+        let meta = crate::export::server_metrics::ExportMeta {
+            benchmark_id: Some(planned.run_id.clone()),
+            input_config,
+        };
+        (log, meta)
+    });
+    write_exports(
+        &d.art,
+        records,
+        &info,
+        cfg.slice_duration,
+        server.as_ref().map(|(log, meta)| (*log, meta)),
+    )
+}
+
+/// Warnings about the scrapes: an endpoint without the engine prefix InferenceX's recipe names,
+/// and failed scrapes.
+fn check_scrapes(cfg: &RunConfig, log: &crate::metrics::scrape_log::ScrapeLog) {
+    if let Some((k, prefix)) = &cfg.plan.required_metric_prefix {
+        // InferenceX recipes name the engine's metric prefix (`vllm:`, `sglang:`, `atom:`): an
+        // endpoint without it gives a falsely healthy, partial view of the servers.
+        for e in &log.endpoints {
+            if !e.families.keys().any(|n| n.starts_with(prefix.trim())) {
+                tracing::warn!(
+                    "{k}={prefix}: no metric of {} starts with {prefix:?}; check the --server-metrics URLs",
+                    e.url
+                );
+            }
+        }
+    }
+    if log.failed_scrapes() > 0 {
+        tracing::warn!(
+            failed = log.failed_scrapes(),
+            scrapes = log.scrapes(),
+            "some /metrics scrapes failed (counted in server_metrics_export.json)"
+        );
+    }
+}
+
+/// A sharded run's end: this shard is done; shard 0 waits for the others, records the rendezvous
+/// report and merges into `--merge-into`. Returns the merged files and whether the merge failed.
+fn finish_shards(
+    cfg: &RunConfig,
+    rt: &tokio::runtime::Runtime,
+    sh: &super::shard::ShardConfig,
+    fin: rendezvous::Finish,
+    coordinator: Option<rendezvous::Coordinator>,
+    d: &mut RunDir,
+) -> anyhow::Result<(Vec<PathBuf>, bool)> {
+    let wait = sh.timeout.max(Duration::from_secs(600));
+    if let Err(e) = rt.block_on(fin.done(wait)) {
+        tracing::error!("rendezvous: {e:#}");
+    }
+    let Some(c) = coordinator else {
+        return Ok((Vec::new(), false));
+    };
+    match rt.block_on(c.finish(wait)) {
+        Ok(report) => {
+            if !report.lost.is_empty() {
+                tracing::error!(lost = ?report.lost, "rendezvous: shards were lost before they were done");
+            }
+            d.manifest["shard"]["rendezvous"] = json!(report);
+            d.write_manifest()?;
+        }
+        Err(e) => tracing::error!("rendezvous: {e:#}"),
+    }
+    let Some(into) = &sh.merge_into else {
+        return Ok((Vec::new(), false));
+    };
+    let dirs: Vec<PathBuf> = (0..sh.count)
+        .map(|i| d.run_dir.join(shard_dir_name(i)))
+        .collect();
+    match merge::merge(&dirs, into, &cfg.home) {
+        Ok(m) => {
+            tracing::info!(
+                dir = %into.display(),
+                records = m.records,
+                secs = m.took.as_secs_f64(),
+                "merged {} shards",
+                dirs.len()
+            );
+            Ok((m.files, false))
+        }
+        Err(e) => {
+            tracing::error!("--merge-into {}: {e:#}", into.display());
+            Ok((Vec::new(), true))
+        }
+    }
+}
+
+/// The exports of a finished run, or of a merge of shards, beside its records: the aiperf files,
+/// the server metrics (from the scrape log when there is one), the plot and report.html. Each
+/// failure is logged and none loses the records; returns the files written and whether an export
+/// the pipelines read could not be written.
+pub(crate) fn write_exports(
+    art: &crate::fsio::Root,
+    records: &[crate::record::RequestRecord],
+    info: &crate::export::aiperf::RunInfo,
+    slice_duration: Option<f64>,
+    server: Option<(
+        &crate::metrics::scrape_log::ScrapeLog,
+        &crate::export::server_metrics::ExportMeta,
+    )>,
+) -> (Vec<PathBuf>, bool) {
+    let mut files = Vec::new();
+    let mut failed = false;
+    match crate::export::aiperf::write_all(art, records, info, slice_duration) {
+        Ok(f) => files.extend(f),
+        Err(e) => {
+            failed = true;
+            tracing::error!("{e}");
+        }
+    }
+    if let Some((log, meta)) = server {
+        let window = (info.profiling_start_ns, info.profiling_end_ns);
+        match crate::export::server_metrics::write_with(art, log, window, meta) {
+            Ok(f) => files.extend(f),
+            Err(e) => {
+                failed = true;
+                tracing::error!("{e}");
+            }
+        }
+    }
+    if !records.is_empty() {
+        match crate::export::plot::plot_into(
+            art.path(),
+            art,
+            crate::export::plot::PLOT_FILE.as_ref(),
+        ) {
+            Ok(p) => files.push(p),
+            Err(e) => tracing::warn!("no plot: {e}"),
+        }
+        files.extend(crate::export::html::write_after_run(art));
+    }
+    (files, failed)
+}
+
+/// The dataset as the manifest and the run summary name it (`num_dataset_entries` when given).
+fn dataset_json(ds: &Dataset, key: &str, entries: Option<usize>) -> serde_json::Value {
+    let mut d = json!({
+        "source": ds.source_path(),
+        "alias": ds.alias().map(|x| x.name),
+        "cache_key": key,
+        "traces": ds.len(),
+    });
+    if let Some(n) = entries {
+        d["num_dataset_entries"] = json!(n);
+    }
+    d
+}
+
+/// The aiperf `metadata.dataset` block of a named corpus.
+pub(crate) fn alias_dataset_json(
+    alias: &crate::dataset::alias::Alias,
+    entries: Option<usize>,
+) -> serde_json::Value {
+    let mut d = json!({
+        "source_type": "public_dataset",
+        "loader": alias.name,
+        "hf_dataset_name": alias.repo,
+        "hf_split": "train",
+    });
+    if let Some(n) = entries {
+        d["num_dataset_entries"] = json!(n);
+    }
+    d
+}

@@ -1,0 +1,413 @@
+//! The planning stage: every lane's start (single-stream lanes from the dataset, or session trees
+//! from the cached tree corpus), the turns' delays, and a dry run's plan.
+
+use anyhow::bail;
+use serde_json::json;
+
+use super::config::{DryRun, RunConfig, RunOutcome};
+use super::fresh_id;
+use super::prepare::Prepared;
+use crate::dataset::{self, Dataset, PromptSynth};
+use crate::replay::{self, Plan, PlanParams};
+use crate::scenario::types::{DelayParams, Placement, Resolved, StartParams};
+use crate::scenario::{self, ScenarioInstance};
+
+/// The plan of a run: its run id and seed (shard 0's in a sharded run), the prompt synthesizer,
+/// and either the session-tree plan or the single-stream lanes (this shard's share).
+pub(super) struct Planned {
+    pub run_id: String,
+    pub seed: u64,
+    pub synth: &'static PromptSynth,
+    pub tree: Option<TreePlanned>,
+    /// The single-stream plan (empty for session trees).
+    pub plan: Plan,
+}
+
+/// What planning answers: a plan to replay, or the outcome of a dry run.
+// Made once per run and matched at once: boxing either variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Planning {
+    Replay(Planned),
+    Dry(RunOutcome),
+}
+
+/// Plans the run of `p` with the seed and run id the rendezvous settled (or the run's own).
+pub(super) fn plan(
+    cfg: &RunConfig,
+    p: &Prepared,
+    inst: &mut ScenarioInstance,
+    seed: u64,
+    run_id: Option<String>,
+) -> anyhow::Result<Planning> {
+    let s = &p.settings;
+    let conc = s.concurrency;
+    let synth: &'static PromptSynth =
+        Box::leak(Box::new(PromptSynth::for_counter(seed, &p.counter)));
+    let run_id = run_id.unwrap_or_else(fresh_id);
+    let dir = |run_id: &str| {
+        cfg.output
+            .resolve(&p.info.name, run_id, cfg.shard.is_some())
+    };
+    if p.trees {
+        let tp = plan_trees(TreeDryRun {
+            ds: p.ds,
+            basis: cfg.nested_basis,
+            dataset_key: &p.dataset_key,
+            inst,
+            info: &p.info,
+            hash: p.sc.hash(),
+            resolved: &p.resolved,
+            concurrency: conc,
+            seed,
+            ratios: (s.min_ratio, s.max_ratio),
+            placement: s.placement,
+            run_id: run_id.clone(),
+            think_only: s.think_only,
+            cap: s.cap,
+        })?;
+        if cfg.dry_run {
+            let d = DryRun {
+                json: tp.json,
+                table: tp.table,
+            };
+            return Ok(Planning::Dry(RunOutcome::planned(
+                dir(&run_id),
+                run_id,
+                conc,
+                d,
+            )));
+        }
+        tracing::debug!("plan:\n{}", tp.table);
+        return Ok(Planning::Replay(Planned {
+            run_id,
+            seed,
+            synth,
+            tree: Some(tp),
+            plan: Plan::empty(),
+        }));
+    }
+    let params = PlanParams {
+        concurrency: conc,
+        start: StartParams {
+            seed,
+            min_ratio: s.min_ratio,
+            max_ratio: s.max_ratio,
+        },
+        delay: DelayParams {
+            think_time_only: s.think_only,
+            cap_seconds: s.cap,
+        },
+        placement: s.placement,
+        mode: cfg.plan.mode,
+        run_id: run_id.clone(),
+    };
+    let full_plan = Plan::build(p.ds, inst, &params)?;
+    let mut plan = match &cfg.shard {
+        Some(sh) => full_plan.shard(sh.index, sh.count),
+        None => full_plan,
+    };
+    if s.ignore_delays {
+        plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
+    }
+    if plan.wrapped {
+        warn_shared(conc, plan.pool.len(), "usable traces");
+    }
+    if cfg.dry_run {
+        let d = single_stream_dry_run(cfg, p, &plan, &run_id, seed);
+        return Ok(Planning::Dry(RunOutcome::planned(
+            dir(&run_id),
+            run_id,
+            conc,
+            d,
+        )));
+    }
+    let (min, med, max) = plan.percent_spread();
+    tracing::info!(
+        "plan: {} lanes; start turn as % of trace: min {min:.1}%, median {med:.1}%, max {max:.1}% (-v lists the lanes)",
+        plan.lanes.len()
+    );
+    tracing::debug!("plan:\n{}", plan.table());
+    Ok(Planning::Replay(Planned {
+        run_id,
+        seed,
+        synth,
+        tree: None,
+        plan,
+    }))
+}
+
+/// The plan of a single-stream dry run: JSON (`--json`) and the table.
+fn single_stream_dry_run(
+    cfg: &RunConfig,
+    p: &Prepared,
+    plan: &Plan,
+    run_id: &str,
+    seed: u64,
+) -> DryRun {
+    let mut json = json!({
+        "scenario": {"name": p.info.name, "version": p.info.version, "sha256": p.sc.hash()},
+        "run_id": run_id,
+        "seed": seed,
+        "concurrency": p.settings.concurrency,
+        "dataset": {"traces": p.ds.len(), "usable": plan.pool.len(), "cache_key": p.dataset_key},
+        "lanes": plan.lanes,
+    });
+    if let Some(sh) = &cfg.shard {
+        json["shard"] = json!({"index": sh.index, "count": sh.count, "pool": plan.pool.len()});
+    }
+    let mut table = plan.table();
+    for l in &plan.lanes {
+        table.push_str(&format!("\nlane {:>4} marker {:?}", l.lane, l.marker));
+    }
+    DryRun { json, table }
+}
+
+/// The warning of a run with more lanes than `what` (traces or trees): each is replayed on
+/// several lanes at once, each with its own start and marker; past a hundred lanes apiece, the
+/// prefix cache sees mostly one corpus's prefixes.
+fn warn_shared(conc: u32, n: usize, what: &str) {
+    let per = (conc as usize).div_ceil(n.max(1));
+    if per >= 100 {
+        tracing::warn!(
+            "{n} {what} for {conc} lanes: each is replayed on about {per} lanes at once (own start and marker each); \
+             a larger corpus gives a more realistic cache load (--dataset, or fewer lanes)"
+        );
+    } else {
+        tracing::warn!(
+            "{n} {what} for {conc} lanes: lanes share them, about {per} lanes each (each with its own start and marker)"
+        );
+    }
+}
+
+/// What planning a session-tree run needs.
+pub(crate) struct TreeDryRun<'a> {
+    ds: &'a Dataset,
+    basis: Option<dataset::tree::NestedBasis>,
+    dataset_key: &'a str,
+    inst: &'a mut scenario::ScenarioInstance,
+    info: &'a scenario::types::Info,
+    hash: &'a str,
+    resolved: &'a Resolved,
+    concurrency: u32,
+    seed: u64,
+    ratios: (f64, f64),
+    placement: Placement,
+    run_id: String,
+    think_only: bool,
+    cap: Option<f64>,
+}
+
+/// A planned session-tree run: the corpus's trees (from the dataset cache), every lane's start, the
+/// scenario's rules and every turn's delay, with the plan's JSON and table for `--dry-run`.
+pub(crate) struct TreePlanned {
+    pub(crate) corpus: &'static dataset::tree::corpus::TreeCorpus,
+    pub(crate) lanes: Vec<replay::tree::TreeLane>,
+    pub(crate) next_draw: usize,
+    pub(crate) rules: scenario::types_v2::ReplayRules,
+    pub(crate) delays_ms: Vec<Vec<f64>>,
+    pub(crate) json: serde_json::Value,
+    pub(crate) table: String,
+}
+
+impl TreePlanned {
+    pub(crate) fn sched_plan(&self, flags: &super::config::TreeFlags) -> replay::sched::TreePlan {
+        replay::sched::TreePlan {
+            streams: &self.corpus.streams,
+            trees: &self.corpus.trees,
+            first_stream: &self.corpus.first_stream,
+            lanes: self.lanes.clone(),
+            next_draw: self.next_draw,
+            rules: self.rules,
+            delays_ms: self.delays_ms.clone(),
+            burst: flags.burst,
+            pressure: flags.pressure,
+        }
+    }
+
+    /// The theoretical prefix-cache stamps of every stream the profiling records replayed, by
+    /// conversation id.
+    pub(crate) fn prefix_stamps(
+        &self,
+        records: &[crate::record::RequestRecord],
+    ) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+        let wanted: std::collections::HashSet<&str> = records
+            .iter()
+            .filter(|r| r.phase == crate::record::Phase::Profiling)
+            .map(|r| r.trace_id.as_str())
+            .collect();
+        let mut out = std::collections::HashMap::new();
+        for t in &self.corpus.trees {
+            for s in &t.streams {
+                if wanted.contains(s.id.as_str()) && !out.contains_key(&s.id) {
+                    out.insert(
+                        s.id.clone(),
+                        s.turns
+                            .iter()
+                            .map(|x| (x.prefix_hit_blocks, x.prefix_total_blocks))
+                            .collect(),
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Plans a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker and
+/// alive streams, the rules and the delays.
+fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
+    let t0 = std::time::Instant::now();
+    let corpus = dataset::tree::corpus::TreeCorpus::open(
+        d.ds,
+        &dataset::tree::corpus::TreeOpen {
+            basis: d.basis,
+            ..Default::default()
+        },
+    )?;
+    let opened_in = t0.elapsed();
+    let corpus: &'static dataset::tree::corpus::TreeCorpus = Box::leak(Box::new(corpus));
+    let trees: Vec<_> = corpus.trees.iter().map(replay::tree::wit_tree).collect();
+    let built_in = t0.elapsed();
+    let rules = d.inst.rules(&d.resolved.settings)?;
+    let planned = replay::tree::plan_lanes(
+        &trees,
+        &replay::tree::TreePlanParams {
+            concurrency: d.concurrency,
+            seed: d.seed,
+            min_ratio: d.ratios.0,
+            max_ratio: d.ratios.1,
+            lead_cap_ms: rules.system_idle_cap_seconds.unwrap_or(10.0) * 1000.0,
+            placement: d.placement,
+            run_id: d.run_id.clone(),
+        },
+        d.inst,
+    )?;
+    let lanes = planned.lanes;
+    let planned_in = t0.elapsed() - built_in;
+    // Every turn's end-to-start delay, from the scenario's rule.
+    let dp = scenario::types_v2::DelayParams {
+        think_time_only: d.think_only,
+        cap_seconds: d.cap,
+    };
+    let mut delays_ms = Vec::with_capacity(corpus.streams.len());
+    for (i, t) in corpus.trees.iter().enumerate() {
+        for (si, s) in t.streams.iter().enumerate() {
+            let traj = corpus.stream(i, si);
+            let mut v = vec![0.0; s.turns.len()];
+            for (k, w) in s.turns.windows(2).enumerate() {
+                v[k + 1] = d.inst.tree_turn_delay(
+                    dp,
+                    scenario::types_v2::TurnTimes {
+                        ts_ms: w[1].ts_ms,
+                        prev_ts_ms: w[0].ts_ms,
+                        prev_api_ms: w[0].api_time_ms,
+                        think_time_ms: traj
+                            .turn(k + 1)
+                            .and_then(|x| x.think_time())
+                            .map(|x| x * 1e3),
+                    },
+                )?;
+            }
+            delays_ms.push(v);
+        }
+    }
+    let delays_in = t0.elapsed() - built_in - planned_in;
+    tracing::info!(
+        "session-tree plan: {} lanes over {} trees in {:.0} ms",
+        lanes.len(),
+        trees.len(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    tracing::debug!(
+        trees_cache = ?corpus.outcome(),
+        open_ms = format!("{:.2}", opened_in.as_secs_f64() * 1e3),
+        build_ms = format!("{:.2}", built_in.as_secs_f64() * 1e3),
+        plan_ms = format!("{:.2}", planned_in.as_secs_f64() * 1e3),
+        delays_ms = format!("{:.2}", delays_in.as_secs_f64() * 1e3),
+        "session-tree plan timings"
+    );
+    if trees.len() < d.concurrency as usize {
+        warn_shared(d.concurrency, trees.len(), "trees");
+    }
+    if lanes.len() < d.concurrency as usize {
+        bail!(
+            "only {} of {} lanes could start: the corpus has {} trees, none of the others has a usable start",
+            lanes.len(),
+            d.concurrency,
+            trees.len()
+        );
+    }
+    let streams: usize = trees.iter().map(|t| t.streams.len()).sum();
+    let json = json!({
+        "scenario": {"name": d.info.name, "version": d.info.version, "sha256": d.hash,
+                     "world": scenario::World::V0_2.as_str()},
+        "run_id": d.run_id,
+        "seed": d.seed,
+        "concurrency": d.concurrency,
+        "dataset": {"traces": d.ds.len(), "trees": trees.len(), "streams": streams, "cache_key": d.dataset_key},
+        "rules": {
+            "warmup_max_tokens": rules.warmup_max_tokens,
+            "warmup_spread": rules.warmup_spread,
+            "system_idle_cap_seconds": rules.system_idle_cap_seconds,
+            "trace_idle_cap_seconds": rules.trace_idle_cap_seconds,
+        },
+        "planning_ms": planned_in.as_secs_f64() * 1e3,
+        "lanes": lanes,
+    });
+    let mut table = format!(
+        "{:>5}  {:<24} {:>12}  streams (next/warm, offset ms)",
+        "lane", "trace", "t* (ms)"
+    );
+    for l in &lanes {
+        let t = l
+            .t_star_ms
+            .map_or("turn-index".to_string(), |t| format!("{t:.1}"));
+        let s: Vec<String> = l
+            .streams
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}/{}{} +{:.0}",
+                    s.conversation_id,
+                    s.next_turn,
+                    s.warm_turn.map_or("-".into(), |w| w.to_string()),
+                    if s.waiting { " (waits)" } else { "" },
+                    s.offset_ms
+                )
+            })
+            .collect();
+        table.push_str(&format!(
+            "\n{:>5}  {:<24} {:>12}  {}",
+            l.lane,
+            l.trace_id,
+            t,
+            s.join("; ")
+        ));
+    }
+    Ok(TreePlanned {
+        corpus,
+        lanes,
+        next_draw: planned.next_draw,
+        rules,
+        delays_ms,
+        json,
+        table,
+    })
+}
+
+/// The theoretical prefix-cache stamps of every trace the profiling records replayed.
+pub(crate) fn prefix_stamps(
+    ds: &Dataset,
+    records: &[crate::record::RequestRecord],
+) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+    let mut out = std::collections::HashMap::new();
+    for r in records {
+        if r.phase != crate::record::Phase::Profiling || out.contains_key(&r.trace_id) {
+            continue;
+        }
+        if let Some(t) = ds.find(&r.trace_id) {
+            out.insert(r.trace_id.clone(), dataset::stats::prefix_stamps(t));
+        }
+    }
+    out
+}

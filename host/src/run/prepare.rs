@@ -1,0 +1,268 @@
+//! The first stage of a run: the scenario loaded (pinned for a rerun) and resolved against the
+//! settings, the token counter, and the dataset opened from the cache.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::json;
+
+use super::config::{DatasetSource, RunConfig, RunPlan, RunSettings, TreeFlags};
+use super::{entropy, load, BUNDLED_CORPUS};
+use crate::dataset::{self, Dataset, OpenOptions, TokenCounter};
+use crate::scenario::types::{Info, Resolved};
+use crate::scenario::{self, Scenario, ScenarioInstance};
+
+/// What the first stage settles before anything is planned: the scenario (loaded, pinned, resolved),
+/// the settings it answered, and the opened dataset.
+pub(super) struct Prepared {
+    pub sc: Scenario,
+    pub info: Info,
+    pub resolved: Resolved,
+    pub settings: RunSettings,
+    /// The component replays session trees (the 0.2.0 world).
+    pub trees: bool,
+    pub not_acted_on: Vec<String>,
+    /// `--extra-inputs` plus the scenario's `ignore_eos`.
+    pub extra: Vec<(String, serde_json::Value)>,
+    pub counter: TokenCounter,
+    pub ds: &'static Dataset,
+    pub dataset_key: String,
+}
+
+/// Loads the scenario (by the recorded hash for a rerun), resolves the settings (its refusals as
+/// one error, its warnings logged), and opens the dataset. The scenario's instance goes on to the
+/// planner and then to the replay.
+pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInstance)> {
+    let rp = &cfg.plan;
+    let home = &cfg.home;
+    // A rerun of a run that named no scenario takes the recorded component by its hash (the
+    // default may have changed since; the built-ins are found by hash too).
+    let sc = match (&cfg.scenario, &cfg.expect_scenario_sha256) {
+        (None, Some(h)) => {
+            load(Some(&format!("sha256:{h}")), home).or_else(|_| load(None, home))?
+        }
+        _ => load(cfg.scenario.as_deref(), home)?,
+    };
+    if let Some(want) = &cfg.expect_scenario_sha256 {
+        if sc.hash() != want {
+            bail!(
+                "the scenario is sha256:{} but the manifest recorded sha256:{want}; pass the recorded component (add it with `agentx-host scenario add FILE`)",
+                sc.hash()
+            );
+        }
+    }
+    let mut inst = sc.instantiate()?;
+    let info = inst.describe()?;
+    let trees = sc.world() == scenario::World::V0_2;
+    if trees && cfg.shard.is_some() {
+        bail!(
+            "the scenario {} {} replays session trees, which a sharded run (--shard, Slurm, Kubernetes) does not split yet; run it in one process, or shard agentx-mvp",
+            info.name,
+            info.version
+        );
+    }
+    let resolved = resolve(&mut inst, &sc, &info, rp)?;
+    let not_acted_on = TreeFlags::not_acted_on(&rp.not_acted_on, trees);
+    for w in &not_acted_on {
+        tracing::warn!("accepted but not acted on: {w}");
+    }
+    let settings = RunSettings::of(&resolved)?;
+    check_open_files(settings.concurrency);
+    if resolved.seed_drawn {
+        let seed = resolved.seed;
+        tracing::info!(
+            seed,
+            "no --random-seed given; drew one (pass --random-seed {seed} to reproduce)"
+        );
+    }
+    let mut extra = rp.extra.clone();
+    if let Some(b) = settings.ignore_eos {
+        if !extra.iter().any(|(k, _)| k == "ignore_eos") {
+            extra.push(("ignore_eos".into(), json!(b)));
+        }
+    }
+    let counter = token_counter(cfg.tokenizer.as_deref(), rp.use_server_token_count)?;
+    let ds = open_dataset(cfg)?;
+    let dataset_key = hex::encode(ds.cache_key().0);
+    if let Some(want) = &cfg.expect_dataset_key {
+        if &dataset_key != want {
+            bail!(
+                "the dataset {} has digest {dataset_key} but the manifest recorded {want}; the corpus (or --num-dataset-entries) changed",
+                ds.source_path().display()
+            );
+        }
+    }
+    let ds: &'static Dataset = Box::leak(Box::new(ds));
+    let p = Prepared {
+        sc,
+        info,
+        resolved,
+        settings,
+        trees,
+        not_acted_on,
+        extra,
+        counter,
+        ds,
+        dataset_key,
+    };
+    Ok((p, inst))
+}
+
+/// The scenario's answer to the settings: its refusals as one error (with the sweep hint for a
+/// list of concurrencies), its warnings logged.
+fn resolve(
+    inst: &mut ScenarioInstance,
+    sc: &Scenario,
+    info: &Info,
+    rp: &RunPlan,
+) -> anyhow::Result<Resolved> {
+    let resolved = match inst.resolve(&rp.settings, entropy())? {
+        Ok(r) => r,
+        Err(violations) => {
+            let mut msg = format!(
+                "the scenario {} {} (sha256:{}) refuses this configuration:",
+                info.name,
+                info.version,
+                &sc.hash()[..16]
+            );
+            for v in &violations {
+                msg.push_str(&format!("\n  {}: {}", flag_of(&v.setting), v.message));
+            }
+            if let Some(c) = &rp.concurrency_list {
+                msg.push_str(&format!(
+                    "\n(for one run per concurrency, `agentx-host sweep --concurrency {c}`)"
+                ));
+            }
+            bail!(msg);
+        }
+    };
+    if let Some(c) = &rp.concurrency_list {
+        bail!(
+            "--concurrency {c}: a run has one concurrency; for one run per point use `agentx-host sweep --concurrency {c}`"
+        );
+    }
+    log_resolve_warnings(&resolved);
+    Ok(resolved)
+}
+
+/// One connection per lane (more while trees fan out), plus the process's own files; a dry run
+/// says so too, before the run would meet it.
+fn check_open_files(conc: u32) {
+    let needed = u64::from(conc) * 2 + 256;
+    if let Err((soft, hard)) = crate::client::ensure_open_files(needed) {
+        tracing::warn!(
+            "--concurrency {conc} may need about {needed} open files (connections), but the open-file limit is {soft} (hard limit {hard}); \
+             raise it (`ulimit -n {needed}`) or connections will fail with `Too many open files`"
+        );
+    }
+}
+
+/// The token counter of `--tokenizer`: the tokenizer-free word model without one, and also when
+/// the named one is not at hand and the server's usage counts the tokens.
+fn token_counter(spec: Option<&str>, server_counts: bool) -> anyhow::Result<TokenCounter> {
+    let Some(spec) = spec else {
+        return Ok(TokenCounter::Words);
+    };
+    match dataset::tokens::resolve_tokenizer(spec) {
+        Ok(src) => {
+            tracing::info!("--tokenizer {spec}: {}", src.describe());
+            src.counter()
+                .map_err(|e| anyhow!("--tokenizer {spec}: {e}"))
+        }
+        // Token counts come from the server's usage unless --client-token-count: a tokenizer
+        // that is not at hand only costs the exact single-token synthesis vocabulary.
+        Err(e) if server_counts => {
+            tracing::warn!(
+                "--tokenizer {spec}: {e}; using the built-in tokenizer-free word model for prompt \
+                 synthesis (token counts come from the server's usage)"
+            );
+            Ok(TokenCounter::Words)
+        }
+        Err(e) => bail!("--tokenizer {spec}: {e}"),
+    }
+}
+
+/// The flag a user sets for the scenario setting `setting` (the settings carry aiperf's names; the
+/// dataset loader is chosen by the dataset flags).
+pub fn flag_of(setting: &str) -> String {
+    match setting {
+        "loader" => "the dataset (--public-dataset / --input-file)".to_string(),
+        s => format!("--{s}"),
+    }
+}
+
+/// The scenario's warnings. Under `--unsafe-override` (given, or implied by a demo) the rules the
+/// run breaks are expected: one line names them, the scenario's own words go to DEBUG.
+fn log_resolve_warnings(resolved: &Resolved) {
+    let overridden = resolved
+        .invalid_reasons
+        .iter()
+        .any(|r| r == "unsafe_override");
+    if !overridden {
+        for w in &resolved.warnings {
+            tracing::warn!("{}: {}", flag_of(&w.setting), w.message);
+        }
+        return;
+    }
+    let mut names: Vec<String> = resolved
+        .warnings
+        .iter()
+        .map(|w| flag_of(&w.setting))
+        .collect();
+    names.dedup();
+    if names.is_empty() {
+        tracing::info!("--unsafe-override: not a valid submission");
+    } else {
+        tracing::info!(
+            "--unsafe-override: outside the scenario's rules for {}; not a valid submission (-v shows the rules)",
+            names.join(", ")
+        );
+    }
+    for w in &resolved.warnings {
+        tracing::debug!("{}: {}", flag_of(&w.setting), w.message);
+    }
+}
+
+/// Writes the bundled corpus under the cache directory (once) and returns its path.
+pub fn bundled_corpus(home: &Path) -> anyhow::Result<PathBuf> {
+    let path = home.join("bundled").join("traces-24.jsonl");
+    if std::fs::read(&path).ok().as_deref() != Some(BUNDLED_CORPUS) {
+        crate::fsio::Root::create(home)
+            .and_then(|h| h.write_atomic("bundled/traces-24.jsonl", BUNDLED_CORPUS))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(path)
+}
+
+/// The dataset a run replays, opened (and imported into the cache on first use).
+fn open_dataset(cfg: &RunConfig) -> anyhow::Result<Dataset> {
+    let opts = OpenOptions {
+        num_dataset_entries: cfg.num_dataset_entries,
+        max_context_length: cfg.max_context_length,
+        max_osl: None,
+        cache_dir: None,
+    };
+    Ok(match &cfg.plan.dataset {
+        DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&cfg.home)?, &opts)?,
+        DatasetSource::Spec(s) => Dataset::open(s, &opts)?,
+        DatasetSource::Cached { key, source } => Dataset::open_cached(key, source.clone(), &opts)?,
+    })
+}
+
+/// What pins a run's inputs besides its flags: the scenario component's sha256 and the dataset's
+/// cache key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputIds {
+    pub scenario_sha256: String,
+    pub dataset_key: String,
+}
+
+/// Loads the scenario and opens the dataset of `cfg` without running anything.
+pub fn input_ids(cfg: &RunConfig) -> anyhow::Result<InputIds> {
+    let sc = load(cfg.scenario.as_deref(), &cfg.home)?;
+    let ds = open_dataset(cfg)?;
+    Ok(InputIds {
+        scenario_sha256: sc.hash().to_string(),
+        dataset_key: hex::encode(ds.cache_key().0),
+    })
+}
