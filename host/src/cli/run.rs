@@ -403,15 +403,8 @@ pub struct RecordedRun {
 /// A run manifest that cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("not a run manifest (invalid JSON): {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("the manifest has no `{0}`")]
-    Missing(&'static str),
-    #[error("`{field}` is not {expected}")]
-    Type {
-        field: &'static str,
-        expected: &'static str,
-    },
+    #[error(transparent)]
+    Manifest(#[from] crate::export::manifest::ManifestError),
     #[error("the recorded command line no longer parses: {0}")]
     Argv(String),
     #[error("the recorded command is not `run`")]
@@ -419,34 +412,22 @@ pub enum ManifestError {
 }
 
 impl RecordedRun {
+    /// Reads the text of a `run_manifest.json` (`path` names it in errors).
+    pub fn parse_at(text: &str, path: &Path) -> Result<RecordedRun, ManifestError> {
+        let m = crate::export::manifest::Manifest::parse(text, path)?;
+        Ok(RecordedRun {
+            argv: m.argv,
+            seed: m.seed,
+            run_id: m.run_id,
+            scenario_sha256: m.scenario.sha256,
+            dataset_key: m.dataset.cache_key,
+            cwd: m.cwd.map(|c| c.display().to_string()),
+        })
+    }
+
     /// Reads the text of a `run_manifest.json`.
     pub fn parse(text: &str) -> Result<RecordedRun, ManifestError> {
-        let m: serde_json::Value = serde_json::from_str(text)?;
-        let field = |k: &'static str| m.get(k).ok_or(ManifestError::Missing(k));
-        let bad = |field, expected| ManifestError::Type { field, expected };
-        let argv = serde_json::from_value(field("argv")?.clone())
-            .map_err(|_| bad("argv", "a list of strings"))?;
-        let seed = field("seed")?
-            .as_u64()
-            .ok_or_else(|| bad("seed", "a non-negative integer"))?;
-        let run_id = field("run_id")?
-            .as_str()
-            .ok_or_else(|| bad("run_id", "a string"))?
-            .to_string();
-        let scenario_sha256 = m["scenario"]["sha256"]
-            .as_str()
-            .ok_or(ManifestError::Missing("scenario.sha256"))?
-            .to_string();
-        let dataset_key = m["dataset"]["cache_key"].as_str().map(str::to_string);
-        let cwd = m["cwd"].as_str().map(str::to_string);
-        Ok(RecordedRun {
-            argv,
-            seed,
-            run_id,
-            scenario_sha256,
-            dataset_key,
-            cwd,
-        })
+        Self::parse_at(text, Path::new(MANIFEST_FILE))
     }
 
     /// The recorded `run` command's arguments with the seed, run id, scenario hash and dataset
@@ -476,7 +457,7 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read the manifest {}", path.display()))?;
-    let recorded = RecordedRun::parse(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let recorded = RecordedRun::parse_at(&text, &path)?;
     let mut a = recorded
         .run_args()
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
@@ -1237,11 +1218,14 @@ mod tests {
     #[test]
     fn manifest_errors_name_the_field() {
         let err = |t: &str| RecordedRun::parse(t).unwrap_err().to_string();
-        assert!(err("{").contains("invalid JSON"));
-        assert!(err(r#"{"seed": 1}"#).contains("no `argv`"));
-        assert!(err(r#"{"argv": [1], "seed": 1}"#).contains("`argv` is not a list of strings"));
-        assert!(err(r#"{"argv": [], "seed": -1}"#).contains("`seed`"));
-        assert!(err(r#"{"argv": [], "seed": 1, "run_id": "r"}"#).contains("scenario.sha256"));
+        assert!(err("{").contains("not a run manifest"), "{}", err("{"));
+        assert!(err(r#"{"seed": 1}"#).contains("missing field `argv`"));
+        assert!(err(r#"{"argv": [1], "seed": 1}"#).contains("argv[0]"));
+        assert!(err(r#"{"argv": [], "seed": -1}"#).contains("seed"));
+        assert!(err(r#"{"argv": [], "seed": 1, "run_id": "r"}"#).contains("scenario"));
+        assert!(
+            err(r#"{"argv": [], "seed": 1, "run_id": "r", "scenario": {}}"#).contains("sha256")
+        );
         let run = |argv: &str| {
             RecordedRun::parse(&format!(
                 r#"{{"argv": {argv}, "seed": 1, "run_id": "r", "scenario": {{"sha256": "x"}}}}"#

@@ -5,6 +5,7 @@
 pub mod aiperf;
 pub mod bmk;
 pub mod html;
+pub mod manifest;
 pub mod plot;
 pub mod server_metrics;
 pub mod sweep;

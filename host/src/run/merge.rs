@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use crate::record::{read_records, Phase, RequestRecord, RECORDS_FILE};
 
 use super::MANIFEST_FILE;
+use crate::export::manifest::{Manifest, ShardInfo};
 
 /// What a merge wrote.
 #[derive(Debug)]
@@ -33,7 +34,9 @@ pub struct Merged {
 /// One shard directory, read.
 struct Shard {
     dir: PathBuf,
-    manifest: Value,
+    manifest: Manifest,
+    /// The shard's place (every shard's manifest has one; checked when read).
+    shard: ShardInfo,
     summary: Value,
     index: u32,
     count: u32,
@@ -53,42 +56,45 @@ fn read_json(path: &Path) -> anyhow::Result<Value> {
 }
 
 fn read_shard(dir: &Path) -> anyhow::Result<Shard> {
-    let manifest = read_json(&dir.join(MANIFEST_FILE))?;
-    let sh = &manifest["shard"];
-    let (Some(index), Some(count)) = (sh["index"].as_u64(), sh["count"].as_u64()) else {
+    let manifest = Manifest::read_dir(dir)
+        .map_err(|e| anyhow!("{e}; is this a shard directory of a finished sharded run?"))?;
+    let Some(shard) = manifest.shard.clone() else {
         bail!(
             "{} is not a shard's manifest (no \"shard\" block): merge takes the shard-<I> directories of a run made with --shard / SLURM / --shards",
             dir.join(MANIFEST_FILE).display()
         );
     };
-    if manifest["ended_unix_ns"].is_null() {
+    if manifest.ended_unix_ns.is_none() {
         bail!(
             "{}: the shard has not finished (its manifest has no end time); merge it when every shard is done",
             dir.display()
         );
     }
     let summary = read_json(&dir.join("run_summary.json"))?;
-    let started = manifest["started_unix_ns"]
-        .as_u64()
-        .ok_or_else(|| anyhow!("{}: no started_unix_ns", dir.join(MANIFEST_FILE).display()))?;
-    let offset = sh["clock_offset_ns"].as_i64().unwrap_or(0);
+    let started = manifest.started_unix_ns;
+    let offset = shard.clock_offset_ns;
     let records = read_records(&dir.join(RECORDS_FILE)).map_err(|e| anyhow!("{e}"))?;
     Ok(Shard {
         dir: dir.to_owned(),
         summary,
-        index: index as u32,
-        count: count as u32,
+        index: shard.index,
+        count: shard.count,
         anchor: i128::from(started) + i128::from(offset),
         records,
         manifest,
+        shard,
     })
 }
 
 /// The field of a manifest that must be the same in every shard.
-fn same(shards: &[Shard], what: &str, get: impl Fn(&Value) -> &Value) -> anyhow::Result<()> {
-    let first = get(&shards[0].manifest);
+fn same<T: PartialEq + std::fmt::Display>(
+    shards: &[Shard],
+    what: &str,
+    get: impl Fn(&Shard) -> T,
+) -> anyhow::Result<()> {
+    let first = get(&shards[0]);
     for s in &shards[1..] {
-        let v = get(&s.manifest);
+        let v = get(s);
         if v != first {
             bail!(
                 "{} and {} are shards of different runs: {what} {} against {}",
@@ -114,11 +120,13 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         .map(|d| read_shard(d))
         .collect::<anyhow::Result<Vec<_>>>()?;
     shards.sort_by_key(|s| s.index);
-    same(&shards, "run id", |m| &m["run_id"])?;
-    same(&shards, "scenario", |m| &m["scenario"]["sha256"])?;
-    same(&shards, "dataset", |m| &m["dataset"]["cache_key"])?;
-    same(&shards, "seed", |m| &m["seed"])?;
-    same(&shards, "shard count", |m| &m["shard"]["count"])?;
+    same(&shards, "run id", |s| s.manifest.run_id.clone())?;
+    same(&shards, "scenario", |s| s.manifest.scenario.sha256.clone())?;
+    same(&shards, "dataset", |s| {
+        s.manifest.dataset.cache_key.clone().unwrap_or_default()
+    })?;
+    same(&shards, "seed", |s| s.manifest.seed)?;
+    same(&shards, "shard count", |s| s.shard.count)?;
     let count = shards[0].count;
     let have: Vec<u32> = shards.iter().map(|s| s.index).collect();
     if let Some(w) = have.windows(2).find(|w| w[0] == w[1]) {
@@ -143,10 +151,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
     let mut records = Vec::new();
     let mut window: Option<(u64, u64)> = None;
     let mut shard_rows = Vec::new();
-    let offsets: Vec<i64> = shards
-        .iter()
-        .map(|s| s.manifest["shard"]["clock_offset_ns"].as_i64().unwrap_or(0))
-        .collect();
+    let offsets: Vec<i64> = shards.iter().map(|s| s.shard.clock_offset_ns).collect();
     let clock_skew_ns = offsets.iter().max().unwrap_or(&0) - offsets.iter().min().unwrap_or(&0);
     let mut stops = Vec::new();
     for s in &mut shards {
@@ -158,10 +163,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             r.first_byte_ns = r.first_byte_ns.map(|x| x + delta);
             r.first_token_ns = r.first_token_ns.map(|x| x + delta);
         }
-        if let Some([a, b]) = s.manifest["profiling_ns"]
-            .as_array()
-            .and_then(|v| Some([v.first()?.as_u64()?, v.get(1)?.as_u64()?]))
-        {
+        if let Some([a, b]) = s.manifest.profiling_ns {
             let (a, b) = (a + delta, b + delta);
             window = Some(window.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
         }
@@ -172,15 +174,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         shard_rows.push(json!({
             "index": s.index,
             "dir": s.dir,
-            "host": s.manifest["shard"]["host"],
-            "lanes": s.manifest["shard"]["lanes"],
+            "host": s.shard.host,
+            "lanes": s.shard.lanes,
             "records": s.records.len(),
             "stop": stop,
-            "clock_offset_ns": s.manifest["shard"]["clock_offset_ns"],
-            "clock_rtt_ns": s.manifest["shard"]["clock_rtt_ns"],
-            "started_unix_ns": s.manifest["started_unix_ns"],
+            "clock_offset_ns": s.shard.clock_offset_ns,
+            "clock_rtt_ns": s.shard.clock_rtt_ns,
+            "started_unix_ns": s.manifest.started_unix_ns,
             "shift_ns": delta,
-            "profiling_ns": s.manifest["profiling_ns"],
+            "profiling_ns": s.manifest.profiling_ns,
         }));
         stops.push((stop, s.summary["message"].as_str().map(str::to_owned)));
         records.append(&mut s.records);
@@ -197,34 +199,32 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
     let mut manifest = m0.clone();
     let mut lanes: Vec<Value> = shards
         .iter()
-        .filter_map(|s| s.manifest["lanes"].as_array())
-        .flatten()
-        .cloned()
+        .flat_map(|s| s.manifest.lanes.iter().cloned())
         .collect();
     lanes.sort_by_key(|l| l["lane"].as_u64().unwrap_or(0));
-    manifest["lanes"] = json!(lanes);
-    if let Some(o) = manifest.as_object_mut() {
-        o.remove("shard");
-    }
-    manifest["shards"] = json!(shard_rows);
-    manifest["clock_skew_ns"] = json!(clock_skew_ns);
-    manifest["started_unix_ns"] = json!(anchor as u64);
-    manifest["ended_unix_ns"] = json!(shards
-        .iter()
-        .filter_map(|s| s.manifest["ended_unix_ns"].as_u64())
-        .max());
-    manifest["profiling_ns"] = json!(window.map(|(a, b)| [a, b]));
-    manifest["merged_unix_ns"] = json!(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0));
+    manifest.lanes = lanes;
+    manifest.shard = None;
+    manifest.extra.insert("shards".into(), json!(shard_rows));
+    manifest
+        .extra
+        .insert("clock_skew_ns".into(), json!(clock_skew_ns));
+    manifest.started_unix_ns = anchor as u64;
+    manifest.ended_unix_ns = shards.iter().filter_map(|s| s.manifest.ended_unix_ns).max();
+    manifest.profiling_ns = window.map(|(a, b)| [a, b]);
+    manifest.extra.insert(
+        "merged_unix_ns".into(),
+        json!(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)),
+    );
     let stop = stops
         .iter()
         .map(|(s, _)| s.as_str())
         .find(|s| *s != "completed")
         .unwrap_or("completed")
         .to_string();
-    manifest["stop"] = json!(stop);
+    manifest.stop = Some(stop.clone());
     let message: Vec<String> = stops
         .iter()
         .enumerate()
@@ -264,10 +264,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         jsonl.push(b'\n');
     }
     files.push(put(RECORDS_FILE, &jsonl)?);
-    files.push(put(
-        MANIFEST_FILE,
-        serde_json::to_string_pretty(&manifest)?.as_bytes(),
-    )?);
+    files.push(put(MANIFEST_FILE, manifest.to_json_pretty().as_bytes())?);
     let summary = crate::metrics::Summary::of(&records);
     let mut doc = shards[0].summary.clone();
     doc["stop"] = json!(stop);
@@ -296,44 +293,28 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         }
     }
     let info = crate::export::aiperf::RunInfo {
-        benchmark_id: m0["run_id"].as_str().unwrap_or_default().to_string(),
+        benchmark_id: m0.run_id.clone(),
         anchor_unix_ns: anchor as u64,
         profiling_start_ns: p0,
         profiling_end_ns: p1,
-        scenario_name: m0["scenario"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        scenario_version: m0["scenario"]["version"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        scenario_sha256: m0["scenario"]["sha256"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        scenario_name: m0.scenario.name.clone(),
+        scenario_version: m0.scenario.version.clone(),
+        scenario_sha256: m0.scenario.sha256.clone(),
         submission_valid: reasons.is_empty(),
         submission_invalid_reasons: reasons.clone(),
         was_cancelled: cancelled,
-        input_config: m0["resolved_settings"].clone(),
-        seed: m0["seed"].as_u64(),
-        profiling_duration_ns: m0["benchmark_duration_s"]
-            .as_f64()
-            .map(|s| (s * 1e9) as u64),
+        input_config: json!(m0.resolved_settings),
+        seed: Some(m0.seed),
+        profiling_duration_ns: Some((m0.benchmark_duration_s * 1e9) as u64),
         prefix_stamps: stamps(m0, &records),
-        dataset: m0["dataset"]["alias"]
-            .as_str()
+        dataset: m0
+            .dataset
+            .alias
+            .as_deref()
             .and_then(crate::dataset::alias::lookup)
-            .map(|a| {
-                super::outputs::alias_dataset_json(
-                    a,
-                    m0["dataset"]["num_dataset_entries"]
-                        .as_u64()
-                        .map(|n| n as usize),
-                )
-            }),
+            .map(|a| super::outputs::alias_dataset_json(a, m0.dataset.num_dataset_entries)),
     };
-    let slice = m0["slice_duration"].as_f64();
+    let slice = m0.slice_duration;
     let (written, failed) = super::outputs::write_exports(&art, &records, &info, slice, None);
     files.extend(written);
     if failed {
@@ -363,13 +344,14 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 /// The theoretical prefix-cache stamps of the replayed traces, from the corpus the manifest names
 /// (empty, with a note, when it is not at hand).
 fn stamps(
-    m: &Value,
+    m: &Manifest,
     records: &[RequestRecord],
 ) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
-    let Some(src) = m["dataset"]["source"].as_str() else {
+    let src = m.dataset.source.display().to_string();
+    if src.is_empty() {
         return Default::default();
-    };
-    match crate::dataset::Dataset::open_path(Path::new(src), &Default::default()) {
+    }
+    match crate::dataset::Dataset::open_path(&m.dataset.source, &Default::default()) {
         Ok(ds) => super::plan::prefix_stamps(&ds, records),
         Err(e) => {
             tracing::warn!(
@@ -389,10 +371,8 @@ fn validity(
     home: &Path,
 ) -> anyhow::Result<Vec<String>> {
     let m = &shards[0].manifest;
-    let sha = m["scenario"]["sha256"]
-        .as_str()
-        .ok_or_else(|| anyhow!("the manifest names no scenario sha256"))?;
-    let source = m["scenario"]["source"].as_str().unwrap_or_default();
+    let sha = m.scenario.sha256.as_str();
+    let source = m.scenario.source.to_str().unwrap_or_default();
     let sc = if let Some(stem) = source.strip_prefix("builtin:") {
         super::load(Some(stem), home)?
     } else if Path::new(source).is_file() {
@@ -407,12 +387,10 @@ fn validity(
         );
     }
     let setting = |name: &str| {
-        m["resolved_settings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["name"] == name)
-            .map(|s| s["value"].clone())
+        m.resolved_settings
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.value.clone())
             .unwrap_or(Value::Null)
     };
     let (mut total, mut overflows, mut failed) = (0u64, 0u64, 0u64);
@@ -435,11 +413,8 @@ fn validity(
             .as_f64()
             .unwrap_or(0.01),
     })?;
-    let resolved: Vec<String> = m["resolve_invalid_reasons"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect();
-    Ok(crate::scenario::check::invalid_reasons(reasons, &resolved))
+    Ok(crate::scenario::check::invalid_reasons(
+        reasons,
+        &m.resolve_invalid_reasons,
+    ))
 }

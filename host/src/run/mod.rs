@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+pub use crate::export::manifest::MANIFEST_FILE;
 pub use config::{
     positive_secs, Cancel, DatasetSource, DryRun, ReplayOf, RunConfig, RunOutcome, RunPlan,
     RunSettings, TreeFlags, MAX_SECS,
@@ -39,9 +40,6 @@ pub use crate::scenario::builtin::{is_builtin_name, load, BUILTIN_MVP, BUILTIN_S
 
 /// The corpus replayed when no dataset is named (24 synthetic traces, `fixtures/traces-24.jsonl`).
 pub const BUNDLED_CORPUS: &[u8] = include_bytes!("../../../fixtures/traces-24.jsonl");
-
-/// The manifest file of a run: its inputs, written before the first request.
-pub const MANIFEST_FILE: &str = "run_manifest.json";
 
 /// Lanes of a demo run (no `--url`) unless given.
 pub const DEMO_CONCURRENCY: i64 = 4;

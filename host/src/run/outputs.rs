@@ -13,8 +13,11 @@ use super::connect::Connected;
 use super::plan::{prefix_stamps, Planned};
 use super::prepare::Prepared;
 use super::{artifact_dir, host_name, merge, rendezvous, shard_dir_name, MANIFEST_FILE};
-use crate::dataset::{AssistantMode, Dataset};
+use crate::dataset::AssistantMode;
 use crate::export::bmk::RUN_SUMMARY;
+use crate::export::manifest::{
+    self, DatasetId, HttpInfo, Manifest, ScenarioId, SettingRow, ShardInfo, WarningRow,
+};
 use crate::fsio::Root;
 use crate::metrics::Summary;
 use crate::record::{read_records, Clock, RecordSink};
@@ -30,7 +33,7 @@ pub(super) struct RunDir {
     pub out: PathBuf,
     pub art: Root,
     pub clock: Clock,
-    pub manifest: serde_json::Value,
+    pub manifest: Manifest,
 }
 
 impl RunDir {
@@ -52,19 +55,20 @@ impl RunDir {
         let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
         let sink = RecordSink::create(&art)?;
         let clock = Clock::start();
-        let mut manifest = manifest_json(cfg, p, planned, clock.anchor_unix_ns());
+        let mut manifest = manifest_of(cfg, p, planned, clock.anchor_unix_ns());
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
-            manifest["shard"] = json!({
-                "index": sh.index,
-                "count": sh.count,
-                "source": sh.source,
-                "coordinator": sh.coordinator,
-                "host": host_name(),
-                "lanes": planned.plan.lanes.iter().map(|l| l.lane).collect::<Vec<_>>(),
-                "pool": planned.plan.pool.len(),
-                "clock_offset_ns": m.clock_offset_ns,
-                "clock_rtt_ns": m.clock_rtt_ns,
-                "rendezvous_s": m.joined_in.as_secs_f64(),
+            manifest.shard = Some(ShardInfo {
+                index: sh.index,
+                count: sh.count,
+                source: sh.source.to_string(),
+                coordinator: sh.coordinator.clone(),
+                host: host_name(),
+                lanes: planned.plan.lanes.iter().map(|l| l.lane).collect(),
+                pool: planned.plan.pool.len(),
+                clock_offset_ns: m.clock_offset_ns,
+                clock_rtt_ns: m.clock_rtt_ns as i64,
+                rendezvous_s: m.joined_in.as_secs_f64(),
+                rendezvous: None,
             });
         }
         let d = RunDir {
@@ -81,10 +85,7 @@ impl RunDir {
     /// Writes the manifest as it stands (atomically: readers see the old or the new one).
     pub fn write_manifest(&self) -> anyhow::Result<()> {
         self.art
-            .write_atomic(
-                MANIFEST_FILE,
-                serde_json::to_string_pretty(&self.manifest)?.as_bytes(),
-            )
+            .write_atomic(MANIFEST_FILE, self.manifest.to_json_pretty().as_bytes())
             .with_context(|| format!("cannot write {}", self.out.join(MANIFEST_FILE).display()))?;
         Ok(())
     }
@@ -98,47 +99,85 @@ fn assistant_mode(m: AssistantMode) -> &'static str {
 }
 
 /// The manifest of a run about to start: every input that pins it.
-fn manifest_json(
-    cfg: &RunConfig,
-    p: &Prepared,
-    planned: &Planned,
-    started_unix: u64,
-) -> serde_json::Value {
+fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u64) -> Manifest {
     let rp = &cfg.plan;
-    let (info, sc, resolved) = (&p.info, &p.sc, &p.resolved);
-    json!({
-        "argv": cfg.argv,
-        "cwd": std::env::current_dir().ok(),
-        "replay_of": cfg.replay_of.as_ref().map(|r| json!({"run_id": r.run_id, "manifest": r.manifest})),
-        "run_id": planned.run_id,
-        "seed": planned.seed,
-        "seed_drawn": resolved.seed_drawn,
-        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
-        "dataset": dataset_json(p.ds, &p.dataset_key, cfg.num_dataset_entries),
-        "resolved_settings": resolved.settings.iter().map(|s| json!({"name": s.name, "value": value_json(&s.value), "explicit": s.explicit})).collect::<Vec<_>>(),
-        "warnings": resolved.warnings.iter().map(|w| json!({"setting": w.setting, "message": w.message})).collect::<Vec<_>>(),
-        "not_acted_on": p.not_acted_on,
-        "resolve_invalid_reasons": resolved.invalid_reasons,
-        "slice_duration": cfg.slice_duration,
-        "http": {
-            "correlation_header": rp.client.routing.correlation.as_str(),
-            "session_headers": rp.client.routing.names(),
-            "connection_reuse_strategy": rp.client.reuse.as_str(),
-            "tcp_user_timeout_ms": rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),
-        },
-        "concurrency": p.settings.concurrency,
-        "benchmark_duration_s": p.settings.duration.as_secs_f64(),
-        "assistant_mode": assistant_mode(rp.mode),
-        "url": rp.url.clone().unwrap_or_else(|| format!("builtin-simulator:{}", cfg.sim_preset)),
-        "lanes": match &planned.tree {
-            Some(tp) => json!(tp.lanes),
-            None => json!(planned.plan.lanes),
-        },
-        "host_version": env!("CARGO_PKG_VERSION"),
-        "wasmtime_version": scenario::WASMTIME_VERSION,
-        "started_unix_ns": started_unix,
-        "ended_unix_ns": null,
-    })
+    let resolved = &p.resolved;
+    let lanes = match &planned.tree {
+        Some(tp) => tp.lanes.iter().map(|l| json!(l)).collect(),
+        None => planned.plan.lanes.iter().map(|l| json!(l)).collect(),
+    };
+    Manifest {
+        argv: cfg.argv.clone(),
+        cwd: std::env::current_dir().ok(),
+        replay_of: cfg.replay_of.as_ref().map(|r| manifest::ReplayOf {
+            run_id: r.run_id.clone(),
+            manifest: r.manifest.clone(),
+        }),
+        run_id: planned.run_id.clone(),
+        seed: planned.seed,
+        seed_drawn: resolved.seed_drawn,
+        scenario: scenario_id(p),
+        dataset: dataset_id(p, cfg.num_dataset_entries),
+        resolved_settings: resolved
+            .settings
+            .iter()
+            .map(|s| SettingRow {
+                name: s.name.clone(),
+                value: value_json(&s.value),
+                explicit: s.explicit,
+            })
+            .collect(),
+        warnings: resolved
+            .warnings
+            .iter()
+            .map(|w| WarningRow {
+                setting: w.setting.clone(),
+                message: w.message.clone(),
+            })
+            .collect(),
+        not_acted_on: p.not_acted_on.clone(),
+        resolve_invalid_reasons: resolved.invalid_reasons.clone(),
+        slice_duration: cfg.slice_duration,
+        http: Some(HttpInfo {
+            correlation_header: rp.client.routing.correlation.as_str().to_string(),
+            session_headers: rp
+                .client
+                .routing
+                .names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
+            connection_reuse_strategy: rp.client.reuse.as_str().to_string(),
+            tcp_user_timeout_ms: rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),
+        }),
+        concurrency: p.settings.concurrency,
+        benchmark_duration_s: p.settings.duration.as_secs_f64(),
+        assistant_mode: assistant_mode(rp.mode).to_string(),
+        url: rp
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("builtin-simulator:{}", cfg.sim_preset)),
+        lanes,
+        host_version: env!("CARGO_PKG_VERSION").to_string(),
+        wasmtime_version: scenario::WASMTIME_VERSION.to_string(),
+        started_unix_ns: started_unix,
+        ended_unix_ns: None,
+        shard: None,
+        trees: None,
+        profiling_ns: None,
+        stop: None,
+        extra: Default::default(),
+    }
+}
+
+/// The scenario as the manifest and the run summary name it.
+fn scenario_id(p: &Prepared) -> ScenarioId {
+    ScenarioId {
+        name: p.info.name.clone(),
+        version: p.info.version.clone(),
+        sha256: p.sc.hash().to_string(),
+        source: p.sc.path().to_owned(),
+    }
 }
 
 /// What the replay stage hands to the last one.
@@ -214,12 +253,10 @@ pub(super) fn finish(
     let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
     let outcome = r.outcome;
     let reasons = verdict(p, &outcome, &records)?;
-    if let Some(c) = &r.tree_counts {
-        d.manifest["trees"] = json!(c);
-    }
-    d.manifest["ended_unix_ns"] = json!(d.clock.unix_ns(d.clock.now_ns()));
-    d.manifest["profiling_ns"] = json!(outcome.profiling_ns.map(|(a, b)| [a, b]));
-    d.manifest["stop"] = json!(outcome.stop.as_str());
+    d.manifest.trees = r.tree_counts.as_ref().map(|c| json!(c));
+    d.manifest.ended_unix_ns = Some(d.clock.unix_ns(d.clock.now_ns()));
+    d.manifest.profiling_ns = outcome.profiling_ns.map(|(a, b)| [a, b]);
+    d.manifest.stop = Some(outcome.stop.as_str().to_string());
     d.write_manifest()?;
     let summary = Summary::of(&records);
     let summary_path = write_summary(
@@ -282,13 +319,12 @@ fn write_summary(
     summary: &Summary,
 ) -> anyhow::Result<PathBuf> {
     let rp = &cfg.plan;
-    let (info, sc) = (&p.info, &p.sc);
     let doc = json!({
         "run_id": planned.run_id,
         "stop": outcome.stop.as_str(),
         "message": outcome.message,
-        "scenario": {"name": info.name, "version": info.version, "sha256": sc.hash(), "source": sc.path()},
-        "dataset": dataset_json(p.ds, &p.dataset_key, None),
+        "scenario": scenario_id(p),
+        "dataset": dataset_id(p, None),
         "seed": planned.seed,
         "seed_drawn": p.resolved.seed_drawn,
         "concurrency": p.settings.concurrency,
@@ -324,7 +360,7 @@ fn exports(
     scrape_log: Option<&crate::metrics::scrape_log::ScrapeLog>,
 ) -> (Vec<PathBuf>, bool) {
     let (p0, p1) = outcome.profiling_ns.unwrap_or((0, 0));
-    let input_config = json!(d.manifest["resolved_settings"]);
+    let input_config = json!(d.manifest.resolved_settings);
     let info = crate::export::aiperf::RunInfo {
         benchmark_id: planned.run_id.clone(),
         anchor_unix_ns: d.clock.anchor_unix_ns(),
@@ -411,7 +447,9 @@ fn finish_shards(
             if !report.lost.is_empty() {
                 tracing::error!(lost = ?report.lost, "rendezvous: shards were lost before they were done");
             }
-            d.manifest["shard"]["rendezvous"] = json!(report);
+            if let Some(s) = d.manifest.shard.as_mut() {
+                s.rendezvous = Some(json!(report));
+            }
             d.write_manifest()?;
         }
         Err(e) => tracing::error!("rendezvous: {e:#}"),
@@ -488,17 +526,14 @@ pub(crate) fn write_exports(
 }
 
 /// The dataset as the manifest and the run summary name it (`num_dataset_entries` when given).
-fn dataset_json(ds: &Dataset, key: &str, entries: Option<usize>) -> serde_json::Value {
-    let mut d = json!({
-        "source": ds.source_path(),
-        "alias": ds.alias().map(|x| x.name),
-        "cache_key": key,
-        "traces": ds.len(),
-    });
-    if let Some(n) = entries {
-        d["num_dataset_entries"] = json!(n);
+fn dataset_id(p: &Prepared, entries: Option<usize>) -> DatasetId {
+    DatasetId {
+        source: p.ds.source_path().to_owned(),
+        alias: p.ds.alias().map(|x| x.name.to_string()),
+        cache_key: Some(p.dataset_key.clone()),
+        traces: p.ds.len(),
+        num_dataset_entries: entries,
     }
-    d
 }
 
 /// The aiperf `metadata.dataset` block of a named corpus.
