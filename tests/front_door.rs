@@ -599,3 +599,42 @@ fn one_vocabulary_across_subcommands_with_the_old_spellings_as_aliases() {
         assert!(!help.contains(f), "sweep --help offers {f}");
     }
 }
+
+#[test]
+fn the_scenario_is_also_a_flag_as_the_harness_writes_it() {
+    let work = tempfile::tempdir().unwrap();
+    let plan = |args: &[&str]| {
+        let o = agentx_command(work.path(), &[])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["scenario"]["name"].as_str().unwrap().to_owned()
+    };
+    let flag = plan(&[
+        "run",
+        "--scenario",
+        "inferencex-agentx-mvp",
+        "--dry-run",
+        "--json",
+        "--random-seed",
+        "1",
+    ]);
+    let positional = plan(&[
+        "run",
+        "agentx-mvp",
+        "--dry-run",
+        "--json",
+        "--random-seed",
+        "1",
+    ]);
+    assert_eq!(flag, "inferencex-agentx-mvp");
+    assert_eq!(flag, positional);
+    let o = agentx_command(work.path(), &[])
+        .args(["run", "agentx-mvp", "--scenario", "agentx-v1", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}

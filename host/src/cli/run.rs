@@ -33,6 +33,14 @@ pub struct RunArgs {
     /// Defaults to the built-in agentx-v1 (session trees); `agentx-mvp` names the built-in MVP.
     #[arg(value_name = "SCENARIO")]
     pub scenario: Option<String>,
+    /// The scenario, as aiperf's and the harness's `--scenario NAME` (the same as the positional).
+    #[arg(
+        long = "scenario",
+        value_name = "SCENARIO",
+        conflicts_with = "scenario",
+        help_heading = "What to replay"
+    )]
+    pub scenario_flag: Option<String>,
 
     /// Seed of start turns and prompt text; drawn (and printed) when unset.
     #[arg(help_heading = "What to replay", long)]
@@ -462,6 +470,9 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
         .run_args()
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let sha = &recorded.scenario_sha256;
+    if a.scenario.is_none() {
+        a.scenario = a.scenario_flag.take();
+    }
     if let Some(s) = &a.scenario {
         // Pin the component by hash: the original path if it still holds those bytes, else the store.
         let base = s.split('@').next().unwrap_or(s);
@@ -1078,7 +1089,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
     Ok(RunConfig {
         shard,
         plan: RunPlan::resolve(a)?,
-        scenario: a.scenario.clone(),
+        scenario: a.scenario.clone().or_else(|| a.scenario_flag.clone()),
         home: a.home.dir(),
         num_dataset_entries: a.num_dataset_entries,
         max_context_length: a.max_context_length,
