@@ -62,22 +62,14 @@ fn start_shards(
     extra: &[&str],
     tweak: &dyn Fn(u32, &mut Vec<String>),
 ) -> Vec<Child> {
-    let port = free_port().to_string();
+    // `--coordinator HOST:PORT`, as users write it: the port is the rendezvous port of every shard
+    // (shard 0 listens on it), with no --coordinator-port.
+    let coordinator = format!("127.0.0.1:{}", free_port());
     (0..n)
         .map(|i| {
             let shard = format!("{i}/{n}");
             let mut args = shard_args(&url(i), out, conc, extra);
-            args.extend(
-                [
-                    "--shard",
-                    &shard,
-                    "--coordinator",
-                    "127.0.0.1",
-                    "--coordinator-port",
-                    &port,
-                ]
-                .map(String::from),
-            );
+            args.extend(["--shard", &shard, "--coordinator", &coordinator].map(String::from));
             tweak(i, &mut args);
             spawn(work, &args, &[])
         })

@@ -100,14 +100,16 @@ pub fn resolve(
             count - 1
         );
     }
-    let port = match flags.port {
-        Some(p) => p,
+    let given_port = match flags.port {
+        Some(p) => Some((p, "--coordinator-port".to_string())),
         None => match var("AGENTX_COORDINATOR_PORT") {
-            Some(p) => p
-                .trim()
-                .parse()
-                .map_err(|_| anyhow!("AGENTX_COORDINATOR_PORT={p:?} is not a port number"))?,
-            None => DEFAULT_PORT,
+            Some(p) => Some((
+                p.trim()
+                    .parse()
+                    .map_err(|_| anyhow!("AGENTX_COORDINATOR_PORT={p:?} is not a port number"))?,
+                format!("AGENTX_COORDINATOR_PORT={p}"),
+            )),
+            None => None,
         },
     };
     let host = match flags
@@ -123,14 +125,18 @@ pub fn resolve(
             None => bail!("shard {index}/{count} needs to know where shard 0 listens: pass --coordinator HOST:PORT (or AGENTX_COORDINATOR)"),
         },
     };
-    let coordinator =
-        if host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1
-            || host.starts_with('[') && host.contains("]:")
-        {
-            host
-        } else {
-            format!("{host}:{port}")
-        };
+    // The port in `--coordinator HOST:PORT` is the rendezvous port for every shard: shard 0 listens
+    // on it and the others dial it.
+    let (host_only, host_port) = split_port(&host)?;
+    let port = match (host_port, given_port) {
+        (Some(a), Some((b, src))) if a != b => bail!(
+            "--coordinator {host} names port {a} but {src} says {b}: give the rendezvous port once"
+        ),
+        (Some(a), _) => a,
+        (None, Some((b, _))) => b,
+        (None, None) => DEFAULT_PORT,
+    };
+    let coordinator = format!("{host_only}:{port}");
     let timeout = match flags.timeout {
         Some(t) => super::positive_secs("--rendezvous-timeout", t)?,
         None => Duration::from_secs(300),
@@ -190,6 +196,32 @@ pub fn first_host(list: &str) -> Option<String> {
     }
 }
 
+/// `HOST[:PORT]` (an IPv6 host in brackets) as the host and the port, if one is given.
+fn split_port(h: &str) -> anyhow::Result<(&str, Option<u16>)> {
+    let bad = || anyhow!("--coordinator {h:?}: the port is not a number from 1 to 65535");
+    if let Some(rest) = h.strip_prefix('[') {
+        let end = rest
+            .find(']')
+            .ok_or_else(|| anyhow!("--coordinator {h:?}: no closing `]`"))?;
+        let host = &h[..end + 2];
+        return match &rest[end + 1..] {
+            "" => Ok((host, None)),
+            p => match p.strip_prefix(':').map(str::parse::<u16>) {
+                Some(Ok(n)) if n > 0 => Ok((host, Some(n))),
+                _ => Err(bad()),
+            },
+        };
+    }
+    match h.rsplit_once(':') {
+        Some((host, _)) if host.contains(':') => Ok((h, None)),
+        Some((host, p)) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => Ok((host, Some(n))),
+            _ => Err(bad()),
+        },
+        None => Ok((h, None)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +244,50 @@ mod tests {
         assert_eq!(first_host("a[1-2]-ib,b3").as_deref(), Some("a1-ib"));
         assert_eq!(first_host("").as_deref(), None);
         assert_eq!(first_host("x[]").as_deref(), None);
+    }
+
+    #[test]
+    fn the_port_in_coordinator_is_the_port_of_every_shard() {
+        let none = env(&[]);
+        for index in ["0/2", "1/2"] {
+            let f = ShardFlags {
+                shard: Some(index.into()),
+                coordinator: Some("127.0.0.1:46563".into()),
+                ..Default::default()
+            };
+            let (c, _) = resolve(&f, &none).unwrap().unwrap();
+            assert_eq!((c.port, c.coordinator.as_str()), (46563, "127.0.0.1:46563"));
+        }
+        let f = ShardFlags {
+            shard: Some("0/2".into()),
+            coordinator: Some("[::1]:4001".into()),
+            ..Default::default()
+        };
+        let (c, _) = resolve(&f, &none).unwrap().unwrap();
+        assert_eq!((c.port, c.coordinator.as_str()), (4001, "[::1]:4001"));
+        // The same port twice is fine; two ports are an error naming both.
+        let f = ShardFlags {
+            shard: Some("1/2".into()),
+            coordinator: Some("h:4000".into()),
+            port: Some(4000),
+            ..Default::default()
+        };
+        assert_eq!(resolve(&f, &none).unwrap().unwrap().0.port, 4000);
+        let f = ShardFlags {
+            port: Some(5000),
+            ..f
+        };
+        let e = resolve(&f, &none).unwrap_err().to_string();
+        assert!(
+            e.contains("port 4000") && e.contains("--coordinator-port says 5000"),
+            "{e}"
+        );
+        let f = ShardFlags {
+            shard: Some("1/2".into()),
+            coordinator: Some("h:99999".into()),
+            ..Default::default()
+        };
+        assert!(resolve(&f, &none).is_err());
     }
 
     #[test]
