@@ -322,3 +322,47 @@ fn an_interrupted_sweep_stops_after_the_current_point_and_keeps_what_it_measured
     );
     assert!(!out.join("conc_2").exists());
 }
+
+#[test]
+fn a_sweep_with_a_drawn_seed_resumes_with_it() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("sweep");
+    let args = |resume: bool| {
+        let mut a = fixture_args("sweep", &sim.url());
+        let at = a.iter().position(|x| x == "--random-seed").unwrap();
+        a.drain(at..at + 2);
+        a.extend(
+            [
+                "--concurrency",
+                "1",
+                "--benchmark-duration",
+                "1",
+                "--trace-idle-gap-cap-seconds",
+                "0.01",
+                "--output-artifact-dir",
+                out.to_str().unwrap(),
+            ]
+            .map(String::from),
+        );
+        if resume {
+            a.push("--resume".into());
+        }
+        a
+    };
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args(false), &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let drawn = json(&out.join("sweep.json"))["inputs"]["seed"].clone();
+    let sent = sim.requests();
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args(true), &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(
+        r.stderr().contains("goes on with its recorded seed"),
+        "{}",
+        r.stderr()
+    );
+    let s = json(&out.join("sweep.json"));
+    assert_eq!(s["inputs"]["seed"], drawn);
+    assert_eq!(s["points"][0]["status"], "resumed");
+    assert_eq!(sim.requests(), sent);
+}

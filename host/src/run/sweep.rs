@@ -198,7 +198,19 @@ fn given_seed(cfg: &RunConfig) -> Option<u64> {
 
 /// Runs the sweep.
 pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutcome> {
-    let seed = given_seed(&cfg.run).unwrap_or_else(super::draw_seed);
+    let previous = Sweep::read(&cfg.dir)?;
+    // A drawn seed is not an input: a resumed sweep reuses the one it recorded.
+    let seed = match (given_seed(&cfg.run), &previous, cfg.resume) {
+        (Some(s), _, _) => s,
+        (None, Some(old), true) => {
+            tracing::info!(
+                seed = old.inputs.seed,
+                "--resume: no --random-seed given; the sweep goes on with its recorded seed"
+            );
+            old.inputs.seed
+        }
+        (None, _, _) => super::draw_seed(),
+    };
     let mut base = cfg.run.clone();
     setting(&mut base, "random-seed", Value::Integer(seed as i64));
     let ids = input_ids(&base)?;
@@ -211,7 +223,6 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         gpus: cfg.gpus,
         result_filename: cfg.result_filename.clone(),
     };
-    let previous = Sweep::read(&cfg.dir)?;
     let conc_dir = |n: u32| format!("conc_{n}");
     match (&previous, cfg.resume) {
         (Some(old), true) => {
