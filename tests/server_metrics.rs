@@ -278,3 +278,34 @@ async fn a_scraper_of_nothing_but_dead_endpoints_never_fails() {
     let e = Scraper::start(ScrapeConfig::new(vec!["localhost:8000".into()]), clock).unwrap_err();
     assert!(e.to_string().contains("no scheme"), "{e}");
 }
+
+/// The realtime block's `srv` row carries the server's token throughput from its first row on,
+/// against the built-in simulator (which exports vLLM's token counters).
+#[test]
+fn the_first_srv_row_has_the_servers_token_throughput() {
+    let r = crate::support::Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "run",
+            "agentx-mvp",
+            "--benchmark-duration",
+            "3",
+            "--stats-interval",
+            "1",
+            "--sim-preset",
+            "max",
+            "--ignore-trace-delays",
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let err = r.stderr();
+    let first = err
+        .lines()
+        .find(|l| l.contains(" srv "))
+        .unwrap_or_else(|| panic!("no srv row in {err}"));
+    assert!(
+        !first.contains("tput_in_srv=-") && !first.contains("tput_out_srv=-"),
+        "{first}"
+    );
+}

@@ -361,6 +361,8 @@ pub struct ScrapeLog {
 pub struct ServerSnapshot {
     /// Clock offset of the newest successful scrape.
     pub at_ns: Option<u64>,
+    /// Clock offset of the first scrape (the counts below are increases since it).
+    pub first_ns: Option<u64>,
     pub scrapes: u64,
     pub failed_scrapes: u64,
     /// `vllm:num_requests_running` (SGLang `sglang:num_running_reqs`, llama.cpp
@@ -474,6 +476,10 @@ impl ServerSnapshot {
                 .clone()
                 .filter_map(|e| e.scrape_ns.last().copied())
                 .max(),
+            first_ns: logs
+                .clone()
+                .filter_map(|e| e.scrape_ns.first().copied())
+                .min(),
             scrapes: logs.clone().map(|e| e.scrapes()).sum(),
             failed_scrapes: logs.clone().map(|e| e.failures.total()).sum(),
             running: sum(latest(&[

@@ -205,7 +205,10 @@ pub(super) fn srv_row(s: Arc<crate::client::scrape::Scraper>) -> replay::SrvRowF
         let at = snap.at_ns?;
         let (pi, go) = (snap.prompt_tokens, snap.generation_tokens);
         let mut p = prev.lock().ok()?;
-        let (tin, tout) = match (*p, pi, go) {
+        // Over the last interval; the first row, over the time since the first scrape (the
+        // counts are increases since it).
+        let since = (*p).or(snap.first_ns.map(|t| (0.0, 0.0, t)));
+        let (tin, tout) = match (since, pi, go) {
             (Some((a, b, t0)), Some(x), Some(y)) if at > t0 => {
                 let dt = (at - t0) as f64 / 1e9;
                 (Some((x - a) / dt), Some((y - b) / dt))
