@@ -14,7 +14,8 @@
 //! - **Profiling.** Every alive, non-waiting stream sends its next turn `offset − T0` after the start;
 //!   later turns follow their previous response's end by the scenario's end-to-start delay. A root
 //!   turn that spawns a branch starts its children at the turn's issue (when the branch began
-//!   before the turn's recorded end) or at its return; a root turn that joins branches waits for
+//!   before the turn's recorded end) or at its return, unless that return is a context overflow
+//!   ending the root before its last turn; a root turn that joins branches waits for
 //!   every started child to finish; every turn waits for its replay-barrier predecessors in the
 //!   same runtime tree.
 //! - **Idle caps.** When nothing is in flight anywhere, pending timers move earlier so that the
@@ -675,7 +676,11 @@ impl Sched {
             }
             return;
         }
-        if s == 0 {
+        // An overflow before the last turn is the stream's death: a dead root spawns nothing at its
+        // return (aiperf skips the branch orchestrator's intercept on such a return; a last-turn
+        // overflow still spawns, and a branch started at the turn's issue stays started).
+        let terminal_overflow = d.overflow && !last;
+        if s == 0 && !terminal_overflow {
             // Branches not started at the turn's issue start at its return.
             let lane = d.lane;
             for &b in &stream.turns[d.turn as usize].spawns {
