@@ -1183,7 +1183,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
                 let t = sh.tally.lock().expect("tally lock").clone();
                 message = Some(format!(
                     "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
-                    sh.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.requests
+                    sh.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.threshold_judged()
                 ));
                 break;
             }
