@@ -105,6 +105,37 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
         assert_eq!(t.parent_correlation_id.is_some(), t.agent_depth > 0);
     }
 
+    // profile_export.jsonl gives every row its turn's source request, as aiperf's Weka loader
+    // (agentx-harness 1.0.12, aiperf/workers/worker.py:1465-1485; dataset/loader/weka_trace.py:1683,
+    // 1985-1986, 2080): root and flat turns their top-level index (inner null), subagent turns
+    // their marker's index and their index among its requests.
+    let export = std::fs::read_to_string(r.artifacts().join("profile_export.jsonl")).unwrap();
+    let (mut rows, mut nested) = (0, 0);
+    for l in export.lines() {
+        let md = &serde_json::from_str::<serde_json::Value>(l).unwrap()["metadata"];
+        let tree = &trees[md["source_trace_id"].as_str().unwrap()];
+        let conv = md["conversation_id"].as_str().unwrap();
+        let stream = tree.streams.iter().find(|s| s.id == conv).unwrap();
+        let turn = &stream.turns[md["turn_index"].as_u64().unwrap() as usize];
+        assert_eq!(md["source_outer_idx"], turn.source_outer_idx, "{md}");
+        assert_eq!(
+            md["source_inner_idx"].as_u64(),
+            turn.source_inner_idx.map(u64::from),
+            "{md}"
+        );
+        assert_eq!(
+            md["source_inner_idx"].is_null(),
+            md["source_kind"] != "weka_subagent",
+            "{md}"
+        );
+        rows += 1;
+        nested += usize::from(turn.source_inner_idx.is_some());
+    }
+    assert!(
+        rows > 40 && nested > 0,
+        "{rows} rows, {nested} of subagents"
+    );
+
     // Warmup: primers carry max_tokens=1 and come before profiling.
     let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
     assert!(!warm.is_empty());

@@ -954,6 +954,8 @@ struct Prepared {
     client_isl: u64,
     /// The turn's theoretical prefix-cache stamp (hit blocks, total blocks); session trees only.
     prefix: (u32, u32),
+    /// The turn's source request in its trace (outer index, inner index); session trees only.
+    source_idx: (Option<u32>, Option<u32>),
 }
 
 /// Writes the conversation's current turn as a request body.
@@ -982,6 +984,7 @@ fn prepare(
         max_tokens,
         client_isl,
         prefix: (0, 0),
+        source_idx: (None, None),
     }
 }
 
@@ -1120,6 +1123,7 @@ fn to_record(
         retry: ex.retried.clone(),
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
+            (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
             t
         }),
     }

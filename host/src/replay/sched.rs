@@ -256,6 +256,8 @@ impl Sched {
             source_trace_id: tree.trace_id.clone(),
             prefix_hit_blocks: 0,
             prefix_total_blocks: 0,
+            source_outer_idx: None,
+            source_inner_idx: None,
         });
         session
     }
@@ -550,6 +552,7 @@ impl Sched {
             Phase::Profiling => tt.max_tokens.max(1),
         };
         let prefix = (tt.prefix_hit_blocks, tt.prefix_total_blocks);
+        let source_idx = (Some(tt.source_outer_idx), tt.source_inner_idx);
         let traj = self.plan.streams.trajectory(g).expect("stream exists");
         let num_turns = tree.streams[s as usize].turns.len() as u32;
         let conv_id: &'static str = &tree.streams[s as usize].id;
@@ -591,6 +594,7 @@ impl Sched {
                     max_tokens,
                     client_isl: conv.prompt_words() + sh.counter.count(&session.marker),
                     prefix,
+                    source_idx,
                 }
             };
             let mut cancel = sh.cancel.subscribe();
