@@ -105,6 +105,37 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
         assert_eq!(t.parent_correlation_id.is_some(), t.agent_depth > 0);
     }
 
+    // profile_export.jsonl gives every row its turn's source request, as aiperf's Weka loader
+    // (agentx-harness 1.0.12, aiperf/workers/worker.py:1465-1485; dataset/loader/weka_trace.py:1683,
+    // 1985-1986, 2080): root and flat turns their top-level index (inner null), subagent turns
+    // their marker's index and their index among its requests.
+    let export = std::fs::read_to_string(r.artifacts().join("profile_export.jsonl")).unwrap();
+    let (mut rows, mut nested) = (0, 0);
+    for l in export.lines() {
+        let md = &serde_json::from_str::<serde_json::Value>(l).unwrap()["metadata"];
+        let tree = &trees[md["source_trace_id"].as_str().unwrap()];
+        let conv = md["conversation_id"].as_str().unwrap();
+        let stream = tree.streams.iter().find(|s| s.id == conv).unwrap();
+        let turn = &stream.turns[md["turn_index"].as_u64().unwrap() as usize];
+        assert_eq!(md["source_outer_idx"], turn.source_outer_idx, "{md}");
+        assert_eq!(
+            md["source_inner_idx"].as_u64(),
+            turn.source_inner_idx.map(u64::from),
+            "{md}"
+        );
+        assert_eq!(
+            md["source_inner_idx"].is_null(),
+            md["source_kind"] != "weka_subagent",
+            "{md}"
+        );
+        rows += 1;
+        nested += usize::from(turn.source_inner_idx.is_some());
+    }
+    assert!(
+        rows > 40 && nested > 0,
+        "{rows} rows, {nested} of subagents"
+    );
+
     // Warmup: primers carry max_tokens=1 and come before profiling.
     let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
     assert!(!warm.is_empty());
@@ -545,6 +576,105 @@ fn awkward_trees_replay_and_unplaceable_timestamps_are_refused() {
         r.stderr().contains("cannot be placed on the root clock"),
         "{}",
         r.stderr()
+    );
+}
+
+/// A root turn whose return is a context overflow before its last turn ends the tree, and the
+/// branch due at that return is not started: aiperf skips the branch orchestrator's `intercept` (the
+/// at-return spawn) when `overflow_terminal` (not the final turn, an error, the overflow
+/// classifier) holds (agentx-harness 1.0.12, aiperf/credit/callback_handler.py:438-460;
+/// aiperf 0.13.0.dev20261023, credit/callback_handler.py:478-501). Two traces alike but for root
+/// turn 1's prompt: in `dies` it overflows the simulator's context, in `lives` it fits; both spawn
+/// subagent `kid` at turn 1's return (its branch starts after the turn's recorded end).
+#[test]
+fn a_root_turn_that_overflows_spawns_no_branch_at_its_return() {
+    let req = |t: f64, ids: &[u32], api: f64| {
+        serde_json::json!({"t": t, "type": "n", "model": "m", "in": ids.len() * 64, "out": 40,
+            "hash_ids": ids, "input_types": ["tool_result"], "output_types": ["text"],
+            "stop": "tool_use", "api_time": api})
+    };
+    let ids = |n: u32, base: u32| (base..base + n).collect::<Vec<u32>>();
+    let trace = |id: &str, turn1_blocks: u32| {
+        serde_json::json!({"id": id, "models": ["m"], "block_size": 64, "hash_id_scope": "local",
+        "tool_tokens": 0, "system_tokens": 0, "requests": [
+            req(0.0, &ids(4, 1), 0.5),
+            req(1.0, &ids(turn1_blocks, 1), 0.5),
+            {"t": 2.0, "type": "subagent", "agent_id": "kid", "duration_ms": 2000,
+             "requests": [req(2.0, &ids(3, 100), 0.5), req(3.0, &ids(5, 100), 0.5)]},
+            req(5.0, &ids(turn1_blocks + 2, 1), 0.5),
+        ]})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("overflow.jsonl");
+    let (dies, lives) = (trace("dies", 40), trace("lives", 6));
+    std::fs::write(&corpus, format!("{dies}\n{lives}\n")).unwrap();
+    // Root turn 1 of `dies` is ~2,560 prompt tokens; everything else stays under ~600.
+    let mut cfg = SimConfig::max();
+    cfg.max_model_len = 1_500;
+    cfg.timing = Timing::Fixed {
+        ttft: std::time::Duration::from_millis(20),
+        itl: std::time::Duration::from_millis(1),
+    };
+    let sim = Sim::start(cfg);
+    let v1 = crate::scenario::dist("agentx-v1.wasm");
+    let url = sim.url();
+    let args = [
+        "run",
+        v1.to_str().unwrap(),
+        "--url",
+        &url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "3",
+        "--unsafe-override",
+        "--trajectory-start-min-ratio",
+        "0",
+        "--trajectory-start-max-ratio",
+        "0",
+        "--concurrency",
+        "2",
+        "--benchmark-duration",
+        "6",
+        "--benchmark-grace-period",
+        "30",
+        "--stats-interval",
+        "0",
+    ];
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let recs = r.records();
+    let overflowed: Vec<_> = recs
+        .iter()
+        .filter(|x| x.trace_id == "dies" && x.context_overflow)
+        .collect();
+    assert!(!overflowed.is_empty(), "root turn 1 of `dies` overflows");
+    assert!(overflowed.iter().all(|x| x.turn == 1));
+    assert!(
+        !recs.iter().any(|x| x.trace_id == "dies" && x.turn > 1),
+        "the overflow ends the root"
+    );
+    assert!(
+        !recs.iter().any(|x| x.trace_id == "dies::sa:kid"),
+        "a branch of an overflowed root turn ran"
+    );
+    // The same branch of the turn that fits runs; only those turns spawned.
+    assert!(
+        recs.iter().any(|x| x.trace_id == "lives::sa:kid"),
+        "the spawn of `lives` ran"
+    );
+    let lives_turn1 = recs
+        .iter()
+        .filter(|x| x.trace_id == "lives" && x.turn == 1)
+        .count() as u64;
+    let spawned = r.json("run_manifest.json")["trees"]["children_spawned"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        (1..=lives_turn1).contains(&spawned),
+        "{spawned} children spawned, {lives_turn1} turns of `lives` could spawn"
     );
 }
 

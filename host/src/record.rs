@@ -157,7 +157,8 @@ pub struct RequestRecord {
 }
 
 /// The tree fields of a session-tree request (aiperf's `agent_depth`, `parent_correlation_id`,
-/// `root_correlation_id`, `source_trace_id` and the theoretical prefix-cache stamp).
+/// `root_correlation_id`, `source_trace_id`, `source_outer_idx`, `source_inner_idx` and the
+/// theoretical prefix-cache stamp).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeInfo {
     /// 0 for the root stream, 1 for a child.
@@ -172,6 +173,13 @@ pub struct TreeInfo {
     /// Leading hash blocks the trace had sent before this request, of all its blocks.
     pub prefix_hit_blocks: u32,
     pub prefix_total_blocks: u32,
+    /// Where the request sits in the trace: the top-level request's index, and for a subagent's
+    /// request its index within that entry. Records written before these fields existed read as
+    /// `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_outer_idx: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_inner_idx: Option<u32>,
 }
 
 /// Where token counts came from.

@@ -183,10 +183,12 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
         "source_trace_id",
         tree.map_or(r.trace_id.as_str(), |t| t.source_trace_id.as_str()),
     );
-    // The replayed turn's position among the trace's requests is not kept by the dataset cache, so
-    // the source indices are left unknown, as aiperf does for loaders that do not provide them.
-    md.put("source_outer_idx", Json::Null);
-    md.put("source_inner_idx", Json::Null);
+    // A session-tree turn's source request (aiperf's Weka loader: the top-level index, plus the
+    // index within a subagent's requests). Single-stream turns do not keep their position in the
+    // dataset cache, and records written before the fields existed lack it: null, as aiperf writes
+    // for loaders that do not provide them.
+    md.put("source_outer_idx", tree.and_then(|t| t.source_outer_idx));
+    md.put("source_inner_idx", tree.and_then(|t| t.source_inner_idx));
     md.put(
         "source_kind",
         match tree.map(|t| t.agent_depth) {
@@ -795,6 +797,48 @@ mod tests {
             iso_utc(951_782_400_000_000_000),
             "2000-02-29T00:00:00.000000Z"
         );
+    }
+
+    /// aiperf copies each turn's loader indices into the record metadata (agentx-harness 1.0.12,
+    /// aiperf/workers/worker.py:1465-1485 `source_turn = turns[-1]`;
+    /// records/record_processor_service.py:254-255): a root or flat turn has its top-level
+    /// request's index and a null inner index, a subagent turn its marker's index and its index
+    /// among the subagent's requests (dataset/loader/weka_trace.py:1683, 1985-1986, 2080). A loader
+    /// that gives none (and a tree record written before the fields existed) exports nulls.
+    #[test]
+    fn jsonl_source_indices_come_from_tree_records_and_stay_null_otherwise() {
+        let info = info();
+        let line = |r: &RequestRecord| record_line(r, &info).unwrap().into_json();
+        let single = rec(1000, &[100, 200], 100, 20);
+        let md = &line(&single)["metadata"];
+        assert_eq!(md["source_outer_idx"], Json::Null);
+        assert_eq!(md["source_inner_idx"], Json::Null);
+        let mut v = serde_json::to_value(&single).unwrap();
+        v["tree"] = json!({"agent_depth": 1, "root_correlation_id": "root",
+            "parent_correlation_id": "root", "source_trace_id": "trace-a",
+            "prefix_hit_blocks": 1, "prefix_total_blocks": 2});
+        let old: RequestRecord = serde_json::from_value(v.clone()).unwrap();
+        let md = &line(&old)["metadata"];
+        assert_eq!(md["source_outer_idx"], Json::Null);
+        assert_eq!(md["source_inner_idx"], Json::Null);
+        v["tree"]["source_outer_idx"] = json!(4);
+        v["tree"]["source_inner_idx"] = json!(2);
+        let sub: RequestRecord = serde_json::from_value(v).unwrap();
+        let md = &line(&sub)["metadata"];
+        assert_eq!(md["source_outer_idx"], 4);
+        assert_eq!(md["source_inner_idx"], 2);
+        let mut main = sub.clone();
+        let t = main.tree.as_mut().unwrap();
+        (t.agent_depth, t.source_inner_idx) = (0, None);
+        let md = &line(&main)["metadata"];
+        assert_eq!(md["source_outer_idx"], 4);
+        assert_eq!(md["source_inner_idx"], Json::Null);
+        // A record round-trips with the fields, and without them when they are unknown.
+        let text = serde_json::to_string(&sub).unwrap();
+        assert!(text.contains("\"source_inner_idx\":2"));
+        assert!(!serde_json::to_string(&old)
+            .unwrap()
+            .contains("source_outer_idx"));
     }
 
     #[test]

@@ -24,6 +24,7 @@
 pub mod plan;
 pub mod recycle;
 pub mod sched;
+pub mod threshold;
 pub mod timer;
 pub mod tree;
 
@@ -460,7 +461,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
                 let t = shared.tally.lock().expect("tally lock").clone();
                 message = Some(format!(
                     "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
-                    shared.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.requests
+                    shared.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.threshold_judged()
                 ));
                 break;
             }
@@ -953,6 +954,8 @@ struct Prepared {
     client_isl: u64,
     /// The turn's theoretical prefix-cache stamp (hit blocks, total blocks); session trees only.
     prefix: (u32, u32),
+    /// The turn's source request in its trace (outer index, inner index); session trees only.
+    source_idx: (Option<u32>, Option<u32>),
 }
 
 /// Writes the conversation's current turn as a request body.
@@ -981,6 +984,7 @@ fn prepare(
         max_tokens,
         client_isl,
         prefix: (0, 0),
+        source_idx: (None, None),
     }
 }
 
@@ -1119,6 +1123,7 @@ fn to_record(
         retry: ex.retried.clone(),
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
+            (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
             t
         }),
     }
@@ -1155,12 +1160,10 @@ fn account(sh: &Shared, rec: &RequestRecord) {
         return;
     }
     if let Some(f) = sh.cfg.failed_request_threshold {
-        // Overflows are not failures (they are dropped from the ratio); cancellations are the
-        // consequence of a stop, not a server failure.
-        let counted = t.requests - t.context_overflows - t.cancelled;
-        let floor = sh.concurrency.max(10);
-        if counted >= floor
-            && t.failed as f64 / counted as f64 > f
+        // Judged after every record but an overflow's (aiperf counts an overflow, then judges at
+        // the next record).
+        if !rec.context_overflow
+            && t.threshold_exceeded(f, sh.concurrency)
             && !sh.threshold_hit.swap(true, Ordering::Relaxed)
         {
             let _ = sh.threshold_tx.send(true);

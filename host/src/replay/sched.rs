@@ -14,7 +14,8 @@
 //! - **Profiling.** Every alive, non-waiting stream sends its next turn `offset − T0` after the start;
 //!   later turns follow their previous response's end by the scenario's end-to-start delay. A root
 //!   turn that spawns a branch starts its children at the turn's issue (when the branch began
-//!   before the turn's recorded end) or at its return; a root turn that joins branches waits for
+//!   before the turn's recorded end) or at its return, unless that return is a context overflow
+//!   ending the root before its last turn; a root turn that joins branches waits for
 //!   every started child to finish; every turn waits for its replay-barrier predecessors in the
 //!   same runtime tree.
 //! - **Idle caps.** When nothing is in flight anywhere, pending timers move earlier so that the
@@ -255,6 +256,8 @@ impl Sched {
             source_trace_id: tree.trace_id.clone(),
             prefix_hit_blocks: 0,
             prefix_total_blocks: 0,
+            source_outer_idx: None,
+            source_inner_idx: None,
         });
         session
     }
@@ -549,6 +552,7 @@ impl Sched {
             Phase::Profiling => tt.max_tokens.max(1),
         };
         let prefix = (tt.prefix_hit_blocks, tt.prefix_total_blocks);
+        let source_idx = (Some(tt.source_outer_idx), tt.source_inner_idx);
         let traj = self.plan.streams.trajectory(g).expect("stream exists");
         let num_turns = tree.streams[s as usize].turns.len() as u32;
         let conv_id: &'static str = &tree.streams[s as usize].id;
@@ -590,6 +594,7 @@ impl Sched {
                     max_tokens,
                     client_isl: conv.prompt_words() + sh.counter.count(&session.marker),
                     prefix,
+                    source_idx,
                 }
             };
             let mut cancel = sh.cancel.subscribe();
@@ -675,7 +680,11 @@ impl Sched {
             }
             return;
         }
-        if s == 0 {
+        // An overflow before the last turn is the stream's death: a dead root spawns nothing at its
+        // return (aiperf skips the branch orchestrator's intercept on such a return; a last-turn
+        // overflow still spawns, and a branch started at the turn's issue stays started).
+        let terminal_overflow = d.overflow && !last;
+        if s == 0 && !terminal_overflow {
             // Branches not started at the turn's issue start at its return.
             let lane = d.lane;
             for &b in &stream.turns[d.turn as usize].spawns {
@@ -1178,7 +1187,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
                 let t = sh.tally.lock().expect("tally lock").clone();
                 message = Some(format!(
                     "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
-                    sh.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.requests
+                    sh.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.threshold_judged()
                 ));
                 break;
             }

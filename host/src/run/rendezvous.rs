@@ -394,7 +394,6 @@ async fn serve(
     let mut lost = Vec::new();
     let mut tallies: BTreeMap<u32, (u64, u64, u64, u64)> = BTreeMap::new();
     let mut stopped = false;
-    let floor = u64::from(reference.concurrency).max(10);
     let ready_deadline = tokio::time::Instant::now() + timeout;
     while done.len() + lost.len() < count {
         let ev = if ready < count {
@@ -471,13 +470,20 @@ async fn serve(
                                 tallies.values().fold((0, 0, 0, 0), |a, t| {
                                     (a.0 + t.0, a.1 + t.1, a.2 + t.2, a.3 + t.3)
                                 });
-                            let counted = req - over - canc;
-                            if counted >= floor && fail as f64 / counted as f64 > f {
+                            let all = Tally {
+                                requests: req,
+                                failed: fail,
+                                context_overflows: over,
+                                cancelled: canc,
+                                ..Tally::default()
+                            };
+                            if all.threshold_exceeded(f, u64::from(reference.concurrency)) {
                                 stopped = true;
+                                let judged = all.threshold_judged();
                                 broadcast(Msg::Stop {
                                     reason: StopReason::ThresholdExceeded.as_str().into(),
                                     message: format!(
-                                        "--failed-request-threshold {f} exceeded over all shards: {fail} of {req} profiling requests failed; in-flight requests were cancelled"
+                                        "--failed-request-threshold {f} exceeded over all shards: {fail} of {judged} profiling requests failed; in-flight requests were cancelled"
                                     ),
                                 });
                             }
