@@ -459,7 +459,7 @@ impl RecordedRun {
 /// dataset digest pinned.
 pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     let path = if r.manifest.is_dir() {
-        crate::run::artifact_dir::find_run(&r.manifest)?.join(MANIFEST_FILE)
+        crate::export::bmk::locate_file(&r.manifest, MANIFEST_FILE)?.join(MANIFEST_FILE)
     } else {
         r.manifest.clone()
     };
@@ -516,7 +516,7 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
         a.model = Some(m);
     }
     let cwd = recorded.cwd.as_deref().map(Path::new);
-    for p in [a.input_file.as_mut()].into_iter().flatten() {
+    if let Some(p) = a.input_file.as_mut() {
         *p = relocate(p, cwd, &run_dir);
     }
     if let Some(d) = a.dataset.as_mut() {

@@ -97,9 +97,9 @@ pub enum ReportError {
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
     #[error(
-        "no {PROFILE_EXPORT} in {dir} or in any directory directly below it; pass the run's --output-artifact-dir"
+        "no {file} in {dir} or in any directory directly below it; pass the run's --output-artifact-dir"
     )]
-    NoRecords { dir: PathBuf },
+    NoRecords { dir: PathBuf, file: &'static str },
     #[error("{dir} holds several runs; name one of them:{candidates}")]
     Ambiguous { dir: PathBuf, candidates: String },
     #[error("{flag} (or env {env}): {message}")]
@@ -1475,15 +1475,21 @@ pub struct Artifacts {
     pub aiperf: Option<AiperfSummary>,
 }
 
-/// The directory holding `profile_export.jsonl`: `dir` itself, else its `latest` link (agentx's
-/// per-run default directories), else the one directory directly below it that has one (aiperf's
-/// per-run layout). Several candidates and no `latest` are refused with the candidates listed.
+/// The directory holding `profile_export.jsonl` (see [`locate_file`]).
 pub fn locate(dir: &Path) -> Result<PathBuf, ReportError> {
-    if dir.join(PROFILE_EXPORT).is_file() {
+    locate_file(dir, PROFILE_EXPORT)
+}
+
+/// The run directory `dir` means, by the run file `file` it must hold: `dir` itself, else its
+/// `latest` link (agentx's per-run default directories), else the one directory directly below it
+/// that has one (aiperf's per-run layout). Several candidates and no `latest` are refused with the
+/// candidates listed.
+pub fn locate_file(dir: &Path, file: &'static str) -> Result<PathBuf, ReportError> {
+    if dir.join(file).is_file() {
         return Ok(dir.to_owned());
     }
     let latest = dir.join(crate::fsio::LATEST_LINK);
-    if latest.join(PROFILE_EXPORT).is_file() {
+    if latest.join(file).is_file() {
         return Ok(latest);
     }
     let mut subs: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -1493,12 +1499,13 @@ pub fn locate(dir: &Path) -> Result<PathBuf, ReportError> {
         })?
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.join(PROFILE_EXPORT).is_file())
+        .filter(|p| p.join(file).is_file())
         .collect();
     subs.sort();
     match subs.len() {
         0 => Err(ReportError::NoRecords {
             dir: dir.to_owned(),
+            file,
         }),
         1 => Ok(subs.remove(0)),
         _ => Err(ReportError::Ambiguous {
@@ -1526,7 +1533,10 @@ fn read(path: &Path) -> Result<Option<String>, ReportError> {
 pub fn load_artifacts(dir: &Path) -> Result<Artifacts, ReportError> {
     let dir = locate(dir)?;
     let p = dir.join(PROFILE_EXPORT);
-    let text = read(&p)?.ok_or_else(|| ReportError::NoRecords { dir: dir.clone() })?;
+    let text = read(&p)?.ok_or_else(|| ReportError::NoRecords {
+        dir: dir.clone(),
+        file: PROFILE_EXPORT,
+    })?;
     let records = parse_profile_export(&text, &p)?;
     let sp = dir.join(SERVER_METRICS);
     let server = read(&sp)?

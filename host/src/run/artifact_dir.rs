@@ -186,50 +186,6 @@ pub fn link_latest(parent: &Path, name: &Path) {
     let _ = (parent, name);
 }
 
-/// The run directory a reader (`report`, `plot`, `replay`) means by `dir`: `dir` itself when it
-/// holds a run; else its `latest` link; else its one run subdirectory. A directory with several runs
-/// and no `latest` is refused with the candidates listed.
-pub fn find_run(dir: &Path) -> anyhow::Result<PathBuf> {
-    if holds_run(dir).is_some() {
-        return Ok(dir.to_owned());
-    }
-    let latest = dir.join(LATEST_LINK);
-    if holds_run(&latest).is_some() {
-        let to = std::fs::read_link(&latest).unwrap_or_else(|_| latest.clone());
-        tracing::info!(
-            "{}: the newest run, {}",
-            dir.display(),
-            dir.join(to).display()
-        );
-        return Ok(latest);
-    }
-    let entries = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read the artifact directory {}", dir.display()))?;
-    let mut runs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir() && holds_run(p).is_some())
-        .collect();
-    runs.sort();
-    match runs.len() {
-        0 => bail!(
-            "{} holds no run (no {}); name a run's artifact directory",
-            dir.display(),
-            crate::run::MANIFEST_FILE
-        ),
-        1 => Ok(runs.remove(0)),
-        _ => {
-            let list: Vec<String> = runs.iter().map(|p| format!("  {}", p.display())).collect();
-            bail!(
-                "{} holds {} runs; name one of them:\n{}",
-                dir.display(),
-                runs.len(),
-                list.join("\n")
-            )
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,18 +222,19 @@ mod tests {
 
     #[test]
     fn readers_find_the_latest_run_or_list_the_candidates() {
+        let find = |d: &Path| crate::export::bmk::locate_file(d, crate::run::MANIFEST_FILE);
         let t = tempfile::tempdir().unwrap();
         for r in ["a", "b"] {
             std::fs::create_dir(t.path().join(r)).unwrap();
             std::fs::write(t.path().join(r).join(crate::run::MANIFEST_FILE), b"{}").unwrap();
         }
-        let e = find_run(t.path()).unwrap_err().to_string();
+        let e = find(t.path()).unwrap_err().to_string();
         assert!(
-            e.contains("holds 2 runs") && e.contains("/a") && e.contains("/b"),
+            e.contains("holds several runs") && e.contains("/a") && e.contains("/b"),
             "{e}"
         );
         link_latest(t.path(), Path::new("b"));
-        assert_eq!(find_run(t.path()).unwrap(), t.path().join(LATEST_LINK));
+        assert_eq!(find(t.path()).unwrap(), t.path().join(LATEST_LINK));
         link_latest(t.path(), Path::new("a"));
         let l = std::fs::read_link(t.path().join(LATEST_LINK)).unwrap();
         assert_eq!(l, Path::new("a"));
