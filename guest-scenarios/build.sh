@@ -25,7 +25,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 DIST=$HERE/dist
-COMPONENTS=(agentx-mvp kvct-v01 agentx-v1)
+COMPONENTS=(agentx-mvp kvct-v01 agentx-v1 agentx)
 APT_PACKAGES=(rustc-web cargo-web rust-web-src rust-web-llvm lld-22 libstd-rust-web-dev)
 COMPONENT_LD=/usr/lib/rustlib/x86_64-unknown-linux-gnu/bin/wasm-component-ld
 WASM_LD=/usr/bin/wasm-ld-22
@@ -96,7 +96,7 @@ copy_sources() {
   mkdir -p "$dest/guest-scenarios" "$dest/wit"
   cp -r "$ROOT/wit/." "$dest/wit/"
   cp "$HERE/Cargo.toml" "$HERE/Cargo.lock" "$dest/guest-scenarios/"
-  for d in policy trees "${COMPONENTS[@]}"; do
+  for d in policy trees harness "${COMPONENTS[@]}"; do
     mkdir -p "$dest/guest-scenarios/$d"
     cp "$HERE/$d/Cargo.toml" "$dest/guest-scenarios/$d/"
     cp -r "$HERE/$d/src" "$dest/guest-scenarios/$d/"
