@@ -113,6 +113,7 @@ fn info() -> RunInfo {
         input_config: json!({"endpoint": {"url": "http://127.0.0.1:0"}, "concurrency": 2}),
         seed: Some(42),
         profiling_duration_ns: Some(3_500 * MS),
+        coverage_rule: Default::default(),
         prefix_stamps: (0..4)
             .map(|s| (format!("trace-{s}"), vec![(1, 4); 8]))
             .collect(),

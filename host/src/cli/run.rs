@@ -101,7 +101,8 @@ pub struct RunArgs {
     /// Endpoint type; only `chat` (OpenAI chat completions) is supported.
     #[arg(help_heading = "Against what", long, default_value = "chat")]
     pub endpoint_type: String,
-    /// Model name sent in every request (required with --url).
+    /// Model name sent in every request. With --url and no model, a scenario that discovers it
+    /// (agentx) takes the single model `/v1/models` lists; the others require it.
     #[arg(help_heading = "Against what", long, short = 'm')]
     pub model: Option<String>,
     /// Extra request body fields, `key:value` (value parsed as JSON, else a string). Repeatable.
@@ -175,22 +176,22 @@ pub struct RunArgs {
     /// Profiling time in seconds [default: the scenario's; `agentx-host scenario inspect` lists them; 30 without --url].
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
     pub benchmark_duration: Option<f64>,
-    /// How long in-flight requests may finish after the duration (`inf` waits for all).
+    /// How long in-flight requests may finish after the duration (`inf` waits for all)
+    /// [default: the scenario's; 30 when it has none].
     #[arg(
         help_heading = "How long and how hard",
         long,
-        default_value = "30",
         value_name = "SECONDS|inf"
     )]
-    pub benchmark_grace_period: String,
-    /// How long warmup may take (`inf`, the default, waits for every warmup request).
+    pub benchmark_grace_period: Option<String>,
+    /// How long warmup may take [default: the scenario's; `inf` (wait for every warmup request)
+    /// when it has none].
     #[arg(
         help_heading = "How long and how hard",
         long,
-        default_value = "inf",
         value_name = "SECONDS|inf"
     )]
-    pub warmup_grace_period: String,
+    pub warmup_grace_period: Option<String>,
     /// Cancel the run once this fraction of profiling requests failed (checked after
     /// max(concurrency, 10) requests) [default: off].
     #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
@@ -602,6 +603,32 @@ fn env_bool(suffix: &str) -> anyhow::Result<Option<bool>> {
 /// (aiperf's default): unacknowledged data for 30 s drops a dead connection.
 const DEFAULT_TCP_USER_TIMEOUT_MS: u64 = 30_000;
 
+/// The profiling grace when neither the flag nor the scenario gives one (aiperf's flag default).
+const DEFAULT_GRACE_S: u64 = 30;
+
+/// The environment a scenario may default, as the settings it sees: `(setting, variable after the
+/// AGENTX_/AIPERF_ prefix)`.
+const ENV_SETTINGS: [(&str, &str); 4] = [
+    ("http-tcp-user-timeout", "HTTP_TCP_USER_TIMEOUT"),
+    ("ui-realtime-metrics-enabled", "UI_REALTIME_METRICS_ENABLED"),
+    (
+        "dataset-configuration-timeout",
+        "DATASET_CONFIGURATION_TIMEOUT",
+    ),
+    (
+        "service-profile-configure-timeout",
+        "SERVICE_PROFILE_CONFIGURE_TIMEOUT",
+    ),
+];
+
+/// A grace as the scenario sees it: the seconds, or the text `inf`.
+fn seconds_value(parsed: Option<Duration>, given: &str) -> Value {
+    match parsed {
+        Some(d) => Value::Number(d.as_secs_f64()),
+        None => Value::Text(given.trim().to_ascii_lowercase()),
+    }
+}
+
 /// The session headers: `--session-header` and the `*_HTTP_X_*_FROM_CORRELATION_ID` switches.
 fn routing_headers(session_header: Option<&str>) -> anyhow::Result<RoutingHeaders> {
     let mut r = RoutingHeaders::default();
@@ -709,9 +736,6 @@ impl RunPlan {
                 "no dataset: pass --public-dataset semianalysis_cc_traces_weka_062126 (InferenceX's current corpus), --input-file traces.jsonl --custom-dataset-type weka_trace, or --dataset PATH|NAME"
             ),
         };
-        if !demo && a.model.is_none() {
-            bail!("--model is required with --url: the model name the server serves, e.g. --model meta-llama/Llama-3.1-8B-Instruct");
-        }
 
         let mut extra: Vec<(String, serde_json::Value)> = Vec::new();
         for kv in &a.extra_inputs {
@@ -732,7 +756,18 @@ impl RunPlan {
         }
 
         let mut s: Vec<Setting> = Vec::new();
+        let mut sources: Vec<(String, &'static str)> = Vec::new();
         let mut put = |name: &str, value: Value, explicit: bool| {
+            let source = match (explicit, name) {
+                (false, _) => "demo",
+                (true, "context-overflow-substrings" | "context-overflow-rate-limit") => {
+                    "environment"
+                }
+                (true, _) => "flag",
+            };
+            if explicit || demo {
+                sources.push((name.to_string(), source));
+            }
             s.push(Setting {
                 name: name.to_string(),
                 value,
@@ -859,19 +894,90 @@ impl RunPlan {
             put("context-overflow-rate-limit", Value::Number(x), true);
         }
 
-        let grace = parse_grace("--benchmark-grace-period", &a.benchmark_grace_period)?;
-        let warmup_grace = match (
-            &a.agentic_warmup_grace_period,
-            a.agentic_cache_warmup_duration,
-        ) {
-            (Some(g), _) => parse_grace("--agentic-warmup-grace-period", g)?,
+        let grace = match &a.benchmark_grace_period {
+            Some(g) => parse_grace("--benchmark-grace-period", g)?,
+            None => Some(Duration::from_secs(DEFAULT_GRACE_S)),
+        };
+        let warmup_given = a
+            .agentic_warmup_grace_period
+            .as_ref()
+            .map(|g| ("--agentic-warmup-grace-period", g))
+            .or(a
+                .warmup_grace_period
+                .as_ref()
+                .map(|g| ("--warmup-grace-period", g)));
+        let warmup_grace = match (warmup_given, a.agentic_cache_warmup_duration) {
+            (Some((flag, g)), _) => parse_grace(flag, g)?,
             // With a cache-pressure stage of D seconds and no warmup grace given, aiperf's default:
             // the profiling grace, or min(D, 300 s) if longer.
-            (None, Some(d)) if a.warmup_grace_period.trim() == "inf" => {
-                grace.map(|g| g.max(Duration::from_secs_f64(d.clamp(0.0, 300.0))))
-            }
-            (None, _) => parse_grace("--warmup-grace-period", &a.warmup_grace_period)?,
+            (None, Some(d)) => grace.map(|g| g.max(Duration::from_secs_f64(d.clamp(0.0, 300.0)))),
+            (None, None) => None,
         };
+        if let Some(g) = &a.benchmark_grace_period {
+            put("benchmark-grace-period", seconds_value(grace, g), true);
+        }
+        if let Some((_, g)) = warmup_given {
+            put("warmup-grace-period", seconds_value(warmup_grace, g), true);
+        }
+        if let Some(f) = a.failed_request_threshold {
+            put("failed-request-threshold", Value::Number(f), true);
+        }
+        if let Some(n) = a.warmup_requests_per_lane {
+            put(
+                "warmup-requests-per-lane",
+                Value::Integer(n.min(i64::MAX as u64) as i64),
+                true,
+            );
+        }
+        if let Some(d) = a.agentic_cache_warmup_duration {
+            put("agentic-cache-warmup-duration", Value::Number(d), true);
+        }
+        if let Some(c) = a.trace_idle_gap_cap_seconds {
+            put("trace-idle-gap-cap-seconds", Value::Number(c), true);
+        }
+        if a.burst_phase_starts {
+            put("burst-phase-starts", Value::Flag(true), true);
+        }
+        if let Some(n) = a.num_dataset_entries {
+            put(
+                "num-dataset-entries",
+                Value::Integer(n.min(i64::MAX as usize) as i64),
+                true,
+            );
+        }
+        if let Some(x) = a.slice_duration {
+            put("slice-duration", Value::Number(x), true);
+        }
+        if a.use_server_token_count || a.client_token_count {
+            put(
+                "use-server-token-count",
+                Value::Flag(!a.client_token_count),
+                true,
+            );
+        }
+        if let Some(x) = a.stats_interval {
+            put("stats-interval", Value::Number(x), true);
+        }
+        for (setting, suffix) in ENV_SETTINGS {
+            if let Some((k, v)) = env_var(suffix) {
+                let t = v.trim().to_ascii_lowercase();
+                let value = match (setting.ends_with("-enabled"), t.as_str()) {
+                    (true, "true" | "1" | "yes" | "on") => Value::Flag(true),
+                    (true, "false" | "0" | "no" | "off") => Value::Flag(false),
+                    (true, _) => bail!("{k}={v:?} is not a boolean; use 1 or 0"),
+                    (false, _) => Value::Number(
+                        t.parse()
+                            .map_err(|_| anyhow!("{k}={v:?} is not a number; use e.g. {k}=1800"))?,
+                    ),
+                };
+                s.push(Setting {
+                    name: setting.to_string(),
+                    value,
+                    explicit: true,
+                });
+                sources.push((setting.to_string(), "environment"));
+            }
+        }
         let trace_idle_cap = a
             .trace_idle_gap_cap_seconds
             .map(|c| positive_secs("--trace-idle-gap-cap-seconds", c))
@@ -960,6 +1066,8 @@ impl RunPlan {
             .transpose()?;
         Ok(RunPlan {
             scrape_interval,
+            session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
+            sources,
             required_metric_prefix: env_var("REQUIRED_SERVER_METRIC_PREFIX"),
             warmup_progress_interval,
             trace_idle_cap,

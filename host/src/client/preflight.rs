@@ -124,6 +124,80 @@ pub async fn check(
     Ok(p)
 }
 
+/// Why the model could not be discovered: each says to pass `--model`.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("no --model given and {url} could not be asked which models it serves ({why}); pass --model NAME")]
+    Unreachable { url: String, why: String },
+    #[error("no --model given and {url} answered HTTP {status}{location}; model discovery follows no redirect and needs the model list: pass --model NAME")]
+    Status {
+        url: String,
+        status: u16,
+        location: String,
+    },
+    #[error("no --model given and {url} answered with more than {limit} bytes; pass --model NAME")]
+    Oversized { url: String, limit: usize },
+    #[error(
+        "no --model given and {url} did not answer with an OpenAI model list; pass --model NAME"
+    )]
+    NotAList { url: String },
+    #[error("no --model given and {url} serves no model; pass --model NAME")]
+    None { url: String },
+    #[error("no --model given and {url} serves several models ({served}); pass --model with one of them")]
+    Several { url: String, served: String },
+}
+
+/// The single model the server serves, for a run without `--model` (agentx-harness 1.0.14's
+/// discovery): one `GET /v1/models`; no model, several, a redirect, an error status or an answer
+/// over the size limit is an error that lists what the server serves and says to pass `--model`.
+pub async fn discover(client: &Client, timeout: Duration) -> Result<String, DiscoverError> {
+    let url = format!("{}/v1/models", client.base);
+    let (status, headers, body) = match client.get("/v1/models", timeout, BODY_LIMIT + 1).await {
+        Ok(r) => r,
+        Err(e) => {
+            let why = match e {
+                GetError::Connect(w) | GetError::Other(w) => w,
+                GetError::Timeout(t) => format!("no answer within {t:?}"),
+            };
+            return Err(DiscoverError::Unreachable { url, why });
+        }
+    };
+    if !status.is_success() {
+        let location = headers
+            .get(hyper::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .map(|l| format!(" (a redirect to {l})"))
+            .unwrap_or_default();
+        return Err(DiscoverError::Status {
+            url,
+            status: status.as_u16(),
+            location,
+        });
+    }
+    if body.len() > BODY_LIMIT {
+        return Err(DiscoverError::Oversized {
+            url,
+            limit: BODY_LIMIT,
+        });
+    }
+    let text = String::from_utf8_lossy(&body);
+    let Some(p) = parse_models(&text, "") else {
+        return Err(DiscoverError::NotAList { url });
+    };
+    match p.models.as_slice() {
+        [] => Err(DiscoverError::None { url }),
+        [one] => Ok(one.clone()),
+        many => Err(DiscoverError::Several {
+            url,
+            served: many
+                .iter()
+                .map(|m| format!("`{m}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
 /// The model names and the context length of `model` (or of the only model) from an OpenAI model
 /// list; `None` when the body is not one.
 pub fn parse_models(body: &str, model: &str) -> Option<Preflight> {

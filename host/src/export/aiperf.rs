@@ -57,11 +57,31 @@ pub struct RunInfo {
     pub seed: Option<u64>,
     /// The configured profiling duration (ns), for `metadata.metric_duration_coverage`.
     pub profiling_duration_ns: Option<u64>,
+    /// The coverage the scenario requires (its `required_ratio`), and whether it counts the
+    /// streamed-content timeline (then `streaming_content_ratio` is written beside the others).
+    pub coverage_rule: CoverageRule,
     /// Per trace id, each turn's theoretical prefix-cache `(hit, total)` blocks (the stamps aiperf's
     /// loader puts on turns); empty when the corpus is not at hand.
     pub prefix_stamps: HashMap<String, Vec<(u32, u32)>>,
     /// `metadata.dataset`: the public corpus's provenance (`None` for local files).
     pub dataset: Option<Json>,
+}
+
+/// What the scenario asks of the profiling phase's coverage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CoverageRule {
+    pub required_ratio: f64,
+    pub content: bool,
+}
+
+impl Default for CoverageRule {
+    /// aiperf 0.13's: 95 % of the TTFT or ITL timeline.
+    fn default() -> Self {
+        CoverageRule {
+            required_ratio: COVERAGE_REQUIRED_RATIO,
+            content: false,
+        }
+    }
 }
 
 /// Failures to write the exports, naming the file.
@@ -381,16 +401,17 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
     }
     if let Some(dur) = info.profiling_duration_ns {
         if let Some(c) = stats::Coverage::of(prof.iter().copied(), info.profiling_start_ns, dur) {
-            md.put(
-                "metric_duration_coverage",
-                json!([{
-                    "phase_name": "profiling",
-                    "expected_duration_seconds": dur as f64 / 1e9,
-                    "required_ratio": COVERAGE_REQUIRED_RATIO,
-                    "ttft_ratio": c.ttft_ratio,
-                    "inter_token_latency_ratio": c.inter_token_latency_ratio,
-                }]),
-            );
+            let mut entry = json!({
+                "phase_name": "profiling",
+                "expected_duration_seconds": dur as f64 / 1e9,
+                "required_ratio": info.coverage_rule.required_ratio,
+                "ttft_ratio": c.ttft_ratio,
+                "inter_token_latency_ratio": c.inter_token_latency_ratio,
+            });
+            if info.coverage_rule.content {
+                entry["streaming_content_ratio"] = json!(c.streaming_content_ratio);
+            }
+            md.put("metric_duration_coverage", json!([entry]));
         }
     }
     o.put_ordered("metadata", md);
@@ -761,6 +782,7 @@ mod tests {
             input_config: json!({"concurrency": 2}),
             seed: Some(42),
             profiling_duration_ns: Some(2_000_000_000),
+            coverage_rule: CoverageRule::default(),
             prefix_stamps: HashMap::from([("trace-a".to_string(), vec![(3, 4), (9, 9)])]),
             dataset: None,
         }

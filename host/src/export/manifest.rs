@@ -33,6 +33,10 @@ pub struct Manifest {
     pub dataset: DatasetId,
     #[serde(default)]
     pub resolved_settings: Vec<SettingRow>,
+    /// Every replay setting as the run applied it, `{name: {value, source}}`; the source is
+    /// `flag`, `environment`, `demo`, `scenario` or `host default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_settings: Option<Value>,
     #[serde(default)]
     pub warnings: Vec<WarningRow>,
     #[serde(default)]

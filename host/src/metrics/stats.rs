@@ -445,11 +445,14 @@ where
 
 /// How much of a profiling phase the latency signals cover (aiperf's
 /// `metadata.metric_duration_coverage`): the latest first token, and the latest end of a record
-/// with an inter-token latency, as fractions of the configured duration from the phase start.
+/// with an inter-token latency, as fractions of the configured duration from the phase start; and
+/// (agentx-harness 1.0.14's `streaming_content_ratio`) the latest streamed content chunk of any
+/// profiling request, cancelled and failed streams included.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Coverage {
     pub ttft_ratio: f64,
     pub inter_token_latency_ratio: f64,
+    pub streaming_content_ratio: f64,
 }
 
 impl Coverage {
@@ -461,8 +464,12 @@ impl Coverage {
         if duration_ns == 0 {
             return None;
         }
-        let (mut ttft_at, mut itl_at) = (None::<u64>, None::<u64>);
+        let (mut ttft_at, mut itl_at, mut content_at) = (None::<u64>, None::<u64>, None::<u64>);
         for r in records {
+            if let Some(&last) = r.chunk_offsets_ns.last() {
+                let t = r.send_ns + last;
+                content_at = Some(content_at.map_or(t, |m| m.max(t)));
+            }
             if class(r) != Class::Valid {
                 continue;
             }
@@ -481,6 +488,7 @@ impl Coverage {
         Some(Coverage {
             ttft_ratio: ratio(ttft_at),
             inter_token_latency_ratio: ratio(itl_at),
+            streaming_content_ratio: ratio(content_at),
         })
     }
 }

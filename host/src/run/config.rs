@@ -15,6 +15,7 @@ use crate::client::ClientConfig;
 use crate::dataset::{self, AssistantMode};
 use crate::metrics::Summary;
 use crate::replay::{self, ReplayOutcome};
+use crate::scenario;
 use crate::scenario::types::{Placement, Resolved, Setting, Value};
 
 /// Everything a run needs.
@@ -208,6 +209,12 @@ pub struct RunPlan {
     /// The server-metrics scrape interval (`*_SERVER_METRICS_COLLECTION_INTERVAL`); `None` for the
     /// scraper's default.
     pub scrape_interval: Option<Duration>,
+    /// `*_HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID` as the environment set it (it then wins
+    /// over the scenario's default).
+    pub session_affinity_env: Option<bool>,
+    /// Where each setting handed to the scenario came from: `flag`, `environment` or `demo` (the
+    /// values a run without --url implies); a resolved setting not listed is the scenario's.
+    pub sources: Vec<(String, &'static str)>,
 }
 
 /// The flags a session-tree (0.2.0) scenario acts on and a 0.1.0 one does not.
@@ -251,17 +258,25 @@ pub(crate) fn value_json(v: &Value) -> serde_json::Value {
     }
 }
 
-/// Typed reads of the scenario's resolved settings.
+/// Typed reads of the scenario's resolved settings. A value the component returned as `absent`
+/// reads as off; a name it did not return at all is [`Effective::missing`] (a 0.1.0 or 0.2.0
+/// component that does not know it: the host's own default then applies).
 struct Effective<'a>(&'a Resolved);
 
 impl Effective<'_> {
-    fn get(&self, name: &str) -> Option<&Value> {
+    fn setting(&self, name: &str) -> Option<&Value> {
         self.0
             .settings
             .iter()
+            .rev()
             .find(|s| s.name == name)
             .map(|s| &s.value)
-            .filter(|v| !matches!(v, Value::Absent))
+    }
+    fn missing(&self, name: &str) -> bool {
+        self.setting(name).is_none()
+    }
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.setting(name).filter(|v| !matches!(v, Value::Absent))
     }
     fn number(&self, name: &str) -> Option<f64> {
         match self.get(name)? {
@@ -289,9 +304,23 @@ impl Effective<'_> {
             _ => None,
         }
     }
+    /// Seconds, or `None` for `inf` (or off).
+    fn seconds_or_inf(&self, name: &str) -> anyhow::Result<Option<Duration>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Text(t)) if t.trim().eq_ignore_ascii_case("inf") => Ok(None),
+            Some(v) => match self.number(name) {
+                Some(x) if (0.0..=MAX_SECS).contains(&x) => Ok(Some(Duration::from_secs_f64(x))),
+                _ => bail!("the scenario resolved --{name} to {}, which is not a number of seconds or `inf`", value_json(v)),
+            },
+        }
+    }
 }
 
 /// The settings of a run as the host uses them, read from the configuration the scenario resolved.
+/// Every field is what the component answered; where a 0.1.0 or 0.2.0 component does not answer a
+/// setting, the value of the flags and environment ([`RunPlan`]) stands, with the host's default
+/// when none was given (a 0.3.0 component answers them all: [`scenario::REPLAY_SETTINGS`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSettings {
     pub concurrency: u32,
@@ -305,12 +334,48 @@ pub struct RunSettings {
     pub unsafe_override: bool,
     pub rate_limit: f64,
     pub ignore_eos: Option<bool>,
+    /// `benchmark-grace-period`; `None` waits for every in-flight request.
+    pub grace: Option<Duration>,
+    /// `warmup-grace-period`; `None` waits for every warmup request.
+    pub warmup_grace: Option<Duration>,
+    pub failed_request_threshold: Option<f64>,
+    /// The cache-pressure warmup stage (`warmup-requests-per-lane`, `agentic-cache-warmup-duration`).
+    pub pressure: Option<replay::sched::Pressure>,
+    pub trace_idle_cap: Option<Duration>,
+    pub burst: bool,
+    pub num_dataset_entries: Option<usize>,
+    pub slice_duration: Option<f64>,
+    pub use_server_token_count: bool,
+    pub stats_interval: Option<Duration>,
+    /// `http-tcp-user-timeout` (ms), from the environment or the scenario's default.
+    pub tcp_user_timeout: Option<Duration>,
 }
 
 impl RunSettings {
-    /// Reads and checks the settings of `resolve`'s answer.
-    pub fn of(resolved: &Resolved) -> anyhow::Result<RunSettings> {
+    /// Reads and checks the settings of `resolve`'s answer; `rp` and `cfg` hold what the flags and
+    /// environment said, for the settings a component of an earlier world does not answer.
+    pub fn of(
+        resolved: &Resolved,
+        decides: bool,
+        rp: &RunPlan,
+        cfg_entries: Option<usize>,
+        cfg_slice: Option<f64>,
+        cfg_threshold: Option<f64>,
+    ) -> anyhow::Result<RunSettings> {
         let eff = Effective(resolved);
+        if decides {
+            let missing: Vec<&str> = scenario::REPLAY_SETTINGS
+                .into_iter()
+                .filter(|n| eff.missing(n))
+                .collect();
+            if !missing.is_empty() {
+                bail!(
+                    "the scenario is an {} component but did not decide {}; a component of that world answers every replay setting (absent for off): rebuild it, or use one that does",
+                    scenario::World::V0_3.as_str(),
+                    missing.join(", ")
+                );
+            }
+        }
         let conc = eff.concurrency().ok_or_else(|| {
             anyhow!("--concurrency is required: the number of lanes, e.g. --concurrency 16")
         })?;
@@ -321,6 +386,29 @@ impl RunSettings {
         let duration = eff.number("benchmark-duration").ok_or_else(|| {
             anyhow!("--benchmark-duration is required: profiling time in seconds, e.g. --benchmark-duration 1800")
         })?;
+        // A setting the component answered, else (an earlier world's component) the flags' value.
+        let or_plan = |name: &str| !eff.missing(name);
+        let secs = |name: &str, flag: &str| -> anyhow::Result<Option<Duration>> {
+            eff.number(name).map(|x| positive_secs(flag, x)).transpose()
+        };
+        let pressure =
+            if or_plan("warmup-requests-per-lane") || or_plan("agentic-cache-warmup-duration") {
+                match (
+                    eff.number("warmup-requests-per-lane"),
+                    secs(
+                        "agentic-cache-warmup-duration",
+                        "--agentic-cache-warmup-duration",
+                    )?,
+                ) {
+                    (Some(n), _) if n >= 0.0 => {
+                        Some(replay::sched::Pressure::RequestsPerLane(n as u64))
+                    }
+                    (None, Some(d)) => Some(replay::sched::Pressure::Duration(d)),
+                    _ => None,
+                }
+            } else {
+                rp.tree_flags.pressure
+            };
         Ok(RunSettings {
             concurrency,
             duration: positive_secs("--benchmark-duration", duration)?,
@@ -333,7 +421,84 @@ impl RunSettings {
             unsafe_override: eff.flag("unsafe-override").unwrap_or(false),
             rate_limit: eff.number("context-overflow-rate-limit").unwrap_or(0.01),
             ignore_eos: eff.flag("ignore-eos"),
+            grace: match or_plan("benchmark-grace-period") {
+                true => eff.seconds_or_inf("benchmark-grace-period")?,
+                false => rp.grace,
+            },
+            warmup_grace: match or_plan("warmup-grace-period") {
+                true => eff.seconds_or_inf("warmup-grace-period")?,
+                false => rp.warmup_grace,
+            },
+            failed_request_threshold: match or_plan("failed-request-threshold") {
+                true => eff.number("failed-request-threshold"),
+                false => cfg_threshold,
+            },
+            pressure,
+            trace_idle_cap: match or_plan("trace-idle-gap-cap-seconds") {
+                true => secs("trace-idle-gap-cap-seconds", "--trace-idle-gap-cap-seconds")?,
+                false => rp.trace_idle_cap,
+            },
+            burst: match or_plan("burst-phase-starts") {
+                true => eff.flag("burst-phase-starts").unwrap_or(false),
+                false => rp.tree_flags.burst,
+            },
+            num_dataset_entries: match or_plan("num-dataset-entries") {
+                true => eff.number("num-dataset-entries").map(|n| n.max(0.0) as usize),
+                false => cfg_entries,
+            },
+            slice_duration: match or_plan("slice-duration") {
+                true => eff.number("slice-duration"),
+                false => cfg_slice,
+            },
+            use_server_token_count: match or_plan("use-server-token-count") {
+                true => eff.flag("use-server-token-count").unwrap_or(false),
+                false => rp.use_server_token_count,
+            },
+            stats_interval: match or_plan("stats-interval") {
+                true => match eff.number("stats-interval") {
+                    Some(x) if x == 0.0 => None,
+                    Some(x) => Some(positive_secs("--stats-interval", x)?),
+                    None => None,
+                },
+                false => rp.stats_interval,
+            },
+            tcp_user_timeout: match or_plan("http-tcp-user-timeout") {
+                true => match eff.number("http-tcp-user-timeout") {
+                    Some(ms) if (1.0..=1e9).contains(&ms) => Some(Duration::from_millis(ms as u64)),
+                    Some(ms) => bail!("the scenario resolved http-tcp-user-timeout to {ms} ms, which is not a number of milliseconds from 1"),
+                    None => None,
+                },
+                false => rp.client.tcp_user_timeout,
+            },
         })
+    }
+
+    /// `cfg` with every setting the scenario decided in place of what the flags said, and the
+    /// decisions of `d` (the assistant text, the affinity header's default): what the later stages
+    /// read.
+    pub fn apply(&self, cfg: &RunConfig, d: &scenario::Decisions) -> RunConfig {
+        let mut c = cfg.clone();
+        c.failed_request_threshold = self.failed_request_threshold;
+        c.num_dataset_entries = self.num_dataset_entries;
+        c.slice_duration = self.slice_duration;
+        let rp = &mut c.plan;
+        rp.grace = self.grace;
+        rp.warmup_grace = self.warmup_grace;
+        rp.trace_idle_cap = self.trace_idle_cap;
+        rp.tree_flags.pressure = self.pressure;
+        rp.tree_flags.burst = self.burst;
+        rp.use_server_token_count = self.use_server_token_count;
+        rp.stats_interval = self.stats_interval;
+        rp.client.tcp_user_timeout = self.tcp_user_timeout;
+        match d.assistant_text {
+            Some(scenario::AssistantText::Recorded) => rp.mode = AssistantMode::Recorded,
+            Some(scenario::AssistantText::Live) => rp.mode = AssistantMode::Live,
+            None => {}
+        }
+        if rp.session_affinity_env.is_none() {
+            rp.client.routing.session_affinity = d.session_affinity_header;
+        }
+        c
     }
 }
 

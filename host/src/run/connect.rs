@@ -133,11 +133,6 @@ pub(super) fn connect(
         None
     };
     let mut ccfg = rp.client.clone();
-    let model = match (&sim, &rp.model) {
-        (_, Some(m)) => m.clone(),
-        (Some(s), None) => s.model().to_owned(),
-        (None, None) => bail!("--model is required with --url"),
-    };
     if let Some(s) = &sim {
         ccfg.url = s.url();
         tracing::info!(url = %ccfg.url, preset = %cfg.sim_preset, "built-in simulator started");
@@ -145,6 +140,20 @@ pub(super) fn connect(
     let client = {
         let _g = rt.enter();
         Client::new(&ccfg)?
+    };
+    let model = match (&sim, &rp.model) {
+        (_, Some(m)) => m.clone(),
+        (Some(s), None) => s.model().to_owned(),
+        (None, None) if p.decisions.discover_model => {
+            let timeout = ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT);
+            let m = rt.block_on(crate::client::preflight::discover(&client, timeout))?;
+            tracing::info!("no --model given: the server serves one model, `{m}`; using it");
+            m
+        }
+        (None, None) => bail!(
+            "--model is required with --url: the model name the server serves, e.g. --model meta-llama/Llama-3.1-8B-Instruct (the scenario {} does not discover it)",
+            p.info.name
+        ),
     };
     if !cfg.skip_preflight {
         let pf = rt.block_on(crate::client::preflight::check(

@@ -306,6 +306,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         input_config: json!(m0.resolved_settings),
         seed: Some(m0.seed),
         profiling_duration_ns: Some((m0.benchmark_duration_s * 1e9) as u64),
+        // Sharded runs replay single-stream scenarios (0.1.0), whose rule is aiperf 0.13's.
+        coverage_rule: Default::default(),
         prefix_stamps: stamps(m0, &records),
         dataset: m0
             .dataset

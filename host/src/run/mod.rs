@@ -122,7 +122,8 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         let sub = cfg.shard.as_ref().map(|sh| shard_dir_name(sh.index));
         cfg.output.check(sub.as_deref(), cfg.overwrite)?;
     }
-    let (p, mut inst) = prepare::prepare(&cfg)?;
+    // From here on the configuration is what the scenario decided.
+    let (p, mut inst, cfg) = prepare::prepare(&cfg)?;
     let joined = connect::join_shards(&cfg, &p)?;
     let (seed, run_id) = match &joined {
         Some(j) => (j.shard.member.seed, Some(j.shard.member.run_id.clone())),
@@ -178,16 +179,16 @@ impl ReplayStage<'_> {
         let s = &p.settings;
         let replay_cfg = ReplayConfig {
             duration: s.duration,
-            grace: rp.grace,
-            warmup_grace: rp.warmup_grace,
-            failed_request_threshold: cfg.failed_request_threshold,
+            grace: s.grace,
+            warmup_grace: s.warmup_grace,
+            failed_request_threshold: s.failed_request_threshold,
             placement: s.placement,
             mode: rp.mode,
-            use_server_token_count: rp.use_server_token_count,
+            use_server_token_count: s.use_server_token_count,
             overflow_phrases: rp.overflow_phrases_env.clone(),
             run_id: planned.run_id.clone(),
-            stats_interval: rp.stats_interval,
-            trace_idle_cap: rp.trace_idle_cap,
+            stats_interval: s.stats_interval,
+            trace_idle_cap: s.trace_idle_cap,
             warmup_progress_interval: rp.warmup_progress_interval,
         };
         tracing::info!(

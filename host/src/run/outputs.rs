@@ -127,6 +127,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
                 explicit: s.explicit,
             })
             .collect(),
+        replay_settings: Some(p.applied_settings()),
         warnings: resolved
             .warnings
             .iter()
@@ -221,11 +222,12 @@ fn verdict(
         });
         inst.tree_validity(
             base,
-            (
-                s.duration.as_secs_f64(),
-                cov.map(|c| c.ttft_ratio),
-                cov.map(|c| c.inter_token_latency_ratio),
-            ),
+            scenario::TreeCoverage {
+                profiling_seconds: s.duration.as_secs_f64(),
+                ttft: cov.map(|c| c.ttft_ratio),
+                itl: cov.map(|c| c.inter_token_latency_ratio),
+                content: cov.map(|c| c.streaming_content_ratio),
+            },
         )?
     } else {
         inst.validity(base)?
@@ -375,6 +377,15 @@ fn exports(
         input_config: input_config.clone(),
         seed: Some(planned.seed),
         profiling_duration_ns: Some(p.settings.duration.as_nanos() as u64),
+        coverage_rule: crate::export::aiperf::CoverageRule {
+            required_ratio: planned
+                .tree
+                .as_ref()
+                .map_or(crate::export::aiperf::COVERAGE_REQUIRED_RATIO, |t| {
+                    t.rules.min_metric_coverage
+                }),
+            content: p.decisions.decides_settings,
+        },
         prefix_stamps: match &planned.tree {
             Some(tp) => tp.prefix_stamps(records),
             None => prefix_stamps(p.ds, records),

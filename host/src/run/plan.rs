@@ -66,8 +66,20 @@ pub(super) fn plan(
             cap: s.cap,
         })?;
         if cfg.dry_run {
+            let mut json = tp.json;
+            json["scenario"]["world"] = json!(p.sc.world().as_str());
+            json["settings"] = p.applied_settings();
+            let d = &p.decisions;
+            json["rules"]["assistant_text"] = json!(match d.assistant_text {
+                Some(scenario::AssistantText::Recorded) => "recorded",
+                Some(scenario::AssistantText::Live) => "live",
+                None => "flag",
+            });
+            json["rules"]["session_affinity_header"] = json!(d.session_affinity_header);
+            json["rules"]["discover_model"] = json!(d.discover_model);
+            json["rules"]["warmup_phase_name"] = json!(d.warmup_phase_name);
             let d = DryRun {
-                json: tp.json,
+                json,
                 table: tp.table,
             };
             return Ok(Planning::Dry(RunOutcome::planned(
@@ -151,6 +163,7 @@ fn single_stream_dry_run(
         "concurrency": p.settings.concurrency,
         "dataset": {"traces": p.ds.len(), "usable": plan.pool.len(), "cache_key": p.dataset_key},
         "lanes": plan.lanes,
+        "settings": p.applied_settings(),
     });
     if let Some(sh) = &cfg.shard {
         json["shard"] = json!({"index": sh.index, "count": sh.count, "pool": plan.pool.len()});
@@ -269,6 +282,20 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     let trees: Vec<_> = corpus.trees.iter().map(replay::tree::wit_tree).collect();
     let built_in = t0.elapsed();
     let rules = d.inst.rules(&d.resolved.settings)?;
+    if !rules.recycle_from_turn_zero {
+        bail!(
+            "the scenario {} asks that a drained lane not restart its next tree at turn 0 (recycle-from-turn-zero false), which this host does not implement; use a scenario that recycles from turn 0",
+            d.info.name
+        );
+    }
+    if !rules.allow_wrap && trees.len() < d.concurrency as usize {
+        bail!(
+            "--concurrency {} is more lanes than the corpus's {} trees, and the scenario {} does not let lanes share trees (allow-wrap false); lower --concurrency or use a larger corpus",
+            d.concurrency,
+            trees.len(),
+            d.info.name
+        );
+    }
     let planned = replay::tree::plan_lanes(
         &trees,
         &replay::tree::TreePlanParams {
@@ -350,6 +377,11 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
             "warmup_spread": rules.warmup_spread,
             "system_idle_cap_seconds": rules.system_idle_cap_seconds,
             "trace_idle_cap_seconds": rules.trace_idle_cap_seconds,
+            "overflow_ends_tree": rules.overflow_ends_tree,
+            "warmup_failure_aborts": rules.warmup_failure_aborts,
+            "recycle_from_turn_zero": rules.recycle_from_turn_zero,
+            "allow_wrap": rules.allow_wrap,
+            "min_metric_coverage": rules.min_metric_coverage,
         },
         "planning_ms": planned_in.as_secs_f64() * 1e3,
         "lanes": lanes,

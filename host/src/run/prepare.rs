@@ -19,7 +19,11 @@ pub(super) struct Prepared {
     pub info: Info,
     pub resolved: Resolved,
     pub settings: RunSettings,
-    /// The component replays session trees (the 0.2.0 world).
+    /// What the component decided beyond the settings (its world's, before 0.3.0).
+    pub decisions: scenario::Decisions,
+    /// Where each resolved setting came from: `flag`, `environment`, `demo`, `scenario`.
+    pub sources: std::collections::BTreeMap<String, &'static str>,
+    /// The component replays session trees (the 0.2.0 and 0.3.0 worlds).
     pub trees: bool,
     pub not_acted_on: Vec<String>,
     /// `--extra-inputs` plus the scenario's `ignore_eos`.
@@ -31,8 +35,9 @@ pub(super) struct Prepared {
 
 /// Loads the scenario (by the recorded hash for a rerun), resolves the settings (its refusals as
 /// one error, its warnings logged), and opens the dataset. The scenario's instance goes on to the
-/// planner and then to the replay.
-pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInstance)> {
+/// planner and then to the replay, with the configuration as the scenario decided it (what every
+/// later stage reads).
+pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInstance, RunConfig)> {
     let rp = &cfg.plan;
     let home = &cfg.home;
     // A rerun of a run that named no scenario takes the recorded component by its hash (the
@@ -53,7 +58,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     }
     let mut inst = sc.instantiate()?;
     let info = inst.describe()?;
-    let trees = sc.world() == scenario::World::V0_2;
+    let trees = sc.world().trees();
     if trees && cfg.shard.is_some() {
         bail!(
             "the scenario {} {} replays session trees, which a sharded run (--shard, Slurm, Kubernetes) does not split yet; run it in one process, or shard agentx-mvp",
@@ -66,7 +71,21 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     for w in &not_acted_on {
         tracing::warn!("accepted but not acted on: {w}");
     }
-    let settings = RunSettings::of(&resolved)?;
+    let decisions = match trees {
+        true => inst.rules_and_decisions(&resolved.settings)?.1,
+        false => scenario::Decisions::of_world(sc.world()),
+    };
+    let settings = RunSettings::of(
+        &resolved,
+        decisions.decides_settings,
+        rp,
+        cfg.num_dataset_entries,
+        cfg.slice_duration,
+        cfg.failed_request_threshold,
+    )?;
+    let cfg = &settings.apply(cfg, &decisions);
+    let rp = &cfg.plan;
+    let sources = sources(&resolved, rp);
     check_open_files(settings.concurrency);
     if resolved.seed_drawn {
         let seed = resolved.seed;
@@ -93,11 +112,14 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         }
     }
     let ds: &'static Dataset = Box::leak(Box::new(ds));
+    let effective = cfg.clone();
     let p = Prepared {
         sc,
         info,
         resolved,
         settings,
+        decisions,
+        sources,
         trees,
         not_acted_on,
         extra,
@@ -105,7 +127,24 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         ds,
         dataset_key,
     };
-    Ok((p, inst))
+    Ok((p, inst, effective))
+}
+
+/// Where each resolved setting came from: the flags and environment as [`RunPlan::sources`] says,
+/// and the scenario for what it filled or changed.
+fn sources(resolved: &Resolved, rp: &RunPlan) -> std::collections::BTreeMap<String, &'static str> {
+    resolved
+        .settings
+        .iter()
+        .map(|s| {
+            let given = rp.settings.iter().rev().find(|g| g.name == s.name);
+            let source = match (given, rp.sources.iter().rev().find(|(n, _)| *n == s.name)) {
+                (Some(g), Some((_, src))) if g.value == s.value => *src,
+                _ => "scenario",
+            };
+            (s.name.clone(), source)
+        })
+        .collect()
 }
 
 /// The scenario's answer to the settings: its refusals as one error (with the sweep hint for a
@@ -265,4 +304,95 @@ pub fn input_ids(cfg: &RunConfig) -> anyhow::Result<InputIds> {
         scenario_sha256: sc.hash().to_string(),
         dataset_key: hex::encode(ds.cache_key().0),
     })
+}
+
+impl Prepared {
+    /// Every replay setting as the run applies it, with where it came from: `flag`,
+    /// `environment`, `demo`, `scenario` (the component filled or changed it) or `host default`
+    /// (a component of an earlier world does not answer it). Shown by `--dry-run --json` and kept
+    /// in the manifest.
+    pub fn applied_settings(&self) -> serde_json::Value {
+        let s = &self.settings;
+        let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
+        let inf = |d: Option<std::time::Duration>| match d {
+            Some(d) => json!(d.as_secs_f64()),
+            None => json!("inf"),
+        };
+        let (per_lane, by_time) = match s.pressure {
+            Some(crate::replay::sched::Pressure::RequestsPerLane(n)) => (Some(n), None),
+            Some(crate::replay::sched::Pressure::Duration(d)) => (None, Some(d.as_secs_f64())),
+            None => (None, None),
+        };
+        let resolved = |name: &str| {
+            self.resolved
+                .settings
+                .iter()
+                .rev()
+                .find(|x| x.name == name)
+                .map(|x| super::config::value_json(&x.value))
+        };
+        let rows = [
+            ("concurrency", json!(s.concurrency)),
+            ("benchmark-duration", json!(s.duration.as_secs_f64())),
+            ("benchmark-grace-period", inf(s.grace)),
+            ("random-seed", json!(self.resolved.seed)),
+            ("trajectory-start-min-ratio", json!(s.min_ratio)),
+            ("trajectory-start-max-ratio", json!(s.max_ratio)),
+            (
+                "cache-bust",
+                resolved("cache-bust").unwrap_or(json!("none")),
+            ),
+            ("inter-turn-delay-cap-seconds", json!(s.cap)),
+            ("use-think-time-only", json!(s.think_only)),
+            ("ignore-trace-delays", json!(s.ignore_delays)),
+            ("ignore-eos", json!(s.ignore_eos)),
+            ("unsafe-override", json!(s.unsafe_override)),
+            ("context-overflow-rate-limit", json!(s.rate_limit)),
+            (
+                "failed-request-threshold",
+                json!(s.failed_request_threshold),
+            ),
+            ("warmup-requests-per-lane", json!(per_lane)),
+            ("agentic-cache-warmup-duration", json!(by_time)),
+            ("warmup-grace-period", inf(s.warmup_grace)),
+            ("trace-idle-gap-cap-seconds", json!(secs(s.trace_idle_cap))),
+            (
+                "system-idle-gap-cap-seconds",
+                resolved("system-idle-gap-cap-seconds").unwrap_or(serde_json::Value::Null),
+            ),
+            ("burst-phase-starts", json!(s.burst)),
+            ("num-dataset-entries", json!(s.num_dataset_entries)),
+            ("slice-duration", json!(s.slice_duration)),
+            ("use-server-token-count", json!(s.use_server_token_count)),
+            (
+                "stats-interval",
+                json!(secs(s.stats_interval).unwrap_or(0.0)),
+            ),
+            (
+                "http-tcp-user-timeout",
+                json!(s.tcp_user_timeout.map(|d| d.as_millis() as u64)),
+            ),
+        ];
+        let mut out = serde_json::Map::new();
+        for (name, value) in rows {
+            let source = match self.sources.get(name) {
+                Some(src) => *src,
+                None => "host default",
+            };
+            out.insert(name.to_string(), json!({"value": value, "source": source}));
+        }
+        let d = &self.decisions;
+        out.insert(
+            "assistant-text".into(),
+            json!({
+                "value": match d.assistant_text {
+                    Some(scenario::AssistantText::Recorded) => "recorded",
+                    Some(scenario::AssistantText::Live) => "live",
+                    None => "flag",
+                },
+                "source": if d.assistant_text.is_some() { "scenario" } else { "flag" },
+            }),
+        );
+        serde_json::Value::Object(out)
+    }
 }

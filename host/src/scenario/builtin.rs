@@ -5,16 +5,21 @@ use std::path::Path;
 
 use super::{Scenario, ScenarioEngine, ScenarioRef, ScenarioStore};
 
-/// The agentx-v1 component built into the host: the default scenario (AgentX v1.0 session trees).
-pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-v1.wasm");
+/// The agentx component built into the host: the default scenario (agentx-harness's
+/// `--scenario agentx`: AgentX v1.0 session trees under the harness's preset, world 0.3.0).
+pub const BUILTIN_SCENARIO: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx.wasm");
+/// The agentx-v1 component built into the host (aiperf 0.13's AgentX v1.0 session trees).
+pub const BUILTIN_V1: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-v1.wasm");
 /// The agentx-mvp component built into the host (the seed-era single-stream scenario), selectable by
 /// name (`agentx-mvp`, `inferencex-agentx-mvp`) or hash.
 pub const BUILTIN_MVP: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
 
-/// The components built into the host: file stem, scenario name, bytes. The first is the default.
-pub const BUILTINS: [(&str, &str, &[u8]); 2] = [
-    ("agentx-v1", "inferencex-agentx-v1", BUILTIN_SCENARIO),
-    ("agentx-mvp", "inferencex-agentx-mvp", BUILTIN_MVP),
+/// The components built into the host: file stem, the other names it answers to, bytes. The first
+/// is the default.
+pub const BUILTINS: [(&str, &[&str], &[u8]); 3] = [
+    ("agentx", &["inferencex-agentx"], BUILTIN_SCENARIO),
+    ("agentx-v1", &["inferencex-agentx-v1"], BUILTIN_V1),
+    ("agentx-mvp", &["inferencex-agentx-mvp"], BUILTIN_MVP),
 ];
 
 /// Whether `name` names a built-in component (its file stem or scenario name).
@@ -27,8 +32,8 @@ fn builtin(r: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
     use sha2::{Digest, Sha256};
     BUILTINS
         .iter()
-        .find(|(stem, name, bytes)| match r {
-            ScenarioRef::Name(n) => n == stem || n == name,
+        .find(|(stem, names, bytes)| match r {
+            ScenarioRef::Name(n) => n == stem || names.contains(&n.as_str()),
             ScenarioRef::Hash(prefix) => {
                 hex::encode(Sha256::digest(bytes)).starts_with(prefix.as_str())
             }
@@ -57,7 +62,7 @@ pub fn list() -> Vec<BuiltinInfo> {
         .enumerate()
         .map(|(i, (stem, alias, bytes))| BuiltinInfo {
             name: stem,
-            alias,
+            alias: alias[0],
             sha256: hex::encode(Sha256::digest(bytes)),
             size: bytes.len() as u64,
             default: i == 0,
@@ -65,7 +70,7 @@ pub fn list() -> Vec<BuiltinInfo> {
         .collect()
 }
 
-/// The names of the built-ins, for messages: `agentx-v1 (default), agentx-mvp`.
+/// The names of the built-ins, for messages: `agentx (default), agentx-v1, agentx-mvp`.
 pub fn names() -> String {
     BUILTINS
         .iter()
@@ -82,7 +87,7 @@ pub fn names() -> String {
 }
 
 /// Loads a scenario reference (a path, the store, or a built-in by name or hash), or the built-in
-/// default (agentx-v1) when none is given.
+/// default (agentx) when none is given.
 pub fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
     match scenario {
         Some(r) => {
@@ -109,7 +114,7 @@ pub fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
         }
         None => {
             let engine = ScenarioEngine::new(super::Limits::default(), Some(home))?;
-            Ok(engine.load_bytes(Path::new("builtin:agentx-v1"), BUILTIN_SCENARIO, None)?)
+            Ok(engine.load_bytes(Path::new("builtin:agentx"), BUILTIN_SCENARIO, None)?)
         }
     }
 }

@@ -15,7 +15,6 @@ pub mod builtin;
 pub mod check;
 mod error;
 mod store;
-mod world2;
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -26,6 +25,147 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+
+/// The conversions between the host's records (0.1.0's types) and those of a later world's bindings
+/// that share their shape (settings, info, resolve's answer, error classification, markers), for
+/// the world module `$w` of generated types; each world module invokes it once.
+macro_rules! shared_conversions {
+    ($w:ident) => {
+        pub(super) fn value(v: &v1::Value) -> $w::Value {
+            match v {
+                v1::Value::Absent => $w::Value::Absent,
+                v1::Value::Flag(b) => $w::Value::Flag(*b),
+                v1::Value::Integer(i) => $w::Value::Integer(*i),
+                v1::Value::Number(x) => $w::Value::Number(*x),
+                v1::Value::Text(s) => $w::Value::Text(s.clone()),
+                v1::Value::Integers(l) => $w::Value::Integers(l.clone()),
+                v1::Value::Texts(l) => $w::Value::Texts(l.clone()),
+            }
+        }
+
+        fn value_back(v: $w::Value) -> v1::Value {
+            match v {
+                $w::Value::Absent => v1::Value::Absent,
+                $w::Value::Flag(b) => v1::Value::Flag(b),
+                $w::Value::Integer(i) => v1::Value::Integer(i),
+                $w::Value::Number(x) => v1::Value::Number(x),
+                $w::Value::Text(s) => v1::Value::Text(s),
+                $w::Value::Integers(l) => v1::Value::Integers(l),
+                $w::Value::Texts(l) => v1::Value::Texts(l),
+            }
+        }
+
+        pub(super) fn settings(given: &[v1::Setting]) -> Vec<$w::Setting> {
+            given
+                .iter()
+                .map(|s| $w::Setting {
+                    name: s.name.clone(),
+                    value: value(&s.value),
+                    explicit: s.explicit,
+                })
+                .collect()
+        }
+
+        fn setting_back(s: $w::Setting) -> v1::Setting {
+            v1::Setting {
+                name: s.name,
+                value: value_back(s.value),
+                explicit: s.explicit,
+            }
+        }
+
+        fn violation_back(v: $w::Violation) -> v1::Violation {
+            v1::Violation {
+                setting: v.setting,
+                message: v.message,
+            }
+        }
+
+        pub(super) fn info_back(i: $w::Info) -> v1::Info {
+            v1::Info {
+                name: i.name,
+                version: i.version,
+                description: i.description,
+                knobs: i
+                    .knobs
+                    .into_iter()
+                    .map(|k| v1::Knob {
+                        name: k.name,
+                        description: k.description,
+                        default_value: k.default_value,
+                    })
+                    .collect(),
+                locks: i
+                    .locks
+                    .into_iter()
+                    .map(|l| v1::Lock {
+                        setting: l.setting,
+                        rule: l.rule,
+                    })
+                    .collect(),
+            }
+        }
+
+        pub(super) fn resolved_back(
+            r: Result<$w::Resolved, Vec<$w::Violation>>,
+        ) -> Result<v1::Resolved, Vec<v1::Violation>> {
+            match r {
+                Ok(r) => Ok(v1::Resolved {
+                    settings: r.settings.into_iter().map(setting_back).collect(),
+                    seed: r.seed,
+                    seed_drawn: r.seed_drawn,
+                    warnings: r.warnings.into_iter().map(violation_back).collect(),
+                    invalid_reasons: r.invalid_reasons,
+                }),
+                Err(v) => Err(v.into_iter().map(violation_back).collect()),
+            }
+        }
+
+        pub(super) fn error_response(r: &v1::ErrorResponse) -> $w::ErrorResponse {
+            $w::ErrorResponse {
+                status: r.status,
+                body_excerpt: r.body_excerpt.clone(),
+            }
+        }
+
+        pub(super) fn classification_back(c: $w::Classification) -> v1::Classification {
+            v1::Classification {
+                class: match c.class {
+                    $w::ErrorClass::ContextOverflow => v1::ErrorClass::ContextOverflow,
+                    $w::ErrorClass::Other => v1::ErrorClass::Other,
+                },
+                matched: c.matched,
+            }
+        }
+
+        pub(super) fn placement(p: v1::Placement) -> $w::Placement {
+            match p {
+                v1::Placement::None => $w::Placement::None,
+                v1::Placement::SystemPrefix => $w::Placement::SystemPrefix,
+                v1::Placement::SystemSuffix => $w::Placement::SystemSuffix,
+                v1::Placement::FirstTurnPrefix => $w::Placement::FirstTurnPrefix,
+                v1::Placement::FirstTurnSuffix => $w::Placement::FirstTurnSuffix,
+            }
+        }
+
+        pub(super) fn marker_back(m: $w::Marker) -> v1::Marker {
+            v1::Marker {
+                text: m.text,
+                placement: match m.placement {
+                    $w::Placement::None => v1::Placement::None,
+                    $w::Placement::SystemPrefix => v1::Placement::SystemPrefix,
+                    $w::Placement::SystemSuffix => v1::Placement::SystemSuffix,
+                    $w::Placement::FirstTurnPrefix => v1::Placement::FirstTurnPrefix,
+                    $w::Placement::FirstTurnSuffix => v1::Placement::FirstTurnSuffix,
+                },
+            }
+        }
+    };
+}
+use shared_conversions;
+
+mod world2;
+mod world3;
 
 pub use error::ScenarioError;
 pub use store::{ScenarioRef, ScenarioStore, StoredScenario};
@@ -58,10 +198,14 @@ pub const WIT_PACKAGE: &str = "agentx:scenario";
 pub const WIT_VERSION: &str = "0.1.0";
 /// The version of the WIT package of session-tree scenarios (`agentx-v1`).
 pub const WIT_VERSION_V2: &str = "0.2.0";
+/// The version of the WIT package of scenarios that decide the whole replay (`agentx`).
+pub const WIT_VERSION_V3: &str = "0.3.0";
 /// The interface a 0.1.0 scenario exports.
 const POLICY_EXPORT: &str = "agentx:scenario/policy@0.1.0";
 /// The interface a 0.2.0 scenario exports.
 const POLICY_EXPORT_V2: &str = "agentx:scenario/policy@0.2.0";
+/// The interface a 0.3.0 scenario exports.
+const POLICY_EXPORT_V3: &str = "agentx:scenario/policy@0.3.0";
 
 /// The world a scenario component implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +214,8 @@ pub enum World {
     V0_1,
     /// `agentx:scenario@0.2.0`: session trees, a start instant per lane.
     V0_2,
+    /// `agentx:scenario@0.3.0`: session trees, every replay setting decided by the component.
+    V0_3,
 }
 
 impl World {
@@ -78,6 +224,7 @@ impl World {
         match self {
             World::V0_1 => "agentx:scenario@0.1.0",
             World::V0_2 => "agentx:scenario@0.2.0",
+            World::V0_3 => "agentx:scenario@0.3.0",
         }
     }
 
@@ -86,6 +233,7 @@ impl World {
         match self {
             World::V0_1 => WIT_VERSION,
             World::V0_2 => WIT_VERSION_V2,
+            World::V0_3 => WIT_VERSION_V3,
         }
     }
 
@@ -93,21 +241,105 @@ impl World {
     pub fn replays(self) -> &'static str {
         match self {
             World::V0_1 => "single-stream sessions",
-            World::V0_2 => "session trees",
+            World::V0_2 | World::V0_3 => "session trees",
         }
     }
+
+    /// A scenario of this world replays session trees.
+    pub fn trees(self) -> bool {
+        self != World::V0_1
+    }
+}
+
+/// What the assistant text of a request's earlier turns is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssistantText {
+    Recorded,
+    Live,
+}
+
+/// The decisions a 0.3.0 component makes that the earlier worlds leave to the host, with the
+/// values a component of an earlier world stands for ([`Decisions::of_world`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decisions {
+    /// The assistant text; `None`: the host's flag and environment decide (0.1.0).
+    pub assistant_text: Option<AssistantText>,
+    /// `X-Session-Affinity` unless the environment switch says otherwise.
+    pub session_affinity_header: bool,
+    /// Without `--model`, take the single model `/v1/models` lists.
+    pub discover_model: bool,
+    /// The warmup rows' `phase_name` in the exports; `None`: no name.
+    pub warmup_phase_name: Option<String>,
+    /// The component answered every replay setting ([`REPLAY_SETTINGS`]); the host then has no
+    /// default of its own for them.
+    pub decides_settings: bool,
+}
+
+impl Decisions {
+    /// What a component of `world` stands for, 0.3.0 aside (its rules say): 0.1.0 leaves the
+    /// assistant text to the host; 0.2.0 replays session trees with the recorded text, as aiperf
+    /// 0.13 does (agentx-v1.md §2.3); both send `X-Session-Affinity` as aiperf 0.13 does, need
+    /// `--model`, and name the warmup rows `warmup`.
+    pub fn of_world(world: World) -> Decisions {
+        Decisions {
+            assistant_text: (world != World::V0_1).then_some(AssistantText::Recorded),
+            session_affinity_header: true,
+            discover_model: false,
+            warmup_phase_name: Some("warmup".to_string()),
+            decides_settings: false,
+        }
+    }
+}
+
+/// The settings that shape a replay, which a 0.3.0 component must decide (`wit/v0.3`).
+pub const REPLAY_SETTINGS: [&str; 23] = [
+    "concurrency",
+    "benchmark-duration",
+    "benchmark-grace-period",
+    "trajectory-start-min-ratio",
+    "trajectory-start-max-ratio",
+    "cache-bust",
+    "inter-turn-delay-cap-seconds",
+    "use-think-time-only",
+    "ignore-trace-delays",
+    "ignore-eos",
+    "unsafe-override",
+    "context-overflow-rate-limit",
+    "failed-request-threshold",
+    "warmup-requests-per-lane",
+    "agentic-cache-warmup-duration",
+    "warmup-grace-period",
+    "trace-idle-gap-cap-seconds",
+    "system-idle-gap-cap-seconds",
+    "burst-phase-starts",
+    "num-dataset-entries",
+    "slice-duration",
+    "use-server-token-count",
+    "stats-interval",
+];
+
+/// The profiling phase's configured seconds and the shares of it the TTFT, ITL and streamed
+/// content timelines cover (none when they could not be computed).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TreeCoverage {
+    pub profiling_seconds: f64,
+    pub ttft: Option<f64>,
+    pub itl: Option<f64>,
+    pub content: Option<f64>,
 }
 
 /// The instantiable component of either world.
 enum Pre {
     V1(bindings::ScenarioPre<StoreState>),
     V2(world2::bindings::ScenarioPre<StoreState>),
+    V3(world3::bindings::ScenarioPre<StoreState>),
 }
 
 /// A live instance's exports, of either world.
 enum Bound {
     V1(bindings::Scenario),
     V2(world2::bindings::Scenario),
+    V3(world3::bindings::Scenario),
 }
 /// The wasmtime release compiled into this host (part of the compiled-artifact cache key).
 pub const WASMTIME_VERSION: &str = "48.0.8";
@@ -261,19 +493,23 @@ impl ScenarioEngine {
             World::V0_1
         } else if exports.iter().any(|e| e == POLICY_EXPORT_V2) {
             World::V0_2
+        } else if exports.iter().any(|e| e == POLICY_EXPORT_V3) {
+            World::V0_3
         } else {
             let prefix = "agentx:scenario/policy@";
             if let Some(found) = exports.iter().find(|e| e.starts_with(prefix)) {
                 return Err(ScenarioError::Incompatible {
                     hash,
                     found: format!("{WIT_PACKAGE}@{}", &found[prefix.len()..]),
-                    expected: format!("{WIT_PACKAGE}@{WIT_VERSION} or @{WIT_VERSION_V2}"),
+                    expected: format!(
+                        "{WIT_PACKAGE}@{WIT_VERSION}, @{WIT_VERSION_V2} or @{WIT_VERSION_V3}"
+                    ),
                 });
             }
             return Err(ScenarioError::NotAScenario {
                 hash,
                 exports,
-                expected: format!("{POLICY_EXPORT} or {POLICY_EXPORT_V2}"),
+                expected: format!("{POLICY_EXPORT}, {POLICY_EXPORT_V2} or {POLICY_EXPORT_V3}"),
             });
         };
 
@@ -288,6 +524,9 @@ impl ScenarioEngine {
             World::V0_1 => Pre::V1(bindings::ScenarioPre::new(instance_pre).map_err(incompatible)?),
             World::V0_2 => {
                 Pre::V2(world2::bindings::ScenarioPre::new(instance_pre).map_err(incompatible)?)
+            }
+            World::V0_3 => {
+                Pre::V3(world3::bindings::ScenarioPre::new(instance_pre).map_err(incompatible)?)
             }
         };
         Ok(Scenario {
@@ -444,6 +683,7 @@ impl Scenario {
         let bound = match &self.inner.pre {
             Pre::V1(pre) => pre.instantiate(&mut store).map(Bound::V1),
             Pre::V2(pre) => pre.instantiate(&mut store).map(Bound::V2),
+            Pre::V3(pre) => pre.instantiate(&mut store).map(Bound::V3),
         };
         match bound {
             Ok(b) => Ok((store, b)),
@@ -582,6 +822,10 @@ impl ScenarioInstance {
 
     /// Name, version, description, knobs and locks.
     pub fn describe(&mut self) -> Result<Info, ScenarioError> {
+        if matches!(self.bindings, Bound::V3(_)) {
+            return guest_call!(self, "describe", V3 | p, s | p.call_describe(s))
+                .map(world3::info_back);
+        }
         if matches!(self.bindings, Bound::V2(_)) {
             return guest_call!(self, "describe", V2 | p, s | p.call_describe(s))
                 .map(world2::info_back);
@@ -595,6 +839,16 @@ impl ScenarioInstance {
         given: &[Setting],
         entropy: u64,
     ) -> Result<Result<Resolved, Vec<Violation>>, ScenarioError> {
+        if matches!(self.bindings, Bound::V3(_)) {
+            let given = world3::settings(given);
+            return guest_call!(
+                self,
+                "resolve",
+                V3 | p,
+                s | p.call_resolve(s, &given, entropy)
+            )
+            .map(world3::resolved_back);
+        }
         if matches!(self.bindings, Bound::V2(_)) {
             let given = world2::settings(given);
             return guest_call!(
@@ -675,6 +929,16 @@ impl ScenarioInstance {
         response: &ErrorResponse,
         phrases: Option<&[String]>,
     ) -> Result<Classification, ScenarioError> {
+        if matches!(self.bindings, Bound::V3(_)) {
+            let response = world3::error_response(response);
+            return guest_call!(
+                self,
+                "classify-error",
+                V3 | p,
+                s | p.call_classify_error(s, &response, phrases)
+            )
+            .map(world3::classification_back);
+        }
         if matches!(self.bindings, Bound::V2(_)) {
             let response = world2::error_response(response);
             return guest_call!(
@@ -718,7 +982,7 @@ impl ScenarioInstance {
         let has = self.scenario.world();
         let wants = match has {
             World::V0_1 => World::V0_2,
-            World::V0_2 => World::V0_1,
+            World::V0_2 | World::V0_3 => World::V0_1,
         };
         ScenarioError::WrongWorld {
             hash: self.scenario.hash().to_string(),
@@ -731,10 +995,25 @@ impl ScenarioInstance {
 
     // ---- agentx:scenario@0.2.0 (session trees) ----
 
-    /// The mechanism's parameters for a resolved configuration (0.2.0).
+    /// The mechanism's parameters for a resolved configuration (session trees).
     pub fn rules(&mut self, resolved: &[Setting]) -> Result<types_v2::ReplayRules, ScenarioError> {
+        self.rules_and_decisions(resolved).map(|(r, _)| r)
+    }
+
+    /// The rules with the decisions of [`Decisions`]: a 0.3.0 component's own, an earlier
+    /// world's as [`Decisions::of_world`] says.
+    pub fn rules_and_decisions(
+        &mut self,
+        resolved: &[Setting],
+    ) -> Result<(types_v2::ReplayRules, Decisions), ScenarioError> {
+        if matches!(self.bindings, Bound::V3(_)) {
+            let settings = world3::settings(resolved);
+            return guest_call!(self, "rules", V3 | p, s | p.call_rules(s, &settings))
+                .map(world3::rules_back);
+        }
         let settings = world2::settings(resolved);
-        guest_call!(self, "rules", V2 | p, s | p.call_rules(s, &settings))
+        let rules = guest_call!(self, "rules", V2 | p, s | p.call_rules(s, &settings))?;
+        Ok((rules, Decisions::of_world(self.scenario.world())))
     }
 
     /// Where lane `lane` starts in `tree` (0.2.0); `None` when the tree cannot start a lane. The
@@ -746,12 +1025,23 @@ impl ScenarioInstance {
         lane: u32,
         tree: &types_v2::Tree,
     ) -> Result<Option<types_v2::TreeStart>, ScenarioError> {
-        let start = guest_call!(
-            self,
-            "start-tree",
-            V2 | p,
-            s | p.call_start_tree(s, params, lane, tree)
-        )?;
+        let start = if matches!(self.bindings, Bound::V3(_)) {
+            let (params, tree3) = (world3::params(params), world3::tree(tree));
+            guest_call!(
+                self,
+                "start-tree",
+                V3 | p,
+                s | p.call_start_tree(s, params, lane, &tree3)
+            )?
+            .map(world3::tree_start_back)
+        } else {
+            guest_call!(
+                self,
+                "start-tree",
+                V2 | p,
+                s | p.call_start_tree(s, params, lane, tree)
+            )?
+        };
         if let Some(st) = &start {
             check::tree_start(st, tree).map_err(|m| self.contract("start-tree", m))?;
         }
@@ -764,6 +1054,16 @@ impl ScenarioInstance {
         target: Placement,
         tree: &types_v2::TreeId,
     ) -> Result<Marker, ScenarioError> {
+        if matches!(self.bindings, Bound::V3(_)) {
+            let (target, tree) = (world3::placement(target), world3::tree_id(tree));
+            return guest_call!(
+                self,
+                "cache-bust",
+                V3 | p,
+                s | p.call_cache_bust(s, target, &tree)
+            )
+            .map(world3::marker_back);
+        }
         let target = world2::placement(target);
         guest_call!(
             self,
@@ -780,23 +1080,36 @@ impl ScenarioInstance {
         params: types_v2::DelayParams,
         times: types_v2::TurnTimes,
     ) -> Result<f64, ScenarioError> {
-        let d = guest_call!(
-            self,
-            "turn-delay",
-            V2 | p,
-            s | p.call_turn_delay(s, params, times)
-        )?;
+        let d = if matches!(self.bindings, Bound::V3(_)) {
+            let (params, times) = world3::delay(params, times);
+            guest_call!(
+                self,
+                "turn-delay",
+                V3 | p,
+                s | p.call_turn_delay(s, params, times)
+            )?
+        } else {
+            guest_call!(
+                self,
+                "turn-delay",
+                V2 | p,
+                s | p.call_turn_delay(s, params, times)
+            )?
+        };
         check::tree_turn_delay(d).map_err(|m| self.contract("turn-delay", m))
     }
 
-    /// Reasons a session-tree run is not a valid submission (0.2.0).
-    /// `coverage`: the profiling phase's configured seconds and the shares of it the TTFT and ITL
-    /// timelines cover (none when profiling never began).
+    /// Reasons a session-tree run is not a valid submission, given the profiling phase's
+    /// coverage (a 0.2.0 component sees the TTFT and ITL shares only).
     pub fn tree_validity(
         &mut self,
         outcome: types::Outcome,
-        coverage: (f64, Option<f64>, Option<f64>),
+        coverage: TreeCoverage,
     ) -> Result<Vec<String>, ScenarioError> {
+        if matches!(self.bindings, Bound::V3(_)) {
+            let outcome = world3::outcome(outcome, coverage);
+            return guest_call!(self, "validity", V3 | p, s | p.call_validity(s, outcome));
+        }
         let outcome = world2::outcome(outcome, coverage);
         guest_call!(self, "validity", V2 | p, s | p.call_validity(s, outcome))
     }
