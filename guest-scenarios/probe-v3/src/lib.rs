@@ -133,4 +133,4 @@ impl policy_harness::ScenarioV3 for Probe {
     }
 }
 
-policy_harness::export_scenario_v3!(Probe);
+policy_harness::export_scenario_v3!(crate::Probe);
