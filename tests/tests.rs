@@ -13,6 +13,7 @@ mod report;
 mod robustness;
 mod scenario;
 mod scenario_v2;
+mod scenario_v3;
 mod server_metrics;
 mod shard;
 mod sim;

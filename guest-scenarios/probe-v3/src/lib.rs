@@ -5,8 +5,7 @@
 //! burst starts, client token counts, 6 dataset entries, 2 s slices, a 0.9 failed-request
 //! threshold, 2-token warmup requests, a 2 s system idle cap, live assistant text, no
 //! `X-Session-Affinity`, model discovery, warmup rows named `probe.warmup`, and a 0.5 coverage.
-//! No lock; `probe-no-wrap` (a flag) turns `allow-wrap` off and `probe-no-recycle` turns
-//! `recycle-from-turn-zero` off, for the tests of the host's refusals.
+//! No lock; lanes may not share trees (`allow-wrap` off), for the test of the host's refusal.
 
 use policy::settings::Resolver;
 use policy::types::{
@@ -59,12 +58,6 @@ fn resolve(given: Vec<Setting>, entropy: u64) -> Result<Resolved, Vec<Violation>
     r.finish(seed, drawn, unsafe_override)
 }
 
-fn flag(resolved: &[Setting], name: &str) -> bool {
-    resolved
-        .iter()
-        .any(|s| s.name == name && s.value == Value::Flag(true))
-}
-
 fn rules(resolved: &[Setting]) -> Rules {
     let base = agentx_v1::rules(resolved);
     Rules {
@@ -75,8 +68,8 @@ fn rules(resolved: &[Setting]) -> Rules {
             trace_idle_cap_seconds: base.trace_idle_cap_seconds,
             overflow_ends_tree: true,
             warmup_failure_aborts: false,
-            recycle_from_turn_zero: !flag(resolved, "probe-no-recycle"),
-            allow_wrap: !flag(resolved, "probe-no-wrap"),
+            recycle_from_turn_zero: true,
+            allow_wrap: false,
             min_metric_coverage: 0.5,
         },
         assistant_text: AssistantText::Live,

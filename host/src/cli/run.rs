@@ -312,6 +312,10 @@ pub struct RunArgs {
         hide = true
     )]
     pub tokenizer_trust_remote_code: bool,
+    /// Accepted for the harness's command line: agentx does not render the model's chat template
+    /// (ISL comes from the server's usage under --use-server-token-count).
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
+    pub apply_chat_template: bool,
 
     /// Run even if the scenario's locks are broken; the result is then not a valid submission.
     #[arg(help_heading = "Advanced", long)]
@@ -675,6 +679,15 @@ fn not_acted_on(a: &RunArgs) -> Vec<String> {
         v.push(format!(
             "--weka-nested-timestamp-basis {b}: {TREES} does not replay subagent entries"
         ));
+    }
+    if a.apply_chat_template {
+        v.push("--apply-chat-template: agentx does not render the model's chat template; the ISL of every record is the server's prompt_tokens (--use-server-token-count), which already counts it".to_string());
+    }
+    if a.no_gpu_telemetry {
+        v.push("--no-gpu-telemetry: agentx collects no GPU telemetry".to_string());
+    }
+    if a.tokenizer_trust_remote_code {
+        v.push("--tokenizer-trust-remote-code: agentx loads tokenizer.json files only and never runs a tokenizer's code".to_string());
     }
     v
 }
