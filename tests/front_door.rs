@@ -407,7 +407,8 @@ fn scenario_list_shows_the_built_ins_on_a_fresh_home() {
     let r = Run::exec(r.dir, &["scenario", "inspect", "nosuch"], &[]);
     assert_eq!(r.code(), 2);
     assert!(
-        r.stderr().contains("agentx-v1 (default), agentx-mvp"),
+        r.stderr()
+            .contains("agentx (default), agentx-v1, agentx-mvp"),
         "{}",
         r.stderr()
     );

@@ -287,9 +287,9 @@ fn inferencex_current_command_line_runs_through_dry_run() {
         assert!(log.contains(want), "no {want:?} in\n{log}");
     }
     assert!(!log.contains("replay_rc"), "a plan replays nothing: {log}");
-    // The line runs the default scenario, agentx-v1 (aiperf 0.13's behaviour of
-    // `inferencex-agentx-mvp`): every lane starts at an instant t* with its alive streams and marker.
-    assert_eq!(plan["scenario"]["name"], "inferencex-agentx-v1");
+    // The line runs the default scenario, agentx (the harness's `--scenario agentx`): every lane
+    // starts at an instant t* with its alive streams and marker.
+    assert_eq!(plan["scenario"]["name"], "agentx");
     assert_eq!(plan["rules"]["warmup_max_tokens"], 1);
     for l in plan["lanes"].as_array().unwrap() {
         assert!(l["t_star_ms"].is_number(), "{l}");
@@ -479,6 +479,8 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
             "loader": "semianalysis_cc_traces_weka_062126",
             "hf_dataset_name": "semianalysisai/cc-traces-weka-062126",
             "hf_split": "train",
+            // The agentx preset's 393 entries count as given (the harness's entries_explicit).
+            "num_dataset_entries": 393,
         })
     );
     for k in ["start_time", "end_time"] {

@@ -111,7 +111,7 @@ fn demo_run_needs_no_flags_and_writes_every_record() {
     let s = r.summary();
     assert_eq!(s["records"].as_u64().unwrap() as usize, recs.len());
     assert_eq!(s["submission_valid"], false);
-    assert_eq!(s["scenario"]["name"], "inferencex-agentx-v1");
+    assert_eq!(s["scenario"]["name"], "agentx");
     assert_eq!(s["stop"], "completed");
     let stderr = r.stderr();
     assert!(stderr.contains("primers returned"), "{stderr}");
@@ -360,7 +360,17 @@ fn bad_flags_say_which_and_how() {
             "--url",
         ),
         (
-            &["--url", "http://x", "--input-file", corpus],
+            &[
+                "--url",
+                "http://x",
+                "--input-file",
+                corpus,
+                "--concurrency",
+                "2",
+                "--benchmark-duration",
+                "900",
+                "--unsafe-override",
+            ],
             "--model is required",
         ),
         (&["--url", "http://x", "--model", "m"], "no dataset"),

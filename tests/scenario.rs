@@ -472,13 +472,13 @@ fn an_import_is_refused_at_load() {
 #[test]
 fn another_wit_version_is_incompatible() {
     let dir = tempfile::tempdir().unwrap();
-    let path = wat_fixture(dir.path(), "wit-0.3.0.wat");
+    let path = wat_fixture(dir.path(), "wit-0.9.0.wat");
     let err = engine().load(&path, None).unwrap_err();
     assert!(matches!(err, ScenarioError::Incompatible { .. }), "{err}");
     let msg = err.to_string();
     assert!(
-        msg.contains("built for agentx:scenario@0.3.0")
-            && msg.contains("agentx:scenario@0.1.0 or @0.2.0"),
+        msg.contains("built for agentx:scenario@0.9.0")
+            && msg.contains("agentx:scenario@0.1.0, @0.2.0 or @0.3.0"),
         "{msg}"
     );
     // A 0.2.0 component without the whole interface names what it lacks.

@@ -12,11 +12,9 @@ use agentx::sim::{SimConfig, Timing};
 
 use crate::support::{fixture, Run, Sim};
 
-fn probe() -> String {
-    crate::scenario::dist("probe-v3.wasm")
-        .to_str()
-        .unwrap()
-        .to_string()
+fn probe() -> &'static str {
+    let p = crate::scenario::dist("probe-v3.wasm");
+    Box::leak(p.to_str().unwrap().to_string().into_boxed_str())
 }
 
 fn sim() -> Sim {
@@ -41,7 +39,7 @@ fn a_v3_component_decides_every_replay_setting_and_rule() {
     let url = sim.url();
     let args = [
         "run",
-        probe().as_str(),
+        probe(),
         "--url",
         url.as_str(),
         "--input-file",
@@ -133,7 +131,7 @@ fn flags_still_win_and_say_so_and_the_component_refuses_shared_trees() {
     let corpus = fixture("traces-subagents-8.jsonl");
     let args = [
         "run",
-        probe().as_str(),
+        probe(),
         "--url",
         "http://127.0.0.1:9",
         "--input-file",
@@ -160,7 +158,7 @@ fn flags_still_win_and_say_so_and_the_component_refuses_shared_trees() {
     // allow-wrap off: more lanes than trees is refused, naming both.
     let args = [
         "run",
-        probe().as_str(),
+        probe(),
         "--url",
         "http://127.0.0.1:9",
         "--input-file",
