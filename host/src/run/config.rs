@@ -456,7 +456,7 @@ impl RunSettings {
             },
             stats_interval: match or_plan("stats-interval") {
                 true => match eff.number("stats-interval") {
-                    Some(x) if x == 0.0 => None,
+                    Some(0.0) => None,
                     Some(x) => Some(positive_secs("--stats-interval", x)?),
                     None => None,
                 },
