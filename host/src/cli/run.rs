@@ -3,7 +3,7 @@
 //! prints: the plan of a dry run, the summary and the outputs.
 //!
 //! Without `--url` the command is a self-contained demo: it starts the built-in simulator on a free
-//! port, replays the bundled 24-trace corpus with the built-in default scenario (agentx-v1), and
+//! port, replays the bundled 24-trace corpus with the built-in default scenario (agentx), and
 //! (because a demo is shorter than the scenario's 900 s floor) runs under `--unsafe-override`, so its
 //! result is marked as not a valid submission.
 
@@ -30,7 +30,8 @@ use super::HomeArgs;
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The scenario component: a path, `path@sha256:<hex>`, `sha256:<prefix>` or a name in the store.
-    /// Defaults to the built-in agentx-v1 (session trees); `agentx-mvp` names the built-in MVP.
+    /// Defaults to the built-in agentx (the harness's `--scenario agentx`); `agentx-v1` and
+    /// `agentx-mvp` name the other built-ins.
     #[arg(value_name = "SCENARIO")]
     pub scenario: Option<String>,
     /// The scenario, as aiperf's and the harness's `--scenario NAME` (the same as the positional).
@@ -169,7 +170,7 @@ pub struct RunArgs {
     )]
     pub sim_preset: String,
 
-    /// Number of lanes (concurrent sessions; session trees under agentx-v1) [default: the scenario's; `agentx-host scenario inspect` lists them; 4 without
+    /// Number of lanes (concurrent sessions; session trees under agentx and agentx-v1) [default: the scenario's; `agentx-host scenario inspect` lists them; 4 without
     /// --url]. A list of points is `agentx-host sweep`'s.
     #[arg(help_heading = "How long and how hard", long, value_name = "N[,N...]")]
     pub concurrency: Option<String>,

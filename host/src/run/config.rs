@@ -22,7 +22,7 @@ use crate::scenario::types::{Placement, Resolved, Setting, Value};
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The scenario reference (path, `path@sha256:`, store name or hash); `None` for the built-in
-    /// default (agentx-v1).
+    /// default (agentx).
     pub scenario: Option<String>,
     /// `AGENTX_HOME`: the scenario store and caches.
     pub home: PathBuf,
