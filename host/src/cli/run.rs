@@ -1023,7 +1023,9 @@ impl RunPlan {
                 bail!("--failed-request-threshold {f} is outside 0..1; pass a fraction, e.g. 0.05");
             }
         }
-        let live = match env_bool("DATASET_WEKA_LIVE_ASSISTANT_RESPONSES")? {
+        let live_env = env_bool("DATASET_WEKA_LIVE_ASSISTANT_RESPONSES")?;
+        let mode_given = a.recorded_assistant || live_env.is_some();
+        let live = match live_env {
             Some(b) => b && !a.recorded_assistant,
             None => !a.recorded_assistant,
         };
@@ -1111,6 +1113,7 @@ impl RunPlan {
             } else {
                 AssistantMode::Recorded
             },
+            mode_given,
             use_server_token_count: !a.client_token_count,
             overflow_phrases_env,
             client,

@@ -190,6 +190,9 @@ pub struct RunPlan {
     pub grace: Option<Duration>,
     pub warmup_grace: Option<Duration>,
     pub mode: AssistantMode,
+    /// `mode` was asked for (`--recorded-assistant`, `*_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES`),
+    /// not defaulted.
+    pub mode_given: bool,
     pub use_server_token_count: bool,
     pub overflow_phrases_env: Option<Vec<String>>,
     pub client: ClientConfig,

@@ -67,14 +67,17 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         );
     }
     let resolved = resolve(&mut inst, &sc, &info, rp)?;
-    let not_acted_on = TreeFlags::not_acted_on(&rp.not_acted_on, trees);
-    for w in &not_acted_on {
-        tracing::warn!("accepted but not acted on: {w}");
-    }
     let decisions = match trees {
         true => inst.rules_and_decisions(&resolved.settings)?.1,
         false => scenario::Decisions::of_world(sc.world()),
     };
+    let mut not_acted_on = TreeFlags::not_acted_on(&rp.not_acted_on, trees);
+    if let Some(w) = assistant_not_acted_on(rp, &decisions, &info) {
+        not_acted_on.push(w);
+    }
+    for w in &not_acted_on {
+        tracing::warn!("accepted but not acted on: {w}");
+    }
     let settings = RunSettings::of(
         &resolved,
         decisions.decides_settings,
@@ -128,6 +131,20 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         dataset_key,
     };
     Ok((p, inst, effective))
+}
+
+/// The assistant-text flag or variable a user gave when the scenario decides otherwise.
+fn assistant_not_acted_on(rp: &RunPlan, d: &scenario::Decisions, info: &Info) -> Option<String> {
+    let decided = match d.assistant_text? {
+        scenario::AssistantText::Recorded => dataset::AssistantMode::Recorded,
+        scenario::AssistantText::Live => dataset::AssistantMode::Live,
+    };
+    (rp.mode_given && rp.mode != decided).then(|| {
+        format!(
+            "--recorded-assistant / *_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES: the scenario {} decides the assistant text ({decided:?}), as its reference does",
+            info.name
+        )
+    })
 }
 
 /// Where each resolved setting came from: the flags and environment as [`RunPlan::sources`] says,
