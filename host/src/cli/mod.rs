@@ -15,6 +15,7 @@ use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 pub mod merge;
 pub mod report;
 pub mod run;
+mod run_plan;
 pub mod sweep;
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.

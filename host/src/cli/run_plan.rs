@@ -1,0 +1,648 @@
+//! Flags and environment into a [`RunPlan`]: the settings handed to the scenario (each with its
+//! source), the client's configuration, the graces and intervals; every value checked where it is
+//! given, each error naming the flag or variable and how to fix it.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+
+use super::run::RunArgs;
+use crate::client::{ClientConfig, RequestBody, RoutingHeaders};
+use crate::dataset::{self, AssistantMode};
+use crate::run::{positive_secs, DatasetSource, RunPlan, MAX_SECS};
+use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
+use crate::scenario::types::{Setting, Value};
+
+/// An environment variable under its agentx name or its aiperf name: `(name, value)`.
+fn env_var(suffix: &str) -> Option<(String, String)> {
+    for prefix in ["AGENTX_", "AIPERF_"] {
+        let k = format!("{prefix}{suffix}");
+        if let Ok(v) = std::env::var(&k) {
+            if !v.trim().is_empty() {
+                return Some((k, v));
+            }
+        }
+    }
+    None
+}
+
+fn env_bool(suffix: &str) -> anyhow::Result<Option<bool>> {
+    match env_var(suffix) {
+        None => Ok(None),
+        Some((k, v)) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" => Ok(Some(false)),
+            _ => bail!("{k}={v:?} is not a boolean; use 1 or 0"),
+        },
+    }
+}
+
+/// `TCP_USER_TIMEOUT` when `AGENTX_HTTP_TCP_USER_TIMEOUT` / `AIPERF_HTTP_TCP_USER_TIMEOUT` is unset
+/// (aiperf's default): unacknowledged data for 30 s drops a dead connection.
+const DEFAULT_TCP_USER_TIMEOUT_MS: u64 = 30_000;
+
+/// The profiling grace when neither the flag nor the scenario gives one (aiperf's flag default).
+const DEFAULT_GRACE_S: u64 = 30;
+
+/// The environment a scenario may default, as the settings it sees: `(setting, variable after the
+/// AGENTX_/AIPERF_ prefix)`.
+const ENV_SETTINGS: [(&str, &str); 4] = [
+    ("http-tcp-user-timeout", "HTTP_TCP_USER_TIMEOUT"),
+    ("ui-realtime-metrics-enabled", "UI_REALTIME_METRICS_ENABLED"),
+    (
+        "dataset-configuration-timeout",
+        "DATASET_CONFIGURATION_TIMEOUT",
+    ),
+    (
+        "service-profile-configure-timeout",
+        "SERVICE_PROFILE_CONFIGURE_TIMEOUT",
+    ),
+];
+
+/// A grace as the scenario sees it: the seconds, or the text `inf`.
+fn seconds_value(parsed: Option<Duration>, given: &str) -> Value {
+    match parsed {
+        Some(d) => Value::Number(d.as_secs_f64()),
+        None => Value::Text(given.trim().to_ascii_lowercase()),
+    }
+}
+
+/// The session headers: `--session-header` and the `*_HTTP_X_*_FROM_CORRELATION_ID` switches.
+fn routing_headers(session_header: Option<&str>) -> anyhow::Result<RoutingHeaders> {
+    let mut r = RoutingHeaders::default();
+    if let Some(h) = session_header {
+        r.correlation = hyper::header::HeaderName::from_bytes(h.trim().as_bytes()).map_err(|_| {
+            anyhow!("--session-header {h:?} is not a valid HTTP header name; pass e.g. --session-header X-Session-ID")
+        })?;
+    }
+    for (switch, _) in crate::client::routing::SWITCHES {
+        if let Some(on) = env_bool(&format!("HTTP_{switch}"))? {
+            r.set(switch, on);
+        }
+    }
+    Ok(r)
+}
+
+/// The flags of aiperf's command line that this host accepts but does not act on with a 0.1.0
+/// (single-stream) scenario, each named with why; they are logged as warnings and recorded in the
+/// manifest.
+fn not_acted_on(a: &RunArgs) -> Vec<String> {
+    const TREES: &str = "it only has meaning for session-tree scenarios; a single-stream scenario";
+    let mut v = Vec::new();
+    if let Some(n) = a.warmup_requests_per_lane {
+        v.push(format!(
+            "--warmup-requests-per-lane {n}: {TREES} sends one warmup request per lane"
+        ));
+    }
+    if a.agentic_cache_warmup_duration.is_some() {
+        v.push(format!(
+            "--agentic-cache-warmup-duration: {TREES} has no cache-pressure stage"
+        ));
+    }
+    if a.system_idle_gap_cap_seconds.is_some() {
+        v.push(format!(
+            "--system-idle-gap-cap-seconds: {TREES} waits each recorded delay (see --trace-idle-gap-cap-seconds)"
+        ));
+    }
+    if a.burst_phase_starts {
+        v.push(format!(
+            "--burst-phase-starts: {TREES} starts every lane at the start of profiling already"
+        ));
+    }
+    if let Some(b) = &a.weka_nested_timestamp_basis {
+        v.push(format!(
+            "--weka-nested-timestamp-basis {b}: {TREES} does not replay subagent entries"
+        ));
+    }
+    if a.apply_chat_template {
+        v.push("--apply-chat-template: agentx does not render the model's chat template; the ISL of every record is the server's prompt_tokens (--use-server-token-count), which already counts it".to_string());
+    }
+    if a.no_gpu_telemetry {
+        v.push("--no-gpu-telemetry: agentx collects no GPU telemetry".to_string());
+    }
+    if a.tokenizer_trust_remote_code {
+        v.push("--tokenizer-trust-remote-code: agentx loads tokenizer.json files only and never runs a tokenizer's code".to_string());
+    }
+    v
+}
+
+fn parse_grace(flag: &str, v: &str) -> anyhow::Result<Option<Duration>> {
+    let t = v.trim();
+    if t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity") {
+        return Ok(None);
+    }
+    match t.parse::<f64>() {
+        Ok(x) if (0.0..=MAX_SECS).contains(&x) => Ok(Some(Duration::from_secs_f64(x))),
+        _ => bail!("{flag} {v:?} is not a number of seconds or `inf`; pass e.g. {flag} 30"),
+    }
+}
+
+impl RunPlan {
+    /// Merges flags and environment into the settings the scenario resolves, checking each value
+    /// where it is given.
+    pub fn resolve(a: &RunArgs) -> anyhow::Result<RunPlan> {
+        let demo = a.url.is_none();
+        let (dataset, loader) = dataset_of(a, demo)?;
+        let extra = extra_inputs(a)?;
+        let mut g = given(a, demo, &dataset, loader, &extra)?;
+        let (grace, warmup_grace) = graces(a, &mut g)?;
+        let trace_idle_cap = a
+            .trace_idle_gap_cap_seconds
+            .map(|c| positive_secs("--trace-idle-gap-cap-seconds", c))
+            .transpose()?;
+        if let Some(b) = &a.weka_nested_timestamp_basis {
+            if !matches!(b.as_str(), "auto" | "absolute" | "relative") {
+                bail!("--weka-nested-timestamp-basis {b:?} is not auto, absolute or relative");
+            }
+        }
+        if let Some(d) = a.agentic_cache_warmup_duration {
+            positive_secs("--agentic-cache-warmup-duration", d)?;
+        }
+        if let Some(c) = a.system_idle_gap_cap_seconds {
+            positive_secs("--system-idle-gap-cap-seconds", c)?;
+        }
+        let not_acted_on = not_acted_on(a);
+        let (client, url) = client_config(a)?;
+        if let Some(f) = a.failed_request_threshold {
+            if !(0.0..=1.0).contains(&f) {
+                bail!("--failed-request-threshold {f} is outside 0..1; pass a fraction, e.g. 0.05");
+            }
+        }
+        let live_env = env_bool("DATASET_WEKA_LIVE_ASSISTANT_RESPONSES")?;
+        let mode_given = a.recorded_assistant || live_env.is_some();
+        let live = match live_env {
+            Some(b) => b && !a.recorded_assistant,
+            None => !a.recorded_assistant,
+        };
+        let (stats_interval, warmup_progress_interval, scrape_interval) = intervals(a)?;
+        Ok(RunPlan {
+            scrape_interval,
+            session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
+            sources: g.sources,
+            required_metric_prefix: env_var("REQUIRED_SERVER_METRIC_PREFIX"),
+            warmup_progress_interval,
+            trace_idle_cap,
+            not_acted_on,
+            tree_flags: crate::run::TreeFlags {
+                burst: a.burst_phase_starts,
+                pressure: match (a.warmup_requests_per_lane, a.agentic_cache_warmup_duration) {
+                    (Some(n), _) => Some(crate::replay::sched::Pressure::RequestsPerLane(n)),
+                    (None, Some(d)) => Some(crate::replay::sched::Pressure::Duration(
+                        Duration::from_secs_f64(d),
+                    )),
+                    (None, None) => None,
+                },
+            },
+            demo,
+            concurrency_list: g.concurrency_list,
+            url,
+            model: a.model.clone(),
+            dataset,
+            loader,
+            settings: g.settings,
+            extra,
+            grace,
+            warmup_grace,
+            mode: if live {
+                AssistantMode::Live
+            } else {
+                AssistantMode::Recorded
+            },
+            mode_given,
+            use_server_token_count: !a.client_token_count,
+            overflow_phrases_env: g.overflow_phrases_env,
+            client,
+            stats_interval,
+        })
+    }
+}
+
+/// The settings handed to the scenario, with where each came from, and what the CLI learned on
+/// the way.
+#[derive(Default)]
+struct Given {
+    demo: bool,
+    settings: Vec<Setting>,
+    sources: Vec<(String, &'static str)>,
+    concurrency_list: Option<String>,
+    overflow_phrases_env: Option<Vec<String>>,
+}
+
+impl Given {
+    /// A setting: explicit ones are the user's (a flag, or the variables that set the overflow
+    /// rule), the others a demo's.
+    fn put(&mut self, name: &str, value: Value, explicit: bool) {
+        let source = match (explicit, name) {
+            (false, _) => "demo",
+            (true, "context-overflow-substrings" | "context-overflow-rate-limit") => "environment",
+            (true, _) => "flag",
+        };
+        if explicit || self.demo {
+            self.sources.push((name.to_string(), source));
+        }
+        self.settings.push(Setting {
+            name: name.to_string(),
+            value,
+            explicit,
+        })
+    }
+}
+
+/// The endpoint and dataset flags checked, and the dataset with the loader name the scenario sees.
+fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'static str)> {
+    if a.endpoint_type != "chat" {
+        bail!(
+            "--endpoint-type {} is not supported; agentx replays chat sessions: use --endpoint-type chat",
+            a.endpoint_type
+        );
+    }
+    if let Some(t) = &a.custom_dataset_type {
+        if t != "weka_trace" {
+            bail!(
+                "--custom-dataset-type {t} is not supported; use --custom-dataset-type weka_trace"
+            );
+        }
+    }
+    let (dataset, loader) = match (&a.dataset, &a.public_dataset, &a.input_file) {
+        (Some(d), _, _) => {
+            let public = dataset::alias::lookup(d).is_some() && !Path::new(d).exists();
+            (
+                DatasetSource::Spec(d.clone()),
+                if public {
+                    "semianalysis_cc_traces_weka"
+                } else {
+                    "weka_trace"
+                },
+            )
+        }
+        (None, Some(p), _) => {
+            if dataset::alias::lookup(p).is_none() {
+                bail!(
+                    "--public-dataset {p} is not a known corpus; known names: {}",
+                    dataset::alias::known_names()
+                );
+            }
+            (DatasetSource::Spec(p.clone()), "semianalysis_cc_traces_weka")
+        }
+        (None, None, Some(f)) => (
+            DatasetSource::Spec(f.display().to_string()),
+            "weka_trace",
+        ),
+        (None, None, None) if demo => (DatasetSource::Bundled, "weka_trace"),
+        (None, None, None) => bail!(
+            "no dataset: pass --public-dataset semianalysis_cc_traces_weka_062126 (InferenceX's current corpus), --input-file traces.jsonl --custom-dataset-type weka_trace, or --dataset PATH|NAME"
+        ),
+    };
+
+    Ok((dataset, loader))
+}
+
+/// `--extra-inputs` as body fields (a value that parses as JSON is JSON).
+fn extra_inputs(a: &RunArgs) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let mut extra: Vec<(String, serde_json::Value)> = Vec::new();
+    for kv in &a.extra_inputs {
+        let Some((k, v)) = kv.split_once(':') else {
+            bail!(
+                "--extra-inputs {kv:?} is not KEY:VALUE; pass e.g. --extra-inputs ignore_eos:true"
+            );
+        };
+        let k = k.trim();
+        if k.is_empty() {
+            bail!("--extra-inputs {kv:?} has an empty key");
+        }
+        if RequestBody::RESERVED.contains(&k) {
+            bail!(
+                "--extra-inputs {k}:... would replace a field agentx sets itself ({}); remove it",
+                RequestBody::RESERVED.join(", ")
+            );
+        }
+        let val = serde_json::from_str(v.trim())
+            .unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
+        extra.retain(|(old, _)| old != k);
+        extra.push((k.to_string(), val));
+    }
+
+    Ok(extra)
+}
+
+/// The core settings of the run (lanes, duration, seed, start ratios, dataset, the locked
+/// options, the overflow rule's variables).
+fn given(
+    a: &RunArgs,
+    demo: bool,
+    dataset: &DatasetSource,
+    loader: &'static str,
+    extra: &[(String, serde_json::Value)],
+) -> anyhow::Result<Given> {
+    let mut g = Given {
+        demo,
+        ..Given::default()
+    };
+    let mut put = |name: &str, value: Value, explicit: bool| g.put(name, value, explicit);
+    let mut concurrency_list = None;
+    match &a.concurrency {
+        Some(c) => {
+            let list: Result<Vec<i64>, _> = c.split(',').map(|x| x.trim().parse::<i64>()).collect();
+            let list = list.map_err(|_| {
+                anyhow!("--concurrency {c:?} is not a number of lanes; pass e.g. --concurrency 16")
+            })?;
+            if list.len() > 1 {
+                concurrency_list = Some(c.clone());
+            }
+            put("concurrency", Value::Integers(list), true);
+        }
+        None if demo => put(
+            "concurrency",
+            Value::Integers(vec![DEMO_CONCURRENCY]),
+            false,
+        ),
+        None => {}
+    }
+    match a.benchmark_duration {
+        Some(d) => put("benchmark-duration", Value::Number(d), true),
+        None if demo => put("benchmark-duration", Value::Number(DEMO_DURATION_S), false),
+        None => {}
+    }
+    if let Some(seed) = a.random_seed {
+        if seed > i64::MAX as u64 {
+            bail!(
+                "--random-seed {seed} is too large; pass a seed from 0 to {}",
+                i64::MAX
+            );
+        }
+        put("random-seed", Value::Integer(seed as i64), true);
+    }
+    let unsafe_override = a.unsafe_override || demo;
+    put(
+        "unsafe-override",
+        Value::Flag(unsafe_override),
+        a.unsafe_override,
+    );
+    if let Some(x) = a.trajectory_start_min_ratio {
+        put("trajectory-start-min-ratio", Value::Number(x), true);
+    }
+    if let Some(x) = a.trajectory_start_max_ratio {
+        put("trajectory-start-max-ratio", Value::Number(x), true);
+    }
+    put("loader", Value::Text(loader.to_string()), true);
+    // The corpus by name, for scenarios that allow some public corpora and not others.
+    if let DatasetSource::Spec(spec) = dataset {
+        if let Some(alias) = dataset::alias::lookup(spec).filter(|_| loader != "weka_trace") {
+            put("public-dataset", Value::Text(alias.name.to_string()), true);
+        }
+    }
+    if let Some(t) = &a.cache_bust {
+        put("cache-bust", Value::Text(t.clone()), true);
+    }
+    if let Some(c) = a.inter_turn_delay_cap_seconds {
+        put("inter-turn-delay-cap-seconds", Value::Number(c), true);
+    }
+    if let Some(c) = a.system_idle_gap_cap_seconds {
+        put("system-idle-gap-cap-seconds", Value::Number(c), true);
+    }
+    if let Some(b) = a.use_think_time_only {
+        put("use-think-time-only", Value::Flag(b), true);
+    }
+    if a.ignore_trace_delays {
+        put("ignore-trace-delays", Value::Flag(true), true);
+    }
+    if let Some(x) = a.synthesis_max_isl {
+        put("synthesis-max-isl", Value::Integer(x), true);
+    }
+    if let Some(x) = a.request_rate {
+        put("request-rate", Value::Number(x), true);
+    }
+    if let Some(x) = &a.arrival_pattern {
+        put("arrival-pattern", Value::Text(x.clone()), true);
+    }
+    if let Some(x) = a.user_centric_rate {
+        put("user-centric-rate", Value::Number(x), true);
+    }
+    if let Some(x) = a.request_rate_ramp_duration {
+        put("request-rate-ramp-duration", Value::Number(x), true);
+    }
+    if a.fixed_schedule {
+        put("fixed-schedule", Value::Flag(true), true);
+    }
+    if let Some((_, v)) = extra.iter().find(|(k, _)| k == "ignore_eos") {
+        match v.as_bool() {
+            Some(b) => put("ignore-eos", Value::Flag(b), true),
+            None => bail!("--extra-inputs ignore_eos:{v} is not true or false"),
+        }
+    }
+    let mut overflow_phrases_env = None;
+    if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS") {
+        let list: Vec<String> = match serde_json::from_str::<Vec<String>>(&v) {
+            Ok(l) => l,
+            Err(_) => v
+                .split(',')
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
+        };
+        tracing::info!("{k} sets the context-overflow phrases");
+        put(
+            "context-overflow-substrings",
+            Value::Texts(list.clone()),
+            true,
+        );
+        overflow_phrases_env = Some(list);
+    }
+    if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_RATE_LIMIT") {
+        let x: f64 = v
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("{k}={v:?} is not a fraction; use e.g. 0.01"))?;
+        put("context-overflow-rate-limit", Value::Number(x), true);
+    }
+
+    g.concurrency_list = concurrency_list;
+    g.overflow_phrases_env = overflow_phrases_env;
+    Ok(g)
+}
+
+/// The graces (as the flags say them, for a scenario that does not decide them) and the settings
+/// of the warmup, the threshold, the idle cap, burst, entries, slices, counts, the stats interval
+/// and the environment a scenario may default.
+fn graces(a: &RunArgs, g: &mut Given) -> anyhow::Result<(Option<Duration>, Option<Duration>)> {
+    let grace = match &a.benchmark_grace_period {
+        Some(g) => parse_grace("--benchmark-grace-period", g)?,
+        None => Some(Duration::from_secs(DEFAULT_GRACE_S)),
+    };
+    let warmup_given = a
+        .agentic_warmup_grace_period
+        .as_ref()
+        .map(|g| ("--agentic-warmup-grace-period", g))
+        .or(a
+            .warmup_grace_period
+            .as_ref()
+            .map(|g| ("--warmup-grace-period", g)));
+    let warmup_grace = match (warmup_given, a.agentic_cache_warmup_duration) {
+        (Some((flag, g)), _) => parse_grace(flag, g)?,
+        // With a cache-pressure stage of D seconds and no warmup grace given, aiperf's default:
+        // the profiling grace, or min(D, 300 s) if longer.
+        (None, Some(d)) => grace.map(|g| g.max(Duration::from_secs_f64(d.clamp(0.0, 300.0)))),
+        (None, None) => None,
+    };
+    if let Some(given) = &a.benchmark_grace_period {
+        g.put("benchmark-grace-period", seconds_value(grace, given), true);
+    }
+    if let Some((_, given)) = warmup_given {
+        g.put(
+            "warmup-grace-period",
+            seconds_value(warmup_grace, given),
+            true,
+        );
+    }
+    if let Some(f) = a.failed_request_threshold {
+        g.put("failed-request-threshold", Value::Number(f), true);
+    }
+    if let Some(n) = a.warmup_requests_per_lane {
+        g.put(
+            "warmup-requests-per-lane",
+            Value::Integer(n.min(i64::MAX as u64) as i64),
+            true,
+        );
+    }
+    if let Some(d) = a.agentic_cache_warmup_duration {
+        g.put("agentic-cache-warmup-duration", Value::Number(d), true);
+    }
+    if let Some(c) = a.trace_idle_gap_cap_seconds {
+        g.put("trace-idle-gap-cap-seconds", Value::Number(c), true);
+    }
+    if a.burst_phase_starts {
+        g.put("burst-phase-starts", Value::Flag(true), true);
+    }
+    if let Some(n) = a.num_dataset_entries {
+        g.put(
+            "num-dataset-entries",
+            Value::Integer(n.min(i64::MAX as usize) as i64),
+            true,
+        );
+    }
+    if let Some(x) = a.slice_duration {
+        g.put("slice-duration", Value::Number(x), true);
+    }
+    if a.use_server_token_count || a.client_token_count {
+        g.put(
+            "use-server-token-count",
+            Value::Flag(!a.client_token_count),
+            true,
+        );
+    }
+    if let Some(x) = a.stats_interval {
+        g.put("stats-interval", Value::Number(x), true);
+    }
+    for (setting, suffix) in ENV_SETTINGS {
+        if let Some((k, v)) = env_var(suffix) {
+            let t = v.trim().to_ascii_lowercase();
+            let value = match (setting.ends_with("-enabled"), t.as_str()) {
+                (true, "true" | "1" | "yes" | "on") => Value::Flag(true),
+                (true, "false" | "0" | "no" | "off") => Value::Flag(false),
+                (true, _) => bail!("{k}={v:?} is not a boolean; use 1 or 0"),
+                (false, _) => Value::Number(
+                    t.parse()
+                        .map_err(|_| anyhow!("{k}={v:?} is not a number; use e.g. {k}=1800"))?,
+                ),
+            };
+            g.settings.push(Setting {
+                name: setting.to_string(),
+                value,
+                explicit: true,
+            });
+            g.sources.push((setting.to_string(), "environment"));
+        }
+    }
+    Ok((grace, warmup_grace))
+}
+
+/// The client's configuration: routing headers, TCP user timeout, keep-alive, API key, the base
+/// URL as understood, timeouts, reuse; and that URL.
+fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> {
+    let routing = routing_headers(a.session_header.as_deref())?;
+    let tcp_user_timeout = match env_var("HTTP_TCP_USER_TIMEOUT") {
+        None => Some(Duration::from_millis(DEFAULT_TCP_USER_TIMEOUT_MS)),
+        Some((k, v)) => match v.trim().parse::<u64>() {
+            Ok(ms) if (1..=1_000_000).contains(&ms) => Some(Duration::from_millis(ms)),
+            _ => bail!(
+                "{k}={v:?} is not a number of milliseconds from 1 to 1000000; use e.g. {k}=900000"
+            ),
+        },
+    };
+    let keepalive = match (a.http_keepalive_timeout, env_var("HTTP_KEEPALIVE_TIMEOUT")) {
+        (Some(x), _) => positive_secs("--http-keepalive-timeout", x)?,
+        (None, Some((k, v))) => {
+            let x: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| anyhow!("{k}={v:?} is not a number of seconds"))?;
+            positive_secs(&k, x)?
+        }
+        (None, None) => Duration::from_secs(300),
+    };
+    let api_key = std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty());
+    let url = match &a.url {
+        Some(u) => {
+            let b = crate::client::base_url(u, &a.endpoint)?;
+            if let Some(n) = &b.note {
+                tracing::info!("{n}");
+            }
+            Some(b.url)
+        }
+        None => None,
+    };
+    let client = ClientConfig {
+        url: url.clone().unwrap_or_default(),
+        endpoint: a.endpoint.clone(),
+        api_key,
+        idle_timeout: keepalive,
+        connect_timeout: positive_secs("--connect-timeout-seconds", a.connect_timeout_seconds)?,
+        request_timeout: positive_secs("--request-timeout-seconds", a.request_timeout_seconds)?,
+        http2: a.http2,
+        routing,
+        reuse: a.connection_reuse_strategy,
+        tcp_user_timeout,
+    };
+    Ok((client, url))
+}
+
+/// The stats interval, the warmup heartbeat and the server-metrics scrape interval.
+#[allow(clippy::type_complexity)]
+fn intervals(
+    a: &RunArgs,
+) -> anyhow::Result<(Option<Duration>, Option<Duration>, Option<Duration>)> {
+    let stats_interval = match a.stats_interval {
+        Some(0.0) => None,
+        Some(x) => Some(positive_secs("--stats-interval", x)?),
+        None if std::io::stderr().is_terminal() => Some(Duration::from_secs(5)),
+        None => Some(Duration::from_secs(30)),
+    };
+    let warmup_progress_interval = match env_var("SERVICE_WARMUP_PROGRESS_LOG_INTERVAL") {
+        None => Some(Duration::from_secs(30)),
+        Some((k, v)) => match v.trim().parse::<f64>() {
+            Ok(0.0) => None,
+            Ok(x) => Some(positive_secs(&k, x)?),
+            Err(_) => bail!("{k}={v:?} is not a number of seconds (0 turns the heartbeat off)"),
+        },
+    };
+    let scrape_interval = env_var("SERVER_METRICS_COLLECTION_INTERVAL")
+        .map(|(k, v)| crate::client::scrape::parse_interval(&k, &v))
+        .transpose()?;
+    Ok((stats_interval, warmup_progress_interval, scrape_interval))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graces_are_seconds_or_inf() {
+        assert_eq!(parse_grace("--g", "inf").unwrap(), None);
+        assert_eq!(parse_grace("--g", "0").unwrap(), Some(Duration::ZERO));
+        for v in ["1e300", "1e19", "-1", "NaN"] {
+            assert!(parse_grace("--g", v).is_err(), "{v}");
+        }
+    }
+}
