@@ -22,7 +22,7 @@ pub mod types {
     };
 }
 
-super::shared_conversions!(v2);
+super::shared::shared_conversions!(v2);
 
 /// A run's outcome with the 0.2.0 world's metric coverage (TTFT and ITL; 0.2.0 has no content share).
 pub(super) fn outcome(o: v1::Outcome, coverage: super::TreeCoverage) -> v2::Outcome {

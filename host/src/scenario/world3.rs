@@ -17,7 +17,7 @@ pub(super) mod bindings {
 
 use bindings::exports::agentx::scenario::policy as v3;
 
-super::shared_conversions!(v3);
+super::shared::shared_conversions!(v3);
 
 pub(super) fn tree(t: &t2::Tree) -> v3::Tree {
     v3::Tree {

@@ -1,0 +1,82 @@
+//! What a scenario decides beyond its settings ([`Decisions`], with what a component of an earlier
+//! world stands for), the settings a 0.3.0 component must answer ([`REPLAY_SETTINGS`]), and the
+//! coverage its validity sees ([`TreeCoverage`]).
+
+use super::World;
+
+/// What the assistant text of a request's earlier turns is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssistantText {
+    Recorded,
+    Live,
+}
+
+/// The decisions a 0.3.0 component makes that the earlier worlds leave to the host, with the
+/// values a component of an earlier world stands for ([`Decisions::of_world`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decisions {
+    /// The assistant text; `None`: the host's flag and environment decide (0.1.0).
+    pub assistant_text: Option<AssistantText>,
+    /// `X-Session-Affinity` unless the environment switch says otherwise.
+    pub session_affinity_header: bool,
+    /// Without `--model`, take the single model `/v1/models` lists.
+    pub discover_model: bool,
+    /// The warmup rows' `phase_name` in the exports; `None`: no name.
+    pub warmup_phase_name: Option<String>,
+    /// The component answered every replay setting ([`REPLAY_SETTINGS`]); the host then has no
+    /// default of its own for them.
+    pub decides_settings: bool,
+}
+
+impl Decisions {
+    /// What a component of `world` stands for, 0.3.0 aside (its rules say): 0.1.0 leaves the
+    /// assistant text to the host; 0.2.0 replays session trees with the recorded text, as aiperf
+    /// 0.13 does (agentx-v1.md §2.3); both send `X-Session-Affinity` as aiperf 0.13 does, need
+    /// `--model`, and name the warmup rows `warmup`.
+    pub fn of_world(world: World) -> Decisions {
+        Decisions {
+            assistant_text: (world != World::V0_1).then_some(AssistantText::Recorded),
+            session_affinity_header: true,
+            discover_model: false,
+            warmup_phase_name: Some("warmup".to_string()),
+            decides_settings: false,
+        }
+    }
+}
+
+/// The settings that shape a replay, which a 0.3.0 component must decide (`wit/v0.3`).
+pub const REPLAY_SETTINGS: [&str; 23] = [
+    "concurrency",
+    "benchmark-duration",
+    "benchmark-grace-period",
+    "trajectory-start-min-ratio",
+    "trajectory-start-max-ratio",
+    "cache-bust",
+    "inter-turn-delay-cap-seconds",
+    "use-think-time-only",
+    "ignore-trace-delays",
+    "ignore-eos",
+    "unsafe-override",
+    "context-overflow-rate-limit",
+    "failed-request-threshold",
+    "warmup-requests-per-lane",
+    "agentic-cache-warmup-duration",
+    "warmup-grace-period",
+    "trace-idle-gap-cap-seconds",
+    "system-idle-gap-cap-seconds",
+    "burst-phase-starts",
+    "num-dataset-entries",
+    "slice-duration",
+    "use-server-token-count",
+    "stats-interval",
+];
+
+/// The profiling phase's configured seconds and the shares of it the TTFT, ITL and streamed
+/// content timelines cover (none when they could not be computed).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TreeCoverage {
+    pub profiling_seconds: f64,
+    pub ttft: Option<f64>,
+    pub itl: Option<f64>,
+    pub content: Option<f64>,
+}
