@@ -18,4 +18,5 @@ mod shard;
 mod sim;
 mod support;
 mod sweep;
+mod tree_fidelity;
 mod tree_run;
