@@ -727,7 +727,7 @@ fn tree_streams_keep_the_recorded_history_until_their_first_live_reply() {
         let mut before = 0;
         while !c.is_final() {
             // Every other turn goes unanswered (a failed request): its recorded text stays.
-            let reply = (c.turn() % 2 == 0).then_some("a live reply");
+            let reply = c.turn().is_multiple_of(2).then_some("a live reply");
             let info = c.advance(reply).unwrap();
             r.advance(None).unwrap();
             let m = c.messages(None);
