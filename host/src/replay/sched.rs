@@ -591,63 +591,7 @@ impl Sched {
             conv,
             session,
         };
-        let sh = self.sh.clone();
-        self.tasks.spawn(async move {
-            let spare = job.session.clone();
-            let (who, conv_id) = (
-                (job.lane, job.gen, job.stream, job.turn, job.stage),
-                job.conv_id,
-            );
-            let (num_turns, max_tokens, intended) = (job.num_turns, job.max_tokens, job.intended);
-            let (prefix, source_idx) = (job.prefix, job.source_idx);
-            let recorded = AtomicBool::new(false);
-            let fut = request(sh.clone(), job, &recorded);
-            tokio::pin!(fut);
-            match (CatchPanic { fut: fut.as_mut() }).await {
-                Ok(d) => d,
-                Err(cause) => {
-                    // The task's request becomes a failed record with the panic as its cause, and
-                    // the stream ends: its tree drains and every count it held is released.
-                    let cause = format!("the request task panicked: {cause}");
-                    tracing::error!("{cause}; stream {conv_id} ends here");
-                    if !recorded.load(Ordering::Relaxed) {
-                        let mut rec = super::failed_record(
-                            &sh,
-                            &spare,
-                            super::FailedRequest {
-                                trace_id: conv_id,
-                                turn: who.3,
-                                num_turns,
-                                max_tokens,
-                                phase: who.4.phase(),
-                                intended,
-                                kind: "panic",
-                                message: cause.clone(),
-                            },
-                        );
-                        if let Some(t) = rec.tree.as_mut() {
-                            (t.prefix_hit_blocks, t.prefix_total_blocks) = prefix;
-                            (t.source_outer_idx, t.source_inner_idx) = source_idx;
-                        }
-                        super::account(&sh, &rec);
-                        sh.records.send(rec);
-                    }
-                    sh.client.end_session(&spare.correlation_id);
-                    Done {
-                        lane: who.0,
-                        gen: who.1,
-                        stream: who.2,
-                        turn: who.3,
-                        stage: who.4,
-                        overflow: false,
-                        failed: Some(cause),
-                        end: Instant::now(),
-                        next: None,
-                        session: spare,
-                    }
-                }
-            }
-        });
+        self.tasks.spawn(guarded(self.sh.clone(), job));
     }
 
     /// A response came back: the stream moves on, spawns and joins follow, held turns are
@@ -899,6 +843,63 @@ fn tree_conversation(
     sh.synth
         .conversation(traj, turn as usize, sh.cfg.mode)
         .map(Conversation::with_recorded_history)
+}
+
+/// Runs a job's request. A panic in it becomes a failed record with the panic as its cause, and
+/// the stream ends: its tree drains and every count it held is released.
+async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
+    let spare = job.session.clone();
+    let (who, conv_id) = (
+        (job.lane, job.gen, job.stream, job.turn, job.stage),
+        job.conv_id,
+    );
+    let (num_turns, max_tokens, intended) = (job.num_turns, job.max_tokens, job.intended);
+    let (prefix, source_idx) = (job.prefix, job.source_idx);
+    let recorded = AtomicBool::new(false);
+    let fut = request(sh.clone(), job, &recorded);
+    tokio::pin!(fut);
+    match (CatchPanic { fut: fut.as_mut() }).await {
+        Ok(d) => d,
+        Err(cause) => {
+            let cause = format!("the request task panicked: {cause}");
+            tracing::error!("{cause}; stream {conv_id} ends here");
+            if !recorded.load(Ordering::Relaxed) {
+                let mut rec = super::failed_record(
+                    &sh,
+                    &spare,
+                    super::FailedRequest {
+                        trace_id: conv_id,
+                        turn: who.3,
+                        num_turns,
+                        max_tokens,
+                        phase: who.4.phase(),
+                        intended,
+                        kind: "panic",
+                        message: cause.clone(),
+                    },
+                );
+                if let Some(t) = rec.tree.as_mut() {
+                    (t.prefix_hit_blocks, t.prefix_total_blocks) = prefix;
+                    (t.source_outer_idx, t.source_inner_idx) = source_idx;
+                }
+                super::account(&sh, &rec);
+                sh.records.send(rec);
+            }
+            sh.client.end_session(&spare.correlation_id);
+            Done {
+                lane: who.0,
+                gen: who.1,
+                stream: who.2,
+                turn: who.3,
+                stage: who.4,
+                overflow: false,
+                failed: Some(cause),
+                end: Instant::now(),
+                next: None,
+                session: spare,
+            }
+        }
+    }
 }
 
 /// Sends a job's request and builds the stream's next conversation while its delay runs. Sets
