@@ -684,6 +684,76 @@ fn live_mode_threads_replies_and_skips_assistant_segments() {
     assert!(resets > 0);
 }
 
+/// Session-tree streams in live mode keep the recorded history up to their first live reply: a
+/// stream started mid-trace, and the history rebuilt after a reset, carry the recorded assistant
+/// text and so exactly the turn's recorded prompt length (as aiperf's `DELTAS_WITH_RESPONSES`
+/// back-fill, docs/agentx-v1-reference.md P3); a real reply replaces the recorded text of the turn
+/// it answers, and a turn with no reply keeps it.
+#[test]
+fn tree_streams_keep_the_recorded_history_until_their_first_live_reply() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = Dataset::open_path(&fixture("traces-24.jsonl"), &opts(cache.path())).unwrap();
+    let s = PromptSynth::new(3);
+    let (mut started, mut rebuilt, mut replaced, mut kept) = (0, 0, 0, 0);
+    for traj in ds.trajectories() {
+        for start in 1..traj.num_turns() {
+            let recorded = s
+                .conversation(traj, start, AssistantMode::Recorded)
+                .unwrap();
+            let c = s
+                .conversation(traj, start, AssistantMode::Live)
+                .unwrap()
+                .with_recorded_history();
+            assert_eq!(
+                c.prompt_words(),
+                recorded.prompt_words(),
+                "{} {start}",
+                traj.id()
+            );
+            assert_eq!(c.messages(None), recorded.messages(None));
+            started += 1;
+        }
+        let mut c = s
+            .conversation(traj, 0, AssistantMode::Live)
+            .unwrap()
+            .with_recorded_history();
+        let mut r = s.conversation(traj, 0, AssistantMode::Recorded).unwrap();
+        let mut live_replies = 0;
+        let recorded_text = |m: &[agentx::dataset::Message]| {
+            m.iter()
+                .filter(|m| m.role == "assistant" && m.content != "a live reply")
+                .count()
+        };
+        let mut before = 0;
+        while !c.is_final() {
+            // Every other turn goes unanswered (a failed request): its recorded text stays.
+            let reply = c.turn().is_multiple_of(2).then_some("a live reply");
+            let info = c.advance(reply).unwrap();
+            r.advance(None).unwrap();
+            let m = c.messages(None);
+            let answered = m.iter().filter(|m| m.content == "a live reply").count();
+            if info.reset {
+                // Rebuilt from the trace: the recorded history, the live replies dropped.
+                assert_eq!(m, r.messages(None), "{} turn {}", traj.id(), c.turn());
+                assert_eq!(c.prompt_words(), r.prompt_words());
+                assert_eq!(answered, 0);
+                live_replies = 0;
+                rebuilt += 1;
+            } else {
+                live_replies += usize::from(reply.is_some());
+                assert_eq!(answered, live_replies);
+                replaced += usize::from(reply.is_some());
+                if reply.is_none() {
+                    kept += usize::from(recorded_text(&m) > before);
+                }
+            }
+            before = recorded_text(&m);
+            assert_eq!(m.last().unwrap().role, "user");
+        }
+    }
+    assert!(started > 0 && rebuilt > 0 && replaced > 0 && kept > 0);
+}
+
 /// Live mode reuses the JSON of the messages already sent; every turn's bytes must equal a fresh
 /// synthesis of the same history, whether written into one buffer or handed out as shared pieces
 /// (whose number stays bounded however long the session runs).

@@ -19,4 +19,5 @@ mod shard;
 mod sim;
 mod support;
 mod sweep;
+mod tree_fidelity;
 mod tree_run;

@@ -48,8 +48,8 @@ use std::time::Instant;
 pub use cache::{CacheKey, Outcome};
 pub use error::{DatasetError, Location};
 pub use prompt::{
-    sendable_starts, AssistantMode, CacheBust, Conversation, Message, Placement, PromptSynth, Role,
-    StepInfo,
+    sendable_starts, AssistantMode, CacheBust, Conversation, Message, Placement, PromptError,
+    PromptSynth, Role, StepInfo,
 };
 pub use tokens::TokenCounter;
 pub use view::{Dataset, HashIds, Trajectory, Turn};

@@ -21,6 +21,13 @@
 //! and user segments of turns 0..=k. A context reset rebuilds the history from the trace (live replies are
 //! dropped). A turn whose user delta is empty cannot start a session in this mode
 //! ([`sendable_starts`]), as in aiperf; mid-session such a turn still ends with a user message (above).
+//!
+//! Session trees ([`Conversation::with_recorded_history`]): in live mode the history a stream did not
+//! see answered live (the back-filled turns of a stream started mid-trace, the history rebuilt after a
+//! reset, a turn whose reply did not come back) keeps the recorded assistant text, so a stream's first
+//! request carries its full recorded prefix; only a real live reply takes the place of the recorded
+//! text of the turn it answers (aiperf 0.13 always sends the recorded text in tree replays:
+//! docs/agentx-v1-reference.md P3).
 
 use bytes::Bytes;
 
@@ -349,6 +356,9 @@ pub struct Conversation<'a> {
     st: Structure<'a>,
     /// Live mode only: the messages as sent.
     live: Vec<Msg>,
+    /// Live mode: history not answered live keeps its recorded assistant segments
+    /// ([`Conversation::with_recorded_history`]).
+    recorded_history: bool,
     /// Bumped whenever `live` is rebuilt rather than extended.
     gen: u64,
     json_cache: std::cell::RefCell<JsonCache>,
@@ -380,6 +390,7 @@ impl<'a> Conversation<'a> {
             mode,
             st,
             live: Vec::new(),
+            recorded_history: false,
             gen: 0,
             json_cache: Default::default(),
             last,
@@ -391,15 +402,27 @@ impl<'a> Conversation<'a> {
     fn rebuild_live(&mut self) {
         self.gen += 1;
         if self.mode == AssistantMode::Live {
+            let keep_assistant = self.recorded_history;
             self.live = self
                 .st
                 .segs
                 .iter()
-                .filter(|s| s.role != Role::Assistant)
+                .filter(|s| keep_assistant || s.role != Role::Assistant)
                 .cloned()
                 .map(Msg::Blocks)
                 .collect();
         }
+    }
+
+    /// A session-tree stream's conversation: in live mode, the history no live reply answered (the
+    /// turns before the start, the history rebuilt after a reset, a turn whose request failed) keeps
+    /// the recorded assistant text, and only real replies replace it. Recorded mode is unchanged.
+    pub fn with_recorded_history(mut self) -> Self {
+        if !self.recorded_history {
+            self.recorded_history = true;
+            self.rebuild_live();
+        }
+        self
     }
 
     /// The current turn (the request these messages are for).
@@ -461,9 +484,11 @@ impl<'a> Conversation<'a> {
             let segs = &self.st.segs;
             if !info.reset && segs.len() >= expected.len() && segs[..expected.len()] == expected[..]
             {
+                // The recorded answer stays when no live one replaces it (trees only).
+                let keep_assistant = self.recorded_history && live_reply.is_none();
                 let added: Vec<Msg> = segs[expected.len()..]
                     .iter()
-                    .filter(|s| s.role == Role::User)
+                    .filter(|s| keep_assistant || s.role == Role::User)
                     .cloned()
                     .map(Msg::Blocks)
                     .collect();

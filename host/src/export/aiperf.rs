@@ -65,6 +65,56 @@ pub struct RunInfo {
     pub prefix_stamps: HashMap<String, Vec<(u32, u32)>>,
     /// `metadata.dataset`: the public corpus's provenance (`None` for local files).
     pub dataset: Option<Json>,
+    /// How `profile_export.jsonl` names the phases (the reference the run follows).
+    pub warmup_naming: WarmupNaming,
+}
+
+/// How `profile_export.jsonl` names the warmup phase: the one place that choice lives. In both
+/// references the agentic warmup is synthesized outside the declared phases, so it has no
+/// `phase_index` and no `profiling_index`, `phase_kind` is `warmup`, and the profiling phase (the
+/// only declared one) has `phase_index` 0, `profiling_index` 0 and `phase_name` `profiling`
+/// (aiperf 0.13.0.dev20261023 timing/config.py:177-203 and 617-676, config/flags/converter.py:531-533;
+/// agentx-harness 1.0.12 timing/config.py:166-191 and 644-666). They differ in the warmup's
+/// `phase_name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WarmupNaming {
+    /// aiperf 0.13: `phase_name` `agentic.warmup` (`AGENTIC_WARMUP_PHASE_NAME`, timing/config.py:45,
+    /// stamped at 654-663). agentx-v1 runs, and the default.
+    #[default]
+    Aiperf013,
+    /// agentx-harness 1.0.12: no `phase_name` (null; the synthesized phase sets none,
+    /// timing/config.py:644-648).
+    Harness1012,
+}
+
+/// A phase's naming fields in `profile_export.jsonl`.
+struct PhaseNames {
+    index: Option<u32>,
+    profiling_index: Option<u32>,
+    name: Option<&'static str>,
+    kind: &'static str,
+}
+
+impl WarmupNaming {
+    fn of(self, phase: Phase) -> PhaseNames {
+        match phase {
+            Phase::Profiling => PhaseNames {
+                index: Some(0),
+                profiling_index: Some(0),
+                name: Some("profiling"),
+                kind: "profiling",
+            },
+            Phase::Warmup => PhaseNames {
+                index: None,
+                profiling_index: None,
+                name: match self {
+                    WarmupNaming::Aiperf013 => Some("agentic.warmup"),
+                    WarmupNaming::Harness1012 => None,
+                },
+                kind: "warmup",
+            },
+        }
+    }
 }
 
 /// What the scenario asks of the profiling phase's coverage.
@@ -224,14 +274,11 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
     md.put("worker_id", format!("worker_{}", r.lane));
     md.put("record_processor_id", "record_processor_0");
     md.put("benchmark_phase", r.phase.as_str());
-    let (index, profiling_index) = match r.phase {
-        Phase::Warmup => (0, None),
-        Phase::Profiling => (1, Some(0)),
-    };
-    md.put("phase_index", index);
-    md.put("profiling_index", profiling_index);
-    md.put("phase_name", r.phase.as_str());
-    md.put("phase_kind", r.phase.as_str());
+    let names = info.warmup_naming.of(r.phase);
+    md.put("phase_index", names.index);
+    md.put("profiling_index", names.profiling_index);
+    md.put("phase_name", names.name);
+    md.put("phase_kind", names.kind);
     md.put("was_cancelled", r.cancelled);
     md.put(
         "cancellation_time_ns",
@@ -785,6 +832,7 @@ mod tests {
             coverage_rule: CoverageRule::default(),
             prefix_stamps: HashMap::from([("trace-a".to_string(), vec![(3, 4), (9, 9)])]),
             dataset: None,
+            warmup_naming: WarmupNaming::Aiperf013,
         }
     }
 
@@ -1000,9 +1048,49 @@ mod tests {
         assert!(
             (v("full_response_output_token_throughput_per_user") - 19_000.0 / 101.0).abs() < 1e-9
         );
+        assert_eq!(md["phase_index"], 0);
+        assert_eq!(md["phase_name"], "profiling");
         let warm: Json = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-        assert_eq!(warm["metadata"]["phase_index"], 0);
-        assert_eq!(warm["metadata"]["profiling_index"], Json::Null);
+        let wm = &warm["metadata"];
+        assert_eq!(wm["benchmark_phase"], "warmup");
+        assert_eq!(wm["phase_index"], Json::Null);
+        assert_eq!(wm["profiling_index"], Json::Null);
+        assert_eq!(wm["phase_name"], "agentic.warmup");
+        assert_eq!(wm["phase_kind"], "warmup");
+    }
+
+    /// The warmup's naming follows the reference the run passes down: aiperf 0.13 names the
+    /// synthesized phase `agentic.warmup` (timing/config.py:45, 654-663), agentx-harness 1.0.12
+    /// gives it no name (timing/config.py:644-648); neither indexes it, and the profiling phase is
+    /// index 0 in both (aiperf 0.13 timing/config.py:182-203).
+    #[test]
+    fn warmup_rows_are_named_as_the_reference_the_run_follows() {
+        let names = |naming: WarmupNaming| {
+            let info = RunInfo {
+                warmup_naming: naming,
+                ..info()
+            };
+            let text = records_jsonl(&records(), &info).unwrap();
+            text.lines()
+                .map(|l| {
+                    let md = serde_json::from_str::<Json>(l).unwrap()["metadata"].clone();
+                    (
+                        md["benchmark_phase"].as_str().unwrap().to_owned(),
+                        md["phase_name"].clone(),
+                        md["phase_index"].clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let n = names(WarmupNaming::Aiperf013);
+        let h = names(WarmupNaming::Harness1012);
+        assert_eq!(n[0], ("warmup".into(), json!("agentic.warmup"), Json::Null));
+        assert_eq!(h[0], ("warmup".into(), Json::Null, Json::Null));
+        for rows in [&n, &h] {
+            assert!(rows[1..]
+                .iter()
+                .all(|r| r == &("profiling".into(), json!("profiling"), json!(0))));
+        }
     }
 
     #[test]

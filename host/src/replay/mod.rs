@@ -746,6 +746,7 @@ fn bust(placement: Placement, text: &str) -> Option<CacheBust<'_>> {
 }
 
 /// One session's identity while it runs.
+#[derive(Clone)]
 struct Session {
     lane: u32,
     trace: usize,
@@ -998,7 +999,15 @@ async fn send_turn(
     cancel: &mut watch::Receiver<bool>,
 ) -> Sent {
     let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
+    /// Counts the request in flight until it returns, or until its task unwinds.
+    struct InFlight<'a>(&'a AtomicU64);
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
     sh.in_flight.fetch_add(1, Ordering::Relaxed);
+    let in_flight = InFlight(&sh.in_flight);
     let ex = sh
         .client
         .send(
@@ -1016,7 +1025,7 @@ async fn send_turn(
             cancel,
         )
         .await;
-    sh.in_flight.fetch_sub(1, Ordering::Relaxed);
+    drop(in_flight);
     let rec = to_record(sh, session, req, phase, intended, &ex);
     let sent = Sent {
         overflow: rec.context_overflow,
@@ -1126,6 +1135,57 @@ fn to_record(
             (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
             t
         }),
+    }
+}
+
+/// A request that failed before (or instead of) an exchange with the server.
+struct FailedRequest {
+    trace_id: &'static str,
+    turn: u32,
+    num_turns: u32,
+    max_tokens: u32,
+    phase: Phase,
+    intended: u64,
+    /// The record error's class (`type`) and message.
+    kind: &'static str,
+    message: String,
+}
+
+/// The record of a [`FailedRequest`]: an error with no response, sent and ended now.
+fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) -> RequestRecord {
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+    let now = sh.clock.now_ns();
+    RequestRecord {
+        request_id: format!("{}-r{seq}", sh.run_short),
+        correlation_id: session.correlation_id.clone(),
+        session_num: session.session_num,
+        phase: f.phase,
+        lane: session.lane,
+        trace_id: f.trace_id.to_owned(),
+        turn: f.turn,
+        num_turns: f.num_turns,
+        recycle_pass: session.recycle_pass,
+        intended_ns: f.intended.min(now),
+        send_ns: now,
+        first_byte_ns: None,
+        first_token_ns: None,
+        chunk_offsets_ns: Vec::new(),
+        end_ns: now,
+        isl: 0,
+        osl: 0,
+        token_source: TokenSource::Client,
+        usage: Default::default(),
+        max_tokens: f.max_tokens,
+        finish_reason: None,
+        cancelled: false,
+        context_overflow: false,
+        error: Some(RecordError {
+            code: 0,
+            kind: f.kind.to_owned(),
+            message: f.message,
+        }),
+        retry: None,
+        tree: session.tree.clone(),
     }
 }
 

@@ -10,7 +10,14 @@
 //!   rules, the tree's marker, the full recorded prefix), spread so that every primer's recorded
 //!   position lines up with t* (or all at once). A failed depth-0 primer aborts the run; a depth-0
 //!   context overflow is counted and the lane starts a fresh tree when profiling begins (aiperf
-//!   aborts the run on it); a failed child primer is logged and its stream goes on.
+//!   aborts the run on it); a failed child primer is logged and its stream goes on. The primers
+//!   have no deadline. The optional cache-pressure stage that follows aborts the run on any
+//!   depth-0 error, cancellation or overflow, and the warmup grace period bounds its drain.
+//! - **Content.** Every stream's history up to its first live reply is the recorded one (assistant
+//!   text included), in either assistant mode; in live mode real replies replace the recorded text
+//!   from then on.
+//! - **Tasks.** A request task that panics yields a failed record with the panic as its cause and
+//!   ends its stream, like any request that cannot go on.
 //! - **Profiling.** Every alive, non-waiting stream sends its next turn `offset − T0` after the start;
 //!   later turns follow their previous response's end by the scenario's end-to-start delay. A root
 //!   turn that spawns a branch starts its children at the turn's issue (when the branch began
@@ -30,7 +37,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +48,7 @@ use super::{
     bar, bust, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Session, Shared, StopReason, Tally,
 };
 use crate::dataset::tree::SessionTree;
-use crate::dataset::{AssistantMode, Conversation, Dataset};
+use crate::dataset::{AssistantMode, Conversation, Dataset, Trajectory};
 use crate::record::{Phase, TreeInfo};
 use crate::scenario::types_v2::{ReplayRules, TreeId};
 
@@ -328,7 +335,14 @@ impl Sched {
         }
         rt.done_upto[0] = root_next;
         for (b, br) in tree.branches.iter().enumerate() {
-            rt.started[b] = (br.spawn_turn as u32) < root_next;
+            // A branch is under way when its spawn turn is past, or when one of its children is
+            // alive at t* (its recorded start came before t* though its spawn turn is still ahead):
+            // it is not started again when the root reaches its spawn turn.
+            let alive = lane
+                .streams
+                .iter()
+                .any(|s| s.index != 0 && br.children.contains(&(s.index as usize)));
+            rt.started[b] = (br.spawn_turn as u32) < root_next || alive;
             if rt.started[b] {
                 for &c in &br.children {
                     rt.streams[c].st = St::Done;
@@ -510,11 +524,6 @@ impl Sched {
     fn dispatch(&mut self, lane: u32, s: u32, intended: u64) {
         let stage = self.stage;
         let phase = stage.phase();
-        if stage == Stage::Pressure {
-            self.pressure_sent[lane as usize] += 1;
-            self.counts.pressure_requests += 1;
-        }
-        let sh = self.sh.clone();
         let trees: &'static [SessionTree] = self.plan.trees;
         let g0 = self.plan.first_stream;
         let Some(rt) = self.lanes[lane as usize].as_mut() else {
@@ -522,17 +531,29 @@ impl Sched {
         };
         let t = rt.tree;
         let tree = &trees[t];
-        let g = g0[t] as usize + s as usize;
         let st = &mut rt.streams[s as usize];
+        let Some(session) = st.session.take() else {
+            // Not expected: a stream is dispatched only with its session. Marking it in flight
+            // would keep its tree from draining for the rest of the run; it ends here instead.
+            tracing::error!(
+                "stream {} of tree {} on lane {lane} has no session; it ends here",
+                tree.streams[s as usize].id,
+                tree.trace_id
+            );
+            st.st = St::Done;
+            rt.held.retain(|h| h.0 != s);
+            return;
+        };
         let turn = st.next;
         st.st = St::InFlight;
         let conv = st.conv.take();
-        let Some(session) = st.session.take() else {
-            return;
-        };
         rt.in_flight += 1;
         rt.held.retain(|h| h.0 != s);
         let gen = rt.gen;
+        if stage == Stage::Pressure {
+            self.pressure_sent[lane as usize] += 1;
+            self.counts.pressure_requests += 1;
+        }
         self.in_flight += 1;
         self.counts.peak_in_flight = self.counts.peak_in_flight.max(self.in_flight);
         let tt = &tree.streams[s as usize].turns[turn as usize];
@@ -547,100 +568,32 @@ impl Sched {
                 }
             }
         }
-        let max_tokens = match phase {
-            Phase::Warmup => self.plan.rules.warmup_max_tokens.max(1),
-            Phase::Profiling => tt.max_tokens.max(1),
+        let job = Job {
+            lane,
+            gen,
+            stream: s,
+            turn,
+            stage,
+            intended,
+            max_tokens: match phase {
+                Phase::Warmup => self.plan.rules.warmup_max_tokens.max(1),
+                Phase::Profiling => tt.max_tokens.max(1),
+            },
+            prefix: (tt.prefix_hit_blocks, tt.prefix_total_blocks),
+            source_idx: (Some(tt.source_outer_idx), tt.source_inner_idx),
+            traj: self
+                .plan
+                .streams
+                .trajectory(g0[t] as usize + s as usize)
+                .expect("stream exists"),
+            num_turns: tree.streams[s as usize].turns.len() as u32,
+            conv_id: &tree.streams[s as usize].id,
+            conv,
+            session,
         };
-        let prefix = (tt.prefix_hit_blocks, tt.prefix_total_blocks);
-        let source_idx = (Some(tt.source_outer_idx), tt.source_inner_idx);
-        let traj = self.plan.streams.trajectory(g).expect("stream exists");
-        let num_turns = tree.streams[s as usize].turns.len() as u32;
-        let conv_id: &'static str = &tree.streams[s as usize].id;
-        self.tasks.spawn(async move {
-            let mode = sh.cfg.mode;
-            let conv = match conv {
-                Some(c) => Ok(*c),
-                None => sh.synth.conversation(traj, turn as usize, mode),
-            };
-            let mut conv = match conv {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!("{e}; stream {conv_id} ends here");
-                    return Done {
-                        lane,
-                        gen,
-                        stream: s,
-                        turn,
-                        stage,
-                        overflow: false,
-                        failed: Some(e.to_string()),
-                        end: Instant::now(),
-                        next: None,
-                        session,
-                    };
-                }
-            };
-            let req = {
-                let bust = bust(sh.cfg.placement, &session.marker);
-                let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
-                let seq =
-                    sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
-                super::Prepared {
-                    body,
-                    request_id: format!("{}-r{seq}", sh.run_short),
-                    trace_id: conv_id,
-                    turn,
-                    num_turns,
-                    max_tokens,
-                    client_isl: conv.prompt_words() + sh.counter.count(&session.marker),
-                    prefix,
-                    source_idx,
-                }
-            };
-            let mut cancel = sh.cancel.subscribe();
-            let sent = super::send_turn(&sh, &session, req, phase, intended, &mut cancel).await;
-            let last = turn + 1 >= num_turns;
-            if last || sent.overflow {
-                sh.client.end_session(&session.correlation_id);
-            }
-            // The next turn's conversation is built now, while its delay runs.
-            let next = if last || sent.overflow {
-                None
-            } else if stage == Stage::Primers {
-                sh.synth
-                    .conversation(traj, turn as usize + 1, mode)
-                    .ok()
-                    .map(Box::new)
-            } else {
-                let reply = match mode {
-                    AssistantMode::Live => sent.reply.as_deref(),
-                    AssistantMode::Recorded => None,
-                };
-                match conv.advance(reply) {
-                    Ok(_) => Some(Box::new(conv)),
-                    Err(e) => {
-                        tracing::error!("{e}; stream {conv_id} ends here");
-                        None
-                    }
-                }
-            };
-            Done {
-                lane,
-                gen,
-                stream: s,
-                turn,
-                stage,
-                overflow: sent.overflow,
-                failed: sent.error,
-                end: sent.end,
-                next: next.inspect(|c| {
-                    // Writes (and, live, caches) the history's JSON: the costly part of a body.
-                    let _ = c.messages_json_parts(bust(sh.cfg.placement, &session.marker));
-                }),
-                session,
-            }
-        });
+        self.tasks.spawn(guarded(self.sh.clone(), job));
     }
+
     /// A response came back: the stream moves on, spawns and joins follow, held turns are
     /// re-checked, and a drained tree's lane recycles.
     fn on_done(&mut self, d: Done) {
@@ -860,6 +813,247 @@ impl Sched {
     }
 }
 
+/// One request of a stream, as its task takes it.
+struct Job {
+    lane: u32,
+    gen: u64,
+    stream: u32,
+    turn: u32,
+    stage: Stage,
+    intended: u64,
+    max_tokens: u32,
+    prefix: (u32, u32),
+    source_idx: (Option<u32>, Option<u32>),
+    traj: Trajectory<'static>,
+    num_turns: u32,
+    conv_id: &'static str,
+    /// The conversation at `turn`, when it was built beforehand.
+    conv: Option<Box<Conversation<'static>>>,
+    session: Session,
+}
+
+/// A stream's conversation from `turn` on: the recorded history up to it (live replies replace
+/// the recorded text only from the stream's first live reply on, see
+/// [`Conversation::with_recorded_history`]).
+fn tree_conversation(
+    sh: &Shared,
+    traj: Trajectory<'static>,
+    turn: u32,
+) -> Result<Conversation<'static>, crate::dataset::PromptError> {
+    sh.synth
+        .conversation(traj, turn as usize, sh.cfg.mode)
+        .map(Conversation::with_recorded_history)
+}
+
+/// Runs a job's request. A panic in it becomes a failed record with the panic as its cause, and
+/// the stream ends: its tree drains and every count it held is released.
+async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
+    let spare = job.session.clone();
+    let (who, conv_id) = (
+        (job.lane, job.gen, job.stream, job.turn, job.stage),
+        job.conv_id,
+    );
+    let (num_turns, max_tokens, intended) = (job.num_turns, job.max_tokens, job.intended);
+    let (prefix, source_idx) = (job.prefix, job.source_idx);
+    let recorded = AtomicBool::new(false);
+    let fut = request(sh.clone(), job, &recorded);
+    tokio::pin!(fut);
+    match (CatchPanic { fut: fut.as_mut() }).await {
+        Ok(d) => d,
+        Err(cause) => {
+            let cause = format!("the request task panicked: {cause}");
+            tracing::error!("{cause}; stream {conv_id} ends here");
+            if !recorded.load(Ordering::Relaxed) {
+                let mut rec = super::failed_record(
+                    &sh,
+                    &spare,
+                    super::FailedRequest {
+                        trace_id: conv_id,
+                        turn: who.3,
+                        num_turns,
+                        max_tokens,
+                        phase: who.4.phase(),
+                        intended,
+                        kind: "panic",
+                        message: cause.clone(),
+                    },
+                );
+                if let Some(t) = rec.tree.as_mut() {
+                    (t.prefix_hit_blocks, t.prefix_total_blocks) = prefix;
+                    (t.source_outer_idx, t.source_inner_idx) = source_idx;
+                }
+                super::account(&sh, &rec);
+                sh.records.send(rec);
+            }
+            sh.client.end_session(&spare.correlation_id);
+            Done {
+                lane: who.0,
+                gen: who.1,
+                stream: who.2,
+                turn: who.3,
+                stage: who.4,
+                overflow: false,
+                failed: Some(cause),
+                end: Instant::now(),
+                next: None,
+                session: spare,
+            }
+        }
+    }
+}
+
+/// Sends a job's request and builds the stream's next conversation while its delay runs. Sets
+/// `recorded` once the request's record went out.
+async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
+    let Job {
+        lane,
+        gen,
+        stream: s,
+        turn,
+        stage,
+        intended,
+        max_tokens,
+        prefix,
+        source_idx,
+        traj,
+        num_turns,
+        conv_id,
+        conv,
+        session,
+    } = job;
+    let conv = match conv {
+        Some(c) => Ok(*c),
+        None => tree_conversation(&sh, traj, turn),
+    };
+    let mut conv = match conv {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}; stream {conv_id} ends here");
+            return Done {
+                lane,
+                gen,
+                stream: s,
+                turn,
+                stage,
+                overflow: false,
+                failed: Some(e.to_string()),
+                end: Instant::now(),
+                next: None,
+                session,
+            };
+        }
+    };
+    let req = {
+        let bust = bust(sh.cfg.placement, &session.marker);
+        let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
+        let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+        super::Prepared {
+            body,
+            request_id: format!("{}-r{seq}", sh.run_short),
+            trace_id: conv_id,
+            turn,
+            num_turns,
+            max_tokens,
+            client_isl: conv.prompt_words() + sh.counter.count(&session.marker),
+            prefix,
+            source_idx,
+        }
+    };
+    #[cfg(debug_assertions)]
+    debug_fault(s, stage);
+    let phase = stage.phase();
+    let mut cancel = sh.cancel.subscribe();
+    let sent = super::send_turn(&sh, &session, req, phase, intended, &mut cancel).await;
+    recorded.store(true, Ordering::Relaxed);
+    let last = turn + 1 >= num_turns;
+    if last || sent.overflow {
+        sh.client.end_session(&session.correlation_id);
+    }
+    // The next turn's conversation is built now, while its delay runs.
+    let next = if last || sent.overflow {
+        None
+    } else if stage == Stage::Primers {
+        tree_conversation(&sh, traj, turn + 1).ok().map(Box::new)
+    } else {
+        let reply = match sh.cfg.mode {
+            AssistantMode::Live => sent.reply.as_deref(),
+            AssistantMode::Recorded => None,
+        };
+        match conv.advance(reply) {
+            Ok(_) => Some(Box::new(conv)),
+            Err(e) => {
+                tracing::error!("{e}; stream {conv_id} ends here");
+                None
+            }
+        }
+    };
+    Done {
+        lane,
+        gen,
+        stream: s,
+        turn,
+        stage,
+        overflow: sent.overflow,
+        failed: sent.error,
+        end: sent.end,
+        next: next.inspect(|c| {
+            // Writes (and, live, caches) the history's JSON: the costly part of a body.
+            let _ = c.messages_json_parts(bust(sh.cfg.placement, &session.marker));
+        }),
+        session,
+    }
+}
+
+/// Debug builds only: `AGENTX_TEST_PANIC=N` makes the task of the N-th profiling request of a root
+/// stream (counted from 1) panic, so tests can see what the scheduler does with a panicked task.
+#[cfg(debug_assertions)]
+fn debug_fault(stream: u32, stage: Stage) {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::OnceLock;
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+    let at = AT.get_or_init(|| {
+        std::env::var("AGENTX_TEST_PANIC")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    if let Some(n) = *at {
+        if stream == 0 && stage == Stage::Profiling && SEEN.fetch_add(1, Ordering::Relaxed) + 1 == n
+        {
+            panic!("AGENTX_TEST_PANIC: root profiling request {n}");
+        }
+    }
+}
+
+/// A future that turns a panic while polling `fut` into `Err` with the panic's message.
+struct CatchPanic<'a, F> {
+    fut: std::pin::Pin<&'a mut F>,
+}
+
+impl<F: std::future::Future> std::future::Future for CatchPanic<'_, F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = self.fut.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(p) => std::task::Poll::Ready(Err(panic_message(p.as_ref()))),
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// The scheduler's wake-up at its earliest timer, armed anew only when that instant changes: each
 /// arming queues a deadline on the timer thread and wakes that thread, which once per response
 /// would cost as much as the rest of the scheduler's work.
@@ -991,7 +1185,9 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
             "all at once".into()
         }
     );
-    let warm_deadline = sh.cfg.warmup_grace.map(|g| tokio::time::Instant::now() + g);
+    // The primers wait without a grace period: aiperf's warmup phase has no duration, so no
+    // deadline (agentx-harness 1.0.12 timing/phase/runner.py:1089-1098, lifecycle.py:145-146;
+    // docs/agentx-v1-reference.md P3). The grace bounds only the pressure stage's drain.
     let mut returned = 0u64;
     let mut failures: Vec<String> = Vec::new();
     let mut interrupted = false;
@@ -1040,21 +1236,6 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
                 wake.fired();
                 sc.fire_due();
             }
-            _ = async {
-                match warm_deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                let _ = sh.cancel.send(true);
-                failures.push(format!(
-                    "{} of {primers} primers did not return within the warmup grace period {:?}",
-                    primers - returned,
-                    sh.cfg.warmup_grace.unwrap_or_default()
-                ));
-                while sc.tasks.join_next().await.is_some() {}
-                break;
-            }
             _ = interrupt.changed() => {
                 interrupted = true;
                 let _ = sh.cancel.send(true);
@@ -1074,10 +1255,14 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     let pressured = match sc.plan.pressure {
         Some(p) => match pressure_stage(&mut sc, p, &mut interrupt).await {
             Ok(()) => true,
-            Err(()) => {
+            Err(stop) => {
                 sh.progress.finish();
+                let (interrupted, failures) = match stop {
+                    PressureStop::Interrupted => (true, Vec::new()),
+                    PressureStop::Failed(f) => (false, vec![f]),
+                };
                 return TreeOutcome {
-                    replay: super::warmup_stopped(&sh, true, &[]),
+                    replay: super::warmup_stopped(&sh, interrupted, &failures),
                     counts: sc.counts,
                 };
             }
@@ -1276,14 +1461,28 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     }
 }
 
+/// Why the cache-pressure stage stopped the run.
+#[derive(Debug, PartialEq)]
+enum PressureStop {
+    Interrupted,
+    /// A root request failed or overflowed, or the drain outlasted the warmup grace period.
+    Failed(String),
+}
+
 /// The warmup's cache-pressure stage: every waiting stream goes on at once with no idle delay until
 /// each lane sent its requests (or the stage's time is up); then releases stop and the stage drains.
-/// `Err` when interrupted.
+///
+/// As in the reference: an error, cancellation or context overflow of a root (depth-0) request
+/// aborts the run as a warmup failure (agentx-harness 1.0.12 credit/callback_handler.py:296-323;
+/// docs/agentx-v1-reference.md P6), and the warmup grace period bounds the drain once releases
+/// stopped (timing/phase/runner.py:973-992): at its end the in-flight requests are cancelled and
+/// the run fails. The reference then exits without outputs; agentx keeps every record and writes
+/// its outputs, marked `warmup_failed`.
 async fn pressure_stage(
     sc: &mut Sched,
     p: Pressure,
     interrupt: &mut tokio::sync::watch::Receiver<u32>,
-) -> Result<(), ()> {
+) -> Result<(), PressureStop> {
     sc.stage = Stage::Pressure;
     sc.heap.clear();
     let now = Instant::now();
@@ -1314,21 +1513,32 @@ async fn pressure_stage(
         Pressure::Duration(d) => Some(tokio::time::Instant::from_std(now + d)),
         Pressure::RequestsPerLane(_) => None,
     };
+    // The drain's deadline, set when releases stop.
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
     sc.fire_due();
     let mut wake = Wake::new();
-    loop {
+    let failure = loop {
         if let Pressure::RequestsPerLane(n) = p {
             if sc.pressure_sent.iter().all(|&x| x >= n) {
                 sc.paused = true;
             }
         }
+        if sc.paused && drain_deadline.is_none() {
+            drain_deadline = Some(match sc.sh.cfg.warmup_grace {
+                Some(g) => tokio::time::Instant::now() + g,
+                None => tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400),
+            });
+        }
         if sc.tasks.is_empty() && (sc.paused || sc.heap.is_empty()) {
-            break;
+            break None;
         }
         wake.arm(&sc.sh, sc.next_wake());
         tokio::select! {
             Some(r) = sc.tasks.join_next() => {
                 if let Ok(d) = r {
+                    if let Some(f) = sc.pressure_root_failure(&d) {
+                        break Some(PressureStop::Failed(f));
+                    }
                     sc.on_done(d);
                 }
                 sc.fire_due();
@@ -1343,12 +1553,26 @@ async fn pressure_stage(
                     None => std::future::pending().await,
                 }
             }, if !sc.paused => sc.paused = true,
-            _ = interrupt.changed() => {
-                let _ = sc.sh.cancel.send(true);
-                while sc.tasks.join_next().await.is_some() {}
-                return Err(());
+            _ = async {
+                match drain_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            }, if drain_deadline.is_some() => {
+                let left = sc.tasks.len();
+                tracing::warn!("warmup: the cache-pressure drain outlasted the warmup grace period; cancelling {left} in-flight warmup requests");
+                break Some(PressureStop::Failed(format!(
+                    "{left} cache-pressure requests did not return within the warmup grace period {:?} and were cancelled",
+                    sc.sh.cfg.warmup_grace.unwrap_or_default()
+                )));
             }
+            _ = interrupt.changed() => break Some(PressureStop::Interrupted),
         }
+    };
+    if let Some(stop) = failure {
+        let _ = sc.sh.cancel.send(true);
+        while sc.tasks.join_next().await.is_some() {}
+        return Err(stop);
     }
     tracing::info!(
         requests = sc.counts.pressure_requests,
@@ -1359,44 +1583,131 @@ async fn pressure_stage(
 }
 
 impl Sched {
+    /// A root request of the pressure stage that failed, was cancelled or overflowed: why the run
+    /// stops (when the scenario's rules abort on a failed depth-0 warmup request).
+    fn pressure_root_failure(&self, d: &Done) -> Option<String> {
+        if d.stream != 0 || !self.plan.rules.warmup_failure_aborts {
+            return None;
+        }
+        let tree = self.lanes[d.lane as usize]
+            .as_ref()
+            .filter(|rt| rt.gen == d.gen)
+            .map(|rt| self.tree(rt.tree).trace_id.as_str())?;
+        let what = match (&d.failed, d.overflow) {
+            (_, true) => "overflowed the context".to_string(),
+            (Some(e), false) => format!("failed: {e}"),
+            (None, false) => return None,
+        };
+        Some(format!(
+            "lane {} root request (tree {tree}, turn {}) of the cache-pressure stage {what}",
+            d.lane, d.turn
+        ))
+    }
+
     /// Profiling after the pressure stage: every stream resumes at its deferred or held turn, due
     /// `offset − T0` after `start`, where a stream's offset is its turn's recorded start past its
-    /// tree's origin and T0 the smallest offset of a turn not held by a join.
+    /// tree's origin and T0 the smallest offset of a turn not held by a join (see [`handoff_t0`]).
     fn hand_off(&mut self, start: Instant) {
         self.heap.clear();
         let trees: &'static [SessionTree] = self.plan.trees;
-        let mut due: Vec<(u32, u32, f64, bool)> = Vec::new();
+        let mut due: Vec<Resume> = Vec::new();
+        for rt in self.lanes.iter().flatten() {
+            let tree = &trees[rt.tree];
+            for (i, st) in rt.streams.iter().enumerate() {
+                if matches!(st.st, St::Waiting | St::Held) {
+                    let off = tree.streams[i].turns[st.next as usize].ts_ms - rt.origin_ms;
+                    due.push(Resume {
+                        lane: rt.lane,
+                        stream: i as u32,
+                        offset_ms: off.max(0.0),
+                        joining: st.st == St::Held && self.holds(rt, i as u32) == Some(true),
+                    });
+                }
+            }
+        }
         for rt in self.lanes.iter_mut().flatten() {
             rt.timers = 0;
             rt.held.clear();
-            let tree = &trees[rt.tree];
-            for (i, st) in rt.streams.iter_mut().enumerate() {
-                if matches!(st.st, St::Waiting | St::Held) {
-                    let off = tree.streams[i].turns[st.next as usize].ts_ms - rt.origin_ms;
-                    due.push((rt.lane, i as u32, off.max(0.0), st.st == St::Held));
+            for st in rt.streams.iter_mut() {
+                if st.st == St::Held {
                     st.st = St::Waiting;
                 }
             }
         }
-        let t0 = due
-            .iter()
-            .filter(|d| !d.3)
-            .map(|d| d.2)
-            .fold(f64::INFINITY, f64::min);
-        let t0 = if t0.is_finite() { t0 } else { 0.0 };
+        let t0 = handoff_t0(&due);
         let mut lanes_seen = std::collections::HashSet::new();
-        for (lane, s, off, _) in due {
-            if lanes_seen.insert(lane) {
+        for r in due {
+            if lanes_seen.insert(r.lane) {
                 self.counts.trees_started += 1;
                 self.sh.tally.lock().expect("tally lock").sessions += 1;
             }
-            let at = start + Duration::from_secs_f64((off - t0).max(0.0) / 1000.0);
-            self.push_timer(lane, s, at);
+            let at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
+            self.push_timer(r.lane, r.stream, at);
         }
         for lane in 0..self.lanes.len() as u32 {
             if self.lanes[lane as usize].is_none() {
                 self.recycle(lane);
             }
         }
+    }
+}
+
+/// A stream profiling resumes after the pressure stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Resume {
+    lane: u32,
+    stream: u32,
+    /// Its next turn's recorded start past its tree's origin (ms).
+    offset_ms: f64,
+    /// The turn waits for a join (a gated parent).
+    joining: bool,
+}
+
+/// The profiling start offset after the pressure stage: the smallest offset of a resumed turn not
+/// waiting for a join; turns deferred by the stage's quota and turns held by the replay barrier
+/// count, as aiperf builds its hand-off states: returned credits are `waiting_on_children` only when
+/// join-blocked, and barrier-pending turns are added with `waiting_on_children=False`
+/// (agentx-harness 1.0.12 timing/strategies/agentic_replay.py:1040-1066, 1116-1150; the minimum in
+/// `_profiling_phase_t0_offset_ms`, 1387-1399). 0 when every turn joins.
+fn handoff_t0(due: &[Resume]) -> f64 {
+    let t0 = due
+        .iter()
+        .filter(|r| !r.joining)
+        .map(|r| r.offset_ms)
+        .fold(f64::INFINITY, f64::min);
+    if t0.is_finite() {
+        t0
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resume(stream: u32, offset_ms: f64, joining: bool) -> Resume {
+        Resume {
+            lane: 0,
+            stream,
+            offset_ms,
+            joining,
+        }
+    }
+
+    /// A turn held by the replay barrier sets the profiling start offset; a turn held by a join
+    /// does not (agentx-harness 1.0.12 timing/strategies/agentic_replay.py:1065, 1148).
+    #[test]
+    fn the_handoff_start_offset_counts_barrier_held_turns_not_joins() {
+        // Stream 1 was held by the barrier at offset 200 ms, stream 2 deferred at 900 ms, the root
+        // waits for a join at 50 ms.
+        let due = [
+            resume(0, 50.0, true),
+            resume(1, 200.0, false),
+            resume(2, 900.0, false),
+        ];
+        assert_eq!(handoff_t0(&due), 200.0);
+        assert_eq!(handoff_t0(&[resume(0, 50.0, true)]), 0.0);
+        assert_eq!(handoff_t0(&[]), 0.0);
     }
 }

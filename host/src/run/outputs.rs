@@ -394,6 +394,7 @@ fn exports(
             .ds
             .alias()
             .map(|alias| alias_dataset_json(alias, cfg.num_dataset_entries)),
+        warmup_naming: crate::export::aiperf::WarmupNaming::Aiperf013,
     };
     let server = scrape_log.map(|log| {
         check_scrapes(cfg, log);
