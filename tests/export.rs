@@ -123,7 +123,7 @@ fn info() -> RunInfo {
             "hf_dataset_name": "semianalysisai/cc-traces-weka-062126",
             "hf_split": "train",
         })),
-        warmup_naming: agentx::export::aiperf::WarmupNaming::Aiperf013,
+        warmup_naming: Default::default(),
     }
 }
 

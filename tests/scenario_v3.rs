@@ -116,6 +116,18 @@ fn a_v3_component_decides_every_replay_setting_and_rule() {
         "no X-Session-Affinity"
     );
 
+    // The warmup rows carry the component's phase name.
+    let rows = std::fs::read_to_string(r.artifacts().join("profile_export.jsonl")).unwrap();
+    let warm_row = rows
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["metadata"]["phase_kind"] == "warmup")
+        .expect("a warmup row");
+    assert_eq!(
+        warm_row["metadata"]["phase_name"], "probe.warmup",
+        "{warm_row}"
+    );
+
     let agg = r.json("profile_export_aiperf.json");
     let cov = &agg["metadata"]["metric_duration_coverage"][0];
     assert_eq!(cov["required_ratio"], 0.5, "{cov}");

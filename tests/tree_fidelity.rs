@@ -27,7 +27,18 @@ fn sim_with(ttft_ms: u64, max_model_len: Option<u64>) -> Sim {
 /// `agentx-host run agentx-v1.wasm` on `corpus` with seed 42, a 30 s grace and no progress lines;
 /// `extra` adds the rest.
 fn run_v1(url: &str, corpus: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Run {
-    let v1 = crate::scenario::dist("agentx-v1.wasm");
+    run_component("agentx-v1.wasm", url, corpus, extra, env)
+}
+
+/// `agentx-host run` of the bundled component `file` (agentx-v1's flags).
+fn run_component(
+    file: &str,
+    url: &str,
+    corpus: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
+    let v1 = crate::scenario::dist(file);
     let mut args: Vec<String> = [
         "run",
         v1.to_str().unwrap(),
@@ -118,20 +129,36 @@ fn prompt_vs_recorded(
 /// Tree replays send the recorded assistant text: aiperf 0.13 and agentx-harness 1.0.12 replay weka
 /// trees with context mode `DELTAS_WITH_RESPONSES` (dataset/loader/weka_trace.py: aiperf 1196-1200,
 /// harness 852-856), which back-fills the skipped turns from the trace and never stores a live reply
-/// (workers/session_manager.py: aiperf 221-238, harness 140-157; docs/agentx-v1-reference.md P3). Recorded mode:
-/// every request's prompt is the trace's recorded length (plus the marker's constant tokens). Live
-/// mode: each stream's first request (a primer, a stream resumed or spawned) carries its full
-/// recorded prefix too; live replies replace recorded text only after they exist.
+/// (workers/session_manager.py: aiperf 221-238, harness 140-157; docs/agentx-v1-reference.md P3). Recorded mode
+/// (agentx-v1 decides it): every request's prompt is the trace's recorded length (plus the marker's
+/// constant tokens). Live mode (a scenario that decides it: the test component probe-v3, with
+/// agentx-v1's start ratios, no cache-pressure stage and server counts): each stream's first
+/// request (a primer, a stream resumed or spawned) carries its full recorded prefix too; live
+/// replies replace recorded text only after they exist.
 #[test]
 fn tree_requests_carry_the_recorded_prefix_in_both_assistant_modes() {
     let path = fixture("traces-subagents-8.jsonl");
     let recorded = recorded_inputs(&path);
     let sim = sim_with(20, None);
     let mut marker_tokens = None;
-    for (mode, extra) in [("recorded", Some("--recorded-assistant")), ("live", None)] {
+    let live = [
+        "--trajectory-start-min-ratio",
+        "0",
+        "--trajectory-start-max-ratio",
+        "1",
+        "--warmup-requests-per-lane",
+        "0",
+        "--use-server-token-count",
+        "--num-dataset-entries",
+        "8",
+    ];
+    for (mode, file, extra) in [
+        ("recorded", "agentx-v1.wasm", &[][..]),
+        ("live", "probe-v3.wasm", &live[..]),
+    ] {
         let mut args = vec!["--concurrency", "6", "--benchmark-duration", "6"];
         args.extend(extra);
-        let r = run_v1(&sim.url(), &path, &args, &[]);
+        let r = run_component(file, &sim.url(), &path, &args, &[]);
         assert_eq!(r.code(), 0, "{mode}: {}", r.stderr());
         assert_eq!(r.json("run_manifest.json")["assistant_mode"], mode);
         let recs = r.records();

@@ -182,8 +182,9 @@ pub struct RunArgs {
         value_name = "SECONDS|inf"
     )]
     pub benchmark_grace_period: Option<String>,
-    /// How long warmup may take [default: the scenario's; `inf` (wait for every warmup request)
-    /// when it has none].
+    /// How long the warmup may take to drain: for session trees, the drain of the cache-pressure
+    /// stage after its last request (the primers always complete); for single streams, the whole
+    /// warmup [default: the scenario's; `inf` (wait for every warmup request) when it has none].
     #[arg(
         help_heading = "How long and how hard",
         long,
@@ -231,7 +232,7 @@ pub struct RunArgs {
     /// Session-tree scenarios: replay at zero idle delay for this long after the warmup primers.
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
     pub agentic_cache_warmup_duration: Option<f64>,
-    /// How long warmup may take; overrides --warmup-grace-period (aiperf's agentic name).
+    /// The warmup grace under aiperf's agentic name; overrides --warmup-grace-period.
     #[arg(
         help_heading = "How long and how hard",
         long,

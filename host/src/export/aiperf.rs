@@ -75,28 +75,41 @@ pub struct RunInfo {
 /// only declared one) has `phase_index` 0, `profiling_index` 0 and `phase_name` `profiling`
 /// (aiperf 0.13.0.dev20261023 timing/config.py:177-203 and 617-676, config/flags/converter.py:531-533;
 /// agentx-harness 1.0.12 timing/config.py:166-191 and 644-666). They differ in the warmup's
-/// `phase_name`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WarmupNaming {
-    /// aiperf 0.13: `phase_name` `agentic.warmup` (`AGENTIC_WARMUP_PHASE_NAME`, timing/config.py:45,
-    /// stamped at 654-663). agentx-v1 runs, and the default.
-    #[default]
-    Aiperf013,
+/// `phase_name`, which the scenario decides: [`WarmupNaming::aiperf013`] or
+/// [`WarmupNaming::harness1012`] (or another name a component picks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmupNaming(pub Option<String>);
+
+impl WarmupNaming {
+    /// aiperf 0.13: `phase_name` `agentic.warmup` (`AGENTIC_WARMUP_PHASE_NAME`,
+    /// timing/config.py:45, stamped at 654-663); agentx-v1 runs, and the default.
+    pub fn aiperf013() -> WarmupNaming {
+        WarmupNaming(Some("agentic.warmup".to_string()))
+    }
+
     /// agentx-harness 1.0.12: no `phase_name` (null; the synthesized phase sets none,
     /// timing/config.py:644-648).
-    Harness1012,
+    pub fn harness1012() -> WarmupNaming {
+        WarmupNaming(None)
+    }
+}
+
+impl Default for WarmupNaming {
+    fn default() -> Self {
+        WarmupNaming::aiperf013()
+    }
 }
 
 /// A phase's naming fields in `profile_export.jsonl`.
-struct PhaseNames {
+struct PhaseNames<'a> {
     index: Option<u32>,
     profiling_index: Option<u32>,
-    name: Option<&'static str>,
+    name: Option<&'a str>,
     kind: &'static str,
 }
 
 impl WarmupNaming {
-    fn of(self, phase: Phase) -> PhaseNames {
+    fn of(&self, phase: Phase) -> PhaseNames<'_> {
         match phase {
             Phase::Profiling => PhaseNames {
                 index: Some(0),
@@ -107,10 +120,7 @@ impl WarmupNaming {
             Phase::Warmup => PhaseNames {
                 index: None,
                 profiling_index: None,
-                name: match self {
-                    WarmupNaming::Aiperf013 => Some("agentic.warmup"),
-                    WarmupNaming::Harness1012 => None,
-                },
+                name: self.0.as_deref(),
                 kind: "warmup",
             },
         }
@@ -832,7 +842,7 @@ mod tests {
             coverage_rule: CoverageRule::default(),
             prefix_stamps: HashMap::from([("trace-a".to_string(), vec![(3, 4), (9, 9)])]),
             dataset: None,
-            warmup_naming: WarmupNaming::Aiperf013,
+            warmup_naming: WarmupNaming::aiperf013(),
         }
     }
 
@@ -1082,8 +1092,8 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
         };
-        let n = names(WarmupNaming::Aiperf013);
-        let h = names(WarmupNaming::Harness1012);
+        let n = names(WarmupNaming::aiperf013());
+        let h = names(WarmupNaming::harness1012());
         assert_eq!(n[0], ("warmup".into(), json!("agentic.warmup"), Json::Null));
         assert_eq!(h[0], ("warmup".into(), Json::Null, Json::Null));
         for rows in [&n, &h] {

@@ -315,7 +315,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             .as_deref()
             .and_then(crate::dataset::alias::lookup)
             .map(|a| super::outputs::alias_dataset_json(a, m0.dataset.num_dataset_entries)),
-        warmup_naming: crate::export::aiperf::WarmupNaming::Aiperf013,
+        warmup_naming: Default::default(),
     };
     let slice = m0.slice_duration;
     let (written, failed) = super::outputs::write_exports(&art, &records, &info, slice, None);

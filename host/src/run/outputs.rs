@@ -394,7 +394,7 @@ fn exports(
             .ds
             .alias()
             .map(|alias| alias_dataset_json(alias, cfg.num_dataset_entries)),
-        warmup_naming: crate::export::aiperf::WarmupNaming::Aiperf013,
+        warmup_naming: crate::export::aiperf::WarmupNaming(p.decisions.warmup_phase_name.clone()),
     };
     let server = scrape_log.map(|log| {
         check_scrapes(cfg, log);

@@ -32,13 +32,13 @@ impl Decisions {
     /// What a component of `world` stands for, 0.3.0 aside (its rules say): 0.1.0 leaves the
     /// assistant text to the host; 0.2.0 replays session trees with the recorded text, as aiperf
     /// 0.13 does (agentx-v1.md §2.3); both send `X-Session-Affinity` as aiperf 0.13 does, need
-    /// `--model`, and name the warmup rows `warmup`.
+    /// `--model`, and name the warmup rows `agentic.warmup` as aiperf 0.13 does.
     pub fn of_world(world: World) -> Decisions {
         Decisions {
             assistant_text: (world != World::V0_1).then_some(AssistantText::Recorded),
             session_affinity_header: true,
             discover_model: false,
-            warmup_phase_name: Some("warmup".to_string()),
+            warmup_phase_name: Some("agentic.warmup".to_string()),
             decides_settings: false,
         }
     }
