@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::dataset::{self, Dataset, OpenOptions};
+use crate::metrics::dist::{Deviation, Sorted};
 use crate::metrics::percentile;
 
 pub mod backends;
@@ -941,21 +942,13 @@ pub struct Stats {
 
 impl Stats {
     pub fn of(values: &[f64]) -> Option<Stats> {
-        if values.is_empty() {
-            return None;
-        }
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let n = v.len() as f64;
-        let mean = v.iter().sum::<f64>() / n;
-        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-        let p = |q| percentile(&v, q).unwrap_or(f64::NAN);
+        let s = Sorted::new(values.to_vec())?;
         Some(Stats {
-            mean,
-            p75: p(75.0),
-            p90: p(90.0),
-            p95: p(95.0),
-            std: var.sqrt(),
+            mean: s.mean(),
+            p75: s.percentile(75.0),
+            p90: s.percentile(90.0),
+            p95: s.percentile(95.0),
+            std: s.std(Deviation::Population),
         })
     }
 

@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::percentile;
+use super::dist::{Deviation, Sorted};
 use crate::record::{Phase, RequestRecord};
 
 /// A metric as aiperf names it: tag (the JSON key), header (the CSV name) and display unit.
@@ -322,20 +322,13 @@ impl Stats {
 
     /// As [`Stats::of`], sorting `v` in place (no copy: a long run's flattened inter-chunk
     /// latencies run to millions of values).
-    pub fn of_vec(mut v: Vec<f64>) -> Option<Stats> {
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len() as f64;
-        let sum: f64 = v.iter().sum();
-        let avg = sum / n;
-        let var = v.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n;
-        let p = |q| percentile(&v, q).unwrap_or(0.0);
+    pub fn of_vec(v: Vec<f64>) -> Option<Stats> {
+        let s = Sorted::new(v)?;
+        let p = |q| s.percentile(q);
         Some(Stats {
-            avg,
-            min: v[0],
-            max: v[v.len() - 1],
+            avg: s.mean(),
+            min: s.min(),
+            max: s.max(),
             p1: p(1.0),
             p5: p(5.0),
             p10: p(10.0),
@@ -345,9 +338,9 @@ impl Stats {
             p90: p(90.0),
             p95: p(95.0),
             p99: p(99.0),
-            std: var.sqrt(),
-            count: v.len(),
-            sum,
+            std: s.std(Deviation::Population),
+            count: s.len(),
+            sum: s.sum(),
         })
     }
 

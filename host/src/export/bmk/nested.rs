@@ -23,6 +23,7 @@ use super::{
     percentile, qps_windows, trace_figures, BmkReport, ProfileRecord, RecordPhase, ReportInput,
     ServerMetrics, Traces, PROFILE_AIPERF, SERVER_METRICS,
 };
+use crate::metrics::dist::{self, Deviation};
 
 /// The statistics of every nested distribution.
 pub const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
@@ -68,10 +69,8 @@ fn null_dist() -> Value {
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-    (mean, var.sqrt())
+    let mean = dist::mean(v);
+    (mean, dist::std(v, mean, Deviation::Population))
 }
 
 /// `{mean, p50, p75, p90, p95, std}` of a sample (population std, linear percentiles).
