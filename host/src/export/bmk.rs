@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use crate::dataset::{self, Dataset, OpenOptions};
 use crate::metrics::dist::{Deviation, Sorted};
 use crate::metrics::percentile;
+use crate::metrics::Outcome;
 
 pub mod backends;
 mod nested;
@@ -179,9 +180,20 @@ pub struct ProfileRecord {
 }
 
 impl ProfileRecord {
+    /// What became of the request ([`Outcome`]); an overflow is an error the record writer typed as one.
+    pub fn outcome(&self) -> Outcome {
+        Outcome::classify(
+            self.error
+                .as_ref()
+                .is_some_and(Failure::is_context_overflow),
+            self.cancelled,
+            self.error.is_some(),
+        )
+    }
+
     /// Counted as a success: no error and not cancelled.
     pub fn ok(&self) -> bool {
-        self.error.is_none() && !self.cancelled
+        self.outcome().is_ok()
     }
 }
 
@@ -1218,7 +1230,7 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     let ok: Vec<&ProfileRecord> = prof.iter().copied().filter(|x| x.ok()).collect();
     let overflow_in_file = prof
         .iter()
-        .filter(|x| x.error.as_ref().is_some_and(Failure::is_context_overflow))
+        .filter(|x| x.outcome() == Outcome::ContextOverflow)
         .count() as u64;
     // The run summary counts overflows even when the record writer drops their rows (aiperf does);
     // rows it did write are already in the file's count.
@@ -1228,7 +1240,10 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
         .unwrap_or(0)
         .max(overflow_in_file);
     let total = prof.len() as u64 + (overflows - overflow_in_file);
-    let cancelled = prof.iter().filter(|x| x.cancelled).count() as u64;
+    let cancelled = prof
+        .iter()
+        .filter(|x| x.outcome() == Outcome::Cancelled)
+        .count() as u64;
     r.set("num_requests_total", total);
     r.set("num_requests_successful", ok.len() as u64);
 
@@ -1388,14 +1403,11 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
         },
     );
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    for x in &prof {
-        if let Some(e) = &x.error {
-            *errors
-                .entry(e.kind.clone().unwrap_or_else(|| "unknown".into()))
-                .or_default() += 1;
-        } else if x.cancelled {
-            *errors.entry("cancelled".into()).or_default() += 1;
-        }
+    for x in prof.iter().filter(|x| !x.outcome().is_ok()) {
+        let kind = x.error.as_ref().map_or("cancelled".into(), |e| {
+            e.kind.clone().unwrap_or_else(|| "unknown".into())
+        });
+        *errors.entry(kind).or_default() += 1;
     }
     r.set("errors_by_type", json!(errors));
     r.set(

@@ -2,11 +2,14 @@
 //! No I/O and no clocks: everything here is a function of the records it is given.
 
 pub mod dist;
+pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
 pub mod stats;
 
 use serde::Serialize;
+
+pub use outcome::Outcome;
 
 use crate::record::{Phase, RequestRecord};
 
@@ -83,17 +86,20 @@ impl Summary {
                 }
                 continue;
             }
-            if r.context_overflow {
-                s.context_overflows += 1;
-                continue;
-            }
-            if r.cancelled {
-                s.cancelled += 1;
-                continue;
-            }
-            if r.error.is_some() {
-                s.requests_failed += 1;
-                continue;
+            match Outcome::of(r) {
+                Outcome::ContextOverflow => {
+                    s.context_overflows += 1;
+                    continue;
+                }
+                Outcome::Cancelled => {
+                    s.cancelled += 1;
+                    continue;
+                }
+                Outcome::Failed => {
+                    s.requests_failed += 1;
+                    continue;
+                }
+                Outcome::Ok => {}
             }
             s.requests_ok += 1;
             first = first.min(r.send_ns);

@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use super::dist::{Deviation, Sorted};
+use super::Outcome;
 use crate::record::{Phase, RequestRecord};
 
 /// A metric as aiperf names it: tag (the JSON key), header (the CSV name) and display unit.
@@ -201,13 +202,12 @@ pub enum Class {
 
 pub fn class(r: &RequestRecord) -> Class {
     if r.phase == Phase::Warmup {
-        Class::Warmup
-    } else if r.context_overflow {
-        Class::ContextOverflow
-    } else if r.ok() {
-        Class::Valid
-    } else {
-        Class::Error
+        return Class::Warmup;
+    }
+    match Outcome::of(r) {
+        Outcome::ContextOverflow => Class::ContextOverflow,
+        Outcome::Ok => Class::Valid,
+        Outcome::Failed | Outcome::Cancelled => Class::Error,
     }
 }
 
@@ -215,7 +215,7 @@ pub fn class(r: &RequestRecord) -> Class {
 /// cancelled request carries only `error_isl`; a metric that cannot be computed (no chunks, OSL < 2,
 /// no usage) is absent, as in aiperf.
 pub fn record_values(r: &RequestRecord) -> Vec<(MetricDef, Value)> {
-    if !r.ok() {
+    if !Outcome::of(r).is_ok() {
         return vec![(ERROR_ISL, Value::Int(r.isl))];
     }
     let mut out = vec![(INPUT_SEQUENCE_LENGTH, Value::Int(r.isl))];

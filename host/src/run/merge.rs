@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
 
+use crate::metrics::Outcome;
 use crate::record::{read_records, Phase, RequestRecord, RECORDS_FILE};
 
 use super::MANIFEST_FILE;
@@ -396,10 +397,10 @@ fn validity(
     let (mut total, mut overflows, mut failed) = (0u64, 0u64, 0u64);
     for r in records {
         total += 1;
-        if r.context_overflow {
-            overflows += 1;
-        } else if r.phase == Phase::Profiling && !r.cancelled && r.error.is_some() {
-            failed += 1;
+        match Outcome::of(r) {
+            Outcome::ContextOverflow => overflows += 1,
+            Outcome::Failed if r.phase == Phase::Profiling => failed += 1,
+            _ => {}
         }
     }
     let mut inst = sc.instantiate()?;

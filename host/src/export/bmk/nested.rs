@@ -24,6 +24,7 @@ use super::{
     ServerMetrics, Traces, PROFILE_AIPERF, SERVER_METRICS,
 };
 use crate::metrics::dist::{self, Deviation};
+use crate::metrics::Outcome;
 
 /// The statistics of every nested distribution.
 pub const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
@@ -366,12 +367,13 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     let mut warmup_dropped = 0u64;
     let mut ok: Vec<&ProfileRecord> = Vec::new();
     for x in records {
-        if let Some(e) = &x.error {
+        if !x.outcome().is_ok() {
             error_dropped += 1;
-            *categories.entry(e.category()).or_default() += 1;
-        } else if x.cancelled {
-            error_dropped += 1;
-            *categories.entry("cancelled".into()).or_default() += 1;
+            let category = x
+                .error
+                .as_ref()
+                .map_or("cancelled".into(), |e| e.category());
+            *categories.entry(category).or_default() += 1;
         } else if x.phase == RecordPhase::Warmup {
             warmup_dropped += 1;
         } else {
@@ -381,11 +383,7 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     // Context overflows the record writer did not write (aiperf drops their rows) are requests too.
     let overflow_rows = records
         .iter()
-        .filter(|x| {
-            x.error
-                .as_ref()
-                .is_some_and(super::Failure::is_context_overflow)
-        })
+        .filter(|x| x.outcome() == Outcome::ContextOverflow)
         .count() as u64;
     let unwritten = input
         .run
