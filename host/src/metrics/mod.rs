@@ -1,7 +1,11 @@
 //! Pure statistics over request records: percentiles, per-metric distributions, and the run summary.
 //! No I/O and no clocks: everything here is a function of the records it is given.
+//!
+//! Each rule has one home here: the distribution kernel ([`dist`]), what became of a request
+//! ([`outcome`]) and the server engines' metric names ([`engines`]).
 
 pub mod dist;
+pub mod engines;
 pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
