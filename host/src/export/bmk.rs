@@ -67,7 +67,7 @@ pub const SUMMARIZE_KEYS: [&str; 24] = [
 /// The file names read from an artifact directory.
 pub const PROFILE_EXPORT: &str = "profile_export.jsonl";
 pub const SERVER_METRICS: &str = "server_metrics_export.json";
-pub const RUN_SUMMARY: &str = "run_summary.json";
+pub use super::run_summary::{RunSummary, RUN_SUMMARY};
 pub const PROFILE_AIPERF: &str = "profile_export_aiperf.json";
 
 /// The report layouts `agentx-host report --layout` writes.
@@ -98,6 +98,8 @@ pub enum ReportError {
     },
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
+    #[error(transparent)]
+    RunSummary(#[from] super::run_summary::RunSummaryError),
     #[error(
         "no {file} in {dir} or in any directory directly below it; pass the run's --output-artifact-dir"
     )]
@@ -536,52 +538,6 @@ impl ServerMetrics {
     pub fn value_labelled(&self, name: &str, key: &str, want: &str) -> Option<f64> {
         self.value_where(name, |s| {
             s.labels.get(key).map(String::as_str) == Some(want)
-        })
-    }
-}
-
-/// The parts of our `run_summary.json` the report reads.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunSummary {
-    pub dataset_alias: Option<String>,
-    pub dataset_source: Option<String>,
-    pub scenario: Option<Value>,
-    pub seed: Option<u64>,
-    pub concurrency: Option<u64>,
-    pub model: Option<String>,
-    pub submission_valid: Option<bool>,
-    pub submission_invalid_reasons: Vec<String>,
-    pub context_overflows: Option<u64>,
-}
-
-impl RunSummary {
-    pub fn parse(text: &str, path: &Path) -> Result<RunSummary, ReportError> {
-        let doc = json_doc(text, path)?;
-        let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        Ok(RunSummary {
-            dataset_alias: s(doc.pointer("/dataset/alias")),
-            dataset_source: s(doc.pointer("/dataset/source")),
-            scenario: doc.get("scenario").filter(|v| !v.is_null()).cloned(),
-            seed: doc.get("seed").and_then(Value::as_u64),
-            concurrency: doc.get("concurrency").and_then(Value::as_u64),
-            model: s(doc.get("model")),
-            submission_valid: doc.get("submission_valid").and_then(Value::as_bool),
-            submission_invalid_reasons: doc
-                .get("submission_invalid_reasons")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|r| {
-                            r.as_str()
-                                .map(str::to_owned)
-                                .unwrap_or_else(|| r.to_string())
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-            context_overflows: doc
-                .pointer("/summary/context_overflows")
-                .and_then(Value::as_u64),
         })
     }
 }
@@ -1236,8 +1192,7 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     // rows it did write are already in the file's count.
     let overflows = input
         .run
-        .and_then(|x| x.context_overflows)
-        .unwrap_or(0)
+        .map_or(0, |x| x.summary.context_overflows)
         .max(overflow_in_file);
     let total = prof.len() as u64 + (overflows - overflow_in_file);
     let cancelled = prof
@@ -1444,9 +1399,12 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     if let Some(run) = input.run {
         r.set(
             "dataset",
-            json!({"alias": run.dataset_alias, "source": run.dataset_source}),
+            json!({"alias": run.dataset_alias(), "source": run.dataset_source()}),
         );
-        r.set("scenario", run.scenario.clone().unwrap_or(Value::Null));
+        r.set(
+            "scenario",
+            run.scenario.as_ref().map_or(Value::Null, |s| json!(s)),
+        );
         r.set("seed", run.seed.map_or(Value::Null, |s| json!(s)));
         r.set(
             "submission_valid",
@@ -1574,9 +1532,9 @@ pub fn open_traces(run: Option<&RunSummary>, spec: Option<&str>, opts: &OpenOpti
                     "no {RUN_SUMMARY} names the dataset; pass --dataset PATH|NAME"
                 ));
             };
-            match (&run.dataset_alias, &run.dataset_source) {
-                (Some(a), _) if dataset::alias::lookup(a).is_some() => a.clone(),
-                (_, Some(src)) if Path::new(src).exists() => src.clone(),
+            match (run.dataset_alias(), run.dataset_source()) {
+                (Some(a), _) if dataset::alias::lookup(a).is_some() => a.to_owned(),
+                (_, Some(src)) if Path::new(src).exists() => src.to_owned(),
                 (Some(a), _) => {
                     return unavailable(format!(
                     "dataset {a:?} is not in the alias table (known: {}); pass --dataset PATH|NAME",

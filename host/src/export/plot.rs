@@ -291,8 +291,8 @@ impl Header {
         let scenario = s
             .scenario
             .as_ref()
-            .and_then(|v| v.get("name"))
-            .and_then(|v| v.as_str())
+            .map(|v| v.name.as_str())
+            .filter(|n| !n.is_empty())
             .unwrap_or("?");
         let mut title = format!("agentx run: {scenario}");
         if let Some(m) = &s.model {
@@ -473,15 +473,16 @@ mod tests {
             bmk::load_artifacts(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run"))
                 .unwrap();
         a.run = Some(bmk::RunSummary {
-            dataset_alias: None,
-            dataset_source: None,
-            scenario: Some(serde_json::json!({"name": "inferencex-agentx-v1"})),
+            scenario: Some(crate::export::run_summary::ScenarioRef {
+                name: "inferencex-agentx-v1".into(),
+                ..Default::default()
+            }),
             seed: Some(1),
             concurrency: Some(8),
             model: Some("m".into()),
             submission_valid: Some(false),
             submission_invalid_reasons: vec!["unsafe_override".into()],
-            context_overflows: None,
+            ..Default::default()
         });
         let h = Header::of(&a);
         assert_eq!(

@@ -11,7 +11,7 @@ pub mod prometheus;
 pub mod scrape_log;
 pub mod stats;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use outcome::Outcome;
 
@@ -20,7 +20,8 @@ use crate::record::{Phase, RequestRecord};
 pub use dist::percentile;
 
 /// Distribution summary of one metric.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Dist {
     pub count: usize,
     pub avg: f64,
@@ -47,8 +48,10 @@ impl Dist {
     }
 }
 
-/// The headline figures of a run (profiling phase, successful requests).
-#[derive(Debug, Clone, Default, Serialize)]
+/// The headline figures of a run (profiling phase, successful requests), as `run_summary.json`'s
+/// `summary` holds them (a figure an older file lacks reads as its default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Summary {
     pub requests_ok: u64,
     pub requests_failed: u64,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
 
+use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
 use crate::metrics::Outcome;
 use crate::record::{read_records, Phase, RequestRecord, RECORDS_FILE};
 
@@ -38,22 +39,12 @@ struct Shard {
     manifest: Manifest,
     /// The shard's place (every shard's manifest has one; checked when read).
     shard: ShardInfo,
-    summary: Value,
+    summary: RunSummary,
     index: u32,
     count: u32,
     /// Corrected anchor: wall-clock anchor plus the offset to the coordinator's clock.
     anchor: i128,
     records: Vec<RequestRecord>,
-}
-
-fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "cannot read {}; is this a shard directory of a finished sharded run?",
-            path.display()
-        )
-    })?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
 fn read_shard(dir: &Path) -> anyhow::Result<Shard> {
@@ -71,7 +62,8 @@ fn read_shard(dir: &Path) -> anyhow::Result<Shard> {
             dir.display()
         );
     }
-    let summary = read_json(&dir.join("run_summary.json"))?;
+    let summary = RunSummary::read_dir(dir)
+        .map_err(|e| anyhow!("{e}; is this a shard directory of a finished sharded run?"))?;
     let started = manifest.started_unix_ns;
     let offset = shard.clock_offset_ns;
     let records = read_records(&dir.join(RECORDS_FILE)).map_err(|e| anyhow!("{e}"))?;
@@ -168,10 +160,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             let (a, b) = (a + delta, b + delta);
             window = Some(window.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
         }
-        let stop = s.summary["stop"]
-            .as_str()
-            .unwrap_or("completed")
-            .to_string();
+        let stop = s.summary.stop_or_completed().to_string();
         shard_rows.push(json!({
             "index": s.index,
             "dir": s.dir,
@@ -185,7 +174,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             "shift_ns": delta,
             "profiling_ns": s.manifest.profiling_ns,
         }));
-        stops.push((stop, s.summary["message"].as_str().map(str::to_owned)));
+        stops.push((stop, s.summary.message.clone()));
         records.append(&mut s.records);
     }
     records.sort_by(|a, b| {
@@ -238,14 +227,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         tracing::warn!("the scenario component is not at hand ({e:#}); the merged run keeps every shard's invalid reasons");
         let mut all: Vec<String> = Vec::new();
         for s in &shards {
-            for r in s.summary["submission_invalid_reasons"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
-                if !all.iter().any(|x| x == r) {
-                    all.push(r.to_string());
+            for r in &s.summary.submission_invalid_reasons {
+                if !all.contains(r) {
+                    all.push(r.clone());
                 }
             }
         }
@@ -268,22 +252,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
     files.push(put(MANIFEST_FILE, manifest.to_json_pretty().as_bytes())?);
     let summary = crate::metrics::Summary::of(&records);
     let mut doc = shards[0].summary.clone();
-    doc["stop"] = json!(stop);
-    doc["message"] = if message.is_empty() {
-        Value::Null
-    } else {
-        json!(message.join("; "))
-    };
-    doc["records"] = json!(records.len());
-    doc["summary"] = json!(summary);
-    doc["submission_valid"] = json!(reasons.is_empty());
-    doc["submission_invalid_reasons"] = json!(reasons);
-    doc["started_unix_ns"] = json!(anchor as u64);
-    doc["shards"] = json!(count);
-    files.push(put(
-        "run_summary.json",
-        serde_json::to_string_pretty(&doc)?.as_bytes(),
-    )?);
+    doc.stop = Some(stop);
+    doc.message = (!message.is_empty()).then(|| message.join("; "));
+    doc.records = Some(records.len() as u64);
+    doc.summary = summary;
+    doc.submission_valid = Some(reasons.is_empty());
+    doc.submission_invalid_reasons = reasons.clone();
+    doc.started_unix_ns = Some(anchor as u64);
+    doc.shards = Some(count);
+    files.push(put(RUN_SUMMARY, doc.to_json_pretty().as_bytes())?);
     // Shard 0 scraped the servers for the whole run; its files hold the server's view.
     for name in [
         crate::export::server_metrics::JSON_FILE,

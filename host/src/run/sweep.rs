@@ -273,7 +273,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
             .as_ref()
             .filter(|_| cfg.resume)
             .and_then(|s| s.points.iter().find(|p| p.concurrency == n && p.done()))
-            .filter(|_| dir.join("run_summary.json").exists())
+            .filter(|_| dir.join(crate::export::run_summary::RUN_SUMMARY).exists())
         {
             tracing::info!("sweep: concurrency {n} finished before; kept (--resume)");
             let mut p = p.clone();

@@ -349,7 +349,7 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
         .or_else(|| {
             input
                 .run
-                .map(|run| json!({"alias": run.dataset_alias, "source": run.dataset_source}))
+                .map(|run| json!({"alias": run.dataset_alias(), "source": run.dataset_source()}))
         })
         .unwrap_or(Value::Null);
     r.set("dataset", dataset);
@@ -387,8 +387,7 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
         .count() as u64;
     let unwritten = input
         .run
-        .and_then(|x| x.context_overflows)
-        .unwrap_or(0)
+        .map_or(0, |x| x.summary.context_overflows)
         .saturating_sub(overflow_rows);
     if unwritten > 0 {
         *categories.entry("context_overflow".into()).or_default() += unwritten;
