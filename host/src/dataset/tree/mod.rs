@@ -1004,5 +1004,14 @@ fn install_predecessors(streams: &mut [Stream]) {
     }
 }
 
+/// The topology of a tree entry, kept in its import report ([`crate::dataset::cache::ImportReport::trees`]; built and read by [`corpus`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TreeTopology {
+    /// The nested-timestamp basis the trees were built with (the inferred one under `auto`).
+    pub basis: NestedBasis,
+    /// One tree per trace of the dataset, in dataset order.
+    pub trees: Vec<SessionTree>,
+}
+
 #[cfg(test)]
 mod tests;
