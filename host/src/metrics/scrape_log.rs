@@ -442,10 +442,7 @@ impl ServerSnapshot {
                 ratio(h, h.zip(r).map(|(h, r)| h + r))
             }
         };
-        let prefix = ENGINES
-            .iter()
-            .flat_map(|e| e.hit_rate)
-            .find_map(&rate);
+        let prefix = ENGINES.iter().flat_map(|e| e.hit_rate).find_map(&rate);
         let external = ENGINES
             .iter()
             .filter_map(|e| e.external_hit_rate.as_ref())
