@@ -358,7 +358,7 @@ fn main() -> ExitCode {
         *outcomes.entry(key).or_default() += 1;
         if let Some(why) = &r.retry {
             retried += 1;
-            retried_ok += r.ok() as u64;
+            retried_ok += agentx::metrics::Outcome::of(r).is_ok() as u64;
             let short: String = why.chars().take(80).collect();
             *retry_reasons.entry(short).or_default() += 1;
         }

@@ -103,7 +103,10 @@ fn demo_run_needs_no_flags_and_writes_every_record() {
     assert!(warm.len() >= 4, "a primer per lane at least");
     assert!(warm.iter().all(|x| x.max_tokens == 1));
     assert!(recs.iter().any(|x| x.phase == Phase::Profiling));
-    assert!(recs.iter().all(|x| x.ok()), "{recs:#?}");
+    assert!(
+        recs.iter().all(|x| agentx::metrics::Outcome::of(x).is_ok()),
+        "{recs:#?}"
+    );
     assert!(
         recs.iter().all(|x| x.tree.is_some()),
         "session-tree records"
@@ -291,7 +294,7 @@ fn fixed_latency_records_time_every_token() {
     let recs = r.records();
     assert!(recs.len() > 4);
     for x in &recs {
-        assert!(x.ok(), "{x:?}");
+        assert!(agentx::metrics::Outcome::of(x).is_ok(), "{x:?}");
         // ignore_eos: exactly the recorded output length (at least one token), each one a chunk.
         assert_eq!(x.osl, x.max_tokens as u64, "{x:?}");
         assert_eq!(x.chunk_offsets_ns.len() as u64, x.osl);
@@ -652,7 +655,10 @@ fn a_server_that_goes_away_ends_in_connect_errors_within_the_grace() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(started.elapsed() < Duration::from_secs(60));
     let recs = r.records();
-    let ok = recs.iter().filter(|x| x.ok()).count();
+    let ok = recs
+        .iter()
+        .filter(|x| agentx::metrics::Outcome::of(x).is_ok())
+        .count();
     assert!(ok >= 10, "the first requests succeed and are kept");
     assert!(
         recs.iter().any(|x| x.error.is_some()),
@@ -793,7 +799,7 @@ fn h2c_works_and_the_api_key_is_never_written() {
     let recs = read_records(&dir.path().join("artifacts/latest/records.jsonl")).unwrap();
     assert!(recs.len() >= 2);
     assert!(
-        recs.iter().all(|r| r.ok()),
+        recs.iter().all(|r| agentx::metrics::Outcome::of(r).is_ok()),
         "h2c requests succeed: {recs:#?}"
     );
     assert!(!err.contains(secret));

@@ -354,7 +354,7 @@ where
     // Overflows are normal replay outcomes and cancellations happen at the end of the grace period.
     let failed: Vec<_> = records
         .iter()
-        .filter(|r| !r.ok() && !r.context_overflow && !r.cancelled)
+        .filter(|r| agentx::metrics::Outcome::of(r) == agentx::metrics::Outcome::Failed)
         .collect();
     assert!(
         failed.is_empty(),

@@ -2,6 +2,12 @@
 //!
 //! The native host owns networking, the dataset cache, time and files; the policy of a benchmark
 //! scenario runs as a sandboxed WebAssembly component loaded by hash (see [`scenario`]).
+//!
+//! Unsafe code is denied crate-wide; the two places that need it (mapping a dataset cache entry,
+//! `dataset::mmap`, and loading a compiled scenario component, `scenario`) allow it item by item,
+//! each with its reason.
+
+#![deny(unsafe_code)]
 
 #[macro_use]
 pub mod out;

@@ -226,11 +226,6 @@ impl RequestRecord {
     pub fn send_lag_ns(&self) -> u64 {
         self.send_ns.saturating_sub(self.intended_ns)
     }
-
-    /// A success: no error and not cancelled.
-    pub fn ok(&self) -> bool {
-        self.error.is_none() && !self.cancelled
-    }
 }
 
 /// Errors of the record sink.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::metrics::percentile;
+use crate::metrics::{percentile, Outcome};
 use crate::record::{Phase, RequestRecord};
 
 /// Latest server-side figures for the `srv` row (`None` renders `-`).
@@ -92,11 +92,13 @@ impl Live {
         }
         let mut s = self.s.lock().expect("live stats lock");
         s.done += 1;
-        if !r.ok() {
-            if !r.context_overflow {
+        match Outcome::of(r) {
+            Outcome::Ok => {}
+            Outcome::ContextOverflow => return,
+            Outcome::Failed | Outcome::Cancelled => {
                 s.err += 1;
+                return;
             }
-            return;
         }
         s.ok += 1;
         s.tokens_in += r.isl;

@@ -18,6 +18,7 @@
 //!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
+pub mod conn;
 pub mod pool;
 pub mod preflight;
 pub mod routing;
@@ -360,7 +361,7 @@ impl Client {
     ) {
         let served = resp
             .extensions()
-            .get::<pool::ConnMeta>()
+            .get::<conn::ConnMeta>()
             .map(|m| m.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
         let Some(ka) = resp
             .headers()
@@ -664,14 +665,14 @@ impl Client {
 }
 
 /// Whether a request error happened on a connection that was open before the request was sent
-/// (a reused one), as the connection's [`pool::ConnMeta`] tells.
+/// (a reused one), as the connection's [`conn::ConnMeta`] tells.
 fn reused_before(e: &hyper_util::client::legacy::Error, sent: Instant) -> bool {
     let Some(info) = e.connect_info() else {
         return false;
     };
     let mut ext = hyper::http::Extensions::new();
     info.get_extras(&mut ext);
-    ext.get::<pool::ConnMeta>().is_some_and(|m| m.opened < sent)
+    ext.get::<conn::ConnMeta>().is_some_and(|m| m.opened < sent)
 }
 
 /// Why a [`Client::get`] failed.

@@ -5,8 +5,8 @@
 //! client that reuses a connection the server is closing at that moment loses the request
 //! ("connection closed before message completed"). This module keeps that from happening:
 //!
-//! - Every connection carries a [`ConnMeta`] (when it was opened, how many responses it served), put
-//!   there by [`TrackedConnector`] and read back from responses and errors.
+//! - Every connection carries a [`super::conn::ConnMeta`] (when it was opened, how many responses it
+//!   served), put there by [`TrackedConnector`] and read back from responses and errors.
 //! - [`KeepAlive`] is parsed from each response. Its `timeout` lowers the pool's idle timeout to the
 //!   server's deadline minus a margin ([`idle_deadline`]); the pool is rebuilt with the new timeout
 //!   (connections in flight finish on the old one). Its `max` retires a connection (poisons it) once
@@ -16,31 +16,16 @@
 //! - [`Pools::sticky`] holds each session's own connection for `--connection-reuse-strategy
 //!   sticky-user-sessions` ([`super::sticky`]).
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
 
-use hyper::Uri;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::conn::{Https, TrackedConnector};
 use super::JsonBody;
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-type Stream = hyper_rustls::MaybeHttpsStream<hyper_util::rt::TokioIo<tokio::net::TcpStream>>;
 pub(crate) type Legacy = hyper_util::client::legacy::Client<TrackedConnector, JsonBody>;
-
-/// What the pool knows of one connection; cloned into every response's extensions.
-#[derive(Debug, Clone)]
-pub struct ConnMeta {
-    /// When the connection was established.
-    pub opened: Instant,
-    /// Responses (heads) received on it so far.
-    pub served: Arc<AtomicU32>,
-}
 
 /// A server's `Keep-Alive` response header (RFC 2068 §19.7.1, as Apache, nginx and llama.cpp send it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,86 +64,6 @@ pub fn idle_deadline(server_timeout: Duration) -> Duration {
     server_timeout.saturating_sub(margin)
 }
 
-/// The HTTPS-or-HTTP connector, with a [`ConnMeta`] on every connection it makes.
-#[derive(Clone)]
-pub struct TrackedConnector(Https);
-
-/// A connection with its [`ConnMeta`].
-pub struct Tracked {
-    inner: Stream,
-    meta: ConnMeta,
-}
-
-impl tower_service::Service<Uri> for TrackedConnector {
-    type Response = Tracked;
-    type Error = <Https as tower_service::Service<Uri>>::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Tracked, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let fut = self.0.call(uri);
-        Box::pin(async move {
-            let inner = fut.await?;
-            Ok(Tracked {
-                inner,
-                meta: ConnMeta {
-                    opened: Instant::now(),
-                    served: Arc::new(AtomicU32::new(0)),
-                },
-            })
-        })
-    }
-}
-
-impl Connection for Tracked {
-    fn connected(&self) -> Connected {
-        self.inner.connected().extra(self.meta.clone())
-    }
-}
-
-impl hyper::rt::Read for Tracked {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for Tracked {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// The pooled client (replaced when the idle timeout must shrink) and the never-pooling one.
 pub(crate) struct Pools {
     connector: TrackedConnector,
@@ -173,7 +78,7 @@ pub(crate) struct Pools {
 
 impl Pools {
     pub(crate) fn new(https: Https, idle: Duration, http2: bool) -> Pools {
-        let connector = TrackedConnector(https);
+        let connector = TrackedConnector::new(https);
         Pools {
             current: RwLock::new(build(connector.clone(), idle, usize::MAX, http2)),
             fresh: build(connector.clone(), idle, 0, http2),

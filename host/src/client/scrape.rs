@@ -13,6 +13,9 @@
 //! - `stop()` asks every task to take one final scrape (the end state of the run) and returns the
 //!   [`ScrapeLog`]; [`Scraper::snapshot`] reads the latest values for a live view meanwhile.
 //! - Prometheus summaries and `_created` timestamps are not kept (aiperf ignores them too).
+//!
+//! [`PageReader`] reads a page once on the same client and request (the sweep's wait for idle
+//! servers): every `/metrics` fetch of the host goes through this module.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -127,6 +130,106 @@ impl ScrapeConfig {
 type HttpClient =
     hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
+/// The one HTTP client of `/metrics` reads (plain HTTP or HTTPS, HTTP/1).
+fn http_client(connect_timeout: Duration) -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// Sends the GET of a page and checks its status.
+async fn request_page(
+    client: &HttpClient,
+    uri: &Uri,
+) -> Result<hyper::Response<hyper::body::Incoming>, (FetchOutcome, String)> {
+    let req = Request::get(uri.clone())
+        .header("accept", "text/plain;version=0.0.4;q=1, */*;q=0.1")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| {
+            (
+                FetchOutcome::Connect,
+                format!("cannot build the request: {e}"),
+            )
+        })?;
+    let resp = client.request(req).await.map_err(|e| {
+        let kind = if e.is_connect() {
+            FetchOutcome::Connect
+        } else {
+            FetchOutcome::Body
+        };
+        (kind, error_chain(&e))
+    })?;
+    let status = resp.status();
+    if status != hyper::StatusCode::OK {
+        return Err((
+            FetchOutcome::Status(status.as_u16()),
+            format!("HTTP {status} from {uri}"),
+        ));
+    }
+    Ok(resp)
+}
+
+/// Reads a page's body, at most `max_body` bytes.
+async fn page_body(
+    resp: hyper::Response<hyper::body::Incoming>,
+    max_body: usize,
+) -> Result<Bytes, (FetchOutcome, String)> {
+    let body = Limited::new(resp.into_body(), max_body)
+        .collect()
+        .await
+        .map_err(|e| (FetchOutcome::Body, format!("reading the body: {e}")))?;
+    Ok(body.to_bytes())
+}
+
+/// One-off reads of `/metrics` pages outside a run (the sweep's wait for idle servers), on the
+/// scraper's client and request.
+#[derive(Clone)]
+pub struct PageReader {
+    client: HttpClient,
+    timeout: Duration,
+    max_body: usize,
+}
+
+impl PageReader {
+    /// A reader whose every read takes at most `timeout`. Call it inside a tokio runtime.
+    pub fn new(timeout: Duration) -> PageReader {
+        let cfg = ScrapeConfig::new(Vec::new());
+        PageReader {
+            client: http_client(timeout),
+            timeout,
+            max_body: cfg.max_body_bytes,
+        }
+    }
+
+    /// The text of the page at `url` (a full `/metrics` URL), or why there is none.
+    pub async fn read(&self, url: &str) -> Result<String, String> {
+        let uri: Uri = url.parse().map_err(|e| format!("{e}"))?;
+        let work = async {
+            let resp = request_page(&self.client, &uri).await?;
+            page_body(resp, self.max_body).await
+        };
+        match tokio::time::timeout(self.timeout, work).await {
+            Err(_) => Err(format!(
+                "no answer within {:.0} s",
+                self.timeout.as_secs_f64()
+            )),
+            Ok(Err((_, msg))) => Err(msg),
+            Ok(Ok(body)) => Ok(String::from_utf8_lossy(&body).into_owned()),
+        }
+    }
+}
+
 /// A running scraper. Dropping it stops the tasks without the final scrape being collected.
 pub struct Scraper {
     clock: Clock,
@@ -165,20 +268,7 @@ impl Scraper {
             })?;
             uris.push((url, uri));
         }
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(cfg.timeout));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client: HttpClient = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
+        let client = http_client(cfg.timeout);
         let (stop, stop_rx) = watch::channel(false);
         let mut logs = Vec::new();
         let mut tasks = Vec::new();
@@ -310,36 +400,9 @@ impl Endpoint {
 
     /// GET the page: (headers-arrived offset, body) or what went wrong.
     async fn get(&self) -> Result<(u64, Bytes), (FetchOutcome, String)> {
-        let req = Request::get(self.uri.clone())
-            .header("accept", "text/plain;version=0.0.4;q=1, */*;q=0.1")
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| {
-                (
-                    FetchOutcome::Connect,
-                    format!("cannot build the request: {e}"),
-                )
-            })?;
-        let resp = self.client.request(req).await.map_err(|e| {
-            let kind = if e.is_connect() {
-                FetchOutcome::Connect
-            } else {
-                FetchOutcome::Body
-            };
-            (kind, error_chain(&e))
-        })?;
+        let resp = request_page(&self.client, &self.uri).await?;
         let t_ns = self.clock.now_ns();
-        let status = resp.status();
-        if status != hyper::StatusCode::OK {
-            return Err((
-                FetchOutcome::Status(status.as_u16()),
-                format!("HTTP {status} from {}", self.uri),
-            ));
-        }
-        let body = Limited::new(resp.into_body(), self.max_body)
-            .collect()
-            .await
-            .map_err(|e| (FetchOutcome::Body, format!("reading the body: {e}")))?;
-        Ok((t_ns, body.to_bytes()))
+        Ok((t_ns, page_body(resp, self.max_body).await?))
     }
 }
 

@@ -17,7 +17,7 @@ use hyper::{Request, Response};
 use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::pool::TrackedConnector;
+use super::conn::TrackedConnector;
 use super::JsonBody;
 
 /// The sending half of a session's connection.

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 use super::error::DatasetError;
 use super::mmap::{as_u32s, Mapped};
 use super::select::{Selection, SelectionReport};
-use super::tree::corpus::TreeTopology;
+use super::tree::TreeTopology;
 use super::warnings::WarningReport;
 use super::weka::{ParsedTrace, RequestKind};
 

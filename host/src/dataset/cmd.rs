@@ -13,7 +13,7 @@ use super::stats::{corpus_stats, dataset_tree_stats, Dist, TreeStats};
 use super::synth::{write_corpus, SynthOptions};
 use super::tokens::TokenCounter;
 use super::warnings::WarningReport;
-use super::{Dataset, DatasetError, OpenOptions};
+use super::{Dataset, DatasetError, OpenOptions, Trajectory};
 
 /// Arguments of `agentx-host dataset`.
 #[derive(Debug, Args)]
@@ -252,61 +252,7 @@ fn print_trees(t: &TreeStats) {
 /// Runs a dataset subcommand.
 pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
     match args.command {
-        DatasetCommand::Import { source: src, json } => {
-            let started = Instant::now();
-            let ds = src.open()?;
-            let secs = started.elapsed().as_secs_f64();
-            let raw = source_bytes(&ds);
-            if json {
-                let v = serde_json::json!({
-                    "source": ds.source_path().display().to_string(),
-                    "corpus": ds.alias().map(|a| a.name),
-                    "traces": ds.len(),
-                    "requests": ds.total_turns(),
-                    "subagents_ignored": ds.subagents_ignored(),
-                    "cache": ds.cache_path().display().to_string(),
-                    "outcome": format!("{:?}", ds.outcome()),
-                    "cache_bytes": ds.cache_bytes(),
-                    "source_bytes": raw,
-                    "seconds": secs,
-                    "warnings": ds.warnings(),
-                    "selection": ds.selection(),
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                return Ok(());
-            }
-            outln!("source       {}", ds.source_path().display());
-            if let Some(a) = ds.alias() {
-                outln!("corpus       {} ({})", a.name, a.repo);
-            }
-            outln!("traces       {}", ds.len());
-            if let Some(r) = ds.selection() {
-                outln!(
-                    "selection    {} kept, {} dropped by --max-context-length {} (scanned {}; peak context {}..{})",
-                    r.kept,
-                    r.dropped,
-                    r.max_context_length.unwrap_or(0),
-                    r.scanned,
-                    r.smallest_peak,
-                    r.largest_peak
-                );
-            }
-            outln!("requests     {}", ds.total_turns());
-            outln!("subagents    {} ignored", ds.subagents_ignored());
-            outln!(
-                "cache        {} ({:?})",
-                ds.cache_path().display(),
-                ds.outcome()
-            );
-            outln!(
-                "size         {:.1} MiB cache / {:.1} MiB source ({:.1}%)",
-                mib(ds.cache_bytes()),
-                mib(raw),
-                100.0 * ds.cache_bytes() as f64 / raw.max(1) as f64
-            );
-            outln!("seconds      {secs:.3}");
-            print_warnings(&ds.warnings());
-        }
+        DatasetCommand::Import { source, json } => import(source, json),
         DatasetCommand::Inspect {
             source,
             trace,
@@ -317,188 +263,23 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             tokenizer,
         } => {
             let ds = source.open()?;
-            let traj = match (&trace, index) {
-                (Some(id), _) => Some(ds.find(id).ok_or_else(|| {
-                    DatasetError::Argument(format!(
-                        "--trace {id:?}: no such trace id in {}",
-                        ds.source_path().display()
-                    ))
-                })?),
-                (None, Some(i)) => Some(ds.trajectory(i).ok_or_else(|| {
-                    DatasetError::Argument(format!(
-                        "--index {i}: the dataset has {} traces (0..{})",
-                        ds.len(),
-                        ds.len()
-                    ))
-                })?),
-                (None, None) => None,
-            };
-            let Some(traj) = traj else {
-                outln!(
-                    "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
-                    "index",
-                    "id",
-                    "turns",
-                    "start_in",
-                    "end_in",
-                    "subagents"
-                );
-                for t in ds.trajectories() {
-                    if crate::out::stdout_closed() {
-                        break;
-                    }
-                    let first = t.turn(0).map_or(0, |x| x.input_tokens());
-                    let last = t
-                        .turn(t.num_turns().wrapping_sub(1))
-                        .map_or(0, |x| x.input_tokens());
-                    outln!(
-                        "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
-                        t.index(),
-                        t.id(),
-                        t.num_turns(),
-                        first,
-                        last,
-                        t.subagents()
-                    );
-                }
+            let Some(traj) = pick_trajectory(&ds, trace.as_deref(), index)? else {
+                list_trajectories(&ds);
                 return Ok(());
             };
             let mode = match mode {
                 ModeArg::Recorded => AssistantMode::Recorded,
                 ModeArg::Live => AssistantMode::Live,
             };
-            if let Some(k) = turn {
-                let counter = match tokenizer {
-                    Some(p) => TokenCounter::from_file(&p)
-                        .map_err(|e| DatasetError::Argument(e.to_string()))?,
-                    None => TokenCounter::Words,
-                };
-                let synth = PromptSynth::for_counter(seed, &counter);
-                let conv = synth
-                    .conversation(traj, k, mode)
-                    .map_err(|e| DatasetError::Argument(format!("--turn: {e}")))?;
-                let msgs = conv.messages(None);
-                let tokens: u64 = msgs.iter().map(|m| counter.count(&m.content)).sum();
-                errln!(
-                    "trace {:?} turn {k}: {} messages, {tokens} tokens (recorded in: {})",
-                    traj.id(),
-                    msgs.len(),
-                    traj.turn(k).map_or(0, |t| t.input_tokens())
-                );
-                outln!(
-                    "{}",
-                    serde_json::to_string_pretty(&msgs).unwrap_or_default()
-                );
-                return Ok(());
-            }
-            outln!(
-                "trace {:?}: {} turns, block_size {}, tool_tokens {}, system_tokens {}, subagents {}, models {}",
-                traj.id(),
-                traj.num_turns(),
-                traj.block_size(),
-                traj.tool_tokens(),
-                traj.system_tokens(),
-                traj.subagents(),
-                traj.models().collect::<Vec<_>>().join(",")
-            );
-            let live = sendable_starts(traj, AssistantMode::Live);
-            outln!(
-                "{:>5} {:>10} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
-                "turn",
-                "t",
-                "think",
-                "type",
-                "in",
-                "out",
-                "ids",
-                "lcp",
-                "stop",
-                "live_start"
-            );
-            for (k, t) in traj.turns().enumerate() {
-                if crate::out::stdout_closed() {
-                    break;
+            match turn {
+                Some(k) => print_turn_messages(traj, k, mode, seed, tokenizer),
+                None => {
+                    print_turns(traj);
+                    Ok(())
                 }
-                outln!(
-                    "{:>5} {:>10.3} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
-                    k,
-                    t.t(),
-                    t.think_time().map_or("-".into(), |x| format!("{x:.3}")),
-                    t.kind().as_str(),
-                    t.input_tokens(),
-                    t.output_tokens(),
-                    t.num_hash_ids(),
-                    t.lcp_with_previous(),
-                    if t.stop().is_empty() { "-" } else { t.stop() },
-                    if live[k] { "yes" } else { "no" }
-                );
             }
         }
-        DatasetCommand::Stats { source, json } => {
-            let ds = source.open()?;
-            let s = corpus_stats(&ds);
-            let trees = dataset_tree_stats(&ds)?;
-            if json {
-                let mut v = serde_json::to_value(&s).unwrap_or_default();
-                if let Some(o) = v.as_object_mut() {
-                    o.insert(
-                        "warnings".into(),
-                        serde_json::to_value(ds.warnings()).unwrap_or_default(),
-                    );
-                    o.insert(
-                        "trees".into(),
-                        serde_json::to_value(&trees).unwrap_or_default(),
-                    );
-                }
-                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                return Ok(());
-            }
-            outln!("traces                      {}", s.traces);
-            outln!("requests                    {}", s.requests);
-            outln!("subagent entries ignored    {}", s.subagents_ignored);
-            outln!("out: 0 turns                {}", s.out_zero_turns);
-            outln!("non-monotonic cuts          {}", s.non_monotonic_cuts);
-            outln!(
-                "theoretical hit rate (set)  {:.2}%",
-                100.0 * s.theoretical_hit_rate_set
-            );
-            outln!(
-                "theoretical hit rate (lcp)  {:.2}%",
-                100.0 * s.theoretical_hit_rate_prefix
-            );
-            outln!();
-            outln!(
-                "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                "",
-                "mean",
-                "min",
-                "p50",
-                "p90",
-                "p99",
-                "max"
-            );
-            outln!("{}", dist_row("turns per trace", &s.turns_per_trace));
-            outln!("{}", dist_row("isl", &s.isl));
-            outln!("{}", dist_row("osl", &s.osl));
-            outln!("{}", dist_row("start isl", &s.start_isl));
-            outln!("{}", dist_row("end isl", &s.end_isl));
-            outln!("{}", dist_row("think time (s)", &s.think_time_s));
-            let h = &s.per_trace_set_hit_rate;
-            outln!(
-                "{:<18} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
-                "per-trace hit",
-                h.mean,
-                h.min,
-                h.p50,
-                h.p90,
-                h.p99,
-                h.max
-            );
-            outln!();
-            print_trees(&trees);
-            outln!();
-            print_warnings(&ds.warnings());
-        }
+        DatasetCommand::Stats { source, json } => stats(source, json),
         DatasetCommand::Synth {
             traces,
             seed,
@@ -507,28 +288,291 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             max_turns,
             context,
             subagents,
-        } => {
-            let started = Instant::now();
-            let sum = write_corpus(
-                &SynthOptions {
-                    traces: traces.unwrap_or(if subagents { 393 } else { 949 }),
-                    seed,
-                    max_isl,
-                    max_turns,
-                    context,
-                    subagents,
-                },
-                &output,
-            )?;
-            outln!(
-                "wrote {} traces, {} requests, {:.1} MiB to {} in {:.1} s",
-                sum.traces,
-                sum.requests,
-                mib(sum.bytes),
-                output.display(),
-                started.elapsed().as_secs_f64()
+        } => synth(
+            SynthOptions {
+                traces: traces.unwrap_or(if subagents { 393 } else { 949 }),
+                seed,
+                max_isl,
+                max_turns,
+                context,
+                subagents,
+            },
+            &output,
+        ),
+    }
+}
+
+/// `dataset import`: imports (or maps from the cache) and says what it found.
+fn import(src: SourceArgs, json: bool) -> Result<(), DatasetError> {
+    let started = Instant::now();
+    let ds = src.open()?;
+    let secs = started.elapsed().as_secs_f64();
+    let raw = source_bytes(&ds);
+    if json {
+        let v = serde_json::json!({
+            "source": ds.source_path().display().to_string(),
+            "corpus": ds.alias().map(|a| a.name),
+            "traces": ds.len(),
+            "requests": ds.total_turns(),
+            "subagents_ignored": ds.subagents_ignored(),
+            "cache": ds.cache_path().display().to_string(),
+            "outcome": format!("{:?}", ds.outcome()),
+            "cache_bytes": ds.cache_bytes(),
+            "source_bytes": raw,
+            "seconds": secs,
+            "warnings": ds.warnings(),
+            "selection": ds.selection(),
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    outln!("source       {}", ds.source_path().display());
+    if let Some(a) = ds.alias() {
+        outln!("corpus       {} ({})", a.name, a.repo);
+    }
+    outln!("traces       {}", ds.len());
+    if let Some(r) = ds.selection() {
+        outln!(
+            "selection    {} kept, {} dropped by --max-context-length {} (scanned {}; peak context {}..{})",
+            r.kept,
+            r.dropped,
+            r.max_context_length.unwrap_or(0),
+            r.scanned,
+            r.smallest_peak,
+            r.largest_peak
+        );
+    }
+    outln!("requests     {}", ds.total_turns());
+    outln!("subagents    {} ignored", ds.subagents_ignored());
+    outln!(
+        "cache        {} ({:?})",
+        ds.cache_path().display(),
+        ds.outcome()
+    );
+    outln!(
+        "size         {:.1} MiB cache / {:.1} MiB source ({:.1}%)",
+        mib(ds.cache_bytes()),
+        mib(raw),
+        100.0 * ds.cache_bytes() as f64 / raw.max(1) as f64
+    );
+    outln!("seconds      {secs:.3}");
+    print_warnings(&ds.warnings());
+    Ok(())
+}
+
+/// The trajectory `--trace` or `--index` names; `None` without either.
+fn pick_trajectory<'d>(
+    ds: &'d Dataset,
+    trace: Option<&str>,
+    index: Option<usize>,
+) -> Result<Option<Trajectory<'d>>, DatasetError> {
+    Ok(match (trace, index) {
+        (Some(id), _) => Some(ds.find(id).ok_or_else(|| {
+            DatasetError::Argument(format!(
+                "--trace {id:?}: no such trace id in {}",
+                ds.source_path().display()
+            ))
+        })?),
+        (None, Some(i)) => Some(ds.trajectory(i).ok_or_else(|| {
+            DatasetError::Argument(format!(
+                "--index {i}: the dataset has {} traces (0..{})",
+                ds.len(),
+                ds.len()
+            ))
+        })?),
+        (None, None) => None,
+    })
+}
+
+/// `dataset inspect` without a trace: one line per trajectory.
+fn list_trajectories(ds: &Dataset) {
+    outln!(
+        "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
+        "index",
+        "id",
+        "turns",
+        "start_in",
+        "end_in",
+        "subagents"
+    );
+    for t in ds.trajectories() {
+        if crate::out::stdout_closed() {
+            break;
+        }
+        let first = t.turn(0).map_or(0, |x| x.input_tokens());
+        let last = t
+            .turn(t.num_turns().wrapping_sub(1))
+            .map_or(0, |x| x.input_tokens());
+        outln!(
+            "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
+            t.index(),
+            t.id(),
+            t.num_turns(),
+            first,
+            last,
+            t.subagents()
+        );
+    }
+}
+
+/// `dataset inspect --turn K`: the chat messages of turn K as JSON.
+fn print_turn_messages(
+    traj: Trajectory<'_>,
+    k: usize,
+    mode: AssistantMode,
+    seed: u64,
+    tokenizer: Option<PathBuf>,
+) -> Result<(), DatasetError> {
+    let counter = match tokenizer {
+        Some(p) => {
+            TokenCounter::from_file(&p).map_err(|e| DatasetError::Argument(e.to_string()))?
+        }
+        None => TokenCounter::Words,
+    };
+    let synth = PromptSynth::for_counter(seed, &counter);
+    let conv = synth
+        .conversation(traj, k, mode)
+        .map_err(|e| DatasetError::Argument(format!("--turn: {e}")))?;
+    let msgs = conv.messages(None);
+    let tokens: u64 = msgs.iter().map(|m| counter.count(&m.content)).sum();
+    errln!(
+        "trace {:?} turn {k}: {} messages, {tokens} tokens (recorded in: {})",
+        traj.id(),
+        msgs.len(),
+        traj.turn(k).map_or(0, |t| t.input_tokens())
+    );
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(&msgs).unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// `dataset inspect --trace/--index`: the trajectory's turns, one line each.
+fn print_turns(traj: Trajectory<'_>) {
+    outln!(
+        "trace {:?}: {} turns, block_size {}, tool_tokens {}, system_tokens {}, subagents {}, models {}",
+        traj.id(),
+        traj.num_turns(),
+        traj.block_size(),
+        traj.tool_tokens(),
+        traj.system_tokens(),
+        traj.subagents(),
+        traj.models().collect::<Vec<_>>().join(",")
+    );
+    let live = sendable_starts(traj, AssistantMode::Live);
+    outln!(
+        "{:>5} {:>10} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
+        "turn",
+        "t",
+        "think",
+        "type",
+        "in",
+        "out",
+        "ids",
+        "lcp",
+        "stop",
+        "live_start"
+    );
+    for (k, t) in traj.turns().enumerate() {
+        if crate::out::stdout_closed() {
+            break;
+        }
+        outln!(
+            "{:>5} {:>10.3} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
+            k,
+            t.t(),
+            t.think_time().map_or("-".into(), |x| format!("{x:.3}")),
+            t.kind().as_str(),
+            t.input_tokens(),
+            t.output_tokens(),
+            t.num_hash_ids(),
+            t.lcp_with_previous(),
+            if t.stop().is_empty() { "-" } else { t.stop() },
+            if live[k] { "yes" } else { "no" }
+        );
+    }
+}
+
+/// `dataset stats`.
+fn stats(source: SourceArgs, json: bool) -> Result<(), DatasetError> {
+    let ds = source.open()?;
+    let s = corpus_stats(&ds);
+    let trees = dataset_tree_stats(&ds)?;
+    if json {
+        let mut v = serde_json::to_value(&s).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "warnings".into(),
+                serde_json::to_value(ds.warnings()).unwrap_or_default(),
+            );
+            o.insert(
+                "trees".into(),
+                serde_json::to_value(&trees).unwrap_or_default(),
             );
         }
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
     }
+    outln!("traces                      {}", s.traces);
+    outln!("requests                    {}", s.requests);
+    outln!("subagent entries ignored    {}", s.subagents_ignored);
+    outln!("out: 0 turns                {}", s.out_zero_turns);
+    outln!("non-monotonic cuts          {}", s.non_monotonic_cuts);
+    outln!(
+        "theoretical hit rate (set)  {:.2}%",
+        100.0 * s.theoretical_hit_rate_set
+    );
+    outln!(
+        "theoretical hit rate (lcp)  {:.2}%",
+        100.0 * s.theoretical_hit_rate_prefix
+    );
+    outln!();
+    outln!(
+        "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "",
+        "mean",
+        "min",
+        "p50",
+        "p90",
+        "p99",
+        "max"
+    );
+    outln!("{}", dist_row("turns per trace", &s.turns_per_trace));
+    outln!("{}", dist_row("isl", &s.isl));
+    outln!("{}", dist_row("osl", &s.osl));
+    outln!("{}", dist_row("start isl", &s.start_isl));
+    outln!("{}", dist_row("end isl", &s.end_isl));
+    outln!("{}", dist_row("think time (s)", &s.think_time_s));
+    let h = &s.per_trace_set_hit_rate;
+    outln!(
+        "{:<18} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
+        "per-trace hit",
+        h.mean,
+        h.min,
+        h.p50,
+        h.p90,
+        h.p99,
+        h.max
+    );
+    outln!();
+    print_trees(&trees);
+    outln!();
+    print_warnings(&ds.warnings());
+    Ok(())
+}
+
+/// `dataset synth`.
+fn synth(opts: SynthOptions, output: &std::path::Path) -> Result<(), DatasetError> {
+    let started = Instant::now();
+    let sum = write_corpus(&opts, output)?;
+    outln!(
+        "wrote {} traces, {} requests, {:.1} MiB to {} in {:.1} s",
+        sum.traces,
+        sum.requests,
+        mib(sum.bytes),
+        output.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -19,6 +19,7 @@ pub struct Mapped {
 
 impl Mapped {
     /// Maps `file` read-only.
+    #[allow(unsafe_code)] // A memory map is unsafe by nature; the invariant above makes it sound.
     pub fn map(file: &File) -> io::Result<Self> {
         // SAFETY: the mapping is read-only and cache entries are immutable once renamed into place (see
         // the module invariant), so the bytes cannot change under the shared slices handed out. A
@@ -35,6 +36,7 @@ impl Mapped {
 }
 
 /// Views `bytes` as `u32`s when it is 4-byte aligned and a whole number of `u32`s long.
+#[allow(unsafe_code)] // Reading a mapped entry's integers in place, without a copy.
 pub fn as_u32s(bytes: &[u8]) -> Option<&[u32]> {
     // SAFETY: every bit pattern is a valid u32, and the result is accepted only when `align_to` puts all
     // bytes in the aligned middle, so no byte is skipped or reinterpreted across the slice bounds.
@@ -56,6 +58,7 @@ mod tests {
         assert_eq!(as_u32s(&bytes[1..5]), None);
     }
 
+    #[allow(unsafe_code)] // Test storage: u32-aligned bytes.
     fn word_bytes(w: &[u32]) -> &[u8] {
         // SAFETY: u8 has alignment 1 and the byte length covers exactly the u32 slice.
         unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), std::mem::size_of_val(w)) }

@@ -32,25 +32,19 @@ pub struct Dist {
     pub max: f64,
 }
 
-/// Linear-interpolation percentile of sorted data.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    crate::metrics::percentile(sorted, p).unwrap_or(0.0)
-}
-
 impl Dist {
-    pub fn of(mut v: Vec<f64>) -> Dist {
-        if v.is_empty() {
+    pub fn of(v: Vec<f64>) -> Dist {
+        let Some(s) = crate::metrics::dist::Sorted::new(v) else {
             return Dist::default();
-        }
-        v.sort_by(f64::total_cmp);
+        };
         Dist {
-            count: v.len(),
-            mean: v.iter().sum::<f64>() / v.len() as f64,
-            min: v[0],
-            p50: percentile(&v, 50.0),
-            p90: percentile(&v, 90.0),
-            p99: percentile(&v, 99.0),
-            max: v[v.len() - 1],
+            count: s.len(),
+            mean: s.mean(),
+            min: s.min(),
+            p50: s.percentile(50.0),
+            p90: s.percentile(90.0),
+            p99: s.percentile(99.0),
+            max: s.max(),
         }
     }
 }
@@ -425,11 +419,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentile_interpolates() {
-        let v = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(percentile(&v, 50.0), 2.5);
-        assert_eq!(percentile(&v, 100.0), 4.0);
-        assert_eq!(percentile(&v, 0.0), 1.0);
+    fn dist_of_a_sample() {
+        let d = Dist::of(vec![4.0, 1.0, 3.0, 2.0]);
+        assert_eq!((d.p50, d.min, d.max, d.mean), (2.5, 1.0, 4.0, 2.5));
         assert_eq!(Dist::of(vec![]).count, 0);
     }
 

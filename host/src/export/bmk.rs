@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::dataset::{self, Dataset, OpenOptions};
+use crate::metrics::dist::{Deviation, Sorted};
 use crate::metrics::percentile;
+use crate::metrics::Outcome;
 
 pub mod backends;
 mod nested;
@@ -65,7 +67,7 @@ pub const SUMMARIZE_KEYS: [&str; 24] = [
 /// The file names read from an artifact directory.
 pub const PROFILE_EXPORT: &str = "profile_export.jsonl";
 pub const SERVER_METRICS: &str = "server_metrics_export.json";
-pub const RUN_SUMMARY: &str = "run_summary.json";
+pub use super::run_summary::{RunSummary, RUN_SUMMARY};
 pub const PROFILE_AIPERF: &str = "profile_export_aiperf.json";
 
 /// The report layouts `agentx-host report --layout` writes.
@@ -96,6 +98,8 @@ pub enum ReportError {
     },
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
+    #[error(transparent)]
+    RunSummary(#[from] super::run_summary::RunSummaryError),
     #[error(
         "no {file} in {dir} or in any directory directly below it; pass the run's --output-artifact-dir"
     )]
@@ -178,9 +182,20 @@ pub struct ProfileRecord {
 }
 
 impl ProfileRecord {
+    /// What became of the request ([`Outcome`]); an overflow is an error the record writer typed as one.
+    pub fn outcome(&self) -> Outcome {
+        Outcome::classify(
+            self.error
+                .as_ref()
+                .is_some_and(Failure::is_context_overflow),
+            self.cancelled,
+            self.error.is_some(),
+        )
+    }
+
     /// Counted as a success: no error and not cancelled.
     pub fn ok(&self) -> bool {
-        self.error.is_none() && !self.cancelled
+        self.outcome().is_ok()
     }
 }
 
@@ -523,52 +538,6 @@ impl ServerMetrics {
     pub fn value_labelled(&self, name: &str, key: &str, want: &str) -> Option<f64> {
         self.value_where(name, |s| {
             s.labels.get(key).map(String::as_str) == Some(want)
-        })
-    }
-}
-
-/// The parts of our `run_summary.json` the report reads.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunSummary {
-    pub dataset_alias: Option<String>,
-    pub dataset_source: Option<String>,
-    pub scenario: Option<Value>,
-    pub seed: Option<u64>,
-    pub concurrency: Option<u64>,
-    pub model: Option<String>,
-    pub submission_valid: Option<bool>,
-    pub submission_invalid_reasons: Vec<String>,
-    pub context_overflows: Option<u64>,
-}
-
-impl RunSummary {
-    pub fn parse(text: &str, path: &Path) -> Result<RunSummary, ReportError> {
-        let doc = json_doc(text, path)?;
-        let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        Ok(RunSummary {
-            dataset_alias: s(doc.pointer("/dataset/alias")),
-            dataset_source: s(doc.pointer("/dataset/source")),
-            scenario: doc.get("scenario").filter(|v| !v.is_null()).cloned(),
-            seed: doc.get("seed").and_then(Value::as_u64),
-            concurrency: doc.get("concurrency").and_then(Value::as_u64),
-            model: s(doc.get("model")),
-            submission_valid: doc.get("submission_valid").and_then(Value::as_bool),
-            submission_invalid_reasons: doc
-                .get("submission_invalid_reasons")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|r| {
-                            r.as_str()
-                                .map(str::to_owned)
-                                .unwrap_or_else(|| r.to_string())
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-            context_overflows: doc
-                .pointer("/summary/context_overflows")
-                .and_then(Value::as_u64),
         })
     }
 }
@@ -941,21 +910,13 @@ pub struct Stats {
 
 impl Stats {
     pub fn of(values: &[f64]) -> Option<Stats> {
-        if values.is_empty() {
-            return None;
-        }
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let n = v.len() as f64;
-        let mean = v.iter().sum::<f64>() / n;
-        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-        let p = |q| percentile(&v, q).unwrap_or(f64::NAN);
+        let s = Sorted::new(values.to_vec())?;
         Some(Stats {
-            mean,
-            p75: p(75.0),
-            p90: p(90.0),
-            p95: p(95.0),
-            std: var.sqrt(),
+            mean: s.mean(),
+            p75: s.percentile(75.0),
+            p90: s.percentile(90.0),
+            p95: s.percentile(95.0),
+            std: s.std(Deviation::Population),
         })
     }
 
@@ -1170,18 +1131,75 @@ impl Basics {
 
 /// Computes the report. Pure: the same inputs give the same JSON.
 pub fn compute(input: &ReportInput<'_>) -> BmkReport {
-    let id = input.identity;
     let mut notes: Vec<String> = Vec::new();
     let mut r = BmkReport::default();
+    put_identity(&mut r, input, &mut notes);
+    let c = Counts::of(input);
+    r.set("num_requests_total", c.total);
+    r.set("num_requests_successful", c.ok.len() as u64);
+    put_qps(&mut r, &c.ok, &mut notes);
 
-    // Identity (domain §5.2).
+    // Latencies (s) and interactivity.
+    let ok = &c.ok;
+    let col =
+        |f: fn(&ProfileRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
+    let ttft = Stats::of(&col(|x| x.ttft_s));
+    let e2el = Stats::of(&col(|x| x.e2el_s));
+    let itl_v = col(|x| x.itl_s);
+    let itl = Stats::of(&itl_v);
+    let intvty = Stats::of(&itl_v.iter().map(|x| 1.0 / x).collect::<Vec<_>>());
+    put_stats(&mut r, "ttft", ttft);
+    put_stats(&mut r, "e2el", e2el);
+    put_stats(&mut r, "itl", itl);
+    put_stats(&mut r, "tpot", itl);
+    put_stats(&mut r, "intvty", intvty);
+
+    // Workload.
+    let isl_v = col(|x| x.isl);
+    let osl_v = col(|x| x.osl);
+    put_stats(&mut r, "input_tokens", Stats::of(&isl_v));
+    put_stats(&mut r, "output_tokens_actual", Stats::of(&osl_v));
+
+    // Trace metadata: expected output lengths and the theoretical cache hit rate.
+    let t = trace_figures(input, ok);
+    put_stats(
+        &mut r,
+        "output_tokens_expected",
+        t.expected.as_deref().and_then(Stats::of),
+    );
+    r.set("theoretical_cache_hit_rate", num(t.rate));
+    if matches!(input.traces, Traces::Available { .. }) {
+        r.set("theoretical_prefix_cache_hit_rate", num(t.prefix_rate));
+    }
+    notes.extend(t.notes);
+
+    let server = ServerValues::of(input.server, &mut notes);
+    let sums = (isl_v.iter().sum::<f64>(), osl_v.iter().sum::<f64>());
+    put_server_totals(&mut r, &server, ok, sums);
+    put_throughput(&mut r, input.identity, ok, sums, &mut notes);
+    put_additions(&mut r, &c, &server, itl);
+    r.set("server_metric_sources", Value::Object(server.sources));
+    r.set("server_metrics_adapter", server.adapter);
+    r.set("trace_metadata", t.meta);
+    r.set(
+        "theoretical_cache_hit_rate_source",
+        t.rate_source.map_or(Value::Null, Value::from),
+    );
+    put_run(&mut r, input.run, &mut notes);
+    r.set("notes", json!(notes));
+    r
+}
+
+/// Identity (domain §5.2).
+fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
+    let id = input.identity;
     let Basics {
         conc,
         model,
         tp,
         ep,
         dpa,
-    } = Basics::of(input, &mut notes);
+    } = Basics::of(input, notes);
     let tf = |b: bool| if b { "true" } else { "false" };
     r.set("hw", id.hw.clone());
     r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
@@ -1210,119 +1228,135 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
         r.set("decode_dp_attention", tf(m.decode_dp_attention));
         r.set("num_decode_gpu", m.decode_num_workers * m.decode_tp);
     }
+}
 
-    // Counts: warmup excluded from everything; failures count in the total.
-    let warmup = input
-        .records
-        .iter()
-        .filter(|x| x.phase == RecordPhase::Warmup)
-        .count();
-    let prof: Vec<&ProfileRecord> = input
-        .records
-        .iter()
-        .filter(|x| x.phase == RecordPhase::Profiling)
-        .collect();
-    let ok: Vec<&ProfileRecord> = prof.iter().copied().filter(|x| x.ok()).collect();
-    let overflow_in_file = prof
-        .iter()
-        .filter(|x| x.error.as_ref().is_some_and(Failure::is_context_overflow))
-        .count() as u64;
-    // The run summary counts overflows even when the record writer drops their rows (aiperf does);
-    // rows it did write are already in the file's count.
-    let overflows = input
-        .run
-        .and_then(|x| x.context_overflows)
-        .unwrap_or(0)
-        .max(overflow_in_file);
-    let total = prof.len() as u64 + (overflows - overflow_in_file);
-    let cancelled = prof.iter().filter(|x| x.cancelled).count() as u64;
-    r.set("num_requests_total", total);
-    r.set("num_requests_successful", ok.len() as u64);
+/// Counts: warmup excluded from everything; failures count in the total.
+struct Counts<'a> {
+    warmup: usize,
+    prof: Vec<&'a ProfileRecord>,
+    ok: Vec<&'a ProfileRecord>,
+    overflows: u64,
+    total: u64,
+    cancelled: u64,
+}
 
-    // QPS.
+impl<'a> Counts<'a> {
+    fn of(input: &ReportInput<'a>) -> Counts<'a> {
+        let warmup = input
+            .records
+            .iter()
+            .filter(|x| x.phase == RecordPhase::Warmup)
+            .count();
+        let prof: Vec<&ProfileRecord> = input
+            .records
+            .iter()
+            .filter(|x| x.phase == RecordPhase::Profiling)
+            .collect();
+        let ok: Vec<&ProfileRecord> = prof.iter().copied().filter(|x| x.ok()).collect();
+        let overflow_in_file = prof
+            .iter()
+            .filter(|x| x.outcome() == Outcome::ContextOverflow)
+            .count() as u64;
+        // The run summary counts overflows even when the record writer drops their rows (aiperf does);
+        // rows it did write are already in the file's count.
+        let overflows = input
+            .run
+            .map_or(0, |x| x.summary.context_overflows)
+            .max(overflow_in_file);
+        let total = prof.len() as u64 + (overflows - overflow_in_file);
+        let cancelled = prof
+            .iter()
+            .filter(|x| x.outcome() == Outcome::Cancelled)
+            .count() as u64;
+        Counts {
+            warmup,
+            prof,
+            ok,
+            overflows,
+            total,
+            cancelled,
+        }
+    }
+}
+
+/// Requests per second over the 1-second windows of request ends.
+fn put_qps(r: &mut BmkReport, ok: &[&ProfileRecord], notes: &mut Vec<String>) {
     let ends: Vec<u64> = ok.iter().filter_map(|x| x.end_ns).collect();
     match qps_windows(&ends) {
-        Some(Ok(w)) => put_stats(&mut r, "qps", Stats::of(&w)),
+        Some(Ok(w)) => put_stats(r, "qps", Stats::of(&w)),
         Some(Err(mean)) => {
-            put_stats(&mut r, "qps", None);
+            put_stats(r, "qps", None);
             r.set("mean_qps", num(Some(mean)));
             notes.push("no full 1-second window of request ends: only mean_qps (requests over the span of ends) is reported".into());
         }
-        None => put_stats(&mut r, "qps", None),
+        None => put_stats(r, "qps", None),
     }
+}
 
-    // Latencies (s) and interactivity.
-    let col =
-        |f: fn(&ProfileRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
-    let ttft = Stats::of(&col(|x| x.ttft_s));
-    let e2el = Stats::of(&col(|x| x.e2el_s));
-    let itl_v = col(|x| x.itl_s);
-    let itl = Stats::of(&itl_v);
-    let intvty = Stats::of(&itl_v.iter().map(|x| 1.0 / x).collect::<Vec<_>>());
-    put_stats(&mut r, "ttft", ttft);
-    put_stats(&mut r, "e2el", e2el);
-    put_stats(&mut r, "itl", itl);
-    put_stats(&mut r, "tpot", itl);
-    put_stats(&mut r, "intvty", intvty);
+/// The server's figures by flat key, where each came from, and the engine that wrote them.
+struct ServerValues {
+    vals: HashMap<&'static str, Option<f64>>,
+    sources: serde_json::Map<String, Value>,
+    adapter: Value,
+}
 
-    // Workload.
-    let isl_v = col(|x| x.isl);
-    let osl_v = col(|x| x.osl);
-    put_stats(&mut r, "input_tokens", Stats::of(&isl_v));
-    put_stats(&mut r, "output_tokens_actual", Stats::of(&osl_v));
-
-    // Trace metadata: expected output lengths and the theoretical cache hit rate.
-    let t = trace_figures(input, &ok);
-    put_stats(
-        &mut r,
-        "output_tokens_expected",
-        t.expected.as_deref().and_then(Stats::of),
-    );
-    r.set("theoretical_cache_hit_rate", num(t.rate));
-    if matches!(input.traces, Traces::Available { .. }) {
-        r.set("theoretical_prefix_cache_hit_rate", num(t.prefix_rate));
-    }
-    notes.extend(t.notes);
-    let trace_meta = t.meta;
-
-    // Server metrics.
-    let isl_sum: f64 = isl_v.iter().sum();
-    let osl_sum: f64 = osl_v.iter().sum();
-    let mut sources = serde_json::Map::new();
-    let mut server_vals: HashMap<&str, Option<f64>> = HashMap::new();
-    let mut adapter = Value::Null;
-    match input.server {
-        Some(m) => {
-            let f = backends::figures(m);
-            let flat_keys = FLAT_SERVER_KEYS
-                .iter()
-                .chain(&[("gpu_kv_cache_usage_pct", "kv_cache.gpu_usage_pct")]);
-            for (flat, key) in flat_keys {
-                server_vals.insert(flat, f.get(key));
-                if let Some(src) = f.source(key) {
-                    sources.insert(flat.to_string(), json!(src));
+impl ServerValues {
+    fn of(server: Option<&ServerMetrics>, notes: &mut Vec<String>) -> ServerValues {
+        let mut sources = serde_json::Map::new();
+        let mut server_vals: HashMap<&'static str, Option<f64>> = HashMap::new();
+        let mut adapter = Value::Null;
+        match server {
+            Some(m) => {
+                let f = backends::figures(m);
+                let flat_keys = FLAT_SERVER_KEYS
+                    .iter()
+                    .chain(&[("gpu_kv_cache_usage_pct", "kv_cache.gpu_usage_pct")]);
+                for (flat, key) in flat_keys {
+                    server_vals.insert(flat, f.get(key));
+                    if let Some(src) = f.source(key) {
+                        sources.insert(flat.to_string(), json!(src));
+                    }
+                }
+                if !f.detection.metric_names.is_empty() {
+                    adapter = json!(f.detection.adapter);
+                }
+                if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
+                    let names = &f.detection.metric_names;
+                    let shown = names.iter().take(40).cloned().collect::<Vec<_>>().join(", ");
+                    let more = names.len().saturating_sub(40);
+                    notes.push(format!(
+                        "server metrics from an unknown engine (none of vLLM, SGLang, Dynamo, ATOM, llama.cpp): {shown}{}",
+                        if more > 0 { format!(" and {more} more") } else { String::new() }
+                    ));
+                } else {
+                    notes.extend(f.notes.iter().cloned());
                 }
             }
-            if !f.detection.metric_names.is_empty() {
-                adapter = json!(f.detection.adapter);
-            }
-            if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
-                let names = &f.detection.metric_names;
-                let shown = names.iter().take(40).cloned().collect::<Vec<_>>().join(", ");
-                let more = names.len().saturating_sub(40);
-                notes.push(format!(
-                    "server metrics from an unknown engine (none of vLLM, SGLang, Dynamo, ATOM, llama.cpp): {shown}{}",
-                    if more > 0 { format!(" and {more} more") } else { String::new() }
-                ));
-            } else {
-                notes.extend(f.notes.iter().cloned());
-            }
+            None => notes.push(format!(
+                "{SERVER_METRICS} absent: server fields are null; total_prompt_tokens and total_generation_tokens are the records' ISL and OSL sums"
+            )),
         }
-        None => notes.push(format!(
-            "{SERVER_METRICS} absent: server fields are null; total_prompt_tokens and total_generation_tokens are the records' ISL and OSL sums"
-        )),
+        ServerValues {
+            vals: server_vals,
+            sources,
+            adapter,
+        }
     }
-    let sv = |k: &str| server_vals.get(k).copied().flatten();
+
+    fn get(&self, k: &str) -> Option<f64> {
+        self.vals.get(k).copied().flatten()
+    }
+}
+
+/// The server's cache, offload and token figures, with the records' sums (ISL, OSL) standing in for
+/// the token totals a server did not export; the records' own cache hit rate.
+fn put_server_totals(
+    r: &mut BmkReport,
+    server: &ServerValues,
+    ok: &[&ProfileRecord],
+    (isl_sum, osl_sum): (f64, f64),
+) {
+    let sv = |k: &str| server.get(k);
     for k in [
         "server_gpu_cache_hit_rate",
         "server_cpu_cache_hit_rate",
@@ -1357,8 +1391,16 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
             None
         }),
     );
+}
 
-    // Throughput over the span of the successful requests.
+/// Throughput over the span of the successful requests.
+fn put_throughput(
+    r: &mut BmkReport,
+    id: &Identity,
+    ok: &[&ProfileRecord],
+    (isl_sum, osl_sum): (f64, f64),
+    notes: &mut Vec<String>,
+) {
     let start = ok.iter().filter_map(|x| x.start_ns).min();
     let end = ok.iter().filter_map(|x| x.end_ns).max();
     let duration = match (start, end) {
@@ -1380,29 +1422,30 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     if gpus == 0 {
         notes.push("the GPU count is 0 (TP, or prefill and decode workers x TP): per-GPU throughputs are null".into());
     }
+}
 
-    // Additions beyond InferenceX's schema.
+/// Additions beyond InferenceX's schema.
+fn put_additions(r: &mut BmkReport, c: &Counts<'_>, server: &ServerValues, itl: Option<Stats>) {
+    let sv = |k: &str| server.get(k);
+    let (total, ok) = (c.total, &c.ok);
     r.set("num_requests_failed", total - ok.len() as u64);
-    r.set("num_requests_cancelled", cancelled);
-    r.set("num_warmup_requests_excluded", warmup as u64);
-    r.set("context_overflow_count", overflows);
+    r.set("num_requests_cancelled", c.cancelled);
+    r.set("num_warmup_requests_excluded", c.warmup as u64);
+    r.set("context_overflow_count", c.overflows);
     r.set(
         "context_overflow_rate",
         if total == 0 {
             0.0
         } else {
-            overflows as f64 / total as f64
+            c.overflows as f64 / total as f64
         },
     );
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    for x in &prof {
-        if let Some(e) = &x.error {
-            *errors
-                .entry(e.kind.clone().unwrap_or_else(|| "unknown".into()))
-                .or_default() += 1;
-        } else if x.cancelled {
-            *errors.entry("cancelled".into()).or_default() += 1;
-        }
+    for x in c.prof.iter().filter(|x| !x.outcome().is_ok()) {
+        let kind = x.error.as_ref().map_or("cancelled".into(), |e| {
+            e.kind.clone().unwrap_or_else(|| "unknown".into())
+        });
+        *errors.entry(kind).or_default() += 1;
     }
     r.set("errors_by_type", json!(errors));
     r.set(
@@ -1429,19 +1472,19 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
             "context_overflow_rate": "context_overflow_count / num_requests_total (profiling phase)",
         }),
     );
-    r.set("server_metric_sources", Value::Object(sources));
-    r.set("server_metrics_adapter", adapter);
-    r.set("trace_metadata", trace_meta);
-    r.set(
-        "theoretical_cache_hit_rate_source",
-        t.rate_source.map_or(Value::Null, Value::from),
-    );
-    if let Some(run) = input.run {
+}
+
+/// What the run summary says of the run: dataset, scenario, seed, validity.
+fn put_run(r: &mut BmkReport, run: Option<&RunSummary>, notes: &mut Vec<String>) {
+    if let Some(run) = run {
         r.set(
             "dataset",
-            json!({"alias": run.dataset_alias, "source": run.dataset_source}),
+            json!({"alias": run.dataset_alias(), "source": run.dataset_source()}),
         );
-        r.set("scenario", run.scenario.clone().unwrap_or(Value::Null));
+        r.set(
+            "scenario",
+            run.scenario.as_ref().map_or(Value::Null, |s| json!(s)),
+        );
         r.set("seed", run.seed.map_or(Value::Null, |s| json!(s)));
         r.set(
             "submission_valid",
@@ -1456,8 +1499,6 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
             "{RUN_SUMMARY} absent: dataset, scenario, seed and submission validity are unknown"
         ));
     }
-    r.set("notes", json!(notes));
-    r
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1569,9 +1610,9 @@ pub fn open_traces(run: Option<&RunSummary>, spec: Option<&str>, opts: &OpenOpti
                     "no {RUN_SUMMARY} names the dataset; pass --dataset PATH|NAME"
                 ));
             };
-            match (&run.dataset_alias, &run.dataset_source) {
-                (Some(a), _) if dataset::alias::lookup(a).is_some() => a.clone(),
-                (_, Some(src)) if Path::new(src).exists() => src.clone(),
+            match (run.dataset_alias(), run.dataset_source()) {
+                (Some(a), _) if dataset::alias::lookup(a).is_some() => a.to_owned(),
+                (_, Some(src)) if Path::new(src).exists() => src.to_owned(),
                 (Some(a), _) => {
                     return unavailable(format!(
                     "dataset {a:?} is not in the alias table (known: {}); pass --dataset PATH|NAME",

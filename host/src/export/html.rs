@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::bmk::{self, Artifacts, Identity, IdentityInput, ProfileRecord, RecordPhase, Traces};
+use super::manifest::Manifest;
 use super::plot;
+use super::run_summary::ScenarioRef;
 use crate::metrics::Dist;
 
 /// The file every run writes into its artifact directory.
@@ -413,18 +415,10 @@ fn dist_row(name: &str, d: Option<&Dist>) -> Vec<String> {
     ]
 }
 
-fn str_at<'a>(v: Option<&'a Value>, ptr: &str) -> Option<&'a str> {
-    v.and_then(|v| v.pointer(ptr)).and_then(Value::as_str)
-}
-
-/// The page of one run, from its parsed artifacts (`manifest`: `run_manifest.json`, when present).
+/// The page of one run, from its parsed artifacts (the run summary among them) and its manifest
+/// (`run_manifest.json`, when present: what a run that did not finish has).
 /// The identity only sets the GPU count of per-GPU figures, which the page does not show.
-pub fn run_page(
-    a: &Artifacts,
-    identity: &Identity,
-    summary: Option<&Value>,
-    manifest: Option<&Value>,
-) -> Page {
+pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>) -> Page {
     let traces = Traces::Unavailable {
         reason: "not read for the HTML report".into(),
     };
@@ -451,44 +445,69 @@ pub fn run_page(
             .collect(),
     );
 
-    let src = summary.or(manifest);
-    let scenario = summary
-        .and_then(|s| s.get("scenario"))
-        .or_else(|| manifest.and_then(|m| m.get("scenario")));
-    let sc = |k: &str| {
-        scenario
-            .and_then(|s| s.get(k))
-            .and_then(Value::as_str)
-            .unwrap_or("-")
-            .to_owned()
+    // The run summary when there is one, else the manifest of a run that did not finish.
+    let summary = a.run.as_ref();
+    let (run_id, url, conc, seed, ds) = match (summary, manifest) {
+        (Some(s), _) => (
+            s.run_id.clone(),
+            s.url.clone(),
+            s.concurrency.map(|c| c.to_string()),
+            s.seed.map(|x| x.to_string()),
+            s.dataset.as_ref(),
+        ),
+        (None, Some(m)) => (
+            Some(m.run_id.clone()),
+            Some(m.url.clone()),
+            Some(m.concurrency.to_string()),
+            Some(m.seed.to_string()),
+            Some(&m.dataset),
+        ),
+        (None, None) => (None, None, None, None, None),
     };
-    let dataset = str_at(src, "/dataset/alias")
-        .or_else(|| str_at(src, "/dataset/source"))
-        .unwrap_or("-");
-    let digest = str_at(src, "/dataset/cache_key").unwrap_or("-");
-    let run_id = str_at(src, "/run_id").unwrap_or("-");
-    let model = str_at(src, "/model").or(a.run.as_ref().and_then(|r| r.model.as_deref()));
-    let conc = src
-        .and_then(|s| s.get("concurrency"))
-        .map_or("-".into(), Value::to_string);
-    let seed = src
-        .and_then(|s| s.get("seed"))
-        .map_or("-".into(), Value::to_string);
+    let scenario: Option<ScenarioRef> = summary
+        .and_then(|s| s.scenario.clone())
+        .or_else(|| manifest.map(|m| m.scenario.clone().into()));
+    let sc = |k: &str| {
+        let v = scenario.as_ref().map(|s| match k {
+            "name" => s.name.as_str(),
+            "version" => s.version.as_str(),
+            _ => s.sha256.as_str(),
+        });
+        v.filter(|v| !v.is_empty()).unwrap_or("-").to_owned()
+    };
+    let dataset = ds
+        .and_then(|d| {
+            d.alias.clone().or_else(|| {
+                d.source
+                    .to_str()
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            })
+        })
+        .unwrap_or_else(|| "-".into());
+    let digest = ds
+        .and_then(|d| d.cache_key.clone())
+        .unwrap_or_else(|| "-".into());
+    let run_id = run_id.unwrap_or_else(|| "-".into());
+    let model = summary.and_then(|s| s.model.as_deref());
+    let conc = conc.unwrap_or_else(|| "-".into());
+    let seed = seed.unwrap_or_else(|| "-".into());
+    let stop = summary.and_then(|s| s.stop.clone());
 
     let what = Table::kv(
         "Run",
         vec![
-            ("run id", run_id.to_owned()),
+            ("run id", run_id.clone()),
             ("model", model.unwrap_or("-").to_owned()),
-            ("url", str_at(src, "/url").unwrap_or("-").to_owned()),
+            ("url", url.unwrap_or_else(|| "-".into())),
             ("concurrency", conc.clone()),
             ("seed", seed),
-            ("stop", str_at(summary, "/stop").unwrap_or("-").to_owned()),
+            ("stop", stop.unwrap_or_else(|| "-".into())),
             ("scenario", sc("name")),
             ("scenario version", sc("version")),
             ("scenario sha256", sc("sha256")),
-            ("dataset", dataset.to_owned()),
-            ("dataset digest", digest.to_owned()),
+            ("dataset", dataset),
+            ("dataset digest", digest),
         ],
     );
     let requests = Table::kv(
@@ -545,12 +564,6 @@ pub fn run_page(
     }
 }
 
-fn read_json(path: &Path) -> Option<Value> {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-}
-
 /// Reads an artifact directory and writes its `report.html` to `out` (default `DIR/report.html`).
 pub fn html_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, HtmlError> {
     let (root, name) = crate::fsio::Root::for_output(dir, out, HTML_FILE)
@@ -561,15 +574,9 @@ pub fn html_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, HtmlError> {
 /// Reads the artifact directory `dir` and writes its page as `name` beneath `out`.
 fn html_into(dir: &Path, out: &crate::fsio::Root, name: &Path) -> Result<PathBuf, HtmlError> {
     let a = bmk::load_artifacts(dir)?;
-    let summary = read_json(&a.dir.join("run_summary.json"));
-    let manifest = read_json(&a.dir.join("run_manifest.json"));
+    let manifest = Manifest::read_dir(&a.dir).ok();
     let identity = Identity::resolve(&IdentityInput::default())?;
-    let html = render_page(&run_page(
-        &a,
-        &identity,
-        summary.as_ref(),
-        manifest.as_ref(),
-    ));
+    let html = render_page(&run_page(&a, &identity, manifest.as_ref()));
     out.write_atomic(name, html.as_bytes())
         .map_err(|source| HtmlError::Write {
             path: out.join(name),
@@ -596,8 +603,7 @@ mod tests {
     fn fixture_page() -> String {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run");
         let a = bmk::load_artifacts(&dir).unwrap();
-        let summary = read_json(&dir.join("run_summary.json"));
-        render_page(&run_page(&a, &no_identity(), summary.as_ref(), None))
+        render_page(&run_page(&a, &no_identity(), None))
     }
 
     #[test]
@@ -726,7 +732,7 @@ mod tests {
             run: None,
             aiperf: None,
         };
-        let page = run_page(&a, &no_identity(), None, None);
+        let page = run_page(&a, &no_identity(), None);
         assert!(page.charts.iter().all(|c| !c.series[0].points.is_empty()));
         let n = render_page(&page).len();
         eprintln!("report.html of a 30-minute run: {n} bytes");

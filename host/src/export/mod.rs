@@ -7,6 +7,7 @@ pub mod bmk;
 pub mod html;
 pub mod manifest;
 pub mod plot;
+pub mod run_summary;
 pub mod server_metrics;
 pub mod sweep;
 pub mod sweep_views;

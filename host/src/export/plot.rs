@@ -5,12 +5,14 @@
 //! `plotters` into an RGB buffer and encodes it with `png`. Text uses the DejaVu Sans Mono font bundled
 //! in the binary (Bitstream Vera license, `host/assets/DejaVu-LICENSE.txt`), so plots render the same on
 //! a machine without any font installed. Warmup records are left out; a panel without data says so.
+//! The server panels read each engine's names from the engine table (`metrics::engines`).
 
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
 use super::bmk::{self, ProfileRecord, RecordPhase, ServerMetrics};
+use crate::metrics::engines::{self, HitRate, ENGINES};
 
 /// The file `agentx-host plot` writes into the artifact directory.
 pub const PLOT_FILE: &str = "metrics_plots.png";
@@ -139,6 +141,36 @@ fn server_ratio(m: &ServerMetrics, hits: &str, queries: &str) -> Vec<(f64, f64)>
         .collect()
 }
 
+/// The first engine's hit rate the export has both counters of (a rate by label share has no
+/// per-slice split here, and `hits / (hits + rest)` reads as `hits / rest` per slice would not:
+/// both are left to the report).
+fn server_hit_rate(m: &ServerMetrics) -> Vec<(f64, f64)> {
+    ENGINES
+        .iter()
+        .flat_map(|e| e.hit_rate)
+        .filter_map(|h| match *h {
+            HitRate::Ratio { hits, of } => Some(server_ratio(m, hits, of)),
+            HitRate::Share { .. } | HitRate::OverSum { .. } => None,
+        })
+        .find(|points| !points.is_empty())
+        .unwrap_or_default()
+}
+
+/// GPU KV usage as a fraction, from the first engine the export has a usage gauge of.
+fn server_kv_usage(m: &ServerMetrics) -> Vec<(f64, f64)> {
+    ENGINES
+        .iter()
+        .map(|e| {
+            let mut points = server_series(m, e.kv_usage, "avg");
+            if e.kv_usage_percent {
+                points.iter_mut().for_each(|(_, v)| *v /= 100.0);
+            }
+            points
+        })
+        .find(|points| !points.is_empty())
+        .unwrap_or_default()
+}
+
 /// The twelve panels, in reading order (left to right, top to bottom).
 pub fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) -> Vec<Panel> {
     let prof: Vec<&ProfileRecord> = records
@@ -189,50 +221,45 @@ pub fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) -> Vec<
         p(
             "running requests (server)",
             "requests",
-            server_series(
-                m,
-                &["vllm:num_requests_running", "sglang:num_running_reqs"],
-                "avg",
-            ),
+            server_series(m, &engines::names(|e| e.running), "avg"),
         ),
         p(
             "waiting requests (server)",
             "requests",
-            server_series(
-                m,
-                &["vllm:num_requests_waiting", "sglang:num_queue_reqs"],
-                "avg",
-            ),
+            server_series(m, &engines::names(|e| e.waiting), "avg"),
         ),
         p(
             "GPU KV cache usage (server)",
             "fraction",
-            server_series(
-                m,
-                &[
-                    "vllm:kv_cache_usage_perc",
-                    "vllm:gpu_cache_usage_perc",
-                    "sglang:token_usage",
-                ],
-                "avg",
-            ),
+            server_kv_usage(m),
         ),
         p(
             "prefix cache hit rate (server)",
             "fraction",
-            server_ratio(m, "vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
+            server_hit_rate(m),
         ),
         p(
             "prompt tokens (server)",
             "tokens/s",
-            server_series(m, &["vllm:prompt_tokens", "sglang:prompt_tokens"], "rate"),
+            // The first prompt counter of each engine (llama.cpp's counts evaluated tokens only).
+            server_series(
+                m,
+                &ENGINES
+                    .iter()
+                    .filter_map(|e| e.prompt_tokens.first().copied())
+                    .collect::<Vec<_>>(),
+                "rate",
+            ),
         ),
         p(
             "generation tokens (server)",
             "tokens/s",
             server_series(
                 m,
-                &["vllm:generation_tokens", "sglang:generation_tokens"],
+                &ENGINES
+                    .iter()
+                    .filter_map(|e| e.generation_tokens)
+                    .collect::<Vec<_>>(),
                 "rate",
             ),
         ),
@@ -264,8 +291,8 @@ impl Header {
         let scenario = s
             .scenario
             .as_ref()
-            .and_then(|v| v.get("name"))
-            .and_then(|v| v.as_str())
+            .map(|v| v.name.as_str())
+            .filter(|n| !n.is_empty())
             .unwrap_or("?");
         let mut title = format!("agentx run: {scenario}");
         if let Some(m) = &s.model {
@@ -446,15 +473,16 @@ mod tests {
             bmk::load_artifacts(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run"))
                 .unwrap();
         a.run = Some(bmk::RunSummary {
-            dataset_alias: None,
-            dataset_source: None,
-            scenario: Some(serde_json::json!({"name": "inferencex-agentx-v1"})),
+            scenario: Some(crate::export::run_summary::ScenarioRef {
+                name: "inferencex-agentx-v1".into(),
+                ..Default::default()
+            }),
             seed: Some(1),
             concurrency: Some(8),
             model: Some("m".into()),
             submission_valid: Some(false),
             submission_invalid_reasons: vec!["unsafe_override".into()],
-            context_overflows: None,
+            ..Default::default()
         });
         let h = Header::of(&a);
         assert_eq!(

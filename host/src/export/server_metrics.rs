@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
 
+use crate::metrics::dist::{self, Deviation};
 use crate::metrics::percentile;
 use crate::metrics::prometheus::MetricType;
 use crate::metrics::scrape_log::{
@@ -192,15 +193,10 @@ fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
     })
 }
 
+/// Mean and sample deviation, over the values in scrape order (aiperf's gauge statistics).
 fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let std = if v.len() > 1 {
-        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-    } else {
-        0.0
-    };
-    (mean, std)
+    let mean = dist::mean(v);
+    (mean, dist::std(v, mean, Deviation::Sample))
 }
 
 fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {

@@ -184,186 +184,212 @@ pub fn render_png(
     let all: Vec<&Sweep> = sweeps.iter().map(|(_, s)| *s).collect();
     let gpu = per_gpu(&all);
     let vs: Vec<(&str, Views)> = sweeps.iter().map(|(l, s)| (*l, views(s, gpu))).collect();
-    let legend = vs.len() > 1;
 
     let mut buf = vec![0u8; width as usize * height as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|x| e(Box::new(x)))?;
         let (top, body) = root.split_vertically(40);
-        let mut caption = String::new();
-        for (label, v) in &vs {
-            let n = v.pareto.len().max(v.ttft_p90.len());
-            let total = n + v.failed.len();
-            if !caption.is_empty() {
-                caption.push_str("; ");
-            }
-            if !label.is_empty() {
-                let _ = write!(caption, "{label}: ");
-            }
-            let _ = write!(caption, "{n} of {total} points");
-            if !v.failed.is_empty() {
-                let cs: Vec<String> = v.failed.iter().map(|c| format!("c={c}")).collect();
-                let _ = write!(caption, " (failed, not shown: {})", cs.join(", "));
-            }
-        }
         top.draw(&Text::new(
-            caption,
+            caption(&vs),
             (12, 12),
             ("sans-serif", 16).into_font().color(&BLACK),
         ))
         .map_err(|x| e(Box::new(x)))?;
         let panels = body.split_evenly((1, 2));
-
         // (a) throughput against interactivity, with the frontier.
-        let xmax = vs
-            .iter()
-            .flat_map(|(_, v)| v.pareto.iter().map(|p| p.0))
-            .fold(0.0f64, f64::max);
-        let ymax = vs
-            .iter()
-            .flat_map(|(_, v)| v.pareto.iter().map(|p| p.1))
-            .fold(0.0f64, f64::max);
-        let xmax = if xmax > 0.0 { xmax * 1.15 } else { 1.0 };
-        let ymax = if ymax > 0.0 { ymax * 1.15 } else { 1.0 };
-        let ylabel = throughput_label(gpu);
-        let mut chart = ChartBuilder::on(&panels[0])
-            .caption(format!("{ylabel} vs interactivity"), ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(44)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
-            .map_err(|x| e(Box::new(x)))?;
-        chart
-            .configure_mesh()
-            .x_desc(INTERACTIVITY_LABEL)
-            .y_desc(ylabel)
-            .label_style(("sans-serif", 12))
-            .draw()
-            .map_err(|x| e(Box::new(x)))?;
-        for (i, (label, v)) in vs.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            let frontier = chart
-                .draw_series(LineSeries::new(
-                    v.frontier.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(|x| e(Box::new(x)))?;
-            if legend {
-                frontier.label(label.to_string()).legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
-                });
-            }
-            chart
-                .draw_series(v.pareto.iter().map(|&(x, y, c)| {
-                    EmptyElement::at((x, y))
-                        + Circle::new((0, 0), 5, color.filled())
-                        + Text::new(
-                            format!("c={c}"),
-                            (7, -16),
-                            ("sans-serif", 13).into_font().color(&color),
-                        )
-                }))
-                .map_err(|x| e(Box::new(x)))?;
-        }
-        if legend {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(|x| e(Box::new(x)))?;
-        }
-        if vs.iter().all(|(_, v)| v.pareto.is_empty()) {
-            no_data(&panels[0]).map_err(|x| e(Box::new(x)))?;
-        }
-
+        draw_frontier(&panels[0], &vs, gpu)?;
         // (b) TTFT p90 against concurrency, log2 x.
-        let cs: Vec<f64> = vs
-            .iter()
-            .flat_map(|(_, v)| v.ttft_p90.iter().map(|p| f64::from(p.0.max(1)).log2()))
-            .collect();
-        let x0 = cs.iter().copied().fold(f64::INFINITY, f64::min);
-        let x1 = cs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let (x0, x1) = if x0.is_finite() {
-            (x0 - 0.5, x1 + 0.5)
-        } else {
-            (-0.5, 0.5)
-        };
-        let tmax = vs
-            .iter()
-            .flat_map(|(_, v)| v.ttft_p90.iter().map(|p| p.1))
-            .fold(0.0f64, f64::max);
-        let tmax = if tmax > 0.0 { tmax * 1.15 } else { 1.0 };
-        let mut chart = ChartBuilder::on(&panels[1])
-            .caption("TTFT p90 vs concurrency", ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(44)
-            .y_label_area_size(80)
-            .build_cartesian_2d(x0..x1, 0f64..tmax)
-            .map_err(|x| e(Box::new(x)))?;
-        let pow2 = |x: &f64| {
-            if (x - x.round()).abs() < 1e-9 && *x >= 0.0 {
-                format!("{}", 2f64.powi(x.round() as i32))
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .x_desc("concurrency (log2)")
-            .y_desc("TTFT p90 (ms)")
-            .x_labels(((x1 - x0).ceil() as usize + 1).max(2))
-            .x_label_formatter(&pow2)
-            .label_style(("sans-serif", 12))
-            .draw()
-            .map_err(|x| e(Box::new(x)))?;
-        for (i, (label, v)) in vs.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            let xy: Vec<(f64, f64)> = v
-                .ttft_p90
-                .iter()
-                .map(|&(c, t)| (f64::from(c.max(1)).log2(), t))
-                .collect();
-            let line = chart
-                .draw_series(LineSeries::new(xy.iter().copied(), color.stroke_width(2)))
-                .map_err(|x| e(Box::new(x)))?;
-            if legend {
-                line.label(label.to_string()).legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
-                });
-            }
-            chart
-                .draw_series(
-                    xy.iter()
-                        .map(|&(x, y)| Circle::new((x, y), 5, color.filled())),
-                )
-                .map_err(|x| e(Box::new(x)))?;
-        }
-        if legend {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(|x| e(Box::new(x)))?;
-        }
-        if vs.iter().all(|(_, v)| v.ttft_p90.is_empty()) {
-            no_data(&panels[1]).map_err(|x| e(Box::new(x)))?;
-        }
+        draw_ttft(&panels[1], &vs)?;
         root.present().map_err(|x| e(Box::new(x)))?;
     }
+    encode_png(&buf, width, height)
+}
+
+/// The line above the panels: how many points each sweep shows, and the failed ones.
+fn caption(vs: &[(&str, Views)]) -> String {
+    let mut caption = String::new();
+    for (label, v) in vs {
+        let n = v.pareto.len().max(v.ttft_p90.len());
+        let total = n + v.failed.len();
+        if !caption.is_empty() {
+            caption.push_str("; ");
+        }
+        if !label.is_empty() {
+            let _ = write!(caption, "{label}: ");
+        }
+        let _ = write!(caption, "{n} of {total} points");
+        if !v.failed.is_empty() {
+            let cs: Vec<String> = v.failed.iter().map(|c| format!("c={c}")).collect();
+            let _ = write!(caption, " (failed, not shown: {})", cs.join(", "));
+        }
+    }
+    caption
+}
+
+type Area<'b> = DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>;
+
+/// Throughput against interactivity, with each sweep's frontier.
+fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(), ViewError> {
+    let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
+    let legend = vs.len() > 1;
+    let xmax = vs
+        .iter()
+        .flat_map(|(_, v)| v.pareto.iter().map(|p| p.0))
+        .fold(0.0f64, f64::max);
+    let ymax = vs
+        .iter()
+        .flat_map(|(_, v)| v.pareto.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    let xmax = if xmax > 0.0 { xmax * 1.15 } else { 1.0 };
+    let ymax = if ymax > 0.0 { ymax * 1.15 } else { 1.0 };
+    let ylabel = throughput_label(gpu);
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{ylabel} vs interactivity"), ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+        .map_err(|x| e(Box::new(x)))?;
+    chart
+        .configure_mesh()
+        .x_desc(INTERACTIVITY_LABEL)
+        .y_desc(ylabel)
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(|x| e(Box::new(x)))?;
+    for (i, (label, v)) in vs.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let frontier = chart
+            .draw_series(LineSeries::new(
+                v.frontier.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|x| e(Box::new(x)))?;
+        if legend {
+            frontier.label(label.to_string()).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
+            });
+        }
+        chart
+            .draw_series(v.pareto.iter().map(|&(x, y, c)| {
+                EmptyElement::at((x, y))
+                    + Circle::new((0, 0), 5, color.filled())
+                    + Text::new(
+                        format!("c={c}"),
+                        (7, -16),
+                        ("sans-serif", 13).into_font().color(&color),
+                    )
+            }))
+            .map_err(|x| e(Box::new(x)))?;
+    }
+    if legend {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(|x| e(Box::new(x)))?;
+    }
+    if vs.iter().all(|(_, v)| v.pareto.is_empty()) {
+        no_data(area).map_err(|x| e(Box::new(x)))?;
+    }
+    Ok(())
+}
+
+/// TTFT p90 against concurrency (log2 x).
+fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
+    let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
+    let legend = vs.len() > 1;
+    let cs: Vec<f64> = vs
+        .iter()
+        .flat_map(|(_, v)| v.ttft_p90.iter().map(|p| f64::from(p.0.max(1)).log2()))
+        .collect();
+    let x0 = cs.iter().copied().fold(f64::INFINITY, f64::min);
+    let x1 = cs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (x0, x1) = if x0.is_finite() {
+        (x0 - 0.5, x1 + 0.5)
+    } else {
+        (-0.5, 0.5)
+    };
+    let tmax = vs
+        .iter()
+        .flat_map(|(_, v)| v.ttft_p90.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    let tmax = if tmax > 0.0 { tmax * 1.15 } else { 1.0 };
+    let mut chart = ChartBuilder::on(area)
+        .caption("TTFT p90 vs concurrency", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x0..x1, 0f64..tmax)
+        .map_err(|x| e(Box::new(x)))?;
+    let pow2 = |x: &f64| {
+        if (x - x.round()).abs() < 1e-9 && *x >= 0.0 {
+            format!("{}", 2f64.powi(x.round() as i32))
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_desc("concurrency (log2)")
+        .y_desc("TTFT p90 (ms)")
+        .x_labels(((x1 - x0).ceil() as usize + 1).max(2))
+        .x_label_formatter(&pow2)
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(|x| e(Box::new(x)))?;
+    for (i, (label, v)) in vs.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let xy: Vec<(f64, f64)> = v
+            .ttft_p90
+            .iter()
+            .map(|&(c, t)| (f64::from(c.max(1)).log2(), t))
+            .collect();
+        let line = chart
+            .draw_series(LineSeries::new(xy.iter().copied(), color.stroke_width(2)))
+            .map_err(|x| e(Box::new(x)))?;
+        if legend {
+            line.label(label.to_string()).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
+            });
+        }
+        chart
+            .draw_series(
+                xy.iter()
+                    .map(|&(x, y)| Circle::new((x, y), 5, color.filled())),
+            )
+            .map_err(|x| e(Box::new(x)))?;
+    }
+    if legend {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(|x| e(Box::new(x)))?;
+    }
+    if vs.iter().all(|(_, v)| v.ttft_p90.is_empty()) {
+        no_data(area).map_err(|x| e(Box::new(x)))?;
+    }
+    Ok(())
+}
+
+/// The RGB buffer as PNG bytes.
+fn encode_png(buf: &[u8], width: u32, height: u32) -> Result<Vec<u8>, ViewError> {
+    let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
     let mut png_bytes = Vec::new();
     {
         let mut enc = png::Encoder::new(&mut png_bytes, width, height);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
         let mut w = enc.write_header().map_err(|x| e(Box::new(x)))?;
-        w.write_image_data(&buf).map_err(|x| e(Box::new(x)))?;
+        w.write_image_data(buf).map_err(|x| e(Box::new(x)))?;
     }
     Ok(png_bytes)
 }

@@ -1,28 +1,27 @@
 //! Pure statistics over request records: percentiles, per-metric distributions, and the run summary.
 //! No I/O and no clocks: everything here is a function of the records it is given.
+//!
+//! Each rule has one home here: the distribution kernel ([`dist`]), what became of a request
+//! ([`outcome`]) and the server engines' metric names ([`engines`]).
 
+pub mod dist;
+pub mod engines;
+pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
 pub mod stats;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+pub use outcome::Outcome;
 
 use crate::record::{Phase, RequestRecord};
 
-/// Linear-interpolation percentile of sorted data (`k = (n-1)·p/100`, numpy's default and InferenceX's
-/// `percentile`). `p` in 0..=100; `None` on empty data.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let k = (sorted.len() - 1) as f64 * p / 100.0;
-    let lo = k.floor() as usize;
-    let hi = k.ceil() as usize;
-    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (k - lo as f64))
-}
+pub use dist::percentile;
 
 /// Distribution summary of one metric.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Dist {
     pub count: usize,
     pub avg: f64,
@@ -35,26 +34,24 @@ pub struct Dist {
 
 impl Dist {
     /// `None` for no values.
-    pub fn of(mut v: Vec<f64>) -> Option<Dist> {
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let p = |q| percentile(&v, q).unwrap_or(0.0);
+    pub fn of(v: Vec<f64>) -> Option<Dist> {
+        let s = dist::Sorted::new(v)?;
         Some(Dist {
-            count: v.len(),
-            avg: v.iter().sum::<f64>() / v.len() as f64,
-            min: v[0],
-            p50: p(50.0),
-            p90: p(90.0),
-            p99: p(99.0),
-            max: v[v.len() - 1],
+            count: s.len(),
+            avg: s.mean(),
+            min: s.min(),
+            p50: s.percentile(50.0),
+            p90: s.percentile(90.0),
+            p99: s.percentile(99.0),
+            max: s.max(),
         })
     }
 }
 
-/// The headline figures of a run (profiling phase, successful requests).
-#[derive(Debug, Clone, Default, Serialize)]
+/// The headline figures of a run (profiling phase, successful requests), as `run_summary.json`'s
+/// `summary` holds them (a figure an older file lacks reads as its default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Summary {
     pub requests_ok: u64,
     pub requests_failed: u64,
@@ -96,17 +93,20 @@ impl Summary {
                 }
                 continue;
             }
-            if r.context_overflow {
-                s.context_overflows += 1;
-                continue;
-            }
-            if r.cancelled {
-                s.cancelled += 1;
-                continue;
-            }
-            if r.error.is_some() {
-                s.requests_failed += 1;
-                continue;
+            match Outcome::of(r) {
+                Outcome::ContextOverflow => {
+                    s.context_overflows += 1;
+                    continue;
+                }
+                Outcome::Cancelled => {
+                    s.cancelled += 1;
+                    continue;
+                }
+                Outcome::Failed => {
+                    s.requests_failed += 1;
+                    continue;
+                }
+                Outcome::Ok => {}
             }
             s.requests_ok += 1;
             first = first.min(r.send_ns);
@@ -145,21 +145,5 @@ impl Summary {
         s.isl = Dist::of(isl);
         s.osl = Dist::of(osl);
         s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentile_interpolates_like_numpy() {
-        let v = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(percentile(&v, 50.0), Some(2.5));
-        assert_eq!(percentile(&v, 0.0), Some(1.0));
-        assert_eq!(percentile(&v, 100.0), Some(4.0));
-        assert!((percentile(&v, 90.0).unwrap() - 3.7).abs() < 1e-12);
-        assert_eq!(percentile(&[], 50.0), None);
-        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
     }
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
+use crate::metrics::engines::{names, HitRate, ENGINES};
 use crate::metrics::prometheus::{self, MetricType};
 use crate::record::Clock;
 
@@ -355,8 +356,9 @@ pub struct ScrapeLog {
     pub endpoints: Vec<EndpointLog>,
 }
 
-/// Latest values for the live `srv` row, summed or averaged across endpoints and series by what
-/// each metric is (counts add up, usage fractions average). `None` when no endpoint has the metric.
+/// Latest values for the live `srv` row and the sweep's idle wait, read by the engine table
+/// ([`ENGINES`]) and summed or averaged across endpoints and series by what each metric is (counts
+/// add up, usage fractions average). `None` when no endpoint has the metric.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServerSnapshot {
     /// Clock offset of the newest successful scrape.
@@ -365,25 +367,17 @@ pub struct ServerSnapshot {
     pub first_ns: Option<u64>,
     pub scrapes: u64,
     pub failed_scrapes: u64,
-    /// `vllm:num_requests_running` (SGLang `sglang:num_running_reqs`, llama.cpp
-    /// `llamacpp:requests_processing`, ATOM `atom:num_requests_running`), summed.
+    /// Requests running, summed (each engine's names: [`ENGINES`]).
     pub running: Option<f64>,
-    /// `vllm:num_requests_waiting` (SGLang `sglang:num_queue_reqs`, llama.cpp
-    /// `llamacpp:requests_deferred`, ATOM `atom:num_requests_waiting`), summed.
+    /// Requests waiting, summed.
     pub waiting: Option<f64>,
-    /// KV usage as a fraction: `vllm:kv_cache_usage_perc` (V0 `vllm:gpu_cache_usage_perc`, SGLang
-    /// `sglang:token_usage`, llama.cpp and ATOM `*:kv_cache_usage_ratio`, Dynamo
-    /// `dynamo_component_gpu_cache_usage_percent` / 100), averaged across series.
+    /// GPU KV usage as a fraction, averaged across series.
     pub kv_usage: Option<f64>,
-    /// `vllm:cpu_cache_usage_perc`, averaged.
+    /// CPU KV usage as a fraction, averaged.
     pub cpu_kv_usage: Option<f64>,
-    /// Prefix-cache hits over queries since the first scrape (SGLang: `realtime_tokens`
-    /// `prefill_cache` over all modes, else `cached_tokens` over `prompt_tokens`; llama.cpp:
-    /// `prompt_tokens_cached` over it plus the evaluated `prompt_tokens`; ATOM
-    /// `prefix_cache_cached_tokens` over `prompt_tokens`; Dynamo's frontend cached over input
-    /// tokens).
+    /// Prefix-cache hit rate since the first scrape (the engine's [`HitRate`]s, the first computable).
     pub prefix_cache_hit_rate: Option<f64>,
-    /// `vllm:external_prefix_cache_hits` over `_queries` since the first scrape.
+    /// The external (offload) tier's hit rate since the first scrape.
     pub external_cache_hit_rate: Option<f64>,
     /// Prompt and generation tokens counted by the server since the first scrape.
     pub prompt_tokens: Option<f64>,
@@ -433,44 +427,43 @@ impl ServerSnapshot {
             (Some(a), Some(b)) if b > 0.0 => Some(a / b),
             _ => None,
         };
-        let mode = |m: &'static str| move |l: &Labels| l.iter().any(|(k, v)| k == "mode" && v == m);
-        let prefix = ratio(
-            increase("vllm:prefix_cache_hits", &all),
-            increase("vllm:prefix_cache_queries", &all),
-        )
-        .or_else(|| {
-            ratio(
-                increase("sglang:realtime_tokens", &mode("prefill_cache")),
-                increase("sglang:realtime_tokens", &all),
-            )
-        })
-        .or_else(|| {
-            ratio(
-                increase("sglang:cached_tokens", &all),
-                increase("sglang:prompt_tokens", &all),
-            )
-        })
-        .or_else(|| {
-            // llama.cpp counts evaluated prompt tokens apart from cached ones (builds that export
-            // the cached counter; on a build without it the row shows `-`).
-            let cached = increase("llamacpp:prompt_tokens_cached", &all);
-            let evaluated = increase("llamacpp:prompt_tokens", &all);
-            ratio(cached, cached.zip(evaluated).map(|(c, e)| c + e))
-        })
-        .or_else(|| {
-            ratio(
-                increase("atom:prefix_cache_cached_tokens", &all),
-                increase("atom:prompt_tokens", &all),
-            )
-        })
-        .or_else(|| {
-            ratio(
-                increase("dynamo_frontend_cached_tokens", &all),
-                increase("dynamo_frontend_input_sequence_tokens", &all),
-            )
+        let rate = |h: &HitRate| match *h {
+            HitRate::Ratio { hits, of } => ratio(increase(hits, &all), increase(of, &all)),
+            HitRate::Share {
+                metric,
+                label,
+                value,
+            } => {
+                let share = |l: &Labels| l.iter().any(|(k, v)| k == label && v == value);
+                ratio(increase(metric, &share), increase(metric, &all))
+            }
+            HitRate::OverSum { hits, rest } => {
+                let (h, r) = (increase(hits, &all), increase(rest, &all));
+                ratio(h, h.zip(r).map(|(h, r)| h + r))
+            }
+        };
+        let prefix = ENGINES.iter().flat_map(|e| e.hit_rate).find_map(&rate);
+        let external = ENGINES
+            .iter()
+            .filter_map(|e| e.external_hit_rate.as_ref())
+            .find_map(&rate);
+        let kv_usage = ENGINES.iter().find_map(|e| {
+            let v = latest(e.kv_usage);
+            // An engine reporting a percentage is scaled to a fraction.
+            avg(v).map(|u| if e.kv_usage_percent { u / 100.0 } else { u })
         });
-        let llama_prompt = increase("llamacpp:prompt_tokens", &all)
-            .map(|e| e + increase("llamacpp:prompt_tokens_cached", &all).unwrap_or(0.0));
+        let prompt_tokens = ENGINES.iter().find_map(|e| {
+            let (first, rest) = e.prompt_tokens.split_first()?;
+            let mut total = increase(first, &all)?;
+            for name in rest {
+                total += increase(name, &all).unwrap_or(0.0);
+            }
+            Some(total)
+        });
+        let generation_tokens = ENGINES
+            .iter()
+            .filter_map(|e| e.generation_tokens)
+            .find_map(|name| increase(name, &all));
         ServerSnapshot {
             at_ns: logs
                 .clone()
@@ -482,45 +475,14 @@ impl ServerSnapshot {
                 .min(),
             scrapes: logs.clone().map(|e| e.scrapes()).sum(),
             failed_scrapes: logs.clone().map(|e| e.failures.total()).sum(),
-            running: sum(latest(&[
-                "vllm:num_requests_running",
-                "sglang:num_running_reqs",
-                "llamacpp:requests_processing",
-                "atom:num_requests_running",
-            ])),
-            waiting: sum(latest(&[
-                "vllm:num_requests_waiting",
-                "sglang:num_queue_reqs",
-                "llamacpp:requests_deferred",
-                "atom:num_requests_waiting",
-            ])),
-            kv_usage: avg(latest(&[
-                "vllm:kv_cache_usage_perc",
-                "vllm:gpu_cache_usage_perc",
-                "sglang:token_usage",
-                "llamacpp:kv_cache_usage_ratio",
-                "atom:kv_cache_usage_ratio",
-            ]))
-            .or_else(|| {
-                // Dynamo reports a percentage.
-                avg(latest(&["dynamo_component_gpu_cache_usage_percent"])).map(|p| p / 100.0)
-            }),
-            cpu_kv_usage: avg(latest(&["vllm:cpu_cache_usage_perc"])),
+            running: sum(latest(&names(|e| e.running))),
+            waiting: sum(latest(&names(|e| e.waiting))),
+            kv_usage,
+            cpu_kv_usage: avg(latest(&names(|e| e.cpu_kv_usage))),
             prefix_cache_hit_rate: prefix,
-            external_cache_hit_rate: ratio(
-                increase("vllm:external_prefix_cache_hits", &all),
-                increase("vllm:external_prefix_cache_queries", &all),
-            ),
-            prompt_tokens: increase("vllm:prompt_tokens", &all)
-                .or_else(|| increase("sglang:prompt_tokens", &all))
-                .or(llama_prompt)
-                .or_else(|| increase("atom:prompt_tokens", &all))
-                .or_else(|| increase("dynamo_frontend_input_sequence_tokens", &all)),
-            generation_tokens: increase("vllm:generation_tokens", &all)
-                .or_else(|| increase("sglang:generation_tokens", &all))
-                .or_else(|| increase("llamacpp:tokens_predicted", &all))
-                .or_else(|| increase("atom:generation_tokens", &all))
-                .or_else(|| increase("dynamo_frontend_output_tokens", &all)),
+            external_cache_hit_rate: external,
+            prompt_tokens,
+            generation_tokens,
         }
     }
 }

@@ -11,7 +11,8 @@
 
 use serde::Serialize;
 
-use super::percentile;
+use super::dist::{Deviation, Sorted};
+use super::Outcome;
 use crate::record::{Phase, RequestRecord};
 
 /// A metric as aiperf names it: tag (the JSON key), header (the CSV name) and display unit.
@@ -201,13 +202,12 @@ pub enum Class {
 
 pub fn class(r: &RequestRecord) -> Class {
     if r.phase == Phase::Warmup {
-        Class::Warmup
-    } else if r.context_overflow {
-        Class::ContextOverflow
-    } else if r.ok() {
-        Class::Valid
-    } else {
-        Class::Error
+        return Class::Warmup;
+    }
+    match Outcome::of(r) {
+        Outcome::ContextOverflow => Class::ContextOverflow,
+        Outcome::Ok => Class::Valid,
+        Outcome::Failed | Outcome::Cancelled => Class::Error,
     }
 }
 
@@ -215,7 +215,7 @@ pub fn class(r: &RequestRecord) -> Class {
 /// cancelled request carries only `error_isl`; a metric that cannot be computed (no chunks, OSL < 2,
 /// no usage) is absent, as in aiperf.
 pub fn record_values(r: &RequestRecord) -> Vec<(MetricDef, Value)> {
-    if !r.ok() {
+    if !Outcome::of(r).is_ok() {
         return vec![(ERROR_ISL, Value::Int(r.isl))];
     }
     let mut out = vec![(INPUT_SEQUENCE_LENGTH, Value::Int(r.isl))];
@@ -322,20 +322,13 @@ impl Stats {
 
     /// As [`Stats::of`], sorting `v` in place (no copy: a long run's flattened inter-chunk
     /// latencies run to millions of values).
-    pub fn of_vec(mut v: Vec<f64>) -> Option<Stats> {
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len() as f64;
-        let sum: f64 = v.iter().sum();
-        let avg = sum / n;
-        let var = v.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n;
-        let p = |q| percentile(&v, q).unwrap_or(0.0);
+    pub fn of_vec(v: Vec<f64>) -> Option<Stats> {
+        let s = Sorted::new(v)?;
+        let p = |q| s.percentile(q);
         Some(Stats {
-            avg,
-            min: v[0],
-            max: v[v.len() - 1],
+            avg: s.mean(),
+            min: s.min(),
+            max: s.max(),
             p1: p(1.0),
             p5: p(5.0),
             p10: p(10.0),
@@ -345,9 +338,9 @@ impl Stats {
             p90: p(90.0),
             p95: p(95.0),
             p99: p(99.0),
-            std: var.sqrt(),
-            count: v.len(),
-            sum,
+            std: s.std(Deviation::Population),
+            count: s.len(),
+            sum: s.sum(),
         })
     }
 

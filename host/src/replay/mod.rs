@@ -1203,16 +1203,15 @@ fn account(sh: &Shared, rec: &RequestRecord) {
         return;
     }
     t.requests += 1;
-    if rec.context_overflow {
-        t.context_overflows += 1;
-    } else if rec.cancelled {
-        t.cancelled += 1;
-    } else if rec.error.is_some() {
-        t.failed += 1;
-    } else {
-        t.ok += 1;
-        t.output_tokens += rec.osl;
-        t.input_tokens += rec.isl;
+    match crate::metrics::Outcome::of(rec) {
+        crate::metrics::Outcome::ContextOverflow => t.context_overflows += 1,
+        crate::metrics::Outcome::Cancelled => t.cancelled += 1,
+        crate::metrics::Outcome::Failed => t.failed += 1,
+        crate::metrics::Outcome::Ok => {
+            t.ok += 1;
+            t.output_tokens += rec.osl;
+            t.input_tokens += rec.isl;
+        }
     }
     if let Some(tx) = &sh.shard_tally {
         // The threshold is over all shards' records: the rendezvous sums and decides.

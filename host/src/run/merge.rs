@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
 
+use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
+use crate::metrics::Outcome;
 use crate::record::{read_records, Phase, RequestRecord, RECORDS_FILE};
 
 use super::MANIFEST_FILE;
@@ -37,22 +39,12 @@ struct Shard {
     manifest: Manifest,
     /// The shard's place (every shard's manifest has one; checked when read).
     shard: ShardInfo,
-    summary: Value,
+    summary: RunSummary,
     index: u32,
     count: u32,
     /// Corrected anchor: wall-clock anchor plus the offset to the coordinator's clock.
     anchor: i128,
     records: Vec<RequestRecord>,
-}
-
-fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "cannot read {}; is this a shard directory of a finished sharded run?",
-            path.display()
-        )
-    })?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
 fn read_shard(dir: &Path) -> anyhow::Result<Shard> {
@@ -70,7 +62,8 @@ fn read_shard(dir: &Path) -> anyhow::Result<Shard> {
             dir.display()
         );
     }
-    let summary = read_json(&dir.join("run_summary.json"))?;
+    let summary = RunSummary::read_dir(dir)
+        .map_err(|e| anyhow!("{e}; is this a shard directory of a finished sharded run?"))?;
     let started = manifest.started_unix_ns;
     let offset = shard.clock_offset_ns;
     let records = read_records(&dir.join(RECORDS_FILE)).map_err(|e| anyhow!("{e}"))?;
@@ -115,6 +108,37 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
     if dirs.is_empty() {
         bail!("merge needs the shard directories: agentx-host merge DIR/shard-0 DIR/shard-1 ... -o DIR/merged");
     }
+    let mut shards = read_shards(dirs, out)?;
+    let tl = Timeline::of(&mut shards);
+    let stop = tl
+        .stops
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .find(|s| *s != "completed")
+        .unwrap_or("completed")
+        .to_string();
+    let manifest = merged_manifest(&shards, &tl, &stop);
+    let cancelled = stop != "completed";
+
+    // Validity over all shards' counts, decided by the scenario component itself.
+    let reasons = validity(&shards, &tl.records, cancelled, home).unwrap_or_else(|e| {
+        tracing::warn!("the scenario component is not at hand ({e:#}); the merged run keeps every shard's invalid reasons");
+        kept_reasons(&shards)
+    });
+    let files = write_merged(out, &shards, &tl, &manifest, stop, &reasons)?;
+    Ok(Merged {
+        dir: out.to_owned(),
+        files,
+        records: tl.records.len(),
+        clock_skew_ns: tl.clock_skew_ns,
+        took: t0.elapsed(),
+        submission_invalid_reasons: reasons,
+    })
+}
+
+/// Reads the shards, in index order, and checks they are one run's, each once, none missing, and
+/// that `out` is none of them.
+fn read_shards(dirs: &[PathBuf], out: &Path) -> anyhow::Result<Vec<Shard>> {
     let mut shards = dirs
         .iter()
         .map(|d| read_shard(d))
@@ -145,56 +169,82 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
     if out.exists() && dirs.iter().any(|d| same_dir(d, out)) {
         bail!("-o {} is one of the shard directories", out.display());
     }
+    Ok(shards)
+}
 
-    // One timeline.
-    let anchor = shards.iter().map(|s| s.anchor).min().unwrap_or(0);
-    let mut records = Vec::new();
-    let mut window: Option<(u64, u64)> = None;
-    let mut shard_rows = Vec::new();
-    let offsets: Vec<i64> = shards.iter().map(|s| s.shard.clock_offset_ns).collect();
-    let clock_skew_ns = offsets.iter().max().unwrap_or(&0) - offsets.iter().min().unwrap_or(&0);
-    let mut stops = Vec::new();
-    for s in &mut shards {
-        let delta = (s.anchor - anchor) as u64;
-        for r in &mut s.records {
-            r.intended_ns += delta;
-            r.send_ns += delta;
-            r.end_ns += delta;
-            r.first_byte_ns = r.first_byte_ns.map(|x| x + delta);
-            r.first_token_ns = r.first_token_ns.map(|x| x + delta);
+/// The shards on one timeline: every record shifted onto the earliest shard's clock.
+struct Timeline {
+    /// The earliest corrected anchor.
+    anchor: i128,
+    /// Every shard's records, ordered by end (then request id).
+    records: Vec<RequestRecord>,
+    /// Profiling's start and end over all shards.
+    window: Option<(u64, u64)>,
+    /// The manifest's `shards` rows.
+    shard_rows: Vec<Value>,
+    clock_skew_ns: i64,
+    /// Each shard's stop and message.
+    stops: Vec<(String, Option<String>)>,
+}
+
+impl Timeline {
+    /// Moves the records out of `shards`.
+    fn of(shards: &mut [Shard]) -> Timeline {
+        let anchor = shards.iter().map(|s| s.anchor).min().unwrap_or(0);
+        let mut records = Vec::new();
+        let mut window: Option<(u64, u64)> = None;
+        let mut shard_rows = Vec::new();
+        let offsets: Vec<i64> = shards.iter().map(|s| s.shard.clock_offset_ns).collect();
+        let clock_skew_ns = offsets.iter().max().unwrap_or(&0) - offsets.iter().min().unwrap_or(&0);
+        let mut stops = Vec::new();
+        for s in shards.iter_mut() {
+            let delta = (s.anchor - anchor) as u64;
+            for r in &mut s.records {
+                r.intended_ns += delta;
+                r.send_ns += delta;
+                r.end_ns += delta;
+                r.first_byte_ns = r.first_byte_ns.map(|x| x + delta);
+                r.first_token_ns = r.first_token_ns.map(|x| x + delta);
+            }
+            if let Some([a, b]) = s.manifest.profiling_ns {
+                let (a, b) = (a + delta, b + delta);
+                window = Some(window.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+            }
+            let stop = s.summary.stop_or_completed().to_string();
+            shard_rows.push(json!({
+                "index": s.index,
+                "dir": s.dir,
+                "host": s.shard.host,
+                "lanes": s.shard.lanes,
+                "records": s.records.len(),
+                "stop": stop,
+                "clock_offset_ns": s.shard.clock_offset_ns,
+                "clock_rtt_ns": s.shard.clock_rtt_ns,
+                "started_unix_ns": s.manifest.started_unix_ns,
+                "shift_ns": delta,
+                "profiling_ns": s.manifest.profiling_ns,
+            }));
+            stops.push((stop, s.summary.message.clone()));
+            records.append(&mut s.records);
         }
-        if let Some([a, b]) = s.manifest.profiling_ns {
-            let (a, b) = (a + delta, b + delta);
-            window = Some(window.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+        records.sort_by(|a, b| {
+            a.end_ns
+                .cmp(&b.end_ns)
+                .then_with(|| a.request_id.cmp(&b.request_id))
+        });
+        Timeline {
+            anchor,
+            records,
+            window,
+            shard_rows,
+            clock_skew_ns,
+            stops,
         }
-        let stop = s.summary["stop"]
-            .as_str()
-            .unwrap_or("completed")
-            .to_string();
-        shard_rows.push(json!({
-            "index": s.index,
-            "dir": s.dir,
-            "host": s.shard.host,
-            "lanes": s.shard.lanes,
-            "records": s.records.len(),
-            "stop": stop,
-            "clock_offset_ns": s.shard.clock_offset_ns,
-            "clock_rtt_ns": s.shard.clock_rtt_ns,
-            "started_unix_ns": s.manifest.started_unix_ns,
-            "shift_ns": delta,
-            "profiling_ns": s.manifest.profiling_ns,
-        }));
-        stops.push((stop, s.summary["message"].as_str().map(str::to_owned)));
-        records.append(&mut s.records);
     }
-    records.sort_by(|a, b| {
-        a.end_ns
-            .cmp(&b.end_ns)
-            .then_with(|| a.request_id.cmp(&b.request_id))
-    });
-    let (p0, p1) = window.unwrap_or((0, 0));
+}
 
-    // The manifest: shard 0's, with the whole plan and the shards.
+/// The manifest: shard 0's, with the whole plan and the shards.
+fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
     let m0 = &shards[0].manifest;
     let mut manifest = m0.clone();
     let mut lanes: Vec<Value> = shards
@@ -204,13 +254,13 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
     lanes.sort_by_key(|l| l["lane"].as_u64().unwrap_or(0));
     manifest.lanes = lanes;
     manifest.shard = None;
-    manifest.extra.insert("shards".into(), json!(shard_rows));
+    manifest.extra.insert("shards".into(), json!(tl.shard_rows));
     manifest
         .extra
-        .insert("clock_skew_ns".into(), json!(clock_skew_ns));
-    manifest.started_unix_ns = anchor as u64;
+        .insert("clock_skew_ns".into(), json!(tl.clock_skew_ns));
+    manifest.started_unix_ns = tl.anchor as u64;
     manifest.ended_unix_ns = shards.iter().filter_map(|s| s.manifest.ended_unix_ns).max();
-    manifest.profiling_ns = window.map(|(a, b)| [a, b]);
+    manifest.profiling_ns = tl.window.map(|(a, b)| [a, b]);
     manifest.extra.insert(
         "merged_unix_ns".into(),
         json!(std::time::SystemTime::now()
@@ -218,39 +268,43 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)),
     );
-    let stop = stops
-        .iter()
-        .map(|(s, _)| s.as_str())
-        .find(|s| *s != "completed")
-        .unwrap_or("completed")
-        .to_string();
-    manifest.stop = Some(stop.clone());
-    let message: Vec<String> = stops
+    manifest.stop = Some(stop.to_string());
+    manifest
+}
+
+/// Every shard's invalid reasons, each once (when the scenario cannot decide the merged run).
+fn kept_reasons(shards: &[Shard]) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for s in shards {
+        for r in &s.summary.submission_invalid_reasons {
+            if !all.contains(r) {
+                all.push(r.clone());
+            }
+        }
+    }
+    all
+}
+
+/// Writes the merged records, manifest, summary, server metrics and exports; returns the files.
+fn write_merged(
+    out: &Path,
+    shards: &[Shard],
+    tl: &Timeline,
+    manifest: &Manifest,
+    stop: String,
+    reasons: &[String],
+) -> anyhow::Result<Vec<PathBuf>> {
+    let (records, anchor) = (&tl.records, tl.anchor);
+    let (p0, p1) = tl.window.unwrap_or((0, 0));
+    let m0 = &shards[0].manifest;
+    let count = shards[0].count;
+    let cancelled = stop != "completed";
+    let message: Vec<String> = tl
+        .stops
         .iter()
         .enumerate()
         .filter_map(|(i, (_, m))| m.as_ref().map(|m| format!("shard {i}: {m}")))
         .collect();
-    let cancelled = stop != "completed";
-
-    // Validity over all shards' counts, decided by the scenario component itself.
-    let reasons = validity(&shards, &records, cancelled, home).unwrap_or_else(|e| {
-        tracing::warn!("the scenario component is not at hand ({e:#}); the merged run keeps every shard's invalid reasons");
-        let mut all: Vec<String> = Vec::new();
-        for s in &shards {
-            for r in s.summary["submission_invalid_reasons"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
-                if !all.iter().any(|x| x == r) {
-                    all.push(r.to_string());
-                }
-            }
-        }
-        all
-    });
-
     let art = crate::fsio::Root::create(out)
         .with_context(|| format!("cannot create the merge directory {} (-o)", out.display()))?;
     let mut files = Vec::new();
@@ -259,30 +313,23 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             .with_context(|| format!("cannot write {}", art.join(name).display()))
     };
     let mut jsonl = Vec::with_capacity(records.len() * 512);
-    for r in &records {
+    for r in records {
         serde_json::to_writer(&mut jsonl, r)?;
         jsonl.push(b'\n');
     }
     files.push(put(RECORDS_FILE, &jsonl)?);
     files.push(put(MANIFEST_FILE, manifest.to_json_pretty().as_bytes())?);
-    let summary = crate::metrics::Summary::of(&records);
+    let summary = crate::metrics::Summary::of(records);
     let mut doc = shards[0].summary.clone();
-    doc["stop"] = json!(stop);
-    doc["message"] = if message.is_empty() {
-        Value::Null
-    } else {
-        json!(message.join("; "))
-    };
-    doc["records"] = json!(records.len());
-    doc["summary"] = json!(summary);
-    doc["submission_valid"] = json!(reasons.is_empty());
-    doc["submission_invalid_reasons"] = json!(reasons);
-    doc["started_unix_ns"] = json!(anchor as u64);
-    doc["shards"] = json!(count);
-    files.push(put(
-        "run_summary.json",
-        serde_json::to_string_pretty(&doc)?.as_bytes(),
-    )?);
+    doc.stop = Some(stop);
+    doc.message = (!message.is_empty()).then(|| message.join("; "));
+    doc.records = Some(records.len() as u64);
+    doc.summary = summary;
+    doc.submission_valid = Some(reasons.is_empty());
+    doc.submission_invalid_reasons = reasons.to_vec();
+    doc.started_unix_ns = Some(anchor as u64);
+    doc.shards = Some(count);
+    files.push(put(RUN_SUMMARY, doc.to_json_pretty().as_bytes())?);
     // Shard 0 scraped the servers for the whole run; its files hold the server's view.
     for name in [
         crate::export::server_metrics::JSON_FILE,
@@ -301,14 +348,14 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         scenario_version: m0.scenario.version.clone(),
         scenario_sha256: m0.scenario.sha256.clone(),
         submission_valid: reasons.is_empty(),
-        submission_invalid_reasons: reasons.clone(),
+        submission_invalid_reasons: reasons.to_vec(),
         was_cancelled: cancelled,
         input_config: json!(m0.resolved_settings),
         seed: Some(m0.seed),
         profiling_duration_ns: Some((m0.benchmark_duration_s * 1e9) as u64),
         // Sharded runs replay single-stream scenarios (0.1.0), whose rule is aiperf 0.13's.
         coverage_rule: Default::default(),
-        prefix_stamps: stamps(m0, &records),
+        prefix_stamps: stamps(m0, records),
         dataset: m0
             .dataset
             .alias
@@ -318,7 +365,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
         warmup_naming: Default::default(),
     };
     let slice = m0.slice_duration;
-    let (written, failed) = super::outputs::write_exports(&art, &records, &info, slice, None);
+    let (written, failed) = super::outputs::write_exports(&art, records, &info, slice, None);
     files.extend(written);
     if failed {
         bail!(
@@ -327,14 +374,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
             art.join(RECORDS_FILE).display()
         );
     }
-    Ok(Merged {
-        dir: out.to_owned(),
-        files,
-        records: records.len(),
-        clock_skew_ns,
-        took: t0.elapsed(),
-        submission_invalid_reasons: reasons,
-    })
+    Ok(files)
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -399,10 +439,10 @@ fn validity(
     let (mut total, mut overflows, mut failed) = (0u64, 0u64, 0u64);
     for r in records {
         total += 1;
-        if r.context_overflow {
-            overflows += 1;
-        } else if r.phase == Phase::Profiling && !r.cancelled && r.error.is_some() {
-            failed += 1;
+        match Outcome::of(r) {
+            Outcome::ContextOverflow => overflows += 1,
+            Outcome::Failed if r.phase == Phase::Profiling => failed += 1,
+            _ => {}
         }
     }
     let mut inst = sc.instantiate()?;

@@ -14,10 +14,10 @@ use super::plan::{prefix_stamps, Planned};
 use super::prepare::Prepared;
 use super::{artifact_dir, host_name, merge, rendezvous, shard_dir_name, MANIFEST_FILE};
 use crate::dataset::AssistantMode;
-use crate::export::bmk::RUN_SUMMARY;
 use crate::export::manifest::{
     self, DatasetId, HttpInfo, Manifest, ScenarioId, SettingRow, ShardInfo, WarningRow,
 };
+use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
 use crate::fsio::Root;
 use crate::metrics::Summary;
 use crate::record::{read_records, Clock, RecordSink};
@@ -321,30 +321,36 @@ fn write_summary(
     summary: &Summary,
 ) -> anyhow::Result<PathBuf> {
     let rp = &cfg.plan;
-    let doc = json!({
-        "run_id": planned.run_id,
-        "stop": outcome.stop.as_str(),
-        "message": outcome.message,
-        "scenario": scenario_id(p),
-        "dataset": dataset_id(p, None),
-        "seed": planned.seed,
-        "seed_drawn": p.resolved.seed_drawn,
-        "concurrency": p.settings.concurrency,
-        "benchmark_duration_s": p.settings.duration.as_secs_f64(),
-        "assistant_mode": assistant_mode(rp.mode),
-        "url": if rp.demo { "builtin-simulator".to_string() } else { conn.ccfg.url.clone() },
-        "model": conn.model,
-        "started_unix_ns": d.clock.anchor_unix_ns(),
-        "submission_valid": reasons.is_empty(),
-        "submission_invalid_reasons": reasons,
-        "records": written,
-        "summary": summary,
-        "host_version": env!("CARGO_PKG_VERSION"),
-        "wasmtime_version": scenario::WASMTIME_VERSION,
-    });
+    let doc = RunSummary {
+        run_id: Some(planned.run_id.clone()),
+        stop: Some(outcome.stop.as_str().to_owned()),
+        message: outcome.message.clone(),
+        scenario: Some(scenario_id(p).into()),
+        dataset: Some(dataset_id(p, None)),
+        seed: Some(planned.seed),
+        seed_drawn: p.resolved.seed_drawn,
+        concurrency: Some(p.settings.concurrency.into()),
+        benchmark_duration_s: Some(p.settings.duration.as_secs_f64()),
+        assistant_mode: Some(assistant_mode(rp.mode).to_owned()),
+        url: Some(if rp.demo {
+            "builtin-simulator".to_string()
+        } else {
+            conn.ccfg.url.clone()
+        }),
+        model: Some(conn.model.clone()),
+        started_unix_ns: Some(d.clock.anchor_unix_ns()),
+        submission_valid: Some(reasons.is_empty()),
+        submission_invalid_reasons: reasons.to_vec(),
+        records: Some(written),
+        summary: summary.clone(),
+        host_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        wasmtime_version: Some(scenario::WASMTIME_VERSION.to_owned()),
+        shards: None,
+        extra: Default::default(),
+    };
     let path = d.out.join(RUN_SUMMARY);
     d.art
-        .write_atomic(RUN_SUMMARY, serde_json::to_string_pretty(&doc)?.as_bytes())
+        .write_atomic(RUN_SUMMARY, doc.to_json_pretty().as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }

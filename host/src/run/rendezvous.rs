@@ -256,62 +256,177 @@ async fn serve(
 ) -> anyhow::Result<CoordinatorReport> {
     let count = reference.count as usize;
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
-    let mut out: Vec<mpsc::UnboundedSender<Msg>> = Vec::new();
-    let mut peers: Vec<String> = Vec::new();
-    // conn -> shard index, once its hello was accepted.
-    let mut index_of: Vec<Option<u32>> = Vec::new();
+    let mut conns = Conns::default();
+
+    // Phase 1: hellos.
+    let hellos = gather_hellos(
+        &listener, &reference, timeout, &mut conns, &ev_tx, &mut ev_rx,
+    )
+    .await?;
+    let run_id = reference.run_id.clone().unwrap_or_else(super::fresh_id);
+    let conn_of: BTreeMap<u32, usize> = conns
+        .index_of
+        .iter()
+        .enumerate()
+        .filter_map(|(c, i)| i.map(|i| (i, c)))
+        .collect();
+    let members = Members {
+        out: &conns.out,
+        conn_of: &conn_of,
+    };
+    members.broadcast(Msg::Welcome {
+        run_id: run_id.clone(),
+        seed: reference.seed,
+    });
+    tracing::info!(shards = count, run_id = %run_id, "rendezvous: every shard joined");
+
+    // Phases 2 to 4: ready, warmup, profiling, done.
+    let mut st = Phases::default();
+    let ready_deadline = tokio::time::Instant::now() + timeout;
+    while st.done.len() + st.lost.len() < count {
+        let ev = if st.ready < count {
+            match tokio::time::timeout_at(ready_deadline, ev_rx.recv()).await {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(_) => {
+                    let message = format!(
+                        "not every shard planned within --rendezvous-timeout {} s",
+                        timeout.as_secs()
+                    );
+                    members.broadcast(Msg::Refuse {
+                        message: message.clone(),
+                    });
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    bail!("{message}");
+                }
+            }
+        } else {
+            match ev_rx.recv().await {
+                Some(ev) => ev,
+                None => break,
+            }
+        };
+        match ev {
+            Event::Msg(c, m) => {
+                let Some(i) = conns.index_of.get(c).copied().flatten() else {
+                    continue;
+                };
+                st.on_msg(i, m, &reference, &members);
+            }
+            Event::Closed(c) => {
+                let Some(i) = conns.index_of.get(c).copied().flatten() else {
+                    continue;
+                };
+                st.on_closed(i, count, &members);
+            }
+        }
+    }
+    members.broadcast(Msg::Bye);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(CoordinatorReport {
+        lost: st.lost,
+        shards: hellos
+            .values()
+            .map(|h| ShardSeen {
+                index: h.index,
+                host: h.host.clone(),
+                peer: conn_of
+                    .get(&h.index)
+                    .map(|c| conns.peers[*c].clone())
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
+
+/// The coordinator's connections, in accept order.
+#[derive(Default)]
+struct Conns {
+    /// Where to send to each connection.
+    out: Vec<mpsc::UnboundedSender<Msg>>,
+    peers: Vec<String>,
+    /// conn -> shard index, once its hello was accepted.
+    index_of: Vec<Option<u32>>,
+}
+
+/// The shards that joined, by index.
+struct Members<'c> {
+    out: &'c [mpsc::UnboundedSender<Msg>],
+    conn_of: &'c BTreeMap<u32, usize>,
+}
+
+impl Members<'_> {
+    fn broadcast(&self, m: Msg) {
+        for c in self.conn_of.values() {
+            let _ = self.out[*c].send(m.clone());
+        }
+    }
+}
+
+/// Serves one connection: a writer task sending what the returned sender is given (ending after
+/// a bye or a refusal) and a reader task answering pings and passing every other message on.
+fn spawn_conn(
+    stream: TcpStream,
+    id: usize,
+    ev_tx: mpsc::UnboundedSender<Event>,
+) -> mpsc::UnboundedSender<Msg> {
+    let _ = stream.set_nodelay(true);
+    let (r, mut w) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let pong_tx = tx.clone();
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if send(&mut w, &m).await.is_err() {
+                break;
+            }
+            if matches!(m, Msg::Bye | Msg::Refuse { .. }) {
+                let _ = w.shutdown().await;
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut r = BufReader::new(r);
+        loop {
+            match recv(&mut r).await {
+                Ok(Some(Msg::Ping { t1 })) => {
+                    let _ = pong_tx.send(Msg::Pong { t1, t2: wall_ns() });
+                }
+                Ok(Some(m)) => {
+                    let _ = ev_tx.send(Event::Msg(id, m));
+                }
+                Ok(None) | Err(_) => {
+                    let _ = ev_tx.send(Event::Closed(id));
+                    break;
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// Phase 1: accepts connections until every shard said a hello that agrees with shard 0's plan; a
+/// disagreement or the timeout refuses every connection and fails.
+async fn gather_hellos(
+    listener: &TcpListener,
+    reference: &Hello,
+    timeout: Duration,
+    conns: &mut Conns,
+    ev_tx: &mpsc::UnboundedSender<Event>,
+    ev_rx: &mut mpsc::UnboundedReceiver<Event>,
+) -> anyhow::Result<BTreeMap<u32, Hello>> {
+    let count = reference.count as usize;
     let mut hellos: BTreeMap<u32, Hello> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + timeout;
     let mut refusal: Option<String> = None;
-
-    let spawn_conn = |stream: TcpStream,
-                      id: usize,
-                      ev_tx: mpsc::UnboundedSender<Event>|
-     -> mpsc::UnboundedSender<Msg> {
-        let _ = stream.set_nodelay(true);
-        let (r, mut w) = stream.into_split();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
-        let pong_tx = tx.clone();
-        tokio::spawn(async move {
-            while let Some(m) = rx.recv().await {
-                if send(&mut w, &m).await.is_err() {
-                    break;
-                }
-                if matches!(m, Msg::Bye | Msg::Refuse { .. }) {
-                    let _ = w.shutdown().await;
-                    break;
-                }
-            }
-        });
-        tokio::spawn(async move {
-            let mut r = BufReader::new(r);
-            loop {
-                match recv(&mut r).await {
-                    Ok(Some(Msg::Ping { t1 })) => {
-                        let _ = pong_tx.send(Msg::Pong { t1, t2: wall_ns() });
-                    }
-                    Ok(Some(m)) => {
-                        let _ = ev_tx.send(Event::Msg(id, m));
-                    }
-                    Ok(None) | Err(_) => {
-                        let _ = ev_tx.send(Event::Closed(id));
-                        break;
-                    }
-                }
-            }
-        });
-        tx
-    };
-
-    // Phase 1: hellos.
     while hellos.len() < count && refusal.is_none() {
         tokio::select! {
             a = listener.accept() => {
                 let (stream, peer) = a.context("rendezvous: accept failed")?;
-                let id = out.len();
-                out.push(spawn_conn(stream, id, ev_tx.clone()));
-                peers.push(peer.to_string());
-                index_of.push(None);
+                let id = conns.out.len();
+                conns.out.push(spawn_conn(stream, id, ev_tx.clone()));
+                conns.peers.push(peer.to_string());
+                conns.index_of.push(None);
             }
             Some(ev) = ev_rx.recv() => match ev {
                 Event::Msg(id, Msg::Hello(h)) => {
@@ -325,10 +440,10 @@ async fn serve(
                     } else if hellos.contains_key(&h.index) {
                         why.push(format!("shard {} joined twice (check --shard / SLURM_PROCID / JOB_COMPLETION_INDEX)", h.index));
                     } else {
-                        why.extend(h.differences(&reference));
+                        why.extend(h.differences(reference));
                     }
                     if why.is_empty() {
-                        index_of[id] = Some(h.index);
+                        conns.index_of[id] = Some(h.index);
                         hellos.insert(h.index, h);
                     } else {
                         refusal = Some(format!(
@@ -339,7 +454,7 @@ async fn serve(
                 }
                 Event::Msg(_, _) => {}
                 Event::Closed(id) => {
-                    if let Some(i) = index_of[id].take() {
+                    if let Some(i) = conns.index_of[id].take() {
                         hellos.remove(&i);
                         tracing::warn!("rendezvous: shard {i} left before every shard joined");
                     }
@@ -359,7 +474,7 @@ async fn serve(
         }
     }
     if let Some(message) = refusal {
-        for tx in &out {
+        for tx in &conns.out {
             let _ = tx.send(Msg::Refuse {
                 message: message.clone(),
             });
@@ -368,179 +483,125 @@ async fn serve(
         tokio::time::sleep(Duration::from_millis(200)).await;
         bail!("{message}");
     }
-    let run_id = reference.run_id.clone().unwrap_or_else(super::fresh_id);
-    let conn_of: BTreeMap<u32, usize> = index_of
-        .iter()
-        .enumerate()
-        .filter_map(|(c, i)| i.map(|i| (i, c)))
-        .collect();
-    let broadcast = |m: Msg| {
-        for c in conn_of.values() {
-            let _ = out[*c].send(m.clone());
-        }
-    };
-    broadcast(Msg::Welcome {
-        run_id: run_id.clone(),
-        seed: reference.seed,
-    });
-    tracing::info!(shards = count, run_id = %run_id, "rendezvous: every shard joined");
+    Ok(hellos)
+}
 
-    // Phases 2 to 4: ready, warmup, profiling, done.
-    let mut ready = 0usize;
-    let mut warm_ok = 0usize;
-    let mut warm_fail: Option<String> = None;
-    let mut warm_seen = 0usize;
-    let mut done = std::collections::BTreeSet::new();
-    let mut lost = Vec::new();
-    let mut tallies: BTreeMap<u32, (u64, u64, u64, u64)> = BTreeMap::new();
-    let mut stopped = false;
-    let ready_deadline = tokio::time::Instant::now() + timeout;
-    while done.len() + lost.len() < count {
-        let ev = if ready < count {
-            match tokio::time::timeout_at(ready_deadline, ev_rx.recv()).await {
-                Ok(Some(ev)) => ev,
-                Ok(None) => break,
-                Err(_) => {
-                    let message = format!(
-                        "not every shard planned within --rendezvous-timeout {} s",
-                        timeout.as_secs()
-                    );
-                    broadcast(Msg::Refuse {
-                        message: message.clone(),
-                    });
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    bail!("{message}");
+/// Phases 2 to 4 as the coordinator follows them: ready, warmup, profiling, done.
+#[derive(Default)]
+struct Phases {
+    ready: usize,
+    warm_ok: usize,
+    warm_fail: Option<String>,
+    warm_seen: usize,
+    done: std::collections::BTreeSet<u32>,
+    lost: Vec<u32>,
+    tallies: BTreeMap<u32, (u64, u64, u64, u64)>,
+    stopped: bool,
+}
+
+impl Phases {
+    /// A message of shard `i`.
+    fn on_msg(&mut self, i: u32, m: Msg, reference: &Hello, members: &Members<'_>) {
+        let count = reference.count as usize;
+        match m {
+            Msg::Ready => {
+                self.ready += 1;
+                if self.ready == count {
+                    members.broadcast(Msg::Go);
                 }
             }
-        } else {
-            match ev_rx.recv().await {
-                Some(ev) => ev,
-                None => break,
-            }
-        };
-        match ev {
-            Event::Msg(c, m) => {
-                let Some(i) = index_of.get(c).copied().flatten() else {
-                    continue;
-                };
-                match m {
-                    Msg::Ready => {
-                        ready += 1;
-                        if ready == count {
-                            broadcast(Msg::Go);
-                        }
-                    }
-                    Msg::Warmup { ok, message } => {
-                        warm_seen += 1;
-                        if ok {
-                            warm_ok += 1;
-                        } else if warm_fail.is_none() {
-                            warm_fail =
-                                Some(message.unwrap_or_else(|| format!("shard {i} failed")));
-                        }
-                        if warm_seen == count {
-                            match &warm_fail {
-                                None if warm_ok == count => broadcast(Msg::Profile),
-                                _ => {
-                                    stopped = true;
-                                    broadcast(Msg::Stop {
-                                        reason: StopReason::WarmupFailed.as_str().into(),
-                                        message: warm_fail.clone().unwrap_or_default(),
-                                    });
-                                }
-                            }
-                        } else if !ok && !stopped {
-                            // No shard profiles after a failed warmup: tell the others now.
-                            stopped = true;
-                            broadcast(Msg::Stop {
+            Msg::Warmup { ok, message } => {
+                self.warm_seen += 1;
+                if ok {
+                    self.warm_ok += 1;
+                } else if self.warm_fail.is_none() {
+                    self.warm_fail = Some(message.unwrap_or_else(|| format!("shard {i} failed")));
+                }
+                if self.warm_seen == count {
+                    match &self.warm_fail {
+                        None if self.warm_ok == count => members.broadcast(Msg::Profile),
+                        _ => {
+                            self.stopped = true;
+                            members.broadcast(Msg::Stop {
                                 reason: StopReason::WarmupFailed.as_str().into(),
-                                message: warm_fail.clone().unwrap_or_default(),
+                                message: self.warm_fail.clone().unwrap_or_default(),
                             });
                         }
                     }
-                    Msg::Tally {
-                        requests,
-                        failed,
-                        overflows,
-                        cancelled,
-                    } => {
-                        tallies.insert(i, (requests, failed, overflows, cancelled));
-                        if let (Some(f), false) = (reference.failed_request_threshold, stopped) {
-                            let (req, fail, over, canc) =
-                                tallies.values().fold((0, 0, 0, 0), |a, t| {
-                                    (a.0 + t.0, a.1 + t.1, a.2 + t.2, a.3 + t.3)
-                                });
-                            let all = Tally {
-                                requests: req,
-                                failed: fail,
-                                context_overflows: over,
-                                cancelled: canc,
-                                ..Tally::default()
-                            };
-                            if all.threshold_exceeded(f, u64::from(reference.concurrency)) {
-                                stopped = true;
-                                let judged = all.threshold_judged();
-                                broadcast(Msg::Stop {
-                                    reason: StopReason::ThresholdExceeded.as_str().into(),
-                                    message: format!(
-                                        "--failed-request-threshold {f} exceeded over all shards: {fail} of {judged} profiling requests failed; in-flight requests were cancelled"
-                                    ),
-                                });
-                            }
-                        }
-                    }
-                    Msg::Stop { reason, message } if !stopped => {
-                        stopped = true;
-                        broadcast(Msg::Stop { reason, message });
-                    }
-                    Msg::Done => {
-                        done.insert(i);
-                    }
-                    _ => {}
+                } else if !ok && !self.stopped {
+                    // No shard profiles after a failed warmup: tell the others now.
+                    self.stopped = true;
+                    members.broadcast(Msg::Stop {
+                        reason: StopReason::WarmupFailed.as_str().into(),
+                        message: self.warm_fail.clone().unwrap_or_default(),
+                    });
                 }
             }
-            Event::Closed(c) => {
-                let Some(i) = index_of.get(c).copied().flatten() else {
-                    continue;
-                };
-                if !done.contains(&i) && !lost.contains(&i) {
-                    lost.push(i);
-                    tracing::error!("rendezvous: shard {i} lost its connection before it was done");
-                    if !stopped {
-                        stopped = true;
-                        broadcast(Msg::Stop {
-                            reason: StopReason::Interrupted.as_str().into(),
+            Msg::Tally {
+                requests,
+                failed,
+                overflows,
+                cancelled,
+            } => {
+                self.tallies
+                    .insert(i, (requests, failed, overflows, cancelled));
+                if let (Some(f), false) = (reference.failed_request_threshold, self.stopped) {
+                    let (req, fail, over, canc) =
+                        self.tallies.values().fold((0, 0, 0, 0), |a, t| {
+                            (a.0 + t.0, a.1 + t.1, a.2 + t.2, a.3 + t.3)
+                        });
+                    let all = Tally {
+                        requests: req,
+                        failed: fail,
+                        context_overflows: over,
+                        cancelled: canc,
+                        ..Tally::default()
+                    };
+                    if all.threshold_exceeded(f, u64::from(reference.concurrency)) {
+                        self.stopped = true;
+                        let judged = all.threshold_judged();
+                        members.broadcast(Msg::Stop {
+                            reason: StopReason::ThresholdExceeded.as_str().into(),
                             message: format!(
-                                "shard {i} lost its connection to the rendezvous, so every shard stopped"
+                                "--failed-request-threshold {f} exceeded over all shards: {fail} of {judged} profiling requests failed; in-flight requests were cancelled"
                             ),
                         });
                     }
-                    if ready < count {
-                        ready += 1;
-                    }
-                    if warm_seen < count && !stopped {
-                        warm_seen += 1;
-                    }
                 }
+            }
+            Msg::Stop { reason, message } if !self.stopped => {
+                self.stopped = true;
+                members.broadcast(Msg::Stop { reason, message });
+            }
+            Msg::Done => {
+                self.done.insert(i);
+            }
+            _ => {}
+        }
+    }
+
+    /// Shard `i`'s connection closed.
+    fn on_closed(&mut self, i: u32, count: usize, members: &Members<'_>) {
+        if !self.done.contains(&i) && !self.lost.contains(&i) {
+            self.lost.push(i);
+            tracing::error!("rendezvous: shard {i} lost its connection before it was done");
+            if !self.stopped {
+                self.stopped = true;
+                members.broadcast(Msg::Stop {
+                    reason: StopReason::Interrupted.as_str().into(),
+                    message: format!(
+                        "shard {i} lost its connection to the rendezvous, so every shard stopped"
+                    ),
+                });
+            }
+            if self.ready < count {
+                self.ready += 1;
+            }
+            if self.warm_seen < count && !self.stopped {
+                self.warm_seen += 1;
             }
         }
     }
-    broadcast(Msg::Bye);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    Ok(CoordinatorReport {
-        lost,
-        shards: hellos
-            .values()
-            .map(|h| ShardSeen {
-                index: h.index,
-                host: h.host.clone(),
-                peer: conn_of
-                    .get(&h.index)
-                    .map(|c| peers[*c].clone())
-                    .unwrap_or_default(),
-            })
-            .collect(),
-    })
 }
 
 // ---------------------------------------------------------------- member (every shard)

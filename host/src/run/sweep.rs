@@ -273,7 +273,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
             .as_ref()
             .filter(|_| cfg.resume)
             .and_then(|s| s.points.iter().find(|p| p.concurrency == n && p.done()))
-            .filter(|_| dir.join("run_summary.json").exists())
+            .filter(|_| dir.join(crate::export::run_summary::RUN_SUMMARY).exists())
         {
             tracing::info!("sweep: concurrency {n} finished before; kept (--resume)");
             let mut p = p.clone();
@@ -442,16 +442,17 @@ fn wait_idle(urls: &[String], timeout: Duration, cancel: &Cancel) -> Result<(), 
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
-    let client = {
+    // One GET of a page takes at most 10 s.
+    let reader = {
         let _g = rt.enter();
-        metrics_client()
+        crate::client::scrape::PageReader::new(Duration::from_secs(10))
     };
     let started = Instant::now();
     let mut logged = false;
     loop {
         let mut busy = Vec::new();
         for u in urls {
-            match rt.block_on(fetch(&client, u)) {
+            match rt.block_on(reader.read(u)) {
                 Ok(text) => {
                     let log = EndpointLog::from_pages(u, [(0, Some(text.as_str()))])
                         .map_err(|e| format!("{u}: {e}"));
@@ -491,43 +492,6 @@ fn wait_idle(urls: &[String], timeout: Duration, cancel: &Cancel) -> Result<(), 
         }
         std::thread::sleep(Duration::from_millis(500).min(timeout));
     }
-}
-
-type MetricsClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Empty<bytes::Bytes>,
->;
-
-/// The client of the idle polls (one for the whole wait).
-fn metrics_client() -> MetricsClient {
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .build();
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https)
-}
-
-/// One GET of a `/metrics` page, at most 10 s.
-async fn fetch(client: &MetricsClient, url: &str) -> Result<String, String> {
-    use http_body_util::BodyExt;
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
-    let work = async {
-        let resp = client.get(uri).await.map_err(|e| format!("{e}"))?;
-        if !resp.status().is_success() {
-            return Err(format!("HTTP {}", resp.status()));
-        }
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{e}"))?
-            .to_bytes();
-        Ok(String::from_utf8_lossy(&body).into_owned())
-    };
-    tokio::time::timeout(Duration::from_secs(10), work)
-        .await
-        .map_err(|_| "no answer within 10 s".to_string())?
 }
 
 #[cfg(test)]

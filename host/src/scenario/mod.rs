@@ -330,6 +330,7 @@ impl ScenarioEngine {
         })
     }
 
+    #[allow(unsafe_code)] // Loading a compiled component skips wasmtime's validation (SAFETY below).
     fn compile(&self, origin: &Path, hash: &str, bytes: &[u8]) -> Result<Component, ScenarioError> {
         let cached = self
             .compiled_dir

@@ -469,32 +469,7 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
     let spawn_turns = gen.pick(&candidates, spawns);
 
     // The root timeline in ms, each join waiting for its fan-out.
-    let mut t = vec![0u64; n];
-    let mut subs: Vec<SubEntry> = Vec::new();
-    let mut next_spawn = spawn_turns.iter().copied().peekable();
-    let mut wait_until: Option<u64> = None;
-    for k in 0..n {
-        if k > 0 {
-            let ready = t[k - 1] + api[k - 1];
-            if let Some(w) = wait_until.take() {
-                gap[k] = gap[k].max(w.saturating_sub(ready));
-            }
-            t[k] = ready + gap[k];
-        }
-        if next_spawn.peek() == Some(&k) {
-            next_spawn.next();
-            let fan = gen.fanout();
-            let base = t[k] + api[k] + gen.range_u64(1, 200);
-            let mut end = 0;
-            for i in 0..fan {
-                let marker = base + i as u64 * gen.range_u64(0, 150);
-                let s = gen.subagent(marker, subs.len() + 1, None);
-                end = end.max(marker + s.duration_ms.unwrap_or(0));
-                subs.push(s);
-            }
-            wait_until = Some(end + gen.range_u64(1, 500));
-        }
-    }
+    let (t, mut subs) = root_timeline(&mut gen, &spawn_turns, &api, &mut gap);
     if background {
         let k = n - 2;
         let marker = t[k] + api[k] + gen.range_u64(1, 300).min(gap[n - 1] - 1);
@@ -502,38 +477,7 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
         subs.push(s);
     }
 
-    // Flat chains: aux one-shots, then forked agents.
-    let mut flats: Vec<Item> = Vec::new();
-    if n >= 2 && gen.rng.chance(P_AUX) {
-        for _ in 0..gen.rng.range(1, 3) {
-            let j = gen.rng.range(1, (n - 1) as u32) as usize;
-            let at = t[j] + gen.range_u64(1, api[j]);
-            flats.push(gen.aux(at));
-        }
-    }
-    if gen.rng.chance(P_FORK) {
-        let last_cut = (0..n).rev().find(|&k| cut[k]).unwrap_or(0);
-        let mut longest_fork = 0usize;
-        let forks = if gen.rng.chance(0.25) { 2 } else { 1 };
-        for _ in 0..forks {
-            let back = gen.rng.range(1, 3) as usize;
-            let cands: Vec<usize> = (back..n.saturating_sub(2))
-                .filter(|&k| {
-                    let d = len[k - back];
-                    k - back >= last_cut && d > sys_blocks && d > longest_fork && len[k] >= d + 2
-                })
-                .collect();
-            if cands.is_empty() {
-                break;
-            }
-            let k = cands[gen.rng.range(0, (cands.len() - 1) as u32) as usize];
-            let d = len[k - back];
-            let prefix = root_ids(&reqs, k - back);
-            let start = t[k] + api[k] + gen.range_u64(1, 300);
-            flats.extend(gen.fork(&prefix, len[k] - d, start));
-            longest_fork = len[k];
-        }
-    }
+    let flats = flat_chains(&mut gen, &reqs, &t, &api, &len, &cut, sys_blocks);
 
     // Root times, in whole ms.
     for (k, r) in reqs.iter_mut().enumerate() {
@@ -571,11 +515,122 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
     }
     flats.iter().for_each(|r| note(r.model));
 
+    let head = TraceHead {
+        index,
+        models: &models,
+        tool,
+        system,
+    };
+    write_trace(out, &head, &order, (model, &reqs), &subs, &flats)
+}
+
+/// The root's start times (ms), and the subagents of each spawning turn, each join waiting for
+/// its fan-out (`gap` grows where it must).
+fn root_timeline(
+    gen: &mut Gen<'_>,
+    spawn_turns: &[usize],
+    api: &[u64],
+    gap: &mut [u64],
+) -> (Vec<u64>, Vec<SubEntry>) {
+    let n = api.len();
+    let mut t = vec![0u64; n];
+    let mut subs: Vec<SubEntry> = Vec::new();
+    let mut next_spawn = spawn_turns.iter().copied().peekable();
+    let mut wait_until: Option<u64> = None;
+    for k in 0..n {
+        if k > 0 {
+            let ready = t[k - 1] + api[k - 1];
+            if let Some(w) = wait_until.take() {
+                gap[k] = gap[k].max(w.saturating_sub(ready));
+            }
+            t[k] = ready + gap[k];
+        }
+        if next_spawn.peek() == Some(&k) {
+            next_spawn.next();
+            let fan = gen.fanout();
+            let base = t[k] + api[k] + gen.range_u64(1, 200);
+            let mut end = 0;
+            for i in 0..fan {
+                let marker = base + i as u64 * gen.range_u64(0, 150);
+                let s = gen.subagent(marker, subs.len() + 1, None);
+                end = end.max(marker + s.duration_ms.unwrap_or(0));
+                subs.push(s);
+            }
+            wait_until = Some(end + gen.range_u64(1, 500));
+        }
+    }
+    (t, subs)
+}
+
+/// Flat chains: aux one-shots, then forked agents.
+fn flat_chains(
+    gen: &mut Gen<'_>,
+    reqs: &[Req],
+    t: &[u64],
+    api: &[u64],
+    len: &[usize],
+    cut: &[bool],
+    sys_blocks: usize,
+) -> Vec<Item> {
+    let n = reqs.len();
+    let mut flats: Vec<Item> = Vec::new();
+    if n >= 2 && gen.rng.chance(P_AUX) {
+        for _ in 0..gen.rng.range(1, 3) {
+            let j = gen.rng.range(1, (n - 1) as u32) as usize;
+            let at = t[j] + gen.range_u64(1, api[j]);
+            flats.push(gen.aux(at));
+        }
+    }
+    if gen.rng.chance(P_FORK) {
+        let last_cut = (0..n).rev().find(|&k| cut[k]).unwrap_or(0);
+        let mut longest_fork = 0usize;
+        let forks = if gen.rng.chance(0.25) { 2 } else { 1 };
+        for _ in 0..forks {
+            let back = gen.rng.range(1, 3) as usize;
+            let cands: Vec<usize> = (back..n.saturating_sub(2))
+                .filter(|&k| {
+                    let d = len[k - back];
+                    k - back >= last_cut && d > sys_blocks && d > longest_fork && len[k] >= d + 2
+                })
+                .collect();
+            if cands.is_empty() {
+                break;
+            }
+            let k = cands[gen.rng.range(0, (cands.len() - 1) as u32) as usize];
+            let d = len[k - back];
+            let prefix = root_ids(reqs, k - back);
+            let start = t[k] + api[k] + gen.range_u64(1, 300);
+            flats.extend(gen.fork(&prefix, len[k] - d, start));
+            longest_fork = len[k];
+        }
+    }
+    flats
+}
+
+/// The trace-level fields of a trace line.
+struct TraceHead<'m> {
+    index: usize,
+    models: &'m [&'m str],
+    tool: u32,
+    system: u32,
+}
+
+/// Writes the trace line: its fields, the top-level entries in `order` and the totals; returns its
+/// number of requests.
+fn write_trace(
+    out: &mut Vec<u8>,
+    head: &TraceHead<'_>,
+    order: &[(u64, u8, usize, Entry)],
+    (model, reqs): (&str, &[Req]),
+    subs: &[SubEntry],
+    flats: &[Item],
+) -> usize {
+    let (index, models, tool, system) = (head.index, head.models, head.tool, head.system);
     let id = format!("trace_{:04}", index + 1);
     out.extend_from_slice(b"{\"id\":\"");
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b"\",\"models\":");
-    push_str_list(out, &models);
+    push_str_list(out, models);
     out.extend_from_slice(b",\"block_size\":64,\"hash_id_scope\":\"local\",\"tool_tokens\":");
     push_u64(out, u64::from(tool));
     out.extend_from_slice(b",\"system_tokens\":");
@@ -606,48 +661,7 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
                 count += 1;
             }
             Entry::Sub(j) => {
-                let s = &subs[j];
-                let ty = &TYPES[s.kind];
-                out.extend_from_slice(b"{\"t\":");
-                push_secs(out, secs(s.t));
-                out.extend_from_slice(b",\"type\":\"subagent\",\"agent_id\":\"agent_");
-                out.extend_from_slice(format!("{:03}", s.agent).as_bytes());
-                out.extend_from_slice(b"\",\"subagent_type\":\"");
-                out.extend_from_slice(ty.name.as_bytes());
-                out.extend_from_slice(b"\",\"duration_ms\":");
-                push_opt(out, s.duration_ms);
-                let done = s.duration_ms.is_some();
-                let total: u64 = s
-                    .reqs
-                    .iter()
-                    .map(|r| u64::from(r.req.input) + u64::from(r.req.output))
-                    .sum();
-                let tools = s.reqs.iter().filter(|r| r.req.stop == "tool_use").count() as u64;
-                out.extend_from_slice(b",\"total_tokens\":");
-                push_opt(out, done.then_some(total));
-                out.extend_from_slice(b",\"tool_use_count\":");
-                push_opt(out, done.then_some(tools));
-                out.extend_from_slice(if done {
-                    b",\"status\":\"completed\",\"requests\":["
-                } else {
-                    b",\"status\":\"async_launched\",\"requests\":["
-                });
-                for (q, r) in s.reqs.iter().enumerate() {
-                    if q > 0 {
-                        out.push(b',');
-                    }
-                    sub_in += u64::from(r.req.input);
-                    sub_out += u64::from(r.req.output);
-                    write_request(out, &r.req, r.model, &r.ids);
-                }
-                count += s.reqs.len();
-                out.extend_from_slice(b"],\"models\":");
-                push_str_list(out, &[s.reqs[0].model]);
-                out.extend_from_slice(b",\"tool_tokens\":");
-                push_u64(out, u64::from(s.tool));
-                out.extend_from_slice(b",\"system_tokens\":");
-                push_u64(out, u64::from(s.system));
-                out.push(b'}');
+                count += write_subagent(out, &subs[j], &mut sub_in, &mut sub_out);
             }
         }
     }
@@ -668,6 +682,51 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
     push_u64(out, subs.len() as u64);
     out.extend_from_slice(b"}}");
     count
+}
+
+/// Writes one subagent entry with its requests, adding their tokens; returns its number of requests.
+fn write_subagent(out: &mut Vec<u8>, s: &SubEntry, sub_in: &mut u64, sub_out: &mut u64) -> usize {
+    let ty = &TYPES[s.kind];
+    out.extend_from_slice(b"{\"t\":");
+    push_secs(out, secs(s.t));
+    out.extend_from_slice(b",\"type\":\"subagent\",\"agent_id\":\"agent_");
+    out.extend_from_slice(format!("{:03}", s.agent).as_bytes());
+    out.extend_from_slice(b"\",\"subagent_type\":\"");
+    out.extend_from_slice(ty.name.as_bytes());
+    out.extend_from_slice(b"\",\"duration_ms\":");
+    push_opt(out, s.duration_ms);
+    let done = s.duration_ms.is_some();
+    let total: u64 = s
+        .reqs
+        .iter()
+        .map(|r| u64::from(r.req.input) + u64::from(r.req.output))
+        .sum();
+    let tools = s.reqs.iter().filter(|r| r.req.stop == "tool_use").count() as u64;
+    out.extend_from_slice(b",\"total_tokens\":");
+    push_opt(out, done.then_some(total));
+    out.extend_from_slice(b",\"tool_use_count\":");
+    push_opt(out, done.then_some(tools));
+    out.extend_from_slice(if done {
+        b",\"status\":\"completed\",\"requests\":["
+    } else {
+        b",\"status\":\"async_launched\",\"requests\":["
+    });
+    for (q, r) in s.reqs.iter().enumerate() {
+        if q > 0 {
+            out.push(b',');
+        }
+        *sub_in += u64::from(r.req.input);
+        *sub_out += u64::from(r.req.output);
+        write_request(out, &r.req, r.model, &r.ids);
+    }
+    out.extend_from_slice(b"],\"models\":");
+    push_str_list(out, &[s.reqs[0].model]);
+    out.extend_from_slice(b",\"tool_tokens\":");
+    push_u64(out, u64::from(s.tool));
+    out.extend_from_slice(b",\"system_tokens\":");
+    push_u64(out, u64::from(s.system));
+    out.push(b'}');
+    s.reqs.len()
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::{build, NestedBasis, SessionTree, Stream, TreeOptions};
+use super::{build, NestedBasis, SessionTree, Stream, TreeOptions, TreeTopology};
 use crate::dataset::cache::{self, CacheKey, Entry, Outcome, Store};
 use crate::dataset::weka::{scan_traces, ParsedRequest, ParsedTrace, SourceFiles};
 use crate::dataset::{Dataset, DatasetError, Location, Trajectory};
@@ -35,15 +35,6 @@ pub struct TreeOpen {
     pub max_osl: Option<u32>,
     /// The cache directory (None: cache::default_dir()).
     pub cache_dir: Option<std::path::PathBuf>,
-}
-
-/// The topology of a tree entry, kept in its import report ([`cache::ImportReport::trees`]).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TreeTopology {
-    /// The nested-timestamp basis the trees were built with (the inferred one under `auto`).
-    pub basis: NestedBasis,
-    /// One tree per trace of the dataset, in dataset order.
-    pub trees: Vec<SessionTree>,
 }
 
 /// A corpus's session trees, kept in the dataset cache.

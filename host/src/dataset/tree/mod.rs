@@ -451,208 +451,27 @@ impl<'a> Builder<'a> {
             })
             .collect();
         // Root and flat workers.
-        let mut flat: Vec<Plan<'a>> = Vec::new();
-        let root_reqs: Vec<Src<'a>> = if self.opts.split_chains && top.len() > 1 {
-            let reqs: Vec<Req<'_>> = top.iter().map(Src::chain_req).collect();
-            let sp = split_layer(&reqs, &p, true);
-            if let Some(d) = &sp.detection {
-                self.counts.seams += d.seams_merged;
-            }
-            let base_first = first_hashes(&top, &sp.detected_main);
-            for (n, c) in sp.chains.iter().enumerate().skip(1) {
-                let class = sp.classes[n].expect("workers are classified");
-                let first = top[c[0]].req.hash_ids.as_slice();
-                flat.push(Plan {
-                    id: format!("{}::{}", trace.id, class.suffix(n - 1)),
-                    kind: StreamKind::Flat,
-                    class: Some(class),
-                    reqs: c.iter().map(|&i| top[i]).collect(),
-                    init: chain_init_tokens(
-                        trace.tool_tokens,
-                        trace.system_tokens,
-                        trace.block_size,
-                        base_first,
-                        first,
-                    ),
-                    entry: None,
-                    fork_index: sp.fork_index[n],
-                });
-            }
-            sp.chains[0].iter().map(|&i| top[i]).collect()
-        } else {
-            top.clone()
-        };
+        let (root_reqs, flat) = self.split_root(&top, &p);
         // Subagent chains.
         let mut sub_plans: Vec<Vec<Plan<'a>>> = Vec::new();
         for (si, s) in trace.subagent_entries.iter().enumerate() {
             sub_plans.push(self.subagent_plans(si, s, &p));
         }
         // Dropped subagents and spawn turns.
-        let mut spawn_of: Vec<Option<usize>> = Vec::new();
-        let mut dropped = Vec::new();
-        for s in &trace.subagent_entries {
-            let spawn = root_reqs
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.outer < s.index)
-                .map(|(k, _)| k)
-                .max();
-            if spawn.is_none() {
-                dropped.push(agent(s).to_owned());
-            }
-            spawn_of.push(spawn);
-        }
-        let mut seen: HashMap<&str, u32> = HashMap::new();
-        for (s, sp) in trace.subagent_entries.iter().zip(&spawn_of) {
-            if sp.is_none() {
-                continue;
-            }
-            if let Some(first) = seen.insert(agent(s), s.index) {
-                return Err(ctx.err(
-                    format!("requests[{}].agent_id", s.index),
-                    format!(
-                        "agent_id {:?} is also the agent_id of requests[{first}]; the subagents of a trace \
-                         need distinct agent_ids (they name its streams)",
-                        agent(s)
-                    ),
-                ));
-            }
-        }
-        for (plans, sp) in sub_plans.iter().zip(&spawn_of) {
-            if sp.is_some() {
-                for pl in plans {
-                    self.count_class(pl.class);
-                }
-                if plans.iter().all(|pl| pl.reqs.is_empty()) {
-                    self.counts.empty_subagents += 1;
-                }
-            }
-        }
-        for pl in &flat {
-            self.count_class(pl.class);
-        }
-        // Root requests in index order, for joins.
-        let mut by_index: Vec<usize> = (0..root_reqs.len()).collect();
-        by_index.sort_by_key(|&k| root_reqs[k].outer);
-        let join_after = |after: u32, end: f64| -> Option<usize> {
-            by_index
-                .iter()
-                .copied()
-                .find(|&k| root_reqs[k].outer > after && root_reqs[k].t + EPS >= end)
-        };
-        // Streams.
-        let mut streams: Vec<Stream> = vec![Stream {
-            id: trace.id.clone(),
-            kind: StreamKind::Main,
-            class: None,
-            depth: 0,
-            parent: None,
-            branch: None,
-            replay_scope: trace.id.clone(),
-            init_tool_tokens: trace.tool_tokens,
-            init_system_tokens: trace.system_tokens,
-            fork_source: None,
-            turns: Vec::new(),
-        }];
-        let mut stream_reqs: Vec<Vec<Src<'a>>> = vec![root_reqs.clone()];
-        let mut stream_entry: Vec<Option<(usize, usize)>> = vec![None];
-        let mut branches: Vec<Branch> = Vec::new();
+        let (spawn_of, dropped) = spawn_turns(trace, &root_reqs, ctx)?;
+        self.count_plans(&sub_plans, &spawn_of, &flat);
+        let joins = Joins::new(&root_reqs);
+        let mut f = Forest::new(trace, &root_reqs);
         // Subagent branches: entries grouped by (spawn, join) in first-appearance order.
-        let mut groups: Vec<((usize, Option<usize>), usize)> = Vec::new();
-        for (si, plans) in sub_plans.into_iter().enumerate() {
-            let Some(spawn) = spawn_of[si] else { continue };
-            let s = &trace.subagent_entries[si];
-            let end = self.subagent_end(si);
-            let join = join_after(s.index, end);
-            let b = match groups.iter().find(|(k, _)| *k == (spawn, join)) {
-                Some(&(_, b)) => {
-                    let br = &mut branches[b];
-                    br.start_timestamp_ms = br.start_timestamp_ms.min(1000.0 * s.t);
-                    b
-                }
-                None => {
-                    branches.push(Branch {
-                        id: format!("{}:spawn:{}", trace.id, agent(s)),
-                        children: Vec::new(),
-                        spawn_turn: spawn,
-                        join_turn: join,
-                        start_timestamp_ms: 1000.0 * s.t,
-                    });
-                    groups.push(((spawn, join), branches.len() - 1));
-                    branches.len() - 1
-                }
-            };
-            let first_stream = streams.len();
-            for pl in plans {
-                let fork_source = match pl.entry {
-                    Some((_, 0)) => Some((0, spawn)),
-                    _ => pl.fork_index.and_then(|fi| {
-                        (first_stream..streams.len()).find_map(|st| {
-                            stream_reqs[st]
-                                .iter()
-                                .position(|r| r.inner == Some(fi))
-                                .map(|k| (st, k))
-                        })
-                    }),
-                };
-                branches[b].children.push(streams.len());
-                let scope = format!("{}::sa:{}", trace.id, agent(s));
-                streams.push(child_stream(&pl, b, scope, fork_source));
-                stream_reqs.push(pl.reqs);
-                stream_entry.push(pl.entry);
-            }
-        }
+        self.add_subagent_branches(&mut f, sub_plans, &spawn_of, &joins);
         // Flat branches.
-        let mut flat_groups: Vec<((usize, Option<usize>), usize)> = Vec::new();
-        let first_flat = streams.len();
-        for (n, pl) in flat.into_iter().enumerate() {
-            let first = pl.reqs[0];
-            let spawn = root_reqs
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.outer < first.outer)
-                .map(|(k, _)| k)
-                .max()
-                .unwrap_or(0);
-            let end = pl
-                .reqs
-                .iter()
-                .map(|r| chain::request_end(r.t, r.req.recorded_api_time))
-                .fold(f64::NEG_INFINITY, f64::max);
-            let join = join_after(first.outer, end);
-            let b = match flat_groups.iter().find(|(k, _)| *k == (spawn, join)) {
-                Some(&(_, b)) => {
-                    let br = &mut branches[b];
-                    br.start_timestamp_ms = br.start_timestamp_ms.min(1000.0 * first.t);
-                    b
-                }
-                None => {
-                    branches.push(Branch {
-                        id: format!("{}:flatspawn:{n}", trace.id),
-                        children: Vec::new(),
-                        spawn_turn: spawn,
-                        join_turn: join,
-                        start_timestamp_ms: 1000.0 * first.t,
-                    });
-                    flat_groups.push(((spawn, join), branches.len() - 1));
-                    branches.len() - 1
-                }
-            };
-            let fork_source = pl.fork_index.and_then(|fi| {
-                std::iter::once(0)
-                    .chain(first_flat..streams.len())
-                    .find_map(|st| {
-                        stream_reqs[st]
-                            .iter()
-                            .position(|r| r.outer == fi)
-                            .map(|k| (st, k))
-                    })
-            });
-            branches[b].children.push(streams.len());
-            streams.push(child_stream(&pl, b, trace.id.clone(), fork_source));
-            stream_reqs.push(pl.reqs);
-            stream_entry.push(None);
-        }
+        f.add_flat_branches(trace, flat, &root_reqs, &joins);
+        let Forest {
+            mut streams,
+            stream_reqs,
+            stream_entry,
+            branches,
+        } = f;
         // Turns.
         for (st, reqs) in stream_reqs.iter().enumerate() {
             let cap = match streams[st].kind {
@@ -681,6 +500,121 @@ impl<'a> Builder<'a> {
             dropped_subagents: dropped,
             counts: self.counts,
         })
+    }
+
+    /// The root's requests and the flat worker chains split off them (`--split-chains`).
+    fn split_root(&mut self, top: &[Src<'a>], p: &ChainParams) -> (Vec<Src<'a>>, Vec<Plan<'a>>) {
+        let trace = self.trace;
+        let mut flat: Vec<Plan<'a>> = Vec::new();
+        let root_reqs: Vec<Src<'a>> = if self.opts.split_chains && top.len() > 1 {
+            let reqs: Vec<Req<'_>> = top.iter().map(Src::chain_req).collect();
+            let sp = split_layer(&reqs, p, true);
+            if let Some(d) = &sp.detection {
+                self.counts.seams += d.seams_merged;
+            }
+            let base_first = first_hashes(top, &sp.detected_main);
+            for (n, c) in sp.chains.iter().enumerate().skip(1) {
+                let class = sp.classes[n].expect("workers are classified");
+                let first = top[c[0]].req.hash_ids.as_slice();
+                flat.push(Plan {
+                    id: format!("{}::{}", trace.id, class.suffix(n - 1)),
+                    kind: StreamKind::Flat,
+                    class: Some(class),
+                    reqs: c.iter().map(|&i| top[i]).collect(),
+                    init: chain_init_tokens(
+                        trace.tool_tokens,
+                        trace.system_tokens,
+                        trace.block_size,
+                        base_first,
+                        first,
+                    ),
+                    entry: None,
+                    fork_index: sp.fork_index[n],
+                });
+            }
+            sp.chains[0].iter().map(|&i| top[i]).collect()
+        } else {
+            top.to_vec()
+        };
+        (root_reqs, flat)
+    }
+
+    /// Counts the chain classes of the subagents kept and of the flat workers, and the subagents
+    /// without requests.
+    fn count_plans(
+        &mut self,
+        sub_plans: &[Vec<Plan<'a>>],
+        spawn_of: &[Option<usize>],
+        flat: &[Plan<'a>],
+    ) {
+        for (plans, sp) in sub_plans.iter().zip(spawn_of) {
+            if sp.is_some() {
+                for pl in plans {
+                    self.count_class(pl.class);
+                }
+                if plans.iter().all(|pl| pl.reqs.is_empty()) {
+                    self.counts.empty_subagents += 1;
+                }
+            }
+        }
+        for pl in flat {
+            self.count_class(pl.class);
+        }
+    }
+
+    /// One branch per (spawn, join) of the subagent entries kept, with a stream per chain.
+    fn add_subagent_branches(
+        &self,
+        f: &mut Forest<'a>,
+        sub_plans: Vec<Vec<Plan<'a>>>,
+        spawn_of: &[Option<usize>],
+        joins: &Joins<'_, 'a>,
+    ) {
+        let trace = self.trace;
+        let mut groups: Vec<((usize, Option<usize>), usize)> = Vec::new();
+        for (si, plans) in sub_plans.into_iter().enumerate() {
+            let Some(spawn) = spawn_of[si] else { continue };
+            let s = &trace.subagent_entries[si];
+            let end = self.subagent_end(si);
+            let join = joins.after(s.index, end);
+            let b = match groups.iter().find(|(k, _)| *k == (spawn, join)) {
+                Some(&(_, b)) => {
+                    let br = &mut f.branches[b];
+                    br.start_timestamp_ms = br.start_timestamp_ms.min(1000.0 * s.t);
+                    b
+                }
+                None => {
+                    f.branches.push(Branch {
+                        id: format!("{}:spawn:{}", trace.id, agent(s)),
+                        children: Vec::new(),
+                        spawn_turn: spawn,
+                        join_turn: join,
+                        start_timestamp_ms: 1000.0 * s.t,
+                    });
+                    groups.push(((spawn, join), f.branches.len() - 1));
+                    f.branches.len() - 1
+                }
+            };
+            let first_stream = f.streams.len();
+            for pl in plans {
+                let fork_source = match pl.entry {
+                    Some((_, 0)) => Some((0, spawn)),
+                    _ => pl.fork_index.and_then(|fi| {
+                        (first_stream..f.streams.len()).find_map(|st| {
+                            f.stream_reqs[st]
+                                .iter()
+                                .position(|r| r.inner == Some(fi))
+                                .map(|k| (st, k))
+                        })
+                    }),
+                };
+                f.branches[b].children.push(f.streams.len());
+                let scope = format!("{}::sa:{}", trace.id, agent(s));
+                f.streams.push(child_stream(&pl, b, scope, fork_source));
+                f.stream_reqs.push(pl.reqs);
+                f.stream_entry.push(pl.entry);
+            }
+        }
     }
 
     fn count_class(&mut self, class: Option<ChainClass>) {
@@ -784,6 +718,165 @@ impl<'a> Builder<'a> {
             });
         }
         plans
+    }
+}
+
+/// The spawn turn (on the root) of each subagent entry, `None` for one before any root request
+/// (dropped, by agent id); an agent id used by two kept entries is an error.
+fn spawn_turns(
+    trace: &ParsedTrace,
+    root_reqs: &[Src<'_>],
+    ctx: &Ctx<'_>,
+) -> Result<(Vec<Option<usize>>, Vec<String>), DatasetError> {
+    let mut spawn_of: Vec<Option<usize>> = Vec::new();
+    let mut dropped = Vec::new();
+    for s in &trace.subagent_entries {
+        let spawn = root_reqs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.outer < s.index)
+            .map(|(k, _)| k)
+            .max();
+        if spawn.is_none() {
+            dropped.push(agent(s).to_owned());
+        }
+        spawn_of.push(spawn);
+    }
+    let mut seen: HashMap<&str, u32> = HashMap::new();
+    for (s, sp) in trace.subagent_entries.iter().zip(&spawn_of) {
+        if sp.is_none() {
+            continue;
+        }
+        if let Some(first) = seen.insert(agent(s), s.index) {
+            return Err(ctx.err(
+                format!("requests[{}].agent_id", s.index),
+                format!(
+                    "agent_id {:?} is also the agent_id of requests[{first}]; the subagents of a trace \
+                     need distinct agent_ids (they name its streams)",
+                    agent(s)
+                ),
+            ));
+        }
+    }
+    Ok((spawn_of, dropped))
+}
+
+/// Where a branch joins the root: the first root request (in index order) after `after` that
+/// starts once the branch ended.
+struct Joins<'r, 'a> {
+    root_reqs: &'r [Src<'a>],
+    by_index: Vec<usize>,
+}
+
+impl<'r, 'a> Joins<'r, 'a> {
+    fn new(root_reqs: &'r [Src<'a>]) -> Self {
+        let mut by_index: Vec<usize> = (0..root_reqs.len()).collect();
+        by_index.sort_by_key(|&k| root_reqs[k].outer);
+        Joins {
+            root_reqs,
+            by_index,
+        }
+    }
+
+    fn after(&self, after: u32, end: f64) -> Option<usize> {
+        let root_reqs = self.root_reqs;
+        self.by_index
+            .iter()
+            .copied()
+            .find(|&k| root_reqs[k].outer > after && root_reqs[k].t + EPS >= end)
+    }
+}
+
+/// The streams of a tree as they are added (the root first), with their requests, subagent entry
+/// positions and branches.
+struct Forest<'a> {
+    streams: Vec<Stream>,
+    stream_reqs: Vec<Vec<Src<'a>>>,
+    stream_entry: Vec<Option<(usize, usize)>>,
+    branches: Vec<Branch>,
+}
+
+impl<'a> Forest<'a> {
+    fn new(trace: &ParsedTrace, root_reqs: &[Src<'a>]) -> Self {
+        Forest {
+            streams: vec![Stream {
+                id: trace.id.clone(),
+                kind: StreamKind::Main,
+                class: None,
+                depth: 0,
+                parent: None,
+                branch: None,
+                replay_scope: trace.id.clone(),
+                init_tool_tokens: trace.tool_tokens,
+                init_system_tokens: trace.system_tokens,
+                fork_source: None,
+                turns: Vec::new(),
+            }],
+            stream_reqs: vec![root_reqs.to_vec()],
+            stream_entry: vec![None],
+            branches: Vec::new(),
+        }
+    }
+
+    /// One branch per (spawn, join) of the flat worker chains, with a stream per chain.
+    fn add_flat_branches(
+        &mut self,
+        trace: &ParsedTrace,
+        flat: Vec<Plan<'a>>,
+        root_reqs: &[Src<'a>],
+        joins: &Joins<'_, 'a>,
+    ) {
+        let mut flat_groups: Vec<((usize, Option<usize>), usize)> = Vec::new();
+        let first_flat = self.streams.len();
+        for (n, pl) in flat.into_iter().enumerate() {
+            let first = pl.reqs[0];
+            let spawn = root_reqs
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.outer < first.outer)
+                .map(|(k, _)| k)
+                .max()
+                .unwrap_or(0);
+            let end = pl
+                .reqs
+                .iter()
+                .map(|r| chain::request_end(r.t, r.req.recorded_api_time))
+                .fold(f64::NEG_INFINITY, f64::max);
+            let join = joins.after(first.outer, end);
+            let b = match flat_groups.iter().find(|(k, _)| *k == (spawn, join)) {
+                Some(&(_, b)) => {
+                    let br = &mut self.branches[b];
+                    br.start_timestamp_ms = br.start_timestamp_ms.min(1000.0 * first.t);
+                    b
+                }
+                None => {
+                    self.branches.push(Branch {
+                        id: format!("{}:flatspawn:{n}", trace.id),
+                        children: Vec::new(),
+                        spawn_turn: spawn,
+                        join_turn: join,
+                        start_timestamp_ms: 1000.0 * first.t,
+                    });
+                    flat_groups.push(((spawn, join), self.branches.len() - 1));
+                    self.branches.len() - 1
+                }
+            };
+            let fork_source = pl.fork_index.and_then(|fi| {
+                std::iter::once(0)
+                    .chain(first_flat..self.streams.len())
+                    .find_map(|st| {
+                        self.stream_reqs[st]
+                            .iter()
+                            .position(|r| r.outer == fi)
+                            .map(|k| (st, k))
+                    })
+            });
+            self.branches[b].children.push(self.streams.len());
+            self.streams
+                .push(child_stream(&pl, b, trace.id.clone(), fork_source));
+            self.stream_reqs.push(pl.reqs);
+            self.stream_entry.push(None);
+        }
     }
 }
 
@@ -1002,6 +1095,15 @@ fn install_predecessors(streams: &mut [Stream]) {
             streams[st].turns[k].replay_predecessors = preds;
         }
     }
+}
+
+/// The topology of a tree entry, kept in its import report ([`crate::dataset::cache::ImportReport::trees`]; built and read by [`corpus`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TreeTopology {
+    /// The nested-timestamp basis the trees were built with (the inferred one under `auto`).
+    pub basis: NestedBasis,
+    /// One tree per trace of the dataset, in dataset order.
+    pub trees: Vec<SessionTree>,
 }
 
 #[cfg(test)]

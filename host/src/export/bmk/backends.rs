@@ -4,7 +4,8 @@
 //!
 //! It owns detection and the name-to-figure mapping only; how a metric aggregates across series
 //! (counters summed, gauges averaged) is [`ServerMetrics::value_where`]'s, and both report layouts
-//! format what [`figures`] returns. Engines are recognised by their metric-name prefixes:
+//! format what [`figures`] returns. Engines are recognised by their metric-name prefixes
+//! ([`Backend`], in `metrics::engines`, the engine table the live row and the plot read too):
 //!
 //! | backend  | prefix | read |
 //! |---|---|---|
@@ -28,50 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{MetricKind, ServerMetrics};
-
-/// An inference engine whose metric names the report knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Backend {
-    Dynamo,
-    Atom,
-    Sglang,
-    Vllm,
-    LlamaCpp,
-}
-
-impl Backend {
-    /// In the order InferenceX's aggregator tries them, then llama.cpp.
-    pub const ALL: [Backend; 5] = [
-        Backend::Dynamo,
-        Backend::Atom,
-        Backend::Sglang,
-        Backend::Vllm,
-        Backend::LlamaCpp,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Dynamo => "dynamo",
-            Backend::Atom => "atom",
-            Backend::Sglang => "sglang",
-            Backend::Vllm => "vllm",
-            Backend::LlamaCpp => "llamacpp",
-        }
-    }
-
-    /// Whether `metric` (as named in the export, counters without `_total`) is this engine's.
-    pub fn owns(self, metric: &str) -> bool {
-        match self {
-            Backend::Dynamo => {
-                metric.starts_with("dynamo_frontend_") || metric.starts_with("dynamo_component_")
-            }
-            Backend::Atom => metric.starts_with("atom:"),
-            Backend::Sglang => metric.starts_with("sglang:"),
-            Backend::Vllm => metric.starts_with("vllm:"),
-            Backend::LlamaCpp => metric.starts_with("llamacpp:"),
-        }
-    }
-}
+pub use crate::metrics::engines::Backend;
 
 /// Which engines wrote the metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,8 +21,10 @@ use serde_json::{json, Map, Value};
 use super::backends::{self, Figures};
 use super::{
     percentile, qps_windows, trace_figures, BmkReport, ProfileRecord, RecordPhase, ReportInput,
-    ServerMetrics, Traces, PROFILE_AIPERF, SERVER_METRICS,
+    ServerMetrics, TraceFigures, Traces, PROFILE_AIPERF, SERVER_METRICS,
 };
+use crate::metrics::dist::{self, Deviation};
+use crate::metrics::Outcome;
 
 /// The statistics of every nested distribution.
 pub const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
@@ -68,10 +70,8 @@ fn null_dist() -> Value {
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-    (mean, var.sqrt())
+    let mean = dist::mean(v);
+    (mean, dist::std(v, mean, Deviation::Population))
 }
 
 /// `{mean, p50, p75, p90, p95, std}` of a sample (population std, linear percentiles).
@@ -292,18 +292,49 @@ fn server_section(
 
 /// Computes the nested report. Pure: the same inputs give the same JSON.
 pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
-    let id = input.identity;
     let mut notes: Vec<String> = Vec::new();
     let mut r = BmkReport::default();
+    put_identity(&mut r, input, &mut notes);
+    let ok = put_accounting(&mut r, input, &mut notes);
+    let (t, (isl_sum, osl_sum)) = put_request_metrics(&mut r, input, &ok, &mut notes);
 
-    // Identity.
+    // Server metrics.
+    let (server, figures) =
+        server_section(input.server, isl_sum, osl_sum, ok.len() as u64, &mut notes);
+    if let Some(pool) = figures
+        .as_ref()
+        .and_then(|f| f.get("kv_cache.gpu_total_tokens"))
+    {
+        r.set("kv_cache_pool_tokens", json!(pool.round() as u64));
+    }
+    r.set("server_metrics", server);
+    r.set("trace_metadata", t.meta.clone());
+    r.set(
+        "metric_definitions",
+        json!({
+            "latency": "seconds; percentiles interpolate linearly (k = (n-1)p/100); std is the population deviation",
+            "intvty": "tokens/s/user; pXX = 1/(pXX of the per-request time per token), the slow tail; mean and std over the per-request reciprocals",
+            "e2e_norm_intvty": "per request OSL / E2EL, pXX at the slow tail as intvty",
+            "full_response_itl": "aiperf's full_response_inter_token_latency, else (E2EL - TTFT) / (OSL - 1) for OSL >= 2",
+            "server_aggregation": "counters summed across series (endpoints, engines); gauges averaged across series",
+            "kv_cache_usage": "the server's fraction (0..1) as exported, time-averaged per series",
+        }),
+    );
+    r.set("notes", json!(notes));
+    r.round_floats();
+    r
+}
+
+/// Identity, the dataset and the run's warnings.
+fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
+    let id = input.identity;
     let super::Basics {
         conc,
         model,
         tp,
         ep,
         dpa,
-    } = super::Basics::of(input, &mut notes);
+    } = super::Basics::of(input, notes);
     r.set("hw", id.hw.clone());
     r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
     r.set("image", id.image.clone());
@@ -349,7 +380,7 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
         .or_else(|| {
             input
                 .run
-                .map(|run| json!({"alias": run.dataset_alias, "source": run.dataset_source}))
+                .map(|run| json!({"alias": run.dataset_alias(), "source": run.dataset_source()}))
         })
         .unwrap_or(Value::Null);
     r.set("dataset", dataset);
@@ -359,20 +390,28 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     {
         r.set("warnings", json!(run.submission_invalid_reasons));
     }
+}
 
-    // Request accounting: every line counts; errors (any phase) and warmup rows are dropped.
+/// Request accounting: every line counts; errors (any phase) and warmup rows are dropped. Returns
+/// the profiled (successful) records.
+fn put_accounting<'a>(
+    r: &mut BmkReport,
+    input: &ReportInput<'a>,
+    notes: &mut Vec<String>,
+) -> Vec<&'a ProfileRecord> {
     let records = input.records;
     let mut categories: BTreeMap<String, u64> = BTreeMap::new();
     let mut error_dropped = 0u64;
     let mut warmup_dropped = 0u64;
     let mut ok: Vec<&ProfileRecord> = Vec::new();
     for x in records {
-        if let Some(e) = &x.error {
+        if !x.outcome().is_ok() {
             error_dropped += 1;
-            *categories.entry(e.category()).or_default() += 1;
-        } else if x.cancelled {
-            error_dropped += 1;
-            *categories.entry("cancelled".into()).or_default() += 1;
+            let category = x
+                .error
+                .as_ref()
+                .map_or("cancelled".into(), |e| e.category());
+            *categories.entry(category).or_default() += 1;
         } else if x.phase == RecordPhase::Warmup {
             warmup_dropped += 1;
         } else {
@@ -382,16 +421,11 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     // Context overflows the record writer did not write (aiperf drops their rows) are requests too.
     let overflow_rows = records
         .iter()
-        .filter(|x| {
-            x.error
-                .as_ref()
-                .is_some_and(super::Failure::is_context_overflow)
-        })
+        .filter(|x| x.outcome() == Outcome::ContextOverflow)
         .count() as u64;
     let unwritten = input
         .run
-        .and_then(|x| x.context_overflows)
-        .unwrap_or(0)
+        .map_or(0, |x| x.summary.context_overflows)
         .saturating_sub(overflow_rows);
     if unwritten > 0 {
         *categories.entry("context_overflow".into()).or_default() += unwritten;
@@ -414,33 +448,21 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
             "context_overflows_unwritten": unwritten,
         }),
     );
+    ok
+}
 
-    // Request metrics.
+/// `request_metrics` (QPS, latency, tokens, throughput, cache); returns the trace figures and the
+/// records' ISL and OSL sums for the server section.
+fn put_request_metrics(
+    r: &mut BmkReport,
+    input: &ReportInput<'_>,
+    ok: &[&ProfileRecord],
+    notes: &mut Vec<String>,
+) -> (TraceFigures, (f64, f64)) {
+    let id = input.identity;
     let col =
         |f: fn(&ProfileRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
-    let ends: Vec<u64> = ok.iter().filter_map(|x| x.end_ns).collect();
-    let qps = match qps_windows(&ends) {
-        Some(Ok(w)) => {
-            let mut d = dist(&w);
-            d["window_seconds"] = json!(1.0);
-            d["samples"] = json!(w.len());
-            d
-        }
-        Some(Err(mean)) => {
-            notes.push("no full 1-second window of request ends: only qps.mean (requests over the span of ends) is reported".into());
-            let mut d = null_dist();
-            d["mean"] = num(Some(mean));
-            d["window_seconds"] = json!(1.0);
-            d["samples"] = json!(0);
-            d
-        }
-        None => {
-            let mut d = null_dist();
-            d["window_seconds"] = json!(1.0);
-            d["samples"] = json!(0);
-            d
-        }
-    };
+    let qps = qps_dist(ok, notes);
     let itl = col(|x| x.itl_s);
     let fr_itl: Vec<f64> = ok.iter().filter_map(|x| full_response_itl(x)).collect();
     let e2e_per_token: Vec<f64> = ok
@@ -462,7 +484,7 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
     });
     let isl_v = col(|x| x.isl);
     let osl_v = col(|x| x.osl);
-    let t = trace_figures(input, &ok);
+    let t = trace_figures(input, ok);
     notes.extend(t.notes.iter().cloned());
     let tokens = json!({
         "input": dist(&isl_v),
@@ -515,30 +537,32 @@ pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
             "cache": cache,
         }),
     );
+    (t, (isl_sum, osl_sum))
+}
 
-    // Server metrics.
-    let (server, figures) =
-        server_section(input.server, isl_sum, osl_sum, ok.len() as u64, &mut notes);
-    if let Some(pool) = figures
-        .as_ref()
-        .and_then(|f| f.get("kv_cache.gpu_total_tokens"))
-    {
-        r.set("kv_cache_pool_tokens", json!(pool.round() as u64));
+/// QPS over the 1-second windows of request ends.
+fn qps_dist(ok: &[&ProfileRecord], notes: &mut Vec<String>) -> Value {
+    let ends: Vec<u64> = ok.iter().filter_map(|x| x.end_ns).collect();
+    match qps_windows(&ends) {
+        Some(Ok(w)) => {
+            let mut d = dist(&w);
+            d["window_seconds"] = json!(1.0);
+            d["samples"] = json!(w.len());
+            d
+        }
+        Some(Err(mean)) => {
+            notes.push("no full 1-second window of request ends: only qps.mean (requests over the span of ends) is reported".into());
+            let mut d = null_dist();
+            d["mean"] = num(Some(mean));
+            d["window_seconds"] = json!(1.0);
+            d["samples"] = json!(0);
+            d
+        }
+        None => {
+            let mut d = null_dist();
+            d["window_seconds"] = json!(1.0);
+            d["samples"] = json!(0);
+            d
+        }
     }
-    r.set("server_metrics", server);
-    r.set("trace_metadata", t.meta.clone());
-    r.set(
-        "metric_definitions",
-        json!({
-            "latency": "seconds; percentiles interpolate linearly (k = (n-1)p/100); std is the population deviation",
-            "intvty": "tokens/s/user; pXX = 1/(pXX of the per-request time per token), the slow tail; mean and std over the per-request reciprocals",
-            "e2e_norm_intvty": "per request OSL / E2EL, pXX at the slow tail as intvty",
-            "full_response_itl": "aiperf's full_response_inter_token_latency, else (E2EL - TTFT) / (OSL - 1) for OSL >= 2",
-            "server_aggregation": "counters summed across series (endpoints, engines); gauges averaged across series",
-            "kv_cache_usage": "the server's fraction (0..1) as exported, time-averaged per series",
-        }),
-    );
-    r.set("notes", json!(notes));
-    r.round_floats();
-    r
 }

@@ -285,10 +285,8 @@ fn context_overflows_from_records_or_the_run_summary() {
     ));
     // A writer that drops overflow rows (aiperf does) leaves the count to the run summary, and the
     // dropped rows still count as requests.
-    let run = RunSummary {
-        context_overflows: Some(3),
-        ..RunSummary::default()
-    };
+    let mut run = RunSummary::default();
+    run.summary.context_overflows = 3;
     let r = report(&recs, None, Some(&run));
     assert_eq!(r.get("context_overflow_count"), Some(&json!(3)));
     assert_eq!(r.get("num_requests_total"), Some(&json!(8)));
@@ -589,7 +587,10 @@ fn open_traces_resolves_from_the_run_summary() {
         cache_dir: Some(cache.path().to_owned()),
     };
     let run = RunSummary {
-        dataset_source: Some(fixture("traces.jsonl").display().to_string()),
+        dataset: Some(crate::export::manifest::DatasetId {
+            source: fixture("traces.jsonl"),
+            ..Default::default()
+        }),
         ..RunSummary::default()
     };
     assert!(matches!(
@@ -597,7 +598,10 @@ fn open_traces_resolves_from_the_run_summary() {
         Traces::Available { .. }
     ));
     let run = RunSummary {
-        dataset_alias: Some("no_such_corpus".into()),
+        dataset: Some(crate::export::manifest::DatasetId {
+            alias: Some("no_such_corpus".into()),
+            ..Default::default()
+        }),
         ..RunSummary::default()
     };
     match open_traces(Some(&run), None, &opts) {
@@ -722,7 +726,7 @@ fn run_summary_fills_conc_model_and_validity() {
         "submission_valid": false, "submission_invalid_reasons": ["context_overflow_rate_exceeded"],
         "summary": {"context_overflows": 2}}).to_string();
     let run = RunSummary::parse(&text, Path::new("run_summary.json")).unwrap();
-    assert_eq!(run.context_overflows, Some(2));
+    assert_eq!(run.summary.context_overflows, 2);
     let id = Identity::default();
     let r = compute(&ReportInput {
         records: &worked_records(),

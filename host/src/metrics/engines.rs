@@ -1,0 +1,236 @@
+//! The one engine table: the inference engines the host knows by their Prometheus metric names,
+//! and which names carry each server figure the host reads while and after a run.
+//!
+//! [`Backend`] recognises an engine by its metric-name prefixes (the report's detection, in
+//! InferenceX's order). [`ENGINES`] names, per engine and in the order they are tried, the gauges
+//! and counters behind the live `srv` row ([`super::scrape_log::ServerSnapshot`]), the sweep's
+//! idle wait (running and waiting requests, read through the same snapshot) and the plot's server
+//! panels. The report's richer per-engine figures (cache tiers, offload, tokens by source) are
+//! `export::bmk::backends::figures`, keyed by [`Backend`].
+//!
+//! A new engine: a [`Backend`] variant (name and prefixes), its row in [`ENGINES`], and its report
+//! figures in `export::bmk::backends`.
+
+/// An inference engine whose metric names the host knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Backend {
+    Dynamo,
+    Atom,
+    Sglang,
+    Vllm,
+    LlamaCpp,
+}
+
+impl Backend {
+    /// In the order InferenceX's aggregator tries them, then llama.cpp.
+    pub const ALL: [Backend; 5] = [
+        Backend::Dynamo,
+        Backend::Atom,
+        Backend::Sglang,
+        Backend::Vllm,
+        Backend::LlamaCpp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Dynamo => "dynamo",
+            Backend::Atom => "atom",
+            Backend::Sglang => "sglang",
+            Backend::Vllm => "vllm",
+            Backend::LlamaCpp => "llamacpp",
+        }
+    }
+
+    /// The metric-name prefixes of this engine.
+    pub fn prefixes(self) -> &'static [&'static str] {
+        match self {
+            Backend::Dynamo => &["dynamo_frontend_", "dynamo_component_"],
+            Backend::Atom => &["atom:"],
+            Backend::Sglang => &["sglang:"],
+            Backend::Vllm => &["vllm:"],
+            Backend::LlamaCpp => &["llamacpp:"],
+        }
+    }
+
+    /// Whether `metric` (as named in the export, counters without `_total`) is this engine's.
+    pub fn owns(self, metric: &str) -> bool {
+        self.prefixes().iter().any(|p| metric.starts_with(p))
+    }
+}
+
+/// A prefix-cache hit rate from the increases of counters since the first scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitRate {
+    /// `hits / of`.
+    Ratio {
+        hits: &'static str,
+        of: &'static str,
+    },
+    /// The series of `metric` whose `label` is `value`, over all its series.
+    Share {
+        metric: &'static str,
+        label: &'static str,
+        value: &'static str,
+    },
+    /// `hits / (hits + rest)`: an engine that counts the tokens it reused apart from the ones it
+    /// evaluated.
+    OverSum {
+        hits: &'static str,
+        rest: &'static str,
+    },
+}
+
+/// What the host reads from one engine's `/metrics` page. Each list is tried in order, the first
+/// name present wins.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Engine {
+    pub backend: Backend,
+    /// Requests running now (gauges, summed over series and endpoints).
+    pub running: &'static [&'static str],
+    /// Requests queued now (gauges, summed).
+    pub waiting: &'static [&'static str],
+    /// GPU KV-cache usage (gauges, averaged), a fraction unless `kv_usage_percent`.
+    pub kv_usage: &'static [&'static str],
+    /// `kv_usage` is a percentage.
+    pub kv_usage_percent: bool,
+    /// CPU KV-cache usage (gauges, averaged, a fraction).
+    pub cpu_kv_usage: &'static [&'static str],
+    /// The prefix-cache hit rate, the first that can be computed.
+    pub hit_rate: &'static [HitRate],
+    /// The external (offload) tier's hit rate.
+    pub external_hit_rate: Option<HitRate>,
+    /// Prompt tokens: the first counter, plus the increases of the others when present (an
+    /// engine that counts reused tokens apart).
+    pub prompt_tokens: &'static [&'static str],
+    /// Generated tokens (a counter).
+    pub generation_tokens: Option<&'static str>,
+}
+
+const NONE: &[&str] = &[];
+
+/// The engines, in the order their names are tried (vLLM first: its names are what most servers,
+/// the built-in simulator among them, export).
+pub const ENGINES: [Engine; 5] = [
+    Engine {
+        backend: Backend::Vllm,
+        running: &["vllm:num_requests_running"],
+        waiting: &["vllm:num_requests_waiting"],
+        // V0 named the usage gauge `gpu_cache_usage_perc` (a fraction despite its name).
+        kv_usage: &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+        kv_usage_percent: false,
+        cpu_kv_usage: &["vllm:cpu_cache_usage_perc"],
+        hit_rate: &[HitRate::Ratio {
+            hits: "vllm:prefix_cache_hits",
+            of: "vllm:prefix_cache_queries",
+        }],
+        external_hit_rate: Some(HitRate::Ratio {
+            hits: "vllm:external_prefix_cache_hits",
+            of: "vllm:external_prefix_cache_queries",
+        }),
+        prompt_tokens: &["vllm:prompt_tokens"],
+        generation_tokens: Some("vllm:generation_tokens"),
+    },
+    Engine {
+        backend: Backend::Sglang,
+        running: &["sglang:num_running_reqs"],
+        waiting: &["sglang:num_queue_reqs"],
+        kv_usage: &["sglang:token_usage"],
+        kv_usage_percent: false,
+        cpu_kv_usage: NONE,
+        hit_rate: &[
+            HitRate::Share {
+                metric: "sglang:realtime_tokens",
+                label: "mode",
+                value: "prefill_cache",
+            },
+            HitRate::Ratio {
+                hits: "sglang:cached_tokens",
+                of: "sglang:prompt_tokens",
+            },
+        ],
+        external_hit_rate: None,
+        prompt_tokens: &["sglang:prompt_tokens"],
+        generation_tokens: Some("sglang:generation_tokens"),
+    },
+    Engine {
+        backend: Backend::LlamaCpp,
+        running: &["llamacpp:requests_processing"],
+        waiting: &["llamacpp:requests_deferred"],
+        kv_usage: &["llamacpp:kv_cache_usage_ratio"],
+        kv_usage_percent: false,
+        cpu_kv_usage: NONE,
+        // `prompt_tokens` counts the evaluated tokens only; builds without the cached counter
+        // have no rate.
+        hit_rate: &[HitRate::OverSum {
+            hits: "llamacpp:prompt_tokens_cached",
+            rest: "llamacpp:prompt_tokens",
+        }],
+        external_hit_rate: None,
+        prompt_tokens: &["llamacpp:prompt_tokens", "llamacpp:prompt_tokens_cached"],
+        generation_tokens: Some("llamacpp:tokens_predicted"),
+    },
+    Engine {
+        backend: Backend::Atom,
+        running: &["atom:num_requests_running"],
+        waiting: &["atom:num_requests_waiting"],
+        kv_usage: &["atom:kv_cache_usage_ratio"],
+        kv_usage_percent: false,
+        cpu_kv_usage: NONE,
+        hit_rate: &[HitRate::Ratio {
+            hits: "atom:prefix_cache_cached_tokens",
+            of: "atom:prompt_tokens",
+        }],
+        external_hit_rate: None,
+        prompt_tokens: &["atom:prompt_tokens"],
+        generation_tokens: Some("atom:generation_tokens"),
+    },
+    Engine {
+        backend: Backend::Dynamo,
+        running: NONE,
+        waiting: NONE,
+        kv_usage: &["dynamo_component_gpu_cache_usage_percent"],
+        kv_usage_percent: true,
+        cpu_kv_usage: NONE,
+        hit_rate: &[HitRate::Ratio {
+            hits: "dynamo_frontend_cached_tokens",
+            of: "dynamo_frontend_input_sequence_tokens",
+        }],
+        external_hit_rate: None,
+        prompt_tokens: &["dynamo_frontend_input_sequence_tokens"],
+        generation_tokens: Some("dynamo_frontend_output_tokens"),
+    },
+];
+
+/// Every engine's names for one figure, in table order.
+pub fn names(of: impl Fn(&Engine) -> &'static [&'static str]) -> Vec<&'static str> {
+    ENGINES.iter().flat_map(|e| of(e).iter().copied()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backend_has_a_row_and_owns_its_names() {
+        for b in Backend::ALL {
+            let e = ENGINES.iter().find(|e| e.backend == b);
+            let e = e.unwrap_or_else(|| panic!("{} has no row in ENGINES", b.name()));
+            let mut all: Vec<&str> = [e.running, e.waiting, e.kv_usage, e.cpu_kv_usage]
+                .concat()
+                .into_iter()
+                .chain(e.prompt_tokens.iter().copied())
+                .chain(e.generation_tokens)
+                .collect();
+            for h in e.hit_rate.iter().chain(&e.external_hit_rate) {
+                all.extend(match *h {
+                    HitRate::Ratio { hits, of } => [hits, of],
+                    HitRate::Share { metric, .. } => [metric, metric],
+                    HitRate::OverSum { hits, rest } => [hits, rest],
+                });
+            }
+            for n in all {
+                assert!(b.owns(n), "{n} is not {}'s", b.name());
+            }
+        }
+    }
+}
