@@ -21,6 +21,9 @@ pub(super) struct Prepared {
     pub settings: RunSettings,
     /// What the component decided beyond the settings (its world's, before 0.3.0).
     pub decisions: scenario::Decisions,
+    /// The assistant text the replay sends (the scenario's decision, or the flags' for 0.1.0),
+    /// and where that came from.
+    pub mode: (dataset::AssistantMode, &'static str),
     /// Where each resolved setting came from: `flag`, `environment`, `demo`, `scenario`.
     pub sources: std::collections::BTreeMap<String, &'static str>,
     /// The component replays session trees (the 0.2.0 and 0.3.0 worlds).
@@ -116,12 +119,18 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     }
     let ds: &'static Dataset = Box::leak(Box::new(ds));
     let effective = cfg.clone();
+    let mode_source = match (decisions.assistant_text, effective.plan.mode_given) {
+        (Some(_), _) => "scenario",
+        (None, true) => "flag",
+        (None, false) => "host default",
+    };
     let p = Prepared {
         sc,
         info,
         resolved,
         settings,
         decisions,
+        mode: (effective.plan.mode, mode_source),
         sources,
         trees,
         not_acted_on,
@@ -398,16 +407,14 @@ impl Prepared {
             };
             out.insert(name.to_string(), json!({"value": value, "source": source}));
         }
-        let d = &self.decisions;
         out.insert(
             "assistant-text".into(),
             json!({
-                "value": match d.assistant_text {
-                    Some(scenario::AssistantText::Recorded) => "recorded",
-                    Some(scenario::AssistantText::Live) => "live",
-                    None => "flag",
+                "value": match self.mode.0 {
+                    dataset::AssistantMode::Recorded => "recorded",
+                    dataset::AssistantMode::Live => "live",
                 },
-                "source": if d.assistant_text.is_some() { "scenario" } else { "flag" },
+                "source": self.mode.1,
             }),
         );
         serde_json::Value::Object(out)
