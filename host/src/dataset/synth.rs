@@ -234,28 +234,7 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
             ids.push(next_id);
             next_id += 1;
         }
-        let output = if rng.chance(0.03) {
-            0
-        } else {
-            rng.lognormal(180.0 * g, 1.1).clamp(1.0, 32_000.0 * g) as u32
-        };
-        let last = k + 1 == turns;
-        let stop = if last || (output > 0 && rng.chance(0.1)) {
-            "end_turn"
-        } else if output > 0 && rng.chance(0.02) {
-            ""
-        } else {
-            "tool_use"
-        };
-        let think_time = if k == 0 {
-            Some(0.0)
-        } else if rng.chance(0.01) {
-            None
-        } else if prev_stop == "end_turn" {
-            Some(rng.lognormal(25.0, 1.5).min(3_600.0))
-        } else {
-            Some(rng.lognormal(1.5, 1.0).min(120.0))
-        };
+        let (output, stop, think_time) = draw_turn(rng, g, k, k + 1 == turns, prev_stop);
         t += think_time.unwrap_or(1.0);
         let api_time = 0.4 + f64::from(output) / 70.0 + f64::from(input) / 200_000.0;
         let output_types = match (output, stop) {
@@ -286,14 +265,7 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
         k += 1;
         // A streaming / non-streaming pair: the same prompt sent again straight away.
         if k < turns && rng.chance(0.02) {
-            let mut twin = Req {
-                ids_new: next_id..next_id,
-                ids_keep: ids.len(),
-                think_time: Some(0.0),
-                t,
-                ..reqs[reqs.len() - 1]
-            };
-            twin.streaming = !twin.streaming;
+            let twin = twin_of(&reqs[reqs.len() - 1], next_id, ids.len(), t);
             t += twin.api_time;
             history.push((input, full));
             reqs.push(twin);
@@ -310,6 +282,52 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
         next_id,
         reqs,
     }
+}
+
+/// Turn `k`'s output tokens, stop reason and think time (`g` scales outputs; `last`: the last
+/// turn, which ends the session).
+fn draw_turn(
+    rng: &mut Draws,
+    g: f64,
+    k: usize,
+    last: bool,
+    prev_stop: &str,
+) -> (u32, &'static str, Option<f64>) {
+    let output = if rng.chance(0.03) {
+        0
+    } else {
+        rng.lognormal(180.0 * g, 1.1).clamp(1.0, 32_000.0 * g) as u32
+    };
+    let stop = if last || (output > 0 && rng.chance(0.1)) {
+        "end_turn"
+    } else if output > 0 && rng.chance(0.02) {
+        ""
+    } else {
+        "tool_use"
+    };
+    let think_time = if k == 0 {
+        Some(0.0)
+    } else if rng.chance(0.01) {
+        None
+    } else if prev_stop == "end_turn" {
+        Some(rng.lognormal(25.0, 1.5).min(3_600.0))
+    } else {
+        Some(rng.lognormal(1.5, 1.0).min(120.0))
+    };
+    (output, stop, think_time)
+}
+
+/// The same prompt as `prev` sent again straight away, streaming the other way.
+fn twin_of(prev: &Req, next_id: u32, ids_len: usize, t: f64) -> Req {
+    let mut twin = Req {
+        ids_new: next_id..next_id,
+        ids_keep: ids_len,
+        think_time: Some(0.0),
+        t,
+        ..*prev
+    };
+    twin.streaming = !twin.streaming;
+    twin
 }
 
 /// Generates trace `index` of the corpus as one JSON line (without the newline); with
