@@ -2,7 +2,8 @@
 //! sent on the same corpus, seed and flags: agentx replays each golden corpus against the simulator
 //! with request recording, and `bench/differential.py` labels its requests and compares them with
 //! the harness's committed log (fixtures/differential/README.md says how those were made). Send
-//! times are left out (no timed assertions); everything else must differ exactly as the shape's
+//! times and the trees recycled during the run are left out (no timed assertions: how far a recycled
+//! tree gets in the window is timing); everything else must differ exactly as the shape's
 //! `expected-differences.txt` lists: a new difference fails, and so does a listed one that has been
 //! fixed (remove its line; `AGENTX_BLESS=1` rewrites the lists from a run). Needs a Python 3 (`$AGENTX_PYTHON`, else `python3` on PATH) with only
 //! the standard library; skipped without one.
@@ -185,7 +186,7 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str) {
         .arg("compare")
         .arg(golden.join("harness.json"))
         .arg(&labelled)
-        .args(["--no-timing", "--show", "0"])
+        .args(["--no-timing", "--lane-trees-only", "--show", "0"])
         .arg(if bless {
             "--write-expected"
         } else {
