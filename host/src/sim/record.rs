@@ -262,4 +262,13 @@ mod tests {
         assert!(a["error"].as_str().unwrap().contains("not a JSON object"));
         assert_eq!(a["seq"], 3);
     }
+
+    #[tokio::test]
+    async fn an_unwritable_log_is_an_error_naming_the_flag() {
+        let mut c = crate::sim::SimConfig::max();
+        c.record_requests = Some("/nonexistent-dir/requests.jsonl".into());
+        let e = crate::sim::spawn(c).unwrap_err().to_string();
+        assert!(e.contains("--record-requests"), "{e}");
+        assert!(e.contains("/nonexistent-dir/requests.jsonl"), "{e}");
+    }
 }
