@@ -131,7 +131,10 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str) {
     let env: &[(&str, &str)] = if has_agentx {
         &[]
     } else {
-        &[("AGENTX_HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID", "false")]
+        &[(
+            "AGENTX_HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID",
+            "false",
+        )]
     };
     let dry = agentx_command(dir.path(), env)
         .arg("run")
