@@ -11,25 +11,28 @@ commands:
   normalize  joins a simulator request log (`--record-requests`) with the tool's own
              `profile_export.jsonl` (by X-Request-ID) and the tool's lane plan: the labelled log.
   compare    compares two labelled logs (reference first), prints the table; with
-             --expected-differences FILE exits 0 only if the differences found are exactly the
-             file's lines (tests/differential.rs runs agentx against the committed golden logs so).
+             --expected-differences FILE exits 0 only if the classes of the differences found
+             (`category | tree | field`) are the file's lines, less those this run did not compare
+             (tests/differential.rs runs agentx against the committed golden logs so).
 
 What is compared, per tree (a lane's trace; the k-th tree of a trace is `trace#k`):
   - plan     each lane's trace, root next turn, alive and ready stream counts, and t* as a share of
              the trace's span: the harness logs it rounded to a whole percent, so t* matches within
              --tstar-tolerance-pct (default 0.6, the rounding plus the span's estimate here);
-  - warmup   every warmup request, as the sorted set of (stream, turn, prompt tokens, max tokens,
-             parent stream);
-  - profile  each stream's first --first-n profiling requests in arrival order: (turn, prompt tokens,
-             max tokens, parent stream);
-  - spawn    the order in which a tree's children sent their first profiling request, each with the
-             parent turn last sent before it; join: for each child that finished in the window, the
-             first parent turn sent after its last response ended;
+  - warmup   each stream's warmup requests in send order, as (turn, prompt tokens, max tokens,
+             parent stream), as far as both tools went;
+  - profile  each stream's first --first-n profiling requests, the same way;
+  - spawn    the parent turn each child followed (its first profiling request came after it); join:
+             for each child that finished in the window, the first parent turn sent after its end;
+  - shape    what every request carries: token field, include_usage, ignore_eos, routing headers;
   - timing   (not with --no-timing) each primer's send time from the first warmup request, and each
              stream's first profiling send from the first profiling request, within
              --time-tolerance-s (default 0.5 s: both tools share one two-core machine with the
              simulator, and the harness dispatches through several Python processes).
 
+The warmup quota ends the pressure stage when every lane has it, so which child of a spawn got its
+last warmup turn in is a race: a stream whose warmup counts differ between the tools is left out of
+the profiling comparison (and listed), and warmup requests per trace are shown, not compared.
 A stream only one tool sent counts as a difference when it started in the first half of the
 profiling window (later it may simply fall past the other tool's window). The request log's format
 is the simulator's (host/src/sim/record.rs); the labelled log's is documented in
