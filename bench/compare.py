@@ -141,12 +141,14 @@ def metric_sum(text: str, name: str) -> float:
 class Sim:
     """An `agentx-host sim` process on a free port with a fixed TTFT and inter-token latency."""
 
-    def __init__(self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path, cpus: str | None = None):
+    def __init__(
+        self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path, cpus: str | None = None, extra: tuple = ()
+    ):  # fmt: skip
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = pinned(cpus) + [
             agentx, "sim", "--port", str(self.port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
-            "--served-model-name", MODEL, "--max-model-len", str(1 << 22),
+            "--served-model-name", MODEL, "--max-model-len", str(1 << 22), *extra,
         ]  # fmt: skip
         self.log = open(log, "wb")
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)

@@ -4,6 +4,7 @@ mod cli;
 mod cli_reference;
 mod dataset;
 mod deploy;
+mod differential;
 mod export;
 mod front_door;
 mod html;

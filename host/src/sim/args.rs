@@ -156,6 +156,12 @@ pub struct SimArgs {
     /// llama.cpp does (vLLM announces nothing).
     #[arg(long)]
     pub keep_alive_header: bool,
+    /// Write one JSON line per chat completion request to FILE as it arrives: its arrival time,
+    /// identity and routing headers, model, token limits, stream options, prompt tokens as counted
+    /// here, each message's role and tokens, the cache-bust marker and a digest of the messages
+    /// (bench/differential.sh compares two clients' logs).
+    #[arg(long, value_name = "FILE")]
+    pub record_requests: Option<std::path::PathBuf>,
 }
 
 impl SimArgs {
@@ -167,6 +173,7 @@ impl SimArgs {
             c.model = v.clone();
         }
         c.strict_model = self.strict_model;
+        c.record_requests.clone_from(&self.record_requests);
         if let Some(path) = &self.tokenizer {
             c.tokenizer = crate::dataset::tokens::TokenCounter::from_file(path)
                 .map_err(|e| format!("--tokenizer: {e}"))?;

@@ -161,6 +161,9 @@ pub struct SimConfig {
     /// Keep the headers of every chat request with the connection it came on (tests of routing
     /// headers and connection reuse read them back with `SimHandle::received`).
     pub record_headers: bool,
+    /// Write one JSON line per chat request to this file (`--record-requests`; see the `record`
+    /// module for the fields).
+    pub record_requests: Option<std::path::PathBuf>,
 }
 
 /// How long the server keeps a connection between requests.
@@ -211,6 +214,7 @@ impl SimConfig {
             faults: Faults::default(),
             keep_alive: KeepAliveConfig::default(),
             record_headers: false,
+            record_requests: None,
         };
         match preset {
             Preset::H200 => SimConfig {

@@ -28,6 +28,7 @@ mod config;
 mod engine;
 mod faults;
 mod metrics;
+mod record;
 mod request;
 mod server;
 mod stream;
@@ -56,6 +57,13 @@ pub enum SimError {
     #[error("cannot listen on {addr}: {source}; pick another --port or stop the process using it")]
     Bind {
         addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The request log (`--record-requests`) could not be created.
+    #[error("cannot create the request log {}: {source}; pick a writable path for --record-requests", path.display())]
+    RequestLog {
+        path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
     },
@@ -152,7 +160,18 @@ pub fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
         socket.listen(4096).map_err(bind_err)?
     };
     let local = listener.local_addr().map_err(bind_err)?;
-    let shared = Arc::new(server::Shared::new(config));
+    let request_log = match &config.record_requests {
+        Some(path) => {
+            Some(
+                record::RequestLog::create(path).map_err(|source| SimError::RequestLog {
+                    path: path.clone(),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let shared = Arc::new(server::Shared::new(config, request_log));
     let (stop, stop_rx) = watch::channel(false);
     let task = runtime.spawn(server::serve(listener, shared.clone(), stop_rx));
     Ok(SimHandle {

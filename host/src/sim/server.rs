@@ -31,6 +31,7 @@ use super::config::{SimConfig, Timing};
 use super::engine::Engine;
 use super::faults;
 use super::metrics::{self, EngineMetrics, Exposition};
+use super::record::{Arrival, RequestLog, LOGGED_HEADERS};
 use super::request::{self, ApiError, ChatRequest};
 use super::stream::{self, Ident, Pace, StreamPlan, TokenStream, Usage, Words};
 
@@ -50,7 +51,14 @@ pub struct Shared {
     received: std::sync::Mutex<Vec<Received>>,
     /// Connections accepted so far (numbering for [`Received::conn`]).
     accepted: AtomicU64,
+    /// The request log (`--record-requests`).
+    request_log: Option<RequestLog>,
 }
+
+/// The number of the connection a request came on (0 for the first accepted), as a request
+/// extension.
+#[derive(Debug, Clone, Copy)]
+struct ConnNo(u64);
 
 /// What arrived with one chat request (`SimConfig::record_headers`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,8 +89,8 @@ const SESSION_KEYS: [&str; 5] = [
 ];
 
 impl Shared {
-    /// Fresh state for `config` (already validated).
-    pub fn new(config: SimConfig) -> Shared {
+    /// Fresh state for `config` (already validated), logging requests to `request_log` if given.
+    pub fn new(config: SimConfig, request_log: Option<RequestLog>) -> Shared {
         let engines = (0..config.engines)
             .map(|_| Arc::new(Engine::new(&config)))
             .collect();
@@ -94,6 +102,7 @@ impl Shared {
             stop_accepting: Notify::new(),
             received: std::sync::Mutex::new(Vec::new()),
             accepted: AtomicU64::new(0),
+            request_log,
         }
     }
 
@@ -310,6 +319,19 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         None => shared.round_robin.fetch_add(1, Relaxed) % config.engines as u64,
     } as usize;
 
+    let logged = shared.request_log.as_ref().map(|_| Arrival {
+        seq,
+        conn: req.extensions().get::<ConnNo>().map_or(0, |c| c.0),
+        at: arrival,
+        headers: LOGGED_HEADERS
+            .iter()
+            .filter_map(|k| {
+                let v = req.headers().get(*k)?;
+                Some((*k, String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            })
+            .collect(),
+    });
+
     let with_id = |mut r: Response<SimBody>| {
         if let Some(h) = &header_id {
             if let Ok(v) = HeaderValue::from_str(h) {
@@ -347,6 +369,9 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
 
+    if let (Some(log), Some(a)) = (&shared.request_log, &logged) {
+        log.log(a, &body, &config.tokenizer);
+    }
     let parsed: ChatRequest = match request::parse_chat(&body, config.block_size, &config.tokenizer)
     {
         Ok(r) => r,
@@ -559,8 +584,9 @@ pub async fn serve(
                     let served = Arc::new(AtomicU64::new(0));
                     let ka_header = ka_header.clone();
                     let conn_no = shared.accepted.fetch_add(1, Relaxed);
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                         let (shared, served, ka_header) = (shared.clone(), served.clone(), ka_header.clone());
+                        req.extensions_mut().insert(ConnNo(conn_no));
                         if shared.config.record_headers && req.uri().path() == "/v1/chat/completions" {
                             shared.record(conn_no, &req);
                         }
