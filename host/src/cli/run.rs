@@ -315,6 +315,10 @@ pub struct RunArgs {
     /// (ISL comes from the server's usage under --use-server-token-count).
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub apply_chat_template: bool,
+    /// Send the token limit as `max_tokens` (session-tree scenarios send `max_completion_tokens`,
+    /// as aiperf 0.13 and agentx-harness do; single-stream scenarios always send `max_tokens`).
+    #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
+    pub use_legacy_max_tokens: bool,
 
     /// Run even if the scenario's locks are broken; the result is then not a valid submission.
     #[arg(help_heading = "Advanced", long)]

@@ -211,6 +211,7 @@ impl RunPlan {
                 AssistantMode::Recorded
             },
             mode_given,
+            legacy_max_tokens: a.use_legacy_max_tokens,
             use_server_token_count: !a.client_token_count,
             overflow_phrases_env: g.overflow_phrases_env,
             client,

@@ -1026,6 +1026,8 @@ pub struct RequestBody {
     include_usage: bool,
     /// `,"k":v` pairs of the extra inputs, already serialized.
     extra_json: Vec<u8>,
+    /// `,"max_tokens":` or `,"max_completion_tokens":`.
+    token_field: &'static [u8],
 }
 
 impl RequestBody {
@@ -1053,16 +1055,29 @@ impl RequestBody {
             stream,
             include_usage,
             extra_json,
+            token_field: b",\"max_tokens\":",
         }
     }
 
+    /// The token limit sent as `max_completion_tokens` (aiperf 0.13 and agentx-harness 1.0.12 for
+    /// session trees; `max_tokens` only with their legacy flag) instead of `max_tokens`.
+    pub fn with_max_completion_tokens(mut self, on: bool) -> RequestBody {
+        self.token_field = if on {
+            b",\"max_completion_tokens\":"
+        } else {
+            b",\"max_tokens\":"
+        };
+        self
+    }
+
     /// The keys the body sets itself; `--extra-inputs` may not name them.
-    pub const RESERVED: [&'static str; 5] = [
+    pub const RESERVED: [&'static str; 6] = [
         "model",
         "messages",
         "stream",
         "stream_options",
         "max_tokens",
+        "max_completion_tokens",
     ];
 
     /// Writes `{"model":..,"messages":<messages>,"max_tokens":N,"stream":..,...}` to `out`.
@@ -1088,7 +1103,7 @@ impl RequestBody {
 
     /// Everything after the messages array.
     fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32) {
-        out.extend_from_slice(b",\"max_tokens\":");
+        out.extend_from_slice(self.token_field);
         out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
         if self.stream {
             out.extend_from_slice(b",\"stream\":true");

@@ -190,6 +190,9 @@ pub struct RunPlan {
     pub grace: Option<Duration>,
     pub warmup_grace: Option<Duration>,
     pub mode: AssistantMode,
+    /// `--use-legacy-max-tokens`: session trees send `max_tokens` instead of
+    /// `max_completion_tokens`.
+    pub legacy_max_tokens: bool,
     /// `mode` was asked for (`--recorded-assistant`, `*_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES`),
     /// not defaulted.
     pub mode_given: bool,

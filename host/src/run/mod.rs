@@ -224,7 +224,8 @@ impl ReplayStage<'_> {
             synth: planned.synth,
             counter: p.counter.clone(),
             client,
-            body: RequestBody::new(&self.conn.model, true, true, &p.extra),
+            body: RequestBody::new(&self.conn.model, true, true, &p.extra)
+                .with_max_completion_tokens(p.trees && !rp.legacy_max_tokens),
             scenario: inst,
             records: self.sink.sender(),
             clock: self.dir.clock,
