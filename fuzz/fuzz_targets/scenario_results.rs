@@ -153,7 +153,10 @@ fuzz_target!(|f: FakeScenario| {
         }],
         invalid_reasons: f.invalid_reasons,
     };
-    match RunSettings::of(&resolved) {
+    // No flags given; the drawn-seed bit also picks whether the component answers every replay
+    // setting (0.3.0) or leaves the gaps to the flags (earlier worlds).
+    let fallback = agentx::run::config::Fallback::default();
+    match RunSettings::of(&resolved, f.seed_drawn, &fallback) {
         Ok(s) => {
             assert!(s.concurrency > 0);
             assert!(s.duration > Duration::ZERO);

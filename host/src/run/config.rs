@@ -323,6 +323,42 @@ impl Effective<'_> {
     }
 }
 
+/// What the flags and environment say of the replay settings, for a component of an earlier world
+/// that does not answer them (the defaults: nothing given).
+#[derive(Debug, Clone, Default)]
+pub struct Fallback {
+    pub grace: Option<Duration>,
+    pub warmup_grace: Option<Duration>,
+    pub failed_request_threshold: Option<f64>,
+    pub pressure: Option<replay::sched::Pressure>,
+    pub trace_idle_cap: Option<Duration>,
+    pub burst: bool,
+    pub num_dataset_entries: Option<usize>,
+    pub slice_duration: Option<f64>,
+    pub use_server_token_count: bool,
+    pub stats_interval: Option<Duration>,
+    pub tcp_user_timeout: Option<Duration>,
+}
+
+impl Fallback {
+    pub fn of(cfg: &RunConfig) -> Fallback {
+        let rp = &cfg.plan;
+        Fallback {
+            grace: rp.grace,
+            warmup_grace: rp.warmup_grace,
+            failed_request_threshold: cfg.failed_request_threshold,
+            pressure: rp.tree_flags.pressure,
+            trace_idle_cap: rp.trace_idle_cap,
+            burst: rp.tree_flags.burst,
+            num_dataset_entries: cfg.num_dataset_entries,
+            slice_duration: cfg.slice_duration,
+            use_server_token_count: rp.use_server_token_count,
+            stats_interval: rp.stats_interval,
+            tcp_user_timeout: rp.client.tcp_user_timeout,
+        }
+    }
+}
+
 /// The settings of a run as the host uses them, read from the configuration the scenario resolved.
 /// Every field is what the component answered; where a 0.1.0 or 0.2.0 component does not answer a
 /// setting, the value of the flags and environment ([`RunPlan`]) stands, with the host's default
@@ -358,16 +394,10 @@ pub struct RunSettings {
 }
 
 impl RunSettings {
-    /// Reads and checks the settings of `resolve`'s answer; `rp` and `cfg` hold what the flags and
-    /// environment said, for the settings a component of an earlier world does not answer.
-    pub fn of(
-        resolved: &Resolved,
-        decides: bool,
-        rp: &RunPlan,
-        cfg_entries: Option<usize>,
-        cfg_slice: Option<f64>,
-        cfg_threshold: Option<f64>,
-    ) -> anyhow::Result<RunSettings> {
+    /// Reads and checks the settings of `resolve`'s answer; `fb` holds what the flags and
+    /// environment said, for the settings a component of an earlier world does not answer
+    /// (`decides`: a 0.3.0 component, which must answer them all).
+    pub fn of(resolved: &Resolved, decides: bool, fb: &Fallback) -> anyhow::Result<RunSettings> {
         let eff = Effective(resolved);
         if decides {
             let missing: Vec<&str> = scenario::REPLAY_SETTINGS
@@ -413,7 +443,7 @@ impl RunSettings {
                     _ => None,
                 }
             } else {
-                rp.tree_flags.pressure
+                fb.pressure
             };
         Ok(RunSettings {
             concurrency,
@@ -429,36 +459,36 @@ impl RunSettings {
             ignore_eos: eff.flag("ignore-eos"),
             grace: match or_plan("benchmark-grace-period") {
                 true => eff.seconds_or_inf("benchmark-grace-period")?,
-                false => rp.grace,
+                false => fb.grace,
             },
             warmup_grace: match or_plan("warmup-grace-period") {
                 true => eff.seconds_or_inf("warmup-grace-period")?,
-                false => rp.warmup_grace,
+                false => fb.warmup_grace,
             },
             failed_request_threshold: match or_plan("failed-request-threshold") {
                 true => eff.number("failed-request-threshold"),
-                false => cfg_threshold,
+                false => fb.failed_request_threshold,
             },
             pressure,
             trace_idle_cap: match or_plan("trace-idle-gap-cap-seconds") {
                 true => secs("trace-idle-gap-cap-seconds", "--trace-idle-gap-cap-seconds")?,
-                false => rp.trace_idle_cap,
+                false => fb.trace_idle_cap,
             },
             burst: match or_plan("burst-phase-starts") {
                 true => eff.flag("burst-phase-starts").unwrap_or(false),
-                false => rp.tree_flags.burst,
+                false => fb.burst,
             },
             num_dataset_entries: match or_plan("num-dataset-entries") {
                 true => eff.number("num-dataset-entries").map(|n| n.max(0.0) as usize),
-                false => cfg_entries,
+                false => fb.num_dataset_entries,
             },
             slice_duration: match or_plan("slice-duration") {
                 true => eff.number("slice-duration"),
-                false => cfg_slice,
+                false => fb.slice_duration,
             },
             use_server_token_count: match or_plan("use-server-token-count") {
                 true => eff.flag("use-server-token-count").unwrap_or(false),
-                false => rp.use_server_token_count,
+                false => fb.use_server_token_count,
             },
             stats_interval: match or_plan("stats-interval") {
                 true => match eff.number("stats-interval") {
@@ -466,7 +496,7 @@ impl RunSettings {
                     Some(x) => Some(positive_secs("--stats-interval", x)?),
                     None => None,
                 },
-                false => rp.stats_interval,
+                false => fb.stats_interval,
             },
             tcp_user_timeout: match or_plan("http-tcp-user-timeout") {
                 true => match eff.number("http-tcp-user-timeout") {
@@ -474,7 +504,7 @@ impl RunSettings {
                     Some(ms) => bail!("the scenario resolved http-tcp-user-timeout to {ms} ms, which is not a number of milliseconds from 1"),
                     None => None,
                 },
-                false => rp.client.tcp_user_timeout,
+                false => fb.tcp_user_timeout,
             },
         })
     }

@@ -84,10 +84,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     let settings = RunSettings::of(
         &resolved,
         decisions.decides_settings,
-        rp,
-        cfg.num_dataset_entries,
-        cfg.slice_duration,
-        cfg.failed_request_threshold,
+        &super::config::Fallback::of(cfg),
     )?;
     let cfg = &settings.apply(cfg, &decisions);
     let rp = &cfg.plan;
