@@ -265,7 +265,20 @@ def by_tree(log: dict) -> dict[str, list[dict]]:
     return trees
 
 
-FIELDS = ("turn", "prompt_tokens", "max_tokens", "parent")
+FIELDS = ("turn", "prompt_tokens", "max_tokens", "parent", "roles", "message_tokens")
+
+
+def first_profiling_trees(log: dict) -> dict[str, str]:
+    """Each trace's first tree whose first request is a profiling one (trace -> tree label)."""
+    born: dict[str, str] = {}
+    for r in sorted(log["requests"], key=lambda r: r["t_s"]):
+        if r.get("tree"):
+            born.setdefault(r["tree"], r["phase"])
+    out: dict[str, str] = {}
+    for tree, phase in born.items():
+        if phase == "profiling":
+            out.setdefault(tree.split("#")[0], tree)
+    return out
 
 
 def compare_plan(t: Table, ref: dict, got: dict, tol_pct: float) -> None:
@@ -444,6 +457,15 @@ def compare(ref: dict, got: dict, a: argparse.Namespace) -> Table:
         compare_streams(t, "warmup", tree, r, g, None, halves["warmup"], set())
         compare_streams(t, "profiling", tree, r, g, a.first_n, halves["profiling"], skip)
         compare_spawns(t, tree, r, g, skip, ends)
+    if a.lane_trees_only:
+        # And each trace's first tree born in profiling: it starts at turn 0 in both tools, so what its
+        # streams send first is fixed, whichever tree number the warmup left it.
+        rf, gf = first_profiling_trees(ref), first_profiling_trees(got)
+        for trace in sorted(set(rf) & set(gf)):
+            r, g = rt[rf[trace]], gt[gf[trace]]
+            label = f"{trace} (first tree born in profiling)"
+            compare_streams(t, "profiling", label, r, g, a.first_n, halves["profiling"], set())
+            compare_spawns(t, label, r, g, set(), ends)
     t.info["profiling left out (warmup race)"] = (len(left_out), ", ".join(left_out) or "-")
     lanes = lambda log: collections.Counter(
         r["tree"].split("#")[0] for r in log["requests"] if r["phase"] == "warmup" and r["tree"]

@@ -10,7 +10,7 @@ use agentx::dataset::synth::{write_corpus, SynthOptions};
 use agentx::dataset::weka::{for_each_trace, SourceFiles};
 use agentx::dataset::{
     sendable_starts, AssistantMode, CacheBust, Dataset, OpenOptions, Outcome, Placement,
-    PromptSynth, TokenCounter,
+    PromptSynth, Tiling, TokenCounter,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -657,7 +657,7 @@ fn live_mode_threads_replies_and_skips_assistant_segments() {
         assert_eq!(m[before].content, "the \"real\" reply\n");
         assert_eq!(m.len(), before + 2);
     }
-    let flags = sendable_starts(traj, AssistantMode::Live);
+    let flags = sendable_starts(traj, AssistantMode::Live, Tiling::RecordedLength);
     assert!(flags[0]);
     assert_eq!(flags.len(), traj.num_turns());
     // Whole sessions: every request ends with a user message; replies accumulate until a reset
@@ -814,11 +814,11 @@ fn assistant_only_delta_is_not_a_live_start() {
     let ds = Dataset::open_path(&path, &opts(cache.path())).unwrap();
     let traj = ds.trajectory(0).unwrap();
     assert_eq!(
-        sendable_starts(traj, AssistantMode::Live),
+        sendable_starts(traj, AssistantMode::Live, Tiling::RecordedLength),
         vec![true, false, true]
     );
     assert_eq!(
-        sendable_starts(traj, AssistantMode::Recorded),
+        sendable_starts(traj, AssistantMode::Recorded, Tiling::RecordedLength),
         vec![true, true, true]
     );
     let s = PromptSynth::new(0);

@@ -5,13 +5,18 @@
 //! times and the trees recycled during the run are left out (no timed assertions: how far a recycled
 //! tree gets in the window is timing); everything else must differ exactly as the shape's
 //! `expected-differences.txt` lists: a new difference fails, and so does a listed one that has been
-//! fixed (remove its line; `AGENTX_BLESS=1` rewrites the lists from a run). Needs a Python 3 (`$AGENTX_PYTHON`, else `python3` on PATH) with only
-//! the standard library; skipped without one.
+//! fixed (remove its line; `AGENTX_BLESS=1` rewrites the lists from a run). Needs a Python 3
+//! (`$AGENTX_PYTHON`, else `python3` on PATH) with only the standard library; skipped without one.
+//!
+//! Without timing at all: every request of the golden logs, warmup and profiling, laid out by the
+//! `agentx` scenario's prompt tiling has the roles and per-message token counts the harness sent.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use agentx::dataset::tree::corpus::{TreeCorpus, TreeOpen};
+use agentx::dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth, Tiling};
 use agentx::sim::{SimConfig, Timing};
 
 use crate::support::{agentx_command, fixture, Sim};
@@ -19,28 +24,6 @@ use crate::support::{agentx_command, fixture, Sim};
 /// The golden runs' settings (fixtures/differential/README.md).
 const MODEL: &str = "bench-model";
 const DURATION: &str = "30";
-
-/// The harness's `agentx` preset as agentx-v1 flags, for an agentx without the `agentx` scenario
-/// (bench/differential.py's PRESET_AS_FLAGS).
-const PRESET_AS_FLAGS: [&str; 17] = [
-    "--random-seed",
-    "42",
-    "--trajectory-start-min-ratio",
-    "0.25",
-    "--trajectory-start-max-ratio",
-    "0.75",
-    "--failed-request-threshold",
-    "0.10",
-    "--warmup-requests-per-lane",
-    "10",
-    "--agentic-warmup-grace-period",
-    "1800",
-    "--trace-idle-gap-cap-seconds",
-    "300",
-    "--use-server-token-count",
-    "--benchmark-grace-period",
-    "30",
-];
 
 fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("AGENTX_PYTHON") {
@@ -89,20 +72,7 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str) {
     cfg.record_requests = Some(log.clone());
     let sim = Sim::start(cfg);
 
-    // The `agentx` scenario once agentx has it; until then agentx-v1 with the preset as flags.
-    let has_agentx = agentx_command(dir.path(), &[])
-        .args(["scenario", "inspect", "agentx"])
-        .output()
-        .unwrap()
-        .status
-        .success();
-    let mut scenario: Vec<&str> = if has_agentx {
-        vec!["--scenario", "agentx"]
-    } else {
-        let mut v = vec!["agentx-v1"];
-        v.extend(PRESET_AS_FLAGS);
-        v
-    };
+    let mut scenario: Vec<&str> = vec!["--scenario", "agentx"];
     let (url, corpus_arg) = (sim.url(), corpus_dir.to_str().unwrap().to_owned());
     let run_dir = dir.path().join("run");
     let rest = [
@@ -128,14 +98,7 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str) {
         "0",
     ];
     scenario.extend(rest);
-    let env: &[(&str, &str)] = if has_agentx {
-        &[]
-    } else {
-        &[(
-            "AGENTX_HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID",
-            "false",
-        )]
-    };
+    let env: &[(&str, &str)] = &[];
     let dry = agentx_command(dir.path(), env)
         .arg("run")
         .args(&scenario)
@@ -222,5 +185,90 @@ fn agentx_sends_what_the_harness_sent_on_a_small_synthetic_corpus() {
         "synth-12",
         &repo("fixtures/differential/synth-12/corpus.jsonl"),
         "4",
+    );
+}
+
+/// Every request of `shape`'s golden log against the same stream and turn laid out by agentx with
+/// the reference tiling: the roles and the words of each message (marker left out, as the log has
+/// them).
+fn harness_layouts_match(shape: &str, corpus: &Path) {
+    let golden = repo("fixtures/differential")
+        .join(shape)
+        .join("harness.json");
+    let log: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let opts = OpenOptions {
+        num_dataset_entries: None,
+        max_context_length: None,
+        max_osl: None,
+        cache_dir: Some(cache.path().to_owned()),
+    };
+    let ds = Dataset::open_path(corpus, &opts).unwrap();
+    let trees = TreeCorpus::open(
+        &ds,
+        &TreeOpen {
+            cache_dir: Some(cache.path().to_owned()),
+            ..TreeOpen::default()
+        },
+    )
+    .unwrap();
+    let synth = PromptSynth::new(42).with_tiling(Tiling::Reference);
+    let mut by_stream = std::collections::HashMap::new();
+    for (t, tree) in trees.trees.iter().enumerate() {
+        for (s, stream) in tree.streams.iter().enumerate() {
+            by_stream.insert(stream.id.clone(), trees.stream(t, s));
+        }
+    }
+    let requests = log["requests"].as_array().unwrap();
+    let mut checked = 0;
+    for r in requests {
+        let (Some(stream), Some(turn)) = (r["stream"].as_str(), r["turn"].as_u64()) else {
+            continue;
+        };
+        let traj = by_stream
+            .get(stream)
+            .unwrap_or_else(|| panic!("{shape}: no stream {stream:?} in agentx's trees"));
+        let conv = synth
+            .conversation(*traj, turn as usize, AssistantMode::Recorded)
+            .unwrap();
+        let msgs = conv.messages(None);
+        let roles: String = msgs.iter().map(|m| &m.role[..1]).collect();
+        let words: Vec<u64> = msgs
+            .iter()
+            .map(|m| m.content.split_whitespace().count() as u64)
+            .collect();
+        let want: Vec<u64> = r["message_tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            (roles.as_str(), &words),
+            (r["roles"].as_str().unwrap(), &want),
+            "{shape}: {stream} turn {turn} ({} request {})",
+            r["phase"],
+            r["seq"]
+        );
+        checked += 1;
+    }
+    assert!(
+        checked * 10 >= requests.len() * 9,
+        "{shape}: only {checked} of {} requests labelled",
+        requests.len()
+    );
+}
+
+#[test]
+fn reference_tiling_lays_out_every_fixture_request_as_the_harness_did() {
+    harness_layouts_match("fixture", &fixture("traces-subagents-8.jsonl"));
+}
+
+#[test]
+fn reference_tiling_lays_out_every_synthetic_request_as_the_harness_did() {
+    harness_layouts_match(
+        "synth-12",
+        &repo("fixtures/differential/synth-12/corpus.jsonl"),
     );
 }

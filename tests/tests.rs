@@ -20,5 +20,6 @@ mod shard;
 mod sim;
 mod support;
 mod sweep;
+mod tiling;
 mod tree_fidelity;
 mod tree_run;

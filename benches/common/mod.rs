@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agentx::client::{Client, ClientConfig, RequestBody};
 use agentx::dataset::synth::{write_corpus, SynthOptions};
-use agentx::dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth, TokenCounter};
+use agentx::dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth, Tiling, TokenCounter};
 use agentx::metrics::Dist;
 use agentx::record::{read_records, Clock, Phase, RecordSink, RequestRecord};
 use agentx::replay::{self, Plan, PlanParams, ReplayConfig, ReplayInputs, StopReason};
@@ -411,6 +411,7 @@ pub fn mvp_plan(ds: &'static Dataset, conc: u32, ratios: (f64, f64)) -> (Plan, S
         },
         placement: Placement::FirstTurnPrefix,
         mode: AssistantMode::Live,
+        tiling: Tiling::RecordedLength,
         run_id: format!("bench{conc}"),
     };
     let mut plan = Plan::build(ds, &mut inst, &params).unwrap();

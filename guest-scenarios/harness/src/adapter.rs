@@ -59,6 +59,10 @@ macro_rules! export_scenario_v3 {
                             v1::AssistantText::Recorded => w::AssistantText::Recorded,
                             v1::AssistantText::Live => w::AssistantText::Live,
                         },
+                        prompt_tiling: match rules.prompt_tiling {
+                            v1::PromptTiling::RecordedLength => w::PromptTiling::RecordedLength,
+                            v1::PromptTiling::Reference => w::PromptTiling::Reference,
+                        },
                         session_affinity_header: rules.session_affinity_header,
                         discover_model: rules.discover_model,
                         warmup_phase_name: rules.warmup_phase_name,

@@ -32,7 +32,7 @@ use policy::{classify, mvp};
 use policy_trees::agentx_v1;
 use policy_trees::tree::{Tree, TreeParams, TreeStart};
 
-use crate::{AssistantText, DelayParams, Outcome, Rules, TreeId, TurnTimes, REPLAY_SETTINGS};
+use crate::{AssistantText, DelayParams, Outcome, PromptTiling, Rules, TreeId, TurnTimes, REPLAY_SETTINGS};
 
 pub const NAME: &str = "agentx";
 pub const VERSION: &str = "1.0.12";
@@ -235,6 +235,7 @@ pub fn rules(resolved: &[Setting]) -> Rules {
     Rules {
         base: agentx_v1::rules(resolved),
         assistant_text: AssistantText::Recorded,
+        prompt_tiling: PromptTiling::Reference,
         session_affinity_header: false,
         discover_model: true,
         warmup_phase_name: None,

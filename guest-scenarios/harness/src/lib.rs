@@ -70,11 +70,22 @@ pub enum AssistantText {
     Live,
 }
 
+/// How a turn's prompt is laid out of its hash ids after the common prefix with the turn before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptTiling {
+    /// Exactly the recorded input tokens.
+    RecordedLength,
+    /// As agentx-harness 1.0.12 and aiperf 0.13 lay it out (`weka_synth_buf.py`): new blocks start
+    /// at the hash ids' common prefix even past the previous prompt's full blocks.
+    Reference,
+}
+
 /// The mechanism's parameters of 0.3.0: those of 0.2.0 and the new ones.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rules {
     pub base: ReplayRules,
     pub assistant_text: AssistantText,
+    pub prompt_tiling: PromptTiling,
     pub session_affinity_header: bool,
     pub discover_model: bool,
     pub warmup_phase_name: Option<String>,

@@ -13,7 +13,7 @@ use policy::types::{
 };
 use policy_harness::tree::{Tree, TreeParams, TreeStart};
 use policy_harness::{
-    AssistantText, DelayParams, Outcome, ReplayRules, Rules, TreeId, TurnTimes, REPLAY_SETTINGS,
+    AssistantText, DelayParams, PromptTiling, Outcome, ReplayRules, Rules, TreeId, TurnTimes, REPLAY_SETTINGS,
 };
 use policy_trees::agentx_v1;
 
@@ -73,6 +73,7 @@ fn rules(resolved: &[Setting]) -> Rules {
             min_metric_coverage: 0.5,
         },
         assistant_text: AssistantText::Live,
+        prompt_tiling: PromptTiling::RecordedLength,
         session_affinity_header: false,
         discover_model: true,
         warmup_phase_name: Some("probe.warmup".into()),

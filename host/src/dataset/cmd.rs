@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::prompt::{sendable_starts, AssistantMode, PromptSynth};
+use super::prompt::{sendable_starts, AssistantMode, PromptSynth, Tiling};
 use super::stats::{corpus_stats, dataset_tree_stats, Dist, TreeStats};
 use super::synth::{write_corpus, SynthOptions};
 use super::tokens::TokenCounter;
@@ -460,7 +460,7 @@ fn print_turns(traj: Trajectory<'_>) {
         traj.subagents(),
         traj.models().collect::<Vec<_>>().join(",")
     );
-    let live = sendable_starts(traj, AssistantMode::Live);
+    let live = sendable_starts(traj, AssistantMode::Live, Tiling::RecordedLength);
     outln!(
         "{:>5} {:>10} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
         "turn",

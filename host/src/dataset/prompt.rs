@@ -12,6 +12,19 @@
 //! - Wire invariant: the messages end with a `user` message. When a turn adds no user content, its last
 //!   block moves from the preceding segment into a new user message.
 //!
+//! Reference tiling ([`Tiling::Reference`], the `agentx` scenario's choice): the layout of
+//! agentx-harness 1.0.12 and aiperf 0.13 (`dataset/loader/weka_synth_buf.py`, `advance_turn`,
+//! `truncate_synth_buf_at_block`, `compute_asst_block_caps`), kept so that a replay sends what the
+//! reference sends, token for token. The history is a buffer of blocks; turn k cuts it at `L` only
+//! when `L` does not exceed the blocks it holds (keeping the tails of the segments before the cut) and
+//! then appends hash positions `L..` of turn k. When `L` passes the buffer (the previous prompt held
+//! block `L-1` only as its partial tail), nothing is cut, the tail stays and that block is never sent
+//! whole: the turn sends `bs - tail` fewer tokens than recorded, and the shortfall accumulates until a
+//! real cut. Tails are synthesized words keyed by the turn (the reference samples them). The assistant
+//! segment is `ceil(out[k-1]/bs)` blocks capped by the new blocks, by the reference's two-pass caps,
+//! and by none when the cut left no user segment; when it would take every new block and there is no
+//! tail, its last block goes to the user. Turn 0 is as above, its user tail synthesized.
+//!
 //! Content: every block's text is a pure function of (seed, trace id, hash id) ([`super::text`]), so equal
 //! hash-id prefixes give byte-equal message prefixes and traces never share blocks.
 //!
@@ -45,6 +58,16 @@ pub enum AssistantMode {
     Recorded,
     /// The server's real replies, threaded in by the replay.
     Live,
+}
+
+/// How a turn's blocks are laid out after the common prefix with the turn before (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tiling {
+    /// Exactly the recorded `in` tokens.
+    #[default]
+    RecordedLength,
+    /// As agentx-harness 1.0.12 and aiperf 0.13 lay prompts out.
+    Reference,
 }
 
 /// A chat role.
@@ -98,6 +121,7 @@ pub enum PromptError {
 pub struct PromptSynth {
     seed: u64,
     vocab: Vocabulary,
+    tiling: Tiling,
 }
 
 impl PromptSynth {
@@ -106,6 +130,7 @@ impl PromptSynth {
         PromptSynth {
             seed,
             vocab: Vocabulary::STANDARD,
+            tiling: Tiling::RecordedLength,
         }
     }
 
@@ -114,11 +139,22 @@ impl PromptSynth {
         PromptSynth {
             seed,
             vocab: counter.vocabulary().unwrap_or(Vocabulary::STANDARD),
+            tiling: Tiling::RecordedLength,
         }
+    }
+
+    /// The same text with prompts laid out by `tiling`.
+    pub fn with_tiling(mut self, tiling: Tiling) -> Self {
+        self.tiling = tiling;
+        self
     }
 
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+
+    pub fn tiling(&self) -> Tiling {
+        self.tiling
     }
 
     /// A session of `traj` whose first request is turn `start` (with the history of turns 0..start).
@@ -204,17 +240,30 @@ pub struct StepInfo {
 #[derive(Debug, Clone)]
 struct Structure<'a> {
     traj: Trajectory<'a>,
+    tiling: Tiling,
+    /// The hash ids the segments index: the turn's recorded ids ([`Tiling::RecordedLength`]), the
+    /// blocks of the history buffer ([`Tiling::Reference`]).
     ids: Vec<u32>,
+    /// Reference tiling: the current turn's recorded hash ids.
+    hash: Vec<u32>,
+    /// Reference tiling: the per-turn cap of assistant blocks ([`assistant_caps`]).
+    caps: Vec<Option<usize>>,
     segs: Vec<Seg>,
     full: usize,
     turn: Option<usize>,
 }
 
 impl<'a> Structure<'a> {
-    fn new(traj: Trajectory<'a>) -> Self {
+    fn new(traj: Trajectory<'a>, tiling: Tiling) -> Self {
         Structure {
             traj,
+            tiling,
             ids: Vec::new(),
+            hash: Vec::new(),
+            caps: match tiling {
+                Tiling::RecordedLength => Vec::new(),
+                Tiling::Reference => assistant_caps(traj),
+            },
             segs: Vec::new(),
             full: 0,
             turn: None,
@@ -225,6 +274,11 @@ impl<'a> Structure<'a> {
     fn step(&mut self) -> StepInfo {
         let k = self.turn.map_or(0, |t| t + 1);
         let turn = self.traj.turn(k).expect("caller checks the turn exists");
+        if self.tiling == Tiling::Reference {
+            let info = self.step_reference(k, turn);
+            self.turn = Some(k);
+            return info;
+        }
         let bs = self.traj.block_size() as usize;
         let lcp = turn.lcp_with_previous();
         self.ids.truncate(lcp);
@@ -308,6 +362,114 @@ impl<'a> Structure<'a> {
         info
     }
 
+    /// [`Tiling::Reference`]: applies turn `k` as the reference's `init_turn_0`/`advance_turn` do.
+    fn step_reference(&mut self, k: usize, turn: super::Turn<'a>) -> StepInfo {
+        let bs = self.traj.block_size() as usize;
+        let lcp = turn.lcp_with_previous();
+        self.hash.truncate(lcp);
+        self.hash.extend_from_slice(turn.new_hash_ids());
+        let geo = Geometry::of(self.hash.len(), turn.input_tokens() as usize, bs);
+        let tail = (geo.synth > 0).then_some(Tail::Synth {
+            turn: k as u32,
+            words: geo.synth as u32,
+        });
+        let mut info = StepInfo {
+            reset: false,
+            assistant_blocks: 0,
+            user_delta_empty: false,
+        };
+        if k == 0 {
+            self.segs.clear();
+            self.ids.clear();
+            self.ids.extend_from_slice(&self.hash[..geo.covered]);
+            let s = self.traj.system_blocks().min(geo.covered);
+            if s > 0 {
+                self.segs.push(Seg {
+                    role: Role::System,
+                    start: 0,
+                    end: s,
+                    tail: None,
+                });
+            }
+            let user = Seg {
+                role: Role::User,
+                start: s,
+                end: geo.covered,
+                tail,
+            };
+            info.user_delta_empty = user.is_empty();
+            if !user.is_empty() || self.segs.is_empty() {
+                self.segs.push(user);
+            }
+            self.full = geo.covered;
+            return info;
+        }
+        if lcp <= self.ids.len() {
+            info.reset = self.cut_reference(lcp);
+        }
+        let start = self.ids.len();
+        let new = geo.covered.saturating_sub(lcp);
+        self.ids
+            .extend_from_slice(&self.hash[lcp.min(geo.covered)..geo.covered]);
+        let prev_out = self
+            .traj
+            .turn(k - 1)
+            .map_or(0, |t| t.output_tokens() as usize);
+        // No user segment left: the conversation resumes with a user turn.
+        let wanted = match self.segs.iter().any(|s| s.role == Role::User) {
+            true => prev_out.div_ceil(bs),
+            false => 0,
+        };
+        let mut a = wanted.min(new);
+        if let Some(cap) = self.caps.get(k).copied().flatten() {
+            a = a.min(cap);
+        }
+        if geo.synth == 0 && a == new && a > 0 {
+            a -= 1;
+        }
+        if a > 0 {
+            self.segs.push(Seg {
+                role: Role::Assistant,
+                start,
+                end: start + a,
+                tail: None,
+            });
+        }
+        let user = Seg {
+            role: Role::User,
+            start: start + a,
+            end: start + new,
+            tail,
+        };
+        info.assistant_blocks = a;
+        info.user_delta_empty = user.is_empty();
+        if !user.is_empty() {
+            self.segs.push(user);
+        }
+        self.full = self.ids.len();
+        info
+    }
+
+    /// [`Tiling::Reference`]: cuts the buffer to its first `keep` blocks (`keep` at most the blocks it
+    /// holds), as `truncate_synth_buf_at_block` does: the segment the cut lands in or ends at loses its
+    /// tail, the segments after it go, the tails before it stay. Whether a sent segment changed.
+    fn cut_reference(&mut self, keep: usize) -> bool {
+        let mut changed = false;
+        while self.segs.last().is_some_and(|s| s.start >= keep) {
+            self.segs.pop();
+            changed = true;
+        }
+        if let Some(last) = self.segs.last_mut() {
+            if last.end > keep || last.tail.is_some() {
+                last.end = last.end.min(keep);
+                last.tail = None;
+                changed = true;
+            }
+        }
+        self.ids.truncate(keep);
+        changed
+    }
+
     /// Moves the last block into a user message unless the segments already end with one.
     fn end_with_user(&mut self) {
         let Some(last) = self.segs.last_mut() else {
@@ -331,11 +493,63 @@ impl<'a> Structure<'a> {
     }
 }
 
+/// [`Tiling::Reference`]: the block accounting of one turn (`compute_turn_block_geometry`).
+struct Geometry {
+    /// Full blocks with a recorded hash id: `min(ids, in / bs)`.
+    covered: usize,
+    /// Synthesized words: the partial tail plus the blocks the recording has no id for.
+    synth: usize,
+}
+
+impl Geometry {
+    fn of(ids: usize, input: usize, bs: usize) -> Geometry {
+        let full = input / bs;
+        Geometry {
+            covered: ids.min(full),
+            synth: input % bs + full.saturating_sub(ids) * bs,
+        }
+    }
+}
+
+/// [`Tiling::Reference`]: the reference's two-pass caps on each turn's assistant blocks
+/// (`compute_asst_block_caps`), so that a later turn that only pulls back (no new block, no tail)
+/// ends on a user block. The planner keeps its own tile of block owners, advanced by the cut clamped to
+/// the tile (the reconstruction itself appends from the uncut prefix; the reference's two differ there,
+/// and this follows both as written).
+fn assistant_caps(traj: Trajectory<'_>) -> Vec<Option<usize>> {
+    let n = traj.num_turns();
+    let bs = traj.block_size() as usize;
+    let mut caps = vec![None; n];
+    let mut eff = vec![0usize; n];
+    let mut tile: Vec<usize> = Vec::new();
+    for (k, turn) in (0..n).filter_map(|k| traj.turn(k).map(|t| (k, t))) {
+        let lcp = turn.lcp_with_previous();
+        let geo = Geometry::of(turn.num_hash_ids(), turn.input_tokens() as usize, bs);
+        if k == 0 {
+            tile = vec![0; geo.covered];
+            continue;
+        }
+        let e = lcp.min(tile.len());
+        eff[k] = e;
+        let new = geo.covered.saturating_sub(e);
+        if new == 0 && geo.synth == 0 && e >= 1 {
+            let owner = tile[e - 1];
+            if owner != 0 && e > eff[owner] {
+                let bound = e - 1 - eff[owner];
+                caps[owner] = Some(caps[owner].map_or(bound, |c: usize| c.min(bound)));
+            }
+        }
+        tile.truncate(e);
+        tile.extend(std::iter::repeat_n(k, new));
+    }
+    caps
+}
+
 /// Which turns of `traj` may be the first request of a fresh session in `mode`: in live mode, turns
 /// whose user delta is empty cannot (the server would see no new user content); in recorded mode, turns
 /// whose whole delta is empty cannot. Turn 0 always can.
-pub fn sendable_starts(traj: Trajectory<'_>, mode: AssistantMode) -> Vec<bool> {
-    let mut s = Structure::new(traj);
+pub fn sendable_starts(traj: Trajectory<'_>, mode: AssistantMode, tiling: Tiling) -> Vec<bool> {
+    let mut s = Structure::new(traj, tiling);
     (0..traj.num_turns())
         .map(|_| {
             let info = s.step();
@@ -379,7 +593,7 @@ impl<'a> Conversation<'a> {
                 turns: traj.num_turns(),
             });
         }
-        let mut st = Structure::new(traj);
+        let mut st = Structure::new(traj, synth.tiling);
         let mut last = st.step();
         for _ in 0..start {
             last = st.step();
@@ -475,7 +689,9 @@ impl<'a> Conversation<'a> {
             // one may only lose its tail); then only the new user segments are sent. Otherwise (a reset,
             // or the wire-invariant adjustment touched an old segment) rebuild it from the structure.
             let mut expected = before;
-            if let Some(l) = expected.last_mut() {
+            if self.st.tiling == Tiling::Reference {
+                // An uncut history keeps every segment as it was, tails included.
+            } else if let Some(l) = expected.last_mut() {
                 l.tail = None;
                 if l.start == l.end {
                     expected.pop();

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::dataset::{sendable_starts, AssistantMode, Dataset};
+use crate::dataset::{sendable_starts, AssistantMode, Dataset, Tiling};
 use crate::scenario::types::{
     DelayParams, Placement, SessionId, StartParams, Trajectory, TurnTiming,
 };
@@ -42,6 +42,8 @@ pub struct PlanParams {
     pub delay: DelayParams,
     pub placement: Placement,
     pub mode: AssistantMode,
+    /// How prompts are laid out (which turns can start a session depends on it).
+    pub tiling: Tiling,
     pub run_id: String,
 }
 
@@ -125,7 +127,7 @@ impl Plan {
     ) -> Result<Plan, PlanError> {
         let wit: Vec<Trajectory> = ds
             .trajectories()
-            .map(|t| wit_trajectory(t, p.mode, t.id().to_owned()))
+            .map(|t| wit_trajectory(t, p, t.id().to_owned()))
             .collect();
         let starts = scenario.plan_starts(p.start, &wit)?;
         let pool: Vec<usize> = starts
@@ -148,7 +150,7 @@ impl Plan {
             let k = if lane < pool.len() {
                 starts[trace].expect("pool traces have a start")
             } else {
-                let salted = wit_trajectory(traj, p.mode, format!("{}:{lane}", traj.id()));
+                let salted = wit_trajectory(traj, p, format!("{}:{lane}", traj.id()));
                 match scenario.start_turn(p.start, &salted)? {
                     Some(k) => k,
                     None => starts[trace].expect("pool traces have a start"),
@@ -300,10 +302,10 @@ impl Plan {
 
 fn wit_trajectory(
     t: crate::dataset::Trajectory<'_>,
-    mode: AssistantMode,
+    p: &PlanParams,
     trace_id: String,
 ) -> Trajectory {
-    let unsendable = sendable_starts(t, mode)
+    let unsendable = sendable_starts(t, p.mode, p.tiling)
         .iter()
         .enumerate()
         .filter(|(_, ok)| !**ok)

@@ -41,8 +41,9 @@ pub(super) fn plan(
 ) -> anyhow::Result<Planning> {
     let s = &p.settings;
     let conc = s.concurrency;
-    let synth: &'static PromptSynth =
-        Box::leak(Box::new(PromptSynth::for_counter(seed, &p.counter)));
+    let synth: &'static PromptSynth = Box::leak(Box::new(
+        PromptSynth::for_counter(seed, &p.counter).with_tiling(tiling(p.decisions.prompt_tiling)),
+    ));
     let run_id = run_id.unwrap_or_else(fresh_id);
     let dir = |run_id: &str| {
         cfg.output
@@ -74,6 +75,10 @@ pub(super) fn plan(
                 Some(scenario::AssistantText::Recorded) => "recorded",
                 Some(scenario::AssistantText::Live) => "live",
                 None => "flag",
+            });
+            json["rules"]["prompt_tiling"] = json!(match d.prompt_tiling {
+                scenario::PromptTiling::RecordedLength => "recorded_length",
+                scenario::PromptTiling::Reference => "reference",
             });
             json["rules"]["session_affinity_header"] = json!(d.session_affinity_header);
             json["rules"]["discover_model"] = json!(d.discover_model);
@@ -111,6 +116,7 @@ pub(super) fn plan(
         },
         placement: s.placement,
         mode: cfg.plan.mode,
+        tiling: synth.tiling(),
         run_id: run_id.clone(),
     };
     let full_plan = Plan::build(p.ds, inst, &params)?;
@@ -442,4 +448,12 @@ pub(crate) fn prefix_stamps(
         }
     }
     out
+}
+
+/// The dataset's tiling for the scenario's decision.
+fn tiling(t: scenario::PromptTiling) -> dataset::Tiling {
+    match t {
+        scenario::PromptTiling::RecordedLength => dataset::Tiling::RecordedLength,
+        scenario::PromptTiling::Reference => dataset::Tiling::Reference,
+    }
 }

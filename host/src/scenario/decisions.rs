@@ -11,12 +11,23 @@ pub enum AssistantText {
     Live,
 }
 
+/// How a turn's prompt is laid out of its hash ids (see `dataset::Tiling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptTiling {
+    /// Exactly the recorded input tokens.
+    RecordedLength,
+    /// As agentx-harness 1.0.12 and aiperf 0.13 lay it out.
+    Reference,
+}
+
 /// The decisions a 0.3.0 component makes that the earlier worlds leave to the host, with the
 /// values a component of an earlier world stands for ([`Decisions::of_world`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decisions {
     /// The assistant text; `None`: the host's flag and environment decide (0.1.0).
     pub assistant_text: Option<AssistantText>,
+    /// The prompt tiling.
+    pub prompt_tiling: PromptTiling,
     /// `X-Session-Affinity` unless the environment switch says otherwise.
     pub session_affinity_header: bool,
     /// Without `--model`, take the single model `/v1/models` lists.
@@ -31,11 +42,12 @@ pub struct Decisions {
 impl Decisions {
     /// What a component of `world` stands for, 0.3.0 aside (its rules say): 0.1.0 leaves the
     /// assistant text to the host; 0.2.0 replays session trees with the recorded text, as aiperf
-    /// 0.13 does (agentx-v1.md §2.3); both send `X-Session-Affinity` as aiperf 0.13 does, need
+    /// 0.13 does (agentx-v1.md §2.3); both lay prompts out to the recorded length; both send `X-Session-Affinity` as aiperf 0.13 does, need
     /// `--model`, and name the warmup rows `agentic.warmup` as aiperf 0.13 does.
     pub fn of_world(world: World) -> Decisions {
         Decisions {
             assistant_text: (world != World::V0_1).then_some(AssistantText::Recorded),
+            prompt_tiling: PromptTiling::RecordedLength,
             session_affinity_header: true,
             discover_model: false,
             warmup_phase_name: Some("agentic.warmup".to_string()),

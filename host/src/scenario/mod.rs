@@ -31,7 +31,7 @@ mod shared;
 mod world2;
 mod world3;
 
-pub use decisions::{AssistantText, Decisions, TreeCoverage, REPLAY_SETTINGS};
+pub use decisions::{AssistantText, Decisions, PromptTiling, TreeCoverage, REPLAY_SETTINGS};
 
 pub use error::ScenarioError;
 pub use store::{ScenarioRef, ScenarioStore, StoredScenario};

@@ -5,7 +5,7 @@
 
 use super::types as v1;
 use super::world2::types as t2;
-use super::{AssistantText, Decisions, TreeCoverage};
+use super::{AssistantText, Decisions, PromptTiling, TreeCoverage};
 
 pub(super) mod bindings {
     wasmtime::component::bindgen!({
@@ -117,6 +117,10 @@ pub(super) fn rules_back(r: v3::ReplayRules) -> (t2::ReplayRules, Decisions) {
                 v3::AssistantText::Recorded => AssistantText::Recorded,
                 v3::AssistantText::Live => AssistantText::Live,
             }),
+            prompt_tiling: match r.prompt_tiling {
+                v3::PromptTiling::RecordedLength => PromptTiling::RecordedLength,
+                v3::PromptTiling::Reference => PromptTiling::Reference,
+            },
             session_affinity_header: r.session_affinity_header,
             discover_model: r.discover_model,
             warmup_phase_name: r.warmup_phase_name,

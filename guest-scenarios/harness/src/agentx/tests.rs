@@ -118,6 +118,7 @@ fn rules_follow_the_harness() {
     let r = resolve(base(), 7).unwrap();
     let rules = rules(&r.settings);
     assert_eq!(rules.assistant_text, AssistantText::Recorded);
+    assert_eq!(rules.prompt_tiling, PromptTiling::Reference);
     assert!(!rules.session_affinity_header);
     assert!(rules.discover_model);
     assert_eq!(rules.warmup_phase_name, None);
