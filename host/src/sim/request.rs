@@ -134,6 +134,41 @@ pub fn parse_chat(
         )));
     };
 
+    let Options {
+        model,
+        stream,
+        include_usage,
+        ignore_eos,
+        max_tokens,
+    } = options(&obj)?;
+    let mut prompt_tokens = 0u64;
+    let mut hasher = BlockHasher::new(block_size);
+    for_each_text(&obj, &mut |text: &str| {
+        prompt_tokens += counter.count(text);
+        hasher.push_text(text);
+    })?;
+    Ok(ChatRequest {
+        model,
+        stream,
+        include_usage,
+        ignore_eos,
+        max_tokens,
+        prompt_tokens,
+        blocks: hasher.finish(),
+    })
+}
+
+/// The request's options; `n` must be 1.
+struct Options {
+    model: Option<String>,
+    stream: bool,
+    include_usage: bool,
+    ignore_eos: bool,
+    /// `max_completion_tokens`, else `max_tokens`.
+    max_tokens: Option<u64>,
+}
+
+fn options(obj: &Map<String, Value>) -> Result<Options, ApiError> {
     let model = match obj.get("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -177,6 +212,17 @@ pub fn parse_chat(
         }
     }
 
+    Ok(Options {
+        model,
+        stream,
+        include_usage,
+        ignore_eos,
+        max_tokens,
+    })
+}
+
+/// Calls `add` with the text of every message, in order (string contents and `text` parts).
+fn for_each_text(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Result<(), ApiError> {
     let messages = match obj.get("messages") {
         None => {
             return Err(ApiError {
@@ -196,12 +242,6 @@ pub fn parse_chat(
         });
     }
 
-    let mut prompt_tokens = 0u64;
-    let mut hasher = BlockHasher::new(block_size);
-    let mut add = |text: &str| {
-        prompt_tokens += counter.count(text);
-        hasher.push_text(text);
-    };
     for (i, m) in messages.iter().enumerate() {
         let Value::Object(m) = m else {
             return Err(wrong_type(&format!("messages[{i}]"), "an object", m));
@@ -221,39 +261,7 @@ pub fn parse_chat(
         match m.get("content") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => add(s),
-            Some(Value::Array(parts)) => {
-                for (j, p) in parts.iter().enumerate() {
-                    let field = || format!("messages[{i}].content[{j}]");
-                    let Value::Object(p) = p else {
-                        return Err(wrong_type(&field(), "a content part object", p));
-                    };
-                    match p.get("type") {
-                        Some(Value::String(t)) if t == "text" => match p.get("text") {
-                            Some(Value::String(s)) => add(s),
-                            Some(v) => {
-                                return Err(wrong_type(&format!("{}.text", field()), "a string", v))
-                            }
-                            None => {
-                                return Err(ApiError::bad_request(format!(
-                                    "missing field `{}.text` in a part of type \"text\"",
-                                    field()
-                                )))
-                            }
-                        },
-                        // Images, audio and other parts carry no text tokens in this model.
-                        Some(Value::String(_)) => {}
-                        Some(v) => {
-                            return Err(wrong_type(&format!("{}.type", field()), "a string", v))
-                        }
-                        None => {
-                            return Err(ApiError::bad_request(format!(
-                                "missing field `{}.type`: content parts look like {{\"type\": \"text\", \"text\": \"...\"}}",
-                                field()
-                            )))
-                        }
-                    }
-                }
-            }
+            Some(Value::Array(parts)) => content_parts(i, parts, add)?,
             Some(v) => {
                 return Err(wrong_type(
                     &format!("messages[{i}].content"),
@@ -263,16 +271,43 @@ pub fn parse_chat(
             }
         }
     }
+    Ok(())
+}
 
-    Ok(ChatRequest {
-        model,
-        stream,
-        include_usage,
-        ignore_eos,
-        max_tokens,
-        prompt_tokens,
-        blocks: hasher.finish(),
-    })
+/// The text parts of message `i`'s content array, each passed to `add`.
+fn content_parts(i: usize, parts: &[Value], add: &mut dyn FnMut(&str)) -> Result<(), ApiError> {
+    for (j, p) in parts.iter().enumerate() {
+        let field = || format!("messages[{i}].content[{j}]");
+        let Value::Object(p) = p else {
+            return Err(wrong_type(&field(), "a content part object", p));
+        };
+        match p.get("type") {
+            Some(Value::String(t)) if t == "text" => match p.get("text") {
+                Some(Value::String(s)) => add(s),
+                Some(v) => {
+                    return Err(wrong_type(&format!("{}.text", field()), "a string", v))
+                }
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "missing field `{}.text` in a part of type \"text\"",
+                        field()
+                    )))
+                }
+            },
+            // Images, audio and other parts carry no text tokens in this model.
+            Some(Value::String(_)) => {}
+            Some(v) => {
+                return Err(wrong_type(&format!("{}.type", field()), "a string", v))
+            }
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "missing field `{}.type`: content parts look like {{\"type\": \"text\", \"text\": \"...\"}}",
+                    field()
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// vLLM's context-length refusal for a prompt of `prompt` tokens asking for `output` more.

@@ -28,12 +28,12 @@ use tokio::time::Instant;
 
 use super::cache::{hash_str, mix64};
 use super::config::{SimConfig, Timing};
-use super::engine::Engine;
+use super::engine::{Admission, Engine};
 use super::faults;
 use super::metrics::{self, EngineMetrics, Exposition};
 use super::record::{Arrival, RequestLog, LOGGED_HEADERS};
 use super::request::{self, ApiError, ChatRequest};
-use super::stream::{self, Ident, Pace, StreamPlan, TokenStream, Usage, Words};
+use super::stream::{self, Ident, Pace, StreamFaults, StreamPlan, TokenStream, Usage, Words};
 
 /// How long shutdown waits for in-flight responses before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -277,71 +277,180 @@ fn millis(d: Duration) -> HeaderValue {
         .unwrap_or(HeaderValue::from_static("0"))
 }
 
-async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<SimBody>, Dropped> {
-    let arrival = Instant::now();
-    let config = &shared.config;
-    let seq = shared.chat_requests.fetch_add(1, Relaxed) + 1;
-    if let Some(n) = config.faults.stop_after {
-        if seq > n {
-            return Err(Dropped::StopAfter(n));
-        }
-        if seq == n {
-            shared.stop_accepting.notify_one();
-        }
-    }
+/// Who a chat request is: its number, id, engine and the draws keyed by it.
+struct Meta {
+    arrival: Instant,
+    /// The key of the request's draws and faults: its `x-request-id`, else its number.
+    key: u64,
+    /// The `x-request-id` it came with, echoed on the answer.
+    header_id: Option<String>,
+    /// The completion id.
+    id: String,
+    engine_ix: usize,
+    /// The request's own draws (after the id: its natural output length).
+    draws: ChaCha8Rng,
+    /// What the request log keeps of its arrival.
+    logged: Option<Arrival>,
+}
 
-    let header_id = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned);
-    let key = match &header_id {
-        Some(id) => hash_str(id),
-        None => mix64(seq),
-    };
-    // The request's own draws: 128 bits of id (always drawn, used when the client sent no id), then
-    // its natural output length.
-    let mut draws = ChaCha8Rng::seed_from_u64(config.seed ^ key ^ 0x5eed);
-    let drawn_id: u128 = draws.random();
-    let id = match &header_id {
-        Some(h) => format!("chatcmpl-{h}"),
-        None => format!("chatcmpl-{drawn_id:032x}"),
-    };
-    let session_key = SESSION_KEYS.iter().find_map(|k| {
-        req.headers()
-            .get(*k)
+impl Meta {
+    /// Numbers the request (or drops it past `stop_after`) and keys its draws, id and engine.
+    fn of(shared: &Shared, req: &Request<Incoming>) -> Result<Meta, Dropped> {
+        let arrival = Instant::now();
+        let config = &shared.config;
+        let seq = shared.chat_requests.fetch_add(1, Relaxed) + 1;
+        if let Some(n) = config.faults.stop_after {
+            if seq > n {
+                return Err(Dropped::StopAfter(n));
+            }
+            if seq == n {
+                shared.stop_accepting.notify_one();
+            }
+        }
+        let header_id = req
+            .headers()
+            .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .filter(|v| !v.is_empty())
-    });
-    let engine_ix = match session_key {
-        Some(c) => hash_str(c) % config.engines as u64,
-        None => shared.round_robin.fetch_add(1, Relaxed) % config.engines as u64,
-    } as usize;
+            .map(str::to_owned);
+        let key = match &header_id {
+            Some(id) => hash_str(id),
+            None => mix64(seq),
+        };
+        // 128 bits of id are always drawn first (used when the client sent no id).
+        let mut draws = ChaCha8Rng::seed_from_u64(config.seed ^ key ^ 0x5eed);
+        let drawn_id: u128 = draws.random();
+        let id = match &header_id {
+            Some(h) => format!("chatcmpl-{h}"),
+            None => format!("chatcmpl-{drawn_id:032x}"),
+        };
+        let session_key = SESSION_KEYS.iter().find_map(|k| {
+            req.headers()
+                .get(*k)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+        });
+        let engine_ix = match session_key {
+            Some(c) => hash_str(c) % config.engines as u64,
+            None => shared.round_robin.fetch_add(1, Relaxed) % config.engines as u64,
+        } as usize;
+        let logged = shared.request_log.as_ref().map(|_| Arrival {
+            seq,
+            conn: req.extensions().get::<ConnNo>().map_or(0, |c| c.0),
+            at: arrival,
+            headers: LOGGED_HEADERS
+                .iter()
+                .filter_map(|k| {
+                    let v = req.headers().get(*k)?;
+                    Some((*k, String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                })
+                .collect(),
+        });
+        Ok(Meta {
+            arrival,
+            key,
+            header_id,
+            id,
+            engine_ix,
+            draws,
+            logged,
+        })
+    }
 
-    let logged = shared.request_log.as_ref().map(|_| Arrival {
-        seq,
-        conn: req.extensions().get::<ConnNo>().map_or(0, |c| c.0),
-        at: arrival,
-        headers: LOGGED_HEADERS
-            .iter()
-            .filter_map(|k| {
-                let v = req.headers().get(*k)?;
-                Some((*k, String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            })
-            .collect(),
-    });
-
-    let with_id = |mut r: Response<SimBody>| {
-        if let Some(h) = &header_id {
+    /// `r` with the request's `x-request-id` echoed.
+    fn with_id(&self, mut r: Response<SimBody>) -> Response<SimBody> {
+        if let Some(h) = &self.header_id {
             if let Ok(v) = HeaderValue::from_str(h) {
                 r.headers_mut().insert("x-request-id", v);
             }
         }
         r
-    };
+    }
+}
 
-    // Refuse an oversized body before reading it when its length is declared.
+/// What a chat request asks for once read and checked.
+struct Accepted {
+    parsed: ChatRequest,
+    /// The output limit: the request's `max_tokens`, else what the context leaves.
+    max_tokens: u64,
+}
+
+async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<SimBody>, Dropped> {
+    let mut meta = Meta::of(&shared, &req)?;
+    let Accepted { parsed, max_tokens } = match read_chat(&shared, &meta, req).await? {
+        Ok(a) => a,
+        Err(e) => return Ok(meta.with_id(api_error(&e))),
+    };
+    let config = &shared.config;
+    let total = if parsed.ignore_eos {
+        max_tokens
+    } else {
+        let n = config.natural_output_tokens.max(1) as u64;
+        meta.draws
+            .random_range(n.div_ceil(2)..=n + n / 2)
+            .min(max_tokens)
+    };
+    let plan = faults::plan(&config.faults, meta.key, total);
+    if let Some(status) = plan.fail {
+        return Ok(meta.with_id(api_error(&injected_failure(status))));
+    }
+    let engine = &shared.engines[meta.engine_ix];
+    let adm = engine
+        .admit(
+            &config.timing,
+            parsed.prompt_tokens,
+            &parsed.blocks,
+            meta.arrival,
+        )
+        .await;
+    let answer = Answer {
+        ident: Ident::new(
+            &meta.id,
+            parsed.model.as_deref().unwrap_or(&config.model),
+            unix_now(),
+        ),
+        usage: Usage {
+            prompt_tokens: parsed.prompt_tokens,
+            completion_tokens: total,
+            cached_tokens: adm.cached_tokens,
+        },
+        finish_reason: if total == max_tokens {
+            "length"
+        } else {
+            "stop"
+        },
+        words: Words::new(config.seed ^ meta.key),
+    };
+    let sim_headers = [
+        ("x-sim-engine", HeaderValue::from(meta.engine_ix as u64)),
+        (
+            "x-sim-prompt-tokens",
+            HeaderValue::from(parsed.prompt_tokens),
+        ),
+        ("x-sim-cached-tokens", HeaderValue::from(adm.cached_tokens)),
+        ("x-sim-prefill-ms", millis(adm.prefill)),
+        ("x-sim-queue-ms", millis(adm.queued)),
+    ];
+    let mut r = if parsed.stream {
+        streamed(config, &meta, &parsed, adm, answer, plan.stream)
+    } else {
+        one_shot(config, engine, &meta, adm, answer, plan.stream).await?
+    };
+    let h = r.headers_mut();
+    for (name, v) in sim_headers {
+        h.insert(name, v);
+    }
+    Ok(meta.with_id(r))
+}
+
+/// Reads the body (refusing an oversized one), logs it, parses it and checks the model and the
+/// context: the request, or the API error to answer with.
+async fn read_chat(
+    shared: &Shared,
+    meta: &Meta,
+    req: Request<Incoming>,
+) -> Result<Result<Accepted, ApiError>, Dropped> {
+    let config = &shared.config;
     let limit = config.max_body_bytes;
     let declared = req
         .headers()
@@ -350,7 +459,7 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = |len: Option<u64>| {
         let size = len.map_or_else(|| format!("over {limit}"), |l| l.to_string());
-        with_id(api_error(&ApiError {
+        ApiError {
             status: 413,
             kind: "BadRequestError",
             message: format!(
@@ -358,146 +467,132 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
                  prompt or raise the server's --max-body-bytes"
             ),
             param: None,
-        }))
+        }
     };
+    // Refused before reading when its length is declared.
     if declared.is_some_and(|l| l > limit as u64) {
-        return Ok(too_large(declared));
+        return Ok(Err(too_large(declared)));
     }
     let body = match Limited::new(req.into_body(), limit).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(too_large(None)),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(Err(too_large(None))),
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
-
-    if let (Some(log), Some(a)) = (&shared.request_log, &logged) {
+    if let (Some(log), Some(a)) = (&shared.request_log, &meta.logged) {
         log.log(a, &body, &config.tokenizer);
     }
-    let parsed: ChatRequest = match request::parse_chat(&body, config.block_size, &config.tokenizer)
-    {
+    let parsed = match request::parse_chat(&body, config.block_size, &config.tokenizer) {
         Ok(r) => r,
-        Err(e) => return Ok(with_id(api_error(&e))),
+        Err(e) => return Ok(Err(e)),
     };
-    drop(body);
+    Ok(check_chat(config, parsed))
+}
+
+/// The model and the context window: the output limit, or the error to answer with.
+fn check_chat(config: &SimConfig, parsed: ChatRequest) -> Result<Accepted, ApiError> {
     if let Some(m) = &parsed.model {
         if config.strict_model && m != &config.model {
-            return Ok(with_id(api_error(&ApiError {
+            return Err(ApiError {
                 status: 404,
                 kind: "NotFoundError",
                 message: format!("The model `{m}` does not exist."),
                 param: Some("model".into()),
-            })));
+            });
         }
     }
     let prompt = parsed.prompt_tokens;
     let max_len = config.max_model_len;
     let max_tokens = match parsed.max_tokens {
         Some(out) if prompt + out > max_len => {
-            return Ok(with_id(api_error(&request::context_overflow(
-                max_len,
-                prompt,
-                Some(out),
-            ))))
+            return Err(request::context_overflow(max_len, prompt, Some(out)))
         }
         Some(out) => out,
-        None if prompt >= max_len => {
-            return Ok(with_id(api_error(&request::context_overflow(
-                max_len, prompt, None,
-            ))))
-        }
+        None if prompt >= max_len => return Err(request::context_overflow(max_len, prompt, None)),
         None => max_len - prompt,
     };
+    Ok(Accepted { parsed, max_tokens })
+}
 
-    let total = if parsed.ignore_eos {
-        max_tokens
+/// The error of an injected failure (`--fail-rate`) with `status`.
+fn injected_failure(status: u16) -> ApiError {
+    let (kind, message) = if status == 500 {
+        (
+            "InternalServerError",
+            "simulated engine failure (--fail-rate); retry the request",
+        )
     } else {
-        let n = config.natural_output_tokens.max(1) as u64;
-        draws
-            .random_range(n.div_ceil(2)..=n + n / 2)
-            .min(max_tokens)
+        (
+            "ServiceUnavailableError",
+            "simulated overload: the engine is unavailable (--fail-rate); retry later",
+        )
     };
-    let finish_reason = if total == max_tokens {
-        "length"
-    } else {
-        "stop"
-    };
-
-    let plan = faults::plan(&config.faults, key, total);
-    if let Some(status) = plan.fail {
-        let (kind, message) = if status == 500 {
-            (
-                "InternalServerError",
-                "simulated engine failure (--fail-rate); retry the request",
-            )
-        } else {
-            (
-                "ServiceUnavailableError",
-                "simulated overload: the engine is unavailable (--fail-rate); retry later",
-            )
-        };
-        return Ok(with_id(api_error(&ApiError {
-            status,
-            kind,
-            message: message.into(),
-            param: None,
-        })));
+    ApiError {
+        status,
+        kind,
+        message: message.into(),
+        param: None,
     }
+}
 
-    let engine = &shared.engines[engine_ix];
-    let adm = engine
-        .admit(&config.timing, prompt, &parsed.blocks, arrival)
-        .await;
-    let model = parsed.model.as_deref().unwrap_or(&config.model);
-    let ident = Ident::new(&id, model, unix_now());
-    let usage = Usage {
-        prompt_tokens: prompt,
-        completion_tokens: total,
-        cached_tokens: adm.cached_tokens,
+/// What an answer says whichever way it is sent.
+struct Answer {
+    ident: Ident,
+    usage: Usage,
+    finish_reason: &'static str,
+    words: Words,
+}
+
+/// A streamed answer: the tokens flow from the admission's first-token time at the pace of the
+/// timing model.
+fn streamed(
+    config: &SimConfig,
+    meta: &Meta,
+    parsed: &ChatRequest,
+    adm: Admission,
+    answer: Answer,
+    faults: StreamFaults,
+) -> Response<SimBody> {
+    let pace = match &config.timing {
+        Timing::Instant => Pace::Instant,
+        Timing::Fixed { itl, .. } => Pace::Fixed(*itl),
+        Timing::Modeled(m) => Pace::Modeled {
+            timing: m.clone(),
+            block_size: config.block_size as u64,
+        },
     };
-    let mut words = Words::new(config.seed ^ key);
-    let headers = |r: &mut Response<SimBody>| {
-        let h = r.headers_mut();
-        h.insert("x-sim-engine", HeaderValue::from(engine_ix as u64));
-        h.insert("x-sim-prompt-tokens", HeaderValue::from(prompt));
-        h.insert("x-sim-cached-tokens", HeaderValue::from(adm.cached_tokens));
-        h.insert("x-sim-prefill-ms", millis(adm.prefill));
-        h.insert("x-sim-queue-ms", millis(adm.queued));
-    };
+    let mut r = full(
+        StatusCode::OK,
+        "text/event-stream; charset=utf-8",
+        Bytes::new(),
+    );
+    *r.body_mut() = SimBody::Stream(Box::new(TokenStream::new(StreamPlan {
+        running: adm.running,
+        ident: answer.ident,
+        pace,
+        first_token_at: adm.first_token_at,
+        arrival: meta.arrival,
+        total_tokens: answer.usage.completion_tokens,
+        finish_reason: answer.finish_reason,
+        include_usage: parsed.include_usage,
+        usage: answer.usage,
+        words: answer.words,
+        tokens_per_chunk: config.tokens_per_chunk,
+        faults,
+    })));
+    r
+}
 
-    if parsed.stream {
-        let pace = match &config.timing {
-            Timing::Instant => Pace::Instant,
-            Timing::Fixed { itl, .. } => Pace::Fixed(*itl),
-            Timing::Modeled(m) => Pace::Modeled {
-                timing: m.clone(),
-                block_size: config.block_size as u64,
-            },
-        };
-        let mut r = full(
-            StatusCode::OK,
-            "text/event-stream; charset=utf-8",
-            Bytes::new(),
-        );
-        headers(&mut r);
-        let first_token_at = adm.first_token_at;
-        *r.body_mut() = SimBody::Stream(Box::new(TokenStream::new(StreamPlan {
-            running: adm.running,
-            ident,
-            pace,
-            first_token_at,
-            arrival,
-            total_tokens: total,
-            finish_reason,
-            include_usage: parsed.include_usage,
-            usage,
-            words,
-            tokens_per_chunk: config.tokens_per_chunk,
-            faults: plan.stream,
-        })));
-        return Ok(with_id(r));
-    }
-
-    // One-shot: wait out the whole generation, then answer at once.
+/// A one-shot answer: waits out the whole generation, then answers at once.
+async fn one_shot(
+    config: &SimConfig,
+    engine: &Engine,
+    meta: &Meta,
+    adm: Admission,
+    mut answer: Answer,
+    faults: StreamFaults,
+) -> Result<Response<SimBody>, Dropped> {
     let m = &engine.metrics;
+    let total = answer.usage.completion_tokens;
     let itl = match &config.timing {
         Timing::Instant => Duration::ZERO,
         Timing::Fixed { itl, .. } => *itl,
@@ -506,9 +601,9 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
     let steps = total.saturating_sub(1);
     m.itl.observe_n(itl.as_nanos() as u64, steps);
     let mut done_at =
-        adm.first_token_at.unwrap_or(arrival) + itl * steps.min(u32::MAX as u64) as u32;
-    if plan.stream.stall_before.is_some() {
-        done_at += plan.stream.stall;
+        adm.first_token_at.unwrap_or(meta.arrival) + itl * steps.min(u32::MAX as u64) as u32;
+    if faults.stall_before.is_some() {
+        done_at += faults.stall;
     }
     if done_at > Instant::now() {
         tokio::time::sleep_until(done_at).await;
@@ -516,27 +611,26 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
     let mut running = adm.running;
     running.add_kv(total);
     m.generation_tokens.fetch_add(total, Relaxed);
-    if plan.stream.reset_after.is_some() {
+    if faults.reset_after.is_some() {
         m.success_abort.fetch_add(1, Relaxed);
         return Err(Dropped::Reset);
     }
     m.e2e
-        .observe_duration(Instant::now().saturating_duration_since(arrival));
+        .observe_duration(Instant::now().saturating_duration_since(meta.arrival));
     m.generation_len.observe_n(total, 1);
-    if finish_reason == "length" {
+    if answer.finish_reason == "length" {
         m.success_length.fetch_add(1, Relaxed);
     } else {
         m.success_stop.fetch_add(1, Relaxed);
     }
-    let text = words.text(total);
-    let mut body = stream::completion_json(&ident, &text, finish_reason, &usage);
-    if plan.stream.malformed_before.is_some() {
+    let text = answer.words.text(total);
+    let mut body =
+        stream::completion_json(&answer.ident, &text, answer.finish_reason, &answer.usage);
+    if faults.malformed_before.is_some() {
         body.truncate(body.len() / 2);
     }
     drop(running);
-    let mut r = json(StatusCode::OK, body);
-    headers(&mut r);
-    Ok(with_id(r))
+    Ok(json(StatusCode::OK, body))
 }
 
 /// Accept connections until shutdown, then drain them for at most [`SHUTDOWN_GRACE`].
