@@ -174,7 +174,7 @@ fn options(obj: &Map<String, Value>) -> Result<Options, ApiError> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(v) => return Err(wrong_type("model", "a string", v)),
     };
-    let stream = opt_bool(&obj, "stream")?.unwrap_or(false);
+    let stream = opt_bool(obj, "stream")?.unwrap_or(false);
     let include_usage = match obj.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => {
@@ -194,10 +194,10 @@ fn options(obj: &Map<String, Value>) -> Result<Options, ApiError> {
         }
         Some(v) => return Err(wrong_type("stream_options", "an object", v)),
     };
-    let ignore_eos = opt_bool(&obj, "ignore_eos")?.unwrap_or(false);
-    let max_tokens = match opt_positive_int(&obj, "max_completion_tokens")? {
+    let ignore_eos = opt_bool(obj, "ignore_eos")?.unwrap_or(false);
+    let max_tokens = match opt_positive_int(obj, "max_completion_tokens")? {
         Some(v) => Some(v),
-        None => opt_positive_int(&obj, "max_tokens")?,
+        None => opt_positive_int(obj, "max_tokens")?,
     };
     match obj.get("n") {
         None | Some(Value::Null) => {}
