@@ -317,33 +317,14 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     )?;
     let lanes = planned.lanes;
     let planned_in = t0.elapsed() - built_in;
-    // Every turn's end-to-start delay, from the scenario's rule.
-    let dp = scenario::types_v2::DelayParams {
-        think_time_only: d.think_only,
-        cap_seconds: d.cap,
-    };
-    let mut delays_ms = Vec::with_capacity(corpus.streams.len());
-    for (i, t) in corpus.trees.iter().enumerate() {
-        for (si, s) in t.streams.iter().enumerate() {
-            let traj = corpus.stream(i, si);
-            let mut v = vec![0.0; s.turns.len()];
-            for (k, w) in s.turns.windows(2).enumerate() {
-                v[k + 1] = d.inst.tree_turn_delay(
-                    dp,
-                    scenario::types_v2::TurnTimes {
-                        ts_ms: w[1].ts_ms,
-                        prev_ts_ms: w[0].ts_ms,
-                        prev_api_ms: w[0].api_time_ms,
-                        think_time_ms: traj
-                            .turn(k + 1)
-                            .and_then(|x| x.think_time())
-                            .map(|x| x * 1e3),
-                    },
-                )?;
-            }
-            delays_ms.push(v);
-        }
-    }
+    let delays_ms = tree_delays(
+        corpus,
+        d.inst,
+        scenario::types_v2::DelayParams {
+            think_time_only: d.think_only,
+            cap_seconds: d.cap,
+        },
+    )?;
     let delays_in = t0.elapsed() - built_in - planned_in;
     tracing::info!(
         "session-tree plan: {} lanes over {} trees in {:.0} ms",
@@ -392,11 +373,56 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
         "planning_ms": planned_in.as_secs_f64() * 1e3,
         "lanes": lanes,
     });
+    let table = lane_table(&lanes);
+    Ok(TreePlanned {
+        corpus,
+        lanes,
+        next_draw: planned.next_draw,
+        rules,
+        delays_ms,
+        json,
+        table,
+    })
+}
+
+/// Every turn's end-to-start delay (ms) of every stream of `corpus`, from the scenario's rule.
+fn tree_delays(
+    corpus: &dataset::tree::corpus::TreeCorpus,
+    inst: &mut ScenarioInstance,
+    dp: scenario::types_v2::DelayParams,
+) -> anyhow::Result<Vec<Vec<f64>>> {
+    let mut delays_ms = Vec::with_capacity(corpus.streams.len());
+    for (i, t) in corpus.trees.iter().enumerate() {
+        for (si, s) in t.streams.iter().enumerate() {
+            let traj = corpus.stream(i, si);
+            let mut v = vec![0.0; s.turns.len()];
+            for (k, w) in s.turns.windows(2).enumerate() {
+                v[k + 1] = inst.tree_turn_delay(
+                    dp,
+                    scenario::types_v2::TurnTimes {
+                        ts_ms: w[1].ts_ms,
+                        prev_ts_ms: w[0].ts_ms,
+                        prev_api_ms: w[0].api_time_ms,
+                        think_time_ms: traj
+                            .turn(k + 1)
+                            .and_then(|x| x.think_time())
+                            .map(|x| x * 1e3),
+                    },
+                )?;
+            }
+            delays_ms.push(v);
+        }
+    }
+    Ok(delays_ms)
+}
+
+/// The dry run's lane table: each lane's trace, t* and streams (next/warm turn, offset).
+fn lane_table(lanes: &[replay::tree::TreeLane]) -> String {
     let mut table = format!(
         "{:>5}  {:<24} {:>12}  streams (next/warm, offset ms)",
         "lane", "trace", "t* (ms)"
     );
-    for l in &lanes {
+    for l in lanes {
         let t = l
             .t_star_ms
             .map_or("turn-index".to_string(), |t| format!("{t:.1}"));
@@ -422,15 +448,7 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
             s.join("; ")
         ));
     }
-    Ok(TreePlanned {
-        corpus,
-        lanes,
-        next_draw: planned.next_draw,
-        rules,
-        delays_ms,
-        json,
-        table,
-    })
+    table
 }
 
 /// The theoretical prefix-cache stamps of every trace the profiling records replayed.
