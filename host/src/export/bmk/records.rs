@@ -1,0 +1,256 @@
+//! The records of `profile_export.jsonl` as the report reads them (phase, failure, latencies).
+
+use super::*;
+
+/// The phase of a record; records without a phase (older aiperf) are profiling records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordPhase {
+    Warmup,
+    Profiling,
+}
+
+/// What a failed record says went wrong.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Failure {
+    pub code: Option<i64>,
+    pub kind: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Failure {
+    /// The category InferenceX groups dropped rows by: the error's type (`type`, `error_type` or
+    /// `class`), else its code, else its message up to the first ':'.
+    pub fn category(&self) -> String {
+        if let Some(k) = self.kind.as_deref().filter(|k| !k.is_empty()) {
+            return k.to_string();
+        }
+        if let Some(c) = self.code {
+            return c.to_string();
+        }
+        match self.message.as_deref() {
+            Some(m) if !m.trim().is_empty() => m.split(':').next().unwrap_or(m).trim().to_string(),
+            _ => "unknown".into(),
+        }
+    }
+
+    /// A context overflow, as the record writer classified it (`error.type`).
+    pub fn is_context_overflow(&self) -> bool {
+        self.kind.as_deref().is_some_and(|k| {
+            let k = k.to_ascii_lowercase().replace(['_', '-', ' '], "");
+            k.contains("contextoverflow")
+        })
+    }
+}
+
+/// One line of `profile_export.jsonl`, reduced to what the report reads. Latencies are in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileRecord {
+    /// 1-based line in the file, for messages.
+    pub line: usize,
+    pub conversation_id: String,
+    pub turn_index: Option<u64>,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    pub phase: RecordPhase,
+    pub cancelled: bool,
+    pub error: Option<Failure>,
+    pub ttft_s: Option<f64>,
+    pub e2el_s: Option<f64>,
+    pub itl_s: Option<f64>,
+    /// aiperf's `full_response_inter_token_latency` (the whole response over its tokens), when the
+    /// record writer gave it.
+    pub full_response_itl_s: Option<f64>,
+    pub isl: Option<f64>,
+    pub osl: Option<f64>,
+    pub cache_read_tokens: Option<f64>,
+}
+
+impl ProfileRecord {
+    /// What became of the request ([`Outcome`]); an overflow is an error the record writer typed as one.
+    pub fn outcome(&self) -> Outcome {
+        Outcome::classify(
+            self.error
+                .as_ref()
+                .is_some_and(Failure::is_context_overflow),
+            self.cancelled,
+            self.error.is_some(),
+        )
+    }
+
+    /// Counted as a success: no error and not cancelled.
+    pub fn ok(&self) -> bool {
+        self.outcome().is_ok()
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawRecord {
+    metadata: RawMeta,
+    #[serde(default)]
+    metrics: serde_json::Map<String, Value>,
+    #[serde(default)]
+    error: Value,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawMeta {
+    #[serde(default)]
+    conversation_id: Option<String>,
+    #[serde(default)]
+    turn_index: Option<u64>,
+    #[serde(default)]
+    request_start_ns: Option<u64>,
+    #[serde(default)]
+    request_end_ns: Option<u64>,
+    #[serde(default)]
+    benchmark_phase: Option<String>,
+    #[serde(default)]
+    was_cancelled: Option<bool>,
+}
+
+/// Seconds per unit of a latency metric; aiperf writes `ms`, and a missing unit means `ms`.
+pub(super) fn seconds_per(unit: Option<&str>) -> Option<f64> {
+    match unit.map(str::trim) {
+        None | Some("ms") | Some("") => Some(1e-3),
+        Some("s") | Some("sec") => Some(1.0),
+        Some("us") | Some("µs") => Some(1e-6),
+        Some("ns") => Some(1e-9),
+        _ => None,
+    }
+}
+
+/// The scalar value and unit of `metrics[name]` (`{"value","unit"}` or a bare number); `None` when absent
+/// or null.
+pub(super) fn metric_value<'a>(
+    metrics: &'a serde_json::Map<String, Value>,
+    name: &str,
+) -> Result<Option<(f64, Option<&'a str>)>, String> {
+    let (v, unit) = match metrics.get(name) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(o)) => (
+            o.get("value").unwrap_or(&Value::Null),
+            o.get("unit").and_then(Value::as_str),
+        ),
+        Some(v) => (v, None),
+    };
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_f64()
+            .map(|x| Some((x, unit)))
+            .ok_or_else(|| format!("metrics.{name}.value is not a finite number")),
+        other => Err(format!(
+            "metrics.{name}.value must be a number, got {}",
+            kind_of(other)
+        )),
+    }
+}
+
+pub(super) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A latency metric in seconds, kept only when > 0 (InferenceX's `_ms_to_s`).
+pub(super) fn latency(
+    metrics: &serde_json::Map<String, Value>,
+    name: &str,
+) -> Result<Option<f64>, String> {
+    let Some((v, unit)) = metric_value(metrics, name)? else {
+        return Ok(None);
+    };
+    let per = seconds_per(unit).ok_or_else(|| {
+        format!(
+            "metrics.{name}.unit {:?} is not a time unit (ms, s, us, ns)",
+            unit.unwrap_or_default()
+        )
+    })?;
+    let s = v * per;
+    Ok((s > 0.0).then_some(s))
+}
+
+/// Python truthiness of the `error` field: null, false, "" and empty containers mean no error.
+pub(super) fn failure_of(v: &Value) -> Option<Failure> {
+    match v {
+        Value::Null | Value::Bool(false) => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::Array(a) if a.is_empty() => None,
+        Value::Object(o) if o.is_empty() => None,
+        Value::Object(o) => Some(Failure {
+            code: o.get("code").and_then(Value::as_i64),
+            kind: ["type", "error_type", "class"]
+                .iter()
+                .find_map(|k| o.get(*k).and_then(Value::as_str))
+                .map(str::to_owned),
+            message: o.get("message").and_then(Value::as_str).map(str::to_owned),
+        }),
+        Value::String(s) => Some(Failure {
+            message: Some(s.clone()),
+            ..Failure::default()
+        }),
+        other => Some(Failure {
+            message: Some(other.to_string()),
+            ..Failure::default()
+        }),
+    }
+}
+
+/// Parses one record line (1-based `line` for messages).
+pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, String> {
+    let raw: RawRecord = serde_json::from_str(text).map_err(|e| {
+        format!("not an aiperf record ({e}); each line must be one JSON object with `metadata`, `metrics` and `error`")
+    })?;
+    let phase = match raw.metadata.benchmark_phase.as_deref() {
+        None | Some("profiling") => RecordPhase::Profiling,
+        Some("warmup") => RecordPhase::Warmup,
+        Some(other) => {
+            return Err(format!(
+                "metadata.benchmark_phase {other:?} is not \"warmup\" or \"profiling\""
+            ))
+        }
+    };
+    let m = &raw.metrics;
+    let count =
+        |name: &str| -> Result<Option<f64>, String> { Ok(metric_value(m, name)?.map(|(v, _)| v)) };
+    Ok(ProfileRecord {
+        line,
+        conversation_id: raw.metadata.conversation_id.unwrap_or_default(),
+        turn_index: raw.metadata.turn_index,
+        start_ns: raw.metadata.request_start_ns,
+        end_ns: raw.metadata.request_end_ns,
+        phase,
+        cancelled: raw.metadata.was_cancelled.unwrap_or(false),
+        error: failure_of(&raw.error),
+        ttft_s: latency(m, "time_to_first_token")?,
+        e2el_s: latency(m, "request_latency")?,
+        itl_s: latency(m, "inter_token_latency")?,
+        full_response_itl_s: latency(m, "full_response_inter_token_latency")?,
+        isl: count("input_sequence_length")?,
+        osl: count("output_sequence_length")?,
+        cache_read_tokens: count("usage_prompt_cache_read_tokens")?,
+    })
+}
+
+/// Parses the text of a `profile_export.jsonl`; `path` names the file in errors (`path:line: ...`).
+pub fn parse_profile_export(text: &str, path: &Path) -> Result<Vec<ProfileRecord>, ReportError> {
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        out.push(
+            parse_record(l, i + 1).map_err(|message| ReportError::Record {
+                path: path.to_owned(),
+                line: i + 1,
+                message,
+            })?,
+        );
+    }
+    Ok(out)
+}
