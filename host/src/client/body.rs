@@ -1,0 +1,165 @@
+//! Request bodies: the JSON made from the prompt synthesis's shared pieces ([`RequestBody`],
+//! [`JsonBody`]), sent with vectored writes without being copied into one buffer.
+
+use super::*;
+
+/// Writes a chat completion request body into one reusable buffer.
+#[derive(Debug, Clone)]
+pub struct RequestBody {
+    /// `{"model":"M","messages":`, built once and shared by every body.
+    head: Bytes,
+    stream: bool,
+    include_usage: bool,
+    /// `,"k":v` pairs of the extra inputs, already serialized.
+    extra_json: Vec<u8>,
+    /// `,"max_tokens":` or `,"max_completion_tokens":`.
+    token_field: &'static [u8],
+}
+
+impl RequestBody {
+    /// `extra` are the `--extra-inputs` pairs (values already JSON); a key the body sets itself
+    /// (`model`, `messages`, `stream`, `stream_options`, `max_tokens`) overrides nothing and is refused
+    /// by the caller.
+    pub fn new(
+        model: &str,
+        stream: bool,
+        include_usage: bool,
+        extra: &[(String, serde_json::Value)],
+    ) -> RequestBody {
+        let mut head = b"{\"model\":".to_vec();
+        serde_json::to_writer(&mut head, model).expect("string serializes");
+        head.extend_from_slice(b",\"messages\":");
+        let mut extra_json = Vec::new();
+        for (k, v) in extra {
+            extra_json.push(b',');
+            serde_json::to_writer(&mut extra_json, k).expect("string serializes");
+            extra_json.push(b':');
+            serde_json::to_writer(&mut extra_json, v).expect("value serializes");
+        }
+        RequestBody {
+            head: Bytes::from(head),
+            stream,
+            include_usage,
+            extra_json,
+            token_field: b",\"max_tokens\":",
+        }
+    }
+
+    /// The token limit sent as `max_completion_tokens` (aiperf 0.13 and agentx-harness 1.0.12 for
+    /// session trees; `max_tokens` only with their legacy flag) instead of `max_tokens`.
+    pub fn with_max_completion_tokens(mut self, on: bool) -> RequestBody {
+        self.token_field = if on {
+            b",\"max_completion_tokens\":"
+        } else {
+            b",\"max_tokens\":"
+        };
+        self
+    }
+
+    /// The keys the body sets itself; `--extra-inputs` may not name them.
+    pub const RESERVED: [&'static str; 6] = [
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+    ];
+
+    /// Writes `{"model":..,"messages":<messages>,"max_tokens":N,"stream":..,...}` to `out`.
+    pub fn write(&self, out: &mut Vec<u8>, max_tokens: u32, messages: impl FnOnce(&mut Vec<u8>)) {
+        out.extend_from_slice(&self.head);
+        messages(out);
+        self.write_tail(out, max_tokens);
+    }
+
+    /// The same body as [`RequestBody::write`], made of shared pieces: `messages` is the messages
+    /// array without its closing `]` (as [`crate::dataset::Conversation::messages_json_parts`] gives
+    /// it), and its pieces are sent as they are, not copied.
+    pub fn build(&self, max_tokens: u32, messages: Vec<Bytes>) -> JsonBody {
+        let mut parts = Vec::with_capacity(messages.len() + 2);
+        parts.push(self.head.clone());
+        parts.extend(messages);
+        let mut tail = Vec::with_capacity(96 + self.extra_json.len());
+        tail.push(b']');
+        self.write_tail(&mut tail, max_tokens);
+        parts.push(Bytes::from(tail));
+        JsonBody::from_parts(parts)
+    }
+
+    /// Everything after the messages array.
+    pub(super) fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32) {
+        out.extend_from_slice(self.token_field);
+        out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
+        if self.stream {
+            out.extend_from_slice(b",\"stream\":true");
+            if self.include_usage {
+                out.extend_from_slice(b",\"stream_options\":{\"include_usage\":true}");
+            }
+        } else {
+            out.extend_from_slice(b",\"stream\":false");
+        }
+        out.extend_from_slice(&self.extra_json);
+        out.push(b'}');
+    }
+}
+
+/// A request body made of shared pieces with an exact length (so it goes out with `Content-Length`).
+/// hyper queues the pieces and writes them with vectored writes, so a long conversation's JSON is
+/// never copied into one buffer on its way to the socket.
+#[derive(Debug, Clone, Default)]
+pub struct JsonBody {
+    parts: std::collections::VecDeque<Bytes>,
+    len: u64,
+}
+
+impl JsonBody {
+    pub fn from_parts(parts: Vec<Bytes>) -> JsonBody {
+        let parts: std::collections::VecDeque<Bytes> =
+            parts.into_iter().filter(|p| !p.is_empty()).collect();
+        let len = parts.iter().map(|p| p.len() as u64).sum();
+        JsonBody { parts, len }
+    }
+
+    /// Bytes left to send.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The whole body in one buffer (for tests and diagnostics; sending never does this).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len as usize);
+        for p in &self.parts {
+            v.extend_from_slice(p);
+        }
+        v
+    }
+}
+
+impl http_body::Body for JsonBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.parts.pop_front();
+        if let Some(p) = &next {
+            self.len -= p.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.len)
+    }
+}
