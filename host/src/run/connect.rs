@@ -62,30 +62,32 @@ pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Optio
         failed_request_threshold: cfg.failed_request_threshold,
         host: host_name(),
     };
-    let coordinator = if sh.index == 0 {
-        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], sh.port));
-        Some(runtime.block_on(rendezvous::Coordinator::start(
-            addr,
-            hello.clone(),
-            sh.timeout,
-        ))?)
-    } else {
-        None
-    };
-    // Shard 0 reaches its own coordinator over loopback.
-    let target = if sh.index == 0 {
-        format!("127.0.0.1:{}", sh.port)
-    } else {
-        sh.coordinator.clone()
-    };
-    tracing::info!(
-        shard = sh.index,
-        shards = sh.count,
-        coordinator = %target,
-        source = sh.source,
-        "rendezvous: joining"
-    );
-    let member = runtime.block_on(rendezvous::Member::join(&target, &hello, sh.timeout))?;
+    let (member, coordinator) = runtime.block_on(async {
+        if sh.index == 0 {
+            let addr = std::net::SocketAddr::from(([0, 0, 0, 0], sh.port));
+            let mut c = rendezvous::Coordinator::start(addr, hello.clone(), sh.timeout).await?;
+            tracing::info!(
+                shard = sh.index,
+                shards = sh.count,
+                coordinator = %c.addr(),
+                source = sh.source,
+                "rendezvous: joining"
+            );
+            // Shard 0 reaches its own coordinator over loopback.
+            let m = c.join_own(&hello, sh.timeout).await?;
+            anyhow::Ok((m, Some(c)))
+        } else {
+            tracing::info!(
+                shard = sh.index,
+                shards = sh.count,
+                coordinator = %sh.coordinator,
+                source = sh.source,
+                "rendezvous: joining"
+            );
+            let m = rendezvous::Member::join(&sh.coordinator, &hello, sh.timeout).await?;
+            Ok((m, None))
+        }
+    })?;
     tracing::info!(
         run_id = %member.run_id,
         seed = member.seed,

@@ -211,6 +211,8 @@ pub struct ShardSeen {
 /// Shard 0's listening coordinator.
 pub struct Coordinator {
     task: tokio::task::JoinHandle<anyhow::Result<CoordinatorReport>>,
+    /// Where it listens (the port resolved when 0 was asked for).
+    addr: SocketAddr,
 }
 
 impl Coordinator {
@@ -226,9 +228,49 @@ impl Coordinator {
                 "shard 0 cannot listen on {addr} for the rendezvous; free the port or choose another with --coordinator-port"
             )
         })?;
+        let addr = listener.local_addr().unwrap_or(addr);
         tracing::info!(%addr, shards = reference.count, "rendezvous: listening");
         let task = tokio::spawn(serve(listener, reference, timeout));
-        Ok(Coordinator { task })
+        Ok(Coordinator { task, addr })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Shard 0 joins its own rendezvous (at the address it listens on; loopback when that is every
+    /// interface). If the coordinator ends first (it refused the run before shard 0's own hello
+    /// arrived, say) that is the error: shard 0 says why as the others do.
+    pub async fn join_own(&mut self, hello: &Hello, timeout: Duration) -> anyhow::Result<Member> {
+        let target = match self.addr.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::from(([127, 0, 0, 1], self.addr.port()))
+            }
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, self.addr.port()))
+            }
+            _ => self.addr,
+        };
+        let target = target.to_string();
+        let ended = |r: Result<anyhow::Result<CoordinatorReport>, tokio::task::JoinError>| match r {
+            Ok(Err(e)) => e,
+            Ok(Ok(_)) => anyhow!("the rendezvous ended before shard 0 joined it"),
+            Err(e) => anyhow!("the rendezvous task failed: {e}"),
+        };
+        let joined = tokio::select! {
+            m = Member::join(&target, hello, timeout) => m,
+            r = &mut self.task => return Err(ended(r)),
+        };
+        match joined {
+            Ok(m) => Ok(m),
+            // A coordinator that ended (it refused the run) closes shard 0's own connection with
+            // it, and its reason is the one to tell.
+            Err(e) => match tokio::time::timeout(Duration::from_secs(1), &mut self.task).await {
+                Ok(r) => Err(ended(r)),
+                Err(_) => Err(e),
+            },
+        }
     }
 
     /// Waits for the rendezvous to end (every shard done or lost).
@@ -884,6 +926,43 @@ mod tests {
             failed_request_threshold: None,
             host: "h0".into(),
         }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Shard 0 says why the run was refused even when another shard's disagreeing hello reached
+    /// the coordinator before shard 0's own did (it used to wait for its own connection, which the
+    /// ended coordinator never answered).
+    #[test]
+    fn shard_0_reports_a_refusal_that_came_before_its_own_hello() {
+        rt().block_on(async {
+            let local = SocketAddr::from(([127, 0, 0, 1], 0));
+            let mut c = Coordinator::start(local, hello(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            let mut other = hello();
+            other.index = 1;
+            other.seed = 43;
+            let target = c.addr().to_string();
+            let e = Member::join(&target, &other, Duration::from_secs(5))
+                .await
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("--random-seed 43 (shard 0 has 7)"), "{e}");
+            let e = c
+                .join_own(&hello(), Duration::from_secs(5))
+                .await
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("--random-seed 43 (shard 0 has 7)"), "{e}");
+        });
     }
 
     #[test]
