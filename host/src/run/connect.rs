@@ -64,8 +64,12 @@ pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Optio
     };
     let (member, coordinator) = runtime.block_on(async {
         if sh.index == 0 {
-            let addr = std::net::SocketAddr::from(([0, 0, 0, 0], sh.port));
-            let mut c = rendezvous::Coordinator::start(addr, hello.clone(), sh.timeout).await?;
+            let addr =
+                rendezvous::listen_addr(&sh.coordinator, sh.bind.as_deref(), sh.port, sh.timeout)
+                    .await?;
+            let mut c =
+                rendezvous::Coordinator::start(addr, hello.clone(), sh.auth.clone(), sh.timeout)
+                    .await?;
             tracing::info!(
                 shard = sh.index,
                 shards = sh.count,
@@ -73,8 +77,7 @@ pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Optio
                 source = sh.source,
                 "rendezvous: joining"
             );
-            // Shard 0 reaches its own coordinator over loopback.
-            let m = c.join_own(&hello, sh.timeout).await?;
+            let m = c.join_own(&hello, &sh.auth, sh.timeout).await?;
             anyhow::Ok((m, Some(c)))
         } else {
             tracing::info!(
@@ -82,9 +85,10 @@ pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Optio
                 shards = sh.count,
                 coordinator = %sh.coordinator,
                 source = sh.source,
+                secret = sh.auth.source,
                 "rendezvous: joining"
             );
-            let m = rendezvous::Member::join(&sh.coordinator, &hello, sh.timeout).await?;
+            let m = rendezvous::Member::join(&sh.coordinator, &hello, &sh.auth, sh.timeout).await?;
             Ok((m, None))
         }
     })?;
