@@ -309,3 +309,43 @@ fn the_first_srv_row_has_the_servers_token_throughput() {
         "{first}"
     );
 }
+
+/// With progress rows more often than scrapes, a row with no scrape since the one before keeps the
+/// server's last token throughput instead of `-`; against the simulator on a port of its own.
+#[test]
+fn srv_rows_between_scrapes_keep_the_servers_token_throughput() {
+    let sim = crate::support::Sim::start(agentx::sim::SimConfig::max());
+    let mut args = crate::support::fixture_args("run", &sim.url());
+    let at = args.iter().position(|a| a == "--stats-interval").unwrap();
+    args[at + 1] = "0.25".into();
+    args.extend(
+        [
+            "--concurrency",
+            "4",
+            "--benchmark-duration",
+            "4",
+            "--ignore-trace-delays",
+        ]
+        .map(String::from),
+    );
+    let r = crate::support::Run::exec(
+        tempfile::tempdir().unwrap(),
+        &args,
+        &[("AGENTX_SERVER_METRICS_COLLECTION_INTERVAL", "1")],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let err = r.stderr();
+    let rows: Vec<&str> = err.lines().filter(|l| l.contains(" srv ")).collect();
+    assert!(rows.len() >= 8, "{err}");
+    // The first rows may come before a second scrape; after the first throughput, every row has one.
+    let first = rows
+        .iter()
+        .position(|l| !l.contains("tput_in_srv=-"))
+        .unwrap_or_else(|| panic!("no srv row with the server's throughput in {err}"));
+    for l in &rows[first..] {
+        assert!(
+            !l.contains("tput_in_srv=-") && !l.contains("tput_out_srv=-"),
+            "{l}"
+        );
+    }
+}

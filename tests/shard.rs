@@ -529,3 +529,165 @@ fn a_warmup_failure_on_one_shard_stops_every_shard_before_profiling() {
         "{s0}"
     );
 }
+
+/// What a stranger at the rendezvous does with its connection.
+#[derive(Clone, Copy)]
+enum Stranger {
+    /// Sends bytes that are no rendezvous message, and stays.
+    Garbage,
+    /// Says a well-formed hello of shard 1 with a wrong secret, and stays.
+    WrongToken,
+    /// Connects and says nothing.
+    Silent,
+}
+
+/// A 2-shard run with a secret (AGENTX_RENDEZVOUS_TOKEN) whose coordinator a stranger reaches
+/// first: shard 0 starts, the stranger connects, then shard 1 starts. Returns both shards' outputs
+/// and the merged run's directory.
+fn a_run_with_a_stranger(
+    work: &Path,
+    stranger: Stranger,
+    duration: &str,
+) -> (Vec<Output>, PathBuf) {
+    use std::io::Write;
+    let sim = Sim::start(SimConfig::max());
+    let out = work.join("run");
+    let merged = work.join("merged");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let env = [("AGENTX_RENDEZVOUS_TOKEN", "the-run's-secret")];
+    let args = |i: u32| {
+        let mut a = shard_args(&sim.url(), &out, 4, &[]);
+        set(&mut a, "--benchmark-duration", duration);
+        let shard = format!("{i}/2");
+        a.extend(["--shard", &shard, "--coordinator", &coordinator].map(String::from));
+        if i == 0 {
+            a.extend(["--merge-into".to_string(), merged.to_str().unwrap().into()]);
+        }
+        a
+    };
+    let shard0 = spawn(work, &args(0), &env);
+    let t0 = std::time::Instant::now();
+    let mut conn = loop {
+        match std::net::TcpStream::connect(&coordinator) {
+            Ok(c) => break c,
+            Err(_) if t0.elapsed() < std::time::Duration::from_secs(60) => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            Err(e) => panic!("shard 0 never listened at {coordinator}: {e}"),
+        }
+    };
+    match stranger {
+        Stranger::Garbage => conn
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff{\"t\":\n")
+            .unwrap(),
+        Stranger::WrongToken => {
+            let hello = serde_json::json!({
+                "t": "hello",
+                "hello": {
+                    "index": 1, "count": 2, "run_id": null, "seed": 42, "seed_drawn": false,
+                    "scenario_sha256": "x", "dataset_key": "x", "concurrency": 4,
+                    "settings": {}, "failed_request_threshold": null, "host": "stranger",
+                },
+                "proof": "00".repeat(32),
+            });
+            conn.write_all(format!("{hello}\n").as_bytes()).unwrap();
+        }
+        Stranger::Silent => {}
+    }
+    let shard1 = spawn(work, &args(1), &env);
+    let outs = wait_all(vec![shard0, shard1]);
+    drop(conn);
+    (outs, merged)
+}
+
+/// Each shard exited 0 and the merge holds both shards' records.
+fn assert_complete(outs: &[Output], merged: &Path) {
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
+    }
+    let m = json(&merged.join("run_manifest.json"));
+    assert_eq!(m["shards"].as_array().unwrap().len(), 2, "{m}");
+    let records = read_records(&merged.join("records.jsonl")).unwrap();
+    let mut lanes: Vec<u32> = records.iter().map(|r| r.lane).collect();
+    lanes.sort_unstable();
+    lanes.dedup();
+    assert_eq!(lanes, vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn a_stranger_that_sends_garbage_cannot_stop_or_join_the_rendezvous() {
+    let work = tempfile::tempdir().unwrap();
+    let (outs, merged) = a_run_with_a_stranger(work.path(), Stranger::Garbage, "3");
+    assert_complete(&outs, &merged);
+    let e = stderr(&outs[0]);
+    assert!(
+        e.contains("rendezvous: refused a connection")
+            && e.contains("its first line is not a rendezvous message"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_peer_with_a_wrong_token_is_refused_and_the_run_goes_on() {
+    let work = tempfile::tempdir().unwrap();
+    let (outs, merged) = a_run_with_a_stranger(work.path(), Stranger::WrongToken, "3");
+    assert_complete(&outs, &merged);
+    let e = stderr(&outs[0]);
+    assert!(
+        e.contains("rendezvous: refused a connection")
+            && e.contains("claims to be shard 1, but its rendezvous secret is not this run's"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("the-run's-secret"),
+        "the secret is never logged"
+    );
+}
+
+#[test]
+fn a_peer_that_says_nothing_does_not_delay_the_rendezvous() {
+    let work = tempfile::tempdir().unwrap();
+    let (outs, merged) = a_run_with_a_stranger(work.path(), Stranger::Silent, "3");
+    assert_complete(&outs, &merged);
+    // Refused when every shard had joined (or after the hello timeout, 10 s, on a slow machine).
+    let e = stderr(&outs[0]);
+    assert!(
+        e.contains("rendezvous: refused a connection: it said no hello"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_shard_with_another_token_is_told_so() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let args = |i: u32| {
+        let mut a = shard_args(&sim.url(), &out, 4, &[]);
+        set(&mut a, "--rendezvous-timeout", "5");
+        let shard = format!("{i}/2");
+        a.extend(["--shard", &shard, "--coordinator", &coordinator].map(String::from));
+        a
+    };
+    let children = vec![
+        spawn(work.path(), &args(0), &[("AGENTX_RENDEZVOUS_TOKEN", "a")]),
+        spawn(work.path(), &args(1), &[("AGENTX_RENDEZVOUS_TOKEN", "b")]),
+    ];
+    let outs = wait_all(children);
+    for o in &outs {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(o));
+    }
+    assert!(
+        stderr(&outs[1])
+            .contains("shard 0 refused shard 1: its rendezvous secret is not this run's"),
+        "{}",
+        stderr(&outs[1])
+    );
+    assert!(
+        stderr(&outs[0]).contains("shards 1 did not join within --rendezvous-timeout 5 s"),
+        "{}",
+        stderr(&outs[0])
+    );
+    assert_eq!(sim.requests(), 0);
+}

@@ -365,4 +365,24 @@ fn a_sweep_with_a_drawn_seed_resumes_with_it() {
     assert_eq!(s["inputs"]["seed"], drawn);
     assert_eq!(s["points"][0]["status"], "resumed");
     assert_eq!(sim.requests(), sent);
+    // The recorded seed given on resume is the same sweep; another seed is not.
+    let with_seed = |seed: u64| {
+        let mut a = args(true);
+        a.extend(["--random-seed".to_string(), seed.to_string()]);
+        a
+    };
+    let drawn = drawn.as_u64().unwrap();
+    let r = Run::exec(tempfile::tempdir().unwrap(), &with_seed(drawn), &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert_eq!(sim.requests(), sent);
+    let other = drawn.wrapping_add(1);
+    let r = Run::exec(tempfile::tempdir().unwrap(), &with_seed(other), &[]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(
+        r.stderr().contains(&format!(
+            "other inputs: the seed (was {drawn}, now {other})"
+        )),
+        "{}",
+        r.stderr()
+    );
 }

@@ -68,6 +68,7 @@ pub enum Command {
         mut_arg("shards", |a| a.hide(true)),
         mut_arg("coordinator", |a| a.hide(true)),
         mut_arg("coordinator_port", |a| a.hide(true)),
+        mut_arg("coordinator_bind", |a| a.hide(true)),
         mut_arg("rendezvous_timeout", |a| a.hide(true)),
         mut_arg("merge_into", |a| a.hide(true)),
         mut_arg("output_artifact_dir", |a| a.help(

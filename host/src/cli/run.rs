@@ -344,9 +344,16 @@ pub struct RunArgs {
     /// under Slurm: the first host of SLURM_JOB_NODELIST].
     #[arg(long, value_name = "HOST[:PORT]", help_heading = "Sharded runs")]
     pub coordinator: Option<String>,
-    /// The rendezvous port [env: AGENTX_COORDINATOR_PORT; default 29517].
+    /// The rendezvous port, when --coordinator names none [env: AGENTX_COORDINATOR_PORT; default
+    /// 29517]; a port in --coordinator that differs is an error.
     #[arg(long, value_name = "PORT", help_heading = "Sharded runs")]
     pub coordinator_port: Option<u16>,
+    /// Where shard 0 listens for the rendezvous, an address or host of its machine (0.0.0.0: every
+    /// interface) [env: AGENTX_COORDINATOR_BIND; default: the host of --coordinator]. Shards prove
+    /// the secret in AGENTX_RENDEZVOUS_TOKEN (else one derived from the Slurm job step or the
+    /// Kubernetes Job's AGENTX_JOB_UID); shard 0 refuses any other connection.
+    #[arg(long, value_name = "ADDR", help_heading = "Sharded runs")]
+    pub coordinator_bind: Option<String>,
     /// Seconds every shard may take to join and to plan [default: 300].
     #[arg(long, value_name = "SECONDS", help_heading = "Sharded runs")]
     pub rendezvous_timeout: Option<f64>,
@@ -663,6 +670,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         shards: a.shards,
         coordinator: a.coordinator.clone(),
         port: a.coordinator_port,
+        bind: a.coordinator_bind.clone(),
         timeout: a.rendezvous_timeout,
         merge_into: a.merge_into.clone(),
     };

@@ -62,30 +62,36 @@ pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Optio
         failed_request_threshold: cfg.failed_request_threshold,
         host: host_name(),
     };
-    let coordinator = if sh.index == 0 {
-        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], sh.port));
-        Some(runtime.block_on(rendezvous::Coordinator::start(
-            addr,
-            hello.clone(),
-            sh.timeout,
-        ))?)
-    } else {
-        None
-    };
-    // Shard 0 reaches its own coordinator over loopback.
-    let target = if sh.index == 0 {
-        format!("127.0.0.1:{}", sh.port)
-    } else {
-        sh.coordinator.clone()
-    };
-    tracing::info!(
-        shard = sh.index,
-        shards = sh.count,
-        coordinator = %target,
-        source = sh.source,
-        "rendezvous: joining"
-    );
-    let member = runtime.block_on(rendezvous::Member::join(&target, &hello, sh.timeout))?;
+    let (member, coordinator) = runtime.block_on(async {
+        if sh.index == 0 {
+            let addr =
+                rendezvous::listen_addr(&sh.coordinator, sh.bind.as_deref(), sh.port, sh.timeout)
+                    .await?;
+            let mut c =
+                rendezvous::Coordinator::start(addr, hello.clone(), sh.auth.clone(), sh.timeout)
+                    .await?;
+            tracing::info!(
+                shard = sh.index,
+                shards = sh.count,
+                coordinator = %c.addr(),
+                source = sh.source,
+                "rendezvous: joining"
+            );
+            let m = c.join_own(&hello, &sh.auth, sh.timeout).await?;
+            anyhow::Ok((m, Some(c)))
+        } else {
+            tracing::info!(
+                shard = sh.index,
+                shards = sh.count,
+                coordinator = %sh.coordinator,
+                source = sh.source,
+                secret = sh.auth.source,
+                "rendezvous: joining"
+            );
+            let m = rendezvous::Member::join(&sh.coordinator, &hello, &sh.auth, sh.timeout).await?;
+            Ok((m, None))
+        }
+    })?;
     tracing::info!(
         run_id = %member.run_id,
         seed = member.seed,
@@ -208,24 +214,30 @@ pub(super) fn start_scraper(
 /// The realtime block's `srv` row from the scraper's latest snapshot: cache hit rates, KV usage,
 /// queue, and the server's token throughput over the last interval.
 pub(super) fn srv_row(s: Arc<crate::client::scrape::Scraper>) -> replay::SrvRowFn {
-    let prev = std::sync::Mutex::new(None::<(f64, f64, u64)>);
+    // The counts and time of the scrape the last rate was taken at, and that rate.
+    type Last = ((f64, f64, u64), (Option<f64>, Option<f64>));
+    let prev = std::sync::Mutex::new(None::<Last>);
     Arc::new(move || {
         let snap = s.snapshot();
         let at = snap.at_ns?;
         let (pi, go) = (snap.prompt_tokens, snap.generation_tokens);
         let mut p = prev.lock().ok()?;
         // Over the last interval; the first row, over the time since the first scrape (the
-        // counts are increases since it).
-        let since = (*p).or(snap.first_ns.map(|t| (0.0, 0.0, t)));
+        // counts are increases since it). No scrape since the last row (rows more often than
+        // scrapes): the last rate stands.
+        let since = p.map(|(c, _)| c).or(snap.first_ns.map(|t| (0.0, 0.0, t)));
         let (tin, tout) = match (since, pi, go) {
             (Some((a, b, t0)), Some(x), Some(y)) if at > t0 => {
                 let dt = (at - t0) as f64 / 1e9;
                 (Some((x - a) / dt), Some((y - b) / dt))
             }
+            (Some((_, _, t0)), Some(_), Some(_)) if at == t0 => {
+                p.map_or((None, None), |(_, rate)| rate)
+            }
             _ => (None, None),
         };
         if let (Some(x), Some(y)) = (pi, go) {
-            *p = Some((x, y, at));
+            *p = Some(((x, y, at), (tin, tout)));
         }
         Some(crate::ui::SrvRow {
             prefix_cache_hit: snap.prefix_cache_hit_rate.map(|r| r * 100.0),

@@ -1,10 +1,14 @@
 //! The rendezvous of a sharded run: shard 0 listens, every shard (shard 0 too, over loopback)
 //! connects, and one JSON line per message keeps the phases global.
 //!
-//! 1. `hello`: each shard sends what pins its plan (scenario sha256, dataset key, seed, run id,
-//!    concurrency, resolved settings, threshold). The coordinator compares every hello with shard
-//!    0's and refuses the run, naming what differs, when one disagrees; a shard index out of range,
-//!    twice, or a different shard count is refused too.
+//! 1. `hello`, the first line of every connection: the proof that the peer shares the run's secret
+//!    ([`RendezvousAuth`]) and what pins its plan (scenario sha256, dataset key, seed, run id,
+//!    concurrency, resolved settings, threshold). A peer whose first line is not a hello with the
+//!    right proof within [`HELLO_TIMEOUT`] is refused, logged and forgotten: it is no shard, so it
+//!    cannot stop, delay or join the run (each connection's hello is awaited in a task of its own).
+//!    The coordinator compares every admitted hello with shard 0's and refuses the run, naming what
+//!    differs, when one disagrees; a shard index out of range, twice, or a different shard count is
+//!    refused too.
 //! 2. `ping`/`pong`: each shard measures its wall-clock offset from the coordinator (the sample with
 //!    the shortest round trip), kept in its manifest so a merge puts all records on one timeline.
 //! 3. `welcome` (run id and seed: shard 0's, so a drawn seed is drawn once), `ready` when a shard
@@ -15,6 +19,9 @@
 //! 6. `done` when a shard wrote its files; `bye` to all when every shard is done (or lost). A shard
 //!    whose connection drops before `done` stops the others.
 //!
+//! Shard 0 listens on the coordinator's own address (`--coordinator`'s host), or on
+//! `--coordinator-bind`; after every shard joined it stops listening.
+//!
 //! No request goes through here: each shard owns its lanes outright.
 
 use std::collections::BTreeMap;
@@ -23,15 +30,22 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::shard::RendezvousAuth;
 use crate::replay::{ShardLink, StopReason, Tally};
 
 /// The coordinator's port unless `--coordinator-port` / `AGENTX_COORDINATOR_PORT` says otherwise.
 pub const DEFAULT_PORT: u16 = 29517;
+
+/// How long a new connection may take to say its hello (at most the rendezvous timeout).
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest first line the coordinator reads from a connection it has not admitted.
+const MAX_HELLO_BYTES: u64 = 1 << 20;
 
 /// What pins a shard's plan; every shard's must agree with shard 0's.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -121,7 +135,12 @@ impl Hello {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum Msg {
-    Hello(Box<Hello>),
+    Hello {
+        hello: Box<Hello>,
+        /// [`RendezvousAuth::proof`]; `None` when the shard has no secret.
+        #[serde(default)]
+        proof: Option<String>,
+    },
     Ping {
         t1: u64,
     },
@@ -189,7 +208,79 @@ async fn recv(r: &mut BufReader<OwnedReadHalf>) -> anyhow::Result<Option<Msg>> {
     Ok(Some(m))
 }
 
+/// Reads the first line of a connection not yet admitted, at most [`MAX_HELLO_BYTES`].
+async fn recv_first(r: &mut BufReader<OwnedReadHalf>) -> Result<Msg, String> {
+    let mut line = Vec::new();
+    let n = (&mut *r)
+        .take(MAX_HELLO_BYTES)
+        .read_until(b'\n', &mut line)
+        .await
+        .map_err(|e| format!("the connection failed ({e})"))?;
+    if n == 0 {
+        return Err("it closed without a hello".into());
+    }
+    if line.last() != Some(&b'\n') {
+        return Err(format!(
+            "its first line is not a rendezvous message (no line end within {} bytes)",
+            line.len()
+        ));
+    }
+    serde_json::from_slice(&line)
+        .map_err(|_| "its first line is not a rendezvous message".to_string())
+}
+
 // ---------------------------------------------------------------- coordinator (shard 0)
+
+/// The address shard 0 listens on: `bind` (`--coordinator-bind`) or else the host of
+/// `coordinator` (`HOST:PORT`), resolved, with the rendezvous `port`. A name that does not resolve
+/// yet (a Kubernetes pod's own DNS record appears shortly after it starts) is retried until
+/// `timeout`.
+pub async fn listen_addr(
+    coordinator: &str,
+    bind: Option<&str>,
+    port: u16,
+    timeout: Duration,
+) -> anyhow::Result<SocketAddr> {
+    let (host, what) = match bind {
+        Some(b) => (b.to_string(), format!("--coordinator-bind {b}")),
+        None => {
+            let host = coordinator
+                .rsplit_once(':')
+                .map_or(coordinator, |(h, _)| h)
+                .to_string();
+            (host, format!("--coordinator {coordinator}"))
+        }
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let err = match tokio::net::lookup_host((bare, port)).await {
+            Ok(mut addrs) => match addrs.next() {
+                Some(a) => {
+                    if a.ip().is_loopback() && bind.is_none() && bare != "localhost" {
+                        tracing::warn!(
+                            "rendezvous: {bare} resolves to {} on this machine, so shards on other machines cannot reach shard 0; pass --coordinator-bind with this machine's address (0.0.0.0 for every interface) if they must",
+                            a.ip()
+                        );
+                    }
+                    return Ok(a);
+                }
+                None => "no address".to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "shard 0 cannot resolve {bare} ({what}) to listen on within {} s: {err}; pass --coordinator-bind ADDR with an address of this machine",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
 
 /// What the coordinator saw, for shard 0's manifest.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -211,24 +302,82 @@ pub struct ShardSeen {
 /// Shard 0's listening coordinator.
 pub struct Coordinator {
     task: tokio::task::JoinHandle<anyhow::Result<CoordinatorReport>>,
+    /// Where it listens (the port resolved when 0 was asked for).
+    addr: SocketAddr,
 }
 
 impl Coordinator {
-    /// Binds `addr` and serves the rendezvous of `reference.count` shards in the background;
-    /// `timeout` bounds the wait for every shard's hello and ready.
+    /// Binds `addr` and serves the rendezvous of `reference.count` shards in the background,
+    /// admitting only connections whose hello proves `auth`; `timeout` bounds the wait for every
+    /// shard's hello and ready.
     pub async fn start(
         addr: SocketAddr,
         reference: Hello,
+        auth: RendezvousAuth,
         timeout: Duration,
     ) -> anyhow::Result<Coordinator> {
         let listener = TcpListener::bind(addr).await.with_context(|| {
             format!(
-                "shard 0 cannot listen on {addr} for the rendezvous; free the port or choose another with --coordinator-port"
+                "shard 0 cannot listen on {addr} for the rendezvous; free the port or choose another in --coordinator HOST:PORT, \
+                 or pass --coordinator-bind with an address of this machine (0.0.0.0 for every interface)"
             )
         })?;
-        tracing::info!(%addr, shards = reference.count, "rendezvous: listening");
-        let task = tokio::spawn(serve(listener, reference, timeout));
-        Ok(Coordinator { task })
+        let addr = listener.local_addr().unwrap_or(addr);
+        if auth.is_authenticated() {
+            tracing::info!(%addr, shards = reference.count, secret = auth.source, "rendezvous: listening; shards prove the run's secret");
+        } else {
+            tracing::warn!(
+                %addr,
+                shards = reference.count,
+                "rendezvous: listening UNAUTHENTICATED (no AGENTX_RENDEZVOUS_TOKEN, Slurm job or Kubernetes Job to derive a secret from): any peer that reaches this port can join; set AGENTX_RENDEZVOUS_TOKEN on every shard"
+            );
+        }
+        let task = tokio::spawn(serve(listener, reference, auth, timeout));
+        Ok(Coordinator { task, addr })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Shard 0 joins its own rendezvous (at the address it listens on; loopback when that is every
+    /// interface). If the coordinator ends first (it refused the run before shard 0's own hello
+    /// arrived, say) that is the error: shard 0 says why as the others do.
+    pub async fn join_own(
+        &mut self,
+        hello: &Hello,
+        auth: &RendezvousAuth,
+        timeout: Duration,
+    ) -> anyhow::Result<Member> {
+        let target = match self.addr.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::from(([127, 0, 0, 1], self.addr.port()))
+            }
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, self.addr.port()))
+            }
+            _ => self.addr,
+        };
+        let target = target.to_string();
+        let ended = |r: Result<anyhow::Result<CoordinatorReport>, tokio::task::JoinError>| match r {
+            Ok(Err(e)) => e,
+            Ok(Ok(_)) => anyhow!("the rendezvous ended before shard 0 joined it"),
+            Err(e) => anyhow!("the rendezvous task failed: {e}"),
+        };
+        let joined = tokio::select! {
+            m = Member::join(&target, hello, auth, timeout) => m,
+            r = &mut self.task => return Err(ended(r)),
+        };
+        match joined {
+            Ok(m) => Ok(m),
+            // A coordinator that ended (it refused the run) closes shard 0's own connection with
+            // it, and its reason is the one to tell.
+            Err(e) => match tokio::time::timeout(Duration::from_secs(1), &mut self.task).await {
+                Ok(r) => Err(ended(r)),
+                Err(_) => Err(e),
+            },
+        }
     }
 
     /// Waits for the rendezvous to end (every shard done or lost).
@@ -252,6 +401,7 @@ enum Event {
 async fn serve(
     listener: TcpListener,
     reference: Hello,
+    auth: RendezvousAuth,
     timeout: Duration,
 ) -> anyhow::Result<CoordinatorReport> {
     let count = reference.count as usize;
@@ -259,10 +409,16 @@ async fn serve(
     let mut conns = Conns::default();
 
     // Phase 1: hellos.
+    let gate = std::sync::Arc::new(Gate {
+        auth,
+        hello_timeout: HELLO_TIMEOUT.min(timeout),
+    });
     let hellos = gather_hellos(
-        &listener, &reference, timeout, &mut conns, &ev_tx, &mut ev_rx,
+        &listener, gate, &reference, timeout, &mut conns, &ev_tx, &mut ev_rx,
     )
     .await?;
+    // Every shard joined: nobody else may.
+    drop(listener);
     let run_id = reference.run_id.clone().unwrap_or_else(super::fresh_id);
     let conn_of: BTreeMap<u32, usize> = conns
         .index_of
@@ -363,15 +519,76 @@ impl Members<'_> {
     }
 }
 
-/// Serves one connection: a writer task sending what the returned sender is given (ending after
-/// a bye or a refusal) and a reader task answering pings and passing every other message on.
+/// A connection whose hello proved the run's secret.
+struct Admitted {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    peer: SocketAddr,
+    hello: Hello,
+}
+
+/// What admits a connection: the run's secret, and how long its hello may take.
+struct Gate {
+    auth: RendezvousAuth,
+    hello_timeout: Duration,
+}
+
+impl Gate {
+    /// Reads a new connection's first line and admits it if it is a hello that proves the secret;
+    /// otherwise logs why, tells a peer that speaks the protocol, and closes the connection.
+    async fn admit(&self, stream: TcpStream, peer: SocketAddr) -> Option<Admitted> {
+        let _ = stream.set_nodelay(true);
+        let (r, mut writer) = stream.into_split();
+        let mut reader = BufReader::new(r);
+        let first = match tokio::time::timeout(self.hello_timeout, recv_first(&mut reader)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "it said no hello within {} s",
+                self.hello_timeout.as_secs_f64()
+            )),
+        };
+        let why = match first {
+            Ok(Msg::Hello { hello, proof }) => {
+                if self.auth.admits(proof.as_deref()) {
+                    return Some(Admitted {
+                        reader,
+                        writer,
+                        peer,
+                        hello: *hello,
+                    });
+                }
+                let message = match (self.auth.is_authenticated(), proof.is_some()) {
+                    (true, true) => "its rendezvous secret is not this run's: give every shard the same AGENTX_RENDEZVOUS_TOKEN (or run them in one Slurm job step / Kubernetes Job)",
+                    (true, false) => "it proves no rendezvous secret and shard 0 has one: give every shard the same AGENTX_RENDEZVOUS_TOKEN (or run them in one Slurm job step / Kubernetes Job)",
+                    _ => "it proves a rendezvous secret and shard 0 has none: give every shard the same AGENTX_RENDEZVOUS_TOKEN",
+                };
+                let _ = send(
+                    &mut writer,
+                    &Msg::Refuse {
+                        message: format!("shard 0 refused shard {}: {message}", hello.index),
+                    },
+                )
+                .await;
+                let _ = writer.shutdown().await;
+                format!("claims to be shard {}, but {message}", hello.index)
+            }
+            Ok(_) => "its first message is not a hello".to_string(),
+            Err(why) => why,
+        };
+        tracing::warn!(%peer, "rendezvous: refused a connection: {why}");
+        None
+    }
+}
+
+/// Serves one admitted connection: a writer task sending what the returned sender is given
+/// (ending after a bye or a refusal) and a reader task answering pings and passing every other
+/// message on.
 fn spawn_conn(
-    stream: TcpStream,
+    r: BufReader<OwnedReadHalf>,
+    mut w: OwnedWriteHalf,
     id: usize,
     ev_tx: mpsc::UnboundedSender<Event>,
 ) -> mpsc::UnboundedSender<Msg> {
-    let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let pong_tx = tx.clone();
     tokio::spawn(async move {
@@ -386,7 +603,7 @@ fn spawn_conn(
         }
     });
     tokio::spawn(async move {
-        let mut r = BufReader::new(r);
+        let mut r = r;
         loop {
             match recv(&mut r).await {
                 Ok(Some(Msg::Ping { t1 })) => {
@@ -405,10 +622,13 @@ fn spawn_conn(
     tx
 }
 
-/// Phase 1: accepts connections until every shard said a hello that agrees with shard 0's plan; a
-/// disagreement or the timeout refuses every connection and fails.
+/// Phase 1: accepts connections until every shard said a hello that proves the run's secret and
+/// agrees with shard 0's plan; each connection's hello is awaited in a task of its own, so a peer
+/// that says nothing delays no one. A disagreement or the timeout refuses every admitted
+/// connection and fails.
 async fn gather_hellos(
     listener: &TcpListener,
+    gate: std::sync::Arc<Gate>,
     reference: &Hello,
     timeout: Duration,
     conns: &mut Conns,
@@ -419,18 +639,33 @@ async fn gather_hellos(
     let mut hellos: BTreeMap<u32, Hello> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + timeout;
     let mut refusal: Option<String> = None;
+    let mut pending = tokio::task::JoinSet::new();
+    let mut awaited: Vec<(SocketAddr, tokio::task::AbortHandle)> = Vec::new();
     while hellos.len() < count && refusal.is_none() {
         tokio::select! {
             a = listener.accept() => {
-                let (stream, peer) = a.context("rendezvous: accept failed")?;
-                let id = conns.out.len();
-                conns.out.push(spawn_conn(stream, id, ev_tx.clone()));
-                conns.peers.push(peer.to_string());
-                conns.index_of.push(None);
+                match a {
+                    Ok((stream, peer)) => {
+                        let gate = gate.clone();
+                        awaited.retain(|(_, h)| !h.is_finished());
+                        awaited.push((peer, pending.spawn(async move { gate.admit(stream, peer).await })));
+                    }
+                    // A connection that failed before it was accepted (reset, or out of file
+                    // descriptors for a moment): not the run's business.
+                    Err(e) => {
+                        tracing::warn!("rendezvous: accepting a connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
             }
-            Some(ev) = ev_rx.recv() => match ev {
-                Event::Msg(id, Msg::Hello(h)) => {
-                    let h = *h;
+            Some(done) = pending.join_next(), if !pending.is_empty() => {
+                let Ok(Some(a)) = done else { continue };
+                let id = conns.out.len();
+                conns.out.push(spawn_conn(a.reader, a.writer, id, ev_tx.clone()));
+                conns.peers.push(a.peer.to_string());
+                conns.index_of.push(None);
+                let h = a.hello;
+                {
                     let mut why = Vec::new();
                     if h.index >= reference.count || h.count != reference.count {
                         why.push(format!(
@@ -452,6 +687,8 @@ async fn gather_hellos(
                         ));
                     }
                 }
+            }
+            Some(ev) = ev_rx.recv() => match ev {
                 Event::Msg(_, _) => {}
                 Event::Closed(id) => {
                     if let Some(i) = conns.index_of[id].take() {
@@ -472,6 +709,11 @@ async fn gather_hellos(
                 ));
             }
         }
+    }
+    // Connections still on their hello are no shard of this run: they close with the phase.
+    for (peer, h) in awaited.iter().filter(|(_, h)| !h.is_finished()) {
+        h.abort();
+        tracing::warn!(%peer, "rendezvous: refused a connection: it said no hello before the rendezvous closed");
     }
     if let Some(message) = refusal {
         for tx in &conns.out {
@@ -621,11 +863,12 @@ pub struct Member {
 }
 
 impl Member {
-    /// Connects to `coordinator` (retrying until `timeout`), says hello, measures the clock offset
-    /// and waits for the welcome.
+    /// Connects to `coordinator` (retrying until `timeout`), says hello with the proof of `auth`,
+    /// measures the clock offset and waits for the welcome.
     pub async fn join(
         coordinator: &str,
         hello: &Hello,
+        auth: &RendezvousAuth,
         timeout: Duration,
     ) -> anyhow::Result<Member> {
         let t0 = tokio::time::Instant::now();
@@ -652,8 +895,19 @@ impl Member {
         let lost = |e: &dyn std::fmt::Display| {
             anyhow!("the rendezvous at {coordinator} closed during the hello: {e}")
         };
-        // Clock offset first (the welcome may follow the hello at once): the ping with the
-        // shortest round trip of five.
+        // The hello first: the coordinator answers nothing before it.
+        send(
+            &mut writer,
+            &Msg::Hello {
+                hello: Box::new(hello.clone()),
+                proof: auth.proof(),
+            },
+        )
+        .await
+        .map_err(|e| lost(&e))?;
+        // The clock offset: the ping with the shortest round trip of five (a welcome that comes
+        // meanwhile is kept).
+        let mut welcome: Option<(String, u64)> = None;
         let mut best: Option<(u64, i64)> = None;
         for _ in 0..5 {
             let t1 = wall_ns();
@@ -679,15 +933,25 @@ impl Member {
                     Some(Msg::Refuse { message }) => {
                         bail!("the rendezvous refused this run: {message}")
                     }
+                    Some(Msg::Welcome { run_id, seed }) => welcome = Some((run_id, seed)),
                     Some(_) => continue,
                     None => return Err(lost(&"end of stream")),
                 }
             }
         }
         let (clock_rtt_ns, clock_offset_ns) = best.unwrap_or((0, 0));
-        send(&mut writer, &Msg::Hello(Box::new(hello.clone())))
-            .await
-            .map_err(|e| lost(&e))?;
+        let joined = |reader, writer, (run_id, seed)| Member {
+            reader,
+            writer,
+            run_id,
+            seed,
+            clock_offset_ns,
+            clock_rtt_ns,
+            joined_in: t0.elapsed(),
+        };
+        if let Some(w) = welcome {
+            return Ok(joined(reader, writer, w));
+        }
         loop {
             let m = tokio::time::timeout_at(deadline, recv(&mut reader))
                 .await
@@ -699,15 +963,7 @@ impl Member {
                 })??;
             match m {
                 Some(Msg::Welcome { run_id, seed }) => {
-                    return Ok(Member {
-                        reader,
-                        writer,
-                        run_id,
-                        seed,
-                        clock_offset_ns,
-                        clock_rtt_ns,
-                        joined_in: t0.elapsed(),
-                    })
+                    return Ok(joined(reader, writer, (run_id, seed)))
                 }
                 Some(Msg::Refuse { message }) => {
                     bail!("the rendezvous refused this run: {message}")
@@ -884,6 +1140,88 @@ mod tests {
             failed_request_threshold: None,
             host: "h0".into(),
         }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Shard 0 says why the run was refused even when another shard's disagreeing hello reached
+    /// the coordinator before shard 0's own did (it used to wait for its own connection, which the
+    /// ended coordinator never answered).
+    #[test]
+    fn shard_0_reports_a_refusal_that_came_before_its_own_hello() {
+        rt().block_on(async {
+            let auth = RendezvousAuth::token("t", "test");
+            let local = SocketAddr::from(([127, 0, 0, 1], 0));
+            let mut c = Coordinator::start(local, hello(), auth.clone(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            let mut other = hello();
+            other.index = 1;
+            other.seed = 43;
+            let target = c.addr().to_string();
+            let e = Member::join(&target, &other, &auth, Duration::from_secs(5))
+                .await
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("--random-seed 43 (shard 0 has 7)"), "{e}");
+            let e = c
+                .join_own(&hello(), &auth, Duration::from_secs(5))
+                .await
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("--random-seed 43 (shard 0 has 7)"), "{e}");
+        });
+    }
+
+    /// A peer without the secret is refused and the rendezvous goes on for the shards that have it.
+    #[test]
+    fn only_peers_that_prove_the_secret_join() {
+        rt().block_on(async {
+            let auth = RendezvousAuth::token("t", "test");
+            let local = SocketAddr::from(([127, 0, 0, 1], 0));
+            let mut c = Coordinator::start(local, hello(), auth.clone(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            let target = c.addr().to_string();
+            let mut one = hello();
+            one.index = 1;
+            for wrong in [RendezvousAuth::token("u", "test"), RendezvousAuth::none()] {
+                let e = Member::join(&target, &one, &wrong, Duration::from_secs(5))
+                    .await
+                    .err()
+                    .unwrap()
+                    .to_string();
+                assert!(e.contains("shard 0 refused shard 1"), "{e}");
+            }
+            let zero = hello();
+            let (m0, m1) = tokio::join!(
+                c.join_own(&zero, &auth, Duration::from_secs(5)),
+                Member::join(&target, &one, &auth, Duration::from_secs(5)),
+            );
+            assert_eq!(m0.unwrap().seed, 7);
+            assert_eq!(m1.unwrap().seed, 7);
+        });
+    }
+
+    #[test]
+    fn a_secret_is_proved_not_shown() {
+        let a = RendezvousAuth::token("s3cret", "test");
+        let p = a.proof().unwrap();
+        assert!(!p.contains("s3cret") && p.len() == 64);
+        assert!(a.admits(Some(&p)));
+        assert!(!a.admits(Some(&p[..63])));
+        assert!(!a.admits(None));
+        assert!(!RendezvousAuth::token("other", "test").admits(Some(&p)));
+        assert!(RendezvousAuth::none().admits(None));
+        assert!(!RendezvousAuth::none().admits(Some(&p)));
+        assert!(!format!("{a:?}").contains(&p));
     }
 
     #[test]

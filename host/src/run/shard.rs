@@ -1,6 +1,8 @@
-//! Which shard of a sharded run this process is, where the coordinator is, and what run id the
-//! shards share: from `--shard I/N`, `--shards N` with Kubernetes' `JOB_COMPLETION_INDEX`, or
-//! Slurm's `SLURM_PROCID` / `SLURM_NTASKS` / `SLURM_JOB_ID` / `SLURM_JOB_NODELIST`.
+//! Which shard of a sharded run this process is, where the coordinator is (and where shard 0
+//! listens), what run id the shards share, and the secret that admits a shard to the rendezvous:
+//! from `--shard I/N`, `--shards N` with Kubernetes' `JOB_COMPLETION_INDEX`, or Slurm's
+//! `SLURM_PROCID` / `SLURM_NTASKS` / `SLURM_JOB_ID` / `SLURM_JOB_NODELIST`; the secret from
+//! `AGENTX_RENDEZVOUS_TOKEN`, else the Slurm job step or the Kubernetes Job (`AGENTX_JOB_UID`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,8 +19,13 @@ pub struct ShardConfig {
     pub count: u32,
     /// `HOST:PORT` of shard 0's rendezvous.
     pub coordinator: String,
-    /// The port shard 0 listens on (all interfaces).
+    /// The rendezvous port: shard 0 listens on it and the others dial it.
     pub port: u16,
+    /// `--coordinator-bind` (or `AGENTX_COORDINATOR_BIND`): the host or address shard 0 listens
+    /// on; `None`: the coordinator's own address (the host of [`ShardConfig::coordinator`]).
+    pub bind: Option<String>,
+    /// What a shard proves at the rendezvous to be admitted.
+    pub auth: RendezvousAuth,
     /// How long joining (and getting ready) may take.
     pub timeout: Duration,
     /// Shard 0 merges every shard's directory into this one at the end (shared filesystem).
@@ -38,6 +45,8 @@ pub struct ShardFlags {
     pub coordinator: Option<String>,
     /// `--coordinator-port` (or `AGENTX_COORDINATOR_PORT`).
     pub port: Option<u16>,
+    /// `--coordinator-bind ADDR` (or `AGENTX_COORDINATOR_BIND`).
+    pub bind: Option<String>,
     pub timeout: Option<f64>,
     pub merge_into: Option<PathBuf>,
 }
@@ -137,6 +146,23 @@ pub fn resolve(
         (None, None) => DEFAULT_PORT,
     };
     let coordinator = format!("{host_only}:{port}");
+    let bind = match flags
+        .bind
+        .clone()
+        .or_else(|| var("AGENTX_COORDINATOR_BIND"))
+    {
+        None => None,
+        Some(b) => {
+            let (b_host, b_port) =
+                split_port(&b).map_err(|e| anyhow!("--coordinator-bind: {e}"))?;
+            if let Some(bp) = b_port.filter(|bp| *bp != port) {
+                bail!(
+                    "--coordinator-bind {b} names port {bp} but the rendezvous port is {port} (from --coordinator / --coordinator-port): give the bind address without a port"
+                );
+            }
+            Some(b_host.to_string())
+        }
+    };
     let timeout = match flags.timeout {
         Some(t) => super::positive_secs("--rendezvous-timeout", t)?,
         None => Duration::from_secs(300),
@@ -152,12 +178,109 @@ pub fn resolve(
             count,
             coordinator,
             port,
+            bind,
+            auth: RendezvousAuth::from_env(&var),
             timeout,
             merge_into: flags.merge_into.clone(),
             source,
         },
         run_id,
     )))
+}
+
+/// The secret the shards of one run share, which each shard proves in its hello; the coordinator
+/// admits no connection without it. Debug and messages never show it.
+#[derive(Clone)]
+pub struct RendezvousAuth {
+    /// `None`: the rendezvous is unauthenticated (nothing to derive a secret from).
+    secret: Option<[u8; 32]>,
+    /// Where the secret came from, for the log: `AGENTX_RENDEZVOUS_TOKEN`, `the Slurm job step`, ...
+    pub source: &'static str,
+}
+
+/// Two are equal when their secrets are, wherever each came from.
+impl PartialEq for RendezvousAuth {
+    fn eq(&self, other: &Self) -> bool {
+        self.secret == other.secret
+    }
+}
+
+impl std::fmt::Debug for RendezvousAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RendezvousAuth")
+            .field("secret", &self.secret.map(|_| "<redacted>"))
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl RendezvousAuth {
+    /// No secret: any peer that speaks the protocol may join.
+    pub fn none() -> RendezvousAuth {
+        RendezvousAuth {
+            secret: None,
+            source: "none",
+        }
+    }
+
+    /// A secret from `token` (e.g. what `AGENTX_RENDEZVOUS_TOKEN` holds).
+    pub fn token(token: &str, source: &'static str) -> RendezvousAuth {
+        let d = Sha256::digest(format!("agentx-rendezvous-v1\0{token}").as_bytes());
+        RendezvousAuth {
+            secret: Some(d.into()),
+            source,
+        }
+    }
+
+    /// `AGENTX_RENDEZVOUS_TOKEN`; else the Slurm job step (`SLURM_JOB_ID`, `SLURM_STEP_ID`), which
+    /// every task of the step shares; else the Kubernetes Job (`AGENTX_JOB_UID`, which the
+    /// manifests in `deploy/kubernetes` set from the Job's uid); else none.
+    fn from_env(var: &dyn Fn(&str) -> Option<String>) -> RendezvousAuth {
+        if let Some(t) = var("AGENTX_RENDEZVOUS_TOKEN") {
+            return RendezvousAuth::token(&t, "AGENTX_RENDEZVOUS_TOKEN");
+        }
+        if let Some(j) = var("SLURM_JOB_ID") {
+            let step = var("SLURM_STEP_ID").unwrap_or_default();
+            return RendezvousAuth::token(&format!("slurm:{j}.{step}"), "the Slurm job step");
+        }
+        if let Some(uid) = var("AGENTX_JOB_UID") {
+            return RendezvousAuth::token(
+                &format!("k8s-job:{uid}"),
+                "the Kubernetes Job (AGENTX_JOB_UID)",
+            );
+        }
+        RendezvousAuth::none()
+    }
+
+    /// Whether there is a secret to prove.
+    pub fn is_authenticated(&self) -> bool {
+        self.secret.is_some()
+    }
+
+    /// What a shard sends in its hello: a digest of the secret bound to this protocol, never the
+    /// token itself.
+    pub fn proof(&self) -> Option<String> {
+        self.secret.map(|s| {
+            hex::encode(Sha256::digest(
+                [b"agentx-rendezvous-proof\0".as_slice(), &s].concat(),
+            ))
+        })
+    }
+
+    /// Whether `proof` (from a peer's hello) proves this secret, compared in constant time.
+    pub fn admits(&self, proof: Option<&str>) -> bool {
+        use subtle::ConstantTimeEq;
+        match (self.proof(), proof) {
+            (None, None) => true,
+            (Some(mine), Some(theirs)) => {
+                // Equal lengths through a digest, so the comparison's time says nothing.
+                let a = Sha256::digest(mine.as_bytes());
+                let b = Sha256::digest(theirs.as_bytes());
+                bool::from(a.ct_eq(&b))
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The first host of a Slurm node list: `node1,node2`, `gpu[01-04,07]`, `a[1-2],b3`.
@@ -349,6 +472,75 @@ mod tests {
         let (c, _) = resolve(&f, &k8s).unwrap().unwrap();
         assert_eq!((c.index, c.count), (2, 4));
         assert_eq!(c.coordinator, "agentx-0.agentx-coordinator:29517");
+    }
+
+    #[test]
+    fn the_rendezvous_secret_and_where_shard_0_listens() {
+        let f = ShardFlags {
+            shard: Some("0/2".into()),
+            ..Default::default()
+        };
+        let (c, _) = resolve(&f, &env(&[])).unwrap().unwrap();
+        assert!(!c.auth.is_authenticated());
+        assert_eq!(c.bind, None);
+        let token = env(&[("AGENTX_RENDEZVOUS_TOKEN", "x"), ("SLURM_JOB_ID", "42")]);
+        let (c, _) = resolve(&f, &token).unwrap().unwrap();
+        assert_eq!(c.auth.source, "AGENTX_RENDEZVOUS_TOKEN");
+        assert_eq!(c.auth, RendezvousAuth::token("x", ""));
+        // Every task of one Slurm step derives the same secret; another step another.
+        let step = |id: &'static str, step: &'static str, i: &'static str| {
+            let e = env(&[
+                ("SLURM_PROCID", i),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_JOB_ID", id),
+                ("SLURM_STEP_ID", step),
+                ("SLURM_JOB_NODELIST", "node1"),
+            ]);
+            resolve(&ShardFlags::default(), &e).unwrap().unwrap().0.auth
+        };
+        assert!(step("42", "0", "0").is_authenticated());
+        assert_eq!(step("42", "0", "0"), step("42", "0", "1"));
+        assert_ne!(step("42", "0", "0"), step("42", "1", "0"));
+        assert_ne!(step("42", "0", "0"), step("43", "0", "0"));
+        let k8s = |uid: &'static str| {
+            let e = env(&[("JOB_COMPLETION_INDEX", "1"), ("AGENTX_JOB_UID", uid)]);
+            let f = ShardFlags {
+                shards: Some(2),
+                coordinator: Some("h".into()),
+                ..Default::default()
+            };
+            resolve(&f, &e).unwrap().unwrap().0.auth
+        };
+        assert!(k8s("u-1").is_authenticated());
+        assert_ne!(k8s("u-1"), k8s("u-2"));
+        // --coordinator-bind: a host, or one with the rendezvous port; another port is an error.
+        let f = ShardFlags {
+            shard: Some("0/2".into()),
+            coordinator: Some("node1:4000".into()),
+            bind: Some("0.0.0.0".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&f, &env(&[])).unwrap().unwrap().0.bind.as_deref(),
+            Some("0.0.0.0")
+        );
+        let f = ShardFlags {
+            bind: Some("[::]:4000".into()),
+            ..f
+        };
+        assert_eq!(
+            resolve(&f, &env(&[])).unwrap().unwrap().0.bind.as_deref(),
+            Some("[::]")
+        );
+        let f = ShardFlags {
+            bind: Some("10.0.0.1:4001".into()),
+            ..f
+        };
+        let e = resolve(&f, &env(&[])).unwrap_err().to_string();
+        assert!(
+            e.contains("--coordinator-bind 10.0.0.1:4001 names port 4001"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -138,10 +138,28 @@ fn inputs_argv(argv: &[String]) -> Vec<String> {
     argv.iter().filter(|a| *a != "--resume").cloned().collect()
 }
 
+/// A command line without its `--random-seed`: the seed is compared on its own, since a sweep
+/// resumed without one goes on with the recorded seed.
+fn without_seed(argv: &[String]) -> Vec<&String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut skip = false;
+    for a in argv {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        if a == "--random-seed" {
+            skip = true;
+        } else if !a.starts_with("--random-seed=") {
+            out.push(a);
+        }
+    }
+    out
+}
+
 /// What differs between two sweeps' inputs, for the refusal message.
 fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
     let mut d = Vec::new();
-    if old.argv != new.argv {
+    if without_seed(&old.argv) != without_seed(&new.argv) {
         d.push(format!(
             "the command line (was `{}`, now `{}`)",
             old.argv.join(" "),
@@ -199,7 +217,8 @@ fn given_seed(cfg: &RunConfig) -> Option<u64> {
 /// Runs the sweep.
 pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutcome> {
     let previous = Sweep::read(&cfg.dir)?;
-    // A drawn seed is not an input: a resumed sweep reuses the one it recorded.
+    // A drawn seed is not an input: a resumed sweep reuses the one it recorded, and only a seed
+    // given now must agree with it.
     let seed = match (given_seed(&cfg.run), &previous, cfg.resume) {
         (Some(s), _, _) => s,
         (None, Some(old), true) => {
