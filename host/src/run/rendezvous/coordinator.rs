@@ -1,0 +1,573 @@
+//! Shard 0's side of the rendezvous: listening, admitting shards that prove the run's secret, and
+//! driving the phases every shard goes through together.
+
+use super::*;
+
+/// What the coordinator saw, for shard 0's manifest.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CoordinatorReport {
+    /// Shards whose connection dropped before they were done.
+    pub lost: Vec<u32>,
+    /// Every shard's wall-clock offset from the coordinator and host, as the shards reported them.
+    pub shards: Vec<ShardSeen>,
+}
+
+/// One shard as the coordinator saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardSeen {
+    pub index: u32,
+    pub host: String,
+    pub peer: String,
+}
+
+/// Shard 0's listening coordinator.
+pub struct Coordinator {
+    task: tokio::task::JoinHandle<anyhow::Result<CoordinatorReport>>,
+    /// Where it listens (the port resolved when 0 was asked for).
+    addr: SocketAddr,
+}
+
+impl Coordinator {
+    /// Binds `addr` and serves the rendezvous of `reference.count` shards in the background,
+    /// admitting only connections whose hello proves `auth`; `timeout` bounds the wait for every
+    /// shard's hello and ready.
+    pub async fn start(
+        addr: SocketAddr,
+        reference: Hello,
+        auth: RendezvousAuth,
+        timeout: Duration,
+    ) -> anyhow::Result<Coordinator> {
+        let listener = TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "shard 0 cannot listen on {addr} for the rendezvous; free the port or choose another in --coordinator HOST:PORT, \
+                 or pass --coordinator-bind with an address of this machine (0.0.0.0 for every interface)"
+            )
+        })?;
+        let addr = listener.local_addr().unwrap_or(addr);
+        if auth.is_authenticated() {
+            tracing::info!(%addr, shards = reference.count, secret = auth.source, "rendezvous: listening; shards prove the run's secret");
+        } else {
+            tracing::warn!(
+                %addr,
+                shards = reference.count,
+                "rendezvous: listening UNAUTHENTICATED (no AGENTX_RENDEZVOUS_TOKEN, Slurm job or Kubernetes Job to derive a secret from): any peer that reaches this port can join; set AGENTX_RENDEZVOUS_TOKEN on every shard"
+            );
+        }
+        let task = tokio::spawn(serve(listener, reference, auth, timeout));
+        Ok(Coordinator { task, addr })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Shard 0 joins its own rendezvous (at the address it listens on; loopback when that is every
+    /// interface). If the coordinator ends first (it refused the run before shard 0's own hello
+    /// arrived, say) that is the error: shard 0 says why as the others do.
+    pub async fn join_own(
+        &mut self,
+        hello: &Hello,
+        auth: &RendezvousAuth,
+        timeout: Duration,
+    ) -> anyhow::Result<Member> {
+        let target = match self.addr.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::from(([127, 0, 0, 1], self.addr.port()))
+            }
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, self.addr.port()))
+            }
+            _ => self.addr,
+        };
+        let target = target.to_string();
+        let ended = |r: Result<anyhow::Result<CoordinatorReport>, tokio::task::JoinError>| match r {
+            Ok(Err(e)) => e,
+            Ok(Ok(_)) => anyhow!("the rendezvous ended before shard 0 joined it"),
+            Err(e) => anyhow!("the rendezvous task failed: {e}"),
+        };
+        let joined = tokio::select! {
+            m = Member::join(&target, hello, auth, timeout) => m,
+            r = &mut self.task => return Err(ended(r)),
+        };
+        match joined {
+            Ok(m) => Ok(m),
+            // A coordinator that ended (it refused the run) closes shard 0's own connection with
+            // it, and its reason is the one to tell.
+            Err(e) => match tokio::time::timeout(Duration::from_secs(1), &mut self.task).await {
+                Ok(r) => Err(ended(r)),
+                Err(_) => Err(e),
+            },
+        }
+    }
+
+    /// Waits for the rendezvous to end (every shard done or lost).
+    pub async fn finish(self, timeout: Duration) -> anyhow::Result<CoordinatorReport> {
+        match tokio::time::timeout(timeout, self.task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(anyhow!("the rendezvous task failed: {e}")),
+            Err(_) => bail!(
+                "not every shard finished within {} s after shard 0 did",
+                timeout.as_secs()
+            ),
+        }
+    }
+}
+
+pub(super) enum Event {
+    Msg(usize, Msg),
+    Closed(usize),
+}
+
+pub(super) async fn serve(
+    listener: TcpListener,
+    reference: Hello,
+    auth: RendezvousAuth,
+    timeout: Duration,
+) -> anyhow::Result<CoordinatorReport> {
+    let count = reference.count as usize;
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let mut conns = Conns::default();
+
+    // Phase 1: hellos.
+    let gate = std::sync::Arc::new(Gate {
+        auth,
+        hello_timeout: HELLO_TIMEOUT.min(timeout),
+    });
+    let hellos = gather_hellos(
+        &listener, gate, &reference, timeout, &mut conns, &ev_tx, &mut ev_rx,
+    )
+    .await?;
+    // Every shard joined: nobody else may.
+    drop(listener);
+    let run_id = reference
+        .run_id
+        .clone()
+        .unwrap_or_else(crate::run::fresh_id);
+    let conn_of: BTreeMap<u32, usize> = conns
+        .index_of
+        .iter()
+        .enumerate()
+        .filter_map(|(c, i)| i.map(|i| (i, c)))
+        .collect();
+    let members = Members {
+        out: &conns.out,
+        conn_of: &conn_of,
+    };
+    members.broadcast(Msg::Welcome {
+        run_id: run_id.clone(),
+        seed: reference.seed,
+    });
+    tracing::info!(shards = count, run_id = %run_id, "rendezvous: every shard joined");
+
+    // Phases 2 to 4: ready, warmup, profiling, done.
+    let mut st = Phases::default();
+    let ready_deadline = tokio::time::Instant::now() + timeout;
+    while st.done.len() + st.lost.len() < count {
+        let ev = if st.ready < count {
+            match tokio::time::timeout_at(ready_deadline, ev_rx.recv()).await {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(_) => {
+                    let message = format!(
+                        "not every shard planned within --rendezvous-timeout {} s",
+                        timeout.as_secs()
+                    );
+                    members.broadcast(Msg::Refuse {
+                        message: message.clone(),
+                    });
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    bail!("{message}");
+                }
+            }
+        } else {
+            match ev_rx.recv().await {
+                Some(ev) => ev,
+                None => break,
+            }
+        };
+        match ev {
+            Event::Msg(c, m) => {
+                let Some(i) = conns.index_of.get(c).copied().flatten() else {
+                    continue;
+                };
+                st.on_msg(i, m, &reference, &members);
+            }
+            Event::Closed(c) => {
+                let Some(i) = conns.index_of.get(c).copied().flatten() else {
+                    continue;
+                };
+                st.on_closed(i, count, &members);
+            }
+        }
+    }
+    members.broadcast(Msg::Bye);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(CoordinatorReport {
+        lost: st.lost,
+        shards: hellos
+            .values()
+            .map(|h| ShardSeen {
+                index: h.index,
+                host: h.host.clone(),
+                peer: conn_of
+                    .get(&h.index)
+                    .map(|c| conns.peers[*c].clone())
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
+
+/// The coordinator's connections, in accept order.
+#[derive(Default)]
+pub(super) struct Conns {
+    /// Where to send to each connection.
+    out: Vec<mpsc::UnboundedSender<Msg>>,
+    peers: Vec<String>,
+    /// conn -> shard index, once its hello was accepted.
+    index_of: Vec<Option<u32>>,
+}
+
+/// The shards that joined, by index.
+pub(super) struct Members<'c> {
+    out: &'c [mpsc::UnboundedSender<Msg>],
+    conn_of: &'c BTreeMap<u32, usize>,
+}
+
+impl Members<'_> {
+    fn broadcast(&self, m: Msg) {
+        for c in self.conn_of.values() {
+            let _ = self.out[*c].send(m.clone());
+        }
+    }
+}
+
+/// A connection whose hello proved the run's secret.
+pub(super) struct Admitted {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    peer: SocketAddr,
+    hello: Hello,
+}
+
+/// What admits a connection: the run's secret, and how long its hello may take.
+pub(super) struct Gate {
+    auth: RendezvousAuth,
+    hello_timeout: Duration,
+}
+
+impl Gate {
+    /// Reads a new connection's first line and admits it if it is a hello that proves the secret;
+    /// otherwise logs why, tells a peer that speaks the protocol, and closes the connection.
+    async fn admit(&self, stream: TcpStream, peer: SocketAddr) -> Option<Admitted> {
+        let _ = stream.set_nodelay(true);
+        let (r, mut writer) = stream.into_split();
+        let mut reader = BufReader::new(r);
+        let first = match tokio::time::timeout(self.hello_timeout, recv_first(&mut reader)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "it said no hello within {} s",
+                self.hello_timeout.as_secs_f64()
+            )),
+        };
+        let why = match first {
+            Ok(Msg::Hello { hello, proof }) => {
+                if self.auth.admits(proof.as_deref()) {
+                    return Some(Admitted {
+                        reader,
+                        writer,
+                        peer,
+                        hello: *hello,
+                    });
+                }
+                let message = match (self.auth.is_authenticated(), proof.is_some()) {
+                    (true, true) => "its rendezvous secret is not this run's: give every shard the same AGENTX_RENDEZVOUS_TOKEN (or run them in one Slurm job step / Kubernetes Job)",
+                    (true, false) => "it proves no rendezvous secret and shard 0 has one: give every shard the same AGENTX_RENDEZVOUS_TOKEN (or run them in one Slurm job step / Kubernetes Job)",
+                    _ => "it proves a rendezvous secret and shard 0 has none: give every shard the same AGENTX_RENDEZVOUS_TOKEN",
+                };
+                let _ = send(
+                    &mut writer,
+                    &Msg::Refuse {
+                        message: format!("shard 0 refused shard {}: {message}", hello.index),
+                    },
+                )
+                .await;
+                let _ = writer.shutdown().await;
+                format!("claims to be shard {}, but {message}", hello.index)
+            }
+            Ok(_) => "its first message is not a hello".to_string(),
+            Err(why) => why,
+        };
+        tracing::warn!(%peer, "rendezvous: refused a connection: {why}");
+        None
+    }
+}
+
+/// Serves one admitted connection: a writer task sending what the returned sender is given
+/// (ending after a bye or a refusal) and a reader task answering pings and passing every other
+/// message on.
+pub(super) fn spawn_conn(
+    r: BufReader<OwnedReadHalf>,
+    mut w: OwnedWriteHalf,
+    id: usize,
+    ev_tx: mpsc::UnboundedSender<Event>,
+) -> mpsc::UnboundedSender<Msg> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let pong_tx = tx.clone();
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if send(&mut w, &m).await.is_err() {
+                break;
+            }
+            if matches!(m, Msg::Bye | Msg::Refuse { .. }) {
+                let _ = w.shutdown().await;
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut r = r;
+        loop {
+            match recv(&mut r).await {
+                Ok(Some(Msg::Ping { t1 })) => {
+                    let _ = pong_tx.send(Msg::Pong { t1, t2: wall_ns() });
+                }
+                Ok(Some(m)) => {
+                    let _ = ev_tx.send(Event::Msg(id, m));
+                }
+                Ok(None) | Err(_) => {
+                    let _ = ev_tx.send(Event::Closed(id));
+                    break;
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// Phase 1: accepts connections until every shard said a hello that proves the run's secret and
+/// agrees with shard 0's plan; each connection's hello is awaited in a task of its own, so a peer
+/// that says nothing delays no one. A disagreement or the timeout refuses every admitted
+/// connection and fails.
+pub(super) async fn gather_hellos(
+    listener: &TcpListener,
+    gate: std::sync::Arc<Gate>,
+    reference: &Hello,
+    timeout: Duration,
+    conns: &mut Conns,
+    ev_tx: &mpsc::UnboundedSender<Event>,
+    ev_rx: &mut mpsc::UnboundedReceiver<Event>,
+) -> anyhow::Result<BTreeMap<u32, Hello>> {
+    let count = reference.count as usize;
+    let mut hellos: BTreeMap<u32, Hello> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut refusal: Option<String> = None;
+    let mut pending = tokio::task::JoinSet::new();
+    let mut awaited: Vec<(SocketAddr, tokio::task::AbortHandle)> = Vec::new();
+    while hellos.len() < count && refusal.is_none() {
+        tokio::select! {
+            a = listener.accept() => {
+                match a {
+                    Ok((stream, peer)) => {
+                        let gate = gate.clone();
+                        awaited.retain(|(_, h)| !h.is_finished());
+                        awaited.push((peer, pending.spawn(async move { gate.admit(stream, peer).await })));
+                    }
+                    // A connection that failed before it was accepted (reset, or out of file
+                    // descriptors for a moment): not the run's business.
+                    Err(e) => {
+                        tracing::warn!("rendezvous: accepting a connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            Some(done) = pending.join_next(), if !pending.is_empty() => {
+                let Ok(Some(a)) = done else { continue };
+                let id = conns.out.len();
+                conns.out.push(spawn_conn(a.reader, a.writer, id, ev_tx.clone()));
+                conns.peers.push(a.peer.to_string());
+                conns.index_of.push(None);
+                let h = a.hello;
+                {
+                    let mut why = Vec::new();
+                    if h.index >= reference.count || h.count != reference.count {
+                        why.push(format!(
+                            "shard {}/{} does not fit a run of {} shards (indices 0 to {})",
+                            h.index, h.count, reference.count, reference.count - 1
+                        ));
+                    } else if hellos.contains_key(&h.index) {
+                        why.push(format!("shard {} joined twice (check --shard / SLURM_PROCID / JOB_COMPLETION_INDEX)", h.index));
+                    } else {
+                        why.extend(h.differences(reference));
+                    }
+                    if why.is_empty() {
+                        conns.index_of[id] = Some(h.index);
+                        hellos.insert(h.index, h);
+                    } else {
+                        refusal = Some(format!(
+                            "shard {} on {} disagrees with shard 0 on the plan: {}",
+                            h.index, h.host, why.join("; ")
+                        ));
+                    }
+                }
+            }
+            Some(ev) = ev_rx.recv() => match ev {
+                Event::Msg(_, _) => {}
+                Event::Closed(id) => {
+                    if let Some(i) = conns.index_of[id].take() {
+                        hellos.remove(&i);
+                        tracing::warn!("rendezvous: shard {i} left before every shard joined");
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                let missing: Vec<String> = (0..reference.count)
+                    .filter(|i| !hellos.contains_key(i))
+                    .map(|i| i.to_string())
+                    .collect();
+                refusal = Some(format!(
+                    "shards {} did not join within --rendezvous-timeout {} s",
+                    missing.join(", "),
+                    timeout.as_secs()
+                ));
+            }
+        }
+    }
+    // Connections still on their hello are no shard of this run: they close with the phase.
+    for (peer, h) in awaited.iter().filter(|(_, h)| !h.is_finished()) {
+        h.abort();
+        tracing::warn!(%peer, "rendezvous: refused a connection: it said no hello before the rendezvous closed");
+    }
+    if let Some(message) = refusal {
+        for tx in &conns.out {
+            let _ = tx.send(Msg::Refuse {
+                message: message.clone(),
+            });
+        }
+        // Let the refusals go out before the task ends.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        bail!("{message}");
+    }
+    Ok(hellos)
+}
+
+/// Phases 2 to 4 as the coordinator follows them: ready, warmup, profiling, done.
+#[derive(Default)]
+pub(super) struct Phases {
+    ready: usize,
+    warm_ok: usize,
+    warm_fail: Option<String>,
+    warm_seen: usize,
+    done: std::collections::BTreeSet<u32>,
+    lost: Vec<u32>,
+    tallies: BTreeMap<u32, (u64, u64, u64, u64)>,
+    stopped: bool,
+}
+
+impl Phases {
+    /// A message of shard `i`.
+    fn on_msg(&mut self, i: u32, m: Msg, reference: &Hello, members: &Members<'_>) {
+        let count = reference.count as usize;
+        match m {
+            Msg::Ready => {
+                self.ready += 1;
+                if self.ready == count {
+                    members.broadcast(Msg::Go);
+                }
+            }
+            Msg::Warmup { ok, message } => {
+                self.warm_seen += 1;
+                if ok {
+                    self.warm_ok += 1;
+                } else if self.warm_fail.is_none() {
+                    self.warm_fail = Some(message.unwrap_or_else(|| format!("shard {i} failed")));
+                }
+                if self.warm_seen == count {
+                    match &self.warm_fail {
+                        None if self.warm_ok == count => members.broadcast(Msg::Profile),
+                        _ => {
+                            self.stopped = true;
+                            members.broadcast(Msg::Stop {
+                                reason: StopReason::WarmupFailed.as_str().into(),
+                                message: self.warm_fail.clone().unwrap_or_default(),
+                            });
+                        }
+                    }
+                } else if !ok && !self.stopped {
+                    // No shard profiles after a failed warmup: tell the others now.
+                    self.stopped = true;
+                    members.broadcast(Msg::Stop {
+                        reason: StopReason::WarmupFailed.as_str().into(),
+                        message: self.warm_fail.clone().unwrap_or_default(),
+                    });
+                }
+            }
+            Msg::Tally {
+                requests,
+                failed,
+                overflows,
+                cancelled,
+            } => {
+                self.tallies
+                    .insert(i, (requests, failed, overflows, cancelled));
+                if let (Some(f), false) = (reference.failed_request_threshold, self.stopped) {
+                    let (req, fail, over, canc) =
+                        self.tallies.values().fold((0, 0, 0, 0), |a, t| {
+                            (a.0 + t.0, a.1 + t.1, a.2 + t.2, a.3 + t.3)
+                        });
+                    let all = Tally {
+                        requests: req,
+                        failed: fail,
+                        context_overflows: over,
+                        cancelled: canc,
+                        ..Tally::default()
+                    };
+                    if all.threshold_exceeded(f, u64::from(reference.concurrency)) {
+                        self.stopped = true;
+                        let judged = all.threshold_judged();
+                        members.broadcast(Msg::Stop {
+                            reason: StopReason::ThresholdExceeded.as_str().into(),
+                            message: format!(
+                                "--failed-request-threshold {f} exceeded over all shards: {fail} of {judged} profiling requests failed; in-flight requests were cancelled"
+                            ),
+                        });
+                    }
+                }
+            }
+            Msg::Stop { reason, message } if !self.stopped => {
+                self.stopped = true;
+                members.broadcast(Msg::Stop { reason, message });
+            }
+            Msg::Done => {
+                self.done.insert(i);
+            }
+            _ => {}
+        }
+    }
+
+    /// Shard `i`'s connection closed.
+    fn on_closed(&mut self, i: u32, count: usize, members: &Members<'_>) {
+        if !self.done.contains(&i) && !self.lost.contains(&i) {
+            self.lost.push(i);
+            tracing::error!("rendezvous: shard {i} lost its connection before it was done");
+            if !self.stopped {
+                self.stopped = true;
+                members.broadcast(Msg::Stop {
+                    reason: StopReason::Interrupted.as_str().into(),
+                    message: format!(
+                        "shard {i} lost its connection to the rendezvous, so every shard stopped"
+                    ),
+                });
+            }
+            if self.ready < count {
+                self.ready += 1;
+            }
+            if self.warm_seen < count && !self.stopped {
+                self.warm_seen += 1;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- member (every shard)
