@@ -311,7 +311,10 @@ def raced(ref: list[dict], got: list[dict]) -> set[str]:
     sends in profiling is left out (the warmup requests both sent are compared)."""
     a = collections.Counter(r["stream"] for r in ref if r["phase"] == "warmup")
     b = collections.Counter(r["stream"] for r in got if r["phase"] == "warmup")
-    return {s for s in set(a) | set(b) if a[s] != b[s]}
+    out = {s for s in set(a) | set(b) if a[s] != b[s]}
+    # A subagent's other chains (`<stream>:fa:..`, `:aux:..`) follow where its raced chain got to.
+    streams = {r["stream"] for r in ref + got if r["stream"]}
+    return out | {s for s in streams for x in out if s.startswith(x + ":")}
 
 
 def compare_streams(
@@ -361,7 +364,10 @@ def spawn_join(reqs: list[dict], skip: set, until: float) -> tuple[list, list, i
     # Children of one spawn start together: their order among themselves is a race, so a spawn is
     # the parent turn it followed (-1: before the parent's first profiling turn).
     spawns.sort()
-    return [(s, turn) for turn, s in spawns], sorted(joins), max((p["turn"] for p in parent), default=-1)
+    # How far the parent got: its last turn that returned inside the window (a spawn at a later
+    # turn's return, or at its issue near the window's end, is timing).
+    done = [p["turn"] for p in parent if p.get("end_s") is not None and p["end_s"] <= until]
+    return [(s, turn) for turn, s in spawns], sorted(joins), max(done, default=-1)
 
 
 def compare_spawns(t: Table, tree: str, ref: list[dict], got: list[dict], skip: set, ends: tuple) -> None:
