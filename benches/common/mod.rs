@@ -318,7 +318,7 @@ where
         dataset: ds,
         synth,
         counter: TokenCounter::Words,
-        client,
+        client: Box::new(client),
         body,
         scenario,
         records: sink.sender(),

@@ -26,6 +26,7 @@ pub mod recycle;
 pub mod sched;
 pub mod threshold;
 pub mod timer;
+pub mod transport;
 pub mod tree;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,12 +35,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::{Client, Exchange, FailureKind, JsonBody, RequestBody, RequestIds};
+use crate::client::{Exchange, FailureKind, JsonBody, RequestBody, RequestIds};
 use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
 use crate::record::{Clock, Phase, RecordError, RecordSender, RequestRecord, TokenSource};
 use crate::scenario::types::{ErrorClass, ErrorResponse, Placement, SessionId};
 use crate::scenario::ScenarioInstance;
 pub use plan::{Lane, Plan, PlanParams};
+pub use transport::Transport;
 use recycle::Recycler;
 
 use crate::ui::{Live, Progress, SrvRow};
@@ -133,7 +135,8 @@ pub struct ReplayInputs {
     pub dataset: &'static Dataset,
     pub synth: &'static PromptSynth,
     pub counter: TokenCounter,
-    pub client: Client,
+    /// The HTTP side ([`crate::client::Client`] in a run).
+    pub client: Box<dyn Transport>,
     pub body: RequestBody,
     pub scenario: ScenarioInstance,
     pub records: RecordSender,
@@ -181,7 +184,7 @@ struct Shared {
     ds: &'static Dataset,
     synth: &'static PromptSynth,
     counter: TokenCounter,
-    client: Client,
+    client: Box<dyn Transport>,
     body: RequestBody,
     scenario: Mutex<ScenarioInstance>,
     records: RecordSender,

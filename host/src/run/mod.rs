@@ -223,7 +223,7 @@ impl ReplayStage<'_> {
             dataset: p.ds,
             synth: planned.synth,
             counter: p.counter.clone(),
-            client,
+            client: Box::new(client),
             body: RequestBody::new(&self.conn.model, true, true, &p.extra)
                 .with_max_completion_tokens(p.trees && !rp.legacy_max_tokens),
             scenario: inst,
