@@ -69,6 +69,10 @@ pub struct ReplayConfig {
     /// its next turn during profiling (a single-stream session has nothing in flight while it
     /// waits, so aiperf's per-tree idle cap is a cap on each delay).
     pub trace_idle_cap: Option<Duration>,
+    /// Think times end on a timer thread of the replay's own ([`timer::Waker`], finer than tokio's
+    /// millisecond timer; the default of a run). Off, they end on tokio's timer, which the replay's
+    /// paused-time tests drive.
+    pub timer_thread: bool,
 }
 
 /// Why the replay stopped.
@@ -403,7 +407,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     if let Some(f) = on_profiling {
         f(prof_start);
     }
-    let deadline = Instant::now() + shared.cfg.duration;
+    let deadline = timer::now() + shared.cfg.duration;
     tracing::info!(
         duration_s = shared.cfg.duration.as_secs_f64(),
         "profiling: lanes resume at their start turn + 1"
@@ -636,6 +640,13 @@ impl Shared {
         let (stop_new, _) = watch::channel(false);
         let (cancel, _) = watch::channel(false);
         let (threshold_tx, threshold_rx) = watch::channel(false);
+        let waker = if cfg.timer_thread {
+            timer::Waker::start()
+                .map_err(|e| tracing::warn!("no timer thread ({e}); think times use tokio's timer"))
+                .ok()
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             concurrency,
             run_short: cfg.run_id.chars().take(8).collect(),
@@ -661,9 +672,7 @@ impl Shared {
             live: Live::default(),
             progress: Progress::new(progress),
             srv_row,
-            waker: timer::Waker::start()
-                .map_err(|e| tracing::warn!("no timer thread ({e}); think times use tokio's timer"))
-                .ok(),
+            waker,
             stride,
             shard_tally,
         });

@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
+use super::timer;
 use super::tree::TreeLane;
 use super::{
     bar, bust, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Session, Shared, StopReason, Tally,
@@ -296,7 +297,7 @@ impl Sched {
             held: Vec::new(),
             pass,
             origin_ms: tree.streams[0].turns.first().map_or(0.0, |t| t.ts_ms),
-            last_end: Instant::now(),
+            last_end: timer::now(),
         };
         let root = self.new_session(&rt, 0);
         rt.root_corr = root.correlation_id.clone();
@@ -415,7 +416,7 @@ impl Sched {
         } else {
             self.counts.pressure_trees += 1;
         }
-        self.push_timer(lane, 0, Instant::now());
+        self.push_timer(lane, 0, timer::now());
     }
 
     /// Starts branch `b` of the tree on `lane`: each child's turn 0 at `base` plus its recorded
@@ -560,7 +561,7 @@ impl Sched {
         // A branch that began before this root turn's recorded end starts at the turn's issue.
         if s == 0 && stage != Stage::Primers {
             let api = tt.api_time_ms.unwrap_or(0.0);
-            let now = Instant::now();
+            let now = timer::now();
             for &b in &tt.spawns {
                 let br = &tree.branches[b];
                 if api > 0.0 && br.start_timestamp_ms < tt.ts_ms + api {
@@ -750,7 +751,7 @@ impl Sched {
             return;
         }
         let by = earliest - target;
-        let now = Instant::now();
+        let now = timer::now();
         let timers: Vec<Timer> = std::mem::take(&mut self.heap)
             .into_iter()
             .map(|Reverse(mut t)| {
@@ -771,7 +772,7 @@ impl Sched {
 
     /// Fires every due timer.
     fn fire_due(&mut self) {
-        let now = Instant::now();
+        let now = timer::now();
         while let Some(Reverse(t)) = self.heap.peek().copied() {
             if t.at > now {
                 break;
@@ -804,7 +805,7 @@ impl Sched {
         };
         if cap.is_finite() && cap >= 0.0 {
             let target = self.idle_since + Duration::from_secs_f64(cap);
-            self.shift(None, target.max(Instant::now()), true);
+            self.shift(None, target.max(timer::now()), true);
         }
     }
 
@@ -894,7 +895,7 @@ async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
                 stage: who.4,
                 overflow: false,
                 failed: Some(cause),
-                end: Instant::now(),
+                end: timer::now(),
                 next: None,
                 session: spare,
             }
@@ -937,7 +938,7 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
                 stage,
                 overflow: false,
                 failed: Some(e.to_string()),
-                end: Instant::now(),
+                end: timer::now(),
                 next: None,
                 session,
             };
@@ -1135,7 +1136,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         passes,
         tasks: JoinSet::new(),
         in_flight: 0,
-        idle_since: Instant::now(),
+        idle_since: timer::now(),
         stage: Stage::Primers,
         pressure_sent: vec![0; n_lanes],
         paused: false,
@@ -1148,7 +1149,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     }
 
     // ---- warmup: the primers ----
-    let warm_start = Instant::now();
+    let warm_start = timer::now();
     let spread = sc.plan.rules.warmup_spread && !sc.plan.burst;
     let max_lead = lanes_plan
         .iter()
@@ -1274,7 +1275,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     sc.stage = Stage::Profiling;
     sc.heap.clear();
     let prof_start = sh.clock.now_ns();
-    let start = Instant::now();
+    let start = timer::now();
     sc.idle_since = start;
     if let Some(f) = on_profiling {
         f(prof_start);
@@ -1485,7 +1486,7 @@ async fn pressure_stage(
 ) -> Result<(), PressureStop> {
     sc.stage = Stage::Pressure;
     sc.heap.clear();
-    let now = Instant::now();
+    let now = timer::now();
     tracing::info!(
         "warmup: cache-pressure stage ({})",
         match p {

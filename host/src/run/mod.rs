@@ -189,6 +189,7 @@ impl ReplayStage<'_> {
             run_id: planned.run_id.clone(),
             stats_interval: s.stats_interval,
             trace_idle_cap: s.trace_idle_cap,
+            timer_thread: true,
             warmup_progress_interval: rp.warmup_progress_interval,
         };
         tracing::info!(
