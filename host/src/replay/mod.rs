@@ -207,7 +207,8 @@ struct Shared {
     clock: Clock,
     delays: Vec<Vec<f64>>,
     recycler: Mutex<Recycler>,
-    /// Nothing new (session or turn) may start.
+    /// Nothing new (session or turn) may start. Both flags are set with `send_replace`: a watch
+    /// channel drops a `send` when no receiver lives, and the tree scheduler holds none.
     stop_new: watch::Sender<bool>,
     /// Cancel in-flight requests.
     cancel: watch::Sender<bool>,
@@ -364,7 +365,7 @@ async fn warmup(
                 Some(Some(Err(e))) => out.failures.push(format!("a warmup task failed: {e}")),
                 Some(None) => break,
                 None => {
-                    let _ = shared.cancel.send(true);
+                    let _ = shared.cancel.send_replace(true);
                     out.failures.push(format!(
                         "{} of {n} warmup requests did not return within --warmup-grace-period {:?}",
                         n - returned,
@@ -385,7 +386,7 @@ async fn warmup(
             }
             _ = interrupt.changed() => {
                 out.interrupted = true;
-                let _ = shared.cancel.send(true);
+                let _ = shared.cancel.send_replace(true);
                 while warm.join_next().await.is_some() {}
                 break;
             }
@@ -634,9 +635,9 @@ async fn drain(
     mut stop: StopReason,
     mut message: Option<String>,
 ) -> (StopReason, Option<String>) {
-    let _ = shared.stop_new.send(true);
+    let _ = shared.stop_new.send_replace(true);
     if stop == StopReason::ThresholdExceeded {
-        let _ = shared.cancel.send(true);
+        let _ = shared.cancel.send_replace(true);
     }
     let grace = shared.cfg.grace.map(|g| tokio::time::Instant::now() + g);
     let in_flight = shared.in_flight.load(Ordering::Relaxed);
@@ -659,7 +660,7 @@ async fn drain(
             r = tasks.join_next() => if r.is_none() { break },
             _ = timeout => {
                 tracing::warn!("grace period over; cancelling in-flight requests");
-                let _ = shared.cancel.send(true);
+                let _ = shared.cancel.send_replace(true);
                 while tasks.join_next().await.is_some() {}
                 break;
             }
@@ -668,7 +669,7 @@ async fn drain(
                     stop = StopReason::Interrupted;
                     message = Some("interrupted while draining; in-flight requests were cancelled".into());
                 }
-                let _ = shared.cancel.send(true);
+                let _ = shared.cancel.send_replace(true);
                 while tasks.join_next().await.is_some() {}
                 break;
             }

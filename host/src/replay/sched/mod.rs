@@ -415,10 +415,10 @@ async fn drain(
     mut message: Option<String>,
 ) -> (StopReason, Option<String>) {
     let sh = sc.sh.clone();
-    let _ = sh.stop_new.send(true);
+    let _ = sh.stop_new.send_replace(true);
     sc.heap.clear();
     if stop == StopReason::ThresholdExceeded {
-        let _ = sh.cancel.send(true);
+        let _ = sh.cancel.send_replace(true);
     }
     let grace = sh.cfg.grace.map(|g| tokio::time::Instant::now() + g);
     loop {
@@ -437,7 +437,7 @@ async fn drain(
             },
             _ = timeout => {
                 tracing::warn!("grace period over; cancelling in-flight requests");
-                let _ = sh.cancel.send(true);
+                let _ = sh.cancel.send_replace(true);
                 while sc.tasks.join_next().await.is_some() {}
                 break;
             }
@@ -446,7 +446,7 @@ async fn drain(
                     stop = StopReason::Interrupted;
                     message = Some("interrupted while draining; in-flight requests were cancelled".into());
                 }
-                let _ = sh.cancel.send(true);
+                let _ = sh.cancel.send_replace(true);
                 while sc.tasks.join_next().await.is_some() {}
                 break;
             }

@@ -149,7 +149,7 @@ async fn primers(
                     _ => {}
                 }
                 if !failures.is_empty() {
-                    let _ = sh.cancel.send(true);
+                    let _ = sh.cancel.send_replace(true);
                     while sc.tasks.join_next().await.is_some() {}
                     break;
                 }
@@ -160,7 +160,7 @@ async fn primers(
             }
             _ = interrupt.changed() => {
                 interrupted = true;
-                let _ = sh.cancel.send(true);
+                let _ = sh.cancel.send_replace(true);
                 while sc.tasks.join_next().await.is_some() {}
                 break;
             }
@@ -284,7 +284,7 @@ async fn pressure_stage(
         }
     };
     if let Some(stop) = failure {
-        let _ = sc.sh.cancel.send(true);
+        let _ = sc.sh.cancel.send_replace(true);
         while sc.tasks.join_next().await.is_some() {}
         return Err(stop);
     }
