@@ -34,6 +34,10 @@ pub mod plan;
 pub mod recycle;
 mod request;
 pub mod sched;
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
 pub mod threshold;
 pub mod timer;
 pub mod transport;

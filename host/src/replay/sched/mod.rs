@@ -43,6 +43,8 @@
 
 mod state;
 mod stream;
+#[cfg(test)]
+mod tests;
 mod warmup;
 
 use std::collections::{BinaryHeap, HashMap};
