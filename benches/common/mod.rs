@@ -192,6 +192,7 @@ pub fn replay_config(conc: u32, secs: f64) -> ReplayConfig {
         run_id: format!("bench{conc}"),
         stats_interval: None,
         trace_idle_cap: None,
+        timer_thread: true,
         warmup_progress_interval: None,
     }
 }
@@ -318,7 +319,7 @@ where
         dataset: ds,
         synth,
         counter: TokenCounter::Words,
-        client,
+        client: Box::new(client),
         body,
         scenario,
         records: sink.sender(),

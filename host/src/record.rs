@@ -18,6 +18,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+/// The monotonic clock, read through tokio: the system's clock in a run (no extra work), the
+/// paused virtual clock in tests that pause tokio's time, so records of a replay under test carry
+/// virtual offsets.
+#[inline]
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// The run's clock: one monotonic anchor and the wall-clock time it was taken at.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
@@ -32,7 +40,7 @@ impl Clock {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         Clock {
-            anchor: Instant::now(),
+            anchor: now(),
             anchor_unix_ns,
         }
     }
@@ -40,7 +48,7 @@ impl Clock {
     /// Nanoseconds since the anchor.
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        self.anchor.elapsed().as_nanos() as u64
+        now().saturating_duration_since(self.anchor).as_nanos() as u64
     }
 
     /// Nanoseconds from the anchor to `t` (0 for instants before it).

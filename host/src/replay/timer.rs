@@ -17,6 +17,13 @@ use tokio::sync::oneshot;
 
 type Entry = (Instant, oneshot::Sender<()>);
 
+/// The replay's "now": tokio's clock, which is the system's monotonic clock in a run and the
+/// paused virtual clock in the replay's tests (`tokio::time::pause`, feature `test-util`).
+#[inline]
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// A thread that completes oneshots at their deadlines.
 #[derive(Debug)]
 pub struct Waker {

@@ -189,6 +189,7 @@ impl ReplayStage<'_> {
             run_id: planned.run_id.clone(),
             stats_interval: s.stats_interval,
             trace_idle_cap: s.trace_idle_cap,
+            timer_thread: true,
             warmup_progress_interval: rp.warmup_progress_interval,
         };
         tracing::info!(
@@ -223,7 +224,7 @@ impl ReplayStage<'_> {
             dataset: p.ds,
             synth: planned.synth,
             counter: p.counter.clone(),
-            client,
+            client: Box::new(client),
             body: RequestBody::new(&self.conn.model, true, true, &p.extra)
                 .with_max_completion_tokens(p.trees && !rp.legacy_max_tokens),
             scenario: inst,

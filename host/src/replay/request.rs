@@ -1,0 +1,311 @@
+//! One request of the replay: its body, its send through the transport, its record (the
+//! scenario classifies errors), and its count in the tally and the failed-request threshold.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use super::lane::Session;
+use super::{bust, Shared};
+use crate::client::{Exchange, FailureKind, JsonBody, RequestIds};
+use crate::dataset::AssistantMode;
+use crate::record::{Phase, RecordError, RequestRecord, TokenSource};
+use crate::scenario::types::{ErrorClass, ErrorResponse};
+
+/// The exit of one request as the lane sees it.
+pub(super) struct Sent {
+    pub(super) overflow: bool,
+    /// The record's error as `message (type)`.
+    pub(super) error: Option<String>,
+    pub(super) reply: Option<String>,
+    pub(super) end: Instant,
+}
+
+/// A request ready to send.
+pub(super) struct Prepared {
+    pub(super) body: JsonBody,
+    pub(super) request_id: String,
+    pub(super) trace_id: &'static str,
+    pub(super) turn: u32,
+    pub(super) num_turns: u32,
+    pub(super) max_tokens: u32,
+    /// Client-side prompt tokens (word model or tokenizer), marker included.
+    pub(super) client_isl: u64,
+    /// The turn's theoretical prefix-cache stamp (hit blocks, total blocks); session trees only.
+    pub(super) prefix: (u32, u32),
+    /// The turn's source request in its trace (outer index, inner index); session trees only.
+    pub(super) source_idx: (Option<u32>, Option<u32>),
+}
+
+/// Writes the conversation's current turn as a request body.
+pub(super) fn prepare(
+    sh: &Shared,
+    session: &Session,
+    conv: &crate::dataset::Conversation<'static>,
+) -> Prepared {
+    let traj = conv.trajectory();
+    let turn = conv.turn();
+    let max_tokens = traj
+        .turn(turn)
+        .map(|t| t.output_tokens())
+        .unwrap_or(1)
+        .max(1);
+    let bust = bust(sh.cfg.placement, &session.marker);
+    let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+    let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
+    Prepared {
+        body,
+        request_id: format!("{}-r{seq}", sh.run_short),
+        trace_id: traj.id(),
+        turn: turn as u32,
+        num_turns: traj.num_turns() as u32,
+        max_tokens,
+        client_isl,
+        prefix: (0, 0),
+        source_idx: (None, None),
+    }
+}
+
+/// Sends a prepared request and records it.
+pub(super) async fn send_turn(
+    sh: &Arc<Shared>,
+    session: &Session,
+    mut req: Prepared,
+    phase: Phase,
+    intended: u64,
+    cancel: &mut watch::Receiver<bool>,
+) -> Sent {
+    let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
+    /// Counts the request in flight until it returns, or until its task unwinds.
+    struct InFlight<'a>(&'a AtomicU64);
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    sh.in_flight.fetch_add(1, Ordering::Relaxed);
+    let in_flight = InFlight(&sh.in_flight);
+    let ex = sh
+        .client
+        .send(
+            std::mem::take(&mut req.body),
+            RequestIds {
+                request_id: &req.request_id,
+                correlation_id: &session.correlation_id,
+                parent_correlation_id: session
+                    .tree
+                    .as_ref()
+                    .and_then(|t| t.parent_correlation_id.as_deref()),
+                last: req.turn + 1 >= req.num_turns,
+            },
+            keep_text,
+            cancel,
+        )
+        .await;
+    drop(in_flight);
+    let rec = to_record(sh, session, req, phase, intended, &ex);
+    let sent = Sent {
+        overflow: rec.context_overflow,
+        error: rec
+            .error
+            .as_ref()
+            .map(|e| format!("{} ({})", e.message, e.kind)),
+        reply: (rec.error.is_none() && keep_text).then_some(ex.text),
+        end: ex.end,
+    };
+    account(sh, &rec);
+    sh.records.send(rec);
+    sent
+}
+
+pub(super) fn to_record(
+    sh: &Shared,
+    session: &Session,
+    req: Prepared,
+    phase: Phase,
+    intended: u64,
+    ex: &Exchange,
+) -> RequestRecord {
+    let usage = ex.usage.unwrap_or_default();
+    let server = sh.cfg.use_server_token_count
+        && usage.prompt_tokens.is_some()
+        && usage.completion_tokens.is_some();
+    let (isl, osl, token_source) = if server {
+        (
+            usage.prompt_tokens.unwrap_or(0),
+            usage.completion_tokens.unwrap_or(0),
+            TokenSource::Server,
+        )
+    } else {
+        (
+            req.client_isl,
+            sh.counter.count(&ex.text),
+            TokenSource::Client,
+        )
+    };
+    let mut context_overflow = false;
+    let error = ex.failure.as_ref().map(|f| {
+        let mut kind = f.kind.as_str().to_string();
+        if f.kind != FailureKind::Cancelled {
+            let body = ex.error_body.clone().unwrap_or_else(|| f.message.clone());
+            let resp = ErrorResponse {
+                status: f.status,
+                body_excerpt: body,
+            };
+            let phrases = sh.cfg.overflow_phrases.as_deref();
+            match sh
+                .scenario
+                .lock()
+                .expect("scenario lock")
+                .classify_error(&resp, phrases)
+            {
+                Ok(c) if c.class == ErrorClass::ContextOverflow => {
+                    context_overflow = true;
+                    kind = "context_overflow".into();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!("{e}; the error counts as an ordinary failure"),
+            }
+        }
+        if let Some(t) = &f.server_type {
+            kind = format!("{kind}:{t}");
+        }
+        RecordError {
+            code: f.status,
+            kind,
+            message: f.message.clone(),
+        }
+    });
+    let cancelled = ex
+        .failure
+        .as_ref()
+        .is_some_and(|f| f.kind == FailureKind::Cancelled);
+    let send_ns = sh.clock.ns_of(ex.sent);
+    RequestRecord {
+        request_id: req.request_id,
+        correlation_id: session.correlation_id.clone(),
+        session_num: session.session_num,
+        phase,
+        lane: session.lane,
+        trace_id: req.trace_id.to_owned(),
+        turn: req.turn,
+        num_turns: req.num_turns,
+        recycle_pass: session.recycle_pass,
+        intended_ns: intended.min(send_ns),
+        send_ns,
+        first_byte_ns: ex.first_byte.map(|t| sh.clock.ns_of(t)),
+        first_token_ns: ex.first_token().map(|t| sh.clock.ns_of(t)),
+        chunk_offsets_ns: ex.chunk_offsets_ns.clone(),
+        end_ns: sh.clock.ns_of(ex.end),
+        isl,
+        osl,
+        token_source,
+        usage,
+        max_tokens: req.max_tokens,
+        finish_reason: ex.finish_reason.clone(),
+        cancelled,
+        context_overflow,
+        error,
+        retry: ex.retried.clone(),
+        tree: session.tree.clone().map(|mut t| {
+            (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
+            (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
+            t
+        }),
+    }
+}
+
+/// A request that failed before (or instead of) an exchange with the server.
+pub(super) struct FailedRequest {
+    pub(super) trace_id: &'static str,
+    pub(super) turn: u32,
+    pub(super) num_turns: u32,
+    pub(super) max_tokens: u32,
+    pub(super) phase: Phase,
+    pub(super) intended: u64,
+    /// The record error's class (`type`) and message.
+    pub(super) kind: &'static str,
+    pub(super) message: String,
+}
+
+/// The record of a [`FailedRequest`]: an error with no response, sent and ended now.
+pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) -> RequestRecord {
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+    let now = sh.clock.now_ns();
+    RequestRecord {
+        request_id: format!("{}-r{seq}", sh.run_short),
+        correlation_id: session.correlation_id.clone(),
+        session_num: session.session_num,
+        phase: f.phase,
+        lane: session.lane,
+        trace_id: f.trace_id.to_owned(),
+        turn: f.turn,
+        num_turns: f.num_turns,
+        recycle_pass: session.recycle_pass,
+        intended_ns: f.intended.min(now),
+        send_ns: now,
+        first_byte_ns: None,
+        first_token_ns: None,
+        chunk_offsets_ns: Vec::new(),
+        end_ns: now,
+        isl: 0,
+        osl: 0,
+        token_source: TokenSource::Client,
+        usage: Default::default(),
+        max_tokens: f.max_tokens,
+        finish_reason: None,
+        cancelled: false,
+        context_overflow: false,
+        error: Some(RecordError {
+            code: 0,
+            kind: f.kind.to_owned(),
+            message: f.message,
+        }),
+        retry: None,
+        tree: session.tree.clone(),
+    }
+}
+
+/// Counts a record and trips the failed-request threshold.
+pub(super) fn account(sh: &Shared, rec: &RequestRecord) {
+    sh.live.record(rec);
+    let mut t = sh.tally.lock().expect("tally lock");
+    if rec.phase == Phase::Warmup {
+        t.warmup_requests += 1;
+        if rec.context_overflow {
+            t.warmup_overflows += 1;
+        } else if rec.error.is_some() {
+            t.warmup_failed += 1;
+        }
+        return;
+    }
+    t.requests += 1;
+    match crate::metrics::Outcome::of(rec) {
+        crate::metrics::Outcome::ContextOverflow => t.context_overflows += 1,
+        crate::metrics::Outcome::Cancelled => t.cancelled += 1,
+        crate::metrics::Outcome::Failed => t.failed += 1,
+        crate::metrics::Outcome::Ok => {
+            t.ok += 1;
+            t.output_tokens += rec.osl;
+            t.input_tokens += rec.isl;
+        }
+    }
+    if let Some(tx) = &sh.shard_tally {
+        // The threshold is over all shards' records: the rendezvous sums and decides.
+        tx.send_replace(t.clone());
+        return;
+    }
+    if let Some(f) = sh.cfg.failed_request_threshold {
+        // Judged after every record but an overflow's (aiperf counts an overflow, then judges at
+        // the next record).
+        if !rec.context_overflow
+            && t.threshold_exceeded(f, sh.concurrency)
+            && !sh.threshold_hit.swap(true, Ordering::Relaxed)
+        {
+            let _ = sh.threshold_tx.send(true);
+        }
+    }
+}
