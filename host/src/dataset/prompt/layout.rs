@@ -116,16 +116,7 @@ impl<'a> Structure<'a> {
         let user_start;
         if k == 0 {
             self.segs.clear();
-            let s = self.traj.system_blocks().min(full);
-            if s > 0 {
-                self.segs.push(Seg {
-                    role: Role::System,
-                    start: 0,
-                    end: s,
-                    tail: None,
-                });
-            }
-            user_start = s;
+            user_start = self.push_system(full);
         } else {
             let keep = lcp.min(self.full).min(full);
             info.reset = keep < self.full;
@@ -172,6 +163,21 @@ impl<'a> Structure<'a> {
         info
     }
 
+    /// Turn 0's `system` message: the tools+system blocks, at most `full` of them. Returns where the
+    /// user message starts.
+    fn push_system(&mut self, full: usize) -> usize {
+        let s = self.traj.system_blocks().min(full);
+        if s > 0 {
+            self.segs.push(Seg {
+                role: Role::System,
+                start: 0,
+                end: s,
+                tail: None,
+            });
+        }
+        s
+    }
+
     /// [`Tiling::Reference`]: applies turn `k` as the reference's `init_turn_0`/`advance_turn` do.
     fn step_reference(&mut self, k: usize, turn: crate::dataset::Turn<'a>) -> StepInfo {
         let bs = self.traj.block_size() as usize;
@@ -192,15 +198,7 @@ impl<'a> Structure<'a> {
             self.segs.clear();
             self.ids.clear();
             self.ids.extend_from_slice(&self.hash[..geo.covered]);
-            let s = self.traj.system_blocks().min(geo.covered);
-            if s > 0 {
-                self.segs.push(Seg {
-                    role: Role::System,
-                    start: 0,
-                    end: s,
-                    tail: None,
-                });
-            }
+            let s = self.push_system(geo.covered);
             let user = Seg {
                 role: Role::User,
                 start: s,
