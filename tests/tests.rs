@@ -19,6 +19,7 @@ mod server_metrics;
 mod shard;
 mod sim;
 mod support;
+mod survive;
 mod sweep;
 mod tiling;
 mod tree_fidelity;

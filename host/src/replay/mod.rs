@@ -123,8 +123,10 @@ impl StopReason {
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
     pub warmup_requests: u64,
-    /// Warmup failures that abort the run (context overflows excluded).
+    /// Warmup requests that failed (context overflows and cancellations excluded).
     pub warmup_failed: u64,
+    /// Warmup requests cancelled (by an interrupt or the warmup grace period).
+    pub warmup_cancelled: u64,
     /// Warmup responses the scenario classified as context overflows (not failures).
     pub warmup_overflows: u64,
     /// Profiling responses of every kind (ok, failed, overflowed, cancelled).

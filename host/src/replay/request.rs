@@ -275,10 +275,11 @@ pub(super) fn account(sh: &Shared, rec: &RequestRecord) {
     let mut t = sh.tally.lock().expect("tally lock");
     if rec.phase == Phase::Warmup {
         t.warmup_requests += 1;
-        if rec.context_overflow {
-            t.warmup_overflows += 1;
-        } else if rec.error.is_some() {
-            t.warmup_failed += 1;
+        match crate::metrics::Outcome::of(rec) {
+            crate::metrics::Outcome::ContextOverflow => t.warmup_overflows += 1,
+            crate::metrics::Outcome::Cancelled => t.warmup_cancelled += 1,
+            crate::metrics::Outcome::Failed => t.warmup_failed += 1,
+            crate::metrics::Outcome::Ok => {}
         }
         return;
     }

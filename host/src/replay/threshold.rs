@@ -6,6 +6,12 @@
 //! as a success (counted, never a failure); a cancelled request is not judged; the run stops when
 //! more than `threshold` of the judged requests failed, once at least `max(concurrency, 10)` are
 //! judged.
+//!
+//! Warmup under a scenario whose rules do not abort on a failed warmup request
+//! (`warmup-failure-aborts` false, the `agentx` scenario): the warmup requests are judged by the
+//! same rule, over the warmup's own tally, with the same floor. The reference aborts at the first
+//! failed root request instead (agentx-harness 1.0.12 credit/callback_handler.py:296-323), so a
+//! 1 % fault rate at 256 lanes almost never gets a run through its warmup.
 
 use super::Tally;
 
@@ -20,8 +26,23 @@ impl Tally {
     /// `max(concurrency, 10)` are judged.
     pub fn threshold_exceeded(&self, threshold: f64, concurrency: u64) -> bool {
         let judged = self.threshold_judged();
-        judged >= concurrency.max(10) && self.failed as f64 / judged as f64 > threshold
+        exceeds(self.failed, judged, threshold, concurrency)
     }
+
+    /// The warmup requests the threshold judges (answered ones, overflows included).
+    pub fn warmup_judged(&self) -> u64 {
+        self.warmup_requests.saturating_sub(self.warmup_cancelled)
+    }
+
+    /// [`Tally::threshold_exceeded`] over the warmup's requests.
+    pub fn warmup_threshold_exceeded(&self, threshold: f64, concurrency: u64) -> bool {
+        exceeds(self.warmup_failed, self.warmup_judged(), threshold, concurrency)
+    }
+}
+
+/// More than `threshold` of `judged` failed, once at least `max(concurrency, 10)` are judged.
+fn exceeds(failed: u64, judged: u64, threshold: f64, concurrency: u64) -> bool {
+    judged >= concurrency.max(10) && failed as f64 / judged as f64 > threshold
 }
 
 #[cfg(test)]
@@ -67,6 +88,32 @@ mod tests {
         assert_eq!(t.threshold_judged(), 12);
         assert!(t.threshold_exceeded(0.2, 4));
         assert!(!t.threshold_exceeded(0.25, 4));
+    }
+
+    /// Warmup: the same rule over the warmup's own counts; profiling counts do not mix in.
+    #[test]
+    fn warmup_is_judged_by_the_same_rule_over_its_own_counts() {
+        let mut t = Tally {
+            warmup_requests: 256,
+            warmup_failed: 3,
+            warmup_overflows: 4,
+            warmup_cancelled: 6,
+            failed: 200,
+            requests: 200,
+            ..Tally::default()
+        };
+        assert_eq!(t.warmup_judged(), 250);
+        // 1.2 % failed: far from 10 %.
+        assert!(!t.warmup_threshold_exceeded(0.10, 256));
+        t.warmup_failed = 26;
+        assert!(t.warmup_threshold_exceeded(0.10, 256));
+        // The floor: 9 of 9 failed primers of one lane are not judged yet.
+        let t = Tally {
+            warmup_requests: 9,
+            warmup_failed: 9,
+            ..Tally::default()
+        };
+        assert!(!t.warmup_threshold_exceeded(0.10, 1));
     }
 
     #[test]

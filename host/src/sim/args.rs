@@ -141,6 +141,10 @@ pub struct SimArgs {
     /// Stop accepting connections after this many chat completion requests.
     #[arg(long)]
     pub stop_after: Option<u64>,
+    /// The engine dies at this chat request (1 = the first): it closes every connection, cutting
+    /// the streams in flight, and refuses new ones for the rest of its life (a crashed engine).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub die_at_request: Option<u64>,
     /// Close a connection that has been idle this many seconds (30, hyper's default; uvicorn, under
     /// vLLM, closes after 5 s, llama.cpp after 5 s).
     #[arg(
@@ -238,6 +242,7 @@ impl SimArgs {
         c.faults.stall_rate = self.stall_rate;
         c.faults.malformed_rate = self.malformed_rate;
         c.faults.stop_after = self.stop_after;
+        c.faults.die_at = self.die_at_request;
         if let Some(t) = self.keep_alive_timeout {
             if !(t.is_finite() && t > 0.0) {
                 return Err(format!(

@@ -120,6 +120,10 @@ pub struct Faults {
     /// Stop accepting connections after this many requests (later requests on open connections
     /// get the connection closed without an answer).
     pub stop_after: Option<u64>,
+    /// The engine dies at this chat request (counted from 1): that request gets no answer, every
+    /// open connection is closed (streams cut mid-response) and new connections are refused, as
+    /// when an engine crashes (out of KV memory at 98-100 % usage, a CUDA error).
+    pub die_at: Option<u64>,
 }
 
 /// Everything the simulated server needs to know.

@@ -60,6 +60,7 @@ mod tests {
             stall_rate: 1.0,
             malformed_rate: 0.0,
             stop_after: None,
+            die_at: None,
         };
         let mut fails = 0;
         let mut resets = 0;

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -47,6 +47,9 @@ pub struct Shared {
     round_robin: AtomicU64,
     /// Signalled once `stop_after` requests have arrived.
     stop_accepting: Notify,
+    /// Set (and signalled) when the engine dies (`die_at`).
+    dead: AtomicBool,
+    die: Notify,
     /// Chat requests' headers, when `record_headers` is on.
     received: std::sync::Mutex<Vec<Received>>,
     /// Connections accepted so far (numbering for [`Received::conn`]).
@@ -100,6 +103,8 @@ impl Shared {
             chat_requests: AtomicU64::new(0),
             round_robin: AtomicU64::new(0),
             stop_accepting: Notify::new(),
+            dead: AtomicBool::new(false),
+            die: Notify::new(),
             received: std::sync::Mutex::new(Vec::new()),
             accepted: AtomicU64::new(0),
             request_log,
@@ -187,6 +192,8 @@ impl Body for SimBody {
 pub enum Dropped {
     #[error("connection closed: the server stopped accepting after {0} requests (--stop-after)")]
     StopAfter(u64),
+    #[error("connection closed: the engine died at request {0} (--die-at-request)")]
+    Dead(u64),
     #[error("connection reset before the response (--reset-rate)")]
     Reset,
     #[error("reading the request body failed: {0}")]
@@ -299,6 +306,15 @@ impl Meta {
         let arrival = Instant::now();
         let config = &shared.config;
         let seq = shared.chat_requests.fetch_add(1, Relaxed) + 1;
+        if let Some(n) = config.faults.die_at {
+            if seq >= n {
+                if !shared.dead.swap(true, Relaxed) {
+                    tracing::warn!("the engine dies at request {n} (--die-at-request): every connection closes, new ones are refused");
+                    shared.die.notify_one();
+                }
+                return Err(Dropped::Dead(n));
+            }
+        }
         if let Some(n) = config.faults.stop_after {
             if seq > n {
                 return Err(Dropped::StopAfter(n));
@@ -669,6 +685,11 @@ pub async fn serve(
             _ = shared.stop_accepting.notified(), if listener.is_some() => {
                 // Closing the socket makes new connections fail to connect.
                 listener = None;
+            }
+            _ = shared.die.notified() => {
+                // A dead engine: no listener, and every connection (idle or mid-stream) closed.
+                listener = None;
+                conns.abort_all();
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = accept(listener.as_ref()), if listener.is_some() => match accepted {

@@ -125,6 +125,8 @@ fn rules_follow_the_harness() {
     assert_eq!(rules.base.trace_idle_cap_seconds, Some(300.0));
     assert_eq!(rules.base.system_idle_cap_seconds, Some(10.0));
     assert!(rules.base.warmup_spread);
+    // Where agentx does better: a failed warmup request is judged by the threshold.
+    assert!(!rules.base.warmup_failure_aborts);
     let mut g = base();
     g.push(set("burst-phase-starts", Value::Flag(true)));
     let r = resolve(g, 7).unwrap();

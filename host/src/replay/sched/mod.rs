@@ -116,6 +116,9 @@ pub struct TreeCounts {
     /// child primers that failed (their streams go on).
     pub warmup_root_overflows: u64,
     pub warmup_child_failures: u64,
+    /// Depth-0 warmup primers that failed under rules that judge warmup failures by the threshold
+    /// (their lanes start a fresh tree).
+    pub warmup_root_failures: u64,
     /// Requests of the warmup's cache-pressure stage, and trees it recycled.
     pub pressure_requests: u64,
     pub pressure_trees: u64,

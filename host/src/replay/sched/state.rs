@@ -525,7 +525,10 @@ impl Sched {
             // A primer: the stream resumes in profiling at the turn after it.
             let st = &mut rt.streams[s];
             st.conv = d.next;
-            if d.overflow && s == 0 {
+            // A root primer that overflowed, or failed under rules that judge warmup failures
+            // instead of aborting: the lane starts a fresh tree when profiling begins.
+            let failed_root = d.failed.is_some() && !self.plan.rules.warmup_failure_aborts;
+            if s == 0 && (d.overflow || failed_root) {
                 st.st = St::Done;
             } else {
                 st.st = St::Waiting;

@@ -142,11 +142,18 @@ async fn primers(
                     (false, Some(e)) if depth0 && sc.plan.rules.warmup_failure_aborts => {
                         failures.push(format!("lane {lane} root primer: {e}"));
                     }
+                    (false, Some(e)) if depth0 => {
+                        sc.counts.warmup_root_failures += 1;
+                        tracing::warn!("warmup: lane {lane}'s root primer failed ({e}); the lane starts a fresh tree when profiling begins");
+                    }
                     (_, Some(e)) => {
                         sc.counts.warmup_child_failures += 1;
                         tracing::warn!("warmup: lane {lane} stream {stream} primer failed ({e}); the stream goes on");
                     }
                     _ => {}
+                }
+                if failures.is_empty() {
+                    failures.extend(sc.warmup_threshold());
                 }
                 if !failures.is_empty() {
                     let _ = sh.cancel.send_replace(true);
@@ -253,7 +260,11 @@ async fn pressure_stage(
                     if let Some(f) = sc.pressure_root_failure(&d) {
                         break Some(PressureStop::Failed(f));
                     }
+                    let failed = d.failed.is_some();
                     sc.on_done(d);
+                    if let Some(f) = failed.then(|| sc.warmup_threshold()).flatten() {
+                        break Some(PressureStop::Failed(f));
+                    }
                 }
                 sc.fire_due();
             }
@@ -297,6 +308,25 @@ async fn pressure_stage(
 }
 
 impl Sched {
+    /// Why the warmup stops when its failed requests exceed `--failed-request-threshold` (judged
+    /// as profiling is, over the warmup's own counts; see [`crate::replay::threshold`]), under
+    /// rules that do not abort at a failed root request. A shard judges its own warmup.
+    pub(super) fn warmup_threshold(&self) -> Option<String> {
+        if self.plan.rules.warmup_failure_aborts {
+            return None;
+        }
+        let f = self.sh.cfg.failed_request_threshold?;
+        let t = self.sh.tally.lock().expect("tally lock");
+        t.warmup_threshold_exceeded(f, self.sh.concurrency)
+            .then(|| {
+                format!(
+                    "--failed-request-threshold {f} exceeded in warmup: {} of {} warmup requests failed",
+                    t.warmup_failed,
+                    t.warmup_judged()
+                )
+            })
+    }
+
     /// A root request of the pressure stage that failed, was cancelled or overflowed: why the run
     /// stops (when the scenario's rules abort on a failed depth-0 warmup request).
     pub(super) fn pressure_root_failure(&self, d: &Done) -> Option<String> {
