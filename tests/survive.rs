@@ -225,3 +225,184 @@ fn dead_engine_records(recs: &[RequestRecord]) {
         .collect();
     eprintln!("dead-engine failure kinds: {kinds:?}");
 }
+
+/// Waits until the manifest notes the start of profiling and `records.jsonl` has `n` profiling
+/// records.
+fn wait_profiling(dir: &Path, n: usize) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let m: Option<serde_json::Value> = std::fs::read(dir.join("run_manifest.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let started = m.is_some_and(|m| m["profiling_started_ns"].is_u64());
+        let lines = std::fs::read_to_string(dir.join("records.jsonl"))
+            .map(|t| {
+                t.lines()
+                    .filter(|l| l.contains(r#""phase":"profiling""#))
+                    .count()
+            })
+            .unwrap_or(0);
+        if started && lines >= n {
+            return;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "no profiling in {}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A run of the default scenario against `url` as a child process, writing to `<tmp>/run`.
+fn spawn_agentx(tmp: &Path, url: &str) -> std::process::Child {
+    let corpus = fixture("traces-subagents-8.jsonl");
+    crate::support::agentx_command(tmp, &[])
+        .args([
+            "run",
+            "--url",
+            url,
+            "--model",
+            "agentx-sim",
+            "--input-file",
+            corpus.to_str().unwrap(),
+            "--unsafe-override",
+            "--concurrency",
+            "3",
+            "--benchmark-duration",
+            "600",
+            "--stats-interval",
+            "0",
+            "--output-artifact-dir",
+        ])
+        .arg(tmp.join("run"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn agentx(tmp: &Path, args: &[&str]) -> std::process::Output {
+    crate::support::agentx_command(tmp, &[])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_killed_run_is_finalized_into_every_export_and_report_reads_it() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::io::Write;
+
+    let s = sim(Faults::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let mut child = spawn_agentx(tmp.path(), &s.url());
+    wait_profiling(&dir, 8);
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = child.wait();
+    // What the kill left: the manifest and whole records, no summary or exports. A record the kill
+    // cut in half is appended by hand (the writer flushes whole lines, but a kill can land mid-write).
+    assert!(!dir.join("run_summary.json").exists());
+    assert!(!dir.join("profile_export_aiperf.json").exists());
+    let whole = agentx::record::read_records(&dir.join("records.jsonl"))
+        .unwrap()
+        .len();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("records.jsonl"))
+        .unwrap();
+    f.write_all(br#"{"request_id":"cut","correlation_id":"x","ph"#)
+        .unwrap();
+    drop(f);
+
+    let out = agentx(
+        tmp.path(),
+        &[
+            "finalize",
+            dir.to_str().unwrap(),
+            "--reason",
+            "slurm time limit",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("the last record was cut off"), "{err}");
+    assert_exports(&dir);
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
+    };
+    let m = read("run_manifest.json");
+    assert_eq!(m["stop"], "killed");
+    assert_eq!(m["finalized"]["reason"], "slurm time limit");
+    assert_eq!(m["finalized"]["records"], whole as u64);
+    assert!(m["finalized"]["torn_record"].is_string());
+    let [p0, p1] = [&m["profiling_ns"][0], &m["profiling_ns"][1]].map(|v| v.as_u64().unwrap());
+    assert_eq!(Some(p0), m["profiling_started_ns"].as_u64());
+    assert!(p1 > p0);
+    let summary = read("run_summary.json");
+    assert_eq!(summary["stop"], "killed");
+    assert_eq!(summary["records"], whole as u64);
+    assert!(summary["message"]
+        .as_str()
+        .unwrap()
+        .contains("slurm time limit"));
+    assert!(summary["submission_invalid_reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r == "run_cancelled"));
+    // Every record the run measured is in the exports, and records.jsonl reads whole again.
+    let recs = agentx::record::read_records(&dir.join("records.jsonl")).unwrap();
+    assert_eq!(recs.len(), whole);
+    let exported = std::fs::read_to_string(dir.join("profile_export.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(exported > 0 && exported <= whole);
+
+    // The result row reads the finalized directory.
+    let row = tmp.path().join("row.json");
+    let out = agentx(
+        tmp.path(),
+        &["report", dir.to_str().unwrap(), "-o", row.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(row.is_file());
+
+    // Once is enough; a directory that is not a run is named.
+    let out = agentx(tmp.path(), &["finalize", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("finalized already"));
+    let out = agentx(tmp.path(), &["finalize", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no run_manifest.json"));
+}
+
+#[test]
+fn a_second_signal_cancels_in_flight_requests_and_still_leaves_every_export() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let s = sim(Faults::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let child = spawn_agentx(tmp.path(), &s.url());
+    wait_profiling(&dir, 8);
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGTERM).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    kill(pid, Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_exports(&dir);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("run_summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["stop"], "interrupted");
+}

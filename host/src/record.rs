@@ -47,6 +47,15 @@ impl Clock {
 
     /// Nanoseconds since the anchor.
     #[inline]
+    /// A clock for a run read back from its files: `anchor_unix_ns` is the run's recorded start;
+    /// the monotonic anchor is now (only the conversions to Unix time mean anything).
+    pub fn of_recorded(anchor_unix_ns: u64) -> Clock {
+        Clock {
+            anchor: now(),
+            anchor_unix_ns,
+        }
+    }
+
     pub fn now_ns(&self) -> u64 {
         now().saturating_duration_since(self.anchor).as_nanos() as u64
     }

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 
+pub mod finalize;
 pub mod merge;
 pub mod report;
 pub mod run;
@@ -54,6 +55,9 @@ pub enum Command {
     Sim(Box<crate::sim::SimArgs>),
     /// Import, inspect, summarize or synthesize weka trace corpora.
     Dataset(crate::dataset::cmd::DatasetArgs),
+    /// Write every export of a run whose process was killed (SIGKILL, out of memory, a time limit)
+    /// from the manifest and records it left, marked as killed with the reason.
+    Finalize(finalize::FinalizeArgs),
     /// Write the InferenceX bmk_agentic JSON of a run's artifact directory.
     Report(Box<report::ReportArgs>),
     /// One run per concurrency point into `<dir>/conc_<N>/`, then sweep.json, sweep.csv and the
@@ -198,6 +202,7 @@ fn init_tracing(filter: String) {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::main(*args, std::env::args().skip(1).collect()),
+        Command::Finalize(a) => finalize::main(a),
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(crate::sim::cli_main(*args)),

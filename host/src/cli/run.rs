@@ -484,22 +484,7 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut a = recorded
         .run_args()
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let sha = &recorded.scenario_sha256;
-    if a.scenario.is_none() {
-        a.scenario = a.scenario_flag.take();
-    }
-    if let Some(s) = &a.scenario {
-        // Pin the component by hash: the original path if it still holds those bytes, else the store.
-        let base = s.split('@').next().unwrap_or(s);
-        a.scenario = Some(if Path::new(base).exists() {
-            format!("{base}@sha256:{sha}")
-        } else if crate::run::is_builtin_name(base) {
-            // A built-in by name: the hash check refuses other bytes.
-            base.to_string()
-        } else {
-            format!("sha256:{sha}")
-        });
-    }
+    pin_scenario(&mut a, &recorded.scenario_sha256);
     let run_dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
@@ -530,15 +515,7 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Some(m) = r.model {
         a.model = Some(m);
     }
-    let cwd = recorded.cwd.as_deref().map(Path::new);
-    if let Some(p) = a.input_file.as_mut() {
-        *p = relocate(p, cwd, &run_dir);
-    }
-    if let Some(d) = a.dataset.as_mut() {
-        if crate::dataset::alias::lookup(d).is_none() || Path::new(d).exists() {
-            *d = relocate(Path::new(d), cwd, &run_dir).display().to_string();
-        }
-    }
+    relocate_inputs(&mut a, &recorded, &run_dir);
     a.output_artifact_dir = Some(match r.output_artifact_dir {
         Some(d) => d,
         None => {
@@ -556,14 +533,50 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
         run_id: recorded.run_id.clone(),
         manifest: std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()),
     });
-    // A corpus file that moved or is gone: the recorded digest finds its cache entry.
+    cached_dataset(&mut cfg, &recorded);
+    execute_and_print(cfg, a.json)
+}
+
+/// Pins a recorded run's scenario by hash: the original path if it still holds those bytes, a
+/// built-in by name (the hash check refuses other bytes), else the store.
+pub(super) fn pin_scenario(a: &mut RunArgs, sha: &str) {
+    if a.scenario.is_none() {
+        a.scenario = a.scenario_flag.take();
+    }
+    if let Some(s) = &a.scenario {
+        let base = s.split('@').next().unwrap_or(s);
+        a.scenario = Some(if Path::new(base).exists() {
+            format!("{base}@sha256:{sha}")
+        } else if crate::run::is_builtin_name(base) {
+            base.to_string()
+        } else {
+            format!("sha256:{sha}")
+        });
+    }
+}
+
+/// A recorded run's relative corpus paths, as seen from here (see [`relocate`]).
+pub(super) fn relocate_inputs(a: &mut RunArgs, recorded: &RecordedRun, run_dir: &Path) {
+    let cwd = recorded.cwd.as_deref().map(Path::new);
+    if let Some(p) = a.input_file.as_mut() {
+        *p = relocate(p, cwd, run_dir);
+    }
+    if let Some(d) = a.dataset.as_mut() {
+        if crate::dataset::alias::lookup(d).is_none() || Path::new(d).exists() {
+            *d = relocate(Path::new(d), cwd, run_dir).display().to_string();
+        }
+    }
+}
+
+/// A recorded corpus file that moved or is gone: the recorded digest finds its cache entry.
+pub(super) fn cached_dataset(cfg: &mut RunConfig, recorded: &RecordedRun) {
     if let (crate::run::DatasetSource::Spec(spec), Some(key)) =
         (&cfg.plan.dataset, &recorded.dataset_key)
     {
         let local = crate::dataset::alias::lookup(spec).is_none();
         if local && !Path::new(spec).exists() {
             tracing::info!(
-                "the recorded dataset {spec} is not at hand; replaying its cached copy (digest {})",
+                "the recorded dataset {spec} is not at hand; using its cached copy (digest {})",
                 &key[..key.len().min(16)]
             );
             cfg.plan.dataset = crate::run::DatasetSource::Cached {
@@ -572,7 +585,6 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
             };
         }
     }
-    execute_and_print(cfg, a.json)
 }
 
 /// A relative dataset path of a recorded run, as seen from this working directory: unchanged when
@@ -598,6 +610,11 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
 /// Runs `cfg` and prints the plan of a dry run (as JSON with `json`), or the summary and outputs.
 fn execute_and_print(cfg: RunConfig, json: bool) -> anyhow::Result<ExitCode> {
     let out = crate::run::execute(cfg, &Cancel::new())?;
+    print_outcome(&out, json)
+}
+
+/// Prints a run's outcome: the plan of a dry run (as JSON with `json`), or the summary and outputs.
+pub(super) fn print_outcome(out: &crate::run::RunOutcome, json: bool) -> anyhow::Result<ExitCode> {
     if let Some(d) = &out.dry_run {
         if json {
             outln!("{}", serde_json::to_string_pretty(&d.json)?);

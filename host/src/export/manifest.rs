@@ -55,6 +55,9 @@ pub struct Manifest {
     pub assistant_mode: String,
     #[serde(default)]
     pub url: String,
+    /// The model the requests named (given, or what the server's `/v1/models` listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// Every lane's plan: single-stream lanes or session-tree lanes (two shapes, kept as JSON).
     #[serde(default)]
     pub lanes: Vec<Value>,
@@ -73,16 +76,38 @@ pub struct Manifest {
     /// The session-tree scheduler's counts (a tree run, once it ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trees: Option<Value>,
+    /// When profiling began on the run's clock (written as it begins, so a killed run keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiling_started_ns: Option<u64>,
     /// Profiling's start and end on the run's clock, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiling_ns: Option<[u64; 2]>,
     /// Why the run stopped, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<String>,
+    /// A run that never reached its end, finished by `agentx-host finalize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalized: Option<Finalized>,
     /// Fields of a merged run (`shards`, `clock_skew_ns`, `merged_unix_ns`), and any this version
     /// does not know.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// How `agentx-host finalize` finished a run that did not reach its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finalized {
+    /// Why the run ended (given with `--reason`, or that its process ended without finishing).
+    pub reason: String,
+    /// When the exports were written (Unix ns).
+    pub unix_ns: u64,
+    /// The records the exports were written from.
+    pub records: u64,
+    /// A last line of `records.jsonl` cut off by the kill (left out; `None` when there was none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torn_record: Option<String>,
+    /// Whether the server metrics scraped before the end were at hand (the scrape journal).
+    pub server_metrics: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

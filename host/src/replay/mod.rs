@@ -52,7 +52,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::RequestBody;
 use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
-use crate::record::{Clock, RecordSender};
+use crate::record::{Clock, Phase, RecordSender, RequestRecord};
 use crate::scenario::types::Placement;
 use crate::scenario::ScenarioInstance;
 use lane::{Session, Warmed};
@@ -102,6 +102,9 @@ pub enum StopReason {
     ThresholdExceeded,
     /// Interrupted (Ctrl-C / SIGTERM).
     Interrupted,
+    /// The process ended without finishing (SIGKILL, out of memory, a job's time limit); its
+    /// exports were written afterwards by `agentx-host finalize`.
+    Killed,
 }
 
 impl StopReason {
@@ -115,6 +118,7 @@ impl StopReason {
             StopReason::WarmupFailed => "warmup_failed",
             StopReason::ThresholdExceeded => "failed_request_threshold_exceeded",
             StopReason::Interrupted => "interrupted",
+            StopReason::Killed => "killed",
         }
     }
 }
@@ -139,6 +143,49 @@ pub struct Tally {
     pub sessions: u64,
     pub output_tokens: u64,
     pub input_tokens: u64,
+}
+
+impl Tally {
+    /// Counts one record by its phase and outcome (the rule of [`crate::metrics::Outcome`]).
+    pub fn add(&mut self, rec: &RequestRecord) {
+        use crate::metrics::Outcome;
+        if rec.phase == Phase::Warmup {
+            self.warmup_requests += 1;
+            match Outcome::of(rec) {
+                Outcome::ContextOverflow => self.warmup_overflows += 1,
+                Outcome::Cancelled => self.warmup_cancelled += 1,
+                Outcome::Failed => self.warmup_failed += 1,
+                Outcome::Ok => {}
+            }
+            return;
+        }
+        self.requests += 1;
+        match Outcome::of(rec) {
+            Outcome::ContextOverflow => self.context_overflows += 1,
+            Outcome::Cancelled => self.cancelled += 1,
+            Outcome::Failed => self.failed += 1,
+            Outcome::Ok => {
+                self.ok += 1;
+                self.output_tokens += rec.osl;
+                self.input_tokens += rec.isl;
+            }
+        }
+    }
+
+    /// The counts of a record stream read back (a run finished after its process ended): every
+    /// record counted, and the profiling sessions as the distinct correlation ids.
+    pub fn of_records(records: &[RequestRecord]) -> Tally {
+        let mut t = Tally::default();
+        let mut sessions = HashSet::new();
+        for r in records {
+            t.add(r);
+            if r.phase == Phase::Profiling {
+                sessions.insert(r.correlation_id.as_str());
+            }
+        }
+        t.sessions = sessions.len() as u64;
+        t
+    }
 }
 
 /// The result of [`run`].

@@ -273,26 +273,9 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) ->
 pub(super) fn account(sh: &Shared, rec: &RequestRecord) {
     sh.live.record(rec);
     let mut t = sh.tally.lock().expect("tally lock");
+    t.add(rec);
     if rec.phase == Phase::Warmup {
-        t.warmup_requests += 1;
-        match crate::metrics::Outcome::of(rec) {
-            crate::metrics::Outcome::ContextOverflow => t.warmup_overflows += 1,
-            crate::metrics::Outcome::Cancelled => t.warmup_cancelled += 1,
-            crate::metrics::Outcome::Failed => t.warmup_failed += 1,
-            crate::metrics::Outcome::Ok => {}
-        }
         return;
-    }
-    t.requests += 1;
-    match crate::metrics::Outcome::of(rec) {
-        crate::metrics::Outcome::ContextOverflow => t.context_overflows += 1,
-        crate::metrics::Outcome::Cancelled => t.cancelled += 1,
-        crate::metrics::Outcome::Failed => t.failed += 1,
-        crate::metrics::Outcome::Ok => {
-            t.ok += 1;
-            t.output_tokens += rec.osl;
-            t.input_tokens += rec.isl;
-        }
     }
     if let Some(tx) = &sh.shard_tally {
         // The threshold is over all shards' records: the rendezvous sums and decides.

@@ -36,7 +36,12 @@ impl Tally {
 
     /// [`Tally::threshold_exceeded`] over the warmup's requests.
     pub fn warmup_threshold_exceeded(&self, threshold: f64, concurrency: u64) -> bool {
-        exceeds(self.warmup_failed, self.warmup_judged(), threshold, concurrency)
+        exceeds(
+            self.warmup_failed,
+            self.warmup_judged(),
+            threshold,
+            concurrency,
+        )
     }
 }
 

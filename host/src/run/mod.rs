@@ -10,6 +10,7 @@
 pub mod artifact_dir;
 pub mod config;
 pub mod connect;
+pub mod finalize;
 pub mod merge;
 pub mod outputs;
 pub mod plan;
@@ -27,6 +28,7 @@ pub use config::{
     positive_secs, Cancel, DatasetSource, DryRun, ReplayOf, RunConfig, RunOutcome, RunPlan,
     RunSettings, TreeFlags, MAX_SECS,
 };
+pub use finalize::finalize;
 pub use prepare::{bundled_corpus, flag_of, input_ids, InputIds};
 
 use crate::client::{Client, RequestBody};
@@ -138,7 +140,13 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         None => (runtime()?, None),
     };
     let (mut conn, client) = connect::connect(&cfg, &rt, &p, &planned)?;
-    let (dir, sink) = outputs::RunDir::open(&cfg, &p, &planned, shard.as_ref().map(|s| &s.member))?;
+    let (dir, sink) = outputs::RunDir::open(
+        &cfg,
+        &p,
+        &planned,
+        &conn.model,
+        shard.as_ref().map(|s| &s.member),
+    )?;
     let stage = ReplayStage {
         cfg: &cfg,
         rt: &rt,
@@ -233,7 +241,7 @@ impl ReplayStage<'_> {
             interrupt: cancel.subscribe(),
             progress: cfg.progress,
             srv_row: scraper.clone().map(connect::srv_row),
-            on_profiling: None,
+            on_profiling: Some(self.dir.on_profiling()),
             shard: link,
         };
         let (outcome, tree_counts, scrape_log) = rt.block_on(async {
@@ -264,6 +272,7 @@ impl ReplayStage<'_> {
             };
             (outcome, counts, log)
         });
+        self.dir.profiling_noted();
         Ok(outputs::Replayed {
             outcome,
             tree_counts,

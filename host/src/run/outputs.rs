@@ -34,6 +34,8 @@ pub(super) struct RunDir {
     pub art: Root,
     pub clock: Clock,
     pub manifest: Manifest,
+    /// The manifest's rewrite when profiling begins, off the scheduler's thread.
+    noting: std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl RunDir {
@@ -43,6 +45,7 @@ impl RunDir {
         cfg: &RunConfig,
         p: &Prepared,
         planned: &Planned,
+        model: &str,
         member: Option<&rendezvous::Member>,
     ) -> anyhow::Result<(RunDir, RecordSink)> {
         let run_dir = cfg
@@ -56,6 +59,7 @@ impl RunDir {
         let sink = RecordSink::create(&art)?;
         let clock = Clock::start();
         let mut manifest = manifest_of(cfg, p, planned, clock.anchor_unix_ns());
+        manifest.model = Some(model.to_string());
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
             manifest.shard = Some(ShardInfo {
                 index: sh.index,
@@ -77,9 +81,61 @@ impl RunDir {
             art,
             clock,
             manifest,
+            noting: Default::default(),
         };
         d.write_manifest()?;
         Ok((d, sink))
+    }
+
+    /// An artifact directory a run left (a run finished afterwards by [`super::finalize`]), with
+    /// its manifest as read and the run's clock rebuilt from the recorded start.
+    pub fn reopen(dir: &std::path::Path, manifest: Manifest) -> anyhow::Result<RunDir> {
+        let art = Root::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
+        Ok(RunDir {
+            run_dir: dir.to_path_buf(),
+            out: dir.to_path_buf(),
+            art,
+            clock: Clock::of_recorded(manifest.started_unix_ns),
+            manifest,
+            noting: Default::default(),
+        })
+    }
+
+    /// What the replay calls when profiling begins: the manifest is rewritten with the start
+    /// (from a thread of its own: the scheduler does not wait on the disk), so a run killed later
+    /// keeps its profiling window. [`RunDir::profiling_noted`] waits for the write.
+    pub fn on_profiling(&self) -> Box<dyn FnOnce(u64) + Send> {
+        let mut m = self.manifest.clone();
+        let out = self.out.clone();
+        let noting = self.noting.clone();
+        Box::new(move |ns| {
+            m.profiling_started_ns = Some(ns);
+            let write = move || {
+                let r = Root::open(&out)
+                    .and_then(|r| r.write_atomic(MANIFEST_FILE, m.to_json_pretty().as_bytes()));
+                if let Err(e) = r {
+                    tracing::warn!(
+                        "cannot note the start of profiling in {}: {e}",
+                        out.join(MANIFEST_FILE).display()
+                    );
+                }
+            };
+            match std::thread::Builder::new()
+                .name("agentx-manifest".into())
+                .spawn(write)
+            {
+                Ok(h) => *noting.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
+                Err(e) => tracing::warn!("cannot note the start of profiling: {e}"),
+            }
+        })
+    }
+
+    /// Waits until the manifest's profiling rewrite is on disk (before the run's own last write).
+    pub fn profiling_noted(&self) {
+        let h = self.noting.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
     }
 
     /// Writes the manifest as it stands (atomically: readers see the old or the new one).
@@ -165,8 +221,11 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         ended_unix_ns: None,
         shard: None,
         trees: None,
+        profiling_started_ns: None,
         profiling_ns: None,
         stop: None,
+        finalized: None,
+        model: None,
         extra: Default::default(),
     }
 }
@@ -253,38 +312,79 @@ pub(super) fn finish(
     let written = sink.close()?;
     let records_path = d.out.join(crate::record::RECORDS_FILE);
     let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
-    let outcome = r.outcome;
-    let reasons = verdict(p, &outcome, &records)?;
     d.manifest.trees = r.tree_counts.as_ref().map(|c| json!(c));
     d.manifest.ended_unix_ns = Some(d.clock.unix_ns(d.clock.now_ns()));
+    let ended = Ended {
+        outcome: r.outcome,
+        records,
+        written,
+        url: if cfg.plan.demo {
+            "builtin-simulator".to_string()
+        } else {
+            conn.ccfg.url.clone()
+        },
+        scrape_log: r.scrape_log,
+    };
+    let mut out = conclude(cfg, p, planned, &mut d, ended)?;
+    if let (Some(fin), Some(sh)) = (r.finish, &cfg.shard) {
+        let (merged, failed) = finish_shards(cfg, rt, sh, fin, r.coordinator, &mut d)?;
+        out.files.extend(merged);
+        if failed {
+            out.code = 2;
+        }
+    }
+    Ok(out)
+}
+
+/// What a run leaves for its last stage: how the replay ended, the records read back, and the
+/// server metrics scraped.
+pub(super) struct Ended {
+    pub outcome: ReplayOutcome,
+    pub records: Vec<crate::record::RequestRecord>,
+    /// Records written to `records.jsonl`.
+    pub written: u64,
+    /// Where the requests went, as the summary names it.
+    pub url: String,
+    pub scrape_log: Option<crate::metrics::scrape_log::ScrapeLog>,
+}
+
+/// The end every run shares, reached in its own process or afterwards by [`super::finalize`]: the
+/// verdict, the manifest's end, the summary and the exports; the exit code (2 when an export
+/// failed, 1 when the run stopped early or is invalid under `--require-valid`).
+pub(super) fn conclude(
+    cfg: &RunConfig,
+    p: &Prepared,
+    planned: &Planned,
+    d: &mut RunDir,
+    e: Ended,
+) -> anyhow::Result<RunOutcome> {
+    let records_path = d.out.join(crate::record::RECORDS_FILE);
+    let outcome = e.outcome;
+    let reasons = verdict(p, &outcome, &e.records)?;
     d.manifest.profiling_ns = outcome.profiling_ns.map(|(a, b)| [a, b]);
+    d.manifest.profiling_started_ns = outcome.profiling_ns.map(|(a, _)| a);
     d.manifest.stop = Some(outcome.stop.as_str().to_string());
     d.write_manifest()?;
-    let summary = Summary::of(&records);
+    let summary = Summary::of(&e.records);
     let summary_path = write_summary(
-        cfg, p, planned, conn, &d, &outcome, &reasons, written, &summary,
+        cfg, p, planned, &e.url, d, &outcome, &reasons, e.written, &summary,
     )?;
     let mut files = vec![
         records_path.clone(),
         d.out.join(MANIFEST_FILE),
         summary_path,
     ];
-    let (written_files, mut export_failed) = exports(
+    let (written_files, export_failed) = exports(
         cfg,
         p,
         planned,
-        &d,
+        d,
         &outcome,
         &reasons,
-        &records,
-        r.scrape_log.as_ref(),
+        &e.records,
+        e.scrape_log.as_ref(),
     );
     files.extend(written_files);
-    if let (Some(fin), Some(sh)) = (r.finish, &cfg.shard) {
-        let (merged, failed) = finish_shards(cfg, rt, sh, fin, r.coordinator, &mut d)?;
-        files.extend(merged);
-        export_failed |= failed;
-    }
     let code = if export_failed {
         2
     } else if outcome.stop.cancelled() || (cfg.require_valid && !reasons.is_empty()) {
@@ -302,7 +402,7 @@ pub(super) fn finish(
         summary: Some(summary),
         submission_invalid_reasons: reasons,
         records_path,
-        records_written: written,
+        records_written: e.written,
         dry_run: None,
     })
 }
@@ -313,7 +413,7 @@ fn write_summary(
     cfg: &RunConfig,
     p: &Prepared,
     planned: &Planned,
-    conn: &Connected,
+    url: &str,
     d: &RunDir,
     outcome: &ReplayOutcome,
     reasons: &[String],
@@ -332,12 +432,8 @@ fn write_summary(
         concurrency: Some(p.settings.concurrency.into()),
         benchmark_duration_s: Some(p.settings.duration.as_secs_f64()),
         assistant_mode: Some(assistant_mode(rp.mode).to_owned()),
-        url: Some(if rp.demo {
-            "builtin-simulator".to_string()
-        } else {
-            conn.ccfg.url.clone()
-        }),
-        model: Some(conn.model.clone()),
+        url: Some(url.to_string()),
+        model: d.manifest.model.clone(),
         started_unix_ns: Some(d.clock.anchor_unix_ns()),
         submission_valid: Some(reasons.is_empty()),
         submission_invalid_reasons: reasons.to_vec(),

@@ -1,0 +1,181 @@
+//! A run finished after its process ended: `agentx-host finalize DIR` for a run killed by SIGKILL,
+//! the OOM killer or a job's time limit. It reads what the run left in its artifact directory (the
+//! manifest, written before the first request and again when profiling began; `records.jsonl`,
+//! written through as requests complete; the server-metrics journal, when there is one), rebuilds
+//! the run's plan from the manifest (the scenario by hash, the dataset by digest, the seed and the
+//! run id), and writes every export a finished run writes through the same last stage
+//! ([`super::outputs::conclude`]), stopped as `killed` with the reason.
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context};
+
+use super::outputs::{self, Ended, RunDir};
+use super::{plan, prepare, RunConfig, RunOutcome};
+use crate::export::manifest::{Finalized, Manifest};
+use crate::record::{Phase, RequestRecord, RECORDS_FILE};
+use crate::replay::{ReplayOutcome, StopReason, Tally};
+
+/// The reason recorded when none is given.
+pub const DEFAULT_REASON: &str =
+    "the run's process ended before the run finished (killed: SIGKILL, out of memory or a time limit)";
+
+/// Writes the exports of the unfinished run in `dir`; `cfg` is its recorded command line with the
+/// seed, run id, scenario and dataset pinned (what `agentx-host replay` rebuilds).
+pub fn finalize(cfg: RunConfig, dir: &Path, reason: Option<String>) -> anyhow::Result<RunOutcome> {
+    let manifest = Manifest::read_dir(dir)?;
+    check_unfinished(dir, &manifest)?;
+    let (p, mut inst, cfg) = prepare::prepare(&cfg)?;
+    let planned = match plan::plan(
+        &cfg,
+        &p,
+        &mut inst,
+        manifest.seed,
+        Some(manifest.run_id.clone()),
+    )? {
+        plan::Planning::Replay(planned) => planned,
+        plan::Planning::Dry(_) => bail!("finalize: the recorded run was a dry run"),
+    };
+    let mut d = RunDir::reopen(dir, manifest)?;
+    let (records, torn) = salvage_records(&d)?;
+    let scrape_log = None;
+    let reason = reason.unwrap_or_else(|| DEFAULT_REASON.to_string());
+    let outcome = killed_outcome(&d.manifest, &records, &reason);
+    let end_ns = outcome
+        .profiling_ns
+        .map_or(0, |(_, e)| e)
+        .max(last_end(&records));
+    d.manifest.ended_unix_ns = Some(d.clock.unix_ns(end_ns));
+    d.manifest.finalized = Some(Finalized {
+        reason: reason.clone(),
+        unix_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_nanos() as u64),
+        records: records.len() as u64,
+        torn_record: torn,
+        server_metrics: scrape_log.is_some(),
+    });
+    tracing::warn!("finalizing {}: {reason}", dir.display());
+    let ended = Ended {
+        outcome,
+        written: records.len() as u64,
+        records,
+        url: if cfg.plan.demo {
+            "builtin-simulator".to_string()
+        } else {
+            d.manifest.url.clone()
+        },
+        scrape_log,
+    };
+    outputs::conclude(&cfg, &p, &planned, &mut d, ended)
+}
+
+/// Refuses a directory whose run finished (its summary is written) or that a shard wrote.
+fn check_unfinished(dir: &Path, m: &Manifest) -> anyhow::Result<()> {
+    let summary = dir.join(crate::export::run_summary::RUN_SUMMARY);
+    if let (Some(f), true) = (&m.finalized, summary.is_file()) {
+        bail!(
+            "{} was finalized already ({}; {} records): its exports are written",
+            dir.display(),
+            f.reason,
+            f.records
+        );
+    }
+    if let (Some(stop), true) = (&m.stop, summary.is_file()) {
+        bail!(
+            "{} holds a run that finished ({stop}) and wrote its exports: nothing to finalize \
+             (`agentx-host plot {}` remakes the plot and the page)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    if m.shard.is_some() {
+        bail!(
+            "{} is one shard of a sharded run: a sharded run is finished by its shards; rerun it, \
+             or merge the shards that finished with `agentx-host merge`",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The records on disk. A last line cut off by the kill (no newline, not JSON) is left out, and
+/// `records.jsonl` is rewritten without it so every reader sees whole records; a bad line before
+/// the last is an error naming it.
+fn salvage_records(d: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<String>)> {
+    let path = d.out.join(RECORDS_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}: the run left no records", path.display()))?;
+    let complete = text.ends_with('\n') || text.is_empty();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut records = Vec::with_capacity(lines.len());
+    let mut torn = None;
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<RequestRecord>(line) {
+            Ok(r) => records.push(r),
+            Err(_) if i + 1 == lines.len() && !complete => {
+                tracing::warn!(
+                    "{}:{}: the last record was cut off by the kill ({} bytes); left out",
+                    path.display(),
+                    i + 1,
+                    line.len()
+                );
+                torn = Some(format!("line {}: {} bytes", i + 1, line.len()));
+            }
+            Err(e) => return Err(anyhow!("{}:{}: {e}", path.display(), i + 1)),
+        }
+    }
+    if torn.is_some() {
+        let mut whole = String::with_capacity(text.len());
+        for l in &lines[..lines.len() - 1] {
+            whole.push_str(l);
+            whole.push('\n');
+        }
+        d.art
+            .write_atomic(RECORDS_FILE, whole.as_bytes())
+            .with_context(|| format!("cannot rewrite {}", path.display()))?;
+    }
+    Ok((records, torn))
+}
+
+/// How a killed run ended: the counts of its records, profiling from its noted start (or, for a
+/// manifest without one, the first profiling request's intended send) to its last response.
+fn killed_outcome(m: &Manifest, records: &[RequestRecord], reason: &str) -> ReplayOutcome {
+    let first_profiling = records
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .map(|r| r.intended_ns)
+        .min();
+    let start = m.profiling_started_ns.or(first_profiling);
+    let stop = match m.stop.as_deref() {
+        // Killed while writing its exports: the recorded stop stands.
+        Some(s) => stop_of(s),
+        None => StopReason::Killed,
+    };
+    ReplayOutcome {
+        stop,
+        tally: Tally::of_records(records),
+        profiling_ns: start.map(|s| (s, last_end(records).max(s))),
+        message: Some(format!("finalized after the run ended: {reason}")),
+    }
+}
+
+fn stop_of(s: &str) -> StopReason {
+    [
+        StopReason::Completed,
+        StopReason::WarmupFailed,
+        StopReason::ThresholdExceeded,
+        StopReason::Interrupted,
+    ]
+    .into_iter()
+    .find(|r| r.as_str() == s)
+    .unwrap_or(StopReason::Killed)
+}
+
+/// The last response's end on the run clock (0 with no records).
+fn last_end(records: &[RequestRecord]) -> u64 {
+    records.iter().map(|r| r.end_ns).max().unwrap_or(0)
+}
