@@ -188,6 +188,20 @@ impl Tally {
     }
 }
 
+/// The `| eta=…` of a `Phase warmup progress` line: what is left of `total` at the rate `done`
+/// went in `elapsed_s` (`eta=?` before anything returned), never less than `floor_s` (time the
+/// stage cannot finish before, e.g. primers still spread ahead).
+pub(crate) fn eta_field(done: u64, total: u64, elapsed_s: f64, floor_s: f64) -> String {
+    if done >= total {
+        return format!("eta={:.1}s", floor_s.max(0.0));
+    }
+    if done == 0 || elapsed_s <= 0.0 {
+        return "eta=?".into();
+    }
+    let left = (total - done) as f64 * elapsed_s / done as f64;
+    format!("eta={:.1}s", left.max(floor_s))
+}
+
 /// The result of [`run`].
 #[derive(Debug, Clone)]
 pub struct ReplayOutcome {
@@ -430,11 +444,12 @@ async fn warmup(
             },
             _ = heartbeat.tick(), if shared.cfg.warmup_progress_interval.is_some() => {
                 let t = shared.tally.lock().expect("tally lock").clone();
+                let elapsed = (shared.clock.now_ns() - warm_start) as f64 / 1e9;
                 tracing::info!(
-                    "Phase warmup progress | returned={returned}/{n} | sent={n} | in_flight={} | errors={} | elapsed={:.1}s",
+                    "Phase warmup progress | returned={returned}/{n} | sent={n} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
                     shared.in_flight.load(Ordering::Relaxed),
                     t.warmup_failed,
-                    (shared.clock.now_ns() - warm_start) as f64 / 1e9
+                    eta_field(returned as u64, n as u64, elapsed, 0.0)
                 );
             }
             _ = interrupt.changed() => {

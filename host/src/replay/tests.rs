@@ -71,3 +71,14 @@ async fn a_lane_replays_its_delays_and_recycles_at_the_end_of_its_trace() {
         (1, 3, 3, 2)
     );
 }
+
+#[test]
+fn the_warmup_eta_extrapolates_the_observed_rate_and_respects_its_floor() {
+    use super::eta_field;
+    assert_eq!(eta_field(0, 10, 5.0, 0.0), "eta=?");
+    // 4 of 10 in 8 s: 6 more at 2 s each.
+    assert_eq!(eta_field(4, 10, 8.0, 0.0), "eta=12.0s");
+    // Primers still spread 20 s ahead cannot return sooner.
+    assert_eq!(eta_field(4, 10, 8.0, 20.0), "eta=20.0s");
+    assert_eq!(eta_field(10, 10, 8.0, 0.0), "eta=0.0s");
+}

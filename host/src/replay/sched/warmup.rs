@@ -114,9 +114,15 @@ async fn primers(
     let mut failures: Vec<String> = Vec::new();
     let mut interrupted = false;
     let mut wake = Wake::new();
+    let mut beat = Heartbeat::new(sc);
     while returned < primers {
         wake.arm(&sh, sc.next_wake());
         tokio::select! {
+            _ = beat.tick() => {
+                // Primers still spread ahead cannot return before their release.
+                let ahead = (max_lead / 1000.0 - timer::now().saturating_duration_since(warm_start).as_secs_f64()).max(0.0);
+                beat.log(sc, "primers", returned, primers, warm_start, ahead);
+            }
             Some(r) = sc.tasks.join_next() => {
                 let Ok(d) = r else {
                     failures.push("a warmup task failed".into());
@@ -238,6 +244,7 @@ async fn pressure_stage(
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     sc.fire_due();
     let mut wake = Wake::new();
+    let mut beat = Heartbeat::new(sc);
     let failure = loop {
         if let Pressure::RequestsPerLane(n) = p {
             if sc.pressure_sent.iter().all(|&x| x >= n) {
@@ -255,6 +262,10 @@ async fn pressure_stage(
         }
         wake.arm(&sc.sh, sc.next_wake());
         tokio::select! {
+            _ = beat.tick() => {
+                let (done, total, floor) = pressure_progress(sc, p, now, end);
+                beat.log(sc, "cache pressure", done, total, now, floor);
+            }
             Some(r) = sc.tasks.join_next() => {
                 if let Ok(d) = r {
                     if let Some(f) = sc.pressure_root_failure(&d) {
@@ -305,6 +316,73 @@ async fn pressure_stage(
         "warmup: cache-pressure stage drained"
     );
     Ok(())
+}
+
+/// The `Phase warmup progress` heartbeat of the tree warmup (aiperf's line, every
+/// `warmup_progress_interval`), with an ETA from the stage's observed rate.
+struct Heartbeat {
+    tick: Option<tokio::time::Interval>,
+}
+
+impl Heartbeat {
+    fn new(sc: &Sched) -> Heartbeat {
+        Heartbeat {
+            tick: sc.sh.cfg.warmup_progress_interval.map(|i| {
+                let mut t = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                t
+            }),
+        }
+    }
+
+    /// The next beat (never, without an interval).
+    async fn tick(&mut self) {
+        match self.tick.as_mut() {
+            Some(t) => {
+                t.tick().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    fn log(&self, sc: &Sched, stage: &str, done: u64, total: u64, since: Instant, floor: f64) {
+        let t = sc.sh.tally.lock().expect("tally lock").clone();
+        let elapsed = timer::now().saturating_duration_since(since).as_secs_f64();
+        tracing::info!(
+            "Phase warmup progress | {stage} | returned={done}/{total} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
+            sc.tasks.len(),
+            t.warmup_failed,
+            crate::replay::eta_field(done, total, elapsed, floor)
+        );
+    }
+}
+
+/// The cache-pressure stage's progress: requests returned of the requests it sends (lanes × the
+/// per-lane count), or seconds elapsed of its duration; and the time it cannot end before.
+fn pressure_progress(
+    sc: &Sched,
+    p: Pressure,
+    start: Instant,
+    end: Option<tokio::time::Instant>,
+) -> (u64, u64, f64) {
+    match p {
+        Pressure::RequestsPerLane(n) => {
+            let sent: u64 = sc.pressure_sent.iter().sum();
+            let returned = sent.saturating_sub(sc.tasks.len() as u64);
+            (returned, n * sc.pressure_sent.len() as u64, 0.0)
+        }
+        Pressure::Duration(d) => {
+            let left = end.map_or(0.0, |e| {
+                e.saturating_duration_since(tokio::time::Instant::now())
+                    .as_secs_f64()
+            });
+            let done = timer::now()
+                .saturating_duration_since(start)
+                .min(d)
+                .as_secs();
+            (done, d.as_secs().max(1), left)
+        }
+    }
 }
 
 impl Sched {
