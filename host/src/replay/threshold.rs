@@ -109,9 +109,11 @@ mod tests {
         };
         assert_eq!(t.warmup_judged(), 250);
         // 1.2 % failed: far from 10 %.
-        assert!(!t.warmup_threshold_exceeded(0.10, 256));
+        assert!(!t.warmup_threshold_exceeded(0.10, 200));
         t.warmup_failed = 26;
-        assert!(t.warmup_threshold_exceeded(0.10, 256));
+        assert!(t.warmup_threshold_exceeded(0.10, 200));
+        // 10.4 %, but 250 judged is below the floor of 256 lanes.
+        assert!(!t.warmup_threshold_exceeded(0.10, 256));
         // The floor: 9 of 9 failed primers of one lane are not judged yet.
         let t = Tally {
             warmup_requests: 9,
