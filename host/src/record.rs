@@ -45,6 +45,15 @@ impl Clock {
         }
     }
 
+    /// The clock of a run read back from its files: offsets convert to Unix time from the recorded
+    /// anchor; the monotonic anchor is now (only a live run reads it).
+    pub fn from_anchor_unix_ns(anchor_unix_ns: u64) -> Clock {
+        Clock {
+            anchor: now(),
+            anchor_unix_ns,
+        }
+    }
+
     /// Nanoseconds since the anchor.
     #[inline]
     pub fn now_ns(&self) -> u64 {
