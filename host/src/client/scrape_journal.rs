@@ -708,7 +708,8 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
     }
     let scrapes = log.scrape_ns.len();
     for s in d.series {
-        let what = format!("series {}{:?}", s.family, s.labels);
+        let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+        let what = format!("series {}{{{}}}", s.family, labels.join(","));
         let Some(fam) = log.families.get_mut(&s.family) else {
             return Err(format!("{what}: no line before declares the family"));
         };
