@@ -1,7 +1,8 @@
 //! The server-metrics journal: a scrape log of engine pages journaled with flushes in between reads
 //! back equal, with the same export; a torn last line is left out and a bad line elsewhere named;
 //! a scraper over real HTTP journals exactly the log it hands over at its stop; and a run against
-//! the built-in simulator leaves a journal that rebuilds its server-metrics export.
+//! the built-in simulator leaves a journal that rebuilds its server-metrics export, as does one
+//! killed mid-profiling (up to its last flush).
 
 use std::path::Path;
 use std::time::Duration;
@@ -155,7 +156,12 @@ fn journal_of_vllm(dir: &Path) -> (ScrapeLog, Vec<String>) {
     let clock = Clock::start();
     let root = Root::open(dir).unwrap();
     let file = JournalFile::create(&root).unwrap();
-    let mut w = JournalWriter::new(file, &clock, Duration::from_millis(333), &[url.clone()]);
+    let mut w = JournalWriter::new(
+        file,
+        &clock,
+        Duration::from_millis(333),
+        std::slice::from_ref(&url),
+    );
     for k in 1..=scrapes.len() {
         w.flush(&[endpoint_log(&url, &scrapes[..k])]).unwrap();
     }
@@ -297,6 +303,22 @@ fn unix_ns_of(t: &str) -> u64 {
     (secs * 1_000_000_000 + num(20..26) * 1000) as u64
 }
 
+/// Where two JSON values first differ, and how.
+fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) if x.len() == y.len() => x
+            .iter()
+            .find_map(|(k, v)| first_difference(v, y.get(k)?, format!("{at}.{k}")))
+            .or_else(|| x.keys().ne(y.keys()).then(|| format!("{at}: keys"))),
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (v, w))| first_difference(v, w, format!("{at}[{i}]"))),
+        _ => (a != b).then(|| format!("{at}: {a} != {b}")),
+    }
+}
+
 /// A run against the built-in simulator: its journal rebuilds the server-metrics export it wrote.
 #[test]
 fn a_runs_journal_rebuilds_its_server_metrics_export() {
@@ -323,11 +345,12 @@ fn a_runs_journal_rebuilds_its_server_metrics_export() {
     let log = read_journal(&art.join(SCRAPE_JOURNAL)).unwrap();
     assert!(log.scrapes() > 5, "{}", log.scrapes());
     let wrote = r.json(JSON_FILE);
-    // The profiling window is not in the run's files to the nanosecond: its start is the export's
-    // start time (whole microseconds, which the 333 ms scrapes do not resolve), its length the end of
-    // the last timeslice (exact).
-    let start =
-        unix_ns_of(wrote["summary"]["start_time"].as_str().unwrap()) - log.clock.anchor_unix_ns();
+    // The profiling window is not in the run's files to the nanosecond: its length is (the end of
+    // the last timeslice), its start and end to the microsecond (the export's start and end times).
+    // The latest start that fits both is within a microsecond of the run's, which the 333 ms scrapes
+    // do not resolve.
+    let at =
+        |k: &str| unix_ns_of(wrote["summary"][k].as_str().unwrap()) - log.clock.anchor_unix_ns();
     let len = wrote["metrics"]
         .as_object()
         .unwrap()
@@ -337,13 +360,60 @@ fn a_runs_journal_rebuilds_its_server_metrics_export() {
         .filter_map(|t| t["end_ns"].as_u64())
         .max()
         .unwrap();
+    let start = at("start_time").max(at("end_time").saturating_sub(len));
     let window = (start, start + len);
     let meta = ExportMeta {
         benchmark_id: wrote["benchmark_id"].as_str().map(str::to_owned),
         input_config: wrote["input_config"].clone(),
     };
     let rebuilt: Value = server_metrics::to_json(&log, window, &meta);
-    assert_eq!(rebuilt, wrote);
+    if let Some(d) = first_difference(&rebuilt, &wrote, String::new()) {
+        panic!("the rebuilt export differs at {d}");
+    }
     let csv = std::fs::read_to_string(art.join(CSV_FILE)).unwrap();
     assert_eq!(server_metrics::to_csv(&log, window, &meta), csv);
+}
+
+/// A run killed with SIGKILL mid-profiling: its journal reads back to the scrapes taken until the
+/// last flush, which export like any other log.
+#[test]
+fn a_killed_runs_journal_keeps_its_scrapes() {
+    let corpus = fixture("traces-24.jsonl");
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("out");
+    let mut child = super::support::agentx_command(work.path(), &[])
+        .args([
+            "run",
+            "--dataset",
+            corpus.to_str().unwrap(),
+            "--benchmark-duration",
+            "120",
+            "--stats-interval",
+            "0",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let path = out.join(SCRAPE_JOURNAL);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    // The header and two flushes.
+    while std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(std::time::Instant::now() < deadline, "no journal flushes");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!out.join(JSON_FILE).exists());
+    let log = read_journal(&path).unwrap();
+    let e = &log.endpoints[0];
+    assert!(e.scrapes() >= 10, "{}", e.scrapes());
+    assert_eq!(e.failures.total(), 0);
+    let window = (e.scrape_ns[0], *e.scrape_ns.last().unwrap());
+    let j = server_metrics::to_json(&log, window, &ExportMeta::default());
+    assert_eq!(j["summary"]["total_fetches"], e.fetches.len() as u64);
+    assert!(j["metrics"]["vllm:prompt_tokens"]["series"][0]["stats"]["total"].is_number());
 }

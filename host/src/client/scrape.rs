@@ -376,11 +376,20 @@ async fn journal(
                 r = done.changed() => r.is_err(),
             } || *done.borrow();
         }
+        let took = std::time::Instant::now();
         for (i, l) in logs.iter().enumerate() {
             w.take(i, &lock(l));
         }
+        let took = took.elapsed();
         w = match tokio::task::spawn_blocking(move || {
-            w.write_logged();
+            let t = std::time::Instant::now();
+            let bytes = w.write_logged();
+            tracing::trace!(
+                bytes,
+                take_us = took.as_micros() as u64,
+                write_us = t.elapsed().as_micros() as u64,
+                "server metrics journal appended"
+            );
             w
         })
         .await

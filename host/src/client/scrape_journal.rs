@@ -493,8 +493,8 @@ impl JournalWriter {
         }
     }
 
-    /// Writes what was taken as whole lines, in one write (blocking I/O).
-    fn write_pending(&mut self) -> std::io::Result<()> {
+    /// Writes what was taken as whole lines, in one write (blocking I/O); the bytes written.
+    fn write_pending(&mut self) -> std::io::Result<usize> {
         let mut buf = Vec::new();
         if let Some(h) = &self.header {
             serde_json::to_writer(&mut buf, h).map_err(std::io::Error::other)?;
@@ -509,22 +509,27 @@ impl JournalWriter {
             (&*self.out.file).flush()?;
         }
         self.header = None;
-        Ok(())
+        Ok(buf.len())
     }
 
     /// [`JournalWriter::write_pending`] in a run: the first error is logged and ends journaling;
     /// the run and its exports go on without it.
-    pub(crate) fn write_logged(&mut self) {
+    /// Returns the bytes written.
+    pub(crate) fn write_logged(&mut self) -> usize {
         if self.stopped {
-            return;
+            return 0;
         }
-        if let Err(e) = self.write_pending() {
-            self.stopped = true;
-            self.pending.clear();
-            tracing::warn!(
+        match self.write_pending() {
+            Ok(n) => return n,
+            Err(e) => {
+                self.stopped = true;
+                self.pending.clear();
+                tracing::warn!(
                 "cannot append to {}: {e}; the server metrics journal stops here (the run and its server-metrics export go on; only a run killed before its end would lose them)",
                 self.out.path.display()
             );
+                0
+            }
         }
     }
 
@@ -533,7 +538,7 @@ impl JournalWriter {
         for (i, l) in logs.iter().enumerate() {
             self.take(i, l);
         }
-        self.write_pending()
+        self.write_pending().map(|_| ())
     }
 }
 
