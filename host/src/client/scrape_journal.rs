@@ -512,25 +512,22 @@ impl JournalWriter {
         Ok(buf.len())
     }
 
-    /// [`JournalWriter::write_pending`] in a run: the first error is logged and ends journaling;
-    /// the run and its exports go on without it.
-    /// Returns the bytes written.
+    /// [`JournalWriter::write_pending`] in a run, returning the bytes written: the first error is
+    /// logged and ends journaling; the run and its exports go on without it.
     pub(crate) fn write_logged(&mut self) -> usize {
         if self.stopped {
             return 0;
         }
-        match self.write_pending() {
-            Ok(n) => return n,
-            Err(e) => {
-                self.stopped = true;
-                self.pending.clear();
-                tracing::warn!(
-                "cannot append to {}: {e}; the server metrics journal stops here (the run and its server-metrics export go on; only a run killed before its end would lose them)",
+        self.write_pending().unwrap_or_else(|e| {
+            self.stopped = true;
+            self.pending.clear();
+            tracing::warn!(
+                "cannot append to {}: {e}; the server metrics journal stops here (the run and its \
+                 server-metrics export go on; only a run killed before its end would lose them)",
                 self.out.path.display()
             );
-                0
-            }
-        }
+            0
+        })
     }
 
     /// Appends what each of `logs` (in endpoint order) gained since the previous flush.
@@ -786,5 +783,37 @@ fn apply_bucket(
             extend(&mut bucket.track, b.points, scrapes, &what)
         }
         _ => Err(format!("{what}: no such bucket at place {}", b.at)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A journal on a full disk: the first write fails, journaling stops, nothing panics.
+    #[test]
+    fn a_write_error_stops_the_journal_quietly() {
+        let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+            return;
+        };
+        let out = JournalFile {
+            file: Arc::new(full),
+            path: PathBuf::from("/dev/full"),
+        };
+        let url = "http://a/metrics".to_string();
+        let mut w = JournalWriter::new(
+            out,
+            &Clock::start(),
+            FLUSH_EVERY,
+            std::slice::from_ref(&url),
+        );
+        let page = "# TYPE x gauge\nx 1\n";
+        let log = EndpointLog::from_pages(&url, [(1, Some(page))]).unwrap();
+        w.take(0, &log);
+        assert_eq!(w.write_logged(), 0);
+        assert!(w.stopped && w.pending.is_empty());
+        w.take(0, &log);
+        assert!(w.pending.is_empty());
+        assert_eq!(w.write_logged(), 0);
     }
 }
