@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// One streamed chat completion of `words` prompt words and `max_tokens` output tokens.
-async fn chat(addr: SocketAddr, words: usize, max_tokens: u64) {
+pub(crate) async fn chat(addr: SocketAddr, words: usize, max_tokens: u64) {
     let prompt: Vec<String> = (0..words).map(|i| format!("w{i}")).collect();
     let body = json!({
         "model": "agentx-sim",

@@ -338,6 +338,8 @@ fn a_killed_run_is_finalized_into_every_export_and_report_reads_it() {
     assert_eq!(m["finalized"]["reason"], "slurm time limit");
     assert_eq!(m["finalized"]["records"], whole as u64);
     assert!(m["finalized"]["torn_record"].is_string());
+    assert_eq!(m["finalized"]["server_metrics"], true, "the scrape journal");
+    assert!(dir.join("server_metrics_export.json").is_file());
     let [p0, p1] = [&m["profiling_ns"][0], &m["profiling_ns"][1]].map(|v| v.as_u64().unwrap());
     assert_eq!(Some(p0), m["profiling_started_ns"].as_u64());
     assert!(p1 > p0);

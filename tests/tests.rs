@@ -15,6 +15,7 @@ mod robustness;
 mod scenario;
 mod scenario_v2;
 mod scenario_v3;
+mod scrape_journal;
 mod server_metrics;
 mod shard;
 mod sim;

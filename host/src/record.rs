@@ -45,17 +45,17 @@ impl Clock {
         }
     }
 
-    /// Nanoseconds since the anchor.
-    #[inline]
-    /// A clock for a run read back from its files: `anchor_unix_ns` is the run's recorded start;
-    /// the monotonic anchor is now (only the conversions to Unix time mean anything).
-    pub fn of_recorded(anchor_unix_ns: u64) -> Clock {
+    /// The clock of a run read back from its files: offsets convert to Unix time from the recorded
+    /// anchor; the monotonic anchor is now (only a live run reads it).
+    pub fn from_anchor_unix_ns(anchor_unix_ns: u64) -> Clock {
         Clock {
             anchor: now(),
             anchor_unix_ns,
         }
     }
 
+    /// Nanoseconds since the anchor.
+    #[inline]
     pub fn now_ns(&self) -> u64 {
         now().saturating_duration_since(self.anchor).as_nanos() as u64
     }

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod preflight;
 pub mod routing;
 pub mod scrape;
+pub mod scrape_journal;
 pub mod sse;
 mod sticky;
 

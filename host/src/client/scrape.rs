@@ -13,6 +13,9 @@
 //! - `stop()` asks every task to take one final scrape (the end state of the run) and returns the
 //!   [`ScrapeLog`]; [`Scraper::snapshot`] reads the latest values for a live view meanwhile.
 //! - Prometheus summaries and `_created` timestamps are not kept (aiperf ignores them too).
+//! - With [`ScrapeConfig::journal`], one more task appends what the logs gained to the journal
+//!   (`scrape_journal`) every [`ScrapeConfig::journal_every`] and once more after the final scrapes,
+//!   writing from a blocking thread; the scrapes never wait for the file.
 //!
 //! [`PageReader`] reads a page once on the same client and request (the sweep's wait for idle
 //! servers): every `/metrics` fetch of the host goes through this module.
@@ -30,6 +33,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::client::scrape_journal::{JournalFile, JournalWriter, FLUSH_EVERY};
 use crate::metrics::prometheus;
 use crate::record::Clock;
 
@@ -113,16 +117,23 @@ pub struct ScrapeConfig {
     pub timeout: Duration,
     /// Largest accepted page; a larger one counts as a body failure.
     pub max_body_bytes: usize,
+    /// Where to journal the scrapes as they come (`scrape_journal`), if anywhere.
+    pub journal: Option<JournalFile>,
+    /// How often the journal is appended to.
+    pub journal_every: Duration,
 }
 
 impl ScrapeConfig {
-    /// The defaults: 333 ms interval, 5 s timeout, 64 MiB pages.
+    /// The defaults: 333 ms interval, 5 s timeout, 64 MiB pages, no journal (flushed every 5 s
+    /// when there is one).
     pub fn new(urls: Vec<String>) -> ScrapeConfig {
         ScrapeConfig {
             urls,
             interval: DEFAULT_INTERVAL,
             timeout: Duration::from_secs(5),
             max_body_bytes: 64 << 20,
+            journal: None,
+            journal_every: FLUSH_EVERY,
         }
     }
 }
@@ -237,6 +248,8 @@ pub struct Scraper {
     logs: Vec<Arc<Mutex<EndpointLog>>>,
     tasks: Vec<JoinHandle<()>>,
     stop: watch::Sender<bool>,
+    /// The journal's task and its signal to take the last flush (after the final scrapes).
+    journal: Option<(JoinHandle<()>, watch::Sender<bool>)>,
 }
 
 impl std::fmt::Debug for Scraper {
@@ -285,12 +298,21 @@ impl Scraper {
             };
             tasks.push(runtime.spawn(ep.run(cfg.interval, stop_rx.clone())));
         }
+        let journal = cfg.journal.map(|file| {
+            let urls: Vec<String> = logs.iter().map(|l| lock(l).url.clone()).collect();
+            let w = JournalWriter::new(file, &clock, cfg.interval, &urls);
+            let (done, done_rx) = watch::channel(false);
+            let every = cfg.journal_every.max(Duration::from_millis(1));
+            let task = runtime.spawn(journal(w, logs.clone(), every, done_rx));
+            (task, done)
+        });
         Ok(Scraper {
             clock,
             interval: cfg.interval,
             logs,
             tasks,
             stop,
+            journal,
         })
     }
 
@@ -305,6 +327,11 @@ impl Scraper {
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {
             let _ = t.await;
+        }
+        // The last flush, with the final scrapes, before the log is handed over.
+        if let Some((task, done)) = self.journal.take() {
+            let _ = done.send(true);
+            let _ = task.await;
         }
         let endpoints = self
             .logs
@@ -325,6 +352,57 @@ impl Scraper {
 impl Drop for Scraper {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        if let Some((_, done)) = &self.journal {
+            let _ = done.send(true);
+        }
+    }
+}
+
+/// The journal's task: every `every`, takes what the logs gained (under each endpoint's lock, no
+/// I/O) and writes it from a blocking thread; once more when `done` says the final scrapes are in.
+async fn journal(
+    mut w: JournalWriter,
+    logs: Vec<Arc<Mutex<EndpointLog>>>,
+    every: Duration,
+    mut done: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut last = *done.borrow();
+        if !last {
+            last = tokio::select! {
+                _ = tick.tick() => false,
+                r = done.changed() => r.is_err(),
+            } || *done.borrow();
+        }
+        let took = std::time::Instant::now();
+        for (i, l) in logs.iter().enumerate() {
+            w.take(i, &lock(l));
+        }
+        let took = took.elapsed();
+        w = match tokio::task::spawn_blocking(move || {
+            let t = std::time::Instant::now();
+            let bytes = w.write_logged();
+            tracing::trace!(
+                bytes,
+                take_us = took.as_micros() as u64,
+                write_us = t.elapsed().as_micros() as u64,
+                "server metrics journal appended"
+            );
+            w
+        })
+        .await
+        {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!("the server metrics journal stopped: {e}");
+                return;
+            }
+        };
+        if last {
+            return;
+        }
     }
 }
 

@@ -23,7 +23,8 @@ pub enum MetricType {
 }
 
 impl MetricType {
-    fn parse(s: &str) -> Option<MetricType> {
+    /// The type a `# TYPE` line (or [`MetricType::as_str`]) names.
+    pub(crate) fn parse(s: &str) -> Option<MetricType> {
         Some(match s {
             "counter" => MetricType::Counter,
             "gauge" => MetricType::Gauge,

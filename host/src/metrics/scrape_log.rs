@@ -63,6 +63,21 @@ impl Track {
     pub fn first(&self) -> Option<f64> {
         self.points.iter().find(|p| p.present).map(|p| p.value)
     }
+
+    /// Appends a change point read back from a journal, as [`Track::push`] recorded it: points
+    /// keep scrape order (several at one index only if a page repeated the series).
+    pub(crate) fn append(&mut self, p: Point) -> Result<(), String> {
+        if let Some(last) = self.points.last() {
+            if p.idx < last.idx {
+                return Err(format!(
+                    "a change point at scrape {} comes after one at scrape {}",
+                    p.idx, last.idx
+                ));
+            }
+        }
+        self.points.push(p);
+        Ok(())
+    }
 }
 
 /// One `le` bucket of a histogram series (cumulative counts, as served).
@@ -94,13 +109,33 @@ pub enum SeriesLog {
 pub type Labels = Vec<(String, String)>;
 
 /// One metric family as seen on one endpoint.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct FamilyLog {
     pub kind: MetricType,
     pub help: String,
     pub series: BTreeMap<Labels, SeriesLog>,
-    /// The scrape that last carried each series (to mark the ones that disappear).
+    /// The scrape that last carried each series (to mark the ones that disappear). Bookkeeping of
+    /// one `ingest`: only an entry equal to the scrape being ingested counts, so a log without it
+    /// (read back from a journal) ingests the next page exactly as the original would.
     seen: BTreeMap<Labels, u32>,
+}
+
+impl FamilyLog {
+    pub(crate) fn new(kind: MetricType, help: String) -> FamilyLog {
+        FamilyLog {
+            kind,
+            help,
+            series: BTreeMap::new(),
+            seen: BTreeMap::new(),
+        }
+    }
+}
+
+/// Equal when the type, help and series are ([`FamilyLog::seen`] is an ingest's bookkeeping).
+impl PartialEq for FamilyLog {
+    fn eq(&self, other: &FamilyLog) -> bool {
+        self.kind == other.kind && self.help == other.help && self.series == other.series
+    }
 }
 
 /// What became of one fetch.
@@ -212,12 +247,7 @@ impl EndpointLog {
             let fam = self
                 .families
                 .entry(f.name.clone())
-                .or_insert_with(|| FamilyLog {
-                    kind: f.kind,
-                    help: f.help.clone(),
-                    series: BTreeMap::new(),
-                    seen: BTreeMap::new(),
-                });
+                .or_insert_with(|| FamilyLog::new(f.kind, f.help.clone()));
             if fam.kind != f.kind {
                 // A family that changed type (a restarted server of another version) keeps its
                 // first type; its new samples are not comparable with the old ones.
@@ -345,6 +375,15 @@ impl EndpointLog {
 
     pub(crate) fn last_idx(&self) -> Option<u32> {
         (self.scrape_ns.len() as u32).checked_sub(1)
+    }
+
+    /// The hash of the latest parsed page (whether the next one `changed`).
+    pub(crate) fn last_hash(&self) -> Option<u64> {
+        self.last_hash
+    }
+
+    pub(crate) fn set_last_hash(&mut self, hash: Option<u64>) {
+        self.last_hash = hash;
     }
 }
 

@@ -13,7 +13,6 @@ use super::prepare::Prepared;
 use super::{host_name, rendezvous, runtime};
 use crate::client::{Client, ClientConfig};
 use crate::dataset::Dataset;
-use crate::record::Clock;
 use crate::replay::{self, Plan};
 
 /// A shard's membership of its run: the member (for the manifest, the ready barrier, the link and
@@ -189,7 +188,7 @@ pub(super) fn start_scraper(
     cfg: &RunConfig,
     rt: &tokio::runtime::Runtime,
     url: &str,
-    clock: Clock,
+    dir: &super::outputs::RunDir,
 ) -> anyhow::Result<Option<Arc<crate::client::scrape::Scraper>>> {
     if cfg.no_server_metrics || cfg.shard.as_ref().is_some_and(|s| s.index != 0) {
         return Ok(None);
@@ -205,9 +204,19 @@ pub(super) fn start_scraper(
     if let Some(i) = cfg.plan.scrape_interval {
         scfg.interval = i;
     }
+    // The journal keeps the scrapes of a run killed before its end; a run goes on without it.
+    match crate::client::scrape_journal::JournalFile::create(&dir.art) {
+        Ok(f) => scfg.journal = Some(f),
+        Err(e) => tracing::warn!(
+            "cannot create {}: {e}; a run killed before its end will lose its server metrics",
+            dir.art
+                .join(crate::client::scrape_journal::SCRAPE_JOURNAL)
+                .display()
+        ),
+    }
     let _g = rt.enter();
     Ok(Some(Arc::new(crate::client::scrape::Scraper::start(
-        scfg, clock,
+        scfg, dir.clock,
     )?)))
 }
 

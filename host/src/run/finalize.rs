@@ -1,7 +1,7 @@
 //! A run finished after its process ended: `agentx-host finalize DIR` for a run killed by SIGKILL,
 //! the OOM killer or a job's time limit. It reads what the run left in its artifact directory (the
 //! manifest, written before the first request and again when profiling began; `records.jsonl`,
-//! written through as requests complete; the server-metrics journal, when there is one), rebuilds
+//! written through as requests complete; `server_metrics_journal.jsonl`, flushed every 5 s), rebuilds
 //! the run's plan from the manifest (the scenario by hash, the dataset by digest, the seed and the
 //! run id), and writes every export a finished run writes through the same last stage
 //! ([`super::outputs::conclude`]), stopped as `killed` with the reason.
@@ -38,7 +38,7 @@ pub fn finalize(cfg: RunConfig, dir: &Path, reason: Option<String>) -> anyhow::R
     };
     let mut d = RunDir::reopen(dir, manifest)?;
     let (records, torn) = salvage_records(&d)?;
-    let scrape_log = None;
+    let scrape_log = scrapes(dir);
     let reason = reason.unwrap_or_else(|| DEFAULT_REASON.to_string());
     let outcome = killed_outcome(&d.manifest, &records, &reason);
     let end_ns = outcome
@@ -139,6 +139,28 @@ fn salvage_records(d: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<Str
             .with_context(|| format!("cannot rewrite {}", path.display()))?;
     }
     Ok((records, torn))
+}
+
+/// The server metrics scraped until the last journal flush before the end (at most
+/// [`crate::client::scrape_journal::FLUSH_EVERY`] lost); `None` when the run scraped none (shards
+/// but the first, `--no-server-metrics`) or its journal is unreadable (said why).
+fn scrapes(dir: &Path) -> Option<crate::metrics::scrape_log::ScrapeLog> {
+    use crate::client::scrape_journal::{read_journal, SCRAPE_JOURNAL};
+    let path = dir.join(SCRAPE_JOURNAL);
+    if !path.is_file() {
+        tracing::info!(
+            "{} has no {SCRAPE_JOURNAL}: no server metrics are exported",
+            dir.display()
+        );
+        return None;
+    }
+    match read_journal(&path) {
+        Ok(log) => Some(log),
+        Err(e) => {
+            tracing::warn!("the server metrics are not exported: {e}");
+            None
+        }
+    }
 }
 
 /// How a killed run ended: the counts of its records, profiling from its noted start (or, for a

@@ -211,7 +211,7 @@ impl ReplayStage<'_> {
             mode = ?rp.mode,
             "replay starting"
         );
-        let scraper = connect::start_scraper(cfg, rt, &self.conn.ccfg.url, self.dir.clock)?;
+        let scraper = connect::start_scraper(cfg, rt, &self.conn.ccfg.url, self.dir)?;
         // A sharded run: say this shard is ready, and start warmup when every shard is.
         let (link, finish, coordinator) = match shard {
             Some(mut m) => {

@@ -95,7 +95,7 @@ impl RunDir {
             run_dir: dir.to_path_buf(),
             out: dir.to_path_buf(),
             art,
-            clock: Clock::of_recorded(manifest.started_unix_ns),
+            clock: Clock::from_anchor_unix_ns(manifest.started_unix_ns),
             manifest,
             noting: Default::default(),
         })
