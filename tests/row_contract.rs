@@ -113,6 +113,7 @@ fn the_report_of_a_run_is_a_valid_row_with_stability() {
         .contains("no configured benchmark duration"));
 
     // Multinode: prefill 2 workers x TP 4, decode 1 x TP 8 = 16 GPUs; the optional keys when known.
+    let fingerprint = "ab".repeat(32);
     let mut env = ROW_IDENTITY.to_vec();
     env.extend([
         ("IS_MULTINODE", "true"),
@@ -136,7 +137,7 @@ fn the_report_of_a_run_is_a_valid_row_with_stability() {
             r#"{"name": "dynamo", "version": "1.3.0"}"#,
         ),
         ("KV_P2P_TRANSFER", "nixl"),
-        ("RECIPE_FINGERPRINT", &"ab".repeat(32)),
+        ("RECIPE_FINGERPRINT", fingerprint.as_str()),
     ]);
     let v = json_of(&report(&run_fixture(), &[], &env, home.path()));
     assert_row(&v);
