@@ -169,7 +169,11 @@ fn runs_without_an_output_flag_get_their_own_directories_and_latest() {
         "{latest:?} {id}"
     );
     // `report artifacts` and `plot artifacts` mean the newest run.
-    let r = Run::exec(work, &["report", "artifacts"], &[]);
+    let r = Run::exec(
+        work,
+        &["report", "artifacts"],
+        crate::row_contract::ROW_IDENTITY,
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let v: Value = serde_json::from_str(&r.stdout()).unwrap();
     assert!(v.is_object());

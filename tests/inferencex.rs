@@ -502,6 +502,7 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
     // The nested report of the same directory.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"))
         .args(["report", art.to_str().unwrap()])
+        .envs(crate::row_contract::ROW_IDENTITY.iter().copied())
         .env("HF_HUB_CACHE", hub.path())
         .env("AGENTX_HOME", r.dir.path().join("home"))
         .output()
@@ -512,6 +513,14 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    crate::row_contract::assert_row(&rep);
+    // The stability block from the records' credit clock and source trace ids.
+    let st = &rep["request_metrics"]["stability"];
+    assert!(st["root_trajectory_count"].as_u64().unwrap() > 0, "{st}");
+    assert!(
+        st["root_trajectory_kish_effective_count"].as_f64().unwrap() > 0.0,
+        "{st}"
+    );
     let lat = &rep["request_metrics"]["latency"];
     for k in [
         "ttft",

@@ -258,10 +258,10 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
             "-o".into(),
             work.path().join("report.json").to_str().unwrap().into(),
         ],
-        &[],
+        crate::row_contract::ROW_IDENTITY,
     );
     assert_eq!(rep.code(), 0, "{}", rep.stderr());
-    assert!(json(&work.path().join("report.json")).is_object());
+    crate::row_contract::assert_row(&json(&work.path().join("report.json")));
 
     // Merging by hand gives the same records; a missing shard and another run's shard are refused.
     let shard = |i: u32| out.join(format!("shard-{i}"));

@@ -364,18 +364,19 @@ fn a_killed_run_is_finalized_into_every_export_and_report_reads_it() {
         .count();
     assert!(exported > 0 && exported <= whole);
 
-    // The result row reads the finalized directory.
+    // The result row reads the finalized directory, and it meets the contract.
     let row = tmp.path().join("row.json");
-    let out = agentx(
-        tmp.path(),
-        &["report", dir.to_str().unwrap(), "-o", row.to_str().unwrap()],
-    );
+    let out = crate::support::agentx_command(tmp.path(), crate::row_contract::ROW_IDENTITY)
+        .args(["report", dir.to_str().unwrap(), "-o", row.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(row.is_file());
+    let row: serde_json::Value = serde_json::from_slice(&std::fs::read(&row).unwrap()).unwrap();
+    crate::row_contract::assert_row(&row);
 
     // Once is enough; a directory that is not a run is named.
     let out = agentx(tmp.path(), &["finalize", dir.to_str().unwrap()]);

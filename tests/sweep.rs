@@ -26,7 +26,8 @@ fn sweep(url: &str, dir: &std::path::Path, extra: &[&str]) -> Run {
     );
     args.extend(extra.iter().map(|a| a.to_string()));
     let home = tempfile::tempdir().unwrap();
-    Run::exec(home, &args, &[])
+    // The identity a CI job exports, so each point's InferenceX row can be written.
+    Run::exec(home, &args, crate::row_contract::ROW_IDENTITY)
 }
 
 fn json(path: &std::path::Path) -> Value {
@@ -65,6 +66,7 @@ fn a_sweep_runs_every_point_resumes_and_refuses_what_would_overwrite() {
         // The point's InferenceX report, named as InferenceX names it.
         let rep = json(&dir.join(format!("agentx_conc{n}.json")));
         assert_eq!(rep["conc"], n, "{rep}");
+        crate::row_contract::assert_row(&rep);
         assert_eq!(p["report"], format!("conc_{n}/agentx_conc{n}.json"));
     }
     assert_eq!(run_ids.len(), 2, "each point has its own run id");

@@ -12,6 +12,7 @@ mod inferencex;
 mod replay;
 mod report;
 mod robustness;
+mod row_contract;
 mod scenario;
 mod scenario_v2;
 mod scenario_v3;

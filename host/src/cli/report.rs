@@ -81,9 +81,14 @@ pub struct IdentityArgs {
     /// Data-parallel attention (`dp_attention`): true or false (default false).
     #[arg(long, env = "DP_ATTENTION", value_name = "BOOL")]
     pub dp_attention: Option<String>,
-    /// none, cpu or ssd (default none).
-    #[arg(long, env = "OFFLOADING", value_name = "MODE")]
-    pub offloading: Option<String>,
+    /// KV-cache offloading (`kv_offloading`): none, dram, disk, remote, ... (default none).
+    #[arg(
+        long,
+        visible_alias = "offloading",
+        env = "KV_OFFLOADING",
+        value_name = "MODE"
+    )]
+    pub kv_offloading: Option<String>,
     /// Disaggregated: prefill workers (`prefill_num_workers`).
     #[arg(long, env = "PREFILL_NUM_WORKERS", value_name = "N")]
     pub prefill_num_workers: Option<String>,
@@ -108,6 +113,24 @@ pub struct IdentityArgs {
     /// Disaggregated: data-parallel attention on decode (`decode_dp_attention`).
     #[arg(long, env = "DECODE_DP_ATTN", value_name = "BOOL")]
     pub decode_dp_attention: Option<String>,
+    /// Disaggregated: pipeline parallelism of each prefill worker (`prefill_pp`, default 1).
+    #[arg(long, env = "PREFILL_PP_SIZE", value_name = "N")]
+    pub prefill_pp: Option<String>,
+    /// Disaggregated: decode context parallelism of each prefill worker (`prefill_dcp_size`, default 1).
+    #[arg(long, env = "PREFILL_DCP_SIZE", value_name = "N")]
+    pub prefill_dcp_size: Option<String>,
+    /// Disaggregated: prefill context parallelism of each prefill worker (`prefill_pcp_size`, default 1).
+    #[arg(long, env = "PREFILL_PCP_SIZE", value_name = "N")]
+    pub prefill_pcp_size: Option<String>,
+    /// Disaggregated: pipeline parallelism of each decode worker (`decode_pp`, default 1).
+    #[arg(long, env = "DECODE_PP_SIZE", value_name = "N")]
+    pub decode_pp: Option<String>,
+    /// Disaggregated: decode context parallelism of each decode worker (`decode_dcp_size`, default 1).
+    #[arg(long, env = "DECODE_DCP_SIZE", value_name = "N")]
+    pub decode_dcp_size: Option<String>,
+    /// Disaggregated: prefill context parallelism of each decode worker (`decode_pcp_size`, default 1).
+    #[arg(long, env = "DECODE_PCP_SIZE", value_name = "N")]
+    pub decode_pcp_size: Option<String>,
     /// Pipeline parallelism (default 1); the per-GPU divisor is TP x PP x PCP on one node.
     #[arg(long, env = "PP_SIZE", value_name = "N")]
     pub pp: Option<String>,
@@ -117,26 +140,33 @@ pub struct IdentityArgs {
     /// Prefill context parallelism (default 1).
     #[arg(long, env = "PCP_SIZE", value_name = "N")]
     pub pcp_size: Option<String>,
-    /// Nested layout: `recipe_fingerprint`.
-    #[arg(long, env = "RECIPE_FINGERPRINT", value_name = "TEXT")]
+    /// Nested layout: `recipe_fingerprint`, 64 lower-case hex digits (default empty: the dispatched
+    /// config has none).
+    #[arg(long, env = "RECIPE_FINGERPRINT", value_name = "HEX")]
     pub recipe_fingerprint: Option<String>,
-    /// Nested layout: `kv_offload_backend` (e.g. lmcache, native).
+    /// Nested layout: the KV offload backend's name (`kv_offload_backend.name`, e.g. lmcache,
+    /// native, mooncake); required when KV offloading is on, refused when it is none.
     #[arg(long, env = "KV_OFFLOAD_BACKEND", value_name = "NAME")]
     pub kv_offload_backend: Option<String>,
-    /// Nested layout: `allocated_cpu_dram_gb`.
-    #[arg(long, env = "ALLOCATED_CPU_DRAM_GB", value_name = "GB")]
+    /// Nested layout: the KV offload backend as `{"name": ..., "version": ...}` (version optional);
+    /// its name must match --kv-offload-backend.
+    #[arg(long, env = "KV_OFFLOAD_BACKEND_METADATA", value_name = "JSON")]
+    pub kv_offload_backend_metadata: Option<String>,
+    /// Nested layout: CPU DRAM allocated to the KV cache (`allocated_cpu_dram_gb`, whole GB, default 0).
+    #[arg(long, env = "TOTAL_CPU_DRAM_GB", value_name = "GB")]
     pub allocated_cpu_dram_gb: Option<String>,
-    /// Nested layout: `router`.
-    #[arg(long, env = "ROUTER", value_name = "NAME")]
+    /// Nested layout: the router in front of the engines (`router`), as
+    /// `{"name": ..., "version": ...}` (both required).
+    #[arg(long, env = "ROUTER_METADATA", value_name = "JSON")]
     pub router: Option<String>,
-    /// Nested layout: `kv_p2p_transfer`.
+    /// Nested layout: `kv_p2p_transfer` (e.g. nixl).
     #[arg(long, env = "KV_P2P_TRANSFER", value_name = "NAME")]
     pub kv_p2p_transfer: Option<String>,
-    /// Nested layout, multinode: `prefill_hw`.
-    #[arg(long, env = "PREFILL_HW", value_name = "NAME")]
+    /// Nested layout, multinode: `prefill_hw` (given together with --decode-hw).
+    #[arg(long, env = "PREFILL_HARDWARE", value_name = "NAME")]
     pub prefill_hw: Option<String>,
-    /// Nested layout, multinode: `decode_hw`.
-    #[arg(long, env = "DECODE_HW", value_name = "NAME")]
+    /// Nested layout, multinode: `decode_hw` (given together with --prefill-hw).
+    #[arg(long, env = "DECODE_HARDWARE", value_name = "NAME")]
     pub decode_hw: Option<String>,
 }
 
@@ -156,7 +186,7 @@ impl From<IdentityArgs> for IdentityInput {
             tp: a.tp,
             ep: a.ep,
             dp_attention: a.dp_attention,
-            offloading: a.offloading,
+            kv_offloading: a.kv_offloading,
             prefill_num_workers: a.prefill_num_workers,
             prefill_tp: a.prefill_tp,
             prefill_ep: a.prefill_ep,
@@ -165,11 +195,18 @@ impl From<IdentityArgs> for IdentityInput {
             decode_tp: a.decode_tp,
             decode_ep: a.decode_ep,
             decode_dp_attention: a.decode_dp_attention,
+            prefill_pp: a.prefill_pp,
+            prefill_dcp_size: a.prefill_dcp_size,
+            prefill_pcp_size: a.prefill_pcp_size,
+            decode_pp: a.decode_pp,
+            decode_dcp_size: a.decode_dcp_size,
+            decode_pcp_size: a.decode_pcp_size,
             pp: a.pp,
             dcp_size: a.dcp_size,
             pcp_size: a.pcp_size,
             recipe_fingerprint: a.recipe_fingerprint,
             kv_offload_backend: a.kv_offload_backend,
+            kv_offload_backend_metadata: a.kv_offload_backend_metadata,
             allocated_cpu_dram_gb: a.allocated_cpu_dram_gb,
             router: a.router,
             kv_p2p_transfer: a.kv_p2p_transfer,

@@ -116,6 +116,24 @@ pub fn find(dirs: &[PathBuf], kind: RepoKind, repo: &str, file: &str) -> Option<
     dirs.iter().find_map(|d| find_in(d, kind, repo, file))
 }
 
+/// The snapshot directories (sorted) of `repo` in the first of `dirs` that has a `snapshots`
+/// directory for it, with that hub directory; `None` when no directory has one.
+pub fn snapshots(dirs: &[PathBuf], kind: RepoKind, repo: &str) -> Option<(PathBuf, Vec<PathBuf>)> {
+    for d in dirs {
+        let Ok(revs) = std::fs::read_dir(repo_dir(d, kind, repo).join("snapshots")) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = revs
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        found.sort();
+        return Some((d.clone(), found));
+    }
+    None
+}
+
 /// The files (relative paths, sorted) of the snapshots of `repo` in the first of `dirs` that has any
 /// snapshot: what a download fetched when the expected file is missing.
 pub fn snapshot_files(dirs: &[PathBuf], kind: RepoKind, repo: &str) -> Option<Vec<String>> {

@@ -41,7 +41,7 @@ pub use inputs::*;
 pub use load::*;
 pub use records::*;
 
-pub use nested::compute_nested;
+pub use nested::{compute_nested, RESULT_SCHEMA_VERSION};
 
 /// The statistics every distribution is reported with (`{stat}_{metric}` keys).
 pub const STATS: [&str; 5] = ["mean", "p75", "p90", "p95", "std"];
@@ -117,6 +117,11 @@ pub enum ReportError {
     NoRecords { dir: PathBuf, file: &'static str },
     #[error("{dir} holds several runs; name one of them:{candidates}")]
     Ambiguous { dir: PathBuf, candidates: String },
+    #[error(
+        "the InferenceX row (the nested layout) cannot be written; missing or invalid:\n  {}\n(--layout flat writes the seed-era keys without these facts)",
+        gaps.join("\n  ")
+    )]
+    Row { gaps: Vec<String> },
     #[error("{flag} (or env {env}): {message}")]
     Identity {
         flag: &'static str,

@@ -695,6 +695,8 @@ mod tests {
                 turn_index: Some(i / 64),
                 start_ns: Some(i * 250_000_000),
                 end_ns: Some(i * 250_000_000 + 3_141_592_653),
+                credit_issued_ns: None,
+                source_trace_id: None,
                 phase: RecordPhase::Profiling,
                 cancelled: false,
                 // One failure in 50, so the errors panel has points to the end.

@@ -2,13 +2,15 @@
 //! No I/O and no clocks: everything here is a function of the records it is given.
 //!
 //! Each rule has one home here: the distribution kernel ([`dist`]), what became of a request
-//! ([`outcome`]) and the server engines' metric names ([`engines`]).
+//! ([`outcome`]), the server engines' metric names ([`engines`]) and the within-run stability
+//! block of InferenceX's row ([`stability`]).
 
 pub mod dist;
 pub mod engines;
 pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
+pub mod stability;
 pub mod stats;
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,8 @@
-//! Who benchmarked what: the identity fields of the report, from flags and InferenceX's environment.
+//! Who benchmarked what: the identity fields of the report, from flags and InferenceX's environment
+//! (the variables `infx/results/agentic/process_agentic_result.py` reads), with InferenceX's
+//! defaults, and the checks of what the values may be (a fingerprint's digits, a component's JSON,
+//! hardware names given in pairs). Whether the facts suffice for the strict row is the nested
+//! layout's question ([`Identity::row_gaps`]).
 
 use super::*;
 
@@ -13,6 +17,32 @@ pub struct Multinode {
     pub decode_tp: u64,
     pub decode_ep: u64,
     pub decode_dp_attention: bool,
+    pub prefill_pp: u64,
+    pub prefill_dcp_size: u64,
+    pub prefill_pcp_size: u64,
+    pub decode_pp: u64,
+    pub decode_dcp_size: u64,
+    pub decode_pcp_size: u64,
+}
+
+impl Multinode {
+    /// Physical GPUs of the prefill role: workers x TP x PP x PCP.
+    pub fn prefill_gpus(&self) -> u64 {
+        self.prefill_num_workers * self.prefill_tp * self.prefill_pp * self.prefill_pcp_size
+    }
+
+    /// Physical GPUs of the decode role: workers x TP x PP x PCP.
+    pub fn decode_gpus(&self) -> u64 {
+        self.decode_num_workers * self.decode_tp * self.decode_pp * self.decode_pcp_size
+    }
+}
+
+/// A named component of the deployment (`router`, `kv_offload_backend`): `{name, version}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Component {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// Who was benchmarked (domain §5.2 identity keys), from flags or InferenceX's environment variables.
@@ -39,11 +69,13 @@ pub struct Identity {
     pub dcp_size: u64,
     /// Prefill context parallelism (default 1).
     pub pcp_size: u64,
-    /// Nested-layout identity strings, null when not given.
-    pub recipe_fingerprint: Option<String>,
-    pub kv_offload_backend: Option<String>,
-    pub allocated_cpu_dram_gb: Option<String>,
-    pub router: Option<String>,
+    /// 64 lower-case hex digits, or empty when the dispatched config has none.
+    pub recipe_fingerprint: String,
+    pub kv_offload_backend: Option<Component>,
+    /// CPU DRAM allocated to the KV cache, whole GB (default 0).
+    pub allocated_cpu_dram_gb: u64,
+    /// Always with a version.
+    pub router: Option<Component>,
     pub kv_p2p_transfer: Option<String>,
     pub prefill_hw: Option<String>,
     pub decode_hw: Option<String>,
@@ -69,9 +101,9 @@ impl Default for Identity {
             pp: 1,
             dcp_size: 1,
             pcp_size: 1,
-            recipe_fingerprint: None,
+            recipe_fingerprint: String::new(),
             kv_offload_backend: None,
-            allocated_cpu_dram_gb: None,
+            allocated_cpu_dram_gb: 0,
             router: None,
             kv_p2p_transfer: None,
             prefill_hw: None,
@@ -96,7 +128,7 @@ pub struct IdentityInput {
     pub tp: Option<String>,
     pub ep: Option<String>,
     pub dp_attention: Option<String>,
-    pub offloading: Option<String>,
+    pub kv_offloading: Option<String>,
     pub prefill_num_workers: Option<String>,
     pub prefill_tp: Option<String>,
     pub prefill_ep: Option<String>,
@@ -105,11 +137,18 @@ pub struct IdentityInput {
     pub decode_tp: Option<String>,
     pub decode_ep: Option<String>,
     pub decode_dp_attention: Option<String>,
+    pub prefill_pp: Option<String>,
+    pub prefill_dcp_size: Option<String>,
+    pub prefill_pcp_size: Option<String>,
+    pub decode_pp: Option<String>,
+    pub decode_dcp_size: Option<String>,
+    pub decode_pcp_size: Option<String>,
     pub pp: Option<String>,
     pub dcp_size: Option<String>,
     pub pcp_size: Option<String>,
     pub recipe_fingerprint: Option<String>,
     pub kv_offload_backend: Option<String>,
+    pub kv_offload_backend_metadata: Option<String>,
     pub allocated_cpu_dram_gb: Option<String>,
     pub router: Option<String>,
     pub kv_p2p_transfer: Option<String>,
@@ -154,45 +193,178 @@ pub(super) fn bool_of(
     }
 }
 
+/// `--router` / `--kv-offload-backend-metadata`: `{"name": ..., "version": ...}` with non-empty
+/// strings; `version` may be left out only where `version_optional`. Empty or `null` means none.
+fn component_of(
+    v: &Option<String>,
+    version_optional: bool,
+    flag: &'static str,
+    env: &'static str,
+) -> Result<Option<Component>, ReportError> {
+    let Some(text) = given(v).filter(|t| *t != "null") else {
+        return Ok(None);
+    };
+    let err = |message: String| ReportError::Identity { flag, env, message };
+    let shape = if version_optional {
+        r#"{"name": "NAME"} or {"name": "NAME", "version": "VERSION"}"#
+    } else {
+        r#"{"name": "NAME", "version": "VERSION"}"#
+    };
+    let obj: serde_json::Map<String, Value> = serde_json::from_str(text).map_err(|e| {
+        err(format!(
+            "{text:?} is not a JSON object ({e}); write {shape}"
+        ))
+    })?;
+    let field = |k: &str| -> Result<Option<String>, ReportError> {
+        match obj.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_owned())),
+            Some(other) => Err(err(format!(
+                "{k} must be a non-empty string, got {other}; write {shape}"
+            ))),
+        }
+    };
+    if let Some(extra) = obj.keys().find(|k| *k != "name" && *k != "version") {
+        return Err(err(format!("unknown key {extra:?}; write {shape}")));
+    }
+    let (name, version) = (field("name")?, field("version")?);
+    match (name, version) {
+        (Some(name), version) if version.is_some() || version_optional => {
+            Ok(Some(Component { name, version }))
+        }
+        _ => Err(err(format!(
+            "{text:?} lacks a name or version; write {shape}"
+        ))),
+    }
+}
+
+/// The KV offload backend: `--kv-offload-backend-metadata` when given (its name must match
+/// `--kv-offload-backend`), else `{name}` of `--kv-offload-backend`.
+fn offload_backend_of(i: &IdentityInput) -> Result<Option<Component>, ReportError> {
+    let meta = component_of(
+        &i.kv_offload_backend_metadata,
+        true,
+        "--kv-offload-backend-metadata",
+        "KV_OFFLOAD_BACKEND_METADATA",
+    )?;
+    let name = given(&i.kv_offload_backend).filter(|n| *n != "none");
+    match (meta, name) {
+        (Some(m), Some(n)) if m.name != n => Err(ReportError::Identity {
+            flag: "--kv-offload-backend-metadata",
+            env: "KV_OFFLOAD_BACKEND_METADATA",
+            message: format!(
+                "its name {:?} differs from --kv-offload-backend (KV_OFFLOAD_BACKEND) {n:?}; give the same backend",
+                m.name
+            ),
+        }),
+        (Some(m), _) => Ok(Some(m)),
+        (None, Some(n)) => Ok(Some(Component {
+            name: n.to_owned(),
+            version: None,
+        })),
+        (None, None) => Ok(None),
+    }
+}
+
+/// 64 lower-case hex digits, or empty.
+fn fingerprint_of(v: &Option<String>) -> Result<String, ReportError> {
+    let f = given(v).unwrap_or_default();
+    if f.is_empty() || (f.len() == 64 && f.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    {
+        Ok(f.to_owned())
+    } else {
+        Err(ReportError::Identity {
+            flag: "--recipe-fingerprint",
+            env: "RECIPE_FINGERPRINT",
+            message: format!("{f:?} is not 64 lower-case hex digits (nor empty)"),
+        })
+    }
+}
+
+fn multinode_of(i: &IdentityInput) -> Result<Multinode, ReportError> {
+    let mut m = Multinode {
+        prefill_num_workers: int_of(
+            &i.prefill_num_workers,
+            0,
+            "--prefill-num-workers",
+            "PREFILL_NUM_WORKERS",
+        )?,
+        prefill_tp: int_of(&i.prefill_tp, 0, "--prefill-tp", "PREFILL_TP")?,
+        prefill_ep: int_of(&i.prefill_ep, 1, "--prefill-ep", "PREFILL_EP")?,
+        prefill_dp_attention: bool_of(
+            &i.prefill_dp_attention,
+            "--prefill-dp-attention",
+            "PREFILL_DP_ATTN",
+        )?,
+        decode_num_workers: int_of(
+            &i.decode_num_workers,
+            0,
+            "--decode-num-workers",
+            "DECODE_NUM_WORKERS",
+        )?,
+        decode_tp: int_of(&i.decode_tp, 0, "--decode-tp", "DECODE_TP")?,
+        decode_ep: int_of(&i.decode_ep, 1, "--decode-ep", "DECODE_EP")?,
+        decode_dp_attention: bool_of(
+            &i.decode_dp_attention,
+            "--decode-dp-attention",
+            "DECODE_DP_ATTN",
+        )?,
+        prefill_pp: int_of(&i.prefill_pp, 1, "--prefill-pp", "PREFILL_PP_SIZE")?,
+        prefill_dcp_size: int_of(
+            &i.prefill_dcp_size,
+            1,
+            "--prefill-dcp-size",
+            "PREFILL_DCP_SIZE",
+        )?,
+        prefill_pcp_size: int_of(
+            &i.prefill_pcp_size,
+            1,
+            "--prefill-pcp-size",
+            "PREFILL_PCP_SIZE",
+        )?,
+        decode_pp: int_of(&i.decode_pp, 1, "--decode-pp", "DECODE_PP_SIZE")?,
+        decode_dcp_size: int_of(
+            &i.decode_dcp_size,
+            1,
+            "--decode-dcp-size",
+            "DECODE_DCP_SIZE",
+        )?,
+        decode_pcp_size: int_of(
+            &i.decode_pcp_size,
+            1,
+            "--decode-pcp-size",
+            "DECODE_PCP_SIZE",
+        )?,
+    };
+    // An aggregated deployment (no decode GPUs: prefill and decode share a worker) has no decode
+    // parallelism, so TP, EP and the GPU count are the prefill workers' alone (as InferenceX does).
+    if m.decode_gpus() == 0 {
+        (m.decode_tp, m.decode_ep) = (0, 0);
+        (m.decode_pp, m.decode_dcp_size, m.decode_pcp_size) = (1, 1, 1);
+    }
+    Ok(m)
+}
+
 impl Identity {
-    /// Resolves raw values with InferenceX's defaults (TP 1, EP 1, spec decoding "none", offloading
-    /// "none", booleans false).
+    /// Resolves raw values with InferenceX's defaults (TP 1, EP 1, PP/DCP/PCP 1, spec decoding
+    /// "none", offloading "none", no CPU DRAM, booleans false).
     pub fn resolve(i: &IdentityInput) -> Result<Identity, ReportError> {
         let s = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
         let opt = |v: &Option<String>| given(v).map(str::to_owned);
         let is_multinode = bool_of(&i.is_multinode, "--is-multinode", "IS_MULTINODE")?;
         let multinode = if is_multinode {
-            Some(Multinode {
-                prefill_num_workers: int_of(
-                    &i.prefill_num_workers,
-                    0,
-                    "--prefill-num-workers",
-                    "PREFILL_NUM_WORKERS",
-                )?,
-                prefill_tp: int_of(&i.prefill_tp, 0, "--prefill-tp", "PREFILL_TP")?,
-                prefill_ep: int_of(&i.prefill_ep, 1, "--prefill-ep", "PREFILL_EP")?,
-                prefill_dp_attention: bool_of(
-                    &i.prefill_dp_attention,
-                    "--prefill-dp-attention",
-                    "PREFILL_DP_ATTN",
-                )?,
-                decode_num_workers: int_of(
-                    &i.decode_num_workers,
-                    0,
-                    "--decode-num-workers",
-                    "DECODE_NUM_WORKERS",
-                )?,
-                decode_tp: int_of(&i.decode_tp, 0, "--decode-tp", "DECODE_TP")?,
-                decode_ep: int_of(&i.decode_ep, 1, "--decode-ep", "DECODE_EP")?,
-                decode_dp_attention: bool_of(
-                    &i.decode_dp_attention,
-                    "--decode-dp-attention",
-                    "DECODE_DP_ATTN",
-                )?,
-            })
+            Some(multinode_of(i)?)
         } else {
             None
         };
+        let (prefill_hw, decode_hw) = (opt(&i.prefill_hw), opt(&i.decode_hw));
+        if prefill_hw.is_some() != decode_hw.is_some() {
+            return Err(ReportError::Identity {
+                flag: "--prefill-hw/--decode-hw",
+                env: "PREFILL_HARDWARE/DECODE_HARDWARE",
+                message: "give both hardware names or neither".into(),
+            });
+        }
         Ok(Identity {
             hw: s(&i.hw),
             conc: match given(&i.conc) {
@@ -209,27 +381,135 @@ impl Identity {
             tp: int_of(&i.tp, 1, "--tp", "TP")?,
             ep: int_of(&i.ep, 1, "--ep", "EP_SIZE")?,
             dp_attention: bool_of(&i.dp_attention, "--dp-attention", "DP_ATTENTION")?,
-            offloading: given(&i.offloading).unwrap_or("none").to_owned(),
+            offloading: given(&i.kv_offloading).unwrap_or("none").to_owned(),
             multinode,
             pp: int_of(&i.pp, 1, "--pp", "PP_SIZE")?,
             dcp_size: int_of(&i.dcp_size, 1, "--dcp-size", "DCP_SIZE")?,
             pcp_size: int_of(&i.pcp_size, 1, "--pcp-size", "PCP_SIZE")?,
-            recipe_fingerprint: opt(&i.recipe_fingerprint),
-            kv_offload_backend: opt(&i.kv_offload_backend),
-            allocated_cpu_dram_gb: opt(&i.allocated_cpu_dram_gb),
-            router: opt(&i.router),
+            recipe_fingerprint: fingerprint_of(&i.recipe_fingerprint)?,
+            kv_offload_backend: offload_backend_of(i)?,
+            allocated_cpu_dram_gb: int_of(
+                &i.allocated_cpu_dram_gb,
+                0,
+                "--allocated-cpu-dram-gb",
+                "TOTAL_CPU_DRAM_GB",
+            )?,
+            router: component_of(&i.router, false, "--router", "ROUTER_METADATA")?,
             kv_p2p_transfer: opt(&i.kv_p2p_transfer),
-            prefill_hw: opt(&i.prefill_hw),
-            decode_hw: opt(&i.decode_hw),
+            prefill_hw,
+            decode_hw,
         })
     }
 
-    /// GPUs the throughput is divided by: TP x PP x PCP on one node (decode context parallelism
-    /// shares the TP GPUs), prefill plus decode GPUs on several.
+    /// Physical GPUs, the throughput's per-GPU divisor: TP x PP x PCP on one node (decode context
+    /// parallelism and EP share the TP GPUs), prefill plus decode GPUs on several.
     pub fn num_gpus(&self) -> u64 {
         match &self.multinode {
             None => self.tp * self.pp * self.pcp_size,
-            Some(m) => m.prefill_num_workers * m.prefill_tp + m.decode_num_workers * m.decode_tp,
+            Some(m) => m.prefill_gpus() + m.decode_gpus(),
         }
+    }
+
+    /// What keeps the strict InferenceX row from being written, one line per missing or
+    /// out-of-range fact naming the flag (and variable) that gives it; empty when nothing does.
+    /// `conc` and `model` are the resolved ones (the run's when not given).
+    pub fn row_gaps(&self, conc: Option<u64>, model: &str) -> Vec<String> {
+        let mut gaps = Vec::new();
+        let mut need = |ok: bool, what: &str, fix: &str| {
+            if !ok {
+                gaps.push(format!("{what}: {fix}"));
+            }
+        };
+        for (v, key, fix) in [
+            (&self.hw, "hw", "pass --hw NAME (or set RUNNER_TYPE)"),
+            (&self.image, "image", "pass --image IMAGE (or set IMAGE)"),
+            (
+                &self.model_prefix,
+                "infmax_model_prefix",
+                "pass --model-prefix PREFIX (or set MODEL_PREFIX)",
+            ),
+            (
+                &self.framework,
+                "framework",
+                "pass --framework NAME (or set FRAMEWORK)",
+            ),
+            (
+                &self.precision,
+                "precision",
+                "pass --precision NAME (or set PRECISION)",
+            ),
+        ] {
+            need(!v.is_empty(), &format!("{key} is empty"), fix);
+        }
+        need(
+            !model.is_empty(),
+            "model is empty and run_summary.json names none",
+            "pass --model MODEL (or set MODEL)",
+        );
+        need(
+            conc.is_some_and(|c| c > 0),
+            "conc is not a positive integer and run_summary.json has no concurrency",
+            "pass --conc N (or set CONC)",
+        );
+        need(self.num_gpus() > 0, "num_gpus is 0", "give a positive GPU count (--tp/--pp/--pcp-size, or the prefill and decode workers and TP on multinode)");
+        need(self.ep > 0, "ep is 0", "pass --ep N >= 1 (or set EP_SIZE)");
+        match &self.multinode {
+            None => {
+                need(self.tp > 0, "tp is 0", "pass --tp N >= 1 (or set TP)");
+                need(
+                    self.dcp_size > 0,
+                    "dcp_size is 0",
+                    "pass --dcp-size N >= 1 (or set DCP_SIZE)",
+                );
+            }
+            Some(m) => {
+                need(
+                    m.prefill_tp > 0,
+                    "prefill_tp is 0",
+                    "pass --prefill-tp N >= 1 (or set PREFILL_TP)",
+                );
+                need(
+                    m.prefill_ep > 0,
+                    "prefill_ep is 0",
+                    "pass --prefill-ep N >= 1 (or set PREFILL_EP)",
+                );
+                for (v, f) in [
+                    (m.prefill_pp, "--prefill-pp"),
+                    (m.prefill_dcp_size, "--prefill-dcp-size"),
+                    (m.prefill_pcp_size, "--prefill-pcp-size"),
+                    (m.decode_pp, "--decode-pp"),
+                    (m.decode_dcp_size, "--decode-dcp-size"),
+                    (m.decode_pcp_size, "--decode-pcp-size"),
+                ] {
+                    need(
+                        v > 0,
+                        &format!("{} is 0", &f[2..].replace('-', "_")),
+                        &format!("pass {f} N >= 1"),
+                    );
+                }
+            }
+        }
+        if self.multinode.is_none() {
+            need(
+                self.pp > 0 && self.pcp_size > 0,
+                "pp or pcp_size is 0",
+                "pass --pp and --pcp-size >= 1 (or set PP_SIZE, PCP_SIZE)",
+            );
+        }
+        let offloads = self.offloading != "none";
+        need(
+            offloads || self.kv_offload_backend.is_none(),
+            "kv_offload_backend is given while kv_offloading is none",
+            "drop --kv-offload-backend (KV_OFFLOAD_BACKEND), or pass --kv-offloading MODE",
+        );
+        need(
+            !offloads || self.kv_offload_backend.is_some(),
+            &format!(
+                "kv_offloading is {:?} but no kv_offload_backend is given",
+                self.offloading
+            ),
+            "pass --kv-offload-backend NAME (or set KV_OFFLOAD_BACKEND)",
+        );
+        gaps
     }
 }

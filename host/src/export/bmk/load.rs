@@ -141,6 +141,61 @@ pub fn open_traces(run: Option<&RunSummary>, spec: Option<&str>, opts: &OpenOpti
     }
 }
 
+/// The dataset behind an artifact directory's records: `spec` (`--dataset`) when given; else, when
+/// aiperf's aggregate names a hub dataset (`metadata.dataset.hf_dataset_name`), that dataset's
+/// snapshot in the hub cache, only when exactly one is there (none or several leave the trace
+/// figures empty rather than guess, as InferenceX's aggregator does); else the run summary's
+/// corpus (a local corpus keeps its theoretical hit rate and expected lengths).
+pub fn open_artifact_traces(a: &Artifacts, spec: Option<&str>, opts: &OpenOptions) -> Traces {
+    let hf = a
+        .aiperf
+        .as_ref()
+        .and_then(|x| x.dataset.as_ref())
+        .and_then(|d| d.get("hf_dataset_name"))
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    match (spec, hf) {
+        (None, Some(repo)) => hub_snapshot_traces(repo, opts),
+        _ => open_traces(a.run.as_ref(), spec, opts),
+    }
+}
+
+/// The traces of the one snapshot of hub dataset `repo`.
+fn hub_snapshot_traces(repo: &str, opts: &OpenOptions) -> Traces {
+    use dataset::hub::{self, RepoKind};
+    let unavailable = |reason: String| Traces::Unavailable { reason };
+    let dirs = hub::hub_dirs();
+    let fix =
+        format!("pass --dataset PATH|NAME to name the corpus ({PROFILE_AIPERF} names {repo})");
+    let Some((dir, snaps)) = hub::snapshots(&dirs, RepoKind::Dataset, repo) else {
+        return unavailable(format!(
+            "no snapshot of hub dataset {repo} in {}: fetch it with `{}`, or {fix}",
+            hub::describe_dirs(&dirs),
+            dataset::alias::download_command(repo)
+        ));
+    };
+    let [snap] = snaps.as_slice() else {
+        return unavailable(format!(
+            "{} snapshots of hub dataset {repo} in {} (exactly one is read, none is guessed): {fix}",
+            snaps.len(),
+            dir.display()
+        ));
+    };
+    let file = dataset::alias::lookup(repo).map_or(dataset::alias::TRACES_FILE, |a| a.file);
+    let path = snap.join(file);
+    match Dataset::open_path(&path, opts) {
+        Ok(ds) => Traces::Available {
+            dataset: ds,
+            name: format!(
+                "{repo} (snapshot {})",
+                snap.file_name().unwrap_or_default().to_string_lossy()
+            ),
+        },
+        Err(e) => unavailable(format!("cannot open {}: {e}", path.display())),
+    }
+}
+
 /// Reads an artifact directory and computes its report (flat layout).
 pub fn report_dir(
     dir: &Path,
@@ -149,7 +204,7 @@ pub fn report_dir(
     opts: &OpenOptions,
 ) -> Result<BmkReport, ReportError> {
     let a = load_artifacts(dir)?;
-    let traces = open_traces(a.run.as_ref(), dataset_spec, opts);
+    let traces = open_artifact_traces(&a, dataset_spec, opts);
     Ok(compute(&a.input(identity, &traces)))
 }
 
@@ -176,10 +231,10 @@ pub fn render_dir(
     layout: Layout,
 ) -> Result<String, ReportError> {
     let a = load_artifacts(dir)?;
-    let traces = open_traces(a.run.as_ref(), dataset_spec, opts);
+    let traces = open_artifact_traces(&a, dataset_spec, opts);
     let input = a.input(identity, &traces);
     Ok(match layout {
         Layout::Flat => compute(&input).to_json_pretty(),
-        Layout::Nested => compute_nested(&input).to_json_pretty(),
+        Layout::Nested => compute_nested(&input)?.to_json_pretty(),
     })
 }

@@ -1,6 +1,15 @@
-//! The nested InferenceX result (inferencex-v1.md §3): identity, `request_accounting`,
-//! `request_metrics{qps, latency, tokens, throughput, cache}` and `server_metrics{...}`, floats
-//! rounded to 5 decimals.
+//! The nested InferenceX result: the AgentX row of InferenceX's strict result contract
+//! (inferencex-v2.md §6, on inferencex-v1.md §3; `schemas/inferencex-agentx-row.schema.json`):
+//! `result_schema_version`, identity and `num_gpus`, `request_accounting`,
+//! `request_metrics{qps, latency, tokens, throughput, cache, stability}` and `server_metrics{...}`,
+//! floats rounded to 5 decimals.
+//!
+//! The row is strict: no top-level key the contract does not name (our additions, the trace
+//! metadata and the metric definitions, sit inside `request_metrics`, which the contract leaves
+//! open; what the report has to say goes to `warnings`), optional keys are left out rather than
+//! null, and a required identity fact that is missing fails the report with the flag to give
+//! ([`Identity::row_gaps`]). Figures inside `request_metrics` and `server_metrics` are null when
+//! unknown; JSON has no NaN, so none can appear.
 //!
 //! It owns the nested layout only: records, server metrics and identity are parsed by the parent
 //! module, the server figures come from [`super::backends`], and the fixes of the flat layout hold
@@ -20,11 +29,15 @@ use serde_json::{json, Map, Value};
 
 use super::backends::{self, Figures};
 use super::{
-    percentile, qps_windows, trace_figures, BmkReport, ProfileRecord, RecordPhase, ReportInput,
-    ServerMetrics, TraceFigures, Traces, PROFILE_AIPERF, SERVER_METRICS,
+    percentile, qps_windows, trace_figures, BmkReport, ProfileRecord, RecordPhase, ReportError,
+    ReportInput, ServerMetrics, TraceFigures, Traces, PROFILE_AIPERF, SERVER_METRICS,
 };
 use crate::metrics::dist::{self, Deviation};
+use crate::metrics::stability::{self, Sample};
 use crate::metrics::Outcome;
+
+/// The version of InferenceX's result contract this row follows (`result_schema_version`).
+pub const RESULT_SCHEMA_VERSION: u64 = 1;
 
 /// The statistics of every nested distribution.
 pub const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
@@ -115,10 +128,6 @@ fn tf(b: bool) -> &'static str {
     } else {
         "false"
     }
-}
-
-fn opt_str(v: &Option<String>) -> Value {
-    v.as_ref().map_or(Value::Null, |s| json!(s))
 }
 
 /// Sets `obj[path]` (dot-separated), creating objects on the way.
@@ -290,43 +299,66 @@ fn server_section(
     (Value::Object(o), figures)
 }
 
-/// Computes the nested report. Pure: the same inputs give the same JSON.
-pub fn compute_nested(input: &ReportInput<'_>) -> BmkReport {
+/// Computes the nested report. Pure: the same inputs give the same JSON. Fails when a fact the
+/// strict row requires is missing (the error lists each with the flag that gives it).
+pub fn compute_nested(input: &ReportInput<'_>) -> Result<BmkReport, ReportError> {
     let mut notes: Vec<String> = Vec::new();
     let mut r = BmkReport::default();
-    put_identity(&mut r, input, &mut notes);
+    put_identity(&mut r, input, &mut notes)?;
     let ok = put_accounting(&mut r, input, &mut notes);
     let (t, (isl_sum, osl_sum)) = put_request_metrics(&mut r, input, &ok, &mut notes);
 
     // Server metrics.
     let (server, figures) =
         server_section(input.server, isl_sum, osl_sum, ok.len() as u64, &mut notes);
-    if let Some(pool) = figures
-        .as_ref()
-        .and_then(|f| f.get("kv_cache.gpu_total_tokens"))
-    {
-        r.set("kv_cache_pool_tokens", json!(pool.round() as u64));
-    }
     r.set("server_metrics", server);
-    r.set("trace_metadata", t.meta.clone());
+    // The server's KV pool (InferenceX mirrors server_metrics.kv_cache.gpu_total_tokens here).
     r.set(
-        "metric_definitions",
-        json!({
-            "latency": "seconds; percentiles interpolate linearly (k = (n-1)p/100); std is the population deviation",
-            "intvty": "tokens/s/user; pXX = 1/(pXX of the per-request time per token), the slow tail; mean and std over the per-request reciprocals",
-            "e2e_norm_intvty": "per request OSL / E2EL, pXX at the slow tail as intvty",
-            "full_response_itl": "aiperf's full_response_inter_token_latency, else (E2EL - TTFT) / (OSL - 1) for OSL >= 2",
-            "server_aggregation": "counters summed across series (endpoints, engines); gauges averaged across series",
-            "kv_cache_usage": "the server's fraction (0..1) as exported, time-averaged per series",
-        }),
+        "kv_cache_pool_tokens",
+        figures
+            .as_ref()
+            .and_then(|f| f.get("kv_cache.gpu_total_tokens"))
+            .filter(|p| p.is_finite() && *p >= 0.0)
+            .map_or(Value::Null, |p| json!(p.round() as u64)),
     );
-    r.set("notes", json!(notes));
+    if let Some(Value::Object(m)) = r.get("request_metrics").cloned() {
+        let mut m = m;
+        m.insert("trace_metadata".into(), t.meta.clone());
+        m.insert("metric_definitions".into(), definitions());
+        r.set("request_metrics", Value::Object(m));
+    }
+    let mut warnings: Vec<String> = input
+        .run
+        .map(|x| x.submission_invalid_reasons.clone())
+        .unwrap_or_default();
+    warnings.extend(notes);
+    if !warnings.is_empty() {
+        r.set("warnings", json!(warnings));
+    }
     r.round_floats();
-    r
+    Ok(r)
 }
 
-/// Identity, the dataset and the run's warnings.
-fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
+/// What the figures mean (`request_metrics.metric_definitions`).
+fn definitions() -> Value {
+    json!({
+        "latency": "seconds; percentiles interpolate linearly (k = (n-1)p/100); std is the population deviation",
+        "intvty": "tokens/s/user; pXX = 1/(pXX of the per-request time per token), the slow tail; mean and std over the per-request reciprocals",
+        "e2e_norm_intvty": "per request OSL / E2EL, pXX at the slow tail as intvty",
+        "full_response_itl": "aiperf's full_response_inter_token_latency, else (E2EL - TTFT) / (OSL - 1) for OSL >= 2",
+        "stability": "600 s windows on credit_issued_ns (else request_start_ns) over the successful profiling requests, roots by source_trace_id (else conversation_id); convergence of the cumulative p75/p90 at 300 s checkpoints within 5 % (log ratio) of the final value, confirmed for 1200 s",
+        "server_aggregation": "counters summed across series (endpoints, engines); gauges averaged across series",
+        "kv_cache_usage": "the server's fraction (0..1) as exported, time-averaged per series",
+    })
+}
+
+/// `result_schema_version`, the identity, `num_gpus` and the dataset; fails when the strict row
+/// cannot be written for want of a fact.
+fn put_identity(
+    r: &mut BmkReport,
+    input: &ReportInput<'_>,
+    notes: &mut Vec<String>,
+) -> Result<(), ReportError> {
     let id = input.identity;
     let super::Basics {
         conc,
@@ -335,10 +367,16 @@ fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<Stri
         ep,
         dpa,
     } = super::Basics::of(input, notes);
+    notes.retain(|n| !n.starts_with("conc is null"));
+    let gaps = id.row_gaps(conc, &model);
+    if !gaps.is_empty() {
+        return Err(ReportError::Row { gaps });
+    }
+    r.set("result_schema_version", RESULT_SCHEMA_VERSION);
     r.set("hw", id.hw.clone());
     r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
     r.set("image", id.image.clone());
-    r.set("recipe_fingerprint", opt_str(&id.recipe_fingerprint));
+    r.set("recipe_fingerprint", id.recipe_fingerprint.clone());
     r.set("model", model);
     r.set("infmax_model_prefix", id.model_prefix.clone());
     r.set("framework", id.framework.clone());
@@ -347,49 +385,57 @@ fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<Stri
     r.set("disagg", id.disagg);
     r.set("scenario_type", "agentic-coding");
     r.set("is_multinode", id.multinode.is_some());
+    r.set("num_gpus", id.num_gpus());
     r.set("tp", tp);
     r.set("ep", ep);
     r.set("dp_attention", tf(dpa));
     r.set("kv_offloading", id.offloading.clone());
-    r.set("kv_offload_backend", opt_str(&id.kv_offload_backend));
-    r.set("allocated_cpu_dram_gb", opt_str(&id.allocated_cpu_dram_gb));
-    r.set("pp", id.pp);
-    r.set("dcp_size", id.dcp_size);
-    r.set("pcp_size", id.pcp_size);
-    if let Some(m) = &id.multinode {
-        r.set("prefill_hw", opt_str(&id.prefill_hw));
-        r.set("prefill_num_workers", m.prefill_num_workers);
-        r.set("prefill_tp", m.prefill_tp);
-        r.set("prefill_ep", m.prefill_ep);
-        r.set("prefill_dp_attention", tf(m.prefill_dp_attention));
-        r.set("num_prefill_gpu", m.prefill_num_workers * m.prefill_tp);
-        r.set("decode_hw", opt_str(&id.decode_hw));
-        r.set("decode_num_workers", m.decode_num_workers);
-        r.set("decode_tp", m.decode_tp);
-        r.set("decode_ep", m.decode_ep);
-        r.set("decode_dp_attention", tf(m.decode_dp_attention));
-        r.set("num_decode_gpu", m.decode_num_workers * m.decode_tp);
+    r.set("kv_offload_backend", json!(id.kv_offload_backend));
+    r.set("allocated_cpu_dram_gb", id.allocated_cpu_dram_gb);
+    match &id.multinode {
+        None => {
+            r.set("pp", id.pp);
+            r.set("dcp_size", id.dcp_size);
+            r.set("pcp_size", id.pcp_size);
+        }
+        Some(m) => {
+            r.set("prefill_num_workers", m.prefill_num_workers);
+            r.set("prefill_tp", m.prefill_tp);
+            r.set("prefill_pp", m.prefill_pp);
+            r.set("prefill_dcp_size", m.prefill_dcp_size);
+            r.set("prefill_pcp_size", m.prefill_pcp_size);
+            r.set("prefill_ep", m.prefill_ep);
+            r.set("prefill_dp_attention", tf(m.prefill_dp_attention));
+            r.set("num_prefill_gpu", m.prefill_gpus());
+            r.set("decode_num_workers", m.decode_num_workers);
+            r.set("decode_tp", m.decode_tp);
+            r.set("decode_pp", m.decode_pp);
+            r.set("decode_dcp_size", m.decode_dcp_size);
+            r.set("decode_pcp_size", m.decode_pcp_size);
+            r.set("decode_ep", m.decode_ep);
+            r.set("decode_dp_attention", tf(m.decode_dp_attention));
+            r.set("num_decode_gpu", m.decode_gpus());
+            if let (Some(p), Some(d)) = (&id.prefill_hw, &id.decode_hw) {
+                r.set("prefill_hw", p.clone());
+                r.set("decode_hw", d.clone());
+            }
+        }
     }
-    r.set("router", opt_str(&id.router));
-    r.set("kv_p2p_transfer", opt_str(&id.kv_p2p_transfer));
-    // Filled from the server's KV pool size once the server figures are read.
-    r.set("kv_cache_pool_tokens", Value::Null);
-    let dataset = input
-        .aiperf
-        .and_then(|a| a.dataset.clone())
-        .or_else(|| {
-            input
-                .run
-                .map(|run| json!({"alias": run.dataset_alias(), "source": run.dataset_source()}))
-        })
-        .unwrap_or(Value::Null);
-    r.set("dataset", dataset);
-    if let Some(run) = input
-        .run
-        .filter(|x| !x.submission_invalid_reasons.is_empty())
-    {
-        r.set("warnings", json!(run.submission_invalid_reasons));
+    if let Some(router) = &id.router {
+        r.set("router", json!(router));
     }
+    if let Some(p2p) = &id.kv_p2p_transfer {
+        r.set("kv_p2p_transfer", p2p.clone());
+    }
+    let dataset = input.aiperf.and_then(|a| a.dataset.clone()).or_else(|| {
+        input
+            .run
+            .map(|run| json!({"alias": run.dataset_alias(), "source": run.dataset_source()}))
+    });
+    if let Some(d) = dataset.filter(Value::is_object) {
+        r.set("dataset", d);
+    }
+    Ok(())
 }
 
 /// Request accounting: every line counts; errors (any phase) and warmup rows are dropped. Returns
@@ -445,7 +491,6 @@ fn put_accounting<'a>(
             "records_warmup_dropped": warmup_dropped,
             "records_error_dropped": error_dropped,
             "error_categories": categories,
-            "context_overflows_unwritten": unwritten,
         }),
     );
     ok
@@ -527,6 +572,7 @@ fn put_request_metrics(
             "request_metrics.cache.theoretical_cache_hit_rate is null: no {PROFILE_AIPERF} theoretical_prefix_cache_hit and no dataset"
         ));
     }
+    let stability = stability_of(input, ok, duration, notes);
     r.set(
         "request_metrics",
         json!({
@@ -535,9 +581,39 @@ fn put_request_metrics(
             "tokens": tokens,
             "throughput": throughput,
             "cache": cache,
+            "stability": stability,
         }),
     );
     (t, (isl_sum, osl_sum))
+}
+
+/// `request_metrics.stability` of the successful profiling requests, over the run's configured
+/// duration (`run_summary.json`), else the measured span of the requests.
+fn stability_of(
+    input: &ReportInput<'_>,
+    ok: &[&ProfileRecord],
+    measured_s: Option<f64>,
+    notes: &mut Vec<String>,
+) -> Value {
+    let configured = input.run.and_then(|x| x.benchmark_duration_s);
+    if configured.is_none() {
+        notes.push(format!(
+            "request_metrics.stability: no configured benchmark duration in run_summary.json; the windows and checkpoints span the measured {}",
+            measured_s.map_or("nothing (no request has both ends)".into(), |d| format!("{d:.3} s"))
+        ));
+    }
+    let samples: Vec<Sample<'_>> = ok
+        .iter()
+        .map(|x| Sample {
+            at_ns: x.credit_issued_ns.or(x.start_ns),
+            root: x.source_trace_id.as_deref().unwrap_or(&x.conversation_id),
+            ttft_s: x.ttft_s,
+            e2el_s: x.e2el_s,
+            itl_s: x.itl_s,
+        })
+        .collect();
+    serde_json::to_value(stability::stability(&samples, configured.or(measured_s)))
+        .unwrap_or(Value::Null)
 }
 
 /// QPS over the 1-second windows of request ends.

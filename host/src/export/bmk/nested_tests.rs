@@ -411,18 +411,44 @@ fn check_request_side(v: &Value) {
     assert_eq!(at(m, "/cache/theoretical_cache_hit_rate"), 0.625);
 }
 
-fn nested_report_of(engine: &str) -> Value {
-    let dir = artifact_dir(engine);
-    let identity = Identity::resolve(&IdentityInput {
+/// What a CI job exports for the row, on `engine`.
+fn row_input(engine: &str) -> IdentityInput {
+    IdentityInput {
         hw: Some("h200".into()),
         conc: Some("4".into()),
+        image: Some("img".into()),
+        model: Some("test-model".into()),
+        model_prefix: Some("test".into()),
+        precision: Some("fp8".into()),
         tp: Some("2".into()),
         pp: Some("2".into()),
         dcp_size: Some("2".into()),
         framework: Some(engine.into()),
         ..IdentityInput::default()
-    })
-    .unwrap();
+    }
+}
+
+/// Fails with every violation when `row` is not valid under the shipped row schema.
+#[track_caller]
+pub(crate) fn assert_row(row: &Value) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/inferencex-agentx-row.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let v = jsonschema::draft202012::new(&schema).unwrap();
+    let errors: Vec<String> = v
+        .iter_errors(row)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not an InferenceX row:\n{}",
+        errors.join("\n")
+    );
+}
+
+fn nested_report_of(engine: &str) -> Value {
+    let dir = artifact_dir(engine);
+    let identity = Identity::resolve(&row_input(engine)).unwrap();
     let text = render_dir(
         &dir,
         &identity,
@@ -432,7 +458,9 @@ fn nested_report_of(engine: &str) -> Value {
     )
     .unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    serde_json::from_str(&text).unwrap()
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_row(&v);
+    v
 }
 
 #[test]
@@ -517,7 +545,7 @@ fn nested_report_of_a_llamacpp_run_matches_the_hand_computation() {
     assert_eq!(at(s, "/tokens/prompt_by_source/computed"), 2000.0);
     // kv_cache_usage_ratio (0.1 + 0.3)/2.
     assert_eq!(at(s, "/kv_cache/gpu_usage_pct"), 0.2);
-    let notes = v["notes"].to_string();
+    let notes = v["warnings"].to_string();
     assert!(
         notes.contains("server_metrics.cache.gpu_cache_hit_rate (llamacpp adapter) from llamacpp:prompt_tokens_cached"),
         "{notes}"
@@ -532,7 +560,7 @@ fn nested_report_of_a_llamacpp_run_matches_the_hand_computation() {
 fn an_unknown_engine_is_reported_with_its_metric_names() {
     let m = exported(&["unknown"]);
     let records = vec![];
-    let id = Identity::default();
+    let id = Identity::resolve(&row_input("tgi")).unwrap();
     let traces = Traces::Unavailable {
         reason: "test".into(),
     };
@@ -544,7 +572,8 @@ fn an_unknown_engine_is_reported_with_its_metric_names() {
         identity: &id,
         traces: &traces,
     };
-    let v: Value = serde_json::from_str(&compute_nested(&input).to_json_pretty()).unwrap();
+    let v: Value = serde_json::from_str(&compute_nested(&input).unwrap().to_json_pretty()).unwrap();
+    assert_row(&v);
     let s = &v["server_metrics"];
     assert_eq!(s["present"], json!(true));
     assert_eq!(s["adapter"], json!("unknown"));
@@ -559,7 +588,7 @@ fn an_unknown_engine_is_reported_with_its_metric_names() {
         ])
     );
     assert_eq!(s["cache"]["gpu_cache_hit_rate"], Value::Null);
-    assert!(v["notes"].to_string().contains("none of vLLM, SGLang"));
+    assert!(v["warnings"].to_string().contains("none of vLLM, SGLang"));
     // The flat layout says the same in its notes.
     let flat = compute(&input);
     assert_eq!(flat.get("server_metrics_adapter"), Some(&json!("unknown")));

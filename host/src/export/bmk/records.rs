@@ -51,6 +51,12 @@ pub struct ProfileRecord {
     pub turn_index: Option<u64>,
     pub start_ns: Option<u64>,
     pub end_ns: Option<u64>,
+    /// `metadata.credit_issued_ns`: when the request's credit was issued (the stability windows'
+    /// clock); `None` when absent, null or not a finite non-negative number.
+    pub credit_issued_ns: Option<u64>,
+    /// `metadata.source_trace_id`: the root trajectory the request replays (subagents share their
+    /// root's); `None` when absent or empty.
+    pub source_trace_id: Option<String>,
     pub phase: RecordPhase,
     pub cancelled: bool,
     pub error: Option<Failure>,
@@ -102,6 +108,10 @@ pub(super) struct RawMeta {
     request_start_ns: Option<u64>,
     #[serde(default)]
     request_end_ns: Option<u64>,
+    #[serde(default)]
+    credit_issued_ns: Option<Value>,
+    #[serde(default)]
+    source_trace_id: Option<String>,
     #[serde(default)]
     benchmark_phase: Option<String>,
     #[serde(default)]
@@ -224,6 +234,14 @@ pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, Str
         turn_index: raw.metadata.turn_index,
         start_ns: raw.metadata.request_start_ns,
         end_ns: raw.metadata.request_end_ns,
+        credit_issued_ns: raw
+            .metadata
+            .credit_issued_ns
+            .as_ref()
+            .and_then(Value::as_f64)
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map(|t| t as u64),
+        source_trace_id: raw.metadata.source_trace_id.filter(|s| !s.is_empty()),
         phase,
         cancelled: raw.metadata.was_cancelled.unwrap_or(false),
         error: failure_of(&raw.error),

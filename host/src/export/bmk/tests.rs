@@ -72,6 +72,8 @@ fn rec(
         turn_index: Some(turn),
         start_ns: Some(s),
         end_ns: Some(e),
+        credit_issued_ns: None,
+        source_trace_id: None,
         phase: RecordPhase::Profiling,
         cancelled: false,
         error: None,
