@@ -167,6 +167,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         trees: None,
         profiling_ns: None,
         stop: None,
+        server: None,
         extra: Default::default(),
     }
 }
