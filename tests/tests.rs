@@ -20,6 +20,7 @@ mod shard;
 mod sim;
 mod support;
 mod sweep;
+mod sweep_server;
 mod tiling;
 mod tree_fidelity;
 mod tree_run;

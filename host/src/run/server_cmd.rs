@@ -339,7 +339,8 @@ impl Server {
                 });
             }
             let left = timeout - waited;
-            match rt.block_on(client.get("/v1/models", left.min(Duration::from_secs(10)), 1 << 16)) {
+            match rt.block_on(client.get("/v1/models", left.min(Duration::from_secs(10)), 1 << 16))
+            {
                 Ok((s, _, _)) if s == hyper::StatusCode::OK => {
                     let ready = self.started.elapsed();
                     self.info.ready_s = Some(ready.as_secs_f64());
@@ -436,7 +437,12 @@ fn group_alive(pgid: Pid) -> bool {
     };
     let want = pgid.as_raw_nonzero().get();
     dir.filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .any(|stat| {
             // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
@@ -492,8 +498,12 @@ mod tests {
 
     #[test]
     fn placeholders_are_filled_and_unknown_ones_named() {
-        let t = Template::parse("--server-cmd", "serve --port {port} -c {conc} ${HOME} {{x}}", BOTH)
-            .unwrap();
+        let t = Template::parse(
+            "--server-cmd",
+            "serve --port {port} -c {conc} ${HOME} {{x}}",
+            BOTH,
+        )
+        .unwrap();
         assert!(t.uses("port") && t.uses("conc"));
         assert_eq!(
             t.fill(&[("port", "8123"), ("conc", "4")]),
@@ -548,7 +558,10 @@ mod tests {
         let pid = s.info().pid;
         let t0 = Instant::now();
         while !std::fs::read_to_string(&log).unwrap().contains("started") {
-            assert!(t0.elapsed() < Duration::from_secs(10), "the shell never started");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the shell never started"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         let info = s.stop(Duration::from_millis(300));

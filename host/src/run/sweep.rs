@@ -427,7 +427,13 @@ fn served_point(
             path: root.join(&rel),
             source,
         })?;
-        Server::start(&command, port, &base.url, &root.join(&log), server_cmd::LOG_FILE)
+        Server::start(
+            &command,
+            port,
+            &base.url,
+            &root.join(&log),
+            server_cmd::LOG_FILE,
+        )
     });
     let mut server = match started {
         Ok(s) => s,
