@@ -113,26 +113,27 @@ pub enum ServerError {
         command: String,
         source: std::io::Error,
     },
-    #[error("the server exited before it was ready ({status}): `{command}`; the end of {}:\n{tail}", log.display())]
-    Exited {
-        command: String,
-        status: String,
-        log: PathBuf,
-        tail: String,
-    },
-    #[error("the server did not answer {url} with 200 within --server-ready-timeout {timeout_s:.0} s (last: {last}): `{command}`; raise --server-ready-timeout or look at {}:\n{tail}", log.display())]
+    #[error("the server exited before it was ready ({status}): `{}`; the end of {}:\n{}", at.command, at.log.display(), at.tail)]
+    Exited { status: String, at: Box<StartLog> },
+    #[error("the server did not answer {url} with 200 within --server-ready-timeout {timeout_s:.0} s (last: {last}): `{}`; raise --server-ready-timeout or look at {}:\n{}", at.command, at.log.display(), at.tail)]
     NotReady {
-        command: String,
         url: String,
         timeout_s: f64,
         last: String,
-        log: PathBuf,
-        tail: String,
+        at: Box<StartLog>,
     },
     #[error("interrupted while waiting for the server to become ready")]
     Interrupted,
     #[error("cannot reach the server: {0}")]
     Client(String),
+}
+
+/// The server a failed start is about: its command, and the end of its log.
+#[derive(Debug)]
+pub struct StartLog {
+    pub command: String,
+    pub log: PathBuf,
+    pub tail: String,
 }
 
 impl Template {
@@ -318,10 +319,8 @@ impl Server {
             if let Some(status) = self.child.try_wait().ok().flatten() {
                 self.info.exit = Some(exit_of(ServerEnd::Exited, status));
                 return Err(ServerError::Exited {
-                    command: self.info.command.clone(),
                     status: describe(status),
-                    log: self.log.clone(),
-                    tail: tail(&self.log),
+                    at: self.start_log(),
                 });
             }
             if cancel.interrupts() > 0 {
@@ -330,12 +329,10 @@ impl Server {
             let waited = self.started.elapsed();
             if waited >= timeout {
                 return Err(ServerError::NotReady {
-                    command: self.info.command.clone(),
                     url,
                     timeout_s: timeout.as_secs_f64(),
                     last,
-                    log: self.log.clone(),
-                    tail: tail(&self.log),
+                    at: self.start_log(),
                 });
             }
             let left = timeout - waited;
@@ -357,6 +354,14 @@ impl Server {
             std::thread::sleep(pause.min(timeout.saturating_sub(self.started.elapsed())));
             pause = (pause * 3 / 2).min(Duration::from_secs(2));
         }
+    }
+
+    fn start_log(&self) -> Box<StartLog> {
+        Box::new(StartLog {
+            command: self.info.command.clone(),
+            log: self.log.clone(),
+            tail: tail(&self.log),
+        })
     }
 
     /// Whether the server's shell has exited on its own (before any stop).
