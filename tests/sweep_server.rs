@@ -98,6 +98,10 @@ fn every_point_gets_a_fresh_server_which_is_recorded_and_stopped() {
         assert_eq!(srv["log"], "server.log");
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
         assert!(log.contains(&format!("at {url}")), "{log}");
+        assert!(
+            log.contains(&format!("as pid {} (the leader", srv["pid"])),
+            "{log}"
+        );
         // The point's command line reruns it against that URL, without the sweep's flags.
         let argv: Vec<&str> = m["argv"]
             .as_array()

@@ -6,11 +6,21 @@
 # The wheel is built with cargo's dev profile, stripped: it reuses the debug build of `cargo test`
 # (CI builds wasmtime in one profile only). A release wheel is the same command with `--release`.
 #
-# Usage: tests/py/wheel_test.sh [WORKDIR]   (default: a fresh temporary directory, removed after)
+# Usage: tests/py/wheel_test.sh [--expect-reuse] [WORKDIR]
+#   --expect-reuse  fail when the wheel's build compiles any dependency: after `cargo test` (CI) only
+#                   agentx-host itself may be compiled (see the comment on the shared crates' features
+#                   in Cargo.toml)
+#   WORKDIR         where the venvs, the wheel and the demo run go (default: a fresh temporary
+#                   directory, removed after)
 # Env: PYTHON (default python3), CARGO_TARGET_DIR as cargo reads it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
+expect_reuse=false
+if [ "${1:-}" = --expect-reuse ]; then
+  expect_reuse=true
+  shift
+fi
 # maturin, pinned: the version that builds the wheel is part of what is tested.
 MATURIN_VERSION=1.16.0
 python=${PYTHON:-python3}
@@ -28,8 +38,16 @@ t0=$(now)
 "$python" -m venv "$work/build-venv"
 "$work/build-venv/bin/pip" install --quiet --disable-pip-version-check "maturin==$MATURIN_VERSION"
 rm -rf "$work/wheels"
-"$work/build-venv/bin/maturin" build --locked --profile dev --strip --out "$work/wheels"
+"$work/build-venv/bin/maturin" build --locked --profile dev --strip --out "$work/wheels" 2>&1 \
+  | tee "$work/maturin.log"
 t1=$(now)
+rebuilt=$(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' "$work/maturin.log" | grep -vx agentx-host || true)
+if $expect_reuse && [ -n "$rebuilt" ]; then
+  echo "wheel test: the wheel's build compiled dependencies the tests had built: $(echo $rebuilt)." >&2
+  echo "  A dev-dependency turns on a feature of a crate the host shares with it; ask for that feature" >&2
+  echo "  in [dependencies] too (cargo tree -e normal,build,dev -f '{p} [{f}]' shows them)." >&2
+  exit 1
+fi
 shopt -s nullglob
 wheels=("$work"/wheels/agentx_host-*.whl)
 if [ ${#wheels[@]} -ne 1 ]; then

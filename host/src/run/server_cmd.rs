@@ -5,10 +5,10 @@
 //!
 //! Invariants: a [`Server`] always ends its group. [`Server::stop`] does it and says how; a
 //! `Server` dropped without a stop (an early return, a panic) sends SIGKILL to the group. Only a
-//! SIGKILL of agentx itself leaves a server running; its pid (the leader of its group) is in the
-//! point's manifest and in the log.
+//! SIGKILL of agentx itself leaves a server running; its pid (the leader of its group) is the
+//! log's line from agentx, written when it started.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -256,8 +256,9 @@ impl Server {
             path: log.to_owned(),
             source,
         };
-        let out = std::fs::File::create(log).map_err(log_err)?;
-        let err = out.try_clone().map_err(log_err)?;
+        let mut note = std::fs::File::create(log).map_err(log_err)?;
+        let out = note.try_clone().map_err(log_err)?;
+        let err = note.try_clone().map_err(log_err)?;
         let child = Command::new("sh")
             .arg("-c")
             .arg(command)
@@ -273,6 +274,12 @@ impl Server {
                 source,
             })?;
         tracing::info!(pid = child.id(), port, "server started: {command}");
+        // One open file shared with the server: this line lands between its lines, not over them.
+        let _ = writeln!(
+            note,
+            "agentx-host sweep: started `sh -c {command:?}` as pid {} (the leader of its process group) on port {port}",
+            child.id()
+        );
         Ok(Server {
             info: ServerInfo {
                 command: command.to_owned(),
