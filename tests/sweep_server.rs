@@ -116,14 +116,31 @@ fn every_point_gets_a_fresh_server_which_is_recorded_and_stopped() {
         assert!(!argv.iter().any(|a| a.starts_with("--server-")), "{argv:?}");
         let pid = srv["pid"].as_u64().unwrap();
         assert!(!alive(pid), "the server of concurrency {n} was stopped");
+        assert!(
+            r.stdout()
+                .contains(&format!("server pid {pid} on port {port}, ready after")),
+            "{}",
+            r.stdout()
+        );
         pids.push(pid);
         ports.push(port);
     }
     assert_ne!(pids[0], pids[1], "two servers");
     assert_ne!(ports[0], ports[1], "on two ports");
 
-    // --resume keeps both points and starts no server.
-    let r = sweep(&out, &sim_cmd(), &["--concurrency", "1,2", "--resume"]);
+    // --resume keeps both points and starts no server (a longer wait for a server is the same
+    // sweep).
+    let r = sweep(
+        &out,
+        &sim_cmd(),
+        &[
+            "--concurrency",
+            "1,2",
+            "--resume",
+            "--server-ready-timeout",
+            "90",
+        ],
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let again = json(&out.join("sweep.json"));
     for (p, old) in again["points"]
@@ -142,9 +159,10 @@ fn every_point_gets_a_fresh_server_which_is_recorded_and_stopped() {
 fn a_server_that_exits_or_never_gets_ready_fails_its_point_only() {
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("sweep");
-    // Concurrency 1: a server that exits at once; 2: the simulator.
+    // Concurrency 1: a server that exits at once, saying why in words its command (also in the
+    // log) does not hold; 2: the simulator.
     let cmd = format!(
-        "if [ {{conc}} = 1 ]; then echo 'no GPU here' >&2; exit 3; fi; {}",
+        "if [ {{conc}} = 1 ]; then echo \"no GPU $((2+2))\" >&2; exit 3; fi; {}",
         sim_cmd()
     );
     let r = sweep(&out, &cmd, &["--concurrency", "1,2"]);
@@ -154,8 +172,7 @@ fn a_server_that_exits_or_never_gets_ready_fails_its_point_only() {
     assert_eq!(p1["status"], "failed");
     let e = p1["error"].as_str().unwrap();
     assert!(
-        e.contains("the server exited before it was ready (exit code 3)")
-            && e.contains("no GPU here"),
+        e.contains("the server exited before it was ready (exit code 3)") && e.contains("no GPU 4"),
         "{e}"
     );
     assert_eq!(p1["server"]["exit"]["how"], "exited");
@@ -163,7 +180,7 @@ fn a_server_that_exits_or_never_gets_ready_fails_its_point_only() {
     assert!(p1["server"]["ready_s"].is_null());
     assert!(std::fs::read_to_string(out.join("conc_1/server.log"))
         .unwrap()
-        .contains("no GPU here"));
+        .contains("no GPU 4"));
     assert!(!out.join("conc_1/run_manifest.json").exists());
     assert_eq!(p2["status"], "completed", "{p2}");
     assert!(
@@ -175,7 +192,7 @@ fn a_server_that_exits_or_never_gets_ready_fails_its_point_only() {
     // A server that never answers: the point fails after --server-ready-timeout, its group is
     // killed (not waited for), and the sweep goes on.
     let out = work.path().join("never");
-    let cmd = "echo waiting; sleep 120; true";
+    let cmd = "echo \"loading $((3+3))\"; sleep 120; true";
     let r = sweep(
         &out,
         cmd,
@@ -194,7 +211,7 @@ fn a_server_that_exits_or_never_gets_ready_fails_its_point_only() {
     let e = p["error"].as_str().unwrap();
     assert!(
         e.contains("did not answer http://127.0.0.1:9/v1/models with 200 within --server-ready-timeout 1 s")
-            && e.contains("waiting"),
+            && e.contains("loading 6"),
         "{e}"
     );
     assert_eq!(p["server"]["command"], cmd);

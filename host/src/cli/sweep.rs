@@ -216,6 +216,20 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             f(p.interactivity, 1),
             if p.valid { "yes" } else { "no" }
         );
+        if let Some(s) = &p.server {
+            let ended = s
+                .exit
+                .as_ref()
+                .map_or("running".into(), |e| format!("{:?}", e.how).to_lowercase());
+            let ready = s
+                .ready_s
+                .map_or("never ready".into(), |r| format!("ready after {r:.1} s"));
+            outln!(
+                "        server pid {} on port {}, {ready}, {ended}",
+                s.pid,
+                s.port
+            );
+        }
         if let Some(e) = &p.error {
             outln!("        {e}");
         }

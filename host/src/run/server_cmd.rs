@@ -559,8 +559,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join(LOG_FILE);
         // A shell that starts a child of its own and ignores SIGTERM: both are ended, by SIGKILL.
+        // (It says so in words that are not in its command, which the log also holds.)
         let s = Server::start(
-            "trap '' TERM; sleep 60 & echo started; wait",
+            "trap '' TERM; sleep 60 & echo trap-$((1+1)); wait",
             1,
             "http://127.0.0.1:1",
             &log,
@@ -569,7 +570,7 @@ mod tests {
         .unwrap();
         let pid = s.info().pid;
         let t0 = Instant::now();
-        while !std::fs::read_to_string(&log).unwrap().contains("started") {
+        while !std::fs::read_to_string(&log).unwrap().contains("trap-2") {
             assert!(
                 t0.elapsed() < Duration::from_secs(10),
                 "the shell never started"

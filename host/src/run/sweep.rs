@@ -160,18 +160,20 @@ fn inputs_argv(argv: &[String]) -> Vec<String> {
     argv.iter().filter(|a| *a != "--resume").cloned().collect()
 }
 
-/// A command line without its `--random-seed`: the seed is compared on its own, since a sweep
-/// resumed without one goes on with the recorded seed.
-fn without_seed(argv: &[String]) -> Vec<&String> {
+/// A command line as `--resume` compares it: without `--random-seed` (compared on its own, since a
+/// sweep resumed without one goes on with the recorded seed) and `--server-ready-timeout` (how long
+/// to wait for a server is no input of a measurement: a resume may wait longer).
+fn compared(argv: &[String]) -> Vec<&String> {
+    const SKIPPED: [&str; 2] = ["--random-seed", "--server-ready-timeout"];
     let mut out = Vec::with_capacity(argv.len());
     let mut skip = false;
     for a in argv {
         if std::mem::take(&mut skip) {
             continue;
         }
-        if a == "--random-seed" {
+        if SKIPPED.contains(&a.as_str()) {
             skip = true;
-        } else if !a.starts_with("--random-seed=") {
+        } else if !SKIPPED.iter().any(|f| a.starts_with(&format!("{f}="))) {
             out.push(a);
         }
     }
@@ -181,7 +183,7 @@ fn without_seed(argv: &[String]) -> Vec<&String> {
 /// What differs between two sweeps' inputs, for the refusal message.
 fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
     let mut d = Vec::new();
-    if without_seed(&old.argv) != without_seed(&new.argv) {
+    if compared(&old.argv) != compared(&new.argv) {
         d.push(format!(
             "the command line (was `{}`, now `{}`)",
             old.argv.join(" "),
@@ -741,5 +743,31 @@ mod tests {
             "run --url http://h:8000 --benchmark-duration 60 --concurrency 4 --output-artifact-dir out/conc_4 --random-seed 7"
         );
         assert!(!inputs_argv(&argv).contains(&"--resume".to_string()));
+        // A point of a sweep with --server-cmd runs against its server's URL.
+        let argv: Vec<String> = [
+            "sweep",
+            "--server-cmd",
+            "serve --port {port}",
+            "--server-ready-timeout=60",
+            "--concurrency",
+            "1,4",
+        ]
+        .map(String::from)
+        .to_vec();
+        let p = point_argv(
+            &argv,
+            1,
+            Path::new("o/conc_1"),
+            7,
+            Some("http://127.0.0.1:5"),
+        );
+        assert_eq!(
+            p.join(" "),
+            "run --url http://127.0.0.1:5 --concurrency 1 --output-artifact-dir o/conc_1 --random-seed 7"
+        );
+        // --resume may wait longer for a server.
+        let longer: Vec<String> = argv.iter().map(|a| a.replace("=60", "=900")).collect();
+        assert_eq!(compared(&argv), compared(&longer));
+        assert_ne!(compared(&argv), compared(&argv[..2]));
     }
 }
