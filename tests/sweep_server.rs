@@ -94,7 +94,9 @@ fn every_point_gets_a_fresh_server_which_is_recorded_and_stopped() {
             sim_cmd().replace("{port}", &port.to_string())
         );
         assert!(srv["ready_s"].as_f64().unwrap() > 0.0);
+        // The simulator ends cleanly on SIGTERM.
         assert_eq!(srv["exit"]["how"], "terminated", "{srv}");
+        assert_eq!(srv["exit"]["code"], 0, "{srv}");
         assert_eq!(srv["log"], "server.log");
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
         assert!(log.contains(&format!("at {url}")), "{log}");
@@ -118,7 +120,8 @@ fn every_point_gets_a_fresh_server_which_is_recorded_and_stopped() {
         assert!(!alive(pid), "the server of concurrency {n} was stopped");
         assert!(
             r.stdout()
-                .contains(&format!("server pid {pid} on port {port}, ready after")),
+                .contains(&format!("server pid {pid} on port {port}, ready after"))
+                && r.stdout().contains("s, terminated (exit code 0)"),
             "{}",
             r.stdout()
         );
@@ -160,12 +163,14 @@ fn a_server_that_exits_or_never_gets_ready_fails_its_point_only() {
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("sweep");
     // Concurrency 1: a server that exits at once, saying why in words its command (also in the
-    // log) does not hold; 2: the simulator.
+    // log) does not hold; 2: the simulator; 3: the simulator, killed 2 s after its start (before
+    // the point's 2 s of profiling could end, so before the stop).
     let cmd = format!(
-        "if [ {{conc}} = 1 ]; then echo \"no GPU $((2+2))\" >&2; exit 3; fi; {}",
+        "if [ {{conc}} = 1 ]; then echo \"no GPU $((2+2))\" >&2; exit 3; fi; \
+         if [ {{conc}} = 3 ]; then (sleep 2; kill -9 $$) & fi; {}",
         sim_cmd()
     );
-    let r = sweep(&out, &cmd, &["--concurrency", "1,2"]);
+    let r = sweep(&out, &cmd, &["--concurrency", "1,2,3"]);
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let s = json(&out.join("sweep.json"));
     let (p1, p2) = (&s["points"][0], &s["points"][1]);
@@ -183,6 +188,18 @@ fn a_server_that_exits_or_never_gets_ready_fails_its_point_only() {
         .contains("no GPU 4"));
     assert!(!out.join("conc_1/run_manifest.json").exists());
     assert_eq!(p2["status"], "completed", "{p2}");
+    let p3 = &s["points"][2];
+    assert_eq!(p3["status"], "failed", "{p3}");
+    assert_eq!(p3["server"]["exit"]["how"], "exited", "{p3}");
+    assert_eq!(p3["server"]["exit"]["signal"], 9, "{p3}");
+    assert!(
+        p3["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the server exited during the run (signal 9); see conc_3/server.log"),
+        "{p3}"
+    );
+    assert!(r.stdout().contains(", exited (signal 9)"), "{}", r.stdout());
     assert!(
         r.stdout().contains("exited before it was ready"),
         "{}",

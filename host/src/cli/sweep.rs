@@ -217,10 +217,7 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             if p.valid { "yes" } else { "no" }
         );
         if let Some(s) = &p.server {
-            let ended = s
-                .exit
-                .as_ref()
-                .map_or("running".into(), |e| format!("{:?}", e.how).to_lowercase());
+            let ended = s.exit.as_ref().map_or("running".into(), |e| e.to_string());
             let ready = s
                 .ready_s
                 .map_or("never ready".into(), |r| format!("ready after {r:.1} s"));

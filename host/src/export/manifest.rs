@@ -204,6 +204,28 @@ pub struct ServerExit {
     pub signal: Option<i32>,
 }
 
+impl ServerExit {
+    /// `exit code N`, `signal N`, or `no exit status`.
+    pub fn status(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exit code {c}"),
+            (None, Some(s)) => format!("signal {s}"),
+            (None, None) => "no exit status".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ServerExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.how {
+            ServerEnd::Exited => "exited",
+            ServerEnd::Terminated => "terminated",
+            ServerEnd::Killed => "killed",
+        };
+        write!(f, "{how} ({})", self.status())
+    }
+}
+
 /// Who ended a started server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

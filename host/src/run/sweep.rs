@@ -455,12 +455,14 @@ fn served_point(
     let mut p = run_point(n, rel.clone(), run, cfg, root, cancel);
     let died = server.exited();
     let info = server.stop(server_cmd::STOP_GRACE);
-    if died && p.done() {
+    if died {
+        let status = info.exit.as_ref().map_or_else(String::new, |e| e.status());
+        let why = format!("the server exited during the run ({status}); see {log}");
         p.status = PointStatus::Failed;
-        p.error = Some(format!(
-            "the server exited during the run ({:?}); see {log}",
-            info.exit
-        ));
+        p.error = Some(match p.error.take() {
+            Some(e) => format!("{why}; {e}"),
+            None => why,
+        });
     }
     record_server(root, &rel, &info);
     p.server = Some(info);
