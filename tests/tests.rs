@@ -23,6 +23,7 @@ mod sim;
 mod support;
 mod survive;
 mod sweep;
+mod sweep_server;
 mod tiling;
 mod tree_fidelity;
 mod tree_run;

@@ -1,6 +1,6 @@
 //! `agentx-host sweep`: the run's flags plus the sweep's (`--concurrency` as a list, `--resume`,
-//! `--gpus`, `--idle-timeout`, `--result-filename`), the call of [`crate::run::sweep::run_sweep`]
-//! and its table.
+//! `--gpus`, `--idle-timeout`, `--result-filename`, `--server-cmd` and `--server-ready-timeout`),
+//! the call of [`crate::run::sweep::run_sweep`] and its table.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use super::report::IdentityArgs;
 use super::run::{run_config, RunArgs};
 use crate::export::bmk::Identity;
 use crate::export::sweep::PointStatus;
+use crate::run::server_cmd::ServerSpec;
 use crate::run::sweep::{parse_concurrency, run_sweep, SweepConfig};
 use crate::run::Cancel;
 
@@ -42,6 +43,18 @@ pub struct SweepArgs {
     /// .csv, .png, .html).
     #[arg(long, num_args = 2, value_names = ["DIR_A", "DIR_B"])]
     pub compare: Option<Vec<std::path::PathBuf>>,
+    /// Start a fresh server for every point: CMD runs under `sh -c` in a process group of its
+    /// own, with `{port}` (a free local port) and `{conc}` (the point's concurrency) filled in; the
+    /// point runs against http://127.0.0.1:{port} (or --url, which may hold `{port}`) once
+    /// /v1/models answers 200, then the whole group is stopped (SIGTERM, SIGKILL 30 s later). Its
+    /// output goes to conc_<N>/server.log. `{{` and `}}` are literal braces; `${VAR}` is left to
+    /// the shell.
+    #[arg(long, value_name = "CMD")]
+    pub server_cmd: Option<String>,
+    /// How long a --server-cmd server may take to answer /v1/models with 200 (engines load their
+    /// weights first).
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    pub server_ready_timeout: f64,
 }
 
 /// InferenceX's identity variables (RUNNER_TYPE, FRAMEWORK, TP, ...), read from the environment.
@@ -86,6 +99,21 @@ fn link_fresh_sweep(given: Option<&Path>, dir: &Path) {
     }
 }
 
+/// `--server-cmd` with `--url` and `--server-ready-timeout`; a `{port}` in `--url` needs the flag.
+fn server_spec(a: &SweepArgs) -> anyhow::Result<Option<ServerSpec>> {
+    let Some(cmd) = &a.server_cmd else {
+        if a.run.url.as_deref().is_some_and(|u| u.contains("{port}")) {
+            anyhow::bail!(
+                "--url {:?}: {{port}} is the port of a server the sweep starts; pass --server-cmd CMD, or give the server's port",
+                a.run.url.as_deref().unwrap_or_default()
+            );
+        }
+        return Ok(None);
+    };
+    let timeout = crate::run::positive_secs("--server-ready-timeout", a.server_ready_timeout)?;
+    Ok(Some(ServerSpec::new(cmd, a.run.url.as_deref(), timeout)?))
+}
+
 /// Runs `agentx-host sweep`.
 pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     if let Some(dirs) = &a.compare {
@@ -128,6 +156,11 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     }
     let mut first = a.run.clone();
     first.concurrency = Some(concurrency[0].to_string());
+    let server = server_spec(&a)?;
+    if let Some(s) = &server {
+        // Checked as a run against the first point's port; each point gets its own.
+        first.url = Some(s.url.fill(&[("port", "1")]));
+    }
     let run = run_config(&first, argv)?;
     if run.shard.is_some() {
         anyhow::bail!(
@@ -148,6 +181,7 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         idle_timeout,
         result_filename: a.result_filename.clone(),
         identity: Identity::resolve(&identity.into())?,
+        server,
     };
     let out = run_sweep(cfg, &Cancel::new());
     link_fresh_sweep(a.run.output_artifact_dir.as_deref(), &dir);
@@ -182,6 +216,17 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             f(p.interactivity, 1),
             if p.valid { "yes" } else { "no" }
         );
+        if let Some(s) = &p.server {
+            let ended = s.exit.as_ref().map_or("running".into(), |e| e.to_string());
+            let ready = s
+                .ready_s
+                .map_or("never ready".into(), |r| format!("ready after {r:.1} s"));
+            outln!(
+                "        server pid {} on port {}, {ready}, {ended}",
+                s.pid,
+                s.port
+            );
+        }
         if let Some(e) = &p.error {
             outln!("        {e}");
         }

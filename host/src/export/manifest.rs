@@ -88,6 +88,9 @@ pub struct Manifest {
     /// A run that never reached its end, finished by `agentx-host finalize`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized: Option<Finalized>,
+    /// The server a sweep started for this run (`sweep --server-cmd`), once it was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerInfo>,
     /// Fields of a merged run (`shards`, `clock_skew_ns`, `merged_unix_ns`), and any this version
     /// does not know.
     #[serde(flatten)]
@@ -194,6 +197,70 @@ pub struct ShardInfo {
     /// Shard 0's report of the rendezvous, once every shard was done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous: Option<Value>,
+}
+
+/// A server started for one run (`sweep --server-cmd`): what ran, where, how soon it was ready and
+/// how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// The command after substitution, as `sh -c` ran it.
+    pub command: String,
+    /// The local port picked for it (`{port}`).
+    pub port: u16,
+    /// The process id of its shell, which leads its process group.
+    pub pid: u32,
+    /// The URL the run targeted.
+    pub url: String,
+    /// Seconds from the start until `/v1/models` answered 200; `None` when it never did.
+    pub ready_s: Option<f64>,
+    /// Its stdout and stderr, relative to the run's directory.
+    pub log: String,
+    /// How it ended; `None` while it runs.
+    pub exit: Option<ServerExit>,
+}
+
+/// How a started server ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerExit {
+    pub how: ServerEnd,
+    /// Its shell's exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended its shell, when one did.
+    pub signal: Option<i32>,
+}
+
+impl ServerExit {
+    /// `exit code N`, `signal N`, or `no exit status`.
+    pub fn status(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exit code {c}"),
+            (None, Some(s)) => format!("signal {s}"),
+            (None, None) => "no exit status".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ServerExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.how {
+            ServerEnd::Exited => "exited",
+            ServerEnd::Terminated => "terminated",
+            ServerEnd::Killed => "killed",
+        };
+        write!(f, "{how} ({})", self.status())
+    }
+}
+
+/// Who ended a started server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerEnd {
+    /// It exited on its own, before it was stopped.
+    Exited,
+    /// Its process group ended on SIGTERM.
+    Terminated,
+    /// Its process group outlived the grace period after SIGTERM and was sent SIGKILL.
+    Killed,
 }
 
 /// A manifest that cannot be read.

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::manifest::ServerInfo;
+
 /// `sweep.json` in the sweep's directory.
 pub const SWEEP_JSON: &str = "sweep.json";
 /// `sweep.csv` in the sweep's directory.
@@ -78,6 +80,9 @@ pub struct Point {
     pub invalid_reasons: Vec<String>,
     /// The point's InferenceX report, relative to the sweep's directory.
     pub report: Option<String>,
+    /// The server started for the point (`--server-cmd`): command, port, readiness and exit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerInfo>,
 }
 
 impl Point {
@@ -104,6 +109,7 @@ impl Point {
             valid: false,
             invalid_reasons: Vec::new(),
             report: None,
+            server: None,
         }
     }
 

@@ -16,6 +16,7 @@ pub mod outputs;
 pub mod plan;
 pub mod prepare;
 pub mod rendezvous;
+pub mod server_cmd;
 pub mod shard;
 pub mod sweep;
 
@@ -90,7 +91,7 @@ pub(crate) fn host_name() -> String {
 }
 
 /// Ctrl-C and SIGTERM: each one bumps the counter (first: drain; second: cancel in-flight).
-async fn forward_signals(cancel: Cancel) {
+pub(crate) async fn forward_signals(cancel: Cancel) {
     #[cfg(unix)]
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {

@@ -226,6 +226,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         stop: None,
         finalized: None,
         model: None,
+        server: None,
         extra: Default::default(),
     }
 }

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 
+use super::server_cmd::{self, Server, ServerError, ServerSpec};
 use super::{execute, input_ids, Cancel, RunConfig, RunOutcome};
 use crate::export::bmk::{self, Identity, Layout};
+use crate::export::manifest::{Manifest, ServerInfo};
 use crate::export::sweep::{Point, PointStatus, Sweep, SweepInputs, Tail, SCHEMA};
 use crate::metrics::scrape_log::{EndpointLog, ServerSnapshot};
 use crate::scenario::types::{Setting, Value};
@@ -39,6 +41,8 @@ pub struct SweepConfig {
     pub result_filename: String,
     /// Who was benchmarked, for each point's report (from InferenceX's environment variables).
     pub identity: Identity,
+    /// `--server-cmd`: a fresh server for every point.
+    pub server: Option<ServerSpec>,
 }
 
 /// What a sweep did.
@@ -91,11 +95,25 @@ pub fn parse_concurrency(text: &str) -> anyhow::Result<Vec<u32>> {
 }
 
 /// The flags whose value a point replaces or that only the sweep has.
-const SWEEP_ONLY: [&str; 4] = ["--gpus", "--idle-timeout", "--result-filename", "--compare"];
+const SWEEP_ONLY: [&str; 6] = [
+    "--gpus",
+    "--idle-timeout",
+    "--result-filename",
+    "--compare",
+    "--server-cmd",
+    "--server-ready-timeout",
+];
 
 /// The `run` command line of one point, from the sweep's: `run` instead of `sweep`, the point's
-/// concurrency and directory, the sweep's seed, and without the sweep's own flags.
-fn point_argv(sweep_argv: &[String], n: u32, dir: &Path, seed: u64) -> Vec<String> {
+/// concurrency and directory, the sweep's seed, the URL of the point's server (`--server-cmd`), and
+/// without the sweep's own flags.
+fn point_argv(
+    sweep_argv: &[String],
+    n: u32,
+    dir: &Path,
+    seed: u64,
+    url: Option<&str>,
+) -> Vec<String> {
     let mut out = vec!["run".to_string()];
     let mut it = sweep_argv.iter().skip(1).peekable();
     while let Some(a) = it.next() {
@@ -104,6 +122,7 @@ fn point_argv(sweep_argv: &[String], n: u32, dir: &Path, seed: u64) -> Vec<Strin
             _ => (a.as_str(), None),
         };
         let takes_value = SWEEP_ONLY.contains(&flag)
+            || (flag == "--url" && url.is_some())
             || matches!(
                 flag,
                 "--concurrency" | "--output-artifact-dir" | "--artifact-dir" | "--random-seed"
@@ -122,6 +141,9 @@ fn point_argv(sweep_argv: &[String], n: u32, dir: &Path, seed: u64) -> Vec<Strin
         }
         out.push(a.clone());
     }
+    if let Some(u) = url {
+        out.extend(["--url".to_string(), u.to_string()]);
+    }
     out.extend([
         "--concurrency".to_string(),
         n.to_string(),
@@ -138,18 +160,20 @@ fn inputs_argv(argv: &[String]) -> Vec<String> {
     argv.iter().filter(|a| *a != "--resume").cloned().collect()
 }
 
-/// A command line without its `--random-seed`: the seed is compared on its own, since a sweep
-/// resumed without one goes on with the recorded seed.
-fn without_seed(argv: &[String]) -> Vec<&String> {
+/// A command line as `--resume` compares it: without `--random-seed` (compared on its own, since a
+/// sweep resumed without one goes on with the recorded seed) and `--server-ready-timeout` (how long
+/// to wait for a server is no input of a measurement: a resume may wait longer).
+fn compared(argv: &[String]) -> Vec<&String> {
+    const SKIPPED: [&str; 2] = ["--random-seed", "--server-ready-timeout"];
     let mut out = Vec::with_capacity(argv.len());
     let mut skip = false;
     for a in argv {
         if std::mem::take(&mut skip) {
             continue;
         }
-        if a == "--random-seed" {
+        if SKIPPED.contains(&a.as_str()) {
             skip = true;
-        } else if !a.starts_with("--random-seed=") {
+        } else if !SKIPPED.iter().any(|f| a.starts_with(&format!("{f}="))) {
             out.push(a);
         }
     }
@@ -159,7 +183,7 @@ fn without_seed(argv: &[String]) -> Vec<&String> {
 /// What differs between two sweeps' inputs, for the refusal message.
 fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
     let mut d = Vec::new();
-    if without_seed(&old.argv) != without_seed(&new.argv) {
+    if compared(&old.argv) != compared(&new.argv) {
         d.push(format!(
             "the command line (was `{}`, now `{}`)",
             old.argv.join(" "),
@@ -284,6 +308,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
     };
     let mut interrupted = false;
     let servers = metrics_urls(&cfg.run);
+    let _signals = cfg.run.signals.then(|| SweepSignals::forward(cancel));
     let mut ran_one = false;
     for &n in &cfg.concurrency {
         let rel = conc_dir(n);
@@ -304,7 +329,8 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
             interrupted = true;
             break;
         }
-        if ran_one && !servers.is_empty() {
+        // A point's fresh server has nothing left to finish.
+        if ran_one && !servers.is_empty() && cfg.server.is_none() {
             if let Err(e) = wait_idle(&servers, cfg.idle_timeout, cancel) {
                 tracing::error!("sweep: concurrency {n} not run: {e}");
                 sweep.points.push(Point::failed(n, rel, e));
@@ -328,11 +354,13 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         setting(&mut run, "concurrency", Value::Integers(vec![i64::from(n)]));
         run.output = super::artifact_dir::OutputDir::Given(dir.clone());
         run.run_id = None;
-        run.argv = point_argv(&cfg.run.argv, n, &dir, seed);
+        run.argv = point_argv(&cfg.run.argv, n, &dir, seed, None);
+        // The sweep forwards the signals itself (below), between points too.
+        run.signals = false;
         ran_one = true;
-        let point = match execute(run, cancel) {
-            Ok(out) => point_of(n, rel, &out, &cfg, &root),
-            Err(e) => Point::failed(n, rel, format!("{e:#}")),
+        let point = match &cfg.server {
+            Some(spec) => served_point(spec, n, rel, run, &cfg, &root, cancel),
+            None => run_point(n, rel, run, &cfg, &root, cancel),
         };
         if let Some(e) = &point.error {
             tracing::error!("sweep: concurrency {n} failed: {e}");
@@ -358,6 +386,163 @@ fn write(sweep: &Sweep, dir: &crate::fsio::Root) -> anyhow::Result<Vec<PathBuf>>
     let mut files = sweep.write(dir)?;
     files.extend(crate::export::sweep_views::write_views(dir, sweep));
     Ok(files)
+}
+
+/// One point's run, and its row.
+fn run_point(
+    n: u32,
+    rel: String,
+    run: RunConfig,
+    cfg: &SweepConfig,
+    root: &crate::fsio::Root,
+    cancel: &Cancel,
+) -> Point {
+    match execute(run, cancel) {
+        Ok(out) => point_of(n, rel, &out, cfg, root),
+        Err(e) => Point::failed(n, rel, format!("{e:#}")),
+    }
+}
+
+/// One point against a server started for it (`--server-cmd`): a free port, the server, its
+/// readiness, the run, the stop of the server's group; the server in the point's row and manifest.
+/// A server that does not become ready fails this point only.
+fn served_point(
+    spec: &ServerSpec,
+    n: u32,
+    rel: String,
+    mut run: RunConfig,
+    cfg: &SweepConfig,
+    root: &crate::fsio::Root,
+    cancel: &Cancel,
+) -> Point {
+    let log = format!("{rel}/{}", server_cmd::LOG_FILE);
+    let started = server_cmd::free_port().and_then(|port| {
+        let (command, url) = spec.fill(port, n);
+        let base = crate::client::base_url(&url, &run.plan.client.endpoint).map_err(|e| {
+            ServerError::Template {
+                flag: "--url",
+                text: spec.url.text().to_owned(),
+                why: format!("on port {port}: {e}"),
+            }
+        })?;
+        root.subdir(&rel).map_err(|source| ServerError::Log {
+            path: root.join(&rel),
+            source,
+        })?;
+        Server::start(
+            &command,
+            port,
+            &base.url,
+            &root.join(&log),
+            server_cmd::LOG_FILE,
+        )
+    });
+    let mut server = match started {
+        Ok(s) => s,
+        Err(e) => return Point::failed(n, rel, e.to_string()),
+    };
+    let url = server.info().url.clone();
+    run.plan.url = Some(url.clone());
+    run.plan.client.url = url.clone();
+    // The point's run names the sweep's seed (set in `run_sweep`).
+    let seed = given_seed(&run).unwrap_or_default();
+    run.argv = point_argv(&cfg.run.argv, n, &cfg.dir.join(&rel), seed, Some(&url));
+    if let Err(e) = server.wait_ready(&run.plan.client, spec.ready_timeout, cancel) {
+        let mut p = Point::failed(n, rel, e.to_string());
+        p.server = Some(server.stop(server_cmd::STOP_GRACE));
+        return p;
+    }
+    let mut p = run_point(n, rel.clone(), run, cfg, root, cancel);
+    let died = server.exited();
+    let info = server.stop(server_cmd::STOP_GRACE);
+    if died {
+        let status = info.exit.as_ref().map_or_else(String::new, |e| e.status());
+        let why = format!("the server exited during the run ({status}); see {log}");
+        p.status = PointStatus::Failed;
+        p.error = Some(match p.error.take() {
+            Some(e) => format!("{why}; {e}"),
+            None => why,
+        });
+    }
+    record_server(root, &rel, &info);
+    p.server = Some(info);
+    p
+}
+
+/// Adds the point's server to its run manifest (a run that failed before its directory opened
+/// has none).
+fn record_server(root: &crate::fsio::Root, rel: &str, info: &ServerInfo) {
+    let dir = root.join(rel);
+    if !dir.join(super::MANIFEST_FILE).exists() {
+        return;
+    }
+    let mut m = match Manifest::read_dir(&dir) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!("the server is not recorded in the point's manifest: {e}");
+            return;
+        }
+    };
+    m.server = Some(info.clone());
+    let rel = format!("{rel}/{}", super::MANIFEST_FILE);
+    if let Err(e) = root.write_atomic(&rel, m.to_json_pretty().as_bytes()) {
+        tracing::warn!("cannot write {}: {e}", root.join(&rel).display());
+    }
+}
+
+/// Ctrl-C and SIGTERM for the whole sweep, so an interrupt between points or while a point's server
+/// starts is seen (a point's run then listens for none of its own). The handlers are installed
+/// before [`SweepSignals::forward`] returns; the forwarding ends when this is dropped.
+struct SweepSignals {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SweepSignals {
+    fn forward(cancel: &Cancel) -> SweepSignals {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, installed) = std::sync::mpsc::channel::<()>();
+        let cancel = cancel.clone();
+        let thread = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                let _ = ready.send(());
+                return;
+            };
+            rt.block_on(async move {
+                #[cfg(unix)]
+                {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    // Installing a handler once keeps it for the process's life.
+                    let _ = signal(SignalKind::interrupt());
+                    let _ = signal(SignalKind::terminate());
+                }
+                let _ = ready.send(());
+                tokio::select! {
+                    _ = super::forward_signals(cancel) => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        let _ = installed.recv();
+        SweepSignals {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SweepSignals {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// A point's row from its run outcome and its InferenceX report (written next to the run).
@@ -554,11 +739,37 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let p = point_argv(&argv, 4, Path::new("out/conc_4"), 7);
+        let p = point_argv(&argv, 4, Path::new("out/conc_4"), 7, None);
         assert_eq!(
             p.join(" "),
             "run --url http://h:8000 --benchmark-duration 60 --concurrency 4 --output-artifact-dir out/conc_4 --random-seed 7"
         );
         assert!(!inputs_argv(&argv).contains(&"--resume".to_string()));
+        // A point of a sweep with --server-cmd runs against its server's URL.
+        let argv: Vec<String> = [
+            "sweep",
+            "--server-cmd",
+            "serve --port {port}",
+            "--server-ready-timeout=60",
+            "--concurrency",
+            "1,4",
+        ]
+        .map(String::from)
+        .to_vec();
+        let p = point_argv(
+            &argv,
+            1,
+            Path::new("o/conc_1"),
+            7,
+            Some("http://127.0.0.1:5"),
+        );
+        assert_eq!(
+            p.join(" "),
+            "run --url http://127.0.0.1:5 --concurrency 1 --output-artifact-dir o/conc_1 --random-seed 7"
+        );
+        // --resume may wait longer for a server.
+        let longer: Vec<String> = argv.iter().map(|a| a.replace("=60", "=900")).collect();
+        assert_eq!(compared(&argv), compared(&longer));
+        assert_ne!(compared(&argv), compared(&argv[..2]));
     }
 }
