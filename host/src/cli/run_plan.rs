@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 
 use super::run::RunArgs;
-use crate::client::{ClientConfig, RequestBody, RoutingHeaders};
+use crate::client::session_control::DEFAULT_SESSION_TIMEOUT_S;
+use crate::client::{ClientConfig, DynamoRouting, RequestBody, RoutingHeaders};
 use crate::dataset::{self, AssistantMode};
 use crate::run::{positive_secs, DatasetSource, RunPlan, MAX_SECS};
 use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
@@ -116,8 +117,8 @@ fn not_acted_on(a: &RunArgs) -> Vec<String> {
             "--weka-nested-timestamp-basis {b}: {TREES} does not replay subagent entries"
         ));
     }
-    if a.apply_chat_template {
-        v.push("--apply-chat-template: agentx does not render the model's chat template; the ISL of every record is the server's prompt_tokens (--use-server-token-count), which already counts it".to_string());
+    if a.dynamo_session_timeout_seconds.is_some() && !a.use_dynamo_conv_aware_routing {
+        v.push("--dynamo-session-timeout-seconds: it is the lease of --use-dynamo-conv-aware-routing, which is off".to_string());
     }
     if a.no_gpu_telemetry {
         v.push("--no-gpu-telemetry: agentx collects no GPU telemetry".to_string());
@@ -164,7 +165,7 @@ impl RunPlan {
             positive_secs("--system-idle-gap-cap-seconds", c)?;
         }
         let not_acted_on = not_acted_on(a);
-        let (client, url) = client_config(a)?;
+        let (mut client, url) = client_config(a)?;
         if let Some(f) = a.failed_request_threshold {
             if !(0.0..=1.0).contains(&f) {
                 bail!("--failed-request-threshold {f} is outside 0..1; pass a fraction, e.g. 0.05");
@@ -177,7 +178,13 @@ impl RunPlan {
             None => !a.recorded_assistant,
         };
         let (stats_interval, warmup_progress_interval, scrape_interval) = intervals(a)?;
+        let dynamo = dynamo_routing(a, &mut client.routing)?;
+        for note in runner_env_notes(a) {
+            tracing::warn!("{note}");
+        }
         Ok(RunPlan {
+            dynamo,
+            apply_chat_template: a.apply_chat_template,
             scrape_interval,
             session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
             sources: g.sources,
@@ -607,6 +614,121 @@ fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> 
         tcp_user_timeout,
     };
     Ok((client, url))
+}
+
+/// `--use-dynamo-conv-aware-routing` with its lease, carried in the body; or, with
+/// `*_DYNAMO_SESSION_TRANSPORT=headers`, as the `X-Dynamo-Session-ID` headers (no body change).
+fn dynamo_routing(
+    a: &RunArgs,
+    routing: &mut RoutingHeaders,
+) -> anyhow::Result<Option<DynamoRouting>> {
+    let timeout_s = match &a.dynamo_session_timeout_seconds {
+        None => DEFAULT_SESSION_TIMEOUT_S,
+        Some(t) => match t.trim().parse::<u64>() {
+            Ok(s) if s > 0 => s,
+            _ => bail!(
+                "--dynamo-session-timeout-seconds {t:?} is not a positive whole number of seconds; pass e.g. --dynamo-session-timeout-seconds 3600"
+            ),
+        },
+    };
+    if !a.use_dynamo_conv_aware_routing {
+        return Ok(None);
+    }
+    match env_var("DYNAMO_SESSION_TRANSPORT") {
+        None => Ok(Some(DynamoRouting { timeout_s })),
+        Some((_, v)) if v.trim().eq_ignore_ascii_case("body") => {
+            Ok(Some(DynamoRouting { timeout_s }))
+        }
+        Some((k, v)) if v.trim().eq_ignore_ascii_case("headers") => {
+            tracing::info!(
+                "{k}=headers: Dynamo sessions go as X-Dynamo-Session-ID / X-Dynamo-Parent-Session-ID headers, request bodies carry no nvext.session_control"
+            );
+            routing.dynamo_session_id = true;
+            Ok(None)
+        }
+        Some((k, v)) => {
+            bail!("{k}={v:?} is neither `body` nor `headers`; use {k}=headers or unset it")
+        }
+    }
+}
+
+/// Variables InferenceX's runner (`infx.bench agentic`) reads to build its command line; the client
+/// it launches (agentx-harness, and agentx in its place) does not read them, so a flag the runner
+/// derives from one decides. Each pair: the variable, the flag it becomes.
+const RUNNER_VARIABLES: [(&str, &str); 10] = [
+    ("AIPERF_MAX_CONTEXT_LENGTH", "--max-context-length"),
+    ("AIPERF_SERVER_METRICS_URLS", "--server-metrics"),
+    (
+        "AIPERF_LIVE_FAILED_REQUEST_THRESHOLD",
+        "--failed-request-threshold",
+    ),
+    (
+        "AIPERF_WARMUP_REQUESTS_PER_LANE",
+        "--warmup-requests-per-lane",
+    ),
+    (
+        "AIPERF_TRACE_IDLE_GAP_CAP_SECONDS",
+        "--trace-idle-gap-cap-seconds",
+    ),
+    ("AGENTIC_WARMUP_GRACE_PERIOD", "--warmup-grace-period"),
+    ("AIPERF_BENCHMARK_GRACE_PERIOD", "--benchmark-grace-period"),
+    (
+        "AIPERF_DYNAMO_SESSION_TIMEOUT_SECONDS",
+        "--dynamo-session-timeout-seconds",
+    ),
+    (
+        "AIPERF_USE_DYNAMO_CONV_AWARE_ROUTING",
+        "--use-dynamo-conv-aware-routing",
+    ),
+    ("AIPERF_APPLY_CHAT_TEMPLATE", "--apply-chat-template"),
+];
+
+/// What the run says of a runner variable that is set: nothing when its flag says the same (the
+/// runner made the line), a warning when the flag is absent or says otherwise, since the variable
+/// is not read (as by the harness). The Dynamo pair is passed for `FRAMEWORK=dynamo-*` only, so
+/// its variables (always set by the runner) disagree only when the flag is on and they say off.
+fn runner_env_notes(a: &RunArgs) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (var, flag) in RUNNER_VARIABLES {
+        let Ok(v) = std::env::var(var) else { continue };
+        let v = v.trim();
+        if v.is_empty() {
+            continue;
+        }
+        let truthy = matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+        let num = |x: Option<f64>| x.is_some_and(|x| v.parse::<f64>().ok() == Some(x));
+        let agrees = match flag {
+            "--max-context-length" => num(a.max_context_length.map(|x| x as f64)),
+            "--server-metrics" => {
+                let given: Vec<&str> = a.server_metrics.iter().map(|u| u.trim()).collect();
+                let set: Vec<&str> = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .collect();
+                !given.is_empty() && set.iter().all(|u| given.contains(u))
+            }
+            "--failed-request-threshold" => num(a.failed_request_threshold),
+            "--warmup-requests-per-lane" => num(a.warmup_requests_per_lane.map(|x| x as f64)),
+            "--trace-idle-gap-cap-seconds" => num(a.trace_idle_gap_cap_seconds),
+            "--warmup-grace-period" => a.warmup_grace_period.as_deref().map(str::trim) == Some(v),
+            "--benchmark-grace-period" => {
+                a.benchmark_grace_period.as_deref().map(str::trim) == Some(v)
+            }
+            "--dynamo-session-timeout-seconds" => {
+                !a.use_dynamo_conv_aware_routing
+                    || a.dynamo_session_timeout_seconds.as_deref().map(str::trim) == Some(v)
+            }
+            "--use-dynamo-conv-aware-routing" => !a.use_dynamo_conv_aware_routing || truthy,
+            _ => truthy == a.apply_chat_template,
+        };
+        if !agrees {
+            notes.push(format!(
+                "{var}={v} is InferenceX's runner's variable, which it turns into {flag}; agentx, like agentx-harness, does not read it: the flags of this command line decide"
+            ));
+        }
+    }
+    notes
 }
 
 /// The stats interval, the warmup heartbeat and the server-metrics scrape interval.

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod preflight;
 pub mod routing;
 pub mod scrape;
+pub mod session_control;
 pub mod sse;
 mod sticky;
 
@@ -43,6 +44,7 @@ use crate::record::Usage;
 pub use body::*;
 pub use exchange::*;
 pub use routing::{ConnectionReuse, RoutingHeaders};
+pub use session_control::{DynamoRouting, StreamTurn};
 use sse::SseDecoder;
 
 /// Longest error body excerpt kept (and handed to the scenario's classifier).
