@@ -103,8 +103,12 @@ pub struct RunArgs {
     /// (agentx) takes the single model `/v1/models` lists; the others require it.
     #[arg(help_heading = "Against what", long, short = 'm')]
     pub model: Option<String>,
-    /// Extra request body fields, `key:value` (value parsed as JSON, else a string). Repeatable.
-    #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE")]
+    /// Extra request body fields, as aiperf takes them: `key:value` pairs (several per flag, or
+    /// comma-separated in one word; `true`/`false`, `null`, integers and decimals are typed, a
+    /// value that is a JSON object or array is JSON, anything else a string) or a JSON object of
+    /// fields (`'{"temperature":0.6,"chat_template_kwargs":{"enable_thinking":true}}'`). Repeatable;
+    /// a later key replaces an earlier one.
+    #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE|JSON", num_args = 1..)]
     pub extra_inputs: Vec<String>,
     /// Environment variable that holds the API key sent as `Authorization: Bearer` (never logged).
     #[arg(
