@@ -156,7 +156,11 @@ fn the_infx_bench_line_runs_through_dry_run() {
         s["use-dynamo-conv-aware-routing"],
         json!({"value": true, "source": "flag"})
     );
-    assert_eq!(s["dynamo-session-timeout-seconds"]["value"], 3600);
+    assert_eq!(
+        s["dynamo-session-timeout-seconds"],
+        json!({"value": 3600, "source": "flag"})
+    );
+    assert_eq!(s["apply-chat-template"]["source"], "flag");
     let template = s["apply-chat-template"]["value"].as_str().unwrap();
     assert!(template.ends_with("tokenizer_config.json"), "{template}");
     assert_eq!(s["benchmark-grace-period"]["value"], 30.0);

@@ -182,7 +182,18 @@ impl RunPlan {
         for note in runner_env_notes(a) {
             tracing::warn!("{note}");
         }
+        let mut host_flags = Vec::new();
+        if dynamo.is_some() {
+            host_flags.push("use-dynamo-conv-aware-routing");
+            if a.dynamo_session_timeout_seconds.is_some() {
+                host_flags.push("dynamo-session-timeout-seconds");
+            }
+        }
+        if a.apply_chat_template {
+            host_flags.push("apply-chat-template");
+        }
         Ok(RunPlan {
+            host_flags,
             dynamo,
             apply_chat_template: a.apply_chat_template,
             scrape_interval,

@@ -201,6 +201,9 @@ pub struct RunPlan {
     pub dynamo: Option<crate::client::DynamoRouting>,
     /// `--apply-chat-template`: client-side ISL over the model's rendered chat template.
     pub apply_chat_template: bool,
+    /// The host settings (`use-dynamo-conv-aware-routing`, `dynamo-session-timeout-seconds`,
+    /// `apply-chat-template`) a flag gave, for the applied settings' sources.
+    pub host_flags: Vec<&'static str>,
     pub overflow_phrases_env: Option<Vec<String>>,
     pub client: ClientConfig,
     pub stats_interval: Option<Duration>,

@@ -37,6 +37,8 @@ pub(super) struct Prepared {
     pub chat_template: Option<TemplateCounter>,
     /// `--use-dynamo-conv-aware-routing` as the bodies carry it.
     pub dynamo: Option<crate::client::DynamoRouting>,
+    /// The host's own settings (not the scenario's) the flags gave.
+    pub host_flags: Vec<&'static str>,
     pub ds: &'static Dataset,
     pub dataset_key: String,
 }
@@ -144,6 +146,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         counter,
         chat_template,
         dynamo: rp.dynamo,
+        host_flags: rp.host_flags.clone(),
         ds,
         dataset_key,
     };
@@ -459,8 +462,10 @@ impl Prepared {
             out.insert(name.to_string(), json!({"value": value, "source": source}));
         }
         for (name, value) in host_rows {
-            let given = !(value.is_null() || value == json!(false));
-            let source = if given { "flag" } else { "host default" };
+            let source = match self.host_flags.contains(&name) {
+                true => "flag",
+                false => "host default",
+            };
             out.insert(name.to_string(), json!({"value": value, "source": source}));
         }
         out.insert(
