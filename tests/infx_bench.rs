@@ -154,7 +154,7 @@ fn the_infx_bench_line_runs_through_dry_run() {
     let s = &plan["settings"];
     assert_eq!(
         s["use-dynamo-conv-aware-routing"],
-        json!({"value": true, "source": "flag"})
+        json!({"value": "body", "source": "flag"})
     );
     assert_eq!(
         s["dynamo-session-timeout-seconds"],
@@ -198,6 +198,21 @@ fn the_infx_bench_line_runs_through_dry_run() {
             .contains("AIPERF_MAX_CONTEXT_LENGTH=131072 is InferenceX's runner's variable, which it turns into --max-context-length"),
         "{}",
         r.stderr()
+    );
+
+    // Dynamo's header transport: the setting says so, and the lease is not sent.
+    let mut env3 = env.clone();
+    env3.push(("AIPERF_DYNAMO_SESSION_TRANSPORT".into(), "headers".into()));
+    let r = exec(&argv, &env3);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let plan: Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(
+        plan["settings"]["use-dynamo-conv-aware-routing"]["value"],
+        "headers"
+    );
+    assert_eq!(
+        plan["settings"]["dynamo-session-timeout-seconds"]["value"],
+        Value::Null
     );
 
     // No chat template beside the tokenizer: an error naming where it looked.
@@ -305,7 +320,8 @@ fn the_infx_bench_line_sends_dynamo_session_control_the_blob_and_the_harness_hea
     .unwrap();
     let applied = m.to_string();
     assert!(
-        applied.contains("\"use-dynamo-conv-aware-routing\":{\"source\":\"flag\",\"value\":true}"),
+        applied
+            .contains("\"use-dynamo-conv-aware-routing\":{\"source\":\"flag\",\"value\":\"body\"}"),
         "the manifest keeps the setting: {applied}"
     );
 }

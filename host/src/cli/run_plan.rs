@@ -182,18 +182,9 @@ impl RunPlan {
         for note in runner_env_notes(a) {
             tracing::warn!("{note}");
         }
-        let mut host_flags = Vec::new();
-        if dynamo.is_some() {
-            host_flags.push("use-dynamo-conv-aware-routing");
-            if a.dynamo_session_timeout_seconds.is_some() {
-                host_flags.push("dynamo-session-timeout-seconds");
-            }
-        }
-        if a.apply_chat_template {
-            host_flags.push("apply-chat-template");
-        }
+        let host_settings = host_settings(a, dynamo);
         Ok(RunPlan {
-            host_flags,
+            host_settings,
             dynamo,
             apply_chat_template: a.apply_chat_template,
             scrape_interval,
@@ -718,10 +709,41 @@ fn dynamo_routing(
     }
 }
 
+/// The host's own request-shape settings as the applied settings show them, each `(name, value,
+/// source)`: Dynamo's routing (`body`, `headers` or off), its lease and `--apply-chat-template`
+/// (the template file replaces `true` once it is found).
+fn host_settings(
+    a: &RunArgs,
+    dynamo: Option<DynamoRouting>,
+) -> Vec<(&'static str, serde_json::Value, &'static str)> {
+    use serde_json::json;
+    let src = |given: bool| if given { "flag" } else { "host default" };
+    let on = a.use_dynamo_conv_aware_routing;
+    let transport = match (on, dynamo.is_some()) {
+        (false, _) => json!(false),
+        (true, true) => json!("body"),
+        (true, false) => json!("headers"),
+    };
+    let lease = dynamo.map(|d| d.timeout_s);
+    vec![
+        ("use-dynamo-conv-aware-routing", transport, src(on)),
+        (
+            "dynamo-session-timeout-seconds",
+            json!(lease),
+            src(lease.is_some() && a.dynamo_session_timeout_seconds.is_some()),
+        ),
+        (
+            "apply-chat-template",
+            json!(a.apply_chat_template),
+            src(a.apply_chat_template),
+        ),
+    ]
+}
+
 /// Variables InferenceX's runner (`infx.bench agentic`) reads to build its command line; the client
 /// it launches (agentx-harness, and agentx in its place) does not read them, so a flag the runner
 /// derives from one decides. Each pair: the variable, the flag it becomes.
-const RUNNER_VARIABLES: [(&str, &str); 10] = [
+const RUNNER_VARIABLES: [(&str, &str); 13] = [
     ("AIPERF_MAX_CONTEXT_LENGTH", "--max-context-length"),
     ("AIPERF_SERVER_METRICS_URLS", "--server-metrics"),
     (
@@ -747,6 +769,12 @@ const RUNNER_VARIABLES: [(&str, &str); 10] = [
         "--use-dynamo-conv-aware-routing",
     ),
     ("AIPERF_APPLY_CHAT_TEMPLATE", "--apply-chat-template"),
+    ("AIPERF_EXTRA_INPUTS", "--extra-inputs"),
+    ("AIPERF_UNSAFE_OVERRIDE", "--unsafe-override"),
+    (
+        "AIPERF_EXPERIMENTAL_FAST",
+        "--benchmark-duration 1200 --warmup-requests-per-lane 1",
+    ),
 ];
 
 /// What the run says of a runner variable that is set: nothing when its flag says the same (the
@@ -786,6 +814,17 @@ fn runner_env_notes(a: &RunArgs) -> Vec<String> {
                     || a.dynamo_session_timeout_seconds.as_deref().map(str::trim) == Some(v)
             }
             "--use-dynamo-conv-aware-routing" => !a.use_dynamo_conv_aware_routing || truthy,
+            // The runner splits the variable on whitespace, one word per value.
+            "--extra-inputs" => v
+                .split_whitespace()
+                .eq(a.extra_inputs.iter().map(|w| w.trim())),
+            // The runner also adds it for a duration under 900 s, whatever the variable says.
+            "--unsafe-override" => !truthy || a.unsafe_override,
+            "--benchmark-duration 1200 --warmup-requests-per-lane 1" => {
+                v != "1"
+                    || (a.benchmark_duration == Some(1200.0)
+                        && a.warmup_requests_per_lane == Some(1))
+            }
             _ => truthy == a.apply_chat_template,
         };
         if !agrees {

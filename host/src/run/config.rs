@@ -201,9 +201,10 @@ pub struct RunPlan {
     pub dynamo: Option<crate::client::DynamoRouting>,
     /// `--apply-chat-template`: client-side ISL over the model's rendered chat template.
     pub apply_chat_template: bool,
-    /// The host settings (`use-dynamo-conv-aware-routing`, `dynamo-session-timeout-seconds`,
-    /// `apply-chat-template`) a flag gave, for the applied settings' sources.
-    pub host_flags: Vec<&'static str>,
+    /// The host's own request-shape settings (`use-dynamo-conv-aware-routing`,
+    /// `dynamo-session-timeout-seconds`, `apply-chat-template`): name, value, source; the scenario
+    /// never sees them. Shown with the applied settings.
+    pub host_settings: Vec<(&'static str, serde_json::Value, &'static str)>,
     pub overflow_phrases_env: Option<Vec<String>>,
     pub client: ClientConfig,
     pub stats_interval: Option<Duration>,

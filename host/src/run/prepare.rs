@@ -37,8 +37,8 @@ pub(super) struct Prepared {
     pub chat_template: Option<TemplateCounter>,
     /// `--use-dynamo-conv-aware-routing` as the bodies carry it.
     pub dynamo: Option<crate::client::DynamoRouting>,
-    /// The host's own settings (not the scenario's) the flags gave.
-    pub host_flags: Vec<&'static str>,
+    /// The host's own request-shape settings (name, value, source), the run plan's.
+    pub host_settings: Vec<(&'static str, serde_json::Value, &'static str)>,
     pub ds: &'static Dataset,
     pub dataset_key: String,
 }
@@ -146,7 +146,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         counter,
         chat_template,
         dynamo: rp.dynamo,
-        host_flags: rp.host_flags.clone(),
+        host_settings: rp.host_settings.clone(),
         ds,
         dataset_key,
     };
@@ -437,22 +437,7 @@ impl Prepared {
                 json!(s.tcp_user_timeout.map(|d| d.as_millis() as u64)),
             ),
         ];
-        // Host transport and counting options: the flags', never the scenario's.
-        let dynamo = self.dynamo;
-        let host_rows = [
-            ("use-dynamo-conv-aware-routing", json!(dynamo.is_some())),
-            (
-                "dynamo-session-timeout-seconds",
-                json!(dynamo.map(|d| d.timeout_s)),
-            ),
-            (
-                "apply-chat-template",
-                json!(self
-                    .chat_template
-                    .as_ref()
-                    .map(|t| t.template.path().display().to_string())),
-            ),
-        ];
+
         let mut out = serde_json::Map::new();
         for (name, value) in rows {
             let source = match self.sources.get(name) {
@@ -461,10 +446,11 @@ impl Prepared {
             };
             out.insert(name.to_string(), json!({"value": value, "source": source}));
         }
-        for (name, value) in host_rows {
-            let source = match self.host_flags.contains(&name) {
-                true => "flag",
-                false => "host default",
+        // The host's transport and counting options: the flags', never the scenario's.
+        for (name, value, source) in &self.host_settings {
+            let value = match (*name, &self.chat_template) {
+                ("apply-chat-template", Some(t)) => json!(t.template.path().display().to_string()),
+                _ => value.clone(),
             };
             out.insert(name.to_string(), json!({"value": value, "source": source}));
         }
