@@ -179,6 +179,11 @@ impl RunPlan {
         };
         let (stats_interval, warmup_progress_interval, scrape_interval) = intervals(a)?;
         let dynamo = dynamo_routing(a, &mut client.routing)?;
+        if let Some((_, v)) = extra.iter().find(|(k, _)| k == "nvext") {
+            if dynamo.is_some() && !v.is_object() {
+                bail!("--extra-inputs nvext:{v} is not a JSON object, and --use-dynamo-conv-aware-routing writes nvext.session_control into it; pass nvext as an object, e.g. nvext:{{\"annotations\":[]}}");
+            }
+        }
         for note in runner_env_notes(a) {
             tracing::warn!("{note}");
         }
@@ -904,6 +909,57 @@ mod tests {
             let e = parsed(&[bad]).unwrap_err().to_string();
             assert!(e.contains("--extra-inputs"), "{bad}: {e}");
         }
+    }
+
+    fn resolved(extra: &[&str]) -> anyhow::Result<RunPlan> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let mut argv = vec![
+            "run",
+            "--url",
+            "http://127.0.0.1:9",
+            "--public-dataset",
+            "semianalysis_cc_traces_weka_062126",
+        ];
+        argv.extend(extra);
+        RunPlan::resolve(&Cli::try_parse_from(argv)?.run)
+    }
+
+    #[test]
+    fn dynamo_routing_is_checked_where_it_is_given() {
+        let on = ["--use-dynamo-conv-aware-routing"];
+        assert_eq!(
+            resolved(&on).unwrap().dynamo,
+            Some(DynamoRouting {
+                timeout_s: DEFAULT_SESSION_TIMEOUT_S
+            })
+        );
+        let p = resolved(&[on[0], "--dynamo-session-timeout-seconds", "3600"]).unwrap();
+        assert_eq!(p.dynamo, Some(DynamoRouting { timeout_s: 3600 }));
+        assert_eq!(resolved(&[]).unwrap().dynamo, None);
+        for (args, want) in [
+            (
+                vec![on[0], "--dynamo-session-timeout-seconds", "1.5"],
+                "--dynamo-session-timeout-seconds \"1.5\" is not a positive whole number",
+            ),
+            (
+                vec![on[0], "--extra-inputs", "nvext:1"],
+                "--extra-inputs nvext:1 is not a JSON object",
+            ),
+        ] {
+            let e = resolved(&args).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        // Without the routing the lease is named as not acted on.
+        let p = resolved(&["--dynamo-session-timeout-seconds", "60"]).unwrap();
+        assert!(p
+            .not_acted_on
+            .iter()
+            .any(|w| w.starts_with("--dynamo-session-timeout-seconds")));
     }
 
     #[test]
