@@ -111,6 +111,38 @@ mod tests {
     }
 
     #[test]
+    fn a_body_carries_one_nvext_with_the_extra_inputs_kept() {
+        use crate::client::RequestBody;
+        let extra = vec![
+            ("temperature".to_string(), json!(0.6)),
+            ("nvext".to_string(), json!({"annotations": ["a"]})),
+        ];
+        let body = RequestBody::new("m", true, true, &extra)
+            .with_dynamo(Some(DynamoRouting { timeout_s: 7 }), &extra);
+        let msgs = vec![bytes::Bytes::from_static(
+            br#"[{"role":"user","content":"hi"}"#,
+        )];
+        let t = StreamTurn {
+            correlation_id: "r-s1",
+            parent_correlation_id: None,
+            last: false,
+        };
+        let raw = body.build_for(3, msgs.clone(), t).to_vec();
+        let text = String::from_utf8(raw.clone()).unwrap();
+        assert_eq!(text.matches("\"nvext\"").count(), 1, "{text}");
+        let v: Value = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(v["temperature"], 0.6);
+        assert_eq!(
+            v["nvext"],
+            json!({"annotations": ["a"], "session_control": {"session_id": "r-s1", "action": "bind", "timeout": 7}})
+        );
+        // Off: the extra inputs' nvext goes as given, with no session_control.
+        let plain = RequestBody::new("m", true, true, &extra);
+        let v: Value = serde_json::from_slice(&plain.build_for(3, msgs, t).to_vec()).unwrap();
+        assert_eq!(v["nvext"], json!({"annotations": ["a"]}));
+    }
+
+    #[test]
     fn an_extra_inputs_nvext_is_kept() {
         let base: Map<String, Value> =
             serde_json::from_value(json!({"trace": "keep", "session_control": {"x": 1}})).unwrap();
