@@ -9,6 +9,7 @@ mod export;
 mod front_door;
 mod html;
 mod inferencex;
+mod infx_bench;
 mod replay;
 mod report;
 mod robustness;

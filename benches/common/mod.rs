@@ -194,6 +194,7 @@ pub fn replay_config(conc: u32, secs: f64) -> ReplayConfig {
         trace_idle_cap: None,
         timer_thread: true,
         warmup_progress_interval: None,
+        chat_template: None,
     }
 }
 

@@ -103,8 +103,12 @@ pub struct RunArgs {
     /// (agentx) takes the single model `/v1/models` lists; the others require it.
     #[arg(help_heading = "Against what", long, short = 'm')]
     pub model: Option<String>,
-    /// Extra request body fields, `key:value` (value parsed as JSON, else a string). Repeatable.
-    #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE")]
+    /// Extra request body fields, as aiperf takes them: `key:value` pairs (several per flag, or
+    /// comma-separated in one word; `true`/`false`, `null`, integers and decimals are typed, a
+    /// value that is a JSON object or array is JSON, anything else a string) or a JSON object of
+    /// fields (`'{"temperature":0.6,"chat_template_kwargs":{"enable_thinking":true}}'`). Repeatable;
+    /// a later key replaces an earlier one.
+    #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE|JSON", num_args = 1..)]
     pub extra_inputs: Vec<String>,
     /// Environment variable that holds the API key sent as `Authorization: Bearer` (never logged).
     #[arg(
@@ -143,6 +147,16 @@ pub struct RunArgs {
     /// X_SMG_ROUTING_KEY_FROM_CORRELATION_ID, X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID.
     #[arg(help_heading = "Against what", long, value_name = "NAME")]
     pub session_header: Option<String>,
+    /// Dynamo's conversation-aware routing: every request body carries `nvext.session_control`,
+    /// keyed by its stream's correlation id (a subagent's by its parent's): `bind` (with the
+    /// lease of --dynamo-session-timeout-seconds) on every turn, `close` on a root stream's final
+    /// turn. AGENTX_/AIPERF_DYNAMO_SESSION_TRANSPORT=headers sends the session as
+    /// X-Dynamo-Session-ID headers instead. Dynamo before 1.3 rejects `bind`.
+    #[arg(help_heading = "Against what", long)]
+    pub use_dynamo_conv_aware_routing: bool,
+    /// The router's inactivity lease of a bound session, whole seconds [default: 300].
+    #[arg(help_heading = "Against what", long, value_name = "SECONDS")]
+    pub dynamo_session_timeout_seconds: Option<String>,
     /// Which connection each request goes out on: `pooled` (any idle one), `never` (a new one for
     /// every request) or `sticky-user-sessions` (one per session, released after its final turn,
     /// an error or a cancellation).
@@ -311,8 +325,10 @@ pub struct RunArgs {
         hide = true
     )]
     pub tokenizer_trust_remote_code: bool,
-    /// Accepted for the harness's command line: agentx does not render the model's chat template
-    /// (ISL comes from the server's usage under --use-server-token-count).
+    /// Count each request's client-side ISL over the model's chat template (role headers, turn
+    /// markers, generation prompt), rendered offline from the tokenizer_config.json (or
+    /// chat_template.jinja) beside the --tokenizer's tokenizer.json; an error when there is none.
+    /// Records take the server's prompt_tokens under --use-server-token-count, this count otherwise.
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub apply_chat_template: bool,
     /// Send the token limit as `max_tokens` (session-tree scenarios send `max_completion_tokens`,

@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 
 use super::run::RunArgs;
-use crate::client::{ClientConfig, RequestBody, RoutingHeaders};
+use crate::client::session_control::DEFAULT_SESSION_TIMEOUT_S;
+use crate::client::{ClientConfig, DynamoRouting, RequestBody, RoutingHeaders};
 use crate::dataset::{self, AssistantMode};
 use crate::run::{positive_secs, DatasetSource, RunPlan, MAX_SECS};
 use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
@@ -116,8 +117,8 @@ fn not_acted_on(a: &RunArgs) -> Vec<String> {
             "--weka-nested-timestamp-basis {b}: {TREES} does not replay subagent entries"
         ));
     }
-    if a.apply_chat_template {
-        v.push("--apply-chat-template: agentx does not render the model's chat template; the ISL of every record is the server's prompt_tokens (--use-server-token-count), which already counts it".to_string());
+    if a.dynamo_session_timeout_seconds.is_some() && !a.use_dynamo_conv_aware_routing {
+        v.push("--dynamo-session-timeout-seconds: it is the lease of --use-dynamo-conv-aware-routing, which is off".to_string());
     }
     if a.no_gpu_telemetry {
         v.push("--no-gpu-telemetry: agentx collects no GPU telemetry".to_string());
@@ -164,7 +165,7 @@ impl RunPlan {
             positive_secs("--system-idle-gap-cap-seconds", c)?;
         }
         let not_acted_on = not_acted_on(a);
-        let (client, url) = client_config(a)?;
+        let (mut client, url) = client_config(a)?;
         if let Some(f) = a.failed_request_threshold {
             if !(0.0..=1.0).contains(&f) {
                 bail!("--failed-request-threshold {f} is outside 0..1; pass a fraction, e.g. 0.05");
@@ -177,7 +178,20 @@ impl RunPlan {
             None => !a.recorded_assistant,
         };
         let (stats_interval, warmup_progress_interval, scrape_interval) = intervals(a)?;
+        let dynamo = dynamo_routing(a, &mut client.routing)?;
+        if let Some((_, v)) = extra.iter().find(|(k, _)| k == "nvext") {
+            if dynamo.is_some() && !v.is_object() {
+                bail!("--extra-inputs nvext:{v} is not a JSON object, and --use-dynamo-conv-aware-routing writes nvext.session_control into it; pass nvext as an object, e.g. nvext:{{\"annotations\":[]}}");
+            }
+        }
+        for note in runner_env_notes(a) {
+            tracing::warn!("{note}");
+        }
+        let host_settings = host_settings(a, dynamo);
         Ok(RunPlan {
+            host_settings,
+            dynamo,
+            apply_chat_template: a.apply_chat_template,
             scrape_interval,
             session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
             sources: g.sources,
@@ -300,18 +314,16 @@ fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'stati
     Ok((dataset, loader))
 }
 
-/// `--extra-inputs` as body fields (a value that parses as JSON is JSON).
+/// `--extra-inputs` as body fields, read as aiperf reads them (`parse_str_or_dict_as_tuple_list`):
+/// a word that starts with `{` is a JSON object of fields; otherwise comma-separated `key:value`
+/// pairs whose values are typed by [`coerce`]. One extension: a value that starts with `{` or `[`
+/// and parses as JSON is that JSON (aiperf would send it as a string), and its commas do not split.
 fn extra_inputs(a: &RunArgs) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     let mut extra: Vec<(String, serde_json::Value)> = Vec::new();
-    for kv in &a.extra_inputs {
-        let Some((k, v)) = kv.split_once(':') else {
-            bail!(
-                "--extra-inputs {kv:?} is not KEY:VALUE; pass e.g. --extra-inputs ignore_eos:true"
-            );
-        };
+    let mut add = |k: &str, v: serde_json::Value, given: &str| -> anyhow::Result<()> {
         let k = k.trim();
         if k.is_empty() {
-            bail!("--extra-inputs {kv:?} has an empty key");
+            bail!("--extra-inputs {given:?} has an empty key");
         }
         if RequestBody::RESERVED.contains(&k) {
             bail!(
@@ -319,13 +331,70 @@ fn extra_inputs(a: &RunArgs) -> anyhow::Result<Vec<(String, serde_json::Value)>>
                 RequestBody::RESERVED.join(", ")
             );
         }
-        let val = serde_json::from_str(v.trim())
-            .unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
         extra.retain(|(old, _)| old != k);
-        extra.push((k.to_string(), val));
+        extra.push((k.to_string(), v));
+        Ok(())
+    };
+    for word in &a.extra_inputs {
+        let w = word.trim();
+        if w.starts_with('{') {
+            let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(w)
+                .map_err(|e| anyhow!("--extra-inputs {w:?} starts with '{{' but is not a JSON object ({e}); pass a JSON object of fields or key:value pairs"))?;
+            for (k, v) in obj {
+                add(&k, v, w)?;
+            }
+            continue;
+        }
+        let mut rest = w;
+        while !rest.is_empty() {
+            let Some((k, after)) = rest.split_once(':') else {
+                bail!(
+                    "--extra-inputs {word:?}: {rest:?} is not KEY:VALUE; pass e.g. --extra-inputs ignore_eos:true temperature:0.6"
+                );
+            };
+            let after = after.trim_start();
+            if after.starts_with(['{', '[']) {
+                let mut de =
+                    serde_json::Deserializer::from_str(after).into_iter::<serde_json::Value>();
+                if let Some(Ok(v)) = de.next() {
+                    let used = de.byte_offset();
+                    add(k, v, word)?;
+                    rest = after[used..].trim_start().trim_start_matches(',');
+                    continue;
+                }
+            }
+            let (value, next) = after.split_once(',').unwrap_or((after, ""));
+            add(k, coerce(value.trim()), word)?;
+            rest = next;
+        }
     }
-
     Ok(extra)
+}
+
+/// A `key:value` value typed as aiperf's `coerce_value` types it: `true`/`false` (any case),
+/// `none`/`null`, integers without a leading zero, decimals with one `.`; else the text.
+fn coerce(v: &str) -> serde_json::Value {
+    use serde_json::Value;
+    let lower = v.to_ascii_lowercase();
+    match lower.as_str() {
+        "true" => return Value::Bool(true),
+        "false" => return Value::Bool(false),
+        "none" | "null" => return Value::Null,
+        _ => {}
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = v.strip_prefix('-').unwrap_or(v);
+    if digits(unsigned) && (!unsigned.starts_with('0') || unsigned == "0") {
+        if let Ok(n) = v.parse::<i64>() {
+            return Value::from(n);
+        }
+    }
+    if v.matches('.').count() == 1 && digits(&unsigned.replace('.', "")) {
+        if let Some(n) = v.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+            return Value::Number(n);
+        }
+    }
+    Value::String(v.to_string())
 }
 
 /// The core settings of the run (lanes, duration, seed, start ratios, dataset, the locked
@@ -609,6 +678,169 @@ fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> 
     Ok((client, url))
 }
 
+/// `--use-dynamo-conv-aware-routing` with its lease, carried in the body; or, with
+/// `*_DYNAMO_SESSION_TRANSPORT=headers`, as the `X-Dynamo-Session-ID` headers (no body change).
+fn dynamo_routing(
+    a: &RunArgs,
+    routing: &mut RoutingHeaders,
+) -> anyhow::Result<Option<DynamoRouting>> {
+    let timeout_s = match &a.dynamo_session_timeout_seconds {
+        None => DEFAULT_SESSION_TIMEOUT_S,
+        Some(t) => match t.trim().parse::<u64>() {
+            Ok(s) if s > 0 => s,
+            _ => bail!(
+                "--dynamo-session-timeout-seconds {t:?} is not a positive whole number of seconds; pass e.g. --dynamo-session-timeout-seconds 3600"
+            ),
+        },
+    };
+    if !a.use_dynamo_conv_aware_routing {
+        return Ok(None);
+    }
+    match env_var("DYNAMO_SESSION_TRANSPORT") {
+        None => Ok(Some(DynamoRouting { timeout_s })),
+        Some((_, v)) if v.trim().eq_ignore_ascii_case("body") => {
+            Ok(Some(DynamoRouting { timeout_s }))
+        }
+        Some((k, v)) if v.trim().eq_ignore_ascii_case("headers") => {
+            tracing::info!(
+                "{k}=headers: Dynamo sessions go as X-Dynamo-Session-ID / X-Dynamo-Parent-Session-ID headers, request bodies carry no nvext.session_control"
+            );
+            routing.dynamo_session_id = true;
+            Ok(None)
+        }
+        Some((k, v)) => {
+            bail!("{k}={v:?} is neither `body` nor `headers`; use {k}=headers or unset it")
+        }
+    }
+}
+
+/// The host's own request-shape settings as the applied settings show them, each `(name, value,
+/// source)`: Dynamo's routing (`body`, `headers` or off), its lease and `--apply-chat-template`
+/// (the template file replaces `true` once it is found).
+fn host_settings(
+    a: &RunArgs,
+    dynamo: Option<DynamoRouting>,
+) -> Vec<(&'static str, serde_json::Value, &'static str)> {
+    use serde_json::json;
+    let src = |given: bool| if given { "flag" } else { "host default" };
+    let on = a.use_dynamo_conv_aware_routing;
+    let transport = match (on, dynamo.is_some()) {
+        (false, _) => json!(false),
+        (true, true) => json!("body"),
+        (true, false) => json!("headers"),
+    };
+    let lease = dynamo.map(|d| d.timeout_s);
+    vec![
+        ("use-dynamo-conv-aware-routing", transport, src(on)),
+        (
+            "dynamo-session-timeout-seconds",
+            json!(lease),
+            src(lease.is_some() && a.dynamo_session_timeout_seconds.is_some()),
+        ),
+        (
+            "apply-chat-template",
+            json!(a.apply_chat_template),
+            src(a.apply_chat_template),
+        ),
+    ]
+}
+
+/// Variables InferenceX's runner (`infx.bench agentic`) reads to build its command line; the client
+/// it launches (agentx-harness, and agentx in its place) does not read them, so a flag the runner
+/// derives from one decides. Each pair: the variable, the flag it becomes.
+const RUNNER_VARIABLES: [(&str, &str); 13] = [
+    ("AIPERF_MAX_CONTEXT_LENGTH", "--max-context-length"),
+    ("AIPERF_SERVER_METRICS_URLS", "--server-metrics"),
+    (
+        "AIPERF_LIVE_FAILED_REQUEST_THRESHOLD",
+        "--failed-request-threshold",
+    ),
+    (
+        "AIPERF_WARMUP_REQUESTS_PER_LANE",
+        "--warmup-requests-per-lane",
+    ),
+    (
+        "AIPERF_TRACE_IDLE_GAP_CAP_SECONDS",
+        "--trace-idle-gap-cap-seconds",
+    ),
+    ("AGENTIC_WARMUP_GRACE_PERIOD", "--warmup-grace-period"),
+    ("AIPERF_BENCHMARK_GRACE_PERIOD", "--benchmark-grace-period"),
+    (
+        "AIPERF_DYNAMO_SESSION_TIMEOUT_SECONDS",
+        "--dynamo-session-timeout-seconds",
+    ),
+    (
+        "AIPERF_USE_DYNAMO_CONV_AWARE_ROUTING",
+        "--use-dynamo-conv-aware-routing",
+    ),
+    ("AIPERF_APPLY_CHAT_TEMPLATE", "--apply-chat-template"),
+    ("AIPERF_EXTRA_INPUTS", "--extra-inputs"),
+    ("AIPERF_UNSAFE_OVERRIDE", "--unsafe-override"),
+    (
+        "AIPERF_EXPERIMENTAL_FAST",
+        "--benchmark-duration 1200 --warmup-requests-per-lane 1",
+    ),
+];
+
+/// What the run says of a runner variable that is set: nothing when its flag says the same (the
+/// runner made the line), a warning when the flag is absent or says otherwise, since the variable
+/// is not read (as by the harness). The Dynamo pair is passed for `FRAMEWORK=dynamo-*` only, so
+/// its variables (always set by the runner) disagree only when the flag is on and they say off.
+fn runner_env_notes(a: &RunArgs) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (var, flag) in RUNNER_VARIABLES {
+        let Ok(v) = std::env::var(var) else { continue };
+        let v = v.trim();
+        if v.is_empty() {
+            continue;
+        }
+        let truthy = matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+        let num = |x: Option<f64>| x.is_some_and(|x| v.parse::<f64>().ok() == Some(x));
+        let agrees = match flag {
+            "--max-context-length" => num(a.max_context_length.map(|x| x as f64)),
+            "--server-metrics" => {
+                let given: Vec<&str> = a.server_metrics.iter().map(|u| u.trim()).collect();
+                let set: Vec<&str> = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .collect();
+                !given.is_empty() && set.iter().all(|u| given.contains(u))
+            }
+            "--failed-request-threshold" => num(a.failed_request_threshold),
+            "--warmup-requests-per-lane" => num(a.warmup_requests_per_lane.map(|x| x as f64)),
+            "--trace-idle-gap-cap-seconds" => num(a.trace_idle_gap_cap_seconds),
+            "--warmup-grace-period" => a.warmup_grace_period.as_deref().map(str::trim) == Some(v),
+            "--benchmark-grace-period" => {
+                a.benchmark_grace_period.as_deref().map(str::trim) == Some(v)
+            }
+            "--dynamo-session-timeout-seconds" => {
+                !a.use_dynamo_conv_aware_routing
+                    || a.dynamo_session_timeout_seconds.as_deref().map(str::trim) == Some(v)
+            }
+            "--use-dynamo-conv-aware-routing" => !a.use_dynamo_conv_aware_routing || truthy,
+            // The runner splits the variable on whitespace, one word per value.
+            "--extra-inputs" => v
+                .split_whitespace()
+                .eq(a.extra_inputs.iter().map(|w| w.trim())),
+            // The runner also adds it for a duration under 900 s, whatever the variable says.
+            "--unsafe-override" => !truthy || a.unsafe_override,
+            "--benchmark-duration 1200 --warmup-requests-per-lane 1" => {
+                v != "1"
+                    || (a.benchmark_duration == Some(1200.0)
+                        && a.warmup_requests_per_lane == Some(1))
+            }
+            _ => truthy == a.apply_chat_template,
+        };
+        if !agrees {
+            notes.push(format!(
+                "{var}={v} is InferenceX's runner's variable, which it turns into {flag}; agentx, like agentx-harness, does not read it: the flags of this command line decide"
+            ));
+        }
+    }
+    notes
+}
+
 /// The stats interval, the warmup heartbeat and the server-metrics scrape interval.
 #[allow(clippy::type_complexity)]
 fn intervals(
@@ -637,6 +869,98 @@ fn intervals(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parsed(words: &[&str]) -> anyhow::Result<serde_json::Value> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let mut argv = vec!["run", "--extra-inputs"];
+        argv.extend(words);
+        let a = Cli::try_parse_from(argv)?.run;
+        Ok(serde_json::Value::Object(
+            extra_inputs(&a)?.into_iter().collect(),
+        ))
+    }
+
+    #[test]
+    fn extra_inputs_are_read_as_aiperf_reads_them() {
+        // InferenceX's Qwen3.5 blob: one JSON object of fields.
+        let blob = r#"{"chat_template_kwargs":{"enable_thinking":true},"presence_penalty":0,"temperature":0.6,"top_k":20,"top_p":0.95}"#;
+        assert_eq!(
+            parsed(&[blob]).unwrap(),
+            serde_json::json!({"chat_template_kwargs": {"enable_thinking": true}, "presence_penalty": 0, "temperature": 0.6, "top_k": 20, "top_p": 0.95})
+        );
+        // Several words after one flag, commas, aiperf's typing, a JSON value, a later key winning.
+        assert_eq!(
+            parsed(&[
+                "thinking:true",
+                "a:1,b:0.5,c:007",
+                "d:None",
+                r#"e:{"x":[1,2]},f:x"#,
+                "a:2"
+            ])
+            .unwrap(),
+            serde_json::json!({"thinking": true, "b": 0.5, "c": "007", "d": null, "e": {"x": [1, 2]}, "f": "x", "a": 2})
+        );
+        for bad in ["nocolon", ":1", "{not json", "model:x"] {
+            let e = parsed(&[bad]).unwrap_err().to_string();
+            assert!(e.contains("--extra-inputs"), "{bad}: {e}");
+        }
+    }
+
+    fn resolved(extra: &[&str]) -> anyhow::Result<RunPlan> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let mut argv = vec![
+            "run",
+            "--url",
+            "http://127.0.0.1:9",
+            "--public-dataset",
+            "semianalysis_cc_traces_weka_062126",
+        ];
+        argv.extend(extra);
+        RunPlan::resolve(&Cli::try_parse_from(argv)?.run)
+    }
+
+    #[test]
+    fn dynamo_routing_is_checked_where_it_is_given() {
+        let on = ["--use-dynamo-conv-aware-routing"];
+        assert_eq!(
+            resolved(&on).unwrap().dynamo,
+            Some(DynamoRouting {
+                timeout_s: DEFAULT_SESSION_TIMEOUT_S
+            })
+        );
+        let p = resolved(&[on[0], "--dynamo-session-timeout-seconds", "3600"]).unwrap();
+        assert_eq!(p.dynamo, Some(DynamoRouting { timeout_s: 3600 }));
+        assert_eq!(resolved(&[]).unwrap().dynamo, None);
+        for (args, want) in [
+            (
+                vec![on[0], "--dynamo-session-timeout-seconds", "1.5"],
+                "--dynamo-session-timeout-seconds \"1.5\" is not a positive whole number",
+            ),
+            (
+                vec![on[0], "--extra-inputs", "nvext:1"],
+                "--extra-inputs nvext:1 is not a JSON object",
+            ),
+        ] {
+            let e = resolved(&args).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        // Without the routing the lease is named as not acted on.
+        let p = resolved(&["--dynamo-session-timeout-seconds", "60"]).unwrap();
+        assert!(p
+            .not_acted_on
+            .iter()
+            .any(|w| w.starts_with("--dynamo-session-timeout-seconds")));
+    }
 
     #[test]
     fn graces_are_seconds_or_inf() {

@@ -1,6 +1,9 @@
 //! Request bodies: the JSON made from the prompt synthesis's shared pieces ([`RequestBody`],
-//! [`JsonBody`]), sent with vectored writes without being copied into one buffer.
+//! [`JsonBody`]), sent with vectored writes without being copied into one buffer. A body's only
+//! per-stream part is Dynamo's `nvext.session_control` ([`super::session_control`]), written into
+//! the tail after the messages.
 
+use super::session_control::{DynamoRouting, StreamTurn};
 use super::*;
 
 /// Writes a chat completion request body into one reusable buffer.
@@ -14,6 +17,9 @@ pub struct RequestBody {
     extra_json: Vec<u8>,
     /// `,"max_tokens":` or `,"max_completion_tokens":`.
     token_field: &'static [u8],
+    /// `--use-dynamo-conv-aware-routing`, with the `nvext` of the extra inputs (taken out of
+    /// `extra_json`, written per request with `session_control` set).
+    dynamo: Option<(DynamoRouting, serde_json::Map<String, serde_json::Value>)>,
 }
 
 impl RequestBody {
@@ -42,7 +48,45 @@ impl RequestBody {
             include_usage,
             extra_json,
             token_field: b",\"max_tokens\":",
+            dynamo: None,
         }
+    }
+
+    /// Every body carries Dynamo's `nvext.session_control` ([`RequestBody::build_for`]); `extra`
+    /// are the same extra inputs as [`RequestBody::new`]'s, whose `nvext` object (if any) is merged
+    /// into each request's rather than written beside it.
+    pub fn with_dynamo(
+        mut self,
+        routing: Option<DynamoRouting>,
+        extra: &[(String, serde_json::Value)],
+    ) -> RequestBody {
+        let Some(routing) = routing else {
+            self.dynamo = None;
+            return self;
+        };
+        let mut base = serde_json::Map::new();
+        let mut kept = Vec::new();
+        for (k, v) in extra {
+            match (k.as_str(), v) {
+                ("nvext", serde_json::Value::Object(m)) => base = m.clone(),
+                _ => kept.push((k.clone(), v.clone())),
+            }
+        }
+        let mut extra_json = Vec::new();
+        for (k, v) in &kept {
+            extra_json.push(b',');
+            serde_json::to_writer(&mut extra_json, k).expect("string serializes");
+            extra_json.push(b':');
+            serde_json::to_writer(&mut extra_json, v).expect("value serializes");
+        }
+        self.extra_json = extra_json;
+        self.dynamo = Some((routing, base));
+        self
+    }
+
+    /// Dynamo's conversation-aware routing, when on.
+    pub fn dynamo(&self) -> Option<DynamoRouting> {
+        self.dynamo.as_ref().map(|d| d.0)
     }
 
     /// The token limit sent as `max_completion_tokens` (aiperf 0.13 and agentx-harness 1.0.12 for
@@ -70,25 +114,40 @@ impl RequestBody {
     pub fn write(&self, out: &mut Vec<u8>, max_tokens: u32, messages: impl FnOnce(&mut Vec<u8>)) {
         out.extend_from_slice(&self.head);
         messages(out);
-        self.write_tail(out, max_tokens);
+        self.write_tail(out, max_tokens, None);
     }
 
     /// The same body as [`RequestBody::write`], made of shared pieces: `messages` is the messages
     /// array without its closing `]` (as [`crate::dataset::Conversation::messages_json_parts`] gives
     /// it), and its pieces are sent as they are, not copied.
     pub fn build(&self, max_tokens: u32, messages: Vec<Bytes>) -> JsonBody {
+        self.build_parts(max_tokens, messages, None)
+    }
+
+    /// [`RequestBody::build`] for one turn of a stream: with Dynamo's conversation-aware routing
+    /// on, the body carries the turn's `nvext.session_control`.
+    pub fn build_for(&self, max_tokens: u32, messages: Vec<Bytes>, turn: StreamTurn) -> JsonBody {
+        self.build_parts(max_tokens, messages, Some(turn))
+    }
+
+    fn build_parts(
+        &self,
+        max_tokens: u32,
+        messages: Vec<Bytes>,
+        turn: Option<StreamTurn>,
+    ) -> JsonBody {
         let mut parts = Vec::with_capacity(messages.len() + 2);
         parts.push(self.head.clone());
         parts.extend(messages);
-        let mut tail = Vec::with_capacity(96 + self.extra_json.len());
+        let mut tail = Vec::with_capacity(160 + self.extra_json.len());
         tail.push(b']');
-        self.write_tail(&mut tail, max_tokens);
+        self.write_tail(&mut tail, max_tokens, turn);
         parts.push(Bytes::from(tail));
         JsonBody::from_parts(parts)
     }
 
     /// Everything after the messages array.
-    pub(super) fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32) {
+    pub(super) fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32, turn: Option<StreamTurn>) {
         out.extend_from_slice(self.token_field);
         out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
         if self.stream {
@@ -100,6 +159,9 @@ impl RequestBody {
             out.extend_from_slice(b",\"stream\":false");
         }
         out.extend_from_slice(&self.extra_json);
+        if let (Some((routing, base)), Some(t)) = (&self.dynamo, turn) {
+            routing.write_nvext(out, base, t);
+        }
         out.push(b'}');
     }
 }

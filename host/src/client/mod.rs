@@ -14,7 +14,9 @@
 //!   [`Exchange`] (in `exchange`) whose [`Failure`] says what happened; nothing here returns an error or panics on what
 //!   a server sends.
 //! - [`RequestBody`] (in `body`) makes the JSON body from the prompt synthesis's shared pieces ([`JsonBody`]),
-//!   which go to the socket with vectored writes, without being copied into one buffer.
+//!   which go to the socket with vectored writes, without being copied into one buffer. Under
+//!   `--use-dynamo-conv-aware-routing` each body carries its stream turn's `nvext.session_control`
+//!   ([`session_control`]: `bind` with the lease, `close` on a root stream's final turn).
 //!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
@@ -26,6 +28,7 @@ pub mod preflight;
 pub mod routing;
 pub mod scrape;
 pub mod scrape_journal;
+pub mod session_control;
 pub mod sse;
 mod sticky;
 
@@ -44,6 +47,7 @@ use crate::record::Usage;
 pub use body::*;
 pub use exchange::*;
 pub use routing::{ConnectionReuse, RoutingHeaders};
+pub use session_control::{DynamoRouting, StreamTurn};
 use sse::SseDecoder;
 
 /// Longest error body excerpt kept (and handed to the scenario's classifier).

@@ -12,7 +12,9 @@
 //!   [`Conversation::advance`] moves to the next turn (threading in the live reply in live mode).
 //!   [`sendable_starts`] says which turns can start a session.
 //! - [`tokens::resolve_tokenizer`] resolves a `--tokenizer` value (path, `builtin`, cached model id) and
-//!   [`tokens::TokenizerSource::counter`] loads the [`TokenCounter`].
+//!   [`tokens::TokenizerSource::counter`] loads the [`TokenCounter`];
+//!   [`chat_template::ChatTemplate::beside`] reads the model's chat template next to that
+//!   `tokenizer.json` (`--apply-chat-template`).
 //!
 //! Views and conversations borrow the [`Dataset`] and the [`PromptSynth`]. A run keeps both for its whole
 //! life, so a replay that moves conversations into spawned tasks can leak them once (`Box::leak`) to
@@ -26,6 +28,7 @@
 
 pub mod alias;
 pub mod cache;
+pub mod chat_template;
 pub mod cmd;
 pub mod error;
 pub mod hub;

@@ -89,6 +89,9 @@ pub struct ReplayConfig {
     /// millisecond timer; the default of a run). Off, they end on tokio's timer, which the replay's
     /// paused-time tests drive.
     pub timer_thread: bool,
+    /// `--apply-chat-template`: each request's client-side ISL is its prompt rendered by the
+    /// model's chat template and counted, off the send path (while the request is in flight).
+    pub chat_template: Option<crate::dataset::chat_template::TemplateCounter>,
 }
 
 /// Why the replay stopped.

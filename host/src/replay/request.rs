@@ -1,5 +1,7 @@
-//! One request of the replay: its body, its send through the transport, its record (the
-//! scenario classifies errors), and its count in the tally and the failed-request threshold.
+//! One request of the replay: its body (with Dynamo's `session_control` for its stream's turn), its
+//! send through the transport, its record (the scenario classifies errors; under
+//! `--apply-chat-template` the client-side ISL is the rendered prompt's, counted while the request
+//! is in flight), and its count in the tally and the failed-request threshold.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,7 +11,9 @@ use tokio::sync::watch;
 
 use super::lane::Session;
 use super::{bust, Shared};
-use crate::client::{Exchange, FailureKind, JsonBody, RequestIds};
+use bytes::Bytes;
+
+use crate::client::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
 use crate::dataset::AssistantMode;
 use crate::record::{Phase, RecordError, RequestRecord, TokenSource};
 use crate::scenario::types::{ErrorClass, ErrorResponse};
@@ -37,6 +41,29 @@ pub(super) struct Prepared {
     pub(super) prefix: (u32, u32),
     /// The turn's source request in its trace (outer index, inner index); session trees only.
     pub(super) source_idx: (Option<u32>, Option<u32>),
+    /// The messages' JSON pieces, kept for `--apply-chat-template`'s count (shared, not copied).
+    pub(super) template_parts: Option<Vec<Bytes>>,
+}
+
+/// The body of a stream's turn (with Dynamo's `session_control` when that is on), and the
+/// messages' pieces the chat-template count renders when `--apply-chat-template` is on.
+pub(super) fn body_of(
+    sh: &Shared,
+    session: &Session,
+    max_tokens: u32,
+    messages: Vec<Bytes>,
+    last: bool,
+) -> (JsonBody, Option<Vec<Bytes>>) {
+    let parts = sh.cfg.chat_template.is_some().then(|| messages.clone());
+    let turn = StreamTurn {
+        correlation_id: &session.correlation_id,
+        parent_correlation_id: session
+            .tree
+            .as_ref()
+            .and_then(|t| t.parent_correlation_id.as_deref()),
+        last,
+    };
+    (sh.body.build_for(max_tokens, messages, turn), parts)
 }
 
 /// Writes the conversation's current turn as a request body.
@@ -53,7 +80,14 @@ pub(super) fn prepare(
         .unwrap_or(1)
         .max(1);
     let bust = bust(sh.cfg.placement, &session.marker);
-    let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
+    let last = turn + 1 >= traj.num_turns();
+    let (body, template_parts) = body_of(
+        sh,
+        session,
+        max_tokens,
+        conv.messages_json_parts(bust),
+        last,
+    );
     let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
     let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
     Prepared {
@@ -66,6 +100,7 @@ pub(super) fn prepare(
         client_isl,
         prefix: (0, 0),
         source_idx: (None, None),
+        template_parts,
     }
 }
 
@@ -88,6 +123,13 @@ pub(super) async fn send_turn(
     }
     sh.in_flight.fetch_add(1, Ordering::Relaxed);
     let in_flight = InFlight(&sh.in_flight);
+    let template_isl = match (&sh.cfg.chat_template, req.template_parts.take()) {
+        (Some(t), Some(parts)) => {
+            let t = t.clone();
+            Some(tokio::task::spawn_blocking(move || t.count_parts(&parts)))
+        }
+        _ => None,
+    };
     let ex = sh
         .client
         .send(
@@ -106,6 +148,20 @@ pub(super) async fn send_turn(
         )
         .await;
     drop(in_flight);
+    if let Some(task) = template_isl {
+        match task.await {
+            Ok(Ok(n)) => req.client_isl = n,
+            Ok(Err(e)) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        "{e}; such requests count their messages' text as their client-side ISL (warned once)"
+                    )
+                });
+            }
+            Err(e) => tracing::error!("the chat-template count of a request failed: {e}"),
+        }
+    }
     let rec = to_record(sh, session, req, phase, intended, &ex);
     let sent = Sent {
         overflow: rec.context_overflow,

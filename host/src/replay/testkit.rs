@@ -257,6 +257,7 @@ pub(crate) fn config(secs: f64) -> ReplayConfig {
         warmup_progress_interval: None,
         trace_idle_cap: None,
         timer_thread: false,
+        chat_template: None,
     }
 }
 

@@ -197,6 +197,14 @@ pub struct RunPlan {
     /// not defaulted.
     pub mode_given: bool,
     pub use_server_token_count: bool,
+    /// `--use-dynamo-conv-aware-routing` (body transport): each body's `nvext.session_control`.
+    pub dynamo: Option<crate::client::DynamoRouting>,
+    /// `--apply-chat-template`: client-side ISL over the model's rendered chat template.
+    pub apply_chat_template: bool,
+    /// The host's own request-shape settings (`use-dynamo-conv-aware-routing`,
+    /// `dynamo-session-timeout-seconds`, `apply-chat-template`): name, value, source; the scenario
+    /// never sees them. Shown with the applied settings.
+    pub host_settings: Vec<(&'static str, serde_json::Value, &'static str)>,
     pub overflow_phrases_env: Option<Vec<String>>,
     pub client: ClientConfig,
     pub stats_interval: Option<Duration>,

@@ -200,6 +200,7 @@ impl ReplayStage<'_> {
             trace_idle_cap: s.trace_idle_cap,
             timer_thread: true,
             warmup_progress_interval: rp.warmup_progress_interval,
+            chat_template: p.chat_template.clone(),
         };
         tracing::info!(
             scenario = %format!("{} {} sha256:{}", p.info.name, p.info.version, p.sc.hash()),
@@ -235,7 +236,8 @@ impl ReplayStage<'_> {
             counter: p.counter.clone(),
             client: Box::new(client),
             body: RequestBody::new(&self.conn.model, true, true, &p.extra)
-                .with_max_completion_tokens(p.trees && !rp.legacy_max_tokens),
+                .with_max_completion_tokens(p.trees && !rp.legacy_max_tokens)
+                .with_dynamo(p.dynamo, &p.extra),
             scenario: inst,
             records: self.sink.sender(),
             clock: self.dir.clock,

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::config::{DatasetSource, RunConfig, RunPlan, RunSettings, TreeFlags};
 use super::{entropy, load, BUNDLED_CORPUS};
+use crate::dataset::chat_template::TemplateCounter;
 use crate::dataset::{self, Dataset, OpenOptions, TokenCounter};
 use crate::scenario::types::{Info, Resolved};
 use crate::scenario::{self, Scenario, ScenarioInstance};
@@ -32,6 +33,12 @@ pub(super) struct Prepared {
     /// `--extra-inputs` plus the scenario's `ignore_eos`.
     pub extra: Vec<(String, serde_json::Value)>,
     pub counter: TokenCounter,
+    /// `--apply-chat-template`: the model's chat template and the tokenizer that counts it.
+    pub chat_template: Option<TemplateCounter>,
+    /// `--use-dynamo-conv-aware-routing` as the bodies carry it.
+    pub dynamo: Option<crate::client::DynamoRouting>,
+    /// The host's own request-shape settings (name, value, source), the run plan's.
+    pub host_settings: Vec<(&'static str, serde_json::Value, &'static str)>,
     pub ds: &'static Dataset,
     pub dataset_key: String,
 }
@@ -104,6 +111,10 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         }
     }
     let counter = token_counter(cfg.tokenizer.as_deref(), rp.use_server_token_count)?;
+    let chat_template = match rp.apply_chat_template {
+        true => Some(chat_template(cfg, &counter)?),
+        false => None,
+    };
     let ds = open_dataset(cfg)?;
     let dataset_key = hex::encode(ds.cache_key().0);
     if let Some(want) = &cfg.expect_dataset_key {
@@ -133,6 +144,9 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         not_acted_on,
         extra,
         counter,
+        chat_template,
+        dynamo: rp.dynamo,
+        host_settings: rp.host_settings.clone(),
         ds,
         dataset_key,
     };
@@ -242,6 +256,33 @@ fn token_counter(spec: Option<&str>, server_counts: bool) -> anyhow::Result<Toke
         }
         Err(e) => bail!("--tokenizer {spec}: {e}"),
     }
+}
+
+/// The chat template of `--apply-chat-template`: beside the `--tokenizer`'s tokenizer.json, or the
+/// `--model`'s in the Hugging Face cache when no tokenizer is named. Every way of not finding it is
+/// an error that says where it looked.
+fn chat_template(cfg: &RunConfig, counter: &TokenCounter) -> anyhow::Result<TemplateCounter> {
+    let (flag, spec) = match (&cfg.tokenizer, &cfg.plan.model) {
+        (Some(t), _) => ("--tokenizer", t.as_str()),
+        (None, Some(m)) => ("--model", m.as_str()),
+        (None, None) => bail!(
+            "--apply-chat-template needs the model's tokenizer: pass --tokenizer ORG/NAME (in the Hugging Face cache) or a directory holding its tokenizer.json and tokenizer_config.json"
+        ),
+    };
+    let path = match dataset::tokens::resolve_tokenizer(spec) {
+        Ok(dataset::tokens::TokenizerSource::File { path, .. }) => path,
+        Ok(_) => bail!(
+            "--apply-chat-template needs a Hugging Face tokenizer with a chat template, not {flag} {spec}; pass --tokenizer ORG/NAME or a tokenizer directory"
+        ),
+        Err(e) => bail!("--apply-chat-template needs the model's tokenizer ({flag} {spec}): {e}"),
+    };
+    let reuse = (flag == "--tokenizer").then(|| counter.clone());
+    let t = TemplateCounter::load(&path, reuse)?;
+    tracing::info!(
+        "--apply-chat-template: each request's client-side ISL counts the prompt rendered by {}",
+        t.template.path().display()
+    );
+    Ok(t)
 }
 
 /// The flag a user sets for the scenario setting `setting` (the settings carry aiperf's names; the
@@ -396,11 +437,20 @@ impl Prepared {
                 json!(s.tcp_user_timeout.map(|d| d.as_millis() as u64)),
             ),
         ];
+
         let mut out = serde_json::Map::new();
         for (name, value) in rows {
             let source = match self.sources.get(name) {
                 Some(src) => *src,
                 None => "host default",
+            };
+            out.insert(name.to_string(), json!({"value": value, "source": source}));
+        }
+        // The host's transport and counting options: the flags', never the scenario's.
+        for (name, value, source) in &self.host_settings {
+            let value = match (*name, &self.chat_template) {
+                ("apply-chat-template", Some(t)) => json!(t.template.path().display().to_string()),
+                _ => value.clone(),
             };
             out.insert(name.to_string(), json!({"value": value, "source": source}));
         }

@@ -4,7 +4,8 @@
 //!
 //! A line holds what identifies the request across clients and what shapes the load: its arrival
 //! time, the identity and routing headers, the model, the token limits and stream options as sent,
-//! the prompt tokens as the simulator counts them, each message's role and token count, the
+//! the other top-level fields with their values (sampling parameters, Dynamo's `nvext`), the
+//! prompt tokens as the simulator counts them, each message's role and token count, the
 //! cache-bust marker (`[rid:…]`) if the first user message carries one, and a digest of the messages
 //! with that marker removed (two runs that differ only by their run id digest alike). Requests whose
 //! body is not a valid chat request are logged with their error instead.
@@ -167,6 +168,13 @@ fn describe(
         })
         .collect();
     out.insert("other_fields".into(), json!(extra));
+    // Their values too (sampling parameters, `nvext.session_control`): small, and what a router or
+    // an engine acts on.
+    let values: Map<String, Value> = extra
+        .iter()
+        .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
+    out.insert("other_values".into(), Value::Object(values));
     let messages = obj
         .get("messages")
         .and_then(Value::as_array)

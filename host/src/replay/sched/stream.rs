@@ -142,7 +142,14 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
     };
     let req = {
         let bust = bust(sh.cfg.placement, &session.marker);
-        let body = sh.body.build(max_tokens, conv.messages_json_parts(bust));
+        let last = turn + 1 >= num_turns;
+        let (body, template_parts) = request::body_of(
+            &sh,
+            &session,
+            max_tokens,
+            conv.messages_json_parts(bust),
+            last,
+        );
         let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
         request::Prepared {
             body,
@@ -154,6 +161,7 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
             client_isl: conv.prompt_words() + sh.counter.count(&session.marker),
             prefix,
             source_idx,
+            template_parts,
         }
     };
     #[cfg(debug_assertions)]
