@@ -24,8 +24,15 @@ fn sim(faults: Faults) -> Sim {
 /// The default scenario (`agentx`, session trees, its preset: threshold 0.10, 10 warmup requests per
 /// lane) on the with-subagents fixture, shortened with `--unsafe-override`.
 fn run_agentx(url: &str, concurrency: &str, duration: &str, extra: &[&str]) -> Run {
+    let mut args = agentx_args(url, concurrency, duration);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+}
+
+/// `run` of the default scenario on the with-subagents fixture against `url`.
+fn agentx_args(url: &str, concurrency: &str, duration: &str) -> Vec<String> {
     let corpus = fixture("traces-subagents-8.jsonl");
-    let mut args = vec![
+    [
         "run",
         "--url",
         url,
@@ -42,9 +49,9 @@ fn run_agentx(url: &str, concurrency: &str, duration: &str, extra: &[&str]) -> R
         "5",
         "--stats-interval",
         "0",
-    ];
-    args.extend_from_slice(extra);
-    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+    ]
+    .map(str::to_string)
+    .to_vec()
 }
 
 /// The seed-era single-stream world (`agentx-mvp`) on the 24-trace fixture.
@@ -106,7 +113,8 @@ fn failed_warmup_requests_are_judged_by_the_threshold_not_fatal() {
         fail_rate: 0.03,
         ..Faults::default()
     });
-    let r = run_agentx(&s.url(), "8", "8", &[]);
+    // The request ids, and so the simulator's fault draws, follow from the run id.
+    let r = run_agentx(&s.url(), "8", "8", &["--run-id", "warmup-faults-1"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let recs = r.records();
     let warm_failed = recs
@@ -128,7 +136,7 @@ fn failed_warmup_requests_are_judged_by_the_threshold_not_fatal() {
         fail_rate: 0.5,
         ..Faults::default()
     });
-    let r = run_agentx(&s.url(), "4", "8", &[]);
+    let r = run_agentx(&s.url(), "4", "8", &["--run-id", "warmup-faults-2"]);
     assert_eq!(r.code(), 1, "{}", r.stderr());
     assert!(
         r.stderr()
@@ -256,25 +264,9 @@ fn wait_profiling(dir: &Path, n: usize) {
 
 /// A run of the default scenario against `url` as a child process, writing to `<tmp>/run`.
 fn spawn_agentx(tmp: &Path, url: &str) -> std::process::Child {
-    let corpus = fixture("traces-subagents-8.jsonl");
     crate::support::agentx_command(tmp, &[])
-        .args([
-            "run",
-            "--url",
-            url,
-            "--model",
-            "agentx-sim",
-            "--input-file",
-            corpus.to_str().unwrap(),
-            "--unsafe-override",
-            "--concurrency",
-            "3",
-            "--benchmark-duration",
-            "600",
-            "--stats-interval",
-            "0",
-            "--output-artifact-dir",
-        ])
+        .args(agentx_args(url, "3", "600"))
+        .arg("--output-artifact-dir")
         .arg(tmp.join("run"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

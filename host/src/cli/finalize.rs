@@ -6,12 +6,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 
-use super::run::{
-    cached_dataset, pin_scenario, print_outcome, relocate_inputs, run_config, RecordedRun,
-};
+use super::run::{cached_dataset, print_outcome, relocate_inputs, run_config, RecordedRun};
 use crate::export::manifest::MANIFEST_FILE;
 
 #[derive(Debug, Args)]
@@ -33,13 +30,7 @@ pub fn main(a: FinalizeArgs) -> anyhow::Result<ExitCode> {
             a.dir.display()
         );
     }
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read the manifest {}", path.display()))?;
-    let recorded = RecordedRun::parse_at(&text, &path)?;
-    let mut ra = recorded
-        .run_args()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    pin_scenario(&mut ra, &recorded.scenario_sha256);
+    let (recorded, mut ra) = RecordedRun::read(&path)?;
     let dir = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
     relocate_inputs(&mut ra, &recorded, &dir);
     // The plan is rebuilt, nothing is sent and nothing is written but the exports in `dir`.

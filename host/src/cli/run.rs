@@ -464,6 +464,19 @@ impl RecordedRun {
         })
     }
 
+    /// Reads the manifest at `path`: the recorded run, and its `run` arguments with the seed, run
+    /// id, dataset digest and scenario (by hash, see [`pin_scenario`]) pinned.
+    pub fn read(path: &Path) -> anyhow::Result<(RecordedRun, RunArgs)> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the manifest {}", path.display()))?;
+        let recorded = RecordedRun::parse_at(&text, path)?;
+        let mut a = recorded
+            .run_args()
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        pin_scenario(&mut a, &recorded.scenario_sha256);
+        Ok((recorded, a))
+    }
+
     /// Reads the text of a `run_manifest.json`.
     pub fn parse(text: &str) -> Result<RecordedRun, ManifestError> {
         Self::parse_at(text, Path::new(MANIFEST_FILE))
@@ -494,13 +507,7 @@ pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
     } else {
         r.manifest.clone()
     };
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read the manifest {}", path.display()))?;
-    let recorded = RecordedRun::parse_at(&text, &path)?;
-    let mut a = recorded
-        .run_args()
-        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    pin_scenario(&mut a, &recorded.scenario_sha256);
+    let (recorded, mut a) = RecordedRun::read(&path)?;
     let run_dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
