@@ -53,7 +53,8 @@ grep -E "pre-flight|Phase warmup complete|Keep-Alive|retried" "$OUT/agentx.log" 
 
 step "report"
 "$AGENTX" report "$OUT/artifacts" -o "$OUT/agg_bmk.json" --hw cpu-2core --framework llamacpp \
-  --precision q4_1 --tp 1 --conc "$CONCURRENCY" --model SmolLM2-135M-Instruct
+  --precision q4_1 --tp 1 --conc "$CONCURRENCY" --model SmolLM2-135M-Instruct \
+  --image llama.cpp:local --model-prefix smollm2
 
 step "checks"
 python3 - "$OUT" <<'EOF'

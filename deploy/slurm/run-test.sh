@@ -209,7 +209,10 @@ else
     fail "report: agentx-host report --help failed"
 fi
 report_log=$WORK/report.txt
-if "$BIN" report "$M" -o "$OUT/report.json" >"$report_log" 2>&1 &&
+# The row's deployment facts (InferenceX's contract requires them; a real job takes them from its
+# environment: RUNNER_TYPE, IMAGE, MODEL_PREFIX, FRAMEWORK, PRECISION).
+if "$BIN" report "$M" -o "$OUT/report.json" --hw cpu --image local/agentx-host \
+    --model-prefix agentx-sim --framework sim --precision bf16 >"$report_log" 2>&1 &&
     python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$OUT/report.json" 2>/dev/null; then
     pass "report: agentx-host report $M -o $OUT/report.json wrote JSON"
 else
