@@ -124,6 +124,19 @@ impl StopReason {
             StopReason::Killed => "killed",
         }
     }
+
+    /// The reason [`StopReason::as_str`] names, if any.
+    pub fn parse(s: &str) -> Option<StopReason> {
+        [
+            StopReason::Completed,
+            StopReason::WarmupFailed,
+            StopReason::ThresholdExceeded,
+            StopReason::Interrupted,
+            StopReason::Killed,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
 }
 
 /// Counts of a finished replay (profiling phase unless named otherwise).

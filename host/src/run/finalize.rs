@@ -41,10 +41,10 @@ pub fn finalize(cfg: RunConfig, dir: &Path, reason: Option<String>) -> anyhow::R
     let scrape_log = scrapes(dir);
     let reason = reason.unwrap_or_else(|| DEFAULT_REASON.to_string());
     let outcome = killed_outcome(&d.manifest, &records, &reason);
+    // The last response, or profiling's end (which is at least that).
     let end_ns = outcome
         .profiling_ns
-        .map_or(0, |(_, e)| e)
-        .max(last_end(&records));
+        .map_or_else(|| last_end(&records), |(_, e)| e);
     d.manifest.ended_unix_ns = Some(d.clock.unix_ns(end_ns));
     d.manifest.finalized = Some(Finalized {
         reason: reason.clone(),
@@ -174,7 +174,7 @@ fn killed_outcome(m: &Manifest, records: &[RequestRecord], reason: &str) -> Repl
     let start = m.profiling_started_ns.or(first_profiling);
     let stop = match m.stop.as_deref() {
         // Killed while writing its exports: the recorded stop stands.
-        Some(s) => stop_of(s),
+        Some(s) => StopReason::parse(s).unwrap_or(StopReason::Killed),
         None => StopReason::Killed,
     };
     ReplayOutcome {
@@ -183,18 +183,6 @@ fn killed_outcome(m: &Manifest, records: &[RequestRecord], reason: &str) -> Repl
         profiling_ns: start.map(|s| (s, last_end(records).max(s))),
         message: Some(format!("finalized after the run ended: {reason}")),
     }
-}
-
-fn stop_of(s: &str) -> StopReason {
-    [
-        StopReason::Completed,
-        StopReason::WarmupFailed,
-        StopReason::ThresholdExceeded,
-        StopReason::Interrupted,
-    ]
-    .into_iter()
-    .find(|r| r.as_str() == s)
-    .unwrap_or(StopReason::Killed)
 }
 
 /// The last response's end on the run clock (0 with no records).

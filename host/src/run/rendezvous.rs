@@ -182,10 +182,11 @@ enum Msg {
     Bye,
 }
 
+/// Why another shard stopped the run (an interrupt when its reason is not one this shard knows,
+/// or the normal end, which is no reason to stop the others).
 fn reason_of(s: &str) -> StopReason {
-    match s {
-        "failed_request_threshold_exceeded" => StopReason::ThresholdExceeded,
-        "warmup_failed" => StopReason::WarmupFailed,
+    match StopReason::parse(s) {
+        Some(r @ (StopReason::ThresholdExceeded | StopReason::WarmupFailed)) => r,
         _ => StopReason::Interrupted,
     }
 }
