@@ -12,11 +12,13 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 
+pub mod dataset;
 pub mod finalize;
 pub mod merge;
 pub mod report;
 pub mod run;
 mod run_plan;
+pub mod sim;
 pub mod sweep;
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
@@ -52,9 +54,9 @@ pub enum Command {
     #[command(subcommand)]
     Scenario(ScenarioCommand),
     /// Run the built-in simulated OpenAI-compatible inference server (vLLM-like).
-    Sim(Box<crate::sim::SimArgs>),
+    Sim(Box<sim::SimArgs>),
     /// Import, inspect, summarize or synthesize weka trace corpora.
-    Dataset(crate::dataset::cmd::DatasetArgs),
+    Dataset(dataset::DatasetArgs),
     /// Write every export of a run whose process was killed (SIGKILL, out of memory, a time limit)
     /// from the manifest and records it left, marked as killed with the reason.
     Finalize(finalize::FinalizeArgs),
@@ -205,13 +207,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Finalize(a) => finalize::main(a),
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
-        Command::Sim(args) => Ok(crate::sim::cli_main(*args)),
+        Command::Sim(args) => Ok(sim::main(*args)),
         Command::Report(args) => report::main(*args),
         Command::Sweep(args) => sweep::main(*args, std::env::args().skip(1).collect()),
         Command::Plot(args) => report::plot_main(args),
         Command::Merge(args) => merge::main(args),
         Command::Dataset(args) => {
-            crate::dataset::cmd::run(args)?;
+            dataset::run(args)?;
             Ok(ExitCode::SUCCESS)
         }
     }

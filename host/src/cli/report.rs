@@ -292,6 +292,23 @@ pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--layout`'s values (the layouts are `export`'s; their spelling on the command line is here).
+impl clap::ValueEnum for Layout {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Layout::Flat, Layout::Nested]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(match self {
+            Layout::Flat => clap::builder::PossibleValue::new("flat")
+                .help("The seed-era `bmk_agentic` keys (`mean_ttft`, `p90_e2el`, ...) at the top level"),
+            Layout::Nested => clap::builder::PossibleValue::new("nested").help(
+                "InferenceX's current result: identity, `request_accounting`, `request_metrics{...}` and `server_metrics{...}`",
+            ),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;

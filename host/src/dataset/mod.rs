@@ -29,7 +29,6 @@
 pub mod alias;
 pub mod cache;
 pub mod chat_template;
-pub mod cmd;
 pub mod error;
 pub mod hub;
 mod mmap;

@@ -82,7 +82,7 @@ pub use super::run_summary::{RunSummary, RUN_SUMMARY};
 pub const PROFILE_AIPERF: &str = "profile_export_aiperf.json";
 
 /// The report layouts `agentx-host report --layout` writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
     /// The seed-era `bmk_agentic` keys (`mean_ttft`, `p90_e2el`, ...) at the top level (domain §5).
     Flat,

@@ -29,6 +29,7 @@
 //! client, [`sched`] the session-tree scheduler. The paused-time tests are in `tests.rs` (this
 //! replay) and `sched/tests.rs` (the tree scheduler), on a scripted transport (`testkit.rs`).
 
+mod drain;
 mod lane;
 pub mod plan;
 pub mod recycle;
@@ -710,20 +711,14 @@ async fn profile(
     (stop, message)
 }
 
-/// The stop: nothing new starts, and in-flight requests get the grace period (a second interrupt
-/// cancels them at once; the threshold at once too).
+/// The stop ([`drain::drain`]), with a word on what the grace period waits for.
 async fn drain(
     shared: &Shared,
     tasks: &mut tokio::task::JoinSet<()>,
     interrupt: &mut watch::Receiver<u32>,
-    mut stop: StopReason,
-    mut message: Option<String>,
+    stop: StopReason,
+    message: Option<String>,
 ) -> (StopReason, Option<String>) {
-    let _ = shared.stop_new.send_replace(true);
-    if stop == StopReason::ThresholdExceeded {
-        let _ = shared.cancel.send_replace(true);
-    }
-    let grace = shared.cfg.grace.map(|g| tokio::time::Instant::now() + g);
     let in_flight = shared.in_flight.load(Ordering::Relaxed);
     if in_flight > 0 && stop != StopReason::ThresholdExceeded {
         tracing::info!(
@@ -732,34 +727,7 @@ async fn drain(
             "duration reached; waiting for in-flight requests"
         );
     }
-    loop {
-        let again = interrupt.changed();
-        let timeout = async {
-            match grace {
-                Some(g) => tokio::time::sleep_until(g).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            r = tasks.join_next() => if r.is_none() { break },
-            _ = timeout => {
-                tracing::warn!("grace period over; cancelling in-flight requests");
-                let _ = shared.cancel.send_replace(true);
-                while tasks.join_next().await.is_some() {}
-                break;
-            }
-            _ = again => {
-                if stop == StopReason::Completed {
-                    stop = StopReason::Interrupted;
-                    message = Some("interrupted while draining; in-flight requests were cancelled".into());
-                }
-                let _ = shared.cancel.send_replace(true);
-                while tasks.join_next().await.is_some() {}
-                break;
-            }
-        }
-    }
-    (stop, message)
+    drain::drain(shared, tasks, interrupt, stop, message).await
 }
 
 /// What [`Shared::build`] leaves to the phase loop.

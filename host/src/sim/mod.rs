@@ -22,11 +22,11 @@
 //! prefill compute, excluding queueing) and `x-sim-queue-ms`. Headers are sent once a request is
 //! admitted to an engine, so a queued stream receives its headers when it starts running.
 
-mod args;
 mod cache;
 mod config;
 mod engine;
 mod faults;
+mod foreground;
 mod metrics;
 mod record;
 mod request;
@@ -40,9 +40,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use args::{main as cli_main, SimArgs};
 pub use cache::{BlockHasher, PrefixCache};
 pub use config::{Faults, KeepAliveConfig, ModelTiming, Preset, SimConfig, Timing};
+pub use foreground::serve_foreground;
 pub use request::{context_overflow, ApiError};
 pub use server::Received;
 pub use thread::SimThread;

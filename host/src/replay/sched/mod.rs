@@ -411,53 +411,34 @@ async fn profile(
     (stop, message)
 }
 
-/// The stop: nothing new starts, and in-flight requests get the grace period (a second interrupt
-/// cancels them at once; the threshold at once too).
+/// The stop ([`crate::replay::drain`]): the pending wake-ups are dropped, and the requests in
+/// flight are waited out with the state machine taking in each one that ends.
 async fn drain(
     sc: &mut Sched,
     interrupt: &mut watch::Receiver<u32>,
-    mut stop: StopReason,
-    mut message: Option<String>,
+    stop: StopReason,
+    message: Option<String>,
 ) -> (StopReason, Option<String>) {
-    let sh = sc.sh.clone();
-    let _ = sh.stop_new.send_replace(true);
     sc.heap.clear();
-    if stop == StopReason::ThresholdExceeded {
-        let _ = sh.cancel.send_replace(true);
-    }
-    let grace = sh.cfg.grace.map(|g| tokio::time::Instant::now() + g);
-    loop {
-        let again = interrupt.changed();
-        let timeout = async {
-            match grace {
-                Some(g) => tokio::time::sleep_until(g).await,
-                None => std::future::pending().await,
+    let sh = sc.sh.clone();
+    super::drain::drain(&sh, sc, interrupt, stop, message).await
+}
+
+impl super::drain::InFlight for Sched {
+    async fn next_done(&mut self) -> bool {
+        match self.tasks.join_next().await {
+            None => false,
+            Some(Ok(d)) => {
+                self.on_done(d);
+                true
             }
-        };
-        tokio::select! {
-            r = sc.tasks.join_next() => match r {
-                None => break,
-                Some(Ok(d)) => sc.on_done(d),
-                Some(Err(_)) => {}
-            },
-            _ = timeout => {
-                tracing::warn!("grace period over; cancelling in-flight requests");
-                let _ = sh.cancel.send_replace(true);
-                while sc.tasks.join_next().await.is_some() {}
-                break;
-            }
-            _ = again => {
-                if stop == StopReason::Completed {
-                    stop = StopReason::Interrupted;
-                    message = Some("interrupted while draining; in-flight requests were cancelled".into());
-                }
-                let _ = sh.cancel.send_replace(true);
-                while sc.tasks.join_next().await.is_some() {}
-                break;
-            }
+            Some(Err(_)) => true,
         }
     }
-    (stop, message)
+
+    async fn abandon(&mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
 }
 
 /// The outcome of a replay that reached profiling.

@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::prompt::{sendable_starts, AssistantMode, PromptSynth, Tiling};
-use super::stats::{corpus_stats, dataset_tree_stats, Dist, TreeStats};
-use super::synth::{write_corpus, SynthOptions};
-use super::tokens::TokenCounter;
-use super::warnings::WarningReport;
-use super::{Dataset, DatasetError, OpenOptions, Trajectory};
+use crate::dataset::prompt::{sendable_starts, AssistantMode, PromptSynth, Tiling};
+use crate::dataset::stats::{corpus_stats, dataset_tree_stats, Dist, TreeStats};
+use crate::dataset::synth::{write_corpus, SynthOptions};
+use crate::dataset::tokens::TokenCounter;
+use crate::dataset::warnings::WarningReport;
+use crate::dataset::{Dataset, DatasetError, OpenOptions, Trajectory};
 
 /// Arguments of `agentx-host dataset`.
 #[derive(Debug, Args)]
