@@ -16,9 +16,9 @@
 //!   [`chat_template::ChatTemplate::beside`] reads the model's chat template next to that
 //!   `tokenizer.json` (`--apply-chat-template`).
 //!
-//! Views and conversations borrow the [`Dataset`] and the [`PromptSynth`]. A run keeps both for its whole
-//! life, so a replay that moves conversations into spawned tasks can leak them once (`Box::leak`) to
-//! borrow them as `'static`.
+//! Views and conversations borrow the [`Dataset`] and the [`PromptSynth`]. A replay that moves
+//! conversations into spawned tasks borrows them as `'static`: a run keeps each one once per
+//! process and distinct input (`run::kept`), so runs in one process share them.
 //!
 //! Import warnings (what aiperf accepts beyond this importer's checks, [`warnings`]) never fail an open;
 //! they are logged as one line and kept in the entry ([`Dataset::warnings`], [`Dataset::check_strict`]).

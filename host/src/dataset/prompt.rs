@@ -122,7 +122,7 @@ pub enum PromptError {
 }
 
 /// The settings that determine prompt text: the seed and the word vocabulary.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptSynth {
     seed: u64,
     vocab: Vocabulary,

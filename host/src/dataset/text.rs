@@ -121,7 +121,7 @@ const SLOT: usize = 8;
 ///
 /// [`Vocabulary::STANDARD`] holds [`WORDS`]; [`Vocabulary::filtered`] keeps the words a given tokenizer
 /// encodes as one token and repeats them to fill the table, so text generation has one code path.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Vocabulary {
     slots: [[u8; SLOT]; VOCAB_LEN],
     lens: [u8; VOCAB_LEN],

@@ -41,9 +41,9 @@ pub(super) fn plan(
 ) -> anyhow::Result<Planning> {
     let s = &p.settings;
     let conc = s.concurrency;
-    let synth: &'static PromptSynth = Box::leak(Box::new(
+    let synth = super::kept::synth(
         PromptSynth::for_counter(seed, &p.counter).with_tiling(tiling(p.decisions.prompt_tiling)),
-    ));
+    );
     let run_id = run_id.unwrap_or_else(fresh_id);
     let dir = |run_id: &str| {
         cfg.output
@@ -276,15 +276,14 @@ impl TreePlanned {
 /// alive streams, the rules and the delays.
 fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     let t0 = std::time::Instant::now();
-    let corpus = dataset::tree::corpus::TreeCorpus::open(
-        d.ds,
-        &dataset::tree::corpus::TreeOpen {
+    let corpus = super::kept::corpus(d.ds.cache_key(), d.basis, || {
+        let open = dataset::tree::corpus::TreeOpen {
             basis: d.basis,
             ..Default::default()
-        },
-    )?;
+        };
+        Ok(dataset::tree::corpus::TreeCorpus::open(d.ds, &open)?)
+    })?;
     let opened_in = t0.elapsed();
-    let corpus: &'static dataset::tree::corpus::TreeCorpus = Box::leak(Box::new(corpus));
     let trees: Vec<_> = corpus.trees.iter().map(replay::tree::wit_tree).collect();
     let built_in = t0.elapsed();
     let rules = d.inst.rules(&d.resolved.settings)?;

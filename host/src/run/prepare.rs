@@ -125,7 +125,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
             );
         }
     }
-    let ds: &'static Dataset = Box::leak(Box::new(ds));
+    let ds = super::kept::dataset(ds);
     let effective = cfg.clone();
     let mode_source = match (decisions.assistant_text, effective.plan.mode_given) {
         (Some(_), _) => "scenario",
