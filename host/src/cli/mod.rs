@@ -18,6 +18,7 @@ pub mod merge;
 pub mod report;
 pub mod run;
 mod run_plan;
+pub mod shard;
 pub mod sim;
 pub mod sweep;
 

@@ -705,7 +705,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
     if let Some(b) = demo_banner(a) {
         tracing::info!("{b}");
     }
-    let flags = crate::run::shard::ShardFlags {
+    let flags = super::shard::ShardFlags {
         shard: a.shard.clone(),
         shards: a.shards,
         coordinator: a.coordinator.clone(),
@@ -715,7 +715,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         merge_into: a.merge_into.clone(),
     };
     let env = |k: &str| std::env::var(k).ok();
-    let (shard, job_run_id) = match crate::run::shard::resolve(&flags, &env)? {
+    let (shard, job_run_id) = match super::shard::resolve(&flags, &env)? {
         Some((c, id)) => (Some(c), id),
         None => (None, None),
     };

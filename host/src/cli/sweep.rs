@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::anyhow;
+use anyhow::{anyhow, bail};
 use clap::{Args, Parser};
 
 use super::report::IdentityArgs;
@@ -13,7 +13,7 @@ use super::run::{run_config, RunArgs};
 use crate::export::bmk::Identity;
 use crate::export::sweep::PointStatus;
 use crate::run::server_cmd::ServerSpec;
-use crate::run::sweep::{parse_concurrency, run_sweep, SweepConfig};
+use crate::run::sweep::{run_sweep, SweepConfig};
 use crate::run::Cancel;
 
 /// Flags of `agentx-host sweep`: every flag of `run`, with `--concurrency` a list of points.
@@ -241,4 +241,59 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         errln!("interrupted: the finished points are kept; rerun with --resume to run the rest");
     }
     Ok(ExitCode::from(out.code()))
+}
+
+/// Parses `--concurrency 1,4,16`: positive, strictly increasing, not empty.
+fn parse_concurrency(text: &str) -> anyhow::Result<Vec<u32>> {
+    let mut out: Vec<u32> = Vec::new();
+    for part in text.split(',') {
+        let p = part.trim();
+        if p.is_empty() {
+            continue;
+        }
+        let n: u32 = p.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+            anyhow!("--concurrency {text:?}: {p:?} is not a positive number of lanes")
+        })?;
+        out.push(n);
+    }
+    if out.is_empty() {
+        bail!("--concurrency is empty: a sweep needs its points, e.g. --concurrency 1,4,16,64,256");
+    }
+    if out.windows(2).any(|w| w[1] <= w[0]) {
+        let mut sorted = out.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let list = sorted
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        bail!(
+            "--concurrency {text:?} must list each point once, in increasing order (the sweep runs them in order); pass --concurrency {list}"
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_lists_are_positive_and_increasing() {
+        assert_eq!(parse_concurrency("1,4, 16").unwrap(), vec![1, 4, 16]);
+        let e = parse_concurrency("4,1,16").unwrap_err().to_string();
+        assert!(e.contains("pass --concurrency 1,4,16"), "{e}");
+        let e = parse_concurrency("4,4").unwrap_err().to_string();
+        assert!(e.contains("each point once"), "{e}");
+        assert!(parse_concurrency("")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        assert!(parse_concurrency("1,x")
+            .unwrap_err()
+            .to_string()
+            .contains("\"x\""));
+        assert!(parse_concurrency("0").is_err());
+    }
 }
