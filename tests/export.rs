@@ -124,6 +124,7 @@ fn info() -> RunInfo {
             "hf_split": "train",
         })),
         warmup_naming: Default::default(),
+        goodput: None,
     }
 }
 

@@ -7,6 +7,7 @@ mod deploy;
 mod differential;
 mod export;
 mod front_door;
+mod goodput;
 mod html;
 mod inferencex;
 mod infx_bench;

@@ -277,6 +277,12 @@ pub struct RunArgs {
     /// Time-slice width of the timeslice exports, seconds [default: no timeslice exports].
     #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
     pub slice_duration: Option<f64>,
+    /// Service-level objectives of a good request, as aiperf's --goodput: space-separated
+    /// METRIC:VALUE pairs in each metric's display unit, e.g. "time_to_first_token:2000
+    /// inter_token_latency:50 request_latency:60000" (vLLM's ttft, tpot and e2el are accepted). The
+    /// exports gain good_request_count, goodput and good_request_fraction.
+    #[arg(help_heading = "Outputs", long, value_name = "SLOS", value_parser = |s: &str| crate::metrics::goodput::Goodput::parse(s))]
+    pub goodput: Option<crate::metrics::goodput::Goodput>,
     /// Do not scrape the server's Prometheus `/metrics`.
     #[arg(help_heading = "Outputs", long)]
     pub no_server_metrics: bool,
@@ -730,6 +736,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         output: crate::run::artifact_dir::OutputDir::from_flag(a.output_artifact_dir.clone()),
         overwrite: a.overwrite,
         slice_duration: a.slice_duration,
+        goodput: a.goodput.clone(),
         no_server_metrics: a.no_server_metrics,
         server_metrics: a.server_metrics.clone(),
         skip_preflight: a.skip_preflight,
@@ -801,6 +808,14 @@ fn print_summary(
     outln!("itl (ms)      {}", d(&s.itl_ms));
     outln!("latency (ms)  {}", d(&s.latency_ms));
     outln!("send lag (ms) {}", d(&s.send_lag_ms));
+    if let Some(g) = &s.goodput {
+        outln!(
+            "goodput       {:.2} good req/s, {} good requests ({:.1}% of those sent)",
+            g.goodput,
+            g.good_request_count,
+            100.0 * g.good_request_fraction
+        );
+    }
     if reasons.is_empty() {
         outln!("submission    valid");
     } else {

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value as Json};
 
+use crate::metrics::goodput::Goodput;
 use crate::metrics::stats::{
     self, Aggregate, Class, MetricDef, Stats, Value, PERCENTILES, STAT_KEYS,
 };
@@ -67,6 +68,8 @@ pub struct RunInfo {
     pub dataset: Option<Json>,
     /// How `profile_export.jsonl` names the phases (the reference the run follows).
     pub warmup_naming: WarmupNaming,
+    /// `--goodput`: its figures join the aggregate metrics.
+    pub goodput: Option<Goodput>,
 }
 
 /// How `profile_export.jsonl` names the warmup phase: the one place that choice lives. In both
@@ -369,6 +372,15 @@ fn scalar_block(m: &MetricDef, v: &Value) -> Ordered {
     b
 }
 
+/// The run's aggregate and derived metrics, and the goodput figures when `--goodput` was given.
+fn run_values(records: &[RequestRecord], info: &RunInfo) -> Vec<(MetricDef, Value)> {
+    let mut values = Aggregate::of(records.iter()).run_values(info.anchor_unix_ns);
+    if let Some(g) = &info.goodput {
+        values.extend(g.of_run(records).values());
+    }
+    values
+}
+
 fn profiling(records: &[RequestRecord]) -> Vec<&RequestRecord> {
     records
         .iter()
@@ -428,7 +440,7 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
     for (m, s) in stats::distributions(prof.iter().copied()) {
         o.put_ordered(m.tag, stats_block(&m, &s));
     }
-    for (m, v) in Aggregate::of(records.iter()).run_values(info.anchor_unix_ns) {
+    for (m, v) in run_values(records, info) {
         o.put_ordered(m.tag, scalar_block(&m, &v));
     }
     for (m, v) in stats::e2e_normalized_interactivity(prof.iter().copied()) {
@@ -569,7 +581,7 @@ pub fn aggregate_csv(records: &[RequestRecord], info: &RunInfo) -> String {
     let prof = profiling(records);
     let mut dists = stats::distributions(prof.iter().copied());
     dists.sort_by_key(|(m, _)| m.tag);
-    let mut scalars = Aggregate::of(records.iter()).run_values(info.anchor_unix_ns);
+    let mut scalars = run_values(records, info);
     scalars.sort_by_key(|(m, _)| m.tag);
     let mut out = String::new();
     if !dists.is_empty() {
@@ -843,6 +855,7 @@ mod tests {
             prefix_stamps: HashMap::from([("trace-a".to_string(), vec![(3, 4), (9, 9)])]),
             dataset: None,
             warmup_naming: WarmupNaming::aiperf013(),
+            goodput: None,
         }
     }
 
@@ -967,6 +980,31 @@ mod tests {
             .nth(1)
             .unwrap()
             .starts_with("{\"metadata\":{\"session_num\""));
+    }
+
+    #[test]
+    fn goodput_joins_the_aggregate_only_when_asked() {
+        let j = aggregate_json(&records(), &info()).into_json();
+        assert!(j.get("goodput").is_none() && j.get("good_request_count").is_none());
+        let info = RunInfo {
+            goodput: Some(crate::metrics::goodput::Goodput::parse("ttft:150").unwrap()),
+            ..info()
+        };
+        let j = aggregate_json(&records(), &info).into_json();
+        // Of the two successes (TTFT 100 and 300 ms) one is good; three more failed or were
+        // cancelled; the benchmark duration is 2 s.
+        assert_eq!(
+            j["good_request_count"],
+            json!({"unit": "requests", "avg": 1.0})
+        );
+        assert_eq!(j["goodput"], json!({"unit": "requests/sec", "avg": 0.5}));
+        assert_eq!(
+            j["good_request_fraction"],
+            json!({"unit": "ratio", "avg": 0.2})
+        );
+        let csv = aggregate_csv(&records(), &info);
+        assert!(csv.contains("Goodput (requests/sec),0.50"), "{csv}");
+        assert!(csv.contains("\nGood Request Count,1\n"), "{csv}");
     }
 
     #[test]

@@ -521,17 +521,22 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             ("duration (s)", num(f("duration_seconds"), 1)),
         ],
     );
-    let throughput = Table::kv(
-        "Throughput",
-        vec![
-            ("requests/s", num(f("mean_qps"), 2)),
-            ("input tokens/s", num(f("input_tput_tps"), 0)),
-            ("output tokens/s", num(f("output_tput_tps"), 0)),
-            ("total tokens/s", num(f("total_tput_tps"), 0)),
-            ("server cache hit rate", pct(f("server_gpu_cache_hit_rate"))),
-            ("response cache hit rate", pct(f("response_cache_hit_rate"))),
-        ],
-    );
+    let mut throughput_rows = vec![
+        ("requests/s", num(f("mean_qps"), 2)),
+        ("input tokens/s", num(f("input_tput_tps"), 0)),
+        ("output tokens/s", num(f("output_tput_tps"), 0)),
+        ("total tokens/s", num(f("total_tput_tps"), 0)),
+        ("server cache hit rate", pct(f("server_gpu_cache_hit_rate"))),
+        ("response cache hit rate", pct(f("response_cache_hit_rate"))),
+    ];
+    if let Some(g) = summary.and_then(|s| s.summary.goodput) {
+        throughput_rows.extend([
+            ("goodput (good requests/s)", num(Some(g.goodput), 2)),
+            ("good requests", g.good_request_count.to_string()),
+            ("good fraction", pct(Some(g.good_request_fraction))),
+        ]);
+    }
+    let throughput = Table::kv("Throughput", throughput_rows);
     let latency = Table {
         title: "Latency (ms) and interactivity (tokens/s/user)".into(),
         header: ["", "p50", "p90", "p99", "mean", "n"]

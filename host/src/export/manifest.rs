@@ -45,6 +45,9 @@ pub struct Manifest {
     pub resolve_invalid_reasons: Vec<String>,
     #[serde(default)]
     pub slice_duration: Option<f64>,
+    /// `--goodput`'s objectives (aiperf's tags), for a merge's exports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<String>,
     #[serde(default)]
     pub http: Option<HttpInfo>,
     #[serde(default)]

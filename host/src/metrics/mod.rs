@@ -7,6 +7,7 @@
 
 pub mod dist;
 pub mod engines;
+pub mod goodput;
 pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
@@ -78,6 +79,9 @@ pub struct Summary {
     pub send_lag_ms: Option<Dist>,
     pub isl: Option<Dist>,
     pub osl: Option<Dist>,
+    /// `--goodput`'s figures (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<goodput::GoodputFigures>,
 }
 
 impl Summary {

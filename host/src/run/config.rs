@@ -37,6 +37,8 @@ pub struct RunConfig {
     /// `--overwrite`: a named directory that holds another run is replaced instead of refused.
     pub overwrite: bool,
     pub slice_duration: Option<f64>,
+    /// `--goodput`: the objectives a good request meets.
+    pub goodput: Option<crate::metrics::goodput::Goodput>,
     pub no_server_metrics: bool,
     /// More `/metrics` endpoints besides the server's own.
     pub server_metrics: Vec<String>,

@@ -319,7 +319,15 @@ fn write_merged(
     }
     files.push(put(RECORDS_FILE, &jsonl)?);
     files.push(put(MANIFEST_FILE, manifest.to_json_pretty().as_bytes())?);
-    let summary = crate::metrics::Summary::of(records);
+    let goodput = match &m0.goodput {
+        Some(spec) => Some(
+            crate::metrics::goodput::Goodput::parse(spec)
+                .map_err(|e| anyhow!("shard 0's manifest: goodput {spec:?}: {e}"))?,
+        ),
+        None => None,
+    };
+    let mut summary = crate::metrics::Summary::of(records);
+    summary.goodput = goodput.as_ref().map(|g| g.of_run(records));
     let mut doc = shards[0].summary.clone();
     doc.stop = Some(stop);
     doc.message = (!message.is_empty()).then(|| message.join("; "));
@@ -363,6 +371,7 @@ fn write_merged(
             .and_then(crate::dataset::alias::lookup)
             .map(|a| super::outputs::alias_dataset_json(a, m0.dataset.num_dataset_entries)),
         warmup_naming: Default::default(),
+        goodput,
     };
     let slice = m0.slice_duration;
     let (written, failed) = super::outputs::write_exports(&art, records, &info, slice, None);

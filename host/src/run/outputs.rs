@@ -195,6 +195,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         not_acted_on: p.not_acted_on.clone(),
         resolve_invalid_reasons: resolved.invalid_reasons.clone(),
         slice_duration: cfg.slice_duration,
+        goodput: cfg.goodput.as_ref().map(|g| g.spec()),
         http: Some(HttpInfo {
             correlation_header: rp.client.routing.correlation.as_str().to_string(),
             session_headers: rp
@@ -366,7 +367,8 @@ pub(super) fn conclude(
     d.manifest.profiling_started_ns = outcome.profiling_ns.map(|(a, _)| a);
     d.manifest.stop = Some(outcome.stop.as_str().to_string());
     d.write_manifest()?;
-    let summary = Summary::of(&e.records);
+    let mut summary = Summary::of(&e.records);
+    summary.goodput = cfg.goodput.as_ref().map(|g| g.of_run(&e.records));
     let summary_path = write_summary(
         cfg, p, planned, &e.url, d, &outcome, &reasons, e.written, &summary,
     )?;
@@ -498,6 +500,7 @@ fn exports(
             .alias()
             .map(|alias| alias_dataset_json(alias, cfg.num_dataset_entries)),
         warmup_naming: crate::export::aiperf::WarmupNaming(p.decisions.warmup_phase_name.clone()),
+        goodput: cfg.goodput.clone(),
     };
     let server = scrape_log.map(|log| {
         check_scrapes(cfg, log);
