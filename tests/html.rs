@@ -149,6 +149,7 @@ fn sweep(scale: f64, conc: &[u32], failed: Option<u32>) -> Sweep {
             result_filename: "agentx".into(),
         },
         points,
+        slo: None,
     }
 }
 

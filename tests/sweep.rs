@@ -388,3 +388,111 @@ fn a_sweep_with_a_drawn_seed_resumes_with_it() {
         r.stderr()
     );
 }
+
+/// `--slo --find-max` against a server whose inter-token latency grows with the requests it runs
+/// (5 ms, plus 5 ms per running request): the search brackets over the ladder, bisects, and answers
+/// with a point that met the SLO next to one that did not; `--resume` retraces it without running a
+/// point again.
+#[test]
+fn find_max_brackets_bisects_and_resumes() {
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Modeled(agentx::sim::ModelTiming {
+        prefill_tokens_per_s: 1e6,
+        prefill_overhead: std::time::Duration::from_millis(5),
+        itl_base: std::time::Duration::from_millis(5),
+        itl_per_seq: std::time::Duration::from_millis(5),
+        speed: 1.0,
+    });
+    let sim = Sim::start(cfg);
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("sweep");
+    let flags = [
+        "--concurrency",
+        "1,8",
+        "--slo",
+        "inter_token_latency_avg:17.5 request_throughput:0.1",
+        "--find-max",
+        "--ignore-trace-delays",
+    ];
+    let r = sweep(&sim.url(), work.path(), &flags);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let s = json(&out.join("sweep.json"));
+    let slo = &s["slo"];
+    let f = &slo["find_max"];
+    let order: Vec<u64> = f["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(order.len() >= 3 && order[..2] == [1, 8], "{slo}");
+    let verdict = |n: u64| {
+        slo["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["concurrency"] == n)
+            .unwrap_or_else(|| panic!("no verdict for {n}: {slo}"))["meets"]
+            .as_bool()
+            .unwrap()
+    };
+    // Every point the search ran is a normal point of the sweep, with its verdict.
+    let points: Vec<u64> = s["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["concurrency"].as_u64().unwrap())
+        .collect();
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    assert_eq!(points, sorted, "points in increasing concurrency");
+    for &n in &order {
+        assert!(out.join(format!("conc_{n}/run_manifest.json")).is_file());
+        verdict(n);
+    }
+    let answer = f["max_concurrency"]
+        .as_u64()
+        .expect("concurrency 1 meets the SLO");
+    assert!(verdict(answer), "{f}");
+    assert_eq!(f["bracketed"], true, "8 lanes are slower: {slo}");
+    let failing = f["first_failing"].as_u64().unwrap();
+    assert!(!verdict(failing) && failing > answer, "{f}");
+    assert!(failing - answer <= f["resolution"].as_u64().unwrap(), "{f}");
+    assert_eq!(f["resolution"], 1);
+    assert!(r
+        .stdout()
+        .contains(&format!("find-max      concurrency {answer} meets the SLO")));
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains(&format!(
+        "the highest concurrency that meets it is {answer}"
+    )));
+
+    // --resume runs nothing again and reaches the same answer.
+    let mut again = flags.to_vec();
+    again.push("--resume");
+    let r = sweep(&sim.url(), work.path(), &again);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(
+        !r.stderr().contains("sweep: concurrency 1 into"),
+        "{}",
+        r.stderr()
+    );
+    let s2 = json(&out.join("sweep.json"));
+    assert_eq!(s2["slo"]["find_max"], *f);
+
+    // An SLO on a goodput figure needs --goodput; --find-max needs --slo.
+    let r = sweep(
+        &sim.url(),
+        work.path(),
+        &["--concurrency", "1", "--slo", "good_request_fraction:0.9"],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(r.stderr().contains("--goodput"), "{}", r.stderr());
+    let r = sweep(
+        &sim.url(),
+        work.path(),
+        &["--concurrency", "1", "--find-max"],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(r.stderr().contains("--slo"), "{}", r.stderr());
+}

@@ -12,6 +12,8 @@ use super::report::IdentityArgs;
 use super::run::{run_config, RunArgs};
 use crate::export::bmk::Identity;
 use crate::export::sweep::PointStatus;
+use crate::metrics::slo::SloSet;
+use crate::run::find_max::FindMax;
 use crate::run::server_cmd::ServerSpec;
 use crate::run::sweep::{run_sweep, SweepConfig};
 use crate::run::Cancel;
@@ -55,6 +57,22 @@ pub struct SweepArgs {
     /// weights first).
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
     pub server_ready_timeout: f64,
+    /// Judge every point by run-level objectives: space-separated FIGURE:BOUND pairs, a
+    /// per-request metric with its statistic (time_to_first_token_p90:2000,
+    /// inter_token_latency_p99:50, request_latency_avg:30000) or a run figure
+    /// (request_throughput:5, good_request_fraction:0.9 with --goodput). Throughputs and fractions
+    /// are met at or above their bound, the rest at or below. The verdicts go to sweep.json's `slo`.
+    #[arg(long, value_name = "SLOS", value_parser = |s: &str| SloSet::parse(s).map(|x| (s.to_string(), x)))]
+    pub slo: Option<(String, SloSet)>,
+    /// Search for the highest concurrency whose point meets --slo: the --concurrency points in
+    /// order until one fails, then bisection between the last that met it and the first that did
+    /// not. Every point is a normal point of the sweep; --resume retraces the search.
+    #[arg(long, requires = "slo")]
+    pub find_max: bool,
+    /// Stop the --find-max bisection when the answer and the first failing point are at most N
+    /// lanes apart [default: a tenth of the answer, at least 1].
+    #[arg(long, value_name = "N", requires = "find_max", value_parser = clap::value_parser!(u32).range(1..))]
+    pub find_max_resolution: Option<u32>,
 }
 
 /// InferenceX's identity variables (RUNNER_TYPE, FRAMEWORK, TP, ...), read from the environment.
@@ -172,9 +190,22 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         .identity;
     let idle_timeout = crate::run::positive_secs("--idle-timeout", a.idle_timeout)?;
     let dir = sweep_dir(a.run.output_artifact_dir.as_deref(), a.resume)?;
+    if let Some((text, slo)) = &a.slo {
+        if slo.needs_goodput() && run.goodput.is_none() {
+            anyhow::bail!(
+                "--slo {text:?} names a goodput figure, which only a run with --goodput measures: add --goodput with the per-request objectives"
+            );
+        }
+    }
+    let find_max = a.find_max.then(|| FindMax {
+        ladder: concurrency.clone(),
+        resolution: a.find_max_resolution,
+    });
     let cfg = SweepConfig {
         dir: dir.clone(),
         run,
+        slo: a.slo.clone(),
+        find_max,
         concurrency,
         resume: a.resume,
         gpus: a.gpus,
@@ -231,6 +262,7 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             outln!("        {e}");
         }
     }
+    print_slo(&out.sweep);
     outln!("sweep         {}", dir.display());
     for file in &out.files {
         if let Some(name) = file.file_name() {
@@ -241,6 +273,39 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         errln!("interrupted: the finished points are kept; rerun with --resume to run the rest");
     }
     Ok(ExitCode::from(out.code()))
+}
+
+/// Each point's verdict under --slo, and the --find-max answer.
+fn print_slo(sweep: &crate::export::sweep::Sweep) {
+    let Some(r) = &sweep.slo else { return };
+    let verdicts: Vec<String> = r
+        .points
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}",
+                p.concurrency,
+                if p.meets { "meets" } else { "fails" }
+            )
+        })
+        .collect();
+    outln!("slo           {}: {}", r.slo, verdicts.join(", "));
+    if let Some(f) = &r.find_max {
+        match (f.max_concurrency, f.bracketed) {
+            (Some(n), true) => outln!(
+                "find-max      concurrency {n} meets the SLO; {} does not (resolution {} lanes)",
+                f.first_failing.map_or("-".into(), |x| x.to_string()),
+                f.resolution
+            ),
+            (Some(n), false) => outln!(
+                "find-max      concurrency {n}, the last point given, meets the SLO: the maximum may lie above it; extend --concurrency"
+            ),
+            (None, _) => outln!(
+                "find-max      not even concurrency {} meets the SLO; start --concurrency lower",
+                f.order.first().map_or("-".into(), |x| x.to_string())
+            ),
+        }
+    }
 }
 
 /// Parses `--concurrency 1,4,16`: positive, strictly increasing, not empty.

@@ -124,7 +124,49 @@ impl Point {
 pub struct Sweep {
     pub schema: String,
     pub inputs: SweepInputs,
+    /// In increasing concurrency.
     pub points: Vec<Point>,
+    /// `--slo`: each point's verdict, and the `--find-max` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloReport>,
+}
+
+/// What `--slo` made of the sweep's points.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloReport {
+    /// The objectives as given.
+    pub slo: String,
+    /// Each point's verdict and figures, in increasing concurrency.
+    pub points: Vec<SloPoint>,
+    /// `--find-max`: the search's answer (absent until it is done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub find_max: Option<FindMaxAnswer>,
+}
+
+/// One point's verdict under `--slo`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloPoint {
+    pub concurrency: u32,
+    /// Completed and met every objective.
+    pub meets: bool,
+    /// Each objective's figure (`null`: the run has none).
+    pub figures: std::collections::BTreeMap<String, Option<f64>>,
+}
+
+/// The `--find-max` answer and how it was reached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindMaxAnswer {
+    /// The highest concurrency that met the SLO (`null`: not even the ladder's first point).
+    pub max_concurrency: Option<u32>,
+    /// Whether a failing point bounds the answer (false: every point of the ladder met the SLO,
+    /// so the maximum may lie above it).
+    pub bracketed: bool,
+    /// The lowest failing concurrency above the answer, when bracketed.
+    pub first_failing: Option<u32>,
+    /// How far apart the answer and the first failing point may be when the search stops (lanes).
+    pub resolution: u32,
+    /// The points in the order the search ran them.
+    pub order: Vec<u32>,
 }
 
 /// Errors of reading or writing a sweep's summary.
@@ -313,6 +355,7 @@ mod tests {
                 pt(1, 100.0, 10.0),
                 Point::failed(4, "conc_4".into(), "refused, \"x\"".into()),
             ],
+            slo: None,
         };
         let dir = tempfile::tempdir().unwrap();
         s.write(&crate::fsio::Root::open(dir.path()).unwrap())

@@ -576,6 +576,9 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
         links,
     };
     let mut tables = vec![what, points];
+    if let Some(r) = &s.slo {
+        tables.push(slo_table(r));
+    }
     let failed: Vec<Vec<String>> = pts
         .iter()
         .filter(|p| !p.done())
@@ -607,6 +610,53 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
         tables,
         charts: charts(&[("", s)]),
         charts_heading: Some("Throughput, interactivity and latency by concurrency".into()),
+    }
+}
+
+/// `--slo`: each point's verdict and figures, titled with the `--find-max` answer.
+fn slo_table(r: &crate::export::sweep::SloReport) -> Table {
+    let names: Vec<String> = r
+        .points
+        .first()
+        .map(|p| p.figures.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut header = vec!["concurrency".to_string(), "meets the SLO".to_string()];
+    header.extend(names.iter().cloned());
+    let rows = r
+        .points
+        .iter()
+        .map(|p| {
+            let mut row = vec![
+                p.concurrency.to_string(),
+                if p.meets { "yes" } else { "no" }.to_string(),
+            ];
+            row.extend(
+                names
+                    .iter()
+                    .map(|n| num(p.figures.get(n).copied().flatten(), 2)),
+            );
+            row
+        })
+        .collect();
+    let answer = match &r.find_max {
+        None => String::new(),
+        Some(f) => match (f.max_concurrency, f.bracketed) {
+            (Some(n), true) => format!(
+                ": the highest concurrency that meets it is {n} ({} does not; resolution {} lanes)",
+                f.first_failing.map_or("-".into(), |x| x.to_string()),
+                f.resolution
+            ),
+            (Some(n), false) => {
+                format!(": every point met it, up to {n}; the maximum may lie above")
+            }
+            (None, _) => ": not even the first point meets it".to_string(),
+        },
+    };
+    Table {
+        title: format!("SLO {}{answer}", r.slo),
+        header,
+        rows,
+        links: Vec::new(),
     }
 }
 
@@ -692,6 +742,7 @@ mod tests {
                 result_filename: "agentx".into(),
             },
             points,
+            slo: None,
         }
     }
 

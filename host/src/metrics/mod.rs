@@ -11,6 +11,7 @@ pub mod goodput;
 pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
+pub mod slo;
 pub mod stability;
 pub mod stats;
 

@@ -11,6 +11,7 @@ pub mod artifact_dir;
 pub mod config;
 pub mod connect;
 pub mod finalize;
+pub mod find_max;
 mod kept;
 pub mod merge;
 pub mod outputs;

@@ -16,12 +16,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 
+use super::find_max::{FindMax, Step};
 use super::server_cmd::{self, Server, ServerError, ServerSpec};
 use super::{execute, input_ids, Cancel, RunConfig, RunOutcome};
 use crate::export::bmk::{self, Identity, Layout};
 use crate::export::manifest::{Manifest, ServerInfo};
-use crate::export::sweep::{Point, PointStatus, Sweep, SweepInputs, Tail, SCHEMA};
+use crate::export::sweep::{
+    FindMaxAnswer, Point, PointStatus, SloPoint, SloReport, Sweep, SweepInputs, Tail, SCHEMA,
+};
 use crate::metrics::scrape_log::{EndpointLog, ServerSnapshot};
+use crate::metrics::slo::SloSet;
 use crate::scenario::types::{Setting, Value};
 
 /// A sweep: the run every point shares, and what differs.
@@ -43,6 +47,11 @@ pub struct SweepConfig {
     pub identity: Identity,
     /// `--server-cmd`: a fresh server for every point.
     pub server: Option<ServerSpec>,
+    /// `--slo`: the objectives each point is judged by (as given, and parsed).
+    pub slo: Option<(String, SloSet)>,
+    /// `--find-max`: search for the highest concurrency that meets the SLO, the concurrency list
+    /// its ladder.
+    pub find_max: Option<FindMax>,
 }
 
 /// What a sweep did.
@@ -273,67 +282,68 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         schema: SCHEMA.into(),
         inputs,
         points: Vec::new(),
+        slo: cfg.slo.as_ref().map(|(text, _)| SloReport {
+            slo: text.clone(),
+            points: Vec::new(),
+            find_max: None,
+        }),
     };
-    let mut interrupted = false;
     let servers = metrics_urls(&cfg.run);
     let _signals = cfg.run.signals.then(|| SweepSignals::forward(cancel));
-    let mut ran_one = false;
-    for &n in &cfg.concurrency {
-        let rel = conc_dir(n);
-        let dir = cfg.dir.join(&rel);
-        if let Some(p) = previous
-            .as_ref()
-            .filter(|_| cfg.resume)
-            .and_then(|s| s.points.iter().find(|p| p.concurrency == n && p.done()))
-            .filter(|_| dir.join(crate::export::run_summary::RUN_SUMMARY).exists())
-        {
-            tracing::info!("sweep: concurrency {n} finished before; kept (--resume)");
-            let mut p = p.clone();
-            p.status = PointStatus::Resumed;
-            sweep.points.push(p);
-            continue;
-        }
-        if cancel.interrupts() > 0 {
+    let mut pass = Pass {
+        cfg: &cfg,
+        previous: previous.as_ref().filter(|_| cfg.resume),
+        base: &base,
+        seed,
+        root: &root,
+        servers: &servers,
+        cancel,
+        ran_one: false,
+    };
+    let mut ladder = cfg.concurrency.iter().copied();
+    let mut verdicts = std::collections::BTreeMap::new();
+    let mut order = Vec::new();
+    let mut interrupted = false;
+    loop {
+        let n = match &cfg.find_max {
+            Some(f) => match f.next(&verdicts) {
+                Step::Run(n) => n,
+                Step::Done { answer, bracketed } => {
+                    let report = sweep.slo.as_mut().expect("--find-max has an --slo");
+                    report.find_max = Some(FindMaxAnswer {
+                        max_concurrency: answer,
+                        bracketed,
+                        first_failing: verdicts.iter().find(|(_, m)| !**m).map(|(n, _)| *n),
+                        resolution: f.resolution_at(answer.unwrap_or(0)),
+                        order: order.clone(),
+                    });
+                    break;
+                }
+            },
+            None => match ladder.next() {
+                Some(n) => n,
+                None => break,
+            },
+        };
+        let Some(point) = pass.point(n, &mut sweep)? else {
             interrupted = true;
             break;
-        }
-        // A point's fresh server has nothing left to finish.
-        if ran_one && !servers.is_empty() && cfg.server.is_none() {
-            if let Err(e) = wait_idle(&servers, cfg.idle_timeout, cancel) {
-                tracing::error!("sweep: concurrency {n} not run: {e}");
-                sweep.points.push(Point::failed(n, rel, e));
-                write(&sweep, &root)?;
-                continue;
-            }
-        }
-        if dir.exists() {
-            // A failed point of a resumed sweep: its partial run is moved aside, not overwritten.
-            let aside_rel = format!("{rel}.failed-{}", super::fresh_id());
-            let aside = cfg.dir.join(&aside_rel);
-            root.rename(&rel, &aside_rel)
-                .map_err(|e| anyhow!("cannot move the unfinished {} aside: {e}", dir.display()))?;
-            tracing::warn!(
-                "sweep: the unfinished run of concurrency {n} was moved to {}",
-                aside.display()
-            );
-        }
-        tracing::info!("sweep: concurrency {n} into {}", dir.display());
-        let mut run = base.clone();
-        setting(&mut run, "concurrency", Value::Integers(vec![i64::from(n)]));
-        run.output = super::artifact_dir::OutputDir::Given(dir.clone());
-        run.run_id = None;
-        run.argv = point_argv(&cfg.run.argv, n, &dir, seed, None);
-        // The sweep forwards the signals itself (below), between points too.
-        run.signals = false;
-        ran_one = true;
-        let point = match &cfg.server {
-            Some(spec) => served_point(spec, n, rel, run, &cfg, &root, cancel),
-            None => run_point(n, rel, run, &cfg, &root, cancel),
         };
-        if let Some(e) = &point.error {
-            tracing::error!("sweep: concurrency {n} failed: {e}");
+        order.push(n);
+        if let (Some((_, slo)), Some(report)) = (&cfg.slo, sweep.slo.as_mut()) {
+            let judged = judge(slo, &cfg.dir.join(&point.dir), point.done());
+            verdicts.insert(n, judged.meets);
+            report.points.retain(|p| p.concurrency != n);
+            report.points.push(SloPoint {
+                concurrency: n,
+                meets: judged.meets,
+                figures: judged.figures,
+            });
+            report.points.sort_by_key(|p| p.concurrency);
         }
+        sweep.points.retain(|p| p.concurrency != n);
         sweep.points.push(point);
+        sweep.points.sort_by_key(|p| p.concurrency);
         write(&sweep, &root)?;
         if cancel.interrupts() > 0 {
             interrupted = true;
@@ -346,6 +356,94 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         files,
         interrupted,
     })
+}
+
+/// A point's verdict under `--slo`, from the aggregate its run left (a point that did not
+/// complete does not meet it).
+fn judge(slo: &SloSet, dir: &Path, done: bool) -> crate::metrics::slo::Judged {
+    let aggregate = std::fs::read(dir.join(crate::export::bmk::PROFILE_AIPERF))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let mut j = slo.judge(aggregate.as_ref());
+    j.meets &= done;
+    j
+}
+
+/// What every point of one sweep invocation shares.
+struct Pass<'a> {
+    cfg: &'a SweepConfig,
+    /// The sweep a `--resume` goes on with.
+    previous: Option<&'a Sweep>,
+    base: &'a RunConfig,
+    seed: u64,
+    root: &'a crate::fsio::Root,
+    servers: &'a [String],
+    cancel: &'a Cancel,
+    ran_one: bool,
+}
+
+impl Pass<'_> {
+    /// The point of concurrency `n`: kept from the sweep resumed, or run now. `None`: interrupted
+    /// before it ran. A point that cannot wait for idle servers is recorded as failed (and the
+    /// sweep summary written).
+    fn point(&mut self, n: u32, sweep: &mut Sweep) -> anyhow::Result<Option<Point>> {
+        let cfg = self.cfg;
+        let rel = format!("conc_{n}");
+        let dir = cfg.dir.join(&rel);
+        if let Some(p) = self
+            .previous
+            .and_then(|s| s.points.iter().find(|p| p.concurrency == n && p.done()))
+            .filter(|_| dir.join(crate::export::run_summary::RUN_SUMMARY).exists())
+        {
+            tracing::info!("sweep: concurrency {n} finished before; kept (--resume)");
+            let mut p = p.clone();
+            p.status = PointStatus::Resumed;
+            return Ok(Some(p));
+        }
+        if self.cancel.interrupts() > 0 {
+            return Ok(None);
+        }
+        // A point's fresh server has nothing left to finish.
+        if self.ran_one && !self.servers.is_empty() && cfg.server.is_none() {
+            if let Err(e) = wait_idle(self.servers, cfg.idle_timeout, self.cancel) {
+                tracing::error!("sweep: concurrency {n} not run: {e}");
+                let failed = Point::failed(n, rel, e);
+                sweep.points.retain(|p| p.concurrency != n);
+                sweep.points.push(failed.clone());
+                write(sweep, self.root)?;
+                return Ok(Some(failed));
+            }
+        }
+        if dir.exists() {
+            // A failed point of a resumed sweep: its partial run is moved aside, not overwritten.
+            let aside_rel = format!("{rel}.failed-{}", super::fresh_id());
+            let aside = cfg.dir.join(&aside_rel);
+            self.root
+                .rename(&rel, &aside_rel)
+                .map_err(|e| anyhow!("cannot move the unfinished {} aside: {e}", dir.display()))?;
+            tracing::warn!(
+                "sweep: the unfinished run of concurrency {n} was moved to {}",
+                aside.display()
+            );
+        }
+        tracing::info!("sweep: concurrency {n} into {}", dir.display());
+        let mut run = self.base.clone();
+        setting(&mut run, "concurrency", Value::Integers(vec![i64::from(n)]));
+        run.output = super::artifact_dir::OutputDir::Given(dir.clone());
+        run.run_id = None;
+        run.argv = point_argv(&cfg.run.argv, n, &dir, self.seed, None);
+        // The sweep forwards the signals itself (below), between points too.
+        run.signals = false;
+        self.ran_one = true;
+        let point = match &cfg.server {
+            Some(spec) => served_point(spec, n, rel, run, cfg, self.root, self.cancel),
+            None => run_point(n, rel, run, cfg, self.root, self.cancel),
+        };
+        if let Some(e) = &point.error {
+            tracing::error!("sweep: concurrency {n} failed: {e}");
+        }
+        Ok(Some(point))
+    }
 }
 
 /// The summary and its views (the Pareto PNG and report.html; a view that cannot be written is a
