@@ -61,6 +61,17 @@ fn goodput_is_judged_per_request_and_reported_where_aiperf_puts_it() {
     assert!(r.stdout().contains("goodput "), "{}", r.stdout());
     let html = std::fs::read_to_string(r.artifacts().join("report.html")).unwrap();
     assert!(html.contains("goodput (good requests/s)"));
+    // Sessions: each good when every request of it is good (the default share), and each with
+    // its slowdown against the recorded trace (delays ignored here, so faster than recorded).
+    let x = &s["summary"]["sessions"];
+    let sessions: std::collections::HashSet<&str> =
+        prof.iter().map(|r| r.correlation_id.as_str()).collect();
+    assert_eq!(x["sessions"], sessions.len(), "{x}");
+    assert_eq!(x["share"], 1.0);
+    assert!(x["good_sessions"].as_u64().unwrap() <= sessions.len() as u64);
+    assert!(x["slowdown"]["count"].as_u64().unwrap() > 0, "{x}");
+    assert!(x["slowdown"]["p50"].as_f64().unwrap() > 0.0, "{x}");
+    assert!(r.stdout().contains("sessions "), "{}", r.stdout());
     let manifest = r.json("run_manifest.json");
     assert_eq!(
         manifest["goodput"],
@@ -77,6 +88,7 @@ fn without_goodput_the_exports_have_none_of_it() {
         assert_eq!(agg.get(k), None, "{k}");
     }
     assert_eq!(r.summary()["summary"].get("goodput"), None::<&Value>);
+    assert_eq!(r.summary()["summary"].get("sessions"), None::<&Value>);
     assert_eq!(r.json("run_manifest.json").get("goodput"), None::<&Value>);
 }
 

@@ -764,3 +764,36 @@ fn session_trees_keep_the_threshold_and_the_interrupt() {
     .unwrap();
     assert_eq!(s["stop"], "interrupted");
 }
+
+/// `--goodput` in a tree replay: a session is a whole tree (its root stream and every subagent),
+/// each with its slowdown against the recorded trace.
+#[test]
+fn goodput_counts_trees_as_sessions() {
+    let sim = sim();
+    let r = run_trees(
+        &sim.url(),
+        "2",
+        "4",
+        &["--goodput", "ttft:10000", "--session-goodput-share", "0.5"],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let records = r.records();
+    let prof: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|x| x.phase == Phase::Profiling && !x.context_overflow)
+        .collect();
+    let trees: std::collections::HashSet<&str> = prof
+        .iter()
+        .map(|x| x.tree.as_ref().unwrap().root_correlation_id.as_str())
+        .collect();
+    let streams: std::collections::HashSet<&str> =
+        prof.iter().map(|x| x.correlation_id.as_str()).collect();
+    assert!(
+        streams.len() > trees.len(),
+        "the fixture's trees have subagents"
+    );
+    let x = &r.summary()["summary"]["sessions"];
+    assert_eq!(x["sessions"], trees.len(), "{x}");
+    assert_eq!(x["share"], 0.5);
+    assert!(x["slowdown"]["count"].as_u64().unwrap() > 0, "{x}");
+}

@@ -283,6 +283,11 @@ pub struct RunArgs {
     /// exports gain good_request_count, goodput and good_request_fraction.
     #[arg(help_heading = "Outputs", long, value_name = "SLOS", value_parser = |s: &str| crate::metrics::goodput::Goodput::parse(s))]
     pub goodput: Option<crate::metrics::goodput::Goodput>,
+    /// With --goodput: a session (a tree with its subagents, in a tree replay) is good when at
+    /// least this share of its requests are good; run_summary.json's `summary.sessions` gives the
+    /// good sessions and each session's slowdown (replayed over recorded wall time).
+    #[arg(help_heading = "Outputs", long, value_name = "SHARE", default_value_t = 1.0, requires = "goodput", value_parser = share)]
+    pub session_goodput_share: f64,
     /// Do not scrape the server's Prometheus `/metrics`.
     #[arg(help_heading = "Outputs", long)]
     pub no_server_metrics: bool,
@@ -737,6 +742,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         overwrite: a.overwrite,
         slice_duration: a.slice_duration,
         goodput: a.goodput.clone(),
+        session_goodput_share: a.session_goodput_share,
         no_server_metrics: a.no_server_metrics,
         server_metrics: a.server_metrics.clone(),
         skip_preflight: a.skip_preflight,
@@ -757,6 +763,14 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         progress: std::io::stderr().is_terminal(),
         signals: true,
     })
+}
+
+/// `--session-goodput-share`: a share in (0, 1].
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a share in (0, 1], e.g. 0.9")),
+    }
 }
 
 fn print_summary(
@@ -814,6 +828,20 @@ fn print_summary(
             g.goodput,
             g.good_request_count,
             100.0 * g.good_request_fraction
+        );
+    }
+    if let Some(x) = &s.sessions {
+        let slowdown = x.slowdown.as_ref().map_or("-".into(), |d| {
+            format!(
+                "slowdown p50 {:.2}  p90 {:.2}  p99 {:.2}",
+                d.p50, d.p90, d.p99
+            )
+        });
+        outln!(
+            "sessions      {} of {} good ({:.0}% of their requests good); {slowdown}",
+            x.good_sessions,
+            x.sessions,
+            100.0 * x.share
         );
     }
     if reasons.is_empty() {

@@ -536,6 +536,22 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             ("good fraction", pct(Some(g.good_request_fraction))),
         ]);
     }
+    if let Some(x) = summary.and_then(|s| s.summary.sessions.as_ref()) {
+        throughput_rows.extend([
+            (
+                "good sessions",
+                format!("{} of {}", x.good_sessions, x.sessions),
+            ),
+            (
+                "session slowdown p50",
+                num(x.slowdown.as_ref().map(|d| d.p50), 2),
+            ),
+            (
+                "session slowdown p90",
+                num(x.slowdown.as_ref().map(|d| d.p90), 2),
+            ),
+        ]);
+    }
     let throughput = Table::kv("Throughput", throughput_rows);
     let latency = Table {
         title: "Latency (ms) and interactivity (tokens/s/user)".into(),

@@ -48,6 +48,9 @@ pub struct Manifest {
     /// `--goodput`'s objectives (aiperf's tags), for a merge's exports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<String>,
+    /// `--session-goodput-share`, with `goodput`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_goodput_share: Option<f64>,
     #[serde(default)]
     pub http: Option<HttpInfo>,
     #[serde(default)]

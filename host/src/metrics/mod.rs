@@ -11,6 +11,7 @@ pub mod goodput;
 pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
+pub mod sessions;
 pub mod slo;
 pub mod stability;
 pub mod stats;
@@ -83,6 +84,9 @@ pub struct Summary {
     /// `--goodput`'s figures (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub goodput: Option<goodput::GoodputFigures>,
+    /// The sessions under `--goodput`: how many were good, and their slowdown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<sessions::SessionFigures>,
 }
 
 impl Summary {

@@ -39,6 +39,8 @@ pub struct RunConfig {
     pub slice_duration: Option<f64>,
     /// `--goodput`: the objectives a good request meets.
     pub goodput: Option<crate::metrics::goodput::Goodput>,
+    /// `--session-goodput-share`: the share of a session's requests that must be good.
+    pub session_goodput_share: f64,
     pub no_server_metrics: bool,
     /// More `/metrics` endpoints besides the server's own.
     pub server_metrics: Vec<String>,

@@ -327,7 +327,14 @@ fn write_merged(
         None => None,
     };
     let mut summary = crate::metrics::Summary::of(records);
-    summary.goodput = goodput.as_ref().map(|g| g.of_run(records));
+    if let Some(g) = &goodput {
+        summary.goodput = Some(g.of_run(records));
+        let share = m0.session_goodput_share.unwrap_or(1.0);
+        let times = dataset_of(m0)
+            .map(|ds| super::plan::recorded_times(&ds, records))
+            .unwrap_or_default();
+        summary.sessions = Some(crate::metrics::sessions::figures(records, g, share, &times));
+    }
     let mut doc = shards[0].summary.clone();
     doc.stop = Some(stop);
     doc.message = (!message.is_empty()).then(|| message.join("; "));
@@ -399,17 +406,25 @@ fn stamps(
     m: &Manifest,
     records: &[RequestRecord],
 ) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+    dataset_of(m)
+        .map(|ds| super::plan::prefix_stamps(&ds, records))
+        .unwrap_or_default()
+}
+
+/// The dataset the shards replayed, for what the merge reads of the corpus (the theoretical
+/// prefix-cache hit rate, the sessions' recorded times); `None`, with a warning, when it is gone.
+fn dataset_of(m: &Manifest) -> Option<crate::dataset::Dataset> {
     let src = m.dataset.source.display().to_string();
     if src.is_empty() {
-        return Default::default();
+        return None;
     }
     match crate::dataset::Dataset::open_path(&m.dataset.source, &Default::default()) {
-        Ok(ds) => super::plan::prefix_stamps(&ds, records),
+        Ok(ds) => Some(ds),
         Err(e) => {
             tracing::warn!(
-                "{src}: {e}; the merged export has no theoretical prefix-cache hit rate"
+                "{src}: {e}; the merged export has no theoretical prefix-cache hit rate or session slowdown"
             );
-            Default::default()
+            None
         }
     }
 }

@@ -196,6 +196,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         resolve_invalid_reasons: resolved.invalid_reasons.clone(),
         slice_duration: cfg.slice_duration,
         goodput: cfg.goodput.as_ref().map(|g| g.spec()),
+        session_goodput_share: cfg.goodput.as_ref().map(|_| cfg.session_goodput_share),
         http: Some(HttpInfo {
             correlation_header: rp.client.routing.correlation.as_str().to_string(),
             session_headers: rp
@@ -368,7 +369,17 @@ pub(super) fn conclude(
     d.manifest.stop = Some(outcome.stop.as_str().to_string());
     d.write_manifest()?;
     let mut summary = Summary::of(&e.records);
-    summary.goodput = cfg.goodput.as_ref().map(|g| g.of_run(&e.records));
+    if let Some(g) = &cfg.goodput {
+        summary.goodput = Some(g.of_run(&e.records));
+        let times = match &planned.tree {
+            Some(tp) => tp.recorded_times(&e.records),
+            None => super::plan::recorded_times(p.ds, &e.records),
+        };
+        let share = cfg.session_goodput_share;
+        summary.sessions = Some(crate::metrics::sessions::figures(
+            &e.records, g, share, &times,
+        ));
+    }
     let summary_path = write_summary(
         cfg, p, planned, &e.url, d, &outcome, &reasons, e.written, &summary,
     )?;

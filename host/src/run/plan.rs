@@ -272,6 +272,27 @@ impl TreePlanned {
     }
 }
 
+impl TreePlanned {
+    /// Each replayed stream's recorded turns (start and end, ms on its trace's clock), for the
+    /// sessions' slowdown.
+    pub(crate) fn recorded_times(
+        &self,
+        records: &[crate::record::RequestRecord],
+    ) -> crate::metrics::sessions::RecordedTimes {
+        let wanted: std::collections::HashSet<&str> =
+            records.iter().map(|r| r.trace_id.as_str()).collect();
+        let mut out = crate::metrics::sessions::RecordedTimes::new();
+        for s in self.corpus.trees.iter().flat_map(|t| &t.streams) {
+            if wanted.contains(s.id.as_str()) && !out.contains_key(&s.id) {
+                let turns = s.turns.iter();
+                let times = turns.map(|x| (x.ts_ms, x.ts_ms + x.api_time_ms.unwrap_or(0.0)));
+                out.insert(s.id.clone(), times.collect());
+            }
+        }
+        out
+    }
+}
+
 /// Plans a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker and
 /// alive streams, the rules and the delays.
 fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
@@ -462,6 +483,28 @@ pub(crate) fn prefix_stamps(
         }
         if let Some(t) = ds.find(&r.trace_id) {
             out.insert(r.trace_id.clone(), dataset::stats::prefix_stamps(t));
+        }
+    }
+    out
+}
+
+/// Each replayed trace's recorded turns (start and end, ms on the trace's clock), for the
+/// sessions' slowdown.
+pub(crate) fn recorded_times(
+    ds: &Dataset,
+    records: &[crate::record::RequestRecord],
+) -> crate::metrics::sessions::RecordedTimes {
+    let mut out = crate::metrics::sessions::RecordedTimes::new();
+    for r in records {
+        if out.contains_key(&r.trace_id) {
+            continue;
+        }
+        if let Some(t) = ds.find(&r.trace_id) {
+            let times = t.turns().map(|x| {
+                let start = 1000.0 * x.t();
+                (start, start + 1000.0 * x.api_time().unwrap_or(0.0).max(0.0))
+            });
+            out.insert(r.trace_id.clone(), times.collect());
         }
     }
     out
