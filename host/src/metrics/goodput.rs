@@ -81,6 +81,39 @@ impl GoodputFigures {
     }
 }
 
+/// Whether a figure in `unit` is met at or above its bound: a throughput or a ratio.
+pub fn larger_is_better(unit: &str) -> bool {
+    unit.contains("/sec") || unit == "ratio"
+}
+
+/// The `NAME:BOUND` pairs of `flag` (`--goodput`, `--slo`), separated by spaces or commas: each
+/// as written, its name and its bound. Errors name the pair; an empty list shows `example`.
+pub(crate) fn bound_pairs<'t>(
+    text: &'t str,
+    flag: &str,
+    example: &str,
+) -> Result<Vec<(&'t str, &'t str, f64)>, String> {
+    let mut out = Vec::new();
+    for pair in text.split([' ', ',']).filter(|p| !p.trim().is_empty()) {
+        let (name, value) = pair
+            .split_once(':')
+            .ok_or_else(|| format!("{flag} {pair:?}: expected NAME:BOUND, e.g. {example}"))?;
+        let bound = value
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| format!("{flag} {pair:?}: {value:?} is not a number"))?;
+        out.push((pair, name.trim(), bound));
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "{flag} is empty: give NAME:BOUND pairs, e.g. {example}"
+        ));
+    }
+    Ok(out)
+}
+
 /// The metrics an objective may name: every per-request scalar metric.
 fn boundable() -> impl Iterator<Item = MetricDef> {
     stats::RECORD_METRICS
@@ -93,11 +126,8 @@ impl Goodput {
     /// unknown metric, list the known ones.
     pub fn parse(text: &str) -> Result<Goodput, String> {
         let mut slos: Vec<Slo> = Vec::new();
-        for pair in text.split([' ', ',']).filter(|p| !p.trim().is_empty()) {
-            let (name, value) = pair.split_once(':').ok_or_else(|| {
-                format!("--goodput {pair:?}: expected METRIC:VALUE, e.g. time_to_first_token:2000")
-            })?;
-            let name = name.trim();
+        let example = "\"time_to_first_token:2000 inter_token_latency:50\"";
+        for (pair, name, threshold) in bound_pairs(text, "--goodput", example)? {
             let tag = ALIASES
                 .iter()
                 .find(|(a, _)| *a == name)
@@ -109,31 +139,20 @@ impl Goodput {
                     known.join(", ")
                 )
             })?;
-            let threshold: f64 = value
-                .trim()
-                .parse()
-                .ok()
-                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| {
-                    format!(
-                        "--goodput {pair:?}: {value:?} is not a non-negative number of {}",
-                        metric.unit
-                    )
-                })?;
+            if threshold < 0.0 {
+                return Err(format!(
+                    "--goodput {pair:?}: {threshold} is not a non-negative number of {}",
+                    metric.unit
+                ));
+            }
             if slos.iter().any(|s| s.metric.tag == metric.tag) {
                 return Err(format!("--goodput names {} twice", metric.tag));
             }
             slos.push(Slo {
                 metric,
                 threshold,
-                larger_is_better: metric.unit == "tokens/sec/user",
+                larger_is_better: larger_is_better(metric.unit),
             });
-        }
-        if slos.is_empty() {
-            return Err(
-                "--goodput is empty: give METRIC:VALUE pairs, e.g. \"time_to_first_token:2000 inter_token_latency:50\""
-                    .into(),
-            );
         }
         Ok(Goodput { slos })
     }
@@ -245,7 +264,7 @@ mod tests {
             e.contains("known: input_sequence_length, time_to_first_token"),
             "{e}"
         );
-        assert!(Goodput::parse("ttft").unwrap_err().contains("METRIC:VALUE"));
+        assert!(Goodput::parse("ttft").unwrap_err().contains("NAME:BOUND"));
         assert!(Goodput::parse("ttft:-1")
             .unwrap_err()
             .contains("non-negative number of ms"));

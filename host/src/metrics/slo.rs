@@ -51,10 +51,6 @@ pub struct Judged {
     pub figures: std::collections::BTreeMap<String, Option<f64>>,
 }
 
-fn larger_is_better(unit: &str) -> bool {
-    unit.contains("/sec") || unit == "ratio"
-}
-
 /// `name` as a run-level metric, or a record metric with a statistic suffix.
 fn resolve(name: &str) -> Option<(MetricDef, &'static str)> {
     if let Some(m) = RUN_METRICS.iter().find(|m| m.tag == name) {
@@ -80,31 +76,16 @@ impl SloSet {
     /// an unknown figure, how figures are named.
     pub fn parse(text: &str) -> Result<SloSet, String> {
         let mut slos: Vec<RunSlo> = Vec::new();
-        for pair in text.split([' ', ',']).filter(|p| !p.trim().is_empty()) {
-            let (name, value) = pair.split_once(':').ok_or_else(|| {
-                format!("--slo {pair:?}: expected FIGURE:BOUND, e.g. time_to_first_token_p90:2000")
-            })?;
-            let name = name.trim();
+        let example = "\"time_to_first_token_p90:2000 inter_token_latency_p90:50\"";
+        for (pair, name, bound) in goodput::bound_pairs(text, "--slo", example)? {
             let (metric, stat) = resolve(name).ok_or_else(|| {
                 let run: Vec<&str> = RUN_METRICS.iter().map(|m| m.tag).collect();
                 format!(
-                    "--slo {pair:?}: {name:?} is not a figure of a run; name a per-request metric with a statistic ({}_{{{}}}, e.g. time_to_first_token_p90) or one of {}",
-                    "METRIC",
+                    "--slo {pair:?}: {name:?} is not a figure of a run; name a per-request metric with a statistic (METRIC_{{{}}}, e.g. time_to_first_token_p90) or one of {}",
                     STAT_KEYS.join(","),
                     run.join(", ")
                 )
             })?;
-            let bound: f64 = value
-                .trim()
-                .parse()
-                .ok()
-                .filter(|v: &f64| v.is_finite())
-                .ok_or_else(|| {
-                    format!(
-                        "--slo {pair:?}: {value:?} is not a number of {}",
-                        metric.unit
-                    )
-                })?;
             if slos.iter().any(|s| s.tag == metric.tag && s.stat == stat) {
                 return Err(format!("--slo names {name} twice"));
             }
@@ -113,14 +94,8 @@ impl SloSet {
                 tag: metric.tag,
                 stat,
                 bound,
-                larger_is_better: larger_is_better(metric.unit),
+                larger_is_better: goodput::larger_is_better(metric.unit),
             });
-        }
-        if slos.is_empty() {
-            return Err(
-                "--slo is empty: give FIGURE:BOUND pairs, e.g. \"time_to_first_token_p90:2000 inter_token_latency_p90:50\""
-                    .into(),
-            );
         }
         Ok(SloSet { slos })
     }
@@ -192,7 +167,7 @@ mod tests {
         assert!(SloSet::parse("time_to_first_token_p91:5").is_err());
         assert!(SloSet::parse("request_throughput")
             .unwrap_err()
-            .contains("FIGURE:BOUND"));
+            .contains("NAME:BOUND"));
         assert!(SloSet::parse("").unwrap_err().contains("empty"));
         assert!(SloSet::parse("request_latency_p99:1 request_latency_p99:2")
             .unwrap_err()
