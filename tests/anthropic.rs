@@ -159,3 +159,66 @@ fn anthropic_overflow_is_classified_and_a_refused_shape_names_the_flag() {
     assert_eq!(r.code(), 2);
     assert!(r.stderr().contains("chat, anthropic"), "{}", r.stderr());
 }
+
+/// The official `anthropic` Python package streams from the simulator's `/v1/messages` as a
+/// third-party client (raw events, the stream helper, a one-shot message, the overflow error).
+/// Runs when `AGENTX_PYTHON` names a Python with `anthropic` installed (CI sets it).
+#[test]
+fn anthropic_python_client_streams_from_the_simulator() {
+    let Some(python) = std::env::var_os("AGENTX_PYTHON") else {
+        eprintln!("skipped: set AGENTX_PYTHON to a python with the `anthropic` package to run it");
+        return;
+    };
+    let sim = Sim::start(SimConfig::max());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/anthropic_client.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(sim.url())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["first"], "message_start");
+    assert_eq!(v["last"], "message_stop");
+    assert_eq!(
+        v["event_types"],
+        serde_json::json!([
+            "content_block_delta",
+            "content_block_start",
+            "content_block_stop",
+            "message_delta",
+            "message_start",
+            "message_stop"
+        ])
+    );
+    assert_eq!(
+        (v["content_tokens"].as_u64(), v["deltas"].as_u64()),
+        (Some(16), Some(16))
+    );
+    assert_eq!(v["stop_reason"], "max_tokens");
+    // 4 system words and 40 of the prompt; the second time its 32 tokens of full 16-token blocks
+    // are read from the prefix cache.
+    assert_eq!(v["input_tokens"], 44);
+    assert_eq!(v["cache_read_input_tokens"], 0);
+    assert_eq!(v["output_tokens"], 16);
+    assert_eq!(v["second_cache_read_input_tokens"], 32);
+    assert_eq!(v["second_input_tokens"], 12);
+    assert_eq!(v["helper_tokens"], 5);
+    assert_eq!(v["helper_final_stop"], "max_tokens");
+    assert_eq!(v["helper_final_output_tokens"], 5);
+    assert_eq!(
+        (
+            v["non_stream_tokens"].as_u64(),
+            v["non_stream_usage"].as_u64()
+        ),
+        (Some(5), Some(5))
+    );
+    assert_eq!(v["overflow"]["status"], 400);
+    assert_eq!(v["overflow"]["type"], "invalid_request_error");
+    assert!(v["overflow"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("prompt is too long: 200000 tokens > "));
+}
