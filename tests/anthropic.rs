@@ -155,6 +155,24 @@ fn anthropic_overflow_is_classified_and_a_refused_shape_names_the_flag() {
     assert!(e.message.contains("--endpoint-type anthropic"), "{e:?}");
     assert!(e.message.contains("/v1/complete"), "{e:?}");
 
+    // A chat endpoint answers in chat chunks: malformed for the Messages API, with the same hint.
+    let r = replay(
+        &url,
+        &[
+            "--endpoint-type",
+            "anthropic",
+            "--endpoint",
+            "/v1/chat/completions",
+        ],
+    );
+    assert_ne!(r.code(), 0);
+    let e = r.records()[0].error.clone().unwrap();
+    assert!(
+        e.message.contains("not an Anthropic Messages event"),
+        "{e:?}"
+    );
+    assert!(e.message.contains("--endpoint-type anthropic"), "{e:?}");
+
     let r = replay(&url, &["--endpoint-type", "responses"]);
     assert_eq!(r.code(), 2);
     assert!(r.stderr().contains("chat, anthropic"), "{}", r.stderr());
