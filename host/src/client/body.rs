@@ -21,18 +21,12 @@ impl EndpointType {
     /// The names `--endpoint-type` takes.
     pub const NAMES: &'static str = "chat, anthropic";
 
+    /// The type `--endpoint-type` names.
     pub fn parse(s: &str) -> Option<EndpointType> {
         match s {
             "chat" => Some(EndpointType::Chat),
             "anthropic" => Some(EndpointType::Anthropic),
             _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EndpointType::Chat => "chat",
-            EndpointType::Anthropic => "anthropic",
         }
     }
 
