@@ -36,8 +36,15 @@ fn replay(url: &str, extra: &[&str]) -> Run {
     )
 }
 
-fn key(r: &RequestRecord) -> (String, u32, bool) {
-    (r.correlation_id.clone(), r.turn, r.phase == Phase::Warmup)
+/// A request of a plan: which session replays which trace's turn (a recycled lane's next trace
+/// depends on which lane finished first, so the trace is part of it).
+fn key(r: &RequestRecord) -> (String, String, u32, bool) {
+    (
+        r.correlation_id.clone(),
+        r.trace_id.clone(),
+        r.turn,
+        r.phase == Phase::Warmup,
+    )
 }
 
 #[test]
