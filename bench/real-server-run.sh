@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # The replay half of bench/real-server.sh (which builds llama-server and calls this):
 #   real-server-run.sh SERVER MODEL PORT DURATION CONCURRENCY SLOT_CTX WORKDIR
-# Starts llama-server, writes a corpus scaled to its slot context, replays it with the MVP scenario,
-# makes the `report`, checks the outputs and prints the run's summary; stops the server on any exit.
+# Starts llama-server, writes a corpus scaled to its slot context, replays it with the MVP scenario
+# once per API of AGENTX_REAL_SERVER_APIS (default `chat anthropic`: OpenAI chat completions, then
+# Anthropic's Messages API at /v1/messages), makes each replay's `report`, checks the outputs and prints
+# the summaries; stops the server on any exit. AGENTX_BIN names an agentx-host to use instead of
+# building the release one.
 set -euo pipefail
 SERVER="$1" MODEL="$2" PORT="$3" DURATION="$4" CONCURRENCY="$5" SLOT_CTX="$6" WORK="$7"
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-AGENTX="$TARGET_DIR/release/agentx-host"
+AGENTX="${AGENTX_BIN:-$TARGET_DIR/release/agentx-host}"
+APIS="${AGENTX_REAL_SERVER_APIS:-chat anthropic}"
 OUT="$WORK/run-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$OUT"
 step() { echo; echo "=== $* ($(date +%H:%M:%S))"; }
 
-step "build agentx-host (release)"
-cargo build --release --locked --bin agentx-host
+if [ -z "${AGENTX_BIN:-}" ]; then
+  step "build agentx-host (release)"
+  cargo build --release --locked --bin agentx-host
+fi
 
 step "start llama-server on 127.0.0.1:$PORT ($CONCURRENCY slots of $SLOT_CTX tokens)"
 "$SERVER" -m "$MODEL" -a smollm2 --host 127.0.0.1 --port "$PORT" -c $((SLOT_CTX * CONCURRENCY)) \
@@ -38,28 +44,34 @@ step "corpus: dataset synth --context $CORPUS_CTX (server slots: $SLOT_CTX)"
 "$AGENTX" dataset synth --traces 60 --seed 5 --context "$CORPUS_CTX" --max-turns 30 -o "$OUT/traces.jsonl"
 "$AGENTX" dataset stats "$OUT/traces.jsonl" | head -20
 
-step "replay: MVP scenario, concurrency $CONCURRENCY, ${DURATION} s, --unsafe-override"
+# One replay of the corpus in API $1 (chat keeps the unsuffixed output names), its report and checks.
+replay() {
+API="$1"
+SUFFIX=""
+[ "$API" = chat ] || SUFFIX="-$API"
+step "replay ($API): MVP scenario, concurrency $CONCURRENCY, ${DURATION} s, --unsafe-override"
 set +e
 AGENTX_HOME="$WORK/home" "$AGENTX" run --url "http://127.0.0.1:$PORT" --model smollm2 \
   --input-file "$OUT/traces.jsonl" --custom-dataset-type weka_trace --streaming \
   --concurrency "$CONCURRENCY" --benchmark-duration "$DURATION" --benchmark-grace-period 60 \
   --random-seed 42 --unsafe-override --stats-interval 30 \
   --trajectory-start-min-ratio 0.6 --trajectory-start-max-ratio 0.95 \
-  --output-artifact-dir "$OUT/artifacts" 2>"$OUT/agentx.log" | tee "$OUT/summary.txt"
+  --endpoint-type "$API" --output-artifact-dir "$OUT/artifacts$SUFFIX" 2>"$OUT/agentx$SUFFIX.log" \
+  | tee "$OUT/summary$SUFFIX.txt"
 CODE=${PIPESTATUS[0]}
 set -e
 echo "agentx exit code $CODE"
-grep -E "pre-flight|Phase warmup complete|Keep-Alive|retried" "$OUT/agentx.log" | head -10 || true
+grep -E "pre-flight|Phase warmup complete|Keep-Alive|retried" "$OUT/agentx$SUFFIX.log" | head -10 || true
 
-step "report"
-"$AGENTX" report "$OUT/artifacts" -o "$OUT/agg_bmk.json" --hw cpu-2core --framework llamacpp \
+step "report ($API)"
+"$AGENTX" report "$OUT/artifacts$SUFFIX" -o "$OUT/agg_bmk$SUFFIX.json" --hw cpu-2core --framework llamacpp \
   --precision q4_1 --tp 1 --conc "$CONCURRENCY" --model SmolLM2-135M-Instruct \
   --image llama.cpp:local --model-prefix smollm2
 
-step "checks"
-python3 - "$OUT" <<'EOF'
+step "checks ($API)"
+python3 - "$OUT" "$SUFFIX" <<'EOF'
 import json, sys, collections, pathlib
-out = pathlib.Path(sys.argv[1]); art = out / "artifacts"
+out = pathlib.Path(sys.argv[1]); suffix = sys.argv[2]; art = out / ("artifacts" + suffix)
 recs = [json.loads(l) for l in open(art / "records.jsonl")]
 kinds = collections.Counter()
 unclassified = []
@@ -86,7 +98,7 @@ sm = (art / "server_metrics_export.json").read_text() if (art / "server_metrics_
 import re
 llama = sorted(set(re.findall(r'"(llamacpp:[a-z_]+)"', sm)))
 print("llamacpp metrics exported:", ", ".join(llama[:12]) or "none")
-agg = json.load(open(out / "agg_bmk.json"))
+agg = json.load(open(out / ("agg_bmk" + suffix + ".json")))
 summ = json.load(open(art / "run_summary.json"))
 s = summ["summary"]
 def d(x, k="p50"):
@@ -108,4 +120,7 @@ if problems:
     print("PROBLEMS:\n  " + "\n  ".join(problems)); sys.exit(1)
 print("all requests succeeded or were classified; exports, report and llamacpp metrics present")
 EOF
+}
+
+for api in $APIS; do replay "$api"; done
 echo "outputs in $OUT"

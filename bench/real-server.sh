@@ -8,7 +8,9 @@
 #
 # The replay: a synthetic corpus scaled to 1.5x the server's 4,096-token slots (`dataset synth --context 6144`,
 # so the longer turns overflow with llama.cpp's own error),
-# the MVP scenario, concurrency 4, 120 s under --unsafe-override, live assistant responses. The script
+# the MVP scenario, concurrency 4, 120 s under --unsafe-override, live assistant responses; once in OpenAI
+# chat completions and once in Anthropic's Messages API (`--endpoint-type anthropic`, llama-server's
+# /v1/messages; AGENTX_REAL_SERVER_APIS="chat" for the first alone). The script
 # checks that every request either succeeded or was classified (context overflow in llama.cpp's own
 # wording), that the exports and the `report` JSON are complete and that the scraped `llamacpp:*` metrics
 # are in the server-metrics export, then prints the run's summary. A benchmark, not a test: not in .ci/run.

@@ -286,6 +286,7 @@ fn client(url: &str) -> Client {
     Client::new(&ClientConfig {
         url: url.to_owned(),
         endpoint: "/v1/chat/completions".into(),
+        api: agentx::client::EndpointType::Chat,
         api_key: None,
         idle_timeout: Duration::from_secs(300),
         connect_timeout: Duration::from_secs(2),

@@ -1,5 +1,6 @@
 //! Integration tests of the agentx-host binary and library: one test binary, one module per topic.
 
+mod anthropic;
 mod cli;
 mod cli_reference;
 mod dataset;

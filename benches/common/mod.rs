@@ -292,6 +292,7 @@ where
         Client::new(&ClientConfig {
             url: sim.url.clone(),
             endpoint: "/v1/chat/completions".into(),
+            api: agentx::client::EndpointType::Chat,
             api_key: None,
             idle_timeout: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(10),

@@ -89,14 +89,12 @@ pub struct RunArgs {
     /// Server base URL. Without it, the built-in simulator is started and the bundled corpus replayed.
     #[arg(help_heading = "Against what", long, value_name = "URL")]
     pub url: Option<String>,
-    /// Request path.
-    #[arg(
-        help_heading = "Against what",
-        long,
-        default_value = "/v1/chat/completions"
-    )]
-    pub endpoint: String,
-    /// Endpoint type; only `chat` (OpenAI chat completions) is supported.
+    /// Request path [default: /v1/chat/completions, or /v1/messages with --endpoint-type anthropic].
+    #[arg(help_heading = "Against what", long, value_name = "PATH")]
+    pub endpoint: Option<String>,
+    /// The API the requests speak: `chat` (OpenAI chat completions) or `anthropic` (Anthropic's
+    /// Messages API: `system` and content blocks, `anthropic-version`, the key as `x-api-key`, its
+    /// streamed events).
     #[arg(help_heading = "Against what", long, default_value = "chat")]
     pub endpoint_type: String,
     /// Model name sent in every request. With --url and no model, a scenario that discovers it
@@ -110,7 +108,8 @@ pub struct RunArgs {
     /// a later key replaces an earlier one.
     #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE|JSON", num_args = 1..)]
     pub extra_inputs: Vec<String>,
-    /// Environment variable that holds the API key sent as `Authorization: Bearer` (never logged).
+    /// Environment variable that holds the API key sent as `Authorization: Bearer` (`x-api-key`
+    /// with --endpoint-type anthropic; never logged).
     #[arg(
         help_heading = "Against what",
         long,

@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail};
 
 use super::run::RunArgs;
 use crate::client::session_control::DEFAULT_SESSION_TIMEOUT_S;
-use crate::client::{ClientConfig, DynamoRouting, RequestBody, RoutingHeaders};
+use crate::client::{ClientConfig, DynamoRouting, EndpointType, RequestBody, RoutingHeaders};
 use crate::dataset::{self, AssistantMode};
 use crate::run::{positive_secs, DatasetSource, RunPlan, MAX_SECS};
 use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
@@ -265,14 +265,20 @@ impl Given {
     }
 }
 
+/// `--endpoint-type`, checked.
+fn endpoint_type(a: &RunArgs) -> anyhow::Result<EndpointType> {
+    EndpointType::parse(&a.endpoint_type).ok_or_else(|| {
+        anyhow!(
+            "--endpoint-type {} is not supported; use one of: {}",
+            a.endpoint_type,
+            EndpointType::NAMES
+        )
+    })
+}
+
 /// The endpoint and dataset flags checked, and the dataset with the loader name the scenario sees.
 fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'static str)> {
-    if a.endpoint_type != "chat" {
-        bail!(
-            "--endpoint-type {} is not supported; agentx replays chat sessions: use --endpoint-type chat",
-            a.endpoint_type
-        );
-    }
+    endpoint_type(a)?;
     if let Some(t) = &a.custom_dataset_type {
         if t != "weka_trace" {
             bail!(
@@ -329,6 +335,12 @@ fn extra_inputs(a: &RunArgs) -> anyhow::Result<Vec<(String, serde_json::Value)>>
             bail!(
                 "--extra-inputs {k}:... would replace a field agentx sets itself ({}); remove it",
                 RequestBody::RESERVED.join(", ")
+            );
+        }
+        if k == "system" && a.endpoint_type == "anthropic" {
+            bail!(
+                "--extra-inputs system:... would replace the `system` blocks agentx writes from the \
+                 trace under --endpoint-type anthropic; remove it"
             );
         }
         extra.retain(|(old, _)| old != k);
@@ -653,9 +665,14 @@ fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> 
         (None, None) => Duration::from_secs(300),
     };
     let api_key = std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty());
+    let api = endpoint_type(a)?;
+    let endpoint = a
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| api.default_path().to_string());
     let url = match &a.url {
         Some(u) => {
-            let b = crate::client::base_url(u, &a.endpoint)?;
+            let b = crate::client::base_url(u, &endpoint)?;
             if let Some(n) = &b.note {
                 tracing::info!("{n}");
             }
@@ -665,7 +682,8 @@ fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> 
     };
     let client = ClientConfig {
         url: url.clone().unwrap_or_default(),
-        endpoint: a.endpoint.clone(),
+        endpoint,
+        api,
         api_key,
         idle_timeout: keepalive,
         connect_timeout: positive_secs("--connect-timeout-seconds", a.connect_timeout_seconds)?,

@@ -1,14 +1,69 @@
 //! Request bodies: the JSON made from the prompt synthesis's shared pieces ([`RequestBody`],
 //! [`JsonBody`]), sent with vectored writes without being copied into one buffer. A body's only
 //! per-stream part is Dynamo's `nvext.session_control` ([`super::session_control`]), written into
-//! the tail after the messages.
+//! the tail after the messages. A Messages API body (`--endpoint-type anthropic`) is written by
+//! [`super::anthropic`] from the same pieces.
 
 use super::session_control::{DynamoRouting, StreamTurn};
 use super::*;
 
+/// The API a request speaks (`--endpoint-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EndpointType {
+    /// OpenAI chat completions.
+    #[default]
+    Chat,
+    /// Anthropic's Messages API ([`super::anthropic`]).
+    Anthropic,
+}
+
+impl EndpointType {
+    /// The names `--endpoint-type` takes.
+    pub const NAMES: &'static str = "chat, anthropic";
+
+    /// The type `--endpoint-type` names.
+    pub fn parse(s: &str) -> Option<EndpointType> {
+        match s {
+            "chat" => Some(EndpointType::Chat),
+            "anthropic" => Some(EndpointType::Anthropic),
+            _ => None,
+        }
+    }
+
+    /// The request path when `--endpoint` is not given.
+    pub fn default_path(self) -> &'static str {
+        match self {
+            EndpointType::Chat => "/v1/chat/completions",
+            EndpointType::Anthropic => super::anthropic::PATH,
+        }
+    }
+
+    /// What a refusal of the request's shape adds to its message: the endpoint type and the flags
+    /// (Anthropic's Messages API only; a chat refusal's message is the server's).
+    pub(super) fn refusal_hint(self, status: hyper::StatusCode, uri: &Uri) -> String {
+        match (self, status.as_u16()) {
+            (EndpointType::Anthropic, 404 | 405 | 415 | 422) => format!(
+                " (a Messages API body of --endpoint-type anthropic sent to {}: does the server \
+                 serve the Anthropic Messages API there? Else pass --endpoint, or --endpoint-type chat)",
+                uri.path()
+            ),
+            _ => String::new(),
+        }
+    }
+
+    /// What ends a complete stream, as an error message names it.
+    pub(super) fn end_marker(self) -> &'static str {
+        match self {
+            EndpointType::Chat => "`data: [DONE]`",
+            EndpointType::Anthropic => "a `message_stop` event",
+        }
+    }
+}
+
 /// Writes a chat completion request body into one reusable buffer.
 #[derive(Debug, Clone)]
 pub struct RequestBody {
+    api: EndpointType,
     /// `{"model":"M","messages":`, built once and shared by every body.
     head: Bytes,
     stream: bool,
@@ -43,6 +98,7 @@ impl RequestBody {
             serde_json::to_writer(&mut extra_json, v).expect("value serializes");
         }
         RequestBody {
+            api: EndpointType::Chat,
             head: Bytes::from(head),
             stream,
             include_usage,
@@ -50,6 +106,12 @@ impl RequestBody {
             token_field: b",\"max_tokens\":",
             dynamo: None,
         }
+    }
+
+    /// Bodies in the shape of `api` (the chat body by default).
+    pub fn with_endpoint_type(mut self, api: EndpointType) -> RequestBody {
+        self.api = api;
+        self
     }
 
     /// Every body carries Dynamo's `nvext.session_control` ([`RequestBody::build_for`]); `extra`
@@ -136,6 +198,15 @@ impl RequestBody {
         messages: Vec<Bytes>,
         turn: Option<StreamTurn>,
     ) -> JsonBody {
+        if self.api == EndpointType::Anthropic {
+            // `{"model":M` without `,"messages":`, then `"stream":true,` and the rest of the tail.
+            let head = &self.head[..self.head.len() - b",\"messages\":".len()];
+            let mut tail = Vec::with_capacity(64 + self.extra_json.len());
+            self.write_extra(&mut tail, turn);
+            let mut out = Vec::new();
+            super::anthropic::write_body(&mut out, head, &messages, max_tokens, &tail);
+            return JsonBody::from_parts(vec![Bytes::from(out)]);
+        }
         let mut parts = Vec::with_capacity(messages.len() + 2);
         parts.push(self.head.clone());
         parts.extend(messages);
@@ -158,6 +229,11 @@ impl RequestBody {
         } else {
             out.extend_from_slice(b",\"stream\":false");
         }
+        self.write_extra(out, turn);
+    }
+
+    /// The extra inputs, Dynamo's `nvext` for `turn`, and the closing `}`.
+    fn write_extra(&self, out: &mut Vec<u8>, turn: Option<StreamTurn>) {
         out.extend_from_slice(&self.extra_json);
         if let (Some((routing, base)), Some(t)) = (&self.dynamo, turn) {
             routing.write_nvext(out, base, t);

@@ -4,6 +4,7 @@
 use super::*;
 
 pub(super) struct StreamState {
+    pub(super) api: EndpointType,
     pub(super) keep_text: bool,
     pub(super) done: bool,
     pub(super) failure: Option<Failure>,
@@ -13,6 +14,9 @@ impl StreamState {
     pub(super) fn on_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
         if self.done || self.failure.is_some() {
             return;
+        }
+        if self.api == EndpointType::Anthropic {
+            return super::anthropic::on_event(self, event, now, ex);
         }
         if event == "[DONE]" {
             self.done = true;

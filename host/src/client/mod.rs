@@ -18,8 +18,12 @@
 //!   `--use-dynamo-conv-aware-routing` each body carries its stream turn's `nvext.session_control`
 //!   ([`session_control`]: `bind` with the lease, `close` on a root stream's final turn).
 //!
+//! - Under `--endpoint-type anthropic` the bodies and the stream are Anthropic's Messages API
+//!   ([`anthropic`]): the key goes as `x-api-key`, with `anthropic-version`.
+//!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
+pub mod anthropic;
 mod body;
 pub mod conn;
 mod exchange;
@@ -158,6 +162,8 @@ pub struct ClientConfig {
     pub url: String,
     /// The request path, `/v1/chat/completions`.
     pub endpoint: String,
+    /// The API the requests speak.
+    pub api: EndpointType,
     /// Bearer token for `Authorization`, read from the environment by the caller.
     pub api_key: Option<String>,
     /// Idle pooled connections are closed after this long.
@@ -181,6 +187,7 @@ impl std::fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("url", &self.url)
             .field("endpoint", &self.endpoint)
+            .field("api", &self.api)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("idle_timeout", &self.idle_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -215,7 +222,9 @@ pub struct Client {
     /// `scheme://authority` plus the URL's path prefix (for [`Client::get`]).
     base: String,
     uri: Uri,
-    auth: Option<HeaderValue>,
+    api: EndpointType,
+    /// `Authorization: Bearer` (chat) or `x-api-key` (Anthropic).
+    auth: Option<(hyper::header::HeaderName, HeaderValue)>,
     request_timeout: Duration,
     routing: std::sync::Arc<RoutingHeaders>,
     reuse: ConnectionReuse,
@@ -273,10 +282,16 @@ impl Client {
         let pools = pool::Pools::new(connector, cfg.idle_timeout, cfg.http2);
         let auth = match &cfg.api_key {
             Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
-                    .map_err(|_| ClientError::ApiKey)?;
+                let (name, value) = match cfg.api {
+                    EndpointType::Chat => (AUTHORIZATION, format!("Bearer {k}")),
+                    EndpointType::Anthropic => (
+                        hyper::header::HeaderName::from_static("x-api-key"),
+                        k.clone(),
+                    ),
+                };
+                let mut v = HeaderValue::from_str(&value).map_err(|_| ClientError::ApiKey)?;
                 v.set_sensitive(true);
-                Some(v)
+                Some((name, v))
             }
             None => None,
         };
@@ -289,6 +304,7 @@ impl Client {
                 prefix
             ),
             uri,
+            api: cfg.api,
             auth,
             request_timeout: cfg.request_timeout,
             routing: std::sync::Arc::new(cfg.routing.clone()),
@@ -325,10 +341,7 @@ impl Client {
     ) -> Result<(hyper::StatusCode, hyper::HeaderMap, Vec<u8>), GetError> {
         let url = format!("{}{}", self.base, path);
         let uri: Uri = url.parse().map_err(|e| GetError::Other(format!("{e}")))?;
-        let mut req = Request::get(uri);
-        if let Some(a) = &self.auth {
-            req = req.header(AUTHORIZATION, a.clone());
-        }
+        let req = self.headers(Request::get(uri));
         let req = req
             .body(JsonBody::default())
             .map_err(|e| GetError::Other(e.to_string()))?;
@@ -359,6 +372,17 @@ impl Client {
             Ok(r) => r,
             Err(_) => Err(GetError::Timeout(timeout)),
         }
+    }
+
+    /// The key's header and, for the Anthropic API, `anthropic-version`.
+    fn headers(&self, mut req: hyper::http::request::Builder) -> hyper::http::request::Builder {
+        if let Some((name, value)) = &self.auth {
+            req = req.header(name, value.clone());
+        }
+        if self.api == EndpointType::Anthropic {
+            req = req.header("anthropic-version", anthropic::VERSION);
+        }
+        req
     }
 
     /// Follows the server's `Keep-Alive` header of a response: lowers the pool's idle timeout below
@@ -469,12 +493,10 @@ impl Client {
         ex: &mut Exchange,
     ) {
         let build = |body: JsonBody| {
-            let mut req = Request::post(self.uri.clone())
+            let req = Request::post(self.uri.clone())
                 .header(CONTENT_TYPE, "application/json")
                 .header("x-request-id", ids.request_id);
-            if let Some(a) = &self.auth {
-                req = req.header(AUTHORIZATION, a.clone());
-            }
+            let req = self.headers(req);
             self.routing
                 .apply(req, ids.correlation_id, ids.parent_correlation_id)
                 .body(body)
@@ -606,7 +628,10 @@ impl Client {
             let mut f = Failure::new(
                 ex.status,
                 FailureKind::Http,
-                format!("HTTP {status}: {message}"),
+                format!(
+                    "HTTP {status}: {message}{}",
+                    self.api.refusal_hint(status, &self.uri)
+                ),
             );
             f.server_type = kind;
             ex.error_body = Some(text);
@@ -615,6 +640,7 @@ impl Client {
         }
         let mut dec = SseDecoder::new();
         let mut state = StreamState {
+            api: self.api,
             keep_text,
             done: false,
             failure: None,
@@ -660,10 +686,11 @@ impl Client {
         }
         if !state.done {
             let why = if dec.has_partial() {
-                "the stream ended in the middle of an event, without `data: [DONE]`"
+                "the stream ended in the middle of an event, without"
             } else {
-                "the stream ended without `data: [DONE]`"
+                "the stream ended without"
             };
+            let why = format!("{why} {}", self.api.end_marker());
             ex.fail(Failure::new(
                 ex.status,
                 FailureKind::Incomplete,
@@ -824,6 +851,7 @@ mod tests {
     fn events_collect_chunks_usage_and_errors() {
         let mut ex = Exchange::new(Instant::now());
         let mut st = StreamState {
+            api: EndpointType::Chat,
             keep_text: true,
             done: false,
             failure: None,
@@ -866,6 +894,7 @@ mod tests {
         assert!(st.done);
 
         let mut st = StreamState {
+            api: EndpointType::Chat,
             keep_text: false,
             done: false,
             failure: None,
@@ -873,6 +902,7 @@ mod tests {
         st.on_event("{not json", now, &mut ex);
         assert_eq!(st.failure.unwrap().kind, FailureKind::MalformedSse);
         let mut st = StreamState {
+            api: EndpointType::Chat,
             keep_text: false,
             done: false,
             failure: None,

@@ -239,7 +239,8 @@ impl ReplayStage<'_> {
             client: Box::new(client),
             body: RequestBody::new(&self.conn.model, true, true, &p.extra)
                 .with_max_completion_tokens(p.trees && !rp.legacy_max_tokens)
-                .with_dynamo(p.dynamo, &p.extra),
+                .with_dynamo(p.dynamo, &p.extra)
+                .with_endpoint_type(rp.client.api),
             scenario: inst,
             records: self.sink.sender(),
             clock: self.dir.clock,

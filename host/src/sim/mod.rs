@@ -3,7 +3,8 @@
 //! It serves `POST /v1/chat/completions` (streaming and not), `GET /v1/models`, `GET /health` and
 //! `GET /metrics` over real HTTP/1.1 the way vLLM's OpenAI server does: the same SSE chunk
 //! sequence, usage with `prompt_tokens_details.cached_tokens`, vLLM's error bodies and
-//! context-length wording, and vLLM's Prometheus metric names. Behind the port sit one or more
+//! context-length wording, and vLLM's Prometheus metric names. `POST /v1/messages` is Anthropic's
+//! Messages API on the same engines ([`anthropic`]: its body, events, usage and errors). Behind the port sit one or more
 //! data-parallel engines, each with a prefix cache (chained block hashes, LRU in tokens), a
 //! `max_num_seqs` queue and a timing model (see [`Timing`]); faults are injected on demand,
 //! deterministically by seed.
@@ -22,6 +23,7 @@
 //! prefill compute, excluding queueing) and `x-sim-queue-ms`. Headers are sent once a request is
 //! admitted to an engine, so a queued stream receives its headers when it starts running.
 
+mod anthropic;
 mod cache;
 mod config;
 mod engine;

@@ -10,6 +10,15 @@ use serde_json::{Map, Value};
 use super::cache::BlockHasher;
 use crate::dataset::tokens::TokenCounter;
 
+/// The API a request came in (its path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/messages` ([`super::anthropic`]).
+    Anthropic,
+}
+
 /// An error answered with vLLM's JSON shape:
 /// `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Clone, PartialEq)]

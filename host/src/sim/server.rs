@@ -26,13 +26,14 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::anthropic;
 use super::cache::{hash_str, mix64};
 use super::config::{SimConfig, Timing};
 use super::engine::{Admission, Engine};
 use super::faults;
 use super::metrics::{self, EngineMetrics, Exposition};
 use super::record::{Arrival, RequestLog, LOGGED_HEADERS};
-use super::request::{self, ApiError, ChatRequest};
+use super::request::{self, Api, ApiError, ChatRequest};
 use super::stream::{self, Ident, Pace, StreamFaults, StreamPlan, TokenStream, Usage, Words};
 
 /// How long shutdown waits for in-flight responses before cutting them.
@@ -216,10 +217,14 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<SimBody> {
     full(status, "application/json", body)
 }
 
-fn api_error(e: &ApiError) -> Response<SimBody> {
+fn api_error(e: &ApiError, api: Api) -> Response<SimBody> {
+    let body = match api {
+        Api::Chat => e.body(),
+        Api::Anthropic => anthropic::error_body(e),
+    };
     json(
         StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
-        e.body(),
+        body,
     )
 }
 
@@ -230,7 +235,7 @@ pub async fn handle(
 ) -> Result<Response<SimBody>, Dropped> {
     let path = req.uri().path();
     let route = match path {
-        "/v1/chat/completions" => Some(Method::POST),
+        "/v1/chat/completions" | "/v1/messages" => Some(Method::POST),
         "/health" | "/v1/models" | "/metrics" => Some(Method::GET),
         _ => None,
     };
@@ -250,7 +255,8 @@ pub async fn handle(
                 "text/plain; version=0.0.4; charset=utf-8",
                 shared.metrics_text(),
             )),
-            _ => chat(shared, req).await,
+            "/v1/messages" => chat(shared, req, Api::Anthropic).await,
+            _ => chat(shared, req, Api::Chat).await,
         },
     }
 }
@@ -302,7 +308,7 @@ struct Meta {
 
 impl Meta {
     /// Numbers the request (or drops it past `stop_after`) and keys its draws, id and engine.
-    fn of(shared: &Shared, req: &Request<Incoming>) -> Result<Meta, Dropped> {
+    fn of(shared: &Shared, req: &Request<Incoming>, api: Api) -> Result<Meta, Dropped> {
         let arrival = Instant::now();
         let config = &shared.config;
         let seq = shared.chat_requests.fetch_add(1, Relaxed) + 1;
@@ -336,9 +342,13 @@ impl Meta {
         // 128 bits of id are always drawn first (used when the client sent no id).
         let mut draws = ChaCha8Rng::seed_from_u64(config.seed ^ key ^ 0x5eed);
         let drawn_id: u128 = draws.random();
+        let prefix = match api {
+            Api::Chat => "chatcmpl-",
+            Api::Anthropic => "msg_",
+        };
         let id = match &header_id {
-            Some(h) => format!("chatcmpl-{h}"),
-            None => format!("chatcmpl-{drawn_id:032x}"),
+            Some(h) => format!("{prefix}{h}"),
+            None => format!("{prefix}{drawn_id:032x}"),
         };
         let session_key = SESSION_KEYS.iter().find_map(|k| {
             req.headers()
@@ -391,11 +401,16 @@ struct Accepted {
     max_tokens: u64,
 }
 
-async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<SimBody>, Dropped> {
-    let mut meta = Meta::of(&shared, &req)?;
-    let Accepted { parsed, max_tokens } = match read_chat(&shared, &meta, req).await? {
+/// A chat completion or, with [`Api::Anthropic`], a Messages API request.
+async fn chat(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    api: Api,
+) -> Result<Response<SimBody>, Dropped> {
+    let mut meta = Meta::of(&shared, &req, api)?;
+    let Accepted { parsed, max_tokens } = match read_chat(&shared, &meta, req, api).await? {
         Ok(a) => a,
-        Err(e) => return Ok(meta.with_id(api_error(&e))),
+        Err(e) => return Ok(meta.with_id(api_error(&e, api))),
     };
     let config = &shared.config;
     let total = if parsed.ignore_eos {
@@ -408,7 +423,7 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
     };
     let plan = faults::plan(&config.faults, meta.key, total);
     if let Some(status) = plan.fail {
-        return Ok(meta.with_id(api_error(&injected_failure(status))));
+        return Ok(meta.with_id(api_error(&injected_failure(status), api)));
     }
     let engine = &shared.engines[meta.engine_ix];
     let adm = engine
@@ -448,9 +463,9 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         ("x-sim-queue-ms", millis(adm.queued)),
     ];
     let mut r = if parsed.stream {
-        streamed(config, &meta, &parsed, adm, answer, plan.stream)
+        streamed(config, &meta, (&parsed, api), adm, answer, plan.stream)
     } else {
-        one_shot(config, engine, &meta, adm, answer, plan.stream).await?
+        one_shot(config, engine, (&meta, api), adm, answer, plan.stream).await?
     };
     let h = r.headers_mut();
     for (name, v) in sim_headers {
@@ -465,6 +480,7 @@ async fn read_chat(
     shared: &Shared,
     meta: &Meta,
     req: Request<Incoming>,
+    api: Api,
 ) -> Result<Result<Accepted, ApiError>, Dropped> {
     let config = &shared.config;
     let limit = config.max_body_bytes;
@@ -497,15 +513,18 @@ async fn read_chat(
     if let (Some(log), Some(a)) = (&shared.request_log, &meta.logged) {
         log.log(a, &body, &config.tokenizer);
     }
-    let parsed = match request::parse_chat(&body, config.block_size, &config.tokenizer) {
-        Ok(r) => r,
-        Err(e) => return Ok(Err(e)),
+    let parsed = match api {
+        Api::Chat => request::parse_chat(&body, config.block_size, &config.tokenizer),
+        Api::Anthropic => anthropic::parse(&body, config.block_size, &config.tokenizer),
     };
-    Ok(check_chat(config, parsed))
+    match parsed {
+        Ok(r) => Ok(check_chat(config, r, api)),
+        Err(e) => Ok(Err(e)),
+    }
 }
 
 /// The model and the context window: the output limit, or the error to answer with.
-fn check_chat(config: &SimConfig, parsed: ChatRequest) -> Result<Accepted, ApiError> {
+fn check_chat(config: &SimConfig, parsed: ChatRequest, api: Api) -> Result<Accepted, ApiError> {
     if let Some(m) = &parsed.model {
         if config.strict_model && m != &config.model {
             return Err(ApiError {
@@ -519,6 +538,9 @@ fn check_chat(config: &SimConfig, parsed: ChatRequest) -> Result<Accepted, ApiEr
     let prompt = parsed.prompt_tokens;
     let max_len = config.max_model_len;
     let max_tokens = match parsed.max_tokens {
+        Some(out) if prompt + out > max_len && api == Api::Anthropic => {
+            return Err(anthropic::context_overflow(max_len, prompt, out))
+        }
         Some(out) if prompt + out > max_len => {
             return Err(request::context_overflow(max_len, prompt, Some(out)))
         }
@@ -563,7 +585,7 @@ struct Answer {
 fn streamed(
     config: &SimConfig,
     meta: &Meta,
-    parsed: &ChatRequest,
+    (parsed, api): (&ChatRequest, Api),
     adm: Admission,
     answer: Answer,
     faults: StreamFaults,
@@ -582,6 +604,7 @@ fn streamed(
         Bytes::new(),
     );
     *r.body_mut() = SimBody::Stream(Box::new(TokenStream::new(StreamPlan {
+        api,
         running: adm.running,
         ident: answer.ident,
         pace,
@@ -602,7 +625,7 @@ fn streamed(
 async fn one_shot(
     config: &SimConfig,
     engine: &Engine,
-    meta: &Meta,
+    (meta, api): (&Meta, Api),
     adm: Admission,
     mut answer: Answer,
     faults: StreamFaults,
@@ -640,8 +663,11 @@ async fn one_shot(
         m.success_stop.fetch_add(1, Relaxed);
     }
     let text = answer.words.text(total);
-    let mut body =
-        stream::completion_json(&answer.ident, &text, answer.finish_reason, &answer.usage);
+    let write = match api {
+        Api::Chat => stream::completion_json,
+        Api::Anthropic => anthropic::message_json,
+    };
+    let mut body = write(&answer.ident, &text, answer.finish_reason, &answer.usage);
     if faults.malformed_before.is_some() {
         body.truncate(body.len() / 2);
     }
@@ -702,7 +728,8 @@ pub async fn serve(
                     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                         let (shared, served, ka_header) = (shared.clone(), served.clone(), ka_header.clone());
                         req.extensions_mut().insert(ConnNo(conn_no));
-                        if shared.config.record_headers && req.uri().path() == "/v1/chat/completions" {
+                        if shared.config.record_headers
+                            && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/messages") {
                             shared.record(conn_no, &req);
                         }
                         async move {

@@ -9,6 +9,7 @@
 //! Event order is exactly vLLM's: a role chunk (`delta: {"role":"assistant","content":""}`),
 //! one content chunk per token (the last one carrying `finish_reason` and `stop_reason`), a usage
 //! chunk with `choices: []` when `stream_options.include_usage` is set, then `data: [DONE]`.
+//! A Messages API stream has the same timing with Anthropic's events ([`super::anthropic`]).
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -22,8 +23,10 @@ use tokio::time::{Instant, Sleep};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 
+use super::anthropic;
 use super::config::ModelTiming;
 use super::engine::Running;
+use super::request::Api;
 
 /// Flush a frame once this much is buffered, so one slow client never buffers a whole answer.
 pub const FLUSH_BYTES: usize = 16 << 10;
@@ -161,6 +164,8 @@ enum Stage {
 /// Everything a stream needs at construction.
 #[derive(Debug)]
 pub struct StreamPlan {
+    /// The events' shape.
+    pub api: Api,
     pub running: Running,
     pub ident: Ident,
     pub pace: Pace,
@@ -177,6 +182,8 @@ pub struct StreamPlan {
 
 /// The SSE body of a streamed chat completion.
 pub struct TokenStream {
+    api: Api,
+    ident: Ident,
     running: Running,
     /// `data: {"id":"..","object":"chat.completion.chunk","created":N,"model":"..",`
     head: Bytes,
@@ -213,6 +220,8 @@ impl TokenStream {
             plan.ident.id_json, plan.ident.created, plan.ident.model_json
         );
         TokenStream {
+            api: plan.api,
+            ident: plan.ident,
             running: plan.running,
             head: Bytes::from(head),
             pace: plan.pace,
@@ -256,16 +265,16 @@ impl TokenStream {
     }
 
     fn write_tokens(&mut self, n: u64, last: bool) {
+        if self.api == Api::Anthropic {
+            self.buf.extend_from_slice(anthropic::DELTA_OPEN);
+            self.write_words(n);
+            self.buf.extend_from_slice(anthropic::DELTA_CLOSE);
+            return;
+        }
         self.buf.extend_from_slice(&self.head);
         self.buf.extend_from_slice(CHOICE_OPEN);
         self.buf.extend_from_slice(CONTENT_OPEN);
-        for i in 0..n {
-            if self.sent + i > 0 {
-                self.buf.extend_from_slice(b" ");
-            }
-            let w = self.words.next_word();
-            self.buf.extend_from_slice(w.as_bytes());
-        }
+        self.write_words(n);
         if last {
             self.buf
                 .extend_from_slice(br#""},"logprobs":null,"finish_reason":""#);
@@ -277,6 +286,17 @@ impl TokenStream {
         self.buf.extend_from_slice(EVENT_END);
     }
 
+    /// The next `n` words, a space before each but the answer's first.
+    fn write_words(&mut self, n: u64) {
+        for i in 0..n {
+            if self.sent + i > 0 {
+                self.buf.extend_from_slice(b" ");
+            }
+            let w = self.words.next_word();
+            self.buf.extend_from_slice(w.as_bytes());
+        }
+    }
+
     /// Emit every due event, stopping at a wait, a full buffer, a reset or the end.
     fn advance(&mut self) {
         let mut now: Option<Instant> = None;
@@ -286,10 +306,14 @@ impl TokenStream {
                     if self.must_wait(&mut now) {
                         return;
                     }
-                    self.buf.extend_from_slice(&self.head);
-                    self.buf.extend_from_slice(CHOICE_OPEN);
-                    self.buf.extend_from_slice(ROLE_DELTA);
-                    self.buf.extend_from_slice(EVENT_END);
+                    if self.api == Api::Anthropic {
+                        anthropic::write_start(&mut self.buf, &self.ident, &self.usage);
+                    } else {
+                        self.buf.extend_from_slice(&self.head);
+                        self.buf.extend_from_slice(CHOICE_OPEN);
+                        self.buf.extend_from_slice(ROLE_DELTA);
+                        self.buf.extend_from_slice(EVENT_END);
+                    }
                     self.stage = Stage::Tokens;
                 }
                 Stage::Tokens => {
@@ -322,10 +346,14 @@ impl TokenStream {
                     }
                     if self.faults.malformed_before == Some(self.sent) {
                         self.faults.malformed_before = None;
-                        self.buf.extend_from_slice(&self.head);
-                        // Cut short inside the choices array: the JSON never closes.
-                        self.buf.extend_from_slice(br#""choices":[{"index":0,"del"#);
-                        self.buf.extend_from_slice(EVENT_END);
+                        if self.api == Api::Anthropic {
+                            self.buf.extend_from_slice(anthropic::DELTA_MALFORMED);
+                        } else {
+                            self.buf.extend_from_slice(&self.head);
+                            // Cut short inside the choices array: the JSON never closes.
+                            self.buf.extend_from_slice(br#""choices":[{"index":0,"del"#);
+                            self.buf.extend_from_slice(EVENT_END);
+                        }
                     }
                     let mut n = self.per_chunk.min(self.total - self.sent);
                     // Fault points fall on chunk boundaries.
@@ -349,6 +377,10 @@ impl TokenStream {
                         return;
                     }
                 }
+                Stage::Usage if self.api == Api::Anthropic => {
+                    anthropic::write_end(&mut self.buf, self.finish_reason, &self.usage);
+                    self.stage = Stage::Done;
+                }
                 Stage::Usage => {
                     self.buf.extend_from_slice(&self.head);
                     self.buf.extend_from_slice(br#""choices":[],"usage":"#);
@@ -358,7 +390,10 @@ impl TokenStream {
                     self.stage = Stage::Done;
                 }
                 Stage::Done => {
-                    self.buf.extend_from_slice(b"data: [DONE]\n\n");
+                    match self.api {
+                        Api::Chat => self.buf.extend_from_slice(b"data: [DONE]\n\n"),
+                        Api::Anthropic => anthropic::write_stop(&mut self.buf),
+                    }
                     self.finish();
                     self.stage = Stage::End;
                     return;
