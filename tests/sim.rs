@@ -615,6 +615,15 @@ async fn fixed_latency_mode() {
         t.elapsed()
     );
     assert_eq!(r.header("x-sim-prefill-ms"), "40.000");
+    // The server's own time to first token: from the last body byte to the first token, due 40 ms
+    // after the request's head arrived.
+    let stamp = |name: &str| r.header(name).parse::<u64>().unwrap();
+    let received = stamp("x-agentx-sim-request-received-ns");
+    let start = stamp("x-agentx-sim-response-start-ns");
+    assert!(
+        start > received && start - received <= 40_000_000,
+        "{received} {start}"
+    );
     h.shutdown().await;
 }
 

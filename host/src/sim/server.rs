@@ -389,11 +389,36 @@ struct Accepted {
     parsed: ChatRequest,
     /// The output limit: the request's `max_tokens`, else what the context leaves.
     max_tokens: u64,
+    /// When the body's last byte was read.
+    received: Instant,
+}
+
+/// The response header stamping when the request's last body byte was read, in unix nanoseconds.
+pub const RECEIVED_HEADER: &str = "x-agentx-sim-request-received-ns";
+/// The response header stamping when the response's content starts (a streamed answer's first
+/// token is due, a one-shot answer is sent), in unix nanoseconds on the same clock. The difference
+/// of the two is the simulator's own time to first token, which a client subtracts from its TTFT to
+/// find what it added itself, with no clock shared between the two.
+pub const RESPONSE_START_HEADER: &str = "x-agentx-sim-response-start-ns";
+
+/// `t` in unix nanoseconds (through the wall clock now, so the two stamps of a request differ by
+/// exactly their monotonic difference when read together).
+fn unix_ns_at(t: Instant, now: Instant, unix_now: Duration) -> HeaderValue {
+    let ns = if t >= now {
+        unix_now + (t - now)
+    } else {
+        unix_now.saturating_sub(now - t)
+    };
+    HeaderValue::from(ns.as_nanos() as u64)
 }
 
 async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<SimBody>, Dropped> {
     let mut meta = Meta::of(&shared, &req)?;
-    let Accepted { parsed, max_tokens } = match read_chat(&shared, &meta, req).await? {
+    let Accepted {
+        parsed,
+        max_tokens,
+        received,
+    } = match read_chat(&shared, &meta, req).await? {
         Ok(a) => a,
         Err(e) => return Ok(meta.with_id(api_error(&e))),
     };
@@ -447,15 +472,27 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         ("x-sim-prefill-ms", millis(adm.prefill)),
         ("x-sim-queue-ms", millis(adm.queued)),
     ];
+    let first_token_at = adm.first_token_at;
     let mut r = if parsed.stream {
         streamed(config, &meta, &parsed, adm, answer, plan.stream)
     } else {
         one_shot(config, engine, &meta, adm, answer, plan.stream).await?
     };
+    let now = Instant::now();
+    let unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    // A streamed answer's first token goes out when due (its headers now); a one-shot answer now.
+    let start = match first_token_at {
+        Some(t) if parsed.stream => t.max(now),
+        _ => now,
+    };
     let h = r.headers_mut();
     for (name, v) in sim_headers {
         h.insert(name, v);
     }
+    h.insert(RECEIVED_HEADER, unix_ns_at(received, now, unix));
+    h.insert(RESPONSE_START_HEADER, unix_ns_at(start, now, unix));
     Ok(meta.with_id(r))
 }
 
@@ -494,6 +531,7 @@ async fn read_chat(
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(Err(too_large(None))),
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
+    let received = Instant::now();
     if let (Some(log), Some(a)) = (&shared.request_log, &meta.logged) {
         log.log(a, &body, &config.tokenizer);
     }
@@ -501,11 +539,15 @@ async fn read_chat(
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };
-    Ok(check_chat(config, parsed))
+    Ok(check_chat(config, parsed, received))
 }
 
 /// The model and the context window: the output limit, or the error to answer with.
-fn check_chat(config: &SimConfig, parsed: ChatRequest) -> Result<Accepted, ApiError> {
+fn check_chat(
+    config: &SimConfig,
+    parsed: ChatRequest,
+    received: Instant,
+) -> Result<Accepted, ApiError> {
     if let Some(m) = &parsed.model {
         if config.strict_model && m != &config.model {
             return Err(ApiError {
@@ -526,7 +568,11 @@ fn check_chat(config: &SimConfig, parsed: ChatRequest) -> Result<Accepted, ApiEr
         None if prompt >= max_len => return Err(request::context_overflow(max_len, prompt, None)),
         None => max_len - prompt,
     };
-    Ok(Accepted { parsed, max_tokens })
+    Ok(Accepted {
+        parsed,
+        max_tokens,
+        received,
+    })
 }
 
 /// The error of an injected failure (`--fail-rate`) with `status`.
