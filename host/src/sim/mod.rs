@@ -24,7 +24,8 @@
 //! `x-agentx-sim-request-received-ns` and `x-agentx-sim-response-start-ns` stamp when the request's
 //! last body byte was read and when its first token is due (a one-shot answer: when it is sent), in
 //! unix nanoseconds: their difference is the server's own time to first token, which the client
-//! records (`server_ttft_ns`) to separate what it added itself.
+//! records (`server_ttft_ns`) to separate what it added itself. With `headers_at_first_token` a
+//! streamed answer's headers wait for its first token, and the second stamp is when it went out.
 
 mod args;
 mod cache;

@@ -395,8 +395,9 @@ struct Accepted {
 
 /// The response header stamping when the request's last body byte was read, in unix nanoseconds.
 pub const RECEIVED_HEADER: &str = "x-agentx-sim-request-received-ns";
-/// The response header stamping when the response's content starts (a streamed answer's first
-/// token is due, a one-shot answer is sent), in unix nanoseconds on the same clock. The difference
+/// The response header stamping when the response's content starts (when a streamed answer's first
+/// token is due, or with `headers_at_first_token` when it goes out; when a one-shot answer is
+/// sent), in unix nanoseconds on the same clock. The difference
 /// of the two is the simulator's own time to first token, which a client subtracts from its TTFT to
 /// find what it added itself, with no clock shared between the two.
 pub const RESPONSE_START_HEADER: &str = "x-agentx-sim-response-start-ns";
@@ -473,6 +474,9 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Si
         ("x-sim-queue-ms", millis(adm.queued)),
     ];
     let first_token_at = adm.first_token_at;
+    if let Some(t) = first_token_at.filter(|_| parsed.stream && config.headers_at_first_token) {
+        tokio::time::sleep_until(t).await;
+    }
     let mut r = if parsed.stream {
         streamed(config, &meta, &parsed, adm, answer, plan.stream)
     } else {
