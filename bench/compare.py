@@ -672,6 +672,13 @@ def table(rows: list[dict], levels: list[int]) -> tuple[str, list[dict]]:
                 f"{c:>5} {tool.split('-')[0] + ' CPU-s/1k':<14} {fmt(fl, '{:.4f}'):>12} {'':>12} "
                 f"{fmt(entry[f'aiperf_x_{key}'], 'max {:.1f}x'):>14}"
             )
+        # agentx only: its TTFT less the simulator's own (its stamps), over the window and its steady state.
+        added = ax.get("client_ttft_added_ms") or {}
+        for part, label in (("whole", "cTTFT+ p99 ms"), ("steady_after_10s", "  steady p99")):
+            v = (added.get(part) or {}).get("p99_ms")
+            if v is not None:
+                entry[f"client_ttft_added_{part}_p99_ms"] = v
+                lines.append(f"{c:>5} {label:<14} {fmt(v, '{:.2f}'):>12}")
         summary.append(entry)
     return "\n".join(lines), summary
 
