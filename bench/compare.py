@@ -51,6 +51,9 @@ import sys
 import time
 import urllib.request
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import ttft_added  # noqa: E402
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MODEL = "bench-model"
@@ -398,6 +401,10 @@ def measure(
     row["ttft_p99_ms"] = p99
     row["ttft_overhead_p50_ms"] = round(p50 - a.ttft_ms, 3) if p50 is not None else None
     row["ttft_overhead_p99_ms"] = round(p99 - a.ttft_ms, 3) if p99 is not None else None
+    # What the client added, exactly, when its records carry the simulator's own time to first token.
+    added = ttft_added.summary(out) if tool == "agentx" else None
+    if added:
+        row["client_ttft_added_ms"] = added
     row["requests"] = stat(export, "request_count", "avg")
     row["errors"] = stat(export, "error_request_count", "avg")
     row["export_found"] = export is not None
@@ -665,6 +672,13 @@ def table(rows: list[dict], levels: list[int]) -> tuple[str, list[dict]]:
                 f"{c:>5} {tool.split('-')[0] + ' CPU-s/1k':<14} {fmt(fl, '{:.4f}'):>12} {'':>12} "
                 f"{fmt(entry[f'aiperf_x_{key}'], 'max {:.1f}x'):>14}"
             )
+        # agentx only: its TTFT less the simulator's own (its stamps), over the window and its steady state.
+        added = ax.get("client_ttft_added_ms") or {}
+        for part, label in (("whole", "cTTFT+ p99 ms"), ("steady_after_10s", "  steady p99")):
+            v = (added.get(part) or {}).get("p99_ms")
+            if v is not None:
+                entry[f"client_ttft_added_{part}_p99_ms"] = v
+                lines.append(f"{c:>5} {label:<14} {fmt(v, '{:.2f}'):>12}")
         summary.append(entry)
     return "\n".join(lines), summary
 

@@ -56,6 +56,7 @@ fn ok(s: u64, turn: u32, send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) ->
         context_overflow: false,
         error: None,
         retry: None,
+        server_ttft_ns: None,
         tree: None,
     }
 }

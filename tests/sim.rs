@@ -615,6 +615,53 @@ async fn fixed_latency_mode() {
         t.elapsed()
     );
     assert_eq!(r.header("x-sim-prefill-ms"), "40.000");
+    // The server's own time to first token: from the last body byte to the first token, due 40 ms
+    // after the request's head arrived.
+    let stamp = |name: &str| r.header(name).parse::<u64>().unwrap();
+    let received = stamp("x-agentx-sim-request-received-ns");
+    let start = stamp("x-agentx-sim-response-start-ns");
+    assert!(
+        start > received && start - received <= 40_000_000,
+        "{received} {start}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn headers_at_first_token_hold_the_head_until_the_token() {
+    let mut c = max_config();
+    c.timing = Timing::Fixed {
+        ttft: Duration::from_millis(40),
+        itl: Duration::from_millis(1),
+    };
+    c.headers_at_first_token = true;
+    let h = sim::spawn(c).unwrap();
+    let stream = TcpStream::connect(h.addr()).await.unwrap();
+    let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = Request::post("/v1/chat/completions")
+        .header("host", h.addr().to_string())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(stream_body("x y z", 3).to_string())))
+        .unwrap();
+    let t = Instant::now();
+    let resp = tx.send_request(req).await.unwrap();
+    // The head came with the first token, due 40 ms after the request arrived (a lower bound).
+    assert!(
+        t.elapsed() >= Duration::from_millis(40),
+        "{:?}",
+        t.elapsed()
+    );
+    let stamp = |name: &str| -> u64 { resp.headers()[name].to_str().unwrap().parse().unwrap() };
+    let received = stamp("x-agentx-sim-request-received-ns");
+    let start = stamp("x-agentx-sim-response-start-ns");
+    assert!(start > received, "{received} {start}");
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.ends_with(b"data: [DONE]\n\n"), "{body:?}");
     h.shutdown().await;
 }
 

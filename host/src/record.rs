@@ -168,6 +168,11 @@ pub struct RequestRecord {
     /// byte), with the first attempt's error; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<String>,
+    /// The server's own time from the request's last body byte to the start of its response (its
+    /// first token), when the server stamps it in its headers (the built-in simulator does); absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_ttft_ns: Option<u64>,
     /// Where a request of a session tree sits in its tree; absent for single-stream sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<TreeInfo>,
@@ -212,6 +217,12 @@ impl RequestRecord {
     pub fn ttft_ns(&self) -> Option<u64> {
         self.first_token_ns
             .map(|t| t.saturating_sub(self.intended_ns))
+    }
+
+    /// What the client added to the time to first token: [`RequestRecord::ttft_ns`] less the
+    /// server's own time to first token, when the server stamped it.
+    pub fn client_ttft_ns(&self) -> Option<u64> {
+        Some(self.ttft_ns()?.saturating_sub(self.server_ttft_ns?))
     }
 
     /// End-to-end latency to the last content chunk, from the intended start.

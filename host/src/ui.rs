@@ -289,6 +289,7 @@ mod tests {
                 message: "x".into(),
             }),
             retry: None,
+            server_ttft_ns: None,
             tree: None,
         }
     }

@@ -166,6 +166,12 @@ pub struct SimArgs {
     /// (bench/differential.sh compares two clients' logs).
     #[arg(long, value_name = "FILE")]
     pub record_requests: Option<std::path::PathBuf>,
+    /// Hold a streamed answer's headers until its first token is due and send the two together,
+    /// so the `x-agentx-sim-response-start-ns` stamp is when the first token actually went out
+    /// (the simulator's own timer and scheduling delays on its side of the stamp). By default,
+    /// as vLLM does, headers go out once the request is admitted.
+    #[arg(long)]
+    pub headers_at_first_token: bool,
 }
 
 impl SimArgs {
@@ -260,6 +266,7 @@ impl SimArgs {
             c.keep_alive.max = Some(n);
         }
         c.keep_alive.header = self.keep_alive_header;
+        c.headers_at_first_token = self.headers_at_first_token;
         if let Some(v) = self.stall_ms {
             c.faults.stall = v;
         } else if self.stall_rate > 0.0 {

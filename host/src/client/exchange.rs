@@ -291,6 +291,19 @@ pub struct Exchange {
     pub failure: Option<Failure>,
     /// Set when the request was sent a second time, and why.
     pub retried: Option<String>,
+    /// The server's own time from the request's last body byte to the start of its response, when
+    /// its headers say (the built-in simulator's stamps).
+    pub server_ttft: Option<Duration>,
+}
+
+/// The server's time from a request's last body byte to the start of its response, when both of the
+/// built-in simulator's stamps came (unix nanoseconds on the server's clock; only their difference
+/// is read, so no clock is shared).
+pub(super) fn server_ttft(headers: &hyper::HeaderMap) -> Option<Duration> {
+    use crate::sim::{RECEIVED_HEADER, RESPONSE_START_HEADER};
+    let stamp = |name: &str| -> Option<u64> { headers.get(name)?.to_str().ok()?.parse().ok() };
+    let (received, start) = (stamp(RECEIVED_HEADER)?, stamp(RESPONSE_START_HEADER)?);
+    Some(Duration::from_nanos(start.saturating_sub(received)))
 }
 
 impl Exchange {
@@ -308,6 +321,7 @@ impl Exchange {
             error_body: None,
             failure: None,
             retried: None,
+            server_ttft: None,
         }
     }
 

@@ -603,6 +603,7 @@ impl Client {
         ex: &mut Exchange,
     ) {
         ex.first_byte = Some(Instant::now());
+        ex.server_ttft = exchange::server_ttft(resp.headers());
         self.learn(&resp, capture);
         let status = resp.status();
         ex.status = status.as_u16();

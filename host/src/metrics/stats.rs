@@ -685,6 +685,7 @@ pub(crate) mod tests {
             context_overflow: false,
             error: None,
             retry: None,
+            server_ttft_ns: None,
             tree: None,
         }
     }

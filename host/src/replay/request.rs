@@ -266,6 +266,7 @@ pub(super) fn to_record(
         context_overflow,
         error,
         retry: ex.retried.clone(),
+        server_ttft_ns: ex.server_ttft.map(|d| d.as_nanos() as u64),
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
             (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
@@ -321,6 +322,7 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) ->
             message: f.message,
         }),
         retry: None,
+        server_ttft_ns: None,
         tree: session.tree.clone(),
     }
 }

@@ -139,6 +139,7 @@ impl Transport for Scripted {
                 error_body: None,
                 failure: None,
                 retried: None,
+                server_ttft: None,
             };
             let work = async {
                 tokio::time::sleep(reply.ttft).await;

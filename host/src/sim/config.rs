@@ -168,6 +168,8 @@ pub struct SimConfig {
     /// Write one JSON line per chat request to this file (`--record-requests`; see the `record`
     /// module for the fields).
     pub record_requests: Option<std::path::PathBuf>,
+    /// Hold a streamed answer's headers until its first token is due (`--headers-at-first-token`).
+    pub headers_at_first_token: bool,
 }
 
 /// How long the server keeps a connection between requests.
@@ -219,6 +221,7 @@ impl SimConfig {
             keep_alive: KeepAliveConfig::default(),
             record_headers: false,
             record_requests: None,
+            headers_at_first_token: false,
         };
         match preset {
             Preset::H200 => SimConfig {

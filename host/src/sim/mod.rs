@@ -22,6 +22,11 @@
 //! `x-sim-engine`, `x-sim-prompt-tokens`, `x-sim-cached-tokens`, `x-sim-prefill-ms` (modelled
 //! prefill compute, excluding queueing) and `x-sim-queue-ms`. Headers are sent once a request is
 //! admitted to an engine, so a queued stream receives its headers when it starts running.
+//! `x-agentx-sim-request-received-ns` and `x-agentx-sim-response-start-ns` stamp when the request's
+//! last body byte was read and when its first token is due (a one-shot answer: when it is sent), in
+//! unix nanoseconds: their difference is the server's own time to first token, which the client
+//! records (`server_ttft_ns`) to separate what it added itself. With `headers_at_first_token` a
+//! streamed answer's headers wait for its first token, and the second stamp is when it went out.
 
 mod anthropic;
 mod cache;
@@ -46,7 +51,7 @@ pub use cache::{BlockHasher, PrefixCache};
 pub use config::{Faults, KeepAliveConfig, ModelTiming, Preset, SimConfig, Timing};
 pub use foreground::serve_foreground;
 pub use request::{context_overflow, ApiError};
-pub use server::Received;
+pub use server::{Received, RECEIVED_HEADER, RESPONSE_START_HEADER};
 pub use thread::SimThread;
 
 /// Why the simulator could not start.

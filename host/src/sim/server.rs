@@ -399,6 +399,28 @@ struct Accepted {
     parsed: ChatRequest,
     /// The output limit: the request's `max_tokens`, else what the context leaves.
     max_tokens: u64,
+    /// When the body's last byte was read.
+    received: Instant,
+}
+
+/// The response header stamping when the request's last body byte was read, in unix nanoseconds.
+pub const RECEIVED_HEADER: &str = "x-agentx-sim-request-received-ns";
+/// The response header stamping when the response's content starts (when a streamed answer's first
+/// token is due, or with `headers_at_first_token` when it goes out; when a one-shot answer is
+/// sent), in unix nanoseconds on the same clock. The difference
+/// of the two is the simulator's own time to first token, which a client subtracts from its TTFT to
+/// find what it added itself, with no clock shared between the two.
+pub const RESPONSE_START_HEADER: &str = "x-agentx-sim-response-start-ns";
+
+/// `t` in unix nanoseconds (through the wall clock now, so the two stamps of a request differ by
+/// exactly their monotonic difference when read together).
+fn unix_ns_at(t: Instant, now: Instant, unix_now: Duration) -> HeaderValue {
+    let ns = if t >= now {
+        unix_now + (t - now)
+    } else {
+        unix_now.saturating_sub(now - t)
+    };
+    HeaderValue::from(ns.as_nanos() as u64)
 }
 
 /// A chat completion or, with [`Api::Anthropic`], a Messages API request.
@@ -408,7 +430,11 @@ async fn chat(
     api: Api,
 ) -> Result<Response<SimBody>, Dropped> {
     let mut meta = Meta::of(&shared, &req, api)?;
-    let Accepted { parsed, max_tokens } = match read_chat(&shared, &meta, req, api).await? {
+    let Accepted {
+        parsed,
+        max_tokens,
+        received,
+    } = match read_chat(&shared, &meta, req, api).await? {
         Ok(a) => a,
         Err(e) => return Ok(meta.with_id(api_error(&e, api))),
     };
@@ -462,15 +488,30 @@ async fn chat(
         ("x-sim-prefill-ms", millis(adm.prefill)),
         ("x-sim-queue-ms", millis(adm.queued)),
     ];
+    let first_token_at = adm.first_token_at;
+    if let Some(t) = first_token_at.filter(|_| parsed.stream && config.headers_at_first_token) {
+        tokio::time::sleep_until(t).await;
+    }
     let mut r = if parsed.stream {
         streamed(config, &meta, (&parsed, api), adm, answer, plan.stream)
     } else {
         one_shot(config, engine, (&meta, api), adm, answer, plan.stream).await?
     };
+    let now = Instant::now();
+    let unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    // A streamed answer's first token goes out when due (its headers now); a one-shot answer now.
+    let start = match first_token_at {
+        Some(t) if parsed.stream => t.max(now),
+        _ => now,
+    };
     let h = r.headers_mut();
     for (name, v) in sim_headers {
         h.insert(name, v);
     }
+    h.insert(RECEIVED_HEADER, unix_ns_at(received, now, unix));
+    h.insert(RESPONSE_START_HEADER, unix_ns_at(start, now, unix));
     Ok(meta.with_id(r))
 }
 
@@ -510,6 +551,7 @@ async fn read_chat(
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(Err(too_large(None))),
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
+    let received = Instant::now();
     if let (Some(log), Some(a)) = (&shared.request_log, &meta.logged) {
         log.log(a, &body, &config.tokenizer);
     }
@@ -518,13 +560,18 @@ async fn read_chat(
         Api::Anthropic => anthropic::parse(&body, config.block_size, &config.tokenizer),
     };
     match parsed {
-        Ok(r) => Ok(check_chat(config, r, api)),
+        Ok(r) => Ok(check_chat(config, r, api, received)),
         Err(e) => Ok(Err(e)),
     }
 }
 
 /// The model and the context window: the output limit, or the error to answer with.
-fn check_chat(config: &SimConfig, parsed: ChatRequest, api: Api) -> Result<Accepted, ApiError> {
+fn check_chat(
+    config: &SimConfig,
+    parsed: ChatRequest,
+    api: Api,
+    received: Instant,
+) -> Result<Accepted, ApiError> {
     if let Some(m) = &parsed.model {
         if config.strict_model && m != &config.model {
             return Err(ApiError {
@@ -548,7 +595,11 @@ fn check_chat(config: &SimConfig, parsed: ChatRequest, api: Api) -> Result<Accep
         None if prompt >= max_len => return Err(request::context_overflow(max_len, prompt, None)),
         None => max_len - prompt,
     };
-    Ok(Accepted { parsed, max_tokens })
+    Ok(Accepted {
+        parsed,
+        max_tokens,
+        received,
+    })
 }
 
 /// The error of an injected failure (`--fail-rate`) with `status`.
