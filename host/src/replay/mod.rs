@@ -335,7 +335,10 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     // shard's warmup returned.
     if let Some((done, profile, ..)) = link {
         let stop = local_stop.as_ref();
-        let w = &mut warm;
+        let w = WarmEnd {
+            interrupted: &mut warm.interrupted,
+            failures: &warm.failures,
+        };
         if let Some(o) = shard_warmup(&shared, w, done, profile, stop, stride, &mut interrupt).await
         {
             return o;
@@ -511,18 +514,25 @@ fn warmed(out: &mut Warmup, returned: usize, lane: &Lane, result: Warmed) {
     }
 }
 
+/// How a shard's warmup ended, as the hand-off to the other shards reads it (an interrupt while
+/// waiting for them is noted in `interrupted`).
+struct WarmEnd<'a> {
+    interrupted: &'a mut bool,
+    failures: &'a [String],
+}
+
 /// A sharded run's warmup hand-off: sends this shard's warmup outcome and waits for every shard's.
 /// `Some` when another shard's warmup failed (every shard stops).
 async fn shard_warmup(
     shared: &Shared,
-    warm: &mut Warmup,
+    warm: WarmEnd<'_>,
     done: oneshot::Sender<Result<(), String>>,
     profile: oneshot::Receiver<Result<(), String>>,
     local_stop: Option<&mpsc::UnboundedSender<(StopReason, String)>>,
     stride: (u64, u64),
     interrupt: &mut watch::Receiver<u32>,
 ) -> Option<ReplayOutcome> {
-    let mine = if warm.interrupted {
+    let mine = if *warm.interrupted {
         Err(format!("shard {} was interrupted during warmup", stride.0))
     } else if !warm.failures.is_empty() {
         Err(format!(
@@ -542,7 +552,7 @@ async fn shard_warmup(
     let verdict = tokio::select! {
         v = profile => v.unwrap_or_else(|_| Err("the rendezvous closed before profiling began".into())),
         _ = interrupt.changed() => {
-            warm.interrupted = true;
+            *warm.interrupted = true;
             if let Some(tx) = local_stop {
                 let _ = tx.send((StopReason::Interrupted, format!("shard {} was interrupted", stride.0)));
             }

@@ -12,7 +12,9 @@
 //! 2. `ping`/`pong`: each shard measures its wall-clock offset from the coordinator (the sample with
 //!    the shortest round trip), kept in its manifest so a merge puts all records on one timeline.
 //! 3. `welcome` (run id and seed: shard 0's, so a drawn seed is drawn once), `ready` when a shard
-//!    has planned, `go` when all have: every shard starts its warmup together.
+//!    has planned, `go` when all have, naming an instant [`GO_LEAD`] ahead on the coordinator's
+//!    clock: every shard starts its warmup at that instant on its own clock (through its measured
+//!    offset), so the session-tree primers of all shards sit on one t* timeline.
 //! 4. `warmup` from each shard; `profile` when every warmup returned, else `stop` to all.
 //! 5. During profiling each shard's `tally` feeds the failed-request threshold over all shards; a
 //!    `stop` from one shard (interrupt) or the threshold goes to all.
@@ -46,6 +48,9 @@ pub use member::*;
 
 /// The coordinator's port unless `--coordinator-port` / `AGENTX_COORDINATOR_PORT` says otherwise.
 pub const DEFAULT_PORT: u16 = 29517;
+
+/// How far ahead of the `go` the warmup's common start lies (the `go` must reach every shard first).
+pub const GO_LEAD: Duration = Duration::from_millis(100);
 
 /// How long a new connection may take to say its hello (at most the rendezvous timeout).
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -162,7 +167,12 @@ enum Msg {
         message: String,
     },
     Ready,
-    Go,
+    /// Every shard planned: warmup begins at `at_ns` on the coordinator's wall clock (each shard
+    /// converts it through its measured offset), or at once when it is absent.
+    Go {
+        #[serde(default)]
+        at_ns: Option<u64>,
+    },
     Warmup {
         ok: bool,
         message: Option<String>,

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::tree::TreeLane;
+use super::tree::{Sampler, TreeLane, Whole};
 use super::{
     bar, timer, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Shared, StopReason, Tally,
 };
@@ -70,9 +70,16 @@ pub struct TreePlan {
     pub streams: &'static Dataset,
     pub trees: &'static [SessionTree],
     pub first_stream: &'static [u32],
+    /// The lanes this process replays (a shard's are numbered from 0 here; see [`TreeShard`]).
     pub lanes: Vec<TreeLane>,
     /// Where the sampler goes on from for recycled trees.
     pub next_draw: usize,
+    /// What the whole plan fixes for every shard: the warmup's largest lead, profiling's T0, the
+    /// marker passes.
+    pub whole: Whole,
+    /// A sharded run's part: which trees this shard recycles, and its lanes' numbers in the whole
+    /// plan; `None` in one process.
+    pub shard: Option<TreeShard>,
     pub rules: ReplayRules,
     /// Per stream (global index), per turn: the end-to-start delay in ms (0 for turn 0).
     pub delays_ms: Vec<Vec<f64>>,
@@ -80,6 +87,16 @@ pub struct TreePlan {
     pub burst: bool,
     /// The warmup's cache-pressure stage after the primers, if any.
     pub pressure: Option<Pressure>,
+}
+
+/// One shard's part of a session-tree run.
+#[derive(Debug, Clone)]
+pub struct TreeShard {
+    pub index: u32,
+    /// Per corpus tree, the shard that recycles it ([`super::tree::tree_owners`]).
+    pub owners: Vec<u32>,
+    /// Per lane of [`TreePlan::lanes`], its number in the whole plan (records, markers).
+    pub lane_ids: Vec<u32>,
 }
 
 /// The warmup's optional cache-pressure stage (agentx-v1.md §4): after the primers, the trees go on
@@ -195,10 +212,41 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         mut interrupt,
         on_profiling,
         mut threshold_rx,
-        ..
+        stride,
+        link,
+        mut remote_stop,
+        local_stop,
     } = rest;
     let sh = sc.sh.clone();
-    let warmed = match warmup::run(&mut sc, &lanes_plan, &mut interrupt).await {
+    let mut warmed = warmup::run(&mut sc, &lanes_plan, &mut interrupt).await;
+    // A sharded run: tell the others how this warmup ended, and begin profiling only when every
+    // shard's warmup returned.
+    if let Some((done, profile, ..)) = link {
+        let (mut interrupted, failures) = match &warmed {
+            Ok(_) => (false, Vec::new()),
+            Err(s) => (s.interrupted, s.failures.clone()),
+        };
+        let w = super::WarmEnd {
+            interrupted: &mut interrupted,
+            failures: &failures,
+        };
+        let stop = local_stop.as_ref();
+        if let Some(o) =
+            super::shard_warmup(&sh, w, done, profile, stop, stride, &mut interrupt).await
+        {
+            return TreeOutcome {
+                replay: o,
+                counts: sc.counts,
+            };
+        }
+        if interrupted && warmed.is_ok() {
+            warmed = Err(warmup::WarmupStop {
+                interrupted,
+                failures,
+            });
+        }
+    }
+    let warmed = match warmed {
         Ok(w) => w,
         Err(stop) => {
             sh.progress.finish();
@@ -209,14 +257,14 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         }
     };
     let (prof_start, start) = start_profiling(&mut sc, &lanes_plan, &warmed, on_profiling);
-    let (stop, message) = profile(
-        &mut sc,
-        start,
-        prof_start,
-        &mut interrupt,
-        &mut threshold_rx,
-    )
-    .await;
+    let stops = super::Stops {
+        interrupt: &mut interrupt,
+        threshold: &mut threshold_rx,
+        remote: remote_stop.as_mut(),
+        local: local_stop.as_ref(),
+        shard: stride.0,
+    };
+    let (stop, message) = profile(&mut sc, start, prof_start, stops).await;
     let (stop, message) = drain(&mut sc, &mut interrupt, stop, message).await;
     finish(sc, stop, message, prof_start)
 }
@@ -227,11 +275,20 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
     let recycler = super::recycle::Recycler::new(&[], std::iter::empty(), 0);
     let n_lanes = plan.lanes.len();
     let (sh, rest) = Shared::build(cfg, inputs, Vec::new(), recycler, n_lanes as u64);
-    let mut passes: HashMap<String, u32> = HashMap::new();
-    for l in &plan.lanes {
-        let p = passes.entry(l.trace_id.clone()).or_insert(0);
-        *p = (*p).max(l.pass + 1);
-    }
+    let passes: HashMap<String, u32> = plan.whole.passes.clone();
+    let n_trees = plan.trees.len();
+    let trees: &'static [SessionTree] = plan.trees;
+    let usable = |t: usize| !trees[t].streams[0].turns.is_empty();
+    let sampler = match &plan.shard {
+        Some(s) => Sampler::new(
+            plan.next_draw,
+            Some(s.owners.clone()),
+            s.index,
+            n_trees,
+            usable,
+        ),
+        None => Sampler::new(plan.next_draw, None, 0, n_trees, usable),
+    };
     let lanes_plan = plan.lanes.clone();
     let mut sc = Sched {
         sh,
@@ -239,7 +296,7 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
         heap: BinaryHeap::new(),
         seq: 0,
         gen: 0,
-        draw: plan.next_draw,
+        sampler,
         passes,
         tasks: JoinSet::new(),
         in_flight: 0,
@@ -284,12 +341,8 @@ fn start_profiling(
         "Phase profiling started | profiling_index=0 | target: {:.1}s duration",
         sh.cfg.duration.as_secs_f64()
     );
-    let t0_all = lanes_plan
-        .iter()
-        .flat_map(|l| l.streams.iter())
-        .filter(|s| !s.waiting)
-        .map(|s| s.offset_ms)
-        .fold(f64::INFINITY, f64::min);
+    // T0 of the whole plan: every shard's streams are due on one timeline.
+    let t0_all = sc.plan.whole.t0_ms;
     if warmed.pressured {
         sc.hand_off(start);
     }
@@ -343,9 +396,15 @@ async fn profile(
     sc: &mut Sched,
     start: Instant,
     prof_start: u64,
-    interrupt: &mut watch::Receiver<u32>,
-    threshold_rx: &mut watch::Receiver<bool>,
+    stops: super::Stops<'_>,
 ) -> (StopReason, Option<String>) {
+    let super::Stops {
+        interrupt,
+        threshold: threshold_rx,
+        mut remote,
+        local,
+        shard,
+    } = stops;
     let sh = sc.sh.clone();
     sh.progress
         .phase("profiling", sh.cfg.duration.as_secs().max(1));
@@ -389,6 +448,21 @@ async fn profile(
             _ = interrupt.changed() => {
                 stop = StopReason::Interrupted;
                 message = Some("interrupted: no new turns were started and in-flight requests were drained".into());
+                if let Some(tx) = local {
+                    let _ = tx.send((StopReason::Interrupted, format!("shard {shard} was interrupted")));
+                }
+                break;
+            }
+            Some((why, text)) = async {
+                match remote.as_mut() {
+                    Some(rx) => rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                // Another shard's stop: the threshold cancels in-flight requests, anything else
+                // drains them like an interrupt.
+                stop = if why == StopReason::ThresholdExceeded { why } else { StopReason::Interrupted };
+                message = Some(text);
                 break;
             }
             _ = tick.tick(), if ticker.is_some() => {

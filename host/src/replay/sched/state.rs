@@ -110,7 +110,7 @@ pub(super) struct Sched {
     pub(super) heap: BinaryHeap<Reverse<Timer>>,
     pub(super) seq: u64,
     pub(super) gen: u64,
-    pub(super) draw: usize,
+    pub(super) sampler: crate::replay::tree::Sampler,
     pub(super) passes: HashMap<String, u32>,
     pub(super) tasks: JoinSet<Done>,
     pub(super) in_flight: u64,
@@ -149,7 +149,8 @@ impl Sched {
     pub(super) fn new_session(&self, rt: &RtTree, stream: u32) -> Session {
         let tree = self.tree(rt.tree);
         let s = &tree.streams[stream as usize];
-        let mut session = Session::new(&self.sh, rt.lane, rt.tree, rt.pass, rt.marker.clone());
+        let lane = self.lane_id(rt.lane);
+        let mut session = Session::new(&self.sh, lane, rt.tree, rt.pass, rt.marker.clone());
         let root_corr = if stream == 0 {
             session.correlation_id.clone()
         } else {
@@ -263,15 +264,18 @@ impl Sched {
     }
 
     pub(super) fn draw_tree(&mut self) -> Option<usize> {
-        let n = self.plan.trees.len();
-        for _ in 0..n {
-            let t = self.draw % n;
-            self.draw += 1;
-            if !self.plan.trees[t].streams[0].turns.is_empty() {
-                return Some(t);
-            }
-        }
-        None
+        let trees: &'static [SessionTree] = self.plan.trees;
+        self.sampler
+            .next(trees.len(), |t| !trees[t].streams[0].turns.is_empty())
+    }
+
+    /// Lane `lane`'s number in the whole plan (a shard numbers its own lanes from 0).
+    pub(super) fn lane_id(&self, lane: u32) -> u32 {
+        self.plan
+            .shard
+            .as_ref()
+            .and_then(|s| s.lane_ids.get(lane as usize).copied())
+            .unwrap_or(lane)
     }
 
     /// Starts the next tree of the sampler on `lane` at root turn 0, now.
@@ -295,7 +299,7 @@ impl Sched {
                 &TreeId {
                     run_id: self.sh.cfg.run_id.clone(),
                     pass,
-                    lane,
+                    lane: self.lane_id(lane),
                     trace_id: trace.clone(),
                 },
             ) {

@@ -72,12 +72,8 @@ async fn primers(
     let n_lanes = lanes_plan.len();
     let warm_start = timer::now();
     let spread = sc.plan.rules.warmup_spread && !sc.plan.burst;
-    let max_lead = lanes_plan
-        .iter()
-        .flat_map(|l| l.streams.iter())
-        .filter(|s| s.warm_turn.is_some())
-        .map(|s| s.lead_ms)
-        .fold(0.0f64, f64::max);
+    // The whole plan's largest lead: every shard's primers line up with one t*.
+    let max_lead = sc.plan.whole.max_lead_ms;
     let mut primers = 0u64;
     for l in lanes_plan {
         for s in &l.streams {

@@ -473,7 +473,9 @@ impl Phases {
             Msg::Ready => {
                 self.ready += 1;
                 if self.ready == count {
-                    members.broadcast(Msg::Go);
+                    members.broadcast(Msg::Go {
+                        at_ns: Some(wall_ns() + GO_LEAD.as_nanos() as u64),
+                    });
                 }
             }
             Msg::Warmup { ok, message } => {

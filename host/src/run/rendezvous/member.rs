@@ -129,8 +129,9 @@ impl Member {
         }
     }
 
-    /// Says this shard has planned and waits until every shard has (`go`).
-    pub async fn ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+    /// Says this shard has planned and waits until every shard has (`go`): returns the warmup's
+    /// common start on this host's wall clock (ns since the epoch), if the coordinator named one.
+    pub async fn ready(&mut self, timeout: Duration) -> anyhow::Result<Option<u64>> {
         send(&mut self.writer, &Msg::Ready).await?;
         loop {
             let m = tokio::time::timeout(timeout, recv(&mut self.reader))
@@ -142,7 +143,11 @@ impl Member {
                     )
                 })??;
             match m {
-                Some(Msg::Go) => return Ok(()),
+                Some(Msg::Go { at_ns }) => {
+                    // The coordinator's clock is this one's plus the offset.
+                    let local = |a: u64| (i128::from(a) - i128::from(self.clock_offset_ns)).max(0);
+                    return Ok(at_ns.map(|a| local(a) as u64));
+                }
                 Some(Msg::Refuse { message }) | Some(Msg::Stop { message, .. }) => {
                     bail!("the rendezvous stopped the run before warmup: {message}")
                 }
