@@ -1,8 +1,9 @@
 //! `agentx-host merge`: the shards of a sharded run made into one artifact directory that reads
-//! exactly like a run in one process: the records on one timeline, the manifest (listing the
-//! shards and the clock skew measured at the rendezvous), the run summary with the validity decided
-//! by the scenario over all shards' counts, the aiperf exports, shard 0's server metrics, the plot
-//! and report.html.
+//! exactly like a run in one process: the records on one timeline, the manifest (the whole plan,
+//! a session-tree run's counts summed, the shards and the clock skew measured at the rendezvous),
+//! the run summary with the validity decided by the scenario over all shards' counts (a
+//! session-tree scenario's with the duration coverage of all shards' records), the aiperf exports
+//! (by the rules each shard's manifest keeps), shard 0's server metrics, the plot and report.html.
 //!
 //! The timeline: each shard recorded its clock's wall-clock anchor and its offset from the
 //! coordinator's clock; a shard's records move by `(anchor + offset) - earliest`, so every time is

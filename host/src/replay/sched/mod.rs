@@ -6,6 +6,11 @@
 //!   starts (at root turn 0, drawn round-robin from the corpus, with the next marker pass of its
 //!   trace) only when the whole tree drained: the root's terminal turn returned and every started
 //!   child finished.
+//! - **Shards.** A shard of a sharded run replays its own lanes of the whole plan
+//!   ([`TreePlan::shard`]): its sampler takes only the trees it owns
+//!   ([`super::tree::Sampler`]), its primers and first turns sit on the whole plan's timeline
+//!   ([`TreePlan::whole`]), and its warmup hand-off and stops go through the rendezvous as the
+//!   single-stream replay's do.
 //! - **Warmup.** Every alive stream with a warm turn sends it (`max_tokens` from the scenario's
 //!   rules, the tree's marker, the full recorded prefix), spread so that every primer's recorded
 //!   position lines up with t* (or all at once). A failed depth-0 primer aborts the run; a depth-0
