@@ -912,3 +912,64 @@ fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
     );
     assert_eq!(rep.code(), 0, "{}", rep.stderr());
 }
+
+/// An interrupt of one shard of a session-tree run stops the other (the tree scheduler hears the
+/// rendezvous's stop), and each keeps what it measured.
+#[test]
+fn an_interrupt_of_one_shard_of_a_tree_run_stops_both() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let mut a = tree_args(&sim.url(), 4);
+            set(&mut a, "--benchmark-duration", "300");
+            let shard = format!("{i}/2");
+            a.extend(
+                [
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    &coordinator,
+                    "--output-artifact-dir",
+                    out.to_str().unwrap(),
+                    "--rendezvous-timeout",
+                    "60",
+                ]
+                .map(String::from),
+            );
+            spawn(work.path(), &a, &[])
+        })
+        .collect();
+    let records = out.join("shard-1/records.jsonl");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&records).is_ok_and(|t| t.contains("\"profiling\"")) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "shard 1 never reached profiling"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(children[1].id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "shard {i}: {}", stderr(o));
+        let s = json(&out.join(format!("shard-{i}/run_summary.json")));
+        assert_eq!(s["stop"], "interrupted", "shard {i}: {s}");
+        let recs = read_records(&out.join(format!("shard-{i}/records.jsonl"))).unwrap();
+        assert!(
+            recs.iter().any(|r| r.phase == Phase::Profiling),
+            "shard {i}"
+        );
+    }
+    assert!(
+        stderr(&outs[0]).contains("shard 1 was interrupted"),
+        "{}",
+        stderr(&outs[0])
+    );
+}
