@@ -261,10 +261,12 @@ pub struct ShardLink {
     /// (`n * count + index`), so ids stay unique across the merged run.
     pub index: u32,
     pub count: u32,
-    /// This shard's warmup outcome, sent once when its warmup returned (`Err` with why it failed).
-    pub warmup_done: oneshot::Sender<Result<(), String>>,
-    /// Every shard's warmup returned (`Ok`), or the run stops (`Err` with why).
-    pub profile: oneshot::Receiver<Result<(), String>>,
+    /// This shard's warmup outcome, sent once when its warmup returned (`Err` with why it failed;
+    /// a session-tree shard's hand-off offset after the cache-pressure stage in `Ok`).
+    pub warmup_done: oneshot::Sender<Result<Option<f64>, String>>,
+    /// Every shard's warmup returned (`Ok`, with the smallest hand-off offset of all), or the run
+    /// stops (`Err` with why).
+    pub profile: oneshot::Receiver<Result<Option<f64>, String>>,
     /// A stop decided elsewhere: another shard's interrupt or failure, or the failed-request
     /// threshold over all shards.
     pub remote_stop: watch::Receiver<Option<(StopReason, String)>>,
@@ -338,6 +340,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         let w = WarmEnd {
             interrupted: &mut warm.interrupted,
             failures: &warm.failures,
+            t0_ms: &mut None,
         };
         if let Some(o) = shard_warmup(&shared, w, done, profile, stop, stride, &mut interrupt).await
         {
@@ -519,6 +522,9 @@ fn warmed(out: &mut Warmup, returned: usize, lane: &Lane, result: Warmed) {
 struct WarmEnd<'a> {
     interrupted: &'a mut bool,
     failures: &'a [String],
+    /// A session-tree shard's hand-off offset after the cache-pressure stage; set to the smallest
+    /// of all shards' when profiling may begin.
+    t0_ms: &'a mut Option<f64>,
 }
 
 /// A sharded run's warmup hand-off: sends this shard's warmup outcome and waits for every shard's.
@@ -526,8 +532,8 @@ struct WarmEnd<'a> {
 async fn shard_warmup(
     shared: &Shared,
     warm: WarmEnd<'_>,
-    done: oneshot::Sender<Result<(), String>>,
-    profile: oneshot::Receiver<Result<(), String>>,
+    done: oneshot::Sender<Result<Option<f64>, String>>,
+    profile: oneshot::Receiver<Result<Option<f64>, String>>,
     local_stop: Option<&mpsc::UnboundedSender<(StopReason, String)>>,
     stride: (u64, u64),
     interrupt: &mut watch::Receiver<u32>,
@@ -541,7 +547,7 @@ async fn shard_warmup(
             warm.failures.join("; ")
         ))
     } else {
-        Ok(())
+        Ok(*warm.t0_ms)
     };
     let failed_here = mine.is_err();
     let _ = done.send(mine);
@@ -556,10 +562,18 @@ async fn shard_warmup(
             if let Some(tx) = local_stop {
                 let _ = tx.send((StopReason::Interrupted, format!("shard {} was interrupted", stride.0)));
             }
-            Ok(())
+            Ok(None)
         }
     };
-    let why = verdict.err()?;
+    let why = match verdict {
+        Ok(t0) => {
+            if t0.is_some() {
+                *warm.t0_ms = t0;
+            }
+            return None;
+        }
+        Err(why) => why,
+    };
     shared.progress.finish();
     Some(ReplayOutcome {
         stop: StopReason::WarmupFailed,
@@ -779,8 +793,8 @@ struct Rest {
     stride: (u64, u64),
     #[allow(clippy::type_complexity)]
     link: Option<(
-        oneshot::Sender<Result<(), String>>,
-        oneshot::Receiver<Result<(), String>>,
+        oneshot::Sender<Result<Option<f64>, String>>,
+        oneshot::Receiver<Result<Option<f64>, String>>,
         watch::Receiver<Option<(StopReason, String)>>,
         watch::Sender<Tally>,
         mpsc::UnboundedSender<(StopReason, String)>,

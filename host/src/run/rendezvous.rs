@@ -15,7 +15,9 @@
 //!    has planned, `go` when all have, naming an instant [`GO_LEAD`] ahead on the coordinator's
 //!    clock: every shard starts its warmup at that instant on its own clock (through its measured
 //!    offset), so the session-tree primers of all shards sit on one t* timeline.
-//! 4. `warmup` from each shard; `profile` when every warmup returned, else `stop` to all.
+//! 4. `warmup` from each shard; `profile` when every warmup returned, else `stop` to all. After a
+//!    session-tree warmup's cache-pressure stage each shard's `warmup` carries the smallest offset
+//!    of its resumed turns and `profile` the smallest of all: profiling's T0 over all shards.
 //! 5. During profiling each shard's `tally` feeds the failed-request threshold over all shards; a
 //!    `stop` from one shard (interrupt) or the threshold goes to all.
 //! 6. `done` when a shard wrote its files; `bye` to all when every shard is done (or lost). A shard
@@ -176,8 +178,16 @@ enum Msg {
     Warmup {
         ok: bool,
         message: Option<String>,
+        /// A session-tree shard after the cache-pressure stage: the smallest offset (ms) of its
+        /// resumed turns, for profiling's T0 over all shards.
+        #[serde(default)]
+        t0_ms: Option<f64>,
     },
-    Profile,
+    /// Every warmup returned: profiling begins, with the smallest `t0_ms` the shards sent.
+    Profile {
+        #[serde(default)]
+        t0_ms: Option<f64>,
+    },
     Tally {
         requests: u64,
         failed: u64,

@@ -226,6 +226,12 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     let mut warmed = warmup::run(&mut sc, &lanes_plan, &mut interrupt).await;
     // A sharded run: tell the others how this warmup ended, and begin profiling only when every
     // shard's warmup returned.
+    // After the cache-pressure stage, profiling's T0 is the smallest of every shard's.
+    let mut handoff_t0 = match &warmed {
+        Ok(w) if w.pressured => sc.handoff_offset(),
+        _ => None,
+    };
+    let sharded = link.is_some();
     if let Some((done, profile, ..)) = link {
         let (mut interrupted, failures) = match &warmed {
             Ok(_) => (false, Vec::new()),
@@ -234,6 +240,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         let w = super::WarmEnd {
             interrupted: &mut interrupted,
             failures: &failures,
+            t0_ms: &mut handoff_t0,
         };
         let stop = local_stop.as_ref();
         if let Some(o) =
@@ -261,7 +268,10 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
             };
         }
     };
-    let (prof_start, start) = start_profiling(&mut sc, &lanes_plan, &warmed, on_profiling);
+    // In one process the hand-off finds its own T0.
+    let handoff_t0 = handoff_t0.filter(|_| sharded);
+    let (prof_start, start) =
+        start_profiling(&mut sc, &lanes_plan, (&warmed, handoff_t0), on_profiling);
     let stops = super::Stops {
         interrupt: &mut interrupt,
         threshold: &mut threshold_rx,
@@ -325,7 +335,7 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
 fn start_profiling(
     sc: &mut Sched,
     lanes_plan: &[TreeLane],
-    warmed: &warmup::Warmed,
+    (warmed, handoff_t0): (&warmup::Warmed, Option<f64>),
     on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
 ) -> (u64, Instant) {
     let sh = sc.sh.clone();
@@ -349,7 +359,7 @@ fn start_profiling(
     // T0 of the whole plan: every shard's streams are due on one timeline.
     let t0_all = sc.plan.whole.t0_ms;
     if warmed.pressured {
-        sc.hand_off(start);
+        sc.hand_off(start, handoff_t0);
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
         let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|rt| {

@@ -425,8 +425,46 @@ impl Sched {
     /// Profiling after the pressure stage: every stream resumes at its deferred or held turn, due
     /// `offset − T0` after `start`, where a stream's offset is its turn's recorded start past its
     /// tree's origin and T0 the smallest offset of a turn not held by a join (see [`handoff_t0`]).
-    pub(super) fn hand_off(&mut self, start: Instant) {
+    ///
+    /// `t0`: the T0 over all shards of a sharded run (the smallest of the shards'
+    /// [`Sched::handoff_offset`]); `None`: this replay's own.
+    pub(super) fn hand_off(&mut self, start: Instant, t0: Option<f64>) {
         self.heap.clear();
+        let due = self.handoff_due();
+        for rt in self.lanes.iter_mut().flatten() {
+            rt.timers = 0;
+            rt.held.clear();
+            for st in rt.streams.iter_mut() {
+                if st.st == St::Held {
+                    st.st = St::Waiting;
+                }
+            }
+        }
+        let t0 = t0.unwrap_or_else(|| handoff_t0(&due));
+        let mut lanes_seen = std::collections::HashSet::new();
+        for r in due {
+            if lanes_seen.insert(r.lane) {
+                self.counts.trees_started += 1;
+                self.sh.tally.lock().expect("tally lock").sessions += 1;
+            }
+            let at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
+            self.push_timer(r.lane, r.stream, at);
+        }
+        for lane in 0..self.lanes.len() as u32 {
+            if self.lanes[lane as usize].is_none() {
+                self.recycle(lane);
+            }
+        }
+    }
+
+    /// This replay's part of the hand-off's T0: the smallest offset of its resumed turns not
+    /// waiting for a join (`None` for none), which a shard sends to the others.
+    pub(super) fn handoff_offset(&self) -> Option<f64> {
+        handoff_min(&self.handoff_due())
+    }
+
+    /// Every stream profiling resumes after the pressure stage, with its offset.
+    fn handoff_due(&self) -> Vec<Resume> {
         let trees: &'static [SessionTree] = self.plan.trees;
         let mut due: Vec<Resume> = Vec::new();
         for rt in self.lanes.iter().flatten() {
@@ -443,30 +481,7 @@ impl Sched {
                 }
             }
         }
-        for rt in self.lanes.iter_mut().flatten() {
-            rt.timers = 0;
-            rt.held.clear();
-            for st in rt.streams.iter_mut() {
-                if st.st == St::Held {
-                    st.st = St::Waiting;
-                }
-            }
-        }
-        let t0 = handoff_t0(&due);
-        let mut lanes_seen = std::collections::HashSet::new();
-        for r in due {
-            if lanes_seen.insert(r.lane) {
-                self.counts.trees_started += 1;
-                self.sh.tally.lock().expect("tally lock").sessions += 1;
-            }
-            let at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
-            self.push_timer(r.lane, r.stream, at);
-        }
-        for lane in 0..self.lanes.len() as u32 {
-            if self.lanes[lane as usize].is_none() {
-                self.recycle(lane);
-            }
-        }
+        due
     }
 }
 
@@ -488,16 +503,17 @@ struct Resume {
 /// (agentx-harness 1.0.12 timing/strategies/agentic_replay.py:1040-1066, 1116-1150; the minimum in
 /// `_profiling_phase_t0_offset_ms`, 1387-1399). 0 when every turn joins.
 fn handoff_t0(due: &[Resume]) -> f64 {
+    handoff_min(due).unwrap_or(0.0)
+}
+
+/// The smallest offset of a resumed turn not waiting for a join, if any.
+fn handoff_min(due: &[Resume]) -> Option<f64> {
     let t0 = due
         .iter()
         .filter(|r| !r.joining)
         .map(|r| r.offset_ms)
         .fold(f64::INFINITY, f64::min);
-    if t0.is_finite() {
-        t0
-    } else {
-        0.0
-    }
+    t0.is_finite().then_some(t0)
 }
 
 #[cfg(test)]
