@@ -425,6 +425,7 @@ impl Sched {
     }
 
     pub(super) fn dispatch(&mut self, lane: u32, s: u32, intended: u64) {
+        let lane_no = self.lane_id(lane);
         let stage = self.stage;
         let phase = stage.phase();
         let trees: &'static [SessionTree] = self.plan.trees;
@@ -439,7 +440,7 @@ impl Sched {
             // Not expected: a stream is dispatched only with its session. Marking it in flight
             // would keep its tree from draining for the rest of the run; it ends here instead.
             tracing::error!(
-                "stream {} of tree {} on lane {lane} has no session; it ends here",
+                "stream {} of tree {} on lane {lane_no} has no session; it ends here",
                 tree.streams[s as usize].id,
                 tree.trace_id
             );
@@ -606,8 +607,9 @@ impl Sched {
             for (s, _) in held {
                 self.counts.forced_releases += 1;
                 tracing::warn!(
-                    "tree {} on lane {lane}: a held turn of stream {} waits for requests that will not run; released",
+                    "tree {} on lane {}: a held turn of stream {} waits for requests that will not run; released",
                     tree.trace_id,
+                    self.lane_id(lane),
                     tree.streams[s as usize].id
                 );
                 let now = self.sh.clock.now_ns();

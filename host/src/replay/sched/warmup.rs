@@ -136,6 +136,8 @@ async fn primers(
                 if let Some(rt) = sc.lanes[lane as usize].as_mut() {
                     rt.streams[stream as usize].next = next_turn;
                 }
+                // The lane as the whole plan numbers it (a shard's own start at 0).
+                let lane = sc.lane_id(lane);
                 match (overflow, failed) {
                     (true, _) if depth0 => {
                         sc.counts.warmup_root_overflows += 1;
@@ -418,7 +420,8 @@ impl Sched {
         };
         Some(format!(
             "lane {} root request (tree {tree}, turn {}) of the cache-pressure stage {what}",
-            d.lane, d.turn
+            self.lane_id(d.lane),
+            d.turn
         ))
     }
 
