@@ -26,14 +26,16 @@
 //!
 //! The files: this one runs the phases of the single-stream replay, [`lane`] a lane's sessions,
 //! [`request`] one request (body, send, record, tally), [`transport`] what the replay needs from a
-//! client, [`sched`] the session-tree scheduler. The paused-time tests are in `tests.rs` (this
-//! replay) and `sched/tests.rs` (the tree scheduler), on a scripted transport (`testkit.rs`).
+//! client, [`sched`] the session-tree scheduler, `shard.rs` a shard's warmup hand-off to the other
+//! shards. The paused-time tests are in `tests.rs` (this replay) and `sched/tests.rs` (the tree
+//! scheduler), on a scripted transport (`testkit.rs`).
 
 mod lane;
 pub mod plan;
 pub mod recycle;
 mod request;
 pub mod sched;
+mod shard;
 #[cfg(test)]
 mod testkit;
 #[cfg(test)]
@@ -58,6 +60,7 @@ use crate::scenario::ScenarioInstance;
 use lane::{Session, Warmed};
 pub use plan::{Lane, Plan, PlanParams};
 use recycle::Recycler;
+use shard::{shard_warmup, WarmEnd};
 pub use transport::Transport;
 
 use crate::ui::{Live, Progress, SrvRow};
@@ -515,74 +518,6 @@ fn warmed(out: &mut Warmup, returned: usize, lane: &Lane, result: Warmed) {
             }
         }
     }
-}
-
-/// How a shard's warmup ended, as the hand-off to the other shards reads it (an interrupt while
-/// waiting for them is noted in `interrupted`).
-struct WarmEnd<'a> {
-    interrupted: &'a mut bool,
-    failures: &'a [String],
-    /// A session-tree shard's hand-off offset after the cache-pressure stage; set to the smallest
-    /// of all shards' when profiling may begin.
-    t0_ms: &'a mut Option<f64>,
-}
-
-/// A sharded run's warmup hand-off: sends this shard's warmup outcome and waits for every shard's.
-/// `Some` when another shard's warmup failed (every shard stops).
-async fn shard_warmup(
-    shared: &Shared,
-    warm: WarmEnd<'_>,
-    done: oneshot::Sender<Result<Option<f64>, String>>,
-    profile: oneshot::Receiver<Result<Option<f64>, String>>,
-    local_stop: Option<&mpsc::UnboundedSender<(StopReason, String)>>,
-    stride: (u64, u64),
-    interrupt: &mut watch::Receiver<u32>,
-) -> Option<ReplayOutcome> {
-    let mine = if *warm.interrupted {
-        Err(format!("shard {} was interrupted during warmup", stride.0))
-    } else if !warm.failures.is_empty() {
-        Err(format!(
-            "shard {} warmup failed: {}",
-            stride.0,
-            warm.failures.join("; ")
-        ))
-    } else {
-        Ok(*warm.t0_ms)
-    };
-    let failed_here = mine.is_err();
-    let _ = done.send(mine);
-    if failed_here {
-        return None;
-    }
-    tracing::info!("warmup returned; waiting for every shard's warmup");
-    let verdict = tokio::select! {
-        v = profile => v.unwrap_or_else(|_| Err("the rendezvous closed before profiling began".into())),
-        _ = interrupt.changed() => {
-            *warm.interrupted = true;
-            if let Some(tx) = local_stop {
-                let _ = tx.send((StopReason::Interrupted, format!("shard {} was interrupted", stride.0)));
-            }
-            Ok(None)
-        }
-    };
-    let why = match verdict {
-        Ok(t0) => {
-            if t0.is_some() {
-                *warm.t0_ms = t0;
-            }
-            return None;
-        }
-        Err(why) => why,
-    };
-    shared.progress.finish();
-    Some(ReplayOutcome {
-        stop: StopReason::WarmupFailed,
-        tally: shared.tally.lock().expect("tally lock").clone(),
-        profiling_ns: None,
-        message: Some(format!(
-            "another shard's warmup did not succeed, so every shard stopped: {why}"
-        )),
-    })
 }
 
 /// Profiling begins: each lane resumes at its start turn + 1 (or recycles after a warmup

@@ -237,14 +237,14 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
             Ok(_) => (false, Vec::new()),
             Err(s) => (s.interrupted, s.failures.clone()),
         };
-        let w = super::WarmEnd {
+        let w = super::shard::WarmEnd {
             interrupted: &mut interrupted,
             failures: &failures,
             t0_ms: &mut handoff_t0,
         };
         let stop = local_stop.as_ref();
         if let Some(o) =
-            super::shard_warmup(&sh, w, done, profile, stop, stride, &mut interrupt).await
+            super::shard::shard_warmup(&sh, w, done, profile, stop, stride, &mut interrupt).await
         {
             return TreeOutcome {
                 replay: o,
