@@ -7,8 +7,9 @@
 3. One process at --concurrency N, then (each on a fresh simulator) the same run as 2 and 4 shards
    (--shards) with --merge-into: requests, throughput and TTFT p50/p99 side by side, from each
    directory's profile_export_aiperf.json (the merged one for the shards).
-4. The shards' start spread: the first warmup request of each shard, and profiling's start on each
-   (on the merged timeline); and their rendezvous time.
+4. The shards' start spread: the first warmup request of each shard, where each shard's primers put
+   t* (a primer's intended send less its planned delay, the largest lead minus its own), and
+   profiling's start on each (on the merged timeline); and their rendezvous time.
 5. The merge time of a 30-minute run's records: the 2 shards' records repeated, shifted by the
    run's duration each time, until they span 30 minutes, then `agentx-host merge` timed.
 
@@ -60,6 +61,30 @@ def run_args(agentx, url, corpus, conc, duration, out, mvp):
     ]
 
 
+def tstar_anchors(m, recs, n):
+    """Per shard, where its primers put the common t* timeline: each primer's intended send less its
+    planned delay (the largest lead minus its own), the median over the shard's primers (ns on the
+    merged timeline). Equal anchors: every shard's primers line up with one t*. Empty for a
+    single-stream run."""
+    leads = {}
+    for lane in m["lanes"]:
+        for st in lane.get("streams", []):
+            if st.get("warm_turn") is not None:
+                leads[(lane["lane"], st["conversation_id"])] = st["lead_ms"]
+    if not leads:
+        return {}
+    max_lead = max(leads.values())
+    first = {}
+    for r in recs:
+        k = (r["lane"], r["trace_id"])
+        if r["phase"] == "warmup" and k in leads and (k not in first or r["intended_ns"] < first[k]):
+            first[k] = r["intended_ns"]
+    per = {}
+    for k, t in first.items():
+        per.setdefault(k[0] % n, []).append(t - (max_lead - leads[k]) * 1e6)
+    return {s: sorted(v)[len(v) // 2] for s, v in per.items()}
+
+
 def run_sharded(a, env, corpus, out, n):
     """The run as `n` processes (one: a plain run) on a fresh simulator; its figures and spreads."""
     log = open(os.path.join(out, "sim.log"), "a")
@@ -92,6 +117,9 @@ def run_sharded(a, env, corpus, out, n):
                 s = r["lane"] % n
                 warm_start[s] = min(warm_start.get(s, r["send_ns"]), r["send_ns"])
         prof = [s["profiling_ns"][0] + s["shift_ns"] for s in m["shards"]]
+        tstar = tstar_anchors(m, recs, n)
+        if tstar:
+            res["tstar_spread_ms"] = (max(tstar.values()) - min(tstar.values())) / 1e6
         res["warmup_start_spread_ms"] = (max(warm_start.values()) - min(warm_start.values())) / 1e6
         res["profiling_start_spread_ms"] = (max(prof) - min(prof)) / 1e6
         res["clock_skew_ns"] = m["clock_skew_ns"]
@@ -202,7 +230,8 @@ def main():
                      ("output_token_throughput", "output tokens/s"),
                      ("ttft_p50_ms", "TTFT p50 (ms)"),
                      ("ttft_p99_ms", "TTFT p99 (ms)"),
-                     ("warmup_start_spread_ms", "warmup start spread (ms)"),
+                     ("warmup_start_spread_ms", "first request spread (ms)"),
+                     ("tstar_spread_ms", "t* timeline spread (ms)"),
                      ("profiling_start_spread_ms", "profiling start spread (ms)")]:
         cells = "".join(f"{r[k]:>14.2f}" if k in r else f"{'-':>14}" for r in runs.values())
         print(f"{label:28}{cells}")
