@@ -291,19 +291,24 @@ fn tree_counts(shards: &[Shard], records: &[RequestRecord]) -> Option<Value> {
     if out.is_empty() {
         return None;
     }
+    out.insert("peak_in_flight".into(), json!(peak_in_flight(records)));
+    Some(Value::Object(out))
+}
+
+/// The most requests in flight at once over `records` (a request that ends when another is sent
+/// is not in flight with it).
+fn peak_in_flight(records: &[RequestRecord]) -> u64 {
     let mut edges: Vec<(u64, i64)> = records
         .iter()
         .flat_map(|r| [(r.send_ns, 1), (r.end_ns, -1)])
         .collect();
-    // A request that ends when another is sent is not in flight with it.
     edges.sort_unstable();
     let (mut now, mut peak) = (0i64, 0i64);
     for (_, d) in edges {
         now += d;
         peak = peak.max(now);
     }
-    out.insert("peak_in_flight".into(), json!(peak));
-    Some(Value::Object(out))
+    peak as u64
 }
 
 /// The scenario's rules for the exports that a shard's manifest keeps ([`super::outputs::SHARD_EXPORTS`]):
@@ -556,4 +561,55 @@ fn validity(
         reasons,
         &m.resolve_invalid_reasons,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::stats::tests::rec;
+    use crate::record::TreeInfo;
+
+    fn tree_rec(send_ms: u64, trace: &str, turn: u32, stamp: (u32, u32)) -> RequestRecord {
+        let mut r = rec(send_ms, &[5, 10], 100, 2);
+        r.trace_id = trace.into();
+        r.turn = turn;
+        r.tree = Some(TreeInfo {
+            agent_depth: 0,
+            root_correlation_id: "s0".into(),
+            parent_correlation_id: None,
+            source_trace_id: trace.into(),
+            prefix_hit_blocks: stamp.0,
+            prefix_total_blocks: stamp.1,
+            source_outer_idx: None,
+            source_inner_idx: None,
+        });
+        r
+    }
+
+    /// The merged run's peak counts requests of every shard that overlap; one that ends as another
+    /// is sent does not overlap it.
+    #[test]
+    fn the_peak_in_flight_is_over_every_shards_records() {
+        // Each request takes 11 ms: 0-11, 5-16 and 11-22 (the first ends as the third is sent).
+        let recs = [
+            rec(0, &[5, 10], 1, 1),
+            rec(5, &[5, 10], 1, 1),
+            rec(11, &[5, 10], 1, 1),
+        ];
+        assert_eq!(peak_in_flight(&recs), 2);
+        assert_eq!(peak_in_flight(&[]), 0);
+    }
+
+    /// A tree run's stamps come from its records, per stream and turn, as the run in one process
+    /// takes them from its corpus.
+    #[test]
+    fn tree_stamps_are_the_records_own() {
+        let recs = [
+            tree_rec(0, "t::sa:1", 2, (3, 4)),
+            tree_rec(1, "t", 0, (0, 2)),
+        ];
+        let s = tree_stamps(&recs);
+        assert_eq!(s["t::sa:1"], vec![(0, 0), (0, 0), (3, 4)]);
+        assert_eq!(s["t"], vec![(0, 2)]);
+    }
 }
