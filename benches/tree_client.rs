@@ -114,7 +114,9 @@ fn tree_plan(t: &Trees, conc: u32) -> (TreePlan, agentx::scenario::ScenarioInsta
         streams: &c.streams,
         trees: &c.trees,
         first_stream: &c.first_stream,
+        whole: agentx::replay::tree::Whole::of(&lanes),
         lanes,
+        shard: None,
         next_draw: planned.next_draw,
         rules,
         delays_ms: c

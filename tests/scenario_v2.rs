@@ -189,7 +189,7 @@ fn each_world_refuses_the_other_worlds_calls() {
     );
 
     // The demo run (built-in simulator, bundled corpus) replays with the session-tree scheduler
-    // when named by path, and a sharded run of it is refused before anything is sent.
+    // when named by path.
     let r = Run::exec(
         tempfile::tempdir().unwrap(),
         &[
@@ -208,19 +208,6 @@ fn each_world_refuses_the_other_worlds_calls() {
     assert!(recs
         .iter()
         .any(|x| x.phase == agentx::record::Phase::Profiling && x.error.is_none()));
-    let r = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &[
-            "run",
-            crate::scenario::dist("agentx-v1.wasm").to_str().unwrap(),
-            "--shard",
-            "0/2",
-        ],
-        &[],
-    );
-    assert_eq!(r.code(), 2);
-    assert!(r.stderr().contains("does not split yet"), "{}", r.stderr());
-    assert!(!r.dir.path().join("artifacts").exists(), "nothing written");
 }
 
 /// `run --dry-run --json` with agentx-v1 on the with-subagents fixture plans what aiperf 0.13 plans

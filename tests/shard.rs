@@ -691,3 +691,285 @@ fn a_shard_with_another_token_is_told_so() {
     );
     assert_eq!(sim.requests(), 0);
 }
+
+/// The flags of a session-tree run of the default scenario on the with-subagents fixture.
+fn tree_args(url: &str, conc: u32) -> Vec<String> {
+    let corpus = crate::support::fixture("traces-subagents-8.jsonl");
+    [
+        "run",
+        "--url",
+        url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--concurrency",
+        &conc.to_string(),
+        "--benchmark-duration",
+        "3",
+        "--benchmark-grace-period",
+        "30",
+        // A quiet tree's next turn comes at once: every lane sends within the short run.
+        "--trace-idle-gap-cap-seconds",
+        "0.01",
+        "--stats-interval",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Two shards of a session-tree run of the default scenario merge into the unsharded plan: the
+/// same lanes (trace, t*, marker, alive streams) as the dry run in one process, records with
+/// their trees' depth, parent and root ids, every recycled tree on one shard only and each marker
+/// pass minted once, the tree counts summed, and the exports and report of a run in one process.
+#[test]
+fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Fixed {
+        ttft: std::time::Duration::from_millis(20),
+        itl: std::time::Duration::from_millis(1),
+    };
+    let sim = Sim::start(cfg);
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let merged = work.path().join("merged");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let mut a = tree_args(&sim.url(), 4);
+            let shard = format!("{i}/2");
+            a.extend(
+                [
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    &coordinator,
+                    "--output-artifact-dir",
+                    out.to_str().unwrap(),
+                    "--rendezvous-timeout",
+                    "60",
+                ]
+                .map(String::from),
+            );
+            if i == 0 {
+                a.extend(["--merge-into".to_string(), merged.to_str().unwrap().into()]);
+            }
+            spawn(work.path(), &a, &[])
+        })
+        .collect();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
+    }
+    let m = json(&merged.join("run_manifest.json"));
+    assert_eq!(m["shards"].as_array().unwrap().len(), 2);
+    assert!(m.get("shard_exports").is_none());
+
+    // The merged plan is the unsharded dry run's, lane for lane.
+    let run_id = m["run_id"].as_str().unwrap().to_string();
+    let mut dry = tree_args(&sim.url(), 4);
+    dry.extend(["--run-id", &run_id, "--dry-run", "--json"].map(String::from));
+    let d = Run::exec(tempfile::tempdir().unwrap(), &dry, &[]);
+    assert_eq!(d.code(), 0, "{}", d.stderr());
+    let plan: Value = serde_json::from_str(&d.stdout()).unwrap();
+    assert_eq!(m["lanes"], plan["lanes"]);
+    for (i, s) in m["shards"].as_array().unwrap().iter().enumerate() {
+        let want: Vec<u64> = (0..4).filter(|l| l % 2 == i as u64).collect();
+        assert_eq!(s["lanes"], serde_json::json!(want), "shard {i}'s lanes");
+    }
+
+    let records = read_records(&merged.join("records.jsonl")).unwrap();
+    assert!(records.iter().all(|r| r.tree.is_some()), "tree records");
+    let ids: std::collections::HashSet<&str> =
+        records.iter().map(|r| r.request_id.as_str()).collect();
+    assert_eq!(ids.len(), records.len(), "request ids are unique");
+    let prof: Vec<_> = records
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .collect();
+    let mut lanes: Vec<u32> = prof.iter().map(|r| r.lane).collect();
+    lanes.sort_unstable();
+    lanes.dedup();
+    assert_eq!(lanes, [0, 1, 2, 3]);
+    // Depth, parent and root: a root stream is its own root; a child names its root as parent.
+    assert!(prof
+        .iter()
+        .any(|r| r.tree.as_ref().unwrap().agent_depth > 0));
+    for r in &prof {
+        let t = r.tree.as_ref().unwrap();
+        if t.agent_depth == 0 {
+            assert_eq!(t.root_correlation_id, r.correlation_id);
+            assert_eq!(t.parent_correlation_id, None);
+        } else {
+            assert_eq!(
+                t.parent_correlation_id.as_ref(),
+                Some(&t.root_correlation_id)
+            );
+        }
+    }
+
+    // Runtime trees by root: source trace, pass, lane, and when they ran.
+    let mut roots: HashMap<&str, (&str, u32, u32, u64, u64)> = HashMap::new();
+    for r in &prof {
+        let t = r.tree.as_ref().unwrap();
+        let e = roots.entry(t.root_correlation_id.as_str()).or_insert((
+            t.source_trace_id.as_str(),
+            r.recycle_pass,
+            r.lane,
+            r.send_ns,
+            r.end_ns,
+        ));
+        e.3 = e.3.min(r.send_ns);
+        e.4 = e.4.max(r.end_ns);
+    }
+    // Each marker pass of a trace was minted once, on one lane.
+    let mut passes: HashMap<(&str, u32), &str> = HashMap::new();
+    for (root, v) in &roots {
+        if let Some(other) = passes.insert((v.0, v.1), root) {
+            panic!("{} pass {} minted twice ({other}, {root})", v.0, v.1);
+        }
+    }
+    // A recycled tree (a pass past the planned ones) runs on one shard only; no tree runs on two
+    // shards at overlapping times.
+    let planned: HashMap<&str, u64> = plan["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["trace_id"].as_str().unwrap(), l["lane"].as_u64().unwrap()))
+        .collect();
+    let recycled: Vec<_> = roots
+        .values()
+        .filter(|v| v.1 > 0 || !planned.contains_key(v.0))
+        .collect();
+    assert!(!recycled.is_empty(), "the run recycled trees: {roots:?}");
+    for a in &recycled {
+        for b in &recycled {
+            if a.0 == b.0 {
+                assert_eq!(a.2 % 2, b.2 % 2, "tree {} recycled on two shards", a.0);
+            }
+        }
+    }
+    for a in roots.values() {
+        for b in roots.values() {
+            if a.0 == b.0 && a.2 % 2 != b.2 % 2 {
+                assert!(
+                    a.4 <= b.3 || b.4 <= a.3,
+                    "tree {} on two shards at once",
+                    a.0
+                );
+            }
+        }
+    }
+
+    // The tree counts are the shards' together.
+    let shard_counts: Vec<Value> = (0..2)
+        .map(|i| json(&out.join(format!("shard-{i}/run_manifest.json")))["trees"].clone())
+        .collect();
+    let started: u64 = shard_counts
+        .iter()
+        .map(|t| t["trees_started"].as_u64().unwrap())
+        .sum();
+    assert_eq!(m["trees"]["trees_started"].as_u64(), Some(started));
+    assert!(m["trees"]["peak_in_flight"].as_u64().unwrap() >= 2);
+
+    // Profiling began together on both shards.
+    let starts: Vec<u64> = m["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["profiling_ns"][0].as_u64().unwrap() + s["shift_ns"].as_u64().unwrap())
+        .collect();
+    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+    assert!(spread < 500_000_000, "profiling starts {spread} ns apart");
+
+    for f in [
+        "profile_export.jsonl",
+        "profile_export_aiperf.json",
+        "profile_export_aiperf.csv",
+        "report.html",
+        "run_summary.json",
+    ] {
+        assert!(merged.join(f).is_file(), "{f}");
+    }
+    let export = std::fs::read_to_string(merged.join("profile_export.jsonl")).unwrap();
+    assert!(
+        export.contains("\"root_correlation_id\""),
+        "tree fields exported"
+    );
+    let rep = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "report".to_string(),
+            merged.to_str().unwrap().to_string(),
+            "-o".into(),
+            work.path().join("report.json").to_str().unwrap().into(),
+        ],
+        crate::row_contract::ROW_IDENTITY,
+    );
+    assert_eq!(rep.code(), 0, "{}", rep.stderr());
+}
+
+/// An interrupt of one shard of a session-tree run stops the other (the tree scheduler hears the
+/// rendezvous's stop), and each keeps what it measured.
+#[test]
+fn an_interrupt_of_one_shard_of_a_tree_run_stops_both() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let mut a = tree_args(&sim.url(), 4);
+            set(&mut a, "--benchmark-duration", "300");
+            let shard = format!("{i}/2");
+            a.extend(
+                [
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    &coordinator,
+                    "--output-artifact-dir",
+                    out.to_str().unwrap(),
+                    "--rendezvous-timeout",
+                    "60",
+                ]
+                .map(String::from),
+            );
+            spawn(work.path(), &a, &[])
+        })
+        .collect();
+    let records = out.join("shard-1/records.jsonl");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&records).is_ok_and(|t| t.contains("\"profiling\"")) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "shard 1 never reached profiling"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(children[1].id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "shard {i}: {}", stderr(o));
+        let s = json(&out.join(format!("shard-{i}/run_summary.json")));
+        assert_eq!(s["stop"], "interrupted", "shard {i}: {s}");
+        let recs = read_records(&out.join(format!("shard-{i}/records.jsonl"))).unwrap();
+        assert!(
+            recs.iter().any(|r| r.phase == Phase::Profiling),
+            "shard {i}"
+        );
+    }
+    assert!(
+        stderr(&outs[0]).contains("shard 1 was interrupted"),
+        "{}",
+        stderr(&outs[0])
+    );
+}

@@ -84,7 +84,7 @@ start=$SECONDS
 (
     cd "$WORK" &&
         env AGENTX="$BIN" URL= MODEL= \
-            CONCURRENCY="$CONCURRENCY" DURATION="$DURATION" OUT="$OUT" SCENARIO=agentx-mvp \
+            CONCURRENCY="$CONCURRENCY" DURATION="$DURATION" OUT="$OUT" SCENARIO= \
             DATASET_ARGS="--input-file $REPO/fixtures/traces-24.jsonl --custom-dataset-type weka_trace" \
             EXTRA_ARGS="--random-seed 42 --unsafe-override" \
             SIM_ARGS="--preset h200 --speed 4" \
@@ -201,6 +201,29 @@ echo "$checks"
 n=$(grep -c '^FAIL' <<<"$checks")
 [ "$py_rc" -ne 0 ] && [ "$n" -eq 0 ] && n=1 # python itself failed
 failures=$((failures + n))
+
+# ---- the merged plan is the unsharded one -------------------------------------------------------
+# The dry run in one process with the merged run's id plans what the shards replayed together:
+# every lane's trace, t*, marker and alive streams (the default scenario replays session trees).
+dry=$WORK/dry-run.json
+run_id=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["run_id"])' "$M/run_manifest.json" 2>/dev/null)
+if [ -n "$run_id" ] && (cd "$WORK" && "$BIN" run --url http://127.0.0.1:9 --model agentx-sim \
+    --concurrency "$CONCURRENCY" --benchmark-duration "$DURATION" \
+    --input-file "$REPO/fixtures/traces-24.jsonl" --custom-dataset-type weka_trace \
+    --random-seed 42 --unsafe-override --run-id "$run_id" --dry-run --json) >"$dry" 2>"$WORK/dry-run.log" &&
+    python3 - "$M/run_manifest.json" "$dry" <<'PY'
+import json
+import sys
+
+merged = json.load(open(sys.argv[1]))
+plan = json.load(open(sys.argv[2]))
+sys.exit(0 if merged["lanes"] == plan["lanes"] and plan["lanes"] and "streams" in plan["lanes"][0] else 1)
+PY
+then
+    pass "plan: the merged session-tree plan is the unsharded dry run's (run id $run_id)"
+else
+    fail "plan: the merged lanes differ from \`run --dry-run --json --run-id ${run_id:-?}\` in one process (see $dry, $WORK/dry-run.log)"
+fi
 
 # ---- the report --------------------------------------------------------------------------------
 if "$BIN" report --help >/dev/null 2>&1; then

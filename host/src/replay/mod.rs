@@ -26,8 +26,9 @@
 //!
 //! The files: this one runs the phases of the single-stream replay, [`lane`] a lane's sessions,
 //! [`request`] one request (body, send, record, tally), [`transport`] what the replay needs from a
-//! client, [`sched`] the session-tree scheduler. The paused-time tests are in `tests.rs` (this
-//! replay) and `sched/tests.rs` (the tree scheduler), on a scripted transport (`testkit.rs`).
+//! client, [`sched`] the session-tree scheduler, `shard.rs` a shard's warmup hand-off to the other
+//! shards. The paused-time tests are in `tests.rs` (this replay) and `sched/tests.rs` (the tree
+//! scheduler), on a scripted transport (`testkit.rs`).
 
 mod drain;
 mod lane;
@@ -35,6 +36,7 @@ pub mod plan;
 pub mod recycle;
 mod request;
 pub mod sched;
+mod shard;
 #[cfg(test)]
 mod testkit;
 #[cfg(test)]
@@ -59,6 +61,7 @@ use crate::scenario::ScenarioInstance;
 use lane::{Session, Warmed};
 pub use plan::{Lane, Plan, PlanParams};
 use recycle::Recycler;
+use shard::{shard_warmup, WarmEnd};
 pub use transport::Transport;
 
 use crate::ui::{Live, Progress, SrvRow};
@@ -262,10 +265,12 @@ pub struct ShardLink {
     /// (`n * count + index`), so ids stay unique across the merged run.
     pub index: u32,
     pub count: u32,
-    /// This shard's warmup outcome, sent once when its warmup returned (`Err` with why it failed).
-    pub warmup_done: oneshot::Sender<Result<(), String>>,
-    /// Every shard's warmup returned (`Ok`), or the run stops (`Err` with why).
-    pub profile: oneshot::Receiver<Result<(), String>>,
+    /// This shard's warmup outcome, sent once when its warmup returned (`Err` with why it failed;
+    /// a session-tree shard's hand-off offset after the cache-pressure stage in `Ok`).
+    pub warmup_done: oneshot::Sender<Result<Option<f64>, String>>,
+    /// Every shard's warmup returned (`Ok`, with the smallest hand-off offset of all), or the run
+    /// stops (`Err` with why).
+    pub profile: oneshot::Receiver<Result<Option<f64>, String>>,
     /// A stop decided elsewhere: another shard's interrupt or failure, or the failed-request
     /// threshold over all shards.
     pub remote_stop: watch::Receiver<Option<(StopReason, String)>>,
@@ -336,7 +341,11 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     // shard's warmup returned.
     if let Some((done, profile, ..)) = link {
         let stop = local_stop.as_ref();
-        let w = &mut warm;
+        let w = WarmEnd {
+            interrupted: &mut warm.interrupted,
+            failures: &warm.failures,
+            t0_ms: &mut None,
+        };
         if let Some(o) = shard_warmup(&shared, w, done, profile, stop, stride, &mut interrupt).await
         {
             return o;
@@ -510,56 +519,6 @@ fn warmed(out: &mut Warmup, returned: usize, lane: &Lane, result: Warmed) {
             }
         }
     }
-}
-
-/// A sharded run's warmup hand-off: sends this shard's warmup outcome and waits for every shard's.
-/// `Some` when another shard's warmup failed (every shard stops).
-async fn shard_warmup(
-    shared: &Shared,
-    warm: &mut Warmup,
-    done: oneshot::Sender<Result<(), String>>,
-    profile: oneshot::Receiver<Result<(), String>>,
-    local_stop: Option<&mpsc::UnboundedSender<(StopReason, String)>>,
-    stride: (u64, u64),
-    interrupt: &mut watch::Receiver<u32>,
-) -> Option<ReplayOutcome> {
-    let mine = if warm.interrupted {
-        Err(format!("shard {} was interrupted during warmup", stride.0))
-    } else if !warm.failures.is_empty() {
-        Err(format!(
-            "shard {} warmup failed: {}",
-            stride.0,
-            warm.failures.join("; ")
-        ))
-    } else {
-        Ok(())
-    };
-    let failed_here = mine.is_err();
-    let _ = done.send(mine);
-    if failed_here {
-        return None;
-    }
-    tracing::info!("warmup returned; waiting for every shard's warmup");
-    let verdict = tokio::select! {
-        v = profile => v.unwrap_or_else(|_| Err("the rendezvous closed before profiling began".into())),
-        _ = interrupt.changed() => {
-            warm.interrupted = true;
-            if let Some(tx) = local_stop {
-                let _ = tx.send((StopReason::Interrupted, format!("shard {} was interrupted", stride.0)));
-            }
-            Ok(())
-        }
-    };
-    let why = verdict.err()?;
-    shared.progress.finish();
-    Some(ReplayOutcome {
-        stop: StopReason::WarmupFailed,
-        tally: shared.tally.lock().expect("tally lock").clone(),
-        profiling_ns: None,
-        message: Some(format!(
-            "another shard's warmup did not succeed, so every shard stopped: {why}"
-        )),
-    })
 }
 
 /// Profiling begins: each lane resumes at its start turn + 1 (or recycles after a warmup
@@ -737,8 +696,8 @@ struct Rest {
     stride: (u64, u64),
     #[allow(clippy::type_complexity)]
     link: Option<(
-        oneshot::Sender<Result<(), String>>,
-        oneshot::Receiver<Result<(), String>>,
+        oneshot::Sender<Result<Option<f64>, String>>,
+        oneshot::Receiver<Result<Option<f64>, String>>,
         watch::Receiver<Option<(StopReason, String)>>,
         watch::Sender<Tally>,
         mpsc::UnboundedSender<(StopReason, String)>,

@@ -1,8 +1,9 @@
 //! `agentx-host merge`: the shards of a sharded run made into one artifact directory that reads
-//! exactly like a run in one process: the records on one timeline, the manifest (listing the
-//! shards and the clock skew measured at the rendezvous), the run summary with the validity decided
-//! by the scenario over all shards' counts, the aiperf exports, shard 0's server metrics, the plot
-//! and report.html.
+//! exactly like a run in one process: the records on one timeline, the manifest (the whole plan,
+//! a session-tree run's counts summed, the shards and the clock skew measured at the rendezvous),
+//! the run summary with the validity decided by the scenario over all shards' counts (a
+//! session-tree scenario's with the duration coverage of all shards' records), the aiperf exports
+//! (by the rules each shard's manifest keeps), shard 0's server metrics, the plot and report.html.
 //!
 //! The timeline: each shard recorded its clock's wall-clock anchor and its offset from the
 //! coordinator's clock; a shard's records move by `(anchor + offset) - earliest`, so every time is
@@ -121,7 +122,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged
     let cancelled = stop != "completed";
 
     // Validity over all shards' counts, decided by the scenario component itself.
-    let reasons = validity(&shards, &tl.records, cancelled, home).unwrap_or_else(|e| {
+    let reasons = validity(&shards, &tl, cancelled, home).unwrap_or_else(|e| {
         tracing::warn!("the scenario component is not at hand ({e:#}); the merged run keeps every shard's invalid reasons");
         kept_reasons(&shards)
     });
@@ -254,6 +255,8 @@ fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
     lanes.sort_by_key(|l| l["lane"].as_u64().unwrap_or(0));
     manifest.lanes = lanes;
     manifest.shard = None;
+    manifest.extra.remove(super::outputs::SHARD_EXPORTS);
+    manifest.trees = tree_counts(shards, &tl.records);
     manifest.extra.insert("shards".into(), json!(tl.shard_rows));
     manifest
         .extra
@@ -270,6 +273,67 @@ fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
     );
     manifest.stop = Some(stop.to_string());
     manifest
+}
+
+/// The session-tree counts of the merged run: every shard's counts summed, and the peak of
+/// requests in flight at once over all shards' records (`None` for a single-stream run).
+fn tree_counts(shards: &[Shard], records: &[RequestRecord]) -> Option<Value> {
+    let mut out = serde_json::Map::new();
+    for t in shards.iter().filter_map(|s| s.manifest.trees.as_ref()) {
+        for (k, v) in t.as_object()? {
+            let e = out.entry(k.clone()).or_insert(json!(0));
+            *e = match (e.as_u64(), v.as_u64()) {
+                (Some(a), Some(b)) => json!(a + b),
+                _ => json!(e.as_f64().unwrap_or(0.0) + v.as_f64().unwrap_or(0.0)),
+            };
+        }
+    }
+    if out.is_empty() {
+        return None;
+    }
+    out.insert("peak_in_flight".into(), json!(peak_in_flight(records)));
+    Some(Value::Object(out))
+}
+
+/// The most requests in flight at once over `records` (a request that ends when another is sent
+/// is not in flight with it).
+fn peak_in_flight(records: &[RequestRecord]) -> u64 {
+    let mut edges: Vec<(u64, i64)> = records
+        .iter()
+        .flat_map(|r| [(r.send_ns, 1), (r.end_ns, -1)])
+        .collect();
+    edges.sort_unstable();
+    let (mut now, mut peak) = (0i64, 0i64);
+    for (_, d) in edges {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak as u64
+}
+
+/// The scenario's rules for the exports that a shard's manifest keeps ([`super::outputs::SHARD_EXPORTS`]):
+/// the coverage rule and the warmup's naming; aiperf 0.13's when absent.
+fn export_rules(
+    m: &Manifest,
+) -> (
+    crate::export::aiperf::CoverageRule,
+    crate::export::aiperf::WarmupNaming,
+) {
+    let Some(e) = m.extra.get(super::outputs::SHARD_EXPORTS) else {
+        return (Default::default(), Default::default());
+    };
+    let rule = crate::export::aiperf::CoverageRule {
+        required_ratio: e["coverage_required_ratio"]
+            .as_f64()
+            .unwrap_or(crate::export::aiperf::COVERAGE_REQUIRED_RATIO),
+        content: e["coverage_content"].as_bool().unwrap_or(false),
+    };
+    let naming = match e.get("warmup_phase_name") {
+        Some(Value::String(n)) => crate::export::aiperf::WarmupNaming(Some(n.clone())),
+        Some(Value::Null) => crate::export::aiperf::WarmupNaming(None),
+        _ => Default::default(),
+    };
+    (rule, naming)
 }
 
 /// Every shard's invalid reasons, each once (when the scenario cannot decide the merged run).
@@ -368,8 +432,7 @@ fn write_merged(
         input_config: json!(m0.resolved_settings),
         seed: Some(m0.seed),
         profiling_duration_ns: Some((m0.benchmark_duration_s * 1e9) as u64),
-        // Sharded runs replay single-stream scenarios (0.1.0), whose rule is aiperf 0.13's.
-        coverage_rule: Default::default(),
+        coverage_rule: export_rules(m0).0,
         prefix_stamps: stamps(m0, records),
         dataset: m0
             .dataset
@@ -377,7 +440,7 @@ fn write_merged(
             .as_deref()
             .and_then(crate::dataset::alias::lookup)
             .map(|a| super::outputs::alias_dataset_json(a, m0.dataset.num_dataset_entries)),
-        warmup_naming: Default::default(),
+        warmup_naming: export_rules(m0).1,
         goodput,
     };
     let slice = m0.slice_duration;
@@ -406,6 +469,9 @@ fn stamps(
     m: &Manifest,
     records: &[RequestRecord],
 ) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+    if records.iter().any(|r| r.tree.is_some()) {
+        return tree_stamps(records);
+    }
     dataset_of(m)
         .map(|ds| super::plan::prefix_stamps(&ds, records))
         .unwrap_or_default()
@@ -429,14 +495,30 @@ fn dataset_of(m: &Manifest) -> Option<crate::dataset::Dataset> {
     }
 }
 
+/// The stamps of a session-tree run's streams, as its records carry them (each turn's own).
+fn tree_stamps(records: &[RequestRecord]) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+    let mut out: std::collections::HashMap<String, Vec<(u32, u32)>> = Default::default();
+    for r in records.iter().filter(|r| r.phase == Phase::Profiling) {
+        let Some(t) = &r.tree else { continue };
+        let v = out.entry(r.trace_id.clone()).or_default();
+        let k = r.turn as usize;
+        if v.len() <= k {
+            v.resize(k + 1, (0, 0));
+        }
+        v[k] = (t.prefix_hit_blocks, t.prefix_total_blocks);
+    }
+    out
+}
+
 /// The scenario's verdict on the merged counts (warmup responses count in the overflow rate, as
 /// in a run), plus the reasons `resolve` gave before the run.
 fn validity(
     shards: &[Shard],
-    records: &[RequestRecord],
+    tl: &Timeline,
     cancelled: bool,
     home: &Path,
 ) -> anyhow::Result<Vec<String>> {
+    let (records, window) = (&tl.records, tl.window);
     let m = &shards[0].manifest;
     let sha = m.scenario.sha256.as_str();
     let source = m.scenario.source.to_str().unwrap_or_default();
@@ -470,7 +552,7 @@ fn validity(
         }
     }
     let mut inst = sc.instantiate()?;
-    let reasons = inst.validity(crate::scenario::types::Outcome {
+    let base = crate::scenario::types::Outcome {
         total_responses: total,
         context_overflows: overflows,
         failed,
@@ -479,9 +561,79 @@ fn validity(
         overflow_rate_limit: setting("context-overflow-rate-limit")
             .as_f64()
             .unwrap_or(0.01),
-    })?;
+    };
+    let reasons = if sc.world().trees() {
+        // Coverage over every shard's profiling records, from profiling's start over all shards
+        // against the configured duration (as a run in one process measures it).
+        let prof = records.iter().filter(|r| r.phase == Phase::Profiling);
+        let cov = window.and_then(|(p0, _)| {
+            crate::metrics::stats::Coverage::of(prof, p0, (m.benchmark_duration_s * 1e9) as u64)
+        });
+        inst.tree_validity(
+            base,
+            crate::scenario::TreeCoverage {
+                profiling_seconds: m.benchmark_duration_s,
+                ttft: cov.map(|c| c.ttft_ratio),
+                itl: cov.map(|c| c.inter_token_latency_ratio),
+                content: cov.map(|c| c.streaming_content_ratio),
+            },
+        )?
+    } else {
+        inst.validity(base)?
+    };
     Ok(crate::scenario::check::invalid_reasons(
         reasons,
         &m.resolve_invalid_reasons,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::stats::tests::rec;
+    use crate::record::TreeInfo;
+
+    fn tree_rec(send_ms: u64, trace: &str, turn: u32, stamp: (u32, u32)) -> RequestRecord {
+        let mut r = rec(send_ms, &[5, 10], 100, 2);
+        r.trace_id = trace.into();
+        r.turn = turn;
+        r.tree = Some(TreeInfo {
+            agent_depth: 0,
+            root_correlation_id: "s0".into(),
+            parent_correlation_id: None,
+            source_trace_id: trace.into(),
+            prefix_hit_blocks: stamp.0,
+            prefix_total_blocks: stamp.1,
+            source_outer_idx: None,
+            source_inner_idx: None,
+        });
+        r
+    }
+
+    /// The merged run's peak counts requests of every shard that overlap; one that ends as another
+    /// is sent does not overlap it.
+    #[test]
+    fn the_peak_in_flight_is_over_every_shards_records() {
+        // Each request takes 11 ms: 0-11, 5-16 and 11-22 (the first ends as the third is sent).
+        let recs = [
+            rec(0, &[5, 10], 1, 1),
+            rec(5, &[5, 10], 1, 1),
+            rec(11, &[5, 10], 1, 1),
+        ];
+        assert_eq!(peak_in_flight(&recs), 2);
+        assert_eq!(peak_in_flight(&[]), 0);
+    }
+
+    /// A tree run's stamps come from its records, per stream and turn, as the run in one process
+    /// takes them from its corpus.
+    #[test]
+    fn tree_stamps_are_the_records_own() {
+        let recs = [
+            tree_rec(0, "t::sa:1", 2, (3, 4)),
+            tree_rec(1, "t", 0, (0, 2)),
+        ];
+        let s = tree_stamps(&recs);
+        assert_eq!(s["t::sa:1"], vec![(0, 0), (0, 0), (3, 4)]);
+        assert_eq!(s["t"], vec![(0, 2)]);
+    }
 }

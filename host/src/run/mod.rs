@@ -223,7 +223,8 @@ impl ReplayStage<'_> {
                     .shard
                     .as_ref()
                     .expect("a shard member only when sharded");
-                rt.block_on(m.member.ready(sh.timeout))?;
+                let at = rt.block_on(m.member.ready(sh.timeout))?;
+                rt.block_on(common_start(at));
                 let (link, fin) = {
                     let _g = rt.enter();
                     m.member.link(sh.index, sh.count)
@@ -287,4 +288,20 @@ impl ReplayStage<'_> {
             coordinator,
         })
     }
+}
+
+/// Waits until `at` (ns since the epoch on this host's wall clock): the warmup's common start the
+/// rendezvous named, so every shard's first requests (the session-tree primers on one t*
+/// timeline) leave together. A start already past begins at once.
+async fn common_start(at: Option<u64>) {
+    let Some(at) = at else { return };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let wait = std::time::Duration::from_nanos(at.saturating_sub(now));
+    tracing::debug!(
+        wait_ms = wait.as_secs_f64() * 1e3,
+        "rendezvous: warmup starts at the common instant"
+    );
+    tokio::time::sleep(wait).await;
 }

@@ -67,13 +67,23 @@ impl RunDir {
                 source: sh.source.to_string(),
                 coordinator: sh.coordinator.clone(),
                 host: host_name(),
-                lanes: planned.plan.lanes.iter().map(|l| l.lane).collect(),
-                pool: planned.plan.pool.len(),
+                lanes: match &planned.tree {
+                    Some(tp) => tp.own_lanes().iter().map(|l| l.lane).collect(),
+                    None => planned.plan.lanes.iter().map(|l| l.lane).collect(),
+                },
+                pool: match &planned.tree {
+                    Some(tp) => tp.owned_trees(),
+                    None => planned.plan.pool.len(),
+                },
                 clock_offset_ns: m.clock_offset_ns,
                 clock_rtt_ns: m.clock_rtt_ns as i64,
                 rendezvous_s: m.joined_in.as_secs_f64(),
                 rendezvous: None,
             });
+            // What the merge's exports follow that the records do not say.
+            manifest
+                .extra
+                .insert(SHARD_EXPORTS.into(), shard_exports(p, planned));
         }
         let d = RunDir {
             run_dir,
@@ -147,6 +157,23 @@ impl RunDir {
     }
 }
 
+/// The manifest key of a shard's [`shard_exports`] (the merge reads it, and drops it).
+pub(super) const SHARD_EXPORTS: &str = "shard_exports";
+
+/// The scenario's rules for the exports, kept in a shard's manifest so that `merge` writes the
+/// exports this run would have written in one process: the coverage rule and the warmup's phase
+/// name.
+fn shard_exports(p: &Prepared, planned: &Planned) -> serde_json::Value {
+    json!({
+        "coverage_required_ratio": planned
+            .tree
+            .as_ref()
+            .map_or(crate::export::aiperf::COVERAGE_REQUIRED_RATIO, |t| t.rules.min_metric_coverage),
+        "coverage_content": p.decisions.decides_settings,
+        "warmup_phase_name": p.decisions.warmup_phase_name,
+    })
+}
+
 fn assistant_mode(m: AssistantMode) -> &'static str {
     match m {
         AssistantMode::Live => "live",
@@ -159,7 +186,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
     let rp = &cfg.plan;
     let resolved = &p.resolved;
     let lanes = match &planned.tree {
-        Some(tp) => tp.lanes.iter().map(|l| json!(l)).collect(),
+        Some(tp) => tp.own_lanes().iter().map(|l| json!(l)).collect(),
         None => planned.plan.lanes.iter().map(|l| json!(l)).collect(),
     };
     Manifest {

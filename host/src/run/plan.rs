@@ -50,7 +50,7 @@ pub(super) fn plan(
             .resolve(&p.info.name, run_id, cfg.shard.is_some())
     };
     if p.trees {
-        let tp = plan_trees(TreeDryRun {
+        let mut tp = plan_trees(TreeDryRun {
             ds: p.ds,
             basis: cfg.nested_basis,
             dataset_key: &p.dataset_key,
@@ -95,6 +95,16 @@ pub(super) fn plan(
             )));
         }
         tracing::debug!("plan:\n{}", tp.table);
+        tp.shard = cfg.shard.as_ref().map(|sh| (sh.index, sh.count));
+        if let Some((i, n)) = tp.shard {
+            tracing::info!(
+                "shard {i} of {n}: {} of {} lanes, recycling {} of {} trees",
+                tp.own_lanes().len(),
+                tp.lanes.len(),
+                tp.owned_trees(),
+                tp.corpus.trees.len()
+            );
+        }
         return Ok(Planning::Replay(Planned {
             run_id,
             seed,
@@ -220,7 +230,10 @@ pub(crate) struct TreeDryRun<'a> {
 /// scenario's rules and every turn's delay, with the plan's JSON and table for `--dry-run`.
 pub(crate) struct TreePlanned {
     pub(crate) corpus: &'static dataset::tree::corpus::TreeCorpus,
+    /// Every lane of the whole plan (a shard replays its own, [`TreePlanned::own_lanes`]).
     pub(crate) lanes: Vec<replay::tree::TreeLane>,
+    /// A sharded run's `(index, count)`.
+    pub(crate) shard: Option<(u32, u32)>,
     pub(crate) next_draw: usize,
     pub(crate) rules: scenario::types_v2::ReplayRules,
     pub(crate) delays_ms: Vec<Vec<f64>>,
@@ -229,12 +242,53 @@ pub(crate) struct TreePlanned {
 }
 
 impl TreePlanned {
+    /// The lanes this process replays: every lane, or a shard's `l % count == index`.
+    pub(crate) fn own_lanes(&self) -> Vec<replay::tree::TreeLane> {
+        match self.shard {
+            Some((i, n)) => self
+                .lanes
+                .iter()
+                .filter(|l| l.lane % n == i)
+                .cloned()
+                .collect(),
+            None => self.lanes.clone(),
+        }
+    }
+
+    /// The trees this shard recycles (every tree in one process).
+    pub(crate) fn owned_trees(&self) -> usize {
+        match self.shard {
+            Some((i, n)) => replay::tree::tree_owners(&self.lanes, self.corpus.trees.len(), n)
+                .iter()
+                .filter(|&&o| o == i)
+                .count(),
+            None => self.corpus.trees.len(),
+        }
+    }
+
+    /// What the scheduler replays: this process's lanes (a shard's numbered from 0, with their
+    /// numbers in the whole plan and the trees it recycles beside them), and the whole plan's
+    /// timeline and marker passes.
     pub(crate) fn sched_plan(&self, flags: &super::config::TreeFlags) -> replay::sched::TreePlan {
+        let mut lanes = self.own_lanes();
+        let shard = self.shard.map(|(index, count)| {
+            let lane_ids = lanes.iter().map(|l| l.lane).collect();
+            for (i, l) in lanes.iter_mut().enumerate() {
+                l.lane = i as u32;
+            }
+            replay::sched::TreeShard {
+                index,
+                owners: replay::tree::tree_owners(&self.lanes, self.corpus.trees.len(), count),
+                lane_ids,
+            }
+        });
         replay::sched::TreePlan {
             streams: &self.corpus.streams,
             trees: &self.corpus.trees,
             first_stream: &self.corpus.first_stream,
-            lanes: self.lanes.clone(),
+            lanes,
+            whole: replay::tree::Whole::of(&self.lanes),
+            shard,
             next_draw: self.next_draw,
             rules: self.rules,
             delays_ms: self.delays_ms.clone(),
@@ -397,6 +451,7 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     Ok(TreePlanned {
         corpus,
         lanes,
+        shard: None,
         next_draw: planned.next_draw,
         rules,
         delays_ms,

@@ -69,13 +69,6 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     let mut inst = sc.instantiate()?;
     let info = inst.describe()?;
     let trees = sc.world().trees();
-    if trees && cfg.shard.is_some() {
-        bail!(
-            "the scenario {} {} replays session trees, which a sharded run (--shard, Slurm, Kubernetes) does not split yet; run it in one process, or shard agentx-mvp",
-            info.name,
-            info.version
-        );
-    }
     let resolved = resolve(&mut inst, &sc, &info, rp)?;
     let decisions = match trees {
         true => inst.rules_and_decisions(&resolved.settings)?.1,

@@ -12,8 +12,12 @@
 //! 2. `ping`/`pong`: each shard measures its wall-clock offset from the coordinator (the sample with
 //!    the shortest round trip), kept in its manifest so a merge puts all records on one timeline.
 //! 3. `welcome` (run id and seed: shard 0's, so a drawn seed is drawn once), `ready` when a shard
-//!    has planned, `go` when all have: every shard starts its warmup together.
-//! 4. `warmup` from each shard; `profile` when every warmup returned, else `stop` to all.
+//!    has planned, `go` when all have, naming an instant [`GO_LEAD`] ahead on the coordinator's
+//!    clock: every shard starts its warmup at that instant on its own clock (through its measured
+//!    offset), so the session-tree primers of all shards sit on one t* timeline.
+//! 4. `warmup` from each shard; `profile` when every warmup returned, else `stop` to all. After a
+//!    session-tree warmup's cache-pressure stage each shard's `warmup` carries the smallest offset
+//!    of its resumed turns and `profile` the smallest of all: profiling's T0 over all shards.
 //! 5. During profiling each shard's `tally` feeds the failed-request threshold over all shards; a
 //!    `stop` from one shard (interrupt) or the threshold goes to all.
 //! 6. `done` when a shard wrote its files; `bye` to all when every shard is done (or lost). A shard
@@ -46,6 +50,9 @@ pub use member::*;
 
 /// The coordinator's port unless `--coordinator-port` / `AGENTX_COORDINATOR_PORT` says otherwise.
 pub const DEFAULT_PORT: u16 = 29517;
+
+/// How far ahead of the `go` the warmup's common start lies (the `go` must reach every shard first).
+pub const GO_LEAD: Duration = Duration::from_millis(100);
 
 /// How long a new connection may take to say its hello (at most the rendezvous timeout).
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -162,12 +169,25 @@ enum Msg {
         message: String,
     },
     Ready,
-    Go,
+    /// Every shard planned: warmup begins at `at_ns` on the coordinator's wall clock (each shard
+    /// converts it through its measured offset), or at once when it is absent.
+    Go {
+        #[serde(default)]
+        at_ns: Option<u64>,
+    },
     Warmup {
         ok: bool,
         message: Option<String>,
+        /// A session-tree shard after the cache-pressure stage: the smallest offset (ms) of its
+        /// resumed turns, for profiling's T0 over all shards.
+        #[serde(default)]
+        t0_ms: Option<f64>,
     },
-    Profile,
+    /// Every warmup returned: profiling begins, with the smallest `t0_ms` the shards sent.
+    Profile {
+        #[serde(default)]
+        t0_ms: Option<f64>,
+    },
     Tally {
         requests: u64,
         failed: u64,

@@ -6,6 +6,11 @@
 //!   starts (at root turn 0, drawn round-robin from the corpus, with the next marker pass of its
 //!   trace) only when the whole tree drained: the root's terminal turn returned and every started
 //!   child finished.
+//! - **Shards.** A shard of a sharded run replays its own lanes of the whole plan
+//!   ([`TreePlan::shard`]): its sampler takes only the trees it owns
+//!   ([`super::tree::Sampler`]), its primers and first turns sit on the whole plan's timeline
+//!   ([`TreePlan::whole`]), and its warmup hand-off and stops go through the rendezvous as the
+//!   single-stream replay's do.
 //! - **Warmup.** Every alive stream with a warm turn sends it (`max_tokens` from the scenario's
 //!   rules, the tree's marker, the full recorded prefix), spread so that every primer's recorded
 //!   position lines up with t* (or all at once). A failed depth-0 primer aborts the run; a depth-0
@@ -54,7 +59,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::tree::TreeLane;
+use super::tree::{Sampler, TreeLane, Whole};
 use super::{
     bar, timer, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Shared, StopReason, Tally,
 };
@@ -70,9 +75,16 @@ pub struct TreePlan {
     pub streams: &'static Dataset,
     pub trees: &'static [SessionTree],
     pub first_stream: &'static [u32],
+    /// The lanes this process replays (a shard's are numbered from 0 here; see [`TreeShard`]).
     pub lanes: Vec<TreeLane>,
     /// Where the sampler goes on from for recycled trees.
     pub next_draw: usize,
+    /// What the whole plan fixes for every shard: the warmup's largest lead, profiling's T0, the
+    /// marker passes.
+    pub whole: Whole,
+    /// A sharded run's part: which trees this shard recycles, and its lanes' numbers in the whole
+    /// plan; `None` in one process.
+    pub shard: Option<TreeShard>,
     pub rules: ReplayRules,
     /// Per stream (global index), per turn: the end-to-start delay in ms (0 for turn 0).
     pub delays_ms: Vec<Vec<f64>>,
@@ -80,6 +92,16 @@ pub struct TreePlan {
     pub burst: bool,
     /// The warmup's cache-pressure stage after the primers, if any.
     pub pressure: Option<Pressure>,
+}
+
+/// One shard's part of a session-tree run.
+#[derive(Debug, Clone)]
+pub struct TreeShard {
+    pub index: u32,
+    /// Per corpus tree, the shard that recycles it ([`super::tree::tree_owners`]).
+    pub owners: Vec<u32>,
+    /// Per lane of [`TreePlan::lanes`], its number in the whole plan (records, markers).
+    pub lane_ids: Vec<u32>,
 }
 
 /// The warmup's optional cache-pressure stage (agentx-v1.md §4): after the primers, the trees go on
@@ -195,10 +217,48 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         mut interrupt,
         on_profiling,
         mut threshold_rx,
-        ..
+        stride,
+        link,
+        mut remote_stop,
+        local_stop,
     } = rest;
     let sh = sc.sh.clone();
-    let warmed = match warmup::run(&mut sc, &lanes_plan, &mut interrupt).await {
+    let mut warmed = warmup::run(&mut sc, &lanes_plan, &mut interrupt).await;
+    // A sharded run: tell the others how this warmup ended, and begin profiling only when every
+    // shard's warmup returned.
+    // After the cache-pressure stage, profiling's T0 is the smallest of every shard's.
+    let mut handoff_t0 = match &warmed {
+        Ok(w) if w.pressured => sc.handoff_offset(),
+        _ => None,
+    };
+    let sharded = link.is_some();
+    if let Some((done, profile, ..)) = link {
+        let (mut interrupted, failures) = match &warmed {
+            Ok(_) => (false, Vec::new()),
+            Err(s) => (s.interrupted, s.failures.clone()),
+        };
+        let w = super::shard::WarmEnd {
+            interrupted: &mut interrupted,
+            failures: &failures,
+            t0_ms: &mut handoff_t0,
+        };
+        let stop = local_stop.as_ref();
+        if let Some(o) =
+            super::shard::shard_warmup(&sh, w, done, profile, stop, stride, &mut interrupt).await
+        {
+            return TreeOutcome {
+                replay: o,
+                counts: sc.counts,
+            };
+        }
+        if interrupted && warmed.is_ok() {
+            warmed = Err(warmup::WarmupStop {
+                interrupted,
+                failures,
+            });
+        }
+    }
+    let warmed = match warmed {
         Ok(w) => w,
         Err(stop) => {
             sh.progress.finish();
@@ -208,15 +268,18 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
             };
         }
     };
-    let (prof_start, start) = start_profiling(&mut sc, &lanes_plan, &warmed, on_profiling);
-    let (stop, message) = profile(
-        &mut sc,
-        start,
-        prof_start,
-        &mut interrupt,
-        &mut threshold_rx,
-    )
-    .await;
+    // In one process the hand-off finds its own T0.
+    let handoff_t0 = handoff_t0.filter(|_| sharded);
+    let (prof_start, start) =
+        start_profiling(&mut sc, &lanes_plan, (&warmed, handoff_t0), on_profiling);
+    let stops = super::Stops {
+        interrupt: &mut interrupt,
+        threshold: &mut threshold_rx,
+        remote: remote_stop.as_mut(),
+        local: local_stop.as_ref(),
+        shard: stride.0,
+    };
+    let (stop, message) = profile(&mut sc, start, prof_start, stops).await;
     let (stop, message) = drain(&mut sc, &mut interrupt, stop, message).await;
     finish(sc, stop, message, prof_start)
 }
@@ -227,11 +290,20 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
     let recycler = super::recycle::Recycler::new(&[], std::iter::empty(), 0);
     let n_lanes = plan.lanes.len();
     let (sh, rest) = Shared::build(cfg, inputs, Vec::new(), recycler, n_lanes as u64);
-    let mut passes: HashMap<String, u32> = HashMap::new();
-    for l in &plan.lanes {
-        let p = passes.entry(l.trace_id.clone()).or_insert(0);
-        *p = (*p).max(l.pass + 1);
-    }
+    let passes: HashMap<String, u32> = plan.whole.passes.clone();
+    let n_trees = plan.trees.len();
+    let trees: &'static [SessionTree] = plan.trees;
+    let usable = |t: usize| !trees[t].streams[0].turns.is_empty();
+    let sampler = match &plan.shard {
+        Some(s) => Sampler::new(
+            plan.next_draw,
+            Some(s.owners.clone()),
+            s.index,
+            n_trees,
+            usable,
+        ),
+        None => Sampler::new(plan.next_draw, None, 0, n_trees, usable),
+    };
     let lanes_plan = plan.lanes.clone();
     let mut sc = Sched {
         sh,
@@ -239,7 +311,7 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
         heap: BinaryHeap::new(),
         seq: 0,
         gen: 0,
-        draw: plan.next_draw,
+        sampler,
         passes,
         tasks: JoinSet::new(),
         in_flight: 0,
@@ -263,7 +335,7 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
 fn start_profiling(
     sc: &mut Sched,
     lanes_plan: &[TreeLane],
-    warmed: &warmup::Warmed,
+    (warmed, handoff_t0): (&warmup::Warmed, Option<f64>),
     on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
 ) -> (u64, Instant) {
     let sh = sc.sh.clone();
@@ -284,14 +356,10 @@ fn start_profiling(
         "Phase profiling started | profiling_index=0 | target: {:.1}s duration",
         sh.cfg.duration.as_secs_f64()
     );
-    let t0_all = lanes_plan
-        .iter()
-        .flat_map(|l| l.streams.iter())
-        .filter(|s| !s.waiting)
-        .map(|s| s.offset_ms)
-        .fold(f64::INFINITY, f64::min);
+    // T0 of the whole plan: every shard's streams are due on one timeline.
+    let t0_all = sc.plan.whole.t0_ms;
     if warmed.pressured {
-        sc.hand_off(start);
+        sc.hand_off(start, handoff_t0);
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
         let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|rt| {
@@ -343,9 +411,15 @@ async fn profile(
     sc: &mut Sched,
     start: Instant,
     prof_start: u64,
-    interrupt: &mut watch::Receiver<u32>,
-    threshold_rx: &mut watch::Receiver<bool>,
+    stops: super::Stops<'_>,
 ) -> (StopReason, Option<String>) {
+    let super::Stops {
+        interrupt,
+        threshold: threshold_rx,
+        mut remote,
+        local,
+        shard,
+    } = stops;
     let sh = sc.sh.clone();
     sh.progress
         .phase("profiling", sh.cfg.duration.as_secs().max(1));
@@ -389,6 +463,21 @@ async fn profile(
             _ = interrupt.changed() => {
                 stop = StopReason::Interrupted;
                 message = Some("interrupted: no new turns were started and in-flight requests were drained".into());
+                if let Some(tx) = local {
+                    let _ = tx.send((StopReason::Interrupted, format!("shard {shard} was interrupted")));
+                }
+                break;
+            }
+            Some((why, text)) = async {
+                match remote.as_mut() {
+                    Some(rx) => rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                // Another shard's stop: the threshold cancels in-flight requests, anything else
+                // drains them like an interrupt.
+                stop = if why == StopReason::ThresholdExceeded { why } else { StopReason::Interrupted };
+                message = Some(text);
                 break;
             }
             _ = tick.tick(), if ticker.is_some() => {

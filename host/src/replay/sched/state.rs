@@ -110,7 +110,7 @@ pub(super) struct Sched {
     pub(super) heap: BinaryHeap<Reverse<Timer>>,
     pub(super) seq: u64,
     pub(super) gen: u64,
-    pub(super) draw: usize,
+    pub(super) sampler: crate::replay::tree::Sampler,
     pub(super) passes: HashMap<String, u32>,
     pub(super) tasks: JoinSet<Done>,
     pub(super) in_flight: u64,
@@ -149,7 +149,8 @@ impl Sched {
     pub(super) fn new_session(&self, rt: &RtTree, stream: u32) -> Session {
         let tree = self.tree(rt.tree);
         let s = &tree.streams[stream as usize];
-        let mut session = Session::new(&self.sh, rt.lane, rt.tree, rt.pass, rt.marker.clone());
+        let lane = self.lane_id(rt.lane);
+        let mut session = Session::new(&self.sh, lane, rt.tree, rt.pass, rt.marker.clone());
         let root_corr = if stream == 0 {
             session.correlation_id.clone()
         } else {
@@ -263,15 +264,18 @@ impl Sched {
     }
 
     pub(super) fn draw_tree(&mut self) -> Option<usize> {
-        let n = self.plan.trees.len();
-        for _ in 0..n {
-            let t = self.draw % n;
-            self.draw += 1;
-            if !self.plan.trees[t].streams[0].turns.is_empty() {
-                return Some(t);
-            }
-        }
-        None
+        let trees: &'static [SessionTree] = self.plan.trees;
+        self.sampler
+            .next(trees.len(), |t| !trees[t].streams[0].turns.is_empty())
+    }
+
+    /// Lane `lane`'s number in the whole plan (a shard numbers its own lanes from 0).
+    pub(super) fn lane_id(&self, lane: u32) -> u32 {
+        self.plan
+            .shard
+            .as_ref()
+            .and_then(|s| s.lane_ids.get(lane as usize).copied())
+            .unwrap_or(lane)
     }
 
     /// Starts the next tree of the sampler on `lane` at root turn 0, now.
@@ -295,7 +299,7 @@ impl Sched {
                 &TreeId {
                     run_id: self.sh.cfg.run_id.clone(),
                     pass,
-                    lane,
+                    lane: self.lane_id(lane),
                     trace_id: trace.clone(),
                 },
             ) {
@@ -421,6 +425,7 @@ impl Sched {
     }
 
     pub(super) fn dispatch(&mut self, lane: u32, s: u32, intended: u64) {
+        let lane_no = self.lane_id(lane);
         let stage = self.stage;
         let phase = stage.phase();
         let trees: &'static [SessionTree] = self.plan.trees;
@@ -435,7 +440,7 @@ impl Sched {
             // Not expected: a stream is dispatched only with its session. Marking it in flight
             // would keep its tree from draining for the rest of the run; it ends here instead.
             tracing::error!(
-                "stream {} of tree {} on lane {lane} has no session; it ends here",
+                "stream {} of tree {} on lane {lane_no} has no session; it ends here",
                 tree.streams[s as usize].id,
                 tree.trace_id
             );
@@ -602,8 +607,9 @@ impl Sched {
             for (s, _) in held {
                 self.counts.forced_releases += 1;
                 tracing::warn!(
-                    "tree {} on lane {lane}: a held turn of stream {} waits for requests that will not run; released",
+                    "tree {} on lane {}: a held turn of stream {} waits for requests that will not run; released",
                     tree.trace_id,
+                    self.lane_id(lane),
                     tree.streams[s as usize].id
                 );
                 let now = self.sh.clock.now_ns();

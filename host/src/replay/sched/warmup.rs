@@ -72,12 +72,8 @@ async fn primers(
     let n_lanes = lanes_plan.len();
     let warm_start = timer::now();
     let spread = sc.plan.rules.warmup_spread && !sc.plan.burst;
-    let max_lead = lanes_plan
-        .iter()
-        .flat_map(|l| l.streams.iter())
-        .filter(|s| s.warm_turn.is_some())
-        .map(|s| s.lead_ms)
-        .fold(0.0f64, f64::max);
+    // The whole plan's largest lead: every shard's primers line up with one t*.
+    let max_lead = sc.plan.whole.max_lead_ms;
     let mut primers = 0u64;
     for l in lanes_plan {
         for s in &l.streams {
@@ -140,6 +136,8 @@ async fn primers(
                 if let Some(rt) = sc.lanes[lane as usize].as_mut() {
                     rt.streams[stream as usize].next = next_turn;
                 }
+                // The lane as the whole plan numbers it (a shard's own start at 0).
+                let lane = sc.lane_id(lane);
                 match (overflow, failed) {
                     (true, _) if depth0 => {
                         sc.counts.warmup_root_overflows += 1;
@@ -422,15 +420,54 @@ impl Sched {
         };
         Some(format!(
             "lane {} root request (tree {tree}, turn {}) of the cache-pressure stage {what}",
-            d.lane, d.turn
+            self.lane_id(d.lane),
+            d.turn
         ))
     }
 
     /// Profiling after the pressure stage: every stream resumes at its deferred or held turn, due
     /// `offset − T0` after `start`, where a stream's offset is its turn's recorded start past its
     /// tree's origin and T0 the smallest offset of a turn not held by a join (see [`handoff_t0`]).
-    pub(super) fn hand_off(&mut self, start: Instant) {
+    ///
+    /// `t0`: the T0 over all shards of a sharded run (the smallest of the shards'
+    /// [`Sched::handoff_offset`]); `None`: this replay's own.
+    pub(super) fn hand_off(&mut self, start: Instant, t0: Option<f64>) {
         self.heap.clear();
+        let due = self.handoff_due();
+        for rt in self.lanes.iter_mut().flatten() {
+            rt.timers = 0;
+            rt.held.clear();
+            for st in rt.streams.iter_mut() {
+                if st.st == St::Held {
+                    st.st = St::Waiting;
+                }
+            }
+        }
+        let t0 = t0.unwrap_or_else(|| handoff_t0(&due));
+        let mut lanes_seen = std::collections::HashSet::new();
+        for r in due {
+            if lanes_seen.insert(r.lane) {
+                self.counts.trees_started += 1;
+                self.sh.tally.lock().expect("tally lock").sessions += 1;
+            }
+            let at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
+            self.push_timer(r.lane, r.stream, at);
+        }
+        for lane in 0..self.lanes.len() as u32 {
+            if self.lanes[lane as usize].is_none() {
+                self.recycle(lane);
+            }
+        }
+    }
+
+    /// This replay's part of the hand-off's T0: the smallest offset of its resumed turns not
+    /// waiting for a join (`None` for none), which a shard sends to the others.
+    pub(super) fn handoff_offset(&self) -> Option<f64> {
+        handoff_min(&self.handoff_due())
+    }
+
+    /// Every stream profiling resumes after the pressure stage, with its offset.
+    fn handoff_due(&self) -> Vec<Resume> {
         let trees: &'static [SessionTree] = self.plan.trees;
         let mut due: Vec<Resume> = Vec::new();
         for rt in self.lanes.iter().flatten() {
@@ -447,30 +484,7 @@ impl Sched {
                 }
             }
         }
-        for rt in self.lanes.iter_mut().flatten() {
-            rt.timers = 0;
-            rt.held.clear();
-            for st in rt.streams.iter_mut() {
-                if st.st == St::Held {
-                    st.st = St::Waiting;
-                }
-            }
-        }
-        let t0 = handoff_t0(&due);
-        let mut lanes_seen = std::collections::HashSet::new();
-        for r in due {
-            if lanes_seen.insert(r.lane) {
-                self.counts.trees_started += 1;
-                self.sh.tally.lock().expect("tally lock").sessions += 1;
-            }
-            let at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
-            self.push_timer(r.lane, r.stream, at);
-        }
-        for lane in 0..self.lanes.len() as u32 {
-            if self.lanes[lane as usize].is_none() {
-                self.recycle(lane);
-            }
-        }
+        due
     }
 }
 
@@ -492,16 +506,17 @@ struct Resume {
 /// (agentx-harness 1.0.12 timing/strategies/agentic_replay.py:1040-1066, 1116-1150; the minimum in
 /// `_profiling_phase_t0_offset_ms`, 1387-1399). 0 when every turn joins.
 fn handoff_t0(due: &[Resume]) -> f64 {
+    handoff_min(due).unwrap_or(0.0)
+}
+
+/// The smallest offset of a resumed turn not waiting for a join, if any.
+fn handoff_min(due: &[Resume]) -> Option<f64> {
     let t0 = due
         .iter()
         .filter(|r| !r.joining)
         .map(|r| r.offset_ms)
         .fold(f64::INFINITY, f64::min);
-    if t0.is_finite() {
-        t0
-    } else {
-        0.0
-    }
+    t0.is_finite().then_some(t0)
 }
 
 #[cfg(test)]

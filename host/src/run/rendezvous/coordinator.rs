@@ -463,6 +463,8 @@ pub(super) struct Phases {
     lost: Vec<u32>,
     tallies: BTreeMap<u32, (u64, u64, u64, u64)>,
     stopped: bool,
+    /// The smallest hand-off offset the shards' warmups sent.
+    t0_ms: Option<f64>,
 }
 
 impl Phases {
@@ -473,11 +475,16 @@ impl Phases {
             Msg::Ready => {
                 self.ready += 1;
                 if self.ready == count {
-                    members.broadcast(Msg::Go);
+                    members.broadcast(Msg::Go {
+                        at_ns: Some(wall_ns() + GO_LEAD.as_nanos() as u64),
+                    });
                 }
             }
-            Msg::Warmup { ok, message } => {
+            Msg::Warmup { ok, message, t0_ms } => {
                 self.warm_seen += 1;
+                if let Some(t) = t0_ms.filter(|t| t.is_finite()) {
+                    self.t0_ms = Some(self.t0_ms.map_or(t, |m: f64| m.min(t)));
+                }
                 if ok {
                     self.warm_ok += 1;
                 } else if self.warm_fail.is_none() {
@@ -485,7 +492,9 @@ impl Phases {
                 }
                 if self.warm_seen == count {
                     match &self.warm_fail {
-                        None if self.warm_ok == count => members.broadcast(Msg::Profile),
+                        None if self.warm_ok == count => {
+                            members.broadcast(Msg::Profile { t0_ms: self.t0_ms })
+                        }
                         _ => {
                             self.stopped = true;
                             members.broadcast(Msg::Stop {

@@ -129,8 +129,9 @@ impl Member {
         }
     }
 
-    /// Says this shard has planned and waits until every shard has (`go`).
-    pub async fn ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+    /// Says this shard has planned and waits until every shard has (`go`): returns the warmup's
+    /// common start on this host's wall clock (ns since the epoch), if the coordinator named one.
+    pub async fn ready(&mut self, timeout: Duration) -> anyhow::Result<Option<u64>> {
         send(&mut self.writer, &Msg::Ready).await?;
         loop {
             let m = tokio::time::timeout(timeout, recv(&mut self.reader))
@@ -142,7 +143,11 @@ impl Member {
                     )
                 })??;
             match m {
-                Some(Msg::Go) => return Ok(()),
+                Some(Msg::Go { at_ns }) => {
+                    // The coordinator's clock is this one's plus the offset.
+                    let local = |a: u64| (i128::from(a) - i128::from(self.clock_offset_ns)).max(0);
+                    return Ok(at_ns.map(|a| local(a) as u64));
+                }
                 Some(Msg::Refuse { message }) | Some(Msg::Stop { message, .. }) => {
                     bail!("the rendezvous stopped the run before warmup: {message}")
                 }
@@ -155,8 +160,8 @@ impl Member {
     /// The replay's side of the link, and the task that carries it over the connection until the
     /// returned [`Finish`] is used.
     pub fn link(self, index: u32, count: u32) -> (ShardLink, Finish) {
-        let (warm_tx, warm_rx) = oneshot::channel::<Result<(), String>>();
-        let (profile_tx, profile_rx) = oneshot::channel::<Result<(), String>>();
+        let (warm_tx, warm_rx) = oneshot::channel::<Result<Option<f64>, String>>();
+        let (profile_tx, profile_rx) = oneshot::channel::<Result<Option<f64>, String>>();
         let (stop_tx, stop_rx) = watch::channel::<Option<(StopReason, String)>>(None);
         let (tally_tx, mut tally_rx) = watch::channel(Tally::default());
         let (local_tx, mut local_rx) = mpsc::unbounded_channel::<(StopReason, String)>();
@@ -189,15 +194,15 @@ impl Member {
                     r = async { warm_rx.as_mut().expect("guarded").await }, if warm_rx.is_some() => {
                         warm_rx = None;
                         let m = match r {
-                            Ok(Ok(())) => Msg::Warmup { ok: true, message: None },
-                            Ok(Err(e)) => Msg::Warmup { ok: false, message: Some(e) },
-                            Err(_) => Msg::Warmup { ok: false, message: Some(format!("shard {index} ended before its warmup returned")) },
+                            Ok(Ok(t0_ms)) => Msg::Warmup { ok: true, message: None, t0_ms },
+                            Ok(Err(e)) => Msg::Warmup { ok: false, message: Some(e), t0_ms: None },
+                            Err(_) => Msg::Warmup { ok: false, message: Some(format!("shard {index} ended before its warmup returned")), t0_ms: None },
                         };
                         if send(&mut writer, &m).await.is_err() { break; }
                     }
                     m = in_rx.recv() => match m.flatten() {
-                        Some(Msg::Profile) => {
-                            if let Some(tx) = profile_tx.take() { let _ = tx.send(Ok(())); }
+                        Some(Msg::Profile { t0_ms }) => {
+                            if let Some(tx) = profile_tx.take() { let _ = tx.send(Ok(t0_ms)); }
                         }
                         Some(Msg::Stop { reason, message }) => {
                             if let Some(tx) = profile_tx.take() { let _ = tx.send(Err(message.clone())); }
