@@ -388,6 +388,30 @@ pub fn render_page(page: &Page) -> String {
 }
 
 /// A table cell: `v` with `digits` decimals, `-` when absent or not finite.
+/// The throughput table's rows of `--goodput`: good requests, and the sessions.
+fn goodput_rows(m: &crate::metrics::Summary) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if let Some(g) = m.goodput {
+        rows.extend([
+            ("goodput (good requests/s)", num(Some(g.goodput), 2)),
+            ("good requests", g.good_request_count.to_string()),
+            ("good fraction", pct(Some(g.good_request_fraction))),
+        ]);
+    }
+    if let Some(x) = &m.sessions {
+        let slowdown = |f: fn(&crate::metrics::Dist) -> f64| num(x.slowdown.as_ref().map(f), 2);
+        rows.extend([
+            (
+                "good sessions",
+                format!("{} of {}", x.good_sessions, x.sessions),
+            ),
+            ("session slowdown p50", slowdown(|d| d.p50)),
+            ("session slowdown p90", slowdown(|d| d.p90)),
+        ]);
+    }
+    rows
+}
+
 pub(crate) fn num(v: Option<f64>, digits: usize) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{x:.digits$}"),
@@ -529,28 +553,8 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
         ("server cache hit rate", pct(f("server_gpu_cache_hit_rate"))),
         ("response cache hit rate", pct(f("response_cache_hit_rate"))),
     ];
-    if let Some(g) = summary.and_then(|s| s.summary.goodput) {
-        throughput_rows.extend([
-            ("goodput (good requests/s)", num(Some(g.goodput), 2)),
-            ("good requests", g.good_request_count.to_string()),
-            ("good fraction", pct(Some(g.good_request_fraction))),
-        ]);
-    }
-    if let Some(x) = summary.and_then(|s| s.summary.sessions.as_ref()) {
-        throughput_rows.extend([
-            (
-                "good sessions",
-                format!("{} of {}", x.good_sessions, x.sessions),
-            ),
-            (
-                "session slowdown p50",
-                num(x.slowdown.as_ref().map(|d| d.p50), 2),
-            ),
-            (
-                "session slowdown p90",
-                num(x.slowdown.as_ref().map(|d| d.p90), 2),
-            ),
-        ]);
+    if let Some(m) = summary.map(|s| &s.summary) {
+        throughput_rows.extend(goodput_rows(m));
     }
     let throughput = Table::kv("Throughput", throughput_rows);
     let latency = Table {
