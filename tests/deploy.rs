@@ -126,7 +126,18 @@ fn kubernetes_manifests_wire_the_shards_to_the_flags() {
         .position(|a| a == "--output-artifact-dir")
         .unwrap();
     line[at + 1] = "artifacts".into();
-    line.extend(["--random-seed", "1", "--dry-run", "--json"].map(String::from));
+    // A local corpus is never a valid submission under the default scenario: the swap needs its
+    // override.
+    line.extend(
+        [
+            "--random-seed",
+            "1",
+            "--unsafe-override",
+            "--dry-run",
+            "--json",
+        ]
+        .map(String::from),
+    );
     let r = Run::exec(
         tempfile::tempdir().unwrap(),
         &line,

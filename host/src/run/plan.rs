@@ -67,7 +67,7 @@ pub(super) fn plan(
             cap: s.cap,
         })?;
         if cfg.dry_run {
-            let mut json = tp.json;
+            let mut json = tp.json.clone();
             json["scenario"]["world"] = json!(p.sc.world().as_str());
             json["settings"] = p.applied_settings();
             let d = &p.decisions;
@@ -83,6 +83,18 @@ pub(super) fn plan(
             json["rules"]["session_affinity_header"] = json!(d.session_affinity_header);
             json["rules"]["discover_model"] = json!(d.discover_model);
             json["rules"]["warmup_phase_name"] = json!(d.warmup_phase_name);
+            if let Some(sh) = &cfg.shard {
+                // A shard's plan: its own lanes of the whole plan, as for single streams.
+                tp.shard = Some((sh.index, sh.count));
+                json["shard"] = json!({"index": sh.index, "count": sh.count,
+                                       "trees_owned": tp.owned_trees()});
+                if let Some(lanes) = json["lanes"].as_array_mut() {
+                    lanes.retain(|l| {
+                        l["lane"].as_u64().map(|x| x % u64::from(sh.count))
+                            == Some(u64::from(sh.index))
+                    });
+                }
+            }
             let d = DryRun {
                 json,
                 table: tp.table,
