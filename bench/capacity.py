@@ -19,36 +19,16 @@ import json
 import os
 import resource
 import shutil
-import socket
 import subprocess
-import sys
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pinned(cpu, argv):
-    return ["taskset", "-c", str(cpu)] + argv if shutil.which("taskset") else argv
+import shard
+from shard import free_port, pinned
 
 
 def start_sim(agentx, port, log, speed):
-    p = subprocess.Popen(
-        pinned(0, [agentx, "sim", "--port", str(port), "--preset", "h200", "--speed", str(speed),
-                   "--max-num-seqs", "8192"]),
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return p
-        except OSError:
-            time.sleep(0.1)
-    p.kill()
-    sys.exit("the simulator did not start")
+    # Enough sequences that the simulator never queues a lane: the bench measures the client.
+    return shard.start_sim(agentx, port, log, speed, ["--max-num-seqs", "8192"])
 
 
 def point(a, env, corpus, world, conc, out):

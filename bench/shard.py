@@ -36,9 +36,10 @@ def pinned(cpu, argv):
     return ["taskset", "-c", str(cpu)] + argv if shutil.which("taskset") else argv
 
 
-def start_sim(agentx, port, log, speed):
+def start_sim(agentx, port, log, speed, extra=()):
     p = subprocess.Popen(
-        pinned(0, [agentx, "sim", "--port", str(port), "--preset", "h200", "--speed", str(speed)]),
+        pinned(0, [agentx, "sim", "--port", str(port), "--preset", "h200", "--speed", str(speed),
+                   *extra]),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
