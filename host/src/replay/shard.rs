@@ -73,3 +73,45 @@ pub(super) async fn shard_warmup(
         )),
     })
 }
+
+/// An interrupt of this process during profiling: the stop and its message, and word of it to the
+/// other shards of a sharded run.
+pub(super) fn interrupted(
+    local: Option<&mpsc::UnboundedSender<(StopReason, String)>>,
+    shard: u64,
+) -> (StopReason, Option<String>) {
+    if let Some(tx) = local {
+        let _ = tx.send((
+            StopReason::Interrupted,
+            format!("shard {shard} was interrupted"),
+        ));
+    }
+    (
+        StopReason::Interrupted,
+        Some("interrupted: no new turns were started and in-flight requests were drained".into()),
+    )
+}
+
+/// Another shard's stop, once it comes (never outside a sharded run).
+pub(super) async fn other_shard(
+    remote: &mut Option<&mut watch::Receiver<Option<(StopReason, String)>>>,
+) -> Option<(StopReason, String)> {
+    match remote {
+        Some(rx) => rx
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|v| v.clone()),
+        None => std::future::pending().await,
+    }
+}
+
+/// The stop another shard's stop makes here: the threshold cancels in-flight requests, anything
+/// else drains them like an interrupt.
+pub(super) fn stopped_by(why: StopReason, text: String) -> (StopReason, Option<String>) {
+    let stop = match why {
+        StopReason::ThresholdExceeded => why,
+        _ => StopReason::Interrupted,
+    };
+    (stop, Some(text))
+}

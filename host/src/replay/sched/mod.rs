@@ -461,23 +461,11 @@ async fn profile(
                 break;
             }
             _ = interrupt.changed() => {
-                stop = StopReason::Interrupted;
-                message = Some("interrupted: no new turns were started and in-flight requests were drained".into());
-                if let Some(tx) = local {
-                    let _ = tx.send((StopReason::Interrupted, format!("shard {shard} was interrupted")));
-                }
+                (stop, message) = crate::replay::shard::interrupted(local, shard);
                 break;
             }
-            Some((why, text)) = async {
-                match remote.as_mut() {
-                    Some(rx) => rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()),
-                    None => std::future::pending().await,
-                }
-            } => {
-                // Another shard's stop: the threshold cancels in-flight requests, anything else
-                // drains them like an interrupt.
-                stop = if why == StopReason::ThresholdExceeded { why } else { StopReason::Interrupted };
-                message = Some(text);
+            Some((why, text)) = crate::replay::shard::other_shard(&mut remote) => {
+                (stop, message) = crate::replay::shard::stopped_by(why, text);
                 break;
             }
             _ = tick.tick(), if ticker.is_some() => {
