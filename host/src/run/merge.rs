@@ -390,12 +390,18 @@ fn write_merged(
         ),
         None => None,
     };
+    // The corpus, opened once, for a single-stream run (a tree run's records carry their stamps).
+    let ds = match records.iter().any(|r| r.tree.is_some()) {
+        true => None,
+        false => dataset_of(m0),
+    };
     let mut summary = crate::metrics::Summary::of(records);
     if let Some(g) = &goodput {
         summary.goodput = Some(g.of_run(records));
         let share = m0.session_goodput_share.unwrap_or(1.0);
-        let times = dataset_of(m0)
-            .map(|ds| super::plan::recorded_times(&ds, records))
+        let times = ds
+            .as_ref()
+            .map(|ds| super::plan::recorded_times(ds, records))
             .unwrap_or_default();
         summary.sessions = Some(crate::metrics::sessions::figures(records, g, share, &times));
     }
@@ -433,7 +439,7 @@ fn write_merged(
         seed: Some(m0.seed),
         profiling_duration_ns: Some((m0.benchmark_duration_s * 1e9) as u64),
         coverage_rule: export_rules(m0).0,
-        prefix_stamps: stamps(m0, records),
+        prefix_stamps: stamps(ds.as_ref(), records),
         dataset: m0
             .dataset
             .alias
@@ -463,17 +469,16 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// The theoretical prefix-cache stamps of the replayed traces, from the corpus the manifest names
-/// (empty, with a note, when it is not at hand).
+/// The theoretical prefix-cache stamps of the replayed traces: a tree run's from its records, a
+/// single-stream run's from its corpus `ds` (empty when it is not at hand).
 fn stamps(
-    m: &Manifest,
+    ds: Option<&crate::dataset::Dataset>,
     records: &[RequestRecord],
 ) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
     if records.iter().any(|r| r.tree.is_some()) {
         return tree_stamps(records);
     }
-    dataset_of(m)
-        .map(|ds| super::plan::prefix_stamps(&ds, records))
+    ds.map(|ds| super::plan::prefix_stamps(ds, records))
         .unwrap_or_default()
 }
 
