@@ -59,6 +59,7 @@ def point(a, env, corpus, world, conc, out):
     except (OSError, ValueError, KeyError):
         return res
     lag = s.get("send_lag_ms") or {}
+    res.update(lag_split(os.path.join(d, "records.jsonl"), a.burst_s))
     res.update({
         "requests_ok": s.get("requests_ok"),
         "send_lag_p50_ms": lag.get("p50"),
@@ -67,6 +68,35 @@ def point(a, env, corpus, world, conc, out):
         "output_token_throughput": s.get("output_token_throughput"),
     })
     return res
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
+
+
+def lag_split(path, burst_s):
+    """The send lag of the profiling requests due in the first `burst_s` seconds of profiling (the
+    start burst, where every lane's first request is due at once) and of those due after (steady)."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("phase") == "profiling":
+                    rows.append((r["intended_ns"], max(0, r["send_ns"] - r["intended_ns"]) / 1e6))
+    except (OSError, ValueError, KeyError):
+        return {}
+    if not rows:
+        return {}
+    t0 = min(t for t, _ in rows)
+    burst = [l for t, l in rows if t - t0 < burst_s * 1e9]
+    steady = [l for t, l in rows if t - t0 >= burst_s * 1e9]
+    return {"burst_requests": len(burst), "burst_lag_p99_ms": pct(burst, 99),
+            "steady_requests": len(steady), "steady_lag_p50_ms": pct(steady, 50),
+            "steady_lag_p99_ms": pct(steady, 99), "steady_lag_max_ms": max(steady) if steady else None}
 
 
 def main():
@@ -78,6 +108,8 @@ def main():
     ap.add_argument("--bound-ms", type=float, default=10.0)
     ap.add_argument("--max-isl", type=int, default=20000)
     ap.add_argument("--sim-speed", type=float, default=5)
+    ap.add_argument("--burst-s", type=float, default=1.0,
+                    help="requests due this long after profiling's first are the start burst")
     ap.add_argument("--out", default="bench/out/capacity")
     a = ap.parse_args()
     out = os.path.abspath(a.out)
@@ -100,6 +132,7 @@ def main():
             p99 = r.get("send_lag_p99_ms")
             print(f"{world:8} {conc:>6}: send lag p50 {r.get('send_lag_p50_ms') or 0:8.2f} ms  "
                   f"p99 {p99 or 0:8.2f} ms  max {r.get('send_lag_max_ms') or 0:9.2f} ms  "
+                  f"steady p99 {r.get('steady_lag_p99_ms') or 0:8.2f} ms ({r.get('steady_requests')} requests)  "
                   f"requests {r.get('requests_ok')}  client CPU {r['client_cpu_s']:.1f} s of "
                   f"{r['wall_s']:.0f} s  exit {r['exit_code']}", flush=True)
             if p99 is None or p99 > a.bound_ms:

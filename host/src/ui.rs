@@ -4,14 +4,20 @@
 //! Without a terminal the block goes to the log and there is no bar.
 //!
 //! It owns no data: the replay hands it each finished profiling record ([`Live::record`]) and the
-//! latest server row; the block is rendered from those samples only.
+//! latest server row; the block is rendered from those only. The percentiles come from streaming
+//! histograms ([`Quantiles`]: three significant digits, so a shown value is within 0.1 % of the
+//! exact one), whose size depends on the range of the values and not on their number: a run of
+//! hours keeps the same few hundred KiB, and a block costs the same at its end as at its start. The
+//! exports compute exact percentiles from the records.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::metrics::{percentile, Outcome};
+use hdrhistogram::Histogram;
+
+use crate::metrics::Outcome;
 use crate::record::{Phase, RequestRecord};
 
 /// Latest server-side figures for the `srv` row (`None` renders `-`).
@@ -30,14 +36,48 @@ pub struct SrvRow {
     pub tput_out: Option<f64>,
 }
 
-#[derive(Debug, Default)]
+/// One figure's distribution: values scaled by `scale` to integers (times in microseconds, tokens
+/// as they are, rates in thousandths) in a histogram of three significant digits.
+#[derive(Debug)]
+struct Quantiles {
+    h: Histogram<u64>,
+    scale: f64,
+}
+
+impl Quantiles {
+    fn new(scale: f64) -> Quantiles {
+        Quantiles {
+            // Auto-resizing: the buckets cover the values seen, a few KiB per decade.
+            h: Histogram::new(3).expect("3 significant digits is a valid precision"),
+            scale,
+        }
+    }
+
+    fn push(&mut self, v: f64) {
+        if v.is_finite() && v >= 0.0 {
+            let v = (v * self.scale).round() as u64;
+            // The histogram grows to take the value; past what it can (none here) the value is
+            // counted at its top instead of dropped.
+            if self.h.record(v).is_err() {
+                self.h.saturating_record(v);
+            }
+        }
+    }
+
+    /// The `p`th percentile (0-100), `None` before the first value.
+    fn at(&self, p: f64) -> Option<f64> {
+        (!self.h.is_empty()).then(|| self.h.value_at_quantile(p / 100.0) as f64 / self.scale)
+    }
+}
+
+#[derive(Debug)]
 struct Samples {
-    ttft_ms: Vec<f64>,
-    itl_ms: Vec<f64>,
-    e2e_ms: Vec<f64>,
-    intvty: Vec<f64>,
-    isl: Vec<f64>,
-    osl: Vec<f64>,
+    ttft_ms: Quantiles,
+    itl_ms: Quantiles,
+    e2e_ms: Quantiles,
+    intvty: Quantiles,
+    isl: Quantiles,
+    osl: Quantiles,
     done: u64,
     ok: u64,
     err: u64,
@@ -48,7 +88,27 @@ struct Samples {
     last_secs: f64,
 }
 
-/// Samples of the profiling phase so far.
+impl Default for Samples {
+    fn default() -> Samples {
+        Samples {
+            ttft_ms: Quantiles::new(1e3),
+            itl_ms: Quantiles::new(1e3),
+            e2e_ms: Quantiles::new(1e3),
+            intvty: Quantiles::new(1e3),
+            isl: Quantiles::new(1.0),
+            osl: Quantiles::new(1.0),
+            done: 0,
+            ok: 0,
+            err: 0,
+            tokens_in: 0,
+            tokens_out: 0,
+            last_done: 0,
+            last_secs: 0.0,
+        }
+    }
+}
+
+/// The profiling phase so far.
 #[derive(Debug, Default)]
 pub struct Live {
     s: Mutex<Samples>,
@@ -64,12 +124,10 @@ fn ms(v: f64) -> String {
     }
 }
 
-fn pcts(sorted: &[f64], ps: &[f64], fmt: impl Fn(f64) -> String) -> String {
+fn pcts(q: &Quantiles, ps: &[f64], fmt: impl Fn(f64) -> String) -> String {
     ps.iter()
         .map(|&p| {
-            let v = percentile(sorted, p)
-                .map(&fmt)
-                .unwrap_or_else(|| "-".into());
+            let v = q.at(p).map(&fmt).unwrap_or_else(|| "-".into());
             format!("p{}={v}", p as u32)
         })
         .collect::<Vec<_>>()
@@ -134,16 +192,6 @@ impl Live {
         let rps = (s.done - s.last_done) as f64 / dt;
         s.last_done = s.done;
         s.last_secs = secs;
-        for v in [
-            &mut s.ttft_ms,
-            &mut s.itl_ms,
-            &mut s.e2e_ms,
-            &mut s.intvty,
-            &mut s.isl,
-            &mut s.osl,
-        ] {
-            v.sort_by(f64::total_cmp);
-        }
         let total = elapsed.as_secs();
         let tok = |v: f64| format!("{v:.0}");
         let mut out = format!(
@@ -300,6 +348,7 @@ mod tests {
         let empty = live.block(Duration::from_secs(5), "profiling", None);
         assert!(empty.contains("ttft p50=- p75=- p95=- p99=-"), "{empty}");
         live.record(&rec(100, 11, 10, true));
+        live.record(&rec(200, 11, 10, true));
         live.record(&rec(300, 11, 10, true));
         live.record(&rec(0, 0, 0, false));
         let b = live.block(
@@ -313,7 +362,7 @@ mod tests {
             }),
         );
         assert!(b.starts_with("[realtime 01:30 profiling]"), "{b}");
-        assert!(b.contains("done=3 ok=2 err=1"), "{b}");
+        assert!(b.contains("done=4 ok=3 err=1"), "{b}");
         assert!(b.contains("ttft p50=200ms"), "{b}");
         assert!(b.contains("itl p50=10ms"), "{b}");
         assert!(b.contains("intvty p50=100.0"), "{b}");
@@ -323,5 +372,27 @@ mod tests {
             "{b}"
         );
         assert_eq!(ms(0.4), "<1ms");
+    }
+
+    #[test]
+    fn streaming_percentiles_stay_within_a_thousandth_of_the_exact_ones() {
+        let mut q = Quantiles::new(1e3);
+        // A spread of four decades, as TTFTs from a cache hit to a long prefill.
+        let mut exact: Vec<f64> = (0..200_000u64)
+            .map(|i| 0.5 * 1.0001f64.powi((i * 7919 % 92_000) as i32))
+            .collect();
+        for &v in &exact {
+            q.push(v);
+        }
+        exact.sort_by(f64::total_cmp);
+        for p in [50.0, 90.0, 99.0, 99.9] {
+            let want = exact[((p / 100.0) * exact.len() as f64).ceil() as usize - 1];
+            let got = q.at(p).expect("values were pushed");
+            assert!(
+                (got - want).abs() <= want * 1e-3 + 1e-3,
+                "p{p}: {got} against {want}"
+            );
+        }
+        assert_eq!(q.h.len(), 200_000);
     }
 }
