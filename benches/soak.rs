@@ -27,7 +27,9 @@
 //! 120 s after profiling began (or 720 s after its start while still in warmup, which the child
 //! bounds at 600 s): a HANG, and the child is killed; or when records and requests differ.
 //!
-//! Run: `cargo bench --bench soak -- [--duration SECS] [--concurrency N] [--grace SECS] [--json PATH]`
+//! Run: `cargo bench --bench soak -- [--duration SECS] [--concurrency N] [--grace SECS] [--json PATH]
+//! [--wrap "heaptrack -o FILE"]` (`--wrap`: the child under a profiler, to see what its heap holds
+//! over time).
 //! (defaults 1800, 256, 30 and `target/soak.json`; the child's log goes next to the JSON).
 
 use std::collections::BTreeMap;
@@ -227,7 +229,19 @@ fn main() -> ExitCode {
     let artifacts = tmp.path().join("artifacts");
     let log = std::fs::File::create(&log_path).expect("create the child's log");
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentx-host"))
+    // `--wrap "heaptrack -o FILE"`: the child runs under a profiler (its RSS is then the wrapper's
+    // process, so read the memory from the profile).
+    let wrap: Option<String> = arg("--wrap");
+    let mut words = wrap.as_deref().unwrap_or("").split_whitespace();
+    let mut child = match words.next() {
+        Some(tool) => {
+            let mut c = Command::new(tool);
+            c.args(words).arg(env!("CARGO_BIN_EXE_agentx-host"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_agentx-host")),
+    };
+    let mut child = child
         .arg("run")
         .args(["--url", &sim.url(), "--model", &model])
         .arg("--input-file")

@@ -15,7 +15,10 @@
 //! - Prometheus summaries and `_created` timestamps are not kept (aiperf ignores them too).
 //! - With [`ScrapeConfig::journal`], one more task appends what the logs gained to the journal
 //!   (`scrape_journal`) every [`ScrapeConfig::journal_every`] and once more after the final scrapes,
-//!   writing from a blocking thread; the scrapes never wait for the file.
+//!   writing from a blocking thread; the scrapes never wait for the file. After each write the
+//!   change points the file holds leave memory (each series keeps its first and latest values, what
+//!   the live view and the next scrape read), so a run of hours holds a few scrapes' worth, and
+//!   `stop()` reads the whole log back from the journal ([`read_journal`]).
 //!
 //! [`PageReader`] reads a page once on the same client and request (the sweep's wait for idle
 //! servers): every `/metrics` fetch of the host goes through this module.
@@ -33,7 +36,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::client::scrape_journal::{JournalFile, JournalWriter, FLUSH_EVERY};
+use crate::client::scrape_journal::{read_journal, JournalFile, JournalWriter, FLUSH_EVERY};
 use crate::metrics::prometheus;
 use crate::record::Clock;
 
@@ -249,7 +252,7 @@ pub struct Scraper {
     tasks: Vec<JoinHandle<()>>,
     stop: watch::Sender<bool>,
     /// The journal's task and its signal to take the last flush (after the final scrapes).
-    journal: Option<(JoinHandle<()>, watch::Sender<bool>)>,
+    journal: Option<(JoinHandle<Option<JournalWriter>>, watch::Sender<bool>)>,
 }
 
 impl std::fmt::Debug for Scraper {
@@ -329,10 +332,13 @@ impl Scraper {
             let _ = t.await;
         }
         // The last flush, with the final scrapes, before the log is handed over.
-        if let Some((task, done)) = self.journal.take() {
-            let _ = done.send(true);
-            let _ = task.await;
-        }
+        let writer = match self.journal.take() {
+            Some((task, done)) => {
+                let _ = done.send(true);
+                task.await.ok().flatten()
+            }
+            None => None,
+        };
         let endpoints = self
             .logs
             .drain(..)
@@ -341,11 +347,40 @@ impl Scraper {
                 Err(l) => lock(&l).clone(),
             })
             .collect();
-        ScrapeLog {
+        let mut log = ScrapeLog {
             clock: self.clock,
             interval: self.interval,
             endpoints,
+        };
+        if let Some(w) = writer.filter(|w| w.spilled()) {
+            whole_from_journal(&mut log, &w);
         }
+        log
+    }
+}
+
+/// The whole log of a scraper that spilled its change points into the journal: the journal's.
+fn whole_from_journal(log: &mut ScrapeLog, w: &JournalWriter) {
+    match read_journal(w.path()) {
+        Ok(back) if back.endpoints.len() == log.endpoints.len() => {
+            if w.stopped() {
+                tracing::warn!(
+                    "the server-metrics export holds the scrapes up to the journal's last write \
+                     ({}); the later ones were not written and are left out",
+                    w.path().display()
+                );
+            }
+            log.endpoints = back.endpoints;
+        }
+        Ok(_) => tracing::error!(
+            "{} names other endpoints than this run scraped; the server-metrics export keeps, for \
+             each series, its first value and those from the last flush on",
+            w.path().display()
+        ),
+        Err(e) => tracing::error!(
+            "cannot read back the server-metrics journal: {e}; the server-metrics export keeps, \
+             for each series, its first value and those from the last flush on"
+        ),
     }
 }
 
@@ -359,13 +394,15 @@ impl Drop for Scraper {
 }
 
 /// The journal's task: every `every`, takes what the logs gained (under each endpoint's lock, no
-/// I/O) and writes it from a blocking thread; once more when `done` says the final scrapes are in.
+/// I/O), writes it from a blocking thread, then drops from the logs what the file holds
+/// ([`JournalWriter::spill`]); once more when `done` says the final scrapes are in. Hands the
+/// writer back at the end (`None` when its thread failed).
 async fn journal(
     mut w: JournalWriter,
     logs: Vec<Arc<Mutex<EndpointLog>>>,
     every: Duration,
     mut done: watch::Receiver<bool>,
-) {
+) -> Option<JournalWriter> {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -397,11 +434,14 @@ async fn journal(
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!("the server metrics journal stopped: {e}");
-                return;
+                return None;
             }
         };
+        for (i, l) in logs.iter().enumerate() {
+            w.spill(i, &mut lock(l));
+        }
         if last {
-            return;
+            return Some(w);
         }
     }
 }

@@ -372,7 +372,60 @@ fn series_delta(family: &str, labels: &Labels, s: &SeriesLog, c: &mut SeriesCurs
     rec
 }
 
+/// Drops what of `t` the file holds ([`Track::spill`]) and moves the cursor to what stays; true
+/// when points were dropped.
+fn spill_track(t: &mut Track, done: &mut usize) -> bool {
+    let kept = t.spill(*done);
+    let dropped = kept < *done;
+    *done = kept;
+    dropped
+}
+
+fn spill_series(s: &mut SeriesLog, c: &mut SeriesCursor) -> bool {
+    match (s, c) {
+        (SeriesLog::Scalar(t), SeriesCursor::Scalar(n)) => spill_track(t, n),
+        (
+            SeriesLog::Histogram(h),
+            SeriesCursor::Histogram {
+                sum,
+                count,
+                buckets,
+            },
+        ) => {
+            let mut dropped = spill_track(&mut h.sum, sum) | spill_track(&mut h.count, count);
+            // The flushed buckets in order; a page may have inserted others between them since.
+            let mut j = 0;
+            for (bits, done) in buckets.iter_mut() {
+                while h.buckets.get(j).is_some_and(|b| b.le.to_bits() != *bits) {
+                    j += 1;
+                }
+                let Some(b) = h.buckets.get_mut(j) else { break };
+                dropped |= spill_track(&mut b.track, done);
+                j += 1;
+            }
+            dropped
+        }
+        _ => false,
+    }
+}
+
 impl Cursor {
+    /// Drops from `log` the change points the file holds; true when any were dropped.
+    fn spill(&mut self, log: &mut EndpointLog) -> bool {
+        let mut dropped = false;
+        for (name, fc) in &mut self.families {
+            let Some(fam) = log.families.get_mut(name) else {
+                continue;
+            };
+            for (labels, c) in &mut fc.series {
+                if let Some(s) = fam.series.get_mut(labels) {
+                    dropped |= spill_series(s, c);
+                }
+            }
+        }
+        dropped
+    }
+
     /// What `log` gained since the last call, and the cursor moved past it.
     fn delta(&mut self, ep: usize, log: &EndpointLog) -> Delta {
         let mut d = Delta {
@@ -444,6 +497,8 @@ pub struct JournalWriter {
     cursors: Vec<Cursor>,
     pending: Vec<Delta>,
     stopped: bool,
+    /// Change points were dropped from the logs after being written ([`JournalWriter::spill`]).
+    spilled: bool,
 }
 
 impl std::fmt::Debug for JournalWriter {
@@ -476,6 +531,7 @@ impl JournalWriter {
             cursors: urls.iter().map(|_| Cursor::default()).collect(),
             pending: Vec::new(),
             stopped: false,
+            spilled: false,
         }
     }
 
@@ -491,6 +547,34 @@ impl JournalWriter {
                 self.pending.push(d);
             }
         }
+    }
+
+    /// After a write, drops from endpoint `ep`'s log the change points the file now holds (each
+    /// track keeps its first value and its latest: what the live view and the next scrape read),
+    /// so a run's memory does not grow with its scrapes; [`read_journal`] gives the whole log back.
+    /// Nothing is dropped while something taken is unwritten, nor once journaling stopped.
+    pub(crate) fn spill(&mut self, ep: usize, log: &mut EndpointLog) {
+        if self.stopped || !self.pending.is_empty() {
+            return;
+        }
+        if let Some(c) = self.cursors.get_mut(ep) {
+            self.spilled |= c.spill(log);
+        }
+    }
+
+    /// Whether [`JournalWriter::spill`] dropped anything: the whole log is then the file's.
+    pub(crate) fn spilled(&self) -> bool {
+        self.spilled
+    }
+
+    /// Whether a write failed, so that journaling stopped.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The journal's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.out.path
     }
 
     /// Writes what was taken as whole lines, in one write (blocking I/O); the bytes written.
@@ -789,6 +873,91 @@ fn apply_bucket(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Scrape `i` of a server whose counters and histogram grow, whose gauge moves, one of whose
+    /// series is missing from scrapes 5-9, and whose histogram gains a bucket at scrape 12.
+    fn page(i: u64) -> String {
+        let mut p = format!(
+            "# TYPE tokens counter\ntokens_total {}\n# TYPE running gauge\nrunning {}\n",
+            i * 100,
+            i % 7
+        );
+        if !(5..10).contains(&i) {
+            p += &format!("# TYPE waiting gauge\nwaiting{{engine=\"0\"}} {}\n", i % 3);
+        }
+        p += "# TYPE ttft histogram\n";
+        if i >= 12 {
+            p += &format!("ttft_bucket{{le=\"0.25\"}} {}\n", i / 2);
+        }
+        p += &format!(
+            "ttft_bucket{{le=\"0.5\"}} {i}\nttft_bucket{{le=\"+Inf\"}} {}\nttft_sum {}\nttft_count {}\n",
+            2 * i,
+            i as f64 * 0.3,
+            2 * i
+        );
+        p
+    }
+
+    /// A log spilled after every flush keeps a few points a series, shows the same snapshot, and
+    /// the journal reads back to the log that was never spilled.
+    #[test]
+    fn a_spilled_log_stays_small_and_its_journal_is_the_whole_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let url = "http://a/metrics".to_string();
+        let clock = Clock::start();
+        let mut w = JournalWriter::new(
+            JournalFile::create(&root).unwrap(),
+            &clock,
+            FLUSH_EVERY,
+            std::slice::from_ref(&url),
+        );
+        let (mut spilled, mut whole) = (EndpointLog::new(url.clone()), EndpointLog::new(url));
+        for i in 0..40u64 {
+            let text = page(i);
+            let page = (i != 20).then_some(text.as_str());
+            spilled.ingest_page(i * 1_000, page).unwrap();
+            whole.ingest_page(i * 1_000, page).unwrap();
+            if i % 3 == 2 {
+                w.take(0, &spilled);
+                assert!(w.write_logged() > 0);
+                w.spill(0, &mut spilled);
+                assert_eq!(
+                    crate::metrics::scrape_log::ServerSnapshot::of(std::iter::once(&spilled)),
+                    crate::metrics::scrape_log::ServerSnapshot::of(std::iter::once(&whole)),
+                    "scrape {i}"
+                );
+            }
+        }
+        w.take(0, &spilled);
+        w.write_logged();
+        w.spill(0, &mut spilled);
+        assert!(w.spilled());
+        let tracks = |l: &EndpointLog| -> Vec<usize> {
+            let mut n = Vec::new();
+            for f in l.families.values() {
+                for s in f.series.values() {
+                    match s {
+                        SeriesLog::Scalar(t) => n.push(t.points().len()),
+                        SeriesLog::Histogram(h) => {
+                            n.push(h.sum.points().len());
+                            n.push(h.count.points().len());
+                            n.extend(h.buckets.iter().map(|b| b.track.points().len()));
+                        }
+                    }
+                }
+            }
+            n
+        };
+        assert!(
+            tracks(&spilled).iter().all(|&n| n <= 2),
+            "{:?}",
+            tracks(&spilled)
+        );
+        assert!(tracks(&whole).iter().any(|&n| n >= 30));
+        let back = read_journal(&dir.path().join(SCRAPE_JOURNAL)).unwrap();
+        assert_eq!(back.endpoints, [whole]);
+    }
 
     /// A journal on a full disk: the first write fails, journaling stops, nothing panics.
     #[test]

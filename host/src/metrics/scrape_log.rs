@@ -64,6 +64,29 @@ impl Track {
         self.points.iter().find(|p| p.present).map(|p| p.value)
     }
 
+    /// Drops the first `flushed` points, which a journal holds, except the first present one (a
+    /// snapshot's "since the first scrape") and the last of them (the value now, which the next
+    /// scrape is compared with); returns how many of the `flushed` points stay. A spilled track
+    /// answers [`Track::first`] and [`Track::at`] from its last flushed point on; the journal
+    /// has the rest.
+    pub(crate) fn spill(&mut self, flushed: usize) -> usize {
+        let flushed = flushed.min(self.points.len());
+        if flushed < 3 {
+            return flushed;
+        }
+        let first = self.points[..flushed].iter().position(|p| p.present);
+        let mut i = 0;
+        self.points.retain(|_| {
+            let keep = i >= flushed - 1 || Some(i) == first;
+            i += 1;
+            keep
+        });
+        match first {
+            Some(f) if f < flushed - 1 => 2,
+            _ => 1,
+        }
+    }
+
     /// Appends a change point read back from a journal, as [`Track::push`] recorded it: points
     /// keep scrape order (several at one index only if a page repeated the series).
     pub(crate) fn append(&mut self, p: Point) -> Result<(), String> {
@@ -339,21 +362,31 @@ impl EndpointLog {
     ) -> Result<EndpointLog, prometheus::ParseError> {
         let mut log = EndpointLog::new(url.to_string());
         for (t, page) in pages {
-            let fetch = Fetch {
-                start_ns: t,
-                latency_ns: 0,
-                outcome: FetchOutcome::Connect,
-            };
-            match page {
-                Some(text) => {
-                    let mut h = DefaultHasher::new();
-                    text.hash(&mut h);
-                    log.ingest(fetch, t, h.finish(), prometheus::parse(text)?);
-                }
-                None => log.fail(fetch, "connection refused".to_string()),
-            }
+            log.ingest_page(t, page)?;
         }
         Ok(log)
+    }
+
+    /// One page of [`EndpointLog::from_pages`] folded in.
+    pub(crate) fn ingest_page(
+        &mut self,
+        t: u64,
+        page: Option<&str>,
+    ) -> Result<(), prometheus::ParseError> {
+        let fetch = Fetch {
+            start_ns: t,
+            latency_ns: 0,
+            outcome: FetchOutcome::Connect,
+        };
+        match page {
+            Some(text) => {
+                let mut h = DefaultHasher::new();
+                text.hash(&mut h);
+                self.ingest(fetch, t, h.finish(), prometheus::parse(text)?);
+            }
+            None => self.fail(fetch, "connection refused".to_string()),
+        }
+        Ok(())
     }
 
     /// Successful scrapes.
