@@ -11,7 +11,8 @@
 //! load is steady and the run carries as many requests as the server's timing allows) and no
 //! failed-request threshold, so the ~3 % failures never stop it.
 //!
-//! Every 10 s the bench prints the child's VmRSS, open file descriptors and threads (from `/proc`).
+//! Every 10 s the bench prints the child's VmRSS (and its anonymous and file-backed parts), open file
+//! descriptors and threads (from `/proc`).
 //! At the end it reads `records.jsonl` back and checks that it holds one record per chat request the
 //! server received, and prints (and writes as JSON) the outcome counts, the RSS slope per minute
 //! (least squares over the profiling samples after the first 5 minutes, or after the first sixth of
@@ -103,6 +104,10 @@ struct Sample {
     /// Seconds since the child was started.
     t: f64,
     rss_kib: u64,
+    /// VmRSS's anonymous part (the heap and stacks) and its file-backed part (mapped files: the
+    /// binary and the dataset cache, whose pages count as they are touched and can be reclaimed).
+    anon_kib: u64,
+    file_kib: u64,
     fds: u64,
     threads: u64,
 }
@@ -122,6 +127,8 @@ fn sample(pid: u32, t: f64) -> Option<Sample> {
     Some(Sample {
         t,
         rss_kib: field("VmRSS:")?,
+        anon_kib: field("RssAnon:").unwrap_or(0),
+        file_kib: field("RssFile:").unwrap_or(0),
         fds,
         threads: field("Threads:").unwrap_or(0),
     })
@@ -264,10 +271,12 @@ fn main() -> ExitCode {
         .expect("start agentx-host run");
     let pid = child.id();
     println!(
-        "child pid {pid}; its log: {}\n{:>7} {:>10} {:>6} {:>8}  phase",
+        "child pid {pid}; its log: {}\n{:>7} {:>10} {:>9} {:>9} {:>6} {:>8}  phase",
         log_path.display(),
         "t s",
         "rss MiB",
+        "anon MiB",
+        "file MiB",
         "fds",
         "threads"
     );
@@ -323,9 +332,11 @@ fn main() -> ExitCode {
             };
             if let Some(s) = sample(pid, ts) {
                 println!(
-                    "{:>7.0} {:>10.1} {:>6} {:>8}  {phase}",
+                    "{:>7.0} {:>10.1} {:>9.1} {:>9.1} {:>6} {:>8}  {phase}",
                     s.t,
                     s.rss_kib as f64 / 1024.0,
+                    s.anon_kib as f64 / 1024.0,
+                    s.file_kib as f64 / 1024.0,
                     s.fds,
                     s.threads
                 );
@@ -388,16 +399,25 @@ fn main() -> ExitCode {
         .filter(|s| s.t >= p0 + warm && s.t <= p1)
         .collect();
     let mib = |k: u64| k as f64 / 1024.0;
-    let rss_slope = slope(
-        &steady
-            .iter()
-            .map(|s| (s.t / 60.0, mib(s.rss_kib)))
-            .collect::<Vec<_>>(),
-    );
+    let slope_of = |k: fn(&Sample) -> u64| {
+        slope(
+            &steady
+                .iter()
+                .map(|s| (s.t / 60.0, mib(k(s))))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let rss_slope = slope_of(|s| s.rss_kib);
+    let anon_slope = slope_of(|s| s.anon_kib);
+    let file_slope = slope_of(|s| s.file_kib);
     let fd_min = steady.iter().map(|s| s.fds).min();
     let fd_max = steady.iter().map(|s| s.fds).max();
     let rss_peak = samples.iter().map(|s| s.rss_kib).max().map(mib);
     let first = steady.first().map(|s| (s.t, mib(s.rss_kib)));
+    let anon_ends = steady
+        .first()
+        .zip(steady.last())
+        .map(|(a, b)| [mib(a.anon_kib), mib(b.anon_kib)]);
     let last = steady.last().map(|s| (s.t, mib(s.rss_kib), s.fds));
     let final_sample = samples.last().map(|s| (s.t, mib(s.rss_kib), s.fds));
     let equal = records.len() as u64 == requests;
@@ -428,10 +448,14 @@ fn main() -> ExitCode {
         "rss_mib_last_sample": final_sample.map(|l| l.1),
         "rss_mib_peak": rss_peak,
         "rss_slope_mib_per_min": rss_slope,
+        "rss_anon_slope_mib_per_min": anon_slope,
+        "rss_file_slope_mib_per_min": file_slope,
+        "rss_anon_mib_at_window_start_end": anon_ends,
         "fds_min": fd_min,
         "fds_max": fd_max,
         "fds_at_window_end": last.map(|l| l.2),
-        "samples": samples.iter().map(|s| json!([s.t, s.rss_kib, s.fds, s.threads])).collect::<Vec<_>>(),
+        "samples_columns": ["t_s", "rss_kib", "fds", "threads", "rss_anon_kib", "rss_file_kib"],
+        "samples": samples.iter().map(|s| json!([s.t, s.rss_kib, s.fds, s.threads, s.anon_kib, s.file_kib])).collect::<Vec<_>>(),
     });
     if let Some(dir) = json_path.parent() {
         let _ = std::fs::create_dir_all(dir);
@@ -480,7 +504,12 @@ fn main() -> ExitCode {
         opt(final_sample.map(|l| l.1), " MiB"),
         opt(rss_peak, " MiB")
     );
-    println!("RSS slope            {} per minute", opt(rss_slope, " MiB"));
+    println!(
+        "RSS slope            {} per minute (anonymous {}, file-backed {})",
+        opt(rss_slope, " MiB"),
+        opt(anon_slope, " MiB"),
+        opt(file_slope, " MiB")
+    );
     println!(
         "fds in window        min {} max {} at end {}",
         fd_min.map_or("-".into(), |v| v.to_string()),
