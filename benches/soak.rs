@@ -318,10 +318,13 @@ fn main() -> ExitCode {
         if Instant::now() >= next {
             next += SAMPLE_EVERY;
             let ts = t.as_secs_f64();
-            if prof_start.is_none() && log_has(&log_path, "profiling: lanes resume") {
+            if prof_start.is_none() && log_has(&log_path, "Phase profiling started") {
                 prof_start = Some(ts);
             }
-            if prof_start.is_some() && prof_end.is_none() && log_has(&log_path, "duration reached")
+            if prof_start.is_some()
+                && prof_end.is_none()
+                && (log_has(&log_path, "duration reached")
+                    || log_has(&log_path, "Phase profiling complete"))
             {
                 prof_end = Some(ts);
             }
@@ -393,7 +396,8 @@ fn main() -> ExitCode {
 
     // Memory and descriptors over the profiling window after its warm-up.
     let p0 = prof_start.unwrap_or(0.0);
-    let p1 = prof_end.unwrap_or(p0 + duration);
+    // A tree replay logs no "duration reached": its end is then the phase's end, after the grace.
+    let p1 = prof_end.unwrap_or(p0 + duration).min(p0 + duration);
     let steady: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.t >= p0 + warm && s.t <= p1)

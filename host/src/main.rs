@@ -4,6 +4,11 @@
 
 use std::process::ExitCode;
 
+/// mimalloc returns freed memory to the system, where glibc's malloc keeps what a dataset import
+/// or a burst of large bodies freed: a run's RSS then follows its working set.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     agentx::cli::main()
 }
