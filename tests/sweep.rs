@@ -410,7 +410,9 @@ fn find_max_brackets_bisects_and_resumes() {
         "--concurrency",
         "1,8",
         "--slo",
-        "inter_token_latency_avg:17.5 request_throughput:0.1",
+        "inter_token_latency_avg:17.5 request_throughput:0.1 good_request_fraction:0.9",
+        "--goodput",
+        "time_to_first_token:60000",
         "--find-max",
         "--ignore-trace-delays",
     ];
@@ -466,6 +468,25 @@ fn find_max_brackets_bisects_and_resumes() {
     assert!(page.contains(&format!(
         "the highest concurrency that meets it is {answer}"
     )));
+    // aiperf's max-goodput-under-slo: of the points that met the SLO (which asks for 90 % good
+    // requests), the one with the most goodput.
+    let passing: Vec<(u64, f64)> = slo["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["meets"] == true)
+        .map(|p| {
+            let g = p["goodput"].as_f64().unwrap_or_else(|| panic!("{p}"));
+            (p["concurrency"].as_u64().unwrap(), g)
+        })
+        .collect();
+    let best = passing.iter().map(|p| p.1).fold(0.0, f64::max);
+    let peak = &f["max_goodput"];
+    assert!(best > 0.0 && peak["goodput"].as_f64() == Some(best), "{f}");
+    assert!(passing
+        .iter()
+        .any(|p| Some(p.0) == peak["concurrency"].as_u64()));
+    assert!(page.contains("the most goodput among the points that meet it"));
 
     // --resume runs nothing again and reaches the same answer.
     let mut again = flags.to_vec();

@@ -305,6 +305,13 @@ fn print_slo(sweep: &crate::export::sweep::Sweep) {
                 f.order.first().map_or("-".into(), |x| x.to_string())
             ),
         }
+        if let Some(g) = &f.max_goodput {
+            outln!(
+                "max-goodput   concurrency {} has the most goodput of the points that meet the SLO: {:.2} good requests/s",
+                g.concurrency,
+                g.goodput
+            );
+        }
     }
 }
 

@@ -151,6 +151,9 @@ pub struct SloPoint {
     pub meets: bool,
     /// Each objective's figure (`null`: the run has none).
     pub figures: std::collections::BTreeMap<String, Option<f64>>,
+    /// The run's goodput, when it measured one (`--goodput`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<f64>,
 }
 
 /// The `--find-max` answer and how it was reached.
@@ -167,6 +170,38 @@ pub struct FindMaxAnswer {
     pub resolution: u32,
     /// The points in the order the search ran them.
     pub order: Vec<u32>,
+    /// Of the points that met the SLO, the one with the most goodput (runs with `--goodput`): with
+    /// `good_request_fraction:F` among the objectives, aiperf's `max-goodput-under-slo` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_goodput: Option<GoodputPeak>,
+}
+
+/// The passing point with the most goodput.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoodputPeak {
+    pub concurrency: u32,
+    /// Good requests per second.
+    pub goodput: f64,
+}
+
+impl SloReport {
+    /// The passing point with the most goodput (the lower concurrency on a tie), if any measured it.
+    pub fn max_goodput(&self) -> Option<GoodputPeak> {
+        self.points
+            .iter()
+            .filter(|p| p.meets)
+            .filter_map(|p| p.goodput.map(|g| (p.concurrency, g)))
+            .fold(
+                None::<GoodputPeak>,
+                |best, (concurrency, goodput)| match best {
+                    Some(b) if b.goodput >= goodput => Some(b),
+                    _ => Some(GoodputPeak {
+                        concurrency,
+                        goodput,
+                    }),
+                },
+            )
+    }
 }
 
 /// Errors of reading or writing a sweep's summary.

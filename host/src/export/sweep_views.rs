@@ -640,17 +640,24 @@ fn slo_table(r: &crate::export::sweep::SloReport) -> Table {
         .collect();
     let answer = match &r.find_max {
         None => String::new(),
-        Some(f) => match (f.max_concurrency, f.bracketed) {
-            (Some(n), true) => format!(
+        Some(f) => {
+            (match (f.max_concurrency, f.bracketed) {
+                (Some(n), true) => format!(
                 ": the highest concurrency that meets it is {n} ({} does not; resolution {} lanes)",
                 f.first_failing.map_or("-".into(), |x| x.to_string()),
                 f.resolution
             ),
-            (Some(n), false) => {
-                format!(": every point met it, up to {n}; the maximum may lie above")
-            }
-            (None, _) => ": not even the first point meets it".to_string(),
-        },
+                (Some(n), false) => {
+                    format!(": every point met it, up to {n}; the maximum may lie above")
+                }
+                (None, _) => ": not even the first point meets it".to_string(),
+            }) + &f.max_goodput.as_ref().map_or(String::new(), |g| {
+                format!(
+                    "; the most goodput among the points that meet it: {:.2} requests/s at {}",
+                    g.goodput, g.concurrency
+                )
+            })
+        }
     };
     Table {
         title: format!("SLO {}{answer}", r.slo),

@@ -49,6 +49,10 @@ pub struct Judged {
     pub meets: bool,
     /// Each objective's figure (`None`: the run has none), by name.
     pub figures: std::collections::BTreeMap<String, Option<f64>>,
+    /// The run's goodput (good requests per second), when it measured one (`--goodput`), whether
+    /// or not an objective names it: which passing point has the most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<f64>,
 }
 
 /// `name` as a run-level metric, or a record metric with a statistic suffix.
@@ -129,7 +133,15 @@ impl SloSet {
             };
             figures.insert(s.name.clone(), v);
         }
-        Judged { meets, figures }
+        let goodput = aggregate
+            .and_then(|a| a.get(goodput::GOODPUT.tag))
+            .and_then(|b| b.get("avg"))
+            .and_then(Value::as_f64);
+        Judged {
+            meets,
+            figures,
+            goodput,
+        }
     }
 }
 

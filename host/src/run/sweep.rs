@@ -316,6 +316,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
                         first_failing: verdicts.iter().find(|(_, m)| !**m).map(|(n, _)| *n),
                         resolution: f.resolution_at(answer.unwrap_or(0)),
                         order: order.clone(),
+                        max_goodput: report.max_goodput(),
                     });
                     break;
                 }
@@ -338,6 +339,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
                 concurrency: n,
                 meets: judged.meets,
                 figures: judged.figures,
+                goodput: judged.goodput,
             });
             report.points.sort_by_key(|p| p.concurrency);
         }
