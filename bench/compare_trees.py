@@ -177,14 +177,24 @@ def tool_cmd(a: argparse.Namespace, tool: str, corpus: pathlib.Path, url: str, c
     extra = ["--random-seed", str(a.seed), "--benchmark-grace-period", str(a.grace)]
     if tool in ("agentx", "harness"):
         return differential.tool_cmd(a, tool, corpus, url, conc, out) + extra
+    # aiperf 0.13 has no `agentx` scenario: its inferencex-agentx-mvp (agentic replay) with the
+    # harness's preset as flags, less the cache-pressure warmup stage, which 0.13 does not have.
     cmd = differential.tool_cmd(a, "harness", corpus, url, conc, out)
     cmd[0] = a.aiperf
-    i = cmd.index("--scenario")
-    del cmd[i : i + 2]  # aiperf 0.13 has no `agentx` scenario: its agentic replay with the preset's flags
+    cmd[cmd.index("--scenario") + 1] = compare.SCENARIO
     preset = list(differential.PRESET_AS_FLAGS)
-    for flag, value in (("--random-seed", str(a.seed)), ("--benchmark-grace-period", str(a.grace))):
-        preset[preset.index(flag) + 1] = value
-    return cmd + ["--timing-mode", "agentic_replay", *preset]
+    for flag, value in AIPERF_PRESET_CHANGES.items():
+        i = preset.index(flag)
+        preset[i : i + 2] = [] if value is None else [flag, value(a)]
+    return cmd + preset
+
+
+# The preset's flags for aiperf 0.13: the seed and grace of this run, and no --warmup-requests-per-lane.
+AIPERF_PRESET_CHANGES = {
+    "--random-seed": lambda a: str(a.seed),
+    "--benchmark-grace-period": lambda a: str(a.grace),
+    "--warmup-requests-per-lane": None,
+}
 
 
 def tool_env(a: argparse.Namespace, tool: str, cache: pathlib.Path) -> dict[str, str]:
@@ -260,6 +270,7 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
     print(f"  {tag}: {' '.join(cmd[:4])} ... (log: {log_path})", flush=True)
     launched_ns, started = time.time_ns(), time.monotonic()
     cache = a.out / "cache" / "replay" / tool
+    cache_state = "warm" if cache.is_dir() and any(cache.iterdir()) else "cold"
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(a, tool, cache), start_new_session=True)
     reaper = compare.Reaper(proc)
     try:
@@ -270,6 +281,7 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
         sim.stop()
     first = first_recorded_ns(record)
     row["first_request_s"] = round((first - launched_ns) / 1e9, 2) if first else None
+    row["dataset_cache"] = cache_state  # the tool's dataset cache, as the previous level left it
     row["warmup_s"] = logged_warmup_s([log_path, *sorted(out.rglob("*.log"))])
     row.update(export_phases(out))
     if not a.keep_request_logs:
@@ -281,44 +293,15 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
     return row
 
 
-def aiperf_probe(a: argparse.Namespace) -> str | None:
-    """Why aiperf cannot take part (None: it can): not given, not 0.13, or its agentic replay of this
-    corpus does not reach the profiling phase within --aiperf-probe-s at concurrency 1."""
+def aiperf_unavailable(a: argparse.Namespace) -> str | None:
+    """Why aiperf cannot take part (None: it can): not given, or not 0.13."""
     if not a.aiperf:
         return "not given (--aiperf): bench/compare.sh --trees passes it when aiperf 0.13 is in its own venv"
     v = subprocess.run([a.aiperf, "--version"], capture_output=True, text=True)
-    version = (v.stdout + v.stderr).strip().splitlines()[-1:] or ["?"]
-    if not version[0].startswith("0.13"):
-        return f"{a.aiperf} is aiperf {version[0]}, not 0.13 (agentx-harness ships a package named aiperf too)"
-    out = a.out / "runs" / "aiperf-probe"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    sim = compare.Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / "sim-aiperf-probe.log", a.sim_cpus)
-    log_path = a.out / "logs" / "aiperf-probe.log"
-    cmd = compare.pinned(a.tool_cpus) + tool_cmd(a, "aiperf", a.replay_corpus, sim.url, 1, out)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(a, "aiperf", a.out / "cache" / "probe"),
-                                start_new_session=True)  # fmt: skip
-        reaper = compare.Reaper(proc)
-        deadline, why = time.monotonic() + a.aiperf_probe_s, None
-        try:
-            while True:
-                if "Phase profiling" in log_path.read_text(errors="replace") or any(
-                    "Phase profiling" in p.read_text(errors="replace") for p in out.rglob("*.log")
-                ):
-                    break
-                if reaper.poll():
-                    tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-                    why = f"aiperf exited {reaper.code} before profiling: {' | '.join(tail)}"
-                    break
-                if time.monotonic() > deadline:
-                    why = f"aiperf did not reach profiling within {a.aiperf_probe_s:.0f} s at concurrency 1"
-                    break
-                time.sleep(1)
-        finally:
-            compare.kill_tree(reaper)
-            sim.stop()
-    return why and f"{why} (command and log: {log_path})"
+    version = ((v.stdout + v.stderr).strip().splitlines() or ["?"])[-1]
+    if not version.startswith("0.13"):
+        return f"{a.aiperf} is aiperf {version}, not 0.13 (agentx-harness ships a package named aiperf too)"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -477,7 +460,6 @@ def main() -> int:
     p.add_argument("--ttft-ms", type=float, default=50, help="the simulator's fixed TTFT")
     p.add_argument("--itl-ms", type=float, default=10, help="the simulator's fixed inter-token latency")
     p.add_argument("--floor-window", type=float, default=20, help="seconds each floor is measured over")
-    p.add_argument("--aiperf-probe-s", type=float, default=600, help="time aiperf gets to reach profiling at concurrency 1")
     p.add_argument("--rss-limit-gib", type=float, default=0, help="stop a tool above this RSS (default 80%% of RAM)")
     p.add_argument("--no-pin", action="store_true", help="do not pin the simulator to CPU 0 and the clients to CPU 1")
     p.add_argument("--keep-request-logs", action="store_true", help="keep the simulator's request logs (logs/)")
@@ -536,12 +518,16 @@ def main() -> int:
     report["replay_corpus"] = make_corpus(a, a.replay_corpus, full=False)
     print(f"replay corpus: {report['replay_corpus']}", flush=True)
     tools = ["agentx", "harness"]
-    why = aiperf_probe(a)
+    why = aiperf_unavailable(a)
     report["aiperf"] = {"ran": why is None, "why_not": why}
     if why:
         print(f"aiperf: skipped: {why}", flush=True)
     else:
-        report["aiperf"]["version"] = version([a.aiperf, "--version"])
+        report["aiperf"].update(
+            version=version([a.aiperf, "--version"]),
+            flags="--scenario inferencex-agentx-mvp and the harness's preset as flags, less "
+            "--warmup-requests-per-lane (0.13 has no cache-pressure warmup stage)",
+        )  # fmt: skip
         tools.append("aiperf")
     report["tools"] = tools
     if a.prep:
@@ -553,10 +539,15 @@ def main() -> int:
     print("replay", flush=True)
     for i, c in enumerate(levels):
         pair = ["agentx", "harness"] if i % 2 == 0 else ["harness", "agentx"]
-        for tool in pair + tools[2:]:
-            level_started = time.monotonic()
+        for tool in pair + (["aiperf"] if report["aiperf"]["ran"] else []):
+            run_started = time.monotonic()
             rows.append(replay(a, tool, c))
-            rows[-1]["run_wall_s"] = round(time.monotonic() - level_started, 1)
+            rows[-1]["run_wall_s"] = round(time.monotonic() - run_started, 1)
+            if tool == "aiperf" and rows[-1].get("tokens_per_s") is None:
+                # Its agentic replay of this corpus did not get through a run: say why, and go on without it.
+                why = f"no profiling window at concurrency {c}: {rows[-1].get('note') or 'see its log'}"
+                report["aiperf"].update(ran=False, why_not=why)
+                print(f"aiperf: skipped from here on: {why}", flush=True)
             json_path.write_text(json.dumps({**report, "runs": rows}, indent=2))
         for tool, binary in (("floor", a.floor), ("hyper-floor", a.hyper_floor)):
             if binary:
@@ -564,7 +555,7 @@ def main() -> int:
     text, summary = table(rows, levels, tools)
     report["table"] = summary
     report["runs"] = rows
-    report["missing"] = complete(rows, levels, tools)
+    report["missing"] = complete(rows, levels, [t for t in tools if t != "aiperf" or report["aiperf"]["ran"]])
     md = markdown(rows, levels, tools)
     print("\n" + text + "\n\n" + md)
     if report["missing"]:
