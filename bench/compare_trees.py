@@ -205,12 +205,13 @@ def tool_env(a: argparse.Namespace, tool: str, cache: pathlib.Path) -> dict[str,
     return env
 
 
-WARMUP_LINE = re.compile(r"Phase warmup\b[^\n]*?complete[^\n]*?elapsed=([0-9.]+)s")
+WARMUP_LINE = re.compile(r"Phase (?:agentic\.)?warmup\b[^\n]*?complete[^\n]*?elapsed=([0-9.]+)s")
 
 
 def logged_warmup_s(paths: list[pathlib.Path]) -> float | None:
     """The tool's own warmup duration: agentx logs `Phase warmup complete: ... elapsed=9.79s`, the
-    harness and aiperf `Phase warmup (warmup) complete | ... | elapsed=9.76s`."""
+    harness `Phase warmup (warmup) complete | ... | elapsed=9.76s`, aiperf 0.13 `Phase agentic.warmup
+    (warmup) complete | ... | elapsed=13.89s`."""
     for p in paths:
         try:
             m = WARMUP_LINE.search(p.read_text(errors="replace"))
