@@ -5,10 +5,11 @@ and builds agentx first. The machinery is bench/compare.py's (the simulator, the
 accounting, the profiling window, the floors, the dataset-preparation timing) and bench/differential.py's
 (the two tools' command lines and environments for a session-tree replay); this script:
 
-1. writes the replay corpus: `agentx-host dataset synth --subagents` (the with-subagents shape, 393
-   traces as the public corpus has), each trace cut to its first --max-turns turns, every output capped
-   at --max-output-tokens, and every idle stretch of a trace (no request of the trace in flight, root or
-   subagent) longer than --max-gap-s shortened to it; split into one weka `.json` per trace;
+1. writes the replay corpus: `agentx-host dataset synth --subagents` (the with-subagents shape), each
+   trace cut to its first --max-turns turns, every output capped at --max-output-tokens, and every idle
+   stretch of a trace (no request of the trace in flight, root or subagent) longer than --max-gap-s
+   shortened to it; the first 393 traces (as many as the public corpus has) that keep enough requests
+   late in their span for the harness's warmup (LATE_REQUESTS); split into one weka `.json` per trace;
 2. with --prep, times dataset preparation on the full-size corpus (the same generator and seed with
    nothing cut: the public corpus's size and shape): launch to first request, cold and warm, per tool;
 3. per concurrency level: agentx (`agentx-host run --scenario agentx`) and the harness (`agentx profile
@@ -107,13 +108,33 @@ def compress_gaps(trace: dict, max_gap_s: float) -> float:
     return removed
 
 
+# agentx-harness's cache-pressure warmup stage ends only when every lane has sent its 10 requests, and a
+# lane does not start a new tree during warmup: a lane whose tree runs out first holds the warmup until
+# its grace period (1800 s under the preset). A replayed trace therefore keeps at least this many
+# requests (root and subagents) in the last quarter of its span, where its t* may fall, and in the last
+# quarter of its requests.
+LATE_REQUESTS = 12
+SYNTH_DRAW = 4  # generated traces per kept one, at most
+
+
+def late_enough(trace: dict) -> bool:
+    ts = sorted(r["t"] for r in walk(trace["requests"]))
+    if len(ts) < 4 * LATE_REQUESTS:
+        return False
+    late = ts[0] + 0.75 * (ts[-1] - ts[0])
+    return sum(1 for t in ts if t >= late) >= LATE_REQUESTS
+
+
 def make_corpus(a: argparse.Namespace, dest: pathlib.Path, full: bool) -> dict:
     """The with-subagents synthetic corpus as a directory of weka `.json` traces: full size (dataset
     preparation) or cut for the replay (turns, outputs, idle gaps)."""
     if dest.is_dir() and any(dest.glob("*.json")):
         return {"dir": str(dest), "traces": len(list(dest.glob("*.json"))), "reused": True}
     jsonl = dest.with_suffix(".jsonl")
-    cmd = [a.agentx, "dataset", "synth", "--subagents", "--traces", str(a.traces), "--random-seed", str(a.seed),
+    # The replay corpus keeps only traces with enough requests late in their span (see `late_enough`),
+    # so it draws from more generated traces than it keeps.
+    drawn = a.traces if full else a.traces * SYNTH_DRAW
+    cmd = [a.agentx, "dataset", "synth", "--subagents", "--traces", str(drawn), "--random-seed", str(a.seed),
            "-o", str(jsonl)]  # fmt: skip
     if not full:
         cmd += ["--max-turns", str(a.max_turns)]
@@ -121,18 +142,30 @@ def make_corpus(a: argparse.Namespace, dest: pathlib.Path, full: bool) -> dict:
     info: dict = {"dir": str(dest), "synth": synth}
     if not full:
         tmp = jsonl.with_suffix(".cut.jsonl")
-        removed, total = 0.0, 0.0
+        removed, total, kept, seen = 0.0, 0.0, 0, 0
         with open(jsonl, "rb") as src, open(tmp, "w") as dst:
             for line in src:
+                if kept == a.traces:
+                    break
+                seen += 1
                 trace = json.loads(line)
                 for r in walk(trace["requests"]):
                     r["out"] = min(r["out"], a.max_output_tokens)
                 ts = [r["t"] for r in walk(trace["requests"])]
-                total += max(ts) - min(ts) if ts else 0.0
-                removed += compress_gaps(trace, a.max_gap_s)
+                span = max(ts) - min(ts) if ts else 0.0
+                cut = compress_gaps(trace, a.max_gap_s)
+                if not late_enough(trace):
+                    continue
+                total, removed, kept = total + span, removed + cut, kept + 1
                 dst.write(json.dumps(trace, separators=(",", ":")) + "\n")
         tmp.replace(jsonl)
+        if kept < a.traces:
+            raise SystemExit(
+                f"only {kept} of {seen} generated traces have {LATE_REQUESTS} requests in the last quarter of "
+                f"their span at --max-turns {a.max_turns}; raise --max-turns or lower --traces"
+            )  # fmt: skip
         info.update(max_turns=a.max_turns, max_output_tokens=a.max_output_tokens, max_gap_s=a.max_gap_s,
+                    generated_traces_read=seen, late_requests_required=LATE_REQUESTS,
                     recorded_span_removed_pct=round(removed / total * 100, 1) if total else None)  # fmt: skip
     info["mib"] = round(jsonl.stat().st_size / 2**20, 1)
     info.update(corpus_stats(jsonl))
@@ -490,7 +523,7 @@ def main() -> int:
     a.agentx_scenario = ["--scenario", "agentx"]
     a.prep_corpus = a.out / f"corpus-subagents-{a.traces}-s{a.seed}-full"
     a.replay_corpus = a.out / (
-        f"corpus-subagents-{a.traces}-s{a.seed}-turns{a.max_turns}-out{a.max_output_tokens}-gap{a.max_gap_s:g}"
+        f"corpus-subagents-{a.traces}-s{a.seed}-turns{a.max_turns}-out{a.max_output_tokens}-gap{a.max_gap_s:g}-late{LATE_REQUESTS}"
     )
 
     def version(cmd: list[str]) -> str:
