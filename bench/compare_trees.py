@@ -322,6 +322,8 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
         record.unlink(missing_ok=True)
     if row.get("exit_code") not in (0, None) or not row.get("export_found"):
         row["note"] = f"exit {row.get('exit_code')}; see {log_path}"
+        if row["peak_rss_mib"] * 2**20 > a.rss_limit:
+            row["note"] = f"stopped at {row['peak_rss_mib']:,.0f} MiB RSS (over --rss-limit-gib); see {log_path}"
     print(f"  {tag}: first request after {row['first_request_s']} s, warmup {row['warmup_s']} s "
           f"(export span {row.get('warmup_span_s')} s)", flush=True)  # fmt: skip
     return row
