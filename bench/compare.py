@@ -454,16 +454,24 @@ def floor_run(a: argparse.Namespace, conc: int, tool: str, binary: str) -> dict:
     return row
 
 
-def launch_to_first_request(a: argparse.Namespace, tool: str, cache: pathlib.Path, label: str) -> dict:
-    """Seconds from launching the tool until the simulator sees its first request, then stops the tool."""
+def launch_to_first_request(
+    a: argparse.Namespace, tool: str, cache: pathlib.Path, label: str, make_cmd=None, make_env=None
+) -> dict:
+    """Seconds from launching the tool until the simulator sees its first request, then stops the tool.
+
+    `make_cmd(url, out)` and `make_env(cache)` give another bench's command line and environment (the
+    session-tree comparison's); by default, this script's replay of the dataset-preparation corpus."""
     out = a.out / "prep" / f"{tool}-{label}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-prep-{tool}-{label}.log")
-    cmd = tool_cmd(tool, a, a.prep_corpus, sim.url, 1, 5, out)
+    if make_cmd:
+        cmd, env = make_cmd(sim.url, out), make_env(cache)
+    else:
+        cmd, env = tool_cmd(tool, a, a.prep_corpus, sim.url, 1, 5, out), tool_env(tool, cache)
     log = open(a.out / "logs" / f"prep-{tool}-{label}.log", "wb")
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(tool, cache), start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     reaper = Reaper(proc)
     first, peak_rss, peak_pss, cpu, stopped, pss_at = None, 0, 0, 0.0, None, 0.0
     while not reaper.poll() and time.monotonic() - started < a.prep_timeout:
