@@ -101,7 +101,7 @@ fn mooncake_lines_become_sessions_whose_equal_hash_ids_are_equal_text() {
         &fixture(MOONCAKE),
         &OpenOptions {
             cache_dir: Some(cache.path().to_owned()),
-            block_size: Some(1024),
+            block_size: Some(256),
             ..OpenOptions::default()
         },
     )
