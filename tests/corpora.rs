@@ -369,6 +369,17 @@ fn mooncake_fixture_replays_against_the_simulator() {
 }
 
 #[test]
+fn every_built_in_tree_scenario_replays_both_formats() {
+    let sim = Sim::start(SimConfig::max());
+    for scenario in ["agentx", "agentx-v1"] {
+        let r = replay(scenario, MOONCAKE, &sim.url());
+        check_replay(&r, MOONCAKE);
+    }
+    let r = replay("agentx-mvp", TRACELAB, &sim.url());
+    check_replay(&r, TRACELAB);
+}
+
+#[test]
 fn tracelab_fixture_replays_as_session_trees_against_the_simulator() {
     let sim = Sim::start(SimConfig::max());
     let r = replay("agentx", TRACELAB, &sim.url());
