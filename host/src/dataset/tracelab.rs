@@ -670,3 +670,91 @@ fn deliver(
     }
     Ok(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(input: u64, prefix: u64, at: f64, tools: Vec<Tool>) -> Round {
+        Round {
+            line: 1,
+            round_index: 0,
+            input_total: input,
+            prefix,
+            output: 1,
+            model: "m".into(),
+            tool_result_first: false,
+            emitted_tool_call: false,
+            submitted: Some(at),
+            api_time: Some(1.0),
+            stamps: vec![at, at + 1.0],
+            tools,
+        }
+    }
+
+    fn session(id: &str, ident: &str, rounds: Vec<Round>) -> Session {
+        Session {
+            id: id.into(),
+            line: 1,
+            ident: ident.into(),
+            codex: false,
+            rounds,
+        }
+    }
+
+    fn agent(at: f64, until: f64) -> Tool {
+        Tool {
+            name: "Agent".into(),
+            emitted_at: Some(at),
+            result_at: Some(until),
+            wall_latency_ms: Some((until - at) * 1000.0),
+        }
+    }
+
+    #[test]
+    fn block_ids_keep_the_recorded_prefix_and_mint_the_rest() {
+        let rs = [
+            round(130, 0, 0.0, vec![]),
+            round(200, 130, 1.0, vec![]),
+            round(100, 40, 2.0, vec![]),
+        ];
+        let refs: Vec<&Round> = rs.iter().collect();
+        let ids = synthesize_hash_ids(&refs, 64, &mut Minter::default());
+        assert_eq!(ids, [vec![1, 2], vec![1, 2, 3], vec![4]]);
+    }
+
+    #[test]
+    fn the_tightest_window_wins_and_grandchildren_stay_flat() {
+        let sessions = [
+            session("p", "u", vec![round(64, 0, 0.0, vec![agent(10.0, 100.0)])]),
+            session("q", "u", vec![round(64, 0, 15.0, vec![agent(20.0, 60.0)])]),
+            session("c", "u", vec![round(64, 0, 30.0, vec![])]),
+            session("other-user", "v", vec![round(64, 0, 30.0, vec![])]),
+        ];
+        let (links, stats) = join::build_join_index(&sessions, &TracelabJoin::default());
+        // q lies in p's window and c in both: c goes to q (tighter); q is p's child, so c, a
+        // grandchild, is left out.
+        assert_eq!(links.len(), 1);
+        assert_eq!((links[0].0, links[0].1.parent.as_str()), ("q", "p"));
+        assert_eq!(
+            (stats.matched, stats.ambiguous, stats.grandchildren),
+            (2, 1, 1)
+        );
+        // Windows shorter than the minimum spawn are not windows.
+        let strict = TracelabJoin {
+            min_spawn_ms: 100_000,
+            ..TracelabJoin::default()
+        };
+        assert!(join::build_join_index(&sessions, &strict).0.is_empty());
+    }
+
+    #[test]
+    fn unsafe_ids_and_iso_times() {
+        assert_eq!(safe_trace_id("claude:ab/c d"), "claude_ab_c_d");
+        assert_eq!(safe_trace_id(&"x".repeat(200)).len(), 150);
+        assert_eq!(parse_ts("1970-01-01T00:00:01.5Z"), Some(1.5));
+        assert_eq!(parse_ts("1970-01-01T00:00:02"), Some(2.0));
+        assert_eq!(parse_ts("1970-01-01T01:00:00+01:00"), Some(0.0));
+        assert_eq!(parse_ts("yesterday"), None);
+    }
+}
