@@ -41,7 +41,7 @@ impl fmt::Display for Location {
 /// Everything that can go wrong opening, importing or synthesizing a dataset.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
-    /// A trace breaks the weka format.
+    /// A record breaks its format (weka, Mooncake or TraceLab).
     #[error("{location}: {message}")]
     Invalid { location: Location, message: String },
 

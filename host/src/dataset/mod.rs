@@ -25,7 +25,8 @@
 //! they are logged as one line and kept in the entry ([`Dataset::warnings`], [`Dataset::check_strict`]).
 //!
 //! Invariants: an opened dataset is immutable and fully validated; prompts depend only on (trace, hash
-//! ids, seed, vocabulary); nothing here knows about HTTP or time.
+//! ids, seed, vocabulary), and block text of a corpus whose hash ids are global (Mooncake) on (hash id,
+//! seed, vocabulary) alone; nothing here knows about HTTP or time.
 
 pub mod alias;
 pub mod cache;
