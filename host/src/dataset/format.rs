@@ -280,10 +280,17 @@ pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     }
 }
 
-/// The first non-empty line of `path` (1-based number, trimmed text), `None` for an empty file.
+/// The first non-empty line of `path` (1-based number, trimmed text), `None` for an empty file. A
+/// gzip-compressed file is refused with the command that decompresses it.
 fn first_line(path: &Path) -> Result<Option<(u64, String)>, DatasetError> {
     let file = File::open(path).map_err(|e| DatasetError::io("open", path, e))?;
     let mut reader = BufReader::new(file);
+    let head = reader
+        .fill_buf()
+        .map_err(|e| DatasetError::io("read", path, e))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Err(gzipped(path));
+    }
     let mut line = String::new();
     let mut n = 0u64;
     loop {
@@ -299,6 +306,15 @@ fn first_line(path: &Path) -> Result<Option<(u64, String)>, DatasetError> {
             return Ok(Some((n, line.trim().to_owned())));
         }
     }
+}
+
+/// The error of a gzip-compressed corpus.
+pub(crate) fn gzipped(path: &Path) -> DatasetError {
+    DatasetError::Argument(format!(
+        "{}: gzip-compressed; agentx reads the JSONL itself: decompress it first (`gunzip -k {}`)",
+        path.display(),
+        path.display()
+    ))
 }
 
 /// The one JSONL file of a Mooncake or TraceLab source.
@@ -352,6 +368,15 @@ mod tests {
             matches(&obj(r#"{"requests":[],"input_length":1}"#)),
             [Format::Weka]
         );
+    }
+
+    #[test]
+    fn a_gzipped_corpus_names_the_command_that_decompresses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl.gz");
+        std::fs::write(&p, [0x1f, 0x8b, 8, 0, 0, 0]).unwrap();
+        let e = detect(&SourceFiles::Jsonl(p)).unwrap_err().to_string();
+        assert!(e.contains("gunzip -k"), "{e}");
     }
 
     #[test]

@@ -253,11 +253,7 @@ fn read_sessions(path: &Path) -> Result<Vec<Session>, DatasetError> {
         .map_err(|e| DatasetError::io("read", path, e))?
         .starts_with(&[0x1f, 0x8b])
     {
-        return Err(DatasetError::Argument(format!(
-            "{}: gzip-compressed; agentx reads the JSONL itself: decompress it first (`gunzip -k {}`)",
-            path.display(),
-            path.display()
-        )));
+        return Err(super::format::gzipped(path));
     }
     let mut sessions: Vec<Session> = Vec::new();
     let mut by_id: HashMap<String, usize> = HashMap::new();
