@@ -30,6 +30,8 @@ fn open(corpus: &Path, cache: &Path) -> Dataset {
             max_context_length: None,
             max_osl: None,
             cache_dir: Some(cache.to_owned()),
+            format: None,
+            block_size: None,
         },
     )
     .unwrap_or_else(|e| panic!("open {}: {e}", corpus.display()))

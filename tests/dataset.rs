@@ -25,6 +25,8 @@ fn opts(cache: &Path) -> OpenOptions {
         max_context_length: None,
         max_osl: None,
         cache_dir: Some(cache.to_owned()),
+        format: None,
+        block_size: None,
     }
 }
 

@@ -203,6 +203,8 @@ fn harness_layouts_match(shape: &str, corpus: &Path) {
         max_context_length: None,
         max_osl: None,
         cache_dir: Some(cache.path().to_owned()),
+        format: None,
+        block_size: None,
     };
     let ds = Dataset::open_path(corpus, &opts).unwrap();
     let trees = TreeCorpus::open(

@@ -3,6 +3,7 @@
 mod anthropic;
 mod cli;
 mod cli_reference;
+mod corpora;
 mod dataset;
 mod deploy;
 mod differential;

@@ -102,6 +102,8 @@ fn reference_tiling_matches_agentx_harness_on_every_turn() {
             max_context_length: None,
             max_osl: None,
             cache_dir: Some(cache.path().to_owned()),
+            format: None,
+            block_size: None,
         },
     )
     .expect("open the golden corpus");

@@ -84,6 +84,8 @@ pub fn open_corpus(dir: &Path, name: &str) -> &'static Dataset {
             max_context_length: None,
             max_osl: None,
             cache_dir: Some(dir.join("cache")),
+            format: None,
+            block_size: None,
         },
     )
     .unwrap();

@@ -46,6 +46,36 @@ pub struct SourceArgs {
     /// a first request shorter than the tools+system prefix, ...), naming file:line of each kind.
     #[arg(long)]
     pub strict: bool,
+    /// The corpus format [default: detected from the first record when only one format fits].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<FormatArg>,
+    /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake, 64 tracelab]
+    /// (weka traces say their own).
+    #[arg(long, value_name = "TOKENS")]
+    pub block_size: Option<u32>,
+}
+
+/// A corpus format (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// One trace per line (or per *.json file of a directory), hash ids per trace.
+    Weka,
+    /// One request per line ({timestamp, input_length, output_length, hash_ids}, optionally
+    /// session_id and delay), hash ids global to the corpus.
+    Mooncake,
+    /// One LLM round per line (the TraceLab agentic-coding corpus), subagent sessions joined by timing.
+    Tracelab,
+}
+
+impl From<FormatArg> for crate::dataset::format::Format {
+    fn from(f: FormatArg) -> Self {
+        use crate::dataset::format::Format;
+        match f {
+            FormatArg::Weka => Format::Weka,
+            FormatArg::Mooncake => Format::Mooncake,
+            FormatArg::Tracelab => Format::Tracelab,
+        }
+    }
 }
 
 impl SourceArgs {
@@ -61,6 +91,8 @@ impl SourceArgs {
                         .as_ref()
                         .map(|h| h.join(crate::dataset::cache::DATASETS_SUBDIR))
                 }),
+                format: self.format.map(Into::into),
+                block_size: self.block_size,
             },
         )?;
         if self.strict {
@@ -302,6 +334,44 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
     }
 }
 
+/// The format of a corpus that is not weka, for `--json` output (`None` for weka, whose output is
+/// what it was before other formats existed).
+fn format_json(ds: &Dataset) -> Option<serde_json::Value> {
+    let spec = ds.corpus_format();
+    (spec.format != crate::dataset::format::Format::Weka).then(|| {
+        let mut v = serde_json::to_value(spec).unwrap_or_default();
+        v["global_hash_ids"] = ds.global_hash_ids().into();
+        v
+    })
+}
+
+/// The human format line of a corpus that is not weka.
+fn print_format(ds: &Dataset) {
+    let spec = ds.corpus_format();
+    if spec.format == crate::dataset::format::Format::Weka {
+        return;
+    }
+    let scope = if ds.global_hash_ids() {
+        "global to the corpus"
+    } else {
+        "per trace"
+    };
+    let mut line = format!(
+        "format       {} (block size {}, hash ids {scope}",
+        spec.format,
+        spec.block_size()
+    );
+    if let Some(j) = spec.tracelab {
+        line.push_str(&format!(
+            "; subagent join {}, codex join {}, min spawn {} ms",
+            if j.subagents { "on" } else { "off" },
+            if j.codex { "on" } else { "off" },
+            j.min_spawn_ms
+        ));
+    }
+    outln!("{line})");
+}
+
 /// `dataset import`: imports (or maps from the cache) and says what it found.
 fn import(src: SourceArgs, json: bool) -> Result<(), DatasetError> {
     let started = Instant::now();
@@ -309,7 +379,7 @@ fn import(src: SourceArgs, json: bool) -> Result<(), DatasetError> {
     let secs = started.elapsed().as_secs_f64();
     let raw = source_bytes(&ds);
     if json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "source": ds.source_path().display().to_string(),
             "corpus": ds.alias().map(|a| a.name),
             "traces": ds.len(),
@@ -323,6 +393,9 @@ fn import(src: SourceArgs, json: bool) -> Result<(), DatasetError> {
             "warnings": ds.warnings(),
             "selection": ds.selection(),
         });
+        if let Some(f) = format_json(&ds) {
+            v["format"] = f;
+        }
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
@@ -330,6 +403,7 @@ fn import(src: SourceArgs, json: bool) -> Result<(), DatasetError> {
     if let Some(a) = ds.alias() {
         outln!("corpus       {} ({})", a.name, a.repo);
     }
+    print_format(&ds);
     outln!("traces       {}", ds.len());
     if let Some(r) = ds.selection() {
         outln!(
@@ -510,9 +584,15 @@ fn stats(source: SourceArgs, json: bool) -> Result<(), DatasetError> {
                 "trees".into(),
                 serde_json::to_value(&trees).unwrap_or_default(),
             );
+            if let Some(f) = format_json(&ds) {
+                o.insert("format".into(), f);
+            }
         }
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
+    }
+    if ds.corpus_format().format != crate::dataset::format::Format::Weka {
+        outln!("format                      {}", ds.corpus_format().format);
     }
     outln!("traces                      {}", s.traces);
     outln!("requests                    {}", s.requests);

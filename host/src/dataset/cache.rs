@@ -16,6 +16,12 @@
 //! counts of a `--max-context-length` selection), so a warm open reports the warnings and the selection
 //! of the import that built the entry. An entry of session trees ([`super::tree::corpus`]) keeps one
 //! trace record per stream and the trees' topology in that report.
+//!
+//! A trace record's last word is its flags: bit 0 ([`TRACE_GLOBAL_HASH_IDS`]) says the corpus's hash ids
+//! are global (one id names one block of text in every trace, as in Mooncake traces), so prompt text is
+//! keyed by (seed, hash id) rather than (seed, trace, hash id). A weka trace's flags are 0, as the word
+//! was before it had a meaning, so weka entries are unchanged. The format a corpus was read as (when
+//! not weka) is in the import report ([`ImportReport::corpus`]).
 
 use std::fs::File;
 use std::io;
@@ -24,6 +30,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::error::DatasetError;
+use super::format::FormatSpec;
 use super::mmap::{as_u32s, Mapped};
 use super::select::{Selection, SelectionReport};
 use super::tree::TreeTopology;
@@ -38,6 +45,8 @@ pub const TRACE_REC: usize = 40;
 pub const TURN_REC: usize = 80;
 /// File name extension of entries.
 pub const ENTRY_EXT: &str = "agxd";
+/// Flag of a trace record: the corpus's hash ids are global (module docs).
+pub const TRACE_GLOBAL_HASH_IDS: u32 = 1;
 
 /// A cache key: sha256 over everything that determines an entry's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -162,6 +171,8 @@ pub struct Builder {
     warnings: WarningReport,
     selection: Option<SelectionReport>,
     trees: Option<TreeTopology>,
+    corpus: Option<FormatSpec>,
+    global_hash_ids: bool,
 }
 
 /// The last string of an entry: the warning report's fields, plus the selection counts when the
@@ -177,6 +188,10 @@ pub struct ImportReport {
     /// stream); `None` in a dataset entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trees: Option<TreeTopology>,
+    /// The format a corpus other than weka was read as (with its options); `None` for weka, so a weka
+    /// entry's report is what it was before other formats existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<FormatSpec>,
 }
 
 impl Default for Builder {
@@ -194,6 +209,8 @@ impl Default for Builder {
             warnings: WarningReport::default(),
             selection: None,
             trees: None,
+            corpus: None,
+            global_hash_ids: false,
         }
     }
 }
@@ -261,7 +278,11 @@ impl Builder {
             t.system_tokens,
             t.subagents,
             u32::try_from(t.location.line).unwrap_or(u32::MAX),
-            0,
+            if self.global_hash_ids {
+                TRACE_GLOBAL_HASH_IDS
+            } else {
+                0
+            },
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -291,6 +312,18 @@ impl Builder {
         self.trees = Some(trees);
     }
 
+    /// Records the format a corpus other than weka was read as (stored with the warnings); with global
+    /// hash ids, every trace added after this call is flagged [`TRACE_GLOBAL_HASH_IDS`].
+    pub fn set_corpus(&mut self, spec: FormatSpec) {
+        self.global_hash_ids = spec.format.global_hash_ids();
+        self.corpus = Some(spec);
+    }
+
+    /// Flags the traces added after this call as having global hash ids (a tree entry of such a corpus).
+    pub fn set_global_hash_ids(&mut self, global: bool) {
+        self.global_hash_ids = global;
+    }
+
     /// Number of traces added.
     pub fn traces(&self) -> u32 {
         self.n_traces
@@ -303,6 +336,7 @@ impl Builder {
             warnings: std::mem::take(&mut self.warnings),
             selection: self.selection.take(),
             trees: self.trees.take(),
+            corpus: self.corpus.take(),
         })
         .expect("a report serializes");
         let off = self.strings.bytes.len() as u32;

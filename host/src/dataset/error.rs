@@ -41,7 +41,7 @@ impl fmt::Display for Location {
 /// Everything that can go wrong opening, importing or synthesizing a dataset.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
-    /// A trace breaks the weka format.
+    /// A record breaks its format (weka, Mooncake or TraceLab).
     #[error("{location}: {message}")]
     Invalid { location: Location, message: String },
 
@@ -80,6 +80,23 @@ pub enum DatasetError {
          or a Hugging Face dataset repository id (org/name) in the local hub cache"
     )]
     UnknownSource { spec: String, known: String },
+
+    /// A JSONL corpus whose first record carries the marks of no format, or of two.
+    #[error(
+        "{}:{line}: cannot tell the corpus format from its first record (keys: {keys}{}); the formats \
+         are {known} (a weka trace has `id` and `requests`, a Mooncake request `input_length` and \
+         `hash_ids`, a TraceLab round `session_id`, `round_index`, `input_tokens_total`, \
+         `prefix_tokens`, `newly_append_tokens` and `timing_events`); pass --format NAME",
+        path.display(),
+        if matched.is_empty() { String::new() } else { format!("; it looks like both {matched}") }
+    )]
+    UnknownFormat {
+        path: PathBuf,
+        line: u64,
+        keys: String,
+        matched: String,
+        known: String,
+    },
 
     /// A known public corpus that is not in the local Hugging Face cache.
     #[error(

@@ -1,7 +1,8 @@
-//! Weka trace parsing, the content-addressed mmap cache, zero-copy views and prompt synthesis.
+//! Corpus parsing (weka, Mooncake, TraceLab: [`format`]), the content-addressed mmap cache, zero-copy views and prompt synthesis.
 //!
 //! The replay engine's entry points:
-//! - [`Dataset::open`] resolves a corpus (a `traces.jsonl`, a directory of `*.json` traces, a name from
+//! - [`Dataset::open`] resolves a corpus (in any [`format::Format`]: weka, Mooncake or TraceLab, detected
+//!   or named; a `traces.jsonl`, a directory of `*.json` traces, a name from
 //!   [`alias::ALIASES`] or a dataset repository id found in the Hugging Face hub cache, [`hub`]), selects
 //!   traces ([`select`]: `--max-context-length`, `--num-dataset-entries`), imports them into the cache on
 //!   first use, and maps the entry. [`Dataset::trajectories`] iterates [`Trajectory`]s in dataset
@@ -24,14 +25,17 @@
 //! they are logged as one line and kept in the entry ([`Dataset::warnings`], [`Dataset::check_strict`]).
 //!
 //! Invariants: an opened dataset is immutable and fully validated; prompts depend only on (trace, hash
-//! ids, seed, vocabulary); nothing here knows about HTTP or time.
+//! ids, seed, vocabulary), and block text of a corpus whose hash ids are global (Mooncake) on (hash id,
+//! seed, vocabulary) alone; nothing here knows about HTTP or time.
 
 pub mod alias;
 pub mod cache;
 pub mod chat_template;
 pub mod error;
+pub mod format;
 pub mod hub;
 mod mmap;
+pub mod mooncake;
 pub mod prompt;
 pub mod select;
 pub mod source;
@@ -39,6 +43,7 @@ pub mod stats;
 pub mod synth;
 pub mod text;
 pub mod tokens;
+pub mod tracelab;
 pub mod tree;
 mod view;
 pub mod warnings;
@@ -71,6 +76,11 @@ pub struct OpenOptions {
     pub max_osl: Option<u32>,
     /// The cache directory; `None` uses [`cache::default_dir`].
     pub cache_dir: Option<PathBuf>,
+    /// The corpus format (`--format`); `None` detects it from the source ([`format::detect`]).
+    pub format: Option<format::Format>,
+    /// Tokens per hash block of a Mooncake or TraceLab corpus (`--block-size`); `None` is the
+    /// format's default.
+    pub block_size: Option<u32>,
 }
 
 /// A corpus specification resolved to local files.
@@ -112,14 +122,19 @@ pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
     })
 }
 
-/// Parses and validates a whole source into a cache entry's bytes, selecting traces by `sel`.
+/// Parses and validates a whole source in format `spec` into a cache entry's bytes, selecting traces
+/// by `sel`.
 fn build(
     files: &weka::SourceFiles,
     sel: &select::Selection,
     key: &CacheKey,
+    spec: &format::FormatSpec,
 ) -> Result<Vec<u8>, DatasetError> {
     let started = Instant::now();
     let mut b = cache::Builder::default();
+    if spec.format != format::Format::Weka {
+        b.set_corpus(*spec);
+    }
     let mut requests = 0usize;
     let mut subagents = 0u64;
     let limit = sel.num_dataset_entries;
@@ -136,7 +151,7 @@ fn build(
     };
     if let Some(max) = sel.max_context_length {
         let mut selector = select::Selector::new(*sel);
-        weka::scan_traces(files, |t| {
+        format::scan(spec, files, |t| {
             if selector.offer(&t) {
                 add(t, &mut b)?;
             }
@@ -167,7 +182,16 @@ fn build(
         );
         b.set_selection(report);
     } else {
-        weka::for_each_trace(files, limit, |t| add(t, &mut b))?;
+        let mut delivered = 0usize;
+        format::scan(spec, files, |t| {
+            add(t, &mut b)?;
+            delivered += 1;
+            Ok(if limit.is_some_and(|l| delivered >= l) {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            })
+        })?;
     }
     if let Some(n) = limit {
         tracing::info!(
@@ -184,6 +208,7 @@ fn build(
     }
     tracing::info!(
         source = %files.path().display(),
+        format = %spec.format,
         traces = b.traces(),
         requests,
         warnings = b.warnings().total,
@@ -208,6 +233,22 @@ impl Dataset {
         serde_json::from_str::<cache::ImportReport>(self.string(n.saturating_sub(1)))
             .ok()
             .and_then(|r| r.selection)
+    }
+
+    /// The format this dataset's corpus was read as, with its options (weka for an entry that does not
+    /// say).
+    pub fn corpus_format(&self) -> format::FormatSpec {
+        let n = self.entry.layout.n_strings as u32;
+        serde_json::from_str::<cache::ImportReport>(self.string(n.saturating_sub(1)))
+            .ok()
+            .and_then(|r| r.corpus)
+            .unwrap_or(format::FormatSpec::WEKA)
+    }
+
+    /// Whether the corpus's hash ids are global (Mooncake traces): equal ids are equal text in every
+    /// trace ([`Trajectory::global_hash_ids`]).
+    pub fn global_hash_ids(&self) -> bool {
+        self.trajectory(0).is_some_and(|t| t.global_hash_ids())
     }
 
     /// `--strict`: an error naming the first place of each warning kind when the corpus has warnings.
@@ -276,15 +317,20 @@ impl Dataset {
             ));
         }
         let store = cache::Store::new(opts.cache_dir.clone().unwrap_or_else(cache::default_dir));
+        let format = match opts.format {
+            Some(f) => f,
+            None => format::detect(&src.files)?,
+        };
+        let spec = format::FormatSpec::resolve(format, opts.block_size)?;
         let (digest, hashed) = source::digest_cached(&store, &src.files)?;
         let sel = select::Selection {
             num_dataset_entries: opts.num_dataset_entries,
             max_context_length: opts.max_context_length,
             max_osl: opts.max_osl,
         };
-        let key = CacheKey::derive_selection(&digest, &sel);
-        tracing::debug!(key = %key.short_hex(), hashed, "dataset cache key");
-        let (entry, outcome) = store.get_or_build(&key, || build(&src.files, &sel, &key))?;
+        let key = CacheKey::derive_selection(&spec.keyed_digest(&digest), &sel);
+        tracing::debug!(key = %key.short_hex(), hashed, %format, "dataset cache key");
+        let (entry, outcome) = store.get_or_build(&key, || build(&src.files, &sel, &key, &spec))?;
         let ds = Dataset {
             entry,
             source: src.files.path().to_owned(),

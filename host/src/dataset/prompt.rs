@@ -26,7 +26,10 @@
 //! tail, its last block goes to the user. Turn 0 is as above, its user tail synthesized.
 //!
 //! Content: every block's text is a pure function of (seed, trace id, hash id) ([`super::text`]), so equal
-//! hash-id prefixes give byte-equal message prefixes and traces never share blocks.
+//! hash-id prefixes give byte-equal message prefixes and traces never share blocks. In a corpus whose
+//! hash ids are global ([`Trajectory::global_hash_ids`], Mooncake traces) a block's text is a function
+//! of (seed, hash id) alone, so equal ids in two traces give equal text; synthesized tails stay keyed
+//! by the trace.
 //!
 //! Live-assistant mode ([`AssistantMode::Live`]): assistant segments are tracked (they still shape cuts)
 //! but never sent; the replay passes the server's real reply to [`Conversation::advance`], which appends
@@ -44,7 +47,7 @@
 
 use bytes::Bytes;
 
-use super::text::{block_stream, push_words, tail_stream, trace_key, Vocabulary};
+use super::text::{block_stream, corpus_key, push_words, tail_stream, trace_key, Vocabulary};
 use super::tokens::TokenCounter;
 use super::view::Trajectory;
 
@@ -202,7 +205,10 @@ struct JsonCache {
 #[derive(Debug, Clone)]
 pub struct Conversation<'a> {
     synth: &'a PromptSynth,
+    /// The key of the trace's synthesized tails.
     key: u64,
+    /// The key of block text: the trace's key, or the corpus's when its hash ids are global.
+    block_key: u64,
     mode: AssistantMode,
     st: Structure<'a>,
     /// Live mode only: the messages as sent.
@@ -238,6 +244,11 @@ impl<'a> Conversation<'a> {
         let mut c = Conversation {
             synth,
             key: trace_key(synth.seed, traj.id()),
+            block_key: if traj.global_hash_ids() {
+                corpus_key(synth.seed)
+            } else {
+                trace_key(synth.seed, traj.id())
+            },
             mode,
             st,
             live: Vec::new(),
@@ -379,13 +390,13 @@ impl<'a> Conversation<'a> {
                     (s.end - s.start) * bs + s.tail.map_or(0, |t| t.words() as usize),
                 ));
                 for &id in &self.st.ids[s.start..s.end] {
-                    push_words(&self.synth.vocab, out, block_stream(self.key, id), bs);
+                    push_words(&self.synth.vocab, out, block_stream(self.block_key, id), bs);
                 }
                 match s.tail {
                     Some(Tail::Partial { id, words }) => push_words(
                         &self.synth.vocab,
                         out,
-                        block_stream(self.key, id),
+                        block_stream(self.block_key, id),
                         words as usize,
                     ),
                     Some(Tail::Synth { turn, words }) => push_words(

@@ -216,6 +216,8 @@ mod tests {
             max_context_length: m,
             max_osl: osl,
             cache_dir: Some(dir.path().join("cache")),
+            format: None,
+            block_size: None,
         };
         let all = Dataset::open_path(&path, &opts(None, None, None)).unwrap();
         assert_eq!(all.len(), 5);

@@ -15,10 +15,11 @@ use std::ops::ControlFlow;
 use serde::Serialize;
 
 use super::error::DatasetError;
+use super::format::FormatSpec;
 use super::tree::chain::ChainClass;
 use super::tree::{self, NestedBasis, SessionTree, StreamKind, TreeOptions};
 use super::view::{Dataset, Trajectory};
-use super::weka::{self, SourceFiles};
+use super::weka::SourceFiles;
 
 /// Summary statistics of a sample, with percentiles by linear interpolation (`k = (n-1)p/100`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -358,6 +359,15 @@ pub fn tree_stats(
     files: &SourceFiles,
     keep: impl Fn(&str) -> bool,
 ) -> Result<TreeStats, DatasetError> {
+    tree_stats_of(&FormatSpec::WEKA, files, keep)
+}
+
+/// [`tree_stats`] of a source in format `spec`.
+pub fn tree_stats_of(
+    spec: &FormatSpec,
+    files: &SourceFiles,
+    keep: impl Fn(&str) -> bool,
+) -> Result<TreeStats, DatasetError> {
     let pass = |basis: NestedBasis| -> Result<Option<TreeStats>, DatasetError> {
         let opts = TreeOptions {
             basis,
@@ -365,7 +375,7 @@ pub fn tree_stats(
         };
         let mut trees: Vec<SessionTree> = Vec::new();
         let (mut failed, mut first_error, mut relative) = (0usize, None, false);
-        weka::scan_traces(files, |t| {
+        super::format::scan(spec, files, |t| {
             if !keep(&t.id) {
                 return Ok(ControlFlow::Continue(()));
             }
@@ -409,9 +419,11 @@ pub fn tree_stats(
 /// [`tree_stats`] of the traces of an opened dataset (its selection), read from its source.
 pub fn dataset_tree_stats(ds: &Dataset) -> Result<TreeStats, DatasetError> {
     let ids: HashSet<&str> = ds.trajectories().map(|t| t.id()).collect();
-    tree_stats(&SourceFiles::from_path(ds.source_path())?, |id| {
-        ids.contains(id)
-    })
+    tree_stats_of(
+        &ds.corpus_format(),
+        &SourceFiles::from_path(ds.source_path())?,
+        |id| ids.contains(id),
+    )
 }
 
 #[cfg(test)]

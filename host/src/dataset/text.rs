@@ -209,6 +209,16 @@ pub fn trace_key(seed: u64, trace_id: &str) -> u64 {
     u64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
 }
 
+/// The corpus-wide key of block text for a corpus whose hash ids are global: the first 8 bytes of
+/// sha256("agentx-text-global:{seed}"), so equal hash ids give equal text in every trace of the corpus.
+pub fn corpus_key(seed: u64) -> u64 {
+    let mut h = Sha256::new();
+    h.update(b"agentx-text-global:");
+    h.update(seed.to_string().as_bytes());
+    let d = h.finalize();
+    u64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
+}
+
 /// Domain separators so block, tail and other streams of one trace never coincide.
 const BLOCK_DOMAIN: u64 = 0x426c_6f63_6b00_0000; // "Block"
 const TAIL_DOMAIN: u64 = 0x5461_696c_0000_0000; // "Tail"

@@ -182,6 +182,12 @@ impl<'d> Trajectory<'d> {
         self.u32_at(28)
     }
 
+    /// Whether the corpus's hash ids are global (one id is one block of text in every trace, as in
+    /// Mooncake traces) rather than numbered per trace.
+    pub fn global_hash_ids(&self) -> bool {
+        self.u32_at(36) & super::cache::TRACE_GLOBAL_HASH_IDS != 0
+    }
+
     /// Line of the source where the trace starts (1-based; for `*.json` directories always 1).
     pub fn source_line(&self) -> u32 {
         self.u32_at(32)

@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 
 use super::{build, NestedBasis, SessionTree, Stream, TreeOptions, TreeTopology};
 use crate::dataset::cache::{self, CacheKey, Entry, Outcome, Store};
-use crate::dataset::weka::{scan_traces, ParsedRequest, ParsedTrace, SourceFiles};
+use crate::dataset::format;
+use crate::dataset::weka::{ParsedRequest, ParsedTrace, SourceFiles};
 use crate::dataset::{Dataset, DatasetError, Location, Trajectory};
 
 /// Bump on any change of what a tree entry stores (the topology's fields, the streams' trajectories).
@@ -178,7 +179,8 @@ fn build_entry(
         ds.trajectories().map(|t| (t.id(), t.index())).collect();
     let mut slots: Vec<Option<ParsedTrace>> = vec![None; ds.len()];
     let mut found = 0usize;
-    scan_traces(&SourceFiles::from_path(ds.source_path())?, |t| {
+    let spec = ds.corpus_format();
+    format::scan(&spec, &SourceFiles::from_path(ds.source_path())?, |t| {
         if let Some(&i) = want.get(t.id.as_str()) {
             let traj = ds.trajectory(i).expect("an index of the dataset");
             if traj.num_turns() != t.requests.len() {
@@ -229,6 +231,7 @@ fn build_entry(
         .collect::<Result<_, _>>()?;
     let built = started.elapsed() - parsed;
     let mut b = cache::Builder::default();
+    b.set_global_hash_ids(ds.global_hash_ids());
     for (t, tree) in traces.iter().zip(&trees) {
         for (s, stream) in tree.streams.iter().enumerate() {
             let st = stream_trace(t, stream, s == 0).map_err(|m| invalid(t, m))?;

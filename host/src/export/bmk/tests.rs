@@ -515,6 +515,8 @@ fn traces_available(cache: &Path) -> Traces {
             max_context_length: None,
             max_osl: None,
             cache_dir: Some(cache.to_owned()),
+            format: None,
+            block_size: None,
         },
     )
     .unwrap();
@@ -587,6 +589,8 @@ fn open_traces_resolves_from_the_run_summary() {
         max_context_length: None,
         max_osl: None,
         cache_dir: Some(cache.path().to_owned()),
+        format: None,
+        block_size: None,
     };
     let run = RunSummary {
         dataset: Some(crate::export::manifest::DatasetId {

@@ -1,0 +1,413 @@
+//! Corpus formats: which parser reads a source ([`Format`]), the options a format's content depends on
+//! ([`FormatSpec`]: block size, the TraceLab join knobs), detection from a source's first record, and
+//! the one entry point that hands a source's traces to the cache builder in any format ([`scan`]).
+//!
+//! Every format becomes [`ParsedTrace`]s, the shape the weka parser produces, so the cache entry, the
+//! views, prompt synthesis and the session-tree builder are the same for all of them:
+//! - `weka` ([`super::weka`]): one trace per line (or per `*.json` file), hash ids numbered per trace.
+//! - `mooncake` ([`super::mooncake`]): one request per line, grouped into sessions by `session_id`;
+//!   hash ids are global to the corpus (the cache entry flags them, and block text is keyed by
+//!   (seed, hash id) alone).
+//! - `tracelab` ([`super::tracelab`]): one LLM round per line, grouped by `session_id`, block ids
+//!   minted from the recorded prefix split, subagent sessions nested into their parents by timing
+//!   containment.
+//!
+//! The cache key of a weka corpus is what it was before other formats existed; any other format's key
+//! also covers its [`FormatSpec`] (so a changed block size or join knob builds another entry).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::error::DatasetError;
+use super::weka::{ParsedTrace, SourceFiles};
+
+/// A corpus format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Weka,
+    Mooncake,
+    Tracelab,
+}
+
+impl Format {
+    /// Every format, in the order messages list them.
+    pub const ALL: [Format; 3] = [Format::Weka, Format::Mooncake, Format::Tracelab];
+
+    /// The name `--format` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Weka => "weka",
+            Format::Mooncake => "mooncake",
+            Format::Tracelab => "tracelab",
+        }
+    }
+
+    /// The names of every format, comma-separated.
+    pub fn names() -> String {
+        Format::ALL.map(Format::as_str).join(", ")
+    }
+
+    /// Whether a hash id names the same block of text in every trace of the corpus.
+    pub fn global_hash_ids(self) -> bool {
+        matches!(self, Format::Mooncake)
+    }
+
+    /// Tokens per hash block when none is given: aiperf's defaults (512 for Mooncake traces, 64 for
+    /// TraceLab); `None` for weka, whose traces say their own.
+    pub fn default_block_size(self) -> Option<u32> {
+        match self {
+            Format::Weka => None,
+            Format::Mooncake => Some(512),
+            Format::Tracelab => Some(64),
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How TraceLab subagent sessions are joined to their parents (aiperf's
+/// `AIPERF_DATASET_TRACELAB_*` environment knobs, read when a corpus is opened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TracelabJoin {
+    /// `AIPERF_DATASET_TRACELAB_SUBAGENT_JOIN` (default true): nest recovered children; false keeps
+    /// every session a flat trace.
+    pub subagents: bool,
+    /// `AIPERF_DATASET_TRACELAB_CODEX_SUBAGENT_JOIN` (default true): also join codex sessions by their
+    /// coarse session-level spawn window.
+    pub codex: bool,
+    /// `AIPERF_DATASET_TRACELAB_MIN_SPAWN_MS` (default 10000): the shortest spawning tool call taken as
+    /// a subagent round trip.
+    pub min_spawn_ms: u64,
+}
+
+impl Default for TracelabJoin {
+    fn default() -> Self {
+        TracelabJoin {
+            subagents: true,
+            codex: true,
+            min_spawn_ms: 10_000,
+        }
+    }
+}
+
+impl TracelabJoin {
+    /// The knobs from the environment (`get` reads a variable); a value that does not parse is an error
+    /// naming the variable.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, DatasetError> {
+        let mut j = TracelabJoin::default();
+        let flag = |name: &str, default: bool| -> Result<bool, DatasetError> {
+            let Some(v) = get(name) else {
+                return Ok(default);
+            };
+            match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" | "t" | "y" => Ok(true),
+                "0" | "false" | "no" | "off" | "f" | "n" => Ok(false),
+                _ => Err(DatasetError::Argument(format!(
+                    "{name}={v:?} is not a boolean; set it to true or false"
+                ))),
+            }
+        };
+        j.subagents = flag("AIPERF_DATASET_TRACELAB_SUBAGENT_JOIN", j.subagents)?;
+        j.codex = flag("AIPERF_DATASET_TRACELAB_CODEX_SUBAGENT_JOIN", j.codex)?;
+        if let Some(v) = get("AIPERF_DATASET_TRACELAB_MIN_SPAWN_MS") {
+            j.min_spawn_ms = v.trim().parse().map_err(|_| {
+                DatasetError::Argument(format!(
+                    "AIPERF_DATASET_TRACELAB_MIN_SPAWN_MS={v:?} is not a whole number of milliseconds >= 0"
+                ))
+            })?;
+        }
+        Ok(j)
+    }
+}
+
+/// A format with the options its content depends on. Stored in the import report of every entry of a
+/// corpus that is not weka ([`super::cache::ImportReport::corpus`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormatSpec {
+    pub format: Format,
+    /// Tokens per hash block (Mooncake and TraceLab; weka traces say their own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    /// TraceLab only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracelab: Option<TracelabJoin>,
+}
+
+impl FormatSpec {
+    /// The weka format.
+    pub const WEKA: FormatSpec = FormatSpec {
+        format: Format::Weka,
+        block_size: None,
+        tracelab: None,
+    };
+
+    /// `format` with `block_size` (its default when `None`) and, for TraceLab, the join knobs of the
+    /// process environment.
+    pub fn resolve(format: Format, block_size: Option<u32>) -> Result<FormatSpec, DatasetError> {
+        Self::resolve_with(format, block_size, |k| std::env::var(k).ok())
+    }
+
+    /// [`Self::resolve`] with the environment read through `get`.
+    pub fn resolve_with(
+        format: Format,
+        block_size: Option<u32>,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<FormatSpec, DatasetError> {
+        if block_size == Some(0) {
+            return Err(DatasetError::Argument(
+                "--block-size must be at least 1 (tokens per hash block)".into(),
+            ));
+        }
+        if format == Format::Weka {
+            if let Some(b) = block_size {
+                return Err(DatasetError::Argument(format!(
+                    "--block-size {b} does not apply to a weka corpus: each weka trace says its own \
+                     block_size; drop the flag"
+                )));
+            }
+            return Ok(FormatSpec::WEKA);
+        }
+        Ok(FormatSpec {
+            format,
+            block_size: block_size.or(format.default_block_size()),
+            tracelab: match format {
+                Format::Tracelab => Some(TracelabJoin::from_env(get)?),
+                _ => None,
+            },
+        })
+    }
+
+    /// The block size of a Mooncake or TraceLab corpus.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+            .or(self.format.default_block_size())
+            .unwrap_or(64)
+    }
+
+    /// The digest the cache key is derived from: the source digest itself for weka (keys of weka
+    /// entries are unchanged), else sha256 over the format spec and the source digest.
+    pub fn keyed_digest(&self, source_digest: &[u8; 32]) -> [u8; 32] {
+        if self.format == Format::Weka {
+            return *source_digest;
+        }
+        let mut h = Sha256::new();
+        h.update(b"agentx-corpus-format\0");
+        h.update(serde_json::to_vec(self).expect("a format spec serializes"));
+        h.update(b"\0source\0");
+        h.update(source_digest);
+        h.finalize().into()
+    }
+}
+
+/// The keys that mark each format's records. A weka trace has `requests`; a TraceLab round has all of
+/// aiperf's detection keys; a Mooncake request has `input_length` (or one of the other input modes
+/// aiperf's Mooncake model knows) and no `requests`.
+const TRACELAB_KEYS: [&str; 6] = [
+    "session_id",
+    "round_index",
+    "input_tokens_total",
+    "prefix_tokens",
+    "newly_append_tokens",
+    "timing_events",
+];
+const MOONCAKE_KEYS: [&str; 5] = [
+    "input_length",
+    "text_input",
+    "messages",
+    "payload",
+    "hash_ids",
+];
+
+/// The formats whose marks the object `v` carries.
+fn matches(v: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
+    let mut out = Vec::new();
+    if v.contains_key("requests") {
+        out.push(Format::Weka);
+    }
+    if TRACELAB_KEYS.iter().all(|k| v.contains_key(*k)) {
+        out.push(Format::Tracelab);
+    } else if MOONCAKE_KEYS.iter().any(|k| v.contains_key(*k)) && !v.contains_key("requests") {
+        out.push(Format::Mooncake);
+    }
+    out
+}
+
+/// Detects the format of a source from its first record: a directory is weka; a JSONL file is the one
+/// format whose marks its first non-empty line carries. A first line that is not a JSON object, or an
+/// object with an `id` and no other format's marks, is read as weka (whose parser then says what is
+/// wrong, where). Two formats' marks, or none, is an error naming the formats.
+pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
+    let path = match files {
+        SourceFiles::Dir { .. } => return Ok(Format::Weka),
+        SourceFiles::Jsonl(p) => p,
+    };
+    let Some((line, text)) = first_line(path)? else {
+        return Ok(Format::Weka);
+    };
+    let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(&text)
+    else {
+        return Ok(Format::Weka);
+    };
+    let found = matches(&obj);
+    match found.as_slice() {
+        [one] => Ok(*one),
+        [] if obj.contains_key("id") => Ok(Format::Weka),
+        _ => {
+            let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+            keys.truncate(12);
+            Err(DatasetError::UnknownFormat {
+                path: path.to_owned(),
+                line,
+                keys: keys.join(", "),
+                matched: found
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+                known: Format::names(),
+            })
+        }
+    }
+}
+
+/// The first non-empty line of `path` (1-based number, trimmed text), `None` for an empty file. A
+/// gzip-compressed file is refused with the command that decompresses it.
+fn first_line(path: &Path) -> Result<Option<(u64, String)>, DatasetError> {
+    let file = File::open(path).map_err(|e| DatasetError::io("open", path, e))?;
+    let mut reader = BufReader::new(file);
+    let head = reader
+        .fill_buf()
+        .map_err(|e| DatasetError::io("read", path, e))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Err(gzipped(path));
+    }
+    let mut line = String::new();
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        let read = reader
+            .read_line(&mut line)
+            .map_err(|e| DatasetError::io("read", path, e))?;
+        if read == 0 {
+            return Ok(None);
+        }
+        n += 1;
+        if !line.trim().is_empty() {
+            return Ok(Some((n, line.trim().to_owned())));
+        }
+    }
+}
+
+/// The error of a gzip-compressed corpus.
+pub(crate) fn gzipped(path: &Path) -> DatasetError {
+    DatasetError::Argument(format!(
+        "{}: gzip-compressed; agentx reads the JSONL itself: decompress it first (`gunzip -k {}`)",
+        path.display(),
+        path.display()
+    ))
+}
+
+/// The one JSONL file of a Mooncake or TraceLab source.
+pub(crate) fn jsonl_path(files: &SourceFiles, format: Format) -> Result<&Path, DatasetError> {
+    match files {
+        SourceFiles::Jsonl(p) => Ok(p),
+        SourceFiles::Dir { dir, .. } => Err(DatasetError::Argument(format!(
+            "{}: a {format} corpus is one JSONL file (one record per line), not a directory; pass the \
+             file, or --format weka for a directory of weka *.json traces",
+            dir.display()
+        ))),
+    }
+}
+
+/// Reads the traces of a source in format `spec` and hands each to `f` until it answers `Break`.
+/// Returns the number of traces read; a source without any trace is [`DatasetError::Empty`].
+pub fn scan(
+    spec: &FormatSpec,
+    files: &SourceFiles,
+    f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+) -> Result<usize, DatasetError> {
+    match spec.format {
+        Format::Weka => super::weka::scan_traces(files, f),
+        Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, f),
+        Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(s: &str) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn marks_pick_one_format() {
+        assert_eq!(matches(&obj(r#"{"id":"a","requests":[]}"#)), [Format::Weka]);
+        assert_eq!(
+            matches(&obj(
+                r#"{"timestamp":0,"input_length":3,"output_length":1,"hash_ids":[1]}"#
+            )),
+            [Format::Mooncake]
+        );
+        let tl = r#"{"session_id":"s","round_index":0,"input_tokens_total":1,"prefix_tokens":0,
+                     "newly_append_tokens":1,"timing_events":[]}"#;
+        assert_eq!(matches(&obj(tl)), [Format::Tracelab]);
+        assert!(matches(&obj(r#"{"foo":1}"#)).is_empty());
+        assert_eq!(
+            matches(&obj(r#"{"requests":[],"input_length":1}"#)),
+            [Format::Weka]
+        );
+    }
+
+    #[test]
+    fn a_gzipped_corpus_names_the_command_that_decompresses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl.gz");
+        std::fs::write(&p, [0x1f, 0x8b, 8, 0, 0, 0]).unwrap();
+        let e = detect(&SourceFiles::Jsonl(p)).unwrap_err().to_string();
+        assert!(e.contains("gunzip -k"), "{e}");
+    }
+
+    #[test]
+    fn weka_keys_are_unchanged_and_other_formats_differ() {
+        let d = [7u8; 32];
+        assert_eq!(FormatSpec::WEKA.keyed_digest(&d), d);
+        let m = FormatSpec::resolve_with(Format::Mooncake, None, |_| None).unwrap();
+        assert_eq!(m.block_size, Some(512));
+        let m2 = FormatSpec::resolve_with(Format::Mooncake, Some(16), |_| None).unwrap();
+        assert_ne!(m.keyed_digest(&d), d);
+        assert_ne!(m.keyed_digest(&d), m2.keyed_digest(&d));
+    }
+
+    #[test]
+    fn tracelab_knobs_come_from_the_environment() {
+        let env = |k: &str| match k {
+            "AIPERF_DATASET_TRACELAB_SUBAGENT_JOIN" => Some("false".to_owned()),
+            "AIPERF_DATASET_TRACELAB_MIN_SPAWN_MS" => Some("500".to_owned()),
+            _ => None,
+        };
+        let s = FormatSpec::resolve_with(Format::Tracelab, None, env).unwrap();
+        let j = s.tracelab.unwrap();
+        assert!(!j.subagents && j.codex);
+        assert_eq!(j.min_spawn_ms, 500);
+        assert_eq!(s.block_size, Some(64));
+        let bad =
+            |k: &str| (k == "AIPERF_DATASET_TRACELAB_CODEX_SUBAGENT_JOIN").then(|| "maybe".into());
+        let e = FormatSpec::resolve_with(Format::Tracelab, None, bad).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("AIPERF_DATASET_TRACELAB_CODEX_SUBAGENT_JOIN"));
+        assert!(FormatSpec::resolve_with(Format::Weka, Some(8), |_| None).is_err());
+    }
+}
