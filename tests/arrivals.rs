@@ -1,0 +1,176 @@
+//! Open-loop session arrivals end to end (`--scenario agentx-open --session-arrival-rate`): the
+//! measured inter-arrival statistics of the sessions a run against the built-in simulator started,
+//! the dry run's arrival plan, and the refusals (a scenario that forbids arrivals, bad values).
+//!
+//! Tolerances (the draws are seeded, so the figures are the same on every run; the slack covers the
+//! client's timer jitter): the measured rate within 10 % of the configured one (poisson: a sample of
+//! 300 draws has a 6 % standard error of the mean; constant within 2 %), the coefficient of
+//! variation of the gaps within 0.15 of 1 for poisson and under 0.1 for constant.
+
+use agentx::record::Phase;
+use agentx::sim::SimConfig;
+
+use crate::support::{fixture, Run, Sim};
+
+const RATE: f64 = 20.0;
+const SECONDS: &str = "15";
+
+fn args<'a>(url: &'a str, corpus: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "run",
+        "--scenario",
+        "agentx-open",
+        "--url",
+        url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus,
+        "--random-seed",
+        "7",
+        "--unsafe-override",
+        "--concurrency",
+        "512",
+        "--benchmark-duration",
+        SECONDS,
+        "--benchmark-grace-period",
+        "0",
+        "--stats-interval",
+        "0",
+        "--session-arrival-rate",
+        "20",
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// `(sessions started, measured rate per second, coefficient of variation of the gaps)` of a run:
+/// from the send times of its root turn-0 profiling records.
+fn measured(run: &Run) -> (usize, f64, f64) {
+    let mut starts: Vec<u64> = run
+        .records()
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling && r.turn == 0)
+        .filter(|r| r.tree.as_ref().is_some_and(|t| t.agent_depth == 0))
+        .map(|r| r.send_ns)
+        .collect();
+    starts.sort_unstable();
+    let gaps: Vec<f64> = starts.windows(2).map(|w| (w[1] - w[0]) as f64 / 1e9).collect();
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    (starts.len(), 1.0 / mean, var.sqrt() / mean)
+}
+
+#[test]
+fn measured_arrivals_have_the_patterns_rate_and_variation() {
+    let sim = Sim::start(SimConfig::max());
+    let url = sim.url();
+    let corpus = fixture("traces-subagents-8.jsonl");
+    let corpus = corpus.to_str().unwrap();
+    for (pattern, rate_tol, cv_ok) in [
+        ("poisson", 0.10, (0.85, 1.15)),
+        ("constant", 0.02, (0.0, 0.1)),
+    ] {
+        let run = Run::exec(
+            tempfile::tempdir().unwrap(),
+            &args(&url, corpus, &["--session-arrival-pattern", pattern]),
+            &[],
+        );
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let (n, rate, cv) = measured(&run);
+        eprintln!("{pattern}: {n} sessions, measured {rate:.3}/s (configured {RATE}), cv {cv:.3}");
+        assert!(n >= 250, "{pattern}: {n} sessions");
+        assert!((rate / RATE - 1.0).abs() <= rate_tol, "{pattern}: rate {rate}");
+        assert!(cv >= cv_ok.0 && cv <= cv_ok.1, "{pattern}: cv {cv}");
+        let a = &run.summary()["arrivals"];
+        assert_eq!(a["pattern"], pattern, "{a}");
+        assert_eq!(a["admitted"].as_u64(), Some(n as u64), "{a}");
+        assert_eq!(a["rejected"], 0, "{a}");
+        assert_eq!(a["skipped"], 0, "{a}");
+        assert_eq!(a["offered"], a["admitted"], "{a}");
+        assert!(a["admitted_rate_per_s"].as_f64().unwrap() > 0.0, "{a}");
+        assert!(run.stdout().contains("arrivals      "), "{}", run.stdout());
+    }
+}
+
+#[test]
+fn the_dry_run_shows_the_arrival_plan() {
+    let dry = |extra: &[&str]| {
+        let mut a = vec![
+            "run",
+            "--scenario",
+            "agentx-open",
+            "--dry-run",
+            "--json",
+            "--random-seed",
+            "7",
+            "--session-arrival-rate",
+            "2",
+        ];
+        a.extend_from_slice(extra);
+        let run = Run::exec(tempfile::tempdir().unwrap(), &a, &[]);
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        serde_json::from_str::<serde_json::Value>(&run.stdout()).unwrap()
+    };
+    let p = dry(&["--session-arrival-pattern", "gamma", "--session-arrival-smoothness", "4"]);
+    let a = &p["arrivals"];
+    assert_eq!(a["pattern"], "gamma", "{a}");
+    assert_eq!(a["smoothness"], 4.0, "{a}");
+    assert_eq!(a["expected_cv"], 0.5, "{a}");
+    assert_eq!(a["ceiling"], 4, "{a}");
+    assert_eq!(a["first_offsets_s"].as_array().unwrap().len(), 20, "{a}");
+    assert_eq!(p["lanes"], serde_json::json!([]));
+    assert_eq!(p["settings"]["session-arrival-rate"]["value"], 2.0, "{}", p["settings"]);
+    // The same seed, the same arrival times.
+    let again = dry(&["--session-arrival-pattern", "gamma", "--session-arrival-smoothness", "4"]);
+    assert_eq!(again["arrivals"]["first_offsets_s"], a["first_offsets_s"]);
+    let constant = dry(&["--session-arrival-pattern", "constant"]);
+    assert_eq!(constant["arrivals"]["first_offsets_s"][3], 1.5);
+}
+
+#[test]
+fn arrivals_are_refused_where_not_allowed_and_bad_values_name_the_flag() {
+    let fails = |a: &[&str], want: &str| {
+        let mut args = vec!["run", "--dry-run", "--random-seed", "7"];
+        args.extend_from_slice(a);
+        let run = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+        assert_ne!(run.code(), 0, "{args:?}");
+        assert!(run.stderr().contains(want), "{args:?}: {}", run.stderr());
+    };
+    // The default agentx forbids it, with its own timing rule.
+    fails(
+        &["--session-arrival-rate", "2"],
+        "--session-arrival-rate 2.0: the scenario does not allow open-loop session arrivals (its timing-mode lock: agentic_replay",
+    );
+    fails(
+        &["--scenario", "agentx-v1", "--session-arrival-rate", "2"],
+        "does not allow open-loop session arrivals",
+    );
+    let open = ["--scenario", "agentx-open"];
+    for (extra, want) in [
+        (vec!["--session-arrival-rate", "0"], "--session-arrival-rate 0 is not a positive number"),
+        (vec!["--session-arrival-rate", "inf"], "--session-arrival-rate inf is not a positive number"),
+        (vec!["--session-arrival-rate", "NaN"], "--session-arrival-rate NaN is not a positive number"),
+        (
+            vec!["--session-arrival-rate", "1", "--session-arrival-pattern", "bursty"],
+            "--session-arrival-pattern \"bursty\" is not an arrival pattern",
+        ),
+        (vec!["--session-arrival-pattern", "gamma"], "--session-arrival-pattern gamma needs --session-arrival-rate"),
+        (
+            vec!["--session-arrival-rate", "1", "--session-arrival-smoothness", "2"],
+            "--session-arrival-smoothness 2 applies to gamma arrivals only",
+        ),
+        (
+            vec!["--session-arrival-rate", "1", "--session-arrival-pattern", "gamma", "--session-arrival-smoothness", "-1"],
+            "--session-arrival-smoothness -1 is not a positive gamma shape",
+        ),
+        (
+            vec!["--session-arrival-rate", "1", "--warmup-requests-per-lane", "3"],
+            "--warmup-requests-per-lane does not apply to open-loop arrivals",
+        ),
+    ] {
+        let mut a = open.to_vec();
+        a.extend(extra);
+        fails(&a, want);
+    }
+}
