@@ -261,7 +261,11 @@ pub struct RunArgs {
     /// Open-loop session arrivals: this many sessions per second start, each a whole tree from
     /// turn 0, with --concurrency their ceiling (an arrival over it is rejected and counted). Only
     /// under a scenario that allows it (`agentx-open`); `agentx` refuses it.
-    #[arg(help_heading = "How long and how hard", long, value_name = "PER_SECOND")]
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        value_name = "PER_SECOND"
+    )]
     pub session_arrival_rate: Option<f64>,
     /// With --session-arrival-rate: the arrival process, poisson, constant or gamma
     /// [default: the scenario's; poisson under agentx-open].

@@ -549,10 +549,7 @@ fn given(
 
 /// The open-loop session arrival flags, checked where they are given (the scenario decides whether
 /// it allows them, and their defaults).
-fn arrival_settings(
-    a: &RunArgs,
-    put: &mut impl FnMut(&str, Value, bool),
-) -> anyhow::Result<()> {
+fn arrival_settings(a: &RunArgs, put: &mut impl FnMut(&str, Value, bool)) -> anyhow::Result<()> {
     use crate::replay::arrivals::Pattern;
     if let Some(r) = a.session_arrival_rate {
         if !(r.is_finite() && r > 0.0) {

@@ -8,10 +8,11 @@
 //! - **Reproducible**: the draws come from a ChaCha8 stream seeded with the run's seed, so the same
 //!   seed gives the same arrival times. The first arrival is at the start of profiling; arrival
 //!   `k` is at the sum of the first `k` draws (kept in f64 seconds, so `constant` does not drift).
-//! - **Behind schedule, reset rather than burst**: an arrival fires late only while it is less than
-//!   one inter-arrival late (the next arrival is not due yet). When the one after it is due too,
-//!   the earlier one is skipped and counted, so a replay that stalled fires the most recent due
-//!   arrival and goes on from the schedule's next one, never a burst of the missed ones.
+//! - **Behind schedule, reset rather than burst**: an arrival fires late only while it is at most
+//!   one mean inter-arrival (1/rate) late; an older one is skipped and counted. So a replay that
+//!   stalled fires only the arrivals of the last inter-arrival and goes on from the schedule's
+//!   next one, never a burst of the missed ones. (The mean, not the drawn gap: poisson draws gaps
+//!   far shorter than the timer's resolution, and those arrivals are not late.)
 //!
 //! What an arrival starts, and the ceiling on sessions in flight, is the scheduler's
 //! ([`super::sched`]); this module knows instants and counts only.
@@ -180,12 +181,13 @@ impl Process {
     }
 }
 
-/// An arrival to start now.
+/// What is due now: an arrival to start, and the arrivals skipped before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Due {
-    /// The arrival's ordinal in the schedule (skipped ones counted): unique per run.
-    pub ordinal: u64,
-    /// Arrivals skipped before it because the replay was more than one inter-arrival late.
+    /// The arrival to start, by its ordinal in the schedule (skipped ones counted): unique per
+    /// run. `None` when every due arrival was too late.
+    pub ordinal: Option<u64>,
+    /// Arrivals skipped because they were more than one mean inter-arrival late.
     pub skipped: u64,
 }
 
@@ -193,6 +195,8 @@ pub struct Due {
 pub struct Schedule {
     start: Instant,
     process: Process,
+    /// The lateness past which an arrival is skipped: one mean inter-arrival.
+    mean_gap: Duration,
     /// The next arrival's offset from `start`, seconds, and its ordinal.
     next_s: f64,
     ordinal: u64,
@@ -204,6 +208,7 @@ impl Schedule {
         Schedule {
             start,
             process: Process::new(spec),
+            mean_gap: Duration::from_secs_f64((1.0 / spec.rate).min(1e9)),
             next_s: 0.0,
             ordinal: 0,
         }
@@ -218,24 +223,27 @@ impl Schedule {
         self.instant(self.next_s)
     }
 
-    /// The arrival due at `now`, if one is: the most recent due one, the earlier ones skipped (see
-    /// the module's rule). Call again until `None`: at most one arrival is due per call.
+    /// The next arrival due at `now`, if any: arrivals more than one mean inter-arrival late are
+    /// skipped on the way (see the module's rule). Call again until `None`: one arrival per call.
     pub fn due(&mut self, now: Instant) -> Option<Due> {
-        if self.next_at() > now {
-            return None;
-        }
         let mut skipped = 0;
-        loop {
-            let following = self.next_s + self.process.gap_s();
+        while self.next_at() <= now {
+            let at = self.next_at();
             let ordinal = self.ordinal;
             self.ordinal += 1;
-            let late = self.instant(following) <= now;
-            self.next_s = following;
-            if !late {
-                return Some(Due { ordinal, skipped });
+            self.next_s += self.process.gap_s();
+            if now.saturating_duration_since(at) <= self.mean_gap {
+                return Some(Due {
+                    ordinal: Some(ordinal),
+                    skipped,
+                });
             }
             skipped += 1;
         }
+        (skipped > 0).then_some(Due {
+            ordinal: None,
+            skipped,
+        })
     }
 }
 
@@ -278,11 +286,31 @@ mod tests {
     fn bad_specs_name_the_flag() {
         for (rate, p, s, want) in [
             (0.0, Pattern::Poisson, None, "--session-arrival-rate 0"),
-            (f64::NAN, Pattern::Poisson, None, "--session-arrival-rate NaN"),
+            (
+                f64::NAN,
+                Pattern::Poisson,
+                None,
+                "--session-arrival-rate NaN",
+            ),
             (-1.0, Pattern::Constant, None, "--session-arrival-rate -1"),
-            (1.0, Pattern::Poisson, Some(2.0), "applies to gamma arrivals only"),
-            (1.0, Pattern::Gamma, Some(0.0), "--session-arrival-smoothness 0"),
-            (1.0, Pattern::Gamma, Some(f64::INFINITY), "--session-arrival-smoothness inf"),
+            (
+                1.0,
+                Pattern::Poisson,
+                Some(2.0),
+                "applies to gamma arrivals only",
+            ),
+            (
+                1.0,
+                Pattern::Gamma,
+                Some(0.0),
+                "--session-arrival-smoothness 0",
+            ),
+            (
+                1.0,
+                Pattern::Gamma,
+                Some(f64::INFINITY),
+                "--session-arrival-smoothness inf",
+            ),
         ] {
             let e = ArrivalSpec::new(rate, p, s, 1).unwrap_err().to_string();
             assert!(e.contains(want), "{e}");
@@ -322,7 +350,10 @@ mod tests {
             let var = g.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / g.len() as f64;
             let cv = var.sqrt() / mean;
             assert!((mean - 0.5).abs() < 0.015, "{p:?}: mean {mean}");
-            assert!((cv - sp.expected_cv()).abs() < 0.03 * sp.expected_cv().max(1.0), "{p:?}: cv {cv}");
+            assert!(
+                (cv - sp.expected_cv()).abs() < 0.03 * sp.expected_cv().max(1.0),
+                "{p:?}: cv {cv}"
+            );
         }
     }
 
@@ -332,15 +363,57 @@ mod tests {
         let ms = |x: u64| t0 + Duration::from_millis(x);
         // Constant at 2/s: arrivals at 0, 500, 1000, 1500, 2000, ...
         let mut s = Schedule::new(&spec(Pattern::Constant, None), t0);
-        assert_eq!(s.due(ms(0)), Some(Due { ordinal: 0, skipped: 0 }));
+        let due = |o: u64, skipped: u64| {
+            Some(Due {
+                ordinal: Some(o),
+                skipped,
+            })
+        };
+        assert_eq!(s.due(ms(0)), due(0, 0));
         assert_eq!(s.due(ms(0)), None);
         assert_eq!(s.next_at(), ms(500));
         // 300 ms late (less than one inter-arrival): fired late, the schedule kept.
-        assert_eq!(s.due(ms(800)), Some(Due { ordinal: 1, skipped: 0 }));
+        assert_eq!(s.due(ms(800)), due(1, 0));
         assert_eq!(s.next_at(), ms(1000));
         // At 2600 the arrivals of 1000, 1500, 2000 and 2500 are due: 2500 fires, three skipped.
-        assert_eq!(s.due(ms(2600)), Some(Due { ordinal: 5, skipped: 3 }));
+        assert_eq!(s.due(ms(2600)), due(5, 3));
         assert_eq!(s.due(ms(2600)), None);
         assert_eq!(s.next_at(), ms(3000));
+        // Exactly one inter-arrival late still fires.
+        assert_eq!(s.due(ms(3500)), due(6, 0));
+        assert_eq!(s.next_at(), ms(3500));
+        assert_eq!(s.due(ms(3500)), due(7, 0));
+    }
+
+    /// Gamma arrivals of shape 0.2 cluster: gaps far below the mean are not lateness, and a
+    /// stall skips exactly the arrivals more than one mean inter-arrival (500 ms) old.
+    #[test]
+    fn clustered_arrivals_fire_and_a_stall_skips_only_the_stale() {
+        let sp = spec(Pattern::Gamma, Some(0.2));
+        let offsets = sp.offsets(400);
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        // On time: every arrival fires at its instant, none skipped.
+        let mut s = Schedule::new(&sp, t0);
+        for (k, &o) in offsets.iter().enumerate() {
+            assert_eq!(
+                s.due(at(o)),
+                Some(Due {
+                    ordinal: Some(k as u64),
+                    skipped: 0
+                })
+            );
+        }
+        // Stalled until 60 s: those due before 59.5 s are skipped, the rest fire.
+        let mut s = Schedule::new(&sp, t0);
+        let now = at(60.0);
+        let (mut fired, mut skipped) = (0, 0);
+        while let Some(d) = s.due(now) {
+            skipped += d.skipped;
+            fired += u64::from(d.ordinal.is_some());
+        }
+        let due: Vec<f64> = offsets.iter().copied().filter(|&o| o <= 60.0).collect();
+        let fresh = due.iter().filter(|&&o| o >= 59.5).count() as u64;
+        assert_eq!((fired, skipped), (fresh, due.len() as u64 - fresh));
     }
 }

@@ -290,7 +290,8 @@ impl Sched {
         self.start_tree(lane, None);
     }
 
-    /// Starts the arrivals due now (see [`crate::replay::arrivals`]): each takes a free slot and
+    /// Starts the arrivals due now (see [`crate::replay::arrivals`]; one more than a mean
+    /// inter-arrival late is skipped and counted): each takes a free slot and
     /// starts the sampler's next tree at root turn 0 with a marker of its own (the arrival's
     /// ordinal is the tree's pass); with every slot taken it is rejected and counted.
     pub(super) fn admit_arrivals(&mut self) {
@@ -302,17 +303,20 @@ impl Sched {
             let Some(due) = self.schedule.as_mut().and_then(|s| s.due(now)) else {
                 return;
             };
+            let c = self.counts.arrivals.get_or_insert_default();
+            c.offered += due.skipped;
+            c.skipped += due.skipped;
+            let Some(ordinal) = due.ordinal else { continue };
             let free = self.lanes.iter().position(Option::is_none);
             let started = match free {
                 Some(l) => {
-                    let pass = u32::try_from(due.ordinal).unwrap_or(u32::MAX);
+                    let pass = u32::try_from(ordinal).unwrap_or(u32::MAX);
                     self.start_tree(l as u32, Some(pass))
                 }
                 None => false,
             };
             let c = self.counts.arrivals.get_or_insert_default();
-            c.offered += 1 + due.skipped;
-            c.skipped += due.skipped;
+            c.offered += 1;
             if started {
                 c.admitted += 1;
             } else {

@@ -560,10 +560,7 @@ async fn open_loop_arrivals_over_the_ceiling_are_rejected_not_queued() {
             skipped: 0
         })
     );
-    assert_eq!(
-        (out.counts.trees_started, out.counts.trees_drained),
-        (2, 2)
-    );
+    assert_eq!((out.counts.trees_started, out.counts.trees_drained), (2, 2));
     assert_eq!(out.replay.tally.sessions, 2);
     assert!(recs.iter().all(|r| r.phase == Phase::Profiling));
 }
@@ -591,17 +588,26 @@ async fn open_loop_poisson_arrivals_start_at_their_seeded_instants() {
     assert!(want.len() >= 6, "{want:?}");
     assert_eq!(roots.len(), want.len());
     for (got, want) in roots.iter().zip(&want) {
-        assert!(*got >= want - 0.001 && *got <= want + 1.0, "{got} vs {want} (timers fire on the millisecond)");
+        assert!(
+            *got >= want - 0.001 && *got <= want + 1.0,
+            "{got} vs {want} (timers fire on the millisecond)"
+        );
     }
     let c = out.counts.arrivals.unwrap();
-    assert_eq!((c.offered, c.admitted, c.rejected, c.skipped), (want.len() as u64, want.len() as u64, 0, 0));
+    assert_eq!(
+        (c.offered, c.admitted, c.rejected, c.skipped),
+        (want.len() as u64, want.len() as u64, 0, 0)
+    );
     let passes: Vec<u32> = recs
         .iter()
         .filter(|r| r.turn == 0 && depth(r) == 0)
         .map(|r| r.recycle_pass)
         .collect();
     assert_eq!(passes, (0..want.len() as u32).collect::<Vec<_>>());
-    let mut sc = testkit::scenario(crate::scenario::builtin::BUILTIN_OPEN, "builtin:agentx-open");
+    let mut sc = testkit::scenario(
+        crate::scenario::builtin::BUILTIN_OPEN,
+        "builtin:agentx-open",
+    );
     let mut marker = |pass: u32| {
         sc.cache_bust_tree(
             crate::scenario::types::Placement::FirstTurnPrefix,
