@@ -33,6 +33,11 @@
 //! - **Idle caps.** When nothing is in flight anywhere, pending timers move earlier so that the
 //!   earliest fires at most the system idle cap after the last response; with a per-tree cap, a
 //!   tree with nothing in flight has its own timers moved the same way.
+//! - **Open loop.** With [`TreePlan::arrivals`] there are no planned lanes and no warmup: the
+//!   lanes are slots, and each arrival of the seeded schedule ([`super::arrivals`]) starts the
+//!   sampler's next tree at root turn 0 in a free slot (its ordinal is the tree's marker pass), or
+//!   is rejected and counted when every slot holds a tree; a drained tree frees its slot instead of
+//!   recycling. Arrivals more than one mean inter-arrival late are skipped and counted.
 //! - **Never stuck.** A tree with turns held by a join or the barrier and nothing in flight or
 //!   scheduled (a predecessor that will never run, say after an overflow) releases them, counted
 //!   in [`TreeCounts::forced_releases`], instead of holding its lane forever.
