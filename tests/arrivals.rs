@@ -2,12 +2,12 @@
 //! measured inter-arrival statistics of the sessions a run against the built-in simulator started,
 //! the dry run's arrival plan, and the refusals (a scenario that forbids arrivals, bad values).
 //!
-//! Tolerances (the draws are seeded, so the figures are the same on every run; the slack covers the
-//! client's timer jitter): the measured rate within 2 % of the seeded draws' own rate over the same
-//! arrivals, and of the configured one within three standard errors of the mean for poisson
-//! (3/sqrt(n): 16 % for the 334 arrivals of seed 7, whose draws run 11 % fast) and 2 % for
-//! constant; the coefficient of variation of the gaps within
-//! 0.15 of 1 for poisson and under 0.1 for constant.
+//! Tolerances (the draws are seeded, so they are the same on every run; the slack covers the
+//! client's timer jitter): over the admitted sessions, the measured rate within 2 % and the CV
+//! within 0.05 of the seeded draws' own over the same arrivals; the rate within three standard
+//! errors of the mean of the configured one for poisson (3/sqrt(n): 16 % for the 334 arrivals of
+//! seed 7, whose draws run 11 % fast) and 2 % for constant; the CV of the gaps within 0.15 of 1 for
+//! poisson and under 0.1 for constant.
 
 use agentx::record::Phase;
 use agentx::replay::arrivals::{ArrivalSpec, Pattern};
@@ -47,24 +47,24 @@ fn args<'a>(url: &'a str, corpus: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     a
 }
 
-/// `(sessions started, measured rate per second, coefficient of variation of the gaps)` of a run:
-/// from the send times of its root turn-0 profiling records.
-fn measured(run: &Run) -> (usize, f64, f64) {
-    let mut starts: Vec<u64> = run
-        .records()
+/// Rate per second and coefficient of variation of the gaps between sorted instants (seconds).
+fn stats(mut at: Vec<f64>) -> (f64, f64) {
+    at.sort_by(f64::total_cmp);
+    let gaps: Vec<f64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    (1.0 / mean, var.sqrt() / mean)
+}
+
+/// The admitted sessions of a run: `(ordinal, send time of its first request, seconds)`, from its
+/// root turn-0 profiling records (the ordinal is the tree's marker pass).
+fn admitted(run: &Run) -> Vec<(usize, f64)> {
+    run.records()
         .iter()
         .filter(|r| r.phase == Phase::Profiling && r.turn == 0)
         .filter(|r| r.tree.as_ref().is_some_and(|t| t.agent_depth == 0))
-        .map(|r| r.send_ns)
-        .collect();
-    starts.sort_unstable();
-    let gaps: Vec<f64> = starts
-        .windows(2)
-        .map(|w| (w[1] - w[0]) as f64 / 1e9)
-        .collect();
-    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
-    (starts.len(), 1.0 / mean, var.sqrt() / mean)
+        .map(|r| (r.recycle_pass as usize, r.send_ns as f64 / 1e9))
+        .collect()
 }
 
 #[test]
@@ -83,29 +83,43 @@ fn measured_arrivals_have_the_patterns_rate_and_variation() {
             &[],
         );
         assert_eq!(run.code(), 0, "{}", run.stderr());
-        let (n, rate, cv) = measured(&run);
-        // The seeded draws' own rate over the same arrivals.
+        let sessions = admitted(&run);
+        let n = sessions.len();
+        let (rate, cv) = stats(sessions.iter().map(|s| s.1).collect());
+        // The seeded draws of the same arrivals.
         let spec = ArrivalSpec::new(RATE, Pattern::parse(pattern).unwrap(), None, 7).unwrap();
-        let drawn = (n - 1) as f64 / spec.offsets(n)[n - 1];
-        eprintln!("{pattern}: {n} sessions, measured {rate:.3}/s (configured {RATE}, drawn {drawn:.3}), cv {cv:.3}");
+        let offsets = spec.offsets(sessions.iter().map(|s| s.0).max().unwrap() + 1);
+        let (drawn, drawn_cv) = stats(sessions.iter().map(|s| offsets[s.0]).collect());
+        eprintln!("{pattern}: {n} sessions, measured {rate:.3}/s (configured {RATE}, drawn {drawn:.3}), cv {cv:.3} (drawn {drawn_cv:.3})");
         assert!(n >= 250, "{pattern}: {n} sessions");
-        // Poisson: three standard errors of a mean of n exponential gaps.
+        // The replay keeps the drawn schedule...
+        assert!(
+            (rate / drawn - 1.0).abs() <= 0.02,
+            "{pattern}: rate {rate}, drawn {drawn}"
+        );
+        assert!(
+            (cv - drawn_cv).abs() <= 0.05,
+            "{pattern}: cv {cv}, drawn {drawn_cv}"
+        );
+        // ...and the draws have the pattern's rate (poisson: three standard errors of a mean of n
+        // exponential gaps) and variation.
         let rate_tol = rate_tol.unwrap_or(3.0 / (n as f64).sqrt());
         assert!(
             (rate / RATE - 1.0).abs() <= rate_tol,
             "{pattern}: rate {rate}"
-        );
-        assert!(
-            (rate / drawn - 1.0).abs() <= 0.02,
-            "{pattern}: rate {rate}, drawn {drawn}"
         );
         assert!(cv >= cv_ok.0 && cv <= cv_ok.1, "{pattern}: cv {cv}");
         let a = &run.summary()["arrivals"];
         assert_eq!(a["pattern"], pattern, "{a}");
         assert_eq!(a["admitted"].as_u64(), Some(n as u64), "{a}");
         assert_eq!(a["rejected"], 0, "{a}");
-        assert_eq!(a["skipped"], 0, "{a}");
-        assert_eq!(a["offered"], a["admitted"], "{a}");
+        // Nothing is over the ceiling; a loaded machine may skip a few late arrivals, counted.
+        let (offered, skipped) = (
+            a["offered"].as_u64().unwrap(),
+            a["skipped"].as_u64().unwrap(),
+        );
+        assert_eq!(offered, n as u64 + skipped, "{a}");
+        assert!(skipped * 20 <= offered, "{a}");
         assert!(a["admitted_rate_per_s"].as_f64().unwrap() > 0.0, "{a}");
         assert!(run.stdout().contains("arrivals      "), "{}", run.stdout());
     }
