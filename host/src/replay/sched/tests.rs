@@ -623,3 +623,38 @@ async fn open_loop_poisson_arrivals_start_at_their_seeded_instants() {
     };
     assert_ne!(marker(0), marker(1));
 }
+
+/// A client that stalls 1200 ms when sending the first request: the scheduler wakes at 1200 with
+/// the arrivals of 500 and 1000 due. The one at 500 is more than one inter-arrival (500 ms) late and
+/// is skipped, not fired in a burst; the one at 1000 starts its tree at 1200; the schedule goes on
+/// at 1500, 2000 and 2500, where the four slots are full (the trees of 0, 1000, 1500 and 2000 in
+/// flight) and the arrival is rejected.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_open_loop_skips_the_stale_arrivals_instead_of_bursting() {
+    use crate::replay::arrivals::{ArrivalCounts, ArrivalSpec, Pattern};
+    let spec = ArrivalSpec::new(2.0, Pattern::Constant, None, 7).unwrap();
+    let script = Scripted::new(|c| Reply {
+        stall: (c.n == 0).then_some(Duration::from_millis(1200)),
+        ..Reply::ok()
+    });
+    let (out, recs) = open_loop(2.9, spec, 4).run(script).await;
+    let roots: Vec<(u32, f64)> = recs
+        .iter()
+        .filter(|r| r.turn == 0)
+        .map(|r| (r.recycle_pass, ms(r.intended_ns)))
+        .collect();
+    assert_eq!(
+        roots,
+        [(0, 0.0), (2, 1200.0), (3, 1500.0), (4, 2000.0)],
+        "(arrival ordinal, intended ms) of each tree's first request"
+    );
+    assert_eq!(
+        out.counts.arrivals,
+        Some(ArrivalCounts {
+            offered: 6,
+            admitted: 4,
+            rejected: 1,
+            skipped: 1
+        })
+    );
+}
