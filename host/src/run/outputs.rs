@@ -498,7 +498,7 @@ fn write_summary(
 
 /// An open-loop run's arrivals as `run_summary.json` gives them: the process, the ceiling, the
 /// counts of the manifest's `trees.arrivals`, and the offered and admitted rates per second of
-/// profiling.
+/// the arrival window (profiling up to the duration).
 fn arrivals_json(
     p: &Prepared,
     trees: Option<&serde_json::Value>,
@@ -509,7 +509,9 @@ fn arrivals_json(
         .and_then(|t| t.get("arrivals"))
         .and_then(|a| serde_json::from_value(a.clone()).ok())
         .unwrap_or_default();
-    let secs = profiling_ns.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
+    // Arrivals come until the duration (or an earlier stop), not through the grace's drain.
+    let span = profiling_ns.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
+    let secs = span.min(p.settings.duration.as_secs_f64());
     let (offered, admitted) = counts.rates(secs);
     let mut j = o.spec.json();
     j["ceiling"] = json!(o.slots);
