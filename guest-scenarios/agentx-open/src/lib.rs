@@ -133,7 +133,7 @@ fn describe() -> Info {
     Info {
         name: NAME.to_string(),
         version: VERSION.to_string(),
-        description: format!("{} With --session-arrival-rate, sessions arrive open-loop (poisson, constant or gamma), each a whole tree from turn 0, --concurrency its ceiling.", info.description),
+        description: format!("{}. With --session-arrival-rate, sessions arrive open-loop (poisson, constant or gamma), each a whole tree from turn 0, --concurrency its ceiling.", info.description),
         knobs: info.knobs,
         locks: info.locks,
     }
