@@ -127,6 +127,7 @@ fn tree_plan(t: &Trees, conc: u32) -> (TreePlan, agentx::scenario::ScenarioInsta
             .collect(),
         burst: false,
         pressure: None,
+        arrivals: None,
     };
     (plan, inst)
 }

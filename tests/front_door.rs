@@ -412,7 +412,7 @@ fn scenario_list_shows_the_built_ins_on_a_fresh_home() {
     assert_eq!(r.code(), 2);
     assert!(
         r.stderr()
-            .contains("agentx (default), agentx-v1, agentx-mvp"),
+            .contains("agentx (default), agentx-v1, agentx-mvp, agentx-open"),
         "{}",
         r.stderr()
     );

@@ -1,6 +1,7 @@
 //! Integration tests of the agentx-host binary and library: one test binary, one module per topic.
 
 mod anthropic;
+mod arrivals;
 mod cli;
 mod cli_reference;
 mod corpora;

@@ -258,6 +258,23 @@ pub struct RunArgs {
     /// Session-tree scenarios: fire every lane's first request at once instead of spreading them.
     #[arg(help_heading = "How long and how hard", long)]
     pub burst_phase_starts: bool,
+    /// Open-loop session arrivals: this many sessions per second start, each a whole tree from
+    /// turn 0, with --concurrency their ceiling (an arrival over it is rejected and counted). Only
+    /// under a scenario that allows it (`agentx-open`); `agentx` refuses it.
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        value_name = "PER_SECOND"
+    )]
+    pub session_arrival_rate: Option<f64>,
+    /// With --session-arrival-rate: the arrival process, poisson, constant or gamma
+    /// [default: the scenario's; poisson under agentx-open].
+    #[arg(help_heading = "How long and how hard", long, value_name = "PATTERN")]
+    pub session_arrival_pattern: Option<String>,
+    /// With --session-arrival-pattern gamma: the gamma shape of the inter-arrival times (aiperf's
+    /// --arrival-smoothness: 1 is poisson, below is burstier, above smoother) [default: 1].
+    #[arg(help_heading = "How long and how hard", long, value_name = "SHAPE")]
+    pub session_arrival_smoothness: Option<f64>,
 
     /// Directory of the run's outputs [default: a fresh artifacts/<scenario>-<UTC time>-<id>, with
     /// artifacts/latest pointing at it]. A directory that holds another run is refused unless
@@ -665,6 +682,7 @@ pub(super) fn print_outcome(out: &crate::run::RunOutcome, json: bool) -> anyhow:
             &out.records_path,
             out.records_written,
         );
+        print_arrivals(&out.dir);
         outln!("outputs       {}", out.dir.display());
         for f in &out.files {
             if let Some(name) = f.file_name() {
@@ -762,6 +780,30 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         progress: std::io::stderr().is_terminal(),
         signals: true,
     })
+}
+
+/// An open-loop run's arrivals, as its `run_summary.json` gives them (nothing for a closed loop).
+fn print_arrivals(dir: &Path) {
+    let Ok(doc) = crate::export::run_summary::RunSummary::read_dir(dir) else {
+        return;
+    };
+    let Some(a) = doc.extra.get("arrivals") else {
+        return;
+    };
+    let n = |k: &str| a[k].as_u64().unwrap_or(0);
+    let rate = |k: &str| a[k].as_f64().map_or("-".into(), |x| format!("{x:.3}/s"));
+    outln!(
+        "arrivals      {} {}/s: offered {} ({}), admitted {} ({}), rejected {} over {} in flight, skipped {} behind schedule",
+        a["pattern"].as_str().unwrap_or("-"),
+        a["rate_per_s"],
+        n("offered"),
+        rate("offered_rate_per_s"),
+        n("admitted"),
+        rate("admitted_rate_per_s"),
+        n("rejected"),
+        n("ceiling"),
+        n("skipped")
+    );
 }
 
 /// `--session-goodput-share`: a share in (0, 1].

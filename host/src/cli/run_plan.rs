@@ -208,6 +208,7 @@ impl RunPlan {
                     )),
                     (None, None) => None,
                 },
+                arrivals: None,
             },
             demo,
             concurrency_list: g.concurrency_list,
@@ -508,6 +509,7 @@ fn given(
     if a.fixed_schedule {
         put("fixed-schedule", Value::Flag(true), true);
     }
+    arrival_settings(a, &mut put)?;
     if let Some((_, v)) = extra.iter().find(|(k, _)| k == "ignore_eos") {
         match v.as_bool() {
             Some(b) => put("ignore-eos", Value::Flag(b), true),
@@ -543,6 +545,46 @@ fn given(
     g.concurrency_list = concurrency_list;
     g.overflow_phrases_env = overflow_phrases_env;
     Ok(g)
+}
+
+/// The open-loop session arrival flags, checked where they are given (the scenario decides whether
+/// it allows them, and their defaults).
+fn arrival_settings(a: &RunArgs, put: &mut impl FnMut(&str, Value, bool)) -> anyhow::Result<()> {
+    use crate::replay::arrivals::Pattern;
+    if let Some(r) = a.session_arrival_rate {
+        if !(r.is_finite() && r > 0.0) {
+            bail!("--session-arrival-rate {r} is not a positive number of sessions per second; pass e.g. --session-arrival-rate 0.5");
+        }
+        put("session-arrival-rate", Value::Number(r), true);
+    }
+    if let Some(p) = &a.session_arrival_pattern {
+        let Some(pattern) = Pattern::parse(p) else {
+            bail!("--session-arrival-pattern {p:?} is not an arrival pattern; use poisson, constant or gamma");
+        };
+        if a.session_arrival_rate.is_none() {
+            bail!("--session-arrival-pattern {p} needs --session-arrival-rate: pass e.g. --session-arrival-rate 0.5");
+        }
+        put(
+            "session-arrival-pattern",
+            Value::Text(pattern.name().to_string()),
+            true,
+        );
+    }
+    if let Some(s) = a.session_arrival_smoothness {
+        let gamma = a
+            .session_arrival_pattern
+            .as_deref()
+            .and_then(Pattern::parse)
+            == Some(Pattern::Gamma);
+        if !gamma {
+            bail!("--session-arrival-smoothness {s} applies to gamma arrivals only; add --session-arrival-pattern gamma or remove --session-arrival-smoothness");
+        }
+        if !(s.is_finite() && s > 0.0) {
+            bail!("--session-arrival-smoothness {s} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5 (1 is poisson)");
+        }
+        put("session-arrival-smoothness", Value::Number(s), true);
+    }
+    Ok(())
 }
 
 /// The graces (as the flags say them, for a scenario that does not decide them) and the settings

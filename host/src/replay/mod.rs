@@ -30,6 +30,7 @@
 //! shards. The paused-time tests are in `tests.rs` (this replay) and `sched/tests.rs` (the tree
 //! scheduler), on a scripted transport (`testkit.rs`).
 
+pub mod arrivals;
 mod drain;
 mod lane;
 pub mod plan;

@@ -41,6 +41,9 @@ pub(crate) struct Reply {
     pub fail: Option<(u16, String)>,
     /// The request's task panics when the request is sent.
     pub panic: bool,
+    /// Moves the paused clock this far when the request is sent, as if the client had stalled:
+    /// everything else wakes late.
+    pub stall: Option<Duration>,
 }
 
 impl Reply {
@@ -52,6 +55,7 @@ impl Reply {
             tokens: 5,
             fail: None,
             panic: false,
+            stall: None,
         }
     }
 
@@ -124,6 +128,9 @@ impl Transport for Scripted {
         };
         let reply = (self.script)(&call);
         Box::pin(async move {
+            if let Some(d) = reply.stall {
+                tokio::time::advance(d).await;
+            }
             let sent = timer::now();
             assert!(!reply.panic, "scripted panic of request {}", call.n);
             let mut ex = Exchange {

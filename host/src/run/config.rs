@@ -242,6 +242,8 @@ pub struct TreeFlags {
     pub burst: bool,
     /// `--warmup-requests-per-lane` / `--agentic-cache-warmup-duration`.
     pub pressure: Option<replay::sched::Pressure>,
+    /// Open-loop session arrivals, as the scenario resolved them (never from the flags alone).
+    pub arrivals: Option<replay::sched::OpenLoop>,
 }
 
 impl TreeFlags {
@@ -403,6 +405,9 @@ pub struct RunSettings {
     pub stats_interval: Option<Duration>,
     /// `http-tcp-user-timeout` (ms), from the environment or the scenario's default.
     pub tcp_user_timeout: Option<Duration>,
+    /// Open-loop session arrivals, as a scenario that allows them resolved them
+    /// ([`RunSettings::open_loop`]).
+    pub arrivals: Option<replay::sched::OpenLoop>,
 }
 
 impl RunSettings {
@@ -518,7 +523,41 @@ impl RunSettings {
                 },
                 false => fb.tcp_user_timeout,
             },
+            arrivals: None,
         })
+    }
+
+    /// The open-loop session arrivals of the resolved settings. Only a scenario that allows them
+    /// (`allows`: its `describe` lists the `session-arrival-rate` knob, and it decides every
+    /// setting) answers them; the host then applies exactly what it returned, drawn from the run's
+    /// seed, with `--concurrency` the ceiling. A scenario that does not allow them is refused by
+    /// the caller before this is read.
+    pub fn open_loop(&mut self, resolved: &Resolved, allows: bool) -> anyhow::Result<()> {
+        use replay::arrivals::{ArrivalSpec, Pattern};
+        let eff = Effective(resolved);
+        let rate = match (allows, eff.get("session-arrival-rate")) {
+            (true, Some(v)) => match eff.number("session-arrival-rate") {
+                Some(x) => x,
+                None => bail!("the scenario resolved session-arrival-rate to {}, which is not a number of sessions per second", value_json(v)),
+            },
+            _ => return Ok(()),
+        };
+        let pattern = match eff.text("session-arrival-pattern") {
+            None => Pattern::Poisson,
+            Some(p) => Pattern::parse(p).ok_or_else(|| {
+                anyhow!("the scenario resolved session-arrival-pattern to {p:?}, which this host does not know (poisson, constant, gamma)")
+            })?,
+        };
+        let smoothness = eff.number("session-arrival-smoothness");
+        let spec = ArrivalSpec::new(rate, pattern, smoothness, resolved.seed)?;
+        if self.pressure.is_some() {
+            bail!("the scenario resolved both open-loop arrivals and a cache-pressure warmup; an arrival replays its tree from turn 0, with no warmup");
+        }
+        self.arrivals = Some(replay::sched::OpenLoop {
+            spec,
+            slots: self.concurrency,
+        });
+        Ok(())
     }
 
     /// `cfg` with every setting the scenario decided in place of what the flags said, and the
@@ -535,6 +574,7 @@ impl RunSettings {
         rp.trace_idle_cap = self.trace_idle_cap;
         rp.tree_flags.pressure = self.pressure;
         rp.tree_flags.burst = self.burst;
+        rp.tree_flags.arrivals = self.arrivals;
         rp.use_server_token_count = self.use_server_token_count;
         rp.stats_interval = self.stats_interval;
         rp.client.tcp_user_timeout = self.tcp_user_timeout;

@@ -485,11 +485,43 @@ fn write_summary(
         shards: None,
         extra: Default::default(),
     };
+    let mut doc = doc;
+    if let Some(a) = arrivals_json(p, d.manifest.trees.as_ref(), outcome.profiling_ns) {
+        doc.extra.insert("arrivals".into(), a);
+    }
     let path = d.out.join(RUN_SUMMARY);
     d.art
         .write_atomic(RUN_SUMMARY, doc.to_json_pretty().as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
+}
+
+/// An open-loop run's arrivals as `run_summary.json` gives them: the process, the ceiling, the
+/// counts of the manifest's `trees.arrivals`, and the offered and admitted rates per second of
+/// the arrival window (profiling up to the duration).
+fn arrivals_json(
+    p: &Prepared,
+    trees: Option<&serde_json::Value>,
+    profiling_ns: Option<(u64, u64)>,
+) -> Option<serde_json::Value> {
+    let o = p.settings.arrivals.as_ref()?;
+    let counts: crate::replay::arrivals::ArrivalCounts = trees
+        .and_then(|t| t.get("arrivals"))
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default();
+    // Arrivals come until the duration (or an earlier stop), not through the grace's drain.
+    let span = profiling_ns.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
+    let secs = span.min(p.settings.duration.as_secs_f64());
+    let (offered, admitted) = counts.rates(secs);
+    let mut j = o.spec.json();
+    j["ceiling"] = json!(o.slots);
+    j["offered"] = json!(counts.offered);
+    j["admitted"] = json!(counts.admitted);
+    j["rejected"] = json!(counts.rejected);
+    j["skipped"] = json!(counts.skipped);
+    j["offered_rate_per_s"] = json!(offered);
+    j["admitted_rate_per_s"] = json!(admitted);
+    Some(j)
 }
 
 /// The aiperf-compatible exports, the server metrics, the plot and the page.

@@ -66,6 +66,9 @@ pub(super) fn plan(
             think_only: s.think_only,
             cap: s.cap,
         })?;
+        if let Some(o) = &s.arrivals {
+            open_loop(&mut tp, o, s.duration);
+        }
         if cfg.dry_run {
             let mut json = tp.json.clone();
             json["scenario"]["world"] = json!(p.sc.world().as_str());
@@ -306,6 +309,7 @@ impl TreePlanned {
             delays_ms: self.delays_ms.clone(),
             burst: flags.burst,
             pressure: flags.pressure,
+            arrivals: flags.arrivals,
         }
     }
 
@@ -357,6 +361,41 @@ impl TreePlanned {
         }
         out
     }
+}
+
+/// How many arrival offsets the dry run lists.
+const DRY_RUN_ARRIVALS: usize = 20;
+
+/// An open-loop run's plan: no lanes (no t*, no warmup primers; each arrival starts a tree at root
+/// turn 0 from the corpus's first tree on), and the dry run's arrival plan in place of the lanes:
+/// the process, the ceiling, the arrivals expected in the duration and the first offsets.
+fn open_loop(tp: &mut TreePlanned, o: &replay::sched::OpenLoop, duration: std::time::Duration) {
+    tp.lanes.clear();
+    tp.next_draw = 0;
+    let first = o.spec.offsets(DRY_RUN_ARRIVALS);
+    let mut plan = o.spec.json();
+    plan["ceiling"] = json!(o.slots);
+    plan["expected_arrivals"] = json!(o.spec.rate * duration.as_secs_f64());
+    plan["first_offsets_s"] = json!(first);
+    tp.json["lanes"] = json!([]);
+    tp.json["arrivals"] = plan;
+    let mut table = format!(
+        "open-loop session arrivals: {} per second, {}{}, at most {} sessions in flight (an arrival over it is rejected); about {:.0} in {:.0} s\n",
+        o.spec.rate,
+        o.spec.pattern.name(),
+        o.spec
+            .smoothness
+            .map(|k| format!(" (shape {k})"))
+            .unwrap_or_default(),
+        o.slots,
+        o.spec.rate * duration.as_secs_f64(),
+        duration.as_secs_f64()
+    );
+    table.push_str("arrival  at (s)\n");
+    for (i, at) in first.iter().enumerate() {
+        table.push_str(&format!("{i:>7}  {at:.3}\n"));
+    }
+    tp.table = table;
 }
 
 /// Plans a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker and

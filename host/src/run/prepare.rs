@@ -81,11 +81,16 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     for w in &not_acted_on {
         tracing::warn!("accepted but not acted on: {w}");
     }
-    let settings = RunSettings::of(
+    let mut settings = RunSettings::of(
         &resolved,
         decisions.decides_settings,
         &super::config::Fallback::of(cfg),
     )?;
+    let allows = allows_arrivals(&sc, &info, rp, decisions.decides_settings)?;
+    settings.open_loop(&resolved, allows)?;
+    if settings.arrivals.is_some() && cfg.shard.is_some() {
+        bail!("--session-arrival-rate is not supported in a sharded run: run the open-loop arrivals in one process");
+    }
     let cfg = &settings.apply(cfg, &decisions);
     let rp = &cfg.plan;
     let sources = sources(&resolved, rp);
@@ -144,6 +149,40 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         dataset_key,
     };
     Ok((p, inst, effective))
+}
+
+/// The scenario's own knob of open-loop session arrivals.
+pub(crate) const ARRIVAL_KNOB: &str = "session-arrival-rate";
+
+/// Whether the scenario allows open-loop session arrivals: a session-tree component that decides
+/// every setting and lists the `session-arrival-rate` knob (`agentx-open`). A rate given to one
+/// that does not is refused with the scenario's own rule of its timing (its `timing-mode` lock).
+fn allows_arrivals(
+    sc: &Scenario,
+    info: &Info,
+    rp: &RunPlan,
+    decides: bool,
+) -> anyhow::Result<bool> {
+    let allows = decides && info.knobs.iter().any(|k| k.name == ARRIVAL_KNOB);
+    let given = rp
+        .settings
+        .iter()
+        .find(|s| s.name == ARRIVAL_KNOB && s.explicit);
+    if let (false, Some(s)) = (allows, given) {
+        let rate = super::config::value_json(&s.value);
+        let why = match info.locks.iter().find(|l| l.setting == "timing-mode") {
+            Some(l) => format!("its timing-mode lock: {}", l.rule),
+            None => format!("it has no {ARRIVAL_KNOB} knob"),
+        };
+        bail!(
+            "the scenario {} {} (sha256:{}) refuses this configuration:\n  --{ARRIVAL_KNOB} {rate}: the scenario does not allow open-loop session arrivals ({why}); \
+             use a scenario that allows them, e.g. --scenario agentx-open",
+            info.name,
+            info.version,
+            &sc.hash()[..16]
+        );
+    }
+    Ok(allows)
 }
 
 /// The assistant-text flag or variable a user gave when the scenario decides otherwise.
@@ -440,6 +479,17 @@ impl Prepared {
                 None => "host default",
             };
             out.insert(name.to_string(), json!({"value": value, "source": source}));
+        }
+        // An open-loop run's arrivals (listed only then, so a closed loop's settings are unchanged).
+        if let Some(o) = &s.arrivals {
+            for (name, value) in [
+                ("session-arrival-rate", json!(o.spec.rate)),
+                ("session-arrival-pattern", json!(o.spec.pattern.name())),
+                ("session-arrival-smoothness", json!(o.spec.smoothness)),
+            ] {
+                let source = self.sources.get(name).copied().unwrap_or("scenario");
+                out.insert(name.to_string(), json!({"value": value, "source": source}));
+            }
         }
         // The host's transport and counting options: the flags', never the scenario's.
         for (name, value, source) in &self.host_settings {

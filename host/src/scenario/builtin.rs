@@ -14,12 +14,17 @@ pub const BUILTIN_V1: &[u8] = include_bytes!("../../../guest-scenarios/dist/agen
 /// name (`agentx-mvp`, `inferencex-agentx-mvp`) or hash.
 pub const BUILTIN_MVP: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-mvp.wasm");
 
+/// The agentx-open component built into the host: agentx that also allows open-loop session
+/// arrivals (`--session-arrival-rate`), world 0.3.0.
+pub const BUILTIN_OPEN: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-open.wasm");
+
 /// The components built into the host: file stem, the other names it answers to, bytes. The first
 /// is the default.
-pub const BUILTINS: [(&str, &[&str], &[u8]); 3] = [
+pub const BUILTINS: [(&str, &[&str], &[u8]); 4] = [
     ("agentx", &["inferencex-agentx"], BUILTIN_SCENARIO),
     ("agentx-v1", &["inferencex-agentx-v1"], BUILTIN_V1),
     ("agentx-mvp", &["inferencex-agentx-mvp"], BUILTIN_MVP),
+    ("agentx-open", &["agentx-open"], BUILTIN_OPEN),
 ];
 
 /// Whether `name` names a built-in component (its file stem or scenario name).
@@ -70,7 +75,7 @@ pub fn list() -> Vec<BuiltinInfo> {
         .collect()
 }
 
-/// The names of the built-ins, for messages: `agentx (default), agentx-v1, agentx-mvp`.
+/// The names of the built-ins, for messages: `agentx (default), agentx-v1, agentx-mvp, agentx-open`.
 pub fn names() -> String {
     BUILTINS
         .iter()

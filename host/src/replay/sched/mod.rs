@@ -33,6 +33,11 @@
 //! - **Idle caps.** When nothing is in flight anywhere, pending timers move earlier so that the
 //!   earliest fires at most the system idle cap after the last response; with a per-tree cap, a
 //!   tree with nothing in flight has its own timers moved the same way.
+//! - **Open loop.** With [`TreePlan::arrivals`] there are no planned lanes and no warmup: the
+//!   lanes are slots, and each arrival of the seeded schedule ([`super::arrivals`]) starts the
+//!   sampler's next tree at root turn 0 in a free slot (its ordinal is the tree's marker pass), or
+//!   is rejected and counted when every slot holds a tree; a drained tree frees its slot instead of
+//!   recycling. Arrivals more than one mean inter-arrival late are skipped and counted.
 //! - **Never stuck.** A tree with turns held by a join or the barrier and nothing in flight or
 //!   scheduled (a predecessor that will never run, say after an overflow) releases them, counted
 //!   in [`TreeCounts::forced_releases`], instead of holding its lane forever.
@@ -92,6 +97,17 @@ pub struct TreePlan {
     pub burst: bool,
     /// The warmup's cache-pressure stage after the primers, if any.
     pub pressure: Option<Pressure>,
+    /// Open-loop session arrivals instead of lanes: `lanes` is empty, and each arrival starts a
+    /// whole tree from root turn 0 in a free slot.
+    pub arrivals: Option<OpenLoop>,
+}
+
+/// An open-loop run: the arrival process, and the ceiling on sessions in flight (the slots an
+/// arrival may take; one over it is rejected and counted, never queued).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpenLoop {
+    pub spec: super::arrivals::ArrivalSpec,
+    pub slots: u32,
 }
 
 /// One shard's part of a session-tree run.
@@ -148,6 +164,10 @@ pub struct TreeCounts {
     pub late_events: u64,
     /// The most requests in flight at once.
     pub peak_in_flight: u64,
+    /// An open-loop run's arrivals: offered, admitted, rejected over the ceiling, skipped behind
+    /// schedule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<super::arrivals::ArrivalCounts>,
 }
 
 /// The outcome of a session-tree replay.
@@ -288,7 +308,10 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
 /// the phase loops take from the inputs.
 fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Rest, Vec<TreeLane>) {
     let recycler = super::recycle::Recycler::new(&[], std::iter::empty(), 0);
-    let n_lanes = plan.lanes.len();
+    let n_lanes = match &plan.arrivals {
+        Some(o) => o.slots as usize,
+        None => plan.lanes.len(),
+    };
     let (sh, rest) = Shared::build(cfg, inputs, Vec::new(), recycler, n_lanes as u64);
     let passes: HashMap<String, u32> = plan.whole.passes.clone();
     let n_trees = plan.trees.len();
@@ -320,6 +343,7 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
         pressure_sent: vec![0; n_lanes],
         paused: false,
         counts: TreeCounts::default(),
+        schedule: None,
         plan,
     };
     for l in &lanes_plan {
@@ -360,6 +384,16 @@ fn start_profiling(
     let t0_all = sc.plan.whole.t0_ms;
     if warmed.pressured {
         sc.hand_off(start, handoff_t0);
+    }
+    if let Some(o) = sc.plan.arrivals {
+        tracing::info!(
+            "open-loop session arrivals: {} per second ({}), at most {} sessions in flight",
+            o.spec.rate,
+            o.spec.pattern.name(),
+            o.slots
+        );
+        sc.schedule = Some(super::arrivals::Schedule::new(&o.spec, start));
+        sc.counts.arrivals = Some(Default::default());
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
         let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|rt| {
@@ -479,7 +513,7 @@ async fn profile(
                 sh.progress.block(&sh.live.block(elapsed, "profiling", srv.as_ref()));
             }
             _ = bar_tick.tick() => bar(&sh, prof_start),
-            _ = async {}, if sc.tasks.is_empty() && sc.heap.is_empty() => {
+            _ = async {}, if sc.tasks.is_empty() && sc.heap.is_empty() && sc.schedule.is_none() => {
                 // Nothing in flight and nothing to come: every lane is out of trees.
                 break;
             }
@@ -497,6 +531,7 @@ async fn drain(
     message: Option<String>,
 ) -> (StopReason, Option<String>) {
     sc.heap.clear();
+    sc.schedule = None;
     let sh = sc.sh.clone();
     super::drain::drain(&sh, sc, interrupt, stop, message).await
 }

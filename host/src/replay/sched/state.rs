@@ -122,6 +122,8 @@ pub(super) struct Sched {
     /// The pressure stage stopped releasing turns.
     pub(super) paused: bool,
     pub(super) counts: TreeCounts,
+    /// An open-loop run's arrival schedule, from the start of profiling to the stop.
+    pub(super) schedule: Option<crate::replay::arrivals::Schedule>,
 }
 
 impl Sched {
@@ -278,20 +280,64 @@ impl Sched {
             .unwrap_or(lane)
     }
 
-    /// Starts the next tree of the sampler on `lane` at root turn 0, now.
+    /// Starts the next tree of the sampler on `lane` at root turn 0, now; in an open-loop run the
+    /// lane's slot is freed instead (arrivals start trees).
     pub(super) fn recycle(&mut self, lane: u32) {
         self.lanes[lane as usize] = None;
-        if *self.sh.stop_new.borrow() {
+        if *self.sh.stop_new.borrow() || self.plan.arrivals.is_some() {
             return;
         }
-        let Some(t) = self.draw_tree() else { return };
+        self.start_tree(lane, None);
+    }
+
+    /// Starts the arrivals due now (see [`crate::replay::arrivals`]; one more than a mean
+    /// inter-arrival late is skipped and counted): each takes a free slot and
+    /// starts the sampler's next tree at root turn 0 with a marker of its own (the arrival's
+    /// ordinal is the tree's pass); with every slot taken it is rejected and counted.
+    pub(super) fn admit_arrivals(&mut self) {
+        if self.stage != Stage::Profiling || *self.sh.stop_new.borrow() {
+            return;
+        }
+        let now = timer::now();
+        loop {
+            let Some(due) = self.schedule.as_mut().and_then(|s| s.due(now)) else {
+                return;
+            };
+            let c = self.counts.arrivals.get_or_insert_default();
+            c.offered += due.skipped;
+            c.skipped += due.skipped;
+            let Some(ordinal) = due.ordinal else { continue };
+            let free = self.lanes.iter().position(Option::is_none);
+            let started = match free {
+                Some(l) => {
+                    let pass = u32::try_from(ordinal).unwrap_or(u32::MAX);
+                    self.start_tree(l as u32, Some(pass))
+                }
+                None => false,
+            };
+            let c = self.counts.arrivals.get_or_insert_default();
+            c.offered += 1;
+            if started {
+                c.admitted += 1;
+            } else {
+                c.rejected += 1;
+            }
+        }
+    }
+
+    /// Starts the sampler's next tree on `lane` at root turn 0, now, with the next marker pass of
+    /// its trace (or `pass`, an arrival's ordinal); false when the corpus has no tree to start.
+    fn start_tree(&mut self, lane: u32, pass: Option<u32>) -> bool {
+        let Some(t) = self.draw_tree() else {
+            return false;
+        };
         let trace = self.tree(t).trace_id.clone();
-        let pass = {
+        let pass = pass.unwrap_or_else(|| {
             let p = self.passes.entry(trace.clone()).or_insert(0);
             let v = *p;
             *p += 1;
             v
-        };
+        });
         let marker = {
             let mut sc = self.sh.scenario.lock().expect("scenario lock");
             match sc.cache_bust_tree(
@@ -319,6 +365,7 @@ impl Sched {
             self.counts.pressure_trees += 1;
         }
         self.push_timer(lane, 0, timer::now());
+        true
     }
 
     /// Starts branch `b` of the tree on `lane`: each child's turn 0 at `base` plus its recorded
@@ -677,8 +724,9 @@ impl Sched {
         }
     }
 
-    /// Fires every due timer.
+    /// Starts the due arrivals, then fires every due timer.
     pub(super) fn fire_due(&mut self) {
+        self.admit_arrivals();
         let now = timer::now();
         while let Some(Reverse(t)) = self.heap.peek().copied() {
             if t.at > now {
@@ -717,6 +765,11 @@ impl Sched {
     }
 
     pub(super) fn next_wake(&self) -> Option<Instant> {
-        self.heap.peek().map(|t| t.0.at)
+        let timer = self.heap.peek().map(|t| t.0.at);
+        let arrival = self.schedule.as_ref().map(|s| s.next_at());
+        match (timer, arrival) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }

@@ -125,6 +125,7 @@ struct Case {
     delays: [[f64; 3]; 2],
     rules: ReplayRules,
     pressure: Option<Pressure>,
+    arrivals: Option<OpenLoop>,
     cfg: ReplayConfig,
 }
 
@@ -138,6 +139,7 @@ impl Case {
             delays: [[0.0; 3]; 2],
             rules: rules(),
             pressure: None,
+            arrivals: None,
             cfg: testkit::config(secs),
         }
     }
@@ -168,6 +170,7 @@ impl Case {
             delays_ms,
             burst: false,
             pressure: self.pressure,
+            arrivals: self.arrivals,
         };
         let sc = testkit::scenario(crate::scenario::builtin::BUILTIN_V1, "builtin:agentx-v1");
         let (h, inputs) = Harness::inputs(self.corpus.streams, sc, script);
@@ -515,4 +518,143 @@ async fn the_pressure_stage_hands_off_to_profiling_at_recorded_offsets() {
     assert_eq!((c.pressure_requests, c.pressure_trees), (2, 1));
     assert_eq!((c.trees_started, c.trees_drained), (3, 2));
     assert_eq!(out.replay.profiling_ns.map(|p| p.0), Some(280_000_000));
+}
+
+/// An open-loop case: no lanes, `slots` the ceiling, arrivals of `spec`.
+fn open_loop(secs: f64, spec: crate::replay::arrivals::ArrivalSpec, slots: u32) -> Case {
+    let mut case = Case::new(secs);
+    case.lanes.clear();
+    case.delays = [[0.0, 1000.0, 0.0], [0.0; 3]];
+    case.arrivals = Some(OpenLoop { spec, slots });
+    case
+}
+
+/// Constant arrivals at 2/s (0, 500, ..., 2500 ms) with one slot: a tree takes 1420 ms (turns at
+/// 0, 1140 and 1280, 140 ms each), so the arrivals at 500 and 1000 find the slot taken and are
+/// rejected (not queued), the one at 1500 starts the next tree from root turn 0 with its own
+/// marker pass (its ordinal, 3), and 2000 and 2500 are rejected again.
+#[tokio::test(start_paused = true)]
+async fn open_loop_arrivals_over_the_ceiling_are_rejected_not_queued() {
+    use crate::replay::arrivals::{ArrivalCounts, ArrivalSpec, Pattern};
+    let spec = ArrivalSpec::new(2.0, Pattern::Constant, None, 7).unwrap();
+    let (out, recs) = open_loop(2.9, spec, 1).run(ok()).await;
+    assert_eq!(
+        sends(&recs),
+        [
+            s(0, "R0", 0.0),
+            s(0, "R1", 1140.0),
+            s(0, "R2", 1280.0),
+            s(0, "R0", 1500.0),
+            s(0, "R1", 2640.0),
+            s(0, "R2", 2780.0),
+        ]
+    );
+    let passes: Vec<u32> = recs.iter().map(|r| r.recycle_pass).collect();
+    assert_eq!(passes, [0, 0, 0, 3, 3, 3]);
+    assert_eq!(
+        out.counts.arrivals,
+        Some(ArrivalCounts {
+            offered: 6,
+            admitted: 2,
+            rejected: 4,
+            skipped: 0
+        })
+    );
+    assert_eq!((out.counts.trees_started, out.counts.trees_drained), (2, 2));
+    assert_eq!(out.replay.tally.sessions, 2);
+    assert!(recs.iter().all(|r| r.phase == Phase::Profiling));
+}
+
+/// Seeded poisson arrivals with room for all: every arrival starts its tree's root turn 0 exactly
+/// at its drawn instant, the same seed gives the same instants, and the two markers of the same
+/// trace differ (each arrival's ordinal salts its marker).
+#[tokio::test(start_paused = true)]
+async fn open_loop_poisson_arrivals_start_at_their_seeded_instants() {
+    use crate::replay::arrivals::{ArrivalSpec, Pattern};
+    let spec = ArrivalSpec::new(3.0, Pattern::Poisson, None, 11).unwrap();
+    let secs = 4.0;
+    let (out, recs) = open_loop(secs, spec, 64).run(ok()).await;
+    let want: Vec<f64> = spec
+        .offsets(200)
+        .into_iter()
+        .take_while(|&t| t < secs)
+        .map(|t| (t * 1e9) as u64 as f64 / 1e6)
+        .collect();
+    let roots: Vec<f64> = recs
+        .iter()
+        .filter(|r| r.turn == 0 && depth(r) == 0)
+        .map(|r| ms(r.send_ns))
+        .collect();
+    assert!(want.len() >= 6, "{want:?}");
+    assert_eq!(roots.len(), want.len());
+    for (got, want) in roots.iter().zip(&want) {
+        assert!(
+            *got >= want - 0.001 && *got <= want + 1.0,
+            "{got} vs {want} (timers fire on the millisecond)"
+        );
+    }
+    let c = out.counts.arrivals.unwrap();
+    assert_eq!(
+        (c.offered, c.admitted, c.rejected, c.skipped),
+        (want.len() as u64, want.len() as u64, 0, 0)
+    );
+    let passes: Vec<u32> = recs
+        .iter()
+        .filter(|r| r.turn == 0 && depth(r) == 0)
+        .map(|r| r.recycle_pass)
+        .collect();
+    assert_eq!(passes, (0..want.len() as u32).collect::<Vec<_>>());
+    let mut sc = testkit::scenario(
+        crate::scenario::builtin::BUILTIN_OPEN,
+        "builtin:agentx-open",
+    );
+    let mut marker = |pass: u32| {
+        sc.cache_bust_tree(
+            crate::scenario::types::Placement::FirstTurnPrefix,
+            &crate::scenario::types_v2::TreeId {
+                run_id: "test-run".into(),
+                pass,
+                lane: 0,
+                trace_id: "t".into(),
+            },
+        )
+        .unwrap()
+        .text
+    };
+    assert_ne!(marker(0), marker(1));
+}
+
+/// A client that stalls 1200 ms when sending the first request: the scheduler wakes at 1200 with
+/// the arrivals of 500 and 1000 due. The one at 500 is more than one inter-arrival (500 ms) late and
+/// is skipped, not fired in a burst; the one at 1000 starts its tree at 1200; the schedule goes on
+/// at 1500, 2000 and 2500, where the four slots are full (the trees of 0, 1000, 1500 and 2000 in
+/// flight) and the arrival is rejected.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_open_loop_skips_the_stale_arrivals_instead_of_bursting() {
+    use crate::replay::arrivals::{ArrivalCounts, ArrivalSpec, Pattern};
+    let spec = ArrivalSpec::new(2.0, Pattern::Constant, None, 7).unwrap();
+    let script = Scripted::new(|c| Reply {
+        stall: (c.n == 0).then_some(Duration::from_millis(1200)),
+        ..Reply::ok()
+    });
+    let (out, recs) = open_loop(2.9, spec, 4).run(script).await;
+    let roots: Vec<(u32, f64)> = recs
+        .iter()
+        .filter(|r| r.turn == 0)
+        .map(|r| (r.recycle_pass, ms(r.intended_ns)))
+        .collect();
+    assert_eq!(
+        roots,
+        [(0, 0.0), (2, 1200.0), (3, 1500.0), (4, 2000.0)],
+        "(arrival ordinal, intended ms) of each tree's first request"
+    );
+    assert_eq!(
+        out.counts.arrivals,
+        Some(ArrivalCounts {
+            offered: 6,
+            admitted: 4,
+            rejected: 1,
+            skipped: 1
+        })
+    );
 }
