@@ -380,13 +380,7 @@ def prep(a: argparse.Namespace, tools: list[str]) -> dict:
 # ---------------------------------------------------------------------------------------------------
 # report
 
-FIGURES = [
-    ("tokens_per_s", "tok/s", "{:,.0f}"),
-    ("cpu_s_per_1k_tokens", "CPU-s/1k tok", "{:.4f}"),
-    ("peak_rss_mib", "peak RSS MiB", "{:,.0f}"),
-    ("peak_pss_mib", "peak PSS MiB", "{:,.0f}"),
-    ("ttft_overhead_p50_ms", "TTFT+ p50 ms", "{:.2f}"),
-    ("ttft_overhead_p99_ms", "TTFT+ p99 ms", "{:.2f}"),
+FIGURES = compare.FIGURES + [
     ("first_request_s", "1st request s", "{:.2f}"),
     ("warmup_s", "warmup s", "{:.2f}"),
 ]

@@ -11,7 +11,7 @@ use agentx::dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth};
 use agentx::record::Phase;
 use agentx::sim::SimConfig;
 
-use crate::support::{agentx_command, fixture, Run, Sim};
+use crate::support::{agentx_command, corpus_args, fixture, Run, Sim};
 
 const MOONCAKE: &str = "mooncake-12.jsonl";
 const TRACELAB: &str = "tracelab-12.jsonl";
@@ -311,28 +311,8 @@ fn bad_lines_are_named_by_file_line_and_field() {
 
 /// A short run of `scenario` on fixture `corpus` against the simulator.
 fn replay(scenario: &str, corpus: &str, url: &str) -> Run {
-    let corpus = fixture(corpus);
-    let args = [
-        "run",
-        scenario,
-        "--url",
-        url,
-        "--model",
-        "agentx-sim",
-        "--input-file",
-        corpus.to_str().unwrap(),
-        "--random-seed",
-        "42",
-        "--unsafe-override",
-        "--concurrency",
-        "2",
-        "--benchmark-duration",
-        "3",
-        "--benchmark-grace-period",
-        "10",
-        "--stats-interval",
-        "0",
-    ];
+    let mut args = corpus_args("run", Some(scenario), &fixture(corpus), url);
+    args.extend(["--concurrency", "2", "--benchmark-duration", "3"].map(str::to_owned));
     Run::exec(tempfile::tempdir().unwrap(), &args, &[])
 }
 

@@ -14,11 +14,14 @@ use serde_json::Value;
 /// progress lines; a `run` replays the built-in agentx-mvp (single-stream sessions). The caller adds
 /// the rest.
 pub fn fixture_args(command: &str, url: &str) -> Vec<String> {
-    let corpus = fixture("traces-24.jsonl");
+    let scenario = (command == "run").then_some("agentx-mvp");
+    corpus_args(command, scenario, &fixture("traces-24.jsonl"), url)
+}
+
+/// [`fixture_args`] on `corpus`, with `scenario` (when given) after the command.
+pub fn corpus_args(command: &str, scenario: Option<&str>, corpus: &Path, url: &str) -> Vec<String> {
     let mut args = vec![command.to_string()];
-    if command == "run" {
-        args.push("agentx-mvp".into());
-    }
+    args.extend(scenario.map(str::to_owned));
     args.extend(
         [
             "--url",
