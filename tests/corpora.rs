@@ -348,6 +348,53 @@ fn mooncake_fixture_replays_against_the_simulator() {
     );
 }
 
+/// `run` takes aiperf's loader name and block size: the same Mooncake file at 16 tokens a block is
+/// another cache entry, replayed as well; an unknown loader or a zero block size is refused.
+#[test]
+fn run_takes_the_loader_name_and_the_block_size() {
+    let sim = Sim::start(SimConfig::max());
+    let key = |r: &Run| {
+        r.json("run_manifest.json")["dataset"]["cache_key"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let default = replay("agentx-mvp", MOONCAKE, &sim.url());
+    check_replay(&default, MOONCAKE);
+    let mut args = corpus_args("run", Some("agentx-mvp"), &fixture(MOONCAKE), &sim.url());
+    args.extend(
+        [
+            "--concurrency",
+            "2",
+            "--benchmark-duration",
+            "3",
+            "--custom-dataset-type",
+            "mooncake_trace",
+            "--isl-block-size",
+            "16",
+        ]
+        .map(str::to_owned),
+    );
+    let small = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    check_replay(&small, MOONCAKE);
+    assert_ne!(key(&small), key(&default), "block size 16 is another entry");
+
+    for (flag, value, says) in [
+        (
+            "--custom-dataset-type",
+            "sharegpt",
+            "weka_trace, mooncake_trace, tracelab",
+        ),
+        ("--isl-block-size", "0", "--isl-block-size 0"),
+    ] {
+        let mut bad = corpus_args("run", Some("agentx-mvp"), &fixture(MOONCAKE), &sim.url());
+        bad.extend([flag, value, "--dry-run"].map(str::to_owned));
+        let r = Run::exec(tempfile::tempdir().unwrap(), &bad, &[]);
+        assert_eq!(r.code(), 2, "{}", r.stderr());
+        assert!(r.stderr().contains(says), "{}", r.stderr());
+    }
+}
+
 #[test]
 fn every_built_in_tree_scenario_replays_both_formats() {
     let sim = Sim::start(SimConfig::max());

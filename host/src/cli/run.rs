@@ -64,9 +64,20 @@ pub struct RunArgs {
     /// Local weka traces: a `traces.jsonl` or a directory of `*.json`.
     #[arg(help_heading = "What to replay", long, value_name = "PATH")]
     pub input_file: Option<PathBuf>,
-    /// The format of --input-file; only `weka_trace`.
+    /// The format of --input-file, by aiperf's loader name: `weka_trace`, `mooncake_trace` or
+    /// `tracelab` [default: detected from the first record when only one format fits].
     #[arg(help_heading = "What to replay", long, value_name = "TYPE")]
     pub custom_dataset_type: Option<String>,
+    /// Tokens per hash block of a Mooncake or TraceLab corpus [default: 512 mooncake, 64 tracelab]
+    /// (weka traces say their own).
+    #[arg(
+        help_heading = "What to replay",
+        long = "isl-block-size",
+        visible_alias = "prompt-input-tokens-block-size",
+        alias = "synthetic-input-tokens-block-size",
+        value_name = "TOKENS"
+    )]
+    pub isl_block_size: Option<u32>,
     /// Use only the first N traces (after --max-context-length).
     #[arg(help_heading = "What to replay", long, value_name = "N")]
     pub num_dataset_entries: Option<usize>,
@@ -754,6 +765,8 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         home: a.home.dir(),
         num_dataset_entries: a.num_dataset_entries,
         max_context_length: a.max_context_length,
+        format: super::run_plan::corpus_format(a)?,
+        block_size: a.isl_block_size,
         tokenizer: a.tokenizer.clone(),
         output: crate::run::artifact_dir::OutputDir::from_flag(a.output_artifact_dir.clone()),
         overwrite: a.overwrite,

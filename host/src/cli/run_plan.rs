@@ -277,15 +277,31 @@ fn endpoint_type(a: &RunArgs) -> anyhow::Result<EndpointType> {
     })
 }
 
+/// `--custom-dataset-type`'s format (aiperf's loader names); `None`: detected from the corpus.
+pub(super) fn corpus_format(a: &RunArgs) -> anyhow::Result<Option<dataset::format::Format>> {
+    let Some(t) = &a.custom_dataset_type else {
+        return Ok(None);
+    };
+    match dataset::format::Format::of_aiperf_loader(t) {
+        Some(f) => Ok(Some(f)),
+        None => bail!(
+            "--custom-dataset-type {t} is not supported; use one of {}",
+            dataset::format::Format::ALL
+                .map(|f| f.aiperf_loader())
+                .join(", ")
+        ),
+    }
+}
+
 /// The endpoint and dataset flags checked, and the dataset with the loader name the scenario sees.
 fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'static str)> {
     endpoint_type(a)?;
-    if let Some(t) = &a.custom_dataset_type {
-        if t != "weka_trace" {
-            bail!(
-                "--custom-dataset-type {t} is not supported; use --custom-dataset-type weka_trace"
-            );
-        }
+    let format = corpus_format(a)?;
+    if format.is_some() && a.input_file.is_none() && a.dataset.is_none() {
+        bail!("--custom-dataset-type names the format of --input-file (or --dataset); give one");
+    }
+    if a.isl_block_size == Some(0) {
+        bail!("--isl-block-size 0: give the tokens per hash block, e.g. --isl-block-size 512");
     }
     let (dataset, loader) = match (&a.dataset, &a.public_dataset, &a.input_file) {
         (Some(d), _, _) => {
@@ -310,7 +326,7 @@ fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'stati
         }
         (None, None, Some(f)) => (
             DatasetSource::Spec(f.display().to_string()),
-            "weka_trace",
+            format.map_or("weka_trace", |f| f.aiperf_loader()),
         ),
         (None, None, None) if demo => (DatasetSource::Bundled, "weka_trace"),
         (None, None, None) => bail!(

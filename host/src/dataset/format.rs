@@ -39,6 +39,20 @@ impl Format {
     /// Every format, in the order messages list them.
     pub const ALL: [Format; 3] = [Format::Weka, Format::Mooncake, Format::Tracelab];
 
+    /// aiperf's name for the loader of the format (`--custom-dataset-type`).
+    pub fn aiperf_loader(self) -> &'static str {
+        match self {
+            Format::Weka => "weka_trace",
+            Format::Mooncake => "mooncake_trace",
+            Format::Tracelab => "tracelab",
+        }
+    }
+
+    /// The format of aiperf's loader name `name`, if it is one of these.
+    pub fn of_aiperf_loader(name: &str) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| f.aiperf_loader() == name)
+    }
+
     /// The name `--format` takes.
     pub fn as_str(self) -> &'static str {
         match self {

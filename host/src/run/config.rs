@@ -30,6 +30,9 @@ pub struct RunConfig {
     pub plan: RunPlan,
     pub num_dataset_entries: Option<usize>,
     pub max_context_length: Option<u64>,
+    /// `--custom-dataset-type`'s corpus format (`None`: detected) and `--isl-block-size`.
+    pub format: Option<crate::dataset::format::Format>,
+    pub block_size: Option<u32>,
     /// `--tokenizer`: a path, a hub model id or `builtin`.
     pub tokenizer: Option<String>,
     /// Where the artifacts go: the named directory or a fresh one per run.

@@ -376,8 +376,8 @@ fn open_dataset(cfg: &RunConfig) -> anyhow::Result<Dataset> {
         max_context_length: cfg.max_context_length,
         max_osl: None,
         cache_dir: None,
-        format: None,
-        block_size: None,
+        format: cfg.format,
+        block_size: cfg.block_size,
     };
     Ok(match &cfg.plan.dataset {
         DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&cfg.home)?, &opts)?,
