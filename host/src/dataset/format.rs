@@ -185,8 +185,8 @@ impl FormatSpec {
         if format == Format::Weka {
             if let Some(b) = block_size {
                 return Err(DatasetError::Argument(format!(
-                    "--block-size {b} does not apply to a weka corpus: each weka trace says its own \
-                     block_size; drop the flag"
+                    "a block size ({b}: `dataset`'s --block-size, `run`'s --isl-block-size) does \
+                     not apply to a weka corpus: each weka trace says its own block_size; drop the flag"
                 )));
             }
             return Ok(FormatSpec::WEKA);
