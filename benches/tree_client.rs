@@ -26,6 +26,11 @@
 
 mod common;
 
+/// The allocator of `agentx-host` (its `main.rs`), so the memory runs (children of this bench)
+/// measure what the binary holds.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
