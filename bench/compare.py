@@ -273,24 +273,30 @@ class Reaper:
         return True
 
 
-def profiling_span(out: pathlib.Path) -> tuple[int, int] | None:
-    """(first start, last end) in wall-clock ns of the profiling requests in profile_export.jsonl."""
-    lo = hi = None
+def export_metadata(out: pathlib.Path):
+    """The `metadata` of every request in the first profile_export.jsonl under `out` (unreadable lines
+    left out)."""
     for p in out.rglob("profile_export.jsonl"):
         with open(p, "rb") as f:
             for line in f:
                 try:
-                    m = json.loads(line)["metadata"]
+                    yield json.loads(line)["metadata"]
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue
-                if m.get("benchmark_phase") != "profiling":
-                    continue
-                start, end = m.get("request_start_ns"), m.get("request_end_ns")
-                if isinstance(start, int):
-                    lo = start if lo is None else min(lo, start)
-                if isinstance(end, int):
-                    hi = end if hi is None else max(hi, end)
-        break
+        return
+
+
+def profiling_span(out: pathlib.Path) -> tuple[int, int] | None:
+    """(first start, last end) in wall-clock ns of the profiling requests in profile_export.jsonl."""
+    lo = hi = None
+    for m in export_metadata(out):
+        if m.get("benchmark_phase") != "profiling":
+            continue
+        start, end = m.get("request_start_ns"), m.get("request_end_ns")
+        if isinstance(start, int):
+            lo = start if lo is None else min(lo, start)
+        if isinstance(end, int):
+            hi = end if hi is None else max(hi, end)
     return (lo, hi) if lo is not None and hi is not None else None
 
 

@@ -260,18 +260,11 @@ def export_phases(out: pathlib.Path) -> dict:
     to the first profiling request's start."""
     first: dict[str, int] = {}
     count: dict[str, int] = {}
-    for p in out.rglob("profile_export.jsonl"):
-        with open(p, "rb") as f:
-            for line in f:
-                try:
-                    m = json.loads(line)["metadata"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
-                phase, start = m.get("benchmark_phase"), m.get("request_start_ns")
-                count[phase] = count.get(phase, 0) + 1
-                if isinstance(start, int):
-                    first[phase] = min(first.get(phase, start), start)
-        break
+    for m in compare.export_metadata(out):
+        phase, start = m.get("benchmark_phase"), m.get("request_start_ns")
+        count[phase] = count.get(phase, 0) + 1
+        if isinstance(start, int):
+            first[phase] = min(first.get(phase, start), start)
     res = {"warmup_requests": count.get("warmup", 0)}
     if "warmup" in first and "profiling" in first:
         res["warmup_span_s"] = round((first["profiling"] - first["warmup"]) / 1e9, 2)
