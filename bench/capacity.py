@@ -100,7 +100,7 @@ def lag_split(path, burst_s):
     t0 = min(t for t, _ in rows)
     burst = [l for t, l in rows if t - t0 < burst_s * 1e9]
     steady = [l for t, l in rows if t - t0 >= burst_s * 1e9]
-    return {"burst_requests": len(burst), "burst_lag_p99_ms": pct(burst, 99),
+    return {"profiling_records": len(rows), "burst_requests": len(burst), "burst_lag_p99_ms": pct(burst, 99),
             "steady_requests": len(steady), "steady_lag_p50_ms": pct(steady, 50),
             "steady_lag_p99_ms": pct(steady, 99), "steady_lag_max_ms": max(steady) if steady else None}
 
@@ -141,7 +141,7 @@ def main():
             print(f"{world:8} {conc:>6}: send lag p50 {r.get('send_lag_p50_ms') or 0:8.2f} ms  "
                   f"p99 {p99 or 0:8.2f} ms  max {r.get('send_lag_max_ms') or 0:9.2f} ms  "
                   f"steady p99 {r.get('steady_lag_p99_ms') or 0:8.2f} ms ({r.get('steady_requests')} requests)  "
-                  f"requests {r.get('requests_ok')}  client CPU {r['client_cpu_s']:.1f} s of "
+                  f"requests {r.get('requests_ok')} ok of {r.get('profiling_records')}  client CPU {r['client_cpu_s']:.1f} s of "
                   f"{r['wall_s']:.0f} s  exit {r['exit_code']}", flush=True)
             if (p99 is None or p99 > a.bound_ms) and not a.keep_going:
                 break
