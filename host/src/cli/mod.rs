@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 
 pub mod dataset;
+mod extra_inputs;
 pub mod finalize;
 pub mod merge;
 pub mod report;

@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail};
 
 use super::run::RunArgs;
 use crate::client::session_control::DEFAULT_SESSION_TIMEOUT_S;
-use crate::client::{ClientConfig, DynamoRouting, EndpointType, RequestBody, RoutingHeaders};
+use crate::client::{ClientConfig, DynamoRouting, EndpointType, RoutingHeaders};
 use crate::dataset::{self, AssistantMode};
 use crate::run::{positive_secs, DatasetSource, RunPlan, MAX_SECS};
 use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
@@ -146,7 +146,7 @@ impl RunPlan {
     pub fn resolve(a: &RunArgs) -> anyhow::Result<RunPlan> {
         let demo = a.url.is_none();
         let (dataset, loader) = dataset_of(a, demo)?;
-        let extra = extra_inputs(a)?;
+        let extra = super::extra_inputs::extra_inputs(&a.extra_inputs, &a.endpoint_type)?;
         let mut g = given(a, demo, &dataset, loader, &extra)?;
         let (grace, warmup_grace) = graces(a, &mut g)?;
         let trace_idle_cap = a
@@ -335,95 +335,6 @@ fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'stati
     };
 
     Ok((dataset, loader))
-}
-
-/// `--extra-inputs` as body fields, read as aiperf reads them (`parse_str_or_dict_as_tuple_list`):
-/// a word that starts with `{` is a JSON object of fields; otherwise comma-separated `key:value`
-/// pairs whose values are typed by [`coerce`]. One extension: a value that starts with `{` or `[`
-/// and parses as JSON is that JSON (aiperf would send it as a string), and its commas do not split.
-fn extra_inputs(a: &RunArgs) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
-    let mut extra: Vec<(String, serde_json::Value)> = Vec::new();
-    let mut add = |k: &str, v: serde_json::Value, given: &str| -> anyhow::Result<()> {
-        let k = k.trim();
-        if k.is_empty() {
-            bail!("--extra-inputs {given:?} has an empty key");
-        }
-        if RequestBody::RESERVED.contains(&k) {
-            bail!(
-                "--extra-inputs {k}:... would replace a field agentx sets itself ({}); remove it",
-                RequestBody::RESERVED.join(", ")
-            );
-        }
-        if k == "system" && a.endpoint_type == "anthropic" {
-            bail!(
-                "--extra-inputs system:... would replace the `system` blocks agentx writes from the \
-                 trace under --endpoint-type anthropic; remove it"
-            );
-        }
-        extra.retain(|(old, _)| old != k);
-        extra.push((k.to_string(), v));
-        Ok(())
-    };
-    for word in &a.extra_inputs {
-        let w = word.trim();
-        if w.starts_with('{') {
-            let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(w)
-                .map_err(|e| anyhow!("--extra-inputs {w:?} starts with '{{' but is not a JSON object ({e}); pass a JSON object of fields or key:value pairs"))?;
-            for (k, v) in obj {
-                add(&k, v, w)?;
-            }
-            continue;
-        }
-        let mut rest = w;
-        while !rest.is_empty() {
-            let Some((k, after)) = rest.split_once(':') else {
-                bail!(
-                    "--extra-inputs {word:?}: {rest:?} is not KEY:VALUE; pass e.g. --extra-inputs ignore_eos:true temperature:0.6"
-                );
-            };
-            let after = after.trim_start();
-            if after.starts_with(['{', '[']) {
-                let mut de =
-                    serde_json::Deserializer::from_str(after).into_iter::<serde_json::Value>();
-                if let Some(Ok(v)) = de.next() {
-                    let used = de.byte_offset();
-                    add(k, v, word)?;
-                    rest = after[used..].trim_start().trim_start_matches(',');
-                    continue;
-                }
-            }
-            let (value, next) = after.split_once(',').unwrap_or((after, ""));
-            add(k, coerce(value.trim()), word)?;
-            rest = next;
-        }
-    }
-    Ok(extra)
-}
-
-/// A `key:value` value typed as aiperf's `coerce_value` types it: `true`/`false` (any case),
-/// `none`/`null`, integers without a leading zero, decimals with one `.`; else the text.
-fn coerce(v: &str) -> serde_json::Value {
-    use serde_json::Value;
-    let lower = v.to_ascii_lowercase();
-    match lower.as_str() {
-        "true" => return Value::Bool(true),
-        "false" => return Value::Bool(false),
-        "none" | "null" => return Value::Null,
-        _ => {}
-    }
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let unsigned = v.strip_prefix('-').unwrap_or(v);
-    if digits(unsigned) && (!unsigned.starts_with('0') || unsigned == "0") {
-        if let Ok(n) = v.parse::<i64>() {
-            return Value::from(n);
-        }
-    }
-    if v.matches('.').count() == 1 && digits(&unsigned.replace('.', "")) {
-        if let Some(n) = v.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
-            return Value::Number(n);
-        }
-    }
-    Value::String(v.to_string())
 }
 
 /// The core settings of the run (lanes, duration, seed, start ratios, dataset, the locked
@@ -945,47 +856,6 @@ fn intervals(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parsed(words: &[&str]) -> anyhow::Result<serde_json::Value> {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            run: RunArgs,
-        }
-        let mut argv = vec!["run", "--extra-inputs"];
-        argv.extend(words);
-        let a = Cli::try_parse_from(argv)?.run;
-        Ok(serde_json::Value::Object(
-            extra_inputs(&a)?.into_iter().collect(),
-        ))
-    }
-
-    #[test]
-    fn extra_inputs_are_read_as_aiperf_reads_them() {
-        // InferenceX's Qwen3.5 blob: one JSON object of fields.
-        let blob = r#"{"chat_template_kwargs":{"enable_thinking":true},"presence_penalty":0,"temperature":0.6,"top_k":20,"top_p":0.95}"#;
-        assert_eq!(
-            parsed(&[blob]).unwrap(),
-            serde_json::json!({"chat_template_kwargs": {"enable_thinking": true}, "presence_penalty": 0, "temperature": 0.6, "top_k": 20, "top_p": 0.95})
-        );
-        // Several words after one flag, commas, aiperf's typing, a JSON value, a later key winning.
-        assert_eq!(
-            parsed(&[
-                "thinking:true",
-                "a:1,b:0.5,c:007",
-                "d:None",
-                r#"e:{"x":[1,2]},f:x"#,
-                "a:2"
-            ])
-            .unwrap(),
-            serde_json::json!({"thinking": true, "b": 0.5, "c": "007", "d": null, "e": {"x": [1, 2]}, "f": "x", "a": 2})
-        );
-        for bad in ["nocolon", ":1", "{not json", "model:x"] {
-            let e = parsed(&[bad]).unwrap_err().to_string();
-            assert!(e.contains("--extra-inputs"), "{bad}: {e}");
-        }
-    }
 
     fn resolved(extra: &[&str]) -> anyhow::Result<RunPlan> {
         use clap::Parser;
