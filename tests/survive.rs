@@ -322,6 +322,10 @@ fn a_killed_run_is_finalized_into_every_export_and_report_reads_it() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("the last record was cut off"), "{err}");
     assert_exports(&dir);
+    // The torn line is cut off the file; the whole records before it stay, byte for byte.
+    let text = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    assert!(text.ends_with("}\n") && !text.contains("\"cut\""));
+    assert_eq!(text.lines().count(), whole);
     let read = |f: &str| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
     };

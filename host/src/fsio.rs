@@ -108,6 +108,14 @@ impl Root {
         Ok(f.into_std())
     }
 
+    /// Cuts the file `rel` to its first `len` bytes (a torn last line off a log).
+    pub fn truncate(&self, rel: impl AsRef<Path>, len: u64) -> std::io::Result<()> {
+        let f = self
+            .dir
+            .open_with(rel.as_ref(), OpenOptions::new().write(true))?;
+        f.into_std().set_len(len)
+    }
+
     /// Reads the file `rel`.
     pub fn read(&self, rel: impl AsRef<Path>) -> std::io::Result<Vec<u8>> {
         self.dir.read(rel.as_ref())
@@ -141,6 +149,16 @@ impl Root {
     /// so readers see the old file or the new one, never a part; the directory is synced afterwards
     /// so the rename itself survives a crash. Returns the full path written.
     pub fn write_atomic(&self, rel: impl AsRef<Path>, data: &[u8]) -> std::io::Result<PathBuf> {
+        self.write_atomic_with(rel, |w| w.write_all(data))
+    }
+
+    /// As [`Root::write_atomic`], with the contents written by `write` through a buffer (an export
+    /// too large to build in memory first).
+    pub fn write_atomic_with(
+        &self,
+        rel: impl AsRef<Path>,
+        write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> std::io::Result<PathBuf> {
         let rel = rel.as_ref();
         let name = rel.file_name().ok_or_else(|| {
             std::io::Error::new(
@@ -163,8 +181,9 @@ impl Root {
         );
         let written = (|| {
             let f = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
-            let mut f = f.into_std();
-            f.write_all(data)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f.into_std());
+            write(&mut w)?;
+            let f = w.into_inner().map_err(|e| e.into_error())?;
             // Results are read by other users' pipelines.
             #[cfg(unix)]
             {

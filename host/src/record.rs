@@ -382,14 +382,118 @@ impl RecordSender {
     }
 }
 
-/// Reads a `records.jsonl` back (for reports and tests), naming the line of a bad record.
+/// Reads a `records.jsonl` back (for the exports, reports and tests), naming the line of a bad
+/// record. The file is read a line at a time: a long run's records file runs to gigabytes.
 pub fn read_records(path: &Path) -> Result<Vec<RequestRecord>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
-        })
-        .collect()
+    let mut records = Vec::new();
+    scan_records(path, false, |r| records.push(r))?;
+    Ok(records)
+}
+
+/// A last line that a kill cut off: no newline and not a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornLine {
+    /// 1-based.
+    pub line: usize,
+    /// Where the line starts: the length of the file's whole records.
+    pub offset: u64,
+    pub bytes: usize,
+}
+
+/// Hands each record of `path` to `each`, in file order, reading a line at a time. A bad line is an
+/// error naming `file:line`, except, when `torn_tail` allows it, a last line without its newline that
+/// does not parse (a kill mid-write): that one is returned instead.
+pub fn scan_records(
+    path: &Path,
+    torn_tail: bool,
+    mut each: impl FnMut(RequestRecord),
+) -> Result<Option<TornLine>, String> {
+    use std::io::BufRead;
+    let at = |line: usize| format!("{}:{line}", path.display());
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut buf = String::new();
+    let (mut line, mut offset) = (0usize, 0u64);
+    loop {
+        buf.clear();
+        let n = reader
+            .read_line(&mut buf)
+            .map_err(|e| format!("{}: {e}", at(line + 1)))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        line += 1;
+        let text = buf.trim_end_matches(['\n', '\r']);
+        if !text.trim().is_empty() {
+            match serde_json::from_str(text) {
+                Ok(r) => each(r),
+                Err(_) if torn_tail && !buf.ends_with('\n') => {
+                    return Ok(Some(TornLine {
+                        line,
+                        offset,
+                        bytes: n,
+                    }))
+                }
+                Err(e) => return Err(format!("{}: {e}", at(line))),
+            }
+        }
+        offset += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::stats::tests::rec;
+
+    fn file_of(lines: &[String], tail: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RECORDS_FILE);
+        let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        text.push_str(tail);
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn records_are_read_a_line_at_a_time_and_a_bad_line_is_named() {
+        let lines: Vec<String> = (0..3)
+            .map(|i| serde_json::to_string(&rec(i * 100, &[10, 20], 5, 2)).unwrap())
+            .collect();
+        let (_d, path) = file_of(&lines, "");
+        let back = read_records(&path).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(back[2].send_ns, rec(200, &[10, 20], 5, 2).send_ns);
+
+        let mut bad = lines.clone();
+        bad.insert(1, "{\"request_id\":".into());
+        let (_d, path) = file_of(&bad, "");
+        let e = read_records(&path).unwrap_err();
+        assert!(e.contains(&format!("{}:2:", path.display())), "{e}");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_returned_where_it_begins_only_when_allowed() {
+        let lines: Vec<String> = (0..2)
+            .map(|i| serde_json::to_string(&rec(i * 100, &[10], 5, 1)).unwrap())
+            .collect();
+        let whole: u64 = lines.iter().map(|l| l.len() as u64 + 1).sum();
+        let (_d, path) = file_of(&lines, "{\"request_id\":\"cut");
+        let mut n = 0;
+        let torn = scan_records(&path, true, |_| n += 1).unwrap().unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(
+            torn,
+            TornLine {
+                line: 3,
+                offset: whole,
+                bytes: 18
+            }
+        );
+        let e = scan_records(&path, false, |_| {}).unwrap_err();
+        assert!(e.contains(":3:"), "{e}");
+        // A bad line that ends with its newline is not torn: the writer finished it.
+        let (_d, path) = file_of(&[lines[0].clone(), "{\"x\":".into()], "");
+        assert!(scan_records(&path, true, |_| {}).is_err());
+    }
 }

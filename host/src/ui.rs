@@ -384,7 +384,7 @@ mod tests {
         for &v in &exact {
             q.push(v);
         }
-        exact.sort_by(f64::total_cmp);
+        exact.sort_unstable_by(f64::total_cmp);
         for p in [50.0, 90.0, 99.0, 99.9] {
             let want = exact[((p / 100.0) * exact.len() as f64).ceil() as usize - 1];
             let got = q.at(p).expect("values were pushed");

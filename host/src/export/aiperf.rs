@@ -338,14 +338,24 @@ pub fn records_jsonl(
     records: &[RequestRecord],
     info: &RunInfo,
 ) -> Result<String, serde_json::Error> {
-    let mut out = String::new();
+    let mut out = Vec::new();
+    write_records_jsonl(&mut out, records, info).map_err(serde_json::Error::io)?;
+    Ok(String::from_utf8(out).expect("serde_json writes UTF-8"))
+}
+
+/// [`records_jsonl`] written line by line to `out` (a long run's export runs to gigabytes).
+pub fn write_records_jsonl(
+    out: &mut dyn std::io::Write,
+    records: &[RequestRecord],
+    info: &RunInfo,
+) -> std::io::Result<()> {
     for r in records {
         if let Some(line) = record_line(r, info) {
-            out.push_str(&serde_json::to_string(&line)?);
-            out.push('\n');
+            serde_json::to_writer(&mut *out, &line)?;
+            out.write_all(b"\n")?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A record metric's block: unit and every statistic.
@@ -753,7 +763,15 @@ pub fn write_all(
     let slices = slice_duration
         .map(|s| timeslices(records, info, s))
         .transpose()?;
-    let mut written = Vec::new();
+    let jsonl = dir.join(PROFILE_EXPORT_JSONL);
+    dir.write_atomic_with(PROFILE_EXPORT_JSONL, |w| {
+        write_records_jsonl(w, records, info)
+    })
+    .map_err(|source| ExportError::Write {
+        path: jsonl.clone(),
+        source,
+    })?;
+    let mut written = vec![jsonl];
     let mut put = |name: &str, data: Result<String, serde_json::Error>| {
         let path = dir.join(name);
         let data = data.map_err(|source| ExportError::Encode {
@@ -768,7 +786,6 @@ pub fn write_all(
         written.push(path);
         Ok::<(), ExportError>(())
     };
-    put(PROFILE_EXPORT_JSONL, records_jsonl(records, info))?;
     put(
         PROFILE_EXPORT_JSON,
         serde_json::to_string_pretty(&aggregate_json(records, info)),

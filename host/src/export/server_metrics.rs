@@ -210,7 +210,7 @@ fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {
         return None;
     }
     let (mean, std) = mean_std(&v);
-    v.sort_by(f64::total_cmp);
+    v.sort_unstable_by(f64::total_cmp);
     let mut o = Ordered::default();
     o.put("avg", num(mean));
     o.put("min", num(v[0]));
@@ -503,7 +503,7 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
         "avg_update_interval_ms",
         (!gaps.is_empty()).then(|| gaps.iter().sum::<f64>() / gaps.len() as f64),
     );
-    gaps.sort_by(f64::total_cmp);
+    gaps.sort_unstable_by(f64::total_cmp);
     o.put(
         "median_update_interval_ms",
         if gaps.len() >= 2 {

@@ -59,7 +59,7 @@ impl Sorted {
         if values.is_empty() {
             return None;
         }
-        values.sort_by(f64::total_cmp);
+        values.sort_unstable_by(f64::total_cmp);
         Some(Sorted(values))
     }
 

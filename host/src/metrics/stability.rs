@@ -207,7 +207,7 @@ fn trajectories(samples: &[Sample<'_>]) -> (u64, f64, f64) {
 
 /// The percentile `p` of `values` (sorted here).
 fn pct(values: &mut [f64], p: u8) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
+    values.sort_unstable_by(f64::total_cmp);
     percentile(values, f64::from(p))
 }
 

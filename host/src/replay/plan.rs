@@ -286,7 +286,7 @@ impl Plan {
     /// Min, median and max start percentage over the lanes.
     pub fn percent_spread(&self) -> (f64, f64, f64) {
         let mut v: Vec<f64> = self.lanes.iter().map(Lane::percent).collect();
-        v.sort_by(f64::total_cmp);
+        v.sort_unstable_by(f64::total_cmp);
         if v.is_empty() {
             return (0.0, 0.0, 0.0);
         }

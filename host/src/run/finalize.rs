@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context};
 use super::outputs::{self, Ended, RunDir};
 use super::{plan, prepare, RunConfig, RunOutcome};
 use crate::export::manifest::{Finalized, Manifest};
-use crate::record::{Phase, RequestRecord, RECORDS_FILE};
+use crate::record::{scan_records, Phase, RequestRecord, RECORDS_FILE};
 use crate::replay::{ReplayOutcome, StopReason, Tally};
 
 /// The reason recorded when none is given.
@@ -104,41 +104,25 @@ fn check_unfinished(dir: &Path, m: &Manifest) -> anyhow::Result<()> {
 /// the last is an error naming it.
 fn salvage_records(d: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<String>)> {
     let path = d.out.join(RECORDS_FILE);
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}: the run left no records", path.display()))?;
-    let complete = text.ends_with('\n') || text.is_empty();
-    let lines: Vec<&str> = text.lines().collect();
-    let mut records = Vec::with_capacity(lines.len());
-    let mut torn = None;
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<RequestRecord>(line) {
-            Ok(r) => records.push(r),
-            Err(_) if i + 1 == lines.len() && !complete => {
-                tracing::warn!(
-                    "{}:{}: the last record was cut off by the kill ({} bytes); left out",
-                    path.display(),
-                    i + 1,
-                    line.len()
-                );
-                torn = Some(format!("line {}: {} bytes", i + 1, line.len()));
-            }
-            Err(e) => return Err(anyhow!("{}:{}: {e}", path.display(), i + 1)),
-        }
+    if !path.is_file() {
+        bail!("cannot read {}: the run left no records", path.display());
     }
-    if torn.is_some() {
-        let mut whole = String::with_capacity(text.len());
-        for l in &lines[..lines.len() - 1] {
-            whole.push_str(l);
-            whole.push('\n');
-        }
-        d.art
-            .write_atomic(RECORDS_FILE, whole.as_bytes())
-            .with_context(|| format!("cannot rewrite {}", path.display()))?;
-    }
-    Ok((records, torn))
+    let mut records = Vec::new();
+    let torn = scan_records(&path, true, |r| records.push(r)).map_err(|e| anyhow!("{e}"))?;
+    let Some(t) = torn else {
+        return Ok((records, None));
+    };
+    tracing::warn!(
+        "{}:{}: the last record was cut off by the kill ({} bytes); left out",
+        path.display(),
+        t.line,
+        t.bytes
+    );
+    // The whole records before it stay as they are: the file is cut where the torn line begins.
+    d.art
+        .truncate(RECORDS_FILE, t.offset)
+        .with_context(|| format!("cannot cut the torn line off {}", path.display()))?;
+    Ok((records, Some(format!("line {}: {} bytes", t.line, t.bytes))))
 }
 
 /// The server metrics scraped until the last journal flush before the end (at most

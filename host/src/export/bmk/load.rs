@@ -71,11 +71,19 @@ pub(super) fn read(path: &Path) -> Result<Option<String>, ReportError> {
 pub fn load_artifacts(dir: &Path) -> Result<Artifacts, ReportError> {
     let dir = locate(dir)?;
     let p = dir.join(PROFILE_EXPORT);
-    let text = read(&p)?.ok_or_else(|| ReportError::NoRecords {
-        dir: dir.clone(),
-        file: PROFILE_EXPORT,
-    })?;
-    let records = parse_profile_export(&text, &p)?;
+    let file = match std::fs::File::open(&p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ReportError::NoRecords {
+                dir: dir.clone(),
+                file: PROFILE_EXPORT,
+            })
+        }
+        r => r.map_err(|source| ReportError::Read {
+            path: p.clone(),
+            source,
+        })?,
+    };
+    let records = read_profile_export(std::io::BufReader::with_capacity(1 << 20, file), &p)?;
     let sp = dir.join(SERVER_METRICS);
     let server = read(&sp)?
         .map(|t| ServerMetrics::parse(&t, &sp))

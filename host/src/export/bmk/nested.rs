@@ -93,7 +93,7 @@ pub fn dist(values: &[f64]) -> Value {
         return null_dist();
     }
     let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
+    v.sort_unstable_by(f64::total_cmp);
     let (mean, std) = mean_std(&v);
     let p = |q: f64| num(percentile(&v, q));
     json!({"mean": mean, "p50": p(50.0), "p75": p(75.0), "p90": p(90.0), "p95": p(95.0), "std": std})
@@ -106,7 +106,7 @@ pub fn inverse_dist(times: &[f64]) -> Value {
     if v.is_empty() {
         return null_dist();
     }
-    v.sort_by(f64::total_cmp);
+    v.sort_unstable_by(f64::total_cmp);
     let inv: Vec<f64> = v.iter().map(|x| 1.0 / x).collect();
     let (mean, std) = mean_std(&inv);
     let p = |q: f64| num(percentile(&v, q).map(|t| 1.0 / t));

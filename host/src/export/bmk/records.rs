@@ -257,15 +257,35 @@ pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, Str
 
 /// Parses the text of a `profile_export.jsonl`; `path` names the file in errors (`path:line: ...`).
 pub fn parse_profile_export(text: &str, path: &Path) -> Result<Vec<ProfileRecord>, ReportError> {
+    read_profile_export(text.as_bytes(), path)
+}
+
+/// As [`parse_profile_export`], a line at a time from `reader` (a long run's export runs to
+/// gigabytes, and only its parsed records are kept).
+pub fn read_profile_export(
+    mut reader: impl std::io::BufRead,
+    path: &Path,
+) -> Result<Vec<ProfileRecord>, ReportError> {
     let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
+    let mut l = String::new();
+    for line in 1.. {
+        l.clear();
+        let n = reader
+            .read_line(&mut l)
+            .map_err(|source| ReportError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
         if l.trim().is_empty() {
             continue;
         }
         out.push(
-            parse_record(l, i + 1).map_err(|message| ReportError::Record {
+            parse_record(l.trim_end(), line).map_err(|message| ReportError::Record {
                 path: path.to_owned(),
-                line: i + 1,
+                line,
                 message,
             })?,
         );
