@@ -31,6 +31,16 @@ mod common;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// And its arenas committed on demand, as `agentx-host` sets them before `main`.
+#[used]
+#[link_section = ".init_array"]
+static COMMIT_ON_DEMAND: extern "C" fn() = commit_on_demand;
+
+extern "C" fn commit_on_demand() {
+    // SAFETY: sets one of the allocator's options (`mi_option_arena_eager_commit`, index 4).
+    unsafe { libmimalloc_sys::mi_option_set(4, 0) }
+}
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -59,6 +59,14 @@ pub use layout::{sendable_starts, StepInfo};
 /// Live mode: more cached pieces than this and the later ones are merged into one.
 const MAX_JSON_PARTS: usize = 8;
 
+/// A thread's scratch buffer for the pieces is given back above this size (a 1M-token history).
+const MAX_SCRATCH: usize = 8 << 20;
+
+thread_local! {
+    /// Where live-mode pieces are written before they are kept at their size.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Where assistant content comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AssistantMode {
@@ -463,9 +471,19 @@ impl<'a> Conversation<'a> {
             };
         }
         if cache.msgs < self.live.len() || cache.parts.is_empty() {
-            let mut piece = Vec::new();
-            self.write_messages_from(&mut piece, bust, cache.msgs);
-            cache.parts.push(Bytes::from(piece));
+            // Written into a reused buffer, then kept at its exact size: a piece is written with
+            // room for the longest words (8 bytes each, about 5.5 used) and grows by doubling, and
+            // a kept piece would hold all that slack for the rest of the session.
+            let piece = SCRATCH.with_borrow_mut(|s| {
+                s.clear();
+                self.write_messages_from(s, bust, cache.msgs);
+                let piece = Bytes::copy_from_slice(s);
+                if s.capacity() > MAX_SCRATCH {
+                    *s = Vec::new();
+                }
+                piece
+            });
+            cache.parts.push(piece);
             cache.msgs = self.live.len();
             if cache.parts.len() > MAX_JSON_PARTS {
                 // The later pieces are a turn or a few each: merging them keeps the piece count
