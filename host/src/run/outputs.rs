@@ -20,7 +20,7 @@ use crate::export::manifest::{
 use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
 use crate::fsio::Root;
 use crate::metrics::Summary;
-use crate::record::{read_records, Clock, RecordSink};
+use crate::record::{scan_records, Clock, RecordSink};
 use crate::replay::{self, ReplayOutcome};
 use crate::scenario;
 
@@ -341,7 +341,10 @@ pub(super) fn finish(
 ) -> anyhow::Result<RunOutcome> {
     let written = sink.close()?;
     let records_path = d.out.join(crate::record::RECORDS_FILE);
-    let records = read_records(&records_path).map_err(|e| anyhow!("reading back records: {e}"))?;
+    // Sized by the count written: a long run's records are the end's largest allocation.
+    let mut records = Vec::with_capacity(written as usize);
+    scan_records(&records_path, false, |r| records.push(r))
+        .map_err(|e| anyhow!("reading back records: {e}"))?;
     d.manifest.trees = r.tree_counts.as_ref().map(|c| json!(c));
     d.manifest.ended_unix_ns = Some(d.clock.unix_ns(d.clock.now_ns()));
     let ended = Ended {
