@@ -389,13 +389,13 @@ where
     I: IntoIterator<Item = &'a RequestRecord>,
     I::IntoIter: Clone,
 {
-    let records = records.into_iter();
-    let counted = records
-        .clone()
+    let kept = records
+        .into_iter()
         .filter(|r| r.phase == phase && !r.context_overflow);
     // Each list is reserved at its bound before it is filled: a long run's inter-chunk latencies
     // run to tens of millions of values, and a list grown by doubling held up to three times them.
-    let (n, chunks) = counted.fold((0, 0), |(n, c), r| (n + 1, c + r.chunk_offsets_ns.len()));
+    let (n, chunks) =
+        (kept.clone()).fold((0, 0), |(n, c), r| (n + 1, c + r.chunk_offsets_ns.len()));
     let mut values: Vec<Vec<f64>> = RECORD_METRICS
         .iter()
         .map(|m| match m.tag == INTER_CHUNK_LATENCY.tag {
@@ -403,10 +403,7 @@ where
             false => Vec::with_capacity(n),
         })
         .collect();
-    for r in records {
-        if r.phase != phase || r.context_overflow {
-            continue;
-        }
+    for r in kept {
         for (m, v) in record_values(r) {
             if let Some(i) = RECORD_METRICS.iter().position(|d| d.tag == m.tag) {
                 v.push_into(&mut values[i]);
