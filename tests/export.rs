@@ -88,9 +88,12 @@ fn records() -> Vec<RequestRecord> {
         kind: "cancelled".into(),
         message: "the run ended".into(),
     });
+    // Due 5 ms before it went out: aiperf's clock starts at the send, the scheduled one when due.
+    let mut late = ok(1, 1, 1_000, &[150, 170, 190, 260], 4_000, 16);
+    late.intended_ns -= 5 * MS;
     vec![
         warm,
-        ok(1, 1, 1_000, &[150, 170, 190, 260], 4_000, 16),
+        late,
         ok(2, 3, 1_200, &[300, 310, 330], 9_000, 8),
         overflow,
         ok(1, 2, 2_500, &[120, 160], 4_600, 2),
@@ -282,6 +285,60 @@ fn every_export_matches_the_golden_schema() {
     );
 }
 
+/// The first profiling success, computed by hand: due at 995 ms, sent at 1,000 ms (request start),
+/// response headers at +2 ms, content chunks at +150, +170, +190, +260 ms, the end at +261 ms; 4,000
+/// prompt tokens (2,000 cached), 16 output tokens. Every aiperf-named field is on aiperf's clock
+/// (from `request_start_ns`); the scheduled pair counts from `credit_issued_ns`.
+fn every_aiperf_named_metric_by_hand(line: &Value) {
+    let md = &line["metadata"];
+    assert_eq!(md["credit_issued_ns"], ANCHOR + 995 * MS);
+    assert_eq!(md["request_start_ns"], ANCHOR + 1_000 * MS);
+    assert_eq!(md["request_ack_ns"], ANCHOR + 1_002 * MS);
+    assert_eq!(md["request_end_ns"], ANCHOR + 1_261 * MS);
+    let m = &line["metrics"];
+    let value = |tag: &str| -> f64 {
+        m[tag]["value"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{tag} missing from {m}"))
+    };
+    let close = |tag: &str, want: f64| {
+        let got = value(tag);
+        assert!((got - want).abs() < 1e-9, "{tag}: {got} against {want}");
+    };
+    close("input_sequence_length", 4_000.0);
+    close("time_to_first_token", 150.0);
+    close("time_to_second_token", 20.0);
+    close("request_latency", 260.0);
+    assert_eq!(m["inter_chunk_latency"]["value"], json!([20.0, 20.0, 70.0]));
+    close("output_sequence_length", 16.0);
+    close("output_token_count", 16.0);
+    // From the first content chunk to the end of the response: 261 - 150 ms.
+    close("full_decode_duration", 111.0);
+    // Decode over OSL - 1: (260 - 150) / 15 and 111 / 15 ms.
+    close("inter_token_latency", 110.0 / 15.0);
+    close("full_response_inter_token_latency", 111.0 / 15.0);
+    close("output_token_throughput_per_user", 1_000.0 / (110.0 / 15.0));
+    close(
+        "full_response_output_token_throughput_per_user",
+        1_000.0 / (111.0 / 15.0),
+    );
+    close("usage_prompt_tokens", 4_000.0);
+    close("usage_completion_tokens", 16.0);
+    close("usage_total_tokens", 4_016.0);
+    close("usage_prompt_cache_read_tokens", 2_000.0);
+    close("scheduled_time_to_first_token", 155.0);
+    close("scheduled_request_latency", 265.0);
+    for (tag, unit) in [
+        ("time_to_first_token", "ms"),
+        ("request_latency", "ms"),
+        ("scheduled_time_to_first_token", "ms"),
+        ("inter_token_latency", "ms"),
+        ("output_token_throughput_per_user", "tokens/sec/user"),
+    ] {
+        assert_eq!(m[tag]["unit"], unit, "{tag}");
+    }
+}
+
 #[test]
 fn jsonl_and_aggregate_agree_with_the_records() {
     let (dir, _, recs) = exported(None);
@@ -305,15 +362,7 @@ fn jsonl_and_aggregate_agree_with_the_records() {
         assert_eq!(md["request_end_ns"], ANCHOR + r.end_ns);
         assert_eq!(md["benchmark_phase"], r.phase.as_str());
     }
-    // The first profiling success: TTFT 150 ms, latency 260 ms, ITL (260-150)/15 ms.
-    let m = &lines[1]["metrics"];
-    assert_eq!(m["time_to_first_token"]["value"], 150.0);
-    assert_eq!(m["time_to_second_token"]["value"], 20.0);
-    assert_eq!(m["request_latency"]["value"], 260.0);
-    assert_eq!(m["inter_chunk_latency"]["value"], json!([20.0, 20.0, 70.0]));
-    let itl = m["inter_token_latency"]["value"].as_f64().unwrap();
-    assert!((itl - 110.0 / 15.0).abs() < 1e-9);
-    assert_eq!(m["usage_prompt_cache_read_tokens"]["value"], 2_000);
+    every_aiperf_named_metric_by_hand(&lines[1]);
 
     let agg: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join(aiperf::PROFILE_EXPORT_JSON)).unwrap(),
@@ -331,6 +380,12 @@ fn jsonl_and_aggregate_agree_with_the_records() {
     assert_eq!(agg["time_to_first_token"]["count"], 3);
     assert_eq!(agg["time_to_first_token"]["min"], 120.0);
     assert_eq!(agg["time_to_first_token"]["max"], 300.0);
+    // The late request's 5 ms: the scheduled TTFTs are 155, 300 and 120 ms.
+    assert_eq!(agg["scheduled_time_to_first_token"]["max"], 300.0);
+    let mean = agg["scheduled_time_to_first_token"]["avg"].as_f64().unwrap();
+    assert!((mean - 575.0 / 3.0).abs() < 1e-9, "{mean}");
+    let mean = agg["time_to_first_token"]["avg"].as_f64().unwrap();
+    assert!((mean - 570.0 / 3.0).abs() < 1e-9, "{mean}");
     assert_eq!(agg["error_isl"]["count"], 2);
     assert_eq!(agg["start_time_utc"], "2026-05-28T20:26:41.000000Z");
     assert!(agg["time_zone"].is_string());

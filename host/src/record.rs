@@ -213,20 +213,35 @@ pub enum TokenSource {
 }
 
 impl RequestRecord {
-    /// Time to first token, from the intended start (no coordinated omission).
+    /// Time to first token as aiperf measures it (`time_to_first_token`): from the request's start
+    /// (`request_start_ns`, before a connection is taken) to the first content chunk.
     pub fn ttft_ns(&self) -> Option<u64> {
+        self.first_token_ns.map(|t| t.saturating_sub(self.send_ns))
+    }
+
+    /// Time to first token from when the request was due (`credit_issued_ns`): what a user of an
+    /// open schedule waited, send lag included (no coordinated omission). Exported as
+    /// `scheduled_time_to_first_token`.
+    pub fn scheduled_ttft_ns(&self) -> Option<u64> {
         self.first_token_ns
             .map(|t| t.saturating_sub(self.intended_ns))
     }
 
-    /// What the client added to the time to first token: [`RequestRecord::ttft_ns`] less the
-    /// server's own time to first token, when the server stamped it.
+    /// What the client added to the time to first token: [`RequestRecord::scheduled_ttft_ns`]
+    /// (send lag included) less the server's own time to first token, when the server stamped it.
     pub fn client_ttft_ns(&self) -> Option<u64> {
-        Some(self.ttft_ns()?.saturating_sub(self.server_ttft_ns?))
+        Some(self.scheduled_ttft_ns()?.saturating_sub(self.server_ttft_ns?))
     }
 
-    /// End-to-end latency to the last content chunk, from the intended start.
+    /// End-to-end latency as aiperf measures it (`request_latency`): from the request's start to
+    /// its last content chunk.
     pub fn latency_ns(&self) -> Option<u64> {
+        self.chunk_offsets_ns.last().copied()
+    }
+
+    /// End-to-end latency to the last content chunk from when the request was due (exported as
+    /// `scheduled_request_latency`).
+    pub fn scheduled_latency_ns(&self) -> Option<u64> {
         self.chunk_offsets_ns
             .last()
             .map(|&o| (self.send_ns + o).saturating_sub(self.intended_ns))

@@ -876,6 +876,9 @@ fn print_summary(
     outln!("itl (ms)      {}", d(&s.itl_ms));
     outln!("latency (ms)  {}", d(&s.latency_ms));
     outln!("send lag (ms) {}", d(&s.send_lag_ms));
+    // The same two figures from when each request was due: send lag included.
+    outln!("sched ttft    {}", d(&s.scheduled_ttft_ms));
+    outln!("sched latency {}", d(&s.scheduled_latency_ms));
     if let Some(g) = &s.goodput {
         outln!(
             "goodput       {:.2} good req/s, {} good requests ({:.1}% of those sent)",

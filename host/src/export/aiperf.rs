@@ -248,9 +248,10 @@ fn record_error(r: &RequestRecord) -> Option<RecordError> {
 /// One `profile_export.jsonl` line (aiperf's `MetricRecordInfo`), or `None` for a context-overflow
 /// record, which aiperf's agentic replay drops.
 ///
-/// `request_start_ns` is when the request went on the wire; the latencies count from when it was due
-/// (the project's no-coordinated-omission convention), so with send lag TTFT exceeds
-/// `first token - request_start_ns` by that lag.
+/// Every aiperf-named metric is on aiperf's clock: `time_to_first_token` and `request_latency` count
+/// from `request_start_ns` (the request's start, before a connection is taken). The same two from
+/// when the request was due (`credit_issued_ns`, send lag included) are agentx's own
+/// `scheduled_time_to_first_token` and `scheduled_request_latency`.
 pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
     if r.context_overflow {
         return None;

@@ -461,6 +461,8 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
     let ttft = ms(|x| x.ttft_s);
     let itl = ms(|x| x.itl_s);
     let e2e = ms(|x| x.e2el_s);
+    let scheduled_ttft = ms(|x| x.scheduled_ttft_s);
+    let scheduled_e2e = ms(|x| x.scheduled_e2el_s);
     let intvty = Dist::of(
         prof.iter()
             .filter_map(|x| x.itl_s)
@@ -557,6 +559,13 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
         throughput_rows.extend(goodput_rows(m));
     }
     let throughput = Table::kv("Throughput", throughput_rows);
+    // agentx's schedule-anchored pair (from when each request was due), absent from aiperf's files.
+    let scheduled_rows = [
+        ("TTFT from due", scheduled_ttft),
+        ("E2E from due", scheduled_e2e),
+    ]
+    .into_iter()
+    .filter_map(|(name, d)| d.map(|d| dist_row(name, Some(&d))));
     let latency = Table {
         title: "Latency (ms) and interactivity (tokens/s/user)".into(),
         header: ["", "p50", "p90", "p99", "mean", "n"]
@@ -567,7 +576,10 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             dist_row("ITL", itl.as_ref()),
             dist_row("E2E", e2e.as_ref()),
             dist_row("interactivity", intvty.as_ref()),
-        ],
+        ]
+        .into_iter()
+        .chain(scheduled_rows)
+        .collect(),
         links: Vec::new(),
     };
     let verdict = a.run.as_ref().map(|r| Verdict {
@@ -728,6 +740,8 @@ mod tests {
                 error: (i % 50 == 49).then(bmk::Failure::default),
                 ttft_s: Some(0.1 + (i % 7) as f64 * 0.0123),
                 e2el_s: Some(3.25),
+                scheduled_ttft_s: None,
+                scheduled_e2el_s: None,
                 itl_s: Some(0.010 + (i % 5) as f64 * 0.000_37),
                 full_response_itl_s: None,
                 isl: Some(12_345.0 + (i % 11) as f64 * 1001.0),

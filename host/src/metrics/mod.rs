@@ -73,11 +73,15 @@ pub struct Summary {
     pub request_throughput: f64,
     pub output_token_throughput: f64,
     pub input_token_throughput: f64,
-    /// Milliseconds.
+    /// Milliseconds, on aiperf's clock: from each request's start (`request_start_ns`).
     pub ttft_ms: Option<Dist>,
     pub itl_ms: Option<Dist>,
     pub latency_ms: Option<Dist>,
-    /// Milliseconds between intended and actual send.
+    /// Milliseconds from when each request was due (`credit_issued_ns`): the time to first token
+    /// and the latency a user of the schedule saw, send lag included.
+    pub scheduled_ttft_ms: Option<Dist>,
+    pub scheduled_latency_ms: Option<Dist>,
+    /// Milliseconds between intended and actual send: what separates the two clocks.
     pub send_lag_ms: Option<Dist>,
     pub isl: Option<Dist>,
     pub osl: Option<Dist>,
@@ -94,6 +98,7 @@ impl Summary {
         let mut s = Summary::default();
         let (mut ttft, mut itl, mut lat, mut lag, mut isl, mut osl) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
+        let (mut scheduled_ttft, mut scheduled_lat) = (vec![], vec![]);
         let (mut first, mut last) = (u64::MAX, 0u64);
         let mut cached = Some(0u64);
         for r in records {
@@ -135,6 +140,12 @@ impl Summary {
             if let Some(t) = r.latency_ns() {
                 lat.push(ms(t as f64));
             }
+            if let Some(t) = r.scheduled_ttft_ns() {
+                scheduled_ttft.push(ms(t as f64));
+            }
+            if let Some(t) = r.scheduled_latency_ns() {
+                scheduled_lat.push(ms(t as f64));
+            }
             lag.push(ms(r.send_lag_ns() as f64));
             isl.push(r.isl as f64);
             osl.push(r.osl as f64);
@@ -152,6 +163,8 @@ impl Summary {
         s.ttft_ms = Dist::of(ttft);
         s.itl_ms = Dist::of(itl);
         s.latency_ms = Dist::of(lat);
+        s.scheduled_ttft_ms = Dist::of(scheduled_ttft);
+        s.scheduled_latency_ms = Dist::of(scheduled_lat);
         s.send_lag_ms = Dist::of(lag);
         s.isl = Dist::of(isl);
         s.osl = Dist::of(osl);

@@ -70,9 +70,22 @@ pub const USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
     "tokens",
 );
 pub const ERROR_ISL: MetricDef = def("error_isl", "Error Input Sequence Length", "tokens");
+/// agentx's own: the time to first token from when the request was due (`credit_issued_ns`), send
+/// lag included; `time_to_first_token` counts from the request's start, as aiperf does.
+pub const SCHEDULED_TIME_TO_FIRST_TOKEN: MetricDef = def(
+    "scheduled_time_to_first_token",
+    "Scheduled Time to First Token",
+    "ms",
+);
+/// agentx's own: the request latency from when the request was due, send lag included.
+pub const SCHEDULED_REQUEST_LATENCY: MetricDef = def(
+    "scheduled_request_latency",
+    "Scheduled Request Latency",
+    "ms",
+);
 
-/// Every record metric, in output order.
-pub const RECORD_METRICS: [MetricDef; 17] = [
+/// Every record metric, in output order: aiperf's, then agentx's schedule-anchored pair.
+pub const RECORD_METRICS: [MetricDef; 19] = [
     INPUT_SEQUENCE_LENGTH,
     TIME_TO_FIRST_TOKEN,
     TIME_TO_SECOND_TOKEN,
@@ -89,6 +102,8 @@ pub const RECORD_METRICS: [MetricDef; 17] = [
     USAGE_COMPLETION_TOKENS,
     USAGE_TOTAL_TOKENS,
     USAGE_PROMPT_CACHE_READ_TOKENS,
+    SCHEDULED_TIME_TO_FIRST_TOKEN,
+    SCHEDULED_REQUEST_LATENCY,
     ERROR_ISL,
 ];
 
@@ -274,6 +289,12 @@ pub fn record_values(r: &RequestRecord) -> Vec<(MetricDef, Value)> {
     }
     if let Some(c) = u.cached_tokens {
         out.push((USAGE_PROMPT_CACHE_READ_TOKENS, Value::Int(c)));
+    }
+    if let Some(t) = r.scheduled_ttft_ns() {
+        out.push((SCHEDULED_TIME_TO_FIRST_TOKEN, Value::Float(ms(t as f64))));
+    }
+    if let Some(t) = r.scheduled_latency_ns() {
+        out.push((SCHEDULED_REQUEST_LATENCY, Value::Float(ms(t as f64))));
     }
     out
 }
@@ -748,21 +769,25 @@ pub(crate) mod tests {
     fn record_values_follow_aiperf_definitions() {
         // Sent at 100 ms, chunks at +20, +30, +60 ms; 4 output tokens.
         let mut r = rec(100, &[20, 30, 60], 50, 4);
-        r.intended_ns = 95_000_000; // 5 ms late: TTFT and latency count from the intended start
+        // Due at 95 ms, sent 5 ms late: aiperf's TTFT and latency count from the send
+        // (`request_start_ns`), the scheduled pair from when it was due (`credit_issued_ns`).
+        r.intended_ns = 95_000_000;
         r.usage.cached_tokens = Some(32);
         let v = record_values(&r);
         let get = |tag: &str| v.iter().find(|(m, _)| m.tag == tag).map(|(_, x)| x.clone());
         assert_eq!(get("input_sequence_length"), Some(Value::Int(50)));
-        assert_eq!(get("time_to_first_token"), Some(Value::Float(25.0)));
+        assert_eq!(get("time_to_first_token"), Some(Value::Float(20.0)));
+        assert_eq!(get("scheduled_time_to_first_token"), Some(Value::Float(25.0)));
         assert_eq!(get("time_to_second_token"), Some(Value::Float(10.0)));
-        assert_eq!(get("request_latency"), Some(Value::Float(65.0)));
+        assert_eq!(get("request_latency"), Some(Value::Float(60.0)));
+        assert_eq!(get("scheduled_request_latency"), Some(Value::Float(65.0)));
         assert_eq!(
             get("inter_chunk_latency"),
             Some(Value::List(vec![10.0, 30.0]))
         );
         assert_eq!(get("output_sequence_length"), Some(Value::Int(4)));
         assert_eq!(get("output_token_count"), Some(Value::Int(4)));
-        // (65 - 25) / (4 - 1) ms.
+        // (60 - 20) / (4 - 1) ms: the same on either clock.
         let Some(Value::Float(itl)) = get("inter_token_latency") else {
             panic!("no itl")
         };

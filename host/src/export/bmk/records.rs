@@ -60,8 +60,13 @@ pub struct ProfileRecord {
     pub phase: RecordPhase,
     pub cancelled: bool,
     pub error: Option<Failure>,
+    /// aiperf's `time_to_first_token` and `request_latency`: from the request's start.
     pub ttft_s: Option<f64>,
     pub e2el_s: Option<f64>,
+    /// agentx's `scheduled_time_to_first_token` and `scheduled_request_latency`: from when the
+    /// request was due (absent from aiperf's own exports).
+    pub scheduled_ttft_s: Option<f64>,
+    pub scheduled_e2el_s: Option<f64>,
     pub itl_s: Option<f64>,
     /// aiperf's `full_response_inter_token_latency` (the whole response over its tokens), when the
     /// record writer gave it.
@@ -247,6 +252,8 @@ pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, Str
         error: failure_of(&raw.error),
         ttft_s: latency(m, "time_to_first_token")?,
         e2el_s: latency(m, "request_latency")?,
+        scheduled_ttft_s: latency(m, "scheduled_time_to_first_token")?,
+        scheduled_e2el_s: latency(m, "scheduled_request_latency")?,
         itl_s: latency(m, "inter_token_latency")?,
         full_response_itl_s: latency(m, "full_response_inter_token_latency")?,
         isl: count("input_sequence_length")?,

@@ -79,6 +79,8 @@ fn rec(
         error: None,
         ttft_s: Some(ttft_ms / 1e3),
         e2el_s: Some(e2e_ms / 1e3),
+        scheduled_ttft_s: None,
+        scheduled_e2el_s: None,
         itl_s: Some(itl_ms / 1e3),
         full_response_itl_s: None,
         isl: Some(isl),
@@ -96,6 +98,8 @@ fn failed(kind: &str) -> ProfileRecord {
         }),
         ttft_s: None,
         e2el_s: None,
+        scheduled_ttft_s: None,
+        scheduled_e2el_s: None,
         itl_s: None,
         osl: None,
         ..rec(
