@@ -305,10 +305,13 @@ fn fixed_latency_records_time_every_token() {
         assert!(x.first_byte_ns.unwrap() <= x.first_token_ns.unwrap());
         assert!(x.end_ns >= x.send_ns + x.chunk_offsets_ns.last().unwrap());
         // The simulator stamps its own time to first token (at most its fixed 50 ms, counted from
-        // the request's head), and what the client added is the rest.
+        // the request's head), and what the client added is the rest of the scheduled TTFT (from
+        // when the request was due, send lag included): aiperf's TTFT plus the send lag.
         let server = x.server_ttft_ns.unwrap();
         assert!(server > 0 && server <= 50_000_000, "{x:?}");
-        assert_eq!(x.client_ttft_ns(), Some(x.ttft_ns().unwrap() - server));
+        let scheduled = x.scheduled_ttft_ns().unwrap();
+        assert_eq!(scheduled, x.ttft_ns().unwrap() + x.send_lag_ns());
+        assert_eq!(x.client_ttft_ns(), Some(scheduled - server));
         if x.osl >= 2 {
             let itl = x.itl_ns().unwrap() / 1e6;
             assert!((1.5..50.0).contains(&itl), "itl {itl} ms");
