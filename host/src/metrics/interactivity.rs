@@ -118,8 +118,8 @@ mod tests {
         assert!((f.itl_s.p90 - 0.047).abs() < 1e-15);
         assert!((f.tokens_per_s_per_user.p90 - 1.0 / 0.047).abs() < 1e-9);
         assert!((f.tokens_per_s_per_user.mean - 1.0 / 0.03).abs() < 1e-9);
-        // 1/ITL = 25, 100, 50, 20: mean 48.75, population variance 965.1875.
-        assert!((f.tokens_per_s_per_user.std - 965.1875f64.sqrt()).abs() < 1e-9);
+        // 1/ITL = 25, 100, 50, 20: mean 48.75, population variance 4018.75 / 4.
+        assert!((f.tokens_per_s_per_user.std - 1004.6875f64.sqrt()).abs() < 1e-9);
         // (n - 1)·0.999 = 2.997.
         assert!((f.itl_s.p99_9 - (0.04 + 0.997 * 0.01)).abs() < 1e-15);
         let one = FullResponseInteractivity::of_itl(vec![0.02]).unwrap();
