@@ -43,7 +43,14 @@ struct ScrapeSeries {
 type Scrape = HashMap<String, Vec<ScrapeSeries>>;
 
 /// Columns that are neither a label nor a statistic.
-const NOT_LABELS: [&str; 6] = ["Endpoint", "Type", "Metric", "Unit", "Description", "buckets"];
+const NOT_LABELS: [&str; 6] = [
+    "Endpoint",
+    "Type",
+    "Metric",
+    "Unit",
+    "Description",
+    "buckets",
+];
 
 /// Whether a column holds a statistic: `avg|min|max|std|total|sum|count|rate`, a percentile
 /// `pNN[.N][_estimate]`, or `rate_*`, `count_*`, `sum_*`.
@@ -479,13 +486,18 @@ fn timeline(jsonl: &str) -> Vec<TimelineRequest> {
         .collect();
     let bounds = |md: &Value| {
         let ns = |k: &str| md.get(k).and_then(Value::as_f64);
-        Some((ns("credit_issued_ns").or(ns("request_start_ns"))?, ns("request_end_ns")?))
+        Some((
+            ns("credit_issued_ns").or(ns("request_start_ns"))?,
+            ns("request_end_ns")?,
+        ))
     };
     let mut origin = f64::INFINITY;
     let mut first: HashMap<&str, f64> = HashMap::new();
     for row in &rows {
         let md = &row["metadata"];
-        let Some((start, _)) = bounds(md) else { continue };
+        let Some((start, _)) = bounds(md) else {
+            continue;
+        };
         origin = origin.min(start);
         if let Some(key) = replay_key(md) {
             let e = first.entry(key).or_insert(start);
@@ -494,13 +506,24 @@ fn timeline(jsonl: &str) -> Vec<TimelineRequest> {
     }
     let mut ranked: Vec<(&str, f64)> = first.into_iter().collect();
     ranked.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
-    let rank: HashMap<&str, usize> = ranked.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
+    let rank: HashMap<&str, usize> = ranked
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (*k, i))
+        .collect();
     let mut out = Vec::new();
     for row in &rows {
         let (md, m) = (&row["metadata"], &row["metrics"]);
-        let Some((credit, end)) = bounds(md) else { continue };
+        let Some((credit, end)) = bounds(md) else {
+            continue;
+        };
         let ns = |k: &str| md.get(k).and_then(Value::as_f64);
-        let text = |k: &str| md.get(k).and_then(Value::as_str).unwrap_or("unknown").to_owned();
+        let text = |k: &str| {
+            md.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("unknown")
+                .to_owned()
+        };
         out.push(TimelineRequest {
             conversation: text("conversation_id"),
             replay: replay_key(md).and_then(|k| rank.get(k).copied()),
@@ -637,7 +660,9 @@ fn interactivity(jsonl: &str) -> BTreeMap<String, f64> {
 #[test]
 fn the_interactivity_port_follows_the_apps_rules() {
     let row = |phase: &str, error: &str, metrics: &str| {
-        format!(r#"{{"metadata":{{"benchmark_phase":"{phase}","request_start_ns":1000000000,"request_end_ns":1500000000}},"metrics":{metrics},"error":{error}}}"#)
+        format!(
+            r#"{{"metadata":{{"benchmark_phase":"{phase}","request_start_ns":1000000000,"request_end_ns":1500000000}},"metrics":{metrics},"error":{error}}}"#
+        )
     };
     let jsonl = [
         row("profiling", "null", r#"{"full_response_inter_token_latency":{"value":40,"unit":"ms"}}"#),
@@ -738,8 +763,12 @@ fn assert_server_figures(names: MetricNames, run: &Run, row: &Value) {
     let completed = row["request_accounting"]["records_profiled"].as_f64();
     let mean = |path: &str| rm.pointer(path).and_then(Value::as_f64);
     let client = ClientTokens {
-        prompt: mean("/tokens/input/mean").zip(completed).map(|(m, n)| m * n),
-        generation: mean("/tokens/output_actual/mean").zip(completed).map(|(m, n)| m * n),
+        prompt: mean("/tokens/input/mean")
+            .zip(completed)
+            .map(|(m, n)| m * n),
+        generation: mean("/tokens/output_actual/mean")
+            .zip(completed)
+            .map(|(m, n)| m * n),
     };
     let whole = match names {
         MetricNames::Vllm => vllm_scalars(&scrape),
@@ -769,7 +798,11 @@ fn assert_server_figures(names: MetricNames, run: &Run, row: &Value) {
             exported
         }
     };
-    assert!(whole.prompt_tokens.is_some(), "{}: no prompt counter", names.name());
+    assert!(
+        whole.prompt_tokens.is_some(),
+        "{}: no prompt counter",
+        names.name()
+    );
     let app = publish(&scrape, whole, client);
     let family = names.name();
     assert_eq!(sm["adapter"], family);
@@ -778,7 +811,10 @@ fn assert_server_figures(names: MetricNames, run: &Run, row: &Value) {
         agentx("/cache/gpu_cache_hit_rate"),
         &format!("{family} gpu cache hit rate"),
     );
-    assert!(app.server_gpu_cache_hit_rate.unwrap() > 0.0, "{family}: a replay of a corpus hits");
+    assert!(
+        app.server_gpu_cache_hit_rate.unwrap() > 0.0,
+        "{family}: a replay of a corpus hits"
+    );
     assert_eq!(app.server_external_cache_hit_rate, None, "{family}");
     assert_eq!(
         app.total_prompt_tokens,
@@ -821,7 +857,11 @@ fn assert_interactivity(run: &Run, row: &Value) {
     ] {
         let itl = fr["itl_s"][ours].as_f64().unwrap();
         let intvty = fr["tokens_per_s_per_user"][ours].as_f64().unwrap();
-        assert!(close(app[&format!("{stat}_itl")], itl), "{stat} itl: app {} vs {itl}", app[&format!("{stat}_itl")]);
+        assert!(
+            close(app[&format!("{stat}_itl")], itl),
+            "{stat} itl: app {} vs {itl}",
+            app[&format!("{stat}_itl")]
+        );
         assert!(
             close(app[&format!("{stat}_intvty")], intvty),
             "{stat} intvty: app {} vs {intvty}",
@@ -834,7 +874,11 @@ fn assert_interactivity(run: &Run, row: &Value) {
     );
     // The slow-tail p90 is the row's `full_response_intvty.p90` too.
     let row_p90 = row["request_metrics"]["latency"]["full_response_intvty"]["p90"].as_f64();
-    close5(Some(app["p90_intvty"]), row_p90, "full-response interactivity p90");
+    close5(
+        Some(app["p90_intvty"]),
+        row_p90,
+        "full-response interactivity p90",
+    );
 }
 
 /// The timeline the app draws holds every exported record, on the records' own clock.
@@ -852,7 +896,11 @@ fn assert_timeline(run: &Run) {
     // A recycled trace's turns share (trace, turn, phase): a request matches one of them.
     let mut by_request: HashMap<(String, u64, &str), Vec<&RequestRecord>> = HashMap::new();
     for r in &records {
-        let phase = if r.phase == Phase::Warmup { "warmup" } else { "profiling" };
+        let phase = if r.phase == Phase::Warmup {
+            "warmup"
+        } else {
+            "profiling"
+        };
         by_request
             .entry((r.trace_id.clone(), r.turn as u64, phase))
             .or_default()
@@ -861,10 +909,16 @@ fn assert_timeline(run: &Run) {
     // JavaScript doubles hold unix nanoseconds to about 256 ns.
     let near = |a: f64, b: u64| (a - b as f64).abs() <= 1024.0;
     for x in &t {
-        assert!(x.replay.is_some() && x.worker.starts_with("worker_"), "{x:?}");
+        assert!(
+            x.replay.is_some() && x.worker.starts_with("worker_"),
+            "{x:?}"
+        );
         assert!(x.credit <= x.start && x.start <= x.end, "{x:?}");
         assert!(x.isl.is_some() && !x.cancelled, "{x:?}");
-        assert!(x.ttft_ms.is_some_and(|v| v > 0.0) && x.ack.is_some(), "{x:?}");
+        assert!(
+            x.ttft_ms.is_some_and(|v| v > 0.0) && x.ack.is_some(),
+            "{x:?}"
+        );
         assert_eq!(x.depth, 0.0);
         let key = (x.conversation.clone(), x.turn as u64, x.phase.as_str());
         let candidates = by_request.get(&key).map_or(&[][..], Vec::as_slice);
@@ -903,19 +957,44 @@ fn the_engine_table_reads_every_family_the_simulator_speaks() {
         let row = ENGINES.iter().find(|e| e.backend == backend).unwrap();
         let gauges = [row.running, row.waiting, &row.kv_usage[..1]].concat();
         for name in gauges {
-            assert_eq!(kind(name), Some(MetricType::Gauge), "{}: {name}\n{page}", names.name());
+            assert_eq!(
+                kind(name),
+                Some(MetricType::Gauge),
+                "{}: {name}\n{page}",
+                names.name()
+            );
         }
         let Some(HitRate::Ratio { hits, of }) = row.hit_rate.first().copied() else {
-            panic!("{}: the first hit rate is a ratio of counters", names.name());
+            panic!(
+                "{}: the first hit rate is a ratio of counters",
+                names.name()
+            );
         };
-        let counters = [hits, of, row.prompt_tokens[0], row.generation_tokens.unwrap()];
+        let counters = [
+            hits,
+            of,
+            row.prompt_tokens[0],
+            row.generation_tokens.unwrap(),
+        ];
         for name in counters {
-            assert_eq!(kind(name), Some(MetricType::Counter), "{}: {name}\n{page}", names.name());
-            assert!(page.contains(&format!("# TYPE {name}_total counter")), "{name}");
+            assert_eq!(
+                kind(name),
+                Some(MetricType::Counter),
+                "{}: {name}\n{page}",
+                names.name()
+            );
+            assert!(
+                page.contains(&format!("# TYPE {name}_total counter")),
+                "{name}"
+            );
         }
         // Nothing of another family.
         for other in Backend::ALL.into_iter().filter(|b| *b != backend) {
-            assert!(families.iter().all(|f| !other.owns(&f.name)), "{}", other.name());
+            assert!(
+                families.iter().all(|f| !other.owns(&f.name)),
+                "{}",
+                other.name()
+            );
         }
     }
 }

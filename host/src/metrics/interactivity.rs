@@ -50,8 +50,11 @@ pub struct FullResponseInteractivity {
     pub tokens_per_s_per_user: PublishedStats,
 }
 
+/// Where a statistic sits in [`PublishedStats`].
+type Field = fn(&mut PublishedStats) -> &mut f64;
+
 /// The percentiles published, with their place in [`PublishedStats`].
-const PERCENTILES: [(f64, fn(&mut PublishedStats) -> &mut f64); 6] = [
+const PERCENTILES: [(f64, Field); 6] = [
     (50.0, |s| &mut s.p50),
     (75.0, |s| &mut s.p75),
     (90.0, |s| &mut s.p90),
@@ -89,7 +92,11 @@ impl FullResponseInteractivity {
         };
         let mut intvty = PublishedStats {
             mean: 1.0 / itl_s.mean,
-            std: dist::std(&reciprocals, dist::mean(&reciprocals), Deviation::Population),
+            std: dist::std(
+                &reciprocals,
+                dist::mean(&reciprocals),
+                Deviation::Population,
+            ),
             ..PublishedStats::default()
         };
         for (p, field) in PERCENTILES {

@@ -5,9 +5,9 @@
 //! page shows the same simulated quantities under each family's own names, as each engine's source
 //! registers them (Python's `prometheus_client` writes a counter's samples, `# HELP` and `# TYPE`
 //! with the `_total` suffix, whether the source named it with one or not: `metrics.py:34-35`
-//! strips it from the family name and `exposition.py:294-295` adds it back, prometheus_client
-//! 0.21; a reader's parser strips it again, `parser.py:293-295`, which is why aiperf's export and
-//! agentx's name counters without it):
+//! strips it from the family name and `exposition.py:294-295` adds it back, in prometheus_client
+//! 0.23.1, the version aiperf installs; a reader's parser strips it again, `parser.py:293-295`,
+//! which is why aiperf's export and agentx's name counters without it):
 //!
 //! - vLLM (`vllm/v1/metrics/loggers.py`): one series per engine (labels `model_name`, `engine`), as a
 //!   data-parallel deployment shows them, so consumers must sum counters across series;
@@ -186,6 +186,9 @@ impl EngineMetrics {
 
 /// Picks one histogram out of an engine's metrics.
 type HistogramOf = fn(&EngineMetrics) -> &Histogram;
+
+/// One value of an engine's metrics.
+type ValueOf<'a> = dyn Fn(&EngineMetrics) -> f64 + 'a;
 
 /// What `/metrics` needs to know about the deployment besides the numbers.
 pub struct Exposition<'a> {
@@ -406,12 +409,19 @@ fn histogram(out: &mut String, name: &str, labels: &str, hists: &[&Histogram]) {
         cumulative += hists.iter().map(|h| h.counts[i].load(Relaxed)).sum::<u64>();
         le.clear();
         le.push_str(",le=\"");
-        num(&mut le, first.labels.get(i).copied().unwrap_or(f64::INFINITY));
+        num(
+            &mut le,
+            first.labels.get(i).copied().unwrap_or(f64::INFINITY),
+        );
         le.push('"');
         sample(out, &bucket, labels, &le, cumulative as f64);
     }
     sample(out, &format!("{name}_count"), labels, "", cumulative as f64);
-    let sum = hists.iter().map(|h| h.sum.load(Relaxed) as f64).sum::<f64>() / first.scale;
+    let sum = hists
+        .iter()
+        .map(|h| h.sum.load(Relaxed) as f64)
+        .sum::<f64>()
+        / first.scale;
     sample(out, &format!("{name}_sum"), labels, "", sum);
 }
 
@@ -422,7 +432,10 @@ fn total(x: &Exposition<'_>, of: fn(&EngineMetrics) -> u64) -> f64 {
 
 /// The engines' KV tokens held now over their capacity, at most 1.
 fn kv_usage(x: &Exposition<'_>, engines: &[&EngineMetrics]) -> f64 {
-    let held: f64 = engines.iter().map(|m| m.kv_tokens.load(Relaxed) as f64).sum();
+    let held: f64 = engines
+        .iter()
+        .map(|m| m.kv_tokens.load(Relaxed) as f64)
+        .sum();
     let capacity = (x.capacity_tokens.max(1) * engines.len().max(1) as u64) as f64;
     (held / capacity).min(1.0)
 }
@@ -485,11 +498,7 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
     );
     let cached = total(x, |m| m.prefix_cache_hits.load(Relaxed));
     sample(out, name, &server, ",cache_source=\"device\"", cached);
-    let requests: f64 = x
-        .engines
-        .iter()
-        .map(|m| m.prompt_len.count() as f64)
-        .sum();
+    let requests: f64 = x.engines.iter().map(|m| m.prompt_len.count() as f64).sum();
     metric(
         out,
         "sglang:num_requests_total",
@@ -523,7 +532,7 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
     let rank = |i: usize| {
         format!("model_name=\"{model}\",engine_type=\"unified\",tp_rank=\"0\",pp_rank=\"0\",dp_rank=\"{i}\"")
     };
-    let gauges: [(&str, &str, &dyn Fn(&EngineMetrics) -> f64); 5] = [
+    let gauges: [(&str, &str, &ValueOf); 5] = [
         (
             "sglang:num_running_reqs",
             "The number of running requests.",
@@ -539,11 +548,9 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
             "The number of used tokens.",
             &|m| m.kv_tokens.load(Relaxed) as f64,
         ),
-        (
-            "sglang:token_usage",
-            "The token usage.",
-            &|m| kv_usage(x, &[m]),
-        ),
+        ("sglang:token_usage", "The token usage.", &|m| {
+            kv_usage(x, &[m])
+        }),
         (
             "sglang:max_total_num_tokens",
             "Maximum total number of tokens in the KV cache pool.",
@@ -681,11 +688,7 @@ fn atom(out: &mut String, x: &Exposition<'_>) {
     let finished = total(x, |m| m.success_stop.load(Relaxed))
         + total(x, |m| m.success_length.load(Relaxed))
         + total(x, |m| m.success_abort.load(Relaxed));
-    let prefills: f64 = x
-        .engines
-        .iter()
-        .map(|m| m.prompt_len.count() as f64)
-        .sum();
+    let prefills: f64 = x.engines.iter().map(|m| m.prompt_len.count() as f64).sum();
     let max = max_blocks(x);
     let used = used_blocks(x).min(max);
     for (name, help, v) in [

@@ -389,10 +389,7 @@ fn vllm_by_source(m: &ServerMetrics, f: &mut Figures) {
     );
     f.put(
         "cache.overall_cache_hit_rate",
-        ratio(
-            Some(local.unwrap_or(0.0) + external.unwrap_or(0.0)),
-            raw,
-        ),
+        ratio(Some(local.unwrap_or(0.0) + external.unwrap_or(0.0)), raw),
         "(local_cache_hit + external_kv_transfer) / all of vllm:prompt_tokens_by_source",
     );
 }
@@ -440,7 +437,11 @@ fn trtllm(m: &ServerMetrics, f: &mut Figures) {
         m.value("trtllm_kv_cache_host_utilization"),
         "trtllm_kv_cache_host_utilization",
     );
-    let pool = pool_tokens(m, "trtllm_kv_cache_max_blocks", "trtllm_kv_cache_tokens_per_block");
+    let pool = pool_tokens(
+        m,
+        "trtllm_kv_cache_max_blocks",
+        "trtllm_kv_cache_tokens_per_block",
+    );
     f.put(
         "kv_cache.gpu_total_tokens",
         pool,
