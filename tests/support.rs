@@ -49,7 +49,8 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A simulator on its own runtime, serving while the test thread waits on the binary.
+/// A simulator on its own runtime, serving while the test thread waits on the binary; its
+/// `SimConfig::metric_names` chooses whose metric names `/metrics` speaks.
 pub struct Sim {
     rt: tokio::runtime::Runtime,
     handle: Option<SimHandle>,
@@ -71,6 +72,11 @@ impl Sim {
 
     pub fn url(&self) -> String {
         self.handle.as_ref().unwrap().url()
+    }
+
+    /// The `/metrics` page now, under the names `SimConfig::metric_names` chose.
+    pub fn metrics_text(&self) -> String {
+        self.handle.as_ref().unwrap().metrics_text()
     }
 
     /// Chat completion requests received so far.

@@ -13,6 +13,7 @@ mod front_door;
 mod goodput;
 mod html;
 mod inferencex;
+mod inferencex_app;
 mod infx_bench;
 mod replay;
 mod report;

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::sim::{Preset, SimConfig, Timing};
+use crate::sim::{MetricNames, Preset, SimConfig, Timing};
 
 /// `--speed`: a time factor or `max` (no delays).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -172,6 +172,11 @@ pub struct SimArgs {
     /// as vLLM does, headers go out once the request is admitted.
     #[arg(long)]
     pub headers_at_first_token: bool,
+    /// Whose Prometheus names `/metrics` speaks: vllm, sglang, trtllm or atom. The counters are
+    /// the same simulated prompt, generated and cached tokens, requests and KV usage, under each
+    /// engine's own names, labels and `_total` spellings.
+    #[arg(long, default_value = "vllm", value_name = "FAMILY", value_parser = |s: &str| s.parse::<MetricNames>())]
+    pub metric_names: MetricNames,
 }
 
 impl SimArgs {
@@ -267,6 +272,7 @@ impl SimArgs {
         }
         c.keep_alive.header = self.keep_alive_header;
         c.headers_at_first_token = self.headers_at_first_token;
+        c.metric_names = self.metric_names;
         if let Some(v) = self.stall_ms {
             c.faults.stall = v;
         } else if self.stall_rate > 0.0 {
@@ -350,6 +356,14 @@ mod tests {
             }
         );
         assert_eq!(cfg(&["--speed", "max"]).unwrap().timing, Timing::Instant);
+        assert_eq!(cfg(&[]).unwrap().metric_names, MetricNames::Vllm);
+        assert_eq!(
+            cfg(&["--metric-names", "trtllm"]).unwrap().metric_names,
+            MetricNames::Trtllm
+        );
+        assert!(cfg(&["--metric-names", "tgi"])
+            .unwrap_err()
+            .contains("vllm, sglang, trtllm, atom"));
     }
 
     #[test]

@@ -643,7 +643,7 @@ impl ServerValues {
                     let shown = names.iter().take(40).cloned().collect::<Vec<_>>().join(", ");
                     let more = names.len().saturating_sub(40);
                     notes.push(format!(
-                        "server metrics from an unknown engine (none of vLLM, SGLang, Dynamo, ATOM, llama.cpp): {shown}{}",
+                        "server metrics from an unknown engine (none of vLLM, SGLang, TensorRT-LLM, Dynamo, ATOM, llama.cpp): {shown}{}",
                         if more > 0 { format!(" and {more} more") } else { String::new() }
                     ));
                 } else {

@@ -439,6 +439,29 @@ fn dist_row(name: &str, d: Option<&Dist>) -> Vec<String> {
     ]
 }
 
+/// The full-response ITL and interactivity as InferenceX's app publishes them (`metrics::interactivity`).
+fn published_table(f: &crate::metrics::interactivity::FullResponseInteractivity) -> Table {
+    use crate::metrics::interactivity::PublishedStats;
+    let row = |name: &str, s: &PublishedStats, scale: f64, digits: usize| {
+        let cells = [s.mean, s.p50, s.p90, s.p99, s.p99_9, s.std];
+        std::iter::once(name.to_owned())
+            .chain(cells.map(|v| num(Some(v * scale), digits)))
+            .chain(std::iter::once(f.requests.to_string()))
+            .collect()
+    };
+    Table {
+        title: "As InferenceX publishes it: full-response ITL (ms) and interactivity (tokens/s/user, pX = 1 / pX of the ITL)".into(),
+        header: ["", "mean", "p50", "p90", "p99", "p99.9", "std", "n"]
+            .map(str::to_owned)
+            .to_vec(),
+        rows: vec![
+            row("full-response ITL", &f.itl_s, 1e3, 2),
+            row("interactivity", &f.tokens_per_s_per_user, 1.0, 2),
+        ],
+        links: Vec::new(),
+    }
+}
+
 /// The page of one run, from its parsed artifacts (the run summary among them) and its manifest
 /// (`run_manifest.json`, when present: what a run that did not finish has).
 /// The identity only sets the GPU count of per-GPU figures, which the page does not show.
@@ -582,6 +605,9 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
         .collect(),
         links: Vec::new(),
     };
+    let published = summary
+        .and_then(|s| s.summary.full_response.as_ref())
+        .map(published_table);
     let verdict = a.run.as_ref().map(|r| Verdict {
         valid: r.submission_valid,
         reasons: r.submission_invalid_reasons.clone(),
@@ -595,7 +621,10 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             conc,
         ),
         verdict,
-        tables: vec![what, requests, throughput, latency],
+        tables: [what, requests, throughput, latency]
+            .into_iter()
+            .chain(published)
+            .collect(),
         charts: panels.iter().map(Chart::from_panel).collect(),
         charts_heading: None,
     }

@@ -10,6 +10,13 @@
 //!
 //! A new engine: a [`Backend`] variant (name and prefixes), its row in [`ENGINES`], and its report
 //! figures in `export::bmk::backends`.
+//!
+//! Names are as the server-metrics export writes them: a counter without `_total` (the family
+//! name a Prometheus parser gives it, aiperf's and agentx's alike), whether the engine registered
+//! it with the suffix (TensorRT-LLM's `Counter(name="trtllm_prompt_tokens_total")`,
+//! `tensorrt_llm/metrics/collector.py:229-233` at commit 050f80d) or without (ATOM's
+//! `CounterMetricFamily("atom:prompt_tokens")`); on the page both read `..._total`. The built-in
+//! simulator speaks every family here but llama.cpp and Dynamo (`agentx-host sim --metric-names`).
 
 /// An inference engine whose metric names the host knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -18,16 +25,18 @@ pub enum Backend {
     Atom,
     Sglang,
     Vllm,
+    TrtLlm,
     LlamaCpp,
 }
 
 impl Backend {
-    /// In the order InferenceX's aggregator tries them, then llama.cpp.
-    pub const ALL: [Backend; 5] = [
+    /// In the order InferenceX's aggregator tries them, then TensorRT-LLM and llama.cpp.
+    pub const ALL: [Backend; 6] = [
         Backend::Dynamo,
         Backend::Atom,
         Backend::Sglang,
         Backend::Vllm,
+        Backend::TrtLlm,
         Backend::LlamaCpp,
     ];
 
@@ -37,6 +46,7 @@ impl Backend {
             Backend::Atom => "atom",
             Backend::Sglang => "sglang",
             Backend::Vllm => "vllm",
+            Backend::TrtLlm => "trtllm",
             Backend::LlamaCpp => "llamacpp",
         }
     }
@@ -48,6 +58,7 @@ impl Backend {
             Backend::Atom => &["atom:"],
             Backend::Sglang => &["sglang:"],
             Backend::Vllm => &["vllm:"],
+            Backend::TrtLlm => &["trtllm_"],
             Backend::LlamaCpp => &["llamacpp:"],
         }
     }
@@ -110,7 +121,7 @@ const NONE: &[&str] = &[];
 
 /// The engines, in the order their names are tried (vLLM first: its names are what most servers,
 /// the built-in simulator among them, export).
-pub const ENGINES: [Engine; 5] = [
+pub const ENGINES: [Engine; 6] = [
     Engine {
         backend: Backend::Vllm,
         running: &["vllm:num_requests_running"],
@@ -137,15 +148,17 @@ pub const ENGINES: [Engine; 5] = [
         kv_usage: &["sglang:token_usage"],
         kv_usage_percent: false,
         cpu_kv_usage: NONE,
+        // Cached over prompt tokens, as InferenceX's app reads it; a build without the cached
+        // counter, the realtime split by mode.
         hit_rate: &[
+            HitRate::Ratio {
+                hits: "sglang:cached_tokens",
+                of: "sglang:prompt_tokens",
+            },
             HitRate::Share {
                 metric: "sglang:realtime_tokens",
                 label: "mode",
                 value: "prefill_cache",
-            },
-            HitRate::Ratio {
-                hits: "sglang:cached_tokens",
-                of: "sglang:prompt_tokens",
             },
         ],
         external_hit_rate: None,
@@ -171,18 +184,50 @@ pub const ENGINES: [Engine; 5] = [
     },
     Engine {
         backend: Backend::Atom,
-        running: &["atom:num_requests_running"],
-        waiting: &["atom:num_requests_waiting"],
+        // `_AtomMetricsCollector` (`atom/entrypoints/openai/metrics.py`): every series unlabelled,
+        // summed over data-parallel ranks.
+        running: &["atom:requests_running"],
+        waiting: &["atom:requests_waiting"],
         kv_usage: &["atom:kv_cache_usage_ratio"],
         kv_usage_percent: false,
         cpu_kv_usage: NONE,
-        hit_rate: &[HitRate::Ratio {
-            hits: "atom:prefix_cache_cached_tokens",
-            of: "atom:prompt_tokens",
-        }],
-        external_hit_rate: None,
+        // The prompt tokens prefix-cache accounting considered, as InferenceX's app divides by;
+        // a build without that counter, its prompt tokens.
+        hit_rate: &[
+            HitRate::Ratio {
+                hits: "atom:prefix_cache_cached_tokens",
+                of: "atom:prefix_cache_full_tokens",
+            },
+            HitRate::Ratio {
+                hits: "atom:prefix_cache_cached_tokens",
+                of: "atom:prompt_tokens",
+            },
+        ],
+        external_hit_rate: Some(HitRate::Ratio {
+            hits: "atom:lmcache_loaded_tokens",
+            of: "atom:prefix_cache_full_tokens",
+        }),
         prompt_tokens: &["atom:prompt_tokens"],
         generation_tokens: Some("atom:generation_tokens"),
+    },
+    Engine {
+        backend: Backend::TrtLlm,
+        // `MetricsCollector` (`tensorrt_llm/metrics/collector.py`), one series per server.
+        running: &["trtllm_num_requests_running"],
+        waiting: &["trtllm_num_requests_waiting"],
+        // Used over max blocks, a fraction.
+        kv_usage: &["trtllm_kv_cache_utilization"],
+        kv_usage_percent: false,
+        cpu_kv_usage: &["trtllm_kv_cache_host_utilization"],
+        // The counters, not the `trtllm_kv_cache_hit_rate` gauge: that is the engine's rate since it
+        // started, warmup and earlier runs included.
+        hit_rate: &[HitRate::Ratio {
+            hits: "trtllm_prompt_cached_tokens",
+            of: "trtllm_prompt_tokens",
+        }],
+        external_hit_rate: None,
+        prompt_tokens: &["trtllm_prompt_tokens"],
+        generation_tokens: Some("trtllm_generation_tokens"),
     },
     Engine {
         backend: Backend::Dynamo,

@@ -2,12 +2,14 @@
 //! No I/O and no clocks: everything here is a function of the records it is given.
 //!
 //! Each rule has one home here: the distribution kernel ([`dist`]), what became of a request
-//! ([`outcome`]), the server engines' metric names ([`engines`]) and the within-run stability
-//! block of InferenceX's row ([`stability`]).
+//! ([`outcome`]), the server engines' metric names ([`engines`]), the within-run stability
+//! block of InferenceX's row ([`stability`]) and the full-response interactivity InferenceX's app
+//! publishes ([`interactivity`]).
 
 pub mod dist;
 pub mod engines;
 pub mod goodput;
+pub mod interactivity;
 pub mod outcome;
 pub mod prometheus;
 pub mod scrape_log;
@@ -91,6 +93,11 @@ pub struct Summary {
     /// The sessions under `--goodput`: how many were good, and their slowdown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<sessions::SessionFigures>,
+    /// The full-response ITL and interactivity as InferenceX's app publishes them (with p99.9, the
+    /// population deviation and the slow-tail `p90 = 1 / p90(ITL)`); absent when no successful
+    /// request had two output tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full_response: Option<interactivity::FullResponseInteractivity>,
 }
 
 impl Summary {
@@ -168,6 +175,7 @@ impl Summary {
         s.send_lag_ms = Dist::of(lag);
         s.isl = Dist::of(isl);
         s.osl = Dist::of(osl);
+        s.full_response = interactivity::FullResponseInteractivity::of(records);
         s
     }
 }

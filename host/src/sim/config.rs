@@ -43,6 +43,54 @@ impl FromStr for Preset {
     }
 }
 
+/// Whose Prometheus names, labels and counter spellings `GET /metrics` speaks. The quantities are
+/// the same simulated ones (prompt, generated and cached tokens, requests, running and waiting
+/// requests, KV usage) under each engine's own names, so one run can be checked against every
+/// engine family a reader of the exports knows (`sim/metrics.rs` has the names and their sources).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricNames {
+    /// vLLM's `vllm:` names (the default).
+    #[default]
+    Vllm,
+    /// SGLang's `sglang:` names.
+    Sglang,
+    /// TensorRT-LLM's `trtllm_` names, as `trtllm-serve` exposes them.
+    Trtllm,
+    /// ATOM's `atom:` names.
+    Atom,
+}
+
+impl MetricNames {
+    /// Names accepted by `--metric-names`.
+    pub const NAMES: &'static [&'static str] = &["vllm", "sglang", "trtllm", "atom"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MetricNames::Vllm => "vllm",
+            MetricNames::Sglang => "sglang",
+            MetricNames::Trtllm => "trtllm",
+            MetricNames::Atom => "atom",
+        }
+    }
+}
+
+impl FromStr for MetricNames {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "vllm" => Ok(MetricNames::Vllm),
+            "sglang" => Ok(MetricNames::Sglang),
+            "trtllm" => Ok(MetricNames::Trtllm),
+            "atom" => Ok(MetricNames::Atom),
+            other => Err(format!(
+                "unknown metric names `{other}`; use one of {}",
+                MetricNames::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
 /// How long prefill and decode take.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Timing {
@@ -170,6 +218,8 @@ pub struct SimConfig {
     pub record_requests: Option<std::path::PathBuf>,
     /// Hold a streamed answer's headers until its first token is due (`--headers-at-first-token`).
     pub headers_at_first_token: bool,
+    /// Whose metric names `/metrics` speaks (`--metric-names`).
+    pub metric_names: MetricNames,
 }
 
 /// How long the server keeps a connection between requests.
@@ -222,6 +272,7 @@ impl SimConfig {
             record_headers: false,
             record_requests: None,
             headers_at_first_token: false,
+            metric_names: MetricNames::Vllm,
         };
         match preset {
             Preset::H200 => SimConfig {

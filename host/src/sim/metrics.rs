@@ -1,14 +1,51 @@
-//! Engine metrics and their Prometheus text exposition under vLLM's names and types.
+//! Engine metrics and their Prometheus text exposition, under the names, labels and types of the
+//! engine family [`MetricNames`] chooses (vLLM's by default).
 //!
 //! Each engine owns one [`EngineMetrics`] of lock-free atomics, updated on the request path. The
-//! `/metrics` page renders every engine as its own series (labels `model_name` and `engine`), the
-//! way a data-parallel vLLM deployment does, so consumers must sum counters across series.
-//! Counters are exposed with the `_total` suffix; histograms carry cumulative `_bucket{le}`,
-//! `_sum` and `_count`. Latencies are stored in nanoseconds and rendered in seconds.
+//! page shows the same simulated quantities under each family's own names, as each engine's source
+//! registers them (Python's `prometheus_client` writes a counter's samples, `# HELP` and `# TYPE`
+//! with the `_total` suffix, whether the source named it with one or not: `metrics.py:34-35`
+//! strips it from the family name and `exposition.py:294-295` adds it back, in prometheus_client
+//! 0.23.1, the version aiperf installs; a reader's parser strips it again, `parser.py:293-295`,
+//! which is why aiperf's export and agentx's name counters without it):
+//!
+//! - vLLM (`vllm/v1/metrics/loggers.py`): one series per engine (labels `model_name`, `engine`), as a
+//!   data-parallel deployment shows them, so consumers must sum counters across series;
+//!   `vllm:prefix_cache_{queries,hits}_total`, `vllm:prompt_tokens_total`,
+//!   `vllm:generation_tokens_total`, `vllm:request_success_total{finished_reason}`,
+//!   `vllm:num_requests_{running,waiting}`, `vllm:kv_cache_usage_perc` and histograms.
+//! - SGLang (`python/sglang/srt/metrics/collector.py`): the tokenizer's counters once for the
+//!   server (label `model_name`): `sglang:prompt_tokens_total`, `sglang:generation_tokens_total`,
+//!   `sglang:cached_tokens_total{cache_source="device"}` (the simulator has no host tier),
+//!   `sglang:num_requests_total` and the latency histograms; the scheduler's gauges once per
+//!   data-parallel rank (labels `model_name`, `engine_type="unified"`, `tp_rank`, `pp_rank`,
+//!   `dp_rank`): `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:num_used_tokens`,
+//!   `sglang:token_usage` (a fraction), `sglang:max_total_num_tokens`.
+//! - TensorRT-LLM (`tensorrt_llm/metrics/collector.py`, `MetricsCollector`, commit 050f80d: the
+//!   prefix `trtllm_` at line 144, `Counter(name=... "prompt_tokens_total")` at 229-233 and
+//!   `"generation_tokens_total"` at 235-236, `"prompt_cached_tokens_total"` in the prompt-cache
+//!   block): one series per server (labels `model_name`, `engine_type="trtllm"`), the engines
+//!   summed: `trtllm_prompt_tokens_total`, `trtllm_generation_tokens_total`,
+//!   `trtllm_prompt_cached_tokens_total`, `trtllm_request_success_total{finished_reason}`, the
+//!   gauges `trtllm_num_requests_{running,waiting}`, `trtllm_kv_cache_utilization` (used over max
+//!   blocks, a fraction), `trtllm_kv_cache_hit_rate` (the engine's hit rate since it started, as
+//!   its `KvCacheStats.cacheHitRate`), `trtllm_kv_cache_{max,used,free}_blocks`,
+//!   `trtllm_kv_cache_tokens_per_block`, and the latency histograms.
+//! - ATOM (`atom/entrypoints/openai/metrics.py`, `_AtomMetricsCollector`): one unlabelled series,
+//!   already summed over data-parallel ranks: `atom:prompt_tokens_total`,
+//!   `atom:generation_tokens_total`, `atom:requests_finished_total`,
+//!   `atom:prefix_cache_{requests,cached_tokens,full_tokens}_total`, the gauges
+//!   `atom:requests_{running,waiting}`, `atom:kv_cache_blocks_{used,free,total}`,
+//!   `atom:kv_cache_usage_ratio`, `atom:prefix_cache_hit_ratio`.
+//!
+//! Histograms carry cumulative `_bucket{le}`, `_sum` and `_count`. Latencies are stored in
+//! nanoseconds and rendered in seconds.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
+
+use super::config::MetricNames;
 
 /// vLLM's buckets for `vllm:time_to_first_token_seconds`.
 const TTFT_BUCKETS: &[f64] = &[
@@ -64,6 +101,11 @@ impl Histogram {
         let i = self.bounds.partition_point(|&b| b < value);
         self.counts[i].fetch_add(n, Relaxed);
         self.sum.fetch_add(value.saturating_mul(n), Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
     }
 
     /// Record one duration (for histograms in seconds).
@@ -145,12 +187,17 @@ impl EngineMetrics {
 /// Picks one histogram out of an engine's metrics.
 type HistogramOf = fn(&EngineMetrics) -> &Histogram;
 
+/// One value of an engine's metrics.
+type ValueOf<'a> = dyn Fn(&EngineMetrics) -> f64 + 'a;
+
 /// What `/metrics` needs to know about the deployment besides the numbers.
 pub struct Exposition<'a> {
     pub model: &'a str,
     pub block_size: u32,
     pub capacity_tokens: u64,
     pub engines: &'a [&'a EngineMetrics],
+    /// Whose names the page speaks.
+    pub names: MetricNames,
 }
 
 /// Format a number the way Python's prometheus_client does (`3.0`, `0.25`, `+Inf`).
@@ -171,17 +218,37 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 
 fn sample(out: &mut String, name: &str, labels: &str, extra: &str, v: f64) {
     out.push_str(name);
-    out.push('{');
-    out.push_str(labels);
-    out.push_str(extra);
-    out.push_str("} ");
+    // `extra` starts with a comma, which an unlabelled series drops.
+    let extra = if labels.is_empty() {
+        extra.trim_start_matches(',')
+    } else {
+        extra
+    };
+    if !labels.is_empty() || !extra.is_empty() {
+        out.push('{');
+        out.push_str(labels);
+        out.push_str(extra);
+        out.push('}');
+    }
+    out.push(' ');
     num(out, v);
     out.push('\n');
 }
 
-/// Render the Prometheus text exposition of every engine.
+/// Render the Prometheus text exposition of every engine, under the names `x.names` chooses.
 pub fn render(x: &Exposition<'_>) -> String {
     let mut out = String::with_capacity(16 << 10);
+    match x.names {
+        MetricNames::Vllm => vllm(&mut out, x),
+        MetricNames::Sglang => sglang(&mut out, x),
+        MetricNames::Trtllm => trtllm(&mut out, x),
+        MetricNames::Atom => atom(&mut out, x),
+    }
+    out
+}
+
+/// vLLM's page: every engine its own series.
+fn vllm(out: &mut String, x: &Exposition<'_>) {
     let model = escape_label(x.model);
     let labels: Vec<String> = (0..x.engines.len())
         .map(|i| format!("model_name=\"{model}\",engine=\"{i}\""))
@@ -205,17 +272,17 @@ pub fn render(x: &Exposition<'_>) -> String {
             |m| m.waiting.load(Relaxed) as f64,
         ),
     ] {
-        header(&mut out, name, "gauge", help);
-        each(&mut out, name, &f);
+        header(out, name, "gauge", help);
+        each(out, name, &f);
     }
     header(
-        &mut out,
+        out,
         "vllm:kv_cache_usage_perc",
         "gauge",
         "KV-cache usage. 1 means 100 percent usage.",
     );
     let cap = x.capacity_tokens.max(1) as f64;
-    each(&mut out, "vllm:kv_cache_usage_perc", &|m| {
+    each(out, "vllm:kv_cache_usage_perc", &|m| {
         (load(&m.kv_tokens) / cap).min(1.0)
     });
 
@@ -246,13 +313,13 @@ pub fn render(x: &Exposition<'_>) -> String {
             |m| m.generation_tokens.load(Relaxed) as f64,
         ),
     ] {
-        header(&mut out, name, "counter", help);
-        each(&mut out, name, &f);
+        header(out, name, "counter", help);
+        each(out, name, &f);
     }
 
     let name = "vllm:request_success_total";
     header(
-        &mut out,
+        out,
         name,
         "counter",
         "Count of successfully processed requests.",
@@ -264,7 +331,7 @@ pub fn render(x: &Exposition<'_>) -> String {
             ("abort", &m.success_abort),
         ] {
             sample(
-                &mut out,
+                out,
                 name,
                 l,
                 &format!(",finished_reason=\"{reason}\""),
@@ -306,15 +373,15 @@ pub fn render(x: &Exposition<'_>) -> String {
         ),
     ];
     for (name, help, get) in hists {
-        header(&mut out, name, "histogram", help);
+        header(out, name, "histogram", help);
         for (m, l) in x.engines.iter().zip(&labels) {
-            histogram(&mut out, name, l, get(m));
+            histogram(out, name, l, &[get(m)]);
         }
     }
 
     let name = "vllm:cache_config_info";
     header(
-        &mut out,
+        out,
         name,
         "gauge",
         "Information of the LLMEngine CacheConfig",
@@ -328,24 +395,375 @@ pub fn render(x: &Exposition<'_>) -> String {
             if x.capacity_tokens > 0 { "True" } else { "False" },
         );
     }
-    out
 }
 
-fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+/// One histogram series: the bucket counts of `hists` added up (engines share their bounds).
+fn histogram(out: &mut String, name: &str, labels: &str, hists: &[&Histogram]) {
+    let Some(first) = hists.first() else {
+        return;
+    };
     let mut cumulative = 0u64;
     let bucket = format!("{name}_bucket");
     let mut le = String::new();
-    for (i, c) in h.counts.iter().enumerate() {
-        cumulative += c.load(Relaxed);
+    for i in 0..first.counts.len() {
+        cumulative += hists.iter().map(|h| h.counts[i].load(Relaxed)).sum::<u64>();
         le.clear();
         le.push_str(",le=\"");
-        num(&mut le, h.labels.get(i).copied().unwrap_or(f64::INFINITY));
+        num(
+            &mut le,
+            first.labels.get(i).copied().unwrap_or(f64::INFINITY),
+        );
         le.push('"');
         sample(out, &bucket, labels, &le, cumulative as f64);
     }
     sample(out, &format!("{name}_count"), labels, "", cumulative as f64);
-    let sum = h.sum.load(Relaxed) as f64 / h.scale;
+    let sum = hists
+        .iter()
+        .map(|h| h.sum.load(Relaxed) as f64)
+        .sum::<f64>()
+        / first.scale;
     sample(out, &format!("{name}_sum"), labels, "", sum);
+}
+
+/// A counter's value summed over the engines.
+fn total(x: &Exposition<'_>, of: fn(&EngineMetrics) -> u64) -> f64 {
+    x.engines.iter().map(|m| of(m) as f64).sum()
+}
+
+/// The engines' KV tokens held now over their capacity, at most 1.
+fn kv_usage(x: &Exposition<'_>, engines: &[&EngineMetrics]) -> f64 {
+    let held: f64 = engines
+        .iter()
+        .map(|m| m.kv_tokens.load(Relaxed) as f64)
+        .sum();
+    let capacity = (x.capacity_tokens.max(1) * engines.len().max(1) as u64) as f64;
+    (held / capacity).min(1.0)
+}
+
+/// KV blocks in use: the tokens held, in whole blocks.
+fn used_blocks(x: &Exposition<'_>) -> f64 {
+    let block = x.block_size.max(1) as u64;
+    x.engines
+        .iter()
+        .map(|m| m.kv_tokens.load(Relaxed).div_ceil(block) as f64)
+        .sum()
+}
+
+/// The KV blocks of every engine.
+fn max_blocks(x: &Exposition<'_>) -> f64 {
+    (x.capacity_tokens / x.block_size.max(1) as u64 * x.engines.len() as u64) as f64
+}
+
+/// Cached prompt tokens over the prompt tokens looked up, since the engines started.
+fn lifetime_hit_rate(x: &Exposition<'_>) -> f64 {
+    let queries = total(x, |m| m.prefix_cache_queries.load(Relaxed));
+    if queries > 0.0 {
+        total(x, |m| m.prefix_cache_hits.load(Relaxed)) / queries
+    } else {
+        0.0
+    }
+}
+
+/// Writes one metric of one series.
+fn metric(out: &mut String, name: &str, kind: &str, help: &str, labels: &str, v: f64) {
+    header(out, name, kind, help);
+    sample(out, name, labels, "", v);
+}
+
+/// SGLang's page: the tokenizer's counters and histograms once for the server, the scheduler's
+/// gauges once per data-parallel rank.
+fn sglang(out: &mut String, x: &Exposition<'_>) {
+    let model = escape_label(x.model);
+    let server = format!("model_name=\"{model}\"");
+    for (name, help, of) in [
+        (
+            "sglang:prompt_tokens_total",
+            "Number of prefill tokens processed.",
+            (|m: &EngineMetrics| m.prompt_tokens.load(Relaxed)) as fn(&EngineMetrics) -> u64,
+        ),
+        (
+            "sglang:generation_tokens_total",
+            "Number of generation tokens processed.",
+            |m| m.generation_tokens.load(Relaxed),
+        ),
+    ] {
+        metric(out, name, "counter", help, &server, total(x, of));
+    }
+    let name = "sglang:cached_tokens_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Number of cached prompt tokens by source (device/host/storage).",
+    );
+    let cached = total(x, |m| m.prefix_cache_hits.load(Relaxed));
+    sample(out, name, &server, ",cache_source=\"device\"", cached);
+    let requests: f64 = x.engines.iter().map(|m| m.prompt_len.count() as f64).sum();
+    metric(
+        out,
+        "sglang:num_requests_total",
+        "counter",
+        "Number of requests processed.",
+        &server,
+        requests,
+    );
+    let hists: [(&str, &str, HistogramOf); 3] = [
+        (
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            |m| &m.ttft,
+        ),
+        (
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            |m| &m.itl,
+        ),
+        (
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            |m| &m.e2e,
+        ),
+    ];
+    for (name, help, get) in hists {
+        header(out, name, "histogram", help);
+        let all: Vec<&Histogram> = x.engines.iter().map(|m| get(m)).collect();
+        histogram(out, name, &server, &all);
+    }
+    let rank = |i: usize| {
+        format!("model_name=\"{model}\",engine_type=\"unified\",tp_rank=\"0\",pp_rank=\"0\",dp_rank=\"{i}\"")
+    };
+    let gauges: [(&str, &str, &ValueOf); 5] = [
+        (
+            "sglang:num_running_reqs",
+            "The number of running requests.",
+            &|m| m.running.load(Relaxed) as f64,
+        ),
+        (
+            "sglang:num_queue_reqs",
+            "The number of requests in the waiting queue.",
+            &|m| m.waiting.load(Relaxed) as f64,
+        ),
+        (
+            "sglang:num_used_tokens",
+            "The number of used tokens.",
+            &|m| m.kv_tokens.load(Relaxed) as f64,
+        ),
+        ("sglang:token_usage", "The token usage.", &|m| {
+            kv_usage(x, &[m])
+        }),
+        (
+            "sglang:max_total_num_tokens",
+            "Maximum total number of tokens in the KV cache pool.",
+            &|_| x.capacity_tokens as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        header(out, name, "gauge", help);
+        for (i, m) in x.engines.iter().enumerate() {
+            sample(out, name, &rank(i), "", value(m));
+        }
+    }
+}
+
+/// TensorRT-LLM's page: one series for the server (`trtllm-serve` has one collector), the engines
+/// summed.
+fn trtllm(out: &mut String, x: &Exposition<'_>) {
+    let labels = format!(
+        "model_name=\"{}\",engine_type=\"trtllm\"",
+        escape_label(x.model)
+    );
+    let name = "trtllm_request_success_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Count of successfully processed requests.",
+    );
+    for (reason, of) in [
+        (
+            "stop",
+            (|m: &EngineMetrics| m.success_stop.load(Relaxed)) as fn(&EngineMetrics) -> u64,
+        ),
+        ("length", |m| m.success_length.load(Relaxed)),
+    ] {
+        let extra = format!(",finished_reason=\"{reason}\"");
+        sample(out, name, &labels, &extra, total(x, of));
+    }
+    for (name, help, of) in [
+        (
+            "trtllm_prompt_tokens_total",
+            "Cumulative number of prompt (input) tokens processed.",
+            (|m: &EngineMetrics| m.prompt_tokens.load(Relaxed)) as fn(&EngineMetrics) -> u64,
+        ),
+        (
+            "trtllm_generation_tokens_total",
+            "Cumulative number of generation (output) tokens produced.",
+            |m| m.generation_tokens.load(Relaxed),
+        ),
+        (
+            "trtllm_prompt_cached_tokens_total",
+            "Process-lifetime total prompt tokens served from KV cache.",
+            |m| m.prefix_cache_hits.load(Relaxed),
+        ),
+    ] {
+        metric(out, name, "counter", help, &labels, total(x, of));
+    }
+    let max = max_blocks(x);
+    let used = used_blocks(x).min(max);
+    for (name, help, v) in [
+        (
+            "trtllm_num_requests_running",
+            "Number of active requests",
+            total(x, |m| m.running.load(Relaxed)),
+        ),
+        (
+            "trtllm_num_requests_waiting",
+            "Number of queued requests",
+            total(x, |m| m.waiting.load(Relaxed)),
+        ),
+        (
+            "trtllm_kv_cache_hit_rate",
+            "KV cache hit rate",
+            lifetime_hit_rate(x),
+        ),
+        (
+            "trtllm_kv_cache_utilization",
+            "KV cache utilization",
+            kv_usage(x, x.engines),
+        ),
+        (
+            "trtllm_kv_cache_max_blocks",
+            "Maximum number of KV cache blocks",
+            max,
+        ),
+        (
+            "trtllm_kv_cache_free_blocks",
+            "Number of free KV cache blocks",
+            max - used,
+        ),
+        (
+            "trtllm_kv_cache_used_blocks",
+            "Number of used KV cache blocks",
+            used,
+        ),
+        (
+            "trtllm_kv_cache_tokens_per_block",
+            "Number of tokens per KV cache block",
+            x.block_size as f64,
+        ),
+    ] {
+        metric(out, name, "gauge", help, &labels, v);
+    }
+    let hists: [(&str, &str, HistogramOf); 4] = [
+        (
+            "trtllm_time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            |m| &m.ttft,
+        ),
+        (
+            "trtllm_time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            |m| &m.itl,
+        ),
+        (
+            "trtllm_e2e_request_latency_seconds",
+            "Histogram of end to end request latency in seconds.",
+            |m| &m.e2e,
+        ),
+        (
+            "trtllm_request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            |m| &m.queue,
+        ),
+    ];
+    for (name, help, get) in hists {
+        header(out, name, "histogram", help);
+        let all: Vec<&Histogram> = x.engines.iter().map(|m| get(m)).collect();
+        histogram(out, name, &labels, &all);
+    }
+}
+
+/// ATOM's page: unlabelled series, already summed over the data-parallel ranks.
+fn atom(out: &mut String, x: &Exposition<'_>) {
+    let finished = total(x, |m| m.success_stop.load(Relaxed))
+        + total(x, |m| m.success_length.load(Relaxed))
+        + total(x, |m| m.success_abort.load(Relaxed));
+    let prefills: f64 = x.engines.iter().map(|m| m.prompt_len.count() as f64).sum();
+    let max = max_blocks(x);
+    let used = used_blocks(x).min(max);
+    for (name, help, v) in [
+        (
+            "atom:requests_running",
+            "Number of requests currently running across data-parallel ranks.",
+            total(x, |m| m.running.load(Relaxed)),
+        ),
+        (
+            "atom:requests_waiting",
+            "Number of requests waiting across data-parallel ranks.",
+            total(x, |m| m.waiting.load(Relaxed)),
+        ),
+        (
+            "atom:kv_cache_blocks_used",
+            "Number of allocated KV-cache blocks.",
+            used,
+        ),
+        (
+            "atom:kv_cache_blocks_free",
+            "Number of free KV-cache blocks.",
+            max - used,
+        ),
+        (
+            "atom:kv_cache_blocks_total",
+            "Total number of KV-cache blocks.",
+            max,
+        ),
+        (
+            "atom:kv_cache_usage_ratio",
+            "Fraction of KV-cache blocks currently allocated.",
+            kv_usage(x, x.engines),
+        ),
+        (
+            "atom:prefix_cache_hit_ratio",
+            "Admitted prefix-cache token hit ratio.",
+            lifetime_hit_rate(x),
+        ),
+    ] {
+        metric(out, name, "gauge", help, "", v);
+    }
+    for (name, help, v) in [
+        (
+            "atom:requests_finished_total",
+            "Number of requests completed by the scheduler.",
+            finished,
+        ),
+        (
+            "atom:prompt_tokens_total",
+            "Number of prompt tokens in completed requests.",
+            total(x, |m| m.prompt_tokens.load(Relaxed)),
+        ),
+        (
+            "atom:generation_tokens_total",
+            "Number of generated tokens in completed requests.",
+            total(x, |m| m.generation_tokens.load(Relaxed)),
+        ),
+        (
+            "atom:prefix_cache_requests_total",
+            "Number of prefill requests observed by prefix-cache accounting.",
+            prefills,
+        ),
+        (
+            "atom:prefix_cache_cached_tokens_total",
+            "Number of prompt tokens served from the admitted prefix cache.",
+            total(x, |m| m.prefix_cache_hits.load(Relaxed)),
+        ),
+        (
+            "atom:prefix_cache_full_tokens_total",
+            "Number of prompt tokens considered by prefix-cache accounting.",
+            total(x, |m| m.prefix_cache_queries.load(Relaxed)),
+        ),
+    ] {
+        metric(out, name, "counter", help, "", v);
+    }
 }
 
 fn escape_label(s: &str) -> String {
@@ -378,6 +796,7 @@ mod tests {
             block_size: 16,
             capacity_tokens: 1600,
             engines: &[&m],
+            names: MetricNames::Vllm,
         });
         let l = "model_name=\"m\",engine=\"0\"";
         for want in [

@@ -3,7 +3,8 @@
 //! It serves `POST /v1/chat/completions` (streaming and not), `GET /v1/models`, `GET /health` and
 //! `GET /metrics` over real HTTP/1.1 the way vLLM's OpenAI server does: the same SSE chunk
 //! sequence, usage with `prompt_tokens_details.cached_tokens`, vLLM's error bodies and
-//! context-length wording, and vLLM's Prometheus metric names. `POST /v1/messages` is Anthropic's
+//! context-length wording, and vLLM's Prometheus metric names (or SGLang's, TensorRT-LLM's or
+//! ATOM's: [`MetricNames`]). `POST /v1/messages` is Anthropic's
 //! Messages API on the same engines ([`anthropic`]: its body, events, usage and errors). Behind the port sit one or more
 //! data-parallel engines, each with a prefix cache (chained block hashes, LRU in tokens), a
 //! `max_num_seqs` queue and a timing model (see [`Timing`]); faults are injected on demand,
@@ -48,7 +49,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use cache::{BlockHasher, PrefixCache};
-pub use config::{Faults, KeepAliveConfig, ModelTiming, Preset, SimConfig, Timing};
+pub use config::{Faults, KeepAliveConfig, MetricNames, ModelTiming, Preset, SimConfig, Timing};
 pub use foreground::serve_foreground;
 pub use request::{context_overflow, ApiError};
 pub use server::{Received, RECEIVED_HEADER, RESPONSE_START_HEADER};

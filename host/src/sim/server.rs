@@ -120,6 +120,7 @@ impl Shared {
             block_size: self.config.block_size,
             capacity_tokens: self.config.cache_capacity_tokens,
             engines: &engines,
+            names: self.config.metric_names,
         })
     }
 

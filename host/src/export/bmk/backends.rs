@@ -13,7 +13,12 @@
 //! | SGLang   | `sglang:` | `cached_tokens{cache_source=device\|host}`, `prompt_tokens`, `generation_tokens`, `token_usage`, `max_total_num_tokens`, `hicache_host_{used,total}_tokens`, `realtime_tokens{mode}`, `cache_hit_rate` |
 //! | Dynamo   | `dynamo_frontend_`, `dynamo_component_` | `dynamo_frontend_{input_sequence_tokens,output_tokens,cached_tokens}`, `dynamo_component_{gpu_cache_usage_percent,router_kv_hit_rate,router_shared_cache_hit_rate}` |
 //! | ATOM     | `atom:` | `prompt_tokens`, `generation_tokens`, `prefix_cache_{cached,full}_tokens`, `lmcache_loaded_tokens`, `kv_cache_usage_ratio` |
+//! | TensorRT-LLM | `trtllm_` | `prompt_tokens`, `generation_tokens`, `prompt_cached_tokens` (counters; `kv_cache_hit_rate`, the engine's rate since it started, only without them), `kv_cache_utilization`, `kv_cache_host_utilization`, `kv_cache_max_blocks` × `kv_cache_tokens_per_block` |
 //! | llama.cpp | `llamacpp:` | `prompt_tokens` (tokens evaluated), `prompt_tokens_cached` (tokens reused), `tokens_predicted`, `kv_cache_usage_ratio`, `kv_cache_tokens` |
+//!
+//! vLLM's GPU and external hit rates come from `prompt_tokens_by_source{source}` when the server
+//! exports it (each prompt token counted once, by where it came from), else from the
+//! `prefix_cache_*` counters, in the order InferenceX's app reads them.
 //!
 //! Dynamo fronting vLLM or SGLang workers is `dynamo-vllm` / `dynamo-sglang`: the worker figures
 //! come from the engine's names, the frontend and router figures from Dynamo's. Metrics none of
@@ -30,6 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{MetricKind, ServerMetrics};
 pub use crate::metrics::engines::Backend;
+use crate::metrics::engines::ENGINES;
 
 /// Which engines wrote the metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +158,16 @@ fn level(m: &ServerMetrics, name: &str) -> Option<f64> {
     }
 }
 
+/// A gauge's largest value over the window across its series (each series' `max`, else `avg`).
+fn peak(m: &ServerMetrics, name: &str) -> Option<f64> {
+    let metric = m.metrics.get(name)?;
+    metric
+        .series
+        .iter()
+        .filter_map(|s| s.stats.get("max").or_else(|| s.stats.get("avg")).copied())
+        .reduce(f64::max)
+}
+
 /// The server-side figures of `m`, from every engine detected (the first source of a figure wins).
 pub fn figures(m: &ServerMetrics) -> Figures {
     let detection = detect(m);
@@ -171,11 +187,26 @@ pub fn figures(m: &ServerMetrics) -> Figures {
     if d.has(Backend::Atom) {
         atom(m, &mut f);
     }
+    if d.has(Backend::TrtLlm) {
+        trtllm(m, &mut f);
+    }
     if d.has(Backend::LlamaCpp) {
         llamacpp(m, &mut f);
     }
     if d.has(Backend::Dynamo) {
         dynamo(m, &mut f);
+    }
+    // The peak KV usage, which InferenceX's app publishes as `gpu_kv_cache_usage_pct`, beside the
+    // window average `kv_cache.gpu_usage_pct` the aggregator's row carries.
+    for e in ENGINES.iter().filter(|e| d.has(e.backend)) {
+        for name in e.kv_usage {
+            let scale = if e.kv_usage_percent { 0.01 } else { 1.0 };
+            f.put(
+                "kv_cache.gpu_usage_peak",
+                peak(m, name).map(|v| v * scale),
+                format!("{name} (its peak over the window, the largest of every series)"),
+            );
+        }
     }
     // The legacy CPU tier rate InferenceX's first pipeline read (`vllm:cpu_prefix_cache_*`, which no
     // server exports) carries the offload tier's rate unless such metrics exist.
@@ -217,7 +248,7 @@ pub fn figures(m: &ServerMetrics) -> Figures {
     }
     if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
         f.notes.push(format!(
-            "server metrics from an engine none of vLLM, SGLang, Dynamo, ATOM or llama.cpp matches ({} metric(s), listed under server_metrics.metric_names): server cache and KV figures are null",
+            "server metrics from an engine none of vLLM, SGLang, TensorRT-LLM, Dynamo, ATOM or llama.cpp matches ({} metric(s), listed under server_metrics.metric_names): server cache and KV figures are null",
             f.detection.metric_names.len()
         ));
     }
@@ -227,6 +258,9 @@ pub fn figures(m: &ServerMetrics) -> Figures {
 fn vllm(m: &ServerMetrics, f: &mut Figures) {
     let hits = m.value("vllm:prefix_cache_hits");
     let queries = m.value("vllm:prefix_cache_queries");
+    let ext_hits = m.value("vllm:external_prefix_cache_hits");
+    let ext_queries = m.value("vllm:external_prefix_cache_queries");
+    vllm_by_source(m, f);
     f.put("cache.prefix_cache_hits", hits, "vllm:prefix_cache_hits");
     f.put(
         "cache.prefix_cache_queries",
@@ -238,8 +272,6 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
         ratio(hits, queries),
         "vllm:prefix_cache_hits / vllm:prefix_cache_queries",
     );
-    let ext_hits = m.value("vllm:external_prefix_cache_hits");
-    let ext_queries = m.value("vllm:external_prefix_cache_queries");
     f.put(
         "cache.external_prefix_cache_hits",
         ext_hits,
@@ -263,34 +295,6 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
         ),
         "vllm:cpu_prefix_cache_hits / vllm:cpu_prefix_cache_queries",
     );
-    // Prompt tokens by where they came from: local compute, the local prefix cache, an external
-    // KV transfer (offload connector).
-    let by = |src: &str| m.value_labelled("vllm:prompt_tokens_by_source", "source", src);
-    let (compute, local, external) = (
-        by("local_compute"),
-        by("local_cache_hit"),
-        by("external_kv_transfer"),
-    );
-    if compute.is_some() || local.is_some() || external.is_some() {
-        let raw = compute.unwrap_or(0.0) + local.unwrap_or(0.0) + external.unwrap_or(0.0);
-        let src = "vllm:prompt_tokens_by_source{source}";
-        f.put("tokens.prompt_by_source.gpu_cache_hit", local, src);
-        f.put(
-            "tokens.prompt_by_source.cpu_or_external_cache_hit",
-            external,
-            src,
-        );
-        f.put("tokens.prompt_by_source.computed", compute, src);
-        f.put("tokens.prompt_by_source.raw", Some(raw), src);
-        f.put(
-            "cache.overall_cache_hit_rate",
-            ratio(
-                Some(local.unwrap_or(0.0) + external.unwrap_or(0.0)),
-                Some(raw),
-            ),
-            "(local_cache_hit + external_kv_transfer) / all of vllm:prompt_tokens_by_source",
-        );
-    }
     if let (Some(h), Some(q)) = (hits, queries) {
         // Tokens missing the local cache are what the external tier is asked for.
         f.put(
@@ -348,6 +352,130 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
         m.value("vllm:generation_tokens"),
         "vllm:generation_tokens",
     );
+}
+
+/// vLLM's prompt tokens by where they came from (local compute, the local prefix cache, an
+/// external KV transfer through an offload connector), and the hit rates they give: each over all
+/// prompt tokens, ahead of the `prefix_cache_*` counters' (InferenceX's app reads them first).
+fn vllm_by_source(m: &ServerMetrics, f: &mut Figures) {
+    let by = |src: &str| m.value_labelled("vllm:prompt_tokens_by_source", "source", src);
+    let (compute, local, external) = (
+        by("local_compute"),
+        by("local_cache_hit"),
+        by("external_kv_transfer"),
+    );
+    let raw = m.value("vllm:prompt_tokens_by_source");
+    if raw.is_none_or(|r| r <= 0.0) {
+        return;
+    }
+    let src = "vllm:prompt_tokens_by_source{source}";
+    f.put("tokens.prompt_by_source.gpu_cache_hit", local, src);
+    f.put(
+        "tokens.prompt_by_source.cpu_or_external_cache_hit",
+        external,
+        src,
+    );
+    f.put("tokens.prompt_by_source.computed", compute, src);
+    f.put("tokens.prompt_by_source.raw", raw, src);
+    f.put(
+        "cache.gpu_cache_hit_rate",
+        ratio(local, raw),
+        "vllm:prompt_tokens_by_source{source=local_cache_hit} / all of vllm:prompt_tokens_by_source",
+    );
+    f.put(
+        "cache.external_cache_hit_rate",
+        ratio(external, raw),
+        "vllm:prompt_tokens_by_source{source=external_kv_transfer} / all of vllm:prompt_tokens_by_source",
+    );
+    f.put(
+        "cache.overall_cache_hit_rate",
+        ratio(Some(local.unwrap_or(0.0) + external.unwrap_or(0.0)), raw),
+        "(local_cache_hit + external_kv_transfer) / all of vllm:prompt_tokens_by_source",
+    );
+}
+
+/// TensorRT-LLM's figures (`tensorrt_llm/metrics/collector.py`, `MetricsCollector`): the prompt,
+/// cached and generated token counters, KV utilization, and the pool from blocks × tokens per block.
+fn trtllm(m: &ServerMetrics, f: &mut Figures) {
+    let prompt = m.value("trtllm_prompt_tokens");
+    let cached = m.value("trtllm_prompt_cached_tokens");
+    f.put(
+        "cache.prefix_cache_hits",
+        cached,
+        "trtllm_prompt_cached_tokens",
+    );
+    f.put("cache.prefix_cache_queries", prompt, "trtllm_prompt_tokens");
+    f.put(
+        "cache.gpu_cache_hit_rate",
+        ratio(cached, prompt),
+        "trtllm_prompt_cached_tokens / trtllm_prompt_tokens",
+    );
+    // The gauge is the engine's rate since it started (warmup and earlier runs included): only a
+    // server without the counters falls back to its window average.
+    f.put(
+        "cache.gpu_cache_hit_rate",
+        level(m, "trtllm_kv_cache_hit_rate"),
+        "trtllm_kv_cache_hit_rate (the engine's rate since it started, averaged over the window)",
+    );
+    if let Some(p) = prompt {
+        let src = "trtllm_prompt_tokens and trtllm_prompt_cached_tokens";
+        f.put("tokens.prompt_by_source.raw", Some(p), src);
+        f.put("tokens.prompt_by_source.gpu_cache_hit", cached, src);
+        f.put(
+            "tokens.prompt_by_source.computed",
+            cached.map(|c| (p - c).max(0.0)),
+            src,
+        );
+    }
+    f.put(
+        "kv_cache.gpu_usage_pct",
+        m.value("trtllm_kv_cache_utilization"),
+        "trtllm_kv_cache_utilization",
+    );
+    f.put(
+        "kv_cache.cpu_usage_pct",
+        m.value("trtllm_kv_cache_host_utilization"),
+        "trtllm_kv_cache_host_utilization",
+    );
+    let pool = pool_tokens(
+        m,
+        "trtllm_kv_cache_max_blocks",
+        "trtllm_kv_cache_tokens_per_block",
+    );
+    f.put(
+        "kv_cache.gpu_total_tokens",
+        pool,
+        "trtllm_kv_cache_max_blocks x trtllm_kv_cache_tokens_per_block, per endpoint",
+    );
+    f.put("tokens.prompt_total", prompt, "trtllm_prompt_tokens");
+    f.put(
+        "tokens.generation_total",
+        m.value("trtllm_generation_tokens"),
+        "trtllm_generation_tokens",
+    );
+}
+
+/// Blocks × tokens per block, summed over endpoints (each its own pool), from the gauges' peaks.
+fn pool_tokens(m: &ServerMetrics, blocks: &str, per_block: &str) -> Option<f64> {
+    let peak_by_endpoint = |name: &str| -> Option<BTreeMap<String, f64>> {
+        let metric = m.metrics.get(name)?;
+        let mut out = BTreeMap::new();
+        for s in &metric.series {
+            if let Some(v) = s.stats.get("max") {
+                let e = out
+                    .entry(s.endpoint.clone().unwrap_or_default())
+                    .or_insert(*v);
+                *e = e.max(*v);
+            }
+        }
+        Some(out)
+    };
+    let (blocks, per_block) = (peak_by_endpoint(blocks)?, peak_by_endpoint(per_block)?);
+    let mut total = 0.0;
+    for (endpoint, count) in &blocks {
+        total += count * per_block.get(endpoint)?;
+    }
+    (!blocks.is_empty()).then_some(total)
 }
 
 fn sglang(m: &ServerMetrics, f: &mut Figures) {

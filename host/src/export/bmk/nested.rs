@@ -151,7 +151,7 @@ fn put_path(obj: &mut Map<String, Value>, path: &str, v: Value) {
 }
 
 /// Every key of the nested `server_metrics` sections, null until a figure fills it.
-const SERVER_KEYS: [&str; 32] = [
+const SERVER_KEYS: [&str; 33] = [
     "cache.gpu_cache_hit_rate",
     "cache.cpu_cache_hit_rate",
     "cache.external_cache_hit_rate",
@@ -167,6 +167,7 @@ const SERVER_KEYS: [&str; 32] = [
     "cache.frontend_cached_tokens",
     "cache.frontend_input_tokens",
     "kv_cache.gpu_usage_pct",
+    "kv_cache.gpu_usage_peak",
     "kv_cache.gpu_total_tokens",
     "kv_cache.cpu_usage_pct",
     "kv_cache.cpu_used_tokens",

@@ -103,8 +103,10 @@ fn vllm_page_figures() {
     assert_fig(&f, "cache.prefix_cache_hits", 7000.0);
     assert_fig(&f, "cache.prefix_cache_queries", 10000.0);
     assert_fig(&f, "cache.gpu_cache_hit_rate", 0.7);
-    assert_fig(&f, "cache.external_cache_hit_rate", 1000.0 / 3000.0);
-    assert_fig(&f, "cache.cpu_cache_hit_rate", 1000.0 / 3000.0);
+    // By source first, as InferenceX's app reads it: the external transfers' share of every prompt
+    // token (1000 of 10000), so GPU 0.7 + external 0.1 is the overall 0.8.
+    assert_fig(&f, "cache.external_cache_hit_rate", 0.1);
+    assert_fig(&f, "cache.cpu_cache_hit_rate", 0.1);
     // (7000 local + 1000 external) / 10000 prompt tokens.
     assert_fig(&f, "cache.overall_cache_hit_rate", 0.8);
     assert_fig(&f, "tokens.prompt_by_source.computed", 2000.0);
@@ -115,8 +117,10 @@ fn vllm_page_figures() {
     assert_fig(&f, "tokens.generation_total", 500.0);
     assert_eq!(
         f.source("cache.gpu_cache_hit_rate"),
-        Some("vllm:prefix_cache_hits / vllm:prefix_cache_queries")
+        Some("vllm:prompt_tokens_by_source{source=local_cache_hit} / all of vllm:prompt_tokens_by_source")
     );
+    // The peak of the usage gauge (0.8 on engine 1), which InferenceX's app publishes.
+    assert_fig(&f, "kv_cache.gpu_usage_peak", 0.8);
 }
 
 #[test]
@@ -474,11 +478,11 @@ fn nested_report_of_a_vllm_run_matches_the_hand_computation() {
     assert_eq!(s["metric_count"], json!(13));
     // Two engines behind one URL.
     assert_eq!(s["sources"].as_array().unwrap().len(), 2);
-    // Hits 4500 + 2500 of queries 6000 + 4000; external 1000 of 3000; local 7000 + external 1000
-    // of 10000 prompt tokens.
+    // By source: local 7000, external 1000 of 10000 prompt tokens (the counters: hits 4500 + 2500
+    // of queries 6000 + 4000, external 1000 of 3000 queried).
     assert_eq!(at(s, "/cache/gpu_cache_hit_rate"), 0.7);
-    assert_eq!(at(s, "/cache/external_cache_hit_rate"), 0.33333);
-    assert_eq!(at(s, "/cache/cpu_cache_hit_rate"), 0.33333);
+    assert_eq!(at(s, "/cache/external_cache_hit_rate"), 0.1);
+    assert_eq!(at(s, "/cache/cpu_cache_hit_rate"), 0.1);
     assert_eq!(at(s, "/cache/overall_cache_hit_rate"), 0.8);
     assert_eq!(at(s, "/cache/prefix_cache_hits"), 7000.0);
     assert_eq!(at(s, "/cache/prefix_cache_queries"), 10000.0);
