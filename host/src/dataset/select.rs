@@ -218,6 +218,7 @@ mod tests {
             cache_dir: Some(dir.path().join("cache")),
             format: None,
             block_size: None,
+            trace_block_size: None,
         };
         let all = Dataset::open_path(&path, &opts(None, None, None)).unwrap();
         assert_eq!(all.len(), 5);
