@@ -374,9 +374,13 @@ def compare_spawns(t: Table, tree: str, ref: list[dict], got: list[dict], skip: 
     rsp, rj, rmax = spawn_join(ref, skip, ends[0])
     gsp, gj, gmax = spawn_join(got, skip, ends[1])
     reach = min(rmax, gmax)
-    # Only what both windows cover: spawns after parent turns both tools reached.
-    rsp = [x for x in rsp if x[1] <= reach]
-    gsp = [x for x in gsp if x[1] <= reach]
+    # Only what both windows cover: spawns after parent turns both tools reached, of children both
+    # tools sent before their cut-offs. Children of one spawn start at their recorded offsets from
+    # it (0.2 s apart, say), so the cut-off can fall between two of them in one tool's window and
+    # not in the other's; a child only one tool sent at all is the stream comparison's difference.
+    both = {c for c, _ in rsp} & {c for c, _ in gsp}
+    rsp = [x for x in rsp if x[1] <= reach and x[0] in both]
+    gsp = [x for x in gsp if x[1] <= reach and x[0] in both]
     if rsp or gsp:
         t.check("spawn", f"{tree} order", rsp, gsp)
     rj = [x for x in rj if x[1] <= reach]
