@@ -24,7 +24,11 @@ fn trace(id: &str, block_size: u64, first_hash_ids: Option<u64>) -> Value {
     let mut held: Vec<u64> = Vec::new();
     let mut requests = Vec::new();
     for (k, isl) in inputs.iter().enumerate() {
-        let keep = if k == 0 { 0 } else { inputs[k - 1] / block_size } as usize;
+        let keep = if k == 0 {
+            0
+        } else {
+            inputs[k - 1] / block_size
+        } as usize;
         held.truncate(keep);
         let more = isl.div_ceil(block_size) - held.len() as u64;
         held.extend(ids(more));
@@ -34,8 +38,10 @@ fn trace(id: &str, block_size: u64, first_hash_ids: Option<u64>) -> Value {
                 hash_ids.truncate(n as usize);
             }
         }
-        requests.push(json!({"t": 4.0 * k as f64, "type": "n", "model": "m", "in": isl, "out": 40,
-            "hash_ids": hash_ids, "api_time": 1.0}));
+        requests.push(
+            json!({"t": 4.0 * k as f64, "type": "n", "model": "m", "in": isl, "out": 40,
+            "hash_ids": hash_ids, "api_time": 1.0}),
+        );
     }
     json!({"id": id, "models": ["m"], "block_size": block_size, "hash_id_scope": "local",
         "tool_tokens": 100, "system_tokens": 50, "requests": requests})
@@ -83,7 +89,11 @@ fn a_trace_is_laid_out_in_its_own_blocks_or_in_the_flags() {
     let cache = dir.path().join("cache");
     let own = open(&corpus, &cache, None);
     let cli = open(&corpus, &cache, Some(64));
-    assert_ne!(own.cache_key(), cli.cache_key(), "another layout, another entry");
+    assert_ne!(
+        own.cache_key(),
+        cli.cache_key(),
+        "another layout, another entry"
+    );
     assert_eq!(own.trajectory(0).unwrap().block_size(), 32);
     assert_eq!(cli.trajectory(0).unwrap().block_size(), 64);
     assert_eq!(cli.corpus_format().trace_block_size, Some(64));
@@ -214,7 +224,10 @@ fn a_corpus_the_harness_refuses_is_refused_under_agentx_and_noted_under_the_othe
     let notes = noted.summary()["dataset"]["harness_notes"].clone();
     assert_eq!(notes[0]["kind"], "refused", "{notes}");
     assert_eq!(notes[0]["traces"], 2, "{notes}");
-    assert_eq!(noted.json("run_manifest.json")["dataset"]["harness_notes"], notes);
+    assert_eq!(
+        noted.json("run_manifest.json")["dataset"]["harness_notes"],
+        notes
+    );
     // Short only in the harness CLI's 64-token layout (the defect): 150 prefix tokens are 2 blocks
     // of 128, which the 2 recorded ids hold, but 3 of 64. agentx replays it as it declares, noted.
     let defect_dir = dir.path().join("defect");

@@ -451,7 +451,10 @@ fn check_subagent(
             ctx.harness_requires(path, name, "a subagent entry");
         }
     }
-    if let Some(d) = e.duration_ms.filter(|d| d.v.is_finite() && d.v.fract() != 0.0) {
+    if let Some(d) = e
+        .duration_ms
+        .filter(|d| d.v.is_finite() && d.v.fract() != 0.0)
+    {
         ctx.warn(
             WarningKind::HarnessSchema,
             join(path, "duration_ms"),
@@ -750,7 +753,11 @@ pub fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> 
         trace.system_tokens,
         first,
     ));
-    for s in trace.subagent_entries.iter().filter(|s| s.index > first.index) {
+    for s in trace
+        .subagent_entries
+        .iter()
+        .filter(|s| s.index > first.index)
+    {
         if let Some(r) = s.requests.first() {
             out.extend(check(
                 format!("requests[{}].requests[{}].hash_ids", s.index, r.index),
@@ -1093,7 +1100,10 @@ mod tests {
         let t = warned(
             &OK.replace("\"models\":[\"m\"],\"block_size\"", "\"block_size\"")
                 .replace("\"status\":\"completed\",", "\"duration_ms\":1.5,")
-                .replace("{\"t\":2,\"type\":\"s\",\"model\":\"m\",", "{\"t\":2,\"type\":\"s\","),
+                .replace(
+                    "{\"t\":2,\"type\":\"s\",\"model\":\"m\",",
+                    "{\"t\":2,\"type\":\"s\",",
+                ),
         );
         let fields: Vec<&str> = t
             .warnings
@@ -1110,7 +1120,11 @@ mod tests {
                 "requests[2].model"
             ]
         );
-        assert!(t.warnings[0].message.contains("add it"), "{}", t.warnings[0]);
+        assert!(
+            t.warnings[0].message.contains("add it"),
+            "{}",
+            t.warnings[0]
+        );
         assert!(WarningKind::HarnessSchema.harness_refuses());
     }
 
