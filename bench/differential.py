@@ -374,9 +374,13 @@ def compare_spawns(t: Table, tree: str, ref: list[dict], got: list[dict], skip: 
     rsp, rj, rmax = spawn_join(ref, skip, ends[0])
     gsp, gj, gmax = spawn_join(got, skip, ends[1])
     reach = min(rmax, gmax)
-    # Only what both windows cover: spawns after parent turns both tools reached.
-    rsp = [x for x in rsp if x[1] <= reach]
-    gsp = [x for x in gsp if x[1] <= reach]
+    # Only what both windows cover: spawns after parent turns both tools reached, of children both
+    # tools sent before their cut-offs. Children of one spawn start at their recorded offsets from
+    # it (0.2 s apart, say), so the cut-off can fall between two of them in one tool's window and
+    # not in the other's; a child only one tool sent at all is the stream comparison's difference.
+    both = {c for c, _ in rsp} & {c for c, _ in gsp}
+    rsp = [x for x in rsp if x[1] <= reach and x[0] in both]
+    gsp = [x for x in gsp if x[1] <= reach and x[0] in both]
     if rsp or gsp:
         t.check("spawn", f"{tree} order", rsp, gsp)
     rj = [x for x in rj if x[1] <= reach]
@@ -623,7 +627,7 @@ def agentx_knows_scenario(agentx: str, name: str) -> bool:
     return p.returncode == 0
 
 
-def tool_cmd(a, tool: str, corpus: pathlib.Path, url: str, conc: int, out: pathlib.Path) -> list[str]:
+def tool_cmd(a, tool: str, corpus: pathlib.Path, url: str, conc: int, out: pathlib.Path, job: dict) -> list[str]:
     common = [
         "--url", url, "--endpoint-type", "chat", "--streaming", "--model", MODEL,
         "--concurrency", str(conc), "--benchmark-duration", str(a.duration),
@@ -631,8 +635,8 @@ def tool_cmd(a, tool: str, corpus: pathlib.Path, url: str, conc: int, out: pathl
         "--output-artifact-dir", str(out),
     ]  # fmt: skip
     if tool == "harness":
-        return [a.harness, "profile", "--scenario", "agentx", *common, "--tokenizer", str(a.tokenizer_dir), "--ui-type", "none"]
-    return [a.agentx, "run", *a.agentx_scenario, *common, "--stats-interval", "0"]
+        return [job["harness"], "profile", "--scenario", "agentx", *common, "--tokenizer", str(a.tokenizer_dir), "--ui-type", "none"]
+    return [a.agentx, "run", *a.agentx_scenario, *common, "--stats-interval", "0", *job["agentx_extra"]]
 
 
 # The harness's `agentx` preset as agentx-v1 flags (agentx-harness.md §2.2), for an agentx without the
@@ -660,7 +664,7 @@ def tool_env(a, tool: str, cache: pathlib.Path) -> dict[str, str]:
     return env
 
 
-def run_one(a, shape: str, tool: str, corpus: pathlib.Path, conc: int) -> dict:
+def run_one(a, shape: str, tool: str, corpus: pathlib.Path, conc: int, job: dict) -> dict:
     from compare import Reaper, Sim, kill_tree, tree_pss, tree_usage
 
     base = a.out / shape / tool
@@ -669,7 +673,7 @@ def run_one(a, shape: str, tool: str, corpus: pathlib.Path, conc: int) -> dict:
     sim_log = base / "requests.sim.jsonl"
     sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, base / "sim.log", extra=["--record-requests", str(sim_log)])
     run_dir = base / "run"
-    cmd = tool_cmd(a, tool, corpus, sim.url, conc, run_dir)
+    cmd = tool_cmd(a, tool, corpus, sim.url, conc, run_dir, job)
     print(f"  {shape}/{tool}: {' '.join(cmd[:4])} ... (log {base / 'tool.log'})", flush=True)
     log = open(base / "tool.log", "wb")
     started = time.monotonic()
@@ -718,6 +722,47 @@ def run_one(a, shape: str, tool: str, corpus: pathlib.Path, conc: int) -> dict:
     return res
 
 
+# The two pairings of the generated corpora: agentx as it is against the harness run as its loader
+# intends (bench/harness_as_intended.sh), and agentx laid out as the harness CLI lays it out against
+# the harness as shipped.
+PAIRINGS = {
+    "intended": ("the harness as intended (weka_trace default_block_size null)", []),
+    "cli": ("the harness CLI as shipped", ["--trace-block-size", "64"]),
+}
+
+
+def plan_jobs(a: argparse.Namespace) -> dict[str, dict]:
+    """Every comparison to run: the fixture and the synthetic corpus against the harness as given
+    (--harness), and each generated corpus in each pairing."""
+    jobs: dict[str, dict] = {}
+    wanted = a.shapes.split(",") if a.shapes else ["fixture", "synth"]
+    shipped = {"harness": a.harness, "agentx_extra": [], "label": "the harness"}
+    if "fixture" in wanted:
+        fixture = pathlib.Path(__file__).resolve().parent.parent / "fixtures/traces-subagents-8.jsonl"
+        jobs["fixture"] = {**shipped, "corpus": split_corpus(fixture, a.out / "corpus-fixture"), "concurrency": a.fixture_concurrency}
+    if "synth" in wanted:
+        synth = a.out / f"corpus-synth-{a.synth_traces}.jsonl"
+        subprocess.run([a.agentx, "dataset", "synth", "--traces", str(a.synth_traces), "--seed", "42", "--subagents",
+                        "--max-turns", str(a.synth_max_turns), "-o", str(synth)], check=True)  # fmt: skip
+        jobs["synth"] = {**shipped, "corpus": split_corpus(synth, a.out / f"corpus-synth-{a.synth_traces}"), "concurrency": a.synth_concurrency}
+    if "generated" in wanted:
+        gen = a.out / "generated"
+        subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve().parent / "differential_corpus.py"), "--out", str(gen),
+                        "--seed", str(a.gen_seed), "--block-sizes", a.gen_block_sizes, "--traces", str(a.gen_traces)], check=True)  # fmt: skip
+        for bs in (int(x) for x in a.gen_block_sizes.split(",")):
+            corpus = split_corpus(gen / f"bs{bs}.jsonl", gen / f"bs{bs}")
+            for pairing in a.pairings.split(","):
+                label, extra = PAIRINGS[pairing]
+                harness = a.harness_intended if pairing == "intended" else a.harness
+                if harness is None:
+                    raise SystemExit("--pairings intended needs --harness-intended (bench/harness_as_intended.sh makes it)")
+                jobs[f"gen-bs{bs}-{pairing}"] = {
+                    "harness": harness, "agentx_extra": extra, "label": label, "corpus": corpus,
+                    "concurrency": a.gen_concurrency, "pairing": pairing, "block_size": bs,
+                }  # fmt: skip
+    return jobs
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from compare import make_tokenizer
 
@@ -732,25 +777,21 @@ def cmd_run(a: argparse.Namespace) -> int:
         a.agentx_scenario = ["agentx-v1", *PRESET_AS_FLAGS]
         how = f"agentx has no scenario {a.scenario!r}: agentx-v1 with the preset as flags ({' '.join(PRESET_AS_FLAGS)})"
     print(how, flush=True)
-    shapes = {}
-    fixture = pathlib.Path(__file__).resolve().parent.parent / "fixtures/traces-subagents-8.jsonl"
-    shapes["fixture"] = (split_corpus(fixture, a.out / "corpus-fixture"), a.fixture_concurrency)
-    synth = a.out / f"corpus-synth-{a.synth_traces}.jsonl"
-    subprocess.run([a.agentx, "dataset", "synth", "--traces", str(a.synth_traces), "--seed", "42", "--subagents",
-                    "--max-turns", str(a.synth_max_turns), "-o", str(synth)], check=True)  # fmt: skip
-    shapes["synth"] = (split_corpus(synth, a.out / f"corpus-synth-{a.synth_traces}"), a.synth_concurrency)
+    jobs = plan_jobs(a)
     report = {"how": how, "duration_s": a.duration, "first_n": a.first_n, "time_tolerance_s": a.time_tolerance_s,
               "tstar_tolerance_pct": a.tstar_tolerance_pct, "simulator": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms}, "shapes": {}}  # fmt: skip
     failed = False
-    for shape, (corpus, conc) in shapes.items():
-        if a.shapes and shape not in a.shapes.split(","):
-            continue
-        runs = {tool: run_one(a, shape, tool, corpus, conc) for tool in ("harness", "agentx")}
+    for shape, job in jobs.items():
+        corpus, conc = job["corpus"], job["concurrency"]
+        runs = {tool: run_one(a, shape, tool, corpus, conc, job) for tool in ("harness", "agentx")}
         ref = json.loads((a.out / shape / "harness" / "labelled.json").read_text())
         got = json.loads((a.out / shape / "agentx" / "labelled.json").read_text())
         t = compare(ref, got, a)
-        print("\n" + render(t, f"{shape}: agentx against the harness (concurrency {conc})", limit=a.show) + "\n", flush=True)
-        report["shapes"][shape] = {"concurrency": conc, "corpus": str(corpus), "runs": runs, "comparison": summary(t)}
+        print("\n" + render(t, f"{shape}: agentx against {job['label']} (concurrency {conc})", limit=a.show) + "\n", flush=True)
+        report["shapes"][shape] = {
+            "concurrency": conc, "corpus": str(corpus), "pairing": job.get("pairing"), "block_size": job.get("block_size"),
+            "reference": job["label"], "agentx_flags": job["agentx_extra"], "runs": runs, "comparison": summary(t),
+        }  # fmt: skip
         failed |= bool(t.diffs)
         (a.out / "differential.json").write_text(json.dumps(report, indent=2))
     for shape, s in report["shapes"].items():
@@ -785,7 +826,13 @@ def main() -> int:
     r.add_argument("--harness", required=True, help="the harness's `agentx` executable")
     r.add_argument("--scenario", default="agentx", help="agentx's scenario (agentx-v1 plus the preset as flags if unknown)")
     r.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/out-differential"))
-    r.add_argument("--shapes", help="fixture,synth (default both)")
+    r.add_argument("--shapes", help="fixture,synth,generated (default fixture,synth)")
+    r.add_argument("--harness-intended", help="the `agentx` executable of the harness run as intended (bench/harness_as_intended.sh)")
+    r.add_argument("--pairings", default="intended,cli", help="of the generated corpora: intended, cli")
+    r.add_argument("--gen-block-sizes", default="16,32,64,128,512")
+    r.add_argument("--gen-traces", type=int, default=8)
+    r.add_argument("--gen-seed", type=int, default=7)
+    r.add_argument("--gen-concurrency", type=int, default=8)
     r.add_argument("--duration", type=float, default=60, help="--benchmark-duration of both tools, s")
     r.add_argument("--startup-timeout", type=float, default=600)
     r.add_argument("--fixture-concurrency", type=int, default=8)

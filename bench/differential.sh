@@ -10,6 +10,11 @@
 #   bench/differential.sh --shapes fixture --duration 30
 #   bench/differential.sh --scenario agentx-v1     # another agentx scenario (an unknown name falls
 #                                                  # back to agentx-v1 with the preset as flags)
+#   bench/differential.sh --shapes generated --duration 30
+#       # the generated corpora (bench/differential_corpus.py: block sizes 16, 32, 64, 128, 512) in
+#       # two pairings: agentx against the harness run as intended (a copy of the venv whose
+#       # weka_trace default_block_size is null, made by bench/harness_as_intended.sh), and
+#       # agentx --trace-block-size 64 against the harness CLI as shipped
 #
 # Every flag after the script's name goes to `bench/differential.py run` (see `--help` there).
 # Offline apart from PyPI: the harness gets a local word-level tokenizer (one token per word, as the
@@ -25,10 +30,19 @@ if ! "$VENV/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.vers
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "agentx-harness==$HARNESS_VERSION"
 fi
 
+INTENDED=()
+for arg in "$@"; do
+  if [[ "$arg" == *generated* ]]; then
+    bench/harness_as_intended.sh "$VENV" "${AGENTX_BENCH_VENV_INTENDED:-bench/.venv-as-intended}"
+    INTENDED=(--harness-intended "${AGENTX_BENCH_VENV_INTENDED:-bench/.venv-as-intended}/bin/agentx")
+  fi
+done
+
 cargo build --release --locked --bin agentx-host
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 
 exec "$VENV/bin/python" bench/differential.py run \
   --agentx "$TARGET_DIR/release/agentx-host" \
   --harness "$VENV/bin/agentx" \
+  "${INTENDED[@]}" \
   "$@"

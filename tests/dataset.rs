@@ -27,6 +27,7 @@ fn opts(cache: &Path) -> OpenOptions {
         cache_dir: Some(cache.to_owned()),
         format: None,
         block_size: None,
+        trace_block_size: None,
     }
 }
 

@@ -51,8 +51,9 @@ fn split_corpus(src: &Path, dest: &Path) {
     }
 }
 
-/// Replays `corpus` through agentx at `concurrency` as the golden run of `shape` did and compares.
-fn differential(shape: &str, corpus: &Path, concurrency: &str) {
+/// Replays `corpus` through agentx at `concurrency` (with `extra` flags) as the golden run of `shape`
+/// did and compares.
+fn differential(shape: &str, corpus: &Path, concurrency: &str, extra: &[&str]) {
     let Some(python) = python() else {
         eprintln!("skipped: no python3 (set AGENTX_PYTHON) to run bench/differential.py");
         return;
@@ -98,6 +99,7 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str) {
         "0",
     ];
     scenario.extend(rest);
+    scenario.extend(extra);
     let env: &[(&str, &str)] = &[];
     let dry = agentx_command(dir.path(), env)
         .arg("run")
@@ -176,7 +178,7 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str) {
 
 #[test]
 fn agentx_sends_what_the_harness_sent_on_the_with_subagents_fixture() {
-    differential("fixture", &fixture("traces-subagents-8.jsonl"), "8");
+    differential("fixture", &fixture("traces-subagents-8.jsonl"), "8", &[]);
 }
 
 #[test]
@@ -185,13 +187,72 @@ fn agentx_sends_what_the_harness_sent_on_a_small_synthetic_corpus() {
         "synth-12",
         &repo("fixtures/differential/synth-12/corpus.jsonl"),
         "4",
+        &[],
     );
 }
 
+/// A generated corpus of `block_size`-token traces (bench/differential_corpus.py): agentx as it is
+/// against the harness run as its loader intends (weka_trace `default_block_size` null).
+fn generated_as_intended(block_size: u32) {
+    differential(
+        &format!("gen-bs{block_size}-intended"),
+        &generated_corpus(block_size),
+        "8",
+        &[],
+    );
+}
+
+/// The same corpus laid out as the harness CLI lays it out (`--trace-block-size 64`) against the
+/// harness CLI as shipped.
+fn generated_as_the_cli(block_size: u32) {
+    differential(
+        &format!("gen-bs{block_size}-cli"),
+        &generated_corpus(block_size),
+        "8",
+        &["--trace-block-size", "64"],
+    );
+}
+
+fn generated_corpus(block_size: u32) -> PathBuf {
+    repo(&format!(
+        "fixtures/differential/gen-bs{block_size}-intended/corpus.jsonl"
+    ))
+}
+
+#[test]
+fn agentx_sends_what_the_harness_as_intended_sent_in_16_token_blocks() {
+    generated_as_intended(16);
+}
+
+#[test]
+fn agentx_sends_what_the_harness_as_intended_sent_in_128_token_blocks() {
+    generated_as_intended(128);
+}
+
+#[test]
+fn agentx_sends_what_the_harness_as_intended_sent_in_512_token_blocks() {
+    generated_as_intended(512);
+}
+
+#[test]
+fn agentx_in_64_token_blocks_sends_what_the_harness_cli_sent_on_16_token_traces() {
+    generated_as_the_cli(16);
+}
+
+#[test]
+fn agentx_in_64_token_blocks_sends_what_the_harness_cli_sent_on_128_token_traces() {
+    generated_as_the_cli(128);
+}
+
+#[test]
+fn agentx_in_64_token_blocks_sends_what_the_harness_cli_sent_on_512_token_traces() {
+    generated_as_the_cli(512);
+}
+
 /// Every request of `shape`'s golden log against the same stream and turn laid out by agentx with
-/// the reference tiling: the roles and the words of each message (marker left out, as the log has
-/// them).
-fn harness_layouts_match(shape: &str, corpus: &Path) {
+/// the reference tiling (in `trace_block_size`-token blocks when given): the roles and the words of
+/// each message (marker left out, as the log has them).
+fn harness_layouts_match(shape: &str, corpus: &Path, trace_block_size: Option<u32>) {
     let golden = repo("fixtures/differential")
         .join(shape)
         .join("harness.json");
@@ -205,6 +266,7 @@ fn harness_layouts_match(shape: &str, corpus: &Path) {
         cache_dir: Some(cache.path().to_owned()),
         format: None,
         block_size: None,
+        trace_block_size,
     };
     let ds = Dataset::open_path(corpus, &opts).unwrap();
     let trees = TreeCorpus::open(
@@ -264,7 +326,7 @@ fn harness_layouts_match(shape: &str, corpus: &Path) {
 
 #[test]
 fn reference_tiling_lays_out_every_fixture_request_as_the_harness_did() {
-    harness_layouts_match("fixture", &fixture("traces-subagents-8.jsonl"));
+    harness_layouts_match("fixture", &fixture("traces-subagents-8.jsonl"), None);
 }
 
 #[test]
@@ -272,5 +334,15 @@ fn reference_tiling_lays_out_every_synthetic_request_as_the_harness_did() {
     harness_layouts_match(
         "synth-12",
         &repo("fixtures/differential/synth-12/corpus.jsonl"),
+        None,
     );
+}
+
+#[test]
+fn reference_tiling_lays_out_every_generated_request_as_the_harness_did_in_either_layout() {
+    for block_size in [16, 128, 512] {
+        let corpus = generated_corpus(block_size);
+        harness_layouts_match(&format!("gen-bs{block_size}-intended"), &corpus, None);
+        harness_layouts_match(&format!("gen-bs{block_size}-cli"), &corpus, Some(64));
+    }
 }

@@ -2,6 +2,7 @@
 
 mod anthropic;
 mod arrivals;
+mod block_size;
 mod cli;
 mod cli_reference;
 mod corpora;

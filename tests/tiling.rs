@@ -104,6 +104,7 @@ fn reference_tiling_matches_agentx_harness_on_every_turn() {
             cache_dir: Some(cache.path().to_owned()),
             format: None,
             block_size: None,
+            trace_block_size: None,
         },
     )
     .expect("open the golden corpus");

@@ -93,6 +93,7 @@ impl SourceArgs {
                 }),
                 format: self.format.map(Into::into),
                 block_size: self.block_size,
+                trace_block_size: None,
             },
         )?;
         if self.strict {

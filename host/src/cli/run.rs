@@ -78,6 +78,11 @@ pub struct RunArgs {
         value_name = "TOKENS"
     )]
     pub isl_block_size: Option<u32>,
+    /// Lay every weka trace out in this many tokens per hash block, whatever its `block_size` says,
+    /// as agentx-harness 1.0.12's CLI does with 64 (`--trace-block-size 64` reproduces a harness
+    /// row) [default: each trace's own].
+    #[arg(help_heading = "What to replay", long, value_name = "TOKENS")]
+    pub trace_block_size: Option<u32>,
     /// Use only the first N traces (after --max-context-length).
     #[arg(help_heading = "What to replay", long, value_name = "N")]
     pub num_dataset_entries: Option<usize>,
@@ -767,6 +772,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         max_context_length: a.max_context_length,
         format: super::run_plan::corpus_format(a)?,
         block_size: a.isl_block_size,
+        trace_block_size: a.trace_block_size,
         tokenizer: a.tokenizer.clone(),
         output: crate::run::artifact_dir::OutputDir::from_flag(a.output_artifact_dir.clone()),
         overwrite: a.overwrite,

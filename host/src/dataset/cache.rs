@@ -39,7 +39,7 @@ use super::weka::{ParsedTrace, RequestKind};
 
 pub const MAGIC: [u8; 8] = *b"AGXDSET\n";
 /// Bump on any change of the layout or of what the builder stores.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 pub const HEADER_LEN: usize = 128;
 pub const TRACE_REC: usize = 40;
 pub const TURN_REC: usize = 80;

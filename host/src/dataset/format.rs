@@ -155,6 +155,10 @@ pub struct FormatSpec {
     /// TraceLab only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracelab: Option<TracelabJoin>,
+    /// `--trace-block-size` (weka): every trace laid out in this many tokens per hash block, whatever
+    /// its `block_size` says, as agentx-harness 1.0.12's CLI lays every trace out in 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_block_size: Option<u32>,
 }
 
 impl FormatSpec {
@@ -163,6 +167,7 @@ impl FormatSpec {
         format: Format::Weka,
         block_size: None,
         tracelab: None,
+        trace_block_size: None,
     };
 
     /// `format` with `block_size` (its default when `None`) and, for TraceLab, the join knobs of the
@@ -198,7 +203,37 @@ impl FormatSpec {
                 Format::Tracelab => Some(TracelabJoin::from_env(get)?),
                 _ => None,
             },
+            trace_block_size: None,
         })
+    }
+
+    /// This spec with every weka trace laid out in `trace_block_size`-token blocks
+    /// (`--trace-block-size`; `None` keeps each trace's own). Only weka traces declare a block size:
+    /// another format's is `--isl-block-size`.
+    pub fn with_trace_block_size(
+        mut self,
+        trace_block_size: Option<u32>,
+    ) -> Result<FormatSpec, DatasetError> {
+        match trace_block_size {
+            None => {}
+            Some(0) => {
+                return Err(DatasetError::Argument(
+                    "--trace-block-size 0: give the tokens per hash block every trace is laid out \
+                     in, e.g. --trace-block-size 64 (the harness CLI's layout)"
+                        .into(),
+                ))
+            }
+            Some(n) if self.format != Format::Weka => {
+                return Err(DatasetError::Argument(format!(
+                    "--trace-block-size {n} lays out weka traces, which declare their own block \
+                     size; a {} corpus declares none: give its block size with --isl-block-size",
+                    self.format
+                )))
+            }
+            Some(_) => {}
+        }
+        self.trace_block_size = trace_block_size;
+        Ok(self)
     }
 
     /// The block size of a Mooncake or TraceLab corpus.
@@ -208,10 +243,11 @@ impl FormatSpec {
             .unwrap_or(64)
     }
 
-    /// The digest the cache key is derived from: the source digest itself for weka (keys of weka
-    /// entries are unchanged), else sha256 over the format spec and the source digest.
+    /// The digest the cache key is derived from: the source digest itself for weka laid out as its
+    /// traces declare (keys of weka entries are unchanged), else sha256 over the format spec and the
+    /// source digest (another format, or `--trace-block-size`).
     pub fn keyed_digest(&self, source_digest: &[u8; 32]) -> [u8; 32] {
-        if self.format == Format::Weka {
+        if *self == FormatSpec::WEKA {
             return *source_digest;
         }
         let mut h = Sha256::new();
@@ -351,7 +387,13 @@ pub fn scan(
     f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     match spec.format {
-        Format::Weka => super::weka::scan_traces(files, f),
+        Format::Weka => match spec.trace_block_size {
+            None => super::weka::scan_traces(files, f),
+            Some(n) => {
+                let mut f = f;
+                super::weka::scan_traces(files, |t| f(super::weka::relayout(t, n)?))
+            }
+        },
         Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, f),
         Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, f),
     }
@@ -402,6 +444,27 @@ mod tests {
         let m2 = FormatSpec::resolve_with(Format::Mooncake, Some(16), |_| None).unwrap();
         assert_ne!(m.keyed_digest(&d), d);
         assert_ne!(m.keyed_digest(&d), m2.keyed_digest(&d));
+    }
+
+    #[test]
+    fn a_trace_block_size_keys_another_weka_entry_and_only_weka_takes_one() {
+        let d = [7u8; 32];
+        let laid = FormatSpec::WEKA.with_trace_block_size(Some(64)).unwrap();
+        assert_ne!(laid.keyed_digest(&d), d);
+        let other = FormatSpec::WEKA.with_trace_block_size(Some(32)).unwrap();
+        assert_ne!(laid.keyed_digest(&d), other.keyed_digest(&d));
+        assert_eq!(
+            FormatSpec::WEKA
+                .with_trace_block_size(None)
+                .unwrap()
+                .keyed_digest(&d),
+            d
+        );
+        let zero = FormatSpec::WEKA.with_trace_block_size(Some(0)).unwrap_err();
+        assert!(zero.to_string().contains("--trace-block-size 0"), "{zero}");
+        let m = FormatSpec::resolve_with(Format::Mooncake, None, |_| None).unwrap();
+        let e = m.with_trace_block_size(Some(64)).unwrap_err().to_string();
+        assert!(e.contains("--isl-block-size"), "{e}");
     }
 
     #[test]

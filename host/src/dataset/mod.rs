@@ -81,6 +81,9 @@ pub struct OpenOptions {
     /// Tokens per hash block of a Mooncake or TraceLab corpus (`--block-size`); `None` is the
     /// format's default.
     pub block_size: Option<u32>,
+    /// Every weka trace laid out in this many tokens per block, whatever it declares
+    /// (`--trace-block-size`); `None` honours each trace's `block_size`.
+    pub trace_block_size: Option<u32>,
 }
 
 /// A corpus specification resolved to local files.
@@ -132,7 +135,7 @@ fn build(
 ) -> Result<Vec<u8>, DatasetError> {
     let started = Instant::now();
     let mut b = cache::Builder::default();
-    if spec.format != format::Format::Weka {
+    if *spec != format::FormatSpec::WEKA {
         b.set_corpus(*spec);
     }
     let mut requests = 0usize;
@@ -321,7 +324,8 @@ impl Dataset {
             Some(f) => f,
             None => format::detect(&src.files)?,
         };
-        let spec = format::FormatSpec::resolve(format, opts.block_size)?;
+        let spec = format::FormatSpec::resolve(format, opts.block_size)?
+            .with_trace_block_size(opts.trace_block_size)?;
         let (digest, hashed) = source::digest_cached(&store, &src.files)?;
         let sel = select::Selection {
             num_dataset_entries: opts.num_dataset_entries,

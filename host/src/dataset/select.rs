@@ -122,7 +122,7 @@ mod tests {
     /// A trace with top-level requests of (in, out) and one subagent with requests of (in, out).
     fn trace(id: &str, main: &[(u32, u32)], sub: &[(u32, u32)]) -> ParsedTrace {
         let req = |(i, o): &(u32, u32), t: usize| {
-            format!(r#"{{"t":{t},"type":"n","in":{i},"out":{o},"hash_ids":[1]}}"#)
+            format!(r#"{{"t":{t},"type":"n","model":"m","in":{i},"out":{o},"hash_ids":[1]}}"#)
         };
         let mut reqs: Vec<String> = main.iter().enumerate().map(|(k, r)| req(r, k)).collect();
         if !sub.is_empty() {
@@ -194,7 +194,7 @@ mod tests {
             .enumerate()
             .map(|(k, (i, o))| {
                 format!(
-                    r#"{{"id":"t{k}","models":["m"],"block_size":64,"hash_id_scope":"local","requests":[{{"t":0,"type":"n","in":{i},"out":{o},"hash_ids":[{k}]}}]}}"#
+                    r#"{{"id":"t{k}","models":["m"],"block_size":64,"hash_id_scope":"local","requests":[{{"t":0,"type":"n","model":"m","in":{i},"out":{o},"hash_ids":[{k}]}}]}}"#
                 )
             })
             .collect();
@@ -218,6 +218,7 @@ mod tests {
             cache_dir: Some(dir.path().join("cache")),
             format: None,
             block_size: None,
+            trace_block_size: None,
         };
         let all = Dataset::open_path(&path, &opts(None, None, None)).unwrap();
         assert_eq!(all.len(), 5);

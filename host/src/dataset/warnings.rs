@@ -37,14 +37,20 @@ pub enum WarningKind {
     DecreasingTime,
     /// A `think_time`, `api_time`, `ttft` or `duration_ms` that is negative or not finite; dropped.
     InvalidDuration,
-    /// The first request has fewer hash ids than the blocks of the tools+system prefix; the system
-    /// message is cut to the request's blocks.
+    /// A stream's first request (the trace's first, or a subagent entry's) has fewer hash ids than the
+    /// blocks of its tools+system prefix; the system message is cut to the request's blocks.
+    /// agentx-harness refuses such a trace (`--scenario agentx` does too).
     ShortFirstRequest,
+    /// A field agentx-harness's weka schema requires or types otherwise (a trace without `models`, a
+    /// request without `model`, a subagent entry without `subagent_type`, `status` or `models`, a
+    /// `duration_ms` that is not a whole number); read as this importer reads it. agentx-harness
+    /// refuses such a trace (`--scenario agentx` does too).
+    HarnessSchema,
 }
 
 impl WarningKind {
     /// Every kind, in report order.
-    pub const ALL: [WarningKind; 9] = [
+    pub const ALL: [WarningKind; 10] = [
         WarningKind::CoercedNumber,
         WarningKind::EmptyId,
         WarningKind::NegativeTokens,
@@ -54,7 +60,17 @@ impl WarningKind {
         WarningKind::DecreasingTime,
         WarningKind::InvalidDuration,
         WarningKind::ShortFirstRequest,
+        WarningKind::HarnessSchema,
     ];
+
+    /// Whether agentx-harness 1.0.12 refuses a corpus with this warning (at its trace-declared block
+    /// size, for [`WarningKind::ShortFirstRequest`]).
+    pub fn harness_refuses(self) -> bool {
+        matches!(
+            self,
+            WarningKind::ShortFirstRequest | WarningKind::HarnessSchema
+        )
+    }
 
     /// The stable snake_case name.
     pub fn as_str(self) -> &'static str {
@@ -68,6 +84,7 @@ impl WarningKind {
             WarningKind::DecreasingTime => "decreasing_time",
             WarningKind::InvalidDuration => "invalid_duration",
             WarningKind::ShortFirstRequest => "short_first_request",
+            WarningKind::HarnessSchema => "harness_schema",
         }
     }
 }

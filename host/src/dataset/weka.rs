@@ -259,6 +259,18 @@ impl Ctx<'_> {
         None
     }
 
+    /// A field agentx-harness's weka schema requires that `what` lacks.
+    fn harness_requires(&self, path: &str, name: &str, what: &str) {
+        self.warn(
+            WarningKind::HarnessSchema,
+            join(path, name),
+            format!(
+                "missing field `{name}`, which agentx-harness's weka schema requires on {what} (it \
+                 refuses the trace); add it"
+            ),
+        );
+    }
+
     /// A start time `t`: returns NaN for a non-finite value (the caller substitutes the previous `t`).
     fn time(&self, path: &str, v: Float) -> f64 {
         self.coerced(path, "t", v.coerced);
@@ -334,6 +346,9 @@ fn convert_request(
             format!("{path}.ttft"),
             "`ttft` is only recorded on streaming requests (type \"s\")",
         ));
+    }
+    if e.model.is_none() {
+        ctx.harness_requires(path, "model", "a request");
     }
     let t = ctx.time(path, required(ctx, path, "t", e.t, &e.kind)?);
     let raw_in = required(ctx, path, "in", e.input, &e.kind)?;
@@ -427,6 +442,29 @@ fn check_subagent(
         )
     })?;
     let marker_t = ctx.time(path, t);
+    for (name, present) in [
+        ("subagent_type", e.subagent_type.is_some()),
+        ("status", e.status.is_some()),
+        ("models", e.models.is_some()),
+    ] {
+        if !present {
+            ctx.harness_requires(path, name, "a subagent entry");
+        }
+    }
+    if let Some(d) = e
+        .duration_ms
+        .filter(|d| d.v.is_finite() && d.v.fract() != 0.0)
+    {
+        ctx.warn(
+            WarningKind::HarnessSchema,
+            join(path, "duration_ms"),
+            format!(
+                "`duration_ms` is {}, not a whole number of milliseconds, which agentx-harness's weka \
+                 schema refuses (it refuses the trace); round it",
+                d.v
+            ),
+        );
+    }
     let duration_ms = e.duration_ms.map(|v| v.v);
     ctx.duration(path, "duration_ms", e.duration_ms);
     for (name, v) in [
@@ -524,6 +562,9 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
             "`id` is the empty string",
         );
     }
+    if raw.models.is_none() {
+        ctx.harness_requires("", "models", "a trace");
+    }
     if raw.hash_id_scope != "local" {
         return Err(ctx.err(
             "hash_id_scope".into(),
@@ -615,26 +656,10 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
             .collect();
         remap_wide(all, &wide);
     }
-    let prefix = u64::from(tool_tokens) + u64::from(system_tokens);
-    if let Some(first) = requests.first() {
-        let blocks = prefix.div_ceil(u64::from(block_size));
-        if blocks > first.hash_ids.len() as u64 {
-            ctx.warn(
-                WarningKind::ShortFirstRequest,
-                "requests[0].hash_ids".into(),
-                format!(
-                    "the first request has {} hash ids, fewer than the {blocks} blocks of the tools+system \
-                     prefix ({prefix} tokens of tool_tokens+system_tokens at block_size {block_size}); \
-                     the system message is cut to the request's blocks",
-                    first.hash_ids.len(),
-                ),
-            );
-        }
-    }
     let warnings = ctx.warnings.into_inner();
-    Ok(ParsedTrace {
+    let mut trace = ParsedTrace {
         id: raw.id,
-        models: raw.models,
+        models: raw.models.unwrap_or_default(),
         block_size,
         tool_tokens,
         system_tokens,
@@ -644,7 +669,133 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
         subagent_entries,
         location: base.clone(),
         warnings,
-    })
+    };
+    for short in short_prefixes(&trace, block_size) {
+        let w = Warning {
+            kind: WarningKind::ShortFirstRequest,
+            location: short.location(&trace),
+            message: format!(
+                "{}; the system message is cut to the request's blocks (agentx-harness refuses the trace)",
+                short.describe()
+            ),
+        };
+        trace.warnings.push(w);
+    }
+    Ok(trace)
+}
+
+/// A stream's first request whose hash ids are fewer than the blocks of its tools+system prefix: what
+/// agentx-harness refuses ("turn-0 system prefix requires N hash blocks but only M were recorded",
+/// `dataset/loader/weka_synth_buf.py` `init_turn_0`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShortPrefix {
+    /// The request's path in the trace (`requests[0].hash_ids`, `requests[3].requests[0].hash_ids`).
+    pub field: String,
+    /// tool_tokens + system_tokens of the trace or subagent entry.
+    pub prefix_tokens: u64,
+    pub block_size: u32,
+    /// ceil(prefix_tokens / block_size).
+    pub blocks: u64,
+    /// The hash ids the request records.
+    pub recorded: u64,
+}
+
+impl ShortPrefix {
+    /// Where it is: the trace's location with the field.
+    pub fn location(&self, trace: &ParsedTrace) -> Location {
+        Location {
+            trace: Some(trace.id.clone()),
+            field: Some(self.field.clone()),
+            ..trace.location.clone()
+        }
+    }
+
+    /// What is short, in the harness's terms.
+    pub fn describe(&self) -> String {
+        format!(
+            "the tools+system prefix ({} tokens) needs {} hash blocks of {} tokens, but only {} were \
+             recorded",
+            self.prefix_tokens, self.blocks, self.block_size, self.recorded
+        )
+    }
+
+    /// The smallest block size at which the recorded hash ids hold the prefix (`None`: none does,
+    /// the request records no hash id).
+    pub fn smallest_fitting_block_size(&self) -> Option<u64> {
+        (self.recorded > 0).then(|| self.prefix_tokens.div_ceil(self.recorded).max(1))
+    }
+}
+
+/// The first requests of `trace`'s streams that the harness lays out with a tools+system prefix, laid
+/// out in `block_size`-token blocks, whose hash ids cannot hold that prefix: the first top-level
+/// request (the trace's tool/system tokens) and the first request of every subagent entry listed after
+/// a top-level request (the entry's own; an entry before any is never replayed).
+pub fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> {
+    let check = |field: String, tool: u32, system: u32, r: &ParsedRequest| {
+        let prefix_tokens = u64::from(tool) + u64::from(system);
+        let blocks = prefix_tokens.div_ceil(u64::from(block_size));
+        let recorded = r.hash_ids.len() as u64;
+        (blocks > recorded).then_some(ShortPrefix {
+            field,
+            prefix_tokens,
+            block_size,
+            blocks,
+            recorded,
+        })
+    };
+    let mut out = Vec::new();
+    let Some(first) = trace.requests.first() else {
+        return out;
+    };
+    out.extend(check(
+        format!("requests[{}].hash_ids", first.index),
+        trace.tool_tokens,
+        trace.system_tokens,
+        first,
+    ));
+    for s in trace
+        .subagent_entries
+        .iter()
+        .filter(|s| s.index > first.index)
+    {
+        if let Some(r) = s.requests.first() {
+            out.extend(check(
+                format!("requests[{}].requests[{}].hash_ids", s.index, r.index),
+                s.tool_tokens,
+                s.system_tokens,
+                r,
+            ));
+        }
+    }
+    out
+}
+
+/// `trace` laid out in `block_size`-token blocks whatever it declares (`--trace-block-size`): an error
+/// naming the trace when a stream's first request records too few hash ids for its tools+system
+/// prefix at that size, as the harness refuses it.
+pub fn relayout(mut trace: ParsedTrace, block_size: u32) -> Result<ParsedTrace, DatasetError> {
+    if let Some(short) = short_prefixes(&trace, block_size).into_iter().next() {
+        let fix = match short.smallest_fitting_block_size() {
+            Some(n) => format!("give a --trace-block-size of at least {n}, or drop the flag"),
+            None => "drop the flag (the request records no hash id, so no block size holds the \
+                     prefix)"
+                .to_owned(),
+        };
+        return Err(DatasetError::Invalid {
+            location: short.location(&trace),
+            message: format!(
+                "--trace-block-size {block_size}: {}, so agentx-harness would refuse this trace; \
+                 {fix}",
+                short.describe()
+            ),
+        });
+    }
+    trace.block_size = block_size;
+    // The warnings of the declared layout no longer apply.
+    trace
+        .warnings
+        .retain(|w| w.kind != WarningKind::ShortFirstRequest);
+    Ok(trace)
 }
 
 /// Strips serde_json's " at line L column C" suffix; the location is reported separately.
@@ -823,8 +974,9 @@ mod tests {
 
     const OK: &str = r#"{"id":"a","models":["m"],"block_size":4,"hash_id_scope":"local","tool_tokens":3,"system_tokens":2,
       "requests":[{"t":0,"type":"n","model":"m","in":9,"out":2,"hash_ids":[1,2],"think_time":null},
-                  {"t":1.5,"type":"subagent","agent_id":"agent_001","requests":[{"t":0,"type":"s","in":3,"out":1,"hash_ids":[7],"ttft":0.1}]},
-                  {"t":2,"type":"s","in":12,"out":0,"hash_ids":[1,2,3],"ttft":0.2,"stop":"end_turn"}],
+                  {"t":1.5,"type":"subagent","agent_id":"agent_001","subagent_type":"Explore","status":"completed","models":["m"],
+                   "requests":[{"t":0,"type":"s","model":"m","in":3,"out":1,"hash_ids":[7],"ttft":0.1}]},
+                  {"t":2,"type":"s","model":"m","in":12,"out":0,"hash_ids":[1,2,3],"ttft":0.2,"stop":"end_turn"}],
       "totals":{"subagent_count":1}}"#;
 
     #[test]
@@ -941,6 +1093,68 @@ mod tests {
         assert_eq!(ids[3], ids[5]);
         let distinct: HashSet<u32> = ids.iter().copied().collect();
         assert_eq!(distinct.len(), 5, "{ids:?}");
+    }
+
+    #[test]
+    fn what_the_harness_schema_requires_is_a_warning_naming_the_field() {
+        let t = warned(
+            &OK.replace("\"models\":[\"m\"],\"block_size\"", "\"block_size\"")
+                .replace("\"status\":\"completed\",", "\"duration_ms\":1.5,")
+                .replace(
+                    "{\"t\":2,\"type\":\"s\",\"model\":\"m\",",
+                    "{\"t\":2,\"type\":\"s\",",
+                ),
+        );
+        let fields: Vec<&str> = t
+            .warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::HarnessSchema)
+            .map(|w| w.location.field.as_deref().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "models",
+                "requests[1].status",
+                "requests[1].duration_ms",
+                "requests[2].model"
+            ]
+        );
+        assert!(
+            t.warnings[0].message.contains("add it"),
+            "{}",
+            t.warnings[0]
+        );
+        assert!(WarningKind::HarnessSchema.harness_refuses());
+    }
+
+    #[test]
+    fn a_short_prefix_is_found_in_the_first_request_of_every_stream() {
+        // 5 prefix tokens in blocks of 4: 2 blocks, which requests[0]'s 2 ids hold; a subagent of
+        // 9 prefix tokens (3 blocks) whose first request records 1 id does not.
+        let text = OK.replace(
+            "\"models\":[\"m\"],\n                   \"requests\"",
+            "\"models\":[\"m\"],\"tool_tokens\":4,\"system_tokens\":5,\"requests\"",
+        );
+        let t = warned(&text);
+        let short = short_prefixes(&t, 4);
+        assert_eq!(short.len(), 1, "{short:?}");
+        assert_eq!(short[0].field, "requests[1].requests[0].hash_ids");
+        assert_eq!((short[0].blocks, short[0].recorded), (3, 1));
+        assert_eq!(kinds(&t), ["short_first_request"]);
+        // At 9 tokens a block both fit; at 2 the root's 5 tokens need 3 blocks.
+        assert!(short_prefixes(&t, 9).is_empty());
+        assert_eq!(short_prefixes(&t, 2).len(), 2);
+        let e = relayout(t.clone(), 2).unwrap_err().to_string();
+        assert!(
+            e.contains("x.jsonl:3: trace \"a\": requests[0].hash_ids")
+                && e.contains("--trace-block-size 2")
+                && e.contains("at least 3"),
+            "{e}"
+        );
+        let laid = relayout(t, 9).unwrap();
+        assert_eq!(laid.block_size, 9);
+        assert!(laid.warnings.is_empty(), "{:?}", laid.warnings);
     }
 
     #[test]

@@ -152,6 +152,35 @@ pub struct DatasetId {
     pub traces: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_dataset_entries: Option<usize>,
+    /// `--trace-block-size`: every trace laid out in this many tokens per hash block, whatever it
+    /// declares (`None`: each trace as it declares).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_block_size: Option<u32>,
+    /// Where the replay of this corpus parts from agentx-harness 1.0.12's CLI, and what the
+    /// harness would refuse in it (each also logged as a warning).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub harness_notes: Vec<HarnessNote>,
+}
+
+/// One way a run's replay of its corpus parts from agentx-harness 1.0.12's CLI, or a reason the
+/// harness would refuse the corpus.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HarnessNote {
+    pub kind: HarnessNoteKind,
+    /// The traces it concerns.
+    pub traces: u64,
+    /// What differs, why, and how to reproduce the harness (or fix the corpus).
+    pub message: String,
+}
+
+/// What a [`HarnessNote`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HarnessNoteKind {
+    /// The traces are laid out in other blocks than the harness CLI's 64 tokens.
+    BlockSize,
+    /// The harness would refuse the corpus (a scenario other than `agentx` replays it).
+    Refused,
 }
 
 /// A setting as the scenario resolved it.

@@ -33,6 +33,8 @@ pub struct RunConfig {
     /// `--custom-dataset-type`'s corpus format (`None`: detected) and `--isl-block-size`.
     pub format: Option<crate::dataset::format::Format>,
     pub block_size: Option<u32>,
+    /// `--trace-block-size`: every weka trace laid out in this many tokens per block.
+    pub trace_block_size: Option<u32>,
     /// `--tokenizer`: a path, a hub model id or `builtin`.
     pub tokenizer: Option<String>,
     /// Where the artifacts go: the named directory or a fresh one per run.

@@ -12,6 +12,7 @@ pub mod config;
 pub mod connect;
 pub mod finalize;
 pub mod find_max;
+pub mod harness;
 mod kept;
 pub mod merge;
 pub mod outputs;

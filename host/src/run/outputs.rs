@@ -724,6 +724,8 @@ fn dataset_id(p: &Prepared, entries: Option<usize>) -> DatasetId {
         cache_key: Some(p.dataset_key.clone()),
         traces: p.ds.len(),
         num_dataset_entries: entries,
+        trace_block_size: p.ds.corpus_format().trace_block_size,
+        harness_notes: p.harness_notes.clone(),
     }
 }
 

@@ -41,6 +41,8 @@ pub(super) struct Prepared {
     pub host_settings: Vec<(&'static str, serde_json::Value, &'static str)>,
     pub ds: &'static Dataset,
     pub dataset_key: String,
+    /// Where the replay of the corpus parts from agentx-harness 1.0.12's CLI (`run::harness`).
+    pub harness_notes: Vec<crate::export::manifest::HarnessNote>,
 }
 
 /// Loads the scenario (by the recorded hash for a rerun), resolves the settings (its refusals as
@@ -123,6 +125,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
             );
         }
     }
+    let harness_notes = super::harness::notes(&ds, &info.name)?;
     let ds = super::kept::dataset(ds);
     let effective = cfg.clone();
     let mode_source = match (decisions.assistant_text, effective.plan.mode_given) {
@@ -147,6 +150,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         host_settings: rp.host_settings.clone(),
         ds,
         dataset_key,
+        harness_notes,
     };
     Ok((p, inst, effective))
 }
@@ -378,6 +382,7 @@ fn open_dataset(cfg: &RunConfig) -> anyhow::Result<Dataset> {
         cache_dir: None,
         format: cfg.format,
         block_size: cfg.block_size,
+        trace_block_size: cfg.trace_block_size,
     };
     Ok(match &cfg.plan.dataset {
         DatasetSource::Bundled => Dataset::open_path(&bundled_corpus(&cfg.home)?, &opts)?,

@@ -183,8 +183,7 @@ impl<'de> Deserialize<'de> for HashIdList {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTrace {
     pub(super) id: String,
-    #[serde(default)]
-    pub(super) models: Vec<String>,
+    pub(super) models: Option<Vec<String>>,
     pub(super) block_size: Int,
     pub(super) hash_id_scope: String,
     pub(super) tool_tokens: Option<Int>,

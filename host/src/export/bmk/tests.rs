@@ -521,6 +521,7 @@ fn traces_available(cache: &Path) -> Traces {
             cache_dir: Some(cache.to_owned()),
             format: None,
             block_size: None,
+            trace_block_size: None,
         },
     )
     .unwrap();
@@ -595,6 +596,7 @@ fn open_traces_resolves_from_the_run_summary() {
         cache_dir: Some(cache.path().to_owned()),
         format: None,
         block_size: None,
+        trace_block_size: None,
     };
     let run = RunSummary {
         dataset: Some(crate::export::manifest::DatasetId {

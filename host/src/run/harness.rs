@@ -1,0 +1,145 @@
+//! What agentx-harness 1.0.12 would do otherwise with a run's corpus, checked before any request
+//! is sent:
+//! - its CLI lays every weka trace out in 64-token blocks, whatever the trace's `block_size` says
+//!   (a defect: the weka plugin default is passed where a user override belongs;
+//!   docs/agentx-v1-reference.md "Block size"); agentx follows the trace, or `--trace-block-size`;
+//! - it refuses some corpora this importer reads with a warning (the import warnings whose kind
+//!   [`WarningKind::harness_refuses`]).
+//!
+//! Under `--scenario agentx`, the scenario that mirrors the harness's own `--scenario agentx`, a
+//! corpus the harness refuses is refused the same way, with the place, the field and the fix; the
+//! block layout is a note. Under every other scenario both are notes. Each note is logged as a
+//! warning and kept in the manifest and the run summary (`dataset.harness_notes`).
+
+use std::collections::BTreeMap;
+
+use anyhow::bail;
+
+use crate::dataset::format::Format;
+use crate::dataset::warnings::WarningKind;
+use crate::dataset::Dataset;
+use crate::export::manifest::{HarnessNote, HarnessNoteKind};
+
+/// The block size the harness CLI lays every weka trace out in (its weka plugin's
+/// `default_block_size`, agentx-harness 1.0.12 `plugin/plugins.yaml`).
+pub const HARNESS_CLI_BLOCK_SIZE: u32 = 64;
+
+/// The scenario that mirrors the harness's `--scenario agentx`, under which a corpus the harness
+/// refuses is refused.
+pub const REFERENCE_SCENARIO: &str = "agentx";
+
+/// The notes of `ds` replayed by `scenario`, each logged; an error when `scenario` is the reference
+/// one and the harness refuses the corpus.
+pub fn notes(ds: &Dataset, scenario: &str) -> anyhow::Result<Vec<HarnessNote>> {
+    let reference = scenario == REFERENCE_SCENARIO;
+    let spec = ds.corpus_format();
+    let mut out = Vec::new();
+    if let Some(refused) = refusal(ds) {
+        if reference {
+            bail!(
+                "agentx-harness 1.0.12 refuses this corpus, and so does --scenario {REFERENCE_SCENARIO}, \
+                 which mirrors it:{}\n(`agentx-host dataset stats {}` lists every place; another \
+                 scenario, e.g. --scenario agentx-v1, replays the corpus with these as warnings)",
+                refused.places,
+                ds.source_path().display()
+            );
+        }
+        out.push(HarnessNote {
+            kind: HarnessNoteKind::Refused,
+            traces: refused.count,
+            message: format!(
+                "agentx-harness 1.0.12 (and --scenario {REFERENCE_SCENARIO}) would refuse this corpus; \
+                 agentx replays it under --scenario {scenario}:{}",
+                refused.places
+            ),
+        });
+    }
+    if spec.format == Format::Weka && reference {
+        out.extend(block_size_note(ds, spec.trace_block_size));
+    }
+    for n in &out {
+        tracing::warn!("{}", n.message);
+    }
+    Ok(out)
+}
+
+/// What the harness refuses in a corpus: the first place of each refused kind, one per line, and
+/// how many places there are.
+struct Refused {
+    places: String,
+    count: u64,
+}
+
+fn refusal(ds: &Dataset) -> Option<Refused> {
+    let report = ds.warnings();
+    let refused: Vec<(&String, &crate::dataset::warnings::KindReport)> = report
+        .by_kind
+        .iter()
+        .filter(|(k, _)| {
+            WarningKind::ALL
+                .iter()
+                .any(|w| w.as_str() == k.as_str() && w.harness_refuses())
+        })
+        .collect();
+    if refused.is_empty() {
+        return None;
+    }
+    let places = refused
+        .iter()
+        .map(|(k, r)| {
+            let first = r.first.first().map(String::as_str).unwrap_or("?");
+            let more = match r.count {
+                0 | 1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            };
+            format!("\n  {first} [{k}]{more}")
+        })
+        .collect();
+    Some(Refused {
+        places,
+        count: refused.iter().map(|(_, r)| r.count).sum(),
+    })
+}
+
+/// The note of a weka corpus laid out in other blocks than the harness CLI's: the traces that
+/// declare another size (and are laid out as declared), or `--trace-block-size` other than 64.
+fn block_size_note(ds: &Dataset, trace_block_size: Option<u32>) -> Option<HarnessNote> {
+    let cli = HARNESS_CLI_BLOCK_SIZE;
+    if let Some(n) = trace_block_size {
+        return (n != cli).then(|| HarnessNote {
+            kind: HarnessNoteKind::BlockSize,
+            traces: ds.len() as u64,
+            message: format!(
+                "--trace-block-size {n}: every trace is laid out in {n}-token blocks; the agentx-harness \
+                 1.0.12 CLI lays every weka trace out in {cli}-token blocks (--trace-block-size {cli} \
+                 reproduces it)"
+            ),
+        });
+    }
+    let mut by_size: BTreeMap<u32, u64> = BTreeMap::new();
+    for t in ds.trajectories() {
+        if t.block_size() != cli {
+            *by_size.entry(t.block_size()).or_default() += 1;
+        }
+    }
+    if by_size.is_empty() {
+        return None;
+    }
+    let traces: u64 = by_size.values().sum();
+    let sizes = by_size
+        .iter()
+        .map(|(size, n)| format!("{n} in {size}-token blocks"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(HarnessNote {
+        kind: HarnessNoteKind::BlockSize,
+        traces,
+        message: format!(
+            "{traces} of {} traces declare a block size other than {cli} ({sizes}): agentx lays each \
+             out as it declares; the agentx-harness 1.0.12 CLI would lay them out in {cli}-token blocks \
+             (a defect: its weka plugin default overrides the trace; docs/agentx-v1-reference.md); \
+             --trace-block-size {cli} reproduces the harness CLI",
+            ds.len()
+        ),
+    })
+}
