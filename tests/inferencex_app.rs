@@ -874,7 +874,10 @@ fn assert_interactivity(run: &Run, row: &Value) {
     );
     // The report page shows them: the p99.9 interactivity as its table writes it.
     let page = std::fs::read_to_string(run.artifacts().join("report.html")).unwrap();
-    let p99_9 = format!("{:.2}", fr["tokens_per_s_per_user"]["p99.9"].as_f64().unwrap());
+    let p99_9 = format!(
+        "{:.2}",
+        fr["tokens_per_s_per_user"]["p99.9"].as_f64().unwrap()
+    );
     assert!(page.contains("As InferenceX publishes it") && page.contains(&p99_9));
     // The slow-tail p90 is the row's `full_response_intvty.p90` too.
     let row_p90 = row["request_metrics"]["latency"]["full_response_intvty"]["p90"].as_f64();
