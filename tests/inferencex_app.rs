@@ -707,6 +707,9 @@ fn run_against(names: MetricNames) -> Run {
     cfg.natural_output_tokens = 48;
     let sim = Sim::start(cfg);
     let mut args = fixture_args("run", &sim.url());
+    // The realtime block every second, its `srv` row among it.
+    let at = args.iter().position(|a| a == "--stats-interval").unwrap();
+    args[at + 1] = "1".into();
     args.extend(
         [
             "--concurrency",
@@ -874,7 +877,10 @@ fn assert_interactivity(run: &Run, row: &Value) {
     );
     // The report page shows them: the p99.9 interactivity as its table writes it.
     let page = std::fs::read_to_string(run.artifacts().join("report.html")).unwrap();
-    let p99_9 = format!("{:.2}", fr["tokens_per_s_per_user"]["p99.9"].as_f64().unwrap());
+    let p99_9 = format!(
+        "{:.2}",
+        fr["tokens_per_s_per_user"]["p99.9"].as_f64().unwrap()
+    );
     assert!(page.contains("As InferenceX publishes it") && page.contains(&p99_9));
     // The slow-tail p90 is the row's `full_response_intvty.p90` too.
     let row_p90 = row["request_metrics"]["latency"]["full_response_intvty"]["p90"].as_f64();
@@ -882,6 +888,28 @@ fn assert_interactivity(run: &Run, row: &Value) {
         Some(app["p90_intvty"]),
         row_p90,
         "full-response interactivity p90",
+    );
+}
+
+/// The live `srv` row reads the family's names: the cache hit rate, KV usage and token throughput.
+fn assert_live_row(names: MetricNames, run: &Run) {
+    let log = run.stderr();
+    let rows: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("srv  prefix_cache_hit="))
+        .collect();
+    let known = |row: &str, field: &str| {
+        row.split_whitespace()
+            .find_map(|w| w.strip_prefix(field))
+            .is_some_and(|v| v != "-" && !v.starts_with("-/"))
+    };
+    assert!(
+        rows.iter()
+            .any(|r| ["prefix_cache_hit=", "kv_usage=", "tput_in_srv="]
+                .iter()
+                .all(|f| known(r, f))),
+        "{}: {rows:?}",
+        names.name()
     );
 }
 
@@ -1016,5 +1044,6 @@ fn the_apps_numbers_are_the_runs_own_in_every_engine_family() {
         assert_server_figures(names, &run, &row);
         assert_interactivity(&run, &row);
         assert_timeline(&run);
+        assert_live_row(names, &run);
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Conventions, named where they differ:
 //! - percentiles interpolate linearly between the two nearest ranks (`k = (n-1)·p/100`, numpy's
-//!   default and InferenceX's `percentile`);
+//!   default, InferenceX's `percentile` and its web app's `quantile`, `queries/agentic-shared.ts`);
 //! - the mean is the sum over the values in the order given, divided by their count;
 //! - the standard deviation is a [`Deviation`]: [`Deviation::Population`] (`ddof = 0`, aiperf's
 //!   inference metrics and InferenceX's `statistics.pstdev`) or [`Deviation::Sample`] (`ddof = 1`,

@@ -76,6 +76,7 @@ fn each_engine_is_detected_from_its_metric_names() {
         (&["llamacpp"][..], "llamacpp", Some(Backend::LlamaCpp)),
         (&["dynamo"][..], "dynamo", Some(Backend::Dynamo)),
         (&["atom"][..], "atom", Some(Backend::Atom)),
+        (&["trtllm"][..], "trtllm", Some(Backend::TrtLlm)),
         (&["dynamo", "vllm"][..], "dynamo-vllm", Some(Backend::Vllm)),
         (
             &["dynamo", "sglang"][..],
@@ -141,6 +142,28 @@ fn sglang_page_figures() {
     assert_fig(&f, "tokens.prompt_by_source.computed", 3000.0);
     assert_fig(&f, "tokens.prompt_total", 8000.0);
     assert_fig(&f, "tokens.generation_total", 400.0);
+}
+
+#[test]
+fn trtllm_page_figures() {
+    // Deltas: prompt 12000-2000 = 10000, generation 500, cached 7000-1000 = 6000.
+    let f = backends::figures(&exported(&["trtllm"]));
+    // The counters' window, not the gauge's lifetime rate (0.9, then 0.7).
+    assert_fig(&f, "cache.gpu_cache_hit_rate", 0.6);
+    assert_eq!(
+        f.source("cache.gpu_cache_hit_rate"),
+        Some("trtllm_prompt_cached_tokens / trtllm_prompt_tokens")
+    );
+    assert_fig(&f, "cache.overall_cache_hit_rate", 0.6);
+    assert_fig(&f, "tokens.prompt_total", 10000.0);
+    assert_fig(&f, "tokens.generation_total", 500.0);
+    assert_fig(&f, "tokens.prompt_by_source.computed", 4000.0);
+    // Utilization 0.2 then 0.6: the window's mean and its peak.
+    assert_fig(&f, "kv_cache.gpu_usage_pct", 0.4);
+    assert_fig(&f, "kv_cache.gpu_usage_peak", 0.6);
+    // 4096 blocks of 32 tokens.
+    assert_fig(&f, "kv_cache.gpu_total_tokens", 131072.0);
+    assert!(f.get("cache.external_cache_hit_rate").is_none());
 }
 
 #[test]
