@@ -32,6 +32,7 @@ fn open(corpus: &Path, cache: &Path) -> Dataset {
             cache_dir: Some(cache.to_owned()),
             format: None,
             block_size: None,
+            trace_block_size: None,
         },
     )
     .unwrap_or_else(|e| panic!("open {}: {e}", corpus.display()))

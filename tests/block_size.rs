@@ -215,6 +215,7 @@ fn a_corpus_the_harness_refuses_is_refused_under_agentx_and_noted_under_the_othe
         "[harness_schema]",
         "traces.jsonl:3: trace \"short\": requests[0].hash_ids",
         "[short_first_request]",
+        "fix: record the hash ids of the tools+system prefix",
     ] {
         assert!(e.contains(says), "{says:?} not in {e}");
     }

@@ -86,6 +86,7 @@ pub fn open_corpus(dir: &Path, name: &str) -> &'static Dataset {
             cache_dir: Some(dir.join("cache")),
             format: None,
             block_size: None,
+            trace_block_size: None,
         },
     )
     .unwrap();

@@ -1,5 +1,7 @@
 //! Import warnings: what a corpus does that aiperf's weka loader accepts but this importer's stricter
-//! checks would refuse.
+//! checks would refuse, and the other way round, what agentx-harness refuses and this importer reads
+//! (the kinds whose [`WarningKind::harness_refuses`] is true; `run::harness` refuses them under
+//! `--scenario agentx`).
 //!
 //! A warning never stops an import (the value is made replayable: clamped, remapped or dropped, as each
 //! kind says); `--strict` turns the warnings of a corpus into an error. Warnings are counted by kind with

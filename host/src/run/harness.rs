@@ -92,13 +92,23 @@ fn refusal(ds: &Dataset) -> Option<Refused> {
                 0 | 1 => String::new(),
                 n => format!(" (and {} more)", n - 1),
             };
-            format!("\n  {first} [{k}]{more}")
+            format!("\n  {first} [{k}]{more}{}", fix_of(k))
         })
         .collect();
     Some(Refused {
         places,
         count: refused.iter().map(|(_, r)| r.count).sum(),
     })
+}
+
+/// How to fix a refused kind whose places do not say it themselves.
+fn fix_of(kind: &str) -> &'static str {
+    if kind == WarningKind::ShortFirstRequest.as_str() {
+        "\n    fix: record the hash ids of the tools+system prefix in that request, or declare fewer \
+         tool_tokens/system_tokens"
+    } else {
+        ""
+    }
 }
 
 /// The note of a weka corpus laid out in other blocks than the harness CLI's: the traces that
