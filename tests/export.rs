@@ -382,7 +382,9 @@ fn jsonl_and_aggregate_agree_with_the_records() {
     assert_eq!(agg["time_to_first_token"]["max"], 300.0);
     // The late request's 5 ms: the scheduled TTFTs are 155, 300 and 120 ms.
     assert_eq!(agg["scheduled_time_to_first_token"]["max"], 300.0);
-    let mean = agg["scheduled_time_to_first_token"]["avg"].as_f64().unwrap();
+    let mean = agg["scheduled_time_to_first_token"]["avg"]
+        .as_f64()
+        .unwrap();
     assert!((mean - 575.0 / 3.0).abs() < 1e-9, "{mean}");
     let mean = agg["time_to_first_token"]["avg"].as_f64().unwrap();
     assert!((mean - 570.0 / 3.0).abs() < 1e-9, "{mean}");

@@ -777,7 +777,10 @@ pub(crate) mod tests {
         let get = |tag: &str| v.iter().find(|(m, _)| m.tag == tag).map(|(_, x)| x.clone());
         assert_eq!(get("input_sequence_length"), Some(Value::Int(50)));
         assert_eq!(get("time_to_first_token"), Some(Value::Float(20.0)));
-        assert_eq!(get("scheduled_time_to_first_token"), Some(Value::Float(25.0)));
+        assert_eq!(
+            get("scheduled_time_to_first_token"),
+            Some(Value::Float(25.0))
+        );
         assert_eq!(get("time_to_second_token"), Some(Value::Float(10.0)));
         assert_eq!(get("request_latency"), Some(Value::Float(60.0)));
         assert_eq!(get("scheduled_request_latency"), Some(Value::Float(65.0)));
