@@ -137,7 +137,7 @@ fn a_run_notes_the_harness_clis_layout_and_records_the_flag() {
         let notes = ds["harness_notes"].as_array().unwrap();
         assert_eq!(notes.len(), 1, "{file}: {ds}");
         assert_eq!(notes[0]["kind"], "block_size");
-        assert_eq!(notes[0]["traces"], 1);
+        assert_eq!(notes[0]["count"], 1);
         let message = notes[0]["message"].as_str().unwrap();
         assert!(
             message.contains("1 in 32-token blocks") && message.contains("64-token blocks"),
@@ -224,7 +224,7 @@ fn a_corpus_the_harness_refuses_is_refused_under_agentx_and_noted_under_the_othe
     assert_eq!(noted.code(), 0, "{}", noted.stderr());
     let notes = noted.summary()["dataset"]["harness_notes"].clone();
     assert_eq!(notes[0]["kind"], "refused", "{notes}");
-    assert_eq!(notes[0]["traces"], 2, "{notes}");
+    assert_eq!(notes[0]["count"], 2, "{notes}");
     assert_eq!(
         noted.json("run_manifest.json")["dataset"]["harness_notes"],
         notes

@@ -303,12 +303,7 @@ fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'stati
     if a.isl_block_size == Some(0) {
         bail!("--isl-block-size 0: give the tokens per hash block, e.g. --isl-block-size 512");
     }
-    if a.trace_block_size == Some(0) {
-        bail!(
-            "--trace-block-size 0: give the tokens per hash block every weka trace is laid out in, \
-             e.g. --trace-block-size 64 (the harness CLI's layout)"
-        );
-    }
+    // --trace-block-size is checked where it is applied (dataset::format::FormatSpec).
     let (dataset, loader) = match (&a.dataset, &a.public_dataset, &a.input_file) {
         (Some(d), _, _) => {
             let public = dataset::alias::lookup(d).is_some() && !Path::new(d).exists();

@@ -462,6 +462,53 @@ fn published_table(f: &crate::metrics::interactivity::FullResponseInteractivity)
     }
 }
 
+/// The latency and interactivity of the successful profiling requests: aiperf's figures, then
+/// agentx's schedule-anchored pair (from when each request was due) when the records carry it
+/// (aiperf's own exports do not).
+fn latency_table(records: &[ProfileRecord]) -> Table {
+    let prof: Vec<&ProfileRecord> = records
+        .iter()
+        .filter(|x| x.phase == RecordPhase::Profiling && x.ok())
+        .collect();
+    let ms = |field: fn(&ProfileRecord) -> Option<f64>| {
+        Dist::of(
+            prof.iter()
+                .filter_map(|x| field(x))
+                .map(|s| s * 1e3)
+                .collect(),
+        )
+    };
+    let interactivity = Dist::of(
+        prof.iter()
+            .filter_map(|x| x.itl_s)
+            .filter(|s| *s > 0.0)
+            .map(|s| 1.0 / s)
+            .collect(),
+    );
+    let scheduled_rows = [
+        ("TTFT from due", ms(|x| x.scheduled_ttft_s)),
+        ("E2E from due", ms(|x| x.scheduled_e2el_s)),
+    ]
+    .into_iter()
+    .filter_map(|(name, d)| d.map(|d| dist_row(name, Some(&d))));
+    Table {
+        title: "Latency (ms) and interactivity (tokens/s/user)".into(),
+        header: ["", "p50", "p90", "p99", "mean", "n"]
+            .map(str::to_owned)
+            .to_vec(),
+        rows: vec![
+            dist_row("TTFT", ms(|x| x.ttft_s).as_ref()),
+            dist_row("ITL", ms(|x| x.itl_s).as_ref()),
+            dist_row("E2E", ms(|x| x.e2el_s).as_ref()),
+            dist_row("interactivity", interactivity.as_ref()),
+        ]
+        .into_iter()
+        .chain(scheduled_rows)
+        .collect(),
+        links: Vec::new(),
+    }
+}
+
 /// The page of one run, from its parsed artifacts (the run summary among them) and its manifest
 /// (`run_manifest.json`, when present: what a run that did not finish has).
 /// The identity only sets the GPU count of per-GPU figures, which the page does not show.
@@ -472,27 +519,6 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
     let r = bmk::compute(&a.input(identity, &traces));
     let f = |k: &str| r.f64(k);
     let count = |k: &str| r.get(k).map_or("-".into(), |v| v.to_string());
-
-    let prof: Vec<&ProfileRecord> = a
-        .records
-        .iter()
-        .filter(|x| x.phase == RecordPhase::Profiling && x.ok())
-        .collect();
-    let ms = |g: fn(&ProfileRecord) -> Option<f64>| {
-        Dist::of(prof.iter().filter_map(|x| g(x)).map(|s| s * 1e3).collect())
-    };
-    let ttft = ms(|x| x.ttft_s);
-    let itl = ms(|x| x.itl_s);
-    let e2e = ms(|x| x.e2el_s);
-    let scheduled_ttft = ms(|x| x.scheduled_ttft_s);
-    let scheduled_e2e = ms(|x| x.scheduled_e2el_s);
-    let intvty = Dist::of(
-        prof.iter()
-            .filter_map(|x| x.itl_s)
-            .filter(|s| *s > 0.0)
-            .map(|s| 1.0 / s)
-            .collect(),
-    );
 
     // The run summary when there is one, else the manifest of a run that did not finish.
     let summary = a.run.as_ref();
@@ -582,29 +608,7 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
         throughput_rows.extend(goodput_rows(m));
     }
     let throughput = Table::kv("Throughput", throughput_rows);
-    // agentx's schedule-anchored pair (from when each request was due), absent from aiperf's files.
-    let scheduled_rows = [
-        ("TTFT from due", scheduled_ttft),
-        ("E2E from due", scheduled_e2e),
-    ]
-    .into_iter()
-    .filter_map(|(name, d)| d.map(|d| dist_row(name, Some(&d))));
-    let latency = Table {
-        title: "Latency (ms) and interactivity (tokens/s/user)".into(),
-        header: ["", "p50", "p90", "p99", "mean", "n"]
-            .map(str::to_owned)
-            .to_vec(),
-        rows: vec![
-            dist_row("TTFT", ttft.as_ref()),
-            dist_row("ITL", itl.as_ref()),
-            dist_row("E2E", e2e.as_ref()),
-            dist_row("interactivity", intvty.as_ref()),
-        ]
-        .into_iter()
-        .chain(scheduled_rows)
-        .collect(),
-        links: Vec::new(),
-    };
+    let latency = latency_table(&a.records);
     let published = summary
         .and_then(|s| s.summary.full_response.as_ref())
         .map(published_table);

@@ -167,8 +167,9 @@ pub struct DatasetId {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HarnessNote {
     pub kind: HarnessNoteKind,
-    /// The traces it concerns.
-    pub traces: u64,
+    /// How many it concerns: the traces laid out in other blocks (`block_size`), or the places in
+    /// the corpus (file:line) the harness would refuse (`refused`).
+    pub count: u64,
     /// What differs, why, and how to reproduce the harness (or fix the corpus).
     pub message: String,
 }

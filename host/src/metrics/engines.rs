@@ -108,8 +108,8 @@ pub struct Engine {
     pub cpu_kv_usage: &'static [&'static str],
     /// The prefix-cache hit rate, the first that can be computed.
     pub hit_rate: &'static [HitRate],
-    /// The external (offload) tier's hit rate.
-    pub external_hit_rate: Option<HitRate>,
+    /// The external (offload) tier's hit rate, the first that can be computed.
+    pub external_hit_rate: &'static [HitRate],
     /// Prompt tokens: the first counter, plus the increases of the others when present (an
     /// engine that counts reused tokens apart).
     pub prompt_tokens: &'static [&'static str],
@@ -130,14 +130,30 @@ pub const ENGINES: [Engine; 6] = [
         kv_usage: &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
         kv_usage_percent: false,
         cpu_kv_usage: &["vllm:cpu_cache_usage_perc"],
-        hit_rate: &[HitRate::Ratio {
-            hits: "vllm:prefix_cache_hits",
-            of: "vllm:prefix_cache_queries",
-        }],
-        external_hit_rate: Some(HitRate::Ratio {
-            hits: "vllm:external_prefix_cache_hits",
-            of: "vllm:external_prefix_cache_queries",
-        }),
+        // Prompt tokens by where they came from, over all prompt tokens, first (as InferenceX's
+        // app reads them); a build without that counter, hits over lookups.
+        hit_rate: &[
+            HitRate::Share {
+                metric: "vllm:prompt_tokens_by_source",
+                label: "source",
+                value: "local_cache_hit",
+            },
+            HitRate::Ratio {
+                hits: "vllm:prefix_cache_hits",
+                of: "vllm:prefix_cache_queries",
+            },
+        ],
+        external_hit_rate: &[
+            HitRate::Share {
+                metric: "vllm:prompt_tokens_by_source",
+                label: "source",
+                value: "external_kv_transfer",
+            },
+            HitRate::Ratio {
+                hits: "vllm:external_prefix_cache_hits",
+                of: "vllm:external_prefix_cache_queries",
+            },
+        ],
         prompt_tokens: &["vllm:prompt_tokens"],
         generation_tokens: Some("vllm:generation_tokens"),
     },
@@ -161,7 +177,7 @@ pub const ENGINES: [Engine; 6] = [
                 value: "prefill_cache",
             },
         ],
-        external_hit_rate: None,
+        external_hit_rate: &[],
         prompt_tokens: &["sglang:prompt_tokens"],
         generation_tokens: Some("sglang:generation_tokens"),
     },
@@ -178,7 +194,7 @@ pub const ENGINES: [Engine; 6] = [
             hits: "llamacpp:prompt_tokens_cached",
             rest: "llamacpp:prompt_tokens",
         }],
-        external_hit_rate: None,
+        external_hit_rate: &[],
         prompt_tokens: &["llamacpp:prompt_tokens", "llamacpp:prompt_tokens_cached"],
         generation_tokens: Some("llamacpp:tokens_predicted"),
     },
@@ -203,10 +219,10 @@ pub const ENGINES: [Engine; 6] = [
                 of: "atom:prompt_tokens",
             },
         ],
-        external_hit_rate: Some(HitRate::Ratio {
+        external_hit_rate: &[HitRate::Ratio {
             hits: "atom:lmcache_loaded_tokens",
             of: "atom:prefix_cache_full_tokens",
-        }),
+        }],
         prompt_tokens: &["atom:prompt_tokens"],
         generation_tokens: Some("atom:generation_tokens"),
     },
@@ -225,7 +241,7 @@ pub const ENGINES: [Engine; 6] = [
             hits: "trtllm_prompt_cached_tokens",
             of: "trtllm_prompt_tokens",
         }],
-        external_hit_rate: None,
+        external_hit_rate: &[],
         prompt_tokens: &["trtllm_prompt_tokens"],
         generation_tokens: Some("trtllm_generation_tokens"),
     },
@@ -240,7 +256,7 @@ pub const ENGINES: [Engine; 6] = [
             hits: "dynamo_frontend_cached_tokens",
             of: "dynamo_frontend_input_sequence_tokens",
         }],
-        external_hit_rate: None,
+        external_hit_rate: &[],
         prompt_tokens: &["dynamo_frontend_input_sequence_tokens"],
         generation_tokens: Some("dynamo_frontend_output_tokens"),
     },
@@ -254,6 +270,48 @@ pub fn names(of: impl Fn(&Engine) -> &'static [&'static str]) -> Vec<&'static st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::scrape_log::{EndpointLog, ServerSnapshot};
+
+    /// A vLLM page with both hit-rate sources: prompt tokens by source (60 local cache hits, 10
+    /// from an external transfer, 30 computed) and the lookups' counters (80 hits of 160 queried).
+    fn vllm_page(scale: f64) -> String {
+        let counter = |name: &str, labels: &str, v: f64| {
+            format!("# TYPE {name} counter\n{name}{labels} {}\n", v * scale)
+        };
+        [
+            "# TYPE vllm:prompt_tokens_by_source counter\n".to_string(),
+            format!(
+                "vllm:prompt_tokens_by_source_total{{source=\"local_cache_hit\"}} {}\n",
+                60.0 * scale
+            ),
+            format!(
+                "vllm:prompt_tokens_by_source_total{{source=\"external_kv_transfer\"}} {}\n",
+                10.0 * scale
+            ),
+            format!(
+                "vllm:prompt_tokens_by_source_total{{source=\"local_compute\"}} {}\n",
+                30.0 * scale
+            ),
+            counter("vllm:prefix_cache_hits_total", "", 80.0),
+            counter("vllm:prefix_cache_queries_total", "", 160.0),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn vllm_hit_rates_read_prompt_tokens_by_source_first() {
+        let pages = [vllm_page(0.0), vllm_page(1.0)];
+        let log = EndpointLog::from_pages(
+            "http://localhost:8000/metrics",
+            [(0, Some(pages[0].as_str())), (1, Some(pages[1].as_str()))],
+        )
+        .unwrap();
+        let live = ServerSnapshot::of(std::iter::once(&log));
+        // 60 of 100 prompt tokens from the local cache, 10 of 100 transferred: not the lookups'
+        // 80 of 160 (which did not move between the two pages anyway).
+        assert_eq!(live.prefix_cache_hit_rate, Some(0.6));
+        assert_eq!(live.external_cache_hit_rate, Some(0.1));
+    }
 
     #[test]
     fn every_backend_has_a_row_and_owns_its_names() {
@@ -266,7 +324,7 @@ mod tests {
                 .chain(e.prompt_tokens.iter().copied())
                 .chain(e.generation_tokens)
                 .collect();
-            for h in e.hit_rate.iter().chain(&e.external_hit_rate) {
+            for h in e.hit_rate.iter().chain(e.external_hit_rate) {
                 all.extend(match *h {
                     HitRate::Ratio { hits, of } => [hits, of],
                     HitRate::Share { metric, .. } => [metric, metric],

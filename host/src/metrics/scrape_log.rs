@@ -517,7 +517,7 @@ impl ServerSnapshot {
         let prefix = ENGINES.iter().flat_map(|e| e.hit_rate).find_map(&rate);
         let external = ENGINES
             .iter()
-            .filter_map(|e| e.external_hit_rate.as_ref())
+            .flat_map(|e| e.external_hit_rate)
             .find_map(&rate);
         let kv_usage = ENGINES.iter().find_map(|e| {
             let v = latest(e.kv_usage);

@@ -7,9 +7,11 @@
 //!   [`WarningKind::harness_refuses`]).
 //!
 //! Under `--scenario agentx`, the scenario that mirrors the harness's own `--scenario agentx`, a
-//! corpus the harness refuses is refused the same way, with the place, the field and the fix; the
-//! block layout is a note. Under every other scenario both are notes. Each note is logged as a
-//! warning and kept in the manifest and the run summary (`dataset.harness_notes`).
+//! corpus the harness refuses is refused the same way, with the place, the field and the fix, and a
+//! block layout other than the harness CLI's is a note. Under every other scenario a corpus the
+//! harness refuses is a note, and the block layout is not noted (those scenarios do not claim the
+//! harness CLI's layout). Each note is logged as a warning and kept in the manifest and the run
+//! summary (`dataset.harness_notes`).
 
 use std::collections::BTreeMap;
 
@@ -46,7 +48,7 @@ pub fn notes(ds: &Dataset, scenario: &str) -> anyhow::Result<Vec<HarnessNote>> {
         }
         out.push(HarnessNote {
             kind: HarnessNoteKind::Refused,
-            traces: refused.count,
+            count: refused.count,
             message: format!(
                 "agentx-harness 1.0.12 (and --scenario {REFERENCE_SCENARIO}) would refuse this corpus; \
                  agentx replays it under --scenario {scenario}:{}",
@@ -118,7 +120,7 @@ fn block_size_note(ds: &Dataset, trace_block_size: Option<u32>) -> Option<Harnes
     if let Some(n) = trace_block_size {
         return (n != cli).then(|| HarnessNote {
             kind: HarnessNoteKind::BlockSize,
-            traces: ds.len() as u64,
+            count: ds.len() as u64,
             message: format!(
                 "--trace-block-size {n}: every trace is laid out in {n}-token blocks; the agentx-harness \
                  1.0.12 CLI lays every weka trace out in {cli}-token blocks (--trace-block-size {cli} \
@@ -143,7 +145,7 @@ fn block_size_note(ds: &Dataset, trace_block_size: Option<u32>) -> Option<Harnes
         .join(", ");
     Some(HarnessNote {
         kind: HarnessNoteKind::BlockSize,
-        traces,
+        count: traces,
         message: format!(
             "{traces} of {} traces declare a block size other than {cli} ({sizes}): agentx lays each \
              out as it declares; the agentx-harness 1.0.12 CLI would lay them out in {cli}-token blocks \
