@@ -651,23 +651,23 @@ pub fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
                 let Some((stats, buckets, note)) = got else {
                     continue;
                 };
-                let m = agg.metrics.entry(name.clone()).or_insert_with(|| MetricStats {
-                    kind: fam.kind,
-                    description: fam.help.clone(),
-                    unit: infer_unit(name, fam.kind, &fam.help).map(str::to_string),
-                    series: Vec::new(),
-                });
+                let m = agg
+                    .metrics
+                    .entry(name.clone())
+                    .or_insert_with(|| MetricStats {
+                        kind: fam.kind,
+                        description: fam.help.clone(),
+                        unit: infer_unit(name, fam.kind, &fam.help).map(str::to_string),
+                        series: Vec::new(),
+                    });
                 if m.kind != fam.kind {
                     // The same name with another type on another endpoint: not comparable.
                     continue;
                 }
                 if let Some(n) = &note {
                     let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-                    agg.notes.push(format!(
-                        "{}: {name}{{{}}} {n}",
-                        e.url,
-                        l.join(",")
-                    ));
+                    agg.notes
+                        .push(format!("{}: {name}{{{}}} {n}", e.url, l.join(",")));
                 }
                 m.series.push(SeriesStats {
                     endpoint_url: e.url.clone(),
@@ -843,9 +843,7 @@ fn warmup(log: &ScrapeLog) -> Option<Aggregate> {
 /// that bound it).
 fn phase_time_ranges(log: &ScrapeLog, prof: &Aggregate, warm: Option<&Aggregate>) -> Value {
     let mut o = Ordered::default();
-    let range = |r: (u64, u64)| {
-        json!({"start_ns": log.clock.unix_ns(r.0), "end_ns": log.clock.unix_ns(r.1)})
-    };
+    let range = |r: (u64, u64)| json!({"start_ns": log.clock.unix_ns(r.0), "end_ns": log.clock.unix_ns(r.1)});
     if let Some(r) = prof.range.filter(|r| r.0 < r.1) {
         o.put("profiling", range(r));
     }
@@ -965,7 +963,10 @@ pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value 
         "endpoint_info",
         serde_json::to_value(info).unwrap_or_default(),
     );
-    summary.put("phase_time_ranges", phase_time_ranges(log, &prof, warm.as_ref()));
+    summary.put(
+        "phase_time_ranges",
+        phase_time_ranges(log, &prof, warm.as_ref()),
+    );
     summary.put("boundary_scrapes", boundary_scrapes(log));
     summary.put("profiling_window", window_json(&prof));
     let mut top = Ordered::default();
@@ -1369,10 +1370,13 @@ vllm:cache_config_info{{block_size=\"16\",engine=\"0\"}} 1.0\n"
         );
         let notes = &j["summary"]["profiling_window"]["notes"];
         assert!(
-            notes.as_array().unwrap().iter().any(|n| n
-                .as_str()
+            notes
+                .as_array()
                 .unwrap()
-                .contains("vllm:prefix_cache_hits{engine=\"0\",model_name=\"m\"} went backwards")),
+                .iter()
+                .any(|n| n.as_str().unwrap().contains(
+                    "vllm:prefix_cache_hits{engine=\"0\",model_name=\"m\"} went backwards"
+                )),
             "{notes}"
         );
         // A log without boundary scrapes: the periodic scrapes are the edges, and it says so.
@@ -1590,7 +1594,10 @@ localhost:8000,vllm:cache_config_info,engine,0,"
         let j = to_json(&log, window, &ExportMeta::default());
         let st = &series(&j, "vllm:prompt_tokens")["stats"];
         assert_eq!(st["total"], json!(1000));
-        assert_eq!(j["summary"]["profiling_window"]["edges"], "boundary_scrapes");
+        assert_eq!(
+            j["summary"]["profiling_window"]["edges"],
+            "boundary_scrapes"
+        );
         assert_eq!(
             j["warmup_metrics"]["vllm:prompt_tokens"]["series"][0]["stats"]["total"],
             json!(320)
@@ -1608,7 +1615,10 @@ localhost:8000,vllm:cache_config_info,engine,0,"
         // Without the boundaries, the periodic scrapes on those timestamps decide, wrongly.
         log.endpoints[0].boundaries.clear();
         let j = to_json(&log, window, &ExportMeta::default());
-        assert_eq!(series(&j, "vllm:prompt_tokens")["stats"]["total"], json!(700));
+        assert_eq!(
+            series(&j, "vllm:prompt_tokens")["stats"]["total"],
+            json!(700)
+        );
 
         // A failed profiling_complete boundary: the end falls back to the periodic scrape at or
         // after the window's end (the first at 9 ms), and the export and summary say so.
@@ -1622,7 +1632,10 @@ localhost:8000,vllm:cache_config_info,engine,0,"
             },
         ];
         let j = to_json(&log, window, &ExportMeta::default());
-        assert_eq!(series(&j, "vllm:prompt_tokens")["stats"]["total"], json!(680));
+        assert_eq!(
+            series(&j, "vllm:prompt_tokens")["stats"]["total"],
+            json!(680)
+        );
         let notes = j["summary"]["profiling_window"]["notes"].to_string();
         assert!(
             notes.contains("the profiling_complete boundary scrape failed twice (no complete response within 5s)"),
@@ -1682,7 +1695,10 @@ localhost:8000,vllm:cache_config_info,engine,0,"
         let a = series(&j, "a");
         assert_eq!(a["stats"], json!({"total": null, "rate": null}));
         let note = a["note"].as_str().unwrap();
-        assert!(note.contains("went missing between the scrapes at"), "{note}");
+        assert!(
+            note.contains("went missing between the scrapes at"),
+            "{note}"
+        );
         let b = series(&j, "b");
         assert_eq!(b["stats"]["total"], json!(9));
         assert!(b["note"].as_str().unwrap().contains("counted from 0"));

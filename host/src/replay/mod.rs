@@ -55,8 +55,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::RequestBody;
-use crate::metrics::scrape_log::Boundary;
 use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
+use crate::metrics::scrape_log::Boundary;
 use crate::record::{Clock, Phase, RecordSender, RequestRecord};
 use crate::scenario::types::Placement;
 use crate::scenario::ScenarioInstance;

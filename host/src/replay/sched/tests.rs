@@ -566,7 +566,10 @@ async fn boundary_scrapes_come_at_the_phase_edges_and_bound_profiling() {
     let (_, ws_asked, ws_done) = at(Boundary::WarmupStart);
     assert_eq!(ws_asked, 0);
     let warm: Vec<&RequestRecord> = recs.iter().filter(|r| r.phase == Phase::Warmup).collect();
-    let prof: Vec<&RequestRecord> = recs.iter().filter(|r| r.phase == Phase::Profiling).collect();
+    let prof: Vec<&RequestRecord> = recs
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .collect();
     assert!(warm.iter().all(|r| r.send_ns >= ws_done));
     let (_, ps_asked, ps_done) = at(Boundary::ProfilingStart);
     assert_eq!(ps_asked, warm.iter().map(|r| r.end_ns).max().unwrap());

@@ -549,7 +549,11 @@ pub(super) struct Phases {
 impl Phases {
     /// The profiling_complete edge, when every shard drained or was lost (once).
     fn all_drained(&mut self, count: usize) -> Option<Edge> {
-        let gone = self.lost.iter().filter(|i| !self.drained.contains(i)).count();
+        let gone = self
+            .lost
+            .iter()
+            .filter(|i| !self.drained.contains(i))
+            .count();
         if self.complete || self.drained.len() + gone < count {
             return None;
         }
@@ -558,13 +562,7 @@ impl Phases {
     }
 
     /// A message of shard `i`: the global edge it completes, if any.
-    fn on_msg(
-        &mut self,
-        i: u32,
-        m: Msg,
-        reference: &Hello,
-        members: &Members<'_>,
-    ) -> Option<Edge> {
+    fn on_msg(&mut self, i: u32, m: Msg, reference: &Hello, members: &Members<'_>) -> Option<Edge> {
         let count = reference.count as usize;
         match m {
             Msg::Ready => {
