@@ -245,7 +245,7 @@ fn a_torn_last_line_is_left_out_and_a_bad_line_elsewhere_is_named() {
     ));
     std::fs::write(
         &path,
-        lines[0].replace("\"version\":1", "\"version\":9") + "\n",
+        lines[0].replace("\"version\":2", "\"version\":9") + "\n",
     )
     .unwrap();
     let e = read_journal(&path).unwrap_err().to_string();
@@ -286,21 +286,6 @@ async fn a_scraper_journals_the_log_it_hands_over() {
     let back = read_journal(&dir.path().join(SCRAPE_JOURNAL)).unwrap();
     assert!(log.endpoints[0].scrapes() > 5 && log.endpoints[1].failures.connect > 5);
     assert_same_log(&back, &log);
-}
-
-/// Unix nanoseconds of `YYYY-MM-DDTHH:MM:SS.ffffff` (UTC, as the export writes its window).
-fn unix_ns_of(t: &str) -> u64 {
-    let num = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
-    let (y, m, d) = (num(0..4), num(5..7), num(8..10));
-    // Days since 1970-01-01 of a proleptic Gregorian date.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + num(11..13) * 3600 + num(14..16) * 60 + num(17..19);
-    (secs * 1_000_000_000 + num(20..26) * 1000) as u64
 }
 
 /// Where two JSON values first differ, and how.
@@ -345,23 +330,10 @@ fn a_runs_journal_rebuilds_its_server_metrics_export() {
     let log = read_journal(&art.join(SCRAPE_JOURNAL)).unwrap();
     assert!(log.scrapes() > 5, "{}", log.scrapes());
     let wrote = r.json(JSON_FILE);
-    // The profiling window is not in the run's files to the nanosecond: its length is (the end of
-    // the last timeslice), its start and end to the microsecond (the export's start and end times).
-    // The latest start that fits both is within a microsecond of the run's, which the 333 ms scrapes
-    // do not resolve.
-    let at =
-        |k: &str| unix_ns_of(wrote["summary"][k].as_str().unwrap()) - log.clock.anchor_unix_ns();
-    let len = wrote["metrics"]
-        .as_object()
-        .unwrap()
-        .values()
-        .flat_map(|m| m["series"].as_array().unwrap())
-        .flat_map(|s| s["timeslices"].as_array().into_iter().flatten())
-        .filter_map(|t| t["end_ns"].as_u64())
-        .max()
-        .unwrap();
-    let start = at("start_time").max(at("end_time").saturating_sub(len));
-    let window = (start, start + len);
+    // The profiling window the export was written for, from the manifest.
+    let m = r.json("run_manifest.json");
+    let at = |i: usize| m["profiling_ns"][i].as_u64().unwrap();
+    let window = (at(0), at(1));
     let meta = ExportMeta {
         benchmark_id: wrote["benchmark_id"].as_str().map(str::to_owned),
         input_config: wrote["input_config"].clone(),
@@ -416,4 +388,165 @@ fn a_killed_runs_journal_keeps_its_scrapes() {
     let j = server_metrics::to_json(&log, window, &ExportMeta::default());
     assert_eq!(j["summary"]["total_fetches"], e.fetches.len() as u64);
     assert!(j["metrics"]["vllm:prompt_tokens"]["series"][0]["stats"]["total"].is_number());
+}
+
+/// A `/metrics` endpoint that serves a one-gauge page until `hang` is set, then holds every
+/// connection open without an answer (a server that stopped answering); its address.
+fn endpoint_that_hangs(hang: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            if hang.load(std::sync::atomic::Ordering::SeqCst) {
+                held.push(s);
+                continue;
+            }
+            let body = "# TYPE agentx_probe gauge\nagentx_probe 1\n";
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// The boundaries endpoint `ep` of a journal took (`profiling_start`, …), as its lines say.
+fn journaled_boundaries(path: &Path, ep: u64) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|d| d["ep"] == ep)
+        .flat_map(|d| d["boundaries"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["scrape"].is_u64())
+        .map(|b| b["at"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A session-tree run killed after its profiling ended, then finalized: its journal carried the
+/// boundary scrapes it took (each journaled as it is taken), so `finalize` uses the same window
+/// edges and the profiling deltas equal the profiling records to the token. The run is held
+/// between its last boundary scrape of the simulator and its exports by a second endpoint that
+/// stops answering after profiling begins: its boundary scrapes time out, are retried once and
+/// recorded as missing, while the simulator's are already in the journal.
+#[test]
+fn a_finalized_killed_runs_profiling_counters_equal_its_records() {
+    use super::support::{boundaries_taken, record_counts, server_counts};
+    use agentx::record::{read_records, Phase};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Fixed {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(1),
+    };
+    let sim = super::support::Sim::start(cfg);
+    let hang = std::sync::Arc::new(AtomicBool::new(false));
+    let stuck = endpoint_that_hangs(hang.clone());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("out");
+    let corpus = fixture("traces-subagents-8.jsonl");
+    let mut child = super::support::agentx_command(work.path(), &[])
+        .args([
+            "run",
+            "--url",
+            &sim.url(),
+            "--model",
+            "agentx-sim",
+            "--input-file",
+            corpus.to_str().unwrap(),
+            "--random-seed",
+            "42",
+            "--unsafe-override",
+            "--concurrency",
+            "4",
+            "--benchmark-duration",
+            "3",
+            "--benchmark-grace-period",
+            "60",
+            "--trace-idle-gap-cap-seconds",
+            "0.01",
+            "--stats-interval",
+            "0",
+            "--server-metrics",
+            &stuck,
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let journal = out.join(SCRAPE_JOURNAL);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let wait_for = |child: &mut std::process::Child, b: &str| {
+        while !journaled_boundaries(&journal, 0).iter().any(|x| x == b) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {b} boundary journaled"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(&mut child, "profiling_start");
+    hang.store(true, Ordering::SeqCst);
+    wait_for(&mut child, "profiling_complete");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!out.join(JSON_FILE).exists(), "the run wrote its exports");
+
+    let r = super::support::agentx_command(work.path(), &[])
+        .args(["finalize", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    let export: Value =
+        serde_json::from_slice(&std::fs::read(out.join(JSON_FILE)).unwrap()).unwrap();
+    let url = format!("{}/metrics", sim.url());
+    let taken = boundaries_taken(&export, &url);
+    assert!(
+        taken.contains(&"profiling_start".to_string())
+            && taken.contains(&"profiling_complete".to_string()),
+        "{taken:?}"
+    );
+    let records = read_records(&out.join("records.jsonl")).unwrap();
+    let prof = record_counts(&records, Phase::Profiling);
+    assert!(prof.iter().all(|&n| n > 0), "{prof:?}");
+    assert_eq!(server_counts(&export["metrics"], &url), prof);
+    // The endpoint that stopped answering: its profiling_end boundary scrape failed twice and is
+    // recorded as missing, in the export and the summary.
+    let stuck_url = format!("{stuck}/metrics");
+    let missing = export["summary"]["boundary_scrapes"][&stuck_url]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["boundary"] == "profiling_end")
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", export["summary"]["boundary_scrapes"]));
+    assert_eq!(missing["attempts"], 2);
+    assert!(
+        missing["missing"]
+            .as_str()
+            .unwrap()
+            .contains("no complete response within"),
+        "{missing}"
+    );
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(out.join("run_summary.json")).unwrap()).unwrap();
+    let w = &summary["server_metrics_window"];
+    assert_eq!(w["edges"], "not_all_boundary_scrapes", "{w}");
+    assert!(
+        w["missing_boundary_scrapes"].to_string().contains(&format!(
+            "{stuck_url} profiling_end: no complete response within"
+        )),
+        "{w}"
+    );
 }

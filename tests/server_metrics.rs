@@ -349,3 +349,167 @@ fn srv_rows_between_scrapes_keep_the_servers_token_throughput() {
         );
     }
 }
+
+/// The flags of a session-tree run of the default scenario on the with-subagents fixture against
+/// `url`: warmup primers, then a cache-pressure stage of 2 requests per lane, 3 s of profiling and
+/// a grace period every request finishes within.
+fn tree_run(url: &str) -> Vec<String> {
+    let corpus = crate::support::fixture("traces-subagents-8.jsonl");
+    [
+        "run",
+        "--url",
+        url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--concurrency",
+        "4",
+        "--benchmark-duration",
+        "3",
+        "--benchmark-grace-period",
+        "60",
+        "--warmup-requests-per-lane",
+        "2",
+        "--trace-idle-gap-cap-seconds",
+        "0.01",
+        "--stats-interval",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A simulator whose requests take time (20 ms to the first token, 1 ms a token), so warmup and
+/// profiling requests are in flight around the phase edges.
+fn timed_sim() -> crate::support::Sim {
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Fixed {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(1),
+    };
+    crate::support::Sim::start(cfg)
+}
+
+/// A session-tree run with warmup primers and a cache-pressure stage, scraping once an hour: the
+/// profiling deltas of `server_metrics_export.json` equal the profiling records' prompt, generation
+/// and cached tokens and their count, to the token, and the warmup's equal the warmup records'.
+/// Only the boundary scrapes fall between the first periodic scrape and the final one, so they
+/// alone make it exact.
+#[test]
+fn the_profiling_counters_equal_the_profiling_records_to_the_token() {
+    use crate::support::{boundaries_taken, record_counts, server_counts};
+    use agentx::record::Phase;
+    let sim = timed_sim();
+    let r = crate::support::Run::exec(
+        tempfile::tempdir().unwrap(),
+        &tree_run(&sim.url()),
+        &[("AGENTX_SERVER_METRICS_COLLECTION_INTERVAL", "3600")],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let export = r.json(JSON_FILE);
+    let url = format!("{}/metrics", sim.url());
+    assert_eq!(
+        boundaries_taken(&export, &url),
+        [
+            "warmup_start",
+            "cache_pressure_start",
+            "profiling_start",
+            "profiling_end",
+            "profiling_complete"
+        ]
+    );
+    // The first periodic scrape, the five boundary scrapes and the final one: nothing else.
+    assert_eq!(
+        export["summary"]["endpoint_info"][&url]["total_fetches"],
+        json!(7)
+    );
+    assert_eq!(
+        export["summary"]["profiling_window"],
+        json!({"edges": "boundary_scrapes", "notes": []})
+    );
+    let records = r.records();
+    let prof = record_counts(&records, Phase::Profiling);
+    assert!(prof.iter().all(|&n| n > 0), "{prof:?}");
+    assert_eq!(server_counts(&export["metrics"], &url), prof);
+    let warm = record_counts(&records, Phase::Warmup);
+    assert_eq!(server_counts(&export["warmup_metrics"], &url), warm);
+    // The CSV carries the same totals and says where its edges come from.
+    let csv = std::fs::read_to_string(r.artifacts().join(CSV_FILE)).unwrap();
+    assert!(csv.contains(
+        "# profiling window edges: the profiling_start and profiling_complete boundary scrapes\n"
+    ));
+    assert!(csv.contains(" profiling_start (profiling): 20"), "{csv}");
+    let endpoint = sim.url().trim_start_matches("http://").to_string();
+    assert_eq!(crate::support::csv_counts(&csv, &endpoint), prof);
+    let summary = r.summary();
+    assert_eq!(
+        summary["server_metrics_window"],
+        json!({"edges": "boundary_scrapes"})
+    );
+}
+
+/// A clock `tick_ns` coarse, shifted so that `edge` ends a tick: every time a log carries, put on
+/// the tick it falls in.
+fn coarse(t: u64, tick_ns: u64, edge: u64) -> u64 {
+    let shift = tick_ns - 1 - edge % tick_ns;
+    (t + shift) / tick_ns * tick_ns
+}
+
+/// A run whose warmup ends on the same tick of the clock as profiling begins: the run's scrape log
+/// (its journal) with every time put on a clock coarse enough that the last warmup response, the
+/// profiling_start boundary scrape and profiling's start share one tick (the tick ends at
+/// profiling's start and is longer than the time between the warmup's end and it, a millisecond
+/// on an idle machine). Times cannot tell warmup from profiling there; the boundary scrapes' indices
+/// do, so the export of the coarse log still equals the profiling records to the token, as the
+/// run's own export does.
+#[test]
+fn a_warmup_that_ends_on_the_tick_profiling_begins_is_still_exact() {
+    use crate::support::{record_counts, server_counts};
+    use agentx::client::scrape_journal::{read_journal, SCRAPE_JOURNAL};
+    use agentx::record::Phase;
+    let sim = timed_sim();
+    let r = crate::support::Run::exec(tempfile::tempdir().unwrap(), &tree_run(&sim.url()), &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let url = format!("{}/metrics", sim.url());
+    let records = r.records();
+    let prof = record_counts(&records, Phase::Profiling);
+    assert_eq!(server_counts(&r.json(JSON_FILE)["metrics"], &url), prof);
+
+    let manifest = r.json("run_manifest.json");
+    let window = manifest["profiling_ns"].as_array().unwrap();
+    let (p0, p1) = (window[0].as_u64().unwrap(), window[1].as_u64().unwrap());
+    let warm_end = records
+        .iter()
+        .filter(|r| r.phase == Phase::Warmup)
+        .map(|r| r.end_ns)
+        .max()
+        .unwrap();
+    assert!(warm_end <= p0);
+    let tick = ((p0 - warm_end) / 1_000_000 + 1) * 1_000_000;
+    let mut log = read_journal(&r.artifacts().join(SCRAPE_JOURNAL)).unwrap();
+    let e = &mut log.endpoints[0];
+    for t in e.scrape_ns.iter_mut() {
+        *t = coarse(*t, tick, p0);
+    }
+    for f in e.fetches.iter_mut() {
+        f.start_ns = coarse(f.start_ns, tick, p0);
+    }
+    let start = e
+        .boundary(agentx::client::scrape::Boundary::ProfilingStart)
+        .map(|b| *b.taken.as_ref().unwrap())
+        .unwrap();
+    let on_tick = coarse(p0, tick, p0);
+    assert_eq!(coarse(warm_end, tick, p0), on_tick);
+    assert_eq!(e.scrape_ns[start as usize], on_tick);
+    let coarse_window = (on_tick, coarse(p1, tick, p0));
+    let j = server_metrics::to_json(&log, coarse_window, &Default::default());
+    assert_eq!(
+        j["summary"]["profiling_window"]["edges"],
+        "boundary_scrapes"
+    );
+    assert_eq!(server_counts(&j["metrics"], &url), prof);
+}

@@ -978,3 +978,80 @@ fn an_interrupt_of_one_shard_of_a_tree_run_stops_both() {
         stderr(&outs[0])
     );
 }
+
+/// Two shards of a session-tree run: shard 0's scraper alone takes the boundary scrapes, at the
+/// global phase edges (warmup's start before any shard is ready, profiling's start when every
+/// shard's warmup drained and before any shard profiles, its completion when every shard drained),
+/// so the merged run's profiling deltas equal both shards' profiling records to the token.
+#[test]
+fn two_shards_profiling_counters_equal_both_shards_records() {
+    use crate::support::{boundaries_taken, csv_counts, record_counts, server_counts};
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Fixed {
+        ttft: std::time::Duration::from_millis(20),
+        itl: std::time::Duration::from_millis(1),
+    };
+    let sim = Sim::start(cfg);
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let merged = work.path().join("merged");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let mut a = tree_args(&sim.url(), 4);
+            let shard = format!("{i}/2");
+            a.extend(
+                [
+                    "--shard",
+                    &shard,
+                    "--coordinator",
+                    &coordinator,
+                    "--output-artifact-dir",
+                    out.to_str().unwrap(),
+                    "--rendezvous-timeout",
+                    "60",
+                ]
+                .map(String::from),
+            );
+            if i == 0 {
+                a.extend(["--merge-into".to_string(), merged.to_str().unwrap().into()]);
+            }
+            spawn(work.path(), &a, &[])
+        })
+        .collect();
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
+    }
+    assert!(!out.join("shard-1/server_metrics_export.json").exists());
+    let export = json(&merged.join("server_metrics_export.json"));
+    let url = format!("{}/metrics", sim.url());
+    assert_eq!(
+        boundaries_taken(&export, &url),
+        [
+            // The cache-pressure stage's start and the duration's end are shard 0's own.
+            "warmup_start",
+            "cache_pressure_start",
+            "profiling_start",
+            "profiling_end",
+            "profiling_complete"
+        ]
+    );
+    let records = read_records(&merged.join("records.jsonl")).unwrap();
+    let shards: std::collections::HashSet<u32> = records
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .map(|r| r.lane % 2)
+        .collect();
+    assert_eq!(shards.len(), 2, "both shards profiled");
+    let prof = record_counts(&records, Phase::Profiling);
+    assert!(prof.iter().all(|&n| n > 0), "{prof:?}");
+    assert_eq!(server_counts(&export["metrics"], &url), prof);
+    assert_eq!(
+        server_counts(&export["warmup_metrics"], &url),
+        record_counts(&records, Phase::Warmup)
+    );
+    let csv = std::fs::read_to_string(merged.join("server_metrics_export.csv")).unwrap();
+    let endpoint = sim.url().trim_start_matches("http://").to_string();
+    assert_eq!(csv_counts(&csv, &endpoint), prof);
+}

@@ -216,3 +216,98 @@ pub fn wait_for_records(path: &Path, n: usize, within: Duration) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// What the server counted over a phase, from the metrics of a `server_metrics_export.json`
+/// (`metrics` or `warmup_metrics`): the increases of the simulator's vLLM counters on endpoint
+/// `url` (`…/metrics`), summed over its series (engines, and `finished_reason` for requests), as
+/// `[prompt tokens, generation tokens, prefix-cache hits, requests]`. A counter whose increase is
+/// not published (`null`) fails the test, naming it.
+pub fn server_counts(metrics: &Value, url: &str) -> [u64; 4] {
+    [
+        "vllm:prompt_tokens",
+        "vllm:generation_tokens",
+        "vllm:prefix_cache_hits",
+        "vllm:request_success",
+    ]
+    .map(|name| {
+        let series = metrics[name]["series"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+        series
+            .iter()
+            .filter(|s| s["endpoint_url"] == url)
+            .map(|s| {
+                s["stats"]["total"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{name}: no total in {s}"))
+            })
+            .sum()
+    })
+}
+
+/// What the simulator counted for the records of `phase`, as [`server_counts`] gives it: the
+/// prompt, completion and cached tokens of each record's usage (the server's own counts, which it
+/// adds to its counters when it admits a request and as it generates), and one request per record
+/// that ended without an error.
+///
+/// Which records count is what the simulator counts: a request refused before admission (an API
+/// error) counts nothing and its record has no usage; every request that streamed to its end
+/// counts once under `finished_reason` `stop` or `length`. A request cancelled at the end of the
+/// grace period is the one the client cannot account for: the server counted its prompt when it
+/// admitted it, and generated tokens the client never read, and it counts its `abort` only when it
+/// notices the closed connection, which may be after the last scrape; its record has no usage.
+/// The runs of these tests give every request the time to finish, and this fails on a cancelled
+/// record rather than guess.
+pub fn record_counts(records: &[RequestRecord], phase: agentx::record::Phase) -> [u64; 4] {
+    let of: Vec<&RequestRecord> = records.iter().filter(|r| r.phase == phase).collect();
+    let cancelled: Vec<&str> = of
+        .iter()
+        .filter(|r| r.cancelled)
+        .map(|r| r.request_id.as_str())
+        .collect();
+    assert!(
+        cancelled.is_empty(),
+        "cancelled {phase:?} requests {cancelled:?}: the server's counts of a cancelled request \
+         are not the client's (see record_counts)"
+    );
+    let sum = |f: fn(&RequestRecord) -> Option<u64>| of.iter().filter_map(|r| f(r)).sum::<u64>();
+    [
+        sum(|r| r.usage.prompt_tokens),
+        sum(|r| r.usage.completion_tokens),
+        sum(|r| r.usage.cached_tokens),
+        of.iter().filter(|r| r.error.is_none()).count() as u64,
+    ]
+}
+
+/// The boundaries (`profiling_start`, …) whose scrapes endpoint `url` took, from the export's
+/// `summary.boundary_scrapes`, in order.
+pub fn boundaries_taken(export: &Value, url: &str) -> Vec<String> {
+    export["summary"]["boundary_scrapes"][url]
+        .as_array()
+        .unwrap_or_else(|| panic!("no boundary scrapes of {url} in {}", export["summary"]))
+        .iter()
+        .filter(|b| b["time"].is_string())
+        .map(|b| b["boundary"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// [`server_counts`] from a `server_metrics_export.csv`: the `total` column of the counter rows of
+/// `endpoint` (as the CSV shows it, `host:port`), summed per metric.
+pub fn csv_counts(csv: &str, endpoint: &str) -> [u64; 4] {
+    [
+        "vllm:prompt_tokens",
+        "vllm:generation_tokens",
+        "vllm:prefix_cache_hits",
+        "vllm:request_success",
+    ]
+    .map(|name| {
+        csv.lines()
+            .map(|l| l.split(',').collect::<Vec<&str>>())
+            .filter(|f| f.len() > 4 && f[0] == endpoint && f[1] == "counter" && f[2] == name)
+            .map(|f| {
+                f[4].parse::<u64>()
+                    .unwrap_or_else(|_| panic!("{name}: no total in {f:?}"))
+            })
+            .sum()
+    })
+}

@@ -336,6 +336,7 @@ where
             let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
             let _ = mark_tx.send((cpu_secs(&u), sim_cpu(&sim_at_profiling), Instant::now()));
         })),
+        boundary: None,
         shard: None,
     }));
     let (p0, s0, t0) = mark_rx.recv().unwrap();

@@ -12,6 +12,12 @@
 //!   value changes; scrape times are kept once per endpoint.
 //! - `stop()` asks every task to take one final scrape (the end state of the run) and returns the
 //!   [`ScrapeLog`]; [`Scraper::snapshot`] reads the latest values for a live view meanwhile.
+//! - A boundary scrape ([`Boundaries::take`], at a phase boundary of the run) scrapes every endpoint
+//!   at once, tagged with its [`Boundary`], and returns when each endpoint's scrape is in its log.
+//!   An endpoint's fetches never overlap (a boundary scrape waits for a periodic one in flight), so
+//!   scrape indices follow time. A failed or timed-out boundary scrape is retried once; a second
+//!   failure is recorded as the boundary's absence ([`BoundaryScrape::taken`]), never replaced by a
+//!   periodic scrape. The journal is flushed at once after each boundary.
 //! - Prometheus summaries and `_created` timestamps are not kept (aiperf ignores them too).
 //! - With [`ScrapeConfig::journal`], one more task appends what the logs gained to the journal
 //!   (`scrape_journal`) every [`ScrapeConfig::journal_every`] and once more after the final scrapes,
@@ -33,7 +39,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper::{Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::client::scrape_journal::{read_journal, JournalFile, JournalWriter, FLUSH_EVERY};
@@ -41,8 +47,8 @@ use crate::metrics::prometheus;
 use crate::record::Clock;
 
 pub use crate::metrics::scrape_log::{
-    Bucket, EndpointLog, FailureCounts, FamilyLog, Fetch, FetchOutcome, HistogramTrack, Labels,
-    Point, ScrapeLog, SeriesLog, ServerSnapshot, Track,
+    Boundary, BoundaryScrape, Bucket, EndpointLog, FailureCounts, FamilyLog, Fetch, FetchOutcome,
+    HistogramTrack, Labels, Point, ScrapeLog, SeriesLog, ServerSnapshot, Track,
 };
 
 /// aiperf's default cadence: about three scrapes a second.
@@ -249,6 +255,9 @@ pub struct Scraper {
     clock: Clock,
     interval: Duration,
     logs: Vec<Arc<Mutex<EndpointLog>>>,
+    endpoints: Vec<Arc<Endpoint>>,
+    /// Wakes the journal's task for a flush now (after a boundary scrape).
+    flush_now: Arc<Notify>,
     tasks: Vec<JoinHandle<()>>,
     stop: watch::Sender<bool>,
     /// The journal's task and its signal to take the last flush (after the final scrapes).
@@ -287,32 +296,43 @@ impl Scraper {
         let client = http_client(cfg.timeout);
         let (stop, stop_rx) = watch::channel(false);
         let mut logs = Vec::new();
+        let mut endpoints = Vec::new();
         let mut tasks = Vec::new();
         for (url, uri) in uris {
             let log = Arc::new(Mutex::new(EndpointLog::new(url)));
             logs.push(log.clone());
-            let ep = Endpoint {
+            let ep = Arc::new(Endpoint {
                 client: client.clone(),
                 uri,
                 clock,
                 timeout: cfg.timeout,
                 max_body: cfg.max_body_bytes,
                 log,
-            };
+                fetching: tokio::sync::Mutex::new(()),
+            });
+            endpoints.push(ep.clone());
             tasks.push(runtime.spawn(ep.run(cfg.interval, stop_rx.clone())));
         }
+        let flush_now = Arc::new(Notify::new());
         let journal = cfg.journal.map(|file| {
             let urls: Vec<String> = logs.iter().map(|l| lock(l).url.clone()).collect();
             let w = JournalWriter::new(file, &clock, cfg.interval, &urls);
             let (done, done_rx) = watch::channel(false);
             let every = cfg.journal_every.max(Duration::from_millis(1));
-            let task = runtime.spawn(journal(w, logs.clone(), every, done_rx));
+            let wake = Flushes {
+                every,
+                now: flush_now.clone(),
+                done: done_rx,
+            };
+            let task = runtime.spawn(journal(w, logs.clone(), wake));
             (task, done)
         });
         Ok(Scraper {
             clock,
             interval: cfg.interval,
             logs,
+            endpoints,
+            flush_now,
             tasks,
             stop,
             journal,
@@ -325,12 +345,28 @@ impl Scraper {
         ServerSnapshot::of(guards.iter().map(|g| &**g))
     }
 
+    /// The handle that takes boundary scrapes (for the replay's phase boundaries); it does not keep
+    /// the scraper from stopping.
+    pub fn boundaries(&self) -> Boundaries {
+        Boundaries {
+            clock: self.clock,
+            endpoints: self.endpoints.clone(),
+            flush_now: self.flush_now.clone(),
+        }
+    }
+
+    /// A scrape of every endpoint now, tagged `b` ([`Boundaries::take`]).
+    pub async fn boundary(&self, b: Boundary) -> Vec<BoundaryScrape> {
+        self.boundaries().take(b).await
+    }
+
     /// Take a final scrape of every endpoint, stop, and hand over everything seen.
     pub async fn stop(mut self) -> ScrapeLog {
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {
             let _ = t.await;
         }
+        self.endpoints.clear();
         // The last flush, with the final scrapes, before the log is handed over.
         let writer = match self.journal.take() {
             Some((task, done)) => {
@@ -393,16 +429,27 @@ impl Drop for Scraper {
     }
 }
 
-/// The journal's task: every `every`, takes what the logs gained (under each endpoint's lock, no
-/// I/O), writes it from a blocking thread, then drops from the logs what the file holds
-/// ([`JournalWriter::spill`]); once more when `done` says the final scrapes are in. Hands the
-/// writer back at the end (`None` when its thread failed).
+/// What wakes the journal's task: its period, a boundary scrape, and the final scrapes.
+struct Flushes {
+    every: Duration,
+    now: Arc<Notify>,
+    done: watch::Receiver<bool>,
+}
+
+/// The journal's task: every `every` and after each boundary scrape, takes what the logs gained
+/// (under each endpoint's lock, no I/O), writes it from a blocking thread, then drops from the logs
+/// what the file holds ([`JournalWriter::spill`]); once more when `done` says the final scrapes are
+/// in. Hands the writer back at the end (`None` when its thread failed).
 async fn journal(
     mut w: JournalWriter,
     logs: Vec<Arc<Mutex<EndpointLog>>>,
-    every: Duration,
-    mut done: watch::Receiver<bool>,
+    wake: Flushes,
 ) -> Option<JournalWriter> {
+    let Flushes {
+        every,
+        now,
+        mut done,
+    } = wake;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -410,6 +457,7 @@ async fn journal(
         if !last {
             last = tokio::select! {
                 _ = tick.tick() => false,
+                _ = now.notified() => false,
                 r = done.changed() => r.is_err(),
             } || *done.borrow();
         }
@@ -446,7 +494,51 @@ async fn journal(
     }
 }
 
-/// One endpoint's scraping task.
+/// Takes boundary scrapes of a running [`Scraper`]'s endpoints ([`Scraper::boundaries`]).
+#[derive(Clone)]
+pub struct Boundaries {
+    clock: Clock,
+    endpoints: Vec<Arc<Endpoint>>,
+    flush_now: Arc<Notify>,
+}
+
+impl std::fmt::Debug for Boundaries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Boundaries")
+            .field("endpoints", &self.endpoints.len())
+            .finish()
+    }
+}
+
+impl Boundaries {
+    /// Scrapes every endpoint now (each after its fetch in flight, if any), tagged `b`, and returns
+    /// once every endpoint's scrape is in its log (or failed twice: its absence is logged and
+    /// recorded). The journal is flushed right after.
+    pub async fn take(&self, b: Boundary) -> Vec<BoundaryScrape> {
+        let asked_ns = self.clock.now_ns();
+        let mut set = tokio::task::JoinSet::new();
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            let ep = ep.clone();
+            let flush = self.flush_now.clone();
+            set.spawn(async move {
+                let got = ep.boundary(b, asked_ns).await;
+                // Journaled at once: a healthy endpoint's boundary never waits for a slow one's.
+                flush.notify_one();
+                (i, got)
+            });
+        }
+        let mut out: Vec<(usize, BoundaryScrape)> = Vec::new();
+        while let Some(r) = set.join_next().await {
+            if let Ok(x) = r {
+                out.push(x);
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        out.into_iter().map(|(_, x)| x).collect()
+    }
+}
+
+/// One endpoint: its periodic scraping task and its boundary scrapes.
 struct Endpoint {
     client: HttpClient,
     uri: Uri,
@@ -454,10 +546,52 @@ struct Endpoint {
     timeout: Duration,
     max_body: usize,
     log: Arc<Mutex<EndpointLog>>,
+    /// Held for each fetch: an endpoint's fetches never overlap, so its scrapes are in time order.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 impl Endpoint {
-    async fn run(self, interval: Duration, mut stop: watch::Receiver<bool>) {
+    /// A boundary scrape: after the fetch in flight, one scrape, retried once if it fails; recorded
+    /// in the log either way.
+    async fn boundary(&self, b: Boundary, asked_ns: u64) -> BoundaryScrape {
+        let _fetching = self.fetching.lock().await;
+        let mut failed: Vec<String> = Vec::new();
+        let mut taken = None;
+        while taken.is_none() && failed.len() < 2 {
+            match self.scrape().await {
+                Ok(idx) => taken = Some(idx),
+                Err(why) => failed.push(why),
+            }
+        }
+        let attempts = failed.len() as u32 + u32::from(taken.is_some());
+        let url = lock(&self.log).url.clone();
+        let taken = match taken {
+            Some(idx) => {
+                tracing::debug!(%url, boundary = b.as_str(), attempts, "boundary scrape taken");
+                Ok(idx)
+            }
+            None => {
+                let why = failed.join("; retried: ");
+                tracing::warn!(
+                    %url,
+                    "the {} boundary scrape failed twice ({why}); the server-metrics export and \
+                     the run summary say which window edge it leaves to a periodic scrape",
+                    b.as_str()
+                );
+                Err(why)
+            }
+        };
+        let rec = BoundaryScrape {
+            boundary: b,
+            asked_ns,
+            attempts,
+            taken,
+        };
+        lock(&self.log).boundaries.push(rec.clone());
+        rec
+    }
+
+    async fn run(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(interval);
         // A slow server delays the next scrape instead of causing a burst of catch-up scrapes.
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -472,13 +606,16 @@ impl Endpoint {
                     break;
                 }
             }
-            self.scrape().await;
+            let _fetching = self.fetching.lock().await;
+            let _ = self.scrape().await;
         }
         // The final scrape: the end state of the run.
-        self.scrape().await;
+        let _fetching = self.fetching.lock().await;
+        let _ = self.scrape().await;
     }
 
-    async fn scrape(&self) {
+    /// One fetch, folded into the log: the index of the scrape, or why it failed.
+    async fn scrape(&self) -> Result<u32, String> {
         let start_ns = self.clock.now_ns();
         let fetch = |outcome| Fetch {
             start_ns,
@@ -490,12 +627,12 @@ impl Endpoint {
             Err(_) => {
                 let f = fetch(FetchOutcome::Timeout);
                 let msg = format!("no complete response within {:?}", self.timeout);
-                lock(&self.log).fail(f, msg);
-                return;
+                lock(&self.log).fail(f, msg.clone());
+                return Err(msg);
             }
             Ok(Err((outcome, msg))) => {
-                lock(&self.log).fail(fetch(outcome), msg);
-                return;
+                lock(&self.log).fail(fetch(outcome), msg.clone());
+                return Err(msg);
             }
             Ok(Ok(v)) => v,
         };
@@ -503,16 +640,21 @@ impl Endpoint {
         let mut h = DefaultHasher::new();
         text.hash(&mut h);
         match prometheus::parse(&text) {
-            Ok(families) => lock(&self.log).ingest(
-                fetch(FetchOutcome::Ok { changed: true }),
-                t_ns,
-                h.finish(),
-                families,
-            ),
-            Err(e) => lock(&self.log).fail(
-                fetch(FetchOutcome::Parse),
-                format!("not Prometheus text: {e}"),
-            ),
+            Ok(families) => {
+                let mut log = lock(&self.log);
+                log.ingest(
+                    fetch(FetchOutcome::Ok { changed: true }),
+                    t_ns,
+                    h.finish(),
+                    families,
+                );
+                Ok(log.scrape_ns.len() as u32 - 1)
+            }
+            Err(e) => {
+                let msg = format!("not Prometheus text: {e}");
+                lock(&self.log).fail(fetch(FetchOutcome::Parse), msg.clone());
+                Err(msg)
+            }
         }
     }
 

@@ -19,6 +19,11 @@
 //!   after this flush, a bucket a page added between two others is `new` there). A change point is
 //!   `[scrape index, value]`, the value `null` from the scrape a series went missing on, `"NaN"`,
 //!   `"+Inf"` or `"-Inf"` when not finite. `hash` and `last_error` appear when they changed.
+//!   `boundaries` (version 2) lists the boundary scrapes asked for since the previous flush:
+//!   `{"at":"profiling_start","asked_ns":…,"attempts":1,"scrape":12}`, or `"error":…` in place
+//!   of `scrape` when both attempts failed. The scraper flushes right after each boundary, so a
+//!   killed run's journal carries the boundaries it passed and `finalize` uses the same window
+//!   edges the run would have. A version 1 journal (no boundaries) reads back without them.
 //!
 //! Tracks only ever gain change points at their end and buckets are only ever inserted, so each
 //! flush writes only what is new. Failure counts are not written: they are the fetches' outcomes
@@ -37,16 +42,17 @@ use serde::{Deserialize, Serialize};
 use crate::fsio::Root;
 use crate::metrics::prometheus::{self, MetricType};
 use crate::metrics::scrape_log::{
-    Bucket, EndpointLog, FailureCounts, FamilyLog, Fetch, FetchOutcome, HistogramTrack, Labels,
-    Point, ScrapeLog, SeriesLog, Track,
+    Boundary, BoundaryScrape, Bucket, EndpointLog, FailureCounts, FamilyLog, Fetch, FetchOutcome,
+    HistogramTrack, Labels, Point, ScrapeLog, SeriesLog, Track,
 };
 use crate::record::Clock;
 
 /// The journal's file name in the artifact directory.
 pub const SCRAPE_JOURNAL: &str = "server_metrics_journal.jsonl";
 
-/// The format version the header carries; [`read_journal`] reads this one only.
-pub const JOURNAL_VERSION: u32 = 1;
+/// The format version the header carries; [`read_journal`] reads this one and version 1 (the
+/// same lines without boundary scrapes).
+pub const JOURNAL_VERSION: u32 = 2;
 
 /// How often a running scraper appends to its journal. A kill loses at most this much of the scrapes
 /// (15 at the default 333 ms interval) of a run that lasts many minutes, while the file gets one line
@@ -68,7 +74,7 @@ pub enum JournalError {
     },
     #[error("{path} is empty or holds only a torn header: the run stopped before its first scrape was journaled; there are no server metrics to rebuild")]
     Empty { path: PathBuf },
-    #[error("{path}:1: journal format version {found}, this build reads version {JOURNAL_VERSION}; read it with the agentx-host that wrote it")]
+    #[error("{path}:1: journal format version {found}, this build reads versions 1 to {JOURNAL_VERSION}; read it with the agentx-host that wrote it")]
     Version { path: PathBuf, found: u32 },
     #[error("{path}:{line}: {what}; a journal is only ever appended to by the run that wrote it, so the file was damaged or edited and its server metrics cannot be rebuilt")]
     Line {
@@ -219,6 +225,19 @@ struct SeriesRec {
     buckets: Vec<BucketRec>,
 }
 
+/// One boundary scrape.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BoundaryRec {
+    at: String,
+    asked_ns: u64,
+    attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scrape: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
 /// What one endpoint's log gained since the previous flush.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -236,11 +255,14 @@ struct Delta {
     hash: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    boundaries: Vec<BoundaryRec>,
 }
 
 impl Delta {
     fn is_empty(&self) -> bool {
-        self.fetches.is_empty()
+        self.boundaries.is_empty()
+            && self.fetches.is_empty()
             && self.scrape_ns.is_empty()
             && self.families.is_empty()
             && self.series.is_empty()
@@ -297,6 +319,7 @@ struct Cursor {
     families: BTreeMap<String, FamilyCursor>,
     hash: Option<u64>,
     last_error: Option<String>,
+    boundaries: usize,
 }
 
 /// The points of `t` from `*done` on, and `*done` moved to the end.
@@ -485,6 +508,16 @@ impl Cursor {
             self.last_error.clone_from(&log.last_error);
             d.last_error.clone_from(&log.last_error);
         }
+        d.boundaries = (log.boundaries.get(self.boundaries..).unwrap_or(&[]).iter())
+            .map(|b| BoundaryRec {
+                at: b.boundary.as_str().to_string(),
+                asked_ns: b.asked_ns,
+                attempts: b.attempts,
+                scrape: b.taken.as_ref().ok().copied(),
+                error: b.taken.as_ref().err().cloned(),
+            })
+            .collect();
+        self.boundaries = log.boundaries.len();
         d
     }
 }
@@ -642,7 +675,7 @@ fn read_header(path: &Path, line: &[u8]) -> Result<Header, JournalError> {
         )));
     }
     match v.get("version").and_then(|x| x.as_u64()) {
-        Some(n) if n == u64::from(JOURNAL_VERSION) => {}
+        Some(n) if (1..=u64::from(JOURNAL_VERSION)).contains(&n) => {}
         Some(n) => {
             return Err(JournalError::Version {
                 path: path.to_owned(),
@@ -831,6 +864,37 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
     }
     if d.last_error.is_some() {
         log.last_error = d.last_error;
+    }
+    for b in d.boundaries {
+        let boundary = Boundary::parse(&b.at).ok_or_else(|| {
+            format!(
+                "{:?} is not a boundary ({})",
+                b.at,
+                Boundary::ALL.map(Boundary::as_str).join(", ")
+            )
+        })?;
+        let taken = match (b.scrape, b.error) {
+            (Some(i), None) if (i as usize) < scrapes => Ok(i),
+            (Some(i), None) => {
+                return Err(format!(
+                    "the {} boundary names scrape {i} of {scrapes} scrapes",
+                    b.at
+                ))
+            }
+            (None, Some(e)) => Err(e),
+            _ => {
+                return Err(format!(
+                    "the {} boundary has neither or both of \"scrape\" and \"error\"",
+                    b.at
+                ))
+            }
+        };
+        log.boundaries.push(BoundaryScrape {
+            boundary,
+            asked_ns: b.asked_ns,
+            attempts: b.attempts,
+            taken,
+        });
     }
     Ok(())
 }

@@ -63,9 +63,26 @@ pub struct RunSummary {
     /// The number of shards of a merged run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards: Option<u32>,
+    /// How the server-metrics export found its profiling window (absent without server metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_metrics_window: Option<ServerMetricsWindow>,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// The server-metrics profiling window's edges, as `server_metrics_export.json` found them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerMetricsWindow {
+    /// `boundary_scrapes` when every endpoint's window ran from its profiling_start boundary
+    /// scrape to its profiling_complete one, else `not_all_boundary_scrapes`.
+    pub edges: String,
+    /// Each boundary scrape that failed twice: `URL boundary: why`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_boundary_scrapes: Vec<String>,
+    /// The edges that are periodic scrapes, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// The scenario component a run loaded, as its summary names it: the manifest's [`ScenarioId`], every

@@ -2,18 +2,29 @@
 //! profiling window in aiperf's schema (aiperf `docs/server-metrics/server-metrics-json-schema.md`).
 //!
 //! Per metric (counters named without `_total`), per series (endpoint URL and labels):
-//! - counters: `total` (the increase, with counter resets counted as a restart from zero) and
-//!   `rate = total / duration`, plus `rate_avg/min/max/std` over the scrape-to-scrape rates when the
-//!   counter moved;
+//! - counters: `total` (the increase from the window's first scrape to its last; a series first
+//!   seen inside the window counts from 0) and `rate = total / duration`, plus
+//!   `rate_avg/min/max/std` over the scrape-to-scrape rates when the counter moved. A counter that
+//!   went backwards (a server restart) or went missing inside the window gets `total` and `rate`
+//!   `null` and a `note` naming the scrapes: no negative or mixed increase is published;
 //! - gauges and untyped (`unknown`) metrics: `avg, min, max, std` (sample, ddof 1) and `p1..p99`
 //!   (linear interpolation) of the values scraped inside the window;
 //! - histograms: `count`, `sum`, `avg`, `count_rate`, `sum_rate`, `p*_estimate` interpolated
 //!   linearly inside the buckets of the window's bucket deltas (the standard Prometheus estimate,
-//!   not aiperf's polynomial one), and per-bucket delta `buckets`.
+//!   not aiperf's polynomial one), and per-bucket delta `buckets` (the counters' rule for resets).
 //!
-//! Window edges: deltas run from the last scrape at or before the window start to the first scrape
-//! at or after its end (the final scrape taken at stop), so counters cover the whole window; the
-//! rate divides by the time between those two scrapes. Timestamps (`*_ns`) are Unix nanoseconds;
+//! Window edges, by scrape index: the profiling window runs from the `profiling_start` boundary
+//! scrape (taken after the warmup drained, before the first profiling request) to the
+//! `profiling_complete` one (after the last profiling request returned), as agentx-harness 1.0.12
+//! selects its window by phase-tagged scrapes; `warmup_metrics` from `warmup_start` to
+//! `profiling_start`. Times never decide an edge, so a warmup that ends on the same millisecond as
+//! profiling begins is still on the right side. An edge whose boundary scrape is missing (failed
+//! twice, a log without boundaries, a run killed before it) falls back to the periodic scrapes
+//! around the replay's window (the last at or before its start, the first at or after its end) and
+//! `summary.profiling_window.notes` says so. The rate divides by the time between the two edge
+//! scrapes. `summary.boundary_scrapes` lists every boundary scrape (phase-tagged, as aiperf tags
+//! them) and `summary.phase_time_ranges` each phase's range; the CSV repeats both as `#` lines.
+//! Timestamps (`*_ns`) are Unix nanoseconds;
 //! `start_time`/`end_time` are UTC without an offset, as aiperf writes them. Each endpoint's fetch
 //! counts, failures included, are in `summary.endpoint_info`. Both files are replaced atomically.
 
@@ -27,7 +38,8 @@ use crate::metrics::dist::{self, Deviation};
 use crate::metrics::percentile;
 use crate::metrics::prometheus::MetricType;
 use crate::metrics::scrape_log::{
-    EndpointLog, FailureCounts, Fetch, FetchOutcome, HistogramTrack, ScrapeLog, SeriesLog, Track,
+    Boundary, EndpointLog, FailureCounts, Fetch, FetchOutcome, HistogramTrack, ScrapeLog,
+    SeriesLog, Track,
 };
 use crate::metrics::stats::PERCENTILES;
 
@@ -105,6 +117,8 @@ pub struct SeriesStats {
     /// Counters and gauges: one entry per second of the window (`start_ns` as a window offset, a
     /// gauge's `avg`, a counter's `total` and `rate`), for time-series plots.
     pub timeslices: Vec<Ordered>,
+    /// Why a counter's or histogram's increase is not published, or how it was counted.
+    pub note: Option<String>,
 }
 
 /// Width of the per-series time slices.
@@ -113,7 +127,12 @@ pub const SLICE_NS: u64 = 1_000_000_000;
 const MAX_SERIES_SLICES: u64 = 86_400;
 
 /// Per-second slices of one counter or gauge series over `window`.
-fn series_slices(kind: MetricType, t: &Track, e: &EndpointLog, window: (u64, u64)) -> Vec<Ordered> {
+fn series_slices(
+    kind: MetricType,
+    t: &Track,
+    ep: &EndpointCtx<'_>,
+    window: (u64, u64),
+) -> Vec<Ordered> {
     let (start, end) = window;
     if end <= start || (end - start) / SLICE_NS > MAX_SERIES_SLICES {
         return Vec::new();
@@ -122,8 +141,8 @@ fn series_slices(kind: MetricType, t: &Track, e: &EndpointLog, window: (u64, u64
     let mut a = start;
     while a < end {
         let b = (a + SLICE_NS).min(end);
-        let stats = span(e, (a, b)).and_then(|s| match kind {
-            MetricType::Counter => counter_stats(t, e, &s),
+        let stats = span(ep.e, (a, b)).and_then(|s| match kind {
+            MetricType::Counter => counter_stats(t, ep, &s).map(|(o, _)| o),
             _ => gauge_stats(t, &s),
         });
         let mut o = Ordered::default();
@@ -151,17 +170,50 @@ pub struct MetricStats {
     pub series: Vec<SeriesStats>,
 }
 
+/// An endpoint's log with the clock that dates its scrapes (for the notes).
+struct EndpointCtx<'a> {
+    e: &'a EndpointLog,
+    clock: crate::record::Clock,
+}
+
+impl EndpointCtx<'_> {
+    /// The time of scrape `i`, as the export writes times.
+    fn at(&self, i: u32) -> String {
+        iso_utc(self.clock.unix_ns(self.e.scrape_ns[i as usize]))
+    }
+}
+
 /// The indices into an endpoint's scrapes that bound a window.
+#[derive(Debug, Clone)]
 struct Span {
-    /// Reference scrape: the last one at or before the start (else the first one).
+    /// Reference scrape: the window's start boundary scrape, or the last one at or before the
+    /// start (else the first one).
     from: u32,
-    /// The first scrape at or after the end (else the last one).
+    /// The end boundary scrape, or the first scrape at or after the end (else the last one).
     to: u32,
-    /// Scrapes strictly inside `[start, end]`.
+    /// The scrapes a gauge is read at: from the start boundary scrape to the end one, or those
+    /// inside `[start, end]` by time.
     inside: std::ops::Range<u32>,
     secs: f64,
 }
 
+impl Span {
+    /// The span between two scrapes of `e`, both included.
+    fn between(e: &EndpointLog, from: u32, to: u32) -> Span {
+        let to = to.max(from);
+        let t = &e.scrape_ns;
+        let (a, b) = (t[from as usize], t[to as usize]);
+        Span {
+            from,
+            to,
+            inside: from..to + 1,
+            secs: b.saturating_sub(a) as f64 / 1e9,
+        }
+    }
+}
+
+/// The span of a time window, by scrape times: the last scrape at or before its start to the
+/// first at or after its end.
 fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
     let t = &e.scrape_ns;
     if t.is_empty() {
@@ -190,6 +242,78 @@ fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
         to: to as u32,
         inside: lo as u32..hi as u32,
         secs,
+    })
+}
+
+/// A phase window of the export: the boundary scrapes that bound it, and the time window that
+/// stands in for a missing one.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    pub name: &'static str,
+    pub start: Boundary,
+    pub end: Boundary,
+    /// Clock offsets of the phase (the replay's), for an edge without its boundary scrape.
+    pub window: (u64, u64),
+}
+
+/// Where one endpoint's window edges come from, and what the export says about them.
+#[derive(Debug, Clone)]
+struct Edges {
+    span: Span,
+    /// Both edges are boundary scrapes.
+    exact: bool,
+    notes: Vec<String>,
+}
+
+/// The edges of `phase` on endpoint `e`: its boundary scrapes by index; an edge whose boundary
+/// scrape is missing (failed twice, or never asked for) falls back to the periodic scrapes around
+/// the phase's time window, and the notes say so. `None` when the endpoint has no scrape.
+fn edges(e: &EndpointLog, log: &ScrapeLog, phase: &Phase) -> Option<Edges> {
+    let by_time = span(e, phase.window)?;
+    let at = |i: u32| iso_utc(log.clock.unix_ns(e.scrape_ns[i as usize]));
+    if e.boundaries.is_empty() {
+        let (from, to) = (by_time.from, by_time.to);
+        return Some(Edges {
+            span: by_time,
+            exact: false,
+            notes: vec![format!(
+                "{}: no boundary scrapes (a log written before they existed): the {} window runs \
+                 from the periodic scrape at {} to the one at {}, and requests that ended between \
+                 a scrape and a phase edge count on the wrong side of it",
+                e.url,
+                phase.name,
+                at(from),
+                at(to)
+            )],
+        });
+    }
+    let mut notes = Vec::new();
+    let mut edge = |b: Boundary, periodic: u32| -> (u32, bool) {
+        let why = match e.boundary(b).map(|x| &x.taken) {
+            Some(Ok(i)) => return (*i, true),
+            Some(Err(why)) => format!("failed twice ({why})"),
+            None => "was never taken (the run stopped before it)".to_string(),
+        };
+        notes.push(format!(
+            "{}: the {} boundary scrape {why}; the {} window's edge there is the periodic scrape \
+             at {} instead",
+            e.url,
+            b.as_str(),
+            phase.name,
+            at(periodic)
+        ));
+        (periodic, false)
+    };
+    let (from, a) = edge(phase.start, by_time.from);
+    let (to, b) = edge(phase.end, by_time.to);
+    Some(Edges {
+        span: if a || b {
+            Span::between(e, from, to)
+        } else {
+            by_time
+        },
+        exact: a && b,
+        notes,
     })
 }
 
@@ -222,36 +346,72 @@ fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {
     Some(o)
 }
 
-/// The increase from `a` to `b`, a decrease meaning the counter restarted from zero.
-fn step(a: f64, b: f64) -> f64 {
-    if b >= a {
-        b - a
-    } else {
-        b
+/// Why a counter's increase over a span is not published: it went backwards (a server restart)
+/// or went missing between two of the span's scrapes.
+fn broken_counter(ep: &EndpointCtx<'_>, values: &[(u32, Option<f64>)]) -> Option<String> {
+    let at = |i: u32| ep.at(i);
+    let mut prev: Option<(u32, f64)> = None;
+    for &(i, v) in values {
+        match (prev, v) {
+            (Some((pi, pv)), Some(v)) if v < pv => {
+                return Some(format!(
+                    "went backwards from {pv} (scrape at {}) to {v} (scrape at {}): a server \
+                     restart? Its increase over the window is not published",
+                    at(pi),
+                    at(i)
+                ))
+            }
+            (Some((pi, _)), None) => {
+                return Some(format!(
+                    "went missing between the scrapes at {} and {}: its increase over the window \
+                     is not published",
+                    at(pi),
+                    at(i)
+                ))
+            }
+            _ => {}
+        }
+        if let Some(v) = v {
+            prev = Some((i, v));
+        }
     }
+    None
 }
 
-fn counter_stats(t: &Track, e: &EndpointLog, s: &Span) -> Option<Ordered> {
-    t.at(s.from).or_else(|| t.at(s.to))?;
-    let mut total = 0.0;
+/// A counter's `total` (its increase from the span's first scrape to its last) and rates. A series
+/// first seen inside the span counts from 0 (a counter is born at 0). A counter that went
+/// backwards or went missing inside the span gets `total` and `rate` `null` and the note of why:
+/// no negative or mixed increase is ever published.
+fn counter_stats(t: &Track, ep: &EndpointCtx<'_>, s: &Span) -> Option<(Ordered, Option<String>)> {
+    let e = ep.e;
+    let values: Vec<(u32, Option<f64>)> = (s.from..=s.to).map(|i| (i, t.at(i))).collect();
+    let first_present = values.iter().position(|(_, v)| v.is_some())?;
+    let mut o = Ordered::default();
+    if let Some(why) = broken_counter(ep, &values[first_present..]) {
+        o.put("total", Value::Null);
+        o.put("rate", Value::Null);
+        return Some((o, Some(why)));
+    }
+    let born = first_present > 0;
+    let base = if born {
+        0.0
+    } else {
+        values[0].1.unwrap_or(0.0)
+    };
+    let last = values.iter().rev().find_map(|(_, v)| *v).unwrap_or(base);
+    let total = last - base;
     let mut rates = Vec::new();
     let mut prev: Option<(u64, f64)> = None;
-    for i in s.from..=s.to {
-        let Some(v) = t.at(i) else {
-            prev = None;
-            continue;
-        };
+    for &(i, v) in &values[first_present..] {
+        let Some(v) = v else { continue };
         let now = e.scrape_ns[i as usize];
         if let Some((pt, pv)) = prev {
-            let d = step(pv, v);
-            total += d;
             if now > pt {
-                rates.push(d / ((now - pt) as f64 / 1e9));
+                rates.push((v - pv) / ((now - pt) as f64 / 1e9));
             }
         }
         prev = Some((now, v));
     }
-    let mut o = Ordered::default();
     o.put("total", num(total));
     o.put("rate", num(if s.secs > 0.0 { total / s.secs } else { 0.0 }));
     if total > 0.0 && !rates.is_empty() {
@@ -267,7 +427,13 @@ fn counter_stats(t: &Track, e: &EndpointLog, s: &Span) -> Option<Ordered> {
         );
         o.put("rate_std", num(std));
     }
-    Some(o)
+    let note = born.then(|| {
+        format!(
+            "first seen at the scrape at {}, inside the window: counted from 0",
+            ep.at(values[first_present].0)
+        )
+    });
+    Some((o, note))
 }
 
 /// Estimate quantile `q` (0..=1) from cumulative bucket counts, interpolating linearly inside the
@@ -295,42 +461,52 @@ pub fn bucket_quantile(bounds: &[f64], cumulative: &[f64], q: f64) -> Option<f64
     Some(lo + (bounds[j] - lo) * (rank - below) / inside)
 }
 
-fn histogram_stats(h: &HistogramTrack, s: &Span) -> Option<(Ordered, Ordered)> {
-    h.count.at(s.from).or_else(|| h.count.at(s.to))?;
-    let nb = h.buckets.len();
-    let (mut count, mut sum) = (0.0, 0.0);
-    let mut deltas = vec![0.0; nb];
-    let mut prev: Option<(f64, f64, Vec<f64>)> = None;
-    for i in s.from..=s.to {
-        let (Some(c), Some(sm)) = (h.count.at(i), h.sum.at(i)) else {
-            prev = None;
-            continue;
-        };
-        let b: Vec<f64> = h
-            .buckets
-            .iter()
-            .map(|b| b.track.at(i).unwrap_or(0.0))
+/// A histogram's increase over the span: `count`, `sum`, their rates, the mean and the percentile
+/// estimates of the bucket deltas, and the delta of each bucket. One that went backwards or went
+/// missing inside the span gets `count` `null`, no buckets and the note of why (as a counter).
+fn histogram_stats(
+    h: &HistogramTrack,
+    ep: &EndpointCtx<'_>,
+    s: &Span,
+) -> Option<(Ordered, Option<Ordered>, Option<String>)> {
+    let values: Vec<(u32, Option<f64>)> = (s.from..=s.to).map(|i| (i, h.count.at(i))).collect();
+    let first_present = values.iter().position(|(_, v)| v.is_some())?;
+    let tracks = std::iter::once(&h.count)
+        .chain(std::iter::once(&h.sum))
+        .chain(h.buckets.iter().map(|b| &b.track));
+    for t in tracks {
+        let v: Vec<(u32, Option<f64>)> = (s.from + first_present as u32..=s.to)
+            .map(|i| (i, t.at(i)))
             .collect();
-        if let Some((pc, ps, pb)) = &prev {
-            // One decision for every part of the histogram: a smaller count is a restart.
-            let reset = c < *pc;
-            let d = |p: f64, v: f64| if reset { v } else { (v - p).max(0.0) };
-            count += d(*pc, c);
-            sum += if reset { sm } else { sm - ps };
-            for (k, (p, v)) in pb.iter().zip(&b).enumerate() {
-                deltas[k] += d(*p, *v);
-            }
+        if let Some(why) = broken_counter(ep, &v) {
+            let mut o = Ordered::default();
+            o.put("count", Value::Null);
+            return Some((o, None, Some(why)));
         }
-        prev = Some((c, sm, b));
     }
+    // A histogram first seen inside the span counts from 0.
+    let born = first_present > 0;
+    let delta = |t: &Track| {
+        let base = if born { None } else { t.at(s.from) };
+        t.at(s.to).unwrap_or(0.0) - base.unwrap_or(0.0)
+    };
+    let count = delta(&h.count);
+    let sum = delta(&h.sum);
+    let deltas: Vec<f64> = h.buckets.iter().map(|b| delta(&b.track)).collect();
     let mut buckets = Ordered::default();
     for (b, d) in h.buckets.iter().zip(&deltas) {
         buckets.put(&b.le_text, num(*d));
     }
+    let note = born.then(|| {
+        format!(
+            "first seen at the scrape at {}, inside the window: counted from 0",
+            ep.at(values[first_present].0)
+        )
+    });
     let mut o = Ordered::default();
     o.put("count", num(count));
     if count <= 0.0 {
-        return Some((o, buckets));
+        return Some((o, Some(buckets), note));
     }
     let secs = s.secs;
     o.put(
@@ -345,7 +521,7 @@ fn histogram_stats(h: &HistogramTrack, s: &Span) -> Option<(Ordered, Ordered)> {
         let v = bucket_quantile(&bounds, &deltas, p / 100.0).unwrap_or(f64::NAN);
         o.put(&format!("{k}_estimate"), num(v));
     }
-    Some((o, buckets))
+    Some((o, Some(buckets), note))
 }
 
 /// The unit aiperf infers from a metric name (and HELP text).
@@ -403,41 +579,95 @@ pub fn infer_unit(name: &str, kind: MetricType, help: &str) -> Option<&'static s
         .or((kind == MetricType::Counter).then_some("count"))
 }
 
-/// Aggregate every endpoint's series over `window` (clock offsets, inclusive), by metric name.
+/// One phase aggregated: every metric's series, and what the export says about its edges.
+#[derive(Debug, Clone, Default)]
+pub struct Aggregate {
+    pub metrics: BTreeMap<String, MetricStats>,
+    /// Every endpoint's window ran from its start boundary scrape to its end boundary scrape.
+    pub exact: bool,
+    /// The earliest start edge and the latest end edge over the endpoints (clock offsets of the
+    /// scrapes), `None` when no endpoint had a scrape.
+    pub range: Option<(u64, u64)>,
+    /// The edges that are not boundary scrapes, and the series whose increase is not published.
+    pub notes: Vec<String>,
+}
+
+/// The profiling phase of a run whose replay profiled over `window` (clock offsets).
+pub fn profiling(window: (u64, u64)) -> Phase {
+    Phase {
+        name: "profiling",
+        start: Boundary::ProfilingStart,
+        end: Boundary::ProfilingComplete,
+        window,
+    }
+}
+
+/// Aggregate every endpoint's series over the profiling window `window` (clock offsets,
+/// inclusive), by metric name.
 pub fn aggregate(log: &ScrapeLog, window: (u64, u64)) -> BTreeMap<String, MetricStats> {
-    let mut out: BTreeMap<String, MetricStats> = BTreeMap::new();
+    aggregate_phase(log, &profiling(window)).metrics
+}
+
+/// Aggregate every endpoint's series over `phase`, from its boundary scrapes ([`edges`]).
+pub fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
+    let mut agg = Aggregate {
+        exact: true,
+        ..Aggregate::default()
+    };
     for e in &log.endpoints {
-        let Some(s) = span(e, window) else { continue };
+        let Some(edges) = edges(e, log, phase) else {
+            continue;
+        };
+        let ep = EndpointCtx {
+            e,
+            clock: log.clock,
+        };
+        let s = &edges.span;
+        agg.exact &= edges.exact;
+        agg.notes.extend(edges.notes);
+        let range = (e.scrape_ns[s.from as usize], e.scrape_ns[s.to as usize]);
+        agg.range = Some(match agg.range {
+            Some((a, b)) => (a.min(range.0), b.max(range.1)),
+            None => range,
+        });
+        // Per-second slices run over the span's scrapes when its edges are boundary scrapes.
+        let slice_window = if edges.exact { range } else { phase.window };
         for (name, fam) in &e.families {
             for (labels, series) in &fam.series {
                 let slices = match series {
-                    SeriesLog::Scalar(t) => series_slices(fam.kind, t, e, window),
+                    SeriesLog::Scalar(t) => series_slices(fam.kind, t, &ep, slice_window),
                     SeriesLog::Histogram(_) => Vec::new(),
                 };
                 let got = match (fam.kind, series) {
                     (MetricType::Counter, SeriesLog::Scalar(t)) => {
-                        counter_stats(t, e, &s).map(|o| (o, None))
+                        counter_stats(t, &ep, s).map(|(o, note)| (o, None, note))
                     }
                     (MetricType::Gauge | MetricType::Untyped, SeriesLog::Scalar(t)) => {
-                        gauge_stats(t, &s).map(|o| (o, None))
+                        gauge_stats(t, s).map(|o| (o, None, None))
                     }
-                    (MetricType::Histogram, SeriesLog::Histogram(h)) => {
-                        histogram_stats(h, &s).map(|(o, b)| (o, Some(b)))
-                    }
+                    (MetricType::Histogram, SeriesLog::Histogram(h)) => histogram_stats(h, &ep, s),
                     _ => None,
                 };
-                let Some((stats, buckets)) = got else {
+                let Some((stats, buckets, note)) = got else {
                     continue;
                 };
-                let m = out.entry(name.clone()).or_insert_with(|| MetricStats {
-                    kind: fam.kind,
-                    description: fam.help.clone(),
-                    unit: infer_unit(name, fam.kind, &fam.help).map(str::to_string),
-                    series: Vec::new(),
-                });
+                let m = agg
+                    .metrics
+                    .entry(name.clone())
+                    .or_insert_with(|| MetricStats {
+                        kind: fam.kind,
+                        description: fam.help.clone(),
+                        unit: infer_unit(name, fam.kind, &fam.help).map(str::to_string),
+                        series: Vec::new(),
+                    });
                 if m.kind != fam.kind {
                     // The same name with another type on another endpoint: not comparable.
                     continue;
+                }
+                if let Some(n) = &note {
+                    let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+                    agg.notes
+                        .push(format!("{}: {name}{{{}}} {n}", e.url, l.join(",")));
                 }
                 m.series.push(SeriesStats {
                     endpoint_url: e.url.clone(),
@@ -445,11 +675,12 @@ pub fn aggregate(log: &ScrapeLog, window: (u64, u64)) -> BTreeMap<String, Metric
                     stats,
                     buckets,
                     timeslices: slices,
+                    note,
                 });
             }
         }
     }
-    out
+    agg
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffff` (UTC) of Unix nanoseconds.
@@ -542,25 +773,10 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
     o
 }
 
-/// The `server_metrics_export.json` document.
-pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value {
-    let metrics = aggregate(log, window);
-    let configured: Vec<&str> = log.endpoints.iter().map(|e| e.url.as_str()).collect();
-    let successful: Vec<&str> = log
-        .endpoints
-        .iter()
-        .filter(|e| e.scrapes() > 0)
-        .map(|e| e.url.as_str())
-        .collect();
-    let mut info = Ordered::default();
-    for e in &log.endpoints {
-        info.put(
-            &e.url,
-            serde_json::to_value(endpoint_info(e, log, window)).unwrap_or_default(),
-        );
-    }
+/// The metrics of one phase as the JSON file keys them: by name, each with its series.
+fn metrics_json(metrics: &BTreeMap<String, MetricStats>) -> Value {
     let mut ms = Ordered::default();
-    for (name, m) in &metrics {
+    for (name, m) in metrics {
         let series: Vec<Value> = m
             .series
             .iter()
@@ -585,6 +801,9 @@ pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value 
                         serde_json::to_value(&s.timeslices).unwrap_or_default(),
                     );
                 }
+                if let Some(n) = &s.note {
+                    o.put("note", n.clone());
+                }
                 serde_json::to_value(o).unwrap_or_default()
             })
             .collect();
@@ -594,6 +813,137 @@ pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value 
         o.put("unit", m.unit.clone());
         o.put("series", series);
         ms.put(name, serde_json::to_value(o).unwrap_or_default());
+    }
+    serde_json::to_value(ms).unwrap_or_default()
+}
+
+/// The warmup aggregated from its boundary scrapes (warmup start to profiling start), when some
+/// endpoint took both.
+fn warmup(log: &ScrapeLog) -> Option<Aggregate> {
+    let both = |e: &EndpointLog| {
+        [Boundary::WarmupStart, Boundary::ProfilingStart]
+            .iter()
+            .all(|b| e.boundary(*b).is_some_and(|x| x.taken.is_ok()))
+    };
+    if !log.endpoints.iter().any(both) {
+        return None;
+    }
+    let phase = Phase {
+        name: "warmup",
+        start: Boundary::WarmupStart,
+        end: Boundary::ProfilingStart,
+        window: (0, 0),
+    };
+    let mut only = log.clone();
+    only.endpoints.retain(both);
+    Some(aggregate_phase(&only, &phase))
+}
+
+/// aiperf's `phase_time_ranges`: each phase's aggregation window in Unix nanoseconds (the scrapes
+/// that bound it).
+fn phase_time_ranges(log: &ScrapeLog, prof: &Aggregate, warm: Option<&Aggregate>) -> Value {
+    let mut o = Ordered::default();
+    let range = |r: (u64, u64)| json!({"start_ns": log.clock.unix_ns(r.0), "end_ns": log.clock.unix_ns(r.1)});
+    if let Some(r) = prof.range.filter(|r| r.0 < r.1) {
+        o.put("profiling", range(r));
+    }
+    if let Some(r) = warm.and_then(|w| w.range).filter(|r| r.0 < r.1) {
+        o.put("warmup", range(r));
+    }
+    serde_json::to_value(o).unwrap_or_default()
+}
+
+/// Every endpoint's boundary scrapes: the boundary, the phase it is tagged with, and its scrape's
+/// time or why it is missing.
+fn boundary_scrapes(log: &ScrapeLog) -> Value {
+    let mut o = Ordered::default();
+    for e in &log.endpoints {
+        let list: Vec<Value> = e
+            .boundaries
+            .iter()
+            .map(|b| {
+                let mut x = Ordered::default();
+                x.put("boundary", b.boundary.as_str());
+                x.put("phase", b.boundary.phase());
+                match &b.taken {
+                    Ok(i) => {
+                        let t = log.clock.unix_ns(e.scrape_ns[*i as usize]);
+                        x.put("time", iso_utc(t));
+                        x.put("timestamp_ns", t);
+                    }
+                    Err(why) => x.put("missing", why.clone()),
+                }
+                x.put("attempts", b.attempts);
+                serde_json::to_value(x).unwrap_or_default()
+            })
+            .collect();
+        o.put(&e.url, list);
+    }
+    serde_json::to_value(o).unwrap_or_default()
+}
+
+/// How the profiling window's edges were found, for `run_summary.json`: the missing boundary scrapes
+/// and the edges that fell back to periodic scrapes.
+pub fn window_summary(
+    log: &ScrapeLog,
+    window: (u64, u64),
+) -> crate::export::run_summary::ServerMetricsWindow {
+    let phase = profiling(window);
+    let mut exact = true;
+    let mut notes = Vec::new();
+    for e in &log.endpoints {
+        if let Some(x) = edges(e, log, &phase) {
+            exact &= x.exact;
+            notes.extend(x.notes);
+        }
+    }
+    let missing = log
+        .endpoints
+        .iter()
+        .flat_map(|e| {
+            e.boundaries.iter().filter_map(move |b| {
+                let why = b.taken.as_ref().err()?;
+                Some(format!("{} {}: {why}", e.url, b.boundary.as_str()))
+            })
+        })
+        .collect();
+    crate::export::run_summary::ServerMetricsWindow {
+        edges: if exact {
+            "boundary_scrapes"
+        } else {
+            "not_all_boundary_scrapes"
+        }
+        .to_string(),
+        missing_boundary_scrapes: missing,
+        notes,
+    }
+}
+
+/// How the profiling window's edges were found, and the notes on edges and series.
+fn window_json(prof: &Aggregate) -> Value {
+    json!({
+        "edges": if prof.exact { "boundary_scrapes" } else { "not_all_boundary_scrapes" },
+        "notes": prof.notes,
+    })
+}
+
+/// The `server_metrics_export.json` document.
+pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value {
+    let prof = aggregate_phase(log, &profiling(window));
+    let warm = warmup(log);
+    let configured: Vec<&str> = log.endpoints.iter().map(|e| e.url.as_str()).collect();
+    let successful: Vec<&str> = log
+        .endpoints
+        .iter()
+        .filter(|e| e.scrapes() > 0)
+        .map(|e| e.url.as_str())
+        .collect();
+    let mut info = Ordered::default();
+    for e in &log.endpoints {
+        info.put(
+            &e.url,
+            serde_json::to_value(endpoint_info(e, log, window)).unwrap_or_default(),
+        );
     }
     let mut summary = Ordered::default();
     summary.put("endpoints_configured", json!(configured));
@@ -613,13 +963,22 @@ pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value 
         "endpoint_info",
         serde_json::to_value(info).unwrap_or_default(),
     );
+    summary.put(
+        "phase_time_ranges",
+        phase_time_ranges(log, &prof, warm.as_ref()),
+    );
+    summary.put("boundary_scrapes", boundary_scrapes(log));
+    summary.put("profiling_window", window_json(&prof));
     let mut top = Ordered::default();
     top.put("schema_version", "1.0");
     top.put("aiperf_version", Value::Null);
     top.put("agentx_version", env!("CARGO_PKG_VERSION"));
     top.put("benchmark_id", meta.benchmark_id.clone());
     top.put("summary", serde_json::to_value(summary).unwrap_or_default());
-    top.put("metrics", serde_json::to_value(ms).unwrap_or_default());
+    top.put("metrics", metrics_json(&prof.metrics));
+    if let Some(w) = warm.filter(|w| !w.metrics.is_empty()) {
+        top.put("warmup_metrics", metrics_json(&w.metrics));
+    }
     top.put(
         "input_config",
         if meta.input_config.is_null() {
@@ -674,7 +1033,8 @@ fn endpoint_display(url: &str) -> String {
 /// metrics (labels as columns), then `_info` gauges as key/value rows; sections are separated by
 /// a blank line.
 pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String {
-    let metrics = aggregate(log, window);
+    let prof = aggregate_phase(log, &profiling(window));
+    let metrics = prof.metrics;
     let mut out = String::new();
     out.push_str("# agentx server metrics export (CSV, aiperf layout)\n");
     out.push_str("# schema_version: 1.0\n");
@@ -682,10 +1042,38 @@ pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String 
         out.push_str(&format!("# benchmark_id: {id}\n"));
     }
     out.push_str(&format!(
-        "# scrapes: {} failed: {}\n#\n",
+        "# scrapes: {} failed: {}\n",
         log.scrapes(),
         log.failed_scrapes()
     ));
+    out.push_str(&format!(
+        "# profiling window edges: {}\n",
+        if prof.exact {
+            "the profiling_start and profiling_complete boundary scrapes"
+        } else {
+            "not all boundary scrapes (see the notes)"
+        }
+    ));
+    for e in &log.endpoints {
+        for b in &e.boundaries {
+            let what = match &b.taken {
+                Ok(i) => iso_utc(log.clock.unix_ns(e.scrape_ns[*i as usize])),
+                Err(why) => format!("missing ({why})"),
+            };
+            let line = format!(
+                "# boundary {} {} ({}): {what}",
+                endpoint_display(&e.url),
+                b.boundary.as_str(),
+                b.boundary.phase()
+            );
+            out.push_str(&line.replace('\n', " "));
+            out.push('\n');
+        }
+    }
+    for n in &prof.notes {
+        out.push_str(&format!("# note: {}\n", n.replace('\n', " ")));
+    }
+    out.push_str("#\n");
     let sections: [(MetricType, &[&str]); 4] = [
         (
             MetricType::Gauge,
@@ -772,13 +1160,13 @@ pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String 
                     .map(|k| s.labels.get(*k).cloned().unwrap_or_default()),
             );
             row.push(m.description.clone());
-            if let Some(b) = &s.buckets {
-                row.push(
+            if kind == MetricType::Histogram {
+                row.push(s.buckets.as_ref().map_or_else(String::new, |b| {
                     b.0.iter()
                         .map(|(k, v)| format!("{k}={}", csv_num(Some(v))))
                         .collect::<Vec<_>>()
-                        .join(";"),
-                );
+                        .join(";")
+                }));
             }
             csv_row(&mut out, &row);
         }
@@ -971,11 +1359,32 @@ vllm:cache_config_info{{block_size=\"16\",engine=\"0\"}} 1.0\n"
         assert_eq!(j["metrics"]["vllm:prefix_cache_hits"]["unit"], "tokens");
         assert_eq!(hits["labels"], json!({"engine": "0", "model_name": "m"}));
         assert_eq!(hits["endpoint_url"], "http://localhost:8000/metrics");
-        // 100 -> 140 (i=6), restart to 5 (i=7: +5), 10 (i=8: +5): 50 over 0.6 s.
-        assert_eq!(hits["stats"]["total"], json!(50));
-        assert!((hits["stats"]["rate"].as_f64().unwrap() - 50.0 / 0.6).abs() < 1e-9);
-        assert_eq!(hits["stats"]["rate_max"], json!(100));
-        assert_eq!(hits["stats"]["rate_min"], json!(50));
+        // 100 -> 140 (i=6), then 5 (i=7): the counter went backwards (a restart), so its increase
+        // over the window is not published, and the note names the two scrapes.
+        assert_eq!(hits["stats"], json!({"total": null, "rate": null}));
+        let note = hits["note"].as_str().unwrap();
+        assert!(
+            note.contains("went backwards from 140 (scrape at ")
+                && note.contains(") to 5 (scrape at "),
+            "{note}"
+        );
+        let notes = &j["summary"]["profiling_window"]["notes"];
+        assert!(
+            notes
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n.as_str().unwrap().contains(
+                    "vllm:prefix_cache_hits{engine=\"0\",model_name=\"m\"} went backwards"
+                )),
+            "{notes}"
+        );
+        // A log without boundary scrapes: the periodic scrapes are the edges, and it says so.
+        assert_eq!(
+            j["summary"]["profiling_window"]["edges"],
+            "not_all_boundary_scrapes"
+        );
+        assert!(notes[0].as_str().unwrap().contains("no boundary scrapes"));
 
         // Gauges: scrapes at 300, 400, 600, 700 ms read 3, 4, 6, 7.
         let run = &series(&j, "vllm:num_requests_running")["stats"];
@@ -1101,8 +1510,8 @@ vllm:cache_config_info{{block_size=\"16\",engine=\"0\"}} 1.0\n"
         assert!(sections[1].starts_with(
             "Endpoint,Type,Metric,Unit,total,rate,rate_avg,rate_min,rate_max,rate_std,engine,model_name,Description"
         ));
-        assert!(sections[1]
-            .contains("localhost:8000,counter,vllm:prefix_cache_hits,tokens,50,83.3333,"));
+        assert!(sections[1].contains("localhost:8000,counter,vllm:prefix_cache_hits,tokens,,,"));
+        assert!(sections[0].contains("# note: http://localhost:8000/metrics: no boundary scrapes"));
         assert!(sections[2].contains(",Description,buckets\n"));
         assert!(sections[2].contains("1.0=2;2.0=6;+Inf=6"));
         assert_eq!(
@@ -1120,7 +1529,7 @@ localhost:8000,vllm:cache_config_info,engine,0,"
             serde_json::from_slice(&std::fs::read(dir.path().join(JSON_FILE)).unwrap()).unwrap();
         assert_eq!(
             series(&back, "vllm:prefix_cache_hits")["stats"]["total"],
-            json!(50)
+            Value::Null
         );
         assert_eq!(
             std::fs::read_to_string(dir.path().join(CSV_FILE)).unwrap(),
@@ -1134,5 +1543,164 @@ localhost:8000,vllm:cache_config_info,engine,0,"
         std::fs::create_dir_all(dir.path().join(JSON_FILE).join("x")).unwrap();
         let e = write(&root, &log, WINDOW).unwrap_err().to_string();
         assert!(e.contains("server_metrics_export.json"), "{e}");
+    }
+
+    /// A counter with its page, at clock offset `t`.
+    fn counter_page(tokens: f64) -> String {
+        format!("# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{engine=\"0\"}} {tokens}\n")
+    }
+
+    fn taken(b: Boundary, idx: u32) -> crate::metrics::scrape_log::BoundaryScrape {
+        crate::metrics::scrape_log::BoundaryScrape {
+            boundary: b,
+            asked_ns: 0,
+            attempts: 1,
+            taken: Ok(idx),
+        }
+    }
+
+    /// Warmup ends, the profiling-start boundary scrape is taken and profiling begins on one
+    /// timestamp, after a periodic scrape on that same timestamp that missed the warmup's last
+    /// tokens: the window runs from the boundary scrape by index, so exactly profiling's tokens count.
+    #[test]
+    fn boundary_scrapes_are_the_edges_by_index_on_one_timestamp() {
+        // Scrape 0: warmup start (0 tokens). 1: periodic at 5 ms, 300 warmup tokens. 2: the
+        // profiling_start boundary at 5 ms too, after the warmup's last 20 tokens. 3: periodic at
+        // 9 ms. 4: profiling_complete at 9 ms, after profiling's 1000 tokens. 5: periodic after.
+        let pages = [
+            (0, counter_page(0.0)),
+            (5 * MS, counter_page(300.0)),
+            (5 * MS, counter_page(320.0)),
+            (9 * MS, counter_page(1000.0)),
+            (9 * MS, counter_page(1320.0)),
+            (12 * MS, counter_page(1320.0)),
+        ];
+        let mut e = EndpointLog::from_pages(
+            "http://h:1/metrics",
+            pages.iter().map(|(t, p)| (*t, Some(p.as_str()))),
+        )
+        .unwrap();
+        e.boundaries = vec![
+            taken(Boundary::WarmupStart, 0),
+            taken(Boundary::ProfilingStart, 2),
+            taken(Boundary::ProfilingComplete, 4),
+        ];
+        let mut log = ScrapeLog {
+            clock: Clock::start(),
+            interval: Duration::from_millis(333),
+            endpoints: vec![e],
+        };
+        let window = (5 * MS, 8 * MS);
+        let j = to_json(&log, window, &ExportMeta::default());
+        let st = &series(&j, "vllm:prompt_tokens")["stats"];
+        assert_eq!(st["total"], json!(1000));
+        assert_eq!(
+            j["summary"]["profiling_window"]["edges"],
+            "boundary_scrapes"
+        );
+        assert_eq!(
+            j["warmup_metrics"]["vllm:prompt_tokens"]["series"][0]["stats"]["total"],
+            json!(320)
+        );
+        let b = &j["summary"]["boundary_scrapes"]["http://h:1/metrics"];
+        assert_eq!(b[1]["boundary"], "profiling_start");
+        assert_eq!(b[1]["phase"], "profiling");
+        assert_eq!(b[0]["phase"], "warmup");
+        let ranges = &j["summary"]["phase_time_ranges"];
+        let unix = |ns: u64| json!(log.clock.unix_ns(ns));
+        assert_eq!(ranges["profiling"]["start_ns"], unix(5 * MS));
+        assert_eq!(ranges["profiling"]["end_ns"], unix(9 * MS));
+        assert_eq!(ranges["warmup"]["end_ns"], unix(5 * MS));
+
+        // Without the boundaries, the periodic scrapes on those timestamps decide, wrongly.
+        log.endpoints[0].boundaries.clear();
+        let j = to_json(&log, window, &ExportMeta::default());
+        assert_eq!(
+            series(&j, "vllm:prompt_tokens")["stats"]["total"],
+            json!(700)
+        );
+
+        // A failed profiling_complete boundary: the end falls back to the periodic scrape at or
+        // after the window's end (the first at 9 ms), and the export and summary say so.
+        let e = &mut log.endpoints[0];
+        e.boundaries = vec![
+            taken(Boundary::ProfilingStart, 2),
+            crate::metrics::scrape_log::BoundaryScrape {
+                taken: Err("no complete response within 5s".into()),
+                attempts: 2,
+                ..taken(Boundary::ProfilingComplete, 0)
+            },
+        ];
+        let j = to_json(&log, window, &ExportMeta::default());
+        assert_eq!(
+            series(&j, "vllm:prompt_tokens")["stats"]["total"],
+            json!(680)
+        );
+        let notes = j["summary"]["profiling_window"]["notes"].to_string();
+        assert!(
+            notes.contains("the profiling_complete boundary scrape failed twice (no complete response within 5s)"),
+            "{notes}"
+        );
+        assert_eq!(
+            j["summary"]["boundary_scrapes"]["http://h:1/metrics"][1]["missing"],
+            "no complete response within 5s"
+        );
+        let w = window_summary(&log, window);
+        assert_eq!(w.edges, "not_all_boundary_scrapes");
+        assert_eq!(
+            w.missing_boundary_scrapes,
+            ["http://h:1/metrics profiling_complete: no complete response within 5s"]
+        );
+        let csv = to_csv(&log, window, &ExportMeta::default());
+        assert!(
+            csv.contains("# boundary h:1 profiling_complete (profiling): missing (no complete response within 5s)\n"),
+            "{csv}"
+        );
+    }
+
+    /// A counter that goes missing inside the window, and one first seen inside it.
+    #[test]
+    fn a_counter_that_vanishes_is_not_published_and_one_born_counts_from_zero() {
+        let page = |a: Option<f64>, b: Option<f64>| {
+            let mut p = String::from("# TYPE a counter\n# TYPE b counter\n");
+            if let Some(a) = a {
+                p += &format!("a_total {a}\n");
+            }
+            if let Some(b) = b {
+                p += &format!("b_total {b}\n");
+            }
+            p
+        };
+        let pages = [
+            (0, page(Some(10.0), None)),
+            (MS, page(Some(20.0), Some(7.0))),
+            (2 * MS, page(None, Some(8.0))),
+            (3 * MS, page(Some(40.0), Some(9.0))),
+        ];
+        let mut e = EndpointLog::from_pages(
+            "http://h:1/metrics",
+            pages.iter().map(|(t, p)| (*t, Some(p.as_str()))),
+        )
+        .unwrap();
+        e.boundaries = vec![
+            taken(Boundary::ProfilingStart, 0),
+            taken(Boundary::ProfilingComplete, 3),
+        ];
+        let log = ScrapeLog {
+            clock: Clock::start(),
+            interval: Duration::from_millis(1),
+            endpoints: vec![e],
+        };
+        let j = to_json(&log, (0, 3 * MS), &ExportMeta::default());
+        let a = series(&j, "a");
+        assert_eq!(a["stats"], json!({"total": null, "rate": null}));
+        let note = a["note"].as_str().unwrap();
+        assert!(
+            note.contains("went missing between the scrapes at"),
+            "{note}"
+        );
+        let b = series(&j, "b");
+        assert_eq!(b["stats"]["total"], json!(9));
+        assert!(b["note"].as_str().unwrap().contains("counted from 0"));
     }
 }

@@ -1,8 +1,9 @@
 //! What a run's server-metrics scrapes leave behind, kept as compact per-series time series: the
 //! [`ScrapeLog`] of every endpoint (scrape times, failures by kind, and for each metric family and
-//! label set a [`Track`] of change points or a [`HistogramTrack`]), and the [`ServerSnapshot`] of
-//! the latest values for the live view. The scraper (`client::scrape`) fills these; the exports and
-//! reports read them. No I/O here.
+//! label set a [`Track`] of change points or a [`HistogramTrack`]), the scrapes taken at the run's
+//! phase boundaries ([`Boundary`], [`BoundaryScrape`]), and the [`ServerSnapshot`] of the latest
+//! values for the live view. The scraper (`client::scrape`) fills these; the exports and reports
+//! read them. No I/O here.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
@@ -201,6 +202,71 @@ impl FailureCounts {
     }
 }
 
+/// A phase boundary of a run, where the scraper takes a scrape of every endpoint and tags it (as
+/// agentx-harness 1.0.12 tags its phase-boundary scrapes): the profiling window's counters run
+/// from the [`Boundary::ProfilingStart`] scrape to the [`Boundary::ProfilingComplete`] one, by
+/// scrape index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Boundary {
+    /// Before the first warmup request.
+    WarmupStart,
+    /// The warmup's cache-pressure stage begins (the primers returned).
+    PressureStart,
+    /// The warmup drained; no profiling request was sent yet.
+    ProfilingStart,
+    /// Sending stopped (the benchmark duration, or an early stop); requests may be in flight.
+    ProfilingEnd,
+    /// Every profiling request returned or was cancelled at the end of the grace period.
+    ProfilingComplete,
+}
+
+impl Boundary {
+    /// Every boundary, in the order a run passes them.
+    pub const ALL: [Boundary; 5] = [
+        Boundary::WarmupStart,
+        Boundary::PressureStart,
+        Boundary::ProfilingStart,
+        Boundary::ProfilingEnd,
+        Boundary::ProfilingComplete,
+    ];
+
+    /// Its name in the export and the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Boundary::WarmupStart => "warmup_start",
+            Boundary::PressureStart => "cache_pressure_start",
+            Boundary::ProfilingStart => "profiling_start",
+            Boundary::ProfilingEnd => "profiling_end",
+            Boundary::ProfilingComplete => "profiling_complete",
+        }
+    }
+
+    /// The boundary [`Boundary::as_str`] names.
+    pub fn parse(s: &str) -> Option<Boundary> {
+        Boundary::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+
+    /// The phase its scrape belongs to, as aiperf tags a boundary scrape with its own phase.
+    pub fn phase(self) -> &'static str {
+        match self {
+            Boundary::WarmupStart | Boundary::PressureStart => "warmup",
+            _ => "profiling",
+        }
+    }
+}
+
+/// A boundary scrape of one endpoint: the scrape it took, or why there is none (after a retry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundaryScrape {
+    pub boundary: Boundary,
+    /// Clock offset when the run asked for it.
+    pub asked_ns: u64,
+    /// Fetches it took (a failed or timed-out one is retried once).
+    pub attempts: u32,
+    /// The index into [`EndpointLog::scrape_ns`] of its scrape, or what went wrong.
+    pub taken: Result<u32, String>,
+}
+
 /// Everything scraped from one endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointLog {
@@ -215,6 +281,8 @@ pub struct EndpointLog {
     pub failures: FailureCounts,
     /// What the latest failure was, for the log and the export.
     pub last_error: Option<String>,
+    /// The boundary scrapes, in the order they were asked for.
+    pub boundaries: Vec<BoundaryScrape>,
     last_hash: Option<u64>,
 }
 
@@ -227,8 +295,14 @@ impl EndpointLog {
             families: BTreeMap::new(),
             failures: FailureCounts::default(),
             last_error: None,
+            boundaries: Vec::new(),
             last_hash: None,
         }
+    }
+
+    /// The latest scrape taken at `b`, if any was asked for.
+    pub fn boundary(&self, b: Boundary) -> Option<&BoundaryScrape> {
+        self.boundaries.iter().rev().find(|x| x.boundary == b)
     }
 
     pub(crate) fn fail(&mut self, fetch: Fetch, message: String) {

@@ -56,6 +56,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::RequestBody;
 use crate::dataset::{AssistantMode, CacheBust, Dataset, PromptSynth, TokenCounter};
+use crate::metrics::scrape_log::Boundary;
 use crate::record::{Clock, Phase, RecordSender, RequestRecord};
 use crate::scenario::types::Placement;
 use crate::scenario::ScenarioInstance;
@@ -254,6 +255,9 @@ pub struct ReplayInputs {
     /// Called once when profiling begins (after warmup); benchmarks and the server-metrics window
     /// hang off it.
     pub on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
+    /// Takes a server-metrics scrape at each phase boundary ([`BoundaryHook`]); `None` without a
+    /// scraper (and in the replay's unit tests).
+    pub boundary: Option<BoundaryHook>,
     /// The other shards of a sharded run; `None` for a run in one process.
     pub shard: Option<ShardLink>,
 }
@@ -284,6 +288,17 @@ pub struct ShardLink {
 
 /// A source of the realtime block's `srv` row.
 pub type SrvRowFn = Arc<dyn Fn() -> Option<SrvRow> + Send + Sync>;
+
+/// Takes the server-metrics scrape of a phase boundary; the future completes when the scrape is in
+/// the scrape log (`client::scrape::Boundaries::take` in a run). The replay awaits it where it
+/// decides the profiling counters: `ProfilingStart` after the warmup drained and before the first
+/// profiling request, `ProfilingComplete` after the drain (and after profiling's end is noted, so
+/// the scrape's time is not profiling time). `ProfilingEnd` (sending stops) is not awaited.
+pub type BoundaryHook = Arc<
+    dyn Fn(Boundary) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 struct Shared {
     cfg: ReplayConfig,
@@ -319,6 +334,21 @@ struct Shared {
     stride: (u64, u64),
     /// A sharded run publishes its counts here instead of checking the threshold itself.
     shard_tally: Option<watch::Sender<Tally>>,
+    boundary: Option<BoundaryHook>,
+}
+
+impl Shared {
+    /// Takes the boundary scrape `b` and waits until it is in the log (at once without a scraper).
+    async fn boundary(&self, b: Boundary) {
+        if let Some(take) = &self.boundary {
+            take(b).await;
+        }
+    }
+
+    /// Takes the boundary scrape `b` without waiting: the task to wait for before the next one.
+    fn boundary_later(&self, b: Boundary) -> Option<tokio::task::JoinHandle<()>> {
+        self.boundary.as_ref().map(|take| tokio::spawn(take(b)))
+    }
 }
 
 /// Runs warmup and profiling to the end. Records go to `inputs.records`; the returned outcome holds
@@ -337,6 +367,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         mut threshold_rx,
     } = rest;
     let lanes = plan.lanes;
+    shared.boundary(Boundary::WarmupStart).await;
     let mut warm = warmup(&shared, &lanes, &mut interrupt).await;
     // A sharded run: tell the others how this warmup ended, and begin profiling only when every
     // shard's warmup returned.
@@ -356,6 +387,8 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         shared.progress.finish();
         return warmup_stopped(&shared, warm.interrupted, &warm.failures);
     }
+    // The warmup drained: the scrape the profiling counters start from, before the first request.
+    shared.boundary(Boundary::ProfilingStart).await;
     let (prof_start, deadline, mut tasks) = start_profiling(&shared, &lanes, warm, on_profiling);
     let stops = Stops {
         interrupt: &mut interrupt,
@@ -365,9 +398,15 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         shard: stride.0,
     };
     let (stop, message) = profile(&shared, &mut tasks, prof_start, deadline, stops).await;
+    let sending_stopped = shared.boundary_later(Boundary::ProfilingEnd);
     let (stop, message) = drain(&shared, &mut tasks, &mut interrupt, stop, message).await;
     shared.progress.finish();
     let prof_end = shared.clock.now_ns();
+    // Every profiling request returned or was cancelled: the scrape the counters end at.
+    if let Some(t) = sending_stopped {
+        let _ = t.await;
+    }
+    shared.boundary(Boundary::ProfilingComplete).await;
     let tally = shared.tally.lock().expect("tally lock").clone();
     tracing::info!(
         "Phase profiling complete | completed={}, cancelled={}, errors={}, overflows={} | elapsed={:.2}s{}",
@@ -718,6 +757,7 @@ impl Shared {
             progress,
             srv_row,
             on_profiling,
+            boundary,
             shard,
         } = inputs;
         let (stride, link) = match shard {
@@ -779,6 +819,7 @@ impl Shared {
             waker,
             stride,
             shard_tally,
+            boundary,
         });
         let rest = Rest {
             interrupt,

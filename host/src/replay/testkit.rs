@@ -301,6 +301,7 @@ impl Harness {
             progress: false,
             srv_row: None,
             on_profiling: None,
+            boundary: None,
             shard: None,
         };
         (Harness { sink, interrupt }, inputs)

@@ -220,6 +220,22 @@ pub(super) fn start_scraper(
     )?)))
 }
 
+/// The replay's boundary hook: takes the boundary scrapes `only` names and ignores the others
+/// (a sharded run's coordinator takes the global edges).
+pub(super) fn boundary_hook(
+    b: crate::client::scrape::Boundaries,
+    only: &'static [crate::metrics::scrape_log::Boundary],
+) -> replay::BoundaryHook {
+    Arc::new(move |at| {
+        let b = b.clone();
+        Box::pin(async move {
+            if only.contains(&at) {
+                b.take(at).await;
+            }
+        })
+    })
+}
+
 /// The realtime block's `srv` row from the scraper's latest snapshot: cache hit rates, KV usage,
 /// queue, and the server's token throughput over the last interval.
 pub(super) fn srv_row(s: Arc<crate::client::scrape::Scraper>) -> replay::SrvRowFn {

@@ -36,6 +36,7 @@ pub use finalize::finalize;
 pub use prepare::{bundled_corpus, flag_of, input_ids, InputIds};
 
 use crate::client::{Client, RequestBody};
+use crate::metrics::scrape_log::Boundary;
 use crate::replay::{self, ReplayConfig, ReplayInputs};
 use crate::scenario;
 use connect::Connected;
@@ -165,6 +166,9 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     outputs::finish(&cfg, &rt, &p, &planned, &conn, (dir, sink), replayed)
 }
 
+/// The boundary scrapes a sharded run's coordinator takes: the phase edges every shard shares.
+const GLOBAL_EDGES: [Boundary; 2] = [Boundary::ProfilingStart, Boundary::ProfilingComplete];
+
 /// What the replay stage reads.
 struct ReplayStage<'a> {
     cfg: &'a RunConfig,
@@ -217,13 +221,25 @@ impl ReplayStage<'_> {
             "replay starting"
         );
         let scraper = connect::start_scraper(cfg, rt, &self.conn.ccfg.url, self.dir)?;
-        // A sharded run: say this shard is ready, and start warmup when every shard is.
+        let boundaries = scraper.as_ref().map(|s| s.boundaries());
+        let sharded = shard.is_some();
+        // A sharded run: say this shard is ready, and start warmup when every shard is. Shard 0's
+        // scraper (the only one) takes the boundary scrapes at the global phase edges: warmup's
+        // start before it says ready (no shard sends before every shard is ready), profiling's
+        // start and completion from the coordinator (when every shard's warmup drained, before
+        // any shard profiles; when every shard drained).
         let (link, finish, coordinator) = match shard {
             Some(mut m) => {
                 let sh = cfg
                     .shard
                     .as_ref()
                     .expect("a shard member only when sharded");
+                if let Some(b) = &boundaries {
+                    rt.block_on(b.take(Boundary::WarmupStart));
+                    if let Some(c) = &m.coordinator {
+                        c.take_boundaries(connect::boundary_hook(b.clone(), &GLOBAL_EDGES));
+                    }
+                }
                 let at = rt.block_on(m.member.ready(sh.timeout))?;
                 rt.block_on(common_start(at));
                 let (link, fin) = {
@@ -234,6 +250,13 @@ impl ReplayStage<'_> {
             }
             None => (None, None, None),
         };
+        // The boundaries this process's replay takes itself.
+        let own: &'static [Boundary] = if sharded {
+            &[Boundary::PressureStart, Boundary::ProfilingEnd]
+        } else {
+            &Boundary::ALL
+        };
+        let replay_boundaries = boundaries.map(|b| connect::boundary_hook(b, own));
         let inputs = ReplayInputs {
             dataset: p.ds,
             synth: planned.synth,
@@ -250,6 +273,7 @@ impl ReplayStage<'_> {
             progress: cfg.progress,
             srv_row: scraper.clone().map(connect::srv_row),
             on_profiling: Some(self.dir.on_profiling()),
+            boundary: replay_boundaries,
             shard: link,
         };
         let (outcome, tree_counts, scrape_log) = rt.block_on(async {
@@ -267,6 +291,24 @@ impl ReplayStage<'_> {
                     None,
                 ),
             };
+            // A sharded run: this shard drained; shard 0 waits for every shard's drain and the
+            // coordinator's profiling_complete scrape before it stops scraping.
+            if let Some(f) = &finish {
+                f.drained();
+            }
+            if let (Some(c), Some(sh)) = (&coordinator, cfg.shard.as_ref()) {
+                let wait = sh.timeout.max(std::time::Duration::from_secs(600));
+                if !c.profiling_complete(wait).await {
+                    tracing::warn!(
+                        "not every shard drained within {} s; the profiling_complete boundary \
+                         scrape is taken now",
+                        wait.as_secs()
+                    );
+                    if let Some(s) = &scraper {
+                        s.boundary(Boundary::ProfilingComplete).await;
+                    }
+                }
+            }
             // The final scrape comes after profiling ended, so counters capture the end state.
             let log = match scraper.map(Arc::try_unwrap) {
                 Some(Ok(s)) => Some(s.stop().await),

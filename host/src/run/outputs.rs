@@ -410,8 +410,20 @@ pub(super) fn conclude(
             &e.records, g, share, &times,
         ));
     }
+    let server_window = e.scrape_log.as_ref().map(|log| {
+        let w = outcome.profiling_ns.unwrap_or((0, 0));
+        crate::export::server_metrics::window_summary(log, w)
+    });
     let summary_path = write_summary(
-        cfg, p, planned, &e.url, d, &outcome, &reasons, e.written, &summary,
+        cfg,
+        p,
+        planned,
+        &e.url,
+        d,
+        &outcome,
+        &reasons,
+        e.written,
+        (&summary, server_window),
     )?;
     let mut files = vec![
         records_path.clone(),
@@ -462,7 +474,10 @@ fn write_summary(
     outcome: &ReplayOutcome,
     reasons: &[String],
     written: u64,
-    summary: &Summary,
+    (summary, server_window): (
+        &Summary,
+        Option<crate::export::run_summary::ServerMetricsWindow>,
+    ),
 ) -> anyhow::Result<PathBuf> {
     let rp = &cfg.plan;
     let doc = RunSummary {
@@ -486,6 +501,7 @@ fn write_summary(
         host_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
         wasmtime_version: Some(scenario::WASMTIME_VERSION.to_owned()),
         shards: None,
+        server_metrics_window: server_window,
         extra: Default::default(),
     };
     let mut doc = doc;

@@ -20,8 +20,14 @@
 //!    of its resumed turns and `profile` the smallest of all: profiling's T0 over all shards.
 //! 5. During profiling each shard's `tally` feeds the failed-request threshold over all shards; a
 //!    `stop` from one shard (interrupt) or the threshold goes to all.
-//! 6. `done` when a shard wrote its files; `bye` to all when every shard is done (or lost). A shard
-//!    whose connection drops before `done` stops the others.
+//! 6. `drained` when a shard's replay returned (its last profiling request returned or was
+//!    cancelled); `done` when it wrote its files; `bye` to all when every shard is done (or lost).
+//!    A shard whose connection drops before `done` stops the others.
+//!
+//! The server-metrics boundary scrapes of the global phase edges are shard 0's (its scraper is the
+//! only one): the coordinator takes the `profiling_start` scrape when every warmup returned and
+//! before it sends `profile`, and the `profiling_complete` scrape when every shard drained (or was
+//! lost); shard 0 stops scraping only after it ([`Coordinator::profiling_complete`]).
 //!
 //! Shard 0 listens on the coordinator's own address (`--coordinator`'s host), or on
 //! `--coordinator-bind`; after every shard joined it stops listening.
@@ -198,6 +204,8 @@ enum Msg {
         reason: String,
         message: String,
     },
+    /// This shard's replay returned: every profiling request of it returned or was cancelled.
+    Drained,
     Done,
     Bye,
 }

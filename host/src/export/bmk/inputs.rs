@@ -139,7 +139,9 @@ impl ServerMetrics {
 
     /// The metric's value over the window, aggregated by its kind over the series `keep` accepts:
     /// counters sum `total` (8 engines' increases add up), gauges average `avg` (8 engines at 50% read
-    /// 50%), histograms sum `sum`. `None` when the metric or the stat is absent.
+    /// 50%), histograms sum `sum`. `None` when the metric or the stat is absent, and for a counter
+    /// one of whose series has no `total` (the export leaves it `null` when the counter went
+    /// backwards or missing in the window): a sum over the other series would be a mixed increase.
     pub fn value_where(&self, name: &str, keep: impl Fn(&Series) -> bool) -> Option<f64> {
         let m = self.metrics.get(name)?;
         let stat = match m.kind {
@@ -147,6 +149,13 @@ impl ServerMetrics {
             MetricKind::Gauge => "avg",
             MetricKind::Histogram => "sum",
         };
+        if m.kind == MetricKind::Counter
+            && m.series
+                .iter()
+                .any(|s| keep(s) && !s.stats.contains_key(stat))
+        {
+            return None;
+        }
         let vals: Vec<f64> = m
             .series
             .iter()

@@ -70,6 +70,7 @@ use super::{
 };
 use crate::dataset::tree::SessionTree;
 use crate::dataset::Dataset;
+use crate::metrics::scrape_log::Boundary;
 use crate::scenario::types_v2::ReplayRules;
 use state::{Sched, St, Stage};
 
@@ -243,6 +244,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         local_stop,
     } = rest;
     let sh = sc.sh.clone();
+    sh.boundary(Boundary::WarmupStart).await;
     let mut warmed = warmup::run(&mut sc, &lanes_plan, &mut interrupt).await;
     // A sharded run: tell the others how this warmup ended, and begin profiling only when every
     // shard's warmup returned.
@@ -290,6 +292,9 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     };
     // In one process the hand-off finds its own T0.
     let handoff_t0 = handoff_t0.filter(|_| sharded);
+    // The warmup (primers and cache-pressure stage) drained: the scrape the profiling counters
+    // start from, before the first profiling request.
+    sh.boundary(Boundary::ProfilingStart).await;
     let (prof_start, start) =
         start_profiling(&mut sc, &lanes_plan, (&warmed, handoff_t0), on_profiling);
     let stops = super::Stops {
@@ -300,8 +305,15 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         shard: stride.0,
     };
     let (stop, message) = profile(&mut sc, start, prof_start, stops).await;
+    let sending_stopped = sh.boundary_later(Boundary::ProfilingEnd);
     let (stop, message) = drain(&mut sc, &mut interrupt, stop, message).await;
-    finish(sc, stop, message, prof_start)
+    let outcome = finish(sc, stop, message, prof_start);
+    // Every profiling request returned or was cancelled: the scrape the counters end at.
+    if let Some(t) = sending_stopped {
+        let _ = t.await;
+    }
+    sh.boundary(Boundary::ProfilingComplete).await;
+    outcome
 }
 
 /// The scheduler of a plan: the shared state, every lane's planned tree where t* left it, and what

@@ -127,6 +127,8 @@ struct Case {
     pressure: Option<Pressure>,
     arrivals: Option<OpenLoop>,
     cfg: ReplayConfig,
+    /// Sees each boundary scrape the replay asks for (none by default).
+    boundary: Option<crate::replay::BoundaryHook>,
 }
 
 impl Case {
@@ -141,6 +143,7 @@ impl Case {
             pressure: None,
             arrivals: None,
             cfg: testkit::config(secs),
+            boundary: None,
         }
     }
 
@@ -173,7 +176,8 @@ impl Case {
             arrivals: self.arrivals,
         };
         let sc = testkit::scenario(crate::scenario::builtin::BUILTIN_V1, "builtin:agentx-v1");
-        let (h, inputs) = Harness::inputs(self.corpus.streams, sc, script);
+        let (h, mut inputs) = Harness::inputs(self.corpus.streams, sc, script);
+        inputs.boundary = self.boundary;
         let out = run(self.cfg, plan, inputs).await;
         let mut recs = h.records();
         recs.sort_by_key(|r| (r.send_ns, r.lane, depth(r)));
@@ -518,6 +522,64 @@ async fn the_pressure_stage_hands_off_to_profiling_at_recorded_offsets() {
     assert_eq!((c.pressure_requests, c.pressure_trees), (2, 1));
     assert_eq!((c.trees_started, c.trees_drained), (3, 2));
     assert_eq!(out.replay.profiling_ns.map(|p| p.0), Some(280_000_000));
+}
+
+/// The boundary scrapes, each a 30 ms scrape on the virtual clock: the replay asks for them in
+/// phase order and waits for the ones that bound the profiling counters. The profiling_start
+/// scrape comes after every warmup request (primers and cache-pressure stage) returned, and
+/// profiling begins, and its first request goes, only when it is in; the profiling_complete scrape
+/// comes after every profiling request returned and after profiling's end was noted.
+#[tokio::test(start_paused = true)]
+async fn boundary_scrapes_come_at_the_phase_edges_and_bound_profiling() {
+    use crate::metrics::scrape_log::Boundary;
+    let mut case = Case::new(2.0);
+    case.pressure = Some(Pressure::RequestsPerLane(1));
+    case.delays = [[0.0, 10_000.0, 0.0], [0.0; 3]];
+    let lane = |lane: u32, t_star: f64, next: u32| TreeLane {
+        t_star_ms: Some(t_star),
+        streams: vec![TreeLaneStream {
+            next_turn: next,
+            warm_turn: Some(next - 1),
+            ..root_lane(lane).streams[0].clone()
+        }],
+        ..root_lane(lane)
+    };
+    case.lanes = vec![lane(0, 500.0, 1), lane(1, 1500.0, 2)];
+    let seen: Arc<std::sync::Mutex<Vec<(Boundary, u64, u64)>>> = Default::default();
+    let log = seen.clone();
+    let start = tokio::time::Instant::now();
+    case.boundary = Some(Arc::new(move |b| {
+        let log = log.clone();
+        Box::pin(async move {
+            let asked = start.elapsed().as_nanos() as u64;
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let done = start.elapsed().as_nanos() as u64;
+            log.lock().unwrap().push((b, asked, done));
+        })
+    }));
+    let (out, recs) = case.run(ok()).await;
+    let seen = seen.lock().unwrap().clone();
+    let order: Vec<Boundary> = seen.iter().map(|x| x.0).collect();
+    assert_eq!(order, Boundary::ALL);
+    let at = |b: Boundary| *seen.iter().find(|x| x.0 == b).unwrap();
+    let (p0, p1) = out.replay.profiling_ns.unwrap();
+    let (_, ws_asked, ws_done) = at(Boundary::WarmupStart);
+    assert_eq!(ws_asked, 0);
+    let warm: Vec<&RequestRecord> = recs.iter().filter(|r| r.phase == Phase::Warmup).collect();
+    let prof: Vec<&RequestRecord> = recs
+        .iter()
+        .filter(|r| r.phase == Phase::Profiling)
+        .collect();
+    assert!(warm.iter().all(|r| r.send_ns >= ws_done));
+    let (_, ps_asked, ps_done) = at(Boundary::ProfilingStart);
+    assert_eq!(ps_asked, warm.iter().map(|r| r.end_ns).max().unwrap());
+    // Profiling begins on the instant the scrape is in, before its first request.
+    assert_eq!(p0, ps_done);
+    assert_eq!(prof.iter().map(|r| r.send_ns).min(), Some(p0));
+    let (_, pe_asked, _) = at(Boundary::ProfilingEnd);
+    assert_eq!(pe_asked, p0 + 2_000_000_000);
+    let (_, pc_asked, _) = at(Boundary::ProfilingComplete);
+    assert!(pc_asked >= p1 && p1 >= prof.iter().map(|r| r.end_ns).max().unwrap());
 }
 
 /// An open-loop case: no lanes, `slots` the ceiling, arrivals of `spec`.

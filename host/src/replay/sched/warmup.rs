@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use super::state::{Done, Sched, St, Stage};
 use super::{Pressure, Wake};
 use crate::dataset::tree::SessionTree;
+use crate::metrics::scrape_log::Boundary;
 use crate::replay::timer;
 use crate::replay::tree::TreeLane;
 
@@ -36,21 +37,24 @@ pub(super) async fn run(
 ) -> Result<Warmed, WarmupStop> {
     let (start, primers) = primers(sc, lanes_plan, interrupt).await?;
     let pressured = match sc.plan.pressure {
-        Some(p) => match pressure_stage(sc, p, interrupt).await {
-            Ok(()) => true,
-            Err(PressureStop::Interrupted) => {
-                return Err(WarmupStop {
-                    interrupted: true,
-                    failures: Vec::new(),
-                })
+        Some(p) => {
+            sc.sh.boundary(Boundary::PressureStart).await;
+            match pressure_stage(sc, p, interrupt).await {
+                Ok(()) => true,
+                Err(PressureStop::Interrupted) => {
+                    return Err(WarmupStop {
+                        interrupted: true,
+                        failures: Vec::new(),
+                    })
+                }
+                Err(PressureStop::Failed(f)) => {
+                    return Err(WarmupStop {
+                        interrupted: false,
+                        failures: vec![f],
+                    })
+                }
             }
-            Err(PressureStop::Failed(f)) => {
-                return Err(WarmupStop {
-                    interrupted: false,
-                    failures: vec![f],
-                })
-            }
-        },
+        }
         None => false,
     };
     Ok(Warmed {

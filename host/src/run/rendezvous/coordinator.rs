@@ -25,6 +25,22 @@ pub struct Coordinator {
     task: tokio::task::JoinHandle<anyhow::Result<CoordinatorReport>>,
     /// Where it listens (the port resolved when 0 was asked for).
     addr: SocketAddr,
+    /// Takes the boundary scrapes of the global phase edges (set once shard 0's scraper runs).
+    edges: EdgeScrapes,
+    /// Set when the profiling_complete edge passed (every shard drained or was lost).
+    complete: watch::Receiver<bool>,
+}
+
+/// The hook that takes the global edges' boundary scrapes, once there is a scraper.
+type EdgeScrapes = std::sync::Arc<std::sync::Mutex<Option<crate::replay::BoundaryHook>>>;
+
+/// A global phase edge the coordinator reached.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Edge {
+    /// Every warmup returned: profiling begins (with the smallest hand-off offset).
+    Profile(Option<f64>),
+    /// Every shard drained (or was lost).
+    Complete,
 }
 
 impl Coordinator {
@@ -53,8 +69,35 @@ impl Coordinator {
                 "rendezvous: listening UNAUTHENTICATED (no AGENTX_RENDEZVOUS_TOKEN, Slurm job or Kubernetes Job to derive a secret from): any peer that reaches this port can join; set AGENTX_RENDEZVOUS_TOKEN on every shard"
             );
         }
-        let task = tokio::spawn(serve(listener, reference, auth, timeout));
-        Ok(Coordinator { task, addr })
+        let edges: EdgeScrapes = Default::default();
+        let (complete_tx, complete) = watch::channel(false);
+        let scrapes = EdgeTaker {
+            hook: edges.clone(),
+            complete: complete_tx,
+        };
+        let task = tokio::spawn(serve(listener, reference, auth, timeout, scrapes));
+        Ok(Coordinator {
+            task,
+            addr,
+            edges,
+            complete,
+        })
+    }
+
+    /// From now on, the coordinator takes the boundary scrapes of the global phase edges with
+    /// `hook` (shard 0's scraper).
+    pub fn take_boundaries(&self, hook: crate::replay::BoundaryHook) {
+        *self.edges.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// Waits until every shard drained and the profiling_complete boundary scrape is in (true), or
+    /// `timeout` (false).
+    pub async fn profiling_complete(&self, timeout: Duration) -> bool {
+        let mut rx = self.complete.clone();
+        let done = tokio::time::timeout(timeout, rx.wait_for(|c| *c))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        done
     }
 
     /// Where it listens.
@@ -114,6 +157,33 @@ impl Coordinator {
     }
 }
 
+/// What the serve loop does at a global edge: the boundary scrape, then the edge's message.
+pub(super) struct EdgeTaker {
+    hook: EdgeScrapes,
+    complete: watch::Sender<bool>,
+}
+
+impl EdgeTaker {
+    /// Takes the edge's boundary scrape (when shard 0 scrapes), then lets the shards go on:
+    /// `profile` to all, or the profiling_complete signal to shard 0.
+    async fn at(&self, edge: Edge, members: &Members<'_>) {
+        let hook = self.hook.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let boundary = match edge {
+            Edge::Profile(_) => crate::metrics::scrape_log::Boundary::ProfilingStart,
+            Edge::Complete => crate::metrics::scrape_log::Boundary::ProfilingComplete,
+        };
+        if let Some(take) = hook {
+            take(boundary).await;
+        }
+        match edge {
+            Edge::Profile(t0_ms) => members.broadcast(Msg::Profile { t0_ms }),
+            Edge::Complete => {
+                self.complete.send_replace(true);
+            }
+        }
+    }
+}
+
 pub(super) enum Event {
     Msg(usize, Msg),
     Closed(usize),
@@ -124,6 +194,7 @@ pub(super) async fn serve(
     reference: Hello,
     auth: RendezvousAuth,
     timeout: Duration,
+    edges: EdgeTaker,
 ) -> anyhow::Result<CoordinatorReport> {
     let count = reference.count as usize;
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
@@ -191,16 +262,21 @@ pub(super) async fn serve(
                 let Some(i) = conns.index_of.get(c).copied().flatten() else {
                     continue;
                 };
-                st.on_msg(i, m, &reference, &members);
+                if let Some(edge) = st.on_msg(i, m, &reference, &members) {
+                    edges.at(edge, &members).await;
+                }
             }
             Event::Closed(c) => {
                 let Some(i) = conns.index_of.get(c).copied().flatten() else {
                     continue;
                 };
-                st.on_closed(i, count, &members);
+                if let Some(edge) = st.on_closed(i, count, &members) {
+                    edges.at(edge, &members).await;
+                }
             }
         }
     }
+    edges.complete.send_replace(true);
     members.broadcast(Msg::Bye);
     tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(CoordinatorReport {
@@ -460,6 +536,9 @@ pub(super) struct Phases {
     warm_fail: Option<String>,
     warm_seen: usize,
     done: std::collections::BTreeSet<u32>,
+    drained: std::collections::BTreeSet<u32>,
+    /// The profiling_complete edge passed.
+    complete: bool,
     lost: Vec<u32>,
     tallies: BTreeMap<u32, (u64, u64, u64, u64)>,
     stopped: bool,
@@ -468,8 +547,22 @@ pub(super) struct Phases {
 }
 
 impl Phases {
-    /// A message of shard `i`.
-    fn on_msg(&mut self, i: u32, m: Msg, reference: &Hello, members: &Members<'_>) {
+    /// The profiling_complete edge, when every shard drained or was lost (once).
+    fn all_drained(&mut self, count: usize) -> Option<Edge> {
+        let gone = self
+            .lost
+            .iter()
+            .filter(|i| !self.drained.contains(i))
+            .count();
+        if self.complete || self.drained.len() + gone < count {
+            return None;
+        }
+        self.complete = true;
+        Some(Edge::Complete)
+    }
+
+    /// A message of shard `i`: the global edge it completes, if any.
+    fn on_msg(&mut self, i: u32, m: Msg, reference: &Hello, members: &Members<'_>) -> Option<Edge> {
         let count = reference.count as usize;
         match m {
             Msg::Ready => {
@@ -492,9 +585,7 @@ impl Phases {
                 }
                 if self.warm_seen == count {
                     match &self.warm_fail {
-                        None if self.warm_ok == count => {
-                            members.broadcast(Msg::Profile { t0_ms: self.t0_ms })
-                        }
+                        None if self.warm_ok == count => return Some(Edge::Profile(self.t0_ms)),
                         _ => {
                             self.stopped = true;
                             members.broadcast(Msg::Stop {
@@ -548,15 +639,20 @@ impl Phases {
                 self.stopped = true;
                 members.broadcast(Msg::Stop { reason, message });
             }
+            Msg::Drained => {
+                self.drained.insert(i);
+                return self.all_drained(count);
+            }
             Msg::Done => {
                 self.done.insert(i);
             }
             _ => {}
         }
+        None
     }
 
-    /// Shard `i`'s connection closed.
-    fn on_closed(&mut self, i: u32, count: usize, members: &Members<'_>) {
+    /// Shard `i`'s connection closed: the global edge that completes, if any.
+    fn on_closed(&mut self, i: u32, count: usize, members: &Members<'_>) -> Option<Edge> {
         if !self.done.contains(&i) && !self.lost.contains(&i) {
             self.lost.push(i);
             tracing::error!("rendezvous: shard {i} lost its connection before it was done");
@@ -576,6 +672,7 @@ impl Phases {
                 self.warm_seen += 1;
             }
         }
+        self.all_drained(count)
     }
 }
 

@@ -166,6 +166,7 @@ impl Member {
         let (tally_tx, mut tally_rx) = watch::channel(Tally::default());
         let (local_tx, mut local_rx) = mpsc::unbounded_channel::<(StopReason, String)>();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
+        let (drained_tx, mut drained_rx) = mpsc::unbounded_channel::<()>();
         let Member {
             mut reader,
             mut writer,
@@ -189,6 +190,7 @@ impl Member {
             let mut tick = tokio::time::interval(Duration::from_millis(200));
             let mut sent_tally = (0u64, 0u64);
             let mut said_done = false;
+            let mut said_drained = false;
             loop {
                 tokio::select! {
                     r = async { warm_rx.as_mut().expect("guarded").await }, if warm_rx.is_some() => {
@@ -231,8 +233,16 @@ impl Member {
                         let m = Msg::Stop { reason: reason.as_str().into(), message };
                         if send(&mut writer, &m).await.is_err() { break; }
                     }
+                    Some(()) = drained_rx.recv(), if !said_drained => {
+                        said_drained = true;
+                        if send(&mut writer, &Msg::Drained).await.is_err() { break; }
+                    }
                     Some(()) = done_rx.recv(), if !said_done => {
                         said_done = true;
+                        if !said_drained {
+                            said_drained = true;
+                            if send(&mut writer, &Msg::Drained).await.is_err() { break; }
+                        }
                         // The last counts first, so the threshold sees them.
                         let t = tally_rx.borrow().clone();
                         let _ = send(&mut writer, &Msg::Tally { requests: t.requests, failed: t.failed, overflows: t.context_overflows, cancelled: t.cancelled }).await;
@@ -254,6 +264,7 @@ impl Member {
             },
             Finish {
                 done: done_tx,
+                drained: drained_tx,
                 task,
             },
         )
@@ -263,10 +274,17 @@ impl Member {
 /// Tells the rendezvous this shard is done and waits for the end of the run.
 pub struct Finish {
     done: mpsc::UnboundedSender<()>,
+    drained: mpsc::UnboundedSender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
 impl Finish {
+    /// Sends `drained`: this shard's replay returned (the coordinator takes the profiling_complete
+    /// boundary scrape when every shard did).
+    pub fn drained(&self) {
+        let _ = self.drained.send(());
+    }
+
     /// Sends `done` (this shard wrote its files) and waits for `bye` (every shard is done) up to
     /// `timeout`.
     pub async fn done(self, timeout: Duration) -> anyhow::Result<()> {
