@@ -1029,12 +1029,9 @@ fn endpoint_display(url: &str) -> String {
     s.strip_suffix("/metrics").unwrap_or(s).to_string()
 }
 
-/// The `server_metrics_export.csv` text: sections for gauges, counters, histograms and unknown
-/// metrics (labels as columns), then `_info` gauges as key/value rows; sections are separated by
-/// a blank line.
-pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String {
-    let prof = aggregate_phase(log, &profiling(window));
-    let metrics = prof.metrics;
+/// The CSV's `#` lines: the file, the scrapes, where the profiling window's edges come from, every
+/// boundary scrape (or why it is missing) and the notes.
+fn csv_header(log: &ScrapeLog, prof: &Aggregate, meta: &ExportMeta) -> String {
     let mut out = String::new();
     out.push_str("# agentx server metrics export (CSV, aiperf layout)\n");
     out.push_str("# schema_version: 1.0\n");
@@ -1074,6 +1071,16 @@ pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String 
         out.push_str(&format!("# note: {}\n", n.replace('\n', " ")));
     }
     out.push_str("#\n");
+    out
+}
+
+/// The `server_metrics_export.csv` text: sections for gauges, counters, histograms and unknown
+/// metrics (labels as columns), then `_info` gauges as key/value rows; sections are separated by
+/// a blank line.
+pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String {
+    let prof = aggregate_phase(log, &profiling(window));
+    let mut out = csv_header(log, &prof, meta);
+    let metrics = prof.metrics;
     let sections: [(MetricType, &[&str]); 4] = [
         (
             MetricType::Gauge,

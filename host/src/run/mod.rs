@@ -291,24 +291,13 @@ impl ReplayStage<'_> {
                     None,
                 ),
             };
-            // A sharded run: this shard drained; shard 0 waits for every shard's drain and the
-            // coordinator's profiling_complete scrape before it stops scraping.
-            if let Some(f) = &finish {
-                f.drained();
-            }
-            if let (Some(c), Some(sh)) = (&coordinator, cfg.shard.as_ref()) {
-                let wait = sh.timeout.max(std::time::Duration::from_secs(600));
-                if !c.profiling_complete(wait).await {
-                    tracing::warn!(
-                        "not every shard drained within {} s; the profiling_complete boundary \
-                         scrape is taken now",
-                        wait.as_secs()
-                    );
-                    if let Some(s) = &scraper {
-                        s.boundary(Boundary::ProfilingComplete).await;
-                    }
-                }
-            }
+            drained(
+                cfg,
+                finish.as_ref(),
+                coordinator.as_ref(),
+                scraper.as_deref(),
+            )
+            .await;
             // The final scrape comes after profiling ended, so counters capture the end state.
             let log = match scraper.map(Arc::try_unwrap) {
                 Some(Ok(s)) => Some(s.stop().await),
@@ -330,6 +319,34 @@ impl ReplayStage<'_> {
             finish,
             coordinator,
         })
+    }
+}
+
+/// A sharded run: this shard's replay drained (told to the coordinator); shard 0 waits for every
+/// shard's drain and the coordinator's profiling_complete boundary scrape before it stops scraping
+/// (after the rendezvous timeout, at least 600 s, it takes that scrape itself and says so).
+async fn drained(
+    cfg: &RunConfig,
+    finish: Option<&rendezvous::Finish>,
+    coordinator: Option<&rendezvous::Coordinator>,
+    scraper: Option<&crate::client::scrape::Scraper>,
+) {
+    if let Some(f) = finish {
+        f.drained();
+    }
+    let (Some(c), Some(sh)) = (coordinator, cfg.shard.as_ref()) else {
+        return;
+    };
+    let wait = sh.timeout.max(std::time::Duration::from_secs(600));
+    if !c.profiling_complete(wait).await {
+        tracing::warn!(
+            "not every shard drained within {} s; the profiling_complete boundary scrape is \
+             taken now",
+            wait.as_secs()
+        );
+        if let Some(s) = scraper {
+            s.boundary(Boundary::ProfilingComplete).await;
+        }
     }
 }
 
