@@ -11,7 +11,8 @@
 //!
 //! - vLLM (`vllm/v1/metrics/loggers.py`): one series per engine (labels `model_name`, `engine`), as a
 //!   data-parallel deployment shows them, so consumers must sum counters across series;
-//!   `vllm:prefix_cache_{queries,hits}_total`, `vllm:prompt_tokens_total`,
+//!   `vllm:prefix_cache_{queries,hits}_total`, `vllm:prompt_tokens_by_source_total{source}`,
+//!   `vllm:prompt_tokens_total`,
 //!   `vllm:generation_tokens_total`, `vllm:request_success_total{finished_reason}`,
 //!   `vllm:num_requests_{running,waiting}`, `vllm:kv_cache_usage_perc` and histograms.
 //! - SGLang (`python/sglang/srt/metrics/collector.py`): the tokenizer's counters once for the
@@ -315,6 +316,24 @@ fn vllm(out: &mut String, x: &Exposition<'_>) {
     ] {
         header(out, name, "counter", help);
         each(out, name, &f);
+    }
+
+    // Prompt tokens by where they came from (vLLM V1's `prompt_tokens_by_source`): the prefix
+    // cache's hits, the rest computed; the simulator has no external KV transfer.
+    let name = "vllm:prompt_tokens_by_source_total";
+    header(out, name, "counter", "Number of prompt tokens by source.");
+    for (m, l) in x.engines.iter().zip(&labels) {
+        let (prompt, hits) = (
+            m.prompt_tokens.load(Relaxed),
+            m.prefix_cache_hits.load(Relaxed),
+        );
+        for (source, v) in [
+            ("local_compute", prompt.saturating_sub(hits)),
+            ("local_cache_hit", hits),
+            ("external_kv_transfer", 0),
+        ] {
+            sample(out, name, l, &format!(",source=\"{source}\""), v as f64);
+        }
     }
 
     let name = "vllm:request_success_total";
