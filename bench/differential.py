@@ -631,11 +631,12 @@ def tool_cmd(a, tool: str, corpus: pathlib.Path, url: str, conc: int, out: pathl
     common = [
         "--url", url, "--endpoint-type", "chat", "--streaming", "--model", MODEL,
         "--concurrency", str(conc), "--benchmark-duration", str(a.duration),
-        "--input-file", str(corpus), "--custom-dataset-type", "weka_trace", "--unsafe-override",
-        "--output-artifact-dir", str(out),
+        "--input-file", str(corpus), "--custom-dataset-type", job.get("dataset_type", "weka_trace"),
+        "--unsafe-override", "--output-artifact-dir", str(out), *job.get("both_extra", []),
     ]  # fmt: skip
     if tool == "harness":
-        return [job["harness"], "profile", "--scenario", "agentx", *common, "--tokenizer", str(a.tokenizer_dir), "--ui-type", "none"]
+        tokenizer = job.get("tokenizer", str(a.tokenizer_dir))
+        return [job["harness"], "profile", "--scenario", "agentx", *common, "--tokenizer", tokenizer, "--ui-type", "none"]
     return [a.agentx, "run", *a.agentx_scenario, *common, "--stats-interval", "0", *job["agentx_extra"]]
 
 
@@ -677,7 +678,10 @@ def run_one(a, shape: str, tool: str, corpus: pathlib.Path, conc: int, job: dict
     print(f"  {shape}/{tool}: {' '.join(cmd[:4])} ... (log {base / 'tool.log'})", flush=True)
     log = open(base / "tool.log", "wb")
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(a, tool, base / "cache"), start_new_session=True)
+    env = tool_env(a, tool, base / "cache")
+    if tool == "harness":
+        env.update(job.get("harness_env", {}))
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     reaper = Reaper(proc)
     peak_rss = peak_pss = 0
     n = 0
@@ -731,6 +735,26 @@ PAIRINGS = {
 }
 
 
+HUB_TOKENIZER = "bench/wordlevel"
+
+
+def hub_tokenizer(tokenizer_dir: pathlib.Path, hub: pathlib.Path) -> pathlib.Path:
+    """The word-level tokenizer as a Hugging Face hub cache holding the repo `bench/wordlevel`. The
+    harness decodes hash-id prompts (Mooncake) in worker processes that force offline mode
+    (dataset/generator/parallel_decode.py:52-63), where a tokenizer is looked up in the hub cache by
+    repo id (common/tokenizer.py:641-666) and a directory path is refused; the whole harness then
+    runs offline (HF_HUB_OFFLINE=1) with this cache (HF_HUB_CACHE)."""
+    repo = hub / ("models--" + HUB_TOKENIZER.replace("/", "--"))
+    revision = "0" * 40
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    for f in tokenizer_dir.iterdir():
+        shutil.copy(f, snapshot / f.name)
+    return hub
+
+
 def plan_jobs(a: argparse.Namespace) -> dict[str, dict]:
     """Every comparison to run: the fixture and the synthetic corpus against the harness as given
     (--harness), and each generated corpus in each pairing."""
@@ -745,6 +769,22 @@ def plan_jobs(a: argparse.Namespace) -> dict[str, dict]:
         subprocess.run([a.agentx, "dataset", "synth", "--traces", str(a.synth_traces), "--seed", "42", "--subagents",
                         "--max-turns", str(a.synth_max_turns), "-o", str(synth)], check=True)  # fmt: skip
         jobs["synth"] = {**shipped, "corpus": split_corpus(synth, a.out / f"corpus-synth-{a.synth_traces}"), "concurrency": a.synth_concurrency}
+    for shape in ("mooncake", "mooncake-flat"):
+        if shape not in wanted:
+            continue
+        # A Mooncake corpus (bench/differential_mooncake.py: multi-turn sessions, or single-row
+        # sessions with --flat) in --mooncake-block-size blocks, read by the harness's own
+        # `mooncake_trace` loader.
+        corpus = a.out / f"corpus-{shape}.jsonl"
+        flat = ["--flat"] if shape == "mooncake-flat" else []
+        n = a.mooncake_rows if flat else a.mooncake_sessions
+        subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve().parent / "differential_mooncake.py"), "--out", str(corpus),
+                        "--seed", str(a.gen_seed), "--block-size", str(a.mooncake_block_size), "--sessions", str(n), *flat], check=True)  # fmt: skip
+        hub = hub_tokenizer(a.tokenizer_dir, a.out / "hub")
+        jobs[shape] = {
+            **shipped, "tokenizer": HUB_TOKENIZER, "harness_env": {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}, "corpus": corpus, "concurrency": a.mooncake_concurrency, "dataset_type": "mooncake_trace",
+            "both_extra": ["--isl-block-size", str(a.mooncake_block_size)], "block_size": a.mooncake_block_size,
+        }  # fmt: skip
     if "generated" in wanted:
         gen = a.out / "generated"
         subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve().parent / "differential_corpus.py"), "--out", str(gen),
@@ -826,13 +866,17 @@ def main() -> int:
     r.add_argument("--harness", required=True, help="the harness's `agentx` executable")
     r.add_argument("--scenario", default="agentx", help="agentx's scenario (agentx-v1 plus the preset as flags if unknown)")
     r.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/out-differential"))
-    r.add_argument("--shapes", help="fixture,synth,generated (default fixture,synth)")
+    r.add_argument("--shapes", help="fixture,synth,generated,mooncake,mooncake-flat (default fixture,synth)")
     r.add_argument("--harness-intended", help="the `agentx` executable of the harness run as intended (bench/harness_as_intended.sh)")
     r.add_argument("--pairings", default="intended,cli", help="of the generated corpora: intended, cli")
     r.add_argument("--gen-block-sizes", default="16,32,64,128,512")
     r.add_argument("--gen-traces", type=int, default=8)
     r.add_argument("--gen-seed", type=int, default=7)
     r.add_argument("--gen-concurrency", type=int, default=8)
+    r.add_argument("--mooncake-block-size", type=int, default=32)
+    r.add_argument("--mooncake-sessions", type=int, default=8, help="sessions of the `mooncake` shape")
+    r.add_argument("--mooncake-rows", type=int, default=24, help="rows of the `mooncake-flat` shape")
+    r.add_argument("--mooncake-concurrency", type=int, default=4)
     r.add_argument("--duration", type=float, default=60, help="--benchmark-duration of both tools, s")
     r.add_argument("--startup-timeout", type=float, default=600)
     r.add_argument("--fixture-concurrency", type=int, default=8)
