@@ -17,8 +17,8 @@ Mooncake records it (the harness refuses one id at two sizes).
 
 Turns are paced by `delay` (milliseconds), the loader's multi-turn form; no row has a `timestamp`.
 
-With --flat every row is a session of its own (no `session_id`), as the Mooncake project publishes its
-traces: prompts that end inside their last block, prompts longer than their hash ids reach, prefixes
+With --flat every row is a session of its own (no `session_id`) with a `timestamp`, as the Mooncake
+project publishes its traces: prompts that end inside their last block, prompts longer than their hash ids reach, prefixes
 shared across rows, rows without `output_length`, rows without hash ids.
 
     python3 bench/differential_mooncake.py --out FILE [--seed 7] [--block-size 32] [--sessions 8] [--flat]
@@ -48,8 +48,9 @@ class Corpus:
         self.next_id += n
         return ids
 
-    def row(self, session: str | None, isl: int, hashes: list[int], out: int | None, delay_ms: float | None) -> None:
-        row: dict = {}
+    def row(self, session: str | None, isl: int, hashes: list[int], out: int | None, delay_ms: float | None,
+            timestamp_ms: int | None = None) -> None:  # fmt: skip
+        row: dict = {} if timestamp_ms is None else {"timestamp": timestamp_ms}
         if session is not None:
             row["session_id"] = session
         if delay_ms is not None:
@@ -121,7 +122,7 @@ def build_flat(seed: int, bs: int, rows: int) -> list[dict]:
             case _:  # no hash ids
                 ids, isl = [], rng.randint(1, 4) * bs + rng.randint(0, bs - 1)
         out = None if n % 5 == 4 else rng.randint(4, 40)
-        c.row(None, isl, ids, out, None)
+        c.row(None, isl, ids, out, None, timestamp_ms=1000 * n + rng.randint(0, 900))
     return c.rows
 
 
