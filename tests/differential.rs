@@ -24,6 +24,9 @@ use crate::support::{agentx_command, fixture, Sim};
 /// The golden runs' settings (fixtures/differential/README.md).
 const MODEL: &str = "bench-model";
 const DURATION: &str = "30";
+/// The simulator's context in the Mooncake golden runs (bench/differential.py
+/// `MOONCAKE_MAX_MODEL_LEN`): a row without `output_length` streams what the context leaves.
+const MOONCAKE_MAX_MODEL_LEN: u64 = 4096;
 
 fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("AGENTX_PYTHON") {
@@ -76,7 +79,11 @@ fn differential_of(shape: &str, corpus: &Path, dataset_type: &str, concurrency: 
     let log = dir.path().join("requests.sim.jsonl");
     let mut cfg = SimConfig::max();
     cfg.model = MODEL.into();
-    cfg.max_model_len = 1 << 22;
+    cfg.max_model_len = if dataset_type == "mooncake_trace" {
+        MOONCAKE_MAX_MODEL_LEN
+    } else {
+        1 << 22
+    };
     cfg.timing = Timing::Fixed {
         ttft: Duration::from_millis(20),
         itl: Duration::from_millis(1),
