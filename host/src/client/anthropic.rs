@@ -267,6 +267,11 @@ mod tests {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert!(v.get("system").is_none());
         assert_eq!(v["max_tokens"], 7);
+        let mut out = Vec::new();
+        let user = [Bytes::from_static(br#"[{"role":"user","content":"x"}"#)];
+        write_body(&mut out, br#"{"model":"m""#, &user, crate::dataset::NO_OUTPUT_LIMIT, b"}");
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["max_tokens"], 1024);
     }
 
     fn state() -> StreamState {

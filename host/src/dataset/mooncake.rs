@@ -23,7 +23,8 @@
 //! `input_length` reaches (aiperf refuses them too), and the input modes that carry a literal prompt
 //! (`text_input`, `messages`, `payload`): the cache keeps token counts and hash ids, never text, so
 //! they cannot be replayed. Lax numbers (`"3"`, `3.0`), a negative `output_length`, a negative or
-//! non-finite `timestamp` or `delay` import with [`Warning`]s.
+//! non-finite `timestamp` or `delay` import with [`Warning`]s; an `output_length` of 0 or below (sent
+//! as 1) with a `harness_schema` one, as agentx-harness refuses it (`--scenario agentx` does too).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -261,6 +262,16 @@ fn parse_row(
                 .map_err(|_| l.err("output_length", format!("{n} tokens is above 2^32-1")))?,
         ),
     };
+    if output == Some(0) {
+        l.warn(
+            WarningKind::HarnessSchema,
+            "output_length",
+            "`output_length` is not a positive token count; sent as 1. agentx-harness 1.0.12 \
+             refuses the row (a turn's max_tokens must be >= 1); give it at least 1, or leave \
+             `output_length` out to send it without a token limit"
+                .into(),
+        );
+    }
     let hash_ids = l.hash_ids()?;
     let reach = u64::from(input).div_ceil(u64::from(block_size));
     if hash_ids.len() as u64 > reach {
@@ -515,6 +526,7 @@ mod tests {
             [
                 WarningKind::CoercedNumber,
                 WarningKind::NegativeTokens,
+                WarningKind::HarnessSchema,
                 WarningKind::InvalidDuration
             ]
         );
