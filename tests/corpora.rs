@@ -420,15 +420,18 @@ fn tracelab_fixture_replays_as_session_trees_against_the_simulator() {
 }
 
 /// A Mooncake row without `output_length` is sent without a token limit, as agentx-harness sends
-/// it; the rows with one keep theirs. Under agentx-mvp (single-stream) and agentx (session trees).
+/// it; the rows with one keep theirs. Under agentx-mvp (single-stream sessions of two turns or more)
+/// and agentx (session trees).
 #[test]
 fn a_mooncake_row_without_output_length_is_sent_without_a_limit() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = dir.path().join("no-limit.jsonl");
     std::fs::write(
         &corpus,
-        "{\"input_length\": 40, \"output_length\": 6, \"hash_ids\": [1]}\n\
-         {\"input_length\": 50, \"hash_ids\": [1, 2]}\n",
+        "{\"session_id\": \"a\", \"input_length\": 40, \"output_length\": 6, \"hash_ids\": [1]}\n\
+         {\"session_id\": \"a\", \"delay\": 100, \"input_length\": 50, \"hash_ids\": [1, 2]}\n\
+         {\"session_id\": \"b\", \"input_length\": 40, \"output_length\": 6, \"hash_ids\": [3]}\n\
+         {\"session_id\": \"b\", \"delay\": 100, \"input_length\": 50, \"hash_ids\": [3, 4]}\n",
     )
     .unwrap();
     for scenario in ["agentx-mvp", "agentx"] {
@@ -463,9 +466,15 @@ fn a_mooncake_row_without_output_length_is_sent_without_a_limit() {
                 (v["prompt_tokens"].as_u64().unwrap(), limit)
             })
             .collect();
-        assert!(sent.iter().any(|(_, l)| l.is_none()), "{scenario}: {sent:?}");
-        assert!(sent.iter().any(|(_, l)| l.is_some()), "{scenario}: {sent:?}");
-        // Only the 50-token row goes without a limit (the 40-token one is sent with 6, or with the
+        assert!(
+            sent.iter().any(|(_, l)| l.is_none()),
+            "{scenario}: {sent:?}"
+        );
+        assert!(
+            sent.iter().any(|(_, l)| l.is_some()),
+            "{scenario}: {sent:?}"
+        );
+        // Only the 50-token turns go without a limit (the 40-token ones are sent with 6, or with the
         // scenario's warmup limit).
         assert!(
             sent.iter().all(|(p, l)| l.is_some() || *p >= 50),

@@ -62,7 +62,13 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str, extra: &[&str]) {
 
 /// [`differential`] of a corpus of `dataset_type` (aiperf's loader name): a weka corpus is split into
 /// one file per trace, any other is read as the one file it is.
-fn differential_of(shape: &str, corpus: &Path, dataset_type: &str, concurrency: &str, extra: &[&str]) {
+fn differential_of(
+    shape: &str,
+    corpus: &Path,
+    dataset_type: &str,
+    concurrency: &str,
+    extra: &[&str],
+) {
     let Some(python) = python() else {
         eprintln!("skipped: no python3 (set AGENTX_PYTHON) to run bench/differential.py");
         return;

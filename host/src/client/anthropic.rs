@@ -269,7 +269,13 @@ mod tests {
         assert_eq!(v["max_tokens"], 7);
         let mut out = Vec::new();
         let user = [Bytes::from_static(br#"[{"role":"user","content":"x"}"#)];
-        write_body(&mut out, br#"{"model":"m""#, &user, crate::dataset::NO_OUTPUT_LIMIT, b"}");
+        write_body(
+            &mut out,
+            br#"{"model":"m""#,
+            &user,
+            crate::dataset::NO_OUTPUT_LIMIT,
+            b"}",
+        );
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["max_tokens"], 1024);
     }
