@@ -22,8 +22,8 @@
 //! keyed by (seed, hash id) rather than (seed, trace, hash id). A weka trace's flags are 0, as the word
 //! was before it had a meaning, so weka entries are unchanged. A turn record's last word is its flags
 //! too: bit 0 ([`TURN_NO_OUTPUT_LIMIT`]) says the request records no output length (a Mooncake row
-//! without `output_length`), so its output is 0 and it is sent without a token limit. The format a corpus was read as (when
-//! not weka) is in the import report ([`ImportReport::corpus`]).
+//! without `output_length`), so its output is 0 and it is sent without a token limit. The format a
+//! corpus was read as (when not weka) is in the import report ([`ImportReport::corpus`]).
 
 use std::fs::File;
 use std::io;
