@@ -142,16 +142,18 @@ def metric_sum(text: str, name: str) -> float:
 
 
 class Sim:
-    """An `agentx-host sim` process on a free port with a fixed TTFT and inter-token latency."""
+    """An `agentx-host sim` process on a free port with a fixed TTFT and inter-token latency (and a
+    context of `max_model_len` tokens, which a request without a token limit streams to the end of)."""
 
     def __init__(
-        self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path, cpus: str | None = None, extra: tuple = ()
+        self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path, cpus: str | None = None, extra: tuple = (),
+        max_model_len: int = 1 << 22,
     ):  # fmt: skip
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = pinned(cpus) + [
             agentx, "sim", "--port", str(self.port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
-            "--served-model-name", MODEL, "--max-model-len", str(1 << 22), *extra,
+            "--served-model-name", MODEL, "--max-model-len", str(max_model_len), *extra,
         ]  # fmt: skip
         self.log = open(log, "wb")
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)

@@ -105,6 +105,8 @@ def harness_plan(run_dir: pathlib.Path) -> list[dict]:
 def trace_spans(corpus: pathlib.Path) -> dict[str, tuple[float, float]]:
     """Each trace's (first, last) request time in ms over all its requests, nested ones included (the
     fixture and the synthetic corpora use absolute nested times): the span t* is drawn over."""
+    if mooncake_session_names(corpus) or (corpus.suffix == ".jsonl" and not corpus.is_dir() and mooncake_rows(corpus)):
+        return mooncake_spans(corpus)
     spans = {}
     files = sorted(corpus.glob("*.json")) if corpus.is_dir() else [corpus]
     for p in files:
@@ -131,13 +133,16 @@ def trace_spans(corpus: pathlib.Path) -> dict[str, tuple[float, float]]:
     return spans
 
 
-def agentx_plan(dry_run: dict, spans: dict[str, tuple[float, float]]) -> list[dict]:
-    """The lane table of `agentx-host run --dry-run --json` in the harness's terms."""
+def agentx_plan(dry_run: dict, spans: dict[str, tuple[float, float]], renamed: dict[str, str] | None = None) -> list[dict]:
+    """The lane table of `agentx-host run --dry-run --json` in the harness's terms (`renamed`: agentx's
+    names of unnamed Mooncake sessions to the harness's)."""
+    renamed = renamed or {}
     lanes = []
     for lane in dry_run.get("lanes") or []:
-        trace = lane.get("trace_id")
+        own = lane.get("trace_id")
+        trace = renamed.get(own, own)
         streams = lane.get("streams") or []
-        root = next((s for s in streams if s.get("conversation_id") == trace), None)
+        root = next((s for s in streams if s.get("conversation_id") == own), None)
         pct = None
         t = lane.get("t_star_ms")
         if isinstance(t, (int, float)) and trace in spans:
@@ -147,13 +152,57 @@ def agentx_plan(dry_run: dict, spans: dict[str, tuple[float, float]]) -> list[di
             "lane": lane.get("lane"), "trace": trace, "tstar_pct": pct,
             "root_next": root.get("next_turn") if root else None,
             "live": len(streams), "ready": sum(1 for s in streams if not s.get("waiting")),
-            "primers": [[s["conversation_id"], s["warm_turn"]] for s in streams if s.get("warm_turn") is not None],
+            "primers": [[renamed.get(s["conversation_id"], s["conversation_id"]), s["warm_turn"]] for s in streams if s.get("warm_turn") is not None],
         })  # fmt: skip
     return lanes
 
 
-def normalize(sim_log: pathlib.Path, run_dir: pathlib.Path, tool: str, plan: list[dict]) -> dict:
-    """The labelled log: each request the simulator saw, with the tool's own labels for it."""
+def mooncake_rows(corpus: pathlib.Path) -> list[tuple[int, dict]]:
+    """(line, row) of a Mooncake JSONL corpus; empty for a weka one."""
+    rows = []
+    for n, line in enumerate(corpus.read_text().split("\n"), 1):
+        if line.strip():
+            row = json.loads(line)
+            if "requests" in row:
+                return []
+            rows.append((n, row))
+    return rows
+
+
+def mooncake_spans(corpus: pathlib.Path) -> dict[str, tuple[float, float]]:
+    """Each Mooncake session's (first, last) turn time in ms, by the harness's session names: its
+    timestamps, else the sum of its delays."""
+    names = mooncake_session_names(corpus)
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for n, row in mooncake_rows(corpus):
+        sid = row.get("session_id") or names[f"line-{n}"]
+        ts = times[sid]
+        if isinstance(row.get("timestamp"), (int, float)):
+            ts.append(float(row["timestamp"]))
+        else:
+            ts.append((ts[-1] if ts else 0.0) + (float(row.get("delay") or 0) if ts else 0.0))
+    return {sid: (min(ts), max(ts)) for sid, ts in times.items()}
+
+
+def mooncake_session_names(corpus: pathlib.Path | None) -> dict[str, str]:
+    """agentx's name of each Mooncake row without `session_id` (`line-N`, N its line) to the
+    harness's (`session_000000`, ... in file order: the seeded SessionIDGenerator the loader draws
+    from, dataset/loader/mooncake_trace.py:67-74, common/session_id_generator.py); empty for a weka
+    corpus."""
+    if corpus is None or corpus.is_dir() or corpus.suffix != ".jsonl":
+        return {}
+    names, k = {}, 0
+    for n, row in mooncake_rows(corpus):
+        if row.get("session_id") is None:
+            names[f"line-{n}"] = f"session_{k:06d}"
+            k += 1
+    return names
+
+
+def normalize(sim_log: pathlib.Path, run_dir: pathlib.Path, tool: str, plan: list[dict], corpus: pathlib.Path | None = None) -> dict:
+    """The labelled log: each request the simulator saw, with the tool's own labels for it (agentx's
+    names of unnamed Mooncake sessions as the harness names them)."""
+    renamed = mooncake_session_names(corpus) if tool == "agentx" else {}
     export = {}
     for row in read_jsonl(find_export(run_dir)):
         md = row.get("metadata") or {}
@@ -174,6 +223,7 @@ def normalize(sim_log: pathlib.Path, run_dir: pathlib.Path, tool: str, plan: lis
         md = export.get(h.get("x-request-id"), {})
         corr = h.get("x-correlation-id")
         stream = md.get("conversation_id") or corr_conv.get(corr)
+        stream = renamed.get(stream, stream)
         root_corr = md.get("root_correlation_id") or (corr if stream and "::" not in stream else None)
         tree = None
         if root_corr:
@@ -592,10 +642,10 @@ def cmd_normalize(a: argparse.Namespace) -> int:
     if a.harness_log_dir:
         plan = harness_plan(a.harness_log_dir)
     elif a.dry_run:
-        plan = agentx_plan(json.loads(a.dry_run.read_text()), trace_spans(a.corpus) if a.corpus else {})
+        plan = agentx_plan(json.loads(a.dry_run.read_text()), trace_spans(a.corpus) if a.corpus else {}, mooncake_session_names(a.corpus))
     else:
         plan = []
-    log = normalize(a.sim_log, a.run_dir, a.tool, plan)
+    log = normalize(a.sim_log, a.run_dir, a.tool, plan, a.corpus)
     a.out.write_text(dump_log(log))
     print(f"wrote {a.out}: {len(log['requests'])} requests, {len(plan)} lanes")
     return 0
@@ -631,11 +681,12 @@ def tool_cmd(a, tool: str, corpus: pathlib.Path, url: str, conc: int, out: pathl
     common = [
         "--url", url, "--endpoint-type", "chat", "--streaming", "--model", MODEL,
         "--concurrency", str(conc), "--benchmark-duration", str(a.duration),
-        "--input-file", str(corpus), "--custom-dataset-type", "weka_trace", "--unsafe-override",
-        "--output-artifact-dir", str(out),
+        "--input-file", str(corpus), "--custom-dataset-type", job.get("dataset_type", "weka_trace"),
+        "--unsafe-override", "--output-artifact-dir", str(out), *job.get("both_extra", []),
     ]  # fmt: skip
     if tool == "harness":
-        return [job["harness"], "profile", "--scenario", "agentx", *common, "--tokenizer", str(a.tokenizer_dir), "--ui-type", "none"]
+        tokenizer = job.get("tokenizer", str(a.tokenizer_dir))
+        return [job["harness"], "profile", "--scenario", "agentx", *common, "--tokenizer", tokenizer, "--ui-type", "none"]
     return [a.agentx, "run", *a.agentx_scenario, *common, "--stats-interval", "0", *job["agentx_extra"]]
 
 
@@ -671,13 +722,17 @@ def run_one(a, shape: str, tool: str, corpus: pathlib.Path, conc: int, job: dict
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     sim_log = base / "requests.sim.jsonl"
-    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, base / "sim.log", extra=["--record-requests", str(sim_log)])
+    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, base / "sim.log", extra=["--record-requests", str(sim_log)],
+              max_model_len=job.get("max_model_len", 1 << 22))  # fmt: skip
     run_dir = base / "run"
     cmd = tool_cmd(a, tool, corpus, sim.url, conc, run_dir, job)
     print(f"  {shape}/{tool}: {' '.join(cmd[:4])} ... (log {base / 'tool.log'})", flush=True)
     log = open(base / "tool.log", "wb")
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(a, tool, base / "cache"), start_new_session=True)
+    env = tool_env(a, tool, base / "cache")
+    if tool == "harness":
+        env.update(job.get("harness_env", {}))
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     reaper = Reaper(proc)
     peak_rss = peak_pss = 0
     n = 0
@@ -713,8 +768,8 @@ def run_one(a, shape: str, tool: str, corpus: pathlib.Path, conc: int, job: dict
         if dry.returncode != 0:
             raise SystemExit(f"agentx --dry-run --json failed:\n{dry.stderr}")
         (base / "dry-run.json").write_text(dry.stdout)
-        plan = agentx_plan(json.loads(dry.stdout), trace_spans(corpus))
-    labelled = normalize(sim_log, run_dir, tool, plan)
+        plan = agentx_plan(json.loads(dry.stdout), trace_spans(corpus), mooncake_session_names(corpus))
+    labelled = normalize(sim_log, run_dir, tool, plan, corpus)
     (base / "labelled.json").write_text(dump_log(labelled))
     res["requests"] = len(labelled["requests"])
     print(f"  {shape}/{tool}: exit {res['exit_code']}, {res['requests']} requests, {res['cpu_s']} CPU-s, "
@@ -731,6 +786,29 @@ PAIRINGS = {
 }
 
 
+HUB_TOKENIZER = "bench/wordlevel"
+# The simulator's context in the Mooncake shapes: a request without a token limit streams what the
+# context leaves (as vLLM does), a few seconds here rather than an hour.
+MOONCAKE_MAX_MODEL_LEN = 4096
+
+
+def hub_tokenizer(tokenizer_dir: pathlib.Path, hub: pathlib.Path) -> pathlib.Path:
+    """The word-level tokenizer as a Hugging Face hub cache holding the repo `bench/wordlevel`. The
+    harness decodes hash-id prompts (Mooncake) in worker processes that force offline mode
+    (dataset/generator/parallel_decode.py:52-63), where a tokenizer is looked up in the hub cache by
+    repo id (common/tokenizer.py:641-666) and a directory path is refused; the whole harness then
+    runs offline (HF_HUB_OFFLINE=1) with this cache (HF_HUB_CACHE)."""
+    repo = hub / ("models--" + HUB_TOKENIZER.replace("/", "--"))
+    revision = "0" * 40
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    for f in tokenizer_dir.iterdir():
+        shutil.copy(f, snapshot / f.name)
+    return hub
+
+
 def plan_jobs(a: argparse.Namespace) -> dict[str, dict]:
     """Every comparison to run: the fixture and the synthetic corpus against the harness as given
     (--harness), and each generated corpus in each pairing."""
@@ -745,6 +823,24 @@ def plan_jobs(a: argparse.Namespace) -> dict[str, dict]:
         subprocess.run([a.agentx, "dataset", "synth", "--traces", str(a.synth_traces), "--seed", "42", "--subagents",
                         "--max-turns", str(a.synth_max_turns), "-o", str(synth)], check=True)  # fmt: skip
         jobs["synth"] = {**shipped, "corpus": split_corpus(synth, a.out / f"corpus-synth-{a.synth_traces}"), "concurrency": a.synth_concurrency}
+    for shape in ("mooncake", "mooncake-flat"):
+        if shape not in wanted:
+            continue
+        # A Mooncake corpus (bench/differential_mooncake.py: multi-turn sessions, or single-row
+        # sessions with --flat) in --mooncake-block-size blocks, read by the harness's own
+        # `mooncake_trace` loader.
+        corpus = a.out / f"corpus-{shape}.jsonl"
+        flat = ["--flat"] if shape == "mooncake-flat" else []
+        n = a.mooncake_rows if flat else a.mooncake_sessions
+        subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve().parent / "differential_mooncake.py"), "--out", str(corpus),
+                        "--seed", str(a.gen_seed), "--block-size", str(a.mooncake_block_size), "--sessions", str(n), *flat], check=True)  # fmt: skip
+        hub = hub_tokenizer(a.tokenizer_dir, a.out / "hub")
+        jobs[shape] = {
+            **shipped, "tokenizer": HUB_TOKENIZER, "harness_env": {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}, "corpus": corpus, "concurrency": a.mooncake_concurrency, "dataset_type": "mooncake_trace",
+            "both_extra": ["--isl-block-size", str(a.mooncake_block_size)], "block_size": a.mooncake_block_size,
+            # A row without output_length is sent without a limit and streams to the end of the context.
+            "max_model_len": MOONCAKE_MAX_MODEL_LEN,
+        }  # fmt: skip
     if "generated" in wanted:
         gen = a.out / "generated"
         subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve().parent / "differential_corpus.py"), "--out", str(gen),
@@ -826,13 +922,17 @@ def main() -> int:
     r.add_argument("--harness", required=True, help="the harness's `agentx` executable")
     r.add_argument("--scenario", default="agentx", help="agentx's scenario (agentx-v1 plus the preset as flags if unknown)")
     r.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/out-differential"))
-    r.add_argument("--shapes", help="fixture,synth,generated (default fixture,synth)")
+    r.add_argument("--shapes", help="fixture,synth,generated,mooncake,mooncake-flat (default fixture,synth)")
     r.add_argument("--harness-intended", help="the `agentx` executable of the harness run as intended (bench/harness_as_intended.sh)")
     r.add_argument("--pairings", default="intended,cli", help="of the generated corpora: intended, cli")
     r.add_argument("--gen-block-sizes", default="16,32,64,128,512")
     r.add_argument("--gen-traces", type=int, default=8)
     r.add_argument("--gen-seed", type=int, default=7)
     r.add_argument("--gen-concurrency", type=int, default=8)
+    r.add_argument("--mooncake-block-size", type=int, default=32)
+    r.add_argument("--mooncake-sessions", type=int, default=8, help="sessions of the `mooncake` shape")
+    r.add_argument("--mooncake-rows", type=int, default=24, help="rows of the `mooncake-flat` shape")
+    r.add_argument("--mooncake-concurrency", type=int, default=4)
     r.add_argument("--duration", type=float, default=60, help="--benchmark-duration of both tools, s")
     r.add_argument("--startup-timeout", type=float, default=600)
     r.add_argument("--fixture-concurrency", type=int, default=8)

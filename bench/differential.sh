@@ -15,6 +15,9 @@
 #       # two pairings: agentx against the harness run as intended (a copy of the venv whose
 #       # weka_trace default_block_size is null, made by bench/harness_as_intended.sh), and
 #       # agentx --trace-block-size 64 against the harness CLI as shipped
+#   bench/differential.sh --shapes mooncake-flat,mooncake --duration 30
+#       # Mooncake corpora (bench/differential_mooncake.py) read by the harness's own mooncake_trace
+#       # loader: single-row timestamped sessions, and multi-turn sessions
 #
 # Every flag after the script's name goes to `bench/differential.py run` (see `--help` there).
 # Offline apart from PyPI: the harness gets a local word-level tokenizer (one token per word, as the

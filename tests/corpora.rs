@@ -418,3 +418,67 @@ fn tracelab_fixture_replays_as_session_trees_against_the_simulator() {
         "the subagent stream is replayed"
     );
 }
+
+/// A Mooncake row without `output_length` is sent without a token limit, as agentx-harness sends
+/// it; the rows with one keep theirs. Under agentx-mvp (single-stream sessions of two turns or more)
+/// and agentx (session trees).
+#[test]
+fn a_mooncake_row_without_output_length_is_sent_without_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("no-limit.jsonl");
+    std::fs::write(
+        &corpus,
+        "{\"session_id\": \"a\", \"input_length\": 40, \"output_length\": 6, \"hash_ids\": [1]}\n\
+         {\"session_id\": \"a\", \"delay\": 100, \"input_length\": 50, \"hash_ids\": [1, 2]}\n\
+         {\"session_id\": \"b\", \"input_length\": 40, \"output_length\": 6, \"hash_ids\": [3]}\n\
+         {\"session_id\": \"b\", \"delay\": 100, \"input_length\": 50, \"hash_ids\": [3, 4]}\n",
+    )
+    .unwrap();
+    for scenario in ["agentx-mvp", "agentx"] {
+        let log = dir.path().join(format!("{scenario}.requests.jsonl"));
+        let mut cfg = SimConfig::max();
+        cfg.record_requests = Some(log.clone());
+        let sim = Sim::start(cfg);
+        let mut args = corpus_args("run", Some(scenario), &corpus, &sim.url());
+        args.extend(
+            [
+                "--isl-block-size",
+                "32",
+                "--concurrency",
+                "2",
+                "--benchmark-duration",
+                "2",
+            ]
+            .map(str::to_owned),
+        );
+        let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+        assert_eq!(r.code(), 0, "{scenario}: {}", r.stderr());
+        drop(sim);
+        // (prompt tokens, token limit) of every request the simulator saw.
+        let sent: Vec<(u64, Option<u64>)> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| {
+                let limit = v["max_completion_tokens"]
+                    .as_u64()
+                    .or(v["max_tokens"].as_u64());
+                (v["prompt_tokens"].as_u64().unwrap(), limit)
+            })
+            .collect();
+        assert!(
+            sent.iter().any(|(_, l)| l.is_none()),
+            "{scenario}: {sent:?}"
+        );
+        assert!(
+            sent.iter().any(|(_, l)| l.is_some()),
+            "{scenario}: {sent:?}"
+        );
+        // Only the 50-token turns go without a limit (the 40-token ones are sent with 6, or with the
+        // scenario's warmup limit).
+        assert!(
+            sent.iter().all(|(p, l)| l.is_some() || *p >= 50),
+            "{scenario}: {sent:?}"
+        );
+    }
+}

@@ -24,6 +24,9 @@ use crate::support::{agentx_command, fixture, Sim};
 /// The golden runs' settings (fixtures/differential/README.md).
 const MODEL: &str = "bench-model";
 const DURATION: &str = "30";
+/// The simulator's context in the Mooncake golden runs (bench/differential.py
+/// `MOONCAKE_MAX_MODEL_LEN`): a row without `output_length` streams what the context leaves.
+const MOONCAKE_MAX_MODEL_LEN: u64 = 4096;
 
 fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("AGENTX_PYTHON") {
@@ -52,20 +55,41 @@ fn split_corpus(src: &Path, dest: &Path) {
 }
 
 /// Replays `corpus` through agentx at `concurrency` (with `extra` flags) as the golden run of `shape`
-/// did and compares.
+/// did and compares: a weka corpus split into one file per trace, as the harness read it.
 fn differential(shape: &str, corpus: &Path, concurrency: &str, extra: &[&str]) {
+    differential_of(shape, corpus, "weka_trace", concurrency, extra)
+}
+
+/// [`differential`] of a corpus of `dataset_type` (aiperf's loader name): a weka corpus is split into
+/// one file per trace, any other is read as the one file it is.
+fn differential_of(
+    shape: &str,
+    corpus: &Path,
+    dataset_type: &str,
+    concurrency: &str,
+    extra: &[&str],
+) {
     let Some(python) = python() else {
         eprintln!("skipped: no python3 (set AGENTX_PYTHON) to run bench/differential.py");
         return;
     };
     let golden = repo("fixtures/differential").join(shape);
     let dir = tempfile::tempdir().unwrap();
-    let corpus_dir = dir.path().join("corpus");
-    split_corpus(corpus, &corpus_dir);
+    let corpus_dir = if dataset_type == "weka_trace" {
+        let split = dir.path().join("corpus");
+        split_corpus(corpus, &split);
+        split
+    } else {
+        corpus.to_owned()
+    };
     let log = dir.path().join("requests.sim.jsonl");
     let mut cfg = SimConfig::max();
     cfg.model = MODEL.into();
-    cfg.max_model_len = 1 << 22;
+    cfg.max_model_len = if dataset_type == "mooncake_trace" {
+        MOONCAKE_MAX_MODEL_LEN
+    } else {
+        1 << 22
+    };
     cfg.timing = Timing::Fixed {
         ttft: Duration::from_millis(20),
         itl: Duration::from_millis(1),
@@ -91,7 +115,7 @@ fn differential(shape: &str, corpus: &Path, concurrency: &str, extra: &[&str]) {
         "--input-file",
         &corpus_arg,
         "--custom-dataset-type",
-        "weka_trace",
+        dataset_type,
         "--unsafe-override",
         "--output-artifact-dir",
         run_dir.to_str().unwrap(),
@@ -247,6 +271,21 @@ fn agentx_in_64_token_blocks_sends_what_the_harness_cli_sent_on_128_token_traces
 #[test]
 fn agentx_in_64_token_blocks_sends_what_the_harness_cli_sent_on_512_token_traces() {
     generated_as_the_cli(512);
+}
+
+/// A Mooncake corpus of single-row sessions in 32-token blocks (bench/differential_mooncake.py
+/// --flat): partial last blocks, prompts past their hash ids, prefixes shared across rows, rows
+/// without hash ids and rows without `output_length` (sent without a token limit), read by the
+/// harness's own `mooncake_trace` loader.
+#[test]
+fn agentx_sends_what_the_harness_sent_on_a_flat_mooncake_corpus() {
+    differential_of(
+        "mooncake-flat",
+        &repo("fixtures/differential/mooncake-flat/corpus.jsonl"),
+        "mooncake_trace",
+        "4",
+        &["--isl-block-size", "32"],
+    );
 }
 
 /// Every request of `shape`'s golden log against the same stream and turn laid out by agentx with

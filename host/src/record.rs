@@ -156,7 +156,8 @@ pub struct RequestRecord {
     /// Where `isl`/`osl` came from: `server` or `client`.
     pub token_source: TokenSource,
     pub usage: Usage,
-    /// The recorded output length of the turn (`max_tokens`).
+    /// The recorded output length of the turn (`max_tokens`); 4294967295 (`dataset::NO_OUTPUT_LIMIT`)
+    /// for a request sent without a token limit.
     pub max_tokens: u32,
     pub finish_reason: Option<String>,
     /// True when the request was cut off by the end of the run (grace expired, threshold, interrupt).

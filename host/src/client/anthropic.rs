@@ -44,6 +44,9 @@ fn text_block(out: &mut Vec<u8>, text: &str) {
     out.push(b'}');
 }
 
+/// The `max_tokens` of a Messages request whose turn records no output length.
+const NO_LIMIT_MAX_TOKENS: u32 = 1024;
+
 /// Writes the Messages body: `head` is `{"model":M` (without the chat body's `,"messages":`),
 /// `messages` the chat messages array without its closing `]` in pieces, `tail` what follows
 /// `stream` (the extra inputs, Dynamo's `nvext`) with the closing `}`.
@@ -62,8 +65,15 @@ pub(super) fn write_body(
     // The pieces are the synthesis's own JSON: an array of `{"role","content"}` objects.
     let msgs: Vec<Message<'_>> = serde_json::from_slice(&array).unwrap_or_default();
     out.extend_from_slice(head);
+    // The Messages API requires max_tokens: a request without a limit gets the API's usual 1024, as
+    // agentx-harness 1.0.12 sends it (aiperf/endpoints/anthropic_messages.py:491-493).
+    let max_tokens = if max_tokens == crate::dataset::NO_OUTPUT_LIMIT {
+        NO_LIMIT_MAX_TOKENS
+    } else {
+        max_tokens.max(1)
+    };
     out.extend_from_slice(br#","max_tokens":"#);
-    out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
+    out.extend_from_slice(max_tokens.to_string().as_bytes());
     out.extend_from_slice(br#","stream":true"#);
     let mut system = msgs.iter().filter(|m| m.role == "system").peekable();
     if system.peek().is_some() {
@@ -257,6 +267,17 @@ mod tests {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert!(v.get("system").is_none());
         assert_eq!(v["max_tokens"], 7);
+        let mut out = Vec::new();
+        let user = [Bytes::from_static(br#"[{"role":"user","content":"x"}"#)];
+        write_body(
+            &mut out,
+            br#"{"model":"m""#,
+            &user,
+            crate::dataset::NO_OUTPUT_LIMIT,
+            b"}",
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["max_tokens"], 1024);
     }
 
     fn state() -> StreamState {

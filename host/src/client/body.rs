@@ -217,10 +217,14 @@ impl RequestBody {
         JsonBody::from_parts(parts)
     }
 
-    /// Everything after the messages array.
+    /// Everything after the messages array. A turn without a limit
+    /// ([`crate::dataset::NO_OUTPUT_LIMIT`]) is sent without the token field, as agentx-harness
+    /// 1.0.12 sends it (aiperf/endpoints/openai_chat.py:60-66).
     pub(super) fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32, turn: Option<StreamTurn>) {
-        out.extend_from_slice(self.token_field);
-        out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
+        if max_tokens != crate::dataset::NO_OUTPUT_LIMIT {
+            out.extend_from_slice(self.token_field);
+            out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
+        }
         if self.stream {
             out.extend_from_slice(b",\"stream\":true");
             if self.include_usage {

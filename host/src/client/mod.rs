@@ -829,6 +829,21 @@ mod tests {
     }
 
     #[test]
+    fn a_turn_without_a_limit_has_no_token_field() {
+        for legacy in [false, true] {
+            let b = RequestBody::new("m", true, true, &[]).with_max_completion_tokens(!legacy);
+            let mut out = Vec::new();
+            b.write(&mut out, crate::dataset::NO_OUTPUT_LIMIT, |o| {
+                o.extend_from_slice(b"[]")
+            });
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert!(v.get("max_tokens").is_none(), "{v}");
+            assert!(v.get("max_completion_tokens").is_none(), "{v}");
+            assert_eq!(v["stream"], true);
+        }
+    }
+
+    #[test]
     fn error_messages_from_every_shape() {
         assert_eq!(
             server_error_message(r#"{"error":{"message":"too long","type":"BadRequestError"}}"#),

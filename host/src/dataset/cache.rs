@@ -20,8 +20,10 @@
 //! A trace record's last word is its flags: bit 0 ([`TRACE_GLOBAL_HASH_IDS`]) says the corpus's hash ids
 //! are global (one id names one block of text in every trace, as in Mooncake traces), so prompt text is
 //! keyed by (seed, hash id) rather than (seed, trace, hash id). A weka trace's flags are 0, as the word
-//! was before it had a meaning, so weka entries are unchanged. The format a corpus was read as (when
-//! not weka) is in the import report ([`ImportReport::corpus`]).
+//! was before it had a meaning, so weka entries are unchanged. A turn record's last word is its flags
+//! too: bit 0 ([`TURN_NO_OUTPUT_LIMIT`]) says the request records no output length (a Mooncake row
+//! without `output_length`), so its output is 0 and it is sent without a token limit. The format a
+//! corpus was read as (when not weka) is in the import report ([`ImportReport::corpus`]).
 
 use std::fs::File;
 use std::io;
@@ -39,7 +41,7 @@ use super::weka::{ParsedTrace, RequestKind};
 
 pub const MAGIC: [u8; 8] = *b"AGXDSET\n";
 /// Bump on any change of the layout or of what the builder stores.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 pub const HEADER_LEN: usize = 128;
 pub const TRACE_REC: usize = 40;
 pub const TURN_REC: usize = 80;
@@ -47,6 +49,9 @@ pub const TURN_REC: usize = 80;
 pub const ENTRY_EXT: &str = "agxd";
 /// Flag of a trace record: the corpus's hash ids are global (module docs).
 pub const TRACE_GLOBAL_HASH_IDS: u32 = 1;
+/// Flag of a turn record: the request records no output length and is sent without a token limit
+/// (module docs).
+pub const TURN_NO_OUTPUT_LIMIT: u32 = 1;
 
 /// A cache key: sha256 over everything that determines an entry's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -264,7 +269,12 @@ impl Builder {
                 RequestKind::Streaming => 1,
             };
             b.extend_from_slice(&kind.to_le_bytes());
-            b.extend_from_slice(&0u32.to_le_bytes());
+            let flags = if r.no_output_limit {
+                TURN_NO_OUTPUT_LIMIT
+            } else {
+                0
+            };
+            b.extend_from_slice(&flags.to_le_bytes());
             prev = &r.hash_ids;
         }
         let b = &mut self.traces;

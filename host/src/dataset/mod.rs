@@ -62,6 +62,10 @@ pub use tokens::TokenCounter;
 pub use view::{Dataset, HashIds, Trajectory, Turn};
 pub use weka::RequestKind;
 
+/// The `max_tokens` of a request sent without a token limit (a Mooncake row without
+/// `output_length`): the request body leaves the token field out, as agentx-harness does.
+pub const NO_OUTPUT_LIMIT: u32 = u32::MAX;
+
 /// Options of [`Dataset::open`].
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {

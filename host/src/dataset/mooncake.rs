@@ -15,11 +15,16 @@
 //! timestamps, else at the sum of the delays before it; a `delay` is the turn's think time. A
 //! generated session id is `line-N` (N the line of the request).
 //!
+//! A line without `output_length` is sent without a token limit, as aiperf sends it
+//! (`ParsedRequest::no_output_limit`); its output is 0 wherever the corpus's output lengths count.
+//!
 //! Errors (file:line and field): a line that is not a JSON object, `input_length` missing or not a
-//! positive integer, `output_length` missing, a hash id that is not an integer in 0..=2^32-1, more
-//! hash ids than `input_length` reaches (aiperf refuses them too), and the input modes this replay
-//! cannot synthesize (`text_input`, `messages`, `payload`). Lax numbers (`"3"`, `3.0`), a negative
-//! `output_length`, a negative or non-finite `timestamp` or `delay` import with [`Warning`]s.
+//! positive integer, a hash id that is not an integer in 0..=2^32-1, more hash ids than
+//! `input_length` reaches (aiperf refuses them too), and the input modes that carry a literal prompt
+//! (`text_input`, `messages`, `payload`): the cache keeps token counts and hash ids, never text, so
+//! they cannot be replayed. Lax numbers (`"3"`, `3.0`), a negative `output_length`, a negative or
+//! non-finite `timestamp` or `delay` import with [`Warning`]s; an `output_length` of 0 or below (sent
+//! as 1) with a `harness_schema` one, as agentx-harness refuses it (`--scenario agentx` does too).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -41,7 +46,8 @@ struct Row {
     timestamp_ms: Option<f64>,
     delay_ms: Option<f64>,
     input: u32,
-    output: u32,
+    /// `output_length`; `None` when the row has none (sent without a token limit).
+    output: Option<u32>,
     hash_ids: Vec<u32>,
 }
 
@@ -212,8 +218,11 @@ fn parse_row(
             return Err(l.err(
                 mode,
                 format!(
-                    "`{mode}` requests carry their own prompt; agentx replays Mooncake traces from \
-                     `input_length` and `hash_ids` only (drop `{mode}` and give `input_length`)"
+                    "`{mode}` carries a literal prompt, which agentx cannot replay: its dataset cache \
+                     keeps token counts and hash ids and synthesizes every prompt from them, never \
+                     stored text (agentx-harness sends such rows verbatim). Give the row \
+                     `input_length` (the prompt's token count) and, for prefix sharing, `hash_ids`, \
+                     in place of `{mode}`"
                 ),
             ));
         }
@@ -239,23 +248,30 @@ fn parse_row(
         Some(n) => n as u32,
     };
     let output = match l.integer("output_length")? {
-        None => {
-            return Err(l.err(
-                "output_length",
-                "missing: every request needs its output token count (`output_length`, sent as max_tokens)",
-            ))
-        }
+        None => None,
         Some(n) if n < 0 => {
             l.warn(
                 WarningKind::NegativeTokens,
                 "output_length",
                 format!("`output_length` is {n}, a negative token count; read as 0"),
             );
-            0
+            Some(0)
         }
-        Some(n) => u32::try_from(n)
-            .map_err(|_| l.err("output_length", format!("{n} tokens is above 2^32-1")))?,
+        Some(n) => Some(
+            u32::try_from(n)
+                .map_err(|_| l.err("output_length", format!("{n} tokens is above 2^32-1")))?,
+        ),
     };
+    if output == Some(0) {
+        l.warn(
+            WarningKind::HarnessSchema,
+            "output_length",
+            "`output_length` is not a positive token count; sent as 1. agentx-harness 1.0.12 \
+             refuses the row (a turn's max_tokens must be >= 1); give it at least 1, or leave \
+             `output_length` out to send it without a token limit"
+                .into(),
+        );
+    }
     let hash_ids = l.hash_ids()?;
     let reach = u64::from(input).div_ceil(u64::from(block_size));
     if hash_ids.len() as u64 > reach {
@@ -387,7 +403,8 @@ fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
             kind: RequestKind::Normal,
             model: String::new(),
             input: r.input,
-            output: r.output,
+            output: r.output.unwrap_or(0),
+            no_output_limit: r.output.is_none(),
             hash_ids: r.hash_ids.clone(),
             input_types: vec!["text".into()],
             output_types: vec!["text".into()],
@@ -509,9 +526,29 @@ mod tests {
             [
                 WarningKind::CoercedNumber,
                 WarningKind::NegativeTokens,
+                WarningKind::HarnessSchema,
                 WarningKind::InvalidDuration
             ]
         );
         assert_eq!((t[0].requests[0].input, t[0].requests[0].output), (5, 0));
+        assert!(!t[0].requests[0].no_output_limit);
+    }
+
+    #[test]
+    fn a_row_without_output_length_has_no_limit() {
+        let t = parse(
+            r#"{"session_id": "s", "input_length": 8, "output_length": 3, "hash_ids": [1, 2]}
+{"session_id": "s", "delay": 500, "input_length": 12, "hash_ids": [1, 2, 3]}
+{"session_id": "s", "delay": 500, "input_length": 16, "output_length": null, "hash_ids": [1, 2, 3, 4]}
+"#,
+        )
+        .unwrap();
+        let limits: Vec<_> = t[0]
+            .requests
+            .iter()
+            .map(|r| (r.output, r.no_output_limit))
+            .collect();
+        assert_eq!(limits, [(3, false), (0, true), (0, true)]);
+        assert!(t[0].warnings.is_empty());
     }
 }

@@ -271,6 +271,22 @@ impl<'d> Turn<'d> {
         rd_u32(self.b(), self.off + 36)
     }
 
+    /// The request records no output length (a Mooncake row without `output_length`): it is sent
+    /// without a token limit, and `output_tokens` is 0.
+    pub fn no_output_limit(&self) -> bool {
+        rd_u32(self.b(), self.off + 76) & super::cache::TURN_NO_OUTPUT_LIMIT != 0
+    }
+
+    /// The `max_tokens` this turn is sent with: its output tokens (at least 1), or
+    /// [`super::NO_OUTPUT_LIMIT`] when it records none.
+    pub fn max_tokens(&self) -> u32 {
+        if self.no_output_limit() {
+            super::NO_OUTPUT_LIMIT
+        } else {
+            self.output_tokens().max(1)
+        }
+    }
+
     /// Length of the longest common prefix of this turn's hash ids with the previous turn's (0 for the
     /// first turn).
     pub fn lcp_with_previous(&self) -> usize {

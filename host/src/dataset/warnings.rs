@@ -45,8 +45,8 @@ pub enum WarningKind {
     ShortFirstRequest,
     /// A field agentx-harness's weka schema requires or types otherwise (a trace without `models`, a
     /// request without `model`, a subagent entry without `subagent_type`, `status` or `models`, a
-    /// `duration_ms` that is not a whole number); read as this importer reads it. agentx-harness
-    /// refuses such a trace (`--scenario agentx` does too).
+    /// `duration_ms` that is not a whole number, a Mooncake `output_length` of 0 or below); read as this
+    /// importer reads it. agentx-harness refuses such a trace (`--scenario agentx` does too).
     HarnessSchema,
 }
 

@@ -56,6 +56,9 @@ pub struct ParsedRequest {
     pub model: String,
     pub input: u32,
     pub output: u32,
+    /// The request records no output length (a Mooncake row without `output_length`): `output` is 0
+    /// and the request is sent without a token limit, as agentx-harness sends it.
+    pub no_output_limit: bool,
     pub hash_ids: Vec<u32>,
     pub input_types: Vec<String>,
     pub output_types: Vec<String>,
@@ -387,6 +390,7 @@ fn convert_request(
             model: e.model.unwrap_or_default(),
             input,
             output,
+            no_output_limit: false,
             hash_ids: hash_ids.ids,
             input_types: e.input_types.unwrap_or_default(),
             output_types: e.output_types.unwrap_or_default(),

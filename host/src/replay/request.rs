@@ -74,11 +74,7 @@ pub(super) fn prepare(
 ) -> Prepared {
     let traj = conv.trajectory();
     let turn = conv.turn();
-    let max_tokens = traj
-        .turn(turn)
-        .map(|t| t.output_tokens())
-        .unwrap_or(1)
-        .max(1);
+    let max_tokens = traj.turn(turn).map_or(1, |t| t.max_tokens());
     let bust = bust(sh.cfg.placement, &session.marker);
     let last = turn + 1 >= traj.num_turns();
     let (body, template_parts) = body_of(

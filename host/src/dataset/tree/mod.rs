@@ -125,7 +125,9 @@ pub struct TreeTurn {
     /// `1000·max(0, api_time)`; `None` when missing or not finite.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_time_ms: Option<f64>,
-    /// `max(1, min(out, max_osl))` (root and flat), `max(1, out)` (subagent).
+    /// `max(1, min(out, max_osl))` (root and flat), `max(1, out)` (subagent);
+    /// [`crate::dataset::NO_OUTPUT_LIMIT`] when the request records no output length (sent without a
+    /// token limit).
     pub max_tokens: u32,
     /// Theoretical prefix-cache stamp: leading hash ids already sent by the trace, of all.
     pub prefix_hit_blocks: u32,

@@ -23,7 +23,11 @@ pub(super) fn turns_of(reqs: &[Src<'_>], max_osl: Option<u32>) -> Vec<TreeTurn> 
                     .recorded_api_time
                     .filter(|a| a.is_finite())
                     .map(|a| a.max(0.0) * 1000.0),
-                max_tokens: out.max(1),
+                max_tokens: if r.req.no_output_limit {
+                    crate::dataset::NO_OUTPUT_LIMIT
+                } else {
+                    out.max(1)
+                },
                 prefix_hit_blocks: 0,
                 prefix_total_blocks: r.req.hash_ids.len() as u32,
                 source_outer_idx: r.outer,
