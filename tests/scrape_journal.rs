@@ -451,34 +451,11 @@ fn a_finalized_killed_runs_profiling_counters_equal_its_records() {
     let stuck = endpoint_that_hangs(hang.clone());
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("out");
-    let corpus = fixture("traces-subagents-8.jsonl");
     let mut child = super::support::agentx_command(work.path(), &[])
-        .args([
-            "run",
-            "--url",
+        .args(super::support::tree_run_args(
             &sim.url(),
-            "--model",
-            "agentx-sim",
-            "--input-file",
-            corpus.to_str().unwrap(),
-            "--random-seed",
-            "42",
-            "--unsafe-override",
-            "--concurrency",
-            "4",
-            "--benchmark-duration",
-            "3",
-            "--benchmark-grace-period",
-            "60",
-            "--trace-idle-gap-cap-seconds",
-            "0.01",
-            "--stats-interval",
-            "0",
-            "--server-metrics",
-            &stuck,
-            "-o",
-            out.to_str().unwrap(),
-        ])
+            &["--server-metrics", &stuck, "-o", out.to_str().unwrap()],
+        ))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -351,36 +351,10 @@ fn srv_rows_between_scrapes_keep_the_servers_token_throughput() {
 }
 
 /// The flags of a session-tree run of the default scenario on the with-subagents fixture against
-/// `url`: warmup primers, then a cache-pressure stage of 2 requests per lane, 3 s of profiling and
-/// a grace period every request finishes within.
+/// `url` ([`crate::support::tree_run_args`]): warmup primers, then a cache-pressure stage of 2
+/// requests per lane, 3 s of profiling and a grace period every request finishes within.
 fn tree_run(url: &str) -> Vec<String> {
-    let corpus = crate::support::fixture("traces-subagents-8.jsonl");
-    [
-        "run",
-        "--url",
-        url,
-        "--model",
-        "agentx-sim",
-        "--input-file",
-        corpus.to_str().unwrap(),
-        "--random-seed",
-        "42",
-        "--unsafe-override",
-        "--concurrency",
-        "4",
-        "--benchmark-duration",
-        "3",
-        "--benchmark-grace-period",
-        "60",
-        "--warmup-requests-per-lane",
-        "2",
-        "--trace-idle-gap-cap-seconds",
-        "0.01",
-        "--stats-interval",
-        "0",
-    ]
-    .map(String::from)
-    .to_vec()
+    crate::support::tree_run_args(url, &["--warmup-requests-per-lane", "2"])
 }
 
 /// A simulator whose requests take time (20 ms to the first token, 1 ms a token), so warmup and

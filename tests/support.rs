@@ -18,6 +18,37 @@ pub fn fixture_args(command: &str, url: &str) -> Vec<String> {
     corpus_args(command, scenario, &fixture("traces-24.jsonl"), url)
 }
 
+/// The flags of a session-tree run of the default scenario on the with-subagents fixture against
+/// `url`, then `extra`: 4 lanes, 3 s of profiling, a grace period of 60 s every request finishes
+/// within (so no record is cancelled and the server's counters equal the records), think gaps
+/// capped at 10 ms, no realtime block.
+pub fn tree_run_args(url: &str, extra: &[&str]) -> Vec<String> {
+    let corpus = fixture("traces-subagents-8.jsonl");
+    let common = [
+        "run",
+        "--url",
+        url,
+        "--model",
+        "agentx-sim",
+        "--input-file",
+        corpus.to_str().unwrap(),
+        "--random-seed",
+        "42",
+        "--unsafe-override",
+        "--concurrency",
+        "4",
+        "--benchmark-duration",
+        "3",
+        "--benchmark-grace-period",
+        "60",
+        "--trace-idle-gap-cap-seconds",
+        "0.01",
+        "--stats-interval",
+        "0",
+    ];
+    common.iter().chain(extra).map(|a| a.to_string()).collect()
+}
+
 /// [`fixture_args`] on `corpus`, with `scenario` (when given) after the command.
 pub fn corpus_args(command: &str, scenario: Option<&str>, corpus: &Path, url: &str) -> Vec<String> {
     let mut args = vec![command.to_string()];
