@@ -722,21 +722,11 @@ fn tree_args(url: &str, conc: u32) -> Vec<String> {
     .to_vec()
 }
 
-/// Two shards of a session-tree run of the default scenario merge into the unsharded plan: the
-/// same lanes (trace, t*, marker, alive streams) as the dry run in one process, records with
-/// their trees' depth, parent and root ids, every recycled tree on one shard only and each marker
-/// pass minted once, the tree counts summed, and the exports and report of a run in one process.
-#[test]
-fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
-    let mut cfg = SimConfig::max();
-    cfg.timing = agentx::sim::Timing::Fixed {
-        ttft: std::time::Duration::from_millis(20),
-        itl: std::time::Duration::from_millis(1),
-    };
-    let sim = Sim::start(cfg);
-    let work = tempfile::tempdir().unwrap();
-    let out = work.path().join("run");
-    let merged = work.path().join("merged");
+/// Runs two shards of a session-tree run (4 lanes) against `sim` under `work`, shard 0 merging
+/// them; both must exit 0. Returns the shards' artifact directory and the merged run's.
+fn two_tree_shards(sim: &Sim, work: &Path) -> (PathBuf, PathBuf) {
+    let out = work.join("run");
+    let merged = work.join("merged");
     let coordinator = format!("127.0.0.1:{}", free_port());
     let children: Vec<Child> = (0..2)
         .map(|i| {
@@ -758,13 +748,30 @@ fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
             if i == 0 {
                 a.extend(["--merge-into".to_string(), merged.to_str().unwrap().into()]);
             }
-            spawn(work.path(), &a, &[])
+            spawn(work, &a, &[])
         })
         .collect();
     let outs = wait_all(children);
     for (i, o) in outs.iter().enumerate() {
         assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
     }
+    (out, merged)
+}
+
+/// Two shards of a session-tree run of the default scenario merge into the unsharded plan: the
+/// same lanes (trace, t*, marker, alive streams) as the dry run in one process, records with
+/// their trees' depth, parent and root ids, every recycled tree on one shard only and each marker
+/// pass minted once, the tree counts summed, and the exports and report of a run in one process.
+#[test]
+fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Fixed {
+        ttft: std::time::Duration::from_millis(20),
+        itl: std::time::Duration::from_millis(1),
+    };
+    let sim = Sim::start(cfg);
+    let work = tempfile::tempdir().unwrap();
+    let (out, merged) = two_tree_shards(&sim, work.path());
     let m = json(&merged.join("run_manifest.json"));
     assert_eq!(m["shards"].as_array().unwrap().len(), 2);
     assert!(m.get("shard_exports").is_none());
@@ -993,36 +1000,7 @@ fn two_shards_profiling_counters_equal_both_shards_records() {
     };
     let sim = Sim::start(cfg);
     let work = tempfile::tempdir().unwrap();
-    let out = work.path().join("run");
-    let merged = work.path().join("merged");
-    let coordinator = format!("127.0.0.1:{}", free_port());
-    let children: Vec<Child> = (0..2)
-        .map(|i| {
-            let mut a = tree_args(&sim.url(), 4);
-            let shard = format!("{i}/2");
-            a.extend(
-                [
-                    "--shard",
-                    &shard,
-                    "--coordinator",
-                    &coordinator,
-                    "--output-artifact-dir",
-                    out.to_str().unwrap(),
-                    "--rendezvous-timeout",
-                    "60",
-                ]
-                .map(String::from),
-            );
-            if i == 0 {
-                a.extend(["--merge-into".to_string(), merged.to_str().unwrap().into()]);
-            }
-            spawn(work.path(), &a, &[])
-        })
-        .collect();
-    let outs = wait_all(children);
-    for (i, o) in outs.iter().enumerate() {
-        assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
-    }
+    let (out, merged) = two_tree_shards(&sim, work.path());
     assert!(!out.join("shard-1/server_metrics_export.json").exists());
     let export = json(&merged.join("server_metrics_export.json"));
     let url = format!("{}/metrics", sim.url());

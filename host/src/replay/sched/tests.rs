@@ -471,17 +471,13 @@ async fn a_panicking_request_is_recorded_as_failed_and_its_tree_drains() {
     assert_eq!((out.replay.tally.failed, out.replay.tally.ok), (1, 4));
 }
 
-/// The warmup's cache-pressure stage after the primers, then the hand-off: each lane sends one
-/// request past its primer (lane 1's is its root's last turn, so its tree drains and recycles in
-/// the stage); profiling then resumes every stream at its turn's recorded offset past its tree's
-/// origin, less the smallest such offset (T0).
-#[tokio::test(start_paused = true)]
-async fn the_pressure_stage_hands_off_to_profiling_at_recorded_offsets() {
+/// Two lanes with a cache-pressure stage of one request per lane: lane 0 from t* = 0.5 s (root
+/// turn 1 next, turn 0 its primer), lane 1 from t* = 1.5 s (root turn 2 next, turn 1 its primer),
+/// root turn 1 followed by a 10 s think gap.
+fn pressure_case() -> Case {
     let mut case = Case::new(2.0);
     case.pressure = Some(Pressure::RequestsPerLane(1));
     case.delays = [[0.0, 10_000.0, 0.0], [0.0; 3]];
-    // Lane 0 from t* = 0.5 s (root turn 1 next, turn 0 its primer), lane 1 from t* = 1.5 s (root
-    // turn 2 next, turn 1 its primer).
     let lane = |lane: u32, t_star: f64, next: u32| TreeLane {
         t_star_ms: Some(t_star),
         streams: vec![TreeLaneStream {
@@ -492,6 +488,16 @@ async fn the_pressure_stage_hands_off_to_profiling_at_recorded_offsets() {
         ..root_lane(lane)
     };
     case.lanes = vec![lane(0, 500.0, 1), lane(1, 1500.0, 2)];
+    case
+}
+
+/// The warmup's cache-pressure stage after the primers, then the hand-off: each lane sends one
+/// request past its primer (lane 1's is its root's last turn, so its tree drains and recycles in
+/// the stage); profiling then resumes every stream at its turn's recorded offset past its tree's
+/// origin, less the smallest such offset (T0).
+#[tokio::test(start_paused = true)]
+async fn the_pressure_stage_hands_off_to_profiling_at_recorded_offsets() {
+    let case = pressure_case();
     let (out, recs) = case.run(ok()).await;
     let phases: Vec<(u32, String, f64, Phase)> = sends(&recs)
         .into_iter()
@@ -532,19 +538,7 @@ async fn the_pressure_stage_hands_off_to_profiling_at_recorded_offsets() {
 #[tokio::test(start_paused = true)]
 async fn boundary_scrapes_come_at_the_phase_edges_and_bound_profiling() {
     use crate::metrics::scrape_log::Boundary;
-    let mut case = Case::new(2.0);
-    case.pressure = Some(Pressure::RequestsPerLane(1));
-    case.delays = [[0.0, 10_000.0, 0.0], [0.0; 3]];
-    let lane = |lane: u32, t_star: f64, next: u32| TreeLane {
-        t_star_ms: Some(t_star),
-        streams: vec![TreeLaneStream {
-            next_turn: next,
-            warm_turn: Some(next - 1),
-            ..root_lane(lane).streams[0].clone()
-        }],
-        ..root_lane(lane)
-    };
-    case.lanes = vec![lane(0, 500.0, 1), lane(1, 1500.0, 2)];
+    let mut case = pressure_case();
     let seen: Arc<std::sync::Mutex<Vec<(Boundary, u64, u64)>>> = Default::default();
     let log = seen.clone();
     let start = tokio::time::Instant::now();
