@@ -722,6 +722,16 @@ fn tree_args(url: &str, conc: u32) -> Vec<String> {
     .to_vec()
 }
 
+/// The simulator at full speed with a fixed 20 ms TTFT and 1 ms between tokens.
+fn fixed_timing_sim() -> Sim {
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Fixed {
+        ttft: std::time::Duration::from_millis(20),
+        itl: std::time::Duration::from_millis(1),
+    };
+    Sim::start(cfg)
+}
+
 /// Runs two shards of a session-tree run (4 lanes) against `sim` under `work`, shard 0 merging
 /// them; both must exit 0. Returns the shards' artifact directory and the merged run's.
 fn two_tree_shards(sim: &Sim, work: &Path) -> (PathBuf, PathBuf) {
@@ -764,12 +774,7 @@ fn two_tree_shards(sim: &Sim, work: &Path) -> (PathBuf, PathBuf) {
 /// pass minted once, the tree counts summed, and the exports and report of a run in one process.
 #[test]
 fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
-    let mut cfg = SimConfig::max();
-    cfg.timing = agentx::sim::Timing::Fixed {
-        ttft: std::time::Duration::from_millis(20),
-        itl: std::time::Duration::from_millis(1),
-    };
-    let sim = Sim::start(cfg);
+    let sim = fixed_timing_sim();
     let work = tempfile::tempdir().unwrap();
     let (out, merged) = two_tree_shards(&sim, work.path());
     let m = json(&merged.join("run_manifest.json"));
@@ -993,12 +998,7 @@ fn an_interrupt_of_one_shard_of_a_tree_run_stops_both() {
 #[test]
 fn two_shards_profiling_counters_equal_both_shards_records() {
     use crate::support::{boundaries_taken, csv_counts, record_counts, server_counts};
-    let mut cfg = SimConfig::max();
-    cfg.timing = agentx::sim::Timing::Fixed {
-        ttft: std::time::Duration::from_millis(20),
-        itl: std::time::Duration::from_millis(1),
-    };
-    let sim = Sim::start(cfg);
+    let sim = fixed_timing_sim();
     let work = tempfile::tempdir().unwrap();
     let (out, merged) = two_tree_shards(&sim, work.path());
     assert!(!out.join("shard-1/server_metrics_export.json").exists());
