@@ -224,8 +224,7 @@ impl RequestRecord {
     /// open schedule waited, send lag included (no coordinated omission). Exported as
     /// `scheduled_time_to_first_token`.
     pub fn scheduled_ttft_ns(&self) -> Option<u64> {
-        self.first_token_ns
-            .map(|t| t.saturating_sub(self.intended_ns))
+        Some(self.ttft_ns()? + self.send_lag_ns())
     }
 
     /// What the client added to the time to first token: [`RequestRecord::scheduled_ttft_ns`]
@@ -246,9 +245,7 @@ impl RequestRecord {
     /// End-to-end latency to the last content chunk from when the request was due (exported as
     /// `scheduled_request_latency`).
     pub fn scheduled_latency_ns(&self) -> Option<u64> {
-        self.chunk_offsets_ns
-            .last()
-            .map(|&o| (self.send_ns + o).saturating_sub(self.intended_ns))
+        Some(self.latency_ns()? + self.send_lag_ns())
     }
 
     /// Inter-token latency: decode time over `osl - 1` tokens (needs two or more).
