@@ -99,7 +99,7 @@ fn coerce(v: &str) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::run::RunArgs;
+    use crate::cli::run_args::RunArgs;
 
     fn parsed(words: &[&str]) -> anyhow::Result<serde_json::Value> {
         use clap::Parser;

@@ -18,6 +18,7 @@ pub mod finalize;
 pub mod merge;
 pub mod report;
 pub mod run;
+pub mod run_args;
 mod run_plan;
 pub mod shard;
 pub mod sim;
@@ -48,7 +49,7 @@ pub struct Cli {
 pub enum Command {
     /// Replay agentic sessions against a server under a scenario component (the main job).
     /// Without --url it starts the built-in simulator and replays the bundled corpus.
-    Run(Box<run::RunArgs>),
+    Run(Box<run_args::RunArgs>),
     /// Rerun a recorded run from its manifest: same scenario (by hash), dataset (by digest), seed,
     /// run id and so the same plan.
     Replay(run::ReplayArgs),

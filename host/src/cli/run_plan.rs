@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
-use super::run::RunArgs;
+use super::run_args::RunArgs;
 use crate::client::session_control::DEFAULT_SESSION_TIMEOUT_S;
 use crate::client::{ClientConfig, DynamoRouting, EndpointType, RoutingHeaders};
 use crate::dataset::{self, AssistantMode};

@@ -9,7 +9,8 @@ use anyhow::{anyhow, bail};
 use clap::{Args, Parser};
 
 use super::report::IdentityArgs;
-use super::run::{run_config, RunArgs};
+use super::run::run_config;
+use super::run_args::RunArgs;
 use crate::export::bmk::Identity;
 use crate::export::sweep::PointStatus;
 use crate::metrics::slo::SloSet;

@@ -11,13 +11,8 @@ pub(super) struct StreamState {
 }
 
 impl StreamState {
-    pub(super) fn on_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
-        if self.done || self.failure.is_some() {
-            return;
-        }
-        if self.api == EndpointType::Anthropic {
-            return super::anthropic::on_event(self, event, now, ex);
-        }
+    /// One chat-completions event (the OpenAI chunk shape) of a stream still going.
+    pub(super) fn on_chat_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
         if event == "[DONE]" {
             self.done = true;
             return;

@@ -57,6 +57,19 @@ use sse::SseDecoder;
 /// Longest error body excerpt kept (and handed to the scenario's classifier).
 pub const ERROR_EXCERPT: usize = 4096;
 
+impl StreamState {
+    /// One event of the stream, read in the shape of the endpoint's API; nothing once it ended.
+    pub(crate) fn on_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
+        if self.done || self.failure.is_some() {
+            return;
+        }
+        match self.api {
+            EndpointType::Anthropic => anthropic::on_event(self, event, now, ex),
+            _ => self.on_chat_event(event, now, ex),
+        }
+    }
+}
+
 /// Makes room for `needed` open files (sockets of the lanes, plus the process's own): raises the
 /// soft `RLIMIT_NOFILE` towards the hard limit when it is lower, as a server would. Returns
 /// `Err((soft, hard))` when even the hard limit is below `needed`.

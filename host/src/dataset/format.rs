@@ -1,6 +1,7 @@
 //! Corpus formats: which parser reads a source ([`Format`]), the options a format's content depends on
 //! ([`FormatSpec`]: block size, the TraceLab join knobs), detection from a source's first record, and
-//! the one entry point that hands a source's traces to the cache builder in any format ([`scan`]).
+//! the source file a JSONL format reads ([`jsonl_path`]). [`super::any_format::scan`] reads a source in
+//! any of them.
 //!
 //! Every format becomes [`ParsedTrace`]s, the shape the weka parser produces, so the cache entry, the
 //! views, prompt synthesis and the session-tree builder are the same for all of them:
@@ -17,14 +18,13 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::ops::ControlFlow;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::error::DatasetError;
-use super::weka::{ParsedTrace, SourceFiles};
+use super::weka::SourceFiles;
 
 /// A corpus format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -376,26 +376,6 @@ pub(crate) fn jsonl_path(files: &SourceFiles, format: Format) -> Result<&Path, D
              file, or --format weka for a directory of weka *.json traces",
             dir.display()
         ))),
-    }
-}
-
-/// Reads the traces of a source in format `spec` and hands each to `f` until it answers `Break`.
-/// Returns the number of traces read; a source without any trace is [`DatasetError::Empty`].
-pub fn scan(
-    spec: &FormatSpec,
-    files: &SourceFiles,
-    f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
-) -> Result<usize, DatasetError> {
-    match spec.format {
-        Format::Weka => match spec.trace_block_size {
-            None => super::weka::scan_traces(files, f),
-            Some(n) => {
-                let mut f = f;
-                super::weka::scan_traces(files, |t| f(super::weka::relayout(t, n)?))
-            }
-        },
-        Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, f),
-        Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, f),
     }
 }
 

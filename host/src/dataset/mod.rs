@@ -29,6 +29,7 @@
 //! seed, vocabulary) alone; nothing here knows about HTTP or time.
 
 pub mod alias;
+pub mod any_format;
 pub mod cache;
 pub mod chat_template;
 pub mod error;
@@ -158,7 +159,7 @@ fn build(
     };
     if let Some(max) = sel.max_context_length {
         let mut selector = select::Selector::new(*sel);
-        format::scan(spec, files, |t| {
+        any_format::scan(spec, files, |t| {
             if selector.offer(&t) {
                 add(t, &mut b)?;
             }
@@ -190,7 +191,7 @@ fn build(
         b.set_selection(report);
     } else {
         let mut delivered = 0usize;
-        format::scan(spec, files, |t| {
+        any_format::scan(spec, files, |t| {
             add(t, &mut b)?;
             delivered += 1;
             Ok(if limit.is_some_and(|l| delivered >= l) {

@@ -375,7 +375,7 @@ pub fn tree_stats_of(
         };
         let mut trees: Vec<SessionTree> = Vec::new();
         let (mut failed, mut first_error, mut relative) = (0usize, None, false);
-        super::format::scan(spec, files, |t| {
+        super::any_format::scan(spec, files, |t| {
             if !keep(&t.id) {
                 return Ok(ControlFlow::Continue(()));
             }

@@ -848,6 +848,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// The aiperf `metadata.dataset` block of a named corpus.
+pub fn alias_dataset_json(
+    alias: &crate::dataset::alias::Alias,
+    entries: Option<usize>,
+) -> serde_json::Value {
+    let mut d = json!({
+        "source_type": "public_dataset",
+        "loader": alias.name,
+        "hf_dataset_name": alias.repo,
+        "hf_split": "train",
+    });
+    if let Some(n) = entries {
+        d["num_dataset_entries"] = json!(n);
+    }
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -373,3 +373,6 @@ mod tests {
         assert!(e.contains("m.json") && e.contains("seed"), "{e}");
     }
 }
+
+/// The manifest key of a shard's exports rules (the merge reads it, and drops it).
+pub const SHARD_EXPORTS: &str = "shard_exports";

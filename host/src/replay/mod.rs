@@ -37,6 +37,7 @@ pub mod plan;
 pub mod recycle;
 mod request;
 pub mod sched;
+mod session;
 mod shard;
 #[cfg(test)]
 mod testkit;
@@ -60,9 +61,10 @@ use crate::metrics::scrape_log::Boundary;
 use crate::record::{Clock, Phase, RecordSender, RequestRecord};
 use crate::scenario::types::Placement;
 use crate::scenario::ScenarioInstance;
-use lane::{Session, Warmed};
+use lane::Warmed;
 pub use plan::{Lane, Plan, PlanParams};
 use recycle::Recycler;
+use session::Session;
 use shard::{shard_warmup, WarmEnd};
 pub use transport::Transport;
 

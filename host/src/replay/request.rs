@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use super::lane::Session;
+use super::session::Session;
 use super::{bust, Shared};
 use bytes::Bytes;
 

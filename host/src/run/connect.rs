@@ -188,7 +188,7 @@ pub(super) fn start_scraper(
     cfg: &RunConfig,
     rt: &tokio::runtime::Runtime,
     url: &str,
-    dir: &super::outputs::RunDir,
+    dir: &super::run_dir::RunDir,
 ) -> anyhow::Result<Option<Arc<crate::client::scrape::Scraper>>> {
     if cfg.no_server_metrics || cfg.shard.as_ref().is_some_and(|s| s.index != 0) {
         return Ok(None);

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 
-use super::outputs::{self, Ended, RunDir};
+use super::outputs::{self, Ended};
+use super::run_dir::RunDir;
 use super::{plan, prepare, RunConfig, RunOutcome};
 use crate::export::manifest::{Finalized, Manifest};
 use crate::record::{scan_records, Phase, RequestRecord, RECORDS_FILE};

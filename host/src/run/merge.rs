@@ -255,7 +255,9 @@ fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
     lanes.sort_by_key(|l| l["lane"].as_u64().unwrap_or(0));
     manifest.lanes = lanes;
     manifest.shard = None;
-    manifest.extra.remove(super::outputs::SHARD_EXPORTS);
+    manifest
+        .extra
+        .remove(crate::export::manifest::SHARD_EXPORTS);
     manifest.trees = tree_counts(shards, &tl.records);
     manifest.extra.insert("shards".into(), json!(tl.shard_rows));
     manifest
@@ -311,7 +313,7 @@ fn peak_in_flight(records: &[RequestRecord]) -> u64 {
     peak as u64
 }
 
-/// The scenario's rules for the exports that a shard's manifest keeps ([`super::outputs::SHARD_EXPORTS`]):
+/// The scenario's rules for the exports that a shard's manifest keeps ([`crate::export::manifest::SHARD_EXPORTS`]):
 /// the coverage rule and the warmup's naming; aiperf 0.13's when absent.
 fn export_rules(
     m: &Manifest,
@@ -319,7 +321,7 @@ fn export_rules(
     crate::export::aiperf::CoverageRule,
     crate::export::aiperf::WarmupNaming,
 ) {
-    let Some(e) = m.extra.get(super::outputs::SHARD_EXPORTS) else {
+    let Some(e) = m.extra.get(crate::export::manifest::SHARD_EXPORTS) else {
         return (Default::default(), Default::default());
     };
     let rule = crate::export::aiperf::CoverageRule {
@@ -445,12 +447,12 @@ fn write_merged(
             .alias
             .as_deref()
             .and_then(crate::dataset::alias::lookup)
-            .map(|a| super::outputs::alias_dataset_json(a, m0.dataset.num_dataset_entries)),
+            .map(|a| crate::export::aiperf::alias_dataset_json(a, m0.dataset.num_dataset_entries)),
         warmup_naming: export_rules(m0).1,
         goodput,
     };
     let slice = m0.slice_duration;
-    let (written, failed) = super::outputs::write_exports(&art, records, &info, slice, None);
+    let (written, failed) = crate::export::write_run_exports(&art, records, &info, slice, None);
     files.extend(written);
     if failed {
         bail!(

@@ -19,6 +19,7 @@ pub mod outputs;
 pub mod plan;
 pub mod prepare;
 pub mod rendezvous;
+pub mod run_dir;
 pub mod server_cmd;
 pub mod shard;
 pub mod sweep;
@@ -145,7 +146,7 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         None => (runtime()?, None),
     };
     let (mut conn, client) = connect::connect(&cfg, &rt, &p, &planned)?;
-    let (dir, sink) = outputs::RunDir::open(
+    let (dir, sink) = run_dir::RunDir::open(
         &cfg,
         &p,
         &planned,
@@ -176,7 +177,7 @@ struct ReplayStage<'a> {
     p: &'a Prepared,
     planned: &'a Planned,
     conn: &'a Connected,
-    dir: &'a outputs::RunDir,
+    dir: &'a run_dir::RunDir,
     sink: &'a crate::record::RecordSink,
 }
 

@@ -1,6 +1,6 @@
-//! What a run writes: the artifact directory opened once every check passed, the manifest (before
-//! the first request and at the end), and the last stage (the scenario's verdict, the summary, the
-//! aiperf exports, the plot and the page, a sharded run's merge).
+//! What a run writes at its end: the last stage (the scenario's verdict, the manifest's end, the
+//! summary, the aiperf exports, the plot and the page, a sharded run's merge). The artifact
+//! directory and the manifest before the first request are [`super::run_dir`]'s.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,267 +8,17 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use serde_json::json;
 
-use super::config::{value_json, RunConfig, RunOutcome};
+use super::config::{RunConfig, RunOutcome};
 use super::connect::Connected;
 use super::plan::{prefix_stamps, Planned};
 use super::prepare::Prepared;
-use super::{artifact_dir, host_name, merge, rendezvous, shard_dir_name, MANIFEST_FILE};
-use crate::dataset::AssistantMode;
-use crate::export::manifest::{
-    self, DatasetId, HttpInfo, Manifest, ScenarioId, SettingRow, ShardInfo, WarningRow,
-};
+use super::run_dir::{assistant_mode, dataset_id, scenario_id, RunDir};
+use super::{merge, rendezvous, shard_dir_name, MANIFEST_FILE};
 use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
-use crate::fsio::Root;
 use crate::metrics::Summary;
-use crate::record::{scan_records, Clock, RecordSink};
+use crate::record::{scan_records, RecordSink};
 use crate::replay::{self, ReplayOutcome};
 use crate::scenario;
-
-/// A run's artifact directory once it is open: the run's clock and the manifest (rewritten as the
-/// run learns more).
-pub(super) struct RunDir {
-    /// The run's directory (`out` or, for a shard, its parent).
-    pub run_dir: PathBuf,
-    /// Where this process writes.
-    pub out: PathBuf,
-    pub art: Root,
-    pub clock: Clock,
-    pub manifest: Manifest,
-    /// The manifest's rewrite when profiling begins, off the scheduler's thread.
-    noting: std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
-}
-
-impl RunDir {
-    /// Opens the directory (only now that every check passed), starts the record sink (returned
-    /// beside it) and the clock, and writes the manifest before the first request.
-    pub fn open(
-        cfg: &RunConfig,
-        p: &Prepared,
-        planned: &Planned,
-        model: &str,
-        member: Option<&rendezvous::Member>,
-    ) -> anyhow::Result<(RunDir, RecordSink)> {
-        let run_dir = cfg
-            .output
-            .resolve(&p.info.name, &planned.run_id, cfg.shard.is_some());
-        let out = match &cfg.shard {
-            Some(sh) => run_dir.join(shard_dir_name(sh.index)),
-            None => run_dir.clone(),
-        };
-        let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
-        let sink = RecordSink::create(&art)?;
-        let clock = Clock::start();
-        let mut manifest = manifest_of(cfg, p, planned, clock.anchor_unix_ns());
-        manifest.model = Some(model.to_string());
-        if let (Some(sh), Some(m)) = (&cfg.shard, member) {
-            manifest.shard = Some(ShardInfo {
-                index: sh.index,
-                count: sh.count,
-                source: sh.source.to_string(),
-                coordinator: sh.coordinator.clone(),
-                host: host_name(),
-                lanes: match &planned.tree {
-                    Some(tp) => tp.own_lanes().iter().map(|l| l.lane).collect(),
-                    None => planned.plan.lanes.iter().map(|l| l.lane).collect(),
-                },
-                pool: match &planned.tree {
-                    Some(tp) => tp.owned_trees(),
-                    None => planned.plan.pool.len(),
-                },
-                clock_offset_ns: m.clock_offset_ns,
-                clock_rtt_ns: m.clock_rtt_ns as i64,
-                rendezvous_s: m.joined_in.as_secs_f64(),
-                rendezvous: None,
-            });
-            // What the merge's exports follow that the records do not say.
-            manifest
-                .extra
-                .insert(SHARD_EXPORTS.into(), shard_exports(p, planned));
-        }
-        let d = RunDir {
-            run_dir,
-            out,
-            art,
-            clock,
-            manifest,
-            noting: Default::default(),
-        };
-        d.write_manifest()?;
-        Ok((d, sink))
-    }
-
-    /// An artifact directory a run left (a run finished afterwards by [`super::finalize`]), with
-    /// its manifest as read and the run's clock rebuilt from the recorded start.
-    pub fn reopen(dir: &std::path::Path, manifest: Manifest) -> anyhow::Result<RunDir> {
-        let art = Root::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
-        Ok(RunDir {
-            run_dir: dir.to_path_buf(),
-            out: dir.to_path_buf(),
-            art,
-            clock: Clock::from_anchor_unix_ns(manifest.started_unix_ns),
-            manifest,
-            noting: Default::default(),
-        })
-    }
-
-    /// What the replay calls when profiling begins: the manifest is rewritten with the start
-    /// (from a thread of its own: the scheduler does not wait on the disk), so a run killed later
-    /// keeps its profiling window. [`RunDir::profiling_noted`] waits for the write.
-    pub fn on_profiling(&self) -> Box<dyn FnOnce(u64) + Send> {
-        let mut m = self.manifest.clone();
-        let out = self.out.clone();
-        let noting = self.noting.clone();
-        Box::new(move |ns| {
-            m.profiling_started_ns = Some(ns);
-            let write = move || {
-                let r = Root::open(&out)
-                    .and_then(|r| r.write_atomic(MANIFEST_FILE, m.to_json_pretty().as_bytes()));
-                if let Err(e) = r {
-                    tracing::warn!(
-                        "cannot note the start of profiling in {}: {e}",
-                        out.join(MANIFEST_FILE).display()
-                    );
-                }
-            };
-            match std::thread::Builder::new()
-                .name("agentx-manifest".into())
-                .spawn(write)
-            {
-                Ok(h) => *noting.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
-                Err(e) => tracing::warn!("cannot note the start of profiling: {e}"),
-            }
-        })
-    }
-
-    /// Waits until the manifest's profiling rewrite is on disk (before the run's own last write).
-    pub fn profiling_noted(&self) {
-        let h = self.noting.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(h) = h {
-            let _ = h.join();
-        }
-    }
-
-    /// Writes the manifest as it stands (atomically: readers see the old or the new one).
-    pub fn write_manifest(&self) -> anyhow::Result<()> {
-        self.art
-            .write_atomic(MANIFEST_FILE, self.manifest.to_json_pretty().as_bytes())
-            .with_context(|| format!("cannot write {}", self.out.join(MANIFEST_FILE).display()))?;
-        Ok(())
-    }
-}
-
-/// The manifest key of a shard's [`shard_exports`] (the merge reads it, and drops it).
-pub(super) const SHARD_EXPORTS: &str = "shard_exports";
-
-/// The scenario's rules for the exports, kept in a shard's manifest so that `merge` writes the
-/// exports this run would have written in one process: the coverage rule and the warmup's phase
-/// name.
-fn shard_exports(p: &Prepared, planned: &Planned) -> serde_json::Value {
-    json!({
-        "coverage_required_ratio": planned
-            .tree
-            .as_ref()
-            .map_or(crate::export::aiperf::COVERAGE_REQUIRED_RATIO, |t| t.rules.min_metric_coverage),
-        "coverage_content": p.decisions.decides_settings,
-        "warmup_phase_name": p.decisions.warmup_phase_name,
-    })
-}
-
-fn assistant_mode(m: AssistantMode) -> &'static str {
-    match m {
-        AssistantMode::Live => "live",
-        AssistantMode::Recorded => "recorded",
-    }
-}
-
-/// The manifest of a run about to start: every input that pins it.
-fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u64) -> Manifest {
-    let rp = &cfg.plan;
-    let resolved = &p.resolved;
-    let lanes = match &planned.tree {
-        Some(tp) => tp.own_lanes().iter().map(|l| json!(l)).collect(),
-        None => planned.plan.lanes.iter().map(|l| json!(l)).collect(),
-    };
-    Manifest {
-        argv: cfg.argv.clone(),
-        cwd: std::env::current_dir().ok(),
-        replay_of: cfg.replay_of.as_ref().map(|r| manifest::ReplayOf {
-            run_id: r.run_id.clone(),
-            manifest: r.manifest.clone(),
-        }),
-        run_id: planned.run_id.clone(),
-        seed: planned.seed,
-        seed_drawn: resolved.seed_drawn,
-        scenario: scenario_id(p),
-        dataset: dataset_id(p, cfg.num_dataset_entries),
-        resolved_settings: resolved
-            .settings
-            .iter()
-            .map(|s| SettingRow {
-                name: s.name.clone(),
-                value: value_json(&s.value),
-                explicit: s.explicit,
-            })
-            .collect(),
-        replay_settings: Some(p.applied_settings()),
-        warnings: resolved
-            .warnings
-            .iter()
-            .map(|w| WarningRow {
-                setting: w.setting.clone(),
-                message: w.message.clone(),
-            })
-            .collect(),
-        not_acted_on: p.not_acted_on.clone(),
-        resolve_invalid_reasons: resolved.invalid_reasons.clone(),
-        slice_duration: cfg.slice_duration,
-        goodput: cfg.goodput.as_ref().map(|g| g.spec()),
-        session_goodput_share: cfg.goodput.as_ref().map(|_| cfg.session_goodput_share),
-        http: Some(HttpInfo {
-            correlation_header: rp.client.routing.correlation.as_str().to_string(),
-            session_headers: rp
-                .client
-                .routing
-                .names()
-                .iter()
-                .map(|n| n.to_string())
-                .collect(),
-            connection_reuse_strategy: rp.client.reuse.as_str().to_string(),
-            tcp_user_timeout_ms: rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),
-        }),
-        concurrency: p.settings.concurrency,
-        benchmark_duration_s: p.settings.duration.as_secs_f64(),
-        assistant_mode: assistant_mode(rp.mode).to_string(),
-        url: rp
-            .url
-            .clone()
-            .unwrap_or_else(|| format!("builtin-simulator:{}", cfg.sim_preset)),
-        lanes,
-        host_version: env!("CARGO_PKG_VERSION").to_string(),
-        wasmtime_version: scenario::WASMTIME_VERSION.to_string(),
-        started_unix_ns: started_unix,
-        ended_unix_ns: None,
-        shard: None,
-        trees: None,
-        profiling_started_ns: None,
-        profiling_ns: None,
-        stop: None,
-        finalized: None,
-        model: None,
-        server: None,
-        extra: Default::default(),
-    }
-}
-
-/// The scenario as the manifest and the run summary name it.
-fn scenario_id(p: &Prepared) -> ScenarioId {
-    ScenarioId {
-        name: p.info.name.clone(),
-        version: p.info.version.clone(),
-        sha256: p.sc.hash().to_string(),
-        source: p.sc.path().to_owned(),
-    }
-}
 
 /// What the replay stage hands to the last one.
 pub(super) struct Replayed {
@@ -587,7 +337,7 @@ fn exports(
         dataset: p
             .ds
             .alias()
-            .map(|alias| alias_dataset_json(alias, cfg.num_dataset_entries)),
+            .map(|alias| crate::export::aiperf::alias_dataset_json(alias, cfg.num_dataset_entries)),
         warmup_naming: crate::export::aiperf::WarmupNaming(p.decisions.warmup_phase_name.clone()),
         goodput: cfg.goodput.clone(),
     };
@@ -599,7 +349,7 @@ fn exports(
         };
         (log, meta)
     });
-    write_exports(
+    crate::export::write_run_exports(
         &d.art,
         records,
         &info,
@@ -683,81 +433,4 @@ fn finish_shards(
             Ok((Vec::new(), true))
         }
     }
-}
-
-/// The exports of a finished run, or of a merge of shards, beside its records: the aiperf files,
-/// the server metrics (from the scrape log when there is one), the plot and report.html. Each
-/// failure is logged and none loses the records; returns the files written and whether an export
-/// the pipelines read could not be written.
-pub(crate) fn write_exports(
-    art: &crate::fsio::Root,
-    records: &[crate::record::RequestRecord],
-    info: &crate::export::aiperf::RunInfo,
-    slice_duration: Option<f64>,
-    server: Option<(
-        &crate::metrics::scrape_log::ScrapeLog,
-        &crate::export::server_metrics::ExportMeta,
-    )>,
-) -> (Vec<PathBuf>, bool) {
-    let mut files = Vec::new();
-    let mut failed = false;
-    match crate::export::aiperf::write_all(art, records, info, slice_duration) {
-        Ok(f) => files.extend(f),
-        Err(e) => {
-            failed = true;
-            tracing::error!("{e}");
-        }
-    }
-    if let Some((log, meta)) = server {
-        let window = (info.profiling_start_ns, info.profiling_end_ns);
-        match crate::export::server_metrics::write_with(art, log, window, meta) {
-            Ok(f) => files.extend(f),
-            Err(e) => {
-                failed = true;
-                tracing::error!("{e}");
-            }
-        }
-    }
-    if !records.is_empty() {
-        match crate::export::plot::plot_into(
-            art.path(),
-            art,
-            crate::export::plot::PLOT_FILE.as_ref(),
-        ) {
-            Ok(p) => files.push(p),
-            Err(e) => tracing::warn!("no plot: {e}"),
-        }
-        files.extend(crate::export::html::write_after_run(art));
-    }
-    (files, failed)
-}
-
-/// The dataset as the manifest and the run summary name it (`num_dataset_entries` when given).
-fn dataset_id(p: &Prepared, entries: Option<usize>) -> DatasetId {
-    DatasetId {
-        source: p.ds.source_path().to_owned(),
-        alias: p.ds.alias().map(|x| x.name.to_string()),
-        cache_key: Some(p.dataset_key.clone()),
-        traces: p.ds.len(),
-        num_dataset_entries: entries,
-        trace_block_size: p.ds.corpus_format().trace_block_size,
-        harness_notes: p.harness_notes.clone(),
-    }
-}
-
-/// The aiperf `metadata.dataset` block of a named corpus.
-pub(crate) fn alias_dataset_json(
-    alias: &crate::dataset::alias::Alias,
-    entries: Option<usize>,
-) -> serde_json::Value {
-    let mut d = json!({
-        "source_type": "public_dataset",
-        "loader": alias.name,
-        "hf_dataset_name": alias.repo,
-        "hf_split": "train",
-    });
-    if let Some(n) = entries {
-        d["num_dataset_entries"] = json!(n);
-    }
-    d
 }

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::cache::BlockHasher;
 use super::request::{ApiError, ChatRequest};
-use super::stream::{Ident, Usage};
+use super::response::{Ident, Usage};
 use crate::dataset::tokens::TokenCounter;
 
 fn bad(message: impl Into<String>) -> ApiError {

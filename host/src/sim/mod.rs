@@ -38,6 +38,7 @@ mod foreground;
 mod metrics;
 mod record;
 mod request;
+mod response;
 mod server;
 mod stream;
 mod thread;

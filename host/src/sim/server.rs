@@ -34,7 +34,8 @@ use super::faults;
 use super::metrics::{self, EngineMetrics, Exposition};
 use super::record::{Arrival, RequestLog, LOGGED_HEADERS};
 use super::request::{self, Api, ApiError, ChatRequest};
-use super::stream::{self, Ident, Pace, StreamFaults, StreamPlan, TokenStream, Usage, Words};
+use super::response::{Ident, Usage};
+use super::stream::{self, Pace, StreamFaults, StreamPlan, TokenStream, Words};
 
 /// How long shutdown waits for in-flight responses before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

@@ -19,8 +19,8 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::{build, NestedBasis, SessionTree, Stream, TreeOptions, TreeTopology};
+use crate::dataset::any_format;
 use crate::dataset::cache::{self, CacheKey, Entry, Outcome, Store};
-use crate::dataset::format;
 use crate::dataset::weka::{ParsedRequest, ParsedTrace, SourceFiles};
 use crate::dataset::{Dataset, DatasetError, Location, Trajectory};
 
@@ -180,7 +180,7 @@ fn build_entry(
     let mut slots: Vec<Option<ParsedTrace>> = vec![None; ds.len()];
     let mut found = 0usize;
     let spec = ds.corpus_format();
-    format::scan(&spec, &SourceFiles::from_path(ds.source_path())?, |t| {
+    any_format::scan(&spec, &SourceFiles::from_path(ds.source_path())?, |t| {
         if let Some(&i) = want.get(t.id.as_str()) {
             let traj = ds.trajectory(i).expect("an index of the dataset");
             if traj.num_turns() != t.requests.len() {

@@ -72,7 +72,8 @@ use crate::dataset::tree::SessionTree;
 use crate::dataset::Dataset;
 use crate::metrics::scrape_log::Boundary;
 use crate::scenario::types_v2::ReplayRules;
-use state::{Sched, St, Stage};
+use state::{Sched, St};
+use stream::Stage;
 
 /// What the scheduler replays: the corpus's trees and their streams' trajectories, the planned
 /// lanes, the scenario's rules and every turn's delay.

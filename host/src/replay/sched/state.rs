@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use super::stream::{guarded, Job};
+use super::stream::{guarded, Done, Job, Stage};
 use super::{Pressure, TreeCounts, TreePlan};
 use crate::dataset::tree::SessionTree;
 use crate::dataset::Conversation;
@@ -18,23 +18,6 @@ use crate::record::{Phase, TreeInfo};
 use crate::replay::tree::TreeLane;
 use crate::replay::{timer, Session, Shared};
 use crate::scenario::types_v2::TreeId;
-
-/// Where the replay is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stage {
-    Primers,
-    Pressure,
-    Profiling,
-}
-
-impl Stage {
-    pub(super) fn phase(self) -> Phase {
-        match self {
-            Stage::Primers | Stage::Pressure => Phase::Warmup,
-            Stage::Profiling => Phase::Profiling,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum St {
@@ -85,22 +68,6 @@ pub(super) struct Timer {
     pub(super) lane: u32,
     pub(super) gen: u64,
     pub(super) stream: u32,
-}
-
-/// A request's return, as the scheduler sees it.
-pub(super) struct Done {
-    pub(super) lane: u32,
-    pub(super) gen: u64,
-    pub(super) stream: u32,
-    pub(super) turn: u32,
-    pub(super) stage: Stage,
-    pub(super) overflow: bool,
-    pub(super) failed: Option<String>,
-    pub(super) end: Instant,
-    /// The conversation at the stream's next turn (none after the last turn or when it could not
-    /// be built).
-    pub(super) next: Option<Box<Conversation<'static>>>,
-    pub(super) session: Session,
 }
 
 pub(super) struct Sched {

@@ -5,10 +5,44 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::state::{Done, Stage};
 use crate::dataset::{AssistantMode, Conversation, Trajectory};
+use crate::record::Phase;
 use crate::replay::{bust, request, timer, Session, Shared};
+
+/// Where the replay is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    Primers,
+    Pressure,
+    Profiling,
+}
+
+impl Stage {
+    pub(super) fn phase(self) -> Phase {
+        match self {
+            Stage::Primers | Stage::Pressure => Phase::Warmup,
+            Stage::Profiling => Phase::Profiling,
+        }
+    }
+}
+
+/// A request's return, as the scheduler sees it.
+pub(super) struct Done {
+    pub(super) lane: u32,
+    pub(super) gen: u64,
+    pub(super) stream: u32,
+    pub(super) turn: u32,
+    pub(super) stage: Stage,
+    pub(super) overflow: bool,
+    pub(super) failed: Option<String>,
+    pub(super) end: Instant,
+    /// The conversation at the stream's next turn (none after the last turn or when it could not
+    /// be built).
+    pub(super) next: Option<Box<Conversation<'static>>>,
+    pub(super) session: Session,
+}
 
 /// One request of a stream, as its task takes it.
 pub(super) struct Job {

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::state::{Done, Sched, St, Stage};
+use super::state::{Sched, St};
+use super::stream::{Done, Stage};
 use super::{Pressure, Wake};
 use crate::dataset::tree::SessionTree;
 use crate::metrics::scrape_log::Boundary;

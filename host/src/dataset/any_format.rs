@@ -1,0 +1,28 @@
+//! The one entry point that hands a source's traces to the cache builder, whichever format it is in
+//! ([`super::format::Format`]): each parser turns its records into [`ParsedTrace`]s.
+
+use std::ops::ControlFlow;
+
+use super::error::DatasetError;
+use super::format::{jsonl_path, Format, FormatSpec};
+use super::weka::{ParsedTrace, SourceFiles};
+
+/// Reads the traces of a source in format `spec` and hands each to `f` until it answers `Break`.
+/// Returns the number of traces read; a source without any trace is [`DatasetError::Empty`].
+pub fn scan(
+    spec: &FormatSpec,
+    files: &SourceFiles,
+    f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+) -> Result<usize, DatasetError> {
+    match spec.format {
+        Format::Weka => match spec.trace_block_size {
+            None => super::weka::scan_traces(files, f),
+            Some(n) => {
+                let mut f = f;
+                super::weka::scan_traces(files, |t| f(super::weka::relayout(t, n)?))
+            }
+        },
+        Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, f),
+        Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, f),
+    }
+}

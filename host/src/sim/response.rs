@@ -1,0 +1,54 @@
+//! What every chunk of a response names, in either API's shape: its identity ([`Ident`]) and the
+//! usage numbers reported at its end ([`Usage`]).
+
+use bytes::BytesMut;
+
+/// The identity of a response, shared by all its chunks.
+#[derive(Debug, Clone)]
+pub struct Ident {
+    /// `chatcmpl-...`, already a JSON string literal body (escaped, without quotes).
+    pub id_json: String,
+    /// The model name as a JSON string literal body.
+    pub model_json: String,
+    /// Unix seconds.
+    pub created: u64,
+}
+
+impl Ident {
+    /// Build from raw strings, escaping them for JSON once.
+    pub fn new(id: &str, model: &str, created: u64) -> Ident {
+        let esc = |s: &str| {
+            let q = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+            q[1..q.len() - 1].to_string()
+        };
+        Ident {
+            id_json: esc(id),
+            model_json: esc(model),
+            created,
+        }
+    }
+}
+
+/// Usage numbers reported at the end of a response.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    pub(super) fn write_json(&self, out: &mut BytesMut) {
+        use std::fmt::Write as _;
+        let mut s = String::with_capacity(128);
+        let _ = write!(
+            s,
+            r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
+            self.prompt_tokens,
+            self.prompt_tokens + self.completion_tokens,
+            self.completion_tokens,
+            self.cached_tokens
+        );
+        out.extend_from_slice(s.as_bytes());
+    }
+}
