@@ -41,6 +41,7 @@ pub fn rss_bytes() -> u64 {
 
 /// Hands the allocator's free pages back to the kernel (glibc's `malloc_trim`), so that a later
 /// replay's allocations show in the RSS instead of reusing pages an earlier one freed.
+#[allow(unsafe_code)] // a C call into the allocator, with no pointer handed over
 pub fn trim_heap() {
     // SAFETY: malloc_trim only releases free memory of the allocator's arenas.
     unsafe {

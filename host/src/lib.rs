@@ -3,24 +3,28 @@
 //! The native host owns networking, the dataset cache, time and files; the policy of a benchmark
 //! scenario runs as a sandboxed WebAssembly component loaded by hash (see [`scenario`]).
 //!
-//! Unsafe code is denied crate-wide; the two places that need it (mapping a dataset cache entry,
-//! `dataset::mmap`, and loading a compiled scenario component, `scenario`) allow it item by item,
-//! each with its reason.
+//! This crate is the command line ([`cli`]) and a run's stages ([`run`]); everything below them is a
+//! crate of the workspace (`crates/*`, one paragraph each in `docs/architecture.md`), re-exported
+//! here under its module name so that the binary, the integration tests, the benches and the fuzz
+//! targets reach the whole library as `agentx::<module>`.
+//!
+//! Unsafe code is denied; the binary's allocator constructor (`main.rs`) allows it for one item.
 
-#![deny(unsafe_code)]
-
+/// The printing macros (`outln!`, `out!`, `errln!`) for every module of the command line.
 #[macro_use]
-pub mod out;
+extern crate agentx_record as printing;
 
 pub mod cli;
-pub mod client;
-pub mod dataset;
-pub mod export;
-pub mod fsio;
-pub mod metrics;
-pub mod record;
-pub mod replay;
 pub mod run;
-pub mod scenario;
-pub mod sim;
-pub mod ui;
+
+pub use agentx_client as client;
+pub use agentx_dataset as dataset;
+pub use agentx_export as export;
+pub use agentx_metrics as metrics;
+pub use agentx_protocol as protocol;
+pub use agentx_record as record;
+pub use agentx_record::{fsio, out};
+pub use agentx_replay as replay;
+pub use agentx_replay::ui;
+pub use agentx_scenario as scenario;
+pub use agentx_sim as sim;

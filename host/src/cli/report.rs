@@ -32,8 +32,8 @@ pub struct ReportArgs {
     pub dataset: Option<String>,
     /// nested: InferenceX's current result (identity, request_accounting, request_metrics{...},
     /// server_metrics{...}); flat: the seed-era bmk_agentic keys (mean_ttft, p90_e2el, ...).
-    #[arg(long, value_enum, default_value_t = Layout::Nested, value_name = "LAYOUT")]
-    pub layout: Layout,
+    #[arg(long, value_enum, default_value_t = LayoutArg(Layout::Nested), value_name = "LAYOUT")]
+    pub layout: LayoutArg,
     #[command(flatten)]
     pub identity: IdentityArgs,
 }
@@ -224,7 +224,7 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
         &identity,
         a.dataset.as_deref(),
         &OpenOptions::default(),
-        a.layout,
+        a.layout.0,
     )?;
     json.push('\n');
     match &a.output {
@@ -292,14 +292,18 @@ pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--layout`'s values (the layouts are `export`'s; their spelling on the command line is here).
-impl clap::ValueEnum for Layout {
+/// `--layout`'s values: the layouts are `export`'s ([`Layout`]), their spelling on the command line
+/// is here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayoutArg(pub Layout);
+
+impl clap::ValueEnum for LayoutArg {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Layout::Flat, Layout::Nested]
+        &[LayoutArg(Layout::Flat), LayoutArg(Layout::Nested)]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(match self {
+        Some(match self.0 {
             Layout::Flat => clap::builder::PossibleValue::new("flat")
                 .help("The seed-era `bmk_agentic` keys (`mean_ttft`, `p90_e2el`, ...) at the top level"),
             Layout::Nested => clap::builder::PossibleValue::new("nested").help(
@@ -324,7 +328,7 @@ mod tests {
     #[test]
     fn layout_defaults_to_nested_and_flat_is_a_flag_away() {
         let a = Cli::try_parse_from(["report", "dir"]).unwrap().report;
-        assert_eq!(a.layout, Layout::Nested);
+        assert_eq!(a.layout.0, Layout::Nested);
         let a = Cli::try_parse_from([
             "report",
             "dir",
@@ -339,7 +343,7 @@ mod tests {
         ])
         .unwrap()
         .report;
-        assert_eq!(a.layout, Layout::Flat);
+        assert_eq!(a.layout.0, Layout::Flat);
         let id = Identity::resolve(&a.identity.into()).unwrap();
         assert_eq!((id.pp, id.dcp_size, id.pcp_size), (2, 4, 2));
         assert!(Cli::try_parse_from(["report", "dir", "--layout", "tree"]).is_err());

@@ -597,7 +597,7 @@ fn validity(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::stats::tests::rec;
+    use crate::record::testkit::rec;
     use crate::record::TreeInfo;
 
     fn tree_rec(send_ms: u64, trace: &str, turn: u32, stamp: (u32, u32)) -> RequestRecord {

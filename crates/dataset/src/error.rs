@@ -1,0 +1,165 @@
+//! The typed errors of the dataset module: where a trace is wrong, a source that cannot be found or read,
+//! and a cache that cannot be written.
+//!
+//! Every message is lower-case and says what is wrong, where (file:line, trace id, request index and
+//! field) and, where there is one, how to fix it.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Where in a source a problem sits: file, line (1-based, 0 if unknown), column, trace id, field path.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Location {
+    pub file: PathBuf,
+    pub line: u64,
+    pub column: u64,
+    pub trace: Option<String>,
+    /// A path into the trace object, e.g. `requests[3].think_time`.
+    pub field: Option<String>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+            if self.column > 0 {
+                write!(f, ":{}", self.column)?;
+            }
+        }
+        if let Some(t) = &self.trace {
+            write!(f, ": trace {t:?}")?;
+        }
+        if let Some(p) = &self.field {
+            write!(f, ": {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong opening, importing or synthesizing a dataset.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    /// A record breaks its format (weka, Mooncake or TraceLab).
+    #[error("{location}: {message}")]
+    Invalid { location: Location, message: String },
+
+    /// A file or directory could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// A dataset directory entry is a symlink that leads outside the directory.
+    #[error(
+        "{}: this entry of the dataset directory {} is a symlink that leads outside it (to {}); \
+         agentx reads a dataset directory only through the directory itself: copy the file in, or \
+         pass it as --input-file",
+        entry.display(),
+        dir.display(),
+        target.display()
+    )]
+    SymlinkOutside {
+        entry: PathBuf,
+        dir: PathBuf,
+        target: PathBuf,
+    },
+
+    /// A source holds no traces.
+    #[error("{}: no traces found; a weka corpus is a traces.jsonl (one trace per line) or a directory of *.json traces", path.display())]
+    Empty { path: PathBuf },
+
+    /// Neither a path nor a known alias.
+    #[error(
+        "dataset `{spec}` is neither an existing file or directory nor a known dataset name \
+         (known: {known}); pass the path of a traces.jsonl, a directory of *.json traces, a known name, \
+         or a Hugging Face dataset repository id (org/name) in the local hub cache"
+    )]
+    UnknownSource { spec: String, known: String },
+
+    /// A JSONL corpus whose first record carries the marks of no format, or of two.
+    #[error(
+        "{}:{line}: cannot tell the corpus format from its first record (keys: {keys}{}); the formats \
+         are {known} (a weka trace has `id` and `requests`, a Mooncake request `input_length` and \
+         `hash_ids`, a TraceLab round `session_id`, `round_index`, `input_tokens_total`, \
+         `prefix_tokens`, `newly_append_tokens` and `timing_events`); pass --format NAME",
+        path.display(),
+        if matched.is_empty() { String::new() } else { format!("; it looks like both {matched}") }
+    )]
+    UnknownFormat {
+        path: PathBuf,
+        line: u64,
+        keys: String,
+        matched: String,
+        known: String,
+    },
+
+    /// A known public corpus that is not in the local Hugging Face cache.
+    #[error(
+        "dataset `{name}` ({repo}) is not in the Hugging Face cache (looked in {searched}); \
+         fetch it with `hf download {repo} --repo-type dataset` (older clients: \
+         `huggingface-cli download {repo} --repo-type dataset`) or set HF_HUB_CACHE to the cache that has it"
+    )]
+    NotCached {
+        name: String,
+        repo: String,
+        searched: String,
+    },
+
+    /// A corpus repository in the cache whose snapshot lacks the traces file the importer reads.
+    #[error(
+        "dataset `{name}` ({repo}) is in the Hugging Face cache without its {file} (the snapshot holds {found}); \
+         agentx reads the {file} the corpus publishes: fetch it with \
+         `hf download {repo} {file} --repo-type dataset` (older clients: \
+         `huggingface-cli download {repo} {file} --repo-type dataset`)"
+    )]
+    MissingTracesFile {
+        name: String,
+        repo: String,
+        file: String,
+        found: String,
+    },
+
+    /// `--tokenizer` names no tokenizer that can be loaded.
+    #[error(transparent)]
+    Tokenizer(#[from] agentx_tokens::TokenizerError),
+
+    /// `--max-context-length` (with `--num-dataset-entries`) left no trace.
+    #[error(
+        "{dataset}: no trace fits --max-context-length {max_context_length} (scanned {scanned} traces; \
+         the smallest peak context, max over requests of in + max(1, min(out, max_osl)), is {smallest_peak} \
+         tokens); raise it to at least {smallest_peak} to admit any trace"
+    )]
+    EmptySelection {
+        dataset: String,
+        max_context_length: u64,
+        scanned: u64,
+        smallest_peak: u64,
+    },
+
+    /// A cache entry could not be used or written.
+    #[error("dataset cache {}: {reason}", path.display())]
+    Cache { path: PathBuf, reason: String },
+
+    /// `--strict` and a corpus with import warnings.
+    #[error("{}: {message}", path.display())]
+    Strict { path: PathBuf, message: String },
+
+    /// A bad argument to a dataset operation (a flag value).
+    #[error("{0}")]
+    Argument(String),
+}
+
+impl DatasetError {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        DatasetError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! The block layout of a trajectory's prompts, turn by turn, without text: which hash blocks and tails
+//! form which message under either [`Tiling`] (the module docs of `prompt` describe both).
+
+use super::*;
+
+/// Words past the last full block of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tail {
+    /// The first `words` words of the block with this hash id.
+    Partial { id: u32, words: u32 },
+    /// Synthesized words keyed by the turn.
+    Synth { turn: u32, words: u32 },
+}
+
+impl Tail {
+    pub(super) fn words(self) -> u64 {
+        match self {
+            Tail::Partial { words, .. } | Tail::Synth { words, .. } => u64::from(words),
+        }
+    }
+}
+
+/// A run of block positions `[start, end)` of the current hash-id list plus an optional tail.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Seg {
+    pub(super) role: Role,
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) tail: Option<Tail>,
+}
+
+impl Seg {
+    pub(super) fn is_empty(&self) -> bool {
+        self.start == self.end && self.tail.is_none()
+    }
+}
+
+/// What one step of the structure did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepInfo {
+    /// The cut lost blocks of the previous prompt (a non-monotonic cut).
+    pub reset: bool,
+    /// Assistant blocks of the delta (before the wire-invariant adjustment).
+    pub assistant_blocks: usize,
+    /// The user part of the delta was empty (before the adjustment).
+    pub user_delta_empty: bool,
+}
+
+/// The block structure of a trajectory, advanced turn by turn; no text.
+#[derive(Debug, Clone)]
+pub(super) struct Structure<'a> {
+    pub(super) traj: Trajectory<'a>,
+    pub(super) tiling: Tiling,
+    /// The hash ids the segments index: the turn's recorded ids ([`Tiling::RecordedLength`]), the
+    /// blocks of the history buffer ([`Tiling::Reference`]).
+    pub(super) ids: Vec<u32>,
+    /// Reference tiling: the current turn's recorded hash ids.
+    pub(super) hash: Vec<u32>,
+    /// Reference tiling: the per-turn cap of assistant blocks ([`assistant_caps`]).
+    pub(super) caps: Vec<Option<usize>>,
+    pub(super) segs: Vec<Seg>,
+    pub(super) full: usize,
+    pub(super) turn: Option<usize>,
+}
+
+impl<'a> Structure<'a> {
+    pub(super) fn new(traj: Trajectory<'a>, tiling: Tiling) -> Self {
+        Structure {
+            traj,
+            tiling,
+            ids: Vec::new(),
+            hash: Vec::new(),
+            caps: match tiling {
+                Tiling::RecordedLength => Vec::new(),
+                Tiling::Reference => assistant_caps(traj),
+            },
+            segs: Vec::new(),
+            full: 0,
+            turn: None,
+        }
+    }
+
+    /// Applies the next turn.
+    pub(super) fn step(&mut self) -> StepInfo {
+        let k = self.turn.map_or(0, |t| t + 1);
+        let turn = self.traj.turn(k).expect("caller checks the turn exists");
+        if self.tiling == Tiling::Reference {
+            let info = self.step_reference(k, turn);
+            self.turn = Some(k);
+            return info;
+        }
+        let bs = self.traj.block_size() as usize;
+        let lcp = turn.lcp_with_previous();
+        self.ids.truncate(lcp);
+        self.ids.extend_from_slice(turn.new_hash_ids());
+        let n = self.ids.len();
+        let input = turn.input_tokens() as usize;
+        let full = n.min(input / bs);
+        let rest = (input - full * bs) as u32;
+        let tail = match rest {
+            0 => None,
+            _ if full < n => Some(Tail::Partial {
+                id: self.ids[full],
+                words: rest,
+            }),
+            _ => Some(Tail::Synth {
+                turn: k as u32,
+                words: rest,
+            }),
+        };
+        let mut info = StepInfo {
+            reset: false,
+            assistant_blocks: 0,
+            user_delta_empty: false,
+        };
+        let user_start;
+        if k == 0 {
+            self.segs.clear();
+            user_start = self.push_system(full);
+        } else {
+            let keep = lcp.min(self.full).min(full);
+            info.reset = keep < self.full;
+            while self.segs.last().is_some_and(|s| s.start >= keep) {
+                self.segs.pop();
+            }
+            if let Some(last) = self.segs.last_mut() {
+                last.end = last.end.min(keep);
+                last.tail = None;
+                if last.is_empty() {
+                    self.segs.pop();
+                }
+            }
+            let prev_out = self
+                .traj
+                .turn(k - 1)
+                .map_or(0, |t| t.output_tokens() as usize);
+            let a = prev_out.div_ceil(bs).min(full - keep);
+            if a > 0 {
+                self.segs.push(Seg {
+                    role: Role::Assistant,
+                    start: keep,
+                    end: keep + a,
+                    tail: None,
+                });
+            }
+            info.assistant_blocks = a;
+            user_start = keep + a;
+        }
+        let user = Seg {
+            role: Role::User,
+            start: user_start,
+            end: full,
+            tail,
+        };
+        if user.is_empty() {
+            info.user_delta_empty = true;
+            self.end_with_user();
+        } else {
+            self.segs.push(user);
+        }
+        self.full = full;
+        self.turn = Some(k);
+        info
+    }
+
+    /// Turn 0's `system` message: the tools+system blocks, at most `full` of them. Returns where the
+    /// user message starts.
+    fn push_system(&mut self, full: usize) -> usize {
+        let s = self.traj.system_blocks().min(full);
+        if s > 0 {
+            self.segs.push(Seg {
+                role: Role::System,
+                start: 0,
+                end: s,
+                tail: None,
+            });
+        }
+        s
+    }
+
+    /// [`Tiling::Reference`]: applies turn `k` as the reference's `init_turn_0`/`advance_turn` do.
+    fn step_reference(&mut self, k: usize, turn: crate::Turn<'a>) -> StepInfo {
+        let bs = self.traj.block_size() as usize;
+        let lcp = turn.lcp_with_previous();
+        self.hash.truncate(lcp);
+        self.hash.extend_from_slice(turn.new_hash_ids());
+        let geo = Geometry::of(self.hash.len(), turn.input_tokens() as usize, bs);
+        let tail = (geo.synth > 0).then_some(Tail::Synth {
+            turn: k as u32,
+            words: geo.synth as u32,
+        });
+        let mut info = StepInfo {
+            reset: false,
+            assistant_blocks: 0,
+            user_delta_empty: false,
+        };
+        if k == 0 {
+            self.segs.clear();
+            self.ids.clear();
+            self.ids.extend_from_slice(&self.hash[..geo.covered]);
+            let s = self.push_system(geo.covered);
+            let user = Seg {
+                role: Role::User,
+                start: s,
+                end: geo.covered,
+                tail,
+            };
+            info.user_delta_empty = user.is_empty();
+            if !user.is_empty() || self.segs.is_empty() {
+                self.segs.push(user);
+            }
+            self.full = geo.covered;
+            return info;
+        }
+        if lcp <= self.ids.len() {
+            info.reset = self.cut_reference(lcp);
+        }
+        let start = self.ids.len();
+        let new = geo.covered.saturating_sub(lcp);
+        self.ids
+            .extend_from_slice(&self.hash[lcp.min(geo.covered)..geo.covered]);
+        let prev_out = self
+            .traj
+            .turn(k - 1)
+            .map_or(0, |t| t.output_tokens() as usize);
+        // No user segment left: the conversation resumes with a user turn.
+        let wanted = match self.segs.iter().any(|s| s.role == Role::User) {
+            true => prev_out.div_ceil(bs),
+            false => 0,
+        };
+        let mut a = wanted.min(new);
+        if let Some(cap) = self.caps.get(k).copied().flatten() {
+            a = a.min(cap);
+        }
+        if geo.synth == 0 && a == new && a > 0 {
+            a -= 1;
+        }
+        if a > 0 {
+            self.segs.push(Seg {
+                role: Role::Assistant,
+                start,
+                end: start + a,
+                tail: None,
+            });
+        }
+        let user = Seg {
+            role: Role::User,
+            start: start + a,
+            end: start + new,
+            tail,
+        };
+        info.assistant_blocks = a;
+        info.user_delta_empty = user.is_empty();
+        if !user.is_empty() {
+            self.segs.push(user);
+        }
+        self.full = self.ids.len();
+        info
+    }
+
+    /// [`Tiling::Reference`]: cuts the buffer to its first `keep` blocks (`keep` at most the blocks it
+    /// holds), as `truncate_synth_buf_at_block` does: the segment the cut lands in or ends at loses its
+    /// tail, the segments after it go, the tails before it stay. Whether a sent segment changed.
+    fn cut_reference(&mut self, keep: usize) -> bool {
+        let mut changed = false;
+        while self.segs.last().is_some_and(|s| s.start >= keep) {
+            self.segs.pop();
+            changed = true;
+        }
+        if let Some(last) = self.segs.last_mut() {
+            if last.end > keep || last.tail.is_some() {
+                last.end = last.end.min(keep);
+                last.tail = None;
+                changed = true;
+            }
+        }
+        self.ids.truncate(keep);
+        changed
+    }
+
+    /// Moves the last block into a user message unless the segments already end with one.
+    fn end_with_user(&mut self) {
+        let Some(last) = self.segs.last_mut() else {
+            return;
+        };
+        if last.role == Role::User || last.end == last.start {
+            return;
+        }
+        let end = last.end;
+        last.end -= 1;
+        last.tail = None;
+        if last.is_empty() {
+            self.segs.pop();
+        }
+        self.segs.push(Seg {
+            role: Role::User,
+            start: end - 1,
+            end,
+            tail: None,
+        });
+    }
+}
+
+/// [`Tiling::Reference`]: the block accounting of one turn (`compute_turn_block_geometry`).
+struct Geometry {
+    /// Full blocks with a recorded hash id: `min(ids, in / bs)`.
+    covered: usize,
+    /// Synthesized words: the partial tail plus the blocks the recording has no id for.
+    synth: usize,
+}
+
+impl Geometry {
+    fn of(ids: usize, input: usize, bs: usize) -> Geometry {
+        let full = input / bs;
+        Geometry {
+            covered: ids.min(full),
+            synth: input % bs + full.saturating_sub(ids) * bs,
+        }
+    }
+}
+
+/// [`Tiling::Reference`]: the reference's two-pass caps on each turn's assistant blocks
+/// (`compute_asst_block_caps`), so that a later turn that only pulls back (no new block, no tail)
+/// ends on a user block. The planner keeps its own tile of block owners, advanced by the cut clamped to
+/// the tile (the reconstruction itself appends from the uncut prefix; the reference's two differ there,
+/// and this follows both as written).
+fn assistant_caps(traj: Trajectory<'_>) -> Vec<Option<usize>> {
+    let n = traj.num_turns();
+    let bs = traj.block_size() as usize;
+    let mut caps = vec![None; n];
+    let mut eff = vec![0usize; n];
+    let mut tile: Vec<usize> = Vec::new();
+    for (k, turn) in (0..n).filter_map(|k| traj.turn(k).map(|t| (k, t))) {
+        let lcp = turn.lcp_with_previous();
+        let geo = Geometry::of(turn.num_hash_ids(), turn.input_tokens() as usize, bs);
+        if k == 0 {
+            tile = vec![0; geo.covered];
+            continue;
+        }
+        let e = lcp.min(tile.len());
+        eff[k] = e;
+        let new = geo.covered.saturating_sub(e);
+        if new == 0 && geo.synth == 0 && e >= 1 {
+            let owner = tile[e - 1];
+            if owner != 0 && e > eff[owner] {
+                let bound = e - 1 - eff[owner];
+                caps[owner] = Some(caps[owner].map_or(bound, |c: usize| c.min(bound)));
+            }
+        }
+        tile.truncate(e);
+        tile.extend(std::iter::repeat_n(k, new));
+    }
+    caps
+}
+
+/// Which turns of `traj` may be the first request of a fresh session in `mode`: in live mode, turns
+/// whose user delta is empty cannot (the server would see no new user content); in recorded mode, turns
+/// whose whole delta is empty cannot. Turn 0 always can.
+pub fn sendable_starts(traj: Trajectory<'_>, mode: AssistantMode, tiling: Tiling) -> Vec<bool> {
+    let mut s = Structure::new(traj, tiling);
+    (0..traj.num_turns())
+        .map(|_| {
+            let info = s.step();
+            match mode {
+                AssistantMode::Live => !info.user_delta_empty,
+                AssistantMode::Recorded => !(info.user_delta_empty && info.assistant_blocks == 0),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,226 @@
+//! Session trees: one weka trace turned into the streams AgentX v1 replays (agentx-v1.md §2,
+//! docs/agentx-v1-reference.md M1/M2/M6), exactly as aiperf 0.13.0.dev20261023's weka loader builds
+//! its conversations.
+//!
+//! This module owns the dataset side of a tree: which requests form which stream (the root's main
+//! chain, one stream per subagent chain, one per flat worker chain of the top level), the streams'
+//! aiperf conversation ids (`<trace>`, `<trace>::sa:<agent>[:aux|fa|wg:…]`, `<trace>::fa:NNN`,
+//! `::aux:NNN`, `::wg:GGG_MMM`), parents, spawn and join turns and their grouping into SPAWN
+//! branches, per-turn timestamps on the root clock, end-to-start delays (aiperf's formula with its
+//! quirks), prefix-cache stamps, and the replay-barrier predecessors. It knows nothing of time,
+//! scheduling or prompt text: the host scheduler replays a [`SessionTree`]; prompt synthesis (the
+//! message roles and `reset_context` of each turn) stays with [`super::prompt`].
+//!
+//! Invariants of a built tree: stream 0 is the root; every other stream has depth 1, the root as
+//! parent, and exactly one branch; turn timestamps are finite; a stream's turns are in replay order.
+//!
+//! **Errors** (aiperf refuses the trace too): a `t` that is not finite or negative (top-level, marker
+//! or nested; the importer substitutes such values with a warning, the tree does not), `1000·t` not
+//! finite, under the absolute basis a nested request more than 1e-6 s before its marker (it cannot be
+//! placed on the root clock), a subagent without `agent_id`, and two retained subagents with the same
+//! `agent_id`.
+//!
+//! **Counted outcomes** (aiperf accepts them; [`TreeCounts`]): nested requests clamped to their
+//! marker (absolute basis, less than 1e-6 s early), subagents without a preceding root request
+//! (dropped, listed in [`SessionTree::dropped_subagents`]), subagents without requests (one stream
+//! without turns, which the scheduler treats as done at once), requests without hash ids (kept on
+//! their layer's main chain), seams spliced, and the classes of the worker chains.
+
+mod builder;
+pub mod chain;
+pub mod corpus;
+mod turns;
+
+pub use builder::build;
+use builder::*;
+use turns::*;
+
+use std::collections::HashMap;
+
+use super::error::{DatasetError, Location};
+use super::warnings::WarningKind;
+use super::weka::{ParsedRequest, ParsedSubagent, ParsedTrace};
+use chain::{ChainClass, ChainParams, Detection, Req, EPS};
+
+/// How nested (subagent) timestamps are read: chosen once per corpus (`--weka-nested-timestamp-basis`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NestedBasis {
+    /// Nested `t` is on the root clock; one more than 1e-6 s before its marker is an error, one
+    /// within 1e-6 s is clamped to the marker.
+    Absolute,
+    /// Nested `t` is relative to its marker: `t += marker.t`.
+    Relative,
+}
+
+impl NestedBasis {
+    /// aiperf's `auto`: relative if any nested request of the corpus starts more than 1e-6 s before
+    /// its marker, else absolute.
+    pub fn infer<'a>(traces: impl IntoIterator<Item = &'a ParsedTrace>) -> NestedBasis {
+        let relative = traces.into_iter().any(|t| {
+            t.subagent_entries
+                .iter()
+                .any(|s| s.requests.iter().any(|r| r.t < s.t - EPS))
+        });
+        if relative {
+            NestedBasis::Relative
+        } else {
+            NestedBasis::Absolute
+        }
+    }
+}
+
+/// Options of [`build`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TreeOptions {
+    pub basis: NestedBasis,
+    /// `--synthesis-max-osl`: caps `max_tokens` of root and flat turns (subagent turns are not capped).
+    pub max_osl: Option<u32>,
+    /// `AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS` (default true): run chain detection. Off: one root
+    /// stream in file order and one stream per subagent in `(t, index)` order.
+    pub split_chains: bool,
+    pub chains: ChainParams,
+}
+
+impl Default for TreeOptions {
+    fn default() -> Self {
+        TreeOptions {
+            basis: NestedBasis::Absolute,
+            max_osl: None,
+            split_chains: true,
+            chains: ChainParams::default(),
+        }
+    }
+}
+
+/// What produced a turn's new input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum InputKind {
+    ToolResult,
+    UserInput,
+}
+
+/// Which part of the trace a stream replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum StreamKind {
+    /// The root: the trace's main chain (`weka_main`).
+    Main,
+    /// A chain of a subagent entry (`weka_subagent`).
+    Subagent,
+    /// A worker chain of the top level (`weka_flat`).
+    Flat,
+}
+
+/// One replayed request.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TreeTurn {
+    /// Recorded start, ms on the root clock (`1000·t`).
+    pub ts_ms: f64,
+    /// End-to-start delay after the previous turn of the stream; `None` on turn 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<f64>,
+    /// The delay under `--use-think-time-only` (`1000·think_time` when recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms_think_time_only: Option<f64>,
+    /// `1000·max(0, api_time)`; `None` when missing or not finite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_time_ms: Option<f64>,
+    /// `max(1, min(out, max_osl))` (root and flat), `max(1, out)` (subagent);
+    /// [`crate::NO_OUTPUT_LIMIT`] when the request records no output length (sent without a
+    /// token limit).
+    pub max_tokens: u32,
+    /// Theoretical prefix-cache stamp: leading hash ids already sent by the trace, of all.
+    pub prefix_hit_blocks: u32,
+    pub prefix_total_blocks: u32,
+    /// Where the request sits in the trace: outer index, and inner index for a nested request.
+    pub source_outer_idx: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_inner_idx: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_kind: Option<InputKind>,
+    /// Branches (indices into [`SessionTree::branches`]) this turn spawns and joins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spawns: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<usize>,
+    /// Replay-barrier predecessors `(stream, turn)` in its scope, sorted by (conversation id, turn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replay_predecessors: Vec<(usize, usize)>,
+}
+
+/// One stream (an aiperf conversation).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Stream {
+    pub id: String,
+    pub kind: StreamKind,
+    /// The class of a worker chain (a subagent's chain 0 and the root have none).
+    pub class: Option<ChainClass>,
+    /// 0 for the root, 1 otherwise.
+    pub depth: u8,
+    /// The parent stream (the root) of a child.
+    pub parent: Option<usize>,
+    /// The branch a child belongs to.
+    pub branch: Option<usize>,
+    /// Barrier scope: the trace id (root and flat streams) or `<trace>::sa:<agent_id>`.
+    pub replay_scope: String,
+    /// Turn-0 tool and system tokens (the declared ones, or 0/0 when not proven shared).
+    pub init_tool_tokens: u32,
+    pub init_system_tokens: u32,
+    /// The stream and turn holding the request this stream forked from (a subagent's chain 0: the
+    /// spawning root turn).
+    pub fork_source: Option<(usize, usize)>,
+    pub turns: Vec<TreeTurn>,
+}
+
+/// A SPAWN branch: children started together from one root turn.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Branch {
+    /// `<trace>:spawn:<first agent_id>` or `<trace>:flatspawn:<n of the first worker>`.
+    pub id: String,
+    pub children: Vec<usize>,
+    pub spawn_turn: usize,
+    /// The root turn that waits for the children; `None`: they run in the background.
+    pub join_turn: Option<usize>,
+    pub start_timestamp_ms: f64,
+}
+
+/// Counted outcomes of one build (over the streams built; dropped subagents are not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TreeCounts {
+    /// Nested requests less than 1e-6 s before their marker, moved onto it (absolute basis).
+    pub clamped_requests: usize,
+    /// Retained subagents without requests (one stream without turns each).
+    pub empty_subagents: usize,
+    /// Replayed requests without hash ids.
+    pub empty_hash_requests: usize,
+    /// Seams spliced in the top level (subagent layers' seams are not counted, as in aiperf).
+    pub seams: usize,
+    /// Worker chains classified aux (reductions included), reduction, worker-group member.
+    pub aux: usize,
+    pub reductions: usize,
+    pub worker_group: usize,
+}
+
+/// One trace as a tree of streams.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SessionTree {
+    pub trace_id: String,
+    /// Root first, then subagent streams (entry order, chain order), then flat streams.
+    pub streams: Vec<Stream>,
+    pub branches: Vec<Branch>,
+    /// `agent_id`s of subagent entries without a preceding root request.
+    pub dropped_subagents: Vec<String>,
+    pub counts: TreeCounts,
+}
+
+/// The topology of a tree entry, kept in its import report ([`crate::cache::ImportReport::trees`]; built and read by [`corpus`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TreeTopology {
+    /// The nested-timestamp basis the trees were built with (the inferred one under `auto`).
+    pub basis: NestedBasis,
+    /// One tree per trace of the dataset, in dataset order.
+    pub trees: Vec<SessionTree>,
+}
+
+#[cfg(test)]
+mod tests;

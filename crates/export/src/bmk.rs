@@ -1,0 +1,826 @@
+//! The InferenceX `bmk_agentic` JSON from a run's artifact directory, in two layouts: the seed-era
+//! flat keys (domain §5, [`compute`]) and InferenceX's current nested result (inferencex-v1.md §3,
+//! [`compute_nested`] in `nested`). Which engine wrote the server metrics, and the figures read from
+//! its metric names, is [`backends`]'s.
+//!
+//! Both computations are pure functions over parsed inputs (aiperf records, aiperf server metrics,
+//! aiperf's aggregate `profile_export_aiperf.json`, our `run_summary.json`, the identity of the
+//! benchmarked system and, when it can be opened, the dataset); the loaders around them
+//! ([`load_artifacts`], [`open_traces`], [`report_dir`], [`render_dir`], in `load`) only read files.
+//! The inputs' types live beside: the records (`records`), aiperf's server metrics and summary
+//! (`inputs`), the identity of the benchmarked system (`identity`).
+//!
+//! Invariants: every key of domain §5.2 is present (null when unavailable, with a line in `notes` saying
+//! why); warmup records count nowhere; percentiles interpolate linearly (`k = (n-1)p/100`) and `std` is the
+//! population deviation, as InferenceX computes them. Where InferenceX's pipeline is wrong this report
+//! differs on purpose: failed requests count in `num_requests_total`; server counters are summed across
+//! series while gauges are averaged; the external (offload) cache hit rate comes from metrics servers
+//! actually export; interactivity is reported under both conventions with distinct keys.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use agentx_dataset::{self as dataset, Dataset, OpenOptions};
+use agentx_metrics::percentile;
+use agentx_metrics::Outcome;
+use agentx_record::dist::{Deviation, Sorted};
+
+pub mod backends;
+mod identity;
+mod inputs;
+mod load;
+mod nested;
+mod records;
+
+pub use identity::*;
+pub use inputs::*;
+pub use load::*;
+pub use records::*;
+
+pub use nested::{compute_nested, RESULT_SCHEMA_VERSION};
+
+/// The statistics every distribution is reported with (`{stat}_{metric}` keys).
+pub const STATS: [&str; 5] = ["mean", "p75", "p90", "p95", "std"];
+
+/// The keys InferenceX's `utils/summarize.py` reads from an agentic result (domain §5.5); a report
+/// without any of them breaks the consumer.
+pub const SUMMARIZE_KEYS: [&str; 24] = [
+    "infmax_model_prefix",
+    "hw",
+    "framework",
+    "precision",
+    "conc",
+    "scenario_type",
+    "is_multinode",
+    "mean_ttft",
+    "p75_ttft",
+    "p90_ttft",
+    "p95_ttft",
+    "mean_tpot",
+    "p75_tpot",
+    "mean_intvty",
+    "p75_intvty",
+    "p90_intvty",
+    "p95_intvty",
+    "mean_e2el",
+    "p75_e2el",
+    "p90_e2el",
+    "p95_e2el",
+    "tput_per_gpu",
+    "output_tput_per_gpu",
+    "input_tput_per_gpu",
+];
+
+/// The file names read from an artifact directory.
+pub const PROFILE_EXPORT: &str = "profile_export.jsonl";
+pub const SERVER_METRICS: &str = "server_metrics_export.json";
+pub use super::run_summary::{RunSummary, RUN_SUMMARY};
+pub const PROFILE_AIPERF: &str = "profile_export_aiperf.json";
+
+/// The report layouts `agentx-host report --layout` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// The seed-era `bmk_agentic` keys (`mean_ttft`, `p90_e2el`, ...) at the top level (domain §5).
+    Flat,
+    /// InferenceX's current result: identity, `request_accounting`, `request_metrics{...}` and
+    /// `server_metrics{...}` (inferencex-v1.md §3).
+    #[default]
+    Nested,
+}
+
+/// Errors of reading an artifact directory or resolving the identity.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Record {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error(transparent)]
+    RunSummary(#[from] super::run_summary::RunSummaryError),
+    #[error(
+        "no {file} in {dir} or in any directory directly below it; pass the run's --output-artifact-dir"
+    )]
+    NoRecords { dir: PathBuf, file: &'static str },
+    #[error("{dir} holds several runs; name one of them:{candidates}")]
+    Ambiguous { dir: PathBuf, candidates: String },
+    #[error(
+        "the InferenceX row (the nested layout) cannot be written; missing or invalid:\n  {}\n(--layout flat writes the seed-era keys without these facts)",
+        gaps.join("\n  ")
+    )]
+    Row { gaps: Vec<String> },
+    #[error("{flag} (or env {env}): {message}")]
+    Identity {
+        flag: &'static str,
+        env: &'static str,
+        message: String,
+    },
+}
+
+/// The dataset behind the records, or why it could not be had.
+#[derive(Debug)]
+pub enum Traces {
+    Available { dataset: Dataset, name: String },
+    Unavailable { reason: String },
+}
+
+/// Everything [`compute`] reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportInput<'a> {
+    pub records: &'a [ProfileRecord],
+    /// `None` when `server_metrics_export.json` is absent.
+    pub server: Option<&'a ServerMetrics>,
+    pub run: Option<&'a RunSummary>,
+    /// `None` when `profile_export_aiperf.json` is absent.
+    pub aiperf: Option<&'a AiperfSummary>,
+    pub identity: &'a Identity,
+    pub traces: &'a Traces,
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The report
+// ---------------------------------------------------------------------------------------------------
+
+/// The `bmk_agentic` JSON: keys in the order InferenceX writes them, then the additions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BmkReport {
+    fields: Vec<(String, Value)>,
+}
+
+impl BmkReport {
+    /// Sets `key`, replacing an earlier value in place.
+    pub fn set(&mut self, key: impl Into<String>, v: impl Into<Value>) {
+        let key = key.into();
+        let v = v.into();
+        match self.fields.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = v,
+            None => self.fields.push((key, v)),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The value of `key` as a number (`None` when absent, null or not a number).
+    pub fn f64(&self, key: &str) -> Option<f64> {
+        self.get(key).and_then(Value::as_f64)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.fields.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// Rounds every non-integer number to 5 decimals (the nested layout's precision).
+    pub fn round_floats(&mut self) {
+        for (_, v) in &mut self.fields {
+            nested::round5(v);
+        }
+    }
+
+    /// Pretty JSON with keys in report order.
+    pub fn to_json_pretty(&self) -> String {
+        // Serializing a Vec of finite-number or plain values cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into())
+    }
+}
+
+impl Serialize for BmkReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.fields.len()))?;
+        for (k, v) in &self.fields {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// A number, or null when absent or not finite (JSON has no NaN).
+fn num(v: Option<f64>) -> Value {
+    match v {
+        Some(x) if x.is_finite() => json!(x),
+        _ => Value::Null,
+    }
+}
+
+/// mean, p75, p90, p95 and population std of a sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    pub mean: f64,
+    pub p75: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub std: f64,
+}
+
+impl Stats {
+    pub fn of(values: &[f64]) -> Option<Stats> {
+        let s = Sorted::new(values.to_vec())?;
+        Some(Stats {
+            mean: s.mean(),
+            p75: s.percentile(75.0),
+            p90: s.percentile(90.0),
+            p95: s.percentile(95.0),
+            std: s.std(Deviation::Population),
+        })
+    }
+
+    fn get(&self, stat: &str) -> f64 {
+        match stat {
+            "mean" => self.mean,
+            "p75" => self.p75,
+            "p90" => self.p90,
+            "p95" => self.p95,
+            _ => self.std,
+        }
+    }
+}
+
+fn put_stats(r: &mut BmkReport, name: &str, s: Option<Stats>) {
+    for stat in STATS {
+        r.set(format!("{stat}_{name}"), num(s.map(|s| s.get(stat))));
+    }
+}
+
+/// Requests completed per 1-second tumbling window from the first end (domain §3.3): the windows'
+/// counts, or, when no full window fits, `Err(n / span)` as InferenceX's fallback `mean_qps`.
+/// `None` for fewer than two ends or a zero span.
+pub fn qps_windows(ends_ns: &[u64]) -> Option<Result<Vec<f64>, f64>> {
+    if ends_ns.len() < 2 {
+        return None;
+    }
+    let mut e = ends_ns.to_vec();
+    e.sort_unstable();
+    let (first, last) = (e[0], e[e.len() - 1]);
+    if last == first {
+        return None;
+    }
+    const W: u64 = 1_000_000_000;
+    let mut windows = Vec::new();
+    let mut t = first;
+    let mut i = 0usize;
+    while t + W <= last {
+        while i < e.len() && e[i] < t {
+            i += 1;
+        }
+        let j = e[i..].partition_point(|&x| x < t + W) + i;
+        windows.push((j - i) as f64);
+        t += W;
+    }
+    if windows.is_empty() {
+        return Some(Err(e.len() as f64 / ((last - first) as f64 / 1e9)));
+    }
+    Some(Ok(windows))
+}
+
+/// Strips the `::…` suffix a conversation id may carry after the trace id.
+pub fn trace_id_of(conversation_id: &str) -> &str {
+    conversation_id
+        .split_once("::")
+        .map_or(conversation_id, |(a, _)| a)
+}
+
+/// Divides when the denominator is positive.
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// The flat layout's server keys and the figure of [`backends::figures`] each one is.
+const FLAT_SERVER_KEYS: [(&str, &str); 10] = [
+    ("server_gpu_cache_hit_rate", "cache.gpu_cache_hit_rate"),
+    ("server_cpu_cache_hit_rate", "cache.cpu_cache_hit_rate"),
+    ("kv_offload_bytes_gpu_to_cpu", "kv_offload.bytes_gpu_to_cpu"),
+    ("kv_offload_bytes_cpu_to_gpu", "kv_offload.bytes_cpu_to_gpu"),
+    ("kv_offload_time_gpu_to_cpu", "kv_offload.time_gpu_to_cpu"),
+    ("kv_offload_time_cpu_to_gpu", "kv_offload.time_cpu_to_gpu"),
+    ("cpu_kv_cache_usage_pct", "kv_cache.cpu_usage_pct"),
+    ("total_prompt_tokens", "tokens.prompt_total"),
+    ("total_generation_tokens", "tokens.generation_total"),
+    (
+        "server_external_cache_hit_rate",
+        "cache.external_cache_hit_rate",
+    ),
+];
+
+/// What the dataset (and aiperf's aggregate) say about the successful records.
+struct TraceFigures {
+    /// Expected output lengths of the records whose turn was found; `None` without the dataset.
+    expected: Option<Vec<f64>>,
+    /// The theoretical cache hit rate: aiperf's `theoretical_prefix_cache_hit`, else the dataset's.
+    rate: Option<f64>,
+    /// Where `rate` came from.
+    rate_source: Option<String>,
+    /// The dataset's prefix-only rate, when the dataset is available.
+    prefix_rate: Option<f64>,
+    meta: Value,
+    notes: Vec<String>,
+}
+
+fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures {
+    let mut t = TraceFigures {
+        expected: None,
+        rate: None,
+        rate_source: None,
+        prefix_rate: None,
+        meta: json!({"status": "unavailable"}),
+        notes: Vec::new(),
+    };
+    let aiperf_rate = input.aiperf.and_then(|a| a.theoretical_cache_hit_rate);
+    match input.traces {
+        Traces::Unavailable { reason } => {
+            if aiperf_rate.is_some() {
+                t.notes.push(format!("trace metadata unavailable ({reason}): *_output_tokens_expected are null; the theoretical cache hit rate is {PROFILE_AIPERF}'s"));
+            } else {
+                t.notes.push(format!("trace metadata unavailable ({reason}): theoretical_cache_hit_rate and *_output_tokens_expected are null"));
+            }
+            t.meta["reason"] = json!(reason);
+        }
+        Traces::Available { dataset, name } => {
+            let by_id: HashMap<&str, dataset::Trajectory<'_>> =
+                dataset.trajectories().map(|t| (t.id(), t)).collect();
+            let mut expected = Vec::new();
+            let mut max_turn: BTreeMap<&str, u64> = BTreeMap::new();
+            let mut missing: BTreeMap<&str, ()> = BTreeMap::new();
+            for x in ok {
+                let tid = trace_id_of(&x.conversation_id);
+                let Some(traj) = by_id.get(tid) else {
+                    missing.insert(tid, ());
+                    continue;
+                };
+                if let Some(k) = x.turn_index {
+                    if let Some(turn) = traj.turn(k as usize) {
+                        expected.push(f64::from(turn.output_tokens()));
+                    }
+                    let e = max_turn.entry(tid).or_insert(0);
+                    *e = (*e).max(k);
+                }
+            }
+            let mut hits = dataset::stats::HitCounts::default();
+            for (tid, k) in &max_turn {
+                hits.add(dataset::stats::theoretical_hits(by_id[tid], *k as usize));
+            }
+            t.expected = Some(expected);
+            if hits.blocks > 0 {
+                t.rate = Some(hits.set_rate());
+                t.rate_source = Some(format!(
+                    "dataset {name} (block hashes of the turns replayed)"
+                ));
+                t.prefix_rate = Some(hits.prefix_rate());
+            }
+            if !missing.is_empty() {
+                t.notes.push(format!(
+                    "{} conversation id(s) of the records are not in dataset {name} (e.g. {:?}); they are left out of the trace-derived figures",
+                    missing.len(),
+                    missing.keys().next().copied().unwrap_or_default()
+                ));
+            }
+            t.meta = json!({
+                "status": "available",
+                "dataset": name,
+                "traces_matched": max_turn.len(),
+                "traces_missing": missing.len(),
+            });
+        }
+    }
+    if let Some(r) = aiperf_rate {
+        t.rate = Some(r);
+        t.rate_source = Some(format!("{PROFILE_AIPERF} theoretical_prefix_cache_hit"));
+    }
+    t
+}
+
+/// The identity figures both layouts derive the same way: concurrency and model (the run's when
+/// not given), and TP, EP and DP-attention (summed over prefill and decode on multi-node).
+pub(crate) struct Basics {
+    pub conc: Option<u64>,
+    pub model: String,
+    pub tp: u64,
+    pub ep: u64,
+    pub dpa: bool,
+}
+
+impl Basics {
+    pub(crate) fn of(input: &ReportInput<'_>, notes: &mut Vec<String>) -> Basics {
+        let id = input.identity;
+        let conc = id.conc.or(input.run.and_then(|x| x.concurrency));
+        if conc.is_none() {
+            notes.push(
+                "conc is null: pass --conc (or CONC); run_summary.json has no concurrency".into(),
+            );
+        }
+        let model = if id.model.is_empty() {
+            input.run.and_then(|x| x.model.clone()).unwrap_or_default()
+        } else {
+            id.model.clone()
+        };
+        let (tp, ep, dpa) = match &id.multinode {
+            None => (id.tp, id.ep, id.dp_attention),
+            Some(m) => (
+                m.prefill_tp + m.decode_tp,
+                m.prefill_ep.max(m.decode_ep),
+                m.prefill_dp_attention || m.decode_dp_attention,
+            ),
+        };
+        Basics {
+            conc,
+            model,
+            tp,
+            ep,
+            dpa,
+        }
+    }
+}
+
+/// Computes the report. Pure: the same inputs give the same JSON.
+pub fn compute(input: &ReportInput<'_>) -> BmkReport {
+    let mut notes: Vec<String> = Vec::new();
+    let mut r = BmkReport::default();
+    put_identity(&mut r, input, &mut notes);
+    let c = Counts::of(input);
+    r.set("num_requests_total", c.total);
+    r.set("num_requests_successful", c.ok.len() as u64);
+    put_qps(&mut r, &c.ok, &mut notes);
+
+    // Latencies (s) and interactivity.
+    let ok = &c.ok;
+    let col =
+        |f: fn(&ProfileRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
+    let ttft = Stats::of(&col(|x| x.ttft_s));
+    let e2el = Stats::of(&col(|x| x.e2el_s));
+    let itl_v = col(|x| x.itl_s);
+    let itl = Stats::of(&itl_v);
+    let intvty = Stats::of(&itl_v.iter().map(|x| 1.0 / x).collect::<Vec<_>>());
+    put_stats(&mut r, "ttft", ttft);
+    put_stats(&mut r, "e2el", e2el);
+    put_stats(&mut r, "itl", itl);
+    put_stats(&mut r, "tpot", itl);
+    put_stats(&mut r, "intvty", intvty);
+
+    // Workload.
+    let isl_v = col(|x| x.isl);
+    let osl_v = col(|x| x.osl);
+    put_stats(&mut r, "input_tokens", Stats::of(&isl_v));
+    put_stats(&mut r, "output_tokens_actual", Stats::of(&osl_v));
+
+    // Trace metadata: expected output lengths and the theoretical cache hit rate.
+    let t = trace_figures(input, ok);
+    put_stats(
+        &mut r,
+        "output_tokens_expected",
+        t.expected.as_deref().and_then(Stats::of),
+    );
+    r.set("theoretical_cache_hit_rate", num(t.rate));
+    if matches!(input.traces, Traces::Available { .. }) {
+        r.set("theoretical_prefix_cache_hit_rate", num(t.prefix_rate));
+    }
+    notes.extend(t.notes);
+
+    let server = ServerValues::of(input.server, &mut notes);
+    let sums = (isl_v.iter().sum::<f64>(), osl_v.iter().sum::<f64>());
+    put_server_totals(&mut r, &server, ok, sums);
+    put_throughput(&mut r, input.identity, ok, sums, &mut notes);
+    put_additions(&mut r, &c, &server, itl);
+    r.set("server_metric_sources", Value::Object(server.sources));
+    r.set("server_metrics_adapter", server.adapter);
+    r.set("trace_metadata", t.meta);
+    r.set(
+        "theoretical_cache_hit_rate_source",
+        t.rate_source.map_or(Value::Null, Value::from),
+    );
+    put_run(&mut r, input.run, &mut notes);
+    r.set("notes", json!(notes));
+    r
+}
+
+/// Identity (domain §5.2).
+fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
+    let id = input.identity;
+    let Basics {
+        conc,
+        model,
+        tp,
+        ep,
+        dpa,
+    } = Basics::of(input, notes);
+    let tf = |b: bool| if b { "true" } else { "false" };
+    r.set("hw", id.hw.clone());
+    r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
+    r.set("image", id.image.clone());
+    r.set("model", model);
+    r.set("infmax_model_prefix", id.model_prefix.clone());
+    r.set("framework", id.framework.clone());
+    r.set("precision", id.precision.clone());
+    r.set("spec_decoding", id.spec_decoding.clone());
+    r.set("disagg", id.disagg);
+    r.set("scenario_type", "agentic-coding");
+    r.set("is_multinode", id.multinode.is_some());
+    r.set("tp", tp);
+    r.set("ep", ep);
+    r.set("dp_attention", tf(dpa));
+    r.set("offloading", id.offloading.clone());
+    if let Some(m) = &id.multinode {
+        r.set("prefill_num_workers", m.prefill_num_workers);
+        r.set("prefill_tp", m.prefill_tp);
+        r.set("prefill_ep", m.prefill_ep);
+        r.set("prefill_dp_attention", tf(m.prefill_dp_attention));
+        r.set("num_prefill_gpu", m.prefill_num_workers * m.prefill_tp);
+        r.set("decode_num_workers", m.decode_num_workers);
+        r.set("decode_tp", m.decode_tp);
+        r.set("decode_ep", m.decode_ep);
+        r.set("decode_dp_attention", tf(m.decode_dp_attention));
+        r.set("num_decode_gpu", m.decode_num_workers * m.decode_tp);
+    }
+}
+
+/// Counts: warmup excluded from everything; failures count in the total.
+struct Counts<'a> {
+    warmup: usize,
+    prof: Vec<&'a ProfileRecord>,
+    ok: Vec<&'a ProfileRecord>,
+    overflows: u64,
+    total: u64,
+    cancelled: u64,
+}
+
+impl<'a> Counts<'a> {
+    fn of(input: &ReportInput<'a>) -> Counts<'a> {
+        let warmup = input
+            .records
+            .iter()
+            .filter(|x| x.phase == RecordPhase::Warmup)
+            .count();
+        let prof: Vec<&ProfileRecord> = input
+            .records
+            .iter()
+            .filter(|x| x.phase == RecordPhase::Profiling)
+            .collect();
+        let ok: Vec<&ProfileRecord> = prof.iter().copied().filter(|x| x.ok()).collect();
+        let overflow_in_file = prof
+            .iter()
+            .filter(|x| x.outcome() == Outcome::ContextOverflow)
+            .count() as u64;
+        // The run summary counts overflows even when the record writer drops their rows (aiperf does);
+        // rows it did write are already in the file's count.
+        let overflows = input
+            .run
+            .map_or(0, |x| x.summary.context_overflows)
+            .max(overflow_in_file);
+        let total = prof.len() as u64 + (overflows - overflow_in_file);
+        let cancelled = prof
+            .iter()
+            .filter(|x| x.outcome() == Outcome::Cancelled)
+            .count() as u64;
+        Counts {
+            warmup,
+            prof,
+            ok,
+            overflows,
+            total,
+            cancelled,
+        }
+    }
+}
+
+/// Requests per second over the 1-second windows of request ends.
+fn put_qps(r: &mut BmkReport, ok: &[&ProfileRecord], notes: &mut Vec<String>) {
+    let ends: Vec<u64> = ok.iter().filter_map(|x| x.end_ns).collect();
+    match qps_windows(&ends) {
+        Some(Ok(w)) => put_stats(r, "qps", Stats::of(&w)),
+        Some(Err(mean)) => {
+            put_stats(r, "qps", None);
+            r.set("mean_qps", num(Some(mean)));
+            notes.push("no full 1-second window of request ends: only mean_qps (requests over the span of ends) is reported".into());
+        }
+        None => put_stats(r, "qps", None),
+    }
+}
+
+/// The server's figures by flat key, where each came from, and the engine that wrote them.
+struct ServerValues {
+    vals: HashMap<&'static str, Option<f64>>,
+    sources: serde_json::Map<String, Value>,
+    adapter: Value,
+}
+
+impl ServerValues {
+    fn of(server: Option<&ServerMetrics>, notes: &mut Vec<String>) -> ServerValues {
+        let mut sources = serde_json::Map::new();
+        let mut server_vals: HashMap<&'static str, Option<f64>> = HashMap::new();
+        let mut adapter = Value::Null;
+        match server {
+            Some(m) => {
+                let f = backends::figures(m);
+                let flat_keys = FLAT_SERVER_KEYS
+                    .iter()
+                    .chain(&[("gpu_kv_cache_usage_pct", "kv_cache.gpu_usage_pct")]);
+                for (flat, key) in flat_keys {
+                    server_vals.insert(flat, f.get(key));
+                    if let Some(src) = f.source(key) {
+                        sources.insert(flat.to_string(), json!(src));
+                    }
+                }
+                if !f.detection.metric_names.is_empty() {
+                    adapter = json!(f.detection.adapter);
+                }
+                if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
+                    let names = &f.detection.metric_names;
+                    let shown = names.iter().take(40).cloned().collect::<Vec<_>>().join(", ");
+                    let more = names.len().saturating_sub(40);
+                    notes.push(format!(
+                        "server metrics from an unknown engine (none of vLLM, SGLang, TensorRT-LLM, Dynamo, ATOM, llama.cpp): {shown}{}",
+                        if more > 0 { format!(" and {more} more") } else { String::new() }
+                    ));
+                } else {
+                    notes.extend(f.notes.iter().cloned());
+                }
+            }
+            None => notes.push(format!(
+                "{SERVER_METRICS} absent: server fields are null; total_prompt_tokens and total_generation_tokens are the records' ISL and OSL sums"
+            )),
+        }
+        ServerValues {
+            vals: server_vals,
+            sources,
+            adapter,
+        }
+    }
+
+    fn get(&self, k: &str) -> Option<f64> {
+        self.vals.get(k).copied().flatten()
+    }
+}
+
+/// The server's cache, offload and token figures, with the records' sums (ISL, OSL) standing in for
+/// the token totals a server did not export; the records' own cache hit rate.
+fn put_server_totals(
+    r: &mut BmkReport,
+    server: &ServerValues,
+    ok: &[&ProfileRecord],
+    (isl_sum, osl_sum): (f64, f64),
+) {
+    let sv = |k: &str| server.get(k);
+    for k in [
+        "server_gpu_cache_hit_rate",
+        "server_cpu_cache_hit_rate",
+        "kv_offload_bytes_gpu_to_cpu",
+        "kv_offload_bytes_cpu_to_gpu",
+        "kv_offload_time_gpu_to_cpu",
+        "kv_offload_time_cpu_to_gpu",
+        "cpu_kv_cache_usage_pct",
+    ] {
+        r.set(k, num(sv(k)));
+    }
+    let tok = |v: Option<f64>, fallback: f64| json!(v.unwrap_or(fallback).round() as u64);
+    r.set(
+        "total_prompt_tokens",
+        tok(sv("total_prompt_tokens"), isl_sum),
+    );
+    r.set(
+        "total_generation_tokens",
+        tok(sv("total_generation_tokens"), osl_sum),
+    );
+    r.set("total_requests_completed", ok.len() as u64);
+    let cache_read: Option<f64> = ok
+        .iter()
+        .map(|x| x.cache_read_tokens.zip(x.isl).map(|(c, _)| c))
+        .sum();
+    let all_isl = ok.iter().all(|x| x.isl.is_some());
+    r.set(
+        "response_cache_hit_rate",
+        num(if all_isl && !ok.is_empty() {
+            ratio(cache_read, Some(isl_sum))
+        } else {
+            None
+        }),
+    );
+}
+
+/// Throughput over the span of the successful requests.
+fn put_throughput(
+    r: &mut BmkReport,
+    id: &Identity,
+    ok: &[&ProfileRecord],
+    (isl_sum, osl_sum): (f64, f64),
+    notes: &mut Vec<String>,
+) {
+    let start = ok.iter().filter_map(|x| x.start_ns).min();
+    let end = ok.iter().filter_map(|x| x.end_ns).max();
+    let duration = match (start, end) {
+        (Some(a), Some(b)) if b > a => Some((b - a) as f64 / 1e9),
+        _ => None,
+    };
+    let tput = |sum: f64| duration.map(|d| sum / d);
+    let gpus = id.num_gpus();
+    let per_gpu = |v: Option<f64>| v.filter(|_| gpus > 0).map(|x| x / gpus as f64);
+    let (tin, tout) = (tput(isl_sum), tput(osl_sum));
+    let ttot = tin.zip(tout).map(|(a, b)| a + b);
+    r.set("input_tput_tps", num(tin));
+    r.set("output_tput_tps", num(tout));
+    r.set("total_tput_tps", num(ttot));
+    r.set("duration_seconds", num(duration));
+    r.set("tput_per_gpu", num(per_gpu(ttot)));
+    r.set("output_tput_per_gpu", num(per_gpu(tout)));
+    r.set("input_tput_per_gpu", num(per_gpu(tin)));
+    if gpus == 0 {
+        notes.push("the GPU count is 0 (TP, or prefill and decode workers x TP): per-GPU throughputs are null".into());
+    }
+}
+
+/// Additions beyond InferenceX's schema.
+fn put_additions(r: &mut BmkReport, c: &Counts<'_>, server: &ServerValues, itl: Option<Stats>) {
+    let sv = |k: &str| server.get(k);
+    let (total, ok) = (c.total, &c.ok);
+    r.set("num_requests_failed", total - ok.len() as u64);
+    r.set("num_requests_cancelled", c.cancelled);
+    r.set("num_warmup_requests_excluded", c.warmup as u64);
+    r.set("context_overflow_count", c.overflows);
+    r.set(
+        "context_overflow_rate",
+        if total == 0 {
+            0.0
+        } else {
+            c.overflows as f64 / total as f64
+        },
+    );
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for x in c.prof.iter().filter(|x| !x.outcome().is_ok()) {
+        let kind = x.error.as_ref().map_or("cancelled".into(), |e| {
+            e.kind.clone().unwrap_or_else(|| "unknown".into())
+        });
+        *errors.entry(kind).or_default() += 1;
+    }
+    r.set("errors_by_type", json!(errors));
+    r.set(
+        "server_external_cache_hit_rate",
+        num(sv("server_external_cache_hit_rate")),
+    );
+    r.set("gpu_kv_cache_usage_pct", num(sv("gpu_kv_cache_usage_pct")));
+    for stat in ["mean", "p75", "p90", "p95"] {
+        let t = itl.map(|s| s.get(stat));
+        r.set(
+            format!("{stat}_intvty_at_tpot"),
+            num(t.filter(|x| *x > 0.0).map(|x| 1.0 / x)),
+        );
+    }
+    r.set(
+        "metric_definitions",
+        json!({
+            "intvty": "statistics of per-request interactivity 1/ITL (tokens/s/user); pXX_intvty is the pXX percentile of that distribution, the fast side (about 1/p(100-XX) TPOT)",
+            "intvty_at_tpot": "fixed-seq-len convention: pXX_intvty_at_tpot = 1/pXX_tpot, the interactivity at the pXX (slow-tail) TPOT; mean_intvty_at_tpot = 1/mean_tpot",
+            "tpot": "equal to itl (no speculative-decoding distinction in agentic runs)",
+            "percentile": "linear interpolation, k = (n-1)p/100; std is the population standard deviation",
+            "server_aggregation": "counters are summed across series (endpoints, engines); gauges and percentages are averaged across series",
+            "cpu_kv_cache_usage_pct": "the server's fraction (0..1) as exported, time-averaged per series",
+            "context_overflow_rate": "context_overflow_count / num_requests_total (profiling phase)",
+        }),
+    );
+}
+
+/// What the run summary says of the run: dataset, scenario, seed, validity.
+fn put_run(r: &mut BmkReport, run: Option<&RunSummary>, notes: &mut Vec<String>) {
+    if let Some(run) = run {
+        r.set(
+            "dataset",
+            json!({"alias": run.dataset_alias(), "source": run.dataset_source()}),
+        );
+        r.set(
+            "scenario",
+            run.scenario.as_ref().map_or(Value::Null, |s| json!(s)),
+        );
+        r.set("seed", run.seed.map_or(Value::Null, |s| json!(s)));
+        r.set(
+            "submission_valid",
+            run.submission_valid.map_or(Value::Null, Value::Bool),
+        );
+        r.set(
+            "submission_invalid_reasons",
+            json!(run.submission_invalid_reasons),
+        );
+    } else {
+        notes.push(format!(
+            "{RUN_SUMMARY} absent: dataset, scenario, seed and submission validity are unknown"
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod nested_tests;

@@ -1,0 +1,819 @@
+//! `report.html`: one self-contained page per run (no network needed to view it) with the headline
+//! numbers, the submission verdict with its reasons, what was run (scenario name, version and sha256,
+//! dataset digest) and the time series of `metrics_plots.png` as interactive charts (hover for values,
+//! drag to zoom a time range, double-click to reset).
+//!
+//! Two layers. [`render_page`] is generic: a [`Page`] (a title, an optional verdict, key/value or
+//! column [`Table`]s and [`Chart`]s) in, HTML out, so a sweep page is another `Page`. [`run_page`]
+//! builds the page of one run from its artifacts, reading the numbers other modules computed
+//! ([`bmk::compute`] for counts, throughput and server cache hit rate, [`agentx_metrics::Dist`] for
+//! percentiles, [`plot::panels`] for the series); it computes nothing of its own.
+//!
+//! The charts are drawn by uPlot, vendored from its npm package (`host/assets/vendor/uplot`, with its
+//! license and checksums) and inlined with `include_str!`. Data travels as one JSON document in a
+//! `<script type="application/json">`, numbers rounded to 4 significant digits, so a 30-minute run
+//! stays a few hundred KB. A small self-check script writes what was drawn (charts, data points, pixels
+//! painted in a series colour, caught errors) into `<pre id="agentx-selfcheck">`, which the browser
+//! test reads back.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::bmk::{self, Artifacts, Identity, IdentityInput, ProfileRecord, RecordPhase, Traces};
+use super::manifest::Manifest;
+use super::plot;
+use super::run_summary::ScenarioRef;
+use agentx_metrics::Dist;
+
+/// The file every run writes into its artifact directory.
+pub const HTML_FILE: &str = "report.html";
+
+const UPLOT_JS: &str = include_str!("../assets/vendor/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../assets/vendor/uplot/uPlot.min.css");
+
+/// Errors of making the page.
+#[derive(Debug, thiserror::Error)]
+pub enum HtmlError {
+    #[error(transparent)]
+    Report(#[from] bmk::ReportError),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A submission verdict: valid or not (unknown when `None`), and why not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdict {
+    pub valid: Option<bool>,
+    pub reasons: Vec<String>,
+}
+
+/// A table: rows of cells, with column headers or none (a key/value table).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// Links of cells, by row then column: `links[i][j]`, when present and `Some`, turns cell
+    /// `(i, j)` into a link to that href (a relative path or an http(s) URL; any other scheme is
+    /// shown as plain text). Empty for a table without links.
+    pub links: Vec<Vec<Option<String>>>,
+}
+
+impl Table {
+    /// A two-column table of names and values.
+    pub fn kv(title: &str, rows: Vec<(&str, String)>) -> Table {
+        Table {
+            title: title.into(),
+            header: Vec::new(),
+            rows: rows
+                .into_iter()
+                .map(|(k, v)| vec![k.to_owned(), v])
+                .collect(),
+            links: Vec::new(),
+        }
+    }
+}
+
+/// How a chart draws its series.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChartStyle {
+    /// Lines through the points (time series).
+    #[default]
+    Lines,
+    /// Points only (one point per sweep step, a Pareto view).
+    Points,
+}
+
+/// One series of a chart: `(x, y)` points in any order of x; series of a chart need not share x.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChartSeries {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    /// How this series is drawn when not as the chart says (a frontier line among points).
+    pub style: Option<ChartStyle>,
+}
+
+/// One chart.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Chart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub style: ChartStyle,
+    pub series: Vec<ChartSeries>,
+    /// Charts with the same group share the hover cursor and the zoomed x range.
+    pub group: Option<String>,
+    /// A log2 x axis (concurrency 1, 2, 4, ...); x must be positive.
+    pub x_log2: bool,
+}
+
+impl Chart {
+    /// A time-series chart of one `plot` panel, in the `time` group.
+    pub fn from_panel(p: &plot::Panel) -> Chart {
+        Chart {
+            title: p.title.clone(),
+            x_label: "s since the first send".into(),
+            y_label: p.unit.clone(),
+            style: ChartStyle::Lines,
+            series: vec![ChartSeries {
+                label: p.unit.clone(),
+                points: p.points.clone(),
+                style: None,
+            }],
+            group: Some("time".into()),
+            x_log2: false,
+        }
+    }
+}
+
+/// Everything one page shows, top to bottom.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    pub title: String,
+    /// A line under the title (what was run, when).
+    pub subtitle: String,
+    pub verdict: Option<Verdict>,
+    pub tables: Vec<Table>,
+    pub charts: Vec<Chart>,
+    /// The heading above the charts; `None`: "Time series".
+    pub charts_heading: Option<String>,
+}
+
+/// An href a page may link to: relative (no scheme) or http(s); `javascript:` and other schemes are
+/// refused.
+fn safe_href(href: &str) -> bool {
+    let h = href.trim_start().to_ascii_lowercase();
+    let scheme_end = h.find(':');
+    let path_start = h.find(['/', '?', '#']);
+    match scheme_end {
+        None => true,
+        Some(c) if path_start.is_some_and(|p| p < c) => true,
+        Some(_) => h.starts_with("http://") || h.starts_with("https://"),
+    }
+}
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A number rounded to 4 significant digits as a JSON number (`null` when not finite): the charts
+/// need no more, and it keeps the page small.
+fn compact(v: f64) -> Value {
+    if !v.is_finite() {
+        return Value::Null;
+    }
+    if v == v.trunc() && v.abs() < 1e15 {
+        return json!(v as i64);
+    }
+    let digits = 3 - v.abs().log10().floor() as i32;
+    let s = format!("{:.*}", digits.clamp(0, 12) as usize, v);
+    s.parse::<f64>().map_or(Value::Null, |x| json!(x))
+}
+
+fn style_name(s: ChartStyle) -> &'static str {
+    match s {
+        ChartStyle::Lines => "lines",
+        ChartStyle::Points => "points",
+    }
+}
+
+fn chart_json(c: &Chart) -> Value {
+    json!({
+        "title": c.title,
+        "x": c.x_label,
+        "y": c.y_label,
+        "style": style_name(c.style),
+        "group": c.group,
+        "xlog2": c.x_log2,
+        "series": c.series.iter().map(|s| {
+            let mut pts = s.points.clone();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            json!({
+                "label": s.label,
+                "style": s.style.map(style_name),
+                "x": pts.iter().map(|p| compact(p.0)).collect::<Vec<_>>(),
+                "y": pts.iter().map(|p| compact(p.1)).collect::<Vec<_>>(),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+const STYLE: &str = r#"
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1400px;padding:16px 24px;color:#1b1f24;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:16px;margin:20px 0 8px}
+.sub{color:#57606a;margin-bottom:12px;word-break:break-all}
+.verdict{padding:8px 12px;border-radius:6px;margin:8px 0;font-weight:600}
+.verdict ul{margin:4px 0 0;font-weight:400}
+.ok{background:#dafbe1;border:1px solid #4ac26b}.bad{background:#ffebe9;border:1px solid #ff8182}.unk{background:#f6f8fa;border:1px solid #d0d7de}
+.tables{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
+table{border-collapse:collapse;font-variant-numeric:tabular-nums}
+th,td{border-bottom:1px solid #d8dee4;padding:3px 10px;text-align:right}
+th:first-child,td:first-child{text-align:left;color:#57606a}
+td.mono{font-family:ui-monospace,monospace;font-size:12px;text-align:left;word-break:break-all}
+caption{text-align:left;font-weight:600;padding:4px 0}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}
+.chart{border:1px solid #d8dee4;border-radius:6px;padding:6px;position:relative;min-height:120px}
+.chart .empty{position:absolute;top:50%;width:100%;text-align:center;color:#cf222e}
+.hint{color:#57606a;font-size:12px}
+#agentx-selfcheck{display:none}
+"#;
+
+/// Caught before any other script runs, so the self-check sees errors of uPlot and the page.
+const GUARD_JS: &str = r#"
+window.__agentxErrors=[];
+window.addEventListener('error',function(e){window.__agentxErrors.push(String(e.message||e))});
+window.addEventListener('unhandledrejection',function(e){window.__agentxErrors.push('unhandled rejection: '+String(e.reason))});
+(function(){var ce=console.error;console.error=function(){window.__agentxErrors.push(Array.prototype.map.call(arguments,String).join(' '));return ce.apply(console,arguments)}})();
+"#;
+
+const PAGE_JS: &str = r#"
+(function(){
+var doc=JSON.parse(document.getElementById('agentx-data').textContent);
+var box=document.getElementById('agentx-charts');
+var colors=['#0969da','#cf222e','#1a7f37','#8250df','#bf8700','#0a3069'];
+var plots=[],groups={},syncing=false;
+function fmt(v){if(v==null)return '-';var a=Math.abs(v);return a>=1000?v.toFixed(0):a>=10?v.toFixed(1):a>=0.01||a==0?v.toFixed(3):v.toExponential(2)}
+function width(el){return Math.max(300,el.clientWidth-12)}
+doc.charts.forEach(function(c,i){
+  var el=document.createElement('div');el.className='chart';el.id='chart-'+i;box.appendChild(el);
+  var tables=c.series.map(function(s){return [s.x,s.y]});
+  var data=tables.length==1?tables[0]:uPlot.join(tables);
+  var n=c.series.reduce(function(a,s){return a+s.y.filter(function(v){return v!=null}).length},0);
+  var pts=c.style=='points';
+  var opts={title:c.title,width:width(el),height:240,
+    scales:{x:c.xlog2?{time:false,distr:3,log:2}:{time:false}},
+    axes:[{label:c.x,size:40},{label:c.y,size:64}],
+    cursor:{drag:{x:true,y:false},sync:c.group?{key:c.group}:undefined},
+    legend:{live:true},
+    series:[{label:c.x,value:function(u,v){return fmt(v)}}].concat(c.series.map(function(s,j){
+      var sp=s.style?s.style=='points':pts;
+      return {label:s.label,stroke:colors[j%colors.length],width:1.5,spanGaps:true,
+        value:function(u,v){return fmt(v)},
+        points:sp?{show:true,size:8,fill:colors[j%colors.length]}:{show:n<60},
+        paths:sp?function(){return null}:undefined}
+    })),
+    hooks:{setScale:[function(u,key){
+      if(key!='x'||syncing||!c.group)return;syncing=true;
+      (groups[c.group]||[]).forEach(function(o){if(o!==u)o.setScale('x',{min:u.scales.x.min,max:u.scales.x.max})});
+      syncing=false}]}
+  };
+  var u=new uPlot(opts,data,el);u.__agentxPoints=n;
+  if(n==0){var m=document.createElement('div');m.className='empty';m.textContent='no data';el.appendChild(m)}
+  plots.push(u);if(c.group)(groups[c.group]=groups[c.group]||[]).push(u);
+});
+window.addEventListener('resize',function(){plots.forEach(function(u){u.setSize({width:width(u.root.parentNode),height:240})})});
+setTimeout(function(){
+  var out={charts:plots.length,expected:doc.charts.length,points:[],drawn:[],titles:[],errors:window.__agentxErrors};
+  plots.forEach(function(u){
+    var drawn=0;
+    try{var cv=u.root.querySelector('canvas');var cx=cv.getContext('2d');
+      var d=cx.getImageData(0,0,cv.width,cv.height).data;
+      var rgb=colors.map(function(h){return [1,3,5].map(function(o){return parseInt(h.substr(o,2),16)})});
+      for(var k=0;k<d.length;k+=4){if(d[k+3]<128)continue;
+        for(var j=0;j<rgb.length;j++){if(Math.abs(d[k]-rgb[j][0])+Math.abs(d[k+1]-rgb[j][1])+Math.abs(d[k+2]-rgb[j][2])<60){drawn++;break}}}
+    }catch(e){window.__agentxErrors.push('selfcheck: '+e)}
+    out.points.push(u.__agentxPoints);out.drawn.push(drawn);out.titles.push(u.root.querySelector('.u-title').textContent);
+  });
+  document.getElementById('agentx-selfcheck').textContent=JSON.stringify(out);
+},100);
+})();
+"#;
+
+/// Renders a page as one self-contained HTML document.
+pub fn render_page(page: &Page) -> String {
+    let mut h = String::with_capacity(UPLOT_JS.len() + 64 * 1024);
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta name=\"generator\" content=\"agentx-host {}\"><title>{}</title>\n\
+         <script>{GUARD_JS}</script>\n<style>{UPLOT_CSS}</style>\n<style>{STYLE}</style>\n</head><body>\n",
+        env!("CARGO_PKG_VERSION"),
+        esc(&page.title),
+    );
+    let _ = writeln!(h, "<h1>{}</h1>", esc(&page.title));
+    if !page.subtitle.is_empty() {
+        let _ = writeln!(h, "<div class=\"sub\">{}</div>", esc(&page.subtitle));
+    }
+    if let Some(v) = &page.verdict {
+        let (class, text) = match v.valid {
+            Some(true) => ("ok", "valid submission"),
+            Some(false) => ("bad", "not a valid submission"),
+            None => ("unk", "submission validity unknown"),
+        };
+        let _ = write!(h, "<div class=\"verdict {class}\" id=\"verdict\">{text}");
+        if !v.reasons.is_empty() {
+            h.push_str("<ul>");
+            for r in &v.reasons {
+                let _ = write!(h, "<li>{}</li>", esc(r));
+            }
+            h.push_str("</ul>");
+        }
+        h.push_str("</div>\n");
+    }
+    h.push_str("<div class=\"tables\">\n");
+    for t in &page.tables {
+        let _ = write!(h, "<table><caption>{}</caption>", esc(&t.title));
+        if !t.header.is_empty() {
+            h.push_str("<tr>");
+            for c in &t.header {
+                let _ = write!(h, "<th>{}</th>", esc(c));
+            }
+            h.push_str("</tr>");
+        }
+        for (r, row) in t.rows.iter().enumerate() {
+            h.push_str("<tr>");
+            for (i, c) in row.iter().enumerate() {
+                // Long identifiers (hashes, paths) in a narrow monospace cell.
+                let mono = i > 0 && t.header.is_empty() && c.len() > 24;
+                let href = t
+                    .links
+                    .get(r)
+                    .and_then(|l| l.get(i))
+                    .and_then(Option::as_deref)
+                    .filter(|href| safe_href(href));
+                let text = match href {
+                    Some(href) => format!("<a href=\"{}\">{}</a>", esc(href), esc(c)),
+                    None => esc(c),
+                };
+                let _ = write!(
+                    h,
+                    "<td{}>{}</td>",
+                    if mono { " class=\"mono\"" } else { "" },
+                    text
+                );
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</table>\n");
+    }
+    h.push_str("</div>\n");
+    if !page.charts.is_empty() {
+        let heading = page.charts_heading.as_deref().unwrap_or("Time series");
+        let _ = writeln!(
+            h,
+            "<h2>{}</h2><div class=\"hint\">hover for values; drag across a chart to zoom \
+             a range (charts of one group zoom together); double-click to reset</div>",
+            esc(heading)
+        );
+    }
+    h.push_str("<div class=\"charts\" id=\"agentx-charts\"></div>\n");
+    h.push_str("<pre id=\"agentx-selfcheck\"></pre>\n");
+    let data = json!({"charts": page.charts.iter().map(chart_json).collect::<Vec<_>>()});
+    // `</` cannot end the script element early once escaped; JSON reads `<\/` as `</`.
+    let data = data.to_string().replace("</", "<\\/");
+    let _ = write!(
+        h,
+        "<script type=\"application/json\" id=\"agentx-data\">{data}</script>\n\
+         <script>{UPLOT_JS}</script>\n<script>{PAGE_JS}</script>\n</body></html>\n"
+    );
+    h
+}
+
+/// A table cell: `v` with `digits` decimals, `-` when absent or not finite.
+/// The throughput table's rows of `--goodput`: good requests, and the sessions.
+fn goodput_rows(m: &agentx_metrics::Summary) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if let Some(g) = m.goodput {
+        rows.extend([
+            ("goodput (good requests/s)", num(Some(g.goodput), 2)),
+            ("good requests", g.good_request_count.to_string()),
+            ("good fraction", pct(Some(g.good_request_fraction))),
+        ]);
+    }
+    if let Some(x) = &m.sessions {
+        let slowdown = |f: fn(&agentx_metrics::Dist) -> f64| num(x.slowdown.as_ref().map(f), 2);
+        rows.extend([
+            (
+                "good sessions",
+                format!("{} of {}", x.good_sessions, x.sessions),
+            ),
+            ("session slowdown p50", slowdown(|d| d.p50)),
+            ("session slowdown p90", slowdown(|d| d.p90)),
+        ]);
+    }
+    rows
+}
+
+pub(crate) fn num(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.digits$}"),
+        _ => "-".into(),
+    }
+}
+
+/// A table cell: a 0-1 fraction as a percentage, `-` when absent or not finite.
+pub(crate) fn pct(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
+        _ => "-".into(),
+    }
+}
+
+fn dist_row(name: &str, d: Option<&Dist>) -> Vec<String> {
+    let f = |g: fn(&Dist) -> f64| num(d.map(g), 2);
+    vec![
+        name.to_owned(),
+        f(|d| d.p50),
+        f(|d| d.p90),
+        f(|d| d.p99),
+        f(|d| d.avg),
+        d.map_or("0".into(), |d| d.count.to_string()),
+    ]
+}
+
+/// The full-response ITL and interactivity as InferenceX's app publishes them (`metrics::interactivity`).
+fn published_table(f: &agentx_metrics::interactivity::FullResponseInteractivity) -> Table {
+    use agentx_metrics::interactivity::PublishedStats;
+    let row = |name: &str, s: &PublishedStats, scale: f64, digits: usize| {
+        let cells = [s.mean, s.p50, s.p90, s.p99, s.p99_9, s.std];
+        std::iter::once(name.to_owned())
+            .chain(cells.map(|v| num(Some(v * scale), digits)))
+            .chain(std::iter::once(f.requests.to_string()))
+            .collect()
+    };
+    Table {
+        title: "As InferenceX publishes it: full-response ITL (ms) and interactivity (tokens/s/user, pX = 1 / pX of the ITL)".into(),
+        header: ["", "mean", "p50", "p90", "p99", "p99.9", "std", "n"]
+            .map(str::to_owned)
+            .to_vec(),
+        rows: vec![
+            row("full-response ITL", &f.itl_s, 1e3, 2),
+            row("interactivity", &f.tokens_per_s_per_user, 1.0, 2),
+        ],
+        links: Vec::new(),
+    }
+}
+
+/// The latency and interactivity of the successful profiling requests: aiperf's figures, then
+/// agentx's schedule-anchored pair (from when each request was due) when the records carry it
+/// (aiperf's own exports do not).
+fn latency_table(records: &[ProfileRecord]) -> Table {
+    let prof: Vec<&ProfileRecord> = records
+        .iter()
+        .filter(|x| x.phase == RecordPhase::Profiling && x.ok())
+        .collect();
+    let ms = |field: fn(&ProfileRecord) -> Option<f64>| {
+        Dist::of(
+            prof.iter()
+                .filter_map(|x| field(x))
+                .map(|s| s * 1e3)
+                .collect(),
+        )
+    };
+    let interactivity = Dist::of(
+        prof.iter()
+            .filter_map(|x| x.itl_s)
+            .filter(|s| *s > 0.0)
+            .map(|s| 1.0 / s)
+            .collect(),
+    );
+    let scheduled_rows = [
+        ("TTFT from due", ms(|x| x.scheduled_ttft_s)),
+        ("E2E from due", ms(|x| x.scheduled_e2el_s)),
+    ]
+    .into_iter()
+    .filter_map(|(name, d)| d.map(|d| dist_row(name, Some(&d))));
+    Table {
+        title: "Latency (ms) and interactivity (tokens/s/user)".into(),
+        header: ["", "p50", "p90", "p99", "mean", "n"]
+            .map(str::to_owned)
+            .to_vec(),
+        rows: vec![
+            dist_row("TTFT", ms(|x| x.ttft_s).as_ref()),
+            dist_row("ITL", ms(|x| x.itl_s).as_ref()),
+            dist_row("E2E", ms(|x| x.e2el_s).as_ref()),
+            dist_row("interactivity", interactivity.as_ref()),
+        ]
+        .into_iter()
+        .chain(scheduled_rows)
+        .collect(),
+        links: Vec::new(),
+    }
+}
+
+/// The page of one run, from its parsed artifacts (the run summary among them) and its manifest
+/// (`run_manifest.json`, when present: what a run that did not finish has).
+/// The identity only sets the GPU count of per-GPU figures, which the page does not show.
+pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>) -> Page {
+    let traces = Traces::Unavailable {
+        reason: "not read for the HTML report".into(),
+    };
+    let r = bmk::compute(&a.input(identity, &traces));
+    let f = |k: &str| r.f64(k);
+    let count = |k: &str| r.get(k).map_or("-".into(), |v| v.to_string());
+
+    // The run summary when there is one, else the manifest of a run that did not finish.
+    let summary = a.run.as_ref();
+    let (run_id, url, conc, seed, ds) = match (summary, manifest) {
+        (Some(s), _) => (
+            s.run_id.clone(),
+            s.url.clone(),
+            s.concurrency.map(|c| c.to_string()),
+            s.seed.map(|x| x.to_string()),
+            s.dataset.as_ref(),
+        ),
+        (None, Some(m)) => (
+            Some(m.run_id.clone()),
+            Some(m.url.clone()),
+            Some(m.concurrency.to_string()),
+            Some(m.seed.to_string()),
+            Some(&m.dataset),
+        ),
+        (None, None) => (None, None, None, None, None),
+    };
+    let scenario: Option<ScenarioRef> = summary
+        .and_then(|s| s.scenario.clone())
+        .or_else(|| manifest.map(|m| m.scenario.clone().into()));
+    let sc = |k: &str| {
+        let v = scenario.as_ref().map(|s| match k {
+            "name" => s.name.as_str(),
+            "version" => s.version.as_str(),
+            _ => s.sha256.as_str(),
+        });
+        v.filter(|v| !v.is_empty()).unwrap_or("-").to_owned()
+    };
+    let dataset = ds
+        .and_then(|d| {
+            d.alias.clone().or_else(|| {
+                d.source
+                    .to_str()
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            })
+        })
+        .unwrap_or_else(|| "-".into());
+    let digest = ds
+        .and_then(|d| d.cache_key.clone())
+        .unwrap_or_else(|| "-".into());
+    let run_id = run_id.unwrap_or_else(|| "-".into());
+    let model = summary.and_then(|s| s.model.as_deref());
+    let conc = conc.unwrap_or_else(|| "-".into());
+    let seed = seed.unwrap_or_else(|| "-".into());
+    let stop = summary.and_then(|s| s.stop.clone());
+
+    let what = Table::kv(
+        "Run",
+        vec![
+            ("run id", run_id.clone()),
+            ("model", model.unwrap_or("-").to_owned()),
+            ("url", url.unwrap_or_else(|| "-".into())),
+            ("concurrency", conc.clone()),
+            ("seed", seed),
+            ("stop", stop.unwrap_or_else(|| "-".into())),
+            ("scenario", sc("name")),
+            ("scenario version", sc("version")),
+            ("scenario sha256", sc("sha256")),
+            ("dataset", dataset),
+            ("dataset digest", digest),
+        ],
+    );
+    let requests = Table::kv(
+        "Requests (profiling)",
+        vec![
+            ("ok", count("num_requests_successful")),
+            ("failed (incl. overflow)", count("num_requests_failed")),
+            ("context overflow", count("context_overflow_count")),
+            ("cancelled", count("num_requests_cancelled")),
+            ("warmup (excluded)", count("num_warmup_requests_excluded")),
+            ("duration (s)", num(f("duration_seconds"), 1)),
+        ],
+    );
+    let mut throughput_rows = vec![
+        ("requests/s", num(f("mean_qps"), 2)),
+        ("input tokens/s", num(f("input_tput_tps"), 0)),
+        ("output tokens/s", num(f("output_tput_tps"), 0)),
+        ("total tokens/s", num(f("total_tput_tps"), 0)),
+        ("server cache hit rate", pct(f("server_gpu_cache_hit_rate"))),
+        ("response cache hit rate", pct(f("response_cache_hit_rate"))),
+    ];
+    if let Some(m) = summary.map(|s| &s.summary) {
+        throughput_rows.extend(goodput_rows(m));
+    }
+    let throughput = Table::kv("Throughput", throughput_rows);
+    let latency = latency_table(&a.records);
+    let published = summary
+        .and_then(|s| s.summary.full_response.as_ref())
+        .map(published_table);
+    let verdict = a.run.as_ref().map(|r| Verdict {
+        valid: r.submission_valid,
+        reasons: r.submission_invalid_reasons.clone(),
+    });
+    let panels = plot::panels(&a.records, a.server.as_ref());
+    Page {
+        title: format!("agentx run {}", sc("name")),
+        subtitle: format!(
+            "{} · concurrency {} · run {run_id}",
+            model.unwrap_or("-"),
+            conc,
+        ),
+        verdict,
+        tables: [what, requests, throughput, latency]
+            .into_iter()
+            .chain(published)
+            .collect(),
+        charts: panels.iter().map(Chart::from_panel).collect(),
+        charts_heading: None,
+    }
+}
+
+/// Reads an artifact directory and writes its `report.html` to `out` (default `DIR/report.html`).
+pub fn html_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, HtmlError> {
+    let (root, name) = agentx_record::fsio::Root::for_output(dir, out, HTML_FILE)
+        .map_err(|(path, source)| HtmlError::Write { path, source })?;
+    html_into(dir, &root, &name)
+}
+
+/// Reads the artifact directory `dir` and writes its page as `name` beneath `out`.
+fn html_into(
+    dir: &Path,
+    out: &agentx_record::fsio::Root,
+    name: &Path,
+) -> Result<PathBuf, HtmlError> {
+    let a = bmk::load_artifacts(dir)?;
+    let manifest = Manifest::read_dir(&a.dir).ok();
+    let identity = Identity::resolve(&IdentityInput::default())?;
+    let html = render_page(&run_page(&a, &identity, manifest.as_ref()));
+    out.write_atomic(name, html.as_bytes())
+        .map_err(|source| HtmlError::Write {
+            path: out.join(name),
+            source,
+        })
+}
+
+/// The page of a run just finished, into its artifact directory: a failure is a warning (the
+/// records and other exports stand).
+pub fn write_after_run(dir: &agentx_record::fsio::Root) -> Option<PathBuf> {
+    html_into(dir.path(), dir, Path::new(HTML_FILE))
+        .map_err(|e| tracing::warn!("no {HTML_FILE}: {e}"))
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_identity() -> Identity {
+        Identity::resolve(&IdentityInput::default()).unwrap()
+    }
+
+    fn fixture_page() -> String {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run");
+        let a = bmk::load_artifacts(&dir).unwrap();
+        render_page(&run_page(&a, &no_identity(), None))
+    }
+
+    #[test]
+    fn compact_keeps_four_significant_digits() {
+        assert_eq!(compact(12.0), json!(12));
+        assert_eq!(compact(1234.5678), json!(1235.0));
+        assert_eq!(compact(0.0123456), json!(0.01235));
+        assert_eq!(compact(f64::NAN), Value::Null);
+    }
+
+    #[test]
+    fn the_page_is_self_contained_with_the_run_facts() {
+        let h = fixture_page();
+        assert!(h.starts_with("<!DOCTYPE html>"));
+        assert!(!h.contains("http://") || !h.contains("src=\"http"));
+        assert!(!h.contains("<script src"), "no external scripts");
+        assert!(!h.contains("<link"), "no external styles");
+        for want in [
+            "agentx-mvp",
+            "0000000000000000000000000000000000000000000000000000000000000000",
+            "valid submission",
+            "id=\"agentx-selfcheck\"",
+            "uPlot",
+        ] {
+            assert!(h.contains(want), "no {want:?}");
+        }
+        // The data document parses and carries the twelve panels.
+        let start = h.find("id=\"agentx-data\">").unwrap() + "id=\"agentx-data\">".len();
+        let end = start + h[start..].find("</script>").unwrap();
+        let doc: Value = serde_json::from_str(&h[start..end]).unwrap();
+        assert_eq!(doc["charts"].as_array().unwrap().len(), 12);
+        assert_eq!(doc["charts"][0]["series"][0]["y"][1], json!(220));
+    }
+
+    #[test]
+    fn text_is_escaped_and_cannot_end_a_script() {
+        let page = Page {
+            title: "<b>&".into(),
+            verdict: Some(Verdict {
+                valid: Some(false),
+                reasons: vec!["</script><script>alert(1)</script>".into()],
+            }),
+            charts: vec![Chart {
+                title: "</script>".into(),
+                ..Chart::default()
+            }],
+            ..Page::default()
+        };
+        let h = render_page(&page);
+        assert!(h.contains("<h1>&lt;b&gt;&amp;</h1>"));
+        assert!(!h.contains("alert(1)</script>"));
+        assert!(h.contains("\"title\":\"<\\/script>\""));
+    }
+
+    #[test]
+    fn table_links_are_escaped_and_only_relative_or_http() {
+        let page = Page {
+            tables: vec![Table {
+                title: "t".into(),
+                header: vec!["a".into(), "b".into()],
+                rows: vec![vec!["x".into(), "<y>".into()], vec!["z".into(), "w".into()]],
+                links: vec![
+                    vec![None, Some("conc_4/report.html?a=\"1\"&b".into())],
+                    vec![
+                        Some(" JavaScript:alert(1)".into()),
+                        Some("https://e.x/".into()),
+                    ],
+                ],
+            }],
+            ..Page::default()
+        };
+        let h = render_page(&page);
+        assert!(h.contains(
+            "<td><a href=\"conc_4/report.html?a=&quot;1&quot;&amp;b\">&lt;y&gt;</a></td>"
+        ));
+        assert!(h.contains("<td>z</td>"), "a javascript: href is plain text");
+        assert!(h.contains("<a href=\"https://e.x/\">w</a>"));
+        assert!(!h.contains("alert(1)\""));
+    }
+
+    /// A 30-minute run at one completion per second and full server metrics stays small.
+    #[test]
+    fn a_thirty_minute_run_is_a_few_hundred_kb() {
+        let secs = 1800u64;
+        let records: Vec<ProfileRecord> = (0..secs * 4)
+            .map(|i| ProfileRecord {
+                line: i as usize + 1,
+                conversation_id: format!("c{}", i % 64),
+                turn_index: Some(i / 64),
+                start_ns: Some(i * 250_000_000),
+                end_ns: Some(i * 250_000_000 + 3_141_592_653),
+                credit_issued_ns: None,
+                source_trace_id: None,
+                phase: RecordPhase::Profiling,
+                cancelled: false,
+                // One failure in 50, so the errors panel has points to the end.
+                error: (i % 50 == 49).then(bmk::Failure::default),
+                ttft_s: Some(0.1 + (i % 7) as f64 * 0.0123),
+                e2el_s: Some(3.25),
+                scheduled_ttft_s: None,
+                scheduled_e2el_s: None,
+                itl_s: Some(0.010 + (i % 5) as f64 * 0.000_37),
+                full_response_itl_s: None,
+                isl: Some(12_345.0 + (i % 11) as f64 * 1001.0),
+                osl: Some(321.0 + (i % 13) as f64),
+                cache_read_tokens: None,
+            })
+            .collect();
+        let slices = |f: &dyn Fn(u64) -> f64, stat: &str| -> Value {
+            (0..secs)
+                .map(|s| json!({"start_ns": s as f64 * 1e9, stat: f(s)}))
+                .collect()
+        };
+        let g = |stat: &str| json!({"type": "gauge", "series": [{"stats": {}, "timeslices": slices(&|s| (s % 17) as f64 * 0.731, stat)}]});
+        let c = |stat: &str| json!({"type": "counter", "series": [{"stats": {"total": 1.0}, "timeslices": slices(&|s| 1000.0 + (s % 23) as f64 * 17.3, stat)}]});
+        let doc = json!({"metrics": {
+            "vllm:num_requests_running": g("avg"),
+            "vllm:num_requests_waiting": g("avg"),
+            "vllm:kv_cache_usage_perc": g("avg"),
+            "vllm:prefix_cache_hits": c("total"),
+            "vllm:prefix_cache_queries": c("total"),
+            "vllm:prompt_tokens": c("rate"),
+            "vllm:generation_tokens": c("rate"),
+        }});
+        let server = bmk::ServerMetrics::parse(&doc.to_string(), Path::new("s.json")).unwrap();
+        let a = Artifacts {
+            dir: PathBuf::from("artifacts"),
+            records,
+            server: Some(server),
+            run: None,
+            aiperf: None,
+        };
+        let page = run_page(&a, &no_identity(), None);
+        assert!(page.charts.iter().all(|c| !c.series[0].points.is_empty()));
+        let n = render_page(&page).len();
+        eprintln!("report.html of a 30-minute run: {n} bytes");
+        assert!(n < 600 * 1024, "{n} bytes");
+    }
+}

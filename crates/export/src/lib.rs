@@ -1,0 +1,58 @@
+//! Result files of a run, written from its records and scraped server metrics: the aiperf-compatible
+//! exports, the InferenceX `bmk_agentic` JSON, CSV, plots, the HTML report and the run manifest. It formats what
+//! `metrics` computes and computes nothing of its own.
+
+pub mod aiperf;
+pub mod bmk;
+pub mod html;
+pub mod manifest;
+pub mod plot;
+pub mod run_summary;
+pub mod server_metrics;
+pub mod sweep;
+pub mod sweep_views;
+
+use std::path::PathBuf;
+
+/// The exports of a finished run, or of a merge of shards, beside its records: the aiperf files,
+/// the server metrics (from the scrape log when there is one), the plot and report.html. Each
+/// failure is logged and none loses the records; returns the files written and whether an export
+/// the pipelines read could not be written.
+pub fn write_run_exports(
+    art: &agentx_record::fsio::Root,
+    records: &[agentx_record::RequestRecord],
+    info: &self::aiperf::RunInfo,
+    slice_duration: Option<f64>,
+    server: Option<(
+        &agentx_metrics::scrape_log::ScrapeLog,
+        &self::server_metrics::ExportMeta,
+    )>,
+) -> (Vec<PathBuf>, bool) {
+    let mut files = Vec::new();
+    let mut failed = false;
+    match self::aiperf::write_all(art, records, info, slice_duration) {
+        Ok(f) => files.extend(f),
+        Err(e) => {
+            failed = true;
+            tracing::error!("{e}");
+        }
+    }
+    if let Some((log, meta)) = server {
+        let window = (info.profiling_start_ns, info.profiling_end_ns);
+        match self::server_metrics::write_with(art, log, window, meta) {
+            Ok(f) => files.extend(f),
+            Err(e) => {
+                failed = true;
+                tracing::error!("{e}");
+            }
+        }
+    }
+    if !records.is_empty() {
+        match self::plot::plot_into(art.path(), art, self::plot::PLOT_FILE.as_ref()) {
+            Ok(p) => files.push(p),
+            Err(e) => tracing::warn!("no plot: {e}"),
+        }
+        files.extend(self::html::write_after_run(art));
+    }
+    (files, failed)
+}

@@ -1,0 +1,378 @@
+//! `run_manifest.json`: the one type of a run's manifest, written by the run (before the first
+//! request, and again at its end) and read by `replay` and `merge`. Every field a reader relies on
+//! is typed; a manifest of an older version reads with the fields it lacks at their defaults, and the
+//! fields only a merged run carries (`shards`, `clock_skew_ns`, `merged_unix_ns`) are kept as they
+//! are.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The file name of a run's manifest.
+pub const MANIFEST_FILE: &str = "run_manifest.json";
+
+/// A run's manifest: everything that pins it, and how it ended. Only `argv`, `run_id`, `seed` and
+/// `scenario.sha256` are required to read one (what a rerun needs).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The command line, without the program name (what `replay` reruns).
+    pub argv: Vec<String>,
+    /// The working directory of the run (relative paths in `argv` are relative to it).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The run this one reruns (`agentx-host replay`).
+    #[serde(default)]
+    pub replay_of: Option<ReplayOf>,
+    pub run_id: String,
+    pub seed: u64,
+    #[serde(default)]
+    pub seed_drawn: bool,
+    pub scenario: ScenarioId,
+    #[serde(default)]
+    pub dataset: DatasetId,
+    #[serde(default)]
+    pub resolved_settings: Vec<SettingRow>,
+    /// Every replay setting as the run applied it, `{name: {value, source}}`; the source is
+    /// `flag`, `environment`, `demo`, `scenario` or `host default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_settings: Option<Value>,
+    #[serde(default)]
+    pub warnings: Vec<WarningRow>,
+    #[serde(default)]
+    pub not_acted_on: Vec<String>,
+    #[serde(default)]
+    pub resolve_invalid_reasons: Vec<String>,
+    #[serde(default)]
+    pub slice_duration: Option<f64>,
+    /// `--goodput`'s objectives (aiperf's tags), for a merge's exports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<String>,
+    /// `--session-goodput-share`, with `goodput`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_goodput_share: Option<f64>,
+    #[serde(default)]
+    pub http: Option<HttpInfo>,
+    #[serde(default)]
+    pub concurrency: u32,
+    #[serde(default)]
+    pub benchmark_duration_s: f64,
+    #[serde(default)]
+    pub assistant_mode: String,
+    #[serde(default)]
+    pub url: String,
+    /// The model the requests named (given, or what the server's `/v1/models` listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Every lane's plan: single-stream lanes or session-tree lanes (two shapes, kept as JSON).
+    #[serde(default)]
+    pub lanes: Vec<Value>,
+    #[serde(default)]
+    pub host_version: String,
+    #[serde(default)]
+    pub wasmtime_version: String,
+    #[serde(default)]
+    pub started_unix_ns: u64,
+    /// `None` until the run ended.
+    #[serde(default)]
+    pub ended_unix_ns: Option<u64>,
+    /// A shard's place in its run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+    /// The session-tree scheduler's counts (a tree run, once it ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trees: Option<Value>,
+    /// When profiling began on the run's clock (written as it begins, so a killed run keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiling_started_ns: Option<u64>,
+    /// Profiling's start and end on the run's clock, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiling_ns: Option<[u64; 2]>,
+    /// Why the run stopped, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
+    /// A run that never reached its end, finished by `agentx-host finalize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalized: Option<Finalized>,
+    /// The server a sweep started for this run (`sweep --server-cmd`), once it was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerInfo>,
+    /// Fields of a merged run (`shards`, `clock_skew_ns`, `merged_unix_ns`), and any this version
+    /// does not know.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// How `agentx-host finalize` finished a run that did not reach its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finalized {
+    /// Why the run ended (given with `--reason`, or that its process ended without finishing).
+    pub reason: String,
+    /// When the exports were written (Unix ns).
+    pub unix_ns: u64,
+    /// The records the exports were written from.
+    pub records: u64,
+    /// A last line of `records.jsonl` cut off by the kill (left out; `None` when there was none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torn_record: Option<String>,
+    /// Whether the server metrics scraped before the end were at hand (the scrape journal).
+    pub server_metrics: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayOf {
+    pub run_id: String,
+    pub manifest: PathBuf,
+}
+
+/// The scenario component a run loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScenarioId {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub version: String,
+    pub sha256: String,
+    /// Where it was loaded from (a path, or `builtin:<name>`).
+    #[serde(default)]
+    pub source: PathBuf,
+}
+
+/// The corpus a run replayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetId {
+    #[serde(default)]
+    pub source: PathBuf,
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// The dataset's cache key (its digest), hex.
+    #[serde(default)]
+    pub cache_key: Option<String>,
+    #[serde(default)]
+    pub traces: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_dataset_entries: Option<usize>,
+    /// `--trace-block-size`: every trace laid out in this many tokens per hash block, whatever it
+    /// declares (`None`: each trace as it declares).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_block_size: Option<u32>,
+    /// Where the replay of this corpus parts from agentx-harness 1.0.12's CLI, and what the
+    /// harness would refuse in it (each also logged as a warning).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub harness_notes: Vec<HarnessNote>,
+}
+
+/// One way a run's replay of its corpus parts from agentx-harness 1.0.12's CLI, or a reason the
+/// harness would refuse the corpus.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HarnessNote {
+    pub kind: HarnessNoteKind,
+    /// How many it concerns: the traces laid out in other blocks (`block_size`), or the places in
+    /// the corpus (file:line) the harness would refuse (`refused`).
+    pub count: u64,
+    /// What differs, why, and how to reproduce the harness (or fix the corpus).
+    pub message: String,
+}
+
+/// What a [`HarnessNote`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HarnessNoteKind {
+    /// The traces are laid out in other blocks than the harness CLI's 64 tokens.
+    BlockSize,
+    /// The harness would refuse the corpus (a scenario other than `agentx` replays it).
+    Refused,
+}
+
+/// A setting as the scenario resolved it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SettingRow {
+    pub name: String,
+    pub value: Value,
+    pub explicit: bool,
+}
+
+/// A warning of the scenario's `resolve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarningRow {
+    pub setting: String,
+    pub message: String,
+}
+
+/// The HTTP side of a run: the headers that carry the session, the reuse strategy, the timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpInfo {
+    pub correlation_header: String,
+    pub session_headers: Vec<String>,
+    pub connection_reuse_strategy: String,
+    pub tcp_user_timeout_ms: Option<u64>,
+}
+
+/// A shard's place in a sharded run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    pub index: u32,
+    pub count: u32,
+    #[serde(default)]
+    pub source: String,
+    #[serde(default)]
+    pub coordinator: String,
+    #[serde(default)]
+    pub host: String,
+    /// The lanes this shard replayed.
+    #[serde(default)]
+    pub lanes: Vec<u32>,
+    #[serde(default)]
+    pub pool: usize,
+    #[serde(default)]
+    pub clock_offset_ns: i64,
+    #[serde(default)]
+    pub clock_rtt_ns: i64,
+    #[serde(default)]
+    pub rendezvous_s: f64,
+    /// Shard 0's report of the rendezvous, once every shard was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous: Option<Value>,
+}
+
+/// A server started for one run (`sweep --server-cmd`): what ran, where, how soon it was ready and
+/// how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// The command after substitution, as `sh -c` ran it.
+    pub command: String,
+    /// The local port picked for it (`{port}`).
+    pub port: u16,
+    /// The process id of its shell, which leads its process group.
+    pub pid: u32,
+    /// The URL the run targeted.
+    pub url: String,
+    /// Seconds from the start until `/v1/models` answered 200; `None` when it never did.
+    pub ready_s: Option<f64>,
+    /// Its stdout and stderr, relative to the run's directory.
+    pub log: String,
+    /// How it ended; `None` while it runs.
+    pub exit: Option<ServerExit>,
+}
+
+/// How a started server ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerExit {
+    pub how: ServerEnd,
+    /// Its shell's exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended its shell, when one did.
+    pub signal: Option<i32>,
+}
+
+impl ServerExit {
+    /// `exit code N`, `signal N`, or `no exit status`.
+    pub fn status(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exit code {c}"),
+            (None, Some(s)) => format!("signal {s}"),
+            (None, None) => "no exit status".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ServerExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.how {
+            ServerEnd::Exited => "exited",
+            ServerEnd::Terminated => "terminated",
+            ServerEnd::Killed => "killed",
+        };
+        write!(f, "{how} ({})", self.status())
+    }
+}
+
+/// Who ended a started server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerEnd {
+    /// It exited on its own, before it was stopped.
+    Exited,
+    /// Its process group ended on SIGTERM.
+    Terminated,
+    /// Its process group outlived the grace period after SIGTERM and was sent SIGKILL.
+    Killed,
+}
+
+/// A manifest that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a run manifest: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_path_to_error::Error<serde_json::Error>,
+    },
+}
+
+impl Manifest {
+    /// Reads the text of a manifest; `path` names it in errors (with the field that is wrong).
+    pub fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|source| ManifestError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Reads `dir/run_manifest.json`.
+    pub fn read_dir(dir: &Path) -> Result<Manifest, ManifestError> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|source| ManifestError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Manifest::parse(&text, &path)
+    }
+
+    /// The manifest as the file holds it.
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a manifest always serializes")
+    }
+}
+
+/// The manifest key of a shard's exports rules (the merge reads it, and drops it).
+pub const SHARD_EXPORTS: &str = "shard_exports";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = r#"{"argv": ["run", "--url", "http://h:8000"], "run_id": "r1", "seed": 7,
+        "scenario": {"name": "inferencex-agentx-mvp", "version": "0.1.0", "sha256": "ab"},
+        "dataset": {"source": "t.jsonl", "cache_key": "cd", "traces": 3},
+        "concurrency": 4, "benchmark_duration_s": 60.0, "started_unix_ns": 1, "ended_unix_ns": null,
+        "shards": 2, "future_field": {"x": 1}}"#;
+
+    #[test]
+    fn an_older_manifest_reads_and_keeps_what_it_does_not_type() {
+        let m = Manifest::parse(OLD, Path::new("m.json")).unwrap();
+        assert_eq!(m.seed, 7);
+        assert_eq!(m.cwd, None);
+        assert_eq!(m.ended_unix_ns, None);
+        assert_eq!(m.dataset.cache_key.as_deref(), Some("cd"));
+        let back: Value = serde_json::from_str(&m.to_json_pretty()).unwrap();
+        assert_eq!(back["future_field"]["x"], 1);
+        assert_eq!(back["shards"], 2);
+        assert!(back["ended_unix_ns"].is_null());
+        assert!(back.get("shard").is_none());
+    }
+
+    #[test]
+    fn a_wrong_field_is_named_with_its_path() {
+        let bad = OLD.replace("\"seed\": 7", "\"seed\": \"seven\"");
+        let e = Manifest::parse(&bad, Path::new("m.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("m.json") && e.contains("seed"), "{e}");
+    }
+}

@@ -1,0 +1,220 @@
+//! `run_summary.json`: the one type of a run's summary, written by the run when it ends (and by the
+//! merge of a sharded run) and read by the merge, the report, the plot and the HTML page. Every
+//! field is typed; a summary of an older version reads with the fields it lacks at their defaults
+//! (`None` where a reader must tell "absent" apart), and fields this version does not know are kept
+//! as they are. An error names the file and the field.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::manifest::{DatasetId, ScenarioId};
+use agentx_metrics::Summary;
+
+/// The file name of a run's summary.
+pub const RUN_SUMMARY: &str = "run_summary.json";
+
+/// A run's summary: how it ended, what it ran, its verdict and its headline figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Why the run stopped (`completed`, `duration`, `failed-request-threshold`, …).
+    #[serde(default)]
+    pub stop: Option<String>,
+    /// What the stop said, if anything.
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub scenario: Option<ScenarioRef>,
+    #[serde(default)]
+    pub dataset: Option<DatasetId>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub seed_drawn: bool,
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    #[serde(default)]
+    pub benchmark_duration_s: Option<f64>,
+    #[serde(default)]
+    pub assistant_mode: Option<String>,
+    /// The server (`builtin-simulator` for a demo run).
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub started_unix_ns: Option<u64>,
+    #[serde(default)]
+    pub submission_valid: Option<bool>,
+    #[serde(default)]
+    pub submission_invalid_reasons: Vec<String>,
+    /// Records written to `records.jsonl`.
+    #[serde(default)]
+    pub records: Option<u64>,
+    #[serde(default)]
+    pub summary: Summary,
+    #[serde(default)]
+    pub host_version: Option<String>,
+    #[serde(default)]
+    pub wasmtime_version: Option<String>,
+    /// The number of shards of a merged run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// How the server-metrics export found its profiling window (absent without server metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_metrics_window: Option<ServerMetricsWindow>,
+    /// Fields this version does not know.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// The server-metrics profiling window's edges, as `server_metrics_export.json` found them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerMetricsWindow {
+    /// `boundary_scrapes` when every endpoint's window ran from its profiling_start boundary
+    /// scrape to its profiling_complete one, else `not_all_boundary_scrapes`.
+    pub edges: String,
+    /// Each boundary scrape that failed twice: `URL boundary: why`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_boundary_scrapes: Vec<String>,
+    /// The edges that are periodic scrapes, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The scenario component a run loaded, as its summary names it: the manifest's [`ScenarioId`], every
+/// field of which an older summary may lack (an absent one stays absent when written back).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioRef {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+    /// Where it was loaded from (a path, or `builtin:<name>`).
+    #[serde(default, skip_serializing_if = "is_empty_path")]
+    pub source: PathBuf,
+    /// Fields this version does not know.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+fn is_empty_path(p: &Path) -> bool {
+    p.as_os_str().is_empty()
+}
+
+impl From<ScenarioId> for ScenarioRef {
+    fn from(s: ScenarioId) -> ScenarioRef {
+        ScenarioRef {
+            name: s.name,
+            version: s.version,
+            sha256: s.sha256,
+            source: s.source,
+            extra: Default::default(),
+        }
+    }
+}
+
+/// A summary that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RunSummaryError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not a run summary: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_path_to_error::Error<serde_json::Error>,
+    },
+}
+
+impl RunSummary {
+    /// Reads the text of a summary; `path` names it in errors (with the field that is wrong).
+    pub fn parse(text: &str, path: &Path) -> Result<RunSummary, RunSummaryError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|source| RunSummaryError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Reads `dir/run_summary.json`.
+    pub fn read_dir(dir: &Path) -> Result<RunSummary, RunSummaryError> {
+        let path = dir.join(RUN_SUMMARY);
+        let text = std::fs::read_to_string(&path).map_err(|source| RunSummaryError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        RunSummary::parse(&text, &path)
+    }
+
+    /// The summary as the file holds it (keys in order, as every JSON document of a run).
+    pub fn to_json_pretty(&self) -> String {
+        let doc = serde_json::to_value(self).expect("a run summary always serializes");
+        serde_json::to_string_pretty(&doc).expect("a JSON value always serializes")
+    }
+
+    /// The dataset's alias, when the run named one.
+    pub fn dataset_alias(&self) -> Option<&str> {
+        self.dataset.as_ref()?.alias.as_deref()
+    }
+
+    /// The dataset's source path as written, when known.
+    pub fn dataset_source(&self) -> Option<&str> {
+        let s = self.dataset.as_ref()?.source.to_str()?;
+        (!s.is_empty()).then_some(s)
+    }
+
+    /// Why the run stopped; an older summary without one completed.
+    pub fn stop_or_completed(&self) -> &str {
+        self.stop.as_deref().unwrap_or("completed")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = r#"{"run_id": "fixture", "stop": "duration",
+        "scenario": {"name": "agentx-mvp", "version": "0.1.0"},
+        "dataset": {"source": "t.jsonl", "alias": null, "cache_key": "x", "traces": 2},
+        "seed": 42, "concurrency": 2, "model": "m", "submission_valid": true,
+        "submission_invalid_reasons": [], "summary": {"requests_ok": 5, "context_overflows": 1},
+        "future_field": [1]}"#;
+
+    #[test]
+    fn an_older_summary_reads_with_defaults_and_keeps_what_it_does_not_type() {
+        let s = RunSummary::parse(OLD, Path::new("s.json")).unwrap();
+        assert_eq!(s.seed, Some(42));
+        assert_eq!(s.summary.requests_ok, 5);
+        assert_eq!(s.summary.context_overflows, 1);
+        assert_eq!(s.summary.requests_failed, 0);
+        assert_eq!(s.message, None);
+        assert_eq!(s.dataset_source(), Some("t.jsonl"));
+        assert_eq!(s.dataset_alias(), None);
+        let back: Value = serde_json::from_str(&s.to_json_pretty()).unwrap();
+        assert_eq!(back["future_field"][0], 1);
+        assert!(back.get("shards").is_none());
+        assert!(back["scenario"].get("source").is_none());
+        let again = RunSummary::parse(&s.to_json_pretty(), Path::new("s.json")).unwrap();
+        assert_eq!(again, s);
+    }
+
+    #[test]
+    fn a_wrong_field_is_named_with_its_path() {
+        let bad = OLD.replace("\"requests_ok\": 5", "\"requests_ok\": \"five\"");
+        let e = RunSummary::parse(&bad, Path::new("s.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("s.json") && e.contains("summary.requests_ok"),
+            "{e}"
+        );
+    }
+}

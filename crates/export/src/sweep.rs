@@ -1,0 +1,406 @@
+//! A concurrency sweep's summary: `sweep.json` (its inputs and one row per point) and `sweep.csv`
+//! (the same rows), read back for `--resume` and `sweep --compare`. The rows are taken from each
+//! point's run outcome and nested report; this module only shapes, writes and reads them.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::manifest::ServerInfo;
+
+/// `sweep.json` in the sweep's directory.
+pub const SWEEP_JSON: &str = "sweep.json";
+/// `sweep.csv` in the sweep's directory.
+pub const SWEEP_CSV: &str = "sweep.csv";
+/// The schema tag of `sweep.json`.
+pub const SCHEMA: &str = "agentx-sweep/1";
+
+/// What makes two sweeps (or a sweep and its resume) the same experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepInputs {
+    /// The `sweep` command line without `--resume` (and without the program name).
+    pub argv: Vec<String>,
+    pub concurrency: Vec<u32>,
+    pub seed: u64,
+    pub scenario_sha256: String,
+    /// The dataset's cache key (digest of the corpus and selection).
+    pub dataset_key: String,
+    /// GPUs behind the server, for the per-GPU throughput (`--gpus`).
+    pub gpus: Option<u32>,
+    /// `<result-filename>_conc<N>.json`: InferenceX's name for each point's report.
+    pub result_filename: String,
+}
+
+/// p50/p90/p99 of one latency, milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tail {
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+/// How a point ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointStatus {
+    /// Ran to its end (valid or not: see `valid`).
+    Completed,
+    /// Finished in an earlier invocation; kept by `--resume`.
+    Resumed,
+    /// Did not complete: `error` says why.
+    Failed,
+}
+
+/// One concurrency point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub concurrency: u32,
+    /// The point's run directory, relative to the sweep's (`conc_<N>`).
+    pub dir: String,
+    pub status: PointStatus,
+    pub error: Option<String>,
+    pub run_id: Option<String>,
+    pub requests_ok: u64,
+    pub requests_failed: u64,
+    pub context_overflows: u64,
+    /// Input plus output tokens per second over the profiling phase.
+    pub total_token_throughput: Option<f64>,
+    pub output_token_throughput: Option<f64>,
+    /// The throughputs divided by `gpus`.
+    pub total_token_throughput_per_gpu: Option<f64>,
+    pub output_token_throughput_per_gpu: Option<f64>,
+    pub ttft_ms: Tail,
+    pub itl_ms: Tail,
+    pub e2e_ms: Tail,
+    /// Tokens per second a user sees: `1000 / ITL p50 (ms)`.
+    pub interactivity: Option<f64>,
+    /// The server's prefix-cache hit rate (0-1) from its metrics, when it exports one.
+    pub server_cache_hit_rate: Option<f64>,
+    pub valid: bool,
+    pub invalid_reasons: Vec<String>,
+    /// The point's InferenceX report, relative to the sweep's directory.
+    pub report: Option<String>,
+    /// The server started for the point (`--server-cmd`): command, port, readiness and exit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerInfo>,
+}
+
+impl Point {
+    /// A point that did not complete.
+    pub fn failed(concurrency: u32, dir: String, error: String) -> Point {
+        Point {
+            concurrency,
+            dir,
+            status: PointStatus::Failed,
+            error: Some(error),
+            run_id: None,
+            requests_ok: 0,
+            requests_failed: 0,
+            context_overflows: 0,
+            total_token_throughput: None,
+            output_token_throughput: None,
+            total_token_throughput_per_gpu: None,
+            output_token_throughput_per_gpu: None,
+            ttft_ms: Tail::default(),
+            itl_ms: Tail::default(),
+            e2e_ms: Tail::default(),
+            interactivity: None,
+            server_cache_hit_rate: None,
+            valid: false,
+            invalid_reasons: Vec::new(),
+            report: None,
+            server: None,
+        }
+    }
+
+    /// Completed now or in an earlier invocation.
+    pub fn done(&self) -> bool {
+        self.status != PointStatus::Failed
+    }
+}
+
+/// `sweep.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sweep {
+    pub schema: String,
+    pub inputs: SweepInputs,
+    /// In increasing concurrency.
+    pub points: Vec<Point>,
+    /// `--slo`: each point's verdict, and the `--find-max` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloReport>,
+}
+
+/// What `--slo` made of the sweep's points.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloReport {
+    /// The objectives as given.
+    pub slo: String,
+    /// Each point's verdict and figures, in increasing concurrency.
+    pub points: Vec<SloPoint>,
+    /// `--find-max`: the search's answer (absent until it is done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub find_max: Option<FindMaxAnswer>,
+}
+
+/// One point's verdict under `--slo`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloPoint {
+    pub concurrency: u32,
+    /// Completed and met every objective.
+    pub meets: bool,
+    /// Each objective's figure (`null`: the run has none).
+    pub figures: std::collections::BTreeMap<String, Option<f64>>,
+    /// The run's goodput, when it measured one (`--goodput`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<f64>,
+}
+
+/// The `--find-max` answer and how it was reached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindMaxAnswer {
+    /// The highest concurrency that met the SLO (`null`: not even the ladder's first point).
+    pub max_concurrency: Option<u32>,
+    /// Whether a failing point bounds the answer (false: every point of the ladder met the SLO,
+    /// so the maximum may lie above it).
+    pub bracketed: bool,
+    /// The lowest failing concurrency above the answer, when bracketed.
+    pub first_failing: Option<u32>,
+    /// How far apart the answer and the first failing point may be when the search stops (lanes).
+    pub resolution: u32,
+    /// The points in the order the search ran them.
+    pub order: Vec<u32>,
+    /// Of the points that met the SLO, the one with the most goodput (runs with `--goodput`): with
+    /// `good_request_fraction:F` among the objectives, aiperf's `max-goodput-under-slo` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_goodput: Option<GoodputPeak>,
+}
+
+/// The passing point with the most goodput.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoodputPeak {
+    pub concurrency: u32,
+    /// Good requests per second.
+    pub goodput: f64,
+}
+
+impl SloReport {
+    /// The passing point with the most goodput (the lower concurrency on a tie), if any measured it.
+    pub fn max_goodput(&self) -> Option<GoodputPeak> {
+        self.points
+            .iter()
+            .filter(|p| p.meets)
+            .filter_map(|p| p.goodput.map(|g| (p.concurrency, g)))
+            .fold(
+                None::<GoodputPeak>,
+                |best, (concurrency, goodput)| match best {
+                    Some(b) if b.goodput >= goodput => Some(b),
+                    _ => Some(GoodputPeak {
+                        concurrency,
+                        goodput,
+                    }),
+                },
+            )
+    }
+}
+
+/// Errors of reading or writing a sweep's summary.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a sweep summary ({SCHEMA}): {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Sweep {
+    /// Reads `dir/sweep.json`; `Ok(None)` when there is none.
+    pub fn read(dir: &Path) -> Result<Option<Sweep>, SweepError> {
+        let path = dir.join(SWEEP_JSON);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(SweepError::Read { path, source }),
+        };
+        let s: Sweep = serde_json::from_str(&text).map_err(|e| SweepError::Parse {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if s.schema != SCHEMA {
+            return Err(SweepError::Parse {
+                path,
+                message: format!("schema {:?}", s.schema),
+            });
+        }
+        Ok(Some(s))
+    }
+
+    /// Writes `sweep.json` and `sweep.csv` into `dir` (each replaced atomically).
+    pub fn write(&self, dir: &agentx_record::fsio::Root) -> Result<Vec<PathBuf>, SweepError> {
+        let mut out = Vec::new();
+        for (name, data) in [
+            (
+                SWEEP_JSON,
+                serde_json::to_string_pretty(self).unwrap_or_default() + "\n",
+            ),
+            (SWEEP_CSV, self.csv()),
+        ] {
+            out.push(dir.write_atomic(name, data.as_bytes()).map_err(|source| {
+                SweepError::Write {
+                    path: dir.join(name),
+                    source,
+                }
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// One row per point.
+    pub fn csv(&self) -> String {
+        let mut out = String::from(
+            "concurrency,status,requests_ok,requests_failed,context_overflows,\
+             total_token_throughput,output_token_throughput,total_token_throughput_per_gpu,\
+             output_token_throughput_per_gpu,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,itl_p50_ms,\
+             itl_p90_ms,itl_p99_ms,e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,interactivity,\
+             server_cache_hit_rate,valid,invalid_reasons,error\n",
+        );
+        let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
+        let q = |s: &str| {
+            if s.contains([',', '"', '\n']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_string()
+            }
+        };
+        for p in &self.points {
+            let status = match p.status {
+                PointStatus::Completed => "completed",
+                PointStatus::Resumed => "resumed",
+                PointStatus::Failed => "failed",
+            };
+            let row = [
+                p.concurrency.to_string(),
+                status.to_string(),
+                p.requests_ok.to_string(),
+                p.requests_failed.to_string(),
+                p.context_overflows.to_string(),
+                f(p.total_token_throughput),
+                f(p.output_token_throughput),
+                f(p.total_token_throughput_per_gpu),
+                f(p.output_token_throughput_per_gpu),
+                f(p.ttft_ms.p50),
+                f(p.ttft_ms.p90),
+                f(p.ttft_ms.p99),
+                f(p.itl_ms.p50),
+                f(p.itl_ms.p90),
+                f(p.itl_ms.p99),
+                f(p.e2e_ms.p50),
+                f(p.e2e_ms.p90),
+                f(p.e2e_ms.p99),
+                f(p.interactivity),
+                f(p.server_cache_hit_rate),
+                p.valid.to_string(),
+                q(&p.invalid_reasons.join(";")),
+                q(p.error.as_deref().unwrap_or("")),
+            ];
+            out.push_str(&row.join(","));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Indices of the points on the Pareto frontier of (interactivity, throughput per GPU, or total
+/// throughput without GPUs): no other point is at least as good on both and better on one. Sorted by
+/// interactivity.
+pub fn pareto(points: &[Point]) -> Vec<usize> {
+    let xy = |p: &Point| {
+        let y = p
+            .total_token_throughput_per_gpu
+            .or(p.total_token_throughput)?;
+        Some((p.interactivity?, y))
+    };
+    let mut front: Vec<usize> = (0..points.len())
+        .filter(|&i| {
+            let Some((x, y)) = xy(&points[i]) else {
+                return false;
+            };
+            !points.iter().enumerate().any(|(j, q)| {
+                j != i && xy(q).is_some_and(|(qx, qy)| qx >= x && qy >= y && (qx > x || qy > y))
+            })
+        })
+        .collect();
+    front.sort_by(|&a, &b| {
+        let (xa, _) = xy(&points[a]).unwrap_or_default();
+        let (xb, _) = xy(&points[b]).unwrap_or_default();
+        xa.total_cmp(&xb)
+    });
+    front
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(c: u32, intvty: f64, tput: f64) -> Point {
+        let mut p = Point::failed(c, format!("conc_{c}"), String::new());
+        p.status = PointStatus::Completed;
+        p.error = None;
+        p.interactivity = Some(intvty);
+        p.total_token_throughput = Some(tput);
+        p
+    }
+
+    #[test]
+    fn pareto_keeps_the_undominated_points_in_interactivity_order() {
+        // conc 1: fast for a user, little throughput; 64: the opposite; 16 is dominated by 4.
+        let pts = vec![
+            pt(1, 100.0, 10.0),
+            pt(4, 80.0, 50.0),
+            pt(16, 70.0, 40.0),
+            pt(64, 20.0, 200.0),
+        ];
+        assert_eq!(pareto(&pts), vec![3, 1, 0]);
+    }
+
+    #[test]
+    fn csv_and_json_round_trip() {
+        let s = Sweep {
+            schema: SCHEMA.into(),
+            inputs: SweepInputs {
+                argv: vec!["sweep".into(), "--concurrency".into(), "1,4".into()],
+                concurrency: vec![1, 4],
+                seed: 42,
+                scenario_sha256: "ab".into(),
+                dataset_key: "cd".into(),
+                gpus: Some(8),
+                result_filename: "agentx".into(),
+            },
+            points: vec![
+                pt(1, 100.0, 10.0),
+                Point::failed(4, "conc_4".into(), "refused, \"x\"".into()),
+            ],
+            slo: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        s.write(&agentx_record::fsio::Root::open(dir.path()).unwrap())
+            .unwrap();
+        assert_eq!(Sweep::read(dir.path()).unwrap(), Some(s.clone()));
+        let csv = std::fs::read_to_string(dir.path().join(SWEEP_CSV)).unwrap();
+        let rows: Vec<&str> = csv.lines().collect();
+        assert_eq!(rows.len(), 3);
+        assert!(rows[1].starts_with("1,completed,0,0,0,10.000000,"));
+        assert!(rows[2].ends_with("\"refused, \"\"x\"\"\""), "{}", rows[2]);
+        assert!(Sweep::read(&dir.path().join("none")).unwrap().is_none());
+    }
+}

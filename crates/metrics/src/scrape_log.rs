@@ -1,0 +1,651 @@
+//! What a run's server-metrics scrapes leave behind, kept as compact per-series time series: the
+//! [`ScrapeLog`] of every endpoint (scrape times, failures by kind, and for each metric family and
+//! label set a [`Track`] of change points or a [`HistogramTrack`]), the scrapes taken at the run's
+//! phase boundaries ([`Boundary`], [`BoundaryScrape`]), and the [`ServerSnapshot`] of the latest
+//! values for the live view. The scraper (`client::scrape`) fills these; the exports and reports
+//! read them. No I/O here.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use crate::engines::{names, HitRate, ENGINES};
+use crate::prometheus::{self, MetricType};
+use agentx_record::Clock;
+
+/// One value of a [`Track`] from a scrape index on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Index into [`EndpointLog::scrape_ns`].
+    pub idx: u32,
+    pub value: f64,
+    /// False when the series was missing from the page from this scrape on.
+    pub present: bool,
+}
+
+/// A series' values as change points: a value holds from its scrape until the next point.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Track {
+    points: Vec<Point>,
+}
+
+impl Track {
+    pub fn push(&mut self, idx: u32, value: Option<f64>) {
+        let (value, present) = match value {
+            Some(v) => (v, true),
+            None => (0.0, false),
+        };
+        match self.points.last() {
+            // Compare bits so a NaN that stays NaN is no change.
+            Some(p) if p.present == present && p.value.to_bits() == value.to_bits() => {}
+            None if !present => {}
+            _ => self.points.push(Point {
+                idx,
+                value,
+                present,
+            }),
+        }
+    }
+
+    /// The value at scrape `idx`, `None` when the series was absent then.
+    pub fn at(&self, idx: u32) -> Option<f64> {
+        let n = self.points.partition_point(|p| p.idx <= idx);
+        let p = self.points.get(n.checked_sub(1)?)?;
+        p.present.then_some(p.value)
+    }
+
+    /// The change points, in scrape order.
+    pub fn points(&self) -> &[Point] {
+        &self.points
+    }
+
+    /// The first value seen.
+    pub fn first(&self) -> Option<f64> {
+        self.points.iter().find(|p| p.present).map(|p| p.value)
+    }
+
+    /// Drops the first `flushed` points, which a journal holds, except the first present one (a
+    /// snapshot's "since the first scrape") and the last of them (the value now, which the next
+    /// scrape is compared with); returns how many of the `flushed` points stay. A spilled track
+    /// answers [`Track::first`] and [`Track::at`] from its last flushed point on; the journal
+    /// has the rest.
+    pub fn spill(&mut self, flushed: usize) -> usize {
+        let flushed = flushed.min(self.points.len());
+        if flushed < 3 {
+            return flushed;
+        }
+        let first = self.points[..flushed].iter().position(|p| p.present);
+        let mut i = 0;
+        self.points.retain(|_| {
+            let keep = i >= flushed - 1 || Some(i) == first;
+            i += 1;
+            keep
+        });
+        match first {
+            Some(f) if f < flushed - 1 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Appends a change point read back from a journal, as [`Track::push`] recorded it: points
+    /// keep scrape order (several at one index only if a page repeated the series).
+    pub fn append(&mut self, p: Point) -> Result<(), String> {
+        if let Some(last) = self.points.last() {
+            if p.idx < last.idx {
+                return Err(format!(
+                    "a change point at scrape {} comes after one at scrape {}",
+                    p.idx, last.idx
+                ));
+            }
+        }
+        self.points.push(p);
+        Ok(())
+    }
+}
+
+/// One `le` bucket of a histogram series (cumulative counts, as served).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    pub le: f64,
+    /// The bound as the server wrote it (`0.5`, `1.0`, `+Inf`), for export keys.
+    pub le_text: String,
+    pub track: Track,
+}
+
+/// A histogram series: its buckets in increasing `le`, `_sum` and `_count`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistogramTrack {
+    pub buckets: Vec<Bucket>,
+    pub sum: Track,
+    pub count: Track,
+}
+
+/// The values of one series (one label set of one family on one endpoint).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SeriesLog {
+    /// Counters, gauges and untyped metrics.
+    Scalar(Track),
+    Histogram(HistogramTrack),
+}
+
+/// Labels of a series, sorted by name (`le` removed from histogram buckets).
+pub type Labels = Vec<(String, String)>;
+
+/// One metric family as seen on one endpoint.
+#[derive(Debug, Clone)]
+pub struct FamilyLog {
+    pub kind: MetricType,
+    pub help: String,
+    pub series: BTreeMap<Labels, SeriesLog>,
+    /// The scrape that last carried each series (to mark the ones that disappear). Bookkeeping of
+    /// one `ingest`: only an entry equal to the scrape being ingested counts, so a log without it
+    /// (read back from a journal) ingests the next page exactly as the original would.
+    seen: BTreeMap<Labels, u32>,
+}
+
+impl FamilyLog {
+    pub fn new(kind: MetricType, help: String) -> FamilyLog {
+        FamilyLog {
+            kind,
+            help,
+            series: BTreeMap::new(),
+            seen: BTreeMap::new(),
+        }
+    }
+}
+
+/// Equal when the type, help and series are ([`FamilyLog::seen`] is an ingest's bookkeeping).
+impl PartialEq for FamilyLog {
+    fn eq(&self, other: &FamilyLog) -> bool {
+        self.kind == other.kind && self.help == other.help && self.series == other.series
+    }
+}
+
+/// What became of one fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// Parsed; `changed` when the page differed from the previous successful one.
+    Ok {
+        changed: bool,
+    },
+    Connect,
+    Status(u16),
+    Timeout,
+    Body,
+    Parse,
+}
+
+/// One fetch of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fetch {
+    /// Clock offset when the request was sent.
+    pub start_ns: u64,
+    /// Send to the end of the body (or the failure).
+    pub latency_ns: u64,
+    pub outcome: FetchOutcome,
+}
+
+/// Failed fetches by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FailureCounts {
+    pub connect: u64,
+    pub status: u64,
+    pub timeout: u64,
+    pub body: u64,
+    pub parse: u64,
+}
+
+impl FailureCounts {
+    pub fn total(&self) -> u64 {
+        self.connect + self.status + self.timeout + self.body + self.parse
+    }
+}
+
+/// A phase boundary of a run, where the scraper takes a scrape of every endpoint and tags it (as
+/// agentx-harness 1.0.12 tags its phase-boundary scrapes): the profiling window's counters run
+/// from the [`Boundary::ProfilingStart`] scrape to the [`Boundary::ProfilingComplete`] one, by
+/// scrape index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Boundary {
+    /// Before the first warmup request.
+    WarmupStart,
+    /// The warmup's cache-pressure stage begins (the primers returned).
+    PressureStart,
+    /// The warmup drained; no profiling request was sent yet.
+    ProfilingStart,
+    /// Sending stopped (the benchmark duration, or an early stop); requests may be in flight.
+    ProfilingEnd,
+    /// Every profiling request returned or was cancelled at the end of the grace period.
+    ProfilingComplete,
+}
+
+impl Boundary {
+    /// Every boundary, in the order a run passes them.
+    pub const ALL: [Boundary; 5] = [
+        Boundary::WarmupStart,
+        Boundary::PressureStart,
+        Boundary::ProfilingStart,
+        Boundary::ProfilingEnd,
+        Boundary::ProfilingComplete,
+    ];
+
+    /// Its name in the export and the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Boundary::WarmupStart => "warmup_start",
+            Boundary::PressureStart => "cache_pressure_start",
+            Boundary::ProfilingStart => "profiling_start",
+            Boundary::ProfilingEnd => "profiling_end",
+            Boundary::ProfilingComplete => "profiling_complete",
+        }
+    }
+
+    /// The boundary [`Boundary::as_str`] names.
+    pub fn parse(s: &str) -> Option<Boundary> {
+        Boundary::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+
+    /// The phase its scrape belongs to, as aiperf tags a boundary scrape with its own phase.
+    pub fn phase(self) -> &'static str {
+        match self {
+            Boundary::WarmupStart | Boundary::PressureStart => "warmup",
+            _ => "profiling",
+        }
+    }
+}
+
+/// A boundary scrape of one endpoint: the scrape it took, or why there is none (after a retry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundaryScrape {
+    pub boundary: Boundary,
+    /// Clock offset when the run asked for it.
+    pub asked_ns: u64,
+    /// Fetches it took (a failed or timed-out one is retried once).
+    pub attempts: u32,
+    /// The index into [`EndpointLog::scrape_ns`] of its scrape, or what went wrong.
+    pub taken: Result<u32, String>,
+}
+
+/// Everything scraped from one endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointLog {
+    /// The full `/metrics` URL.
+    pub url: String,
+    /// Every fetch, successful or not, in order.
+    pub fetches: Vec<Fetch>,
+    /// Clock offsets of the successful scrapes; [`Point::idx`] indexes this.
+    pub scrape_ns: Vec<u64>,
+    /// Families by name (counters without `_total`).
+    pub families: BTreeMap<String, FamilyLog>,
+    pub failures: FailureCounts,
+    /// What the latest failure was, for the log and the export.
+    pub last_error: Option<String>,
+    /// The boundary scrapes, in the order they were asked for.
+    pub boundaries: Vec<BoundaryScrape>,
+    last_hash: Option<u64>,
+}
+
+impl EndpointLog {
+    pub fn new(url: String) -> EndpointLog {
+        EndpointLog {
+            url,
+            fetches: Vec::new(),
+            scrape_ns: Vec::new(),
+            families: BTreeMap::new(),
+            failures: FailureCounts::default(),
+            last_error: None,
+            boundaries: Vec::new(),
+            last_hash: None,
+        }
+    }
+
+    /// The latest scrape taken at `b`, if any was asked for.
+    pub fn boundary(&self, b: Boundary) -> Option<&BoundaryScrape> {
+        self.boundaries.iter().rev().find(|x| x.boundary == b)
+    }
+
+    pub fn fail(&mut self, fetch: Fetch, message: String) {
+        match fetch.outcome {
+            FetchOutcome::Connect => self.failures.connect += 1,
+            FetchOutcome::Status(_) => self.failures.status += 1,
+            FetchOutcome::Timeout => self.failures.timeout += 1,
+            FetchOutcome::Body => self.failures.body += 1,
+            FetchOutcome::Parse => self.failures.parse += 1,
+            FetchOutcome::Ok { .. } => {}
+        }
+        if self.failures.total() == 1 {
+            tracing::warn!(url = %self.url, "server metrics scrape failed (counted, the run goes on): {message}");
+        } else {
+            tracing::debug!(url = %self.url, "server metrics scrape failed: {message}");
+        }
+        self.last_error = Some(message);
+        self.fetches.push(fetch);
+    }
+
+    /// Fold one parsed page, scraped at `t_ns`, into the series.
+    pub fn ingest(
+        &mut self,
+        mut fetch: Fetch,
+        t_ns: u64,
+        hash: u64,
+        families: Vec<prometheus::Family>,
+    ) {
+        let changed = self.last_hash != Some(hash);
+        self.last_hash = Some(hash);
+        fetch.outcome = FetchOutcome::Ok { changed };
+        self.fetches.push(fetch);
+        let idx = self.scrape_ns.len() as u32;
+        self.scrape_ns.push(t_ns);
+        for f in families {
+            if f.kind == MetricType::Summary || f.name.ends_with("_created") {
+                continue;
+            }
+            let fam = self
+                .families
+                .entry(f.name.clone())
+                .or_insert_with(|| FamilyLog::new(f.kind, f.help.clone()));
+            if fam.kind != f.kind {
+                // A family that changed type (a restarted server of another version) keeps its
+                // first type; its new samples are not comparable with the old ones.
+                continue;
+            }
+            if fam.help.is_empty() && !f.help.is_empty() {
+                fam.help = f.help.clone();
+            }
+            for s in &f.samples {
+                let role = f.role(s);
+                let histogram = fam.kind == MetricType::Histogram;
+                if role == "_created" || (!histogram && !matches!(role, "" | "_total")) {
+                    continue;
+                }
+                let mut labels: Labels = s
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| !(histogram && k == "le"))
+                    .cloned()
+                    .collect();
+                labels.sort();
+                fam.seen.insert(labels.clone(), idx);
+                let series = fam.series.entry(labels).or_insert_with(|| {
+                    if histogram {
+                        SeriesLog::Histogram(HistogramTrack::default())
+                    } else {
+                        SeriesLog::Scalar(Track::default())
+                    }
+                });
+                match series {
+                    SeriesLog::Scalar(t) => t.push(idx, Some(s.value)),
+                    SeriesLog::Histogram(h) => match role {
+                        "_sum" => h.sum.push(idx, Some(s.value)),
+                        "_count" => h.count.push(idx, Some(s.value)),
+                        "_bucket" => {
+                            let Some(le_text) = s.label("le") else {
+                                continue;
+                            };
+                            let Some(le) = prometheus::parse_value(le_text) else {
+                                continue;
+                            };
+                            let i = match h.buckets.iter().position(|b| b.le == le) {
+                                Some(i) => i,
+                                None => {
+                                    let at = h.buckets.partition_point(|b| b.le < le);
+                                    h.buckets.insert(
+                                        at,
+                                        Bucket {
+                                            le,
+                                            le_text: le_text.to_string(),
+                                            track: Track::default(),
+                                        },
+                                    );
+                                    at
+                                }
+                            };
+                            h.buckets[i].track.push(idx, Some(s.value));
+                        }
+                        _ => {}
+                    },
+                }
+            }
+        }
+        // Series missing from this page are absent from this scrape on.
+        for fam in self.families.values_mut() {
+            for (labels, series) in fam.series.iter_mut() {
+                if fam.seen.get(labels) == Some(&idx) {
+                    continue;
+                }
+                match series {
+                    SeriesLog::Scalar(t) => t.push(idx, None),
+                    SeriesLog::Histogram(h) => {
+                        h.sum.push(idx, None);
+                        h.count.push(idx, None);
+                        for b in &mut h.buckets {
+                            b.track.push(idx, None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A log built from pages already fetched: `(clock offset, Some(page))` for a scrape, `(offset,
+    /// None)` for a failed one (counted as a connection failure). For offline replays and tests.
+    pub fn from_pages<'a>(
+        url: &str,
+        pages: impl IntoIterator<Item = (u64, Option<&'a str>)>,
+    ) -> Result<EndpointLog, prometheus::ParseError> {
+        let mut log = EndpointLog::new(url.to_string());
+        for (t, page) in pages {
+            log.ingest_page(t, page)?;
+        }
+        Ok(log)
+    }
+
+    /// One page of [`EndpointLog::from_pages`] folded in.
+    pub fn ingest_page(
+        &mut self,
+        t: u64,
+        page: Option<&str>,
+    ) -> Result<(), prometheus::ParseError> {
+        let fetch = Fetch {
+            start_ns: t,
+            latency_ns: 0,
+            outcome: FetchOutcome::Connect,
+        };
+        match page {
+            Some(text) => {
+                let mut h = DefaultHasher::new();
+                text.hash(&mut h);
+                self.ingest(fetch, t, h.finish(), prometheus::parse(text)?);
+            }
+            None => self.fail(fetch, "connection refused".to_string()),
+        }
+        Ok(())
+    }
+
+    /// Successful scrapes.
+    pub fn scrapes(&self) -> u64 {
+        self.scrape_ns.len() as u64
+    }
+
+    /// The scalar series of family `name` (counters, gauges, untyped).
+    pub fn scalars<'a>(&'a self, name: &str) -> impl Iterator<Item = (&'a Labels, &'a Track)> {
+        self.families
+            .get(name)
+            .into_iter()
+            .flat_map(|f| f.series.iter())
+            .filter_map(|(l, s)| match s {
+                SeriesLog::Scalar(t) => Some((l, t)),
+                SeriesLog::Histogram(_) => None,
+            })
+    }
+
+    pub(crate) fn last_idx(&self) -> Option<u32> {
+        (self.scrape_ns.len() as u32).checked_sub(1)
+    }
+
+    /// The hash of the latest parsed page (whether the next one `changed`).
+    pub fn last_hash(&self) -> Option<u64> {
+        self.last_hash
+    }
+
+    pub fn set_last_hash(&mut self, hash: Option<u64>) {
+        self.last_hash = hash;
+    }
+}
+
+/// The whole run's scrapes.
+#[derive(Debug, Clone)]
+pub struct ScrapeLog {
+    pub clock: Clock,
+    pub interval: Duration,
+    pub endpoints: Vec<EndpointLog>,
+}
+
+/// Latest values for the live `srv` row and the sweep's idle wait, read by the engine table
+/// ([`ENGINES`]) and summed or averaged across endpoints and series by what each metric is (counts
+/// add up, usage fractions average). `None` when no endpoint has the metric.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerSnapshot {
+    /// Clock offset of the newest successful scrape.
+    pub at_ns: Option<u64>,
+    /// Clock offset of the first scrape (the counts below are increases since it).
+    pub first_ns: Option<u64>,
+    pub scrapes: u64,
+    pub failed_scrapes: u64,
+    /// Requests running, summed (each engine's names: [`ENGINES`]).
+    pub running: Option<f64>,
+    /// Requests waiting, summed.
+    pub waiting: Option<f64>,
+    /// GPU KV usage as a fraction, averaged across series.
+    pub kv_usage: Option<f64>,
+    /// CPU KV usage as a fraction, averaged.
+    pub cpu_kv_usage: Option<f64>,
+    /// Prefix-cache hit rate since the first scrape (the engine's [`HitRate`]s, the first computable).
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// The external (offload) tier's hit rate since the first scrape.
+    pub external_cache_hit_rate: Option<f64>,
+    /// Prompt and generation tokens counted by the server since the first scrape.
+    pub prompt_tokens: Option<f64>,
+    pub generation_tokens: Option<f64>,
+}
+
+impl ServerSnapshot {
+    pub fn of<'a>(logs: impl Iterator<Item = &'a EndpointLog> + Clone) -> ServerSnapshot {
+        let latest = |names: &[&str]| -> Vec<f64> {
+            for name in names {
+                let v: Vec<f64> = logs
+                    .clone()
+                    .flat_map(|e| {
+                        let idx = e.last_idx();
+                        e.scalars(name)
+                            .filter_map(move |(_, t)| idx.and_then(|i| t.at(i)))
+                    })
+                    .collect();
+                if !v.is_empty() {
+                    return v;
+                }
+            }
+            Vec::new()
+        };
+        let sum = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>());
+        let avg = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        // Increase since the first scrape, summed over series matching `keep`.
+        let increase = |name: &str, keep: &dyn Fn(&Labels) -> bool| -> Option<f64> {
+            let mut any = false;
+            let mut total = 0.0;
+            for e in logs.clone() {
+                let Some(i) = e.last_idx() else { continue };
+                for (l, t) in e.scalars(name) {
+                    if !keep(l) {
+                        continue;
+                    }
+                    if let (Some(first), Some(now)) = (t.first(), t.at(i)) {
+                        any = true;
+                        total += (now - first).max(0.0);
+                    }
+                }
+            }
+            any.then_some(total)
+        };
+        let all = |_: &Labels| true;
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let rate = |h: &HitRate| match *h {
+            HitRate::Ratio { hits, of } => ratio(increase(hits, &all), increase(of, &all)),
+            HitRate::Share {
+                metric,
+                label,
+                value,
+            } => {
+                let share = |l: &Labels| l.iter().any(|(k, v)| k == label && v == value);
+                ratio(increase(metric, &share), increase(metric, &all))
+            }
+            HitRate::OverSum { hits, rest } => {
+                let (h, r) = (increase(hits, &all), increase(rest, &all));
+                ratio(h, h.zip(r).map(|(h, r)| h + r))
+            }
+        };
+        let prefix = ENGINES.iter().flat_map(|e| e.hit_rate).find_map(&rate);
+        let external = ENGINES
+            .iter()
+            .flat_map(|e| e.external_hit_rate)
+            .find_map(&rate);
+        let kv_usage = ENGINES.iter().find_map(|e| {
+            let v = latest(e.kv_usage);
+            // An engine reporting a percentage is scaled to a fraction.
+            avg(v).map(|u| if e.kv_usage_percent { u / 100.0 } else { u })
+        });
+        let prompt_tokens = ENGINES.iter().find_map(|e| {
+            let (first, rest) = e.prompt_tokens.split_first()?;
+            let mut total = increase(first, &all)?;
+            for name in rest {
+                total += increase(name, &all).unwrap_or(0.0);
+            }
+            Some(total)
+        });
+        let generation_tokens = ENGINES
+            .iter()
+            .filter_map(|e| e.generation_tokens)
+            .find_map(|name| increase(name, &all));
+        ServerSnapshot {
+            at_ns: logs
+                .clone()
+                .filter_map(|e| e.scrape_ns.last().copied())
+                .max(),
+            first_ns: logs
+                .clone()
+                .filter_map(|e| e.scrape_ns.first().copied())
+                .min(),
+            scrapes: logs.clone().map(|e| e.scrapes()).sum(),
+            failed_scrapes: logs.clone().map(|e| e.failures.total()).sum(),
+            running: sum(latest(&names(|e| e.running))),
+            waiting: sum(latest(&names(|e| e.waiting))),
+            kv_usage,
+            cpu_kv_usage: avg(latest(&names(|e| e.cpu_kv_usage))),
+            prefix_cache_hit_rate: prefix,
+            external_cache_hit_rate: external,
+            prompt_tokens,
+            generation_tokens,
+        }
+    }
+}
+
+impl ScrapeLog {
+    /// The latest values (as of the final scrape).
+    pub fn snapshot(&self) -> ServerSnapshot {
+        ServerSnapshot::of(self.endpoints.iter())
+    }
+
+    /// Successful scrapes over all endpoints.
+    pub fn scrapes(&self) -> u64 {
+        self.endpoints.iter().map(|e| e.scrapes()).sum()
+    }
+
+    /// Failed scrapes over all endpoints.
+    pub fn failed_scrapes(&self) -> u64 {
+        self.endpoints.iter().map(|e| e.failures.total()).sum()
+    }
+}

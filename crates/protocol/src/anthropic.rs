@@ -1,0 +1,351 @@
+//! The Anthropic Messages API (`--endpoint-type anthropic`): the request body in its shape and the
+//! decoding of its streamed events. What the client measures is the same as for chat completions,
+//! so a record of either API carries the same fields.
+//!
+//! - [`write_body`] turns the chat messages the prompt synthesis wrote (`{"role","content"}` objects)
+//!   into a Messages body: the system messages become the top-level `system` text blocks, every
+//!   other message a `messages` entry whose content is one `text` block; `max_tokens` and
+//!   `stream: true` follow, then the extra inputs. The messages are parsed and written again, one
+//!   copy of the prompt per request (the chat body is sent from shared pieces without one).
+//! - [`on_event`] reads one event of the stream as it arrives: `message_start` (the usage, with
+//!   `cache_read_input_tokens` as the cached prompt tokens; the prompt tokens are
+//!   `input_tokens` plus both cache counts, as Anthropic counts the uncached rest alone),
+//!   `content_block_start` / `content_block_delta` (non-empty `text` and `thinking` count as output
+//!   and are timestamped; `text` alone is content), `message_delta` (the stop reason as the server
+//!   wrote it, the output tokens), `message_stop` (the end), `ping` and `content_block_stop`
+//!   (nothing), `error` (a stream error, its body kept for the scenario's classifier). An event of
+//!   another type is skipped, as Anthropic's versioning rules ask of clients.
+
+use serde::Deserialize;
+
+use super::exchange::{excerpt, server_error_message, StreamState};
+use super::{Exchange, Failure, FailureKind, ERROR_EXCERPT};
+use agentx_record::Usage;
+use std::borrow::Cow;
+use std::time::Instant;
+
+/// The `anthropic-version` header every request carries.
+pub const VERSION: &str = "2023-06-01";
+
+/// The default request path.
+pub const PATH: &str = "/v1/messages";
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    role: Cow<'a, str>,
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+}
+
+fn text_block(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(br#"{"type":"text","text":"#);
+    serde_json::to_writer(&mut *out, text).expect("string serializes");
+    out.push(b'}');
+}
+
+/// The `max_tokens` of a Messages request whose turn records no output length.
+const NO_LIMIT_MAX_TOKENS: u32 = 1024;
+
+/// Writes the Messages body: `head` is `{"model":M` (without the chat body's `,"messages":`),
+/// `messages` the chat messages array without its closing `]` in pieces, `tail` what follows
+/// `stream` (the extra inputs, Dynamo's `nvext`) with the closing `}`.
+pub fn write_body(
+    out: &mut Vec<u8>,
+    head: &[u8],
+    messages: &[bytes::Bytes],
+    max_tokens: u32,
+    tail: &[u8],
+) {
+    let mut array = Vec::with_capacity(messages.iter().map(|p| p.len()).sum::<usize>() + 1);
+    for p in messages {
+        array.extend_from_slice(p);
+    }
+    array.push(b']');
+    // The pieces are the synthesis's own JSON: an array of `{"role","content"}` objects.
+    let msgs: Vec<Message<'_>> = serde_json::from_slice(&array).unwrap_or_default();
+    out.extend_from_slice(head);
+    // The Messages API requires max_tokens: a request without a limit gets the API's usual 1024, as
+    // agentx-harness 1.0.12 sends it (aiperf/endpoints/anthropic_messages.py:491-493).
+    let max_tokens = if max_tokens == agentx_record::NO_OUTPUT_LIMIT {
+        NO_LIMIT_MAX_TOKENS
+    } else {
+        max_tokens.max(1)
+    };
+    out.extend_from_slice(br#","max_tokens":"#);
+    out.extend_from_slice(max_tokens.to_string().as_bytes());
+    out.extend_from_slice(br#","stream":true"#);
+    let mut system = msgs.iter().filter(|m| m.role == "system").peekable();
+    if system.peek().is_some() {
+        out.extend_from_slice(br#","system":["#);
+        for (i, m) in system.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            text_block(out, m.content.as_deref().unwrap_or(""));
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(br#","messages":["#);
+    for (i, m) in msgs.iter().filter(|m| m.role != "system").enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"role":"#);
+        serde_json::to_writer(&mut *out, m.role.as_ref()).expect("string serializes");
+        out.extend_from_slice(br#","content":["#);
+        text_block(out, m.content.as_deref().unwrap_or(""));
+        out.extend_from_slice(b"]}");
+    }
+    out.push(b']');
+    out.extend_from_slice(tail);
+}
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    message: Option<StartJson>,
+    #[serde(default, borrow)]
+    content_block: Option<BlockJson<'a>>,
+    #[serde(default, borrow)]
+    delta: Option<BlockJson<'a>>,
+    #[serde(default)]
+    usage: Option<UsageJson>,
+}
+
+#[derive(Deserialize)]
+struct StartJson {
+    #[serde(default)]
+    usage: Option<UsageJson>,
+}
+
+/// A content block (`content_block_start`) or a delta (`content_block_delta`, `message_delta`).
+#[derive(Deserialize)]
+struct BlockJson<'a> {
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct UsageJson {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl UsageJson {
+    /// Merged into what the stream reported before (`message_delta` repeats or completes
+    /// `message_start`'s counts).
+    fn merge(&self, into: &mut Usage) {
+        if let Some(input) = self.input_tokens {
+            let cached = self.cache_read_input_tokens.unwrap_or(0);
+            let created = self.cache_creation_input_tokens.unwrap_or(0);
+            into.prompt_tokens = Some(input + cached + created);
+            into.cached_tokens = self.cache_read_input_tokens.or(into.cached_tokens);
+        }
+        if let Some(out) = self.output_tokens {
+            into.completion_tokens = Some(out);
+        }
+    }
+}
+
+/// One event of a Messages stream into `ex` (see the module's documentation).
+pub fn on_event(st: &mut StreamState, event: &str, now: Instant, ex: &mut Exchange) {
+    let ev: Event<'_> = match serde_json::from_str(event) {
+        Ok(e) => e,
+        Err(e) => {
+            st.failure = Some(Failure::new(
+                ex.status,
+                FailureKind::MalformedSse,
+                format!(
+                    "malformed SSE: an event is not an Anthropic Messages event ({e}): {:?}; \
+                     does the endpoint serve the Messages API of --endpoint-type anthropic?",
+                    excerpt(event, 200)
+                ),
+            ));
+            return;
+        }
+    };
+    match ev.kind.as_ref() {
+        "message_start" => {
+            if let Some(u) = ev.message.and_then(|m| m.usage) {
+                u.merge(ex.usage.get_or_insert_with(Usage::default));
+            }
+        }
+        "content_block_start" | "content_block_delta" => {
+            let block = ev.content_block.or(ev.delta);
+            let Some(b) = block else { return };
+            let text = b.text.as_deref().unwrap_or("");
+            let thinking = b.thinking.as_deref().unwrap_or("");
+            if text.is_empty() && thinking.is_empty() {
+                return;
+            }
+            ex.chunk_offsets_ns
+                .push(now.saturating_duration_since(ex.sent).as_nanos() as u64);
+            if !text.is_empty() {
+                ex.content_chunks += 1;
+                if st.keep_text {
+                    ex.text.push_str(text);
+                }
+            }
+        }
+        "message_delta" => {
+            if let Some(r) = ev.delta.and_then(|d| d.stop_reason) {
+                ex.finish_reason = Some(r.into_owned());
+            }
+            if let Some(u) = ev.usage {
+                u.merge(ex.usage.get_or_insert_with(Usage::default));
+            }
+        }
+        "message_stop" => st.done = true,
+        "error" => {
+            let (kind, message) = server_error_message(event);
+            let mut f = Failure::new(
+                ex.status,
+                FailureKind::StreamError,
+                format!("the server sent an error event mid-stream: {message}"),
+            );
+            f.server_type = kind;
+            ex.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
+            st.failure = Some(f);
+        }
+        // `ping`, `content_block_stop`, and event types added later.
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EndpointType;
+    use bytes::Bytes;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn body_has_top_level_system_and_text_blocks() {
+        let msgs = vec![
+            Bytes::from_static(br#"[{"role":"system","content":"be \"brief\""}"#),
+            Bytes::from_static(
+                br#",{"role":"user","content":"hi\n"},{"role":"assistant","content":"yo"}"#,
+            ),
+            Bytes::from_static(br#",{"role":"user","content":"more"}"#),
+        ];
+        let mut out = Vec::new();
+        write_body(&mut out, br#"{"model":"m""#, &msgs, 0, br#","k":1}"#);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "model": "m", "max_tokens": 1, "stream": true, "k": 1,
+                "system": [{"type": "text", "text": "be \"brief\""}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "hi\n"}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "yo"}]},
+                    {"role": "user", "content": [{"type": "text", "text": "more"}]},
+                ]
+            })
+        );
+        let mut out = Vec::new();
+        write_body(
+            &mut out,
+            br#"{"model":"m""#,
+            &[Bytes::from_static(br#"[{"role":"user","content":"x"}"#)],
+            7,
+            b"}",
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert!(v.get("system").is_none());
+        assert_eq!(v["max_tokens"], 7);
+        let mut out = Vec::new();
+        let user = [Bytes::from_static(br#"[{"role":"user","content":"x"}"#)];
+        write_body(
+            &mut out,
+            br#"{"model":"m""#,
+            &user,
+            agentx_record::NO_OUTPUT_LIMIT,
+            b"}",
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["max_tokens"], 1024);
+    }
+
+    fn state() -> StreamState {
+        StreamState {
+            api: EndpointType::Anthropic,
+            keep_text: true,
+            done: false,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn events_give_chunks_usage_stop_reason_and_end() {
+        let mut ex = Exchange::new(Instant::now());
+        let mut st = state();
+        let now = Instant::now();
+        for e in [
+            r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"usage":{"input_tokens":5,"cache_creation_input_tokens":2,"cache_read_input_tokens":30,"output_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            r#"{"type":"ping"}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hm"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"x"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a "}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"b"}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"some_future_event","x":1}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}}"#,
+        ] {
+            st.on_event(e, now, &mut ex);
+            assert!(st.failure.is_none(), "{e}");
+        }
+        assert!(!st.done);
+        st.on_event(r#"{"type":"message_stop"}"#, now, &mut ex);
+        assert!(st.done);
+        assert_eq!(ex.chunk_offsets_ns.len(), 3);
+        assert_eq!(ex.content_chunks, 2);
+        assert_eq!(ex.text, "a b");
+        assert_eq!(ex.finish_reason.as_deref(), Some("max_tokens"));
+        assert_eq!(
+            ex.usage,
+            Some(Usage {
+                prompt_tokens: Some(37),
+                completion_tokens: Some(3),
+                cached_tokens: Some(30)
+            })
+        );
+    }
+
+    #[test]
+    fn error_events_and_bad_json_fail_the_stream() {
+        let now = Instant::now();
+        let mut ex = Exchange::new(now);
+        let mut st = state();
+        st.on_event(
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            now,
+            &mut ex,
+        );
+        let f = st.failure.take().unwrap();
+        assert_eq!(f.kind, FailureKind::StreamError);
+        assert_eq!(f.server_type.as_deref(), Some("overloaded_error"));
+        assert!(f.message.contains("Overloaded"));
+        assert!(ex.error_body.unwrap().contains("overloaded_error"));
+        let mut ex = Exchange::new(now);
+        st.on_event("[DONE]", now, &mut ex);
+        assert_eq!(st.failure.unwrap().kind, FailureKind::MalformedSse);
+    }
+}

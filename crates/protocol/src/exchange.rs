@@ -1,0 +1,342 @@
+//! What one request gave: the stream's state while it arrives (chunks, usage, the reply text), the
+//! [`Exchange`] it ends in and the [`Failure`] that says what went wrong.
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use agentx_record::Usage;
+
+use crate::{EndpointType, ERROR_EXCERPT};
+
+pub struct StreamState {
+    pub api: EndpointType,
+    pub keep_text: bool,
+    pub done: bool,
+    pub failure: Option<Failure>,
+}
+
+impl StreamState {
+    /// One chat-completions event (the OpenAI chunk shape) of a stream still going.
+    pub fn on_chat_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
+        if event == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        let chunk: ChunkJson<'_> = match serde_json::from_str(event) {
+            Ok(c) => c,
+            Err(e) => {
+                self.failure = Some(Failure::new(
+                    ex.status,
+                    FailureKind::MalformedSse,
+                    format!(
+                        "malformed SSE: an event is not a JSON chunk ({e}): {:?}",
+                        excerpt(event, 200)
+                    ),
+                ));
+                return;
+            }
+        };
+        if chunk.error.is_some() {
+            let (kind, message) = server_error_message(event);
+            let mut f = Failure::new(
+                ex.status,
+                FailureKind::StreamError,
+                format!("the server sent an error event mid-stream: {message}"),
+            );
+            f.server_type = kind;
+            ex.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
+            self.failure = Some(f);
+            return;
+        }
+        let c = &chunk.choices;
+        if c.with_output > 0 {
+            let at = now.saturating_duration_since(ex.sent).as_nanos() as u64;
+            for _ in 0..c.with_output {
+                ex.chunk_offsets_ns.push(at);
+            }
+            ex.content_chunks += c.with_content;
+            if self.keep_text {
+                ex.text.push_str(&c.content);
+            }
+        }
+        if let Some(r) = &c.finish_reason {
+            ex.finish_reason = Some(r.to_string());
+        }
+        if let Some(u) = chunk.usage {
+            ex.usage = Some(Usage {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+                cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            });
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ChunkJson<'a> {
+    #[serde(default, borrow)]
+    choices: Choices<'a>,
+    #[serde(default)]
+    usage: Option<UsageJson>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+/// The `choices` array, folded while it is read, so a chunk allocates nothing for it: how many choices
+/// carried output (content or reasoning) or content, their content joined, the last finish reason.
+#[derive(Default)]
+pub struct Choices<'a> {
+    with_output: u64,
+    with_content: u64,
+    content: Cow<'a, str>,
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fold<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Fold<'a> {
+            type Value = Choices<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut acc = Choices::default();
+                while let Some(c) = seq.next_element::<ChoiceJson<'a>>()? {
+                    let content = c.delta.content.unwrap_or_default();
+                    let reasoning = c
+                        .delta
+                        .reasoning_content
+                        .as_deref()
+                        .or(c.delta.reasoning.as_deref());
+                    if !content.is_empty() || reasoning.is_some_and(|r| !r.is_empty()) {
+                        acc.with_output += 1;
+                    }
+                    if !content.is_empty() {
+                        acc.with_content += 1;
+                        if acc.content.is_empty() {
+                            acc.content = content;
+                        } else {
+                            acc.content.to_mut().push_str(&content);
+                        }
+                    }
+                    if c.finish_reason.is_some() {
+                        acc.finish_reason = c.finish_reason;
+                    }
+                }
+                Ok(acc)
+            }
+        }
+        d.deserialize_seq(Fold(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ChoiceJson<'a> {
+    #[serde(default, borrow)]
+    delta: DeltaJson<'a>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct DeltaJson<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+pub struct UsageJson {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<DetailsJson>,
+}
+
+#[derive(Deserialize)]
+pub struct DetailsJson {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+/// The server's error type and message from an OpenAI-style error body (`{"error": {...}}`,
+/// `{"error": "..."}`, or `{"message": ...}`), else the body itself.
+pub fn server_error_message(body: &str) -> (Option<String>, String) {
+    let v: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let pick = |v: &serde_json::Value| -> Option<(Option<String>, String)> {
+        let e = v.get("error").unwrap_or(v);
+        if let Some(s) = e.as_str() {
+            return Some((None, s.to_owned()));
+        }
+        let msg = e.get("message")?.as_str()?.to_owned();
+        let ty = e.get("type").and_then(|t| t.as_str()).map(str::to_owned);
+        Some((ty, msg))
+    };
+    v.as_ref()
+        .and_then(pick)
+        .unwrap_or_else(|| (None, excerpt(body.trim(), 500).to_owned()))
+}
+
+pub fn excerpt(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let t = inner.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+/// The class of a failed exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The request could not be built.
+    Request,
+    /// No connection (refused, unreachable, connect timeout, TLS).
+    Connect,
+    /// A non-2xx status.
+    Http,
+    /// The connection broke before or during the response.
+    Reset,
+    /// The event stream could not be decoded.
+    MalformedSse,
+    /// The server sent an `error` event inside the stream.
+    StreamError,
+    /// The stream ended without `[DONE]`.
+    Incomplete,
+    /// The request timeout passed.
+    Timeout,
+    /// The run cancelled the request.
+    Cancelled,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Request => "request_error",
+            FailureKind::Connect => "connect_error",
+            FailureKind::Http => "http_error",
+            FailureKind::Reset => "connection_reset",
+            FailureKind::MalformedSse => "malformed_sse",
+            FailureKind::StreamError => "stream_error",
+            FailureKind::Incomplete => "incomplete_stream",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why an exchange failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub status: u16,
+    pub kind: FailureKind,
+    /// The server's own error type, when its body named one.
+    pub server_type: Option<String>,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(status: u16, kind: FailureKind, message: String) -> Failure {
+        Failure {
+            status,
+            kind,
+            server_type: None,
+            message,
+        }
+    }
+}
+
+/// What one request produced.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub sent: Instant,
+    pub first_byte: Option<Instant>,
+    /// Offsets from `sent` of each non-empty content or reasoning chunk.
+    pub chunk_offsets_ns: Vec<u64>,
+    /// Non-empty content chunks (reasoning excluded).
+    pub content_chunks: u64,
+    pub end: Instant,
+    pub status: u16,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+    /// The reply text (when asked for).
+    pub text: String,
+    /// The first [`ERROR_EXCERPT`] bytes of an error body or error event.
+    pub error_body: Option<String>,
+    pub failure: Option<Failure>,
+    /// Set when the request was sent a second time, and why.
+    pub retried: Option<String>,
+    /// The server's own time from the request's last body byte to the start of its response, when
+    /// its headers say (the built-in simulator's stamps).
+    pub server_ttft: Option<Duration>,
+}
+
+/// The server's time from a request's last body byte to the start of its response, when both of the
+/// built-in simulator's stamps came (unix nanoseconds on the server's clock; only their difference
+/// is read, so no clock is shared).
+pub fn server_ttft(headers: &hyper::HeaderMap) -> Option<Duration> {
+    use crate::headers::{RECEIVED_HEADER, RESPONSE_START_HEADER};
+    let stamp = |name: &str| -> Option<u64> { headers.get(name)?.to_str().ok()?.parse().ok() };
+    let (received, start) = (stamp(RECEIVED_HEADER)?, stamp(RESPONSE_START_HEADER)?);
+    Some(Duration::from_nanos(start.saturating_sub(received)))
+}
+
+impl Exchange {
+    pub fn new(sent: Instant) -> Exchange {
+        Exchange {
+            sent,
+            first_byte: None,
+            chunk_offsets_ns: Vec::new(),
+            content_chunks: 0,
+            end: sent,
+            status: 0,
+            usage: None,
+            finish_reason: None,
+            text: String::new(),
+            error_body: None,
+            failure: None,
+            retried: None,
+            server_ttft: None,
+        }
+    }
+
+    pub fn fail(&mut self, f: Failure) {
+        if self.failure.is_none() {
+            self.failure = Some(f);
+        }
+    }
+
+    /// The instant of the first content chunk.
+    pub fn first_token(&self) -> Option<Instant> {
+        self.chunk_offsets_ns
+            .first()
+            .map(|&o| self.sent + Duration::from_nanos(o))
+    }
+}

@@ -1,0 +1,51 @@
+//! What a request and its response are, apart from how they travel: the JSON bodies (chat
+//! completions and Anthropic Messages, [`RequestBody`] from shared pieces, [`JsonBody`]), the
+//! incremental SSE decoder ([`sse`]), the [`Exchange`] a request ends in with the [`Failure`] that
+//! says what went wrong, the routing headers and Dynamo's session control, the header names the
+//! built-in simulator stamps ([`headers`]), and the replay's side of the HTTP client
+//! ([`transport::Transport`]). No sockets: the client crate sends, the simulator serves, the replay
+//! schedules through the transport.
+
+pub mod anthropic;
+mod body;
+mod exchange;
+pub mod headers;
+pub mod routing;
+pub mod session_control;
+pub mod sse;
+pub mod transport;
+
+use std::time::Instant;
+
+pub use body::*;
+pub use exchange::*;
+pub use routing::{ConnectionReuse, RoutingHeaders};
+pub use session_control::{DynamoRouting, StreamTurn};
+
+/// Longest error body excerpt kept (and handed to the scenario's classifier).
+pub const ERROR_EXCERPT: usize = 4096;
+
+impl StreamState {
+    /// One event of the stream, read in the shape of the endpoint's API; nothing once it ended.
+    pub fn on_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
+        if self.done || self.failure.is_some() {
+            return;
+        }
+        match self.api {
+            EndpointType::Anthropic => anthropic::on_event(self, event, now, ex),
+            _ => self.on_chat_event(event, now, ex),
+        }
+    }
+}
+
+/// The ids sent as headers.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestIds<'a> {
+    pub request_id: &'a str,
+    /// The stream's own correlation id.
+    pub correlation_id: &'a str,
+    /// The parent stream's correlation id (child streams of a session tree).
+    pub parent_correlation_id: Option<&'a str>,
+    /// The session's final turn: a sticky session's connection is released after it.
+    pub last: bool,
+}

@@ -1,0 +1,21 @@
+//! The vocabulary every other crate of agentx speaks: [`RequestRecord`] (the one fact type of a run)
+//! and its sink, the run's clock, atomic file IO under a directory capability ([`fsio`]), the output
+//! paths and printing that never panics ([`out`]), the distribution kernel ([`dist`]) and the rule
+//! that says what became of a request ([`outcome`]).
+//!
+//! It depends on no other crate of the workspace.
+
+#[macro_use]
+pub mod out;
+
+pub mod dist;
+pub mod fsio;
+pub mod outcome;
+mod record;
+pub mod testkit;
+
+pub use record::*;
+
+/// The `max_tokens` of a request sent without a token limit (a Mooncake row without
+/// `output_length`): the request body leaves the token field out, as agentx-harness does.
+pub const NO_OUTPUT_LIMIT: u32 = u32::MAX;

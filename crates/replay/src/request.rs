@@ -1,0 +1,349 @@
+//! One request of the replay: its body (with Dynamo's `session_control` for its stream's turn), its
+//! send through the transport, its record (the scenario classifies errors; under
+//! `--apply-chat-template` the client-side ISL is the rendered prompt's, counted while the request
+//! is in flight), and its count in the tally and the failed-request threshold.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use super::session::Session;
+use super::{bust, Shared};
+use bytes::Bytes;
+
+use agentx_dataset::AssistantMode;
+use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
+use agentx_record::{Phase, RecordError, RequestRecord, TokenSource};
+use agentx_scenario::types::{ErrorClass, ErrorResponse};
+
+/// The exit of one request as the lane sees it.
+pub(super) struct Sent {
+    pub(super) overflow: bool,
+    /// The record's error as `message (type)`.
+    pub(super) error: Option<String>,
+    pub(super) reply: Option<String>,
+    pub(super) end: Instant,
+}
+
+/// A request ready to send.
+pub(super) struct Prepared {
+    pub(super) body: JsonBody,
+    pub(super) request_id: String,
+    pub(super) trace_id: &'static str,
+    pub(super) turn: u32,
+    pub(super) num_turns: u32,
+    pub(super) max_tokens: u32,
+    /// Client-side prompt tokens (word model or tokenizer), marker included.
+    pub(super) client_isl: u64,
+    /// The turn's theoretical prefix-cache stamp (hit blocks, total blocks); session trees only.
+    pub(super) prefix: (u32, u32),
+    /// The turn's source request in its trace (outer index, inner index); session trees only.
+    pub(super) source_idx: (Option<u32>, Option<u32>),
+    /// The messages' JSON pieces, kept for `--apply-chat-template`'s count (shared, not copied).
+    pub(super) template_parts: Option<Vec<Bytes>>,
+}
+
+/// The body of a stream's turn (with Dynamo's `session_control` when that is on), and the
+/// messages' pieces the chat-template count renders when `--apply-chat-template` is on.
+pub(super) fn body_of(
+    sh: &Shared,
+    session: &Session,
+    max_tokens: u32,
+    messages: Vec<Bytes>,
+    last: bool,
+) -> (JsonBody, Option<Vec<Bytes>>) {
+    let parts = sh.cfg.chat_template.is_some().then(|| messages.clone());
+    let turn = StreamTurn {
+        correlation_id: &session.correlation_id,
+        parent_correlation_id: session
+            .tree
+            .as_ref()
+            .and_then(|t| t.parent_correlation_id.as_deref()),
+        last,
+    };
+    (sh.body.build_for(max_tokens, messages, turn), parts)
+}
+
+/// Writes the conversation's current turn as a request body.
+pub(super) fn prepare(
+    sh: &Shared,
+    session: &Session,
+    conv: &agentx_dataset::Conversation<'static>,
+) -> Prepared {
+    let traj = conv.trajectory();
+    let turn = conv.turn();
+    let max_tokens = traj.turn(turn).map_or(1, |t| t.max_tokens());
+    let bust = bust(sh.cfg.placement, &session.marker);
+    let last = turn + 1 >= traj.num_turns();
+    let (body, template_parts) = body_of(
+        sh,
+        session,
+        max_tokens,
+        conv.messages_json_parts(bust),
+        last,
+    );
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+    let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
+    Prepared {
+        body,
+        request_id: format!("{}-r{seq}", sh.run_short),
+        trace_id: traj.id(),
+        turn: turn as u32,
+        num_turns: traj.num_turns() as u32,
+        max_tokens,
+        client_isl,
+        prefix: (0, 0),
+        source_idx: (None, None),
+        template_parts,
+    }
+}
+
+/// Sends a prepared request and records it.
+pub(super) async fn send_turn(
+    sh: &Arc<Shared>,
+    session: &Session,
+    mut req: Prepared,
+    phase: Phase,
+    intended: u64,
+    cancel: &mut watch::Receiver<bool>,
+) -> Sent {
+    let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
+    /// Counts the request in flight until it returns, or until its task unwinds.
+    struct InFlight<'a>(&'a AtomicU64);
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    sh.in_flight.fetch_add(1, Ordering::Relaxed);
+    let in_flight = InFlight(&sh.in_flight);
+    let template_isl = match (&sh.cfg.chat_template, req.template_parts.take()) {
+        (Some(t), Some(parts)) => {
+            let t = t.clone();
+            Some(tokio::task::spawn_blocking(move || t.count_parts(&parts)))
+        }
+        _ => None,
+    };
+    let ex = sh
+        .client
+        .send(
+            std::mem::take(&mut req.body),
+            RequestIds {
+                request_id: &req.request_id,
+                correlation_id: &session.correlation_id,
+                parent_correlation_id: session
+                    .tree
+                    .as_ref()
+                    .and_then(|t| t.parent_correlation_id.as_deref()),
+                last: req.turn + 1 >= req.num_turns,
+            },
+            keep_text,
+            cancel,
+        )
+        .await;
+    drop(in_flight);
+    if let Some(task) = template_isl {
+        match task.await {
+            Ok(Ok(n)) => req.client_isl = n,
+            Ok(Err(e)) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        "{e}; such requests count their messages' text as their client-side ISL (warned once)"
+                    )
+                });
+            }
+            Err(e) => tracing::error!("the chat-template count of a request failed: {e}"),
+        }
+    }
+    let rec = to_record(sh, session, req, phase, intended, &ex);
+    let sent = Sent {
+        overflow: rec.context_overflow,
+        error: rec
+            .error
+            .as_ref()
+            .map(|e| format!("{} ({})", e.message, e.kind)),
+        reply: (rec.error.is_none() && keep_text).then_some(ex.text),
+        end: ex.end,
+    };
+    account(sh, &rec);
+    sh.records.send(rec);
+    sent
+}
+
+pub(super) fn to_record(
+    sh: &Shared,
+    session: &Session,
+    req: Prepared,
+    phase: Phase,
+    intended: u64,
+    ex: &Exchange,
+) -> RequestRecord {
+    let usage = ex.usage.unwrap_or_default();
+    let server = sh.cfg.use_server_token_count
+        && usage.prompt_tokens.is_some()
+        && usage.completion_tokens.is_some();
+    let (isl, osl, token_source) = if server {
+        (
+            usage.prompt_tokens.unwrap_or(0),
+            usage.completion_tokens.unwrap_or(0),
+            TokenSource::Server,
+        )
+    } else {
+        (
+            req.client_isl,
+            sh.counter.count(&ex.text),
+            TokenSource::Client,
+        )
+    };
+    let mut context_overflow = false;
+    let error = ex.failure.as_ref().map(|f| {
+        let mut kind = f.kind.as_str().to_string();
+        if f.kind != FailureKind::Cancelled {
+            let body = ex.error_body.clone().unwrap_or_else(|| f.message.clone());
+            let resp = ErrorResponse {
+                status: f.status,
+                body_excerpt: body,
+            };
+            let phrases = sh.cfg.overflow_phrases.as_deref();
+            match sh
+                .scenario
+                .lock()
+                .expect("scenario lock")
+                .classify_error(&resp, phrases)
+            {
+                Ok(c) if c.class == ErrorClass::ContextOverflow => {
+                    context_overflow = true;
+                    kind = "context_overflow".into();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!("{e}; the error counts as an ordinary failure"),
+            }
+        }
+        if let Some(t) = &f.server_type {
+            kind = format!("{kind}:{t}");
+        }
+        RecordError {
+            code: f.status,
+            kind,
+            message: f.message.clone(),
+        }
+    });
+    let cancelled = ex
+        .failure
+        .as_ref()
+        .is_some_and(|f| f.kind == FailureKind::Cancelled);
+    let send_ns = sh.clock.ns_of(ex.sent);
+    RequestRecord {
+        request_id: req.request_id,
+        correlation_id: session.correlation_id.clone(),
+        session_num: session.session_num,
+        phase,
+        lane: session.lane,
+        trace_id: req.trace_id.to_owned(),
+        turn: req.turn,
+        num_turns: req.num_turns,
+        recycle_pass: session.recycle_pass,
+        intended_ns: intended.min(send_ns),
+        send_ns,
+        first_byte_ns: ex.first_byte.map(|t| sh.clock.ns_of(t)),
+        first_token_ns: ex.first_token().map(|t| sh.clock.ns_of(t)),
+        chunk_offsets_ns: ex.chunk_offsets_ns.clone(),
+        end_ns: sh.clock.ns_of(ex.end),
+        isl,
+        osl,
+        token_source,
+        usage,
+        max_tokens: req.max_tokens,
+        finish_reason: ex.finish_reason.clone(),
+        cancelled,
+        context_overflow,
+        error,
+        retry: ex.retried.clone(),
+        server_ttft_ns: ex.server_ttft.map(|d| d.as_nanos() as u64),
+        tree: session.tree.clone().map(|mut t| {
+            (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
+            (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
+            t
+        }),
+    }
+}
+
+/// A request that failed before (or instead of) an exchange with the server.
+pub(super) struct FailedRequest {
+    pub(super) trace_id: &'static str,
+    pub(super) turn: u32,
+    pub(super) num_turns: u32,
+    pub(super) max_tokens: u32,
+    pub(super) phase: Phase,
+    pub(super) intended: u64,
+    /// The record error's class (`type`) and message.
+    pub(super) kind: &'static str,
+    pub(super) message: String,
+}
+
+/// The record of a [`FailedRequest`]: an error with no response, sent and ended now.
+pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) -> RequestRecord {
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+    let now = sh.clock.now_ns();
+    RequestRecord {
+        request_id: format!("{}-r{seq}", sh.run_short),
+        correlation_id: session.correlation_id.clone(),
+        session_num: session.session_num,
+        phase: f.phase,
+        lane: session.lane,
+        trace_id: f.trace_id.to_owned(),
+        turn: f.turn,
+        num_turns: f.num_turns,
+        recycle_pass: session.recycle_pass,
+        intended_ns: f.intended.min(now),
+        send_ns: now,
+        first_byte_ns: None,
+        first_token_ns: None,
+        chunk_offsets_ns: Vec::new(),
+        end_ns: now,
+        isl: 0,
+        osl: 0,
+        token_source: TokenSource::Client,
+        usage: Default::default(),
+        max_tokens: f.max_tokens,
+        finish_reason: None,
+        cancelled: false,
+        context_overflow: false,
+        error: Some(RecordError {
+            code: 0,
+            kind: f.kind.to_owned(),
+            message: f.message,
+        }),
+        retry: None,
+        server_ttft_ns: None,
+        tree: session.tree.clone(),
+    }
+}
+
+/// Counts a record and trips the failed-request threshold.
+pub(super) fn account(sh: &Shared, rec: &RequestRecord) {
+    sh.live.record(rec);
+    let mut t = sh.tally.lock().expect("tally lock");
+    t.add(rec);
+    if rec.phase == Phase::Warmup {
+        return;
+    }
+    if let Some(tx) = &sh.shard_tally {
+        // The threshold is over all shards' records: the rendezvous sums and decides.
+        tx.send_replace(t.clone());
+        return;
+    }
+    if let Some(f) = sh.cfg.failed_request_threshold {
+        // Judged after every record but an overflow's (aiperf counts an overflow, then judges at
+        // the next record).
+        if !rec.context_overflow
+            && t.threshold_exceeded(f, sh.concurrency)
+            && !sh.threshold_hit.swap(true, Ordering::Relaxed)
+        {
+            let _ = sh.threshold_tx.send(true);
+        }
+    }
+}

@@ -1,0 +1,742 @@
+//! The scheduler's state machine: the runtime trees of the lanes, their streams' states, the
+//! timer heap, and what happens when a timer fires or a response returns (spawns, joins, the
+//! replay barrier, forced releases, both idle caps, recycling a drained tree). Nothing here awaits:
+//! the loops in [`super`] and [`super::warmup`] drive it, [`super::stream`] runs the requests.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use super::stream::{guarded, Done, Job, Stage};
+use super::{Pressure, TreeCounts, TreePlan};
+use crate::tree::TreeLane;
+use crate::{timer, Session, Shared};
+use agentx_dataset::tree::SessionTree;
+use agentx_dataset::Conversation;
+use agentx_record::{Phase, TreeInfo};
+use agentx_scenario::types_v2::TreeId;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum St {
+    /// A child whose branch has not started.
+    NotStarted,
+    /// Its next turn has a timer.
+    Waiting,
+    /// Its next turn is held by a join or the barrier.
+    Held,
+    InFlight,
+    Done,
+}
+
+pub(super) struct RtStream {
+    pub(super) st: St,
+    pub(super) next: u32,
+    /// The conversation at `next`, when it was built beforehand.
+    pub(super) conv: Option<Box<Conversation<'static>>>,
+    pub(super) session: Option<Session>,
+}
+
+pub(super) struct RtTree {
+    pub(super) gen: u64,
+    pub(super) tree: usize,
+    pub(super) lane: u32,
+    pub(super) marker: String,
+    pub(super) root_corr: String,
+    pub(super) streams: Vec<RtStream>,
+    pub(super) started: Vec<bool>,
+    /// Per stream: turns completed (the barrier's view), seeded with the resume boundaries.
+    pub(super) done_upto: Vec<u32>,
+    pub(super) in_flight: u32,
+    pub(super) timers: u32,
+    /// Held turns: (stream, intended ns).
+    pub(super) held: Vec<(u32, u64)>,
+    pub(super) pass: u32,
+    /// The recorded instant the tree's replay starts from (ms on the root clock): t*, or root
+    /// turn 0's start for a recycled tree; the pressure stage's hand-off measures offsets from it.
+    pub(super) origin_ms: f64,
+    /// The end of the tree's last response (or its start): the per-tree idle cap counts from it.
+    pub(super) last_end: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Timer {
+    pub(super) at: Instant,
+    pub(super) seq: u64,
+    pub(super) lane: u32,
+    pub(super) gen: u64,
+    pub(super) stream: u32,
+}
+
+pub(super) struct Sched {
+    pub(super) sh: Arc<Shared>,
+    pub(super) plan: TreePlan,
+    pub(super) lanes: Vec<Option<RtTree>>,
+    pub(super) heap: BinaryHeap<Reverse<Timer>>,
+    pub(super) seq: u64,
+    pub(super) gen: u64,
+    pub(super) sampler: crate::tree::Sampler,
+    pub(super) passes: HashMap<String, u32>,
+    pub(super) tasks: JoinSet<Done>,
+    pub(super) in_flight: u64,
+    /// When the last response left nothing in flight.
+    pub(super) idle_since: Instant,
+    pub(super) stage: Stage,
+    /// Per lane: requests sent in the pressure stage.
+    pub(super) pressure_sent: Vec<u64>,
+    /// The pressure stage stopped releasing turns.
+    pub(super) paused: bool,
+    pub(super) counts: TreeCounts,
+    /// An open-loop run's arrival schedule, from the start of profiling to the stop.
+    pub(super) schedule: Option<crate::arrivals::Schedule>,
+}
+
+impl Sched {
+    pub(super) fn tree(&self, t: usize) -> &'static SessionTree {
+        let trees: &'static [SessionTree] = self.plan.trees;
+        &trees[t]
+    }
+
+    pub(super) fn push_timer(&mut self, lane: u32, stream: u32, at: Instant) {
+        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+            return;
+        };
+        rt.timers += 1;
+        rt.streams[stream as usize].st = St::Waiting;
+        self.seq += 1;
+        self.heap.push(Reverse(Timer {
+            at,
+            seq: self.seq,
+            lane,
+            gen: rt.gen,
+            stream,
+        }));
+    }
+
+    pub(super) fn new_session(&self, rt: &RtTree, stream: u32) -> Session {
+        let tree = self.tree(rt.tree);
+        let s = &tree.streams[stream as usize];
+        let lane = self.lane_id(rt.lane);
+        let mut session = Session::new(&self.sh, lane, rt.tree, rt.pass, rt.marker.clone());
+        let root_corr = if stream == 0 {
+            session.correlation_id.clone()
+        } else {
+            rt.root_corr.clone()
+        };
+        session.tree = Some(TreeInfo {
+            agent_depth: s.depth,
+            root_correlation_id: root_corr.clone(),
+            parent_correlation_id: (stream != 0).then_some(root_corr),
+            source_trace_id: tree.trace_id.clone(),
+            prefix_hit_blocks: 0,
+            prefix_total_blocks: 0,
+            source_outer_idx: None,
+            source_inner_idx: None,
+        });
+        session
+    }
+
+    /// A runtime tree of corpus tree `t` on `lane`, every stream not started.
+    pub(super) fn fresh_tree(&mut self, lane: u32, t: usize, marker: String, pass: u32) -> RtTree {
+        self.gen += 1;
+        let tree = self.tree(t);
+        let mut rt = RtTree {
+            gen: self.gen,
+            tree: t,
+            lane,
+            marker,
+            root_corr: String::new(),
+            streams: tree
+                .streams
+                .iter()
+                .map(|_| RtStream {
+                    st: St::NotStarted,
+                    next: 0,
+                    conv: None,
+                    session: None,
+                })
+                .collect(),
+            started: vec![false; tree.branches.len()],
+            done_upto: vec![0; tree.streams.len()],
+            in_flight: 0,
+            timers: 0,
+            held: Vec::new(),
+            pass,
+            origin_ms: tree.streams[0].turns.first().map_or(0.0, |t| t.ts_ms),
+            last_end: timer::now(),
+        };
+        let root = self.new_session(&rt, 0);
+        rt.root_corr = root.correlation_id.clone();
+        if let Some(t) = root.tree.as_ref() {
+            debug_assert_eq!(t.root_correlation_id, rt.root_corr);
+        }
+        rt.streams[0].session = Some(root);
+        rt
+    }
+
+    /// The runtime tree of a planned lane, its streams where t* left them.
+    pub(super) fn planned_tree(&mut self, lane: &TreeLane) -> RtTree {
+        let mut rt = self.fresh_tree(lane.lane, lane.tree, lane.marker.clone(), lane.pass);
+        let tree = self.tree(lane.tree);
+        if let Some(t) = lane.t_star_ms {
+            rt.origin_ms = t;
+        } else if let Some(s) = lane.streams.iter().find(|s| s.index == 0) {
+            rt.origin_ms = tree.streams[0].turns[s.next_turn as usize].ts_ms;
+        }
+        let n_root = tree.streams[0].turns.len() as u32;
+        let root_next = lane
+            .streams
+            .iter()
+            .find(|s| s.index == 0)
+            .map_or(n_root, |s| s.next_turn);
+        // Resume boundaries: turns recorded before t* count as completed.
+        for (i, s) in tree.streams.iter().enumerate() {
+            rt.done_upto[i] = match lane.t_star_ms {
+                Some(t) => s
+                    .turns
+                    .iter()
+                    .position(|x| x.ts_ms >= t)
+                    .unwrap_or(s.turns.len()) as u32,
+                None => 0,
+            };
+        }
+        rt.done_upto[0] = root_next;
+        for (b, br) in tree.branches.iter().enumerate() {
+            // A branch is under way when its spawn turn is past, or when one of its children is
+            // alive at t* (its recorded start came before t* though its spawn turn is still ahead):
+            // it is not started again when the root reaches its spawn turn.
+            let alive = lane
+                .streams
+                .iter()
+                .any(|s| s.index != 0 && br.children.contains(&(s.index as usize)));
+            rt.started[b] = (br.spawn_turn as u32) < root_next || alive;
+            if rt.started[b] {
+                for &c in &br.children {
+                    rt.streams[c].st = St::Done;
+                }
+            }
+        }
+        rt.streams[0].st = St::Done;
+        for s in &lane.streams {
+            let i = s.index as usize;
+            rt.streams[i].next = s.next_turn;
+            rt.streams[i].st = St::Waiting; // its timer comes with the profiling start
+            rt.done_upto[i] = s.next_turn;
+            if i != 0 {
+                let session = self.new_session(&rt, s.index);
+                rt.streams[i].session = Some(session);
+            }
+        }
+        rt
+    }
+
+    pub(super) fn draw_tree(&mut self) -> Option<usize> {
+        let trees: &'static [SessionTree] = self.plan.trees;
+        self.sampler
+            .next(trees.len(), |t| !trees[t].streams[0].turns.is_empty())
+    }
+
+    /// Lane `lane`'s number in the whole plan (a shard numbers its own lanes from 0).
+    pub(super) fn lane_id(&self, lane: u32) -> u32 {
+        self.plan
+            .shard
+            .as_ref()
+            .and_then(|s| s.lane_ids.get(lane as usize).copied())
+            .unwrap_or(lane)
+    }
+
+    /// Starts the next tree of the sampler on `lane` at root turn 0, now; in an open-loop run the
+    /// lane's slot is freed instead (arrivals start trees).
+    pub(super) fn recycle(&mut self, lane: u32) {
+        self.lanes[lane as usize] = None;
+        if *self.sh.stop_new.borrow() || self.plan.arrivals.is_some() {
+            return;
+        }
+        self.start_tree(lane, None);
+    }
+
+    /// Starts the arrivals due now (see [`crate::arrivals`]; one more than a mean
+    /// inter-arrival late is skipped and counted): each takes a free slot and
+    /// starts the sampler's next tree at root turn 0 with a marker of its own (the arrival's
+    /// ordinal is the tree's pass); with every slot taken it is rejected and counted.
+    pub(super) fn admit_arrivals(&mut self) {
+        if self.stage != Stage::Profiling || *self.sh.stop_new.borrow() {
+            return;
+        }
+        let now = timer::now();
+        loop {
+            let Some(due) = self.schedule.as_mut().and_then(|s| s.due(now)) else {
+                return;
+            };
+            let c = self.counts.arrivals.get_or_insert_default();
+            c.offered += due.skipped;
+            c.skipped += due.skipped;
+            let Some(ordinal) = due.ordinal else { continue };
+            let free = self.lanes.iter().position(Option::is_none);
+            let started = match free {
+                Some(l) => {
+                    let pass = u32::try_from(ordinal).unwrap_or(u32::MAX);
+                    self.start_tree(l as u32, Some(pass))
+                }
+                None => false,
+            };
+            let c = self.counts.arrivals.get_or_insert_default();
+            c.offered += 1;
+            if started {
+                c.admitted += 1;
+            } else {
+                c.rejected += 1;
+            }
+        }
+    }
+
+    /// Starts the sampler's next tree on `lane` at root turn 0, now, with the next marker pass of
+    /// its trace (or `pass`, an arrival's ordinal); false when the corpus has no tree to start.
+    fn start_tree(&mut self, lane: u32, pass: Option<u32>) -> bool {
+        let Some(t) = self.draw_tree() else {
+            return false;
+        };
+        let trace = self.tree(t).trace_id.clone();
+        let pass = pass.unwrap_or_else(|| {
+            let p = self.passes.entry(trace.clone()).or_insert(0);
+            let v = *p;
+            *p += 1;
+            v
+        });
+        let marker = {
+            let mut sc = self.sh.scenario.lock().expect("scenario lock");
+            match sc.cache_bust_tree(
+                self.sh.cfg.placement,
+                &TreeId {
+                    run_id: self.sh.cfg.run_id.clone(),
+                    pass,
+                    lane: self.lane_id(lane),
+                    trace_id: trace.clone(),
+                },
+            ) {
+                Ok(m) => m.text,
+                Err(e) => {
+                    tracing::error!("{e}; this tree goes without a cache-bust marker");
+                    String::new()
+                }
+            }
+        };
+        let rt = self.fresh_tree(lane, t, marker, pass);
+        self.lanes[lane as usize] = Some(rt);
+        if self.stage == Stage::Profiling {
+            self.counts.trees_started += 1;
+            self.sh.tally.lock().expect("tally lock").sessions += 1;
+        } else {
+            self.counts.pressure_trees += 1;
+        }
+        self.push_timer(lane, 0, timer::now());
+        true
+    }
+
+    /// Starts branch `b` of the tree on `lane`: each child's turn 0 at `base` plus its recorded
+    /// distance from `ref_ts`.
+    pub(super) fn start_branch(&mut self, lane: u32, b: usize, base: Instant, ref_ts: f64) {
+        let trees: &'static [SessionTree] = self.plan.trees;
+        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+            return;
+        };
+        if rt.started[b] {
+            return;
+        }
+        rt.started[b] = true;
+        let tree = &trees[rt.tree];
+        for &c in &tree.branches[b].children {
+            let Some(first) = tree.streams[c].turns.first() else {
+                if let Some(rt) = self.lanes[lane as usize].as_mut() {
+                    rt.streams[c].st = St::Done;
+                }
+                continue;
+            };
+            let Some(rt) = self.lanes[lane as usize].as_ref() else {
+                return;
+            };
+            let session = self.new_session(rt, c as u32);
+            let rt = self.lanes[lane as usize].as_mut().expect("tree");
+            rt.streams[c].session = Some(session);
+            rt.streams[c].next = 0;
+            self.counts.children_spawned += 1;
+            let after = if self.stage == Stage::Pressure {
+                0.0
+            } else {
+                (first.ts_ms - ref_ts).max(0.0)
+            };
+            self.push_timer(
+                lane,
+                c as u32,
+                base + Duration::from_secs_f64(after / 1000.0),
+            );
+        }
+    }
+
+    /// Why stream `s`'s next turn must wait, if it must: `Some(true)` a join, `Some(false)` the
+    /// barrier.
+    pub(super) fn holds(&self, rt: &RtTree, s: u32) -> Option<bool> {
+        let tree = self.tree(rt.tree);
+        let turn = &tree.streams[s as usize].turns[rt.streams[s as usize].next as usize];
+        for &b in &turn.joins {
+            if rt.started[b]
+                && tree.branches[b]
+                    .children
+                    .iter()
+                    .any(|&c| rt.streams[c].st != St::Done)
+            {
+                return Some(true);
+            }
+        }
+        for &(ps, pt) in &turn.replay_predecessors {
+            if rt.done_upto[ps] as usize <= pt && rt.streams[ps].st != St::Done {
+                return Some(false);
+            }
+        }
+        None
+    }
+
+    /// Sends stream `s`'s next turn now, or holds it.
+    pub(super) fn release(&mut self, lane: u32, s: u32, intended: u64, force: bool) {
+        if *self.sh.stop_new.borrow() {
+            return;
+        }
+        let Some(rt) = self.lanes[lane as usize].as_ref() else {
+            return;
+        };
+        if self.stage == Stage::Pressure {
+            let limit = match self.plan.pressure {
+                Some(Pressure::RequestsPerLane(n)) => n,
+                _ => u64::MAX,
+            };
+            if self.paused || self.pressure_sent[lane as usize] >= limit {
+                // Deferred: profiling resumes the stream at this turn.
+                let rt = self.lanes[lane as usize].as_mut().expect("tree");
+                rt.streams[s as usize].st = St::Waiting;
+                return;
+            }
+        }
+        if !force && self.stage != Stage::Primers {
+            if let Some(join) = self.holds(rt, s) {
+                let rt = self.lanes[lane as usize].as_mut().expect("tree");
+                if rt.streams[s as usize].st != St::Held {
+                    if join {
+                        self.counts.join_waits += 1;
+                    } else {
+                        self.counts.barrier_waits += 1;
+                    }
+                }
+                rt.streams[s as usize].st = St::Held;
+                if !rt.held.iter().any(|h| h.0 == s) {
+                    rt.held.push((s, intended));
+                }
+                return;
+            }
+        }
+        self.dispatch(lane, s, intended);
+    }
+
+    pub(super) fn dispatch(&mut self, lane: u32, s: u32, intended: u64) {
+        let lane_no = self.lane_id(lane);
+        let stage = self.stage;
+        let phase = stage.phase();
+        let trees: &'static [SessionTree] = self.plan.trees;
+        let g0 = self.plan.first_stream;
+        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+            return;
+        };
+        let t = rt.tree;
+        let tree = &trees[t];
+        let st = &mut rt.streams[s as usize];
+        let Some(session) = st.session.take() else {
+            // Not expected: a stream is dispatched only with its session. Marking it in flight
+            // would keep its tree from draining for the rest of the run; it ends here instead.
+            tracing::error!(
+                "stream {} of tree {} on lane {lane_no} has no session; it ends here",
+                tree.streams[s as usize].id,
+                tree.trace_id
+            );
+            st.st = St::Done;
+            rt.held.retain(|h| h.0 != s);
+            return;
+        };
+        let turn = st.next;
+        st.st = St::InFlight;
+        let conv = st.conv.take();
+        rt.in_flight += 1;
+        rt.held.retain(|h| h.0 != s);
+        let gen = rt.gen;
+        if stage == Stage::Pressure {
+            self.pressure_sent[lane as usize] += 1;
+            self.counts.pressure_requests += 1;
+        }
+        self.in_flight += 1;
+        self.counts.peak_in_flight = self.counts.peak_in_flight.max(self.in_flight);
+        let tt = &tree.streams[s as usize].turns[turn as usize];
+        // A branch that began before this root turn's recorded end starts at the turn's issue.
+        if s == 0 && stage != Stage::Primers {
+            let api = tt.api_time_ms.unwrap_or(0.0);
+            let now = timer::now();
+            for &b in &tt.spawns {
+                let br = &tree.branches[b];
+                if api > 0.0 && br.start_timestamp_ms < tt.ts_ms + api {
+                    self.start_branch(lane, b, now, tt.ts_ms);
+                }
+            }
+        }
+        let job = Job {
+            lane,
+            gen,
+            stream: s,
+            turn,
+            stage,
+            intended,
+            max_tokens: match phase {
+                Phase::Warmup => self.plan.rules.warmup_max_tokens.max(1),
+                Phase::Profiling => tt.max_tokens.max(1),
+            },
+            prefix: (tt.prefix_hit_blocks, tt.prefix_total_blocks),
+            source_idx: (Some(tt.source_outer_idx), tt.source_inner_idx),
+            traj: self
+                .plan
+                .streams
+                .trajectory(g0[t] as usize + s as usize)
+                .expect("stream exists"),
+            num_turns: tree.streams[s as usize].turns.len() as u32,
+            conv_id: &tree.streams[s as usize].id,
+            conv,
+            session,
+        };
+        self.tasks.spawn(guarded(self.sh.clone(), job));
+    }
+
+    /// A response came back: the stream moves on, spawns and joins follow, held turns are
+    /// re-checked, and a drained tree's lane recycles.
+    pub(super) fn on_done(&mut self, d: Done) {
+        self.in_flight -= 1;
+        if self.in_flight == 0 {
+            // The system idle cap counts from the response that left nothing in flight.
+            self.idle_since = d.end;
+        }
+        let trees: &'static [SessionTree] = self.plan.trees;
+        let Some(rt) = self.lanes[d.lane as usize].as_mut() else {
+            self.counts.late_events += 1;
+            return;
+        };
+        if rt.gen != d.gen {
+            self.counts.late_events += 1;
+            return;
+        }
+        rt.in_flight -= 1;
+        rt.last_end = rt.last_end.max(d.end);
+        let tree = &trees[rt.tree];
+        let s = d.stream as usize;
+        let stream = &tree.streams[s];
+        rt.done_upto[s] = rt.done_upto[s].max(d.turn + 1);
+        rt.streams[s].session = Some(d.session);
+        let last = d.turn as usize + 1 >= stream.turns.len();
+        let ends = last
+            || d.next.is_none()
+            || (d.overflow && (s != 0 || self.plan.rules.overflow_ends_tree));
+        if d.stage == Stage::Primers {
+            // A primer: the stream resumes in profiling at the turn after it.
+            let st = &mut rt.streams[s];
+            st.conv = d.next;
+            // A root primer that overflowed, or failed under rules that judge warmup failures
+            // instead of aborting: the lane starts a fresh tree when profiling begins.
+            let failed_root = d.failed.is_some() && !self.plan.rules.warmup_failure_aborts;
+            if s == 0 && (d.overflow || failed_root) {
+                st.st = St::Done;
+            } else {
+                st.st = St::Waiting;
+            }
+            return;
+        }
+        // An overflow before the last turn is the stream's death: a dead root spawns nothing at its
+        // return (aiperf skips the branch orchestrator's intercept on such a return; a last-turn
+        // overflow still spawns, and a branch started at the turn's issue stays started).
+        let terminal_overflow = d.overflow && !last;
+        if s == 0 && !terminal_overflow {
+            // Branches not started at the turn's issue start at its return.
+            let lane = d.lane;
+            for &b in &stream.turns[d.turn as usize].spawns {
+                let start = tree.branches[b].start_timestamp_ms;
+                self.start_branch(lane, b, d.end, start);
+            }
+        }
+        let rt = self.lanes[d.lane as usize].as_mut().expect("tree");
+        if ends {
+            rt.streams[s].st = St::Done;
+            if d.overflow {
+                tracing::info!(
+                    "stream {} ended at turn {}/{} (context overflow)",
+                    stream.id,
+                    d.turn,
+                    stream.turns.len()
+                );
+            }
+        } else {
+            let next = d.turn + 1;
+            rt.streams[s].next = next;
+            rt.streams[s].conv = d.next;
+            let g = self.plan.first_stream[rt.tree] as usize + s;
+            let delay = if d.stage == Stage::Pressure {
+                0.0
+            } else {
+                self.plan.delays_ms[g]
+                    .get(next as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+                    .max(0.0)
+            };
+            self.push_timer(
+                d.lane,
+                d.stream,
+                d.end + Duration::from_secs_f64(delay / 1000.0),
+            );
+        }
+        self.settle(d.lane);
+    }
+
+    /// Re-checks a tree's held turns, releases them when nothing else can, applies the per-tree
+    /// idle cap, and recycles the lane when the tree drained.
+    pub(super) fn settle(&mut self, lane: u32) {
+        let Some(rt) = self.lanes[lane as usize].as_ref() else {
+            return;
+        };
+        let held: Vec<(u32, u64)> = rt.held.clone();
+        for (s, intended) in held {
+            let rt = self.lanes[lane as usize].as_ref().expect("tree");
+            if self.holds(rt, s).is_none() {
+                let now = self.sh.clock.now_ns();
+                self.release(lane, s, intended.max(now), false);
+            }
+        }
+        let rt = self.lanes[lane as usize].as_ref().expect("tree");
+        if rt.in_flight == 0 && rt.timers == 0 && !rt.held.is_empty() {
+            let held: Vec<(u32, u64)> = rt.held.clone();
+            let tree = self.tree(rt.tree);
+            for (s, _) in held {
+                self.counts.forced_releases += 1;
+                tracing::warn!(
+                    "tree {} on lane {}: a held turn of stream {} waits for requests that will not run; released",
+                    tree.trace_id,
+                    self.lane_id(lane),
+                    tree.streams[s as usize].id
+                );
+                let now = self.sh.clock.now_ns();
+                self.release(lane, s, now, true);
+            }
+        }
+        let rt = self.lanes[lane as usize].as_ref().expect("tree");
+        if rt.in_flight == 0 && rt.timers > 0 {
+            if let Some(cap) = self.sh.cfg.trace_idle_cap {
+                self.shift(Some((lane, rt.gen)), rt.last_end + cap, false);
+            }
+        }
+        let rt = self.lanes[lane as usize].as_ref().expect("tree");
+        let drained = rt.in_flight == 0
+            && rt.timers == 0
+            && rt.held.is_empty()
+            && rt
+                .streams
+                .iter()
+                .all(|s| matches!(s.st, St::Done | St::NotStarted));
+        if drained && self.stage != Stage::Primers {
+            for s in &rt.streams {
+                if let Some(sess) = &s.session {
+                    self.sh.client.end_session(&sess.correlation_id);
+                }
+            }
+            self.counts.trees_drained += 1;
+            self.recycle(lane);
+        }
+    }
+
+    /// Moves pending timers (of one tree, or all) earlier so that the earliest is due at `target`
+    /// (never before now), keeping their order.
+    pub(super) fn shift(&mut self, only: Option<(u32, u64)>, target: Instant, system: bool) {
+        let mine = |t: &Timer| only.is_none_or(|(l, g)| t.lane == l && t.gen == g);
+        let Some(earliest) = self
+            .heap
+            .iter()
+            .filter(|t| mine(&t.0))
+            .map(|t| t.0.at)
+            .min()
+        else {
+            return;
+        };
+        if earliest <= target {
+            return;
+        }
+        let by = earliest - target;
+        let now = timer::now();
+        let timers: Vec<Timer> = std::mem::take(&mut self.heap)
+            .into_iter()
+            .map(|Reverse(mut t)| {
+                if mine(&t) {
+                    t.at = t.at.checked_sub(by).unwrap_or(now).max(now);
+                }
+                t
+            })
+            .collect();
+        self.heap = timers.into_iter().map(Reverse).collect();
+        if system {
+            self.counts.system_idle_shifts += 1;
+            self.counts.system_idle_shifted_s += by.as_secs_f64();
+        } else {
+            self.counts.tree_idle_shifts += 1;
+        }
+    }
+
+    /// Starts the due arrivals, then fires every due timer.
+    pub(super) fn fire_due(&mut self) {
+        self.admit_arrivals();
+        let now = timer::now();
+        while let Some(Reverse(t)) = self.heap.peek().copied() {
+            if t.at > now {
+                break;
+            }
+            self.heap.pop();
+            let Some(rt) = self.lanes[t.lane as usize].as_mut() else {
+                continue;
+            };
+            if rt.gen != t.gen {
+                continue;
+            }
+            rt.timers -= 1;
+            if rt.streams[t.stream as usize].st != St::Waiting {
+                continue;
+            }
+            let intended = self.sh.clock.ns_of(t.at);
+            self.release(t.lane, t.stream, intended, false);
+            self.settle(t.lane);
+        }
+    }
+
+    /// The system idle cap: with nothing in flight, the earliest pending timer fires at most `cap`
+    /// after the last response.
+    pub(super) fn cap_system_idle(&mut self) {
+        if self.in_flight > 0 || self.stage != Stage::Profiling {
+            return;
+        }
+        let Some(cap) = self.plan.rules.system_idle_cap_seconds else {
+            return;
+        };
+        if cap.is_finite() && cap >= 0.0 {
+            let target = self.idle_since + Duration::from_secs_f64(cap);
+            self.shift(None, target.max(timer::now()), true);
+        }
+    }
+
+    pub(super) fn next_wake(&self) -> Option<Instant> {
+        let timer = self.heap.peek().map(|t| t.0.at);
+        let arrival = self.schedule.as_ref().map(|s| s.next_at());
+        match (timer, arrival) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! Configuration of the simulated server: the timing model, the prefix cache, limits and faults.
+//!
+//! A [`SimConfig`] is plain data with public fields, built from a [`Preset`] and adjusted field by
+//! field (by tests, or by the `sim` subcommand from its flags). [`SimConfig::validate`] is the one
+//! place that rejects impossible values, so the server itself never meets a zero block size or a
+//! rate outside `[0, 1]`.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::SimError;
+
+/// A named starting point for the timing model and the engine's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// A ~30B-class model on one H200: fast prefill, ~10 ms decode steps, 256 sequences.
+    H200,
+    /// A small model on a few CPU cores: slow prefill and decode, 8 sequences, a small cache.
+    CpuSmall,
+    /// No delays at all: measures the client, never the server.
+    Max,
+}
+
+impl Preset {
+    /// Names accepted by `--preset`.
+    pub const NAMES: &'static [&'static str] = &["h200", "cpu-small", "max"];
+}
+
+impl FromStr for Preset {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "h200" => Ok(Preset::H200),
+            "cpu-small" => Ok(Preset::CpuSmall),
+            "max" => Ok(Preset::Max),
+            other => Err(format!(
+                "unknown preset `{other}`; use one of {}",
+                Preset::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// Whose Prometheus names, labels and counter spellings `GET /metrics` speaks. The quantities are
+/// the same simulated ones (prompt, generated and cached tokens, requests, running and waiting
+/// requests, KV usage) under each engine's own names, so one run can be checked against every
+/// engine family a reader of the exports knows (`sim/metrics.rs` has the names and their sources).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricNames {
+    /// vLLM's `vllm:` names (the default).
+    #[default]
+    Vllm,
+    /// SGLang's `sglang:` names.
+    Sglang,
+    /// TensorRT-LLM's `trtllm_` names, as `trtllm-serve` exposes them.
+    Trtllm,
+    /// ATOM's `atom:` names.
+    Atom,
+}
+
+impl MetricNames {
+    /// Names accepted by `--metric-names`.
+    pub const NAMES: &'static [&'static str] = &["vllm", "sglang", "trtllm", "atom"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MetricNames::Vllm => "vllm",
+            MetricNames::Sglang => "sglang",
+            MetricNames::Trtllm => "trtllm",
+            MetricNames::Atom => "atom",
+        }
+    }
+}
+
+impl FromStr for MetricNames {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "vllm" => Ok(MetricNames::Vllm),
+            "sglang" => Ok(MetricNames::Sglang),
+            "trtllm" => Ok(MetricNames::Trtllm),
+            "atom" => Ok(MetricNames::Atom),
+            other => Err(format!(
+                "unknown metric names `{other}`; use one of {}",
+                MetricNames::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// How long prefill and decode take.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Timing {
+    /// An engine-like model: queueing behind `max_num_seqs`, prefill proportional to the uncached
+    /// prompt tokens (prefills of one engine run one after another), and a decode step that grows
+    /// with the number of running sequences.
+    Modeled(ModelTiming),
+    /// Constant time to first token and inter-token latency for every request, with no queueing,
+    /// cache or load effects: for measuring a client's own timing error.
+    Fixed {
+        /// Time from admission to the first token.
+        ttft: Duration,
+        /// Time between consecutive tokens.
+        itl: Duration,
+    },
+    /// No delays at all (`--speed max`); chunks are written as fast as the client reads them.
+    Instant,
+}
+
+/// Parameters of [`Timing::Modeled`]. Durations are real time before `speed` is applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelTiming {
+    /// Prompt tokens computed per second during prefill (cached tokens cost nothing).
+    pub prefill_tokens_per_s: f64,
+    /// Fixed cost of scheduling a request and running its first step.
+    pub prefill_overhead: Duration,
+    /// Decode step time with a single running sequence.
+    pub itl_base: Duration,
+    /// Extra decode step time per additional running sequence of the same engine.
+    pub itl_per_seq: Duration,
+    /// Time scale: 2.0 runs twice as fast as the model says.
+    pub speed: f64,
+}
+
+impl ModelTiming {
+    /// Scale a modelled duration by the speed factor.
+    pub(crate) fn scaled(&self, d: Duration) -> Duration {
+        if self.speed == 1.0 {
+            d
+        } else {
+            d.div_f64(self.speed)
+        }
+    }
+
+    /// Prefill compute time for `uncached` prompt tokens, already scaled.
+    pub(crate) fn prefill(&self, uncached: u64) -> Duration {
+        let secs = uncached as f64 / self.prefill_tokens_per_s;
+        self.scaled(self.prefill_overhead + Duration::from_secs_f64(secs))
+    }
+
+    /// Decode step time with `running` sequences on the engine, already scaled.
+    pub(crate) fn itl(&self, running: u64) -> Duration {
+        let extra = self.itl_per_seq * (running.saturating_sub(1).min(u32::MAX as u64) as u32);
+        self.scaled(self.itl_base + extra)
+    }
+}
+
+/// Faults injected on demand. Every decision is drawn from `seed` and the request's identity
+/// (its `X-Request-ID`, or its arrival number), so a rerun with the same requests fails the same
+/// requests in the same places.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Faults {
+    /// Seed of every fault decision.
+    pub seed: u64,
+    /// Fraction of chat requests answered 500 or 503 instead of a completion.
+    pub fail_rate: f64,
+    /// Fraction of streams whose connection is cut mid-stream.
+    pub reset_rate: f64,
+    /// Length of a stall (a pause in the middle of a stream). Real time, never scaled.
+    pub stall: Duration,
+    /// Fraction of streams that stall once for `stall`.
+    pub stall_rate: f64,
+    /// Fraction of streams that carry one malformed SSE event.
+    pub malformed_rate: f64,
+    /// Stop accepting connections after this many requests (later requests on open connections
+    /// get the connection closed without an answer).
+    pub stop_after: Option<u64>,
+    /// The engine dies at this chat request (counted from 1): that request gets no answer, every
+    /// open connection is closed (streams cut mid-response) and new connections are refused, as
+    /// when an engine crashes (out of KV memory at 98-100 % usage, a CUDA error).
+    pub die_at: Option<u64>,
+}
+
+/// Everything the simulated server needs to know.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Model name served by `/v1/models` and used when a request names none.
+    pub model: String,
+    /// Reject requests that name another model with vLLM's 404 (otherwise any name is served).
+    pub strict_model: bool,
+    /// Context length: prompt plus requested output tokens may not exceed it.
+    pub max_model_len: u64,
+    /// Tokens per prefix-cache block (vLLM's default is 16).
+    pub block_size: u32,
+    /// Prefix-cache and KV capacity of each engine, in tokens.
+    pub cache_capacity_tokens: u64,
+    /// Sequences an engine runs at once; later requests wait in a FIFO queue.
+    pub max_num_seqs: u32,
+    /// Data-parallel engines behind the one port, each with its own cache, queue and metrics.
+    pub engines: u32,
+    /// The timing model.
+    pub timing: Timing,
+    /// Without `ignore_eos`, the output stops early at a length drawn from `[n/2, 3n/2]` for this
+    /// `n` (never beyond `max_tokens`).
+    pub natural_output_tokens: u32,
+    /// Tokens per streamed content chunk (vLLM sends one).
+    pub tokens_per_chunk: u32,
+    /// Seed of the generated text.
+    pub seed: u64,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// How prompt tokens are counted: words (agentx's tokenizer-free synthesis) or a tokenizer.json.
+    pub tokenizer: agentx_tokens::TokenCounter,
+    /// Injected faults.
+    pub faults: Faults,
+    /// When connections are closed between requests.
+    pub keep_alive: KeepAliveConfig,
+    /// Keep the headers of every chat request with the connection it came on (tests of routing
+    /// headers and connection reuse read them back with `SimHandle::received`).
+    pub record_headers: bool,
+    /// Write one JSON line per chat request to this file (`--record-requests`; see the `record`
+    /// module for the fields).
+    pub record_requests: Option<std::path::PathBuf>,
+    /// Hold a streamed answer's headers until its first token is due (`--headers-at-first-token`).
+    pub headers_at_first_token: bool,
+    /// Whose metric names `/metrics` speaks (`--metric-names`).
+    pub metric_names: MetricNames,
+}
+
+/// How long the server keeps a connection between requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeepAliveConfig {
+    /// A connection idle this long is closed (hyper's header read timeout).
+    pub idle: Duration,
+    /// A connection is closed after this many requests (`Connection: close` on the last answer).
+    pub max: Option<u32>,
+    /// Every answer carries `Keep-Alive: timeout=T[, max=N]`, as llama.cpp's do.
+    pub header: bool,
+}
+
+impl Default for KeepAliveConfig {
+    fn default() -> Self {
+        KeepAliveConfig {
+            idle: Duration::from_secs(30),
+            max: None,
+            header: false,
+        }
+    }
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig::preset(Preset::H200)
+    }
+}
+
+impl SimConfig {
+    /// The configuration of a preset, listening on 127.0.0.1 port 0.
+    pub fn preset(preset: Preset) -> SimConfig {
+        let base = SimConfig {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            model: "agentx-sim".to_string(),
+            strict_model: false,
+            max_model_len: 131_072,
+            block_size: 16,
+            cache_capacity_tokens: 1_048_576,
+            max_num_seqs: 256,
+            engines: 1,
+            timing: Timing::Instant,
+            natural_output_tokens: 256,
+            tokens_per_chunk: 1,
+            seed: 0,
+            max_body_bytes: 64 << 20,
+            tokenizer: agentx_tokens::TokenCounter::Words,
+            faults: Faults::default(),
+            keep_alive: KeepAliveConfig::default(),
+            record_headers: false,
+            record_requests: None,
+            headers_at_first_token: false,
+            metric_names: MetricNames::Vllm,
+        };
+        match preset {
+            Preset::H200 => SimConfig {
+                timing: Timing::Modeled(ModelTiming {
+                    prefill_tokens_per_s: 25_000.0,
+                    prefill_overhead: Duration::from_millis(15),
+                    itl_base: Duration::from_millis(10),
+                    itl_per_seq: Duration::from_micros(60),
+                    speed: 1.0,
+                }),
+                ..base
+            },
+            Preset::CpuSmall => SimConfig {
+                max_model_len: 32_768,
+                cache_capacity_tokens: 65_536,
+                max_num_seqs: 8,
+                timing: Timing::Modeled(ModelTiming {
+                    prefill_tokens_per_s: 400.0,
+                    prefill_overhead: Duration::from_millis(50),
+                    itl_base: Duration::from_millis(40),
+                    itl_per_seq: Duration::from_millis(5),
+                    speed: 1.0,
+                }),
+                ..base
+            },
+            Preset::Max => SimConfig {
+                max_num_seqs: 4096,
+                timing: Timing::Instant,
+                ..base
+            },
+        }
+    }
+
+    /// The H200-like preset.
+    pub fn h200() -> SimConfig {
+        SimConfig::preset(Preset::H200)
+    }
+
+    /// The small CPU-like preset.
+    pub fn cpu_small() -> SimConfig {
+        SimConfig::preset(Preset::CpuSmall)
+    }
+
+    /// The no-delay preset.
+    pub fn max() -> SimConfig {
+        SimConfig::preset(Preset::Max)
+    }
+
+    /// Reject values the server cannot run with, naming the field and how to fix it.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |field: &'static str, why: String| Err(SimError::Config { field, why });
+        if self.block_size == 0 {
+            return bad("block_size", "must be at least 1".into());
+        }
+        if self.max_num_seqs == 0 {
+            return bad("max_num_seqs", "must be at least 1".into());
+        }
+        if self.engines == 0 || self.engines > 1024 {
+            return bad(
+                "engines",
+                format!("must be in 1..=1024, got {}", self.engines),
+            );
+        }
+        if self.max_model_len == 0 {
+            return bad("max_model_len", "must be at least 1".into());
+        }
+        if self.tokens_per_chunk == 0 {
+            return bad("tokens_per_chunk", "must be at least 1".into());
+        }
+        if self.model.is_empty() {
+            return bad("model", "must not be empty".into());
+        }
+        if let Timing::Modeled(m) = &self.timing {
+            if !(m.prefill_tokens_per_s.is_finite() && m.prefill_tokens_per_s > 0.0) {
+                return bad(
+                    "prefill_tokens_per_s",
+                    format!("must be a positive number, got {}", m.prefill_tokens_per_s),
+                );
+            }
+            if !(m.speed.is_finite() && m.speed > 0.0) {
+                return bad(
+                    "speed",
+                    format!("must be a positive number or `max`, got {}", m.speed),
+                );
+            }
+        }
+        let f = &self.faults;
+        for (field, rate) in [
+            ("fail_rate", f.fail_rate),
+            ("reset_rate", f.reset_rate),
+            ("stall_rate", f.stall_rate),
+            ("malformed_rate", f.malformed_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return bad(field, format!("must be a fraction in [0, 1], got {rate}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_validate() {
+        for name in Preset::NAMES {
+            let p: Preset = name.parse().unwrap();
+            SimConfig::preset(p).validate().unwrap();
+        }
+        assert!("gpu"
+            .parse::<Preset>()
+            .unwrap_err()
+            .contains("h200, cpu-small, max"));
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let mut c = SimConfig::h200();
+        c.faults.stall_rate = 1.5;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("stall_rate"), "{e}");
+        let mut c = SimConfig::h200();
+        c.block_size = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("block_size"));
+    }
+
+    #[test]
+    fn modeled_timing_scales() {
+        let Timing::Modeled(mut m) = SimConfig::h200().timing else {
+            unreachable!()
+        };
+        let one = m.prefill(25_000);
+        assert_eq!(one, Duration::from_millis(1015));
+        m.speed = 2.0;
+        assert_eq!(m.prefill(25_000), Duration::from_micros(507_500));
+        assert!(m.itl(100) > m.itl(1));
+    }
+}

@@ -1,0 +1,282 @@
+//! The request log (`agentx-host sim --record-requests FILE`): one JSON line per chat completion
+//! request the simulator parsed, written as it arrives, so that what two clients sent can be
+//! compared request for request (`bench/differential.sh`).
+//!
+//! A line holds what identifies the request across clients and what shapes the load: its arrival
+//! time, the identity and routing headers, the model, the token limits and stream options as sent,
+//! the other top-level fields with their values (sampling parameters, Dynamo's `nvext`), the
+//! prompt tokens as the simulator counts them, each message's role and token count, the
+//! cache-bust marker (`[rid:…]`) if the first user message carries one, and a digest of the messages
+//! with that marker removed (two runs that differ only by their run id digest alike). Requests whose
+//! body is not a valid chat request are logged with their error instead.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use agentx_tokens::TokenCounter;
+
+/// The headers a line keeps (lowercase), when the request carries them.
+pub const LOGGED_HEADERS: [&str; 8] = [
+    "x-request-id",
+    "x-correlation-id",
+    "x-session-affinity",
+    "x-session-id",
+    "x-smg-routing-key",
+    "x-dynamo-session-id",
+    "x-dynamo-parent-session-id",
+    "user-agent",
+];
+
+/// The open request log.
+pub struct RequestLog {
+    path: PathBuf,
+    file: Mutex<File>,
+    started: tokio::time::Instant,
+}
+
+impl std::fmt::Debug for RequestLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestLog")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// What the server knows of a request when it logs it.
+pub struct Arrival {
+    /// The request's number (1 for the first chat request).
+    pub seq: u64,
+    /// The connection it came on (0 for the first accepted).
+    pub conn: u64,
+    /// When it arrived.
+    pub at: tokio::time::Instant,
+    /// The kept headers ([`LOGGED_HEADERS`]) and their values.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl RequestLog {
+    /// Creates (or truncates) the log at `path`.
+    pub fn create(path: &Path) -> std::io::Result<RequestLog> {
+        let file = File::create(path)?;
+        Ok(RequestLog {
+            path: path.to_owned(),
+            file: Mutex::new(file),
+            started: tokio::time::Instant::now(),
+        })
+    }
+
+    /// Appends the line of one request whose body is `body`. A write error is reported once per
+    /// request as a warning; the request is served regardless.
+    pub fn log(&self, arrival: &Arrival, body: &[u8], counter: &TokenCounter) {
+        let mut line = describe(arrival, self.started, body, counter).to_string();
+        line.push('\n');
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = f.write_all(line.as_bytes()) {
+            tracing::warn!("cannot write the request log {}: {e}", self.path.display());
+        }
+    }
+}
+
+fn unix_ns_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The cache-bust marker at the start of `text` (`[rid:` … `]`), if any.
+pub fn marker(text: &str) -> Option<&str> {
+    let rest = text.trim_start();
+    if !rest.starts_with("[rid:") {
+        return None;
+    }
+    rest.find(']').map(|end| &rest[..=end])
+}
+
+/// The text of a message's content: a string, or its `text` parts joined by newlines.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The JSON line of one request.
+fn describe(
+    arrival: &Arrival,
+    started: tokio::time::Instant,
+    body: &[u8],
+    counter: &TokenCounter,
+) -> Value {
+    let elapsed = arrival.at.saturating_duration_since(started).as_secs_f64();
+    let mut out = Map::new();
+    out.insert("seq".into(), json!(arrival.seq));
+    out.insert("conn".into(), json!(arrival.conn));
+    // Unix time of the logging, which follows the arrival by the body's read and parse.
+    out.insert("unix_ns".into(), json!(unix_ns_now()));
+    out.insert("t_s".into(), json!((elapsed * 1e6).round() / 1e6));
+    let headers: Map<String, Value> = arrival
+        .headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    out.insert("headers".into(), Value::Object(headers));
+    let obj = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(o)) => o,
+        Ok(_) | Err(_) => {
+            out.insert(
+                "error".into(),
+                json!("the body is not a JSON object; see the server's answer"),
+            );
+            return Value::Object(out);
+        }
+    };
+    for key in [
+        "model",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "ignore_eos",
+    ] {
+        out.insert(key.into(), obj.get(key).cloned().unwrap_or(Value::Null));
+    }
+    let extra: Vec<&str> = obj
+        .keys()
+        .map(String::as_str)
+        .filter(|k| {
+            !matches!(
+                *k,
+                "model"
+                    | "stream"
+                    | "stream_options"
+                    | "max_tokens"
+                    | "max_completion_tokens"
+                    | "ignore_eos"
+                    | "messages"
+            )
+        })
+        .collect();
+    out.insert("other_fields".into(), json!(extra));
+    // Their values too (sampling parameters, `nvext.session_control`): small, and what a router or
+    // an engine acts on.
+    let values: Map<String, Value> = extra
+        .iter()
+        .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
+    out.insert("other_values".into(), Value::Object(values));
+    let messages = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut digest = Sha256::new();
+    let mut roles = Vec::with_capacity(messages.len());
+    let mut tokens = Vec::with_capacity(messages.len());
+    let mut found_marker: Option<String> = None;
+    let mut total = 0u64;
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("?");
+        let mut text = content_text(m.get("content"));
+        total += counter.count(&text);
+        if found_marker.is_none() && role == "user" {
+            if let Some(mk) = marker(&text) {
+                found_marker = Some(mk.to_owned());
+                text = text.trim_start()[mk.len()..].trim_start().to_owned();
+            }
+        }
+        tokens.push(counter.count(&text));
+        roles.push(role.to_owned());
+        digest.update(role.as_bytes());
+        digest.update([0]);
+        digest.update(text.as_bytes());
+        digest.update([0]);
+    }
+    out.insert("prompt_tokens".into(), json!(total));
+    out.insert("messages".into(), json!(messages.len()));
+    out.insert("roles".into(), json!(roles));
+    out.insert("message_tokens".into(), json!(tokens));
+    out.insert("marker".into(), json!(found_marker));
+    out.insert(
+        "digest".into(),
+        json!(hex::encode(&digest.finalize()[..12])),
+    );
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(body: &str) -> Value {
+        let now = tokio::time::Instant::now();
+        let arrival = Arrival {
+            seq: 3,
+            conn: 1,
+            at: now,
+            headers: vec![("x-correlation-id", "t1::sa:a-7".into())],
+        };
+        describe(&arrival, now, body.as_bytes(), &TokenCounter::Words)
+    }
+
+    #[test]
+    fn a_line_counts_tokens_and_strips_the_marker_from_the_digest() {
+        let a = line(
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},
+                "max_completion_tokens":7,"ignore_eos":true,"messages":[
+                {"role":"system","content":"a b c"},
+                {"role":"user","content":"[rid:0123456789ab]\n\nd e"},
+                {"role":"assistant","content":[{"type":"text","text":"f"}]}]}"#,
+        );
+        assert_eq!(a["seq"], 3);
+        assert_eq!(a["headers"]["x-correlation-id"], "t1::sa:a-7");
+        assert_eq!(a["max_completion_tokens"], 7);
+        assert_eq!(a["max_tokens"], Value::Null);
+        assert_eq!(a["stream_options"]["include_usage"], true);
+        assert_eq!(a["prompt_tokens"], 7, "the marker counts as one word");
+        assert_eq!(a["message_tokens"], json!([3, 2, 1]));
+        assert_eq!(a["roles"], json!(["system", "user", "assistant"]));
+        assert_eq!(a["marker"], "[rid:0123456789ab]");
+        let b = line(
+            r#"{"model":"m","stream":true,"max_completion_tokens":7,"messages":[
+                {"role":"system","content":"a b c"},
+                {"role":"user","content":"[rid:ffffffffffff]\n\nd e"},
+                {"role":"assistant","content":"f"}]}"#,
+        );
+        assert_eq!(
+            a["digest"], b["digest"],
+            "another run id, the same messages"
+        );
+        let c = line(
+            r#"{"messages":[{"role":"system","content":"a b c"},{"role":"user","content":"d e g"}]}"#,
+        );
+        assert_ne!(a["digest"], c["digest"]);
+        assert_eq!(c["marker"], Value::Null);
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_is_logged_with_an_error() {
+        let a = line("[1]");
+        assert!(a["error"].as_str().unwrap().contains("not a JSON object"));
+        assert_eq!(a["seq"], 3);
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_log_is_an_error_naming_the_flag() {
+        let mut c = crate::SimConfig::max();
+        c.record_requests = Some("/nonexistent-dir/requests.jsonl".into());
+        let e = crate::spawn(c).unwrap_err().to_string();
+        assert!(e.contains("--record-requests"), "{e}");
+        assert!(e.contains("/nonexistent-dir/requests.jsonl"), "{e}");
+    }
+}

@@ -1,0 +1,821 @@
+//! The HTTP side: the accept loop, routing, request handling and graceful shutdown.
+//!
+//! One hyper HTTP/1.1 connection task per client connection; no task per request beyond that.
+//! A handler never panics on input: every failure becomes an HTTP answer (or, for injected
+//! resets and `stop_after`, a closed connection), and the server keeps serving others.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::anthropic;
+use super::cache::{hash_str, mix64};
+use super::config::{SimConfig, Timing};
+use super::engine::{Admission, Engine};
+use super::faults;
+use super::metrics::{self, EngineMetrics, Exposition};
+use super::record::{Arrival, RequestLog, LOGGED_HEADERS};
+use super::request::{self, Api, ApiError, ChatRequest};
+use super::response::{Ident, Usage};
+use super::stream::{self, Pace, StreamFaults, StreamPlan, TokenStream, Words};
+use agentx_protocol::headers::{RECEIVED_HEADER, RESPONSE_START_HEADER};
+
+/// How long shutdown waits for in-flight responses before cutting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// State shared by every connection of one server.
+pub struct Shared {
+    pub config: SimConfig,
+    pub engines: Vec<Arc<Engine>>,
+    /// Chat completion requests received (numbering for ids, faults and `stop_after`).
+    chat_requests: AtomicU64,
+    round_robin: AtomicU64,
+    /// Signalled once `stop_after` requests have arrived.
+    stop_accepting: Notify,
+    /// Set (and signalled) when the engine dies (`die_at`).
+    dead: AtomicBool,
+    die: Notify,
+    /// Chat requests' headers, when `record_headers` is on.
+    received: std::sync::Mutex<Vec<Received>>,
+    /// Connections accepted so far (numbering for [`Received::conn`]).
+    accepted: AtomicU64,
+    /// The request log (`--record-requests`).
+    request_log: Option<RequestLog>,
+}
+
+/// The number of the connection a request came on (0 for the first accepted), as a request
+/// extension.
+#[derive(Debug, Clone, Copy)]
+struct ConnNo(u64);
+
+/// What arrived with one chat request (`SimConfig::record_headers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The connection it came on: 0 for the first accepted, then 1, 2, …
+    pub conn: u64,
+    /// Header names (lowercase) and values, in arrival order; `authorization` is left out.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Received {
+    /// The value of header `name` (lowercase), if it came once or more (the first).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The headers a router would key a session on, in the order the simulator consults them.
+const SESSION_KEYS: [&str; 5] = [
+    "x-session-affinity",
+    "x-smg-routing-key",
+    "x-dynamo-session-id",
+    "x-session-id",
+    "x-correlation-id",
+];
+
+impl Shared {
+    /// Fresh state for `config` (already validated), logging requests to `request_log` if given.
+    pub fn new(config: SimConfig, request_log: Option<RequestLog>) -> Shared {
+        let engines = (0..config.engines)
+            .map(|_| Arc::new(Engine::new(&config)))
+            .collect();
+        Shared {
+            config,
+            engines,
+            chat_requests: AtomicU64::new(0),
+            round_robin: AtomicU64::new(0),
+            stop_accepting: Notify::new(),
+            dead: AtomicBool::new(false),
+            die: Notify::new(),
+            received: std::sync::Mutex::new(Vec::new()),
+            accepted: AtomicU64::new(0),
+            request_log,
+        }
+    }
+
+    /// The Prometheus text of every engine.
+    pub fn metrics_text(&self) -> String {
+        let engines: Vec<&EngineMetrics> = self.engines.iter().map(|e| &e.metrics).collect();
+        metrics::render(&Exposition {
+            model: &self.config.model,
+            block_size: self.config.block_size,
+            capacity_tokens: self.config.cache_capacity_tokens,
+            engines: &engines,
+            names: self.config.metric_names,
+        })
+    }
+
+    /// Chat completion requests received so far.
+    pub fn chat_requests(&self) -> u64 {
+        self.chat_requests.load(Relaxed)
+    }
+
+    /// The recorded chat requests so far (empty unless `record_headers` is on).
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().expect("received lock").clone()
+    }
+
+    fn record(&self, conn: u64, req: &Request<Incoming>) {
+        let headers = req
+            .headers()
+            .iter()
+            .filter(|(k, _)| *k != hyper::header::AUTHORIZATION)
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        self.received
+            .lock()
+            .expect("received lock")
+            .push(Received { conn, headers });
+    }
+}
+
+/// A response body: a whole buffer or a token stream.
+pub enum SimBody {
+    Full(Option<Bytes>),
+    Stream(Box<TokenStream>),
+}
+
+impl Body for SimBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            SimBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            SimBody::Stream(s) => Pin::new(s.as_mut()).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            SimBody::Full(b) => b.is_none(),
+            SimBody::Stream(s) => s.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            SimBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            SimBody::Full(None) => SizeHint::with_exact(0),
+            SimBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// Why a request gets no answer: hyper closes its connection.
+#[derive(Debug, thiserror::Error)]
+pub enum Dropped {
+    #[error("connection closed: the server stopped accepting after {0} requests (--stop-after)")]
+    StopAfter(u64),
+    #[error("connection closed: the engine died at request {0} (--die-at-request)")]
+    Dead(u64),
+    #[error("connection reset before the response (--reset-rate)")]
+    Reset,
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+}
+
+fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<SimBody> {
+    let mut r = Response::new(SimBody::Full(Some(body.into())));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<SimBody> {
+    full(status, "application/json", body)
+}
+
+fn api_error(e: &ApiError, api: Api) -> Response<SimBody> {
+    let body = match api {
+        Api::Chat => e.body(),
+        Api::Anthropic => anthropic::error_body(e),
+    };
+    json(
+        StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+        body,
+    )
+}
+
+/// Route one request.
+pub async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<SimBody>, Dropped> {
+    let path = req.uri().path();
+    let route = match path {
+        "/v1/chat/completions" | "/v1/messages" => Some(Method::POST),
+        "/health" | "/v1/models" | "/metrics" => Some(Method::GET),
+        _ => None,
+    };
+    match route {
+        None => Ok(json(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#)),
+        Some(m) if m != req.method() && !(m == Method::GET && req.method() == Method::HEAD) => {
+            Ok(json(
+                StatusCode::METHOD_NOT_ALLOWED,
+                r#"{"detail":"Method Not Allowed"}"#,
+            ))
+        }
+        Some(_) => match path {
+            "/health" => Ok(full(StatusCode::OK, "application/json", Bytes::new())),
+            "/v1/models" => Ok(json(StatusCode::OK, models_json(&shared.config))),
+            "/metrics" => Ok(full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                shared.metrics_text(),
+            )),
+            "/v1/messages" => chat(shared, req, Api::Anthropic).await,
+            _ => chat(shared, req, Api::Chat).await,
+        },
+    }
+}
+
+fn models_json(c: &SimConfig) -> String {
+    let created = unix_now();
+    serde_json::json!({
+        "object": "list",
+        "data": [{
+            "id": c.model,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": c.model,
+            "parent": null,
+            "max_model_len": c.max_model_len,
+            "permission": [],
+        }]
+    })
+    .to_string()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn millis(d: Duration) -> HeaderValue {
+    HeaderValue::from_str(&format!("{:.3}", d.as_secs_f64() * 1e3))
+        .unwrap_or(HeaderValue::from_static("0"))
+}
+
+/// Who a chat request is: its number, id, engine and the draws keyed by it.
+struct Meta {
+    arrival: Instant,
+    /// The key of the request's draws and faults: its `x-request-id`, else its number.
+    key: u64,
+    /// The `x-request-id` it came with, echoed on the answer.
+    header_id: Option<String>,
+    /// The completion id.
+    id: String,
+    engine_ix: usize,
+    /// The request's own draws (after the id: its natural output length).
+    draws: ChaCha8Rng,
+    /// What the request log keeps of its arrival.
+    logged: Option<Arrival>,
+}
+
+impl Meta {
+    /// Numbers the request (or drops it past `stop_after`) and keys its draws, id and engine.
+    fn of(shared: &Shared, req: &Request<Incoming>, api: Api) -> Result<Meta, Dropped> {
+        let arrival = Instant::now();
+        let config = &shared.config;
+        let seq = shared.chat_requests.fetch_add(1, Relaxed) + 1;
+        if let Some(n) = config.faults.die_at {
+            if seq >= n {
+                if !shared.dead.swap(true, Relaxed) {
+                    tracing::warn!("the engine dies at request {n} (--die-at-request): every connection closes, new ones are refused");
+                    shared.die.notify_one();
+                }
+                return Err(Dropped::Dead(n));
+            }
+        }
+        if let Some(n) = config.faults.stop_after {
+            if seq > n {
+                return Err(Dropped::StopAfter(n));
+            }
+            if seq == n {
+                shared.stop_accepting.notify_one();
+            }
+        }
+        let header_id = req
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned);
+        let key = match &header_id {
+            Some(id) => hash_str(id),
+            None => mix64(seq),
+        };
+        // 128 bits of id are always drawn first (used when the client sent no id).
+        let mut draws = ChaCha8Rng::seed_from_u64(config.seed ^ key ^ 0x5eed);
+        let drawn_id: u128 = draws.random();
+        let prefix = match api {
+            Api::Chat => "chatcmpl-",
+            Api::Anthropic => "msg_",
+        };
+        let id = match &header_id {
+            Some(h) => format!("{prefix}{h}"),
+            None => format!("{prefix}{drawn_id:032x}"),
+        };
+        let session_key = SESSION_KEYS.iter().find_map(|k| {
+            req.headers()
+                .get(*k)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+        });
+        let engine_ix = match session_key {
+            Some(c) => hash_str(c) % config.engines as u64,
+            None => shared.round_robin.fetch_add(1, Relaxed) % config.engines as u64,
+        } as usize;
+        let logged = shared.request_log.as_ref().map(|_| Arrival {
+            seq,
+            conn: req.extensions().get::<ConnNo>().map_or(0, |c| c.0),
+            at: arrival,
+            headers: LOGGED_HEADERS
+                .iter()
+                .filter_map(|k| {
+                    let v = req.headers().get(*k)?;
+                    Some((*k, String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                })
+                .collect(),
+        });
+        Ok(Meta {
+            arrival,
+            key,
+            header_id,
+            id,
+            engine_ix,
+            draws,
+            logged,
+        })
+    }
+
+    /// `r` with the request's `x-request-id` echoed.
+    fn with_id(&self, mut r: Response<SimBody>) -> Response<SimBody> {
+        if let Some(h) = &self.header_id {
+            if let Ok(v) = HeaderValue::from_str(h) {
+                r.headers_mut().insert("x-request-id", v);
+            }
+        }
+        r
+    }
+}
+
+/// What a chat request asks for once read and checked.
+struct Accepted {
+    parsed: ChatRequest,
+    /// The output limit: the request's `max_tokens`, else what the context leaves.
+    max_tokens: u64,
+    /// When the body's last byte was read.
+    received: Instant,
+}
+
+/// `t` in unix nanoseconds (through the wall clock now, so the two stamps of a request differ by
+/// exactly their monotonic difference when read together).
+fn unix_ns_at(t: Instant, now: Instant, unix_now: Duration) -> HeaderValue {
+    let ns = if t >= now {
+        unix_now + (t - now)
+    } else {
+        unix_now.saturating_sub(now - t)
+    };
+    HeaderValue::from(ns.as_nanos() as u64)
+}
+
+/// A chat completion or, with [`Api::Anthropic`], a Messages API request.
+async fn chat(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    api: Api,
+) -> Result<Response<SimBody>, Dropped> {
+    let mut meta = Meta::of(&shared, &req, api)?;
+    let Accepted {
+        parsed,
+        max_tokens,
+        received,
+    } = match read_chat(&shared, &meta, req, api).await? {
+        Ok(a) => a,
+        Err(e) => return Ok(meta.with_id(api_error(&e, api))),
+    };
+    let config = &shared.config;
+    let total = if parsed.ignore_eos {
+        max_tokens
+    } else {
+        let n = config.natural_output_tokens.max(1) as u64;
+        meta.draws
+            .random_range(n.div_ceil(2)..=n + n / 2)
+            .min(max_tokens)
+    };
+    let plan = faults::plan(&config.faults, meta.key, total);
+    if let Some(status) = plan.fail {
+        return Ok(meta.with_id(api_error(&injected_failure(status), api)));
+    }
+    let engine = &shared.engines[meta.engine_ix];
+    let adm = engine
+        .admit(
+            &config.timing,
+            parsed.prompt_tokens,
+            &parsed.blocks,
+            meta.arrival,
+        )
+        .await;
+    let answer = Answer {
+        ident: Ident::new(
+            &meta.id,
+            parsed.model.as_deref().unwrap_or(&config.model),
+            unix_now(),
+        ),
+        usage: Usage {
+            prompt_tokens: parsed.prompt_tokens,
+            completion_tokens: total,
+            cached_tokens: adm.cached_tokens,
+        },
+        finish_reason: if total == max_tokens {
+            "length"
+        } else {
+            "stop"
+        },
+        words: Words::new(config.seed ^ meta.key),
+    };
+    let sim_headers = [
+        ("x-sim-engine", HeaderValue::from(meta.engine_ix as u64)),
+        (
+            "x-sim-prompt-tokens",
+            HeaderValue::from(parsed.prompt_tokens),
+        ),
+        ("x-sim-cached-tokens", HeaderValue::from(adm.cached_tokens)),
+        ("x-sim-prefill-ms", millis(adm.prefill)),
+        ("x-sim-queue-ms", millis(adm.queued)),
+    ];
+    let first_token_at = adm.first_token_at;
+    if let Some(t) = first_token_at.filter(|_| parsed.stream && config.headers_at_first_token) {
+        tokio::time::sleep_until(t).await;
+    }
+    let mut r = if parsed.stream {
+        streamed(config, &meta, (&parsed, api), adm, answer, plan.stream)
+    } else {
+        one_shot(config, engine, (&meta, api), adm, answer, plan.stream).await?
+    };
+    let now = Instant::now();
+    let unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    // A streamed answer's first token goes out when due (its headers now); a one-shot answer now.
+    let start = match first_token_at {
+        Some(t) if parsed.stream => t.max(now),
+        _ => now,
+    };
+    let h = r.headers_mut();
+    for (name, v) in sim_headers {
+        h.insert(name, v);
+    }
+    h.insert(RECEIVED_HEADER, unix_ns_at(received, now, unix));
+    h.insert(RESPONSE_START_HEADER, unix_ns_at(start, now, unix));
+    Ok(meta.with_id(r))
+}
+
+/// Reads the body (refusing an oversized one), logs it, parses it and checks the model and the
+/// context: the request, or the API error to answer with.
+async fn read_chat(
+    shared: &Shared,
+    meta: &Meta,
+    req: Request<Incoming>,
+    api: Api,
+) -> Result<Result<Accepted, ApiError>, Dropped> {
+    let config = &shared.config;
+    let limit = config.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = |len: Option<u64>| {
+        let size = len.map_or_else(|| format!("over {limit}"), |l| l.to_string());
+        ApiError {
+            status: 413,
+            kind: "BadRequestError",
+            message: format!(
+                "request body is {size} bytes, over the limit of {limit} bytes; shorten the \
+                 prompt or raise the server's --max-body-bytes"
+            ),
+            param: None,
+        }
+    };
+    // Refused before reading when its length is declared.
+    if declared.is_some_and(|l| l > limit as u64) {
+        return Ok(Err(too_large(declared)));
+    }
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(Err(too_large(None))),
+        Err(e) => return Err(Dropped::Body(e.to_string())),
+    };
+    let received = Instant::now();
+    if let (Some(log), Some(a)) = (&shared.request_log, &meta.logged) {
+        log.log(a, &body, &config.tokenizer);
+    }
+    let parsed = match api {
+        Api::Chat => request::parse_chat(&body, config.block_size, &config.tokenizer),
+        Api::Anthropic => anthropic::parse(&body, config.block_size, &config.tokenizer),
+    };
+    match parsed {
+        Ok(r) => Ok(check_chat(config, r, api, received)),
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// The model and the context window: the output limit, or the error to answer with.
+fn check_chat(
+    config: &SimConfig,
+    parsed: ChatRequest,
+    api: Api,
+    received: Instant,
+) -> Result<Accepted, ApiError> {
+    if let Some(m) = &parsed.model {
+        if config.strict_model && m != &config.model {
+            return Err(ApiError {
+                status: 404,
+                kind: "NotFoundError",
+                message: format!("The model `{m}` does not exist."),
+                param: Some("model".into()),
+            });
+        }
+    }
+    let prompt = parsed.prompt_tokens;
+    let max_len = config.max_model_len;
+    let max_tokens = match parsed.max_tokens {
+        Some(out) if prompt + out > max_len && api == Api::Anthropic => {
+            return Err(anthropic::context_overflow(max_len, prompt, out))
+        }
+        Some(out) if prompt + out > max_len => {
+            return Err(request::context_overflow(max_len, prompt, Some(out)))
+        }
+        Some(out) => out,
+        None if prompt >= max_len => return Err(request::context_overflow(max_len, prompt, None)),
+        None => max_len - prompt,
+    };
+    Ok(Accepted {
+        parsed,
+        max_tokens,
+        received,
+    })
+}
+
+/// The error of an injected failure (`--fail-rate`) with `status`.
+fn injected_failure(status: u16) -> ApiError {
+    let (kind, message) = if status == 500 {
+        (
+            "InternalServerError",
+            "simulated engine failure (--fail-rate); retry the request",
+        )
+    } else {
+        (
+            "ServiceUnavailableError",
+            "simulated overload: the engine is unavailable (--fail-rate); retry later",
+        )
+    };
+    ApiError {
+        status,
+        kind,
+        message: message.into(),
+        param: None,
+    }
+}
+
+/// What an answer says whichever way it is sent.
+struct Answer {
+    ident: Ident,
+    usage: Usage,
+    finish_reason: &'static str,
+    words: Words,
+}
+
+/// A streamed answer: the tokens flow from the admission's first-token time at the pace of the
+/// timing model.
+fn streamed(
+    config: &SimConfig,
+    meta: &Meta,
+    (parsed, api): (&ChatRequest, Api),
+    adm: Admission,
+    answer: Answer,
+    faults: StreamFaults,
+) -> Response<SimBody> {
+    let pace = match &config.timing {
+        Timing::Instant => Pace::Instant,
+        Timing::Fixed { itl, .. } => Pace::Fixed(*itl),
+        Timing::Modeled(m) => Pace::Modeled {
+            timing: m.clone(),
+            block_size: config.block_size as u64,
+        },
+    };
+    let mut r = full(
+        StatusCode::OK,
+        "text/event-stream; charset=utf-8",
+        Bytes::new(),
+    );
+    *r.body_mut() = SimBody::Stream(Box::new(TokenStream::new(StreamPlan {
+        api,
+        running: adm.running,
+        ident: answer.ident,
+        pace,
+        first_token_at: adm.first_token_at,
+        arrival: meta.arrival,
+        total_tokens: answer.usage.completion_tokens,
+        finish_reason: answer.finish_reason,
+        include_usage: parsed.include_usage,
+        usage: answer.usage,
+        words: answer.words,
+        tokens_per_chunk: config.tokens_per_chunk,
+        faults,
+    })));
+    r
+}
+
+/// A one-shot answer: waits out the whole generation, then answers at once.
+async fn one_shot(
+    config: &SimConfig,
+    engine: &Engine,
+    (meta, api): (&Meta, Api),
+    adm: Admission,
+    mut answer: Answer,
+    faults: StreamFaults,
+) -> Result<Response<SimBody>, Dropped> {
+    let m = &engine.metrics;
+    let total = answer.usage.completion_tokens;
+    let itl = match &config.timing {
+        Timing::Instant => Duration::ZERO,
+        Timing::Fixed { itl, .. } => *itl,
+        Timing::Modeled(mt) => mt.itl(m.running.load(Relaxed)),
+    };
+    let steps = total.saturating_sub(1);
+    m.itl.observe_n(itl.as_nanos() as u64, steps);
+    let mut done_at =
+        adm.first_token_at.unwrap_or(meta.arrival) + itl * steps.min(u32::MAX as u64) as u32;
+    if faults.stall_before.is_some() {
+        done_at += faults.stall;
+    }
+    if done_at > Instant::now() {
+        tokio::time::sleep_until(done_at).await;
+    }
+    let mut running = adm.running;
+    running.add_kv(total);
+    m.generation_tokens.fetch_add(total, Relaxed);
+    if faults.reset_after.is_some() {
+        m.success_abort.fetch_add(1, Relaxed);
+        return Err(Dropped::Reset);
+    }
+    m.e2e
+        .observe_duration(Instant::now().saturating_duration_since(meta.arrival));
+    m.generation_len.observe_n(total, 1);
+    if answer.finish_reason == "length" {
+        m.success_length.fetch_add(1, Relaxed);
+    } else {
+        m.success_stop.fetch_add(1, Relaxed);
+    }
+    let text = answer.words.text(total);
+    let write = match api {
+        Api::Chat => stream::completion_json,
+        Api::Anthropic => anthropic::message_json,
+    };
+    let mut body = write(&answer.ident, &text, answer.finish_reason, &answer.usage);
+    if faults.malformed_before.is_some() {
+        body.truncate(body.len() / 2);
+    }
+    drop(running);
+    Ok(json(StatusCode::OK, body))
+}
+
+/// Accept connections until shutdown, then drain them for at most [`SHUTDOWN_GRACE`].
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut conns = JoinSet::new();
+    // HTTP/1.1 with keep-alive, and HTTP/2 without TLS (h2c, prior knowledge) on the same port.
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let ka = shared.config.keep_alive;
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        // hyper times the wait for the next request's head from when the connection went idle.
+        .header_read_timeout(ka.idle);
+    let ka_header = ka.header.then(|| {
+        let mut v = format!("timeout={}", ka.idle.as_secs_f64().ceil() as u64);
+        if let Some(m) = ka.max {
+            v.push_str(&format!(", max={m}"));
+        }
+        HeaderValue::from_str(&v).expect("ascii header")
+    });
+    builder.http2().timer(TokioTimer::new());
+    let mut listener = Some(listener);
+    loop {
+        tokio::select! {
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+            _ = shared.stop_accepting.notified(), if listener.is_some() => {
+                // Closing the socket makes new connections fail to connect.
+                listener = None;
+            }
+            _ = shared.die.notified() => {
+                // A dead engine: no listener, and every connection (idle or mid-stream) closed.
+                listener = None;
+                conns.abort_all();
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = accept(listener.as_ref()), if listener.is_some() => match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let shared = shared.clone();
+                    let served = Arc::new(AtomicU64::new(0));
+                    let ka_header = ka_header.clone();
+                    let conn_no = shared.accepted.fetch_add(1, Relaxed);
+                    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                        let (shared, served, ka_header) = (shared.clone(), served.clone(), ka_header.clone());
+                        req.extensions_mut().insert(ConnNo(conn_no));
+                        if shared.config.record_headers
+                            && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/messages") {
+                            shared.record(conn_no, &req);
+                        }
+                        async move {
+                            let n = served.fetch_add(1, Relaxed) + 1;
+                            let mut resp = handle(shared, req).await?;
+                            let h = resp.headers_mut();
+                            if let Some(v) = ka_header {
+                                h.insert("keep-alive", v);
+                            }
+                            if ka.max.is_some_and(|m| n >= u64::from(m)) {
+                                h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                            }
+                            Ok::<_, Dropped>(resp)
+                        }
+                    });
+                    let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                    let conn = graceful.watch(conn);
+                    conns.spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(SHUTDOWN_GRACE) => {}
+    }
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+}
+
+async fn accept(l: Option<&TcpListener>) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,519 @@
+//! Generated text and the response bodies: vLLM's SSE chunk stream and its one-shot completion.
+//!
+//! The stream is a hand-written [`http_body::Body`] state machine rather than a task feeding a
+//! channel: each poll writes every event that is due into one buffer, built from per-request
+//! pre-serialised JSON fragments, and sleeps only when the next token lies in the future. With
+//! `Timing::Instant` it never reads the clock and batches up to [`FLUSH_BYTES`] of events per
+//! frame, which is what makes the simulator cheap enough to never limit a client benchmark.
+//!
+//! Event order is exactly vLLM's: a role chunk (`delta: {"role":"assistant","content":""}`),
+//! one content chunk per token (the last one carrying `finish_reason` and `stop_reason`), a usage
+//! chunk with `choices: []` when `stream_options.include_usage` is set, then `data: [DONE]`.
+//! A Messages API stream has the same timing with Anthropic's events ([`super::anthropic`]).
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+
+use super::anthropic;
+use super::config::ModelTiming;
+use super::engine::Running;
+use super::request::Api;
+use super::response::{Ident, Usage};
+
+/// Flush a frame once this much is buffered, so one slow client never buffers a whole answer.
+pub const FLUSH_BYTES: usize = 16 << 10;
+
+/// How long a stream about to be reset waits for its last chunks to be flushed.
+const RESET_FLUSH: Duration = Duration::from_millis(20);
+
+/// Words of the generated text; every word is one token in the tokenizer-free model.
+const VOCAB: [&str; 64] = [
+    "the", "model", "reads", "file", "and", "writes", "code", "to", "fix", "test", "build",
+    "error", "function", "returns", "value", "from", "cache", "then", "calls", "tool", "with",
+    "path", "line", "change", "patch", "diff", "check", "type", "struct", "field", "name", "list",
+    "map", "key", "index", "loop", "over", "items", "each", "result", "ok", "run", "command",
+    "output", "shows", "passing", "failing", "case", "input", "parse", "token", "stream",
+    "request", "server", "client", "time", "next", "step", "plan", "done", "update", "module",
+    "crate", "import",
+];
+
+/// A deterministic word sequence: uniform draws from [`VOCAB`] by a ChaCha8 stream over a seed.
+#[derive(Debug)]
+pub struct Words(ChaCha8Rng);
+
+impl Words {
+    /// The sequence for `seed`.
+    pub fn new(seed: u64) -> Words {
+        Words(ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// The next word.
+    #[inline]
+    pub fn next_word(&mut self) -> &'static str {
+        VOCAB[self.0.random_range(..VOCAB.len())]
+    }
+
+    /// `n` words joined by single spaces.
+    pub fn text(&mut self, n: u64) -> String {
+        let mut s = String::with_capacity(n as usize * 7);
+        for i in 0..n {
+            if i > 0 {
+                s.push(' ');
+            }
+            s.push_str(self.next_word());
+        }
+        s
+    }
+}
+
+/// How the decode steps of one stream are timed.
+#[derive(Debug, Clone)]
+pub enum Pace {
+    /// No delays, no clock reads.
+    Instant,
+    /// Constant inter-token latency.
+    Fixed(Duration),
+    /// Inter-token latency from the engine's running count; preemption when KV overflows, checked
+    /// whenever a request starts a new block of `block_size` tokens.
+    Modeled {
+        timing: ModelTiming,
+        block_size: u64,
+    },
+}
+
+/// Fault points of one stream, as token indices.
+#[derive(Debug, Clone, Default)]
+pub struct StreamFaults {
+    /// Cut the connection once this many tokens have been sent.
+    pub reset_after: Option<u64>,
+    /// Pause for `stall` before this token.
+    pub stall_before: Option<u64>,
+    pub stall: Duration,
+    /// Insert one malformed event before this token.
+    pub malformed_before: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Role,
+    Tokens,
+    Usage,
+    Done,
+    Reset,
+    End,
+}
+
+/// Everything a stream needs at construction.
+#[derive(Debug)]
+pub struct StreamPlan {
+    /// The events' shape.
+    pub api: Api,
+    pub running: Running,
+    pub ident: Ident,
+    pub pace: Pace,
+    pub first_token_at: Option<Instant>,
+    pub arrival: Instant,
+    pub total_tokens: u64,
+    pub finish_reason: &'static str,
+    pub include_usage: bool,
+    pub usage: Usage,
+    pub words: Words,
+    pub tokens_per_chunk: u32,
+    pub faults: StreamFaults,
+}
+
+/// The SSE body of a streamed chat completion.
+pub struct TokenStream {
+    api: Api,
+    ident: Ident,
+    running: Running,
+    /// `data: {"id":"..","object":"chat.completion.chunk","created":N,"model":"..",`
+    head: Bytes,
+    pace: Pace,
+    stage: Stage,
+    /// When the next event is due; `None` means now.
+    due: Option<Instant>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    sleeping: bool,
+    arrival: Instant,
+    sent: u64,
+    total: u64,
+    per_chunk: u64,
+    finish_reason: &'static str,
+    include_usage: bool,
+    usage: Usage,
+    words: Words,
+    faults: StreamFaults,
+    buf: BytesMut,
+}
+
+const CHOICE_OPEN: &[u8] = br#""choices":[{"index":0,"delta":"#;
+const ROLE_DELTA: &[u8] =
+    br#"{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#;
+const CONTENT_OPEN: &[u8] = br#"{"content":""#;
+const CONTENT_CLOSE: &[u8] = br#""},"logprobs":null,"finish_reason":null}]}"#;
+const EVENT_END: &[u8] = b"\n\n";
+
+impl TokenStream {
+    /// Start a stream from its plan.
+    pub fn new(plan: StreamPlan) -> TokenStream {
+        let head = format!(
+            r#"data: {{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","#,
+            plan.ident.id_json, plan.ident.created, plan.ident.model_json
+        );
+        TokenStream {
+            api: plan.api,
+            ident: plan.ident,
+            running: plan.running,
+            head: Bytes::from(head),
+            pace: plan.pace,
+            stage: Stage::Role,
+            due: plan.first_token_at,
+            sleep: None,
+            sleeping: false,
+            arrival: plan.arrival,
+            sent: 0,
+            total: plan.total_tokens,
+            per_chunk: plan.tokens_per_chunk.max(1) as u64,
+            finish_reason: plan.finish_reason,
+            include_usage: plan.include_usage,
+            usage: plan.usage,
+            words: plan.words,
+            faults: plan.faults,
+            buf: BytesMut::with_capacity(4096),
+        }
+    }
+
+    fn arm(&mut self, at: Instant) {
+        match &mut self.sleep {
+            Some(s) => s.as_mut().reset(at),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+        self.sleeping = true;
+    }
+
+    /// Whether the next event must wait; arms the timer if so.
+    #[inline]
+    fn must_wait(&mut self, now: &mut Option<Instant>) -> bool {
+        let Some(due) = self.due else {
+            return false;
+        };
+        let t = *now.get_or_insert_with(Instant::now);
+        if due > t {
+            self.arm(due);
+            return true;
+        }
+        false
+    }
+
+    fn write_tokens(&mut self, n: u64, last: bool) {
+        if self.api == Api::Anthropic {
+            self.buf.extend_from_slice(anthropic::DELTA_OPEN);
+            self.write_words(n);
+            self.buf.extend_from_slice(anthropic::DELTA_CLOSE);
+            return;
+        }
+        self.buf.extend_from_slice(&self.head);
+        self.buf.extend_from_slice(CHOICE_OPEN);
+        self.buf.extend_from_slice(CONTENT_OPEN);
+        self.write_words(n);
+        if last {
+            self.buf
+                .extend_from_slice(br#""},"logprobs":null,"finish_reason":""#);
+            self.buf.extend_from_slice(self.finish_reason.as_bytes());
+            self.buf.extend_from_slice(br#"","stop_reason":null}]}"#);
+        } else {
+            self.buf.extend_from_slice(CONTENT_CLOSE);
+        }
+        self.buf.extend_from_slice(EVENT_END);
+    }
+
+    /// The next `n` words, a space before each but the answer's first.
+    fn write_words(&mut self, n: u64) {
+        for i in 0..n {
+            if self.sent + i > 0 {
+                self.buf.extend_from_slice(b" ");
+            }
+            let w = self.words.next_word();
+            self.buf.extend_from_slice(w.as_bytes());
+        }
+    }
+
+    /// Emit every due event, stopping at a wait, a full buffer, a reset or the end.
+    fn advance(&mut self) {
+        let mut now: Option<Instant> = None;
+        loop {
+            match self.stage {
+                Stage::Role => {
+                    if self.must_wait(&mut now) {
+                        return;
+                    }
+                    if self.api == Api::Anthropic {
+                        anthropic::write_start(&mut self.buf, &self.ident, &self.usage);
+                    } else {
+                        self.buf.extend_from_slice(&self.head);
+                        self.buf.extend_from_slice(CHOICE_OPEN);
+                        self.buf.extend_from_slice(ROLE_DELTA);
+                        self.buf.extend_from_slice(EVENT_END);
+                    }
+                    self.stage = Stage::Tokens;
+                }
+                Stage::Tokens => {
+                    if self.sent >= self.total {
+                        self.stage = if self.include_usage {
+                            Stage::Usage
+                        } else {
+                            Stage::Done
+                        };
+                        continue;
+                    }
+                    if self.faults.reset_after == Some(self.sent) {
+                        // Pause before cutting, so what was sent reaches the client first
+                        // (hyper drops unflushed bytes when a body fails).
+                        self.stage = Stage::Reset;
+                        let t = *now.get_or_insert_with(Instant::now);
+                        self.arm(t + RESET_FLUSH);
+                        return;
+                    }
+                    if self.faults.stall_before == Some(self.sent) {
+                        self.faults.stall_before = None;
+                        let base = match self.due {
+                            Some(d) => d,
+                            None => *now.get_or_insert_with(Instant::now),
+                        };
+                        self.due = Some(base + self.faults.stall);
+                    }
+                    if self.must_wait(&mut now) {
+                        return;
+                    }
+                    if self.faults.malformed_before == Some(self.sent) {
+                        self.faults.malformed_before = None;
+                        if self.api == Api::Anthropic {
+                            self.buf.extend_from_slice(anthropic::DELTA_MALFORMED);
+                        } else {
+                            self.buf.extend_from_slice(&self.head);
+                            // Cut short inside the choices array: the JSON never closes.
+                            self.buf.extend_from_slice(br#""choices":[{"index":0,"del"#);
+                            self.buf.extend_from_slice(EVENT_END);
+                        }
+                    }
+                    let mut n = self.per_chunk.min(self.total - self.sent);
+                    // Fault points fall on chunk boundaries.
+                    for p in [
+                        self.faults.reset_after,
+                        self.faults.stall_before,
+                        self.faults.malformed_before,
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        if p > self.sent && p < self.sent + n {
+                            n = p - self.sent;
+                        }
+                    }
+                    let last = self.sent + n == self.total;
+                    self.write_tokens(n, last);
+                    self.sent += n;
+                    self.step(n);
+                    if self.buf.len() >= FLUSH_BYTES {
+                        return;
+                    }
+                }
+                Stage::Usage if self.api == Api::Anthropic => {
+                    anthropic::write_end(&mut self.buf, self.finish_reason, &self.usage);
+                    self.stage = Stage::Done;
+                }
+                Stage::Usage => {
+                    self.buf.extend_from_slice(&self.head);
+                    self.buf.extend_from_slice(br#""choices":[],"usage":"#);
+                    self.usage.write_json(&mut self.buf);
+                    self.buf.extend_from_slice(b"}");
+                    self.buf.extend_from_slice(EVENT_END);
+                    self.stage = Stage::Done;
+                }
+                Stage::Done => {
+                    match self.api {
+                        Api::Chat => self.buf.extend_from_slice(b"data: [DONE]\n\n"),
+                        Api::Anthropic => anthropic::write_stop(&mut self.buf),
+                    }
+                    self.finish();
+                    self.stage = Stage::End;
+                    return;
+                }
+                Stage::Reset | Stage::End => return,
+            }
+        }
+    }
+
+    /// Account `n` generated tokens and plan the next decode step.
+    #[inline]
+    fn step(&mut self, n: u64) {
+        self.running.add_kv(n);
+        let m = &self.running.engine.metrics;
+        m.generation_tokens.fetch_add(n, Relaxed);
+        match &self.pace {
+            Pace::Instant => m.itl.observe_n(0, n),
+            Pace::Fixed(itl) => {
+                let itl = *itl;
+                m.itl.observe_n(itl.as_nanos() as u64, n);
+                self.due = self.due.map(|d| d + itl * n as u32);
+            }
+            Pace::Modeled {
+                timing: mt,
+                block_size,
+            } => {
+                let running = m.running.load(Relaxed);
+                let mut itl = mt.itl(running);
+                m.itl.observe_n(itl.as_nanos() as u64, n);
+                itl *= n as u32;
+                if self.sent % block_size.max(&1) < n && self.running.kv_over_capacity() {
+                    // Out of KV blocks: the newest work is preempted and recomputed.
+                    m.preemptions.fetch_add(1, Relaxed);
+                    itl += mt.prefill(self.usage.prompt_tokens + self.sent);
+                }
+                self.due = self.due.map(|d| d + itl);
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        let m = &self.running.engine.metrics;
+        let e2e = Instant::now().saturating_duration_since(self.arrival);
+        m.e2e.observe_duration(e2e);
+        m.generation_len.observe_n(self.total, 1);
+        match self.finish_reason {
+            "length" => m.success_length.fetch_add(1, Relaxed),
+            _ => m.success_stop.fetch_add(1, Relaxed),
+        };
+    }
+
+    fn take_frame(&mut self) -> Frame<Bytes> {
+        Frame::data(self.buf.split().freeze())
+    }
+}
+
+impl Drop for TokenStream {
+    fn drop(&mut self) {
+        if self.stage != Stage::End {
+            self.running
+                .engine
+                .metrics
+                .success_abort
+                .fetch_add(1, Relaxed);
+        }
+    }
+}
+
+impl Body for TokenStream {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        loop {
+            if this.sleeping {
+                if let Some(s) = this.sleep.as_mut() {
+                    if std::future::Future::poll(s.as_mut(), cx).is_pending() {
+                        if !this.buf.is_empty() {
+                            return Poll::Ready(Some(Ok(this.take_frame())));
+                        }
+                        return Poll::Pending;
+                    }
+                }
+                this.sleeping = false;
+            }
+            match this.stage {
+                Stage::End => {
+                    if this.buf.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(this.take_frame())));
+                }
+                Stage::Reset => {
+                    if !this.buf.is_empty() {
+                        return Poll::Ready(Some(Ok(this.take_frame())));
+                    }
+                    return Poll::Ready(Some(Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "connection reset mid-stream (--reset-rate)",
+                    ))));
+                }
+                _ => {}
+            }
+            this.advance();
+            if !this.buf.is_empty() {
+                return Poll::Ready(Some(Ok(this.take_frame())));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.stage == Stage::End && self.buf.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+/// The one-shot (`stream: false`) completion object, as vLLM serialises it.
+pub fn completion_json(ident: &Ident, text: &str, finish_reason: &str, usage: &Usage) -> Vec<u8> {
+    let content = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into());
+    let mut out = BytesMut::with_capacity(text.len() + 512);
+    out.extend_from_slice(
+        format!(
+            r#"{{"id":"{}","object":"chat.completion","created":{},"model":"{}","choices":[{{"index":0,"message":{{"role":"assistant","content":{content},"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null}},"logprobs":null,"finish_reason":"{finish_reason}","stop_reason":null}}],"service_tier":null,"system_fingerprint":null,"usage":"#,
+            ident.id_json, ident.created, ident.model_json
+        )
+        .as_bytes(),
+    );
+    usage.write_json(&mut out);
+    out.extend_from_slice(br#","prompt_logprobs":null,"kv_transfer_params":null}"#);
+    out.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_deterministic_and_one_token_each() {
+        let a = Words::new(7).text(50);
+        let b = Words::new(7).text(50);
+        assert_eq!(a, b);
+        assert_ne!(a, Words::new(8).text(50));
+        assert_eq!(agentx_tokens::TokenCounter::Words.count(&a), 50);
+    }
+
+    #[test]
+    fn completion_json_parses() {
+        let id = Ident::new("chatcmpl-\"x\"", "m", 1);
+        let body = completion_json(
+            &id,
+            "a b",
+            "length",
+            &Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                cached_tokens: 1,
+            },
+        );
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["id"], "chatcmpl-\"x\"");
+        assert_eq!(v["choices"][0]["message"]["content"], "a b");
+        assert_eq!(v["usage"]["total_tokens"], 5);
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+    }
+}
