@@ -35,7 +35,7 @@ last warmup turn in is a race: a stream whose warmup counts differ between the t
 the profiling comparison (and listed), and warmup requests per trace are shown, not compared.
 A stream only one tool sent counts as a difference when it started in the first half of the
 profiling window (later it may simply fall past the other tool's window). The request log's format
-is the simulator's (host/src/sim/record.rs); the labelled log's is documented in
+is the simulator's (crates/sim/src/record.rs); the labelled log's is documented in
 fixtures/differential/README.md.
 """
 

@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn tree_figures_of_the_subagent_fixture() {
-        let f = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        let f = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
             .join("fixtures/traces-subagents-8.jsonl");
         let s = tree_stats(&SourceFiles::Jsonl(f), |_| true).unwrap();
         assert_eq!(s.nested_basis, "absolute");
@@ -457,7 +457,7 @@ mod tests {
     #[test]
     fn tree_figures_without_subagents() {
         let f =
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/traces-24.jsonl");
+            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/traces-24.jsonl");
         let s = tree_stats(&SourceFiles::Jsonl(f), |_| true).unwrap();
         assert_eq!(
             (s.trees, s.subagent_streams, s.background_branches),
@@ -478,7 +478,7 @@ mod tests {
         assert_eq!(s.trees_with_children, 3);
         let s = tree_stats(
             &SourceFiles::Jsonl(
-                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
                     .join("fixtures/traces-24.jsonl"),
             ),
             |id| id != "trace_0005" && id != "trace_0014" && id != "trace_0024",

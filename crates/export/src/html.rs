@@ -9,7 +9,7 @@
 //! ([`bmk::compute`] for counts, throughput and server cache hit rate, [`agentx_metrics::Dist`] for
 //! percentiles, [`plot::panels`] for the series); it computes nothing of its own.
 //!
-//! The charts are drawn by uPlot, vendored from its npm package (`host/assets/vendor/uplot`, with its
+//! The charts are drawn by uPlot, vendored from its npm package (`crates/export/assets/vendor/uplot`, with its
 //! license and checksums) and inlined with `include_str!`. Data travels as one JSON document in a
 //! `<script type="application/json">`, numbers rounded to 4 significant digits, so a 30-minute run
 //! stays a few hundred KB. A small self-check script writes what was drawn (charts, data points, pixels
@@ -675,7 +675,7 @@ mod tests {
     }
 
     fn fixture_page() -> String {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run");
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run");
         let a = bmk::load_artifacts(&dir).unwrap();
         render_page(&run_page(&a, &no_identity(), None))
     }

@@ -3,7 +3,7 @@
 //!
 //! [`panels`] is pure (records and server metrics in, point series out); [`render_png`] draws them with
 //! `plotters` into an RGB buffer and encodes it with `png`. Text uses the DejaVu Sans Mono font bundled
-//! in the binary (Bitstream Vera license, `host/assets/DejaVu-LICENSE.txt`), so plots render the same on
+//! in the binary (Bitstream Vera license, `crates/export/assets/DejaVu-LICENSE.txt`), so plots render the same on
 //! a machine without any font installed. Warmup records are left out; a panel without data says so.
 //! The server panels read each engine's names from the engine table (`metrics::engines`).
 
@@ -486,7 +486,7 @@ mod tests {
 
     fn worked() -> Vec<ProfileRecord> {
         let p =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run/profile_export.jsonl");
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run/profile_export.jsonl");
         bmk::parse_profile_export(&std::fs::read_to_string(&p).unwrap(), &p).unwrap()
     }
 
@@ -523,7 +523,7 @@ mod tests {
     #[test]
     fn the_header_names_the_run_and_its_verdict() {
         let mut a =
-            bmk::load_artifacts(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/report/run"))
+            bmk::load_artifacts(&Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run"))
                 .unwrap();
         a.run = Some(bmk::RunSummary {
             scenario: Some(crate::run_summary::ScenarioRef {

@@ -50,7 +50,7 @@ mod tests {
     use agentx_scenario::{Limits, ScenarioEngine};
 
     fn root() -> &'static Path {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
     }
 
     fn trees(corpus: &str) -> HashMap<String, SessionTree> {

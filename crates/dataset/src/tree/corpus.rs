@@ -418,7 +418,7 @@ mod tests {
     use crate::OpenOptions;
 
     fn fixture(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
             .join("fixtures")
             .join(name)
     }

@@ -10,7 +10,7 @@ use super::*;
 use crate::weka::{for_each_trace, parse_trace, SourceFiles};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
 fn golden(name: &str) -> Value {

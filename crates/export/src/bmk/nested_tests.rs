@@ -16,7 +16,7 @@ const END_PAGE: &str = "# agentx-fixture: end page\n";
 
 /// The start and end pages of `fixtures/metrics/<engine>.prom`.
 fn pages(engine: &str) -> (String, String) {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let p = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .join("fixtures/metrics")
         .join(format!("{engine}.prom"));
     let text = std::fs::read_to_string(&p).unwrap();
@@ -459,7 +459,7 @@ fn row_input(engine: &str) -> IdentityInput {
 #[track_caller]
 pub(crate) fn assert_row(row: &Value) {
     let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/inferencex-agentx-row.schema.json");
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("schemas/inferencex-agentx-row.schema.json");
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let v = jsonschema::draft202012::new(&schema).unwrap();
     let errors: Vec<String> = v

@@ -3,7 +3,7 @@
 use super::*;
 
 fn fixture(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .join("fixtures/report")
         .join(p)
 }
