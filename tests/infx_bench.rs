@@ -1,8 +1,9 @@
 //! The command line InferenceX's `python3 -m infx.bench agentic` builds (`replay_argv`,
-//! inferencex-v2.md §3.1), with `aiperf profile` replaced by `agentx-host run`, and the environment
-//! its runner sets: through `--dry-run`, and for real against the built-in simulator, which logs
-//! every request's headers and body fields (`--record-requests`). Dynamo's `nvext.session_control`,
-//! the Qwen3.5 `--extra-inputs` blob, the routing headers and `--apply-chat-template`'s ISL.
+//! docs/specs/inferencex-rows.md#replay_argv), with `aiperf profile` replaced by `agentx-host run`,
+//! and the environment its runner sets: through `--dry-run`, and for real against the built-in
+//! simulator, which logs every request's headers and body fields (`--record-requests`). Dynamo's
+//! `nvext.session_control`, the Qwen3.5 `--extra-inputs` blob, the routing headers and
+//! `--apply-chat-template`'s ISL.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -102,7 +103,8 @@ fn replay_argv(url: &str, out: &Path, duration: &str, warmup: &str) -> Vec<Strin
     argv
 }
 
-/// The environment the runner sets (inferencex-v2.md §3.2) for `url`, with the hub cache.
+/// The environment the runner sets (docs/specs/inferencex-rows.md#runner-environment) for `url`,
+/// with the hub cache.
 fn runner_env(url: &str, hub: &Path) -> Vec<(String, String)> {
     [
         ("HF_HUB_CACHE", hub.display().to_string()),

@@ -54,8 +54,9 @@ fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).expect("stdout is one JSON document")
 }
 
-/// InferenceX's `utils/summarize.py` (domain §5.5): glob `*.json`, keep objects with `is_multinode`,
-/// split off `scenario_type == "agentic-coding"`, and read its table keys, scaling TTFT and TPOT to ms.
+/// InferenceX's `utils/summarize.py` (docs/specs/inferencex-rows.md#summarize-keys): glob `*.json`,
+/// keep objects with `is_multinode`, split off `scenario_type == "agentic-coding"`, and read its
+/// table keys, scaling TTFT and TPOT to ms.
 /// Returns the formatted rows, failing on a missing key or a value of the wrong type.
 fn summarize(dir: &Path) -> Vec<String> {
     let mut rows = Vec::new();
@@ -149,7 +150,8 @@ fn worked_example_matches_inferencex_and_passes_its_consumer() {
         rows[0]
     );
 
-    // Every number InferenceX's script wrote for these inputs (domain §5.4), to its printed digits.
+    // Every number InferenceX's script wrote for these inputs
+    // (docs/specs/inferencex-rows.md#worked-example), to its printed digits.
     let got: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let text = std::fs::read_to_string(fixture("worked/expected_ix.json")).unwrap();
     let want: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();

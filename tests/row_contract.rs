@@ -1,7 +1,8 @@
-//! InferenceX's strict AgentX row (`schemas/inferencex-agentx-row.schema.json`, from
-//! inferencex-v2.md §6): `agentx-host report` writes rows the schema accepts, with a filled
-//! stability block; the schema itself rejects what the contract rejects; a missing fact is an error
-//! naming the flag; `tokens.output_expected` comes from a hub dataset's one snapshot only.
+//! InferenceX's strict AgentX row (`schemas/inferencex-agentx-row.schema.json`,
+//! docs/specs/inferencex-rows.md#strict-contract): `agentx-host report` writes rows the schema
+//! accepts, with a filled stability block; the schema itself rejects what the contract rejects; a
+//! missing fact is an error naming the flag; `tokens.output_expected` comes from a hub dataset's one
+//! snapshot only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

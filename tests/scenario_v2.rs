@@ -54,7 +54,7 @@ fn agentx_v1_answers_through_the_0_2_world() {
     assert_eq!(rules.system_idle_cap_seconds, Some(10.0));
     assert_eq!(rules.warmup_max_tokens, 1);
 
-    // agentx-v1.md §3: seed 42, trace_x, lane 0, ratios 0/1.
+    // docs/specs/session-trees.md#golden-vectors: seed 42, trace_x, lane 0, ratios 0/1.
     let x = Tree {
         trace_id: "trace_x".into(),
         streams: vec![stream(
@@ -79,7 +79,8 @@ fn agentx_v1_answers_through_the_0_2_world() {
         "capped at the system idle cap"
     );
 
-    // The §3 worked example at t* = 30000 (ratios pinned): the root waits on its child's join.
+    // The worked example (docs/specs/session-trees.md#worked-example) at t* = 30000 (ratios
+    // pinned): the root waits on its child's join.
     let tree = Tree {
         trace_id: "ex".into(),
         streams: vec![
@@ -108,7 +109,7 @@ fn agentx_v1_answers_through_the_0_2_world() {
         .collect();
     assert_eq!(got, vec![(0, 2, true), (1, 2, false)]);
 
-    // §6: one marker per tree.
+    // One marker per tree (docs/specs/session-trees.md#cache-bust-marker).
     let m = i
         .cache_bust_tree(
             Placement::FirstTurnPrefix,

@@ -244,11 +244,11 @@ fn a_panicking_request_task_is_a_failed_record_and_its_tree_drains() {
     assert_eq!(summary["stop"], "completed");
 }
 
-/// A branch whose recorded start precedes t* while its spawn turn is still ahead: its child is alive
-/// at t* (agentx-v1.md §3: a child is alive when its branch start ≤ t*) and goes on from there; the
-/// root reaching the spawn turn does not start the branch a second time. Root turns at 0, 10, 20 s;
-/// subagent `sub` (file position 2, so spawned by root turn 1 at 10 s) recorded at 5, 8 and 12 s;
-/// t* = 9 s.
+/// A branch whose recorded start precedes t* while its spawn turn is still ahead: its child is
+/// alive at t* (docs/specs/session-trees.md#alive-streams: a child is alive when its branch start ≤
+/// t*) and goes on from there; the root reaching the spawn turn does not start the branch a second
+/// time. Root turns at 0, 10, 20 s; subagent `sub` (file position 2, so spawned by root turn 1 at
+/// 10 s) recorded at 5, 8 and 12 s; t* = 9 s.
 #[test]
 fn a_branch_alive_at_t_star_is_not_started_again_at_its_spawn_turn() {
     let dir = tempfile::tempdir().unwrap();

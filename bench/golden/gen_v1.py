@@ -9,8 +9,9 @@ rule. The files and their schemas are described in fixtures/golden/README.md:
     fixtures/golden/v1_trees_traces24.json     session trees of fixtures/traces-24.jsonl
     fixtures/golden/v1_chains.json             hash-chain detection, per trace and per subagent,
                                                plus small synthetic detection cases
-    fixtures/golden/v1_tstar.json              t* samples: agentx-v1.md §3 vectors and example,
-                                               the timestamp-less fallback, and lanes for fixed
+    fixtures/golden/v1_tstar.json              t* samples: the golden vectors and worked example
+                                               of docs/specs/session-trees.md#start-point, the
+                                               timestamp-less fallback, and lanes for fixed
                                                seeds / concurrencies / ratios on both corpora,
                                                with warmup primers and profiling start delays
     fixtures/golden/v1_markers.json            cache-bust marker text and the per-tree ledger
@@ -630,7 +631,7 @@ def build_source(metadata, roots, *, conc, seed, lo, hi):
 
 
 def spec_section3() -> dict:
-    """agentx-v1.md §3: golden vectors, fallback check, worked example."""
+    """docs/specs/session-trees.md#start-point: golden vectors, fallback check, worked example."""
     from aiperf.common.models import ConversationMetadata, DatasetMetadata, TurnMetadata
     from aiperf.timing.trajectory_source import _seed_for_trace_lane
 
@@ -696,7 +697,8 @@ def spec_section3() -> dict:
 
 
 def spec_example(ld: Loaded) -> dict:
-    """The §3 worked example on fixture trace sa-08-spec (ms on the root clock)."""
+    """The worked example of docs/specs/session-trees.md#worked-example on fixture trace sa-08-spec
+    (ms on the root clock)."""
     src = build_source(ld.metadata, ld.roots, conc=1, seed=0, lo=0.0, hi=1.0)
     out = []
     for t_star in [2000.0, 30000.0, 45000.0]:

@@ -2,7 +2,7 @@
 """Writes fixtures/traces-subagents-8.jsonl: a small with-subagents corpus in the weka trace format.
 
 Eight root traces, each built to exercise one part of aiperf 0.13's session-tree loader
-(docs/agentx-v1-reference.md, agentx-v1.md §2 and §3):
+(docs/specs/session-trees.md, docs/agentx-v1-reference.md):
 
     sa-01-single   one cross-model subagent spawned by root turn 2, joined by root turn 3
     sa-02-fanout   parallel fan-out: two overlapping subagents spawned by root turn 1; both end
@@ -20,7 +20,8 @@ Eight root traces, each built to exercise one part of aiperf 0.13's session-tree
     sa-07-edge     a subagent listed before any root request (dropped), a title-generation
                    preamble, an inner request 0.4 us before its marker (clamped), out=0, a
                    negative api_time, a missing api_time, think_time values
-    sa-08-spec     the worked example of agentx-v1.md §3: root ts [0, 10, 50] s, a subagent
+    sa-08-spec     the worked example of docs/specs/session-trees.md#worked-example: root ts
+                   [0, 10, 50] s, a subagent
                    spawned by turn 0 at 5 s with ts [5, 20, 40] s, joined by root turn 2
 
 Nested (subagent) request timestamps are absolute (root-trace clock), as in current captures;
@@ -329,8 +330,9 @@ def build(rng: random.Random) -> list[dict]:
     tr.add(tr.req(22.0, c4, api=1.0, out=0, think=None, stop="end_turn"))
     traces.append(tr.doc())
 
-    # 8. agentx-v1.md §3 example: root ts [0, 10, 50] s; subagent spawned by root turn 0 with its
-    #    branch starting at 5 s, ts [5, 20, 40] s; ends at 47 s -> joins root turn 2.
+    # 8. The worked example of docs/specs/session-trees.md#worked-example: root ts [0, 10, 50] s;
+    #    subagent spawned by root turn 0 with its branch starting at 5 s, ts [5, 20, 40] s; ends at
+    #    47 s -> joins root turn 2.
     tr = Trace(rng, "sa-08-spec")
     m = main_chain(tr, [0.0, 10.0, 50.0], [5, 5], [1.0, 1.0, 1.0])
     tr.add(m[0])

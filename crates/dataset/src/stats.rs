@@ -1,9 +1,10 @@
 //! Corpus statistics: sizes, ISL/OSL distributions, and theoretical prefix-cache hit rates.
 //!
-//! Hit rates follow InferenceX's definitions (domain §3.3), computed per trace over its requests in
-//! order: set-based, a block is a hit if its hash id appeared in an earlier request of the same trace
-//! (an infinite cache); longest-prefix, a request hits the longest hash-id prefix it shares with any
-//! earlier request of the trace (a prefix cache that never evicts). Rates are hit blocks over all blocks.
+//! Hit rates follow InferenceX's definitions (docs/specs/inferencex-rows.md#derived-metrics),
+//! computed per trace over its requests in order: set-based, a block is a hit if its hash id
+//! appeared in an earlier request of the same trace (an infinite cache); longest-prefix, a request
+//! hits the longest hash-id prefix it shares with any earlier request of the trace (a prefix cache
+//! that never evicts). Rates are hit blocks over all blocks.
 //!
 //! Session-tree figures ([`TreeStats`]) come from the trees [`super::tree::build`] makes of the traces
 //! (subagent entries included, which the cached corpus leaves out).

@@ -1,7 +1,7 @@
 //! The InferenceX `bmk_agentic` JSON from a run's artifact directory, in two layouts: the seed-era
-//! flat keys (domain §5, [`compute`]) and InferenceX's current nested result (inferencex-v1.md §3,
-//! [`compute_nested`] in `nested`). Which engine wrote the server metrics, and the figures read from
-//! its metric names, is [`backends`]'s.
+//! flat keys (docs/specs/inferencex-rows.md#flat-keys, [`compute`]) and InferenceX's current nested
+//! result (docs/specs/inferencex-rows.md#nested-row, [`compute_nested`] in `nested`). Which engine
+//! wrote the server metrics, and the figures read from its metric names, is [`backends`]'s.
 //!
 //! Both computations are pure functions over parsed inputs (aiperf records, aiperf server metrics,
 //! aiperf's aggregate `profile_export_aiperf.json`, our `run_summary.json`, the identity of the
@@ -10,10 +10,11 @@
 //! The inputs' types live beside: the records (`records`), aiperf's server metrics and summary
 //! (`inputs`), the identity of the benchmarked system (`identity`).
 //!
-//! Invariants: every key of domain §5.2 is present (null when unavailable, with a line in `notes` saying
-//! why); warmup records count nowhere; percentiles interpolate linearly (`k = (n-1)p/100`) and `std` is the
-//! population deviation, as InferenceX computes them. Where InferenceX's pipeline is wrong this report
-//! differs on purpose: failed requests count in `num_requests_total`; server counters are summed across
+//! Invariants: every key of docs/specs/inferencex-rows.md#flat-keys is present (null when
+//! unavailable, with a line in `notes` saying why); warmup records count nowhere; percentiles
+//! interpolate linearly (`k = (n-1)p/100`) and `std` is the population deviation, as InferenceX
+//! computes them. Where InferenceX's pipeline is wrong this report differs on purpose: failed
+//! requests count in `num_requests_total`; server counters are summed across
 //! series while gauges are averaged; the external (offload) cache hit rate comes from metrics servers
 //! actually export; interactivity is reported under both conventions with distinct keys.
 
@@ -46,8 +47,8 @@ pub use nested::{compute_nested, RESULT_SCHEMA_VERSION};
 /// The statistics every distribution is reported with (`{stat}_{metric}` keys).
 pub const STATS: [&str; 5] = ["mean", "p75", "p90", "p95", "std"];
 
-/// The keys InferenceX's `utils/summarize.py` reads from an agentic result (domain §5.5); a report
-/// without any of them breaks the consumer.
+/// The keys InferenceX's `utils/summarize.py` reads from an agentic result
+/// (docs/specs/inferencex-rows.md#summarize-keys); a report without any of them breaks the consumer.
 pub const SUMMARIZE_KEYS: [&str; 24] = [
     "infmax_model_prefix",
     "hw",
@@ -84,10 +85,11 @@ pub const PROFILE_AIPERF: &str = "profile_export_aiperf.json";
 /// The report layouts `agentx-host report --layout` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
-    /// The seed-era `bmk_agentic` keys (`mean_ttft`, `p90_e2el`, ...) at the top level (domain §5).
+    /// The seed-era `bmk_agentic` keys (`mean_ttft`, `p90_e2el`, ...) at the top level
+    /// (docs/specs/inferencex-rows.md#flat-keys).
     Flat,
     /// InferenceX's current result: identity, `request_accounting`, `request_metrics{...}` and
-    /// `server_metrics{...}` (inferencex-v1.md §3).
+    /// `server_metrics{...}` (docs/specs/inferencex-rows.md#nested-row).
     #[default]
     Nested,
 }
@@ -255,9 +257,9 @@ fn put_stats(r: &mut BmkReport, name: &str, s: Option<Stats>) {
     }
 }
 
-/// Requests completed per 1-second tumbling window from the first end (domain §3.3): the windows'
-/// counts, or, when no full window fits, `Err(n / span)` as InferenceX's fallback `mean_qps`.
-/// `None` for fewer than two ends or a zero span.
+/// Requests completed per 1-second tumbling window from the first end
+/// (docs/specs/inferencex-rows.md#derived-metrics): the windows' counts, or, when no full window fits,
+/// `Err(n / span)` as InferenceX's fallback `mean_qps`. `None` for fewer than two ends or a zero span.
 pub fn qps_windows(ends_ns: &[u64]) -> Option<Result<Vec<f64>, f64>> {
     if ends_ns.len() < 2 {
         return None;
@@ -508,7 +510,7 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     r
 }
 
-/// Identity (domain §5.2).
+/// Identity (docs/specs/inferencex-rows.md#flat-keys).
 fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
     let id = input.identity;
     let Basics {

@@ -1,4 +1,4 @@
-//! Within-run stability of an AgentX run (inferencex-v2.md §6.4, InferenceX's
+//! Within-run stability of an AgentX run (docs/specs/inferencex-rows.md#stability, InferenceX's
 //! `request_metrics.stability`): how evenly the run covered its time and its root trajectories, how
 //! far the tail latencies drift between fixed windows, and from which checkpoint on the cumulative
 //! tail settled.

@@ -519,7 +519,8 @@ impl Coverage {
     }
 }
 
-/// The run-level aggregate and derived metrics of §3.2, over profiling records.
+/// The run-level aggregate and derived metrics of docs/specs/aiperf-metrics.md#aggregates, over
+/// profiling records.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Aggregate {
     /// Valid records.

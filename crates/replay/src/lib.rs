@@ -1,4 +1,4 @@
-//! Agentic replay (domain.md §2.4-2.10): lanes, the warmup and profiling phases, think-time
+//! Agentic replay (docs/specs/replay-rules.md): lanes, the warmup and profiling phases, think-time
 //! scheduling, the recycle queue and the stop conditions.
 //!
 //! - **Plan** ([`plan::Plan`]): before anything is sent, the scenario picks every lane's start turn in

@@ -1,7 +1,8 @@
-//! The recycle queue of the profiling phase (domain.md §2.6): a FIFO of every usable trace in dataset
-//! order. A finished (or overflowed) trace goes to the tail before the stop check; the next session
-//! takes the first trace from the head that is not running on another lane, so every trace is played
-//! before any repeats and a trace never runs twice at once while the pool is larger than the lanes.
+//! The recycle queue of the profiling phase (docs/specs/replay-rules.md#recycle-queue): a FIFO of
+//! every usable trace in dataset order. A finished (or overflowed) trace goes to the tail before
+//! the stop check; the next session takes the first trace from the head that is not running on
+//! another lane, so every trace is played before any repeats and a trace never runs twice at once
+//! while the pool is larger than the lanes.
 
 use std::collections::VecDeque;
 

@@ -1,6 +1,7 @@
-//! What a running replay shows on stderr: a progress bar on a terminal, and every `--stats-interval`
-//! the realtime block of aiperf (domain.md §4.6): request rate, token throughput, TTFT/ITL/E2E and
-//! interactivity percentiles, ISL/OSL percentiles, and a `srv` row from the scraped server metrics.
+//! What a running replay shows on stderr: a progress bar on a terminal, and every
+//! `--stats-interval` the realtime block of aiperf (docs/specs/aiperf-metrics.md#realtime-block):
+//! request rate, token throughput, TTFT/ITL/E2E and interactivity percentiles, ISL/OSL percentiles,
+//! and a `srv` row from the scraped server metrics.
 //! Without a terminal the block goes to the log and there is no bar.
 //!
 //! It owns no data: the replay hands it each finished profiling record ([`Live::record`]) and the

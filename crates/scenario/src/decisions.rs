@@ -42,7 +42,7 @@ pub struct Decisions {
 impl Decisions {
     /// What a component of `world` stands for, 0.3.0 aside (its rules say): 0.1.0 leaves the
     /// assistant text to the host; 0.2.0 replays session trees with the recorded text, as aiperf
-    /// 0.13 does (agentx-v1.md §2.3); both lay prompts out to the recorded length; both send `X-Session-Affinity` as aiperf 0.13 does, need
+    /// 0.13 does (docs/specs/session-trees.md#turn-content-and-delay); both lay prompts out to the recorded length; both send `X-Session-Affinity` as aiperf 0.13 does, need
     /// `--model`, and name the warmup rows `agentic.warmup` as aiperf 0.13 does.
     pub fn of_world(world: World) -> Decisions {
         Decisions {

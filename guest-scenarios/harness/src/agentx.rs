@@ -2,13 +2,13 @@
 //! the 1.0.14 additions its docs describe), for session trees through `agentx:scenario@0.3.0`.
 //!
 //! It is `inferencex-agentx-mvp`'s spec (the AgentX v1.0 locks of `policy_trees::agentx_v1`: the
-//! harness's MVP spec is field for field aiperf 0.13's) copied with a 3600 s duration and trajectory
-//! ratios 0.25/0.75, plus a **preset** of flag values applied as if typed wherever the user gave none
-//! (agentx-harness.md §2.2): seed 42, failed-request threshold 0.10, 10 warmup requests per lane
-//! (dropped when `--agentic-cache-warmup-duration` is given), warmup grace 1800 s, trace idle cap
-//! 300 s, 393 dataset entries, 1 s slices, server token counts, stats every 30 s, and the 30 s
-//! profiling grace an explicit duration attaches; and four **environment defaults** (§2.3), used
-//! where the variable is unset. Every replay setting of the 0.3.0 world is decided here.
+//! harness's MVP spec is aiperf 0.13's) copied with a 3600 s duration and ratios 0.25/0.75, plus a
+//! **preset** of flag values applied as if typed where the user gave none
+//! (docs/specs/harness-preset.md#preset): seed 42, failed-request threshold 0.10, 10 warmup requests
+//! per lane (dropped when `--agentic-cache-warmup-duration` is given), warmup grace 1800 s, trace idle
+//! cap 300 s, 393 dataset entries, 1 s slices, server token counts, stats every 30 s, the 30 s grace an
+//! explicit duration attaches; and four **environment defaults** for unset variables
+//! (docs/specs/harness-preset.md#environment-defaults). Every replay setting of 0.3.0 is decided here.
 //!
 //! Rules: recorded assistant text (the harness discards live replies), no `X-Session-Affinity`
 //! header (1.0.12 has neither the header nor its switch), model discovery from `/v1/models`

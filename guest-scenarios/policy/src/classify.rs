@@ -1,4 +1,4 @@
-//! Context-overflow classification of a failed response (domain.md §2.9).
+//! Context-overflow classification of a failed response (docs/specs/replay-rules.md#context-overflow).
 //!
 //! A phrase matches, case-insensitively, when it occurs in the raw body excerpt or in the error message
 //! the body carries: the OpenAI `error.message`, a string-valued `error` (TGI's shape), or a top-level

@@ -1,5 +1,5 @@
-//! The inter-turn delay (domain.md §2.2 step 6): how long a lane waits after the previous response ends
-//! before it sends the next turn.
+//! The inter-turn delay (docs/specs/replay-rules.md#inter-turn-delay): how long a lane waits after
+//! the previous response ends before it sends the next turn.
 //!
 //! With think-time-only (both scenarios' default) the recorded `think_time` is used, falling back to the
 //! gap between the two request starts when the trace has no think time; without it the gap is used,

@@ -1,6 +1,6 @@
 //! `kv-cache-tester-v0.1`: the legacy policy InferenceX ran before aiperf (kv-cache-tester
-//! `agentx-minimized`, domain.md §2.2 item 9, §2.6, §2.9), so a run can be repeated with v0.1 semantics
-//! on the same host.
+//! `agentx-minimized`, docs/specs/replay-rules.md#kv-cache-tester-v01), so a run can be repeated
+//! with v0.1 semantics on the same host.
 //!
 //! What differs from agentx-mvp: it **locks nothing** (kv-cache-tester validated no run configuration);
 //! its settings are plain defaults: initial users advance into their trace by a fraction in 0.0..0.7

@@ -1,4 +1,4 @@
-//! Cache-bust text for one session (domain.md §2.8).
+//! Cache-bust text for one session (docs/specs/replay-rules.md#cache-bust-marker).
 //!
 //! agentx-mvp uses aiperf's marker: `[rid:` + the first 12 hex digits of
 //! `sha256("{run_id}:{recycle_pass}:{lane}:{trace_id}")` + `]`, followed by a blank line for prefix

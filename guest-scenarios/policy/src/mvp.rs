@@ -1,6 +1,6 @@
-//! `inferencex-agentx-mvp`: the scenario of InferenceX's agentic-coding benchmark as aiperf defined it
-//! in the PR era (domain.md §2.1), with aiperf's start-turn rule, `[rid:…]` cache-bust marker,
-//! overflow phrases (plus the wordings of the servers aiperf's list misses) and validity rule.
+//! `inferencex-agentx-mvp`: the scenario of InferenceX's agentic-coding benchmark as aiperf defined
+//! it in the PR era (docs/specs/replay-rules.md#scenario-locks), with aiperf's start-turn rule,
+//! `[rid:…]` marker, overflow phrases (plus wordings aiperf's list misses) and validity rule.
 //!
 //! Locks (each explicit conflicting value is a violation; unset ones get the locked value):
 //! agentic-replay timing (no `--request-rate`, `--arrival-pattern`, `--user-centric-rate`,

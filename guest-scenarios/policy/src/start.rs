@@ -1,4 +1,4 @@
-//! The start turn `k_i` of a trajectory (aiperf's trajectory source, domain.md §2.4).
+//! The start turn `k_i` of a trajectory (docs/specs/replay-rules.md#start-turn).
 //!
 //! For a trace of `n` turns: `n <= 1` cannot be used; `n == 2` has the single candidate 0; otherwise the
 //! candidates are `k_min..=k_max` with `k_min = min(int(min_ratio*n), n-2)` and

@@ -1,4 +1,4 @@
-//! End-of-run submission validity (domain.md §2.9, §2.10).
+//! End-of-run submission validity (docs/specs/replay-rules.md#submission-validity).
 //!
 //! Reasons, in this order: `context_overflow_rate_exceeded` when `overflows / responses` is strictly
 //! above the limit (no responses counts as 0 %); `run_cancelled`; `unsafe_override`. Failed requests

@@ -1,17 +1,17 @@
-//! `inferencex-agentx-v1`: aiperf 0.13's `inferencex-agentx-mvp` scenario as it now behaves
-//! (AgentX v1.0, agentx-v1.md; aiperf 0.13.0.dev20261023), for session trees through the WIT world
-//! `agentx:scenario@0.2.0`.
+//! `inferencex-agentx-v1`: aiperf 0.13's `inferencex-agentx-mvp` scenario as it now behaves (AgentX
+//! v1.0, docs/specs/session-trees.md; aiperf 0.13.0.dev20261023), for session trees through the WIT
+//! world `agentx:scenario@0.2.0`.
 //!
-//! Locks (agentx-v1.md §1, in aiperf's order; each explicit conflicting value is a violation, unset
-//! ones get the scenario's value): agentic-replay timing; streaming on; `ignore-eos` on; no
-//! `--ignore-trace-delays`, no `--synthesis-max-isl`; the loader one of the allowed corpora
-//! (`public-dataset`: the with-subagents series, 061326, 061526, 062126 and their `_256k`; a local
-//! `weka_trace` corpus is always a violation); `cache-bust` `first_turn_prefix`; duration 1800 s by
-//! default and at least 900 s; trajectory ratios 0.0 / 1.0 unless given; no inter-turn delay cap;
-//! system idle cap 10 s; metric coverage 0.95. `use-think-time-only` and the trace idle cap are not
-//! locked.
+//! Locks (docs/specs/session-trees.md#scenario-locks, in aiperf's order; an explicit conflicting
+//! value is a violation, unset ones get the scenario's value): agentic-replay timing; streaming on;
+//! `ignore-eos` on; no `--ignore-trace-delays`, no `--synthesis-max-isl`; the loader one of the
+//! allowed corpora (`public-dataset`: the with-subagents series, 061326, 061526, 062126 and their
+//! `_256k`; a local `weka_trace` corpus is always a violation); `cache-bust` `first_turn_prefix`;
+//! duration 1800 s by default and at least 900 s; trajectory ratios 0.0 / 1.0 unless given; no
+//! inter-turn delay cap; system idle cap 10 s; metric coverage 0.95. `use-think-time-only` and the
+//! trace idle cap are not locked.
 //!
-//! Choices where agentx-v1.md leaves a point open or aiperf has a quirk (tested here, listed in the
+//! Choices where the spec leaves a point open or aiperf has a quirk (tested here, listed in the
 //! component's README): a negative recorded API time shortens the next delay as aiperf does (the
 //! recorded data say so, and the golden trees carry it); an unusable t* falls back to the turn-index
 //! rule with the lane's seed, as aiperf does (no redraw); a 0.13 warmup overflow aborts aiperf's run,
@@ -42,8 +42,8 @@ pub const MIN_METRIC_COVERAGE: f64 = 0.95;
 /// Coverage is checked for profiling phases at least this long (seconds).
 pub const COVERAGE_MIN_PHASE_S: f64 = 900.0;
 
-/// The corpora the scenario allows (agentx-v1.md §1): every name the host resolves to a public
-/// corpus and that aiperf's scenario lists, without the no-subagents ones.
+/// The corpora the scenario allows (docs/specs/session-trees.md#allowed-corpora): every name the
+/// host resolves to a public corpus and that aiperf's scenario lists, without the no-subagents ones.
 pub const ALLOWED_CORPORA: [&str; 14] = [
     "semianalysis_cc_traces_weka_with_subagents",
     "semianalysis_cc_traces_weka_with_subagents_256k",

@@ -210,7 +210,7 @@ fn the_spec_example_and_section_3_rows_match() {
             &snap["states"],
         );
     }
-    // §3 golden rows: trace_x / trace_y on their own.
+    // The rows of docs/specs/session-trees.md#golden-vectors: trace_x / trace_y on their own.
     let x = TreeStream {
         conversation_id: "trace_x".into(),
         turn_ts_ms: std::vec![0.0, 60000.0, 120000.0, 300000.0, 600000.0],

@@ -1,7 +1,7 @@
-//! Where a lane starts in a session tree (AgentX v1.0, agentx-v1.md §3 and §4; the exact rules are
-//! `docs/agentx-v1-reference.md` P2 and P3): the per-lane seed, the instant t* on the root's clock,
-//! the streams alive at t* with their next and warm turns, offsets and warmup leads, and the
-//! turn-index fallback for a tree without usable timestamps.
+//! Where a lane starts in a session tree (AgentX v1.0, docs/specs/session-trees.md#start-point and
+//! its warmup; the exact rules are `docs/agentx-v1-reference.md` P2 and P3): the per-lane seed, the
+//! instant t* on the root's clock, the streams alive at t* with their next and warm turns, offsets
+//! and warmup leads, and the turn-index fallback for a tree without usable timestamps.
 //!
 //! - Seed: `u64_be(sha256(f"{seed}:{root}:{lane}")[:8])`, numpy's `default_rng` of it.
 //! - t*: `lo = start + min·(end−start)`, `hi = max(lo, start + max·(end−start))` over the span of

@@ -224,7 +224,7 @@ pub struct RunPlan {
     /// Flags accepted for aiperf compatibility that this run does not act on, each with why (with a
     /// 0.1.0 scenario; a session-tree scenario acts on [`TreeFlags`]).
     pub not_acted_on: Vec<String>,
-    /// The session-tree flags (agentx-v1.md §4-5).
+    /// The session-tree flags (docs/specs/session-trees.md#warmup, and its profiling schedule).
     pub tree_flags: TreeFlags,
     /// `(variable, prefix)` of `AGENTX_`/`AIPERF_REQUIRED_SERVER_METRIC_PREFIX`: an endpoint none of
     /// whose metrics carries the prefix is warned about.

@@ -1,6 +1,6 @@
-//! Session trees: one weka trace turned into the streams AgentX v1 replays (agentx-v1.md §2,
-//! docs/agentx-v1-reference.md M1/M2/M6), exactly as aiperf 0.13.0.dev20261023's weka loader builds
-//! its conversations.
+//! Session trees: one weka trace turned into the streams AgentX v1 replays
+//! (docs/specs/session-trees.md#child-streams, docs/agentx-v1-reference.md M1/M2/M6), exactly as
+//! aiperf 0.13.0.dev20261023's weka loader builds its conversations.
 //!
 //! This module owns the dataset side of a tree: which requests form which stream (the root's main
 //! chain, one stream per subagent chain, one per flat worker chain of the top level), the streams'

@@ -45,7 +45,8 @@ pub struct Component {
     pub version: Option<String>,
 }
 
-/// Who was benchmarked (domain §5.2 identity keys), from flags or InferenceX's environment variables.
+/// Who was benchmarked (the identity keys of docs/specs/inferencex-rows.md#flat-keys), from flags
+/// or InferenceX's environment variables.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
     pub hw: String,

@@ -1,8 +1,8 @@
 //! The nested InferenceX result: the AgentX row of InferenceX's strict result contract
-//! (inferencex-v2.md §6, on inferencex-v1.md §3; `schemas/inferencex-agentx-row.schema.json`):
-//! `result_schema_version`, identity and `num_gpus`, `request_accounting`,
-//! `request_metrics{qps, latency, tokens, throughput, cache, stability}` and `server_metrics{...}`,
-//! floats rounded to 5 decimals.
+//! (docs/specs/inferencex-rows.md#strict-contract; `schemas/inferencex-agentx-row.schema.json`):
+//! `result_schema_version`, identity and `num_gpus`, `request_accounting`, `request_metrics{qps,
+//! latency, tokens, throughput, cache, stability}` and `server_metrics{...}`, floats rounded to 5
+//! decimals.
 //!
 //! The row is strict: no top-level key the contract does not name (our additions, the trace
 //! metadata and the metric definitions, sit inside `request_metrics`, which the contract leaves

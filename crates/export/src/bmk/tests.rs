@@ -132,7 +132,8 @@ fn decimals(text: &str, key: &str) -> i32 {
 
 #[test]
 fn the_worked_example_gives_inferencex_numbers() {
-    // domain §5.4: the output of InferenceX's script on these same 5 records and server metrics.
+    // docs/specs/inferencex-rows.md#worked-example: the output of InferenceX's script on these same
+    // 5 records and server metrics.
     let text = std::fs::read_to_string(fixture("worked/expected_ix.json")).unwrap();
     let want: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();
     let server = worked_server();

@@ -1,5 +1,6 @@
-//! The session-tree scheduler (agentx-v1.md §4-5, docs/agentx-v1-reference.md M2/M3): replays
-//! [`SessionTree`]s with trees, not requests, as the unit of concurrency.
+//! The session-tree scheduler (docs/specs/session-trees.md#profiling-schedule,
+//! docs/agentx-v1-reference.md M2/M3): replays [`SessionTree`]s with trees, not requests, as the
+//! unit of concurrency.
 //!
 //! - **Lanes hold trees.** Each lane holds one runtime tree at a time: its root stream and the child
 //!   streams its branches spawn. In-flight requests may exceed the lane count. A lane's next tree
@@ -122,9 +123,9 @@ pub struct TreeShard {
     pub lane_ids: Vec<u32>,
 }
 
-/// The warmup's optional cache-pressure stage (agentx-v1.md §4): after the primers, the trees go on
-/// with no idle delay, 1-token requests, the barrier on and drained trees recycling, until its end;
-/// then profiling resumes every stream where the stage left it.
+/// The warmup's optional cache-pressure stage (docs/specs/session-trees.md#cache-pressure-stage):
+/// after the primers, the trees go on with no idle delay, 1-token requests, the barrier on and drained
+/// trees recycling, until its end; then profiling resumes every stream where the stage left it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Pressure {
     /// `--warmup-requests-per-lane N`: each lane sends N requests beyond its primers.
