@@ -566,7 +566,9 @@ impl Findings<'_> {
                 .code()
                 .map_or_else(|| format!("{status}"), |c| c.to_string())
         );
-        println!("wall time            {wall:.0} s (profiling from {p0:.0} s, drain from {p1:.0} s)");
+        println!(
+            "wall time            {wall:.0} s (profiling from {p0:.0} s, drain from {p1:.0} s)"
+        );
         println!("requests received    {requests}");
         println!(
             "records written      {} ({warmup} warmup){}",
