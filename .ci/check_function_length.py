@@ -114,7 +114,7 @@ def char_literal_end(source, start):
     if start + 1 >= len(source):
         return None
     if source[start + 1] == "\\":
-        end = start + 2
+        end = start + 3  # past the escaped character, which may itself be a quote
         while end < len(source) and source[end] != "'":
             end += 1
         return end + 1
@@ -142,7 +142,8 @@ def function_spans(code):
 
     spans = []
     for match in FN_ITEM.finditer(code):
-        if match.start() > 0 and (is_ident_char(code[match.start() - 1]) or code[match.start() - 1] == "$"):
+        before = code[match.start() - 1] if match.start() > 0 else " "
+        if is_ident_char(before) or before == "$":  # part of a longer name, or a macro's `$fn`
             continue
         body = body_open(code, match.end())
         if body is None:
