@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use agentx::dataset::stats::corpus_stats;
+use agentx::dataset::stats::{corpus_stats, CorpusStats};
 use agentx::dataset::synth::{write_corpus, SynthOptions};
 use agentx::dataset::{AssistantMode, CacheBust, Dataset, OpenOptions, Placement, PromptSynth};
 
@@ -81,13 +81,8 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-fn main() {
-    if std::env::var_os("AGENTX_BENCH_CHILD").is_some() {
-        let corpus = PathBuf::from(std::env::var_os("AGENTX_BENCH_CORPUS").expect("corpus"));
-        let cache = PathBuf::from(std::env::var_os("AGENTX_BENCH_CACHE").expect("cache"));
-        child(&corpus, &cache);
-        return;
-    }
+/// The synthetic corpus in the work directory (`AGENTX_BENCH_DIR`), written on the first run.
+fn synthetic_corpus() -> (PathBuf, PathBuf) {
     let traces: usize = std::env::var("AGENTX_BENCH_TRACES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -120,70 +115,116 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
     }
-    let raw = std::fs::metadata(&corpus).unwrap().len();
-    let cache = work.join("cache");
-    let _ = std::fs::remove_dir_all(&cache);
+    (work, corpus)
+}
 
-    let (cold_s, cold_rss, cold_outcome, entry) = run_child(&corpus, &cache);
-    let (warm_s, warm_rss, warm_outcome, _) = run_child(&corpus, &cache);
-    assert_eq!(
-        (cold_outcome.as_str(), warm_outcome.as_str()),
-        ("Built", "Hit")
-    );
+/// The cold import (into an empty cache) and the warm open, each in a child process.
+struct Imports {
+    cold_s: f64,
+    cold_rss: f64,
+    warm_s: f64,
+    warm_rss: f64,
+    /// The cache entry's bytes.
+    entry: u64,
+}
 
-    let ds = open(&corpus, &cache);
-    let t = Instant::now();
-    let stats = corpus_stats(&ds);
-    let stats_s = t.elapsed().as_secs_f64();
-
-    // The turn whose input is closest to 100k tokens.
-    let (traj, k) = ds
-        .trajectories()
-        .flat_map(|t| t.turns().map(move |u| (t, u.index(), u.input_tokens())))
-        .min_by_key(|&(_, _, n)| n.abs_diff(100_000))
-        .map(|(t, k, _)| (t, k))
-        .unwrap();
-    let isl = traj.turn(k).unwrap().input_tokens();
-    let synth = PromptSynth::new(42);
-    let t = Instant::now();
-    let conv = synth
-        .conversation(traj, k, AssistantMode::Recorded)
-        .unwrap();
-    let setup_us = t.elapsed().as_secs_f64() * 1e6;
-    let bust = CacheBust {
-        placement: Placement::FirstUserPrefix,
-        text: "[rid:0123456789ab]\n\n",
-    };
-    let mut body = Vec::new();
-    let t = Instant::now();
-    conv.write_messages_json(&mut body, Some(bust));
-    let first_us = t.elapsed().as_secs_f64() * 1e6;
-    let iters = 200;
-    let t = Instant::now();
-    for _ in 0..iters {
-        body.clear();
-        conv.write_messages_json(&mut body, Some(bust));
-    }
-    let assemble_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
-    // A whole session: every turn of the longest trajectory, advanced and written.
-    let longest = ds.trajectories().max_by_key(|t| t.num_turns()).unwrap();
-    let t = Instant::now();
-    let mut c = synth
-        .conversation(longest, 0, AssistantMode::Recorded)
-        .unwrap();
-    let mut bytes = 0usize;
-    loop {
-        body.clear();
-        c.write_messages_json(&mut body, None);
-        bytes += body.len();
-        if c.is_final() {
-            break;
+impl Imports {
+    fn measure(corpus: &Path, cache: &Path) -> Imports {
+        let (cold_s, cold_rss, cold_outcome, entry) = run_child(corpus, cache);
+        let (warm_s, warm_rss, warm_outcome, _) = run_child(corpus, cache);
+        assert_eq!(
+            (cold_outcome.as_str(), warm_outcome.as_str()),
+            ("Built", "Hit")
+        );
+        Imports {
+            cold_s,
+            cold_rss,
+            warm_s,
+            warm_rss,
+            entry,
         }
-        c.advance(None).unwrap();
     }
-    let session_s = t.elapsed().as_secs_f64();
+}
 
-    let ratio = entry as f64 / raw as f64;
+/// The prompt figures: the turn whose input is closest to 100k tokens set up and written as JSON,
+/// then a whole session.
+struct Prompts {
+    /// The turn and its input tokens.
+    k: usize,
+    isl: u32,
+    setup_us: f64,
+    first_us: f64,
+    assemble_us: f64,
+    /// The length of the body buffer after the session, for the throughput line.
+    body_len: usize,
+    session_turns: usize,
+    session_bytes: usize,
+    session_s: f64,
+}
+
+impl Prompts {
+    fn measure(ds: &Dataset) -> Prompts {
+        // The turn whose input is closest to 100k tokens.
+        let (traj, k) = ds
+            .trajectories()
+            .flat_map(|t| t.turns().map(move |u| (t, u.index(), u.input_tokens())))
+            .min_by_key(|&(_, _, n)| n.abs_diff(100_000))
+            .map(|(t, k, _)| (t, k))
+            .unwrap();
+        let isl = traj.turn(k).unwrap().input_tokens();
+        let synth = PromptSynth::new(42);
+        let t = Instant::now();
+        let conv = synth
+            .conversation(traj, k, AssistantMode::Recorded)
+            .unwrap();
+        let setup_us = t.elapsed().as_secs_f64() * 1e6;
+        let bust = CacheBust {
+            placement: Placement::FirstUserPrefix,
+            text: "[rid:0123456789ab]\n\n",
+        };
+        let mut body = Vec::new();
+        let t = Instant::now();
+        conv.write_messages_json(&mut body, Some(bust));
+        let first_us = t.elapsed().as_secs_f64() * 1e6;
+        let iters = 200;
+        let t = Instant::now();
+        for _ in 0..iters {
+            body.clear();
+            conv.write_messages_json(&mut body, Some(bust));
+        }
+        let assemble_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+        // A whole session: every turn of the longest trajectory, advanced and written.
+        let longest = ds.trajectories().max_by_key(|t| t.num_turns()).unwrap();
+        let t = Instant::now();
+        let mut c = synth
+            .conversation(longest, 0, AssistantMode::Recorded)
+            .unwrap();
+        let mut bytes = 0usize;
+        loop {
+            body.clear();
+            c.write_messages_json(&mut body, None);
+            bytes += body.len();
+            if c.is_final() {
+                break;
+            }
+            c.advance(None).unwrap();
+        }
+        let session_s = t.elapsed().as_secs_f64();
+        Prompts {
+            k,
+            isl,
+            setup_us,
+            first_us,
+            assemble_us,
+            body_len: body.len(),
+            session_turns: longest.num_turns(),
+            session_bytes: bytes,
+            session_s,
+        }
+    }
+}
+
+fn print_corpus(ds: &Dataset, raw: u64, corpus: &Path, stats: &CorpusStats) {
     println!();
     println!(
         "corpus: {} traces, {} requests, {:.0} MiB raw JSONL ({})",
@@ -194,6 +235,17 @@ fn main() {
     );
     println!("theoretical hit rate: set {:.2}%, longest-prefix {:.2}%; isl p50 {:.0} max {:.0}; start isl p50 {:.0} max {:.0}",
         100.0 * stats.theoretical_hit_rate_set, 100.0 * stats.theoretical_hit_rate_prefix, stats.isl.p50, stats.isl.max, stats.start_isl.p50, stats.start_isl.max);
+}
+
+fn print_imports(imports: &Imports, raw: u64) {
+    let Imports {
+        cold_s,
+        cold_rss,
+        warm_s,
+        warm_rss,
+        entry,
+    } = *imports;
+    let ratio = entry as f64 / raw as f64;
     println!();
     println!(
         "{:<40} {:>14} {:>12} {:>7}",
@@ -238,28 +290,32 @@ fn main() {
         "< 25",
         verdict(ratio < 0.25)
     );
+}
+
+fn print_prompts(prompts: &Prompts, stats_s: f64) {
+    let Prompts { k, isl, .. } = *prompts;
     println!(
         "{:<40} {:>11.0} us {:>12} {:>7}",
         format!("conversation setup at turn {k} ({isl} tok)"),
-        setup_us,
+        prompts.setup_us,
         "",
         ""
     );
     println!(
         "{:<40} {:>11.0} us {:>12} {:>7}",
-        "assemble prompt JSON, first write", first_us, "", ""
+        "assemble prompt JSON, first write", prompts.first_us, "", ""
     );
     println!(
         "{:<40} {:>11.0} us {:>9} us {:>7}",
         format!("assemble {isl}-token prompt JSON (mean)"),
-        assemble_us,
+        prompts.assemble_us,
         "< 1000",
-        verdict(assemble_us < 1000.0)
+        verdict(prompts.assemble_us < 1000.0)
     );
     println!(
         "{:<40} {:>9.0} MB/s {:>12} {:>7}",
         "assembly throughput",
-        body.len() as f64 / assemble_us,
+        prompts.body_len as f64 / prompts.assemble_us,
         "",
         ""
     );
@@ -267,10 +323,10 @@ fn main() {
         "{:<40} {:>12.3} s {:>12} {:>7}",
         format!(
             "whole session, {} turns, {:.0} MiB",
-            longest.num_turns(),
-            bytes as f64 / 1048576.0
+            prompts.session_turns,
+            prompts.session_bytes as f64 / 1048576.0
         ),
-        session_s,
+        prompts.session_s,
         "",
         ""
     );
@@ -278,4 +334,29 @@ fn main() {
         "{:<40} {:>12.3} s {:>12} {:>7}",
         "corpus stats", stats_s, "", ""
     );
+}
+
+fn main() {
+    if std::env::var_os("AGENTX_BENCH_CHILD").is_some() {
+        let corpus = PathBuf::from(std::env::var_os("AGENTX_BENCH_CORPUS").expect("corpus"));
+        let cache = PathBuf::from(std::env::var_os("AGENTX_BENCH_CACHE").expect("cache"));
+        child(&corpus, &cache);
+        return;
+    }
+    let (work, corpus) = synthetic_corpus();
+    let raw = std::fs::metadata(&corpus).unwrap().len();
+    let cache = work.join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+
+    let imports = Imports::measure(&corpus, &cache);
+
+    let ds = open(&corpus, &cache);
+    let t = Instant::now();
+    let stats = corpus_stats(&ds);
+    let stats_s = t.elapsed().as_secs_f64();
+    let prompts = Prompts::measure(&ds);
+
+    print_corpus(&ds, raw, &corpus, &stats);
+    print_imports(&imports, raw);
+    print_prompts(&prompts, stats_s);
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use agentx::scenario::types::*;
-use agentx::scenario::{Limits, ScenarioEngine};
+use agentx::scenario::{Limits, Scenario, ScenarioEngine, ScenarioInstance};
 
 fn per_call(iters: u32, mut f: impl FnMut()) -> Duration {
     for _ in 0..iters.min(100) {
@@ -20,18 +20,10 @@ fn per_call(iters: u32, mut f: impl FnMut()) -> Duration {
     t.elapsed() / iters
 }
 
-fn main() -> anyhow::Result<()> {
-    let path: PathBuf = std::env::args()
-        .skip(1)
-        .find(|a| a.ends_with(".wasm"))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-scenarios/dist/agentx-mvp.wasm")
-        });
-    let engine = ScenarioEngine::new(Limits::default(), None)?;
-
+/// Loading the component: compiled from scratch, then from a warm artifact cache.
+fn load(engine: &ScenarioEngine, path: &Path) -> anyhow::Result<Scenario> {
     let t = Instant::now();
-    let sc = engine.load(&path, None)?;
+    let sc = engine.load(path, None)?;
     let compile = t.elapsed();
     println!(
         "component        {} ({} bytes, sha256:{})",
@@ -46,20 +38,18 @@ fn main() -> anyhow::Result<()> {
 
     let cache = tempfile::tempdir()?;
     let cached_engine = ScenarioEngine::new(Limits::default(), Some(cache.path()))?;
-    cached_engine.load(&path, None)?;
+    cached_engine.load(path, None)?;
     let t = Instant::now();
-    cached_engine.load(&path, None)?;
+    cached_engine.load(path, None)?;
     println!(
         "load (cached)    {:>10.2} ms (compiled artifact from the cache)",
         t.elapsed().as_secs_f64() * 1e3
     );
+    Ok(sc)
+}
 
-    let inst = per_call(200, || {
-        black_box(sc.instantiate().unwrap());
-    });
-    println!("instantiate      {:>10.0} ns", inst.as_nanos());
-
-    let mut i = sc.instantiate()?;
+/// The calls about settings: describe and resolve.
+fn settings_calls(i: &mut ScenarioInstance) {
     let d = per_call(2_000, || {
         black_box(i.describe().unwrap());
     });
@@ -91,12 +81,11 @@ fn main() -> anyhow::Result<()> {
         black_box(i.resolve(&given, 7).unwrap().unwrap());
     });
     println!("resolve          {:>10.0} ns/call", d.as_nanos());
+}
 
-    let params = StartParams {
-        seed: 42,
-        min_ratio: 0.25,
-        max_ratio: 0.75,
-    };
+/// The calls a replay makes per session or request: start-turn, cache-bust, classify-error,
+/// turn-delay, and validity at the end.
+fn replay_calls(i: &mut ScenarioInstance, params: StartParams) {
     let traj = Trajectory {
         trace_id: "trace_0003".into(),
         num_turns: 143,
@@ -155,7 +144,10 @@ fn main() -> anyhow::Result<()> {
         black_box(i.validity(outcome).unwrap());
     });
     println!("validity         {:>10.0} ns/call", d.as_nanos());
+}
 
+/// Planning a full corpus: one batch call against a start-turn call per trajectory.
+fn plan_corpus(i: &mut ScenarioInstance, params: StartParams) {
     // 949 trajectories shaped like the published corpus (~143 requests per trace on average).
     let corpus: Vec<Trajectory> = (0..949u32)
         .map(|j| Trajectory {
@@ -182,5 +174,32 @@ fn main() -> anyhow::Result<()> {
         batch.as_secs_f64() * 1e3
     );
     println!("plan 949 (calls) {:>10.3} ms", single.as_secs_f64() * 1e3);
+}
+
+fn main() -> anyhow::Result<()> {
+    let path: PathBuf = std::env::args()
+        .skip(1)
+        .find(|a| a.ends_with(".wasm"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-scenarios/dist/agentx-mvp.wasm")
+        });
+    let engine = ScenarioEngine::new(Limits::default(), None)?;
+    let sc = load(&engine, &path)?;
+
+    let inst = per_call(200, || {
+        black_box(sc.instantiate().unwrap());
+    });
+    println!("instantiate      {:>10.0} ns", inst.as_nanos());
+
+    let mut i = sc.instantiate()?;
+    settings_calls(&mut i);
+    let params = StartParams {
+        seed: 42,
+        min_ratio: 0.25,
+        max_ratio: 0.75,
+    };
+    replay_calls(&mut i, params);
+    plan_corpus(&mut i, params);
     Ok(())
 }

@@ -192,6 +192,183 @@ fn row(conc: u32, what: &str, f: &Figures, in_flight: &str, trees: &str) -> Stri
     )
 }
 
+/// What every replay of the bench reads: the corpus, its trees, the prompt synthesizer and the
+/// profiling time per run.
+struct Bench {
+    ds: &'static Dataset,
+    trees: Trees,
+    synth: &'static PromptSynth,
+    secs: f64,
+}
+
+impl Bench {
+    /// Writes the corpus to `work` (a memory run opens the parent's) and builds its trees into the
+    /// cache there; prints what it took unless this is a memory run.
+    fn open(work: &Path, traces: usize, memory_run: bool, secs: f64) -> Bench {
+        let t0 = Instant::now();
+        let ds = if memory_run {
+            open_corpus(work, "traces.jsonl")
+        } else {
+            corpus(
+                work,
+                "traces.jsonl",
+                SynthOptions {
+                    traces,
+                    seed: 1,
+                    max_isl: None,
+                    max_turns: None,
+                    context: None,
+                    subagents: true,
+                },
+            )
+        };
+        let written = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let tc = TreeCorpus::open(
+            ds,
+            &TreeOpen {
+                cache_dir: Some(work.join("cache")),
+                ..TreeOpen::default()
+            },
+        )
+        .unwrap();
+        let built = t1.elapsed().as_secs_f64();
+        let tc: &'static TreeCorpus = Box::leak(Box::new(tc));
+        if !memory_run {
+            println!(
+                "corpus: {} synthetic with-subagents traces ({} top-level requests), written and opened in {written:.1} s; \
+                 {} trees, {} streams, {} stream requests, built into the cache in {built:.1} s",
+                ds.len(),
+                ds.total_turns(),
+                tc.trees.len(),
+                tc.streams.len(),
+                tc.streams.total_turns()
+            );
+        }
+        Bench {
+            ds,
+            trees: Trees {
+                corpus: tc,
+                wit: tc.trees.iter().map(wit_tree).collect(),
+            },
+            synth: Box::leak(Box::new(PromptSynth::new(42))),
+            secs,
+        }
+    }
+
+    /// One measured replay (`trees`, `mvp-streams` or `mvp-traces`) at `c` lanes: its figures, the
+    /// peak requests in flight and the trees started.
+    fn replay(&self, what: &str, sim: SimAt, c: u32, out: &Path) -> (Figures, u64, Option<u64>) {
+        let (ds, synth, secs) = (self.ds, self.synth, self.secs);
+        match what {
+            "trees" => {
+                let (f, n) = tree_replay(ds, &self.trees, synth, sim, c, secs, out);
+                (f, n.peak_in_flight, Some(n.trees_started))
+            }
+            "mvp-streams" | "mvp-traces" => {
+                let d = if what == "mvp-streams" {
+                    &self.trees.corpus.streams
+                } else {
+                    ds
+                };
+                let (plan, inst) = mvp_plan(d, c, RATIOS);
+                let f = mvp_replay(d, synth, plan, inst, sim, c, secs, 0.0, out);
+                (f, u64::from(c), None)
+            }
+            other => panic!("--replays {other}: one of trees, mvp-streams, mvp-traces"),
+        }
+    }
+}
+
+/// A memory run (in a child process): one replay against the simulator in its own process, its
+/// row of part 2.
+fn memory_run(bench: &Bench, what: &str, work: &Path) {
+    let c = MEMORY_CONCURRENCY;
+    let out = work.join(format!("memory-{what}-{}", std::process::id()));
+    // What opening the corpus and planning freed is handed back, not reused unseen.
+    common::trim_heap();
+    let (f, infl, _) = bench.replay(what, SimAt::Process(MEMORY_SIM), c, &out);
+    let isl = Dist::of(f.records.iter().map(|r| r.isl as f64).collect()).unwrap();
+    let growth = f.peak_rss_growth as f64;
+    println!(
+        "{:<12} {:>8} {:>8.0} {:>8.0} {:>9} {:>6.1} MiB {:>10.0} {:>11.0} {:>8.1}",
+        what,
+        f.requests,
+        isl.p50,
+        isl.avg,
+        infl,
+        growth / 1048576.0,
+        growth / 1024.0 / c as f64,
+        growth / 1024.0 / infl.max(1) as f64,
+        growth / (infl.max(1) as f64 * isl.avg)
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Part 1: every replay at every concurrency, the simulator on a thread at `--speed max`.
+fn cost_runs(bench: &Bench, conc: &[u32], reps: usize, replays: &[String], tmp: &Path) {
+    println!(
+        "\n1. client cost at --speed max ({} s of profiling per run): trees, and the single-stream replay \
+         of the tree corpus's streams and of the source traces",
+        bench.secs
+    );
+    println!(
+        "{:>5}  {:<12} {:>8} {:>9} {:>8} {:>10} {:>7} {:>8} {:>9} {:>6}",
+        "conc",
+        "replay",
+        "requests",
+        "tokens",
+        "isl mean",
+        "tokens/s",
+        "cpu s",
+        "us/token",
+        "peak infl",
+        "trees"
+    );
+    for &c in conc.iter().filter(|_| !flag("--skip-cost")) {
+        for rep in 0..reps {
+            for what in replays {
+                let out = tmp.join(format!("{what}-{c}-{rep}"));
+                let sim = SimAt::Thread(Box::new(SimConfig::max()));
+                let (f, infl, started) = bench.replay(what, sim, c, &out);
+                let started = started.map_or("-".into(), |n| n.to_string());
+                println!("{}", row(c, what, &f, &infl.to_string(), &started));
+            }
+        }
+    }
+}
+
+/// Part 2: each replay as a memory run, a child process of this bench on the corpus in `work`.
+fn memory_runs(secs: f64, reps: usize, replays: &[String], work: &Path) {
+    let c = MEMORY_CONCURRENCY;
+    println!(
+        "\n2. memory: simulator in its own process (200 ms TTFT, 20 ms ITL), concurrency {c}, {secs} s per run"
+    );
+    println!(
+        "{:<12} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>11} {:>8}",
+        "replay",
+        "requests",
+        "isl p50",
+        "isl mean",
+        "peak infl",
+        "rss growth",
+        "KiB / lane",
+        "KiB / infl",
+        "B / token"
+    );
+    for _ in 0..reps {
+        for what in replays {
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--memory-run", what, "--secs", &secs.to_string()])
+                .arg("--work")
+                .arg(work)
+                .status()
+                .unwrap();
+            assert!(status.success(), "memory run {what}: {status}");
+        }
+    }
+}
+
 fn main() {
     common::raise_nofile();
     let secs: f64 = arg("--secs").unwrap_or(8.0);
@@ -214,146 +391,14 @@ fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let work: PathBuf = arg("--work").unwrap_or_else(|| tmp.path().to_owned());
 
-    let t0 = Instant::now();
-    let ds = match child {
-        Some(_) => open_corpus(&work, "traces.jsonl"),
-        None => corpus(
-            &work,
-            "traces.jsonl",
-            SynthOptions {
-                traces,
-                seed: 1,
-                max_isl: None,
-                max_turns: None,
-                context: None,
-                subagents: true,
-            },
-        ),
-    };
-    let written = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let tc = TreeCorpus::open(
-        ds,
-        &TreeOpen {
-            cache_dir: Some(work.join("cache")),
-            ..TreeOpen::default()
-        },
-    )
-    .unwrap();
-    let built = t1.elapsed().as_secs_f64();
-    let tc: &'static TreeCorpus = Box::leak(Box::new(tc));
-    let trees = Trees {
-        corpus: tc,
-        wit: tc.trees.iter().map(wit_tree).collect(),
-    };
-    let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::new(42)));
-    let one = |what: &str, sim: SimAt, c: u32, out: &Path| match what {
-        "trees" => {
-            let (f, n) = tree_replay(ds, &trees, synth, sim, c, secs, out);
-            (f, n.peak_in_flight, Some(n.trees_started))
-        }
-        "mvp-streams" | "mvp-traces" => {
-            let d = if what == "mvp-streams" {
-                &tc.streams
-            } else {
-                ds
-            };
-            let (plan, inst) = mvp_plan(d, c, RATIOS);
-            let f = mvp_replay(d, synth, plan, inst, sim, c, secs, 0.0, out);
-            (f, u64::from(c), None)
-        }
-        other => panic!("--replays {other}: one of trees, mvp-streams, mvp-traces"),
-    };
+    let bench = Bench::open(&work, traces, child.is_some(), secs);
     if let Some(what) = child {
-        let c = MEMORY_CONCURRENCY;
-        let out = work.join(format!("memory-{what}-{}", std::process::id()));
-        // What opening the corpus and planning freed is handed back, not reused unseen.
-        common::trim_heap();
-        let (f, infl, _) = one(&what, SimAt::Process(MEMORY_SIM), c, &out);
-        let isl = Dist::of(f.records.iter().map(|r| r.isl as f64).collect()).unwrap();
-        let growth = f.peak_rss_growth as f64;
-        println!(
-            "{:<12} {:>8} {:>8.0} {:>8.0} {:>9} {:>6.1} MiB {:>10.0} {:>11.0} {:>8.1}",
-            what,
-            f.requests,
-            isl.p50,
-            isl.avg,
-            infl,
-            growth / 1048576.0,
-            growth / 1024.0 / c as f64,
-            growth / 1024.0 / infl.max(1) as f64,
-            growth / (infl.max(1) as f64 * isl.avg)
-        );
-        let _ = std::fs::remove_dir_all(&out);
+        memory_run(&bench, &what, &work);
         return;
     }
-    println!(
-        "corpus: {} synthetic with-subagents traces ({} top-level requests), written and opened in {written:.1} s; \
-         {} trees, {} streams, {} stream requests, built into the cache in {built:.1} s",
-        ds.len(),
-        ds.total_turns(),
-        tc.trees.len(),
-        tc.streams.len(),
-        tc.streams.total_turns()
-    );
     println!("live-assistant mode, think time off");
-
-    println!(
-        "\n1. client cost at --speed max ({secs} s of profiling per run): trees, and the single-stream replay \
-         of the tree corpus's streams and of the source traces"
-    );
-    println!(
-        "{:>5}  {:<12} {:>8} {:>9} {:>8} {:>10} {:>7} {:>8} {:>9} {:>6}",
-        "conc",
-        "replay",
-        "requests",
-        "tokens",
-        "isl mean",
-        "tokens/s",
-        "cpu s",
-        "us/token",
-        "peak infl",
-        "trees"
-    );
-    for &c in conc.iter().filter(|_| !flag("--skip-cost")) {
-        for rep in 0..reps {
-            for what in &replays {
-                let out = tmp.path().join(format!("{what}-{c}-{rep}"));
-                let sim = SimAt::Thread(Box::new(SimConfig::max()));
-                let (f, infl, started) = one(what, sim, c, &out);
-                let started = started.map_or("-".into(), |n| n.to_string());
-                println!("{}", row(c, what, &f, &infl.to_string(), &started));
-            }
-        }
-    }
-
+    cost_runs(&bench, &conc, reps, &replays, tmp.path());
     if !flag("--skip-memory") {
-        let c = MEMORY_CONCURRENCY;
-        println!(
-            "\n2. memory: simulator in its own process (200 ms TTFT, 20 ms ITL), concurrency {c}, {secs} s per run"
-        );
-        println!(
-            "{:<12} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>11} {:>8}",
-            "replay",
-            "requests",
-            "isl p50",
-            "isl mean",
-            "peak infl",
-            "rss growth",
-            "KiB / lane",
-            "KiB / infl",
-            "B / token"
-        );
-        for _ in 0..reps {
-            for what in &replays {
-                let status = std::process::Command::new(std::env::current_exe().unwrap())
-                    .args(["--memory-run", what, "--secs", &secs.to_string()])
-                    .arg("--work")
-                    .arg(&work)
-                    .status()
-                    .unwrap();
-                assert!(status.success(), "memory run {what}: {status}");
-            }
-        }
+        memory_runs(secs, reps, &replays, &work);
     }
 }

@@ -3,6 +3,7 @@
 //! against the built-in simulator, which records the headers and connection of every request.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use agentx::sim::{Received, SimConfig};
 
@@ -390,11 +391,42 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
     let r = Run::exec(dir, &args, &env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let art = r.dir.path().join("results/aiperf_artifacts");
-    let read = |name: &str| std::fs::read_to_string(art.join(name)).unwrap();
+    let profiled = profile_rows_have_what_the_aggregator_reads(&art);
+    // The run's --trace-idle-gap-cap-seconds 0.05.
+    no_tree_waits_past_the_idle_gap_cap(&art, 50_000_000);
+    let agg = aggregate_passes_the_validator(&art, profiled);
 
-    // profile_export.jsonl: every error-free profiling row has what the aggregator reads.
+    // server_metrics_export: the metrics object and a non-empty CSV.
+    let sm: serde_json::Value =
+        serde_json::from_str(&read(&art, "server_metrics_export.json")).unwrap();
+    assert!(sm["metrics"].as_object().is_some_and(|m| !m.is_empty()));
+    assert!(read(&art, "server_metrics_export.csv").lines().count() > 1);
+
+    nested_report_of_the_run(&r, &art, &hub, &agg, profiled);
+    // The realtime block's server row and the phase lines, as operators grep them.
+    let log = r.stderr();
+    for want in [
+        "prefix_cache_hit=",
+        "kv_usage=",
+        "queue=",
+        "tput_in=",
+        "Phase profiling progress | returned=",
+        "AIPERF_REQUIRED_SERVER_METRIC_PREFIX=sglang:: no metric of",
+    ] {
+        assert!(log.contains(want), "no {want:?} in\n{log}");
+    }
+}
+
+/// A file of the run's export directory.
+fn read(art: &Path, name: &str) -> String {
+    std::fs::read_to_string(art.join(name)).unwrap()
+}
+
+/// profile_export.jsonl: every error-free profiling row has what the aggregator reads; the number
+/// of those rows.
+fn profile_rows_have_what_the_aggregator_reads(art: &Path) -> usize {
     let mut profiled = 0;
-    for line in read("profile_export.jsonl").lines() {
+    for line in read(art, "profile_export.jsonl").lines() {
         let row: serde_json::Value = serde_json::from_str(line).unwrap();
         let md = &row["metadata"];
         assert!(md["benchmark_phase"].is_string());
@@ -425,9 +457,12 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
         }
     }
     assert!(profiled > 10, "{profiled} profiling rows");
+    profiled
+}
 
-    // --trace-idle-gap-cap-seconds 0.05: no profiling turn of a tree waits longer than that after
-    // the tree's last response when nothing of the tree was in flight.
+/// --trace-idle-gap-cap-seconds (`cap_ns`): no profiling turn of a tree waits longer than that
+/// after the tree's last response when nothing of the tree was in flight.
+fn no_tree_waits_past_the_idle_gap_cap(art: &Path, cap_ns: u64) {
     let recs = agentx::record::read_records(&art.join("records.jsonl")).unwrap();
     let mut trees: HashMap<&str, Vec<&agentx::record::RequestRecord>> = HashMap::new();
     for x in recs
@@ -449,7 +484,7 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
             }
             let end = v[..i].iter().map(|p| p.end_ns).max().unwrap();
             assert!(
-                x.intended_ns <= end + 50_000_000,
+                x.intended_ns <= end + cap_ns,
                 "{} waited {} ns",
                 x.request_id,
                 x.intended_ns - end
@@ -458,10 +493,13 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
         }
     }
     assert!(gaps > 0);
+}
 
-    // profile_export_aiperf.json: request_count an object (the validator's check), the
-    // theoretical hit rate from sum/count, the corpus's provenance, the power window.
-    let agg: serde_json::Value = serde_json::from_str(&read("profile_export_aiperf.json")).unwrap();
+/// profile_export_aiperf.json: request_count an object (the validator's check), the theoretical
+/// hit rate from sum/count, the corpus's provenance, the power window; the parsed file.
+fn aggregate_passes_the_validator(art: &Path, profiled: usize) -> serde_json::Value {
+    let agg: serde_json::Value =
+        serde_json::from_str(&read(art, "profile_export_aiperf.json")).unwrap();
     assert_eq!(agg["request_count"]["unit"], "requests");
     assert_eq!(
         agg["request_count"]["avg"].as_f64().unwrap() as usize,
@@ -494,13 +532,17 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
             .unwrap()
             > 0.0
     );
+    agg
+}
 
-    // server_metrics_export: the metrics object and a non-empty CSV.
-    let sm: serde_json::Value = serde_json::from_str(&read("server_metrics_export.json")).unwrap();
-    assert!(sm["metrics"].as_object().is_some_and(|m| !m.is_empty()));
-    assert!(read("server_metrics_export.csv").lines().count() > 1);
-
-    // The nested report of the same directory.
+/// The nested report `report` makes of the run's directory (`agg`: its aggregate export).
+fn nested_report_of_the_run(
+    r: &Run,
+    art: &Path,
+    hub: &tempfile::TempDir,
+    agg: &serde_json::Value,
+    profiled: usize,
+) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"))
         .args(["report", art.to_str().unwrap()])
         .envs(crate::row_contract::ROW_IDENTITY.iter().copied())
@@ -549,16 +591,4 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
             .unwrap() as usize,
         profiled
     );
-    // The realtime block's server row and the phase lines, as operators grep them.
-    let log = r.stderr();
-    for want in [
-        "prefix_cache_hit=",
-        "kv_usage=",
-        "queue=",
-        "tput_in=",
-        "Phase profiling progress | returned=",
-        "AIPERF_REQUIRED_SERVER_METRIC_PREFIX=sglang:: no metric of",
-    ] {
-        assert!(log.contains(want), "no {want:?} in\n{log}");
-    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use agentx::client::scrape::{ScrapeConfig, Scraper};
 use agentx::export::server_metrics::{self, CSV_FILE, JSON_FILE};
 use agentx::fsio::Root;
+use agentx::metrics::scrape_log::ScrapeLog;
 use agentx::record::Clock;
 use agentx::sim::{self, SimConfig};
 use bytes::Bytes;
@@ -149,28 +150,7 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
     let end_ns = clock.now_ns();
 
     let log = scraper.stop().await;
-    assert_eq!(log.endpoints.len(), 4);
-    let sim_log = &log.endpoints[0];
-    assert!(sim_log.scrapes() >= 3, "{}", sim_log.scrapes());
-    assert_eq!(sim_log.failures.total(), 0, "{:?}", sim_log.last_error);
-    // The final scrape was taken at stop, after the window.
-    assert!(*sim_log.scrape_ns.last().unwrap() >= end_ns);
-    let down_log = &log.endpoints[1];
-    assert_eq!(down_log.scrapes(), 0);
-    assert!(down_log.failures.connect >= 2, "{:?}", down_log.failures);
-    assert!(log.endpoints[2].failures.status >= 2);
-    assert!(log.endpoints[2]
-        .last_error
-        .as_deref()
-        .unwrap()
-        .contains("404"));
-    assert!(log.endpoints[3].failures.parse >= 2);
-    assert!(log.endpoints[3]
-        .last_error
-        .as_deref()
-        .unwrap()
-        .contains("line 1"));
-    assert_eq!(log.snapshot().running, Some(0.0));
+    scrape_log_names_each_endpoints_failures(&log, end_ns);
 
     let dir = tempfile::tempdir().unwrap();
     let files =
@@ -181,43 +161,7 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
     );
     let j: Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
 
-    // Counter increases are exactly what the profiling traffic caused, summed over engines.
-    assert_eq!(sum_stat(&j, "vllm:prompt_tokens", "total"), prompt as f64);
-    assert_eq!(
-        sum_stat(&j, "vllm:generation_tokens", "total"),
-        generated as f64
-    );
-    assert_eq!(sum_stat(&j, "vllm:request_success", "total"), 10.0);
-    assert_eq!(
-        sum_stat(&j, "vllm:e2e_request_latency_seconds", "count"),
-        10.0
-    );
-    // The simulator observes one inter-token latency per generated token (as its own test shows).
-    assert_eq!(
-        sum_stat(&j, "vllm:inter_token_latency_seconds", "count"),
-        generated as f64
-    );
-    let p = series(&j, "vllm:prompt_tokens");
-    assert_eq!(p.len(), 2, "one series per engine");
-    let engines: Vec<&str> = p
-        .iter()
-        .map(|s| s["labels"]["engine"].as_str().unwrap())
-        .collect();
-    assert_eq!(engines, ["0", "1"]);
-    assert!(p[0]["stats"]["total"].as_f64().unwrap() > 0.0);
-    assert_eq!(j["metrics"]["vllm:prompt_tokens"]["type"], "counter");
-    assert_eq!(j["metrics"]["vllm:num_requests_running"]["type"], "gauge");
-    assert_eq!(
-        j["metrics"]["vllm:time_to_first_token_seconds"]["type"],
-        "histogram"
-    );
-    let kv = &series(&j, "vllm:kv_cache_usage_perc")[0]["stats"];
-    for k in ["avg", "min", "max", "std", "p1", "p50", "p99"] {
-        assert!(kv[k].is_number(), "{k}: {kv}");
-    }
-    let e2e = &series(&j, "vllm:e2e_request_latency_seconds")[0];
-    assert!(e2e["stats"]["p99_estimate"].is_number(), "{e2e}");
-    assert!(e2e["buckets"]["+Inf"].as_f64().unwrap() > 0.0);
+    export_counts_the_profiling_traffic(&j, prompt, generated);
 
     let sim_url = format!("{}/metrics", h.url());
     assert_eq!(
@@ -255,6 +199,75 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
         "{csv}"
     );
     h.shutdown().await;
+}
+
+/// The scrape log of the four endpoints: the simulator scraped without a failure (the last scrape
+/// at stop, after the window ending at `end_ns`), the others each failing in its own way.
+fn scrape_log_names_each_endpoints_failures(log: &ScrapeLog, end_ns: u64) {
+    assert_eq!(log.endpoints.len(), 4);
+    let sim_log = &log.endpoints[0];
+    assert!(sim_log.scrapes() >= 3, "{}", sim_log.scrapes());
+    assert_eq!(sim_log.failures.total(), 0, "{:?}", sim_log.last_error);
+    // The final scrape was taken at stop, after the window.
+    assert!(*sim_log.scrape_ns.last().unwrap() >= end_ns);
+    let down_log = &log.endpoints[1];
+    assert_eq!(down_log.scrapes(), 0);
+    assert!(down_log.failures.connect >= 2, "{:?}", down_log.failures);
+    assert!(log.endpoints[2].failures.status >= 2);
+    assert!(log.endpoints[2]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("404"));
+    assert!(log.endpoints[3].failures.parse >= 2);
+    assert!(log.endpoints[3]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("line 1"));
+    assert_eq!(log.snapshot().running, Some(0.0));
+}
+
+/// The export's counter increases are exactly what the profiling traffic (`prompt` words,
+/// `generated` tokens, 10 requests) caused, summed over engines; each engine its own series; each
+/// metric its type and statistics.
+fn export_counts_the_profiling_traffic(j: &Value, prompt: u64, generated: u64) {
+    assert_eq!(sum_stat(j, "vllm:prompt_tokens", "total"), prompt as f64);
+    assert_eq!(
+        sum_stat(j, "vllm:generation_tokens", "total"),
+        generated as f64
+    );
+    assert_eq!(sum_stat(j, "vllm:request_success", "total"), 10.0);
+    assert_eq!(
+        sum_stat(j, "vllm:e2e_request_latency_seconds", "count"),
+        10.0
+    );
+    // The simulator observes one inter-token latency per generated token (as its own test shows).
+    assert_eq!(
+        sum_stat(j, "vllm:inter_token_latency_seconds", "count"),
+        generated as f64
+    );
+    let p = series(j, "vllm:prompt_tokens");
+    assert_eq!(p.len(), 2, "one series per engine");
+    let engines: Vec<&str> = p
+        .iter()
+        .map(|s| s["labels"]["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(engines, ["0", "1"]);
+    assert!(p[0]["stats"]["total"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["metrics"]["vllm:prompt_tokens"]["type"], "counter");
+    assert_eq!(j["metrics"]["vllm:num_requests_running"]["type"], "gauge");
+    assert_eq!(
+        j["metrics"]["vllm:time_to_first_token_seconds"]["type"],
+        "histogram"
+    );
+    let kv = &series(j, "vllm:kv_cache_usage_perc")[0]["stats"];
+    for k in ["avg", "min", "max", "std", "p1", "p50", "p99"] {
+        assert!(kv[k].is_number(), "{k}: {kv}");
+    }
+    let e2e = &series(j, "vllm:e2e_request_latency_seconds")[0];
+    assert!(e2e["stats"]["p99_estimate"].is_number(), "{e2e}");
+    assert!(e2e["buckets"]["+Inf"].as_f64().unwrap() > 0.0);
 }
 
 #[tokio::test]

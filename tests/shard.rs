@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 
-use agentx::record::{read_records, Phase};
+use agentx::record::{read_records, Phase, RequestRecord};
 use agentx::sim::SimConfig;
 use serde_json::Value;
 
@@ -133,10 +133,38 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
     let m = json(&merged.join("run_manifest.json"));
     assert_eq!(m["shards"].as_array().unwrap().len(), 3);
     assert_eq!(m["concurrency"], 6);
+    merged_plan_is_the_unsharded_plan(&sim.url(), &m);
 
-    // The merge has the plan of the run in one process: same lanes, start turns and markers.
+    let records = read_records(&merged.join("records.jsonl")).unwrap();
+    every_lane_recorded_and_no_trace_on_two_lanes_at_once(&records);
+    phases_are_global(&records, &m);
+    // Only shard 0 scraped the server.
+    assert!(out.join("shard-0/server_metrics_export.json").is_file());
+    assert!(!out.join("shard-1/server_metrics_export.json").exists());
+    merged_exports_count_every_profiling_record(&merged, &records);
+
+    // `report` accepts the merged directory.
+    let rep = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "report".to_string(),
+            merged.to_str().unwrap().to_string(),
+            "-o".into(),
+            work.path().join("report.json").to_str().unwrap().into(),
+        ],
+        crate::row_contract::ROW_IDENTITY,
+    );
+    assert_eq!(rep.code(), 0, "{}", rep.stderr());
+    crate::row_contract::assert_row(&json(&work.path().join("report.json")));
+
+    merging_by_hand_refuses_a_missing_or_foreign_shard(&out, work.path(), records.len());
+}
+
+/// The merge has the plan of the run in one process (`m`: the merged manifest): same lanes, start
+/// turns and markers.
+fn merged_plan_is_the_unsharded_plan(url: &str, m: &Value) {
     let run_id = m["run_id"].as_str().unwrap().to_string();
-    let mut dry = fixture_args("run", &sim.url());
+    let mut dry = fixture_args("run", url);
     dry.extend(
         [
             "--concurrency",
@@ -154,9 +182,11 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
     assert_eq!(d.code(), 0, "{}", d.stderr());
     let plan: Value = serde_json::from_str(&d.stdout()).unwrap();
     assert_eq!(lanes(&m["lanes"]), lanes(&plan["lanes"]));
+}
 
-    // Records from every lane, ids unique across shards.
-    let records = read_records(&merged.join("records.jsonl")).unwrap();
+/// Records from every lane, ids unique across shards; no trace on two lanes at overlapping times
+/// (sessions by correlation id).
+fn every_lane_recorded_and_no_trace_on_two_lanes_at_once(records: &[RequestRecord]) {
     let mut seen: Vec<u32> = records.iter().map(|r| r.lane).collect();
     seen.sort_unstable();
     seen.dedup();
@@ -165,7 +195,6 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
         records.iter().map(|r| r.request_id.as_str()).collect();
     assert_eq!(ids.len(), records.len(), "request ids are unique");
 
-    // No trace on two lanes at overlapping times (sessions by correlation id).
     let mut sessions: HashMap<&str, (u32, &str, u64, u64)> = HashMap::new();
     for r in records.iter().filter(|r| r.phase == Phase::Profiling) {
         let e = sessions.entry(r.correlation_id.as_str()).or_insert((
@@ -191,9 +220,11 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
             }
         }
     }
+}
 
-    // Phases are global: no profiling request before the last warmup response of any shard, and
-    // the shards' profiling began together.
+/// Phases are global: no profiling request before the last warmup response of any shard, and the
+/// shards' profiling began together (`m`: the merged manifest).
+fn phases_are_global(records: &[RequestRecord], m: &Value) {
     let last_warm = records
         .iter()
         .filter(|r| r.phase == Phase::Warmup)
@@ -223,9 +254,10 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
         "profiling starts {} ms apart",
         spread / 1_000_000
     );
-    // Only shard 0 scraped the server.
-    assert!(out.join("shard-0/server_metrics_export.json").is_file());
-    assert!(!out.join("shard-1/server_metrics_export.json").exists());
+}
+
+/// The merged directory has every export, its aggregate counting every profiling record.
+fn merged_exports_count_every_profiling_record(merged: &Path, records: &[RequestRecord]) {
     assert!(merged.join("server_metrics_export.json").is_file());
     for f in [
         "profile_export.jsonl",
@@ -248,38 +280,25 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
         "{}",
         agg["request_count"]
     );
+}
 
-    // `report` accepts the merged directory.
-    let rep = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &[
-            "report".to_string(),
-            merged.to_str().unwrap().to_string(),
-            "-o".into(),
-            work.path().join("report.json").to_str().unwrap().into(),
-        ],
-        crate::row_contract::ROW_IDENTITY,
-    );
-    assert_eq!(rep.code(), 0, "{}", rep.stderr());
-    crate::row_contract::assert_row(&json(&work.path().join("report.json")));
-
-    // Merging by hand gives the same records; a missing shard and another run's shard are refused.
+/// Merging the shards of `out` by hand gives the same records (`records` of them); a missing shard
+/// and another run's shard are refused.
+fn merging_by_hand_refuses_a_missing_or_foreign_shard(out: &Path, work: &Path, records: usize) {
     let shard = |i: u32| out.join(format!("shard-{i}"));
     let again = Run::exec(
         tempfile::tempdir().unwrap(),
-        &merge_args(&[shard(0), shard(1), shard(2)], &work.path().join("m2")),
+        &merge_args(&[shard(0), shard(1), shard(2)], &work.join("m2")),
         &[],
     );
     assert_eq!(again.code(), 0, "{}", again.stderr());
     assert_eq!(
-        read_records(&work.path().join("m2/records.jsonl"))
-            .unwrap()
-            .len(),
-        records.len()
+        read_records(&work.join("m2/records.jsonl")).unwrap().len(),
+        records
     );
     let e = Run::exec(
         tempfile::tempdir().unwrap(),
-        &merge_args(&[shard(0), shard(2)], &work.path().join("m3")),
+        &merge_args(&[shard(0), shard(2)], &work.join("m3")),
         &[],
     );
     assert_eq!(e.code(), 2);
@@ -288,7 +307,7 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
         "{}",
         e.stderr()
     );
-    let other = work.path().join("other");
+    let other = work.join("other");
     std::fs::create_dir(&other).unwrap();
     for f in ["run_manifest.json", "run_summary.json", "records.jsonl"] {
         std::fs::copy(shard(1).join(f), other.join(f)).unwrap();
@@ -298,7 +317,7 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
     std::fs::write(other.join("run_manifest.json"), om.to_string()).unwrap();
     let e = Run::exec(
         tempfile::tempdir().unwrap(),
-        &merge_args(&[shard(0), other, shard(2)], &work.path().join("m4")),
+        &merge_args(&[shard(0), other, shard(2)], &work.join("m4")),
         &[],
     );
     assert_eq!(e.code(), 2);
@@ -307,7 +326,7 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
         "{}",
         e.stderr()
     );
-    assert!(!work.path().join("m4/records.jsonl").exists());
+    assert!(!work.join("m4/records.jsonl").exists());
 }
 
 fn merge_args(dirs: &[PathBuf], out: &Path) -> Vec<String> {
@@ -824,9 +843,62 @@ fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
         }
     }
 
+    each_pass_minted_once_and_no_tree_on_two_shards(&prof, &plan);
+
+    // The tree counts are the shards' together.
+    let shard_counts: Vec<Value> = (0..2)
+        .map(|i| json(&out.join(format!("shard-{i}/run_manifest.json")))["trees"].clone())
+        .collect();
+    let started: u64 = shard_counts
+        .iter()
+        .map(|t| t["trees_started"].as_u64().unwrap())
+        .sum();
+    assert_eq!(m["trees"]["trees_started"].as_u64(), Some(started));
+    assert!(m["trees"]["peak_in_flight"].as_u64().unwrap() >= 2);
+
+    // Profiling began together on both shards.
+    let starts: Vec<u64> = m["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["profiling_ns"][0].as_u64().unwrap() + s["shift_ns"].as_u64().unwrap())
+        .collect();
+    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+    assert!(spread < 500_000_000, "profiling starts {spread} ns apart");
+
+    for f in [
+        "profile_export.jsonl",
+        "profile_export_aiperf.json",
+        "profile_export_aiperf.csv",
+        "report.html",
+        "run_summary.json",
+    ] {
+        assert!(merged.join(f).is_file(), "{f}");
+    }
+    let export = std::fs::read_to_string(merged.join("profile_export.jsonl")).unwrap();
+    assert!(
+        export.contains("\"root_correlation_id\""),
+        "tree fields exported"
+    );
+    let rep = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "report".to_string(),
+            merged.to_str().unwrap().to_string(),
+            "-o".into(),
+            work.path().join("report.json").to_str().unwrap().into(),
+        ],
+        crate::row_contract::ROW_IDENTITY,
+    );
+    assert_eq!(rep.code(), 0, "{}", rep.stderr());
+}
+
+/// Each marker pass of a trace was minted once, on one lane; a recycled tree runs on one shard
+/// only, and no tree runs on two shards at overlapping times (`plan`: the unsharded dry run's).
+fn each_pass_minted_once_and_no_tree_on_two_shards(prof: &[&RequestRecord], plan: &Value) {
     // Runtime trees by root: source trace, pass, lane, and when they ran.
     let mut roots: HashMap<&str, (&str, u32, u32, u64, u64)> = HashMap::new();
-    for r in &prof {
+    for r in prof {
         let t = r.tree.as_ref().unwrap();
         let e = roots.entry(t.root_correlation_id.as_str()).or_insert((
             t.source_trace_id.as_str(),
@@ -876,53 +948,6 @@ fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
             }
         }
     }
-
-    // The tree counts are the shards' together.
-    let shard_counts: Vec<Value> = (0..2)
-        .map(|i| json(&out.join(format!("shard-{i}/run_manifest.json")))["trees"].clone())
-        .collect();
-    let started: u64 = shard_counts
-        .iter()
-        .map(|t| t["trees_started"].as_u64().unwrap())
-        .sum();
-    assert_eq!(m["trees"]["trees_started"].as_u64(), Some(started));
-    assert!(m["trees"]["peak_in_flight"].as_u64().unwrap() >= 2);
-
-    // Profiling began together on both shards.
-    let starts: Vec<u64> = m["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["profiling_ns"][0].as_u64().unwrap() + s["shift_ns"].as_u64().unwrap())
-        .collect();
-    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
-    assert!(spread < 500_000_000, "profiling starts {spread} ns apart");
-
-    for f in [
-        "profile_export.jsonl",
-        "profile_export_aiperf.json",
-        "profile_export_aiperf.csv",
-        "report.html",
-        "run_summary.json",
-    ] {
-        assert!(merged.join(f).is_file(), "{f}");
-    }
-    let export = std::fs::read_to_string(merged.join("profile_export.jsonl")).unwrap();
-    assert!(
-        export.contains("\"root_correlation_id\""),
-        "tree fields exported"
-    );
-    let rep = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &[
-            "report".to_string(),
-            merged.to_str().unwrap().to_string(),
-            "-o".into(),
-            work.path().join("report.json").to_str().unwrap().into(),
-        ],
-        crate::row_contract::ROW_IDENTITY,
-    );
-    assert_eq!(rep.code(), 0, "{}", rep.stderr());
 }
 
 /// An interrupt of one shard of a session-tree run stops the other (the tree scheduler hears the

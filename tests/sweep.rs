@@ -2,6 +2,7 @@
 //! summary, resume, refusals, and a failing point that does not stop the sweep.
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use agentx::sim::SimConfig;
 use serde_json::Value;
@@ -42,112 +43,9 @@ fn a_sweep_runs_every_point_resumes_and_refuses_what_would_overwrite() {
     let r = sweep(&sim.url(), work.path(), &["--concurrency", "1,3"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let s = json(&out.join("sweep.json"));
-    let points = s["points"].as_array().unwrap();
-    assert_eq!(points.len(), 2);
-    let mut run_ids = HashSet::new();
-    let mut markers = HashSet::new();
-    for (p, n) in points.iter().zip([1, 3]) {
-        assert_eq!(p["concurrency"], n);
-        assert_eq!(p["status"], "completed", "{p}");
-        assert!(p["requests_ok"].as_u64().unwrap() > 0);
-        // Throughput per GPU is the total over --gpus 2.
-        let (t, g) = (
-            p["total_token_throughput"].as_f64().unwrap(),
-            p["total_token_throughput_per_gpu"].as_f64().unwrap(),
-        );
-        assert!((t / 2.0 - g).abs() < 1e-6);
-        let dir = out.join(format!("conc_{n}"));
-        let m = json(&dir.join("run_manifest.json"));
-        assert_eq!(m["concurrency"], n);
-        assert_eq!(m["seed"], 42);
-        assert_eq!(m["argv"][0], "run", "a point is a replayable run");
-        run_ids.insert(m["run_id"].as_str().unwrap().to_owned());
-        markers.insert(m["lanes"][0]["marker"].as_str().unwrap().to_owned());
-        // The point's InferenceX report, named as InferenceX names it.
-        let rep = json(&dir.join(format!("agentx_conc{n}.json")));
-        assert_eq!(rep["conc"], n, "{rep}");
-        crate::row_contract::assert_row(&rep);
-        assert_eq!(p["report"], format!("conc_{n}/agentx_conc{n}.json"));
-    }
-    assert_eq!(run_ids.len(), 2, "each point has its own run id");
-    assert_eq!(markers.len(), 2, "and so its own cache-bust markers");
-    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 3);
-    assert!(csv.lines().nth(2).unwrap().starts_with("3,completed,"));
-    for view in ["sweep_pareto.png", "report.html"] {
-        assert!(out.join(view).is_file(), "{view}");
-    }
-    // `plot SWEEPDIR` draws the sweep again (not the first point's run page over it); `report`
-    // refuses the ambiguous directory and lists the points.
-    let page = std::fs::read(out.join("report.html")).unwrap();
-    std::fs::remove_file(out.join("report.html")).unwrap();
-    std::fs::remove_file(out.join("sweep_pareto.png")).unwrap();
-    let p = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &["plot", out.to_str().unwrap()],
-        &[],
-    );
-    assert_eq!(p.code(), 0, "{}", p.stderr());
-    assert_eq!(std::fs::read(out.join("report.html")).unwrap(), page);
-    assert!(out.join("sweep_pareto.png").is_file());
-    assert!(!out.join("metrics_plots.png").exists());
-    let rep = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &["report", out.to_str().unwrap()],
-        &[],
-    );
-    assert_eq!(rep.code(), 2);
-    assert!(
-        rep.stderr().contains("holds several runs")
-            && rep.stderr().contains("conc_1")
-            && rep.stderr().contains("conc_3"),
-        "{}",
-        rep.stderr()
-    );
-
-    // A second sweep of the same points, compared with the first: one row of ratios per point.
-    let other = tempfile::tempdir().unwrap();
-    let r = sweep(&sim.url(), other.path(), &["--concurrency", "1,3"]);
-    assert_eq!(r.code(), 0, "{}", r.stderr());
-    let cmp = work.path().join("compare");
-    let r = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &[
-            "sweep",
-            "--compare",
-            out.to_str().unwrap(),
-            other.path().join("sweep").to_str().unwrap(),
-            "--output-artifact-dir",
-            cmp.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(r.code(), 0, "{}", r.stderr());
-    let rows = std::fs::read_to_string(cmp.join("sweep_compare.csv")).unwrap();
-    assert_eq!(rows.lines().count(), 3, "{rows}");
-    for f in [
-        "sweep_compare.json",
-        "sweep_compare.png",
-        "sweep_compare.html",
-    ] {
-        assert!(cmp.join(f).is_file(), "{f}");
-    }
-    let r = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &[
-            "sweep",
-            "--compare",
-            out.to_str().unwrap(),
-            cmp.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(r.code(), 2);
-    assert!(
-        r.stderr().contains("not a sweep directory"),
-        "{}",
-        r.stderr()
-    );
+    every_point_is_a_replayable_run_with_its_report(&out, &s);
+    plot_redraws_the_sweep_and_report_refuses_it(&out);
+    a_second_sweep_compares_point_by_point(&sim.url(), &out, work.path());
 
     // Without --resume nothing finished is overwritten.
     let sent = sim.requests();
@@ -193,6 +91,124 @@ fn a_sweep_runs_every_point_resumes_and_refuses_what_would_overwrite() {
         r.stderr()
     );
     assert_eq!(sim.requests(), sent);
+}
+
+/// Each point of the sweep of concurrencies 1 and 3 in `out` (`s`: its sweep.json) is a complete,
+/// replayable run with its own run id, markers and InferenceX report; the CSV and the views are
+/// written.
+fn every_point_is_a_replayable_run_with_its_report(out: &Path, s: &Value) {
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    let mut run_ids = HashSet::new();
+    let mut markers = HashSet::new();
+    for (p, n) in points.iter().zip([1, 3]) {
+        assert_eq!(p["concurrency"], n);
+        assert_eq!(p["status"], "completed", "{p}");
+        assert!(p["requests_ok"].as_u64().unwrap() > 0);
+        // Throughput per GPU is the total over --gpus 2.
+        let (t, g) = (
+            p["total_token_throughput"].as_f64().unwrap(),
+            p["total_token_throughput_per_gpu"].as_f64().unwrap(),
+        );
+        assert!((t / 2.0 - g).abs() < 1e-6);
+        let dir = out.join(format!("conc_{n}"));
+        let m = json(&dir.join("run_manifest.json"));
+        assert_eq!(m["concurrency"], n);
+        assert_eq!(m["seed"], 42);
+        assert_eq!(m["argv"][0], "run", "a point is a replayable run");
+        run_ids.insert(m["run_id"].as_str().unwrap().to_owned());
+        markers.insert(m["lanes"][0]["marker"].as_str().unwrap().to_owned());
+        // The point's InferenceX report, named as InferenceX names it.
+        let rep = json(&dir.join(format!("agentx_conc{n}.json")));
+        assert_eq!(rep["conc"], n, "{rep}");
+        crate::row_contract::assert_row(&rep);
+        assert_eq!(p["report"], format!("conc_{n}/agentx_conc{n}.json"));
+    }
+    assert_eq!(run_ids.len(), 2, "each point has its own run id");
+    assert_eq!(markers.len(), 2, "and so its own cache-bust markers");
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    assert!(csv.lines().nth(2).unwrap().starts_with("3,completed,"));
+    for view in ["sweep_pareto.png", "report.html"] {
+        assert!(out.join(view).is_file(), "{view}");
+    }
+}
+
+/// `plot SWEEPDIR` draws the sweep again (not the first point's run page over it); `report`
+/// refuses the ambiguous directory and lists the points.
+fn plot_redraws_the_sweep_and_report_refuses_it(out: &Path) {
+    let page = std::fs::read(out.join("report.html")).unwrap();
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    std::fs::remove_file(out.join("sweep_pareto.png")).unwrap();
+    let p = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &["plot", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(p.code(), 0, "{}", p.stderr());
+    assert_eq!(std::fs::read(out.join("report.html")).unwrap(), page);
+    assert!(out.join("sweep_pareto.png").is_file());
+    assert!(!out.join("metrics_plots.png").exists());
+    let rep = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &["report", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(rep.code(), 2);
+    assert!(
+        rep.stderr().contains("holds several runs")
+            && rep.stderr().contains("conc_1")
+            && rep.stderr().contains("conc_3"),
+        "{}",
+        rep.stderr()
+    );
+}
+
+/// A second sweep of the same points, compared with the first (in `out`): one row of ratios per
+/// point; a directory that is not a sweep is refused.
+fn a_second_sweep_compares_point_by_point(url: &str, out: &Path, work: &Path) {
+    let other = tempfile::tempdir().unwrap();
+    let r = sweep(url, other.path(), &["--concurrency", "1,3"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let cmp = work.join("compare");
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "sweep",
+            "--compare",
+            out.to_str().unwrap(),
+            other.path().join("sweep").to_str().unwrap(),
+            "--output-artifact-dir",
+            cmp.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let rows = std::fs::read_to_string(cmp.join("sweep_compare.csv")).unwrap();
+    assert_eq!(rows.lines().count(), 3, "{rows}");
+    for f in [
+        "sweep_compare.json",
+        "sweep_compare.png",
+        "sweep_compare.html",
+    ] {
+        assert!(cmp.join(f).is_file(), "{f}");
+    }
+    let r = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &[
+            "sweep",
+            "--compare",
+            out.to_str().unwrap(),
+            cmp.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr().contains("not a sweep directory"),
+        "{}",
+        r.stderr()
+    );
 }
 
 #[test]

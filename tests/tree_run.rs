@@ -78,6 +78,12 @@ fn sim() -> Sim {
 /// The records of one runtime tree: by stream conversation id, in send order.
 type TreeRecs<'a> = BTreeMap<&'a str, Vec<&'a RequestRecord>>;
 
+/// The fixture's trees by source trace id.
+type Trees = HashMap<String, SessionTree>;
+
+/// The runtime trees of a run by their root correlation id: each tree's lane and records.
+type RuntimeTrees<'a> = BTreeMap<&'a str, (u32, TreeRecs<'a>)>;
+
 #[test]
 fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drained_trees() {
     let sim = sim();
@@ -92,9 +98,52 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
         manifest["profiling_ns"][0].as_u64().unwrap(),
         manifest["profiling_ns"][1].as_u64().unwrap(),
     );
+    records_place_their_trees(&recs, &trees);
+    export_rows_name_their_source_requests(&r, &trees);
 
-    // Every tree record says where it sits.
-    for x in &recs {
+    // Warmup: primers carry max_tokens=1 and come before profiling.
+    let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
+    assert!(!warm.is_empty());
+    assert!(warm.iter().all(|x| x.max_tokens == 1));
+    assert!(
+        warm.iter().all(|x| x.end_ns <= p0),
+        "primers returned before profiling"
+    );
+
+    let prof: Vec<&RequestRecord> = recs
+        .iter()
+        .filter(|x| x.phase == Phase::Profiling)
+        .collect();
+    assert!(prof.len() > 40, "{} profiling records", prof.len());
+
+    // Runtime trees by their root correlation id.
+    let mut by_tree: RuntimeTrees = BTreeMap::new();
+    for x in &prof {
+        let t = x.tree.as_ref().unwrap();
+        by_tree
+            .entry(t.root_correlation_id.as_str())
+            .or_insert((x.lane, BTreeMap::new()))
+            .1
+            .entry(x.trace_id.as_str())
+            .or_default()
+            .push(x);
+    }
+    joins_gate_and_children_overlap(&by_tree, &trees);
+    no_idle_gap_past_the_system_cap(&prof, p0);
+    let recycled = lanes_recycle_drained_trees(&by_tree);
+    assert_eq!(counts["late_events"], 0);
+    assert!(p1 > p0);
+
+    // The summary and the manifest say what happened.
+    let summary = r.summary();
+    assert_eq!(summary["stop"], "completed");
+    assert!(counts["trees_drained"].as_u64().unwrap() >= recycled as u64);
+    assert!(counts["children_spawned"].as_u64().unwrap() > 0);
+}
+
+/// Every tree record says where it sits.
+fn records_place_their_trees(recs: &[RequestRecord], trees: &Trees) {
+    for x in recs {
         let t = x.tree.as_ref().expect("tree fields on every record");
         assert!(
             trees.contains_key(&t.source_trace_id),
@@ -104,11 +153,13 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
         assert_eq!(t.agent_depth == 0, x.trace_id == t.source_trace_id);
         assert_eq!(t.parent_correlation_id.is_some(), t.agent_depth > 0);
     }
+}
 
-    // profile_export.jsonl gives every row its turn's source request, as aiperf's Weka loader
-    // (agentx-harness 1.0.12, aiperf/workers/worker.py:1465-1485; dataset/loader/weka_trace.py:1683,
-    // 1985-1986, 2080): root and flat turns their top-level index (inner null), subagent turns
-    // their marker's index and their index among its requests.
+/// profile_export.jsonl gives every row its turn's source request, as aiperf's Weka loader
+/// (agentx-harness 1.0.12, aiperf/workers/worker.py:1465-1485; dataset/loader/weka_trace.py:1683,
+/// 1985-1986, 2080): root and flat turns their top-level index (inner null), subagent turns their
+/// marker's index and their index among its requests.
+fn export_rows_name_their_source_requests(r: &Run, trees: &Trees) {
     let export = std::fs::read_to_string(r.artifacts().join("profile_export.jsonl")).unwrap();
     let (mut rows, mut nested) = (0, 0);
     for l in export.lines() {
@@ -135,37 +186,11 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
         rows > 40 && nested > 0,
         "{rows} rows, {nested} of subagents"
     );
+}
 
-    // Warmup: primers carry max_tokens=1 and come before profiling.
-    let warm: Vec<_> = recs.iter().filter(|x| x.phase == Phase::Warmup).collect();
-    assert!(!warm.is_empty());
-    assert!(warm.iter().all(|x| x.max_tokens == 1));
-    assert!(
-        warm.iter().all(|x| x.end_ns <= p0),
-        "primers returned before profiling"
-    );
-
-    let prof: Vec<&RequestRecord> = recs
-        .iter()
-        .filter(|x| x.phase == Phase::Profiling)
-        .collect();
-    assert!(prof.len() > 40, "{} profiling records", prof.len());
-
-    // Runtime trees by their root correlation id.
-    let mut by_tree: BTreeMap<&str, (u32, TreeRecs)> = BTreeMap::new();
-    for x in &prof {
-        let t = x.tree.as_ref().unwrap();
-        by_tree
-            .entry(t.root_correlation_id.as_str())
-            .or_insert((x.lane, BTreeMap::new()))
-            .1
-            .entry(x.trace_id.as_str())
-            .or_default()
-            .push(x);
-    }
-
-    // Joins: a root turn that joins a branch is sent only after the last response of every child of
-    // that branch (in the same runtime tree) ended.
+/// Joins: a root turn that joins a branch is sent only after the last response of every child of
+/// that branch (in the same runtime tree) ended. Children of one spawn run at the same time.
+fn joins_gate_and_children_overlap(by_tree: &RuntimeTrees, trees: &Trees) {
     let mut joins_checked = 0;
     let mut overlaps = 0;
     for (lane, streams) in by_tree.values() {
@@ -194,43 +219,52 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
                 }
             }
         }
-        // Children of one spawn run at the same time (spawns of this replay: every child's first
-        // record is its turn 0; a tree resumed at t* may hold children with one turn left each,
-        // which the recording's offsets keep apart).
-        for br in &tree.branches {
-            let kids: Vec<_> = br
-                .children
-                .iter()
-                .filter_map(|&c| streams.get(tree.streams[c].id.as_str()))
-                .collect();
-            if kids.len() < br.children.len() || kids.iter().any(|v| v[0].turn != 0) {
-                continue;
-            }
-            let spans: Vec<(u64, u64)> = kids
-                .iter()
-                .map(|v| {
-                    (
-                        v.iter().map(|x| x.send_ns).min().unwrap(),
-                        v.iter().map(|x| x.end_ns).max().unwrap(),
-                    )
-                })
-                .collect();
-            if spans.len() >= 2 {
-                for (i, a) in spans.iter().enumerate() {
-                    let with_sibling = spans
-                        .iter()
-                        .enumerate()
-                        .any(|(j, b)| i != j && a.0 < b.1 && b.0 < a.1);
-                    assert!(with_sibling, "a child of {} runs alone: {spans:?}", br.id);
-                }
-                overlaps += 1;
-            }
-        }
+        overlaps += overlapping_spawns(tree, streams);
     }
     assert!(joins_checked > 0, "no join was exercised");
     assert!(overlaps > 0, "no spawn with two children ran");
+}
 
-    // No gap with nothing in flight exceeds the 10 s system idle cap (measured over profiling).
+/// Children of one spawn run at the same time (spawns of this replay: every child's first record
+/// is its turn 0; a tree resumed at t* may hold children with one turn left each, which the
+/// recording's offsets keep apart); the number of spawns with two children or more checked.
+fn overlapping_spawns(tree: &SessionTree, streams: &TreeRecs) -> usize {
+    let mut overlaps = 0;
+    for br in &tree.branches {
+        let kids: Vec<_> = br
+            .children
+            .iter()
+            .filter_map(|&c| streams.get(tree.streams[c].id.as_str()))
+            .collect();
+        if kids.len() < br.children.len() || kids.iter().any(|v| v[0].turn != 0) {
+            continue;
+        }
+        let spans: Vec<(u64, u64)> = kids
+            .iter()
+            .map(|v| {
+                (
+                    v.iter().map(|x| x.send_ns).min().unwrap(),
+                    v.iter().map(|x| x.end_ns).max().unwrap(),
+                )
+            })
+            .collect();
+        if spans.len() >= 2 {
+            for (i, a) in spans.iter().enumerate() {
+                let with_sibling = spans
+                    .iter()
+                    .enumerate()
+                    .any(|(j, b)| i != j && a.0 < b.1 && b.0 < a.1);
+                assert!(with_sibling, "a child of {} runs alone: {spans:?}", br.id);
+            }
+            overlaps += 1;
+        }
+    }
+    overlaps
+}
+
+/// No gap with nothing in flight exceeds the 10 s system idle cap (measured over profiling, which
+/// starts at `p0`).
+fn no_idle_gap_past_the_system_cap(prof: &[&RequestRecord], p0: u64) {
     let mut spans: Vec<(u64, u64)> = prof.iter().map(|x| (x.send_ns, x.end_ns)).collect();
     spans.sort();
     let mut reach = p0;
@@ -246,8 +280,10 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
         "an idle gap of {:.2} s",
         worst as f64 / 1e9
     );
+}
 
-    // A lane's next tree starts only after its previous tree drained.
+/// A lane's next tree starts only after its previous tree drained; the number of such hand-overs.
+fn lanes_recycle_drained_trees(by_tree: &RuntimeTrees) -> usize {
     let mut lanes: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
     for (lane, streams) in by_tree.values() {
         let all = streams.values().flatten();
@@ -269,14 +305,7 @@ fn a_session_tree_run_gates_joins_overlaps_children_caps_idle_and_recycles_drain
         }
     }
     assert!(recycled > 0, "no lane recycled within the run");
-    assert_eq!(counts["late_events"], 0);
-    assert!(p1 > p0);
-
-    // The summary and the manifest say what happened.
-    let summary = r.summary();
-    assert_eq!(summary["stop"], "completed");
-    assert!(counts["trees_drained"].as_u64().unwrap() >= recycled as u64);
-    assert!(counts["children_spawned"].as_u64().unwrap() > 0);
+    recycled
 }
 
 /// Warmup primers are spread so that every lane reaches t* together: each lane's first profiling

@@ -254,8 +254,16 @@ fn vllm(out: &mut String, x: &Exposition<'_>) {
     let labels: Vec<String> = (0..x.engines.len())
         .map(|i| format!("model_name=\"{model}\",engine=\"{i}\""))
         .collect();
+    vllm_gauges_and_counters(out, x, &labels);
+    vllm_labelled_counters(out, x, &labels);
+    vllm_histograms(out, x, &labels);
+    vllm_cache_config(out, x);
+}
+
+/// vLLM's gauges and its unlabelled counters, one series per engine (`labels`).
+fn vllm_gauges_and_counters(out: &mut String, x: &Exposition<'_>, labels: &[String]) {
     let each = |out: &mut String, name: &str, f: &dyn Fn(&EngineMetrics) -> f64| {
-        for (m, l) in x.engines.iter().zip(&labels) {
+        for (m, l) in x.engines.iter().zip(labels) {
             sample(out, name, l, "", f(m));
         }
     };
@@ -317,12 +325,16 @@ fn vllm(out: &mut String, x: &Exposition<'_>) {
         header(out, name, "counter", help);
         each(out, name, &f);
     }
+}
 
+/// vLLM's counters with a label of their own: prompt tokens by source, requests by finish reason.
+fn vllm_labelled_counters(out: &mut String, x: &Exposition<'_>, labels: &[String]) {
+    let load = |a: &AtomicU64| a.load(Relaxed) as f64;
     // Prompt tokens by where they came from (vLLM V1's `prompt_tokens_by_source`): the prefix
     // cache's hits, the rest computed; the simulator has no external KV transfer.
     let name = "vllm:prompt_tokens_by_source_total";
     header(out, name, "counter", "Number of prompt tokens by source.");
-    for (m, l) in x.engines.iter().zip(&labels) {
+    for (m, l) in x.engines.iter().zip(labels) {
         let (prompt, hits) = (
             m.prompt_tokens.load(Relaxed),
             m.prefix_cache_hits.load(Relaxed),
@@ -343,7 +355,7 @@ fn vllm(out: &mut String, x: &Exposition<'_>) {
         "counter",
         "Count of successfully processed requests.",
     );
-    for (m, l) in x.engines.iter().zip(&labels) {
+    for (m, l) in x.engines.iter().zip(labels) {
         for (reason, v) in [
             ("stop", &m.success_stop),
             ("length", &m.success_length),
@@ -358,7 +370,10 @@ fn vllm(out: &mut String, x: &Exposition<'_>) {
             );
         }
     }
+}
 
+/// vLLM's latency and length histograms.
+fn vllm_histograms(out: &mut String, x: &Exposition<'_>, labels: &[String]) {
     let hists: [(&str, &str, HistogramOf); 6] = [
         (
             "vllm:time_to_first_token_seconds",
@@ -393,11 +408,14 @@ fn vllm(out: &mut String, x: &Exposition<'_>) {
     ];
     for (name, help, get) in hists {
         header(out, name, "histogram", help);
-        for (m, l) in x.engines.iter().zip(&labels) {
+        for (m, l) in x.engines.iter().zip(labels) {
             histogram(out, name, l, &[get(m)]);
         }
     }
+}
 
+/// vLLM's cache configuration, an info gauge per engine.
+fn vllm_cache_config(out: &mut String, x: &Exposition<'_>) {
     let name = "vllm:cache_config_info";
     header(
         out,

@@ -82,30 +82,7 @@ fn compare_trees(golden_file: &str, corpus_path: &str) {
     let got = trees(corpus_path);
     let mut d = Diff::default();
     let want_trees = g["trees"].as_array().unwrap();
-    d.eq(
-        "corpus",
-        "tree count",
-        got.len().into(),
-        &want_trees.len().into(),
-    );
-    let clamped: usize = got.iter().map(|t| t.counts.clamped_requests).sum();
-    d.eq(
-        "corpus",
-        "clamped_request_count",
-        clamped.into(),
-        &g["timestamp_resolution"]["clamped_request_count"],
-    );
-    // Emission order: all roots, then each trace's children.
-    let mut order: Vec<Value> = got.iter().map(|t| t.trace_id.clone().into()).collect();
-    for t in &got {
-        order.extend(t.streams.iter().skip(1).map(|s| Value::from(s.id.clone())));
-    }
-    d.eq(
-        "corpus",
-        "conversation_order",
-        Value::Array(order),
-        &g["conversation_order"],
-    );
+    compare_corpus(&mut d, &got, &g);
     for (t, w) in got.iter().zip(want_trees) {
         let tp = format!("trace {}", t.trace_id);
         d.eq(&tp, "root", t.trace_id.clone().into(), &w["root"]);
@@ -117,37 +94,7 @@ fn compare_trees(golden_file: &str, corpus_path: &str) {
             t.dropped_subagents.clone().into(),
             &w["dropped_subagents"],
         );
-        let wb = w["branches"].as_array().unwrap();
-        d.eq(
-            &tp,
-            "branch count",
-            t.branches.len().into(),
-            &wb.len().into(),
-        );
-        for (b, wb) in t.branches.iter().zip(wb) {
-            let bp = format!("{tp} branch {}", b.id);
-            d.eq(&bp, "branch_id", b.id.clone().into(), &wb["branch_id"]);
-            let ch: Vec<Value> = b
-                .children
-                .iter()
-                .map(|&c| t.streams[c].id.clone().into())
-                .collect();
-            d.eq(&bp, "children", Value::Array(ch), &wb["children"]);
-            d.eq(&bp, "spawn_turn", b.spawn_turn.into(), &wb["spawn_turn"]);
-            d.eq(&bp, "join_turn", of(b.join_turn), &wb["join_turn"]);
-            d.eq(
-                &bp,
-                "is_background",
-                b.join_turn.is_none().into(),
-                &wb["is_background"],
-            );
-            d.eq(
-                &bp,
-                "start_timestamp_ms",
-                f(b.start_timestamp_ms),
-                &wb["start_timestamp_ms"],
-            );
-        }
+        compare_branches(&mut d, &tp, t, w["branches"].as_array().unwrap());
         let ws = w["streams"].as_array().unwrap();
         d.eq(
             &tp,
@@ -156,150 +103,212 @@ fn compare_trees(golden_file: &str, corpus_path: &str) {
             &ws.len().into(),
         );
         for (s, ws) in t.streams.iter().zip(ws) {
-            let sp = format!("{tp} stream {}", s.id);
-            d.eq(
-                &sp,
-                "conversation_id",
-                s.id.clone().into(),
-                &ws["conversation_id"],
-            );
-            d.eq(&sp, "is_root", (s.depth == 0).into(), &ws["is_root"]);
-            d.eq(&sp, "agent_depth", s.depth.into(), &ws["agent_depth"]);
-            let parent = s.parent.map(|p| t.streams[p].id.clone());
-            d.eq(
-                &sp,
-                "parent_conversation_id",
-                of(parent),
-                &ws["parent_conversation_id"],
-            );
-            d.eq(
-                &sp,
-                "source_kind",
-                kind_str(s.kind).into(),
-                &ws["source_kind"],
-            );
-            d.eq(
-                &sp,
-                "replay_scope_id",
-                s.replay_scope.clone().into(),
-                &ws["replay_scope_id"],
-            );
-            let br = s.branch.map(|b| &t.branches[b]);
-            d.eq(
-                &sp,
-                "branch_id",
-                of(br.map(|b| b.id.clone())),
-                &ws["branch_id"],
-            );
-            d.eq(
-                &sp,
-                "spawn_turn",
-                of(br.map(|b| b.spawn_turn)),
-                &ws["spawn_turn"],
-            );
-            d.eq(
-                &sp,
-                "join_turn",
-                of(br.and_then(|b| b.join_turn)),
-                &ws["join_turn"],
-            );
-            d.eq(
-                &sp,
-                "is_background",
-                of(br.map(|b| b.join_turn.is_none())),
-                &ws["is_background"],
-            );
-            d.eq(
-                &sp,
-                "branch_start_ts_ms",
-                br.map_or(Value::Null, |b| f(b.start_timestamp_ms)),
-                &ws["branch_start_ts_ms"],
-            );
-            let wt = ws["turns"].as_array().unwrap();
-            d.eq(&sp, "turn count", s.turns.len().into(), &wt.len().into());
-            for (k, (u, wu)) in s.turns.iter().zip(wt).enumerate() {
-                let up = format!("{sp} turn {k}");
-                d.eq(&up, "ts_ms", f(u.ts_ms), &wu["ts_ms"]);
-                d.eq(
-                    &up,
-                    "delay_ms",
-                    u.delay_ms.map_or(Value::Null, f),
-                    &wu["delay_ms"],
-                );
-                d.eq(
-                    &up,
-                    "delay_ms_think_time_only",
-                    u.delay_ms_think_time_only.map_or(Value::Null, f),
-                    &wu["delay_ms_think_time_only"],
-                );
-                d.eq(
-                    &up,
-                    "api_time_ms",
-                    u.api_time_ms.map_or(Value::Null, f),
-                    &wu["api_time_ms"],
-                );
-                d.eq(&up, "max_tokens", u.max_tokens.into(), &wu["max_tokens"]);
-                d.eq(
-                    &up,
-                    "prefix_hit_blocks",
-                    u.prefix_hit_blocks.into(),
-                    &wu["prefix_hit_blocks"],
-                );
-                d.eq(
-                    &up,
-                    "prefix_total_blocks",
-                    u.prefix_total_blocks.into(),
-                    &wu["prefix_total_blocks"],
-                );
-                d.eq(
-                    &up,
-                    "source_outer_idx",
-                    u.source_outer_idx.into(),
-                    &wu["source_outer_idx"],
-                );
-                d.eq(
-                    &up,
-                    "source_inner_idx",
-                    of(u.source_inner_idx),
-                    &wu["source_inner_idx"],
-                );
-                let ik = u.input_kind.map(|k| match k {
-                    InputKind::ToolResult => "tool_result",
-                    InputKind::UserInput => "user_input",
-                });
-                d.eq(&up, "input_kind", of(ik), &wu["input_kind"]);
-                let names = |v: &[usize]| -> Value {
-                    v.iter()
-                        .map(|&b| Value::from(t.branches[b].id.clone()))
-                        .collect()
-                };
-                d.eq(
-                    &up,
-                    "spawns_branches",
-                    names(&u.spawns),
-                    &wu["spawns_branches"],
-                );
-                d.eq(
-                    &up,
-                    "joins_branches",
-                    names(&u.joins),
-                    &wu["joins_branches"],
-                );
-                let preds: Value = u
-                    .replay_predecessors
-                    .iter()
-                    .map(|&(st, k)| serde_json::json!([t.streams[st].id, k]))
-                    .collect();
-                d.eq(
-                    &up,
-                    "replay_predecessors",
-                    preds,
-                    &wu["replay_predecessors"],
-                );
-            }
+            compare_stream(&mut d, &tp, t, s, ws);
         }
     }
     d.finish();
+}
+
+/// What the golden file says of the corpus as a whole: the tree count, the clamped requests and
+/// the emission order.
+fn compare_corpus(d: &mut Diff, got: &[SessionTree], g: &Value) {
+    d.eq(
+        "corpus",
+        "tree count",
+        got.len().into(),
+        &g["trees"].as_array().unwrap().len().into(),
+    );
+    let clamped: usize = got.iter().map(|t| t.counts.clamped_requests).sum();
+    d.eq(
+        "corpus",
+        "clamped_request_count",
+        clamped.into(),
+        &g["timestamp_resolution"]["clamped_request_count"],
+    );
+    // Emission order: all roots, then each trace's children.
+    let mut order: Vec<Value> = got.iter().map(|t| t.trace_id.clone().into()).collect();
+    for t in got {
+        order.extend(t.streams.iter().skip(1).map(|s| Value::from(s.id.clone())));
+    }
+    d.eq(
+        "corpus",
+        "conversation_order",
+        Value::Array(order),
+        &g["conversation_order"],
+    );
+}
+
+/// A tree's branches against the golden `branches`.
+fn compare_branches(d: &mut Diff, tp: &str, t: &SessionTree, wb: &[Value]) {
+    d.eq(
+        tp,
+        "branch count",
+        t.branches.len().into(),
+        &wb.len().into(),
+    );
+    for (b, wb) in t.branches.iter().zip(wb) {
+        let bp = format!("{tp} branch {}", b.id);
+        d.eq(&bp, "branch_id", b.id.clone().into(), &wb["branch_id"]);
+        let ch: Vec<Value> = b
+            .children
+            .iter()
+            .map(|&c| t.streams[c].id.clone().into())
+            .collect();
+        d.eq(&bp, "children", Value::Array(ch), &wb["children"]);
+        d.eq(&bp, "spawn_turn", b.spawn_turn.into(), &wb["spawn_turn"]);
+        d.eq(&bp, "join_turn", of(b.join_turn), &wb["join_turn"]);
+        d.eq(
+            &bp,
+            "is_background",
+            b.join_turn.is_none().into(),
+            &wb["is_background"],
+        );
+        d.eq(
+            &bp,
+            "start_timestamp_ms",
+            f(b.start_timestamp_ms),
+            &wb["start_timestamp_ms"],
+        );
+    }
+}
+
+/// One stream of a tree against its golden entry: its place in the tree, its branch, its turns.
+fn compare_stream(d: &mut Diff, tp: &str, t: &SessionTree, s: &Stream, ws: &Value) {
+    let sp = format!("{tp} stream {}", s.id);
+    d.eq(
+        &sp,
+        "conversation_id",
+        s.id.clone().into(),
+        &ws["conversation_id"],
+    );
+    d.eq(&sp, "is_root", (s.depth == 0).into(), &ws["is_root"]);
+    d.eq(&sp, "agent_depth", s.depth.into(), &ws["agent_depth"]);
+    let parent = s.parent.map(|p| t.streams[p].id.clone());
+    d.eq(
+        &sp,
+        "parent_conversation_id",
+        of(parent),
+        &ws["parent_conversation_id"],
+    );
+    d.eq(
+        &sp,
+        "source_kind",
+        kind_str(s.kind).into(),
+        &ws["source_kind"],
+    );
+    d.eq(
+        &sp,
+        "replay_scope_id",
+        s.replay_scope.clone().into(),
+        &ws["replay_scope_id"],
+    );
+    let br = s.branch.map(|b| &t.branches[b]);
+    d.eq(
+        &sp,
+        "branch_id",
+        of(br.map(|b| b.id.clone())),
+        &ws["branch_id"],
+    );
+    d.eq(
+        &sp,
+        "spawn_turn",
+        of(br.map(|b| b.spawn_turn)),
+        &ws["spawn_turn"],
+    );
+    d.eq(
+        &sp,
+        "join_turn",
+        of(br.and_then(|b| b.join_turn)),
+        &ws["join_turn"],
+    );
+    d.eq(
+        &sp,
+        "is_background",
+        of(br.map(|b| b.join_turn.is_none())),
+        &ws["is_background"],
+    );
+    d.eq(
+        &sp,
+        "branch_start_ts_ms",
+        br.map_or(Value::Null, |b| f(b.start_timestamp_ms)),
+        &ws["branch_start_ts_ms"],
+    );
+    let wt = ws["turns"].as_array().unwrap();
+    d.eq(&sp, "turn count", s.turns.len().into(), &wt.len().into());
+    for (k, (u, wu)) in s.turns.iter().zip(wt).enumerate() {
+        compare_turn(d, &format!("{sp} turn {k}"), t, u, wu);
+    }
+}
+
+/// One turn of a stream against its golden entry.
+fn compare_turn(d: &mut Diff, up: &str, t: &SessionTree, u: &TreeTurn, wu: &Value) {
+    d.eq(up, "ts_ms", f(u.ts_ms), &wu["ts_ms"]);
+    d.eq(
+        up,
+        "delay_ms",
+        u.delay_ms.map_or(Value::Null, f),
+        &wu["delay_ms"],
+    );
+    d.eq(
+        up,
+        "delay_ms_think_time_only",
+        u.delay_ms_think_time_only.map_or(Value::Null, f),
+        &wu["delay_ms_think_time_only"],
+    );
+    d.eq(
+        up,
+        "api_time_ms",
+        u.api_time_ms.map_or(Value::Null, f),
+        &wu["api_time_ms"],
+    );
+    d.eq(up, "max_tokens", u.max_tokens.into(), &wu["max_tokens"]);
+    d.eq(
+        up,
+        "prefix_hit_blocks",
+        u.prefix_hit_blocks.into(),
+        &wu["prefix_hit_blocks"],
+    );
+    d.eq(
+        up,
+        "prefix_total_blocks",
+        u.prefix_total_blocks.into(),
+        &wu["prefix_total_blocks"],
+    );
+    d.eq(
+        up,
+        "source_outer_idx",
+        u.source_outer_idx.into(),
+        &wu["source_outer_idx"],
+    );
+    d.eq(
+        up,
+        "source_inner_idx",
+        of(u.source_inner_idx),
+        &wu["source_inner_idx"],
+    );
+    let ik = u.input_kind.map(|k| match k {
+        InputKind::ToolResult => "tool_result",
+        InputKind::UserInput => "user_input",
+    });
+    d.eq(up, "input_kind", of(ik), &wu["input_kind"]);
+    let names = |v: &[usize]| -> Value {
+        v.iter()
+            .map(|&b| Value::from(t.branches[b].id.clone()))
+            .collect()
+    };
+    d.eq(
+        up,
+        "spawns_branches",
+        names(&u.spawns),
+        &wu["spawns_branches"],
+    );
+    d.eq(up, "joins_branches", names(&u.joins), &wu["joins_branches"]);
+    let preds: Value = u
+        .replay_predecessors
+        .iter()
+        .map(|&(st, k)| serde_json::json!([t.streams[st].id, k]))
+        .collect();
+    d.eq(up, "replay_predecessors", preds, &wu["replay_predecessors"]);
 }
 
 #[test]
@@ -412,174 +421,168 @@ fn compare_chains(name: &str, corpus_path: &str) {
         basis,
         ..TreeOptions::default()
     };
-    let p = ChainParams::default();
     let mut d = Diff::default();
     let entries = g["corpora"][name].as_array().unwrap();
     let mut n = 0;
     for t in &traces {
         let tree = build(t, &opts).unwrap();
-        let stream = |id: &str| tree.streams.iter().position(|s| s.id == id);
         let top_entries: Vec<&Value> = entries
             .iter()
             .filter(|e| e["trace_id"] == t.id.as_str())
             .collect();
-        // Top level.
-        let w = top_entries[0];
         n += 1;
-        let place = format!("trace {} top", t.id);
-        d.eq(&place, "layer", "top".into(), &w["layer"]);
-        let reqs = reqs_of(&t.requests, None);
-        let pre_pos = chain::preamble(&reqs);
-        let pre: Vec<u32> = pre_pos.map(|i| reqs[i].index).into_iter().collect();
-        d.eq(
-            &place,
-            "preamble_request_idx",
-            pre.into(),
-            &w["preamble_request_idx"],
-        );
-        let rest: Vec<Req<'_>> = (0..reqs.len())
-            .filter(|&i| Some(i) != pre_pos)
-            .map(|i| reqs[i])
-            .collect();
-        let det = chain::detect(&rest, &p);
-        compare_detection(&mut d, &place, &rest, &det, &w["detection"], "request_idx");
-        let root = &tree.streams[0];
-        let main: Vec<u32> = root.turns.iter().map(|u| u.source_outer_idx).collect();
-        d.eq(
-            &place,
-            "main_request_idx",
-            main.into(),
-            &w["main_request_idx"],
-        );
-        let ws = w["worker_streams"].as_array().unwrap();
-        let flat: Vec<&Stream> = tree
-            .streams
-            .iter()
-            .filter(|s| s.kind == StreamKind::Flat)
-            .collect();
-        d.eq(
-            &place,
-            "worker stream count",
-            flat.len().into(),
-            &ws.len().into(),
-        );
-        for (s, ws) in flat.iter().zip(ws) {
-            let sp = format!("{place} stream {}", s.id);
-            d.eq(
-                &sp,
-                "conversation_id",
-                s.id.clone().into(),
-                &ws["conversation_id"],
-            );
-            let idx: Vec<u32> = s.turns.iter().map(|u| u.source_outer_idx).collect();
-            d.eq(&sp, "request_idx", idx.into(), &ws["request_idx"]);
-            d.eq(
-                &sp,
-                "is_aux",
-                s.class.is_some_and(|c| c.is_aux()).into(),
-                &ws["is_aux"],
-            );
-            d.eq(
-                &sp,
-                "init_tool_tokens",
-                s.init_tool_tokens.into(),
-                &ws["init_tool_tokens"],
-            );
-            d.eq(
-                &sp,
-                "init_system_tokens",
-                s.init_system_tokens.into(),
-                &ws["init_system_tokens"],
-            );
-            let fs = s.fork_source.map_or(Value::Null, |(st, k)| {
-                serde_json::json!([tree.streams[st].id, k])
-            });
-            d.eq(&sp, "fork_source", fs, &ws["fork_source"]);
-        }
+        compare_top_layer(&mut d, t, &tree, top_entries[0]);
         // Subagent layers, detection on every entry (dropped ones too).
-        for (si, s) in t.subagent_entries.iter().enumerate() {
+        for si in 0..t.subagent_entries.len() {
             let w = top_entries.get(si + 1).copied().unwrap_or(&Value::Null);
             n += 1;
-            let agent = s.agent_id.clone().unwrap_or_default();
-            let place = format!("trace {} subagent {si} ({agent})", t.id);
-            d.eq(&place, "agent_id", agent.clone().into(), &w["agent_id"]);
-            d.eq(
-                &place,
-                "marker_request_idx",
-                s.index.into(),
-                &w["marker_request_idx"],
-            );
-            let ts: Vec<f64> = s.requests.iter().map(|r| r.t.max(s.t)).collect();
-            let reqs = reqs_of(&s.requests, Some(&ts));
-            let pre_pos = chain::preamble(&reqs);
-            let pre: Vec<u32> = pre_pos.map(|i| reqs[i].index).into_iter().collect();
-            d.eq(
-                &place,
-                "preamble_inner_idx",
-                pre.into(),
-                &w["preamble_inner_idx"],
-            );
-            let rest: Vec<Req<'_>> = (0..reqs.len())
-                .filter(|&i| Some(i) != pre_pos)
-                .map(|i| reqs[i])
-                .collect();
-            let det = chain::detect(&rest, &p);
-            compare_detection(&mut d, &place, &rest, &det, &w["detection"], "inner_idx");
-            // The streams of a retained entry.
-            if tree.dropped_subagents.contains(&agent)
-                && stream(&format!("{}::sa:{agent}", t.id)).is_none()
-            {
-                continue;
-            }
-            for ws in w["streams"].as_array().unwrap() {
-                let id = ws["conversation_id"].as_str().unwrap();
-                let sp = format!("{place} stream {id}");
-                let Some(st) = stream(id) else {
-                    // Dropped entries still have golden plans; a retained namesake was checked already.
-                    if !tree.dropped_subagents.contains(&agent) {
-                        d.0.push(format!("{sp}: missing"));
-                    }
-                    continue;
-                };
-                let s = &tree.streams[st];
-                if s.turns.first().map(|u| u.source_outer_idx) != Some(t.subagent_entries[si].index)
-                {
-                    continue; // the golden entry of a dropped namesake
-                }
-                let idx: Vec<Option<u32>> = s.turns.iter().map(|u| u.source_inner_idx).collect();
-                d.eq(
-                    &sp,
-                    "inner_idx",
-                    serde_json::to_value(idx).unwrap(),
-                    &ws["inner_idx"],
-                );
-                d.eq(
-                    &sp,
-                    "is_aux",
-                    s.class.is_some_and(|c| c.is_aux()).into(),
-                    &ws["is_aux"],
-                );
-                d.eq(
-                    &sp,
-                    "init_tool_tokens",
-                    s.init_tool_tokens.into(),
-                    &ws["init_tool_tokens"],
-                );
-                d.eq(
-                    &sp,
-                    "init_system_tokens",
-                    s.init_system_tokens.into(),
-                    &ws["init_system_tokens"],
-                );
-                let fs = s.fork_source.map_or(Value::Null, |(st, k)| {
-                    serde_json::json!([tree.streams[st].id, k])
-                });
-                d.eq(&sp, "fork_source", fs, &ws["fork_source"]);
-            }
+            compare_subagent_layer(&mut d, t, &tree, si, w);
         }
     }
     d.eq(name, "entry count", n.into(), &entries.len().into());
     d.finish();
+}
+
+/// A layer's requests without its preamble, and the preamble's request index if it has one.
+fn without_preamble<'a>(reqs: &[Req<'a>]) -> (Vec<u32>, Vec<Req<'a>>) {
+    let pre_pos = chain::preamble(reqs);
+    let pre: Vec<u32> = pre_pos.map(|i| reqs[i].index).into_iter().collect();
+    let rest: Vec<Req<'_>> = (0..reqs.len())
+        .filter(|&i| Some(i) != pre_pos)
+        .map(|i| reqs[i])
+        .collect();
+    (pre, rest)
+}
+
+/// The top level of a trace: its preamble, its detection, the main stream and the flat worker
+/// streams.
+fn compare_top_layer(d: &mut Diff, t: &ParsedTrace, tree: &SessionTree, w: &Value) {
+    let place = format!("trace {} top", t.id);
+    d.eq(&place, "layer", "top".into(), &w["layer"]);
+    let reqs = reqs_of(&t.requests, None);
+    let (pre, rest) = without_preamble(&reqs);
+    d.eq(
+        &place,
+        "preamble_request_idx",
+        pre.into(),
+        &w["preamble_request_idx"],
+    );
+    let det = chain::detect(&rest, &ChainParams::default());
+    compare_detection(d, &place, &rest, &det, &w["detection"], "request_idx");
+    let root = &tree.streams[0];
+    let main: Vec<u32> = root.turns.iter().map(|u| u.source_outer_idx).collect();
+    d.eq(
+        &place,
+        "main_request_idx",
+        main.into(),
+        &w["main_request_idx"],
+    );
+    let ws = w["worker_streams"].as_array().unwrap();
+    let flat: Vec<&Stream> = tree
+        .streams
+        .iter()
+        .filter(|s| s.kind == StreamKind::Flat)
+        .collect();
+    d.eq(
+        &place,
+        "worker stream count",
+        flat.len().into(),
+        &ws.len().into(),
+    );
+    for (s, ws) in flat.iter().zip(ws) {
+        let sp = format!("{place} stream {}", s.id);
+        d.eq(
+            &sp,
+            "conversation_id",
+            s.id.clone().into(),
+            &ws["conversation_id"],
+        );
+        let idx: Vec<u32> = s.turns.iter().map(|u| u.source_outer_idx).collect();
+        d.eq(&sp, "request_idx", idx.into(), &ws["request_idx"]);
+        compare_worker_stream(d, &sp, tree, s, ws);
+    }
+}
+
+/// The subagent entry `si` of a trace: its preamble, its detection and, when it is retained, its
+/// streams.
+fn compare_subagent_layer(d: &mut Diff, t: &ParsedTrace, tree: &SessionTree, si: usize, w: &Value) {
+    let s = &t.subagent_entries[si];
+    let stream = |id: &str| tree.streams.iter().position(|s| s.id == id);
+    let agent = s.agent_id.clone().unwrap_or_default();
+    let place = format!("trace {} subagent {si} ({agent})", t.id);
+    d.eq(&place, "agent_id", agent.clone().into(), &w["agent_id"]);
+    d.eq(
+        &place,
+        "marker_request_idx",
+        s.index.into(),
+        &w["marker_request_idx"],
+    );
+    let ts: Vec<f64> = s.requests.iter().map(|r| r.t.max(s.t)).collect();
+    let reqs = reqs_of(&s.requests, Some(&ts));
+    let (pre, rest) = without_preamble(&reqs);
+    d.eq(
+        &place,
+        "preamble_inner_idx",
+        pre.into(),
+        &w["preamble_inner_idx"],
+    );
+    let det = chain::detect(&rest, &ChainParams::default());
+    compare_detection(d, &place, &rest, &det, &w["detection"], "inner_idx");
+    // The streams of a retained entry.
+    if tree.dropped_subagents.contains(&agent) && stream(&format!("{}::sa:{agent}", t.id)).is_none()
+    {
+        return;
+    }
+    for ws in w["streams"].as_array().unwrap() {
+        let id = ws["conversation_id"].as_str().unwrap();
+        let sp = format!("{place} stream {id}");
+        let Some(st) = stream(id) else {
+            // Dropped entries still have golden plans; a retained namesake was checked already.
+            if !tree.dropped_subagents.contains(&agent) {
+                d.0.push(format!("{sp}: missing"));
+            }
+            continue;
+        };
+        let s = &tree.streams[st];
+        if s.turns.first().map(|u| u.source_outer_idx) != Some(t.subagent_entries[si].index) {
+            continue; // the golden entry of a dropped namesake
+        }
+        let idx: Vec<Option<u32>> = s.turns.iter().map(|u| u.source_inner_idx).collect();
+        d.eq(
+            &sp,
+            "inner_idx",
+            serde_json::to_value(idx).unwrap(),
+            &ws["inner_idx"],
+        );
+        compare_worker_stream(d, &sp, tree, s, ws);
+    }
+}
+
+/// What a worker stream (flat or subagent) carries besides its requests: whether it is auxiliary,
+/// its initial tool and system tokens, the stream it forks from.
+fn compare_worker_stream(d: &mut Diff, sp: &str, tree: &SessionTree, s: &Stream, ws: &Value) {
+    d.eq(
+        sp,
+        "is_aux",
+        s.class.is_some_and(|c| c.is_aux()).into(),
+        &ws["is_aux"],
+    );
+    d.eq(
+        sp,
+        "init_tool_tokens",
+        s.init_tool_tokens.into(),
+        &ws["init_tool_tokens"],
+    );
+    d.eq(
+        sp,
+        "init_system_tokens",
+        s.init_system_tokens.into(),
+        &ws["init_system_tokens"],
+    );
+    let fs = s.fork_source.map_or(Value::Null, |(st, k)| {
+        serde_json::json!([tree.streams[st].id, k])
+    });
+    d.eq(sp, "fork_source", fs, &ws["fork_source"]);
 }
 
 #[test]
