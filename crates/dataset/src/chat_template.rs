@@ -255,7 +255,8 @@ mod tests {
     }
 
     fn qwen() -> TemplateCounter {
-        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/chat-template/qwen2.5");
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .join("fixtures/chat-template/qwen2.5");
         TemplateCounter::load(&dir.join("tokenizer.json"), None).unwrap()
     }
 

@@ -457,8 +457,8 @@ mod tests {
 
     #[test]
     fn tree_figures_without_subagents() {
-        let f =
-            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/traces-24.jsonl");
+        let f = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .join("fixtures/traces-24.jsonl");
         let s = tree_stats(&SourceFiles::Jsonl(f), |_| true).unwrap();
         assert_eq!(
             (s.trees, s.subagent_streams, s.background_branches),

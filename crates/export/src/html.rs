@@ -675,7 +675,8 @@ mod tests {
     }
 
     fn fixture_page() -> String {
-        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run");
+        let dir =
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run");
         let a = bmk::load_artifacts(&dir).unwrap();
         render_page(&run_page(&a, &no_identity(), None))
     }

@@ -485,8 +485,8 @@ mod tests {
     use super::*;
 
     fn worked() -> Vec<ProfileRecord> {
-        let p =
-            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run/profile_export.jsonl");
+        let p = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .join("fixtures/report/run/profile_export.jsonl");
         bmk::parse_profile_export(&std::fs::read_to_string(&p).unwrap(), &p).unwrap()
     }
 
@@ -522,9 +522,10 @@ mod tests {
 
     #[test]
     fn the_header_names_the_run_and_its_verdict() {
-        let mut a =
-            bmk::load_artifacts(&Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run"))
-                .unwrap();
+        let mut a = bmk::load_artifacts(
+            &Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("fixtures/report/run"),
+        )
+        .unwrap();
         a.run = Some(bmk::RunSummary {
             scenario: Some(crate::run_summary::ScenarioRef {
                 name: "inferencex-agentx-v1".into(),

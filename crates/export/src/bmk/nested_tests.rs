@@ -458,8 +458,8 @@ fn row_input(engine: &str) -> IdentityInput {
 /// Fails with every violation when `row` is not valid under the shipped row schema.
 #[track_caller]
 pub(crate) fn assert_row(row: &Value) {
-    let path =
-        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("schemas/inferencex-agentx-row.schema.json");
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .join("schemas/inferencex-agentx-row.schema.json");
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let v = jsonschema::draft202012::new(&schema).unwrap();
     let errors: Vec<String> = v
