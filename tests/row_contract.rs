@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use serde_json::{json, Value};
 
 /// The identity a CI job exports for InferenceX (the facts the row requires).
-pub const ROW_IDENTITY: &[(&str, &str)] = &[
+pub(crate) const ROW_IDENTITY: &[(&str, &str)] = &[
     ("RUNNER_TYPE", "b200"),
     ("IMAGE", "vllm/vllm-openai:v0.11.0"),
     ("MODEL_PREFIX", "test"),
@@ -31,7 +31,7 @@ fn validator() -> jsonschema::Validator {
 
 /// Fails with every violation when `row` is not a valid InferenceX AgentX row.
 #[track_caller]
-pub fn assert_row(row: &Value) {
+pub(crate) fn assert_row(row: &Value) {
     let v = validator();
     let errors: Vec<String> = v
         .iter_errors(row)

@@ -11,7 +11,7 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-pub fn dist(name: &str) -> PathBuf {
+pub(crate) fn dist(name: &str) -> PathBuf {
     root().join("guest-scenarios/dist").join(name)
 }
 
@@ -19,7 +19,7 @@ fn engine() -> ScenarioEngine {
     ScenarioEngine::new(Limits::default(), None).unwrap()
 }
 
-pub fn load(name: &str) -> Scenario {
+pub(crate) fn load(name: &str) -> Scenario {
     engine().load(&dist(name), None).unwrap()
 }
 

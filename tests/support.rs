@@ -13,7 +13,7 @@ use serde_json::Value;
 /// `--unsafe-override` (short runs are below the scenario's 900 s floor), a 10 s grace period and no
 /// progress lines; a `run` replays the built-in agentx-mvp (single-stream sessions). The caller adds
 /// the rest.
-pub fn fixture_args(command: &str, url: &str) -> Vec<String> {
+pub(crate) fn fixture_args(command: &str, url: &str) -> Vec<String> {
     let scenario = (command == "run").then_some("agentx-mvp");
     corpus_args(command, scenario, &fixture("traces-24.jsonl"), url)
 }
@@ -22,7 +22,7 @@ pub fn fixture_args(command: &str, url: &str) -> Vec<String> {
 /// `url`, then `extra`: 4 lanes, 3 s of profiling, a grace period of 60 s every request finishes
 /// within (so no record is cancelled and the server's counters equal the records), think gaps
 /// capped at 10 ms, no realtime block.
-pub fn tree_run_args(url: &str, extra: &[&str]) -> Vec<String> {
+pub(crate) fn tree_run_args(url: &str, extra: &[&str]) -> Vec<String> {
     let corpus = fixture("traces-subagents-8.jsonl");
     let common = [
         "run",
@@ -50,7 +50,12 @@ pub fn tree_run_args(url: &str, extra: &[&str]) -> Vec<String> {
 }
 
 /// [`fixture_args`] on `corpus`, with `scenario` (when given) after the command.
-pub fn corpus_args(command: &str, scenario: Option<&str>, corpus: &Path, url: &str) -> Vec<String> {
+pub(crate) fn corpus_args(
+    command: &str,
+    scenario: Option<&str>,
+    corpus: &Path,
+    url: &str,
+) -> Vec<String> {
     let mut args = vec![command.to_string()];
     args.extend(scenario.map(str::to_owned));
     args.extend(
@@ -74,7 +79,7 @@ pub fn corpus_args(command: &str, scenario: Option<&str>, corpus: &Path, url: &s
     args
 }
 
-pub fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
         .join(name)
@@ -82,13 +87,13 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// A simulator on its own runtime, serving while the test thread waits on the binary; its
 /// `SimConfig::metric_names` chooses whose metric names `/metrics` speaks.
-pub struct Sim {
+pub(crate) struct Sim {
     rt: tokio::runtime::Runtime,
     handle: Option<SimHandle>,
 }
 
 impl Sim {
-    pub fn start(cfg: SimConfig) -> Sim {
+    pub(crate) fn start(cfg: SimConfig) -> Sim {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -101,22 +106,22 @@ impl Sim {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.handle.as_ref().unwrap().url()
     }
 
     /// The `/metrics` page now, under the names `SimConfig::metric_names` chose.
-    pub fn metrics_text(&self) -> String {
+    pub(crate) fn metrics_text(&self) -> String {
         self.handle.as_ref().unwrap().metrics_text()
     }
 
     /// Chat completion requests received so far.
-    pub fn requests(&self) -> u64 {
+    pub(crate) fn requests(&self) -> u64 {
         self.handle.as_ref().unwrap().chat_requests()
     }
 
     /// The chat requests' headers and connections (with `record_headers` on).
-    pub fn received(&self) -> Vec<sim::Received> {
+    pub(crate) fn received(&self) -> Vec<sim::Received> {
         self.handle.as_ref().unwrap().received()
     }
 }
@@ -131,7 +136,7 @@ impl Drop for Sim {
 
 /// `agentx-host` in `dir` (its home under `dir/home`), with `env` set over an environment cleared
 /// of the variables that change a replay (`AIPERF_*`, `AGENTX_*`, and a scheduler's `SLURM_*`).
-pub fn agentx_command(dir: &Path, env: &[(&str, &str)]) -> std::process::Command {
+pub(crate) fn agentx_command(dir: &Path, env: &[(&str, &str)]) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"));
     c.current_dir(dir)
         .env("AGENTX_HOME", dir.join("home"))
@@ -152,7 +157,7 @@ pub fn agentx_command(dir: &Path, env: &[(&str, &str)]) -> std::process::Command
 /// A finished `agentx-host` process: its output, its working directory (a run without
 /// `--output-artifact-dir` writes to a fresh `artifacts/<scenario>-<time>-<id>`, named by
 /// `artifacts/latest`) and how long it took.
-pub struct Run {
+pub(crate) struct Run {
     pub out: Output,
     pub dir: tempfile::TempDir,
     pub took: Duration,
@@ -161,7 +166,7 @@ pub struct Run {
 impl Run {
     /// `agentx-host ARGS` in `dir` (its artifacts under `dir/artifacts`, its home under `dir/home`),
     /// with `env` set over an environment cleared of the variables that change a replay.
-    pub fn exec<S: AsRef<std::ffi::OsStr>>(
+    pub(crate) fn exec<S: AsRef<std::ffi::OsStr>>(
         dir: tempfile::TempDir,
         args: &[S],
         env: &[(&str, &str)],
@@ -175,34 +180,34 @@ impl Run {
         }
     }
 
-    pub fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         String::from_utf8_lossy(&self.out.stdout).into_owned()
     }
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
-    pub fn code(&self) -> i32 {
+    pub(crate) fn code(&self) -> i32 {
         self.out.status.code().unwrap_or(-1)
     }
     /// The newest run's artifact directory (`artifacts/latest`).
-    pub fn artifacts(&self) -> PathBuf {
+    pub(crate) fn artifacts(&self) -> PathBuf {
         self.dir.path().join("artifacts/latest")
     }
-    pub fn records(&self) -> Vec<RequestRecord> {
+    pub(crate) fn records(&self) -> Vec<RequestRecord> {
         read_records(&self.artifacts().join("records.jsonl")).unwrap()
     }
     /// An artifact file as JSON.
-    pub fn json(&self, name: &str) -> Value {
+    pub(crate) fn json(&self, name: &str) -> Value {
         serde_json::from_slice(&std::fs::read(self.artifacts().join(name)).unwrap()).unwrap()
     }
-    pub fn summary(&self) -> Value {
+    pub(crate) fn summary(&self) -> Value {
         self.json("run_summary.json")
     }
 }
 
 /// The first Chromium-family browser on PATH (`chromium`, `chromium-browser`, `google-chrome`), for
 /// the tests that load a page in a real browser; `None` where none is installed.
-pub fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     ["chromium", "chromium-browser", "google-chrome"]
         .iter()
@@ -212,7 +217,7 @@ pub fn chromium() -> Option<PathBuf> {
 
 /// `chromium --headless` on `page` with `args` (e.g. `--dump-dom`), its own profile directory under
 /// `profile`, and a virtual time budget so timers of the page run before it returns.
-pub fn headless(browser: &Path, profile: &Path, page: &Path, args: &[&str]) -> Output {
+pub(crate) fn headless(browser: &Path, profile: &Path, page: &Path, args: &[&str]) -> Output {
     let url = format!("file://{}", page.canonicalize().unwrap().display());
     std::process::Command::new(browser)
         .args([
@@ -234,7 +239,7 @@ pub fn headless(browser: &Path, profile: &Path, page: &Path, args: &[&str]) -> O
 
 /// Waits until `path` (a records file being written) holds at least `n` records; panics after
 /// `within`.
-pub fn wait_for_records(path: &Path, n: usize, within: Duration) {
+pub(crate) fn wait_for_records(path: &Path, n: usize, within: Duration) {
     let t0 = std::time::Instant::now();
     loop {
         let have = std::fs::read_to_string(path)
@@ -253,7 +258,7 @@ pub fn wait_for_records(path: &Path, n: usize, within: Duration) {
 /// `url` (`…/metrics`), summed over its series (engines, and `finished_reason` for requests), as
 /// `[prompt tokens, generation tokens, prefix-cache hits, requests]`. A counter whose increase is
 /// not published (`null`) fails the test, naming it.
-pub fn server_counts(metrics: &Value, url: &str) -> [u64; 4] {
+pub(crate) fn server_counts(metrics: &Value, url: &str) -> [u64; 4] {
     [
         "vllm:prompt_tokens",
         "vllm:generation_tokens",
@@ -289,7 +294,7 @@ pub fn server_counts(metrics: &Value, url: &str) -> [u64; 4] {
 /// notices the closed connection, which may be after the last scrape; its record has no usage.
 /// The runs of these tests give every request the time to finish, and this fails on a cancelled
 /// record rather than guess.
-pub fn record_counts(records: &[RequestRecord], phase: agentx::record::Phase) -> [u64; 4] {
+pub(crate) fn record_counts(records: &[RequestRecord], phase: agentx::record::Phase) -> [u64; 4] {
     let of: Vec<&RequestRecord> = records.iter().filter(|r| r.phase == phase).collect();
     let cancelled: Vec<&str> = of
         .iter()
@@ -312,7 +317,7 @@ pub fn record_counts(records: &[RequestRecord], phase: agentx::record::Phase) ->
 
 /// The boundaries (`profiling_start`, …) whose scrapes endpoint `url` took, from the export's
 /// `summary.boundary_scrapes`, in order.
-pub fn boundaries_taken(export: &Value, url: &str) -> Vec<String> {
+pub(crate) fn boundaries_taken(export: &Value, url: &str) -> Vec<String> {
     export["summary"]["boundary_scrapes"][url]
         .as_array()
         .unwrap_or_else(|| panic!("no boundary scrapes of {url} in {}", export["summary"]))
@@ -324,7 +329,7 @@ pub fn boundaries_taken(export: &Value, url: &str) -> Vec<String> {
 
 /// [`server_counts`] from a `server_metrics_export.csv`: the `total` column of the counter rows of
 /// `endpoint` (as the CSV shows it, `host:port`), summed per metric.
-pub fn csv_counts(csv: &str, endpoint: &str) -> [u64; 4] {
+pub(crate) fn csv_counts(csv: &str, endpoint: &str) -> [u64; 4] {
     [
         "vllm:prompt_tokens",
         "vllm:generation_tokens",

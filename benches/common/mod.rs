@@ -24,12 +24,12 @@ use agentx::sim::{SimConfig, SimThread};
 use nix::sys::resource::{getrlimit, getrusage, setrlimit, Resource, Usage, UsageWho};
 use tokio::sync::watch;
 
-pub fn cpu_secs(u: &Usage) -> f64 {
+pub(crate) fn cpu_secs(u: &Usage) -> f64 {
     let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
     t(u.user_time()) + t(u.system_time())
 }
 
-pub fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: u64 = s
         .split_whitespace()
@@ -42,7 +42,7 @@ pub fn rss_bytes() -> u64 {
 /// Hands the allocator's free pages back to the kernel (glibc's `malloc_trim`), so that a later
 /// replay's allocations show in the RSS instead of reusing pages an earlier one freed.
 #[allow(unsafe_code)] // a C call into the allocator, with no pointer handed over
-pub fn trim_heap() {
+pub(crate) fn trim_heap() {
     // SAFETY: malloc_trim only releases free memory of the allocator's arenas.
     unsafe {
         nix::libc::malloc_trim(0);
@@ -50,14 +50,14 @@ pub fn trim_heap() {
 }
 
 /// Raises the open-file limit to its hard limit (a connection per lane, and more).
-pub fn raise_nofile() {
+pub(crate) fn raise_nofile() {
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
 }
 
 /// The value after `name` on the command line.
-pub fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
+pub(crate) fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
         .position(|a| a == name)
@@ -66,18 +66,18 @@ pub fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
 }
 
 /// Whether `name` is on the command line.
-pub fn flag(name: &str) -> bool {
+pub(crate) fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
 }
 
 /// Writes a synthetic corpus to `dir/name` and opens it (its cache in `dir/cache`).
-pub fn corpus(dir: &Path, name: &str, opts: SynthOptions) -> &'static Dataset {
+pub(crate) fn corpus(dir: &Path, name: &str, opts: SynthOptions) -> &'static Dataset {
     write_corpus(&opts, &dir.join(name)).unwrap();
     open_corpus(dir, name)
 }
 
 /// Opens the corpus `dir/name` (its cache in `dir/cache`).
-pub fn open_corpus(dir: &Path, name: &str) -> &'static Dataset {
+pub(crate) fn open_corpus(dir: &Path, name: &str) -> &'static Dataset {
     let ds = Dataset::open_path(
         &dir.join(name),
         &OpenOptions {
@@ -95,7 +95,7 @@ pub fn open_corpus(dir: &Path, name: &str) -> &'static Dataset {
 }
 
 /// A simulator in its own process (`agentx-host sim`), so this process's memory is the client's alone.
-pub struct SimProcess {
+pub(crate) struct SimProcess {
     url: String,
     child: std::process::Child,
 }
@@ -132,7 +132,7 @@ impl Drop for SimProcess {
 }
 
 /// Where the simulator of a measurement runs.
-pub enum SimAt {
+pub(crate) enum SimAt {
     /// On a thread of this process, whose CPU time is then left out of the client's.
     Thread(Box<SimConfig>),
     /// In its own process, with these `agentx-host sim` flags: for the memory measurement.
@@ -183,7 +183,7 @@ fn sim_cpu(s: &Option<Arc<SimThread>>) -> f64 {
 
 /// The replay configuration of a bench run: `secs` of profiling, live-assistant mode, server token
 /// counts, no threshold, a 60 s grace period.
-pub fn replay_config(conc: u32, secs: f64) -> ReplayConfig {
+pub(crate) fn replay_config(conc: u32, secs: f64) -> ReplayConfig {
     ReplayConfig {
         duration: Duration::from_secs_f64(secs),
         grace: Some(Duration::from_secs(60)),
@@ -203,7 +203,7 @@ pub fn replay_config(conc: u32, secs: f64) -> ReplayConfig {
 }
 
 /// What one measured replay gave.
-pub struct Figures {
+pub(crate) struct Figures {
     /// Content chunks (streamed tokens) of profiling records.
     pub tokens: u64,
     pub requests: usize,
@@ -219,16 +219,16 @@ pub struct Figures {
 }
 
 impl Figures {
-    pub fn tokens_per_sec(&self) -> f64 {
+    pub(crate) fn tokens_per_sec(&self) -> f64 {
         self.tokens as f64 / self.secs
     }
 
-    pub fn cpu_us_per_token(&self) -> f64 {
+    pub(crate) fn cpu_us_per_token(&self) -> f64 {
         self.client_cpu * 1e6 / self.tokens.max(1) as f64
     }
 
     /// The mean input tokens (server count) of the profiling requests: what a request body carries.
-    pub fn mean_isl(&self) -> f64 {
+    pub(crate) fn mean_isl(&self) -> f64 {
         let (n, sum) = self
             .records
             .iter()
@@ -270,7 +270,7 @@ impl RssPeak {
 /// returns the replay's stop reason with whatever else it wants to hand back. The run must complete,
 /// and nothing but overflows and end-of-grace cancellations may fail.
 #[allow(clippy::too_many_arguments)]
-pub fn measure<T, F, Fut>(
+pub(crate) fn measure<T, F, Fut>(
     ds: &'static Dataset,
     synth: &'static PromptSynth,
     scenario: ScenarioInstance,
@@ -393,7 +393,7 @@ where
 }
 
 /// The bundled scenario component `name` (`guest-scenarios/dist/NAME`), instantiated.
-pub fn scenario(name: &str) -> ScenarioInstance {
+pub(crate) fn scenario(name: &str) -> ScenarioInstance {
     let engine = ScenarioEngine::new(Limits::default(), None).unwrap();
     let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("guest-scenarios/dist")
@@ -404,7 +404,11 @@ pub fn scenario(name: &str) -> ScenarioInstance {
 /// The single-stream (agentx-mvp) plan of `ds` at `conc` lanes, seed 42, starts drawn between
 /// `ratios` of each trace, think times off (every delay 0): the client is kept as busy as the lanes
 /// allow.
-pub fn mvp_plan(ds: &'static Dataset, conc: u32, ratios: (f64, f64)) -> (Plan, ScenarioInstance) {
+pub(crate) fn mvp_plan(
+    ds: &'static Dataset,
+    conc: u32,
+    ratios: (f64, f64),
+) -> (Plan, ScenarioInstance) {
     let mut inst = scenario("agentx-mvp.wasm");
     let params = PlanParams {
         concurrency: conc,
@@ -429,7 +433,7 @@ pub fn mvp_plan(ds: &'static Dataset, conc: u32, ratios: (f64, f64)) -> (Plan, S
 
 /// A measured single-stream replay (`replay::run`) of `plan` for `secs` of profiling.
 #[allow(clippy::too_many_arguments)]
-pub fn mvp_replay(
+pub(crate) fn mvp_replay(
     ds: &'static Dataset,
     synth: &'static PromptSynth,
     plan: Plan,
@@ -455,14 +459,14 @@ pub fn mvp_replay(
 }
 
 /// The header and a row of the cost table.
-pub fn cost_header() -> String {
+pub(crate) fn cost_header() -> String {
     format!(
         "{:>6} {:>10} {:>12} {:>12} {:>14} {:>12}",
         "conc", "requests", "tokens", "tokens/s", "client cpu s", "cpu us/token"
     )
 }
 
-pub fn cost_row(conc: u32, f: &Figures) -> String {
+pub(crate) fn cost_row(conc: u32, f: &Figures) -> String {
     format!(
         "{:>6} {:>10} {:>12} {:>12.0} {:>14.2} {:>12.2}",
         conc,

@@ -37,7 +37,7 @@ impl Mapped {
 
 /// Views `bytes` as `u32`s when it is 4-byte aligned and a whole number of `u32`s long.
 #[allow(unsafe_code)] // Reading a mapped entry's integers in place, without a copy.
-pub fn as_u32s(bytes: &[u8]) -> Option<&[u32]> {
+pub(crate) fn as_u32s(bytes: &[u8]) -> Option<&[u32]> {
     // SAFETY: every bit pattern is a valid u32, and the result is accepted only when `align_to` puts all
     // bytes in the aligned middle, so no byte is skipped or reinterpreted across the slice bounds.
     let (head, mid, tail) = unsafe { bytes.align_to::<u32>() };

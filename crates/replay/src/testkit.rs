@@ -48,7 +48,7 @@ pub(crate) struct Reply {
 
 impl Reply {
     /// 100 ms to the first token, then 4 more 10 ms apart: 140 ms in all.
-    pub fn ok() -> Reply {
+    pub(crate) fn ok() -> Reply {
         Reply {
             ttft: Duration::from_millis(100),
             itl: Duration::from_millis(10),
@@ -60,7 +60,7 @@ impl Reply {
     }
 
     /// A context overflow as vLLM words it, after `Reply::ok`'s TTFT.
-    pub fn overflow() -> Reply {
+    pub(crate) fn overflow() -> Reply {
         Reply {
             fail: Some((
                 400,
@@ -72,7 +72,7 @@ impl Reply {
         }
     }
 
-    pub fn panics() -> Reply {
+    pub(crate) fn panics() -> Reply {
         Reply {
             panic: true,
             ..Reply::ok()
@@ -90,7 +90,7 @@ pub(crate) struct Scripted {
 }
 
 impl Scripted {
-    pub fn new(script: impl Fn(&Call) -> Reply + Send + Sync + 'static) -> Scripted {
+    pub(crate) fn new(script: impl Fn(&Call) -> Reply + Send + Sync + 'static) -> Scripted {
         Scripted {
             script: Box::new(script),
             seen: Mutex::new((0, HashMap::new())),
@@ -100,7 +100,7 @@ impl Scripted {
 
     /// The correlation ids of the sessions the replay ended, in order (shared: read it after the
     /// transport moved into the replay).
-    pub fn ended(&self) -> Arc<Mutex<Vec<String>>> {
+    pub(crate) fn ended(&self) -> Arc<Mutex<Vec<String>>> {
         self.ended.clone()
     }
 }
@@ -278,7 +278,7 @@ pub(crate) struct Harness {
 }
 
 impl Harness {
-    pub fn inputs(
+    pub(crate) fn inputs(
         dataset: &'static Dataset,
         scenario: ScenarioInstance,
         transport: Scripted,
@@ -308,7 +308,7 @@ impl Harness {
     }
 
     /// Every record the replay sent, in the order sent.
-    pub fn records(self) -> Vec<RequestRecord> {
+    pub(crate) fn records(self) -> Vec<RequestRecord> {
         let path = self.sink.path().to_owned();
         self.sink.close().unwrap();
         drop(self.interrupt);

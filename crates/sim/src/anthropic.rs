@@ -39,7 +39,7 @@ fn error_type(status: u16) -> &'static str {
 }
 
 /// The error body in Anthropic's shape.
-pub fn error_body(e: &ApiError) -> String {
+pub(crate) fn error_body(e: &ApiError) -> String {
     let message = serde_json::to_string(&e.message).unwrap_or_else(|_| "\"\"".into());
     format!(
         r#"{{"type":"error","error":{{"type":"{}","message":{message}}}}}"#,
@@ -48,7 +48,7 @@ pub fn error_body(e: &ApiError) -> String {
 }
 
 /// A prompt of `prompt` tokens that does not fit beside `max_tokens` in `max_model_len`.
-pub fn context_overflow(max_model_len: u64, prompt: u64, max_tokens: u64) -> ApiError {
+pub(crate) fn context_overflow(max_model_len: u64, prompt: u64, max_tokens: u64) -> ApiError {
     ApiError {
         param: None,
         ..bad(format!(
@@ -61,7 +61,7 @@ pub fn context_overflow(max_model_len: u64, prompt: u64, max_tokens: u64) -> Api
 /// Parses and checks a Messages body into what the simulator uses; `block_size` is the prefix
 /// cache's block size. The system text comes first in the prompt, then each message's text blocks
 /// (string contents, `text` blocks, the text of `tool_result` blocks).
-pub fn parse(
+pub(crate) fn parse(
     body: &[u8],
     block_size: u32,
     counter: &TokenCounter,
@@ -193,7 +193,7 @@ fn blocks_text(field: &str, blocks: &[Value], add: &mut dyn FnMut(&str)) -> Resu
 }
 
 /// Anthropic's stop reason for the simulator's finish reason.
-pub fn stop_reason(finish_reason: &str) -> &'static str {
+pub(crate) fn stop_reason(finish_reason: &str) -> &'static str {
     match finish_reason {
         "length" => "max_tokens",
         _ => "end_turn",
@@ -219,7 +219,7 @@ fn event(out: &mut BytesMut, name: &str, data: &str) {
 }
 
 /// `message_start`, the text block's start and a `ping`.
-pub fn write_start(out: &mut BytesMut, ident: &Ident, usage: &Usage) {
+pub(crate) fn write_start(out: &mut BytesMut, ident: &Ident, usage: &Usage) {
     let start = format!(
         r#"{{"type":"message_start","message":{{"id":"{}","type":"message","role":"assistant","model":"{}","content":[],"stop_reason":null,"stop_sequence":null,"usage":{}}}}}"#,
         ident.id_json,
@@ -236,15 +236,15 @@ pub fn write_start(out: &mut BytesMut, ident: &Ident, usage: &Usage) {
 }
 
 /// The head of a text delta, up to its text's first character.
-pub const DELTA_OPEN: &[u8] = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"";
+pub(crate) const DELTA_OPEN: &[u8] = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"";
 /// The end of a text delta.
-pub const DELTA_CLOSE: &[u8] = b"\"}}\n\n";
+pub(crate) const DELTA_CLOSE: &[u8] = b"\"}}\n\n";
 /// A delta cut short (`--malformed-rate`): its JSON never closes.
-pub const DELTA_MALFORMED: &[u8] =
+pub(crate) const DELTA_MALFORMED: &[u8] =
     b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"del\n\n";
 
 /// `content_block_stop` and `message_delta` with the stop reason and the output tokens.
-pub fn write_end(out: &mut BytesMut, finish_reason: &str, usage: &Usage) {
+pub(crate) fn write_end(out: &mut BytesMut, finish_reason: &str, usage: &Usage) {
     event(
         out,
         "content_block_stop",
@@ -259,12 +259,17 @@ pub fn write_end(out: &mut BytesMut, finish_reason: &str, usage: &Usage) {
 }
 
 /// `message_stop`.
-pub fn write_stop(out: &mut BytesMut) {
+pub(crate) fn write_stop(out: &mut BytesMut) {
     event(out, "message_stop", r#"{"type":"message_stop"}"#);
 }
 
 /// The one-shot (`stream: false`) message.
-pub fn message_json(ident: &Ident, text: &str, finish_reason: &str, usage: &Usage) -> Vec<u8> {
+pub(crate) fn message_json(
+    ident: &Ident,
+    text: &str,
+    finish_reason: &str,
+    usage: &Usage,
+) -> Vec<u8> {
     let content = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into());
     format!(
         r#"{{"id":"{}","type":"message","role":"assistant","model":"{}","content":[{{"type":"text","text":{content}}}],"stop_reason":"{}","stop_sequence":null,"usage":{}}}"#,

@@ -28,7 +28,7 @@ struct State {
 
 /// One data-parallel engine.
 #[derive(Debug)]
-pub struct Engine {
+pub(crate) struct Engine {
     seqs: Arc<Semaphore>,
     state: Mutex<State>,
     /// Signalled whenever a running request releases its KV tokens.
@@ -39,7 +39,7 @@ pub struct Engine {
 
 /// What admission decided for a request.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     pub running: Running,
     pub cached_tokens: u64,
     /// Modelled compute time of the prefill (0 with `Timing::Instant`).
@@ -52,7 +52,7 @@ pub struct Admission {
 
 /// Held while a request runs; dropping it releases the request's slot and KV tokens.
 #[derive(Debug)]
-pub struct Running {
+pub(crate) struct Running {
     pub engine: Arc<Engine>,
     _permit: Option<OwnedSemaphorePermit>,
     kv_tokens: u64,
@@ -61,13 +61,13 @@ pub struct Running {
 impl Running {
     /// Account `n` more KV tokens (generated tokens) to this request.
     #[inline]
-    pub fn add_kv(&mut self, n: u64) {
+    pub(crate) fn add_kv(&mut self, n: u64) {
         self.kv_tokens += n;
         self.engine.metrics.kv_tokens.fetch_add(n, Relaxed);
     }
 
     /// Whether the engine's KV tokens exceed its capacity (a decode step would need preemption).
-    pub fn kv_over_capacity(&self) -> bool {
+    pub(crate) fn kv_over_capacity(&self) -> bool {
         self.engine.metrics.kv_tokens.load(Relaxed) > self.engine.kv_capacity
     }
 }
@@ -99,7 +99,7 @@ impl Drop for Waiting<'_> {
 
 impl Engine {
     /// A fresh engine for `config`.
-    pub fn new(config: &SimConfig) -> Engine {
+    pub(crate) fn new(config: &SimConfig) -> Engine {
         Engine {
             seqs: Arc::new(Semaphore::new(config.max_num_seqs as usize)),
             state: Mutex::new(State {
@@ -115,7 +115,7 @@ impl Engine {
     /// Queue the request until it may run, then look up its prefix and plan its prefill.
     ///
     /// `blocks` are the prompt's chained block hashes, `arrival` when the request arrived.
-    pub async fn admit(
+    pub(crate) async fn admit(
         self: &Arc<Self>,
         timing: &Timing,
         prompt_tokens: u64,

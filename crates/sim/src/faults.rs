@@ -16,7 +16,7 @@ use super::stream::StreamFaults;
 
 /// The faults that hit one request.
 #[derive(Debug, Clone, Default)]
-pub struct FaultPlan {
+pub(crate) struct FaultPlan {
     /// Answer with this status (500 or 503) instead of a completion.
     pub fail: Option<u16>,
     /// Where the response is cut, stalled or corrupted (token indices).
@@ -24,7 +24,7 @@ pub struct FaultPlan {
 }
 
 /// Decide the faults of a request with `total_tokens` to generate.
-pub fn plan(f: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
+pub(crate) fn plan(f: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
     let mut rng = ChaCha8Rng::seed_from_u64(f.seed ^ key);
     let last = total_tokens.saturating_sub(1);
     // Always draw every number, so each decision is independent of the other rates: first the five

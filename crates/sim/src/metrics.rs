@@ -66,7 +66,7 @@ const REQUEST_LATENCY_BUCKETS: &[f64] = &[
 
 /// A histogram with fixed upper bounds, in integer units (nanoseconds or tokens).
 #[derive(Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Upper bounds in the histogram's unit.
     bounds: Vec<u64>,
     /// The same bounds as printed in `le`.
@@ -95,7 +95,7 @@ impl Histogram {
 
     /// Record `n` observations of `value` units.
     #[inline]
-    pub fn observe_n(&self, value: u64, n: u64) {
+    pub(crate) fn observe_n(&self, value: u64, n: u64) {
         if n == 0 {
             return;
         }
@@ -105,13 +105,13 @@ impl Histogram {
     }
 
     /// Observations so far.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Relaxed)).sum()
     }
 
     /// Record one duration (for histograms in seconds).
     #[inline]
-    pub fn observe_duration(&self, d: Duration) {
+    pub(crate) fn observe_duration(&self, d: Duration) {
         self.observe_n(d.as_nanos().min(u64::MAX as u128) as u64, 1);
     }
 }
@@ -138,7 +138,7 @@ fn one_two_five(max: u64) -> Vec<f64> {
 
 /// The counters, gauges and histograms of one engine.
 #[derive(Debug)]
-pub struct EngineMetrics {
+pub(crate) struct EngineMetrics {
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
     pub prefix_cache_queries: AtomicU64,
@@ -161,7 +161,7 @@ pub struct EngineMetrics {
 
 impl EngineMetrics {
     /// Empty metrics for an engine with the given context length.
-    pub fn new(max_model_len: u64) -> EngineMetrics {
+    pub(crate) fn new(max_model_len: u64) -> EngineMetrics {
         let lens = one_two_five(max_model_len);
         EngineMetrics {
             prompt_tokens: AtomicU64::new(0),
@@ -192,7 +192,7 @@ type HistogramOf = fn(&EngineMetrics) -> &Histogram;
 type ValueOf<'a> = dyn Fn(&EngineMetrics) -> f64 + 'a;
 
 /// What `/metrics` needs to know about the deployment besides the numbers.
-pub struct Exposition<'a> {
+pub(crate) struct Exposition<'a> {
     pub model: &'a str,
     pub block_size: u32,
     pub capacity_tokens: u64,
@@ -237,7 +237,7 @@ fn sample(out: &mut String, name: &str, labels: &str, extra: &str, v: f64) {
 }
 
 /// Render the Prometheus text exposition of every engine, under the names `x.names` chooses.
-pub fn render(x: &Exposition<'_>) -> String {
+pub(crate) fn render(x: &Exposition<'_>) -> String {
     let mut out = String::with_capacity(16 << 10);
     match x.names {
         MetricNames::Vllm => vllm(&mut out, x),

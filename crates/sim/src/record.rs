@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use agentx_tokens::TokenCounter;
 
 /// The headers a line keeps (lowercase), when the request carries them.
-pub const LOGGED_HEADERS: [&str; 8] = [
+pub(crate) const LOGGED_HEADERS: [&str; 8] = [
     "x-request-id",
     "x-correlation-id",
     "x-session-affinity",
@@ -34,7 +34,7 @@ pub const LOGGED_HEADERS: [&str; 8] = [
 ];
 
 /// The open request log.
-pub struct RequestLog {
+pub(crate) struct RequestLog {
     path: PathBuf,
     file: Mutex<File>,
     started: tokio::time::Instant,
@@ -49,7 +49,7 @@ impl std::fmt::Debug for RequestLog {
 }
 
 /// What the server knows of a request when it logs it.
-pub struct Arrival {
+pub(crate) struct Arrival {
     /// The request's number (1 for the first chat request).
     pub seq: u64,
     /// The connection it came on (0 for the first accepted).
@@ -62,7 +62,7 @@ pub struct Arrival {
 
 impl RequestLog {
     /// Creates (or truncates) the log at `path`.
-    pub fn create(path: &Path) -> std::io::Result<RequestLog> {
+    pub(crate) fn create(path: &Path) -> std::io::Result<RequestLog> {
         let file = File::create(path)?;
         Ok(RequestLog {
             path: path.to_owned(),
@@ -73,7 +73,7 @@ impl RequestLog {
 
     /// Appends the line of one request whose body is `body`. A write error is reported once per
     /// request as a warning; the request is served regardless.
-    pub fn log(&self, arrival: &Arrival, body: &[u8], counter: &TokenCounter) {
+    pub(crate) fn log(&self, arrival: &Arrival, body: &[u8], counter: &TokenCounter) {
         let mut line = describe(arrival, self.started, body, counter).to_string();
         line.push('\n');
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
@@ -90,7 +90,7 @@ fn unix_ns_now() -> u64 {
 }
 
 /// The cache-bust marker at the start of `text` (`[rid:` … `]`), if any.
-pub fn marker(text: &str) -> Option<&str> {
+pub(crate) fn marker(text: &str) -> Option<&str> {
     let rest = text.trim_start();
     if !rest.starts_with("[rid:") {
         return None;

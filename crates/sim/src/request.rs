@@ -12,7 +12,7 @@ use agentx_tokens::TokenCounter;
 
 /// The API a request came in (its path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub(crate) enum Api {
     /// `POST /v1/chat/completions`.
     Chat,
     /// `POST /v1/messages` ([`super::anthropic`]).
@@ -60,7 +60,7 @@ impl ApiError {
 
 /// A validated chat completion request, reduced to what the simulator uses.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ChatRequest {
+pub(crate) struct ChatRequest {
     /// `model`, if given.
     pub model: Option<String>,
     /// `stream`.
@@ -126,7 +126,7 @@ fn opt_positive_int(obj: &Map<String, Value>, field: &str) -> Result<Option<u64>
 }
 
 /// Parse and validate a chat completion body; `block_size` is the prefix cache's block size.
-pub fn parse_chat(
+pub(crate) fn parse_chat(
     body: &[u8],
     block_size: u32,
     counter: &TokenCounter,

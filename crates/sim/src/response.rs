@@ -5,7 +5,7 @@ use bytes::BytesMut;
 
 /// The identity of a response, shared by all its chunks.
 #[derive(Debug, Clone)]
-pub struct Ident {
+pub(crate) struct Ident {
     /// `chatcmpl-...`, already a JSON string literal body (escaped, without quotes).
     pub id_json: String,
     /// The model name as a JSON string literal body.
@@ -16,7 +16,7 @@ pub struct Ident {
 
 impl Ident {
     /// Build from raw strings, escaping them for JSON once.
-    pub fn new(id: &str, model: &str, created: u64) -> Ident {
+    pub(crate) fn new(id: &str, model: &str, created: u64) -> Ident {
         let esc = |s: &str| {
             let q = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
             q[1..q.len() - 1].to_string()
@@ -31,7 +31,7 @@ impl Ident {
 
 /// Usage numbers reported at the end of a response.
 #[derive(Debug, Clone, Copy)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cached_tokens: u64,

@@ -42,7 +42,7 @@ use agentx_protocol::headers::{RECEIVED_HEADER, RESPONSE_START_HEADER};
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// State shared by every connection of one server.
-pub struct Shared {
+pub(crate) struct Shared {
     pub config: SimConfig,
     pub engines: Vec<Arc<Engine>>,
     /// Chat completion requests received (numbering for ids, faults and `stop_after`).
@@ -96,7 +96,7 @@ const SESSION_KEYS: [&str; 5] = [
 
 impl Shared {
     /// Fresh state for `config` (already validated), logging requests to `request_log` if given.
-    pub fn new(config: SimConfig, request_log: Option<RequestLog>) -> Shared {
+    pub(crate) fn new(config: SimConfig, request_log: Option<RequestLog>) -> Shared {
         let engines = (0..config.engines)
             .map(|_| Arc::new(Engine::new(&config)))
             .collect();
@@ -115,7 +115,7 @@ impl Shared {
     }
 
     /// The Prometheus text of every engine.
-    pub fn metrics_text(&self) -> String {
+    pub(crate) fn metrics_text(&self) -> String {
         let engines: Vec<&EngineMetrics> = self.engines.iter().map(|e| &e.metrics).collect();
         metrics::render(&Exposition {
             model: &self.config.model,
@@ -127,12 +127,12 @@ impl Shared {
     }
 
     /// Chat completion requests received so far.
-    pub fn chat_requests(&self) -> u64 {
+    pub(crate) fn chat_requests(&self) -> u64 {
         self.chat_requests.load(Relaxed)
     }
 
     /// The recorded chat requests so far (empty unless `record_headers` is on).
-    pub fn received(&self) -> Vec<Received> {
+    pub(crate) fn received(&self) -> Vec<Received> {
         self.received.lock().expect("received lock").clone()
     }
 
@@ -156,7 +156,7 @@ impl Shared {
 }
 
 /// A response body: a whole buffer or a token stream.
-pub enum SimBody {
+pub(crate) enum SimBody {
     Full(Option<Bytes>),
     Stream(Box<TokenStream>),
 }
@@ -193,7 +193,7 @@ impl Body for SimBody {
 
 /// Why a request gets no answer: hyper closes its connection.
 #[derive(Debug, thiserror::Error)]
-pub enum Dropped {
+pub(crate) enum Dropped {
     #[error("connection closed: the server stopped accepting after {0} requests (--stop-after)")]
     StopAfter(u64),
     #[error("connection closed: the engine died at request {0} (--die-at-request)")]
@@ -232,7 +232,7 @@ fn api_error(e: &ApiError, api: Api) -> Response<SimBody> {
 }
 
 /// Route one request.
-pub async fn handle(
+pub(crate) async fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,
 ) -> Result<Response<SimBody>, Dropped> {
@@ -721,7 +721,7 @@ async fn one_shot(
 }
 
 /// Accept connections until shutdown, then drain them for at most [`SHUTDOWN_GRACE`].
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,

@@ -30,7 +30,7 @@ use super::request::Api;
 use super::response::{Ident, Usage};
 
 /// Flush a frame once this much is buffered, so one slow client never buffers a whole answer.
-pub const FLUSH_BYTES: usize = 16 << 10;
+pub(crate) const FLUSH_BYTES: usize = 16 << 10;
 
 /// How long a stream about to be reset waits for its last chunks to be flushed.
 const RESET_FLUSH: Duration = Duration::from_millis(20);
@@ -48,22 +48,22 @@ const VOCAB: [&str; 64] = [
 
 /// A deterministic word sequence: uniform draws from [`VOCAB`] by a ChaCha8 stream over a seed.
 #[derive(Debug)]
-pub struct Words(ChaCha8Rng);
+pub(crate) struct Words(ChaCha8Rng);
 
 impl Words {
     /// The sequence for `seed`.
-    pub fn new(seed: u64) -> Words {
+    pub(crate) fn new(seed: u64) -> Words {
         Words(ChaCha8Rng::seed_from_u64(seed))
     }
 
     /// The next word.
     #[inline]
-    pub fn next_word(&mut self) -> &'static str {
+    pub(crate) fn next_word(&mut self) -> &'static str {
         VOCAB[self.0.random_range(..VOCAB.len())]
     }
 
     /// `n` words joined by single spaces.
-    pub fn text(&mut self, n: u64) -> String {
+    pub(crate) fn text(&mut self, n: u64) -> String {
         let mut s = String::with_capacity(n as usize * 7);
         for i in 0..n {
             if i > 0 {
@@ -77,7 +77,7 @@ impl Words {
 
 /// How the decode steps of one stream are timed.
 #[derive(Debug, Clone)]
-pub enum Pace {
+pub(crate) enum Pace {
     /// No delays, no clock reads.
     Instant,
     /// Constant inter-token latency.
@@ -92,7 +92,7 @@ pub enum Pace {
 
 /// Fault points of one stream, as token indices.
 #[derive(Debug, Clone, Default)]
-pub struct StreamFaults {
+pub(crate) struct StreamFaults {
     /// Cut the connection once this many tokens have been sent.
     pub reset_after: Option<u64>,
     /// Pause for `stall` before this token.
@@ -114,7 +114,7 @@ enum Stage {
 
 /// Everything a stream needs at construction.
 #[derive(Debug)]
-pub struct StreamPlan {
+pub(crate) struct StreamPlan {
     /// The events' shape.
     pub api: Api,
     pub running: Running,
@@ -132,7 +132,7 @@ pub struct StreamPlan {
 }
 
 /// The SSE body of a streamed chat completion.
-pub struct TokenStream {
+pub(crate) struct TokenStream {
     api: Api,
     ident: Ident,
     running: Running,
@@ -165,7 +165,7 @@ const EVENT_END: &[u8] = b"\n\n";
 
 impl TokenStream {
     /// Start a stream from its plan.
-    pub fn new(plan: StreamPlan) -> TokenStream {
+    pub(crate) fn new(plan: StreamPlan) -> TokenStream {
         let head = format!(
             r#"data: {{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","#,
             plan.ident.id_json, plan.ident.created, plan.ident.model_json
@@ -469,7 +469,12 @@ impl Body for TokenStream {
 }
 
 /// The one-shot (`stream: false`) completion object, as vLLM serialises it.
-pub fn completion_json(ident: &Ident, text: &str, finish_reason: &str, usage: &Usage) -> Vec<u8> {
+pub(crate) fn completion_json(
+    ident: &Ident,
+    text: &str,
+    finish_reason: &str,
+    usage: &Usage,
+) -> Vec<u8> {
     let content = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into());
     let mut out = BytesMut::with_capacity(text.len() + 512);
     out.extend_from_slice(

@@ -36,7 +36,7 @@ fn keep<K: PartialEq, T, E>(
 }
 
 /// The kept dataset with `ds`'s content (its cache key) and source, or `ds` kept from now on.
-pub fn dataset(ds: Dataset) -> &'static Dataset {
+pub(super) fn dataset(ds: Dataset) -> &'static Dataset {
     let id = (
         ds.cache_key(),
         ds.source_path().to_owned(),
@@ -46,7 +46,7 @@ pub fn dataset(ds: Dataset) -> &'static Dataset {
 }
 
 /// The kept synthesizer equal to `synth`, or `synth` kept from now on.
-pub fn synth(synth: PromptSynth) -> &'static PromptSynth {
+pub(super) fn synth(synth: PromptSynth) -> &'static PromptSynth {
     keep(&SYNTHS, synth.clone(), || {
         Ok::<_, std::convert::Infallible>(synth)
     })
@@ -54,7 +54,7 @@ pub fn synth(synth: PromptSynth) -> &'static PromptSynth {
 }
 
 /// The kept session trees of the dataset `key` under `basis`, opened by `open` the first time.
-pub fn corpus(
+pub(super) fn corpus(
     key: CacheKey,
     basis: Option<NestedBasis>,
     open: impl FnOnce() -> anyhow::Result<TreeCorpus>,

@@ -414,7 +414,7 @@ impl Prepared {
     /// `environment`, `demo`, `scenario` (the component filled or changed it) or `host default`
     /// (a component of an earlier world does not answer it). Shown by `--dry-run --json` and kept
     /// in the manifest.
-    pub fn applied_settings(&self) -> serde_json::Value {
+    pub(super) fn applied_settings(&self) -> serde_json::Value {
         let s = &self.settings;
         let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
         let inf = |d: Option<std::time::Duration>| match d {

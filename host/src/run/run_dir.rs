@@ -35,7 +35,7 @@ pub(super) struct RunDir {
 impl RunDir {
     /// Opens the directory (only now that every check passed), starts the record sink (returned
     /// beside it) and the clock, and writes the manifest before the first request.
-    pub fn open(
+    pub(super) fn open(
         cfg: &RunConfig,
         p: &Prepared,
         planned: &Planned,
@@ -93,7 +93,7 @@ impl RunDir {
 
     /// An artifact directory a run left (a run finished afterwards by [`super::finalize`]), with
     /// its manifest as read and the run's clock rebuilt from the recorded start.
-    pub fn reopen(dir: &std::path::Path, manifest: Manifest) -> anyhow::Result<RunDir> {
+    pub(super) fn reopen(dir: &std::path::Path, manifest: Manifest) -> anyhow::Result<RunDir> {
         let art = Root::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
         Ok(RunDir {
             run_dir: dir.to_path_buf(),
@@ -108,7 +108,7 @@ impl RunDir {
     /// What the replay calls when profiling begins: the manifest is rewritten with the start
     /// (from a thread of its own: the scheduler does not wait on the disk), so a run killed later
     /// keeps its profiling window. [`RunDir::profiling_noted`] waits for the write.
-    pub fn on_profiling(&self) -> Box<dyn FnOnce(u64) + Send> {
+    pub(super) fn on_profiling(&self) -> Box<dyn FnOnce(u64) + Send> {
         let mut m = self.manifest.clone();
         let out = self.out.clone();
         let noting = self.noting.clone();
@@ -135,7 +135,7 @@ impl RunDir {
     }
 
     /// Waits until the manifest's profiling rewrite is on disk (before the run's own last write).
-    pub fn profiling_noted(&self) {
+    pub(super) fn profiling_noted(&self) {
         let h = self.noting.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = h {
             let _ = h.join();
@@ -143,7 +143,7 @@ impl RunDir {
     }
 
     /// Writes the manifest as it stands (atomically: readers see the old or the new one).
-    pub fn write_manifest(&self) -> anyhow::Result<()> {
+    pub(super) fn write_manifest(&self) -> anyhow::Result<()> {
         self.art
             .write_atomic(MANIFEST_FILE, self.manifest.to_json_pretty().as_bytes())
             .with_context(|| format!("cannot write {}", self.out.join(MANIFEST_FILE).display()))?;

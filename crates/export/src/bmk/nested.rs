@@ -40,7 +40,7 @@ use agentx_record::dist::{self, Deviation};
 pub const RESULT_SCHEMA_VERSION: u64 = 1;
 
 /// The statistics of every nested distribution.
-pub const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
+pub(super) const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
 
 /// Labels kept when listing a metric series' source (InferenceX's per-source list).
 const SOURCE_LABELS: [&str; 5] = [
@@ -52,7 +52,7 @@ const SOURCE_LABELS: [&str; 5] = [
 ];
 
 /// Rounds every non-integer number to 5 decimals, in place.
-pub fn round5(v: &mut Value) {
+pub(super) fn round5(v: &mut Value) {
     match v {
         Value::Number(n) if n.is_f64() => {
             if let Some(x) = n.as_f64() {
@@ -88,7 +88,7 @@ fn mean_std(v: &[f64]) -> (f64, f64) {
 }
 
 /// `{mean, p50, p75, p90, p95, std}` of a sample (population std, linear percentiles).
-pub fn dist(values: &[f64]) -> Value {
+pub(super) fn dist(values: &[f64]) -> Value {
     if values.is_empty() {
         return null_dist();
     }
@@ -101,7 +101,7 @@ pub fn dist(values: &[f64]) -> Value {
 
 /// Interactivity from per-request times per token (s): `pXX = 1 / pXX(time)` (the slow tail),
 /// `mean` and `std` over the per-request reciprocals. Non-positive times are left out.
-pub fn inverse_dist(times: &[f64]) -> Value {
+pub(super) fn inverse_dist(times: &[f64]) -> Value {
     let mut v: Vec<f64> = times.iter().copied().filter(|x| *x > 0.0).collect();
     if v.is_empty() {
         return null_dist();
@@ -114,7 +114,7 @@ pub fn inverse_dist(times: &[f64]) -> Value {
 }
 
 /// The full-response ITL of a record (s): aiperf's figure, else `(E2EL - TTFT) / (OSL - 1)`.
-pub fn full_response_itl(x: &ProfileRecord) -> Option<f64> {
+pub(super) fn full_response_itl(x: &ProfileRecord) -> Option<f64> {
     if let Some(v) = x.full_response_itl_s {
         return Some(v);
     }
