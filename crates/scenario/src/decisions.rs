@@ -1,5 +1,5 @@
 //! What a scenario decides beyond its settings ([`Decisions`], with what a component of an earlier
-//! world stands for), the settings a 0.3.0 component must answer ([`REPLAY_SETTINGS`]), and the
+//! world stands for), the settings a 0.3.0 component must answer ([`super::REPLAY_SETTINGS`]), and the
 //! coverage its validity sees ([`TreeCoverage`]).
 
 use super::World;
@@ -34,7 +34,7 @@ pub struct Decisions {
     pub discover_model: bool,
     /// The warmup rows' `phase_name` in the exports; `None`: no name.
     pub warmup_phase_name: Option<String>,
-    /// The component answered every replay setting ([`REPLAY_SETTINGS`]); the host then has no
+    /// The component answered every replay setting ([`super::REPLAY_SETTINGS`]); the host then has no
     /// default of its own for them.
     pub decides_settings: bool,
 }
@@ -55,33 +55,6 @@ impl Decisions {
         }
     }
 }
-
-/// The settings that shape a replay, which a 0.3.0 component must decide (`wit/v0.3`).
-pub const REPLAY_SETTINGS: [&str; 23] = [
-    "concurrency",
-    "benchmark-duration",
-    "benchmark-grace-period",
-    "trajectory-start-min-ratio",
-    "trajectory-start-max-ratio",
-    "cache-bust",
-    "inter-turn-delay-cap-seconds",
-    "use-think-time-only",
-    "ignore-trace-delays",
-    "ignore-eos",
-    "unsafe-override",
-    "context-overflow-rate-limit",
-    "failed-request-threshold",
-    "warmup-requests-per-lane",
-    "agentic-cache-warmup-duration",
-    "warmup-grace-period",
-    "trace-idle-gap-cap-seconds",
-    "system-idle-gap-cap-seconds",
-    "burst-phase-starts",
-    "num-dataset-entries",
-    "slice-duration",
-    "use-server-token-count",
-    "stats-interval",
-];
 
 /// The profiling phase's configured seconds and the shares of it the TTFT, ITL and streamed
 /// content timelines cover (none when they could not be computed).

@@ -2,6 +2,7 @@
 //! source), the client's configuration, the graces and intervals; every value checked where it is
 //! given, each error naming the flag or variable and how to fix it.
 
+use crate::scenario::ReplaySetting;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Duration;
@@ -49,15 +50,18 @@ const DEFAULT_GRACE_S: u64 = 30;
 
 /// The environment a scenario may default, as the settings it sees: `(setting, variable after the
 /// AGENTX_/AIPERF_ prefix)`.
-const ENV_SETTINGS: [(&str, &str); 4] = [
-    ("http-tcp-user-timeout", "HTTP_TCP_USER_TIMEOUT"),
-    ("ui-realtime-metrics-enabled", "UI_REALTIME_METRICS_ENABLED"),
+const ENV_SETTINGS: [(ReplaySetting, &str); 4] = [
+    (ReplaySetting::HttpTcpUserTimeout, "HTTP_TCP_USER_TIMEOUT"),
     (
-        "dataset-configuration-timeout",
+        ReplaySetting::UiRealtimeMetricsEnabled,
+        "UI_REALTIME_METRICS_ENABLED",
+    ),
+    (
+        ReplaySetting::DatasetConfigurationTimeout,
         "DATASET_CONFIGURATION_TIMEOUT",
     ),
     (
-        "service-profile-configure-timeout",
+        ReplaySetting::ServiceProfileConfigureTimeout,
         "SERVICE_PROFILE_CONFIGURE_TIMEOUT",
     ),
 ];
@@ -249,17 +253,20 @@ struct Given {
 impl Given {
     /// A setting: explicit ones are the user's (a flag, or the variables that set the overflow
     /// rule), the others a demo's.
-    fn put(&mut self, name: &str, value: Value, explicit: bool) {
+    fn put(&mut self, name: ReplaySetting, value: Value, explicit: bool) {
         let source = match (explicit, name) {
             (false, _) => "demo",
-            (true, "context-overflow-substrings" | "context-overflow-rate-limit") => "environment",
+            (
+                true,
+                ReplaySetting::ContextOverflowSubstrings | ReplaySetting::ContextOverflowRateLimit,
+            ) => "environment",
             (true, _) => "flag",
         };
         if explicit || self.demo {
-            self.sources.push((name.to_string(), source));
+            self.sources.push((name.name().to_string(), source));
         }
         self.settings.push(Setting {
-            name: name.to_string(),
+            name: name.name().to_string(),
             value,
             explicit,
         })
@@ -351,7 +358,7 @@ fn given(
         demo,
         ..Given::default()
     };
-    let mut put = |name: &str, value: Value, explicit: bool| g.put(name, value, explicit);
+    let mut put = |name: ReplaySetting, value: Value, explicit: bool| g.put(name, value, explicit);
     let mut concurrency_list = None;
     match &a.concurrency {
         Some(c) => {
@@ -362,18 +369,22 @@ fn given(
             if list.len() > 1 {
                 concurrency_list = Some(c.clone());
             }
-            put("concurrency", Value::Integers(list), true);
+            put(ReplaySetting::Concurrency, Value::Integers(list), true);
         }
         None if demo => put(
-            "concurrency",
+            ReplaySetting::Concurrency,
             Value::Integers(vec![DEMO_CONCURRENCY]),
             false,
         ),
         None => {}
     }
     match a.benchmark_duration {
-        Some(d) => put("benchmark-duration", Value::Number(d), true),
-        None if demo => put("benchmark-duration", Value::Number(DEMO_DURATION_S), false),
+        Some(d) => put(ReplaySetting::BenchmarkDuration, Value::Number(d), true),
+        None if demo => put(
+            ReplaySetting::BenchmarkDuration,
+            Value::Number(DEMO_DURATION_S),
+            false,
+        ),
         None => {}
     }
     if let Some(seed) = a.random_seed {
@@ -383,64 +394,88 @@ fn given(
                 i64::MAX
             );
         }
-        put("random-seed", Value::Integer(seed as i64), true);
+        put(ReplaySetting::RandomSeed, Value::Integer(seed as i64), true);
     }
     let unsafe_override = a.unsafe_override || demo;
     put(
-        "unsafe-override",
+        ReplaySetting::UnsafeOverride,
         Value::Flag(unsafe_override),
         a.unsafe_override,
     );
     if let Some(x) = a.trajectory_start_min_ratio {
-        put("trajectory-start-min-ratio", Value::Number(x), true);
+        put(
+            ReplaySetting::TrajectoryStartMinRatio,
+            Value::Number(x),
+            true,
+        );
     }
     if let Some(x) = a.trajectory_start_max_ratio {
-        put("trajectory-start-max-ratio", Value::Number(x), true);
+        put(
+            ReplaySetting::TrajectoryStartMaxRatio,
+            Value::Number(x),
+            true,
+        );
     }
-    put("loader", Value::Text(loader.to_string()), true);
+    put(ReplaySetting::Loader, Value::Text(loader.to_string()), true);
     // The corpus by name, for scenarios that allow some public corpora and not others.
     if let DatasetSource::Spec(spec) = dataset {
         if let Some(alias) = dataset::alias::lookup(spec).filter(|_| loader != "weka_trace") {
-            put("public-dataset", Value::Text(alias.name.to_string()), true);
+            put(
+                ReplaySetting::PublicDataset,
+                Value::Text(alias.name.to_string()),
+                true,
+            );
         }
     }
     if let Some(t) = &a.cache_bust {
-        put("cache-bust", Value::Text(t.clone()), true);
+        put(ReplaySetting::CacheBust, Value::Text(t.clone()), true);
     }
     if let Some(c) = a.inter_turn_delay_cap_seconds {
-        put("inter-turn-delay-cap-seconds", Value::Number(c), true);
+        put(
+            ReplaySetting::InterTurnDelayCapSeconds,
+            Value::Number(c),
+            true,
+        );
     }
     if let Some(c) = a.system_idle_gap_cap_seconds {
-        put("system-idle-gap-cap-seconds", Value::Number(c), true);
+        put(
+            ReplaySetting::SystemIdleGapCapSeconds,
+            Value::Number(c),
+            true,
+        );
     }
     if let Some(b) = a.use_think_time_only {
-        put("use-think-time-only", Value::Flag(b), true);
+        put(ReplaySetting::UseThinkTimeOnly, Value::Flag(b), true);
     }
     if a.ignore_trace_delays {
-        put("ignore-trace-delays", Value::Flag(true), true);
+        put(ReplaySetting::IgnoreTraceDelays, Value::Flag(true), true);
     }
     if let Some(x) = a.synthesis_max_isl {
-        put("synthesis-max-isl", Value::Integer(x), true);
+        put(ReplaySetting::SynthesisMaxIsl, Value::Integer(x), true);
     }
     if let Some(x) = a.request_rate {
-        put("request-rate", Value::Number(x), true);
+        put(ReplaySetting::RequestRate, Value::Number(x), true);
     }
     if let Some(x) = &a.arrival_pattern {
-        put("arrival-pattern", Value::Text(x.clone()), true);
+        put(ReplaySetting::ArrivalPattern, Value::Text(x.clone()), true);
     }
     if let Some(x) = a.user_centric_rate {
-        put("user-centric-rate", Value::Number(x), true);
+        put(ReplaySetting::UserCentricRate, Value::Number(x), true);
     }
     if let Some(x) = a.request_rate_ramp_duration {
-        put("request-rate-ramp-duration", Value::Number(x), true);
+        put(
+            ReplaySetting::RequestRateRampDuration,
+            Value::Number(x),
+            true,
+        );
     }
     if a.fixed_schedule {
-        put("fixed-schedule", Value::Flag(true), true);
+        put(ReplaySetting::FixedSchedule, Value::Flag(true), true);
     }
     arrival_settings(a, &mut put)?;
     if let Some((_, v)) = extra.iter().find(|(k, _)| k == "ignore_eos") {
         match v.as_bool() {
-            Some(b) => put("ignore-eos", Value::Flag(b), true),
+            Some(b) => put(ReplaySetting::IgnoreEos, Value::Flag(b), true),
             None => bail!("--extra-inputs ignore_eos:{v} is not true or false"),
         }
     }
@@ -456,7 +491,7 @@ fn given(
         };
         tracing::info!("{k} sets the context-overflow phrases");
         put(
-            "context-overflow-substrings",
+            ReplaySetting::ContextOverflowSubstrings,
             Value::Texts(list.clone()),
             true,
         );
@@ -467,7 +502,11 @@ fn given(
             .trim()
             .parse()
             .map_err(|_| anyhow!("{k}={v:?} is not a fraction; use e.g. 0.01"))?;
-        put("context-overflow-rate-limit", Value::Number(x), true);
+        put(
+            ReplaySetting::ContextOverflowRateLimit,
+            Value::Number(x),
+            true,
+        );
     }
 
     g.concurrency_list = concurrency_list;
@@ -477,13 +516,16 @@ fn given(
 
 /// The open-loop session arrival flags, checked where they are given (the scenario decides whether
 /// it allows them, and their defaults).
-fn arrival_settings(a: &RunArgs, put: &mut impl FnMut(&str, Value, bool)) -> anyhow::Result<()> {
+fn arrival_settings(
+    a: &RunArgs,
+    put: &mut impl FnMut(ReplaySetting, Value, bool),
+) -> anyhow::Result<()> {
     use crate::replay::arrivals::Pattern;
     if let Some(r) = a.session_arrival_rate {
         if !(r.is_finite() && r > 0.0) {
             bail!("--session-arrival-rate {r} is not a positive number of sessions per second; pass e.g. --session-arrival-rate 0.5");
         }
-        put("session-arrival-rate", Value::Number(r), true);
+        put(ReplaySetting::SessionArrivalRate, Value::Number(r), true);
     }
     if let Some(p) = &a.session_arrival_pattern {
         let Some(pattern) = Pattern::parse(p) else {
@@ -493,7 +535,7 @@ fn arrival_settings(a: &RunArgs, put: &mut impl FnMut(&str, Value, bool)) -> any
             bail!("--session-arrival-pattern {p} needs --session-arrival-rate: pass e.g. --session-arrival-rate 0.5");
         }
         put(
-            "session-arrival-pattern",
+            ReplaySetting::SessionArrivalPattern,
             Value::Text(pattern.name().to_string()),
             true,
         );
@@ -510,7 +552,11 @@ fn arrival_settings(a: &RunArgs, put: &mut impl FnMut(&str, Value, bool)) -> any
         if !(s.is_finite() && s > 0.0) {
             bail!("--session-arrival-smoothness {s} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5 (1 is poisson)");
         }
-        put("session-arrival-smoothness", Value::Number(s), true);
+        put(
+            ReplaySetting::SessionArrivalSmoothness,
+            Value::Number(s),
+            true,
+        );
     }
     Ok(())
 }
@@ -539,58 +585,74 @@ fn graces(a: &RunArgs, g: &mut Given) -> anyhow::Result<(Option<Duration>, Optio
         (None, None) => None,
     };
     if let Some(given) = &a.benchmark_grace_period {
-        g.put("benchmark-grace-period", seconds_value(grace, given), true);
+        g.put(
+            ReplaySetting::BenchmarkGracePeriod,
+            seconds_value(grace, given),
+            true,
+        );
     }
     if let Some((_, given)) = warmup_given {
         g.put(
-            "warmup-grace-period",
+            ReplaySetting::WarmupGracePeriod,
             seconds_value(warmup_grace, given),
             true,
         );
     }
     if let Some(f) = a.failed_request_threshold {
-        g.put("failed-request-threshold", Value::Number(f), true);
+        g.put(
+            ReplaySetting::FailedRequestThreshold,
+            Value::Number(f),
+            true,
+        );
     }
     if let Some(n) = a.warmup_requests_per_lane {
         g.put(
-            "warmup-requests-per-lane",
+            ReplaySetting::WarmupRequestsPerLane,
             Value::Integer(n.min(i64::MAX as u64) as i64),
             true,
         );
     }
     if let Some(d) = a.agentic_cache_warmup_duration {
-        g.put("agentic-cache-warmup-duration", Value::Number(d), true);
+        g.put(
+            ReplaySetting::AgenticCacheWarmupDuration,
+            Value::Number(d),
+            true,
+        );
     }
     if let Some(c) = a.trace_idle_gap_cap_seconds {
-        g.put("trace-idle-gap-cap-seconds", Value::Number(c), true);
+        g.put(
+            ReplaySetting::TraceIdleGapCapSeconds,
+            Value::Number(c),
+            true,
+        );
     }
     if a.burst_phase_starts {
-        g.put("burst-phase-starts", Value::Flag(true), true);
+        g.put(ReplaySetting::BurstPhaseStarts, Value::Flag(true), true);
     }
     if let Some(n) = a.num_dataset_entries {
         g.put(
-            "num-dataset-entries",
+            ReplaySetting::NumDatasetEntries,
             Value::Integer(n.min(i64::MAX as usize) as i64),
             true,
         );
     }
     if let Some(x) = a.slice_duration {
-        g.put("slice-duration", Value::Number(x), true);
+        g.put(ReplaySetting::SliceDuration, Value::Number(x), true);
     }
     if a.use_server_token_count || a.client_token_count {
         g.put(
-            "use-server-token-count",
+            ReplaySetting::UseServerTokenCount,
             Value::Flag(!a.client_token_count),
             true,
         );
     }
     if let Some(x) = a.stats_interval {
-        g.put("stats-interval", Value::Number(x), true);
+        g.put(ReplaySetting::StatsInterval, Value::Number(x), true);
     }
     for (setting, suffix) in ENV_SETTINGS {
         if let Some((k, v)) = env_var(suffix) {
             let t = v.trim().to_ascii_lowercase();
-            let value = match (setting.ends_with("-enabled"), t.as_str()) {
+            let value = match (setting.name().ends_with("-enabled"), t.as_str()) {
                 (true, "true" | "1" | "yes" | "on") => Value::Flag(true),
                 (true, "false" | "0" | "no" | "off") => Value::Flag(false),
                 (true, _) => bail!("{k}={v:?} is not a boolean; use 1 or 0"),

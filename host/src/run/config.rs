@@ -2,6 +2,7 @@
 //! [`RunPlan`]), what it answers ([`RunOutcome`]), the [`Cancel`] handle, and the settings the
 //! scenario resolved, read once ([`RunSettings`]).
 
+use crate::scenario::ReplaySetting;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -289,48 +290,48 @@ pub(crate) fn value_json(v: &Value) -> serde_json::Value {
 struct Effective<'a>(&'a Resolved);
 
 impl Effective<'_> {
-    fn setting(&self, name: &str) -> Option<&Value> {
+    fn setting(&self, name: ReplaySetting) -> Option<&Value> {
         self.0
             .settings
             .iter()
             .rev()
-            .find(|s| s.name == name)
+            .find(|s| s.name == name.name())
             .map(|s| &s.value)
     }
-    fn missing(&self, name: &str) -> bool {
+    fn missing(&self, name: ReplaySetting) -> bool {
         self.setting(name).is_none()
     }
-    fn get(&self, name: &str) -> Option<&Value> {
+    fn get(&self, name: ReplaySetting) -> Option<&Value> {
         self.setting(name).filter(|v| !matches!(v, Value::Absent))
     }
-    fn number(&self, name: &str) -> Option<f64> {
+    fn number(&self, name: ReplaySetting) -> Option<f64> {
         match self.get(name)? {
             Value::Number(x) => Some(*x),
             Value::Integer(i) => Some(*i as f64),
             _ => None,
         }
     }
-    fn flag(&self, name: &str) -> Option<bool> {
+    fn flag(&self, name: ReplaySetting) -> Option<bool> {
         match self.get(name)? {
             Value::Flag(b) => Some(*b),
             _ => None,
         }
     }
-    fn text(&self, name: &str) -> Option<&str> {
+    fn text(&self, name: ReplaySetting) -> Option<&str> {
         match self.get(name)? {
             Value::Text(t) => Some(t),
             _ => None,
         }
     }
     fn concurrency(&self) -> Option<i64> {
-        match self.get("concurrency")? {
+        match self.get(ReplaySetting::Concurrency)? {
             Value::Integers(l) => l.first().copied(),
             Value::Integer(i) => Some(*i),
             _ => None,
         }
     }
     /// Seconds, or `None` for `inf` (or off).
-    fn seconds_or_inf(&self, name: &str) -> anyhow::Result<Option<Duration>> {
+    fn seconds_or_inf(&self, name: ReplaySetting) -> anyhow::Result<Option<Duration>> {
         match self.get(name) {
             None => Ok(None),
             Some(Value::Text(t)) if t.trim().eq_ignore_ascii_case("inf") => Ok(None),
@@ -424,7 +425,8 @@ impl RunSettings {
         if decides {
             let missing: Vec<&str> = scenario::REPLAY_SETTINGS
                 .into_iter()
-                .filter(|n| eff.missing(n))
+                .filter(|setting| eff.missing(*setting))
+                .map(ReplaySetting::name)
                 .collect();
             if !missing.is_empty() {
                 bail!(
@@ -441,87 +443,88 @@ impl RunSettings {
             .ok()
             .filter(|&c| c > 0)
             .ok_or_else(|| anyhow!("--concurrency {conc} is not a positive number of lanes"))?;
-        let duration = eff.number("benchmark-duration").ok_or_else(|| {
+        let duration = eff.number(ReplaySetting::BenchmarkDuration).ok_or_else(|| {
             anyhow!("--benchmark-duration is required: profiling time in seconds, e.g. --benchmark-duration 1800")
         })?;
         // A setting the component answered, else (an earlier world's component) the flags' value.
-        let or_plan = |name: &str| !eff.missing(name);
-        let secs = |name: &str, flag: &str| -> anyhow::Result<Option<Duration>> {
+        let or_plan = |name: ReplaySetting| !eff.missing(name);
+        let secs = |name: ReplaySetting, flag: &str| -> anyhow::Result<Option<Duration>> {
             eff.number(name).map(|x| positive_secs(flag, x)).transpose()
         };
-        let pressure =
-            if or_plan("warmup-requests-per-lane") || or_plan("agentic-cache-warmup-duration") {
-                match (
-                    eff.number("warmup-requests-per-lane"),
-                    secs(
-                        "agentic-cache-warmup-duration",
-                        "--agentic-cache-warmup-duration",
-                    )?,
-                ) {
-                    (Some(n), _) if n >= 0.0 => {
-                        Some(replay::sched::Pressure::RequestsPerLane(n as u64))
-                    }
-                    (None, Some(d)) => Some(replay::sched::Pressure::Duration(d)),
-                    _ => None,
+        let pressure = if or_plan(ReplaySetting::WarmupRequestsPerLane)
+            || or_plan(ReplaySetting::AgenticCacheWarmupDuration)
+        {
+            match (
+                eff.number(ReplaySetting::WarmupRequestsPerLane),
+                secs(
+                    ReplaySetting::AgenticCacheWarmupDuration,
+                    "--agentic-cache-warmup-duration",
+                )?,
+            ) {
+                (Some(n), _) if n >= 0.0 => {
+                    Some(replay::sched::Pressure::RequestsPerLane(n as u64))
                 }
-            } else {
-                fb.pressure
-            };
+                (None, Some(d)) => Some(replay::sched::Pressure::Duration(d)),
+                _ => None,
+            }
+        } else {
+            fb.pressure
+        };
         Ok(RunSettings {
             concurrency,
-            duration: positive_secs("--benchmark-duration", duration)?,
-            min_ratio: eff.number("trajectory-start-min-ratio").unwrap_or(0.0),
-            max_ratio: eff.number("trajectory-start-max-ratio").unwrap_or(0.7),
-            placement: placement(eff.text("cache-bust").unwrap_or("none"))?,
-            cap: eff.number("inter-turn-delay-cap-seconds"),
-            think_only: eff.flag("use-think-time-only").unwrap_or(true),
-            ignore_delays: eff.flag("ignore-trace-delays").unwrap_or(false),
-            unsafe_override: eff.flag("unsafe-override").unwrap_or(false),
-            rate_limit: eff.number("context-overflow-rate-limit").unwrap_or(0.01),
-            ignore_eos: eff.flag("ignore-eos"),
-            grace: match or_plan("benchmark-grace-period") {
-                true => eff.seconds_or_inf("benchmark-grace-period")?,
+            duration: positive_secs(ReplaySetting::BenchmarkDuration.name(), duration)?,
+            min_ratio: eff.number(ReplaySetting::TrajectoryStartMinRatio).unwrap_or(0.0),
+            max_ratio: eff.number(ReplaySetting::TrajectoryStartMaxRatio).unwrap_or(0.7),
+            placement: placement(eff.text(ReplaySetting::CacheBust).unwrap_or("none"))?,
+            cap: eff.number(ReplaySetting::InterTurnDelayCapSeconds),
+            think_only: eff.flag(ReplaySetting::UseThinkTimeOnly).unwrap_or(true),
+            ignore_delays: eff.flag(ReplaySetting::IgnoreTraceDelays).unwrap_or(false),
+            unsafe_override: eff.flag(ReplaySetting::UnsafeOverride).unwrap_or(false),
+            rate_limit: eff.number(ReplaySetting::ContextOverflowRateLimit).unwrap_or(0.01),
+            ignore_eos: eff.flag(ReplaySetting::IgnoreEos),
+            grace: match or_plan(ReplaySetting::BenchmarkGracePeriod) {
+                true => eff.seconds_or_inf(ReplaySetting::BenchmarkGracePeriod)?,
                 false => fb.grace,
             },
-            warmup_grace: match or_plan("warmup-grace-period") {
-                true => eff.seconds_or_inf("warmup-grace-period")?,
+            warmup_grace: match or_plan(ReplaySetting::WarmupGracePeriod) {
+                true => eff.seconds_or_inf(ReplaySetting::WarmupGracePeriod)?,
                 false => fb.warmup_grace,
             },
-            failed_request_threshold: match or_plan("failed-request-threshold") {
-                true => eff.number("failed-request-threshold"),
+            failed_request_threshold: match or_plan(ReplaySetting::FailedRequestThreshold) {
+                true => eff.number(ReplaySetting::FailedRequestThreshold),
                 false => fb.failed_request_threshold,
             },
             pressure,
-            trace_idle_cap: match or_plan("trace-idle-gap-cap-seconds") {
-                true => secs("trace-idle-gap-cap-seconds", "--trace-idle-gap-cap-seconds")?,
+            trace_idle_cap: match or_plan(ReplaySetting::TraceIdleGapCapSeconds) {
+                true => secs(ReplaySetting::TraceIdleGapCapSeconds, "--trace-idle-gap-cap-seconds")?,
                 false => fb.trace_idle_cap,
             },
-            burst: match or_plan("burst-phase-starts") {
-                true => eff.flag("burst-phase-starts").unwrap_or(false),
+            burst: match or_plan(ReplaySetting::BurstPhaseStarts) {
+                true => eff.flag(ReplaySetting::BurstPhaseStarts).unwrap_or(false),
                 false => fb.burst,
             },
-            num_dataset_entries: match or_plan("num-dataset-entries") {
-                true => eff.number("num-dataset-entries").map(|n| n.max(0.0) as usize),
+            num_dataset_entries: match or_plan(ReplaySetting::NumDatasetEntries) {
+                true => eff.number(ReplaySetting::NumDatasetEntries).map(|n| n.max(0.0) as usize),
                 false => fb.num_dataset_entries,
             },
-            slice_duration: match or_plan("slice-duration") {
-                true => eff.number("slice-duration"),
+            slice_duration: match or_plan(ReplaySetting::SliceDuration) {
+                true => eff.number(ReplaySetting::SliceDuration),
                 false => fb.slice_duration,
             },
-            use_server_token_count: match or_plan("use-server-token-count") {
-                true => eff.flag("use-server-token-count").unwrap_or(false),
+            use_server_token_count: match or_plan(ReplaySetting::UseServerTokenCount) {
+                true => eff.flag(ReplaySetting::UseServerTokenCount).unwrap_or(false),
                 false => fb.use_server_token_count,
             },
-            stats_interval: match or_plan("stats-interval") {
-                true => match eff.number("stats-interval") {
+            stats_interval: match or_plan(ReplaySetting::StatsInterval) {
+                true => match eff.number(ReplaySetting::StatsInterval) {
                     Some(0.0) => None,
-                    Some(x) => Some(positive_secs("--stats-interval", x)?),
+                    Some(x) => Some(positive_secs(ReplaySetting::StatsInterval.name(), x)?),
                     None => None,
                 },
                 false => fb.stats_interval,
             },
-            tcp_user_timeout: match or_plan("http-tcp-user-timeout") {
-                true => match eff.number("http-tcp-user-timeout") {
+            tcp_user_timeout: match or_plan(ReplaySetting::HttpTcpUserTimeout) {
+                true => match eff.number(ReplaySetting::HttpTcpUserTimeout) {
                     Some(ms) if (1.0..=1e9).contains(&ms) => Some(Duration::from_millis(ms as u64)),
                     Some(ms) => bail!("the scenario resolved http-tcp-user-timeout to {ms} ms, which is not a number of milliseconds from 1"),
                     None => None,
@@ -540,20 +543,20 @@ impl RunSettings {
     pub fn open_loop(&mut self, resolved: &Resolved, allows: bool) -> anyhow::Result<()> {
         use replay::arrivals::{ArrivalSpec, Pattern};
         let eff = Effective(resolved);
-        let rate = match (allows, eff.get("session-arrival-rate")) {
-            (true, Some(v)) => match eff.number("session-arrival-rate") {
+        let rate = match (allows, eff.get(ReplaySetting::SessionArrivalRate)) {
+            (true, Some(v)) => match eff.number(ReplaySetting::SessionArrivalRate) {
                 Some(x) => x,
                 None => bail!("the scenario resolved session-arrival-rate to {}, which is not a number of sessions per second", value_json(v)),
             },
             _ => return Ok(()),
         };
-        let pattern = match eff.text("session-arrival-pattern") {
+        let pattern = match eff.text(ReplaySetting::SessionArrivalPattern) {
             None => Pattern::Poisson,
             Some(p) => Pattern::parse(p).ok_or_else(|| {
                 anyhow!("the scenario resolved session-arrival-pattern to {p:?}, which this host does not know (poisson, constant, gamma)")
             })?,
         };
-        let smoothness = eff.number("session-arrival-smoothness");
+        let smoothness = eff.number(ReplaySetting::SessionArrivalSmoothness);
         let spec = ArrivalSpec::new(rate, pattern, smoothness, resolved.seed)?;
         if self.pressure.is_some() {
             bail!("the scenario resolved both open-loop arrivals and a cache-pressure warmup; an arrival replays its tree from turn 0, with no warmup");

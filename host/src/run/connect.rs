@@ -14,6 +14,7 @@ use super::{host_name, rendezvous, runtime};
 use crate::client::{Client, ClientConfig};
 use crate::dataset::Dataset;
 use crate::replay::{self, Plan};
+use crate::scenario::ReplaySetting;
 
 /// A shard's membership of its run: the member (for the manifest, the ready barrier, the link and
 /// the end) and, on shard 0, the coordinator.
@@ -55,7 +56,7 @@ pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Optio
             .resolved
             .settings
             .iter()
-            .filter(|s| s.name != "random-seed")
+            .filter(|s| s.name != ReplaySetting::RandomSeed.name())
             .map(|s| (s.name.clone(), value_json(&s.value)))
             .collect(),
         failed_request_threshold: cfg.failed_request_threshold,

@@ -9,6 +9,7 @@
 //! coordinator's clock; a shard's records move by `(anchor + offset) - earliest`, so every time is
 //! an offset from the earliest shard's corrected anchor.
 
+use crate::scenario::ReplaySetting;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -542,10 +543,10 @@ fn validity(
             sc.hash()
         );
     }
-    let setting = |name: &str| {
+    let setting = |name: ReplaySetting| {
         m.resolved_settings
             .iter()
-            .find(|s| s.name == name)
+            .find(|s| s.name == name.name())
             .map(|s| s.value.clone())
             .unwrap_or(Value::Null)
     };
@@ -564,8 +565,10 @@ fn validity(
         context_overflows: overflows,
         failed,
         cancelled,
-        unsafe_override: setting("unsafe-override").as_bool().unwrap_or(false),
-        overflow_rate_limit: setting("context-overflow-rate-limit")
+        unsafe_override: setting(ReplaySetting::UnsafeOverride)
+            .as_bool()
+            .unwrap_or(false),
+        overflow_rate_limit: setting(ReplaySetting::ContextOverflowRateLimit)
             .as_f64()
             .unwrap_or(0.01),
     };

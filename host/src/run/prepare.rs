@@ -1,6 +1,7 @@
 //! The first stage of a run: the scenario loaded (pinned for a rerun) and resolved against the
 //! settings, the token counter, and the dataset opened from the cache.
 
+use crate::scenario::ReplaySetting;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
@@ -156,7 +157,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
 }
 
 /// The scenario's own knob of open-loop session arrivals.
-pub(crate) const ARRIVAL_KNOB: &str = "session-arrival-rate";
+pub(crate) const ARRIVAL_KNOB: &str = ReplaySetting::SessionArrivalRate.name();
 
 /// Whether the scenario allows open-loop session arrivals: a session-tree component that decides
 /// every setting and lists the `session-arrival-rate` knob (`agentx-open`). A rate given to one
@@ -426,53 +427,83 @@ impl Prepared {
             Some(crate::replay::sched::Pressure::Duration(d)) => (None, Some(d.as_secs_f64())),
             None => (None, None),
         };
-        let resolved = |name: &str| {
+        let resolved = |name: ReplaySetting| {
             self.resolved
                 .settings
                 .iter()
                 .rev()
-                .find(|x| x.name == name)
+                .find(|x| x.name == name.name())
                 .map(|x| super::config::value_json(&x.value))
         };
         let rows = [
-            ("concurrency", json!(s.concurrency)),
-            ("benchmark-duration", json!(s.duration.as_secs_f64())),
-            ("benchmark-grace-period", inf(s.grace)),
-            ("random-seed", json!(self.resolved.seed)),
-            ("trajectory-start-min-ratio", json!(s.min_ratio)),
-            ("trajectory-start-max-ratio", json!(s.max_ratio)),
+            (ReplaySetting::Concurrency.name(), json!(s.concurrency)),
             (
-                "cache-bust",
-                resolved("cache-bust").unwrap_or(json!("none")),
+                ReplaySetting::BenchmarkDuration.name(),
+                json!(s.duration.as_secs_f64()),
             ),
-            ("inter-turn-delay-cap-seconds", json!(s.cap)),
-            ("use-think-time-only", json!(s.think_only)),
-            ("ignore-trace-delays", json!(s.ignore_delays)),
-            ("ignore-eos", json!(s.ignore_eos)),
-            ("unsafe-override", json!(s.unsafe_override)),
-            ("context-overflow-rate-limit", json!(s.rate_limit)),
+            (ReplaySetting::BenchmarkGracePeriod.name(), inf(s.grace)),
+            (ReplaySetting::RandomSeed.name(), json!(self.resolved.seed)),
             (
-                "failed-request-threshold",
+                ReplaySetting::TrajectoryStartMinRatio.name(),
+                json!(s.min_ratio),
+            ),
+            (
+                ReplaySetting::TrajectoryStartMaxRatio.name(),
+                json!(s.max_ratio),
+            ),
+            (
+                ReplaySetting::CacheBust.name(),
+                resolved(ReplaySetting::CacheBust).unwrap_or(json!("none")),
+            ),
+            (ReplaySetting::InterTurnDelayCapSeconds.name(), json!(s.cap)),
+            (ReplaySetting::UseThinkTimeOnly.name(), json!(s.think_only)),
+            (
+                ReplaySetting::IgnoreTraceDelays.name(),
+                json!(s.ignore_delays),
+            ),
+            (ReplaySetting::IgnoreEos.name(), json!(s.ignore_eos)),
+            (
+                ReplaySetting::UnsafeOverride.name(),
+                json!(s.unsafe_override),
+            ),
+            (
+                ReplaySetting::ContextOverflowRateLimit.name(),
+                json!(s.rate_limit),
+            ),
+            (
+                ReplaySetting::FailedRequestThreshold.name(),
                 json!(s.failed_request_threshold),
             ),
-            ("warmup-requests-per-lane", json!(per_lane)),
-            ("agentic-cache-warmup-duration", json!(by_time)),
-            ("warmup-grace-period", inf(s.warmup_grace)),
-            ("trace-idle-gap-cap-seconds", json!(secs(s.trace_idle_cap))),
+            (ReplaySetting::WarmupRequestsPerLane.name(), json!(per_lane)),
             (
-                "system-idle-gap-cap-seconds",
-                resolved("system-idle-gap-cap-seconds").unwrap_or(serde_json::Value::Null),
+                ReplaySetting::AgenticCacheWarmupDuration.name(),
+                json!(by_time),
             ),
-            ("burst-phase-starts", json!(s.burst)),
-            ("num-dataset-entries", json!(s.num_dataset_entries)),
-            ("slice-duration", json!(s.slice_duration)),
-            ("use-server-token-count", json!(s.use_server_token_count)),
+            (ReplaySetting::WarmupGracePeriod.name(), inf(s.warmup_grace)),
             (
-                "stats-interval",
+                ReplaySetting::TraceIdleGapCapSeconds.name(),
+                json!(secs(s.trace_idle_cap)),
+            ),
+            (
+                ReplaySetting::SystemIdleGapCapSeconds.name(),
+                resolved(ReplaySetting::SystemIdleGapCapSeconds).unwrap_or(serde_json::Value::Null),
+            ),
+            (ReplaySetting::BurstPhaseStarts.name(), json!(s.burst)),
+            (
+                ReplaySetting::NumDatasetEntries.name(),
+                json!(s.num_dataset_entries),
+            ),
+            (ReplaySetting::SliceDuration.name(), json!(s.slice_duration)),
+            (
+                ReplaySetting::UseServerTokenCount.name(),
+                json!(s.use_server_token_count),
+            ),
+            (
+                ReplaySetting::StatsInterval.name(),
                 json!(secs(s.stats_interval).unwrap_or(0.0)),
             ),
             (
-                "http-tcp-user-timeout",
+                ReplaySetting::HttpTcpUserTimeout.name(),
                 json!(s.tcp_user_timeout.map(|d| d.as_millis() as u64)),
             ),
         ];
@@ -488,9 +519,15 @@ impl Prepared {
         // An open-loop run's arrivals (listed only then, so a closed loop's settings are unchanged).
         if let Some(o) = &s.arrivals {
             for (name, value) in [
-                ("session-arrival-rate", json!(o.spec.rate)),
-                ("session-arrival-pattern", json!(o.spec.pattern.name())),
-                ("session-arrival-smoothness", json!(o.spec.smoothness)),
+                (ReplaySetting::SessionArrivalRate.name(), json!(o.spec.rate)),
+                (
+                    ReplaySetting::SessionArrivalPattern.name(),
+                    json!(o.spec.pattern.name()),
+                ),
+                (
+                    ReplaySetting::SessionArrivalSmoothness.name(),
+                    json!(o.spec.smoothness),
+                ),
             ] {
                 let source = self.sources.get(name).copied().unwrap_or("scenario");
                 out.insert(name.to_string(), json!({"value": value, "source": source}));

@@ -11,6 +11,7 @@
 //! the same inputs (flags, seed, scenario sha256, dataset digest) and refuses a changed input,
 //! naming it; without `--resume` a directory that already holds a point's run is refused.
 
+use crate::scenario::ReplaySetting;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -194,10 +195,10 @@ fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
     d
 }
 
-fn setting(cfg: &mut RunConfig, name: &str, value: Value) {
-    cfg.plan.settings.retain(|s| s.name != name);
+fn setting(cfg: &mut RunConfig, name: ReplaySetting, value: Value) {
+    cfg.plan.settings.retain(|s| s.name != name.name());
     cfg.plan.settings.push(Setting {
-        name: name.to_string(),
+        name: name.name().to_string(),
         value,
         explicit: true,
     });
@@ -208,7 +209,7 @@ fn given_seed(cfg: &RunConfig) -> Option<u64> {
     cfg.plan
         .settings
         .iter()
-        .find(|s| s.name == "random-seed")
+        .find(|s| s.name == ReplaySetting::RandomSeed.name())
         .and_then(|s| match s.value {
             Value::Integer(i) => u64::try_from(i).ok(),
             _ => None,
@@ -232,7 +233,11 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         (None, _, _) => super::draw_seed(),
     };
     let mut base = cfg.run.clone();
-    setting(&mut base, "random-seed", Value::Integer(seed as i64));
+    setting(
+        &mut base,
+        ReplaySetting::RandomSeed,
+        Value::Integer(seed as i64),
+    );
     let ids = input_ids(&base)?;
     let inputs = SweepInputs {
         argv: inputs_argv(&cfg.run.argv),
@@ -430,7 +435,11 @@ impl Pass<'_> {
         }
         tracing::info!("sweep: concurrency {n} into {}", dir.display());
         let mut run = self.base.clone();
-        setting(&mut run, "concurrency", Value::Integers(vec![i64::from(n)]));
+        setting(
+            &mut run,
+            ReplaySetting::Concurrency,
+            Value::Integers(vec![i64::from(n)]),
+        );
         run.output = super::artifact_dir::OutputDir::Given(dir.clone());
         run.run_id = None;
         run.argv = point_argv(&cfg.run.argv, n, &dir, self.seed, None);
