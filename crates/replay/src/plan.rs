@@ -79,16 +79,6 @@ pub struct OverContext {
 }
 
 impl Plan {
-    /// A plan of no lanes (a session-tree run plans its trees elsewhere).
-    pub fn empty() -> Plan {
-        Plan {
-            lanes: Vec::new(),
-            pool: Vec::new(),
-            delays: Vec::new(),
-            wrapped: false,
-        }
-    }
-
     /// What will overflow a context of `max_len` tokens: a request needs its prompt plus its
     /// requested output (`max_tokens`), as vLLM counts it.
     pub fn over_context(&self, ds: &Dataset, max_len: u64) -> OverContext {

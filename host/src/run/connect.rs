@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 
 use super::config::{value_json, RunConfig};
-use super::plan::Planned;
+use super::plan::{Mode, Planned};
 use super::prepare::Prepared;
 use super::{host_name, rendezvous, runtime};
 use crate::client::{Client, ClientConfig};
@@ -167,17 +167,15 @@ pub(super) fn connect(
             &model,
             ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
         ));
-        match pf {
-            Ok(pre) if planned.tree.is_none() => {
-                report_preflight(&pre, &planned.plan, p.ds, &model)
-            }
-            Ok(pre) => {
+        match (pf, &planned.mode) {
+            (Ok(pre), Mode::Streams(plan)) => report_preflight(&pre, plan, p.ds, &model),
+            (Ok(pre), Mode::Trees(_)) => {
                 if let Some(n) = &pre.note {
                     tracing::warn!("pre-flight: {n}");
                 }
             }
             // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
-            Err(e) => return Err(anyhow!(e)),
+            (Err(e), _) => return Err(anyhow!(e)),
         }
     }
     Ok((Connected { sim, ccfg, model }, client))

@@ -41,7 +41,7 @@ use crate::metrics::scrape_log::Boundary;
 use crate::replay::{self, ReplayConfig, ReplayInputs};
 use crate::scenario;
 use connect::Connected;
-use plan::Planned;
+use plan::{Mode, Planned};
 use prepare::Prepared;
 
 pub use crate::scenario::builtin::{is_builtin_name, load, BUILTIN_MVP, BUILTIN_SCENARIO};
@@ -281,16 +281,13 @@ impl ReplayStage<'_> {
             if cfg.signals {
                 tokio::spawn(forward_signals(cancel.clone()));
             }
-            let (outcome, counts) = match planned.tree.as_ref() {
-                Some(tp) => {
+            let (outcome, counts) = match &planned.mode {
+                Mode::Trees(tp) => {
                     let o =
                         replay::sched::run(replay_cfg, tp.sched_plan(&rp.tree_flags), inputs).await;
                     (o.replay, Some(o.counts))
                 }
-                None => (
-                    replay::run(replay_cfg, planned.plan.clone(), inputs).await,
-                    None,
-                ),
+                Mode::Streams(plan) => (replay::run(replay_cfg, plan.clone(), inputs).await, None),
             };
             drained(
                 cfg,

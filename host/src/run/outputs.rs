@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::config::{RunConfig, RunOutcome};
 use super::connect::Connected;
-use super::plan::{prefix_stamps, Planned};
+use super::plan::Planned;
 use super::prepare::Prepared;
 use super::run_dir::{assistant_mode, dataset_id, scenario_id, RunDir};
 use super::{merge, rendezvous, shard_dir_name, MANIFEST_FILE};
@@ -151,10 +151,7 @@ pub(super) fn conclude(
     let mut summary = Summary::of(&e.records);
     if let Some(g) = &cfg.goodput {
         summary.goodput = Some(g.of_run(&e.records));
-        let times = match &planned.tree {
-            Some(tp) => tp.recorded_times(&e.records),
-            None => super::plan::recorded_times(p.ds, &e.records),
-        };
+        let times = planned.recorded_times(p.ds, &e.records);
         let share = cfg.session_goodput_share;
         summary.sessions = Some(crate::metrics::sessions::figures(
             &e.records, g, share, &times,
@@ -322,18 +319,10 @@ fn exports(
         seed: Some(planned.seed),
         profiling_duration_ns: Some(p.settings.duration.as_nanos() as u64),
         coverage_rule: crate::export::aiperf::CoverageRule {
-            required_ratio: planned
-                .tree
-                .as_ref()
-                .map_or(crate::export::aiperf::COVERAGE_REQUIRED_RATIO, |t| {
-                    t.rules.min_metric_coverage
-                }),
+            required_ratio: planned.coverage_required_ratio(),
             content: p.decisions.decides_settings,
         },
-        prefix_stamps: match &planned.tree {
-            Some(tp) => tp.prefix_stamps(records),
-            None => prefix_stamps(p.ds, records),
-        },
+        prefix_stamps: planned.prefix_stamps(p.ds, records),
         dataset: p
             .ds
             .alias()

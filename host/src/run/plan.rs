@@ -13,14 +13,81 @@ use crate::scenario::types::{DelayParams, Placement, Resolved, StartParams};
 use crate::scenario::{self, ScenarioInstance};
 
 /// The plan of a run: its run id and seed (shard 0's in a sharded run), the prompt synthesizer,
-/// and either the session-tree plan or the single-stream lanes (this shard's share).
+/// and what it replays ([`Mode`]).
 pub(super) struct Planned {
     pub run_id: String,
     pub seed: u64,
     pub synth: &'static PromptSynth,
-    pub tree: Option<TreePlanned>,
-    /// The single-stream plan (empty for session trees).
-    pub plan: Plan,
+    pub mode: Mode,
+}
+
+/// What a run replays: single-stream lanes (this shard's share) or session trees.
+pub(super) enum Mode {
+    Streams(Plan),
+    Trees(Box<TreePlanned>),
+}
+
+impl Planned {
+    /// The lanes this process replays.
+    pub(super) fn own_lane_ids(&self) -> Vec<u32> {
+        match &self.mode {
+            Mode::Streams(plan) => plan.lanes.iter().map(|l| l.lane).collect(),
+            Mode::Trees(tp) => tp.own_lanes().iter().map(|l| l.lane).collect(),
+        }
+    }
+
+    /// The lanes this process replays, as the manifest lists them.
+    pub(super) fn own_lanes_json(&self) -> Vec<serde_json::Value> {
+        match &self.mode {
+            Mode::Streams(plan) => plan.lanes.iter().map(|l| serde_json::json!(l)).collect(),
+            Mode::Trees(tp) => tp
+                .own_lanes()
+                .iter()
+                .map(|l| serde_json::json!(l))
+                .collect(),
+        }
+    }
+
+    /// The traces (or trees) this process recycles.
+    pub(super) fn pool_len(&self) -> usize {
+        match &self.mode {
+            Mode::Streams(plan) => plan.pool.len(),
+            Mode::Trees(tp) => tp.owned_trees(),
+        }
+    }
+
+    /// The share of the profiling phase a metric's timeline must cover to be reported: the
+    /// scenario's rule for session trees, aiperf's otherwise.
+    pub(super) fn coverage_required_ratio(&self) -> f64 {
+        match &self.mode {
+            Mode::Streams(_) => crate::export::aiperf::COVERAGE_REQUIRED_RATIO,
+            Mode::Trees(tp) => tp.rules.min_metric_coverage,
+        }
+    }
+
+    /// Each record's prefix stamps (the cached share the trace allowed), by request id.
+    pub(super) fn prefix_stamps(
+        &self,
+        ds: &Dataset,
+        records: &[crate::record::RequestRecord],
+    ) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
+        match &self.mode {
+            Mode::Streams(_) => prefix_stamps(ds, records),
+            Mode::Trees(tp) => tp.prefix_stamps(records),
+        }
+    }
+
+    /// The recorded times of the sessions the records replayed (their slowdown's baseline).
+    pub(super) fn recorded_times(
+        &self,
+        ds: &Dataset,
+        records: &[crate::record::RequestRecord],
+    ) -> crate::metrics::sessions::RecordedTimes {
+        match &self.mode {
+            Mode::Streams(_) => recorded_times(ds, records),
+            Mode::Trees(tp) => tp.recorded_times(records),
+        }
+    }
 }
 
 /// What planning answers: a plan to replay, or the outcome of a dry run.
@@ -124,8 +191,7 @@ pub(super) fn plan(
             run_id,
             seed,
             synth,
-            tree: Some(tp),
-            plan: Plan::empty(),
+            mode: Mode::Trees(Box::new(tp)),
         }));
     }
     let params = PlanParams {
@@ -174,8 +240,7 @@ pub(super) fn plan(
         run_id,
         seed,
         synth,
-        tree: None,
-        plan,
+        mode: Mode::Streams(plan),
     }))
 }
 

@@ -61,14 +61,8 @@ impl RunDir {
                 source: sh.source.to_string(),
                 coordinator: sh.coordinator.clone(),
                 host: host_name(),
-                lanes: match &planned.tree {
-                    Some(tp) => tp.own_lanes().iter().map(|l| l.lane).collect(),
-                    None => planned.plan.lanes.iter().map(|l| l.lane).collect(),
-                },
-                pool: match &planned.tree {
-                    Some(tp) => tp.owned_trees(),
-                    None => planned.plan.pool.len(),
-                },
+                lanes: planned.own_lane_ids(),
+                pool: planned.pool_len(),
                 clock_offset_ns: m.clock_offset_ns,
                 clock_rtt_ns: m.clock_rtt_ns as i64,
                 rendezvous_s: m.joined_in.as_secs_f64(),
@@ -156,10 +150,7 @@ impl RunDir {
 /// name.
 fn shard_exports(p: &Prepared, planned: &Planned) -> serde_json::Value {
     json!({
-        "coverage_required_ratio": planned
-            .tree
-            .as_ref()
-            .map_or(crate::export::aiperf::COVERAGE_REQUIRED_RATIO, |t| t.rules.min_metric_coverage),
+        "coverage_required_ratio": planned.coverage_required_ratio(),
         "coverage_content": p.decisions.decides_settings,
         "warmup_phase_name": p.decisions.warmup_phase_name,
     })
@@ -176,10 +167,7 @@ pub(super) fn assistant_mode(m: AssistantMode) -> &'static str {
 fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u64) -> Manifest {
     let rp = &cfg.plan;
     let resolved = &p.resolved;
-    let lanes = match &planned.tree {
-        Some(tp) => tp.own_lanes().iter().map(|l| json!(l)).collect(),
-        None => planned.plan.lanes.iter().map(|l| json!(l)).collect(),
-    };
+    let lanes = planned.own_lanes_json();
     Manifest {
         argv: cfg.argv.clone(),
         cwd: std::env::current_dir().ok(),
