@@ -97,10 +97,51 @@ pub struct Manifest {
     /// The server a sweep started for this run (`sweep --server-cmd`), once it was stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerInfo>,
-    /// Fields of a merged run (`shards`, `clock_skew_ns`, `merged_unix_ns`), and any this version
-    /// does not know.
+    /// A shard's rules for the exports its merge writes (dropped by the merge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_exports: Option<ShardExports>,
+    /// A merged run's shards, one row each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Vec<MergedShard>>,
+    /// A merged run: the largest difference between two shards' clock offsets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_skew_ns: Option<i64>,
+    /// A merged run: when the merge wrote it (Unix ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_unix_ns: Option<u64>,
+    /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// The scenario's rules for the exports, kept in a shard's manifest so that the merge writes the
+/// exports the run would have written in one process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardExports {
+    /// The share of profiling a metric's timeline must cover to be reported.
+    pub coverage_required_ratio: f64,
+    /// Whether the coverage rule reads the streamed content's timeline too (a 0.3.0 component).
+    pub coverage_content: bool,
+    /// The warmup rows' `phase_name` (`None`: no name).
+    pub warmup_phase_name: Option<String>,
+}
+
+/// One shard of a merged run, as the merge read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MergedShard {
+    pub index: u32,
+    pub dir: PathBuf,
+    pub host: String,
+    pub lanes: Vec<u32>,
+    pub records: usize,
+    /// How the shard stopped.
+    pub stop: String,
+    pub clock_offset_ns: i64,
+    pub clock_rtt_ns: i64,
+    pub started_unix_ns: u64,
+    /// How far its records moved onto the merged run's clock.
+    pub shift_ns: u64,
+    pub profiling_ns: Option<[u64; 2]>,
 }
 
 /// How `agentx-host finalize` finished a run that did not reach its end.
@@ -340,9 +381,6 @@ impl Manifest {
     }
 }
 
-/// The manifest key of a shard's exports rules (the merge reads it, and drops it).
-pub const SHARD_EXPORTS: &str = "shard_exports";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,7 +389,7 @@ mod tests {
         "scenario": {"name": "inferencex-agentx-mvp", "version": "0.1.0", "sha256": "ab"},
         "dataset": {"source": "t.jsonl", "cache_key": "cd", "traces": 3},
         "concurrency": 4, "benchmark_duration_s": 60.0, "started_unix_ns": 1, "ended_unix_ns": null,
-        "shards": 2, "future_field": {"x": 1}}"#;
+        "clock_skew_ns": 2, "future_field": {"x": 1}}"#;
 
     #[test]
     fn an_older_manifest_reads_and_keeps_what_it_does_not_type() {
@@ -362,7 +400,8 @@ mod tests {
         assert_eq!(m.dataset.cache_key.as_deref(), Some("cd"));
         let back: Value = serde_json::from_str(&m.to_json_pretty()).unwrap();
         assert_eq!(back["future_field"]["x"], 1);
-        assert_eq!(back["shards"], 2);
+        assert_eq!(back["clock_skew_ns"], 2);
+        assert!(back.get("shards").is_none());
         assert!(back["ended_unix_ns"].is_null());
         assert!(back.get("shard").is_none());
     }

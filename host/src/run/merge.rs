@@ -21,7 +21,7 @@ use crate::metrics::Outcome;
 use crate::record::{read_records, Phase, RequestRecord, RECORDS_FILE};
 
 use super::MANIFEST_FILE;
-use crate::export::manifest::{Manifest, ShardInfo};
+use crate::export::manifest::{Manifest, MergedShard, ShardInfo};
 
 /// What a merge wrote.
 #[derive(Debug)]
@@ -183,7 +183,7 @@ struct Timeline {
     /// Profiling's start and end over all shards.
     window: Option<(u64, u64)>,
     /// The manifest's `shards` rows.
-    shard_rows: Vec<Value>,
+    shard_rows: Vec<MergedShard>,
     clock_skew_ns: i64,
     /// Each shard's stop and message.
     stops: Vec<(String, Option<String>)>,
@@ -213,19 +213,19 @@ impl Timeline {
                 window = Some(window.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
             }
             let stop = s.summary.stop_or_completed().to_string();
-            shard_rows.push(json!({
-                "index": s.index,
-                "dir": s.dir,
-                "host": s.shard.host,
-                "lanes": s.shard.lanes,
-                "records": s.records.len(),
-                "stop": stop,
-                "clock_offset_ns": s.shard.clock_offset_ns,
-                "clock_rtt_ns": s.shard.clock_rtt_ns,
-                "started_unix_ns": s.manifest.started_unix_ns,
-                "shift_ns": delta,
-                "profiling_ns": s.manifest.profiling_ns,
-            }));
+            shard_rows.push(MergedShard {
+                index: s.index,
+                dir: s.dir.clone(),
+                host: s.shard.host.clone(),
+                lanes: s.shard.lanes.clone(),
+                records: s.records.len(),
+                stop: stop.clone(),
+                clock_offset_ns: s.shard.clock_offset_ns,
+                clock_rtt_ns: s.shard.clock_rtt_ns,
+                started_unix_ns: s.manifest.started_unix_ns,
+                shift_ns: delta,
+                profiling_ns: s.manifest.profiling_ns,
+            });
             stops.push((stop, s.summary.message.clone()));
             records.append(&mut s.records);
         }
@@ -256,23 +256,18 @@ fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
     lanes.sort_by_key(|l| l["lane"].as_u64().unwrap_or(0));
     manifest.lanes = lanes;
     manifest.shard = None;
-    manifest
-        .extra
-        .remove(crate::export::manifest::SHARD_EXPORTS);
+    manifest.shard_exports = None;
     manifest.trees = tree_counts(shards, &tl.records);
-    manifest.extra.insert("shards".into(), json!(tl.shard_rows));
-    manifest
-        .extra
-        .insert("clock_skew_ns".into(), json!(tl.clock_skew_ns));
+    manifest.shards = Some(tl.shard_rows.clone());
+    manifest.clock_skew_ns = Some(tl.clock_skew_ns);
     manifest.started_unix_ns = tl.anchor as u64;
     manifest.ended_unix_ns = shards.iter().filter_map(|s| s.manifest.ended_unix_ns).max();
     manifest.profiling_ns = tl.window.map(|(a, b)| [a, b]);
-    manifest.extra.insert(
-        "merged_unix_ns".into(),
-        json!(std::time::SystemTime::now()
+    manifest.merged_unix_ns = Some(
+        std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)),
+            .unwrap_or(0),
     );
     manifest.stop = Some(stop.to_string());
     manifest
@@ -314,29 +309,25 @@ fn peak_in_flight(records: &[RequestRecord]) -> u64 {
     peak as u64
 }
 
-/// The scenario's rules for the exports that a shard's manifest keeps ([`crate::export::manifest::SHARD_EXPORTS`]):
-/// the coverage rule and the warmup's naming; aiperf 0.13's when absent.
+/// The scenario's rules for the exports that a shard's manifest keeps (`shard_exports`): the
+/// coverage rule and the warmup's naming; aiperf 0.13's when absent.
 fn export_rules(
     m: &Manifest,
 ) -> (
     crate::export::aiperf::CoverageRule,
     crate::export::aiperf::WarmupNaming,
 ) {
-    let Some(e) = m.extra.get(crate::export::manifest::SHARD_EXPORTS) else {
+    let Some(e) = &m.shard_exports else {
         return (Default::default(), Default::default());
     };
     let rule = crate::export::aiperf::CoverageRule {
-        required_ratio: e["coverage_required_ratio"]
-            .as_f64()
-            .unwrap_or(crate::export::aiperf::COVERAGE_REQUIRED_RATIO),
-        content: e["coverage_content"].as_bool().unwrap_or(false),
+        required_ratio: e.coverage_required_ratio,
+        content: e.coverage_content,
     };
-    let naming = match e.get("warmup_phase_name") {
-        Some(Value::String(n)) => crate::export::aiperf::WarmupNaming(Some(n.clone())),
-        Some(Value::Null) => crate::export::aiperf::WarmupNaming(None),
-        _ => Default::default(),
-    };
-    (rule, naming)
+    (
+        rule,
+        crate::export::aiperf::WarmupNaming(e.warmup_phase_name.clone()),
+    )
 }
 
 /// Every shard's invalid reasons, each once (when the scenario cannot decide the merged run).

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use serde_json::json;
 
 use super::config::{value_json, RunConfig};
 use super::plan::Planned;
@@ -69,9 +68,7 @@ impl RunDir {
                 rendezvous: None,
             });
             // What the merge's exports follow that the records do not say.
-            manifest
-                .extra
-                .insert(manifest::SHARD_EXPORTS.into(), shard_exports(p, planned));
+            manifest.shard_exports = Some(shard_exports(p, planned));
         }
         let d = RunDir {
             run_dir,
@@ -148,12 +145,12 @@ impl RunDir {
 /// The scenario's rules for the exports, kept in a shard's manifest so that `merge` writes the
 /// exports this run would have written in one process: the coverage rule and the warmup's phase
 /// name.
-fn shard_exports(p: &Prepared, planned: &Planned) -> serde_json::Value {
-    json!({
-        "coverage_required_ratio": planned.coverage_required_ratio(),
-        "coverage_content": p.decisions.decides_settings,
-        "warmup_phase_name": p.decisions.warmup_phase_name,
-    })
+fn shard_exports(p: &Prepared, planned: &Planned) -> manifest::ShardExports {
+    manifest::ShardExports {
+        coverage_required_ratio: planned.coverage_required_ratio(),
+        coverage_content: p.decisions.decides_settings,
+        warmup_phase_name: p.decisions.warmup_phase_name.clone(),
+    }
 }
 
 pub(super) fn assistant_mode(m: AssistantMode) -> &'static str {
@@ -235,6 +232,10 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         finalized: None,
         model: None,
         server: None,
+        shard_exports: None,
+        shards: None,
+        clock_skew_ns: None,
+        merged_unix_ns: None,
         extra: Default::default(),
     }
 }
