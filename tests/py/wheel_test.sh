@@ -8,8 +8,10 @@
 #
 # Usage: tests/py/wheel_test.sh [--expect-reuse] [WORKDIR]
 #   --expect-reuse  after `cargo test` (CI) only agentx-host itself should be compiled: a rebuilt
-#                   dependency is a warning, a second build of wasmtime an error (see the comment on
-#                   the shared crates' features in Cargo.toml)
+#                   dependency is a warning, a second build of wasmtime an error (the shared crates'
+#                   features are unified by the workspace-hack crate, .config/hakari.toml; tokio and
+#                   what depends on it are built twice by design: the paused clock's test-util is a
+#                   feature of the tests' build only)
 #   WORKDIR         where the venvs, the wheel and the demo run go (default: a fresh temporary
 #                   directory, removed after)
 # Env: PYTHON (default python3), CARGO_TARGET_DIR as cargo reads it.
@@ -45,7 +47,7 @@ rebuilt=$(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' "$work/maturin.log" | grep -
 if $expect_reuse && [ -n "$rebuilt" ]; then
   # A dev-dependency turns on a feature of a crate the host shares with it, so the host's own build
   # resolves that crate (and all that depends on it) otherwise than the tests' build did.
-  why="ask for that feature in [dependencies] too (cargo tree -e normal,build,dev -f '{p} [{f}]' against -e normal,build shows which)"
+  why="regenerate the workspace-hack crate (cargo hakari generate; cargo tree -e normal,build,dev -f '{p} [{f}]' against -e normal,build shows which feature); tokio and its dependents are expected (test-util)"
   if grep -qx wasmtime <<<"$rebuilt"; then
     echo "wheel test: the wheel's build compiled wasmtime a second time; $why. Rebuilt: $(echo $rebuilt)" >&2
     exit 1
