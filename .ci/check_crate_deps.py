@@ -26,13 +26,13 @@ def allowed_table(text):
     table = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not re.fullmatch(r"agentx-[a-z]+", cells[0]):
+        if len(cells) != 3 or not re.fullmatch(r"agentx-[a-z-]+", cells[0]):
             continue
         may = cells[2]
         if may.startswith("every crate above"):
             deps = set(table)
         else:
-            deps = set(re.findall(r"agentx-[a-z]+", may))
+            deps = set(re.findall(r"agentx-[a-z-]+", may))
         table[cells[0]] = deps
     return table
 

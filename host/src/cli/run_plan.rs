@@ -402,20 +402,7 @@ fn given(
         Value::Flag(unsafe_override),
         a.unsafe_override,
     );
-    if let Some(x) = a.trajectory_start_min_ratio {
-        put(
-            ReplaySetting::TrajectoryStartMinRatio,
-            Value::Number(x),
-            true,
-        );
-    }
-    if let Some(x) = a.trajectory_start_max_ratio {
-        put(
-            ReplaySetting::TrajectoryStartMaxRatio,
-            Value::Number(x),
-            true,
-        );
-    }
+    number_flags(a, &mut put);
     put(ReplaySetting::Loader, Value::Text(loader.to_string()), true);
     // The corpus by name, for scenarios that allow some public corpora and not others.
     if let DatasetSource::Spec(spec) = dataset {
@@ -430,20 +417,6 @@ fn given(
     if let Some(t) = &a.cache_bust {
         put(ReplaySetting::CacheBust, Value::Text(t.clone()), true);
     }
-    if let Some(c) = a.inter_turn_delay_cap_seconds {
-        put(
-            ReplaySetting::InterTurnDelayCapSeconds,
-            Value::Number(c),
-            true,
-        );
-    }
-    if let Some(c) = a.system_idle_gap_cap_seconds {
-        put(
-            ReplaySetting::SystemIdleGapCapSeconds,
-            Value::Number(c),
-            true,
-        );
-    }
     if let Some(b) = a.use_think_time_only {
         put(ReplaySetting::UseThinkTimeOnly, Value::Flag(b), true);
     }
@@ -453,21 +426,8 @@ fn given(
     if let Some(x) = a.synthesis_max_isl {
         put(ReplaySetting::SynthesisMaxIsl, Value::Integer(x), true);
     }
-    if let Some(x) = a.request_rate {
-        put(ReplaySetting::RequestRate, Value::Number(x), true);
-    }
     if let Some(x) = &a.arrival_pattern {
         put(ReplaySetting::ArrivalPattern, Value::Text(x.clone()), true);
-    }
-    if let Some(x) = a.user_centric_rate {
-        put(ReplaySetting::UserCentricRate, Value::Number(x), true);
-    }
-    if let Some(x) = a.request_rate_ramp_duration {
-        put(
-            ReplaySetting::RequestRateRampDuration,
-            Value::Number(x),
-            true,
-        );
     }
     if a.fixed_schedule {
         put(ReplaySetting::FixedSchedule, Value::Flag(true), true);
@@ -479,7 +439,52 @@ fn given(
             None => bail!("--extra-inputs ignore_eos:{v} is not true or false"),
         }
     }
-    let mut overflow_phrases_env = None;
+    let overflow_phrases_env = overflow_env(&mut put)?;
+
+    g.concurrency_list = concurrency_list;
+    g.overflow_phrases_env = overflow_phrases_env;
+    Ok(g)
+}
+
+/// The flags that are a number when given, each handed to the scenario under its setting.
+fn number_flags(a: &RunArgs, put: &mut impl FnMut(ReplaySetting, Value, bool)) {
+    let given = [
+        (
+            ReplaySetting::TrajectoryStartMinRatio,
+            a.trajectory_start_min_ratio,
+        ),
+        (
+            ReplaySetting::TrajectoryStartMaxRatio,
+            a.trajectory_start_max_ratio,
+        ),
+        (
+            ReplaySetting::InterTurnDelayCapSeconds,
+            a.inter_turn_delay_cap_seconds,
+        ),
+        (
+            ReplaySetting::SystemIdleGapCapSeconds,
+            a.system_idle_gap_cap_seconds,
+        ),
+        (ReplaySetting::RequestRate, a.request_rate),
+        (ReplaySetting::UserCentricRate, a.user_centric_rate),
+        (
+            ReplaySetting::RequestRateRampDuration,
+            a.request_rate_ramp_duration,
+        ),
+    ];
+    for (setting, value) in given {
+        if let Some(x) = value {
+            put(setting, Value::Number(x), true);
+        }
+    }
+}
+
+/// The context-overflow rule's variables (`AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS`, `..._RATE_LIMIT`),
+/// handed to the scenario; returns the phrases when the variable set them.
+fn overflow_env(
+    put: &mut impl FnMut(ReplaySetting, Value, bool),
+) -> anyhow::Result<Option<Vec<String>>> {
+    let mut phrases = None;
     if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS") {
         let list: Vec<String> = match serde_json::from_str::<Vec<String>>(&v) {
             Ok(l) => l,
@@ -495,7 +500,7 @@ fn given(
             Value::Texts(list.clone()),
             true,
         );
-        overflow_phrases_env = Some(list);
+        phrases = Some(list);
     }
     if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_RATE_LIMIT") {
         let x: f64 = v
@@ -508,10 +513,7 @@ fn given(
             true,
         );
     }
-
-    g.concurrency_list = concurrency_list;
-    g.overflow_phrases_env = overflow_phrases_env;
-    Ok(g)
+    Ok(phrases)
 }
 
 /// The open-loop session arrival flags, checked where they are given (the scenario decides whether
