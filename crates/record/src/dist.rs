@@ -63,10 +63,12 @@ impl Sorted {
         Some(Sorted(values))
     }
 
+    /// The values, in ascending order.
     pub fn values(&self) -> &[f64] {
         &self.0
     }
 
+    /// How many values there are (at least one).
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -76,10 +78,12 @@ impl Sorted {
         self.0.is_empty()
     }
 
+    /// The smallest value.
     pub fn min(&self) -> f64 {
         self.0[0]
     }
 
+    /// The largest value.
     pub fn max(&self) -> f64 {
         self.0[self.0.len() - 1]
     }
@@ -94,6 +98,7 @@ impl Sorted {
         mean(&self.0)
     }
 
+    /// The standard deviation, of the population or of a sample as `d` says.
     pub fn std(&self, d: Deviation) -> f64 {
         std(&self.0, self.mean(), d)
     }

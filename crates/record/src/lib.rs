@@ -5,6 +5,8 @@
 //!
 //! It depends on no other crate of the workspace.
 
+#![warn(missing_docs)]
+
 #[macro_use]
 pub mod out;
 

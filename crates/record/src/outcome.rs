@@ -39,6 +39,7 @@ impl Outcome {
         Outcome::classify(r.context_overflow, r.cancelled, r.error.is_some())
     }
 
+    /// Whether the request succeeded.
     pub fn is_ok(self) -> bool {
         self == Outcome::Ok
     }

@@ -27,6 +27,8 @@ fn now() -> Instant {
 }
 
 /// The run's clock: one monotonic anchor and the wall-clock time it was taken at.
+/// The run's one monotonic clock: an anchor instant and its wall-clock time, so that offsets
+/// from it (every record's `*_ns`) convert to Unix time.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     anchor: Instant,
@@ -34,6 +36,7 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// A clock anchored now.
     pub fn start() -> Clock {
         let anchor_unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -86,11 +89,14 @@ impl Clock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
+    /// Before the profiling window (aiperf's warmup phase).
     Warmup,
+    /// Inside the profiling window.
     Profiling,
 }
 
 impl Phase {
+    /// The phase's name in the records and the exports.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Warmup => "warmup",
@@ -102,7 +108,9 @@ impl Phase {
 /// Token usage as the server reported it (the final `usage` chunk).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// The prompt's tokens as the server counted them.
     pub prompt_tokens: Option<u64>,
+    /// The reply's tokens as the server counted them.
     pub completion_tokens: Option<u64>,
     /// `prompt_tokens_details.cached_tokens`.
     pub cached_tokens: Option<u64>,
@@ -130,10 +138,15 @@ pub struct RequestRecord {
     pub correlation_id: String,
     /// Sessions started so far in the run when this one started (0-based).
     pub session_num: u64,
+    /// The phase the request was sent in.
     pub phase: Phase,
+    /// The lane (one of `--concurrency`) that sent it.
     pub lane: u32,
+    /// The trace the session replays.
     pub trace_id: String,
+    /// The turn of the trace this request is (0-based).
     pub turn: u32,
+    /// The turns the trace has.
     pub num_turns: u32,
     /// Sessions of this trace minted before this one in the phase.
     pub recycle_pass: u32,
@@ -155,15 +168,18 @@ pub struct RequestRecord {
     pub osl: u64,
     /// Where `isl`/`osl` came from: `server` or `client`.
     pub token_source: TokenSource,
+    /// What the response's `usage` said (absent counts stay `None`).
     pub usage: Usage,
     /// The recorded output length of the turn (`max_tokens`); 4294967295 (`dataset::NO_OUTPUT_LIMIT`)
     /// for a request sent without a token limit.
     pub max_tokens: u32,
+    /// The stop reason as the server wrote it.
     pub finish_reason: Option<String>,
     /// True when the request was cut off by the end of the run (grace expired, threshold, interrupt).
     pub cancelled: bool,
     /// True when the scenario classified the error as a context overflow.
     pub context_overflow: bool,
+    /// What went wrong, when something did.
     pub error: Option<RecordError>,
     /// Set when the request was sent a second time (a reused connection failed before any response
     /// byte), with the first attempt's error; absent otherwise.
@@ -195,6 +211,7 @@ pub struct TreeInfo {
     pub source_trace_id: String,
     /// Leading hash blocks the trace had sent before this request, of all its blocks.
     pub prefix_hit_blocks: u32,
+    /// All the hash blocks of this request's prompt.
     pub prefix_total_blocks: u32,
     /// Where the request sits in the trace: the top-level request's index, and for a subagent's
     /// request its index within that entry. Records written before these fields existed read as
@@ -202,6 +219,7 @@ pub struct TreeInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_outer_idx: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// For a subagent's request, its index within its top-level entry.
     pub source_inner_idx: Option<u32>,
 }
 
@@ -209,7 +227,9 @@ pub struct TreeInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TokenSource {
+    /// The server's `usage`.
     Server,
+    /// The client's own count (the tokenizer or the word model).
     Client,
 }
 
@@ -276,14 +296,20 @@ impl RequestRecord {
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
     #[error("cannot create {path}: {source}; check that the directory is writable (--output-artifact-dir)")]
+    /// The record file could not be created.
     Create {
+        /// The file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
     #[error("cannot write {path}: {source}")]
+    /// A record could not be written.
     Write {
+        /// The file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -356,6 +382,7 @@ impl RecordSink {
         }
     }
 
+    /// The file the records go to.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -413,6 +440,7 @@ pub struct TornLine {
     pub line: usize,
     /// Where the line starts: the length of the file's whole records.
     pub offset: u64,
+    /// The length of the torn line in bytes.
     pub bytes: usize,
 }
 

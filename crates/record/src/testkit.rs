@@ -45,6 +45,7 @@ pub fn rec(send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) -> RequestRecord
     }
 }
 
+/// A profiling record sent at `send_ms` that failed with HTTP 500 before any token.
 pub fn failed(send_ms: u64, isl: u64) -> RequestRecord {
     let mut r = rec(send_ms, &[], isl, 0);
     r.first_token_ns = None;
