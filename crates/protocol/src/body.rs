@@ -257,6 +257,7 @@ pub struct JsonBody {
 }
 
 impl JsonBody {
+    /// A body of these pieces, sent in order.
     pub fn from_parts(parts: Vec<Bytes>) -> JsonBody {
         let parts: std::collections::VecDeque<Bytes> =
             parts.into_iter().filter(|p| !p.is_empty()).collect();
@@ -269,6 +270,7 @@ impl JsonBody {
         self.len
     }
 
+    /// Whether the body has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

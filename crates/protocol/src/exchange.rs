@@ -10,10 +10,16 @@ use agentx_record::Usage;
 
 use crate::{EndpointType, ERROR_EXCERPT};
 
+/// A response stream while it arrives: the endpoint's API, whether the reply text is kept, and
+/// whether it ended or failed.
 pub struct StreamState {
+    /// The API whose events the stream carries.
     pub api: EndpointType,
+    /// Collect the reply text into the exchange (live-assistant mode).
     pub keep_text: bool,
+    /// The stream's end marker arrived.
     pub done: bool,
+    /// What went wrong in the stream, once something did.
     pub failure: Option<Failure>,
 }
 
@@ -75,7 +81,7 @@ impl StreamState {
 }
 
 #[derive(Deserialize)]
-pub struct ChunkJson<'a> {
+pub(crate) struct ChunkJson<'a> {
     #[serde(default, borrow)]
     choices: Choices<'a>,
     #[serde(default)]
@@ -137,7 +143,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
 }
 
 #[derive(Deserialize)]
-pub struct ChoiceJson<'a> {
+pub(crate) struct ChoiceJson<'a> {
     #[serde(default, borrow)]
     delta: DeltaJson<'a>,
     #[serde(default, borrow)]
@@ -145,7 +151,7 @@ pub struct ChoiceJson<'a> {
 }
 
 #[derive(Deserialize, Default)]
-pub struct DeltaJson<'a> {
+pub(crate) struct DeltaJson<'a> {
     #[serde(default, borrow)]
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -155,7 +161,7 @@ pub struct DeltaJson<'a> {
 }
 
 #[derive(Deserialize)]
-pub struct UsageJson {
+pub(crate) struct UsageJson {
     #[serde(default)]
     prompt_tokens: Option<u64>,
     #[serde(default)]
@@ -165,7 +171,7 @@ pub struct UsageJson {
 }
 
 #[derive(Deserialize)]
-pub struct DetailsJson {
+pub(crate) struct DetailsJson {
     #[serde(default)]
     cached_tokens: Option<u64>,
 }
@@ -188,6 +194,7 @@ pub fn server_error_message(body: &str) -> (Option<String>, String) {
         .unwrap_or_else(|| (None, excerpt(body.trim(), 500).to_owned()))
 }
 
+/// The first `max` bytes of `s`, cut at a character boundary.
 pub fn excerpt(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -199,6 +206,7 @@ pub fn excerpt(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// An error and each of its sources, joined with `: `.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
@@ -237,6 +245,7 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// The kind's name in the records (`error.kind`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Request => "request_error",
@@ -255,14 +264,18 @@ impl FailureKind {
 /// Why an exchange failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
+    /// The HTTP status (0 when no response came).
     pub status: u16,
+    /// What kind of failure it was.
     pub kind: FailureKind,
     /// The server's own error type, when its body named one.
     pub server_type: Option<String>,
+    /// What happened, in words.
     pub message: String,
 }
 
 impl Failure {
+    /// A failure without a server error type.
     pub fn new(status: u16, kind: FailureKind, message: String) -> Failure {
         Failure {
             status,
@@ -276,20 +289,27 @@ impl Failure {
 /// What one request produced.
 #[derive(Debug, Clone)]
 pub struct Exchange {
+    /// When the request was sent.
     pub sent: Instant,
+    /// When the response's first byte arrived.
     pub first_byte: Option<Instant>,
     /// Offsets from `sent` of each non-empty content or reasoning chunk.
     pub chunk_offsets_ns: Vec<u64>,
     /// Non-empty content chunks (reasoning excluded).
     pub content_chunks: u64,
+    /// When the response ended (or failed).
     pub end: Instant,
+    /// The HTTP status (0 when no response came).
     pub status: u16,
+    /// The stream's `usage`, when it sent one.
     pub usage: Option<Usage>,
+    /// The stop reason as the server wrote it.
     pub finish_reason: Option<String>,
     /// The reply text (when asked for).
     pub text: String,
     /// The first [`ERROR_EXCERPT`] bytes of an error body or error event.
     pub error_body: Option<String>,
+    /// What went wrong, when something did.
     pub failure: Option<Failure>,
     /// Set when the request was sent a second time, and why.
     pub retried: Option<String>,
@@ -309,6 +329,7 @@ pub fn server_ttft(headers: &hyper::HeaderMap) -> Option<Duration> {
 }
 
 impl Exchange {
+    /// An exchange sent at `sent`, nothing received yet.
     pub fn new(sent: Instant) -> Exchange {
         Exchange {
             sent,
@@ -327,6 +348,7 @@ impl Exchange {
         }
     }
 
+    /// Records `f` unless an earlier failure was recorded.
     pub fn fail(&mut self, f: Failure) {
         if self.failure.is_none() {
             self.failure = Some(f);

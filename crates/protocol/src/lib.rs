@@ -6,6 +6,8 @@
 //! ([`transport::Transport`]). No sockets: the client crate sends, the simulator serves, the replay
 //! schedules through the transport.
 
+#![warn(missing_docs)]
+
 pub mod anthropic;
 mod body;
 mod exchange;
@@ -41,6 +43,7 @@ impl StreamState {
 /// The ids sent as headers.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestIds<'a> {
+    /// The request's own id (`X-Request-ID`).
     pub request_id: &'a str,
     /// The stream's own correlation id.
     pub correlation_id: &'a str,

@@ -121,6 +121,7 @@ pub enum ConnectionReuse {
 }
 
 impl ConnectionReuse {
+    /// The value's spelling on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
             ConnectionReuse::Pooled => "pooled",

@@ -41,9 +41,11 @@ pub struct DynamoRouting {
 /// stream's final turn.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamTurn<'a> {
+    /// The stream's own correlation id.
     pub correlation_id: &'a str,
     /// The parent stream's correlation id (child streams of a session tree).
     pub parent_correlation_id: Option<&'a str>,
+    /// The stream's final turn.
     pub last: bool,
 }
 

@@ -17,8 +17,13 @@ pub const MAX_LINE: usize = 16 << 20;
 /// A malformed event stream.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SseError {
+    /// A line that is not UTF-8.
     #[error("malformed SSE: a line is not valid UTF-8 (near byte {offset} of the stream)")]
-    Utf8 { offset: u64 },
+    Utf8 {
+        /// Where in the stream (bytes from its start).
+        offset: u64,
+    },
+    /// A line longer than [`MAX_LINE`].
     #[error("malformed SSE: a line is longer than {MAX_LINE} bytes without a line break")]
     LineTooLong,
 }
@@ -38,6 +43,7 @@ pub struct SseDecoder {
 }
 
 impl SseDecoder {
+    /// A decoder at the start of a stream.
     pub fn new() -> Self {
         Self::default()
     }
