@@ -64,6 +64,7 @@ impl MetricNames {
     /// Names accepted by `--metric-names`.
     pub const NAMES: &'static [&'static str] = &["vllm", "sglang", "trtllm", "atom"];
 
+    /// The value's name, as `--metric-names` takes it.
     pub fn name(self) -> &'static str {
         match self {
             MetricNames::Vllm => "vllm",

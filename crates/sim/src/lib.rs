@@ -29,6 +29,8 @@
 //! records (`server_ttft_ns`) to separate what it added itself. With `headers_at_first_token` a
 //! streamed answer's headers wait for its first token, and the second stamp is when it went out.
 
+#![warn(missing_docs)]
+
 mod anthropic;
 mod cache;
 mod config;
@@ -62,18 +64,27 @@ pub use thread::SimThread;
 pub enum SimError {
     /// A configuration value is out of range.
     #[error("invalid simulator setting `{field}`: {why}")]
-    Config { field: &'static str, why: String },
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// What is wrong with its value.
+        why: String,
+    },
     /// The listening socket could not be opened.
     #[error("cannot listen on {addr}: {source}; pick another --port or stop the process using it")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why it could not be opened.
         #[source]
         source: std::io::Error,
     },
     /// The request log (`--record-requests`) could not be created.
     #[error("cannot create the request log {}: {source}; pick a writable path for --record-requests", path.display())]
     RequestLog {
+        /// The file.
         path: std::path::PathBuf,
+        /// Why it could not be created.
         #[source]
         source: std::io::Error,
     },

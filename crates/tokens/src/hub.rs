@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 /// The kind of a hub repository (the cache keeps them in separate name spaces).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RepoKind {
+    /// A dataset repository (`datasets--org--name`).
     Dataset,
+    /// A model repository (`models--org--name`).
     Model,
 }
 

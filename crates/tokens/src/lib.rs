@@ -13,7 +13,9 @@
 //! `--tokenizer` names one: a path (a `tokenizer.json`, or a directory holding one); `builtin` (aiperf:
 //! tiktoken `o200k_base`), which here is the tokenizer-free word counter; or a Hugging Face model id
 //! (`org/name`, or a bare `name` that matches exactly one cached `org/name`) found in the hub cache
-//! ([`super::hub`], the same directories as the corpora). Nothing is downloaded.
+//! ([`hub`], the same directories as the corpora). Nothing is downloaded.
+
+#![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,6 +52,7 @@ pub enum TokenizerSource {
     Builtin,
     /// A Hugging Face `tokenizer.json`: a path given directly, or the file of a cached model snapshot.
     File {
+        /// The `tokenizer.json`.
         path: PathBuf,
         /// The model id it was found by (`org/name`), when it came from the hub cache.
         model: Option<String>,
@@ -224,23 +227,36 @@ pub enum TokenizerError {
          the cache that has it, or pass the path of a tokenizer.json"
     )]
     NotCached {
+        /// The model id given.
         model: String,
+        /// The file looked for in its snapshots.
         file: String,
+        /// The cache directories searched.
         searched: String,
     },
 
     /// A tokenizer argument that names nothing usable (a flag value).
     #[error("{0}")]
     Argument(String),
+    /// A `tokenizer.json` the tokenizers library could not load.
     #[error(
         "cannot load tokenizer {path}: {reason}; pass the path of a Hugging Face tokenizer.json"
     )]
-    Load { path: PathBuf, reason: String },
+    Load {
+        /// The file.
+        path: PathBuf,
+        /// The library's error.
+        reason: String,
+    },
     #[error(
         "tokenizer {path} encodes none of the synthesis vocabulary as single tokens; \
          use a BPE or SentencePiece tokenizer, or omit --tokenizer"
     )]
-    NoSingleTokenWords { path: PathBuf },
+    /// A tokenizer under which no word of the synthesis vocabulary is a single token.
+    NoSingleTokenWords {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 impl TokenCounter {
