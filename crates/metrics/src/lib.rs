@@ -29,12 +29,19 @@ pub use dist::percentile;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Dist {
+    /// How many values.
     pub count: usize,
+    /// Their mean.
     pub avg: f64,
+    /// The smallest.
     pub min: f64,
+    /// The median (linear interpolation, as numpy).
     pub p50: f64,
+    /// The 90th percentile.
     pub p90: f64,
+    /// The 99th percentile.
     pub p99: f64,
+    /// The largest.
     pub max: f64,
 }
 
@@ -59,32 +66,48 @@ impl Dist {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Summary {
+    /// Profiling requests that succeeded (every figure below but the counts is theirs).
     pub requests_ok: u64,
+    /// Profiling requests that failed, context overflows and cancellations apart.
     pub requests_failed: u64,
+    /// Profiling requests the scenario classified as context overflows.
     pub context_overflows: u64,
+    /// Profiling requests cancelled (at the end of the run, the threshold or an interrupt).
     pub cancelled: u64,
+    /// Warmup requests, whatever became of them.
     pub warmup_requests: u64,
     /// Warmup responses classified as context overflows (counted in `warmup_requests` too).
     pub warmup_context_overflows: u64,
     /// Seconds from the first profiling send to the last profiling end.
     pub duration_s: f64,
+    /// Prompt tokens of the successful requests.
     pub input_tokens: u64,
+    /// Output tokens of the successful requests.
     pub output_tokens: u64,
+    /// Cached prompt tokens the responses reported; `None` when a response did not say.
     pub cached_tokens: Option<u64>,
+    /// Successful requests per second of `duration_s`.
     pub request_throughput: f64,
+    /// Output tokens per second of `duration_s`.
     pub output_token_throughput: f64,
+    /// Prompt tokens per second of `duration_s`.
     pub input_token_throughput: f64,
     /// Milliseconds, on aiperf's clock: from each request's start (`request_start_ns`).
     pub ttft_ms: Option<Dist>,
+    /// Milliseconds between output tokens, each request's mean (aiperf's inter-token latency).
     pub itl_ms: Option<Dist>,
+    /// Milliseconds from each request's start to its last content chunk (aiperf's request latency).
     pub latency_ms: Option<Dist>,
     /// Milliseconds from when each request was due (`credit_issued_ns`): the time to first token
     /// and the latency a user of the schedule saw, send lag included.
     pub scheduled_ttft_ms: Option<Dist>,
+    /// The latency from when each request was due.
     pub scheduled_latency_ms: Option<Dist>,
     /// Milliseconds between intended and actual send: what separates the two clocks.
     pub send_lag_ms: Option<Dist>,
+    /// Prompt tokens per request.
     pub isl: Option<Dist>,
+    /// Output tokens per request.
     pub osl: Option<Dist>,
     /// `--goodput`'s figures (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,6 +123,7 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The figures of `records` (warmup records are counted, not measured).
     pub fn of(records: &[RequestRecord]) -> Summary {
         let mut s = Summary::default();
         let (mut ttft, mut itl, mut lat, mut lag, mut isl, mut osl) =

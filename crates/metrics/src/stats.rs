@@ -18,8 +18,11 @@ use agentx_record::{Phase, RequestRecord};
 /// A metric as aiperf names it: tag (the JSON key), header (the CSV name) and display unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetricDef {
+    /// The JSON key.
     pub tag: &'static str,
+    /// The CSV column's name.
     pub header: &'static str,
+    /// The display unit.
     pub unit: &'static str,
 }
 
@@ -28,47 +31,64 @@ const fn def(tag: &'static str, header: &'static str, unit: &'static str) -> Met
 }
 
 // Per-request (record) metrics, in the order they are written.
+/// aiperf's `input_sequence_length` ("Input Sequence Length", tokens).
 pub const INPUT_SEQUENCE_LENGTH: MetricDef =
     def("input_sequence_length", "Input Sequence Length", "tokens");
+/// aiperf's `time_to_first_token` ("Time to First Token", ms).
 pub const TIME_TO_FIRST_TOKEN: MetricDef = def("time_to_first_token", "Time to First Token", "ms");
+/// aiperf's `time_to_second_token` ("Time to Second Token", ms).
 pub const TIME_TO_SECOND_TOKEN: MetricDef =
     def("time_to_second_token", "Time to Second Token", "ms");
+/// aiperf's `request_latency` ("Request Latency", ms).
 pub const REQUEST_LATENCY: MetricDef = def("request_latency", "Request Latency", "ms");
+/// aiperf's `inter_chunk_latency` ("Inter Chunk Latency", ms).
 pub const INTER_CHUNK_LATENCY: MetricDef = def("inter_chunk_latency", "Inter Chunk Latency", "ms");
+/// aiperf's `output_sequence_length` ("Output Sequence Length", tokens).
 pub const OUTPUT_SEQUENCE_LENGTH: MetricDef =
     def("output_sequence_length", "Output Sequence Length", "tokens");
+/// aiperf's `output_token_count` ("Output Token Count", tokens).
 pub const OUTPUT_TOKEN_COUNT: MetricDef = def("output_token_count", "Output Token Count", "tokens");
+/// aiperf's `inter_token_latency` ("Inter Token Latency", ms).
 pub const INTER_TOKEN_LATENCY: MetricDef = def("inter_token_latency", "Inter Token Latency", "ms");
+/// aiperf's `output_token_throughput_per_user` ("Output Token Throughput Per User", tokens/sec/user).
 pub const OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
     "output_token_throughput_per_user",
     "Output Token Throughput Per User",
     "tokens/sec/user",
 );
+/// aiperf's `full_decode_duration` ("Full Decode Duration", ms).
 pub const FULL_DECODE_DURATION: MetricDef =
     def("full_decode_duration", "Full Decode Duration", "ms");
+/// aiperf's `full_response_inter_token_latency` ("Full-Response Inter Token Latency", ms).
 pub const FULL_RESPONSE_INTER_TOKEN_LATENCY: MetricDef = def(
     "full_response_inter_token_latency",
     "Full-Response Inter Token Latency",
     "ms",
 );
+/// aiperf's `full_response_output_token_throughput_per_user` ("Full-Response Output Token Throughput Per User", tokens/sec/user).
 pub const FULL_RESPONSE_OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
     "full_response_output_token_throughput_per_user",
     "Full-Response Output Token Throughput Per User",
     "tokens/sec/user",
 );
+/// aiperf's `usage_prompt_tokens` ("Usage Prompt Tokens", tokens).
 pub const USAGE_PROMPT_TOKENS: MetricDef =
     def("usage_prompt_tokens", "Usage Prompt Tokens", "tokens");
+/// aiperf's `usage_completion_tokens` ("Usage Completion Tokens", tokens).
 pub const USAGE_COMPLETION_TOKENS: MetricDef = def(
     "usage_completion_tokens",
     "Usage Completion Tokens",
     "tokens",
 );
+/// aiperf's `usage_total_tokens` ("Usage Total Tokens", tokens).
 pub const USAGE_TOTAL_TOKENS: MetricDef = def("usage_total_tokens", "Usage Total Tokens", "tokens");
+/// aiperf's `usage_prompt_cache_read_tokens` ("Usage Prompt Cache Read Tokens", tokens).
 pub const USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
     "usage_prompt_cache_read_tokens",
     "Usage Prompt Cache Read Tokens",
     "tokens",
 );
+/// aiperf's `error_isl` ("Error Input Sequence Length", tokens).
 pub const ERROR_ISL: MetricDef = def("error_isl", "Error Input Sequence Length", "tokens");
 /// agentx's own: the time to first token from when the request was due (`credit_issued_ns`), send
 /// lag included; `time_to_first_token` counts from the request's start, as aiperf does.
@@ -108,7 +128,9 @@ pub const RECORD_METRICS: [MetricDef; 19] = [
 ];
 
 // Aggregate and derived metrics (one value each).
+/// aiperf's `request_count` ("Request Count", requests).
 pub const REQUEST_COUNT: MetricDef = def("request_count", "Request Count", "requests");
+/// aiperf's `error_request_count` ("Error Request Count", requests).
 pub const ERROR_REQUEST_COUNT: MetricDef =
     def("error_request_count", "Error Request Count", "requests");
 /// Successful plus failed requests (aiperf's `completed_request_count`); left out when 0.
@@ -117,6 +139,7 @@ pub const COMPLETED_REQUEST_COUNT: MetricDef = def(
     "Completed Requests (Success + Error)",
     "requests",
 );
+/// aiperf's `context_overflow_count` ("Context Overflow Count", requests).
 pub const CONTEXT_OVERFLOW_COUNT: MetricDef = def(
     "context_overflow_count",
     "Context Overflow Count",
@@ -142,35 +165,46 @@ pub const E2E_NORMALIZED_INTERACTIVITY_P75: MetricDef = def(
     "E2E Normalized Interactivity p75",
     "tokens/sec/user",
 );
+/// aiperf's `e2e_normalized_interactivity_p90` ("E2E Normalized Interactivity p90", tokens/sec/user).
 pub const E2E_NORMALIZED_INTERACTIVITY_P90: MetricDef = def(
     "e2e_normalized_interactivity_p90",
     "E2E Normalized Interactivity p90",
     "tokens/sec/user",
 );
+/// aiperf's `min_request_timestamp` ("Minimum Request Timestamp", ns).
 pub const MIN_REQUEST_TIMESTAMP: MetricDef =
     def("min_request_timestamp", "Minimum Request Timestamp", "ns");
+/// aiperf's `max_response_timestamp` ("Maximum Response Timestamp", ns).
 pub const MAX_RESPONSE_TIMESTAMP: MetricDef =
     def("max_response_timestamp", "Maximum Response Timestamp", "ns");
+/// aiperf's `benchmark_duration` ("Benchmark Duration", sec).
 pub const BENCHMARK_DURATION: MetricDef = def("benchmark_duration", "Benchmark Duration", "sec");
+/// aiperf's `total_isl` ("Total Input Sequence Length", tokens).
 pub const TOTAL_ISL: MetricDef = def("total_isl", "Total Input Sequence Length", "tokens");
+/// aiperf's `total_osl` ("Total Output Sequence Length", tokens).
 pub const TOTAL_OSL: MetricDef = def("total_osl", "Total Output Sequence Length", "tokens");
+/// aiperf's `total_usage_prompt_cache_read_tokens` ("Total Usage Prompt Cache Read Tokens", tokens).
 pub const TOTAL_USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
     "total_usage_prompt_cache_read_tokens",
     "Total Usage Prompt Cache Read Tokens",
     "tokens",
 );
+/// aiperf's `request_throughput` ("Request Throughput", requests/sec).
 pub const REQUEST_THROUGHPUT: MetricDef =
     def("request_throughput", "Request Throughput", "requests/sec");
+/// aiperf's `output_token_throughput` ("Output Token Throughput", tokens/sec).
 pub const OUTPUT_TOKEN_THROUGHPUT: MetricDef = def(
     "output_token_throughput",
     "Output Token Throughput",
     "tokens/sec",
 );
+/// aiperf's `total_token_throughput` ("Total Token Throughput", tokens/sec).
 pub const TOTAL_TOKEN_THROUGHPUT: MetricDef = def(
     "total_token_throughput",
     "Total Token Throughput",
     "tokens/sec",
 );
+/// aiperf's `input_token_throughput` ("Input Token Throughput", tokens/sec).
 pub const INPUT_TOKEN_THROUGHPUT: MetricDef = def(
     "input_token_throughput",
     "Input Token Throughput",
@@ -181,8 +215,11 @@ pub const INPUT_TOKEN_THROUGHPUT: MetricDef = def(
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Value {
+    /// A count.
     Int(u64),
+    /// A measure.
     Float(f64),
+    /// One value per chunk or token (`inter_chunk_latency`).
     List(Vec<f64>),
 }
 
@@ -215,6 +252,7 @@ pub enum Class {
     Error,
 }
 
+/// How `r` counts in aiperf's aggregate.
 pub fn class(r: &RequestRecord) -> Class {
     if r.phase == Phase::Warmup {
         return Class::Warmup;
@@ -315,23 +353,37 @@ pub const PERCENTILES: [(&str, f64); 9] = [
 /// The distribution of one record metric, as aiperf's `MetricResult` has it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Stats {
+    /// The mean.
     pub avg: f64,
+    /// The smallest value.
     pub min: f64,
+    /// The largest value.
     pub max: f64,
+    /// The 1th percentile (linear interpolation, as numpy).
     pub p1: f64,
+    /// The 5th percentile (linear interpolation, as numpy).
     pub p5: f64,
+    /// The 10th percentile (linear interpolation, as numpy).
     pub p10: f64,
+    /// The 25th percentile (linear interpolation, as numpy).
     pub p25: f64,
+    /// The 50th percentile (linear interpolation, as numpy).
     pub p50: f64,
+    /// The 75th percentile (linear interpolation, as numpy).
     pub p75: f64,
+    /// The 90th percentile (linear interpolation, as numpy).
     pub p90: f64,
+    /// The 95th percentile (linear interpolation, as numpy).
     pub p95: f64,
+    /// The 99th percentile (linear interpolation, as numpy).
     pub p99: f64,
     /// Population standard deviation (`ddof = 0`). aiperf's schema page calls it "sample", but its
     /// code computes inference metrics with `np.std(..., ddof=0)`, and InferenceX's post-processor uses
     /// `statistics.pstdev`; matching the numbers users compare against matters more than the label.
     pub std: f64,
+    /// How many values.
     pub count: usize,
+    /// Their sum.
     pub sum: f64,
 }
 
@@ -476,8 +528,11 @@ where
 /// profiling request, cancelled and failed streams included.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Coverage {
+    /// How far into profiling the last valid first token came (0 to 1).
     pub ttft_ratio: f64,
+    /// How far into profiling the last valid request with an ITL ended.
     pub inter_token_latency_ratio: f64,
+    /// How far into profiling the last content chunk of any record came.
     pub streaming_content_ratio: f64,
 }
 
@@ -527,6 +582,7 @@ pub struct Aggregate {
     pub request_count: u64,
     /// Failed or cancelled records (context overflows excluded).
     pub error_request_count: u64,
+    /// Context overflows of the profiling phase.
     pub context_overflow_count: u64,
     /// Context overflows of the warmup phase (not in any other figure).
     pub warmup_context_overflow_count: u64,
@@ -536,13 +592,19 @@ pub struct Aggregate {
     pub max_response_ns: Option<u64>,
     /// Seconds the throughputs divide by: `max_response - min_request`, or the window's length.
     pub duration_s: Option<f64>,
+    /// Prompt tokens of the valid records.
     pub total_isl: u64,
+    /// Output tokens of the valid records.
     pub total_osl: u64,
     /// Sum of `cached_tokens` over valid records that reported it; `None` when none did.
     pub total_cached_tokens: Option<u64>,
+    /// Valid requests per second of `duration_s`.
     pub request_throughput: Option<f64>,
+    /// Output tokens per second of `duration_s`.
     pub output_token_throughput: Option<f64>,
+    /// Prompt and output tokens per second of `duration_s`.
     pub total_token_throughput: Option<f64>,
+    /// Prompt tokens per second of `duration_s`.
     pub input_token_throughput: Option<f64>,
 }
 
