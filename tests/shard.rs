@@ -131,6 +131,7 @@ fn three_shards_replay_the_unsharded_plan_and_merge_into_one_run() {
         assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
     }
     let m = json(&merged.join("run_manifest.json"));
+    crate::support::assert_artifacts_match_schemas(&merged);
     assert_eq!(m["shards"].as_array().unwrap().len(), 3);
     assert_eq!(m["concurrency"], 6);
     merged_plan_is_the_unsharded_plan(&sim.url(), &m);
@@ -797,6 +798,8 @@ fn two_shards_of_a_session_tree_run_merge_into_the_unsharded_plan() {
     let work = tempfile::tempdir().unwrap();
     let (out, merged) = two_tree_shards(&sim, work.path());
     let m = json(&merged.join("run_manifest.json"));
+    crate::support::assert_artifacts_match_schemas(&merged);
+    crate::support::assert_artifacts_match_schemas(&out.join("shard-0"));
     assert_eq!(m["shards"].as_array().unwrap().len(), 2);
     assert!(m.get("shard_exports").is_none());
 

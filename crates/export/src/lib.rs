@@ -56,3 +56,43 @@ pub fn write_run_exports(
     }
     (files, failed)
 }
+
+/// The JSON Schemas of a run's two typed artifacts (`run_manifest.json`, `run_summary.json`),
+/// derived from their types, each with the file name it is committed under in `schemas/`.
+pub fn artifact_schemas() -> [(&'static str, serde_json::Value); 2] {
+    [
+        (
+            "run_manifest.schema.json",
+            schemars::schema_for!(manifest::Manifest).to_value(),
+        ),
+        (
+            "run_summary.schema.json",
+            schemars::schema_for!(run_summary::RunSummary).to_value(),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use std::path::Path;
+
+    /// The committed schemas are the ones the types give; `AGENTX_BLESS=1` rewrites them.
+    #[test]
+    fn the_committed_schemas_are_the_types_schemas() {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../schemas"));
+        for (name, schema) in super::artifact_schemas() {
+            let path = dir.join(name);
+            let text = serde_json::to_string_pretty(&schema).expect("a schema serializes") + "\n";
+            if std::env::var_os("AGENTX_BLESS").is_some() {
+                std::fs::write(&path, &text).expect("schemas/ is writable");
+                continue;
+            }
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                committed == text,
+                "schemas/{name} is not what the types give; regenerate it with \
+                 `AGENTX_BLESS=1 cargo test -p agentx-export schema_tests`"
+            );
+        }
+    }
+}

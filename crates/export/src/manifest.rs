@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -14,7 +15,7 @@ pub const MANIFEST_FILE: &str = "run_manifest.json";
 
 /// A run's manifest: everything that pins it, and how it ended. Only `argv`, `run_id`, `seed` and
 /// `scenario.sha256` are required to read one (what a rerun needs).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Manifest {
     /// The command line, without the program name (what `replay` reruns).
     pub argv: Vec<String>,
@@ -116,7 +117,7 @@ pub struct Manifest {
 
 /// The scenario's rules for the exports, kept in a shard's manifest so that the merge writes the
 /// exports the run would have written in one process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ShardExports {
     /// The share of profiling a metric's timeline must cover to be reported.
     pub coverage_required_ratio: f64,
@@ -127,7 +128,7 @@ pub struct ShardExports {
 }
 
 /// One shard of a merged run, as the merge read it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MergedShard {
     pub index: u32,
     pub dir: PathBuf,
@@ -145,7 +146,7 @@ pub struct MergedShard {
 }
 
 /// How `agentx-host finalize` finished a run that did not reach its end.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Finalized {
     /// Why the run ended (given with `--reason`, or that its process ended without finishing).
     pub reason: String,
@@ -160,14 +161,14 @@ pub struct Finalized {
     pub server_metrics: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReplayOf {
     pub run_id: String,
     pub manifest: PathBuf,
 }
 
 /// The scenario component a run loaded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ScenarioId {
     #[serde(default)]
     pub name: String,
@@ -180,7 +181,7 @@ pub struct ScenarioId {
 }
 
 /// The corpus a run replayed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DatasetId {
     #[serde(default)]
     pub source: PathBuf,
@@ -205,7 +206,7 @@ pub struct DatasetId {
 
 /// One way a run's replay of its corpus parts from agentx-harness 1.0.12's CLI, or a reason the
 /// harness would refuse the corpus.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HarnessNote {
     pub kind: HarnessNoteKind,
     /// How many it concerns: the traces laid out in other blocks (`block_size`), or the places in
@@ -216,7 +217,7 @@ pub struct HarnessNote {
 }
 
 /// What a [`HarnessNote`] is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HarnessNoteKind {
     /// The traces are laid out in other blocks than the harness CLI's 64 tokens.
@@ -226,7 +227,7 @@ pub enum HarnessNoteKind {
 }
 
 /// A setting as the scenario resolved it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SettingRow {
     pub name: String,
     pub value: Value,
@@ -234,14 +235,14 @@ pub struct SettingRow {
 }
 
 /// A warning of the scenario's `resolve`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WarningRow {
     pub setting: String,
     pub message: String,
 }
 
 /// The HTTP side of a run: the headers that carry the session, the reuse strategy, the timeout.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HttpInfo {
     pub correlation_header: String,
     pub session_headers: Vec<String>,
@@ -250,7 +251,7 @@ pub struct HttpInfo {
 }
 
 /// A shard's place in a sharded run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ShardInfo {
     pub index: u32,
     pub count: u32,
@@ -278,7 +279,7 @@ pub struct ShardInfo {
 
 /// A server started for one run (`sweep --server-cmd`): what ran, where, how soon it was ready and
 /// how it ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServerInfo {
     /// The command after substitution, as `sh -c` ran it.
     pub command: String,
@@ -297,7 +298,7 @@ pub struct ServerInfo {
 }
 
 /// How a started server ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServerExit {
     pub how: ServerEnd,
     /// Its shell's exit code, when it exited.
@@ -329,7 +330,7 @@ impl std::fmt::Display for ServerExit {
 }
 
 /// Who ended a started server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerEnd {
     /// It exited on its own, before it was stopped.

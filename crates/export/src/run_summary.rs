@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -16,7 +17,7 @@ use agentx_metrics::Summary;
 pub const RUN_SUMMARY: &str = "run_summary.json";
 
 /// A run's summary: how it ended, what it ran, its verdict and its headline figures.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunSummary {
     #[serde(default)]
     pub run_id: Option<String>,
@@ -72,7 +73,7 @@ pub struct RunSummary {
 }
 
 /// The server-metrics profiling window's edges, as `server_metrics_export.json` found them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServerMetricsWindow {
     /// `boundary_scrapes` when every endpoint's window ran from its profiling_start boundary
     /// scrape to its profiling_complete one, else `not_all_boundary_scrapes`.
@@ -87,7 +88,7 @@ pub struct ServerMetricsWindow {
 
 /// The scenario component a run loaded, as its summary names it: the manifest's [`ScenarioId`], every
 /// field of which an older summary may lack (an absent one stays absent when written back).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ScenarioRef {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,

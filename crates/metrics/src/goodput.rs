@@ -37,7 +37,9 @@ pub struct Goodput {
 }
 
 /// What the objectives made of a run's profiling requests.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct GoodputFigures {
     pub good_request_count: u64,
     /// Good requests per second of the benchmark duration.

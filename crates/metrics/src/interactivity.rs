@@ -23,7 +23,7 @@ use super::Outcome;
 use agentx_record::{Phase, RequestRecord};
 
 /// The statistics InferenceX publishes of one distribution (`{stat}_itl`, `{stat}_intvty`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct PublishedStats {
     pub mean: f64,
@@ -39,7 +39,7 @@ pub struct PublishedStats {
 }
 
 /// The full-response figures of a run as InferenceX's app publishes them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct FullResponseInteractivity {
     /// Requests in the sample.

@@ -26,7 +26,7 @@ use agentx_record::{Phase, RequestRecord};
 pub use dist::percentile;
 
 /// Distribution summary of one metric.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Dist {
     /// How many values.
@@ -63,7 +63,7 @@ impl Dist {
 
 /// The headline figures of a run (profiling phase, successful requests), as `run_summary.json`'s
 /// `summary` holds them (a figure an older file lacks reads as its default).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Summary {
     /// Profiling requests that succeeded (every figure below but the counts is theirs).

@@ -18,7 +18,7 @@ use agentx_record::RequestRecord;
 pub type RecordedTimes = HashMap<String, Vec<(f64, f64)>>;
 
 /// What the sessions of a run made of `--goodput`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct SessionFigures {
     /// Sessions with at least one profiling request.
     pub sessions: u64,
