@@ -84,27 +84,30 @@ def drop_test_modules(code):
 
 
 def expand_use_tree(tree):
-    """`a::{b, c::{d, e as f}, self}` -> ['a::b', 'a::c::d', 'a::c::e', 'a']."""
-    tree = re.sub(r"\s+", "", tree)
-    depth = 0
-    for i, ch in enumerate(tree):
-        if ch == "{":
-            if depth == 0:
-                prefix, inner = tree[:i].rstrip(":"), tree[i + 1:tree.rindex("}")]
-                parts, level, start = [], 0, 0
-                for j, cj in enumerate(inner):
-                    level += {"{": 1, "}": -1}.get(cj, 0)
-                    if cj == "," and level == 0:
-                        parts.append(inner[start:j])
-                        start = j + 1
-                parts.append(inner[start:])
-                paths = []
-                for part in filter(None, parts):
-                    for sub in expand_use_tree(part):
-                        paths.append(prefix if sub == "self" else (prefix + "::" + sub if prefix else sub))
-                return paths
-            depth += 1
-    return [re.sub(r"as" + IDENT + "$", "", tree.split("as")[0]) if "as" in tree and re.search(r"\bas\b", tree) else tree]
+    """`a::{b, c::{d, e as f}, self}` -> [("a::b", "b"), ("a::c::d", "d"), ("a::c::e", "f"), ("a", "a")]:
+    each path the tree imports, with the name it is imported under."""
+    tree = tree.strip()
+    brace = tree.find("{")
+    if brace < 0:
+        path, _, alias = re.sub(r"\s+", " ", tree).partition(" as ")
+        path = path.replace(" ", "")
+        return [(path, alias.strip() or path.split("::")[-1])]
+    prefix, inner = tree[:brace].strip().rstrip(":").replace(" ", ""), tree[brace + 1:tree.rindex("}")]
+    parts, level, start = [], 0, 0
+    for j, ch in enumerate(inner):
+        level += {"{": 1, "}": -1}.get(ch, 0)
+        if ch == "," and level == 0:
+            parts.append(inner[start:j])
+            start = j + 1
+    parts.append(inner[start:])
+    imported = []
+    for part in filter(str.strip, parts):
+        for sub, name in expand_use_tree(part):
+            if sub == "self":
+                imported.append((prefix, prefix.split("::")[-1] if name == "self" else name))
+            else:
+                imported.append((prefix + "::" + sub if prefix else sub, name))
+    return imported
 
 
 class Crate:
@@ -169,15 +172,12 @@ class Crate:
         found, aliases = {}, {}
         uses = re.findall(r"\buse\s+([^;]+);", code)
         for tree in uses:
-            for path in expand_use_tree(tree):
+            for path, name in expand_use_tree(tree):
                 target = self.resolve(module, path, aliases)
                 if target is None:
                     continue
-                last = path.split("::")[-1]
-                if target == self.deepest((), []) and last not in ("crate",):
-                    pass
-                if self.deepest(target, []) and last in self.children.get(target[:-1], ()) and target[-1:] == (last,):
-                    aliases[last] = target
+                if target and target[-1] == path.split("::")[-1]:
+                    aliases[name] = target  # a module imported by name
                 found.setdefault(target, set()).add(path)
         for m in re.finditer(r"\b((?:crate|super|self|" + IDENT + r")(?:::" + IDENT + r")+)", code):
             target = self.resolve(module, m.group(1), aliases)
