@@ -23,20 +23,13 @@ fn root() -> &'static Path {
 }
 
 fn validator() -> jsonschema::Validator {
-    let text = std::fs::read_to_string(root().join("schemas/inferencex-agentx-row.schema.json"))
-        .expect("the schema file");
-    let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
-    jsonschema::draft202012::new(&schema).expect("the schema is a valid 2020-12 schema")
+    crate::support::schema_validator("schemas/inferencex-agentx-row.schema.json")
 }
 
 /// Fails with every violation when `row` is not a valid InferenceX AgentX row.
 #[track_caller]
 pub(crate) fn assert_row(row: &Value) {
-    let v = validator();
-    let errors: Vec<String> = v
-        .iter_errors(row)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
+    let errors = crate::support::schema_errors(&validator(), row);
     assert!(
         errors.is_empty(),
         "not an InferenceX row:\n{}",

@@ -348,29 +348,37 @@ pub(crate) fn csv_counts(csv: &str, endpoint: &str) -> [u64; 4] {
     })
 }
 
+/// The validator of a committed JSON Schema (`rel` under the repository, draft 2020-12).
+pub(crate) fn schema_validator(rel: &str) -> jsonschema::Validator {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let text = std::fs::read_to_string(&path).expect("the schema file");
+    let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
+    jsonschema::draft202012::new(&schema).expect("the schema is a valid 2020-12 schema")
+}
+
+/// Every way `doc` violates `validator`'s schema, with where.
+pub(crate) fn schema_errors(validator: &jsonschema::Validator, doc: &Value) -> Vec<String> {
+    validator
+        .iter_errors(doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect()
+}
+
 /// Fails with every violation when `dir`'s `run_manifest.json` or `run_summary.json` does not
 /// match its committed schema (`schemas/run_*.schema.json`, generated from the types).
 #[track_caller]
 pub(crate) fn assert_artifacts_match_schemas(dir: &Path) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for (file, schema) in [
         ("run_manifest.json", "schemas/run_manifest.schema.json"),
         ("run_summary.json", "schemas/run_summary.schema.json"),
     ] {
-        let read = |p: &Path| -> Value {
-            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-        };
-        let validator = jsonschema::draft202012::new(&read(&root.join(schema)))
-            .expect("a valid 2020-12 schema");
-        let doc = read(&dir.join(file));
-        let errors: Vec<String> = validator
-            .iter_errors(&doc)
-            .map(|e| format!("{e} at {}", e.instance_path()))
-            .collect();
+        let path = dir.join(file);
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let errors = schema_errors(&schema_validator(schema), &doc);
         assert!(
             errors.is_empty(),
             "{} does not match {schema}:\n{}",
-            dir.join(file).display(),
+            path.display(),
             errors.join("\n")
         );
     }
