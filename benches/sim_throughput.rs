@@ -47,7 +47,7 @@ fn opts() -> Opts {
                 o.conc = v
                     .split(',')
                     .map(|c| c.parse().expect("--conc takes a list, e.g. 1,64,1024"))
-                    .collect()
+                    .collect();
             }
             // `cargo bench` passes `--bench`; ignore anything else.
             _ => {

@@ -76,7 +76,7 @@ fn mix64(mut z: u64) -> u64 {
 fn hash_str(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in s.as_bytes() {
-        h ^= b as u64;
+        h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     mix64(h)
@@ -394,7 +394,7 @@ impl Outcomes {
     fn of(records: &[RequestRecord]) -> Outcomes {
         let mut tally = Outcomes::default();
         for r in records {
-            tally.warmup += (r.phase == Phase::Warmup) as u64;
+            tally.warmup += u64::from(r.phase == Phase::Warmup);
             let key = if r.cancelled {
                 "cancelled".to_string()
             } else if r.context_overflow {
@@ -412,7 +412,7 @@ impl Outcomes {
             *tally.counts.entry(key).or_default() += 1;
             if let Some(why) = &r.retry {
                 tally.retried += 1;
-                tally.retried_ok += agentx::metrics::Outcome::of(r).is_ok() as u64;
+                tally.retried_ok += u64::from(agentx::metrics::Outcome::of(r).is_ok());
                 let short: String = why.chars().take(80).collect();
                 *tally.retry_reasons.entry(short).or_default() += 1;
             }

@@ -28,7 +28,7 @@ fn replay(url: &str, extra: &[&str]) -> Run {
         ]
         .map(str::to_owned),
     );
-    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     Run::exec(
         tempfile::tempdir().unwrap(),
         &args,
@@ -64,9 +64,9 @@ fn anthropic_replay_gives_the_records_and_exports_of_a_chat_replay() {
         assert!(Outcome::of(x).is_ok(), "{x:#?}");
         assert!(x.first_token_ns.is_some() && !x.chunk_offsets_ns.is_empty());
         // ignore_eos: every answer runs to its limit, one word (token) per delta.
-        assert_eq!(x.osl, x.max_tokens as u64, "{x:#?}");
+        assert_eq!(x.osl, u64::from(x.max_tokens), "{x:#?}");
         assert_eq!(x.chunk_offsets_ns.len(), x.max_tokens as usize);
-        assert_eq!(x.usage.completion_tokens, Some(x.max_tokens as u64));
+        assert_eq!(x.usage.completion_tokens, Some(u64::from(x.max_tokens)));
         assert_eq!(x.finish_reason.as_deref(), Some("max_tokens"));
         assert!(x.usage.prompt_tokens.unwrap() > x.usage.cached_tokens.unwrap());
     }

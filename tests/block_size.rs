@@ -112,7 +112,7 @@ fn run(corpus: &Path, sim: &Sim, scenario: &str, extra: &[&str]) -> Run {
         ["--concurrency", "1", "--benchmark-duration", "2"]
             .iter()
             .chain(extra)
-            .map(|s| s.to_string()),
+            .map(std::string::ToString::to_string),
     );
     Run::exec(tempfile::tempdir().unwrap(), &args, &[])
 }

@@ -57,7 +57,7 @@ fn split_corpus(src: &Path, dest: &Path) {
 /// Replays `corpus` through agentx at `concurrency` (with `extra` flags) as the golden run of `shape`
 /// did and compares: a weka corpus split into one file per trace, as the harness read it.
 fn differential(shape: &str, corpus: &Path, concurrency: &str, extra: &[&str]) {
-    differential_of(shape, corpus, "weka_trace", concurrency, extra)
+    differential_of(shape, corpus, "weka_trace", concurrency, extra);
 }
 
 /// [`differential`] of a corpus of `dataset_type` (aiperf's loader name): a weka corpus is split into

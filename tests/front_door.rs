@@ -48,7 +48,7 @@ fn short_run(work: &Path, url: &str, extra: &[&str]) -> std::process::Output {
         ]
         .map(String::from),
     );
-    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     agentx_command(work, &[]).args(&args).output().unwrap()
 }
 

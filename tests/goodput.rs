@@ -18,7 +18,7 @@ fn run_with(extra: &[&str]) -> Run {
     let sim = Sim::start(cfg);
     let mut args = fixture_args("run", &sim.url());
     args.extend(["--concurrency", "3", "--benchmark-duration", "3"].map(String::from));
-    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     Run::exec(tempfile::tempdir().unwrap(), &args, &[])
 }
 

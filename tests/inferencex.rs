@@ -19,7 +19,7 @@ fn recording_sim() -> Sim {
 fn replay(url: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
     let mut args = fixture_args("run", url);
     args.extend(["--concurrency", "3", "--benchmark-duration", "2"].map(String::from));
-    args.extend(extra.iter().map(|a| a.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     let r = Run::exec(tempfile::tempdir().unwrap(), &args, env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     r

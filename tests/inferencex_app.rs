@@ -948,7 +948,7 @@ fn assert_timeline(run: &Run) {
             "profiling"
         };
         by_request
-            .entry((r.trace_id.clone(), r.turn as u64, phase))
+            .entry((r.trace_id.clone(), u64::from(r.turn), phase))
             .or_default()
             .push(r);
     }

@@ -226,7 +226,7 @@ fn sessions_follow_the_plan_warmup_then_k_plus_one_then_recycle_from_turn_zero()
     }
     let sessions = by_session(&recs);
     let mut recycled = 0;
-    for (_, s) in sessions.iter() {
+    for (_, s) in &sessions {
         let first = s[0];
         if first.phase == Phase::Warmup {
             assert_eq!(s.len(), 1, "a warmup session is one request");
@@ -264,7 +264,7 @@ fn sessions_follow_the_plan_warmup_then_k_plus_one_then_recycle_from_turn_zero()
             .push((s[0].send_ns, s[s.len() - 1].end_ns));
     }
     for (t, mut v) in spans {
-        v.sort();
+        v.sort_unstable();
         for w in v.windows(2) {
             assert!(w[1].0 >= w[0].1, "trace {t} ran twice at once");
         }
@@ -296,7 +296,7 @@ fn fixed_latency_records_time_every_token() {
     for x in &recs {
         assert!(agentx::metrics::Outcome::of(x).is_ok(), "{x:?}");
         // ignore_eos: exactly the recorded output length (at least one token), each one a chunk.
-        assert_eq!(x.osl, x.max_tokens as u64, "{x:?}");
+        assert_eq!(x.osl, u64::from(x.max_tokens), "{x:?}");
         assert_eq!(x.chunk_offsets_ns.len() as u64, x.osl);
         assert_eq!(x.usage.completion_tokens, Some(x.osl));
         assert!(x.usage.cached_tokens.is_some());

@@ -479,10 +479,10 @@ fn a_warmup_that_ends_on_the_tick_profiling_begins_is_still_exact() {
     let tick = ((p0 - warm_end) / 1_000_000 + 1) * 1_000_000;
     let mut log = read_journal(&r.artifacts().join(SCRAPE_JOURNAL)).unwrap();
     let e = &mut log.endpoints[0];
-    for t in e.scrape_ns.iter_mut() {
+    for t in &mut e.scrape_ns {
         *t = coarse(*t, tick, p0);
     }
-    for f in e.fetches.iter_mut() {
+    for f in &mut e.fetches {
         f.start_ns = coarse(f.start_ns, tick, p0);
     }
     let start = e

@@ -38,7 +38,7 @@ fn shard_args(url: &str, out: &Path, conc: u32, extra: &[&str]) -> Vec<String> {
         ]
         .map(String::from),
     );
-    a.extend(extra.iter().map(|s| s.to_string()));
+    a.extend(extra.iter().map(std::string::ToString::to_string));
     a
 }
 
@@ -451,7 +451,7 @@ fn two_long_shards(sim: &Sim, work: &Path) -> (PathBuf, Vec<Child>) {
     let out = work.join("run");
     let url = sim.url();
     let children = start_shards(work, &|_| url.clone(), &out, 2, 4, &[], &|_, a| {
-        set(a, "--benchmark-duration", "300")
+        set(a, "--benchmark-duration", "300");
     });
     let records = out.join("shard-1/records.jsonl");
     let t0 = std::time::Instant::now();
@@ -591,7 +591,7 @@ fn a_run_with_a_stranger(
         match std::net::TcpStream::connect(&coordinator) {
             Ok(c) => break c,
             Err(_) if t0.elapsed() < std::time::Duration::from_secs(60) => {
-                std::thread::sleep(std::time::Duration::from_millis(50))
+                std::thread::sleep(std::time::Duration::from_millis(50));
             }
             Err(e) => panic!("shard 0 never listened at {coordinator}: {e}"),
         }

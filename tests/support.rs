@@ -46,7 +46,11 @@ pub(crate) fn tree_run_args(url: &str, extra: &[&str]) -> Vec<String> {
         "--stats-interval",
         "0",
     ];
-    common.iter().chain(extra).map(|a| a.to_string()).collect()
+    common
+        .iter()
+        .chain(extra)
+        .map(std::string::ToString::to_string)
+        .collect()
 }
 
 /// [`fixture_args`] on `corpus`, with `scenario` (when given) after the command.

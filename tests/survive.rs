@@ -25,7 +25,7 @@ fn sim(faults: Faults) -> Sim {
 /// lane) on the with-subagents fixture, shortened with `--unsafe-override`.
 fn run_agentx(url: &str, concurrency: &str, duration: &str, extra: &[&str]) -> Run {
     let mut args = agentx_args(url, concurrency, duration);
-    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     Run::exec(tempfile::tempdir().unwrap(), &args, &[])
 }
 

@@ -25,7 +25,7 @@ fn sweep(url: &str, dir: &std::path::Path, extra: &[&str]) -> Run {
         ]
         .map(String::from),
     );
-    args.extend(extra.iter().map(|a| a.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     let home = tempfile::tempdir().unwrap();
     // The identity a CI job exports, so each point's InferenceX row can be written.
     Run::exec(home, &args, crate::row_contract::ROW_IDENTITY)

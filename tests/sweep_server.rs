@@ -38,7 +38,7 @@ fn args(out: &Path, cmd: &str, extra: &[&str]) -> Vec<String> {
         ]
         .map(String::from),
     );
-    a.extend(extra.iter().map(|x| x.to_string()));
+    a.extend(extra.iter().map(std::string::ToString::to_string));
     a
 }
 

@@ -58,7 +58,7 @@ fn run_component(
     ]
     .map(str::to_owned)
     .to_vec();
-    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     Run::exec(tempfile::tempdir().unwrap(), &args, env)
 }
 

@@ -266,7 +266,7 @@ fn overlapping_spawns(tree: &SessionTree, streams: &TreeRecs) -> usize {
 /// starts at `p0`).
 fn no_idle_gap_past_the_system_cap(prof: &[&RequestRecord], p0: u64) {
     let mut spans: Vec<(u64, u64)> = prof.iter().map(|x| (x.send_ns, x.end_ns)).collect();
-    spans.sort();
+    spans.sort_unstable();
     let mut reach = p0;
     let mut worst = 0u64;
     for (a, b) in &spans {
@@ -293,7 +293,7 @@ fn lanes_recycle_drained_trees(by_tree: &RuntimeTrees) -> usize {
     }
     let mut recycled = 0;
     for (lane, mut v) in lanes {
-        v.sort();
+        v.sort_unstable();
         for w in v.windows(2) {
             assert!(
                 w[1].0 >= w[0].1,
@@ -469,7 +469,7 @@ fn the_trace_idle_cap_bounds_every_trees_idle_gaps() {
     }
     let mut worst = 0u64;
     for spans in by_tree.values_mut() {
-        spans.sort();
+        spans.sort_unstable();
         let mut reach = spans[0].1;
         for (a, b) in spans.iter().skip(1) {
             worst = worst.max(a.saturating_sub(reach));
@@ -541,7 +541,7 @@ fn awkward_trees_replay_and_unplaceable_timestamps_are_refused() {
         ]
         .map(str::to_owned)
         .to_vec();
-        a.extend(extra.iter().map(|s| s.to_string()));
+        a.extend(extra.iter().map(std::string::ToString::to_string));
         a
     };
     let r = Run::exec(tempfile::tempdir().unwrap(), &base(&[]), &[]);

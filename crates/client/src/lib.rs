@@ -23,6 +23,8 @@
 //!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
+#![forbid(unsafe_code)]
+
 pub mod conn;
 pub mod pool;
 pub mod preflight;
@@ -90,7 +92,7 @@ pub fn base_url(url: &str, endpoint: &str) -> Result<BaseUrl, ClientError> {
     };
     let u: Uri = url.trim().parse().map_err(|e| err(format!("{e}")))?;
     match u.scheme_str() {
-        Some("http") | Some("https") => {}
+        Some("http" | "https") => {}
         Some(s) => return Err(err(format!("the scheme {s:?} is not http or https"))),
         None => return Err(err("it has no scheme (write http:// or https://)".into())),
     }
@@ -232,7 +234,7 @@ impl Client {
         }
         let base: Uri = cfg.url.parse().map_err(|e| url_err(format!("{e}")))?;
         match base.scheme_str() {
-            Some("http") | Some("https") => {}
+            Some("http" | "https") => {}
             Some(s) => return Err(url_err(format!("the scheme {s:?} is not http or https"))),
             None => return Err(url_err("it has no scheme".into())),
         }
@@ -243,7 +245,9 @@ impl Client {
         let uri: Uri = format!(
             "{}://{}{}{}",
             base.scheme_str().unwrap_or("http"),
-            base.authority().map(|a| a.as_str()).unwrap_or(""),
+            base.authority()
+                .map(hyper::http::uri::Authority::as_str)
+                .unwrap_or(""),
             prefix,
             cfg.endpoint
         )
@@ -285,7 +289,9 @@ impl Client {
             base: format!(
                 "{}://{}{}",
                 base.scheme_str().unwrap_or("http"),
-                base.authority().map(|a| a.as_str()).unwrap_or(""),
+                base.authority()
+                    .map(hyper::http::uri::Authority::as_str)
+                    .unwrap_or(""),
                 prefix
             ),
             uri,
@@ -428,9 +434,9 @@ impl Client {
             };
             tokio::select! {
                 biased;
-                _ = work => None,
-                _ = cancelled => Some(FailureKind::Cancelled),
-                _ = tokio::time::sleep(self.request_timeout) => Some(FailureKind::Timeout),
+                () = work => None,
+                () = cancelled => Some(FailureKind::Cancelled),
+                () = tokio::time::sleep(self.request_timeout) => Some(FailureKind::Timeout),
             }
         };
         match cut {
@@ -757,7 +763,9 @@ mod tests {
         let b = RequestBody::new("m", true, true, &[("k".into(), serde_json::json!([1, 2]))]);
         let mut one = Vec::new();
         b.write(&mut one, 7, |o| {
-            o.extend_from_slice(br#"[{"role":"user","content":"a"},{"role":"user","content":"b"}]"#)
+            o.extend_from_slice(
+                br#"[{"role":"user","content":"a"},{"role":"user","content":"b"}]"#,
+            );
         });
         let msgs = vec![
             Bytes::from_static(br#"[{"role":"user","content":"a"}"#),
@@ -810,7 +818,7 @@ mod tests {
             let b = RequestBody::new("m", true, true, &[]).with_max_completion_tokens(!legacy);
             let mut out = Vec::new();
             b.write(&mut out, agentx_record::NO_OUTPUT_LIMIT, |o| {
-                o.extend_from_slice(b"[]")
+                o.extend_from_slice(b"[]");
             });
             let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
             assert!(v.get("max_tokens").is_none(), "{v}");

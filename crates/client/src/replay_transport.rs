@@ -19,6 +19,6 @@ impl Transport for Client {
     }
 
     fn end_session(&self, correlation_id: &str) {
-        Client::end_session(self, correlation_id)
+        Client::end_session(self, correlation_id);
     }
 }

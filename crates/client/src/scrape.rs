@@ -93,7 +93,7 @@ pub fn metrics_url(base: &str) -> Result<String, ScrapeError> {
     };
     let uri: Uri = base.trim().parse().map_err(|e| bad(format!("{e}")))?;
     match uri.scheme_str() {
-        Some("http") | Some("https") => {}
+        Some("http" | "https") => {}
         Some(s) => return Err(bad(format!("the scheme {s:?} is not http or https"))),
         None => return Err(bad("it has no scheme".into())),
     }
@@ -276,7 +276,7 @@ impl std::fmt::Debug for Scraper {
 fn lock(m: &Mutex<EndpointLog>) -> MutexGuard<'_, EndpointLog> {
     // A panic while holding the lock cannot leave a log half-written in a way that matters to a
     // reader (every field is valid at all times), so a poisoned lock is still read.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Scraper {
@@ -379,7 +379,9 @@ impl Scraper {
             .logs
             .drain(..)
             .map(|l| match Arc::try_unwrap(l) {
-                Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+                Ok(m) => m
+                    .into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
                 Err(l) => lock(&l).clone(),
             })
             .collect();
@@ -388,7 +390,7 @@ impl Scraper {
             interval: self.interval,
             endpoints,
         };
-        if let Some(w) = writer.filter(|w| w.spilled()) {
+        if let Some(w) = writer.filter(super::scrape_journal::JournalWriter::spilled) {
             whole_from_journal(&mut log, &w);
         }
         log
@@ -457,7 +459,7 @@ async fn journal(
         if !last {
             last = tokio::select! {
                 _ = tick.tick() => false,
-                _ = now.notified() => false,
+                () = now.notified() => false,
                 r = done.changed() => r.is_err(),
             } || *done.borrow();
         }
@@ -933,9 +935,9 @@ sglang:realtime_tokens_total{{mode=\"prefill_compute\"}} {compute}\n\
         println!(
             "{scrapes} scrapes: {points} points, {:.1} MiB kept vs {:.1} MiB of page text; \
              {:.3} ms per scrape (generate + parse + ingest)",
-            bytes as f64 / (1 << 20) as f64,
-            text_bytes as f64 / (1 << 20) as f64,
-            elapsed.as_secs_f64() * 1e3 / scrapes as f64
+            bytes as f64 / f64::from(1 << 20),
+            text_bytes as f64 / f64::from(1 << 20),
+            elapsed.as_secs_f64() * 1e3 / f64::from(scrapes)
         );
         assert!(bytes < text_bytes / 4);
     }

@@ -674,7 +674,7 @@ fn read_header(path: &Path, line: &[u8]) -> Result<Header, JournalError> {
             "not a server-metrics journal header (no \"journal\":\"{JOURNAL_NAME}\")"
         )));
     }
-    match v.get("version").and_then(|x| x.as_u64()) {
+    match v.get("version").and_then(serde_json::Value::as_u64) {
         Some(n) if (1..=u64::from(JOURNAL_VERSION)).contains(&n) => {}
         Some(n) => {
             return Err(JournalError::Version {

@@ -597,7 +597,7 @@ pub fn push_json_escaped(out: &mut Vec<u8>, s: &str) {
         out.extend_from_slice(&b[last..i]);
         match esc {
             Some(e) => out.extend_from_slice(e),
-            None => out.extend_from_slice(format!("\\u{:04x}", c).as_bytes()),
+            None => out.extend_from_slice(format!("\\u{c:04x}").as_bytes()),
         }
         last = i + 1;
     }

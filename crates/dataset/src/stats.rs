@@ -237,7 +237,7 @@ impl ChainCounts {
             Some(ChainClass::Aux) => self.aux += 1,
             Some(ChainClass::Reduction) => {
                 self.aux += 1;
-                self.reduction += 1
+                self.reduction += 1;
             }
             Some(ChainClass::WorkerGroup { .. }) => self.wg += 1,
             None => {}
@@ -394,7 +394,7 @@ pub fn tree_stats_of(
                             turn.replay_predecessors = Vec::new();
                         }
                     }
-                    trees.push(tree)
+                    trees.push(tree);
                 }
                 Err(e) => {
                     failed += 1;

@@ -187,7 +187,7 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
         rng.lognormal(20_000.0 * f, 0.9)
     };
     let mut input = (start as u32)
-        .min((limit as f64 * 0.8) as u32)
+        .min((f64::from(limit) * 0.8) as u32)
         .min(tok(639_552))
         .max(floor);
 

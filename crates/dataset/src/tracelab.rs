@@ -134,7 +134,7 @@ impl Row<'_> {
     /// 0 when absent or null; negative reads as 0.
     fn count(&self, field: &str) -> Result<u64, DatasetError> {
         let x = match self.obj.get(field) {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => return Ok(0),
+            None | Some(Value::Null | Value::Bool(false)) => return Ok(0),
             Some(Value::Number(n)) => n.as_f64(),
             Some(Value::String(s)) => s.trim().parse::<i64>().ok().map(|v| v as f64),
             Some(_) => None,

@@ -236,14 +236,14 @@ caption{text-align:left;font-weight:600;padding:4px 0}
 "#;
 
 /// Caught before any other script runs, so the self-check sees errors of uPlot and the page.
-const GUARD_JS: &str = r#"
+const GUARD_JS: &str = r"
 window.__agentxErrors=[];
 window.addEventListener('error',function(e){window.__agentxErrors.push(String(e.message||e))});
 window.addEventListener('unhandledrejection',function(e){window.__agentxErrors.push('unhandled rejection: '+String(e.reason))});
 (function(){var ce=console.error;console.error=function(){window.__agentxErrors.push(Array.prototype.map.call(arguments,String).join(' '));return ce.apply(console,arguments)}})();
-"#;
+";
 
-const PAGE_JS: &str = r#"
+const PAGE_JS: &str = r"
 (function(){
 var doc=JSON.parse(document.getElementById('agentx-data').textContent);
 var box=document.getElementById('agentx-charts');
@@ -294,7 +294,7 @@ setTimeout(function(){
   document.getElementById('agentx-selfcheck').textContent=JSON.stringify(out);
 },100);
 })();
-"#;
+";
 
 /// Renders a page as one self-contained HTML document.
 pub fn render_page(page: &Page) -> String {
@@ -518,7 +518,10 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
     };
     let r = bmk::compute(&a.input(identity, &traces));
     let f = |k: &str| r.f64(k);
-    let count = |k: &str| r.get(k).map_or("-".into(), |v| v.to_string());
+    let count = |k: &str| {
+        r.get(k)
+            .map_or("-".into(), std::string::ToString::to_string)
+    };
 
     // The run summary when there is one, else the manifest of a run that did not finish.
     let summary = a.run.as_ref();

@@ -2,6 +2,8 @@
 //! exports, the InferenceX `bmk_agentic` JSON, CSV, plots, the HTML report and the run manifest. It formats what
 //! `metrics` computes and computes nothing of its own.
 
+#![forbid(unsafe_code)]
+
 pub mod aiperf;
 pub mod bmk;
 pub mod html;

@@ -1144,10 +1144,10 @@ pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String 
             .collect();
         let mut header: Vec<String> = ["Endpoint", "Type", "Metric", "Unit"]
             .iter()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
-        header.extend(stat_keys.iter().map(|s| s.to_string()));
-        header.extend(label_cols.iter().map(|s| s.to_string()));
+        header.extend(stat_keys.iter().map(std::string::ToString::to_string));
+        header.extend(label_cols.iter().map(std::string::ToString::to_string));
         header.push("Description".into());
         if kind == MetricType::Histogram {
             header.push("buckets".into());

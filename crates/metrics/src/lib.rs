@@ -6,6 +6,8 @@
 //! block of InferenceX's row ([`stability`]) and the full-response interactivity InferenceX's app
 //! publishes ([`interactivity`]).
 
+#![forbid(unsafe_code)]
+
 pub mod engines;
 pub mod goodput;
 pub mod interactivity;

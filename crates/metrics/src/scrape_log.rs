@@ -410,7 +410,7 @@ impl EndpointLog {
         }
         // Series missing from this page are absent from this scrape on.
         for fam in self.families.values_mut() {
-            for (labels, series) in fam.series.iter_mut() {
+            for (labels, series) in &mut fam.series {
                 if fam.seen.get(labels) == Some(&idx) {
                     continue;
                 }
@@ -619,7 +619,7 @@ impl ServerSnapshot {
                 .clone()
                 .filter_map(|e| e.scrape_ns.first().copied())
                 .min(),
-            scrapes: logs.clone().map(|e| e.scrapes()).sum(),
+            scrapes: logs.clone().map(EndpointLog::scrapes).sum(),
             failed_scrapes: logs.clone().map(|e| e.failures.total()).sum(),
             running: sum(latest(&names(|e| e.running))),
             waiting: sum(latest(&names(|e| e.waiting))),
@@ -641,7 +641,7 @@ impl ScrapeLog {
 
     /// Successful scrapes over all endpoints.
     pub fn scrapes(&self) -> u64 {
-        self.endpoints.iter().map(|e| e.scrapes()).sum()
+        self.endpoints.iter().map(EndpointLog::scrapes).sum()
     }
 
     /// Failed scrapes over all endpoints.

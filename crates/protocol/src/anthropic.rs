@@ -57,7 +57,7 @@ pub fn write_body(
     max_tokens: u32,
     tail: &[u8],
 ) {
-    let mut array = Vec::with_capacity(messages.iter().map(|p| p.len()).sum::<usize>() + 1);
+    let mut array = Vec::with_capacity(messages.iter().map(bytes::Bytes::len).sum::<usize>() + 1);
     for p in messages {
         array.extend_from_slice(p);
     }

@@ -6,6 +6,7 @@
 //! ([`transport::Transport`]). No sockets: the client crate sends, the simulator serves, the replay
 //! schedules through the transport.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod anthropic;

@@ -183,7 +183,9 @@ impl Root {
             let f = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f.into_std());
             write(&mut w)?;
-            let f = w.into_inner().map_err(|e| e.into_error())?;
+            let f = w
+                .into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?;
             // Results are read by other users' pipelines.
             #[cfg(unix)]
             {

@@ -5,6 +5,7 @@
 //!
 //! It depends on no other crate of the workspace.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 #[macro_use]

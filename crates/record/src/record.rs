@@ -390,7 +390,7 @@ impl RecordSink {
     /// Waits until every record sent so far is on disk; returns how many were written.
     pub fn close(mut self) -> Result<u64, SinkError> {
         self.tx.take();
-        match self.thread.take().map(|t| t.join()) {
+        match self.thread.take().map(std::thread::JoinHandle::join) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err(SinkError::Write {
                 path: self.path.clone(),

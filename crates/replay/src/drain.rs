@@ -48,7 +48,7 @@ pub(super) async fn drain(
         };
         tokio::select! {
             more = tasks.next_done() => if !more { break },
-            _ = timeout => {
+            () = timeout => {
                 tracing::warn!("grace period over; cancelling in-flight requests");
                 let _ = shared.cancel.send_replace(true);
                 tasks.abandon().await;

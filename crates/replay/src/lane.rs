@@ -180,7 +180,7 @@ pub(super) async fn play_session(
         intended = sh.clock.ns_of(due);
         if delay > 0.0 {
             tokio::select! {
-                _ = sleep_until(sh, due) => {}
+                () = sleep_until(sh, due) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }

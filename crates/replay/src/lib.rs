@@ -30,6 +30,8 @@
 //! shards. The paused-time tests are in `tests.rs` (this replay) and `sched/tests.rs` (the tree
 //! scheduler), on a scripted transport (`testkit.rs`).
 
+#![forbid(unsafe_code)]
+
 pub mod arrivals;
 mod drain;
 mod lane;
@@ -586,7 +588,7 @@ fn start_profiling(
         over.sort_unstable();
         let list = over
             .iter()
-            .map(|l| l.to_string())
+            .map(std::string::ToString::to_string)
             .collect::<Vec<_>>()
             .join(", ");
         let t = shared.tally.lock().expect("tally lock").clone();
@@ -661,7 +663,7 @@ async fn profile(
     let dl = tokio::time::Instant::from_std(deadline);
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(dl) => break,
+            () = tokio::time::sleep_until(dl) => break,
             _ = threshold_rx.wait_for(|t| *t) => {
                 stop = StopReason::ThresholdExceeded;
                 let t = shared.tally.lock().expect("tally lock").clone();
@@ -694,7 +696,7 @@ async fn profile(
                 shared.progress.block(&shared.live.block(elapsed, "profiling", srv.as_ref()));
             }
             _ = bar_tick.tick() => bar(shared, prof_start),
-            _ = async {}, if tasks.is_empty() => break,
+            () = async {}, if tasks.is_empty() => break,
         }
     }
     (stop, message)

@@ -30,7 +30,7 @@ pub struct Lane {
 impl Lane {
     /// The start turn as a percentage of the trace.
     pub fn percent(&self) -> f64 {
-        100.0 * self.start_turn as f64 / self.turns.max(1) as f64
+        100.0 * f64::from(self.start_turn) / f64::from(self.turns.max(1))
     }
 }
 

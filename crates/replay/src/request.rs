@@ -152,7 +152,7 @@ pub(super) async fn send_turn(
                 WARNED.call_once(|| {
                     tracing::warn!(
                         "{e}; such requests count their messages' text as their client-side ISL (warned once)"
-                    )
+                    );
                 });
             }
             Err(e) => tracing::error!("the chat-template count of a request failed: {e}"),

@@ -175,7 +175,7 @@ impl Transport for Scripted {
             };
             let cut = tokio::select! {
                 biased;
-                _ = work => false,
+                () = work => false,
                 _ = cancel.wait_for(|c| *c) => true,
             };
             if cut {

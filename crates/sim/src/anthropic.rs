@@ -150,7 +150,7 @@ fn for_each_message(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Resu
         match m.get("content") {
             Some(Value::String(s)) => add(s),
             Some(Value::Array(blocks)) => {
-                blocks_text(&format!("messages.{i}.content"), blocks, add)?
+                blocks_text(&format!("messages.{i}.content"), blocks, add)?;
             }
             None => return Err(bad(format!("messages.{i}.content: Field required"))),
             Some(_) => {
@@ -181,7 +181,7 @@ fn blocks_text(field: &str, blocks: &[Value], add: &mut dyn FnMut(&str)) -> Resu
             Some("tool_result") => match b.get("content") {
                 Some(Value::String(s)) => add(s),
                 Some(Value::Array(inner)) => {
-                    blocks_text(&format!("{field}.{j}.content"), inner, add)?
+                    blocks_text(&format!("{field}.{j}.content"), inner, add)?;
                 }
                 _ => {}
             },

@@ -71,7 +71,7 @@ const MUL2: u64 = 0xbf58_476d_1ce4_e5b9;
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
-        h ^= b as u64;
+        h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
@@ -100,7 +100,7 @@ impl Hasher for IdHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0 << 8) | b as u64;
+            self.0 = (self.0 << 8) | u64::from(b);
         }
     }
     fn write_u64(&mut self, n: u64) {
@@ -144,7 +144,8 @@ impl PrefixCache {
     /// A cache of `capacity_tokens` tokens (rounded down to whole blocks); 0 disables caching.
     pub fn new(block_size: u32, capacity_tokens: u64) -> PrefixCache {
         let block_size = block_size.max(1);
-        let capacity_blocks = (capacity_tokens / block_size as u64).min(u32::MAX as u64 - 1);
+        let capacity_blocks =
+            (capacity_tokens / u64::from(block_size)).min(u64::from(u32::MAX) - 1);
         PrefixCache {
             block_size,
             capacity_blocks: capacity_blocks as usize,
@@ -175,7 +176,7 @@ impl PrefixCache {
         if self.capacity_blocks == 0 {
             return 0;
         }
-        let usable = (prompt_tokens.saturating_sub(1) / self.block_size as u64) as usize;
+        let usable = (prompt_tokens.saturating_sub(1) / u64::from(self.block_size)) as usize;
         let matched = blocks
             .iter()
             .take(usable)
@@ -191,7 +192,7 @@ impl PrefixCache {
         while self.map.len() > self.capacity_blocks {
             self.evict_tail();
         }
-        matched as u64 * self.block_size as u64
+        matched as u64 * u64::from(self.block_size)
     }
 
     fn unlink(&mut self, i: u32) {

@@ -144,7 +144,7 @@ impl ModelTiming {
 
     /// Decode step time with `running` sequences on the engine, already scaled.
     pub(crate) fn itl(&self, running: u64) -> Duration {
-        let extra = self.itl_per_seq * (running.saturating_sub(1).min(u32::MAX as u64) as u32);
+        let extra = self.itl_per_seq * (running.saturating_sub(1).min(u64::from(u32::MAX)) as u32);
         self.scaled(self.itl_base + extra)
     }
 }

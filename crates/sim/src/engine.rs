@@ -160,7 +160,10 @@ impl Engine {
         let now = Instant::now();
         let queued = now.saturating_duration_since(arrival);
         let (cached_tokens, prefill, first_token_at) = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let cached = st.cache.lookup_and_insert(blocks, prompt_tokens);
             let uncached = prompt_tokens - cached;
             match timing {

@@ -69,7 +69,7 @@ mod tests {
             let b = plan(&f, key, 100);
             assert_eq!(a.fail, b.fail);
             assert_eq!(a.stream.reset_after, b.stream.reset_after);
-            fails += a.fail.is_some() as u32;
+            fails += u32::from(a.fail.is_some());
             if let Some(p) = a.stream.reset_after {
                 resets += 1;
                 assert!((1..100).contains(&p));

@@ -29,6 +29,7 @@
 //! records (`server_ttft_ns`) to separate what it added itself. With `headers_at_first_token` a
 //! streamed answer's headers wait for its first token, and the second stamp is when it went out.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod anthropic;

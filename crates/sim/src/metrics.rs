@@ -112,7 +112,7 @@ impl Histogram {
     /// Record one duration (for histograms in seconds).
     #[inline]
     pub(crate) fn observe_duration(&self, d: Duration) {
-        self.observe_n(d.as_nanos().min(u64::MAX as u128) as u64, 1);
+        self.observe_n(d.as_nanos().min(u128::from(u64::MAX)) as u64, 1);
     }
 }
 
@@ -423,7 +423,7 @@ fn vllm_cache_config(out: &mut String, x: &Exposition<'_>) {
         "gauge",
         "Information of the LLMEngine CacheConfig",
     );
-    let blocks = x.capacity_tokens / x.block_size.max(1) as u64;
+    let blocks = x.capacity_tokens / u64::from(x.block_size.max(1));
     for (i, _) in x.engines.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -479,7 +479,7 @@ fn kv_usage(x: &Exposition<'_>, engines: &[&EngineMetrics]) -> f64 {
 
 /// KV blocks in use: the tokens held, in whole blocks.
 fn used_blocks(x: &Exposition<'_>) -> f64 {
-    let block = x.block_size.max(1) as u64;
+    let block = u64::from(x.block_size.max(1));
     x.engines
         .iter()
         .map(|m| m.kv_tokens.load(Relaxed).div_ceil(block) as f64)
@@ -488,7 +488,7 @@ fn used_blocks(x: &Exposition<'_>) -> f64 {
 
 /// The KV blocks of every engine.
 fn max_blocks(x: &Exposition<'_>) -> f64 {
-    (x.capacity_tokens / x.block_size.max(1) as u64 * x.engines.len() as u64) as f64
+    (x.capacity_tokens / u64::from(x.block_size.max(1)) * x.engines.len() as u64) as f64
 }
 
 /// Cached prompt tokens over the prompt tokens looked up, since the engines started.
@@ -686,7 +686,7 @@ fn trtllm(out: &mut String, x: &Exposition<'_>) {
         (
             "trtllm_kv_cache_tokens_per_block",
             "Number of tokens per KV cache block",
-            x.block_size as f64,
+            f64::from(x.block_size),
         ),
     ] {
         metric(out, name, "gauge", help, &labels, v);

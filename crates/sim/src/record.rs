@@ -76,7 +76,10 @@ impl RequestLog {
     pub(crate) fn log(&self, arrival: &Arrival, body: &[u8], counter: &TokenCounter) {
         let mut line = describe(arrival, self.started, body, counter).to_string();
         line.push('\n');
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(e) = f.write_all(line.as_bytes()) {
             tracing::warn!("cannot write the request log {}: {e}", self.path.display());
         }

@@ -360,8 +360,8 @@ impl Meta {
                 .filter(|v| !v.is_empty())
         });
         let engine_ix = match session_key {
-            Some(c) => hash_str(c) % config.engines as u64,
-            None => shared.round_robin.fetch_add(1, Relaxed) % config.engines as u64,
+            Some(c) => hash_str(c) % u64::from(config.engines),
+            None => shared.round_robin.fetch_add(1, Relaxed) % u64::from(config.engines),
         } as usize;
         let logged = shared.request_log.as_ref().map(|_| Arrival {
             seq,
@@ -436,7 +436,7 @@ async fn chat(
     let total = if parsed.ignore_eos {
         max_tokens
     } else {
-        let n = config.natural_output_tokens.max(1) as u64;
+        let n = u64::from(config.natural_output_tokens.max(1));
         meta.draws
             .random_range(n.div_ceil(2)..=n + n / 2)
             .min(max_tokens)
@@ -640,7 +640,7 @@ fn streamed(
         Timing::Fixed { itl, .. } => Pace::Fixed(*itl),
         Timing::Modeled(m) => Pace::Modeled {
             timing: m.clone(),
-            block_size: config.block_size as u64,
+            block_size: u64::from(config.block_size),
         },
     };
     let mut r = full(
@@ -685,7 +685,7 @@ async fn one_shot(
     let steps = total.saturating_sub(1);
     m.itl.observe_n(itl.as_nanos() as u64, steps);
     let mut done_at =
-        adm.first_token_at.unwrap_or(meta.arrival) + itl * steps.min(u32::MAX as u64) as u32;
+        adm.first_token_at.unwrap_or(meta.arrival) + itl * steps.min(u64::from(u32::MAX)) as u32;
     if faults.stall_before.is_some() {
         done_at += faults.stall;
     }
@@ -753,11 +753,11 @@ pub(crate) async fn serve(
                     break;
                 }
             }
-            _ = shared.stop_accepting.notified(), if listener.is_some() => {
+            () = shared.stop_accepting.notified(), if listener.is_some() => {
                 // Closing the socket makes new connections fail to connect.
                 listener = None;
             }
-            _ = shared.die.notified() => {
+            () = shared.die.notified() => {
                 // A dead engine: no listener, and every connection (idle or mid-stream) closed.
                 listener = None;
                 conns.abort_all();
@@ -806,8 +806,8 @@ pub(crate) async fn serve(
     }
     drop(listener);
     tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(SHUTDOWN_GRACE) => {}
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {}
     }
     conns.abort_all();
     while conns.join_next().await.is_some() {}

@@ -183,7 +183,7 @@ impl TokenStream {
             arrival: plan.arrival,
             sent: 0,
             total: plan.total_tokens,
-            per_chunk: plan.tokens_per_chunk.max(1) as u64,
+            per_chunk: u64::from(plan.tokens_per_chunk.max(1)),
             finish_reason: plan.finish_reason,
             include_usage: plan.include_usage,
             usage: plan.usage,

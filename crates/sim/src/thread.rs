@@ -61,7 +61,7 @@ impl SimThread {
                     };
                     tokio::select! {
                         _ = stop_rx => {}
-                        _ = serve_cpu => {}
+                        () = serve_cpu => {}
                     }
                     h.shutdown().await;
                 });

@@ -15,6 +15,7 @@
 //! (`org/name`, or a bare `name` that matches exactly one cached `org/name`) found in the hub cache
 //! ([`hub`], the same directories as the corpora). Nothing is downloaded.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};

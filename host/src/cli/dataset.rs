@@ -200,7 +200,7 @@ fn source_bytes(ds: &Dataset) -> u64 {
             .map(|it| {
                 it.flatten()
                     .filter_map(|e| e.metadata().ok())
-                    .filter(|m| m.is_file())
+                    .filter(std::fs::Metadata::is_file)
                     .map(|m| m.len())
                     .sum()
             })

@@ -269,7 +269,7 @@ impl Given {
             name: name.name().to_string(),
             value,
             explicit,
-        })
+        });
     }
 }
 
@@ -294,7 +294,7 @@ pub(super) fn corpus_format(a: &RunArgs) -> anyhow::Result<Option<dataset::forma
         None => bail!(
             "--custom-dataset-type {t} is not supported; use one of {}",
             dataset::format::Format::ALL
-                .map(|f| f.aiperf_loader())
+                .map(agentx_dataset::format::Format::aiperf_loader)
                 .join(", ")
         ),
     }

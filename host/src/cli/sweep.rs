@@ -249,7 +249,10 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
             if p.valid { "yes" } else { "no" }
         );
         if let Some(s) = &p.server {
-            let ended = s.exit.as_ref().map_or("running".into(), |e| e.to_string());
+            let ended = s
+                .exit
+                .as_ref()
+                .map_or("running".into(), std::string::ToString::to_string);
             let ready = s
                 .ready_s
                 .map_or("never ready".into(), |r| format!("ready after {r:.1} s"));
@@ -303,7 +306,7 @@ fn print_slo(sweep: &crate::export::sweep::Sweep) {
             ),
             (None, _) => outln!(
                 "find-max      not even concurrency {} meets the SLO; start --concurrency lower",
-                f.order.first().map_or("-".into(), |x| x.to_string())
+                f.order.first().map_or("-".into(), std::string::ToString::to_string)
             ),
         }
         if let Some(g) = &f.max_goodput {

@@ -26,7 +26,9 @@ fn keep<K: PartialEq, T, E>(
     id: K,
     make: impl FnOnce() -> Result<T, E>,
 ) -> Result<&'static T, E> {
-    let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+    let mut kept = kept
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some((_, k)) = kept.iter().find(|(k, _)| *k == id) {
         return Ok(k);
     }

@@ -506,7 +506,7 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
         d.inst,
     )?;
     let lanes = planned.lanes;
-    let planned_in = t0.elapsed() - built_in;
+    let planned_in = t0.elapsed().checked_sub(built_in).unwrap();
     let delays_ms = tree_delays(
         corpus,
         d.inst,
@@ -515,7 +515,12 @@ fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
             cap_seconds: d.cap,
         },
     )?;
-    let delays_in = t0.elapsed() - built_in - planned_in;
+    let delays_in = t0
+        .elapsed()
+        .checked_sub(built_in)
+        .unwrap()
+        .checked_sub(planned_in)
+        .unwrap();
     tracing::info!(
         "session-tree plan: {} lanes over {} trees in {:.0} ms",
         lanes.len(),

@@ -141,8 +141,9 @@ impl Hello {
         for n in names {
             let (a, b) = (self.settings.get(n), reference.settings.get(n));
             if a != b {
-                let show =
-                    |v: Option<&serde_json::Value>| v.map_or("unset".into(), |v| v.to_string());
+                let show = |v: Option<&serde_json::Value>| {
+                    v.map_or("unset".into(), std::string::ToString::to_string)
+                };
                 out.push(format!("--{n} {} (shard 0 has {})", show(a), show(b)));
             }
         }

@@ -119,7 +119,11 @@ impl RunDir {
                 .name("agentx-manifest".into())
                 .spawn(write)
             {
-                Ok(h) => *noting.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
+                Ok(h) => {
+                    *noting
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(h)
+                }
                 Err(e) => tracing::warn!("cannot note the start of profiling: {e}"),
             }
         })
@@ -127,7 +131,11 @@ impl RunDir {
 
     /// Waits until the manifest's profiling rewrite is on disk (before the run's own last write).
     pub(super) fn profiling_noted(&self) {
-        let h = self.noting.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let h = self
+            .noting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(h) = h {
             let _ = h.join();
         }
@@ -198,7 +206,10 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         not_acted_on: p.not_acted_on.clone(),
         resolve_invalid_reasons: resolved.invalid_reasons.clone(),
         slice_duration: cfg.slice_duration,
-        goodput: cfg.goodput.as_ref().map(|g| g.spec()),
+        goodput: cfg
+            .goodput
+            .as_ref()
+            .map(agentx_metrics::goodput::Goodput::spec),
         session_goodput_share: cfg.goodput.as_ref().map(|_| cfg.session_goodput_share),
         http: Some(HttpInfo {
             correlation_header: rp.client.routing.correlation.as_str().to_string(),
@@ -207,7 +218,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
                 .routing
                 .names()
                 .iter()
-                .map(|n| n.to_string())
+                .map(std::string::ToString::to_string)
                 .collect(),
             connection_reuse_strategy: rp.client.reuse.as_str().to_string(),
             tcp_user_timeout_ms: rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),

@@ -342,7 +342,7 @@ impl Server {
                     at: self.start_log(),
                 });
             }
-            let left = timeout - waited;
+            let left = timeout.checked_sub(waited).unwrap();
             match rt.block_on(client.get("/v1/models", left.min(Duration::from_secs(10)), 1 << 16))
             {
                 Ok((s, _, _)) if s == hyper::StatusCode::OK => {

@@ -533,7 +533,10 @@ fn served_point(
     let died = server.exited();
     let info = server.stop(server_cmd::STOP_GRACE);
     if died {
-        let status = info.exit.as_ref().map_or_else(String::new, |e| e.status());
+        let status = info
+            .exit
+            .as_ref()
+            .map_or_else(String::new, agentx_export::manifest::ServerExit::status);
         let why = format!("the server exited during the run ({status}); see {log}");
         p.status = PointStatus::Failed;
         p.error = Some(match p.error.take() {
@@ -598,7 +601,7 @@ impl SweepSignals {
                 }
                 let _ = ready.send(());
                 tokio::select! {
-                    _ = super::forward_signals(cancel) => {}
+                    () = super::forward_signals(cancel) => {}
                     _ = stopped => {}
                 }
             });

@@ -44,7 +44,7 @@ pub(super) fn split_layer(reqs: &[Req<'_>], p: &ChainParams, top: bool) -> Split
     let by_t = |v: &mut Vec<usize>| {
         v.sort_by(|&a, &b| {
             chain::fcmp(reqs[a].t, reqs[b].t).then(reqs[a].index.cmp(&reqs[b].index))
-        })
+        });
     };
     let pre = chain::preamble(reqs);
     let rest: Vec<usize> = (0..reqs.len()).filter(|&i| Some(i) != pre).collect();
@@ -424,7 +424,7 @@ impl<'a> Builder<'a> {
             Some(ChainClass::Aux) => self.counts.aux += 1,
             Some(ChainClass::Reduction) => {
                 self.counts.aux += 1;
-                self.counts.reductions += 1
+                self.counts.reductions += 1;
             }
             Some(ChainClass::WorkerGroup { .. }) => self.counts.worker_group += 1,
             _ => {}

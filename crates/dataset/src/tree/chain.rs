@@ -284,7 +284,7 @@ pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
         &mut alias,
         p,
     );
-    for c in chains.iter_mut() {
+    for c in &mut chains {
         if c.spliced_into.is_none() {
             if let Some(f) = c.fork.as_mut() {
                 f.parent_chain = f.parent_chain.map(|pc| resolve(&alias, pc));

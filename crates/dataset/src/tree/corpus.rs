@@ -229,7 +229,7 @@ fn build_entry(
         .iter()
         .map(|t| build(t, &opts))
         .collect::<Result<_, _>>()?;
-    let built = started.elapsed() - parsed;
+    let built = started.elapsed().checked_sub(parsed).unwrap();
     let mut b = cache::Builder::default();
     b.set_global_hash_ids(ds.global_hash_ids());
     for (t, tree) in traces.iter().zip(&trees) {

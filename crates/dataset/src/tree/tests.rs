@@ -564,7 +564,7 @@ fn compare_worker_stream(d: &mut Diff, sp: &str, tree: &SessionTree, s: &Stream,
     d.eq(
         sp,
         "is_aux",
-        s.class.is_some_and(|c| c.is_aux()).into(),
+        s.class.is_some_and(super::chain::ChainClass::is_aux).into(),
         &ws["is_aux"],
     );
     d.eq(

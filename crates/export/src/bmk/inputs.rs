@@ -126,7 +126,7 @@ impl ServerMetrics {
             let kind = match declared {
                 Some("counter") => MetricKind::Counter,
                 Some("histogram") => MetricKind::Histogram,
-                Some("gauge") | Some("unknown") => MetricKind::Gauge,
+                Some("gauge" | "unknown") => MetricKind::Gauge,
                 // No type: a series with an increase over the window is a counter.
                 _ if series.iter().any(|s| s.stats.contains_key("total")) => MetricKind::Counter,
                 _ => MetricKind::Gauge,

@@ -457,7 +457,7 @@ fn put_accounting<'a>(
             let category = x
                 .error
                 .as_ref()
-                .map_or("cancelled".into(), |e| e.category());
+                .map_or("cancelled".into(), super::records::Failure::category);
             *categories.entry(category).or_default() += 1;
         } else if x.phase == RecordPhase::Warmup {
             warmup_dropped += 1;

@@ -126,9 +126,9 @@ pub(super) struct RawMeta {
 /// Seconds per unit of a latency metric; aiperf writes `ms`, and a missing unit means `ms`.
 pub(super) fn seconds_per(unit: Option<&str>) -> Option<f64> {
     match unit.map(str::trim) {
-        None | Some("ms") | Some("") => Some(1e-3),
-        Some("s") | Some("sec") => Some(1.0),
-        Some("us") | Some("µs") => Some(1e-6),
+        None | Some("ms" | "") => Some(1e-3),
+        Some("s" | "sec") => Some(1.0),
+        Some("us" | "µs") => Some(1e-6),
         Some("ns") => Some(1e-9),
         _ => None,
     }

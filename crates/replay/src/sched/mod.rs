@@ -493,12 +493,12 @@ async fn profile(
                 sc.fire_due();
                 sc.cap_system_idle();
             }
-            _ = &mut wake.fut => {
+            () = &mut wake.fut => {
                 wake.fired();
                 sc.fire_due();
                 sc.cap_system_idle();
             }
-            _ = &mut deadline => break,
+            () = &mut deadline => break,
             _ = threshold_rx.wait_for(|t| *t) => {
                 stop = StopReason::ThresholdExceeded;
                 let t = sh.tally.lock().expect("tally lock").clone();
@@ -527,7 +527,7 @@ async fn profile(
                 sh.progress.block(&sh.live.block(elapsed, "profiling", srv.as_ref()));
             }
             _ = bar_tick.tick() => bar(&sh, prof_start),
-            _ = async {}, if sc.tasks.is_empty() && sc.heap.is_empty() && sc.schedule.is_none() => {
+            () = async {}, if sc.tasks.is_empty() && sc.heap.is_empty() && sc.schedule.is_none() => {
                 // Nothing in flight and nothing to come: every lane is out of trees.
                 break;
             }

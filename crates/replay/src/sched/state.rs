@@ -733,7 +733,10 @@ impl Sched {
 
     pub(super) fn next_wake(&self) -> Option<Instant> {
         let timer = self.heap.peek().map(|t| t.0.at);
-        let arrival = self.schedule.as_ref().map(|s| s.next_at());
+        let arrival = self
+            .schedule
+            .as_ref()
+            .map(super::super::arrivals::Schedule::next_at);
         match (timer, arrival) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -103,7 +103,7 @@ async fn primers(
         "Phase warmup started | target: {primers} primers over {n_lanes} lanes (max_tokens={}, {})",
         sc.plan.rules.warmup_max_tokens,
         if spread {
-            format!("spread over {:.0} ms", max_lead)
+            format!("spread over {max_lead:.0} ms")
         } else {
             "all at once".into()
         }
@@ -119,7 +119,7 @@ async fn primers(
     while returned < primers {
         wake.arm(&sh, sc.next_wake());
         tokio::select! {
-            _ = beat.tick() => {
+            () = beat.tick() => {
                 // Primers still spread ahead cannot return before their release.
                 let ahead = (max_lead / 1000.0 - timer::now().saturating_duration_since(warm_start).as_secs_f64()).max(0.0);
                 beat.log(sc, "primers", returned, primers, warm_start, ahead);
@@ -170,7 +170,7 @@ async fn primers(
                     break;
                 }
             }
-            _ = &mut wake.fut => {
+            () = &mut wake.fut => {
                 wake.fired();
                 sc.fire_due();
             }
@@ -265,7 +265,7 @@ async fn pressure_stage(
         }
         wake.arm(&sc.sh, sc.next_wake());
         tokio::select! {
-            _ = beat.tick() => {
+            () = beat.tick() => {
                 let (done, total, floor) = pressure_progress(sc, p, now, end);
                 beat.log(sc, "cache pressure", done, total, now, floor);
             }
@@ -282,17 +282,17 @@ async fn pressure_stage(
                 }
                 sc.fire_due();
             }
-            _ = &mut wake.fut => {
+            () = &mut wake.fut => {
                 wake.fired();
                 sc.fire_due();
             }
-            _ = async {
+            () = async {
                 match end {
                     Some(e) => tokio::time::sleep_until(e).await,
                     None => std::future::pending().await,
                 }
             }, if !sc.paused => sc.paused = true,
-            _ = async {
+            () = async {
                 match drain_deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending().await,
@@ -442,7 +442,7 @@ impl Sched {
         for rt in self.lanes.iter_mut().flatten() {
             rt.timers = 0;
             rt.held.clear();
-            for st in rt.streams.iter_mut() {
+            for st in &mut rt.streams {
                 if st.st == St::Held {
                     st.st = St::Waiting;
                 }

@@ -87,7 +87,10 @@ impl Coordinator {
     /// From now on, the coordinator takes the boundary scrapes of the global phase edges with
     /// `hook` (shard 0's scraper).
     pub fn take_boundaries(&self, hook: crate::replay::BoundaryHook) {
-        *self.edges.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+        *self
+            .edges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hook);
     }
 
     /// Waits until every shard drained and the profiling_complete boundary scrape is in (true), or
@@ -167,7 +170,11 @@ impl EdgeTaker {
     /// Takes the edge's boundary scrape (when shard 0 scrapes), then lets the shards go on:
     /// `profile` to all, or the profiling_complete signal to shard 0.
     async fn at(&self, edge: Edge, members: &Members<'_>) {
-        let hook = self.hook.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let hook = self
+            .hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         let boundary = match edge {
             Edge::Profile(_) => crate::metrics::scrape_log::Boundary::ProfilingStart,
             Edge::Complete => crate::metrics::scrape_log::Boundary::ProfilingComplete,
@@ -497,7 +504,7 @@ pub(super) async fn gather_hellos(
                     }
                 }
             },
-            _ = tokio::time::sleep_until(deadline) => {
+            () = tokio::time::sleep_until(deadline) => {
                 let missing: Vec<String> = (0..reference.count)
                     .filter(|i| !hellos.contains_key(i))
                     .map(|i| i.to_string())

@@ -79,7 +79,7 @@ impl Member {
                     Some(Msg::Pong { t1: back, t2 }) if back == t1 => {
                         let t3 = wall_ns();
                         let rtt = t3.saturating_sub(t1);
-                        let offset = t2 as i128 - (t1 as i128 + t3 as i128) / 2;
+                        let offset = i128::from(t2) - (i128::from(t1) + i128::from(t3)) / 2;
                         if best.is_none_or(|(r, _)| rtt < r) {
                             best = Some((rtt, offset as i64));
                         }
@@ -148,7 +148,7 @@ impl Member {
                     let local = |a: u64| (i128::from(a) - i128::from(self.clock_offset_ns)).max(0);
                     return Ok(at_ns.map(|a| local(a) as u64));
                 }
-                Some(Msg::Refuse { message }) | Some(Msg::Stop { message, .. }) => {
+                Some(Msg::Refuse { message } | Msg::Stop { message, .. }) => {
                     bail!("the rendezvous stopped the run before warmup: {message}")
                 }
                 Some(_) => continue,
