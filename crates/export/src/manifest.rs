@@ -376,6 +376,16 @@ impl Manifest {
         Manifest::parse(&text, &path)
     }
 
+    /// The value the scenario resolved the setting `name` to: its last row naming it, as every
+    /// list of settings reads (`agentx_scenario::last_named`).
+    pub fn resolved_setting(&self, name: &str) -> Option<&Value> {
+        self.resolved_settings
+            .iter()
+            .rev()
+            .find(|row| row.name == name)
+            .map(|row| &row.value)
+    }
+
     /// The manifest as the file holds it.
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(self).expect("a manifest always serializes")

@@ -27,12 +27,14 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
 
 mod decisions;
+mod setting_lookup;
 mod setting_names;
 mod shared;
 mod world2;
 mod world3;
 
 pub use decisions::{AssistantText, Decisions, PromptTiling, TreeCoverage};
+pub use setting_lookup::{last_named, set_explicit};
 pub use setting_names::{ReplaySetting, REPLAY_SETTINGS};
 
 pub use error::ScenarioError;

@@ -290,19 +290,11 @@ pub(crate) fn value_json(v: &Value) -> serde_json::Value {
 struct Effective<'a>(&'a Resolved);
 
 impl Effective<'_> {
-    fn setting(&self, name: ReplaySetting) -> Option<&Value> {
-        self.0
-            .settings
-            .iter()
-            .rev()
-            .find(|s| s.name == name.name())
-            .map(|s| &s.value)
-    }
     fn missing(&self, name: ReplaySetting) -> bool {
-        self.setting(name).is_none()
+        self.0.setting(name).is_none()
     }
     fn get(&self, name: ReplaySetting) -> Option<&Value> {
-        self.setting(name).filter(|v| !matches!(v, Value::Absent))
+        self.0.setting(name).filter(|v| !matches!(v, Value::Absent))
     }
     fn number(&self, name: ReplaySetting) -> Option<f64> {
         match self.get(name)? {

@@ -534,13 +534,7 @@ fn validity(
             sc.hash()
         );
     }
-    let setting = |name: ReplaySetting| {
-        m.resolved_settings
-            .iter()
-            .find(|s| s.name == name.name())
-            .map(|s| s.value.clone())
-            .unwrap_or(Value::Null)
-    };
+    let setting = |name: ReplaySetting| m.resolved_setting(name.name()).unwrap_or(&Value::Null);
     let (mut total, mut overflows, mut failed) = (0u64, 0u64, 0u64);
     for r in records {
         total += 1;

@@ -211,7 +211,7 @@ fn sources(resolved: &Resolved, rp: &RunPlan) -> std::collections::BTreeMap<Stri
         .settings
         .iter()
         .map(|s| {
-            let given = rp.settings.iter().rev().find(|g| g.name == s.name);
+            let given = scenario::last_named(&rp.settings, &s.name);
             let source = match (given, rp.sources.iter().rev().find(|(n, _)| *n == s.name)) {
                 (Some(g), Some((_, src))) if g.value == s.value => *src,
                 _ => "scenario",
@@ -427,14 +427,8 @@ impl Prepared {
             Some(crate::replay::sched::Pressure::Duration(d)) => (None, Some(d.as_secs_f64())),
             None => (None, None),
         };
-        let resolved = |name: ReplaySetting| {
-            self.resolved
-                .settings
-                .iter()
-                .rev()
-                .find(|x| x.name == name.name())
-                .map(|x| super::config::value_json(&x.value))
-        };
+        let resolved =
+            |name: ReplaySetting| self.resolved.setting(name).map(super::config::value_json);
         let rows = [
             (ReplaySetting::Concurrency.name(), json!(s.concurrency)),
             (

@@ -27,7 +27,7 @@ use crate::export::sweep::{
 };
 use crate::metrics::scrape_log::{EndpointLog, ServerSnapshot};
 use crate::metrics::slo::SloSet;
-use crate::scenario::types::{Setting, Value};
+use crate::scenario::types::Value;
 
 /// A sweep: the run every point shares, and what differs.
 #[derive(Debug, Clone)]
@@ -195,25 +195,14 @@ fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
     d
 }
 
-fn setting(cfg: &mut RunConfig, name: ReplaySetting, value: Value) {
-    cfg.plan.settings.retain(|s| s.name != name.name());
-    cfg.plan.settings.push(Setting {
-        name: name.name().to_string(),
-        value,
-        explicit: true,
-    });
-}
-
 /// The seed the run config names, if any.
 fn given_seed(cfg: &RunConfig) -> Option<u64> {
-    cfg.plan
-        .settings
-        .iter()
-        .find(|s| s.name == ReplaySetting::RandomSeed.name())
-        .and_then(|s| match s.value {
+    crate::scenario::last_named(&cfg.plan.settings, ReplaySetting::RandomSeed.name()).and_then(
+        |s| match s.value {
             Value::Integer(i) => u64::try_from(i).ok(),
             _ => None,
-        })
+        },
+    )
 }
 
 /// Runs the sweep.
@@ -233,8 +222,8 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
         (None, _, _) => super::draw_seed(),
     };
     let mut base = cfg.run.clone();
-    setting(
-        &mut base,
+    crate::scenario::set_explicit(
+        &mut base.plan.settings,
         ReplaySetting::RandomSeed,
         Value::Integer(seed as i64),
     );
@@ -435,8 +424,8 @@ impl Pass<'_> {
         }
         tracing::info!("sweep: concurrency {n} into {}", dir.display());
         let mut run = self.base.clone();
-        setting(
-            &mut run,
+        crate::scenario::set_explicit(
+            &mut run.plan.settings,
             ReplaySetting::Concurrency,
             Value::Integers(vec![i64::from(n)]),
         );
