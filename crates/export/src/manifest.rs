@@ -10,6 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agentx_metrics::tree_counts::TreeCounts;
+
 /// The file name of a run's manifest.
 pub const MANIFEST_FILE: &str = "run_manifest.json";
 
@@ -37,7 +39,7 @@ pub struct Manifest {
     /// Every replay setting as the run applied it, `{name: {value, source}}`; the source is
     /// `flag`, `environment`, `demo`, `scenario` or `host default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replay_settings: Option<Value>,
+    pub replay_settings: Option<AppliedSettings>,
     #[serde(default)]
     pub warnings: Vec<WarningRow>,
     #[serde(default)]
@@ -65,9 +67,9 @@ pub struct Manifest {
     /// The model the requests named (given, or what the server's `/v1/models` listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Every lane's plan: single-stream lanes or session-tree lanes (two shapes, kept as JSON).
+    /// Every lane's plan: single-stream lanes or session-tree lanes.
     #[serde(default)]
-    pub lanes: Vec<Value>,
+    pub lanes: Vec<LanePlan>,
     #[serde(default)]
     pub host_version: String,
     #[serde(default)]
@@ -82,7 +84,7 @@ pub struct Manifest {
     pub shard: Option<ShardInfo>,
     /// The session-tree scheduler's counts (a tree run, once it ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trees: Option<Value>,
+    pub trees: Option<TreeCounts>,
     /// When profiling began on the run's clock (written as it begins, so a killed run keeps it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiling_started_ns: Option<u64>,
@@ -234,6 +236,97 @@ pub struct SettingRow {
     pub explicit: bool,
 }
 
+/// One lane of a run's plan as the manifest lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum LanePlan {
+    /// A session-tree lane: the tree it starts with and where each of its streams starts.
+    Tree(TreeLanePlan),
+    /// A single-stream lane: the trace it starts with and the turn it starts at.
+    Stream(StreamLanePlan),
+}
+
+impl LanePlan {
+    /// The lane's index.
+    pub fn lane(&self) -> u32 {
+        match self {
+            LanePlan::Tree(tree) => tree.lane,
+            LanePlan::Stream(stream) => stream.lane,
+        }
+    }
+}
+
+/// A single-stream lane's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamLanePlan {
+    /// The lane's index, from 0.
+    pub lane: u32,
+    /// The trace the lane starts with.
+    pub trace_id: String,
+    /// The trace's turns.
+    pub turns: u32,
+    /// The warmup turn k; profiling resumes at k+1.
+    pub start_turn: u32,
+    /// The cache-bust marker of the lane's first session.
+    pub marker: String,
+}
+
+/// A session-tree lane's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TreeLanePlan {
+    /// The lane's index, from 0.
+    pub lane: u32,
+    /// The base trace of the lane's first tree.
+    pub trace_id: String,
+    /// t* on the root's clock (ms); `None` for a lane started by the turn-index fallback.
+    pub t_star_ms: Option<f64>,
+    /// The tree's cache-bust marker (every stream of the tree carries it).
+    pub marker: String,
+    /// Trees of this base trace minted before this one.
+    pub pass: u32,
+    /// The tree's streams alive at t*.
+    pub streams: Vec<TreeStreamPlan>,
+}
+
+/// Where one stream of a lane's first tree starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TreeStreamPlan {
+    /// The stream's conversation id in the corpus.
+    pub conversation_id: String,
+    /// The first turn profiling sends.
+    pub next_turn: u32,
+    /// The turn warmup sends to warm the cache, if any.
+    pub warm_turn: Option<u32>,
+    /// The stream's start on the root's clock (ms).
+    pub offset_ms: f64,
+    /// How long before t* the warm turn was recorded (ms, capped).
+    pub lead_ms: f64,
+    /// The root waits for its children's join before `next_turn`.
+    pub waiting: bool,
+}
+
+/// Every replay setting as a run applied it, by name.
+pub type AppliedSettings = std::collections::BTreeMap<String, AppliedSetting>;
+
+/// A replay setting as the run applied it, and where its value came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AppliedSetting {
+    /// The value (a number, text, flag, list or `null` for off).
+    pub value: Value,
+    /// `flag`, `environment`, `demo`, `scenario` or `host default`.
+    pub source: String,
+}
+
+impl AppliedSetting {
+    /// `value`, which came from `source`.
+    pub fn new(value: Value, source: &str) -> AppliedSetting {
+        AppliedSetting {
+            value,
+            source: source.to_string(),
+        }
+    }
+}
+
 /// A warning of the scenario's `resolve`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WarningRow {
@@ -274,7 +367,27 @@ pub struct ShardInfo {
     pub rendezvous_s: f64,
     /// Shard 0's report of the rendezvous, once every shard was done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rendezvous: Option<Value>,
+    pub rendezvous: Option<RendezvousReport>,
+}
+
+/// What shard 0's rendezvous coordinator saw, once every shard was done.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RendezvousReport {
+    /// Shards whose connection dropped before they were done.
+    pub lost: Vec<u32>,
+    /// Every shard that joined, as the coordinator saw it.
+    pub shards: Vec<ShardSeen>,
+}
+
+/// One shard as the rendezvous coordinator saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ShardSeen {
+    /// The shard's index.
+    pub index: u32,
+    /// The host name the shard reported.
+    pub host: String,
+    /// The address its connection came from.
+    pub peer: String,
 }
 
 /// A server started for one run (`sweep --server-cmd`): what ran, where, how soon it was ready and

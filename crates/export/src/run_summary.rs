@@ -10,6 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agentx_metrics::tree_counts::ArrivalCounts;
+
 use super::manifest::{DatasetId, ScenarioId};
 use agentx_metrics::Summary;
 
@@ -67,9 +69,36 @@ pub struct RunSummary {
     /// How the server-metrics export found its profiling window (absent without server metrics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_metrics_window: Option<ServerMetricsWindow>,
+    /// An open-loop run's session arrivals (absent for a closed loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<ArrivalsSummary>,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// An open-loop run's arrivals: the process the scenario resolved, the ceiling, what came of the
+/// arrivals, and the offered and admitted rates over the arrival window (profiling up to the
+/// duration).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArrivalsSummary {
+    /// Sessions per second.
+    pub rate_per_s: f64,
+    /// `poisson`, `constant` or `gamma`.
+    pub pattern: String,
+    /// The gamma process's shape, when given.
+    pub smoothness: Option<f64>,
+    /// The coefficient of variation of the inter-arrival times the pattern implies.
+    pub expected_cv: f64,
+    /// The most sessions in flight at once (`--concurrency`).
+    pub ceiling: u32,
+    /// Offered, admitted, rejected over the ceiling, skipped behind schedule.
+    #[serde(flatten)]
+    pub counts: ArrivalCounts,
+    /// Offered arrivals per second of the arrival window (`None` for an empty window).
+    pub offered_rate_per_s: Option<f64>,
+    /// Admitted arrivals per second of the arrival window.
+    pub admitted_rate_per_s: Option<f64>,
 }
 
 /// The server-metrics profiling window's edges, as `server_metrics_export.json` found them.

@@ -17,6 +17,7 @@ pub mod sessions;
 pub mod slo;
 pub mod stability;
 pub mod stats;
+pub mod tree_counts;
 
 use serde::{Deserialize, Serialize};
 

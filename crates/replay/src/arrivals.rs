@@ -247,32 +247,7 @@ impl Schedule {
     }
 }
 
-/// What the arrivals of a run came to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ArrivalCounts {
-    /// Arrivals whose time came during profiling: admitted + rejected + skipped.
-    pub offered: u64,
-    /// Arrivals that started a session.
-    pub admitted: u64,
-    /// Arrivals over the --concurrency ceiling (not queued).
-    pub rejected: u64,
-    /// Arrivals skipped because the replay was more than one inter-arrival behind.
-    pub skipped: u64,
-}
-
-impl ArrivalCounts {
-    /// The offered and admitted rates over `seconds` of profiling.
-    pub fn rates(&self, seconds: f64) -> (Option<f64>, Option<f64>) {
-        if seconds > 0.0 && seconds.is_finite() {
-            (
-                Some(self.offered as f64 / seconds),
-                Some(self.admitted as f64 / seconds),
-            )
-        } else {
-            (None, None)
-        }
-    }
-}
+pub use agentx_metrics::tree_counts::ArrivalCounts;
 
 #[cfg(test)]
 mod tests {

@@ -387,22 +387,22 @@ fn print_arrivals(dir: &Path) {
     let Ok(doc) = crate::export::run_summary::RunSummary::read_dir(dir) else {
         return;
     };
-    let Some(a) = doc.extra.get("arrivals") else {
+    let Some(arrivals) = doc.arrivals else {
         return;
     };
-    let n = |k: &str| a[k].as_u64().unwrap_or(0);
-    let rate = |k: &str| a[k].as_f64().map_or("-".into(), |x| format!("{x:.3}/s"));
+    let rate = |per_s: Option<f64>| per_s.map_or("-".into(), |x| format!("{x:.3}/s"));
+    let counts = arrivals.counts;
     outln!(
         "arrivals      {} {}/s: offered {} ({}), admitted {} ({}), rejected {} over {} in flight, skipped {} behind schedule",
-        a["pattern"].as_str().unwrap_or("-"),
-        a["rate_per_s"],
-        n("offered"),
-        rate("offered_rate_per_s"),
-        n("admitted"),
-        rate("admitted_rate_per_s"),
-        n("rejected"),
-        n("ceiling"),
-        n("skipped")
+        arrivals.pattern,
+        serde_json::json!(arrivals.rate_per_s),
+        counts.offered,
+        rate(arrivals.offered_rate_per_s),
+        counts.admitted,
+        rate(arrivals.admitted_rate_per_s),
+        counts.rejected,
+        arrivals.ceiling,
+        counts.skipped
     );
 }
 

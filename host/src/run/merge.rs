@@ -9,7 +9,6 @@
 //! coordinator's clock; a shard's records move by `(anchor + offset) - earliest`, so every time is
 //! an offset from the earliest shard's corrected anchor.
 
-use crate::scenario::ReplaySetting;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,11 +16,13 @@ use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
 
 use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
+use crate::metrics::tree_counts::TreeCounts;
 use crate::metrics::Outcome;
 use crate::record::{read_records, Phase, RequestRecord, RECORDS_FILE};
+use crate::scenario::ReplaySetting;
 
 use super::MANIFEST_FILE;
-use crate::export::manifest::{Manifest, MergedShard, ShardInfo};
+use crate::export::manifest::{LanePlan, Manifest, MergedShard, ShardInfo};
 
 /// What a merge wrote.
 #[derive(Debug)]
@@ -249,11 +250,11 @@ impl Timeline {
 fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
     let m0 = &shards[0].manifest;
     let mut manifest = m0.clone();
-    let mut lanes: Vec<Value> = shards
+    let mut lanes: Vec<LanePlan> = shards
         .iter()
         .flat_map(|s| s.manifest.lanes.iter().cloned())
         .collect();
-    lanes.sort_by_key(|l| l["lane"].as_u64().unwrap_or(0));
+    lanes.sort_by_key(LanePlan::lane);
     manifest.lanes = lanes;
     manifest.shard = None;
     manifest.shard_exports = None;
@@ -275,22 +276,16 @@ fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
 
 /// The session-tree counts of the merged run: every shard's counts summed, and the peak of
 /// requests in flight at once over all shards' records (`None` for a single-stream run).
-fn tree_counts(shards: &[Shard], records: &[RequestRecord]) -> Option<Value> {
-    let mut out = serde_json::Map::new();
-    for t in shards.iter().filter_map(|s| s.manifest.trees.as_ref()) {
-        for (k, v) in t.as_object()? {
-            let e = out.entry(k.clone()).or_insert(json!(0));
-            *e = match (e.as_u64(), v.as_u64()) {
-                (Some(a), Some(b)) => json!(a + b),
-                _ => json!(e.as_f64().unwrap_or(0.0) + v.as_f64().unwrap_or(0.0)),
-            };
-        }
+fn tree_counts(shards: &[Shard], records: &[RequestRecord]) -> Option<TreeCounts> {
+    let mut merged: Option<TreeCounts> = None;
+    for counts in shards.iter().filter_map(|s| s.manifest.trees.as_ref()) {
+        merged
+            .get_or_insert_with(TreeCounts::default)
+            .absorb(counts);
     }
-    if out.is_empty() {
-        return None;
-    }
-    out.insert("peak_in_flight".into(), json!(peak_in_flight(records)));
-    Some(Value::Object(out))
+    let mut merged = merged?;
+    merged.peak_in_flight = peak_in_flight(records);
+    Some(merged)
 }
 
 /// The most requests in flight at once over `records` (a request that ends when another is sent

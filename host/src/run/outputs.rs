@@ -14,7 +14,7 @@ use super::plan::Planned;
 use super::prepare::Prepared;
 use super::run_dir::{assistant_mode, dataset_id, scenario_id, RunDir};
 use super::{merge, rendezvous, shard_dir_name, MANIFEST_FILE};
-use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
+use crate::export::run_summary::{ArrivalsSummary, RunSummary, RUN_SUMMARY};
 use crate::metrics::Summary;
 use crate::record::{scan_records, RecordSink};
 use crate::replay::{self, ReplayOutcome};
@@ -95,7 +95,7 @@ pub(super) fn finish(
     let mut records = Vec::with_capacity(written as usize);
     scan_records(&records_path, false, |r| records.push(r))
         .map_err(|e| anyhow!("reading back records: {e}"))?;
-    d.manifest.trees = r.tree_counts.as_ref().map(|c| json!(c));
+    d.manifest.trees = r.tree_counts;
     d.manifest.ended_unix_ns = Some(d.clock.unix_ns(d.clock.now_ns()));
     let ended = Ended {
         outcome: r.outcome,
@@ -249,12 +249,9 @@ fn write_summary(
         wasmtime_version: Some(scenario::WASMTIME_VERSION.to_owned()),
         shards: None,
         server_metrics_window: server_window,
+        arrivals: arrivals_summary(p, d.manifest.trees.as_ref(), outcome.profiling_ns),
         extra: Default::default(),
     };
-    let mut doc = doc;
-    if let Some(a) = arrivals_json(p, d.manifest.trees.as_ref(), outcome.profiling_ns) {
-        doc.extra.insert("arrivals".into(), a);
-    }
     let path = d.out.join(RUN_SUMMARY);
     d.art
         .write_atomic(RUN_SUMMARY, doc.to_json_pretty().as_bytes())
@@ -265,29 +262,28 @@ fn write_summary(
 /// An open-loop run's arrivals as `run_summary.json` gives them: the process, the ceiling, the
 /// counts of the manifest's `trees.arrivals`, and the offered and admitted rates per second of
 /// the arrival window (profiling up to the duration).
-fn arrivals_json(
+fn arrivals_summary(
     p: &Prepared,
-    trees: Option<&serde_json::Value>,
+    trees: Option<&crate::metrics::tree_counts::TreeCounts>,
     profiling_ns: Option<(u64, u64)>,
-) -> Option<serde_json::Value> {
-    let o = p.settings.arrivals.as_ref()?;
-    let counts: crate::replay::arrivals::ArrivalCounts = trees
-        .and_then(|t| t.get("arrivals"))
-        .and_then(|a| serde_json::from_value(a.clone()).ok())
-        .unwrap_or_default();
+) -> Option<ArrivalsSummary> {
+    let open_loop = p.settings.arrivals.as_ref()?;
+    let counts = trees.and_then(|t| t.arrivals).unwrap_or_default();
     // Arrivals come until the duration (or an earlier stop), not through the grace's drain.
     let span = profiling_ns.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
     let secs = span.min(p.settings.duration.as_secs_f64());
     let (offered, admitted) = counts.rates(secs);
-    let mut j = o.spec.json();
-    j["ceiling"] = json!(o.slots);
-    j["offered"] = json!(counts.offered);
-    j["admitted"] = json!(counts.admitted);
-    j["rejected"] = json!(counts.rejected);
-    j["skipped"] = json!(counts.skipped);
-    j["offered_rate_per_s"] = json!(offered);
-    j["admitted_rate_per_s"] = json!(admitted);
-    Some(j)
+    let spec = &open_loop.spec;
+    Some(ArrivalsSummary {
+        rate_per_s: spec.rate,
+        pattern: spec.pattern.name().to_string(),
+        smoothness: spec.smoothness,
+        expected_cv: spec.expected_cv(),
+        ceiling: open_loop.slots,
+        counts,
+        offered_rate_per_s: offered,
+        admitted_rate_per_s: admitted,
+    })
 }
 
 /// The aiperf-compatible exports, the server metrics, the plot and the page.
@@ -394,7 +390,7 @@ fn finish_shards(
                 tracing::error!(lost = ?report.lost, "rendezvous: shards were lost before they were done");
             }
             if let Some(s) = d.manifest.shard.as_mut() {
-                s.rendezvous = Some(json!(report));
+                s.rendezvous = Some(report);
             }
             d.write_manifest()?;
         }

@@ -8,6 +8,7 @@ use super::config::{DryRun, RunConfig, RunOutcome};
 use super::fresh_id;
 use super::prepare::Prepared;
 use crate::dataset::{self, Dataset, PromptSynth};
+use crate::export::manifest::{LanePlan, StreamLanePlan, TreeLanePlan, TreeStreamPlan};
 use crate::replay::{self, Plan, PlanParams};
 use crate::scenario::types::{DelayParams, Placement, Resolved, StartParams};
 use crate::scenario::{self, ScenarioInstance};
@@ -37,14 +38,10 @@ impl Planned {
     }
 
     /// The lanes this process replays, as the manifest lists them.
-    pub(super) fn own_lanes_json(&self) -> Vec<serde_json::Value> {
+    pub(super) fn own_lane_plans(&self) -> Vec<LanePlan> {
         match &self.mode {
-            Mode::Streams(plan) => plan.lanes.iter().map(|l| serde_json::json!(l)).collect(),
-            Mode::Trees(tp) => tp
-                .own_lanes()
-                .iter()
-                .map(|l| serde_json::json!(l))
-                .collect(),
+            Mode::Streams(plan) => plan.lanes.iter().map(stream_lane_plan).collect(),
+            Mode::Trees(tp) => tp.own_lanes().iter().map(tree_lane_plan).collect(),
         }
     }
 
@@ -139,7 +136,7 @@ pub(super) fn plan(
         if cfg.dry_run {
             let mut json = tp.json.clone();
             json["scenario"]["world"] = json!(p.sc.world().as_str());
-            json["settings"] = p.applied_settings();
+            json["settings"] = json!(p.applied_settings());
             let d = &p.decisions;
             json["rules"]["assistant_text"] = json!(match d.assistant_text {
                 Some(scenario::AssistantText::Recorded) => "recorded",
@@ -259,7 +256,7 @@ fn single_stream_dry_run(
         "concurrency": p.settings.concurrency,
         "dataset": {"traces": p.ds.len(), "usable": plan.pool.len(), "cache_key": p.dataset_key},
         "lanes": plan.lanes,
-        "settings": p.applied_settings(),
+        "settings": json!(p.applied_settings()),
     });
     if let Some(sh) = &cfg.shard {
         json["shard"] = json!({"index": sh.index, "count": sh.count, "pool": plan.pool.len()});
@@ -692,4 +689,38 @@ fn tiling(t: scenario::PromptTiling) -> dataset::Tiling {
         scenario::PromptTiling::RecordedLength => dataset::Tiling::RecordedLength,
         scenario::PromptTiling::Reference => dataset::Tiling::Reference,
     }
+}
+
+/// A single-stream lane as the manifest lists it.
+fn stream_lane_plan(lane: &replay::plan::Lane) -> LanePlan {
+    LanePlan::Stream(StreamLanePlan {
+        lane: lane.lane,
+        trace_id: lane.trace_id.clone(),
+        turns: lane.turns,
+        start_turn: lane.start_turn,
+        marker: lane.marker.clone(),
+    })
+}
+
+/// A session-tree lane as the manifest lists it.
+fn tree_lane_plan(lane: &replay::tree::TreeLane) -> LanePlan {
+    LanePlan::Tree(TreeLanePlan {
+        lane: lane.lane,
+        trace_id: lane.trace_id.clone(),
+        t_star_ms: lane.t_star_ms,
+        marker: lane.marker.clone(),
+        pass: lane.pass,
+        streams: lane
+            .streams
+            .iter()
+            .map(|stream| TreeStreamPlan {
+                conversation_id: stream.conversation_id.clone(),
+                next_turn: stream.next_turn,
+                warm_turn: stream.warm_turn,
+                offset_ms: stream.offset_ms,
+                lead_ms: stream.lead_ms,
+                waiting: stream.waiting,
+            })
+            .collect(),
+    })
 }

@@ -1,7 +1,6 @@
 //! The first stage of a run: the scenario loaded (pinned for a rerun) and resolved against the
 //! settings, the token counter, and the dataset opened from the cache.
 
-use crate::scenario::ReplaySetting;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
@@ -11,7 +10,9 @@ use super::config::{DatasetSource, RunConfig, RunPlan, RunSettings, TreeFlags};
 use super::{entropy, load, BUNDLED_CORPUS};
 use crate::dataset::chat_template::TemplateCounter;
 use crate::dataset::{self, Dataset, OpenOptions, TokenCounter};
+use crate::export::manifest::{AppliedSetting, AppliedSettings};
 use crate::scenario::types::{Info, Resolved};
+use crate::scenario::ReplaySetting;
 use crate::scenario::{self, Scenario, ScenarioInstance};
 
 /// What the first stage settles before anything is planned: the scenario (loaded, pinned, resolved),
@@ -415,7 +416,7 @@ impl Prepared {
     /// `environment`, `demo`, `scenario` (the component filled or changed it) or `host default`
     /// (a component of an earlier world does not answer it). Shown by `--dry-run --json` and kept
     /// in the manifest.
-    pub(super) fn applied_settings(&self) -> serde_json::Value {
+    pub(super) fn applied_settings(&self) -> AppliedSettings {
         let s = &self.settings;
         let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
         let inf = |d: Option<std::time::Duration>| match d {
@@ -502,13 +503,13 @@ impl Prepared {
             ),
         ];
 
-        let mut out = serde_json::Map::new();
+        let mut out = AppliedSettings::new();
         for (name, value) in rows {
             let source = match self.sources.get(name) {
                 Some(src) => *src,
                 None => "host default",
             };
-            out.insert(name.to_string(), json!({"value": value, "source": source}));
+            out.insert(name.to_string(), AppliedSetting::new(value, source));
         }
         // An open-loop run's arrivals (listed only then, so a closed loop's settings are unchanged).
         if let Some(o) = &s.arrivals {
@@ -524,7 +525,7 @@ impl Prepared {
                 ),
             ] {
                 let source = self.sources.get(name).copied().unwrap_or("scenario");
-                out.insert(name.to_string(), json!({"value": value, "source": source}));
+                out.insert(name.to_string(), AppliedSetting::new(value, source));
             }
         }
         // The host's transport and counting options: the flags', never the scenario's.
@@ -533,18 +534,16 @@ impl Prepared {
                 ("apply-chat-template", Some(t)) => json!(t.template.path().display().to_string()),
                 _ => value.clone(),
             };
-            out.insert(name.to_string(), json!({"value": value, "source": source}));
+            out.insert(name.to_string(), AppliedSetting::new(value, source));
         }
+        let assistant_text = match self.mode.0 {
+            dataset::AssistantMode::Recorded => "recorded",
+            dataset::AssistantMode::Live => "live",
+        };
         out.insert(
             "assistant-text".into(),
-            json!({
-                "value": match self.mode.0 {
-                    dataset::AssistantMode::Recorded => "recorded",
-                    dataset::AssistantMode::Live => "live",
-                },
-                "source": self.mode.1,
-            }),
+            AppliedSetting::new(json!(assistant_text), self.mode.1),
         );
-        serde_json::Value::Object(out)
+        out
     }
 }

@@ -172,7 +172,7 @@ pub(super) fn assistant_mode(m: AssistantMode) -> &'static str {
 fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u64) -> Manifest {
     let rp = &cfg.plan;
     let resolved = &p.resolved;
-    let lanes = planned.own_lanes_json();
+    let lanes = planned.own_lane_plans();
     Manifest {
         argv: cfg.argv.clone(),
         cwd: std::env::current_dir().ok(),

@@ -134,44 +134,7 @@ pub enum Pressure {
     Duration(Duration),
 }
 
-/// What the scheduler counted beyond the request tally.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct TreeCounts {
-    /// Trees started in profiling (the lanes' first trees and every recycled one).
-    pub trees_started: u64,
-    /// Trees that drained (in profiling and in the warmup's cache-pressure stage).
-    pub trees_drained: u64,
-    /// Child streams spawned during profiling.
-    pub children_spawned: u64,
-    /// Turns that waited for a join, and for the replay barrier.
-    pub join_waits: u64,
-    pub barrier_waits: u64,
-    /// Held turns released because nothing in their tree could complete what they waited for.
-    pub forced_releases: u64,
-    /// Times the system idle cap moved the pending timers earlier, and by how much in all (s).
-    pub system_idle_shifts: u64,
-    pub system_idle_shifted_s: f64,
-    /// The same for the per-tree idle cap.
-    pub tree_idle_shifts: u64,
-    /// Depth-0 warmup primers that overflowed the context (their lanes start a fresh tree), and
-    /// child primers that failed (their streams go on).
-    pub warmup_root_overflows: u64,
-    pub warmup_child_failures: u64,
-    /// Depth-0 warmup primers that failed under rules that judge warmup failures by the threshold
-    /// (their lanes start a fresh tree).
-    pub warmup_root_failures: u64,
-    /// Requests of the warmup's cache-pressure stage, and trees it recycled.
-    pub pressure_requests: u64,
-    pub pressure_trees: u64,
-    /// Responses for trees that had already been replaced (none expected).
-    pub late_events: u64,
-    /// The most requests in flight at once.
-    pub peak_in_flight: u64,
-    /// An open-loop run's arrivals: offered, admitted, rejected over the ceiling, skipped behind
-    /// schedule.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub arrivals: Option<super::arrivals::ArrivalCounts>,
-}
+pub use agentx_metrics::tree_counts::TreeCounts;
 
 /// The outcome of a session-tree replay.
 pub struct TreeOutcome {

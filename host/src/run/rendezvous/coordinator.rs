@@ -3,22 +3,7 @@
 
 use super::*;
 
-/// What the coordinator saw, for shard 0's manifest.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct CoordinatorReport {
-    /// Shards whose connection dropped before they were done.
-    pub lost: Vec<u32>,
-    /// Every shard's wall-clock offset from the coordinator and host, as the shards reported them.
-    pub shards: Vec<ShardSeen>,
-}
-
-/// One shard as the coordinator saw it.
-#[derive(Debug, Clone, Serialize)]
-pub struct ShardSeen {
-    pub index: u32,
-    pub host: String,
-    pub peer: String,
-}
+pub use crate::export::manifest::{RendezvousReport as CoordinatorReport, ShardSeen};
 
 /// Shard 0's listening coordinator.
 pub struct Coordinator {
