@@ -44,7 +44,10 @@ pub enum OutputDir {
     /// `--output-artifact-dir DIR`: exactly this directory.
     Given(PathBuf),
     /// No flag: a fresh directory under `parent`, and `parent/latest` pointing at it.
-    Fresh { parent: PathBuf },
+    Fresh {
+        /// The directory the fresh one goes under (`artifacts/` by default).
+        parent: PathBuf,
+    },
 }
 
 impl Default for OutputDir {

@@ -2,7 +2,6 @@
 //! [`RunPlan`]), what it answers ([`RunOutcome`]), the [`Cancel`] handle, and the settings the
 //! scenario resolved, read once ([`RunSettings`]).
 
-use crate::scenario::ReplaySetting;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use crate::metrics::Summary;
 use crate::replay::{self, ReplayOutcome};
 use crate::scenario;
 use crate::scenario::types::{Placement, Resolved, Setting, Value};
+use crate::scenario::ReplaySetting;
 
 /// Everything a run needs.
 #[derive(Debug, Clone)]
@@ -29,10 +29,13 @@ pub struct RunConfig {
     pub home: PathBuf,
     /// Flags and environment, merged and checked.
     pub plan: RunPlan,
+    /// `--num-dataset-entries`: the corpus cut to its first N traces (`None`: all of them).
     pub num_dataset_entries: Option<usize>,
+    /// `--max-context-length`: traces whose context would exceed it are left out.
     pub max_context_length: Option<u64>,
-    /// `--custom-dataset-type`'s corpus format (`None`: detected) and `--isl-block-size`.
+    /// `--custom-dataset-type`'s corpus format (`None`: detected).
     pub format: Option<crate::dataset::format::Format>,
+    /// `--isl-block-size`: the tokens per hash block of a corpus whose format does not say.
     pub block_size: Option<u32>,
     /// `--trace-block-size`: every weka trace laid out in this many tokens per block.
     pub trace_block_size: Option<u32>,
@@ -42,24 +45,29 @@ pub struct RunConfig {
     pub output: artifact_dir::OutputDir,
     /// `--overwrite`: a named directory that holds another run is replaced instead of refused.
     pub overwrite: bool,
+    /// `--slice-duration`: the time-slice export's slice length (s), or none.
     pub slice_duration: Option<f64>,
     /// `--goodput`: the objectives a good request meets.
     pub goodput: Option<crate::metrics::goodput::Goodput>,
     /// `--session-goodput-share`: the share of a session's requests that must be good.
     pub session_goodput_share: f64,
+    /// `--no-server-metrics`: no `/metrics` scraping at all.
     pub no_server_metrics: bool,
     /// More `/metrics` endpoints besides the server's own.
     pub server_metrics: Vec<String>,
+    /// `--skip-preflight`: the first request is the pre-flight check.
     pub skip_preflight: bool,
     /// Exit code 1 when the run is not a valid submission.
     pub require_valid: bool,
+    /// `--failed-request-threshold`: the share of failed requests that stops the run.
     pub failed_request_threshold: Option<f64>,
     /// Pins the markers; a fresh id when `None`.
     pub run_id: Option<String>,
     /// The simulator preset of a run without a URL.
     pub sim_preset: String,
-    /// Refuse to run unless the dataset's cache key / the scenario's sha256 is this.
+    /// Refuse to run unless the dataset's cache key is this.
     pub expect_dataset_key: Option<String>,
+    /// Refuse to run unless the scenario's sha256 is this.
     pub expect_scenario_sha256: Option<String>,
     /// `--weka-nested-timestamp-basis`: how a session-tree corpus's nested timestamps are read;
     /// `None` infers it per corpus (`auto`).
@@ -90,6 +98,7 @@ impl Default for Cancel {
 }
 
 impl Cancel {
+    /// A handle nothing has interrupted yet.
     pub fn new() -> Cancel {
         Cancel(Arc::new(watch::channel(0u32).0))
     }
@@ -126,16 +135,21 @@ pub struct RunOutcome {
     pub code: u8,
     /// The artifact directory.
     pub dir: PathBuf,
+    /// The run's id (the markers' and the manifest's).
     pub run_id: String,
+    /// Lanes, as the scenario resolved them.
     pub concurrency: u32,
     /// Every file written.
     pub files: Vec<PathBuf>,
     /// How the replay ended (`None` for a dry run).
     pub replay: Option<ReplayOutcome>,
+    /// The summary of the records (`None` for a dry run).
     pub summary: Option<Summary>,
     /// Empty for a valid submission.
     pub submission_invalid_reasons: Vec<String>,
+    /// `records.jsonl`.
     pub records_path: PathBuf,
+    /// Records written to it.
     pub records_written: u64,
     /// The plan, for a dry run.
     pub dry_run: Option<DryRun>,
@@ -167,11 +181,15 @@ impl RunOutcome {
 /// Where the dataset comes from.
 #[derive(Debug, Clone)]
 pub enum DatasetSource {
+    /// The corpus bundled in the binary (a run without `--dataset`).
     Bundled,
+    /// `--dataset`: a path, a corpus name or a hub id.
     Spec(String),
     /// A recorded run's corpus that is no longer at its path, by its cache digest (`replay`).
     Cached {
+        /// The dataset's cache key.
         key: String,
+        /// The path the recorded run read it from.
         source: PathBuf,
     },
 }
@@ -179,7 +197,9 @@ pub enum DatasetSource {
 /// The recorded run a rerun (`agentx-host replay`) repeats, as its manifest names it.
 #[derive(Debug, Clone)]
 pub struct ReplayOf {
+    /// The recorded run's id.
     pub run_id: String,
+    /// Its `run_manifest.json`.
     pub manifest: PathBuf,
 }
 
@@ -187,18 +207,28 @@ pub struct ReplayOf {
 /// them (the CLI builds it from `agentx-host run`'s flags).
 #[derive(Debug, Clone)]
 pub struct RunPlan {
+    /// No `--url`: the built-in simulator serves the run, with the demo's defaults.
     pub demo: bool,
     /// `--concurrency` as given when it lists several points (a sweep's, refused for one run).
     pub concurrency_list: Option<String>,
+    /// `--url`: the server's base URL.
     pub url: Option<String>,
+    /// `--model`: the model the requests name (`None`: the first `/v1/models` lists).
     pub model: Option<String>,
+    /// Where the corpus comes from.
     pub dataset: DatasetSource,
     /// The loader name the scenario sees.
     pub loader: &'static str,
+    /// The replay settings handed to the scenario's `resolve`, as the flags and environment gave
+    /// them (the last entry naming a setting decides it).
     pub settings: Vec<Setting>,
+    /// `--extra-inputs`: fields merged into every request body.
     pub extra: Vec<(String, serde_json::Value)>,
+    /// `--benchmark-grace-period`; `None` waits for every in-flight request.
     pub grace: Option<Duration>,
+    /// `--warmup-grace-period`; `None` waits for every warmup request.
     pub warmup_grace: Option<Duration>,
+    /// Whether history carries the recorded assistant text or the server's live answers.
     pub mode: AssistantMode,
     /// `--use-legacy-max-tokens`: session trees send `max_tokens` instead of
     /// `max_completion_tokens`.
@@ -206,6 +236,7 @@ pub struct RunPlan {
     /// `mode` was asked for (`--recorded-assistant`, `*_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES`),
     /// not defaulted.
     pub mode_given: bool,
+    /// `--use-server-token-count`: token counts from the server's `usage`, not the tokenizer.
     pub use_server_token_count: bool,
     /// `--use-dynamo-conv-aware-routing` (body transport): each body's `nvext.session_control`.
     pub dynamo: Option<crate::client::DynamoRouting>,
@@ -215,8 +246,11 @@ pub struct RunPlan {
     /// `dynamo-session-timeout-seconds`, `apply-chat-template`): name, value, source; the scenario
     /// never sees them. Shown with the applied settings.
     pub host_settings: Vec<(&'static str, serde_json::Value, &'static str)>,
+    /// The context-overflow phrases the environment set, in place of the scenario's.
     pub overflow_phrases_env: Option<Vec<String>>,
+    /// The HTTP client's settings: URL, API, pool, timeouts, routing headers.
     pub client: ClientConfig,
+    /// `--stats-interval`: how often the live statistics are logged (`None`: never).
     pub stats_interval: Option<Duration>,
     /// `--trace-idle-gap-cap-seconds`.
     pub trace_idle_cap: Option<Duration>,
@@ -339,20 +373,32 @@ impl Effective<'_> {
 /// that does not answer them (the defaults: nothing given).
 #[derive(Debug, Clone, Default)]
 pub struct Fallback {
+    /// `--benchmark-grace-period` ([`RunSettings::grace`]).
     pub grace: Option<Duration>,
+    /// `--warmup-grace-period` ([`RunSettings::warmup_grace`]).
     pub warmup_grace: Option<Duration>,
+    /// `--failed-request-threshold`.
     pub failed_request_threshold: Option<f64>,
+    /// `--warmup-requests-per-lane` / `--agentic-cache-warmup-duration`.
     pub pressure: Option<replay::sched::Pressure>,
+    /// `--trace-idle-gap-cap-seconds`.
     pub trace_idle_cap: Option<Duration>,
+    /// `--burst-phase-starts`.
     pub burst: bool,
+    /// `--num-dataset-entries`.
     pub num_dataset_entries: Option<usize>,
+    /// `--slice-duration` (s).
     pub slice_duration: Option<f64>,
+    /// `--use-server-token-count`.
     pub use_server_token_count: bool,
+    /// `--stats-interval`.
     pub stats_interval: Option<Duration>,
+    /// `*_HTTP_TCP_USER_TIMEOUT`.
     pub tcp_user_timeout: Option<Duration>,
 }
 
 impl Fallback {
+    /// What `cfg`'s flags and environment say.
     pub fn of(cfg: &RunConfig) -> Fallback {
         let rp = &cfg.plan;
         Fallback {
@@ -377,29 +423,48 @@ impl Fallback {
 /// when none was given (a 0.3.0 component answers them all: [`scenario::REPLAY_SETTINGS`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSettings {
+    /// Lanes (`concurrency`).
     pub concurrency: u32,
+    /// Profiling time (`benchmark-duration`).
     pub duration: Duration,
+    /// The earliest start of a lane, as a share of its trace (`trajectory-start-min-ratio`).
     pub min_ratio: f64,
+    /// The latest start of a lane, as a share of its trace (`trajectory-start-max-ratio`).
     pub max_ratio: f64,
+    /// Where the cache-bust marker goes (`cache-bust`).
     pub placement: Placement,
+    /// The longest inter-turn delay replayed (s; `inter-turn-delay-cap-seconds`), or no cap.
     pub cap: Option<f64>,
+    /// Delays replay think time only, not the server's recorded latency (`use-think-time-only`).
     pub think_only: bool,
+    /// Turns follow each other without the recorded delays (`ignore-trace-delays`).
     pub ignore_delays: bool,
+    /// Violations are warnings, and the run is not a valid submission (`unsafe-override`).
     pub unsafe_override: bool,
+    /// The share of context overflows a valid run stays under (`context-overflow-rate-limit`).
     pub rate_limit: f64,
+    /// `ignore_eos` in every body, when the scenario says (`ignore-eos`).
     pub ignore_eos: Option<bool>,
     /// `benchmark-grace-period`; `None` waits for every in-flight request.
     pub grace: Option<Duration>,
     /// `warmup-grace-period`; `None` waits for every warmup request.
     pub warmup_grace: Option<Duration>,
+    /// The share of failed requests that stops the run (`failed-request-threshold`).
     pub failed_request_threshold: Option<f64>,
     /// The cache-pressure warmup stage (`warmup-requests-per-lane`, `agentic-cache-warmup-duration`).
     pub pressure: Option<replay::sched::Pressure>,
+    /// The longest idle gap replayed inside a trace (`trace-idle-gap-cap-seconds`).
     pub trace_idle_cap: Option<Duration>,
+    /// Every lane's primers at once, each lane's profiling from its own start
+    /// (`burst-phase-starts`).
     pub burst: bool,
+    /// The corpus cut to its first N traces (`num-dataset-entries`).
     pub num_dataset_entries: Option<usize>,
+    /// The time-slice export's slice length (s; `slice-duration`).
     pub slice_duration: Option<f64>,
+    /// Token counts from the server's `usage` (`use-server-token-count`).
     pub use_server_token_count: bool,
+    /// How often live statistics are logged (`stats-interval`; `None`: never).
     pub stats_interval: Option<Duration>,
     /// `http-tcp-user-timeout` (ms), from the environment or the scenario's default.
     pub tcp_user_timeout: Option<Duration>,

@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 
 use super::config::{value_json, RunConfig};
-use super::plan::{Mode, Planned};
+use super::plan::Mode;
 use super::prepare::Prepared;
-use super::{host_name, rendezvous, runtime};
+use super::{host_name, rendezvous, runtime, RunCtx};
 use crate::client::{Client, ClientConfig};
 use crate::dataset::Dataset;
 use crate::replay::{self, Plan};
@@ -120,11 +120,14 @@ pub(super) struct Connected {
 /// Starts the simulator when there is no `--url`, builds the client and runs the pre-flight check:
 /// the last checks before the artifact directory is touched. The client goes on to the replay.
 pub(super) fn connect(
-    cfg: &RunConfig,
+    ctx: RunCtx<'_>,
     rt: &tokio::runtime::Runtime,
-    p: &Prepared,
-    planned: &Planned,
 ) -> anyhow::Result<(Connected, Client)> {
+    let RunCtx {
+        cfg,
+        prepared: p,
+        planned,
+    } = ctx;
     let rp = &cfg.plan;
     let sim = if rp.demo {
         let preset: crate::sim::Preset = cfg

@@ -68,7 +68,12 @@ pub fn finalize(cfg: RunConfig, dir: &Path, reason: Option<String>) -> anyhow::R
         },
         scrape_log,
     };
-    outputs::conclude(&cfg, &p, &planned, &mut d, ended)
+    let ctx = super::RunCtx {
+        cfg: &cfg,
+        prepared: &p,
+        planned: &planned,
+    };
+    outputs::conclude(ctx, &mut d, ended)
 }
 
 /// Refuses a directory whose run finished (its summary is written) or that a shard wrote.

@@ -15,7 +15,9 @@ pub enum Step {
     /// Done: the highest concurrency that met the SLO (`None`: not even the first), and whether a
     /// failing point above it bounds it (false when every point of the ladder met the SLO).
     Done {
+        /// The highest concurrency that met the SLO.
         answer: Option<u32>,
+        /// A failing point above the answer bounds it.
         bracketed: bool,
     },
 }
@@ -23,6 +25,7 @@ pub enum Step {
 /// The search: its ladder and resolution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FindMax {
+    /// The concurrencies to try, increasing (the sweep's list).
     pub ladder: Vec<u32>,
     /// Lanes; `None`: a tenth of the passing point, at least 1.
     pub resolution: Option<u32>,

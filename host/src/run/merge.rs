@@ -27,12 +27,17 @@ use crate::export::manifest::{LanePlan, Manifest, MergedShard, ShardInfo};
 /// What a merge wrote.
 #[derive(Debug)]
 pub struct Merged {
+    /// The merged run's artifact directory.
     pub dir: PathBuf,
+    /// Every file the merge wrote.
     pub files: Vec<PathBuf>,
+    /// Records on the merged timeline.
     pub records: usize,
     /// The largest difference between two shards' clock offsets, ns.
     pub clock_skew_ns: i64,
+    /// How long the merge took.
     pub took: Duration,
+    /// The scenario's verdict over every shard's records; empty for a valid submission.
     pub submission_invalid_reasons: Vec<String>,
 }
 

@@ -145,37 +145,43 @@ pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         Some(j) => (j.rt, Some(j.shard)),
         None => (runtime()?, None),
     };
-    let (mut conn, client) = connect::connect(&cfg, &rt, &p, &planned)?;
-    let (dir, sink) = run_dir::RunDir::open(
-        &cfg,
-        &p,
-        &planned,
-        &conn.model,
-        shard.as_ref().map(|s| &s.member),
-    )?;
-    let stage = ReplayStage {
+    let ctx = RunCtx {
         cfg: &cfg,
-        rt: &rt,
-        p: &p,
+        prepared: &p,
         planned: &planned,
+    };
+    let (mut conn, client) = connect::connect(ctx, &rt)?;
+    let (dir, sink) = run_dir::RunDir::open(ctx, &conn.model, shard.as_ref().map(|s| &s.member))?;
+    let stage = ReplayStage {
+        ctx,
+        rt: &rt,
         conn: &conn,
         dir: &dir,
         sink: &sink,
     };
     let replayed = stage.run(inst, client, shard, cancel)?;
     drop(conn.sim.take());
-    outputs::finish(&cfg, &rt, &p, &planned, &conn, (dir, sink), replayed)
+    outputs::finish(ctx, &rt, &conn, (dir, sink), replayed)
+}
+
+/// What every stage after planning reads: the configuration the scenario decided, what the first
+/// stage prepared (scenario, settings, dataset) and the plan. A run's own process and
+/// `agentx-host finalize` (which rebuilds them from the manifest) hand the same to the last stage.
+#[derive(Clone, Copy)]
+pub(super) struct RunCtx<'a> {
+    cfg: &'a RunConfig,
+    prepared: &'a Prepared,
+    planned: &'a Planned,
 }
 
 /// The boundary scrapes a sharded run's coordinator takes: the phase edges every shard shares.
 const GLOBAL_EDGES: [Boundary; 2] = [Boundary::ProfilingStart, Boundary::ProfilingComplete];
 
-/// What the replay stage reads.
+/// What the replay stage reads beyond the run's context: the runtime, the server it connected to,
+/// and the artifact directory with its record sink.
 struct ReplayStage<'a> {
-    cfg: &'a RunConfig,
+    ctx: RunCtx<'a>,
     rt: &'a tokio::runtime::Runtime,
-    p: &'a Prepared,
-    planned: &'a Planned,
     conn: &'a Connected,
     dir: &'a run_dir::RunDir,
     sink: &'a crate::record::RecordSink,
@@ -191,7 +197,12 @@ impl ReplayStage<'_> {
         shard: Option<connect::ShardMember>,
         cancel: &Cancel,
     ) -> anyhow::Result<outputs::Replayed> {
-        let (cfg, rt, p, planned) = (self.cfg, self.rt, self.p, self.planned);
+        let RunCtx {
+            cfg,
+            prepared: p,
+            planned,
+        } = self.ctx;
+        let rt = self.rt;
         let rp = &cfg.plan;
         let s = &p.settings;
         let replay_cfg = ReplayConfig {

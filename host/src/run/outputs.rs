@@ -10,10 +10,9 @@ use serde_json::json;
 
 use super::config::{RunConfig, RunOutcome};
 use super::connect::Connected;
-use super::plan::Planned;
 use super::prepare::Prepared;
 use super::run_dir::{assistant_mode, dataset_id, scenario_id, RunDir};
-use super::{merge, rendezvous, shard_dir_name, MANIFEST_FILE};
+use super::{merge, rendezvous, shard_dir_name, RunCtx, MANIFEST_FILE};
 use crate::export::run_summary::{ArrivalsSummary, RunSummary, RUN_SUMMARY};
 use crate::metrics::Summary;
 use crate::record::{scan_records, RecordSink};
@@ -81,14 +80,13 @@ fn verdict(
 /// sharded run's end (shard 0 waits for the others and merges). Each export failure is reported;
 /// none loses the records.
 pub(super) fn finish(
-    cfg: &RunConfig,
+    ctx: RunCtx<'_>,
     rt: &tokio::runtime::Runtime,
-    p: &Prepared,
-    planned: &Planned,
     conn: &Connected,
     (mut d, sink): (RunDir, RecordSink),
     r: Replayed,
 ) -> anyhow::Result<RunOutcome> {
+    let cfg = ctx.cfg;
     let written = sink.close()?;
     let records_path = d.out.join(crate::record::RECORDS_FILE);
     // Sized by the count written: a long run's records are the end's largest allocation.
@@ -108,7 +106,7 @@ pub(super) fn finish(
         },
         scrape_log: r.scrape_log,
     };
-    let mut out = conclude(cfg, p, planned, &mut d, ended)?;
+    let mut out = conclude(ctx, &mut d, ended)?;
     if let (Some(fin), Some(sh)) = (r.finish, &cfg.shard) {
         let (merged, failed) = finish_shards(cfg, rt, sh, fin, r.coordinator, &mut d)?;
         out.files.extend(merged);
@@ -135,58 +133,45 @@ pub(super) struct Ended {
 /// verdict, the manifest's end, the summary and the exports; the exit code (2 when an export
 /// failed, 1 when the run stopped early or is invalid under `--require-valid`).
 pub(super) fn conclude(
-    cfg: &RunConfig,
-    p: &Prepared,
-    planned: &Planned,
+    ctx: RunCtx<'_>,
     d: &mut RunDir,
-    e: Ended,
+    ended: Ended,
 ) -> anyhow::Result<RunOutcome> {
+    let RunCtx {
+        cfg,
+        prepared: p,
+        planned,
+    } = ctx;
     let records_path = d.out.join(crate::record::RECORDS_FILE);
-    let outcome = e.outcome;
-    let reasons = verdict(p, &outcome, &e.records)?;
+    let outcome = &ended.outcome;
+    let reasons = verdict(p, outcome, &ended.records)?;
     d.manifest.profiling_ns = outcome.profiling_ns.map(|(a, b)| [a, b]);
     d.manifest.profiling_started_ns = outcome.profiling_ns.map(|(a, _)| a);
     d.manifest.stop = Some(outcome.stop.as_str().to_string());
     d.write_manifest()?;
-    let mut summary = Summary::of(&e.records);
-    if let Some(g) = &cfg.goodput {
-        summary.goodput = Some(g.of_run(&e.records));
-        let times = planned.recorded_times(p.ds, &e.records);
+    let mut summary = Summary::of(&ended.records);
+    if let Some(goodput) = &cfg.goodput {
+        summary.goodput = Some(goodput.of_run(&ended.records));
+        let times = planned.recorded_times(p.ds, &ended.records);
         let share = cfg.session_goodput_share;
         summary.sessions = Some(crate::metrics::sessions::figures(
-            &e.records, g, share, &times,
+            &ended.records,
+            goodput,
+            share,
+            &times,
         ));
     }
-    let server_window = e.scrape_log.as_ref().map(|log| {
-        let w = outcome.profiling_ns.unwrap_or((0, 0));
-        crate::export::server_metrics::window_summary(log, w)
+    let server_window = ended.scrape_log.as_ref().map(|log| {
+        let window = outcome.profiling_ns.unwrap_or((0, 0));
+        crate::export::server_metrics::window_summary(log, window)
     });
-    let summary_path = write_summary(
-        cfg,
-        p,
-        planned,
-        &e.url,
-        d,
-        &outcome,
-        &reasons,
-        e.written,
-        (&summary, server_window),
-    )?;
+    let summary_path = write_summary(ctx, d, &ended, &reasons, &summary, server_window)?;
     let mut files = vec![
         records_path.clone(),
         d.out.join(MANIFEST_FILE),
         summary_path,
     ];
-    let (written_files, export_failed) = exports(
-        cfg,
-        p,
-        planned,
-        d,
-        &outcome,
-        &reasons,
-        &e.records,
-        e.scrape_log.as_ref(),
-    );
+    let (written_files, export_failed) = exports(ctx, d, &ended, &reasons);
     files.extend(written_files);
     let code = if export_failed {
         2
@@ -201,31 +186,30 @@ pub(super) fn conclude(
         run_id: planned.run_id.clone(),
         concurrency: p.settings.concurrency,
         files,
-        replay: Some(outcome),
+        records_written: ended.written,
+        replay: Some(ended.outcome),
         summary: Some(summary),
         submission_invalid_reasons: reasons,
         records_path,
-        records_written: e.written,
         dry_run: None,
     })
 }
 
 /// Writes `run_summary.json`; returns its path.
-#[allow(clippy::too_many_arguments)]
 fn write_summary(
-    cfg: &RunConfig,
-    p: &Prepared,
-    planned: &Planned,
-    url: &str,
+    ctx: RunCtx<'_>,
     d: &RunDir,
-    outcome: &ReplayOutcome,
+    ended: &Ended,
     reasons: &[String],
-    written: u64,
-    (summary, server_window): (
-        &Summary,
-        Option<crate::export::run_summary::ServerMetricsWindow>,
-    ),
+    summary: &Summary,
+    server_window: Option<crate::export::run_summary::ServerMetricsWindow>,
 ) -> anyhow::Result<PathBuf> {
+    let RunCtx {
+        cfg,
+        prepared: p,
+        planned,
+    } = ctx;
+    let (outcome, url, written) = (&ended.outcome, &ended.url, ended.written);
     let rp = &cfg.plan;
     let doc = RunSummary {
         run_id: Some(planned.run_id.clone()),
@@ -287,17 +271,14 @@ fn arrivals_summary(
 }
 
 /// The aiperf-compatible exports, the server metrics, the plot and the page.
-#[allow(clippy::too_many_arguments)]
-fn exports(
-    cfg: &RunConfig,
-    p: &Prepared,
-    planned: &Planned,
-    d: &RunDir,
-    outcome: &ReplayOutcome,
-    reasons: &[String],
-    records: &[crate::record::RequestRecord],
-    scrape_log: Option<&crate::metrics::scrape_log::ScrapeLog>,
-) -> (Vec<PathBuf>, bool) {
+fn exports(ctx: RunCtx<'_>, d: &RunDir, ended: &Ended, reasons: &[String]) -> (Vec<PathBuf>, bool) {
+    let RunCtx {
+        cfg,
+        prepared: p,
+        planned,
+    } = ctx;
+    let (outcome, records) = (&ended.outcome, &ended.records);
+    let scrape_log = ended.scrape_log.as_ref();
     let (p0, p1) = outcome.profiling_ns.unwrap_or((0, 0));
     let input_config = json!(d.manifest.resolved_settings);
     let info = crate::export::aiperf::RunInfo {

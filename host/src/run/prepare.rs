@@ -397,7 +397,9 @@ fn open_dataset(cfg: &RunConfig) -> anyhow::Result<Dataset> {
 /// cache key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputIds {
+    /// The scenario component's sha256.
     pub scenario_sha256: String,
+    /// The dataset's cache key.
     pub dataset_key: String,
 }
 

@@ -69,19 +69,27 @@ const MAX_HELLO_BYTES: u64 = 1 << 20;
 /// What pins a shard's plan; every shard's must agree with shard 0's.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Hello {
+    /// The shard's index, from 0.
     pub index: u32,
+    /// Shards in the run.
     pub count: u32,
     /// `--run-id` (or one derived from the scheduler's job id); `None`: shard 0 mints one.
     pub run_id: Option<String>,
+    /// The run's seed.
     pub seed: u64,
     /// The seed was drawn, not given: shard 0's is used by all.
     pub seed_drawn: bool,
+    /// The scenario component's sha256.
     pub scenario_sha256: String,
+    /// The dataset's cache key.
     pub dataset_key: String,
+    /// Lanes over all shards.
     pub concurrency: u32,
     /// The scenario's resolved settings (name and value), the seed excepted.
     pub settings: BTreeMap<String, serde_json::Value>,
+    /// `--failed-request-threshold`, which every shard must apply alike.
     pub failed_request_threshold: Option<f64>,
+    /// The shard's host name.
     pub host: String,
 }
 

@@ -8,7 +8,7 @@ use anyhow::Context;
 use super::config::{value_json, RunConfig};
 use super::plan::Planned;
 use super::prepare::Prepared;
-use super::{artifact_dir, host_name, rendezvous, shard_dir_name, MANIFEST_FILE};
+use super::{artifact_dir, host_name, rendezvous, shard_dir_name, RunCtx, MANIFEST_FILE};
 use crate::dataset::AssistantMode;
 use crate::export::manifest::{
     self, DatasetId, HttpInfo, Manifest, ScenarioId, SettingRow, ShardInfo, WarningRow,
@@ -35,12 +35,15 @@ impl RunDir {
     /// Opens the directory (only now that every check passed), starts the record sink (returned
     /// beside it) and the clock, and writes the manifest before the first request.
     pub(super) fn open(
-        cfg: &RunConfig,
-        p: &Prepared,
-        planned: &Planned,
+        ctx: RunCtx<'_>,
         model: &str,
         member: Option<&rendezvous::Member>,
     ) -> anyhow::Result<(RunDir, RecordSink)> {
+        let RunCtx {
+            cfg,
+            prepared: p,
+            planned,
+        } = ctx;
         let run_dir = cfg
             .output
             .resolve(&p.info.name, &planned.run_id, cfg.shard.is_some());

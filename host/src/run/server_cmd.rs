@@ -95,35 +95,59 @@ enum Part {
 /// Why a server could not serve its point.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// A template flag's text is not a command this host can fill in.
     #[error("{flag} {text:?}: {why}")]
     Template {
+        /// The flag (`--server-cmd`, `--server-health-url`).
         flag: &'static str,
+        /// Its text.
         text: String,
+        /// What is wrong with it.
         why: String,
     },
+    /// No free local port for `{port}`.
     #[error("cannot pick a free local port for the server: {0}")]
     Port(std::io::Error),
+    /// The server's log file could not be created.
     #[error("cannot create the server log {}: {source}", path.display())]
     Log {
+        /// The log's path.
         path: PathBuf,
+        /// Why it could not be created.
         source: std::io::Error,
     },
+    /// The shell could not be started.
     #[error("cannot start the server `sh -c {command:?}`: {source}")]
     Spawn {
+        /// The command after substitution.
         command: String,
+        /// Why it could not be started.
         source: std::io::Error,
     },
+    /// The server exited before its health URL answered.
     #[error("the server exited before it was ready ({status}): `{}`; the end of {}:\n{}", at.command, at.log.display(), at.tail)]
-    Exited { status: String, at: Box<StartLog> },
-    #[error("the server did not answer {url} with 200 within --server-ready-timeout {timeout_s:.0} s (last: {last}): `{}`; raise --server-ready-timeout or look at {}:\n{}", at.command, at.log.display(), at.tail)]
-    NotReady {
-        url: String,
-        timeout_s: f64,
-        last: String,
+    Exited {
+        /// Its exit status.
+        status: String,
+        /// Its command and the end of its log.
         at: Box<StartLog>,
     },
+    /// The health URL did not answer 200 within --server-ready-timeout.
+    #[error("the server did not answer {url} with 200 within --server-ready-timeout {timeout_s:.0} s (last: {last}): `{}`; raise --server-ready-timeout or look at {}:\n{}", at.command, at.log.display(), at.tail)]
+    NotReady {
+        /// The health URL.
+        url: String,
+        /// `--server-ready-timeout` (s).
+        timeout_s: f64,
+        /// The last answer or error.
+        last: String,
+        /// Its command and the end of its log.
+        at: Box<StartLog>,
+    },
+    /// An interrupt came while waiting for the server.
     #[error("interrupted while waiting for the server to become ready")]
     Interrupted,
+    /// The health check's client could not be built.
     #[error("cannot reach the server: {0}")]
     Client(String),
 }
@@ -131,8 +155,11 @@ pub enum ServerError {
 /// The server a failed start is about: its command, and the end of its log.
 #[derive(Debug)]
 pub struct StartLog {
+    /// The command after substitution.
     pub command: String,
+    /// The server's log file.
     pub log: PathBuf,
+    /// The log's last lines.
     pub tail: String,
 }
 

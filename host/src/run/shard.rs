@@ -11,7 +11,9 @@ use sha2::{Digest, Sha256};
 /// This process's part of a sharded run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardConfig {
+    /// This shard's index, from 0 (shard 0 coordinates).
     pub index: u32,
+    /// Shards in the run.
     pub count: u32,
     /// `HOST:PORT` of shard 0's rendezvous.
     pub coordinator: String,

@@ -38,7 +38,9 @@ pub struct SweepConfig {
     pub concurrency: Vec<u32>,
     /// The sweep's directory (`conc_<N>/` below it).
     pub dir: PathBuf,
+    /// `--resume`: points already done in `dir` are kept, not rerun.
     pub resume: bool,
+    /// `--gpus`: the GPUs serving each point, for the per-GPU figures.
     pub gpus: Option<u32>,
     /// How long to wait for the servers to become idle between points.
     pub idle_timeout: Duration,
@@ -58,6 +60,7 @@ pub struct SweepConfig {
 /// What a sweep did.
 #[derive(Debug)]
 pub struct SweepOutcome {
+    /// The sweep's state as `sweep.json` holds it.
     pub sweep: Sweep,
     /// Every summary file written.
     pub files: Vec<PathBuf>,

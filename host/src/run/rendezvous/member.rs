@@ -7,7 +7,9 @@ use super::*;
 pub struct Member {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
+    /// The run's id, as shard 0 settled it.
     pub run_id: String,
+    /// The run's seed, as shard 0 settled it.
     pub seed: u64,
     /// Coordinator wall clock minus this host's, nanoseconds (positive: this clock is behind).
     pub clock_offset_ns: i64,
