@@ -240,31 +240,36 @@ pub(super) fn boundary_hook(
 
 /// The realtime block's `srv` row from the scraper's latest snapshot: cache hit rates, KV usage,
 /// queue, and the server's token throughput over the last interval.
-pub(super) fn srv_row(s: Arc<crate::client::scrape::Scraper>) -> replay::SrvRowFn {
+pub(super) fn srv_row(scraper: Arc<crate::client::scrape::Scraper>) -> replay::SrvRowFn {
     // The counts and time of the scrape the last rate was taken at, and that rate.
     type Last = ((f64, f64, u64), (Option<f64>, Option<f64>));
-    let prev = std::sync::Mutex::new(None::<Last>);
+    let previous = std::sync::Mutex::new(None::<Last>);
     Arc::new(move || {
-        let snap = s.snapshot();
+        let snap = scraper.snapshot();
         let at = snap.at_ns?;
-        let (pi, go) = (snap.prompt_tokens, snap.generation_tokens);
-        let mut p = prev.lock().ok()?;
+        let (prompt, generated) = (snap.prompt_tokens, snap.generation_tokens);
+        let mut last = previous.lock().ok()?;
         // Over the last interval; the first row, over the time since the first scrape (the
         // counts are increases since it). No scrape since the last row (rows more often than
         // scrapes): the last rate stands.
-        let since = p.map(|(c, _)| c).or(snap.first_ns.map(|t| (0.0, 0.0, t)));
-        let (tin, tout) = match (since, pi, go) {
-            (Some((a, b, t0)), Some(x), Some(y)) if at > t0 => {
-                let dt = (at - t0) as f64 / 1e9;
-                (Some((x - a) / dt), Some((y - b) / dt))
+        let since = last
+            .map(|(counts, _)| counts)
+            .or(snap.first_ns.map(|first| (0.0, 0.0, first)));
+        let (tput_in, tput_out) = match (since, prompt, generated) {
+            (Some((prompt0, generated0, t0)), Some(prompt1), Some(generated1)) if at > t0 => {
+                let secs = (at - t0) as f64 / 1e9;
+                (
+                    Some((prompt1 - prompt0) / secs),
+                    Some((generated1 - generated0) / secs),
+                )
             }
             (Some((_, _, t0)), Some(_), Some(_)) if at == t0 => {
-                p.map_or((None, None), |(_, rate)| rate)
+                last.map_or((None, None), |(_, rate)| rate)
             }
             _ => (None, None),
         };
-        if let (Some(x), Some(y)) = (pi, go) {
-            *p = Some(((x, y, at), (tin, tout)));
+        if let (Some(prompt1), Some(generated1)) = (prompt, generated) {
+            *last = Some(((prompt1, generated1, at), (tput_in, tput_out)));
         }
         Some(crate::ui::SrvRow {
             prefix_cache_hit: snap.prefix_cache_hit_rate.map(|r| r * 100.0),
@@ -272,8 +277,8 @@ pub(super) fn srv_row(s: Arc<crate::client::scrape::Scraper>) -> replay::SrvRowF
             kv_usage: snap.kv_usage.map(|r| r * 100.0),
             running: snap.running,
             waiting: snap.waiting,
-            tput_in: tin,
-            tput_out: tout,
+            tput_in,
+            tput_out,
         })
     })
 }

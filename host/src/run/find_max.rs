@@ -106,7 +106,7 @@ mod tests {
                     ran.push(n);
                     verdicts.insert(n, n <= limit);
                 }
-                done => return (ran, done),
+                done @ Step::Done { .. } => return (ran, done),
             }
         }
     }

@@ -318,7 +318,10 @@ fn export_rules(
     crate::export::aiperf::WarmupNaming,
 ) {
     let Some(e) = &m.shard_exports else {
-        return (Default::default(), Default::default());
+        return (
+            crate::export::aiperf::CoverageRule::default(),
+            crate::export::aiperf::WarmupNaming::default(),
+        );
     };
     let rule = crate::export::aiperf::CoverageRule {
         required_ratio: e.coverage_required_ratio,
