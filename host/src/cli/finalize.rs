@@ -38,6 +38,6 @@ pub fn main(a: FinalizeArgs) -> anyhow::Result<ExitCode> {
     ra.dry_run = false;
     let mut cfg = run_config(&ra, recorded.argv.clone())?;
     cached_dataset(&mut cfg, &recorded);
-    let out = crate::run::finalize(cfg, &dir, a.reason)?;
+    let out = crate::run::finalize(&cfg, &dir, a.reason)?;
     print_outcome(&out, false)
 }

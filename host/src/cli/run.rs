@@ -256,7 +256,7 @@ pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
 
 /// Runs `cfg` and prints the plan of a dry run (as JSON with `json`), or the summary and outputs.
 fn execute_and_print(cfg: RunConfig, json: bool) -> anyhow::Result<ExitCode> {
-    let out = crate::run::execute(cfg, &Cancel::new())?;
+    let out = crate::run::execute(&cfg, &Cancel::new())?;
     print_outcome(&out, json)
 }
 

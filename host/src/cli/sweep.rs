@@ -215,7 +215,7 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         identity: Identity::resolve(&identity.into())?,
         server,
     };
-    let out = run_sweep(cfg, &Cancel::new());
+    let out = run_sweep(&cfg, &Cancel::new());
     link_fresh_sweep(a.run.output_artifact_dir.as_deref(), &dir);
     let out = out?;
     let f = |x: Option<f64>, d: usize| x.map_or("-".into(), |v| format!("{v:.d$}"));

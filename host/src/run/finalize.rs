@@ -23,10 +23,10 @@ pub const DEFAULT_REASON: &str =
 
 /// Writes the exports of the unfinished run in `dir`; `cfg` is its recorded command line with the
 /// seed, run id, scenario and dataset pinned (what `agentx-host replay` rebuilds).
-pub fn finalize(cfg: RunConfig, dir: &Path, reason: Option<String>) -> anyhow::Result<RunOutcome> {
+pub fn finalize(cfg: &RunConfig, dir: &Path, reason: Option<String>) -> anyhow::Result<RunOutcome> {
     let manifest = Manifest::read_dir(dir)?;
     check_unfinished(dir, &manifest)?;
-    let (p, mut inst, cfg) = prepare::prepare(&cfg)?;
+    let (p, mut inst, cfg) = prepare::prepare(cfg)?;
     let planned = match plan::plan(
         &cfg,
         &p,

@@ -14,6 +14,7 @@
 //! summary (`dataset.harness_notes`).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use anyhow::bail;
 
@@ -86,17 +87,15 @@ fn refusal(ds: &Dataset) -> Option<Refused> {
     if refused.is_empty() {
         return None;
     }
-    let places = refused
-        .iter()
-        .map(|(k, r)| {
-            let first = r.first.first().map(String::as_str).unwrap_or("?");
-            let more = match r.count {
-                0 | 1 => String::new(),
-                n => format!(" (and {} more)", n - 1),
-            };
-            format!("\n  {first} [{k}]{more}{}", fix_of(k))
-        })
-        .collect();
+    let mut places = String::new();
+    for (kind, refusal) in &refused {
+        let first = refusal.first.first().map_or("?", String::as_str);
+        let more = match refusal.count {
+            0 | 1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        let _ = write!(places, "\n  {first} [{kind}]{more}{}", fix_of(kind));
+    }
     Some(Refused {
         places,
         count: refused.iter().map(|(_, r)| r.count).sum(),

@@ -486,7 +486,10 @@ fn dataset_of(m: &Manifest) -> Option<crate::dataset::Dataset> {
     if src.is_empty() {
         return None;
     }
-    match crate::dataset::Dataset::open_path(&m.dataset.source, &Default::default()) {
+    match crate::dataset::Dataset::open_path(
+        &m.dataset.source,
+        &crate::dataset::OpenOptions::default(),
+    ) {
         Ok(ds) => Some(ds),
         Err(e) => {
             tracing::warn!(
@@ -499,7 +502,8 @@ fn dataset_of(m: &Manifest) -> Option<crate::dataset::Dataset> {
 
 /// The stamps of a session-tree run's streams, as its records carry them (each turn's own).
 fn tree_stamps(records: &[RequestRecord]) -> std::collections::HashMap<String, Vec<(u32, u32)>> {
-    let mut out: std::collections::HashMap<String, Vec<(u32, u32)>> = Default::default();
+    let mut out: std::collections::HashMap<String, Vec<(u32, u32)>> =
+        std::collections::HashMap::default();
     for r in records.iter().filter(|r| r.phase == Phase::Profiling) {
         let Some(t) = &r.tree else { continue };
         let v = out.entry(r.trace_id.clone()).or_default();

@@ -124,14 +124,14 @@ pub(crate) async fn forward_signals(cancel: Cancel) {
 /// the other shards, plan, connect (simulator, client, pre-flight), open the artifact directory,
 /// replay, finish (verdict, summary, exports, merge). Nothing is written before the directory opens,
 /// and it opens only when every check passed.
-pub fn execute(cfg: RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
+pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     if !cfg.dry_run {
         // Refused before anything loads; checked again before the directory is touched.
         let sub = cfg.shard.as_ref().map(|sh| shard_dir_name(sh.index));
         cfg.output.check(sub.as_deref(), cfg.overwrite)?;
     }
     // From here on the configuration is what the scenario decided.
-    let (p, mut inst, cfg) = prepare::prepare(&cfg)?;
+    let (p, mut inst, cfg) = prepare::prepare(cfg)?;
     let joined = connect::join_shards(&cfg, &p)?;
     let (seed, run_id) = match &joined {
         Some(j) => (j.shard.member.seed, Some(j.shard.member.run_id.clone())),

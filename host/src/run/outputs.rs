@@ -222,7 +222,7 @@ fn write_summary(
         concurrency: Some(p.settings.concurrency.into()),
         benchmark_duration_s: Some(p.settings.duration.as_secs_f64()),
         assistant_mode: Some(assistant_mode(rp.mode).to_owned()),
-        url: Some(url.to_string()),
+        url: Some(url.clone()),
         model: d.manifest.model.clone(),
         started_unix_ns: Some(d.clock.anchor_unix_ns()),
         submission_valid: Some(reasons.is_empty()),
@@ -234,7 +234,7 @@ fn write_summary(
         shards: None,
         server_metrics_window: server_window,
         arrivals: arrivals_summary(p, d.manifest.trees.as_ref(), outcome.profiling_ns),
-        extra: Default::default(),
+        extra: serde_json::Map::default(),
     };
     let path = d.out.join(RUN_SUMMARY);
     d.art

@@ -114,7 +114,7 @@ pub(super) fn plan(
             .resolve(&p.info.name, run_id, cfg.shard.is_some())
     };
     if p.trees {
-        let mut tp = plan_trees(TreeDryRun {
+        let mut tp = plan_trees(&mut TreeDryRun {
             ds: p.ds,
             basis: cfg.nested_basis,
             dataset_key: &p.dataset_key,
@@ -462,7 +462,7 @@ fn open_loop(tp: &mut TreePlanned, o: &replay::sched::OpenLoop, duration: std::t
 
 /// Plans a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker and
 /// alive streams, the rules and the delays.
-fn plan_trees(d: TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
+fn plan_trees(d: &mut TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     let t0 = std::time::Instant::now();
     let corpus = super::kept::corpus(d.ds.cache_key(), d.basis, || {
         let open = dataset::tree::corpus::TreeOpen {

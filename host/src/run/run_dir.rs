@@ -79,7 +79,7 @@ impl RunDir {
             art,
             clock,
             manifest,
-            noting: Default::default(),
+            noting: std::sync::Arc::default(),
         };
         d.write_manifest()?;
         Ok((d, sink))
@@ -95,7 +95,7 @@ impl RunDir {
             art,
             clock: Clock::from_anchor_unix_ns(manifest.started_unix_ns),
             manifest,
-            noting: Default::default(),
+            noting: std::sync::Arc::default(),
         })
     }
 
@@ -125,7 +125,7 @@ impl RunDir {
                 Ok(h) => {
                     *noting
                         .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(h)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(h);
                 }
                 Err(e) => tracing::warn!("cannot note the start of profiling: {e}"),
             }
@@ -250,7 +250,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         shards: None,
         clock_skew_ns: None,
         merged_unix_ns: None,
-        extra: Default::default(),
+        extra: serde_json::Map::default(),
     }
 }
 

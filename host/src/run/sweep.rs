@@ -209,7 +209,7 @@ fn given_seed(cfg: &RunConfig) -> Option<u64> {
 }
 
 /// Runs the sweep.
-pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutcome> {
+pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutcome> {
     let previous = Sweep::read(&cfg.dir)?;
     // A drawn seed is not an input: a resumed sweep reuses the one it recorded, and only a seed
     // given now must agree with it.
@@ -288,7 +288,7 @@ pub fn run_sweep(cfg: SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutco
     let servers = metrics_urls(&cfg.run);
     let _signals = cfg.run.signals.then(|| SweepSignals::forward(cancel));
     let mut pass = Pass {
-        cfg: &cfg,
+        cfg,
         previous: previous.as_ref().filter(|_| cfg.resume),
         base: &base,
         seed,
@@ -440,7 +440,7 @@ impl Pass<'_> {
         self.ran_one = true;
         let point = match &cfg.server {
             Some(spec) => served_point(spec, n, rel, run, cfg, self.root, self.cancel),
-            None => run_point(n, rel, run, cfg, self.root, self.cancel),
+            None => run_point(n, rel, &run, cfg, self.root, self.cancel),
         };
         if let Some(e) = &point.error {
             tracing::error!("sweep: concurrency {n} failed: {e}");
@@ -461,7 +461,7 @@ fn write(sweep: &Sweep, dir: &crate::fsio::Root) -> anyhow::Result<Vec<PathBuf>>
 fn run_point(
     n: u32,
     rel: String,
-    run: RunConfig,
+    run: &RunConfig,
     cfg: &SweepConfig,
     root: &crate::fsio::Root,
     cancel: &Cancel,
@@ -512,7 +512,7 @@ fn served_point(
     };
     let url = server.info().url.clone();
     run.plan.url = Some(url.clone());
-    run.plan.client.url = url.clone();
+    run.plan.client.url.clone_from(&url);
     // The point's run names the sweep's seed (set in `run_sweep`).
     let seed = given_seed(&run).unwrap_or_default();
     run.argv = point_argv(&cfg.run.argv, n, &cfg.dir.join(&rel), seed, Some(&url));
@@ -521,7 +521,7 @@ fn served_point(
         p.server = Some(server.stop(server_cmd::STOP_GRACE));
         return p;
     }
-    let mut p = run_point(n, rel.clone(), run, cfg, root, cancel);
+    let mut p = run_point(n, rel.clone(), &run, cfg, root, cancel);
     let died = server.exited();
     let info = server.stop(server_cmd::STOP_GRACE);
     if died {
@@ -619,21 +619,21 @@ impl Drop for SweepSignals {
 
 /// A point's row from its run outcome and its InferenceX report (written next to the run).
 fn point_of(
-    n: u32,
+    concurrency: u32,
     rel: String,
     out: &RunOutcome,
     cfg: &SweepConfig,
     root: &crate::fsio::Root,
 ) -> Point {
-    let (Some(replay), Some(s)) = (&out.replay, &out.summary) else {
-        return Point::failed(n, rel, "the run produced no outcome".into());
+    let (Some(replay), Some(summary)) = (&out.replay, &out.summary) else {
+        return Point::failed(concurrency, rel, "the run produced no outcome".into());
     };
-    let mut p = Point::failed(n, rel.clone(), String::new());
-    p.error = None;
-    p.status = PointStatus::Completed;
+    let mut point = Point::failed(concurrency, rel.clone(), String::new());
+    point.error = None;
+    point.status = PointStatus::Completed;
     if replay.stop.cancelled() {
-        p.status = PointStatus::Failed;
-        p.error = Some(format!(
+        point.status = PointStatus::Failed;
+        point.error = Some(format!(
             "the run stopped early ({}){}",
             replay.stop.as_str(),
             replay
@@ -643,34 +643,40 @@ fn point_of(
                 .unwrap_or_default()
         ));
     } else if out.code == 2 {
-        p.status = PointStatus::Failed;
-        p.error = Some("an export could not be written (see the log)".into());
+        point.status = PointStatus::Failed;
+        point.error = Some("an export could not be written (see the log)".into());
     }
-    p.run_id = Some(out.run_id.clone());
-    p.requests_ok = s.requests_ok;
-    p.requests_failed = s.requests_failed;
-    p.context_overflows = s.context_overflows;
-    let total = s.input_token_throughput + s.output_token_throughput;
-    let some = |x: f64| (s.requests_ok > 0).then_some(x);
-    p.total_token_throughput = some(total);
-    p.output_token_throughput = some(s.output_token_throughput);
-    if let Some(g) = cfg.gpus.filter(|g| *g > 0) {
-        p.total_token_throughput_per_gpu = p.total_token_throughput.map(|t| t / f64::from(g));
-        p.output_token_throughput_per_gpu = p.output_token_throughput.map(|t| t / f64::from(g));
+    point.run_id = Some(out.run_id.clone());
+    point.requests_ok = summary.requests_ok;
+    point.requests_failed = summary.requests_failed;
+    point.context_overflows = summary.context_overflows;
+    let total = summary.input_token_throughput + summary.output_token_throughput;
+    let some = |value: f64| (summary.requests_ok > 0).then_some(value);
+    point.total_token_throughput = some(total);
+    point.output_token_throughput = some(summary.output_token_throughput);
+    if let Some(gpus) = cfg.gpus.filter(|gpus| *gpus > 0) {
+        point.total_token_throughput_per_gpu = point
+            .total_token_throughput
+            .map(|tput| tput / f64::from(gpus));
+        point.output_token_throughput_per_gpu = point
+            .output_token_throughput
+            .map(|tput| tput / f64::from(gpus));
     }
-    let tail = |d: &Option<crate::metrics::Dist>| Tail {
-        p50: d.as_ref().map(|d| d.p50),
-        p90: d.as_ref().map(|d| d.p90),
-        p99: d.as_ref().map(|d| d.p99),
+    let tail = |dist: &Option<crate::metrics::Dist>| Tail {
+        p50: dist.as_ref().map(|d| d.p50),
+        p90: dist.as_ref().map(|d| d.p90),
+        p99: dist.as_ref().map(|d| d.p99),
     };
-    p.ttft_ms = tail(&s.ttft_ms);
-    p.itl_ms = tail(&s.itl_ms);
-    p.e2e_ms = tail(&s.latency_ms);
-    p.interactivity = p.itl_ms.p50.filter(|x| *x > 0.0).map(|x| 1000.0 / x);
-    p.valid = out.valid();
-    p.invalid_reasons = out.submission_invalid_reasons.clone();
+    point.ttft_ms = tail(&summary.ttft_ms);
+    point.itl_ms = tail(&summary.itl_ms);
+    point.e2e_ms = tail(&summary.latency_ms);
+    point.interactivity = point.itl_ms.p50.filter(|x| *x > 0.0).map(|x| 1000.0 / x);
+    point.valid = out.valid();
+    point
+        .invalid_reasons
+        .clone_from(&out.submission_invalid_reasons);
     // The point's InferenceX report (nested layout), named as InferenceX names it.
-    let name = format!("{}_conc{n}.json", cfg.result_filename);
+    let name = format!("{}_conc{concurrency}.json", cfg.result_filename);
     match bmk::render_dir(
         &out.dir,
         &cfg.identity,
@@ -679,20 +685,20 @@ fn point_of(
         Layout::Nested,
     ) {
         Ok(json) => {
-            let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-            let cache = &v["server_metrics"]["cache"];
-            p.server_cache_hit_rate = cache["overall_cache_hit_rate"]
+            let report_json: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+            let cache = &report_json["server_metrics"]["cache"];
+            point.server_cache_hit_rate = cache["overall_cache_hit_rate"]
                 .as_f64()
                 .or_else(|| cache["gpu_cache_hit_rate"].as_f64());
             let report = format!("{rel}/{name}");
             match root.write_atomic(&report, format!("{json}\n").as_bytes()) {
-                Ok(_) => p.report = Some(report),
+                Ok(_) => point.report = Some(report),
                 Err(e) => tracing::warn!("cannot write {}: {e}", root.join(&report).display()),
             }
         }
-        Err(e) => tracing::warn!("no report for concurrency {n}: {e}"),
+        Err(e) => tracing::warn!("no report for concurrency {concurrency}: {e}"),
     }
-    p
+    point
 }
 
 /// The `/metrics` URLs the sweep watches between points: the server's and `--server-metrics`'s.

@@ -54,7 +54,7 @@ impl Coordinator {
                 "rendezvous: listening UNAUTHENTICATED (no AGENTX_RENDEZVOUS_TOKEN, Slurm job or Kubernetes Job to derive a secret from): any peer that reaches this port can join; set AGENTX_RENDEZVOUS_TOKEN on every shard"
             );
         }
-        let edges: EdgeScrapes = Default::default();
+        let edges: EdgeScrapes = EdgeScrapes::default();
         let (complete_tx, complete) = watch::channel(false);
         let scrapes = EdgeTaker {
             hook: edges.clone(),
@@ -168,7 +168,7 @@ impl EdgeTaker {
             take(boundary).await;
         }
         match edge {
-            Edge::Profile(t0_ms) => members.broadcast(Msg::Profile { t0_ms }),
+            Edge::Profile(t0_ms) => members.broadcast(&Msg::Profile { t0_ms }),
             Edge::Complete => {
                 self.complete.send_replace(true);
             }
@@ -217,7 +217,7 @@ pub(super) async fn serve(
         out: &conns.out,
         conn_of: &conn_of,
     };
-    members.broadcast(Msg::Welcome {
+    members.broadcast(&Msg::Welcome {
         run_id: run_id.clone(),
         seed: reference.seed,
     });
@@ -236,7 +236,7 @@ pub(super) async fn serve(
                         "not every shard planned within --rendezvous-timeout {} s",
                         timeout.as_secs()
                     );
-                    members.broadcast(Msg::Refuse {
+                    members.broadcast(&Msg::Refuse {
                         message: message.clone(),
                     });
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -269,7 +269,7 @@ pub(super) async fn serve(
         }
     }
     edges.complete.send_replace(true);
-    members.broadcast(Msg::Bye);
+    members.broadcast(&Msg::Bye);
     tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(CoordinatorReport {
         lost: st.lost,
@@ -304,9 +304,9 @@ pub(super) struct Members<'c> {
 }
 
 impl Members<'_> {
-    fn broadcast(&self, m: Msg) {
-        for c in self.conn_of.values() {
-            let _ = self.out[*c].send(m.clone());
+    fn broadcast(&self, message: &Msg) {
+        for connection in self.conn_of.values() {
+            let _ = self.out[*connection].send(message.clone());
         }
     }
 }
@@ -560,7 +560,7 @@ impl Phases {
             Msg::Ready => {
                 self.ready += 1;
                 if self.ready == count {
-                    members.broadcast(Msg::Go {
+                    members.broadcast(&Msg::Go {
                         at_ns: Some(wall_ns() + GO_LEAD.as_nanos() as u64),
                     });
                 }
@@ -580,7 +580,7 @@ impl Phases {
                         None if self.warm_ok == count => return Some(Edge::Profile(self.t0_ms)),
                         _ => {
                             self.stopped = true;
-                            members.broadcast(Msg::Stop {
+                            members.broadcast(&Msg::Stop {
                                 reason: StopReason::WarmupFailed.as_str().into(),
                                 message: self.warm_fail.clone().unwrap_or_default(),
                             });
@@ -589,7 +589,7 @@ impl Phases {
                 } else if !ok && !self.stopped {
                     // No shard profiles after a failed warmup: tell the others now.
                     self.stopped = true;
-                    members.broadcast(Msg::Stop {
+                    members.broadcast(&Msg::Stop {
                         reason: StopReason::WarmupFailed.as_str().into(),
                         message: self.warm_fail.clone().unwrap_or_default(),
                     });
@@ -618,7 +618,7 @@ impl Phases {
                     if all.threshold_exceeded(f, u64::from(reference.concurrency)) {
                         self.stopped = true;
                         let judged = all.threshold_judged();
-                        members.broadcast(Msg::Stop {
+                        members.broadcast(&Msg::Stop {
                             reason: StopReason::ThresholdExceeded.as_str().into(),
                             message: format!(
                                 "--failed-request-threshold {f} exceeded over all shards: {fail} of {judged} profiling requests failed; in-flight requests were cancelled"
@@ -629,7 +629,7 @@ impl Phases {
             }
             Msg::Stop { reason, message } if !self.stopped => {
                 self.stopped = true;
-                members.broadcast(Msg::Stop { reason, message });
+                members.broadcast(&Msg::Stop { reason, message });
             }
             Msg::Drained => {
                 self.drained.insert(i);
@@ -650,7 +650,7 @@ impl Phases {
             tracing::error!("rendezvous: shard {i} lost its connection before it was done");
             if !self.stopped {
                 self.stopped = true;
-                members.broadcast(Msg::Stop {
+                members.broadcast(&Msg::Stop {
                     reason: StopReason::Interrupted.as_str().into(),
                     message: format!(
                         "shard {i} lost its connection to the rendezvous, so every shard stopped"

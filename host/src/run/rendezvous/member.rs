@@ -91,7 +91,7 @@ impl Member {
                         bail!("the rendezvous refused this run: {message}")
                     }
                     Some(Msg::Welcome { run_id, seed }) => welcome = Some((run_id, seed)),
-                    Some(_) => continue,
+                    Some(_) => {}
                     None => return Err(lost(&"end of stream")),
                 }
             }
@@ -125,7 +125,7 @@ impl Member {
                 Some(Msg::Refuse { message }) => {
                     bail!("the rendezvous refused this run: {message}")
                 }
-                Some(_) => continue,
+                Some(_) => {}
                 None => return Err(lost(&"end of stream")),
             }
         }
@@ -153,7 +153,7 @@ impl Member {
                 Some(Msg::Refuse { message } | Msg::Stop { message, .. }) => {
                     bail!("the rendezvous stopped the run before warmup: {message}")
                 }
-                Some(_) => continue,
+                Some(_) => {}
                 None => bail!("the rendezvous closed before warmup began"),
             }
         }
