@@ -95,14 +95,14 @@ fn same<T: PartialEq + std::fmt::Display>(
 ) -> anyhow::Result<()> {
     let first = get(&shards[0]);
     for s in &shards[1..] {
-        let v = get(s);
-        if v != first {
+        let value = get(s);
+        if value != first {
             bail!(
                 "{} and {} are shards of different runs: {what} {} against {}",
                 shards[0].dir.display(),
                 s.dir.display(),
                 first,
-                v
+                value
             );
         }
     }
@@ -112,34 +112,34 @@ fn same<T: PartialEq + std::fmt::Display>(
 /// Merges the shard directories `dirs` into `out` (created; files in it are replaced). `home` is
 /// the agentx cache directory, where the scenario component is found to decide validity.
 pub fn merge(dirs: &[PathBuf], out: &Path, home: &Path) -> anyhow::Result<Merged> {
-    let t0 = Instant::now();
+    let started = Instant::now();
     if dirs.is_empty() {
         bail!("merge needs the shard directories: agentx-host merge DIR/shard-0 DIR/shard-1 ... -o DIR/merged");
     }
     let mut shards = read_shards(dirs, out)?;
-    let tl = Timeline::of(&mut shards);
-    let stop = tl
+    let timeline = Timeline::of(&mut shards);
+    let stop = timeline
         .stops
         .iter()
         .map(|(s, _)| s.as_str())
         .find(|s| *s != "completed")
         .unwrap_or("completed")
         .to_string();
-    let manifest = merged_manifest(&shards, &tl, &stop);
+    let manifest = merged_manifest(&shards, &timeline, &stop);
     let cancelled = stop != "completed";
 
     // Validity over all shards' counts, decided by the scenario component itself.
-    let reasons = validity(&shards, &tl, cancelled, home).unwrap_or_else(|e| {
+    let reasons = validity(&shards, &timeline, cancelled, home).unwrap_or_else(|e| {
         tracing::warn!("the scenario component is not at hand ({e:#}); the merged run keeps every shard's invalid reasons");
         kept_reasons(&shards)
     });
-    let files = write_merged(out, &shards, &tl, &manifest, stop, &reasons)?;
+    let files = write_merged(out, &shards, &timeline, &manifest, stop, &reasons)?;
     Ok(Merged {
         dir: out.to_owned(),
         files,
-        records: tl.records.len(),
-        clock_skew_ns: tl.clock_skew_ns,
-        took: t0.elapsed(),
+        records: timeline.records.len(),
+        clock_skew_ns: timeline.clock_skew_ns,
+        took: started.elapsed(),
         submission_invalid_reasons: reasons,
     })
 }
@@ -161,8 +161,8 @@ fn read_shards(dirs: &[PathBuf], out: &Path) -> anyhow::Result<Vec<Shard>> {
     same(&shards, "shard count", |s| s.shard.count)?;
     let count = shards[0].count;
     let have: Vec<u32> = shards.iter().map(|s| s.index).collect();
-    if let Some(w) = have.windows(2).find(|w| w[0] == w[1]) {
-        bail!("shard {} is given twice", w[0]);
+    if let Some(pair) = have.windows(2).find(|pair| pair[0] == pair[1]) {
+        bail!("shard {} is given twice", pair[0]);
     }
     let missing: Vec<String> = (0..count)
         .filter(|i| !have.contains(i))
@@ -214,9 +214,9 @@ impl Timeline {
                 r.first_byte_ns = r.first_byte_ns.map(|x| x + delta);
                 r.first_token_ns = r.first_token_ns.map(|x| x + delta);
             }
-            if let Some([a, b]) = s.manifest.profiling_ns {
-                let (a, b) = (a + delta, b + delta);
-                window = Some(window.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+            if let Some([start, end]) = s.manifest.profiling_ns {
+                let (start, end) = (start + delta, end + delta);
+                window = Some(window.map_or((start, end), |(x, y)| (x.min(start), y.max(end))));
             }
             let stop = s.summary.stop_or_completed().to_string();
             shard_rows.push(MergedShard {
@@ -235,10 +235,11 @@ impl Timeline {
             stops.push((stop, s.summary.message.clone()));
             records.append(&mut s.records);
         }
-        records.sort_by(|a, b| {
-            a.end_ns
-                .cmp(&b.end_ns)
-                .then_with(|| a.request_id.cmp(&b.request_id))
+        records.sort_by(|start, end| {
+            start
+                .end_ns
+                .cmp(&end.end_ns)
+                .then_with(|| start.request_id.cmp(&end.request_id))
         });
         Timeline {
             anchor,
@@ -253,8 +254,8 @@ impl Timeline {
 
 /// The manifest: shard 0's, with the whole plan and the shards.
 fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
-    let m0 = &shards[0].manifest;
-    let mut manifest = m0.clone();
+    let first = &shards[0].manifest;
+    let mut manifest = first.clone();
     let mut lanes: Vec<LanePlan> = shards
         .iter()
         .flat_map(|s| s.manifest.lanes.iter().cloned())
@@ -317,19 +318,19 @@ fn export_rules(
     crate::export::aiperf::CoverageRule,
     crate::export::aiperf::WarmupNaming,
 ) {
-    let Some(e) = &m.shard_exports else {
+    let Some(rules) = &m.shard_exports else {
         return (
             crate::export::aiperf::CoverageRule::default(),
             crate::export::aiperf::WarmupNaming::default(),
         );
     };
     let rule = crate::export::aiperf::CoverageRule {
-        required_ratio: e.coverage_required_ratio,
-        content: e.coverage_content,
+        required_ratio: rules.coverage_required_ratio,
+        content: rules.coverage_content,
     };
     (
         rule,
-        crate::export::aiperf::WarmupNaming(e.warmup_phase_name.clone()),
+        crate::export::aiperf::WarmupNaming(rules.warmup_phase_name.clone()),
     )
 }
 
@@ -350,17 +351,17 @@ fn kept_reasons(shards: &[Shard]) -> Vec<String> {
 fn write_merged(
     out: &Path,
     shards: &[Shard],
-    tl: &Timeline,
+    timeline: &Timeline,
     manifest: &Manifest,
     stop: String,
     reasons: &[String],
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let (records, anchor) = (&tl.records, tl.anchor);
-    let (p0, p1) = tl.window.unwrap_or((0, 0));
-    let m0 = &shards[0].manifest;
+    let (records, anchor) = (&timeline.records, timeline.anchor);
+    let (profiling_start, profiling_end) = timeline.window.unwrap_or((0, 0));
+    let first = &shards[0].manifest;
     let count = shards[0].count;
     let cancelled = stop != "completed";
-    let message: Vec<String> = tl
+    let message: Vec<String> = timeline
         .stops
         .iter()
         .enumerate()
@@ -380,7 +381,7 @@ fn write_merged(
     }
     files.push(put(RECORDS_FILE, &jsonl)?);
     files.push(put(MANIFEST_FILE, manifest.to_json_pretty().as_bytes())?);
-    let goodput = match &m0.goodput {
+    let goodput = match &first.goodput {
         Some(spec) => Some(
             crate::metrics::goodput::Goodput::parse(spec)
                 .map_err(|e| anyhow!("shard 0's manifest: goodput {spec:?}: {e}"))?,
@@ -388,19 +389,24 @@ fn write_merged(
         None => None,
     };
     // The corpus, opened once, for a single-stream run (a tree run's records carry their stamps).
-    let ds = match records.iter().any(|r| r.tree.is_some()) {
+    let dataset = match records.iter().any(|r| r.tree.is_some()) {
         true => None,
-        false => dataset_of(m0),
+        false => dataset_of(first),
     };
     let mut summary = crate::metrics::Summary::of(records);
-    if let Some(g) = &goodput {
-        summary.goodput = Some(g.of_run(records));
-        let share = m0.session_goodput_share.unwrap_or(1.0);
-        let times = ds
+    if let Some(goodput_spec) = &goodput {
+        summary.goodput = Some(goodput_spec.of_run(records));
+        let share = first.session_goodput_share.unwrap_or(1.0);
+        let times = dataset
             .as_ref()
-            .map(|ds| super::plan::recorded_times(ds, records))
+            .map(|dataset| super::plan::recorded_times(dataset, records))
             .unwrap_or_default();
-        summary.sessions = Some(crate::metrics::sessions::figures(records, g, share, &times));
+        summary.sessions = Some(crate::metrics::sessions::figures(
+            records,
+            goodput_spec,
+            share,
+            &times,
+        ));
     }
     let mut doc = shards[0].summary.clone();
     doc.stop = Some(stop);
@@ -422,31 +428,33 @@ fn write_merged(
         }
     }
     let info = crate::export::aiperf::RunInfo {
-        benchmark_id: m0.run_id.clone(),
+        benchmark_id: first.run_id.clone(),
         anchor_unix_ns: anchor as u64,
-        profiling_start_ns: p0,
-        profiling_end_ns: p1,
-        scenario_name: m0.scenario.name.clone(),
-        scenario_version: m0.scenario.version.clone(),
-        scenario_sha256: m0.scenario.sha256.clone(),
+        profiling_start_ns: profiling_start,
+        profiling_end_ns: profiling_end,
+        scenario_name: first.scenario.name.clone(),
+        scenario_version: first.scenario.version.clone(),
+        scenario_sha256: first.scenario.sha256.clone(),
         submission_valid: reasons.is_empty(),
         submission_invalid_reasons: reasons.to_vec(),
         was_cancelled: cancelled,
-        input_config: json!(m0.resolved_settings),
-        seed: Some(m0.seed),
-        profiling_duration_ns: Some((m0.benchmark_duration_s * 1e9) as u64),
-        coverage_rule: export_rules(m0).0,
-        prefix_stamps: stamps(ds.as_ref(), records),
-        dataset: m0
+        input_config: json!(first.resolved_settings),
+        seed: Some(first.seed),
+        profiling_duration_ns: Some((first.benchmark_duration_s * 1e9) as u64),
+        coverage_rule: export_rules(first).0,
+        prefix_stamps: stamps(dataset.as_ref(), records),
+        dataset: first
             .dataset
             .alias
             .as_deref()
             .and_then(crate::dataset::alias::lookup)
-            .map(|a| crate::export::aiperf::alias_dataset_json(a, m0.dataset.num_dataset_entries)),
-        warmup_naming: export_rules(m0).1,
+            .map(|a| {
+                crate::export::aiperf::alias_dataset_json(a, first.dataset.num_dataset_entries)
+            }),
+        warmup_naming: export_rules(first).1,
         goodput,
     };
-    let slice = m0.slice_duration;
+    let slice = first.slice_duration;
     let (written, failed) = crate::export::write_run_exports(&art, records, &info, slice, None);
     files.extend(written);
     if failed {
@@ -505,13 +513,13 @@ fn tree_stamps(records: &[RequestRecord]) -> std::collections::HashMap<String, V
     let mut out: std::collections::HashMap<String, Vec<(u32, u32)>> =
         std::collections::HashMap::default();
     for r in records.iter().filter(|r| r.phase == Phase::Profiling) {
-        let Some(t) = &r.tree else { continue };
-        let v = out.entry(r.trace_id.clone()).or_default();
-        let k = r.turn as usize;
-        if v.len() <= k {
-            v.resize(k + 1, (0, 0));
+        let Some(tree) = &r.tree else { continue };
+        let stamps = out.entry(r.trace_id.clone()).or_default();
+        let turn = r.turn as usize;
+        if stamps.len() <= turn {
+            stamps.resize(turn + 1, (0, 0));
         }
-        v[k] = (t.prefix_hit_blocks, t.prefix_total_blocks);
+        stamps[turn] = (tree.prefix_hit_blocks, tree.prefix_total_blocks);
     }
     out
 }
@@ -525,23 +533,27 @@ fn validity(
     home: &Path,
 ) -> anyhow::Result<Vec<String>> {
     let (records, window) = (&tl.records, tl.window);
-    let m = &shards[0].manifest;
-    let sha = m.scenario.sha256.as_str();
-    let source = m.scenario.source.to_str().unwrap_or_default();
-    let sc = if let Some(stem) = source.strip_prefix("builtin:") {
+    let manifest = &shards[0].manifest;
+    let sha = manifest.scenario.sha256.as_str();
+    let source = manifest.scenario.source.to_str().unwrap_or_default();
+    let component = if let Some(stem) = source.strip_prefix("builtin:") {
         super::load(Some(stem), home)?
     } else if Path::new(source).is_file() {
         super::load(Some(&format!("{source}@sha256:{sha}")), home)?
     } else {
         super::load(Some(&format!("sha256:{sha}")), home)?
     };
-    if sc.hash() != sha {
+    if component.hash() != sha {
         bail!(
             "the scenario at hand is sha256:{} but the run used sha256:{sha}",
-            sc.hash()
+            component.hash()
         );
     }
-    let setting = |name: ReplaySetting| m.resolved_setting(name.name()).unwrap_or(&Value::Null);
+    let setting = |name: ReplaySetting| {
+        manifest
+            .resolved_setting(name.name())
+            .unwrap_or(&Value::Null)
+    };
     let (mut total, mut overflows, mut failed) = (0u64, 0u64, 0u64);
     for r in records {
         total += 1;
@@ -551,7 +563,7 @@ fn validity(
             _ => {}
         }
     }
-    let mut inst = sc.instantiate()?;
+    let mut inst = component.instantiate()?;
     let base = crate::scenario::types::Outcome {
         total_responses: total,
         context_overflows: overflows,
@@ -564,17 +576,21 @@ fn validity(
             .as_f64()
             .unwrap_or(0.01),
     };
-    let reasons = if sc.world().trees() {
+    let reasons = if component.world().trees() {
         // Coverage over every shard's profiling records, from profiling's start over all shards
         // against the configured duration (as a run in one process measures it).
         let prof = records.iter().filter(|r| r.phase == Phase::Profiling);
         let cov = window.and_then(|(p0, _)| {
-            crate::metrics::stats::Coverage::of(prof, p0, (m.benchmark_duration_s * 1e9) as u64)
+            crate::metrics::stats::Coverage::of(
+                prof,
+                p0,
+                (manifest.benchmark_duration_s * 1e9) as u64,
+            )
         });
         inst.tree_validity(
             base,
             crate::scenario::TreeCoverage {
-                profiling_seconds: m.benchmark_duration_s,
+                profiling_seconds: manifest.benchmark_duration_s,
                 ttft: cov.map(|c| c.ttft_ratio),
                 itl: cov.map(|c| c.inter_token_latency_ratio),
                 content: cov.map(|c| c.streaming_content_ratio),
@@ -585,7 +601,7 @@ fn validity(
     };
     Ok(crate::scenario::check::invalid_reasons(
         reasons,
-        &m.resolve_invalid_reasons,
+        &manifest.resolve_invalid_reasons,
     ))
 }
 

@@ -96,11 +96,11 @@ fn point_argv(
     url: Option<&str>,
 ) -> Vec<String> {
     let mut out = vec!["run".to_string()];
-    let mut it = sweep_argv.iter().skip(1).peekable();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
+    let mut args = sweep_argv.iter().skip(1).peekable();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, Some(v)),
-            _ => (a.as_str(), None),
+            _ => (arg.as_str(), None),
         };
         let takes_value = SWEEP_ONLY.contains(&flag)
             || (flag == "--url" && url.is_some())
@@ -113,17 +113,17 @@ fn point_argv(
         }
         if takes_value {
             if inline.is_none() {
-                it.next();
+                args.next();
                 if flag == "--compare" {
-                    it.next();
+                    args.next();
                 }
             }
             continue;
         }
-        out.push(a.clone());
+        out.push(arg.clone());
     }
-    if let Some(u) = url {
-        out.extend(["--url".to_string(), u.to_string()]);
+    if let Some(given_url) = url {
+        out.extend(["--url".to_string(), given_url.to_string()]);
     }
     out.extend([
         "--concurrency".to_string(),
@@ -163,39 +163,39 @@ fn compared(argv: &[String]) -> Vec<&String> {
 
 /// What differs between two sweeps' inputs, for the refusal message.
 fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
-    let mut d = Vec::new();
+    let mut differences = Vec::new();
     if compared(&old.argv) != compared(&new.argv) {
-        d.push(format!(
+        differences.push(format!(
             "the command line (was `{}`, now `{}`)",
             old.argv.join(" "),
             new.argv.join(" ")
         ));
     }
     if old.seed != new.seed {
-        d.push(format!("the seed (was {}, now {})", old.seed, new.seed));
+        differences.push(format!("the seed (was {}, now {})", old.seed, new.seed));
     }
     if old.scenario_sha256 != new.scenario_sha256 {
-        d.push(format!(
+        differences.push(format!(
             "the scenario (was sha256:{}, now sha256:{})",
             old.scenario_sha256, new.scenario_sha256
         ));
     }
     if old.dataset_key != new.dataset_key {
-        d.push(format!(
+        differences.push(format!(
             "the dataset (digest was {}, now {})",
             old.dataset_key, new.dataset_key
         ));
     }
     if old.gpus != new.gpus {
-        d.push(format!("--gpus (was {:?}, now {:?})", old.gpus, new.gpus));
+        differences.push(format!("--gpus (was {:?}, now {:?})", old.gpus, new.gpus));
     }
     if old.result_filename != new.result_filename {
-        d.push(format!(
+        differences.push(format!(
             "--result-filename (was {}, now {})",
             old.result_filename, new.result_filename
         ));
     }
-    d
+    differences
 }
 
 /// The seed the run config names, if any.
@@ -240,29 +240,29 @@ pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutc
         gpus: cfg.gpus,
         result_filename: cfg.result_filename.clone(),
     };
-    let conc_dir = |n: u32| format!("conc_{n}");
+    let conc_dir = |concurrency: u32| format!("conc_{concurrency}");
     match (&previous, cfg.resume) {
         (Some(old), true) => {
-            let d = differences(&old.inputs, &inputs);
-            if !d.is_empty() {
+            let changed = differences(&old.inputs, &inputs);
+            if !changed.is_empty() {
                 bail!(
                     "--resume: {} holds a sweep with other inputs: {}; rerun with the same inputs, or sweep into another --output-artifact-dir",
                     cfg.dir.display(),
-                    d.join("; ")
+                    changed.join("; ")
                 );
             }
         }
         _ => {
-            if let Some(n) = cfg.concurrency.iter().find(|&&n| {
+            if let Some(concurrency) = cfg.concurrency.iter().find(|&&concurrency| {
                 cfg.dir
-                    .join(conc_dir(n))
+                    .join(conc_dir(concurrency))
                     .join(super::MANIFEST_FILE)
                     .exists()
             }) {
                 bail!(
-                    "{} already holds a run of concurrency {n} ({}); pass --resume to keep the finished points of the same sweep, or choose another --output-artifact-dir",
+                    "{} already holds a run of concurrency {concurrency} ({}); pass --resume to keep the finished points of the same sweep, or choose another --output-artifact-dir",
                     cfg.dir.display(),
-                    cfg.dir.join(conc_dir(*n)).display()
+                    cfg.dir.join(conc_dir(*concurrency)).display()
                 );
             }
         }
@@ -302,15 +302,18 @@ pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutc
     let mut order = Vec::new();
     let mut interrupted = false;
     loop {
-        let n = match &cfg.find_max {
+        let concurrency = match &cfg.find_max {
             Some(f) => match f.next(&verdicts) {
-                Step::Run(n) => n,
+                Step::Run(concurrency) => concurrency,
                 Step::Done { answer, bracketed } => {
                     let report = sweep.slo.as_mut().expect("--find-max has an --slo");
                     report.find_max = Some(FindMaxAnswer {
                         max_concurrency: answer,
                         bracketed,
-                        first_failing: verdicts.iter().find(|(_, m)| !**m).map(|(n, _)| *n),
+                        first_failing: verdicts
+                            .iter()
+                            .find(|(_, m)| !**m)
+                            .map(|(concurrency, _)| *concurrency),
                         resolution: f.resolution_at(answer.unwrap_or(0)),
                         order: order.clone(),
                         max_goodput: report.max_goodput(),
@@ -319,28 +322,28 @@ pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutc
                 }
             },
             None => match ladder.next() {
-                Some(n) => n,
+                Some(concurrency) => concurrency,
                 None => break,
             },
         };
-        let Some(point) = pass.point(n, &mut sweep)? else {
+        let Some(point) = pass.point(concurrency, &mut sweep)? else {
             interrupted = true;
             break;
         };
-        order.push(n);
+        order.push(concurrency);
         if let (Some((_, slo)), Some(report)) = (&cfg.slo, sweep.slo.as_mut()) {
             let judged = judge(slo, &cfg.dir.join(&point.dir), point.done());
-            verdicts.insert(n, judged.meets);
-            report.points.retain(|p| p.concurrency != n);
+            verdicts.insert(concurrency, judged.meets);
+            report.points.retain(|p| p.concurrency != concurrency);
             report.points.push(SloPoint {
-                concurrency: n,
+                concurrency: concurrency,
                 meets: judged.meets,
                 figures: judged.figures,
                 goodput: judged.goodput,
             });
             report.points.sort_by_key(|p| p.concurrency);
         }
-        sweep.points.retain(|p| p.concurrency != n);
+        sweep.points.retain(|p| p.concurrency != concurrency);
         sweep.points.push(point);
         sweep.points.sort_by_key(|p| p.concurrency);
         write(&sweep, &root)?;
@@ -363,9 +366,9 @@ fn judge(slo: &SloSet, dir: &Path, done: bool) -> crate::metrics::slo::Judged {
     let aggregate = std::fs::read(dir.join(crate::export::bmk::PROFILE_AIPERF))
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    let mut j = slo.judge(aggregate.as_ref());
-    j.meets &= done;
-    j
+    let mut judgement = slo.judge(aggregate.as_ref());
+    judgement.meets &= done;
+    judgement
 }
 
 /// What every point of one sweep invocation shares.
@@ -389,15 +392,19 @@ impl Pass<'_> {
         let cfg = self.cfg;
         let rel = format!("conc_{n}");
         let dir = cfg.dir.join(&rel);
-        if let Some(p) = self
+        if let Some(point) = self
             .previous
-            .and_then(|s| s.points.iter().find(|p| p.concurrency == n && p.done()))
+            .and_then(|s| {
+                s.points
+                    .iter()
+                    .find(|point| point.concurrency == n && point.done())
+            })
             .filter(|_| dir.join(crate::export::run_summary::RUN_SUMMARY).exists())
         {
             tracing::info!("sweep: concurrency {n} finished before; kept (--resume)");
-            let mut p = p.clone();
-            p.status = PointStatus::Resumed;
-            return Ok(Some(p));
+            let mut point = point.clone();
+            point.status = PointStatus::Resumed;
+            return Ok(Some(point));
         }
         if self.cancel.interrupts() > 0 {
             return Ok(None);
@@ -407,7 +414,7 @@ impl Pass<'_> {
             if let Err(e) = wait_idle(self.servers, cfg.idle_timeout, self.cancel) {
                 tracing::error!("sweep: concurrency {n} not run: {e}");
                 let failed = Point::failed(n, rel, e);
-                sweep.points.retain(|p| p.concurrency != n);
+                sweep.points.retain(|point| point.concurrency != n);
                 sweep.points.push(failed.clone());
                 write(sweep, self.root)?;
                 return Ok(Some(failed));
@@ -548,16 +555,16 @@ fn record_server(root: &crate::fsio::Root, rel: &str, info: &ServerInfo) {
     if !dir.join(super::MANIFEST_FILE).exists() {
         return;
     }
-    let mut m = match Manifest::read_dir(&dir) {
-        Ok(m) => m,
+    let mut manifest = match Manifest::read_dir(&dir) {
+        Ok(manifest) => manifest,
         Err(e) => {
             tracing::warn!("the server is not recorded in the point's manifest: {e}");
             return;
         }
     };
-    m.server = Some(info.clone());
+    manifest.server = Some(info.clone());
     let rel = format!("{rel}/{}", super::MANIFEST_FILE);
-    if let Err(e) = root.write_atomic(&rel, m.to_json_pretty().as_bytes()) {
+    if let Err(e) = root.write_atomic(&rel, manifest.to_json_pretty().as_bytes()) {
         tracing::warn!("cannot write {}: {e}", root.join(&rel).display());
     }
 }
@@ -608,8 +615,8 @@ impl SweepSignals {
 
 impl Drop for SweepSignals {
     fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -740,10 +747,13 @@ fn wait_idle(urls: &[String], timeout: Duration, cancel: &Cancel) -> Result<(), 
                         .map_err(|e| format!("{u}: {e}"));
                     match log {
                         Ok(log) => {
-                            let s = ServerSnapshot::of(std::iter::once(&log));
-                            let (r, w) = (s.running.unwrap_or(0.0), s.waiting.unwrap_or(0.0));
-                            if r + w > 0.0 {
-                                busy.push(format!("{u}: {r} running, {w} waiting"));
+                            let snapshot = ServerSnapshot::of(std::iter::once(&log));
+                            let (running, waiting) = (
+                                snapshot.running.unwrap_or(0.0),
+                                snapshot.waiting.unwrap_or(0.0),
+                            );
+                            if running + waiting > 0.0 {
+                                busy.push(format!("{u}: {running} running, {waiting} waiting"));
                             }
                         }
                         Err(e) => busy.push(e),

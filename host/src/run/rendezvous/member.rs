@@ -28,8 +28,8 @@ impl Member {
         auth: &RendezvousAuth,
         timeout: Duration,
     ) -> anyhow::Result<Member> {
-        let t0 = tokio::time::Instant::now();
-        let deadline = t0 + timeout;
+        let started = tokio::time::Instant::now();
+        let deadline = started + timeout;
         let mut last_err = String::new();
         let stream = loop {
             match tokio::time::timeout_at(deadline, TcpStream::connect(coordinator)).await {
@@ -47,8 +47,8 @@ impl Member {
             tokio::time::sleep(Duration::from_millis(250)).await;
         };
         let _ = stream.set_nodelay(true);
-        let (r, mut writer) = stream.into_split();
-        let mut reader = BufReader::new(r);
+        let (reader_half, mut writer) = stream.into_split();
+        let mut reader = BufReader::new(reader_half);
         let lost = |e: &dyn std::fmt::Display| {
             anyhow!("the rendezvous at {coordinator} closed during the hello: {e}")
         };
@@ -67,22 +67,23 @@ impl Member {
         let mut welcome: Option<(String, u64)> = None;
         let mut best: Option<(u64, i64)> = None;
         for _ in 0..5 {
-            let t1 = wall_ns();
-            send(&mut writer, &Msg::Ping { t1 })
+            let sent_ns = wall_ns();
+            send(&mut writer, &Msg::Ping { t1: sent_ns })
                 .await
                 .map_err(|e| lost(&e))?;
             loop {
-                let m = tokio::time::timeout_at(deadline, recv(&mut reader))
+                let message = tokio::time::timeout_at(deadline, recv(&mut reader))
                     .await
                     .map_err(|_| {
                         anyhow!("the rendezvous at {coordinator} did not answer a ping")
                     })??;
-                match m {
-                    Some(Msg::Pong { t1: back, t2 }) if back == t1 => {
-                        let t3 = wall_ns();
-                        let rtt = t3.saturating_sub(t1);
-                        let offset = i128::from(t2) - (i128::from(t1) + i128::from(t3)) / 2;
-                        if best.is_none_or(|(r, _)| rtt < r) {
+                match message {
+                    Some(Msg::Pong { t1: back, t2 }) if back == sent_ns => {
+                        let received_ns = wall_ns();
+                        let rtt = received_ns.saturating_sub(sent_ns);
+                        let offset =
+                            i128::from(t2) - (i128::from(sent_ns) + i128::from(received_ns)) / 2;
+                        if best.is_none_or(|(best_rtt, _)| rtt < best_rtt) {
                             best = Some((rtt, offset as i64));
                         }
                         break;
@@ -104,13 +105,13 @@ impl Member {
             seed,
             clock_offset_ns,
             clock_rtt_ns,
-            joined_in: t0.elapsed(),
+            joined_in: started.elapsed(),
         };
-        if let Some(w) = welcome {
-            return Ok(joined(reader, writer, w));
+        if let Some(welcomed) = welcome {
+            return Ok(joined(reader, writer, welcomed));
         }
         loop {
-            let m = tokio::time::timeout_at(deadline, recv(&mut reader))
+            let message = tokio::time::timeout_at(deadline, recv(&mut reader))
                 .await
                 .map_err(|_| {
                     anyhow!(
@@ -118,7 +119,7 @@ impl Member {
                         timeout.as_secs()
                     )
                 })??;
-            match m {
+            match message {
                 Some(Msg::Welcome { run_id, seed }) => {
                     return Ok(joined(reader, writer, (run_id, seed)))
                 }
@@ -136,7 +137,7 @@ impl Member {
     pub async fn ready(&mut self, timeout: Duration) -> anyhow::Result<Option<u64>> {
         send(&mut self.writer, &Msg::Ready).await?;
         loop {
-            let m = tokio::time::timeout(timeout, recv(&mut self.reader))
+            let message = tokio::time::timeout(timeout, recv(&mut self.reader))
                 .await
                 .map_err(|_| {
                     anyhow!(
@@ -144,7 +145,7 @@ impl Member {
                         timeout.as_secs()
                     )
                 })??;
-            match m {
+            match message {
                 Some(Msg::Go { at_ns }) => {
                     // The coordinator's clock is this one's plus the offset.
                     let local = |a: u64| (i128::from(a) - i128::from(self.clock_offset_ns)).max(0);
@@ -179,9 +180,9 @@ impl Member {
         let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Option<Msg>>();
         tokio::spawn(async move {
             loop {
-                let m = recv(&mut reader).await.ok().flatten();
-                let end = m.is_none();
-                if in_tx.send(m).is_err() || end {
+                let message = recv(&mut reader).await.ok().flatten();
+                let end = message.is_none();
+                if in_tx.send(message).is_err() || end {
                     break;
                 }
             }
@@ -197,14 +198,14 @@ impl Member {
                 tokio::select! {
                     r = async { warm_rx.as_mut().expect("guarded").await }, if warm_rx.is_some() => {
                         warm_rx = None;
-                        let m = match r {
+                        let message = match r {
                             Ok(Ok(t0_ms)) => Msg::Warmup { ok: true, message: None, t0_ms },
                             Ok(Err(e)) => Msg::Warmup { ok: false, message: Some(e), t0_ms: None },
                             Err(_) => Msg::Warmup { ok: false, message: Some(format!("shard {index} ended before its warmup returned")), t0_ms: None },
                         };
-                        if send(&mut writer, &m).await.is_err() { break; }
+                        if send(&mut writer, &message).await.is_err() { break; }
                     }
-                    m = in_rx.recv() => match m.flatten() {
+                    message = in_rx.recv() => match message.flatten() {
                         Some(Msg::Profile { t0_ms }) => {
                             if let Some(tx) = profile_tx.take() { let _ = tx.send(Ok(t0_ms)); }
                         }
@@ -224,16 +225,16 @@ impl Member {
                         }
                     },
                     _ = tick.tick() => {
-                        let t = tally_rx.borrow_and_update().clone();
-                        if (t.requests, t.failed) != sent_tally {
-                            sent_tally = (t.requests, t.failed);
-                            let m = Msg::Tally { requests: t.requests, failed: t.failed, overflows: t.context_overflows, cancelled: t.cancelled };
-                            if send(&mut writer, &m).await.is_err() { break; }
+                        let tally = tally_rx.borrow_and_update().clone();
+                        if (tally.requests, tally.failed) != sent_tally {
+                            sent_tally = (tally.requests, tally.failed);
+                            let message = Msg::Tally { requests: tally.requests, failed: tally.failed, overflows: tally.context_overflows, cancelled: tally.cancelled };
+                            if send(&mut writer, &message).await.is_err() { break; }
                         }
                     }
                     Some((reason, message)) = local_rx.recv() => {
-                        let m = Msg::Stop { reason: reason.as_str().into(), message };
-                        if send(&mut writer, &m).await.is_err() { break; }
+                        let message = Msg::Stop { reason: reason.as_str().into(), message };
+                        if send(&mut writer, &message).await.is_err() { break; }
                     }
                     Some(()) = drained_rx.recv(), if !said_drained => {
                         said_drained = true;
@@ -246,8 +247,8 @@ impl Member {
                             if send(&mut writer, &Msg::Drained).await.is_err() { break; }
                         }
                         // The last counts first, so the threshold sees them.
-                        let t = tally_rx.borrow().clone();
-                        let _ = send(&mut writer, &Msg::Tally { requests: t.requests, failed: t.failed, overflows: t.context_overflows, cancelled: t.cancelled }).await;
+                        let tally = tally_rx.borrow().clone();
+                        let _ = send(&mut writer, &Msg::Tally { requests: tally.requests, failed: tally.failed, overflows: tally.context_overflows, cancelled: tally.cancelled }).await;
                         if send(&mut writer, &Msg::Done).await.is_err() { break; }
                     }
                 }
