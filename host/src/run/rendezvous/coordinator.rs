@@ -81,8 +81,8 @@ impl Coordinator {
     /// Waits until every shard drained and the profiling_complete boundary scrape is in (true), or
     /// `timeout` (false).
     pub async fn profiling_complete(&self, timeout: Duration) -> bool {
-        let mut rx = self.complete.clone();
-        let done = tokio::time::timeout(timeout, rx.wait_for(|c| *c))
+        let mut complete = self.complete.clone();
+        let done = tokio::time::timeout(timeout, complete.wait_for(|c| *c))
             .await
             .is_ok_and(|r| r.is_ok());
         done
@@ -211,7 +211,7 @@ pub(super) async fn serve(
         .index_of
         .iter()
         .enumerate()
-        .filter_map(|(c, i)| i.map(|i| (i, c)))
+        .filter_map(|(c, index)| index.map(|index| (index, c)))
         .collect();
     let members = Members {
         out: &conns.out,
@@ -224,12 +224,12 @@ pub(super) async fn serve(
     tracing::info!(shards = count, run_id = %run_id, "rendezvous: every shard joined");
 
     // Phases 2 to 4: ready, warmup, profiling, done.
-    let mut st = Phases::default();
+    let mut phases = Phases::default();
     let ready_deadline = tokio::time::Instant::now() + timeout;
-    while st.done.len() + st.lost.len() < count {
-        let ev = if st.ready < count {
+    while phases.done.len() + phases.lost.len() < count {
+        let event = if phases.ready < count {
             match tokio::time::timeout_at(ready_deadline, ev_rx.recv()).await {
-                Ok(Some(ev)) => ev,
+                Ok(Some(event)) => event,
                 Ok(None) => break,
                 Err(_) => {
                     let message = format!(
@@ -245,24 +245,24 @@ pub(super) async fn serve(
             }
         } else {
             match ev_rx.recv().await {
-                Some(ev) => ev,
+                Some(event) => event,
                 None => break,
             }
         };
-        match ev {
+        match event {
             Event::Msg(c, m) => {
-                let Some(i) = conns.index_of.get(c).copied().flatten() else {
+                let Some(index) = conns.index_of.get(c).copied().flatten() else {
                     continue;
                 };
-                if let Some(edge) = st.on_msg(i, m, &reference, &members) {
+                if let Some(edge) = phases.on_msg(index, m, &reference, &members) {
                     edges.at(edge, &members).await;
                 }
             }
             Event::Closed(c) => {
-                let Some(i) = conns.index_of.get(c).copied().flatten() else {
+                let Some(index) = conns.index_of.get(c).copied().flatten() else {
                     continue;
                 };
-                if let Some(edge) = st.on_closed(i, count, &members) {
+                if let Some(edge) = phases.on_closed(index, count, &members) {
                     edges.at(edge, &members).await;
                 }
             }
@@ -272,7 +272,7 @@ pub(super) async fn serve(
     members.broadcast(&Msg::Bye);
     tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(CoordinatorReport {
-        lost: st.lost,
+        lost: phases.lost,
         shards: hellos
             .values()
             .map(|h| ShardSeen {
@@ -330,10 +330,10 @@ impl Gate {
     /// otherwise logs why, tells a peer that speaks the protocol, and closes the connection.
     async fn admit(&self, stream: TcpStream, peer: SocketAddr) -> Option<Admitted> {
         let _ = stream.set_nodelay(true);
-        let (r, mut writer) = stream.into_split();
-        let mut reader = BufReader::new(r);
+        let (reader_half, mut writer) = stream.into_split();
+        let mut reader = BufReader::new(reader_half);
         let first = match tokio::time::timeout(self.hello_timeout, recv_first(&mut reader)).await {
-            Ok(r) => r,
+            Ok(reader_half) => reader_half,
             Err(_) => Err(format!(
                 "it said no hello within {} s",
                 self.hello_timeout.as_secs_f64()
@@ -376,33 +376,33 @@ impl Gate {
 /// (ending after a bye or a refusal) and a reader task answering pings and passing every other
 /// message on.
 pub(super) fn spawn_conn(
-    r: BufReader<OwnedReadHalf>,
+    reader_half: BufReader<OwnedReadHalf>,
     mut w: OwnedWriteHalf,
     id: usize,
     ev_tx: mpsc::UnboundedSender<Event>,
 ) -> mpsc::UnboundedSender<Msg> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
-    let pong_tx = tx.clone();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Msg>();
+    let pong_tx = out_tx.clone();
     tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            if send(&mut w, &m).await.is_err() {
+        while let Some(message) = out_rx.recv().await {
+            if send(&mut w, &message).await.is_err() {
                 break;
             }
-            if matches!(m, Msg::Bye | Msg::Refuse { .. }) {
+            if matches!(message, Msg::Bye | Msg::Refuse { .. }) {
                 let _ = w.shutdown().await;
                 break;
             }
         }
     });
     tokio::spawn(async move {
-        let mut r = r;
+        let mut reader_half = reader_half;
         loop {
-            match recv(&mut r).await {
+            match recv(&mut reader_half).await {
                 Ok(Some(Msg::Ping { t1 })) => {
                     let _ = pong_tx.send(Msg::Pong { t1, t2: wall_ns() });
                 }
-                Ok(Some(m)) => {
-                    let _ = ev_tx.send(Event::Msg(id, m));
+                Ok(Some(message)) => {
+                    let _ = ev_tx.send(Event::Msg(id, message));
                 }
                 Ok(None) | Err(_) => {
                     let _ = ev_tx.send(Event::Closed(id));
@@ -411,7 +411,7 @@ pub(super) fn spawn_conn(
             }
         }
     });
-    tx
+    out_tx
 }
 
 /// Phase 1: accepts connections until every shard said a hello that proves the run's secret and
@@ -435,11 +435,11 @@ pub(super) async fn gather_hellos(
     let mut awaited: Vec<(SocketAddr, tokio::task::AbortHandle)> = Vec::new();
     while hellos.len() < count && refusal.is_none() {
         tokio::select! {
-            a = listener.accept() => {
-                match a {
+            accepted = listener.accept() => {
+                match accepted {
                     Ok((stream, peer)) => {
                         let gate = gate.clone();
-                        awaited.retain(|(_, h)| !h.is_finished());
+                        awaited.retain(|(_, handle)| !handle.is_finished());
                         awaited.push((peer, pending.spawn(async move { gate.admit(stream, peer).await })));
                     }
                     // A connection that failed before it was accepted (reset, or out of file
@@ -451,31 +451,31 @@ pub(super) async fn gather_hellos(
                 }
             }
             Some(done) = pending.join_next(), if !pending.is_empty() => {
-                let Ok(Some(a)) = done else { continue };
+                let Ok(Some(admitted)) = done else { continue };
                 let id = conns.out.len();
-                conns.out.push(spawn_conn(a.reader, a.writer, id, ev_tx.clone()));
-                conns.peers.push(a.peer.to_string());
+                conns.out.push(spawn_conn(admitted.reader, admitted.writer, id, ev_tx.clone()));
+                conns.peers.push(admitted.peer.to_string());
                 conns.index_of.push(None);
-                let h = a.hello;
+                let hello = admitted.hello;
                 {
                     let mut why = Vec::new();
-                    if h.index >= reference.count || h.count != reference.count {
+                    if hello.index >= reference.count || hello.count != reference.count {
                         why.push(format!(
                             "shard {}/{} does not fit a run of {} shards (indices 0 to {})",
-                            h.index, h.count, reference.count, reference.count - 1
+                            hello.index, hello.count, reference.count, reference.count - 1
                         ));
-                    } else if hellos.contains_key(&h.index) {
-                        why.push(format!("shard {} joined twice (check --shard / SLURM_PROCID / JOB_COMPLETION_INDEX)", h.index));
+                    } else if hellos.contains_key(&hello.index) {
+                        why.push(format!("shard {} joined twice (check --shard / SLURM_PROCID / JOB_COMPLETION_INDEX)", hello.index));
                     } else {
-                        why.extend(h.differences(reference));
+                        why.extend(hello.differences(reference));
                     }
                     if why.is_empty() {
-                        conns.index_of[id] = Some(h.index);
-                        hellos.insert(h.index, h);
+                        conns.index_of[id] = Some(hello.index);
+                        hellos.insert(hello.index, hello);
                     } else {
                         refusal = Some(format!(
                             "shard {} on {} disagrees with shard 0 on the plan: {}",
-                            h.index, h.host, why.join("; ")
+                            hello.index, hello.host, why.join("; ")
                         ));
                     }
                 }
@@ -483,16 +483,16 @@ pub(super) async fn gather_hellos(
             Some(ev) = ev_rx.recv() => match ev {
                 Event::Msg(_, _) => {}
                 Event::Closed(id) => {
-                    if let Some(i) = conns.index_of[id].take() {
-                        hellos.remove(&i);
-                        tracing::warn!("rendezvous: shard {i} left before every shard joined");
+                    if let Some(index) = conns.index_of[id].take() {
+                        hellos.remove(&index);
+                        tracing::warn!("rendezvous: shard {index} left before every shard joined");
                     }
                 }
             },
             () = tokio::time::sleep_until(deadline) => {
                 let missing: Vec<String> = (0..reference.count)
-                    .filter(|i| !hellos.contains_key(i))
-                    .map(|i| i.to_string())
+                    .filter(|index| !hellos.contains_key(index))
+                    .map(|index| index.to_string())
                     .collect();
                 refusal = Some(format!(
                     "shards {} did not join within --rendezvous-timeout {} s",
@@ -503,8 +503,8 @@ pub(super) async fn gather_hellos(
         }
     }
     // Connections still on their hello are no shard of this run: they close with the phase.
-    for (peer, h) in awaited.iter().filter(|(_, h)| !h.is_finished()) {
-        h.abort();
+    for (peer, handle) in awaited.iter().filter(|(_, handle)| !handle.is_finished()) {
+        handle.abort();
         tracing::warn!(%peer, "rendezvous: refused a connection: it said no hello before the rendezvous closed");
     }
     if let Some(message) = refusal {
@@ -567,8 +567,8 @@ impl Phases {
             }
             Msg::Warmup { ok, message, t0_ms } => {
                 self.warm_seen += 1;
-                if let Some(t) = t0_ms.filter(|t| t.is_finite()) {
-                    self.t0_ms = Some(self.t0_ms.map_or(t, |m: f64| m.min(t)));
+                if let Some(t0) = t0_ms.filter(|t0| t0.is_finite()) {
+                    self.t0_ms = Some(self.t0_ms.map_or(t0, |m: f64| m.min(t0)));
                 }
                 if ok {
                     self.warm_ok += 1;
@@ -603,10 +603,16 @@ impl Phases {
             } => {
                 self.tallies
                     .insert(i, (requests, failed, overflows, cancelled));
-                if let (Some(f), false) = (reference.failed_request_threshold, self.stopped) {
+                if let (Some(threshold), false) = (reference.failed_request_threshold, self.stopped)
+                {
                     let (req, fail, over, canc) =
-                        self.tallies.values().fold((0, 0, 0, 0), |a, t| {
-                            (a.0 + t.0, a.1 + t.1, a.2 + t.2, a.3 + t.3)
+                        self.tallies.values().fold((0, 0, 0, 0), |sum, tally| {
+                            (
+                                sum.0 + tally.0,
+                                sum.1 + tally.1,
+                                sum.2 + tally.2,
+                                sum.3 + tally.3,
+                            )
                         });
                     let all = Tally {
                         requests: req,
@@ -615,13 +621,13 @@ impl Phases {
                         cancelled: canc,
                         ..Tally::default()
                     };
-                    if all.threshold_exceeded(f, u64::from(reference.concurrency)) {
+                    if all.threshold_exceeded(threshold, u64::from(reference.concurrency)) {
                         self.stopped = true;
                         let judged = all.threshold_judged();
                         members.broadcast(&Msg::Stop {
                             reason: StopReason::ThresholdExceeded.as_str().into(),
                             message: format!(
-                                "--failed-request-threshold {f} exceeded over all shards: {fail} of {judged} profiling requests failed; in-flight requests were cancelled"
+                                "--failed-request-threshold {threshold} exceeded over all shards: {fail} of {judged} profiling requests failed; in-flight requests were cancelled"
                             ),
                         });
                     }
