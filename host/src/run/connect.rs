@@ -31,28 +31,28 @@ pub(super) struct Joined {
 
 /// A sharded run meets the other shards before planning: they must agree on what pins the plan,
 /// and shard 0's run id and seed become everyone's. `None` for a run in one process or a dry run.
-pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Option<Joined>> {
-    let (Some(sh), false) = (&cfg.shard, cfg.dry_run) else {
+pub(super) fn join_shards(cfg: &RunConfig, prepared: &Prepared) -> anyhow::Result<Option<Joined>> {
+    let (Some(shard_cfg), false) = (&cfg.shard, cfg.dry_run) else {
         return Ok(None);
     };
-    let conc = p.settings.concurrency;
-    if conc < sh.count {
+    let conc = prepared.settings.concurrency;
+    if conc < shard_cfg.count {
         bail!(
             "{} shards for --concurrency {conc}: every shard needs at least one lane; use at most {conc} shards",
-            sh.count
+            shard_cfg.count
         );
     }
     let runtime = runtime()?;
     let hello = rendezvous::Hello {
-        index: sh.index,
-        count: sh.count,
+        index: shard_cfg.index,
+        count: shard_cfg.count,
         run_id: cfg.run_id.clone(),
-        seed: p.resolved.seed,
-        seed_drawn: p.resolved.seed_drawn,
-        scenario_sha256: p.sc.hash().to_string(),
-        dataset_key: p.dataset_key.clone(),
+        seed: prepared.resolved.seed,
+        seed_drawn: prepared.resolved.seed_drawn,
+        scenario_sha256: prepared.sc.hash().to_string(),
+        dataset_key: prepared.dataset_key.clone(),
         concurrency: conc,
-        settings: p
+        settings: prepared
             .resolved
             .settings
             .iter()
@@ -63,33 +63,49 @@ pub(super) fn join_shards(cfg: &RunConfig, p: &Prepared) -> anyhow::Result<Optio
         host: host_name(),
     };
     let (member, coordinator) = runtime.block_on(async {
-        if sh.index == 0 {
-            let addr =
-                rendezvous::listen_addr(&sh.coordinator, sh.bind.as_deref(), sh.port, sh.timeout)
-                    .await?;
-            let mut c =
-                rendezvous::Coordinator::start(addr, hello.clone(), sh.auth.clone(), sh.timeout)
-                    .await?;
+        if shard_cfg.index == 0 {
+            let addr = rendezvous::listen_addr(
+                &shard_cfg.coordinator,
+                shard_cfg.bind.as_deref(),
+                shard_cfg.port,
+                shard_cfg.timeout,
+            )
+            .await?;
+            let mut coordinator = rendezvous::Coordinator::start(
+                addr,
+                hello.clone(),
+                shard_cfg.auth.clone(),
+                shard_cfg.timeout,
+            )
+            .await?;
             tracing::info!(
-                shard = sh.index,
-                shards = sh.count,
-                coordinator = %c.addr(),
-                source = sh.source,
+                shard = shard_cfg.index,
+                shards = shard_cfg.count,
+                coordinator = %coordinator.addr(),
+                source = shard_cfg.source,
                 "rendezvous: joining"
             );
-            let m = c.join_own(&hello, &sh.auth, sh.timeout).await?;
-            anyhow::Ok((m, Some(c)))
+            let member = coordinator
+                .join_own(&hello, &shard_cfg.auth, shard_cfg.timeout)
+                .await?;
+            anyhow::Ok((member, Some(coordinator)))
         } else {
             tracing::info!(
-                shard = sh.index,
-                shards = sh.count,
-                coordinator = %sh.coordinator,
-                source = sh.source,
-                secret = sh.auth.source,
+                shard = shard_cfg.index,
+                shards = shard_cfg.count,
+                coordinator = %shard_cfg.coordinator,
+                source = shard_cfg.source,
+                secret = shard_cfg.auth.source,
                 "rendezvous: joining"
             );
-            let m = rendezvous::Member::join(&sh.coordinator, &hello, &sh.auth, sh.timeout).await?;
-            Ok((m, None))
+            let member = rendezvous::Member::join(
+                &shard_cfg.coordinator,
+                &hello,
+                &shard_cfg.auth,
+                shard_cfg.timeout,
+            )
+            .await?;
+            Ok((member, None))
         }
     })?;
     tracing::info!(
@@ -125,11 +141,11 @@ pub(super) fn connect(
 ) -> anyhow::Result<(Connected, Client)> {
     let RunCtx {
         cfg,
-        prepared: p,
+        prepared,
         planned,
     } = ctx;
-    let rp = &cfg.plan;
-    let sim = if rp.demo {
+    let run_plan = &cfg.plan;
+    let sim = if run_plan.demo {
         let preset: crate::sim::Preset = cfg
             .sim_preset
             .parse()
@@ -141,40 +157,40 @@ pub(super) fn connect(
     } else {
         None
     };
-    let mut ccfg = rp.client.clone();
-    if let Some(s) = &sim {
-        ccfg.url = s.url();
+    let mut ccfg = run_plan.client.clone();
+    if let Some(sim) = &sim {
+        ccfg.url = sim.url();
         tracing::info!(url = %ccfg.url, preset = %cfg.sim_preset, "built-in simulator started");
     }
     let client = {
         let _g = rt.enter();
         Client::new(&ccfg)?
     };
-    let model = match (&sim, &rp.model) {
-        (_, Some(m)) => m.clone(),
-        (Some(s), None) => s.model().to_owned(),
-        (None, None) if p.decisions.discover_model => {
+    let model = match (&sim, &run_plan.model) {
+        (_, Some(model)) => model.clone(),
+        (Some(sim), None) => sim.model().to_owned(),
+        (None, None) if prepared.decisions.discover_model => {
             let timeout = ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT);
-            let m = rt.block_on(crate::client::preflight::discover(&client, timeout))?;
-            tracing::info!("no --model given: the server serves one model, `{m}`; using it");
-            m
+            let model = rt.block_on(crate::client::preflight::discover(&client, timeout))?;
+            tracing::info!("no --model given: the server serves one model, `{model}`; using it");
+            model
         }
         (None, None) => bail!(
             "--model is required with --url: the model name the server serves, e.g. --model meta-llama/Llama-3.1-8B-Instruct (the scenario {} does not discover it)",
-            p.info.name
+            prepared.info.name
         ),
     };
     if !cfg.skip_preflight {
-        let pf = rt.block_on(crate::client::preflight::check(
+        let checked = rt.block_on(crate::client::preflight::check(
             &client,
             &model,
             ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
         ));
-        match (pf, &planned.mode) {
-            (Ok(pre), Mode::Streams(plan)) => report_preflight(&pre, plan, p.ds, &model),
+        match (checked, &planned.mode) {
+            (Ok(pre), Mode::Streams(plan)) => report_preflight(&pre, plan, prepared.ds, &model),
             (Ok(pre), Mode::Trees(_)) => {
-                if let Some(n) = &pre.note {
-                    tracing::warn!("pre-flight: {n}");
+                if let Some(note) = &pre.note {
+                    tracing::warn!("pre-flight: {note}");
                 }
             }
             // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
@@ -203,8 +219,8 @@ pub(super) fn start_scraper(
         );
     }
     let mut scfg = crate::client::scrape::ScrapeConfig::new(urls);
-    if let Some(i) = cfg.plan.scrape_interval {
-        scfg.interval = i;
+    if let Some(interval) = cfg.plan.scrape_interval {
+        scfg.interval = interval;
     }
     // The journal keeps the scrapes of a run killed before its end; a run goes on without it.
     match crate::client::scrape_journal::JournalFile::create(&dir.art) {
@@ -225,14 +241,14 @@ pub(super) fn start_scraper(
 /// The replay's boundary hook: takes the boundary scrapes `only` names and ignores the others
 /// (a sharded run's coordinator takes the global edges).
 pub(super) fn boundary_hook(
-    b: crate::client::scrape::Boundaries,
+    boundaries: crate::client::scrape::Boundaries,
     only: &'static [crate::metrics::scrape_log::Boundary],
 ) -> replay::BoundaryHook {
     Arc::new(move |at| {
-        let b = b.clone();
+        let boundaries = boundaries.clone();
         Box::pin(async move {
             if only.contains(&at) {
-                b.take(at).await;
+                boundaries.take(at).await;
             }
         })
     })
@@ -295,8 +311,8 @@ fn report_preflight(
     ds: &Dataset,
     model: &str,
 ) {
-    if let Some(n) = &p.note {
-        tracing::warn!("pre-flight: {n}");
+    if let Some(note) = &p.note {
+        tracing::warn!("pre-flight: {note}");
     }
     let Some(len) = p.max_model_len else {
         if p.note.is_none() {
@@ -304,16 +320,16 @@ fn report_preflight(
         }
         return;
     };
-    let o = plan.over_context(ds, len);
+    let over = plan.over_context(ds, len);
     let line = format!(
         "pre-flight: the server serves `{model}` with a context of {len} tokens; \
          {} of {} lanes start above it and {} of {} traces grow past it (prompt plus max_tokens, recorded counts)",
-        o.lanes,
+        over.lanes,
         plan.lanes.len(),
-        o.traces,
-        o.pool
+        over.traces,
+        over.pool
     );
-    if o.lanes > 0 || o.traces > 0 {
+    if over.lanes > 0 || over.traces > 0 {
         tracing::warn!(
             "{line}: those requests will end as context overflows (counted, not failures; \
              they count towards the scenario's overflow rate limit)"

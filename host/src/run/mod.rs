@@ -131,37 +131,37 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         cfg.output.check(sub.as_deref(), cfg.overwrite)?;
     }
     // From here on the configuration is what the scenario decided.
-    let (p, mut inst, cfg) = prepare::prepare(cfg)?;
-    let joined = connect::join_shards(&cfg, &p)?;
+    let (prepared, mut inst, cfg) = prepare::prepare(cfg)?;
+    let joined = connect::join_shards(&cfg, &prepared)?;
     let (seed, run_id) = match &joined {
         Some(j) => (j.shard.member.seed, Some(j.shard.member.run_id.clone())),
-        None => (p.resolved.seed, cfg.run_id.clone()),
+        None => (prepared.resolved.seed, cfg.run_id.clone()),
     };
-    let planned = match plan::plan(&cfg, &p, &mut inst, seed, run_id)? {
+    let planned = match plan::plan(&cfg, &prepared, &mut inst, seed, run_id)? {
         plan::Planning::Dry(outcome) => return Ok(outcome),
         plan::Planning::Replay(planned) => planned,
     };
-    let (rt, shard) = match joined {
+    let (runtime, shard) = match joined {
         Some(j) => (j.rt, Some(j.shard)),
         None => (runtime()?, None),
     };
     let ctx = RunCtx {
         cfg: &cfg,
-        prepared: &p,
+        prepared: &prepared,
         planned: &planned,
     };
-    let (mut conn, client) = connect::connect(ctx, &rt)?;
+    let (mut conn, client) = connect::connect(ctx, &runtime)?;
     let (dir, sink) = run_dir::RunDir::open(ctx, &conn.model, shard.as_ref().map(|s| &s.member))?;
     let stage = ReplayStage {
         ctx,
-        rt: &rt,
+        rt: &runtime,
         conn: &conn,
         dir: &dir,
         sink: &sink,
     };
     let replayed = stage.run(inst, client, shard, cancel)?;
     drop(conn.sim.take());
-    outputs::finish(ctx, &rt, &conn, (dir, sink), replayed)
+    outputs::finish(ctx, &runtime, &conn, (dir, sink), replayed)
 }
 
 /// What every stage after planning reads: the configuration the scenario decided, what the first
@@ -199,41 +199,41 @@ impl ReplayStage<'_> {
     ) -> anyhow::Result<outputs::Replayed> {
         let RunCtx {
             cfg,
-            prepared: p,
+            prepared,
             planned,
         } = self.ctx;
         let rt = self.rt;
-        let rp = &cfg.plan;
-        let s = &p.settings;
+        let run_plan = &cfg.plan;
+        let settings = &prepared.settings;
         let replay_cfg = ReplayConfig {
-            duration: s.duration,
-            grace: s.grace,
-            warmup_grace: s.warmup_grace,
-            failed_request_threshold: s.failed_request_threshold,
-            placement: s.placement,
-            mode: rp.mode,
-            use_server_token_count: s.use_server_token_count,
-            overflow_phrases: rp.overflow_phrases_env.clone(),
+            duration: settings.duration,
+            grace: settings.grace,
+            warmup_grace: settings.warmup_grace,
+            failed_request_threshold: settings.failed_request_threshold,
+            placement: settings.placement,
+            mode: run_plan.mode,
+            use_server_token_count: settings.use_server_token_count,
+            overflow_phrases: run_plan.overflow_phrases_env.clone(),
             run_id: planned.run_id.clone(),
-            stats_interval: s.stats_interval,
-            trace_idle_cap: s.trace_idle_cap,
+            stats_interval: settings.stats_interval,
+            trace_idle_cap: settings.trace_idle_cap,
             timer_thread: true,
-            warmup_progress_interval: rp.warmup_progress_interval,
-            chat_template: p.chat_template.clone(),
+            warmup_progress_interval: run_plan.warmup_progress_interval,
+            chat_template: prepared.chat_template.clone(),
         };
         tracing::info!(
-            scenario = %format!("{} {} sha256:{}", p.info.name, p.info.version, p.sc.hash()),
+            scenario = %format!("{} {} sha256:{}", prepared.info.name, prepared.info.version, prepared.sc.hash()),
             run_id = %planned.run_id,
             seed = planned.seed,
-            concurrency = s.concurrency,
-            duration_s = s.duration.as_secs_f64(),
+            concurrency = settings.concurrency,
+            duration_s = settings.duration.as_secs_f64(),
             url = %client.uri(),
             model = %self.conn.model,
-            mode = ?rp.mode,
+            mode = ?run_plan.mode,
             "replay starting"
         );
         let scraper = connect::start_scraper(cfg, rt, &self.conn.ccfg.url, self.dir)?;
-        let boundaries = scraper.as_ref().map(|s| s.boundaries());
+        let boundaries = scraper.as_ref().map(|settings| settings.boundaries());
         let sharded = shard.is_some();
         // A sharded run: say this shard is ready, and start warmup when every shard is. Shard 0's
         // scraper (the only one) takes the boundary scrapes at the global phase edges: warmup's
@@ -242,21 +242,24 @@ impl ReplayStage<'_> {
         // any shard profiles; when every shard drained).
         let (link, finish, coordinator) = match shard {
             Some(mut m) => {
-                let sh = cfg
+                let shard_cfg = cfg
                     .shard
                     .as_ref()
                     .expect("a shard member only when sharded");
-                if let Some(b) = &boundaries {
-                    rt.block_on(b.take(Boundary::WarmupStart));
-                    if let Some(c) = &m.coordinator {
-                        c.take_boundaries(connect::boundary_hook(b.clone(), &GLOBAL_EDGES));
+                if let Some(boundaries) = &boundaries {
+                    rt.block_on(boundaries.take(Boundary::WarmupStart));
+                    if let Some(coordinator) = &m.coordinator {
+                        coordinator.take_boundaries(connect::boundary_hook(
+                            boundaries.clone(),
+                            &GLOBAL_EDGES,
+                        ));
                     }
                 }
-                let at = rt.block_on(m.member.ready(sh.timeout))?;
-                rt.block_on(common_start(at));
+                let start_at = rt.block_on(m.member.ready(shard_cfg.timeout))?;
+                rt.block_on(common_start(start_at));
                 let (link, fin) = {
                     let _g = rt.enter();
-                    m.member.link(sh.index, sh.count)
+                    m.member.link(shard_cfg.index, shard_cfg.count)
                 };
                 (Some(link), Some(fin), m.coordinator)
             }
@@ -268,16 +271,17 @@ impl ReplayStage<'_> {
         } else {
             &Boundary::ALL
         };
-        let replay_boundaries = boundaries.map(|b| connect::boundary_hook(b, own));
+        let replay_boundaries =
+            boundaries.map(|boundaries| connect::boundary_hook(boundaries, own));
         let inputs = ReplayInputs {
-            dataset: p.ds,
+            dataset: prepared.ds,
             synth: planned.synth,
-            counter: p.counter.clone(),
+            counter: prepared.counter.clone(),
             client: Box::new(client),
-            body: RequestBody::new(&self.conn.model, true, true, &p.extra)
-                .with_max_completion_tokens(p.trees && !rp.legacy_max_tokens)
-                .with_dynamo(p.dynamo, &p.extra)
-                .with_endpoint_type(rp.client.api),
+            body: RequestBody::new(&self.conn.model, true, true, &prepared.extra)
+                .with_max_completion_tokens(prepared.trees && !run_plan.legacy_max_tokens)
+                .with_dynamo(prepared.dynamo, &prepared.extra)
+                .with_endpoint_type(run_plan.client.api),
             scenario: inst,
             records: self.sink.sender(),
             clock: self.dir.clock,
@@ -294,9 +298,10 @@ impl ReplayStage<'_> {
             }
             let (outcome, counts) = match &planned.mode {
                 Mode::Trees(tp) => {
-                    let o =
-                        replay::sched::run(replay_cfg, tp.sched_plan(&rp.tree_flags), inputs).await;
-                    (o.replay, Some(o.counts))
+                    let tree_outcome =
+                        replay::sched::run(replay_cfg, tp.sched_plan(&run_plan.tree_flags), inputs)
+                            .await;
+                    (tree_outcome.replay, Some(tree_outcome.counts))
                 }
                 Mode::Streams(plan) => (replay::run(replay_cfg, plan.clone(), inputs).await, None),
             };
@@ -309,7 +314,7 @@ impl ReplayStage<'_> {
             .await;
             // The final scrape comes after profiling ended, so counters capture the end state.
             let log = match scraper.map(Arc::try_unwrap) {
-                Some(Ok(s)) => Some(s.stop().await),
+                Some(Ok(settings)) => Some(settings.stop().await),
                 Some(Err(_)) => {
                     tracing::warn!(
                         "the metrics scraper is still shared; server metrics are not exported"
@@ -340,21 +345,21 @@ async fn drained(
     coordinator: Option<&rendezvous::Coordinator>,
     scraper: Option<&crate::client::scrape::Scraper>,
 ) {
-    if let Some(f) = finish {
-        f.drained();
+    if let Some(finish) = finish {
+        finish.drained();
     }
-    let (Some(c), Some(sh)) = (coordinator, cfg.shard.as_ref()) else {
+    let (Some(coordinator), Some(shard_cfg)) = (coordinator, cfg.shard.as_ref()) else {
         return;
     };
-    let wait = sh.timeout.max(std::time::Duration::from_secs(600));
-    if !c.profiling_complete(wait).await {
+    let wait = shard_cfg.timeout.max(std::time::Duration::from_secs(600));
+    if !coordinator.profiling_complete(wait).await {
         tracing::warn!(
             "not every shard drained within {} s; the profiling_complete boundary scrape is \
              taken now",
             wait.as_secs()
         );
-        if let Some(s) = scraper {
-            s.boundary(Boundary::ProfilingComplete).await;
+        if let Some(scraper) = scraper {
+            scraper.boundary(Boundary::ProfilingComplete).await;
         }
     }
 }
@@ -362,12 +367,12 @@ async fn drained(
 /// Waits until `at` (ns since the epoch on this host's wall clock): the warmup's common start the
 /// rendezvous named, so every shard's first requests (the session-tree primers on one t*
 /// timeline) leave together. A start already past begins at once.
-async fn common_start(at: Option<u64>) {
-    let Some(at) = at else { return };
+async fn common_start(start_at: Option<u64>) {
+    let Some(start_at) = start_at else { return };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let wait = std::time::Duration::from_nanos(at.saturating_sub(now));
+    let wait = std::time::Duration::from_nanos(start_at.saturating_sub(now));
     tracing::debug!(
         wait_ms = wait.as_secs_f64() * 1e3,
         "rendezvous: warmup starts at the common instant"

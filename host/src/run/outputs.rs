@@ -32,13 +32,13 @@ pub(super) struct Replayed {
 /// The scenario's verdict on the finished run: the 0.1.0 or the 0.2.0 validity call (with the
 /// duration coverage), merged with the reasons `resolve` gave.
 fn verdict(
-    p: &Prepared,
+    prepared: &Prepared,
     outcome: &ReplayOutcome,
     records: &[crate::record::RequestRecord],
 ) -> anyhow::Result<Vec<String>> {
     let t = &outcome.tally;
-    let s = &p.settings;
-    let mut inst = p.sc.instantiate()?;
+    let settings = &prepared.settings;
+    let mut inst = prepared.sc.instantiate()?;
     // Warmup responses count in the overflow rate (numerator and denominator): an overflow in
     // warmup is as much a sign of a too-short context as one in profiling.
     let base = scenario::types::Outcome {
@@ -46,22 +46,22 @@ fn verdict(
         context_overflows: t.context_overflows + t.warmup_overflows,
         failed: t.failed,
         cancelled: outcome.stop.cancelled(),
-        unsafe_override: s.unsafe_override,
-        overflow_rate_limit: s.rate_limit,
+        unsafe_override: settings.unsafe_override,
+        overflow_rate_limit: settings.rate_limit,
     };
-    let reasons = if p.trees {
+    let reasons = if prepared.trees {
         // Coverage is measured against the configured duration (aiperf's
         // metric_duration_coverage); none when profiling never began.
         let prof = records
             .iter()
             .filter(|r| r.phase == crate::record::Phase::Profiling);
         let cov = outcome.profiling_ns.and_then(|(p0, _)| {
-            crate::metrics::stats::Coverage::of(prof, p0, s.duration.as_nanos() as u64)
+            crate::metrics::stats::Coverage::of(prof, p0, settings.duration.as_nanos() as u64)
         });
         inst.tree_validity(
             base,
             scenario::TreeCoverage {
-                profiling_seconds: s.duration.as_secs_f64(),
+                profiling_seconds: settings.duration.as_secs_f64(),
                 ttft: cov.map(|c| c.ttft_ratio),
                 itl: cov.map(|c| c.inter_token_latency_ratio),
                 content: cov.map(|c| c.streaming_content_ratio),
@@ -72,7 +72,7 @@ fn verdict(
     };
     Ok(scenario::check::invalid_reasons(
         reasons,
-        &p.resolved.invalid_reasons,
+        &prepared.resolved.invalid_reasons,
     ))
 }
 
@@ -139,12 +139,12 @@ pub(super) fn conclude(
 ) -> anyhow::Result<RunOutcome> {
     let RunCtx {
         cfg,
-        prepared: p,
+        prepared,
         planned,
     } = ctx;
     let records_path = d.out.join(crate::record::RECORDS_FILE);
     let outcome = &ended.outcome;
-    let reasons = verdict(p, outcome, &ended.records)?;
+    let reasons = verdict(prepared, outcome, &ended.records)?;
     d.manifest.profiling_ns = outcome.profiling_ns.map(|(a, b)| [a, b]);
     d.manifest.profiling_started_ns = outcome.profiling_ns.map(|(a, _)| a);
     d.manifest.stop = Some(outcome.stop.as_str().to_string());
@@ -152,7 +152,7 @@ pub(super) fn conclude(
     let mut summary = Summary::of(&ended.records);
     if let Some(goodput) = &cfg.goodput {
         summary.goodput = Some(goodput.of_run(&ended.records));
-        let times = planned.recorded_times(p.ds, &ended.records);
+        let times = planned.recorded_times(prepared.ds, &ended.records);
         let share = cfg.session_goodput_share;
         summary.sessions = Some(crate::metrics::sessions::figures(
             &ended.records,
@@ -184,7 +184,7 @@ pub(super) fn conclude(
         code,
         dir: d.out.clone(),
         run_id: planned.run_id.clone(),
-        concurrency: p.settings.concurrency,
+        concurrency: prepared.settings.concurrency,
         files,
         records_written: ended.written,
         replay: Some(ended.outcome),
@@ -206,22 +206,22 @@ fn write_summary(
 ) -> anyhow::Result<PathBuf> {
     let RunCtx {
         cfg,
-        prepared: p,
+        prepared,
         planned,
     } = ctx;
     let (outcome, url, written) = (&ended.outcome, &ended.url, ended.written);
-    let rp = &cfg.plan;
+    let run_plan = &cfg.plan;
     let doc = RunSummary {
         run_id: Some(planned.run_id.clone()),
         stop: Some(outcome.stop.as_str().to_owned()),
         message: outcome.message.clone(),
-        scenario: Some(scenario_id(p).into()),
-        dataset: Some(dataset_id(p, None)),
+        scenario: Some(scenario_id(prepared).into()),
+        dataset: Some(dataset_id(prepared, None)),
         seed: Some(planned.seed),
-        seed_drawn: p.resolved.seed_drawn,
-        concurrency: Some(p.settings.concurrency.into()),
-        benchmark_duration_s: Some(p.settings.duration.as_secs_f64()),
-        assistant_mode: Some(assistant_mode(rp.mode).to_owned()),
+        seed_drawn: prepared.resolved.seed_drawn,
+        concurrency: Some(prepared.settings.concurrency.into()),
+        benchmark_duration_s: Some(prepared.settings.duration.as_secs_f64()),
+        assistant_mode: Some(assistant_mode(run_plan.mode).to_owned()),
         url: Some(url.clone()),
         model: d.manifest.model.clone(),
         started_unix_ns: Some(d.clock.anchor_unix_ns()),
@@ -233,7 +233,7 @@ fn write_summary(
         wasmtime_version: Some(scenario::WASMTIME_VERSION.to_owned()),
         shards: None,
         server_metrics_window: server_window,
-        arrivals: arrivals_summary(p, d.manifest.trees.as_ref(), outcome.profiling_ns),
+        arrivals: arrivals_summary(prepared, d.manifest.trees.as_ref(), outcome.profiling_ns),
         extra: serde_json::Map::default(),
     };
     let path = d.out.join(RUN_SUMMARY);
@@ -247,15 +247,15 @@ fn write_summary(
 /// counts of the manifest's `trees.arrivals`, and the offered and admitted rates per second of
 /// the arrival window (profiling up to the duration).
 fn arrivals_summary(
-    p: &Prepared,
+    prepared: &Prepared,
     trees: Option<&crate::metrics::tree_counts::TreeCounts>,
     profiling_ns: Option<(u64, u64)>,
 ) -> Option<ArrivalsSummary> {
-    let open_loop = p.settings.arrivals.as_ref()?;
+    let open_loop = prepared.settings.arrivals.as_ref()?;
     let counts = trees.and_then(|t| t.arrivals).unwrap_or_default();
     // Arrivals come until the duration (or an earlier stop), not through the grace's drain.
     let span = profiling_ns.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
-    let secs = span.min(p.settings.duration.as_secs_f64());
+    let secs = span.min(prepared.settings.duration.as_secs_f64());
     let (offered, admitted) = counts.rates(secs);
     let spec = &open_loop.spec;
     Some(ArrivalsSummary {
@@ -274,7 +274,7 @@ fn arrivals_summary(
 fn exports(ctx: RunCtx<'_>, d: &RunDir, ended: &Ended, reasons: &[String]) -> (Vec<PathBuf>, bool) {
     let RunCtx {
         cfg,
-        prepared: p,
+        prepared,
         planned,
     } = ctx;
     let (outcome, records) = (&ended.outcome, &ended.records);
@@ -286,25 +286,27 @@ fn exports(ctx: RunCtx<'_>, d: &RunDir, ended: &Ended, reasons: &[String]) -> (V
         anchor_unix_ns: d.clock.anchor_unix_ns(),
         profiling_start_ns: p0,
         profiling_end_ns: p1,
-        scenario_name: p.info.name.clone(),
-        scenario_version: p.info.version.clone(),
-        scenario_sha256: p.sc.hash().to_string(),
+        scenario_name: prepared.info.name.clone(),
+        scenario_version: prepared.info.version.clone(),
+        scenario_sha256: prepared.sc.hash().to_string(),
         submission_valid: reasons.is_empty(),
         submission_invalid_reasons: reasons.to_vec(),
         was_cancelled: outcome.stop.cancelled(),
         input_config: input_config.clone(),
         seed: Some(planned.seed),
-        profiling_duration_ns: Some(p.settings.duration.as_nanos() as u64),
+        profiling_duration_ns: Some(prepared.settings.duration.as_nanos() as u64),
         coverage_rule: crate::export::aiperf::CoverageRule {
             required_ratio: planned.coverage_required_ratio(),
-            content: p.decisions.decides_settings,
+            content: prepared.decisions.decides_settings,
         },
-        prefix_stamps: planned.prefix_stamps(p.ds, records),
-        dataset: p
+        prefix_stamps: planned.prefix_stamps(prepared.ds, records),
+        dataset: prepared
             .ds
             .alias()
             .map(|alias| crate::export::aiperf::alias_dataset_json(alias, cfg.num_dataset_entries)),
-        warmup_naming: crate::export::aiperf::WarmupNaming(p.decisions.warmup_phase_name.clone()),
+        warmup_naming: crate::export::aiperf::WarmupNaming(
+            prepared.decisions.warmup_phase_name.clone(),
+        ),
         goodput: cfg.goodput.clone(),
     };
     let server = scrape_log.map(|log| {

@@ -98,133 +98,140 @@ pub(super) enum Planning {
 /// Plans the run of `p` with the seed and run id the rendezvous settled (or the run's own).
 pub(super) fn plan(
     cfg: &RunConfig,
-    p: &Prepared,
+    prepared: &Prepared,
     inst: &mut ScenarioInstance,
     seed: u64,
     run_id: Option<String>,
 ) -> anyhow::Result<Planning> {
-    let s = &p.settings;
-    let conc = s.concurrency;
+    let settings = &prepared.settings;
+    let conc = settings.concurrency;
     let synth = super::kept::synth(
-        PromptSynth::for_counter(seed, &p.counter).with_tiling(tiling(p.decisions.prompt_tiling)),
+        PromptSynth::for_counter(seed, &prepared.counter)
+            .with_tiling(tiling(prepared.decisions.prompt_tiling)),
     );
     let run_id = run_id.unwrap_or_else(fresh_id);
     let dir = |run_id: &str| {
         cfg.output
-            .resolve(&p.info.name, run_id, cfg.shard.is_some())
+            .resolve(&prepared.info.name, run_id, cfg.shard.is_some())
     };
-    if p.trees {
-        let mut tp = plan_trees(&mut TreeDryRun {
-            ds: p.ds,
+    if prepared.trees {
+        let mut tree_plan = plan_trees(&mut TreeDryRun {
+            ds: prepared.ds,
             basis: cfg.nested_basis,
-            dataset_key: &p.dataset_key,
+            dataset_key: &prepared.dataset_key,
             inst,
-            info: &p.info,
-            hash: p.sc.hash(),
-            resolved: &p.resolved,
+            info: &prepared.info,
+            hash: prepared.sc.hash(),
+            resolved: &prepared.resolved,
             concurrency: conc,
             seed,
-            ratios: (s.min_ratio, s.max_ratio),
-            placement: s.placement,
+            ratios: (settings.min_ratio, settings.max_ratio),
+            placement: settings.placement,
             run_id: run_id.clone(),
-            think_only: s.think_only,
-            cap: s.cap,
+            think_only: settings.think_only,
+            cap: settings.cap,
         })?;
-        if let Some(o) = &s.arrivals {
-            open_loop(&mut tp, o, s.duration);
+        if let Some(arrivals) = &settings.arrivals {
+            open_loop(&mut tree_plan, arrivals, settings.duration);
         }
         if cfg.dry_run {
-            let mut json = tp.json.clone();
-            json["scenario"]["world"] = json!(p.sc.world().as_str());
-            json["settings"] = json!(p.applied_settings());
-            let d = &p.decisions;
-            json["rules"]["assistant_text"] = json!(match d.assistant_text {
+            let mut json = tree_plan.json.clone();
+            json["scenario"]["world"] = json!(prepared.sc.world().as_str());
+            json["settings"] = json!(prepared.applied_settings());
+            let decisions = &prepared.decisions;
+            json["rules"]["assistant_text"] = json!(match decisions.assistant_text {
                 Some(scenario::AssistantText::Recorded) => "recorded",
                 Some(scenario::AssistantText::Live) => "live",
                 None => "flag",
             });
-            json["rules"]["prompt_tiling"] = json!(match d.prompt_tiling {
+            json["rules"]["prompt_tiling"] = json!(match decisions.prompt_tiling {
                 scenario::PromptTiling::RecordedLength => "recorded_length",
                 scenario::PromptTiling::Reference => "reference",
             });
-            json["rules"]["session_affinity_header"] = json!(d.session_affinity_header);
-            json["rules"]["discover_model"] = json!(d.discover_model);
-            json["rules"]["warmup_phase_name"] = json!(d.warmup_phase_name);
-            if let Some(sh) = &cfg.shard {
+            json["rules"]["session_affinity_header"] = json!(decisions.session_affinity_header);
+            json["rules"]["discover_model"] = json!(decisions.discover_model);
+            json["rules"]["warmup_phase_name"] = json!(decisions.warmup_phase_name);
+            if let Some(shard_cfg) = &cfg.shard {
                 // A shard's plan: its own lanes of the whole plan, as for single streams.
-                tp.shard = Some((sh.index, sh.count));
-                json["shard"] = json!({"index": sh.index, "count": sh.count,
-                                       "trees_owned": tp.owned_trees()});
+                tree_plan.shard = Some((shard_cfg.index, shard_cfg.count));
+                json["shard"] = json!({"index": shard_cfg.index, "count": shard_cfg.count,
+                                       "trees_owned": tree_plan.owned_trees()});
                 if let Some(lanes) = json["lanes"].as_array_mut() {
                     lanes.retain(|l| {
-                        l["lane"].as_u64().map(|x| x % u64::from(sh.count))
-                            == Some(u64::from(sh.index))
+                        l["lane"].as_u64().map(|x| x % u64::from(shard_cfg.count))
+                            == Some(u64::from(shard_cfg.index))
                     });
                 }
             }
-            let d = DryRun {
+            let decisions = DryRun {
                 json,
-                table: tp.table,
+                table: tree_plan.table,
             };
             return Ok(Planning::Dry(RunOutcome::planned(
                 dir(&run_id),
                 run_id,
                 conc,
-                d,
+                decisions,
             )));
         }
-        tracing::debug!("plan:\n{}", tp.table);
-        tp.shard = cfg.shard.as_ref().map(|sh| (sh.index, sh.count));
-        if let Some((i, n)) = tp.shard {
+        tracing::debug!("plan:\n{}", tree_plan.table);
+        tree_plan.shard = cfg
+            .shard
+            .as_ref()
+            .map(|shard_cfg| (shard_cfg.index, shard_cfg.count));
+        if let Some((i, n)) = tree_plan.shard {
             tracing::info!(
                 "shard {i} of {n}: {} of {} lanes, recycling {} of {} trees",
-                tp.own_lanes().len(),
-                tp.lanes.len(),
-                tp.owned_trees(),
-                tp.corpus.trees.len()
+                tree_plan.own_lanes().len(),
+                tree_plan.lanes.len(),
+                tree_plan.owned_trees(),
+                tree_plan.corpus.trees.len()
             );
         }
         return Ok(Planning::Replay(Planned {
             run_id,
             seed,
             synth,
-            mode: Mode::Trees(Box::new(tp)),
+            mode: Mode::Trees(Box::new(tree_plan)),
         }));
     }
     let params = PlanParams {
         concurrency: conc,
         start: StartParams {
             seed,
-            min_ratio: s.min_ratio,
-            max_ratio: s.max_ratio,
+            min_ratio: settings.min_ratio,
+            max_ratio: settings.max_ratio,
         },
         delay: DelayParams {
-            think_time_only: s.think_only,
-            cap_seconds: s.cap,
+            think_time_only: settings.think_only,
+            cap_seconds: settings.cap,
         },
-        placement: s.placement,
+        placement: settings.placement,
         mode: cfg.plan.mode,
         tiling: synth.tiling(),
         run_id: run_id.clone(),
     };
-    let full_plan = Plan::build(p.ds, inst, &params)?;
+    let full_plan = Plan::build(prepared.ds, inst, &params)?;
     let mut plan = match &cfg.shard {
-        Some(sh) => full_plan.shard(sh.index, sh.count),
+        Some(shard_cfg) => full_plan.shard(shard_cfg.index, shard_cfg.count),
         None => full_plan,
     };
-    if s.ignore_delays {
-        plan.delays.iter_mut().flatten().for_each(|d| *d = 0.0);
+    if settings.ignore_delays {
+        plan.delays
+            .iter_mut()
+            .flatten()
+            .for_each(|decisions| *decisions = 0.0);
     }
     if plan.wrapped {
         warn_shared(conc, plan.pool.len(), "usable traces");
     }
     if cfg.dry_run {
-        let d = single_stream_dry_run(cfg, p, &plan, &run_id, seed);
+        let decisions = single_stream_dry_run(cfg, prepared, &plan, &run_id, seed);
         return Ok(Planning::Dry(RunOutcome::planned(
             dir(&run_id),
             run_id,
             conc,
-            d,
+            decisions,
         )));
     }
     let (min, med, max) = plan.percent_spread();
@@ -244,19 +251,19 @@ pub(super) fn plan(
 /// The plan of a single-stream dry run: JSON (`--json`) and the table.
 fn single_stream_dry_run(
     cfg: &RunConfig,
-    p: &Prepared,
+    prepared: &Prepared,
     plan: &Plan,
     run_id: &str,
     seed: u64,
 ) -> DryRun {
     let mut json = json!({
-        "scenario": {"name": p.info.name, "version": p.info.version, "sha256": p.sc.hash()},
+        "scenario": {"name": prepared.info.name, "version": prepared.info.version, "sha256": prepared.sc.hash()},
         "run_id": run_id,
         "seed": seed,
-        "concurrency": p.settings.concurrency,
-        "dataset": {"traces": p.ds.len(), "usable": plan.pool.len(), "cache_key": p.dataset_key},
+        "concurrency": prepared.settings.concurrency,
+        "dataset": {"traces": prepared.ds.len(), "usable": plan.pool.len(), "cache_key": prepared.dataset_key},
         "lanes": plan.lanes,
-        "settings": json!(p.applied_settings()),
+        "settings": json!(prepared.applied_settings()),
     });
     if let Some(sh) = &cfg.shard {
         json["shard"] = json!({"index": sh.index, "count": sh.count, "pool": plan.pool.len()});

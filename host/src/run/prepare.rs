@@ -52,52 +52,52 @@ pub(super) struct Prepared {
 /// planner and then to the replay, with the configuration as the scenario decided it (what every
 /// later stage reads).
 pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInstance, RunConfig)> {
-    let rp = &cfg.plan;
+    let run_plan = &cfg.plan;
     let home = &cfg.home;
     // A rerun of a run that named no scenario takes the recorded component by its hash (the
     // default may have changed since; the built-ins are found by hash too).
-    let sc = match (&cfg.scenario, &cfg.expect_scenario_sha256) {
+    let component = match (&cfg.scenario, &cfg.expect_scenario_sha256) {
         (None, Some(h)) => {
             load(Some(&format!("sha256:{h}")), home).or_else(|_| load(None, home))?
         }
         _ => load(cfg.scenario.as_deref(), home)?,
     };
     if let Some(want) = &cfg.expect_scenario_sha256 {
-        if sc.hash() != want {
+        if component.hash() != want {
             bail!(
                 "the scenario is sha256:{} but the manifest recorded sha256:{want}; pass the recorded component (add it with `agentx-host scenario add FILE`)",
-                sc.hash()
+                component.hash()
             );
         }
     }
-    let mut inst = sc.instantiate()?;
+    let mut inst = component.instantiate()?;
     let info = inst.describe()?;
-    let trees = sc.world().trees();
-    let resolved = resolve(&mut inst, &sc, &info, rp)?;
+    let trees = component.world().trees();
+    let resolved = resolve(&mut inst, &component, &info, run_plan)?;
     let decisions = match trees {
         true => inst.rules_and_decisions(&resolved.settings)?.1,
-        false => scenario::Decisions::of_world(sc.world()),
+        false => scenario::Decisions::of_world(component.world()),
     };
-    let mut not_acted_on = TreeFlags::not_acted_on(&rp.not_acted_on, trees);
-    if let Some(w) = assistant_not_acted_on(rp, &decisions, &info) {
-        not_acted_on.push(w);
+    let mut not_acted_on = TreeFlags::not_acted_on(&run_plan.not_acted_on, trees);
+    if let Some(warning) = assistant_not_acted_on(run_plan, &decisions, &info) {
+        not_acted_on.push(warning);
     }
-    for w in &not_acted_on {
-        tracing::warn!("accepted but not acted on: {w}");
+    for warning in &not_acted_on {
+        tracing::warn!("accepted but not acted on: {warning}");
     }
     let mut settings = RunSettings::of(
         &resolved,
         decisions.decides_settings,
         &super::config::Fallback::of(cfg),
     )?;
-    let allows = allows_arrivals(&sc, &info, rp, decisions.decides_settings)?;
+    let allows = allows_arrivals(&component, &info, run_plan, decisions.decides_settings)?;
     settings.open_loop(&resolved, allows)?;
     if settings.arrivals.is_some() && cfg.shard.is_some() {
         bail!("--session-arrival-rate is not supported in a sharded run: run the open-loop arrivals in one process");
     }
     let cfg = &settings.apply(cfg, &decisions);
-    let rp = &cfg.plan;
-    let sources = sources(&resolved, rp);
+    let run_plan = &cfg.plan;
+    let sources = sources(&resolved, run_plan);
     check_open_files(settings.concurrency);
     if resolved.seed_drawn {
         let seed = resolved.seed;
@@ -106,37 +106,37 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
             "no --random-seed given; drew one (pass --random-seed {seed} to reproduce)"
         );
     }
-    let mut extra = rp.extra.clone();
-    if let Some(b) = settings.ignore_eos {
+    let mut extra = run_plan.extra.clone();
+    if let Some(ignore_eos) = settings.ignore_eos {
         if !extra.iter().any(|(k, _)| k == "ignore_eos") {
-            extra.push(("ignore_eos".into(), json!(b)));
+            extra.push(("ignore_eos".into(), json!(ignore_eos)));
         }
     }
-    let counter = token_counter(cfg.tokenizer.as_deref(), rp.use_server_token_count)?;
-    let chat_template = match rp.apply_chat_template {
+    let counter = token_counter(cfg.tokenizer.as_deref(), run_plan.use_server_token_count)?;
+    let chat_template = match run_plan.apply_chat_template {
         true => Some(chat_template(cfg, &counter)?),
         false => None,
     };
-    let ds = open_dataset(cfg)?;
-    let dataset_key = hex::encode(ds.cache_key().0);
+    let dataset = open_dataset(cfg)?;
+    let dataset_key = hex::encode(dataset.cache_key().0);
     if let Some(want) = &cfg.expect_dataset_key {
         if &dataset_key != want {
             bail!(
                 "the dataset {} has digest {dataset_key} but the manifest recorded {want}; the corpus (or --num-dataset-entries) changed",
-                ds.source_path().display()
+                dataset.source_path().display()
             );
         }
     }
-    let harness_notes = super::harness::notes(&ds, &info.name)?;
-    let ds = super::kept::dataset(ds);
+    let harness_notes = super::harness::notes(&dataset, &info.name)?;
+    let dataset = super::kept::dataset(dataset);
     let effective = cfg.clone();
     let mode_source = match (decisions.assistant_text, effective.plan.mode_given) {
         (Some(_), _) => "scenario",
         (None, true) => "flag",
         (None, false) => "host default",
     };
-    let p = Prepared {
-        sc,
+    let prepared = Prepared {
+        sc: component,
         info,
         resolved,
         settings,
@@ -148,13 +148,13 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         extra,
         counter,
         chat_template,
-        dynamo: rp.dynamo,
-        host_settings: rp.host_settings.clone(),
-        ds,
+        dynamo: run_plan.dynamo,
+        host_settings: run_plan.host_settings.clone(),
+        ds: dataset,
         dataset_key,
         harness_notes,
     };
-    Ok((p, inst, effective))
+    Ok((prepared, inst, effective))
 }
 
 /// The scenario's own knob of open-loop session arrivals.
@@ -419,13 +419,13 @@ impl Prepared {
     /// (a component of an earlier world does not answer it). Shown by `--dry-run --json` and kept
     /// in the manifest.
     pub(super) fn applied_settings(&self) -> AppliedSettings {
-        let s = &self.settings;
+        let settings = &self.settings;
         let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
         let inf = |d: Option<std::time::Duration>| match d {
             Some(d) => json!(d.as_secs_f64()),
             None => json!("inf"),
         };
-        let (per_lane, by_time) = match s.pressure {
+        let (per_lane, by_time) = match settings.pressure {
             Some(crate::replay::sched::Pressure::RequestsPerLane(n)) => (Some(n), None),
             Some(crate::replay::sched::Pressure::Duration(d)) => (None, Some(d.as_secs_f64())),
             None => (None, None),
@@ -433,75 +433,96 @@ impl Prepared {
         let resolved =
             |name: ReplaySetting| self.resolved.setting(name).map(super::config::value_json);
         let rows = [
-            (ReplaySetting::Concurrency.name(), json!(s.concurrency)),
+            (
+                ReplaySetting::Concurrency.name(),
+                json!(settings.concurrency),
+            ),
             (
                 ReplaySetting::BenchmarkDuration.name(),
-                json!(s.duration.as_secs_f64()),
+                json!(settings.duration.as_secs_f64()),
             ),
-            (ReplaySetting::BenchmarkGracePeriod.name(), inf(s.grace)),
+            (
+                ReplaySetting::BenchmarkGracePeriod.name(),
+                inf(settings.grace),
+            ),
             (ReplaySetting::RandomSeed.name(), json!(self.resolved.seed)),
             (
                 ReplaySetting::TrajectoryStartMinRatio.name(),
-                json!(s.min_ratio),
+                json!(settings.min_ratio),
             ),
             (
                 ReplaySetting::TrajectoryStartMaxRatio.name(),
-                json!(s.max_ratio),
+                json!(settings.max_ratio),
             ),
             (
                 ReplaySetting::CacheBust.name(),
                 resolved(ReplaySetting::CacheBust).unwrap_or(json!("none")),
             ),
-            (ReplaySetting::InterTurnDelayCapSeconds.name(), json!(s.cap)),
-            (ReplaySetting::UseThinkTimeOnly.name(), json!(s.think_only)),
+            (
+                ReplaySetting::InterTurnDelayCapSeconds.name(),
+                json!(settings.cap),
+            ),
+            (
+                ReplaySetting::UseThinkTimeOnly.name(),
+                json!(settings.think_only),
+            ),
             (
                 ReplaySetting::IgnoreTraceDelays.name(),
-                json!(s.ignore_delays),
+                json!(settings.ignore_delays),
             ),
-            (ReplaySetting::IgnoreEos.name(), json!(s.ignore_eos)),
+            (ReplaySetting::IgnoreEos.name(), json!(settings.ignore_eos)),
             (
                 ReplaySetting::UnsafeOverride.name(),
-                json!(s.unsafe_override),
+                json!(settings.unsafe_override),
             ),
             (
                 ReplaySetting::ContextOverflowRateLimit.name(),
-                json!(s.rate_limit),
+                json!(settings.rate_limit),
             ),
             (
                 ReplaySetting::FailedRequestThreshold.name(),
-                json!(s.failed_request_threshold),
+                json!(settings.failed_request_threshold),
             ),
             (ReplaySetting::WarmupRequestsPerLane.name(), json!(per_lane)),
             (
                 ReplaySetting::AgenticCacheWarmupDuration.name(),
                 json!(by_time),
             ),
-            (ReplaySetting::WarmupGracePeriod.name(), inf(s.warmup_grace)),
+            (
+                ReplaySetting::WarmupGracePeriod.name(),
+                inf(settings.warmup_grace),
+            ),
             (
                 ReplaySetting::TraceIdleGapCapSeconds.name(),
-                json!(secs(s.trace_idle_cap)),
+                json!(secs(settings.trace_idle_cap)),
             ),
             (
                 ReplaySetting::SystemIdleGapCapSeconds.name(),
                 resolved(ReplaySetting::SystemIdleGapCapSeconds).unwrap_or(serde_json::Value::Null),
             ),
-            (ReplaySetting::BurstPhaseStarts.name(), json!(s.burst)),
+            (
+                ReplaySetting::BurstPhaseStarts.name(),
+                json!(settings.burst),
+            ),
             (
                 ReplaySetting::NumDatasetEntries.name(),
-                json!(s.num_dataset_entries),
+                json!(settings.num_dataset_entries),
             ),
-            (ReplaySetting::SliceDuration.name(), json!(s.slice_duration)),
+            (
+                ReplaySetting::SliceDuration.name(),
+                json!(settings.slice_duration),
+            ),
             (
                 ReplaySetting::UseServerTokenCount.name(),
-                json!(s.use_server_token_count),
+                json!(settings.use_server_token_count),
             ),
             (
                 ReplaySetting::StatsInterval.name(),
-                json!(secs(s.stats_interval).unwrap_or(0.0)),
+                json!(secs(settings.stats_interval).unwrap_or(0.0)),
             ),
             (
                 ReplaySetting::HttpTcpUserTimeout.name(),
-                json!(s.tcp_user_timeout.map(|d| d.as_millis() as u64)),
+                json!(settings.tcp_user_timeout.map(|d| d.as_millis() as u64)),
             ),
         ];
 
@@ -514,16 +535,19 @@ impl Prepared {
             out.insert(name.to_string(), AppliedSetting::new(value, source));
         }
         // An open-loop run's arrivals (listed only then, so a closed loop's settings are unchanged).
-        if let Some(o) = &s.arrivals {
+        if let Some(open_loop) = &settings.arrivals {
             for (name, value) in [
-                (ReplaySetting::SessionArrivalRate.name(), json!(o.spec.rate)),
+                (
+                    ReplaySetting::SessionArrivalRate.name(),
+                    json!(open_loop.spec.rate),
+                ),
                 (
                     ReplaySetting::SessionArrivalPattern.name(),
-                    json!(o.spec.pattern.name()),
+                    json!(open_loop.spec.pattern.name()),
                 ),
                 (
                     ReplaySetting::SessionArrivalSmoothness.name(),
-                    json!(o.spec.smoothness),
+                    json!(open_loop.spec.smoothness),
                 ),
             ] {
                 let source = self.sources.get(name).copied().unwrap_or("scenario");

@@ -41,12 +41,12 @@ impl RunDir {
     ) -> anyhow::Result<(RunDir, RecordSink)> {
         let RunCtx {
             cfg,
-            prepared: p,
+            prepared,
             planned,
         } = ctx;
         let run_dir = cfg
             .output
-            .resolve(&p.info.name, &planned.run_id, cfg.shard.is_some());
+            .resolve(&prepared.info.name, &planned.run_id, cfg.shard.is_some());
         let out = match &cfg.shard {
             Some(sh) => run_dir.join(shard_dir_name(sh.index)),
             None => run_dir.clone(),
@@ -54,7 +54,7 @@ impl RunDir {
         let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
         let sink = RecordSink::create(&art)?;
         let clock = Clock::start();
-        let mut manifest = manifest_of(cfg, p, planned, clock.anchor_unix_ns());
+        let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
         manifest.model = Some(model.to_string());
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
             manifest.shard = Some(ShardInfo {
@@ -71,7 +71,7 @@ impl RunDir {
                 rendezvous: None,
             });
             // What the merge's exports follow that the records do not say.
-            manifest.shard_exports = Some(shard_exports(p, planned));
+            manifest.shard_exports = Some(shard_exports(prepared, planned));
         }
         let d = RunDir {
             run_dir,
@@ -156,11 +156,11 @@ impl RunDir {
 /// The scenario's rules for the exports, kept in a shard's manifest so that `merge` writes the
 /// exports this run would have written in one process: the coverage rule and the warmup's phase
 /// name.
-fn shard_exports(p: &Prepared, planned: &Planned) -> manifest::ShardExports {
+fn shard_exports(prepared: &Prepared, planned: &Planned) -> manifest::ShardExports {
     manifest::ShardExports {
         coverage_required_ratio: planned.coverage_required_ratio(),
-        coverage_content: p.decisions.decides_settings,
-        warmup_phase_name: p.decisions.warmup_phase_name.clone(),
+        coverage_content: prepared.decisions.decides_settings,
+        warmup_phase_name: prepared.decisions.warmup_phase_name.clone(),
     }
 }
 
@@ -172,9 +172,14 @@ pub(super) fn assistant_mode(m: AssistantMode) -> &'static str {
 }
 
 /// The manifest of a run about to start: every input that pins it.
-fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u64) -> Manifest {
-    let rp = &cfg.plan;
-    let resolved = &p.resolved;
+fn manifest_of(
+    cfg: &RunConfig,
+    prepared: &Prepared,
+    planned: &Planned,
+    started_unix: u64,
+) -> Manifest {
+    let run_plan = &cfg.plan;
+    let resolved = &prepared.resolved;
     let lanes = planned.own_lane_plans();
     Manifest {
         argv: cfg.argv.clone(),
@@ -186,8 +191,8 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
         run_id: planned.run_id.clone(),
         seed: planned.seed,
         seed_drawn: resolved.seed_drawn,
-        scenario: scenario_id(p),
-        dataset: dataset_id(p, cfg.num_dataset_entries),
+        scenario: scenario_id(prepared),
+        dataset: dataset_id(prepared, cfg.num_dataset_entries),
         resolved_settings: resolved
             .settings
             .iter()
@@ -197,7 +202,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
                 explicit: s.explicit,
             })
             .collect(),
-        replay_settings: Some(p.applied_settings()),
+        replay_settings: Some(prepared.applied_settings()),
         warnings: resolved
             .warnings
             .iter()
@@ -206,7 +211,7 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
                 message: w.message.clone(),
             })
             .collect(),
-        not_acted_on: p.not_acted_on.clone(),
+        not_acted_on: prepared.not_acted_on.clone(),
         resolve_invalid_reasons: resolved.invalid_reasons.clone(),
         slice_duration: cfg.slice_duration,
         goodput: cfg
@@ -215,21 +220,24 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
             .map(agentx_metrics::goodput::Goodput::spec),
         session_goodput_share: cfg.goodput.as_ref().map(|_| cfg.session_goodput_share),
         http: Some(HttpInfo {
-            correlation_header: rp.client.routing.correlation.as_str().to_string(),
-            session_headers: rp
+            correlation_header: run_plan.client.routing.correlation.as_str().to_string(),
+            session_headers: run_plan
                 .client
                 .routing
                 .names()
                 .iter()
                 .map(std::string::ToString::to_string)
                 .collect(),
-            connection_reuse_strategy: rp.client.reuse.as_str().to_string(),
-            tcp_user_timeout_ms: rp.client.tcp_user_timeout.map(|d| d.as_millis() as u64),
+            connection_reuse_strategy: run_plan.client.reuse.as_str().to_string(),
+            tcp_user_timeout_ms: run_plan
+                .client
+                .tcp_user_timeout
+                .map(|d| d.as_millis() as u64),
         }),
-        concurrency: p.settings.concurrency,
-        benchmark_duration_s: p.settings.duration.as_secs_f64(),
-        assistant_mode: assistant_mode(rp.mode).to_string(),
-        url: rp
+        concurrency: prepared.settings.concurrency,
+        benchmark_duration_s: prepared.settings.duration.as_secs_f64(),
+        assistant_mode: assistant_mode(run_plan.mode).to_string(),
+        url: run_plan
             .url
             .clone()
             .unwrap_or_else(|| format!("builtin-simulator:{}", cfg.sim_preset)),
@@ -255,24 +263,24 @@ fn manifest_of(cfg: &RunConfig, p: &Prepared, planned: &Planned, started_unix: u
 }
 
 /// The scenario as the manifest and the run summary name it.
-pub(super) fn scenario_id(p: &Prepared) -> ScenarioId {
+pub(super) fn scenario_id(prepared: &Prepared) -> ScenarioId {
     ScenarioId {
-        name: p.info.name.clone(),
-        version: p.info.version.clone(),
-        sha256: p.sc.hash().to_string(),
-        source: p.sc.path().to_owned(),
+        name: prepared.info.name.clone(),
+        version: prepared.info.version.clone(),
+        sha256: prepared.sc.hash().to_string(),
+        source: prepared.sc.path().to_owned(),
     }
 }
 
 /// The dataset as the manifest and the run summary name it (`num_dataset_entries` when given).
-pub(super) fn dataset_id(p: &Prepared, entries: Option<usize>) -> DatasetId {
+pub(super) fn dataset_id(prepared: &Prepared, entries: Option<usize>) -> DatasetId {
     DatasetId {
-        source: p.ds.source_path().to_owned(),
-        alias: p.ds.alias().map(|x| x.name.to_string()),
-        cache_key: Some(p.dataset_key.clone()),
-        traces: p.ds.len(),
+        source: prepared.ds.source_path().to_owned(),
+        alias: prepared.ds.alias().map(|x| x.name.to_string()),
+        cache_key: Some(prepared.dataset_key.clone()),
+        traces: prepared.ds.len(),
         num_dataset_entries: entries,
-        trace_block_size: p.ds.corpus_format().trace_block_size,
-        harness_notes: p.harness_notes.clone(),
+        trace_block_size: prepared.ds.corpus_format().trace_block_size,
+        harness_notes: prepared.harness_notes.clone(),
     }
 }

@@ -336,7 +336,7 @@ pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutc
             verdicts.insert(concurrency, judged.meets);
             report.points.retain(|p| p.concurrency != concurrency);
             report.points.push(SloPoint {
-                concurrency: concurrency,
+                concurrency,
                 meets: judged.meets,
                 figures: judged.figures,
                 goodput: judged.goodput,
