@@ -4,7 +4,11 @@
 The table under "## Crates" in docs/architecture.md (columns: crate | holds | may depend on) is the one
 statement of the layering. This reads it, reads `cargo metadata --no-deps` (every dependency kind:
 normal, dev and build), and prints each edge between workspace members that the table does not list,
-and each member the table does not name. Exit code 1 on any of them.
+and each member the table does not name. It also checks two rules the table's prose states: every
+member but the ones allowed `unsafe` (dataset, scenario, the root; the hack crate holds no code) says
+`#![forbid(unsafe_code)]` at the top of its lib.rs, and the crates whose tests must build without the
+wasm runtime (metrics, dataset, client) have no `wasmtime` anywhere in their dependency tree. Exit
+code 1 on any of them.
 
 Usage: python3 .ci/check_crate_deps.py
 """
@@ -18,6 +22,37 @@ import sys
 DOC = "docs/architecture.md"
 # cargo-hakari's feature-unification crate: no code, a dependency of every member.
 HACK = "agentx-workspace-hack"
+# The crates that may hold `unsafe` (with a local allow and its reason at each use).
+MAY_BE_UNSAFE = {"agentx-dataset", "agentx-scenario", "agentx-host", HACK}
+# The crates whose own tests link no wasm runtime (`cargo test -p` of them stays fast).
+WITHOUT_WASMTIME = ["agentx-metrics", "agentx-dataset", "agentx-client"]
+
+
+def unsafe_problems(members):
+    """Members that may not hold `unsafe` but do not forbid it at the top of their lib.rs."""
+    problems = []
+    for name, package in sorted(members.items()):
+        if name in MAY_BE_UNSAFE:
+            continue
+        lib = next((t["src_path"] for t in package["targets"] if "lib" in t["kind"]), None)
+        head = open(lib, encoding="utf-8").read() if lib else ""
+        if "#![forbid(unsafe_code)]" not in head:
+            problems.append(f"{name}: {lib} does not say #![forbid(unsafe_code)]; only "
+                            f"{', '.join(sorted(MAY_BE_UNSAFE - {HACK}))} may hold unsafe")
+    return problems
+
+
+def wasmtime_problems():
+    """The crates of WITHOUT_WASMTIME whose dependency tree (normal, dev, build) holds wasmtime."""
+    problems = []
+    for name in WITHOUT_WASMTIME:
+        tree = subprocess.check_output(
+            ["cargo", "tree", "--offline", "-p", name, "-e", "normal,dev,build", "--prefix", "none"],
+            text=True)
+        if any(line.startswith("wasmtime") for line in tree.splitlines()):
+            problems.append(f"{name}: its dependency tree holds wasmtime; its tests must build "
+                            f"without the wasm runtime (move what needs it up, or out)")
+    return problems
 
 
 def allowed_table(text):
@@ -56,6 +91,8 @@ def main():
                                 f"move what it needs down, or change the table with a reason")
     for name in sorted(set(table) - set(members)):
         problems.append(f"{name}: in {DOC}'s Crates table but not a workspace member")
+    problems += unsafe_problems(members)
+    problems += wasmtime_problems()
     for p in problems:
         print(p)
     edges = sum(1 for p in members.values() for d in p["dependencies"] if d["name"] in members)
