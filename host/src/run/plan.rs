@@ -135,35 +135,8 @@ pub(super) fn plan(
             open_loop(&mut tree_plan, arrivals, settings.duration);
         }
         if cfg.dry_run {
-            let mut json = tree_plan.json.clone();
-            json["scenario"]["world"] = json!(prepared.sc.world().as_str());
-            json["settings"] = json!(prepared.applied_settings());
-            let decisions = &prepared.decisions;
-            json["rules"]["assistant_text"] = json!(match decisions.assistant_text {
-                Some(scenario::AssistantText::Recorded) => "recorded",
-                Some(scenario::AssistantText::Live) => "live",
-                None => "flag",
-            });
-            json["rules"]["prompt_tiling"] = json!(match decisions.prompt_tiling {
-                scenario::PromptTiling::RecordedLength => "recorded_length",
-                scenario::PromptTiling::Reference => "reference",
-            });
-            json["rules"]["session_affinity_header"] = json!(decisions.session_affinity_header);
-            json["rules"]["discover_model"] = json!(decisions.discover_model);
-            json["rules"]["warmup_phase_name"] = json!(decisions.warmup_phase_name);
-            if let Some(shard_cfg) = &cfg.shard {
-                // A shard's plan: its own lanes of the whole plan, as for single streams.
-                tree_plan.shard = Some((shard_cfg.index, shard_cfg.count));
-                json["shard"] = json!({"index": shard_cfg.index, "count": shard_cfg.count,
-                                       "trees_owned": tree_plan.owned_trees()});
-                if let Some(lanes) = json["lanes"].as_array_mut() {
-                    lanes.retain(|l| {
-                        l["lane"].as_u64().map(|x| x % u64::from(shard_cfg.count))
-                            == Some(u64::from(shard_cfg.index))
-                    });
-                }
-            }
-            let decisions = DryRun {
+            let json = tree_dry_run_json(cfg, prepared, &mut tree_plan);
+            let dry_run = DryRun {
                 json,
                 table: tree_plan.table,
             };
@@ -171,7 +144,7 @@ pub(super) fn plan(
                 dir(&run_id),
                 run_id,
                 conc,
-                decisions,
+                dry_run,
             )));
         }
         tracing::debug!("plan:\n{}", tree_plan.table);
@@ -220,18 +193,18 @@ pub(super) fn plan(
         plan.delays
             .iter_mut()
             .flatten()
-            .for_each(|decisions| *decisions = 0.0);
+            .for_each(|delay| *delay = 0.0);
     }
     if plan.wrapped {
         warn_shared(conc, plan.pool.len(), "usable traces");
     }
     if cfg.dry_run {
-        let decisions = single_stream_dry_run(cfg, prepared, &plan, &run_id, seed);
+        let dry_run = single_stream_dry_run(cfg, prepared, &plan, &run_id, seed);
         return Ok(Planning::Dry(RunOutcome::planned(
             dir(&run_id),
             run_id,
             conc,
-            decisions,
+            dry_run,
         )));
     }
     let (min, med, max) = plan.percent_spread();
@@ -273,6 +246,44 @@ fn single_stream_dry_run(
         table.push_str(&format!("\nlane {:>4} marker {:?}", l.lane, l.marker));
     }
     DryRun { json, table }
+}
+
+/// The `--dry-run --json` plan of a session-tree run: the planner's JSON with the world, the applied
+/// settings and the scenario's rules; a shard's keeps its own lanes (and the plan learns its shard).
+fn tree_dry_run_json(
+    cfg: &RunConfig,
+    prepared: &Prepared,
+    tree_plan: &mut TreePlanned,
+) -> serde_json::Value {
+    let mut json = tree_plan.json.clone();
+    json["scenario"]["world"] = json!(prepared.sc.world().as_str());
+    json["settings"] = json!(prepared.applied_settings());
+    let decisions = &prepared.decisions;
+    json["rules"]["assistant_text"] = json!(match decisions.assistant_text {
+        Some(scenario::AssistantText::Recorded) => "recorded",
+        Some(scenario::AssistantText::Live) => "live",
+        None => "flag",
+    });
+    json["rules"]["prompt_tiling"] = json!(match decisions.prompt_tiling {
+        scenario::PromptTiling::RecordedLength => "recorded_length",
+        scenario::PromptTiling::Reference => "reference",
+    });
+    json["rules"]["session_affinity_header"] = json!(decisions.session_affinity_header);
+    json["rules"]["discover_model"] = json!(decisions.discover_model);
+    json["rules"]["warmup_phase_name"] = json!(decisions.warmup_phase_name);
+    if let Some(shard_cfg) = &cfg.shard {
+        // A shard's plan: its own lanes of the whole plan, as for single streams.
+        tree_plan.shard = Some((shard_cfg.index, shard_cfg.count));
+        json["shard"] = json!({"index": shard_cfg.index, "count": shard_cfg.count,
+                                   "trees_owned": tree_plan.owned_trees()});
+        if let Some(lanes) = json["lanes"].as_array_mut() {
+            lanes.retain(|l| {
+                l["lane"].as_u64().map(|x| x % u64::from(shard_cfg.count))
+                    == Some(u64::from(shard_cfg.index))
+            });
+        }
+    }
+    json
 }
 
 /// The warning of a run with more lanes than `what` (traces or trees): each is replayed on

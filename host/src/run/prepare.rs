@@ -414,11 +414,9 @@ pub fn input_ids(cfg: &RunConfig) -> anyhow::Result<InputIds> {
 }
 
 impl Prepared {
-    /// Every replay setting as the run applies it, with where it came from: `flag`,
-    /// `environment`, `demo`, `scenario` (the component filled or changed it) or `host default`
-    /// (a component of an earlier world does not answer it). Shown by `--dry-run --json` and kept
-    /// in the manifest.
-    pub(super) fn applied_settings(&self) -> AppliedSettings {
+    /// Every replay setting's value as the run applies it, by name (the scenario's settings; the
+    /// arrivals, the host's own options and the assistant text are added by the caller).
+    fn replay_setting_values(&self) -> Vec<(&'static str, serde_json::Value)> {
         let settings = &self.settings;
         let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
         let inf = |d: Option<std::time::Duration>| match d {
@@ -432,7 +430,7 @@ impl Prepared {
         };
         let resolved =
             |name: ReplaySetting| self.resolved.setting(name).map(super::config::value_json);
-        let rows = [
+        vec![
             (
                 ReplaySetting::Concurrency.name(),
                 json!(settings.concurrency),
@@ -524,7 +522,16 @@ impl Prepared {
                 ReplaySetting::HttpTcpUserTimeout.name(),
                 json!(settings.tcp_user_timeout.map(|d| d.as_millis() as u64)),
             ),
-        ];
+        ]
+    }
+
+    /// Every replay setting as the run applies it, with where it came from: `flag`,
+    /// `environment`, `demo`, `scenario` (the component filled or changed it) or `host default`
+    /// (a component of an earlier world does not answer it). Shown by `--dry-run --json` and kept
+    /// in the manifest.
+    pub(super) fn applied_settings(&self) -> AppliedSettings {
+        let settings = &self.settings;
+        let rows = self.replay_setting_values();
 
         let mut out = AppliedSettings::new();
         for (name, value) in rows {
