@@ -13,6 +13,7 @@ pub mod run_summary;
 pub mod server_metrics;
 pub mod sweep;
 pub mod sweep_views;
+pub mod timeline;
 
 use std::path::PathBuf;
 
