@@ -564,6 +564,10 @@ fn write_phase_edges<W: Write>(
     }
 }
 
+/// A gauge's metric names in the engine that exports it, and whether that engine reports it as a
+/// percentage.
+type GaugeNames = (&'static [&'static str], bool);
+
 /// One endpoint's gauges as counter samples, one per successful scrape and gauge.
 fn write_gauges<W: Write>(
     writer: &mut EventWriter<W>,
@@ -582,7 +586,7 @@ fn write_gauges<W: Write>(
                 .then_some((names, engine.kv_usage_percent))
         })
     };
-    let gauges: [(&str, Option<(&[&str], bool)>, bool); 3] = [
+    let gauges: [(&str, Option<GaugeNames>, bool); 3] = [
         ("requests running", pick(|engine| engine.running), false),
         ("requests waiting", pick(|engine| engine.waiting), false),
         ("KV usage", pick(|engine| engine.kv_usage), true),
