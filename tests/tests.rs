@@ -32,5 +32,6 @@ mod survive;
 mod sweep;
 mod sweep_server;
 mod tiling;
+mod timeline;
 mod tree_fidelity;
 mod tree_run;

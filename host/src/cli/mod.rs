@@ -23,6 +23,7 @@ mod run_plan;
 pub mod shard;
 pub mod sim;
 pub mod sweep;
+pub mod timeline;
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
 #[derive(Debug, Parser)]
@@ -93,6 +94,9 @@ pub enum Command {
     /// Draw metrics_plots.png and report.html (per-second time series, headline numbers, verdict) from a
     /// run's artifact directory.
     Plot(report::PlotArgs),
+    /// Write a run as Chrome/Perfetto trace events (trace.json): a track per lane and stream,
+    /// request slices, think gaps, subagent arrows, phase edges and the server's gauges.
+    Timeline(timeline::TimelineArgs),
 }
 
 /// Options shared by every command that loads scenarios.
@@ -208,6 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::main(*args, std::env::args().skip(1).collect()),
         Command::Finalize(a) => finalize::main(a),
+        Command::Timeline(a) => timeline::main(a),
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(sim::main(*args)),
