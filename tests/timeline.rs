@@ -10,11 +10,14 @@ use serde_json::Value;
 
 use super::support::{tree_run_args, Run, Sim};
 
-/// Slices of one track, as (start, end, name) in microseconds: each pair either nests or is disjoint.
-fn assert_nested(track: &str, mut slices: Vec<(f64, f64, String)>) {
+/// A slice as (start, end, name), in microseconds.
+type Slice = (f64, f64, String);
+
+/// Slices of one track: each pair either nests or is disjoint.
+fn assert_nested(track: &str, mut slices: Vec<Slice>) {
     // Longer first at equal starts, so a parent comes before what it holds.
     slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
-    let mut open: Vec<(f64, f64, String)> = Vec::new();
+    let mut open: Vec<Slice> = Vec::new();
     for slice in slices {
         // Times are microseconds with nanosecond decimals: a sum of two may be off in the last bit.
         while open.last().is_some_and(|top| top.1 <= slice.0 + 1e-3) {
@@ -92,7 +95,7 @@ fn a_tree_run_with_subagents_is_a_well_formed_trace_counted_against_its_records(
     assert_eq!((count("ttft"), count("decode")), (with_token, with_token));
 
     // Every track's slices nest.
-    let mut tracks: BTreeMap<(u64, u64), Vec<(f64, f64, String)>> = BTreeMap::new();
+    let mut tracks: BTreeMap<(u64, u64), Vec<Slice>> = BTreeMap::new();
     for e in events.iter().filter(|e| e["ph"] == "X") {
         let start = e["ts"].as_f64().unwrap();
         let end = start + e["dur"].as_f64().unwrap();

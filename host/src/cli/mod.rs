@@ -212,7 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::main(*args, std::env::args().skip(1).collect()),
         Command::Finalize(a) => finalize::main(a),
-        Command::Timeline(a) => timeline::main(a),
+        Command::Timeline(a) => timeline::main(&a),
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(sim::main(*args)),

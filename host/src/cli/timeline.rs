@@ -23,7 +23,7 @@ pub struct TimelineArgs {
 }
 
 /// Writes the trace and says what it holds (and what the directory lacked).
-pub fn main(args: TimelineArgs) -> anyhow::Result<ExitCode> {
+pub fn main(args: &TimelineArgs) -> anyhow::Result<ExitCode> {
     if !args.dir.is_dir() {
         anyhow::bail!(
             "{} is not a directory: name a run's artifact directory (it holds records.jsonl)",
