@@ -16,6 +16,7 @@ pub mod headers;
 pub mod routing;
 pub mod session_control;
 pub mod sse;
+pub mod trace_context;
 pub mod transport;
 
 use std::time::Instant;
