@@ -1,0 +1,12 @@
+//! What a run tells other tools while it goes. Today: OTLP spans ([`otlp`]), one per request record
+//! and one per session (stream), exported over OTLP/HTTP (protobuf) to a collector, with the trace
+//! context the requests carried ([`agentx_protocol::trace_context`]) so that a server's spans join
+//! the client's.
+//!
+//! Telemetry never slows or fails a run: spans go through a bounded queue, a full queue drops them,
+//! and an endpoint that is down or slow loses its batches; both are counted and said once.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod otlp;
