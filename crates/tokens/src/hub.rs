@@ -4,7 +4,7 @@
 //! The layout is the one `hf download` (and the legacy `huggingface-cli download`) writes:
 //! `<hub>/<datasets|models>--<org>--<name>/snapshots/<revision>/<path>`, with `refs/main` naming the
 //! revision the last download of the default branch fetched. Nothing here touches the network; corpus
-//! aliases ([`super::alias`]) and tokenizers ([`super::tokens`]) both resolve through it.
+//! aliases (`agentx_dataset::alias`) and tokenizers ([`crate::resolve_tokenizer`]) both resolve through it.
 
 use std::path::{Path, PathBuf};
 
@@ -82,13 +82,13 @@ pub fn is_repo_id(spec: &str) -> bool {
 }
 
 /// The cache directory of `repo` (`org/name`) in `hub`.
-pub fn repo_dir(hub: &Path, kind: RepoKind, repo: &str) -> PathBuf {
+fn repo_dir(hub: &Path, kind: RepoKind, repo: &str) -> PathBuf {
     hub.join(format!("{}--{}", kind.prefix(), repo.replace('/', "--")))
 }
 
 /// `file` of `repo` in one hub cache directory: in the snapshot `refs/main` names, else in the most
 /// recently modified snapshot that has it.
-pub fn find_in(hub: &Path, kind: RepoKind, repo: &str, file: &str) -> Option<PathBuf> {
+pub(crate) fn find_in(hub: &Path, kind: RepoKind, repo: &str, file: &str) -> Option<PathBuf> {
     let dir = repo_dir(hub, kind, repo);
     let snapshots = dir.join("snapshots");
     if let Ok(rev) = std::fs::read_to_string(dir.join("refs").join("main")) {

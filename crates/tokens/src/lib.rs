@@ -28,11 +28,11 @@ use hub::RepoKind;
 use text::{Vocabulary, WORDS};
 
 /// The `--tokenizer` name aiperf maps to its zero-network tokenizer (tiktoken `o200k_base`).
-pub const BUILTIN: &str = "builtin";
+pub(crate) const BUILTIN: &str = "builtin";
 
 /// tiktoken encoding names aiperf routes to tiktoken rather than the hub; agentx has no tiktoken and
 /// counts them like [`BUILTIN`].
-pub const TIKTOKEN_ENCODINGS: &[&str] = &[
+pub(crate) const TIKTOKEN_ENCODINGS: &[&str] = &[
     "cl100k_base",
     "o200k_base",
     "o200k_harmony",
@@ -42,7 +42,7 @@ pub const TIKTOKEN_ENCODINGS: &[&str] = &[
 ];
 
 /// The file a tokenizer directory or model snapshot must hold.
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
+pub(crate) const TOKENIZER_FILE: &str = "tokenizer.json";
 
 /// Where a `--tokenizer` value resolved to ([`resolve_tokenizer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
