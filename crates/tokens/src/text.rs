@@ -147,18 +147,18 @@ impl Vocabulary {
         if kept.is_empty() {
             return None;
         }
-        let std = &Self::STANDARD;
-        let mut v = Vocabulary {
+        let standard = &Self::STANDARD;
+        let mut table = Vocabulary {
             slots: [[0; SLOT]; VOCAB_LEN],
             lens: [0; VOCAB_LEN],
             distinct: kept.len(),
         };
         for i in 0..VOCAB_LEN {
             let src = kept[i % kept.len()];
-            v.slots[i] = std.slots[src];
-            v.lens[i] = std.lens[src];
+            table.slots[i] = standard.slots[src];
+            table.lens[i] = standard.lens[src];
         }
-        Some(v)
+        Some(table)
     }
 
     /// Number of distinct words in the table.
@@ -172,15 +172,15 @@ const fn build_standard() -> Vocabulary {
     let mut lens = [0u8; VOCAB_LEN];
     let mut i = 0;
     while i < VOCAB_LEN {
-        let w = WORDS[i].as_bytes();
-        assert!(w.len() < SLOT, "vocabulary word too long for its slot");
+        let word = WORDS[i].as_bytes();
+        assert!(word.len() < SLOT, "vocabulary word too long for its slot");
         slots[i][0] = b' ';
         let mut j = 0;
-        while j < w.len() {
-            slots[i][j + 1] = w[j];
+        while j < word.len() {
+            slots[i][j + 1] = word[j];
             j += 1;
         }
-        lens[i] = (w.len() + 1) as u8;
+        lens[i] = (word.len() + 1) as u8;
         i += 1;
     }
     Vocabulary {
@@ -201,23 +201,23 @@ fn mix64(mut z: u64) -> u64 {
 
 /// The per-trace key of block text: the first 8 bytes of sha256("agentx-text:{seed}:{trace_id}").
 pub fn trace_key(seed: u64, trace_id: &str) -> u64 {
-    let mut h = Sha256::new();
-    h.update(b"agentx-text:");
-    h.update(seed.to_string().as_bytes());
-    h.update(b":");
-    h.update(trace_id.as_bytes());
-    let d = h.finalize();
-    u64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
+    let mut hasher = Sha256::new();
+    hasher.update(b"agentx-text:");
+    hasher.update(seed.to_string().as_bytes());
+    hasher.update(b":");
+    hasher.update(trace_id.as_bytes());
+    let digest = hasher.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
 }
 
 /// The corpus-wide key of block text for a corpus whose hash ids are global: the first 8 bytes of
 /// sha256("agentx-text-global:{seed}"), so equal hash ids give equal text in every trace of the corpus.
 pub fn corpus_key(seed: u64) -> u64 {
-    let mut h = Sha256::new();
-    h.update(b"agentx-text-global:");
-    h.update(seed.to_string().as_bytes());
-    let d = h.finalize();
-    u64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
+    let mut hasher = Sha256::new();
+    hasher.update(b"agentx-text-global:");
+    hasher.update(seed.to_string().as_bytes());
+    let digest = hasher.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
 }
 
 /// Domain separators so block, tail and other streams of one trace never coincide.
