@@ -20,7 +20,7 @@ pub const BUILTIN_OPEN: &[u8] = include_bytes!("../../../guest-scenarios/dist/ag
 
 /// The components built into the host: file stem, the other names it answers to, bytes. The first
 /// is the default.
-pub const BUILTINS: [(&str, &[&str], &[u8]); 4] = [
+const BUILTINS: [(&str, &[&str], &[u8]); 4] = [
     ("agentx", &["inferencex-agentx"], BUILTIN_SCENARIO),
     ("agentx-v1", &["inferencex-agentx-v1"], BUILTIN_V1),
     ("agentx-mvp", &["inferencex-agentx-mvp"], BUILTIN_MVP),
@@ -76,7 +76,7 @@ pub fn list() -> Vec<BuiltinInfo> {
 }
 
 /// The names of the built-ins, for messages: `agentx (default), agentx-v1, agentx-mvp, agentx-open`.
-pub fn names() -> String {
+fn names() -> String {
     BUILTINS
         .iter()
         .enumerate()

@@ -11,7 +11,7 @@ use super::types::{Placement, Trajectory};
 
 /// The longest delay before a turn a scenario may ask for, seconds (a year). A longer one, finite
 /// but past what a timer deadline can hold, is a contract violation, not a panic in the lane.
-pub const MAX_DELAY_S: f64 = 365.0 * 86_400.0;
+const MAX_DELAY_S: f64 = 365.0 * 86_400.0;
 
 /// A start turn must leave at least the start turn itself inside a trajectory of `num_turns`.
 pub fn start_turn(k: Option<u32>, num_turns: u32) -> Result<(), String> {
@@ -38,7 +38,8 @@ pub fn plan_starts(starts: &[Option<u32>], trajectories: &[Trajectory]) -> Resul
     Ok(())
 }
 
-/// The delay before a turn, seconds: finite, non-negative and at most [`MAX_DELAY_S`].
+/// The delay before a turn, seconds: finite, non-negative and at most a year (a longer one is refused,
+/// not left to overflow a timer deadline).
 pub fn turn_delay(d: f64) -> Result<f64, String> {
     if (0.0..=MAX_DELAY_S).contains(&d) {
         Ok(d)
@@ -49,7 +50,7 @@ pub fn turn_delay(d: f64) -> Result<f64, String> {
 
 /// The end-to-start delay of a session-tree turn, milliseconds: finite, non-negative and at most
 /// [`MAX_DELAY_S`].
-pub fn tree_turn_delay(ms: f64) -> Result<f64, String> {
+pub(crate) fn tree_turn_delay(ms: f64) -> Result<f64, String> {
     if (0.0..=MAX_DELAY_S * 1000.0).contains(&ms) {
         Ok(ms)
     } else {
@@ -60,7 +61,7 @@ pub fn tree_turn_delay(ms: f64) -> Result<f64, String> {
 /// A lane's start in a tree: at least one stream, each index in range and listed once, each next
 /// turn inside its stream, the warm turn the one before it, offsets and leads finite and
 /// non-negative, branch indices in range, and t* finite when given.
-pub fn tree_start(
+pub(crate) fn tree_start(
     st: &super::types_v2::TreeStart,
     tree: &super::types_v2::Tree,
 ) -> Result<(), String> {

@@ -36,7 +36,8 @@ pub use decisions::{AssistantText, Decisions, PromptTiling, TreeCoverage};
 pub use setting_names::{ReplaySetting, REPLAY_SETTINGS};
 
 pub use error::ScenarioError;
-pub use store::{ScenarioRef, ScenarioStore, StoredScenario};
+pub(crate) use store::ScenarioRef;
+pub use store::{ScenarioStore, StoredScenario};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -63,11 +64,11 @@ use types::*;
 /// The WIT package this host speaks.
 pub const WIT_PACKAGE: &str = "agentx:scenario";
 /// The version of the WIT package of single-stream scenarios (`agentx-mvp`, `kvct-v01`).
-pub const WIT_VERSION: &str = "0.1.0";
+const WIT_VERSION: &str = "0.1.0";
 /// The version of the WIT package of session-tree scenarios (`agentx-v1`).
-pub const WIT_VERSION_V2: &str = "0.2.0";
+const WIT_VERSION_V2: &str = "0.2.0";
 /// The version of the WIT package of scenarios that decide the whole replay (`agentx`).
-pub const WIT_VERSION_V3: &str = "0.3.0";
+const WIT_VERSION_V3: &str = "0.3.0";
 /// The interface a 0.1.0 scenario exports.
 const POLICY_EXPORT: &str = "agentx:scenario/policy@0.1.0";
 /// The interface a 0.2.0 scenario exports.
@@ -232,11 +233,6 @@ impl ScenarioEngine {
             compiled_dir,
             _ticker: Arc::new(EpochTicker { stop }),
         })
-    }
-
-    /// The sandbox limits of this engine.
-    pub fn limits(&self) -> Limits {
-        self.limits
     }
 
     /// Load a scenario component from a file, checking `pin` (a sha256 hex digest) when given.
@@ -597,11 +593,6 @@ macro_rules! guest_call {
 }
 
 impl ScenarioInstance {
-    /// The scenario this instance runs.
-    pub fn scenario(&self) -> &Scenario {
-        &self.scenario
-    }
-
     fn prepare(&mut self) -> Result<(), ScenarioError> {
         if self.poisoned {
             let (store, bindings) = self.scenario.new_store()?;

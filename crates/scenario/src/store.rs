@@ -15,7 +15,7 @@ use super::ScenarioError;
 
 /// Where a scenario comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScenarioRef {
+pub(crate) enum ScenarioRef {
     /// A file, optionally pinned to a sha256.
     File { path: PathBuf, pin: Option<String> },
     /// A full hash or unique prefix in the store.
@@ -26,7 +26,7 @@ pub enum ScenarioRef {
 
 impl ScenarioRef {
     /// Parse a reference as the user wrote it.
-    pub fn parse(s: &str) -> Result<ScenarioRef, ScenarioError> {
+    pub(crate) fn parse(s: &str) -> Result<ScenarioRef, ScenarioError> {
         let bad = |reason: &str| ScenarioError::BadReference {
             reference: s.to_string(),
             reason: reason.to_string(),
@@ -99,11 +99,6 @@ impl ScenarioStore {
         }
     }
 
-    /// The directory holding the entries.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     fn io(&self, source: std::io::Error) -> ScenarioError {
         ScenarioError::Store {
             path: self.dir.clone(),
@@ -112,7 +107,7 @@ impl ScenarioStore {
     }
 
     /// The file holding the component of a full hash.
-    pub fn wasm_path(&self, hash: &str) -> PathBuf {
+    pub(crate) fn wasm_path(&self, hash: &str) -> PathBuf {
         self.dir.join(format!("{hash}.wasm"))
     }
 
@@ -157,7 +152,10 @@ impl ScenarioStore {
     }
 
     /// Find the file and the pin for a reference.
-    pub fn locate(&self, r: &ScenarioRef) -> Result<(PathBuf, Option<String>), ScenarioError> {
+    pub(crate) fn locate(
+        &self,
+        r: &ScenarioRef,
+    ) -> Result<(PathBuf, Option<String>), ScenarioError> {
         let not_found = |reference: &str| ScenarioError::NotInStore {
             reference: reference.to_string(),
             store: self.dir.clone(),
