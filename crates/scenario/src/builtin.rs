@@ -33,12 +33,12 @@ pub fn is_builtin_name(name: &str) -> bool {
 }
 
 /// The built-in component a name or hash reference means, if any.
-fn builtin(r: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
+fn builtin(reference: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
     use sha2::{Digest, Sha256};
     BUILTINS
         .iter()
-        .find(|(stem, names, bytes)| match r {
-            ScenarioRef::Name(n) => n == stem || names.contains(&n.as_str()),
+        .find(|(stem, names, bytes)| match reference {
+            ScenarioRef::Name(name) => name == stem || names.contains(&name.as_str()),
             ScenarioRef::Hash(prefix) => {
                 hex::encode(Sha256::digest(bytes)).starts_with(prefix.as_str())
             }
@@ -95,26 +95,29 @@ fn names() -> String {
 /// default (agentx) when none is given.
 pub fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
     match scenario {
-        Some(r) => {
-            let r = ScenarioRef::parse(r)?;
+        Some(given) => {
+            let reference = ScenarioRef::parse(given)?;
             let store = ScenarioStore::new(home);
             let engine = ScenarioEngine::new(super::Limits::default(), Some(home))?;
-            match store.locate(&r) {
+            match store.locate(&reference) {
                 Ok((path, pin)) => Ok(engine.load(&path, pin.as_deref())?),
                 // A name or hash the store does not hold may be a built-in component.
-                Err(super::ScenarioError::NotInStore { reference, store }) => match builtin(&r) {
+                Err(super::ScenarioError::NotInStore {
+                    reference: shown,
+                    store,
+                }) => match builtin(&reference) {
                     Some((stem, bytes)) => {
                         let source = format!("builtin:{stem}");
                         Ok(engine.load_bytes(Path::new(&source), bytes, None)?)
                     }
                     None => anyhow::bail!(
-                        "scenario {reference} is neither built in ({}) nor in the store at {}; \
+                        "scenario {shown} is neither built in ({}) nor in the store at {}; \
                          `agentx-host scenario list` shows both, `agentx-host scenario add FILE` adds one",
                         names(),
                         store.display()
                     ),
                 },
-                Err(e) => Err(e.into()),
+                Err(error) => Err(error.into()),
             }
         }
         None => {

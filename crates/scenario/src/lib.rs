@@ -219,12 +219,12 @@ impl ScenarioEngine {
         }
 
         let compiled_dir = cache_home.map(|home| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            engine.precompile_compatibility_hash().hash(&mut h);
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut hasher);
             agentx_record::fsio::LazyRoot::new(
                 home.join("compiled")
                     .join(format!("wasmtime-{WASMTIME_VERSION}"))
-                    .join(format!("{:016x}", h.finish())),
+                    .join(format!("{:016x}", hasher.finish())),
             )
         });
         Ok(ScenarioEngine {
@@ -265,16 +265,16 @@ impl ScenarioEngine {
         check_magic(origin, bytes)?;
         let component = self.compile(origin, &hash, bytes)?;
 
-        let ty = component.component_type();
-        if let Some((import, _)) = ty.imports(&self.engine).next() {
+        let component_type = component.component_type();
+        if let Some((import, _)) = component_type.imports(&self.engine).next() {
             return Err(ScenarioError::Import {
                 hash,
                 import: import.to_string(),
             });
         }
-        let exports: Vec<String> = ty
+        let exports: Vec<String> = component_type
             .exports(&self.engine)
-            .map(|(n, _)| n.to_string())
+            .map(|(name, _)| name.to_string())
             .collect();
         let world = if exports.iter().any(|e| e == POLICY_EXPORT) {
             World::V0_1
@@ -301,9 +301,9 @@ impl ScenarioEngine {
         };
 
         let linker: Linker<StoreState> = Linker::new(&self.engine);
-        let incompatible = |e: wasmtime::Error| ScenarioError::Incompatible {
+        let incompatible = |error: wasmtime::Error| ScenarioError::Incompatible {
             hash: hash.clone(),
-            found: format!("an incompatible {} ({})", world.as_str(), chain(&e)),
+            found: format!("an incompatible {} ({})", world.as_str(), chain(&error)),
             expected: world.as_str().to_string(),
         };
         let instance_pre = linker.instantiate_pre(&component).map_err(incompatible)?;
@@ -344,27 +344,27 @@ impl ScenarioEngine {
             // is keyed by the sha256 of the source bytes; wasmtime checks its header and version and
             // rejects anything else, in which case the component is compiled again below.
             match unsafe { Component::deserialize_file(&self.engine, &file) } {
-                Ok(c) => return Ok(c),
-                Err(e) => tracing::warn!(
-                    "compiled scenario cache entry {} is unusable ({e}); recompiling",
+                Ok(component) => return Ok(component),
+                Err(error) => tracing::warn!(
+                    "compiled scenario cache entry {} is unusable ({error}); recompiling",
                     file.display()
                 ),
             }
         }
         let component =
-            Component::new(&self.engine, bytes).map_err(|e| ScenarioError::Compile {
+            Component::new(&self.engine, bytes).map_err(|error| ScenarioError::Compile {
                 path: origin.to_path_buf(),
                 hash: hash.to_string(),
-                message: chain(&e),
+                message: chain(&error),
             })?;
         if let Some((dir, name)) = cached {
-            if let Err(e) = component
+            if let Err(error) = component
                 .serialize()
                 .map_err(|e| std::io::Error::other(e.to_string()))
                 .and_then(|data| dir.get()?.write_atomic(&name, &data))
             {
                 tracing::warn!(
-                    "cannot cache compiled scenario at {}: {e}",
+                    "cannot cache compiled scenario at {}: {error}",
                     dir.path().join(&name).display()
                 );
             }
@@ -394,8 +394,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// An error and its causes on one line.
-fn chain(e: &wasmtime::Error) -> String {
-    format!("{e:#}")
+fn chain(error: &wasmtime::Error) -> String {
+    format!("{error:#}")
 }
 
 struct Loaded {
@@ -474,8 +474,8 @@ impl Scenario {
             Pre::V3(pre) => pre.instantiate(&mut store).map(Bound::V3),
         };
         match bound {
-            Ok(b) => Ok((store, b)),
-            Err(e) => Err(self.call_error("instantiate", &store, e)),
+            Ok(bound) => Ok((store, bound)),
+            Err(error) => Err(self.call_error("instantiate", &store, error)),
         }
     }
 
@@ -483,7 +483,7 @@ impl Scenario {
         &self,
         export: &'static str,
         store: &Store<StoreState>,
-        e: wasmtime::Error,
+        error: wasmtime::Error,
     ) -> ScenarioError {
         let hash = self.inner.hash.clone();
         let limits = self.inner.engine.limits;
@@ -495,7 +495,7 @@ impl Scenario {
                 requested,
             };
         }
-        match e.downcast_ref::<Trap>() {
+        match error.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => ScenarioError::OutOfFuel {
                 hash,
                 export,
@@ -509,7 +509,7 @@ impl Scenario {
             _ => ScenarioError::Trap {
                 hash,
                 export,
-                message: chain(&e),
+                message: chain(&error),
             },
         }
     }
@@ -583,10 +583,10 @@ macro_rules! guest_call {
         };
         let $store = &mut $self.store;
         match $body {
-            Ok(v) => Ok(v),
-            Err(e) => {
+            Ok(answer) => Ok(answer),
+            Err(error) => {
                 $self.poisoned = true;
-                Err($self.scenario.call_error($export, &$self.store, e))
+                Err($self.scenario.call_error($export, &$self.store, error))
             }
         }
     }};
@@ -656,15 +656,15 @@ impl ScenarioInstance {
         params: StartParams,
         trajectory: &Trajectory,
     ) -> Result<Option<u32>, ScenarioError> {
-        let n = trajectory.num_turns;
-        let k = guest_call!(
+        let num_turns = trajectory.num_turns;
+        let start = guest_call!(
             self,
             "start-turn",
             V1 | p,
             s | p.call_start_turn(s, params, trajectory)
         )?;
-        check::start_turn(k, n).map_err(|m| self.contract("start-turn", m))?;
-        Ok(k)
+        check::start_turn(start, num_turns).map_err(|m| self.contract("start-turn", m))?;
+        Ok(start)
     }
 
     /// Start turns of many trajectories in one call.
@@ -673,14 +673,14 @@ impl ScenarioInstance {
         params: StartParams,
         trajectories: &[Trajectory],
     ) -> Result<Vec<Option<u32>>, ScenarioError> {
-        let ks = guest_call!(
+        let starts = guest_call!(
             self,
             "plan-starts",
             V1 | p,
             s | p.call_plan_starts(s, params, trajectories)
         )?;
-        check::plan_starts(&ks, trajectories).map_err(|m| self.contract("plan-starts", m))?;
-        Ok(ks)
+        check::plan_starts(&starts, trajectories).map_err(|m| self.contract("plan-starts", m))?;
+        Ok(starts)
     }
 
     /// A guest answer that [`check`] refused.
@@ -746,13 +746,13 @@ impl ScenarioInstance {
         params: DelayParams,
         timing: TurnTiming,
     ) -> Result<f64, ScenarioError> {
-        let d = guest_call!(
+        let delay_s = guest_call!(
             self,
             "turn-delay",
             V1 | p,
             s | p.call_turn_delay(s, params, timing)
         )?;
-        check::turn_delay(d).map_err(|m| self.contract("turn-delay", m))
+        check::turn_delay(delay_s).map_err(|m| self.contract("turn-delay", m))
     }
 
     /// Reasons the run is not a valid submission.
@@ -780,7 +780,7 @@ impl ScenarioInstance {
 
     /// The mechanism's parameters for a resolved configuration (session trees).
     pub fn rules(&mut self, resolved: &[Setting]) -> Result<types_v2::ReplayRules, ScenarioError> {
-        self.rules_and_decisions(resolved).map(|(r, _)| r)
+        self.rules_and_decisions(resolved).map(|(rules, _)| rules)
     }
 
     /// The rules with the decisions of [`Decisions`]: a 0.3.0 component's own, an earlier
@@ -825,8 +825,8 @@ impl ScenarioInstance {
                 s | p.call_start_tree(s, params, lane, tree)
             )?
         };
-        if let Some(st) = &start {
-            check::tree_start(st, tree).map_err(|m| self.contract("start-tree", m))?;
+        if let Some(chosen) = &start {
+            check::tree_start(chosen, tree).map_err(|m| self.contract("start-tree", m))?;
         }
         Ok(start)
     }
@@ -863,7 +863,7 @@ impl ScenarioInstance {
         params: types_v2::DelayParams,
         times: types_v2::TurnTimes,
     ) -> Result<f64, ScenarioError> {
-        let d = if matches!(self.bindings, Bound::V3(_)) {
+        let delay_ms = if matches!(self.bindings, Bound::V3(_)) {
             let (params, times) = world3::delay(params, times);
             guest_call!(
                 self,
@@ -879,7 +879,7 @@ impl ScenarioInstance {
                 s | p.call_turn_delay(s, params, times)
             )?
         };
-        check::tree_turn_delay(d).map_err(|m| self.contract("turn-delay", m))
+        check::tree_turn_delay(delay_ms).map_err(|m| self.contract("turn-delay", m))
     }
 
     /// Reasons a session-tree run is not a valid submission, given the profiling phase's

@@ -26,19 +26,19 @@ pub(crate) enum ScenarioRef {
 
 impl ScenarioRef {
     /// Parse a reference as the user wrote it.
-    pub(crate) fn parse(s: &str) -> Result<ScenarioRef, ScenarioError> {
+    pub(crate) fn parse(given: &str) -> Result<ScenarioRef, ScenarioError> {
         let bad = |reason: &str| ScenarioError::BadReference {
-            reference: s.to_string(),
+            reference: given.to_string(),
             reason: reason.to_string(),
         };
-        if s.is_empty() {
+        if given.is_empty() {
             return Err(bad("it is empty"));
         }
-        if let Some(hex) = s.strip_prefix("sha256:") {
+        if let Some(hex) = given.strip_prefix("sha256:") {
             check_hex(hex, 8).map_err(|r| bad(&r))?;
             return Ok(ScenarioRef::Hash(hex.to_ascii_lowercase()));
         }
-        if let Some((path, pin)) = s.rsplit_once("@sha256:") {
+        if let Some((path, pin)) = given.rsplit_once("@sha256:") {
             check_hex(pin, 64).map_err(|r| bad(&r))?;
             if pin.len() != 64 {
                 return Err(bad("a pin must be the full 64-hex-digit sha256"));
@@ -48,14 +48,14 @@ impl ScenarioRef {
                 pin: Some(pin.to_ascii_lowercase()),
             });
         }
-        let path = Path::new(s);
-        if path.exists() || s.contains('/') || s.ends_with(".wasm") {
+        let path = Path::new(given);
+        if path.exists() || given.contains('/') || given.ends_with(".wasm") {
             return Ok(ScenarioRef::File {
                 path: path.to_path_buf(),
                 pin: None,
             });
         }
-        Ok(ScenarioRef::Name(s.to_string()))
+        Ok(ScenarioRef::Name(given.to_string()))
     }
 }
 
@@ -125,21 +125,23 @@ impl ScenarioStore {
 
     /// Every entry, newest first. Entries whose metadata cannot be read are skipped with a warning.
     pub fn list(&self) -> Result<Vec<StoredScenario>, ScenarioError> {
-        let rd = match std::fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(self.io(e)),
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(self.io(error)),
         };
         let mut out = Vec::new();
-        for entry in rd {
-            let path = entry.map_err(|e| self.io(e))?.path();
+        for entry in entries {
+            let path = entry.map_err(|error| self.io(error))?.path();
             if path.extension().is_some_and(|e| e == "json") {
                 match std::fs::read(&path)
                     .map_err(|e| e.to_string())
                     .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
                 {
                     Ok(meta) => out.push(meta),
-                    Err(e) => tracing::warn!("skipping store entry {}: {e}", path.display()),
+                    Err(error) => {
+                        tracing::warn!("skipping store entry {}: {error}", path.display());
+                    }
                 }
             }
         }
@@ -154,13 +156,13 @@ impl ScenarioStore {
     /// Find the file and the pin for a reference.
     pub(crate) fn locate(
         &self,
-        r: &ScenarioRef,
+        reference: &ScenarioRef,
     ) -> Result<(PathBuf, Option<String>), ScenarioError> {
-        let not_found = |reference: &str| ScenarioError::NotInStore {
-            reference: reference.to_string(),
+        let not_found = |shown: &str| ScenarioError::NotInStore {
+            reference: shown.to_string(),
             store: self.dir.clone(),
         };
-        match r {
+        match reference {
             ScenarioRef::File { path, pin } => Ok((path.clone(), pin.clone())),
             ScenarioRef::Hash(prefix) => {
                 let all = self.list()?;

@@ -25,14 +25,14 @@ pub mod types {
 super::shared::shared_conversions!(v2);
 
 /// A run's outcome with the 0.2.0 world's metric coverage (TTFT and ITL; 0.2.0 has no content share).
-pub(super) fn outcome(o: v1::Outcome, coverage: super::TreeCoverage) -> v2::Outcome {
+pub(super) fn outcome(outcome: v1::Outcome, coverage: super::TreeCoverage) -> v2::Outcome {
     v2::Outcome {
-        total_responses: o.total_responses,
-        context_overflows: o.context_overflows,
-        failed: o.failed,
-        cancelled: o.cancelled,
-        unsafe_override: o.unsafe_override,
-        overflow_rate_limit: o.overflow_rate_limit,
+        total_responses: outcome.total_responses,
+        context_overflows: outcome.context_overflows,
+        failed: outcome.failed,
+        cancelled: outcome.cancelled,
+        unsafe_override: outcome.unsafe_override,
+        overflow_rate_limit: outcome.overflow_rate_limit,
         profiling_seconds: coverage.profiling_seconds,
         ttft_coverage: coverage.ttft,
         itl_coverage: coverage.itl,
