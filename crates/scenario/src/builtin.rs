@@ -50,10 +50,13 @@ fn builtin(reference: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
 /// A built-in component as `scenario list` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BuiltinInfo {
-    /// The name `run` takes (the file stem), and the scenario's alias.
+    /// The name `run` takes (the file stem).
     pub name: &'static str,
+    /// The first other name it answers to (the scenario's alias).
     pub alias: &'static str,
+    /// The sha256 of the component bytes, lowercase hex.
     pub sha256: String,
+    /// The component's size, in bytes.
     pub size: u64,
     /// The component `run` replays without a scenario.
     pub default: bool,

@@ -71,10 +71,15 @@ fn check_hex(hex: &str, min: usize) -> Result<(), String> {
 /// What the store records about an entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StoredScenario {
+    /// The sha256 of the component bytes, lowercase hex (the entry's file name).
     pub sha256: String,
+    /// The scenario's name, as its `describe` reports it.
     pub name: String,
+    /// The scenario's version, as its `describe` reports it.
     pub version: String,
+    /// The scenario's description, as its `describe` reports it.
     pub description: String,
+    /// The component's size, in bytes.
     pub size: u64,
     /// Seconds since the Unix epoch when the entry was added.
     pub added_unix: u64,
