@@ -481,7 +481,7 @@ impl Scenario {
         };
         match bound {
             Ok(bound) => Ok((store, bound)),
-            Err(error) => Err(self.call_error("instantiate", &store, error)),
+            Err(error) => Err(self.call_error("instantiate", &store, &error)),
         }
     }
 
@@ -489,7 +489,7 @@ impl Scenario {
         &self,
         export: &'static str,
         store: &Store<StoreState>,
-        error: wasmtime::Error,
+        error: &wasmtime::Error,
     ) -> ScenarioError {
         let hash = self.inner.hash.clone();
         let limits = self.inner.engine.limits;
@@ -515,7 +515,7 @@ impl Scenario {
             _ => ScenarioError::Trap {
                 hash,
                 export,
-                message: chain(&error),
+                message: chain(error),
             },
         }
     }
@@ -592,7 +592,7 @@ macro_rules! guest_call {
             Ok(answer) => Ok(answer),
             Err(error) => {
                 $self.poisoned = true;
-                Err($self.scenario.call_error($export, &$self.store, error))
+                Err($self.scenario.call_error($export, &$self.store, &error))
             }
         }
     }};

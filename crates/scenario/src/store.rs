@@ -49,7 +49,12 @@ impl ScenarioRef {
             });
         }
         let path = Path::new(given);
-        if path.exists() || given.contains('/') || given.ends_with(".wasm") {
+        if path.exists()
+            || given.contains('/')
+            || path
+                .extension()
+                .is_some_and(|extension| extension.eq_ignore_ascii_case("wasm"))
+        {
             return Ok(ScenarioRef::File {
                 path: path.to_path_buf(),
                 pin: None,
