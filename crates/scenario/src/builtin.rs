@@ -20,7 +20,7 @@ pub const BUILTIN_OPEN: &[u8] = include_bytes!("../../../guest-scenarios/dist/ag
 
 /// The components built into the host: file stem, the other names it answers to, bytes. The first
 /// is the default.
-pub const BUILTINS: [(&str, &[&str], &[u8]); 4] = [
+const BUILTINS: [(&str, &[&str], &[u8]); 4] = [
     ("agentx", &["inferencex-agentx"], BUILTIN_SCENARIO),
     ("agentx-v1", &["inferencex-agentx-v1"], BUILTIN_V1),
     ("agentx-mvp", &["inferencex-agentx-mvp"], BUILTIN_MVP),
@@ -33,12 +33,12 @@ pub fn is_builtin_name(name: &str) -> bool {
 }
 
 /// The built-in component a name or hash reference means, if any.
-fn builtin(r: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
+fn builtin(reference: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
     use sha2::{Digest, Sha256};
     BUILTINS
         .iter()
-        .find(|(stem, names, bytes)| match r {
-            ScenarioRef::Name(n) => n == stem || names.contains(&n.as_str()),
+        .find(|(stem, names, bytes)| match reference {
+            ScenarioRef::Name(name) => name == stem || names.contains(&name.as_str()),
             ScenarioRef::Hash(prefix) => {
                 hex::encode(Sha256::digest(bytes)).starts_with(prefix.as_str())
             }
@@ -50,10 +50,13 @@ fn builtin(r: &ScenarioRef) -> Option<(&'static str, &'static [u8])> {
 /// A built-in component as `scenario list` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BuiltinInfo {
-    /// The name `run` takes (the file stem), and the scenario's alias.
+    /// The name `run` takes (the file stem).
     pub name: &'static str,
+    /// The first other name it answers to (the scenario's alias).
     pub alias: &'static str,
+    /// The sha256 of the component bytes, lowercase hex.
     pub sha256: String,
+    /// The component's size, in bytes.
     pub size: u64,
     /// The component `run` replays without a scenario.
     pub default: bool,
@@ -76,7 +79,7 @@ pub fn list() -> Vec<BuiltinInfo> {
 }
 
 /// The names of the built-ins, for messages: `agentx (default), agentx-v1, agentx-mvp, agentx-open`.
-pub fn names() -> String {
+fn names() -> String {
     BUILTINS
         .iter()
         .enumerate()
@@ -95,26 +98,29 @@ pub fn names() -> String {
 /// default (agentx) when none is given.
 pub fn load(scenario: Option<&str>, home: &Path) -> anyhow::Result<Scenario> {
     match scenario {
-        Some(r) => {
-            let r = ScenarioRef::parse(r)?;
+        Some(given) => {
+            let reference = ScenarioRef::parse(given)?;
             let store = ScenarioStore::new(home);
             let engine = ScenarioEngine::new(super::Limits::default(), Some(home))?;
-            match store.locate(&r) {
+            match store.locate(&reference) {
                 Ok((path, pin)) => Ok(engine.load(&path, pin.as_deref())?),
                 // A name or hash the store does not hold may be a built-in component.
-                Err(super::ScenarioError::NotInStore { reference, store }) => match builtin(&r) {
+                Err(super::ScenarioError::NotInStore {
+                    reference: shown,
+                    store,
+                }) => match builtin(&reference) {
                     Some((stem, bytes)) => {
                         let source = format!("builtin:{stem}");
                         Ok(engine.load_bytes(Path::new(&source), bytes, None)?)
                     }
                     None => anyhow::bail!(
-                        "scenario {reference} is neither built in ({}) nor in the store at {}; \
+                        "scenario {shown} is neither built in ({}) nor in the store at {}; \
                          `agentx-host scenario list` shows both, `agentx-host scenario add FILE` adds one",
                         names(),
                         store.display()
                     ),
                 },
-                Err(e) => Err(e.into()),
+                Err(error) => Err(error.into()),
             }
         }
         None => {

@@ -11,13 +11,13 @@ use super::types::{Placement, Trajectory};
 
 /// The longest delay before a turn a scenario may ask for, seconds (a year). A longer one, finite
 /// but past what a timer deadline can hold, is a contract violation, not a panic in the lane.
-pub const MAX_DELAY_S: f64 = 365.0 * 86_400.0;
+const MAX_DELAY_S: f64 = 365.0 * 86_400.0;
 
 /// A start turn must leave at least the start turn itself inside a trajectory of `num_turns`.
-pub fn start_turn(k: Option<u32>, num_turns: u32) -> Result<(), String> {
-    match k {
-        Some(k) if k >= num_turns => Err(format!(
-            "start turn {k} is outside a trajectory of {num_turns} turns"
+pub fn start_turn(start: Option<u32>, num_turns: u32) -> Result<(), String> {
+    match start {
+        Some(start) if start >= num_turns => Err(format!(
+            "start turn {start} is outside a trajectory of {num_turns} turns"
         )),
         _ => Ok(()),
     }
@@ -32,76 +32,86 @@ pub fn plan_starts(starts: &[Option<u32>], trajectories: &[Trajectory]) -> Resul
             trajectories.len()
         ));
     }
-    for (k, t) in starts.iter().zip(trajectories) {
-        start_turn(*k, t.num_turns)?;
+    for (start, trajectory) in starts.iter().zip(trajectories) {
+        start_turn(*start, trajectory.num_turns)?;
     }
     Ok(())
 }
 
-/// The delay before a turn, seconds: finite, non-negative and at most [`MAX_DELAY_S`].
-pub fn turn_delay(d: f64) -> Result<f64, String> {
-    if (0.0..=MAX_DELAY_S).contains(&d) {
-        Ok(d)
+/// The delay before a turn, seconds: finite, non-negative and at most a year (a longer one is refused,
+/// not left to overflow a timer deadline).
+pub fn turn_delay(delay_s: f64) -> Result<f64, String> {
+    if (0.0..=MAX_DELAY_S).contains(&delay_s) {
+        Ok(delay_s)
     } else {
-        Err(format!("a delay of {d} s"))
+        Err(format!("a delay of {delay_s} s"))
     }
 }
 
 /// The end-to-start delay of a session-tree turn, milliseconds: finite, non-negative and at most
 /// [`MAX_DELAY_S`].
-pub fn tree_turn_delay(ms: f64) -> Result<f64, String> {
-    if (0.0..=MAX_DELAY_S * 1000.0).contains(&ms) {
-        Ok(ms)
+pub(crate) fn tree_turn_delay(delay_ms: f64) -> Result<f64, String> {
+    if (0.0..=MAX_DELAY_S * 1000.0).contains(&delay_ms) {
+        Ok(delay_ms)
     } else {
-        Err(format!("a delay of {ms} ms"))
+        Err(format!("a delay of {delay_ms} ms"))
     }
 }
 
 /// A lane's start in a tree: at least one stream, each index in range and listed once, each next
 /// turn inside its stream, the warm turn the one before it, offsets and leads finite and
 /// non-negative, branch indices in range, and t* finite when given.
-pub fn tree_start(
-    st: &super::types_v2::TreeStart,
+pub(crate) fn tree_start(
+    start: &super::types_v2::TreeStart,
     tree: &super::types_v2::Tree,
 ) -> Result<(), String> {
-    if st.streams.is_empty() {
+    if start.streams.is_empty() {
         return Err("a start with no stream".into());
     }
-    if st.t_star_ms.is_some_and(|t| !t.is_finite()) {
-        return Err(format!("t* {:?} is not a finite time", st.t_star_ms));
+    if start.t_star_ms.is_some_and(|t| !t.is_finite()) {
+        return Err(format!("t* {:?} is not a finite time", start.t_star_ms));
     }
     let mut seen = std::collections::HashSet::new();
-    for s in &st.streams {
-        let Some(stream) = tree.streams.get(s.index as usize) else {
+    for stream_start in &start.streams {
+        let Some(stream) = tree.streams.get(stream_start.index as usize) else {
             return Err(format!(
                 "stream {} of a tree of {} streams",
-                s.index,
+                stream_start.index,
                 tree.streams.len()
             ));
         };
-        let id = &stream.conversation_id;
-        if !seen.insert(s.index) {
-            return Err(format!("stream {id} listed twice"));
+        let conversation = &stream.conversation_id;
+        if !seen.insert(stream_start.index) {
+            return Err(format!("stream {conversation} listed twice"));
         }
-        let n = stream.turn_ts_ms.len() as u32;
-        if s.next_turn >= n {
-            return Err(format!("{id}: next turn {} of {n} turns", s.next_turn));
-        }
-        if s.warm_turn != s.next_turn.checked_sub(1) {
+        let num_turns = stream.turn_ts_ms.len() as u32;
+        let next_turn = stream_start.next_turn;
+        if next_turn >= num_turns {
             return Err(format!(
-                "{id}: warm turn {:?} is not the one before next turn {}",
-                s.warm_turn, s.next_turn
+                "{conversation}: next turn {next_turn} of {num_turns} turns"
             ));
         }
-        for (what, x) in [("offset", s.offset_ms), ("lead", s.lead_ms)] {
-            if !(0.0..=MAX_DELAY_S * 1000.0).contains(&x) {
-                return Err(format!("{id}: {what} of {x} ms"));
+        if stream_start.warm_turn != next_turn.checked_sub(1) {
+            return Err(format!(
+                "{conversation}: warm turn {:?} is not the one before next turn {next_turn}",
+                stream_start.warm_turn
+            ));
+        }
+        for (what, value_ms) in [
+            ("offset", stream_start.offset_ms),
+            ("lead", stream_start.lead_ms),
+        ] {
+            if !(0.0..=MAX_DELAY_S * 1000.0).contains(&value_ms) {
+                return Err(format!("{conversation}: {what} of {value_ms} ms"));
             }
         }
-        if s.branch.is_some_and(|b| b as usize >= tree.branches.len()) {
+        if stream_start
+            .branch
+            .is_some_and(|branch| branch as usize >= tree.branches.len())
+        {
             return Err(format!(
-                "{id}: branch {:?} of {}",
-                s.branch,
+                "{conversation}: branch {:?} of {}",
+                stream_start.branch,
                 tree.branches.len()
             ));
         }
@@ -124,9 +134,9 @@ pub fn cache_bust(target: Placement, text: &str) -> Option<CacheBust<'_>> {
 /// The reasons a run is not a valid submission: `validity`'s answer, then the reasons `resolve`
 /// gave before the run that it does not repeat.
 pub fn invalid_reasons(mut validity: Vec<String>, resolved: &[String]) -> Vec<String> {
-    for r in resolved {
-        if !validity.contains(r) {
-            validity.push(r.clone());
+    for reason in resolved {
+        if !validity.contains(reason) {
+            validity.push(reason.clone());
         }
     }
     validity

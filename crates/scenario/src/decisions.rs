@@ -7,7 +7,9 @@ use super::World;
 /// What the assistant text of a request's earlier turns is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AssistantText {
+    /// Synthesized to the length the trace recorded for those turns.
     Recorded,
+    /// The server's own replies to those turns in this run.
     Live,
 }
 
@@ -60,8 +62,15 @@ impl Decisions {
 /// content timelines cover (none when they could not be computed).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct TreeCoverage {
+    /// The profiling phase's configured length, in seconds.
     pub profiling_seconds: f64,
+    /// The share (0 to 1) of the phase the TTFT timeline covers; `None` when it could not be
+    /// computed.
     pub ttft: Option<f64>,
+    /// The share (0 to 1) of the phase the inter-token-latency timeline covers; `None` when it
+    /// could not be computed.
     pub itl: Option<f64>,
+    /// The share (0 to 1) of the phase the last streamed content covers, cancelled streams
+    /// included; `None` when it could not be computed. Only a 0.3.0 component sees it.
     pub content: Option<f64>,
 }

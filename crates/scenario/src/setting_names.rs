@@ -17,7 +17,8 @@ macro_rules! replay_settings {
 
         impl ReplaySetting {
             /// Every setting, in the order of this table.
-            pub const ALL: &'static [ReplaySetting] = &[$(ReplaySetting::$variant,)*];
+            #[cfg(test)]
+            pub(crate) const ALL: &'static [ReplaySetting] = &[$(ReplaySetting::$variant,)*];
 
             /// The setting's name in the WIT worlds.
             pub const fn name(self) -> &'static str {

@@ -6,8 +6,8 @@
 /// the world module `$w` of generated types; each world module invokes it once.
 macro_rules! shared_conversions {
     ($w:ident) => {
-        pub(super) fn value(v: &v1::Value) -> $w::Value {
-            match v {
+        pub(super) fn value(value: &v1::Value) -> $w::Value {
+            match value {
                 v1::Value::Absent => $w::Value::Absent,
                 v1::Value::Flag(b) => $w::Value::Flag(*b),
                 v1::Value::Integer(i) => $w::Value::Integer(*i),
@@ -18,8 +18,8 @@ macro_rules! shared_conversions {
             }
         }
 
-        fn value_back(v: $w::Value) -> v1::Value {
-            match v {
+        fn value_back(value: $w::Value) -> v1::Value {
+            match value {
                 $w::Value::Absent => v1::Value::Absent,
                 $w::Value::Flag(b) => v1::Value::Flag(b),
                 $w::Value::Integer(i) => v1::Value::Integer(i),
@@ -33,88 +33,90 @@ macro_rules! shared_conversions {
         pub(super) fn settings(given: &[v1::Setting]) -> Vec<$w::Setting> {
             given
                 .iter()
-                .map(|s| $w::Setting {
-                    name: s.name.clone(),
-                    value: value(&s.value),
-                    explicit: s.explicit,
+                .map(|setting| $w::Setting {
+                    name: setting.name.clone(),
+                    value: value(&setting.value),
+                    explicit: setting.explicit,
                 })
                 .collect()
         }
 
-        fn setting_back(s: $w::Setting) -> v1::Setting {
+        fn setting_back(setting: $w::Setting) -> v1::Setting {
             v1::Setting {
-                name: s.name,
-                value: value_back(s.value),
-                explicit: s.explicit,
+                name: setting.name,
+                value: value_back(setting.value),
+                explicit: setting.explicit,
             }
         }
 
-        fn violation_back(v: $w::Violation) -> v1::Violation {
+        fn violation_back(violation: $w::Violation) -> v1::Violation {
             v1::Violation {
-                setting: v.setting,
-                message: v.message,
+                setting: violation.setting,
+                message: violation.message,
             }
         }
 
-        pub(super) fn info_back(i: $w::Info) -> v1::Info {
+        pub(super) fn info_back(info: $w::Info) -> v1::Info {
             v1::Info {
-                name: i.name,
-                version: i.version,
-                description: i.description,
-                knobs: i
+                name: info.name,
+                version: info.version,
+                description: info.description,
+                knobs: info
                     .knobs
                     .into_iter()
-                    .map(|k| v1::Knob {
-                        name: k.name,
-                        description: k.description,
-                        default_value: k.default_value,
+                    .map(|knob| v1::Knob {
+                        name: knob.name,
+                        description: knob.description,
+                        default_value: knob.default_value,
                     })
                     .collect(),
-                locks: i
+                locks: info
                     .locks
                     .into_iter()
-                    .map(|l| v1::Lock {
-                        setting: l.setting,
-                        rule: l.rule,
+                    .map(|lock| v1::Lock {
+                        setting: lock.setting,
+                        rule: lock.rule,
                     })
                     .collect(),
             }
         }
 
         pub(super) fn resolved_back(
-            r: Result<$w::Resolved, Vec<$w::Violation>>,
+            answer: Result<$w::Resolved, Vec<$w::Violation>>,
         ) -> Result<v1::Resolved, Vec<v1::Violation>> {
-            match r {
-                Ok(r) => Ok(v1::Resolved {
-                    settings: r.settings.into_iter().map(setting_back).collect(),
-                    seed: r.seed,
-                    seed_drawn: r.seed_drawn,
-                    warnings: r.warnings.into_iter().map(violation_back).collect(),
-                    invalid_reasons: r.invalid_reasons,
+            match answer {
+                Ok(resolved) => Ok(v1::Resolved {
+                    settings: resolved.settings.into_iter().map(setting_back).collect(),
+                    seed: resolved.seed,
+                    seed_drawn: resolved.seed_drawn,
+                    warnings: resolved.warnings.into_iter().map(violation_back).collect(),
+                    invalid_reasons: resolved.invalid_reasons,
                 }),
-                Err(v) => Err(v.into_iter().map(violation_back).collect()),
+                Err(violations) => Err(violations.into_iter().map(violation_back).collect()),
             }
         }
 
-        pub(super) fn error_response(r: &v1::ErrorResponse) -> $w::ErrorResponse {
+        pub(super) fn error_response(response: &v1::ErrorResponse) -> $w::ErrorResponse {
             $w::ErrorResponse {
-                status: r.status,
-                body_excerpt: r.body_excerpt.clone(),
+                status: response.status,
+                body_excerpt: response.body_excerpt.clone(),
             }
         }
 
-        pub(super) fn classification_back(c: $w::Classification) -> v1::Classification {
+        pub(super) fn classification_back(
+            classification: $w::Classification,
+        ) -> v1::Classification {
             v1::Classification {
-                class: match c.class {
+                class: match classification.class {
                     $w::ErrorClass::ContextOverflow => v1::ErrorClass::ContextOverflow,
                     $w::ErrorClass::Other => v1::ErrorClass::Other,
                 },
-                matched: c.matched,
+                matched: classification.matched,
             }
         }
 
-        pub(super) fn placement(p: v1::Placement) -> $w::Placement {
-            match p {
+        pub(super) fn placement(placement: v1::Placement) -> $w::Placement {
+            match placement {
                 v1::Placement::None => $w::Placement::None,
                 v1::Placement::SystemPrefix => $w::Placement::SystemPrefix,
                 v1::Placement::SystemSuffix => $w::Placement::SystemSuffix,
@@ -123,10 +125,10 @@ macro_rules! shared_conversions {
             }
         }
 
-        pub(super) fn marker_back(m: $w::Marker) -> v1::Marker {
+        pub(super) fn marker_back(marker: $w::Marker) -> v1::Marker {
             v1::Marker {
-                text: m.text,
-                placement: match m.placement {
+                text: marker.text,
+                placement: match marker.placement {
                     $w::Placement::None => v1::Placement::None,
                     $w::Placement::SystemPrefix => v1::Placement::SystemPrefix,
                     $w::Placement::SystemSuffix => v1::Placement::SystemSuffix,

@@ -15,7 +15,7 @@ use super::ScenarioError;
 
 /// Where a scenario comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScenarioRef {
+pub(crate) enum ScenarioRef {
     /// A file, optionally pinned to a sha256.
     File { path: PathBuf, pin: Option<String> },
     /// A full hash or unique prefix in the store.
@@ -26,19 +26,19 @@ pub enum ScenarioRef {
 
 impl ScenarioRef {
     /// Parse a reference as the user wrote it.
-    pub fn parse(s: &str) -> Result<ScenarioRef, ScenarioError> {
+    pub(crate) fn parse(given: &str) -> Result<ScenarioRef, ScenarioError> {
         let bad = |reason: &str| ScenarioError::BadReference {
-            reference: s.to_string(),
+            reference: given.to_string(),
             reason: reason.to_string(),
         };
-        if s.is_empty() {
+        if given.is_empty() {
             return Err(bad("it is empty"));
         }
-        if let Some(hex) = s.strip_prefix("sha256:") {
+        if let Some(hex) = given.strip_prefix("sha256:") {
             check_hex(hex, 8).map_err(|r| bad(&r))?;
             return Ok(ScenarioRef::Hash(hex.to_ascii_lowercase()));
         }
-        if let Some((path, pin)) = s.rsplit_once("@sha256:") {
+        if let Some((path, pin)) = given.rsplit_once("@sha256:") {
             check_hex(pin, 64).map_err(|r| bad(&r))?;
             if pin.len() != 64 {
                 return Err(bad("a pin must be the full 64-hex-digit sha256"));
@@ -48,14 +48,19 @@ impl ScenarioRef {
                 pin: Some(pin.to_ascii_lowercase()),
             });
         }
-        let path = Path::new(s);
-        if path.exists() || s.contains('/') || s.ends_with(".wasm") {
+        let path = Path::new(given);
+        if path.exists()
+            || given.contains('/')
+            || path
+                .extension()
+                .is_some_and(|extension| extension.eq_ignore_ascii_case("wasm"))
+        {
             return Ok(ScenarioRef::File {
                 path: path.to_path_buf(),
                 pin: None,
             });
         }
-        Ok(ScenarioRef::Name(s.to_string()))
+        Ok(ScenarioRef::Name(given.to_string()))
     }
 }
 
@@ -71,10 +76,15 @@ fn check_hex(hex: &str, min: usize) -> Result<(), String> {
 /// What the store records about an entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StoredScenario {
+    /// The sha256 of the component bytes, lowercase hex (the entry's file name).
     pub sha256: String,
+    /// The scenario's name, as its `describe` reports it.
     pub name: String,
+    /// The scenario's version, as its `describe` reports it.
     pub version: String,
+    /// The scenario's description, as its `describe` reports it.
     pub description: String,
+    /// The component's size, in bytes.
     pub size: u64,
     /// Seconds since the Unix epoch when the entry was added.
     pub added_unix: u64,
@@ -99,11 +109,6 @@ impl ScenarioStore {
         }
     }
 
-    /// The directory holding the entries.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     fn io(&self, source: std::io::Error) -> ScenarioError {
         ScenarioError::Store {
             path: self.dir.clone(),
@@ -112,7 +117,7 @@ impl ScenarioStore {
     }
 
     /// The file holding the component of a full hash.
-    pub fn wasm_path(&self, hash: &str) -> PathBuf {
+    pub(crate) fn wasm_path(&self, hash: &str) -> PathBuf {
         self.dir.join(format!("{hash}.wasm"))
     }
 
@@ -130,21 +135,23 @@ impl ScenarioStore {
 
     /// Every entry, newest first. Entries whose metadata cannot be read are skipped with a warning.
     pub fn list(&self) -> Result<Vec<StoredScenario>, ScenarioError> {
-        let rd = match std::fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(self.io(e)),
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(self.io(error)),
         };
         let mut out = Vec::new();
-        for entry in rd {
-            let path = entry.map_err(|e| self.io(e))?.path();
+        for entry in entries {
+            let path = entry.map_err(|error| self.io(error))?.path();
             if path.extension().is_some_and(|e| e == "json") {
                 match std::fs::read(&path)
                     .map_err(|e| e.to_string())
                     .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
                 {
                     Ok(meta) => out.push(meta),
-                    Err(e) => tracing::warn!("skipping store entry {}: {e}", path.display()),
+                    Err(error) => {
+                        tracing::warn!("skipping store entry {}: {error}", path.display());
+                    }
                 }
             }
         }
@@ -157,12 +164,15 @@ impl ScenarioStore {
     }
 
     /// Find the file and the pin for a reference.
-    pub fn locate(&self, r: &ScenarioRef) -> Result<(PathBuf, Option<String>), ScenarioError> {
-        let not_found = |reference: &str| ScenarioError::NotInStore {
-            reference: reference.to_string(),
+    pub(crate) fn locate(
+        &self,
+        reference: &ScenarioRef,
+    ) -> Result<(PathBuf, Option<String>), ScenarioError> {
+        let not_found = |shown: &str| ScenarioError::NotInStore {
+            reference: shown.to_string(),
             store: self.dir.clone(),
         };
-        match r {
+        match reference {
             ScenarioRef::File { path, pin } => Ok((path.clone(), pin.clone())),
             ScenarioRef::Hash(prefix) => {
                 let all = self.list()?;

@@ -4,7 +4,7 @@
 //! The layout is the one `hf download` (and the legacy `huggingface-cli download`) writes:
 //! `<hub>/<datasets|models>--<org>--<name>/snapshots/<revision>/<path>`, with `refs/main` naming the
 //! revision the last download of the default branch fetched. Nothing here touches the network; corpus
-//! aliases ([`super::alias`]) and tokenizers ([`super::tokens`]) both resolve through it.
+//! aliases (`agentx_dataset::alias`) and tokenizers ([`crate::resolve_tokenizer`]) both resolve through it.
 
 use std::path::{Path, PathBuf};
 
@@ -30,23 +30,23 @@ impl RepoKind {
 /// Hub cache directories in precedence order: `HF_HUB_CACHE`, `HUGGINGFACE_HUB_CACHE`, `HF_HOME/hub`,
 /// `~/.cache/huggingface/hub`.
 pub fn hub_dirs() -> Vec<PathBuf> {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
+    let env = |name: &str| {
+        std::env::var_os(name)
+            .filter(|value| !value.is_empty())
             .map(PathBuf::from)
     };
     let mut dirs = Vec::new();
-    if let Some(d) = env("HF_HUB_CACHE") {
-        dirs.push(d);
+    if let Some(dir) = env("HF_HUB_CACHE") {
+        dirs.push(dir);
     }
-    if let Some(d) = env("HUGGINGFACE_HUB_CACHE") {
-        dirs.push(d);
+    if let Some(dir) = env("HUGGINGFACE_HUB_CACHE") {
+        dirs.push(dir);
     }
-    if let Some(d) = env("HF_HOME") {
-        dirs.push(d.join("hub"));
+    if let Some(hf_home) = env("HF_HOME") {
+        dirs.push(hf_home.join("hub"));
     }
-    if let Some(h) = env("HOME") {
-        dirs.push(h.join(".cache").join("huggingface").join("hub"));
+    if let Some(home) = env("HOME") {
+        dirs.push(home.join(".cache").join("huggingface").join("hub"));
     }
     dirs.dedup();
     dirs
@@ -58,7 +58,7 @@ pub fn describe_dirs(dirs: &[PathBuf]) -> String {
         "no hub cache directory: HOME, HF_HOME and HF_HUB_CACHE are unset".into()
     } else {
         dirs.iter()
-            .map(|d| d.display().to_string())
+            .map(|dir| dir.display().to_string())
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -71,67 +71,68 @@ pub fn is_repo_id(spec: &str) -> bool {
     let (Some(org), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    let ok = |p: &str| {
-        !p.is_empty()
-            && p != "."
-            && p != ".."
-            && p.chars()
+    let valid = |part: &str| {
+        !part.is_empty()
+            && part != "."
+            && part != ".."
+            && part
+                .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     };
-    ok(org) && ok(name)
+    valid(org) && valid(name)
 }
 
 /// The cache directory of `repo` (`org/name`) in `hub`.
-pub fn repo_dir(hub: &Path, kind: RepoKind, repo: &str) -> PathBuf {
+fn repo_dir(hub: &Path, kind: RepoKind, repo: &str) -> PathBuf {
     hub.join(format!("{}--{}", kind.prefix(), repo.replace('/', "--")))
 }
 
 /// `file` of `repo` in one hub cache directory: in the snapshot `refs/main` names, else in the most
 /// recently modified snapshot that has it.
-pub fn find_in(hub: &Path, kind: RepoKind, repo: &str, file: &str) -> Option<PathBuf> {
+pub(crate) fn find_in(hub: &Path, kind: RepoKind, repo: &str, file: &str) -> Option<PathBuf> {
     let dir = repo_dir(hub, kind, repo);
     let snapshots = dir.join("snapshots");
     if let Ok(rev) = std::fs::read_to_string(dir.join("refs").join("main")) {
-        let p = snapshots.join(rev.trim()).join(file);
-        if p.is_file() {
-            return Some(p);
+        let path = snapshots.join(rev.trim()).join(file);
+        if path.is_file() {
+            return Some(path);
         }
     }
     let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
     for entry in std::fs::read_dir(&snapshots).ok()?.flatten() {
-        let p = entry.path().join(file);
-        if let Ok(meta) = std::fs::metadata(&p) {
+        let path = entry.path().join(file);
+        if let Ok(meta) = std::fs::metadata(&path) {
             if !meta.is_file() {
                 continue;
             }
-            let m = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
-            if best.as_ref().is_none_or(|(b, _)| m > *b) {
-                best = Some((m, p));
+            let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            if best.as_ref().is_none_or(|(newest, _)| modified > *newest) {
+                best = Some((modified, path));
             }
         }
     }
-    best.map(|(_, p)| p)
+    best.map(|(_, path)| path)
 }
 
 /// `file` of `repo` in the first of `dirs` that has it.
 pub fn find(dirs: &[PathBuf], kind: RepoKind, repo: &str, file: &str) -> Option<PathBuf> {
-    dirs.iter().find_map(|d| find_in(d, kind, repo, file))
+    dirs.iter().find_map(|dir| find_in(dir, kind, repo, file))
 }
 
 /// The snapshot directories (sorted) of `repo` in the first of `dirs` that has a `snapshots`
 /// directory for it, with that hub directory; `None` when no directory has one.
 pub fn snapshots(dirs: &[PathBuf], kind: RepoKind, repo: &str) -> Option<(PathBuf, Vec<PathBuf>)> {
-    for d in dirs {
-        let Ok(revs) = std::fs::read_dir(repo_dir(d, kind, repo).join("snapshots")) else {
+    for hub in dirs {
+        let Ok(revs) = std::fs::read_dir(repo_dir(hub, kind, repo).join("snapshots")) else {
             continue;
         };
         let mut found: Vec<PathBuf> = revs
             .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
+            .map(|entry| entry.path())
+            .filter(|path| path.is_dir())
             .collect();
         found.sort();
-        return Some((d.clone(), found));
+        return Some((hub.clone(), found));
     }
     None
 }
@@ -139,8 +140,8 @@ pub fn snapshots(dirs: &[PathBuf], kind: RepoKind, repo: &str) -> Option<(PathBu
 /// The files (relative paths, sorted) of the snapshots of `repo` in the first of `dirs` that has any
 /// snapshot: what a download fetched when the expected file is missing.
 pub fn snapshot_files(dirs: &[PathBuf], kind: RepoKind, repo: &str) -> Option<Vec<String>> {
-    for d in dirs {
-        let snapshots = repo_dir(d, kind, repo).join("snapshots");
+    for hub in dirs {
+        let snapshots = repo_dir(hub, kind, repo).join("snapshots");
         let Ok(revs) = std::fs::read_dir(&snapshots) else {
             continue;
         };
@@ -162,11 +163,11 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<String>, depth: usize) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            collect_files(root, &p, out, depth + 1);
-        } else if let Ok(rel) = p.strip_prefix(root) {
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_files(root, &path, out, depth + 1);
+        } else if let Ok(rel) = path.strip_prefix(root) {
             out.push(rel.to_string_lossy().into_owned());
         }
     }

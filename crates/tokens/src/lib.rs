@@ -28,11 +28,11 @@ use hub::RepoKind;
 use text::{Vocabulary, WORDS};
 
 /// The `--tokenizer` name aiperf maps to its zero-network tokenizer (tiktoken `o200k_base`).
-pub const BUILTIN: &str = "builtin";
+pub(crate) const BUILTIN: &str = "builtin";
 
 /// tiktoken encoding names aiperf routes to tiktoken rather than the hub; agentx has no tiktoken and
 /// counts them like [`BUILTIN`].
-pub const TIKTOKEN_ENCODINGS: &[&str] = &[
+pub(crate) const TIKTOKEN_ENCODINGS: &[&str] = &[
     "cl100k_base",
     "o200k_base",
     "o200k_harmony",
@@ -42,7 +42,7 @@ pub const TIKTOKEN_ENCODINGS: &[&str] = &[
 ];
 
 /// The file a tokenizer directory or model snapshot must hold.
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
+pub(crate) const TOKENIZER_FILE: &str = "tokenizer.json";
 
 /// Where a `--tokenizer` value resolved to ([`resolve_tokenizer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,8 +75,8 @@ impl TokenizerSource {
             TokenizerSource::Builtin => BUILTIN.to_owned(),
             TokenizerSource::File {
                 path,
-                model: Some(m),
-            } => format!("{m} ({})", path.display()),
+                model: Some(model),
+            } => format!("{model} ({})", path.display()),
             TokenizerSource::File { path, model: None } => path.display().to_string(),
         }
     }
@@ -161,12 +161,12 @@ fn resolve_tokenizer_in(spec: &str, dirs: &[PathBuf]) -> Result<TokenizerSource,
 fn cached_models_named(dirs: &[PathBuf], name: &str) -> Vec<String> {
     let suffix = format!("--{name}");
     let mut out = Vec::new();
-    for d in dirs {
-        let Ok(entries) = std::fs::read_dir(d) else {
+    for cache_dir in dirs {
+        let Ok(entries) = std::fs::read_dir(cache_dir) else {
             continue;
         };
-        for e in entries.flatten() {
-            let dir_name = e.file_name().to_string_lossy().into_owned();
+        for entry in entries.flatten() {
+            let dir_name = entry.file_name().to_string_lossy().into_owned();
             let Some(rest) = dir_name.strip_prefix("models--") else {
                 continue;
             };
@@ -175,7 +175,7 @@ fn cached_models_named(dirs: &[PathBuf], name: &str) -> Vec<String> {
             };
             let repo = format!("{org}/{name}");
             if hub::is_repo_id(&repo)
-                && hub::find_in(d, RepoKind::Model, &repo, TOKENIZER_FILE).is_some()
+                && hub::find_in(cache_dir, RepoKind::Model, &repo, TOKENIZER_FILE).is_some()
             {
                 out.push(repo);
             }
@@ -263,11 +263,12 @@ pub enum TokenizerError {
 impl TokenCounter {
     /// Loads a Hugging Face `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self, TokenizerError> {
-        let tok = tokenizers::Tokenizer::from_file(path).map_err(|e| TokenizerError::Load {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-        let counter = TokenCounter::Hf(Arc::new(tok));
+        let tokenizer =
+            tokenizers::Tokenizer::from_file(path).map_err(|error| TokenizerError::Load {
+                path: path.to_owned(),
+                reason: error.to_string(),
+            })?;
+        let counter = TokenCounter::Hf(Arc::new(tokenizer));
         if counter.vocabulary().is_none() {
             return Err(TokenizerError::NoSingleTokenWords {
                 path: path.to_owned(),
@@ -282,8 +283,8 @@ impl TokenCounter {
             TokenCounter::Words => text.split_ascii_whitespace().count() as u64,
             // An encoding error (not expected for plain text) falls back to the word model rather than
             // failing a count.
-            TokenCounter::Hf(tok) => match tok.encode(text, false) {
-                Ok(enc) => enc.len() as u64,
+            TokenCounter::Hf(tokenizer) => match tokenizer.encode(text, false) {
+                Ok(encoding) => encoding.len() as u64,
                 Err(_) => text.split_ascii_whitespace().count() as u64,
             },
         }
@@ -294,15 +295,17 @@ impl TokenCounter {
     pub fn vocabulary(&self) -> Option<Vocabulary> {
         match self {
             TokenCounter::Words => Some(Vocabulary::STANDARD),
-            TokenCounter::Hf(tok) => {
+            TokenCounter::Hf(tokenizer) => {
                 // Judge each word in context (after another word), the way it appears in prompts, so a
                 // tokenizer that treats a leading space specially at the start of text is not misjudged.
-                Vocabulary::filtered(|w| {
-                    let one = tok.encode(format!(" {}", WORDS[0]), false).map(|e| e.len());
-                    let two = tok
-                        .encode(format!(" {} {w}", WORDS[0]), false)
-                        .map(|e| e.len());
-                    matches!((one, two), (Ok(a), Ok(b)) if b == a + 1)
+                Vocabulary::filtered(|word| {
+                    let one = tokenizer
+                        .encode(format!(" {}", WORDS[0]), false)
+                        .map(|encoding| encoding.len());
+                    let two = tokenizer
+                        .encode(format!(" {} {word}", WORDS[0]), false)
+                        .map(|encoding| encoding.len());
+                    matches!((one, two), (Ok(alone), Ok(after)) if after == alone + 1)
                 })
             }
         }

@@ -1,22 +1,22 @@
 //! Deterministic synthetic text: the word vocabulary and the text of hash blocks and tails.
 //!
-//! Every synthesized token is one word from [`WORDS`], written with a leading space. Each entry is a
+//! Every synthesized token is one word from the vocabulary (`WORDS`), written with a leading space. Each entry is a
 //! single token, leading space included, in the cl100k_base, o200k_base and r50k_base BPE vocabularies
 //! (the most frequent such words of 3 to 7 letters), so `TokenCounter::Words` counts synthesized text
 //! exactly and a real BPE tokenizer counts it almost exactly. The text of a block is a pure function of
 //! (trace key, hash id); the trace key is derived from (seed, trace id), so equal hash ids within a trace
 //! give byte-equal text and different traces (or seeds) give unrelated text. The words come from
-//! keyed hashing ([`mix64`]), not from a random generator: this is content addressing, and the
+//! keyed hashing (SplitMix64's mix), not from a random generator: this is content addressing, and the
 //! prefix cache reuses a block only if its text is the same wherever the hash id appears.
 
 use sha2::{Digest, Sha256};
 
 /// Number of words in the vocabulary; a power of two so 10 random bits pick one word.
-pub const VOCAB_LEN: usize = 1024;
+const VOCAB_LEN: usize = 1024;
 
 /// The vocabulary, without the leading space that every synthesized word carries.
 #[rustfmt::skip]
-pub const WORDS: [&str; VOCAB_LEN] = [
+pub(crate) const WORDS: [&str; VOCAB_LEN] = [
     "the", "and", "for", "con", "this", "that", "with", "pro", "com", "return", "you", "new",
     "from", "are", "int", "class", "not", "was", "public", "res", "str", "have", "get", "can",
     "self", "all", "cont", "will", "your", "out", "has", "def", "but", "const", "void", "set",
@@ -117,10 +117,11 @@ pub const WORDS: [&str; VOCAB_LEN] = [
 /// Longest word plus its leading space; every word fits one 8-byte store.
 const SLOT: usize = 8;
 
-/// A table of [`VOCAB_LEN`] words, each with its leading space, padded into an 8-byte slot.
+/// A table of 1024 words, each with its leading space, padded into an 8-byte slot.
 ///
-/// [`Vocabulary::STANDARD`] holds [`WORDS`]; [`Vocabulary::filtered`] keeps the words a given tokenizer
-/// encodes as one token and repeats them to fill the table, so text generation has one code path.
+/// [`Vocabulary::STANDARD`] holds the whole vocabulary; a tokenizer's table
+/// ([`crate::TokenCounter::vocabulary`]) keeps the words it encodes as one token and repeats them to
+/// fill the table, so text generation has one code path.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Vocabulary {
     slots: [[u8; SLOT]; VOCAB_LEN],
@@ -137,27 +138,27 @@ impl std::fmt::Debug for Vocabulary {
 }
 
 impl Vocabulary {
-    /// All of [`WORDS`].
+    /// The whole vocabulary, every word once.
     pub const STANDARD: Vocabulary = build_standard();
 
     /// The words of [`WORDS`] for which `keep` holds, repeated to fill the table; `None` if none is kept.
-    pub fn filtered(mut keep: impl FnMut(&str) -> bool) -> Option<Vocabulary> {
+    pub(crate) fn filtered(mut keep: impl FnMut(&str) -> bool) -> Option<Vocabulary> {
         let kept: Vec<usize> = (0..VOCAB_LEN).filter(|&i| keep(WORDS[i])).collect();
         if kept.is_empty() {
             return None;
         }
-        let std = &Self::STANDARD;
-        let mut v = Vocabulary {
+        let standard = &Self::STANDARD;
+        let mut table = Vocabulary {
             slots: [[0; SLOT]; VOCAB_LEN],
             lens: [0; VOCAB_LEN],
             distinct: kept.len(),
         };
         for i in 0..VOCAB_LEN {
             let src = kept[i % kept.len()];
-            v.slots[i] = std.slots[src];
-            v.lens[i] = std.lens[src];
+            table.slots[i] = standard.slots[src];
+            table.lens[i] = standard.lens[src];
         }
-        Some(v)
+        Some(table)
     }
 
     /// Number of distinct words in the table.
@@ -171,15 +172,15 @@ const fn build_standard() -> Vocabulary {
     let mut lens = [0u8; VOCAB_LEN];
     let mut i = 0;
     while i < VOCAB_LEN {
-        let w = WORDS[i].as_bytes();
-        assert!(w.len() < SLOT, "vocabulary word too long for its slot");
+        let word = WORDS[i].as_bytes();
+        assert!(word.len() < SLOT, "vocabulary word too long for its slot");
         slots[i][0] = b' ';
         let mut j = 0;
-        while j < w.len() {
-            slots[i][j + 1] = w[j];
+        while j < word.len() {
+            slots[i][j + 1] = word[j];
             j += 1;
         }
-        lens[i] = (w.len() + 1) as u8;
+        lens[i] = (word.len() + 1) as u8;
         i += 1;
     }
     Vocabulary {
@@ -191,7 +192,7 @@ const fn build_standard() -> Vocabulary {
 
 /// SplitMix64's step and finaliser: a bijective 64-bit mix, hashing keys into block and tail words.
 #[inline]
-pub fn mix64(mut z: u64) -> u64 {
+fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -200,23 +201,23 @@ pub fn mix64(mut z: u64) -> u64 {
 
 /// The per-trace key of block text: the first 8 bytes of sha256("agentx-text:{seed}:{trace_id}").
 pub fn trace_key(seed: u64, trace_id: &str) -> u64 {
-    let mut h = Sha256::new();
-    h.update(b"agentx-text:");
-    h.update(seed.to_string().as_bytes());
-    h.update(b":");
-    h.update(trace_id.as_bytes());
-    let d = h.finalize();
-    u64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
+    let mut hasher = Sha256::new();
+    hasher.update(b"agentx-text:");
+    hasher.update(seed.to_string().as_bytes());
+    hasher.update(b":");
+    hasher.update(trace_id.as_bytes());
+    let digest = hasher.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
 }
 
 /// The corpus-wide key of block text for a corpus whose hash ids are global: the first 8 bytes of
 /// sha256("agentx-text-global:{seed}"), so equal hash ids give equal text in every trace of the corpus.
 pub fn corpus_key(seed: u64) -> u64 {
-    let mut h = Sha256::new();
-    h.update(b"agentx-text-global:");
-    h.update(seed.to_string().as_bytes());
-    let d = h.finalize();
-    u64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
+    let mut hasher = Sha256::new();
+    hasher.update(b"agentx-text-global:");
+    hasher.update(seed.to_string().as_bytes());
+    let digest = hasher.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
 }
 
 /// Domain separators so block, tail and other streams of one trace never coincide.
