@@ -171,68 +171,68 @@ pub struct IdentityArgs {
 }
 
 impl From<IdentityArgs> for IdentityInput {
-    fn from(a: IdentityArgs) -> Self {
+    fn from(args: IdentityArgs) -> Self {
         IdentityInput {
-            hw: a.hw,
-            conc: a.conc,
-            image: a.image,
-            model: a.model,
-            model_prefix: a.model_prefix,
-            framework: a.framework,
-            precision: a.precision,
-            spec_decoding: a.spec_decoding,
-            disagg: a.disagg,
-            is_multinode: a.is_multinode,
-            tp: a.tp,
-            ep: a.ep,
-            dp_attention: a.dp_attention,
-            kv_offloading: a.kv_offloading,
-            prefill_num_workers: a.prefill_num_workers,
-            prefill_tp: a.prefill_tp,
-            prefill_ep: a.prefill_ep,
-            prefill_dp_attention: a.prefill_dp_attention,
-            decode_num_workers: a.decode_num_workers,
-            decode_tp: a.decode_tp,
-            decode_ep: a.decode_ep,
-            decode_dp_attention: a.decode_dp_attention,
-            prefill_pp: a.prefill_pp,
-            prefill_dcp_size: a.prefill_dcp_size,
-            prefill_pcp_size: a.prefill_pcp_size,
-            decode_pp: a.decode_pp,
-            decode_dcp_size: a.decode_dcp_size,
-            decode_pcp_size: a.decode_pcp_size,
-            pp: a.pp,
-            dcp_size: a.dcp_size,
-            pcp_size: a.pcp_size,
-            recipe_fingerprint: a.recipe_fingerprint,
-            kv_offload_backend: a.kv_offload_backend,
-            kv_offload_backend_metadata: a.kv_offload_backend_metadata,
-            allocated_cpu_dram_gb: a.allocated_cpu_dram_gb,
-            router: a.router,
-            kv_p2p_transfer: a.kv_p2p_transfer,
-            prefill_hw: a.prefill_hw,
-            decode_hw: a.decode_hw,
+            hw: args.hw,
+            conc: args.conc,
+            image: args.image,
+            model: args.model,
+            model_prefix: args.model_prefix,
+            framework: args.framework,
+            precision: args.precision,
+            spec_decoding: args.spec_decoding,
+            disagg: args.disagg,
+            is_multinode: args.is_multinode,
+            tp: args.tp,
+            ep: args.ep,
+            dp_attention: args.dp_attention,
+            kv_offloading: args.kv_offloading,
+            prefill_num_workers: args.prefill_num_workers,
+            prefill_tp: args.prefill_tp,
+            prefill_ep: args.prefill_ep,
+            prefill_dp_attention: args.prefill_dp_attention,
+            decode_num_workers: args.decode_num_workers,
+            decode_tp: args.decode_tp,
+            decode_ep: args.decode_ep,
+            decode_dp_attention: args.decode_dp_attention,
+            prefill_pp: args.prefill_pp,
+            prefill_dcp_size: args.prefill_dcp_size,
+            prefill_pcp_size: args.prefill_pcp_size,
+            decode_pp: args.decode_pp,
+            decode_dcp_size: args.decode_dcp_size,
+            decode_pcp_size: args.decode_pcp_size,
+            pp: args.pp,
+            dcp_size: args.dcp_size,
+            pcp_size: args.pcp_size,
+            recipe_fingerprint: args.recipe_fingerprint,
+            kv_offload_backend: args.kv_offload_backend,
+            kv_offload_backend_metadata: args.kv_offload_backend_metadata,
+            allocated_cpu_dram_gb: args.allocated_cpu_dram_gb,
+            router: args.router,
+            kv_p2p_transfer: args.kv_p2p_transfer,
+            prefill_hw: args.prefill_hw,
+            decode_hw: args.decode_hw,
         }
     }
 }
 
 /// Runs `agentx-host report`.
-pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
-    let identity = Identity::resolve(&a.identity.into())?;
+pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let identity = Identity::resolve(&args.identity.into())?;
     let mut json = bmk::render_dir(
-        &a.artifact_dir,
+        &args.artifact_dir,
         &identity,
-        a.dataset.as_deref(),
+        args.dataset.as_deref(),
         &OpenOptions::default(),
-        a.layout.0,
+        args.layout.0,
     )?;
     json.push('\n');
-    match &a.output {
+    match &args.output {
         None => out!("{json}"),
-        Some(p) => {
-            crate::fsio::write_atomic(p, json.as_bytes())
-                .with_context(|| format!("cannot write {}", p.display()))?;
-            errln!("wrote {}", p.display());
+        Some(path) => {
+            crate::fsio::write_atomic(path, json.as_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            errln!("wrote {}", path.display());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -258,35 +258,35 @@ pub struct PlotArgs {
 
 /// Runs `agentx-host plot`: a run's plot and page into the run's directory (the one `DIR` names:
 /// itself, its `latest`, or its only run); a sweep's Pareto view and page for a sweep directory.
-pub fn plot_main(a: PlotArgs) -> anyhow::Result<ExitCode> {
-    if a.dir.join(crate::export::sweep::SWEEP_JSON).is_file() {
-        if a.output.is_some() || a.html.is_some() {
+pub fn plot_main(args: PlotArgs) -> anyhow::Result<ExitCode> {
+    if args.dir.join(crate::export::sweep::SWEEP_JSON).is_file() {
+        if args.output.is_some() || args.html.is_some() {
             anyhow::bail!(
                 "{} is a sweep: its views (sweep_pareto.png, report.html) are written into it; drop -o/--html, or name one point (e.g. {}/conc_N)",
-                a.dir.display(),
-                a.dir.display()
+                args.dir.display(),
+                args.dir.display()
             );
         }
-        let sweep = crate::export::sweep_views::read_sweep(&a.dir)?;
-        let root = crate::fsio::Root::open(&a.dir)
-            .with_context(|| format!("cannot open the sweep directory {}", a.dir.display()))?;
+        let sweep = crate::export::sweep_views::read_sweep(&args.dir)?;
+        let root = crate::fsio::Root::open(&args.dir)
+            .with_context(|| format!("cannot open the sweep directory {}", args.dir.display()))?;
         let files = crate::export::sweep_views::write_views(&root, &sweep);
         if files.is_empty() {
             anyhow::bail!(
                 "no view of the sweep {} was written (see the log)",
-                a.dir.display()
+                args.dir.display()
             );
         }
-        for f in files {
-            errln!("wrote {}", f.display());
+        for file in files {
+            errln!("wrote {}", file.display());
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let dir = bmk::locate(&a.dir)?;
-    let path = crate::export::plot::plot_dir(&dir, a.output.as_deref())?;
+    let dir = bmk::locate(&args.dir)?;
+    let path = crate::export::plot::plot_dir(&dir, args.output.as_deref())?;
     errln!("wrote {}", path.display());
-    if !a.no_html {
-        let path = crate::export::html::html_dir(&dir, a.html.as_deref())?;
+    if !args.no_html {
+        let path = crate::export::html::html_dir(&dir, args.html.as_deref())?;
         errln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -17,36 +17,36 @@ pub enum Speed {
     Max,
 }
 
-fn parse_speed(s: &str) -> Result<Speed, String> {
-    if s == "max" {
+fn parse_speed(text: &str) -> Result<Speed, String> {
+    if text == "max" {
         return Ok(Speed::Max);
     }
-    match s.parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 0.0 => Ok(Speed::Factor(f)),
+    match text.parse::<f64>() {
+        Ok(factor) if factor.is_finite() && factor > 0.0 => Ok(Speed::Factor(factor)),
         _ => Err(format!(
-            "`{s}` is not a speed; use a positive factor such as 2 (twice as fast) or `max`"
+            "`{text}` is not a speed; use a positive factor such as 2 (twice as fast) or `max`"
         )),
     }
 }
 
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(fraction) if (0.0..=1.0).contains(&fraction) => Ok(fraction),
         _ => Err(format!(
-            "`{s}` is not a fraction; use a number from 0 to 1 such as 0.05"
+            "`{text}` is not a fraction; use a number from 0 to 1 such as 0.05"
         )),
     }
 }
 
-fn parse_ms(s: &str) -> Result<Duration, String> {
+fn parse_ms(text: &str) -> Result<Duration, String> {
     // `try_from_secs_f64`: a huge value is an error, not a panic.
-    match s
+    match text
         .parse::<f64>()
-        .map(|f| (f, Duration::try_from_secs_f64(f / 1e3)))
+        .map(|ms| (ms, Duration::try_from_secs_f64(ms / 1e3)))
     {
-        Ok((f, Ok(d))) if f >= 0.0 => Ok(d),
+        Ok((ms, Ok(duration))) if ms >= 0.0 => Ok(duration),
         _ => Err(format!(
-            "`{s}` is not a duration; use milliseconds such as 50 or 0.5"
+            "`{text}` is not a duration; use milliseconds such as 50 or 0.5"
         )),
     }
 }
@@ -182,20 +182,20 @@ pub struct SimArgs {
 impl SimArgs {
     /// The configuration these flags describe.
     pub fn to_config(&self) -> Result<SimConfig, String> {
-        let mut c = SimConfig::preset(self.preset);
-        c.listen = SocketAddr::new(self.host, self.port);
-        if let Some(v) = &self.served_model_name {
-            c.model = v.clone();
+        let mut config = SimConfig::preset(self.preset);
+        config.listen = SocketAddr::new(self.host, self.port);
+        if let Some(model) = &self.served_model_name {
+            config.model = model.clone();
         }
-        c.strict_model = self.strict_model;
-        c.record_requests.clone_from(&self.record_requests);
+        config.strict_model = self.strict_model;
+        config.record_requests.clone_from(&self.record_requests);
         if let Some(path) = &self.tokenizer {
-            c.tokenizer = crate::dataset::tokens::TokenCounter::from_file(path)
+            config.tokenizer = crate::dataset::tokens::TokenCounter::from_file(path)
                 .map_err(|e| format!("--tokenizer: {e}"))?;
         }
         macro_rules! set {
             ($($flag:ident => $field:ident),*) => {$(
-                if let Some(v) = self.$flag { c.$field = v; }
+                if let Some(value) = self.$flag { config.$field = value; }
             )*};
         }
         set!(max_model_len => max_model_len, block_size => block_size,
@@ -213,7 +213,7 @@ impl SimArgs {
                         .into(),
                 );
             }
-            c.timing = Timing::Fixed {
+            config.timing = Timing::Fixed {
                 ttft: self.ttft_ms.unwrap_or_default(),
                 itl: self.itl_ms.unwrap_or_default(),
             };
@@ -225,19 +225,19 @@ impl SimArgs {
                         .into(),
                 );
             }
-            c.timing = Timing::Instant;
-        } else if let Timing::Modeled(m) = &mut c.timing {
-            if let Some(Speed::Factor(f)) = self.speed {
-                m.speed = f;
+            config.timing = Timing::Instant;
+        } else if let Timing::Modeled(modeled) = &mut config.timing {
+            if let Some(Speed::Factor(factor)) = self.speed {
+                modeled.speed = factor;
             }
-            if let Some(v) = self.prefill_tps {
-                m.prefill_tokens_per_s = v;
+            if let Some(tps) = self.prefill_tps {
+                modeled.prefill_tokens_per_s = tps;
             }
-            if let Some(v) = self.itl_base_ms {
-                m.itl_base = v;
+            if let Some(base) = self.itl_base_ms {
+                modeled.itl_base = base;
             }
-            if let Some(v) = self.itl_per_seq_ms {
-                m.itl_per_seq = v;
+            if let Some(per_seq) = self.itl_per_seq_ms {
+                modeled.itl_per_seq = per_seq;
             }
         } else if self.speed.is_some() || modeled_flags {
             return Err(
@@ -247,39 +247,39 @@ impl SimArgs {
             );
         }
 
-        c.faults.seed = self.fault_seed;
-        c.faults.fail_rate = self.fail_rate;
-        c.faults.reset_rate = self.reset_rate;
-        c.faults.stall_rate = self.stall_rate;
-        c.faults.malformed_rate = self.malformed_rate;
-        c.faults.stop_after = self.stop_after;
-        c.faults.die_at = self.die_at_request;
-        if let Some(t) = self.keep_alive_timeout {
-            if !(t.is_finite() && t > 0.0) {
+        config.faults.seed = self.fault_seed;
+        config.faults.fail_rate = self.fail_rate;
+        config.faults.reset_rate = self.reset_rate;
+        config.faults.stall_rate = self.stall_rate;
+        config.faults.malformed_rate = self.malformed_rate;
+        config.faults.stop_after = self.stop_after;
+        config.faults.die_at = self.die_at_request;
+        if let Some(seconds) = self.keep_alive_timeout {
+            if !(seconds.is_finite() && seconds > 0.0) {
                 return Err(format!(
-                    "--keep-alive-timeout {t} is not a positive number of seconds, e.g. 5"
+                    "--keep-alive-timeout {seconds} is not a positive number of seconds, e.g. 5"
                 ));
             }
-            c.keep_alive.idle = Duration::try_from_secs_f64(t).map_err(|_| {
-                format!("--keep-alive-timeout {t} is too large; use seconds such as 5")
+            config.keep_alive.idle = Duration::try_from_secs_f64(seconds).map_err(|_| {
+                format!("--keep-alive-timeout {seconds} is too large; use seconds such as 5")
             })?;
         }
-        if let Some(n) = self.keep_alive_max {
-            if n == 0 {
+        if let Some(max) = self.keep_alive_max {
+            if max == 0 {
                 return Err("--keep-alive-max 0: a connection serves at least one request".into());
             }
-            c.keep_alive.max = Some(n);
+            config.keep_alive.max = Some(max);
         }
-        c.keep_alive.header = self.keep_alive_header;
-        c.headers_at_first_token = self.headers_at_first_token;
-        c.metric_names = self.metric_names;
-        if let Some(v) = self.stall_ms {
-            c.faults.stall = v;
+        config.keep_alive.header = self.keep_alive_header;
+        config.headers_at_first_token = self.headers_at_first_token;
+        config.metric_names = self.metric_names;
+        if let Some(stall) = self.stall_ms {
+            config.faults.stall = stall;
         } else if self.stall_rate > 0.0 {
             return Err("--stall-rate needs --stall-ms, the length of each stall".into());
         }
-        c.validate().map_err(|e| e.to_string())?;
-        Ok(c)
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
     }
 }
 
