@@ -289,7 +289,7 @@ fn print_trees(trees: &TreeStats) {
 /// Runs a dataset subcommand.
 pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
     match args.command {
-        DatasetCommand::Import { source, json } => import(source, json),
+        DatasetCommand::Import { source, json } => import(&source, json),
         DatasetCommand::Inspect {
             source,
             trace,
@@ -316,7 +316,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 }
             }
         }
-        DatasetCommand::Stats { source, json } => stats(source, json),
+        DatasetCommand::Stats { source, json } => stats(&source, json),
         DatasetCommand::Synth {
             traces,
             seed,
@@ -326,7 +326,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             context,
             subagents,
         } => synth(
-            SynthOptions {
+            &SynthOptions {
                 traces: traces.unwrap_or(if subagents { 393 } else { 949 }),
                 seed,
                 max_isl,
@@ -378,7 +378,7 @@ fn print_format(dataset: &Dataset) {
 }
 
 /// `dataset import`: imports (or maps from the cache) and says what it found.
-fn import(source: SourceArgs, json: bool) -> Result<(), DatasetError> {
+fn import(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
     let started = Instant::now();
     let dataset = source.open()?;
     let secs = started.elapsed().as_secs_f64();
@@ -479,7 +479,7 @@ fn list_trajectories(dataset: &Dataset) {
             break;
         }
         let first = trajectory.turn(0).map_or(0, |turn| turn.input_tokens());
-        let last = t
+        let last = trajectory
             .turn(trajectory.num_turns().wrapping_sub(1))
             .map_or(0, |turn| turn.input_tokens());
         outln!(
@@ -582,7 +582,7 @@ fn print_turns(traj: Trajectory<'_>) {
 }
 
 /// `dataset stats`.
-fn stats(source: SourceArgs, json: bool) -> Result<(), DatasetError> {
+fn stats(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
     let dataset = source.open()?;
     let corpus = corpus_stats(&dataset);
     let trees = dataset_tree_stats(&dataset)?;
@@ -659,9 +659,9 @@ fn stats(source: SourceArgs, json: bool) -> Result<(), DatasetError> {
 }
 
 /// `dataset synth`.
-fn synth(opts: SynthOptions, output: &std::path::Path) -> Result<(), DatasetError> {
+fn synth(opts: &SynthOptions, output: &std::path::Path) -> Result<(), DatasetError> {
     let started = Instant::now();
-    let sum = write_corpus(&opts, output)?;
+    let sum = write_corpus(opts, output)?;
     outln!(
         "wrote {} traces, {} requests, {:.1} MiB to {} in {:.1} s",
         sum.traces,

@@ -118,7 +118,7 @@ impl RecordedRun {
         args.random_seed = Some(self.seed);
         args.run_id = Some(self.run_id.clone());
         args.expect_scenario_sha256 = Some(self.scenario_sha256.clone());
-        args.expect_dataset_key = self.dataset_key.clone();
+        args.expect_dataset_key.clone_from(&self.dataset_key);
         Ok(*args)
     }
 }

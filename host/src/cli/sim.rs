@@ -185,7 +185,7 @@ impl SimArgs {
         let mut config = SimConfig::preset(self.preset);
         config.listen = SocketAddr::new(self.host, self.port);
         if let Some(model) = &self.served_model_name {
-            config.model = model.clone();
+            config.model.clone_from(model);
         }
         config.strict_model = self.strict_model;
         config.record_requests.clone_from(&self.record_requests);
