@@ -19,45 +19,45 @@ use crate::dataset::{Dataset, DatasetError, OpenOptions, Trajectory};
 #[derive(Debug, Args)]
 pub struct DatasetArgs {
     #[command(subcommand)]
-    pub command: DatasetCommand,
+    pub(crate) command: DatasetCommand,
 }
 
 /// Where a corpus comes from and how it is cached.
 #[derive(Debug, Args)]
-pub struct SourceArgs {
+pub(crate) struct SourceArgs {
     /// A traces.jsonl, a directory of *.json traces, a corpus name (e.g. semianalysis_cc_traces_weka_062126)
     /// or a cached Hugging Face dataset repository (org/name).
-    pub source: String,
+    pub(crate) source: String,
     /// Use only the first N traces (all by default).
     #[arg(long, value_name = "N")]
-    pub num_dataset_entries: Option<usize>,
+    pub(crate) num_dataset_entries: Option<usize>,
     /// Drop traces whose peak context (max over requests of in + max(1, out)) exceeds N tokens, then
     /// keep the first --num-dataset-entries of the rest (aiperf's filter-then-cap).
     #[arg(long, value_name = "N")]
-    pub max_context_length: Option<u64>,
+    pub(crate) max_context_length: Option<u64>,
     /// Dataset cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR,
     /// or <--home>/datasets].
     #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// The agentx cache directory whose `datasets/` holds the cache (as `run --home`).
     #[arg(long, value_name = "DIR")]
-    pub home: Option<PathBuf>,
+    pub(crate) home: Option<PathBuf>,
     /// Refuse a corpus with import warnings (checks beyond aiperf's: `in: 0`, hash ids above 2^32-1,
     /// a first request shorter than the tools+system prefix, ...), naming file:line of each kind.
     #[arg(long)]
-    pub strict: bool,
+    pub(crate) strict: bool,
     /// The corpus format [default: detected from the first record when only one format fits].
     #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
+    pub(crate) format: Option<FormatArg>,
     /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake, 64 tracelab]
     /// (weka traces say their own).
     #[arg(long, value_name = "TOKENS")]
-    pub block_size: Option<u32>,
+    pub(crate) block_size: Option<u32>,
 }
 
 /// A corpus format (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
+pub(crate) enum FormatArg {
     /// One trace per line (or per *.json file of a directory), hash ids per trace.
     Weka,
     /// One request per line ({timestamp, input_length, output_length, hash_ids}, optionally
@@ -104,13 +104,13 @@ impl SourceArgs {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ModeArg {
+pub(crate) enum ModeArg {
     Recorded,
     Live,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum DatasetCommand {
+pub(crate) enum DatasetCommand {
     /// Validate a corpus and build its cache entry (or find it); print what it holds and its warnings.
     Import {
         #[command(flatten)]
@@ -287,7 +287,7 @@ fn print_trees(trees: &TreeStats) {
 }
 
 /// Runs a dataset subcommand.
-pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
+pub(crate) fn run(args: DatasetArgs) -> Result<(), DatasetError> {
     match args.command {
         DatasetCommand::Import { source, json } => import(&source, json),
         DatasetCommand::Inspect {

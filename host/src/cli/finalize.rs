@@ -15,14 +15,14 @@ use crate::export::manifest::MANIFEST_FILE;
 pub struct FinalizeArgs {
     /// The artifact directory of a run that did not finish (it holds run_manifest.json and
     /// records.jsonl).
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Why the run ended, recorded in the manifest, the summary and the exports [default: the
     /// run's process ended before the run finished].
     #[arg(long)]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
-pub fn main(args: FinalizeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: FinalizeArgs) -> anyhow::Result<ExitCode> {
     let path = args.dir.join(MANIFEST_FILE);
     if !path.is_file() {
         anyhow::bail!(

@@ -12,12 +12,12 @@ use super::HomeArgs;
 pub struct MergeArgs {
     /// The shard directories of one sharded run (DIR/shard-0 DIR/shard-1 ...).
     #[arg(required = true, value_name = "SHARD_DIR")]
-    pub dirs: Vec<PathBuf>,
+    pub(crate) dirs: Vec<PathBuf>,
     /// The merged artifact directory (created; its files are replaced).
     #[arg(short, long, value_name = "DIR")]
-    pub output: PathBuf,
+    pub(crate) output: PathBuf,
     #[command(flatten)]
-    pub home: HomeArgs,
+    pub(crate) home: HomeArgs,
 }
 
 pub fn main(args: MergeArgs) -> anyhow::Result<ExitCode> {

@@ -1,4 +1,4 @@
-//! `agentx-host run`: flags with aiperf's names, [`RunPlan::resolve`] (where flags and environment
+//! `agentx-host run`: flags with aiperf's names, `RunPlan::resolve` (where flags and environment
 //! merge into one checked configuration), the call of the run ([`crate::run::execute`]) and what it
 //! prints: the plan of a dry run, the summary and the outputs.
 //!
@@ -16,8 +16,9 @@ use clap::Args;
 
 use crate::metrics::Summary;
 use crate::replay;
+pub use crate::run::RunSettings;
+use crate::run::MANIFEST_FILE;
 use crate::run::{Cancel, RunConfig, RunPlan};
-pub use crate::run::{RunSettings, BUILTIN_SCENARIO, BUNDLED_CORPUS, MANIFEST_FILE};
 use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
 
 use super::run_args::RunArgs;
@@ -26,26 +27,26 @@ use super::run_args::RunArgs;
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// A `run_manifest.json` (or the artifact directory holding it).
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// Where the rerun writes [default: the recorded run's directory with `-replay`].
     #[arg(long, short = 'o', value_name = "DIR")]
-    pub output_artifact_dir: Option<PathBuf>,
+    pub(crate) output_artifact_dir: Option<PathBuf>,
     /// Replace an earlier rerun in that directory.
     #[arg(long)]
-    pub overwrite: bool,
+    pub(crate) overwrite: bool,
     /// Send to another server (the original URL by default).
     #[arg(long, value_name = "URL")]
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// The model the server serves (the recorded one by default; needed with --url for a run of
     /// the built-in simulator).
     #[arg(long, short = 'm')]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Print the plan and send nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// With --dry-run: print the plan as JSON.
     #[arg(long, requires = "dry_run")]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// What `agentx-host replay` reads of a run manifest: the recorded command line and the inputs it
@@ -53,14 +54,14 @@ pub struct ReplayArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRun {
     /// The command line of the run, without the program name.
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     pub seed: u64,
     pub run_id: String,
     pub scenario_sha256: String,
     /// The dataset's cache key, when the manifest has one.
     pub dataset_key: Option<String>,
     /// The working directory of the run (relative paths in `argv` are relative to it).
-    pub cwd: Option<String>,
+    pub(crate) cwd: Option<String>,
 }
 
 /// A run manifest that cannot be replayed.
@@ -76,7 +77,7 @@ pub enum ManifestError {
 
 impl RecordedRun {
     /// Reads the text of a `run_manifest.json` (`path` names it in errors).
-    pub fn parse_at(text: &str, path: &Path) -> Result<RecordedRun, ManifestError> {
+    fn parse_at(text: &str, path: &Path) -> Result<RecordedRun, ManifestError> {
         let manifest = crate::export::manifest::Manifest::parse(text, path)?;
         Ok(RecordedRun {
             argv: manifest.argv,
@@ -90,7 +91,7 @@ impl RecordedRun {
 
     /// Reads the manifest at `path`: the recorded run, and its `run` arguments with the seed, run
     /// id, dataset digest and scenario (by hash, see [`pin_scenario`]) pinned.
-    pub fn read(path: &Path) -> anyhow::Result<(RecordedRun, RunArgs)> {
+    pub(crate) fn read(path: &Path) -> anyhow::Result<(RecordedRun, RunArgs)> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
         let recorded = RecordedRun::parse_at(&text, path)?;
@@ -107,7 +108,7 @@ impl RecordedRun {
     }
 
     /// The recorded `run` command's arguments with the seed, run id, scenario hash and dataset
-    /// digest pinned (the scenario as recorded; [`replay_main`] pins its bytes).
+    /// digest pinned (the scenario as recorded; `replay_main` pins its bytes).
     pub fn run_args(&self) -> Result<RunArgs, ManifestError> {
         let full = std::iter::once("agentx-host").chain(self.argv.iter().map(String::as_str));
         let cli = <super::Cli as clap::Parser>::try_parse_from(full)
@@ -125,7 +126,7 @@ impl RecordedRun {
 
 /// Reruns the run a manifest describes: its command line with the seed, run id, scenario hash and
 /// dataset digest pinned.
-pub fn replay_main(replay: ReplayArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn replay_main(replay: ReplayArgs) -> anyhow::Result<ExitCode> {
     let path = if replay.manifest.is_dir() {
         crate::export::bmk::locate_file(&replay.manifest, MANIFEST_FILE)?.join(MANIFEST_FILE)
     } else {
@@ -336,7 +337,7 @@ fn demo_banner(args: &RunArgs) -> Option<String> {
 }
 
 /// The run configuration of `agentx-host run`'s flags and environment.
-pub fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
+pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
     if let Some(banner) = demo_banner(args) {
         tracing::info!("{banner}");
     }

@@ -149,7 +149,7 @@ fn parse_grace(flag: &str, given: &str) -> anyhow::Result<Option<Duration>> {
 impl RunPlan {
     /// Merges flags and environment into the settings the scenario resolves, checking each value
     /// where it is given.
-    pub fn resolve(args: &RunArgs) -> anyhow::Result<RunPlan> {
+    pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunPlan> {
         let demo = args.url.is_none();
         let (dataset, loader) = dataset_of(args, demo)?;
         let extra = super::extra_inputs::extra_inputs(&args.extra_inputs, &args.endpoint_type)?;

@@ -15,25 +15,25 @@ use crate::run::shard::{RendezvousAuth, ShardConfig};
 
 /// The sharding flags as given.
 #[derive(Debug, Clone, Default)]
-pub struct ShardFlags {
+pub(crate) struct ShardFlags {
     /// `--shard I/N`.
-    pub shard: Option<String>,
+    pub(crate) shard: Option<String>,
     /// `--shards N` (the index from `JOB_COMPLETION_INDEX`).
-    pub shards: Option<u32>,
+    pub(crate) shards: Option<u32>,
     /// `--coordinator HOST[:PORT]` (or `AGENTX_COORDINATOR`).
-    pub coordinator: Option<String>,
+    pub(crate) coordinator: Option<String>,
     /// `--coordinator-port` (or `AGENTX_COORDINATOR_PORT`).
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// `--coordinator-bind ADDR` (or `AGENTX_COORDINATOR_BIND`).
-    pub bind: Option<String>,
-    pub timeout: Option<f64>,
-    pub merge_into: Option<PathBuf>,
+    pub(crate) bind: Option<String>,
+    pub(crate) timeout: Option<f64>,
+    pub(crate) merge_into: Option<PathBuf>,
 }
 
 /// The shard of this process, or `None` for a run in one process. `env` reads a variable (the
 /// process environment in the CLI; a map in tests). Also returns a run id the shards share when
 /// the scheduler gives one (Slurm's job id) and none was given.
-pub fn resolve(
+pub(crate) fn resolve(
     flags: &ShardFlags,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Option<(ShardConfig, Option<String>)>> {
@@ -196,7 +196,7 @@ fn auth_from_env(var: &dyn Fn(&str) -> Option<String>) -> RendezvousAuth {
 }
 
 /// The first host of a Slurm node list: `node1,node2`, `gpu[01-04,07]`, `a[1-2],b3`.
-pub fn first_host(list: &str) -> Option<String> {
+pub(crate) fn first_host(list: &str) -> Option<String> {
     let list = list.trim();
     if list.is_empty() {
         return None;

@@ -1,7 +1,7 @@
 //! The `agentx-host sim` flags: their syntax, and the simulator configuration they describe.
 //!
 //! Flags only override the chosen preset: every value left unset keeps the preset's. Syntax is
-//! checked by clap; combinations and ranges by [`SimArgs::to_config`] and
+//! checked by clap; combinations and ranges by `SimArgs::to_config` and
 //! [`SimConfig::validate`], each error naming the flag.
 
 use std::net::{IpAddr, SocketAddr};
@@ -12,7 +12,7 @@ use crate::sim::{MetricNames, Preset, SimConfig, Timing};
 
 /// `--speed`: a time factor or `max` (no delays).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Speed {
+pub(crate) enum Speed {
     Factor(f64),
     Max,
 }
@@ -56,95 +56,95 @@ fn parse_ms(text: &str) -> Result<Duration, String> {
 pub struct SimArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
-    pub host: IpAddr,
+    pub(crate) host: IpAddr,
     /// Port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 8000)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// Starting profile: h200 (a ~30B model on one H200), cpu-small (a small model on a CPU) or
     /// max (no delays).
     #[arg(long, default_value = "h200", value_parser = |s: &str| s.parse::<Preset>())]
-    pub preset: Preset,
+    pub(crate) preset: Preset,
     /// Time factor of the modelled timing (2 = twice as fast), or `max` for no delays at all.
     #[arg(long, value_parser = parse_speed)]
-    pub speed: Option<Speed>,
+    pub(crate) speed: Option<Speed>,
     /// Fixed time to first token in ms, counted from the request's arrival: every request, no
     /// queueing or cache effects.
     #[arg(long, value_parser = parse_ms)]
-    pub ttft_ms: Option<Duration>,
+    pub(crate) ttft_ms: Option<Duration>,
     /// Fixed inter-token latency in ms (with or without --ttft-ms).
     #[arg(long, value_parser = parse_ms)]
-    pub itl_ms: Option<Duration>,
+    pub(crate) itl_ms: Option<Duration>,
     /// Model name served by /v1/models and echoed when a request names none.
     #[arg(long, alias = "model")]
-    pub served_model_name: Option<String>,
+    pub(crate) served_model_name: Option<String>,
     /// Answer requests for any other model name with vLLM's 404.
     #[arg(long)]
-    pub strict_model: bool,
+    pub(crate) strict_model: bool,
     /// Context length (prompt plus requested output tokens).
     #[arg(long)]
-    pub max_model_len: Option<u64>,
+    pub(crate) max_model_len: Option<u64>,
     /// Tokens per prefix-cache block.
     #[arg(long)]
-    pub block_size: Option<u32>,
+    pub(crate) block_size: Option<u32>,
     /// Prefix-cache and KV capacity per engine, in tokens (0 disables prefix caching).
     #[arg(long)]
-    pub cache_tokens: Option<u64>,
+    pub(crate) cache_tokens: Option<u64>,
     /// Sequences running at once per engine; more requests wait in a queue.
     #[arg(long)]
-    pub max_num_seqs: Option<u32>,
+    pub(crate) max_num_seqs: Option<u32>,
     /// Data-parallel engines behind the port, each with its own `engine` metrics label.
     #[arg(long)]
-    pub engines: Option<u32>,
+    pub(crate) engines: Option<u32>,
     /// Prefill throughput in tokens per second (modelled timing).
     #[arg(long)]
-    pub prefill_tps: Option<f64>,
+    pub(crate) prefill_tps: Option<f64>,
     /// Decode step time with one running sequence, in ms (modelled timing).
     #[arg(long, value_parser = parse_ms)]
-    pub itl_base_ms: Option<Duration>,
+    pub(crate) itl_base_ms: Option<Duration>,
     /// Extra decode step time per additional running sequence, in ms (modelled timing).
     #[arg(long, value_parser = parse_ms)]
-    pub itl_per_seq_ms: Option<Duration>,
+    pub(crate) itl_per_seq_ms: Option<Duration>,
     /// Typical output length when `ignore_eos` is not set (outputs stop in [n/2, 3n/2]).
     #[arg(long)]
-    pub output_tokens: Option<u32>,
+    pub(crate) output_tokens: Option<u32>,
     /// Tokens per streamed content chunk.
     #[arg(long)]
-    pub tokens_per_chunk: Option<u32>,
+    pub(crate) tokens_per_chunk: Option<u32>,
     /// Seed of the generated text.
     #[arg(long = "random-seed", alias = "seed", value_name = "SEED")]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Largest accepted request body in bytes (larger ones get 413).
     #[arg(long)]
-    pub max_body_bytes: Option<usize>,
+    pub(crate) max_body_bytes: Option<usize>,
     /// Count prompt tokens exactly with this Hugging Face tokenizer.json (default: one token per
     /// word, as agentx's tokenizer-free prompt synthesis writes them).
     #[arg(long, value_name = "TOKENIZER_JSON")]
-    pub tokenizer: Option<std::path::PathBuf>,
+    pub(crate) tokenizer: Option<std::path::PathBuf>,
     /// Seed of every injected fault.
     #[arg(long, default_value_t = 0)]
-    pub fault_seed: u64,
+    pub(crate) fault_seed: u64,
     /// Fraction of requests answered 500 or 503.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub fail_rate: f64,
+    pub(crate) fail_rate: f64,
     /// Fraction of responses whose connection is cut mid-stream.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub reset_rate: f64,
+    pub(crate) reset_rate: f64,
     /// Length of an injected stream stall, in ms.
     #[arg(long, value_parser = parse_ms)]
-    pub stall_ms: Option<Duration>,
+    pub(crate) stall_ms: Option<Duration>,
     /// Fraction of streams that stall once for --stall-ms.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub stall_rate: f64,
+    pub(crate) stall_rate: f64,
     /// Fraction of streams carrying one malformed SSE event.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub malformed_rate: f64,
+    pub(crate) malformed_rate: f64,
     /// Stop accepting connections after this many chat completion requests.
     #[arg(long)]
-    pub stop_after: Option<u64>,
+    pub(crate) stop_after: Option<u64>,
     /// The engine dies at this chat request (1 = the first): it closes every connection, cutting
     /// the streams in flight, and refuses new ones for the rest of its life (a crashed engine).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub die_at_request: Option<u64>,
+    pub(crate) die_at_request: Option<u64>,
     /// Close a connection that has been idle this many seconds (30, hyper's default; uvicorn, under
     /// vLLM, closes after 5 s, llama.cpp after 5 s).
     #[arg(
@@ -152,36 +152,36 @@ pub struct SimArgs {
         alias = "keep-alive-timeout",
         value_name = "SECONDS"
     )]
-    pub keep_alive_timeout: Option<f64>,
+    pub(crate) keep_alive_timeout: Option<f64>,
     /// Close a connection after this many requests on it (llama.cpp: 100).
     #[arg(long, value_name = "N")]
-    pub keep_alive_max: Option<u32>,
+    pub(crate) keep_alive_max: Option<u32>,
     /// Announce the two above in a `Keep-Alive: timeout=T, max=N` header on every response, as
     /// llama.cpp does (vLLM announces nothing).
     #[arg(long)]
-    pub keep_alive_header: bool,
+    pub(crate) keep_alive_header: bool,
     /// Write one JSON line per chat completion request to FILE as it arrives: its arrival time,
     /// identity and routing headers, model, token limits, stream options, prompt tokens as counted
     /// here, each message's role and tokens, the cache-bust marker and a digest of the messages
     /// (bench/differential.sh compares two clients' logs).
     #[arg(long, value_name = "FILE")]
-    pub record_requests: Option<std::path::PathBuf>,
+    pub(crate) record_requests: Option<std::path::PathBuf>,
     /// Hold a streamed answer's headers until its first token is due and send the two together,
     /// so the `x-agentx-sim-response-start-ns` stamp is when the first token actually went out
     /// (the simulator's own timer and scheduling delays on its side of the stamp). By default,
     /// as vLLM does, headers go out once the request is admitted.
     #[arg(long)]
-    pub headers_at_first_token: bool,
+    pub(crate) headers_at_first_token: bool,
     /// Whose Prometheus names `/metrics` speaks: vllm, sglang, trtllm or atom. The counters are
     /// the same simulated prompt, generated and cached tokens, requests and KV usage, under each
     /// engine's own names, labels and `_total` spellings.
     #[arg(long, default_value = "vllm", value_name = "FAMILY", value_parser = |s: &str| s.parse::<MetricNames>())]
-    pub metric_names: MetricNames,
+    pub(crate) metric_names: MetricNames,
 }
 
 impl SimArgs {
     /// The configuration these flags describe.
-    pub fn to_config(&self) -> Result<SimConfig, String> {
+    pub(crate) fn to_config(&self) -> Result<SimConfig, String> {
         let mut config = SimConfig::preset(self.preset);
         config.listen = SocketAddr::new(self.host, self.port);
         if let Some(model) = &self.served_model_name {

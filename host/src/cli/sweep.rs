@@ -23,16 +23,16 @@ use crate::run::Cancel;
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
     #[command(flatten)]
-    pub run: RunArgs,
+    pub(crate) run: RunArgs,
     /// Keep the points a previous invocation of the same sweep finished; run the rest.
     #[arg(long)]
-    pub resume: bool,
+    pub(crate) resume: bool,
     /// GPUs behind the server: adds throughput per GPU to the summary.
     #[arg(long, value_name = "N")]
-    pub gpus: Option<u32>,
+    pub(crate) gpus: Option<u32>,
     /// Between points, wait at most this long for every server to show nothing running or waiting.
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-    pub idle_timeout: f64,
+    pub(crate) idle_timeout: f64,
     /// Each point's InferenceX report is `conc_<N>/<NAME>_conc<N>.json`.
     #[arg(
         long,
@@ -40,12 +40,12 @@ pub struct SweepArgs {
         default_value = "agentx",
         value_name = "NAME"
     )]
-    pub result_filename: String,
+    pub(crate) result_filename: String,
     /// Compare two finished sweeps instead of running one: their points overlaid in the same views
     /// and the ratio B/A per concurrency, written to --output-artifact-dir (sweep_compare.json,
     /// .csv, .png, .html).
     #[arg(long, num_args = 2, value_names = ["DIR_A", "DIR_B"])]
-    pub compare: Option<Vec<std::path::PathBuf>>,
+    pub(crate) compare: Option<Vec<std::path::PathBuf>>,
     /// Start a fresh server for every point: CMD runs under `sh -c` in a process group of its
     /// own, with `{port}` (a free local port) and `{conc}` (the point's concurrency) filled in; the
     /// point runs against http://127.0.0.1:{port} (or --url, which may hold `{port}`) once
@@ -53,27 +53,27 @@ pub struct SweepArgs {
     /// output goes to conc_<N>/server.log. `{{` and `}}` are literal braces; `${VAR}` is left to
     /// the shell.
     #[arg(long, value_name = "CMD")]
-    pub server_cmd: Option<String>,
+    pub(crate) server_cmd: Option<String>,
     /// How long a --server-cmd server may take to answer /v1/models with 200 (engines load their
     /// weights first).
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-    pub server_ready_timeout: f64,
+    pub(crate) server_ready_timeout: f64,
     /// Judge every point by run-level objectives: space-separated FIGURE:BOUND pairs, a
     /// per-request metric with its statistic (time_to_first_token_p90:2000,
     /// inter_token_latency_p99:50, request_latency_avg:30000) or a run figure
     /// (request_throughput:5, good_request_fraction:0.9 with --goodput). Throughputs and fractions
     /// are met at or above their bound, the rest at or below. The verdicts go to sweep.json's `slo`.
     #[arg(long, value_name = "SLOS", value_parser = |s: &str| SloSet::parse(s).map(|x| (s.to_string(), x)))]
-    pub slo: Option<(String, SloSet)>,
+    pub(crate) slo: Option<(String, SloSet)>,
     /// Search for the highest concurrency whose point meets --slo: the --concurrency points in
     /// order until one fails, then bisection between the last that met it and the first that did
     /// not. Every point is a normal point of the sweep; --resume retraces the search.
     #[arg(long, requires = "slo")]
-    pub find_max: bool,
+    pub(crate) find_max: bool,
     /// Stop the --find-max bisection when the answer and the first failing point are at most N
     /// lanes apart [default: a tenth of the answer, at least 1].
     #[arg(long, value_name = "N", requires = "find_max", value_parser = clap::value_parser!(u32).range(1..))]
-    pub find_max_resolution: Option<u32>,
+    pub(crate) find_max_resolution: Option<u32>,
 }
 
 /// InferenceX's identity variables (RUNNER_TYPE, FRAMEWORK, TP, ...), read from the environment.
