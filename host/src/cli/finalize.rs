@@ -11,6 +11,8 @@ use clap::Args;
 use super::run::{cached_dataset, print_outcome, relocate_inputs, run_config, RecordedRun};
 use crate::export::manifest::MANIFEST_FILE;
 
+/// Arguments of `agentx-host finalize`: the directory of a run that did not finish, and why it
+/// ended.
 #[derive(Debug, Args)]
 pub struct FinalizeArgs {
     /// The artifact directory of a run that did not finish (it holds run_manifest.json and

@@ -8,6 +8,8 @@ use clap::Args;
 
 use super::HomeArgs;
 
+/// Arguments of `agentx-host merge`: the shard directories of one run and the directory they merge
+/// into.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
     /// The shard directories of one sharded run (DIR/shard-0 DIR/shard-1 ...).
@@ -20,6 +22,8 @@ pub struct MergeArgs {
     pub(crate) home: HomeArgs,
 }
 
+/// Runs `agentx-host merge` and prints what the merge wrote: the record count, the clock skew
+/// between shards, the submission's validity and the files.
 pub fn main(args: MergeArgs) -> anyhow::Result<ExitCode> {
     let merged = crate::run::merge::merge(&args.dirs, &args.output, &args.home.dir())?;
     outln!(

@@ -55,8 +55,11 @@ pub struct ReplayArgs {
 pub struct RecordedRun {
     /// The command line of the run, without the program name.
     pub(crate) argv: Vec<String>,
+    /// The seed the run drew or was given (start turns and prompt text follow from it).
     pub seed: u64,
+    /// The run's id, which seeds the markers; the rerun reuses it to get the same plan.
     pub run_id: String,
+    /// The sha256 (hex) of the scenario component the run loaded.
     pub scenario_sha256: String,
     /// The dataset's cache key, when the manifest has one.
     pub dataset_key: Option<String>,
@@ -67,10 +70,15 @@ pub struct RecordedRun {
 /// A run manifest that cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// The text is not a run manifest (not JSON, or a field missing or of the wrong type); the
+    /// message names the file and the field.
     #[error(transparent)]
     Manifest(#[from] crate::export::manifest::ManifestError),
+    /// The recorded command line is refused by this version's parser (a flag renamed or removed);
+    /// holds clap's message.
     #[error("the recorded command line no longer parses: {0}")]
     Argv(String),
+    /// The recorded command line is another subcommand than `run`.
     #[error("the recorded command is not `run`")]
     NotRun,
 }
