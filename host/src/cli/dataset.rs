@@ -68,9 +68,9 @@ pub(crate) enum FormatArg {
 }
 
 impl From<FormatArg> for crate::dataset::format::Format {
-    fn from(f: FormatArg) -> Self {
+    fn from(arg: FormatArg) -> Self {
         use crate::dataset::format::Format;
-        match f {
+        match arg {
             FormatArg::Weka => Format::Weka,
             FormatArg::Mooncake => Format::Mooncake,
             FormatArg::Tracelab => Format::Tracelab,

@@ -427,9 +427,9 @@ pub struct RunArgs {
 }
 
 /// `--session-goodput-share`: a share in (0, 1].
-fn share(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a share in (0, 1], e.g. 0.9")),
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
+        _ => Err(format!("{text:?} is not a share in (0, 1], e.g. 0.9")),
     }
 }
