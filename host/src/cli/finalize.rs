@@ -1,7 +1,7 @@
 //! `agentx-host finalize DIR`: the exports of a run whose process ended before the run did
 //! (SIGKILL, the OOM killer, a job's time limit), from the manifest and records it left. The
 //! recorded command line is rebuilt as `replay` rebuilds it (scenario by hash, dataset by digest,
-//! seed, run id); [`crate::run::finalize`] does the rest.
+//! seed, run id); [`crate::run::finalize()`] does the rest.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -9,6 +9,10 @@ use super::HomeArgs;
 use crate::client::ConnectionReuse;
 
 /// Flags of `agentx-host run`. Names and meanings follow aiperf's where aiperf has the flag.
+#[allow(
+    rustdoc::invalid_html_tags,
+    reason = "the field docs are the flags' help text, where <NAME> is a placeholder, not HTML"
+)]
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The scenario component: a path, `path@sha256:<hex>`, `sha256:<prefix>` or a name in the store.

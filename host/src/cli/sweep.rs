@@ -20,6 +20,10 @@ use crate::run::sweep::{run_sweep, SweepConfig};
 use crate::run::Cancel;
 
 /// Flags of `agentx-host sweep`: every flag of `run`, with `--concurrency` a list of points.
+#[allow(
+    rustdoc::invalid_html_tags,
+    reason = "the field docs are the flags' help text, where <NAME> is a placeholder, not HTML"
+)]
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
     #[command(flatten)]
