@@ -19,45 +19,45 @@ use crate::dataset::{Dataset, DatasetError, OpenOptions, Trajectory};
 #[derive(Debug, Args)]
 pub struct DatasetArgs {
     #[command(subcommand)]
-    pub command: DatasetCommand,
+    pub(crate) command: DatasetCommand,
 }
 
 /// Where a corpus comes from and how it is cached.
 #[derive(Debug, Args)]
-pub struct SourceArgs {
+pub(crate) struct SourceArgs {
     /// A traces.jsonl, a directory of *.json traces, a corpus name (e.g. semianalysis_cc_traces_weka_062126)
     /// or a cached Hugging Face dataset repository (org/name).
-    pub source: String,
+    pub(crate) source: String,
     /// Use only the first N traces (all by default).
     #[arg(long, value_name = "N")]
-    pub num_dataset_entries: Option<usize>,
+    pub(crate) num_dataset_entries: Option<usize>,
     /// Drop traces whose peak context (max over requests of in + max(1, out)) exceeds N tokens, then
     /// keep the first --num-dataset-entries of the rest (aiperf's filter-then-cap).
     #[arg(long, value_name = "N")]
-    pub max_context_length: Option<u64>,
+    pub(crate) max_context_length: Option<u64>,
     /// Dataset cache directory [default: $AGENTX_DATASET_MMAP_CACHE_DIR, $AIPERF_DATASET_MMAP_CACHE_DIR,
     /// or <--home>/datasets].
     #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// The agentx cache directory whose `datasets/` holds the cache (as `run --home`).
     #[arg(long, value_name = "DIR")]
-    pub home: Option<PathBuf>,
+    pub(crate) home: Option<PathBuf>,
     /// Refuse a corpus with import warnings (checks beyond aiperf's: `in: 0`, hash ids above 2^32-1,
     /// a first request shorter than the tools+system prefix, ...), naming file:line of each kind.
     #[arg(long)]
-    pub strict: bool,
+    pub(crate) strict: bool,
     /// The corpus format [default: detected from the first record when only one format fits].
     #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
+    pub(crate) format: Option<FormatArg>,
     /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake, 64 tracelab]
     /// (weka traces say their own).
     #[arg(long, value_name = "TOKENS")]
-    pub block_size: Option<u32>,
+    pub(crate) block_size: Option<u32>,
 }
 
 /// A corpus format (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
+pub(crate) enum FormatArg {
     /// One trace per line (or per *.json file of a directory), hash ids per trace.
     Weka,
     /// One request per line ({timestamp, input_length, output_length, hash_ids}, optionally
@@ -68,9 +68,9 @@ pub enum FormatArg {
 }
 
 impl From<FormatArg> for crate::dataset::format::Format {
-    fn from(f: FormatArg) -> Self {
+    fn from(arg: FormatArg) -> Self {
         use crate::dataset::format::Format;
-        match f {
+        match arg {
             FormatArg::Weka => Format::Weka,
             FormatArg::Mooncake => Format::Mooncake,
             FormatArg::Tracelab => Format::Tracelab,
@@ -80,7 +80,7 @@ impl From<FormatArg> for crate::dataset::format::Format {
 
 impl SourceArgs {
     fn open(&self) -> Result<Dataset, DatasetError> {
-        let ds = Dataset::open(
+        let dataset = Dataset::open(
             &self.source,
             &OpenOptions {
                 num_dataset_entries: self.num_dataset_entries,
@@ -89,7 +89,7 @@ impl SourceArgs {
                 cache_dir: self.cache_dir.clone().or_else(|| {
                     self.home
                         .as_ref()
-                        .map(|h| h.join(crate::dataset::cache::DATASETS_SUBDIR))
+                        .map(|home| home.join(crate::dataset::cache::DATASETS_SUBDIR))
                 }),
                 format: self.format.map(Into::into),
                 block_size: self.block_size,
@@ -97,20 +97,20 @@ impl SourceArgs {
             },
         )?;
         if self.strict {
-            ds.check_strict()?;
+            dataset.check_strict()?;
         }
-        Ok(ds)
+        Ok(dataset)
     }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ModeArg {
+pub(crate) enum ModeArg {
     Recorded,
     Live,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum DatasetCommand {
+pub(crate) enum DatasetCommand {
     /// Validate a corpus and build its cache entry (or find it); print what it holds and its warnings.
     Import {
         #[command(flatten)]
@@ -189,82 +189,83 @@ pub enum DatasetCommand {
     },
 }
 
-fn mib(b: u64) -> f64 {
-    b as f64 / (1024.0 * 1024.0)
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
-fn source_bytes(ds: &Dataset) -> u64 {
-    let p = ds.source_path();
-    if p.is_dir() {
-        std::fs::read_dir(p)
-            .map(|it| {
-                it.flatten()
-                    .filter_map(|e| e.metadata().ok())
+fn source_bytes(dataset: &Dataset) -> u64 {
+    let path = dataset.source_path();
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|entry| entry.metadata().ok())
                     .filter(std::fs::Metadata::is_file)
                     .map(|m| m.len())
                     .sum()
             })
             .unwrap_or(0)
     } else {
-        std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+        std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
     }
 }
 
 /// The human warning section: a total line, then counts by kind with their first places.
-fn print_warnings(w: &WarningReport) {
-    if w.is_empty() {
+fn print_warnings(warnings: &WarningReport) {
+    if warnings.is_empty() {
         outln!("warnings     0");
         return;
     }
     outln!(
         "warnings     {} (beyond aiperf's checks; --strict refuses them)",
-        w.total
+        warnings.total
     );
-    for line in w.lines() {
+    for line in warnings.lines() {
         outln!("  {line}");
     }
 }
 
-fn dist_row(name: &str, d: &Dist) -> String {
+fn dist_row(name: &str, dist: &Dist) -> String {
     format!(
         "{name:<18} {:>10.1} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
-        d.mean, d.min, d.p50, d.p90, d.p99, d.max
+        dist.mean, dist.min, dist.p50, dist.p90, dist.p99, dist.max
     )
 }
 
 /// The session-tree section of `dataset stats`.
-fn print_trees(t: &TreeStats) {
+fn print_trees(trees: &TreeStats) {
     outln!(
         "session trees               {} (nested timestamps {}; {} not buildable)",
-        t.trees,
-        t.nested_basis,
-        t.unbuildable
+        trees.trees,
+        trees.nested_basis,
+        trees.unbuildable
     );
-    if let Some(e) = &t.first_error {
-        outln!("  first error               {e}");
+    if let Some(error) = &trees.first_error {
+        outln!("  first error               {error}");
     }
-    outln!("  with child streams        {}", t.trees_with_children);
+    outln!("  with child streams        {}", trees.trees_with_children);
     outln!(
         "  branches                  {} ({} background, in {} trees)",
-        t.branches,
-        t.background_branches,
-        t.trees_with_background
+        trees.branches,
+        trees.background_branches,
+        trees.trees_with_background
     );
     outln!(
         "  subagent streams          {} ({} dropped entries; extra chains fa {}, aux {}, wg {})",
-        t.subagent_streams,
-        t.dropped_subagents,
-        t.subagent_chains.fa,
-        t.subagent_chains.aux,
-        t.subagent_chains.wg
+        trees.subagent_streams,
+        trees.dropped_subagents,
+        trees.subagent_chains.fa,
+        trees.subagent_chains.aux,
+        trees.subagent_chains.wg
     );
-    let f = &t.flat_chains;
+    let flat = &trees.flat_chains;
     outln!(
         "  flat chains               fa {}, aux {} (reductions {}), wg {}",
-        f.fa,
-        f.aux,
-        f.reduction,
-        f.wg
+        flat.fa,
+        flat.aux,
+        flat.reduction,
+        flat.wg
     );
     outln!(
         "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -276,16 +277,19 @@ fn print_trees(t: &TreeStats) {
         "p99",
         "max"
     );
-    outln!("{}", dist_row("streams per tree", &t.streams_per_tree));
-    outln!("{}", dist_row("depth", &t.depth));
-    outln!("{}", dist_row("children/branch", &t.children_per_branch));
-    outln!("{}", dist_row("overlap", &t.overlap));
+    outln!("{}", dist_row("streams per tree", &trees.streams_per_tree));
+    outln!("{}", dist_row("depth", &trees.depth));
+    outln!(
+        "{}",
+        dist_row("children/branch", &trees.children_per_branch)
+    );
+    outln!("{}", dist_row("overlap", &trees.overlap));
 }
 
 /// Runs a dataset subcommand.
-pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
+pub(crate) fn run(args: DatasetArgs) -> Result<(), DatasetError> {
     match args.command {
-        DatasetCommand::Import { source, json } => import(source, json),
+        DatasetCommand::Import { source, json } => import(&source, json),
         DatasetCommand::Inspect {
             source,
             trace,
@@ -295,9 +299,9 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             seed,
             tokenizer,
         } => {
-            let ds = source.open()?;
-            let Some(traj) = pick_trajectory(&ds, trace.as_deref(), index)? else {
-                list_trajectories(&ds);
+            let dataset = source.open()?;
+            let Some(traj) = pick_trajectory(&dataset, trace.as_deref(), index)? else {
+                list_trajectories(&dataset);
                 return Ok(());
             };
             let mode = match mode {
@@ -305,14 +309,14 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 ModeArg::Live => AssistantMode::Live,
             };
             match turn {
-                Some(k) => print_turn_messages(traj, k, mode, seed, tokenizer),
+                Some(turn) => print_turn_messages(traj, turn, mode, seed, tokenizer),
                 None => {
                     print_turns(traj);
                     Ok(())
                 }
             }
         }
-        DatasetCommand::Stats { source, json } => stats(source, json),
+        DatasetCommand::Stats { source, json } => stats(&source, json),
         DatasetCommand::Synth {
             traces,
             seed,
@@ -322,7 +326,7 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
             context,
             subagents,
         } => synth(
-            SynthOptions {
+            &SynthOptions {
                 traces: traces.unwrap_or(if subagents { 393 } else { 949 }),
                 seed,
                 max_isl,
@@ -337,22 +341,22 @@ pub fn run(args: DatasetArgs) -> Result<(), DatasetError> {
 
 /// The format of a corpus that is not weka, for `--json` output (`None` for weka, whose output is
 /// what it was before other formats existed).
-fn format_json(ds: &Dataset) -> Option<serde_json::Value> {
-    let spec = ds.corpus_format();
+fn format_json(dataset: &Dataset) -> Option<serde_json::Value> {
+    let spec = dataset.corpus_format();
     (spec.format != crate::dataset::format::Format::Weka).then(|| {
-        let mut v = serde_json::to_value(spec).unwrap_or_default();
-        v["global_hash_ids"] = ds.global_hash_ids().into();
-        v
+        let mut value = serde_json::to_value(spec).unwrap_or_default();
+        value["global_hash_ids"] = dataset.global_hash_ids().into();
+        value
     })
 }
 
 /// The human format line of a corpus that is not weka.
-fn print_format(ds: &Dataset) {
-    let spec = ds.corpus_format();
+fn print_format(dataset: &Dataset) {
+    let spec = dataset.corpus_format();
     if spec.format == crate::dataset::format::Format::Weka {
         return;
     }
-    let scope = if ds.global_hash_ids() {
+    let scope = if dataset.global_hash_ids() {
         "global to the corpus"
     } else {
         "per trace"
@@ -362,97 +366,97 @@ fn print_format(ds: &Dataset) {
         spec.format,
         spec.block_size()
     );
-    if let Some(j) = spec.tracelab {
+    if let Some(join) = spec.tracelab {
         line.push_str(&format!(
             "; subagent join {}, codex join {}, min spawn {} ms",
-            if j.subagents { "on" } else { "off" },
-            if j.codex { "on" } else { "off" },
-            j.min_spawn_ms
+            if join.subagents { "on" } else { "off" },
+            if join.codex { "on" } else { "off" },
+            join.min_spawn_ms
         ));
     }
     outln!("{line})");
 }
 
 /// `dataset import`: imports (or maps from the cache) and says what it found.
-fn import(src: SourceArgs, json: bool) -> Result<(), DatasetError> {
+fn import(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
     let started = Instant::now();
-    let ds = src.open()?;
+    let dataset = source.open()?;
     let secs = started.elapsed().as_secs_f64();
-    let raw = source_bytes(&ds);
+    let raw = source_bytes(&dataset);
     if json {
-        let mut v = serde_json::json!({
-            "source": ds.source_path().display().to_string(),
-            "corpus": ds.alias().map(|a| a.name),
-            "traces": ds.len(),
-            "requests": ds.total_turns(),
-            "subagents_ignored": ds.subagents_ignored(),
-            "cache": ds.cache_path().display().to_string(),
-            "outcome": format!("{:?}", ds.outcome()),
-            "cache_bytes": ds.cache_bytes(),
+        let mut doc = serde_json::json!({
+            "source": dataset.source_path().display().to_string(),
+            "corpus": dataset.alias().map(|a| a.name),
+            "traces": dataset.len(),
+            "requests": dataset.total_turns(),
+            "subagents_ignored": dataset.subagents_ignored(),
+            "cache": dataset.cache_path().display().to_string(),
+            "outcome": format!("{:?}", dataset.outcome()),
+            "cache_bytes": dataset.cache_bytes(),
             "source_bytes": raw,
             "seconds": secs,
-            "warnings": ds.warnings(),
-            "selection": ds.selection(),
+            "warnings": dataset.warnings(),
+            "selection": dataset.selection(),
         });
-        if let Some(f) = format_json(&ds) {
-            v["format"] = f;
+        if let Some(format) = format_json(&dataset) {
+            doc["format"] = format;
         }
-        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(());
     }
-    outln!("source       {}", ds.source_path().display());
-    if let Some(a) = ds.alias() {
-        outln!("corpus       {} ({})", a.name, a.repo);
+    outln!("source       {}", dataset.source_path().display());
+    if let Some(alias) = dataset.alias() {
+        outln!("corpus       {} ({})", alias.name, alias.repo);
     }
-    print_format(&ds);
-    outln!("traces       {}", ds.len());
-    if let Some(r) = ds.selection() {
+    print_format(&dataset);
+    outln!("traces       {}", dataset.len());
+    if let Some(selection) = dataset.selection() {
         outln!(
             "selection    {} kept, {} dropped by --max-context-length {} (scanned {}; peak context {}..{})",
-            r.kept,
-            r.dropped,
-            r.max_context_length.unwrap_or(0),
-            r.scanned,
-            r.smallest_peak,
-            r.largest_peak
+            selection.kept,
+            selection.dropped,
+            selection.max_context_length.unwrap_or(0),
+            selection.scanned,
+            selection.smallest_peak,
+            selection.largest_peak
         );
     }
-    outln!("requests     {}", ds.total_turns());
-    outln!("subagents    {} ignored", ds.subagents_ignored());
+    outln!("requests     {}", dataset.total_turns());
+    outln!("subagents    {} ignored", dataset.subagents_ignored());
     outln!(
         "cache        {} ({:?})",
-        ds.cache_path().display(),
-        ds.outcome()
+        dataset.cache_path().display(),
+        dataset.outcome()
     );
     outln!(
         "size         {:.1} MiB cache / {:.1} MiB source ({:.1}%)",
-        mib(ds.cache_bytes()),
+        mib(dataset.cache_bytes()),
         mib(raw),
-        100.0 * ds.cache_bytes() as f64 / raw.max(1) as f64
+        100.0 * dataset.cache_bytes() as f64 / raw.max(1) as f64
     );
     outln!("seconds      {secs:.3}");
-    print_warnings(&ds.warnings());
+    print_warnings(&dataset.warnings());
     Ok(())
 }
 
 /// The trajectory `--trace` or `--index` names; `None` without either.
-fn pick_trajectory<'d>(
-    ds: &'d Dataset,
+fn pick_trajectory<'data>(
+    dataset: &'data Dataset,
     trace: Option<&str>,
     index: Option<usize>,
-) -> Result<Option<Trajectory<'d>>, DatasetError> {
+) -> Result<Option<Trajectory<'data>>, DatasetError> {
     Ok(match (trace, index) {
-        (Some(id), _) => Some(ds.find(id).ok_or_else(|| {
+        (Some(id), _) => Some(dataset.find(id).ok_or_else(|| {
             DatasetError::Argument(format!(
                 "--trace {id:?}: no such trace id in {}",
-                ds.source_path().display()
+                dataset.source_path().display()
             ))
         })?),
-        (None, Some(i)) => Some(ds.trajectory(i).ok_or_else(|| {
+        (None, Some(i)) => Some(dataset.trajectory(i).ok_or_else(|| {
             DatasetError::Argument(format!(
                 "--index {i}: the dataset has {} traces (0..{})",
-                ds.len(),
-                ds.len()
+                dataset.len(),
+                dataset.len()
             ))
         })?),
         (None, None) => None,
@@ -460,7 +464,7 @@ fn pick_trajectory<'d>(
 }
 
 /// `dataset inspect` without a trace: one line per trajectory.
-fn list_trajectories(ds: &Dataset) {
+fn list_trajectories(dataset: &Dataset) {
     outln!(
         "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
         "index",
@@ -470,22 +474,22 @@ fn list_trajectories(ds: &Dataset) {
         "end_in",
         "subagents"
     );
-    for t in ds.trajectories() {
+    for trajectory in dataset.trajectories() {
         if crate::out::stdout_closed() {
             break;
         }
-        let first = t.turn(0).map_or(0, |x| x.input_tokens());
-        let last = t
-            .turn(t.num_turns().wrapping_sub(1))
-            .map_or(0, |x| x.input_tokens());
+        let first = trajectory.turn(0).map_or(0, |turn| turn.input_tokens());
+        let last = trajectory
+            .turn(trajectory.num_turns().wrapping_sub(1))
+            .map_or(0, |turn| turn.input_tokens());
         outln!(
             "{:>5} {:<24} {:>6} {:>9} {:>9} {:>9}",
-            t.index(),
-            t.id(),
-            t.num_turns(),
+            trajectory.index(),
+            trajectory.id(),
+            trajectory.num_turns(),
             first,
             last,
-            t.subagents()
+            trajectory.subagents()
         );
     }
 }
@@ -493,28 +497,32 @@ fn list_trajectories(ds: &Dataset) {
 /// `dataset inspect --turn K`: the chat messages of turn K as JSON.
 fn print_turn_messages(
     traj: Trajectory<'_>,
-    k: usize,
+    turn: usize,
     mode: AssistantMode,
     seed: u64,
     tokenizer: Option<PathBuf>,
 ) -> Result<(), DatasetError> {
     let counter = match tokenizer {
-        Some(p) => {
-            TokenCounter::from_file(&p).map_err(|e| DatasetError::Argument(e.to_string()))?
+        Some(path) => {
+            TokenCounter::from_file(&path).map_err(|e| DatasetError::Argument(e.to_string()))?
         }
         None => TokenCounter::Words,
     };
     let synth = PromptSynth::for_counter(seed, &counter);
     let conv = synth
-        .conversation(traj, k, mode)
+        .conversation(traj, turn, mode)
         .map_err(|e| DatasetError::Argument(format!("--turn: {e}")))?;
     let msgs = conv.messages(None);
-    let tokens: u64 = msgs.iter().map(|m| counter.count(&m.content)).sum();
+    let tokens: u64 = msgs
+        .iter()
+        .map(|message| counter.count(&message.content))
+        .sum();
     errln!(
-        "trace {:?} turn {k}: {} messages, {tokens} tokens (recorded in: {})",
+        "trace {:?} turn {turn}: {} messages, {tokens} tokens (recorded in: {})",
         traj.id(),
         msgs.len(),
-        traj.turn(k).map_or(0, |t| t.input_tokens())
+        traj.turn(turn)
+            .map_or(0, |recorded| recorded.input_tokens())
     );
     outln!(
         "{}",
@@ -549,64 +557,71 @@ fn print_turns(traj: Trajectory<'_>) {
         "stop",
         "live_start"
     );
-    for (k, t) in traj.turns().enumerate() {
+    for (index, turn) in traj.turns().enumerate() {
         if crate::out::stdout_closed() {
             break;
         }
         outln!(
             "{:>5} {:>10.3} {:>8} {:>4} {:>8} {:>6} {:>6} {:>6} {:<9} {:>9}",
-            k,
-            t.t(),
-            t.think_time().map_or("-".into(), |x| format!("{x:.3}")),
-            t.kind().as_str(),
-            t.input_tokens(),
-            t.output_tokens(),
-            t.num_hash_ids(),
-            t.lcp_with_previous(),
-            if t.stop().is_empty() { "-" } else { t.stop() },
-            if live[k] { "yes" } else { "no" }
+            index,
+            turn.t(),
+            turn.think_time().map_or("-".into(), |x| format!("{x:.3}")),
+            turn.kind().as_str(),
+            turn.input_tokens(),
+            turn.output_tokens(),
+            turn.num_hash_ids(),
+            turn.lcp_with_previous(),
+            if turn.stop().is_empty() {
+                "-"
+            } else {
+                turn.stop()
+            },
+            if live[index] { "yes" } else { "no" }
         );
     }
 }
 
 /// `dataset stats`.
-fn stats(source: SourceArgs, json: bool) -> Result<(), DatasetError> {
-    let ds = source.open()?;
-    let s = corpus_stats(&ds);
-    let trees = dataset_tree_stats(&ds)?;
+fn stats(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
+    let dataset = source.open()?;
+    let corpus = corpus_stats(&dataset);
+    let trees = dataset_tree_stats(&dataset)?;
     if json {
-        let mut v = serde_json::to_value(&s).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.insert(
+        let mut doc = serde_json::to_value(&corpus).unwrap_or_default();
+        if let Some(fields) = doc.as_object_mut() {
+            fields.insert(
                 "warnings".into(),
-                serde_json::to_value(ds.warnings()).unwrap_or_default(),
+                serde_json::to_value(dataset.warnings()).unwrap_or_default(),
             );
-            o.insert(
+            fields.insert(
                 "trees".into(),
                 serde_json::to_value(&trees).unwrap_or_default(),
             );
-            if let Some(f) = format_json(&ds) {
-                o.insert("format".into(), f);
+            if let Some(format) = format_json(&dataset) {
+                fields.insert("format".into(), format);
             }
         }
-        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(());
     }
-    if ds.corpus_format().format != crate::dataset::format::Format::Weka {
-        outln!("format                      {}", ds.corpus_format().format);
+    if dataset.corpus_format().format != crate::dataset::format::Format::Weka {
+        outln!(
+            "format                      {}",
+            dataset.corpus_format().format
+        );
     }
-    outln!("traces                      {}", s.traces);
-    outln!("requests                    {}", s.requests);
-    outln!("subagent entries ignored    {}", s.subagents_ignored);
-    outln!("out: 0 turns                {}", s.out_zero_turns);
-    outln!("non-monotonic cuts          {}", s.non_monotonic_cuts);
+    outln!("traces                      {}", corpus.traces);
+    outln!("requests                    {}", corpus.requests);
+    outln!("subagent entries ignored    {}", corpus.subagents_ignored);
+    outln!("out: 0 turns                {}", corpus.out_zero_turns);
+    outln!("non-monotonic cuts          {}", corpus.non_monotonic_cuts);
     outln!(
         "theoretical hit rate (set)  {:.2}%",
-        100.0 * s.theoretical_hit_rate_set
+        100.0 * corpus.theoretical_hit_rate_set
     );
     outln!(
         "theoretical hit rate (lcp)  {:.2}%",
-        100.0 * s.theoretical_hit_rate_prefix
+        100.0 * corpus.theoretical_hit_rate_prefix
     );
     outln!();
     outln!(
@@ -619,34 +634,34 @@ fn stats(source: SourceArgs, json: bool) -> Result<(), DatasetError> {
         "p99",
         "max"
     );
-    outln!("{}", dist_row("turns per trace", &s.turns_per_trace));
-    outln!("{}", dist_row("isl", &s.isl));
-    outln!("{}", dist_row("osl", &s.osl));
-    outln!("{}", dist_row("start isl", &s.start_isl));
-    outln!("{}", dist_row("end isl", &s.end_isl));
-    outln!("{}", dist_row("think time (s)", &s.think_time_s));
-    let h = &s.per_trace_set_hit_rate;
+    outln!("{}", dist_row("turns per trace", &corpus.turns_per_trace));
+    outln!("{}", dist_row("isl", &corpus.isl));
+    outln!("{}", dist_row("osl", &corpus.osl));
+    outln!("{}", dist_row("start isl", &corpus.start_isl));
+    outln!("{}", dist_row("end isl", &corpus.end_isl));
+    outln!("{}", dist_row("think time (s)", &corpus.think_time_s));
+    let hit = &corpus.per_trace_set_hit_rate;
     outln!(
         "{:<18} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
         "per-trace hit",
-        h.mean,
-        h.min,
-        h.p50,
-        h.p90,
-        h.p99,
-        h.max
+        hit.mean,
+        hit.min,
+        hit.p50,
+        hit.p90,
+        hit.p99,
+        hit.max
     );
     outln!();
     print_trees(&trees);
     outln!();
-    print_warnings(&ds.warnings());
+    print_warnings(&dataset.warnings());
     Ok(())
 }
 
 /// `dataset synth`.
-fn synth(opts: SynthOptions, output: &std::path::Path) -> Result<(), DatasetError> {
+fn synth(opts: &SynthOptions, output: &std::path::Path) -> Result<(), DatasetError> {
     let started = Instant::now();
-    let sum = write_corpus(&opts, output)?;
+    let sum = write_corpus(opts, output)?;
     outln!(
         "wrote {} traces, {} requests, {:.1} MiB to {} in {:.1} s",
         sum.traces,

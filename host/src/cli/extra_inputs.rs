@@ -13,57 +13,57 @@ pub(super) fn extra_inputs(
     endpoint_type: &str,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     let mut extra: Vec<(String, serde_json::Value)> = Vec::new();
-    let mut add = |k: &str, v: serde_json::Value, given: &str| -> anyhow::Result<()> {
-        let k = k.trim();
-        if k.is_empty() {
+    let mut add = |key: &str, value: serde_json::Value, given: &str| -> anyhow::Result<()> {
+        let key = key.trim();
+        if key.is_empty() {
             bail!("--extra-inputs {given:?} has an empty key");
         }
-        if RequestBody::RESERVED.contains(&k) {
+        if RequestBody::RESERVED.contains(&key) {
             bail!(
-                "--extra-inputs {k}:... would replace a field agentx sets itself ({}); remove it",
+                "--extra-inputs {key}:... would replace a field agentx sets itself ({}); remove it",
                 RequestBody::RESERVED.join(", ")
             );
         }
-        if k == "system" && endpoint_type == "anthropic" {
+        if key == "system" && endpoint_type == "anthropic" {
             bail!(
                 "--extra-inputs system:... would replace the `system` blocks agentx writes from the \
                  trace under --endpoint-type anthropic; remove it"
             );
         }
-        extra.retain(|(old, _)| old != k);
-        extra.push((k.to_string(), v));
+        extra.retain(|(old, _)| old != key);
+        extra.push((key.to_string(), value));
         Ok(())
     };
     for word in words {
-        let w = word.trim();
-        if w.starts_with('{') {
-            let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(w)
-                .map_err(|e| anyhow!("--extra-inputs {w:?} starts with '{{' but is not a JSON object ({e}); pass a JSON object of fields or key:value pairs"))?;
-            for (k, v) in obj {
-                add(&k, v, w)?;
+        let trimmed = word.trim();
+        if trimmed.starts_with('{') {
+            let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(trimmed)
+                .map_err(|e| anyhow!("--extra-inputs {trimmed:?} starts with '{{' but is not a JSON object ({e}); pass a JSON object of fields or key:value pairs"))?;
+            for (key, value) in obj {
+                add(&key, value, trimmed)?;
             }
             continue;
         }
-        let mut rest = w;
+        let mut rest = trimmed;
         while !rest.is_empty() {
-            let Some((k, after)) = rest.split_once(':') else {
+            let Some((key, after)) = rest.split_once(':') else {
                 bail!(
                     "--extra-inputs {word:?}: {rest:?} is not KEY:VALUE; pass e.g. --extra-inputs ignore_eos:true temperature:0.6"
                 );
             };
             let after = after.trim_start();
             if after.starts_with(['{', '[']) {
-                let mut de =
+                let mut values =
                     serde_json::Deserializer::from_str(after).into_iter::<serde_json::Value>();
-                if let Some(Ok(v)) = de.next() {
-                    let used = de.byte_offset();
-                    add(k, v, word)?;
+                if let Some(Ok(value)) = values.next() {
+                    let used = values.byte_offset();
+                    add(key, value, word)?;
                     rest = after[used..].trim_start().trim_start_matches(',');
                     continue;
                 }
             }
             let (value, next) = after.split_once(',').unwrap_or((after, ""));
-            add(k, coerce(value.trim()), word)?;
+            add(key, coerce(value.trim()), word)?;
             rest = next;
         }
     }
@@ -72,28 +72,32 @@ pub(super) fn extra_inputs(
 
 /// A `key:value` value typed as aiperf's `coerce_value` types it: `true`/`false` (any case),
 /// `none`/`null`, integers without a leading zero, decimals with one `.`; else the text.
-fn coerce(v: &str) -> serde_json::Value {
+fn coerce(text: &str) -> serde_json::Value {
     use serde_json::Value;
-    let lower = v.to_ascii_lowercase();
+    let lower = text.to_ascii_lowercase();
     match lower.as_str() {
         "true" => return Value::Bool(true),
         "false" => return Value::Bool(false),
         "none" | "null" => return Value::Null,
         _ => {}
     }
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let unsigned = v.strip_prefix('-').unwrap_or(v);
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
     if digits(unsigned) && (!unsigned.starts_with('0') || unsigned == "0") {
-        if let Ok(n) = v.parse::<i64>() {
-            return Value::from(n);
+        if let Ok(integer) = text.parse::<i64>() {
+            return Value::from(integer);
         }
     }
-    if v.matches('.').count() == 1 && digits(&unsigned.replace('.', "")) {
-        if let Some(n) = v.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
-            return Value::Number(n);
+    if text.matches('.').count() == 1 && digits(&unsigned.replace('.', "")) {
+        if let Some(number) = text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+        {
+            return Value::Number(number);
         }
     }
-    Value::String(v.to_string())
+    Value::String(text.to_string())
 }
 
 #[cfg(test)]

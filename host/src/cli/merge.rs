@@ -8,37 +8,41 @@ use clap::Args;
 
 use super::HomeArgs;
 
+/// Arguments of `agentx-host merge`: the shard directories of one run and the directory they merge
+/// into.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
     /// The shard directories of one sharded run (DIR/shard-0 DIR/shard-1 ...).
     #[arg(required = true, value_name = "SHARD_DIR")]
-    pub dirs: Vec<PathBuf>,
+    pub(crate) dirs: Vec<PathBuf>,
     /// The merged artifact directory (created; its files are replaced).
     #[arg(short, long, value_name = "DIR")]
-    pub output: PathBuf,
+    pub(crate) output: PathBuf,
     #[command(flatten)]
-    pub home: HomeArgs,
+    pub(crate) home: HomeArgs,
 }
 
-pub fn main(a: MergeArgs) -> anyhow::Result<ExitCode> {
-    let m = crate::run::merge::merge(&a.dirs, &a.output, &a.home.dir())?;
+/// Runs `agentx-host merge` and prints what the merge wrote: the record count, the clock skew
+/// between shards, the submission's validity and the files.
+pub fn main(args: MergeArgs) -> anyhow::Result<ExitCode> {
+    let merged = crate::run::merge::merge(&args.dirs, &args.output, &args.home.dir())?;
     outln!(
         "merged {} shards: {} records into {} in {:.2} s (clock skew between shards {:.3} ms)",
-        a.dirs.len(),
-        m.records,
-        m.dir.display(),
-        m.took.as_secs_f64(),
-        m.clock_skew_ns as f64 / 1e6
+        args.dirs.len(),
+        merged.records,
+        merged.dir.display(),
+        merged.took.as_secs_f64(),
+        merged.clock_skew_ns as f64 / 1e6
     );
-    if m.submission_invalid_reasons.is_empty() {
+    if merged.submission_invalid_reasons.is_empty() {
         outln!("submission valid");
     } else {
-        for r in &m.submission_invalid_reasons {
-            outln!("not a valid submission: {r}");
+        for reason in &merged.submission_invalid_reasons {
+            outln!("not a valid submission: {reason}");
         }
     }
-    for f in &m.files {
-        if let Some(name) = f.file_name() {
+    for file in &merged.files {
+        if let Some(name) = file.file_name() {
             outln!("  {}", name.to_string_lossy());
         }
     }

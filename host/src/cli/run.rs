@@ -1,4 +1,4 @@
-//! `agentx-host run`: flags with aiperf's names, [`RunPlan::resolve`] (where flags and environment
+//! `agentx-host run`: flags with aiperf's names, `RunPlan::resolve` (where flags and environment
 //! merge into one checked configuration), the call of the run ([`crate::run::execute`]) and what it
 //! prints: the plan of a dry run, the summary and the outputs.
 //!
@@ -16,8 +16,9 @@ use clap::Args;
 
 use crate::metrics::Summary;
 use crate::replay;
+pub use crate::run::RunSettings;
+use crate::run::MANIFEST_FILE;
 use crate::run::{Cancel, RunConfig, RunPlan};
-pub use crate::run::{RunSettings, BUILTIN_SCENARIO, BUNDLED_CORPUS, MANIFEST_FILE};
 use crate::run::{DEMO_CONCURRENCY, DEMO_DURATION_S};
 
 use super::run_args::RunArgs;
@@ -26,26 +27,26 @@ use super::run_args::RunArgs;
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// A `run_manifest.json` (or the artifact directory holding it).
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// Where the rerun writes [default: the recorded run's directory with `-replay`].
     #[arg(long, short = 'o', value_name = "DIR")]
-    pub output_artifact_dir: Option<PathBuf>,
+    pub(crate) output_artifact_dir: Option<PathBuf>,
     /// Replace an earlier rerun in that directory.
     #[arg(long)]
-    pub overwrite: bool,
+    pub(crate) overwrite: bool,
     /// Send to another server (the original URL by default).
     #[arg(long, value_name = "URL")]
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// The model the server serves (the recorded one by default; needed with --url for a run of
     /// the built-in simulator).
     #[arg(long, short = 'm')]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Print the plan and send nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// With --dry-run: print the plan as JSON.
     #[arg(long, requires = "dry_run")]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// What `agentx-host replay` reads of a run manifest: the recorded command line and the inputs it
@@ -53,52 +54,60 @@ pub struct ReplayArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRun {
     /// The command line of the run, without the program name.
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
+    /// The seed the run drew or was given (start turns and prompt text follow from it).
     pub seed: u64,
+    /// The run's id, which seeds the markers; the rerun reuses it to get the same plan.
     pub run_id: String,
+    /// The sha256 (hex) of the scenario component the run loaded.
     pub scenario_sha256: String,
     /// The dataset's cache key, when the manifest has one.
     pub dataset_key: Option<String>,
     /// The working directory of the run (relative paths in `argv` are relative to it).
-    pub cwd: Option<String>,
+    pub(crate) cwd: Option<String>,
 }
 
 /// A run manifest that cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// The text is not a run manifest (not JSON, or a field missing or of the wrong type); the
+    /// message names the file and the field.
     #[error(transparent)]
     Manifest(#[from] crate::export::manifest::ManifestError),
+    /// The recorded command line is refused by this version's parser (a flag renamed or removed);
+    /// holds clap's message.
     #[error("the recorded command line no longer parses: {0}")]
     Argv(String),
+    /// The recorded command line is another subcommand than `run`.
     #[error("the recorded command is not `run`")]
     NotRun,
 }
 
 impl RecordedRun {
     /// Reads the text of a `run_manifest.json` (`path` names it in errors).
-    pub fn parse_at(text: &str, path: &Path) -> Result<RecordedRun, ManifestError> {
-        let m = crate::export::manifest::Manifest::parse(text, path)?;
+    fn parse_at(text: &str, path: &Path) -> Result<RecordedRun, ManifestError> {
+        let manifest = crate::export::manifest::Manifest::parse(text, path)?;
         Ok(RecordedRun {
-            argv: m.argv,
-            seed: m.seed,
-            run_id: m.run_id,
-            scenario_sha256: m.scenario.sha256,
-            dataset_key: m.dataset.cache_key,
-            cwd: m.cwd.map(|c| c.display().to_string()),
+            argv: manifest.argv,
+            seed: manifest.seed,
+            run_id: manifest.run_id,
+            scenario_sha256: manifest.scenario.sha256,
+            dataset_key: manifest.dataset.cache_key,
+            cwd: manifest.cwd.map(|c| c.display().to_string()),
         })
     }
 
     /// Reads the manifest at `path`: the recorded run, and its `run` arguments with the seed, run
     /// id, dataset digest and scenario (by hash, see [`pin_scenario`]) pinned.
-    pub fn read(path: &Path) -> anyhow::Result<(RecordedRun, RunArgs)> {
+    pub(crate) fn read(path: &Path) -> anyhow::Result<(RecordedRun, RunArgs)> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
         let recorded = RecordedRun::parse_at(&text, path)?;
-        let mut a = recorded
+        let mut run_args = recorded
             .run_args()
             .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-        pin_scenario(&mut a, &recorded.scenario_sha256);
-        Ok((recorded, a))
+        pin_scenario(&mut run_args, &recorded.scenario_sha256);
+        Ok((recorded, run_args))
     }
 
     /// Reads the text of a `run_manifest.json`.
@@ -107,92 +116,97 @@ impl RecordedRun {
     }
 
     /// The recorded `run` command's arguments with the seed, run id, scenario hash and dataset
-    /// digest pinned (the scenario as recorded; [`replay_main`] pins its bytes).
+    /// digest pinned (the scenario as recorded; `replay_main` pins its bytes).
     pub fn run_args(&self) -> Result<RunArgs, ManifestError> {
         let full = std::iter::once("agentx-host").chain(self.argv.iter().map(String::as_str));
         let cli = <super::Cli as clap::Parser>::try_parse_from(full)
             .map_err(|e| ManifestError::Argv(e.to_string()))?;
-        let super::Command::Run(mut a) = cli.command else {
+        let super::Command::Run(mut args) = cli.command else {
             return Err(ManifestError::NotRun);
         };
-        a.random_seed = Some(self.seed);
-        a.run_id = Some(self.run_id.clone());
-        a.expect_scenario_sha256 = Some(self.scenario_sha256.clone());
-        a.expect_dataset_key = self.dataset_key.clone();
-        Ok(*a)
+        args.random_seed = Some(self.seed);
+        args.run_id = Some(self.run_id.clone());
+        args.expect_scenario_sha256 = Some(self.scenario_sha256.clone());
+        args.expect_dataset_key.clone_from(&self.dataset_key);
+        Ok(*args)
     }
 }
 
 /// Reruns the run a manifest describes: its command line with the seed, run id, scenario hash and
 /// dataset digest pinned.
-pub fn replay_main(r: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let path = if r.manifest.is_dir() {
-        crate::export::bmk::locate_file(&r.manifest, MANIFEST_FILE)?.join(MANIFEST_FILE)
+pub(crate) fn replay_main(replay: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let path = if replay.manifest.is_dir() {
+        crate::export::bmk::locate_file(&replay.manifest, MANIFEST_FILE)?.join(MANIFEST_FILE)
     } else {
-        r.manifest.clone()
+        replay.manifest.clone()
     };
-    let (recorded, mut a) = RecordedRun::read(&path)?;
+    let (recorded, mut run_args) = RecordedRun::read(&path)?;
     let run_dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
         _ => PathBuf::from("."),
     };
     let run_dir = std::fs::canonicalize(&run_dir).unwrap_or(run_dir);
-    let demo = a.url.is_none();
-    if let Some(u) = r.url {
+    let demo = run_args.url.is_none();
+    if let Some(url) = replay.url {
         if demo {
             // A run of the built-in simulator sent to a server: what the demo implied is pinned.
-            a.concurrency
+            run_args
+                .concurrency
                 .get_or_insert_with(|| crate::run::DEMO_CONCURRENCY.to_string());
-            a.benchmark_duration
+            run_args
+                .benchmark_duration
                 .get_or_insert(crate::run::DEMO_DURATION_S);
-            a.unsafe_override = true;
-            if a.dataset.is_none() && a.public_dataset.is_none() && a.input_file.is_none() {
-                a.input_file = Some(crate::run::bundled_corpus(&a.home.dir())?);
+            run_args.unsafe_override = true;
+            if run_args.dataset.is_none()
+                && run_args.public_dataset.is_none()
+                && run_args.input_file.is_none()
+            {
+                run_args.input_file = Some(crate::run::bundled_corpus(&run_args.home.dir())?);
             }
-            if a.model.is_none() && r.model.is_none() {
+            if run_args.model.is_none() && replay.model.is_none() {
                 bail!(
-                    "{} is a run of the built-in simulator: pass the model the server at {u} serves, e.g. `agentx-host replay {} --url {u} --model NAME`",
+                    "{} is a run of the built-in simulator: pass the model the server at {url} serves, e.g. `agentx-host replay {} --url {url} --model NAME`",
                     path.display(),
-                    r.manifest.display()
+                    replay.manifest.display()
                 );
             }
         }
-        a.url = Some(u);
+        run_args.url = Some(url);
     }
-    if let Some(m) = r.model {
-        a.model = Some(m);
+    if let Some(model) = replay.model {
+        run_args.model = Some(model);
     }
-    relocate_inputs(&mut a, &recorded, &run_dir);
-    a.output_artifact_dir = Some(match r.output_artifact_dir {
-        Some(d) => d,
+    relocate_inputs(&mut run_args, &recorded, &run_dir);
+    run_args.output_artifact_dir = Some(match replay.output_artifact_dir {
+        Some(dir) => dir,
         None => {
             // Beside the recorded run, wherever that was written (a fresh directory, or a named one).
-            let mut d = run_dir.clone().into_os_string();
-            d.push("-replay");
-            PathBuf::from(d)
+            let mut beside = run_dir.clone().into_os_string();
+            beside.push("-replay");
+            PathBuf::from(beside)
         }
     });
-    a.overwrite = r.overwrite;
-    a.dry_run = r.dry_run;
-    a.json = r.json;
-    let mut cfg = run_config(&a, recorded.argv.clone())?;
+    run_args.overwrite = replay.overwrite;
+    run_args.dry_run = replay.dry_run;
+    run_args.json = replay.json;
+    let mut cfg = run_config(&run_args, recorded.argv.clone())?;
     cfg.replay_of = Some(crate::run::ReplayOf {
         run_id: recorded.run_id.clone(),
         manifest: std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()),
     });
     cached_dataset(&mut cfg, &recorded);
-    execute_and_print(cfg, a.json)
+    execute_and_print(cfg, run_args.json)
 }
 
 /// Pins a recorded run's scenario by hash: the original path if it still holds those bytes, a
 /// built-in by name (the hash check refuses other bytes), else the store.
-pub(super) fn pin_scenario(a: &mut RunArgs, sha: &str) {
-    if a.scenario.is_none() {
-        a.scenario = a.scenario_flag.take();
+pub(super) fn pin_scenario(args: &mut RunArgs, sha: &str) {
+    if args.scenario.is_none() {
+        args.scenario = args.scenario_flag.take();
     }
-    if let Some(s) = &a.scenario {
-        let base = s.split('@').next().unwrap_or(s);
-        a.scenario = Some(if Path::new(base).exists() {
+    if let Some(scenario) = &args.scenario {
+        let base = scenario.split('@').next().unwrap_or(scenario);
+        args.scenario = Some(if Path::new(base).exists() {
             format!("{base}@sha256:{sha}")
         } else if crate::run::is_builtin_name(base) {
             base.to_string()
@@ -203,14 +217,16 @@ pub(super) fn pin_scenario(a: &mut RunArgs, sha: &str) {
 }
 
 /// A recorded run's relative corpus paths, as seen from here (see [`relocate`]).
-pub(super) fn relocate_inputs(a: &mut RunArgs, recorded: &RecordedRun, run_dir: &Path) {
+pub(super) fn relocate_inputs(args: &mut RunArgs, recorded: &RecordedRun, run_dir: &Path) {
     let cwd = recorded.cwd.as_deref().map(Path::new);
-    if let Some(p) = a.input_file.as_mut() {
-        *p = relocate(p, cwd, run_dir);
+    if let Some(path) = args.input_file.as_mut() {
+        *path = relocate(path, cwd, run_dir);
     }
-    if let Some(d) = a.dataset.as_mut() {
-        if crate::dataset::alias::lookup(d).is_none() || Path::new(d).exists() {
-            *d = relocate(Path::new(d), cwd, run_dir).display().to_string();
+    if let Some(dataset) = args.dataset.as_mut() {
+        if crate::dataset::alias::lookup(dataset).is_none() || Path::new(dataset).exists() {
+            *dataset = relocate(Path::new(dataset), cwd, run_dir)
+                .display()
+                .to_string();
         }
     }
 }
@@ -237,86 +253,89 @@ pub(super) fn cached_dataset(cfg: &mut RunConfig, recorded: &RecordedRun) {
 /// A relative dataset path of a recorded run, as seen from this working directory: unchanged when
 /// it exists here; else under the recorded working directory; else under the nearest ancestor of the
 /// run's directory that has it (the recorded digest refuses a wrong file either way).
-fn relocate(p: &Path, cwd: Option<&Path>, run_dir: &Path) -> PathBuf {
-    if p.is_absolute() || p.exists() {
-        return p.to_owned();
+fn relocate(path: &Path, cwd: Option<&Path>, run_dir: &Path) -> PathBuf {
+    if path.is_absolute() || path.exists() {
+        return path.to_owned();
     }
     cwd.into_iter()
         .chain(run_dir.ancestors())
-        .map(|base| base.join(p))
-        .find(|c| c.exists())
-        .unwrap_or_else(|| p.to_owned())
+        .map(|base| base.join(path))
+        .find(|candidate| candidate.exists())
+        .unwrap_or_else(|| path.to_owned())
 }
 
 /// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
-pub fn main(a: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
-    let cfg = run_config(&a, argv)?;
-    execute_and_print(cfg, a.json)
+pub fn main(args: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    let cfg = run_config(&args, argv)?;
+    execute_and_print(cfg, args.json)
 }
 
 /// Runs `cfg` and prints the plan of a dry run (as JSON with `json`), or the summary and outputs.
 fn execute_and_print(cfg: RunConfig, json: bool) -> anyhow::Result<ExitCode> {
-    let out = crate::run::execute(&cfg, &Cancel::new())?;
-    print_outcome(&out, json)
+    let outcome = crate::run::execute(&cfg, &Cancel::new())?;
+    print_outcome(&outcome, json)
 }
 
 /// Prints a run's outcome: the plan of a dry run (as JSON with `json`), or the summary and outputs.
-pub(super) fn print_outcome(out: &crate::run::RunOutcome, json: bool) -> anyhow::Result<ExitCode> {
-    if let Some(d) = &out.dry_run {
+pub(super) fn print_outcome(
+    outcome: &crate::run::RunOutcome,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if let Some(dry_run) = &outcome.dry_run {
         if json {
-            outln!("{}", serde_json::to_string_pretty(&d.json)?);
+            outln!("{}", serde_json::to_string_pretty(&dry_run.json)?);
         } else {
-            outln!("{}", d.table);
+            outln!("{}", dry_run.table);
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if let (Some(o), Some(s)) = (&out.replay, &out.summary) {
+    if let (Some(replayed), Some(summary)) = (&outcome.replay, &outcome.summary) {
         print_summary(
-            o,
-            s,
-            &out.submission_invalid_reasons,
-            out.concurrency,
-            &out.records_path,
-            out.records_written,
+            replayed,
+            summary,
+            &outcome.submission_invalid_reasons,
+            outcome.concurrency,
+            &outcome.records_path,
+            outcome.records_written,
         );
-        print_arrivals(&out.dir);
-        outln!("outputs       {}", out.dir.display());
-        for f in &out.files {
-            if let Some(name) = f.file_name() {
+        print_arrivals(&outcome.dir);
+        outln!("outputs       {}", outcome.dir.display());
+        for file in &outcome.files {
+            if let Some(name) = file.file_name() {
                 outln!("  {}", name.to_string_lossy());
             }
         }
-        let page = out.dir.join(crate::export::html::HTML_FILE);
+        let page = outcome.dir.join(crate::export::html::HTML_FILE);
         if page.is_file() {
             outln!("page          {}", page.display());
         }
         outln!(
             "next          agentx-host report {}   (the InferenceX result row)",
-            out.dir.display()
+            outcome.dir.display()
         );
-        if let Some(m) = &o.message {
-            errln!("{m}");
+        if let Some(message) = &replayed.message {
+            errln!("{message}");
         }
     }
-    Ok(ExitCode::from(out.code))
+    Ok(ExitCode::from(outcome.code))
 }
 
 /// The line a run without `--url` starts with: what it implies that was not given.
-fn demo_banner(a: &RunArgs) -> Option<String> {
-    if a.url.is_some() {
+fn demo_banner(args: &RunArgs) -> Option<String> {
+    if args.url.is_some() {
         return None;
     }
-    let mut implied = vec![format!("the built-in simulator ({})", a.sim_preset)];
-    if a.dataset.is_none() && a.public_dataset.is_none() && a.input_file.is_none() {
+    let mut implied = vec![format!("the built-in simulator ({})", args.sim_preset)];
+    if args.dataset.is_none() && args.public_dataset.is_none() && args.input_file.is_none() {
         implied.push("the bundled 24-trace corpus".into());
     }
-    if a.concurrency.is_none() {
+    if args.concurrency.is_none() {
         implied.push(format!("concurrency {DEMO_CONCURRENCY}"));
     }
-    if a.benchmark_duration.is_none() {
+    if args.benchmark_duration.is_none() {
         implied.push(format!("{DEMO_DURATION_S} s"));
     }
-    if !a.unsafe_override {
+    if !args.unsafe_override {
         implied.push("--unsafe-override (not a valid submission)".into());
     }
     Some(format!(
@@ -326,55 +345,55 @@ fn demo_banner(a: &RunArgs) -> Option<String> {
 }
 
 /// The run configuration of `agentx-host run`'s flags and environment.
-pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
-    if let Some(b) = demo_banner(a) {
-        tracing::info!("{b}");
+pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
+    if let Some(banner) = demo_banner(args) {
+        tracing::info!("{banner}");
     }
     let flags = super::shard::ShardFlags {
-        shard: a.shard.clone(),
-        shards: a.shards,
-        coordinator: a.coordinator.clone(),
-        port: a.coordinator_port,
-        bind: a.coordinator_bind.clone(),
-        timeout: a.rendezvous_timeout,
-        merge_into: a.merge_into.clone(),
+        shard: args.shard.clone(),
+        shards: args.shards,
+        coordinator: args.coordinator.clone(),
+        port: args.coordinator_port,
+        bind: args.coordinator_bind.clone(),
+        timeout: args.rendezvous_timeout,
+        merge_into: args.merge_into.clone(),
     };
-    let env = |k: &str| std::env::var(k).ok();
+    let env = |name: &str| std::env::var(name).ok();
     let (shard, job_run_id) = match super::shard::resolve(&flags, &env)? {
-        Some((c, id)) => (Some(c), id),
+        Some((config, id)) => (Some(config), id),
         None => (None, None),
     };
     Ok(RunConfig {
         shard,
-        plan: RunPlan::resolve(a)?,
-        scenario: a.scenario.clone().or_else(|| a.scenario_flag.clone()),
-        home: a.home.dir(),
-        num_dataset_entries: a.num_dataset_entries,
-        max_context_length: a.max_context_length,
-        format: super::run_plan::corpus_format(a)?,
-        block_size: a.isl_block_size,
-        trace_block_size: a.trace_block_size,
-        tokenizer: a.tokenizer.clone(),
-        output: crate::run::artifact_dir::OutputDir::from_flag(a.output_artifact_dir.clone()),
-        overwrite: a.overwrite,
-        slice_duration: a.slice_duration,
-        goodput: a.goodput.clone(),
-        session_goodput_share: a.session_goodput_share,
-        no_server_metrics: a.no_server_metrics,
-        server_metrics: a.server_metrics.clone(),
-        skip_preflight: a.skip_preflight,
-        require_valid: a.require_valid,
-        failed_request_threshold: a.failed_request_threshold,
-        run_id: a.run_id.clone().or(job_run_id),
-        sim_preset: a.sim_preset.clone(),
-        expect_dataset_key: a.expect_dataset_key.clone(),
-        expect_scenario_sha256: a.expect_scenario_sha256.clone(),
-        nested_basis: match a.weka_nested_timestamp_basis.as_deref() {
+        plan: RunPlan::resolve(args)?,
+        scenario: args.scenario.clone().or_else(|| args.scenario_flag.clone()),
+        home: args.home.dir(),
+        num_dataset_entries: args.num_dataset_entries,
+        max_context_length: args.max_context_length,
+        format: super::run_plan::corpus_format(args)?,
+        block_size: args.isl_block_size,
+        trace_block_size: args.trace_block_size,
+        tokenizer: args.tokenizer.clone(),
+        output: crate::run::artifact_dir::OutputDir::from_flag(args.output_artifact_dir.clone()),
+        overwrite: args.overwrite,
+        slice_duration: args.slice_duration,
+        goodput: args.goodput.clone(),
+        session_goodput_share: args.session_goodput_share,
+        no_server_metrics: args.no_server_metrics,
+        server_metrics: args.server_metrics.clone(),
+        skip_preflight: args.skip_preflight,
+        require_valid: args.require_valid,
+        failed_request_threshold: args.failed_request_threshold,
+        run_id: args.run_id.clone().or(job_run_id),
+        sim_preset: args.sim_preset.clone(),
+        expect_dataset_key: args.expect_dataset_key.clone(),
+        expect_scenario_sha256: args.expect_scenario_sha256.clone(),
+        nested_basis: match args.weka_nested_timestamp_basis.as_deref() {
             Some("absolute") => Some(crate::dataset::tree::NestedBasis::Absolute),
             Some("relative") => Some(crate::dataset::tree::NestedBasis::Relative),
             _ => None,
         },
-        dry_run: a.dry_run,
+        dry_run: args.dry_run,
         replay_of: None,
         argv,
         progress: std::io::stderr().is_terminal(),
@@ -407,77 +426,78 @@ fn print_arrivals(dir: &Path) {
 }
 
 fn print_summary(
-    o: &replay::ReplayOutcome,
-    s: &Summary,
+    outcome: &replay::ReplayOutcome,
+    summary: &Summary,
     reasons: &[String],
-    conc: u32,
+    concurrency: u32,
     records: &Path,
     written: u64,
 ) {
-    let d = |x: &Option<crate::metrics::Dist>| match x {
-        Some(d) => format!(
+    let row = |dist: &Option<crate::metrics::Dist>| match dist {
+        Some(dist) => format!(
             "p50 {:>9.2}  p90 {:>9.2}  p99 {:>9.2}  max {:>9.2}",
-            d.p50, d.p90, d.p99, d.max
+            dist.p50, dist.p90, dist.p99, dist.max
         ),
         None => "-".to_string(),
     };
     outln!(
-        "run {} after {:.1} s of profiling at concurrency {conc}",
-        o.stop.as_str(),
-        o.profiling_ns
-            .map(|(a, b)| (b - a) as f64 / 1e9)
+        "run {} after {:.1} s of profiling at concurrency {concurrency}",
+        outcome.stop.as_str(),
+        outcome
+            .profiling_ns
+            .map(|(start, end)| (end - start) as f64 / 1e9)
             .unwrap_or(0.0)
     );
     outln!(
         "requests      {} ok, {} failed, {} context overflow, {} cancelled, {} warmup ({} context overflow)",
-        s.requests_ok,
-        s.requests_failed,
-        s.context_overflows,
-        s.cancelled,
-        s.warmup_requests,
-        s.warmup_context_overflows
+        summary.requests_ok,
+        summary.requests_failed,
+        summary.context_overflows,
+        summary.cancelled,
+        summary.warmup_requests,
+        summary.warmup_context_overflows
     );
     outln!(
         "throughput    {:.2} req/s, {:.0} output tok/s, {:.0} input tok/s",
-        s.request_throughput,
-        s.output_token_throughput,
-        s.input_token_throughput
+        summary.request_throughput,
+        summary.output_token_throughput,
+        summary.input_token_throughput
     );
-    if let Some(c) = s.cached_tokens {
-        if s.input_tokens > 0 {
+    if let Some(cached) = summary.cached_tokens {
+        if summary.input_tokens > 0 {
             outln!(
                 "prefix cache  {:.1}% of input tokens served from cache",
-                100.0 * c as f64 / s.input_tokens as f64
+                100.0 * cached as f64 / summary.input_tokens as f64
             );
         }
     }
-    outln!("ttft (ms)     {}", d(&s.ttft_ms));
-    outln!("itl (ms)      {}", d(&s.itl_ms));
-    outln!("latency (ms)  {}", d(&s.latency_ms));
-    outln!("send lag (ms) {}", d(&s.send_lag_ms));
+    outln!("ttft (ms)     {}", row(&summary.ttft_ms));
+    outln!("itl (ms)      {}", row(&summary.itl_ms));
+    outln!("latency (ms)  {}", row(&summary.latency_ms));
+    outln!("send lag (ms) {}", row(&summary.send_lag_ms));
     // The same two figures from when each request was due: send lag included.
-    outln!("sched ttft    {}", d(&s.scheduled_ttft_ms));
-    outln!("sched latency {}", d(&s.scheduled_latency_ms));
-    if let Some(g) = &s.goodput {
+    outln!("sched ttft    {}", row(&summary.scheduled_ttft_ms));
+    outln!("sched latency {}", row(&summary.scheduled_latency_ms));
+    if let Some(goodput) = &summary.goodput {
         outln!(
             "goodput       {:.2} good req/s, {} good requests ({:.1}% of those sent)",
-            g.goodput,
-            g.good_request_count,
-            100.0 * g.good_request_fraction
+            goodput.goodput,
+            goodput.good_request_count,
+            100.0 * goodput.good_request_fraction
         );
     }
-    if let Some(x) = &s.sessions {
-        let slowdown = x.slowdown.as_ref().map_or("-".into(), |d| {
+    if let Some(sessions) = &summary.sessions {
+        let slowdown = sessions.slowdown.as_ref().map_or("-".into(), |dist| {
             format!(
                 "slowdown p50 {:.2}  p90 {:.2}  p99 {:.2}",
-                d.p50, d.p90, d.p99
+                dist.p50, dist.p90, dist.p99
             )
         });
         outln!(
             "sessions      {} of {} good ({:.0}% of their requests good); {slowdown}",
-            x.good_sessions,
-            x.sessions,
-            100.0 * x.share
+            sessions.good_sessions,
+            sessions.sessions,
+            100.0 * sessions.share
         );
     }
     if reasons.is_empty() {

@@ -1,5 +1,5 @@
 //! The flags of `agentx-host run` ([`RunArgs`]): names and meanings follow aiperf's where aiperf has
-//! the flag. Parsing only; [`super::run_plan`] turns them into a checked plan.
+//! the flag. Parsing only; `run_plan` turns them into a checked plan.
 
 use std::path::PathBuf;
 
@@ -9,13 +9,17 @@ use super::HomeArgs;
 use crate::client::ConnectionReuse;
 
 /// Flags of `agentx-host run`. Names and meanings follow aiperf's where aiperf has the flag.
+#[allow(
+    rustdoc::invalid_html_tags,
+    reason = "the field docs are the flags' help text, where <NAME> is a placeholder, not HTML"
+)]
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The scenario component: a path, `path@sha256:<hex>`, `sha256:<prefix>` or a name in the store.
     /// Defaults to the built-in agentx (the harness's `--scenario agentx`); `agentx-v1` and
     /// `agentx-mvp` name the other built-ins.
     #[arg(value_name = "SCENARIO")]
-    pub scenario: Option<String>,
+    pub(crate) scenario: Option<String>,
     /// The scenario, as aiperf's and the harness's `--scenario NAME` (the same as the positional).
     #[arg(
         long = "scenario",
@@ -23,7 +27,7 @@ pub struct RunArgs {
         conflicts_with = "scenario",
         help_heading = "What to replay"
     )]
-    pub scenario_flag: Option<String>,
+    pub(crate) scenario_flag: Option<String>,
 
     /// Seed of start turns and prompt text; drawn (and printed) when unset.
     #[arg(help_heading = "What to replay", long)]
@@ -31,13 +35,13 @@ pub struct RunArgs {
     /// Replay the recorded assistant turns instead of threading the server's replies into the history.
     /// Env: AGENTX_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES=0 (or the AIPERF_ name).
     #[arg(help_heading = "What to replay", long)]
-    pub recorded_assistant: bool,
+    pub(crate) recorded_assistant: bool,
     /// Where the cache-bust marker goes (the scenario may lock it).
     #[arg(help_heading = "What to replay", long, value_name = "TARGET")]
-    pub cache_bust: Option<String>,
+    pub(crate) cache_bust: Option<String>,
     /// A trace file/directory or a corpus name (shorthand for --input-file / --public-dataset).
     #[arg(help_heading = "What to replay", long, value_name = "PATH|NAME", conflicts_with_all = ["public_dataset", "input_file"])]
-    pub dataset: Option<String>,
+    pub(crate) dataset: Option<String>,
     /// A public corpus by name (resolved from the Hugging Face hub cache).
     #[arg(
         help_heading = "What to replay",
@@ -45,14 +49,14 @@ pub struct RunArgs {
         value_name = "NAME",
         conflicts_with = "input_file"
     )]
-    pub public_dataset: Option<String>,
+    pub(crate) public_dataset: Option<String>,
     /// Local weka traces: a `traces.jsonl` or a directory of `*.json`.
     #[arg(help_heading = "What to replay", long, value_name = "PATH")]
-    pub input_file: Option<PathBuf>,
+    pub(crate) input_file: Option<PathBuf>,
     /// The format of --input-file, by aiperf's loader name: `weka_trace`, `mooncake_trace` or
     /// `tracelab` [default: detected from the first record when only one format fits].
     #[arg(help_heading = "What to replay", long, value_name = "TYPE")]
-    pub custom_dataset_type: Option<String>,
+    pub(crate) custom_dataset_type: Option<String>,
     /// Tokens per hash block of a Mooncake or TraceLab corpus [default: 512 mooncake, 64 tracelab]
     /// (weka traces say their own).
     #[arg(
@@ -62,53 +66,53 @@ pub struct RunArgs {
         alias = "synthetic-input-tokens-block-size",
         value_name = "TOKENS"
     )]
-    pub isl_block_size: Option<u32>,
+    pub(crate) isl_block_size: Option<u32>,
     /// Lay every weka trace out in this many tokens per hash block, whatever its `block_size` says,
     /// as agentx-harness 1.0.12's CLI does with 64 (`--trace-block-size 64` reproduces a harness
     /// row) [default: each trace's own].
     #[arg(help_heading = "What to replay", long, value_name = "TOKENS")]
-    pub trace_block_size: Option<u32>,
+    pub(crate) trace_block_size: Option<u32>,
     /// Use only the first N traces (after --max-context-length).
     #[arg(help_heading = "What to replay", long, value_name = "N")]
-    pub num_dataset_entries: Option<usize>,
+    pub(crate) num_dataset_entries: Option<usize>,
     /// Drop traces whose peak context (prompt plus output tokens of their largest turn) exceeds
     /// this many tokens.
     #[arg(help_heading = "What to replay", long, value_name = "TOKENS")]
-    pub max_context_length: Option<u64>,
+    pub(crate) max_context_length: Option<u64>,
     /// How the timestamps of requests nested in subagent entries are read: auto, absolute or
     /// relative (session-tree corpora).
     #[arg(help_heading = "What to replay", long, value_name = "BASIS")]
-    pub weka_nested_timestamp_basis: Option<String>,
+    pub(crate) weka_nested_timestamp_basis: Option<String>,
     /// The tokenizer for client-side counts and single-token synthesis words: a tokenizer.json
     /// (file or directory), a Hugging Face model id found in the local hub cache, or `builtin`.
     #[arg(help_heading = "What to replay", long, value_name = "PATH|MODEL")]
-    pub tokenizer: Option<String>,
+    pub(crate) tokenizer: Option<String>,
     /// The run id (seeds the markers); a fresh one by default. Pass one to reproduce a plan exactly.
     #[arg(help_heading = "What to replay", long, value_name = "ID")]
     pub run_id: Option<String>,
 
     /// Server base URL. Without it, the built-in simulator is started and the bundled corpus replayed.
     #[arg(help_heading = "Against what", long, value_name = "URL")]
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// Request path [default: /v1/chat/completions, or /v1/messages with --endpoint-type anthropic].
     #[arg(help_heading = "Against what", long, value_name = "PATH")]
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     /// The API the requests speak: `chat` (OpenAI chat completions) or `anthropic` (Anthropic's
     /// Messages API: `system` and content blocks, `anthropic-version`, the key as `x-api-key`, its
     /// streamed events).
     #[arg(help_heading = "Against what", long, default_value = "chat")]
-    pub endpoint_type: String,
+    pub(crate) endpoint_type: String,
     /// Model name sent in every request. With --url and no model, a scenario that discovers it
     /// (agentx) takes the single model `/v1/models` lists; the others require it.
     #[arg(help_heading = "Against what", long, short = 'm')]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Extra request body fields, as aiperf takes them: `key:value` pairs (several per flag, or
     /// comma-separated in one word; `true`/`false`, `null`, integers and decimals are typed, a
     /// value that is a JSON object or array is JSON, anything else a string) or a JSON object of
     /// fields (`'{"temperature":0.6,"chat_template_kwargs":{"enable_thinking":true}}'`). Repeatable;
     /// a later key replaces an earlier one.
     #[arg(help_heading = "Against what", long, value_name = "KEY:VALUE|JSON", num_args = 1..)]
-    pub extra_inputs: Vec<String>,
+    pub(crate) extra_inputs: Vec<String>,
     /// Environment variable that holds the API key sent as `Authorization: Bearer` (`x-api-key`
     /// with --endpoint-type anthropic; never logged).
     #[arg(
@@ -117,14 +121,14 @@ pub struct RunArgs {
         default_value = "AGENTX_API_KEY",
         value_name = "VAR"
     )]
-    pub api_key_env: String,
+    pub(crate) api_key_env: String,
     /// Speak HTTP/2 without TLS (h2c, prior knowledge) instead of HTTP/1.1.
     #[arg(help_heading = "Against what", long)]
-    pub http2: bool,
+    pub(crate) http2: bool,
     /// Close pooled connections idle this long (keep it below the server's keep-alive).
     /// Env: AGENTX_HTTP_KEEPALIVE_TIMEOUT or AIPERF_HTTP_KEEPALIVE_TIMEOUT.
     #[arg(help_heading = "Against what", long, value_name = "SECONDS")]
-    pub http_keepalive_timeout: Option<f64>,
+    pub(crate) http_keepalive_timeout: Option<f64>,
     /// Give up a request after this long.
     #[arg(
         help_heading = "Against what",
@@ -132,7 +136,7 @@ pub struct RunArgs {
         default_value_t = 21600.0,
         value_name = "SECONDS"
     )]
-    pub request_timeout_seconds: f64,
+    pub(crate) request_timeout_seconds: f64,
     /// Give up connecting after this long.
     #[arg(
         help_heading = "Against what",
@@ -140,23 +144,23 @@ pub struct RunArgs {
         default_value_t = 30.0,
         value_name = "SECONDS"
     )]
-    pub connect_timeout_seconds: f64,
+    pub(crate) connect_timeout_seconds: f64,
     /// The header that carries each session's correlation id (default `X-Correlation-ID`).
     /// Session headers for routers are switched by AGENTX_HTTP_* / AIPERF_HTTP_* variables:
     /// X_SESSION_AFFINITY_FROM_CORRELATION_ID (on by default), X_SESSION_ID_FROM_CORRELATION_ID,
     /// X_SMG_ROUTING_KEY_FROM_CORRELATION_ID, X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID.
     #[arg(help_heading = "Against what", long, value_name = "NAME")]
-    pub session_header: Option<String>,
+    pub(crate) session_header: Option<String>,
     /// Dynamo's conversation-aware routing: every request body carries `nvext.session_control`,
     /// keyed by its stream's correlation id (a subagent's by its parent's): `bind` (with the
     /// lease of --dynamo-session-timeout-seconds) on every turn, `close` on a root stream's final
     /// turn. AGENTX_/AIPERF_DYNAMO_SESSION_TRANSPORT=headers sends the session as
     /// X-Dynamo-Session-ID headers instead. Dynamo before 1.3 rejects `bind`.
     #[arg(help_heading = "Against what", long)]
-    pub use_dynamo_conv_aware_routing: bool,
+    pub(crate) use_dynamo_conv_aware_routing: bool,
     /// The router's inactivity lease of a bound session, whole seconds [default: 300].
     #[arg(help_heading = "Against what", long, value_name = "SECONDS")]
-    pub dynamo_session_timeout_seconds: Option<String>,
+    pub(crate) dynamo_session_timeout_seconds: Option<String>,
     /// Which connection each request goes out on: `pooled` (any idle one), `never` (a new one for
     /// every request) or `sticky-user-sessions` (one per session, released after its final turn,
     /// an error or a cancellation).
@@ -166,12 +170,12 @@ pub struct RunArgs {
         default_value = "pooled",
         value_name = "STRATEGY"
     )]
-    pub connection_reuse_strategy: ConnectionReuse,
+    pub(crate) connection_reuse_strategy: ConnectionReuse,
     /// Do not ask the server for `/v1/models` before the run (for servers that do not answer it).
     /// The check confirms the server is reachable and serves --model, and counts the lanes and
     /// traces that exceed its context length.
     #[arg(help_heading = "Against what", long)]
-    pub skip_preflight: bool,
+    pub(crate) skip_preflight: bool,
     /// The simulator preset of a run without --url (h200, cpu-small, max).
     #[arg(
         help_heading = "Against what",
@@ -179,15 +183,15 @@ pub struct RunArgs {
         default_value = "h200",
         value_name = "PRESET"
     )]
-    pub sim_preset: String,
+    pub(crate) sim_preset: String,
 
     /// Number of lanes (concurrent sessions; session trees under agentx and agentx-v1) [default: the scenario's; `agentx-host scenario inspect` lists them; 4 without
     /// --url]. A list of points is `agentx-host sweep`'s.
     #[arg(help_heading = "How long and how hard", long, value_name = "N[,N...]")]
-    pub concurrency: Option<String>,
+    pub(crate) concurrency: Option<String>,
     /// Profiling time in seconds [default: the scenario's; `agentx-host scenario inspect` lists them; 30 without --url].
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
-    pub benchmark_duration: Option<f64>,
+    pub(crate) benchmark_duration: Option<f64>,
     /// How long in-flight requests may finish after the duration (`inf` waits for all)
     /// [default: the scenario's; 30 when it has none].
     #[arg(
@@ -195,7 +199,7 @@ pub struct RunArgs {
         long,
         value_name = "SECONDS|inf"
     )]
-    pub benchmark_grace_period: Option<String>,
+    pub(crate) benchmark_grace_period: Option<String>,
     /// How long the warmup may take to drain: for session trees, the drain of the cache-pressure
     /// stage after its last request (the primers always complete); for single streams, the whole
     /// warmup [default: the scenario's; `inf` (wait for every warmup request) when it has none].
@@ -204,35 +208,35 @@ pub struct RunArgs {
         long,
         value_name = "SECONDS|inf"
     )]
-    pub warmup_grace_period: Option<String>,
+    pub(crate) warmup_grace_period: Option<String>,
     /// Cancel the run once this fraction of profiling requests failed (checked after
     /// max(concurrency, 10) requests) [default: off].
     #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
-    pub failed_request_threshold: Option<f64>,
+    pub(crate) failed_request_threshold: Option<f64>,
     /// Earliest start point of a lane, as a fraction of its trace's turns (session trees: of its
     /// tree's span) [default: the scenario's; `agentx-host scenario inspect` lists them].
     #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
-    pub trajectory_start_min_ratio: Option<f64>,
+    pub(crate) trajectory_start_min_ratio: Option<f64>,
     /// Latest start point of a lane, as a fraction of its trace's turns (session trees: of its
     /// tree's span) [default: the scenario's; `agentx-host scenario inspect` lists them].
     #[arg(help_heading = "How long and how hard", long, value_name = "FRACTION")]
-    pub trajectory_start_max_ratio: Option<f64>,
+    pub(crate) trajectory_start_max_ratio: Option<f64>,
     /// Longest wait between a response and the session's next turn (the recorded think time is
     /// cut to it) [default: the scenario's; `agentx-host scenario inspect` lists them].
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
-    pub inter_turn_delay_cap_seconds: Option<f64>,
+    pub(crate) inter_turn_delay_cap_seconds: Option<f64>,
     /// Wait only the recorded think time between turns, not the whole recorded gap (which also
     /// holds the recorded server time) [default: the scenario's; `agentx-host scenario inspect` lists them].
     #[arg(help_heading = "How long and how hard", long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub use_think_time_only: Option<bool>,
+    pub(crate) use_think_time_only: Option<bool>,
     /// Send each turn as soon as the previous response ended (no think time); the scenarios of
     /// InferenceX refuse it without --unsafe-override.
     #[arg(help_heading = "How long and how hard", long)]
-    pub ignore_trace_delays: bool,
+    pub(crate) ignore_trace_delays: bool,
     /// During profiling, a session waits at most this long between a response and its next turn
     /// (aiperf's per-trace idle cap; off by default).
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
-    pub trace_idle_gap_cap_seconds: Option<f64>,
+    pub(crate) trace_idle_gap_cap_seconds: Option<f64>,
     /// Session-tree scenarios: N more requests per lane after its warmup primers (aiperf's warmup
     /// pressure stage). Single-stream (0.1.0) scenarios send one warmup request per lane and
     /// warn that the flag has no effect.
@@ -242,23 +246,23 @@ pub struct RunArgs {
         value_name = "N",
         conflicts_with = "agentic_cache_warmup_duration"
     )]
-    pub warmup_requests_per_lane: Option<u64>,
+    pub(crate) warmup_requests_per_lane: Option<u64>,
     /// Session-tree scenarios: replay at zero idle delay for this long after the warmup primers.
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
-    pub agentic_cache_warmup_duration: Option<f64>,
+    pub(crate) agentic_cache_warmup_duration: Option<f64>,
     /// The warmup grace under aiperf's agentic name; overrides --warmup-grace-period.
     #[arg(
         help_heading = "How long and how hard",
         long,
         value_name = "SECONDS|inf"
     )]
-    pub agentic_warmup_grace_period: Option<String>,
+    pub(crate) agentic_warmup_grace_period: Option<String>,
     /// Session-tree scenarios: the whole-system idle cap (the scenario sets 10 s).
     #[arg(help_heading = "How long and how hard", long, value_name = "SECONDS")]
-    pub system_idle_gap_cap_seconds: Option<f64>,
+    pub(crate) system_idle_gap_cap_seconds: Option<f64>,
     /// Session-tree scenarios: fire every lane's first request at once instead of spreading them.
     #[arg(help_heading = "How long and how hard", long)]
-    pub burst_phase_starts: bool,
+    pub(crate) burst_phase_starts: bool,
     /// Open-loop session arrivals: this many sessions per second start, each a whole tree from
     /// turn 0, with --concurrency their ceiling (an arrival over it is rejected and counted). Only
     /// under a scenario that allows it (`agentx-open`); `agentx` refuses it.
@@ -267,15 +271,15 @@ pub struct RunArgs {
         long,
         value_name = "PER_SECOND"
     )]
-    pub session_arrival_rate: Option<f64>,
+    pub(crate) session_arrival_rate: Option<f64>,
     /// With --session-arrival-rate: the arrival process, poisson, constant or gamma
     /// [default: the scenario's; poisson under agentx-open].
     #[arg(help_heading = "How long and how hard", long, value_name = "PATTERN")]
-    pub session_arrival_pattern: Option<String>,
+    pub(crate) session_arrival_pattern: Option<String>,
     /// With --session-arrival-pattern gamma: the gamma shape of the inter-arrival times (aiperf's
     /// --arrival-smoothness: 1 is poisson, below is burstier, above smoother) [default: 1].
     #[arg(help_heading = "How long and how hard", long, value_name = "SHAPE")]
-    pub session_arrival_smoothness: Option<f64>,
+    pub(crate) session_arrival_smoothness: Option<f64>,
 
     /// Directory of the run's outputs [default: a fresh artifacts/<scenario>-<UTC time>-<id>, with
     /// artifacts/latest pointing at it]. A directory that holds another run is refused unless
@@ -287,50 +291,50 @@ pub struct RunArgs {
         alias = "artifact-dir",
         value_name = "DIR"
     )]
-    pub output_artifact_dir: Option<PathBuf>,
+    pub(crate) output_artifact_dir: Option<PathBuf>,
     /// Replace the run in --output-artifact-dir (its files are removed when the new run starts).
     #[arg(help_heading = "Outputs", long)]
-    pub overwrite: bool,
+    pub(crate) overwrite: bool,
     /// Time-slice width of the timeslice exports, seconds [default: no timeslice exports].
     #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
-    pub slice_duration: Option<f64>,
+    pub(crate) slice_duration: Option<f64>,
     /// Service-level objectives of a good request, as aiperf's --goodput: space-separated
     /// METRIC:VALUE pairs in each metric's display unit, e.g. "time_to_first_token:2000
     /// inter_token_latency:50 request_latency:60000" (vLLM's ttft, tpot and e2el are accepted). The
     /// exports gain good_request_count, goodput and good_request_fraction.
     #[arg(help_heading = "Outputs", long, value_name = "SLOS", value_parser = |s: &str| crate::metrics::goodput::Goodput::parse(s))]
-    pub goodput: Option<crate::metrics::goodput::Goodput>,
+    pub(crate) goodput: Option<crate::metrics::goodput::Goodput>,
     /// With --goodput: a session (a tree with its subagents, in a tree replay) is good when at
     /// least this share of its requests are good; run_summary.json's `summary.sessions` gives the
     /// good sessions and each session's slowdown (replayed over recorded wall time).
     #[arg(help_heading = "Outputs", long, value_name = "SHARE", default_value_t = 1.0, requires = "goodput", value_parser = share)]
-    pub session_goodput_share: f64,
+    pub(crate) session_goodput_share: f64,
     /// Do not scrape the server's Prometheus `/metrics`.
     #[arg(help_heading = "Outputs", long)]
-    pub no_server_metrics: bool,
+    pub(crate) no_server_metrics: bool,
     /// More Prometheus endpoints to scrape besides the server's own `/metrics` (several per flag,
     /// and repeatable: every prefill, decode and frontend endpoint of a disaggregated deployment).
     #[arg(help_heading = "Outputs", long, value_name = "URL", num_args = 1..)]
-    pub server_metrics: Vec<String>,
+    pub(crate) server_metrics: Vec<String>,
     /// Seconds between progress lines (default 5 on a terminal, 30 otherwise; 0 turns them off).
     #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
-    pub stats_interval: Option<f64>,
+    pub(crate) stats_interval: Option<f64>,
     /// Print the plan (lanes, start turns, markers) and send nothing.
     #[arg(help_heading = "Outputs", long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// With --dry-run: print the plan as JSON.
     #[arg(help_heading = "Outputs", long, requires = "dry_run")]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Exit 1 when the run is not a valid submission.
     #[arg(help_heading = "Outputs", long)]
-    pub require_valid: bool,
+    pub(crate) require_valid: bool,
 
     /// Stream responses (always on: token timing needs the stream; accepted for aiperf compatibility).
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub streaming: bool,
+    pub(crate) streaming: bool,
     /// Use the server's usage counts for ISL/OSL (the default; kept for aiperf compatibility).
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub use_server_token_count: bool,
+    pub(crate) use_server_token_count: bool,
     /// Count ISL/OSL on the client (tokenizer-free word model, or --tokenizer) instead of the server's
     /// usage.
     #[arg(
@@ -338,35 +342,35 @@ pub struct RunArgs {
         long,
         conflicts_with = "use_server_token_count"
     )]
-    pub client_token_count: bool,
+    pub(crate) client_token_count: bool,
     /// Accepted for aiperf compatibility: agentx lets lanes wrap around the dataset whenever there
     /// are more lanes than traces.
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub allow_dataset_wrap: bool,
+    pub(crate) allow_dataset_wrap: bool,
     /// Accepted for aiperf compatibility: agentx collects no GPU telemetry.
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub no_gpu_telemetry: bool,
+    pub(crate) no_gpu_telemetry: bool,
     /// Accepted for aiperf compatibility (agentx never runs tokenizer code).
     #[arg(
         help_heading = "aiperf and InferenceX compatibility",
         long,
         hide = true
     )]
-    pub tokenizer_trust_remote_code: bool,
+    pub(crate) tokenizer_trust_remote_code: bool,
     /// Count each request's client-side ISL over the model's chat template (role headers, turn
     /// markers, generation prompt), rendered offline from the tokenizer_config.json (or
     /// chat_template.jinja) beside the --tokenizer's tokenizer.json; an error when there is none.
     /// Records take the server's prompt_tokens under --use-server-token-count, this count otherwise.
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub apply_chat_template: bool,
+    pub(crate) apply_chat_template: bool,
     /// Send the token limit as `max_tokens` (session-tree scenarios send `max_completion_tokens`,
     /// as aiperf 0.13 and agentx-harness do; single-stream scenarios always send `max_tokens`).
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
-    pub use_legacy_max_tokens: bool,
+    pub(crate) use_legacy_max_tokens: bool,
 
     /// Run even if the scenario's locks are broken; the result is then not a valid submission.
     #[arg(help_heading = "Advanced", long)]
-    pub unsafe_override: bool,
+    pub(crate) unsafe_override: bool,
     /// Truncate every prompt to this many tokens (aiperf's name; InferenceX's scenarios refuse it).
     #[arg(
         help_heading = "Advanced",
@@ -374,48 +378,48 @@ pub struct RunArgs {
         alias = "max-isl",
         value_name = "TOKENS"
     )]
-    pub synthesis_max_isl: Option<i64>,
+    pub(crate) synthesis_max_isl: Option<i64>,
 
     /// Run shard I of N (0-based) of one run: every shard plans the whole run and replays the lanes
     /// l with l % N == I, into <output-artifact-dir>/shard-<I>/. Under srun, SLURM_PROCID and
     /// SLURM_NTASKS say it.
     #[arg(long, value_name = "I/N", help_heading = "Sharded runs")]
-    pub shard: Option<String>,
+    pub(crate) shard: Option<String>,
     /// N shards, this one's index from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job).
     #[arg(long, value_name = "N", help_heading = "Sharded runs")]
-    pub shards: Option<u32>,
+    pub(crate) shards: Option<u32>,
     /// Where shard 0 listens for the rendezvous, HOST[:PORT] [env: AGENTX_COORDINATOR; default
     /// under Slurm: the first host of SLURM_JOB_NODELIST].
     #[arg(long, value_name = "HOST[:PORT]", help_heading = "Sharded runs")]
-    pub coordinator: Option<String>,
+    pub(crate) coordinator: Option<String>,
     /// The rendezvous port, when --coordinator names none [env: AGENTX_COORDINATOR_PORT; default
     /// 29517]; a port in --coordinator that differs is an error.
     #[arg(long, value_name = "PORT", help_heading = "Sharded runs")]
-    pub coordinator_port: Option<u16>,
+    pub(crate) coordinator_port: Option<u16>,
     /// Where shard 0 listens for the rendezvous, an address or host of its machine (0.0.0.0: every
     /// interface) [env: AGENTX_COORDINATOR_BIND; default: the host of --coordinator]. Shards prove
     /// the secret in AGENTX_RENDEZVOUS_TOKEN (else one derived from the Slurm job step or the
     /// Kubernetes Job's AGENTX_JOB_UID); shard 0 refuses any other connection.
     #[arg(long, value_name = "ADDR", help_heading = "Sharded runs")]
-    pub coordinator_bind: Option<String>,
+    pub(crate) coordinator_bind: Option<String>,
     /// Seconds every shard may take to join and to plan [default: 300].
     #[arg(long, value_name = "SECONDS", help_heading = "Sharded runs")]
-    pub rendezvous_timeout: Option<f64>,
+    pub(crate) rendezvous_timeout: Option<f64>,
     /// Shard 0 merges every shard's directory into DIR when all are done (a shared filesystem).
     #[arg(long, value_name = "DIR", help_heading = "Sharded runs")]
-    pub merge_into: Option<PathBuf>,
+    pub(crate) merge_into: Option<PathBuf>,
 
     /// Other timing modes: accepted so the scenario can refuse them with its reason.
     #[arg(long, hide = true)]
-    pub request_rate: Option<f64>,
+    pub(crate) request_rate: Option<f64>,
     #[arg(long, hide = true)]
-    pub arrival_pattern: Option<String>,
+    pub(crate) arrival_pattern: Option<String>,
     #[arg(long, hide = true)]
-    pub user_centric_rate: Option<f64>,
+    pub(crate) user_centric_rate: Option<f64>,
     #[arg(long, hide = true)]
-    pub request_rate_ramp_duration: Option<f64>,
+    pub(crate) request_rate_ramp_duration: Option<f64>,
     #[arg(long, hide = true)]
-    pub fixed_schedule: bool,
+    pub(crate) fixed_schedule: bool,
     /// Refuse to run unless the dataset's cache key is this (set by `agentx-host replay`).
     #[arg(long, hide = true)]
     pub expect_dataset_key: Option<String>,
@@ -423,13 +427,13 @@ pub struct RunArgs {
     #[arg(long, hide = true)]
     pub expect_scenario_sha256: Option<String>,
     #[command(flatten)]
-    pub home: HomeArgs,
+    pub(crate) home: HomeArgs,
 }
 
 /// `--session-goodput-share`: a share in (0, 1].
-fn share(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a share in (0, 1], e.g. 0.9")),
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
+        _ => Err(format!("{text:?} is not a share in (0, 1], e.g. 0.9")),
     }
 }

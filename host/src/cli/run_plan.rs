@@ -20,10 +20,10 @@ use crate::scenario::types::{Setting, Value};
 /// An environment variable under its agentx name or its aiperf name: `(name, value)`.
 fn env_var(suffix: &str) -> Option<(String, String)> {
     for prefix in ["AGENTX_", "AIPERF_"] {
-        let k = format!("{prefix}{suffix}");
-        if let Ok(v) = std::env::var(&k) {
-            if !v.trim().is_empty() {
-                return Some((k, v));
+        let name = format!("{prefix}{suffix}");
+        if let Ok(value) = std::env::var(&name) {
+            if !value.trim().is_empty() {
+                return Some((name, value));
             }
         }
     }
@@ -33,10 +33,10 @@ fn env_var(suffix: &str) -> Option<(String, String)> {
 fn env_bool(suffix: &str) -> anyhow::Result<Option<bool>> {
     match env_var(suffix) {
         None => Ok(None),
-        Some((k, v)) => match v.trim().to_ascii_lowercase().as_str() {
+        Some((name, value)) => match value.trim().to_ascii_lowercase().as_str() {
             "1" | "true" | "yes" | "on" => Ok(Some(true)),
             "0" | "false" | "no" | "off" => Ok(Some(false)),
-            _ => bail!("{k}={v:?} is not a boolean; use 1 or 0"),
+            _ => bail!("{name}={value:?} is not a boolean; use 1 or 0"),
         },
     }
 }
@@ -69,158 +69,165 @@ const ENV_SETTINGS: [(ReplaySetting, &str); 4] = [
 /// A grace as the scenario sees it: the seconds, or the text `inf`.
 fn seconds_value(parsed: Option<Duration>, given: &str) -> Value {
     match parsed {
-        Some(d) => Value::Number(d.as_secs_f64()),
+        Some(duration) => Value::Number(duration.as_secs_f64()),
         None => Value::Text(given.trim().to_ascii_lowercase()),
     }
 }
 
 /// The session headers: `--session-header` and the `*_HTTP_X_*_FROM_CORRELATION_ID` switches.
 fn routing_headers(session_header: Option<&str>) -> anyhow::Result<RoutingHeaders> {
-    let mut r = RoutingHeaders::default();
-    if let Some(h) = session_header {
-        r.correlation = hyper::header::HeaderName::from_bytes(h.trim().as_bytes()).map_err(|_| {
-            anyhow!("--session-header {h:?} is not a valid HTTP header name; pass e.g. --session-header X-Session-ID")
+    let mut headers = RoutingHeaders::default();
+    if let Some(header) = session_header {
+        headers.correlation = hyper::header::HeaderName::from_bytes(header.trim().as_bytes()).map_err(|_| {
+            anyhow!("--session-header {header:?} is not a valid HTTP header name; pass e.g. --session-header X-Session-ID")
         })?;
     }
     for (switch, _) in crate::client::routing::SWITCHES {
-        if let Some(on) = env_bool(&format!("HTTP_{switch}"))? {
-            r.set(switch, on);
+        if let Some(enabled) = env_bool(&format!("HTTP_{switch}"))? {
+            headers.set(switch, enabled);
         }
     }
-    Ok(r)
+    Ok(headers)
 }
 
 /// The flags of aiperf's command line that this host accepts but does not act on with a 0.1.0
 /// (single-stream) scenario, each named with why; they are logged as warnings and recorded in the
 /// manifest.
-fn not_acted_on(a: &RunArgs) -> Vec<String> {
+fn not_acted_on(args: &RunArgs) -> Vec<String> {
     const TREES: &str = "it only has meaning for session-tree scenarios; a single-stream scenario";
-    let mut v = Vec::new();
-    if let Some(n) = a.warmup_requests_per_lane {
-        v.push(format!(
-            "--warmup-requests-per-lane {n}: {TREES} sends one warmup request per lane"
+    let mut notes = Vec::new();
+    if let Some(requests) = args.warmup_requests_per_lane {
+        notes.push(format!(
+            "--warmup-requests-per-lane {requests}: {TREES} sends one warmup request per lane"
         ));
     }
-    if a.agentic_cache_warmup_duration.is_some() {
-        v.push(format!(
+    if args.agentic_cache_warmup_duration.is_some() {
+        notes.push(format!(
             "--agentic-cache-warmup-duration: {TREES} has no cache-pressure stage"
         ));
     }
-    if a.system_idle_gap_cap_seconds.is_some() {
-        v.push(format!(
+    if args.system_idle_gap_cap_seconds.is_some() {
+        notes.push(format!(
             "--system-idle-gap-cap-seconds: {TREES} waits each recorded delay (see --trace-idle-gap-cap-seconds)"
         ));
     }
-    if a.burst_phase_starts {
-        v.push(format!(
+    if args.burst_phase_starts {
+        notes.push(format!(
             "--burst-phase-starts: {TREES} starts every lane at the start of profiling already"
         ));
     }
-    if let Some(b) = &a.weka_nested_timestamp_basis {
-        v.push(format!(
-            "--weka-nested-timestamp-basis {b}: {TREES} does not replay subagent entries"
+    if let Some(basis) = &args.weka_nested_timestamp_basis {
+        notes.push(format!(
+            "--weka-nested-timestamp-basis {basis}: {TREES} does not replay subagent entries"
         ));
     }
-    if a.dynamo_session_timeout_seconds.is_some() && !a.use_dynamo_conv_aware_routing {
-        v.push("--dynamo-session-timeout-seconds: it is the lease of --use-dynamo-conv-aware-routing, which is off".to_string());
+    if args.dynamo_session_timeout_seconds.is_some() && !args.use_dynamo_conv_aware_routing {
+        notes.push("--dynamo-session-timeout-seconds: it is the lease of --use-dynamo-conv-aware-routing, which is off".to_string());
     }
-    if a.no_gpu_telemetry {
-        v.push("--no-gpu-telemetry: agentx collects no GPU telemetry".to_string());
+    if args.no_gpu_telemetry {
+        notes.push("--no-gpu-telemetry: agentx collects no GPU telemetry".to_string());
     }
-    if a.tokenizer_trust_remote_code {
-        v.push("--tokenizer-trust-remote-code: agentx loads tokenizer.json files only and never runs a tokenizer's code".to_string());
+    if args.tokenizer_trust_remote_code {
+        notes.push("--tokenizer-trust-remote-code: agentx loads tokenizer.json files only and never runs a tokenizer's code".to_string());
     }
-    v
+    notes
 }
 
-fn parse_grace(flag: &str, v: &str) -> anyhow::Result<Option<Duration>> {
-    let t = v.trim();
-    if t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity") {
+fn parse_grace(flag: &str, given: &str) -> anyhow::Result<Option<Duration>> {
+    let trimmed = given.trim();
+    if trimmed.eq_ignore_ascii_case("inf") || trimmed.eq_ignore_ascii_case("infinity") {
         return Ok(None);
     }
-    match t.parse::<f64>() {
-        Ok(x) if (0.0..=MAX_SECS).contains(&x) => Ok(Some(Duration::from_secs_f64(x))),
-        _ => bail!("{flag} {v:?} is not a number of seconds or `inf`; pass e.g. {flag} 30"),
+    match trimmed.parse::<f64>() {
+        Ok(seconds) if (0.0..=MAX_SECS).contains(&seconds) => {
+            Ok(Some(Duration::from_secs_f64(seconds)))
+        }
+        _ => bail!("{flag} {given:?} is not a number of seconds or `inf`; pass e.g. {flag} 30"),
     }
 }
 
 impl RunPlan {
     /// Merges flags and environment into the settings the scenario resolves, checking each value
     /// where it is given.
-    pub fn resolve(a: &RunArgs) -> anyhow::Result<RunPlan> {
-        let demo = a.url.is_none();
-        let (dataset, loader) = dataset_of(a, demo)?;
-        let extra = super::extra_inputs::extra_inputs(&a.extra_inputs, &a.endpoint_type)?;
-        let mut g = given(a, demo, &dataset, loader, &extra)?;
-        let (grace, warmup_grace) = graces(a, &mut g)?;
-        let trace_idle_cap = a
+    pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunPlan> {
+        let demo = args.url.is_none();
+        let (dataset, loader) = dataset_of(args, demo)?;
+        let extra = super::extra_inputs::extra_inputs(&args.extra_inputs, &args.endpoint_type)?;
+        let mut given = given(args, demo, &dataset, loader, &extra)?;
+        let (grace, warmup_grace) = graces(args, &mut given)?;
+        let trace_idle_cap = args
             .trace_idle_gap_cap_seconds
-            .map(|c| positive_secs("--trace-idle-gap-cap-seconds", c))
+            .map(|cap| positive_secs("--trace-idle-gap-cap-seconds", cap))
             .transpose()?;
-        if let Some(b) = &a.weka_nested_timestamp_basis {
-            if !matches!(b.as_str(), "auto" | "absolute" | "relative") {
-                bail!("--weka-nested-timestamp-basis {b:?} is not auto, absolute or relative");
+        if let Some(basis) = &args.weka_nested_timestamp_basis {
+            if !matches!(basis.as_str(), "auto" | "absolute" | "relative") {
+                bail!("--weka-nested-timestamp-basis {basis:?} is not auto, absolute or relative");
             }
         }
-        if let Some(d) = a.agentic_cache_warmup_duration {
-            positive_secs("--agentic-cache-warmup-duration", d)?;
+        if let Some(duration) = args.agentic_cache_warmup_duration {
+            positive_secs("--agentic-cache-warmup-duration", duration)?;
         }
-        if let Some(c) = a.system_idle_gap_cap_seconds {
-            positive_secs("--system-idle-gap-cap-seconds", c)?;
+        if let Some(cap) = args.system_idle_gap_cap_seconds {
+            positive_secs("--system-idle-gap-cap-seconds", cap)?;
         }
-        let not_acted_on = not_acted_on(a);
-        let (mut client, url) = client_config(a)?;
-        if let Some(f) = a.failed_request_threshold {
-            if !(0.0..=1.0).contains(&f) {
-                bail!("--failed-request-threshold {f} is outside 0..1; pass a fraction, e.g. 0.05");
+        let not_acted_on = not_acted_on(args);
+        let (mut client, url) = client_config(args)?;
+        if let Some(threshold) = args.failed_request_threshold {
+            if !(0.0..=1.0).contains(&threshold) {
+                bail!("--failed-request-threshold {threshold} is outside 0..1; pass a fraction, e.g. 0.05");
             }
         }
         let live_env = env_bool("DATASET_WEKA_LIVE_ASSISTANT_RESPONSES")?;
-        let mode_given = a.recorded_assistant || live_env.is_some();
+        let mode_given = args.recorded_assistant || live_env.is_some();
         let live = match live_env {
-            Some(b) => b && !a.recorded_assistant,
-            None => !a.recorded_assistant,
+            Some(live) => live && !args.recorded_assistant,
+            None => !args.recorded_assistant,
         };
-        let (stats_interval, warmup_progress_interval, scrape_interval) = intervals(a)?;
-        let dynamo = dynamo_routing(a, &mut client.routing)?;
-        if let Some((_, v)) = extra.iter().find(|(k, _)| k == "nvext") {
-            if dynamo.is_some() && !v.is_object() {
-                bail!("--extra-inputs nvext:{v} is not a JSON object, and --use-dynamo-conv-aware-routing writes nvext.session_control into it; pass nvext as an object, e.g. nvext:{{\"annotations\":[]}}");
+        let (stats_interval, warmup_progress_interval, scrape_interval) = intervals(args)?;
+        let dynamo = dynamo_routing(args, &mut client.routing)?;
+        if let Some((_, nvext)) = extra.iter().find(|(key, _)| key == "nvext") {
+            if dynamo.is_some() && !nvext.is_object() {
+                bail!("--extra-inputs nvext:{nvext} is not a JSON object, and --use-dynamo-conv-aware-routing writes nvext.session_control into it; pass nvext as an object, e.g. nvext:{{\"annotations\":[]}}");
             }
         }
-        for note in runner_env_notes(a) {
+        for note in runner_env_notes(args) {
             tracing::warn!("{note}");
         }
-        let host_settings = host_settings(a, dynamo);
+        let host_settings = host_settings(args, dynamo);
         Ok(RunPlan {
             host_settings,
             dynamo,
-            apply_chat_template: a.apply_chat_template,
+            apply_chat_template: args.apply_chat_template,
             scrape_interval,
             session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
-            sources: g.sources,
+            sources: given.sources,
             required_metric_prefix: env_var("REQUIRED_SERVER_METRIC_PREFIX"),
             warmup_progress_interval,
             trace_idle_cap,
             not_acted_on,
             tree_flags: crate::run::TreeFlags {
-                burst: a.burst_phase_starts,
-                pressure: match (a.warmup_requests_per_lane, a.agentic_cache_warmup_duration) {
-                    (Some(n), _) => Some(crate::replay::sched::Pressure::RequestsPerLane(n)),
-                    (None, Some(d)) => Some(crate::replay::sched::Pressure::Duration(
-                        Duration::from_secs_f64(d),
+                burst: args.burst_phase_starts,
+                pressure: match (
+                    args.warmup_requests_per_lane,
+                    args.agentic_cache_warmup_duration,
+                ) {
+                    (Some(requests), _) => {
+                        Some(crate::replay::sched::Pressure::RequestsPerLane(requests))
+                    }
+                    (None, Some(duration)) => Some(crate::replay::sched::Pressure::Duration(
+                        Duration::from_secs_f64(duration),
                     )),
                     (None, None) => None,
                 },
                 arrivals: None,
             },
             demo,
-            concurrency_list: g.concurrency_list,
+            concurrency_list: given.concurrency_list,
             url,
-            model: a.model.clone(),
+            model: args.model.clone(),
             dataset,
             loader,
-            settings: g.settings,
+            settings: given.settings,
             extra,
             grace,
             warmup_grace,
@@ -230,9 +237,9 @@ impl RunPlan {
                 AssistantMode::Recorded
             },
             mode_given,
-            legacy_max_tokens: a.use_legacy_max_tokens,
-            use_server_token_count: !a.client_token_count,
-            overflow_phrases_env: g.overflow_phrases_env,
+            legacy_max_tokens: args.use_legacy_max_tokens,
+            use_server_token_count: !args.client_token_count,
+            overflow_phrases_env: given.overflow_phrases_env,
             client,
             stats_interval,
         })
@@ -274,25 +281,25 @@ impl Given {
 }
 
 /// `--endpoint-type`, checked.
-fn endpoint_type(a: &RunArgs) -> anyhow::Result<EndpointType> {
-    EndpointType::parse(&a.endpoint_type).ok_or_else(|| {
+fn endpoint_type(args: &RunArgs) -> anyhow::Result<EndpointType> {
+    EndpointType::parse(&args.endpoint_type).ok_or_else(|| {
         anyhow!(
             "--endpoint-type {} is not supported; use one of: {}",
-            a.endpoint_type,
+            args.endpoint_type,
             EndpointType::NAMES
         )
     })
 }
 
 /// `--custom-dataset-type`'s format (aiperf's loader names); `None`: detected from the corpus.
-pub(super) fn corpus_format(a: &RunArgs) -> anyhow::Result<Option<dataset::format::Format>> {
-    let Some(t) = &a.custom_dataset_type else {
+pub(super) fn corpus_format(args: &RunArgs) -> anyhow::Result<Option<dataset::format::Format>> {
+    let Some(loader) = &args.custom_dataset_type else {
         return Ok(None);
     };
-    match dataset::format::Format::of_aiperf_loader(t) {
-        Some(f) => Ok(Some(f)),
+    match dataset::format::Format::of_aiperf_loader(loader) {
+        Some(format) => Ok(Some(format)),
         None => bail!(
-            "--custom-dataset-type {t} is not supported; use one of {}",
+            "--custom-dataset-type {loader} is not supported; use one of {}",
             dataset::format::Format::ALL
                 .map(agentx_dataset::format::Format::aiperf_loader)
                 .join(", ")
@@ -301,21 +308,21 @@ pub(super) fn corpus_format(a: &RunArgs) -> anyhow::Result<Option<dataset::forma
 }
 
 /// The endpoint and dataset flags checked, and the dataset with the loader name the scenario sees.
-fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'static str)> {
-    endpoint_type(a)?;
-    let format = corpus_format(a)?;
-    if format.is_some() && a.input_file.is_none() && a.dataset.is_none() {
+fn dataset_of(args: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'static str)> {
+    endpoint_type(args)?;
+    let format = corpus_format(args)?;
+    if format.is_some() && args.input_file.is_none() && args.dataset.is_none() {
         bail!("--custom-dataset-type names the format of --input-file (or --dataset); give one");
     }
-    if a.isl_block_size == Some(0) {
+    if args.isl_block_size == Some(0) {
         bail!("--isl-block-size 0: give the tokens per hash block, e.g. --isl-block-size 512");
     }
     // --trace-block-size is checked where it is applied (dataset::format::FormatSpec).
-    let (dataset, loader) = match (&a.dataset, &a.public_dataset, &a.input_file) {
-        (Some(d), _, _) => {
-            let public = dataset::alias::lookup(d).is_some() && !Path::new(d).exists();
+    let (dataset, loader) = match (&args.dataset, &args.public_dataset, &args.input_file) {
+        (Some(spec), _, _) => {
+            let public = dataset::alias::lookup(spec).is_some() && !Path::new(spec).exists();
             (
-                DatasetSource::Spec(d.clone()),
+                DatasetSource::Spec(spec.clone()),
                 if public {
                     "semianalysis_cc_traces_weka"
                 } else {
@@ -323,18 +330,18 @@ fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'stati
                 },
             )
         }
-        (None, Some(p), _) => {
-            if dataset::alias::lookup(p).is_none() {
+        (None, Some(name), _) => {
+            if dataset::alias::lookup(name).is_none() {
                 bail!(
-                    "--public-dataset {p} is not a known corpus; known names: {}",
+                    "--public-dataset {name} is not a known corpus; known names: {}",
                     dataset::alias::known_names()
                 );
             }
-            (DatasetSource::Spec(p.clone()), "semianalysis_cc_traces_weka")
+            (DatasetSource::Spec(name.clone()), "semianalysis_cc_traces_weka")
         }
-        (None, None, Some(f)) => (
-            DatasetSource::Spec(f.display().to_string()),
-            format.map_or("weka_trace", |f| f.aiperf_loader()),
+        (None, None, Some(file)) => (
+            DatasetSource::Spec(file.display().to_string()),
+            format.map_or("weka_trace", |format| format.aiperf_loader()),
         ),
         (None, None, None) if demo => (DatasetSource::Bundled, "weka_trace"),
         (None, None, None) => bail!(
@@ -348,26 +355,30 @@ fn dataset_of(a: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'stati
 /// The core settings of the run (lanes, duration, seed, start ratios, dataset, the locked
 /// options, the overflow rule's variables).
 fn given(
-    a: &RunArgs,
+    args: &RunArgs,
     demo: bool,
     dataset: &DatasetSource,
     loader: &'static str,
     extra: &[(String, serde_json::Value)],
 ) -> anyhow::Result<Given> {
-    let mut g = Given {
+    let mut collected = Given {
         demo,
         ..Given::default()
     };
-    let mut put = |name: ReplaySetting, value: Value, explicit: bool| g.put(name, value, explicit);
+    let mut put =
+        |name: ReplaySetting, value: Value, explicit: bool| collected.put(name, value, explicit);
     let mut concurrency_list = None;
-    match &a.concurrency {
-        Some(c) => {
-            let list: Result<Vec<i64>, _> = c.split(',').map(|x| x.trim().parse::<i64>()).collect();
+    match &args.concurrency {
+        Some(text) => {
+            let list: Result<Vec<i64>, _> =
+                text.split(',').map(|x| x.trim().parse::<i64>()).collect();
             let list = list.map_err(|_| {
-                anyhow!("--concurrency {c:?} is not a number of lanes; pass e.g. --concurrency 16")
+                anyhow!(
+                    "--concurrency {text:?} is not a number of lanes; pass e.g. --concurrency 16"
+                )
             })?;
             if list.len() > 1 {
-                concurrency_list = Some(c.clone());
+                concurrency_list = Some(text.clone());
             }
             put(ReplaySetting::Concurrency, Value::Integers(list), true);
         }
@@ -378,8 +389,12 @@ fn given(
         ),
         None => {}
     }
-    match a.benchmark_duration {
-        Some(d) => put(ReplaySetting::BenchmarkDuration, Value::Number(d), true),
+    match args.benchmark_duration {
+        Some(seconds) => put(
+            ReplaySetting::BenchmarkDuration,
+            Value::Number(seconds),
+            true,
+        ),
         None if demo => put(
             ReplaySetting::BenchmarkDuration,
             Value::Number(DEMO_DURATION_S),
@@ -387,7 +402,7 @@ fn given(
         ),
         None => {}
     }
-    if let Some(seed) = a.random_seed {
+    if let Some(seed) = args.random_seed {
         if seed > i64::MAX as u64 {
             bail!(
                 "--random-seed {seed} is too large; pass a seed from 0 to {}",
@@ -396,13 +411,13 @@ fn given(
         }
         put(ReplaySetting::RandomSeed, Value::Integer(seed as i64), true);
     }
-    let unsafe_override = a.unsafe_override || demo;
+    let unsafe_override = args.unsafe_override || demo;
     put(
         ReplaySetting::UnsafeOverride,
         Value::Flag(unsafe_override),
-        a.unsafe_override,
+        args.unsafe_override,
     );
-    number_flags(a, &mut put);
+    number_flags(args, &mut put);
     put(ReplaySetting::Loader, Value::Text(loader.to_string()), true);
     // The corpus by name, for scenarios that allow some public corpora and not others.
     if let DatasetSource::Spec(spec) = dataset {
@@ -414,67 +429,75 @@ fn given(
             );
         }
     }
-    if let Some(t) = &a.cache_bust {
-        put(ReplaySetting::CacheBust, Value::Text(t.clone()), true);
+    if let Some(target) = &args.cache_bust {
+        put(ReplaySetting::CacheBust, Value::Text(target.clone()), true);
     }
-    if let Some(b) = a.use_think_time_only {
-        put(ReplaySetting::UseThinkTimeOnly, Value::Flag(b), true);
+    if let Some(only) = args.use_think_time_only {
+        put(ReplaySetting::UseThinkTimeOnly, Value::Flag(only), true);
     }
-    if a.ignore_trace_delays {
+    if args.ignore_trace_delays {
         put(ReplaySetting::IgnoreTraceDelays, Value::Flag(true), true);
     }
-    if let Some(x) = a.synthesis_max_isl {
-        put(ReplaySetting::SynthesisMaxIsl, Value::Integer(x), true);
+    if let Some(max_isl) = args.synthesis_max_isl {
+        put(
+            ReplaySetting::SynthesisMaxIsl,
+            Value::Integer(max_isl),
+            true,
+        );
     }
-    if let Some(x) = &a.arrival_pattern {
-        put(ReplaySetting::ArrivalPattern, Value::Text(x.clone()), true);
+    if let Some(pattern) = &args.arrival_pattern {
+        put(
+            ReplaySetting::ArrivalPattern,
+            Value::Text(pattern.clone()),
+            true,
+        );
     }
-    if a.fixed_schedule {
+    if args.fixed_schedule {
         put(ReplaySetting::FixedSchedule, Value::Flag(true), true);
     }
-    arrival_settings(a, &mut put)?;
-    if let Some((_, v)) = extra.iter().find(|(k, _)| k == "ignore_eos") {
-        match v.as_bool() {
-            Some(b) => put(ReplaySetting::IgnoreEos, Value::Flag(b), true),
-            None => bail!("--extra-inputs ignore_eos:{v} is not true or false"),
+    arrival_settings(args, &mut put)?;
+    if let Some((_, value)) = extra.iter().find(|(key, _)| key == "ignore_eos") {
+        match value.as_bool() {
+            Some(flag) => put(ReplaySetting::IgnoreEos, Value::Flag(flag), true),
+            None => bail!("--extra-inputs ignore_eos:{value} is not true or false"),
         }
     }
     let overflow_phrases_env = overflow_env(&mut put)?;
 
-    g.concurrency_list = concurrency_list;
-    g.overflow_phrases_env = overflow_phrases_env;
-    Ok(g)
+    collected.concurrency_list = concurrency_list;
+    collected.overflow_phrases_env = overflow_phrases_env;
+    Ok(collected)
 }
 
 /// The flags that are a number when given, each handed to the scenario under its setting.
-fn number_flags(a: &RunArgs, put: &mut impl FnMut(ReplaySetting, Value, bool)) {
+fn number_flags(args: &RunArgs, put: &mut impl FnMut(ReplaySetting, Value, bool)) {
     let given = [
         (
             ReplaySetting::TrajectoryStartMinRatio,
-            a.trajectory_start_min_ratio,
+            args.trajectory_start_min_ratio,
         ),
         (
             ReplaySetting::TrajectoryStartMaxRatio,
-            a.trajectory_start_max_ratio,
+            args.trajectory_start_max_ratio,
         ),
         (
             ReplaySetting::InterTurnDelayCapSeconds,
-            a.inter_turn_delay_cap_seconds,
+            args.inter_turn_delay_cap_seconds,
         ),
         (
             ReplaySetting::SystemIdleGapCapSeconds,
-            a.system_idle_gap_cap_seconds,
+            args.system_idle_gap_cap_seconds,
         ),
-        (ReplaySetting::RequestRate, a.request_rate),
-        (ReplaySetting::UserCentricRate, a.user_centric_rate),
+        (ReplaySetting::RequestRate, args.request_rate),
+        (ReplaySetting::UserCentricRate, args.user_centric_rate),
         (
             ReplaySetting::RequestRateRampDuration,
-            a.request_rate_ramp_duration,
+            args.request_rate_ramp_duration,
         ),
     ];
     for (setting, value) in given {
-        if let Some(x) = value {
-            put(setting, Value::Number(x), true);
+        if let Some(number) = value {
+            put(setting, Value::Number(number), true);
         }
     }
 }
@@ -485,16 +508,16 @@ fn overflow_env(
     put: &mut impl FnMut(ReplaySetting, Value, bool),
 ) -> anyhow::Result<Option<Vec<String>>> {
     let mut phrases = None;
-    if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS") {
-        let list: Vec<String> = match serde_json::from_str::<Vec<String>>(&v) {
-            Ok(l) => l,
-            Err(_) => v
+    if let Some((name, value)) = env_var("AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS") {
+        let list: Vec<String> = match serde_json::from_str::<Vec<String>>(&value) {
+            Ok(parsed) => parsed,
+            Err(_) => value
                 .split(',')
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty())
+                .map(|phrase| phrase.trim().to_string())
+                .filter(|phrase| !phrase.is_empty())
                 .collect(),
         };
-        tracing::info!("{k} sets the context-overflow phrases");
+        tracing::info!("{name} sets the context-overflow phrases");
         put(
             ReplaySetting::ContextOverflowSubstrings,
             Value::Texts(list.clone()),
@@ -502,14 +525,14 @@ fn overflow_env(
         );
         phrases = Some(list);
     }
-    if let Some((k, v)) = env_var("AGENTX_CONTEXT_OVERFLOW_RATE_LIMIT") {
-        let x: f64 = v
+    if let Some((name, value)) = env_var("AGENTX_CONTEXT_OVERFLOW_RATE_LIMIT") {
+        let limit: f64 = value
             .trim()
             .parse()
-            .map_err(|_| anyhow!("{k}={v:?} is not a fraction; use e.g. 0.01"))?;
+            .map_err(|_| anyhow!("{name}={value:?} is not a fraction; use e.g. 0.01"))?;
         put(
             ReplaySetting::ContextOverflowRateLimit,
-            Value::Number(x),
+            Value::Number(limit),
             true,
         );
     }
@@ -519,22 +542,22 @@ fn overflow_env(
 /// The open-loop session arrival flags, checked where they are given (the scenario decides whether
 /// it allows them, and their defaults).
 fn arrival_settings(
-    a: &RunArgs,
+    args: &RunArgs,
     put: &mut impl FnMut(ReplaySetting, Value, bool),
 ) -> anyhow::Result<()> {
     use crate::replay::arrivals::Pattern;
-    if let Some(r) = a.session_arrival_rate {
-        if !(r.is_finite() && r > 0.0) {
-            bail!("--session-arrival-rate {r} is not a positive number of sessions per second; pass e.g. --session-arrival-rate 0.5");
+    if let Some(rate) = args.session_arrival_rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!("--session-arrival-rate {rate} is not a positive number of sessions per second; pass e.g. --session-arrival-rate 0.5");
         }
-        put(ReplaySetting::SessionArrivalRate, Value::Number(r), true);
+        put(ReplaySetting::SessionArrivalRate, Value::Number(rate), true);
     }
-    if let Some(p) = &a.session_arrival_pattern {
-        let Some(pattern) = Pattern::parse(p) else {
-            bail!("--session-arrival-pattern {p:?} is not an arrival pattern; use poisson, constant or gamma");
+    if let Some(given) = &args.session_arrival_pattern {
+        let Some(pattern) = Pattern::parse(given) else {
+            bail!("--session-arrival-pattern {given:?} is not an arrival pattern; use poisson, constant or gamma");
         };
-        if a.session_arrival_rate.is_none() {
-            bail!("--session-arrival-pattern {p} needs --session-arrival-rate: pass e.g. --session-arrival-rate 0.5");
+        if args.session_arrival_rate.is_none() {
+            bail!("--session-arrival-pattern {given} needs --session-arrival-rate: pass e.g. --session-arrival-rate 0.5");
         }
         put(
             ReplaySetting::SessionArrivalPattern,
@@ -542,21 +565,21 @@ fn arrival_settings(
             true,
         );
     }
-    if let Some(s) = a.session_arrival_smoothness {
-        let gamma = a
+    if let Some(shape) = args.session_arrival_smoothness {
+        let gamma = args
             .session_arrival_pattern
             .as_deref()
             .and_then(Pattern::parse)
             == Some(Pattern::Gamma);
         if !gamma {
-            bail!("--session-arrival-smoothness {s} applies to gamma arrivals only; add --session-arrival-pattern gamma or remove --session-arrival-smoothness");
+            bail!("--session-arrival-smoothness {shape} applies to gamma arrivals only; add --session-arrival-pattern gamma or remove --session-arrival-smoothness");
         }
-        if !(s.is_finite() && s > 0.0) {
-            bail!("--session-arrival-smoothness {s} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5 (1 is poisson)");
+        if !(shape.is_finite() && shape > 0.0) {
+            bail!("--session-arrival-smoothness {shape} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5 (1 is poisson)");
         }
         put(
             ReplaySetting::SessionArrivalSmoothness,
-            Value::Number(s),
+            Value::Number(shape),
             true,
         );
     }
@@ -566,109 +589,113 @@ fn arrival_settings(
 /// The graces (as the flags say them, for a scenario that does not decide them) and the settings
 /// of the warmup, the threshold, the idle cap, burst, entries, slices, counts, the stats interval
 /// and the environment a scenario may default.
-fn graces(a: &RunArgs, g: &mut Given) -> anyhow::Result<(Option<Duration>, Option<Duration>)> {
-    let grace = match &a.benchmark_grace_period {
-        Some(g) => parse_grace("--benchmark-grace-period", g)?,
+fn graces(
+    args: &RunArgs,
+    collected: &mut Given,
+) -> anyhow::Result<(Option<Duration>, Option<Duration>)> {
+    let grace = match &args.benchmark_grace_period {
+        Some(text) => parse_grace("--benchmark-grace-period", text)?,
         None => Some(Duration::from_secs(DEFAULT_GRACE_S)),
     };
-    let warmup_given = a
+    let warmup_given = args
         .agentic_warmup_grace_period
         .as_ref()
-        .map(|g| ("--agentic-warmup-grace-period", g))
-        .or(a
+        .map(|text| ("--agentic-warmup-grace-period", text))
+        .or(args
             .warmup_grace_period
             .as_ref()
-            .map(|g| ("--warmup-grace-period", g)));
-    let warmup_grace = match (warmup_given, a.agentic_cache_warmup_duration) {
-        (Some((flag, g)), _) => parse_grace(flag, g)?,
+            .map(|text| ("--warmup-grace-period", text)));
+    let warmup_grace = match (warmup_given, args.agentic_cache_warmup_duration) {
+        (Some((flag, text)), _) => parse_grace(flag, text)?,
         // With a cache-pressure stage of D seconds and no warmup grace given, aiperf's default:
         // the profiling grace, or min(D, 300 s) if longer.
-        (None, Some(d)) => grace.map(|g| g.max(Duration::from_secs_f64(d.clamp(0.0, 300.0)))),
+        (None, Some(pressure)) => {
+            grace.map(|grace| grace.max(Duration::from_secs_f64(pressure.clamp(0.0, 300.0))))
+        }
         (None, None) => None,
     };
-    if let Some(given) = &a.benchmark_grace_period {
-        g.put(
+    if let Some(given) = &args.benchmark_grace_period {
+        collected.put(
             ReplaySetting::BenchmarkGracePeriod,
             seconds_value(grace, given),
             true,
         );
     }
     if let Some((_, given)) = warmup_given {
-        g.put(
+        collected.put(
             ReplaySetting::WarmupGracePeriod,
             seconds_value(warmup_grace, given),
             true,
         );
     }
-    if let Some(f) = a.failed_request_threshold {
-        g.put(
+    if let Some(threshold) = args.failed_request_threshold {
+        collected.put(
             ReplaySetting::FailedRequestThreshold,
-            Value::Number(f),
+            Value::Number(threshold),
             true,
         );
     }
-    if let Some(n) = a.warmup_requests_per_lane {
-        g.put(
+    if let Some(requests) = args.warmup_requests_per_lane {
+        collected.put(
             ReplaySetting::WarmupRequestsPerLane,
-            Value::Integer(n.min(i64::MAX as u64) as i64),
+            Value::Integer(requests.min(i64::MAX as u64) as i64),
             true,
         );
     }
-    if let Some(d) = a.agentic_cache_warmup_duration {
-        g.put(
+    if let Some(duration) = args.agentic_cache_warmup_duration {
+        collected.put(
             ReplaySetting::AgenticCacheWarmupDuration,
-            Value::Number(d),
+            Value::Number(duration),
             true,
         );
     }
-    if let Some(c) = a.trace_idle_gap_cap_seconds {
-        g.put(
+    if let Some(cap) = args.trace_idle_gap_cap_seconds {
+        collected.put(
             ReplaySetting::TraceIdleGapCapSeconds,
-            Value::Number(c),
+            Value::Number(cap),
             true,
         );
     }
-    if a.burst_phase_starts {
-        g.put(ReplaySetting::BurstPhaseStarts, Value::Flag(true), true);
+    if args.burst_phase_starts {
+        collected.put(ReplaySetting::BurstPhaseStarts, Value::Flag(true), true);
     }
-    if let Some(n) = a.num_dataset_entries {
-        g.put(
+    if let Some(entries) = args.num_dataset_entries {
+        collected.put(
             ReplaySetting::NumDatasetEntries,
-            Value::Integer(n.min(i64::MAX as usize) as i64),
+            Value::Integer(entries.min(i64::MAX as usize) as i64),
             true,
         );
     }
-    if let Some(x) = a.slice_duration {
-        g.put(ReplaySetting::SliceDuration, Value::Number(x), true);
+    if let Some(width) = args.slice_duration {
+        collected.put(ReplaySetting::SliceDuration, Value::Number(width), true);
     }
-    if a.use_server_token_count || a.client_token_count {
-        g.put(
+    if args.use_server_token_count || args.client_token_count {
+        collected.put(
             ReplaySetting::UseServerTokenCount,
-            Value::Flag(!a.client_token_count),
+            Value::Flag(!args.client_token_count),
             true,
         );
     }
-    if let Some(x) = a.stats_interval {
-        g.put(ReplaySetting::StatsInterval, Value::Number(x), true);
+    if let Some(seconds) = args.stats_interval {
+        collected.put(ReplaySetting::StatsInterval, Value::Number(seconds), true);
     }
     for (setting, suffix) in ENV_SETTINGS {
-        if let Some((k, v)) = env_var(suffix) {
-            let t = v.trim().to_ascii_lowercase();
-            let value = match (setting.name().ends_with("-enabled"), t.as_str()) {
+        if let Some((name, text)) = env_var(suffix) {
+            let lower = text.trim().to_ascii_lowercase();
+            let value = match (setting.name().ends_with("-enabled"), lower.as_str()) {
                 (true, "true" | "1" | "yes" | "on") => Value::Flag(true),
                 (true, "false" | "0" | "no" | "off") => Value::Flag(false),
-                (true, _) => bail!("{k}={v:?} is not a boolean; use 1 or 0"),
-                (false, _) => Value::Number(
-                    t.parse()
-                        .map_err(|_| anyhow!("{k}={v:?} is not a number; use e.g. {k}=1800"))?,
-                ),
+                (true, _) => bail!("{name}={text:?} is not a boolean; use 1 or 0"),
+                (false, _) => Value::Number(lower.parse().map_err(|_| {
+                    anyhow!("{name}={text:?} is not a number; use e.g. {name}=1800")
+                })?),
             };
-            g.settings.push(Setting {
+            collected.settings.push(Setting {
                 name: setting.to_string(),
                 value,
                 explicit: true,
             });
-            g.sources.push((setting.to_string(), "environment"));
+            collected.sources.push((setting.to_string(), "environment"));
         }
     }
     Ok((grace, warmup_grace))
@@ -676,41 +703,46 @@ fn graces(a: &RunArgs, g: &mut Given) -> anyhow::Result<(Option<Duration>, Optio
 
 /// The client's configuration: routing headers, TCP user timeout, keep-alive, API key, the base
 /// URL as understood, timeouts, reuse; and that URL.
-fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> {
-    let routing = routing_headers(a.session_header.as_deref())?;
+fn client_config(args: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> {
+    let routing = routing_headers(args.session_header.as_deref())?;
     let tcp_user_timeout = match env_var("HTTP_TCP_USER_TIMEOUT") {
         None => Some(Duration::from_millis(DEFAULT_TCP_USER_TIMEOUT_MS)),
-        Some((k, v)) => match v.trim().parse::<u64>() {
+        Some((name, value)) => match value.trim().parse::<u64>() {
             Ok(ms) if (1..=1_000_000).contains(&ms) => Some(Duration::from_millis(ms)),
             _ => bail!(
-                "{k}={v:?} is not a number of milliseconds from 1 to 1000000; use e.g. {k}=900000"
+                "{name}={value:?} is not a number of milliseconds from 1 to 1000000; use e.g. {name}=900000"
             ),
         },
     };
-    let keepalive = match (a.http_keepalive_timeout, env_var("HTTP_KEEPALIVE_TIMEOUT")) {
-        (Some(x), _) => positive_secs("--http-keepalive-timeout", x)?,
-        (None, Some((k, v))) => {
-            let x: f64 = v
+    let keepalive = match (
+        args.http_keepalive_timeout,
+        env_var("HTTP_KEEPALIVE_TIMEOUT"),
+    ) {
+        (Some(seconds), _) => positive_secs("--http-keepalive-timeout", seconds)?,
+        (None, Some((name, value))) => {
+            let seconds: f64 = value
                 .trim()
                 .parse()
-                .map_err(|_| anyhow!("{k}={v:?} is not a number of seconds"))?;
-            positive_secs(&k, x)?
+                .map_err(|_| anyhow!("{name}={value:?} is not a number of seconds"))?;
+            positive_secs(&name, seconds)?
         }
         (None, None) => Duration::from_secs(300),
     };
-    let api_key = std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty());
-    let api = endpoint_type(a)?;
-    let endpoint = a
+    let api_key = std::env::var(&args.api_key_env)
+        .ok()
+        .filter(|key| !key.is_empty());
+    let api = endpoint_type(args)?;
+    let endpoint = args
         .endpoint
         .clone()
         .unwrap_or_else(|| api.default_path().to_string());
-    let url = match &a.url {
-        Some(u) => {
-            let b = crate::client::base_url(u, &endpoint)?;
-            if let Some(n) = &b.note {
-                tracing::info!("{n}");
+    let url = match &args.url {
+        Some(given) => {
+            let base = crate::client::base_url(given, &endpoint)?;
+            if let Some(note) = &base.note {
+                tracing::info!("{note}");
             }
-            Some(b.url)
+            Some(base.url)
         }
         None => None,
     };
@@ -720,11 +752,11 @@ fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> 
         api,
         api_key,
         idle_timeout: keepalive,
-        connect_timeout: positive_secs("--connect-timeout-seconds", a.connect_timeout_seconds)?,
-        request_timeout: positive_secs("--request-timeout-seconds", a.request_timeout_seconds)?,
-        http2: a.http2,
+        connect_timeout: positive_secs("--connect-timeout-seconds", args.connect_timeout_seconds)?,
+        request_timeout: positive_secs("--request-timeout-seconds", args.request_timeout_seconds)?,
+        http2: args.http2,
         routing,
-        reuse: a.connection_reuse_strategy,
+        reuse: args.connection_reuse_strategy,
         tcp_user_timeout,
     };
     Ok((client, url))
@@ -733,35 +765,37 @@ fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> 
 /// `--use-dynamo-conv-aware-routing` with its lease, carried in the body; or, with
 /// `*_DYNAMO_SESSION_TRANSPORT=headers`, as the `X-Dynamo-Session-ID` headers (no body change).
 fn dynamo_routing(
-    a: &RunArgs,
+    args: &RunArgs,
     routing: &mut RoutingHeaders,
 ) -> anyhow::Result<Option<DynamoRouting>> {
-    let timeout_s = match &a.dynamo_session_timeout_seconds {
+    let timeout_s = match &args.dynamo_session_timeout_seconds {
         None => DEFAULT_SESSION_TIMEOUT_S,
-        Some(t) => match t.trim().parse::<u64>() {
-            Ok(s) if s > 0 => s,
+        Some(text) => match text.trim().parse::<u64>() {
+            Ok(seconds) if seconds > 0 => seconds,
             _ => bail!(
-                "--dynamo-session-timeout-seconds {t:?} is not a positive whole number of seconds; pass e.g. --dynamo-session-timeout-seconds 3600"
+                "--dynamo-session-timeout-seconds {text:?} is not a positive whole number of seconds; pass e.g. --dynamo-session-timeout-seconds 3600"
             ),
         },
     };
-    if !a.use_dynamo_conv_aware_routing {
+    if !args.use_dynamo_conv_aware_routing {
         return Ok(None);
     }
     match env_var("DYNAMO_SESSION_TRANSPORT") {
         None => Ok(Some(DynamoRouting { timeout_s })),
-        Some((_, v)) if v.trim().eq_ignore_ascii_case("body") => {
+        Some((_, value)) if value.trim().eq_ignore_ascii_case("body") => {
             Ok(Some(DynamoRouting { timeout_s }))
         }
-        Some((k, v)) if v.trim().eq_ignore_ascii_case("headers") => {
+        Some((name, value)) if value.trim().eq_ignore_ascii_case("headers") => {
             tracing::info!(
-                "{k}=headers: Dynamo sessions go as X-Dynamo-Session-ID / X-Dynamo-Parent-Session-ID headers, request bodies carry no nvext.session_control"
+                "{name}=headers: Dynamo sessions go as X-Dynamo-Session-ID / X-Dynamo-Parent-Session-ID headers, request bodies carry no nvext.session_control"
             );
             routing.dynamo_session_id = true;
             Ok(None)
         }
-        Some((k, v)) => {
-            bail!("{k}={v:?} is neither `body` nor `headers`; use {k}=headers or unset it")
+        Some((name, value)) => {
+            bail!(
+                "{name}={value:?} is neither `body` nor `headers`; use {name}=headers or unset it"
+            )
         }
     }
 }
@@ -770,29 +804,29 @@ fn dynamo_routing(
 /// source)`: Dynamo's routing (`body`, `headers` or off), its lease and `--apply-chat-template`
 /// (the template file replaces `true` once it is found).
 fn host_settings(
-    a: &RunArgs,
+    args: &RunArgs,
     dynamo: Option<DynamoRouting>,
 ) -> Vec<(&'static str, serde_json::Value, &'static str)> {
     use serde_json::json;
-    let src = |given: bool| if given { "flag" } else { "host default" };
-    let on = a.use_dynamo_conv_aware_routing;
-    let transport = match (on, dynamo.is_some()) {
+    let source = |given: bool| if given { "flag" } else { "host default" };
+    let enabled = args.use_dynamo_conv_aware_routing;
+    let transport = match (enabled, dynamo.is_some()) {
         (false, _) => json!(false),
         (true, true) => json!("body"),
         (true, false) => json!("headers"),
     };
     let lease = dynamo.map(|d| d.timeout_s);
     vec![
-        ("use-dynamo-conv-aware-routing", transport, src(on)),
+        ("use-dynamo-conv-aware-routing", transport, source(enabled)),
         (
             "dynamo-session-timeout-seconds",
             json!(lease),
-            src(lease.is_some() && a.dynamo_session_timeout_seconds.is_some()),
+            source(lease.is_some() && args.dynamo_session_timeout_seconds.is_some()),
         ),
         (
             "apply-chat-template",
-            json!(a.apply_chat_template),
-            src(a.apply_chat_template),
+            json!(args.apply_chat_template),
+            source(args.apply_chat_template),
         ),
     ]
 }
@@ -838,55 +872,70 @@ const RUNNER_VARIABLES: [(&str, &str); 13] = [
 /// runner made the line), a warning when the flag is absent or says otherwise, since the variable
 /// is not read (as by the harness). The Dynamo pair is passed for `FRAMEWORK=dynamo-*` only, so
 /// its variables (always set by the runner) disagree only when the flag is on and they say off.
-fn runner_env_notes(a: &RunArgs) -> Vec<String> {
+fn runner_env_notes(args: &RunArgs) -> Vec<String> {
     let mut notes = Vec::new();
     for (var, flag) in RUNNER_VARIABLES {
-        let Ok(v) = std::env::var(var) else { continue };
-        let v = v.trim();
-        if v.is_empty() {
+        let Ok(value) = std::env::var(var) else {
+            continue;
+        };
+        let value = value.trim();
+        if value.is_empty() {
             continue;
         }
-        let truthy = matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
-        let num = |x: Option<f64>| x.is_some_and(|x| v.parse::<f64>().ok() == Some(x));
+        let truthy = matches!(
+            value.to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        );
+        let same_number = |flag_value: Option<f64>| {
+            flag_value.is_some_and(|given| value.parse::<f64>().ok() == Some(given))
+        };
         let agrees = match flag {
-            "--max-context-length" => num(a.max_context_length.map(|x| x as f64)),
+            "--max-context-length" => same_number(args.max_context_length.map(|x| x as f64)),
             "--server-metrics" => {
-                let given: Vec<&str> = a.server_metrics.iter().map(|u| u.trim()).collect();
-                let set: Vec<&str> = v
+                let given: Vec<&str> = args.server_metrics.iter().map(|u| u.trim()).collect();
+                let set: Vec<&str> = value
                     .split(',')
                     .map(str::trim)
                     .filter(|u| !u.is_empty())
                     .collect();
                 !given.is_empty() && set.iter().all(|u| given.contains(u))
             }
-            "--failed-request-threshold" => num(a.failed_request_threshold),
-            "--warmup-requests-per-lane" => num(a.warmup_requests_per_lane.map(|x| x as f64)),
-            "--trace-idle-gap-cap-seconds" => num(a.trace_idle_gap_cap_seconds),
-            "--warmup-grace-period" => a.warmup_grace_period.as_deref().map(str::trim) == Some(v),
+            "--failed-request-threshold" => same_number(args.failed_request_threshold),
+            "--warmup-requests-per-lane" => {
+                same_number(args.warmup_requests_per_lane.map(|x| x as f64))
+            }
+            "--trace-idle-gap-cap-seconds" => same_number(args.trace_idle_gap_cap_seconds),
+            "--warmup-grace-period" => {
+                args.warmup_grace_period.as_deref().map(str::trim) == Some(value)
+            }
             "--benchmark-grace-period" => {
-                a.benchmark_grace_period.as_deref().map(str::trim) == Some(v)
+                args.benchmark_grace_period.as_deref().map(str::trim) == Some(value)
             }
             "--dynamo-session-timeout-seconds" => {
-                !a.use_dynamo_conv_aware_routing
-                    || a.dynamo_session_timeout_seconds.as_deref().map(str::trim) == Some(v)
+                !args.use_dynamo_conv_aware_routing
+                    || args
+                        .dynamo_session_timeout_seconds
+                        .as_deref()
+                        .map(str::trim)
+                        == Some(value)
             }
-            "--use-dynamo-conv-aware-routing" => !a.use_dynamo_conv_aware_routing || truthy,
+            "--use-dynamo-conv-aware-routing" => !args.use_dynamo_conv_aware_routing || truthy,
             // The runner splits the variable on whitespace, one word per value.
-            "--extra-inputs" => v
+            "--extra-inputs" => value
                 .split_whitespace()
-                .eq(a.extra_inputs.iter().map(|w| w.trim())),
+                .eq(args.extra_inputs.iter().map(|w| w.trim())),
             // The runner also adds it for a duration under 900 s, whatever the variable says.
-            "--unsafe-override" => !truthy || a.unsafe_override,
+            "--unsafe-override" => !truthy || args.unsafe_override,
             "--benchmark-duration 1200 --warmup-requests-per-lane 1" => {
-                v != "1"
-                    || (a.benchmark_duration == Some(1200.0)
-                        && a.warmup_requests_per_lane == Some(1))
+                value != "1"
+                    || (args.benchmark_duration == Some(1200.0)
+                        && args.warmup_requests_per_lane == Some(1))
             }
-            _ => truthy == a.apply_chat_template,
+            _ => truthy == args.apply_chat_template,
         };
         if !agrees {
             notes.push(format!(
-                "{var}={v} is InferenceX's runner's variable, which it turns into {flag}; agentx, like agentx-harness, does not read it: the flags of this command line decide"
+                "{var}={value} is InferenceX's runner's variable, which it turns into {flag}; agentx, like agentx-harness, does not read it: the flags of this command line decide"
             ));
         }
     }
@@ -896,24 +945,26 @@ fn runner_env_notes(a: &RunArgs) -> Vec<String> {
 /// The stats interval, the warmup heartbeat and the server-metrics scrape interval.
 #[allow(clippy::type_complexity)]
 fn intervals(
-    a: &RunArgs,
+    args: &RunArgs,
 ) -> anyhow::Result<(Option<Duration>, Option<Duration>, Option<Duration>)> {
-    let stats_interval = match a.stats_interval {
+    let stats_interval = match args.stats_interval {
         Some(0.0) => None,
-        Some(x) => Some(positive_secs("--stats-interval", x)?),
+        Some(seconds) => Some(positive_secs("--stats-interval", seconds)?),
         None if std::io::stderr().is_terminal() => Some(Duration::from_secs(5)),
         None => Some(Duration::from_secs(30)),
     };
     let warmup_progress_interval = match env_var("SERVICE_WARMUP_PROGRESS_LOG_INTERVAL") {
         None => Some(Duration::from_secs(30)),
-        Some((k, v)) => match v.trim().parse::<f64>() {
+        Some((name, value)) => match value.trim().parse::<f64>() {
             Ok(0.0) => None,
-            Ok(x) => Some(positive_secs(&k, x)?),
-            Err(_) => bail!("{k}={v:?} is not a number of seconds (0 turns the heartbeat off)"),
+            Ok(seconds) => Some(positive_secs(&name, seconds)?),
+            Err(_) => {
+                bail!("{name}={value:?} is not a number of seconds (0 turns the heartbeat off)")
+            }
         },
     };
     let scrape_interval = env_var("SERVER_METRICS_COLLECTION_INTERVAL")
-        .map(|(k, v)| crate::client::scrape::parse_interval(&k, &v))
+        .map(|(name, value)| crate::client::scrape::parse_interval(&name, &value))
         .transpose()?;
     Ok((stats_interval, warmup_progress_interval, scrape_interval))
 }

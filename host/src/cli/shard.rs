@@ -15,64 +15,72 @@ use crate::run::shard::{RendezvousAuth, ShardConfig};
 
 /// The sharding flags as given.
 #[derive(Debug, Clone, Default)]
-pub struct ShardFlags {
+pub(crate) struct ShardFlags {
     /// `--shard I/N`.
-    pub shard: Option<String>,
+    pub(crate) shard: Option<String>,
     /// `--shards N` (the index from `JOB_COMPLETION_INDEX`).
-    pub shards: Option<u32>,
+    pub(crate) shards: Option<u32>,
     /// `--coordinator HOST[:PORT]` (or `AGENTX_COORDINATOR`).
-    pub coordinator: Option<String>,
+    pub(crate) coordinator: Option<String>,
     /// `--coordinator-port` (or `AGENTX_COORDINATOR_PORT`).
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// `--coordinator-bind ADDR` (or `AGENTX_COORDINATOR_BIND`).
-    pub bind: Option<String>,
-    pub timeout: Option<f64>,
-    pub merge_into: Option<PathBuf>,
+    pub(crate) bind: Option<String>,
+    pub(crate) timeout: Option<f64>,
+    pub(crate) merge_into: Option<PathBuf>,
 }
 
 /// The shard of this process, or `None` for a run in one process. `env` reads a variable (the
 /// process environment in the CLI; a map in tests). Also returns a run id the shards share when
 /// the scheduler gives one (Slurm's job id) and none was given.
-pub fn resolve(
+pub(crate) fn resolve(
     flags: &ShardFlags,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Option<(ShardConfig, Option<String>)>> {
-    let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-    let num = |k: &str, v: &str| -> anyhow::Result<u32> {
-        v.trim()
+    let var = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+    let num = |what: &str, text: &str| -> anyhow::Result<u32> {
+        text.trim()
             .parse::<u32>()
-            .map_err(|_| anyhow!("{k}={v:?} is not a shard number"))
+            .map_err(|_| anyhow!("{what}={text:?} is not a shard number"))
     };
-    let (index, count, source) = if let Some(s) = &flags.shard {
+    let (index, count, source) = if let Some(shard) = &flags.shard {
         if flags.shards.is_some() {
             bail!("--shard I/N and --shards N are two ways to say the same thing: give one");
         }
-        let (i, n) = s
-            .split_once('/')
-            .ok_or_else(|| anyhow!("--shard {s:?}: expected I/N, e.g. --shard 0/4 (0-based)"))?;
-        (num("--shard", i)?, num("--shard", n)?, "--shard")
-    } else if let Some(n) = flags.shards {
-        let i = var("JOB_COMPLETION_INDEX").ok_or_else(|| {
-            anyhow!("--shards {n} takes the shard index from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job sets it); it is not set: use --shard I/{n} elsewhere")
+        let (index_text, count_text) = shard.split_once('/').ok_or_else(|| {
+            anyhow!("--shard {shard:?}: expected I/N, e.g. --shard 0/4 (0-based)")
         })?;
         (
-            num("JOB_COMPLETION_INDEX", &i)?,
-            n,
+            num("--shard", index_text)?,
+            num("--shard", count_text)?,
+            "--shard",
+        )
+    } else if let Some(count) = flags.shards {
+        let index_text = var("JOB_COMPLETION_INDEX").ok_or_else(|| {
+            anyhow!("--shards {count} takes the shard index from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job sets it); it is not set: use --shard I/{count} elsewhere")
+        })?;
+        (
+            num("JOB_COMPLETION_INDEX", &index_text)?,
+            count,
             "--shards + JOB_COMPLETION_INDEX",
         )
-    } else if let (Some(i), Some(n), Some(_)) = (
+    } else if let (Some(procid), Some(ntasks), Some(_)) = (
         var("SLURM_PROCID"),
         var("SLURM_NTASKS"),
         // Only inside an srun step: the batch script itself also has SLURM_PROCID=0 and the
         // job's task count, and is not a shard.
         var("SLURM_STEP_ID"),
     ) {
-        let n = num("SLURM_NTASKS", &n)?;
-        if n <= 1 && flags.merge_into.is_none() && flags.coordinator.is_none() {
+        let ntasks = num("SLURM_NTASKS", &ntasks)?;
+        if ntasks <= 1 && flags.merge_into.is_none() && flags.coordinator.is_none() {
             // One task under srun: a plain run.
             return Ok(None);
         }
-        (num("SLURM_PROCID", &i)?, n, "SLURM_PROCID/SLURM_NTASKS")
+        (
+            num("SLURM_PROCID", &procid)?,
+            ntasks,
+            "SLURM_PROCID/SLURM_NTASKS",
+        )
     } else {
         if flags.coordinator.is_some() || flags.merge_into.is_some() {
             bail!("--coordinator and --merge-into belong to a sharded run: add --shard I/N (or run under srun / a Kubernetes Indexed Job with --shards N)");
@@ -89,13 +97,13 @@ pub fn resolve(
         );
     }
     let given_port = match flags.port {
-        Some(p) => Some((p, "--coordinator-port".to_string())),
+        Some(port) => Some((port, "--coordinator-port".to_string())),
         None => match var("AGENTX_COORDINATOR_PORT") {
-            Some(p) => Some((
-                p.trim()
-                    .parse()
-                    .map_err(|_| anyhow!("AGENTX_COORDINATOR_PORT={p:?} is not a port number"))?,
-                format!("AGENTX_COORDINATOR_PORT={p}"),
+            Some(text) => Some((
+                text.trim().parse().map_err(|_| {
+                    anyhow!("AGENTX_COORDINATOR_PORT={text:?} is not a port number")
+                })?,
+                format!("AGENTX_COORDINATOR_PORT={text}"),
             )),
             None => None,
         },
@@ -105,7 +113,7 @@ pub fn resolve(
         .clone()
         .or_else(|| var("AGENTX_COORDINATOR"))
     {
-        Some(h) => h,
+        Some(host) => host,
         None => match var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")) {
             Some(list) => first_host(&list)
                 .ok_or_else(|| anyhow!("SLURM_JOB_NODELIST={list:?}: cannot read its first host; pass --coordinator HOST:PORT"))?,
@@ -117,11 +125,11 @@ pub fn resolve(
     // on it and the others dial it.
     let (host_only, host_port) = split_port(&host)?;
     let port = match (host_port, given_port) {
-        (Some(a), Some((b, src))) if a != b => bail!(
-            "--coordinator {host} names port {a} but {src} says {b}: give the rendezvous port once"
+        (Some(named), Some((given, from))) if named != given => bail!(
+            "--coordinator {host} names port {named} but {from} says {given}: give the rendezvous port once"
         ),
-        (Some(a), _) => a,
-        (None, Some((b, _))) => b,
+        (Some(named), _) => named,
+        (None, Some((given, _))) => given,
         (None, None) => DEFAULT_PORT,
     };
     let coordinator = format!("{host_only}:{port}");
@@ -131,25 +139,25 @@ pub fn resolve(
         .or_else(|| var("AGENTX_COORDINATOR_BIND"))
     {
         None => None,
-        Some(b) => {
-            let (b_host, b_port) =
-                split_port(&b).map_err(|e| anyhow!("--coordinator-bind: {e}"))?;
-            if let Some(bp) = b_port.filter(|bp| *bp != port) {
+        Some(bind) => {
+            let (bind_host, bind_port) =
+                split_port(&bind).map_err(|e| anyhow!("--coordinator-bind: {e}"))?;
+            if let Some(other) = bind_port.filter(|other| *other != port) {
                 bail!(
-                    "--coordinator-bind {b} names port {bp} but the rendezvous port is {port} (from --coordinator / --coordinator-port): give the bind address without a port"
+                    "--coordinator-bind {bind} names port {other} but the rendezvous port is {port} (from --coordinator / --coordinator-port): give the bind address without a port"
                 );
             }
-            Some(b_host.to_string())
+            Some(bind_host.to_string())
         }
     };
     let timeout = match flags.timeout {
-        Some(t) => crate::run::positive_secs("--rendezvous-timeout", t)?,
+        Some(seconds) => crate::run::positive_secs("--rendezvous-timeout", seconds)?,
         None => Duration::from_secs(300),
     };
-    let run_id = var("SLURM_JOB_ID").map(|j| {
+    let run_id = var("SLURM_JOB_ID").map(|job| {
         let step = var("SLURM_STEP_ID").unwrap_or_default();
-        let d = Sha256::digest(format!("slurm:{j}.{step}").as_bytes());
-        hex::encode(&d[..16])
+        let digest = Sha256::digest(format!("slurm:{job}.{step}").as_bytes());
+        hex::encode(&digest[..16])
     });
     Ok(Some((
         ShardConfig {
@@ -171,12 +179,12 @@ pub fn resolve(
 /// every task of the step shares; else the Kubernetes Job (`AGENTX_JOB_UID`, which the
 /// manifests in `deploy/kubernetes` set from the Job's uid); else none.
 fn auth_from_env(var: &dyn Fn(&str) -> Option<String>) -> RendezvousAuth {
-    if let Some(t) = var("AGENTX_RENDEZVOUS_TOKEN") {
-        return RendezvousAuth::token(&t, "AGENTX_RENDEZVOUS_TOKEN");
+    if let Some(token) = var("AGENTX_RENDEZVOUS_TOKEN") {
+        return RendezvousAuth::token(&token, "AGENTX_RENDEZVOUS_TOKEN");
     }
-    if let Some(j) = var("SLURM_JOB_ID") {
+    if let Some(job) = var("SLURM_JOB_ID") {
         let step = var("SLURM_STEP_ID").unwrap_or_default();
-        return RendezvousAuth::token(&format!("slurm:{j}.{step}"), "the Slurm job step");
+        return RendezvousAuth::token(&format!("slurm:{job}.{step}"), "the Slurm job step");
     }
     if let Some(uid) = var("AGENTX_JOB_UID") {
         return RendezvousAuth::token(
@@ -188,7 +196,7 @@ fn auth_from_env(var: &dyn Fn(&str) -> Option<String>) -> RendezvousAuth {
 }
 
 /// The first host of a Slurm node list: `node1,node2`, `gpu[01-04,07]`, `a[1-2],b3`.
-pub fn first_host(list: &str) -> Option<String> {
+pub(crate) fn first_host(list: &str) -> Option<String> {
     let list = list.trim();
     if list.is_empty() {
         return None;
@@ -196,8 +204,8 @@ pub fn first_host(list: &str) -> Option<String> {
     // The first entry ends at a comma outside brackets.
     let mut depth = 0;
     let mut end = list.len();
-    for (i, c) in list.char_indices() {
-        match c {
+    for (i, character) in list.char_indices() {
+        match character {
             '[' => depth += 1,
             ']' => depth -= 1,
             ',' if depth == 0 => {
@@ -213,39 +221,39 @@ pub fn first_host(list: &str) -> Option<String> {
         Some((prefix, rest)) => {
             let inner = rest.split(']').next()?;
             let range = inner.split(',').next()?;
-            let lo = range.split('-').next()?;
-            if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) {
+            let first_number = range.split('-').next()?;
+            if first_number.is_empty() || !first_number.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
             let suffix = rest.split_once(']').map(|x| x.1).unwrap_or("");
-            Some(format!("{prefix}{lo}{suffix}"))
+            Some(format!("{prefix}{first_number}{suffix}"))
         }
     }
 }
 
 /// `HOST[:PORT]` (an IPv6 host in brackets) as the host and the port, if one is given.
-fn split_port(h: &str) -> anyhow::Result<(&str, Option<u16>)> {
-    let bad = || anyhow!("--coordinator {h:?}: the port is not a number from 1 to 65535");
-    if let Some(rest) = h.strip_prefix('[') {
+fn split_port(given: &str) -> anyhow::Result<(&str, Option<u16>)> {
+    let bad = || anyhow!("--coordinator {given:?}: the port is not a number from 1 to 65535");
+    if let Some(rest) = given.strip_prefix('[') {
         let end = rest
             .find(']')
-            .ok_or_else(|| anyhow!("--coordinator {h:?}: no closing `]`"))?;
-        let host = &h[..end + 2];
+            .ok_or_else(|| anyhow!("--coordinator {given:?}: no closing `]`"))?;
+        let host = &given[..end + 2];
         return match &rest[end + 1..] {
             "" => Ok((host, None)),
-            p => match p.strip_prefix(':').map(str::parse::<u16>) {
-                Some(Ok(n)) if n > 0 => Ok((host, Some(n))),
+            port_text => match port_text.strip_prefix(':').map(str::parse::<u16>) {
+                Some(Ok(port)) if port > 0 => Ok((host, Some(port))),
                 _ => Err(bad()),
             },
         };
     }
-    match h.rsplit_once(':') {
-        Some((host, _)) if host.contains(':') => Ok((h, None)),
-        Some((host, p)) => match p.parse::<u16>() {
-            Ok(n) if n > 0 => Ok((host, Some(n))),
+    match given.rsplit_once(':') {
+        Some((host, _)) if host.contains(':') => Ok((given, None)),
+        Some((host, port_text)) => match port_text.parse::<u16>() {
+            Ok(port) if port > 0 => Ok((host, Some(port))),
             _ => Err(bad()),
         },
-        None => Ok((h, None)),
+        None => Ok((given, None)),
     }
 }
 

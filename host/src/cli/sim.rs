@@ -1,7 +1,7 @@
 //! The `agentx-host sim` flags: their syntax, and the simulator configuration they describe.
 //!
 //! Flags only override the chosen preset: every value left unset keeps the preset's. Syntax is
-//! checked by clap; combinations and ranges by [`SimArgs::to_config`] and
+//! checked by clap; combinations and ranges by `SimArgs::to_config` and
 //! [`SimConfig::validate`], each error naming the flag.
 
 use std::net::{IpAddr, SocketAddr};
@@ -12,41 +12,41 @@ use crate::sim::{MetricNames, Preset, SimConfig, Timing};
 
 /// `--speed`: a time factor or `max` (no delays).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Speed {
+pub(crate) enum Speed {
     Factor(f64),
     Max,
 }
 
-fn parse_speed(s: &str) -> Result<Speed, String> {
-    if s == "max" {
+fn parse_speed(text: &str) -> Result<Speed, String> {
+    if text == "max" {
         return Ok(Speed::Max);
     }
-    match s.parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 0.0 => Ok(Speed::Factor(f)),
+    match text.parse::<f64>() {
+        Ok(factor) if factor.is_finite() && factor > 0.0 => Ok(Speed::Factor(factor)),
         _ => Err(format!(
-            "`{s}` is not a speed; use a positive factor such as 2 (twice as fast) or `max`"
+            "`{text}` is not a speed; use a positive factor such as 2 (twice as fast) or `max`"
         )),
     }
 }
 
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(fraction) if (0.0..=1.0).contains(&fraction) => Ok(fraction),
         _ => Err(format!(
-            "`{s}` is not a fraction; use a number from 0 to 1 such as 0.05"
+            "`{text}` is not a fraction; use a number from 0 to 1 such as 0.05"
         )),
     }
 }
 
-fn parse_ms(s: &str) -> Result<Duration, String> {
+fn parse_ms(text: &str) -> Result<Duration, String> {
     // `try_from_secs_f64`: a huge value is an error, not a panic.
-    match s
+    match text
         .parse::<f64>()
-        .map(|f| (f, Duration::try_from_secs_f64(f / 1e3)))
+        .map(|ms| (ms, Duration::try_from_secs_f64(ms / 1e3)))
     {
-        Ok((f, Ok(d))) if f >= 0.0 => Ok(d),
+        Ok((ms, Ok(duration))) if ms >= 0.0 => Ok(duration),
         _ => Err(format!(
-            "`{s}` is not a duration; use milliseconds such as 50 or 0.5"
+            "`{text}` is not a duration; use milliseconds such as 50 or 0.5"
         )),
     }
 }
@@ -56,95 +56,95 @@ fn parse_ms(s: &str) -> Result<Duration, String> {
 pub struct SimArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
-    pub host: IpAddr,
+    pub(crate) host: IpAddr,
     /// Port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 8000)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// Starting profile: h200 (a ~30B model on one H200), cpu-small (a small model on a CPU) or
     /// max (no delays).
     #[arg(long, default_value = "h200", value_parser = |s: &str| s.parse::<Preset>())]
-    pub preset: Preset,
+    pub(crate) preset: Preset,
     /// Time factor of the modelled timing (2 = twice as fast), or `max` for no delays at all.
     #[arg(long, value_parser = parse_speed)]
-    pub speed: Option<Speed>,
+    pub(crate) speed: Option<Speed>,
     /// Fixed time to first token in ms, counted from the request's arrival: every request, no
     /// queueing or cache effects.
     #[arg(long, value_parser = parse_ms)]
-    pub ttft_ms: Option<Duration>,
+    pub(crate) ttft_ms: Option<Duration>,
     /// Fixed inter-token latency in ms (with or without --ttft-ms).
     #[arg(long, value_parser = parse_ms)]
-    pub itl_ms: Option<Duration>,
+    pub(crate) itl_ms: Option<Duration>,
     /// Model name served by /v1/models and echoed when a request names none.
     #[arg(long, alias = "model")]
-    pub served_model_name: Option<String>,
+    pub(crate) served_model_name: Option<String>,
     /// Answer requests for any other model name with vLLM's 404.
     #[arg(long)]
-    pub strict_model: bool,
+    pub(crate) strict_model: bool,
     /// Context length (prompt plus requested output tokens).
     #[arg(long)]
-    pub max_model_len: Option<u64>,
+    pub(crate) max_model_len: Option<u64>,
     /// Tokens per prefix-cache block.
     #[arg(long)]
-    pub block_size: Option<u32>,
+    pub(crate) block_size: Option<u32>,
     /// Prefix-cache and KV capacity per engine, in tokens (0 disables prefix caching).
     #[arg(long)]
-    pub cache_tokens: Option<u64>,
+    pub(crate) cache_tokens: Option<u64>,
     /// Sequences running at once per engine; more requests wait in a queue.
     #[arg(long)]
-    pub max_num_seqs: Option<u32>,
+    pub(crate) max_num_seqs: Option<u32>,
     /// Data-parallel engines behind the port, each with its own `engine` metrics label.
     #[arg(long)]
-    pub engines: Option<u32>,
+    pub(crate) engines: Option<u32>,
     /// Prefill throughput in tokens per second (modelled timing).
     #[arg(long)]
-    pub prefill_tps: Option<f64>,
+    pub(crate) prefill_tps: Option<f64>,
     /// Decode step time with one running sequence, in ms (modelled timing).
     #[arg(long, value_parser = parse_ms)]
-    pub itl_base_ms: Option<Duration>,
+    pub(crate) itl_base_ms: Option<Duration>,
     /// Extra decode step time per additional running sequence, in ms (modelled timing).
     #[arg(long, value_parser = parse_ms)]
-    pub itl_per_seq_ms: Option<Duration>,
+    pub(crate) itl_per_seq_ms: Option<Duration>,
     /// Typical output length when `ignore_eos` is not set (outputs stop in [n/2, 3n/2]).
     #[arg(long)]
-    pub output_tokens: Option<u32>,
+    pub(crate) output_tokens: Option<u32>,
     /// Tokens per streamed content chunk.
     #[arg(long)]
-    pub tokens_per_chunk: Option<u32>,
+    pub(crate) tokens_per_chunk: Option<u32>,
     /// Seed of the generated text.
     #[arg(long = "random-seed", alias = "seed", value_name = "SEED")]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Largest accepted request body in bytes (larger ones get 413).
     #[arg(long)]
-    pub max_body_bytes: Option<usize>,
+    pub(crate) max_body_bytes: Option<usize>,
     /// Count prompt tokens exactly with this Hugging Face tokenizer.json (default: one token per
     /// word, as agentx's tokenizer-free prompt synthesis writes them).
     #[arg(long, value_name = "TOKENIZER_JSON")]
-    pub tokenizer: Option<std::path::PathBuf>,
+    pub(crate) tokenizer: Option<std::path::PathBuf>,
     /// Seed of every injected fault.
     #[arg(long, default_value_t = 0)]
-    pub fault_seed: u64,
+    pub(crate) fault_seed: u64,
     /// Fraction of requests answered 500 or 503.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub fail_rate: f64,
+    pub(crate) fail_rate: f64,
     /// Fraction of responses whose connection is cut mid-stream.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub reset_rate: f64,
+    pub(crate) reset_rate: f64,
     /// Length of an injected stream stall, in ms.
     #[arg(long, value_parser = parse_ms)]
-    pub stall_ms: Option<Duration>,
+    pub(crate) stall_ms: Option<Duration>,
     /// Fraction of streams that stall once for --stall-ms.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub stall_rate: f64,
+    pub(crate) stall_rate: f64,
     /// Fraction of streams carrying one malformed SSE event.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
-    pub malformed_rate: f64,
+    pub(crate) malformed_rate: f64,
     /// Stop accepting connections after this many chat completion requests.
     #[arg(long)]
-    pub stop_after: Option<u64>,
+    pub(crate) stop_after: Option<u64>,
     /// The engine dies at this chat request (1 = the first): it closes every connection, cutting
     /// the streams in flight, and refuses new ones for the rest of its life (a crashed engine).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub die_at_request: Option<u64>,
+    pub(crate) die_at_request: Option<u64>,
     /// Close a connection that has been idle this many seconds (30, hyper's default; uvicorn, under
     /// vLLM, closes after 5 s, llama.cpp after 5 s).
     #[arg(
@@ -152,50 +152,50 @@ pub struct SimArgs {
         alias = "keep-alive-timeout",
         value_name = "SECONDS"
     )]
-    pub keep_alive_timeout: Option<f64>,
+    pub(crate) keep_alive_timeout: Option<f64>,
     /// Close a connection after this many requests on it (llama.cpp: 100).
     #[arg(long, value_name = "N")]
-    pub keep_alive_max: Option<u32>,
+    pub(crate) keep_alive_max: Option<u32>,
     /// Announce the two above in a `Keep-Alive: timeout=T, max=N` header on every response, as
     /// llama.cpp does (vLLM announces nothing).
     #[arg(long)]
-    pub keep_alive_header: bool,
+    pub(crate) keep_alive_header: bool,
     /// Write one JSON line per chat completion request to FILE as it arrives: its arrival time,
     /// identity and routing headers, model, token limits, stream options, prompt tokens as counted
     /// here, each message's role and tokens, the cache-bust marker and a digest of the messages
     /// (bench/differential.sh compares two clients' logs).
     #[arg(long, value_name = "FILE")]
-    pub record_requests: Option<std::path::PathBuf>,
+    pub(crate) record_requests: Option<std::path::PathBuf>,
     /// Hold a streamed answer's headers until its first token is due and send the two together,
     /// so the `x-agentx-sim-response-start-ns` stamp is when the first token actually went out
     /// (the simulator's own timer and scheduling delays on its side of the stamp). By default,
     /// as vLLM does, headers go out once the request is admitted.
     #[arg(long)]
-    pub headers_at_first_token: bool,
+    pub(crate) headers_at_first_token: bool,
     /// Whose Prometheus names `/metrics` speaks: vllm, sglang, trtllm or atom. The counters are
     /// the same simulated prompt, generated and cached tokens, requests and KV usage, under each
     /// engine's own names, labels and `_total` spellings.
     #[arg(long, default_value = "vllm", value_name = "FAMILY", value_parser = |s: &str| s.parse::<MetricNames>())]
-    pub metric_names: MetricNames,
+    pub(crate) metric_names: MetricNames,
 }
 
 impl SimArgs {
     /// The configuration these flags describe.
-    pub fn to_config(&self) -> Result<SimConfig, String> {
-        let mut c = SimConfig::preset(self.preset);
-        c.listen = SocketAddr::new(self.host, self.port);
-        if let Some(v) = &self.served_model_name {
-            c.model = v.clone();
+    pub(crate) fn to_config(&self) -> Result<SimConfig, String> {
+        let mut config = SimConfig::preset(self.preset);
+        config.listen = SocketAddr::new(self.host, self.port);
+        if let Some(model) = &self.served_model_name {
+            config.model.clone_from(model);
         }
-        c.strict_model = self.strict_model;
-        c.record_requests.clone_from(&self.record_requests);
+        config.strict_model = self.strict_model;
+        config.record_requests.clone_from(&self.record_requests);
         if let Some(path) = &self.tokenizer {
-            c.tokenizer = crate::dataset::tokens::TokenCounter::from_file(path)
+            config.tokenizer = crate::dataset::tokens::TokenCounter::from_file(path)
                 .map_err(|e| format!("--tokenizer: {e}"))?;
         }
         macro_rules! set {
             ($($flag:ident => $field:ident),*) => {$(
-                if let Some(v) = self.$flag { c.$field = v; }
+                if let Some(value) = self.$flag { config.$field = value; }
             )*};
         }
         set!(max_model_len => max_model_len, block_size => block_size,
@@ -213,7 +213,7 @@ impl SimArgs {
                         .into(),
                 );
             }
-            c.timing = Timing::Fixed {
+            config.timing = Timing::Fixed {
                 ttft: self.ttft_ms.unwrap_or_default(),
                 itl: self.itl_ms.unwrap_or_default(),
             };
@@ -225,19 +225,19 @@ impl SimArgs {
                         .into(),
                 );
             }
-            c.timing = Timing::Instant;
-        } else if let Timing::Modeled(m) = &mut c.timing {
-            if let Some(Speed::Factor(f)) = self.speed {
-                m.speed = f;
+            config.timing = Timing::Instant;
+        } else if let Timing::Modeled(modeled) = &mut config.timing {
+            if let Some(Speed::Factor(factor)) = self.speed {
+                modeled.speed = factor;
             }
-            if let Some(v) = self.prefill_tps {
-                m.prefill_tokens_per_s = v;
+            if let Some(tps) = self.prefill_tps {
+                modeled.prefill_tokens_per_s = tps;
             }
-            if let Some(v) = self.itl_base_ms {
-                m.itl_base = v;
+            if let Some(base) = self.itl_base_ms {
+                modeled.itl_base = base;
             }
-            if let Some(v) = self.itl_per_seq_ms {
-                m.itl_per_seq = v;
+            if let Some(per_seq) = self.itl_per_seq_ms {
+                modeled.itl_per_seq = per_seq;
             }
         } else if self.speed.is_some() || modeled_flags {
             return Err(
@@ -247,39 +247,39 @@ impl SimArgs {
             );
         }
 
-        c.faults.seed = self.fault_seed;
-        c.faults.fail_rate = self.fail_rate;
-        c.faults.reset_rate = self.reset_rate;
-        c.faults.stall_rate = self.stall_rate;
-        c.faults.malformed_rate = self.malformed_rate;
-        c.faults.stop_after = self.stop_after;
-        c.faults.die_at = self.die_at_request;
-        if let Some(t) = self.keep_alive_timeout {
-            if !(t.is_finite() && t > 0.0) {
+        config.faults.seed = self.fault_seed;
+        config.faults.fail_rate = self.fail_rate;
+        config.faults.reset_rate = self.reset_rate;
+        config.faults.stall_rate = self.stall_rate;
+        config.faults.malformed_rate = self.malformed_rate;
+        config.faults.stop_after = self.stop_after;
+        config.faults.die_at = self.die_at_request;
+        if let Some(seconds) = self.keep_alive_timeout {
+            if !(seconds.is_finite() && seconds > 0.0) {
                 return Err(format!(
-                    "--keep-alive-timeout {t} is not a positive number of seconds, e.g. 5"
+                    "--keep-alive-timeout {seconds} is not a positive number of seconds, e.g. 5"
                 ));
             }
-            c.keep_alive.idle = Duration::try_from_secs_f64(t).map_err(|_| {
-                format!("--keep-alive-timeout {t} is too large; use seconds such as 5")
+            config.keep_alive.idle = Duration::try_from_secs_f64(seconds).map_err(|_| {
+                format!("--keep-alive-timeout {seconds} is too large; use seconds such as 5")
             })?;
         }
-        if let Some(n) = self.keep_alive_max {
-            if n == 0 {
+        if let Some(max) = self.keep_alive_max {
+            if max == 0 {
                 return Err("--keep-alive-max 0: a connection serves at least one request".into());
             }
-            c.keep_alive.max = Some(n);
+            config.keep_alive.max = Some(max);
         }
-        c.keep_alive.header = self.keep_alive_header;
-        c.headers_at_first_token = self.headers_at_first_token;
-        c.metric_names = self.metric_names;
-        if let Some(v) = self.stall_ms {
-            c.faults.stall = v;
+        config.keep_alive.header = self.keep_alive_header;
+        config.headers_at_first_token = self.headers_at_first_token;
+        config.metric_names = self.metric_names;
+        if let Some(stall) = self.stall_ms {
+            config.faults.stall = stall;
         } else if self.stall_rate > 0.0 {
             return Err("--stall-rate needs --stall-ms, the length of each stall".into());
         }
-        c.validate().map_err(|e| e.to_string())?;
-        Ok(c)
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
     }
 }
 

@@ -20,19 +20,23 @@ use crate::run::sweep::{run_sweep, SweepConfig};
 use crate::run::Cancel;
 
 /// Flags of `agentx-host sweep`: every flag of `run`, with `--concurrency` a list of points.
+#[allow(
+    rustdoc::invalid_html_tags,
+    reason = "the field docs are the flags' help text, where <NAME> is a placeholder, not HTML"
+)]
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
     #[command(flatten)]
-    pub run: RunArgs,
+    pub(crate) run: RunArgs,
     /// Keep the points a previous invocation of the same sweep finished; run the rest.
     #[arg(long)]
-    pub resume: bool,
+    pub(crate) resume: bool,
     /// GPUs behind the server: adds throughput per GPU to the summary.
     #[arg(long, value_name = "N")]
-    pub gpus: Option<u32>,
+    pub(crate) gpus: Option<u32>,
     /// Between points, wait at most this long for every server to show nothing running or waiting.
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-    pub idle_timeout: f64,
+    pub(crate) idle_timeout: f64,
     /// Each point's InferenceX report is `conc_<N>/<NAME>_conc<N>.json`.
     #[arg(
         long,
@@ -40,12 +44,12 @@ pub struct SweepArgs {
         default_value = "agentx",
         value_name = "NAME"
     )]
-    pub result_filename: String,
+    pub(crate) result_filename: String,
     /// Compare two finished sweeps instead of running one: their points overlaid in the same views
     /// and the ratio B/A per concurrency, written to --output-artifact-dir (sweep_compare.json,
     /// .csv, .png, .html).
     #[arg(long, num_args = 2, value_names = ["DIR_A", "DIR_B"])]
-    pub compare: Option<Vec<std::path::PathBuf>>,
+    pub(crate) compare: Option<Vec<std::path::PathBuf>>,
     /// Start a fresh server for every point: CMD runs under `sh -c` in a process group of its
     /// own, with `{port}` (a free local port) and `{conc}` (the point's concurrency) filled in; the
     /// point runs against http://127.0.0.1:{port} (or --url, which may hold `{port}`) once
@@ -53,27 +57,27 @@ pub struct SweepArgs {
     /// output goes to conc_<N>/server.log. `{{` and `}}` are literal braces; `${VAR}` is left to
     /// the shell.
     #[arg(long, value_name = "CMD")]
-    pub server_cmd: Option<String>,
+    pub(crate) server_cmd: Option<String>,
     /// How long a --server-cmd server may take to answer /v1/models with 200 (engines load their
     /// weights first).
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-    pub server_ready_timeout: f64,
+    pub(crate) server_ready_timeout: f64,
     /// Judge every point by run-level objectives: space-separated FIGURE:BOUND pairs, a
     /// per-request metric with its statistic (time_to_first_token_p90:2000,
     /// inter_token_latency_p99:50, request_latency_avg:30000) or a run figure
     /// (request_throughput:5, good_request_fraction:0.9 with --goodput). Throughputs and fractions
     /// are met at or above their bound, the rest at or below. The verdicts go to sweep.json's `slo`.
     #[arg(long, value_name = "SLOS", value_parser = |s: &str| SloSet::parse(s).map(|x| (s.to_string(), x)))]
-    pub slo: Option<(String, SloSet)>,
+    pub(crate) slo: Option<(String, SloSet)>,
     /// Search for the highest concurrency whose point meets --slo: the --concurrency points in
     /// order until one fails, then bisection between the last that met it and the first that did
     /// not. Every point is a normal point of the sweep; --resume retraces the search.
     #[arg(long, requires = "slo")]
-    pub find_max: bool,
+    pub(crate) find_max: bool,
     /// Stop the --find-max bisection when the answer and the first failing point are at most N
     /// lanes apart [default: a tenth of the answer, at least 1].
     #[arg(long, value_name = "N", requires = "find_max", value_parser = clap::value_parser!(u32).range(1..))]
-    pub find_max_resolution: Option<u32>,
+    pub(crate) find_max_resolution: Option<u32>,
 }
 
 /// InferenceX's identity variables (RUNNER_TYPE, FRAMEWORK, TP, ...), read from the environment.
@@ -88,24 +92,24 @@ struct IdentityEnv {
 /// when that is a sweep.
 fn sweep_dir(given: Option<&Path>, resume: bool) -> anyhow::Result<PathBuf> {
     use crate::run::artifact_dir::{OutputDir, DEFAULT_PARENT, LATEST_LINK};
-    if let Some(d) = given {
-        return Ok(d.to_owned());
+    if let Some(dir) = given {
+        return Ok(dir.to_owned());
     }
     let parent = Path::new(DEFAULT_PARENT);
     if resume {
         let latest = parent.join(LATEST_LINK);
         if latest.join(crate::export::sweep::SWEEP_JSON).exists() {
-            let d = std::fs::canonicalize(&latest).unwrap_or(latest);
-            tracing::info!("--resume: the newest sweep, {}", d.display());
-            return Ok(d);
+            let newest = std::fs::canonicalize(&latest).unwrap_or(latest);
+            tracing::info!("--resume: the newest sweep, {}", newest.display());
+            return Ok(newest);
         }
         anyhow::bail!(
             "--resume: {} is not a sweep; name the sweep's directory with --output-artifact-dir DIR",
             latest.display()
         );
     }
-    let id = format!("{:016x}", rand::RngExt::random::<u64>(&mut rand::rng()));
-    Ok(OutputDir::default().resolve("sweep", &id, false))
+    let sweep_id = format!("{:016x}", rand::RngExt::random::<u64>(&mut rand::rng()));
+    Ok(OutputDir::default().resolve("sweep", &sweep_id, false))
 }
 
 /// Points `artifacts/latest` at a fresh sweep directory once the sweep wrote it.
@@ -119,66 +123,75 @@ fn link_fresh_sweep(given: Option<&Path>, dir: &Path) {
 }
 
 /// `--server-cmd` with `--url` and `--server-ready-timeout`; a `{port}` in `--url` needs the flag.
-fn server_spec(a: &SweepArgs) -> anyhow::Result<Option<ServerSpec>> {
-    let Some(cmd) = &a.server_cmd else {
-        if a.run.url.as_deref().is_some_and(|u| u.contains("{port}")) {
+fn server_spec(args: &SweepArgs) -> anyhow::Result<Option<ServerSpec>> {
+    let Some(cmd) = &args.server_cmd else {
+        if args
+            .run
+            .url
+            .as_deref()
+            .is_some_and(|u| u.contains("{port}"))
+        {
             anyhow::bail!(
                 "--url {:?}: {{port}} is the port of a server the sweep starts; pass --server-cmd CMD, or give the server's port",
-                a.run.url.as_deref().unwrap_or_default()
+                args.run.url.as_deref().unwrap_or_default()
             );
         }
         return Ok(None);
     };
-    let timeout = crate::run::positive_secs("--server-ready-timeout", a.server_ready_timeout)?;
-    Ok(Some(ServerSpec::new(cmd, a.run.url.as_deref(), timeout)?))
+    let timeout = crate::run::positive_secs("--server-ready-timeout", args.server_ready_timeout)?;
+    Ok(Some(ServerSpec::new(
+        cmd,
+        args.run.url.as_deref(),
+        timeout,
+    )?))
 }
 
 /// Runs `agentx-host sweep`.
-pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
-    if let Some(dirs) = &a.compare {
-        let out = &a
+pub fn main(args: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    if let Some(dirs) = &args.compare {
+        let out = &args
             .run
             .output_artifact_dir
             .clone()
             .unwrap_or_else(|| crate::run::artifact_dir::DEFAULT_PARENT.into());
         let files = crate::export::sweep_views::write_compare(&dirs[0], &dirs[1], out)?;
-        let c = crate::export::sweep_views::compare(
+        let comparison = crate::export::sweep_views::compare(
             &crate::export::sweep_views::read_sweep(&dirs[0])?,
             &crate::export::sweep_views::read_sweep(&dirs[1])?,
             &dirs[0].display().to_string(),
             &dirs[1].display().to_string(),
         );
-        out!("{}", c.csv());
-        for n in &c.notes {
-            errln!("note: {n}");
+        out!("{}", comparison.csv());
+        for note in &comparison.notes {
+            errln!("note: {note}");
         }
         outln!("compare       {}", out.display());
-        for f in &files {
-            if let Some(name) = f.file_name() {
+        for file in &files {
+            if let Some(name) = file.file_name() {
                 outln!("  {}", name.to_string_lossy());
             }
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let concurrency = parse_concurrency(a.run.concurrency.as_deref().ok_or_else(|| {
+    let concurrency = parse_concurrency(args.run.concurrency.as_deref().ok_or_else(|| {
         anyhow!("--concurrency is required: the sweep's points, e.g. --concurrency 1,4,16,64,256")
     })?)?;
-    if a.run.overwrite {
+    if args.run.overwrite {
         return Err(anyhow!(
             "--overwrite: a sweep keeps the points it finished; pass --resume to go on with the same sweep, or sweep into another --output-artifact-dir"
         ));
     }
-    if a.run.dry_run {
+    if args.run.dry_run {
         return Err(anyhow!(
             "--dry-run plans one run; pass it to `agentx-host run --concurrency N` for a point's plan"
         ));
     }
-    let mut first = a.run.clone();
+    let mut first = args.run.clone();
     first.concurrency = Some(concurrency[0].to_string());
-    let server = server_spec(&a)?;
-    if let Some(s) = &server {
+    let server = server_spec(&args)?;
+    if let Some(spec) = &server {
         // Checked as a run against the first point's port; each point gets its own.
-        first.url = Some(s.url.fill(&[("port", "1")]));
+        first.url = Some(spec.url.fill(&[("port", "1")]));
     }
     let run = run_config(&first, argv)?;
     if run.shard.is_some() {
@@ -189,36 +202,38 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     let identity = IdentityEnv::try_parse_from(["agentx-host"])
         .map_err(|e| anyhow!("{e}"))?
         .identity;
-    let idle_timeout = crate::run::positive_secs("--idle-timeout", a.idle_timeout)?;
-    let dir = sweep_dir(a.run.output_artifact_dir.as_deref(), a.resume)?;
-    if let Some((text, slo)) = &a.slo {
+    let idle_timeout = crate::run::positive_secs("--idle-timeout", args.idle_timeout)?;
+    let dir = sweep_dir(args.run.output_artifact_dir.as_deref(), args.resume)?;
+    if let Some((text, slo)) = &args.slo {
         if slo.needs_goodput() && run.goodput.is_none() {
             anyhow::bail!(
                 "--slo {text:?} names a goodput figure, which only a run with --goodput measures: add --goodput with the per-request objectives"
             );
         }
     }
-    let find_max = a.find_max.then(|| FindMax {
+    let find_max = args.find_max.then(|| FindMax {
         ladder: concurrency.clone(),
-        resolution: a.find_max_resolution,
+        resolution: args.find_max_resolution,
     });
     let cfg = SweepConfig {
         dir: dir.clone(),
         run,
-        slo: a.slo.clone(),
+        slo: args.slo.clone(),
         find_max,
         concurrency,
-        resume: a.resume,
-        gpus: a.gpus,
+        resume: args.resume,
+        gpus: args.gpus,
         idle_timeout,
-        result_filename: a.result_filename.clone(),
+        result_filename: args.result_filename.clone(),
         identity: Identity::resolve(&identity.into())?,
         server,
     };
     let out = run_sweep(&cfg, &Cancel::new());
-    link_fresh_sweep(a.run.output_artifact_dir.as_deref(), &dir);
+    link_fresh_sweep(args.run.output_artifact_dir.as_deref(), &dir);
     let out = out?;
-    let f = |x: Option<f64>, d: usize| x.map_or("-".into(), |v| format!("{v:.d$}"));
+    let cell = |value: Option<f64>, decimals: usize| {
+        value.map_or("-".into(), |v| format!("{v:.decimals$}"))
+    };
     outln!(
         "{:>6}  {:<9}  {:>8}  {:>8}  {:>12}  {:>10}  {:>10}  {:>8}  valid",
         "conc",
@@ -230,40 +245,40 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         "itl p50",
         "tok/s/u"
     );
-    for p in &out.sweep.points {
-        let status = match p.status {
+    for point in &out.sweep.points {
+        let status = match point.status {
             PointStatus::Completed => "completed",
             PointStatus::Resumed => "resumed",
             PointStatus::Failed => "failed",
         };
         outln!(
             "{:>6}  {:<9}  {:>8}  {:>8}  {:>12}  {:>10}  {:>10}  {:>8}  {}",
-            p.concurrency,
+            point.concurrency,
             status,
-            p.requests_ok,
-            p.requests_failed,
-            f(p.total_token_throughput, 0),
-            f(p.ttft_ms.p90, 1),
-            f(p.itl_ms.p50, 2),
-            f(p.interactivity, 1),
-            if p.valid { "yes" } else { "no" }
+            point.requests_ok,
+            point.requests_failed,
+            cell(point.total_token_throughput, 0),
+            cell(point.ttft_ms.p90, 1),
+            cell(point.itl_ms.p50, 2),
+            cell(point.interactivity, 1),
+            if point.valid { "yes" } else { "no" }
         );
-        if let Some(s) = &p.server {
-            let ended = s
+        if let Some(server) = &point.server {
+            let ended = server
                 .exit
                 .as_ref()
                 .map_or("running".into(), std::string::ToString::to_string);
-            let ready = s
-                .ready_s
-                .map_or("never ready".into(), |r| format!("ready after {r:.1} s"));
+            let ready = server.ready_s.map_or("never ready".into(), |secs| {
+                format!("ready after {secs:.1} s")
+            });
             outln!(
                 "        server pid {} on port {}, {ready}, {ended}",
-                s.pid,
-                s.port
+                server.pid,
+                server.port
             );
         }
-        if let Some(e) = &p.error {
-            outln!("        {e}");
+        if let Some(error) = &point.error {
+            outln!("        {error}");
         }
     }
     print_slo(&out.sweep);
@@ -281,39 +296,39 @@ pub fn main(a: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
 
 /// Each point's verdict under --slo, and the --find-max answer.
 fn print_slo(sweep: &crate::export::sweep::Sweep) {
-    let Some(r) = &sweep.slo else { return };
-    let verdicts: Vec<String> = r
+    let Some(slo_report) = &sweep.slo else { return };
+    let verdicts: Vec<String> = slo_report
         .points
         .iter()
-        .map(|p| {
+        .map(|point| {
             format!(
                 "{} {}",
-                p.concurrency,
-                if p.meets { "meets" } else { "fails" }
+                point.concurrency,
+                if point.meets { "meets" } else { "fails" }
             )
         })
         .collect();
-    outln!("slo           {}: {}", r.slo, verdicts.join(", "));
-    if let Some(f) = &r.find_max {
-        match (f.max_concurrency, f.bracketed) {
-            (Some(n), true) => outln!(
-                "find-max      concurrency {n} meets the SLO; {} does not (resolution {} lanes)",
-                f.first_failing.map_or("-".into(), |x| x.to_string()),
-                f.resolution
+    outln!("slo           {}: {}", slo_report.slo, verdicts.join(", "));
+    if let Some(found) = &slo_report.find_max {
+        match (found.max_concurrency, found.bracketed) {
+            (Some(max), true) => outln!(
+                "find-max      concurrency {max} meets the SLO; {} does not (resolution {} lanes)",
+                found.first_failing.map_or("-".into(), |x| x.to_string()),
+                found.resolution
             ),
-            (Some(n), false) => outln!(
-                "find-max      concurrency {n}, the last point given, meets the SLO: the maximum may lie above it; extend --concurrency"
+            (Some(max), false) => outln!(
+                "find-max      concurrency {max}, the last point given, meets the SLO: the maximum may lie above it; extend --concurrency"
             ),
             (None, _) => outln!(
                 "find-max      not even concurrency {} meets the SLO; start --concurrency lower",
-                f.order.first().map_or("-".into(), std::string::ToString::to_string)
+                found.order.first().map_or("-".into(), std::string::ToString::to_string)
             ),
         }
-        if let Some(g) = &f.max_goodput {
+        if let Some(best) = &found.max_goodput {
             outln!(
                 "max-goodput   concurrency {} has the most goodput of the points that meet the SLO: {:.2} good requests/s",
-                g.concurrency,
-                g.goodput
+                best.concurrency,
+                best.goodput
             );
         }
     }
@@ -323,14 +338,18 @@ fn print_slo(sweep: &crate::export::sweep::Sweep) {
 fn parse_concurrency(text: &str) -> anyhow::Result<Vec<u32>> {
     let mut out: Vec<u32> = Vec::new();
     for part in text.split(',') {
-        let p = part.trim();
-        if p.is_empty() {
+        let point = part.trim();
+        if point.is_empty() {
             continue;
         }
-        let n: u32 = p.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-            anyhow!("--concurrency {text:?}: {p:?} is not a positive number of lanes")
-        })?;
-        out.push(n);
+        let lanes: u32 = point
+            .parse()
+            .ok()
+            .filter(|&lanes| lanes > 0)
+            .ok_or_else(|| {
+                anyhow!("--concurrency {text:?}: {point:?} is not a positive number of lanes")
+            })?;
+        out.push(lanes);
     }
     if out.is_empty() {
         bail!("--concurrency is empty: a sweep needs its points, e.g. --concurrency 1,4,16,64,256");
