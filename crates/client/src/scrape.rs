@@ -52,21 +52,28 @@ pub use agentx_metrics::scrape_log::{
 };
 
 /// aiperf's default cadence: about three scrapes a second.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(333);
-
-/// The environment variables that set the interval (in seconds), in order of precedence.
-pub const INTERVAL_ENV: [&str; 2] = [
-    "AGENTX_SERVER_METRICS_COLLECTION_INTERVAL",
-    "AIPERF_SERVER_METRICS_COLLECTION_INTERVAL",
-];
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(333);
 
 /// Errors of setting up a scraper (scrapes themselves never fail the run).
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
+    /// A URL to scrape is not a usable http(s) URL.
     #[error("server metrics URL {url:?} is not usable: {why}; pass e.g. http://localhost:8000 or http://localhost:8000/metrics")]
-    Url { url: String, why: String },
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// An interval variable's value is not seconds in (0, 3600].
     #[error("{var}={value:?} is not a scrape interval: give seconds, e.g. {var}=0.333")]
-    Interval { var: String, value: String },
+    Interval {
+        /// The environment variable.
+        var: String,
+        /// Its value.
+        value: String,
+    },
+    /// The scraper was started outside a tokio runtime.
     #[error("server metrics scraping needs a tokio runtime")]
     NoRuntime,
 }
@@ -77,11 +84,11 @@ pub fn parse_interval(var: &str, value: &str) -> Result<Duration, ScrapeError> {
         var: var.to_string(),
         value: value.to_string(),
     };
-    let s: f64 = value.trim().parse().map_err(|_| bad())?;
-    if !(s > 0.0 && s <= 3600.0) {
+    let seconds: f64 = value.trim().parse().map_err(|_| bad())?;
+    if !(seconds > 0.0 && seconds <= 3600.0) {
         return Err(bad());
     }
-    Ok(Duration::from_secs_f64(s))
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// The `/metrics` URL of a server: `base` itself when its path already ends in `/metrics`,
@@ -121,6 +128,7 @@ pub fn metrics_url(base: &str) -> Result<String, ScrapeError> {
 pub struct ScrapeConfig {
     /// Server base URLs or full `/metrics` URLs (see [`metrics_url`]).
     pub urls: Vec<String>,
+    /// The time between two scrapes of an endpoint.
     pub interval: Duration,
     /// Limit of one fetch, connect to the end of the body.
     pub timeout: Duration,
@@ -301,7 +309,7 @@ impl Scraper {
         for (url, uri) in uris {
             let log = Arc::new(Mutex::new(EndpointLog::new(url)));
             logs.push(log.clone());
-            let ep = Arc::new(Endpoint {
+            let endpoint = Arc::new(Endpoint {
                 client: client.clone(),
                 uri,
                 clock,
@@ -310,13 +318,13 @@ impl Scraper {
                 log,
                 fetching: tokio::sync::Mutex::new(()),
             });
-            endpoints.push(ep.clone());
-            tasks.push(runtime.spawn(ep.run(cfg.interval, stop_rx.clone())));
+            endpoints.push(endpoint.clone());
+            tasks.push(runtime.spawn(endpoint.run(cfg.interval, stop_rx.clone())));
         }
         let flush_now = Arc::new(Notify::new());
         let journal = cfg.journal.map(|file| {
             let urls: Vec<String> = logs.iter().map(|l| lock(l).url.clone()).collect();
-            let w = JournalWriter::new(file, &clock, cfg.interval, &urls);
+            let writer = JournalWriter::new(file, &clock, cfg.interval, &urls);
             let (done, done_rx) = watch::channel(false);
             let every = cfg.journal_every.max(Duration::from_millis(1));
             let wake = Flushes {
@@ -324,7 +332,7 @@ impl Scraper {
                 now: flush_now.clone(),
                 done: done_rx,
             };
-            let task = runtime.spawn(journal(w, logs.clone(), wake));
+            let task = runtime.spawn(journal(writer, logs.clone(), wake));
             (task, done)
         });
         Ok(Scraper {
@@ -390,8 +398,8 @@ impl Scraper {
             interval: self.interval,
             endpoints,
         };
-        if let Some(w) = writer.filter(super::scrape_journal::JournalWriter::spilled) {
-            whole_from_journal(&mut log, &w);
+        if let Some(spilled) = writer.filter(super::scrape_journal::JournalWriter::spilled) {
+            whole_from_journal(&mut log, &spilled);
         }
         log
     }
@@ -469,12 +477,12 @@ async fn journal(
         }
         let took = took.elapsed();
         w = match tokio::task::spawn_blocking(move || {
-            let t = std::time::Instant::now();
+            let started = std::time::Instant::now();
             let bytes = w.write_logged();
             tracing::trace!(
                 bytes,
                 take_us = took.as_micros() as u64,
-                write_us = t.elapsed().as_micros() as u64,
+                write_us = started.elapsed().as_micros() as u64,
                 "server metrics journal appended"
             );
             w
@@ -520,19 +528,19 @@ impl Boundaries {
         let asked_ns = self.clock.now_ns();
         let mut set = tokio::task::JoinSet::new();
         for (i, ep) in self.endpoints.iter().enumerate() {
-            let ep = ep.clone();
+            let endpoint = ep.clone();
             let flush = self.flush_now.clone();
             set.spawn(async move {
-                let got = ep.boundary(b, asked_ns).await;
+                let got = endpoint.boundary(b, asked_ns).await;
                 // Journaled at once: a healthy endpoint's boundary never waits for a slow one's.
                 flush.notify_one();
                 (i, got)
             });
         }
         let mut out: Vec<(usize, BoundaryScrape)> = Vec::new();
-        while let Some(r) = set.join_next().await {
-            if let Ok(x) = r {
-                out.push(x);
+        while let Some(joined) = set.join_next().await {
+            if let Ok(scraped) = joined {
+                out.push(scraped);
             }
         }
         out.sort_by_key(|(i, _)| *i);
@@ -627,9 +635,9 @@ impl Endpoint {
         let got = tokio::time::timeout(self.timeout, self.get()).await;
         let (t_ns, body) = match got {
             Err(_) => {
-                let f = fetch(FetchOutcome::Timeout);
+                let failed_fetch = fetch(FetchOutcome::Timeout);
                 let msg = format!("no complete response within {:?}", self.timeout);
-                lock(&self.log).fail(f, msg.clone());
+                lock(&self.log).fail(failed_fetch, msg.clone());
                 return Err(msg);
             }
             Ok(Err((outcome, msg))) => {
@@ -639,15 +647,15 @@ impl Endpoint {
             Ok(Ok(v)) => v,
         };
         let text = String::from_utf8_lossy(&body);
-        let mut h = DefaultHasher::new();
-        text.hash(&mut h);
+        let mut hasher = DefaultHasher::new();
+        text.hash(&mut hasher);
         match prometheus::parse(&text) {
             Ok(families) => {
                 let mut log = lock(&self.log);
                 log.ingest(
                     fetch(FetchOutcome::Ok { changed: true }),
                     t_ns,
-                    h.finish(),
+                    hasher.finish(),
                     families,
                 );
                 Ok(log.scrape_ns.len() as u32 - 1)
@@ -669,14 +677,14 @@ impl Endpoint {
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
+    let mut chain = e.to_string();
     let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
+    while let Some(source) = cur {
+        chain.push_str(": ");
+        chain.push_str(&source.to_string());
+        cur = source.source();
     }
-    s
+    chain
 }
 
 #[cfg(test)]
@@ -705,7 +713,7 @@ mod tests {
 
     #[test]
     fn intervals() {
-        let v = INTERVAL_ENV[1];
+        let v = "AIPERF_SERVER_METRICS_COLLECTION_INTERVAL";
         assert_eq!(
             parse_interval(v, "0.333").unwrap(),
             Duration::from_millis(333)
@@ -873,7 +881,7 @@ sglang:realtime_tokens_total{{mode=\"prefill_compute\"}} {compute}\n\
     /// Prints the points kept, their bytes and the ingest cost; run with
     /// `cargo test --release --lib an_hour_of_scrapes -- --ignored --nocapture`.
     #[test]
-    #[ignore]
+    #[ignore = "an hour of scrapes: a measurement, run on demand"]
     fn an_hour_of_scrapes_stays_bounded() {
         let scrapes = 3 * 3600;
         let mut log = EndpointLog::new("http://x/metrics".into());

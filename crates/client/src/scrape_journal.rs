@@ -52,7 +52,7 @@ pub const SCRAPE_JOURNAL: &str = "server_metrics_journal.jsonl";
 
 /// The format version the header carries; [`read_journal`] reads this one and version 1 (the
 /// same lines without boundary scrapes).
-pub const JOURNAL_VERSION: u32 = 2;
+pub(crate) const JOURNAL_VERSION: u32 = 2;
 
 /// How often a running scraper appends to its journal. A kill loses at most this much of the scrapes
 /// (15 at the default 333 ms interval) of a run that lasts many minutes, while the file gets one line
@@ -66,20 +66,37 @@ const JOURNAL_NAME: &str = "agentx server metrics";
 /// Errors of reading a journal back.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The journal's path.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// The file holds no complete header.
     #[error("{path} is empty or holds only a torn header: the run stopped before its first scrape was journaled; there are no server metrics to rebuild")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The journal's path.
+        path: PathBuf,
+    },
+    /// The header names a format version this build does not read.
     #[error("{path}:1: journal format version {found}, this build reads versions 1 to {JOURNAL_VERSION}; read it with the agentx-host that wrote it")]
-    Version { path: PathBuf, found: u32 },
+    Version {
+        /// The journal's path.
+        path: PathBuf,
+        /// The version the header names.
+        found: u32,
+    },
+    /// A line is not what the format allows there.
     #[error("{path}:{line}: {what}; a journal is only ever appended to by the run that wrote it, so the file was damaged or edited and its server metrics cannot be rebuilt")]
     Line {
+        /// The journal's path.
         path: PathBuf,
+        /// The 1-based line number.
         line: usize,
+        /// What is wrong with the line.
         what: String,
     },
 }
@@ -324,14 +341,14 @@ struct Cursor {
 
 /// The points of `t` from `*done` on, and `*done` moved to the end.
 fn new_points(t: &Track, done: &mut usize) -> Vec<JPoint> {
-    let p = t.points();
-    let out = p
+    let points = t.points();
+    let out = points
         .get(*done..)
         .unwrap_or(&[])
         .iter()
         .map(JPoint::of)
         .collect();
-    *done = p.len();
+    *done = points.len();
     out
 }
 
@@ -340,12 +357,12 @@ fn new_points(t: &Track, done: &mut usize) -> Vec<JPoint> {
 fn bucket_delta(h: &HistogramTrack, flushed: &mut Vec<(u64, usize)>) -> Vec<BucketRec> {
     let mut out = Vec::new();
     let mut next = Vec::with_capacity(h.buckets.len());
-    let mut j = 0;
+    let mut flushed_index = 0;
     for (at, b) in h.buckets.iter().enumerate() {
         let bits = b.le.to_bits();
-        let (new, mut done) = match flushed.get(j) {
+        let (new, mut done) = match flushed.get(flushed_index) {
             Some(&(le, n)) if le == bits => {
-                j += 1;
+                flushed_index += 1;
                 (false, n)
             }
             _ => (true, 0),
@@ -417,14 +434,20 @@ fn spill_series(s: &mut SeriesLog, c: &mut SeriesCursor) -> bool {
         ) => {
             let mut dropped = spill_track(&mut h.sum, sum) | spill_track(&mut h.count, count);
             // The flushed buckets in order; a page may have inserted others between them since.
-            let mut j = 0;
+            let mut bucket_index = 0;
             for (bits, done) in buckets.iter_mut() {
-                while h.buckets.get(j).is_some_and(|b| b.le.to_bits() != *bits) {
-                    j += 1;
+                while h
+                    .buckets
+                    .get(bucket_index)
+                    .is_some_and(|b| b.le.to_bits() != *bits)
+                {
+                    bucket_index += 1;
                 }
-                let Some(b) = h.buckets.get_mut(j) else { break };
-                dropped |= spill_track(&mut b.track, done);
-                j += 1;
+                let Some(bucket) = h.buckets.get_mut(bucket_index) else {
+                    break;
+                };
+                dropped |= spill_track(&mut bucket.track, done);
+                bucket_index += 1;
             }
             dropped
         }
@@ -441,8 +464,8 @@ impl Cursor {
                 continue;
             };
             for (labels, c) in &mut fc.series {
-                if let Some(s) = fam.series.get_mut(labels) {
-                    dropped |= spill_series(s, c);
+                if let Some(series) = fam.series.get_mut(labels) {
+                    dropped |= spill_series(series, c);
                 }
             }
         }
@@ -451,19 +474,19 @@ impl Cursor {
 
     /// What `log` gained since the last call, and the cursor moved past it.
     fn delta(&mut self, ep: usize, log: &EndpointLog) -> Delta {
-        let mut d = Delta {
+        let mut delta = Delta {
             ep,
             ..Delta::default()
         };
-        d.fetches = (log.fetches.get(self.fetches..).unwrap_or(&[]).iter())
+        delta.fetches = (log.fetches.get(self.fetches..).unwrap_or(&[]).iter())
             .map(|f| FetchRec(f.start_ns, f.latency_ns, outcome_text(f.outcome)))
             .collect();
         self.fetches = log.fetches.len();
-        d.scrape_ns = log.scrape_ns.get(self.scrape_ns..).unwrap_or(&[]).to_vec();
+        delta.scrape_ns = log.scrape_ns.get(self.scrape_ns..).unwrap_or(&[]).to_vec();
         self.scrape_ns = log.scrape_ns.len();
         for (name, fam) in &log.families {
-            let fc = self.families.entry(name.clone()).or_insert_with(|| {
-                d.families.push(FamilyRec {
+            let family_cursor = self.families.entry(name.clone()).or_insert_with(|| {
+                delta.families.push(FamilyRec {
                     name: name.clone(),
                     kind: fam.kind.as_str().to_string(),
                     help: fam.help.clone(),
@@ -473,42 +496,46 @@ impl Cursor {
                     series: BTreeMap::new(),
                 }
             });
-            if fc.help != fam.help {
-                fc.help = fam.help.clone();
-                d.families.push(FamilyRec {
+            if family_cursor.help != fam.help {
+                family_cursor.help.clone_from(&fam.help);
+                delta.families.push(FamilyRec {
                     name: name.clone(),
                     kind: fam.kind.as_str().to_string(),
                     help: fam.help.clone(),
                 });
             }
             for (labels, s) in &fam.series {
-                let c = fc.series.entry(labels.clone()).or_insert_with(|| match s {
-                    SeriesLog::Scalar(_) => SeriesCursor::Scalar(0),
-                    SeriesLog::Histogram(_) => SeriesCursor::Histogram {
-                        sum: 0,
-                        count: 0,
-                        buckets: Vec::new(),
-                    },
-                });
-                let rec = series_delta(name, labels, s, c);
+                let series_cursor =
+                    family_cursor
+                        .series
+                        .entry(labels.clone())
+                        .or_insert_with(|| match s {
+                            SeriesLog::Scalar(_) => SeriesCursor::Scalar(0),
+                            SeriesLog::Histogram(_) => SeriesCursor::Histogram {
+                                sum: 0,
+                                count: 0,
+                                buckets: Vec::new(),
+                            },
+                        });
+                let rec = series_delta(name, labels, s, series_cursor);
                 if rec.points.is_some()
                     || rec.sum.is_some()
                     || rec.count.is_some()
                     || !rec.buckets.is_empty()
                 {
-                    d.series.push(rec);
+                    delta.series.push(rec);
                 }
             }
         }
         if log.last_hash() != self.hash {
             self.hash = log.last_hash();
-            d.hash = self.hash;
+            delta.hash = self.hash;
         }
         if log.last_error != self.last_error {
             self.last_error.clone_from(&log.last_error);
-            d.last_error.clone_from(&log.last_error);
+            delta.last_error.clone_from(&log.last_error);
         }
-        d.boundaries = (log.boundaries.get(self.boundaries..).unwrap_or(&[]).iter())
+        delta.boundaries = (log.boundaries.get(self.boundaries..).unwrap_or(&[]).iter())
             .map(|b| BoundaryRec {
                 at: b.boundary.as_str().to_string(),
                 asked_ns: b.asked_ns,
@@ -518,7 +545,7 @@ impl Cursor {
             })
             .collect();
         self.boundaries = log.boundaries.len();
-        d
+        delta
     }
 }
 
@@ -574,10 +601,10 @@ impl JournalWriter {
         if self.stopped {
             return;
         }
-        if let Some(c) = self.cursors.get_mut(ep) {
-            let d = c.delta(ep, log);
-            if !d.is_empty() {
-                self.pending.push(d);
+        if let Some(cursor) = self.cursors.get_mut(ep) {
+            let delta = cursor.delta(ep, log);
+            if !delta.is_empty() {
+                self.pending.push(delta);
             }
         }
     }
@@ -590,8 +617,8 @@ impl JournalWriter {
         if self.stopped || !self.pending.is_empty() {
             return;
         }
-        if let Some(c) = self.cursors.get_mut(ep) {
-            self.spilled |= c.spill(log);
+        if let Some(cursor) = self.cursors.get_mut(ep) {
+            self.spilled |= cursor.spill(log);
         }
     }
 
@@ -613,8 +640,8 @@ impl JournalWriter {
     /// Writes what was taken as whole lines, in one write (blocking I/O); the bytes written.
     fn write_pending(&mut self) -> std::io::Result<usize> {
         let mut buf = Vec::new();
-        if let Some(h) = &self.header {
-            serde_json::to_writer(&mut buf, h).map_err(std::io::Error::other)?;
+        if let Some(header_line) = &self.header {
+            serde_json::to_writer(&mut buf, header_line).map_err(std::io::Error::other)?;
             buf.push(b'\n');
         }
         for d in self.pending.drain(..) {
@@ -668,13 +695,13 @@ fn read_header(path: &Path, line: &[u8]) -> Result<Header, JournalError> {
         line: 1,
         what,
     };
-    let v: serde_json::Value = parse_line(line).map_err(bad)?;
-    if v.get("journal").and_then(|j| j.as_str()) != Some(JOURNAL_NAME) {
+    let header: serde_json::Value = parse_line(line).map_err(bad)?;
+    if header.get("journal").and_then(|j| j.as_str()) != Some(JOURNAL_NAME) {
         return Err(bad(format!(
             "not a server-metrics journal header (no \"journal\":\"{JOURNAL_NAME}\")"
         )));
     }
-    match v.get("version").and_then(serde_json::Value::as_u64) {
+    match header.get("version").and_then(serde_json::Value::as_u64) {
         Some(n) if (1..=u64::from(JOURNAL_VERSION)).contains(&n) => {}
         Some(n) => {
             return Err(JournalError::Version {
@@ -684,7 +711,7 @@ fn read_header(path: &Path, line: &[u8]) -> Result<Header, JournalError> {
         }
         None => return Err(bad("the header has no format version".into())),
     }
-    serde_json::from_value(v).map_err(|e| bad(format!("{e}")))
+    serde_json::from_value(header).map_err(|e| bad(format!("{e}")))
 }
 
 /// Reads a journal back into the scrape log it recorded, as of its last complete line. A torn last
@@ -698,16 +725,16 @@ pub fn read_journal(path: &Path) -> Result<ScrapeLog, JournalError> {
     // (1-based line number, the line, whether its newline was written)
     let mut lines: Vec<(usize, &[u8], bool)> = Vec::new();
     let mut rest: &[u8] = &bytes;
-    let mut n = 0;
+    let mut line_no = 0;
     while !rest.is_empty() {
-        n += 1;
+        line_no += 1;
         let (line, whole, next) = match rest.iter().position(|b| *b == b'\n') {
             Some(i) => (&rest[..i], true, &rest[i + 1..]),
             None => (rest, false, &[][..]),
         };
         rest = next;
         if !line.iter().all(u8::is_ascii_whitespace) {
-            lines.push((n, line, whole));
+            lines.push((line_no, line, whole));
         }
     }
     let torn = |n: usize| {
@@ -742,22 +769,22 @@ pub fn read_journal(path: &Path) -> Result<ScrapeLog, JournalError> {
             line: n,
             what,
         };
-        let d: Delta = match parse_line(line) {
-            Ok(d) => d,
+        let delta: Delta = match parse_line(line) {
+            Ok(delta) => delta,
             Err(_) if i == last && !whole => {
                 torn(n);
                 break;
             }
             Err(e) => return Err(bad(e)),
         };
-        let Some(log) = endpoints.get_mut(d.ep) else {
+        let Some(log) = endpoints.get_mut(delta.ep) else {
             return Err(bad(format!(
                 "endpoint {} of a journal of {} endpoints",
-                d.ep,
+                delta.ep,
                 header.endpoints.len()
             )));
         };
-        apply(log, d).map_err(bad)?;
+        apply(log, delta).map_err(bad)?;
     }
     Ok(ScrapeLog {
         clock: Clock::from_anchor_unix_ns(header.anchor_unix_ns),
@@ -906,7 +933,7 @@ fn apply_bucket(
     what: &str,
 ) -> Result<(), String> {
     let what = format!("{what} bucket le={:?}", b.le);
-    let Some(le) = prometheus::parse_value(&b.le) else {
+    let Some(bound) = prometheus::parse_value(&b.le) else {
         return Err(format!("{what}: the bound is not a number"));
     };
     if b.new {
@@ -920,7 +947,7 @@ fn apply_bucket(
         h.buckets.insert(
             b.at,
             Bucket {
-                le,
+                le: bound,
                 le_text: b.le.clone(),
                 track: Track::default(),
             },
