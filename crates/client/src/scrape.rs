@@ -281,10 +281,12 @@ impl std::fmt::Debug for Scraper {
     }
 }
 
-fn lock(m: &Mutex<EndpointLog>) -> MutexGuard<'_, EndpointLog> {
+fn lock(endpoint_log: &Mutex<EndpointLog>) -> MutexGuard<'_, EndpointLog> {
     // A panic while holding the lock cannot leave a log half-written in a way that matters to a
     // reader (every field is valid at all times), so a poisoned lock is still read.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    endpoint_log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Scraper {
@@ -364,8 +366,8 @@ impl Scraper {
     }
 
     /// A scrape of every endpoint now, tagged `b` ([`Boundaries::take`]).
-    pub async fn boundary(&self, b: Boundary) -> Vec<BoundaryScrape> {
-        self.boundaries().take(b).await
+    pub async fn boundary(&self, boundary: Boundary) -> Vec<BoundaryScrape> {
+        self.boundaries().take(boundary).await
     }
 
     /// Take a final scrape of every endpoint, stop, and hand over everything seen.
@@ -406,14 +408,14 @@ impl Scraper {
 }
 
 /// The whole log of a scraper that spilled its change points into the journal: the journal's.
-fn whole_from_journal(log: &mut ScrapeLog, w: &JournalWriter) {
-    match read_journal(w.path()) {
+fn whole_from_journal(log: &mut ScrapeLog, writer: &JournalWriter) {
+    match read_journal(writer.path()) {
         Ok(back) if back.endpoints.len() == log.endpoints.len() => {
-            if w.stopped() {
+            if writer.stopped() {
                 tracing::warn!(
                     "the server-metrics export holds the scrapes up to the journal's last write \
                      ({}); the later ones were not written and are left out",
-                    w.path().display()
+                    writer.path().display()
                 );
             }
             log.endpoints = back.endpoints;
@@ -421,7 +423,7 @@ fn whole_from_journal(log: &mut ScrapeLog, w: &JournalWriter) {
         Ok(_) => tracing::error!(
             "{} names other endpoints than this run scraped; the server-metrics export keeps, for \
              each series, its first value and those from the last flush on",
-            w.path().display()
+            writer.path().display()
         ),
         Err(e) => tracing::error!(
             "cannot read back the server-metrics journal: {e}; the server-metrics export keeps, \
@@ -524,14 +526,14 @@ impl Boundaries {
     /// Scrapes every endpoint now (each after its fetch in flight, if any), tagged `b`, and returns
     /// once every endpoint's scrape is in its log (or failed twice: its absence is logged and
     /// recorded). The journal is flushed right after.
-    pub async fn take(&self, b: Boundary) -> Vec<BoundaryScrape> {
+    pub async fn take(&self, boundary: Boundary) -> Vec<BoundaryScrape> {
         let asked_ns = self.clock.now_ns();
         let mut set = tokio::task::JoinSet::new();
         for (i, ep) in self.endpoints.iter().enumerate() {
             let endpoint = ep.clone();
             let flush = self.flush_now.clone();
             set.spawn(async move {
-                let got = endpoint.boundary(b, asked_ns).await;
+                let got = endpoint.boundary(boundary, asked_ns).await;
                 // Journaled at once: a healthy endpoint's boundary never waits for a slow one's.
                 flush.notify_one();
                 (i, got)
@@ -563,7 +565,7 @@ struct Endpoint {
 impl Endpoint {
     /// A boundary scrape: after the fetch in flight, one scrape, retried once if it fails; recorded
     /// in the log either way.
-    async fn boundary(&self, b: Boundary, asked_ns: u64) -> BoundaryScrape {
+    async fn boundary(&self, boundary: Boundary, asked_ns: u64) -> BoundaryScrape {
         let _fetching = self.fetching.lock().await;
         let mut failed: Vec<String> = Vec::new();
         let mut taken = None;
@@ -577,7 +579,7 @@ impl Endpoint {
         let url = lock(&self.log).url.clone();
         let taken = match taken {
             Some(idx) => {
-                tracing::debug!(%url, boundary = b.as_str(), attempts, "boundary scrape taken");
+                tracing::debug!(%url, boundary = boundary.as_str(), attempts, "boundary scrape taken");
                 Ok(idx)
             }
             None => {
@@ -586,13 +588,13 @@ impl Endpoint {
                     %url,
                     "the {} boundary scrape failed twice ({why}); the server-metrics export and \
                      the run summary say which window edge it leaves to a periodic scrape",
-                    b.as_str()
+                    boundary.as_str()
                 );
                 Err(why)
             }
         };
         let rec = BoundaryScrape {
-            boundary: b,
+            boundary,
             asked_ns,
             attempts,
             taken,

@@ -174,8 +174,8 @@ impl<'de> Deserialize<'de> for JVal {
 struct JPoint(u32, Option<JVal>);
 
 impl JPoint {
-    fn of(p: &Point) -> JPoint {
-        JPoint(p.idx, p.present.then_some(JVal(p.value)))
+    fn of(point: &Point) -> JPoint {
+        JPoint(point.idx, point.present.then_some(JVal(point.value)))
     }
 
     fn point(self) -> Point {
@@ -288,8 +288,8 @@ impl Delta {
     }
 }
 
-fn outcome_text(o: FetchOutcome) -> String {
-    match o {
+fn outcome_text(outcome: FetchOutcome) -> String {
+    match outcome {
         FetchOutcome::Ok { changed: true } => "ok".into(),
         FetchOutcome::Ok { changed: false } => "same".into(),
         FetchOutcome::Connect => "connect".into(),
@@ -300,15 +300,15 @@ fn outcome_text(o: FetchOutcome) -> String {
     }
 }
 
-fn parse_outcome(s: &str) -> Option<FetchOutcome> {
-    Some(match s {
+fn parse_outcome(text: &str) -> Option<FetchOutcome> {
+    Some(match text {
         "ok" => FetchOutcome::Ok { changed: true },
         "same" => FetchOutcome::Ok { changed: false },
         "connect" => FetchOutcome::Connect,
         "timeout" => FetchOutcome::Timeout,
         "body" => FetchOutcome::Body,
         "parse" => FetchOutcome::Parse,
-        _ => FetchOutcome::Status(s.strip_prefix("http ")?.parse().ok()?),
+        _ => FetchOutcome::Status(text.strip_prefix("http ")?.parse().ok()?),
     })
 }
 
@@ -340,8 +340,8 @@ struct Cursor {
 }
 
 /// The points of `t` from `*done` on, and `*done` moved to the end.
-fn new_points(t: &Track, done: &mut usize) -> Vec<JPoint> {
-    let points = t.points();
+fn new_points(track: &Track, done: &mut usize) -> Vec<JPoint> {
+    let points = track.points();
     let out = points
         .get(*done..)
         .unwrap_or(&[])
@@ -354,11 +354,11 @@ fn new_points(t: &Track, done: &mut usize) -> Vec<JPoint> {
 
 /// A histogram's new bucket points: buckets are matched with the flushed ones in order (a page can
 /// only add buckets), so a bucket inserted between two others is `new` at its place.
-fn bucket_delta(h: &HistogramTrack, flushed: &mut Vec<(u64, usize)>) -> Vec<BucketRec> {
+fn bucket_delta(histogram: &HistogramTrack, flushed: &mut Vec<(u64, usize)>) -> Vec<BucketRec> {
     let mut out = Vec::new();
-    let mut next = Vec::with_capacity(h.buckets.len());
+    let mut next = Vec::with_capacity(histogram.buckets.len());
     let mut flushed_index = 0;
-    for (at, b) in h.buckets.iter().enumerate() {
+    for (at, b) in histogram.buckets.iter().enumerate() {
         let bits = b.le.to_bits();
         let (new, mut done) = match flushed.get(flushed_index) {
             Some(&(le, n)) if le == bits => {
@@ -382,7 +382,12 @@ fn bucket_delta(h: &HistogramTrack, flushed: &mut Vec<(u64, usize)>) -> Vec<Buck
     out
 }
 
-fn series_delta(family: &str, labels: &Labels, s: &SeriesLog, c: &mut SeriesCursor) -> SeriesRec {
+fn series_delta(
+    family: &str,
+    labels: &Labels,
+    series: &SeriesLog,
+    cursor: &mut SeriesCursor,
+) -> SeriesRec {
     let mut rec = SeriesRec {
         family: family.to_string(),
         labels: labels.clone(),
@@ -392,7 +397,7 @@ fn series_delta(family: &str, labels: &Labels, s: &SeriesLog, c: &mut SeriesCurs
         buckets: Vec::new(),
     };
     let nonempty = |v: Vec<JPoint>| (!v.is_empty()).then_some(v);
-    match (s, c) {
+    match (series, cursor) {
         (SeriesLog::Scalar(t), SeriesCursor::Scalar(n)) => rec.points = nonempty(new_points(t, n)),
         (
             SeriesLog::Histogram(h),
@@ -414,15 +419,15 @@ fn series_delta(family: &str, labels: &Labels, s: &SeriesLog, c: &mut SeriesCurs
 
 /// Drops what of `t` the file holds ([`Track::spill`]) and moves the cursor to what stays; true
 /// when points were dropped.
-fn spill_track(t: &mut Track, done: &mut usize) -> bool {
-    let kept = t.spill(*done);
+fn spill_track(track: &mut Track, done: &mut usize) -> bool {
+    let kept = track.spill(*done);
     let dropped = kept < *done;
     *done = kept;
     dropped
 }
 
-fn spill_series(s: &mut SeriesLog, c: &mut SeriesCursor) -> bool {
-    match (s, c) {
+fn spill_series(series: &mut SeriesLog, cursor: &mut SeriesCursor) -> bool {
+    match (series, cursor) {
         (SeriesLog::Scalar(t), SeriesCursor::Scalar(n)) => spill_track(t, n),
         (
             SeriesLog::Histogram(h),
@@ -793,19 +798,24 @@ pub fn read_journal(path: &Path) -> Result<ScrapeLog, JournalError> {
     })
 }
 
-fn count_failure(f: &mut FailureCounts, o: FetchOutcome) {
-    match o {
-        FetchOutcome::Connect => f.connect += 1,
-        FetchOutcome::Status(_) => f.status += 1,
-        FetchOutcome::Timeout => f.timeout += 1,
-        FetchOutcome::Body => f.body += 1,
-        FetchOutcome::Parse => f.parse += 1,
+fn count_failure(counts: &mut FailureCounts, outcome: FetchOutcome) {
+    match outcome {
+        FetchOutcome::Connect => counts.connect += 1,
+        FetchOutcome::Status(_) => counts.status += 1,
+        FetchOutcome::Timeout => counts.timeout += 1,
+        FetchOutcome::Body => counts.body += 1,
+        FetchOutcome::Parse => counts.parse += 1,
         FetchOutcome::Ok { .. } => {}
     }
 }
 
 /// Appends points to a track, each at a scrape the log has.
-fn extend(t: &mut Track, points: Vec<JPoint>, scrapes: usize, what: &str) -> Result<(), String> {
+fn extend(
+    track: &mut Track,
+    points: Vec<JPoint>,
+    scrapes: usize,
+    what: &str,
+) -> Result<(), String> {
     for p in points {
         if p.0 as usize >= scrapes {
             return Err(format!(
@@ -813,14 +823,16 @@ fn extend(t: &mut Track, points: Vec<JPoint>, scrapes: usize, what: &str) -> Res
                 p.0
             ));
         }
-        t.append(p.point()).map_err(|e| format!("{what}: {e}"))?;
+        track
+            .append(p.point())
+            .map_err(|e| format!("{what}: {e}"))?;
     }
     Ok(())
 }
 
 /// Folds one line's delta into its endpoint's log.
-fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
-    for FetchRec(start_ns, latency_ns, o) in d.fetches {
+fn apply(log: &mut EndpointLog, delta: Delta) -> Result<(), String> {
+    for FetchRec(start_ns, latency_ns, o) in delta.fetches {
         let outcome = parse_outcome(&o).ok_or_else(|| {
             format!(
                 "{o:?} is not a fetch outcome (ok, same, connect, timeout, body, parse, http N)"
@@ -833,8 +845,8 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
             outcome,
         });
     }
-    log.scrape_ns.extend(d.scrape_ns);
-    for f in d.families {
+    log.scrape_ns.extend(delta.scrape_ns);
+    for f in delta.families {
         let kind = MetricType::parse(&f.kind)
             .ok_or_else(|| format!("family {}: {:?} is not a metric type", f.name, f.kind))?;
         match log.families.get_mut(&f.name) {
@@ -853,7 +865,7 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
         }
     }
     let scrapes = log.scrape_ns.len();
-    for s in d.series {
+    for s in delta.series {
         let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
         let what = format!("series {}{{{}}}", s.family, labels.join(","));
         let Some(fam) = log.families.get_mut(&s.family) else {
@@ -886,13 +898,13 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
             }
         }
     }
-    if d.hash.is_some() {
-        log.set_last_hash(d.hash);
+    if delta.hash.is_some() {
+        log.set_last_hash(delta.hash);
     }
-    if d.last_error.is_some() {
-        log.last_error = d.last_error;
+    if delta.last_error.is_some() {
+        log.last_error = delta.last_error;
     }
-    for b in d.boundaries {
+    for b in delta.boundaries {
         let boundary = Boundary::parse(&b.at).ok_or_else(|| {
             format!(
                 "{:?} is not a boundary ({})",
@@ -927,37 +939,37 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
 }
 
 fn apply_bucket(
-    h: &mut HistogramTrack,
-    b: BucketRec,
+    histogram: &mut HistogramTrack,
+    bucket: BucketRec,
     scrapes: usize,
     what: &str,
 ) -> Result<(), String> {
-    let what = format!("{what} bucket le={:?}", b.le);
-    let Some(bound) = prometheus::parse_value(&b.le) else {
+    let what = format!("{what} bucket le={:?}", bucket.le);
+    let Some(bound) = prometheus::parse_value(&bucket.le) else {
         return Err(format!("{what}: the bound is not a number"));
     };
-    if b.new {
-        if b.at > h.buckets.len() {
+    if bucket.new {
+        if bucket.at > histogram.buckets.len() {
             return Err(format!(
                 "{what}: a new bucket at place {} of {}",
-                b.at,
-                h.buckets.len()
+                bucket.at,
+                histogram.buckets.len()
             ));
         }
-        h.buckets.insert(
-            b.at,
+        histogram.buckets.insert(
+            bucket.at,
             Bucket {
                 le: bound,
-                le_text: b.le.clone(),
+                le_text: bucket.le.clone(),
                 track: Track::default(),
             },
         );
     }
-    match h.buckets.get_mut(b.at) {
-        Some(bucket) if bucket.le_text == b.le => {
-            extend(&mut bucket.track, b.points, scrapes, &what)
+    match histogram.buckets.get_mut(bucket.at) {
+        Some(kept) if kept.le_text == bucket.le => {
+            extend(&mut kept.track, bucket.points, scrapes, &what)
         }
-        _ => Err(format!("{what}: no such bucket at place {}", b.at)),
+        _ => Err(format!("{what}: no such bucket at place {}", bucket.at)),
     }
 }
 
