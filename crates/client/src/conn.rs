@@ -17,16 +17,16 @@ type Stream = hyper_rustls::MaybeHttpsStream<hyper_util::rt::TokioIo<tokio::net:
 
 /// What the pool knows of one connection; cloned into every response's extensions.
 #[derive(Debug, Clone)]
-pub struct ConnMeta {
+pub(crate) struct ConnMeta {
     /// When the connection was established.
-    pub opened: Instant,
+    pub(crate) opened: Instant,
     /// Responses (heads) received on it so far.
-    pub served: Arc<AtomicU32>,
+    pub(crate) served: Arc<AtomicU32>,
 }
 
 /// The HTTPS-or-HTTP connector, with a [`ConnMeta`] on every connection it makes.
 #[derive(Clone)]
-pub struct TrackedConnector(Https);
+pub(crate) struct TrackedConnector(Https);
 
 impl TrackedConnector {
     pub(crate) fn new(https: Https) -> TrackedConnector {
@@ -35,7 +35,7 @@ impl TrackedConnector {
 }
 
 /// A connection with its [`ConnMeta`].
-pub struct Tracked {
+pub(crate) struct Tracked {
     inner: Stream,
     meta: ConnMeta,
 }

@@ -3,7 +3,7 @@
 //!
 //! - [`Client`] holds one hyper connection pool (HTTP/1.1 keep-alive, or h2c with prior knowledge,
 //!   TLS through rustls for `https://` endpoints) that follows the server's `Keep-Alive` header
-//!   ([`pool`]): idle connections are retired before the server's deadline and connections before
+//!   (`pool`): idle connections are retired before the server's deadline and connections before
 //!   the server's request limit. A request that fails on a reused connection before any byte of the
 //!   response arrived is sent once more on a fresh connection, and the record says so; once a byte
 //!   has arrived it is never retried.
@@ -24,9 +24,10 @@
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-pub mod conn;
-pub mod pool;
+mod conn;
+mod pool;
 pub mod preflight;
 mod replay_transport;
 pub mod scrape;
@@ -42,7 +43,15 @@ use hyper_util::client::legacy::connect::{capture_connection, HttpConnector};
 use tokio::sync::watch;
 
 use agentx_protocol::sse::SseDecoder;
-pub use agentx_protocol::*;
+use agentx_protocol::{
+    anthropic, error_chain, excerpt, server_error_message, server_ttft, Failure, FailureKind,
+    StreamState, ERROR_EXCERPT,
+};
+// The protocol's names that the client's users reach through it (`agentx::client::Exchange`...).
+pub use agentx_protocol::{
+    routing, session_control, sse, ConnectionReuse, DynamoRouting, EndpointType, Exchange,
+    JsonBody, RequestBody, RequestIds, RoutingHeaders,
+};
 
 /// Makes room for `needed` open files (sockets of the lanes, plus the process's own): raises the
 /// soft `RLIMIT_NOFILE` towards the hard limit when it is lower, as a server would. Returns
@@ -51,15 +60,15 @@ pub fn ensure_open_files(needed: u64) -> Result<(), (u64, u64)> {
     #[cfg(unix)]
     {
         use rustix::process::{getrlimit, setrlimit, Resource};
-        let mut l = getrlimit(Resource::Nofile);
-        let soft = l.current.unwrap_or(u64::MAX);
-        let hard = l.maximum.unwrap_or(u64::MAX);
+        let mut limit = getrlimit(Resource::Nofile);
+        let soft = limit.current.unwrap_or(u64::MAX);
+        let hard = limit.maximum.unwrap_or(u64::MAX);
         if soft >= needed {
             return Ok(());
         }
         let want = needed.min(hard);
-        l.current = Some(want);
-        if setrlimit(Resource::Nofile, l).is_ok() {
+        limit.current = Some(want);
+        if setrlimit(Resource::Nofile, limit).is_ok() {
             tracing::debug!(from = soft, to = want, "raised the open-file limit");
         } else {
             return Err((soft, hard));
@@ -78,7 +87,9 @@ pub fn ensure_open_files(needed: u64) -> Result<(), (u64, u64)> {
 /// when the URL was rewritten.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BaseUrl {
+    /// The base URL, without a trailing `/`.
     pub url: String,
+    /// What was understood, when the URL was rewritten (`None`: taken as written).
     pub note: Option<String>,
 }
 
@@ -90,36 +101,36 @@ pub fn base_url(url: &str, endpoint: &str) -> Result<BaseUrl, ClientError> {
         url: url.to_owned(),
         why,
     };
-    let u: Uri = url.trim().parse().map_err(|e| err(format!("{e}")))?;
-    match u.scheme_str() {
+    let uri: Uri = url.trim().parse().map_err(|e| err(format!("{e}")))?;
+    match uri.scheme_str() {
         Some("http" | "https") => {}
         Some(s) => return Err(err(format!("the scheme {s:?} is not http or https"))),
         None => return Err(err("it has no scheme (write http:// or https://)".into())),
     }
-    let Some(auth) = u.authority() else {
+    let Some(auth) = uri.authority() else {
         return Err(err("it has no host".into()));
     };
     if auth.host().is_empty() {
         return Err(err("it has no host".into()));
     }
     // `Authority::port` hides a port that does not fit a u16: read the text after the host.
-    if let Some((_, p)) = auth
+    if let Some((_, port_text)) = auth
         .as_str()
         .rsplit_once(':')
-        .filter(|(_, p)| !p.contains(']'))
+        .filter(|(_, port_text)| !port_text.contains(']'))
     {
-        if !matches!(p.parse::<u16>(), Ok(1..=65535)) {
-            return Err(err(format!("the port {p} is not from 1 to 65535")));
+        if !matches!(port_text.parse::<u16>(), Ok(1..=65535)) {
+            return Err(err(format!("the port {port_text} is not from 1 to 65535")));
         }
     }
-    if u.query().is_some() {
+    if uri.query().is_some() {
         return Err(err("a base URL has no query (`?…`)".into()));
     }
-    let path = u.path().trim_end_matches('/');
-    let root = format!("{}://{}", u.scheme_str().unwrap_or("http"), auth.as_str());
+    let path = uri.path().trim_end_matches('/');
+    let root = format!("{}://{}", uri.scheme_str().unwrap_or("http"), auth.as_str());
     const ENDPOINTS: &[&str] = &["/chat/completions", "/completions", "/messages", "/models"];
-    if let Some(e) = ENDPOINTS.iter().find(|e| path.ends_with(*e)) {
-        let base = &path[..path.len() - e.len()];
+    if let Some(suffix) = ENDPOINTS.iter().find(|suffix| path.ends_with(*suffix)) {
+        let base = &path[..path.len() - suffix.len()];
         let base = base.strip_suffix("/v1").unwrap_or(base);
         return Err(err(format!(
             "it names the endpoint {path}; pass the server's base URL, --url {root}{base} (the request path comes from --endpoint, {endpoint})"
@@ -127,12 +138,12 @@ pub fn base_url(url: &str, endpoint: &str) -> Result<BaseUrl, ClientError> {
     }
     if endpoint.starts_with("/v1/") {
         if let Some(base) = path.strip_suffix("/v1") {
-            let b = format!("{root}{base}");
+            let base_url = format!("{root}{base}");
             return Ok(BaseUrl {
                 note: Some(format!(
-                    "--url {url}: read as the base URL {b}; requests go to {b}{endpoint}"
+                    "--url {url}: read as the base URL {base_url}; requests go to {base_url}{endpoint}"
                 )),
-                url: b,
+                url: base_url,
             });
         }
     }
@@ -155,6 +166,7 @@ pub struct ClientConfig {
     pub api_key: Option<String>,
     /// Idle pooled connections are closed after this long.
     pub idle_timeout: Duration,
+    /// The limit of opening one connection (TCP, and TLS for `https://`).
     pub connect_timeout: Duration,
     /// Whole-request limit, from send to the end of the stream.
     pub request_timeout: Duration,
@@ -190,14 +202,23 @@ impl std::fmt::Debug for ClientConfig {
 /// A setup error: the URL or the TLS configuration is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// `--url` is not a usable http(s) base URL.
     #[error(
         "--url {url:?} is not a usable http(s) URL: {why}; pass e.g. --url http://localhost:8000"
     )]
-    Url { url: String, why: String },
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// `--endpoint` does not start with `/` (the path it holds).
     #[error("--endpoint {0:?} must start with `/`, e.g. --endpoint /v1/chat/completions")]
     Endpoint(String),
+    /// The API key cannot be sent as a header value.
     #[error("the API key is not a valid header value (it contains control characters)")]
     ApiKey,
+    /// The TLS configuration could not be built (the reason).
     #[error("cannot set up TLS: {0}")]
     Tls(String),
 }
@@ -224,6 +245,8 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// A client for `cfg`: checks the URL and the key, and sets up the connection pools (no connection
+    /// is opened yet).
     pub fn new(cfg: &ClientConfig) -> Result<Client, ClientError> {
         let url_err = |why: String| ClientError::Url {
             url: cfg.url.clone(),
@@ -278,9 +301,10 @@ impl Client {
                         k.clone(),
                     ),
                 };
-                let mut v = HeaderValue::from_str(&value).map_err(|_| ClientError::ApiKey)?;
-                v.set_sensitive(true);
-                Some((name, v))
+                let mut header_value =
+                    HeaderValue::from_str(&value).map_err(|_| ClientError::ApiKey)?;
+                header_value.set_sensitive(true);
+                Some((name, header_value))
             }
             None => None,
         };
@@ -309,7 +333,7 @@ impl Client {
     }
 
     /// Whether the base URL has a path (a prefix before the endpoint).
-    pub fn has_path(&self) -> bool {
+    pub(crate) fn has_path(&self) -> bool {
         self.base
             .splitn(4, '/')
             .nth(3)
@@ -349,9 +373,9 @@ impl Client {
             let mut out = Vec::new();
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| GetError::Other(error_chain(&e)))?;
-                if let Some(d) = frame.data_ref() {
+                if let Some(data) = frame.data_ref() {
                     let room = limit.saturating_sub(out.len());
-                    out.extend_from_slice(&d[..d.len().min(room)]);
+                    out.extend_from_slice(&data[..data.len().min(room)]);
                     if out.len() >= limit {
                         break;
                     }
@@ -387,7 +411,7 @@ impl Client {
             .extensions()
             .get::<conn::ConnMeta>()
             .map(|m| m.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
-        let Some(ka) = resp
+        let Some(keep_alive) = resp
             .headers()
             .get("keep-alive")
             .and_then(|v| v.to_str().ok())
@@ -395,19 +419,19 @@ impl Client {
         else {
             return;
         };
-        if let Some(t) = ka.timeout {
-            let idle = pool::idle_deadline(Duration::from_secs(t));
+        if let Some(timeout_s) = keep_alive.timeout {
+            let idle = pool::idle_deadline(Duration::from_secs(timeout_s));
             if self.pools.lower_idle_timeout(idle) {
                 tracing::info!(
-                    "the server closes connections idle for {t} s (Keep-Alive: timeout={t}); \
+                    "the server closes connections idle for {timeout_s} s (Keep-Alive: timeout={timeout_s}); \
                      idle pooled connections are now retired after {idle:?}"
                 );
             }
         }
-        if let (Some(max), Some(served), Some(c)) = (ka.max, served, capture) {
+        if let (Some(max), Some(served), Some(captured)) = (keep_alive.max, served, capture) {
             // The server closes the connection after `max` responses; retire it one early.
             if served.saturating_add(1) >= max {
-                if let Some(conn) = c.connection_metadata().as_ref() {
+                if let Some(conn) = captured.connection_metadata().as_ref() {
                     conn.poison();
                 }
             }
@@ -424,9 +448,9 @@ impl Client {
         cancel: &mut watch::Receiver<bool>,
     ) -> Exchange {
         let sent = Instant::now();
-        let mut ex = Exchange::new(sent);
+        let mut exchange = Exchange::new(sent);
         let cut = {
-            let work = self.exchange(body, ids, keep_text, &mut ex);
+            let work = self.exchange(body, ids, keep_text, &mut exchange);
             let cancelled = async {
                 if cancel.wait_for(|c| *c).await.is_err() {
                     std::future::pending::<()>().await;
@@ -440,13 +464,13 @@ impl Client {
             }
         };
         match cut {
-            Some(FailureKind::Cancelled) => ex.fail(Failure::new(
-                ex.status,
+            Some(FailureKind::Cancelled) => exchange.fail(Failure::new(
+                exchange.status,
                 FailureKind::Cancelled,
                 "cancelled: the run ended before the response did".into(),
             )),
-            Some(kind) => ex.fail(Failure::new(
-                ex.status,
+            Some(kind) => exchange.fail(Failure::new(
+                exchange.status,
                 kind,
                 format!(
                     "no complete response within the request timeout of {:?} (--request-timeout-seconds)",
@@ -455,17 +479,11 @@ impl Client {
             )),
             None => {}
         }
-        ex.end = Instant::now();
-        if self.reuse == ConnectionReuse::Sticky && (ids.last || ex.failure.is_some()) {
+        exchange.end = Instant::now();
+        if self.reuse == ConnectionReuse::Sticky && (ids.last || exchange.failure.is_some()) {
             self.pools.sticky.release(ids.correlation_id);
         }
-        ex
-    }
-
-    /// Sticky sessions holding a connection pool now (`--connection-reuse-strategy
-    /// sticky-user-sessions`).
-    pub fn sticky_sessions(&self) -> usize {
-        self.pools.sticky.len()
+        exchange
     }
 
     /// Ends a sticky session that stops before its final turn (the run ended): its connection
@@ -604,9 +622,9 @@ impl Client {
             while let Some(frame) = body.frame().await {
                 match frame {
                     Ok(f) => {
-                        if let Some(d) = f.data_ref() {
+                        if let Some(data) = f.data_ref() {
                             let room = ERROR_EXCERPT.saturating_sub(excerpt.len());
-                            excerpt.extend_from_slice(&d[..d.len().min(room)]);
+                            excerpt.extend_from_slice(&data[..data.len().min(room)]);
                         }
                     }
                     Err(_) => break,
@@ -617,7 +635,7 @@ impl Client {
             }
             let text = String::from_utf8_lossy(&excerpt).into_owned();
             let (kind, message) = server_error_message(&text);
-            let mut f = Failure::new(
+            let mut failure = Failure::new(
                 ex.status,
                 FailureKind::Http,
                 format!(
@@ -625,9 +643,9 @@ impl Client {
                     self.api.refusal_hint(status, &self.uri)
                 ),
             );
-            f.server_type = kind;
+            failure.server_type = kind;
             ex.error_body = Some(text);
-            ex.fail(f);
+            ex.fail(failure);
             return;
         }
         let mut dec = SseDecoder::new();
@@ -642,7 +660,7 @@ impl Client {
                 None => break,
                 Some(Ok(f)) => f,
                 Some(Err(e)) => {
-                    let f = Failure::new(
+                    let failure = Failure::new(
                         ex.status,
                         FailureKind::Reset,
                         format!(
@@ -651,7 +669,7 @@ impl Client {
                             error_chain(&e)
                         ),
                     );
-                    ex.fail(f);
+                    ex.fail(failure);
                     return;
                 }
             };
@@ -659,17 +677,17 @@ impl Client {
                 continue;
             };
             let now = Instant::now();
-            let r = dec.feed(data, |event| state.on_event(event, now, ex));
-            if let Err(e) = r {
+            let fed = dec.feed(data, |event| state.on_event(event, now, ex));
+            if let Err(error) = fed {
                 ex.fail(Failure::new(
                     ex.status,
                     FailureKind::MalformedSse,
-                    e.to_string(),
+                    error.to_string(),
                 ));
                 return;
             }
-            if let Some(f) = state.failure.take() {
-                ex.fail(f);
+            if let Some(failure) = state.failure.take() {
+                ex.fail(failure);
                 return;
             }
             if state.done {
@@ -709,8 +727,10 @@ pub enum GetError {
     /// No connection: refused, unreachable, DNS, TLS, connect timeout.
     #[error("cannot connect: {0}")]
     Connect(String),
+    /// No complete answer within the limit given.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// Anything else: the request could not be built, or the connection broke (the error chain).
     #[error("{0}")]
     Other(String),
 }

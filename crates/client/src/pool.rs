@@ -29,37 +29,37 @@ pub(crate) type Legacy = hyper_util::client::legacy::Client<TrackedConnector, Js
 
 /// A server's `Keep-Alive` response header (RFC 2068 §19.7.1, as Apache, nginx and llama.cpp send it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KeepAlive {
+pub(crate) struct KeepAlive {
     /// Seconds an idle connection stays open.
-    pub timeout: Option<u64>,
+    pub(crate) timeout: Option<u64>,
     /// Requests a connection serves before the server closes it.
-    pub max: Option<u32>,
+    pub(crate) max: Option<u32>,
 }
 
 impl KeepAlive {
     /// Parses `timeout=5, max=100` (either part optional, any order, case-insensitive); `None` when
     /// neither is there.
-    pub fn parse(v: &str) -> Option<KeepAlive> {
-        let mut k = KeepAlive::default();
+    pub(crate) fn parse(v: &str) -> Option<KeepAlive> {
+        let mut parsed = KeepAlive::default();
         for part in v.split(',') {
             let Some((name, value)) = part.split_once('=') else {
                 continue;
             };
             let value = value.trim().trim_matches('"');
             match name.trim().to_ascii_lowercase().as_str() {
-                "timeout" => k.timeout = value.parse().ok(),
-                "max" => k.max = value.parse().ok(),
+                "timeout" => parsed.timeout = value.parse().ok(),
+                "max" => parsed.max = value.parse().ok(),
                 _ => {}
             }
         }
-        (k.timeout.is_some() || k.max.is_some()).then_some(k)
+        (parsed.timeout.is_some() || parsed.max.is_some()).then_some(parsed)
     }
 }
 
 /// How long the pool may keep a connection idle when the server closes it after `server_timeout`:
 /// the server's deadline minus a margin of a quarter of it, at least 250 ms and at most 1 s
 /// (5 s → 4 s, 1 s → 750 ms, 60 s → 59 s).
-pub fn idle_deadline(server_timeout: Duration) -> Duration {
+pub(crate) fn idle_deadline(server_timeout: Duration) -> Duration {
     let margin = (server_timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
     server_timeout.saturating_sub(margin)
 }
@@ -106,12 +106,12 @@ impl Pools {
     /// Lowers the idle timeout to `idle` if it is shorter than the current one: later requests use a
     /// new pool with that timeout. Returns whether it changed.
     pub(crate) fn lower_idle_timeout(&self, idle: Duration) -> bool {
-        let ns = idle.as_nanos() as u64;
+        let idle_ns = idle.as_nanos() as u64;
         let mut cur = self.current.write().expect("pool lock");
-        if ns >= self.idle_ns.load(Ordering::Relaxed) {
+        if idle_ns >= self.idle_ns.load(Ordering::Relaxed) {
             return false;
         }
-        self.idle_ns.store(ns, Ordering::Relaxed);
+        self.idle_ns.store(idle_ns, Ordering::Relaxed);
         *cur = build(self.connector.clone(), idle, usize::MAX, self.http2);
         true
     }

@@ -34,21 +34,40 @@ pub struct Preflight {
 /// Why the run cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
+    /// No answer: the connection failed or timed out.
     #[error("cannot reach the server at {url}: {why}; check --url (and that the server is up), or pass --skip-preflight")]
-    Unreachable { url: String, why: String },
+    Unreachable {
+        /// The URL asked.
+        url: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// The server refused the key.
     #[error("the server at {url} refused the request with HTTP {status}: {body}; set the API key in the variable named by --api-key-env (default AGENTX_API_KEY)")]
     Unauthorized {
+        /// The URL asked.
         url: String,
+        /// The HTTP status (401 or 403).
         status: u16,
+        /// The start of the response body.
         body: String,
     },
+    /// The model list is not where `--url` points.
     #[error("{url} answered HTTP 404: the path of --url leads nowhere on this server; pass the server's base URL (e.g. --url http://HOST:PORT), or --skip-preflight if it serves no model list")]
-    NotFound { url: String },
+    NotFound {
+        /// The URL asked.
+        url: String,
+    },
+    /// The server lists models, but not `--model`.
     #[error("the server at {url} does not serve the model `{model}`: it serves {served}; pass --model {first}")]
     WrongModel {
+        /// The URL asked.
         url: String,
+        /// The model asked for.
         model: String,
+        /// The models served, comma-separated.
         served: String,
+        /// The first model served, suggested in its place.
         first: String,
     },
 }
@@ -97,7 +116,7 @@ pub async fn check(
             ..Preflight::default()
         });
     }
-    let Some(mut p) = parse_models(&text, model) else {
+    let Some(mut listed) = parse_models(&text, model) else {
         return Ok(Preflight {
             note: Some(format!(
                 "{url} did not answer with an OpenAI model list; the model and context checks are skipped"
@@ -105,46 +124,76 @@ pub async fn check(
             ..Preflight::default()
         });
     };
-    if !p.models.is_empty() && !p.models.iter().any(|m| m == model) {
+    if !listed.models.is_empty() && !listed.models.iter().any(|m| m == model) {
         return Err(PreflightError::WrongModel {
             url,
             model: model.to_owned(),
-            served: p
+            served: listed
                 .models
                 .iter()
                 .map(|m| format!("`{m}`"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            first: p.models[0].clone(),
+            first: listed.models[0].clone(),
         });
     }
-    if p.models.is_empty() {
-        p.note = Some(format!("{url} lists no models; the model check is skipped"));
+    if listed.models.is_empty() {
+        listed.note = Some(format!("{url} lists no models; the model check is skipped"));
     }
-    Ok(p)
+    Ok(listed)
 }
 
 /// Why the model could not be discovered: each says to pass `--model`.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoverError {
+    /// No answer: the connection failed or timed out.
     #[error("no --model given and {url} could not be asked which models it serves ({why}); pass --model NAME")]
-    Unreachable { url: String, why: String },
+    Unreachable {
+        /// The URL asked.
+        url: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// A status other than 200 (a redirect included).
     #[error("no --model given and {url} answered HTTP {status}{location}; model discovery follows no redirect and needs the model list: pass --model NAME")]
     Status {
+        /// The URL asked.
         url: String,
+        /// The HTTP status.
         status: u16,
+        /// ` (a redirect to LOCATION)` for a redirect, else empty.
         location: String,
     },
+    /// The answer is larger than the limit.
     #[error("no --model given and {url} answered with more than {limit} bytes; pass --model NAME")]
-    Oversized { url: String, limit: usize },
+    Oversized {
+        /// The URL asked.
+        url: String,
+        /// The size limit, bytes.
+        limit: usize,
+    },
+    /// The answer is not an OpenAI model list.
     #[error(
         "no --model given and {url} did not answer with an OpenAI model list; pass --model NAME"
     )]
-    NotAList { url: String },
+    NotAList {
+        /// The URL asked.
+        url: String,
+    },
+    /// The list is empty.
     #[error("no --model given and {url} serves no model; pass --model NAME")]
-    None { url: String },
+    None {
+        /// The URL asked.
+        url: String,
+    },
+    /// The list names more than one model.
     #[error("no --model given and {url} serves several models ({served}); pass --model with one of them")]
-    Several { url: String, served: String },
+    Several {
+        /// The URL asked.
+        url: String,
+        /// The models served, comma-separated.
+        served: String,
+    },
 }
 
 /// The single model the server serves, for a run without `--model` (agentx-harness 1.0.14's
@@ -181,10 +230,10 @@ pub async fn discover(client: &Client, timeout: Duration) -> Result<String, Disc
         });
     }
     let text = String::from_utf8_lossy(&body);
-    let Some(p) = parse_models(&text, "") else {
+    let Some(listed) = parse_models(&text, "") else {
         return Err(DiscoverError::NotAList { url });
     };
-    match p.models.as_slice() {
+    match listed.models.as_slice() {
         [] => Err(DiscoverError::None { url }),
         [one] => Ok(one.clone()),
         many => Err(DiscoverError::Several {
@@ -200,9 +249,9 @@ pub async fn discover(client: &Client, timeout: Duration) -> Result<String, Disc
 
 /// The model names and the context length of `model` (or of the only model) from an OpenAI model
 /// list; `None` when the body is not one.
-pub fn parse_models(body: &str, model: &str) -> Option<Preflight> {
-    let v: Value = serde_json::from_str(body).ok()?;
-    let data = v.get("data")?.as_array()?;
+pub(crate) fn parse_models(body: &str, model: &str) -> Option<Preflight> {
+    let parsed: Value = serde_json::from_str(body).ok()?;
+    let data = parsed.get("data")?.as_array()?;
     let models: Vec<String> = data
         .iter()
         .filter_map(|m| m.get("id")?.as_str().map(str::to_owned))
@@ -221,10 +270,11 @@ pub fn parse_models(body: &str, model: &str) -> Option<Preflight> {
 
 /// The context length a model entry reports, under the names servers use for it.
 fn context_length(m: &Value) -> Option<u64> {
-    let num = |v: Option<&Value>| -> Option<u64> {
-        let v = v?;
-        v.as_u64()
-            .or_else(|| v.as_f64().filter(|f| *f >= 1.0).map(|f| f as u64))
+    let num = |entry: Option<&Value>| -> Option<u64> {
+        let value = entry?;
+        value
+            .as_u64()
+            .or_else(|| value.as_f64().filter(|f| *f >= 1.0).map(|f| f as u64))
     };
     num(m.get("max_model_len"))
         .or_else(|| num(m.pointer("/meta/n_ctx")))

@@ -52,21 +52,28 @@ pub use agentx_metrics::scrape_log::{
 };
 
 /// aiperf's default cadence: about three scrapes a second.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(333);
-
-/// The environment variables that set the interval (in seconds), in order of precedence.
-pub const INTERVAL_ENV: [&str; 2] = [
-    "AGENTX_SERVER_METRICS_COLLECTION_INTERVAL",
-    "AIPERF_SERVER_METRICS_COLLECTION_INTERVAL",
-];
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(333);
 
 /// Errors of setting up a scraper (scrapes themselves never fail the run).
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
+    /// A URL to scrape is not a usable http(s) URL.
     #[error("server metrics URL {url:?} is not usable: {why}; pass e.g. http://localhost:8000 or http://localhost:8000/metrics")]
-    Url { url: String, why: String },
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// An interval variable's value is not seconds in (0, 3600].
     #[error("{var}={value:?} is not a scrape interval: give seconds, e.g. {var}=0.333")]
-    Interval { var: String, value: String },
+    Interval {
+        /// The environment variable.
+        var: String,
+        /// Its value.
+        value: String,
+    },
+    /// The scraper was started outside a tokio runtime.
     #[error("server metrics scraping needs a tokio runtime")]
     NoRuntime,
 }
@@ -77,11 +84,11 @@ pub fn parse_interval(var: &str, value: &str) -> Result<Duration, ScrapeError> {
         var: var.to_string(),
         value: value.to_string(),
     };
-    let s: f64 = value.trim().parse().map_err(|_| bad())?;
-    if !(s > 0.0 && s <= 3600.0) {
+    let seconds: f64 = value.trim().parse().map_err(|_| bad())?;
+    if !(seconds > 0.0 && seconds <= 3600.0) {
         return Err(bad());
     }
-    Ok(Duration::from_secs_f64(s))
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// The `/metrics` URL of a server: `base` itself when its path already ends in `/metrics`,
@@ -121,6 +128,7 @@ pub fn metrics_url(base: &str) -> Result<String, ScrapeError> {
 pub struct ScrapeConfig {
     /// Server base URLs or full `/metrics` URLs (see [`metrics_url`]).
     pub urls: Vec<String>,
+    /// The time between two scrapes of an endpoint.
     pub interval: Duration,
     /// Limit of one fetch, connect to the end of the body.
     pub timeout: Duration,
@@ -273,10 +281,12 @@ impl std::fmt::Debug for Scraper {
     }
 }
 
-fn lock(m: &Mutex<EndpointLog>) -> MutexGuard<'_, EndpointLog> {
+fn lock(endpoint_log: &Mutex<EndpointLog>) -> MutexGuard<'_, EndpointLog> {
     // A panic while holding the lock cannot leave a log half-written in a way that matters to a
     // reader (every field is valid at all times), so a poisoned lock is still read.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    endpoint_log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Scraper {
@@ -301,7 +311,7 @@ impl Scraper {
         for (url, uri) in uris {
             let log = Arc::new(Mutex::new(EndpointLog::new(url)));
             logs.push(log.clone());
-            let ep = Arc::new(Endpoint {
+            let endpoint = Arc::new(Endpoint {
                 client: client.clone(),
                 uri,
                 clock,
@@ -310,13 +320,13 @@ impl Scraper {
                 log,
                 fetching: tokio::sync::Mutex::new(()),
             });
-            endpoints.push(ep.clone());
-            tasks.push(runtime.spawn(ep.run(cfg.interval, stop_rx.clone())));
+            endpoints.push(endpoint.clone());
+            tasks.push(runtime.spawn(endpoint.run(cfg.interval, stop_rx.clone())));
         }
         let flush_now = Arc::new(Notify::new());
         let journal = cfg.journal.map(|file| {
             let urls: Vec<String> = logs.iter().map(|l| lock(l).url.clone()).collect();
-            let w = JournalWriter::new(file, &clock, cfg.interval, &urls);
+            let writer = JournalWriter::new(file, &clock, cfg.interval, &urls);
             let (done, done_rx) = watch::channel(false);
             let every = cfg.journal_every.max(Duration::from_millis(1));
             let wake = Flushes {
@@ -324,7 +334,7 @@ impl Scraper {
                 now: flush_now.clone(),
                 done: done_rx,
             };
-            let task = runtime.spawn(journal(w, logs.clone(), wake));
+            let task = runtime.spawn(journal(writer, logs.clone(), wake));
             (task, done)
         });
         Ok(Scraper {
@@ -356,8 +366,8 @@ impl Scraper {
     }
 
     /// A scrape of every endpoint now, tagged `b` ([`Boundaries::take`]).
-    pub async fn boundary(&self, b: Boundary) -> Vec<BoundaryScrape> {
-        self.boundaries().take(b).await
+    pub async fn boundary(&self, boundary: Boundary) -> Vec<BoundaryScrape> {
+        self.boundaries().take(boundary).await
     }
 
     /// Take a final scrape of every endpoint, stop, and hand over everything seen.
@@ -390,22 +400,22 @@ impl Scraper {
             interval: self.interval,
             endpoints,
         };
-        if let Some(w) = writer.filter(super::scrape_journal::JournalWriter::spilled) {
-            whole_from_journal(&mut log, &w);
+        if let Some(spilled) = writer.filter(super::scrape_journal::JournalWriter::spilled) {
+            whole_from_journal(&mut log, &spilled);
         }
         log
     }
 }
 
 /// The whole log of a scraper that spilled its change points into the journal: the journal's.
-fn whole_from_journal(log: &mut ScrapeLog, w: &JournalWriter) {
-    match read_journal(w.path()) {
+fn whole_from_journal(log: &mut ScrapeLog, writer: &JournalWriter) {
+    match read_journal(writer.path()) {
         Ok(back) if back.endpoints.len() == log.endpoints.len() => {
-            if w.stopped() {
+            if writer.stopped() {
                 tracing::warn!(
                     "the server-metrics export holds the scrapes up to the journal's last write \
                      ({}); the later ones were not written and are left out",
-                    w.path().display()
+                    writer.path().display()
                 );
             }
             log.endpoints = back.endpoints;
@@ -413,7 +423,7 @@ fn whole_from_journal(log: &mut ScrapeLog, w: &JournalWriter) {
         Ok(_) => tracing::error!(
             "{} names other endpoints than this run scraped; the server-metrics export keeps, for \
              each series, its first value and those from the last flush on",
-            w.path().display()
+            writer.path().display()
         ),
         Err(e) => tracing::error!(
             "cannot read back the server-metrics journal: {e}; the server-metrics export keeps, \
@@ -469,12 +479,12 @@ async fn journal(
         }
         let took = took.elapsed();
         w = match tokio::task::spawn_blocking(move || {
-            let t = std::time::Instant::now();
+            let started = std::time::Instant::now();
             let bytes = w.write_logged();
             tracing::trace!(
                 bytes,
                 take_us = took.as_micros() as u64,
-                write_us = t.elapsed().as_micros() as u64,
+                write_us = started.elapsed().as_micros() as u64,
                 "server metrics journal appended"
             );
             w
@@ -516,23 +526,23 @@ impl Boundaries {
     /// Scrapes every endpoint now (each after its fetch in flight, if any), tagged `b`, and returns
     /// once every endpoint's scrape is in its log (or failed twice: its absence is logged and
     /// recorded). The journal is flushed right after.
-    pub async fn take(&self, b: Boundary) -> Vec<BoundaryScrape> {
+    pub async fn take(&self, boundary: Boundary) -> Vec<BoundaryScrape> {
         let asked_ns = self.clock.now_ns();
         let mut set = tokio::task::JoinSet::new();
         for (i, ep) in self.endpoints.iter().enumerate() {
-            let ep = ep.clone();
+            let endpoint = ep.clone();
             let flush = self.flush_now.clone();
             set.spawn(async move {
-                let got = ep.boundary(b, asked_ns).await;
+                let got = endpoint.boundary(boundary, asked_ns).await;
                 // Journaled at once: a healthy endpoint's boundary never waits for a slow one's.
                 flush.notify_one();
                 (i, got)
             });
         }
         let mut out: Vec<(usize, BoundaryScrape)> = Vec::new();
-        while let Some(r) = set.join_next().await {
-            if let Ok(x) = r {
-                out.push(x);
+        while let Some(joined) = set.join_next().await {
+            if let Ok(scraped) = joined {
+                out.push(scraped);
             }
         }
         out.sort_by_key(|(i, _)| *i);
@@ -555,7 +565,7 @@ struct Endpoint {
 impl Endpoint {
     /// A boundary scrape: after the fetch in flight, one scrape, retried once if it fails; recorded
     /// in the log either way.
-    async fn boundary(&self, b: Boundary, asked_ns: u64) -> BoundaryScrape {
+    async fn boundary(&self, boundary: Boundary, asked_ns: u64) -> BoundaryScrape {
         let _fetching = self.fetching.lock().await;
         let mut failed: Vec<String> = Vec::new();
         let mut taken = None;
@@ -569,7 +579,7 @@ impl Endpoint {
         let url = lock(&self.log).url.clone();
         let taken = match taken {
             Some(idx) => {
-                tracing::debug!(%url, boundary = b.as_str(), attempts, "boundary scrape taken");
+                tracing::debug!(%url, boundary = boundary.as_str(), attempts, "boundary scrape taken");
                 Ok(idx)
             }
             None => {
@@ -578,13 +588,13 @@ impl Endpoint {
                     %url,
                     "the {} boundary scrape failed twice ({why}); the server-metrics export and \
                      the run summary say which window edge it leaves to a periodic scrape",
-                    b.as_str()
+                    boundary.as_str()
                 );
                 Err(why)
             }
         };
         let rec = BoundaryScrape {
-            boundary: b,
+            boundary,
             asked_ns,
             attempts,
             taken,
@@ -627,9 +637,9 @@ impl Endpoint {
         let got = tokio::time::timeout(self.timeout, self.get()).await;
         let (t_ns, body) = match got {
             Err(_) => {
-                let f = fetch(FetchOutcome::Timeout);
+                let failed_fetch = fetch(FetchOutcome::Timeout);
                 let msg = format!("no complete response within {:?}", self.timeout);
-                lock(&self.log).fail(f, msg.clone());
+                lock(&self.log).fail(failed_fetch, msg.clone());
                 return Err(msg);
             }
             Ok(Err((outcome, msg))) => {
@@ -639,15 +649,15 @@ impl Endpoint {
             Ok(Ok(v)) => v,
         };
         let text = String::from_utf8_lossy(&body);
-        let mut h = DefaultHasher::new();
-        text.hash(&mut h);
+        let mut hasher = DefaultHasher::new();
+        text.hash(&mut hasher);
         match prometheus::parse(&text) {
             Ok(families) => {
                 let mut log = lock(&self.log);
                 log.ingest(
                     fetch(FetchOutcome::Ok { changed: true }),
                     t_ns,
-                    h.finish(),
+                    hasher.finish(),
                     families,
                 );
                 Ok(log.scrape_ns.len() as u32 - 1)
@@ -669,14 +679,14 @@ impl Endpoint {
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
+    let mut chain = e.to_string();
     let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
+    while let Some(source) = cur {
+        chain.push_str(": ");
+        chain.push_str(&source.to_string());
+        cur = source.source();
     }
-    s
+    chain
 }
 
 #[cfg(test)]
@@ -705,7 +715,7 @@ mod tests {
 
     #[test]
     fn intervals() {
-        let v = INTERVAL_ENV[1];
+        let v = "AIPERF_SERVER_METRICS_COLLECTION_INTERVAL";
         assert_eq!(
             parse_interval(v, "0.333").unwrap(),
             Duration::from_millis(333)
@@ -873,7 +883,7 @@ sglang:realtime_tokens_total{{mode=\"prefill_compute\"}} {compute}\n\
     /// Prints the points kept, their bytes and the ingest cost; run with
     /// `cargo test --release --lib an_hour_of_scrapes -- --ignored --nocapture`.
     #[test]
-    #[ignore]
+    #[ignore = "an hour of scrapes: a measurement, run on demand"]
     fn an_hour_of_scrapes_stays_bounded() {
         let scrapes = 3 * 3600;
         let mut log = EndpointLog::new("http://x/metrics".into());

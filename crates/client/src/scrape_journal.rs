@@ -52,7 +52,7 @@ pub const SCRAPE_JOURNAL: &str = "server_metrics_journal.jsonl";
 
 /// The format version the header carries; [`read_journal`] reads this one and version 1 (the
 /// same lines without boundary scrapes).
-pub const JOURNAL_VERSION: u32 = 2;
+pub(crate) const JOURNAL_VERSION: u32 = 2;
 
 /// How often a running scraper appends to its journal. A kill loses at most this much of the scrapes
 /// (15 at the default 333 ms interval) of a run that lasts many minutes, while the file gets one line
@@ -66,20 +66,37 @@ const JOURNAL_NAME: &str = "agentx server metrics";
 /// Errors of reading a journal back.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The journal's path.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// The file holds no complete header.
     #[error("{path} is empty or holds only a torn header: the run stopped before its first scrape was journaled; there are no server metrics to rebuild")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The journal's path.
+        path: PathBuf,
+    },
+    /// The header names a format version this build does not read.
     #[error("{path}:1: journal format version {found}, this build reads versions 1 to {JOURNAL_VERSION}; read it with the agentx-host that wrote it")]
-    Version { path: PathBuf, found: u32 },
+    Version {
+        /// The journal's path.
+        path: PathBuf,
+        /// The version the header names.
+        found: u32,
+    },
+    /// A line is not what the format allows there.
     #[error("{path}:{line}: {what}; a journal is only ever appended to by the run that wrote it, so the file was damaged or edited and its server metrics cannot be rebuilt")]
     Line {
+        /// The journal's path.
         path: PathBuf,
+        /// The 1-based line number.
         line: usize,
+        /// What is wrong with the line.
         what: String,
     },
 }
@@ -157,8 +174,8 @@ impl<'de> Deserialize<'de> for JVal {
 struct JPoint(u32, Option<JVal>);
 
 impl JPoint {
-    fn of(p: &Point) -> JPoint {
-        JPoint(p.idx, p.present.then_some(JVal(p.value)))
+    fn of(point: &Point) -> JPoint {
+        JPoint(point.idx, point.present.then_some(JVal(point.value)))
     }
 
     fn point(self) -> Point {
@@ -271,8 +288,8 @@ impl Delta {
     }
 }
 
-fn outcome_text(o: FetchOutcome) -> String {
-    match o {
+fn outcome_text(outcome: FetchOutcome) -> String {
+    match outcome {
         FetchOutcome::Ok { changed: true } => "ok".into(),
         FetchOutcome::Ok { changed: false } => "same".into(),
         FetchOutcome::Connect => "connect".into(),
@@ -283,15 +300,15 @@ fn outcome_text(o: FetchOutcome) -> String {
     }
 }
 
-fn parse_outcome(s: &str) -> Option<FetchOutcome> {
-    Some(match s {
+fn parse_outcome(text: &str) -> Option<FetchOutcome> {
+    Some(match text {
         "ok" => FetchOutcome::Ok { changed: true },
         "same" => FetchOutcome::Ok { changed: false },
         "connect" => FetchOutcome::Connect,
         "timeout" => FetchOutcome::Timeout,
         "body" => FetchOutcome::Body,
         "parse" => FetchOutcome::Parse,
-        _ => FetchOutcome::Status(s.strip_prefix("http ")?.parse().ok()?),
+        _ => FetchOutcome::Status(text.strip_prefix("http ")?.parse().ok()?),
     })
 }
 
@@ -323,29 +340,29 @@ struct Cursor {
 }
 
 /// The points of `t` from `*done` on, and `*done` moved to the end.
-fn new_points(t: &Track, done: &mut usize) -> Vec<JPoint> {
-    let p = t.points();
-    let out = p
+fn new_points(track: &Track, done: &mut usize) -> Vec<JPoint> {
+    let points = track.points();
+    let out = points
         .get(*done..)
         .unwrap_or(&[])
         .iter()
         .map(JPoint::of)
         .collect();
-    *done = p.len();
+    *done = points.len();
     out
 }
 
 /// A histogram's new bucket points: buckets are matched with the flushed ones in order (a page can
 /// only add buckets), so a bucket inserted between two others is `new` at its place.
-fn bucket_delta(h: &HistogramTrack, flushed: &mut Vec<(u64, usize)>) -> Vec<BucketRec> {
+fn bucket_delta(histogram: &HistogramTrack, flushed: &mut Vec<(u64, usize)>) -> Vec<BucketRec> {
     let mut out = Vec::new();
-    let mut next = Vec::with_capacity(h.buckets.len());
-    let mut j = 0;
-    for (at, b) in h.buckets.iter().enumerate() {
+    let mut next = Vec::with_capacity(histogram.buckets.len());
+    let mut flushed_index = 0;
+    for (at, b) in histogram.buckets.iter().enumerate() {
         let bits = b.le.to_bits();
-        let (new, mut done) = match flushed.get(j) {
+        let (new, mut done) = match flushed.get(flushed_index) {
             Some(&(le, n)) if le == bits => {
-                j += 1;
+                flushed_index += 1;
                 (false, n)
             }
             _ => (true, 0),
@@ -365,7 +382,12 @@ fn bucket_delta(h: &HistogramTrack, flushed: &mut Vec<(u64, usize)>) -> Vec<Buck
     out
 }
 
-fn series_delta(family: &str, labels: &Labels, s: &SeriesLog, c: &mut SeriesCursor) -> SeriesRec {
+fn series_delta(
+    family: &str,
+    labels: &Labels,
+    series: &SeriesLog,
+    cursor: &mut SeriesCursor,
+) -> SeriesRec {
     let mut rec = SeriesRec {
         family: family.to_string(),
         labels: labels.clone(),
@@ -375,7 +397,7 @@ fn series_delta(family: &str, labels: &Labels, s: &SeriesLog, c: &mut SeriesCurs
         buckets: Vec::new(),
     };
     let nonempty = |v: Vec<JPoint>| (!v.is_empty()).then_some(v);
-    match (s, c) {
+    match (series, cursor) {
         (SeriesLog::Scalar(t), SeriesCursor::Scalar(n)) => rec.points = nonempty(new_points(t, n)),
         (
             SeriesLog::Histogram(h),
@@ -397,15 +419,15 @@ fn series_delta(family: &str, labels: &Labels, s: &SeriesLog, c: &mut SeriesCurs
 
 /// Drops what of `t` the file holds ([`Track::spill`]) and moves the cursor to what stays; true
 /// when points were dropped.
-fn spill_track(t: &mut Track, done: &mut usize) -> bool {
-    let kept = t.spill(*done);
+fn spill_track(track: &mut Track, done: &mut usize) -> bool {
+    let kept = track.spill(*done);
     let dropped = kept < *done;
     *done = kept;
     dropped
 }
 
-fn spill_series(s: &mut SeriesLog, c: &mut SeriesCursor) -> bool {
-    match (s, c) {
+fn spill_series(series: &mut SeriesLog, cursor: &mut SeriesCursor) -> bool {
+    match (series, cursor) {
         (SeriesLog::Scalar(t), SeriesCursor::Scalar(n)) => spill_track(t, n),
         (
             SeriesLog::Histogram(h),
@@ -417,14 +439,20 @@ fn spill_series(s: &mut SeriesLog, c: &mut SeriesCursor) -> bool {
         ) => {
             let mut dropped = spill_track(&mut h.sum, sum) | spill_track(&mut h.count, count);
             // The flushed buckets in order; a page may have inserted others between them since.
-            let mut j = 0;
+            let mut bucket_index = 0;
             for (bits, done) in buckets.iter_mut() {
-                while h.buckets.get(j).is_some_and(|b| b.le.to_bits() != *bits) {
-                    j += 1;
+                while h
+                    .buckets
+                    .get(bucket_index)
+                    .is_some_and(|b| b.le.to_bits() != *bits)
+                {
+                    bucket_index += 1;
                 }
-                let Some(b) = h.buckets.get_mut(j) else { break };
-                dropped |= spill_track(&mut b.track, done);
-                j += 1;
+                let Some(bucket) = h.buckets.get_mut(bucket_index) else {
+                    break;
+                };
+                dropped |= spill_track(&mut bucket.track, done);
+                bucket_index += 1;
             }
             dropped
         }
@@ -441,8 +469,8 @@ impl Cursor {
                 continue;
             };
             for (labels, c) in &mut fc.series {
-                if let Some(s) = fam.series.get_mut(labels) {
-                    dropped |= spill_series(s, c);
+                if let Some(series) = fam.series.get_mut(labels) {
+                    dropped |= spill_series(series, c);
                 }
             }
         }
@@ -451,19 +479,19 @@ impl Cursor {
 
     /// What `log` gained since the last call, and the cursor moved past it.
     fn delta(&mut self, ep: usize, log: &EndpointLog) -> Delta {
-        let mut d = Delta {
+        let mut delta = Delta {
             ep,
             ..Delta::default()
         };
-        d.fetches = (log.fetches.get(self.fetches..).unwrap_or(&[]).iter())
+        delta.fetches = (log.fetches.get(self.fetches..).unwrap_or(&[]).iter())
             .map(|f| FetchRec(f.start_ns, f.latency_ns, outcome_text(f.outcome)))
             .collect();
         self.fetches = log.fetches.len();
-        d.scrape_ns = log.scrape_ns.get(self.scrape_ns..).unwrap_or(&[]).to_vec();
+        delta.scrape_ns = log.scrape_ns.get(self.scrape_ns..).unwrap_or(&[]).to_vec();
         self.scrape_ns = log.scrape_ns.len();
         for (name, fam) in &log.families {
-            let fc = self.families.entry(name.clone()).or_insert_with(|| {
-                d.families.push(FamilyRec {
+            let family_cursor = self.families.entry(name.clone()).or_insert_with(|| {
+                delta.families.push(FamilyRec {
                     name: name.clone(),
                     kind: fam.kind.as_str().to_string(),
                     help: fam.help.clone(),
@@ -473,42 +501,46 @@ impl Cursor {
                     series: BTreeMap::new(),
                 }
             });
-            if fc.help != fam.help {
-                fc.help = fam.help.clone();
-                d.families.push(FamilyRec {
+            if family_cursor.help != fam.help {
+                family_cursor.help.clone_from(&fam.help);
+                delta.families.push(FamilyRec {
                     name: name.clone(),
                     kind: fam.kind.as_str().to_string(),
                     help: fam.help.clone(),
                 });
             }
             for (labels, s) in &fam.series {
-                let c = fc.series.entry(labels.clone()).or_insert_with(|| match s {
-                    SeriesLog::Scalar(_) => SeriesCursor::Scalar(0),
-                    SeriesLog::Histogram(_) => SeriesCursor::Histogram {
-                        sum: 0,
-                        count: 0,
-                        buckets: Vec::new(),
-                    },
-                });
-                let rec = series_delta(name, labels, s, c);
+                let series_cursor =
+                    family_cursor
+                        .series
+                        .entry(labels.clone())
+                        .or_insert_with(|| match s {
+                            SeriesLog::Scalar(_) => SeriesCursor::Scalar(0),
+                            SeriesLog::Histogram(_) => SeriesCursor::Histogram {
+                                sum: 0,
+                                count: 0,
+                                buckets: Vec::new(),
+                            },
+                        });
+                let rec = series_delta(name, labels, s, series_cursor);
                 if rec.points.is_some()
                     || rec.sum.is_some()
                     || rec.count.is_some()
                     || !rec.buckets.is_empty()
                 {
-                    d.series.push(rec);
+                    delta.series.push(rec);
                 }
             }
         }
         if log.last_hash() != self.hash {
             self.hash = log.last_hash();
-            d.hash = self.hash;
+            delta.hash = self.hash;
         }
         if log.last_error != self.last_error {
             self.last_error.clone_from(&log.last_error);
-            d.last_error.clone_from(&log.last_error);
+            delta.last_error.clone_from(&log.last_error);
         }
-        d.boundaries = (log.boundaries.get(self.boundaries..).unwrap_or(&[]).iter())
+        delta.boundaries = (log.boundaries.get(self.boundaries..).unwrap_or(&[]).iter())
             .map(|b| BoundaryRec {
                 at: b.boundary.as_str().to_string(),
                 asked_ns: b.asked_ns,
@@ -518,7 +550,7 @@ impl Cursor {
             })
             .collect();
         self.boundaries = log.boundaries.len();
-        d
+        delta
     }
 }
 
@@ -574,10 +606,10 @@ impl JournalWriter {
         if self.stopped {
             return;
         }
-        if let Some(c) = self.cursors.get_mut(ep) {
-            let d = c.delta(ep, log);
-            if !d.is_empty() {
-                self.pending.push(d);
+        if let Some(cursor) = self.cursors.get_mut(ep) {
+            let delta = cursor.delta(ep, log);
+            if !delta.is_empty() {
+                self.pending.push(delta);
             }
         }
     }
@@ -590,8 +622,8 @@ impl JournalWriter {
         if self.stopped || !self.pending.is_empty() {
             return;
         }
-        if let Some(c) = self.cursors.get_mut(ep) {
-            self.spilled |= c.spill(log);
+        if let Some(cursor) = self.cursors.get_mut(ep) {
+            self.spilled |= cursor.spill(log);
         }
     }
 
@@ -613,8 +645,8 @@ impl JournalWriter {
     /// Writes what was taken as whole lines, in one write (blocking I/O); the bytes written.
     fn write_pending(&mut self) -> std::io::Result<usize> {
         let mut buf = Vec::new();
-        if let Some(h) = &self.header {
-            serde_json::to_writer(&mut buf, h).map_err(std::io::Error::other)?;
+        if let Some(header_line) = &self.header {
+            serde_json::to_writer(&mut buf, header_line).map_err(std::io::Error::other)?;
             buf.push(b'\n');
         }
         for d in self.pending.drain(..) {
@@ -668,13 +700,13 @@ fn read_header(path: &Path, line: &[u8]) -> Result<Header, JournalError> {
         line: 1,
         what,
     };
-    let v: serde_json::Value = parse_line(line).map_err(bad)?;
-    if v.get("journal").and_then(|j| j.as_str()) != Some(JOURNAL_NAME) {
+    let header: serde_json::Value = parse_line(line).map_err(bad)?;
+    if header.get("journal").and_then(|j| j.as_str()) != Some(JOURNAL_NAME) {
         return Err(bad(format!(
             "not a server-metrics journal header (no \"journal\":\"{JOURNAL_NAME}\")"
         )));
     }
-    match v.get("version").and_then(serde_json::Value::as_u64) {
+    match header.get("version").and_then(serde_json::Value::as_u64) {
         Some(n) if (1..=u64::from(JOURNAL_VERSION)).contains(&n) => {}
         Some(n) => {
             return Err(JournalError::Version {
@@ -684,7 +716,7 @@ fn read_header(path: &Path, line: &[u8]) -> Result<Header, JournalError> {
         }
         None => return Err(bad("the header has no format version".into())),
     }
-    serde_json::from_value(v).map_err(|e| bad(format!("{e}")))
+    serde_json::from_value(header).map_err(|e| bad(format!("{e}")))
 }
 
 /// Reads a journal back into the scrape log it recorded, as of its last complete line. A torn last
@@ -698,16 +730,16 @@ pub fn read_journal(path: &Path) -> Result<ScrapeLog, JournalError> {
     // (1-based line number, the line, whether its newline was written)
     let mut lines: Vec<(usize, &[u8], bool)> = Vec::new();
     let mut rest: &[u8] = &bytes;
-    let mut n = 0;
+    let mut line_no = 0;
     while !rest.is_empty() {
-        n += 1;
+        line_no += 1;
         let (line, whole, next) = match rest.iter().position(|b| *b == b'\n') {
             Some(i) => (&rest[..i], true, &rest[i + 1..]),
             None => (rest, false, &[][..]),
         };
         rest = next;
         if !line.iter().all(u8::is_ascii_whitespace) {
-            lines.push((n, line, whole));
+            lines.push((line_no, line, whole));
         }
     }
     let torn = |n: usize| {
@@ -742,22 +774,22 @@ pub fn read_journal(path: &Path) -> Result<ScrapeLog, JournalError> {
             line: n,
             what,
         };
-        let d: Delta = match parse_line(line) {
-            Ok(d) => d,
+        let delta: Delta = match parse_line(line) {
+            Ok(delta) => delta,
             Err(_) if i == last && !whole => {
                 torn(n);
                 break;
             }
             Err(e) => return Err(bad(e)),
         };
-        let Some(log) = endpoints.get_mut(d.ep) else {
+        let Some(log) = endpoints.get_mut(delta.ep) else {
             return Err(bad(format!(
                 "endpoint {} of a journal of {} endpoints",
-                d.ep,
+                delta.ep,
                 header.endpoints.len()
             )));
         };
-        apply(log, d).map_err(bad)?;
+        apply(log, delta).map_err(bad)?;
     }
     Ok(ScrapeLog {
         clock: Clock::from_anchor_unix_ns(header.anchor_unix_ns),
@@ -766,19 +798,24 @@ pub fn read_journal(path: &Path) -> Result<ScrapeLog, JournalError> {
     })
 }
 
-fn count_failure(f: &mut FailureCounts, o: FetchOutcome) {
-    match o {
-        FetchOutcome::Connect => f.connect += 1,
-        FetchOutcome::Status(_) => f.status += 1,
-        FetchOutcome::Timeout => f.timeout += 1,
-        FetchOutcome::Body => f.body += 1,
-        FetchOutcome::Parse => f.parse += 1,
+fn count_failure(counts: &mut FailureCounts, outcome: FetchOutcome) {
+    match outcome {
+        FetchOutcome::Connect => counts.connect += 1,
+        FetchOutcome::Status(_) => counts.status += 1,
+        FetchOutcome::Timeout => counts.timeout += 1,
+        FetchOutcome::Body => counts.body += 1,
+        FetchOutcome::Parse => counts.parse += 1,
         FetchOutcome::Ok { .. } => {}
     }
 }
 
 /// Appends points to a track, each at a scrape the log has.
-fn extend(t: &mut Track, points: Vec<JPoint>, scrapes: usize, what: &str) -> Result<(), String> {
+fn extend(
+    track: &mut Track,
+    points: Vec<JPoint>,
+    scrapes: usize,
+    what: &str,
+) -> Result<(), String> {
     for p in points {
         if p.0 as usize >= scrapes {
             return Err(format!(
@@ -786,14 +823,16 @@ fn extend(t: &mut Track, points: Vec<JPoint>, scrapes: usize, what: &str) -> Res
                 p.0
             ));
         }
-        t.append(p.point()).map_err(|e| format!("{what}: {e}"))?;
+        track
+            .append(p.point())
+            .map_err(|e| format!("{what}: {e}"))?;
     }
     Ok(())
 }
 
 /// Folds one line's delta into its endpoint's log.
-fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
-    for FetchRec(start_ns, latency_ns, o) in d.fetches {
+fn apply(log: &mut EndpointLog, delta: Delta) -> Result<(), String> {
+    for FetchRec(start_ns, latency_ns, o) in delta.fetches {
         let outcome = parse_outcome(&o).ok_or_else(|| {
             format!(
                 "{o:?} is not a fetch outcome (ok, same, connect, timeout, body, parse, http N)"
@@ -806,8 +845,8 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
             outcome,
         });
     }
-    log.scrape_ns.extend(d.scrape_ns);
-    for f in d.families {
+    log.scrape_ns.extend(delta.scrape_ns);
+    for f in delta.families {
         let kind = MetricType::parse(&f.kind)
             .ok_or_else(|| format!("family {}: {:?} is not a metric type", f.name, f.kind))?;
         match log.families.get_mut(&f.name) {
@@ -826,7 +865,7 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
         }
     }
     let scrapes = log.scrape_ns.len();
-    for s in d.series {
+    for s in delta.series {
         let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
         let what = format!("series {}{{{}}}", s.family, labels.join(","));
         let Some(fam) = log.families.get_mut(&s.family) else {
@@ -859,13 +898,13 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
             }
         }
     }
-    if d.hash.is_some() {
-        log.set_last_hash(d.hash);
+    if delta.hash.is_some() {
+        log.set_last_hash(delta.hash);
     }
-    if d.last_error.is_some() {
-        log.last_error = d.last_error;
+    if delta.last_error.is_some() {
+        log.last_error = delta.last_error;
     }
-    for b in d.boundaries {
+    for b in delta.boundaries {
         let boundary = Boundary::parse(&b.at).ok_or_else(|| {
             format!(
                 "{:?} is not a boundary ({})",
@@ -900,37 +939,37 @@ fn apply(log: &mut EndpointLog, d: Delta) -> Result<(), String> {
 }
 
 fn apply_bucket(
-    h: &mut HistogramTrack,
-    b: BucketRec,
+    histogram: &mut HistogramTrack,
+    bucket: BucketRec,
     scrapes: usize,
     what: &str,
 ) -> Result<(), String> {
-    let what = format!("{what} bucket le={:?}", b.le);
-    let Some(le) = prometheus::parse_value(&b.le) else {
+    let what = format!("{what} bucket le={:?}", bucket.le);
+    let Some(bound) = prometheus::parse_value(&bucket.le) else {
         return Err(format!("{what}: the bound is not a number"));
     };
-    if b.new {
-        if b.at > h.buckets.len() {
+    if bucket.new {
+        if bucket.at > histogram.buckets.len() {
             return Err(format!(
                 "{what}: a new bucket at place {} of {}",
-                b.at,
-                h.buckets.len()
+                bucket.at,
+                histogram.buckets.len()
             ));
         }
-        h.buckets.insert(
-            b.at,
+        histogram.buckets.insert(
+            bucket.at,
             Bucket {
-                le,
-                le_text: b.le.clone(),
+                le: bound,
+                le_text: bucket.le.clone(),
                 track: Track::default(),
             },
         );
     }
-    match h.buckets.get_mut(b.at) {
-        Some(bucket) if bucket.le_text == b.le => {
-            extend(&mut bucket.track, b.points, scrapes, &what)
+    match histogram.buckets.get_mut(bucket.at) {
+        Some(kept) if kept.le_text == bucket.le => {
+            extend(&mut kept.track, bucket.points, scrapes, &what)
         }
-        _ => Err(format!("{what}: no such bucket at place {}", b.at)),
+        _ => Err(format!("{what}: no such bucket at place {}", bucket.at)),
     }
 }
 

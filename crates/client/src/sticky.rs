@@ -39,16 +39,16 @@ impl Sender {
             Sender::H1(s) => {
                 // HTTP/1.1 on a bare connection: origin-form target and a Host header.
                 if !req.headers().contains_key(HOST) {
-                    if let Some(v) = req
+                    if let Some(host) = req
                         .uri()
                         .authority()
                         .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
                     {
-                        req.headers_mut().insert(HOST, v);
+                        req.headers_mut().insert(HOST, host);
                     }
                 }
-                if let Some(pq) = req.uri().path_and_query().cloned() {
-                    *req.uri_mut() = pq.as_str().parse().unwrap_or_default();
+                if let Some(path_and_query) = req.uri().path_and_query().cloned() {
+                    *req.uri_mut() = path_and_query.as_str().parse().unwrap_or_default();
                 }
                 s.send_request(req).await
             }
@@ -62,6 +62,7 @@ impl Sender {
 pub(crate) struct StickyError {
     /// No connection could be opened (refused, DNS, TLS, timeout).
     pub connect: bool,
+    /// What went wrong, for the request's failure.
     pub message: String,
 }
 
@@ -79,11 +80,6 @@ impl Sticky {
             http2,
             sessions: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Sessions holding a connection slot now.
-    pub(crate) fn len(&self) -> usize {
-        self.sessions.lock().expect("sticky lock").len()
     }
 
     /// Drops a session's connection.

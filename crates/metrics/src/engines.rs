@@ -21,11 +21,17 @@
 /// An inference engine whose metric names the host knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Backend {
+    /// NVIDIA Dynamo's frontend and components (`dynamo_frontend_`, `dynamo_component_`).
     Dynamo,
+    /// ATOM (`atom:`).
     Atom,
+    /// SGLang (`sglang:`).
     Sglang,
+    /// vLLM (`vllm:`).
     Vllm,
+    /// TensorRT-LLM (`trtllm_`).
     TrtLlm,
+    /// llama.cpp's server (`llamacpp:`).
     LlamaCpp,
 }
 
@@ -40,6 +46,7 @@ impl Backend {
         Backend::LlamaCpp,
     ];
 
+    /// The lower-case name reports and files use (`vllm`, `trtllm`...).
     pub fn name(self) -> &'static str {
         match self {
             Backend::Dynamo => "dynamo",
@@ -74,19 +81,26 @@ impl Backend {
 pub enum HitRate {
     /// `hits / of`.
     Ratio {
+        /// The counter of hits.
         hits: &'static str,
+        /// The counter of lookups.
         of: &'static str,
     },
     /// The series of `metric` whose `label` is `value`, over all its series.
     Share {
+        /// The counter.
         metric: &'static str,
+        /// The label that says which series are hits.
         label: &'static str,
+        /// The label's value on the hit series.
         value: &'static str,
     },
     /// `hits / (hits + rest)`: an engine that counts the tokens it reused apart from the ones it
     /// evaluated.
     OverSum {
+        /// The counter of reused tokens.
         hits: &'static str,
+        /// The counter of evaluated tokens.
         rest: &'static str,
     },
 }
@@ -95,6 +109,7 @@ pub enum HitRate {
 /// name present wins.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Engine {
+    /// The engine this row is for.
     pub backend: Backend,
     /// Requests running now (gauges, summed over series and endpoints).
     pub running: &'static [&'static str],
@@ -105,11 +120,11 @@ pub struct Engine {
     /// `kv_usage` is a percentage.
     pub kv_usage_percent: bool,
     /// CPU KV-cache usage (gauges, averaged, a fraction).
-    pub cpu_kv_usage: &'static [&'static str],
+    pub(crate) cpu_kv_usage: &'static [&'static str],
     /// The prefix-cache hit rate, the first that can be computed.
     pub hit_rate: &'static [HitRate],
     /// The external (offload) tier's hit rate, the first that can be computed.
-    pub external_hit_rate: &'static [HitRate],
+    pub(crate) external_hit_rate: &'static [HitRate],
     /// Prompt tokens: the first counter, plus the increases of the others when present (an
     /// engine that counts reused tokens apart).
     pub prompt_tokens: &'static [&'static str],

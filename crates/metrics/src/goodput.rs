@@ -23,17 +23,19 @@ const ALIASES: [(&str, &str); 3] = [
 
 /// One bound: a per-request metric and its threshold in the metric's display unit.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Slo {
+pub(crate) struct Slo {
+    /// The per-request metric the bound applies to.
     pub metric: MetricDef,
+    /// The bound, in the metric's display unit (ms for latencies).
     pub threshold: f64,
     /// Met at or above the threshold (a throughput), not at or below.
-    pub larger_is_better: bool,
+    pub(crate) larger_is_better: bool,
 }
 
 /// The objectives of `--goodput`, in the order given.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Goodput {
-    pub slos: Vec<Slo>,
+    pub(crate) slos: Vec<Slo>,
 }
 
 /// What the objectives made of a run's profiling requests.
@@ -41,6 +43,7 @@ pub struct Goodput {
     Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 pub struct GoodputFigures {
+    /// Profiling requests that met every objective.
     pub good_request_count: u64,
     /// Good requests per second of the benchmark duration.
     pub goodput: f64,
@@ -49,17 +52,17 @@ pub struct GoodputFigures {
 }
 
 /// aiperf's three goodput metrics (tags, headers and units as its exports write them).
-pub const GOOD_REQUEST_COUNT: MetricDef = MetricDef {
+pub(crate) const GOOD_REQUEST_COUNT: MetricDef = MetricDef {
     tag: "good_request_count",
     header: "Good Request Count",
     unit: "requests",
 };
-pub const GOODPUT: MetricDef = MetricDef {
+pub(crate) const GOODPUT: MetricDef = MetricDef {
     tag: "goodput",
     header: "Goodput",
     unit: "requests/sec",
 };
-pub const GOOD_REQUEST_FRACTION: MetricDef = MetricDef {
+pub(crate) const GOOD_REQUEST_FRACTION: MetricDef = MetricDef {
     tag: "good_request_fraction",
     header: "GoodRequestFraction",
     unit: "ratio",
@@ -84,7 +87,7 @@ impl GoodputFigures {
 }
 
 /// Whether a figure in `unit` is met at or above its bound: a throughput or a ratio.
-pub fn larger_is_better(unit: &str) -> bool {
+pub(crate) fn larger_is_better(unit: &str) -> bool {
     unit.contains("/sec") || unit == "ratio"
 }
 
@@ -170,21 +173,21 @@ impl Goodput {
     }
 
     /// Whether `r` succeeded and met every objective.
-    pub fn is_good(&self, r: &RequestRecord) -> bool {
+    pub(crate) fn is_good(&self, r: &RequestRecord) -> bool {
         if stats::class(r) != stats::Class::Valid {
             return false;
         }
         let values = stats::record_values(r);
-        self.slos.iter().all(|s| {
-            let v = values.iter().find_map(|(m, v)| match v {
-                _ if m.tag != s.metric.tag => None,
+        self.slos.iter().all(|slo| {
+            let figure = values.iter().find_map(|(m, figure)| match figure {
+                _ if m.tag != slo.metric.tag => None,
                 Value::Int(i) => Some(*i as f64),
                 Value::Float(f) => Some(*f),
                 Value::List(_) => None,
             });
-            match v {
-                Some(v) if s.larger_is_better => v >= s.threshold,
-                Some(v) => v <= s.threshold,
+            match figure {
+                Some(figure) if slo.larger_is_better => figure >= slo.threshold,
+                Some(figure) => figure <= slo.threshold,
                 None => false,
             }
         })

@@ -26,12 +26,19 @@ use agentx_record::{Phase, RequestRecord};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct PublishedStats {
+    /// The mean.
     pub mean: f64,
+    /// The median.
     pub p50: f64,
+    /// The 75th percentile.
     pub p75: f64,
+    /// The 90th percentile.
     pub p90: f64,
+    /// The 95th percentile.
     pub p95: f64,
+    /// The 99th percentile.
     pub p99: f64,
+    /// The 99.9th percentile (`p99.9` in JSON).
     #[serde(rename = "p99.9")]
     pub p99_9: f64,
     /// The population standard deviation.
@@ -81,7 +88,7 @@ impl FullResponseInteractivity {
     }
 
     /// The figures of full-response ITL samples in seconds per token (all positive).
-    pub fn of_itl(samples: Vec<f64>) -> Option<FullResponseInteractivity> {
+    pub(crate) fn of_itl(samples: Vec<f64>) -> Option<FullResponseInteractivity> {
         let requests = samples.len() as u64;
         let reciprocals: Vec<f64> = samples.iter().map(|s| 1.0 / s).collect();
         let itl = Sorted::new(samples)?;
@@ -100,9 +107,9 @@ impl FullResponseInteractivity {
             ..PublishedStats::default()
         };
         for (p, field) in PERCENTILES {
-            let v = itl.percentile(p);
-            *field(&mut itl_s) = v;
-            *field(&mut intvty) = 1.0 / v;
+            let value = itl.percentile(p);
+            *field(&mut itl_s) = value;
+            *field(&mut intvty) = 1.0 / value;
         }
         Some(FullResponseInteractivity {
             requests,

@@ -7,6 +7,7 @@
 //! publishes ([`interactivity`]).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod engines;
 pub mod goodput;
@@ -50,16 +51,16 @@ pub struct Dist {
 
 impl Dist {
     /// `None` for no values.
-    pub fn of(v: Vec<f64>) -> Option<Dist> {
-        let s = dist::Sorted::new(v)?;
+    pub fn of(values: Vec<f64>) -> Option<Dist> {
+        let sorted = dist::Sorted::new(values)?;
         Some(Dist {
-            count: s.len(),
-            avg: s.mean(),
-            min: s.min(),
-            p50: s.percentile(50.0),
-            p90: s.percentile(90.0),
-            p99: s.percentile(99.0),
-            max: s.max(),
+            count: sorted.len(),
+            avg: sorted.mean(),
+            min: sorted.min(),
+            p50: sorted.percentile(50.0),
+            p90: sorted.percentile(90.0),
+            p99: sorted.percentile(99.0),
+            max: sorted.max(),
         })
     }
 }
@@ -128,7 +129,7 @@ pub struct Summary {
 impl Summary {
     /// The figures of `records` (warmup records are counted, not measured).
     pub fn of(records: &[RequestRecord]) -> Summary {
-        let mut s = Summary::default();
+        let mut summary = Summary::default();
         let (mut ttft, mut itl, mut lat, mut lag, mut isl, mut osl) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         let (mut scheduled_ttft, mut scheduled_lat) = (vec![], vec![]);
@@ -136,72 +137,72 @@ impl Summary {
         let mut cached = Some(0u64);
         for r in records {
             if r.phase == Phase::Warmup {
-                s.warmup_requests += 1;
+                summary.warmup_requests += 1;
                 if r.context_overflow {
-                    s.warmup_context_overflows += 1;
+                    summary.warmup_context_overflows += 1;
                 }
                 continue;
             }
             match Outcome::of(r) {
                 Outcome::ContextOverflow => {
-                    s.context_overflows += 1;
+                    summary.context_overflows += 1;
                     continue;
                 }
                 Outcome::Cancelled => {
-                    s.cancelled += 1;
+                    summary.cancelled += 1;
                     continue;
                 }
                 Outcome::Failed => {
-                    s.requests_failed += 1;
+                    summary.requests_failed += 1;
                     continue;
                 }
                 Outcome::Ok => {}
             }
-            s.requests_ok += 1;
+            summary.requests_ok += 1;
             first = first.min(r.send_ns);
             last = last.max(r.end_ns);
-            s.input_tokens += r.isl;
-            s.output_tokens += r.osl;
+            summary.input_tokens += r.isl;
+            summary.output_tokens += r.osl;
             cached = cached.and_then(|c| r.usage.cached_tokens.map(|x| c + x));
-            let ms = |ns: f64| ns / 1e6;
-            if let Some(t) = r.ttft_ns() {
-                ttft.push(ms(t as f64));
+            let to_ms = |ns: f64| ns / 1e6;
+            if let Some(ttft_ns) = r.ttft_ns() {
+                ttft.push(to_ms(ttft_ns as f64));
             }
-            if let Some(t) = r.itl_ns() {
-                itl.push(ms(t));
+            if let Some(itl_ns) = r.itl_ns() {
+                itl.push(to_ms(itl_ns));
             }
-            if let Some(t) = r.latency_ns() {
-                lat.push(ms(t as f64));
+            if let Some(latency_ns) = r.latency_ns() {
+                lat.push(to_ms(latency_ns as f64));
             }
-            if let Some(t) = r.scheduled_ttft_ns() {
-                scheduled_ttft.push(ms(t as f64));
+            if let Some(scheduled_ttft_ns) = r.scheduled_ttft_ns() {
+                scheduled_ttft.push(to_ms(scheduled_ttft_ns as f64));
             }
-            if let Some(t) = r.scheduled_latency_ns() {
-                scheduled_lat.push(ms(t as f64));
+            if let Some(scheduled_latency_ns) = r.scheduled_latency_ns() {
+                scheduled_lat.push(to_ms(scheduled_latency_ns as f64));
             }
-            lag.push(ms(r.send_lag_ns() as f64));
+            lag.push(to_ms(r.send_lag_ns() as f64));
             isl.push(r.isl as f64);
             osl.push(r.osl as f64);
         }
-        if s.requests_ok > 0 {
-            s.duration_s = (last.saturating_sub(first)) as f64 / 1e9;
-            s.cached_tokens = cached;
+        if summary.requests_ok > 0 {
+            summary.duration_s = (last.saturating_sub(first)) as f64 / 1e9;
+            summary.cached_tokens = cached;
         }
-        let d = s.duration_s.max(1e-9);
-        if s.requests_ok > 0 {
-            s.request_throughput = s.requests_ok as f64 / d;
-            s.output_token_throughput = s.output_tokens as f64 / d;
-            s.input_token_throughput = s.input_tokens as f64 / d;
+        let duration = summary.duration_s.max(1e-9);
+        if summary.requests_ok > 0 {
+            summary.request_throughput = summary.requests_ok as f64 / duration;
+            summary.output_token_throughput = summary.output_tokens as f64 / duration;
+            summary.input_token_throughput = summary.input_tokens as f64 / duration;
         }
-        s.ttft_ms = Dist::of(ttft);
-        s.itl_ms = Dist::of(itl);
-        s.latency_ms = Dist::of(lat);
-        s.scheduled_ttft_ms = Dist::of(scheduled_ttft);
-        s.scheduled_latency_ms = Dist::of(scheduled_lat);
-        s.send_lag_ms = Dist::of(lag);
-        s.isl = Dist::of(isl);
-        s.osl = Dist::of(osl);
-        s.full_response = interactivity::FullResponseInteractivity::of(records);
-        s
+        summary.ttft_ms = Dist::of(ttft);
+        summary.itl_ms = Dist::of(itl);
+        summary.latency_ms = Dist::of(lat);
+        summary.scheduled_ttft_ms = Dist::of(scheduled_ttft);
+        summary.scheduled_latency_ms = Dist::of(scheduled_lat);
+        summary.send_lag_ms = Dist::of(lag);
+        summary.isl = Dist::of(isl);
+        summary.osl = Dist::of(osl);
+        summary.full_response = interactivity::FullResponseInteractivity::of(records);
+        summary
     }
 }

@@ -14,9 +14,13 @@ use std::collections::HashMap;
 /// The type a `# TYPE` line declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MetricType {
+    /// `counter`: a total that only goes up (the family is named without `_total`).
     Counter,
+    /// `gauge`: a value that goes up and down.
     Gauge,
+    /// `histogram`: `_bucket` series by `le`, with `_sum` and `_count`.
     Histogram,
+    /// `summary`: quantile series, with `_sum` and `_count`.
     Summary,
     /// `untyped`, or no `# TYPE` line at all.
     Untyped,
@@ -54,6 +58,7 @@ pub struct Sample {
     pub name: String,
     /// Labels in the order written, values unescaped.
     pub labels: Vec<(String, String)>,
+    /// The sample's value (NaN and the infinities as written).
     pub value: f64,
     /// Milliseconds since the Unix epoch, when the server gave one.
     pub timestamp_ms: Option<i64>,
@@ -74,9 +79,11 @@ impl Sample {
 pub struct Family {
     /// The family name (counters without `_total`).
     pub name: String,
+    /// The type its `# TYPE` line declared (untyped without one).
     pub kind: MetricType,
     /// The `# HELP` text, unescaped; empty without one.
     pub help: String,
+    /// The samples of the family, in page order.
     pub samples: Vec<Sample>,
 }
 
@@ -94,6 +101,7 @@ impl Family {
 pub struct ParseError {
     /// 1-based line number.
     pub line: usize,
+    /// What is wrong with the line.
     pub message: String,
     /// The start of the offending line.
     pub excerpt: String,
@@ -134,13 +142,16 @@ impl<'a> Cursor<'a> {
     }
 
     fn name(&mut self, label: bool) -> Option<&'a str> {
-        let b = self.s.as_bytes();
+        let bytes = self.s.as_bytes();
         let start = self.i;
-        match b.get(self.i) {
-            Some(&c) if is_name_start(c) && !(label && c == b':') => self.i += 1,
+        match bytes.get(self.i) {
+            Some(&byte) if is_name_start(byte) && !(label && byte == b':') => self.i += 1,
             _ => return None,
         }
-        while self.i < b.len() && is_name_char(b[self.i]) && !(label && b[self.i] == b':') {
+        while self.i < bytes.len()
+            && is_name_char(bytes[self.i])
+            && !(label && bytes[self.i] == b':')
+        {
             self.i += 1;
         }
         Some(&self.s[start..self.i])
@@ -178,84 +189,84 @@ pub fn parse_value(s: &str) -> Option<f64> {
 
 fn unescape_help(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c == '\\' {
-            match it.next() {
+    let mut chars = s.chars();
+    while let Some(character) = chars.next() {
+        if character == '\\' {
+            match chars.next() {
                 Some('n') => out.push('\n'),
                 Some('\\') => out.push('\\'),
-                Some(o) => {
+                Some(other) => {
                     out.push('\\');
-                    out.push(o);
+                    out.push(other);
                 }
                 None => out.push('\\'),
             }
         } else {
-            out.push(c);
+            out.push(character);
         }
     }
     out
 }
 
 /// Parse the `{...}` label block at the cursor (which points at `{`).
-fn labels(c: &mut Cursor<'_>) -> Result<Vec<(String, String)>, String> {
-    c.i += 1; // '{'
+fn labels(cursor: &mut Cursor<'_>) -> Result<Vec<(String, String)>, String> {
+    cursor.i += 1; // '{'
     let mut out: Vec<(String, String)> = Vec::new();
     loop {
-        c.skip_ws();
-        if c.peek() == Some(b'}') {
-            c.i += 1;
+        cursor.skip_ws();
+        if cursor.peek() == Some(b'}') {
+            cursor.i += 1;
             return Ok(out);
         }
-        let name = c
+        let name = cursor
             .name(true)
-            .ok_or_else(|| format!("expected a label name at column {}", c.i + 1))?
+            .ok_or_else(|| format!("expected a label name at column {}", cursor.i + 1))?
             .to_string();
-        c.skip_ws();
-        if c.peek() != Some(b'=') {
+        cursor.skip_ws();
+        if cursor.peek() != Some(b'=') {
             return Err(format!("expected `=` after label {name:?}"));
         }
-        c.i += 1;
-        c.skip_ws();
-        if c.peek() != Some(b'"') {
+        cursor.i += 1;
+        cursor.skip_ws();
+        if cursor.peek() != Some(b'"') {
             return Err(format!(
                 "the value of label {name:?} must be in double quotes"
             ));
         }
-        c.i += 1;
+        cursor.i += 1;
         let mut value = String::new();
-        let rest = c.rest();
+        let rest = cursor.rest();
         let mut chars = rest.char_indices();
         let mut closed = None;
-        while let Some((j, ch)) = chars.next() {
-            match ch {
+        while let Some((offset, character)) = chars.next() {
+            match character {
                 '"' => {
-                    closed = Some(j + 1);
+                    closed = Some(offset + 1);
                     break;
                 }
                 '\\' => match chars.next() {
                     Some((_, 'n')) => value.push('\n'),
                     Some((_, '"')) => value.push('"'),
                     Some((_, '\\')) => value.push('\\'),
-                    Some((_, o)) => {
-                        return Err(format!("unknown escape `\\{o}` in label {name:?}"))
+                    Some((_, other)) => {
+                        return Err(format!("unknown escape `\\{other}` in label {name:?}"))
                     }
                     None => break,
                 },
-                _ => value.push(ch),
+                _ => value.push(character),
             }
         }
         let Some(len) = closed else {
             return Err(format!("unterminated value of label {name:?}"));
         };
-        c.i += len;
+        cursor.i += len;
         if out.iter().any(|(k, _)| *k == name) {
             return Err(format!("label {name:?} appears twice"));
         }
         out.push((name, value));
-        c.skip_ws();
-        match c.peek() {
-            Some(b',') => c.i += 1,
+        cursor.skip_ws();
+        match cursor.peek() {
+            Some(b',') => cursor.i += 1,
             Some(b'}') => {}
             _ => return Err("expected `,` or `}` after a label".to_string()),
         }
@@ -276,8 +287,8 @@ struct Builder {
 
 impl Builder {
     fn family(&mut self, name: &str, kind: MetricType) -> usize {
-        if let Some(&i) = self.by_name.get(name) {
-            return i;
+        if let Some(&index) = self.by_name.get(name) {
+            return index;
         }
         let help = self
             .pending_help
@@ -290,9 +301,9 @@ impl Builder {
             help,
             samples: Vec::new(),
         });
-        let i = self.families.len() - 1;
-        self.by_name.insert(name.to_string(), i);
-        i
+        let index = self.families.len() - 1;
+        self.by_name.insert(name.to_string(), index);
+        index
     }
 
     fn declare(&mut self, declared: &str, kind: MetricType) -> Result<(), String> {
@@ -300,27 +311,27 @@ impl Builder {
             MetricType::Counter => declared.strip_suffix("_total").unwrap_or(declared),
             _ => declared,
         };
-        if let Some(&i) = self.by_name.get(name) {
-            let f = &self.families[i];
-            if !f.samples.is_empty() || f.kind != kind {
+        if let Some(&index) = self.by_name.get(name) {
+            let family = &self.families[index];
+            if !family.samples.is_empty() || family.kind != kind {
                 return Err(format!("a second `# TYPE` line for {declared}"));
             }
         }
         // HELP may name either spelling of a counter.
         if name != declared {
-            if let Some(h) = self.pending_help.remove(declared) {
-                self.pending_help.insert(name.to_string(), h);
+            if let Some(help) = self.pending_help.remove(declared) {
+                self.pending_help.insert(name.to_string(), help);
             }
         }
-        let i = self.family(name, kind);
+        let index = self.family(name, kind);
         let suffixes: &[&str] = match kind {
             MetricType::Counter => &["", "_total", "_created"],
             MetricType::Histogram => &["_bucket", "_sum", "_count", "_created"],
             MetricType::Summary => &["", "_sum", "_count", "_created"],
             MetricType::Gauge | MetricType::Untyped => &[""],
         };
-        for s in suffixes {
-            self.owner.insert(format!("{name}{s}"), i);
+        for suffix in suffixes {
+            self.owner.insert(format!("{name}{suffix}"), index);
         }
         Ok(())
     }
@@ -344,21 +355,21 @@ impl Builder {
     }
 
     fn sample(&mut self, s: Sample) {
-        let i = match self.owner.get(&s.name) {
-            Some(&i) => i,
+        let index = match self.owner.get(&s.name) {
+            Some(&index) => index,
             None => {
-                let i = self.family(&s.name.clone(), MetricType::Untyped);
-                self.owner.insert(s.name.clone(), i);
-                i
+                let index = self.family(&s.name.clone(), MetricType::Untyped);
+                self.owner.insert(s.name.clone(), index);
+                index
             }
         };
-        self.families[i].samples.push(s);
+        self.families[index].samples.push(s);
     }
 }
 
 /// Parse one exposition page into its families, in order of first appearance.
 pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
-    let mut b = Builder::default();
+    let mut builder = Builder::default();
     for (n, raw) in text.lines().enumerate() {
         let line_no = n + 1;
         let line = raw.trim_end_matches('\r');
@@ -367,23 +378,23 @@ pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
             continue;
         }
         if let Some(comment) = trimmed.strip_prefix('#') {
-            let mut c = Cursor { s: comment, i: 0 };
-            c.skip_ws();
-            let word = c.token();
+            let mut cursor = Cursor { s: comment, i: 0 };
+            cursor.skip_ws();
+            let word = cursor.token();
             if word != "HELP" && word != "TYPE" {
                 continue; // an ordinary comment
             }
-            c.skip_ws();
-            let name = c
+            cursor.skip_ws();
+            let name = cursor
                 .name(false)
                 .ok_or_else(|| err(line_no, line, format!("`# {word}` needs a metric name")))?;
             if word == "HELP" {
-                let rest = c.rest();
+                let rest = cursor.rest();
                 let rest = rest.strip_prefix([' ', '\t']).unwrap_or(rest);
-                b.help(name, unescape_help(rest));
+                builder.help(name, unescape_help(rest));
             } else {
-                c.skip_ws();
-                let kind = c.token();
+                cursor.skip_ws();
+                let kind = cursor.token();
                 let kind = MetricType::parse(kind).ok_or_else(|| {
                     err(
                         line_no,
@@ -393,61 +404,63 @@ pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
                         ),
                     )
                 })?;
-                b.declare(name, kind).map_err(|m| err(line_no, line, m))?;
+                builder
+                    .declare(name, kind)
+                    .map_err(|m| err(line_no, line, m))?;
             }
             continue;
         }
-        let mut c = Cursor { s: trimmed, i: 0 };
-        let name = c
+        let mut cursor = Cursor { s: trimmed, i: 0 };
+        let name = cursor
             .name(false)
             .ok_or_else(|| err(line_no, line, "expected a metric name"))?
             .to_string();
-        c.skip_ws();
-        let labels = if c.peek() == Some(b'{') {
-            labels(&mut c).map_err(|m| err(line_no, line, m))?
+        cursor.skip_ws();
+        let labels = if cursor.peek() == Some(b'{') {
+            labels(&mut cursor).map_err(|m| err(line_no, line, m))?
         } else {
             Vec::new()
         };
-        c.skip_ws();
-        let v = c.token();
-        if v.is_empty() {
+        cursor.skip_ws();
+        let value_text = cursor.token();
+        if value_text.is_empty() {
             return Err(err(
                 line_no,
                 line,
                 format!("the sample {name} has no value"),
             ));
         }
-        let value =
-            parse_value(v).ok_or_else(|| err(line_no, line, format!("{v:?} is not a number")))?;
-        c.skip_ws();
-        let ts = c.token();
-        let timestamp_ms = if ts.is_empty() {
+        let value = parse_value(value_text)
+            .ok_or_else(|| err(line_no, line, format!("{value_text:?} is not a number")))?;
+        cursor.skip_ws();
+        let timestamp_text = cursor.token();
+        let timestamp_ms = if timestamp_text.is_empty() {
             None
         } else {
-            Some(ts.parse::<i64>().map_err(|_| {
+            Some(timestamp_text.parse::<i64>().map_err(|_| {
                 err(
                     line_no,
                     line,
-                    format!("{ts:?} is not a timestamp (integer milliseconds)"),
+                    format!("{timestamp_text:?} is not a timestamp (integer milliseconds)"),
                 )
             })?)
         };
-        c.skip_ws();
-        if !c.rest().is_empty() {
+        cursor.skip_ws();
+        if !cursor.rest().is_empty() {
             return Err(err(
                 line_no,
                 line,
-                format!("unexpected {:?} after the sample", c.rest()),
+                format!("unexpected {:?} after the sample", cursor.rest()),
             ));
         }
-        b.sample(Sample {
+        builder.sample(Sample {
             name,
             labels,
             value,
             timestamp_ms,
         });
     }
-    Ok(b.families)
+    Ok(builder.families)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use agentx_record::Clock;
 pub struct Point {
     /// Index into [`EndpointLog::scrape_ns`].
     pub idx: u32,
+    /// The value from this scrape on (0 when not `present`).
     pub value: f64,
     /// False when the series was missing from the page from this scrape on.
     pub present: bool,
@@ -31,6 +32,8 @@ pub struct Track {
 }
 
 impl Track {
+    /// Records the value at scrape `idx` (`None`: the series was absent from the page), keeping only
+    /// changes.
     pub fn push(&mut self, idx: u32, value: Option<f64>) {
         let (value, present) = match value {
             Some(v) => (v, true),
@@ -50,9 +53,9 @@ impl Track {
 
     /// The value at scrape `idx`, `None` when the series was absent then.
     pub fn at(&self, idx: u32) -> Option<f64> {
-        let n = self.points.partition_point(|p| p.idx <= idx);
-        let p = self.points.get(n.checked_sub(1)?)?;
-        p.present.then_some(p.value)
+        let through = self.points.partition_point(|p| p.idx <= idx);
+        let point = self.points.get(through.checked_sub(1)?)?;
+        point.present.then_some(point.value)
     }
 
     /// The change points, in scrape order.
@@ -76,10 +79,10 @@ impl Track {
             return flushed;
         }
         let first = self.points[..flushed].iter().position(|p| p.present);
-        let mut i = 0;
+        let mut index = 0;
         self.points.retain(|_| {
-            let keep = i >= flushed - 1 || Some(i) == first;
-            i += 1;
+            let keep = index >= flushed - 1 || Some(index) == first;
+            index += 1;
             keep
         });
         match first {
@@ -107,17 +110,22 @@ impl Track {
 /// One `le` bucket of a histogram series (cumulative counts, as served).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bucket {
+    /// The upper bound, parsed (`+Inf` is infinity).
     pub le: f64,
     /// The bound as the server wrote it (`0.5`, `1.0`, `+Inf`), for export keys.
     pub le_text: String,
+    /// The bucket's cumulative count over the scrapes.
     pub track: Track,
 }
 
 /// A histogram series: its buckets in increasing `le`, `_sum` and `_count`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HistogramTrack {
+    /// The `le` buckets, in increasing bound.
     pub buckets: Vec<Bucket>,
+    /// The `_sum` series.
     pub sum: Track,
+    /// The `_count` series.
     pub count: Track,
 }
 
@@ -126,6 +134,7 @@ pub struct HistogramTrack {
 pub enum SeriesLog {
     /// Counters, gauges and untyped metrics.
     Scalar(Track),
+    /// Histograms: their buckets, `_sum` and `_count`.
     Histogram(HistogramTrack),
 }
 
@@ -135,8 +144,11 @@ pub type Labels = Vec<(String, String)>;
 /// One metric family as seen on one endpoint.
 #[derive(Debug, Clone)]
 pub struct FamilyLog {
+    /// The type its `# TYPE` line declared.
     pub kind: MetricType,
+    /// The `# HELP` text, empty without one.
     pub help: String,
+    /// Its series by label set.
     pub series: BTreeMap<Labels, SeriesLog>,
     /// The scrape that last carried each series (to mark the ones that disappear). Bookkeeping of
     /// one `ingest`: only an entry equal to the scrape being ingested counts, so a log without it
@@ -145,6 +157,7 @@ pub struct FamilyLog {
 }
 
 impl FamilyLog {
+    /// A family with no series yet.
     pub fn new(kind: MetricType, help: String) -> FamilyLog {
         FamilyLog {
             kind,
@@ -155,7 +168,7 @@ impl FamilyLog {
     }
 }
 
-/// Equal when the type, help and series are ([`FamilyLog::seen`] is an ingest's bookkeeping).
+/// Equal when the type, help and series are (`FamilyLog::seen` is an ingest's bookkeeping).
 impl PartialEq for FamilyLog {
     fn eq(&self, other: &FamilyLog) -> bool {
         self.kind == other.kind && self.help == other.help && self.series == other.series
@@ -167,12 +180,18 @@ impl PartialEq for FamilyLog {
 pub enum FetchOutcome {
     /// Parsed; `changed` when the page differed from the previous successful one.
     Ok {
+        /// The page differed from the previous successful one.
         changed: bool,
     },
+    /// The connection could not be made.
     Connect,
+    /// The server answered with this non-success HTTP status.
     Status(u16),
+    /// No complete response within the scrape timeout.
     Timeout,
+    /// The body broke off or was too large.
     Body,
+    /// The body is not Prometheus exposition text.
     Parse,
 }
 
@@ -183,20 +202,27 @@ pub struct Fetch {
     pub start_ns: u64,
     /// Send to the end of the body (or the failure).
     pub latency_ns: u64,
+    /// What became of it.
     pub outcome: FetchOutcome,
 }
 
 /// Failed fetches by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FailureCounts {
+    /// Connections that could not be made.
     pub connect: u64,
+    /// Non-success HTTP statuses.
     pub status: u64,
+    /// Fetches without a complete response in time.
     pub timeout: u64,
+    /// Bodies that broke off or were too large.
     pub body: u64,
+    /// Pages that did not parse.
     pub parse: u64,
 }
 
 impl FailureCounts {
+    /// Failed fetches of every kind.
     pub fn total(&self) -> u64 {
         self.connect + self.status + self.timeout + self.body + self.parse
     }
@@ -258,6 +284,7 @@ impl Boundary {
 /// A boundary scrape of one endpoint: the scrape it took, or why there is none (after a retry).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoundaryScrape {
+    /// The boundary it was taken at.
     pub boundary: Boundary,
     /// Clock offset when the run asked for it.
     pub asked_ns: u64,
@@ -278,6 +305,7 @@ pub struct EndpointLog {
     pub scrape_ns: Vec<u64>,
     /// Families by name (counters without `_total`).
     pub families: BTreeMap<String, FamilyLog>,
+    /// Failed fetches by kind.
     pub failures: FailureCounts,
     /// What the latest failure was, for the log and the export.
     pub last_error: Option<String>,
@@ -287,6 +315,7 @@ pub struct EndpointLog {
 }
 
 impl EndpointLog {
+    /// An empty log of the endpoint at `url` (the full `/metrics` URL).
     pub fn new(url: String) -> EndpointLog {
         EndpointLog {
             url,
@@ -305,6 +334,8 @@ impl EndpointLog {
         self.boundaries.iter().rev().find(|x| x.boundary == b)
     }
 
+    /// Counts a failed fetch and keeps `message` as the latest error (warned the first time, logged at
+    /// debug after).
     pub fn fail(&mut self, fetch: Fetch, message: String) {
         match fetch.outcome {
             FetchOutcome::Connect => self.failures.connect += 1,
@@ -351,7 +382,7 @@ impl EndpointLog {
                 continue;
             }
             if fam.help.is_empty() && !f.help.is_empty() {
-                fam.help = f.help.clone();
+                fam.help.clone_from(&f.help);
             }
             for s in &f.samples {
                 let role = f.role(s);
@@ -383,25 +414,25 @@ impl EndpointLog {
                             let Some(le_text) = s.label("le") else {
                                 continue;
                             };
-                            let Some(le) = prometheus::parse_value(le_text) else {
+                            let Some(bound) = prometheus::parse_value(le_text) else {
                                 continue;
                             };
-                            let i = match h.buckets.iter().position(|b| b.le == le) {
-                                Some(i) => i,
+                            let bucket_index = match h.buckets.iter().position(|b| b.le == bound) {
+                                Some(bucket_index) => bucket_index,
                                 None => {
-                                    let at = h.buckets.partition_point(|b| b.le < le);
+                                    let insert_at = h.buckets.partition_point(|b| b.le < bound);
                                     h.buckets.insert(
-                                        at,
+                                        insert_at,
                                         Bucket {
-                                            le,
+                                            le: bound,
                                             le_text: le_text.to_string(),
                                             track: Track::default(),
                                         },
                                     );
-                                    at
+                                    insert_at
                                 }
                             };
-                            h.buckets[i].track.push(idx, Some(s.value));
+                            h.buckets[bucket_index].track.push(idx, Some(s.value));
                         }
                         _ => {}
                     },
@@ -454,9 +485,9 @@ impl EndpointLog {
         };
         match page {
             Some(text) => {
-                let mut h = DefaultHasher::new();
-                text.hash(&mut h);
-                self.ingest(fetch, t, h.finish(), prometheus::parse(text)?);
+                let mut hasher = DefaultHasher::new();
+                text.hash(&mut hasher);
+                self.ingest(fetch, t, hasher.finish(), prometheus::parse(text)?);
             }
             None => self.fail(fetch, "connection refused".to_string()),
         }
@@ -489,6 +520,7 @@ impl EndpointLog {
         self.last_hash
     }
 
+    /// Sets the hash of the latest parsed page (a log read back from a journal restores it).
     pub fn set_last_hash(&mut self, hash: Option<u64>) {
         self.last_hash = hash;
     }
@@ -497,8 +529,11 @@ impl EndpointLog {
 /// The whole run's scrapes.
 #[derive(Debug, Clone)]
 pub struct ScrapeLog {
+    /// The run's clock the offsets are on.
     pub clock: Clock,
+    /// The time between two scrapes of an endpoint.
     pub interval: Duration,
+    /// One log per scraped endpoint, in the order given.
     pub endpoints: Vec<EndpointLog>,
 }
 
@@ -511,7 +546,9 @@ pub struct ServerSnapshot {
     pub at_ns: Option<u64>,
     /// Clock offset of the first scrape (the counts below are increases since it).
     pub first_ns: Option<u64>,
+    /// Successful scrapes, over every endpoint.
     pub scrapes: u64,
+    /// Failed fetches, over every endpoint.
     pub failed_scrapes: u64,
     /// Requests running, summed (each engine's names: [`ENGINES`]).
     pub running: Option<f64>,
@@ -520,21 +557,27 @@ pub struct ServerSnapshot {
     /// GPU KV usage as a fraction, averaged across series.
     pub kv_usage: Option<f64>,
     /// CPU KV usage as a fraction, averaged.
-    pub cpu_kv_usage: Option<f64>,
+    pub(crate) cpu_kv_usage: Option<f64>,
     /// Prefix-cache hit rate since the first scrape (the engine's [`HitRate`]s, the first computable).
     pub prefix_cache_hit_rate: Option<f64>,
     /// The external (offload) tier's hit rate since the first scrape.
     pub external_cache_hit_rate: Option<f64>,
     /// Prompt and generation tokens counted by the server since the first scrape.
     pub prompt_tokens: Option<f64>,
+    /// Generated tokens counted by the server since the first scrape.
     pub generation_tokens: Option<f64>,
 }
 
 impl ServerSnapshot {
+    /// The snapshot of the latest scrapes of `logs`.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "an iterator is taken by value, as adaptors take it; it is cloned once per metric"
+    )]
     pub fn of<'a>(logs: impl Iterator<Item = &'a EndpointLog> + Clone) -> ServerSnapshot {
         let latest = |names: &[&str]| -> Vec<f64> {
             for name in names {
-                let v: Vec<f64> = logs
+                let values: Vec<f64> = logs
                     .clone()
                     .flat_map(|e| {
                         let idx = e.last_idx();
@@ -542,8 +585,8 @@ impl ServerSnapshot {
                             .filter_map(move |(_, t)| idx.and_then(|i| t.at(i)))
                     })
                     .collect();
-                if !v.is_empty() {
-                    return v;
+                if !values.is_empty() {
+                    return values;
                 }
             }
             Vec::new()
@@ -555,12 +598,12 @@ impl ServerSnapshot {
             let mut any = false;
             let mut total = 0.0;
             for e in logs.clone() {
-                let Some(i) = e.last_idx() else { continue };
+                let Some(last) = e.last_idx() else { continue };
                 for (l, t) in e.scalars(name) {
                     if !keep(l) {
                         continue;
                     }
-                    if let (Some(first), Some(now)) = (t.first(), t.at(i)) {
+                    if let (Some(first), Some(now)) = (t.first(), t.at(last)) {
                         any = true;
                         total += (now - first).max(0.0);
                     }
@@ -584,8 +627,13 @@ impl ServerSnapshot {
                 ratio(increase(metric, &share), increase(metric, &all))
             }
             HitRate::OverSum { hits, rest } => {
-                let (h, r) = (increase(hits, &all), increase(rest, &all));
-                ratio(h, h.zip(r).map(|(h, r)| h + r))
+                let (hits_increase, rest_increase) = (increase(hits, &all), increase(rest, &all));
+                ratio(
+                    hits_increase,
+                    hits_increase
+                        .zip(rest_increase)
+                        .map(|(hits_increase, rest_increase)| hits_increase + rest_increase),
+                )
             }
         };
         let prefix = ENGINES.iter().flat_map(|e| e.hit_rate).find_map(&rate);
@@ -594,9 +642,9 @@ impl ServerSnapshot {
             .flat_map(|e| e.external_hit_rate)
             .find_map(&rate);
         let kv_usage = ENGINES.iter().find_map(|e| {
-            let v = latest(e.kv_usage);
+            let usage = latest(e.kv_usage);
             // An engine reporting a percentage is scaled to a fraction.
-            avg(v).map(|u| if e.kv_usage_percent { u / 100.0 } else { u })
+            avg(usage).map(|u| if e.kv_usage_percent { u / 100.0 } else { u })
         });
         let prompt_tokens = ENGINES.iter().find_map(|e| {
             let (first, rest) = e.prompt_tokens.split_first()?;

@@ -22,8 +22,9 @@ pub type RecordedTimes = HashMap<String, Vec<(f64, f64)>>;
 pub struct SessionFigures {
     /// Sessions with at least one profiling request.
     pub sessions: u64,
+    /// Sessions whose share of good requests reached `share`.
     pub good_sessions: u64,
-    pub good_session_fraction: f64,
+    pub(crate) good_session_fraction: f64,
     /// The share of a session's requests that must be good.
     pub share: f64,
     /// Replayed over recorded wall time, over the sessions whose recorded span is known.
@@ -55,40 +56,40 @@ pub fn figures(
     share: f64,
     recorded: &RecordedTimes,
 ) -> SessionFigures {
-    let mut by: BTreeMap<&str, Acc> = BTreeMap::new();
+    let mut per_session: BTreeMap<&str, Acc> = BTreeMap::new();
     for r in records {
         if !matches!(stats::class(r), Class::Valid | Class::Error) {
             continue;
         }
-        let a = by.entry(session_of(r)).or_insert_with(|| Acc {
+        let session = per_session.entry(session_of(r)).or_insert_with(|| Acc {
             first_ns: u64::MAX,
             ..Acc::default()
         });
-        a.requests += 1;
-        a.good += u64::from(good.is_good(r));
-        a.first_ns = a.first_ns.min(r.intended_ns);
-        a.last_ns = a.last_ns.max(r.end_ns);
+        session.requests += 1;
+        session.good += u64::from(good.is_good(r));
+        session.first_ns = session.first_ns.min(r.intended_ns);
+        session.last_ns = session.last_ns.max(r.end_ns);
         let turn = recorded
             .get(&r.trace_id)
             .and_then(|turns| turns.get(r.turn as usize));
-        if let Some(&(s, e)) = turn {
-            a.recorded = Some(match a.recorded {
-                Some((s0, e0)) => (s0.min(s), e0.max(e)),
-                None => (s, e),
+        if let Some(&(start, end)) = turn {
+            session.recorded = Some(match session.recorded {
+                Some((s0, e0)) => (s0.min(start), e0.max(end)),
+                None => (start, end),
             });
         }
     }
-    let sessions = by.len() as u64;
-    let good_sessions = by
+    let sessions = per_session.len() as u64;
+    let good_sessions = per_session
         .values()
         .filter(|a| a.good as f64 >= share * a.requests as f64 - 1e-9)
         .count() as u64;
-    let slowdowns: Vec<f64> = by
+    let slowdowns: Vec<f64> = per_session
         .values()
         .filter_map(|a| {
-            let (s, e) = a.recorded?;
+            let (start, end) = a.recorded?;
             let replayed_ms = a.last_ns.saturating_sub(a.first_ns) as f64 / 1e6;
-            (e > s).then(|| replayed_ms / (e - s))
+            (end > start).then(|| replayed_ms / (end - start))
         })
         .collect();
     SessionFigures {

@@ -27,25 +27,28 @@ const RUN_METRICS: [MetricDef; 11] = [
 
 /// One objective: a figure (`tag`, and the statistic for a record metric) and its bound.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunSlo {
+pub(crate) struct RunSlo {
     /// As given, e.g. `time_to_first_token_p90`.
     pub name: String,
+    /// The tag of the figure's metric in `profile_export_aiperf.json`.
     pub tag: &'static str,
     /// `avg`, `p90`, ...: the key of the figure in the metric's block.
     pub stat: &'static str,
+    /// The bound, in the figure's unit.
     pub bound: f64,
-    pub larger_is_better: bool,
+    pub(crate) larger_is_better: bool,
 }
 
 /// The objectives of `--slo`, in the order given.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SloSet {
-    pub slos: Vec<RunSlo>,
+    pub(crate) slos: Vec<RunSlo>,
 }
 
 /// What one run made of the objectives.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Judged {
+    /// Whether every objective was met (a missing figure fails its objective).
     pub meets: bool,
     /// Each objective's figure (`None`: the run has none), by name.
     pub figures: std::collections::BTreeMap<String, Option<f64>>,
@@ -57,8 +60,8 @@ pub struct Judged {
 
 /// `name` as a run-level metric, or a record metric with a statistic suffix.
 fn resolve(name: &str) -> Option<(MetricDef, &'static str)> {
-    if let Some(m) = RUN_METRICS.iter().find(|m| m.tag == name) {
-        return Some((*m, "avg"));
+    if let Some(metric) = RUN_METRICS.iter().find(|metric| metric.tag == name) {
+        return Some((*metric, "avg"));
     }
     let record = |tag: &str| {
         stats::RECORD_METRICS
@@ -66,8 +69,8 @@ fn resolve(name: &str) -> Option<(MetricDef, &'static str)> {
             .find(|m| m.tag == tag && m.tag != stats::ERROR_ISL.tag)
             .copied()
     };
-    if let Some(m) = record(name) {
-        return Some((m, "avg"));
+    if let Some(metric) = record(name) {
+        return Some((metric, "avg"));
     }
     STAT_KEYS.iter().find_map(|k| {
         let tag = name.strip_suffix(k)?.strip_suffix('_')?;
@@ -121,17 +124,17 @@ impl SloSet {
     pub fn judge(&self, aggregate: Option<&Value>) -> Judged {
         let mut figures = std::collections::BTreeMap::new();
         let mut meets = true;
-        for s in &self.slos {
-            let v = aggregate
-                .and_then(|a| a.get(s.tag))
-                .and_then(|b| b.get(s.stat))
+        for slo in &self.slos {
+            let figure = aggregate
+                .and_then(|a| a.get(slo.tag))
+                .and_then(|b| b.get(slo.stat))
                 .and_then(Value::as_f64);
-            meets &= match v {
-                Some(v) if s.larger_is_better => v >= s.bound,
-                Some(v) => v <= s.bound,
+            meets &= match figure {
+                Some(figure) if slo.larger_is_better => figure >= slo.bound,
+                Some(figure) => figure <= slo.bound,
                 None => false,
             };
-            figures.insert(s.name.clone(), v);
+            figures.insert(slo.name.clone(), figure);
         }
         let goodput = aggregate
             .and_then(|a| a.get(goodput::GOODPUT.tag))

@@ -28,13 +28,13 @@ use serde::Serialize;
 use super::dist::percentile;
 
 /// Width of a window (s).
-pub const WINDOW_SECONDS: f64 = 600.0;
+pub(crate) const WINDOW_SECONDS: f64 = 600.0;
 /// Spacing of the convergence checkpoints (s).
-pub const CHECKPOINT_SECONDS: f64 = 300.0;
+pub(crate) const CHECKPOINT_SECONDS: f64 = 300.0;
 /// The band a converged series stays in, as a ratio to its final value.
-pub const TOLERANCE_RATIO: f64 = 0.05;
+pub(crate) const TOLERANCE_RATIO: f64 = 0.05;
 /// How long a converged series must be confirmed by later checkpoints (s).
-pub const MIN_CONFIRMATION_SECONDS: f64 = 1200.0;
+pub(crate) const MIN_CONFIRMATION_SECONDS: f64 = 1200.0;
 /// The percentiles the block reports.
 const PERCENTILES: [(u8, &str); 2] = [(75, "p75"), (90, "p90")];
 /// Slack for a value exactly on the tolerance boundary (floating-point `ln`).
@@ -47,8 +47,11 @@ pub struct Sample<'a> {
     pub at_ns: Option<u64>,
     /// `source_trace_id`, else the conversation id; empty when neither is known.
     pub root: &'a str,
+    /// Time to first token, seconds.
     pub ttft_s: Option<f64>,
+    /// End-to-end latency, seconds.
     pub e2el_s: Option<f64>,
+    /// Full-response inter-token latency, seconds per token.
     pub itl_s: Option<f64>,
 }
 
@@ -94,7 +97,9 @@ impl Metric {
 /// The smallest and largest of a per-window figure.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Range {
+    /// The smallest.
     pub min: f64,
+    /// The largest.
     pub max: f64,
 }
 
@@ -102,14 +107,15 @@ pub struct Range {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Converged {
     /// The earliest qualifying checkpoint (s from the first request).
-    pub time_seconds: f64,
+    pub(crate) time_seconds: f64,
     /// Requests with the metric up to that checkpoint.
     pub requests: u64,
     /// The smallest and largest value from that checkpoint on.
     pub min: f64,
+    /// The largest value from that checkpoint on.
     pub max: f64,
     /// The largest `|value / final - 1|` from that checkpoint on.
-    pub max_relative_deviation: f64,
+    pub(crate) max_relative_deviation: f64,
 }
 
 /// Per metric (`ttft`, `e2el`, `intvty`), per percentile (`p75`, `p90`).
@@ -118,26 +124,32 @@ pub type PerMetric<T> = BTreeMap<&'static str, BTreeMap<&'static str, Option<T>>
 /// The convergence verdicts and the rule's parameters.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Convergence {
-    pub checkpoint_seconds: f64,
-    pub tolerance_ratio: f64,
-    pub min_confirmation_seconds: f64,
+    pub(crate) checkpoint_seconds: f64,
+    pub(crate) tolerance_ratio: f64,
+    pub(crate) min_confirmation_seconds: f64,
     /// The last checkpoint: the duration rounded down to whole checkpoints.
-    pub horizon_seconds: f64,
+    pub(crate) horizon_seconds: f64,
+    /// Where each metric's p75 and p90 settled (`None`: not within the horizon).
     pub metrics: PerMetric<Converged>,
 }
 
 /// `request_metrics.stability`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Stability {
+    /// The length of a window, seconds.
     pub window_seconds: f64,
+    /// Whole windows in the configured duration.
     pub expected_window_count: u64,
-    pub observed_window_count: u64,
-    pub min_window_requests: u64,
+    pub(crate) observed_window_count: u64,
+    pub(crate) min_window_requests: u64,
+    /// Distinct root trajectories among the requests.
     pub root_trajectory_count: u64,
+    /// Their Kish effective count, `n² / Σ count²` (0 with no requests).
     pub root_trajectory_kish_effective_count: f64,
-    pub root_trajectory_largest_share: f64,
+    pub(crate) root_trajectory_largest_share: f64,
     /// Empty with fewer than two observed windows.
     pub observed_ranges: PerMetric<Range>,
+    /// The cumulative percentiles' convergence.
     pub convergence: Convergence,
 }
 
@@ -160,9 +172,9 @@ pub fn stability(samples: &[Sample<'_>], duration_s: Option<f64>) -> Stability {
     let mut windows: BTreeMap<u64, Vec<&Sample<'_>>> = BTreeMap::new();
     if let Some(origin) = origin.filter(|_| expected > 0) {
         for (t, s) in &timed {
-            let w = ((t - origin) as f64 / (WINDOW_SECONDS * 1e9)).floor() as u64;
-            if w < expected {
-                windows.entry(w).or_default().push(s);
+            let window = ((t - origin) as f64 / (WINDOW_SECONDS * 1e9)).floor() as u64;
+            if window < expected {
+                windows.entry(window).or_default().push(s);
             }
         }
     }
@@ -198,10 +210,14 @@ fn trajectories(samples: &[Sample<'_>]) -> (u64, f64, f64) {
         let root = if s.root.is_empty() { "unknown" } else { s.root };
         *counts.entry(root).or_default() += 1;
     }
-    let n = samples.len() as f64;
+    let total = samples.len() as f64;
     let squares: f64 = counts.values().map(|c| (*c as f64) * (*c as f64)).sum();
-    let kish = if squares > 0.0 { n * n / squares } else { 0.0 };
-    let largest = counts.values().max().map_or(0.0, |m| *m as f64 / n);
+    let kish = if squares > 0.0 {
+        total * total / squares
+    } else {
+        0.0
+    };
+    let largest = counts.values().max().map_or(0.0, |m| *m as f64 / total);
     (counts.len() as u64, kish, largest)
 }
 
@@ -220,8 +236,8 @@ fn ranges(windows: &BTreeMap<u64, Vec<&Sample<'_>>>) -> PerMetric<Range> {
             let figures: Vec<f64> = windows
                 .values()
                 .filter_map(|w| {
-                    let mut v: Vec<f64> = w.iter().filter_map(|s| m.latency(s)).collect();
-                    pct(&mut v, p).and_then(|x| m.figure(x))
+                    let mut latencies: Vec<f64> = w.iter().filter_map(|s| m.latency(s)).collect();
+                    pct(&mut latencies, p).and_then(|x| m.figure(x))
                 })
                 .collect();
             let range = figures.iter().copied().reduce(f64::min).map(|min| Range {
@@ -260,8 +276,8 @@ fn convergence(
             let cutoff = origin as f64 + seconds * 1e9;
             while cursor < timed.len() && (timed[cursor].0 as f64) < cutoff {
                 for m in Metric::ALL {
-                    if let Some(v) = m.latency(timed[cursor].1) {
-                        values.entry(m).or_default().push(v);
+                    if let Some(latency) = m.latency(timed[cursor].1) {
+                        values.entry(m).or_default().push(latency);
                     }
                 }
                 cursor += 1;

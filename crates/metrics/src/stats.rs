@@ -32,80 +32,85 @@ const fn def(tag: &'static str, header: &'static str, unit: &'static str) -> Met
 
 // Per-request (record) metrics, in the order they are written.
 /// aiperf's `input_sequence_length` ("Input Sequence Length", tokens).
-pub const INPUT_SEQUENCE_LENGTH: MetricDef =
+pub(crate) const INPUT_SEQUENCE_LENGTH: MetricDef =
     def("input_sequence_length", "Input Sequence Length", "tokens");
 /// aiperf's `time_to_first_token` ("Time to First Token", ms).
-pub const TIME_TO_FIRST_TOKEN: MetricDef = def("time_to_first_token", "Time to First Token", "ms");
+pub(crate) const TIME_TO_FIRST_TOKEN: MetricDef =
+    def("time_to_first_token", "Time to First Token", "ms");
 /// aiperf's `time_to_second_token` ("Time to Second Token", ms).
-pub const TIME_TO_SECOND_TOKEN: MetricDef =
+pub(crate) const TIME_TO_SECOND_TOKEN: MetricDef =
     def("time_to_second_token", "Time to Second Token", "ms");
 /// aiperf's `request_latency` ("Request Latency", ms).
-pub const REQUEST_LATENCY: MetricDef = def("request_latency", "Request Latency", "ms");
+pub(crate) const REQUEST_LATENCY: MetricDef = def("request_latency", "Request Latency", "ms");
 /// aiperf's `inter_chunk_latency` ("Inter Chunk Latency", ms).
-pub const INTER_CHUNK_LATENCY: MetricDef = def("inter_chunk_latency", "Inter Chunk Latency", "ms");
+pub(crate) const INTER_CHUNK_LATENCY: MetricDef =
+    def("inter_chunk_latency", "Inter Chunk Latency", "ms");
 /// aiperf's `output_sequence_length` ("Output Sequence Length", tokens).
-pub const OUTPUT_SEQUENCE_LENGTH: MetricDef =
+pub(crate) const OUTPUT_SEQUENCE_LENGTH: MetricDef =
     def("output_sequence_length", "Output Sequence Length", "tokens");
 /// aiperf's `output_token_count` ("Output Token Count", tokens).
-pub const OUTPUT_TOKEN_COUNT: MetricDef = def("output_token_count", "Output Token Count", "tokens");
+pub(crate) const OUTPUT_TOKEN_COUNT: MetricDef =
+    def("output_token_count", "Output Token Count", "tokens");
 /// aiperf's `inter_token_latency` ("Inter Token Latency", ms).
-pub const INTER_TOKEN_LATENCY: MetricDef = def("inter_token_latency", "Inter Token Latency", "ms");
+pub(crate) const INTER_TOKEN_LATENCY: MetricDef =
+    def("inter_token_latency", "Inter Token Latency", "ms");
 /// aiperf's `output_token_throughput_per_user` ("Output Token Throughput Per User", tokens/sec/user).
-pub const OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
+pub(crate) const OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
     "output_token_throughput_per_user",
     "Output Token Throughput Per User",
     "tokens/sec/user",
 );
 /// aiperf's `full_decode_duration` ("Full Decode Duration", ms).
-pub const FULL_DECODE_DURATION: MetricDef =
+pub(crate) const FULL_DECODE_DURATION: MetricDef =
     def("full_decode_duration", "Full Decode Duration", "ms");
 /// aiperf's `full_response_inter_token_latency` ("Full-Response Inter Token Latency", ms).
-pub const FULL_RESPONSE_INTER_TOKEN_LATENCY: MetricDef = def(
+pub(crate) const FULL_RESPONSE_INTER_TOKEN_LATENCY: MetricDef = def(
     "full_response_inter_token_latency",
     "Full-Response Inter Token Latency",
     "ms",
 );
 /// aiperf's `full_response_output_token_throughput_per_user` ("Full-Response Output Token Throughput Per User", tokens/sec/user).
-pub const FULL_RESPONSE_OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
+pub(crate) const FULL_RESPONSE_OUTPUT_TOKEN_THROUGHPUT_PER_USER: MetricDef = def(
     "full_response_output_token_throughput_per_user",
     "Full-Response Output Token Throughput Per User",
     "tokens/sec/user",
 );
 /// aiperf's `usage_prompt_tokens` ("Usage Prompt Tokens", tokens).
-pub const USAGE_PROMPT_TOKENS: MetricDef =
+pub(crate) const USAGE_PROMPT_TOKENS: MetricDef =
     def("usage_prompt_tokens", "Usage Prompt Tokens", "tokens");
 /// aiperf's `usage_completion_tokens` ("Usage Completion Tokens", tokens).
-pub const USAGE_COMPLETION_TOKENS: MetricDef = def(
+pub(crate) const USAGE_COMPLETION_TOKENS: MetricDef = def(
     "usage_completion_tokens",
     "Usage Completion Tokens",
     "tokens",
 );
 /// aiperf's `usage_total_tokens` ("Usage Total Tokens", tokens).
-pub const USAGE_TOTAL_TOKENS: MetricDef = def("usage_total_tokens", "Usage Total Tokens", "tokens");
+pub(crate) const USAGE_TOTAL_TOKENS: MetricDef =
+    def("usage_total_tokens", "Usage Total Tokens", "tokens");
 /// aiperf's `usage_prompt_cache_read_tokens` ("Usage Prompt Cache Read Tokens", tokens).
-pub const USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
+pub(crate) const USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
     "usage_prompt_cache_read_tokens",
     "Usage Prompt Cache Read Tokens",
     "tokens",
 );
 /// aiperf's `error_isl` ("Error Input Sequence Length", tokens).
-pub const ERROR_ISL: MetricDef = def("error_isl", "Error Input Sequence Length", "tokens");
+pub(crate) const ERROR_ISL: MetricDef = def("error_isl", "Error Input Sequence Length", "tokens");
 /// agentx's own: the time to first token from when the request was due (`credit_issued_ns`), send
 /// lag included; `time_to_first_token` counts from the request's start, as aiperf does.
-pub const SCHEDULED_TIME_TO_FIRST_TOKEN: MetricDef = def(
+pub(crate) const SCHEDULED_TIME_TO_FIRST_TOKEN: MetricDef = def(
     "scheduled_time_to_first_token",
     "Scheduled Time to First Token",
     "ms",
 );
 /// agentx's own: the request latency from when the request was due, send lag included.
-pub const SCHEDULED_REQUEST_LATENCY: MetricDef = def(
+pub(crate) const SCHEDULED_REQUEST_LATENCY: MetricDef = def(
     "scheduled_request_latency",
     "Scheduled Request Latency",
     "ms",
 );
 
 /// Every record metric, in output order: aiperf's, then agentx's schedule-anchored pair.
-pub const RECORD_METRICS: [MetricDef; 19] = [
+pub(crate) const RECORD_METRICS: [MetricDef; 19] = [
     INPUT_SEQUENCE_LENGTH,
     TIME_TO_FIRST_TOKEN,
     TIME_TO_SECOND_TOKEN,
@@ -129,83 +134,84 @@ pub const RECORD_METRICS: [MetricDef; 19] = [
 
 // Aggregate and derived metrics (one value each).
 /// aiperf's `request_count` ("Request Count", requests).
-pub const REQUEST_COUNT: MetricDef = def("request_count", "Request Count", "requests");
+pub(crate) const REQUEST_COUNT: MetricDef = def("request_count", "Request Count", "requests");
 /// aiperf's `error_request_count` ("Error Request Count", requests).
-pub const ERROR_REQUEST_COUNT: MetricDef =
+pub(crate) const ERROR_REQUEST_COUNT: MetricDef =
     def("error_request_count", "Error Request Count", "requests");
 /// Successful plus failed requests (aiperf's `completed_request_count`); left out when 0.
-pub const COMPLETED_REQUEST_COUNT: MetricDef = def(
+pub(crate) const COMPLETED_REQUEST_COUNT: MetricDef = def(
     "completed_request_count",
     "Completed Requests (Success + Error)",
     "requests",
 );
 /// aiperf's `context_overflow_count` ("Context Overflow Count", requests).
-pub const CONTEXT_OVERFLOW_COUNT: MetricDef = def(
+pub(crate) const CONTEXT_OVERFLOW_COUNT: MetricDef = def(
     "context_overflow_count",
     "Context Overflow Count",
     "requests",
 );
 /// Warmup responses classified as context overflows: not failures, but they count in the overflow
 /// rate that decides a submission's validity.
-pub const WARMUP_CONTEXT_OVERFLOW_COUNT: MetricDef = def(
+pub(crate) const WARMUP_CONTEXT_OVERFLOW_COUNT: MetricDef = def(
     "warmup_context_overflow_count",
     "Warmup Context Overflow Count",
     "requests",
 );
 /// Context overflows left out of the records (all of them, in agentic replay); written only when
 /// there are some, as aiperf does.
-pub const SKIPPED_CONTEXT_OVERFLOW_COUNT: MetricDef = def(
+pub(crate) const SKIPPED_CONTEXT_OVERFLOW_COUNT: MetricDef = def(
     "skipped_context_overflow_count",
     "Skipped Context Overflow Count",
     "requests",
 );
 /// `1 / percentile(latency_s / OSL, p)`: output tokens per second a user sees end to end.
-pub const E2E_NORMALIZED_INTERACTIVITY_P75: MetricDef = def(
+pub(crate) const E2E_NORMALIZED_INTERACTIVITY_P75: MetricDef = def(
     "e2e_normalized_interactivity_p75",
     "E2E Normalized Interactivity p75",
     "tokens/sec/user",
 );
 /// aiperf's `e2e_normalized_interactivity_p90` ("E2E Normalized Interactivity p90", tokens/sec/user).
-pub const E2E_NORMALIZED_INTERACTIVITY_P90: MetricDef = def(
+pub(crate) const E2E_NORMALIZED_INTERACTIVITY_P90: MetricDef = def(
     "e2e_normalized_interactivity_p90",
     "E2E Normalized Interactivity p90",
     "tokens/sec/user",
 );
 /// aiperf's `min_request_timestamp` ("Minimum Request Timestamp", ns).
-pub const MIN_REQUEST_TIMESTAMP: MetricDef =
+pub(crate) const MIN_REQUEST_TIMESTAMP: MetricDef =
     def("min_request_timestamp", "Minimum Request Timestamp", "ns");
 /// aiperf's `max_response_timestamp` ("Maximum Response Timestamp", ns).
-pub const MAX_RESPONSE_TIMESTAMP: MetricDef =
+pub(crate) const MAX_RESPONSE_TIMESTAMP: MetricDef =
     def("max_response_timestamp", "Maximum Response Timestamp", "ns");
 /// aiperf's `benchmark_duration` ("Benchmark Duration", sec).
-pub const BENCHMARK_DURATION: MetricDef = def("benchmark_duration", "Benchmark Duration", "sec");
+pub(crate) const BENCHMARK_DURATION: MetricDef =
+    def("benchmark_duration", "Benchmark Duration", "sec");
 /// aiperf's `total_isl` ("Total Input Sequence Length", tokens).
-pub const TOTAL_ISL: MetricDef = def("total_isl", "Total Input Sequence Length", "tokens");
+pub(crate) const TOTAL_ISL: MetricDef = def("total_isl", "Total Input Sequence Length", "tokens");
 /// aiperf's `total_osl` ("Total Output Sequence Length", tokens).
-pub const TOTAL_OSL: MetricDef = def("total_osl", "Total Output Sequence Length", "tokens");
+pub(crate) const TOTAL_OSL: MetricDef = def("total_osl", "Total Output Sequence Length", "tokens");
 /// aiperf's `total_usage_prompt_cache_read_tokens` ("Total Usage Prompt Cache Read Tokens", tokens).
-pub const TOTAL_USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
+pub(crate) const TOTAL_USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
     "total_usage_prompt_cache_read_tokens",
     "Total Usage Prompt Cache Read Tokens",
     "tokens",
 );
 /// aiperf's `request_throughput` ("Request Throughput", requests/sec).
-pub const REQUEST_THROUGHPUT: MetricDef =
+pub(crate) const REQUEST_THROUGHPUT: MetricDef =
     def("request_throughput", "Request Throughput", "requests/sec");
 /// aiperf's `output_token_throughput` ("Output Token Throughput", tokens/sec).
-pub const OUTPUT_TOKEN_THROUGHPUT: MetricDef = def(
+pub(crate) const OUTPUT_TOKEN_THROUGHPUT: MetricDef = def(
     "output_token_throughput",
     "Output Token Throughput",
     "tokens/sec",
 );
 /// aiperf's `total_token_throughput` ("Total Token Throughput", tokens/sec).
-pub const TOTAL_TOKEN_THROUGHPUT: MetricDef = def(
+pub(crate) const TOTAL_TOKEN_THROUGHPUT: MetricDef = def(
     "total_token_throughput",
     "Total Token Throughput",
     "tokens/sec",
 );
 /// aiperf's `input_token_throughput` ("Input Token Throughput", tokens/sec).
-pub const INPUT_TOKEN_THROUGHPUT: MetricDef = def(
+pub(crate) const INPUT_TOKEN_THROUGHPUT: MetricDef = def(
     "input_token_throughput",
     "Input Token Throughput",
     "tokens/sec",
@@ -267,72 +273,81 @@ pub fn class(r: &RequestRecord) -> Class {
 /// The metrics of one request as `profile_export.jsonl` carries them, in output order. A failed or
 /// cancelled request carries only `error_isl`; a metric that cannot be computed (no chunks, OSL < 2,
 /// no usage) is absent, as in aiperf.
-pub fn record_values(r: &RequestRecord) -> Vec<(MetricDef, Value)> {
-    if !Outcome::of(r).is_ok() {
-        return vec![(ERROR_ISL, Value::Int(r.isl))];
+pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
+    if !Outcome::of(record).is_ok() {
+        return vec![(ERROR_ISL, Value::Int(record.isl))];
     }
-    let mut out = vec![(INPUT_SEQUENCE_LENGTH, Value::Int(r.isl))];
-    if let Some(t) = r.ttft_ns() {
-        out.push((TIME_TO_FIRST_TOKEN, Value::Float(ms(t as f64))));
+    let mut out = vec![(INPUT_SEQUENCE_LENGTH, Value::Int(record.isl))];
+    if let Some(ttft) = record.ttft_ns() {
+        out.push((TIME_TO_FIRST_TOKEN, Value::Float(ms(ttft as f64))));
     }
-    let c = &r.chunk_offsets_ns;
-    if c.len() >= 2 {
+    let offsets = &record.chunk_offsets_ns;
+    if offsets.len() >= 2 {
         out.push((
             TIME_TO_SECOND_TOKEN,
-            Value::Float(ms(c[1].saturating_sub(c[0]) as f64)),
+            Value::Float(ms(offsets[1].saturating_sub(offsets[0]) as f64)),
         ));
     }
-    if let Some(t) = r.latency_ns() {
-        out.push((REQUEST_LATENCY, Value::Float(ms(t as f64))));
+    if let Some(latency) = record.latency_ns() {
+        out.push((REQUEST_LATENCY, Value::Float(ms(latency as f64))));
     }
-    if c.len() >= 2 {
-        let gaps = c
+    if offsets.len() >= 2 {
+        let gaps = offsets
             .windows(2)
             .map(|w| ms(w[1].saturating_sub(w[0]) as f64))
             .collect();
         out.push((INTER_CHUNK_LATENCY, Value::List(gaps)));
     }
-    out.push((OUTPUT_SEQUENCE_LENGTH, Value::Int(r.osl)));
+    out.push((OUTPUT_SEQUENCE_LENGTH, Value::Int(record.osl)));
     // Reasoning tokens are not counted apart from content, so the output token count is the OSL.
-    out.push((OUTPUT_TOKEN_COUNT, Value::Int(r.osl)));
-    if let Some(d) = r.full_decode_ns() {
-        out.push((FULL_DECODE_DURATION, Value::Float(ms(d as f64))));
+    out.push((OUTPUT_TOKEN_COUNT, Value::Int(record.osl)));
+    if let Some(decode_ns) = record.full_decode_ns() {
+        out.push((FULL_DECODE_DURATION, Value::Float(ms(decode_ns as f64))));
     }
-    let itl = r.itl_ns();
-    let full = r.full_response_itl_ns();
+    let itl = record.itl_ns();
+    let full = record.full_response_itl_ns();
     if let Some(itl) = itl {
         out.push((INTER_TOKEN_LATENCY, Value::Float(ms(itl))));
     }
-    if let Some(f) = full {
-        out.push((FULL_RESPONSE_INTER_TOKEN_LATENCY, Value::Float(ms(f))));
+    if let Some(full_itl) = full {
+        out.push((
+            FULL_RESPONSE_INTER_TOKEN_LATENCY,
+            Value::Float(ms(full_itl)),
+        ));
     }
     if let Some(itl) = itl.filter(|x| *x > 0.0) {
         out.push((OUTPUT_TOKEN_THROUGHPUT_PER_USER, Value::Float(1e9 / itl)));
     }
-    if let Some(f) = full.filter(|x| *x > 0.0) {
+    if let Some(full_itl) = full.filter(|x| *x > 0.0) {
         out.push((
             FULL_RESPONSE_OUTPUT_TOKEN_THROUGHPUT_PER_USER,
-            Value::Float(1e9 / f),
+            Value::Float(1e9 / full_itl),
         ));
     }
-    let u = &r.usage;
-    if let Some(p) = u.prompt_tokens {
-        out.push((USAGE_PROMPT_TOKENS, Value::Int(p)));
+    let usage = &record.usage;
+    if let Some(prompt) = usage.prompt_tokens {
+        out.push((USAGE_PROMPT_TOKENS, Value::Int(prompt)));
     }
-    if let Some(c) = u.completion_tokens {
-        out.push((USAGE_COMPLETION_TOKENS, Value::Int(c)));
+    if let Some(completion) = usage.completion_tokens {
+        out.push((USAGE_COMPLETION_TOKENS, Value::Int(completion)));
     }
-    if let (Some(p), Some(c)) = (u.prompt_tokens, u.completion_tokens) {
-        out.push((USAGE_TOTAL_TOKENS, Value::Int(p + c)));
+    if let (Some(prompt), Some(completion)) = (usage.prompt_tokens, usage.completion_tokens) {
+        out.push((USAGE_TOTAL_TOKENS, Value::Int(prompt + completion)));
     }
-    if let Some(c) = u.cached_tokens {
-        out.push((USAGE_PROMPT_CACHE_READ_TOKENS, Value::Int(c)));
+    if let Some(cached) = usage.cached_tokens {
+        out.push((USAGE_PROMPT_CACHE_READ_TOKENS, Value::Int(cached)));
     }
-    if let Some(t) = r.scheduled_ttft_ns() {
-        out.push((SCHEDULED_TIME_TO_FIRST_TOKEN, Value::Float(ms(t as f64))));
+    if let Some(scheduled_ttft) = record.scheduled_ttft_ns() {
+        out.push((
+            SCHEDULED_TIME_TO_FIRST_TOKEN,
+            Value::Float(ms(scheduled_ttft as f64)),
+        ));
     }
-    if let Some(t) = r.scheduled_latency_ns() {
-        out.push((SCHEDULED_REQUEST_LATENCY, Value::Float(ms(t as f64))));
+    if let Some(scheduled_latency) = record.scheduled_latency_ns() {
+        out.push((
+            SCHEDULED_REQUEST_LATENCY,
+            Value::Float(ms(scheduled_latency as f64)),
+        ));
     }
     out
 }
@@ -395,25 +410,25 @@ impl Stats {
 
     /// As [`Stats::of`], sorting `v` in place (no copy: a long run's flattened inter-chunk
     /// latencies run to millions of values).
-    pub fn of_vec(v: Vec<f64>) -> Option<Stats> {
-        let s = Sorted::new(v)?;
-        let p = |q| s.percentile(q);
+    pub(crate) fn of_vec(values: Vec<f64>) -> Option<Stats> {
+        let sorted = Sorted::new(values)?;
+        let at_percentile = |q| sorted.percentile(q);
         Some(Stats {
-            avg: s.mean(),
-            min: s.min(),
-            max: s.max(),
-            p1: p(1.0),
-            p5: p(5.0),
-            p10: p(10.0),
-            p25: p(25.0),
-            p50: p(50.0),
-            p75: p(75.0),
-            p90: p(90.0),
-            p95: p(95.0),
-            p99: p(99.0),
-            std: s.std(Deviation::Population),
-            count: s.len(),
-            sum: s.sum(),
+            avg: sorted.mean(),
+            min: sorted.min(),
+            max: sorted.max(),
+            p1: at_percentile(1.0),
+            p5: at_percentile(5.0),
+            p10: at_percentile(10.0),
+            p25: at_percentile(25.0),
+            p50: at_percentile(50.0),
+            p75: at_percentile(75.0),
+            p90: at_percentile(90.0),
+            p95: at_percentile(95.0),
+            p99: at_percentile(99.0),
+            std: sorted.std(Deviation::Population),
+            count: sorted.len(),
+            sum: sorted.sum(),
         })
     }
 
@@ -467,19 +482,20 @@ where
         .filter(|r| r.phase == phase && !r.context_overflow);
     // Each list is reserved at its bound before it is filled: a long run's inter-chunk latencies
     // run to tens of millions of values, and a list grown by doubling held up to three times them.
-    let (n, chunks) =
-        (kept.clone()).fold((0, 0), |(n, c), r| (n + 1, c + r.chunk_offsets_ns.len()));
+    let (count, chunks) = (kept.clone()).fold((0, 0), |(count, c), r| {
+        (count + 1, c + r.chunk_offsets_ns.len())
+    });
     let mut values: Vec<Vec<f64>> = RECORD_METRICS
         .iter()
         .map(|m| match m.tag == INTER_CHUNK_LATENCY.tag {
             true => Vec::with_capacity(chunks),
-            false => Vec::with_capacity(n),
+            false => Vec::with_capacity(count),
         })
         .collect();
     for r in kept {
         for (m, v) in record_values(r) {
-            if let Some(i) = RECORD_METRICS.iter().position(|d| d.tag == m.tag) {
-                v.push_into(&mut values[i]);
+            if let Some(index) = RECORD_METRICS.iter().position(|d| d.tag == m.tag) {
+                v.push_into(&mut values[index]);
             }
         }
     }
@@ -502,8 +518,8 @@ where
         .filter(|r| class(r) == Class::Valid && r.osl > 0 && r.isl > 0)
         .filter(|r| r.ttft_ns().is_some_and(|t| t > 0))
         .filter_map(|r| {
-            let l = r.latency_ns().filter(|l| *l > 0)?;
-            Some(l as f64 / 1e9 / r.osl as f64)
+            let latency_ns = r.latency_ns().filter(|latency_ns| *latency_ns > 0)?;
+            Some(latency_ns as f64 / 1e9 / r.osl as f64)
         })
         .filter(|x| x.is_finite())
         .collect();
@@ -514,9 +530,10 @@ where
     ]
     .into_iter()
     .filter_map(|(m, p)| {
-        let x = super::percentile(&ratio, p)?;
-        let v = 1.0 / x;
-        (x > 0.0 && v.is_finite()).then_some((m, Value::Float(v)))
+        let percentile_ratio = super::percentile(&ratio, p)?;
+        let interactivity = 1.0 / percentile_ratio;
+        (percentile_ratio > 0.0 && interactivity.is_finite())
+            .then_some((m, Value::Float(interactivity)))
     })
     .collect()
 }
@@ -548,14 +565,14 @@ impl Coverage {
         let (mut ttft_at, mut itl_at, mut content_at) = (None::<u64>, None::<u64>, None::<u64>);
         for r in records {
             if let Some(&last) = r.chunk_offsets_ns.last() {
-                let t = r.send_ns + last;
-                content_at = Some(content_at.map_or(t, |m| m.max(t)));
+                let content_ns = r.send_ns + last;
+                content_at = Some(content_at.map_or(content_ns, |m| m.max(content_ns)));
             }
             if class(r) != Class::Valid {
                 continue;
             }
-            if let Some(t) = r.first_token_ns {
-                ttft_at = Some(ttft_at.map_or(t, |m| m.max(t)));
+            if let Some(first_token_ns) = r.first_token_ns {
+                ttft_at = Some(ttft_at.map_or(first_token_ns, |m| m.max(first_token_ns)));
             }
             if r.itl_ns().is_some_and(f64::is_finite) {
                 itl_at = Some(itl_at.map_or(r.end_ns, |m| m.max(r.end_ns)));
@@ -595,9 +612,9 @@ pub struct Aggregate {
     /// Prompt tokens of the valid records.
     pub total_isl: u64,
     /// Output tokens of the valid records.
-    pub total_osl: u64,
+    pub(crate) total_osl: u64,
     /// Sum of `cached_tokens` over valid records that reported it; `None` when none did.
-    pub total_cached_tokens: Option<u64>,
+    pub(crate) total_cached_tokens: Option<u64>,
     /// Valid requests per second of `duration_s`.
     pub request_throughput: Option<f64>,
     /// Output tokens per second of `duration_s`.
@@ -615,11 +632,13 @@ impl Aggregate {
     where
         I: IntoIterator<Item = &'a RequestRecord>,
     {
-        let mut a = Aggregate::counts(records);
-        if let (Some(lo), Some(hi)) = (a.min_request_ns, a.max_response_ns) {
-            a.set_duration(hi.saturating_sub(lo) as f64 / 1e9);
+        let mut aggregate = Aggregate::counts(records);
+        if let (Some(min_request_ns), Some(max_response_ns)) =
+            (aggregate.min_request_ns, aggregate.max_response_ns)
+        {
+            aggregate.set_duration(max_response_ns.saturating_sub(min_request_ns) as f64 / 1e9);
         }
-        a
+        aggregate
     }
 
     /// A window of the run (a time slice): throughputs divide by the window's length, as aiperf's
@@ -628,79 +647,87 @@ impl Aggregate {
     where
         I: IntoIterator<Item = &'a RequestRecord>,
     {
-        let mut a = Aggregate::counts(records);
-        a.set_duration(window_ns as f64 / 1e9);
-        a
+        let mut aggregate = Aggregate::counts(records);
+        aggregate.set_duration(window_ns as f64 / 1e9);
+        aggregate
     }
 
     fn counts<'a, I>(records: I) -> Aggregate
     where
         I: IntoIterator<Item = &'a RequestRecord>,
     {
-        let mut a = Aggregate::default();
+        let mut aggregate = Aggregate::default();
         for r in records {
             match class(r) {
                 Class::Warmup => {
                     if r.context_overflow {
-                        a.warmup_context_overflow_count += 1;
+                        aggregate.warmup_context_overflow_count += 1;
                     }
                 }
-                Class::ContextOverflow => a.context_overflow_count += 1,
-                Class::Error => a.error_request_count += 1,
+                Class::ContextOverflow => aggregate.context_overflow_count += 1,
+                Class::Error => aggregate.error_request_count += 1,
                 Class::Valid => {
-                    a.request_count += 1;
-                    a.min_request_ns =
-                        Some(a.min_request_ns.map_or(r.send_ns, |m| m.min(r.send_ns)));
-                    a.max_response_ns =
-                        Some(a.max_response_ns.map_or(r.end_ns, |m| m.max(r.end_ns)));
-                    a.total_isl += r.isl;
-                    a.total_osl += r.osl;
-                    if let Some(c) = r.usage.cached_tokens {
-                        a.total_cached_tokens = Some(a.total_cached_tokens.unwrap_or(0) + c);
+                    aggregate.request_count += 1;
+                    aggregate.min_request_ns = Some(
+                        aggregate
+                            .min_request_ns
+                            .map_or(r.send_ns, |m| m.min(r.send_ns)),
+                    );
+                    aggregate.max_response_ns = Some(
+                        aggregate
+                            .max_response_ns
+                            .map_or(r.end_ns, |m| m.max(r.end_ns)),
+                    );
+                    aggregate.total_isl += r.isl;
+                    aggregate.total_osl += r.osl;
+                    if let Some(cached) = r.usage.cached_tokens {
+                        aggregate.total_cached_tokens =
+                            Some(aggregate.total_cached_tokens.unwrap_or(0) + cached);
                     }
                 }
             }
         }
-        a
+        aggregate
     }
 
     /// Sets the duration and the throughputs over it; a zero duration leaves them absent (aiperf
     /// raises "no metric value" rather than dividing by zero).
-    fn set_duration(&mut self, d: f64) {
-        self.duration_s = Some(d);
-        if d > 0.0 && self.request_count > 0 {
-            self.request_throughput = Some(self.request_count as f64 / d);
-            self.output_token_throughput = Some(self.total_osl as f64 / d);
-            self.input_token_throughput = Some(self.total_isl as f64 / d);
-            self.total_token_throughput = Some((self.total_isl + self.total_osl) as f64 / d);
+    fn set_duration(&mut self, duration_s: f64) {
+        self.duration_s = Some(duration_s);
+        if duration_s > 0.0 && self.request_count > 0 {
+            self.request_throughput = Some(self.request_count as f64 / duration_s);
+            self.output_token_throughput = Some(self.total_osl as f64 / duration_s);
+            self.input_token_throughput = Some(self.total_isl as f64 / duration_s);
+            self.total_token_throughput =
+                Some((self.total_isl + self.total_osl) as f64 / duration_s);
         }
     }
 
     /// [`Aggregate::values`] of the whole run: the warmup's context overflows follow the profiling
     /// ones (a time slice, which never holds warmup, leaves them out).
     pub fn run_values(&self, anchor_unix_ns: u64) -> Vec<(MetricDef, Value)> {
-        let mut v = self.values(anchor_unix_ns);
-        let at = v
+        let mut values = self.values(anchor_unix_ns);
+        let insert_at = values
             .iter()
             .position(|(m, _)| m.tag == CONTEXT_OVERFLOW_COUNT.tag)
-            .map_or(v.len(), |i| i + 1);
-        v.insert(
-            at,
+            .map_or(values.len(), |i| i + 1);
+        values.insert(
+            insert_at,
             (
                 WARMUP_CONTEXT_OVERFLOW_COUNT,
                 Value::Float(self.warmup_context_overflow_count as f64),
             ),
         );
         if self.context_overflow_count > 0 {
-            v.insert(
-                at + 1,
+            values.insert(
+                insert_at + 1,
                 (
                     SKIPPED_CONTEXT_OVERFLOW_COUNT,
                     Value::Float(self.context_overflow_count as f64),
                 ),
             );
         }
-        v
+        values
     }
 
     /// The aggregate as aiperf's `(metric, value)` pairs in output order, with timestamps made Unix
@@ -875,25 +902,30 @@ mod tests {
         over.context_overflow = true;
         let mut cancelled = rec(1500, &[100], 10, 1);
         cancelled.cancelled = true;
-        let mut a = rec(1000, &[100, 200], 100, 20); // ends 1000 + 200 + 1 = 1201 ms
-        a.usage.cached_tokens = Some(60);
-        let b = rec(1100, &[300, 1899], 300, 30); // ends 1100 + 1899 + 1 = 3000 ms
-        let recs = vec![warm, over, a, b, failed(2000, 7), cancelled];
-        let g = Aggregate::of(&recs);
-        assert_eq!(g.request_count, 2);
-        assert_eq!(g.error_request_count, 2);
-        assert_eq!(g.context_overflow_count, 1);
-        assert_eq!(g.min_request_ns, Some(1_000_000_000));
-        assert_eq!(g.max_response_ns, Some(3_000_000_000));
-        assert_eq!(g.duration_s, Some(2.0));
-        assert_eq!((g.total_isl, g.total_osl), (400, 50));
-        assert_eq!(g.total_cached_tokens, Some(60));
-        assert_eq!(g.request_throughput, Some(1.0));
-        assert_eq!(g.output_token_throughput, Some(25.0));
-        assert_eq!(g.input_token_throughput, Some(200.0));
-        assert_eq!(g.total_token_throughput, Some(225.0));
-        let v = g.values(1_000);
-        let get = |tag: &str| v.iter().find(|(m, _)| m.tag == tag).map(|(_, x)| x.clone());
+        let mut valid_a = rec(1000, &[100, 200], 100, 20); // ends 1000 + 200 + 1 = 1201 ms
+        valid_a.usage.cached_tokens = Some(60);
+        let valid_b = rec(1100, &[300, 1899], 300, 30); // ends 1100 + 1899 + 1 = 3000 ms
+        let recs = vec![warm, over, valid_a, valid_b, failed(2000, 7), cancelled];
+        let aggregate = Aggregate::of(&recs);
+        assert_eq!(aggregate.request_count, 2);
+        assert_eq!(aggregate.error_request_count, 2);
+        assert_eq!(aggregate.context_overflow_count, 1);
+        assert_eq!(aggregate.min_request_ns, Some(1_000_000_000));
+        assert_eq!(aggregate.max_response_ns, Some(3_000_000_000));
+        assert_eq!(aggregate.duration_s, Some(2.0));
+        assert_eq!((aggregate.total_isl, aggregate.total_osl), (400, 50));
+        assert_eq!(aggregate.total_cached_tokens, Some(60));
+        assert_eq!(aggregate.request_throughput, Some(1.0));
+        assert_eq!(aggregate.output_token_throughput, Some(25.0));
+        assert_eq!(aggregate.input_token_throughput, Some(200.0));
+        assert_eq!(aggregate.total_token_throughput, Some(225.0));
+        let values = aggregate.values(1_000);
+        let get = |tag: &str| {
+            values
+                .iter()
+                .find(|(m, _)| m.tag == tag)
+                .map(|(_, x)| x.clone())
+        };
         assert_eq!(
             get("min_request_timestamp"),
             Some(Value::Int(1_000_001_000))
@@ -905,9 +937,9 @@ mod tests {
             Some(Value::Int(60))
         );
 
-        let w = Aggregate::in_window(&recs, 4_000_000_000);
-        assert_eq!(w.duration_s, Some(4.0));
-        assert_eq!(w.request_throughput, Some(0.5));
+        let window = Aggregate::in_window(&recs, 4_000_000_000);
+        assert_eq!(window.duration_s, Some(4.0));
+        assert_eq!(window.request_throughput, Some(0.5));
 
         let none = Aggregate::of(&[failed(0, 1)]);
         assert_eq!((none.request_count, none.error_request_count), (0, 1));

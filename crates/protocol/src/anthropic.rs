@@ -2,7 +2,7 @@
 //! decoding of its streamed events. What the client measures is the same as for chat completions,
 //! so a record of either API carries the same fields.
 //!
-//! - [`write_body`] turns the chat messages the prompt synthesis wrote (`{"role","content"}` objects)
+//! - `write_body` turns the chat messages the prompt synthesis wrote (`{"role","content"}` objects)
 //!   into a Messages body: the system messages become the top-level `system` text blocks, every
 //!   other message a `messages` entry whose content is one `text` block; `max_tokens` and
 //!   `stream: true` follow, then the extra inputs. The messages are parsed and written again, one
@@ -50,7 +50,7 @@ const NO_LIMIT_MAX_TOKENS: u32 = 1024;
 /// Writes the Messages body: `head` is `{"model":M` (without the chat body's `,"messages":`),
 /// `messages` the chat messages array without its closing `]` in pieces, `tail` what follows
 /// `stream` (the extra inputs, Dynamo's `nvext`) with the closing `}`.
-pub fn write_body(
+pub(crate) fn write_body(
     out: &mut Vec<u8>,
     head: &[u8],
     messages: &[bytes::Bytes],
@@ -161,11 +161,11 @@ impl UsageJson {
 }
 
 /// One event of a Messages stream into `ex` (see the module's documentation).
-pub fn on_event(st: &mut StreamState, event: &str, now: Instant, ex: &mut Exchange) {
-    let ev: Event<'_> = match serde_json::from_str(event) {
+pub fn on_event(state: &mut StreamState, event: &str, now: Instant, ex: &mut Exchange) {
+    let parsed: Event<'_> = match serde_json::from_str(event) {
         Ok(e) => e,
         Err(e) => {
-            st.failure = Some(Failure::new(
+            state.failure = Some(Failure::new(
                 ex.status,
                 FailureKind::MalformedSse,
                 format!(
@@ -177,17 +177,17 @@ pub fn on_event(st: &mut StreamState, event: &str, now: Instant, ex: &mut Exchan
             return;
         }
     };
-    match ev.kind.as_ref() {
+    match parsed.kind.as_ref() {
         "message_start" => {
-            if let Some(u) = ev.message.and_then(|m| m.usage) {
-                u.merge(ex.usage.get_or_insert_with(Usage::default));
+            if let Some(usage) = parsed.message.and_then(|m| m.usage) {
+                usage.merge(ex.usage.get_or_insert_with(Usage::default));
             }
         }
         "content_block_start" | "content_block_delta" => {
-            let block = ev.content_block.or(ev.delta);
-            let Some(b) = block else { return };
-            let text = b.text.as_deref().unwrap_or("");
-            let thinking = b.thinking.as_deref().unwrap_or("");
+            let block = parsed.content_block.or(parsed.delta);
+            let Some(content) = block else { return };
+            let text = content.text.as_deref().unwrap_or("");
+            let thinking = content.thinking.as_deref().unwrap_or("");
             if text.is_empty() && thinking.is_empty() {
                 return;
             }
@@ -195,30 +195,30 @@ pub fn on_event(st: &mut StreamState, event: &str, now: Instant, ex: &mut Exchan
                 .push(now.saturating_duration_since(ex.sent).as_nanos() as u64);
             if !text.is_empty() {
                 ex.content_chunks += 1;
-                if st.keep_text {
+                if state.keep_text {
                     ex.text.push_str(text);
                 }
             }
         }
         "message_delta" => {
-            if let Some(r) = ev.delta.and_then(|d| d.stop_reason) {
-                ex.finish_reason = Some(r.into_owned());
+            if let Some(reason) = parsed.delta.and_then(|d| d.stop_reason) {
+                ex.finish_reason = Some(reason.into_owned());
             }
-            if let Some(u) = ev.usage {
-                u.merge(ex.usage.get_or_insert_with(Usage::default));
+            if let Some(usage) = parsed.usage {
+                usage.merge(ex.usage.get_or_insert_with(Usage::default));
             }
         }
-        "message_stop" => st.done = true,
+        "message_stop" => state.done = true,
         "error" => {
             let (kind, message) = server_error_message(event);
-            let mut f = Failure::new(
+            let mut failure = Failure::new(
                 ex.status,
                 FailureKind::StreamError,
                 format!("the server sent an error event mid-stream: {message}"),
             );
-            f.server_type = kind;
+            failure.server_type = kind;
             ex.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
-            st.failure = Some(f);
+            state.failure = Some(failure);
         }
         // `ping`, `content_block_stop`, and event types added later.
         _ => {}

@@ -110,6 +110,7 @@ impl RequestBody {
     }
 
     /// Bodies in the shape of `api` (the chat body by default).
+    #[must_use]
     pub fn with_endpoint_type(mut self, api: EndpointType) -> RequestBody {
         self.api = api;
         self
@@ -118,6 +119,7 @@ impl RequestBody {
     /// Every body carries Dynamo's `nvext.session_control` ([`RequestBody::build_for`]); `extra`
     /// are the same extra inputs as [`RequestBody::new`]'s, whose `nvext` object (if any) is merged
     /// into each request's rather than written beside it.
+    #[must_use]
     pub fn with_dynamo(
         mut self,
         routing: Option<DynamoRouting>,
@@ -129,18 +131,18 @@ impl RequestBody {
         };
         let mut base = serde_json::Map::new();
         let mut kept = Vec::new();
-        for (k, v) in extra {
-            match (k.as_str(), v) {
-                ("nvext", serde_json::Value::Object(m)) => base = m.clone(),
-                _ => kept.push((k.clone(), v.clone())),
+        for (key, value) in extra {
+            match (key.as_str(), value) {
+                ("nvext", serde_json::Value::Object(nvext)) => base.clone_from(nvext),
+                _ => kept.push((key.clone(), value.clone())),
             }
         }
         let mut extra_json = Vec::new();
-        for (k, v) in &kept {
+        for (key, value) in &kept {
             extra_json.push(b',');
-            serde_json::to_writer(&mut extra_json, k).expect("string serializes");
+            serde_json::to_writer(&mut extra_json, key).expect("string serializes");
             extra_json.push(b':');
-            serde_json::to_writer(&mut extra_json, v).expect("value serializes");
+            serde_json::to_writer(&mut extra_json, value).expect("value serializes");
         }
         self.extra_json = extra_json;
         self.dynamo = Some((routing, base));
@@ -154,6 +156,7 @@ impl RequestBody {
 
     /// The token limit sent as `max_completion_tokens` (aiperf 0.13 and agentx-harness 1.0.12 for
     /// session trees; `max_tokens` only with their legacy flag) instead of `max_tokens`.
+    #[must_use]
     pub fn with_max_completion_tokens(mut self, on: bool) -> RequestBody {
         self.token_field = if on {
             b",\"max_completion_tokens\":"
@@ -181,7 +184,7 @@ impl RequestBody {
     }
 
     /// The same body as [`RequestBody::write`], made of shared pieces: `messages` is the messages
-    /// array without its closing `]` (as [`agentx_dataset::Conversation::messages_json_parts`] gives
+    /// array without its closing `]` (as `agentx_dataset::Conversation::messages_json_parts` gives
     /// it), and its pieces are sent as they are, not copied.
     pub fn build(&self, max_tokens: u32, messages: Vec<Bytes>) -> JsonBody {
         self.build_parts(max_tokens, messages, None)
@@ -221,7 +224,7 @@ impl RequestBody {
     /// Everything after the messages array. A turn without a limit
     /// ([`agentx_record::NO_OUTPUT_LIMIT`]) is sent without the token field, as agentx-harness
     /// 1.0.12 sends it (aiperf/endpoints/openai_chat.py:60-66).
-    pub fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32, turn: Option<StreamTurn>) {
+    pub(crate) fn write_tail(&self, out: &mut Vec<u8>, max_tokens: u32, turn: Option<StreamTurn>) {
         if max_tokens != agentx_record::NO_OUTPUT_LIMIT {
             out.extend_from_slice(self.token_field);
             out.extend_from_slice(max_tokens.max(1).to_string().as_bytes());
@@ -240,8 +243,8 @@ impl RequestBody {
     /// The extra inputs, Dynamo's `nvext` for `turn`, and the closing `}`.
     fn write_extra(&self, out: &mut Vec<u8>, turn: Option<StreamTurn>) {
         out.extend_from_slice(&self.extra_json);
-        if let (Some((routing, base)), Some(t)) = (&self.dynamo, turn) {
-            routing.write_nvext(out, base, t);
+        if let (Some((routing, base)), Some(stream_turn)) = (&self.dynamo, turn) {
+            routing.write_nvext(out, base, stream_turn);
         }
         out.push(b'}');
     }
@@ -277,11 +280,11 @@ impl JsonBody {
 
     /// The whole body in one buffer (for tests and diagnostics; sending never does this).
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len as usize);
+        let mut whole = Vec::with_capacity(self.len as usize);
         for p in &self.parts {
-            v.extend_from_slice(p);
+            whole.extend_from_slice(p);
         }
-        v
+        whole
     }
 }
 
@@ -294,8 +297,8 @@ impl http_body::Body for JsonBody {
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let next = self.parts.pop_front();
-        if let Some(p) = &next {
-            self.len -= p.len() as u64;
+        if let Some(piece) = &next {
+            self.len -= piece.len() as u64;
         }
         std::task::Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
     }

@@ -25,7 +25,7 @@ pub struct StreamState {
 
 impl StreamState {
     /// One chat-completions event (the OpenAI chunk shape) of a stream still going.
-    pub fn on_chat_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
+    pub(crate) fn on_chat_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
         if event == "[DONE]" {
             self.done = true;
             return;
@@ -46,35 +46,37 @@ impl StreamState {
         };
         if chunk.error.is_some() {
             let (kind, message) = server_error_message(event);
-            let mut f = Failure::new(
+            let mut failure = Failure::new(
                 ex.status,
                 FailureKind::StreamError,
                 format!("the server sent an error event mid-stream: {message}"),
             );
-            f.server_type = kind;
+            failure.server_type = kind;
             ex.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
-            self.failure = Some(f);
+            self.failure = Some(failure);
             return;
         }
-        let c = &chunk.choices;
-        if c.with_output > 0 {
-            let at = now.saturating_duration_since(ex.sent).as_nanos() as u64;
-            for _ in 0..c.with_output {
-                ex.chunk_offsets_ns.push(at);
+        let choices = &chunk.choices;
+        if choices.with_output > 0 {
+            let offset_ns = now.saturating_duration_since(ex.sent).as_nanos() as u64;
+            for _ in 0..choices.with_output {
+                ex.chunk_offsets_ns.push(offset_ns);
             }
-            ex.content_chunks += c.with_content;
+            ex.content_chunks += choices.with_content;
             if self.keep_text {
-                ex.text.push_str(&c.content);
+                ex.text.push_str(&choices.content);
             }
         }
-        if let Some(r) = &c.finish_reason {
-            ex.finish_reason = Some(r.to_string());
+        if let Some(reason) = &choices.finish_reason {
+            ex.finish_reason = Some(reason.to_string());
         }
-        if let Some(u) = chunk.usage {
+        if let Some(usage_json) = chunk.usage {
             ex.usage = Some(Usage {
-                prompt_tokens: u.prompt_tokens,
-                completion_tokens: u.completion_tokens,
-                cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+                prompt_tokens: usage_json.prompt_tokens,
+                completion_tokens: usage_json.completion_tokens,
+                cached_tokens: usage_json
+                    .prompt_tokens_details
+                    .and_then(|d| d.cached_tokens),
             });
         }
     }
@@ -93,7 +95,7 @@ pub(crate) struct ChunkJson<'a> {
 /// The `choices` array, folded while it is read, so a chunk allocates nothing for it: how many choices
 /// carried output (content or reasoning) or content, their content joined, the last finish reason.
 #[derive(Default)]
-pub struct Choices<'a> {
+pub(crate) struct Choices<'a> {
     with_output: u64,
     with_content: u64,
     content: Cow<'a, str>,
@@ -113,13 +115,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
                 mut seq: A,
             ) -> Result<Self::Value, A::Error> {
                 let mut acc = Choices::default();
-                while let Some(c) = seq.next_element::<ChoiceJson<'a>>()? {
-                    let content = c.delta.content.unwrap_or_default();
-                    let reasoning = c
+                while let Some(choice) = seq.next_element::<ChoiceJson<'a>>()? {
+                    let content = choice.delta.content.unwrap_or_default();
+                    let reasoning = choice
                         .delta
                         .reasoning_content
                         .as_deref()
-                        .or(c.delta.reasoning.as_deref());
+                        .or(choice.delta.reasoning.as_deref());
                     if !content.is_empty() || reasoning.is_some_and(|r| !r.is_empty()) {
                         acc.with_output += 1;
                     }
@@ -131,8 +133,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
                             acc.content.to_mut().push_str(&content);
                         }
                     }
-                    if c.finish_reason.is_some() {
-                        acc.finish_reason = c.finish_reason;
+                    if choice.finish_reason.is_some() {
+                        acc.finish_reason = choice.finish_reason;
                     }
                 }
                 Ok(acc)
@@ -179,17 +181,21 @@ pub(crate) struct DetailsJson {
 /// The server's error type and message from an OpenAI-style error body (`{"error": {...}}`,
 /// `{"error": "..."}`, or `{"message": ...}`), else the body itself.
 pub fn server_error_message(body: &str) -> (Option<String>, String) {
-    let v: Option<serde_json::Value> = serde_json::from_str(body).ok();
-    let pick = |v: &serde_json::Value| -> Option<(Option<String>, String)> {
-        let e = v.get("error").unwrap_or(v);
-        if let Some(s) = e.as_str() {
-            return Some((None, s.to_owned()));
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let pick = |parsed: &serde_json::Value| -> Option<(Option<String>, String)> {
+        let error = parsed.get("error").unwrap_or(parsed);
+        if let Some(text) = error.as_str() {
+            return Some((None, text.to_owned()));
         }
-        let msg = e.get("message")?.as_str()?.to_owned();
-        let ty = e.get("type").and_then(|t| t.as_str()).map(str::to_owned);
-        Some((ty, msg))
+        let msg = error.get("message")?.as_str()?.to_owned();
+        let error_type = error
+            .get("type")
+            .and_then(|t| t.as_str())
+            .map(str::to_owned);
+        Some((error_type, msg))
     };
-    v.as_ref()
+    parsed
+        .as_ref()
         .and_then(pick)
         .unwrap_or_else(|| (None, excerpt(body.trim(), 500).to_owned()))
 }
@@ -208,17 +214,17 @@ pub fn excerpt(s: &str, max: usize) -> &str {
 
 /// An error and each of its sources, joined with `: `.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
+    let mut chain = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
+        let inner_text = inner.to_string();
+        if !chain.contains(&inner_text) {
+            chain.push_str(": ");
+            chain.push_str(&inner_text);
         }
         src = inner.source();
     }
-    s
+    chain
 }
 
 /// The class of a failed exchange.

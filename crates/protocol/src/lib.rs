@@ -37,7 +37,7 @@ impl StreamState {
         }
         match self.api {
             EndpointType::Anthropic => anthropic::on_event(self, event, now, ex),
-            _ => self.on_chat_event(event, now, ex),
+            EndpointType::Chat => self.on_chat_event(event, now, ex),
         }
     }
 }

@@ -21,7 +21,7 @@ pub struct RoutingHeaders {
     /// `X-Session-ID: <corr>`.
     pub session_id: bool,
     /// `X-SMG-Routing-Key: <corr>` (SGLang model gateway).
-    pub smg_routing_key: bool,
+    pub(crate) smg_routing_key: bool,
     /// `X-Dynamo-Session-ID: <corr>`, plus `X-Dynamo-Parent-Session-ID: <parent corr>` on child
     /// streams.
     pub dynamo_session_id: bool,
@@ -63,43 +63,48 @@ impl RoutingHeaders {
 
     /// The header names sent besides the correlation header, for logs and the manifest.
     pub fn names(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
+        let mut names = Vec::new();
         if self.session_affinity {
-            v.push("X-Session-Affinity");
+            names.push("X-Session-Affinity");
         }
         if self.session_id {
-            v.push("X-Session-ID");
+            names.push("X-Session-ID");
         }
         if self.smg_routing_key {
-            v.push("X-SMG-Routing-Key");
+            names.push("X-SMG-Routing-Key");
         }
         if self.dynamo_session_id {
-            v.push("X-Dynamo-Session-ID");
+            names.push("X-Dynamo-Session-ID");
         }
-        v
+        names
     }
 
     /// Writes the correlation header and the switched-on session headers onto `req`. They are
     /// written last, so each replaces any header of the same name (names are case-insensitive).
     pub fn apply(&self, mut req: Builder, corr: &str, parent: Option<&str>) -> Builder {
-        let Ok(v) = HeaderValue::from_str(corr) else {
+        let Ok(value) = HeaderValue::from_str(corr) else {
             return req;
         };
-        if let Some(h) = req.headers_mut() {
-            h.insert(self.correlation.clone(), v.clone());
+        if let Some(headers) = req.headers_mut() {
+            headers.insert(self.correlation.clone(), value.clone());
             if self.session_affinity {
-                h.insert(HeaderName::from_static("x-session-affinity"), v.clone());
+                headers.insert(HeaderName::from_static("x-session-affinity"), value.clone());
             }
             if self.session_id {
-                h.insert(HeaderName::from_static("x-session-id"), v.clone());
+                headers.insert(HeaderName::from_static("x-session-id"), value.clone());
             }
             if self.smg_routing_key {
-                h.insert(HeaderName::from_static("x-smg-routing-key"), v.clone());
+                headers.insert(HeaderName::from_static("x-smg-routing-key"), value.clone());
             }
             if self.dynamo_session_id {
-                h.insert(HeaderName::from_static("x-dynamo-session-id"), v);
-                if let Some(p) = parent.and_then(|p| HeaderValue::from_str(p).ok()) {
-                    h.insert(HeaderName::from_static("x-dynamo-parent-session-id"), p);
+                headers.insert(HeaderName::from_static("x-dynamo-session-id"), value);
+                if let Some(parent_value) =
+                    parent.and_then(|parent_value| HeaderValue::from_str(parent_value).ok())
+                {
+                    headers.insert(
+                        HeaderName::from_static("x-dynamo-parent-session-id"),
+                        parent_value,
+                    );
                 }
             }
         }

@@ -63,16 +63,21 @@ impl DynamoRouting {
 
     /// `,"nvext":{...}` for one request: `base` (the `nvext` of `--extra-inputs`, if any) with
     /// `session_control` set.
-    pub fn write_nvext(&self, out: &mut Vec<u8>, base: &Map<String, Value>, t: StreamTurn) {
+    pub(crate) fn write_nvext(
+        &self,
+        out: &mut Vec<u8>,
+        base: &Map<String, Value>,
+        turn: StreamTurn,
+    ) {
         let mut nvext = base.clone();
-        let mut sc = match nvext.remove("session_control") {
-            Some(Value::Object(m)) => m,
+        let mut control = match nvext.remove("session_control") {
+            Some(Value::Object(existing)) => existing,
             _ => Map::new(),
         };
-        if let Value::Object(m) = self.session_control(t) {
-            sc.extend(m);
+        if let Value::Object(turn_control) = self.session_control(turn) {
+            control.extend(turn_control);
         }
-        nvext.insert("session_control".into(), Value::Object(sc));
+        nvext.insert("session_control".into(), Value::Object(control));
         out.extend_from_slice(b",\"nvext\":");
         serde_json::to_writer(out, &nvext).expect("a JSON map serializes");
     }

@@ -12,7 +12,7 @@
 use thiserror::Error;
 
 /// Longest line the decoder buffers before declaring the stream malformed.
-pub const MAX_LINE: usize = 16 << 20;
+pub(crate) const MAX_LINE: usize = 16 << 20;
 
 /// A malformed event stream.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -23,7 +23,7 @@ pub enum SseError {
         /// Where in the stream (bytes from its start).
         offset: u64,
     },
-    /// A line longer than [`MAX_LINE`].
+    /// A line longer than `MAX_LINE` (16 MiB).
     #[error("malformed SSE: a line is longer than {MAX_LINE} bytes without a line break")]
     LineTooLong,
 }
@@ -64,9 +64,9 @@ impl SseDecoder {
         }
         while let Some(pos) = memchr::memchr2(b'\n', b'\r', bytes) {
             let (head, tail) = bytes.split_at(pos);
-            let cr = tail[0] == b'\r';
+            let ends_in_cr = tail[0] == b'\r';
             let mut rest = &tail[1..];
-            if cr {
+            if ends_in_cr {
                 match rest.first() {
                     Some(b'\n') => rest = &rest[1..],
                     None => self.after_cr = true,
@@ -79,10 +79,10 @@ impl SseDecoder {
             } else {
                 self.line.extend_from_slice(head);
                 let line = std::mem::take(&mut self.line);
-                let r = self.line_done(&line, &mut on_event);
+                let result = self.line_done(&line, &mut on_event);
                 self.line = line;
                 self.line.clear();
-                r?;
+                result?;
             }
             self.offset += consumed;
             bytes = rest;
@@ -114,19 +114,22 @@ impl SseDecoder {
         }
         let (field, value) = match line.iter().position(|&b| b == b':') {
             Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+                let after_colon = &line[i + 1..];
+                (
+                    &line[..i],
+                    after_colon.strip_prefix(b" ").unwrap_or(after_colon),
+                )
             }
             None => (line, &b""[..]),
         };
         if field == b"data" {
-            let v = std::str::from_utf8(value).map_err(|_| SseError::Utf8 {
+            let text = std::str::from_utf8(value).map_err(|_| SseError::Utf8 {
                 offset: self.offset,
             })?;
             if self.has_data {
                 self.data.push('\n');
             }
-            self.data.push_str(v);
+            self.data.push_str(text);
             self.has_data = true;
         }
         Ok(())

@@ -16,10 +16,10 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
-    let k = (sorted.len() - 1) as f64 * p / 100.0;
-    let lo = k.floor() as usize;
-    let hi = k.ceil() as usize;
-    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (k - lo as f64))
+    let rank = (sorted.len() - 1) as f64 * p / 100.0;
+    let below = rank.floor() as usize;
+    let above = rank.ceil() as usize;
+    Some(sorted[below] + (sorted[above] - sorted[below]) * (rank - below as f64))
 }
 
 /// Which standard deviation a figure reports.
@@ -39,11 +39,11 @@ pub fn mean(values: &[f64]) -> f64 {
 
 /// The standard deviation of `values` around their `mean`.
 pub fn std(values: &[f64], mean: f64, d: Deviation) -> f64 {
-    let n = values.len() as f64;
-    let ss = values.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
+    let count = values.len() as f64;
+    let squares = values.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
     match d {
-        Deviation::Population => (ss / n).sqrt(),
-        Deviation::Sample if values.len() > 1 => (ss / (n - 1.0)).sqrt(),
+        Deviation::Population => (squares / count).sqrt(),
+        Deviation::Sample if values.len() > 1 => (squares / (count - 1.0)).sqrt(),
         Deviation::Sample => 0.0,
     }
 }

@@ -92,28 +92,28 @@ impl Root {
 
     /// Creates (truncating) the file `rel` for writing.
     pub fn create_file(&self, rel: impl AsRef<Path>) -> std::io::Result<std::fs::File> {
-        let f = self.dir.open_with(
+        let file = self.dir.open_with(
             rel.as_ref(),
             OpenOptions::new().write(true).create(true).truncate(true),
         )?;
-        Ok(f.into_std())
+        Ok(file.into_std())
     }
 
     /// Opens (creating, not truncating) the file `rel` for writing, e.g. a lock file.
     pub fn open_for_lock(&self, rel: impl AsRef<Path>) -> std::io::Result<std::fs::File> {
-        let f = self.dir.open_with(
+        let file = self.dir.open_with(
             rel.as_ref(),
             OpenOptions::new().write(true).create(true).truncate(false),
         )?;
-        Ok(f.into_std())
+        Ok(file.into_std())
     }
 
     /// Cuts the file `rel` to its first `len` bytes (a torn last line off a log).
     pub fn truncate(&self, rel: impl AsRef<Path>, len: u64) -> std::io::Result<()> {
-        let f = self
+        let file = self
             .dir
             .open_with(rel.as_ref(), OpenOptions::new().write(true))?;
-        f.into_std().set_len(len)
+        file.into_std().set_len(len)
     }
 
     /// Reads the file `rel`.
@@ -180,27 +180,27 @@ impl Root {
             rand::rng().random::<u64>()
         );
         let written = (|| {
-            let f = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, f.into_std());
-            write(&mut w)?;
-            let f = w
+            let created = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
+            let mut writer = std::io::BufWriter::with_capacity(1 << 20, created.into_std());
+            write(&mut writer)?;
+            let synced = writer
                 .into_inner()
                 .map_err(std::io::IntoInnerError::into_error)?;
             // Results are read by other users' pipelines.
             #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
-                f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+                synced.set_permissions(std::fs::Permissions::from_mode(0o644))?;
             }
-            f.sync_all()?;
+            synced.sync_all()?;
             dir.rename(&tmp, dir, name)
         })();
-        if let Err(e) = written {
+        if let Err(error) = written {
             let _ = dir.remove_file(&tmp);
-            return Err(e);
+            return Err(error);
         }
-        if let Ok(d) = dir.try_clone() {
-            let _ = d.into_std_file().sync_all();
+        if let Ok(dir_handle) = dir.try_clone() {
+            let _ = dir_handle.into_std_file().sync_all();
         }
         Ok(self.path.join(rel))
     }
@@ -219,7 +219,7 @@ impl LazyRoot {
     pub fn new(path: impl Into<PathBuf>) -> LazyRoot {
         LazyRoot {
             path: path.into(),
-            root: Default::default(),
+            root: std::sync::Arc::default(),
         }
     }
 
@@ -230,11 +230,11 @@ impl LazyRoot {
 
     /// The directory, created and opened on first use.
     pub fn get(&self) -> std::io::Result<&Root> {
-        if let Some(r) = self.root.get() {
-            return Ok(r);
+        if let Some(root) = self.root.get() {
+            return Ok(root);
         }
-        let r = Root::create(&self.path)?;
-        Ok(self.root.get_or_init(|| r))
+        let created = Root::create(&self.path)?;
+        Ok(self.root.get_or_init(|| created))
     }
 }
 

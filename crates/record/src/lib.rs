@@ -1,6 +1,6 @@
 //! The vocabulary every other crate of agentx speaks: [`RequestRecord`] (the one fact type of a run)
 //! and its sink, the run's clock, atomic file IO under a directory capability ([`fsio`]), the output
-//! paths and printing that never panics ([`out`]), the distribution kernel ([`dist`]) and the rule
+//! paths and printing that never panics ([`mod@out`]), the distribution kernel ([`dist`]) and the rule
 //! that says what became of a request ([`outcome`]).
 //!
 //! It depends on no other crate of the workspace.

@@ -18,11 +18,11 @@ fn write(mut w: impl Write, closed: &AtomicBool, args: std::fmt::Arguments<'_>, 
     if closed.load(Ordering::Relaxed) {
         return;
     }
-    let r = w
+    let result = w
         .write_fmt(args)
         .and_then(|()| if newline { w.write_all(b"\n") } else { Ok(()) })
         .and_then(|()| w.flush());
-    if r.is_err() {
+    if result.is_err() {
         // A closed pipe, a full disk or a revoked terminal: nothing more can reach the reader.
         closed.store(true, Ordering::Relaxed);
     }

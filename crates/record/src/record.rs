@@ -14,7 +14,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -67,11 +67,6 @@ impl Clock {
     #[inline]
     pub fn ns_of(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.anchor).as_nanos() as u64
-    }
-
-    /// The instant `ns` after the anchor.
-    pub fn instant_of(&self, ns: u64) -> Instant {
-        self.anchor + Duration::from_nanos(ns)
     }
 
     /// Unix time (ns) of the anchor.
@@ -282,8 +277,8 @@ impl RequestRecord {
 
     /// Full-response inter-token latency: [`RequestRecord::full_decode_ns`] over `osl - 1` tokens.
     pub fn full_response_itl_ns(&self) -> Option<f64> {
-        let d = self.full_decode_ns()?;
-        (self.osl >= 2).then(|| d as f64 / (self.osl - 1) as f64)
+        let decode_ns = self.full_decode_ns()?;
+        (self.osl >= 2).then(|| decode_ns as f64 / (self.osl - 1) as f64)
     }
 
     /// Lag between the intended and the actual send.
@@ -336,33 +331,33 @@ impl RecordSink {
                 source,
             })?;
         let (tx, rx) = mpsc::channel::<RequestRecord>();
-        let p = path.clone();
+        let thread_path = path.clone();
         let thread = std::thread::Builder::new()
             .name("agentx-records".into())
             .spawn(move || {
-                let mut w = BufWriter::with_capacity(1 << 16, file);
-                let mut n = 0u64;
+                let mut writer = BufWriter::with_capacity(1 << 16, file);
+                let mut written = 0u64;
                 let err = |source| SinkError::Write {
-                    path: p.clone(),
+                    path: thread_path.clone(),
                     source,
                 };
-                let mut put = |w: &mut BufWriter<File>, rec: &RequestRecord| {
-                    serde_json::to_writer(&mut *w, rec).map_err(std::io::Error::from)?;
-                    n += 1;
-                    w.write_all(b"\n")
+                let mut put = |writer: &mut BufWriter<File>, rec: &RequestRecord| {
+                    serde_json::to_writer(&mut *writer, rec).map_err(std::io::Error::from)?;
+                    written += 1;
+                    writer.write_all(b"\n")
                 };
                 while let Ok(rec) = rx.recv() {
-                    put(&mut w, &rec).map_err(err)?;
+                    put(&mut writer, &rec).map_err(err)?;
                     // Write through once nothing else is queued: a burst costs one syscall, and a
                     // record never waits in user space for the next one.
                     while let Ok(more) = rx.try_recv() {
-                        put(&mut w, &more).map_err(err)?;
+                        put(&mut writer, &more).map_err(err)?;
                     }
-                    w.flush().map_err(err)?;
+                    writer.flush().map_err(err)?;
                 }
-                w.flush().map_err(err)?;
-                w.get_ref().sync_data().map_err(err)?;
-                Ok(n)
+                writer.flush().map_err(err)?;
+                writer.get_ref().sync_data().map_err(err)?;
+                Ok(written)
             })
             .map_err(|source| SinkError::Create {
                 path: path.clone(),
@@ -404,8 +399,8 @@ impl RecordSink {
 impl Drop for RecordSink {
     fn drop(&mut self) {
         self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -453,17 +448,17 @@ pub fn scan_records(
     mut each: impl FnMut(RequestRecord),
 ) -> Result<Option<TornLine>, String> {
     use std::io::BufRead;
-    let at = |line: usize| format!("{}:{line}", path.display());
+    let location = |line: usize| format!("{}:{line}", path.display());
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
     let mut buf = String::new();
     let (mut line, mut offset) = (0usize, 0u64);
     loop {
         buf.clear();
-        let n = reader
+        let read = reader
             .read_line(&mut buf)
-            .map_err(|e| format!("{}: {e}", at(line + 1)))?;
-        if n == 0 {
+            .map_err(|e| format!("{}: {e}", location(line + 1)))?;
+        if read == 0 {
             return Ok(None);
         }
         line += 1;
@@ -475,13 +470,13 @@ pub fn scan_records(
                     return Ok(Some(TornLine {
                         line,
                         offset,
-                        bytes: n,
+                        bytes: read,
                     }))
                 }
-                Err(e) => return Err(format!("{}: {e}", at(line))),
+                Err(e) => return Err(format!("{}: {e}", location(line))),
             }
         }
-        offset += n as u64;
+        offset += read as u64;
     }
 }
 
@@ -493,7 +488,11 @@ mod tests {
     fn file_of(lines: &[String], tail: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(RECORDS_FILE);
-        let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(line);
+            text.push('\n');
+        }
         text.push_str(tail);
         std::fs::write(&path, text).unwrap();
         (dir, path)

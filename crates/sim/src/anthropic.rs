@@ -167,8 +167,8 @@ fn for_each_message(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Resu
 /// tool uses) carry no tokens.
 fn blocks_text(field: &str, blocks: &[Value], add: &mut dyn FnMut(&str)) -> Result<(), ApiError> {
     for (j, b) in blocks.iter().enumerate() {
-        let ty = b.get("type").and_then(Value::as_str);
-        match ty {
+        let block_type = b.get("type").and_then(Value::as_str);
+        match block_type {
             Some("text") => match b.get("text") {
                 Some(Value::String(s)) => add(s),
                 _ => return Err(bad(format!("{field}.{j}.text: Field required"))),

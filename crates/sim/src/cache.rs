@@ -16,7 +16,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Hashes prompt words into chained block hashes, one word at a time.
 #[derive(Debug)]
-pub struct BlockHasher {
+pub(crate) struct BlockHasher {
     block_size: u32,
     in_block: u32,
     cur: u64,
@@ -26,7 +26,7 @@ pub struct BlockHasher {
 
 impl BlockHasher {
     /// A hasher for blocks of `block_size` tokens.
-    pub fn new(block_size: u32) -> BlockHasher {
+    pub(crate) fn new(block_size: u32) -> BlockHasher {
         BlockHasher {
             block_size: block_size.max(1),
             in_block: 0,
@@ -38,7 +38,7 @@ impl BlockHasher {
 
     /// Add one token (a whitespace-free word).
     #[inline]
-    pub fn push(&mut self, word: &[u8]) {
+    pub(crate) fn push(&mut self, word: &[u8]) {
         self.cur = (self.cur.rotate_left(23) ^ fnv1a(word)).wrapping_mul(MUL);
         self.in_block += 1;
         if self.in_block == self.block_size {
@@ -50,14 +50,14 @@ impl BlockHasher {
     }
 
     /// Add every whitespace-separated word of `text`.
-    pub fn push_text(&mut self, text: &str) {
+    pub(crate) fn push_text(&mut self, text: &str) {
         for w in text.split_ascii_whitespace() {
             self.push(w.as_bytes());
         }
     }
 
     /// The chained hashes of the full blocks seen so far.
-    pub fn finish(self) -> Vec<u64> {
+    pub(crate) fn finish(self) -> Vec<u64> {
         self.blocks
     }
 }
@@ -69,12 +69,12 @@ const MUL2: u64 = 0xbf58_476d_1ce4_e5b9;
 
 #[inline]
 fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h
+    hash
 }
 
 /// A 64-bit hash of a string (request ids, seeds).
@@ -118,7 +118,7 @@ struct Slot {
 }
 
 /// An LRU set of block hashes with a capacity in tokens.
-pub struct PrefixCache {
+pub(crate) struct PrefixCache {
     block_size: u32,
     capacity_blocks: usize,
     map: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
@@ -142,7 +142,7 @@ impl std::fmt::Debug for PrefixCache {
 
 impl PrefixCache {
     /// A cache of `capacity_tokens` tokens (rounded down to whole blocks); 0 disables caching.
-    pub fn new(block_size: u32, capacity_tokens: u64) -> PrefixCache {
+    pub(crate) fn new(block_size: u32, capacity_tokens: u64) -> PrefixCache {
         let block_size = block_size.max(1);
         let capacity_blocks =
             (capacity_tokens / u64::from(block_size)).min(u64::from(u32::MAX) - 1);
@@ -157,13 +157,9 @@ impl PrefixCache {
         }
     }
 
-    /// Tokens per block.
-    pub fn block_size(&self) -> u32 {
-        self.block_size
-    }
-
     /// Blocks currently cached.
-    pub fn len_blocks(&self) -> usize {
+    #[cfg(test)]
+    fn len_blocks(&self) -> usize {
         self.map.len()
     }
 
@@ -172,7 +168,7 @@ impl PrefixCache {
     /// `blocks` are the chained hashes of the prompt's full blocks and `prompt_tokens` its length.
     /// Returns the cached tokens: the matched prefix blocks times the block size, never covering
     /// the last prompt token.
-    pub fn lookup_and_insert(&mut self, blocks: &[u64], prompt_tokens: u64) -> u64 {
+    pub(crate) fn lookup_and_insert(&mut self, blocks: &[u64], prompt_tokens: u64) -> u64 {
         if self.capacity_blocks == 0 {
             return 0;
         }
@@ -234,28 +230,28 @@ impl PrefixCache {
             prev: NIL,
             next: NIL,
         };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.slots[i as usize] = slot;
-                i
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.slots[index as usize] = slot;
+                index
             }
             None => {
                 self.slots.push(slot);
                 (self.slots.len() - 1) as u32
             }
         };
-        self.map.insert(hash, i);
-        self.link_front(i);
+        self.map.insert(hash, index);
+        self.link_front(index);
     }
 
     fn evict_tail(&mut self) {
-        let i = self.tail;
-        if i == NIL {
+        let slot = self.tail;
+        if slot == NIL {
             return;
         }
-        self.unlink(i);
-        self.map.remove(&self.slots[i as usize].hash);
-        self.free.push(i);
+        self.unlink(slot);
+        self.map.remove(&self.slots[slot as usize].hash);
+        self.free.push(slot);
     }
 }
 
@@ -270,7 +266,11 @@ mod tests {
     }
 
     fn words(n: usize, tag: &str) -> String {
-        (0..n).map(|i| format!("{tag}{i} ")).collect()
+        let mut text = String::new();
+        for i in 0..n {
+            text.push_str(&format!("{tag}{i} "));
+        }
+        text
     }
 
     #[test]

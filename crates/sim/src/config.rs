@@ -312,11 +312,6 @@ impl SimConfig {
         SimConfig::preset(Preset::H200)
     }
 
-    /// The small CPU-like preset.
-    pub fn cpu_small() -> SimConfig {
-        SimConfig::preset(Preset::CpuSmall)
-    }
-
     /// The no-delay preset.
     pub fn max() -> SimConfig {
         SimConfig::preset(Preset::Max)
@@ -360,12 +355,12 @@ impl SimConfig {
                 );
             }
         }
-        let f = &self.faults;
+        let faults = &self.faults;
         for (field, rate) in [
-            ("fail_rate", f.fail_rate),
-            ("reset_rate", f.reset_rate),
-            ("stall_rate", f.stall_rate),
-            ("malformed_rate", f.malformed_rate),
+            ("fail_rate", faults.fail_rate),
+            ("reset_rate", faults.reset_rate),
+            ("stall_rate", faults.stall_rate),
+            ("malformed_rate", faults.malformed_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return bad(field, format!("must be a fraction in [0, 1], got {rate}"));

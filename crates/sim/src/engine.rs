@@ -47,7 +47,7 @@ pub(crate) struct Admission {
     /// Time spent waiting for a sequence slot and KV space.
     pub queued: Duration,
     /// When the first token is due; `None` means at once.
-    pub first_token_at: Option<Instant>,
+    pub(crate) first_token_at: Option<Instant>,
 }
 
 /// Held while a request runs; dropping it releases the request's slot and KV tokens.
@@ -74,9 +74,9 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let m = &self.engine.metrics;
-        m.running.fetch_sub(1, Relaxed);
-        m.kv_tokens.fetch_sub(self.kv_tokens, Relaxed);
+        let metrics = &self.engine.metrics;
+        metrics.running.fetch_sub(1, Relaxed);
+        metrics.kv_tokens.fetch_sub(self.kv_tokens, Relaxed);
         self.engine.kv_freed.notify_waiters();
     }
 }
@@ -122,12 +122,12 @@ impl Engine {
         blocks: &[u64],
         arrival: Instant,
     ) -> Admission {
-        let m = &self.metrics;
+        let metrics = &self.metrics;
         let permit = match timing {
             // Fixed timing promises no queueing effects at all.
             Timing::Fixed { .. } => None,
             _ => {
-                let waiting = Waiting::new(m);
+                let waiting = Waiting::new(metrics);
                 // The semaphore is never closed, so acquisition only fails if it were.
                 let permit = self.seqs.clone().acquire_owned().await.ok();
                 if matches!(timing, Timing::Modeled(_)) {
@@ -137,8 +137,9 @@ impl Engine {
                         let freed = self.kv_freed.notified();
                         tokio::pin!(freed);
                         freed.as_mut().enable();
-                        let used = m.kv_tokens.load(Relaxed);
-                        if used + prompt_tokens <= self.kv_capacity || m.running.load(Relaxed) == 0
+                        let used = metrics.kv_tokens.load(Relaxed);
+                        if used + prompt_tokens <= self.kv_capacity
+                            || metrics.running.load(Relaxed) == 0
                         {
                             break;
                         }
@@ -149,8 +150,8 @@ impl Engine {
                 permit
             }
         };
-        m.running.fetch_add(1, Relaxed);
-        m.kv_tokens.fetch_add(prompt_tokens, Relaxed);
+        metrics.running.fetch_add(1, Relaxed);
+        metrics.kv_tokens.fetch_add(prompt_tokens, Relaxed);
         let running = Running {
             engine: self.clone(),
             _permit: permit,
@@ -160,11 +161,11 @@ impl Engine {
         let now = Instant::now();
         let queued = now.saturating_duration_since(arrival);
         let (cached_tokens, prefill, first_token_at) = {
-            let mut st = self
+            let mut state = self
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let cached = st.cache.lookup_and_insert(blocks, prompt_tokens);
+            let cached = state.cache.lookup_and_insert(blocks, prompt_tokens);
             let uncached = prompt_tokens - cached;
             match timing {
                 Timing::Instant => (cached, Duration::ZERO, None),
@@ -173,21 +174,23 @@ impl Engine {
                 Timing::Fixed { ttft, .. } => (cached, *ttft, Some((arrival + *ttft).max(now))),
                 Timing::Modeled(mt) => {
                     let prefill = mt.prefill(uncached);
-                    let start = st.prefill_free_at.map_or(now, |t| t.max(now));
+                    let start = state.prefill_free_at.map_or(now, |t| t.max(now));
                     let end = start + prefill;
-                    st.prefill_free_at = Some(end);
+                    state.prefill_free_at = Some(end);
                     (cached, prefill, Some(end))
                 }
             }
         };
 
-        m.prompt_tokens.fetch_add(prompt_tokens, Relaxed);
-        m.prefix_cache_queries.fetch_add(prompt_tokens, Relaxed);
-        m.prefix_cache_hits.fetch_add(cached_tokens, Relaxed);
-        m.queue.observe_duration(queued);
-        m.prompt_len.observe_n(prompt_tokens, 1);
+        metrics.prompt_tokens.fetch_add(prompt_tokens, Relaxed);
+        metrics
+            .prefix_cache_queries
+            .fetch_add(prompt_tokens, Relaxed);
+        metrics.prefix_cache_hits.fetch_add(cached_tokens, Relaxed);
+        metrics.queue.observe_duration(queued);
+        metrics.prompt_len.observe_n(prompt_tokens, 1);
         let ttft = first_token_at.map_or(queued, |t| t.saturating_duration_since(arrival));
-        m.ttft.observe_duration(ttft);
+        metrics.ttft.observe_duration(ttft);
 
         Admission {
             running,

@@ -27,8 +27,8 @@ pub fn serve_foreground(config: SimConfig) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let c = handle.config();
-        let timing = match &c.timing {
+        let config = handle.config();
+        let timing = match &config.timing {
             Timing::Instant => "no delays".to_string(),
             Timing::Fixed { ttft, itl } => format!(
                 "fixed ttft {} ms, itl {} ms",
@@ -46,12 +46,12 @@ pub fn serve_foreground(config: SimConfig) -> ExitCode {
         errln!(
             "agentx-host sim: serving model `{}` at {} ({} engine(s), max-num-seqs {}, \
              max-model-len {}, cache {} tokens, {timing})",
-            c.model,
+            config.model,
             handle.url(),
-            c.engines,
-            c.max_num_seqs,
-            c.max_model_len,
-            c.cache_capacity_tokens
+            config.engines,
+            config.max_num_seqs,
+            config.max_model_len,
+            config.cache_capacity_tokens
         );
         signals.wait().await;
         errln!("agentx-host sim: shutting down");

@@ -5,7 +5,7 @@
 //! sequence, usage with `prompt_tokens_details.cached_tokens`, vLLM's error bodies and
 //! context-length wording, and vLLM's Prometheus metric names (or SGLang's, TensorRT-LLM's or
 //! ATOM's: [`MetricNames`]). `POST /v1/messages` is Anthropic's
-//! Messages API on the same engines ([`anthropic`]: its body, events, usage and errors). Behind the port sit one or more
+//! Messages API on the same engines (`anthropic`: its body, events, usage and errors). Behind the port sit one or more
 //! data-parallel engines, each with a prefix cache (chained block hashes, LRU in tokens), a
 //! `max_num_seqs` queue and a timing model (see [`Timing`]); faults are injected on demand,
 //! deterministically by seed.
@@ -52,11 +52,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use agentx_protocol::headers::{RECEIVED_HEADER, RESPONSE_START_HEADER};
-pub use cache::{BlockHasher, PrefixCache};
 pub use config::{Faults, KeepAliveConfig, MetricNames, ModelTiming, Preset, SimConfig, Timing};
 pub use foreground::serve_foreground;
-pub use request::{context_overflow, ApiError};
 pub use server::Received;
 pub use thread::SimThread;
 

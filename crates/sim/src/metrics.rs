@@ -99,8 +99,8 @@ impl Histogram {
         if n == 0 {
             return;
         }
-        let i = self.bounds.partition_point(|&b| b < value);
-        self.counts[i].fetch_add(n, Relaxed);
+        let bucket = self.bounds.partition_point(|&b| b < value);
+        self.counts[bucket].fetch_add(n, Relaxed);
         self.sum.fetch_add(value.saturating_mul(n), Relaxed);
     }
 
@@ -122,11 +122,11 @@ fn one_two_five(max: u64) -> Vec<f64> {
     let mut exp = 1u64;
     'outer: loop {
         for m in [1, 2, 5] {
-            let v = m * exp;
-            if v > max {
+            let value = m * exp;
+            if value > max {
                 break 'outer;
             }
-            out.push(v as f64);
+            out.push(value as f64);
         }
         exp = match exp.checked_mul(10) {
             Some(e) => e,
@@ -143,20 +143,20 @@ pub(crate) struct EngineMetrics {
     pub generation_tokens: AtomicU64,
     pub prefix_cache_queries: AtomicU64,
     pub prefix_cache_hits: AtomicU64,
-    pub success_length: AtomicU64,
-    pub success_stop: AtomicU64,
-    pub success_abort: AtomicU64,
-    pub preemptions: AtomicU64,
+    pub(crate) success_length: AtomicU64,
+    pub(crate) success_stop: AtomicU64,
+    pub(crate) success_abort: AtomicU64,
+    pub(crate) preemptions: AtomicU64,
     pub running: AtomicU64,
     pub waiting: AtomicU64,
     /// KV tokens held by running requests (the numerator of `kv_cache_usage_perc`).
-    pub kv_tokens: AtomicU64,
+    pub(crate) kv_tokens: AtomicU64,
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
     pub queue: Histogram,
-    pub prompt_len: Histogram,
-    pub generation_len: Histogram,
+    pub(crate) prompt_len: Histogram,
+    pub(crate) generation_len: Histogram,
 }
 
 impl EngineMetrics {
@@ -195,7 +195,7 @@ type ValueOf<'a> = dyn Fn(&EngineMetrics) -> f64 + 'a;
 pub(crate) struct Exposition<'a> {
     pub model: &'a str,
     pub block_size: u32,
-    pub capacity_tokens: u64,
+    pub(crate) capacity_tokens: u64,
     pub engines: &'a [&'a EngineMetrics],
     /// Whose names the page speaks.
     pub names: MetricNames,
@@ -441,17 +441,17 @@ fn histogram(out: &mut String, name: &str, labels: &str, hists: &[&Histogram]) {
     };
     let mut cumulative = 0u64;
     let bucket = format!("{name}_bucket");
-    let mut le = String::new();
+    let mut bound = String::new();
     for i in 0..first.counts.len() {
         cumulative += hists.iter().map(|h| h.counts[i].load(Relaxed)).sum::<u64>();
-        le.clear();
-        le.push_str(",le=\"");
+        bound.clear();
+        bound.push_str(",le=\"");
         num(
-            &mut le,
+            &mut bound,
             first.labels.get(i).copied().unwrap_or(f64::INFINITY),
         );
-        le.push('"');
-        sample(out, &bucket, labels, &le, cumulative as f64);
+        bound.push('"');
+        sample(out, &bucket, labels, &bound, cumulative as f64);
     }
     sample(out, &format!("{name}_count"), labels, "", cumulative as f64);
     let sum = hists

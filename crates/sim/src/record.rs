@@ -76,12 +76,15 @@ impl RequestLog {
     pub(crate) fn log(&self, arrival: &Arrival, body: &[u8], counter: &TokenCounter) {
         let mut line = describe(arrival, self.started, body, counter).to_string();
         line.push('\n');
-        let mut f = self
+        let mut file = self
             .file
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = f.write_all(line.as_bytes()) {
-            tracing::warn!("cannot write the request log {}: {e}", self.path.display());
+        if let Err(error) = file.write_all(line.as_bytes()) {
+            tracing::warn!(
+                "cannot write the request log {}: {error}",
+                self.path.display()
+            );
         }
     }
 }
@@ -134,15 +137,12 @@ fn describe(
         .map(|(k, v)| ((*k).to_owned(), json!(v)))
         .collect();
     out.insert("headers".into(), Value::Object(headers));
-    let obj = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(o)) => o,
-        Ok(_) | Err(_) => {
-            out.insert(
-                "error".into(),
-                json!("the body is not a JSON object; see the server's answer"),
-            );
-            return Value::Object(out);
-        }
+    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(body) else {
+        out.insert(
+            "error".into(),
+            json!("the body is not a JSON object; see the server's answer"),
+        );
+        return Value::Object(out);
     };
     for key in [
         "model",
@@ -193,9 +193,9 @@ fn describe(
         let mut text = content_text(m.get("content"));
         total += counter.count(&text);
         if found_marker.is_none() && role == "user" {
-            if let Some(mk) = marker(&text) {
-                found_marker = Some(mk.to_owned());
-                text = text.trim_start()[mk.len()..].trim_start().to_owned();
+            if let Some(found) = marker(&text) {
+                found_marker = Some(found.to_owned());
+                text = text.trim_start()[found.len()..].trim_start().to_owned();
             }
         }
         tokens.push(counter.count(&text));

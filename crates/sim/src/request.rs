@@ -22,7 +22,7 @@ pub(crate) enum Api {
 /// An error answered with vLLM's JSON shape:
 /// `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// HTTP status, repeated as `code` in the body.
     pub status: u16,
     /// vLLM's error type name (`BadRequestError`, `NotFoundError`, ...).
@@ -35,7 +35,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// A 400 `BadRequestError`.
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError {
             status: 400,
             kind: "BadRequestError",
@@ -45,7 +45,7 @@ impl ApiError {
     }
 
     /// The JSON body.
-    pub fn body(&self) -> String {
+    pub(crate) fn body(&self) -> String {
         serde_json::json!({
             "error": {
                 "message": self.message,
@@ -89,12 +89,12 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 fn wrong_type(field: &str, want: &str, got: &Value) -> ApiError {
-    let mut e = ApiError::bad_request(format!(
+    let mut error = ApiError::bad_request(format!(
         "field `{field}` must be {want}, got {}",
         type_name(got)
     ));
-    e.param = Some(field.to_string());
-    e
+    error.param = Some(field.to_string());
+    error
 }
 
 fn opt_bool(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
@@ -320,7 +320,7 @@ fn content_parts(i: usize, parts: &[Value], add: &mut dyn FnMut(&str)) -> Result
 }
 
 /// vLLM's context-length refusal for a prompt of `prompt` tokens asking for `output` more.
-pub fn context_overflow(max_model_len: u64, prompt: u64, output: Option<u64>) -> ApiError {
+pub(crate) fn context_overflow(max_model_len: u64, prompt: u64, output: Option<u64>) -> ApiError {
     let message = match output {
         Some(out) => format!(
             "This model's maximum context length is {max_model_len} tokens. However, you \

@@ -7,9 +7,9 @@ use bytes::BytesMut;
 #[derive(Debug, Clone)]
 pub(crate) struct Ident {
     /// `chatcmpl-...`, already a JSON string literal body (escaped, without quotes).
-    pub id_json: String,
+    pub(crate) id_json: String,
     /// The model name as a JSON string literal body.
-    pub model_json: String,
+    pub(crate) model_json: String,
     /// Unix seconds.
     pub created: u64,
 }
@@ -18,8 +18,8 @@ impl Ident {
     /// Build from raw strings, escaping them for JSON once.
     pub(crate) fn new(id: &str, model: &str, created: u64) -> Ident {
         let esc = |s: &str| {
-            let q = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
-            q[1..q.len() - 1].to_string()
+            let quoted = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+            quoted[1..quoted.len() - 1].to_string()
         };
         Ident {
             id_json: esc(id),
@@ -40,15 +40,15 @@ pub(crate) struct Usage {
 impl Usage {
     pub(super) fn write_json(&self, out: &mut BytesMut) {
         use std::fmt::Write as _;
-        let mut s = String::with_capacity(128);
+        let mut json = String::with_capacity(128);
         let _ = write!(
-            s,
+            json,
             r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
             self.prompt_tokens,
             self.prompt_tokens + self.completion_tokens,
             self.completion_tokens,
             self.cached_tokens
         );
-        out.extend_from_slice(s.as_bytes());
+        out.extend_from_slice(json.as_bytes());
     }
 }

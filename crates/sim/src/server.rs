@@ -209,11 +209,12 @@ fn full(
     content_type: &'static str,
     body: impl Into<Bytes>,
 ) -> Response<SimBody> {
-    let mut r = Response::new(SimBody::Full(Some(body.into())));
-    *r.status_mut() = status;
-    r.headers_mut()
+    let mut response = Response::new(SimBody::Full(Some(body.into())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
+    response
 }
 
 fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<SimBody> {
@@ -315,20 +316,20 @@ impl Meta {
         let arrival = Instant::now();
         let config = &shared.config;
         let seq = shared.chat_requests.fetch_add(1, Relaxed) + 1;
-        if let Some(n) = config.faults.die_at {
-            if seq >= n {
+        if let Some(die_at) = config.faults.die_at {
+            if seq >= die_at {
                 if !shared.dead.swap(true, Relaxed) {
-                    tracing::warn!("the engine dies at request {n} (--die-at-request): every connection closes, new ones are refused");
+                    tracing::warn!("the engine dies at request {die_at} (--die-at-request): every connection closes, new ones are refused");
                     shared.die.notify_one();
                 }
-                return Err(Dropped::Dead(n));
+                return Err(Dropped::Dead(die_at));
             }
         }
-        if let Some(n) = config.faults.stop_after {
-            if seq > n {
-                return Err(Dropped::StopAfter(n));
+        if let Some(stop_after) = config.faults.stop_after {
+            if seq > stop_after {
+                return Err(Dropped::StopAfter(stop_after));
             }
-            if seq == n {
+            if seq == stop_after {
                 shared.stop_accepting.notify_one();
             }
         }
@@ -349,7 +350,7 @@ impl Meta {
             Api::Chat => "chatcmpl-",
             Api::Anthropic => "msg_",
         };
-        let id = match &header_id {
+        let request_id = match &header_id {
             Some(h) => format!("{prefix}{h}"),
             None => format!("{prefix}{drawn_id:032x}"),
         };
@@ -370,8 +371,8 @@ impl Meta {
             headers: LOGGED_HEADERS
                 .iter()
                 .filter_map(|k| {
-                    let v = req.headers().get(*k)?;
-                    Some((*k, String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                    let value = req.headers().get(*k)?;
+                    Some((*k, String::from_utf8_lossy(value.as_bytes()).into_owned()))
                 })
                 .collect(),
         });
@@ -379,7 +380,7 @@ impl Meta {
             arrival,
             key,
             header_id,
-            id,
+            id: request_id,
             engine_ix,
             draws,
             logged,
@@ -388,9 +389,9 @@ impl Meta {
 
     /// `r` with the request's `x-request-id` echoed.
     fn with_id(&self, mut r: Response<SimBody>) -> Response<SimBody> {
-        if let Some(h) = &self.header_id {
-            if let Ok(v) = HeaderValue::from_str(h) {
-                r.headers_mut().insert("x-request-id", v);
+        if let Some(header_id) = &self.header_id {
+            if let Ok(value) = HeaderValue::from_str(header_id) {
+                r.headers_mut().insert("x-request-id", value);
             }
         }
         r
@@ -409,12 +410,12 @@ struct Accepted {
 /// `t` in unix nanoseconds (through the wall clock now, so the two stamps of a request differ by
 /// exactly their monotonic difference when read together).
 fn unix_ns_at(t: Instant, now: Instant, unix_now: Duration) -> HeaderValue {
-    let ns = if t >= now {
+    let stamp = if t >= now {
         unix_now + (t - now)
     } else {
         unix_now.saturating_sub(now - t)
     };
-    HeaderValue::from(ns.as_nanos() as u64)
+    HeaderValue::from(stamp.as_nanos() as u64)
 }
 
 /// A chat completion or, with [`Api::Anthropic`], a Messages API request.
@@ -436,9 +437,9 @@ async fn chat(
     let total = if parsed.ignore_eos {
         max_tokens
     } else {
-        let n = u64::from(config.natural_output_tokens.max(1));
+        let natural = u64::from(config.natural_output_tokens.max(1));
         meta.draws
-            .random_range(n.div_ceil(2)..=n + n / 2)
+            .random_range(natural.div_ceil(2)..=natural + natural / 2)
             .min(max_tokens)
     };
     let plan = faults::plan(&config.faults, meta.key, total);
@@ -483,10 +484,12 @@ async fn chat(
         ("x-sim-queue-ms", millis(adm.queued)),
     ];
     let first_token_at = adm.first_token_at;
-    if let Some(t) = first_token_at.filter(|_| parsed.stream && config.headers_at_first_token) {
-        tokio::time::sleep_until(t).await;
+    if let Some(first_token) =
+        first_token_at.filter(|_| parsed.stream && config.headers_at_first_token)
+    {
+        tokio::time::sleep_until(first_token).await;
     }
-    let mut r = if parsed.stream {
+    let mut response = if parsed.stream {
         streamed(config, &meta, (&parsed, api), adm, answer, plan.stream)
     } else {
         one_shot(config, engine, (&meta, api), adm, answer, plan.stream).await?
@@ -500,13 +503,13 @@ async fn chat(
         Some(t) if parsed.stream => t.max(now),
         _ => now,
     };
-    let h = r.headers_mut();
+    let headers = response.headers_mut();
     for (name, v) in sim_headers {
-        h.insert(name, v);
+        headers.insert(name, v);
     }
-    h.insert(RECEIVED_HEADER, unix_ns_at(received, now, unix));
-    h.insert(RESPONSE_START_HEADER, unix_ns_at(start, now, unix));
-    Ok(meta.with_id(r))
+    headers.insert(RECEIVED_HEADER, unix_ns_at(received, now, unix));
+    headers.insert(RESPONSE_START_HEADER, unix_ns_at(start, now, unix));
+    Ok(meta.with_id(response))
 }
 
 /// Reads the body (refusing an oversized one), logs it, parses it and checks the model and the
@@ -546,8 +549,8 @@ async fn read_chat(
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
     let received = Instant::now();
-    if let (Some(log), Some(a)) = (&shared.request_log, &meta.logged) {
-        log.log(a, &body, &config.tokenizer);
+    if let (Some(log), Some(logged)) = (&shared.request_log, &meta.logged) {
+        log.log(logged, &body, &config.tokenizer);
     }
     let parsed = match api {
         Api::Chat => request::parse_chat(&body, config.block_size, &config.tokenizer),
@@ -566,12 +569,12 @@ fn check_chat(
     api: Api,
     received: Instant,
 ) -> Result<Accepted, ApiError> {
-    if let Some(m) = &parsed.model {
-        if config.strict_model && m != &config.model {
+    if let Some(model) = &parsed.model {
+        if config.strict_model && model != &config.model {
             return Err(ApiError {
                 status: 404,
                 kind: "NotFoundError",
-                message: format!("The model `{m}` does not exist."),
+                message: format!("The model `{model}` does not exist."),
                 param: Some("model".into()),
             });
         }
@@ -643,12 +646,12 @@ fn streamed(
             block_size: u64::from(config.block_size),
         },
     };
-    let mut r = full(
+    let mut response = full(
         StatusCode::OK,
         "text/event-stream; charset=utf-8",
         Bytes::new(),
     );
-    *r.body_mut() = SimBody::Stream(Box::new(TokenStream::new(StreamPlan {
+    *response.body_mut() = SimBody::Stream(Box::new(TokenStream::new(StreamPlan {
         api,
         running: adm.running,
         ident: answer.ident,
@@ -663,7 +666,7 @@ fn streamed(
         tokens_per_chunk: config.tokens_per_chunk,
         faults,
     })));
-    r
+    response
 }
 
 /// A one-shot answer: waits out the whole generation, then answers at once.
@@ -675,15 +678,15 @@ async fn one_shot(
     mut answer: Answer,
     faults: StreamFaults,
 ) -> Result<Response<SimBody>, Dropped> {
-    let m = &engine.metrics;
+    let metrics = &engine.metrics;
     let total = answer.usage.completion_tokens;
     let itl = match &config.timing {
         Timing::Instant => Duration::ZERO,
         Timing::Fixed { itl, .. } => *itl,
-        Timing::Modeled(mt) => mt.itl(m.running.load(Relaxed)),
+        Timing::Modeled(mt) => mt.itl(metrics.running.load(Relaxed)),
     };
     let steps = total.saturating_sub(1);
-    m.itl.observe_n(itl.as_nanos() as u64, steps);
+    metrics.itl.observe_n(itl.as_nanos() as u64, steps);
     let mut done_at =
         adm.first_token_at.unwrap_or(meta.arrival) + itl * steps.min(u64::from(u32::MAX)) as u32;
     if faults.stall_before.is_some() {
@@ -694,18 +697,19 @@ async fn one_shot(
     }
     let mut running = adm.running;
     running.add_kv(total);
-    m.generation_tokens.fetch_add(total, Relaxed);
+    metrics.generation_tokens.fetch_add(total, Relaxed);
     if faults.reset_after.is_some() {
-        m.success_abort.fetch_add(1, Relaxed);
+        metrics.success_abort.fetch_add(1, Relaxed);
         return Err(Dropped::Reset);
     }
-    m.e2e
+    metrics
+        .e2e
         .observe_duration(Instant::now().saturating_duration_since(meta.arrival));
-    m.generation_len.observe_n(total, 1);
+    metrics.generation_len.observe_n(total, 1);
     if answer.finish_reason == "length" {
-        m.success_length.fetch_add(1, Relaxed);
+        metrics.success_length.fetch_add(1, Relaxed);
     } else {
-        m.success_stop.fetch_add(1, Relaxed);
+        metrics.success_stop.fetch_add(1, Relaxed);
     }
     let text = answer.words.text(total);
     let write = match api {
@@ -730,19 +734,19 @@ pub(crate) async fn serve(
     let mut conns = JoinSet::new();
     // HTTP/1.1 with keep-alive, and HTTP/2 without TLS (h2c, prior knowledge) on the same port.
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    let ka = shared.config.keep_alive;
+    let keep_alive = shared.config.keep_alive;
     builder
         .http1()
         .timer(TokioTimer::new())
         .keep_alive(true)
         // hyper times the wait for the next request's head from when the connection went idle.
-        .header_read_timeout(ka.idle);
-    let ka_header = ka.header.then(|| {
-        let mut v = format!("timeout={}", ka.idle.as_secs_f64().ceil() as u64);
-        if let Some(m) = ka.max {
-            v.push_str(&format!(", max={m}"));
+        .header_read_timeout(keep_alive.idle);
+    let ka_header = keep_alive.header.then(|| {
+        let mut value = format!("timeout={}", keep_alive.idle.as_secs_f64().ceil() as u64);
+        if let Some(max_requests) = keep_alive.max {
+            value.push_str(&format!(", max={max_requests}"));
         }
-        HeaderValue::from_str(&v).expect("ascii header")
+        HeaderValue::from_str(&value).expect("ascii header")
     });
     builder.http2().timer(TokioTimer::new());
     let mut listener = Some(listener);
@@ -778,14 +782,14 @@ pub(crate) async fn serve(
                             shared.record(conn_no, &req);
                         }
                         async move {
-                            let n = served.fetch_add(1, Relaxed) + 1;
+                            let served_count = served.fetch_add(1, Relaxed) + 1;
                             let mut resp = handle(shared, req).await?;
-                            let h = resp.headers_mut();
-                            if let Some(v) = ka_header {
-                                h.insert("keep-alive", v);
+                            let headers = resp.headers_mut();
+                            if let Some(value) = ka_header {
+                                headers.insert("keep-alive", value);
                             }
-                            if ka.max.is_some_and(|m| n >= u64::from(m)) {
-                                h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                            if keep_alive.max.is_some_and(|m| served_count >= u64::from(m)) {
+                                headers.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
                             }
                             Ok::<_, Dropped>(resp)
                         }

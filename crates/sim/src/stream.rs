@@ -64,14 +64,14 @@ impl Words {
 
     /// `n` words joined by single spaces.
     pub(crate) fn text(&mut self, n: u64) -> String {
-        let mut s = String::with_capacity(n as usize * 7);
+        let mut text = String::with_capacity(n as usize * 7);
         for i in 0..n {
             if i > 0 {
-                s.push(' ');
+                text.push(' ');
             }
-            s.push_str(self.next_word());
+            text.push_str(self.next_word());
         }
-        s
+        text
     }
 }
 
@@ -94,12 +94,12 @@ pub(crate) enum Pace {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct StreamFaults {
     /// Cut the connection once this many tokens have been sent.
-    pub reset_after: Option<u64>,
+    pub(crate) reset_after: Option<u64>,
     /// Pause for `stall` before this token.
-    pub stall_before: Option<u64>,
+    pub(crate) stall_before: Option<u64>,
     pub stall: Duration,
     /// Insert one malformed event before this token.
-    pub malformed_before: Option<u64>,
+    pub(crate) malformed_before: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,8 +119,8 @@ pub(crate) struct StreamPlan {
     pub api: Api,
     pub running: Running,
     pub ident: Ident,
-    pub pace: Pace,
-    pub first_token_at: Option<Instant>,
+    pub(crate) pace: Pace,
+    pub(crate) first_token_at: Option<Instant>,
     pub arrival: Instant,
     pub total_tokens: u64,
     pub finish_reason: &'static str,
@@ -207,8 +207,8 @@ impl TokenStream {
         let Some(due) = self.due else {
             return false;
         };
-        let t = *now.get_or_insert_with(Instant::now);
-        if due > t {
+        let at = *now.get_or_insert_with(Instant::now);
+        if due > at {
             self.arm(due);
             return true;
         }
@@ -243,8 +243,8 @@ impl TokenStream {
             if self.sent + i > 0 {
                 self.buf.extend_from_slice(b" ");
             }
-            let w = self.words.next_word();
-            self.buf.extend_from_slice(w.as_bytes());
+            let word = self.words.next_word();
+            self.buf.extend_from_slice(word.as_bytes());
         }
     }
 
@@ -280,8 +280,8 @@ impl TokenStream {
                         // Pause before cutting, so what was sent reaches the client first
                         // (hyper drops unflushed bytes when a body fails).
                         self.stage = Stage::Reset;
-                        let t = *now.get_or_insert_with(Instant::now);
-                        self.arm(t + RESET_FLUSH);
+                        let at = *now.get_or_insert_with(Instant::now);
+                        self.arm(at + RESET_FLUSH);
                         return;
                     }
                     if self.faults.stall_before == Some(self.sent) {
@@ -306,7 +306,7 @@ impl TokenStream {
                             self.buf.extend_from_slice(EVENT_END);
                         }
                     }
-                    let mut n = self.per_chunk.min(self.total - self.sent);
+                    let mut tokens = self.per_chunk.min(self.total - self.sent);
                     // Fault points fall on chunk boundaries.
                     for p in [
                         self.faults.reset_after,
@@ -316,14 +316,14 @@ impl TokenStream {
                     .into_iter()
                     .flatten()
                     {
-                        if p > self.sent && p < self.sent + n {
-                            n = p - self.sent;
+                        if p > self.sent && p < self.sent + tokens {
+                            tokens = p - self.sent;
                         }
                     }
-                    let last = self.sent + n == self.total;
-                    self.write_tokens(n, last);
-                    self.sent += n;
-                    self.step(n);
+                    let last = self.sent + tokens == self.total;
+                    self.write_tokens(tokens, last);
+                    self.sent += tokens;
+                    self.step(tokens);
                     if self.buf.len() >= FLUSH_BYTES {
                         return;
                     }
@@ -358,26 +358,26 @@ impl TokenStream {
     #[inline]
     fn step(&mut self, n: u64) {
         self.running.add_kv(n);
-        let m = &self.running.engine.metrics;
-        m.generation_tokens.fetch_add(n, Relaxed);
+        let metrics = &self.running.engine.metrics;
+        metrics.generation_tokens.fetch_add(n, Relaxed);
         match &self.pace {
-            Pace::Instant => m.itl.observe_n(0, n),
+            Pace::Instant => metrics.itl.observe_n(0, n),
             Pace::Fixed(itl) => {
                 let itl = *itl;
-                m.itl.observe_n(itl.as_nanos() as u64, n);
+                metrics.itl.observe_n(itl.as_nanos() as u64, n);
                 self.due = self.due.map(|d| d + itl * n as u32);
             }
             Pace::Modeled {
                 timing: mt,
                 block_size,
             } => {
-                let running = m.running.load(Relaxed);
+                let running = metrics.running.load(Relaxed);
                 let mut itl = mt.itl(running);
-                m.itl.observe_n(itl.as_nanos() as u64, n);
+                metrics.itl.observe_n(itl.as_nanos() as u64, n);
                 itl *= n as u32;
                 if self.sent % block_size.max(&1) < n && self.running.kv_over_capacity() {
                     // Out of KV blocks: the newest work is preempted and recomputed.
-                    m.preemptions.fetch_add(1, Relaxed);
+                    metrics.preemptions.fetch_add(1, Relaxed);
                     itl += mt.prefill(self.usage.prompt_tokens + self.sent);
                 }
                 self.due = self.due.map(|d| d + itl);
@@ -386,13 +386,13 @@ impl TokenStream {
     }
 
     fn finish(&mut self) {
-        let m = &self.running.engine.metrics;
+        let metrics = &self.running.engine.metrics;
         let e2e = Instant::now().saturating_duration_since(self.arrival);
-        m.e2e.observe_duration(e2e);
-        m.generation_len.observe_n(self.total, 1);
+        metrics.e2e.observe_duration(e2e);
+        metrics.generation_len.observe_n(self.total, 1);
         match self.finish_reason {
-            "length" => m.success_length.fetch_add(1, Relaxed),
-            _ => m.success_stop.fetch_add(1, Relaxed),
+            "length" => metrics.success_length.fetch_add(1, Relaxed),
+            _ => metrics.success_stop.fetch_add(1, Relaxed),
         };
     }
 
@@ -424,8 +424,8 @@ impl Body for TokenStream {
         let this = self.get_mut();
         loop {
             if this.sleeping {
-                if let Some(s) = this.sleep.as_mut() {
-                    if std::future::Future::poll(s.as_mut(), cx).is_pending() {
+                if let Some(sleep) = this.sleep.as_mut() {
+                    if std::future::Future::poll(sleep.as_mut(), cx).is_pending() {
                         if !this.buf.is_empty() {
                             return Poll::Ready(Some(Ok(this.take_frame())));
                         }

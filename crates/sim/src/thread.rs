@@ -46,14 +46,14 @@ impl SimThread {
                     }
                 };
                 rt.block_on(async move {
-                    let h = match spawn(config) {
-                        Ok(h) => h,
+                    let handle = match spawn(config) {
+                        Ok(handle) => handle,
                         Err(e) => {
                             let _ = addr_tx.send(Err(e));
                             return;
                         }
                     };
-                    let _ = addr_tx.send(Ok(h.addr()));
+                    let _ = addr_tx.send(Ok(handle.addr()));
                     let serve_cpu = async {
                         while let Some(reply) = cpu_rx.recv().await {
                             let _ = reply.send(this_thread_cpu_seconds());
@@ -63,7 +63,7 @@ impl SimThread {
                         _ = stop_rx => {}
                         () = serve_cpu => {}
                     }
-                    h.shutdown().await;
+                    handle.shutdown().await;
                 });
             })
             .map_err(|e| SimError::Thread(e.to_string()))?;
@@ -105,20 +105,20 @@ impl SimThread {
 
 impl Drop for SimThread {
     fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
 
 /// The calling thread's time on a CPU, user and system: the first field of its schedstat, in ns.
 fn this_thread_cpu_seconds() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(ns as f64 / 1e9)
+    let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let cpu_ns: u64 = schedstat.split_whitespace().next()?.parse().ok()?;
+    Some(cpu_ns as f64 / 1e9)
 }
 
 #[cfg(test)]
