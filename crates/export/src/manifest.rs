@@ -27,25 +27,35 @@ pub struct Manifest {
     /// The run this one reruns (`agentx-host replay`).
     #[serde(default)]
     pub replay_of: Option<ReplayOf>,
+    /// The run's id (in every marker and request id).
     pub run_id: String,
+    /// The seed every random draw of the plan came from.
     pub seed: u64,
+    /// The seed was drawn from the host's entropy, not given.
     #[serde(default)]
     pub seed_drawn: bool,
+    /// The scenario component the run loaded.
     pub scenario: ScenarioId,
+    /// The corpus the run replayed.
     #[serde(default)]
     pub dataset: DatasetId,
+    /// Every setting as the scenario resolved it.
     #[serde(default)]
     pub resolved_settings: Vec<SettingRow>,
     /// Every replay setting as the run applied it, `{name: {value, source}}`; the source is
     /// `flag`, `environment`, `demo`, `scenario` or `host default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_settings: Option<AppliedSettings>,
+    /// The warnings of the scenario's `resolve`.
     #[serde(default)]
     pub warnings: Vec<WarningRow>,
+    /// Flags given for aiperf compatibility that the run does not act on, each with why.
     #[serde(default)]
     pub not_acted_on: Vec<String>,
+    /// Why the scenario already knew, before the run, that it cannot be a valid submission.
     #[serde(default)]
     pub resolve_invalid_reasons: Vec<String>,
+    /// `--slice-duration`: the time-slice export's slice length (s).
     #[serde(default)]
     pub slice_duration: Option<f64>,
     /// `--goodput`'s objectives (aiperf's tags), for a merge's exports.
@@ -54,14 +64,19 @@ pub struct Manifest {
     /// `--session-goodput-share`, with `goodput`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_goodput_share: Option<f64>,
+    /// The HTTP side: session headers, connection reuse, the TCP user timeout.
     #[serde(default)]
     pub http: Option<HttpInfo>,
+    /// Lanes (over every shard of a sharded run).
     #[serde(default)]
     pub concurrency: u32,
+    /// Profiling time (s).
     #[serde(default)]
     pub benchmark_duration_s: f64,
+    /// `recorded` or `live`: whose assistant text the history carries.
     #[serde(default)]
     pub assistant_mode: String,
+    /// The server the requests went to (`builtin-simulator` for a demo run).
     #[serde(default)]
     pub url: String,
     /// The model the requests named (given, or what the server's `/v1/models` listed).
@@ -70,10 +85,13 @@ pub struct Manifest {
     /// Every lane's plan: single-stream lanes or session-tree lanes.
     #[serde(default)]
     pub lanes: Vec<LanePlan>,
+    /// The version of agentx-host that ran.
     #[serde(default)]
     pub host_version: String,
+    /// The version of wasmtime that ran the scenario.
     #[serde(default)]
     pub wasmtime_version: String,
+    /// When the run's clock started (Unix ns): every `_ns` offset of the run counts from it.
     #[serde(default)]
     pub started_unix_ns: u64,
     /// `None` until the run ended.
@@ -132,18 +150,27 @@ pub struct ShardExports {
 /// One shard of a merged run, as the merge read it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MergedShard {
+    /// The shard's index.
     pub index: u32,
+    /// Its artifact directory.
     pub dir: PathBuf,
+    /// The host it ran on.
     pub host: String,
+    /// The lanes it replayed.
     pub lanes: Vec<u32>,
+    /// The records it wrote.
     pub records: usize,
     /// How the shard stopped.
     pub stop: String,
+    /// Its wall clock's offset from the coordinator's (ns, positive: behind).
     pub clock_offset_ns: i64,
+    /// The round trip of the ping that measured the offset (ns).
     pub clock_rtt_ns: i64,
+    /// When its clock started (Unix ns).
     pub started_unix_ns: u64,
     /// How far its records moved onto the merged run's clock.
     pub shift_ns: u64,
+    /// Its profiling window on the merged run's clock.
     pub profiling_ns: Option<[u64; 2]>,
 }
 
@@ -163,19 +190,25 @@ pub struct Finalized {
     pub server_metrics: bool,
 }
 
+/// The recorded run a rerun (`agentx-host replay`) repeats.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReplayOf {
+    /// The recorded run's id.
     pub run_id: String,
+    /// Its `run_manifest.json`.
     pub manifest: PathBuf,
 }
 
 /// The scenario component a run loaded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ScenarioId {
+    /// The component's name, as its `describe` gives it.
     #[serde(default)]
     pub name: String,
+    /// Its version.
     #[serde(default)]
     pub version: String,
+    /// The sha256 of its bytes, hex: what pins it.
     pub sha256: String,
     /// Where it was loaded from (a path, or `builtin:<name>`).
     #[serde(default)]
@@ -185,15 +218,19 @@ pub struct ScenarioId {
 /// The corpus a run replayed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DatasetId {
+    /// The path the corpus was read from.
     #[serde(default)]
     pub source: PathBuf,
+    /// The corpus name it was given by (`--public-dataset`, a named corpus), if any.
     #[serde(default)]
     pub alias: Option<String>,
     /// The dataset's cache key (its digest), hex.
     #[serde(default)]
     pub cache_key: Option<String>,
+    /// Traces in the corpus (after `--num-dataset-entries`).
     #[serde(default)]
     pub traces: usize,
+    /// `--num-dataset-entries`, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_dataset_entries: Option<usize>,
     /// `--trace-block-size`: every trace laid out in this many tokens per hash block, whatever it
@@ -210,6 +247,7 @@ pub struct DatasetId {
 /// harness would refuse the corpus.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HarnessNote {
+    /// What the note is about.
     pub kind: HarnessNoteKind,
     /// How many it concerns: the traces laid out in other blocks (`block_size`), or the places in
     /// the corpus (file:line) the harness would refuse (`refused`).
@@ -231,8 +269,11 @@ pub enum HarnessNoteKind {
 /// A setting as the scenario resolved it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SettingRow {
+    /// The setting's name.
     pub name: String,
+    /// The value the scenario resolved it to.
     pub value: Value,
+    /// Whether the flags or the environment gave it (not the scenario's default).
     pub explicit: bool,
 }
 
@@ -330,39 +371,54 @@ impl AppliedSetting {
 /// A warning of the scenario's `resolve`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WarningRow {
+    /// The setting it concerns.
     pub setting: String,
+    /// What the scenario said.
     pub message: String,
 }
 
 /// The HTTP side of a run: the headers that carry the session, the reuse strategy, the timeout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HttpInfo {
+    /// The header that carries each session's correlation id.
     pub correlation_header: String,
+    /// The session-affinity headers sent with it.
     pub session_headers: Vec<String>,
+    /// How connections are reused across requests.
     pub connection_reuse_strategy: String,
+    /// `*_HTTP_TCP_USER_TIMEOUT` (ms), when set.
     pub tcp_user_timeout_ms: Option<u64>,
 }
 
 /// A shard's place in a sharded run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ShardInfo {
+    /// This shard's index, from 0.
     pub index: u32,
+    /// Shards in the run.
     pub count: u32,
+    /// Where the index came from (`--shard`, Slurm, a Kubernetes job).
     #[serde(default)]
     pub source: String,
+    /// `HOST:PORT` of shard 0's rendezvous.
     #[serde(default)]
     pub coordinator: String,
+    /// The host this shard ran on.
     #[serde(default)]
     pub host: String,
     /// The lanes this shard replayed.
     #[serde(default)]
     pub lanes: Vec<u32>,
+    /// Traces (or trees) this shard recycles.
     #[serde(default)]
     pub pool: usize,
+    /// Its wall clock's offset from the coordinator's (ns, positive: behind).
     #[serde(default)]
     pub clock_offset_ns: i64,
+    /// The round trip of the ping that measured the offset (ns).
     #[serde(default)]
     pub clock_rtt_ns: i64,
+    /// How long the rendezvous took (s).
     #[serde(default)]
     pub rendezvous_s: f64,
     /// Shard 0's report of the rendezvous, once every shard was done.
@@ -413,6 +469,7 @@ pub struct ServerInfo {
 /// How a started server ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServerExit {
+    /// Whether it exited on its own, was stopped, or was killed.
     pub how: ServerEnd,
     /// Its shell's exit code, when it exited.
     pub code: Option<i32>,
@@ -457,14 +514,20 @@ pub enum ServerEnd {
 /// A manifest that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// The file could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Read {
+        /// The manifest's path.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
+    /// The file is not a run manifest (the error names the field).
     #[error("{}: not a run manifest: {source}", path.display())]
     Parse {
+        /// The manifest's path.
         path: PathBuf,
+        /// What is wrong, and where.
         source: serde_path_to_error::Error<serde_json::Error>,
     },
 }

@@ -21,6 +21,7 @@ pub const RUN_SUMMARY: &str = "run_summary.json";
 /// A run's summary: how it ended, what it ran, its verdict and its headline figures.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunSummary {
+    /// The run's id.
     #[serde(default)]
     pub run_id: Option<String>,
     /// Why the run stopped (`completed`, `duration`, `failed-request-threshold`, …).
@@ -29,38 +30,52 @@ pub struct RunSummary {
     /// What the stop said, if anything.
     #[serde(default)]
     pub message: Option<String>,
+    /// The scenario component the run loaded.
     #[serde(default)]
     pub scenario: Option<ScenarioRef>,
+    /// The corpus the run replayed.
     #[serde(default)]
     pub dataset: Option<DatasetId>,
+    /// The seed of the plan.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// The seed was drawn, not given.
     #[serde(default)]
     pub seed_drawn: bool,
+    /// Lanes.
     #[serde(default)]
     pub concurrency: Option<u64>,
+    /// Profiling time (s).
     #[serde(default)]
     pub benchmark_duration_s: Option<f64>,
+    /// `recorded` or `live`: whose assistant text the history carries.
     #[serde(default)]
     pub assistant_mode: Option<String>,
     /// The server (`builtin-simulator` for a demo run).
     #[serde(default)]
     pub url: Option<String>,
+    /// The model the requests named.
     #[serde(default)]
     pub model: Option<String>,
+    /// When the run's clock started (Unix ns).
     #[serde(default)]
     pub started_unix_ns: Option<u64>,
+    /// Whether the scenario judged the run a valid submission.
     #[serde(default)]
     pub submission_valid: Option<bool>,
+    /// Why it is not one (empty for a valid submission).
     #[serde(default)]
     pub submission_invalid_reasons: Vec<String>,
     /// Records written to `records.jsonl`.
     #[serde(default)]
     pub records: Option<u64>,
+    /// The figures of the records: counts, distributions, throughput, goodput.
     #[serde(default)]
     pub summary: Summary,
+    /// The version of agentx-host that ran.
     #[serde(default)]
     pub host_version: Option<String>,
+    /// The version of wasmtime that ran the scenario.
     #[serde(default)]
     pub wasmtime_version: Option<String>,
     /// The number of shards of a merged run.
@@ -119,10 +134,13 @@ pub struct ServerMetricsWindow {
 /// field of which an older summary may lack (an absent one stays absent when written back).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ScenarioRef {
+    /// The component's name.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// Its version.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
+    /// The sha256 of its bytes, hex.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
     /// Where it was loaded from (a path, or `builtin:<name>`).
@@ -144,7 +162,7 @@ impl From<ScenarioId> for ScenarioRef {
             version: s.version,
             sha256: s.sha256,
             source: s.source,
-            extra: Default::default(),
+            extra: serde_json::Map::default(),
         }
     }
 }
@@ -152,14 +170,20 @@ impl From<ScenarioId> for ScenarioRef {
 /// A summary that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RunSummaryError {
+    /// The file could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Read {
+        /// The summary's path.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
+    /// The file is not a run summary (the error names the field).
     #[error("{} is not a run summary: {source}", path.display())]
     Parse {
+        /// The summary's path.
         path: PathBuf,
+        /// What is wrong, and where.
         source: serde_path_to_error::Error<serde_json::Error>,
     },
 }
