@@ -382,15 +382,18 @@ fn broken_counter(ep: &EndpointCtx<'_>, values: &[(u32, Option<f64>)]) -> Option
 /// first seen inside the span counts from 0 (a counter is born at 0). A counter that went
 /// backwards or went missing inside the span gets `total` and `rate` `null` and the note of why:
 /// no negative or mixed increase is ever published.
-fn counter_stats(t: &Track, ep: &EndpointCtx<'_>, s: &Span) -> Option<(Ordered, Option<String>)> {
-    let e = ep.e;
-    let values: Vec<(u32, Option<f64>)> = (s.from..=s.to).map(|i| (i, t.at(i))).collect();
+fn counter_stats(
+    track: &Track,
+    ep: &EndpointCtx<'_>,
+    span: &Span,
+) -> Option<(Ordered, Option<String>)> {
+    let values: Vec<(u32, Option<f64>)> = (span.from..=span.to).map(|i| (i, track.at(i))).collect();
     let first_present = values.iter().position(|(_, v)| v.is_some())?;
-    let mut o = Ordered::default();
+    let mut stats = Ordered::default();
     if let Some(why) = broken_counter(ep, &values[first_present..]) {
-        o.put("total", Value::Null);
-        o.put("rate", Value::Null);
-        return Some((o, Some(why)));
+        stats.put("total", Value::Null);
+        stats.put("rate", Value::Null);
+        return Some((stats, Some(why)));
     }
     let born = first_present > 0;
     let base = if born {
@@ -402,30 +405,37 @@ fn counter_stats(t: &Track, ep: &EndpointCtx<'_>, s: &Span) -> Option<(Ordered, 
     let total = last - base;
     let mut rates = Vec::new();
     let mut prev: Option<(u64, f64)> = None;
-    for &(i, v) in &values[first_present..] {
-        let Some(v) = v else { continue };
-        let now = e.scrape_ns[i as usize];
-        if let Some((pt, pv)) = prev {
-            if now > pt {
-                rates.push((v - pv) / ((now - pt) as f64 / 1e9));
+    for &(i, value) in &values[first_present..] {
+        let Some(value) = value else { continue };
+        let now = ep.e.scrape_ns[i as usize];
+        if let Some((prev_ns, prev_value)) = prev {
+            if now > prev_ns {
+                rates.push((value - prev_value) / ((now - prev_ns) as f64 / 1e9));
             }
         }
-        prev = Some((now, v));
+        prev = Some((now, value));
     }
-    o.put("total", num(total));
-    o.put("rate", num(if s.secs > 0.0 { total / s.secs } else { 0.0 }));
+    stats.put("total", num(total));
+    stats.put(
+        "rate",
+        num(if span.secs > 0.0 {
+            total / span.secs
+        } else {
+            0.0
+        }),
+    );
     if total > 0.0 && !rates.is_empty() {
         let (mean, std) = mean_std(&rates);
-        o.put("rate_avg", num(mean));
-        o.put(
+        stats.put("rate_avg", num(mean));
+        stats.put(
             "rate_min",
             num(rates.iter().copied().fold(f64::INFINITY, f64::min)),
         );
-        o.put(
+        stats.put(
             "rate_max",
             num(rates.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
         );
-        o.put("rate_std", num(std));
+        stats.put("rate_std", num(std));
     }
     let note = born.then(|| {
         format!(
@@ -433,7 +443,7 @@ fn counter_stats(t: &Track, ep: &EndpointCtx<'_>, s: &Span) -> Option<(Ordered, 
             ep.at(values[first_present].0)
         )
     });
-    Some((o, note))
+    Some((stats, note))
 }
 
 /// Estimate quantile `q` (0..=1) from cumulative bucket counts, interpolating linearly inside the

@@ -1,6 +1,7 @@
 //! The I/O around `compute`: finding a run directory, loading its files, opening its dataset.
 
 use super::*;
+use std::fmt::Write as _;
 
 /// The parsed files of an artifact directory.
 #[derive(Debug, Clone)]
@@ -48,10 +49,10 @@ pub fn locate_file(dir: &Path, file: &'static str) -> Result<PathBuf, ReportErro
         1 => Ok(subs.remove(0)),
         _ => Err(ReportError::Ambiguous {
             dir: dir.to_owned(),
-            candidates: subs
-                .iter()
-                .map(|p| format!("\n  {}", p.display()))
-                .collect(),
+            candidates: subs.iter().fold(String::new(), |mut list, candidate| {
+                let _ = write!(list, "\n  {}", candidate.display());
+                list
+            }),
         }),
     }
 }
