@@ -94,11 +94,11 @@ pub struct Identity {
     /// `Some` when `IS_MULTINODE` is true.
     pub(crate) multinode: Option<Multinode>,
     /// Pipeline parallelism (default 1).
-    pub(crate) pp: u64,
+    pub pp: u64,
     /// Decode context parallelism (default 1; shares the TP GPUs).
-    pub(crate) dcp_size: u64,
+    pub dcp_size: u64,
     /// Prefill context parallelism (default 1).
-    pub(crate) pcp_size: u64,
+    pub pcp_size: u64,
     /// 64 lower-case hex digits, or empty when the dispatched config has none.
     pub(crate) recipe_fingerprint: String,
     /// The KV offload backend (`kv_offload_backend`); `None` when offloading is off.
