@@ -21,18 +21,23 @@ use agentx_metrics::stats::{
 };
 use agentx_record::{Phase, RecordError, RequestRecord};
 
+/// The per-request records file, one JSON object per line.
 pub const PROFILE_EXPORT_JSONL: &str = "profile_export.jsonl";
+/// The aggregate statistics file (JSON).
 pub const PROFILE_EXPORT_JSON: &str = "profile_export_aiperf.json";
+/// The aggregate statistics file (CSV).
 pub const PROFILE_EXPORT_CSV: &str = "profile_export_aiperf.csv";
+/// The per-time-slice statistics file (JSON), written when a slice duration is given.
 pub const TIMESLICES_JSON: &str = "profile_export_aiperf_timeslices.json";
+/// The per-time-slice statistics file (CSV), written when a slice duration is given.
 pub const TIMESLICES_CSV: &str = "profile_export_aiperf_timeslices.csv";
 
 /// The `profile_export_aiperf.json` schema this writes (1.5: count/sum, run_info,
 /// runtime_submission_invalid_reasons).
-pub const SCHEMA_VERSION: &str = "1.5";
+pub(crate) const SCHEMA_VERSION: &str = "1.5";
 
 /// More slices than this is a mistaken `--slice-duration`, not a plot anyone can read.
-pub const MAX_SLICES: u64 = 100_000;
+pub(crate) const MAX_SLICES: u64 = 100_000;
 
 /// What the exports need to know about the run beyond its records.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,14 +46,19 @@ pub struct RunInfo {
     pub benchmark_id: String,
     /// Unix time (ns) of the run clock's anchor: record offsets plus this are Unix times.
     pub anchor_unix_ns: u64,
-    /// The profiling phase's start and end, as run-clock offsets (ns).
+    /// The profiling phase's start, as a run-clock offset (ns).
     pub profiling_start_ns: u64,
+    /// The profiling phase's end, as a run-clock offset (ns).
     pub profiling_end_ns: u64,
+    /// The scenario's name.
     pub scenario_name: String,
+    /// The scenario's version.
     pub scenario_version: String,
     /// sha256 (hex) of the scenario component.
     pub scenario_sha256: String,
+    /// The run met the submission rules.
     pub submission_valid: bool,
+    /// Why it did not; empty when valid.
     pub submission_invalid_reasons: Vec<String>,
     /// The run was cut short (interrupt, failed-request threshold).
     pub was_cancelled: bool,
@@ -78,21 +88,22 @@ pub struct RunInfo {
 /// only declared one) has `phase_index` 0, `profiling_index` 0 and `phase_name` `profiling`
 /// (aiperf 0.13.0.dev20261023 timing/config.py:177-203 and 617-676, config/flags/converter.py:531-533;
 /// agentx-harness 1.0.12 timing/config.py:166-191 and 644-666). They differ in the warmup's
-/// `phase_name`, which the scenario decides: [`WarmupNaming::aiperf013`] or
-/// [`WarmupNaming::harness1012`] (or another name a component picks).
+/// `phase_name`, which the scenario decides: `WarmupNaming::aiperf013` or
+/// `WarmupNaming::harness1012` (or another name a component picks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WarmupNaming(pub Option<String>);
 
 impl WarmupNaming {
     /// aiperf 0.13: `phase_name` `agentic.warmup` (`AGENTIC_WARMUP_PHASE_NAME`,
     /// timing/config.py:45, stamped at 654-663); agentx-v1 runs, and the default.
-    pub fn aiperf013() -> WarmupNaming {
+    pub(crate) fn aiperf013() -> WarmupNaming {
         WarmupNaming(Some("agentic.warmup".to_string()))
     }
 
     /// agentx-harness 1.0.12: no `phase_name` (null; the synthesized phase sets none,
     /// timing/config.py:644-648).
-    pub fn harness1012() -> WarmupNaming {
+    #[cfg(test)]
+    pub(crate) fn harness1012() -> WarmupNaming {
         WarmupNaming(None)
     }
 }
@@ -133,7 +144,9 @@ impl WarmupNaming {
 /// What the scenario asks of the profiling phase's coverage.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CoverageRule {
+    /// The share of the profiling window (0-1) the timelines must cover.
     pub required_ratio: f64,
+    /// Whether the streamed-content timeline counts (then `streaming_content_ratio` is written).
     pub content: bool,
 }
 
@@ -150,25 +163,40 @@ impl Default for CoverageRule {
 /// Failures to write the exports, naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// An export file could not be written.
     #[error("cannot write {path}: {source}; check that the artifact directory is writable and has space (--output-artifact-dir)")]
     Write {
+        /// The file being written.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// An export document could not be serialised to JSON.
     #[error("cannot encode {path}: {source}")]
     Encode {
+        /// The file being written.
         path: PathBuf,
+        /// The serialisation error.
         #[source]
         source: serde_json::Error,
     },
+    /// `--slice-duration` is zero, negative or not finite.
     #[error("--slice-duration {value}: must be a positive, finite number of seconds (e.g. 1.0)")]
-    SliceDuration { value: f64 },
+    SliceDuration {
+        /// The given slice duration, in seconds.
+        value: f64,
+    },
+    /// `--slice-duration` would cut the profiling window into more slices than allowed.
     #[error("--slice-duration {value}: cuts the {window_s:.3} s profiling window into {slices} slices, more than {max}; use a longer slice")]
     TooManySlices {
+        /// The given slice duration, in seconds.
         value: f64,
+        /// The profiling window, in seconds.
         window_s: f64,
+        /// How many slices the window would have.
         slices: u64,
+        /// The most slices allowed.
         max: u64,
     },
 }
@@ -176,7 +204,7 @@ pub enum ExportError {
 /// A JSON object that keeps its keys in insertion order (the crate's `serde_json` sorts them), so
 /// the files read like aiperf's: metadata first, metric blocks in a stable order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Ordered(Vec<(String, Entry)>);
+pub(crate) struct Ordered(Vec<(String, Entry)>);
 
 /// A value of an [`Ordered`] object: plain JSON or a nested ordered object.
 #[derive(Debug, Clone, PartialEq)]
@@ -196,7 +224,8 @@ impl Ordered {
     }
 
     /// Converts to a plain `serde_json::Value` (keys sorted).
-    pub fn into_json(self) -> Json {
+    #[cfg(test)]
+    pub(crate) fn into_json(self) -> Json {
         Json::Object(
             self.0
                 .into_iter()
@@ -215,15 +244,15 @@ impl Ordered {
 
 impl Serialize for Ordered {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(self.0.len()))?;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
         for (k, v) in &self.0 {
             match v {
-                Entry::Json(j) => m.serialize_entry(k, j)?,
-                Entry::Object(o) => m.serialize_entry(k, o)?,
-                Entry::List(l) => m.serialize_entry(k, l)?,
+                Entry::Json(j) => map.serialize_entry(k, j)?,
+                Entry::Object(o) => map.serialize_entry(k, o)?,
+                Entry::List(l) => map.serialize_entry(k, l)?,
             }
         }
-        m.end()
+        map.end()
     }
 }
 
@@ -252,18 +281,18 @@ fn record_error(r: &RequestRecord) -> Option<RecordError> {
 /// from `request_start_ns` (the request's start, before a connection is taken). The same two from
 /// when the request was due (`credit_issued_ns`, send lag included) are agentx's own
 /// `scheduled_time_to_first_token` and `scheduled_request_latency`.
-pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
+pub(crate) fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
     if r.context_overflow {
         return None;
     }
-    let mut md = Ordered::default();
-    md.put("session_num", r.session_num);
-    md.put("x_request_id", r.request_id.as_str());
-    md.put("x_correlation_id", r.correlation_id.as_str());
-    md.put("conversation_id", r.trace_id.as_str());
-    md.put("turn_index", r.turn);
+    let mut metadata = Ordered::default();
+    metadata.put("session_num", r.session_num);
+    metadata.put("x_request_id", r.request_id.as_str());
+    metadata.put("x_correlation_id", r.correlation_id.as_str());
+    metadata.put("conversation_id", r.trace_id.as_str());
+    metadata.put("turn_index", r.turn);
     let tree = r.tree.as_ref();
-    md.put(
+    metadata.put(
         "source_trace_id",
         tree.map_or(r.trace_id.as_str(), |t| t.source_trace_id.as_str()),
     );
@@ -271,9 +300,9 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
     // index within a subagent's requests). Single-stream turns do not keep their position in the
     // dataset cache, and records written before the fields existed lack it: null, as aiperf writes
     // for loaders that do not provide them.
-    md.put("source_outer_idx", tree.and_then(|t| t.source_outer_idx));
-    md.put("source_inner_idx", tree.and_then(|t| t.source_inner_idx));
-    md.put(
+    metadata.put("source_outer_idx", tree.and_then(|t| t.source_outer_idx));
+    metadata.put("source_inner_idx", tree.and_then(|t| t.source_inner_idx));
+    metadata.put(
         "source_kind",
         match tree.map(|t| t.agent_depth) {
             Some(d) if d > 0 && r.trace_id.contains("::sa:") => "weka_subagent",
@@ -281,48 +310,48 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
             _ => "weka_main",
         },
     );
-    md.put("credit_issued_ns", unix(info, r.intended_ns));
-    md.put("request_start_ns", unix(info, r.send_ns));
-    md.put("request_ack_ns", r.first_byte_ns.map(|t| unix(info, t)));
-    md.put("request_end_ns", unix(info, r.end_ns));
-    md.put("worker_id", format!("worker_{}", r.lane));
-    md.put("record_processor_id", "record_processor_0");
-    md.put("benchmark_phase", r.phase.as_str());
+    metadata.put("credit_issued_ns", unix(info, r.intended_ns));
+    metadata.put("request_start_ns", unix(info, r.send_ns));
+    metadata.put("request_ack_ns", r.first_byte_ns.map(|t| unix(info, t)));
+    metadata.put("request_end_ns", unix(info, r.end_ns));
+    metadata.put("worker_id", format!("worker_{}", r.lane));
+    metadata.put("record_processor_id", "record_processor_0");
+    metadata.put("benchmark_phase", r.phase.as_str());
     let names = info.warmup_naming.of(r.phase);
-    md.put("phase_index", names.index);
-    md.put("profiling_index", names.profiling_index);
-    md.put("phase_name", names.name);
-    md.put("phase_kind", names.kind);
-    md.put("was_cancelled", r.cancelled);
-    md.put(
+    metadata.put("phase_index", names.index);
+    metadata.put("profiling_index", names.profiling_index);
+    metadata.put("phase_name", names.name);
+    metadata.put("phase_kind", names.kind);
+    metadata.put("was_cancelled", r.cancelled);
+    metadata.put(
         "cancellation_time_ns",
         r.cancelled.then(|| unix(info, r.end_ns)),
     );
-    md.put("context_overflow_skip", r.context_overflow);
+    metadata.put("context_overflow_skip", r.context_overflow);
     // Single-stream sessions are the roots of their own trees.
     match tree {
         Some(t) => {
-            md.put("agent_depth", t.agent_depth);
-            md.put("parent_correlation_id", t.parent_correlation_id.as_deref());
-            md.put("root_correlation_id", t.root_correlation_id.as_str());
+            metadata.put("agent_depth", t.agent_depth);
+            metadata.put("parent_correlation_id", t.parent_correlation_id.as_deref());
+            metadata.put("root_correlation_id", t.root_correlation_id.as_str());
         }
         None => {
-            md.put("agent_depth", 0);
-            md.put("parent_correlation_id", Json::Null);
-            md.put("root_correlation_id", r.correlation_id.as_str());
+            metadata.put("agent_depth", 0);
+            metadata.put("parent_correlation_id", Json::Null);
+            metadata.put("root_correlation_id", r.correlation_id.as_str());
         }
     }
 
     let mut metrics = Ordered::default();
     for (m, v) in stats::record_values(r) {
-        let mut b = Ordered::default();
-        b.put("value", json!(v));
-        b.put("unit", m.unit);
-        metrics.put_ordered(m.tag, b);
+        let mut block = Ordered::default();
+        block.put("value", json!(v));
+        block.put("unit", m.unit);
+        metrics.put_ordered(m.tag, block);
     }
 
     let mut line = Ordered::default();
-    line.put_ordered("metadata", md);
+    line.put_ordered("metadata", metadata);
     line.put_ordered("metrics", metrics);
     line.put(
         "error",
@@ -335,7 +364,8 @@ pub fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
 }
 
 /// `profile_export.jsonl`: one line per request in the order given, context overflows left out.
-pub fn records_jsonl(
+#[cfg(test)]
+pub(crate) fn records_jsonl(
     records: &[RequestRecord],
     info: &RunInfo,
 ) -> Result<String, serde_json::Error> {
@@ -345,7 +375,7 @@ pub fn records_jsonl(
 }
 
 /// [`records_jsonl`] written line by line to `out` (a long run's export runs to gigabytes).
-pub fn write_records_jsonl(
+pub(crate) fn write_records_jsonl(
     out: &mut dyn std::io::Write,
     records: &[RequestRecord],
     info: &RunInfo,
@@ -361,33 +391,33 @@ pub fn write_records_jsonl(
 
 /// A record metric's block: unit and every statistic.
 fn stats_block(m: &MetricDef, s: &Stats) -> Ordered {
-    let mut b = Ordered::default();
-    b.put("unit", m.unit);
-    b.put("avg", s.avg);
-    b.put("min", s.min);
-    b.put("max", s.max);
+    let mut block = Ordered::default();
+    block.put("unit", m.unit);
+    block.put("avg", s.avg);
+    block.put("min", s.min);
+    block.put("max", s.max);
     for (k, _) in PERCENTILES {
-        b.put(k, s.get(k).unwrap_or(0.0));
+        block.put(k, s.get(k).unwrap_or(0.0));
     }
-    b.put("std", s.std);
-    b.put("count", s.count);
-    b.put("sum", s.sum);
-    b
+    block.put("std", s.std);
+    block.put("count", s.count);
+    block.put("sum", s.sum);
+    block
 }
 
 /// An aggregate or derived metric's block: unit and the value as `avg`.
 fn scalar_block(m: &MetricDef, v: &Value) -> Ordered {
-    let mut b = Ordered::default();
-    b.put("unit", m.unit);
-    b.put("avg", json!(v));
-    b
+    let mut block = Ordered::default();
+    block.put("unit", m.unit);
+    block.put("avg", json!(v));
+    block
 }
 
 /// The run's aggregate and derived metrics, and the goodput figures when `--goodput` was given.
 fn run_values(records: &[RequestRecord], info: &RunInfo) -> Vec<(MetricDef, Value)> {
     let mut values = Aggregate::of(records.iter()).run_values(info.anchor_unix_ns);
-    if let Some(g) = &info.goodput {
-        values.extend(g.of_run(records).values());
+    if let Some(goodput) = &info.goodput {
+        values.extend(goodput.of_run(records).values());
     }
     values
 }
@@ -403,27 +433,29 @@ fn profiling(records: &[RequestRecord]) -> Vec<&RequestRecord> {
 /// frequent first (ties in first-seen order).
 fn error_summary(records: &[&RequestRecord]) -> Json {
     let mut seen: Vec<(RecordError, u64)> = Vec::new();
-    let mut at: HashMap<(u16, String, String), usize> = HashMap::new();
+    let mut index_of: HashMap<(u16, String, String), usize> = HashMap::new();
     for r in records {
         if stats::class(r) != Class::Error {
             continue;
         }
-        let Some(e) = record_error(r) else { continue };
-        let key = (e.code, e.kind.clone(), e.message.clone());
-        match at.get(&key) {
+        let Some(error) = record_error(r) else {
+            continue;
+        };
+        let key = (error.code, error.kind.clone(), error.message.clone());
+        match index_of.get(&key) {
             Some(&i) => seen[i].1 += 1,
             None => {
-                at.insert(key, seen.len());
-                seen.push((e, 1));
+                index_of.insert(key, seen.len());
+                seen.push((error, 1));
             }
         }
     }
-    seen.sort_by_key(|e| std::cmp::Reverse(e.1));
+    seen.sort_by_key(|error| std::cmp::Reverse(error.1));
     Json::Array(
         seen.into_iter()
-            .map(|(e, n)| {
+            .map(|(error, n)| {
                 json!({
-                    "error_details": { "code": e.code, "type": e.kind, "message": e.message },
+                    "error_details": { "code": error.code, "type": error.kind, "message": error.message },
                     "count": n,
                 })
             })
@@ -432,36 +464,36 @@ fn error_summary(records: &[&RequestRecord]) -> Json {
 }
 
 /// `profile_export_aiperf.json`: the profiling phase's aggregate.
-pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
+pub(crate) fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
     let prof = profiling(records);
-    let mut o = Ordered::default();
-    o.put("schema_version", SCHEMA_VERSION);
-    o.put("benchmark_id", info.benchmark_id.as_str());
+    let mut aggregate = Ordered::default();
+    aggregate.put("schema_version", SCHEMA_VERSION);
+    aggregate.put("benchmark_id", info.benchmark_id.as_str());
     let (start, end) = (
         unix(info, info.profiling_start_ns),
         unix(info, info.profiling_end_ns),
     );
     // aiperf writes naive local times; the zone and the UTC instants are written beside them.
-    o.put("start_time", iso_local(start));
-    o.put("end_time", iso_local(end));
-    o.put("time_zone", utc_offset(start));
-    o.put("start_time_utc", iso_utc(start));
-    o.put("end_time_utc", iso_utc(end));
-    o.put("was_cancelled", info.was_cancelled);
+    aggregate.put("start_time", iso_local(start));
+    aggregate.put("end_time", iso_local(end));
+    aggregate.put("time_zone", utc_offset(start));
+    aggregate.put("start_time_utc", iso_utc(start));
+    aggregate.put("end_time_utc", iso_utc(end));
+    aggregate.put("was_cancelled", info.was_cancelled);
     for (m, s) in stats::distributions(prof.iter().copied()) {
-        o.put_ordered(m.tag, stats_block(&m, &s));
+        aggregate.put_ordered(m.tag, stats_block(&m, &s));
     }
     for (m, v) in run_values(records, info) {
-        o.put_ordered(m.tag, scalar_block(&m, &v));
+        aggregate.put_ordered(m.tag, scalar_block(&m, &v));
     }
     for (m, v) in stats::e2e_normalized_interactivity(prof.iter().copied()) {
-        o.put_ordered(m.tag, scalar_block(&m, &v));
+        aggregate.put_ordered(m.tag, scalar_block(&m, &v));
     }
-    if let Some(b) = theoretical_prefix_cache_hit(&prof, info) {
-        o.put_ordered("theoretical_prefix_cache_hit", b);
+    if let Some(block) = theoretical_prefix_cache_hit(&prof, info) {
+        aggregate.put_ordered("theoretical_prefix_cache_hit", block);
     }
-    o.put("error_summary", error_summary(&prof));
-    o.put(
+    aggregate.put("error_summary", error_summary(&prof));
+    aggregate.put(
         "runtime_submission_invalid_reasons",
         info.submission_invalid_reasons.clone(),
     );
@@ -469,42 +501,44 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
     scenario.put("name", info.scenario_name.as_str());
     scenario.put("version", info.scenario_version.as_str());
     scenario.put("component_sha256", info.scenario_sha256.as_str());
-    let mut md = Ordered::default();
-    md.put_ordered("scenario", scenario);
-    md.put("submission_valid", info.submission_valid);
-    md.put(
+    let mut metadata = Ordered::default();
+    metadata.put_ordered("scenario", scenario);
+    metadata.put("submission_valid", info.submission_valid);
+    metadata.put(
         "submission_invalid_reasons",
         info.submission_invalid_reasons.clone(),
     );
-    if let Some(d) = &info.dataset {
-        md.put("dataset", d.clone());
+    if let Some(dataset) = &info.dataset {
+        metadata.put("dataset", dataset.clone());
     }
     if let Some(dur) = info.profiling_duration_ns {
-        if let Some(c) = stats::Coverage::of(prof.iter().copied(), info.profiling_start_ns, dur) {
+        if let Some(coverage) =
+            stats::Coverage::of(prof.iter().copied(), info.profiling_start_ns, dur)
+        {
             let mut entry = json!({
                 "phase_name": "profiling",
                 "expected_duration_seconds": dur as f64 / 1e9,
                 "required_ratio": info.coverage_rule.required_ratio,
-                "ttft_ratio": c.ttft_ratio,
-                "inter_token_latency_ratio": c.inter_token_latency_ratio,
+                "ttft_ratio": coverage.ttft_ratio,
+                "inter_token_latency_ratio": coverage.inter_token_latency_ratio,
             });
             if info.coverage_rule.content {
-                entry["streaming_content_ratio"] = json!(c.streaming_content_ratio);
+                entry["streaming_content_ratio"] = json!(coverage.streaming_content_ratio);
             }
-            md.put("metric_duration_coverage", json!([entry]));
+            metadata.put("metric_duration_coverage", json!([entry]));
         }
     }
-    o.put_ordered("metadata", md);
+    aggregate.put_ordered("metadata", metadata);
     let warm: Vec<&RequestRecord> = records
         .iter()
         .filter(|r| stats::class(r) == Class::Warmup && !r.context_overflow)
         .collect();
-    let mut wm = Ordered::default();
+    let mut warmup = Ordered::default();
     for (m, s) in stats::distributions_of_phase(warm.iter().copied(), Phase::Warmup) {
-        wm.put_ordered(m.tag, stats_block(&m, &s));
+        warmup.put_ordered(m.tag, stats_block(&m, &s));
     }
-    o.put_ordered("warmup_metrics", wm);
-    o.put(
+    aggregate.put_ordered("warmup_metrics", warmup);
+    aggregate.put(
         "run_info",
         json!({
             "benchmark_id": info.benchmark_id,
@@ -518,8 +552,8 @@ pub fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Ordered {
             "cli_command": null,
         }),
     );
-    o.put("input_config", info.input_config.clone());
-    o
+    aggregate.put("input_config", info.input_config.clone());
+    aggregate
 }
 
 /// The share of the profiling phase that latency signals must cover (aiperf's 0.95; reported, not
@@ -534,26 +568,26 @@ fn theoretical_prefix_cache_hit(prof: &[&RequestRecord], info: &RunInfo) -> Opti
         if stats::class(r) != Class::Valid {
             continue;
         }
-        let Some(&(h, t)) = info
+        let Some(&(hit_tokens, turn_tokens)) = info
             .prefix_stamps
             .get(&r.trace_id)
             .and_then(|v| v.get(r.turn as usize))
         else {
             continue;
         };
-        if t == 0 {
+        if turn_tokens == 0 {
             continue;
         }
-        hit += u64::from(h.min(t));
-        total += u64::from(t);
+        hit += u64::from(hit_tokens.min(turn_tokens));
+        total += u64::from(turn_tokens);
     }
     (total > 0).then(|| {
-        let mut b = Ordered::default();
-        b.put("unit", "%");
-        b.put("avg", 100.0 * hit as f64 / total as f64);
-        b.put("sum", hit);
-        b.put("count", total);
-        b
+        let mut block = Ordered::default();
+        block.put("unit", "%");
+        block.put("avg", 100.0 * hit as f64 / total as f64);
+        block.put("sum", hit);
+        block.put("count", total);
+        block
     })
 }
 
@@ -588,7 +622,7 @@ fn csv_scalar(m: &MetricDef, v: &Value) -> String {
 
 /// `profile_export_aiperf.csv`: aiperf's two sections, record metrics with every statistic (sorted
 /// by tag), a blank line, then the single-valued metrics (sorted by tag).
-pub fn aggregate_csv(records: &[RequestRecord], info: &RunInfo) -> String {
+pub(crate) fn aggregate_csv(records: &[RequestRecord], info: &RunInfo) -> String {
     let prof = profiling(records);
     let mut dists = stats::distributions(prof.iter().copied());
     dists.sort_by_key(|(m, _)| m.tag);
@@ -624,21 +658,21 @@ pub fn aggregate_csv(records: &[RequestRecord], info: &RunInfo) -> String {
 
 /// One time slice of the profiling window.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Slice {
-    pub index: usize,
+pub(crate) struct Slice {
+    pub(crate) index: usize,
     /// Run-clock offsets (ns); `end_ns` is the nominal end, past the window for a partial slice.
-    pub start_ns: u64,
-    pub end_ns: u64,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
     /// False for a final slice cut short by the end of the window.
-    pub is_complete: bool,
-    pub distributions: Vec<(MetricDef, Stats)>,
-    pub aggregate: Aggregate,
+    pub(crate) is_complete: bool,
+    pub(crate) distributions: Vec<(MetricDef, Stats)>,
+    pub(crate) aggregate: Aggregate,
 }
 
 /// Cuts the profiling window into slices of `slice_s` seconds and computes each one's statistics.
 /// A request belongs to the slice its send falls in (requests sent outside the window go to the
 /// nearest slice); throughputs divide by the part of the slice inside the window.
-pub fn timeslices(
+pub(crate) fn timeslices(
     records: &[RequestRecord],
     info: &RunInfo,
     slice_s: f64,
@@ -652,38 +686,38 @@ pub fn timeslices(
         info.profiling_start_ns,
         info.profiling_end_ns.max(info.profiling_start_ns),
     );
-    let n = (end - start).div_ceil(slice_ns).max(1);
-    if n > MAX_SLICES {
+    let slice_count = (end - start).div_ceil(slice_ns).max(1);
+    if slice_count > MAX_SLICES {
         return Err(ExportError::TooManySlices {
             value: slice_s,
             window_s: (end - start) as f64 / 1e9,
-            slices: n,
+            slices: slice_count,
             max: MAX_SLICES,
         });
     }
-    let n = n as usize;
-    let mut members: Vec<Vec<&RequestRecord>> = vec![Vec::new(); n];
+    let slice_count = slice_count as usize;
+    let mut members: Vec<Vec<&RequestRecord>> = vec![Vec::new(); slice_count];
     for r in profiling(records) {
-        let i = (r.send_ns.saturating_sub(start) / slice_ns) as usize;
-        members[i.min(n - 1)].push(r);
+        let slice = (r.send_ns.saturating_sub(start) / slice_ns) as usize;
+        members[slice.min(slice_count - 1)].push(r);
     }
     Ok(members
         .into_iter()
         .enumerate()
-        .map(|(i, rs)| {
-            let s0 = start + i as u64 * slice_ns;
-            let s1 = s0 + slice_ns;
-            let inside = s1.min(end).saturating_sub(s0);
+        .map(|(slice, rs)| {
+            let slice_start = start + slice as u64 * slice_ns;
+            let slice_end = slice_start + slice_ns;
+            let inside = slice_end.min(end).saturating_sub(slice_start);
             let mut aggregate = Aggregate::in_window(rs.iter().copied(), inside);
             // A slice's span is its window, not a benchmark duration: leave that out of its block.
             aggregate.min_request_ns = None;
             aggregate.max_response_ns = None;
             aggregate.duration_s = None;
             Slice {
-                index: i,
-                start_ns: s0,
-                end_ns: s1,
-                is_complete: s1 <= end,
+                index: slice,
+                start_ns: slice_start,
+                end_ns: slice_end,
+                is_complete: slice_end <= end,
                 distributions: stats::distributions(rs.iter().copied()),
                 aggregate,
             }
@@ -692,33 +726,33 @@ pub fn timeslices(
 }
 
 /// `profile_export_aiperf_timeslices.json`.
-pub fn timeslices_json(slices: &[Slice], info: &RunInfo) -> Ordered {
+pub(crate) fn timeslices_json(slices: &[Slice], info: &RunInfo) -> Ordered {
     let list = slices
         .iter()
         .map(|s| {
-            let mut o = Ordered::default();
-            o.put("timeslice_index", s.index);
-            o.put("start_ns", unix(info, s.start_ns));
-            o.put("end_ns", unix(info, s.end_ns));
-            o.put("is_complete", s.is_complete);
+            let mut slice_json = Ordered::default();
+            slice_json.put("timeslice_index", s.index);
+            slice_json.put("start_ns", unix(info, s.start_ns));
+            slice_json.put("end_ns", unix(info, s.end_ns));
+            slice_json.put("is_complete", s.is_complete);
             for (m, st) in &s.distributions {
-                o.put_ordered(m.tag, stats_block(m, st));
+                slice_json.put_ordered(m.tag, stats_block(m, st));
             }
             for (m, v) in s.aggregate.values(info.anchor_unix_ns) {
-                o.put_ordered(m.tag, scalar_block(&m, &v));
+                slice_json.put_ordered(m.tag, scalar_block(&m, &v));
             }
-            o
+            slice_json
         })
         .collect::<Vec<_>>();
-    let mut o = Ordered::default();
-    o.0.push(("timeslices".into(), Entry::List(list)));
-    o.put("input_config", info.input_config.clone());
-    o
+    let mut slice_json = Ordered::default();
+    slice_json.0.push(("timeslices".into(), Entry::List(list)));
+    slice_json.put("input_config", info.input_config.clone());
+    slice_json
 }
 
 /// `profile_export_aiperf_timeslices.csv`: tidy `Timeslice,Metric,Unit,Stat,Value` rows, metrics
 /// sorted by tag within a slice, single-valued metrics as stat `avg`.
-pub fn timeslices_csv(slices: &[Slice], info: &RunInfo) -> String {
+pub(crate) fn timeslices_csv(slices: &[Slice], info: &RunInfo) -> String {
     let mut out = String::from("Timeslice,Metric,Unit,Stat,Value\n");
     for s in slices {
         enum Row<'a> {
@@ -804,7 +838,7 @@ pub fn write_all(
 
 /// Unix nanoseconds as a naive local ISO-8601 time with microseconds, as aiperf writes
 /// `start_time` (`datetime.fromtimestamp(...)`), e.g. `2026-05-17T14:00:00.000000`.
-pub fn iso_local(unix_ns: u64) -> String {
+pub(crate) fn iso_local(unix_ns: u64) -> String {
     chrono::DateTime::from_timestamp_nanos(unix_ns as i64)
         .with_timezone(&chrono::Local)
         .format("%Y-%m-%dT%H:%M:%S%.6f")
@@ -812,7 +846,7 @@ pub fn iso_local(unix_ns: u64) -> String {
 }
 
 /// The local time zone's UTC offset at `unix_ns`, e.g. `+02:00`.
-pub fn utc_offset(unix_ns: u64) -> String {
+pub(crate) fn utc_offset(unix_ns: u64) -> String {
     chrono::DateTime::from_timestamp_nanos(unix_ns as i64)
         .with_timezone(&chrono::Local)
         .format("%:z")
@@ -820,14 +854,14 @@ pub fn utc_offset(unix_ns: u64) -> String {
 }
 
 /// Unix nanoseconds as UTC ISO-8601 with microseconds, e.g. `2026-05-17T12:00:00.000000Z`.
-pub fn iso_utc(unix_ns: u64) -> String {
+pub(crate) fn iso_utc(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;
     let micros = (unix_ns % 1_000_000_000) / 1_000;
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
+    let (year, month, day) = civil_from_days(days);
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
         rem / 3600,
         (rem % 3600) / 60,
         rem % 60
@@ -835,17 +869,21 @@ pub fn iso_utc(unix_ns: u64) -> String {
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day), by 400-year eras.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let days = days + 719_468;
+    let era = days.div_euclid(146_097);
+    let doe = days.rem_euclid(146_097);
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    let march_month = (5 * doy + 2) / 153;
+    let day = (doy - (153 * march_month + 2) / 5 + 1) as u32;
+    let month = if march_month < 10 {
+        march_month + 3
+    } else {
+        march_month - 9
+    } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 /// The aiperf `metadata.dataset` block of a named corpus.
@@ -853,16 +891,16 @@ pub fn alias_dataset_json(
     alias: &agentx_dataset::alias::Alias,
     entries: Option<usize>,
 ) -> serde_json::Value {
-    let mut d = json!({
+    let mut dataset = json!({
         "source_type": "public_dataset",
         "loader": alias.name,
         "hf_dataset_name": alias.repo,
         "hf_split": "train",
     });
-    if let Some(n) = entries {
-        d["num_dataset_entries"] = json!(n);
+    if let Some(entries_count) = entries {
+        dataset["num_dataset_entries"] = json!(entries_count);
     }
-    d
+    dataset
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! The InferenceX `bmk_agentic` JSON from a run's artifact directory, in two layouts: the seed-era
-//! flat keys (docs/specs/inferencex-rows.md#flat-keys, [`compute`]) and InferenceX's current nested
-//! result (docs/specs/inferencex-rows.md#nested-row, [`compute_nested`] in `nested`). Which engine
-//! wrote the server metrics, and the figures read from its metric names, is [`backends`]'s.
+//! flat keys (docs/specs/inferencex-rows.md#flat-keys, `compute`) and InferenceX's current nested
+//! result (docs/specs/inferencex-rows.md#nested-row, `compute_nested` in `nested`). Which engine
+//! wrote the server metrics, and the figures read from its metric names, is `backends`'s.
 //!
 //! Both computations are pure functions over parsed inputs (aiperf records, aiperf server metrics,
 //! aiperf's aggregate `profile_export_aiperf.json`, our `run_summary.json`, the identity of the
 //! benchmarked system and, when it can be opened, the dataset); the loaders around them
-//! ([`load_artifacts`], [`open_traces`], [`report_dir`], [`render_dir`], in `load`) only read files.
+//! (`load_artifacts`, `open_traces`, [`render_dir`], in `load`) only read files.
 //! The inputs' types live beside: the records (`records`), aiperf's server metrics and summary
 //! (`inputs`), the identity of the benchmarked system (`identity`).
 //!
@@ -30,7 +30,7 @@ use agentx_metrics::percentile;
 use agentx_metrics::Outcome;
 use agentx_record::dist::{Deviation, Sorted};
 
-pub mod backends;
+pub(crate) mod backends;
 mod identity;
 mod inputs;
 mod load;
@@ -38,18 +38,19 @@ mod nested;
 mod records;
 
 pub use identity::*;
-pub use inputs::*;
+pub(crate) use inputs::*;
 pub use load::*;
-pub use records::*;
+pub(crate) use records::*;
 
-pub use nested::{compute_nested, RESULT_SCHEMA_VERSION};
+pub(crate) use nested::compute_nested;
 
 /// The statistics every distribution is reported with (`{stat}_{metric}` keys).
-pub const STATS: [&str; 5] = ["mean", "p75", "p90", "p95", "std"];
+pub(crate) const STATS: [&str; 5] = ["mean", "p75", "p90", "p95", "std"];
 
 /// The keys InferenceX's `utils/summarize.py` reads from an agentic result
 /// (docs/specs/inferencex-rows.md#summarize-keys); a report without any of them breaks the consumer.
-pub const SUMMARIZE_KEYS: [&str; 24] = [
+#[cfg(test)]
+pub(crate) const SUMMARIZE_KEYS: [&str; 24] = [
     "infmax_model_prefix",
     "hw",
     "framework",
@@ -76,10 +77,12 @@ pub const SUMMARIZE_KEYS: [&str; 24] = [
     "input_tput_per_gpu",
 ];
 
-/// The file names read from an artifact directory.
-pub const PROFILE_EXPORT: &str = "profile_export.jsonl";
-pub const SERVER_METRICS: &str = "server_metrics_export.json";
+/// The per-request records, read from an artifact directory.
+pub(crate) const PROFILE_EXPORT: &str = "profile_export.jsonl";
+/// The server metrics export, read when present.
+pub(crate) const SERVER_METRICS: &str = "server_metrics_export.json";
 pub use super::run_summary::{RunSummary, RUN_SUMMARY};
+/// aiperf's aggregate statistics, read when present.
 pub const PROFILE_AIPERF: &str = "profile_export_aiperf.json";
 
 /// The report layouts `agentx-host report --layout` writes.
@@ -97,59 +100,103 @@ pub enum Layout {
 /// Errors of reading an artifact directory or resolving the identity.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// A line of `profile_export.jsonl` is not a record.
     #[error("{path}:{line}: {message}")]
     Record {
+        /// The file.
         path: PathBuf,
+        /// The line, from 1.
         line: usize,
+        /// What is wrong, and how to fix it where it says.
         message: String,
     },
+    /// A file is not what it should be.
     #[error("{path}: {message}")]
-    File { path: PathBuf, message: String },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and how to fix it where it says.
+        message: String,
+    },
+    /// `run_summary.json` could not be read.
     #[error(transparent)]
     RunSummary(#[from] super::run_summary::RunSummaryError),
+    /// No run directory was found where one was given.
     #[error(
         "no {file} in {dir} or in any directory directly below it; pass the run's --output-artifact-dir"
     )]
-    NoRecords { dir: PathBuf, file: &'static str },
+    NoRecords {
+        /// The directory given.
+        dir: PathBuf,
+        /// The run file looked for.
+        file: &'static str,
+    },
+    /// The directory holds several runs and no `latest` link.
     #[error("{dir} holds several runs; name one of them:{candidates}")]
-    Ambiguous { dir: PathBuf, candidates: String },
+    Ambiguous {
+        /// The directory given.
+        dir: PathBuf,
+        /// The runs found, one per line.
+        candidates: String,
+    },
+    /// The nested layout lacks facts it requires.
     #[error(
         "the InferenceX row (the nested layout) cannot be written; missing or invalid:\n  {}\n(--layout flat writes the seed-era keys without these facts)",
         gaps.join("\n  ")
     )]
-    Row { gaps: Vec<String> },
+    Row {
+        /// The missing or invalid facts, one per entry.
+        gaps: Vec<String>,
+    },
+    /// An identity flag or environment variable has a value it may not have.
     #[error("{flag} (or env {env}): {message}")]
     Identity {
+        /// The flag.
         flag: &'static str,
+        /// The environment variable the flag falls back to.
         env: &'static str,
+        /// What is wrong, and how to fix it where it says.
         message: String,
     },
 }
 
 /// The dataset behind the records, or why it could not be had.
 #[derive(Debug)]
-pub enum Traces {
-    Available { dataset: Dataset, name: String },
-    Unavailable { reason: String },
+pub(crate) enum Traces {
+    /// The dataset was opened.
+    Available {
+        /// The opened dataset.
+        dataset: Dataset,
+        /// Its name, as the report writes it.
+        name: String,
+    },
+    /// It could not be: the report's trace figures are null.
+    Unavailable {
+        /// Why it could not be opened.
+        reason: String,
+    },
 }
 
 /// Everything [`compute`] reads.
 #[derive(Debug, Clone, Copy)]
-pub struct ReportInput<'a> {
-    pub records: &'a [ProfileRecord],
+pub(crate) struct ReportInput<'a> {
+    pub(crate) records: &'a [ProfileRecord],
     /// `None` when `server_metrics_export.json` is absent.
-    pub server: Option<&'a ServerMetrics>,
-    pub run: Option<&'a RunSummary>,
+    pub(crate) server: Option<&'a ServerMetrics>,
+    pub(crate) run: Option<&'a RunSummary>,
     /// `None` when `profile_export_aiperf.json` is absent.
-    pub aiperf: Option<&'a AiperfSummary>,
-    pub identity: &'a Identity,
-    pub traces: &'a Traces,
+    pub(crate) aiperf: Option<&'a AiperfSummary>,
+    pub(crate) identity: &'a Identity,
+    pub(crate) traces: &'a Traces,
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -158,43 +205,39 @@ pub struct ReportInput<'a> {
 
 /// The `bmk_agentic` JSON: keys in the order InferenceX writes them, then the additions.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct BmkReport {
+pub(crate) struct BmkReport {
     fields: Vec<(String, Value)>,
 }
 
 impl BmkReport {
     /// Sets `key`, replacing an earlier value in place.
-    pub fn set(&mut self, key: impl Into<String>, v: impl Into<Value>) {
+    pub(crate) fn set(&mut self, key: impl Into<String>, value: impl Into<Value>) {
         let key = key.into();
-        let v = v.into();
+        let value = value.into();
         match self.fields.iter_mut().find(|(k, _)| *k == key) {
-            Some(slot) => slot.1 = v,
-            None => self.fields.push((key, v)),
+            Some(slot) => slot.1 = value,
+            None => self.fields.push((key, value)),
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
         self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
     /// The value of `key` as a number (`None` when absent, null or not a number).
-    pub fn f64(&self, key: &str) -> Option<f64> {
+    pub(crate) fn f64(&self, key: &str) -> Option<f64> {
         self.get(key).and_then(Value::as_f64)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.fields.iter().map(|(k, _)| k.as_str())
-    }
-
     /// Rounds every non-integer number to 5 decimals (the nested layout's precision).
-    pub fn round_floats(&mut self) {
+    pub(crate) fn round_floats(&mut self) {
         for (_, v) in &mut self.fields {
             nested::round5(v);
         }
     }
 
     /// Pretty JSON with keys in report order.
-    pub fn to_json_pretty(&self) -> String {
+    pub(crate) fn to_json_pretty(&self) -> String {
         // Serializing a Vec of finite-number or plain values cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into())
     }
@@ -202,11 +245,11 @@ impl BmkReport {
 
 impl Serialize for BmkReport {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(self.fields.len()))?;
+        let mut map = s.serialize_map(Some(self.fields.len()))?;
         for (k, v) in &self.fields {
-            m.serialize_entry(k, v)?;
+            map.serialize_entry(k, v)?;
         }
-        m.end()
+        map.end()
     }
 }
 
@@ -220,23 +263,23 @@ fn num(v: Option<f64>) -> Value {
 
 /// mean, p75, p90, p95 and population std of a sample.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Stats {
-    pub mean: f64,
-    pub p75: f64,
-    pub p90: f64,
-    pub p95: f64,
-    pub std: f64,
+pub(crate) struct Stats {
+    pub(crate) mean: f64,
+    pub(crate) p75: f64,
+    pub(crate) p90: f64,
+    pub(crate) p95: f64,
+    pub(crate) std: f64,
 }
 
 impl Stats {
-    pub fn of(values: &[f64]) -> Option<Stats> {
-        let s = Sorted::new(values.to_vec())?;
+    pub(crate) fn of(values: &[f64]) -> Option<Stats> {
+        let sorted = Sorted::new(values.to_vec())?;
         Some(Stats {
-            mean: s.mean(),
-            p75: s.percentile(75.0),
-            p90: s.percentile(90.0),
-            p95: s.percentile(95.0),
-            std: s.std(Deviation::Population),
+            mean: sorted.mean(),
+            p75: sorted.percentile(75.0),
+            p90: sorted.percentile(90.0),
+            p95: sorted.percentile(95.0),
+            std: sorted.std(Deviation::Population),
         })
     }
 
@@ -260,36 +303,36 @@ fn put_stats(r: &mut BmkReport, name: &str, s: Option<Stats>) {
 /// Requests completed per 1-second tumbling window from the first end
 /// (docs/specs/inferencex-rows.md#derived-metrics): the windows' counts, or, when no full window fits,
 /// `Err(n / span)` as InferenceX's fallback `mean_qps`. `None` for fewer than two ends or a zero span.
-pub fn qps_windows(ends_ns: &[u64]) -> Option<Result<Vec<f64>, f64>> {
+pub(crate) fn qps_windows(ends_ns: &[u64]) -> Option<Result<Vec<f64>, f64>> {
     if ends_ns.len() < 2 {
         return None;
     }
-    let mut e = ends_ns.to_vec();
-    e.sort_unstable();
-    let (first, last) = (e[0], e[e.len() - 1]);
+    let mut ends = ends_ns.to_vec();
+    ends.sort_unstable();
+    let (first, last) = (ends[0], ends[ends.len() - 1]);
     if last == first {
         return None;
     }
     const W: u64 = 1_000_000_000;
     let mut windows = Vec::new();
-    let mut t = first;
+    let mut window_start = first;
     let mut i = 0usize;
-    while t + W <= last {
-        while i < e.len() && e[i] < t {
+    while window_start + W <= last {
+        while i < ends.len() && ends[i] < window_start {
             i += 1;
         }
-        let j = e[i..].partition_point(|&x| x < t + W) + i;
+        let j = ends[i..].partition_point(|&x| x < window_start + W) + i;
         windows.push((j - i) as f64);
-        t += W;
+        window_start += W;
     }
     if windows.is_empty() {
-        return Some(Err(e.len() as f64 / ((last - first) as f64 / 1e9)));
+        return Some(Err(ends.len() as f64 / ((last - first) as f64 / 1e9)));
     }
     Some(Ok(windows))
 }
 
 /// Strips the `::…` suffix a conversation id may carry after the trace id.
-pub fn trace_id_of(conversation_id: &str) -> &str {
+pub(crate) fn trace_id_of(conversation_id: &str) -> &str {
     conversation_id
         .split_once("::")
         .map_or(conversation_id, |(a, _)| a)
@@ -335,7 +378,7 @@ struct TraceFigures {
 }
 
 fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures {
-    let mut t = TraceFigures {
+    let mut figures = TraceFigures {
         expected: None,
         rate: None,
         rate_source: None,
@@ -347,15 +390,17 @@ fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures
     match input.traces {
         Traces::Unavailable { reason } => {
             if aiperf_rate.is_some() {
-                t.notes.push(format!("trace metadata unavailable ({reason}): *_output_tokens_expected are null; the theoretical cache hit rate is {PROFILE_AIPERF}'s"));
+                figures.notes.push(format!("trace metadata unavailable ({reason}): *_output_tokens_expected are null; the theoretical cache hit rate is {PROFILE_AIPERF}'s"));
             } else {
-                t.notes.push(format!("trace metadata unavailable ({reason}): theoretical_cache_hit_rate and *_output_tokens_expected are null"));
+                figures.notes.push(format!("trace metadata unavailable ({reason}): theoretical_cache_hit_rate and *_output_tokens_expected are null"));
             }
-            t.meta["reason"] = json!(reason);
+            figures.meta["reason"] = json!(reason);
         }
         Traces::Available { dataset, name } => {
-            let by_id: HashMap<&str, dataset::Trajectory<'_>> =
-                dataset.trajectories().map(|t| (t.id(), t)).collect();
+            let by_id: HashMap<&str, dataset::Trajectory<'_>> = dataset
+                .trajectories()
+                .map(|figures| (figures.id(), figures))
+                .collect();
             let mut expected = Vec::new();
             let mut max_turn: BTreeMap<&str, u64> = BTreeMap::new();
             let mut missing: BTreeMap<&str, ()> = BTreeMap::new();
@@ -365,34 +410,37 @@ fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures
                     missing.insert(tid, ());
                     continue;
                 };
-                if let Some(k) = x.turn_index {
-                    if let Some(turn) = traj.turn(k as usize) {
+                if let Some(turn_index) = x.turn_index {
+                    if let Some(turn) = traj.turn(turn_index as usize) {
                         expected.push(f64::from(turn.output_tokens()));
                     }
-                    let e = max_turn.entry(tid).or_insert(0);
-                    *e = (*e).max(k);
+                    let max_seen = max_turn.entry(tid).or_insert(0);
+                    *max_seen = (*max_seen).max(turn_index);
                 }
             }
             let mut hits = dataset::stats::HitCounts::default();
-            for (tid, k) in &max_turn {
-                hits.add(dataset::stats::theoretical_hits(by_id[tid], *k as usize));
+            for (tid, turn_index) in &max_turn {
+                hits.add(dataset::stats::theoretical_hits(
+                    by_id[tid],
+                    *turn_index as usize,
+                ));
             }
-            t.expected = Some(expected);
+            figures.expected = Some(expected);
             if hits.blocks > 0 {
-                t.rate = Some(hits.set_rate());
-                t.rate_source = Some(format!(
+                figures.rate = Some(hits.set_rate());
+                figures.rate_source = Some(format!(
                     "dataset {name} (block hashes of the turns replayed)"
                 ));
-                t.prefix_rate = Some(hits.prefix_rate());
+                figures.prefix_rate = Some(hits.prefix_rate());
             }
             if !missing.is_empty() {
-                t.notes.push(format!(
+                figures.notes.push(format!(
                     "{} conversation id(s) of the records are not in dataset {name} (e.g. {:?}); they are left out of the trace-derived figures",
                     missing.len(),
                     missing.keys().next().copied().unwrap_or_default()
                 ));
             }
-            t.meta = json!({
+            figures.meta = json!({
                 "status": "available",
                 "dataset": name,
                 "traces_matched": max_turn.len(),
@@ -400,39 +448,39 @@ fn trace_figures(input: &ReportInput<'_>, ok: &[&ProfileRecord]) -> TraceFigures
             });
         }
     }
-    if let Some(r) = aiperf_rate {
-        t.rate = Some(r);
-        t.rate_source = Some(format!("{PROFILE_AIPERF} theoretical_prefix_cache_hit"));
+    if let Some(rate) = aiperf_rate {
+        figures.rate = Some(rate);
+        figures.rate_source = Some(format!("{PROFILE_AIPERF} theoretical_prefix_cache_hit"));
     }
-    t
+    figures
 }
 
 /// The identity figures both layouts derive the same way: concurrency and model (the run's when
 /// not given), and TP, EP and DP-attention (summed over prefill and decode on multi-node).
 pub(crate) struct Basics {
-    pub conc: Option<u64>,
-    pub model: String,
-    pub tp: u64,
-    pub ep: u64,
-    pub dpa: bool,
+    pub(crate) conc: Option<u64>,
+    pub(crate) model: String,
+    pub(crate) tp: u64,
+    pub(crate) ep: u64,
+    pub(crate) dpa: bool,
 }
 
 impl Basics {
     pub(crate) fn of(input: &ReportInput<'_>, notes: &mut Vec<String>) -> Basics {
-        let id = input.identity;
-        let conc = id.conc.or(input.run.and_then(|x| x.concurrency));
+        let identity = input.identity;
+        let conc = identity.conc.or(input.run.and_then(|x| x.concurrency));
         if conc.is_none() {
             notes.push(
                 "conc is null: pass --conc (or CONC); run_summary.json has no concurrency".into(),
             );
         }
-        let model = if id.model.is_empty() {
+        let model = if identity.model.is_empty() {
             input.run.and_then(|x| x.model.clone()).unwrap_or_default()
         } else {
-            id.model.clone()
+            identity.model.clone()
         };
-        let (tp, ep, dpa) = match &id.multinode {
-            None => (id.tp, id.ep, id.dp_attention),
+        let (tensor_parallel, expert_parallel, dpa) = match &identity.multinode {
+            None => (identity.tp, identity.ep, identity.dp_attention),
             Some(m) => (
                 m.prefill_tp + m.decode_tp,
                 m.prefill_ep.max(m.decode_ep),
@@ -442,25 +490,25 @@ impl Basics {
         Basics {
             conc,
             model,
-            tp,
-            ep,
+            tp: tensor_parallel,
+            ep: expert_parallel,
             dpa,
         }
     }
 }
 
 /// Computes the report. Pure: the same inputs give the same JSON.
-pub fn compute(input: &ReportInput<'_>) -> BmkReport {
+pub(crate) fn compute(input: &ReportInput<'_>) -> BmkReport {
     let mut notes: Vec<String> = Vec::new();
-    let mut r = BmkReport::default();
-    put_identity(&mut r, input, &mut notes);
-    let c = Counts::of(input);
-    r.set("num_requests_total", c.total);
-    r.set("num_requests_successful", c.ok.len() as u64);
-    put_qps(&mut r, &c.ok, &mut notes);
+    let mut report = BmkReport::default();
+    put_identity(&mut report, input, &mut notes);
+    let counts = Counts::of(input);
+    report.set("num_requests_total", counts.total);
+    report.set("num_requests_successful", counts.ok.len() as u64);
+    put_qps(&mut report, &counts.ok, &mut notes);
 
     // Latencies (s) and interactivity.
-    let ok = &c.ok;
+    let ok = &counts.ok;
     let col =
         |f: fn(&ProfileRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
     let ttft = Stats::of(&col(|x| x.ttft_s));
@@ -468,51 +516,51 @@ pub fn compute(input: &ReportInput<'_>) -> BmkReport {
     let itl_v = col(|x| x.itl_s);
     let itl = Stats::of(&itl_v);
     let intvty = Stats::of(&itl_v.iter().map(|x| 1.0 / x).collect::<Vec<_>>());
-    put_stats(&mut r, "ttft", ttft);
-    put_stats(&mut r, "e2el", e2el);
-    put_stats(&mut r, "itl", itl);
-    put_stats(&mut r, "tpot", itl);
-    put_stats(&mut r, "intvty", intvty);
+    put_stats(&mut report, "ttft", ttft);
+    put_stats(&mut report, "e2el", e2el);
+    put_stats(&mut report, "itl", itl);
+    put_stats(&mut report, "tpot", itl);
+    put_stats(&mut report, "intvty", intvty);
 
     // Workload.
     let isl_v = col(|x| x.isl);
     let osl_v = col(|x| x.osl);
-    put_stats(&mut r, "input_tokens", Stats::of(&isl_v));
-    put_stats(&mut r, "output_tokens_actual", Stats::of(&osl_v));
+    put_stats(&mut report, "input_tokens", Stats::of(&isl_v));
+    put_stats(&mut report, "output_tokens_actual", Stats::of(&osl_v));
 
     // Trace metadata: expected output lengths and the theoretical cache hit rate.
-    let t = trace_figures(input, ok);
+    let traces = trace_figures(input, ok);
     put_stats(
-        &mut r,
+        &mut report,
         "output_tokens_expected",
-        t.expected.as_deref().and_then(Stats::of),
+        traces.expected.as_deref().and_then(Stats::of),
     );
-    r.set("theoretical_cache_hit_rate", num(t.rate));
+    report.set("theoretical_cache_hit_rate", num(traces.rate));
     if matches!(input.traces, Traces::Available { .. }) {
-        r.set("theoretical_prefix_cache_hit_rate", num(t.prefix_rate));
+        report.set("theoretical_prefix_cache_hit_rate", num(traces.prefix_rate));
     }
-    notes.extend(t.notes);
+    notes.extend(traces.notes);
 
     let server = ServerValues::of(input.server, &mut notes);
     let sums = (isl_v.iter().sum::<f64>(), osl_v.iter().sum::<f64>());
-    put_server_totals(&mut r, &server, ok, sums);
-    put_throughput(&mut r, input.identity, ok, sums, &mut notes);
-    put_additions(&mut r, &c, &server, itl);
-    r.set("server_metric_sources", Value::Object(server.sources));
-    r.set("server_metrics_adapter", server.adapter);
-    r.set("trace_metadata", t.meta);
-    r.set(
+    put_server_totals(&mut report, &server, ok, sums);
+    put_throughput(&mut report, input.identity, ok, sums, &mut notes);
+    put_additions(&mut report, &counts, &server, itl);
+    report.set("server_metric_sources", Value::Object(server.sources));
+    report.set("server_metrics_adapter", server.adapter);
+    report.set("trace_metadata", traces.meta);
+    report.set(
         "theoretical_cache_hit_rate_source",
-        t.rate_source.map_or(Value::Null, Value::from),
+        traces.rate_source.map_or(Value::Null, Value::from),
     );
-    put_run(&mut r, input.run, &mut notes);
-    r.set("notes", json!(notes));
-    r
+    put_run(&mut report, input.run, &mut notes);
+    report.set("notes", json!(notes));
+    report
 }
 
 /// Identity (docs/specs/inferencex-rows.md#flat-keys).
 fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
-    let id = input.identity;
+    let identity = input.identity;
     let Basics {
         conc,
         model,
@@ -520,33 +568,39 @@ fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<Stri
         ep,
         dpa,
     } = Basics::of(input, notes);
-    let tf = |b: bool| if b { "true" } else { "false" };
-    r.set("hw", id.hw.clone());
+    let flag = |b: bool| if b { "true" } else { "false" };
+    r.set("hw", identity.hw.clone());
     r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
-    r.set("image", id.image.clone());
+    r.set("image", identity.image.clone());
     r.set("model", model);
-    r.set("infmax_model_prefix", id.model_prefix.clone());
-    r.set("framework", id.framework.clone());
-    r.set("precision", id.precision.clone());
-    r.set("spec_decoding", id.spec_decoding.clone());
-    r.set("disagg", id.disagg);
+    r.set("infmax_model_prefix", identity.model_prefix.clone());
+    r.set("framework", identity.framework.clone());
+    r.set("precision", identity.precision.clone());
+    r.set("spec_decoding", identity.spec_decoding.clone());
+    r.set("disagg", identity.disagg);
     r.set("scenario_type", "agentic-coding");
-    r.set("is_multinode", id.multinode.is_some());
+    r.set("is_multinode", identity.multinode.is_some());
     r.set("tp", tp);
     r.set("ep", ep);
-    r.set("dp_attention", tf(dpa));
-    r.set("offloading", id.offloading.clone());
-    if let Some(m) = &id.multinode {
-        r.set("prefill_num_workers", m.prefill_num_workers);
-        r.set("prefill_tp", m.prefill_tp);
-        r.set("prefill_ep", m.prefill_ep);
-        r.set("prefill_dp_attention", tf(m.prefill_dp_attention));
-        r.set("num_prefill_gpu", m.prefill_num_workers * m.prefill_tp);
-        r.set("decode_num_workers", m.decode_num_workers);
-        r.set("decode_tp", m.decode_tp);
-        r.set("decode_ep", m.decode_ep);
-        r.set("decode_dp_attention", tf(m.decode_dp_attention));
-        r.set("num_decode_gpu", m.decode_num_workers * m.decode_tp);
+    r.set("dp_attention", flag(dpa));
+    r.set("offloading", identity.offloading.clone());
+    if let Some(multinode) = &identity.multinode {
+        r.set("prefill_num_workers", multinode.prefill_num_workers);
+        r.set("prefill_tp", multinode.prefill_tp);
+        r.set("prefill_ep", multinode.prefill_ep);
+        r.set("prefill_dp_attention", flag(multinode.prefill_dp_attention));
+        r.set(
+            "num_prefill_gpu",
+            multinode.prefill_num_workers * multinode.prefill_tp,
+        );
+        r.set("decode_num_workers", multinode.decode_num_workers);
+        r.set("decode_tp", multinode.decode_tp);
+        r.set("decode_ep", multinode.decode_ep);
+        r.set("decode_dp_attention", flag(multinode.decode_dp_attention));
+        r.set(
+            "num_decode_gpu",
+            multinode.decode_num_workers * multinode.decode_tp,
+        );
     }
 }
 
@@ -627,21 +681,21 @@ impl ServerValues {
         let mut adapter = Value::Null;
         match server {
             Some(m) => {
-                let f = backends::figures(m);
+                let engine_figures = backends::figures(m);
                 let flat_keys = FLAT_SERVER_KEYS
                     .iter()
                     .chain(&[("gpu_kv_cache_usage_pct", "kv_cache.gpu_usage_pct")]);
                 for (flat, key) in flat_keys {
-                    server_vals.insert(flat, f.get(key));
-                    if let Some(src) = f.source(key) {
+                    server_vals.insert(flat, engine_figures.get(key));
+                    if let Some(src) = engine_figures.source(key) {
                         sources.insert(flat.to_string(), json!(src));
                     }
                 }
-                if !f.detection.metric_names.is_empty() {
-                    adapter = json!(f.detection.adapter);
+                if !engine_figures.detection.metric_names.is_empty() {
+                    adapter = json!(engine_figures.detection.adapter);
                 }
-                if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
-                    let names = &f.detection.metric_names;
+                if engine_figures.detection.is_unknown() && !engine_figures.detection.metric_names.is_empty() {
+                    let names = &engine_figures.detection.metric_names;
                     let shown = names.iter().take(40).cloned().collect::<Vec<_>>().join(", ");
                     let more = names.len().saturating_sub(40);
                     notes.push(format!(
@@ -649,7 +703,7 @@ impl ServerValues {
                         if more > 0 { format!(" and {more} more") } else { String::new() }
                     ));
                 } else {
-                    notes.extend(f.notes.iter().cloned());
+                    notes.extend(engine_figures.notes.iter().cloned());
                 }
             }
             None => notes.push(format!(
@@ -676,7 +730,7 @@ fn put_server_totals(
     ok: &[&ProfileRecord],
     (isl_sum, osl_sum): (f64, f64),
 ) {
-    let sv = |k: &str| server.get(k);
+    let server_value = |k: &str| server.get(k);
     for k in [
         "server_gpu_cache_hit_rate",
         "server_cpu_cache_hit_rate",
@@ -686,16 +740,16 @@ fn put_server_totals(
         "kv_offload_time_cpu_to_gpu",
         "cpu_kv_cache_usage_pct",
     ] {
-        r.set(k, num(sv(k)));
+        r.set(k, num(server_value(k)));
     }
     let tok = |v: Option<f64>, fallback: f64| json!(v.unwrap_or(fallback).round() as u64);
     r.set(
         "total_prompt_tokens",
-        tok(sv("total_prompt_tokens"), isl_sum),
+        tok(server_value("total_prompt_tokens"), isl_sum),
     );
     r.set(
         "total_generation_tokens",
-        tok(sv("total_generation_tokens"), osl_sum),
+        tok(server_value("total_generation_tokens"), osl_sum),
     );
     r.set("total_requests_completed", ok.len() as u64);
     let cache_read: Option<f64> = ok
@@ -746,7 +800,7 @@ fn put_throughput(
 
 /// Additions beyond InferenceX's schema.
 fn put_additions(r: &mut BmkReport, c: &Counts<'_>, server: &ServerValues, itl: Option<Stats>) {
-    let sv = |k: &str| server.get(k);
+    let server_value = |k: &str| server.get(k);
     let (total, ok) = (c.total, &c.ok);
     r.set("num_requests_failed", total - ok.len() as u64);
     r.set("num_requests_cancelled", c.cancelled);
@@ -770,14 +824,17 @@ fn put_additions(r: &mut BmkReport, c: &Counts<'_>, server: &ServerValues, itl: 
     r.set("errors_by_type", json!(errors));
     r.set(
         "server_external_cache_hit_rate",
-        num(sv("server_external_cache_hit_rate")),
+        num(server_value("server_external_cache_hit_rate")),
     );
-    r.set("gpu_kv_cache_usage_pct", num(sv("gpu_kv_cache_usage_pct")));
+    r.set(
+        "gpu_kv_cache_usage_pct",
+        num(server_value("gpu_kv_cache_usage_pct")),
+    );
     for stat in ["mean", "p75", "p90", "p95"] {
-        let t = itl.map(|s| s.get(stat));
+        let itl_stat = itl.map(|s| s.get(stat));
         r.set(
             format!("{stat}_intvty_at_tpot"),
-            num(t.filter(|x| *x > 0.0).map(|x| 1.0 / x)),
+            num(itl_stat.filter(|x| *x > 0.0).map(|x| 1.0 / x)),
         );
     }
     r.set(

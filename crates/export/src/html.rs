@@ -3,11 +3,11 @@
 //! dataset digest) and the time series of `metrics_plots.png` as interactive charts (hover for values,
 //! drag to zoom a time range, double-click to reset).
 //!
-//! Two layers. [`render_page`] is generic: a [`Page`] (a title, an optional verdict, key/value or
-//! column [`Table`]s and [`Chart`]s) in, HTML out, so a sweep page is another `Page`. [`run_page`]
+//! Two layers. `render_page` is generic: a `Page` (a title, an optional verdict, key/value or
+//! column `Table`s and `Chart`s) in, HTML out, so a sweep page is another `Page`. `run_page`
 //! builds the page of one run from its artifacts, reading the numbers other modules computed
-//! ([`bmk::compute`] for counts, throughput and server cache hit rate, [`agentx_metrics::Dist`] for
-//! percentiles, [`plot::panels`] for the series); it computes nothing of its own.
+//! (`bmk::compute` for counts, throughput and server cache hit rate, [`agentx_metrics::Dist`] for
+//! percentiles, `plot::panels` for the series); it computes nothing of its own.
 //!
 //! The charts are drawn by uPlot, vendored from its npm package (`crates/export/assets/vendor/uplot`, with its
 //! license and checksums) and inlined with `include_str!`. Data travels as one JSON document in a
@@ -36,11 +36,15 @@ const UPLOT_CSS: &str = include_str!("../assets/vendor/uplot/uPlot.min.css");
 /// Errors of making the page.
 #[derive(Debug, thiserror::Error)]
 pub enum HtmlError {
+    /// The run directory could not be read.
     #[error(transparent)]
     Report(#[from] bmk::ReportError),
+    /// The page could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -48,26 +52,26 @@ pub enum HtmlError {
 
 /// A submission verdict: valid or not (unknown when `None`), and why not.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Verdict {
-    pub valid: Option<bool>,
-    pub reasons: Vec<String>,
+pub(crate) struct Verdict {
+    pub(crate) valid: Option<bool>,
+    pub(crate) reasons: Vec<String>,
 }
 
 /// A table: rows of cells, with column headers or none (a key/value table).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Table {
-    pub title: String,
-    pub header: Vec<String>,
-    pub rows: Vec<Vec<String>>,
+pub(crate) struct Table {
+    pub(crate) title: String,
+    pub(crate) header: Vec<String>,
+    pub(crate) rows: Vec<Vec<String>>,
     /// Links of cells, by row then column: `links[i][j]`, when present and `Some`, turns cell
     /// `(i, j)` into a link to that href (a relative path or an http(s) URL; any other scheme is
     /// shown as plain text). Empty for a table without links.
-    pub links: Vec<Vec<Option<String>>>,
+    pub(crate) links: Vec<Vec<Option<String>>>,
 }
 
 impl Table {
     /// A two-column table of names and values.
-    pub fn kv(title: &str, rows: Vec<(&str, String)>) -> Table {
+    pub(crate) fn kv(title: &str, rows: Vec<(&str, String)>) -> Table {
         Table {
             title: title.into(),
             header: Vec::new(),
@@ -82,7 +86,7 @@ impl Table {
 
 /// How a chart draws its series.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ChartStyle {
+pub(crate) enum ChartStyle {
     /// Lines through the points (time series).
     #[default]
     Lines,
@@ -92,30 +96,30 @@ pub enum ChartStyle {
 
 /// One series of a chart: `(x, y)` points in any order of x; series of a chart need not share x.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChartSeries {
-    pub label: String,
-    pub points: Vec<(f64, f64)>,
+pub(crate) struct ChartSeries {
+    pub(crate) label: String,
+    pub(crate) points: Vec<(f64, f64)>,
     /// How this series is drawn when not as the chart says (a frontier line among points).
-    pub style: Option<ChartStyle>,
+    pub(crate) style: Option<ChartStyle>,
 }
 
 /// One chart.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Chart {
-    pub title: String,
-    pub x_label: String,
-    pub y_label: String,
-    pub style: ChartStyle,
-    pub series: Vec<ChartSeries>,
+pub(crate) struct Chart {
+    pub(crate) title: String,
+    pub(crate) x_label: String,
+    pub(crate) y_label: String,
+    pub(crate) style: ChartStyle,
+    pub(crate) series: Vec<ChartSeries>,
     /// Charts with the same group share the hover cursor and the zoomed x range.
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// A log2 x axis (concurrency 1, 2, 4, ...); x must be positive.
-    pub x_log2: bool,
+    pub(crate) x_log2: bool,
 }
 
 impl Chart {
     /// A time-series chart of one `plot` panel, in the `time` group.
-    pub fn from_panel(p: &plot::Panel) -> Chart {
+    pub(crate) fn from_panel(p: &plot::Panel) -> Chart {
         Chart {
             title: p.title.clone(),
             x_label: "s since the first send".into(),
@@ -134,43 +138,43 @@ impl Chart {
 
 /// Everything one page shows, top to bottom.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Page {
-    pub title: String,
+pub(crate) struct Page {
+    pub(crate) title: String,
     /// A line under the title (what was run, when).
-    pub subtitle: String,
-    pub verdict: Option<Verdict>,
-    pub tables: Vec<Table>,
-    pub charts: Vec<Chart>,
+    pub(crate) subtitle: String,
+    pub(crate) verdict: Option<Verdict>,
+    pub(crate) tables: Vec<Table>,
+    pub(crate) charts: Vec<Chart>,
     /// The heading above the charts; `None`: "Time series".
-    pub charts_heading: Option<String>,
+    pub(crate) charts_heading: Option<String>,
 }
 
 /// An href a page may link to: relative (no scheme) or http(s); `javascript:` and other schemes are
 /// refused.
 fn safe_href(href: &str) -> bool {
-    let h = href.trim_start().to_ascii_lowercase();
-    let scheme_end = h.find(':');
-    let path_start = h.find(['/', '?', '#']);
+    let lowered = href.trim_start().to_ascii_lowercase();
+    let scheme_end = lowered.find(':');
+    let path_start = lowered.find(['/', '?', '#']);
     match scheme_end {
         None => true,
         Some(c) if path_start.is_some_and(|p| p < c) => true,
-        Some(_) => h.starts_with("http://") || h.starts_with("https://"),
+        Some(_) => lowered.starts_with("http://") || lowered.starts_with("https://"),
     }
 }
 
 fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
+    let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
         }
     }
-    o
+    out
 }
 
 /// A number rounded to 4 significant digits as a JSON number (`null` when not finite): the charts
@@ -183,8 +187,8 @@ fn compact(v: f64) -> Value {
         return json!(v as i64);
     }
     let digits = 3 - v.abs().log10().floor() as i32;
-    let s = format!("{:.*}", digits.clamp(0, 12) as usize, v);
-    s.parse::<f64>().map_or(Value::Null, |x| json!(x))
+    let text = format!("{:.*}", digits.clamp(0, 12) as usize, v);
+    text.parse::<f64>().map_or(Value::Null, |x| json!(x))
 }
 
 fn style_name(s: ChartStyle) -> &'static str {
@@ -297,10 +301,10 @@ setTimeout(function(){
 ";
 
 /// Renders a page as one self-contained HTML document.
-pub fn render_page(page: &Page) -> String {
-    let mut h = String::with_capacity(UPLOT_JS.len() + 64 * 1024);
+pub(crate) fn render_page(page: &Page) -> String {
+    let mut html = String::with_capacity(UPLOT_JS.len() + 64 * 1024);
     let _ = write!(
-        h,
+        html,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
          <meta name=\"generator\" content=\"agentx-host {}\"><title>{}</title>\n\
@@ -308,38 +312,38 @@ pub fn render_page(page: &Page) -> String {
         env!("CARGO_PKG_VERSION"),
         esc(&page.title),
     );
-    let _ = writeln!(h, "<h1>{}</h1>", esc(&page.title));
+    let _ = writeln!(html, "<h1>{}</h1>", esc(&page.title));
     if !page.subtitle.is_empty() {
-        let _ = writeln!(h, "<div class=\"sub\">{}</div>", esc(&page.subtitle));
+        let _ = writeln!(html, "<div class=\"sub\">{}</div>", esc(&page.subtitle));
     }
-    if let Some(v) = &page.verdict {
-        let (class, text) = match v.valid {
+    if let Some(verdict) = &page.verdict {
+        let (class, text) = match verdict.valid {
             Some(true) => ("ok", "valid submission"),
             Some(false) => ("bad", "not a valid submission"),
             None => ("unk", "submission validity unknown"),
         };
-        let _ = write!(h, "<div class=\"verdict {class}\" id=\"verdict\">{text}");
-        if !v.reasons.is_empty() {
-            h.push_str("<ul>");
-            for r in &v.reasons {
-                let _ = write!(h, "<li>{}</li>", esc(r));
+        let _ = write!(html, "<div class=\"verdict {class}\" id=\"verdict\">{text}");
+        if !verdict.reasons.is_empty() {
+            html.push_str("<ul>");
+            for r in &verdict.reasons {
+                let _ = write!(html, "<li>{}</li>", esc(r));
             }
-            h.push_str("</ul>");
+            html.push_str("</ul>");
         }
-        h.push_str("</div>\n");
+        html.push_str("</div>\n");
     }
-    h.push_str("<div class=\"tables\">\n");
+    html.push_str("<div class=\"tables\">\n");
     for t in &page.tables {
-        let _ = write!(h, "<table><caption>{}</caption>", esc(&t.title));
+        let _ = write!(html, "<table><caption>{}</caption>", esc(&t.title));
         if !t.header.is_empty() {
-            h.push_str("<tr>");
+            html.push_str("<tr>");
             for c in &t.header {
-                let _ = write!(h, "<th>{}</th>", esc(c));
+                let _ = write!(html, "<th>{}</th>", esc(c));
             }
-            h.push_str("</tr>");
+            html.push_str("</tr>");
         }
         for (r, row) in t.rows.iter().enumerate() {
-            h.push_str("<tr>");
+            html.push_str("<tr>");
             for (i, c) in row.iter().enumerate() {
                 // Long identifiers (hashes, paths) in a narrow monospace cell.
                 let mono = i > 0 && t.header.is_empty() && c.len() > 24;
@@ -354,56 +358,57 @@ pub fn render_page(page: &Page) -> String {
                     None => esc(c),
                 };
                 let _ = write!(
-                    h,
+                    html,
                     "<td{}>{}</td>",
                     if mono { " class=\"mono\"" } else { "" },
                     text
                 );
             }
-            h.push_str("</tr>");
+            html.push_str("</tr>");
         }
-        h.push_str("</table>\n");
+        html.push_str("</table>\n");
     }
-    h.push_str("</div>\n");
+    html.push_str("</div>\n");
     if !page.charts.is_empty() {
         let heading = page.charts_heading.as_deref().unwrap_or("Time series");
         let _ = writeln!(
-            h,
+            html,
             "<h2>{}</h2><div class=\"hint\">hover for values; drag across a chart to zoom \
              a range (charts of one group zoom together); double-click to reset</div>",
             esc(heading)
         );
     }
-    h.push_str("<div class=\"charts\" id=\"agentx-charts\"></div>\n");
-    h.push_str("<pre id=\"agentx-selfcheck\"></pre>\n");
+    html.push_str("<div class=\"charts\" id=\"agentx-charts\"></div>\n");
+    html.push_str("<pre id=\"agentx-selfcheck\"></pre>\n");
     let data = json!({"charts": page.charts.iter().map(chart_json).collect::<Vec<_>>()});
     // `</` cannot end the script element early once escaped; JSON reads `<\/` as `</`.
     let data = data.to_string().replace("</", "<\\/");
     let _ = write!(
-        h,
+        html,
         "<script type=\"application/json\" id=\"agentx-data\">{data}</script>\n\
          <script>{UPLOT_JS}</script>\n<script>{PAGE_JS}</script>\n</body></html>\n"
     );
-    h
+    html
 }
 
 /// A table cell: `v` with `digits` decimals, `-` when absent or not finite.
 /// The throughput table's rows of `--goodput`: good requests, and the sessions.
 fn goodput_rows(m: &agentx_metrics::Summary) -> Vec<(&'static str, String)> {
     let mut rows = Vec::new();
-    if let Some(g) = m.goodput {
+    if let Some(goodput) = m.goodput {
         rows.extend([
-            ("goodput (good requests/s)", num(Some(g.goodput), 2)),
-            ("good requests", g.good_request_count.to_string()),
-            ("good fraction", pct(Some(g.good_request_fraction))),
+            ("goodput (good requests/s)", num(Some(goodput.goodput), 2)),
+            ("good requests", goodput.good_request_count.to_string()),
+            ("good fraction", pct(Some(goodput.good_request_fraction))),
         ]);
     }
-    if let Some(x) = &m.sessions {
-        let slowdown = |f: fn(&agentx_metrics::Dist) -> f64| num(x.slowdown.as_ref().map(f), 2);
+    if let Some(sessions) = &m.sessions {
+        let slowdown =
+            |f: fn(&agentx_metrics::Dist) -> f64| num(sessions.slowdown.as_ref().map(f), 2);
         rows.extend([
             (
                 "good sessions",
-                format!("{} of {}", x.good_sessions, x.sessions),
+                format!("{} of {}", sessions.good_sessions, sessions.sessions),
             ),
             ("session slowdown p50", slowdown(|d| d.p50)),
             ("session slowdown p90", slowdown(|d| d.p90)),
@@ -428,13 +433,13 @@ pub(crate) fn pct(v: Option<f64>) -> String {
 }
 
 fn dist_row(name: &str, d: Option<&Dist>) -> Vec<String> {
-    let f = |g: fn(&Dist) -> f64| num(d.map(g), 2);
+    let cell = |g: fn(&Dist) -> f64| num(d.map(g), 2);
     vec![
         name.to_owned(),
-        f(|d| d.p50),
-        f(|d| d.p90),
-        f(|d| d.p99),
-        f(|d| d.avg),
+        cell(|d| d.p50),
+        cell(|d| d.p90),
+        cell(|d| d.p99),
+        cell(|d| d.avg),
         d.map_or("0".into(), |d| d.count.to_string()),
     ]
 }
@@ -470,7 +475,7 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
         .iter()
         .filter(|x| x.phase == RecordPhase::Profiling && x.ok())
         .collect();
-    let ms = |field: fn(&ProfileRecord) -> Option<f64>| {
+    let ms_of = |field: fn(&ProfileRecord) -> Option<f64>| {
         Dist::of(
             prof.iter()
                 .filter_map(|x| field(x))
@@ -486,8 +491,8 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
             .collect(),
     );
     let scheduled_rows = [
-        ("TTFT from due", ms(|x| x.scheduled_ttft_s)),
-        ("E2E from due", ms(|x| x.scheduled_e2el_s)),
+        ("TTFT from due", ms_of(|x| x.scheduled_ttft_s)),
+        ("E2E from due", ms_of(|x| x.scheduled_e2el_s)),
     ]
     .into_iter()
     .filter_map(|(name, d)| d.map(|d| dist_row(name, Some(&d))));
@@ -497,9 +502,9 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
             .map(str::to_owned)
             .to_vec(),
         rows: vec![
-            dist_row("TTFT", ms(|x| x.ttft_s).as_ref()),
-            dist_row("ITL", ms(|x| x.itl_s).as_ref()),
-            dist_row("E2E", ms(|x| x.e2el_s).as_ref()),
+            dist_row("TTFT", ms_of(|x| x.ttft_s).as_ref()),
+            dist_row("ITL", ms_of(|x| x.itl_s).as_ref()),
+            dist_row("E2E", ms_of(|x| x.e2el_s).as_ref()),
             dist_row("interactivity", interactivity.as_ref()),
         ]
         .into_iter()
@@ -512,20 +517,21 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
 /// The page of one run, from its parsed artifacts (the run summary among them) and its manifest
 /// (`run_manifest.json`, when present: what a run that did not finish has).
 /// The identity only sets the GPU count of per-GPU figures, which the page does not show.
-pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>) -> Page {
+pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>) -> Page {
     let traces = Traces::Unavailable {
         reason: "not read for the HTML report".into(),
     };
-    let r = bmk::compute(&a.input(identity, &traces));
-    let f = |k: &str| r.f64(k);
+    let report = bmk::compute(&a.input(identity, &traces));
+    let figure = |k: &str| report.f64(k);
     let count = |k: &str| {
-        r.get(k)
+        report
+            .get(k)
             .map_or("-".into(), std::string::ToString::to_string)
     };
 
     // The run summary when there is one, else the manifest of a run that did not finish.
     let summary = a.run.as_ref();
-    let (run_id, url, conc, seed, ds) = match (summary, manifest) {
+    let (run_id, url, conc, seed, dataset_name) = match (summary, manifest) {
         (Some(s), _) => (
             s.run_id.clone(),
             s.url.clone(),
@@ -533,27 +539,30 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             s.seed.map(|x| x.to_string()),
             s.dataset.as_ref(),
         ),
-        (None, Some(m)) => (
-            Some(m.run_id.clone()),
-            Some(m.url.clone()),
-            Some(m.concurrency.to_string()),
-            Some(m.seed.to_string()),
-            Some(&m.dataset),
+        (None, Some(run_metrics)) => (
+            Some(run_metrics.run_id.clone()),
+            Some(run_metrics.url.clone()),
+            Some(run_metrics.concurrency.to_string()),
+            Some(run_metrics.seed.to_string()),
+            Some(&run_metrics.dataset),
         ),
         (None, None) => (None, None, None, None, None),
     };
     let scenario: Option<ScenarioRef> = summary
         .and_then(|s| s.scenario.clone())
-        .or_else(|| manifest.map(|m| m.scenario.clone().into()));
-    let sc = |k: &str| {
-        let v = scenario.as_ref().map(|s| match k {
+        .or_else(|| manifest.map(|run_metrics| run_metrics.scenario.clone().into()));
+    let scenario_field = |k: &str| {
+        let value = scenario.as_ref().map(|s| match k {
             "name" => s.name.as_str(),
             "version" => s.version.as_str(),
             _ => s.sha256.as_str(),
         });
-        v.filter(|v| !v.is_empty()).unwrap_or("-").to_owned()
+        value
+            .filter(|value| !value.is_empty())
+            .unwrap_or("-")
+            .to_owned()
     };
-    let dataset = ds
+    let dataset = dataset_name
         .and_then(|d| {
             d.alias.clone().or_else(|| {
                 d.source
@@ -563,7 +572,7 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             })
         })
         .unwrap_or_else(|| "-".into());
-    let digest = ds
+    let digest = dataset_name
         .and_then(|d| d.cache_key.clone())
         .unwrap_or_else(|| "-".into());
     let run_id = run_id.unwrap_or_else(|| "-".into());
@@ -581,9 +590,9 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             ("concurrency", conc.clone()),
             ("seed", seed),
             ("stop", stop.unwrap_or_else(|| "-".into())),
-            ("scenario", sc("name")),
-            ("scenario version", sc("version")),
-            ("scenario sha256", sc("sha256")),
+            ("scenario", scenario_field("name")),
+            ("scenario version", scenario_field("version")),
+            ("scenario sha256", scenario_field("sha256")),
             ("dataset", dataset),
             ("dataset digest", digest),
         ],
@@ -596,32 +605,38 @@ pub fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>)
             ("context overflow", count("context_overflow_count")),
             ("cancelled", count("num_requests_cancelled")),
             ("warmup (excluded)", count("num_warmup_requests_excluded")),
-            ("duration (s)", num(f("duration_seconds"), 1)),
+            ("duration (s)", num(figure("duration_seconds"), 1)),
         ],
     );
     let mut throughput_rows = vec![
-        ("requests/s", num(f("mean_qps"), 2)),
-        ("input tokens/s", num(f("input_tput_tps"), 0)),
-        ("output tokens/s", num(f("output_tput_tps"), 0)),
-        ("total tokens/s", num(f("total_tput_tps"), 0)),
-        ("server cache hit rate", pct(f("server_gpu_cache_hit_rate"))),
-        ("response cache hit rate", pct(f("response_cache_hit_rate"))),
+        ("requests/s", num(figure("mean_qps"), 2)),
+        ("input tokens/s", num(figure("input_tput_tps"), 0)),
+        ("output tokens/s", num(figure("output_tput_tps"), 0)),
+        ("total tokens/s", num(figure("total_tput_tps"), 0)),
+        (
+            "server cache hit rate",
+            pct(figure("server_gpu_cache_hit_rate")),
+        ),
+        (
+            "response cache hit rate",
+            pct(figure("response_cache_hit_rate")),
+        ),
     ];
-    if let Some(m) = summary.map(|s| &s.summary) {
-        throughput_rows.extend(goodput_rows(m));
+    if let Some(run_metrics) = summary.map(|s| &s.summary) {
+        throughput_rows.extend(goodput_rows(run_metrics));
     }
     let throughput = Table::kv("Throughput", throughput_rows);
     let latency = latency_table(&a.records);
     let published = summary
         .and_then(|s| s.summary.full_response.as_ref())
         .map(published_table);
-    let verdict = a.run.as_ref().map(|r| Verdict {
-        valid: r.submission_valid,
-        reasons: r.submission_invalid_reasons.clone(),
+    let verdict = a.run.as_ref().map(|report| Verdict {
+        valid: report.submission_valid,
+        reasons: report.submission_invalid_reasons.clone(),
     });
     let panels = plot::panels(&a.records, a.server.as_ref());
     Page {
-        title: format!("agentx run {}", sc("name")),
+        title: format!("agentx run {}", scenario_field("name")),
         subtitle: format!(
             "{} · concurrency {} · run {run_id}",
             model.unwrap_or("-"),
@@ -650,10 +665,10 @@ fn html_into(
     out: &agentx_record::fsio::Root,
     name: &Path,
 ) -> Result<PathBuf, HtmlError> {
-    let a = bmk::load_artifacts(dir)?;
-    let manifest = Manifest::read_dir(&a.dir).ok();
+    let artifacts = bmk::load_artifacts(dir)?;
+    let manifest = Manifest::read_dir(&artifacts.dir).ok();
     let identity = Identity::resolve(&IdentityInput::default())?;
-    let html = render_page(&run_page(&a, &identity, manifest.as_ref()));
+    let html = render_page(&run_page(&artifacts, &identity, manifest.as_ref()));
     out.write_atomic(name, html.as_bytes())
         .map_err(|source| HtmlError::Write {
             path: out.join(name),
@@ -663,7 +678,7 @@ fn html_into(
 
 /// The page of a run just finished, into its artifact directory: a failure is a warning (the
 /// records and other exports stand).
-pub fn write_after_run(dir: &agentx_record::fsio::Root) -> Option<PathBuf> {
+pub(crate) fn write_after_run(dir: &agentx_record::fsio::Root) -> Option<PathBuf> {
     html_into(dir.path(), dir, Path::new(HTML_FILE))
         .map_err(|e| tracing::warn!("no {HTML_FILE}: {e}"))
         .ok()

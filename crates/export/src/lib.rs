@@ -4,14 +4,21 @@
 
 #![forbid(unsafe_code)]
 
+#[warn(missing_docs)]
 pub mod aiperf;
+#[warn(missing_docs)]
 pub mod bmk;
+#[warn(missing_docs)]
 pub mod html;
 pub mod manifest;
+#[warn(missing_docs)]
 pub mod plot;
 pub mod run_summary;
+#[warn(missing_docs)]
 pub mod server_metrics;
+#[warn(missing_docs)]
 pub mod sweep;
+#[warn(missing_docs)]
 pub mod sweep_views;
 pub mod timeline;
 
@@ -34,26 +41,26 @@ pub fn write_run_exports(
     let mut files = Vec::new();
     let mut failed = false;
     match self::aiperf::write_all(art, records, info, slice_duration) {
-        Ok(f) => files.extend(f),
-        Err(e) => {
+        Ok(written) => files.extend(written),
+        Err(error) => {
             failed = true;
-            tracing::error!("{e}");
+            tracing::error!("{error}");
         }
     }
     if let Some((log, meta)) = server {
         let window = (info.profiling_start_ns, info.profiling_end_ns);
         match self::server_metrics::write_with(art, log, window, meta) {
-            Ok(f) => files.extend(f),
-            Err(e) => {
+            Ok(written) => files.extend(written),
+            Err(error) => {
                 failed = true;
-                tracing::error!("{e}");
+                tracing::error!("{error}");
             }
         }
     }
     if !records.is_empty() {
         match self::plot::plot_into(art.path(), art, self::plot::PLOT_FILE.as_ref()) {
-            Ok(p) => files.push(p),
-            Err(e) => tracing::warn!("no plot: {e}"),
+            Ok(plot) => files.push(plot),
+            Err(error) => tracing::warn!("no plot: {error}"),
         }
         files.extend(self::html::write_after_run(art));
     }

@@ -1,7 +1,7 @@
 //! `metrics_plots.png`: a 6x2 panel of per-second time series of a run, from its records and the
 //! per-series timeslices of its scraped server metrics.
 //!
-//! [`panels`] is pure (records and server metrics in, point series out); [`render_png`] draws them with
+//! `panels` is pure (records and server metrics in, point series out); `render_png` draws them with
 //! `plotters` into an RGB buffer and encodes it with `png`. Text uses the DejaVu Sans Mono font bundled
 //! in the binary (Bitstream Vera license, `crates/export/assets/DejaVu-LICENSE.txt`), so plots render the same on
 //! a machine without any font installed. Warmup records are left out; a panel without data says so.
@@ -22,13 +22,18 @@ pub(crate) const FONT: &[u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
 /// Errors of making the plot.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
+    /// The run directory could not be read.
     #[error(transparent)]
     Report(#[from] bmk::ReportError),
+    /// The plotting library failed; holds its message.
     #[error("cannot draw the plot: {0}")]
     Draw(String),
+    /// The PNG could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -36,10 +41,10 @@ pub enum PlotError {
 
 /// One panel: a title, the y unit, and `(seconds since the first send, value)` points.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Panel {
-    pub title: String,
-    pub unit: String,
-    pub points: Vec<(f64, f64)>,
+pub(crate) struct Panel {
+    pub(crate) title: String,
+    pub(crate) unit: String,
+    pub(crate) points: Vec<(f64, f64)>,
 }
 
 /// Per-second bins of the profiling records by end time: `(sums, counts)` per bin.
@@ -50,15 +55,15 @@ fn bins(
 ) -> Vec<(f64, f64)> {
     let mut acc: Vec<(f64, f64)> = Vec::new();
     for r in records {
-        let (Some(end), Some(v)) = (r.end_ns, f(r)) else {
+        let (Some(end), Some(value)) = (r.end_ns, f(r)) else {
             continue;
         };
-        let i = (end.saturating_sub(t0) / 1_000_000_000) as usize;
-        if acc.len() <= i {
-            acc.resize(i + 1, (0.0, 0.0));
+        let bin = (end.saturating_sub(t0) / 1_000_000_000) as usize;
+        if acc.len() <= bin {
+            acc.resize(bin + 1, (0.0, 0.0));
         }
-        acc[i].0 += v;
-        acc[i].1 += 1.0;
+        acc[bin].0 += value;
+        acc[bin].1 += 1.0;
     }
     acc
 }
@@ -85,43 +90,46 @@ fn server_series(m: &ServerMetrics, names: &[&str], stat: &str) -> Vec<(f64, f64
         let Some(metric) = m.metrics.get(*name) else {
             continue;
         };
-        let n = metric
+        let series_count = metric
             .series
             .iter()
             .map(|s| s.timeslices.len())
             .max()
             .unwrap_or(0);
-        let t0 = metric
+        let start_ns = metric
             .series
             .iter()
             .filter_map(|s| {
                 s.timeslices
                     .first()
-                    .and_then(|t| t.get("start_ns"))
+                    .and_then(|secs| secs.get("start_ns"))
                     .copied()
             })
             .fold(f64::INFINITY, f64::min);
         let mut out = Vec::new();
-        for i in 0..n {
+        for i in 0..series_count {
             let vals: Vec<(f64, Option<f64>)> = metric
                 .series
                 .iter()
                 .filter_map(|s| s.timeslices.get(i))
-                .filter_map(|t| t.get(stat).map(|v| (*v, t.get("start_ns").copied())))
+                .filter_map(|secs| {
+                    secs.get(stat)
+                        .map(|value| (*value, secs.get("start_ns").copied()))
+                })
                 .collect();
             if vals.is_empty() {
                 continue;
             }
-            let sum: f64 = vals.iter().map(|v| v.0).sum();
-            let v = match metric.kind {
+            let sum: f64 = vals.iter().map(|value| value.0).sum();
+            let value = match metric.kind {
                 bmk::MetricKind::Gauge => sum / vals.len() as f64,
                 _ => sum,
             };
-            let t = vals[0]
+            let secs = vals[0]
                 .1
-                .filter(|_| t0.is_finite())
-                .map_or(i as f64, |s| (s - t0) / 1e9);
-            out.push((t, v));
+                .filter(|_| start_ns.is_finite())
+                .map_or(i as f64, |s| (s - start_ns) / 1e9);
+            out.push((secs, value));
         }
         if !out.is_empty() {
             return out;
@@ -132,12 +140,13 @@ fn server_series(m: &ServerMetrics, names: &[&str], stat: &str) -> Vec<(f64, f64
 
 /// Hit rate per slice from two counters' per-slice increases.
 fn server_ratio(m: &ServerMetrics, hits: &str, queries: &str) -> Vec<(f64, f64)> {
-    let h = server_series(m, &[hits], "total");
-    let q = server_series(m, &[queries], "total");
-    h.iter()
-        .zip(&q)
-        .filter(|(_, (_, q))| *q > 0.0)
-        .map(|((t, h), (_, q))| (*t, h / q))
+    let hits_series = server_series(m, &[hits], "total");
+    let queries_series = server_series(m, &[queries], "total");
+    hits_series
+        .iter()
+        .zip(&queries_series)
+        .filter(|(_, (_, queries_series))| *queries_series > 0.0)
+        .map(|((t, hits_series), (_, queries_series))| (*t, hits_series / queries_series))
         .collect()
 }
 
@@ -172,78 +181,80 @@ fn server_kv_usage(m: &ServerMetrics) -> Vec<(f64, f64)> {
 }
 
 /// The twelve panels, in reading order (left to right, top to bottom).
-pub fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) -> Vec<Panel> {
+pub(crate) fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) -> Vec<Panel> {
     let prof: Vec<&ProfileRecord> = records
         .iter()
         .filter(|r| r.phase == RecordPhase::Profiling)
         .collect();
-    let t0 = prof.iter().filter_map(|r| r.start_ns).min().unwrap_or(0);
+    let start_ns = prof.iter().filter_map(|r| r.start_ns).min().unwrap_or(0);
     let ok: Vec<&ProfileRecord> = prof.iter().copied().filter(|r| r.ok()).collect();
-    let p = |title: &str, unit: &str, points: Vec<(f64, f64)>| Panel {
+    let panel = |title: &str, unit: &str, points: Vec<(f64, f64)>| Panel {
         title: title.into(),
         unit: unit.into(),
         points,
     };
     let empty = ServerMetrics::default();
-    let m = server.unwrap_or(&empty);
+    let metrics = server.unwrap_or(&empty);
     vec![
-        p(
+        panel(
             "input throughput",
             "tokens/s",
-            per_second(&bins(&ok, t0, |r| r.isl)),
+            per_second(&bins(&ok, start_ns, |r| r.isl)),
         ),
-        p(
+        panel(
             "output throughput",
             "tokens/s",
-            per_second(&bins(&ok, t0, |r| r.osl)),
+            per_second(&bins(&ok, start_ns, |r| r.osl)),
         ),
-        p(
+        panel(
             "TTFT (mean per second)",
             "ms",
-            mean_per_second(&bins(&ok, t0, |r| r.ttft_s.map(|x| x * 1e3))),
+            mean_per_second(&bins(&ok, start_ns, |r| r.ttft_s.map(|x| x * 1e3))),
         ),
-        p(
+        panel(
             "ITL (mean per second)",
             "ms",
-            mean_per_second(&bins(&ok, t0, |r| r.itl_s.map(|x| x * 1e3))),
+            mean_per_second(&bins(&ok, start_ns, |r| r.itl_s.map(|x| x * 1e3))),
         ),
-        p(
+        panel(
             "requests completed",
             "requests/s",
-            per_second(&bins(&ok, t0, |_| Some(1.0))),
+            per_second(&bins(&ok, start_ns, |_| Some(1.0))),
         ),
-        p(
+        panel(
             "errors",
             "requests/s",
             // Every second of the run, so a run without errors draws a line at zero.
-            per_second(&bins(&prof, t0, |r| Some(if r.ok() { 0.0 } else { 1.0 }))),
+            per_second(&bins(&prof, start_ns, |r| {
+                Some(if r.ok() { 0.0 } else { 1.0 })
+            })),
         ),
-        p(
+        panel(
             "running requests (server)",
             "requests",
-            server_series(m, &engines::names(|e| e.running), "avg"),
+            server_series(metrics, &engines::names(|e| e.running), "avg"),
         ),
-        p(
+        panel(
             "waiting requests (server)",
             "requests",
-            server_series(m, &engines::names(|e| e.waiting), "avg"),
+            server_series(metrics, &engines::names(|e| e.waiting), "avg"),
         ),
-        p(
+        panel(
             "GPU KV cache usage (server)",
             "fraction",
-            server_kv_usage(m),
+            server_kv_usage(metrics),
         ),
-        p(
+        panel(
             "prefix cache hit rate (server)",
             "fraction",
-            server_hit_rate(m),
+            server_hit_rate(metrics),
         ),
-        p(
+        panel(
             "prompt tokens (server)",
             "tokens/s",
             // The first prompt counter of each engine (llama.cpp's counts evaluated tokens only).
             server_series(
-                m,
+                metrics,
                 &ENGINES
                     .iter()
                     .filter_map(|e| e.prompt_tokens.first().copied())
@@ -251,11 +262,11 @@ pub fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) -> Vec<
                 "rate",
             ),
         ),
-        p(
+        panel(
             "generation tokens (server)",
             "tokens/s",
             server_series(
-                m,
+                metrics,
                 &ENGINES
                     .iter()
                     .filter_map(|e| e.generation_tokens)
@@ -272,39 +283,39 @@ fn draw_err<E: std::fmt::Debug>(e: E) -> PlotError {
 
 /// The band above the panels: what was run, and whether it is a valid submission.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Header {
-    pub title: String,
+pub(crate) struct Header {
+    pub(crate) title: String,
     /// `Some(true)` valid, `Some(false)` not (with `reasons`), `None` unknown (no run summary).
-    pub valid: Option<bool>,
-    pub reasons: Vec<String>,
+    pub(crate) valid: Option<bool>,
+    pub(crate) reasons: Vec<String>,
 }
 
 impl Header {
     /// The header of a run from its summary (scenario, model, concurrency, verdict).
-    pub fn of(a: &bmk::Artifacts) -> Header {
-        let Some(s) = &a.run else {
+    pub(crate) fn of(a: &bmk::Artifacts) -> Header {
+        let Some(summary) = &a.run else {
             return Header {
                 title: format!("agentx run: {}", a.dir.display()),
                 ..Header::default()
             };
         };
-        let scenario = s
+        let scenario = summary
             .scenario
             .as_ref()
             .map(|v| v.name.as_str())
             .filter(|n| !n.is_empty())
             .unwrap_or("?");
         let mut title = format!("agentx run: {scenario}");
-        if let Some(m) = &s.model {
-            title.push_str(&format!(", model {m}"));
+        if let Some(model) = &summary.model {
+            title.push_str(&format!(", model {model}"));
         }
-        if let Some(c) = s.concurrency {
-            title.push_str(&format!(", concurrency {c}"));
+        if let Some(concurrency) = summary.concurrency {
+            title.push_str(&format!(", concurrency {concurrency}"));
         }
         Header {
             title,
-            valid: s.submission_valid,
-            reasons: s.submission_invalid_reasons.clone(),
+            valid: summary.submission_valid,
+            reasons: summary.submission_invalid_reasons.clone(),
         }
     }
 
@@ -327,7 +338,7 @@ impl Header {
 const HEADER_PX: u32 = 56;
 
 /// Draws the header and the panels in a 6x2 grid below it, and returns the PNG bytes.
-pub fn render_png(
+pub(crate) fn render_png(
     panels: &[Panel],
     header: &Header,
     width: u32,
@@ -419,9 +430,9 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError>
             rgb.to_vec()
         }
     };
-    let mut w = enc.write_header().map_err(draw_err)?;
-    w.write_image_data(&pixels).map_err(draw_err)?;
-    w.finish().map_err(draw_err)?;
+    let mut writer = enc.write_header().map_err(draw_err)?;
+    writer.write_image_data(&pixels).map_err(draw_err)?;
+    writer.finish().map_err(draw_err)?;
     Ok(out)
 }
 
@@ -433,22 +444,22 @@ fn palette_of(rgb: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut indices = Vec::with_capacity(rgb.len() / 3);
     let mut last: Option<([u8; 3], u8)> = None;
     for px in rgb.chunks_exact(3) {
-        let c = [px[0], px[1], px[2]];
-        let i = match last {
+        let colour = [px[0], px[1], px[2]];
+        let palette_index = match last {
             // Runs of one colour (the white background) skip the map.
-            Some((l, i)) if l == c => i,
-            _ => match index.get(&c) {
-                Some(i) => *i,
+            Some((l, palette_index)) if l == colour => palette_index,
+            _ => match index.get(&colour) {
+                Some(palette_index) => *palette_index,
                 None => {
-                    let i = u8::try_from(index.len()).ok()?;
-                    index.insert(c, i);
-                    palette.extend_from_slice(&c);
-                    i
+                    let palette_index = u8::try_from(index.len()).ok()?;
+                    index.insert(colour, palette_index);
+                    palette.extend_from_slice(&colour);
+                    palette_index
                 }
             },
         };
-        last = Some((c, i));
-        indices.push(i);
+        last = Some((colour, palette_index));
+        indices.push(palette_index);
     }
     Some((palette, indices))
 }
@@ -461,15 +472,15 @@ pub fn plot_dir(dir: &Path, out: Option<&Path>) -> Result<PathBuf, PlotError> {
 }
 
 /// Reads the artifact directory `dir` and writes its plot as `name` beneath `out`.
-pub fn plot_into(
+pub(crate) fn plot_into(
     dir: &Path,
     out: &agentx_record::fsio::Root,
     name: &Path,
 ) -> Result<PathBuf, PlotError> {
-    let a = bmk::load_artifacts(dir)?;
+    let artifacts = bmk::load_artifacts(dir)?;
     let png = render_png(
-        &panels(&a.records, a.server.as_ref()),
-        &Header::of(&a),
+        &panels(&artifacts.records, artifacts.server.as_ref()),
+        &Header::of(&artifacts),
         1600,
         2400 + HEADER_PX,
     )?;
@@ -515,7 +526,10 @@ mod tests {
         assert_eq!(ttft[0], (1.0, 31.0));
         assert!(ps[6].points.is_empty());
         // A run without errors draws a line at zero over its seconds, not "no data".
-        let clean: Vec<_> = worked().into_iter().filter(|r| r.ok()).collect();
+        let clean: Vec<_> = worked()
+            .into_iter()
+            .filter(bmk::ProfileRecord::ok)
+            .collect();
         let e = &panels(&clean, None)[5].points;
         assert!(!e.is_empty() && e.iter().all(|p| p.1 == 0.0), "{e:?}");
     }

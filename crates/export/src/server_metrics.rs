@@ -51,19 +51,29 @@ pub const CSV_FILE: &str = "server_metrics_export.csv";
 /// Errors of writing the export.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// An export file could not be written.
     #[error("cannot write {path}: {source}; check that the artifact directory is writable")]
     Write {
+        /// The file being written.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// The profiling window given ends before it starts.
     #[error("the profiling window ends ({end_ns} ns) before it starts ({start_ns} ns)")]
-    Window { start_ns: u64, end_ns: u64 },
+    Window {
+        /// The window's start, in host-clock nanoseconds.
+        start_ns: u64,
+        /// The window's end, in host-clock nanoseconds.
+        end_ns: u64,
+    },
 }
 
 /// Run identity for the top-level fields.
 #[derive(Debug, Clone, Default)]
 pub struct ExportMeta {
+    /// The run's unique id; `None` leaves it out.
     pub benchmark_id: Option<String>,
     /// The resolved configuration (`input_config`); `{}` when `Null`.
     pub input_config: Value,
@@ -71,7 +81,7 @@ pub struct ExportMeta {
 
 /// An object whose keys keep the order they were added in.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Ordered(pub Vec<(String, Value)>);
+pub(crate) struct Ordered(Vec<(String, Value)>);
 
 impl Ordered {
     fn put(&mut self, k: &str, v: impl Into<Value>) {
@@ -79,18 +89,18 @@ impl Ordered {
     }
 
     /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 }
 
 impl Serialize for Ordered {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(self.0.len()))?;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
         for (k, v) in &self.0 {
-            m.serialize_entry(k, v)?;
+            map.serialize_entry(k, v)?;
         }
-        m.end()
+        map.end()
     }
 }
 
@@ -108,21 +118,21 @@ fn num(v: f64) -> Value {
 
 /// One aggregated series.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SeriesStats {
-    pub endpoint_url: String,
-    pub labels: BTreeMap<String, String>,
-    pub stats: Ordered,
+pub(crate) struct SeriesStats {
+    pub(crate) endpoint_url: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) stats: Ordered,
     /// Histograms only: bucket bound (as served) to delta count, in increasing bound.
-    pub buckets: Option<Ordered>,
+    pub(crate) buckets: Option<Ordered>,
     /// Counters and gauges: one entry per second of the window (`start_ns` as a window offset, a
     /// gauge's `avg`, a counter's `total` and `rate`), for time-series plots.
-    pub timeslices: Vec<Ordered>,
+    pub(crate) timeslices: Vec<Ordered>,
     /// Why a counter's or histogram's increase is not published, or how it was counted.
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// Width of the per-series time slices.
-pub const SLICE_NS: u64 = 1_000_000_000;
+pub(crate) const SLICE_NS: u64 = 1_000_000_000;
 /// More slices than this (a window over a day) are not written per series.
 const MAX_SERIES_SLICES: u64 = 86_400;
 
@@ -138,36 +148,36 @@ fn series_slices(
         return Vec::new();
     }
     let mut out = Vec::new();
-    let mut a = start;
-    while a < end {
-        let b = (a + SLICE_NS).min(end);
-        let stats = span(ep.e, (a, b)).and_then(|s| match kind {
-            MetricType::Counter => counter_stats(t, ep, &s).map(|(o, _)| o),
+    let mut slice_start = start;
+    while slice_start < end {
+        let slice_end = (slice_start + SLICE_NS).min(end);
+        let stats = span(ep.e, (slice_start, slice_end)).and_then(|s| match kind {
+            MetricType::Counter => counter_stats(t, ep, &s).map(|(slice_json, _)| slice_json),
             _ => gauge_stats(t, &s),
         });
-        let mut o = Ordered::default();
-        o.put("start_ns", a - start);
-        o.put("end_ns", b - start);
-        if let Some(st) = stats {
+        let mut slice_json = Ordered::default();
+        slice_json.put("start_ns", slice_start - start);
+        slice_json.put("end_ns", slice_end - start);
+        if let Some(slice_stats) = stats {
             for k in ["avg", "total", "rate"] {
-                if let Some(v) = st.get(k) {
-                    o.put(k, v.clone());
+                if let Some(value) = slice_stats.get(k) {
+                    slice_json.put(k, value.clone());
                 }
             }
         }
-        out.push(o);
-        a = b;
+        out.push(slice_json);
+        slice_start = slice_end;
     }
     out
 }
 
 /// One aggregated metric family.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MetricStats {
-    pub kind: MetricType,
-    pub description: String,
-    pub unit: Option<String>,
-    pub series: Vec<SeriesStats>,
+pub(crate) struct MetricStats {
+    pub(crate) kind: MetricType,
+    pub(crate) description: String,
+    pub(crate) unit: Option<String>,
+    pub(crate) series: Vec<SeriesStats>,
 }
 
 /// An endpoint's log with the clock that dates its scrapes (for the notes).
@@ -201,13 +211,13 @@ impl Span {
     /// The span between two scrapes of `e`, both included.
     fn between(e: &EndpointLog, from: u32, to: u32) -> Span {
         let to = to.max(from);
-        let t = &e.scrape_ns;
-        let (a, b) = (t[from as usize], t[to as usize]);
+        let times = &e.scrape_ns;
+        let (from_ns, to_ns) = (times[from as usize], times[to as usize]);
         Span {
             from,
             to,
             inside: from..to + 1,
-            secs: b.saturating_sub(a) as f64 / 1e9,
+            secs: to_ns.saturating_sub(from_ns) as f64 / 1e9,
         }
     }
 }
@@ -215,32 +225,32 @@ impl Span {
 /// The span of a time window, by scrape times: the last scrape at or before its start to the
 /// first at or after its end.
 fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
-    let t = &e.scrape_ns;
-    if t.is_empty() {
+    let times = &e.scrape_ns;
+    if times.is_empty() {
         return None;
     }
-    let lo = t.partition_point(|&x| x < start);
-    let hi = t.partition_point(|&x| x <= end);
-    let from = if lo < t.len() && t[lo] == start {
-        lo
+    let first_inside = times.partition_point(|&x| x < start);
+    let past_inside = times.partition_point(|&x| x <= end);
+    let from = if first_inside < times.len() && times[first_inside] == start {
+        first_inside
     } else {
-        lo.saturating_sub(1)
+        first_inside.saturating_sub(1)
     };
-    let to = if hi > 0 && t[hi - 1] == end {
-        hi - 1
+    let to = if past_inside > 0 && times[past_inside - 1] == end {
+        past_inside - 1
     } else {
-        hi.min(t.len() - 1)
+        past_inside.min(times.len() - 1)
     };
     let window_secs = (end - start) as f64 / 1e9;
-    let secs = if t[to] > t[from] {
-        (t[to] - t[from]) as f64 / 1e9
+    let secs = if times[to] > times[from] {
+        (times[to] - times[from]) as f64 / 1e9
     } else {
         window_secs
     };
     Some(Span {
         from: from as u32,
         to: to as u32,
-        inside: lo as u32..hi as u32,
+        inside: first_inside as u32..past_inside as u32,
         secs,
     })
 }
@@ -248,12 +258,12 @@ fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
 /// A phase window of the export: the boundary scrapes that bound it, and the time window that
 /// stands in for a missing one.
 #[derive(Debug, Clone, Copy)]
-pub struct Phase {
-    pub name: &'static str,
-    pub start: Boundary,
-    pub end: Boundary,
+pub(crate) struct Phase {
+    pub(crate) name: &'static str,
+    pub(crate) start: Boundary,
+    pub(crate) end: Boundary,
     /// Clock offsets of the phase (the replay's), for an edge without its boundary scrape.
-    pub window: (u64, u64),
+    pub(crate) window: (u64, u64),
 }
 
 /// Where one endpoint's window edges come from, and what the export says about them.
@@ -270,7 +280,7 @@ struct Edges {
 /// the phase's time window, and the notes say so. `None` when the endpoint has no scrape.
 fn edges(e: &EndpointLog, log: &ScrapeLog, phase: &Phase) -> Option<Edges> {
     let by_time = span(e, phase.window)?;
-    let at = |i: u32| iso_utc(log.clock.unix_ns(e.scrape_ns[i as usize]));
+    let time_of = |i: u32| iso_utc(log.clock.unix_ns(e.scrape_ns[i as usize]));
     if e.boundaries.is_empty() {
         let (from, to) = (by_time.from, by_time.to);
         return Some(Edges {
@@ -282,14 +292,14 @@ fn edges(e: &EndpointLog, log: &ScrapeLog, phase: &Phase) -> Option<Edges> {
                  a scrape and a phase edge count on the wrong side of it",
                 e.url,
                 phase.name,
-                at(from),
-                at(to)
+                time_of(from),
+                time_of(to)
             )],
         });
     }
     let mut notes = Vec::new();
-    let mut edge = |b: Boundary, periodic: u32| -> (u32, bool) {
-        let why = match e.boundary(b).map(|x| &x.taken) {
+    let mut edge = |end_boundary: Boundary, periodic: u32| -> (u32, bool) {
+        let why = match e.boundary(end_boundary).map(|x| &x.taken) {
             Some(Ok(i)) => return (*i, true),
             Some(Err(why)) => format!("failed twice ({why})"),
             None => "was never taken (the run stopped before it)".to_string(),
@@ -298,21 +308,21 @@ fn edges(e: &EndpointLog, log: &ScrapeLog, phase: &Phase) -> Option<Edges> {
             "{}: the {} boundary scrape {why}; the {} window's edge there is the periodic scrape \
              at {} instead",
             e.url,
-            b.as_str(),
+            end_boundary.as_str(),
             phase.name,
-            at(periodic)
+            time_of(periodic)
         ));
         (periodic, false)
     };
-    let (from, a) = edge(phase.start, by_time.from);
-    let (to, b) = edge(phase.end, by_time.to);
+    let (from, start_boundary) = edge(phase.start, by_time.from);
+    let (to, end_boundary) = edge(phase.end, by_time.to);
     Some(Edges {
-        span: if a || b {
+        span: if start_boundary || end_boundary {
             Span::between(e, from, to)
         } else {
             by_time
         },
-        exact: a && b,
+        exact: start_boundary && end_boundary,
         notes,
     })
 }
@@ -324,55 +334,55 @@ fn mean_std(v: &[f64]) -> (f64, f64) {
 }
 
 fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {
-    let mut v: Vec<f64> = s.inside.clone().filter_map(|i| t.at(i)).collect();
-    if v.is_empty() {
+    let mut values: Vec<f64> = s.inside.clone().filter_map(|i| t.at(i)).collect();
+    if values.is_empty() {
         // No scrape fell inside the window: the end state stands for it.
-        v.extend(t.at(s.to));
+        values.extend(t.at(s.to));
     }
-    v.retain(|x| !x.is_nan());
-    if v.is_empty() {
+    values.retain(|x| !x.is_nan());
+    if values.is_empty() {
         return None;
     }
-    let (mean, std) = mean_std(&v);
-    v.sort_unstable_by(f64::total_cmp);
-    let mut o = Ordered::default();
-    o.put("avg", num(mean));
-    o.put("min", num(v[0]));
-    o.put("max", num(v[v.len() - 1]));
-    o.put("std", num(std));
+    let (mean, std) = mean_std(&values);
+    values.sort_unstable_by(f64::total_cmp);
+    let mut stats = Ordered::default();
+    stats.put("avg", num(mean));
+    stats.put("min", num(values[0]));
+    stats.put("max", num(values[values.len() - 1]));
+    stats.put("std", num(std));
     for (k, p) in PERCENTILES {
-        o.put(k, num(percentile(&v, p).unwrap_or(f64::NAN)));
+        stats.put(k, num(percentile(&values, p).unwrap_or(f64::NAN)));
     }
-    Some(o)
+    Some(stats)
 }
 
 /// Why a counter's increase over a span is not published: it went backwards (a server restart)
 /// or went missing between two of the span's scrapes.
 fn broken_counter(ep: &EndpointCtx<'_>, values: &[(u32, Option<f64>)]) -> Option<String> {
-    let at = |i: u32| ep.at(i);
+    let time_of = |i: u32| ep.at(i);
     let mut prev: Option<(u32, f64)> = None;
-    for &(i, v) in values {
-        match (prev, v) {
-            (Some((pi, pv)), Some(v)) if v < pv => {
+    for &(i, value) in values {
+        match (prev, value) {
+            (Some((pi, pv)), Some(value)) if value < pv => {
                 return Some(format!(
-                    "went backwards from {pv} (scrape at {}) to {v} (scrape at {}): a server \
+                    "went backwards from {pv} (scrape at {}) to {value} (scrape at {}): a server \
                      restart? Its increase over the window is not published",
-                    at(pi),
-                    at(i)
+                    time_of(pi),
+                    time_of(i)
                 ))
             }
             (Some((pi, _)), None) => {
                 return Some(format!(
                     "went missing between the scrapes at {} and {}: its increase over the window \
                      is not published",
-                    at(pi),
-                    at(i)
+                    time_of(pi),
+                    time_of(i)
                 ))
             }
             _ => {}
         }
-        if let Some(v) = v {
-            prev = Some((i, v));
+        if let Some(value) = value {
+            prev = Some((i, value));
         }
     }
     None
@@ -382,15 +392,18 @@ fn broken_counter(ep: &EndpointCtx<'_>, values: &[(u32, Option<f64>)]) -> Option
 /// first seen inside the span counts from 0 (a counter is born at 0). A counter that went
 /// backwards or went missing inside the span gets `total` and `rate` `null` and the note of why:
 /// no negative or mixed increase is ever published.
-fn counter_stats(t: &Track, ep: &EndpointCtx<'_>, s: &Span) -> Option<(Ordered, Option<String>)> {
-    let e = ep.e;
-    let values: Vec<(u32, Option<f64>)> = (s.from..=s.to).map(|i| (i, t.at(i))).collect();
+fn counter_stats(
+    track: &Track,
+    ep: &EndpointCtx<'_>,
+    span: &Span,
+) -> Option<(Ordered, Option<String>)> {
+    let values: Vec<(u32, Option<f64>)> = (span.from..=span.to).map(|i| (i, track.at(i))).collect();
     let first_present = values.iter().position(|(_, v)| v.is_some())?;
-    let mut o = Ordered::default();
+    let mut stats = Ordered::default();
     if let Some(why) = broken_counter(ep, &values[first_present..]) {
-        o.put("total", Value::Null);
-        o.put("rate", Value::Null);
-        return Some((o, Some(why)));
+        stats.put("total", Value::Null);
+        stats.put("rate", Value::Null);
+        return Some((stats, Some(why)));
     }
     let born = first_present > 0;
     let base = if born {
@@ -402,30 +415,37 @@ fn counter_stats(t: &Track, ep: &EndpointCtx<'_>, s: &Span) -> Option<(Ordered, 
     let total = last - base;
     let mut rates = Vec::new();
     let mut prev: Option<(u64, f64)> = None;
-    for &(i, v) in &values[first_present..] {
-        let Some(v) = v else { continue };
-        let now = e.scrape_ns[i as usize];
-        if let Some((pt, pv)) = prev {
-            if now > pt {
-                rates.push((v - pv) / ((now - pt) as f64 / 1e9));
+    for &(i, value) in &values[first_present..] {
+        let Some(value) = value else { continue };
+        let now = ep.e.scrape_ns[i as usize];
+        if let Some((prev_ns, prev_value)) = prev {
+            if now > prev_ns {
+                rates.push((value - prev_value) / ((now - prev_ns) as f64 / 1e9));
             }
         }
-        prev = Some((now, v));
+        prev = Some((now, value));
     }
-    o.put("total", num(total));
-    o.put("rate", num(if s.secs > 0.0 { total / s.secs } else { 0.0 }));
+    stats.put("total", num(total));
+    stats.put(
+        "rate",
+        num(if span.secs > 0.0 {
+            total / span.secs
+        } else {
+            0.0
+        }),
+    );
     if total > 0.0 && !rates.is_empty() {
         let (mean, std) = mean_std(&rates);
-        o.put("rate_avg", num(mean));
-        o.put(
+        stats.put("rate_avg", num(mean));
+        stats.put(
             "rate_min",
             num(rates.iter().copied().fold(f64::INFINITY, f64::min)),
         );
-        o.put(
+        stats.put(
             "rate_max",
             num(rates.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
         );
-        o.put("rate_std", num(std));
+        stats.put("rate_std", num(std));
     }
     let note = born.then(|| {
         format!(
@@ -433,32 +453,32 @@ fn counter_stats(t: &Track, ep: &EndpointCtx<'_>, s: &Span) -> Option<(Ordered, 
             ep.at(values[first_present].0)
         )
     });
-    Some((o, note))
+    Some((stats, note))
 }
 
 /// Estimate quantile `q` (0..=1) from cumulative bucket counts, interpolating linearly inside the
 /// bucket that holds it (from 0 below the first bound when that is positive). A quantile in the
 /// `+Inf` bucket reads as the highest finite bound.
-pub fn bucket_quantile(bounds: &[f64], cumulative: &[f64], q: f64) -> Option<f64> {
+pub(crate) fn bucket_quantile(bounds: &[f64], cumulative: &[f64], q: f64) -> Option<f64> {
     let total = *cumulative.last()?;
     if total <= 0.0 || bounds.len() != cumulative.len() {
         return None;
     }
     let rank = q * total;
-    let j = cumulative.iter().position(|&c| c >= rank)?;
-    if bounds[j].is_infinite() {
+    let bucket = cumulative.iter().position(|&c| c >= rank)?;
+    if bounds[bucket].is_infinite() {
         return bounds.iter().rev().find(|b| b.is_finite()).copied();
     }
-    let (lo, below) = if j == 0 {
+    let (lower, below) = if bucket == 0 {
         (if bounds[0] > 0.0 { 0.0 } else { bounds[0] }, 0.0)
     } else {
-        (bounds[j - 1], cumulative[j - 1])
+        (bounds[bucket - 1], cumulative[bucket - 1])
     };
-    let inside = cumulative[j] - below;
+    let inside = cumulative[bucket] - below;
     if inside <= 0.0 {
-        return Some(bounds[j]);
+        return Some(bounds[bucket]);
     }
-    Some(lo + (bounds[j] - lo) * (rank - below) / inside)
+    Some(lower + (bounds[bucket] - lower) * (rank - below) / inside)
 }
 
 /// A histogram's increase over the span: `count`, `sum`, their rates, the mean and the percentile
@@ -470,18 +490,18 @@ fn histogram_stats(
     s: &Span,
 ) -> Option<(Ordered, Option<Ordered>, Option<String>)> {
     let values: Vec<(u32, Option<f64>)> = (s.from..=s.to).map(|i| (i, h.count.at(i))).collect();
-    let first_present = values.iter().position(|(_, v)| v.is_some())?;
+    let first_present = values.iter().position(|(_, quantile)| quantile.is_some())?;
     let tracks = std::iter::once(&h.count)
         .chain(std::iter::once(&h.sum))
         .chain(h.buckets.iter().map(|b| &b.track));
     for t in tracks {
-        let v: Vec<(u32, Option<f64>)> = (s.from + first_present as u32..=s.to)
+        let quantile: Vec<(u32, Option<f64>)> = (s.from + first_present as u32..=s.to)
             .map(|i| (i, t.at(i)))
             .collect();
-        if let Some(why) = broken_counter(ep, &v) {
-            let mut o = Ordered::default();
-            o.put("count", Value::Null);
-            return Some((o, None, Some(why)));
+        if let Some(why) = broken_counter(ep, &quantile) {
+            let mut stats = Ordered::default();
+            stats.put("count", Value::Null);
+            return Some((stats, None, Some(why)));
         }
     }
     // A histogram first seen inside the span counts from 0.
@@ -503,31 +523,31 @@ fn histogram_stats(
             ep.at(values[first_present].0)
         )
     });
-    let mut o = Ordered::default();
-    o.put("count", num(count));
+    let mut stats = Ordered::default();
+    stats.put("count", num(count));
     if count <= 0.0 {
-        return Some((o, Some(buckets), note));
+        return Some((stats, Some(buckets), note));
     }
     let secs = s.secs;
-    o.put(
+    stats.put(
         "count_rate",
         num(if secs > 0.0 { count / secs } else { 0.0 }),
     );
-    o.put("sum", num(sum));
-    o.put("sum_rate", num(if secs > 0.0 { sum / secs } else { 0.0 }));
-    o.put("avg", num(sum / count));
+    stats.put("sum", num(sum));
+    stats.put("sum_rate", num(if secs > 0.0 { sum / secs } else { 0.0 }));
+    stats.put("avg", num(sum / count));
     let bounds: Vec<f64> = h.buckets.iter().map(|b| b.le).collect();
     for (k, p) in PERCENTILES {
-        let v = bucket_quantile(&bounds, &deltas, p / 100.0).unwrap_or(f64::NAN);
-        o.put(&format!("{k}_estimate"), num(v));
+        let quantile = bucket_quantile(&bounds, &deltas, p / 100.0).unwrap_or(f64::NAN);
+        stats.put(&format!("{k}_estimate"), num(quantile));
     }
-    Some((o, Some(buckets), note))
+    Some((stats, Some(buckets), note))
 }
 
 /// The unit aiperf infers from a metric name (and HELP text).
-pub fn infer_unit(name: &str, kind: MetricType, help: &str) -> Option<&'static str> {
-    let h = help.to_ascii_lowercase();
-    if h.contains("1 means 100 percent") {
+pub(crate) fn infer_unit(name: &str, kind: MetricType, help: &str) -> Option<&'static str> {
+    let lowered = help.to_ascii_lowercase();
+    if lowered.contains("1 means 100 percent") {
         return Some("ratio");
     }
     for (needle, unit) in [
@@ -538,7 +558,7 @@ pub fn infer_unit(name: &str, kind: MetricType, help: &str) -> Option<&'static s
         ("number of queried tokens", "tokens"),
         (" tokens", "tokens"),
     ] {
-        if h.contains(needle) && !name.ends_with("_count") {
+        if lowered.contains(needle) && !name.ends_with("_count") {
             return Some(unit);
         }
     }
@@ -581,19 +601,19 @@ pub fn infer_unit(name: &str, kind: MetricType, help: &str) -> Option<&'static s
 
 /// One phase aggregated: every metric's series, and what the export says about its edges.
 #[derive(Debug, Clone, Default)]
-pub struct Aggregate {
-    pub metrics: BTreeMap<String, MetricStats>,
+pub(crate) struct Aggregate {
+    pub(crate) metrics: BTreeMap<String, MetricStats>,
     /// Every endpoint's window ran from its start boundary scrape to its end boundary scrape.
-    pub exact: bool,
+    pub(crate) exact: bool,
     /// The earliest start edge and the latest end edge over the endpoints (clock offsets of the
     /// scrapes), `None` when no endpoint had a scrape.
-    pub range: Option<(u64, u64)>,
+    pub(crate) range: Option<(u64, u64)>,
     /// The edges that are not boundary scrapes, and the series whose increase is not published.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The profiling phase of a run whose replay profiled over `window` (clock offsets).
-pub fn profiling(window: (u64, u64)) -> Phase {
+pub(crate) fn profiling(window: (u64, u64)) -> Phase {
     Phase {
         name: "profiling",
         start: Boundary::ProfilingStart,
@@ -602,14 +622,8 @@ pub fn profiling(window: (u64, u64)) -> Phase {
     }
 }
 
-/// Aggregate every endpoint's series over the profiling window `window` (clock offsets,
-/// inclusive), by metric name.
-pub fn aggregate(log: &ScrapeLog, window: (u64, u64)) -> BTreeMap<String, MetricStats> {
-    aggregate_phase(log, &profiling(window)).metrics
-}
-
 /// Aggregate every endpoint's series over `phase`, from its boundary scrapes ([`edges`]).
-pub fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
+pub(crate) fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
     let mut agg = Aggregate {
         exact: true,
         ..Aggregate::default()
@@ -622,10 +636,13 @@ pub fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
             e,
             clock: log.clock,
         };
-        let s = &edges.span;
+        let span = &edges.span;
         agg.exact &= edges.exact;
         agg.notes.extend(edges.notes);
-        let range = (e.scrape_ns[s.from as usize], e.scrape_ns[s.to as usize]);
+        let range = (
+            e.scrape_ns[span.from as usize],
+            e.scrape_ns[span.to as usize],
+        );
         agg.range = Some(match agg.range {
             Some((a, b)) => (a.min(range.0), b.max(range.1)),
             None => range,
@@ -640,18 +657,20 @@ pub fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
                 };
                 let got = match (fam.kind, series) {
                     (MetricType::Counter, SeriesLog::Scalar(t)) => {
-                        counter_stats(t, &ep, s).map(|(o, note)| (o, None, note))
+                        counter_stats(t, &ep, span).map(|(o, note)| (o, None, note))
                     }
                     (MetricType::Gauge | MetricType::Untyped, SeriesLog::Scalar(t)) => {
-                        gauge_stats(t, s).map(|o| (o, None, None))
+                        gauge_stats(t, span).map(|o| (o, None, None))
                     }
-                    (MetricType::Histogram, SeriesLog::Histogram(h)) => histogram_stats(h, &ep, s),
+                    (MetricType::Histogram, SeriesLog::Histogram(h)) => {
+                        histogram_stats(h, &ep, span)
+                    }
                     _ => None,
                 };
                 let Some((stats, buckets, note)) = got else {
                     continue;
                 };
-                let m = agg
+                let metric = agg
                     .metrics
                     .entry(name.clone())
                     .or_insert_with(|| MetricStats {
@@ -660,16 +679,20 @@ pub fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
                         unit: infer_unit(name, fam.kind, &fam.help).map(str::to_string),
                         series: Vec::new(),
                     });
-                if m.kind != fam.kind {
+                if metric.kind != fam.kind {
                     // The same name with another type on another endpoint: not comparable.
                     continue;
                 }
-                if let Some(n) = &note {
-                    let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-                    agg.notes
-                        .push(format!("{}: {name}{{{}}} {n}", e.url, l.join(",")));
+                if let Some(note_text) = &note {
+                    let label_list: Vec<String> =
+                        labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+                    agg.notes.push(format!(
+                        "{}: {name}{{{}}} {note_text}",
+                        e.url,
+                        label_list.join(",")
+                    ));
                 }
-                m.series.push(SeriesStats {
+                metric.series.push(SeriesStats {
                     endpoint_url: e.url.clone(),
                     labels: labels.iter().cloned().collect(),
                     stats,
@@ -684,11 +707,11 @@ pub fn aggregate_phase(log: &ScrapeLog, phase: &Phase) -> Aggregate {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffff` (UTC) of Unix nanoseconds.
-pub fn iso_utc(unix_ns: u64) -> String {
+pub(crate) fn iso_utc(unix_ns: u64) -> String {
     // aiperf writes this file's times without the zone suffix its aggregate file carries.
-    let mut t = super::aiperf::iso_utc(unix_ns);
-    t.pop();
-    t
+    let mut time = super::aiperf::iso_utc(unix_ns);
+    time.pop();
+    time
 }
 
 fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordered {
@@ -706,36 +729,36 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
             _ => None,
         })
         .collect();
-    let mut o = Ordered::default();
-    o.put("total_fetches", e.fetches.len() as u64);
-    o.put(
+    let mut info = Ordered::default();
+    info.put("total_fetches", e.fetches.len() as u64);
+    info.put(
         "first_fetch_ns",
         e.fetches.first().map(|f| unix(f.start_ns)),
     );
-    o.put("last_fetch_ns", e.fetches.last().map(|f| unix(f.start_ns)));
-    o.put(
+    info.put("last_fetch_ns", e.fetches.last().map(|f| unix(f.start_ns)));
+    info.put(
         "avg_fetch_latency_ms",
         (!ok.is_empty())
             .then(|| ok.iter().map(|f| f.latency_ns as f64).sum::<f64>() / ok.len() as f64 / 1e6),
     );
-    o.put("unique_updates", updates.len() as u64);
-    o.put("first_update_ns", updates.first().map(|&t| unix(t)));
-    o.put("last_update_ns", updates.last().map(|&t| unix(t)));
+    info.put("unique_updates", updates.len() as u64);
+    info.put("first_update_ns", updates.first().map(|&t| unix(t)));
+    info.put("last_update_ns", updates.last().map(|&t| unix(t)));
     let dur = match (updates.first(), updates.last()) {
         (Some(a), Some(b)) => (b - a) as f64 / 1e9,
         _ => 0.0,
     };
-    o.put("duration_seconds", dur);
+    info.put("duration_seconds", dur);
     let mut gaps: Vec<f64> = updates
         .windows(2)
         .map(|w| (w[1] - w[0]) as f64 / 1e6)
         .collect();
-    o.put(
+    info.put(
         "avg_update_interval_ms",
         (!gaps.is_empty()).then(|| gaps.iter().sum::<f64>() / gaps.len() as f64),
     );
     gaps.sort_unstable_by(f64::total_cmp);
-    o.put(
+    info.put(
         "median_update_interval_ms",
         if gaps.len() >= 2 {
             percentile(&gaps, 50.0)
@@ -744,13 +767,13 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
         },
     );
     let in_window = |f: &&Fetch| f.start_ns >= window.0 && f.start_ns <= window.1;
-    o.put("successful_fetches", ok.len() as u64);
-    o.put("failed_fetches", e.failures.total());
-    o.put(
+    info.put("successful_fetches", ok.len() as u64);
+    info.put("failed_fetches", e.failures.total());
+    info.put(
         "fetches_in_window",
         e.fetches.iter().filter(in_window).count() as u64,
     );
-    o.put(
+    info.put(
         "failed_fetches_in_window",
         e.fetches
             .iter()
@@ -765,25 +788,25 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
         body,
         parse,
     } = e.failures;
-    o.put(
+    info.put(
         "failures",
         json!({"connect": connect, "status": status, "timeout": timeout, "body": body, "parse": parse}),
     );
-    o.put("last_error", e.last_error.clone());
-    o
+    info.put("last_error", e.last_error.clone());
+    info
 }
 
 /// The metrics of one phase as the JSON file keys them: by name, each with its series.
 fn metrics_json(metrics: &BTreeMap<String, MetricStats>) -> Value {
-    let mut ms = Ordered::default();
+    let mut metric_blocks = Ordered::default();
     for (name, m) in metrics {
         let series: Vec<Value> = m
             .series
             .iter()
             .map(|s| {
-                let mut o = Ordered::default();
-                o.put("endpoint_url", s.endpoint_url.clone());
-                o.put(
+                let mut series_json = Ordered::default();
+                series_json.put("endpoint_url", s.endpoint_url.clone());
+                series_json.put(
                     "labels",
                     if s.labels.is_empty() {
                         Value::Null
@@ -791,30 +814,30 @@ fn metrics_json(metrics: &BTreeMap<String, MetricStats>) -> Value {
                         json!(s.labels)
                     },
                 );
-                o.put("stats", serde_json::to_value(&s.stats).unwrap_or_default());
-                if let Some(b) = &s.buckets {
-                    o.put("buckets", serde_json::to_value(b).unwrap_or_default());
+                series_json.put("stats", serde_json::to_value(&s.stats).unwrap_or_default());
+                if let Some(buckets) = &s.buckets {
+                    series_json.put("buckets", serde_json::to_value(buckets).unwrap_or_default());
                 }
                 if !s.timeslices.is_empty() {
-                    o.put(
+                    series_json.put(
                         "timeslices",
                         serde_json::to_value(&s.timeslices).unwrap_or_default(),
                     );
                 }
-                if let Some(n) = &s.note {
-                    o.put("note", n.clone());
+                if let Some(note) = &s.note {
+                    series_json.put("note", note.clone());
                 }
-                serde_json::to_value(o).unwrap_or_default()
+                serde_json::to_value(series_json).unwrap_or_default()
             })
             .collect();
-        let mut o = Ordered::default();
-        o.put("type", m.kind.as_str());
-        o.put("description", m.description.clone());
-        o.put("unit", m.unit.clone());
-        o.put("series", series);
-        ms.put(name, serde_json::to_value(o).unwrap_or_default());
+        let mut series_json = Ordered::default();
+        series_json.put("type", m.kind.as_str());
+        series_json.put("description", m.description.clone());
+        series_json.put("unit", m.unit.clone());
+        series_json.put("series", series);
+        metric_blocks.put(name, serde_json::to_value(series_json).unwrap_or_default());
     }
-    serde_json::to_value(ms).unwrap_or_default()
+    serde_json::to_value(metric_blocks).unwrap_or_default()
 }
 
 /// The warmup aggregated from its boundary scrapes (warmup start to profiling start), when some
@@ -842,44 +865,44 @@ fn warmup(log: &ScrapeLog) -> Option<Aggregate> {
 /// aiperf's `phase_time_ranges`: each phase's aggregation window in Unix nanoseconds (the scrapes
 /// that bound it).
 fn phase_time_ranges(log: &ScrapeLog, prof: &Aggregate, warm: Option<&Aggregate>) -> Value {
-    let mut o = Ordered::default();
+    let mut ranges = Ordered::default();
     let range = |r: (u64, u64)| json!({"start_ns": log.clock.unix_ns(r.0), "end_ns": log.clock.unix_ns(r.1)});
     if let Some(r) = prof.range.filter(|r| r.0 < r.1) {
-        o.put("profiling", range(r));
+        ranges.put("profiling", range(r));
     }
     if let Some(r) = warm.and_then(|w| w.range).filter(|r| r.0 < r.1) {
-        o.put("warmup", range(r));
+        ranges.put("warmup", range(r));
     }
-    serde_json::to_value(o).unwrap_or_default()
+    serde_json::to_value(ranges).unwrap_or_default()
 }
 
 /// Every endpoint's boundary scrapes: the boundary, the phase it is tagged with, and its scrape's
 /// time or why it is missing.
 fn boundary_scrapes(log: &ScrapeLog) -> Value {
-    let mut o = Ordered::default();
+    let mut scrapes = Ordered::default();
     for e in &log.endpoints {
         let list: Vec<Value> = e
             .boundaries
             .iter()
             .map(|b| {
-                let mut x = Ordered::default();
-                x.put("boundary", b.boundary.as_str());
-                x.put("phase", b.boundary.phase());
+                let mut scrape = Ordered::default();
+                scrape.put("boundary", b.boundary.as_str());
+                scrape.put("phase", b.boundary.phase());
                 match &b.taken {
                     Ok(i) => {
-                        let t = log.clock.unix_ns(e.scrape_ns[*i as usize]);
-                        x.put("time", iso_utc(t));
-                        x.put("timestamp_ns", t);
+                        let unix_ns = log.clock.unix_ns(e.scrape_ns[*i as usize]);
+                        scrape.put("time", iso_utc(unix_ns));
+                        scrape.put("timestamp_ns", unix_ns);
                     }
-                    Err(why) => x.put("missing", why.clone()),
+                    Err(why) => scrape.put("missing", why.clone()),
                 }
-                x.put("attempts", b.attempts);
-                serde_json::to_value(x).unwrap_or_default()
+                scrape.put("attempts", b.attempts);
+                serde_json::to_value(scrape).unwrap_or_default()
             })
             .collect();
-        o.put(&e.url, list);
+        scrapes.put(&e.url, list);
     }
-    serde_json::to_value(o).unwrap_or_default()
+    serde_json::to_value(scrapes).unwrap_or_default()
 }
 
 /// How the profiling window's edges were found, for `run_summary.json`: the missing boundary scrapes
@@ -892,9 +915,9 @@ pub fn window_summary(
     let mut exact = true;
     let mut notes = Vec::new();
     for e in &log.endpoints {
-        if let Some(x) = edges(e, log, &phase) {
-            exact &= x.exact;
-            notes.extend(x.notes);
+        if let Some(phase_edges) = edges(e, log, &phase) {
+            exact &= phase_edges.exact;
+            notes.extend(phase_edges.notes);
         }
     }
     let missing = log
@@ -976,8 +999,8 @@ pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value 
     top.put("benchmark_id", meta.benchmark_id.clone());
     top.put("summary", serde_json::to_value(summary).unwrap_or_default());
     top.put("metrics", metrics_json(&prof.metrics));
-    if let Some(w) = warm.filter(|w| !w.metrics.is_empty()) {
-        top.put("warmup_metrics", metrics_json(&w.metrics));
+    if let Some(warm_aggregate) = warm.filter(|warm_aggregate| !warm_aggregate.metrics.is_empty()) {
+        top.put("warmup_metrics", metrics_json(&warm_aggregate.metrics));
     }
     top.put(
         "input_config",
@@ -1025,8 +1048,8 @@ fn csv_num(v: Option<&Value>) -> String {
 
 /// `host:port[/path]` of an endpoint URL, as aiperf's CSV shows endpoints.
 fn endpoint_display(url: &str) -> String {
-    let s = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-    s.strip_suffix("/metrics").unwrap_or(s).to_string()
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    rest.strip_suffix("/metrics").unwrap_or(rest).to_string()
 }
 
 /// The CSV's `#` lines: the file, the scrapes, where the profiling window's edges come from, every
@@ -1035,8 +1058,8 @@ fn csv_header(log: &ScrapeLog, prof: &Aggregate, meta: &ExportMeta) -> String {
     let mut out = String::new();
     out.push_str("# agentx server metrics export (CSV, aiperf layout)\n");
     out.push_str("# schema_version: 1.0\n");
-    if let Some(id) = &meta.benchmark_id {
-        out.push_str(&format!("# benchmark_id: {id}\n"));
+    if let Some(benchmark_id) = &meta.benchmark_id {
+        out.push_str(&format!("# benchmark_id: {benchmark_id}\n"));
     }
     out.push_str(&format!(
         "# scrapes: {} failed: {}\n",
@@ -1218,7 +1241,7 @@ pub fn write(
 }
 
 /// [`write`] with the run's identity and configuration.
-pub fn write_with(
+pub(crate) fn write_with(
     dir: &agentx_record::fsio::Root,
     log: &ScrapeLog,
     window: (u64, u64),

@@ -11,7 +11,7 @@ use super::manifest::ServerInfo;
 /// `sweep.json` in the sweep's directory.
 pub const SWEEP_JSON: &str = "sweep.json";
 /// `sweep.csv` in the sweep's directory.
-pub const SWEEP_CSV: &str = "sweep.csv";
+pub(crate) const SWEEP_CSV: &str = "sweep.csv";
 /// The schema tag of `sweep.json`.
 pub const SCHEMA: &str = "agentx-sweep/1";
 
@@ -20,8 +20,11 @@ pub const SCHEMA: &str = "agentx-sweep/1";
 pub struct SweepInputs {
     /// The `sweep` command line without `--resume` (and without the program name).
     pub argv: Vec<String>,
+    /// The concurrency points asked for, in the order given.
     pub concurrency: Vec<u32>,
+    /// The random seed every point shares.
     pub seed: u64,
+    /// sha256 (hex) of the scenario component.
     pub scenario_sha256: String,
     /// The dataset's cache key (digest of the corpus and selection).
     pub dataset_key: String,
@@ -34,8 +37,11 @@ pub struct SweepInputs {
 /// p50/p90/p99 of one latency, milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tail {
+    /// The median; `None` when the point has no such latency.
     pub p50: Option<f64>,
+    /// The 90th percentile; `None` when the point has none.
     pub p90: Option<f64>,
+    /// The 99th percentile; `None` when the point has none.
     pub p99: Option<f64>,
 }
 
@@ -54,29 +60,43 @@ pub enum PointStatus {
 /// One concurrency point.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Point {
+    /// The point's concurrency (lanes).
     pub concurrency: u32,
     /// The point's run directory, relative to the sweep's (`conc_<N>`).
     pub dir: String,
+    /// How the point ended.
     pub status: PointStatus,
+    /// Why the point failed; `None` unless it did.
     pub error: Option<String>,
+    /// The run's `benchmark_id`; `None` when the run did not start.
     pub run_id: Option<String>,
+    /// Profiling requests that succeeded.
     pub requests_ok: u64,
+    /// Profiling requests that failed.
     pub requests_failed: u64,
+    /// Requests the server refused for exceeding its context window.
     pub context_overflows: u64,
     /// Input plus output tokens per second over the profiling phase.
     pub total_token_throughput: Option<f64>,
+    /// Output tokens per second over the profiling phase.
     pub output_token_throughput: Option<f64>,
     /// The throughputs divided by `gpus`.
     pub total_token_throughput_per_gpu: Option<f64>,
+    /// The output throughput divided by `gpus`.
     pub output_token_throughput_per_gpu: Option<f64>,
+    /// Time to first token, milliseconds.
     pub ttft_ms: Tail,
+    /// Inter-token latency, milliseconds.
     pub itl_ms: Tail,
+    /// Request latency end to end, milliseconds.
     pub e2e_ms: Tail,
     /// Tokens per second a user sees: `1000 / ITL p50 (ms)`.
     pub interactivity: Option<f64>,
     /// The server's prefix-cache hit rate (0-1) from its metrics, when it exports one.
     pub server_cache_hit_rate: Option<f64>,
+    /// The run met the submission rules.
     pub valid: bool,
+    /// Why it did not; empty when valid.
     pub invalid_reasons: Vec<String>,
     /// The point's InferenceX report, relative to the sweep's directory.
     pub report: Option<String>,
@@ -122,7 +142,9 @@ impl Point {
 /// `sweep.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sweep {
+    /// The schema tag, [`SCHEMA`].
     pub schema: String,
+    /// What the sweep was run with.
     pub inputs: SweepInputs,
     /// In increasing concurrency.
     pub points: Vec<Point>,
@@ -146,6 +168,7 @@ pub struct SloReport {
 /// One point's verdict under `--slo`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SloPoint {
+    /// The point's concurrency (lanes).
     pub concurrency: u32,
     /// Completed and met every objective.
     pub meets: bool,
@@ -179,6 +202,7 @@ pub struct FindMaxAnswer {
 /// The passing point with the most goodput.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoodputPeak {
+    /// The point's concurrency (lanes).
     pub concurrency: u32,
     /// Good requests per second.
     pub goodput: f64,
@@ -207,17 +231,29 @@ impl SloReport {
 /// Errors of reading or writing a sweep's summary.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
+    /// `sweep.json` exists but could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// `sweep.json` is not a sweep summary of this schema.
     #[error("{path} is not a sweep summary ({SCHEMA}): {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A summary file could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -232,17 +268,17 @@ impl Sweep {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(SweepError::Read { path, source }),
         };
-        let s: Sweep = serde_json::from_str(&text).map_err(|e| SweepError::Parse {
+        let sweep: Sweep = serde_json::from_str(&text).map_err(|e| SweepError::Parse {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        if s.schema != SCHEMA {
+        if sweep.schema != SCHEMA {
             return Err(SweepError::Parse {
                 path,
-                message: format!("schema {:?}", s.schema),
+                message: format!("schema {:?}", sweep.schema),
             });
         }
-        Ok(Some(s))
+        Ok(Some(sweep))
     }
 
     /// Writes `sweep.json` and `sweep.csv` into `dir` (each replaced atomically).
@@ -266,7 +302,7 @@ impl Sweep {
     }
 
     /// One row per point.
-    pub fn csv(&self) -> String {
+    pub(crate) fn csv(&self) -> String {
         let mut out = String::from(
             "concurrency,status,requests_ok,requests_failed,context_overflows,\
              total_token_throughput,output_token_throughput,total_token_throughput_per_gpu,\
@@ -274,8 +310,8 @@ impl Sweep {
              itl_p90_ms,itl_p99_ms,e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,interactivity,\
              server_cache_hit_rate,valid,invalid_reasons,error\n",
         );
-        let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
-        let q = |s: &str| {
+        let fmt_num = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
+        let quote = |s: &str| {
             if s.contains([',', '"', '\n']) {
                 format!("\"{}\"", s.replace('"', "\"\""))
             } else {
@@ -294,24 +330,24 @@ impl Sweep {
                 p.requests_ok.to_string(),
                 p.requests_failed.to_string(),
                 p.context_overflows.to_string(),
-                f(p.total_token_throughput),
-                f(p.output_token_throughput),
-                f(p.total_token_throughput_per_gpu),
-                f(p.output_token_throughput_per_gpu),
-                f(p.ttft_ms.p50),
-                f(p.ttft_ms.p90),
-                f(p.ttft_ms.p99),
-                f(p.itl_ms.p50),
-                f(p.itl_ms.p90),
-                f(p.itl_ms.p99),
-                f(p.e2e_ms.p50),
-                f(p.e2e_ms.p90),
-                f(p.e2e_ms.p99),
-                f(p.interactivity),
-                f(p.server_cache_hit_rate),
+                fmt_num(p.total_token_throughput),
+                fmt_num(p.output_token_throughput),
+                fmt_num(p.total_token_throughput_per_gpu),
+                fmt_num(p.output_token_throughput_per_gpu),
+                fmt_num(p.ttft_ms.p50),
+                fmt_num(p.ttft_ms.p90),
+                fmt_num(p.ttft_ms.p99),
+                fmt_num(p.itl_ms.p50),
+                fmt_num(p.itl_ms.p90),
+                fmt_num(p.itl_ms.p99),
+                fmt_num(p.e2e_ms.p50),
+                fmt_num(p.e2e_ms.p90),
+                fmt_num(p.e2e_ms.p99),
+                fmt_num(p.interactivity),
+                fmt_num(p.server_cache_hit_rate),
                 p.valid.to_string(),
-                q(&p.invalid_reasons.join(";")),
-                q(p.error.as_deref().unwrap_or("")),
+                quote(&p.invalid_reasons.join(";")),
+                quote(p.error.as_deref().unwrap_or("")),
             ];
             out.push_str(&row.join(","));
             out.push('\n');
@@ -323,8 +359,8 @@ impl Sweep {
 /// Indices of the points on the Pareto frontier of (interactivity, throughput per GPU, or total
 /// throughput without GPUs): no other point is at least as good on both and better on one. Sorted by
 /// interactivity.
-pub fn pareto(points: &[Point]) -> Vec<usize> {
-    let xy = |p: &Point| {
+pub(crate) fn pareto(points: &[Point]) -> Vec<usize> {
+    let coords = |p: &Point| {
         let y = p
             .total_token_throughput_per_gpu
             .or(p.total_token_throughput)?;
@@ -332,18 +368,18 @@ pub fn pareto(points: &[Point]) -> Vec<usize> {
     };
     let mut front: Vec<usize> = (0..points.len())
         .filter(|&i| {
-            let Some((x, y)) = xy(&points[i]) else {
+            let Some((x, y)) = coords(&points[i]) else {
                 return false;
             };
             !points.iter().enumerate().any(|(j, q)| {
-                j != i && xy(q).is_some_and(|(qx, qy)| qx >= x && qy >= y && (qx > x || qy > y))
+                j != i && coords(q).is_some_and(|(qx, qy)| qx >= x && qy >= y && (qx > x || qy > y))
             })
         })
         .collect();
     front.sort_by(|&a, &b| {
-        let (xa, _) = xy(&points[a]).unwrap_or_default();
-        let (xb, _) = xy(&points[b]).unwrap_or_default();
-        xa.total_cmp(&xb)
+        let (x_a, _) = coords(&points[a]).unwrap_or_default();
+        let (x_b, _) = coords(&points[b]).unwrap_or_default();
+        x_a.total_cmp(&x_b)
     });
     front
 }

@@ -4,11 +4,11 @@
 //! `sweep_compare.{json,csv,png,html}` ([`write_compare`]).
 //!
 //! The PNG has two panels: throughput (per GPU when the sweep knows its GPU count) against
-//! interactivity, one labelled point per concurrency and the Pareto frontier ([`sweep::pareto`]) as a
+//! interactivity, one labelled point per concurrency and the Pareto frontier (`sweep::pareto`) as a
 //! line through its points; and TTFT p90 against concurrency on a log2 axis. Failed points are left
 //! out of both, and a caption says which. It is drawn with `plotters` and the font bundled for
 //! [`super::plot`], so it renders the same without any font installed. The pages are
-//! [`html::render_page`] pages with the same two views as interactive charts. This module reads the
+//! `html::render_page` pages with the same two views as interactive charts. This module reads the
 //! numbers the sweep's points carry and computes only the ratios of a comparison.
 
 use std::collections::BTreeMap;
@@ -28,18 +28,20 @@ mod compare;
 pub use compare::*;
 
 /// The sweep's Pareto view, in its directory.
-pub const PARETO_PNG: &str = "sweep_pareto.png";
+pub(crate) const PARETO_PNG: &str = "sweep_pareto.png";
 /// The sweep's page, in its directory.
-pub const REPORT_HTML: &str = html::HTML_FILE;
+pub(crate) const REPORT_HTML: &str = html::HTML_FILE;
 /// The files of `sweep --compare`, in its output directory.
-pub const COMPARE_JSON: &str = "sweep_compare.json";
-pub const COMPARE_CSV: &str = "sweep_compare.csv";
-pub const COMPARE_PNG: &str = "sweep_compare.png";
+pub(crate) const COMPARE_JSON: &str = "sweep_compare.json";
+pub(crate) const COMPARE_CSV: &str = "sweep_compare.csv";
+/// The comparison's chart.
+pub(crate) const COMPARE_PNG: &str = "sweep_compare.png";
+/// The comparison's page.
 pub const COMPARE_HTML: &str = "sweep_compare.html";
 
 /// The PNGs' size in pixels.
-pub const PNG_WIDTH: u32 = 1600;
-pub const PNG_HEIGHT: u32 = 720;
+pub(crate) const PNG_WIDTH: u32 = 1600;
+pub(crate) const PNG_HEIGHT: u32 = 720;
 
 /// Series colours, the first ones of the HTML charts'.
 const COLORS: [RGBColor; 4] = [
@@ -52,27 +54,43 @@ const COLORS: [RGBColor; 4] = [
 /// Errors of the sweep's views and of a comparison.
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {
+    /// The directory holds no `sweep.json`; holds the directory.
     #[error(
         "not a sweep directory: {} (no sweep.json); pass the --output-artifact-dir of an `agentx-host sweep`",
         .0.display()
     )]
     NotASweep(PathBuf),
+    /// `sweep.json` could not be read.
     #[error(transparent)]
     Sweep(#[from] SweepError),
+    /// Two compared sweeps share no concurrency.
     #[error(
         "the sweeps have no concurrency in common: {label_a} ran {conc_a:?}, {label_b} ran {conc_b:?}"
     )]
     NoCommonPoints {
+        /// Sweep A's label.
         label_a: String,
+        /// Sweep B's label.
         label_b: String,
+        /// The concurrencies sweep A ran.
         conc_a: Vec<u32>,
+        /// The concurrencies sweep B ran.
         conc_b: Vec<u32>,
     },
+    /// A chart could not be drawn.
     #[error("cannot draw {what}: {message}")]
-    Draw { what: &'static str, message: String },
+    Draw {
+        /// The chart.
+        what: &'static str,
+        /// The plotting library's message.
+        message: String,
+    },
+    /// A file could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -124,19 +142,19 @@ struct Views {
 }
 
 fn views(s: &Sweep, per_gpu: bool) -> Views {
-    let mut v = Views::default();
+    let mut out = Views::default();
     let mut pts: Vec<&Point> = s.points.iter().collect();
     pts.sort_by_key(|p| p.concurrency);
     for p in &pts {
         if !p.done() {
-            v.failed.push(p.concurrency);
+            out.failed.push(p.concurrency);
             continue;
         }
         if let (Some(x), Some(y)) = (finite(p.interactivity), finite(throughput(p, per_gpu))) {
-            v.pareto.push((x, y, p.concurrency));
+            out.pareto.push((x, y, p.concurrency));
         }
-        if let Some(t) = finite(p.ttft_ms.p90) {
-            v.ttft_p90.push((p.concurrency, t));
+        if let Some(ttft) = finite(p.ttft_ms.p90) {
+            out.ttft_p90.push((p.concurrency, ttft));
         }
     }
     // The frontier of the drawn axes: `pareto` takes per-GPU throughput when a point has it.
@@ -145,14 +163,14 @@ fn views(s: &Sweep, per_gpu: bool) -> Views {
         .iter()
         .filter(|p| p.done())
         .map(|p| {
-            let mut q = p.clone();
-            q.total_token_throughput = finite(throughput(p, per_gpu));
-            q.total_token_throughput_per_gpu = None;
-            q.interactivity = finite(p.interactivity);
-            q
+            let mut adjusted = p.clone();
+            adjusted.total_token_throughput = finite(throughput(p, per_gpu));
+            adjusted.total_token_throughput_per_gpu = None;
+            adjusted.interactivity = finite(p.interactivity);
+            adjusted
         })
         .collect();
-    v.frontier = sweep::pareto(&drawable)
+    out.frontier = sweep::pareto(&drawable)
         .into_iter()
         .filter_map(|i| {
             Some((
@@ -161,7 +179,7 @@ fn views(s: &Sweep, per_gpu: bool) -> Views {
             ))
         })
         .collect();
-    v
+    out
 }
 
 fn draw_err<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> ViewError {
@@ -173,12 +191,12 @@ fn draw_err<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> ViewError {
 
 /// Draws the two panels of one or more labelled sweeps (one colour each, a legend when more than
 /// one) and returns the PNG bytes.
-pub fn render_png(
+pub(crate) fn render_png(
     sweeps: &[(&str, &Sweep)],
     width: u32,
     height: u32,
 ) -> Result<Vec<u8>, ViewError> {
-    let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
+    let plot_err = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
     plotters::style::register_font("sans-serif", FontStyle::Normal, super::plot::FONT).map_err(
         |_| ViewError::Draw {
             what: "the sweep plot",
@@ -187,25 +205,25 @@ pub fn render_png(
     )?;
     let all: Vec<&Sweep> = sweeps.iter().map(|(_, s)| *s).collect();
     let gpu = per_gpu(&all);
-    let vs: Vec<(&str, Views)> = sweeps.iter().map(|(l, s)| (*l, views(s, gpu))).collect();
+    let all_views: Vec<(&str, Views)> = sweeps.iter().map(|(l, s)| (*l, views(s, gpu))).collect();
 
     let mut buf = vec![0u8; width as usize * height as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(|x| e(Box::new(x)))?;
+        root.fill(&WHITE).map_err(|x| plot_err(Box::new(x)))?;
         let (top, body) = root.split_vertically(40);
         top.draw(&Text::new(
-            caption(&vs),
+            caption(&all_views),
             (12, 12),
             ("sans-serif", 16).into_font().color(&BLACK),
         ))
-        .map_err(|x| e(Box::new(x)))?;
+        .map_err(|x| plot_err(Box::new(x)))?;
         let panels = body.split_evenly((1, 2));
         // (a) throughput against interactivity, with the frontier.
-        draw_frontier(&panels[0], &vs, gpu)?;
+        draw_frontier(&panels[0], &all_views, gpu)?;
         // (b) TTFT p90 against concurrency, log2 x.
-        draw_ttft(&panels[1], &vs)?;
-        root.present().map_err(|x| e(Box::new(x)))?;
+        draw_ttft(&panels[1], &all_views)?;
+        root.present().map_err(|x| plot_err(Box::new(x)))?;
     }
     encode_png(&buf, width, height)
 }
@@ -214,18 +232,18 @@ pub fn render_png(
 fn caption(vs: &[(&str, Views)]) -> String {
     let mut caption = String::new();
     for (label, v) in vs {
-        let n = v.pareto.len().max(v.ttft_p90.len());
-        let total = n + v.failed.len();
+        let point_count = v.pareto.len().max(v.ttft_p90.len());
+        let total = point_count + v.failed.len();
         if !caption.is_empty() {
             caption.push_str("; ");
         }
         if !label.is_empty() {
             let _ = write!(caption, "{label}: ");
         }
-        let _ = write!(caption, "{n} of {total} points");
+        let _ = write!(caption, "{point_count} of {total} points");
         if !v.failed.is_empty() {
-            let cs: Vec<String> = v.failed.iter().map(|c| format!("c={c}")).collect();
-            let _ = write!(caption, " (failed, not shown: {})", cs.join(", "));
+            let failed_list: Vec<String> = v.failed.iter().map(|c| format!("c={c}")).collect();
+            let _ = write!(caption, " (failed, not shown: {})", failed_list.join(", "));
         }
     }
     caption
@@ -235,7 +253,7 @@ type Area<'b> = DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>;
 
 /// Throughput against interactivity, with each sweep's frontier.
 fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(), ViewError> {
-    let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
+    let plot_err = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
     let legend = vs.len() > 1;
     let xmax = vs
         .iter()
@@ -254,14 +272,14 @@ fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(),
         .x_label_area_size(44)
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..xmax, 0f64..ymax)
-        .map_err(|x| e(Box::new(x)))?;
+        .map_err(|x| plot_err(Box::new(x)))?;
     chart
         .configure_mesh()
         .x_desc(INTERACTIVITY_LABEL)
         .y_desc(ylabel)
         .label_style(("sans-serif", 12))
         .draw()
-        .map_err(|x| e(Box::new(x)))?;
+        .map_err(|x| plot_err(Box::new(x)))?;
     for (i, (label, v)) in vs.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let frontier = chart
@@ -269,7 +287,7 @@ fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(),
                 v.frontier.iter().copied(),
                 color.stroke_width(2),
             ))
-            .map_err(|x| e(Box::new(x)))?;
+            .map_err(|x| plot_err(Box::new(x)))?;
         if legend {
             frontier.label(label.to_string()).legend(move |(x, y)| {
                 Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
@@ -285,7 +303,7 @@ fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(),
                         ("sans-serif", 13).into_font().color(&color),
                     )
             }))
-            .map_err(|x| e(Box::new(x)))?;
+            .map_err(|x| plot_err(Box::new(x)))?;
     }
     if legend {
         chart
@@ -295,26 +313,29 @@ fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(),
             .border_style(BLACK)
             .label_font(("sans-serif", 14))
             .draw()
-            .map_err(|x| e(Box::new(x)))?;
+            .map_err(|x| plot_err(Box::new(x)))?;
     }
     if vs.iter().all(|(_, v)| v.pareto.is_empty()) {
-        no_data(area).map_err(|x| e(Box::new(x)))?;
+        no_data(area).map_err(|x| plot_err(Box::new(x)))?;
     }
     Ok(())
 }
 
 /// TTFT p90 against concurrency (log2 x).
 fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
-    let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
+    let plot_err = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
     let legend = vs.len() > 1;
-    let cs: Vec<f64> = vs
+    let concurrencies: Vec<f64> = vs
         .iter()
         .flat_map(|(_, v)| v.ttft_p90.iter().map(|p| f64::from(p.0.max(1)).log2()))
         .collect();
-    let x0 = cs.iter().copied().fold(f64::INFINITY, f64::min);
-    let x1 = cs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let (x0, x1) = if x0.is_finite() {
-        (x0 - 0.5, x1 + 0.5)
+    let x_min = concurrencies.iter().copied().fold(f64::INFINITY, f64::min);
+    let x_max = concurrencies
+        .iter()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let (x_min, x_max) = if x_min.is_finite() {
+        (x_min - 0.5, x_max + 0.5)
     } else {
         (-0.5, 0.5)
     };
@@ -328,8 +349,8 @@ fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(80)
-        .build_cartesian_2d(x0..x1, 0f64..tmax)
-        .map_err(|x| e(Box::new(x)))?;
+        .build_cartesian_2d(x_min..x_max, 0f64..tmax)
+        .map_err(|x| plot_err(Box::new(x)))?;
     let pow2 = |x: &f64| {
         if (x - x.round()).abs() < 1e-9 && *x >= 0.0 {
             format!("{}", 2f64.powi(x.round() as i32))
@@ -341,21 +362,24 @@ fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
         .configure_mesh()
         .x_desc("concurrency (log2)")
         .y_desc("TTFT p90 (ms)")
-        .x_labels(((x1 - x0).ceil() as usize + 1).max(2))
+        .x_labels(((x_max - x_min).ceil() as usize + 1).max(2))
         .x_label_formatter(&pow2)
         .label_style(("sans-serif", 12))
         .draw()
-        .map_err(|x| e(Box::new(x)))?;
+        .map_err(|x| plot_err(Box::new(x)))?;
     for (i, (label, v)) in vs.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let xy: Vec<(f64, f64)> = v
+        let points: Vec<(f64, f64)> = v
             .ttft_p90
             .iter()
             .map(|&(c, t)| (f64::from(c.max(1)).log2(), t))
             .collect();
         let line = chart
-            .draw_series(LineSeries::new(xy.iter().copied(), color.stroke_width(2)))
-            .map_err(|x| e(Box::new(x)))?;
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|x| plot_err(Box::new(x)))?;
         if legend {
             line.label(label.to_string()).legend(move |(x, y)| {
                 Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
@@ -363,10 +387,11 @@ fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
         }
         chart
             .draw_series(
-                xy.iter()
+                points
+                    .iter()
                     .map(|&(x, y)| Circle::new((x, y), 5, color.filled())),
             )
-            .map_err(|x| e(Box::new(x)))?;
+            .map_err(|x| plot_err(Box::new(x)))?;
     }
     if legend {
         chart
@@ -376,24 +401,26 @@ fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
             .border_style(BLACK)
             .label_font(("sans-serif", 14))
             .draw()
-            .map_err(|x| e(Box::new(x)))?;
+            .map_err(|x| plot_err(Box::new(x)))?;
     }
     if vs.iter().all(|(_, v)| v.ttft_p90.is_empty()) {
-        no_data(area).map_err(|x| e(Box::new(x)))?;
+        no_data(area).map_err(|x| plot_err(Box::new(x)))?;
     }
     Ok(())
 }
 
 /// The RGB buffer as PNG bytes.
 fn encode_png(buf: &[u8], width: u32, height: u32) -> Result<Vec<u8>, ViewError> {
-    let e = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
+    let plot_err = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
     let mut png_bytes = Vec::new();
     {
         let mut enc = png::Encoder::new(&mut png_bytes, width, height);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
-        let mut w = enc.write_header().map_err(|x| e(Box::new(x)))?;
-        w.write_image_data(buf).map_err(|x| e(Box::new(x)))?;
+        let mut writer = enc.write_header().map_err(|x| plot_err(Box::new(x)))?;
+        writer
+            .write_image_data(buf)
+            .map_err(|x| plot_err(Box::new(x)))?;
     }
     Ok(png_bytes)
 }
@@ -401,10 +428,10 @@ fn encode_png(buf: &[u8], width: u32, height: u32) -> Result<Vec<u8>, ViewError>
 fn no_data<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    let (w, h) = area.dim_in_pixel();
+    let (width, height) = area.dim_in_pixel();
     area.draw(&Text::new(
         "no completed points",
-        (w as i32 / 2 - 80, h as i32 / 2),
+        (width as i32 / 2 - 80, height as i32 / 2),
         ("sans-serif", 16).into_font().color(&RED),
     ))
 }
@@ -437,20 +464,20 @@ fn charts(sweeps: &[(&str, &Sweep)]) -> Vec<Chart> {
     let mut pareto = Vec::new();
     let mut ttft = Vec::new();
     for (label, s) in sweeps {
-        let v = views(s, gpu);
+        let chart_views = views(s, gpu);
         pareto.push(ChartSeries {
             label: name(label, "points"),
-            points: v.pareto.iter().map(|p| (p.0, p.1)).collect(),
+            points: chart_views.pareto.iter().map(|p| (p.0, p.1)).collect(),
             style: None,
         });
         pareto.push(ChartSeries {
             label: name(label, "Pareto frontier"),
-            points: v.frontier.clone(),
+            points: chart_views.frontier.clone(),
             style: Some(ChartStyle::Lines),
         });
         ttft.push(ChartSeries {
             label: name(label, "TTFT p90 (ms)"),
-            points: v
+            points: chart_views
                 .ttft_p90
                 .iter()
                 .map(|&(c, t)| (f64::from(c.max(1)), t))
@@ -482,20 +509,20 @@ fn charts(sweeps: &[(&str, &Sweep)]) -> Vec<Chart> {
 
 /// The page of a sweep: what was swept, one row per point (with a link to the point's own
 /// `report.html` where `dir` has it) and the two views.
-pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
+pub(crate) fn sweep_page(s: &Sweep, dir: &Path) -> Page {
     let gpu = per_gpu(&[s]);
-    let i = &s.inputs;
-    let conc: Vec<String> = i.concurrency.iter().map(u32::to_string).collect();
+    let inputs = &s.inputs;
+    let conc: Vec<String> = inputs.concurrency.iter().map(u32::to_string).collect();
     let what = Table::kv(
         "Sweep",
         vec![
             ("concurrency", conc.join(", ")),
-            ("seed", i.seed.to_string()),
-            ("GPUs", i.gpus.map_or("-".into(), |g| g.to_string())),
-            ("scenario sha256", i.scenario_sha256.clone()),
-            ("dataset digest", i.dataset_key.clone()),
-            ("result filename", i.result_filename.clone()),
-            ("command", i.argv.join(" ")),
+            ("seed", inputs.seed.to_string()),
+            ("GPUs", inputs.gpus.map_or("-".into(), |g| g.to_string())),
+            ("scenario sha256", inputs.scenario_sha256.clone()),
+            ("dataset digest", inputs.dataset_key.clone()),
+            ("result filename", inputs.result_filename.clone()),
+            ("command", inputs.argv.join(" ")),
         ],
     );
     let mut pts: Vec<&Point> = s.points.iter().collect();
@@ -538,14 +565,14 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
             },
         ]);
         // The concurrency and the last column link to the point's page.
-        let mut l = vec![None; rows[rows.len() - 1].len()];
+        let mut row_links = vec![None; rows[rows.len() - 1].len()];
         if has_report {
-            l[0] = Some(report.clone());
-            if let Some(last) = l.last_mut() {
+            row_links[0] = Some(report.clone());
+            if let Some(last) = row_links.last_mut() {
                 *last = Some(report);
             }
         }
-        links.push(l);
+        links.push(row_links);
     }
     let mut header = strs([
         "concurrency",
@@ -576,8 +603,8 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
         links,
     };
     let mut tables = vec![what, points];
-    if let Some(r) = &s.slo {
-        tables.push(slo_table(r));
+    if let Some(slo) = &s.slo {
+        tables.push(slo_table(slo));
     }
     let failed: Vec<Vec<String>> = pts
         .iter()
@@ -604,7 +631,7 @@ pub fn sweep_page(s: &Sweep, dir: &Path) -> Page {
             "{done} of {} points done · concurrency {} · seed {}",
             pts.len(),
             conc.join(", "),
-            i.seed
+            inputs.seed
         ),
         verdict: None,
         tables,

@@ -34,32 +34,32 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{MetricKind, ServerMetrics};
-pub use agentx_metrics::engines::Backend;
+pub(crate) use agentx_metrics::engines::Backend;
 use agentx_metrics::engines::ENGINES;
 
 /// Which engines wrote the metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Detection {
+pub(crate) struct Detection {
     /// Matched engines, in [`Backend::ALL`] order; empty for an unknown engine.
-    pub backends: Vec<Backend>,
+    pub(crate) backends: Vec<Backend>,
     /// `vllm`, `sglang`, `dynamo-vllm`, …, or `unknown`.
-    pub adapter: String,
+    pub(crate) adapter: String,
     /// Every metric name of the export.
-    pub metric_names: Vec<String>,
+    pub(crate) metric_names: Vec<String>,
 }
 
 impl Detection {
-    pub fn has(&self, b: Backend) -> bool {
+    pub(crate) fn has(&self, b: Backend) -> bool {
         self.backends.contains(&b)
     }
 
-    pub fn is_unknown(&self) -> bool {
+    pub(crate) fn is_unknown(&self) -> bool {
         self.backends.is_empty()
     }
 }
 
 /// Detects the engines from the metric names.
-pub fn detect(m: &ServerMetrics) -> Detection {
+pub(crate) fn detect(m: &ServerMetrics) -> Detection {
     let metric_names: Vec<String> = m.metrics.keys().cloned().collect();
     let backends: Vec<Backend> = Backend::ALL
         .into_iter()
@@ -82,34 +82,34 @@ pub fn detect(m: &ServerMetrics) -> Detection {
 
 /// One figure and the metric(s) it came from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Figure {
-    pub value: f64,
-    pub source: String,
+pub(crate) struct Figure {
+    pub(crate) value: f64,
+    pub(crate) source: String,
 }
 
 /// The server-side figures of a run, keyed by their place in the nested layout
 /// (`cache.gpu_cache_hit_rate`, `kv_cache.gpu_usage_pct`, `tokens.prompt_by_source.computed`, …).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Figures {
-    pub detection: Detection,
+pub(crate) struct Figures {
+    pub(crate) detection: Detection,
     values: BTreeMap<&'static str, Figure>,
     /// Cached prompt tokens by cache tier (`sglang:cached_tokens{cache_source}`), when exported.
-    pub cached_tokens_by_source: BTreeMap<String, f64>,
+    pub(crate) cached_tokens_by_source: BTreeMap<String, f64>,
     /// Why a figure one would expect from this engine is null.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 impl Figures {
-    pub fn get(&self, key: &str) -> Option<f64> {
+    pub(crate) fn get(&self, key: &str) -> Option<f64> {
         self.values.get(key).map(|f| f.value)
     }
 
-    pub fn source(&self, key: &str) -> Option<&str> {
+    pub(crate) fn source(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(|f| f.source.as_str())
     }
 
     /// Every figure, by key.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Figure)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, &Figure)> {
         self.values.iter().map(|(k, f)| (*k, f))
     }
 
@@ -169,39 +169,39 @@ fn peak(m: &ServerMetrics, name: &str) -> Option<f64> {
 }
 
 /// The server-side figures of `m`, from every engine detected (the first source of a figure wins).
-pub fn figures(m: &ServerMetrics) -> Figures {
+pub(crate) fn figures(m: &ServerMetrics) -> Figures {
     let detection = detect(m);
-    let mut f = Figures {
+    let mut out = Figures {
         detection,
         values: BTreeMap::new(),
         cached_tokens_by_source: BTreeMap::new(),
         notes: Vec::new(),
     };
-    let d = f.detection.clone();
-    if d.has(Backend::Vllm) {
-        vllm(m, &mut f);
+    let detected = out.detection.clone();
+    if detected.has(Backend::Vllm) {
+        vllm(m, &mut out);
     }
-    if d.has(Backend::Sglang) {
-        sglang(m, &mut f);
+    if detected.has(Backend::Sglang) {
+        sglang(m, &mut out);
     }
-    if d.has(Backend::Atom) {
-        atom(m, &mut f);
+    if detected.has(Backend::Atom) {
+        atom(m, &mut out);
     }
-    if d.has(Backend::TrtLlm) {
-        trtllm(m, &mut f);
+    if detected.has(Backend::TrtLlm) {
+        trtllm(m, &mut out);
     }
-    if d.has(Backend::LlamaCpp) {
-        llamacpp(m, &mut f);
+    if detected.has(Backend::LlamaCpp) {
+        llamacpp(m, &mut out);
     }
-    if d.has(Backend::Dynamo) {
-        dynamo(m, &mut f);
+    if detected.has(Backend::Dynamo) {
+        dynamo(m, &mut out);
     }
     // The peak KV usage, which InferenceX's app publishes as `gpu_kv_cache_usage_pct`, beside the
     // window average `kv_cache.gpu_usage_pct` the aggregator's row carries.
-    for e in ENGINES.iter().filter(|e| d.has(e.backend)) {
+    for e in ENGINES.iter().filter(|e| detected.has(e.backend)) {
         for name in e.kv_usage {
             let scale = if e.kv_usage_percent { 0.01 } else { 1.0 };
-            f.put(
+            out.put(
                 "kv_cache.gpu_usage_peak",
                 peak(m, name).map(|v| v * scale),
                 format!("{name} (its peak over the window, the largest of every series)"),
@@ -210,20 +210,20 @@ pub fn figures(m: &ServerMetrics) -> Figures {
     }
     // The legacy CPU tier rate InferenceX's first pipeline read (`vllm:cpu_prefix_cache_*`, which no
     // server exports) carries the offload tier's rate unless such metrics exist.
-    let cpu = f.get("cache.external_cache_hit_rate");
-    let cpu_src = f
+    let cpu = out.get("cache.external_cache_hit_rate");
+    let cpu_src = out
         .source("cache.external_cache_hit_rate")
         .unwrap_or_default()
         .to_string();
-    f.put("cache.cpu_cache_hit_rate", cpu, cpu_src);
+    out.put("cache.cpu_cache_hit_rate", cpu, cpu_src);
     // Without a split by tier, the overall rate is the GPU tier's.
-    let gpu = f.get("cache.gpu_cache_hit_rate");
-    if !f.has("cache.external_cache_hit_rate") {
-        let src = f
+    let gpu = out.get("cache.gpu_cache_hit_rate");
+    if !out.has("cache.external_cache_hit_rate") {
+        let src = out
             .source("cache.gpu_cache_hit_rate")
             .unwrap_or_default()
             .to_string();
-        f.put("cache.overall_cache_hit_rate", gpu, src);
+        out.put("cache.overall_cache_hit_rate", gpu, src);
     }
     for dir in ["gpu_to_cpu", "cpu_to_gpu"] {
         let (bytes_k, time_k, bw_k) = match dir {
@@ -238,21 +238,21 @@ pub fn figures(m: &ServerMetrics) -> Figures {
                 "kv_offload.bandwidth_cpu_to_gpu_bytes_per_second",
             ),
         };
-        let bw = ratio(f.get(bytes_k), f.get(time_k));
+        let bandwidth = ratio(out.get(bytes_k), out.get(time_k));
         let src = format!(
             "{} / {}",
-            f.source(bytes_k).unwrap_or_default(),
-            f.source(time_k).unwrap_or_default()
+            out.source(bytes_k).unwrap_or_default(),
+            out.source(time_k).unwrap_or_default()
         );
-        f.put(bw_k, bw, src);
+        out.put(bw_k, bandwidth, src);
     }
-    if f.detection.is_unknown() && !f.detection.metric_names.is_empty() {
-        f.notes.push(format!(
+    if out.detection.is_unknown() && !out.detection.metric_names.is_empty() {
+        out.notes.push(format!(
             "server metrics from an engine none of vLLM, SGLang, TensorRT-LLM, Dynamo, ATOM or llama.cpp matches ({} metric(s), listed under server_metrics.metric_names): server cache and KV figures are null",
-            f.detection.metric_names.len()
+            out.detection.metric_names.len()
         ));
     }
-    f
+    out
 }
 
 fn vllm(m: &ServerMetrics, f: &mut Figures) {
@@ -295,11 +295,11 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
         ),
         "vllm:cpu_prefix_cache_hits / vllm:cpu_prefix_cache_queries",
     );
-    if let (Some(h), Some(q)) = (hits, queries) {
+    if let (Some(hits_total), Some(queries_total)) = (hits, queries) {
         // Tokens missing the local cache are what the external tier is asked for.
         f.put(
             "cache.overall_cache_hit_rate",
-            ratio(Some(h + ext_hits.unwrap_or(0.0)), Some(q)),
+            ratio(Some(hits_total + ext_hits.unwrap_or(0.0)), Some(queries_total)),
             "(vllm:prefix_cache_hits + vllm:external_prefix_cache_hits) / vllm:prefix_cache_queries",
         );
     }
@@ -358,11 +358,11 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
 /// external KV transfer through an offload connector), and the hit rates they give: each over all
 /// prompt tokens, ahead of the `prefix_cache_*` counters' (InferenceX's app reads them first).
 fn vllm_by_source(m: &ServerMetrics, f: &mut Figures) {
-    let by = |src: &str| m.value_labelled("vllm:prompt_tokens_by_source", "source", src);
+    let by_source = |src: &str| m.value_labelled("vllm:prompt_tokens_by_source", "source", src);
     let (compute, local, external) = (
-        by("local_compute"),
-        by("local_cache_hit"),
-        by("external_kv_transfer"),
+        by_source("local_compute"),
+        by_source("local_cache_hit"),
+        by_source("external_kv_transfer"),
     );
     let raw = m.value("vllm:prompt_tokens_by_source");
     if raw.is_none_or(|r| r <= 0.0) {
@@ -417,13 +417,13 @@ fn trtllm(m: &ServerMetrics, f: &mut Figures) {
         level(m, "trtllm_kv_cache_hit_rate"),
         "trtllm_kv_cache_hit_rate (the engine's rate since it started, averaged over the window)",
     );
-    if let Some(p) = prompt {
+    if let Some(prompt_total) = prompt {
         let src = "trtllm_prompt_tokens and trtllm_prompt_cached_tokens";
-        f.put("tokens.prompt_by_source.raw", Some(p), src);
+        f.put("tokens.prompt_by_source.raw", Some(prompt_total), src);
         f.put("tokens.prompt_by_source.gpu_cache_hit", cached, src);
         f.put(
             "tokens.prompt_by_source.computed",
-            cached.map(|c| (p - c).max(0.0)),
+            cached.map(|c| (prompt_total - c).max(0.0)),
             src,
         );
     }
@@ -461,11 +461,11 @@ fn pool_tokens(m: &ServerMetrics, blocks: &str, per_block: &str) -> Option<f64> 
         let metric = m.metrics.get(name)?;
         let mut out = BTreeMap::new();
         for s in &metric.series {
-            if let Some(v) = s.stats.get("max") {
-                let e = out
+            if let Some(max) = s.stats.get("max") {
+                let entry = out
                     .entry(s.endpoint.clone().unwrap_or_default())
-                    .or_insert(*v);
-                *e = e.max(*v);
+                    .or_insert(*max);
+                *entry = entry.max(*max);
             }
         }
         Some(out)
@@ -481,7 +481,9 @@ fn pool_tokens(m: &ServerMetrics, blocks: &str, per_block: &str) -> Option<f64> 
 fn sglang(m: &ServerMetrics, f: &mut Figures) {
     let prompt = m.value("sglang:prompt_tokens");
     let device = m.value_where("sglang:cached_tokens", |s| {
-        s.labels.get("cache_source").is_none_or(|v| v == "device")
+        s.labels
+            .get("cache_source")
+            .is_none_or(|cached| cached == "device")
     });
     let host = m.value_labelled("sglang:cached_tokens", "cache_source", "host");
     let all_cached = m.value("sglang:cached_tokens");
@@ -496,14 +498,14 @@ fn sglang(m: &ServerMetrics, f: &mut Figures) {
             );
         }
         for src in sources {
-            let v = m.value_where("sglang:cached_tokens", |s| {
+            let cached = m.value_where("sglang:cached_tokens", |s| {
                 s.labels
                     .get("cache_source")
                     .map_or("device", String::as_str)
                     == src
             });
-            if let Some(v) = v {
-                f.cached_tokens_by_source.insert(src, v);
+            if let Some(cached) = cached {
+                f.cached_tokens_by_source.insert(src, cached);
             }
         }
     }
@@ -545,9 +547,9 @@ fn sglang(m: &ServerMetrics, f: &mut Figures) {
         host,
         "sglang:cached_tokens{cache_source=host}",
     );
-    if let Some(p) = prompt {
+    if let Some(prompt_total) = prompt {
         let src = "sglang:prompt_tokens and sglang:cached_tokens{cache_source}";
-        f.put("tokens.prompt_by_source.raw", Some(p), src);
+        f.put("tokens.prompt_by_source.raw", Some(prompt_total), src);
         f.put("tokens.prompt_by_source.gpu_cache_hit", device, src);
         f.put(
             "tokens.prompt_by_source.cpu_or_external_cache_hit",
@@ -556,7 +558,7 @@ fn sglang(m: &ServerMetrics, f: &mut Figures) {
         );
         f.put(
             "tokens.prompt_by_source.computed",
-            all_cached.map(|c| (p - c).max(0.0)),
+            all_cached.map(|c| (prompt_total - c).max(0.0)),
             src,
         );
     }
@@ -649,7 +651,9 @@ fn llamacpp(m: &ServerMetrics, f: &mut Figures) {
     // prompt_tokens counts the tokens evaluated; cached ones are reused and not evaluated.
     let evaluated = m.value("llamacpp:prompt_tokens");
     let cached = m.value("llamacpp:prompt_tokens_cached");
-    let received = evaluated.zip(cached).map(|(e, c)| e + c);
+    let received = evaluated
+        .zip(cached)
+        .map(|(evaluated_total, c)| evaluated_total + c);
     let rate_src =
         "llamacpp:prompt_tokens_cached / (llamacpp:prompt_tokens_cached + llamacpp:prompt_tokens)";
     f.put(
@@ -675,9 +679,13 @@ fn llamacpp(m: &ServerMetrics, f: &mut Figures) {
     if cached.is_none() {
         f.notes.push("this llama.cpp build exports no llamacpp:prompt_tokens_cached_total, so its cache hit rate is null; llamacpp:prompt_tokens counts only the prompt tokens it evaluated".into());
     }
-    if let Some(e) = evaluated {
+    if let Some(evaluated_total) = evaluated {
         let src = "llamacpp:prompt_tokens (evaluated) and llamacpp:prompt_tokens_cached";
-        f.put("tokens.prompt_by_source.computed", Some(e), src);
+        f.put(
+            "tokens.prompt_by_source.computed",
+            Some(evaluated_total),
+            src,
+        );
         f.put("tokens.prompt_by_source.gpu_cache_hit", cached, src);
         f.put("tokens.prompt_by_source.raw", received, src);
     }

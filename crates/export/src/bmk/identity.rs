@@ -8,62 +8,91 @@ use super::*;
 
 /// Prefill and decode topology of a multinode (disaggregated) deployment.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Multinode {
-    pub prefill_num_workers: u64,
-    pub prefill_tp: u64,
-    pub prefill_ep: u64,
-    pub prefill_dp_attention: bool,
-    pub decode_num_workers: u64,
-    pub decode_tp: u64,
-    pub decode_ep: u64,
-    pub decode_dp_attention: bool,
-    pub prefill_pp: u64,
-    pub prefill_dcp_size: u64,
-    pub prefill_pcp_size: u64,
-    pub decode_pp: u64,
-    pub decode_dcp_size: u64,
-    pub decode_pcp_size: u64,
+pub(crate) struct Multinode {
+    /// Prefill workers.
+    pub(crate) prefill_num_workers: u64,
+    /// Tensor parallelism of each prefill worker.
+    pub(crate) prefill_tp: u64,
+    /// Expert parallelism of each prefill worker.
+    pub(crate) prefill_ep: u64,
+    /// Data-parallel attention on prefill.
+    pub(crate) prefill_dp_attention: bool,
+    /// Decode workers.
+    pub(crate) decode_num_workers: u64,
+    /// Tensor parallelism of each decode worker.
+    pub(crate) decode_tp: u64,
+    /// Expert parallelism of each decode worker.
+    pub(crate) decode_ep: u64,
+    /// Data-parallel attention on decode.
+    pub(crate) decode_dp_attention: bool,
+    /// Pipeline parallelism of each prefill worker (default 1).
+    pub(crate) prefill_pp: u64,
+    /// Decode context parallelism of each prefill worker (default 1).
+    pub(crate) prefill_dcp_size: u64,
+    /// Prefill context parallelism of each prefill worker (default 1).
+    pub(crate) prefill_pcp_size: u64,
+    /// Pipeline parallelism of each decode worker (default 1).
+    pub(crate) decode_pp: u64,
+    /// Decode context parallelism of each decode worker (default 1).
+    pub(crate) decode_dcp_size: u64,
+    /// Prefill context parallelism of each decode worker (default 1).
+    pub(crate) decode_pcp_size: u64,
 }
 
 impl Multinode {
     /// Physical GPUs of the prefill role: workers x TP x PP x PCP.
-    pub fn prefill_gpus(&self) -> u64 {
+    pub(crate) fn prefill_gpus(&self) -> u64 {
         self.prefill_num_workers * self.prefill_tp * self.prefill_pp * self.prefill_pcp_size
     }
 
     /// Physical GPUs of the decode role: workers x TP x PP x PCP.
-    pub fn decode_gpus(&self) -> u64 {
+    pub(crate) fn decode_gpus(&self) -> u64 {
         self.decode_num_workers * self.decode_tp * self.decode_pp * self.decode_pcp_size
     }
 }
 
 /// A named component of the deployment (`router`, `kv_offload_backend`): `{name, version}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Component {
-    pub name: String,
+pub(crate) struct Component {
+    /// The component's name, e.g. lmcache.
+    pub(crate) name: String,
+    /// Its version; `None` when not given (then not written).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
 }
 
 /// Who was benchmarked (the identity keys of docs/specs/inferencex-rows.md#flat-keys), from flags
 /// or InferenceX's environment variables.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
-    pub hw: String,
-    pub conc: Option<u64>,
-    pub image: String,
-    pub model: String,
-    pub model_prefix: String,
-    pub framework: String,
-    pub precision: String,
-    pub spec_decoding: String,
-    pub disagg: bool,
-    pub tp: u64,
-    pub ep: u64,
-    pub dp_attention: bool,
-    pub offloading: String,
+    /// The hardware / runner name (`hw`); empty when not given.
+    pub(crate) hw: String,
+    /// The concurrency (`conc`); `None` when not given (the run's is used).
+    pub(crate) conc: Option<u64>,
+    /// The server's container image (`image`); empty when not given.
+    pub(crate) image: String,
+    /// The model name; empty when not given (the run's is used).
+    pub(crate) model: String,
+    /// `infmax_model_prefix`; empty when not given.
+    pub(crate) model_prefix: String,
+    /// The serving engine (`framework`), e.g. vllm or sglang; empty when not given.
+    pub(crate) framework: String,
+    /// The weight precision (`precision`), e.g. fp8; empty when not given.
+    pub(crate) precision: String,
+    /// Speculative decoding (`spec_decoding`), e.g. mtp; `none` by default.
+    pub(crate) spec_decoding: String,
+    /// Prefill and decode run on separate workers (`disagg`).
+    pub(crate) disagg: bool,
+    /// Tensor parallelism (default 1); the GPU count on a single node.
+    pub(crate) tp: u64,
+    /// Expert parallelism (default 1).
+    pub(crate) ep: u64,
+    /// Data-parallel attention (`dp_attention`).
+    pub(crate) dp_attention: bool,
+    /// KV-cache offloading (`kv_offloading`): none, dram, disk, remote, ...
+    pub(crate) offloading: String,
     /// `Some` when `IS_MULTINODE` is true.
-    pub multinode: Option<Multinode>,
+    pub(crate) multinode: Option<Multinode>,
     /// Pipeline parallelism (default 1).
     pub pp: u64,
     /// Decode context parallelism (default 1; shares the TP GPUs).
@@ -71,15 +100,19 @@ pub struct Identity {
     /// Prefill context parallelism (default 1).
     pub pcp_size: u64,
     /// 64 lower-case hex digits, or empty when the dispatched config has none.
-    pub recipe_fingerprint: String,
-    pub kv_offload_backend: Option<Component>,
+    pub(crate) recipe_fingerprint: String,
+    /// The KV offload backend (`kv_offload_backend`); `None` when offloading is off.
+    pub(crate) kv_offload_backend: Option<Component>,
     /// CPU DRAM allocated to the KV cache, whole GB (default 0).
-    pub allocated_cpu_dram_gb: u64,
+    pub(crate) allocated_cpu_dram_gb: u64,
     /// Always with a version.
-    pub router: Option<Component>,
-    pub kv_p2p_transfer: Option<String>,
-    pub prefill_hw: Option<String>,
-    pub decode_hw: Option<String>,
+    pub(crate) router: Option<Component>,
+    /// The KV transfer between prefill and decode workers (`kv_p2p_transfer`, e.g. nixl); `None` when not given.
+    pub(crate) kv_p2p_transfer: Option<String>,
+    /// The prefill workers' hardware (`prefill_hw`); given together with `decode_hw` or not at all.
+    pub(crate) prefill_hw: Option<String>,
+    /// The decode workers' hardware (`decode_hw`); given together with `prefill_hw` or not at all.
+    pub(crate) decode_hw: Option<String>,
 }
 
 impl Default for Identity {
@@ -116,44 +149,83 @@ impl Default for Identity {
 /// Raw identity values as given (flag or environment); empty strings count as unset.
 #[derive(Debug, Clone, Default)]
 pub struct IdentityInput {
+    /// `--hw` or `RUNNER_TYPE`: hardware / runner name (`hw`).
     pub hw: Option<String>,
+    /// `--conc` or `CONC`: concurrency (`conc`); defaults to the run's.
     pub conc: Option<String>,
+    /// `--image` or `IMAGE`: the server's container image (`image`).
     pub image: Option<String>,
+    /// `--model` or `MODEL`: model name; defaults to the run's.
     pub model: Option<String>,
+    /// `--model-prefix` or `MODEL_PREFIX`: `infmax_model_prefix`.
     pub model_prefix: Option<String>,
+    /// `--framework` or `FRAMEWORK`: the serving engine (`framework`), e.g. vllm, sglang, trt, atom, dynamo-vllm.
     pub framework: Option<String>,
+    /// `--precision` or `PRECISION`: weight precision (`precision`), e.g. fp8, fp4, bf16.
     pub precision: Option<String>,
+    /// `--spec-decoding` or `SPEC_DECODING`: speculative decoding (`spec_decoding`), e.g. mtp, eagle (default "none").
     pub spec_decoding: Option<String>,
+    /// `--disagg` or `DISAGG`: prefill and decode on separate workers (`disagg`): true or false (default false).
     pub disagg: Option<String>,
+    /// `--is-multinode` or `IS_MULTINODE`: the server spans several nodes (`is_multinode`): true or false (default false).
     pub is_multinode: Option<String>,
+    /// `--tp` or `TP`: tensor parallelism; the GPU count on a single node (default 1).
     pub tp: Option<String>,
+    /// `--ep` or `EP_SIZE`: expert parallelism (`ep`, default 1).
     pub ep: Option<String>,
+    /// `--dp-attention` or `DP_ATTENTION`: data-parallel attention (`dp_attention`): true or false (default false).
     pub dp_attention: Option<String>,
+    /// `--kv-offloading` or `KV_OFFLOADING`: kV-cache offloading (`kv_offloading`): none, dram, disk, remote, ... (default none).
     pub kv_offloading: Option<String>,
+    /// `--prefill-num-workers` or `PREFILL_NUM_WORKERS`: disaggregated: prefill workers (`prefill_num_workers`).
     pub prefill_num_workers: Option<String>,
+    /// `--prefill-tp` or `PREFILL_TP`: disaggregated: tensor parallelism of each prefill worker (`prefill_tp`).
     pub prefill_tp: Option<String>,
+    /// `--prefill-ep` or `PREFILL_EP`: disaggregated: expert parallelism of each prefill worker (`prefill_ep`).
     pub prefill_ep: Option<String>,
+    /// `--prefill-dp-attention` or `PREFILL_DP_ATTN`: disaggregated: data-parallel attention on prefill (`prefill_dp_attention`).
     pub prefill_dp_attention: Option<String>,
+    /// `--decode-num-workers` or `DECODE_NUM_WORKERS`: disaggregated: decode workers (`decode_num_workers`).
     pub decode_num_workers: Option<String>,
+    /// `--decode-tp` or `DECODE_TP`: disaggregated: tensor parallelism of each decode worker (`decode_tp`).
     pub decode_tp: Option<String>,
+    /// `--decode-ep` or `DECODE_EP`: disaggregated: expert parallelism of each decode worker (`decode_ep`).
     pub decode_ep: Option<String>,
+    /// `--decode-dp-attention` or `DECODE_DP_ATTN`: disaggregated: data-parallel attention on decode (`decode_dp_attention`).
     pub decode_dp_attention: Option<String>,
+    /// `--prefill-pp` or `PREFILL_PP_SIZE`: disaggregated: pipeline parallelism of each prefill worker (`prefill_pp`, default 1).
     pub prefill_pp: Option<String>,
+    /// `--prefill-dcp-size` or `PREFILL_DCP_SIZE`: disaggregated: decode context parallelism of each prefill worker (`prefill_dcp_size`, default 1).
     pub prefill_dcp_size: Option<String>,
+    /// `--prefill-pcp-size` or `PREFILL_PCP_SIZE`: disaggregated: prefill context parallelism of each prefill worker (`prefill_pcp_size`, default 1).
     pub prefill_pcp_size: Option<String>,
+    /// `--decode-pp` or `DECODE_PP_SIZE`: disaggregated: pipeline parallelism of each decode worker (`decode_pp`, default 1).
     pub decode_pp: Option<String>,
+    /// `--decode-dcp-size` or `DECODE_DCP_SIZE`: disaggregated: decode context parallelism of each decode worker (`decode_dcp_size`, default 1).
     pub decode_dcp_size: Option<String>,
+    /// `--decode-pcp-size` or `DECODE_PCP_SIZE`: disaggregated: prefill context parallelism of each decode worker (`decode_pcp_size`, default 1).
     pub decode_pcp_size: Option<String>,
+    /// `--pp` or `PP_SIZE`: pipeline parallelism (default 1); the per-GPU divisor is TP x PP x PCP on one node.
     pub pp: Option<String>,
+    /// `--dcp-size` or `DCP_SIZE`: decode context parallelism (default 1; runs on the TP GPUs).
     pub dcp_size: Option<String>,
+    /// `--pcp-size` or `PCP_SIZE`: prefill context parallelism (default 1).
     pub pcp_size: Option<String>,
+    /// `--recipe-fingerprint` or `RECIPE_FINGERPRINT`: nested layout: `recipe_fingerprint`, 64 lower-case hex digits (default empty: the dispatched config has none).
     pub recipe_fingerprint: Option<String>,
+    /// `--kv-offload-backend` or `KV_OFFLOAD_BACKEND`: nested layout: the KV offload backend's name (`kv_offload_backend.name`, e.g. lmcache, native, mooncake); required when KV offloading is on, refused when it is none.
     pub kv_offload_backend: Option<String>,
+    /// `--kv-offload-backend-metadata` or `KV_OFFLOAD_BACKEND_METADATA`: nested layout: the KV offload backend as `{"name": ..., "version": ...}` (version optional); its name must match --kv-offload-backend.
     pub kv_offload_backend_metadata: Option<String>,
+    /// `--allocated-cpu-dram-gb` or `TOTAL_CPU_DRAM_GB`: nested layout: CPU DRAM allocated to the KV cache (`allocated_cpu_dram_gb`, whole GB, default 0).
     pub allocated_cpu_dram_gb: Option<String>,
+    /// `--router` or `ROUTER_METADATA`: nested layout: the router in front of the engines (`router`), as `{"name": ..., "version": ...}` (both required).
     pub router: Option<String>,
+    /// `--kv-p2p-transfer` or `KV_P2P_TRANSFER`: nested layout: `kv_p2p_transfer` (e.g. nixl).
     pub kv_p2p_transfer: Option<String>,
+    /// `--prefill-hw` or `PREFILL_HARDWARE`: nested layout, multinode: `prefill_hw` (given together with --decode-hw).
     pub prefill_hw: Option<String>,
+    /// `--decode-hw` or `DECODE_HARDWARE`: nested layout, multinode: `decode_hw` (given together with --prefill-hw).
     pub decode_hw: Option<String>,
 }
 
@@ -269,21 +341,25 @@ fn offload_backend_of(i: &IdentityInput) -> Result<Option<Component>, ReportErro
 
 /// 64 lower-case hex digits, or empty.
 fn fingerprint_of(v: &Option<String>) -> Result<String, ReportError> {
-    let f = given(v).unwrap_or_default();
-    if f.is_empty() || (f.len() == 64 && f.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    let fingerprint = given(v).unwrap_or_default();
+    if fingerprint.is_empty()
+        || (fingerprint.len() == 64
+            && fingerprint
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
     {
-        Ok(f.to_owned())
+        Ok(fingerprint.to_owned())
     } else {
         Err(ReportError::Identity {
             flag: "--recipe-fingerprint",
             env: "RECIPE_FINGERPRINT",
-            message: format!("{f:?} is not 64 lower-case hex digits (nor empty)"),
+            message: format!("{fingerprint:?} is not 64 lower-case hex digits (nor empty)"),
         })
     }
 }
 
 fn multinode_of(i: &IdentityInput) -> Result<Multinode, ReportError> {
-    let mut m = Multinode {
+    let mut multinode = Multinode {
         prefill_num_workers: int_of(
             &i.prefill_num_workers,
             0,
@@ -339,18 +415,22 @@ fn multinode_of(i: &IdentityInput) -> Result<Multinode, ReportError> {
     };
     // An aggregated deployment (no decode GPUs: prefill and decode share a worker) has no decode
     // parallelism, so TP, EP and the GPU count are the prefill workers' alone (as InferenceX does).
-    if m.decode_gpus() == 0 {
-        (m.decode_tp, m.decode_ep) = (0, 0);
-        (m.decode_pp, m.decode_dcp_size, m.decode_pcp_size) = (1, 1, 1);
+    if multinode.decode_gpus() == 0 {
+        (multinode.decode_tp, multinode.decode_ep) = (0, 0);
+        (
+            multinode.decode_pp,
+            multinode.decode_dcp_size,
+            multinode.decode_pcp_size,
+        ) = (1, 1, 1);
     }
-    Ok(m)
+    Ok(multinode)
 }
 
 impl Identity {
     /// Resolves raw values with InferenceX's defaults (TP 1, EP 1, PP/DCP/PCP 1, spec decoding
     /// "none", offloading "none", no CPU DRAM, booleans false).
     pub fn resolve(i: &IdentityInput) -> Result<Identity, ReportError> {
-        let s = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
+        let owned = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
         let opt = |v: &Option<String>| given(v).map(str::to_owned);
         let is_multinode = bool_of(&i.is_multinode, "--is-multinode", "IS_MULTINODE")?;
         let multinode = if is_multinode {
@@ -367,16 +447,16 @@ impl Identity {
             });
         }
         Ok(Identity {
-            hw: s(&i.hw),
+            hw: owned(&i.hw),
             conc: match given(&i.conc) {
                 None => None,
                 Some(_) => Some(int_of(&i.conc, 0, "--conc", "CONC")?),
             },
-            image: s(&i.image),
-            model: s(&i.model),
-            model_prefix: s(&i.model_prefix),
-            framework: s(&i.framework),
-            precision: s(&i.precision),
+            image: owned(&i.image),
+            model: owned(&i.model),
+            model_prefix: owned(&i.model_prefix),
+            framework: owned(&i.framework),
+            precision: owned(&i.precision),
             spec_decoding: given(&i.spec_decoding).unwrap_or("none").to_owned(),
             disagg: bool_of(&i.disagg, "--disagg", "DISAGG")?,
             tp: int_of(&i.tp, 1, "--tp", "TP")?,
@@ -404,7 +484,7 @@ impl Identity {
 
     /// Physical GPUs, the throughput's per-GPU divisor: TP x PP x PCP on one node (decode context
     /// parallelism and EP share the TP GPUs), prefill plus decode GPUs on several.
-    pub fn num_gpus(&self) -> u64 {
+    pub(crate) fn num_gpus(&self) -> u64 {
         match &self.multinode {
             None => self.tp * self.pp * self.pcp_size,
             Some(m) => m.prefill_gpus() + m.decode_gpus(),
@@ -414,7 +494,7 @@ impl Identity {
     /// What keeps the strict InferenceX row from being written, one line per missing or
     /// out-of-range fact naming the flag (and variable) that gives it; empty when nothing does.
     /// `conc` and `model` are the resolved ones (the run's when not given).
-    pub fn row_gaps(&self, conc: Option<u64>, model: &str) -> Vec<String> {
+    pub(crate) fn row_gaps(&self, conc: Option<u64>, model: &str) -> Vec<String> {
         let mut gaps = Vec::new();
         let mut need = |ok: bool, what: &str, fix: &str| {
             if !ok {

@@ -4,7 +4,7 @@ use super::*;
 
 /// How a server metric aggregates across its series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricKind {
+pub(crate) enum MetricKind {
     /// Increases over the window: series are summed (`stats.total`).
     Counter,
     /// Levels (usage, queue lengths, percentages): series are averaged (`stats.avg`).
@@ -14,31 +14,31 @@ pub enum MetricKind {
 
 /// One `(endpoint, labels)` series of a server metric.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Series {
-    pub endpoint: Option<String>,
-    pub labels: BTreeMap<String, String>,
+pub(crate) struct Series {
+    pub(crate) endpoint: Option<String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// The numeric entries of `stats`.
-    pub stats: BTreeMap<String, f64>,
+    pub(crate) stats: BTreeMap<String, f64>,
     /// The numeric entries of each of `timeslices` (with `--slice-duration`), in order.
-    pub timeslices: Vec<BTreeMap<String, f64>>,
+    pub(crate) timeslices: Vec<BTreeMap<String, f64>>,
 }
 
 /// One server metric of `server_metrics_export.json`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ServerMetric {
-    pub kind: MetricKind,
-    pub series: Vec<Series>,
+pub(crate) struct ServerMetric {
+    pub(crate) kind: MetricKind,
+    pub(crate) series: Vec<Series>,
 }
 
 /// The parts of aiperf's `server_metrics_export.json` the report reads: metrics by name.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ServerMetrics {
-    pub metrics: BTreeMap<String, ServerMetric>,
+pub(crate) struct ServerMetrics {
+    pub(crate) metrics: BTreeMap<String, ServerMetric>,
 }
 
 impl ServerMetrics {
     /// Parses the file's text; `path` names it in errors.
-    pub fn parse(text: &str, path: &Path) -> Result<ServerMetrics, ReportError> {
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<ServerMetrics, ReportError> {
         let err = |message: String| ReportError::File {
             path: path.to_owned(),
             message,
@@ -75,7 +75,7 @@ impl ServerMetrics {
                 let stats = match s.get("stats") {
                     Some(Value::Object(o)) => o
                         .iter()
-                        .filter_map(|(k, v)| v.as_f64().map(|x| (k.clone(), x)))
+                        .filter_map(|(k, value)| value.as_f64().map(|x| (k.clone(), x)))
                         .collect(),
                     None | Some(Value::Null) => BTreeMap::new(),
                     Some(other) => {
@@ -88,12 +88,12 @@ impl ServerMetrics {
                 let labels = match s.get("labels") {
                     Some(Value::Object(o)) => o
                         .iter()
-                        .map(|(k, v)| {
-                            let v = v
+                        .map(|(k, value)| {
+                            let value = value
                                 .as_str()
                                 .map(str::to_owned)
-                                .unwrap_or_else(|| v.to_string());
-                            (k.clone(), v)
+                                .unwrap_or_else(|| value.to_string());
+                            (k.clone(), value)
                         })
                         .collect(),
                     _ => BTreeMap::new(),
@@ -106,7 +106,7 @@ impl ServerMetrics {
                             .filter_map(Value::as_object)
                             .map(|o| {
                                 o.iter()
-                                    .filter_map(|(k, v)| v.as_f64().map(|x| (k.clone(), x)))
+                                    .filter_map(|(k, value)| value.as_f64().map(|x| (k.clone(), x)))
                                     .collect()
                             })
                             .collect()
@@ -142,21 +142,22 @@ impl ServerMetrics {
     /// 50%), histograms sum `sum`. `None` when the metric or the stat is absent, and for a counter
     /// one of whose series has no `total` (the export leaves it `null` when the counter went
     /// backwards or missing in the window): a sum over the other series would be a mixed increase.
-    pub fn value_where(&self, name: &str, keep: impl Fn(&Series) -> bool) -> Option<f64> {
-        let m = self.metrics.get(name)?;
-        let stat = match m.kind {
+    pub(crate) fn value_where(&self, name: &str, keep: impl Fn(&Series) -> bool) -> Option<f64> {
+        let metric = self.metrics.get(name)?;
+        let stat = match metric.kind {
             MetricKind::Counter => "total",
             MetricKind::Gauge => "avg",
             MetricKind::Histogram => "sum",
         };
-        if m.kind == MetricKind::Counter
-            && m.series
+        if metric.kind == MetricKind::Counter
+            && metric
+                .series
                 .iter()
                 .any(|s| keep(s) && !s.stats.contains_key(stat))
         {
             return None;
         }
-        let vals: Vec<f64> = m
+        let vals: Vec<f64> = metric
             .series
             .iter()
             .filter(|s| keep(s))
@@ -166,19 +167,19 @@ impl ServerMetrics {
             return None;
         }
         let sum: f64 = vals.iter().sum();
-        Some(match m.kind {
+        Some(match metric.kind {
             MetricKind::Gauge => sum / vals.len() as f64,
             _ => sum,
         })
     }
 
     /// [`Self::value_where`] over every series.
-    pub fn value(&self, name: &str) -> Option<f64> {
+    pub(crate) fn value(&self, name: &str) -> Option<f64> {
         self.value_where(name, |_| true)
     }
 
     /// The value over the series whose label `key` equals `want`.
-    pub fn value_labelled(&self, name: &str, key: &str, want: &str) -> Option<f64> {
+    pub(crate) fn value_labelled(&self, name: &str, key: &str, want: &str) -> Option<f64> {
         self.value_where(name, |s| {
             s.labels.get(key).map(String::as_str) == Some(want)
         })
@@ -195,23 +196,29 @@ pub(super) fn json_doc(text: &str, path: &Path) -> Result<Value, ReportError> {
 
 /// The parts of `profile_export_aiperf.json` the report reads.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct AiperfSummary {
+pub(crate) struct AiperfSummary {
     /// `theoretical_prefix_cache_hit`: `sum / count`, else `avg / 100` when its unit is `%`.
-    pub theoretical_cache_hit_rate: Option<f64>,
+    pub(crate) theoretical_cache_hit_rate: Option<f64>,
     /// `metadata.dataset`, copied into the nested result as `dataset`.
-    pub dataset: Option<Value>,
+    pub(crate) dataset: Option<Value>,
 }
 
 impl AiperfSummary {
-    pub fn parse(text: &str, path: &Path) -> Result<AiperfSummary, ReportError> {
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<AiperfSummary, ReportError> {
         let doc = json_doc(text, path)?;
-        let t = doc.get("theoretical_prefix_cache_hit");
-        let f = |k: &str| t.and_then(|t| t.get(k)).and_then(Value::as_f64);
-        let rate = match (f("sum"), f("count")) {
+        let theoretical = doc.get("theoretical_prefix_cache_hit");
+        let field = |k: &str| {
+            theoretical
+                .and_then(|theoretical| theoretical.get(k))
+                .and_then(Value::as_f64)
+        };
+        let rate = match (field("sum"), field("count")) {
             (Some(s), Some(c)) if c > 0.0 => Some(s / c),
             _ => match (
-                f("avg"),
-                t.and_then(|t| t.get("unit")).and_then(Value::as_str),
+                field("avg"),
+                theoretical
+                    .and_then(|theoretical| theoretical.get("unit"))
+                    .and_then(Value::as_str),
             ) {
                 (Some(a), Some("%")) => Some(a / 100.0),
                 _ => None,

@@ -1,16 +1,17 @@
 //! The I/O around `compute`: finding a run directory, loading its files, opening its dataset.
 
 use super::*;
+use std::fmt::Write as _;
 
 /// The parsed files of an artifact directory.
 #[derive(Debug, Clone)]
-pub struct Artifacts {
+pub(crate) struct Artifacts {
     /// The directory the files were read from (a per-run subdirectory when the given one had none).
-    pub dir: PathBuf,
-    pub records: Vec<ProfileRecord>,
-    pub server: Option<ServerMetrics>,
-    pub run: Option<RunSummary>,
-    pub aiperf: Option<AiperfSummary>,
+    pub(crate) dir: PathBuf,
+    pub(crate) records: Vec<ProfileRecord>,
+    pub(crate) server: Option<ServerMetrics>,
+    pub(crate) run: Option<RunSummary>,
+    pub(crate) aiperf: Option<AiperfSummary>,
 }
 
 /// The directory holding `profile_export.jsonl` (see [`locate_file`]).
@@ -48,10 +49,10 @@ pub fn locate_file(dir: &Path, file: &'static str) -> Result<PathBuf, ReportErro
         1 => Ok(subs.remove(0)),
         _ => Err(ReportError::Ambiguous {
             dir: dir.to_owned(),
-            candidates: subs
-                .iter()
-                .map(|p| format!("\n  {}", p.display()))
-                .collect(),
+            candidates: subs.iter().fold(String::new(), |mut list, candidate| {
+                let _ = write!(list, "\n  {}", candidate.display());
+                list
+            }),
         }),
     }
 }
@@ -68,10 +69,10 @@ pub(super) fn read(path: &Path) -> Result<Option<String>, ReportError> {
 }
 
 /// Reads the records (required), the server metrics and the run summary (both optional).
-pub fn load_artifacts(dir: &Path) -> Result<Artifacts, ReportError> {
+pub(crate) fn load_artifacts(dir: &Path) -> Result<Artifacts, ReportError> {
     let dir = locate(dir)?;
-    let p = dir.join(PROFILE_EXPORT);
-    let file = match std::fs::File::open(&p) {
+    let profile_path = dir.join(PROFILE_EXPORT);
+    let file = match std::fs::File::open(&profile_path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ReportError::NoRecords {
                 dir: dir.clone(),
@@ -79,20 +80,25 @@ pub fn load_artifacts(dir: &Path) -> Result<Artifacts, ReportError> {
             })
         }
         r => r.map_err(|source| ReportError::Read {
-            path: p.clone(),
+            path: profile_path.clone(),
             source,
         })?,
     };
-    let records = read_profile_export(std::io::BufReader::with_capacity(1 << 20, file), &p)?;
-    let sp = dir.join(SERVER_METRICS);
-    let server = read(&sp)?
-        .map(|t| ServerMetrics::parse(&t, &sp))
+    let records = read_profile_export(
+        std::io::BufReader::with_capacity(1 << 20, file),
+        &profile_path,
+    )?;
+    let server_path = dir.join(SERVER_METRICS);
+    let server = read(&server_path)?
+        .map(|t| ServerMetrics::parse(&t, &server_path))
         .transpose()?;
-    let rp = dir.join(RUN_SUMMARY);
-    let run = read(&rp)?.map(|t| RunSummary::parse(&t, &rp)).transpose()?;
-    let ap = dir.join(PROFILE_AIPERF);
-    let aiperf = read(&ap)?
-        .map(|t| AiperfSummary::parse(&t, &ap))
+    let run_path = dir.join(RUN_SUMMARY);
+    let run = read(&run_path)?
+        .map(|t| RunSummary::parse(&t, &run_path))
+        .transpose()?;
+    let aiperf_path = dir.join(PROFILE_AIPERF);
+    let aiperf = read(&aiperf_path)?
+        .map(|t| AiperfSummary::parse(&t, &aiperf_path))
         .transpose()?;
     Ok(Artifacts {
         dir,
@@ -105,7 +111,11 @@ pub fn load_artifacts(dir: &Path) -> Result<Artifacts, ReportError> {
 
 /// Opens the dataset the run replayed: `spec` when given (a path or a name of the alias table), else
 /// the run summary's alias, else its source path. Failure is not an error: the report says why.
-pub fn open_traces(run: Option<&RunSummary>, spec: Option<&str>, opts: &OpenOptions) -> Traces {
+pub(crate) fn open_traces(
+    run: Option<&RunSummary>,
+    spec: Option<&str>,
+    opts: &OpenOptions,
+) -> Traces {
     let unavailable = |reason: String| Traces::Unavailable { reason };
     let spec = match spec {
         Some(s) => s.to_owned(),
@@ -154,8 +164,12 @@ pub fn open_traces(run: Option<&RunSummary>, spec: Option<&str>, opts: &OpenOpti
 /// snapshot in the hub cache, only when exactly one is there (none or several leave the trace
 /// figures empty rather than guess, as InferenceX's aggregator does); else the run summary's
 /// corpus (a local corpus keeps its theoretical hit rate and expected lengths).
-pub fn open_artifact_traces(a: &Artifacts, spec: Option<&str>, opts: &OpenOptions) -> Traces {
-    let hf = a
+pub(crate) fn open_artifact_traces(
+    a: &Artifacts,
+    spec: Option<&str>,
+    opts: &OpenOptions,
+) -> Traces {
+    let hf_path = a
         .aiperf
         .as_ref()
         .and_then(|x| x.dataset.as_ref())
@@ -163,7 +177,7 @@ pub fn open_artifact_traces(a: &Artifacts, spec: Option<&str>, opts: &OpenOption
         .and_then(Value::as_str)
         .map(str::trim)
         .filter(|s| !s.is_empty());
-    match (spec, hf) {
+    match (spec, hf_path) {
         (None, Some(repo)) => hub_snapshot_traces(repo, opts),
         _ => open_traces(a.run.as_ref(), spec, opts),
     }
@@ -204,21 +218,13 @@ fn hub_snapshot_traces(repo: &str, opts: &OpenOptions) -> Traces {
     }
 }
 
-/// Reads an artifact directory and computes its report (flat layout).
-pub fn report_dir(
-    dir: &Path,
-    identity: &Identity,
-    dataset_spec: Option<&str>,
-    opts: &OpenOptions,
-) -> Result<BmkReport, ReportError> {
-    let a = load_artifacts(dir)?;
-    let traces = open_artifact_traces(&a, dataset_spec, opts);
-    Ok(compute(&a.input(identity, &traces)))
-}
-
 impl Artifacts {
     /// The inputs of [`compute`] and [`compute_nested`].
-    pub fn input<'a>(&'a self, identity: &'a Identity, traces: &'a Traces) -> ReportInput<'a> {
+    pub(crate) fn input<'a>(
+        &'a self,
+        identity: &'a Identity,
+        traces: &'a Traces,
+    ) -> ReportInput<'a> {
         ReportInput {
             records: &self.records,
             server: self.server.as_ref(),
@@ -238,9 +244,9 @@ pub fn render_dir(
     opts: &OpenOptions,
     layout: Layout,
 ) -> Result<String, ReportError> {
-    let a = load_artifacts(dir)?;
-    let traces = open_artifact_traces(&a, dataset_spec, opts);
-    let input = a.input(identity, &traces);
+    let artifacts = load_artifacts(dir)?;
+    let traces = open_artifact_traces(&artifacts, dataset_spec, opts);
+    let input = artifacts.input(identity, &traces);
     Ok(match layout {
         Layout::Flat => compute(&input).to_json_pretty(),
         Layout::Nested => compute_nested(&input)?.to_json_pretty(),

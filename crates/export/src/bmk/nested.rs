@@ -37,7 +37,7 @@ use agentx_metrics::Outcome;
 use agentx_record::dist::{self, Deviation};
 
 /// The version of InferenceX's result contract this row follows (`result_schema_version`).
-pub const RESULT_SCHEMA_VERSION: u64 = 1;
+pub(crate) const RESULT_SCHEMA_VERSION: u64 = 1;
 
 /// The statistics of every nested distribution.
 pub(super) const NESTED_STATS: [&str; 6] = ["mean", "p50", "p75", "p90", "p95", "std"];
@@ -55,9 +55,9 @@ const SOURCE_LABELS: [&str; 5] = [
 pub(super) fn round5(v: &mut Value) {
     match v {
         Value::Number(n) if n.is_f64() => {
-            if let Some(x) = n.as_f64() {
-                let r = (x * 1e5).round() / 1e5;
-                *v = serde_json::Number::from_f64(r).map_or(Value::Null, Value::Number);
+            if let Some(number) = n.as_f64() {
+                let rounded = (number * 1e5).round() / 1e5;
+                *v = serde_json::Number::from_f64(rounded).map_or(Value::Null, Value::Number);
             }
         }
         Value::Array(a) => a.iter_mut().for_each(round5),
@@ -92,31 +92,31 @@ pub(super) fn dist(values: &[f64]) -> Value {
     if values.is_empty() {
         return null_dist();
     }
-    let mut v = values.to_vec();
-    v.sort_unstable_by(f64::total_cmp);
-    let (mean, std) = mean_std(&v);
-    let p = |q: f64| num(percentile(&v, q));
-    json!({"mean": mean, "p50": p(50.0), "p75": p(75.0), "p90": p(90.0), "p95": p(95.0), "std": std})
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable_by(f64::total_cmp);
+    let (mean, std) = mean_std(&sorted);
+    let pct = |q: f64| num(percentile(&sorted, q));
+    json!({"mean": mean, "p50": pct(50.0), "p75": pct(75.0), "p90": pct(90.0), "p95": pct(95.0), "std": std})
 }
 
 /// Interactivity from per-request times per token (s): `pXX = 1 / pXX(time)` (the slow tail),
 /// `mean` and `std` over the per-request reciprocals. Non-positive times are left out.
 pub(super) fn inverse_dist(times: &[f64]) -> Value {
-    let mut v: Vec<f64> = times.iter().copied().filter(|x| *x > 0.0).collect();
-    if v.is_empty() {
+    let mut sorted: Vec<f64> = times.iter().copied().filter(|x| *x > 0.0).collect();
+    if sorted.is_empty() {
         return null_dist();
     }
-    v.sort_unstable_by(f64::total_cmp);
-    let inv: Vec<f64> = v.iter().map(|x| 1.0 / x).collect();
+    sorted.sort_unstable_by(f64::total_cmp);
+    let inv: Vec<f64> = sorted.iter().map(|x| 1.0 / x).collect();
     let (mean, std) = mean_std(&inv);
-    let p = |q: f64| num(percentile(&v, q).map(|t| 1.0 / t));
-    json!({"mean": mean, "p50": p(50.0), "p75": p(75.0), "p90": p(90.0), "p95": p(95.0), "std": std})
+    let pct = |q: f64| num(percentile(&sorted, q).map(|t| 1.0 / t));
+    json!({"mean": mean, "p50": pct(50.0), "p75": pct(75.0), "p90": pct(90.0), "p95": pct(95.0), "std": std})
 }
 
 /// The full-response ITL of a record (s): aiperf's figure, else `(E2EL - TTFT) / (OSL - 1)`.
 pub(super) fn full_response_itl(x: &ProfileRecord) -> Option<f64> {
-    if let Some(v) = x.full_response_itl_s {
-        return Some(v);
+    if let Some(itl) = x.full_response_itl_s {
+        return Some(itl);
     }
     let (e2el, ttft, osl) = (x.e2el_s?, x.ttft_s?, x.osl?);
     (osl >= 2.0 && e2el > ttft).then(|| (e2el - ttft) / (osl - 1.0))
@@ -215,29 +215,29 @@ fn server_section(
     completed: u64,
     notes: &mut Vec<String>,
 ) -> (Value, Option<Figures>) {
-    let mut o = Map::new();
+    let mut section = Map::new();
     for k in SERVER_KEYS {
-        put_path(&mut o, k, Value::Null);
+        put_path(&mut section, k, Value::Null);
     }
     let figures = server.map(backends::figures);
     let present = figures
         .as_ref()
         .is_some_and(|f| !f.detection.metric_names.is_empty());
-    o.insert("present".into(), json!(present));
-    o.insert(
+    section.insert("present".into(), json!(present));
+    section.insert(
         "adapter".into(),
         match &figures {
             Some(f) if present => json!(f.detection.adapter),
             _ => Value::Null,
         },
     );
-    o.insert(
+    section.insert(
         "metric_count".into(),
         json!(figures
             .as_ref()
             .map_or(0, |f| f.detection.metric_names.len())),
     );
-    o.insert(
+    section.insert(
         "sources".into(),
         json!(server.map(sources_of).unwrap_or_default()),
     );
@@ -248,12 +248,12 @@ fn server_section(
         )),
         Some(f) => {
             for (k, fig) in f.iter() {
-                put_path(&mut o, k, json!(fig.value));
+                put_path(&mut section, k, json!(fig.value));
                 figure_sources.insert(k.to_string(), json!(fig.source));
             }
             if !f.cached_tokens_by_source.is_empty() {
                 put_path(
-                    &mut o,
+                    &mut section,
                     "cache.cached_tokens_by_source",
                     json!(f.cached_tokens_by_source),
                 );
@@ -263,7 +263,7 @@ fn server_section(
                 );
             }
             if f.detection.is_unknown() && present {
-                o.insert("metric_names".into(), json!(f.detection.metric_names));
+                section.insert("metric_names".into(), json!(f.detection.metric_names));
             }
             notes.extend(f.notes.iter().cloned());
             for k in ["cache.gpu_cache_hit_rate", "cache.overall_cache_hit_rate"] {
@@ -278,7 +278,11 @@ fn server_section(
     }
     let has = |k: &str| figures.as_ref().is_some_and(|f| f.get(k).is_some());
     if !has("tokens.prompt_total") {
-        put_path(&mut o, "tokens.prompt_total", json!(isl_sum.round() as u64));
+        put_path(
+            &mut section,
+            "tokens.prompt_total",
+            json!(isl_sum.round() as u64),
+        );
         figure_sources.insert(
             "tokens.prompt_total".into(),
             json!("records (sum of input_sequence_length)"),
@@ -286,7 +290,7 @@ fn server_section(
     }
     if !has("tokens.generation_total") {
         put_path(
-            &mut o,
+            &mut section,
             "tokens.generation_total",
             json!(osl_sum.round() as u64),
         );
@@ -295,26 +299,26 @@ fn server_section(
             json!("records (sum of output_sequence_length)"),
         );
     }
-    put_path(&mut o, "tokens.requests_completed", json!(completed));
-    o.insert("figure_sources".into(), Value::Object(figure_sources));
-    (Value::Object(o), figures)
+    put_path(&mut section, "tokens.requests_completed", json!(completed));
+    section.insert("figure_sources".into(), Value::Object(figure_sources));
+    (Value::Object(section), figures)
 }
 
 /// Computes the nested report. Pure: the same inputs give the same JSON. Fails when a fact the
 /// strict row requires is missing (the error lists each with the flag that gives it).
-pub fn compute_nested(input: &ReportInput<'_>) -> Result<BmkReport, ReportError> {
+pub(crate) fn compute_nested(input: &ReportInput<'_>) -> Result<BmkReport, ReportError> {
     let mut notes: Vec<String> = Vec::new();
-    let mut r = BmkReport::default();
-    put_identity(&mut r, input, &mut notes)?;
-    let ok = put_accounting(&mut r, input, &mut notes);
-    let (t, (isl_sum, osl_sum)) = put_request_metrics(&mut r, input, &ok, &mut notes);
+    let mut report = BmkReport::default();
+    put_identity(&mut report, input, &mut notes)?;
+    let ok = put_accounting(&mut report, input, &mut notes);
+    let (traces, (isl_sum, osl_sum)) = put_request_metrics(&mut report, input, &ok, &mut notes);
 
     // Server metrics.
     let (server, figures) =
         server_section(input.server, isl_sum, osl_sum, ok.len() as u64, &mut notes);
-    r.set("server_metrics", server);
+    report.set("server_metrics", server);
     // The server's KV pool (InferenceX mirrors server_metrics.kv_cache.gpu_total_tokens here).
-    r.set(
+    report.set(
         "kv_cache_pool_tokens",
         figures
             .as_ref()
@@ -322,11 +326,11 @@ pub fn compute_nested(input: &ReportInput<'_>) -> Result<BmkReport, ReportError>
             .filter(|p| p.is_finite() && *p >= 0.0)
             .map_or(Value::Null, |p| json!(p.round() as u64)),
     );
-    if let Some(Value::Object(m)) = r.get("request_metrics").cloned() {
-        let mut m = m;
-        m.insert("trace_metadata".into(), t.meta.clone());
-        m.insert("metric_definitions".into(), definitions());
-        r.set("request_metrics", Value::Object(m));
+    if let Some(Value::Object(request_metrics)) = report.get("request_metrics").cloned() {
+        let mut request_metrics = request_metrics;
+        request_metrics.insert("trace_metadata".into(), traces.meta.clone());
+        request_metrics.insert("metric_definitions".into(), definitions());
+        report.set("request_metrics", Value::Object(request_metrics));
     }
     let mut warnings: Vec<String> = input
         .run
@@ -334,10 +338,10 @@ pub fn compute_nested(input: &ReportInput<'_>) -> Result<BmkReport, ReportError>
         .unwrap_or_default();
     warnings.extend(notes);
     if !warnings.is_empty() {
-        r.set("warnings", json!(warnings));
+        report.set("warnings", json!(warnings));
     }
-    r.round_floats();
-    Ok(r)
+    report.round_floats();
+    Ok(report)
 }
 
 /// What the figures mean (`request_metrics.metric_definitions`).
@@ -360,7 +364,7 @@ fn put_identity(
     input: &ReportInput<'_>,
     notes: &mut Vec<String>,
 ) -> Result<(), ReportError> {
-    let id = input.identity;
+    let identity = input.identity;
     let super::Basics {
         conc,
         model,
@@ -369,35 +373,35 @@ fn put_identity(
         dpa,
     } = super::Basics::of(input, notes);
     notes.retain(|n| !n.starts_with("conc is null"));
-    let gaps = id.row_gaps(conc, &model);
+    let gaps = identity.row_gaps(conc, &model);
     if !gaps.is_empty() {
         return Err(ReportError::Row { gaps });
     }
     r.set("result_schema_version", RESULT_SCHEMA_VERSION);
-    r.set("hw", id.hw.clone());
+    r.set("hw", identity.hw.clone());
     r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
-    r.set("image", id.image.clone());
-    r.set("recipe_fingerprint", id.recipe_fingerprint.clone());
+    r.set("image", identity.image.clone());
+    r.set("recipe_fingerprint", identity.recipe_fingerprint.clone());
     r.set("model", model);
-    r.set("infmax_model_prefix", id.model_prefix.clone());
-    r.set("framework", id.framework.clone());
-    r.set("precision", id.precision.clone());
-    r.set("spec_decoding", id.spec_decoding.clone());
-    r.set("disagg", id.disagg);
+    r.set("infmax_model_prefix", identity.model_prefix.clone());
+    r.set("framework", identity.framework.clone());
+    r.set("precision", identity.precision.clone());
+    r.set("spec_decoding", identity.spec_decoding.clone());
+    r.set("disagg", identity.disagg);
     r.set("scenario_type", "agentic-coding");
-    r.set("is_multinode", id.multinode.is_some());
-    r.set("num_gpus", id.num_gpus());
+    r.set("is_multinode", identity.multinode.is_some());
+    r.set("num_gpus", identity.num_gpus());
     r.set("tp", tp);
     r.set("ep", ep);
     r.set("dp_attention", tf(dpa));
-    r.set("kv_offloading", id.offloading.clone());
-    r.set("kv_offload_backend", json!(id.kv_offload_backend));
-    r.set("allocated_cpu_dram_gb", id.allocated_cpu_dram_gb);
-    match &id.multinode {
+    r.set("kv_offloading", identity.offloading.clone());
+    r.set("kv_offload_backend", json!(identity.kv_offload_backend));
+    r.set("allocated_cpu_dram_gb", identity.allocated_cpu_dram_gb);
+    match &identity.multinode {
         None => {
-            r.set("pp", id.pp);
-            r.set("dcp_size", id.dcp_size);
-            r.set("pcp_size", id.pcp_size);
+            r.set("pp", identity.pp);
+            r.set("dcp_size", identity.dcp_size);
+            r.set("pcp_size", identity.pcp_size);
         }
         Some(m) => {
             r.set("prefill_num_workers", m.prefill_num_workers);
@@ -416,16 +420,17 @@ fn put_identity(
             r.set("decode_ep", m.decode_ep);
             r.set("decode_dp_attention", tf(m.decode_dp_attention));
             r.set("num_decode_gpu", m.decode_gpus());
-            if let (Some(p), Some(d)) = (&id.prefill_hw, &id.decode_hw) {
-                r.set("prefill_hw", p.clone());
-                r.set("decode_hw", d.clone());
+            if let (Some(prefill), Some(dataset_json)) = (&identity.prefill_hw, &identity.decode_hw)
+            {
+                r.set("prefill_hw", prefill.clone());
+                r.set("decode_hw", dataset_json.clone());
             }
         }
     }
-    if let Some(router) = &id.router {
+    if let Some(router) = &identity.router {
         r.set("router", json!(router));
     }
-    if let Some(p2p) = &id.kv_p2p_transfer {
+    if let Some(p2p) = &identity.kv_p2p_transfer {
         r.set("kv_p2p_transfer", p2p.clone());
     }
     let dataset = input.aiperf.and_then(|a| a.dataset.clone()).or_else(|| {
@@ -433,8 +438,8 @@ fn put_identity(
             .run
             .map(|run| json!({"alias": run.dataset_alias(), "source": run.dataset_source()}))
     });
-    if let Some(d) = dataset.filter(Value::is_object) {
-        r.set("dataset", d);
+    if let Some(dataset_json) = dataset.filter(Value::is_object) {
+        r.set("dataset", dataset_json);
     }
     Ok(())
 }
@@ -505,7 +510,7 @@ fn put_request_metrics(
     ok: &[&ProfileRecord],
     notes: &mut Vec<String>,
 ) -> (TraceFigures, (f64, f64)) {
-    let id = input.identity;
+    let identity = input.identity;
     let col =
         |f: fn(&ProfileRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
     let qps = qps_dist(ok, notes);
@@ -530,12 +535,12 @@ fn put_request_metrics(
     });
     let isl_v = col(|x| x.isl);
     let osl_v = col(|x| x.osl);
-    let t = trace_figures(input, ok);
-    notes.extend(t.notes.iter().cloned());
+    let traces = trace_figures(input, ok);
+    notes.extend(traces.notes.iter().cloned());
     let tokens = json!({
         "input": dist(&isl_v),
         "output_actual": dist(&osl_v),
-        "output_expected": t.expected.as_deref().map_or_else(null_dist, dist),
+        "output_expected": traces.expected.as_deref().map_or_else(null_dist, dist),
     });
     let (isl_sum, osl_sum): (f64, f64) = (isl_v.iter().sum(), osl_v.iter().sum());
     let start = ok.iter().filter_map(|x| x.start_ns).min();
@@ -547,7 +552,7 @@ fn put_request_metrics(
     let tput = |sum: f64| duration.map(|d| sum / d);
     let (tin, tout) = (tput(isl_sum), tput(osl_sum));
     let ttot = tin.zip(tout).map(|(a, b)| a + b);
-    let gpus = id.num_gpus();
+    let gpus = identity.num_gpus();
     let per_gpu = |v: Option<f64>| v.filter(|_| gpus > 0).map(|x| x / gpus as f64);
     if gpus == 0 {
         notes.push("the GPU count is 0 (TP x PP x PCP, or prefill and decode workers x TP): per-GPU throughputs are null".into());
@@ -565,10 +570,10 @@ fn put_request_metrics(
         },
     });
     let cache = json!({
-        "theoretical_cache_hit_rate": num(t.rate),
-        "theoretical_cache_hit_rate_source": t.rate_source,
+        "theoretical_cache_hit_rate": num(traces.rate),
+        "theoretical_cache_hit_rate_source": traces.rate_source,
     });
-    if t.rate.is_none() && !matches!(input.traces, Traces::Available { .. }) {
+    if traces.rate.is_none() && !matches!(input.traces, Traces::Available { .. }) {
         notes.push(format!(
             "request_metrics.cache.theoretical_cache_hit_rate is null: no {PROFILE_AIPERF} theoretical_prefix_cache_hit and no dataset"
         ));
@@ -585,7 +590,7 @@ fn put_request_metrics(
             "stability": stability,
         }),
     );
-    (t, (isl_sum, osl_sum))
+    (traces, (isl_sum, osl_sum))
 }
 
 /// `request_metrics.stability` of the successful profiling requests, over the run's configured
@@ -622,24 +627,24 @@ fn qps_dist(ok: &[&ProfileRecord], notes: &mut Vec<String>) -> Value {
     let ends: Vec<u64> = ok.iter().filter_map(|x| x.end_ns).collect();
     match qps_windows(&ends) {
         Some(Ok(w)) => {
-            let mut d = dist(&w);
-            d["window_seconds"] = json!(1.0);
-            d["samples"] = json!(w.len());
-            d
+            let mut dist_json = dist(&w);
+            dist_json["window_seconds"] = json!(1.0);
+            dist_json["samples"] = json!(w.len());
+            dist_json
         }
         Some(Err(mean)) => {
             notes.push("no full 1-second window of request ends: only qps.mean (requests over the span of ends) is reported".into());
-            let mut d = null_dist();
-            d["mean"] = num(Some(mean));
-            d["window_seconds"] = json!(1.0);
-            d["samples"] = json!(0);
-            d
+            let mut dist_json = null_dist();
+            dist_json["mean"] = num(Some(mean));
+            dist_json["window_seconds"] = json!(1.0);
+            dist_json["samples"] = json!(0);
+            dist_json
         }
         None => {
-            let mut d = null_dist();
-            d["window_seconds"] = json!(1.0);
-            d["samples"] = json!(0);
-            d
+            let mut dist_json = null_dist();
+            dist_json["window_seconds"] = json!(1.0);
+            dist_json["samples"] = json!(0);
+            dist_json
         }
     }
 }

@@ -190,12 +190,15 @@ fn a_llamacpp_build_without_the_cached_counter_has_a_null_rate_and_says_so() {
     let strip = |p: &str| {
         p.lines()
             .filter(|l| !l.contains("prompt_tokens_cached"))
-            .map(|l| format!("{l}\n"))
-            .collect::<String>()
+            .fold(String::new(), |mut page, line| {
+                page.push_str(line);
+                page.push('\n');
+                page
+            })
     };
     let (a, b) = pages("llamacpp");
     let (a, b) = (strip(&a), strip(&b));
-    let e = EndpointLog::from_pages(
+    let endpoint = EndpointLog::from_pages(
         "http://llama:8080/metrics",
         [(0, Some(a.as_str())), (10 * S, Some(b.as_str()))],
     )
@@ -203,15 +206,18 @@ fn a_llamacpp_build_without_the_cached_counter_has_a_null_rate_and_says_so() {
     let log = ScrapeLog {
         clock: Clock::start(),
         interval: Duration::from_secs(10),
-        endpoints: vec![e],
+        endpoints: vec![endpoint],
     };
-    let doc = server_metrics::to_json(&log, (0, 10 * S), &Default::default());
-    let m = ServerMetrics::parse(&doc.to_string(), Path::new(SERVER_METRICS)).unwrap();
-    let f = backends::figures(&m);
-    assert_eq!(f.detection.adapter, "llamacpp");
-    assert_eq!(f.get("cache.gpu_cache_hit_rate"), None);
-    assert_fig(&f, "tokens.prompt_total", 2000.0);
-    assert!(f.notes.iter().any(|n| n.contains("prompt_tokens_cached")));
+    let doc = server_metrics::to_json(&log, (0, 10 * S), &server_metrics::ExportMeta::default());
+    let metrics = ServerMetrics::parse(&doc.to_string(), Path::new(SERVER_METRICS)).unwrap();
+    let engine_figures = backends::figures(&metrics);
+    assert_eq!(engine_figures.detection.adapter, "llamacpp");
+    assert_eq!(engine_figures.get("cache.gpu_cache_hit_rate"), None);
+    assert_fig(&engine_figures, "tokens.prompt_total", 2000.0);
+    assert!(engine_figures
+        .notes
+        .iter()
+        .any(|n| n.contains("prompt_tokens_cached")));
 }
 
 #[test]
@@ -320,33 +326,33 @@ fn check_request_side(v: &Value) {
         json!("semianalysis_cc_traces_weka_062126")
     );
 
-    let m = &v["request_metrics"];
+    let metrics = &v["request_metrics"];
     // QPS: ends 2.7, 3.1, 5.0 s; 1-s windows from 2.7: [2.7,3.7) holds 2, [3.7,4.7) holds 0, and
     // [4.7,5.7) does not fit before the last end. Windows [2, 0]: mean 1, p50 1, p75 1.5, p90 1.8,
     // p95 1.9, std 1.
-    dist_is(m, "/qps", [1.0, 1.0, 1.5, 1.8, 1.9, 1.0]);
-    assert_eq!(m["qps"]["samples"], json!(2));
+    dist_is(metrics, "/qps", [1.0, 1.0, 1.5, 1.8, 1.9, 1.0]);
+    assert_eq!(metrics["qps"]["samples"], json!(2));
     // TTFT 0.1, 0.2, 0.3 s: percentiles at k = 2p/100 (p75: 0.25, p90: 0.28, p95: 0.29); std
     // sqrt((0.01 + 0 + 0.01)/3) = 0.0816497.
     dist_is(
-        m,
+        metrics,
         "/latency/ttft",
         [0.2, 0.2, 0.25, 0.28, 0.29, (0.02f64 / 3.0).sqrt()],
     );
     // E2EL 1.2, 2.1, 3.0: mean 2.1; p75 2.1 + 0.5*0.9 = 2.55, p90 2.82, p95 2.91; std sqrt(1.62/3).
     dist_is(
-        m,
+        metrics,
         "/latency/e2el",
         [2.1, 2.1, 2.55, 2.82, 2.91, (1.62f64 / 3.0).sqrt()],
     );
     // ITL 0.020, 0.025 (R3 has one output token, no ITL): k = p/100; std 0.0025. TPOT = ITL.
     let itl = [0.0225, 0.0225, 0.02375, 0.0245, 0.02475, 0.0025];
-    dist_is(m, "/latency/itl", itl);
-    dist_is(m, "/latency/tpot", itl);
+    dist_is(metrics, "/latency/itl", itl);
+    dist_is(metrics, "/latency/tpot", itl);
     // Interactivity: pXX = 1/ITL at pXX (44.444, 42.105, 40.816, 40.404); mean and std of the
     // per-request 1/ITL = 50 and 40: 45 and 5.
     dist_is(
-        m,
+        metrics,
         "/latency/intvty",
         [
             45.0,
@@ -361,11 +367,11 @@ fn check_request_side(v: &Value) {
     // middle one (41/1.2 = 34.1667 tok/s); p75 at k = 1.5: 1/((1.2/41 + 3)/2); p90 at k = 1.8:
     // 1/(1.2/41 + 0.8*(3 - 1.2/41)); p95 at k = 1.9. Mean of 101/2.1, 41/1.2, 1/3 = 27.5317.
     let (a, b, c) = (2.1 / 101.0, 1.2 / 41.0, 3.0);
-    let r: [f64; 3] = [1.0 / a, 1.0 / b, 1.0 / c];
-    let mean = r.iter().sum::<f64>() / 3.0;
-    let std = (r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
+    let rates: [f64; 3] = [1.0 / a, 1.0 / b, 1.0 / c];
+    let mean = rates.iter().sum::<f64>() / 3.0;
+    let std = (rates.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
     dist_is(
-        m,
+        metrics,
         "/latency/e2e_norm_intvty",
         [
             mean,
@@ -379,13 +385,13 @@ fn check_request_side(v: &Value) {
     // Full-response ITL: R1 computed (2.1 - 0.1)/(101 - 1) = 0.02; R2 as written, 0.03 (not the
     // (1.2 - 0.2)/40 = 0.025 it would compute); R3 has OSL 1 and none. Mean 0.025, std 0.005.
     dist_is(
-        m,
+        metrics,
         "/latency/full_response_itl",
         [0.025, 0.025, 0.0275, 0.029, 0.0295, 0.005],
     );
     // 1/0.02 = 50 and 1/0.03 = 33.333: mean 41.667, std 8.333; pXX = 1/(pXX of 0.02, 0.03).
     dist_is(
-        m,
+        metrics,
         "/latency/full_response_intvty",
         [
             125.0 / 3.0,
@@ -399,7 +405,7 @@ fn check_request_side(v: &Value) {
     // Tokens: ISL 1000, 2000, 3000; OSL 1, 41, 101 (mean 143/3, p75 41 + 0.5*60 = 71, p90 89,
     // p95 95).
     dist_is(
-        m,
+        metrics,
         "/tokens/input",
         [
             2000.0,
@@ -414,28 +420,31 @@ fn check_request_side(v: &Value) {
     let om = 143.0 / 3.0;
     let ostd = (osl.iter().map(|x| (x - om).powi(2)).sum::<f64>() / 3.0).sqrt();
     dist_is(
-        m,
+        metrics,
         "/tokens/output_actual",
         [om, 41.0, 71.0, 89.0, 95.0, ostd],
     );
     // Throughput over 1.0 s (first start) to 5.0 s (last end) = 4 s: 6000/4 = 1500 input tok/s,
     // 143/4 = 35.75 output, 1535.75 total; per GPU (4): 375, 8.9375, 383.9375.
-    assert_eq!(at(m, "/throughput/duration_seconds"), 4.0);
-    assert_eq!(at(m, "/throughput/input/tokens_per_second"), 1500.0);
-    assert_eq!(at(m, "/throughput/output/tokens_per_second"), 35.75);
-    assert_eq!(at(m, "/throughput/total/tokens_per_second"), 1535.75);
-    assert_eq!(m["throughput"]["per_gpu"]["gpus"], json!(4));
-    assert_eq!(at(m, "/throughput/per_gpu/input/tokens_per_second"), 375.0);
+    assert_eq!(at(metrics, "/throughput/duration_seconds"), 4.0);
+    assert_eq!(at(metrics, "/throughput/input/tokens_per_second"), 1500.0);
+    assert_eq!(at(metrics, "/throughput/output/tokens_per_second"), 35.75);
+    assert_eq!(at(metrics, "/throughput/total/tokens_per_second"), 1535.75);
+    assert_eq!(metrics["throughput"]["per_gpu"]["gpus"], json!(4));
     assert_eq!(
-        at(m, "/throughput/per_gpu/output/tokens_per_second"),
+        at(metrics, "/throughput/per_gpu/input/tokens_per_second"),
+        375.0
+    );
+    assert_eq!(
+        at(metrics, "/throughput/per_gpu/output/tokens_per_second"),
         8.9375
     );
     assert_eq!(
-        at(m, "/throughput/per_gpu/total/tokens_per_second"),
+        at(metrics, "/throughput/per_gpu/total/tokens_per_second"),
         383.9375
     );
     // aiperf's theoretical_prefix_cache_hit: sum/count = 5/8.
-    assert_eq!(at(m, "/cache/theoretical_cache_hit_rate"), 0.625);
+    assert_eq!(at(metrics, "/cache/theoretical_cache_hit_rate"), 0.625);
 }
 
 /// What a CI job exports for the row, on `engine`.

@@ -4,28 +4,28 @@ use super::*;
 
 /// The phase of a record; records without a phase (older aiperf) are profiling records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordPhase {
+pub(crate) enum RecordPhase {
     Warmup,
     Profiling,
 }
 
 /// What a failed record says went wrong.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Failure {
-    pub code: Option<i64>,
-    pub kind: Option<String>,
-    pub message: Option<String>,
+pub(crate) struct Failure {
+    pub(crate) code: Option<i64>,
+    pub(crate) kind: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 impl Failure {
     /// The category InferenceX groups dropped rows by: the error's type (`type`, `error_type` or
     /// `class`), else its code, else its message up to the first ':'.
-    pub fn category(&self) -> String {
-        if let Some(k) = self.kind.as_deref().filter(|k| !k.is_empty()) {
-            return k.to_string();
+    pub(crate) fn category(&self) -> String {
+        if let Some(kind) = self.kind.as_deref().filter(|kind| !kind.is_empty()) {
+            return kind.to_string();
         }
-        if let Some(c) = self.code {
-            return c.to_string();
+        if let Some(code) = self.code {
+            return code.to_string();
         }
         match self.message.as_deref() {
             Some(m) if !m.trim().is_empty() => m.split(':').next().unwrap_or(m).trim().to_string(),
@@ -34,51 +34,51 @@ impl Failure {
     }
 
     /// A context overflow, as the record writer classified it (`error.type`).
-    pub fn is_context_overflow(&self) -> bool {
-        self.kind.as_deref().is_some_and(|k| {
-            let k = k.to_ascii_lowercase().replace(['_', '-', ' '], "");
-            k.contains("contextoverflow")
+    pub(crate) fn is_context_overflow(&self) -> bool {
+        self.kind.as_deref().is_some_and(|kind| {
+            let kind = kind.to_ascii_lowercase().replace(['_', '-', ' '], "");
+            kind.contains("contextoverflow")
         })
     }
 }
 
 /// One line of `profile_export.jsonl`, reduced to what the report reads. Latencies are in seconds.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProfileRecord {
+pub(crate) struct ProfileRecord {
     /// 1-based line in the file, for messages.
-    pub line: usize,
-    pub conversation_id: String,
-    pub turn_index: Option<u64>,
-    pub start_ns: Option<u64>,
-    pub end_ns: Option<u64>,
+    pub(crate) line: usize,
+    pub(crate) conversation_id: String,
+    pub(crate) turn_index: Option<u64>,
+    pub(crate) start_ns: Option<u64>,
+    pub(crate) end_ns: Option<u64>,
     /// `metadata.credit_issued_ns`: when the request's credit was issued (the stability windows'
     /// clock); `None` when absent, null or not a finite non-negative number.
-    pub credit_issued_ns: Option<u64>,
+    pub(crate) credit_issued_ns: Option<u64>,
     /// `metadata.source_trace_id`: the root trajectory the request replays (subagents share their
     /// root's); `None` when absent or empty.
-    pub source_trace_id: Option<String>,
-    pub phase: RecordPhase,
-    pub cancelled: bool,
-    pub error: Option<Failure>,
+    pub(crate) source_trace_id: Option<String>,
+    pub(crate) phase: RecordPhase,
+    pub(crate) cancelled: bool,
+    pub(crate) error: Option<Failure>,
     /// aiperf's `time_to_first_token` and `request_latency`: from the request's start.
-    pub ttft_s: Option<f64>,
-    pub e2el_s: Option<f64>,
+    pub(crate) ttft_s: Option<f64>,
+    pub(crate) e2el_s: Option<f64>,
     /// agentx's `scheduled_time_to_first_token` and `scheduled_request_latency`: from when the
     /// request was due (absent from aiperf's own exports).
-    pub scheduled_ttft_s: Option<f64>,
-    pub scheduled_e2el_s: Option<f64>,
-    pub itl_s: Option<f64>,
+    pub(crate) scheduled_ttft_s: Option<f64>,
+    pub(crate) scheduled_e2el_s: Option<f64>,
+    pub(crate) itl_s: Option<f64>,
     /// aiperf's `full_response_inter_token_latency` (the whole response over its tokens), when the
     /// record writer gave it.
-    pub full_response_itl_s: Option<f64>,
-    pub isl: Option<f64>,
-    pub osl: Option<f64>,
-    pub cache_read_tokens: Option<f64>,
+    pub(crate) full_response_itl_s: Option<f64>,
+    pub(crate) isl: Option<f64>,
+    pub(crate) osl: Option<f64>,
+    pub(crate) cache_read_tokens: Option<f64>,
 }
 
 impl ProfileRecord {
     /// What became of the request ([`Outcome`]); an overflow is an error the record writer typed as one.
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         Outcome::classify(
             self.error
                 .as_ref()
@@ -89,7 +89,7 @@ impl ProfileRecord {
     }
 
     /// Counted as a success: no error and not cancelled.
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.outcome().is_ok()
     }
 }
@@ -140,15 +140,15 @@ pub(super) fn metric_value<'a>(
     metrics: &'a serde_json::Map<String, Value>,
     name: &str,
 ) -> Result<Option<(f64, Option<&'a str>)>, String> {
-    let (v, unit) = match metrics.get(name) {
+    let (value, unit) = match metrics.get(name) {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(o)) => (
             o.get("value").unwrap_or(&Value::Null),
             o.get("unit").and_then(Value::as_str),
         ),
-        Some(v) => (v, None),
+        Some(value) => (value, None),
     };
-    match v {
+    match value {
         Value::Null => Ok(None),
         Value::Number(n) => n
             .as_f64()
@@ -177,7 +177,7 @@ pub(super) fn latency(
     metrics: &serde_json::Map<String, Value>,
     name: &str,
 ) -> Result<Option<f64>, String> {
-    let Some((v, unit)) = metric_value(metrics, name)? else {
+    let Some((value, unit)) = metric_value(metrics, name)? else {
         return Ok(None);
     };
     let per = seconds_per(unit).ok_or_else(|| {
@@ -186,8 +186,8 @@ pub(super) fn latency(
             unit.unwrap_or_default()
         )
     })?;
-    let s = v * per;
-    Ok((s > 0.0).then_some(s))
+    let seconds = value * per;
+    Ok((seconds > 0.0).then_some(seconds))
 }
 
 /// Python truthiness of the `error` field: null, false, "" and empty containers mean no error.
@@ -230,9 +230,10 @@ pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, Str
             ))
         }
     };
-    let m = &raw.metrics;
-    let count =
-        |name: &str| -> Result<Option<f64>, String> { Ok(metric_value(m, name)?.map(|(v, _)| v)) };
+    let metrics = &raw.metrics;
+    let count = |name: &str| -> Result<Option<f64>, String> {
+        Ok(metric_value(metrics, name)?.map(|(v, _)| v))
+    };
     Ok(ProfileRecord {
         line,
         conversation_id: raw.metadata.conversation_id.unwrap_or_default(),
@@ -250,12 +251,12 @@ pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, Str
         phase,
         cancelled: raw.metadata.was_cancelled.unwrap_or(false),
         error: failure_of(&raw.error),
-        ttft_s: latency(m, "time_to_first_token")?,
-        e2el_s: latency(m, "request_latency")?,
-        scheduled_ttft_s: latency(m, "scheduled_time_to_first_token")?,
-        scheduled_e2el_s: latency(m, "scheduled_request_latency")?,
-        itl_s: latency(m, "inter_token_latency")?,
-        full_response_itl_s: latency(m, "full_response_inter_token_latency")?,
+        ttft_s: latency(metrics, "time_to_first_token")?,
+        e2el_s: latency(metrics, "request_latency")?,
+        scheduled_ttft_s: latency(metrics, "scheduled_time_to_first_token")?,
+        scheduled_e2el_s: latency(metrics, "scheduled_request_latency")?,
+        itl_s: latency(metrics, "inter_token_latency")?,
+        full_response_itl_s: latency(metrics, "full_response_inter_token_latency")?,
         isl: count("input_sequence_length")?,
         osl: count("output_sequence_length")?,
         cache_read_tokens: count("usage_prompt_cache_read_tokens")?,
@@ -263,39 +264,43 @@ pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, Str
 }
 
 /// Parses the text of a `profile_export.jsonl`; `path` names the file in errors (`path:line: ...`).
-pub fn parse_profile_export(text: &str, path: &Path) -> Result<Vec<ProfileRecord>, ReportError> {
+#[cfg(test)]
+pub(crate) fn parse_profile_export(
+    text: &str,
+    path: &Path,
+) -> Result<Vec<ProfileRecord>, ReportError> {
     read_profile_export(text.as_bytes(), path)
 }
 
 /// As [`parse_profile_export`], a line at a time from `reader` (a long run's export runs to
 /// gigabytes, and only its parsed records are kept).
-pub fn read_profile_export(
+pub(crate) fn read_profile_export(
     mut reader: impl std::io::BufRead,
     path: &Path,
 ) -> Result<Vec<ProfileRecord>, ReportError> {
     let mut out = Vec::new();
-    let mut l = String::new();
+    let mut line_buf = String::new();
     for line in 1.. {
-        l.clear();
-        let n = reader
-            .read_line(&mut l)
+        line_buf.clear();
+        let bytes_read = reader
+            .read_line(&mut line_buf)
             .map_err(|source| ReportError::Read {
                 path: path.to_owned(),
                 source,
             })?;
-        if n == 0 {
+        if bytes_read == 0 {
             break;
         }
-        if l.trim().is_empty() {
+        if line_buf.trim().is_empty() {
             continue;
         }
-        out.push(
-            parse_record(l.trim_end(), line).map_err(|message| ReportError::Record {
+        out.push(parse_record(line_buf.trim_end(), line).map_err(|message| {
+            ReportError::Record {
                 path: path.to_owned(),
                 line,
                 message,
-            })?,
-        );
+            }
+        })?);
     }
     Ok(out)
 }

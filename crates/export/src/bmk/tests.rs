@@ -269,7 +269,7 @@ fn warmup_is_excluded_from_everything() {
     recs.push(wf);
     let with = report(&recs, None, None);
     let without = report(&worked_records(), None, None);
-    for (k, v) in without.fields.iter() {
+    for (k, v) in &without.fields {
         if k != "num_warmup_requests_excluded" && k != "notes" {
             assert_eq!(with.get(k), Some(v), "{k}");
         }
@@ -312,7 +312,7 @@ fn series(labels: &[(&str, &str)], stats: &[(&str, f64)]) -> Value {
     })
 }
 
-fn server(doc: Value) -> ServerMetrics {
+fn server(doc: &Value) -> ServerMetrics {
     ServerMetrics::parse(&doc.to_string(), Path::new("server_metrics_export.json")).unwrap()
 }
 
@@ -329,7 +329,7 @@ fn counters_sum_and_gauges_average_across_series() {
             })
             .collect::<Vec<_>>()
     };
-    let m = server(json!({"metrics": {
+    let m = server(&json!({"metrics": {
         "vllm:prefix_cache_hits": {"type": "counter", "series": [
             series(&[("engine", "0")], &[("total", 100.0)]), series(&[("engine", "1")], &[("total", 200.0)])]},
         "vllm:prefix_cache_queries": {"type": "counter", "series": [
@@ -352,7 +352,7 @@ fn counters_sum_and_gauges_average_across_series() {
     assert!(close(r.f64("cpu_kv_cache_usage_pct").unwrap(), 0.3, 1e-12));
     assert_eq!(r.get("total_prompt_tokens"), Some(&json!(1234)));
     // Untyped metrics: a `total` makes a counter, otherwise a gauge.
-    let m = server(json!({"metrics": {
+    let m = server(&json!({"metrics": {
         "x:c": {"series": [series(&[], &[("total", 1.0)]), series(&[], &[("total", 2.0)])]},
         "x:g": {"series": [series(&[], &[("avg", 1.0)]), series(&[], &[("avg", 2.0)])]},
     }}));
@@ -363,7 +363,7 @@ fn counters_sum_and_gauges_average_across_series() {
 
 #[test]
 fn external_cache_hit_rate_from_vllm_external_prefix_cache() {
-    let m = server(json!({"metrics": {
+    let m = server(&json!({"metrics": {
         "vllm:external_prefix_cache_hits": {"type": "counter", "series": [
             series(&[("engine", "0")], &[("total", 30.0)]), series(&[("engine", "1")], &[("total", 10.0)])]},
         "vllm:external_prefix_cache_queries": {"type": "counter", "series": [
@@ -389,7 +389,7 @@ fn external_cache_hit_rate_from_vllm_external_prefix_cache() {
 
 #[test]
 fn sglang_names() {
-    let m = server(json!({"metrics": {
+    let m = server(&json!({"metrics": {
         "sglang:prompt_tokens": {"type": "counter", "series": [series(&[], &[("total", 1000.0)])]},
         "sglang:generation_tokens": {"type": "counter", "series": [series(&[], &[("total", 77.0)])]},
         "sglang:cached_tokens": {"type": "counter", "series": [
@@ -412,7 +412,7 @@ fn sglang_names() {
     assert_eq!(r.get("total_prompt_tokens"), Some(&json!(1000)));
     assert_eq!(r.get("total_generation_tokens"), Some(&json!(77)));
     // Without cached_tokens, the realtime prefill split: 300 cached of 300+900.
-    let m = server(json!({"metrics": {
+    let m = server(&json!({"metrics": {
         "sglang:realtime_tokens": {"type": "counter", "series": [
             series(&[("mode", "prefill_cache")], &[("total", 300.0)]),
             series(&[("mode", "prefill_compute")], &[("total", 900.0)]),
@@ -619,11 +619,11 @@ fn open_traces_resolves_from_the_run_summary() {
     };
     match open_traces(Some(&run), None, &opts) {
         Traces::Unavailable { reason } => assert!(reason.contains("alias table"), "{reason}"),
-        _ => panic!("opened an unknown alias"),
+        Traces::Available { .. } => panic!("opened an unknown alias"),
     }
     match open_traces(None, None, &opts) {
         Traces::Unavailable { reason } => assert!(reason.contains("--dataset"), "{reason}"),
-        _ => panic!(),
+        Traces::Available { .. } => panic!(),
     }
 }
 
@@ -694,7 +694,7 @@ fn identity_from_inferencex_variables() {
         decode_num_workers: Some("1".into()),
         decode_tp: Some("8".into()),
         decode_ep: Some("8".into()),
-        tp: Some("".into()),
+        tp: Some(String::new()),
         ..IdentityInput::default()
     })
     .unwrap();

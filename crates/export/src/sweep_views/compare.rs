@@ -5,15 +5,21 @@ use super::*;
 
 /// The figures a comparison puts side by side.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Figures {
+pub(crate) struct Figures {
     /// Total tokens/s, per GPU when the comparison is (see [`Comparison::throughput_per_gpu`]).
-    pub throughput: Option<f64>,
-    pub interactivity: Option<f64>,
-    pub ttft_p50_ms: Option<f64>,
-    pub ttft_p90_ms: Option<f64>,
-    pub itl_p50_ms: Option<f64>,
-    pub e2e_p90_ms: Option<f64>,
-    pub server_cache_hit_rate: Option<f64>,
+    pub(crate) throughput: Option<f64>,
+    /// Tokens per second a user sees (`1000 / ITL p50`).
+    pub(crate) interactivity: Option<f64>,
+    /// Median time to first token, milliseconds.
+    pub(crate) ttft_p50_ms: Option<f64>,
+    /// 90th-percentile time to first token, milliseconds.
+    pub(crate) ttft_p90_ms: Option<f64>,
+    /// Median inter-token latency, milliseconds.
+    pub(crate) itl_p50_ms: Option<f64>,
+    /// 90th-percentile request latency, milliseconds.
+    pub(crate) e2e_p90_ms: Option<f64>,
+    /// The server's prefix-cache hit rate (0-1), when it exports one.
+    pub(crate) server_cache_hit_rate: Option<f64>,
 }
 
 impl Figures {
@@ -56,28 +62,36 @@ pub(super) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// One concurrency both sweeps ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CompareRow {
-    pub concurrency: u32,
-    pub status_a: PointStatus,
-    pub status_b: PointStatus,
-    pub a: Figures,
-    pub b: Figures,
+pub(crate) struct CompareRow {
+    /// The concurrency (lanes).
+    pub(crate) concurrency: u32,
+    /// How sweep A's point ended.
+    pub(crate) status_a: PointStatus,
+    /// How sweep B's point ended.
+    pub(crate) status_b: PointStatus,
+    /// Sweep A's figures.
+    pub(crate) a: Figures,
+    /// Sweep B's figures.
+    pub(crate) b: Figures,
     /// B / A of each figure (none where either is unknown or failed).
-    pub ratio: Figures,
+    pub(crate) ratio: Figures,
 }
 
 /// Two sweeps point by point.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
-    pub label_a: String,
-    pub label_b: String,
+    /// Sweep A's label (its directory's name).
+    pub(crate) label_a: String,
+    /// Sweep B's label.
+    pub(crate) label_b: String,
     /// Throughput is per GPU: both sweeps know their GPU count.
-    pub throughput_per_gpu: bool,
+    pub(crate) throughput_per_gpu: bool,
     /// One row per concurrency in both, in concurrency order.
-    pub rows: Vec<CompareRow>,
-    /// Concurrencies only one sweep ran.
-    pub only_a: Vec<u32>,
-    pub only_b: Vec<u32>,
+    pub(crate) rows: Vec<CompareRow>,
+    /// Concurrencies only sweep A ran.
+    pub(crate) only_a: Vec<u32>,
+    /// Concurrencies only sweep B ran.
+    pub(crate) only_b: Vec<u32>,
     /// What the rows leave out, in words.
     pub notes: Vec<String>,
 }
@@ -92,18 +106,26 @@ pub fn compare(a: &Sweep, b: &Sweep, label_a: &str, label_b: &str) -> Comparison
             .map(|p| (p.concurrency, p.clone()))
             .collect()
     };
-    let (pa, pb) = (by_conc(a), by_conc(b));
-    let mut c = Comparison {
+    let (points_a, points_b) = (by_conc(a), by_conc(b));
+    let mut comparison = Comparison {
         label_a: label_a.into(),
         label_b: label_b.into(),
         throughput_per_gpu: gpu,
         rows: Vec::new(),
-        only_a: pa.keys().filter(|k| !pb.contains_key(k)).copied().collect(),
-        only_b: pb.keys().filter(|k| !pa.contains_key(k)).copied().collect(),
+        only_a: points_a
+            .keys()
+            .filter(|k| !points_b.contains_key(k))
+            .copied()
+            .collect(),
+        only_b: points_b
+            .keys()
+            .filter(|k| !points_a.contains_key(k))
+            .copied()
+            .collect(),
         notes: Vec::new(),
     };
     if !gpu {
-        c.notes.push(format!(
+        comparison.notes.push(format!(
             "throughput is total tokens/s, not per GPU: {} without --gpus",
             match (a.inputs.gpus, b.inputs.gpus) {
                 (None, None) => "both sweeps ran".to_owned(),
@@ -112,41 +134,47 @@ pub fn compare(a: &Sweep, b: &Sweep, label_a: &str, label_b: &str) -> Comparison
             }
         ));
     }
-    for (label, only) in [(label_a, &c.only_a), (label_b, &c.only_b)] {
+    for (label, only) in [(label_a, &comparison.only_a), (label_b, &comparison.only_b)] {
         for k in only {
-            c.notes
+            comparison
+                .notes
                 .push(format!("concurrency {k} only in {label}: not compared"));
         }
     }
-    for (k, x) in &pa {
-        let Some(y) = pb.get(k) else { continue };
-        for (label, p) in [(label_a, x), (label_b, y)] {
+    for (k, x) in &points_a {
+        let Some(point_b) = points_b.get(k) else {
+            continue;
+        };
+        for (label, p) in [(label_a, x), (label_b, point_b)] {
             if !p.done() {
-                c.notes.push(format!(
+                comparison.notes.push(format!(
                     "concurrency {k} failed in {label}: {}",
                     p.error.as_deref().unwrap_or("no reason recorded")
                 ));
             }
         }
-        let (fa, fb) = (Figures::of(x, gpu), Figures::of(y, gpu));
-        c.rows.push(CompareRow {
+        let (figures_a, figures_b) = (Figures::of(x, gpu), Figures::of(point_b, gpu));
+        comparison.rows.push(CompareRow {
             concurrency: *k,
             status_a: x.status,
-            status_b: y.status,
+            status_b: point_b.status,
             ratio: Figures {
-                throughput: ratio(fa.throughput, fb.throughput),
-                interactivity: ratio(fa.interactivity, fb.interactivity),
-                ttft_p50_ms: ratio(fa.ttft_p50_ms, fb.ttft_p50_ms),
-                ttft_p90_ms: ratio(fa.ttft_p90_ms, fb.ttft_p90_ms),
-                itl_p50_ms: ratio(fa.itl_p50_ms, fb.itl_p50_ms),
-                e2e_p90_ms: ratio(fa.e2e_p90_ms, fb.e2e_p90_ms),
-                server_cache_hit_rate: ratio(fa.server_cache_hit_rate, fb.server_cache_hit_rate),
+                throughput: ratio(figures_a.throughput, figures_b.throughput),
+                interactivity: ratio(figures_a.interactivity, figures_b.interactivity),
+                ttft_p50_ms: ratio(figures_a.ttft_p50_ms, figures_b.ttft_p50_ms),
+                ttft_p90_ms: ratio(figures_a.ttft_p90_ms, figures_b.ttft_p90_ms),
+                itl_p50_ms: ratio(figures_a.itl_p50_ms, figures_b.itl_p50_ms),
+                e2e_p90_ms: ratio(figures_a.e2e_p90_ms, figures_b.e2e_p90_ms),
+                server_cache_hit_rate: ratio(
+                    figures_a.server_cache_hit_rate,
+                    figures_b.server_cache_hit_rate,
+                ),
             },
-            a: fa,
-            b: fb,
+            a: figures_a,
+            b: figures_b,
         });
     }
-    c
+    comparison
 }
 
 impl Comparison {
@@ -157,7 +185,7 @@ impl Comparison {
             let _ = write!(out, ",{name}_a,{name}_b,{name}_ratio");
         }
         out.push('\n');
-        let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
+        let fmt_num = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
         for r in &self.rows {
             let _ = write!(
                 out,
@@ -167,7 +195,7 @@ impl Comparison {
                 status(r.status_b)
             );
             for ((a, b), q) in r.a.fields().iter().zip(r.b.fields()).zip(r.ratio.fields()) {
-                let _ = write!(out, ",{},{},{}", f(a.1), f(b.1), f(q.1));
+                let _ = write!(out, ",{},{},{}", fmt_num(a.1), fmt_num(b.1), fmt_num(q.1));
             }
             out.push('\n');
         }
@@ -176,8 +204,8 @@ impl Comparison {
 }
 
 /// The page of a comparison: the ratios, the figures of both and the two views overlaid.
-pub fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
-    let (la, lb) = (c.label_a.as_str(), c.label_b.as_str());
+pub(crate) fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
+    let (label_a, label_b) = (c.label_a.as_str(), c.label_b.as_str());
     let tput = if c.throughput_per_gpu {
         "tokens/s/GPU"
     } else {
@@ -225,8 +253,8 @@ pub fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
         Table::kv(
             "Compared",
             vec![
-                ("A", la.to_owned()),
-                ("B", lb.to_owned()),
+                ("A", label_a.to_owned()),
+                ("B", label_b.to_owned()),
                 ("throughput", tput.to_owned()),
             ],
         ),
@@ -264,22 +292,22 @@ pub fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
         });
     }
     Page {
-        title: format!("agentx sweep comparison: {lb} / {la}"),
+        title: format!("agentx sweep comparison: {label_b} / {label_a}"),
         subtitle: format!(
-            "A = {la} · B = {lb} · {} concurrencies in common",
+            "A = {label_a} · B = {label_b} · {} concurrencies in common",
             c.rows.len()
         ),
         verdict: None,
         tables,
-        charts: charts(&[(la, a), (lb, b)]),
+        charts: charts(&[(label_a, a), (label_b, b)]),
         charts_heading: Some("Sweeps overlaid".into()),
     }
 }
 
 /// A directory's label: its name, or its last two components when both names are the same.
-pub(super) fn labels(a: &Path, b: &Path) -> (String, String) {
+pub(super) fn labels(dir_a: &Path, dir_b: &Path) -> (String, String) {
     let abs = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
-    let (a, b) = (abs(a), abs(b));
+    let (dir_a, dir_b) = (abs(dir_a), abs(dir_b));
     let name = |p: &Path, n: usize| {
         let parts: Vec<String> = p
             .components()
@@ -289,49 +317,53 @@ pub(super) fn labels(a: &Path, b: &Path) -> (String, String) {
             .collect();
         parts.into_iter().rev().collect::<Vec<_>>().join("/")
     };
-    let (la, lb) = (name(&a, 1), name(&b, 1));
-    if la != lb {
-        return (la, lb);
+    let (label_a, label_b) = (name(&dir_a, 1), name(&dir_b, 1));
+    if label_a != label_b {
+        return (label_a, label_b);
     }
-    let (la2, lb2) = (name(&a, 2), name(&b, 2));
+    let (la2, lb2) = (name(&dir_a, 2), name(&dir_b, 2));
     if la2 != lb2 {
         (la2, lb2)
     } else {
-        (format!("A {la}"), format!("B {lb}"))
+        (format!("A {label_a}"), format!("B {label_b}"))
     }
 }
 
 /// `sweep --compare DIR_A DIR_B`: reads both sweeps and writes `sweep_compare.{json,csv,png,html}`
 /// into `out` (created when missing). Labels are the directories' names.
 pub fn write_compare(dir_a: &Path, dir_b: &Path, out: &Path) -> Result<Vec<PathBuf>, ViewError> {
-    let a = read_sweep(dir_a)?;
-    let b = read_sweep(dir_b)?;
-    let (la, lb) = labels(dir_a, dir_b);
-    let c = compare(&a, &b, &la, &lb);
-    if c.rows.is_empty() {
+    let sweep_a = read_sweep(dir_a)?;
+    let sweep_b = read_sweep(dir_b)?;
+    let (label_a, label_b) = labels(dir_a, dir_b);
+    let comparison = compare(&sweep_a, &sweep_b, &label_a, &label_b);
+    if comparison.rows.is_empty() {
         let conc = |s: &Sweep| {
-            let mut v: Vec<u32> = s.points.iter().map(|p| p.concurrency).collect();
-            v.sort_unstable();
-            v.dedup();
-            v
+            let mut concurrencies: Vec<u32> = s.points.iter().map(|p| p.concurrency).collect();
+            concurrencies.sort_unstable();
+            concurrencies.dedup();
+            concurrencies
         };
         return Err(ViewError::NoCommonPoints {
-            label_a: la,
-            label_b: lb,
-            conc_a: conc(&a),
-            conc_b: conc(&b),
+            label_a,
+            label_b,
+            conc_a: conc(&sweep_a),
+            conc_b: conc(&sweep_b),
         });
     }
     let out = Root::create(out).map_err(|source| ViewError::Write {
         path: out.to_owned(),
         source,
     })?;
-    let json = serde_json::to_string_pretty(&c).unwrap_or_default() + "\n";
-    let png = render_png(&[(&la, &a), (&lb, &b)], PNG_WIDTH, PNG_HEIGHT)?;
-    let page = html::render_page(&compare_page(&c, &a, &b));
+    let json = serde_json::to_string_pretty(&comparison).unwrap_or_default() + "\n";
+    let png = render_png(
+        &[(&label_a, &sweep_a), (&label_b, &sweep_b)],
+        PNG_WIDTH,
+        PNG_HEIGHT,
+    )?;
+    let page = html::render_page(&compare_page(&comparison, &sweep_a, &sweep_b));
     Ok(vec![
         write_file(&out, COMPARE_JSON, json.as_bytes())?,
-        write_file(&out, COMPARE_CSV, c.csv().as_bytes())?,
+        write_file(&out, COMPARE_CSV, comparison.csv().as_bytes())?,
         write_file(&out, COMPARE_PNG, &png)?,
         write_file(&out, COMPARE_HTML, page.as_bytes())?,
     ])
