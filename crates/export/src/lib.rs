@@ -3,22 +3,16 @@
 //! `metrics` computes and computes nothing of its own.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-#[warn(missing_docs)]
 pub mod aiperf;
-#[warn(missing_docs)]
 pub mod bmk;
-#[warn(missing_docs)]
 pub mod html;
 pub mod manifest;
-#[warn(missing_docs)]
 pub mod plot;
 pub mod run_summary;
-#[warn(missing_docs)]
 pub mod server_metrics;
-#[warn(missing_docs)]
 pub mod sweep;
-#[warn(missing_docs)]
 pub mod sweep_views;
 pub mod timeline;
 
