@@ -44,20 +44,31 @@ fn a_tree_run_with_subagents_is_a_well_formed_trace_counted_against_its_records(
     let sim = Sim::start(SimConfig::default());
     let run = Run::exec(
         tempfile::tempdir().unwrap(),
-        &tree_run_args(&sim.url(), &[]),
+        &tree_run_args(&sim.url(), &["--timeline"]),
         &[],
     );
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let dir = run.artifacts();
+    // The run wrote its trace from what it held; the command writes the same from the files.
+    let again = dir.join("again.json");
     let out = Run::exec(
         tempfile::tempdir().unwrap(),
-        &["timeline", dir.to_str().unwrap()],
+        &[
+            "timeline",
+            dir.to_str().unwrap(),
+            "-o",
+            again.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(out.code(), 0, "{}", out.stderr());
-    assert!(out.stderr().contains("trace.json:"), "{}", out.stderr());
-    let trace: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("trace.json")).unwrap()).unwrap();
+    assert!(out.stderr().contains("again.json:"), "{}", out.stderr());
+    let written = std::fs::read(dir.join("trace.json")).unwrap();
+    assert!(
+        written == std::fs::read(&again).unwrap(),
+        "the run's trace.json and the command's differ"
+    );
+    let trace: Value = serde_json::from_slice(&written).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
     let records = run.records();
     let journal = read_journal(&dir.join(SCRAPE_JOURNAL)).unwrap();

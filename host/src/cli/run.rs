@@ -377,6 +377,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         output: crate::run::artifact_dir::OutputDir::from_flag(args.output_artifact_dir.clone()),
         overwrite: args.overwrite,
         slice_duration: args.slice_duration,
+        timeline: args.timeline,
         goodput: args.goodput.clone(),
         session_goodput_share: args.session_goodput_share,
         no_server_metrics: args.no_server_metrics,

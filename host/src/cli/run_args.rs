@@ -298,6 +298,10 @@ pub struct RunArgs {
     /// Time-slice width of the timeslice exports, seconds [default: no timeslice exports].
     #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
     pub(crate) slice_duration: Option<f64>,
+    /// Also write trace.json: the run as Chrome/Perfetto trace events (what `agentx-host timeline`
+    /// writes afterwards).
+    #[arg(help_heading = "Outputs", long)]
+    pub(crate) timeline: bool,
     /// Service-level objectives of a good request, as aiperf's --goodput: space-separated
     /// METRIC:VALUE pairs in each metric's display unit, e.g. "time_to_first_token:2000
     /// inter_token_latency:50 request_latency:60000" (vLLM's ttft, tpot and e2el are accepted). The

@@ -47,6 +47,8 @@ pub struct RunConfig {
     pub overwrite: bool,
     /// `--slice-duration`: the time-slice export's slice length (s), or none.
     pub slice_duration: Option<f64>,
+    /// `--timeline`: also write `trace.json` (Chrome/Perfetto trace events) at the end.
+    pub timeline: bool,
     /// `--goodput`: the objectives a good request meets.
     pub goodput: Option<crate::metrics::goodput::Goodput>,
     /// `--session-goodput-share`: the share of a session's requests that must be good.

@@ -171,8 +171,17 @@ pub(super) fn conclude(
         d.out.join(MANIFEST_FILE),
         summary_path,
     ];
-    let (written_files, export_failed) = exports(ctx, d, &ended, &reasons);
+    let (written_files, mut export_failed) = exports(ctx, d, &ended, &reasons);
     files.extend(written_files);
+    if cfg.timeline {
+        match write_timeline(d, ended.scrape_log.as_ref()) {
+            Ok(path) => files.push(path),
+            Err(e) => {
+                tracing::error!("{e:#}");
+                export_failed = true;
+            }
+        }
+    }
     let code = if export_failed {
         2
     } else if outcome.stop.cancelled() || (cfg.require_valid && !reasons.is_empty()) {
@@ -268,6 +277,28 @@ fn arrivals_summary(
         offered_rate_per_s: offered,
         admitted_rate_per_s: admitted,
     })
+}
+
+/// `--timeline`: the run as trace events, next to its records.
+fn write_timeline(
+    d: &RunDir,
+    scrape_log: Option<&crate::metrics::scrape_log::ScrapeLog>,
+) -> anyhow::Result<PathBuf> {
+    use crate::export::timeline::{self, TIMELINE_FILE};
+    let path = d.out.join(TIMELINE_FILE);
+    let file = std::fs::File::create(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let counts = timeline::write_timeline(&d.out, scrape_log, file)
+        .with_context(|| format!("writing {}", path.display()))?;
+    tracing::info!(
+        requests = counts.requests,
+        slices = counts.slices,
+        flows = counts.flows,
+        counter_samples = counts.counter_samples,
+        "timeline: {}",
+        path.display()
+    );
+    Ok(path)
 }
 
 /// The aiperf-compatible exports, the server metrics, the plot and the page.
