@@ -198,6 +198,7 @@ impl Plan {
     /// far (lowest index on a tie). A trace therefore never runs on two shards, and within a shard
     /// the recycle queue keeps it on one lane at a time while the shard holds more traces than
     /// lanes. The delays stay whole (they are indexed by trace).
+    #[must_use]
     pub fn shard(&self, index: u32, count: u32) -> Plan {
         let count = count.max(1);
         let shard_of_lane = |l: u32| l % count;

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use agentx_dataset::AssistantMode;
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
-use agentx_record::{Phase, RecordError, RequestRecord, TokenSource};
+use agentx_record::{Phase, RecordError, RequestRecord, TokenSource, Usage};
 use agentx_scenario::types::{ErrorClass, ErrorResponse};
 
 /// The exit of one request as the lane sees it.
@@ -307,7 +307,7 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) ->
         isl: 0,
         osl: 0,
         token_source: TokenSource::Client,
-        usage: Default::default(),
+        usage: Usage::default(),
         max_tokens: f.max_tokens,
         finish_reason: None,
         cancelled: false,

@@ -8,7 +8,7 @@
 //! stop waiting simply drop their receiver.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -36,7 +36,7 @@ impl Waker {
         let (tx, rx) = mpsc::channel::<Entry>();
         std::thread::Builder::new()
             .name("agentx-timer".into())
-            .spawn(move || run(rx))?;
+            .spawn(move || run(&rx))?;
         Ok(Waker { tx: Mutex::new(tx) })
     }
 
@@ -58,10 +58,10 @@ impl Waker {
     }
 }
 
-fn run(rx: mpsc::Receiver<Entry>) {
+fn run(rx: &mpsc::Receiver<Entry>) {
     // Deadlines ordered by time, then by arrival (the sequence number), so equal instants pop in order.
     let mut heap: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
-    let mut waiting: std::collections::HashMap<u64, oneshot::Sender<()>> = Default::default();
+    let mut waiting: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
     let mut seq = 0u64;
     let mut closed = false;
     loop {

@@ -407,7 +407,7 @@ fn start_profiling(
             o.slots
         );
         sc.schedule = Some(super::arrivals::Schedule::new(&o.spec, start));
-        sc.counts.arrivals = Some(Default::default());
+        sc.counts.arrivals = Some(super::arrivals::ArrivalCounts::default());
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
         let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|rt| {

@@ -168,7 +168,7 @@ impl Sched {
             last_end: timer::now(),
         };
         let root = self.new_session(&rt, 0);
-        rt.root_corr = root.correlation_id.clone();
+        rt.root_corr.clone_from(&root.correlation_id);
         if let Some(t) = root.tree.as_ref() {
             debug_assert_eq!(t.root_correlation_id, rt.root_corr);
         }

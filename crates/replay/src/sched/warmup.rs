@@ -122,7 +122,7 @@ async fn primers(
             () = beat.tick() => {
                 // Primers still spread ahead cannot return before their release.
                 let ahead = (max_lead / 1000.0 - timer::now().saturating_duration_since(warm_start).as_secs_f64()).max(0.0);
-                beat.log(sc, "primers", returned, primers, warm_start, ahead);
+                log_progress(sc, "primers", returned, primers, warm_start, ahead);
             }
             Some(r) = sc.tasks.join_next() => {
                 let Ok(d) = r else {
@@ -267,7 +267,7 @@ async fn pressure_stage(
         tokio::select! {
             () = beat.tick() => {
                 let (done, total, floor) = pressure_progress(sc, p, now, end);
-                beat.log(sc, "cache pressure", done, total, now, floor);
+                log_progress(sc, "cache pressure", done, total, now, floor);
             }
             Some(r) = sc.tasks.join_next() => {
                 if let Ok(d) = r {
@@ -347,17 +347,19 @@ impl Heartbeat {
             None => std::future::pending().await,
         }
     }
+}
 
-    fn log(&self, sc: &Sched, stage: &str, done: u64, total: u64, since: Instant, floor: f64) {
-        let t = sc.sh.tally.lock().expect("tally lock").clone();
-        let elapsed = timer::now().saturating_duration_since(since).as_secs_f64();
-        tracing::info!(
-            "Phase warmup progress | {stage} | returned={done}/{total} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
-            sc.tasks.len(),
-            t.warmup_failed,
-            crate::eta_field(done, total, elapsed, floor)
-        );
-    }
+/// The `Phase warmup progress` line of `stage`: `done` of `total` returned since `since`, never
+/// finishing before `floor` seconds from now.
+fn log_progress(sc: &Sched, stage: &str, done: u64, total: u64, since: Instant, floor: f64) {
+    let tally = sc.sh.tally.lock().expect("tally lock").clone();
+    let elapsed = timer::now().saturating_duration_since(since).as_secs_f64();
+    tracing::info!(
+        "Phase warmup progress | {stage} | returned={done}/{total} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
+        sc.tasks.len(),
+        tally.warmup_failed,
+        crate::eta_field(done, total, elapsed, floor)
+    );
 }
 
 /// The cache-pressure stage's progress: requests returned of the requests it sends (lanes × the
