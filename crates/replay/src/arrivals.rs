@@ -99,7 +99,7 @@ impl ArrivalSpec {
 
     /// The coefficient of variation of the inter-arrival times: 1 for poisson, 0 for constant,
     /// 1/sqrt(shape) for gamma.
-    pub fn expected_cv(&self) -> f64 {
+    pub(crate) fn expected_cv(&self) -> f64 {
         match self.pattern {
             Pattern::Poisson => 1.0,
             Pattern::Constant => 0.0,
@@ -132,7 +132,7 @@ impl ArrivalSpec {
 }
 
 /// The seeded inter-arrival draws.
-pub struct Process {
+pub(crate) struct Process {
     rng: ChaCha8Rng,
     draw: Draw,
 }
@@ -144,7 +144,7 @@ enum Draw {
 }
 
 impl Process {
-    pub fn new(spec: &ArrivalSpec) -> Process {
+    pub(crate) fn new(spec: &ArrivalSpec) -> Process {
         let rate = spec.rate;
         let draw = match spec.pattern {
             Pattern::Constant => Draw::Constant(1.0 / rate),
@@ -167,7 +167,7 @@ impl Process {
     }
 
     /// The next inter-arrival time, seconds (finite and non-negative).
-    pub fn gap_s(&mut self) -> f64 {
+    pub(crate) fn gap_s(&mut self) -> f64 {
         let g = match &self.draw {
             Draw::Constant(g) => *g,
             Draw::Exp(e) => e.sample(&mut self.rng),
@@ -183,16 +183,16 @@ impl Process {
 
 /// What is due now: an arrival to start, and the arrivals skipped before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Due {
+pub(crate) struct Due {
     /// The arrival to start, by its ordinal in the schedule (skipped ones counted): unique per
     /// run. `None` when every due arrival was too late.
-    pub ordinal: Option<u64>,
+    pub(crate) ordinal: Option<u64>,
     /// Arrivals skipped because they were more than one mean inter-arrival late.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
 }
 
 /// The schedule from the start of profiling.
-pub struct Schedule {
+pub(crate) struct Schedule {
     start: Instant,
     process: Process,
     /// The lateness past which an arrival is skipped: one mean inter-arrival.
@@ -204,7 +204,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// The first arrival is at `start`.
-    pub fn new(spec: &ArrivalSpec, start: Instant) -> Schedule {
+    pub(crate) fn new(spec: &ArrivalSpec, start: Instant) -> Schedule {
         Schedule {
             start,
             process: Process::new(spec),
@@ -219,13 +219,13 @@ impl Schedule {
     }
 
     /// When the next arrival is due.
-    pub fn next_at(&self) -> Instant {
+    pub(crate) fn next_at(&self) -> Instant {
         self.instant(self.next_s)
     }
 
     /// The next arrival due at `now`, if any: arrivals more than one mean inter-arrival late are
     /// skipped on the way (see the module's rule). Call again until `None`: one arrival per call.
-    pub fn due(&mut self, now: Instant) -> Option<Due> {
+    pub(crate) fn due(&mut self, now: Instant) -> Option<Due> {
         let mut skipped = 0;
         while self.next_at() <= now {
             let at = self.next_at();

@@ -36,7 +36,7 @@ pub mod arrivals;
 mod drain;
 mod lane;
 pub mod plan;
-pub mod recycle;
+mod recycle;
 mod request;
 pub mod sched;
 mod session;
@@ -45,8 +45,8 @@ mod shard;
 mod testkit;
 #[cfg(test)]
 mod tests;
-pub mod threshold;
-pub mod timer;
+mod threshold;
+mod timer;
 pub mod tree;
 pub mod ui;
 
@@ -173,7 +173,7 @@ pub struct Tally {
 
 impl Tally {
     /// Counts one record by its phase and outcome (the rule of [`agentx_metrics::Outcome`]).
-    pub fn add(&mut self, rec: &RequestRecord) {
+    pub(crate) fn add(&mut self, rec: &RequestRecord) {
         use agentx_metrics::Outcome;
         if rec.phase == Phase::Warmup {
             self.warmup_requests += 1;

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 /// Queue state; one per run, behind a lock.
 #[derive(Debug)]
-pub struct Recycler {
+pub(crate) struct Recycler {
     queue: VecDeque<usize>,
     /// Live sessions per trace index.
     active: Vec<u32>,
@@ -18,15 +18,19 @@ pub struct Recycler {
 
 /// A session to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Next {
-    pub trace: usize,
+pub(crate) struct Next {
+    pub(crate) trace: usize,
     /// Sessions of this trace minted before this one.
-    pub recycle_pass: u32,
+    pub(crate) recycle_pass: u32,
 }
 
 impl Recycler {
     /// `pool`: usable trace indices in dataset order; `running`: the traces the lanes start with.
-    pub fn new(pool: &[usize], running: impl IntoIterator<Item = usize>, traces: usize) -> Self {
+    pub(crate) fn new(
+        pool: &[usize],
+        running: impl IntoIterator<Item = usize>,
+        traces: usize,
+    ) -> Self {
         let mut r = Recycler {
             queue: pool.iter().copied().collect(),
             active: vec![0; traces],
@@ -40,7 +44,7 @@ impl Recycler {
     }
 
     /// Ends a session of `finished` and, when `can_start`, picks the next one.
-    pub fn recycle(&mut self, finished: usize, can_start: bool) -> Option<Next> {
+    pub(crate) fn recycle(&mut self, finished: usize, can_start: bool) -> Option<Next> {
         match self.active.get_mut(finished) {
             Some(n) if *n > 0 => *n -= 1,
             _ => tracing::error!(

@@ -20,19 +20,19 @@ type Entry = (Instant, oneshot::Sender<()>);
 /// The replay's "now": tokio's clock, which is the system's monotonic clock in a run and the
 /// paused virtual clock in the replay's tests (`tokio::time::pause`, feature `test-util`).
 #[inline]
-pub fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
 /// A thread that completes oneshots at their deadlines.
 #[derive(Debug)]
-pub struct Waker {
+pub(crate) struct Waker {
     tx: Mutex<mpsc::Sender<Entry>>,
 }
 
 impl Waker {
     /// Starts the timer thread; it ends when the `Waker` is dropped and no deadline is pending.
-    pub fn start() -> std::io::Result<Waker> {
+    pub(crate) fn start() -> std::io::Result<Waker> {
         let (tx, rx) = mpsc::channel::<Entry>();
         std::thread::Builder::new()
             .name("agentx-timer".into())
@@ -41,7 +41,7 @@ impl Waker {
     }
 
     /// Completes when `at` has passed (at once if it has already).
-    pub async fn sleep_until(&self, at: Instant) {
+    pub(crate) async fn sleep_until(&self, at: Instant) {
         if at <= Instant::now() {
             return;
         }

@@ -292,11 +292,11 @@ pub struct PlannedLanes {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Whole {
     /// The largest warmup lead of any alive stream with a warm turn (ms).
-    pub max_lead_ms: f64,
+    pub(crate) max_lead_ms: f64,
     /// The smallest offset of any alive stream that does not wait for a join (ms; 0 for none).
-    pub t0_ms: f64,
+    pub(crate) t0_ms: f64,
     /// Per trace id: the passes its planned lanes minted (the next recycled tree's pass).
-    pub passes: HashMap<String, u32>,
+    pub(crate) passes: HashMap<String, u32>,
 }
 
 impl Whole {
@@ -365,7 +365,7 @@ pub fn tree_owners(lanes: &[TreeLane], trees: usize, count: u32) -> Vec<u32> {
 /// trees this shard owns ([`tree_owners`]; every tree in a run in one process). Trees without root
 /// turns are passed over.
 #[derive(Debug, Clone)]
-pub struct Sampler {
+pub(crate) struct Sampler {
     next: usize,
     /// Per tree, whether this shard recycles it; `None`: every tree.
     mine: Option<Vec<bool>>,
@@ -375,7 +375,7 @@ impl Sampler {
     /// Shard `shard`'s sampler (`owners` from [`tree_owners`], `None` in one process) over `n`
     /// trees, `usable` the trees with root turns. A shard that owns no usable tree (lanes far
     /// outnumber trees) samples every tree, as lanes then share trees anyway.
-    pub fn new(
+    pub(crate) fn new(
         next: usize,
         owners: Option<Vec<u32>>,
         shard: u32,
@@ -396,7 +396,7 @@ impl Sampler {
     }
 
     /// The next tree (of `n`), if any is usable.
-    pub fn next(&mut self, n: usize, usable: impl Fn(usize) -> bool) -> Option<usize> {
+    pub(crate) fn next(&mut self, n: usize, usable: impl Fn(usize) -> bool) -> Option<usize> {
         for _ in 0..n {
             let t = self.next % n;
             self.next += 1;

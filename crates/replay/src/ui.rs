@@ -111,7 +111,7 @@ impl Default for Samples {
 
 /// The profiling phase so far.
 #[derive(Debug, Default)]
-pub struct Live {
+pub(crate) struct Live {
     s: Mutex<Samples>,
 }
 
@@ -145,7 +145,7 @@ fn num(x: Option<f64>) -> String {
 
 impl Live {
     /// Adds a finished request (warmup records are ignored).
-    pub fn record(&self, r: &RequestRecord) {
+    pub(crate) fn record(&self, r: &RequestRecord) {
         if r.phase != Phase::Profiling {
             return;
         }
@@ -178,14 +178,8 @@ impl Live {
         s.osl.push(r.osl as f64);
     }
 
-    /// (ok, failed) so far.
-    pub fn counts(&self) -> (u64, u64) {
-        let s = self.s.lock().expect("live stats lock");
-        (s.ok, s.err)
-    }
-
     /// The realtime block at `elapsed` into the phase.
-    pub fn block(&self, elapsed: Duration, phase: &str, srv: Option<&SrvRow>) -> String {
+    pub(crate) fn block(&self, elapsed: Duration, phase: &str, srv: Option<&SrvRow>) -> String {
         let mut guard = self.s.lock().expect("live stats lock");
         let s = &mut *guard;
         let secs = elapsed.as_secs_f64().max(1e-9);
@@ -242,13 +236,13 @@ impl Live {
 }
 
 /// A progress bar on a terminal; nothing otherwise.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
 }
 
 impl Progress {
     /// `enabled`: stderr is a terminal.
-    pub fn new(enabled: bool) -> Progress {
+    pub(crate) fn new(enabled: bool) -> Progress {
         let bar = enabled.then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
             b.set_style(
@@ -263,7 +257,7 @@ impl Progress {
     }
 
     /// Starts a phase of `len` steps (seconds of profiling, or warmup requests).
-    pub fn phase(&self, name: &str, len: u64) {
+    pub(crate) fn phase(&self, name: &str, len: u64) {
         if let Some(b) = &self.bar {
             b.set_prefix(name.to_string());
             b.set_length(len);
@@ -272,7 +266,7 @@ impl Progress {
     }
 
     /// Updates the bar: position and the counts line.
-    pub fn update(&self, pos: u64, msg: String) {
+    pub(crate) fn update(&self, pos: u64, msg: String) {
         if let Some(b) = &self.bar {
             b.set_position(pos);
             b.set_message(msg);
@@ -280,7 +274,7 @@ impl Progress {
     }
 
     /// Prints a block above the bar, or logs it when there is no bar.
-    pub fn block(&self, text: &str) {
+    pub(crate) fn block(&self, text: &str) {
         match &self.bar {
             Some(b) => b.println(text),
             None => {
@@ -291,7 +285,7 @@ impl Progress {
         }
     }
 
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
