@@ -30,8 +30,11 @@ const SEED_SALT: u64 = 0xa771_7a15_5e55_1045;
 /// The arrival process of an open-loop run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {
+    /// Exponential inter-arrival times of mean 1/rate.
     Poisson,
+    /// Exactly 1/rate between arrivals.
     Constant,
+    /// Gamma inter-arrival times of shape `smoothness` and mean 1/rate.
     Gamma,
 }
 
@@ -46,6 +49,7 @@ impl Pattern {
         }
     }
 
+    /// The pattern's name as `parse` reads it and the summary writes it.
     pub fn name(self) -> &'static str {
         match self {
             Pattern::Poisson => "poisson",
@@ -59,10 +63,13 @@ impl Pattern {
 /// the draws.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArrivalSpec {
+    /// Sessions started per second (positive, finite).
     pub rate: f64,
+    /// How the inter-arrival times are drawn.
     pub pattern: Pattern,
     /// The gamma shape (`gamma` only).
     pub smoothness: Option<f64>,
+    /// The run's seed; the arrival draws use it salted, so equal seeds give equal arrival times.
     pub seed: u64,
 }
 

@@ -11,7 +11,7 @@
 //!   the run: a degraded warmup would skew every number after it.
 //! - **Profiling**: each lane resumes at k+1 in a new session carrying the same marker, sends its next
 //!   turn when the previous response has ended plus the scenario's delay, and on the last turn or a
-//!   context overflow hands its trace to the [`recycle::Recycler`] and starts the head trace at turn 0
+//!   context overflow hands its trace to the `recycle::Recycler` and starts the head trace at turn 0
 //!   with a new marker.
 //! - **Stop**: at the benchmark duration nothing new starts, in-flight requests get the grace period
 //!   and are then cancelled (and recorded as cancelled); the failed-request threshold and an interrupt
@@ -20,17 +20,18 @@
 //!
 //! Timing: the scheduled (intended) send time of each turn is recorded next to the actual send, and
 //! latencies count from the intended time, so scheduler lag is never hidden. Every clock read of
-//! the replay goes through tokio ([`timer::now`], tokio's sleeps, [`Clock`]), and think times end
-//! on [`timer::Waker`]'s thread unless [`ReplayConfig::timer_thread`] is off, so tests drive the
+//! the replay goes through tokio (`timer::now`, tokio's sleeps, [`Clock`]), and think times end
+//! on `timer::Waker`'s thread unless [`ReplayConfig::timer_thread`] is off, so tests drive the
 //! replay on tokio's paused clock.
 //!
-//! The files: this one runs the phases of the single-stream replay, [`lane`] a lane's sessions,
-//! [`request`] one request (body, send, record, tally), [`transport`] what the replay needs from a
+//! The files: this one runs the phases of the single-stream replay, `lane` a lane's sessions,
+//! `request` one request (body, send, record, tally), [`transport`] what the replay needs from a
 //! client, [`sched`] the session-tree scheduler, `shard.rs` a shard's warmup hand-off to the other
 //! shards. The paused-time tests are in `tests.rs` (this replay) and `sched/tests.rs` (the tree
 //! scheduler), on a scripted transport (`testkit.rs`).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod arrivals;
 mod drain;
@@ -75,17 +76,24 @@ use crate::ui::{Live, Progress, SrvRow};
 /// How a replay runs (the resolved configuration the replay needs).
 #[derive(Debug, Clone)]
 pub struct ReplayConfig {
+    /// How long profiling sends (from its first request to the stop of new sends).
     pub duration: Duration,
     /// In-flight requests may finish this long after the duration; `None` waits for all.
     pub grace: Option<Duration>,
     /// Warmup may take this long; `None` waits for all.
     pub warmup_grace: Option<Duration>,
+    /// `--failed-request-threshold`: the failed share of judged profiling requests (0 to 1) above which the run stops; `None` never stops on failures.
     pub failed_request_threshold: Option<f64>,
+    /// Where the cache-bust marker goes in each request's messages.
     pub placement: Placement,
+    /// Whether assistant turns replay the recorded text or the server's live replies.
     pub mode: AssistantMode,
+    /// `--use-server-token-count`: token counts come from the server's `usage` rather than the client's tokenizer.
     pub use_server_token_count: bool,
     /// Phrases overriding the scenario's overflow list (`None`: the scenario's own).
     pub overflow_phrases: Option<Vec<String>>,
+    /// The run's id: its first 8 characters start every session and request id, and the scenario
+    /// mints the cache-bust markers from it.
     pub run_id: String,
     /// Interval of the progress log line; `None` for none.
     pub stats_interval: Option<Duration>,
@@ -95,7 +103,7 @@ pub struct ReplayConfig {
     /// its next turn during profiling (a single-stream session has nothing in flight while it
     /// waits, so aiperf's per-tree idle cap is a cap on each delay).
     pub trace_idle_cap: Option<Duration>,
-    /// Think times end on a timer thread of the replay's own ([`timer::Waker`], finer than tokio's
+    /// Think times end on a timer thread of the replay's own (`timer::Waker`, finer than tokio's
     /// millisecond timer; the default of a run). Off, they end on tokio's timer, which the replay's
     /// paused-time tests drive.
     pub timer_thread: bool,
@@ -121,10 +129,13 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Whether the stop cut the run short (anything but [`StopReason::Completed`]).
     pub fn cancelled(self) -> bool {
         self != StopReason::Completed
     }
 
+    /// The reason's name in the run's artifacts (`completed`, `warmup_failed`, ...); [`StopReason::parse`]
+    /// reads it back.
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::Completed => "completed",
@@ -152,6 +163,7 @@ impl StopReason {
 /// Counts of a finished replay (profiling phase unless named otherwise).
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
+    /// Warmup requests that returned or were cancelled (every record of the warmup phase).
     pub warmup_requests: u64,
     /// Warmup requests that failed (context overflows and cancellations excluded).
     pub warmup_failed: u64,
@@ -161,13 +173,19 @@ pub struct Tally {
     pub warmup_overflows: u64,
     /// Profiling responses of every kind (ok, failed, overflowed, cancelled).
     pub requests: u64,
+    /// Profiling responses that ended well.
     pub ok: u64,
     /// Failures that count against the threshold (overflows and cancellations excluded).
     pub failed: u64,
+    /// Profiling responses the scenario classified as context overflows (not failures).
     pub context_overflows: u64,
+    /// Profiling requests cancelled (by the stop, the grace period or an interrupt).
     pub cancelled: u64,
+    /// Profiling sessions started.
     pub sessions: u64,
+    /// Output tokens of the successful profiling responses.
     pub output_tokens: u64,
+    /// Input tokens of the successful profiling responses.
     pub input_tokens: u64,
 }
 
@@ -231,7 +249,9 @@ pub(crate) fn eta_field(done: u64, total: u64, elapsed_s: f64, floor_s: f64) -> 
 /// The result of [`run`].
 #[derive(Debug, Clone)]
 pub struct ReplayOutcome {
+    /// Why the replay stopped.
     pub stop: StopReason,
+    /// The request counts of both phases.
     pub tally: Tally,
     /// When profiling began and ended (offsets on the run clock); `None` if it never began.
     pub profiling_ns: Option<(u64, u64)>,
@@ -241,14 +261,21 @@ pub struct ReplayOutcome {
 
 /// Everything a replay borrows for its whole life.
 pub struct ReplayInputs {
+    /// The corpus the lanes replay.
     pub dataset: &'static Dataset,
+    /// Builds each request's prompt text from the corpus's token counts.
     pub synth: &'static PromptSynth,
+    /// Counts the client-side input and output tokens of each request.
     pub counter: TokenCounter,
-    /// The HTTP side ([`agentx_protocol::Client`] in a run).
+    /// The HTTP side (the client crate's `Client` in a run).
     pub client: Box<dyn Transport>,
+    /// Writes each request's body: the endpoint's format, the model, streaming and the extra inputs.
     pub body: RequestBody,
+    /// The scenario that plans starts and delays and classifies responses.
     pub scenario: ScenarioInstance,
+    /// Where each request's record goes the moment it completes.
     pub records: RecordSender,
+    /// The run's clock, which record times are offsets on.
     pub clock: Clock,
     /// Set once to interrupt (first signal: drain; the caller cancels on a second).
     pub interrupt: watch::Receiver<u32>,
@@ -273,6 +300,7 @@ pub struct ShardLink {
     /// This shard's index and the shard count: session and request numbers are strided by them
     /// (`n * count + index`), so ids stay unique across the merged run.
     pub index: u32,
+    /// The number of shards in the run (at least 1).
     pub count: u32,
     /// This shard's warmup outcome, sent once when its warmup returned (`Err` with why it failed;
     /// a session-tree shard's hand-off offset after the cache-pressure stage in `Ok`).

@@ -37,19 +37,26 @@ impl Lane {
 /// What the plan needs from the resolved configuration.
 #[derive(Debug, Clone)]
 pub struct PlanParams {
+    /// Lanes replayed at once (`--concurrency`).
     pub concurrency: u32,
+    /// The scenario's parameters for picking each lane's start turn.
     pub start: StartParams,
+    /// The scenario's parameters for the think-time delay before each turn.
     pub delay: DelayParams,
+    /// Where the cache-bust marker goes in each request's messages.
     pub placement: Placement,
+    /// Whether assistant turns replay the recorded text or the server's live replies.
     pub mode: AssistantMode,
     /// How prompts are laid out (which turns can start a session depends on it).
     pub tiling: Tiling,
+    /// The run's id, from which the scenario mints each lane's cache-bust marker.
     pub run_id: String,
 }
 
 /// The whole plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// One entry per lane, in lane order.
     pub lanes: Vec<Lane>,
     /// Traces that can start a session, in dataset order (the recycle queue's initial order).
     pub pool: Vec<usize>,
@@ -62,10 +69,15 @@ pub struct Plan {
 /// Errors of planning.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// The scenario failed to plan the starts or the delays.
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    /// No trace has a turn a session can start at.
     #[error("no trace of the dataset can start a session ({traces} traces; each needs at least 2 turns with a sendable start); use a larger corpus or raise --num-dataset-entries")]
-    NoUsableTrace { traces: usize },
+    NoUsableTrace {
+        /// Traces in the dataset.
+        traces: usize,
+    },
 }
 
 /// How much of a plan cannot fit a server's context length (by the corpus's recorded counts).
@@ -75,6 +87,7 @@ pub struct OverContext {
     pub lanes: usize,
     /// Traces of the pool with at least one such request.
     pub traces: usize,
+    /// Traces in the pool.
     pub pool: usize,
 }
 

@@ -196,13 +196,19 @@ pub struct TreeLaneStream {
 /// What planning a session-tree run needs.
 #[derive(Debug, Clone)]
 pub struct TreePlanParams {
+    /// Lanes replayed at once (`--concurrency`).
     pub concurrency: u32,
+    /// The run's seed, passed to the scenario's `start-tree`.
     pub seed: u64,
+    /// The smallest start position of a lane, as a fraction of its tree (0 to 1).
     pub min_ratio: f64,
+    /// The largest start position of a lane, as a fraction of its tree (0 to 1).
     pub max_ratio: f64,
     /// The system idle cap (ms): the largest warmup lead.
     pub lead_cap_ms: f64,
+    /// Where the cache-bust marker goes in each request's messages.
     pub placement: agentx_scenario::types::Placement,
+    /// The run's id, from which the scenario mints each lane's cache-bust marker.
     pub run_id: String,
 }
 
@@ -281,7 +287,9 @@ pub fn plan_lanes(
 /// there, round-robin in corpus order).
 #[derive(Debug, Clone)]
 pub struct PlannedLanes {
+    /// One entry per planned lane, in lane order.
     pub lanes: Vec<TreeLane>,
+    /// The draw index the sampler of recycled trees starts from.
     pub next_draw: usize,
 }
 

@@ -4,9 +4,9 @@
 //! and a `srv` row from the scraped server metrics.
 //! Without a terminal the block goes to the log and there is no bar.
 //!
-//! It owns no data: the replay hands it each finished profiling record ([`Live::record`]) and the
+//! It owns no data: the replay hands it each finished profiling record (`Live::record`) and the
 //! latest server row; the block is rendered from those only. The percentiles come from streaming
-//! histograms ([`Quantiles`]: three significant digits, so a shown value is within 0.1 % of the
+//! histograms (`Quantiles`: three significant digits, so a shown value is within 0.1 % of the
 //! exact one), whose size depends on the range of the values and not on their number: a run of
 //! hours keeps the same few hundred KiB, and a block costs the same at its end as at its start. The
 //! exports compute exact percentiles from the records.
@@ -30,10 +30,13 @@ pub struct SrvRow {
     pub ext_cache_hit: Option<f64>,
     /// Percent of KV cache in use now.
     pub kv_usage: Option<f64>,
+    /// Requests the server is running now.
     pub running: Option<f64>,
+    /// Requests waiting in the server's queue now.
     pub waiting: Option<f64>,
     /// Server-counted prompt and generation tokens per second over the last interval.
     pub tput_in: Option<f64>,
+    /// Server-counted generation tokens per second over the last interval.
     pub tput_out: Option<f64>,
 }
 

@@ -9,7 +9,7 @@
 //!   child finished.
 //! - **Shards.** A shard of a sharded run replays its own lanes of the whole plan
 //!   ([`TreePlan::shard`]): its sampler takes only the trees it owns
-//!   ([`super::tree::Sampler`]), its primers and first turns sit on the whole plan's timeline
+//!   (`super::tree::Sampler`), its primers and first turns sit on the whole plan's timeline
 //!   ([`TreePlan::whole`]), and its warmup hand-off and stops go through the rendezvous as the
 //!   single-stream replay's do.
 //! - **Warmup.** Every alive stream with a warm turn sends it (`max_tokens` from the scenario's
@@ -47,9 +47,9 @@
 //! single-stream replay ([`super`]); each request's record is sent the moment it completes.
 
 //!
-//! The files: [`state`] is the state machine (runtime trees, stream states, timers, what a fired
-//! timer or a returned request changes), [`warmup`] the primers, the cache-pressure stage and its
-//! hand-off, [`stream`] a stream's request tasks; this file drives them through the phases.
+//! The files: `state` is the state machine (runtime trees, stream states, timers, what a fired
+//! timer or a returned request changes), `warmup` the primers, the cache-pressure stage and its
+//! hand-off, `stream` a stream's request tasks; this file drives them through the phases.
 //! The state machine's paused-time tests are in `tests.rs`.
 
 mod state;
@@ -81,7 +81,9 @@ use stream::Stage;
 pub struct TreePlan {
     /// One trajectory per stream: tree `i`'s stream `s` is `first_stream[i] + s`.
     pub streams: &'static Dataset,
+    /// The corpus's session trees, in corpus order.
     pub trees: &'static [SessionTree],
+    /// Per tree, the index in `streams` of its stream 0.
     pub first_stream: &'static [u32],
     /// The lanes this process replays (a shard's are numbered from 0 here; see [`TreeShard`]).
     pub lanes: Vec<TreeLane>,
@@ -93,6 +95,7 @@ pub struct TreePlan {
     /// A sharded run's part: which trees this shard recycles, and its lanes' numbers in the whole
     /// plan; `None` in one process.
     pub shard: Option<TreeShard>,
+    /// The scenario's replay rules (warmup tokens and spread, failures, barrier, idle caps).
     pub rules: ReplayRules,
     /// Per stream (global index), per turn: the end-to-start delay in ms (0 for turn 0).
     pub delays_ms: Vec<Vec<f64>>,
@@ -109,13 +112,16 @@ pub struct TreePlan {
 /// arrival may take; one over it is rejected and counted, never queued).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OpenLoop {
+    /// The arrival process and its seed.
     pub spec: super::arrivals::ArrivalSpec,
+    /// Sessions in flight at most (`--concurrency`): an arrival when all are taken is rejected.
     pub slots: u32,
 }
 
 /// One shard's part of a session-tree run.
 #[derive(Debug, Clone)]
 pub struct TreeShard {
+    /// This shard's index, from 0.
     pub index: u32,
     /// Per corpus tree, the shard that recycles it ([`super::tree::tree_owners`]).
     pub owners: Vec<u32>,
@@ -175,7 +181,9 @@ pub struct TreeCounts {
 
 /// The outcome of a session-tree replay.
 pub struct TreeOutcome {
+    /// The stop reason, request counts and profiling window, as the single-stream replay returns them.
     pub replay: ReplayOutcome,
+    /// What the scheduler counted beyond the requests.
     pub counts: TreeCounts,
 }
 
