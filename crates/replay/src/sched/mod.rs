@@ -369,8 +369,8 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
         plan,
     };
     for l in &lanes_plan {
-        let rt = sc.planned_tree(l);
-        sc.lanes[l.lane as usize] = Some(rt);
+        let lane_tree = sc.planned_tree(l);
+        sc.lanes[l.lane as usize] = Some(lane_tree);
     }
     (sc, rest, lanes_plan)
 }
@@ -418,8 +418,8 @@ fn start_profiling(
         sc.counts.arrivals = Some(super::arrivals::ArrivalCounts::default());
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
-        let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|rt| {
-            l.streams.iter().any(|s| s.index == 0) && rt.streams[0].st == St::Done
+        let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|lane_tree| {
+            l.streams.iter().any(|s| s.index == 0) && lane_tree.streams[0].st == St::Done
         });
         sc.counts.trees_started += 1;
         sh.tally.lock().expect("tally lock").sessions += 1;
@@ -440,9 +440,9 @@ fn start_profiling(
         };
         let t0 = if t0.is_finite() { t0 } else { 0.0 };
         for s in &l.streams {
-            let rt = sc.lanes[l.lane as usize].as_mut().expect("planned");
-            rt.streams[s.index as usize].next = s.next_turn;
-            rt.streams[s.index as usize].st = St::Waiting;
+            let lane_tree = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            lane_tree.streams[s.index as usize].next = s.next_turn;
+            lane_tree.streams[s.index as usize].st = St::Waiting;
             let after = (s.offset_ms - t0).max(0.0);
             sc.push_timer(
                 l.lane,
@@ -453,8 +453,8 @@ fn start_profiling(
     }
     // Trees that start with only future work: the per-tree idle cap counts from the start.
     for lane in 0..sc.lanes.len() as u32 {
-        if let Some(rt) = sc.lanes[lane as usize].as_mut() {
-            rt.last_end = start;
+        if let Some(lane_tree) = sc.lanes[lane as usize].as_mut() {
+            lane_tree.last_end = start;
         }
         sc.settle(lane);
     }

@@ -88,8 +88,8 @@ async fn primers(
             } else {
                 0.0
             };
-            let rt = sc.lanes[l.lane as usize].as_mut().expect("planned");
-            rt.streams[s.index as usize].next = w;
+            let lane_tree = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            lane_tree.streams[s.index as usize].next = w;
             primers += 1;
             sc.push_timer(
                 l.lane,
@@ -138,8 +138,8 @@ async fn primers(
                 let next_turn = d.turn + 1;
                 let stream = d.stream;
                 sc.on_done(d);
-                if let Some(rt) = sc.lanes[lane as usize].as_mut() {
-                    rt.streams[stream as usize].next = next_turn;
+                if let Some(lane_tree) = sc.lanes[lane as usize].as_mut() {
+                    lane_tree.streams[stream as usize].next = next_turn;
                 }
                 // The lane as the whole plan numbers it (a shard's own start at 0).
                 let lane = sc.lane_id(lane);
@@ -224,16 +224,18 @@ async fn pressure_stage(
         }
     );
     for lane in 0..sc.lanes.len() as u32 {
-        let Some(rt) = sc.lanes[lane as usize].as_mut() else {
+        let Some(lane_tree) = sc.lanes[lane as usize].as_mut() else {
             continue;
         };
-        rt.timers = 0;
-        if rt.streams[0].st == St::Done && rt.streams.iter().all(|s| s.st != St::Waiting) {
+        lane_tree.timers = 0;
+        if lane_tree.streams[0].st == St::Done
+            && lane_tree.streams.iter().all(|s| s.st != St::Waiting)
+        {
             sc.recycle(lane);
             continue;
         }
-        let waiting: Vec<u32> = (0..rt.streams.len() as u32)
-            .filter(|&s| rt.streams[s as usize].st == St::Waiting)
+        let waiting: Vec<u32> = (0..lane_tree.streams.len() as u32)
+            .filter(|&s| lane_tree.streams[s as usize].st == St::Waiting)
             .collect();
         for s in waiting {
             sc.push_timer(lane, s, now);
@@ -418,8 +420,8 @@ impl Sched {
         }
         let tree = self.lanes[d.lane as usize]
             .as_ref()
-            .filter(|rt| rt.gen == d.gen)
-            .map(|rt| self.tree(rt.tree).trace_id.as_str())?;
+            .filter(|lane_tree| lane_tree.gen == d.gen)
+            .map(|lane_tree| self.tree(lane_tree.tree).trace_id.as_str())?;
         let what = match (&d.failed, d.overflow) {
             (_, true) => "overflowed the context".to_string(),
             (Some(e), false) => format!("failed: {e}"),
@@ -441,10 +443,10 @@ impl Sched {
     pub(super) fn hand_off(&mut self, start: Instant, t0: Option<f64>) {
         self.heap.clear();
         let due = self.handoff_due();
-        for rt in self.lanes.iter_mut().flatten() {
-            rt.timers = 0;
-            rt.held.clear();
-            for st in &mut rt.streams {
+        for lane_tree in self.lanes.iter_mut().flatten() {
+            lane_tree.timers = 0;
+            lane_tree.held.clear();
+            for st in &mut lane_tree.streams {
                 if st.st == St::Held {
                     st.st = St::Waiting;
                 }
@@ -477,16 +479,16 @@ impl Sched {
     fn handoff_due(&self) -> Vec<Resume> {
         let trees: &'static [SessionTree] = self.plan.trees;
         let mut due: Vec<Resume> = Vec::new();
-        for rt in self.lanes.iter().flatten() {
-            let tree = &trees[rt.tree];
-            for (i, st) in rt.streams.iter().enumerate() {
+        for lane_tree in self.lanes.iter().flatten() {
+            let tree = &trees[lane_tree.tree];
+            for (i, st) in lane_tree.streams.iter().enumerate() {
                 if matches!(st.st, St::Waiting | St::Held) {
-                    let off = tree.streams[i].turns[st.next as usize].ts_ms - rt.origin_ms;
+                    let off = tree.streams[i].turns[st.next as usize].ts_ms - lane_tree.origin_ms;
                     due.push(Resume {
-                        lane: rt.lane,
+                        lane: lane_tree.lane,
                         stream: i as u32,
                         offset_ms: off.max(0.0),
-                        joining: st.st == St::Held && self.holds(rt, i as u32) == Some(true),
+                        joining: st.st == St::Held && self.holds(lane_tree, i as u32) == Some(true),
                     });
                 }
             }
