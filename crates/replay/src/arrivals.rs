@@ -86,12 +86,12 @@ impl ArrivalSpec {
             anyhow::bail!("--session-arrival-rate {rate} is not a positive number of sessions per second; pass e.g. --session-arrival-rate 0.5");
         }
         let smoothness = match (pattern, smoothness) {
-            (Pattern::Gamma, s) => {
-                let s = s.unwrap_or(1.0);
-                if !(s.is_finite() && s > 0.0) {
-                    anyhow::bail!("--session-arrival-smoothness {s} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5");
+            (Pattern::Gamma, given) => {
+                let shape = given.unwrap_or(1.0);
+                if !(shape.is_finite() && shape > 0.0) {
+                    anyhow::bail!("--session-arrival-smoothness {shape} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5");
                 }
-                Some(s)
+                Some(shape)
             }
             (_, Some(s)) => anyhow::bail!("--session-arrival-smoothness {s} applies to gamma arrivals only; add --session-arrival-pattern gamma or remove --session-arrival-smoothness"),
             (_, None) => None,
@@ -116,12 +116,12 @@ impl ArrivalSpec {
 
     /// The first `n` arrival offsets from the start, seconds (what the schedule fires on time).
     pub fn offsets(&self, n: usize) -> Vec<f64> {
-        let mut p = Process::new(self);
-        let mut at = 0.0;
+        let mut process = Process::new(self);
+        let mut next_offset = 0.0;
         (0..n)
             .map(|_| {
-                let this = at;
-                at += p.gap_s();
+                let this = next_offset;
+                next_offset += process.gap_s();
                 this
             })
             .collect()
@@ -175,13 +175,13 @@ impl Process {
 
     /// The next inter-arrival time, seconds (finite and non-negative).
     pub(crate) fn gap_s(&mut self) -> f64 {
-        let g = match &self.draw {
-            Draw::Constant(g) => *g,
+        let gap = match &self.draw {
+            Draw::Constant(gap) => *gap,
             Draw::Exp(e) => e.sample(&mut self.rng),
             Draw::Gamma(d) => d.sample(&mut self.rng),
         };
-        if g.is_finite() {
-            g.max(0.0)
+        if gap.is_finite() {
+            gap.max(0.0)
         } else {
             0.0
         }
@@ -235,11 +235,11 @@ impl Schedule {
     pub(crate) fn due(&mut self, now: Instant) -> Option<Due> {
         let mut skipped = 0;
         while self.next_at() <= now {
-            let at = self.next_at();
+            let due_at = self.next_at();
             let ordinal = self.ordinal;
             self.ordinal += 1;
             self.next_s += self.process.gap_s();
-            if now.saturating_duration_since(at) <= self.mean_gap {
+            if now.saturating_duration_since(due_at) <= self.mean_gap {
                 return Some(Due {
                     ordinal: Some(ordinal),
                     skipped,

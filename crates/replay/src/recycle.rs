@@ -31,16 +31,16 @@ impl Recycler {
         running: impl IntoIterator<Item = usize>,
         traces: usize,
     ) -> Self {
-        let mut r = Recycler {
+        let mut recycler = Recycler {
             queue: pool.iter().copied().collect(),
             active: vec![0; traces],
             passes: vec![0; traces],
         };
         for t in running {
-            r.active[t] += 1;
-            r.passes[t] += 1;
+            recycler.active[t] += 1;
+            recycler.passes[t] += 1;
         }
-        r
+        recycler
     }
 
     /// Ends a session of `finished` and, when `can_start`, picks the next one.
@@ -58,23 +58,23 @@ impl Recycler {
         }
         let mut pick = None;
         for _ in 0..self.queue.len() {
-            let t = self.queue.pop_front()?;
-            if self.active[t] == 0 {
-                pick = Some(t);
+            let trace = self.queue.pop_front()?;
+            if self.active[trace] == 0 {
+                pick = Some(trace);
                 break;
             }
-            self.queue.push_back(t);
+            self.queue.push_back(trace);
         }
         // Every trace is live (the pool is not larger than the lanes): take the head anyway.
-        let t = match pick {
-            Some(t) => t,
+        let trace = match pick {
+            Some(trace) => trace,
             None => self.queue.pop_front()?,
         };
-        self.active[t] += 1;
-        let recycle_pass = self.passes[t];
-        self.passes[t] += 1;
+        self.active[trace] += 1;
+        let recycle_pass = self.passes[trace];
+        self.passes[trace] += 1;
         Some(Next {
-            trace: t,
+            trace,
             recycle_pass,
         })
     }
