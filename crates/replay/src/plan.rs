@@ -150,12 +150,12 @@ impl Plan {
             let traj = ds.trajectory(trace).expect("pool index is in the dataset");
             // A lane that shares its trace with an earlier one draws its start with the lane in the
             // salt (`seed:trace:lane`), as aiperf's wrap-fill does, so shared traces start apart.
-            let k = if lane < pool.len() {
+            let start_turn = if lane < pool.len() {
                 starts[trace].expect("pool traces have a start")
             } else {
                 let salted = wit_trajectory(traj, p, format!("{}:{lane}", traj.id()));
                 match scenario.start_turn(p.start, &salted)? {
-                    Some(k) => k,
+                    Some(start_turn) => start_turn,
                     None => starts[trace].expect("pool traces have a start"),
                 }
             };
@@ -175,27 +175,27 @@ impl Plan {
                 trace,
                 trace_id: traj.id().to_owned(),
                 turns: traj.num_turns() as u32,
-                start_turn: k,
+                start_turn,
                 marker,
             });
         }
         let mut delays = Vec::with_capacity(ds.len());
         for t in ds.trajectories() {
-            let mut d = Vec::with_capacity(t.num_turns());
+            let mut turn_delays = Vec::with_capacity(t.num_turns());
             let mut prev_t = None;
             for turn in t.turns() {
                 let timing = TurnTiming {
                     think_time: turn.think_time(),
                     timestamp_gap: prev_t.map(|p: f64| (turn.t() - p).max(0.0)),
                 };
-                d.push(if turn.index() == 0 {
+                turn_delays.push(if turn.index() == 0 {
                     0.0
                 } else {
                     scenario.turn_delay(p.delay, timing)?
                 });
                 prev_t = Some(turn.t());
             }
-            delays.push(d);
+            delays.push(turn_delays);
         }
         Ok(Plan {
             lanes,
@@ -225,18 +225,18 @@ impl Plan {
         }
         let mut pool = Vec::new();
         for &t in &self.pool {
-            let s = match owner.get(&t) {
-                Some(&s) => s,
+            let shard = match owner.get(&t) {
+                Some(&shard) => shard,
                 None => {
-                    let s = (0..count)
-                        .min_by_key(|&s| (held[s as usize], s))
+                    let shard = (0..count)
+                        .min_by_key(|&shard| (held[shard as usize], shard))
                         .unwrap_or(0);
-                    held[s as usize] += 1;
-                    owner.insert(t, s);
-                    s
+                    held[shard as usize] += 1;
+                    owner.insert(t, shard);
+                    shard
                 }
             };
-            if s == index {
+            if shard == index {
                 pool.push(t);
             }
         }
@@ -255,8 +255,8 @@ impl Plan {
 
     /// The startup table: one line per lane and the min/median/max start percentage.
     pub fn table(&self) -> String {
-        let mut s = String::new();
-        let w = self
+        let mut table = String::new();
+        let width = self
             .lanes
             .iter()
             .map(|l| l.trace_id.len())
@@ -264,14 +264,14 @@ impl Plan {
             .unwrap_or(8)
             .max(8);
         let _ = writeln!(
-            s,
-            "{:>5}  {:<w$}  {:>11}  {:>6}",
+            table,
+            "{:>5}  {:<width$}  {:>11}  {:>6}",
             "lane", "trace", "start_turn", "pct"
         );
         for l in &self.lanes {
             let _ = writeln!(
-                s,
-                "{:>5}  {:<w$}  {:>11}  {:>5.1}%",
+                table,
+                "{:>5}  {:<width$}  {:>11}  {:>5.1}%",
                 l.lane,
                 l.trace_id,
                 format!("{}/{}", l.start_turn, l.turns),
@@ -280,27 +280,27 @@ impl Plan {
         }
         let (min, med, max) = self.percent_spread();
         let _ = write!(
-            s,
+            table,
             "start turn as % of trace: min {min:.1}%, median {med:.1}%, max {max:.1}% over {} lanes",
             self.lanes.len()
         );
-        s
+        table
     }
 
     /// Min, median and max start percentage over the lanes.
     pub fn percent_spread(&self) -> (f64, f64, f64) {
-        let mut v: Vec<f64> = self.lanes.iter().map(Lane::percent).collect();
-        v.sort_unstable_by(f64::total_cmp);
-        if v.is_empty() {
+        let mut sorted: Vec<f64> = self.lanes.iter().map(Lane::percent).collect();
+        sorted.sort_unstable_by(f64::total_cmp);
+        if sorted.is_empty() {
             return (0.0, 0.0, 0.0);
         }
-        let n = v.len();
-        let med = if n % 2 == 1 {
-            v[n / 2]
+        let count = sorted.len();
+        let med = if count % 2 == 1 {
+            sorted[count / 2]
         } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
+            (sorted[count / 2 - 1] + sorted[count / 2]) / 2.0
         };
-        (v[0], med, v[n - 1])
+        (sorted[0], med, sorted[count - 1])
     }
 }
 
