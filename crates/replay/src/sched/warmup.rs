@@ -82,14 +82,16 @@ async fn primers(
     let mut primers = 0u64;
     for l in lanes_plan {
         for s in &l.streams {
-            let Some(w) = s.warm_turn else { continue };
+            let Some(warm_turn) = s.warm_turn else {
+                continue;
+            };
             let off = if spread {
                 (max_lead - s.lead_ms).max(0.0)
             } else {
                 0.0
             };
             let lane_tree = sc.lanes[l.lane as usize].as_mut().expect("planned");
-            lane_tree.streams[s.index as usize].next = w;
+            lane_tree.streams[s.index as usize].next = warm_turn;
             primers += 1;
             sc.push_timer(
                 l.lane,
@@ -125,19 +127,19 @@ async fn primers(
                 log_progress(sc, "primers", returned, primers, warm_start, ahead);
             }
             Some(r) = sc.tasks.join_next() => {
-                let Ok(d) = r else {
+                let Ok(finished) = r else {
                     failures.push("a warmup task failed".into());
                     returned += 1;
                     continue;
                 };
                 returned += 1;
                 sh.progress.update(returned, format!("{returned}/{primers} primers returned"));
-                let depth0 = d.stream == 0;
-                let lane = d.lane;
-                let (overflow, failed) = (d.overflow, d.failed.clone());
-                let next_turn = d.turn + 1;
-                let stream = d.stream;
-                sc.on_done(d);
+                let depth0 = finished.stream == 0;
+                let lane = finished.lane;
+                let (overflow, failed) = (finished.overflow, finished.failed.clone());
+                let next_turn = finished.turn + 1;
+                let stream = finished.stream;
+                sc.on_done(finished);
                 if let Some(lane_tree) = sc.lanes[lane as usize].as_mut() {
                     lane_tree.streams[stream as usize].next = next_turn;
                 }
@@ -272,14 +274,14 @@ async fn pressure_stage(
                 log_progress(sc, "cache pressure", done, total, now, floor);
             }
             Some(r) = sc.tasks.join_next() => {
-                if let Ok(d) = r {
-                    if let Some(f) = sc.pressure_root_failure(&d) {
-                        break Some(PressureStop::Failed(f));
+                if let Ok(finished) = r {
+                    if let Some(failure) = sc.pressure_root_failure(&finished) {
+                        break Some(PressureStop::Failed(failure));
                     }
-                    let failed = d.failed.is_some();
-                    sc.on_done(d);
-                    if let Some(f) = failed.then(|| sc.warmup_threshold()).flatten() {
-                        break Some(PressureStop::Failed(f));
+                    let failed = finished.failed.is_some();
+                    sc.on_done(finished);
+                    if let Some(failure) = failed.then(|| sc.warmup_threshold()).flatten() {
+                        break Some(PressureStop::Failed(failure));
                     }
                 }
                 sc.fire_due();
@@ -333,9 +335,9 @@ impl Heartbeat {
     fn new(sc: &Sched) -> Heartbeat {
         Heartbeat {
             tick: sc.sh.cfg.warmup_progress_interval.map(|i| {
-                let mut t = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
-                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                t
+                let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                interval
             }),
         }
     }
@@ -400,14 +402,14 @@ impl Sched {
         if self.plan.rules.warmup_failure_aborts {
             return None;
         }
-        let f = self.sh.cfg.failed_request_threshold?;
-        let t = self.sh.tally.lock().expect("tally lock");
-        t.warmup_threshold_exceeded(f, self.sh.concurrency)
+        let threshold = self.sh.cfg.failed_request_threshold?;
+        let tally = self.sh.tally.lock().expect("tally lock");
+        tally.warmup_threshold_exceeded(threshold, self.sh.concurrency)
             .then(|| {
                 format!(
-                    "--failed-request-threshold {f} exceeded in warmup: {} of {} warmup requests failed",
-                    t.warmup_failed,
-                    t.warmup_judged()
+                    "--failed-request-threshold {threshold} exceeded in warmup: {} of {} warmup requests failed",
+                    tally.warmup_failed,
+                    tally.warmup_judged()
                 )
             })
     }
@@ -459,8 +461,8 @@ impl Sched {
                 self.counts.trees_started += 1;
                 self.sh.tally.lock().expect("tally lock").sessions += 1;
             }
-            let at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
-            self.push_timer(r.lane, r.stream, at);
+            let due_at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
+            self.push_timer(r.lane, r.stream, due_at);
         }
         for lane in 0..self.lanes.len() as u32 {
             if self.lanes[lane as usize].is_none() {
