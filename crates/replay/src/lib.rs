@@ -405,14 +405,23 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     // shard's warmup returned.
     if let Some((done, profile, ..)) = link {
         let stop = local_stop.as_ref();
-        let w = WarmEnd {
+        let warm_end = WarmEnd {
             interrupted: &mut warm.interrupted,
             failures: &warm.failures,
             t0_ms: &mut None,
         };
-        if let Some(o) = shard_warmup(&shared, w, done, profile, stop, stride, &mut interrupt).await
+        if let Some(outcome) = shard_warmup(
+            &shared,
+            warm_end,
+            done,
+            profile,
+            stop,
+            stride,
+            &mut interrupt,
+        )
+        .await
         {
-            return o;
+            return outcome;
         }
     }
     if warm.interrupted || !warm.failures.is_empty() {
@@ -435,8 +444,8 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     shared.progress.finish();
     let prof_end = shared.clock.now_ns();
     // Every profiling request returned or was cancelled: the scrape the counters end at.
-    if let Some(t) = sending_stopped {
-        let _ = t.await;
+    if let Some(pending_scrape) = sending_stopped {
+        let _ = pending_scrape.await;
     }
     shared.boundary(Boundary::ProfilingComplete).await;
     let tally = shared.tally.lock().expect("tally lock").clone();
@@ -541,12 +550,12 @@ async fn warmup(
                 }
             },
             _ = heartbeat.tick(), if shared.cfg.warmup_progress_interval.is_some() => {
-                let t = shared.tally.lock().expect("tally lock").clone();
+                let tally = shared.tally.lock().expect("tally lock").clone();
                 let elapsed = (shared.clock.now_ns() - warm_start) as f64 / 1e9;
                 tracing::info!(
                     "Phase warmup progress | returned={returned}/{n} | sent={n} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
                     shared.in_flight.load(Ordering::Relaxed),
-                    t.warmup_failed,
+                    tally.warmup_failed,
                     eta_field(returned as u64, n as u64, elapsed, 0.0)
                 );
             }
@@ -602,8 +611,8 @@ fn start_profiling(
     on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
 ) -> (u64, Instant, tokio::task::JoinSet<()>) {
     let prof_start = shared.clock.now_ns();
-    if let Some(f) = on_profiling {
-        f(prof_start);
+    if let Some(notify) = on_profiling {
+        notify(prof_start);
     }
     let deadline = timer::now() + shared.cfg.duration;
     tracing::info!(
@@ -619,7 +628,7 @@ fn start_profiling(
             .map(std::string::ToString::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        let t = shared.tally.lock().expect("tally lock").clone();
+        let tally = shared.tally.lock().expect("tally lock").clone();
         tracing::info!(
             "Phase warmup complete: {n} returned, {} ok, {} context overflow{} | completed={}, cancelled=0, errors={} | elapsed={:.2}s",
             n - over.len() - warm.failures.len(),
@@ -632,8 +641,8 @@ fn start_profiling(
                      warmup overflows count in the overflow rate that decides validity)"
                 )
             },
-            t.warmup_requests,
-            t.warmup_failed,
+            tally.warmup_requests,
+            tally.warmup_failed,
             (prof_start - warm.start_ns) as f64 / 1e9,
         );
         tracing::info!(
@@ -688,16 +697,16 @@ async fn profile(
         .progress
         .phase("profiling", shared.cfg.duration.as_secs().max(1));
     // Wait for the duration, a threshold trip or an interrupt.
-    let dl = tokio::time::Instant::from_std(deadline);
+    let deadline_at = tokio::time::Instant::from_std(deadline);
     loop {
         tokio::select! {
-            () = tokio::time::sleep_until(dl) => break,
+            () = tokio::time::sleep_until(deadline_at) => break,
             _ = threshold_rx.wait_for(|t| *t) => {
                 stop = StopReason::ThresholdExceeded;
-                let t = shared.tally.lock().expect("tally lock").clone();
+                let tally = shared.tally.lock().expect("tally lock").clone();
                 message = Some(format!(
                     "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
-                    shared.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.threshold_judged()
+                    shared.cfg.failed_request_threshold.unwrap_or(0.0), tally.failed, tally.threshold_judged()
                 ));
                 break;
             }
@@ -712,13 +721,13 @@ async fn profile(
             _ = tick.tick(), if ticker.is_some() => {
                 let srv = shared.srv_row.as_ref().and_then(|f| f());
                 let elapsed = Duration::from_nanos(shared.clock.now_ns() - prof_start);
-                let t = shared.tally.lock().expect("tally lock").clone();
+                let tally = shared.tally.lock().expect("tally lock").clone();
                 tracing::info!(
                     "Phase profiling progress | returned={} | in_flight={} | errors={} | overflows={} | elapsed={:.1}s",
-                    t.requests,
+                    tally.requests,
                     shared.in_flight.load(Ordering::Relaxed),
-                    t.failed,
-                    t.context_overflows,
+                    tally.failed,
+                    tally.context_overflows,
                     elapsed.as_secs_f64()
                 );
                 shared.progress.block(&shared.live.block(elapsed, "profiling", srv.as_ref()));
@@ -893,16 +902,16 @@ fn warmup_stopped(sh: &Shared, interrupted: bool, failures: &[String]) -> Replay
 
 /// Moves the progress bar: seconds into profiling and the counts.
 fn bar(sh: &Shared, prof_start: u64) {
-    let t = sh.tally.lock().expect("tally lock").clone();
+    let tally = sh.tally.lock().expect("tally lock").clone();
     let secs = (sh.clock.now_ns() - prof_start) / 1_000_000_000;
     sh.progress.update(
         secs,
         format!(
             "{secs}/{}s  ok {}  err {}  overflow {}  in flight {}",
             sh.cfg.duration.as_secs(),
-            t.ok,
-            t.failed,
-            t.context_overflows,
+            tally.ok,
+            tally.failed,
+            tally.context_overflows,
             sh.in_flight.load(Ordering::Relaxed)
         ),
     );

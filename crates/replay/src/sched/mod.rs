@@ -269,17 +269,18 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
             Ok(_) => (false, Vec::new()),
             Err(s) => (s.interrupted, s.failures.clone()),
         };
-        let w = super::shard::WarmEnd {
+        let warm_end = super::shard::WarmEnd {
             interrupted: &mut interrupted,
             failures: &failures,
             t0_ms: &mut handoff_t0,
         };
         let stop = local_stop.as_ref();
-        if let Some(o) =
-            super::shard::shard_warmup(&sh, w, done, profile, stop, stride, &mut interrupt).await
+        if let Some(outcome) =
+            super::shard::shard_warmup(&sh, warm_end, done, profile, stop, stride, &mut interrupt)
+                .await
         {
             return TreeOutcome {
-                replay: o,
+                replay: outcome,
                 counts: sc.counts,
             };
         }
@@ -319,8 +320,8 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     let (stop, message) = drain(&mut sc, &mut interrupt, stop, message).await;
     let outcome = finish(sc, stop, message, prof_start);
     // Every profiling request returned or was cancelled: the scrape the counters end at.
-    if let Some(t) = sending_stopped {
-        let _ = t.await;
+    if let Some(pending_scrape) = sending_stopped {
+        let _ = pending_scrape.await;
     }
     sh.boundary(Boundary::ProfilingComplete).await;
     outcome
@@ -390,8 +391,8 @@ fn start_profiling(
     let prof_start = sh.clock.now_ns();
     let start = timer::now();
     sc.idle_since = start;
-    if let Some(f) = on_profiling {
-        f(prof_start);
+    if let Some(notify) = on_profiling {
+        notify(prof_start);
     }
     tracing::info!(
         "Phase warmup complete: {} primers returned | elapsed={:.2}s",
@@ -407,14 +408,14 @@ fn start_profiling(
     if warmed.pressured {
         sc.hand_off(start, handoff_t0);
     }
-    if let Some(o) = sc.plan.arrivals {
+    if let Some(open_loop) = sc.plan.arrivals {
         tracing::info!(
             "open-loop session arrivals: {} per second ({}), at most {} sessions in flight",
-            o.spec.rate,
-            o.spec.pattern.name(),
-            o.slots
+            open_loop.spec.rate,
+            open_loop.spec.pattern.name(),
+            open_loop.slots
         );
-        sc.schedule = Some(super::arrivals::Schedule::new(&o.spec, start));
+        sc.schedule = Some(super::arrivals::Schedule::new(&open_loop.spec, start));
         sc.counts.arrivals = Some(super::arrivals::ArrivalCounts::default());
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
@@ -509,10 +510,10 @@ async fn profile(
             () = &mut deadline => break,
             _ = threshold_rx.wait_for(|t| *t) => {
                 stop = StopReason::ThresholdExceeded;
-                let t = sh.tally.lock().expect("tally lock").clone();
+                let tally = sh.tally.lock().expect("tally lock").clone();
                 message = Some(format!(
                     "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
-                    sh.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.threshold_judged()
+                    sh.cfg.failed_request_threshold.unwrap_or(0.0), tally.failed, tally.threshold_judged()
                 ));
                 break;
             }
@@ -526,10 +527,10 @@ async fn profile(
             }
             _ = tick.tick(), if ticker.is_some() => {
                 let elapsed = Duration::from_nanos(sh.clock.now_ns() - prof_start);
-                let t = sh.tally.lock().expect("tally lock").clone();
+                let tally = sh.tally.lock().expect("tally lock").clone();
                 tracing::info!(
                     "Phase profiling progress | returned={} | in_flight={} | trees={} | errors={} | overflows={} | elapsed={:.1}s",
-                    t.requests, sc.in_flight, sc.counts.trees_started, t.failed, t.context_overflows, elapsed.as_secs_f64()
+                    tally.requests, sc.in_flight, sc.counts.trees_started, tally.failed, tally.context_overflows, elapsed.as_secs_f64()
                 );
                 let srv = sh.srv_row.as_ref().and_then(|f| f());
                 sh.progress.block(&sh.live.block(elapsed, "profiling", srv.as_ref()));
