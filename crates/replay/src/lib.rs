@@ -219,16 +219,16 @@ impl Tally {
     /// The counts of a record stream read back (a run finished after its process ended): every
     /// record counted, and the profiling sessions as the distinct correlation ids.
     pub fn of_records(records: &[RequestRecord]) -> Tally {
-        let mut t = Tally::default();
+        let mut tally = Tally::default();
         let mut sessions = HashSet::new();
-        for r in records {
-            t.add(r);
-            if r.phase == Phase::Profiling {
-                sessions.insert(r.correlation_id.as_str());
+        for record in records {
+            tally.add(record);
+            if record.phase == Phase::Profiling {
+                sessions.insert(record.correlation_id.as_str());
             }
         }
-        t.sessions = sessions.len() as u64;
-        t
+        tally.sessions = sessions.len() as u64;
+        tally
     }
 }
 
@@ -595,8 +595,8 @@ fn warmed(out: &mut Warmup, returned: usize, lane: &Lane, result: Warmed) {
             out.overflowed.insert(lane.lane);
         }
         Warmed::Ok(conv) => {
-            if let Some(c) = conv {
-                out.resume.insert(lane.lane, c);
+            if let Some(conversation) = conv {
+                out.resume.insert(lane.lane, conversation);
             }
         }
     }

@@ -496,8 +496,8 @@ async fn profile(
         wake.arm(&sh, sc.next_wake());
         tokio::select! {
             Some(r) = sc.tasks.join_next() => {
-                if let Ok(d) = r {
-                    sc.on_done(d);
+                if let Ok(finished) = r {
+                    sc.on_done(finished);
                 }
                 sc.fire_due();
                 sc.cap_system_idle();
