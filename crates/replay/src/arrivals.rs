@@ -30,8 +30,11 @@ const SEED_SALT: u64 = 0xa771_7a15_5e55_1045;
 /// The arrival process of an open-loop run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {
+    /// Exponential inter-arrival times of mean 1/rate.
     Poisson,
+    /// Exactly 1/rate between arrivals.
     Constant,
+    /// Gamma inter-arrival times of shape `smoothness` and mean 1/rate.
     Gamma,
 }
 
@@ -46,6 +49,7 @@ impl Pattern {
         }
     }
 
+    /// The pattern's name as `parse` reads it and the summary writes it.
     pub fn name(self) -> &'static str {
         match self {
             Pattern::Poisson => "poisson",
@@ -59,10 +63,13 @@ impl Pattern {
 /// the draws.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArrivalSpec {
+    /// Sessions started per second (positive, finite).
     pub rate: f64,
+    /// How the inter-arrival times are drawn.
     pub pattern: Pattern,
     /// The gamma shape (`gamma` only).
     pub smoothness: Option<f64>,
+    /// The run's seed; the arrival draws use it salted, so equal seeds give equal arrival times.
     pub seed: u64,
 }
 
@@ -79,12 +86,12 @@ impl ArrivalSpec {
             anyhow::bail!("--session-arrival-rate {rate} is not a positive number of sessions per second; pass e.g. --session-arrival-rate 0.5");
         }
         let smoothness = match (pattern, smoothness) {
-            (Pattern::Gamma, s) => {
-                let s = s.unwrap_or(1.0);
-                if !(s.is_finite() && s > 0.0) {
-                    anyhow::bail!("--session-arrival-smoothness {s} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5");
+            (Pattern::Gamma, given) => {
+                let shape = given.unwrap_or(1.0);
+                if !(shape.is_finite() && shape > 0.0) {
+                    anyhow::bail!("--session-arrival-smoothness {shape} is not a positive gamma shape; pass e.g. --session-arrival-smoothness 1.5");
                 }
-                Some(s)
+                Some(shape)
             }
             (_, Some(s)) => anyhow::bail!("--session-arrival-smoothness {s} applies to gamma arrivals only; add --session-arrival-pattern gamma or remove --session-arrival-smoothness"),
             (_, None) => None,
@@ -99,7 +106,7 @@ impl ArrivalSpec {
 
     /// The coefficient of variation of the inter-arrival times: 1 for poisson, 0 for constant,
     /// 1/sqrt(shape) for gamma.
-    pub fn expected_cv(&self) -> f64 {
+    pub(crate) fn expected_cv(&self) -> f64 {
         match self.pattern {
             Pattern::Poisson => 1.0,
             Pattern::Constant => 0.0,
@@ -109,12 +116,12 @@ impl ArrivalSpec {
 
     /// The first `n` arrival offsets from the start, seconds (what the schedule fires on time).
     pub fn offsets(&self, n: usize) -> Vec<f64> {
-        let mut p = Process::new(self);
-        let mut at = 0.0;
+        let mut process = Process::new(self);
+        let mut next_offset = 0.0;
         (0..n)
             .map(|_| {
-                let this = at;
-                at += p.gap_s();
+                let this = next_offset;
+                next_offset += process.gap_s();
                 this
             })
             .collect()
@@ -132,7 +139,7 @@ impl ArrivalSpec {
 }
 
 /// The seeded inter-arrival draws.
-pub struct Process {
+pub(crate) struct Process {
     rng: ChaCha8Rng,
     draw: Draw,
 }
@@ -144,7 +151,7 @@ enum Draw {
 }
 
 impl Process {
-    pub fn new(spec: &ArrivalSpec) -> Process {
+    pub(crate) fn new(spec: &ArrivalSpec) -> Process {
         let rate = spec.rate;
         let draw = match spec.pattern {
             Pattern::Constant => Draw::Constant(1.0 / rate),
@@ -167,14 +174,14 @@ impl Process {
     }
 
     /// The next inter-arrival time, seconds (finite and non-negative).
-    pub fn gap_s(&mut self) -> f64 {
-        let g = match &self.draw {
-            Draw::Constant(g) => *g,
+    pub(crate) fn gap_s(&mut self) -> f64 {
+        let gap = match &self.draw {
+            Draw::Constant(gap) => *gap,
             Draw::Exp(e) => e.sample(&mut self.rng),
             Draw::Gamma(d) => d.sample(&mut self.rng),
         };
-        if g.is_finite() {
-            g.max(0.0)
+        if gap.is_finite() {
+            gap.max(0.0)
         } else {
             0.0
         }
@@ -183,16 +190,16 @@ impl Process {
 
 /// What is due now: an arrival to start, and the arrivals skipped before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Due {
+pub(crate) struct Due {
     /// The arrival to start, by its ordinal in the schedule (skipped ones counted): unique per
     /// run. `None` when every due arrival was too late.
-    pub ordinal: Option<u64>,
+    pub(crate) ordinal: Option<u64>,
     /// Arrivals skipped because they were more than one mean inter-arrival late.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
 }
 
 /// The schedule from the start of profiling.
-pub struct Schedule {
+pub(crate) struct Schedule {
     start: Instant,
     process: Process,
     /// The lateness past which an arrival is skipped: one mean inter-arrival.
@@ -204,7 +211,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// The first arrival is at `start`.
-    pub fn new(spec: &ArrivalSpec, start: Instant) -> Schedule {
+    pub(crate) fn new(spec: &ArrivalSpec, start: Instant) -> Schedule {
         Schedule {
             start,
             process: Process::new(spec),
@@ -219,20 +226,20 @@ impl Schedule {
     }
 
     /// When the next arrival is due.
-    pub fn next_at(&self) -> Instant {
+    pub(crate) fn next_at(&self) -> Instant {
         self.instant(self.next_s)
     }
 
     /// The next arrival due at `now`, if any: arrivals more than one mean inter-arrival late are
     /// skipped on the way (see the module's rule). Call again until `None`: one arrival per call.
-    pub fn due(&mut self, now: Instant) -> Option<Due> {
+    pub(crate) fn due(&mut self, now: Instant) -> Option<Due> {
         let mut skipped = 0;
         while self.next_at() <= now {
-            let at = self.next_at();
+            let due_at = self.next_at();
             let ordinal = self.ordinal;
             self.ordinal += 1;
             self.next_s += self.process.gap_s();
-            if now.saturating_duration_since(at) <= self.mean_gap {
+            if now.saturating_duration_since(due_at) <= self.mean_gap {
                 return Some(Due {
                     ordinal: Some(ordinal),
                     skipped,

@@ -105,13 +105,13 @@ pub(super) async fn profile_lane(
             .expect("recycler lock")
             .recycle(session.trace, can_start);
         let Some(next) = next else { return };
-        let id = sh
+        let trace_id = sh
             .ds
             .trajectory(next.trace)
             .expect("pool trace exists")
             .id();
-        let m = marker(&sh, session.lane, id, next.recycle_pass);
-        session = Session::new(&sh, session.lane, next.trace, next.recycle_pass, m);
+        let new_marker = marker(&sh, session.lane, trace_id, next.recycle_pass);
+        session = Session::new(&sh, session.lane, next.trace, next.recycle_pass, new_marker);
         start_turn = 0;
         intended = sh.clock.now_ns();
     }
@@ -166,8 +166,8 @@ pub(super) async fn play_session(
             AssistantMode::Live => sent.reply.as_deref(),
             AssistantMode::Recorded => None,
         };
-        if let Err(e) = conv.advance(reply) {
-            tracing::error!("{e}; the session ends here");
+        if let Err(error) = conv.advance(reply) {
+            tracing::error!("{error}; the session ends here");
             return;
         }
         req = prepare(sh, session, &conv);

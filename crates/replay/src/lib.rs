@@ -11,7 +11,7 @@
 //!   the run: a degraded warmup would skew every number after it.
 //! - **Profiling**: each lane resumes at k+1 in a new session carrying the same marker, sends its next
 //!   turn when the previous response has ended plus the scenario's delay, and on the last turn or a
-//!   context overflow hands its trace to the [`recycle::Recycler`] and starts the head trace at turn 0
+//!   context overflow hands its trace to the `recycle::Recycler` and starts the head trace at turn 0
 //!   with a new marker.
 //! - **Stop**: at the benchmark duration nothing new starts, in-flight requests get the grace period
 //!   and are then cancelled (and recorded as cancelled); the failed-request threshold and an interrupt
@@ -20,23 +20,24 @@
 //!
 //! Timing: the scheduled (intended) send time of each turn is recorded next to the actual send, and
 //! latencies count from the intended time, so scheduler lag is never hidden. Every clock read of
-//! the replay goes through tokio ([`timer::now`], tokio's sleeps, [`Clock`]), and think times end
-//! on [`timer::Waker`]'s thread unless [`ReplayConfig::timer_thread`] is off, so tests drive the
+//! the replay goes through tokio (`timer::now`, tokio's sleeps, [`Clock`]), and think times end
+//! on `timer::Waker`'s thread unless [`ReplayConfig::timer_thread`] is off, so tests drive the
 //! replay on tokio's paused clock.
 //!
-//! The files: this one runs the phases of the single-stream replay, [`lane`] a lane's sessions,
-//! [`request`] one request (body, send, record, tally), [`transport`] what the replay needs from a
+//! The files: this one runs the phases of the single-stream replay, `lane` a lane's sessions,
+//! `request` one request (body, send, record, tally), [`transport`] what the replay needs from a
 //! client, [`sched`] the session-tree scheduler, `shard.rs` a shard's warmup hand-off to the other
 //! shards. The paused-time tests are in `tests.rs` (this replay) and `sched/tests.rs` (the tree
 //! scheduler), on a scripted transport (`testkit.rs`).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod arrivals;
 mod drain;
 mod lane;
 pub mod plan;
-pub mod recycle;
+mod recycle;
 mod request;
 pub mod sched;
 mod session;
@@ -45,8 +46,8 @@ mod shard;
 mod testkit;
 #[cfg(test)]
 mod tests;
-pub mod threshold;
-pub mod timer;
+mod threshold;
+mod timer;
 pub mod tree;
 pub mod ui;
 
@@ -75,17 +76,24 @@ use crate::ui::{Live, Progress, SrvRow};
 /// How a replay runs (the resolved configuration the replay needs).
 #[derive(Debug, Clone)]
 pub struct ReplayConfig {
+    /// How long profiling sends (from its first request to the stop of new sends).
     pub duration: Duration,
     /// In-flight requests may finish this long after the duration; `None` waits for all.
     pub grace: Option<Duration>,
     /// Warmup may take this long; `None` waits for all.
     pub warmup_grace: Option<Duration>,
+    /// `--failed-request-threshold`: the failed share of judged profiling requests (0 to 1) above which the run stops; `None` never stops on failures.
     pub failed_request_threshold: Option<f64>,
+    /// Where the cache-bust marker goes in each request's messages.
     pub placement: Placement,
+    /// Whether assistant turns replay the recorded text or the server's live replies.
     pub mode: AssistantMode,
+    /// `--use-server-token-count`: token counts come from the server's `usage` rather than the client's tokenizer.
     pub use_server_token_count: bool,
     /// Phrases overriding the scenario's overflow list (`None`: the scenario's own).
     pub overflow_phrases: Option<Vec<String>>,
+    /// The run's id: its first 8 characters start every session and request id, and the scenario
+    /// mints the cache-bust markers from it.
     pub run_id: String,
     /// Interval of the progress log line; `None` for none.
     pub stats_interval: Option<Duration>,
@@ -95,7 +103,7 @@ pub struct ReplayConfig {
     /// its next turn during profiling (a single-stream session has nothing in flight while it
     /// waits, so aiperf's per-tree idle cap is a cap on each delay).
     pub trace_idle_cap: Option<Duration>,
-    /// Think times end on a timer thread of the replay's own ([`timer::Waker`], finer than tokio's
+    /// Think times end on a timer thread of the replay's own (`timer::Waker`, finer than tokio's
     /// millisecond timer; the default of a run). Off, they end on tokio's timer, which the replay's
     /// paused-time tests drive.
     pub timer_thread: bool,
@@ -121,10 +129,13 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Whether the stop cut the run short (anything but [`StopReason::Completed`]).
     pub fn cancelled(self) -> bool {
         self != StopReason::Completed
     }
 
+    /// The reason's name in the run's artifacts (`completed`, `warmup_failed`, ...); [`StopReason::parse`]
+    /// reads it back.
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::Completed => "completed",
@@ -152,6 +163,7 @@ impl StopReason {
 /// Counts of a finished replay (profiling phase unless named otherwise).
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
+    /// Warmup requests that returned or were cancelled (every record of the warmup phase).
     pub warmup_requests: u64,
     /// Warmup requests that failed (context overflows and cancellations excluded).
     pub warmup_failed: u64,
@@ -161,19 +173,25 @@ pub struct Tally {
     pub warmup_overflows: u64,
     /// Profiling responses of every kind (ok, failed, overflowed, cancelled).
     pub requests: u64,
+    /// Profiling responses that ended well.
     pub ok: u64,
     /// Failures that count against the threshold (overflows and cancellations excluded).
     pub failed: u64,
+    /// Profiling responses the scenario classified as context overflows (not failures).
     pub context_overflows: u64,
+    /// Profiling requests cancelled (by the stop, the grace period or an interrupt).
     pub cancelled: u64,
+    /// Profiling sessions started.
     pub sessions: u64,
+    /// Output tokens of the successful profiling responses.
     pub output_tokens: u64,
+    /// Input tokens of the successful profiling responses.
     pub input_tokens: u64,
 }
 
 impl Tally {
     /// Counts one record by its phase and outcome (the rule of [`agentx_metrics::Outcome`]).
-    pub fn add(&mut self, rec: &RequestRecord) {
+    pub(crate) fn add(&mut self, rec: &RequestRecord) {
         use agentx_metrics::Outcome;
         if rec.phase == Phase::Warmup {
             self.warmup_requests += 1;
@@ -201,16 +219,16 @@ impl Tally {
     /// The counts of a record stream read back (a run finished after its process ended): every
     /// record counted, and the profiling sessions as the distinct correlation ids.
     pub fn of_records(records: &[RequestRecord]) -> Tally {
-        let mut t = Tally::default();
+        let mut tally = Tally::default();
         let mut sessions = HashSet::new();
-        for r in records {
-            t.add(r);
-            if r.phase == Phase::Profiling {
-                sessions.insert(r.correlation_id.as_str());
+        for record in records {
+            tally.add(record);
+            if record.phase == Phase::Profiling {
+                sessions.insert(record.correlation_id.as_str());
             }
         }
-        t.sessions = sessions.len() as u64;
-        t
+        tally.sessions = sessions.len() as u64;
+        tally
     }
 }
 
@@ -231,7 +249,9 @@ pub(crate) fn eta_field(done: u64, total: u64, elapsed_s: f64, floor_s: f64) -> 
 /// The result of [`run`].
 #[derive(Debug, Clone)]
 pub struct ReplayOutcome {
+    /// Why the replay stopped.
     pub stop: StopReason,
+    /// The request counts of both phases.
     pub tally: Tally,
     /// When profiling began and ended (offsets on the run clock); `None` if it never began.
     pub profiling_ns: Option<(u64, u64)>,
@@ -241,14 +261,21 @@ pub struct ReplayOutcome {
 
 /// Everything a replay borrows for its whole life.
 pub struct ReplayInputs {
+    /// The corpus the lanes replay.
     pub dataset: &'static Dataset,
+    /// Builds each request's prompt text from the corpus's token counts.
     pub synth: &'static PromptSynth,
+    /// Counts the client-side input and output tokens of each request.
     pub counter: TokenCounter,
-    /// The HTTP side ([`agentx_protocol::Client`] in a run).
+    /// The HTTP side (the client crate's `Client` in a run).
     pub client: Box<dyn Transport>,
+    /// Writes each request's body: the endpoint's format, the model, streaming and the extra inputs.
     pub body: RequestBody,
+    /// The scenario that plans starts and delays and classifies responses.
     pub scenario: ScenarioInstance,
+    /// Where each request's record goes the moment it completes.
     pub records: RecordSender,
+    /// The run's clock, which record times are offsets on.
     pub clock: Clock,
     /// Set once to interrupt (first signal: drain; the caller cancels on a second).
     pub interrupt: watch::Receiver<u32>,
@@ -273,6 +300,7 @@ pub struct ShardLink {
     /// This shard's index and the shard count: session and request numbers are strided by them
     /// (`n * count + index`), so ids stay unique across the merged run.
     pub index: u32,
+    /// The number of shards in the run (at least 1).
     pub count: u32,
     /// This shard's warmup outcome, sent once when its warmup returned (`Err` with why it failed;
     /// a session-tree shard's hand-off offset after the cache-pressure stage in `Ok`).
@@ -377,14 +405,23 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     // shard's warmup returned.
     if let Some((done, profile, ..)) = link {
         let stop = local_stop.as_ref();
-        let w = WarmEnd {
+        let warm_end = WarmEnd {
             interrupted: &mut warm.interrupted,
             failures: &warm.failures,
             t0_ms: &mut None,
         };
-        if let Some(o) = shard_warmup(&shared, w, done, profile, stop, stride, &mut interrupt).await
+        if let Some(outcome) = shard_warmup(
+            &shared,
+            warm_end,
+            done,
+            profile,
+            stop,
+            stride,
+            &mut interrupt,
+        )
+        .await
         {
-            return o;
+            return outcome;
         }
     }
     if warm.interrupted || !warm.failures.is_empty() {
@@ -407,8 +444,8 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
     shared.progress.finish();
     let prof_end = shared.clock.now_ns();
     // Every profiling request returned or was cancelled: the scrape the counters end at.
-    if let Some(t) = sending_stopped {
-        let _ = t.await;
+    if let Some(pending_scrape) = sending_stopped {
+        let _ = pending_scrape.await;
     }
     shared.boundary(Boundary::ProfilingComplete).await;
     let tally = shared.tally.lock().expect("tally lock").clone();
@@ -513,12 +550,12 @@ async fn warmup(
                 }
             },
             _ = heartbeat.tick(), if shared.cfg.warmup_progress_interval.is_some() => {
-                let t = shared.tally.lock().expect("tally lock").clone();
+                let tally = shared.tally.lock().expect("tally lock").clone();
                 let elapsed = (shared.clock.now_ns() - warm_start) as f64 / 1e9;
                 tracing::info!(
                     "Phase warmup progress | returned={returned}/{n} | sent={n} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
                     shared.in_flight.load(Ordering::Relaxed),
-                    t.warmup_failed,
+                    tally.warmup_failed,
                     eta_field(returned as u64, n as u64, elapsed, 0.0)
                 );
             }
@@ -558,8 +595,8 @@ fn warmed(out: &mut Warmup, returned: usize, lane: &Lane, result: Warmed) {
             out.overflowed.insert(lane.lane);
         }
         Warmed::Ok(conv) => {
-            if let Some(c) = conv {
-                out.resume.insert(lane.lane, c);
+            if let Some(conversation) = conv {
+                out.resume.insert(lane.lane, conversation);
             }
         }
     }
@@ -574,8 +611,8 @@ fn start_profiling(
     on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
 ) -> (u64, Instant, tokio::task::JoinSet<()>) {
     let prof_start = shared.clock.now_ns();
-    if let Some(f) = on_profiling {
-        f(prof_start);
+    if let Some(notify) = on_profiling {
+        notify(prof_start);
     }
     let deadline = timer::now() + shared.cfg.duration;
     tracing::info!(
@@ -591,7 +628,7 @@ fn start_profiling(
             .map(std::string::ToString::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        let t = shared.tally.lock().expect("tally lock").clone();
+        let tally = shared.tally.lock().expect("tally lock").clone();
         tracing::info!(
             "Phase warmup complete: {n} returned, {} ok, {} context overflow{} | completed={}, cancelled=0, errors={} | elapsed={:.2}s",
             n - over.len() - warm.failures.len(),
@@ -604,8 +641,8 @@ fn start_profiling(
                      warmup overflows count in the overflow rate that decides validity)"
                 )
             },
-            t.warmup_requests,
-            t.warmup_failed,
+            tally.warmup_requests,
+            tally.warmup_failed,
             (prof_start - warm.start_ns) as f64 / 1e9,
         );
         tracing::info!(
@@ -660,16 +697,16 @@ async fn profile(
         .progress
         .phase("profiling", shared.cfg.duration.as_secs().max(1));
     // Wait for the duration, a threshold trip or an interrupt.
-    let dl = tokio::time::Instant::from_std(deadline);
+    let deadline_at = tokio::time::Instant::from_std(deadline);
     loop {
         tokio::select! {
-            () = tokio::time::sleep_until(dl) => break,
+            () = tokio::time::sleep_until(deadline_at) => break,
             _ = threshold_rx.wait_for(|t| *t) => {
                 stop = StopReason::ThresholdExceeded;
-                let t = shared.tally.lock().expect("tally lock").clone();
+                let tally = shared.tally.lock().expect("tally lock").clone();
                 message = Some(format!(
                     "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
-                    shared.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.threshold_judged()
+                    shared.cfg.failed_request_threshold.unwrap_or(0.0), tally.failed, tally.threshold_judged()
                 ));
                 break;
             }
@@ -684,13 +721,13 @@ async fn profile(
             _ = tick.tick(), if ticker.is_some() => {
                 let srv = shared.srv_row.as_ref().and_then(|f| f());
                 let elapsed = Duration::from_nanos(shared.clock.now_ns() - prof_start);
-                let t = shared.tally.lock().expect("tally lock").clone();
+                let tally = shared.tally.lock().expect("tally lock").clone();
                 tracing::info!(
                     "Phase profiling progress | returned={} | in_flight={} | errors={} | overflows={} | elapsed={:.1}s",
-                    t.requests,
+                    tally.requests,
                     shared.in_flight.load(Ordering::Relaxed),
-                    t.failed,
-                    t.context_overflows,
+                    tally.failed,
+                    tally.context_overflows,
                     elapsed.as_secs_f64()
                 );
                 shared.progress.block(&shared.live.block(elapsed, "profiling", srv.as_ref()));
@@ -865,16 +902,16 @@ fn warmup_stopped(sh: &Shared, interrupted: bool, failures: &[String]) -> Replay
 
 /// Moves the progress bar: seconds into profiling and the counts.
 fn bar(sh: &Shared, prof_start: u64) {
-    let t = sh.tally.lock().expect("tally lock").clone();
+    let tally = sh.tally.lock().expect("tally lock").clone();
     let secs = (sh.clock.now_ns() - prof_start) / 1_000_000_000;
     sh.progress.update(
         secs,
         format!(
             "{secs}/{}s  ok {}  err {}  overflow {}  in flight {}",
             sh.cfg.duration.as_secs(),
-            t.ok,
-            t.failed,
-            t.context_overflows,
+            tally.ok,
+            tally.failed,
+            tally.context_overflows,
             sh.in_flight.load(Ordering::Relaxed)
         ),
     );

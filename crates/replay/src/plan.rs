@@ -37,19 +37,26 @@ impl Lane {
 /// What the plan needs from the resolved configuration.
 #[derive(Debug, Clone)]
 pub struct PlanParams {
+    /// Lanes replayed at once (`--concurrency`).
     pub concurrency: u32,
+    /// The scenario's parameters for picking each lane's start turn.
     pub start: StartParams,
+    /// The scenario's parameters for the think-time delay before each turn.
     pub delay: DelayParams,
+    /// Where the cache-bust marker goes in each request's messages.
     pub placement: Placement,
+    /// Whether assistant turns replay the recorded text or the server's live replies.
     pub mode: AssistantMode,
     /// How prompts are laid out (which turns can start a session depends on it).
     pub tiling: Tiling,
+    /// The run's id, from which the scenario mints each lane's cache-bust marker.
     pub run_id: String,
 }
 
 /// The whole plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// One entry per lane, in lane order.
     pub lanes: Vec<Lane>,
     /// Traces that can start a session, in dataset order (the recycle queue's initial order).
     pub pool: Vec<usize>,
@@ -62,10 +69,15 @@ pub struct Plan {
 /// Errors of planning.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// The scenario failed to plan the starts or the delays.
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    /// No trace has a turn a session can start at.
     #[error("no trace of the dataset can start a session ({traces} traces; each needs at least 2 turns with a sendable start); use a larger corpus or raise --num-dataset-entries")]
-    NoUsableTrace { traces: usize },
+    NoUsableTrace {
+        /// Traces in the dataset.
+        traces: usize,
+    },
 }
 
 /// How much of a plan cannot fit a server's context length (by the corpus's recorded counts).
@@ -75,6 +87,7 @@ pub struct OverContext {
     pub lanes: usize,
     /// Traces of the pool with at least one such request.
     pub traces: usize,
+    /// Traces in the pool.
     pub pool: usize,
 }
 
@@ -137,12 +150,12 @@ impl Plan {
             let traj = ds.trajectory(trace).expect("pool index is in the dataset");
             // A lane that shares its trace with an earlier one draws its start with the lane in the
             // salt (`seed:trace:lane`), as aiperf's wrap-fill does, so shared traces start apart.
-            let k = if lane < pool.len() {
+            let start_turn = if lane < pool.len() {
                 starts[trace].expect("pool traces have a start")
             } else {
                 let salted = wit_trajectory(traj, p, format!("{}:{lane}", traj.id()));
                 match scenario.start_turn(p.start, &salted)? {
-                    Some(k) => k,
+                    Some(start_turn) => start_turn,
                     None => starts[trace].expect("pool traces have a start"),
                 }
             };
@@ -162,27 +175,27 @@ impl Plan {
                 trace,
                 trace_id: traj.id().to_owned(),
                 turns: traj.num_turns() as u32,
-                start_turn: k,
+                start_turn,
                 marker,
             });
         }
         let mut delays = Vec::with_capacity(ds.len());
         for t in ds.trajectories() {
-            let mut d = Vec::with_capacity(t.num_turns());
+            let mut turn_delays = Vec::with_capacity(t.num_turns());
             let mut prev_t = None;
             for turn in t.turns() {
                 let timing = TurnTiming {
                     think_time: turn.think_time(),
                     timestamp_gap: prev_t.map(|p: f64| (turn.t() - p).max(0.0)),
                 };
-                d.push(if turn.index() == 0 {
+                turn_delays.push(if turn.index() == 0 {
                     0.0
                 } else {
                     scenario.turn_delay(p.delay, timing)?
                 });
                 prev_t = Some(turn.t());
             }
-            delays.push(d);
+            delays.push(turn_delays);
         }
         Ok(Plan {
             lanes,
@@ -198,6 +211,7 @@ impl Plan {
     /// far (lowest index on a tie). A trace therefore never runs on two shards, and within a shard
     /// the recycle queue keeps it on one lane at a time while the shard holds more traces than
     /// lanes. The delays stay whole (they are indexed by trace).
+    #[must_use]
     pub fn shard(&self, index: u32, count: u32) -> Plan {
         let count = count.max(1);
         let shard_of_lane = |l: u32| l % count;
@@ -211,18 +225,18 @@ impl Plan {
         }
         let mut pool = Vec::new();
         for &t in &self.pool {
-            let s = match owner.get(&t) {
-                Some(&s) => s,
+            let shard = match owner.get(&t) {
+                Some(&shard) => shard,
                 None => {
-                    let s = (0..count)
-                        .min_by_key(|&s| (held[s as usize], s))
+                    let shard = (0..count)
+                        .min_by_key(|&shard| (held[shard as usize], shard))
                         .unwrap_or(0);
-                    held[s as usize] += 1;
-                    owner.insert(t, s);
-                    s
+                    held[shard as usize] += 1;
+                    owner.insert(t, shard);
+                    shard
                 }
             };
-            if s == index {
+            if shard == index {
                 pool.push(t);
             }
         }
@@ -241,8 +255,8 @@ impl Plan {
 
     /// The startup table: one line per lane and the min/median/max start percentage.
     pub fn table(&self) -> String {
-        let mut s = String::new();
-        let w = self
+        let mut table = String::new();
+        let width = self
             .lanes
             .iter()
             .map(|l| l.trace_id.len())
@@ -250,14 +264,14 @@ impl Plan {
             .unwrap_or(8)
             .max(8);
         let _ = writeln!(
-            s,
-            "{:>5}  {:<w$}  {:>11}  {:>6}",
+            table,
+            "{:>5}  {:<width$}  {:>11}  {:>6}",
             "lane", "trace", "start_turn", "pct"
         );
         for l in &self.lanes {
             let _ = writeln!(
-                s,
-                "{:>5}  {:<w$}  {:>11}  {:>5.1}%",
+                table,
+                "{:>5}  {:<width$}  {:>11}  {:>5.1}%",
                 l.lane,
                 l.trace_id,
                 format!("{}/{}", l.start_turn, l.turns),
@@ -266,27 +280,27 @@ impl Plan {
         }
         let (min, med, max) = self.percent_spread();
         let _ = write!(
-            s,
+            table,
             "start turn as % of trace: min {min:.1}%, median {med:.1}%, max {max:.1}% over {} lanes",
             self.lanes.len()
         );
-        s
+        table
     }
 
     /// Min, median and max start percentage over the lanes.
     pub fn percent_spread(&self) -> (f64, f64, f64) {
-        let mut v: Vec<f64> = self.lanes.iter().map(Lane::percent).collect();
-        v.sort_unstable_by(f64::total_cmp);
-        if v.is_empty() {
+        let mut sorted: Vec<f64> = self.lanes.iter().map(Lane::percent).collect();
+        sorted.sort_unstable_by(f64::total_cmp);
+        if sorted.is_empty() {
             return (0.0, 0.0, 0.0);
         }
-        let n = v.len();
-        let med = if n % 2 == 1 {
-            v[n / 2]
+        let count = sorted.len();
+        let med = if count % 2 == 1 {
+            sorted[count / 2]
         } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
+            (sorted[count / 2 - 1] + sorted[count / 2]) / 2.0
         };
-        (v[0], med, v[n - 1])
+        (sorted[0], med, sorted[count - 1])
     }
 }
 

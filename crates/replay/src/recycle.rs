@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 /// Queue state; one per run, behind a lock.
 #[derive(Debug)]
-pub struct Recycler {
+pub(crate) struct Recycler {
     queue: VecDeque<usize>,
     /// Live sessions per trace index.
     active: Vec<u32>,
@@ -18,29 +18,33 @@ pub struct Recycler {
 
 /// A session to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Next {
-    pub trace: usize,
+pub(crate) struct Next {
+    pub(crate) trace: usize,
     /// Sessions of this trace minted before this one.
-    pub recycle_pass: u32,
+    pub(crate) recycle_pass: u32,
 }
 
 impl Recycler {
     /// `pool`: usable trace indices in dataset order; `running`: the traces the lanes start with.
-    pub fn new(pool: &[usize], running: impl IntoIterator<Item = usize>, traces: usize) -> Self {
-        let mut r = Recycler {
+    pub(crate) fn new(
+        pool: &[usize],
+        running: impl IntoIterator<Item = usize>,
+        traces: usize,
+    ) -> Self {
+        let mut recycler = Recycler {
             queue: pool.iter().copied().collect(),
             active: vec![0; traces],
             passes: vec![0; traces],
         };
         for t in running {
-            r.active[t] += 1;
-            r.passes[t] += 1;
+            recycler.active[t] += 1;
+            recycler.passes[t] += 1;
         }
-        r
+        recycler
     }
 
     /// Ends a session of `finished` and, when `can_start`, picks the next one.
-    pub fn recycle(&mut self, finished: usize, can_start: bool) -> Option<Next> {
+    pub(crate) fn recycle(&mut self, finished: usize, can_start: bool) -> Option<Next> {
         match self.active.get_mut(finished) {
             Some(n) if *n > 0 => *n -= 1,
             _ => tracing::error!(
@@ -54,23 +58,23 @@ impl Recycler {
         }
         let mut pick = None;
         for _ in 0..self.queue.len() {
-            let t = self.queue.pop_front()?;
-            if self.active[t] == 0 {
-                pick = Some(t);
+            let trace = self.queue.pop_front()?;
+            if self.active[trace] == 0 {
+                pick = Some(trace);
                 break;
             }
-            self.queue.push_back(t);
+            self.queue.push_back(trace);
         }
         // Every trace is live (the pool is not larger than the lanes): take the head anyway.
-        let t = match pick {
-            Some(t) => t,
+        let trace = match pick {
+            Some(trace) => trace,
             None => self.queue.pop_front()?,
         };
-        self.active[t] += 1;
-        let recycle_pass = self.passes[t];
-        self.passes[t] += 1;
+        self.active[trace] += 1;
+        let recycle_pass = self.passes[trace];
+        self.passes[trace] += 1;
         Some(Next {
-            trace: t,
+            trace,
             recycle_pass,
         })
     }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use agentx_dataset::AssistantMode;
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
-use agentx_record::{Phase, RecordError, RequestRecord, TokenSource};
+use agentx_record::{Phase, RecordError, RequestRecord, TokenSource, Usage};
 use agentx_scenario::types::{ErrorClass, ErrorResponse};
 
 /// The exit of one request as the lane sees it.
@@ -120,13 +120,15 @@ pub(super) async fn send_turn(
     sh.in_flight.fetch_add(1, Ordering::Relaxed);
     let in_flight = InFlight(&sh.in_flight);
     let template_isl = match (&sh.cfg.chat_template, req.template_parts.take()) {
-        (Some(t), Some(parts)) => {
-            let t = t.clone();
-            Some(tokio::task::spawn_blocking(move || t.count_parts(&parts)))
+        (Some(template), Some(parts)) => {
+            let template = template.clone();
+            Some(tokio::task::spawn_blocking(move || {
+                template.count_parts(&parts)
+            }))
         }
         _ => None,
     };
-    let ex = sh
+    let exchange = sh
         .client
         .send(
             std::mem::take(&mut req.body),
@@ -158,15 +160,15 @@ pub(super) async fn send_turn(
             Err(e) => tracing::error!("the chat-template count of a request failed: {e}"),
         }
     }
-    let rec = to_record(sh, session, req, phase, intended, &ex);
+    let rec = to_record(sh, session, req, phase, intended, &exchange);
     let sent = Sent {
         overflow: rec.context_overflow,
         error: rec
             .error
             .as_ref()
             .map(|e| format!("{} ({})", e.message, e.kind)),
-        reply: (rec.error.is_none() && keep_text).then_some(ex.text),
-        end: ex.end,
+        reply: (rec.error.is_none() && keep_text).then_some(exchange.text),
+        end: exchange.end,
     };
     account(sh, &rec);
     sh.records.send(rec);
@@ -179,9 +181,9 @@ pub(super) fn to_record(
     req: Prepared,
     phase: Phase,
     intended: u64,
-    ex: &Exchange,
+    exchange: &Exchange,
 ) -> RequestRecord {
-    let usage = ex.usage.unwrap_or_default();
+    let usage = exchange.usage.unwrap_or_default();
     let server = sh.cfg.use_server_token_count
         && usage.prompt_tokens.is_some()
         && usage.completion_tokens.is_some();
@@ -194,15 +196,18 @@ pub(super) fn to_record(
     } else {
         (
             req.client_isl,
-            sh.counter.count(&ex.text),
+            sh.counter.count(&exchange.text),
             TokenSource::Client,
         )
     };
     let mut context_overflow = false;
-    let error = ex.failure.as_ref().map(|f| {
+    let error = exchange.failure.as_ref().map(|f| {
         let mut kind = f.kind.as_str().to_string();
         if f.kind != FailureKind::Cancelled {
-            let body = ex.error_body.clone().unwrap_or_else(|| f.message.clone());
+            let body = exchange
+                .error_body
+                .clone()
+                .unwrap_or_else(|| f.message.clone());
             let resp = ErrorResponse {
                 status: f.status,
                 body_excerpt: body,
@@ -222,8 +227,8 @@ pub(super) fn to_record(
                 Err(e) => tracing::error!("{e}; the error counts as an ordinary failure"),
             }
         }
-        if let Some(t) = &f.server_type {
-            kind = format!("{kind}:{t}");
+        if let Some(server_type) = &f.server_type {
+            kind = format!("{kind}:{server_type}");
         }
         RecordError {
             code: f.status,
@@ -231,11 +236,11 @@ pub(super) fn to_record(
             message: f.message.clone(),
         }
     });
-    let cancelled = ex
+    let cancelled = exchange
         .failure
         .as_ref()
         .is_some_and(|f| f.kind == FailureKind::Cancelled);
-    let send_ns = sh.clock.ns_of(ex.sent);
+    let send_ns = sh.clock.ns_of(exchange.sent);
     RequestRecord {
         request_id: req.request_id,
         correlation_id: session.correlation_id.clone(),
@@ -248,21 +253,21 @@ pub(super) fn to_record(
         recycle_pass: session.recycle_pass,
         intended_ns: intended.min(send_ns),
         send_ns,
-        first_byte_ns: ex.first_byte.map(|t| sh.clock.ns_of(t)),
-        first_token_ns: ex.first_token().map(|t| sh.clock.ns_of(t)),
-        chunk_offsets_ns: ex.chunk_offsets_ns.clone(),
-        end_ns: sh.clock.ns_of(ex.end),
+        first_byte_ns: exchange.first_byte.map(|t| sh.clock.ns_of(t)),
+        first_token_ns: exchange.first_token().map(|t| sh.clock.ns_of(t)),
+        chunk_offsets_ns: exchange.chunk_offsets_ns.clone(),
+        end_ns: sh.clock.ns_of(exchange.end),
         isl,
         osl,
         token_source,
         usage,
         max_tokens: req.max_tokens,
-        finish_reason: ex.finish_reason.clone(),
+        finish_reason: exchange.finish_reason.clone(),
         cancelled,
         context_overflow,
         error,
-        retry: ex.retried.clone(),
-        server_ttft_ns: ex.server_ttft.map(|d| d.as_nanos() as u64),
+        retry: exchange.retried.clone(),
+        server_ttft_ns: exchange.server_ttft.map(|d| d.as_nanos() as u64),
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
             (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
@@ -307,7 +312,7 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) ->
         isl: 0,
         osl: 0,
         token_source: TokenSource::Client,
-        usage: Default::default(),
+        usage: Usage::default(),
         max_tokens: f.max_tokens,
         finish_reason: None,
         cancelled: false,
@@ -326,21 +331,21 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) ->
 /// Counts a record and trips the failed-request threshold.
 pub(super) fn account(sh: &Shared, rec: &RequestRecord) {
     sh.live.record(rec);
-    let mut t = sh.tally.lock().expect("tally lock");
-    t.add(rec);
+    let mut tally = sh.tally.lock().expect("tally lock");
+    tally.add(rec);
     if rec.phase == Phase::Warmup {
         return;
     }
-    if let Some(tx) = &sh.shard_tally {
+    if let Some(shard_tally) = &sh.shard_tally {
         // The threshold is over all shards' records: the rendezvous sums and decides.
-        tx.send_replace(t.clone());
+        shard_tally.send_replace(tally.clone());
         return;
     }
-    if let Some(f) = sh.cfg.failed_request_threshold {
+    if let Some(threshold) = sh.cfg.failed_request_threshold {
         // Judged after every record but an overflow's (aiperf counts an overflow, then judges at
         // the next record).
         if !rec.context_overflow
-            && t.threshold_exceeded(f, sh.concurrency)
+            && tally.threshold_exceeded(threshold, sh.concurrency)
             && !sh.threshold_hit.swap(true, Ordering::Relaxed)
         {
             let _ = sh.threshold_tx.send(true);

@@ -205,12 +205,12 @@ pub(crate) fn req(t: f64, api: f64) -> Value {
 
 /// A subagent entry at `t` seconds holding `requests`.
 pub(crate) fn subagent(t: f64, id: &str, requests: Vec<Value>) -> Value {
-    json!({"t": t, "type": "subagent", "agent_id": id, "duration_ms": 1000, "requests": requests})
+    json!({"t": t, "type": "subagent", "agent_id": id, "duration_ms": 1000, "requests": Value::Array(requests)})
 }
 
 pub(crate) fn trace(id: &str, requests: Vec<Value>) -> Value {
     json!({"id": id, "models": ["m"], "block_size": 64, "hash_id_scope": "local",
-        "tool_tokens": 0, "system_tokens": 0, "requests": requests})
+        "tool_tokens": 0, "system_tokens": 0, "requests": Value::Array(requests)})
 }
 
 /// A directory that outlives the test (the datasets map their cache entries from it).
@@ -221,7 +221,11 @@ pub(crate) fn kept_dir() -> PathBuf {
 /// Writes `traces` as a weka corpus in `dir`.
 pub(crate) fn corpus_file(dir: &Path, traces: &[Value]) -> PathBuf {
     let p = dir.join("corpus.jsonl");
-    let text: String = traces.iter().map(|t| format!("{t}\n")).collect();
+    let mut text = String::new();
+    for value in traces {
+        text.push_str(&value.to_string());
+        text.push('\n');
+    }
     std::fs::write(&p, text).unwrap();
     p
 }

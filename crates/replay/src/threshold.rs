@@ -30,12 +30,12 @@ impl Tally {
     }
 
     /// The warmup requests the threshold judges (answered ones, overflows included).
-    pub fn warmup_judged(&self) -> u64 {
+    pub(crate) fn warmup_judged(&self) -> u64 {
         self.warmup_requests.saturating_sub(self.warmup_cancelled)
     }
 
     /// [`Tally::threshold_exceeded`] over the warmup's requests.
-    pub fn warmup_threshold_exceeded(&self, threshold: f64, concurrency: u64) -> bool {
+    pub(crate) fn warmup_threshold_exceeded(&self, threshold: f64, concurrency: u64) -> bool {
         exceeds(
             self.warmup_failed,
             self.warmup_judged(),

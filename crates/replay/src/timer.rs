@@ -8,7 +8,7 @@
 //! stop waiting simply drop their receiver.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -20,89 +20,93 @@ type Entry = (Instant, oneshot::Sender<()>);
 /// The replay's "now": tokio's clock, which is the system's monotonic clock in a run and the
 /// paused virtual clock in the replay's tests (`tokio::time::pause`, feature `test-util`).
 #[inline]
-pub fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
 /// A thread that completes oneshots at their deadlines.
 #[derive(Debug)]
-pub struct Waker {
+pub(crate) struct Waker {
     tx: Mutex<mpsc::Sender<Entry>>,
 }
 
 impl Waker {
     /// Starts the timer thread; it ends when the `Waker` is dropped and no deadline is pending.
-    pub fn start() -> std::io::Result<Waker> {
-        let (tx, rx) = mpsc::channel::<Entry>();
+    pub(crate) fn start() -> std::io::Result<Waker> {
+        let (sender, receiver) = mpsc::channel::<Entry>();
         std::thread::Builder::new()
             .name("agentx-timer".into())
-            .spawn(move || run(rx))?;
-        Ok(Waker { tx: Mutex::new(tx) })
+            .spawn(move || run(&receiver))?;
+        Ok(Waker {
+            tx: Mutex::new(sender),
+        })
     }
 
     /// Completes when `at` has passed (at once if it has already).
-    pub async fn sleep_until(&self, at: Instant) {
+    pub(crate) async fn sleep_until(&self, at: Instant) {
         if at <= Instant::now() {
             return;
         }
-        let (tx, rx) = oneshot::channel();
+        let (waiter, woken) = oneshot::channel();
         let queued = self
             .tx
             .lock()
-            .map(|t| t.send((at, tx)).is_ok())
+            .map(|deadlines| deadlines.send((at, waiter)).is_ok())
             .unwrap_or(false);
-        if !queued || rx.await.is_err() {
+        if !queued || woken.await.is_err() {
             // The timer thread is gone: fall back to tokio's timer.
             tokio::time::sleep_until(at.into()).await;
         }
     }
 }
 
-fn run(rx: mpsc::Receiver<Entry>) {
+fn run(deadlines: &mpsc::Receiver<Entry>) {
     // Deadlines ordered by time, then by arrival (the sequence number), so equal instants pop in order.
     let mut heap: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
-    let mut waiting: std::collections::HashMap<u64, oneshot::Sender<()>> = Default::default();
+    let mut waiting: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
     let mut seq = 0u64;
     let mut closed = false;
     loop {
         let now = Instant::now();
-        while let Some(Reverse((at, id))) = heap.peek().copied() {
-            if at > now {
+        while let Some(Reverse((deadline, seq_no))) = heap.peek().copied() {
+            if deadline > now {
                 break;
             }
             heap.pop();
-            if let Some(tx) = waiting.remove(&id) {
-                let _ = tx.send(());
+            if let Some(waiter) = waiting.remove(&seq_no) {
+                let _ = waiter.send(());
             }
         }
         let next = match heap.peek() {
-            Some(Reverse((at, _))) => Some(*at),
+            Some(Reverse((deadline, _))) => Some(*deadline),
             None if closed => return,
             None => None,
         };
         let got = match next {
-            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                Ok(e) => Some(e),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    closed = true;
-                    None
+            Some(deadline) => {
+                match deadlines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(e) => Some(e),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        closed = true;
+                        None
+                    }
                 }
-            },
-            None => match rx.recv() {
+            }
+            None => match deadlines.recv() {
                 Ok(e) => Some(e),
                 Err(_) => return,
             },
         };
-        if let Some((at, tx)) = got {
+        if let Some((deadline, waiter)) = got {
             seq += 1;
-            heap.push(Reverse((at, seq)));
-            waiting.insert(seq, tx);
+            heap.push(Reverse((deadline, seq)));
+            waiting.insert(seq, waiter);
             // Take everything already queued before sleeping again.
-            while let Ok((at, tx)) = rx.try_recv() {
+            while let Ok((deadline, waiter)) = deadlines.try_recv() {
                 seq += 1;
-                heap.push(Reverse((at, seq)));
-                waiting.insert(seq, tx);
+                heap.push(Reverse((deadline, seq)));
+                waiting.insert(seq, waiter);
             }
         }
         if closed && heap.is_empty() {
@@ -110,8 +114,8 @@ fn run(rx: mpsc::Receiver<Entry>) {
         }
         if closed {
             // No new deadlines can come: sleep to the next one.
-            if let Some(Reverse((at, _))) = heap.peek() {
-                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            if let Some(Reverse((deadline, _))) = heap.peek() {
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
             }
         }
     }

@@ -196,13 +196,19 @@ pub struct TreeLaneStream {
 /// What planning a session-tree run needs.
 #[derive(Debug, Clone)]
 pub struct TreePlanParams {
+    /// Lanes replayed at once (`--concurrency`).
     pub concurrency: u32,
+    /// The run's seed, passed to the scenario's `start-tree`.
     pub seed: u64,
+    /// The smallest start position of a lane, as a fraction of its tree (0 to 1).
     pub min_ratio: f64,
+    /// The largest start position of a lane, as a fraction of its tree (0 to 1).
     pub max_ratio: f64,
     /// The system idle cap (ms): the largest warmup lead.
     pub lead_cap_ms: f64,
+    /// Where the cache-bust marker goes in each request's messages.
     pub placement: agentx_scenario::types::Placement,
+    /// The run's id, from which the scenario mints each lane's cache-bust marker.
     pub run_id: String,
 }
 
@@ -281,7 +287,9 @@ pub fn plan_lanes(
 /// there, round-robin in corpus order).
 #[derive(Debug, Clone)]
 pub struct PlannedLanes {
+    /// One entry per planned lane, in lane order.
     pub lanes: Vec<TreeLane>,
+    /// The draw index the sampler of recycled trees starts from.
     pub next_draw: usize,
 }
 
@@ -292,11 +300,11 @@ pub struct PlannedLanes {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Whole {
     /// The largest warmup lead of any alive stream with a warm turn (ms).
-    pub max_lead_ms: f64,
+    pub(crate) max_lead_ms: f64,
     /// The smallest offset of any alive stream that does not wait for a join (ms; 0 for none).
-    pub t0_ms: f64,
+    pub(crate) t0_ms: f64,
     /// Per trace id: the passes its planned lanes minted (the next recycled tree's pass).
-    pub passes: HashMap<String, u32>,
+    pub(crate) passes: HashMap<String, u32>,
 }
 
 impl Whole {
@@ -365,7 +373,7 @@ pub fn tree_owners(lanes: &[TreeLane], trees: usize, count: u32) -> Vec<u32> {
 /// trees this shard owns ([`tree_owners`]; every tree in a run in one process). Trees without root
 /// turns are passed over.
 #[derive(Debug, Clone)]
-pub struct Sampler {
+pub(crate) struct Sampler {
     next: usize,
     /// Per tree, whether this shard recycles it; `None`: every tree.
     mine: Option<Vec<bool>>,
@@ -375,7 +383,7 @@ impl Sampler {
     /// Shard `shard`'s sampler (`owners` from [`tree_owners`], `None` in one process) over `n`
     /// trees, `usable` the trees with root turns. A shard that owns no usable tree (lanes far
     /// outnumber trees) samples every tree, as lanes then share trees anyway.
-    pub fn new(
+    pub(crate) fn new(
         next: usize,
         owners: Option<Vec<u32>>,
         shard: u32,
@@ -396,7 +404,7 @@ impl Sampler {
     }
 
     /// The next tree (of `n`), if any is usable.
-    pub fn next(&mut self, n: usize, usable: impl Fn(usize) -> bool) -> Option<usize> {
+    pub(crate) fn next(&mut self, n: usize, usable: impl Fn(usize) -> bool) -> Option<usize> {
         for _ in 0..n {
             let t = self.next % n;
             self.next += 1;

@@ -4,9 +4,9 @@
 //! and a `srv` row from the scraped server metrics.
 //! Without a terminal the block goes to the log and there is no bar.
 //!
-//! It owns no data: the replay hands it each finished profiling record ([`Live::record`]) and the
+//! It owns no data: the replay hands it each finished profiling record (`Live::record`) and the
 //! latest server row; the block is rendered from those only. The percentiles come from streaming
-//! histograms ([`Quantiles`]: three significant digits, so a shown value is within 0.1 % of the
+//! histograms (`Quantiles`: three significant digits, so a shown value is within 0.1 % of the
 //! exact one), whose size depends on the range of the values and not on their number: a run of
 //! hours keeps the same few hundred KiB, and a block costs the same at its end as at its start. The
 //! exports compute exact percentiles from the records.
@@ -30,10 +30,13 @@ pub struct SrvRow {
     pub ext_cache_hit: Option<f64>,
     /// Percent of KV cache in use now.
     pub kv_usage: Option<f64>,
+    /// Requests the server is running now.
     pub running: Option<f64>,
+    /// Requests waiting in the server's queue now.
     pub waiting: Option<f64>,
     /// Server-counted prompt and generation tokens per second over the last interval.
     pub tput_in: Option<f64>,
+    /// Server-counted generation tokens per second over the last interval.
     pub tput_out: Option<f64>,
 }
 
@@ -56,11 +59,11 @@ impl Quantiles {
 
     fn push(&mut self, v: f64) {
         if v.is_finite() && v >= 0.0 {
-            let v = (v * self.scale).round() as u64;
+            let scaled = (v * self.scale).round() as u64;
             // The histogram grows to take the value; past what it can (none here) the value is
             // counted at its top instead of dropped.
-            if self.h.record(v).is_err() {
-                self.h.saturating_record(v);
+            if self.h.record(scaled).is_err() {
+                self.h.saturating_record(scaled);
             }
         }
     }
@@ -111,7 +114,7 @@ impl Default for Samples {
 
 /// The profiling phase so far.
 #[derive(Debug, Default)]
-pub struct Live {
+pub(crate) struct Live {
     s: Mutex<Samples>,
 }
 
@@ -128,8 +131,8 @@ fn ms(v: f64) -> String {
 fn pcts(q: &Quantiles, ps: &[f64], fmt: impl Fn(f64) -> String) -> String {
     ps.iter()
         .map(|&p| {
-            let v = q.at(p).map(&fmt).unwrap_or_else(|| "-".into());
-            format!("p{}={v}", p as u32)
+            let value = q.at(p).map(&fmt).unwrap_or_else(|| "-".into());
+            format!("p{}={value}", p as u32)
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -145,96 +148,90 @@ fn num(x: Option<f64>) -> String {
 
 impl Live {
     /// Adds a finished request (warmup records are ignored).
-    pub fn record(&self, r: &RequestRecord) {
+    pub(crate) fn record(&self, r: &RequestRecord) {
         if r.phase != Phase::Profiling {
             return;
         }
-        let mut s = self.s.lock().expect("live stats lock");
-        s.done += 1;
+        let mut stats = self.s.lock().expect("live stats lock");
+        stats.done += 1;
         match Outcome::of(r) {
             Outcome::Ok => {}
             Outcome::ContextOverflow => return,
             Outcome::Failed | Outcome::Cancelled => {
-                s.err += 1;
+                stats.err += 1;
                 return;
             }
         }
-        s.ok += 1;
-        s.tokens_in += r.isl;
-        s.tokens_out += r.osl;
-        if let Some(t) = r.ttft_ns() {
-            s.ttft_ms.push(t as f64 / 1e6);
+        stats.ok += 1;
+        stats.tokens_in += r.isl;
+        stats.tokens_out += r.osl;
+        if let Some(ttft_ns) = r.ttft_ns() {
+            stats.ttft_ms.push(ttft_ns as f64 / 1e6);
         }
-        if let Some(t) = r.itl_ns() {
-            s.itl_ms.push(t / 1e6);
-            if t > 0.0 {
-                s.intvty.push(1e9 / t);
+        if let Some(itl_ns) = r.itl_ns() {
+            stats.itl_ms.push(itl_ns / 1e6);
+            if itl_ns > 0.0 {
+                stats.intvty.push(1e9 / itl_ns);
             }
         }
-        if let Some(t) = r.latency_ns() {
-            s.e2e_ms.push(t as f64 / 1e6);
+        if let Some(latency_ns) = r.latency_ns() {
+            stats.e2e_ms.push(latency_ns as f64 / 1e6);
         }
-        s.isl.push(r.isl as f64);
-        s.osl.push(r.osl as f64);
-    }
-
-    /// (ok, failed) so far.
-    pub fn counts(&self) -> (u64, u64) {
-        let s = self.s.lock().expect("live stats lock");
-        (s.ok, s.err)
+        stats.isl.push(r.isl as f64);
+        stats.osl.push(r.osl as f64);
     }
 
     /// The realtime block at `elapsed` into the phase.
-    pub fn block(&self, elapsed: Duration, phase: &str, srv: Option<&SrvRow>) -> String {
+    pub(crate) fn block(&self, elapsed: Duration, phase: &str, srv: Option<&SrvRow>) -> String {
         let mut guard = self.s.lock().expect("live stats lock");
-        let s = &mut *guard;
+        let stats = &mut *guard;
         let secs = elapsed.as_secs_f64().max(1e-9);
-        let dt = (secs - s.last_secs).max(1e-9);
-        let rps = (s.done - s.last_done) as f64 / dt;
-        s.last_done = s.done;
-        s.last_secs = secs;
+        let since_last = (secs - stats.last_secs).max(1e-9);
+        let rps = (stats.done - stats.last_done) as f64 / since_last;
+        stats.last_done = stats.done;
+        stats.last_secs = secs;
         let total = elapsed.as_secs();
         let tok = |v: f64| format!("{v:.0}");
         let mut out = format!(
             "[realtime {:02}:{:02} {phase}] rps={rps:.2} (avg {:.2}) tput_in={:.0}/s tput_out={:.0}/s done={} ok={} err={}\n",
             total / 60,
             total % 60,
-            s.done as f64 / secs,
-            s.tokens_in as f64 / secs,
-            s.tokens_out as f64 / secs,
-            s.done,
-            s.ok,
-            s.err
+            stats.done as f64 / secs,
+            stats.tokens_in as f64 / secs,
+            stats.tokens_out as f64 / secs,
+            stats.done,
+            stats.ok,
+            stats.err
         );
-        let p = [50.0, 75.0, 95.0, 99.0];
+        let percentiles = [50.0, 75.0, 95.0, 99.0];
         out.push_str(&format!(
             "ttft {}   itl {}   e2e {}\n",
-            pcts(&s.ttft_ms, &p, ms),
-            pcts(&s.itl_ms, &[50.0, 75.0, 99.0], ms),
-            pcts(&s.e2e_ms, &[50.0, 75.0, 99.0], ms)
+            pcts(&stats.ttft_ms, &percentiles, ms),
+            pcts(&stats.itl_ms, &[50.0, 75.0, 99.0], ms),
+            pcts(&stats.e2e_ms, &[50.0, 75.0, 99.0], ms)
         ));
         out.push_str(&format!(
             "intvty {} tok/s/user (percentiles of per-request 1/itl)\n",
-            pcts(&s.intvty, &[50.0, 75.0, 90.0], |v| format!("{v:.1}"))
+            pcts(&stats.intvty, &[50.0, 75.0, 90.0], |v| format!("{v:.1}"))
         ));
-        let q = [50.0, 75.0, 90.0, 99.0];
+        let quantiles = [50.0, 75.0, 90.0, 99.0];
         out.push_str(&format!(
             "isl {} (tokens)   osl {} (tokens)   tot in={} out={}",
-            pcts(&s.isl, &q, tok),
-            pcts(&s.osl, &q, tok),
-            s.tokens_in,
-            s.tokens_out
+            pcts(&stats.isl, &quantiles, tok),
+            pcts(&stats.osl, &quantiles, tok),
+            stats.tokens_in,
+            stats.tokens_out
         ));
-        if let Some(r) = srv {
+        if let Some(server) = srv {
             out.push_str(&format!(
                 "\nsrv  prefix_cache_hit={} ext_cache_hit={} kv_usage={} queue={}r/{}w tput_in_srv={}/s tput_out_srv={}/s",
-                pct(r.prefix_cache_hit),
-                pct(r.ext_cache_hit),
-                pct(r.kv_usage),
-                num(r.running),
-                num(r.waiting),
-                num(r.tput_in),
-                num(r.tput_out)
+                pct(server.prefix_cache_hit),
+                pct(server.ext_cache_hit),
+                pct(server.kv_usage),
+                num(server.running),
+                num(server.waiting),
+                num(server.tput_in),
+                num(server.tput_out)
             ));
         }
         out
@@ -242,47 +239,48 @@ impl Live {
 }
 
 /// A progress bar on a terminal; nothing otherwise.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
 }
 
 impl Progress {
     /// `enabled`: stderr is a terminal.
-    pub fn new(enabled: bool) -> Progress {
+    pub(crate) fn new(enabled: bool) -> Progress {
         let bar = enabled.then(|| {
-            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
-            b.set_style(
+            let progress_bar =
+                ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
+            progress_bar.set_style(
                 ProgressStyle::with_template("{spinner} {prefix:>9} [{bar:30}] {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_bar())
                     .progress_chars("=> "),
             );
-            b.enable_steady_tick(Duration::from_millis(250));
-            b
+            progress_bar.enable_steady_tick(Duration::from_millis(250));
+            progress_bar
         });
         Progress { bar }
     }
 
     /// Starts a phase of `len` steps (seconds of profiling, or warmup requests).
-    pub fn phase(&self, name: &str, len: u64) {
-        if let Some(b) = &self.bar {
-            b.set_prefix(name.to_string());
-            b.set_length(len);
-            b.set_position(0);
+    pub(crate) fn phase(&self, name: &str, len: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_prefix(name.to_string());
+            bar.set_length(len);
+            bar.set_position(0);
         }
     }
 
     /// Updates the bar: position and the counts line.
-    pub fn update(&self, pos: u64, msg: String) {
-        if let Some(b) = &self.bar {
-            b.set_position(pos);
-            b.set_message(msg);
+    pub(crate) fn update(&self, pos: u64, msg: String) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(pos);
+            bar.set_message(msg);
         }
     }
 
     /// Prints a block above the bar, or logs it when there is no bar.
-    pub fn block(&self, text: &str) {
+    pub(crate) fn block(&self, text: &str) {
         match &self.bar {
-            Some(b) => b.println(text),
+            Some(bar) => bar.println(text),
             None => {
                 for line in text.lines() {
                     tracing::info!("{line}");
@@ -291,9 +289,10 @@ impl Progress {
         }
     }
 
-    pub fn finish(&self) {
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
+    /// Clears the bar at the end of the replay.
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
         }
     }
 }

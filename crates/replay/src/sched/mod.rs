@@ -9,7 +9,7 @@
 //!   child finished.
 //! - **Shards.** A shard of a sharded run replays its own lanes of the whole plan
 //!   ([`TreePlan::shard`]): its sampler takes only the trees it owns
-//!   ([`super::tree::Sampler`]), its primers and first turns sit on the whole plan's timeline
+//!   (`super::tree::Sampler`), its primers and first turns sit on the whole plan's timeline
 //!   ([`TreePlan::whole`]), and its warmup hand-off and stops go through the rendezvous as the
 //!   single-stream replay's do.
 //! - **Warmup.** Every alive stream with a warm turn sends it (`max_tokens` from the scenario's
@@ -47,9 +47,9 @@
 //! single-stream replay ([`super`]); each request's record is sent the moment it completes.
 
 //!
-//! The files: [`state`] is the state machine (runtime trees, stream states, timers, what a fired
-//! timer or a returned request changes), [`warmup`] the primers, the cache-pressure stage and its
-//! hand-off, [`stream`] a stream's request tasks; this file drives them through the phases.
+//! The files: `state` is the state machine (runtime trees, stream states, timers, what a fired
+//! timer or a returned request changes), `warmup` the primers, the cache-pressure stage and its
+//! hand-off, `stream` a stream's request tasks; this file drives them through the phases.
 //! The state machine's paused-time tests are in `tests.rs`.
 
 mod state;
@@ -81,7 +81,9 @@ use stream::Stage;
 pub struct TreePlan {
     /// One trajectory per stream: tree `i`'s stream `s` is `first_stream[i] + s`.
     pub streams: &'static Dataset,
+    /// The corpus's session trees, in corpus order.
     pub trees: &'static [SessionTree],
+    /// Per tree, the index in `streams` of its stream 0.
     pub first_stream: &'static [u32],
     /// The lanes this process replays (a shard's are numbered from 0 here; see [`TreeShard`]).
     pub lanes: Vec<TreeLane>,
@@ -93,6 +95,7 @@ pub struct TreePlan {
     /// A sharded run's part: which trees this shard recycles, and its lanes' numbers in the whole
     /// plan; `None` in one process.
     pub shard: Option<TreeShard>,
+    /// The scenario's replay rules (warmup tokens and spread, failures, barrier, idle caps).
     pub rules: ReplayRules,
     /// Per stream (global index), per turn: the end-to-start delay in ms (0 for turn 0).
     pub delays_ms: Vec<Vec<f64>>,
@@ -109,13 +112,16 @@ pub struct TreePlan {
 /// arrival may take; one over it is rejected and counted, never queued).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OpenLoop {
+    /// The arrival process and its seed.
     pub spec: super::arrivals::ArrivalSpec,
+    /// Sessions in flight at most (`--concurrency`): an arrival when all are taken is rejected.
     pub slots: u32,
 }
 
 /// One shard's part of a session-tree run.
 #[derive(Debug, Clone)]
 pub struct TreeShard {
+    /// This shard's index, from 0.
     pub index: u32,
     /// Per corpus tree, the shard that recycles it ([`super::tree::tree_owners`]).
     pub owners: Vec<u32>,
@@ -138,7 +144,9 @@ pub use agentx_metrics::tree_counts::TreeCounts;
 
 /// The outcome of a session-tree replay.
 pub struct TreeOutcome {
+    /// The stop reason, request counts and profiling window, as the single-stream replay returns them.
     pub replay: ReplayOutcome,
+    /// What the scheduler counted beyond the requests.
     pub counts: TreeCounts,
 }
 
@@ -224,17 +232,18 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
             Ok(_) => (false, Vec::new()),
             Err(s) => (s.interrupted, s.failures.clone()),
         };
-        let w = super::shard::WarmEnd {
+        let warm_end = super::shard::WarmEnd {
             interrupted: &mut interrupted,
             failures: &failures,
             t0_ms: &mut handoff_t0,
         };
         let stop = local_stop.as_ref();
-        if let Some(o) =
-            super::shard::shard_warmup(&sh, w, done, profile, stop, stride, &mut interrupt).await
+        if let Some(outcome) =
+            super::shard::shard_warmup(&sh, warm_end, done, profile, stop, stride, &mut interrupt)
+                .await
         {
             return TreeOutcome {
-                replay: o,
+                replay: outcome,
                 counts: sc.counts,
             };
         }
@@ -274,8 +283,8 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
     let (stop, message) = drain(&mut sc, &mut interrupt, stop, message).await;
     let outcome = finish(sc, stop, message, prof_start);
     // Every profiling request returned or was cancelled: the scrape the counters end at.
-    if let Some(t) = sending_stopped {
-        let _ = t.await;
+    if let Some(pending_scrape) = sending_stopped {
+        let _ = pending_scrape.await;
     }
     sh.boundary(Boundary::ProfilingComplete).await;
     outcome
@@ -324,8 +333,8 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
         plan,
     };
     for l in &lanes_plan {
-        let rt = sc.planned_tree(l);
-        sc.lanes[l.lane as usize] = Some(rt);
+        let lane_tree = sc.planned_tree(l);
+        sc.lanes[l.lane as usize] = Some(lane_tree);
     }
     (sc, rest, lanes_plan)
 }
@@ -345,8 +354,8 @@ fn start_profiling(
     let prof_start = sh.clock.now_ns();
     let start = timer::now();
     sc.idle_since = start;
-    if let Some(f) = on_profiling {
-        f(prof_start);
+    if let Some(notify) = on_profiling {
+        notify(prof_start);
     }
     tracing::info!(
         "Phase warmup complete: {} primers returned | elapsed={:.2}s",
@@ -362,19 +371,19 @@ fn start_profiling(
     if warmed.pressured {
         sc.hand_off(start, handoff_t0);
     }
-    if let Some(o) = sc.plan.arrivals {
+    if let Some(open_loop) = sc.plan.arrivals {
         tracing::info!(
             "open-loop session arrivals: {} per second ({}), at most {} sessions in flight",
-            o.spec.rate,
-            o.spec.pattern.name(),
-            o.slots
+            open_loop.spec.rate,
+            open_loop.spec.pattern.name(),
+            open_loop.slots
         );
-        sc.schedule = Some(super::arrivals::Schedule::new(&o.spec, start));
-        sc.counts.arrivals = Some(Default::default());
+        sc.schedule = Some(super::arrivals::Schedule::new(&open_loop.spec, start));
+        sc.counts.arrivals = Some(super::arrivals::ArrivalCounts::default());
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
-        let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|rt| {
-            l.streams.iter().any(|s| s.index == 0) && rt.streams[0].st == St::Done
+        let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|lane_tree| {
+            l.streams.iter().any(|s| s.index == 0) && lane_tree.streams[0].st == St::Done
         });
         sc.counts.trees_started += 1;
         sh.tally.lock().expect("tally lock").sessions += 1;
@@ -395,9 +404,9 @@ fn start_profiling(
         };
         let t0 = if t0.is_finite() { t0 } else { 0.0 };
         for s in &l.streams {
-            let rt = sc.lanes[l.lane as usize].as_mut().expect("planned");
-            rt.streams[s.index as usize].next = s.next_turn;
-            rt.streams[s.index as usize].st = St::Waiting;
+            let lane_tree = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            lane_tree.streams[s.index as usize].next = s.next_turn;
+            lane_tree.streams[s.index as usize].st = St::Waiting;
             let after = (s.offset_ms - t0).max(0.0);
             sc.push_timer(
                 l.lane,
@@ -408,8 +417,8 @@ fn start_profiling(
     }
     // Trees that start with only future work: the per-tree idle cap counts from the start.
     for lane in 0..sc.lanes.len() as u32 {
-        if let Some(rt) = sc.lanes[lane as usize].as_mut() {
-            rt.last_end = start;
+        if let Some(lane_tree) = sc.lanes[lane as usize].as_mut() {
+            lane_tree.last_end = start;
         }
         sc.settle(lane);
     }
@@ -450,8 +459,8 @@ async fn profile(
         wake.arm(&sh, sc.next_wake());
         tokio::select! {
             Some(r) = sc.tasks.join_next() => {
-                if let Ok(d) = r {
-                    sc.on_done(d);
+                if let Ok(finished) = r {
+                    sc.on_done(finished);
                 }
                 sc.fire_due();
                 sc.cap_system_idle();
@@ -464,10 +473,10 @@ async fn profile(
             () = &mut deadline => break,
             _ = threshold_rx.wait_for(|t| *t) => {
                 stop = StopReason::ThresholdExceeded;
-                let t = sh.tally.lock().expect("tally lock").clone();
+                let tally = sh.tally.lock().expect("tally lock").clone();
                 message = Some(format!(
                     "--failed-request-threshold {} exceeded: {} of {} profiling requests failed; in-flight requests were cancelled",
-                    sh.cfg.failed_request_threshold.unwrap_or(0.0), t.failed, t.threshold_judged()
+                    sh.cfg.failed_request_threshold.unwrap_or(0.0), tally.failed, tally.threshold_judged()
                 ));
                 break;
             }
@@ -481,10 +490,10 @@ async fn profile(
             }
             _ = tick.tick(), if ticker.is_some() => {
                 let elapsed = Duration::from_nanos(sh.clock.now_ns() - prof_start);
-                let t = sh.tally.lock().expect("tally lock").clone();
+                let tally = sh.tally.lock().expect("tally lock").clone();
                 tracing::info!(
                     "Phase profiling progress | returned={} | in_flight={} | trees={} | errors={} | overflows={} | elapsed={:.1}s",
-                    t.requests, sc.in_flight, sc.counts.trees_started, t.failed, t.context_overflows, elapsed.as_secs_f64()
+                    tally.requests, sc.in_flight, sc.counts.trees_started, tally.failed, tally.context_overflows, elapsed.as_secs_f64()
                 );
                 let srv = sh.srv_row.as_ref().and_then(|f| f());
                 sh.progress.block(&sh.live.block(elapsed, "profiling", srv.as_ref()));

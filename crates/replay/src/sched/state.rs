@@ -100,33 +100,39 @@ impl Sched {
     }
 
     pub(super) fn push_timer(&mut self, lane: u32, stream: u32, at: Instant) {
-        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+        let Some(lane_tree) = self.lanes[lane as usize].as_mut() else {
             return;
         };
-        rt.timers += 1;
-        rt.streams[stream as usize].st = St::Waiting;
+        lane_tree.timers += 1;
+        lane_tree.streams[stream as usize].st = St::Waiting;
         self.seq += 1;
         self.heap.push(Reverse(Timer {
             at,
             seq: self.seq,
             lane,
-            gen: rt.gen,
+            gen: lane_tree.gen,
             stream,
         }));
     }
 
-    pub(super) fn new_session(&self, rt: &RtTree, stream: u32) -> Session {
-        let tree = self.tree(rt.tree);
-        let s = &tree.streams[stream as usize];
-        let lane = self.lane_id(rt.lane);
-        let mut session = Session::new(&self.sh, lane, rt.tree, rt.pass, rt.marker.clone());
+    pub(super) fn new_session(&self, lane_tree: &RtTree, stream: u32) -> Session {
+        let tree = self.tree(lane_tree.tree);
+        let recorded = &tree.streams[stream as usize];
+        let lane = self.lane_id(lane_tree.lane);
+        let mut session = Session::new(
+            &self.sh,
+            lane,
+            lane_tree.tree,
+            lane_tree.pass,
+            lane_tree.marker.clone(),
+        );
         let root_corr = if stream == 0 {
             session.correlation_id.clone()
         } else {
-            rt.root_corr.clone()
+            lane_tree.root_corr.clone()
         };
         session.tree = Some(TreeInfo {
-            agent_depth: s.depth,
+            agent_depth: recorded.depth,
             root_correlation_id: root_corr.clone(),
             parent_correlation_id: (stream != 0).then_some(root_corr),
             source_trace_id: tree.trace_id.clone(),
@@ -142,7 +148,7 @@ impl Sched {
     pub(super) fn fresh_tree(&mut self, lane: u32, t: usize, marker: String, pass: u32) -> RtTree {
         self.gen += 1;
         let tree = self.tree(t);
-        let mut rt = RtTree {
+        let mut lane_tree = RtTree {
             gen: self.gen,
             tree: t,
             lane,
@@ -167,23 +173,23 @@ impl Sched {
             origin_ms: tree.streams[0].turns.first().map_or(0.0, |t| t.ts_ms),
             last_end: timer::now(),
         };
-        let root = self.new_session(&rt, 0);
-        rt.root_corr = root.correlation_id.clone();
-        if let Some(t) = root.tree.as_ref() {
-            debug_assert_eq!(t.root_correlation_id, rt.root_corr);
+        let root = self.new_session(&lane_tree, 0);
+        lane_tree.root_corr.clone_from(&root.correlation_id);
+        if let Some(info) = root.tree.as_ref() {
+            debug_assert_eq!(info.root_correlation_id, lane_tree.root_corr);
         }
-        rt.streams[0].session = Some(root);
-        rt
+        lane_tree.streams[0].session = Some(root);
+        lane_tree
     }
 
     /// The runtime tree of a planned lane, its streams where t* left them.
     pub(super) fn planned_tree(&mut self, lane: &TreeLane) -> RtTree {
-        let mut rt = self.fresh_tree(lane.lane, lane.tree, lane.marker.clone(), lane.pass);
+        let mut lane_tree = self.fresh_tree(lane.lane, lane.tree, lane.marker.clone(), lane.pass);
         let tree = self.tree(lane.tree);
-        if let Some(t) = lane.t_star_ms {
-            rt.origin_ms = t;
-        } else if let Some(s) = lane.streams.iter().find(|s| s.index == 0) {
-            rt.origin_ms = tree.streams[0].turns[s.next_turn as usize].ts_ms;
+        if let Some(t_star) = lane.t_star_ms {
+            lane_tree.origin_ms = t_star;
+        } else if let Some(root_stream) = lane.streams.iter().find(|s| s.index == 0) {
+            lane_tree.origin_ms = tree.streams[0].turns[root_stream.next_turn as usize].ts_ms;
         }
         let n_root = tree.streams[0].turns.len() as u32;
         let root_next = lane
@@ -193,7 +199,7 @@ impl Sched {
             .map_or(n_root, |s| s.next_turn);
         // Resume boundaries: turns recorded before t* count as completed.
         for (i, s) in tree.streams.iter().enumerate() {
-            rt.done_upto[i] = match lane.t_star_ms {
+            lane_tree.done_upto[i] = match lane.t_star_ms {
                 Some(t) => s
                     .turns
                     .iter()
@@ -202,34 +208,34 @@ impl Sched {
                 None => 0,
             };
         }
-        rt.done_upto[0] = root_next;
-        for (b, br) in tree.branches.iter().enumerate() {
+        lane_tree.done_upto[0] = root_next;
+        for (b, branch) in tree.branches.iter().enumerate() {
             // A branch is under way when its spawn turn is past, or when one of its children is
             // alive at t* (its recorded start came before t* though its spawn turn is still ahead):
             // it is not started again when the root reaches its spawn turn.
             let alive = lane
                 .streams
                 .iter()
-                .any(|s| s.index != 0 && br.children.contains(&(s.index as usize)));
-            rt.started[b] = (br.spawn_turn as u32) < root_next || alive;
-            if rt.started[b] {
-                for &c in &br.children {
-                    rt.streams[c].st = St::Done;
+                .any(|s| s.index != 0 && branch.children.contains(&(s.index as usize)));
+            lane_tree.started[b] = (branch.spawn_turn as u32) < root_next || alive;
+            if lane_tree.started[b] {
+                for &c in &branch.children {
+                    lane_tree.streams[c].st = St::Done;
                 }
             }
         }
-        rt.streams[0].st = St::Done;
+        lane_tree.streams[0].st = St::Done;
         for s in &lane.streams {
-            let i = s.index as usize;
-            rt.streams[i].next = s.next_turn;
-            rt.streams[i].st = St::Waiting; // its timer comes with the profiling start
-            rt.done_upto[i] = s.next_turn;
-            if i != 0 {
-                let session = self.new_session(&rt, s.index);
-                rt.streams[i].session = Some(session);
+            let index = s.index as usize;
+            lane_tree.streams[index].next = s.next_turn;
+            lane_tree.streams[index].st = St::Waiting; // its timer comes with the profiling start
+            lane_tree.done_upto[index] = s.next_turn;
+            if index != 0 {
+                let session = self.new_session(&lane_tree, s.index);
+                lane_tree.streams[index].session = Some(session);
             }
         }
-        rt
+        lane_tree
     }
 
     pub(super) fn draw_tree(&mut self) -> Option<usize> {
@@ -270,9 +276,9 @@ impl Sched {
             let Some(due) = self.schedule.as_mut().and_then(|s| s.due(now)) else {
                 return;
             };
-            let c = self.counts.arrivals.get_or_insert_default();
-            c.offered += due.skipped;
-            c.skipped += due.skipped;
+            let arrivals = self.counts.arrivals.get_or_insert_default();
+            arrivals.offered += due.skipped;
+            arrivals.skipped += due.skipped;
             let Some(ordinal) = due.ordinal else { continue };
             let free = self.lanes.iter().position(Option::is_none);
             let started = match free {
@@ -282,12 +288,12 @@ impl Sched {
                 }
                 None => false,
             };
-            let c = self.counts.arrivals.get_or_insert_default();
-            c.offered += 1;
+            let arrivals = self.counts.arrivals.get_or_insert_default();
+            arrivals.offered += 1;
             if started {
-                c.admitted += 1;
+                arrivals.admitted += 1;
             } else {
-                c.rejected += 1;
+                arrivals.rejected += 1;
             }
         }
     }
@@ -295,19 +301,19 @@ impl Sched {
     /// Starts the sampler's next tree on `lane` at root turn 0, now, with the next marker pass of
     /// its trace (or `pass`, an arrival's ordinal); false when the corpus has no tree to start.
     fn start_tree(&mut self, lane: u32, pass: Option<u32>) -> bool {
-        let Some(t) = self.draw_tree() else {
+        let Some(tree_index) = self.draw_tree() else {
             return false;
         };
-        let trace = self.tree(t).trace_id.clone();
+        let trace = self.tree(tree_index).trace_id.clone();
         let pass = pass.unwrap_or_else(|| {
-            let p = self.passes.entry(trace.clone()).or_insert(0);
-            let v = *p;
-            *p += 1;
-            v
+            let next = self.passes.entry(trace.clone()).or_insert(0);
+            let minted = *next;
+            *next += 1;
+            minted
         });
         let marker = {
-            let mut sc = self.sh.scenario.lock().expect("scenario lock");
-            match sc.cache_bust_tree(
+            let mut scenario = self.sh.scenario.lock().expect("scenario lock");
+            match scenario.cache_bust_tree(
                 self.sh.cfg.placement,
                 &TreeId {
                     run_id: self.sh.cfg.run_id.clone(),
@@ -323,8 +329,8 @@ impl Sched {
                 }
             }
         };
-        let rt = self.fresh_tree(lane, t, marker, pass);
-        self.lanes[lane as usize] = Some(rt);
+        let lane_tree = self.fresh_tree(lane, tree_index, marker, pass);
+        self.lanes[lane as usize] = Some(lane_tree);
         if self.stage == Stage::Profiling {
             self.counts.trees_started += 1;
             self.sh.tally.lock().expect("tally lock").sessions += 1;
@@ -339,28 +345,28 @@ impl Sched {
     /// distance from `ref_ts`.
     pub(super) fn start_branch(&mut self, lane: u32, b: usize, base: Instant, ref_ts: f64) {
         let trees: &'static [SessionTree] = self.plan.trees;
-        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+        let Some(lane_tree) = self.lanes[lane as usize].as_mut() else {
             return;
         };
-        if rt.started[b] {
+        if lane_tree.started[b] {
             return;
         }
-        rt.started[b] = true;
-        let tree = &trees[rt.tree];
+        lane_tree.started[b] = true;
+        let tree = &trees[lane_tree.tree];
         for &c in &tree.branches[b].children {
             let Some(first) = tree.streams[c].turns.first() else {
-                if let Some(rt) = self.lanes[lane as usize].as_mut() {
-                    rt.streams[c].st = St::Done;
+                if let Some(lane_tree) = self.lanes[lane as usize].as_mut() {
+                    lane_tree.streams[c].st = St::Done;
                 }
                 continue;
             };
-            let Some(rt) = self.lanes[lane as usize].as_ref() else {
+            let Some(lane_tree) = self.lanes[lane as usize].as_ref() else {
                 return;
             };
-            let session = self.new_session(rt, c as u32);
-            let rt = self.lanes[lane as usize].as_mut().expect("tree");
-            rt.streams[c].session = Some(session);
-            rt.streams[c].next = 0;
+            let session = self.new_session(lane_tree, c as u32);
+            let lane_tree = self.lanes[lane as usize].as_mut().expect("tree");
+            lane_tree.streams[c].session = Some(session);
+            lane_tree.streams[c].next = 0;
             self.counts.children_spawned += 1;
             let after = if self.stage == Stage::Pressure {
                 0.0
@@ -377,21 +383,21 @@ impl Sched {
 
     /// Why stream `s`'s next turn must wait, if it must: `Some(true)` a join, `Some(false)` the
     /// barrier.
-    pub(super) fn holds(&self, rt: &RtTree, s: u32) -> Option<bool> {
-        let tree = self.tree(rt.tree);
-        let turn = &tree.streams[s as usize].turns[rt.streams[s as usize].next as usize];
+    pub(super) fn holds(&self, lane_tree: &RtTree, s: u32) -> Option<bool> {
+        let tree = self.tree(lane_tree.tree);
+        let turn = &tree.streams[s as usize].turns[lane_tree.streams[s as usize].next as usize];
         for &b in &turn.joins {
-            if rt.started[b]
+            if lane_tree.started[b]
                 && tree.branches[b]
                     .children
                     .iter()
-                    .any(|&c| rt.streams[c].st != St::Done)
+                    .any(|&c| lane_tree.streams[c].st != St::Done)
             {
                 return Some(true);
             }
         }
         for &(ps, pt) in &turn.replay_predecessors {
-            if rt.done_upto[ps] as usize <= pt && rt.streams[ps].st != St::Done {
+            if lane_tree.done_upto[ps] as usize <= pt && lane_tree.streams[ps].st != St::Done {
                 return Some(false);
             }
         }
@@ -403,7 +409,7 @@ impl Sched {
         if *self.sh.stop_new.borrow() {
             return;
         }
-        let Some(rt) = self.lanes[lane as usize].as_ref() else {
+        let Some(lane_tree) = self.lanes[lane as usize].as_ref() else {
             return;
         };
         if self.stage == Stage::Pressure {
@@ -413,24 +419,24 @@ impl Sched {
             };
             if self.paused || self.pressure_sent[lane as usize] >= limit {
                 // Deferred: profiling resumes the stream at this turn.
-                let rt = self.lanes[lane as usize].as_mut().expect("tree");
-                rt.streams[s as usize].st = St::Waiting;
+                let lane_tree = self.lanes[lane as usize].as_mut().expect("tree");
+                lane_tree.streams[s as usize].st = St::Waiting;
                 return;
             }
         }
         if !force && self.stage != Stage::Primers {
-            if let Some(join) = self.holds(rt, s) {
-                let rt = self.lanes[lane as usize].as_mut().expect("tree");
-                if rt.streams[s as usize].st != St::Held {
+            if let Some(join) = self.holds(lane_tree, s) {
+                let lane_tree = self.lanes[lane as usize].as_mut().expect("tree");
+                if lane_tree.streams[s as usize].st != St::Held {
                     if join {
                         self.counts.join_waits += 1;
                     } else {
                         self.counts.barrier_waits += 1;
                     }
                 }
-                rt.streams[s as usize].st = St::Held;
-                if !rt.held.iter().any(|h| h.0 == s) {
-                    rt.held.push((s, intended));
+                lane_tree.streams[s as usize].st = St::Held;
+                if !lane_tree.held.iter().any(|h| h.0 == s) {
+                    lane_tree.held.push((s, intended));
                 }
                 return;
             }
@@ -443,14 +449,14 @@ impl Sched {
         let stage = self.stage;
         let phase = stage.phase();
         let trees: &'static [SessionTree] = self.plan.trees;
-        let g0 = self.plan.first_stream;
-        let Some(rt) = self.lanes[lane as usize].as_mut() else {
+        let first_stream = self.plan.first_stream;
+        let Some(lane_tree) = self.lanes[lane as usize].as_mut() else {
             return;
         };
-        let t = rt.tree;
-        let tree = &trees[t];
-        let st = &mut rt.streams[s as usize];
-        let Some(session) = st.session.take() else {
+        let tree_index = lane_tree.tree;
+        let tree = &trees[tree_index];
+        let stream_state = &mut lane_tree.streams[s as usize];
+        let Some(session) = stream_state.session.take() else {
             // Not expected: a stream is dispatched only with its session. Marking it in flight
             // would keep its tree from draining for the rest of the run; it ends here instead.
             tracing::error!(
@@ -458,31 +464,31 @@ impl Sched {
                 tree.streams[s as usize].id,
                 tree.trace_id
             );
-            st.st = St::Done;
-            rt.held.retain(|h| h.0 != s);
+            stream_state.st = St::Done;
+            lane_tree.held.retain(|h| h.0 != s);
             return;
         };
-        let turn = st.next;
-        st.st = St::InFlight;
-        let conv = st.conv.take();
-        rt.in_flight += 1;
-        rt.held.retain(|h| h.0 != s);
-        let gen = rt.gen;
+        let turn = stream_state.next;
+        stream_state.st = St::InFlight;
+        let conv = stream_state.conv.take();
+        lane_tree.in_flight += 1;
+        lane_tree.held.retain(|h| h.0 != s);
+        let gen = lane_tree.gen;
         if stage == Stage::Pressure {
             self.pressure_sent[lane as usize] += 1;
             self.counts.pressure_requests += 1;
         }
         self.in_flight += 1;
         self.counts.peak_in_flight = self.counts.peak_in_flight.max(self.in_flight);
-        let tt = &tree.streams[s as usize].turns[turn as usize];
+        let recorded_turn = &tree.streams[s as usize].turns[turn as usize];
         // A branch that began before this root turn's recorded end starts at the turn's issue.
         if s == 0 && stage != Stage::Primers {
-            let api = tt.api_time_ms.unwrap_or(0.0);
+            let api = recorded_turn.api_time_ms.unwrap_or(0.0);
             let now = timer::now();
-            for &b in &tt.spawns {
-                let br = &tree.branches[b];
-                if api > 0.0 && br.start_timestamp_ms < tt.ts_ms + api {
-                    self.start_branch(lane, b, now, tt.ts_ms);
+            for &b in &recorded_turn.spawns {
+                let branch = &tree.branches[b];
+                if api > 0.0 && branch.start_timestamp_ms < recorded_turn.ts_ms + api {
+                    self.start_branch(lane, b, now, recorded_turn.ts_ms);
                 }
             }
         }
@@ -495,14 +501,20 @@ impl Sched {
             intended,
             max_tokens: match phase {
                 Phase::Warmup => self.plan.rules.warmup_max_tokens.max(1),
-                Phase::Profiling => tt.max_tokens.max(1),
+                Phase::Profiling => recorded_turn.max_tokens.max(1),
             },
-            prefix: (tt.prefix_hit_blocks, tt.prefix_total_blocks),
-            source_idx: (Some(tt.source_outer_idx), tt.source_inner_idx),
+            prefix: (
+                recorded_turn.prefix_hit_blocks,
+                recorded_turn.prefix_total_blocks,
+            ),
+            source_idx: (
+                Some(recorded_turn.source_outer_idx),
+                recorded_turn.source_inner_idx,
+            ),
             traj: self
                 .plan
                 .streams
-                .trajectory(g0[t] as usize + s as usize)
+                .trajectory(first_stream[tree_index] as usize + s as usize)
                 .expect("stream exists"),
             num_turns: tree.streams[s as usize].turns.len() as u32,
             conv_id: &tree.streams[s as usize].id,
@@ -521,36 +533,36 @@ impl Sched {
             self.idle_since = d.end;
         }
         let trees: &'static [SessionTree] = self.plan.trees;
-        let Some(rt) = self.lanes[d.lane as usize].as_mut() else {
+        let Some(lane_tree) = self.lanes[d.lane as usize].as_mut() else {
             self.counts.late_events += 1;
             return;
         };
-        if rt.gen != d.gen {
+        if lane_tree.gen != d.gen {
             self.counts.late_events += 1;
             return;
         }
-        rt.in_flight -= 1;
-        rt.last_end = rt.last_end.max(d.end);
-        let tree = &trees[rt.tree];
-        let s = d.stream as usize;
-        let stream = &tree.streams[s];
-        rt.done_upto[s] = rt.done_upto[s].max(d.turn + 1);
-        rt.streams[s].session = Some(d.session);
+        lane_tree.in_flight -= 1;
+        lane_tree.last_end = lane_tree.last_end.max(d.end);
+        let tree = &trees[lane_tree.tree];
+        let stream_index = d.stream as usize;
+        let stream = &tree.streams[stream_index];
+        lane_tree.done_upto[stream_index] = lane_tree.done_upto[stream_index].max(d.turn + 1);
+        lane_tree.streams[stream_index].session = Some(d.session);
         let last = d.turn as usize + 1 >= stream.turns.len();
         let ends = last
             || d.next.is_none()
-            || (d.overflow && (s != 0 || self.plan.rules.overflow_ends_tree));
+            || (d.overflow && (stream_index != 0 || self.plan.rules.overflow_ends_tree));
         if d.stage == Stage::Primers {
             // A primer: the stream resumes in profiling at the turn after it.
-            let st = &mut rt.streams[s];
-            st.conv = d.next;
+            let stream_state = &mut lane_tree.streams[stream_index];
+            stream_state.conv = d.next;
             // A root primer that overflowed, or failed under rules that judge warmup failures
             // instead of aborting: the lane starts a fresh tree when profiling begins.
             let failed_root = d.failed.is_some() && !self.plan.rules.warmup_failure_aborts;
-            if s == 0 && (d.overflow || failed_root) {
-                st.st = St::Done;
+            if stream_index == 0 && (d.overflow || failed_root) {
+                stream_state.st = St::Done;
             } else {
-                st.st = St::Waiting;
+                stream_state.st = St::Waiting;
             }
             return;
         }
@@ -558,7 +570,7 @@ impl Sched {
         // return (aiperf skips the branch orchestrator's intercept on such a return; a last-turn
         // overflow still spawns, and a branch started at the turn's issue stays started).
         let terminal_overflow = d.overflow && !last;
-        if s == 0 && !terminal_overflow {
+        if stream_index == 0 && !terminal_overflow {
             // Branches not started at the turn's issue start at its return.
             let lane = d.lane;
             for &b in &stream.turns[d.turn as usize].spawns {
@@ -566,9 +578,9 @@ impl Sched {
                 self.start_branch(lane, b, d.end, start);
             }
         }
-        let rt = self.lanes[d.lane as usize].as_mut().expect("tree");
+        let lane_tree = self.lanes[d.lane as usize].as_mut().expect("tree");
         if ends {
-            rt.streams[s].st = St::Done;
+            lane_tree.streams[stream_index].st = St::Done;
             if d.overflow {
                 tracing::info!(
                     "stream {} ended at turn {}/{} (context overflow)",
@@ -579,13 +591,13 @@ impl Sched {
             }
         } else {
             let next = d.turn + 1;
-            rt.streams[s].next = next;
-            rt.streams[s].conv = d.next;
-            let g = self.plan.first_stream[rt.tree] as usize + s;
+            lane_tree.streams[stream_index].next = next;
+            lane_tree.streams[stream_index].conv = d.next;
+            let global_stream = self.plan.first_stream[lane_tree.tree] as usize + stream_index;
             let delay = if d.stage == Stage::Pressure {
                 0.0
             } else {
-                self.plan.delays_ms[g]
+                self.plan.delays_ms[global_stream]
                     .get(next as usize)
                     .copied()
                     .unwrap_or(0.0)
@@ -603,21 +615,21 @@ impl Sched {
     /// Re-checks a tree's held turns, releases them when nothing else can, applies the per-tree
     /// idle cap, and recycles the lane when the tree drained.
     pub(super) fn settle(&mut self, lane: u32) {
-        let Some(rt) = self.lanes[lane as usize].as_ref() else {
+        let Some(lane_tree) = self.lanes[lane as usize].as_ref() else {
             return;
         };
-        let held: Vec<(u32, u64)> = rt.held.clone();
+        let held: Vec<(u32, u64)> = lane_tree.held.clone();
         for (s, intended) in held {
-            let rt = self.lanes[lane as usize].as_ref().expect("tree");
-            if self.holds(rt, s).is_none() {
+            let lane_tree = self.lanes[lane as usize].as_ref().expect("tree");
+            if self.holds(lane_tree, s).is_none() {
                 let now = self.sh.clock.now_ns();
                 self.release(lane, s, intended.max(now), false);
             }
         }
-        let rt = self.lanes[lane as usize].as_ref().expect("tree");
-        if rt.in_flight == 0 && rt.timers == 0 && !rt.held.is_empty() {
-            let held: Vec<(u32, u64)> = rt.held.clone();
-            let tree = self.tree(rt.tree);
+        let lane_tree = self.lanes[lane as usize].as_ref().expect("tree");
+        if lane_tree.in_flight == 0 && lane_tree.timers == 0 && !lane_tree.held.is_empty() {
+            let held: Vec<(u32, u64)> = lane_tree.held.clone();
+            let tree = self.tree(lane_tree.tree);
             for (s, _) in held {
                 self.counts.forced_releases += 1;
                 tracing::warn!(
@@ -630,22 +642,22 @@ impl Sched {
                 self.release(lane, s, now, true);
             }
         }
-        let rt = self.lanes[lane as usize].as_ref().expect("tree");
-        if rt.in_flight == 0 && rt.timers > 0 {
+        let lane_tree = self.lanes[lane as usize].as_ref().expect("tree");
+        if lane_tree.in_flight == 0 && lane_tree.timers > 0 {
             if let Some(cap) = self.sh.cfg.trace_idle_cap {
-                self.shift(Some((lane, rt.gen)), rt.last_end + cap, false);
+                self.shift(Some((lane, lane_tree.gen)), lane_tree.last_end + cap, false);
             }
         }
-        let rt = self.lanes[lane as usize].as_ref().expect("tree");
-        let drained = rt.in_flight == 0
-            && rt.timers == 0
-            && rt.held.is_empty()
-            && rt
+        let lane_tree = self.lanes[lane as usize].as_ref().expect("tree");
+        let drained = lane_tree.in_flight == 0
+            && lane_tree.timers == 0
+            && lane_tree.held.is_empty()
+            && lane_tree
                 .streams
                 .iter()
                 .all(|s| matches!(s.st, St::Done | St::NotStarted));
         if drained && self.stage != Stage::Primers {
-            for s in &rt.streams {
+            for s in &lane_tree.streams {
                 if let Some(sess) = &s.session {
                     self.sh.client.end_session(&sess.correlation_id);
                 }
@@ -671,13 +683,13 @@ impl Sched {
         if earliest <= target {
             return;
         }
-        let by = earliest - target;
+        let shift_by = earliest - target;
         let now = timer::now();
         let timers: Vec<Timer> = std::mem::take(&mut self.heap)
             .into_iter()
             .map(|Reverse(mut t)| {
                 if mine(&t) {
-                    t.at = t.at.checked_sub(by).unwrap_or(now).max(now);
+                    t.at = t.at.checked_sub(shift_by).unwrap_or(now).max(now);
                 }
                 t
             })
@@ -685,7 +697,7 @@ impl Sched {
         self.heap = timers.into_iter().map(Reverse).collect();
         if system {
             self.counts.system_idle_shifts += 1;
-            self.counts.system_idle_shifted_s += by.as_secs_f64();
+            self.counts.system_idle_shifted_s += shift_by.as_secs_f64();
         } else {
             self.counts.tree_idle_shifts += 1;
         }
@@ -695,24 +707,24 @@ impl Sched {
     pub(super) fn fire_due(&mut self) {
         self.admit_arrivals();
         let now = timer::now();
-        while let Some(Reverse(t)) = self.heap.peek().copied() {
-            if t.at > now {
+        while let Some(Reverse(due)) = self.heap.peek().copied() {
+            if due.at > now {
                 break;
             }
             self.heap.pop();
-            let Some(rt) = self.lanes[t.lane as usize].as_mut() else {
+            let Some(lane_tree) = self.lanes[due.lane as usize].as_mut() else {
                 continue;
             };
-            if rt.gen != t.gen {
+            if lane_tree.gen != due.gen {
                 continue;
             }
-            rt.timers -= 1;
-            if rt.streams[t.stream as usize].st != St::Waiting {
+            lane_tree.timers -= 1;
+            if lane_tree.streams[due.stream as usize].st != St::Waiting {
                 continue;
             }
-            let intended = self.sh.clock.ns_of(t.at);
-            self.release(t.lane, t.stream, intended, false);
-            self.settle(t.lane);
+            let intended = self.sh.clock.ns_of(due.at);
+            self.release(due.lane, due.stream, intended, false);
+            self.settle(due.lane);
         }
     }
 

@@ -109,9 +109,9 @@ pub(super) async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
                         message: cause.clone(),
                     },
                 );
-                if let Some(t) = rec.tree.as_mut() {
-                    (t.prefix_hit_blocks, t.prefix_total_blocks) = prefix;
-                    (t.source_outer_idx, t.source_inner_idx) = source_idx;
+                if let Some(info) = rec.tree.as_mut() {
+                    (info.prefix_hit_blocks, info.prefix_total_blocks) = prefix;
+                    (info.source_outer_idx, info.source_inner_idx) = source_idx;
                 }
                 request::account(&sh, &rec);
                 sh.records.send(rec);

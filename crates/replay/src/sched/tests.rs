@@ -539,7 +539,7 @@ async fn the_pressure_stage_hands_off_to_profiling_at_recorded_offsets() {
 async fn boundary_scrapes_come_at_the_phase_edges_and_bound_profiling() {
     use agentx_metrics::scrape_log::Boundary;
     let mut case = pressure_case();
-    let seen: Arc<std::sync::Mutex<Vec<(Boundary, u64, u64)>>> = Default::default();
+    let seen: Arc<std::sync::Mutex<Vec<(Boundary, u64, u64)>>> = Arc::default();
     let log = seen.clone();
     let start = tokio::time::Instant::now();
     case.boundary = Some(Arc::new(move |b| {

@@ -82,14 +82,16 @@ async fn primers(
     let mut primers = 0u64;
     for l in lanes_plan {
         for s in &l.streams {
-            let Some(w) = s.warm_turn else { continue };
+            let Some(warm_turn) = s.warm_turn else {
+                continue;
+            };
             let off = if spread {
                 (max_lead - s.lead_ms).max(0.0)
             } else {
                 0.0
             };
-            let rt = sc.lanes[l.lane as usize].as_mut().expect("planned");
-            rt.streams[s.index as usize].next = w;
+            let lane_tree = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            lane_tree.streams[s.index as usize].next = warm_turn;
             primers += 1;
             sc.push_timer(
                 l.lane,
@@ -122,24 +124,24 @@ async fn primers(
             () = beat.tick() => {
                 // Primers still spread ahead cannot return before their release.
                 let ahead = (max_lead / 1000.0 - timer::now().saturating_duration_since(warm_start).as_secs_f64()).max(0.0);
-                beat.log(sc, "primers", returned, primers, warm_start, ahead);
+                log_progress(sc, "primers", returned, primers, warm_start, ahead);
             }
             Some(r) = sc.tasks.join_next() => {
-                let Ok(d) = r else {
+                let Ok(finished) = r else {
                     failures.push("a warmup task failed".into());
                     returned += 1;
                     continue;
                 };
                 returned += 1;
                 sh.progress.update(returned, format!("{returned}/{primers} primers returned"));
-                let depth0 = d.stream == 0;
-                let lane = d.lane;
-                let (overflow, failed) = (d.overflow, d.failed.clone());
-                let next_turn = d.turn + 1;
-                let stream = d.stream;
-                sc.on_done(d);
-                if let Some(rt) = sc.lanes[lane as usize].as_mut() {
-                    rt.streams[stream as usize].next = next_turn;
+                let depth0 = finished.stream == 0;
+                let lane = finished.lane;
+                let (overflow, failed) = (finished.overflow, finished.failed.clone());
+                let next_turn = finished.turn + 1;
+                let stream = finished.stream;
+                sc.on_done(finished);
+                if let Some(lane_tree) = sc.lanes[lane as usize].as_mut() {
+                    lane_tree.streams[stream as usize].next = next_turn;
                 }
                 // The lane as the whole plan numbers it (a shard's own start at 0).
                 let lane = sc.lane_id(lane);
@@ -224,16 +226,18 @@ async fn pressure_stage(
         }
     );
     for lane in 0..sc.lanes.len() as u32 {
-        let Some(rt) = sc.lanes[lane as usize].as_mut() else {
+        let Some(lane_tree) = sc.lanes[lane as usize].as_mut() else {
             continue;
         };
-        rt.timers = 0;
-        if rt.streams[0].st == St::Done && rt.streams.iter().all(|s| s.st != St::Waiting) {
+        lane_tree.timers = 0;
+        if lane_tree.streams[0].st == St::Done
+            && lane_tree.streams.iter().all(|s| s.st != St::Waiting)
+        {
             sc.recycle(lane);
             continue;
         }
-        let waiting: Vec<u32> = (0..rt.streams.len() as u32)
-            .filter(|&s| rt.streams[s as usize].st == St::Waiting)
+        let waiting: Vec<u32> = (0..lane_tree.streams.len() as u32)
+            .filter(|&s| lane_tree.streams[s as usize].st == St::Waiting)
             .collect();
         for s in waiting {
             sc.push_timer(lane, s, now);
@@ -267,17 +271,17 @@ async fn pressure_stage(
         tokio::select! {
             () = beat.tick() => {
                 let (done, total, floor) = pressure_progress(sc, p, now, end);
-                beat.log(sc, "cache pressure", done, total, now, floor);
+                log_progress(sc, "cache pressure", done, total, now, floor);
             }
             Some(r) = sc.tasks.join_next() => {
-                if let Ok(d) = r {
-                    if let Some(f) = sc.pressure_root_failure(&d) {
-                        break Some(PressureStop::Failed(f));
+                if let Ok(finished) = r {
+                    if let Some(failure) = sc.pressure_root_failure(&finished) {
+                        break Some(PressureStop::Failed(failure));
                     }
-                    let failed = d.failed.is_some();
-                    sc.on_done(d);
-                    if let Some(f) = failed.then(|| sc.warmup_threshold()).flatten() {
-                        break Some(PressureStop::Failed(f));
+                    let failed = finished.failed.is_some();
+                    sc.on_done(finished);
+                    if let Some(failure) = failed.then(|| sc.warmup_threshold()).flatten() {
+                        break Some(PressureStop::Failed(failure));
                     }
                 }
                 sc.fire_due();
@@ -331,9 +335,9 @@ impl Heartbeat {
     fn new(sc: &Sched) -> Heartbeat {
         Heartbeat {
             tick: sc.sh.cfg.warmup_progress_interval.map(|i| {
-                let mut t = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
-                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                t
+                let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                interval
             }),
         }
     }
@@ -347,17 +351,19 @@ impl Heartbeat {
             None => std::future::pending().await,
         }
     }
+}
 
-    fn log(&self, sc: &Sched, stage: &str, done: u64, total: u64, since: Instant, floor: f64) {
-        let t = sc.sh.tally.lock().expect("tally lock").clone();
-        let elapsed = timer::now().saturating_duration_since(since).as_secs_f64();
-        tracing::info!(
-            "Phase warmup progress | {stage} | returned={done}/{total} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
-            sc.tasks.len(),
-            t.warmup_failed,
-            crate::eta_field(done, total, elapsed, floor)
-        );
-    }
+/// The `Phase warmup progress` line of `stage`: `done` of `total` returned since `since`, never
+/// finishing before `floor` seconds from now.
+fn log_progress(sc: &Sched, stage: &str, done: u64, total: u64, since: Instant, floor: f64) {
+    let tally = sc.sh.tally.lock().expect("tally lock").clone();
+    let elapsed = timer::now().saturating_duration_since(since).as_secs_f64();
+    tracing::info!(
+        "Phase warmup progress | {stage} | returned={done}/{total} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
+        sc.tasks.len(),
+        tally.warmup_failed,
+        crate::eta_field(done, total, elapsed, floor)
+    );
 }
 
 /// The cache-pressure stage's progress: requests returned of the requests it sends (lanes × the
@@ -396,14 +402,14 @@ impl Sched {
         if self.plan.rules.warmup_failure_aborts {
             return None;
         }
-        let f = self.sh.cfg.failed_request_threshold?;
-        let t = self.sh.tally.lock().expect("tally lock");
-        t.warmup_threshold_exceeded(f, self.sh.concurrency)
+        let threshold = self.sh.cfg.failed_request_threshold?;
+        let tally = self.sh.tally.lock().expect("tally lock");
+        tally.warmup_threshold_exceeded(threshold, self.sh.concurrency)
             .then(|| {
                 format!(
-                    "--failed-request-threshold {f} exceeded in warmup: {} of {} warmup requests failed",
-                    t.warmup_failed,
-                    t.warmup_judged()
+                    "--failed-request-threshold {threshold} exceeded in warmup: {} of {} warmup requests failed",
+                    tally.warmup_failed,
+                    tally.warmup_judged()
                 )
             })
     }
@@ -416,8 +422,8 @@ impl Sched {
         }
         let tree = self.lanes[d.lane as usize]
             .as_ref()
-            .filter(|rt| rt.gen == d.gen)
-            .map(|rt| self.tree(rt.tree).trace_id.as_str())?;
+            .filter(|lane_tree| lane_tree.gen == d.gen)
+            .map(|lane_tree| self.tree(lane_tree.tree).trace_id.as_str())?;
         let what = match (&d.failed, d.overflow) {
             (_, true) => "overflowed the context".to_string(),
             (Some(e), false) => format!("failed: {e}"),
@@ -439,10 +445,10 @@ impl Sched {
     pub(super) fn hand_off(&mut self, start: Instant, t0: Option<f64>) {
         self.heap.clear();
         let due = self.handoff_due();
-        for rt in self.lanes.iter_mut().flatten() {
-            rt.timers = 0;
-            rt.held.clear();
-            for st in &mut rt.streams {
+        for lane_tree in self.lanes.iter_mut().flatten() {
+            lane_tree.timers = 0;
+            lane_tree.held.clear();
+            for st in &mut lane_tree.streams {
                 if st.st == St::Held {
                     st.st = St::Waiting;
                 }
@@ -455,8 +461,8 @@ impl Sched {
                 self.counts.trees_started += 1;
                 self.sh.tally.lock().expect("tally lock").sessions += 1;
             }
-            let at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
-            self.push_timer(r.lane, r.stream, at);
+            let due_at = start + Duration::from_secs_f64((r.offset_ms - t0).max(0.0) / 1000.0);
+            self.push_timer(r.lane, r.stream, due_at);
         }
         for lane in 0..self.lanes.len() as u32 {
             if self.lanes[lane as usize].is_none() {
@@ -475,16 +481,16 @@ impl Sched {
     fn handoff_due(&self) -> Vec<Resume> {
         let trees: &'static [SessionTree] = self.plan.trees;
         let mut due: Vec<Resume> = Vec::new();
-        for rt in self.lanes.iter().flatten() {
-            let tree = &trees[rt.tree];
-            for (i, st) in rt.streams.iter().enumerate() {
+        for lane_tree in self.lanes.iter().flatten() {
+            let tree = &trees[lane_tree.tree];
+            for (i, st) in lane_tree.streams.iter().enumerate() {
                 if matches!(st.st, St::Waiting | St::Held) {
-                    let off = tree.streams[i].turns[st.next as usize].ts_ms - rt.origin_ms;
+                    let off = tree.streams[i].turns[st.next as usize].ts_ms - lane_tree.origin_ms;
                     due.push(Resume {
-                        lane: rt.lane,
+                        lane: lane_tree.lane,
                         stream: i as u32,
                         offset_ms: off.max(0.0),
-                        joining: st.st == St::Held && self.holds(rt, i as u32) == Some(true),
+                        joining: st.st == St::Held && self.holds(lane_tree, i as u32) == Some(true),
                     });
                 }
             }
