@@ -106,7 +106,7 @@ impl ArrivalSpec {
 
     /// The coefficient of variation of the inter-arrival times: 1 for poisson, 0 for constant,
     /// 1/sqrt(shape) for gamma.
-    pub(crate) fn expected_cv(&self) -> f64 {
+    pub fn expected_cv(&self) -> f64 {
         match self.pattern {
             Pattern::Poisson => 1.0,
             Pattern::Constant => 0.0,

@@ -15,11 +15,14 @@ use agentx_scenario::{ScenarioError, ScenarioInstance};
 /// One lane of the plan.
 #[derive(Debug, Clone, Serialize)]
 pub struct Lane {
+    /// The lane's index, from 0.
     pub lane: u32,
     /// Index of the trace in the dataset.
     #[serde(skip)]
     pub trace: usize,
+    /// The trace's id.
     pub trace_id: String,
+    /// The trace's turns.
     pub turns: u32,
     /// The warmup turn k; profiling resumes at k+1.
     pub start_turn: u32,

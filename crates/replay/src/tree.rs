@@ -162,10 +162,12 @@ mod tests {
 /// session-tree scheduler will replay it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TreeLane {
+    /// The lane's index, from 0.
     pub lane: u32,
     /// The tree's index in the corpus.
     #[serde(skip)]
     pub tree: usize,
+    /// The base trace of the tree.
     pub trace_id: String,
     /// t* on the root's clock (ms); `None` for a lane started by the turn-index fallback.
     pub t_star_ms: Option<f64>,
@@ -173,6 +175,7 @@ pub struct TreeLane {
     pub marker: String,
     /// Trees of this base trace minted before this one.
     pub pass: u32,
+    /// The tree's streams alive at t*.
     pub streams: Vec<TreeLaneStream>,
 }
 
@@ -182,9 +185,13 @@ pub struct TreeLaneStream {
     /// The stream's index in its tree.
     #[serde(skip)]
     pub index: u32,
+    /// The stream's conversation id in the corpus.
     pub conversation_id: String,
+    /// The first turn profiling sends.
     pub next_turn: u32,
+    /// The turn warmup sends to warm the cache, if any.
     pub warm_turn: Option<u32>,
+    /// The stream's start on the root's clock (ms).
     pub offset_ms: f64,
     /// How long before t* the warm turn was recorded (capped): warmup fires it at the run's
     /// largest lead minus this.
