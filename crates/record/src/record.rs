@@ -313,6 +313,10 @@ pub enum SinkError {
 /// The file name of the record stream in the artifact directory.
 pub const RECORDS_FILE: &str = "records.jsonl";
 
+/// Something that sees each record as it is written (the OTLP export, a live `/metrics`): called on
+/// the writer thread right after the record's line is written, so it must not block.
+pub type RecordWatcher = Box<dyn FnMut(&RequestRecord) + Send>;
+
 /// Streams records to `records.jsonl` from a writer thread, so the async tasks never block on disk.
 pub struct RecordSink {
     tx: Option<mpsc::Sender<RequestRecord>>,
@@ -323,6 +327,14 @@ pub struct RecordSink {
 impl RecordSink {
     /// Creates (truncating) `records.jsonl` in the artifact directory.
     pub fn create(dir: &crate::fsio::Root) -> Result<RecordSink, SinkError> {
+        RecordSink::create_watched(dir, Vec::new())
+    }
+
+    /// [`RecordSink::create`], with `watchers` shown each record after it is written (in order).
+    pub fn create_watched(
+        dir: &crate::fsio::Root,
+        mut watchers: Vec<RecordWatcher>,
+    ) -> Result<RecordSink, SinkError> {
         let path = dir.join(RECORDS_FILE);
         let file = dir
             .create_file(RECORDS_FILE)
@@ -344,7 +356,11 @@ impl RecordSink {
                 let mut put = |writer: &mut BufWriter<File>, rec: &RequestRecord| {
                     serde_json::to_writer(&mut *writer, rec).map_err(std::io::Error::from)?;
                     written += 1;
-                    writer.write_all(b"\n")
+                    writer.write_all(b"\n")?;
+                    for watcher in &mut watchers {
+                        watcher(rec);
+                    }
+                    Ok(())
                 };
                 while let Ok(rec) = rx.recv() {
                     put(&mut writer, &rec).map_err(err)?;
@@ -538,5 +554,28 @@ mod tests {
         // A bad line that ends with its newline is not torn: the writer finished it.
         let (_d, path) = file_of(&[lines[0].clone(), "{\"x\":".into()], "");
         assert!(scan_records(&path, true, |_| {}).is_err());
+    }
+
+    #[test]
+    fn watchers_see_every_record_in_the_order_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = crate::fsio::Root::open(dir.path()).unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        let watcher: RecordWatcher = Box::new(move |record: &RequestRecord| {
+            kept.lock().unwrap().push(record.request_id.clone());
+        });
+        let sink = RecordSink::create_watched(&root, vec![watcher]).unwrap();
+        let sender = sink.sender();
+        for send_ms in [5, 1, 9] {
+            sender.send(crate::testkit::rec(send_ms, &[1], 10, 1));
+        }
+        drop(sender);
+        assert_eq!(sink.close().unwrap(), 3);
+        assert_eq!(*seen.lock().unwrap(), ["req-5", "req-1", "req-9"]);
+        assert_eq!(
+            read_records(&dir.path().join(RECORDS_FILE)).unwrap().len(),
+            3
+        );
     }
 }
