@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 
 use agentx_protocol::trace_context::{request_span_id, stream_span_id, trace_id};
 use agentx_record::outcome::Outcome;
-use agentx_record::{RequestRecord, NO_OUTPUT_LIMIT};
+use agentx_record::{RecordWatcher, RequestRecord, NO_OUTPUT_LIMIT};
 
 /// Spans per batch.
 pub const BATCH_SPANS: usize = 512;
@@ -115,40 +115,55 @@ pub fn traces_url(endpoint: &str) -> Result<hyper::Uri, OtlpError> {
 
 /// A running export.
 pub struct Exporter {
-    queue: mpsc::Sender<RequestRecord>,
-    dropped: Arc<AtomicU64>,
+    queue: SpanQueue,
     task: tokio::task::JoinHandle<ExportStats>,
+}
+
+/// The export's input: finished requests, never waited on (a full queue drops and counts).
+#[derive(Clone)]
+pub struct SpanQueue {
+    sender: mpsc::Sender<RequestRecord>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl SpanQueue {
+    /// Hands a finished request to the export.
+    pub fn record(&self, record: &RequestRecord) {
+        if self.sender.try_send(record.clone()).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Exporter {
     /// Starts the export on the current runtime (call inside it).
     pub fn start(config: OtlpConfig) -> Result<Exporter, OtlpError> {
         let url = traces_url(&config.endpoint)?;
-        let (queue, records) = mpsc::channel(QUEUE_RECORDS);
+        let (sender, records) = mpsc::channel(QUEUE_RECORDS);
         let dropped = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(run(config, url, records, dropped.clone()));
         Ok(Exporter {
-            queue,
-            dropped,
+            queue: SpanQueue { sender, dropped },
             task,
         })
     }
 
     /// Hands a finished request to the export; never waits (a full queue drops it, counted).
     pub fn record(&self, record: &RequestRecord) {
-        if self.queue.try_send(record.clone()).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.queue.record(record);
     }
 
-    /// Sends what is queued and every stream's span, waiting at most `within`; what is not sent by
-    /// then is counted as dropped.
+    /// A record sink's watcher that hands it every record as it is written.
+    pub fn watcher(&self) -> RecordWatcher {
+        let queue = self.queue.clone();
+        Box::new(move |record: &RequestRecord| queue.record(record))
+    }
+
+    /// Sends what is queued and every stream's span, waiting at most `within` (every watcher must
+    /// be gone: the record sink closed); what is not sent by then is counted as dropped.
     pub async fn finish(self, within: Duration) -> ExportStats {
-        let Exporter {
-            queue,
-            dropped,
-            mut task,
-        } = self;
+        let Exporter { queue, mut task } = self;
+        let dropped = queue.dropped.clone();
         drop(queue);
         let mut stats = match tokio::time::timeout(within, &mut task).await {
             Ok(Ok(stats)) => stats,
