@@ -39,19 +39,19 @@ use super::tree::TreeTopology;
 use super::warnings::WarningReport;
 use super::weka::{ParsedTrace, RequestKind};
 
-pub const MAGIC: [u8; 8] = *b"AGXDSET\n";
+pub(crate) const MAGIC: [u8; 8] = *b"AGXDSET\n";
 /// Bump on any change of the layout or of what the builder stores.
-pub const FORMAT_VERSION: u32 = 5;
-pub const HEADER_LEN: usize = 128;
-pub const TRACE_REC: usize = 40;
-pub const TURN_REC: usize = 80;
+pub(crate) const FORMAT_VERSION: u32 = 5;
+pub(crate) const HEADER_LEN: usize = 128;
+pub(crate) const TRACE_REC: usize = 40;
+pub(crate) const TURN_REC: usize = 80;
 /// File name extension of entries.
-pub const ENTRY_EXT: &str = "agxd";
+pub(crate) const ENTRY_EXT: &str = "agxd";
 /// Flag of a trace record: the corpus's hash ids are global (module docs).
-pub const TRACE_GLOBAL_HASH_IDS: u32 = 1;
+pub(crate) const TRACE_GLOBAL_HASH_IDS: u32 = 1;
 /// Flag of a turn record: the request records no output length and is sent without a token limit
 /// (module docs).
-pub const TURN_NO_OUTPUT_LIMIT: u32 = 1;
+pub(crate) const TURN_NO_OUTPUT_LIMIT: u32 = 1;
 
 /// A cache key: sha256 over everything that determines an entry's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,7 +72,7 @@ impl CacheKey {
     /// Derives the key of `source_digest` with a selection. Without `--max-context-length` the key is
     /// [`Self::derive`]'s of the cap alone (the output cap changes nothing then), so entries built before
     /// the context filter existed stay valid.
-    pub fn derive_selection(source_digest: &[u8; 32], sel: &Selection) -> Self {
+    pub(crate) fn derive_selection(source_digest: &[u8; 32], sel: &Selection) -> Self {
         let limit = sel.num_dataset_entries;
         let mut h = Sha256::new();
         h.update(b"agentx-dataset-cache\0");
@@ -97,14 +97,14 @@ impl CacheKey {
     }
 
     /// The 32 hex digits naming the entry.
-    pub fn short_hex(&self) -> String {
+    pub(crate) fn short_hex(&self) -> String {
         hex::encode(&self.0[..16])
     }
 }
 
 /// A fast 64-bit checksum (four interleaved multiply-xor lanes over u64 words): detects torn or foreign
 /// bytes cheaply enough to run on every open. Not a cryptographic hash; the key is.
-pub fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     const K: [u64; 4] = [
         0x9E37_79B9_7F4A_7C15,
         0xC2B2_AE3D_27D4_EB4F,
@@ -165,7 +165,7 @@ impl Interner {
 }
 
 /// Accumulates traces and writes an entry.
-pub struct Builder {
+pub(crate) struct Builder {
     traces: Vec<u8>,
     turns: Vec<u8>,
     pool: Vec<u32>,
@@ -184,7 +184,7 @@ pub struct Builder {
 /// import selected traces by context length. Readers that know only [`WarningReport`] ignore the
 /// extra field.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ImportReport {
+pub(crate) struct ImportReport {
     #[serde(flatten)]
     pub warnings: WarningReport,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,7 +226,7 @@ fn opt(v: Option<f64>) -> f64 {
 
 impl Builder {
     /// Adds one validated trace.
-    pub fn add(&mut self, t: &ParsedTrace) -> Result<(), String> {
+    pub(crate) fn add(&mut self, t: &ParsedTrace) -> Result<(), String> {
         let id = self.strings.intern(&t.id)?;
         let models = self.strings.intern(&t.models.join("\n"))?;
         let first_turn = self.n_turns;
@@ -308,39 +308,39 @@ impl Builder {
     }
 
     /// The warnings of the traces added so far.
-    pub fn warnings(&self) -> &WarningReport {
+    pub(crate) fn warnings(&self) -> &WarningReport {
         &self.warnings
     }
 
     /// Records the counts of the selection that chose the added traces (stored with the warnings).
-    pub fn set_selection(&mut self, report: SelectionReport) {
+    pub(crate) fn set_selection(&mut self, report: SelectionReport) {
         self.selection = Some(report);
     }
 
     /// Records the session trees whose streams the added traces are (stored with the warnings).
-    pub fn set_trees(&mut self, trees: TreeTopology) {
+    pub(crate) fn set_trees(&mut self, trees: TreeTopology) {
         self.trees = Some(trees);
     }
 
     /// Records the format a corpus other than weka was read as (stored with the warnings); with global
     /// hash ids, every trace added after this call is flagged [`TRACE_GLOBAL_HASH_IDS`].
-    pub fn set_corpus(&mut self, spec: FormatSpec) {
+    pub(crate) fn set_corpus(&mut self, spec: FormatSpec) {
         self.global_hash_ids = spec.format.global_hash_ids();
         self.corpus = Some(spec);
     }
 
     /// Flags the traces added after this call as having global hash ids (a tree entry of such a corpus).
-    pub fn set_global_hash_ids(&mut self, global: bool) {
+    pub(crate) fn set_global_hash_ids(&mut self, global: bool) {
         self.global_hash_ids = global;
     }
 
     /// Number of traces added.
-    pub fn traces(&self) -> u32 {
+    pub(crate) fn traces(&self) -> u32 {
         self.n_traces
     }
 
     /// Serializes the entry.
-    pub fn finish(mut self, key: &CacheKey) -> Vec<u8> {
+    pub(crate) fn finish(mut self, key: &CacheKey) -> Vec<u8> {
         // The report goes last, as its own string (not interned: a trace string may equal it).
         let report = serde_json::to_string(&ImportReport {
             warnings: std::mem::take(&mut self.warnings),
@@ -402,23 +402,23 @@ impl Builder {
 /// The validated section offsets of an entry. Every record's references were bounds-checked when the
 /// layout was parsed, so views index without further checks and cannot panic on a valid layout.
 #[derive(Debug, Clone)]
-pub struct Layout {
+pub(crate) struct Layout {
     pub key: CacheKey,
-    pub n_traces: usize,
-    pub n_turns: usize,
+    pub(crate) n_traces: usize,
+    pub(crate) n_turns: usize,
     pub pool_len: usize,
     pub subagents: u64,
-    pub traces_off: usize,
-    pub turns_off: usize,
-    pub pool_off: usize,
-    pub strings_off: usize,
-    pub n_strings: usize,
-    pub file_len: usize,
+    pub(crate) traces_off: usize,
+    pub(crate) turns_off: usize,
+    pub(crate) pool_off: usize,
+    pub(crate) strings_off: usize,
+    pub(crate) n_strings: usize,
+    pub(crate) file_len: usize,
 }
 
 impl Layout {
     /// Validates an entry: header, checksums, key, section bounds and every record's references.
-    pub fn parse(b: &[u8], expected: Option<&CacheKey>) -> Result<Layout, String> {
+    pub(crate) fn parse(b: &[u8], expected: Option<&CacheKey>) -> Result<Layout, String> {
         if b.len() < HEADER_LEN {
             return Err(format!(
                 "{} bytes is shorter than the {HEADER_LEN}-byte header (truncated)",
@@ -558,7 +558,7 @@ pub enum Outcome {
 
 /// A directory of cache entries.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub(crate) struct Store {
     dir: PathBuf,
     root: agentx_record::fsio::LazyRoot,
 }
@@ -569,7 +569,7 @@ pub struct Store {
 /// The dataset cache's directory under the agentx home.
 pub const DATASETS_SUBDIR: &str = "datasets";
 
-pub fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
@@ -598,7 +598,7 @@ pub fn agentx_home() -> PathBuf {
 
 /// A mapped, validated entry.
 #[derive(Debug)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub path: PathBuf,
     pub map: Mapped,
     pub layout: Layout,
@@ -611,7 +611,7 @@ enum Probe<T> {
 }
 
 impl Store {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(dir: impl Into<PathBuf>) -> Self {
         let dir = dir.into();
         Store {
             root: agentx_record::fsio::LazyRoot::new(&dir),
@@ -619,7 +619,7 @@ impl Store {
         }
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -629,7 +629,7 @@ impl Store {
     }
 
     /// The path of the entry for `key`.
-    pub fn entry_path(&self, key: &CacheKey) -> PathBuf {
+    pub(crate) fn entry_path(&self, key: &CacheKey) -> PathBuf {
         self.dir.join(format!("{}.{ENTRY_EXT}", key.short_hex()))
     }
 
@@ -658,7 +658,7 @@ impl Store {
     }
 
     /// Maps the valid entry for `key` if there is one, without building.
-    pub fn get(&self, key: &CacheKey) -> Result<Option<Entry>, DatasetError> {
+    pub(crate) fn get(&self, key: &CacheKey) -> Result<Option<Entry>, DatasetError> {
         Ok(match self.probe(key, &Ok)? {
             Probe::Valid(e) => Some(e),
             _ => None,
@@ -667,7 +667,7 @@ impl Store {
 
     /// Maps the entry for `key`, building it with `build` when missing or invalid. Concurrent callers
     /// with the same key build once: the others wait on the lock and map the result.
-    pub fn get_or_build(
+    pub(crate) fn get_or_build(
         &self,
         key: &CacheKey,
         build: impl FnOnce() -> Result<Vec<u8>, DatasetError>,
@@ -679,7 +679,7 @@ impl Store {
     /// `check` reads a mapped entry whose layout is valid into what the caller keeps, or says why it is
     /// invalid, and an invalid entry is rebuilt like a damaged one. An entry that fails `check` right
     /// after it was built is an error, not a second build.
-    pub fn get_or_build_checked<T>(
+    pub(crate) fn get_or_build_checked<T>(
         &self,
         key: &CacheKey,
         check: impl Fn(Entry) -> Result<T, String>,

@@ -190,7 +190,7 @@ impl ChatTemplate {
 
     /// [`ChatTemplate::render`] of a messages array given as its JSON text in pieces (a request
     /// body's messages, as the prompt synthesis writes them: the array without its closing `]`).
-    pub fn render_parts(&self, parts: &[bytes::Bytes]) -> Result<String, ChatTemplateError> {
+    pub(crate) fn render_parts(&self, parts: &[bytes::Bytes]) -> Result<String, ChatTemplateError> {
         let mut json = Vec::with_capacity(parts.iter().map(bytes::Bytes::len).sum::<usize>() + 1);
         for p in parts {
             json.extend_from_slice(p);

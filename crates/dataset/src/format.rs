@@ -117,7 +117,7 @@ impl Default for TracelabJoin {
 impl TracelabJoin {
     /// The knobs from the environment (`get` reads a variable); a value that does not parse is an error
     /// naming the variable.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, DatasetError> {
+    pub(crate) fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, DatasetError> {
         let mut j = TracelabJoin::default();
         let flag = |name: &str, default: bool| -> Result<bool, DatasetError> {
             let Some(v) = get(name) else {
@@ -163,7 +163,7 @@ pub struct FormatSpec {
 
 impl FormatSpec {
     /// The weka format.
-    pub const WEKA: FormatSpec = FormatSpec {
+    pub(crate) const WEKA: FormatSpec = FormatSpec {
         format: Format::Weka,
         block_size: None,
         tracelab: None,
@@ -177,7 +177,7 @@ impl FormatSpec {
     }
 
     /// [`Self::resolve`] with the environment read through `get`.
-    pub fn resolve_with(
+    pub(crate) fn resolve_with(
         format: Format,
         block_size: Option<u32>,
         get: impl Fn(&str) -> Option<String>,
@@ -210,7 +210,7 @@ impl FormatSpec {
     /// This spec with every weka trace laid out in `trace_block_size`-token blocks
     /// (`--trace-block-size`; `None` keeps each trace's own). Only weka traces declare a block size:
     /// another format's is `--isl-block-size`.
-    pub fn with_trace_block_size(
+    pub(crate) fn with_trace_block_size(
         mut self,
         trace_block_size: Option<u32>,
     ) -> Result<FormatSpec, DatasetError> {
@@ -246,7 +246,7 @@ impl FormatSpec {
     /// The digest the cache key is derived from: the source digest itself for weka laid out as its
     /// traces declare (keys of weka entries are unchanged), else sha256 over the format spec and the
     /// source digest (another format, or `--trace-block-size`).
-    pub fn keyed_digest(&self, source_digest: &[u8; 32]) -> [u8; 32] {
+    pub(crate) fn keyed_digest(&self, source_digest: &[u8; 32]) -> [u8; 32] {
         if *self == FormatSpec::WEKA {
             return *source_digest;
         }

@@ -29,7 +29,7 @@
 //! seed, vocabulary) alone; nothing here knows about HTTP or time.
 
 pub mod alias;
-pub mod any_format;
+pub(crate) mod any_format;
 pub mod cache;
 pub mod chat_template;
 pub mod error;
@@ -90,14 +90,14 @@ pub struct OpenOptions {
 
 /// A corpus specification resolved to local files.
 #[derive(Debug, Clone)]
-pub struct ResolvedSource {
+pub(crate) struct ResolvedSource {
     pub files: weka::SourceFiles,
     pub alias: Option<&'static alias::Alias>,
 }
 
 /// Resolves a path, a corpus name of [`alias::ALIASES`] or a hub dataset repository id (`org/name`) to
 /// local files (no network).
-pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
+pub(crate) fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
     let path = Path::new(spec);
     if path.exists() {
         return Ok(ResolvedSource {
@@ -114,7 +114,10 @@ pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
     }
     // Any other hub dataset repository (aiperf's `--hf-weka-dataset org/name`); a name ending like a
     // traces file is a mistyped path, not a repository.
-    if hub::is_repo_id(spec) && !spec.ends_with(".jsonl") && !spec.ends_with(".json") {
+    let traces_file = path
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("jsonl") || ext.eq_ignore_ascii_case("json"));
+    if hub::is_repo_id(spec) && !traces_file {
         let file = alias::resolve_repo(spec)?;
         return Ok(ResolvedSource {
             files: weka::SourceFiles::Jsonl(file),
@@ -264,13 +267,13 @@ impl Dataset {
     /// Opens a corpus: resolves `spec`, imports it into the cache if needed, and maps the entry.
     pub fn open(spec: &str, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let src = resolve(spec)?;
-        Self::open_resolved(src, opts)
+        Self::open_resolved(&src, opts)
     }
 
     /// Opens a corpus at a local path.
     pub fn open_path(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         Self::open_resolved(
-            ResolvedSource {
+            &ResolvedSource {
                 files: weka::SourceFiles::from_path(path)?,
                 alias: None,
             },
@@ -315,7 +318,10 @@ impl Dataset {
     }
 
     /// Opens an already resolved source.
-    pub fn open_resolved(src: ResolvedSource, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
+    pub(crate) fn open_resolved(
+        src: &ResolvedSource,
+        opts: &OpenOptions,
+    ) -> Result<Dataset, DatasetError> {
         if opts.num_dataset_entries == Some(0) {
             return Err(DatasetError::Argument(
                 "--num-dataset-entries must be at least 1".into(),

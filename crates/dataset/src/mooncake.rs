@@ -432,7 +432,7 @@ fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
 }
 
 /// Reads the sessions of a Mooncake trace file and hands each to `f` until it answers `Break`.
-pub fn scan(
+pub(crate) fn scan(
     path: &Path,
     spec: &FormatSpec,
     mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,

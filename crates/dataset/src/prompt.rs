@@ -160,6 +160,7 @@ impl PromptSynth {
     }
 
     /// The same text with prompts laid out by `tiling`.
+    #[must_use]
     pub fn with_tiling(mut self, tiling: Tiling) -> Self {
         self.tiling = tiling;
         self
@@ -262,7 +263,7 @@ impl<'a> Conversation<'a> {
             live: Vec::new(),
             recorded_history: false,
             gen: 0,
-            json_cache: Default::default(),
+            json_cache: std::cell::RefCell::default(),
             last,
         };
         c.rebuild_live();
@@ -287,6 +288,7 @@ impl<'a> Conversation<'a> {
     /// A session-tree stream's conversation: in live mode, the history no live reply answered (the
     /// turns before the start, the history rebuilt after a reset, a turn whose request failed) keeps
     /// the recorded assistant text, and only real replies replace it. Recorded mode is unchanged.
+    #[must_use]
     pub fn with_recorded_history(mut self) -> Self {
         if !self.recorded_history {
             self.recorded_history = true;
@@ -555,13 +557,6 @@ impl<'a> Conversation<'a> {
                 MsgRef::Text(_, words) => words,
             }
         });
-        n
-    }
-
-    /// Number of messages of the current turn.
-    pub fn num_messages(&self) -> usize {
-        let mut n = 0;
-        self.for_each_msg(|_, _| n += 1);
         n
     }
 }

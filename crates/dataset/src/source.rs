@@ -23,7 +23,7 @@ fn files_of(source: &SourceFiles) -> Vec<PathBuf> {
 }
 
 /// sha256 over the source content (see the module doc).
-pub fn digest(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
+pub(crate) fn digest(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
     let mut h = Sha256::new();
     let dir = matches!(source, SourceFiles::Dir { .. });
     let mut buf = vec![0u8; 1 << 20];
@@ -90,7 +90,7 @@ fn index_name(source: &SourceFiles) -> PathBuf {
 
 /// The digest of `source`, from the index when the fingerprint matches, else computed (and indexed).
 /// Returns the digest and whether it was computed now.
-pub fn digest_cached(
+pub(crate) fn digest_cached(
     cache: &super::cache::Store,
     source: &SourceFiles,
 ) -> Result<([u8; 32], bool), DatasetError> {

@@ -278,7 +278,7 @@ pub struct TreeStats {
 }
 
 /// The largest number of `t`'s streams whose `[first start, last end)` intervals overlap at one instant.
-pub fn tree_overlap(t: &SessionTree) -> usize {
+pub(crate) fn tree_overlap(t: &SessionTree) -> usize {
     let mut ev: Vec<(f64, i32)> = Vec::new();
     for s in &t.streams {
         let Some(a) = s.turns.iter().map(|x| x.ts_ms).reduce(f64::min) else {
@@ -364,7 +364,7 @@ pub fn tree_stats(
 }
 
 /// [`tree_stats`] of a source in format `spec`.
-pub fn tree_stats_of(
+pub(crate) fn tree_stats_of(
     spec: &FormatSpec,
     files: &SourceFiles,
     keep: impl Fn(&str) -> bool,

@@ -51,7 +51,7 @@ pub struct SynthOptions {
 const REFERENCE_CONTEXT: f64 = 200_000.0;
 
 /// Smallest `--context`: the scaled prefix must still leave room for a conversation.
-pub const MIN_CONTEXT: u32 = 1_024;
+pub(crate) const MIN_CONTEXT: u32 = 1_024;
 
 /// Totals of a generated corpus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -332,7 +332,7 @@ fn twin_of(prev: &Req, next_id: u32, ids_len: usize, t: f64) -> Req {
 
 /// Generates trace `index` of the corpus as one JSON line (without the newline); with
 /// [`SynthOptions::subagents`], a trace of the with-subagents shape ([`subagents`]).
-pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
+pub(crate) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
     if opts.subagents {
         return subagents::trace_line(opts, index, out);
     }

@@ -39,7 +39,7 @@ use super::error::{DatasetError, Location};
 use super::format::{FormatSpec, TracelabJoin};
 use super::weka::{parse_trace, ParsedTrace};
 
-pub mod join;
+pub(crate) mod join;
 
 const INPUT_EVENTS: [&str; 2] = ["user_message", "tool_result"];
 const OUTPUT_EVENTS: [&str; 3] = ["text", "reasoning", "tool_call"];
@@ -48,47 +48,46 @@ const TIMESTAMP_EPSILON: f64 = 1e-6;
 
 /// One tool call of a round.
 #[derive(Debug, Clone)]
-pub struct Tool {
-    pub name: String,
-    pub emitted_at: Option<f64>,
-    pub result_at: Option<f64>,
-    pub wall_latency_ms: Option<f64>,
+pub(crate) struct Tool {
+    pub(crate) name: String,
+    pub(crate) emitted_at: Option<f64>,
+    pub(crate) result_at: Option<f64>,
+    pub(crate) wall_latency_ms: Option<f64>,
 }
 
 /// One validated row (an LLM round).
 #[derive(Debug, Clone)]
-pub struct Round {
-    pub line: u64,
-    pub round_index: i64,
-    pub input_total: u64,
-    pub prefix: u64,
+pub(crate) struct Round {
+    pub(crate) round_index: i64,
+    pub(crate) input_total: u64,
+    pub(crate) prefix: u64,
     /// `output_tokens` plus `reasoning_output_tokens`.
-    pub output: u64,
-    pub model: String,
-    pub tool_result_first: bool,
-    pub emitted_tool_call: bool,
+    pub(crate) output: u64,
+    pub(crate) model: String,
+    pub(crate) tool_result_first: bool,
+    pub(crate) emitted_tool_call: bool,
     /// Submission time and api time (module docs); `None` without a dated event.
-    pub submitted: Option<f64>,
-    pub api_time: Option<f64>,
+    pub(crate) submitted: Option<f64>,
+    pub(crate) api_time: Option<f64>,
     /// Every dated event and tool time of the round.
-    pub stamps: Vec<f64>,
-    pub tools: Vec<Tool>,
+    pub(crate) stamps: Vec<f64>,
+    pub(crate) tools: Vec<Tool>,
 }
 
 /// One session: its rounds in file order and what the join compares.
 #[derive(Debug, Clone)]
-pub struct Session {
-    pub id: String,
-    pub line: u64,
+pub(crate) struct Session {
+    pub(crate) id: String,
+    pub(crate) line: u64,
     /// `(user, project)` of the first row, as JSON text.
-    pub ident: String,
-    pub codex: bool,
-    pub rounds: Vec<Round>,
+    pub(crate) ident: String,
+    pub(crate) codex: bool,
+    pub(crate) rounds: Vec<Round>,
 }
 
 impl Session {
     /// The wall-clock extent of the session over every event and tool time.
-    pub fn span(&self) -> Option<(f64, f64)> {
+    pub(crate) fn span(&self) -> Option<(f64, f64)> {
         let all = self.rounds.iter().flat_map(|r| r.stamps.iter().copied());
         all.fold(None, |acc, x| match acc {
             None => Some((x, x)),
@@ -217,7 +216,6 @@ impl Row<'_> {
         };
         let reasoning = self.count("reasoning_output_tokens")?;
         Ok(Round {
-            line: self.line,
             round_index: self
                 .obj
                 .get("round_index")
@@ -319,7 +317,7 @@ fn order_rounds(rounds: &[Round]) -> Vec<&Round> {
 
 /// Allocates block ids: consecutive from 1, one space per trace (a session and its subagents).
 #[derive(Debug)]
-pub struct Minter(u64);
+pub(crate) struct Minter(u64);
 
 impl Default for Minter {
     fn default() -> Self {
@@ -337,7 +335,7 @@ impl Minter {
 
 /// The block ids of each round (module docs): `input / bs` whole blocks, of which the first
 /// `min(prefix / bs, previous round's blocks)` are the previous round's.
-pub fn synthesize_hash_ids(
+pub(crate) fn synthesize_hash_ids(
     rounds: &[&Round],
     block_size: u32,
     minter: &mut Minter,
@@ -400,7 +398,7 @@ fn requests(
 }
 
 /// Runs of characters outside `[A-Za-z0-9._-]` become `_`; at most 150 characters.
-pub fn safe_trace_id(id: &str) -> String {
+pub(crate) fn safe_trace_id(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
     let mut in_run = false;
     for c in id.chars() {
@@ -548,7 +546,7 @@ fn build_trace(
 
 /// Reads a TraceLab file and hands each trace (root sessions in order, then children that failed to
 /// nest) to `f` until it answers `Break`.
-pub fn scan(
+pub(crate) fn scan(
     path: &Path,
     spec: &FormatSpec,
     mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
@@ -673,7 +671,6 @@ mod tests {
 
     fn round(input: u64, prefix: u64, at: f64, tools: Vec<Tool>) -> Round {
         Round {
-            line: 1,
             round_index: 0,
             input_total: input,
             prefix,

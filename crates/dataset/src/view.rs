@@ -188,11 +188,6 @@ impl<'d> Trajectory<'d> {
         self.u32_at(36) & super::cache::TRACE_GLOBAL_HASH_IDS != 0
     }
 
-    /// Line of the source where the trace starts (1-based; for `*.json` directories always 1).
-    pub fn source_line(&self) -> u32 {
-        self.u32_at(32)
-    }
-
     /// Turn `k`, if it exists.
     pub fn turn(&self, k: usize) -> Option<Turn<'d>> {
         (k < self.num_turns()).then(|| self.turn_unchecked(k))
@@ -273,7 +268,7 @@ impl<'d> Turn<'d> {
 
     /// The request records no output length (a Mooncake row without `output_length`): it is sent
     /// without a token limit, and `output_tokens` is 0.
-    pub fn no_output_limit(&self) -> bool {
+    pub(crate) fn no_output_limit(&self) -> bool {
         rd_u32(self.b(), self.off + 76) & super::cache::TURN_NO_OUTPUT_LIMIT != 0
     }
 
@@ -299,7 +294,7 @@ impl<'d> Turn<'d> {
     }
 
     /// The hash ids after the common prefix with the previous turn, a slice of the mapped pool.
-    pub fn new_hash_ids(&self) -> &'d [u32] {
+    pub(crate) fn new_hash_ids(&self) -> &'d [u32] {
         let start = rd_u64(self.b(), self.off + 48) as usize;
         let n = self.num_hash_ids() - self.lcp_with_previous();
         &self.traj.ds.pool()[start..start + n]
@@ -375,11 +370,6 @@ impl<'d> HashIds<'d> {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// The slices making up the list.
-    pub fn segments(&self) -> &[&'d [u32]] {
-        &self.segs
     }
 
     /// The ids in order.

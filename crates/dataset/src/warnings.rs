@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{DatasetError, Location};
 
 /// Places kept per kind.
-pub const FIRST_PLACES: usize = 5;
+pub(crate) const FIRST_PLACES: usize = 5;
 
 /// What a warning is about. The snake_case names are stable: they key `--json` output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

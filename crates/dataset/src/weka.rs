@@ -58,7 +58,7 @@ pub struct ParsedRequest {
     pub output: u32,
     /// The request records no output length (a Mooncake row without `output_length`): `output` is 0
     /// and the request is sent without a token limit, as agentx-harness sends it.
-    pub no_output_limit: bool,
+    pub(crate) no_output_limit: bool,
     pub hash_ids: Vec<u32>,
     pub input_types: Vec<String>,
     pub output_types: Vec<String>,
@@ -68,9 +68,9 @@ pub struct ParsedRequest {
     pub ttft: Option<f64>,
     /// `api_time` as recorded (negative or non-finite values kept; `api_time` drops them): aiperf's
     /// end-to-start delay uses a negative value as is.
-    pub recorded_api_time: Option<f64>,
+    pub(crate) recorded_api_time: Option<f64>,
     /// `think_time` as recorded (negative or non-finite values kept).
-    pub recorded_think_time: Option<f64>,
+    pub(crate) recorded_think_time: Option<f64>,
 }
 
 /// One validated `type: "subagent"` entry with its nested requests.
@@ -105,7 +105,7 @@ pub struct ParsedTrace {
     /// The largest `in + max(1, out)` over the requests nested in subagent entries (0 without any): the
     /// context those requests ask for, which trace selection by peak context counts (subagent requests
     /// are never capped by an output limit).
-    pub subagent_peak: u64,
+    pub(crate) subagent_peak: u64,
     /// The subagent entries in file order.
     pub subagent_entries: Vec<ParsedSubagent>,
     /// Where the trace starts in its source.
@@ -692,7 +692,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
 /// agentx-harness refuses ("turn-0 system prefix requires N hash blocks but only M were recorded",
 /// `dataset/loader/weka_synth_buf.py` `init_turn_0`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ShortPrefix {
+pub(crate) struct ShortPrefix {
     /// The request's path in the trace (`requests[0].hash_ids`, `requests[3].requests[0].hash_ids`).
     pub field: String,
     /// tool_tokens + system_tokens of the trace or subagent entry.
@@ -706,7 +706,7 @@ pub struct ShortPrefix {
 
 impl ShortPrefix {
     /// Where it is: the trace's location with the field.
-    pub fn location(&self, trace: &ParsedTrace) -> Location {
+    pub(crate) fn location(&self, trace: &ParsedTrace) -> Location {
         Location {
             trace: Some(trace.id.clone()),
             field: Some(self.field.clone()),
@@ -715,7 +715,7 @@ impl ShortPrefix {
     }
 
     /// What is short, in the harness's terms.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "the tools+system prefix ({} tokens) needs {} hash blocks of {} tokens, but only {} were \
              recorded",
@@ -725,7 +725,7 @@ impl ShortPrefix {
 
     /// The smallest block size at which the recorded hash ids hold the prefix (`None`: none does,
     /// the request records no hash id).
-    pub fn smallest_fitting_block_size(&self) -> Option<u64> {
+    pub(crate) fn smallest_fitting_block_size(&self) -> Option<u64> {
         (self.recorded > 0).then(|| self.prefix_tokens.div_ceil(self.recorded).max(1))
     }
 }
@@ -734,7 +734,7 @@ impl ShortPrefix {
 /// out in `block_size`-token blocks, whose hash ids cannot hold that prefix: the first top-level
 /// request (the trace's tool/system tokens) and the first request of every subagent entry listed after
 /// a top-level request (the entry's own; an entry before any is never replayed).
-pub fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> {
+pub(crate) fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> {
     let check = |field: String, tool: u32, system: u32, r: &ParsedRequest| {
         let prefix_tokens = u64::from(tool) + u64::from(system);
         let blocks = prefix_tokens.div_ceil(u64::from(block_size));
@@ -777,7 +777,10 @@ pub fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> 
 /// `trace` laid out in `block_size`-token blocks whatever it declares (`--trace-block-size`): an error
 /// naming the trace when a stream's first request records too few hash ids for its tools+system
 /// prefix at that size, as the harness refuses it.
-pub fn relayout(mut trace: ParsedTrace, block_size: u32) -> Result<ParsedTrace, DatasetError> {
+pub(crate) fn relayout(
+    mut trace: ParsedTrace,
+    block_size: u32,
+) -> Result<ParsedTrace, DatasetError> {
     if let Some(short) = short_prefixes(&trace, block_size).into_iter().next() {
         let fix = match short.smallest_fitting_block_size() {
             Some(n) => format!("give a --trace-block-size of at least {n}, or drop the flag"),
@@ -885,7 +888,7 @@ pub fn for_each_trace(
 /// Reads traces in source order and hands each to `f` until it answers `Break` (nothing after that trace
 /// is read). Returns the number of traces read. Duplicate trace ids are an error naming both places; a
 /// source without any trace is [`DatasetError::Empty`].
-pub fn scan_traces(
+pub(crate) fn scan_traces(
     source: &SourceFiles,
     mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {

@@ -41,9 +41,9 @@ pub struct StepInfo {
     /// The cut lost blocks of the previous prompt (a non-monotonic cut).
     pub reset: bool,
     /// Assistant blocks of the delta (before the wire-invariant adjustment).
-    pub assistant_blocks: usize,
+    pub(crate) assistant_blocks: usize,
     /// The user part of the delta was empty (before the adjustment).
-    pub user_delta_empty: bool,
+    pub(crate) user_delta_empty: bool,
 }
 
 /// The block structure of a trajectory, advanced turn by turn; no text.

@@ -49,21 +49,21 @@ use super::{root_chain, write_request, Draws, Req, RootChain, SynthOptions, BLOC
 const HAIKU: &str = "claude-haiku-4-5-20251001";
 
 /// Xored into the seed for the generator of everything but the root.
-pub const SALT: u64 = 0x5ab_a6e7_5eed_0001;
+pub(crate) const SALT: u64 = 0x5ab_a6e7_5eed_0001;
 /// Fraction of traces with subagent entries.
-pub const P_SUBAGENTS: f64 = 0.85;
+pub(crate) const P_SUBAGENTS: f64 = 0.85;
 /// Median number of spawning root turns of a trace with subagents.
-pub const SPAWNS_MEDIAN: f64 = 2.0;
+pub(crate) const SPAWNS_MEDIAN: f64 = 2.0;
 /// Cumulative weights (in %) of a fan-out of 1, 2, 3, 4, 5 subagents.
-pub const FANOUT: [u32; 5] = [55, 77, 90, 96, 100];
+pub(crate) const FANOUT: [u32; 5] = [55, 77, 90, 96, 100];
 /// Fraction of traces with subagents that also launch a background subagent.
-pub const P_BACKGROUND: f64 = 0.25;
+pub(crate) const P_BACKGROUND: f64 = 0.25;
 /// Median number of requests of a subagent.
-pub const REQUESTS_MEDIAN: f64 = 10.0;
+pub(crate) const REQUESTS_MEDIAN: f64 = 10.0;
 /// Fraction of traces with aux requests in the top level.
-pub const P_AUX: f64 = 0.45;
+pub(crate) const P_AUX: f64 = 0.45;
 /// Fraction of traces with a forked flat agent.
-pub const P_FORK: f64 = 0.30;
+pub(crate) const P_FORK: f64 = 0.30;
 
 /// A subagent type: its name, whether it runs on haiku, its declared tool and system token ranges,
 /// and its cumulative share (in %).
@@ -167,7 +167,7 @@ impl Gen<'_> {
         FANOUT.iter().position(|&w| x <= w).unwrap_or(0) + 1
     }
 
-    fn api_ms(&self, haiku: bool, input: u32, output: u32) -> u64 {
+    fn api_ms(haiku: bool, input: u32, output: u32) -> u64 {
         let s = if haiku {
             0.25 + f64::from(output) / 150.0 + f64::from(input) / 400_000.0
         } else {
@@ -242,7 +242,7 @@ impl Gen<'_> {
                 self.rng.lognormal(150.0 * g, 1.0).clamp(1.0, 4_000.0 * g)
             } as u32;
             self.fresh(&mut ids, (input / BLOCK) as usize);
-            let api = self.api_ms(ty.haiku, input, output);
+            let api = Self::api_ms(ty.haiku, input, output);
             reqs.push(Item {
                 t,
                 req: Req {
@@ -306,7 +306,7 @@ impl Gen<'_> {
         let mut ids = Vec::new();
         self.fresh(&mut ids, (input / BLOCK) as usize);
         let model = if cross { HAIKU } else { self.root_model };
-        let api = self.api_ms(cross, input, output);
+        let api = Self::api_ms(cross, input, output);
         Item {
             t,
             req: Req {
@@ -348,7 +348,7 @@ impl Gen<'_> {
             let input = ids.len() as u32 * BLOCK + self.rng.range(0, BLOCK - 1);
             let last = j + 1 == n;
             let output = self.rng.lognormal(200.0 * g, 1.0).clamp(1.0, 4_000.0 * g) as u32;
-            let api = self.api_ms(false, input, output);
+            let api = Self::api_ms(false, input, output);
             out.push(Item {
                 t,
                 req: Req {

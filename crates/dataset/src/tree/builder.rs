@@ -30,12 +30,12 @@ impl<'a> Src<'a> {
 pub(super) struct Split {
     /// Positions in the layer's slice, per chain; chain 0 is the main chain.
     pub chains: Vec<Vec<usize>>,
-    pub classes: Vec<Option<ChainClass>>,
+    pub(crate) classes: Vec<Option<ChainClass>>,
     /// Per chain: the index of the request it forked from.
-    pub fork_index: Vec<Option<u32>>,
+    pub(crate) fork_index: Vec<Option<u32>>,
     pub detection: Option<Detection>,
     /// Positions of the detected main chain (preamble excluded): the classification yardstick.
-    pub detected_main: Vec<usize>,
+    pub(crate) detected_main: Vec<usize>,
 }
 
 /// Splits a layer: preamble, detection, classification. With `top`, the layer keeps its file order

@@ -13,29 +13,29 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// Seconds of slack in every "ended by" comparison (aiperf's `_EPSILON_SECONDS`).
-pub const EPS: f64 = 1e-6;
+pub(crate) const EPS: f64 = 1e-6;
 
 /// The thresholds of detection and classification (aiperf's `AIPERF_DATASET_WEKA_*` defaults); policy
 /// parameters of AgentX v1.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct ChainParams {
     /// A seam splice is refused when the gap after the tail exceeds this many seconds **and** ...
-    pub seam_max_gap_s: f64,
+    pub(crate) seam_max_gap_s: f64,
     /// ... the fork shares less than this fraction of the tail's blocks.
-    pub seam_min_overlap_ratio: f64,
+    pub(crate) seam_min_overlap_ratio: f64,
     /// Aux: at most this many requests (0 disables aux and reduction classification).
-    pub aux_max_requests: usize,
+    pub(crate) aux_max_requests: usize,
     /// Aux: first input below `max(aux_isl_floor, ⌊aux_isl_ratio · main peak input⌋)`.
-    pub aux_isl_ratio: f64,
-    pub aux_isl_floor: u32,
+    pub(crate) aux_isl_ratio: f64,
+    pub(crate) aux_isl_floor: u32,
     /// Aux: a first request on another model than the main chain's is aux.
-    pub aux_cross_model: bool,
+    pub(crate) aux_cross_model: bool,
     /// Reduction: output in `(0, reduction_osl_max)` (0 disables) ...
-    pub reduction_osl_max: u32,
+    pub(crate) reduction_osl_max: u32,
     /// ... and input > `reduction_ratio · output` (and input ≥ `aux_isl_floor`).
-    pub reduction_ratio: f64,
+    pub(crate) reduction_ratio: f64,
     /// Worker group: at least this many concurrent forks of one parent request (0 disables).
-    pub worker_group_min: usize,
+    pub(crate) worker_group_min: usize,
 }
 
 impl Default for ChainParams {
@@ -56,75 +56,75 @@ impl Default for ChainParams {
 
 /// The fields of one request that detection reads.
 #[derive(Debug, Clone, Copy)]
-pub struct Req<'a> {
+pub(crate) struct Req<'a> {
     /// Position in its `requests` list (outer or inner index).
-    pub index: u32,
+    pub(crate) index: u32,
     /// Start, seconds on the root clock.
-    pub t: f64,
-    pub api_time: Option<f64>,
-    pub model: &'a str,
-    pub hash_ids: &'a [u32],
-    pub input: u32,
-    pub output: u32,
+    pub(crate) t: f64,
+    pub(crate) api_time: Option<f64>,
+    pub(crate) model: &'a str,
+    pub(crate) hash_ids: &'a [u32],
+    pub(crate) input: u32,
+    pub(crate) output: u32,
 }
 
 impl Req<'_> {
     /// Interval end: `t + max(api, 0)`, a missing or non-finite api counting as 0.
-    pub fn end(&self) -> f64 {
+    pub(crate) fn end(&self) -> f64 {
         request_end(self.t, self.api_time)
     }
 }
 
 /// `t + max(api, 0)`, a missing or non-finite api counting as 0.
-pub fn request_end(t: f64, api_time: Option<f64>) -> f64 {
+pub(crate) fn request_end(t: f64, api_time: Option<f64>) -> f64 {
     t + api_time.filter(|a| a.is_finite()).unwrap_or(0.0).max(0.0)
 }
 
 /// Python's float order for values known not to be NaN (`-0.0 == 0.0`).
-pub fn fcmp(a: f64, b: f64) -> Ordering {
+pub(crate) fn fcmp(a: f64, b: f64) -> Ordering {
     a.partial_cmp(&b).unwrap_or(Ordering::Equal)
 }
 
-pub fn lcp(a: &[u32], b: &[u32]) -> usize {
+pub(crate) fn lcp(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Where a chain split off another one.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Fork {
+pub(crate) struct Fork {
     /// The chain forked from (resolved through splices for live chains); `None`: no shared prefix.
-    pub parent_chain: Option<usize>,
+    pub(crate) parent_chain: Option<usize>,
     /// Index of the tail request it forked from.
-    pub fork_index: Option<u32>,
+    pub(crate) fork_index: Option<u32>,
     /// Blocks shared with that request.
-    pub depth: usize,
+    pub(crate) depth: usize,
     /// `t` of the chain's first request.
-    pub fork_time: f64,
+    pub(crate) fork_time: f64,
 }
 
 /// One phase-1 chain.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Chain {
+pub(crate) struct Chain {
     /// Positions in the detected slice, in phase-1 order, spliced continuations appended.
-    pub requests: Vec<usize>,
-    pub fork: Option<Fork>,
-    pub spliced_into: Option<usize>,
+    pub(crate) requests: Vec<usize>,
+    pub(crate) fork: Option<Fork>,
+    pub(crate) spliced_into: Option<usize>,
     /// Position of the last hash-bearing request (phase-1 state).
     tail: Option<usize>,
 }
 
 /// The chains of one layer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Detection {
+pub(crate) struct Detection {
     /// Every phase-1 chain, spliced ones included.
-    pub chains: Vec<Chain>,
+    pub(crate) chains: Vec<Chain>,
     /// The chain holding the earliest request.
-    pub main_index: usize,
+    pub(crate) main_index: usize,
     /// Live non-main chains ordered by first request `(t, index)`.
-    pub worker_indices: Vec<usize>,
-    pub seams_merged: usize,
+    pub(crate) worker_indices: Vec<usize>,
+    pub(crate) seams_merged: usize,
     /// Requests without hash ids (kept on chain 0).
-    pub unclassified_empty_hash: usize,
+    pub(crate) unclassified_empty_hash: usize,
 }
 
 struct Phase1<'r, 'a> {
@@ -244,7 +244,7 @@ fn resolve(alias: &HashMap<usize, usize>, mut i: usize) -> usize {
 }
 
 /// Detects the chains of `reqs` (indices must be distinct).
-pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
+pub(crate) fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
     if reqs.is_empty() {
         return Detection {
             chains: Vec::new(),
@@ -432,7 +432,7 @@ fn elect(
 /// The earliest request of a layer set aside before detection when it shares no prefix with any
 /// other hash-bearing request and either has `out ≤ 64` (a title-generation call) or none of its
 /// blocks recur. Returns its position in `reqs`.
-pub fn preamble(reqs: &[Req<'_>]) -> Option<usize> {
+pub(crate) fn preamble(reqs: &[Req<'_>]) -> Option<usize> {
     if reqs.len() < 2 {
         return None;
     }
@@ -472,12 +472,13 @@ pub enum ChainClass {
 
 impl ChainClass {
     /// Aux or reduction.
-    pub fn is_aux(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_aux(self) -> bool {
         matches!(self, ChainClass::Aux | ChainClass::Reduction)
     }
 
     /// The conversation-id suffix of worker number `n` of its layer.
-    pub fn suffix(self, n: usize) -> String {
+    pub(crate) fn suffix(self, n: usize) -> String {
         match self {
             ChainClass::Aux | ChainClass::Reduction => format!("aux:{n:03}"),
             ChainClass::WorkerGroup { group, member } => format!("wg:{group:03}_{member:03}"),
@@ -487,7 +488,7 @@ impl ChainClass {
 }
 
 /// aiperf's `is_aux_chain`.
-pub fn is_aux(
+pub(crate) fn is_aux(
     chain: &[&Req<'_>],
     main_peak_in: u32,
     main_model: Option<&str>,
@@ -507,7 +508,7 @@ pub fn is_aux(
 }
 
 /// aiperf's `is_reduction_chain`.
-pub fn is_reduction(chain: &[&Req<'_>], p: &ChainParams) -> bool {
+pub(crate) fn is_reduction(chain: &[&Req<'_>], p: &ChainParams) -> bool {
     if p.reduction_osl_max == 0 || chain.len() != 1 {
         return false;
     }
@@ -525,7 +526,7 @@ type Interval = (f64, f64, u32, usize);
 /// same parent request, in connected components of overlapping `[first t, max end)` intervals
 /// (touching does not overlap) of at least `worker_group_min` members; groups numbered by their
 /// earliest `(t0, first index)`, members by `(t0, first index)`.
-pub fn worker_groups(
+pub(crate) fn worker_groups(
     reqs: &[Req<'_>],
     d: &Detection,
     p: &ChainParams,
@@ -587,7 +588,7 @@ pub fn worker_groups(
 }
 
 /// Classifies worker `ci` of `d` against the detected main chain (preamble excluded).
-pub fn classify(
+pub(crate) fn classify(
     reqs: &[Req<'_>],
     d: &Detection,
     ci: usize,

@@ -25,7 +25,7 @@ use crate::weka::{ParsedRequest, ParsedTrace, SourceFiles};
 use crate::{Dataset, DatasetError, Location, Trajectory};
 
 /// Bump on any change of what a tree entry stores (the topology's fields, the streams' trajectories).
-pub const TREE_FORMAT_VERSION: u32 = 1;
+pub(crate) const TREE_FORMAT_VERSION: u32 = 1;
 
 /// Options of [`TreeCorpus::open`].
 #[derive(Debug, Clone, Default)]
