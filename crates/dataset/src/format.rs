@@ -30,8 +30,11 @@ use super::weka::SourceFiles;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
+    /// Session traces with requests and subagent entries (`traces.jsonl` or `*.json`).
     Weka,
+    /// Mooncake: one request per JSONL row with `input_length` and `hash_ids`.
     Mooncake,
+    /// TraceLab: one LLM round per JSONL row, joined into sessions.
     Tracelab,
 }
 
@@ -148,6 +151,7 @@ impl TracelabJoin {
 /// corpus that is not weka ([`super::cache::ImportReport::corpus`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FormatSpec {
+    /// The format.
     pub format: Format,
     /// Tokens per hash block (Mooncake and TraceLab; weka traces say their own).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -89,12 +89,16 @@ pub enum Tiling {
 /// A chat role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// The system prompt.
     System,
+    /// The user (and tool results).
     User,
+    /// The model's replies.
     Assistant,
 }
 
 impl Role {
+    /// The OpenAI chat `role` string.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
@@ -108,26 +112,36 @@ impl Role {
 /// system message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
+    /// At the start of the system message.
     SystemPrefix,
+    /// At the end of the system message.
     SystemSuffix,
+    /// At the start of the first user message.
     FirstUserPrefix,
+    /// At the end of the first user message.
     FirstUserSuffix,
 }
 
 /// A marker text and its placement, applied when messages are written.
 #[derive(Debug, Clone, Copy)]
 pub struct CacheBust<'a> {
+    /// Where the marker goes.
     pub placement: Placement,
+    /// The marker text, inserted as is.
     pub text: &'a str,
 }
 
 /// Errors of prompt synthesis.
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
+    /// A session asked to start at a turn past the trajectory's end.
     #[error("trace {trace:?} has {turns} turns; turn {turn} does not exist")]
     NoSuchTurn {
+        /// The trace id.
         trace: String,
+        /// The turn asked for (0-based).
         turn: usize,
+        /// The trajectory's number of turns.
         turns: usize,
     },
 }
@@ -166,10 +180,12 @@ impl PromptSynth {
         self
     }
 
+    /// The seed prompt text is drawn with.
     pub fn seed(&self) -> u64 {
         self.seed
     }
 
+    /// How prompts are laid out over the hash ids.
     pub fn tiling(&self) -> Tiling {
         self.tiling
     }
@@ -571,7 +587,9 @@ enum MsgRef<'m> {
 /// An owned chat message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 pub struct Message {
+    /// The chat `role` (`system`, `user` or `assistant`).
     pub role: String,
+    /// The message text.
     pub content: String,
 }
 

@@ -55,6 +55,7 @@ pub struct SelectionReport {
     pub kept: u64,
     /// The smallest and largest peak context over the scanned traces.
     pub smallest_peak: u64,
+    /// The largest peak context over the scanned traces.
     pub largest_peak: u64,
 }
 

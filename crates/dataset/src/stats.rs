@@ -25,16 +25,24 @@ use super::weka::SourceFiles;
 /// Summary statistics of a sample, with percentiles by linear interpolation (`k = (n-1)p/100`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Dist {
+    /// Sample size.
     pub count: usize,
+    /// Arithmetic mean (0 for an empty sample, as every field).
     pub mean: f64,
+    /// Smallest value.
     pub min: f64,
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// Largest value.
     pub max: f64,
 }
 
 impl Dist {
+    /// The statistics of sample `v` (all zero when it is empty).
     pub fn of(v: Vec<f64>) -> Dist {
         let Some(s) = agentx_record::dist::Sorted::new(v) else {
             return Dist::default();
@@ -54,20 +62,26 @@ impl Dist {
 /// Hit counts of one walk (blocks are hash ids).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct HitCounts {
+    /// Hash blocks sent over the walk's requests.
     pub blocks: u64,
+    /// Blocks seen in any earlier request of the walk (an infinite cache keyed by block).
     pub set_hits: u64,
+    /// Blocks in the longest prefix shared with an earlier request (a prefix cache).
     pub prefix_hits: u64,
 }
 
 impl HitCounts {
+    /// Adds the counts of another walk.
     pub fn add(&mut self, o: HitCounts) {
         self.blocks += o.blocks;
         self.set_hits += o.set_hits;
         self.prefix_hits += o.prefix_hits;
     }
+    /// `set_hits / blocks` (0 without blocks).
     pub fn set_rate(&self) -> f64 {
         ratio(self.set_hits, self.blocks)
     }
+    /// `prefix_hits / blocks` (0 without blocks).
     pub fn prefix_rate(&self) -> f64 {
         ratio(self.prefix_hits, self.blocks)
     }
@@ -154,20 +168,35 @@ pub fn prefix_stamps(traj: Trajectory<'_>) -> Vec<(u32, u32)> {
 /// Statistics of a whole corpus.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CorpusStats {
+    /// Trajectories.
     pub traces: usize,
+    /// Requests over all trajectories.
     pub requests: usize,
+    /// Subagent entries parsed and not replayed.
     pub subagents_ignored: u64,
+    /// Turns per trajectory.
     pub turns_per_trace: Dist,
+    /// Input tokens per request.
     pub isl: Dist,
+    /// Output tokens per request.
     pub osl: Dist,
+    /// Input tokens of each trajectory's first request.
     pub start_isl: Dist,
+    /// Input tokens of each trajectory's last request.
     pub end_isl: Dist,
+    /// Recorded think time per request, seconds (requests without one left out).
     pub think_time_s: Dist,
+    /// Requests that record no output tokens.
     pub out_zero_turns: usize,
+    /// Requests whose prompt is not an extension of the previous one (a context cut).
     pub non_monotonic_cuts: usize,
+    /// Per trajectory, the share of blocks seen before (trajectories without blocks left out).
     pub per_trace_set_hit_rate: Dist,
+    /// Hit counts summed over the trajectories.
     pub hits: HitCounts,
+    /// `hits.set_rate()`: the corpus's theoretical hit rate under a block-set cache.
     pub theoretical_hit_rate_set: f64,
+    /// `hits.prefix_rate()`: the corpus's theoretical hit rate under a prefix cache.
     pub theoretical_hit_rate_prefix: f64,
 }
 
@@ -223,10 +252,13 @@ pub fn corpus_stats(ds: &Dataset) -> CorpusStats {
 /// Flat worker chains of the top level by class (`::fa:`, `::aux:` with reductions, `::wg:`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ChainCounts {
+    /// Forked-agent chains (`::fa:`).
     pub fa: usize,
     /// Aux chains, reductions included (aiperf names both `aux:NNN`).
     pub aux: usize,
+    /// Reductions (also counted in `aux`).
     pub reduction: usize,
+    /// Worker-group members (`::wg:`).
     pub wg: usize,
 }
 
@@ -252,28 +284,37 @@ impl ChainCounts {
 pub struct TreeStats {
     /// The nested-timestamp basis inferred for the corpus (aiperf's `auto`).
     pub nested_basis: &'static str,
+    /// Trees built.
     pub trees: usize,
     /// Traces whose tree could not be built (aiperf refuses them too), and the first reason.
     pub unbuildable: usize,
+    /// The first trace's error, when any tree could not be built.
     pub first_error: Option<String>,
+    /// Trees with at least one child stream.
     pub trees_with_children: usize,
+    /// Streams per tree.
     pub streams_per_tree: Dist,
     /// Deepest stream of a tree (0: the root alone).
     pub depth: Dist,
+    /// Children per branch.
     pub children_per_branch: Dist,
     /// Largest number of a tree's streams whose recorded intervals (first start to last end,
     /// half-open) overlap at one instant.
     pub overlap: Dist,
+    /// SPAWN branches over all trees.
     pub branches: usize,
     /// Branches without a join turn, and the trees that have one.
     pub background_branches: usize,
+    /// Trees with a background branch.
     pub trees_with_background: usize,
     /// Streams of subagent entries (extra chains of an entry included), and the worker chains among
     /// them by class.
     pub subagent_streams: usize,
+    /// Worker chains among the subagent streams, by class.
     pub subagent_chains: ChainCounts,
     /// Subagent entries without a preceding root request.
     pub dropped_subagents: usize,
+    /// Flat worker chains of the top level, by class.
     pub flat_chains: ChainCounts,
 }
 

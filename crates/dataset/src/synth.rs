@@ -34,7 +34,9 @@ pub mod subagents;
 /// Generator settings.
 #[derive(Debug, Clone, Default)]
 pub struct SynthOptions {
+    /// Number of traces to write.
     pub traces: usize,
+    /// Seed of every draw; equal options write equal bytes.
     pub seed: u64,
     /// Cap on any request's input tokens (compaction happens before it); `None`: the model's limit.
     pub max_isl: Option<u32>,
@@ -56,8 +58,11 @@ pub(crate) const MIN_CONTEXT: u32 = 1_024;
 /// Totals of a generated corpus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SynthSummary {
+    /// Traces written.
     pub traces: usize,
+    /// Requests written (top-level and nested).
     pub requests: usize,
+    /// Bytes written.
     pub bytes: u64,
 }
 

@@ -45,6 +45,7 @@ impl Dataset {
         self.entry.layout.n_traces
     }
 
+    /// Whether the dataset has no trajectories.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -163,10 +164,12 @@ impl<'d> Trajectory<'d> {
         self.u32_at(16)
     }
 
+    /// Tool-definition tokens of the trace's prompt prefix.
     pub fn tool_tokens(&self) -> u32 {
         self.u32_at(20)
     }
 
+    /// System-prompt tokens of the trace's prompt prefix.
     pub fn system_tokens(&self) -> u32 {
         self.u32_at(24)
     }
@@ -364,10 +367,12 @@ pub struct HashIds<'d> {
 }
 
 impl<'d> HashIds<'d> {
+    /// Number of ids.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the list is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -31,7 +31,9 @@ use raw::*;
 /// Recorded transport of a request (`type` `"n"` or `"s"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
+    /// A plain request (`"n"`).
     Normal,
+    /// A streamed request (`"s"`).
     Streaming,
 }
 
@@ -51,20 +53,32 @@ pub struct ParsedRequest {
     /// Position in the `requests` list that holds it: the outer index (subagent entries counted) for a
     /// top-level request, the inner index for a request nested in a subagent entry.
     pub index: u32,
+    /// Start, seconds since the trace's clock origin (the root clock for a nested request, unless the corpus is read with the relative basis).
     pub t: f64,
+    /// Recorded transport.
     pub kind: RequestKind,
+    /// The model the request went to.
     pub model: String,
+    /// Input (prompt) tokens.
     pub input: u32,
+    /// Output tokens (0 when not recorded, see `no_output_limit`).
     pub output: u32,
     /// The request records no output length (a Mooncake row without `output_length`): `output` is 0
     /// and the request is sent without a token limit, as agentx-harness sends it.
     pub(crate) no_output_limit: bool,
+    /// The prompt's hash-block ids, in prompt order.
     pub hash_ids: Vec<u32>,
+    /// Content types of the new input (`text`, `tool_result`, ...).
     pub input_types: Vec<String>,
+    /// Content types of the reply (`text`, `tool_use`, ...).
     pub output_types: Vec<String>,
+    /// The reply's stop reason (`end_turn`, `tool_use`, ...).
     pub stop: String,
+    /// Seconds from send to the last token; `None` when missing, negative or not finite.
     pub api_time: Option<f64>,
+    /// Seconds between the previous reply and this request; `None` when not recorded or invalid.
     pub think_time: Option<f64>,
+    /// Seconds to the first token; `None` when not recorded.
     pub ttft: Option<f64>,
     /// `api_time` as recorded (negative or non-finite values kept; `api_time` drops them): aiperf's
     /// end-to-start delay uses a negative value as is.
@@ -85,7 +99,9 @@ pub struct ParsedSubagent {
     pub agent_id: Option<String>,
     /// `duration_ms` as recorded (negative or non-finite values kept).
     pub duration_ms: Option<f64>,
+    /// Tool-definition tokens of the subagent's prompt prefix.
     pub tool_tokens: u32,
+    /// System-prompt tokens of the subagent's prompt prefix.
     pub system_tokens: u32,
     /// The nested requests in file order (`index` = inner index); their `t` is as recorded (a
     /// non-finite `t` is NaN, with an [`WarningKind::InvalidTime`] warning).
@@ -95,12 +111,19 @@ pub struct ParsedSubagent {
 /// One validated trace: top-level requests, and the subagent entries (which the flat replay ignores).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedTrace {
+    /// The trace's `id`.
     pub id: String,
+    /// The models the trace declares, in file order.
     pub models: Vec<String>,
+    /// Tokens per hash block.
     pub block_size: u32,
+    /// Tool-definition tokens of the root prompt prefix.
     pub tool_tokens: u32,
+    /// System-prompt tokens of the root prompt prefix.
     pub system_tokens: u32,
+    /// The top-level requests in file order (subagent entries excluded).
     pub requests: Vec<ParsedRequest>,
+    /// Number of subagent entries.
     pub subagents: u32,
     /// The largest `in + max(1, out)` over the requests nested in subagent entries (0 without any): the
     /// context those requests ask for, which trace selection by peak context counts (subagent requests
@@ -120,7 +143,12 @@ pub enum SourceFiles {
     /// One trace per line.
     Jsonl(PathBuf),
     /// One trace per `*.json` file, read in file-name order.
-    Dir { dir: PathBuf, files: Vec<PathBuf> },
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// Its `*.json` files, sorted by name.
+        files: Vec<PathBuf>,
+    },
 }
 
 impl SourceFiles {

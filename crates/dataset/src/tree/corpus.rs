@@ -47,6 +47,7 @@ pub struct TreeCorpus {
     /// Each turn holds the stream's source request (input, output, hash ids, model, t = ts_ms/1000, api/think/ttft) in replay order;
     /// tool/system tokens of the trajectory = the stream's init_tool_tokens/init_system_tokens; block size = the trace's.
     pub streams: crate::Dataset,
+    /// One tree per trace, in dataset order.
     pub trees: Vec<SessionTree>,
     /// Index in `streams` of each tree's stream 0 (tree i's stream s is `first_stream[i] + s`).
     pub first_stream: Vec<u32>,

@@ -73,12 +73,14 @@ impl NestedBasis {
 /// Options of [`build`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TreeOptions {
+    /// How nested timestamps are read.
     pub basis: NestedBasis,
     /// `--synthesis-max-osl`: caps `max_tokens` of root and flat turns (subagent turns are not capped).
     pub max_osl: Option<u32>,
     /// `AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS` (default true): run chain detection. Off: one root
     /// stream in file order and one stream per subagent in `(t, index)` order.
     pub(crate) split_chains: bool,
+    /// Chain-detection thresholds.
     pub chains: ChainParams,
 }
 
@@ -131,9 +133,11 @@ pub struct TreeTurn {
     pub max_tokens: u32,
     /// Theoretical prefix-cache stamp: leading hash ids already sent by the trace, of all.
     pub prefix_hit_blocks: u32,
+    /// Hash ids of the request (the stamp's denominator).
     pub prefix_total_blocks: u32,
     /// Where the request sits in the trace: outer index, and inner index for a nested request.
     pub source_outer_idx: u32,
+    /// The inner index of a nested request; `None` for a top-level one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_inner_idx: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,6 +145,7 @@ pub struct TreeTurn {
     /// Branches (indices into [`SessionTree::branches`]) this turn spawns and joins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spawns: Vec<usize>,
+    /// Branches this turn joins (waits for).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub joins: Vec<usize>,
     /// Replay-barrier predecessors `(stream, turn)` in its scope, sorted by (conversation id, turn).
@@ -151,7 +156,9 @@ pub struct TreeTurn {
 /// One stream (an aiperf conversation).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stream {
+    /// The aiperf conversation id (`<trace>`, `<trace>::sa:<agent>...`, `<trace>::fa:NNN`, ...).
     pub id: String,
+    /// Which part of the trace the stream replays.
     pub kind: StreamKind,
     /// The class of a worker chain (a subagent's chain 0 and the root have none).
     pub class: Option<ChainClass>,
@@ -169,6 +176,7 @@ pub struct Stream {
     /// The stream and turn holding the request this stream forked from (a subagent's chain 0: the
     /// spawning root turn).
     pub(crate) fork_source: Option<(usize, usize)>,
+    /// The stream's turns in replay order.
     pub turns: Vec<TreeTurn>,
 }
 
@@ -177,10 +185,13 @@ pub struct Stream {
 pub struct Branch {
     /// `<trace>:spawn:<first agent_id>` or `<trace>:flatspawn:<n of the first worker>`.
     pub id: String,
+    /// The child streams (indices into [`SessionTree::streams`]).
     pub children: Vec<usize>,
+    /// The root turn that starts the children.
     pub spawn_turn: usize,
     /// The root turn that waits for the children; `None`: they run in the background.
     pub join_turn: Option<usize>,
+    /// The children's start, ms on the root clock.
     pub start_timestamp_ms: f64,
 }
 
@@ -197,6 +208,7 @@ pub struct TreeCounts {
     pub(crate) seams: usize,
     /// Worker chains classified aux (reductions included), reduction, worker-group member.
     pub aux: usize,
+    /// Worker chains classified reduction (also counted in `aux`).
     pub reductions: usize,
     pub(crate) worker_group: usize,
 }
@@ -204,12 +216,15 @@ pub struct TreeCounts {
 /// One trace as a tree of streams.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionTree {
+    /// The trace's `id`.
     pub trace_id: String,
     /// Root first, then subagent streams (entry order, chain order), then flat streams.
     pub streams: Vec<Stream>,
+    /// The SPAWN branches, in spawn order.
     pub branches: Vec<Branch>,
     /// `agent_id`s of subagent entries without a preceding root request.
     pub dropped_subagents: Vec<String>,
+    /// Counted outcomes of the build.
     pub counts: TreeCounts,
 }
 
