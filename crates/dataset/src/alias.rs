@@ -9,7 +9,7 @@
 //!
 //! Resolution never touches the network (the cache layout is [`super::hub`]'s); a corpus missing from
 //! the cache is an error that names the exact command that fetches it. Besides the table, any dataset
-//! repository id (`org/name`, aiperf's `--hf-weka-dataset`) resolves the same way ([`resolve_repo`]).
+//! repository id (`org/name`, aiperf's `--hf-weka-dataset`) resolves the same way (`resolve_repo`).
 
 use std::path::PathBuf;
 

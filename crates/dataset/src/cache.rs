@@ -12,18 +12,18 @@
 //! turn records (80 bytes); the hash-id pool (u32); the string table. Hash ids are stored as deltas: a
 //! turn keeps the length of its longest common prefix with the previous turn of its trace and only the
 //! ids after it, so the long shared prefixes of consecutive turns are stored once. The last string of
-//! the table is the import's report ([`ImportReport`] as JSON: the [`WarningReport`] fields, plus the
+//! the table is the import's report (`ImportReport` as JSON: the [`WarningReport`] fields, plus the
 //! counts of a `--max-context-length` selection), so a warm open reports the warnings and the selection
 //! of the import that built the entry. An entry of session trees ([`super::tree::corpus`]) keeps one
 //! trace record per stream and the trees' topology in that report.
 //!
-//! A trace record's last word is its flags: bit 0 ([`TRACE_GLOBAL_HASH_IDS`]) says the corpus's hash ids
+//! A trace record's last word is its flags: bit 0 (`TRACE_GLOBAL_HASH_IDS`) says the corpus's hash ids
 //! are global (one id names one block of text in every trace, as in Mooncake traces), so prompt text is
 //! keyed by (seed, hash id) rather than (seed, trace, hash id). A weka trace's flags are 0, as the word
 //! was before it had a meaning, so weka entries are unchanged. A turn record's last word is its flags
-//! too: bit 0 ([`TURN_NO_OUTPUT_LIMIT`]) says the request records no output length (a Mooncake row
+//! too: bit 0 (`TURN_NO_OUTPUT_LIMIT`) says the request records no output length (a Mooncake row
 //! without `output_length`), so its output is 0 and it is sent without a token limit. The format a
-//! corpus was read as (when not weka) is in the import report ([`ImportReport::corpus`]).
+//! corpus was read as (when not weka) is in the import report (`ImportReport::corpus`).
 
 use std::fs::File;
 use std::io;

@@ -265,7 +265,7 @@ impl TemplateCounter {
     }
 
     /// The tokens of the rendered prompt of a messages array in pieces (as
-    /// [`ChatTemplate::render_parts`] takes it).
+    /// `ChatTemplate::render_parts` takes it).
     pub fn count_parts(&self, parts: &[bytes::Bytes]) -> Result<u64, ChatTemplateError> {
         Ok(self.counter.count(&self.template.render_parts(parts)?))
     }

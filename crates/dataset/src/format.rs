@@ -1,9 +1,9 @@
 //! Corpus formats: which parser reads a source ([`Format`]), the options a format's content depends on
 //! ([`FormatSpec`]: block size, the TraceLab join knobs), detection from a source's first record, and
-//! the source file a JSONL format reads ([`jsonl_path`]). [`super::any_format::scan`] reads a source in
+//! the source file a JSONL format reads (`jsonl_path`). `super::any_format::scan` reads a source in
 //! any of them.
 //!
-//! Every format becomes [`ParsedTrace`]s, the shape the weka parser produces, so the cache entry, the
+//! Every format becomes `ParsedTrace`s, the shape the weka parser produces, so the cache entry, the
 //! views, prompt synthesis and the session-tree builder are the same for all of them:
 //! - `weka` ([`super::weka`]): one trace per line (or per `*.json` file), hash ids numbered per trace.
 //! - `mooncake` ([`super::mooncake`]): one request per line, grouped into sessions by `session_id`;
@@ -148,7 +148,7 @@ impl TracelabJoin {
 }
 
 /// A format with the options its content depends on. Stored in the import report of every entry of a
-/// corpus that is not weka ([`super::cache::ImportReport::corpus`]).
+/// corpus that is not weka (`super::cache::ImportReport::corpus`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FormatSpec {
     /// The format.

@@ -1,4 +1,4 @@
-//! Corpus parsing (weka, Mooncake, TraceLab: [`format`]), the content-addressed mmap cache, zero-copy views and prompt synthesis.
+//! Corpus parsing (weka, Mooncake, TraceLab: [`format`](mod@format)), the content-addressed mmap cache, zero-copy views and prompt synthesis.
 //!
 //! The replay engine's entry points:
 //! - [`Dataset::open`] resolves a corpus (in any [`format::Format`]: weka, Mooncake or TraceLab, detected
@@ -78,7 +78,7 @@ pub struct OpenOptions {
     /// The output cap (max_tokens) of top-level requests, which the peak context of
     /// `max_context_length` is computed with (aiperf's `--synthesis-max-osl`); `None` is unbounded.
     pub max_osl: Option<u32>,
-    /// The cache directory; `None` uses [`cache::default_dir`].
+    /// The cache directory; `None` uses `cache::default_dir`.
     pub cache_dir: Option<PathBuf>,
     /// The corpus format (`--format`); `None` detects it from the source ([`format::detect`]).
     pub format: Option<format::Format>,

@@ -8,11 +8,11 @@
 //!   one, its earliest output event (`text`, `reasoning`, `tool_call`); its `api_time` the span to the
 //!   last output event. Rounds without a dated event are dropped; the rest are ordered by submission
 //!   time, then `round_index`.
-//! - Block ids ([`synthesize_hash_ids`]): TraceLab has no content hashes; each round keeps the first
+//! - Block ids (`synthesize_hash_ids`): TraceLab has no content hashes; each round keeps the first
 //!   `prefix_tokens / block_size` ids of the round before and mints fresh ids for the rest of its
 //!   `input_tokens_total / block_size` whole blocks. One id space spans a session and the subagents
 //!   nested in it (hash ids stay per trace).
-//! - Subagent links ([`join`]): a session whose whole span lies inside a spawning tool call's window
+//! - Subagent links (`join`): a session whose whole span lies inside a spawning tool call's window
 //!   (Claude `Agent`/`Task` calls of at least `AIPERF_DATASET_TRACELAB_MIN_SPAWN_MS`; codex sessions'
 //!   `[first spawn_agent, last wait_agent result]` unless `AIPERF_DATASET_TRACELAB_CODEX_SUBAGENT_JOIN`
 //!   is false) of another session of the same `user` and `project` is that call's subagent; the

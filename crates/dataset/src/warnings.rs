@@ -5,7 +5,7 @@
 //!
 //! A warning never stops an import (the value is made replayable: clamped, remapped or dropped, as each
 //! kind says); `--strict` turns the warnings of a corpus into an error. Warnings are counted by kind with
-//! the first [`FIRST_PLACES`] places of each kind, and the report is stored in the cache entry so a warm
+//! the first `FIRST_PLACES` places of each kind, and the report is stored in the cache entry so a warm
 //! open reports the same warnings as the import that built it.
 
 use std::collections::BTreeMap;

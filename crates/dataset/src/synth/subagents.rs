@@ -5,35 +5,35 @@
 //!
 //! **The root.** Trace `i`'s main session is drawn exactly as the default shape draws trace `i` (same
 //! seed, same stream, same requests and hash ids); everything added is drawn from a second generator
-//! (the seed xor [`SALT`], on the trace's stream), so a trace still depends only on (seed, index).
+//! (the seed xor `SALT`, on the trace's stream), so a trace still depends only on (seed, index).
 //! Times are re-derived in whole milliseconds (`t_k = t_{k-1} + api_{k-1} + gap_k`) so that a request
 //! that starts when the previous one ends is an exact extension for hash-chain detection; a root turn
 //! that joins subagents starts after the last of them ended, its `think_time` the whole wait.
 //!
 //! **Subagent entries** (`type: "subagent"`, listed after the root request that spawns them, in
 //! start order; nested `t` absolute on the root clock, at or after the entry's `t`):
-//! - [`P_SUBAGENTS`] of the traces have subagents. Those have a log-normal number of spawning root
-//!   turns (median [`SPAWNS_MEDIAN`], σ 0.8, 1-12; `tool_use` turns whose successor is neither a
+//! - `P_SUBAGENTS` of the traces have subagents. Those have a log-normal number of spawning root
+//!   turns (median `SPAWNS_MEDIAN`, σ 0.8, 1-12; `tool_use` turns whose successor is neither a
 //!   streaming/non-streaming twin nor a compaction), each spawning a fan-out of 1-5 subagents
-//!   ([`FANOUT`]: 1 55%, 2 22%, 3 13%, 4 6%, 5 4%) that start within a few hundred ms of each other
+//!   (`FANOUT`: 1 55%, 2 22%, 3 13%, 4 6%, 5 4%) that start within a few hundred ms of each other
 //!   and overlap; the next root turn waits for all of them (one SPAWN branch, one join).
-//! - [`P_BACKGROUND`] of those also launch one background subagent (`status: "async_launched"`,
+//! - `P_BACKGROUND` of those also launch one background subagent (`status: "async_launched"`,
 //!   `duration_ms`, `total_tokens` and `tool_use_count` null) from the second-to-last root turn that
 //!   outlives the root: no root turn joins it.
 //! - A subagent is `Explore` (haiku, 55%), `general-purpose` (the root's model, 35%) or `Plan` (the
 //!   root's model, 10%), with the type's declared tool (6-12k) and system (0.6-3k) tokens; subagents
 //!   of one type share the hash ids of that prefix. It makes a log-normal number of sequential
-//!   requests (median [`REQUESTS_MEDIAN`], σ 0.9, 1-120, `--max-turns` caps it too), from the prefix
+//!   requests (median `REQUESTS_MEDIAN`, σ 0.9, 1-120, `--max-turns` caps it too), from the prefix
 //!   plus a task prompt (median 1.5k tokens), each adding the previous output and a tool result
 //!   (median 1.5k tokens), 0.1-60 s apart; it stops before 80% of a standard 200k context (or
 //!   `--max-isl`). `duration_ms` runs from the entry's `t` to the end of its last request plus up to
 //!   120 ms.
 //!
 //! **Flat worker chains** in the top level, which hash-chain detection splits off the main chain:
-//! - [`P_AUX`] of the traces have 1-3 one-shot aux requests issued while a root turn runs: 70% on
+//! - `P_AUX` of the traces have 1-3 one-shot aux requests issued while a root turn runs: 70% on
 //!   haiku (cross-model), 30% on the root's model with a small fresh context (under 12k tokens, so
 //!   under the aux threshold of 16,384); each becomes `::aux:NNN`.
-//! - [`P_FORK`] of the traces have a forked agent (25% of those a second one): 2-5 sequential
+//! - `P_FORK` of the traces have a forked agent (25% of those a second one): 2-5 sequential
 //!   requests on the root's model that start after a root turn, sharing the prefix the main chain had
 //!   1-3 turns earlier and then growing on their own (never past the fork point's length); each
 //!   becomes `::fa:NNN`. Forks are placed after the root's last compaction or rewind, where detection

@@ -5,11 +5,11 @@
 //! the trees in dataset order, each tree's streams in tree order, each stream's source requests in
 //! replay order. A stream's trajectory id is its tree's trace id, so prompt text (keyed by trajectory
 //! id) of equal hash ids is equal across a tree's streams. The topology (the [`SessionTree`]s) is the
-//! [`TreeTopology`] of the entry's import report, checksummed with the entry. On reading, the topology
+//! `TreeTopology` of the entry's import report, checksummed with the entry. On reading, the topology
 //! must agree with the trajectories (trees, trace ids, streams, turn counts, every index in range);
 //! an entry that does not is rebuilt like a damaged one, never read.
 //!
-//! The key: sha256 over a domain string of its own, [`TREE_FORMAT_VERSION`], the dataset's
+//! The key: sha256 over a domain string of its own, `TREE_FORMAT_VERSION`, the dataset's
 //! [`CacheKey`] (which covers the source digest, the selection and the dataset format version), the
 //! nested-timestamp basis as asked (`auto` is a function of the dataset's content), the output cap
 //! and the chain options.
