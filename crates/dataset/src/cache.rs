@@ -74,26 +74,26 @@ impl CacheKey {
     /// the context filter existed stay valid.
     pub(crate) fn derive_selection(source_digest: &[u8; 32], sel: &Selection) -> Self {
         let limit = sel.num_dataset_entries;
-        let mut h = Sha256::new();
-        h.update(b"agentx-dataset-cache\0");
-        h.update(FORMAT_VERSION.to_le_bytes());
-        h.update(b"\0source\0");
-        h.update(source_digest);
-        h.update(b"\0num_dataset_entries\0");
+        let mut hasher = Sha256::new();
+        hasher.update(b"agentx-dataset-cache\0");
+        hasher.update(FORMAT_VERSION.to_le_bytes());
+        hasher.update(b"\0source\0");
+        hasher.update(source_digest);
+        hasher.update(b"\0num_dataset_entries\0");
         match limit {
-            Some(n) => h.update((n as u64).to_le_bytes()),
-            None => h.update(b"all"),
+            Some(n) => hasher.update((n as u64).to_le_bytes()),
+            None => hasher.update(b"all"),
         }
-        if let Some(m) = sel.max_context_length {
-            h.update(b"\0max_context_length\0");
-            h.update(m.to_le_bytes());
-            h.update(b"\0max_osl\0");
+        if let Some(max_context) = sel.max_context_length {
+            hasher.update(b"\0max_context_length\0");
+            hasher.update(max_context.to_le_bytes());
+            hasher.update(b"\0max_osl\0");
             match sel.max_osl {
-                Some(o) => h.update(u64::from(o).to_le_bytes()),
-                None => h.update(b"none"),
+                Some(o) => hasher.update(u64::from(o).to_le_bytes()),
+                None => hasher.update(b"none"),
             }
         }
-        CacheKey(h.finalize().into())
+        CacheKey(hasher.finalize().into())
     }
 
     /// The 32 hex digits naming the entry.
@@ -115,18 +115,20 @@ pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     let mut chunks = bytes.chunks_exact(32);
     for c in &mut chunks {
         for (i, lane) in lanes.iter_mut().enumerate() {
-            let w = u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-            *lane = (*lane ^ w).wrapping_mul(K[i] | 1).rotate_left(29);
+            let word = u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            *lane = (*lane ^ word).wrapping_mul(K[i] | 1).rotate_left(29);
         }
     }
-    let mut h = (bytes.len() as u64).wrapping_mul(K[0]);
+    let mut hash = (bytes.len() as u64).wrapping_mul(K[0]);
     for (i, lane) in lanes.iter().enumerate() {
-        h = (h ^ lane).wrapping_mul(K[(i + 1) % 4] | 1).rotate_left(31);
+        hash = (hash ^ lane)
+            .wrapping_mul(K[(i + 1) % 4] | 1)
+            .rotate_left(31);
     }
     for &b in chunks.remainder() {
-        h = (h ^ u64::from(b)).wrapping_mul(K[2] | 1);
+        hash = (hash ^ u64::from(b)).wrapping_mul(K[2] | 1);
     }
-    h ^ (h >> 33)
+    hash ^ (hash >> 33)
 }
 
 #[inline]
@@ -152,15 +154,15 @@ struct Interner {
 
 impl Interner {
     fn intern(&mut self, s: &str) -> Result<u32, String> {
-        if let Some(&i) = self.index.get(s) {
-            return Ok(i);
+        if let Some(&slot) = self.index.get(s) {
+            return Ok(slot);
         }
         let off = u32::try_from(self.bytes.len()).map_err(|_| "string table exceeds 4 GiB")?;
-        let i = u32::try_from(self.spans.len()).map_err(|_| "too many strings")?;
+        let slot = u32::try_from(self.spans.len()).map_err(|_| "too many strings")?;
         self.bytes.extend_from_slice(s.as_bytes());
         self.spans.push((off, s.len() as u32));
-        self.index.insert(s.to_owned(), i);
-        Ok(i)
+        self.index.insert(s.to_owned(), slot);
+        Ok(slot)
     }
 }
 
@@ -227,20 +229,21 @@ fn opt(v: Option<f64>) -> f64 {
 impl Builder {
     /// Adds one validated trace.
     pub(crate) fn add(&mut self, t: &ParsedTrace) -> Result<(), String> {
-        let id = self.strings.intern(&t.id)?;
+        let id_index = self.strings.intern(&t.id)?;
         let models = self.strings.intern(&t.models.join("\n"))?;
         let first_turn = self.n_turns;
-        let n = u32::try_from(t.requests.len()).map_err(|_| "too many requests in one trace")?;
+        let num_requests =
+            u32::try_from(t.requests.len()).map_err(|_| "too many requests in one trace")?;
         self.n_turns = self
             .n_turns
-            .checked_add(n)
+            .checked_add(num_requests)
             .ok_or("more than 2^32 requests in the corpus")?;
         let mut prev: &[u32] = &[];
         for r in &t.requests {
             let lcp = prev
                 .iter()
                 .zip(&r.hash_ids)
-                .take_while(|(a, b)| a == b)
+                .take_while(|(a, buf)| a == buf)
                 .count();
             let suffix_off = self.pool.len() as u64;
             self.pool.extend_from_slice(&r.hash_ids[lcp..]);
@@ -248,41 +251,41 @@ impl Builder {
                 u32::try_from(r.hash_ids.len()).map_err(|_| "too many hash ids in one request")?;
             let model = self.strings.intern(&r.model)?;
             let stop = self.strings.intern(&r.stop)?;
-            let it = self.strings.intern(&r.input_types.join(","))?;
-            let ot = self.strings.intern(&r.output_types.join(","))?;
-            let b = &mut self.turns;
-            b.extend_from_slice(&r.t.to_le_bytes());
-            b.extend_from_slice(&opt(r.think_time).to_le_bytes());
-            b.extend_from_slice(&opt(r.api_time).to_le_bytes());
-            b.extend_from_slice(&opt(r.ttft).to_le_bytes());
-            b.extend_from_slice(&r.input.to_le_bytes());
-            b.extend_from_slice(&r.output.to_le_bytes());
-            b.extend_from_slice(&(lcp as u32).to_le_bytes());
-            b.extend_from_slice(&n_ids.to_le_bytes());
-            b.extend_from_slice(&suffix_off.to_le_bytes());
-            b.extend_from_slice(&model.to_le_bytes());
-            b.extend_from_slice(&stop.to_le_bytes());
-            b.extend_from_slice(&it.to_le_bytes());
-            b.extend_from_slice(&ot.to_le_bytes());
+            let input_types = self.strings.intern(&r.input_types.join(","))?;
+            let output_types = self.strings.intern(&r.output_types.join(","))?;
+            let buf = &mut self.turns;
+            buf.extend_from_slice(&r.t.to_le_bytes());
+            buf.extend_from_slice(&opt(r.think_time).to_le_bytes());
+            buf.extend_from_slice(&opt(r.api_time).to_le_bytes());
+            buf.extend_from_slice(&opt(r.ttft).to_le_bytes());
+            buf.extend_from_slice(&r.input.to_le_bytes());
+            buf.extend_from_slice(&r.output.to_le_bytes());
+            buf.extend_from_slice(&(lcp as u32).to_le_bytes());
+            buf.extend_from_slice(&n_ids.to_le_bytes());
+            buf.extend_from_slice(&suffix_off.to_le_bytes());
+            buf.extend_from_slice(&model.to_le_bytes());
+            buf.extend_from_slice(&stop.to_le_bytes());
+            buf.extend_from_slice(&input_types.to_le_bytes());
+            buf.extend_from_slice(&output_types.to_le_bytes());
             let kind: u32 = match r.kind {
                 RequestKind::Normal => 0,
                 RequestKind::Streaming => 1,
             };
-            b.extend_from_slice(&kind.to_le_bytes());
+            buf.extend_from_slice(&kind.to_le_bytes());
             let flags = if r.no_output_limit {
                 TURN_NO_OUTPUT_LIMIT
             } else {
                 0
             };
-            b.extend_from_slice(&flags.to_le_bytes());
+            buf.extend_from_slice(&flags.to_le_bytes());
             prev = &r.hash_ids;
         }
-        let b = &mut self.traces;
+        let buf = &mut self.traces;
         for v in [
-            id,
+            id_index,
             models,
             first_turn,
-            n,
+            num_requests,
             t.block_size,
             t.tool_tokens,
             t.system_tokens,
@@ -294,7 +297,7 @@ impl Builder {
                 0
             },
         ] {
-            b.extend_from_slice(&v.to_le_bytes());
+            buf.extend_from_slice(&v.to_le_bytes());
         }
         self.n_traces = self
             .n_traces
@@ -378,23 +381,23 @@ impl Builder {
         out.extend_from_slice(&self.strings.bytes);
         debug_assert_eq!(out.len(), total);
         let body = checksum(&out[HEADER_LEN..]);
-        let h = &mut out[..HEADER_LEN];
-        h[0..8].copy_from_slice(&MAGIC);
-        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
-        h[16..24].copy_from_slice(&(total as u64).to_le_bytes());
-        h[24..56].copy_from_slice(&key.0);
-        h[56..60].copy_from_slice(&self.n_traces.to_le_bytes());
-        h[60..64].copy_from_slice(&self.n_turns.to_le_bytes());
-        h[64..72].copy_from_slice(&(self.pool.len() as u64).to_le_bytes());
-        h[72..80].copy_from_slice(&self.subagents.to_le_bytes());
-        h[80..88].copy_from_slice(&(traces_off as u64).to_le_bytes());
-        h[88..96].copy_from_slice(&(turns_off as u64).to_le_bytes());
-        h[96..104].copy_from_slice(&(pool_off as u64).to_le_bytes());
-        h[104..112].copy_from_slice(&(strings_off as u64).to_le_bytes());
-        h[112..120].copy_from_slice(&body.to_le_bytes());
-        let hc = checksum(&h[..120]);
-        h[120..128].copy_from_slice(&hc.to_le_bytes());
+        let header = &mut out[..HEADER_LEN];
+        header[0..8].copy_from_slice(&MAGIC);
+        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        header[16..24].copy_from_slice(&(total as u64).to_le_bytes());
+        header[24..56].copy_from_slice(&key.0);
+        header[56..60].copy_from_slice(&self.n_traces.to_le_bytes());
+        header[60..64].copy_from_slice(&self.n_turns.to_le_bytes());
+        header[64..72].copy_from_slice(&(self.pool.len() as u64).to_le_bytes());
+        header[72..80].copy_from_slice(&self.subagents.to_le_bytes());
+        header[80..88].copy_from_slice(&(traces_off as u64).to_le_bytes());
+        header[88..96].copy_from_slice(&(turns_off as u64).to_le_bytes());
+        header[96..104].copy_from_slice(&(pool_off as u64).to_le_bytes());
+        header[104..112].copy_from_slice(&(strings_off as u64).to_le_bytes());
+        header[112..120].copy_from_slice(&body.to_le_bytes());
+        let header_sum = checksum(&header[..120]);
+        header[120..128].copy_from_slice(&header_sum.to_le_bytes());
         out
     }
 }
@@ -455,12 +458,13 @@ impl Layout {
         let n_turns = rd_u32(b, 60) as usize;
         let pool_len = usize::try_from(rd_u64(b, 64)).map_err(|_| "pool too large")?;
         let subagents = rd_u64(b, 72);
-        let off =
-            |o: usize| usize::try_from(rd_u64(b, o)).map_err(|_| "offset too large".to_string());
+        let off = |offset: usize| {
+            usize::try_from(rd_u64(b, offset)).map_err(|_| "offset too large".to_string())
+        };
         let (traces_off, turns_off, pool_off, strings_off) =
             (off(80)?, off(88)?, off(96)?, off(104)?);
         let fits = |start: usize, len: Option<usize>, end: usize| {
-            len.and_then(|l| start.checked_add(l))
+            len.and_then(|str_len| start.checked_add(str_len))
                 .is_some_and(|e| e <= end)
         };
         if traces_off != HEADER_LEN
@@ -481,45 +485,47 @@ impl Layout {
         let data = &b[table_end..];
         let mut last = "";
         for i in 0..n_strings {
-            let o = rd_u32(b, strings_off + 8 + i * 8) as usize;
-            let l = rd_u32(b, strings_off + 12 + i * 8) as usize;
-            let s = data.get(o..o + l).ok_or("string out of range")?;
-            last = std::str::from_utf8(s).map_err(|_| "string is not UTF-8")?;
+            let offset = rd_u32(b, strings_off + 8 + i * 8) as usize;
+            let str_len = rd_u32(b, strings_off + 12 + i * 8) as usize;
+            let text = data
+                .get(offset..offset + str_len)
+                .ok_or("string out of range")?;
+            last = std::str::from_utf8(text).map_err(|_| "string is not UTF-8")?;
         }
         serde_json::from_str::<WarningReport>(last)
             .map_err(|e| format!("warning report unreadable: {e}"))?;
         let s_ok = |i: u32| (i as usize) < n_strings;
         let mut next_turn = 0usize;
         for i in 0..n_traces {
-            let r = traces_off + i * TRACE_REC;
-            let first = rd_u32(b, r + 8) as usize;
-            let n = rd_u32(b, r + 12) as usize;
-            if !s_ok(rd_u32(b, r))
-                || !s_ok(rd_u32(b, r + 4))
+            let rec = traces_off + i * TRACE_REC;
+            let first = rd_u32(b, rec + 8) as usize;
+            let num_turns = rd_u32(b, rec + 12) as usize;
+            if !s_ok(rd_u32(b, rec))
+                || !s_ok(rd_u32(b, rec + 4))
                 || first != next_turn
-                || rd_u32(b, r + 16) == 0
+                || rd_u32(b, rec + 16) == 0
             {
                 return Err(format!("trace record {i} is inconsistent"));
             }
             next_turn = first
-                .checked_add(n)
+                .checked_add(num_turns)
                 .filter(|&e| e <= n_turns)
                 .ok_or("trace turns out of range")?;
             let mut prev_ids = 0u32;
             for k in first..next_turn {
-                let t = turns_off + k * TURN_REC;
-                let lcp = rd_u32(b, t + 40);
-                let n_ids = rd_u32(b, t + 44);
-                let suffix = rd_u64(b, t + 48);
+                let turn_rec = turns_off + k * TURN_REC;
+                let lcp = rd_u32(b, turn_rec + 40);
+                let n_ids = rd_u32(b, turn_rec + 44);
+                let suffix = rd_u64(b, turn_rec + 48);
                 let bad_lcp = lcp > n_ids || lcp > prev_ids || (k == first && lcp != 0);
                 let bad_pool = suffix
                     .checked_add(u64::from(n_ids - lcp.min(n_ids)))
                     .is_none_or(|e| e > pool_len as u64);
-                let bad_str = !(s_ok(rd_u32(b, t + 56))
-                    && s_ok(rd_u32(b, t + 60))
-                    && s_ok(rd_u32(b, t + 64))
-                    && s_ok(rd_u32(b, t + 68)));
-                if bad_lcp || bad_pool || bad_str || rd_u32(b, t + 72) > 1 {
+                let bad_str = !(s_ok(rd_u32(b, turn_rec + 56))
+                    && s_ok(rd_u32(b, turn_rec + 60))
+                    && s_ok(rd_u32(b, turn_rec + 64))
+                    && s_ok(rd_u32(b, turn_rec + 68)));
+                if bad_lcp || bad_pool || bad_str || rd_u32(b, turn_rec + 72) > 1 {
                     return Err(format!("turn record {k} is inconsistent"));
                 }
                 prev_ids = n_ids;
@@ -575,10 +581,10 @@ pub(crate) fn default_dir() -> PathBuf {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(d) =
+    if let Some(dir) =
         env("AGENTX_DATASET_MMAP_CACHE_DIR").or_else(|| env("AIPERF_DATASET_MMAP_CACHE_DIR"))
     {
-        return d;
+        return dir;
     }
     agentx_home().join(DATASETS_SUBDIR)
 }
@@ -690,14 +696,14 @@ impl Store {
         }
         let root = self
             .root()
-            .map_err(|e| DatasetError::io("create cache directory", &self.dir, e))?;
+            .map_err(|err| DatasetError::io("create cache directory", &self.dir, err))?;
         let lock_name = format!("{}.lock", key.short_hex());
         let lock_path = self.dir.join(&lock_name);
         let lock = root
             .open_for_lock(&lock_name)
-            .map_err(|e| DatasetError::io("open lock", &lock_path, e))?;
+            .map_err(|err| DatasetError::io("open lock", &lock_path, err))?;
         lock.lock()
-            .map_err(|e| DatasetError::io("lock", &lock_path, e))?;
+            .map_err(|err| DatasetError::io("lock", &lock_path, err))?;
         // Re-check under the lock: another process may have built the entry while we waited.
         let outcome = match self.probe(key, &check)? {
             Probe::Valid(v) => return Ok((v, Outcome::Hit)),
@@ -709,8 +715,8 @@ impl Store {
         };
         let bytes = build()?;
         let path = self.entry_path(key);
-        if let Err(e) = root.write_atomic(format!("{}.{ENTRY_EXT}", key.short_hex()), &bytes) {
-            return Err(DatasetError::io("write cache entry", &path, e));
+        if let Err(err) = root.write_atomic(format!("{}.{ENTRY_EXT}", key.short_hex()), &bytes) {
+            return Err(DatasetError::io("write cache entry", &path, err));
         }
         drop(bytes);
         match self.probe(key, &check)? {
