@@ -44,17 +44,17 @@ pub struct Dist {
 impl Dist {
     /// The statistics of sample `v` (all zero when it is empty).
     pub fn of(v: Vec<f64>) -> Dist {
-        let Some(s) = agentx_record::dist::Sorted::new(v) else {
+        let Some(sorted) = agentx_record::dist::Sorted::new(v) else {
             return Dist::default();
         };
         Dist {
-            count: s.len(),
-            mean: s.mean(),
-            min: s.min(),
-            p50: s.percentile(50.0),
-            p90: s.percentile(90.0),
-            p99: s.percentile(99.0),
-            max: s.max(),
+            count: sorted.len(),
+            mean: sorted.mean(),
+            min: sorted.min(),
+            p50: sorted.percentile(50.0),
+            p90: sorted.percentile(90.0),
+            p99: sorted.percentile(99.0),
+            max: sorted.max(),
         }
     }
 }
@@ -97,7 +97,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 /// Theoretical hits of turns `0..=upto` of `traj` (all turns if `upto` is past the end).
 pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
-    let mut c = HitCounts::default();
+    let mut counts = HitCounts::default();
     let mut seen: HashSet<u32> = HashSet::new();
     // A trie of the hash-id sequences of earlier requests: (node, id) -> child; node 0 is the root.
     let mut trie: HashMap<(u32, u32), u32> = HashMap::new();
@@ -107,7 +107,7 @@ pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
         let lcp = turn.lcp_with_previous();
         ids.truncate(lcp);
         ids.extend_from_slice(turn.new_hash_ids());
-        c.blocks += ids.len() as u64;
+        counts.blocks += ids.len() as u64;
         // Set-based: the shared prefix was all seen in the previous request.
         let mut hits = lcp as u64;
         for id in &ids[lcp..] {
@@ -115,7 +115,7 @@ pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
                 hits += 1;
             }
         }
-        c.set_hits += hits;
+        counts.set_hits += hits;
         seen.extend(ids[lcp..].iter().copied());
         // Longest prefix: follow the trie from the shared prefix; create nodes where it ends.
         path.truncate(lcp);
@@ -143,9 +143,9 @@ pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
             path.push(child);
             node = child;
         }
-        c.prefix_hits += matched as u64;
+        counts.prefix_hits += matched as u64;
     }
-    c
+    counts
 }
 
 /// Each turn's theoretical prefix-cache `(hit, total)` blocks as aiperf's loader stamps them: the
@@ -202,7 +202,7 @@ pub struct CorpusStats {
 
 /// Computes [`CorpusStats`] over every turn of every trajectory.
 pub fn corpus_stats(ds: &Dataset) -> CorpusStats {
-    let mut s = CorpusStats {
+    let mut stats = CorpusStats {
         traces: ds.len(),
         requests: ds.total_turns(),
         subagents_ignored: ds.subagents_ignored(),
@@ -217,36 +217,38 @@ pub fn corpus_stats(ds: &Dataset) -> CorpusStats {
             isl.push(f64::from(turn.input_tokens()));
             osl.push(f64::from(turn.output_tokens()));
             if turn.output_tokens() == 0 {
-                s.out_zero_turns += 1;
+                stats.out_zero_turns += 1;
             }
-            if let Some(x) = turn.think_time() {
-                think.push(x);
+            if let Some(think_s) = turn.think_time() {
+                think.push(think_s);
             }
             if k > 0 && turn.lcp_with_previous() < prev_n {
-                s.non_monotonic_cuts += 1;
+                stats.non_monotonic_cuts += 1;
             }
             prev_n = turn.num_hash_ids();
         }
-        if let (Some(a), Some(b)) = (traj.turn(0), traj.turn(traj.num_turns().wrapping_sub(1))) {
-            start.push(f64::from(a.input_tokens()));
-            end.push(f64::from(b.input_tokens()));
+        if let (Some(first), Some(last)) =
+            (traj.turn(0), traj.turn(traj.num_turns().wrapping_sub(1)))
+        {
+            start.push(f64::from(first.input_tokens()));
+            end.push(f64::from(last.input_tokens()));
         }
-        let h = theoretical_hits(traj, usize::MAX);
-        if h.blocks > 0 {
-            per.push(h.set_rate());
+        let hits = theoretical_hits(traj, usize::MAX);
+        if hits.blocks > 0 {
+            per.push(hits.set_rate());
         }
-        s.hits.add(h);
+        stats.hits.add(hits);
     }
-    s.turns_per_trace = Dist::of(turns);
-    s.isl = Dist::of(isl);
-    s.osl = Dist::of(osl);
-    s.start_isl = Dist::of(start);
-    s.end_isl = Dist::of(end);
-    s.think_time_s = Dist::of(think);
-    s.per_trace_set_hit_rate = Dist::of(per);
-    s.theoretical_hit_rate_set = s.hits.set_rate();
-    s.theoretical_hit_rate_prefix = s.hits.prefix_rate();
-    s
+    stats.turns_per_trace = Dist::of(turns);
+    stats.isl = Dist::of(isl);
+    stats.osl = Dist::of(osl);
+    stats.start_isl = Dist::of(start);
+    stats.end_isl = Dist::of(end);
+    stats.think_time_s = Dist::of(think);
+    stats.per_trace_set_hit_rate = Dist::of(per);
+    stats.theoretical_hit_rate_set = stats.hits.set_rate();
+    stats.theoretical_hit_rate_prefix = stats.hits.prefix_rate();
+    stats
 }
 
 /// Flat worker chains of the top level by class (`::fa:`, `::aux:` with reductions, `::wg:`).
@@ -320,25 +322,25 @@ pub struct TreeStats {
 
 /// The largest number of `t`'s streams whose `[first start, last end)` intervals overlap at one instant.
 pub(crate) fn tree_overlap(t: &SessionTree) -> usize {
-    let mut ev: Vec<(f64, i32)> = Vec::new();
+    let mut events: Vec<(f64, i32)> = Vec::new();
     for s in &t.streams {
-        let Some(a) = s.turns.iter().map(|x| x.ts_ms).reduce(f64::min) else {
+        let Some(first_ts) = s.turns.iter().map(|x| x.ts_ms).reduce(f64::min) else {
             continue;
         };
-        let b = s
+        let last_end = s
             .turns
             .iter()
             .map(|x| x.ts_ms + x.api_time_ms.unwrap_or(0.0))
-            .fold(a, f64::max);
-        if b > a {
-            ev.push((a, 1));
-            ev.push((b, -1));
+            .fold(first_ts, f64::max);
+        if last_end > first_ts {
+            events.push((first_ts, 1));
+            events.push((last_end, -1));
         }
     }
     // Ends before starts at one instant: touching intervals do not overlap.
-    ev.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    events.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
     let (mut cur, mut best) = (0i32, 0i32);
-    for (_, d) in ev {
+    for (_, d) in events {
         cur += d;
         best = best.max(cur);
     }
@@ -349,7 +351,7 @@ pub(crate) fn tree_overlap(t: &SessionTree) -> usize {
 impl TreeStats {
     /// The figures of these trees.
     pub fn of<'a>(trees: impl IntoIterator<Item = &'a SessionTree>, basis: NestedBasis) -> Self {
-        let mut s = TreeStats {
+        let mut stats = TreeStats {
             nested_basis: match basis {
                 NestedBasis::Absolute => "absolute",
                 NestedBasis::Relative => "relative",
@@ -358,39 +360,39 @@ impl TreeStats {
         };
         let (mut streams, mut depth, mut children, mut overlap) = (vec![], vec![], vec![], vec![]);
         for t in trees {
-            s.trees += 1;
+            stats.trees += 1;
             streams.push(t.streams.len() as f64);
             depth.push(f64::from(
                 t.streams.iter().map(|x| x.depth).max().unwrap_or(0),
             ));
             overlap.push(tree_overlap(t) as f64);
             if t.streams.len() > 1 {
-                s.trees_with_children += 1;
+                stats.trees_with_children += 1;
             }
-            s.branches += t.branches.len();
-            let bg = t.branches.iter().filter(|b| b.join_turn.is_none()).count();
-            s.background_branches += bg;
-            if bg > 0 {
-                s.trees_with_background += 1;
+            stats.branches += t.branches.len();
+            let background = t.branches.iter().filter(|b| b.join_turn.is_none()).count();
+            stats.background_branches += background;
+            if background > 0 {
+                stats.trees_with_background += 1;
             }
             children.extend(t.branches.iter().map(|b| b.children.len() as f64));
-            s.dropped_subagents += t.dropped_subagents.len();
+            stats.dropped_subagents += t.dropped_subagents.len();
             for x in &t.streams {
                 match x.kind {
                     StreamKind::Subagent => {
-                        s.subagent_streams += 1;
-                        s.subagent_chains.add(x.class);
+                        stats.subagent_streams += 1;
+                        stats.subagent_chains.add(x.class);
                     }
-                    StreamKind::Flat => s.flat_chains.add(x.class),
+                    StreamKind::Flat => stats.flat_chains.add(x.class),
                     StreamKind::Main => {}
                 }
             }
         }
-        s.streams_per_tree = Dist::of(streams);
-        s.depth = Dist::of(depth);
-        s.children_per_branch = Dist::of(children);
-        s.overlap = Dist::of(overlap);
-        s
+        stats.streams_per_tree = Dist::of(streams);
+        stats.depth = Dist::of(depth);
+        stats.children_per_branch = Dist::of(children);
+        stats.overlap = Dist::of(overlap);
+        stats
     }
 }
 
@@ -430,8 +432,8 @@ pub(crate) fn tree_stats_of(
             match tree::build(&t, &opts) {
                 Ok(mut tree) => {
                     // The figures need the shape only: drop the per-turn predecessor lists.
-                    for s in &mut tree.streams {
-                        for turn in &mut s.turns {
+                    for stats in &mut tree.streams {
+                        for turn in &mut stats.turns {
                             turn.replay_predecessors = Vec::new();
                         }
                     }
@@ -447,13 +449,13 @@ pub(crate) fn tree_stats_of(
         if relative {
             return Ok(None);
         }
-        let mut s = TreeStats::of(&trees, basis);
-        s.unbuildable = failed;
-        s.first_error = first_error;
-        Ok(Some(s))
+        let mut stats = TreeStats::of(&trees, basis);
+        stats.unbuildable = failed;
+        stats.first_error = first_error;
+        Ok(Some(stats))
     };
     match pass(NestedBasis::Absolute)? {
-        Some(s) => Ok(s),
+        Some(stats) => Ok(stats),
         None => Ok(pass(NestedBasis::Relative)?.expect("no basis check under relative")),
     }
 }
