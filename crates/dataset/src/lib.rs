@@ -107,11 +107,11 @@ pub(crate) fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
             alias: None,
         });
     }
-    if let Some(a) = alias::lookup(spec) {
-        let file = alias::resolve(a)?;
+    if let Some(alias_entry) = alias::lookup(spec) {
+        let file = alias::resolve(alias_entry)?;
         return Ok(ResolvedSource {
             files: weka::SourceFiles::Jsonl(file),
-            alias: Some(a),
+            alias: Some(alias_entry),
         });
     }
     // Any other hub dataset repository (aiperf's `--hf-weka-dataset org/name`); a name ending like a
@@ -141,17 +141,17 @@ fn build(
     spec: &format::FormatSpec,
 ) -> Result<Vec<u8>, DatasetError> {
     let started = Instant::now();
-    let mut b = cache::Builder::default();
+    let mut builder = cache::Builder::default();
     if *spec != format::FormatSpec::WEKA {
-        b.set_corpus(*spec);
+        builder.set_corpus(*spec);
     }
     let mut requests = 0usize;
     let mut subagents = 0u64;
     let limit = sel.num_dataset_entries;
-    let mut add = |t: weka::ParsedTrace, b: &mut cache::Builder| {
+    let mut add = |t: weka::ParsedTrace, builder: &mut cache::Builder| {
         requests += t.requests.len();
         subagents += u64::from(t.subagents);
-        b.add(&t).map_err(|reason| DatasetError::Invalid {
+        builder.add(&t).map_err(|reason| DatasetError::Invalid {
             location: Location {
                 trace: Some(t.id.clone()),
                 ..t.location.clone()
@@ -163,7 +163,7 @@ fn build(
         let mut selector = select::Selector::new(*sel);
         any_format::scan(spec, files, |t| {
             if selector.offer(&t) {
-                add(t, &mut b)?;
+                add(t, &mut builder)?;
             }
             Ok(if selector.full() {
                 std::ops::ControlFlow::Break(())
@@ -190,11 +190,11 @@ fn build(
             largest_peak = report.largest_peak,
             "traces selected by --max-context-length (filter, then cap)"
         );
-        b.set_selection(report);
+        builder.set_selection(report);
     } else {
         let mut delivered = 0usize;
         any_format::scan(spec, files, |t| {
-            add(t, &mut b)?;
+            add(t, &mut builder)?;
             delivered += 1;
             Ok(if limit.is_some_and(|l| delivered >= l) {
                 std::ops::ControlFlow::Break(())
@@ -203,10 +203,10 @@ fn build(
             })
         })?;
     }
-    if let Some(n) = limit {
+    if let Some(cap) = limit {
         tracing::info!(
-            traces = b.traces(),
-            cap = n,
+            traces = builder.traces(),
+            cap = cap,
             "dataset capped by --num-dataset-entries"
         );
     }
@@ -219,28 +219,28 @@ fn build(
     tracing::info!(
         source = %files.path().display(),
         format = %spec.format,
-        traces = b.traces(),
+        traces = builder.traces(),
         requests,
-        warnings = b.warnings().total,
+        warnings = builder.warnings().total,
         secs = started.elapsed().as_secs_f64(),
         "dataset imported"
     );
-    Ok(b.finish(key))
+    Ok(builder.finish(key))
 }
 
 impl Dataset {
     /// The warnings of the import that built this dataset's cache entry (counts by kind, first places),
     /// read from the last string of the entry (validated when the entry was opened).
     pub fn warnings(&self) -> warnings::WarningReport {
-        let n = self.entry.layout.n_strings as u32;
-        serde_json::from_str(self.string(n.saturating_sub(1))).unwrap_or_default()
+        let num_strings = self.entry.layout.n_strings as u32;
+        serde_json::from_str(self.string(num_strings.saturating_sub(1))).unwrap_or_default()
     }
 
     /// The counts of the `--max-context-length` selection that built this dataset's entry (scanned,
     /// dropped, kept, smallest and largest peak context); `None` when no context limit was set.
     pub fn selection(&self) -> Option<select::SelectionReport> {
-        let n = self.entry.layout.n_strings as u32;
-        serde_json::from_str::<cache::ImportReport>(self.string(n.saturating_sub(1)))
+        let num_strings = self.entry.layout.n_strings as u32;
+        serde_json::from_str::<cache::ImportReport>(self.string(num_strings.saturating_sub(1)))
             .ok()
             .and_then(|r| r.selection)
     }
@@ -248,8 +248,8 @@ impl Dataset {
     /// The format this dataset's corpus was read as, with its options (weka for an entry that does not
     /// say).
     pub fn corpus_format(&self) -> format::FormatSpec {
-        let n = self.entry.layout.n_strings as u32;
-        serde_json::from_str::<cache::ImportReport>(self.string(n.saturating_sub(1)))
+        let num_strings = self.entry.layout.n_strings as u32;
+        serde_json::from_str::<cache::ImportReport>(self.string(num_strings.saturating_sub(1)))
             .ok()
             .and_then(|r| r.corpus)
             .unwrap_or(format::FormatSpec::WEKA)
@@ -345,35 +345,35 @@ impl Dataset {
         let key = CacheKey::derive_selection(&spec.keyed_digest(&digest), &sel);
         tracing::debug!(key = %key.short_hex(), hashed, %format, "dataset cache key");
         let (entry, outcome) = store.get_or_build(&key, || build(&src.files, &sel, &key, &spec))?;
-        let ds = Dataset {
+        let dataset = Dataset {
             entry,
             source: src.files.path().to_owned(),
             alias: src.alias,
             outcome,
         };
-        if let Some(a) = ds.alias {
+        if let Some(alias_entry) = dataset.alias {
             let selected = sel.num_dataset_entries.is_some() || sel.max_context_length.is_some();
-            if !selected && ds.len() != a.traces as usize {
+            if !selected && dataset.len() != alias_entry.traces as usize {
                 tracing::warn!(
-                    corpus = a.name,
-                    traces = ds.len(),
-                    published = a.traces,
-                    source = %ds.source.display(),
+                    corpus = alias_entry.name,
+                    traces = dataset.len(),
+                    published = alias_entry.traces,
+                    source = %dataset.source.display(),
                     "the cached corpus has a different number of traces than {} was published with \
                      (another revision, or an incomplete download)",
-                    a.repo
+                    alias_entry.repo
                 );
             }
         }
-        let w = ds.warnings();
-        if !w.is_empty() {
+        let report = dataset.warnings();
+        if !report.is_empty() {
             tracing::warn!(
-                source = %ds.source.display(),
+                source = %dataset.source.display(),
                 "dataset has {} import warnings ({}); `agentx-host dataset stats` lists where, --strict refuses them",
-                w.total,
-                w.summary()
+                report.total,
+                report.summary()
             );
         }
-        Ok(ds)
+        Ok(dataset)
     }
 }

@@ -79,7 +79,7 @@ pub struct TreeOptions {
     pub max_osl: Option<u32>,
     /// `AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS` (default true): run chain detection. Off: one root
     /// stream in file order and one stream per subagent in `(t, index)` order.
-    pub(crate) split_chains: bool,
+    pub split_chains: bool,
     /// Chain-detection thresholds.
     pub chains: ChainParams,
 }
