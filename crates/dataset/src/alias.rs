@@ -9,7 +9,7 @@
 //!
 //! Resolution never touches the network (the cache layout is [`super::hub`]'s); a corpus missing from
 //! the cache is an error that names the exact command that fetches it. Besides the table, any dataset
-//! repository id (`org/name`, aiperf's `--hf-weka-dataset`) resolves the same way ([`resolve_repo`]).
+//! repository id (`org/name`, aiperf's `--hf-weka-dataset`) resolves the same way (`resolve_repo`).
 
 use std::path::PathBuf;
 
@@ -20,11 +20,13 @@ use super::hub::{self, RepoKind};
 pub const TRACES_FILE: &str = "traces.jsonl";
 
 /// The current default corpus of the InferenceX AgentX benchmark (full context).
-pub const DEFAULT: &str = "semianalysis_cc_traces_weka_062126";
+#[cfg(test)]
+const DEFAULT: &str = "semianalysis_cc_traces_weka_062126";
 
 /// The only repository the scenario accepts through aiperf's generic `weka_hf` loader
 /// (`--hf-weka-dataset`).
-pub const SCENARIO_HF_REPO: &str = "semianalysisai/cc-traces-weka-062126";
+#[cfg(test)]
+const SCENARIO_HF_REPO: &str = "semianalysisai/cc-traces-weka-062126";
 
 /// A public corpus name and where it lives on the Hugging Face hub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +45,7 @@ pub struct Alias {
     pub scenario: bool,
     /// `Some(n)` for the `_256k` corpora: requests with `in + out > n` were dropped at the source
     /// (surviving requests keep their relative timestamps).
-    pub capped_at: Option<u32>,
+    pub(crate) capped_at: Option<u32>,
 }
 
 const fn row(
@@ -209,11 +211,6 @@ pub fn download_command(repo: &str) -> String {
     format!("hf download {repo} --repo-type dataset")
 }
 
-/// The same command for older `huggingface_hub` installs.
-pub fn legacy_download_command(repo: &str) -> String {
-    format!("huggingface-cli download {repo} --repo-type dataset")
-}
-
 /// Resolves `alias` to its traces file in the first hub cache that has it.
 pub fn resolve(alias: &Alias) -> Result<PathBuf, DatasetError> {
     resolve_in(&hub::hub_dirs(), alias.name, alias.repo, alias.file)
@@ -222,7 +219,7 @@ pub fn resolve(alias: &Alias) -> Result<PathBuf, DatasetError> {
 /// Resolves any dataset repository (`org/name`, e.g. a newly published `semianalysisai/cc-traces-weka-*`
 /// corpus: aiperf's `--hf-weka-dataset`) to its `traces.jsonl` in the hub cache; a repository of the
 /// table resolves as its alias.
-pub fn resolve_repo(repo: &str) -> Result<PathBuf, DatasetError> {
+pub(crate) fn resolve_repo(repo: &str) -> Result<PathBuf, DatasetError> {
     match lookup(repo) {
         Some(a) => resolve(a),
         None => resolve_in(&hub::hub_dirs(), repo, repo, TRACES_FILE),

@@ -9,7 +9,7 @@ use super::weka::{ParsedTrace, SourceFiles};
 
 /// Reads the traces of a source in format `spec` and hands each to `f` until it answers `Break`.
 /// Returns the number of traces read; a source without any trace is [`DatasetError::Empty`].
-pub fn scan(
+pub(crate) fn scan(
     spec: &FormatSpec,
     files: &SourceFiles,
     f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,

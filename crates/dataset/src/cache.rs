@@ -12,18 +12,18 @@
 //! turn records (80 bytes); the hash-id pool (u32); the string table. Hash ids are stored as deltas: a
 //! turn keeps the length of its longest common prefix with the previous turn of its trace and only the
 //! ids after it, so the long shared prefixes of consecutive turns are stored once. The last string of
-//! the table is the import's report ([`ImportReport`] as JSON: the [`WarningReport`] fields, plus the
+//! the table is the import's report (`ImportReport` as JSON: the [`WarningReport`] fields, plus the
 //! counts of a `--max-context-length` selection), so a warm open reports the warnings and the selection
 //! of the import that built the entry. An entry of session trees ([`super::tree::corpus`]) keeps one
 //! trace record per stream and the trees' topology in that report.
 //!
-//! A trace record's last word is its flags: bit 0 ([`TRACE_GLOBAL_HASH_IDS`]) says the corpus's hash ids
+//! A trace record's last word is its flags: bit 0 (`TRACE_GLOBAL_HASH_IDS`) says the corpus's hash ids
 //! are global (one id names one block of text in every trace, as in Mooncake traces), so prompt text is
 //! keyed by (seed, hash id) rather than (seed, trace, hash id). A weka trace's flags are 0, as the word
 //! was before it had a meaning, so weka entries are unchanged. A turn record's last word is its flags
-//! too: bit 0 ([`TURN_NO_OUTPUT_LIMIT`]) says the request records no output length (a Mooncake row
+//! too: bit 0 (`TURN_NO_OUTPUT_LIMIT`) says the request records no output length (a Mooncake row
 //! without `output_length`), so its output is 0 and it is sent without a token limit. The format a
-//! corpus was read as (when not weka) is in the import report ([`ImportReport::corpus`]).
+//! corpus was read as (when not weka) is in the import report (`ImportReport::corpus`).
 
 use std::fs::File;
 use std::io;
@@ -39,19 +39,19 @@ use super::tree::TreeTopology;
 use super::warnings::WarningReport;
 use super::weka::{ParsedTrace, RequestKind};
 
-pub const MAGIC: [u8; 8] = *b"AGXDSET\n";
+pub(crate) const MAGIC: [u8; 8] = *b"AGXDSET\n";
 /// Bump on any change of the layout or of what the builder stores.
-pub const FORMAT_VERSION: u32 = 5;
-pub const HEADER_LEN: usize = 128;
-pub const TRACE_REC: usize = 40;
-pub const TURN_REC: usize = 80;
+pub(crate) const FORMAT_VERSION: u32 = 5;
+pub(crate) const HEADER_LEN: usize = 128;
+pub(crate) const TRACE_REC: usize = 40;
+pub(crate) const TURN_REC: usize = 80;
 /// File name extension of entries.
-pub const ENTRY_EXT: &str = "agxd";
+pub(crate) const ENTRY_EXT: &str = "agxd";
 /// Flag of a trace record: the corpus's hash ids are global (module docs).
-pub const TRACE_GLOBAL_HASH_IDS: u32 = 1;
+pub(crate) const TRACE_GLOBAL_HASH_IDS: u32 = 1;
 /// Flag of a turn record: the request records no output length and is sent without a token limit
 /// (module docs).
-pub const TURN_NO_OUTPUT_LIMIT: u32 = 1;
+pub(crate) const TURN_NO_OUTPUT_LIMIT: u32 = 1;
 
 /// A cache key: sha256 over everything that determines an entry's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,39 +72,39 @@ impl CacheKey {
     /// Derives the key of `source_digest` with a selection. Without `--max-context-length` the key is
     /// [`Self::derive`]'s of the cap alone (the output cap changes nothing then), so entries built before
     /// the context filter existed stay valid.
-    pub fn derive_selection(source_digest: &[u8; 32], sel: &Selection) -> Self {
+    pub(crate) fn derive_selection(source_digest: &[u8; 32], sel: &Selection) -> Self {
         let limit = sel.num_dataset_entries;
-        let mut h = Sha256::new();
-        h.update(b"agentx-dataset-cache\0");
-        h.update(FORMAT_VERSION.to_le_bytes());
-        h.update(b"\0source\0");
-        h.update(source_digest);
-        h.update(b"\0num_dataset_entries\0");
+        let mut hasher = Sha256::new();
+        hasher.update(b"agentx-dataset-cache\0");
+        hasher.update(FORMAT_VERSION.to_le_bytes());
+        hasher.update(b"\0source\0");
+        hasher.update(source_digest);
+        hasher.update(b"\0num_dataset_entries\0");
         match limit {
-            Some(n) => h.update((n as u64).to_le_bytes()),
-            None => h.update(b"all"),
+            Some(n) => hasher.update((n as u64).to_le_bytes()),
+            None => hasher.update(b"all"),
         }
-        if let Some(m) = sel.max_context_length {
-            h.update(b"\0max_context_length\0");
-            h.update(m.to_le_bytes());
-            h.update(b"\0max_osl\0");
+        if let Some(max_context) = sel.max_context_length {
+            hasher.update(b"\0max_context_length\0");
+            hasher.update(max_context.to_le_bytes());
+            hasher.update(b"\0max_osl\0");
             match sel.max_osl {
-                Some(o) => h.update(u64::from(o).to_le_bytes()),
-                None => h.update(b"none"),
+                Some(o) => hasher.update(u64::from(o).to_le_bytes()),
+                None => hasher.update(b"none"),
             }
         }
-        CacheKey(h.finalize().into())
+        CacheKey(hasher.finalize().into())
     }
 
     /// The 32 hex digits naming the entry.
-    pub fn short_hex(&self) -> String {
+    pub(crate) fn short_hex(&self) -> String {
         hex::encode(&self.0[..16])
     }
 }
 
 /// A fast 64-bit checksum (four interleaved multiply-xor lanes over u64 words): detects torn or foreign
 /// bytes cheaply enough to run on every open. Not a cryptographic hash; the key is.
-pub fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     const K: [u64; 4] = [
         0x9E37_79B9_7F4A_7C15,
         0xC2B2_AE3D_27D4_EB4F,
@@ -115,18 +115,20 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     let mut chunks = bytes.chunks_exact(32);
     for c in &mut chunks {
         for (i, lane) in lanes.iter_mut().enumerate() {
-            let w = u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-            *lane = (*lane ^ w).wrapping_mul(K[i] | 1).rotate_left(29);
+            let word = u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            *lane = (*lane ^ word).wrapping_mul(K[i] | 1).rotate_left(29);
         }
     }
-    let mut h = (bytes.len() as u64).wrapping_mul(K[0]);
+    let mut hash = (bytes.len() as u64).wrapping_mul(K[0]);
     for (i, lane) in lanes.iter().enumerate() {
-        h = (h ^ lane).wrapping_mul(K[(i + 1) % 4] | 1).rotate_left(31);
+        hash = (hash ^ lane)
+            .wrapping_mul(K[(i + 1) % 4] | 1)
+            .rotate_left(31);
     }
     for &b in chunks.remainder() {
-        h = (h ^ u64::from(b)).wrapping_mul(K[2] | 1);
+        hash = (hash ^ u64::from(b)).wrapping_mul(K[2] | 1);
     }
-    h ^ (h >> 33)
+    hash ^ (hash >> 33)
 }
 
 #[inline]
@@ -152,20 +154,20 @@ struct Interner {
 
 impl Interner {
     fn intern(&mut self, s: &str) -> Result<u32, String> {
-        if let Some(&i) = self.index.get(s) {
-            return Ok(i);
+        if let Some(&slot) = self.index.get(s) {
+            return Ok(slot);
         }
         let off = u32::try_from(self.bytes.len()).map_err(|_| "string table exceeds 4 GiB")?;
-        let i = u32::try_from(self.spans.len()).map_err(|_| "too many strings")?;
+        let slot = u32::try_from(self.spans.len()).map_err(|_| "too many strings")?;
         self.bytes.extend_from_slice(s.as_bytes());
         self.spans.push((off, s.len() as u32));
-        self.index.insert(s.to_owned(), i);
-        Ok(i)
+        self.index.insert(s.to_owned(), slot);
+        Ok(slot)
     }
 }
 
 /// Accumulates traces and writes an entry.
-pub struct Builder {
+pub(crate) struct Builder {
     traces: Vec<u8>,
     turns: Vec<u8>,
     pool: Vec<u32>,
@@ -184,7 +186,7 @@ pub struct Builder {
 /// import selected traces by context length. Readers that know only [`WarningReport`] ignore the
 /// extra field.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ImportReport {
+pub(crate) struct ImportReport {
     #[serde(flatten)]
     pub warnings: WarningReport,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,21 +228,22 @@ fn opt(v: Option<f64>) -> f64 {
 
 impl Builder {
     /// Adds one validated trace.
-    pub fn add(&mut self, t: &ParsedTrace) -> Result<(), String> {
-        let id = self.strings.intern(&t.id)?;
+    pub(crate) fn add(&mut self, t: &ParsedTrace) -> Result<(), String> {
+        let id_index = self.strings.intern(&t.id)?;
         let models = self.strings.intern(&t.models.join("\n"))?;
         let first_turn = self.n_turns;
-        let n = u32::try_from(t.requests.len()).map_err(|_| "too many requests in one trace")?;
+        let num_requests =
+            u32::try_from(t.requests.len()).map_err(|_| "too many requests in one trace")?;
         self.n_turns = self
             .n_turns
-            .checked_add(n)
+            .checked_add(num_requests)
             .ok_or("more than 2^32 requests in the corpus")?;
         let mut prev: &[u32] = &[];
         for r in &t.requests {
             let lcp = prev
                 .iter()
                 .zip(&r.hash_ids)
-                .take_while(|(a, b)| a == b)
+                .take_while(|(a, buf)| a == buf)
                 .count();
             let suffix_off = self.pool.len() as u64;
             self.pool.extend_from_slice(&r.hash_ids[lcp..]);
@@ -248,41 +251,41 @@ impl Builder {
                 u32::try_from(r.hash_ids.len()).map_err(|_| "too many hash ids in one request")?;
             let model = self.strings.intern(&r.model)?;
             let stop = self.strings.intern(&r.stop)?;
-            let it = self.strings.intern(&r.input_types.join(","))?;
-            let ot = self.strings.intern(&r.output_types.join(","))?;
-            let b = &mut self.turns;
-            b.extend_from_slice(&r.t.to_le_bytes());
-            b.extend_from_slice(&opt(r.think_time).to_le_bytes());
-            b.extend_from_slice(&opt(r.api_time).to_le_bytes());
-            b.extend_from_slice(&opt(r.ttft).to_le_bytes());
-            b.extend_from_slice(&r.input.to_le_bytes());
-            b.extend_from_slice(&r.output.to_le_bytes());
-            b.extend_from_slice(&(lcp as u32).to_le_bytes());
-            b.extend_from_slice(&n_ids.to_le_bytes());
-            b.extend_from_slice(&suffix_off.to_le_bytes());
-            b.extend_from_slice(&model.to_le_bytes());
-            b.extend_from_slice(&stop.to_le_bytes());
-            b.extend_from_slice(&it.to_le_bytes());
-            b.extend_from_slice(&ot.to_le_bytes());
+            let input_types = self.strings.intern(&r.input_types.join(","))?;
+            let output_types = self.strings.intern(&r.output_types.join(","))?;
+            let buf = &mut self.turns;
+            buf.extend_from_slice(&r.t.to_le_bytes());
+            buf.extend_from_slice(&opt(r.think_time).to_le_bytes());
+            buf.extend_from_slice(&opt(r.api_time).to_le_bytes());
+            buf.extend_from_slice(&opt(r.ttft).to_le_bytes());
+            buf.extend_from_slice(&r.input.to_le_bytes());
+            buf.extend_from_slice(&r.output.to_le_bytes());
+            buf.extend_from_slice(&(lcp as u32).to_le_bytes());
+            buf.extend_from_slice(&n_ids.to_le_bytes());
+            buf.extend_from_slice(&suffix_off.to_le_bytes());
+            buf.extend_from_slice(&model.to_le_bytes());
+            buf.extend_from_slice(&stop.to_le_bytes());
+            buf.extend_from_slice(&input_types.to_le_bytes());
+            buf.extend_from_slice(&output_types.to_le_bytes());
             let kind: u32 = match r.kind {
                 RequestKind::Normal => 0,
                 RequestKind::Streaming => 1,
             };
-            b.extend_from_slice(&kind.to_le_bytes());
+            buf.extend_from_slice(&kind.to_le_bytes());
             let flags = if r.no_output_limit {
                 TURN_NO_OUTPUT_LIMIT
             } else {
                 0
             };
-            b.extend_from_slice(&flags.to_le_bytes());
+            buf.extend_from_slice(&flags.to_le_bytes());
             prev = &r.hash_ids;
         }
-        let b = &mut self.traces;
+        let buf = &mut self.traces;
         for v in [
-            id,
+            id_index,
             models,
             first_turn,
-            n,
+            num_requests,
             t.block_size,
             t.tool_tokens,
             t.system_tokens,
@@ -294,7 +297,7 @@ impl Builder {
                 0
             },
         ] {
-            b.extend_from_slice(&v.to_le_bytes());
+            buf.extend_from_slice(&v.to_le_bytes());
         }
         self.n_traces = self
             .n_traces
@@ -308,39 +311,39 @@ impl Builder {
     }
 
     /// The warnings of the traces added so far.
-    pub fn warnings(&self) -> &WarningReport {
+    pub(crate) fn warnings(&self) -> &WarningReport {
         &self.warnings
     }
 
     /// Records the counts of the selection that chose the added traces (stored with the warnings).
-    pub fn set_selection(&mut self, report: SelectionReport) {
+    pub(crate) fn set_selection(&mut self, report: SelectionReport) {
         self.selection = Some(report);
     }
 
     /// Records the session trees whose streams the added traces are (stored with the warnings).
-    pub fn set_trees(&mut self, trees: TreeTopology) {
+    pub(crate) fn set_trees(&mut self, trees: TreeTopology) {
         self.trees = Some(trees);
     }
 
     /// Records the format a corpus other than weka was read as (stored with the warnings); with global
     /// hash ids, every trace added after this call is flagged [`TRACE_GLOBAL_HASH_IDS`].
-    pub fn set_corpus(&mut self, spec: FormatSpec) {
+    pub(crate) fn set_corpus(&mut self, spec: FormatSpec) {
         self.global_hash_ids = spec.format.global_hash_ids();
         self.corpus = Some(spec);
     }
 
     /// Flags the traces added after this call as having global hash ids (a tree entry of such a corpus).
-    pub fn set_global_hash_ids(&mut self, global: bool) {
+    pub(crate) fn set_global_hash_ids(&mut self, global: bool) {
         self.global_hash_ids = global;
     }
 
     /// Number of traces added.
-    pub fn traces(&self) -> u32 {
+    pub(crate) fn traces(&self) -> u32 {
         self.n_traces
     }
 
     /// Serializes the entry.
-    pub fn finish(mut self, key: &CacheKey) -> Vec<u8> {
+    pub(crate) fn finish(mut self, key: &CacheKey) -> Vec<u8> {
         // The report goes last, as its own string (not interned: a trace string may equal it).
         let report = serde_json::to_string(&ImportReport {
             warnings: std::mem::take(&mut self.warnings),
@@ -378,23 +381,23 @@ impl Builder {
         out.extend_from_slice(&self.strings.bytes);
         debug_assert_eq!(out.len(), total);
         let body = checksum(&out[HEADER_LEN..]);
-        let h = &mut out[..HEADER_LEN];
-        h[0..8].copy_from_slice(&MAGIC);
-        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
-        h[16..24].copy_from_slice(&(total as u64).to_le_bytes());
-        h[24..56].copy_from_slice(&key.0);
-        h[56..60].copy_from_slice(&self.n_traces.to_le_bytes());
-        h[60..64].copy_from_slice(&self.n_turns.to_le_bytes());
-        h[64..72].copy_from_slice(&(self.pool.len() as u64).to_le_bytes());
-        h[72..80].copy_from_slice(&self.subagents.to_le_bytes());
-        h[80..88].copy_from_slice(&(traces_off as u64).to_le_bytes());
-        h[88..96].copy_from_slice(&(turns_off as u64).to_le_bytes());
-        h[96..104].copy_from_slice(&(pool_off as u64).to_le_bytes());
-        h[104..112].copy_from_slice(&(strings_off as u64).to_le_bytes());
-        h[112..120].copy_from_slice(&body.to_le_bytes());
-        let hc = checksum(&h[..120]);
-        h[120..128].copy_from_slice(&hc.to_le_bytes());
+        let header = &mut out[..HEADER_LEN];
+        header[0..8].copy_from_slice(&MAGIC);
+        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        header[16..24].copy_from_slice(&(total as u64).to_le_bytes());
+        header[24..56].copy_from_slice(&key.0);
+        header[56..60].copy_from_slice(&self.n_traces.to_le_bytes());
+        header[60..64].copy_from_slice(&self.n_turns.to_le_bytes());
+        header[64..72].copy_from_slice(&(self.pool.len() as u64).to_le_bytes());
+        header[72..80].copy_from_slice(&self.subagents.to_le_bytes());
+        header[80..88].copy_from_slice(&(traces_off as u64).to_le_bytes());
+        header[88..96].copy_from_slice(&(turns_off as u64).to_le_bytes());
+        header[96..104].copy_from_slice(&(pool_off as u64).to_le_bytes());
+        header[104..112].copy_from_slice(&(strings_off as u64).to_le_bytes());
+        header[112..120].copy_from_slice(&body.to_le_bytes());
+        let header_sum = checksum(&header[..120]);
+        header[120..128].copy_from_slice(&header_sum.to_le_bytes());
         out
     }
 }
@@ -402,23 +405,23 @@ impl Builder {
 /// The validated section offsets of an entry. Every record's references were bounds-checked when the
 /// layout was parsed, so views index without further checks and cannot panic on a valid layout.
 #[derive(Debug, Clone)]
-pub struct Layout {
+pub(crate) struct Layout {
     pub key: CacheKey,
-    pub n_traces: usize,
-    pub n_turns: usize,
+    pub(crate) n_traces: usize,
+    pub(crate) n_turns: usize,
     pub pool_len: usize,
     pub subagents: u64,
-    pub traces_off: usize,
-    pub turns_off: usize,
-    pub pool_off: usize,
-    pub strings_off: usize,
-    pub n_strings: usize,
-    pub file_len: usize,
+    pub(crate) traces_off: usize,
+    pub(crate) turns_off: usize,
+    pub(crate) pool_off: usize,
+    pub(crate) strings_off: usize,
+    pub(crate) n_strings: usize,
+    pub(crate) file_len: usize,
 }
 
 impl Layout {
     /// Validates an entry: header, checksums, key, section bounds and every record's references.
-    pub fn parse(b: &[u8], expected: Option<&CacheKey>) -> Result<Layout, String> {
+    pub(crate) fn parse(b: &[u8], expected: Option<&CacheKey>) -> Result<Layout, String> {
         if b.len() < HEADER_LEN {
             return Err(format!(
                 "{} bytes is shorter than the {HEADER_LEN}-byte header (truncated)",
@@ -455,12 +458,13 @@ impl Layout {
         let n_turns = rd_u32(b, 60) as usize;
         let pool_len = usize::try_from(rd_u64(b, 64)).map_err(|_| "pool too large")?;
         let subagents = rd_u64(b, 72);
-        let off =
-            |o: usize| usize::try_from(rd_u64(b, o)).map_err(|_| "offset too large".to_string());
+        let off = |offset: usize| {
+            usize::try_from(rd_u64(b, offset)).map_err(|_| "offset too large".to_string())
+        };
         let (traces_off, turns_off, pool_off, strings_off) =
             (off(80)?, off(88)?, off(96)?, off(104)?);
         let fits = |start: usize, len: Option<usize>, end: usize| {
-            len.and_then(|l| start.checked_add(l))
+            len.and_then(|str_len| start.checked_add(str_len))
                 .is_some_and(|e| e <= end)
         };
         if traces_off != HEADER_LEN
@@ -481,45 +485,47 @@ impl Layout {
         let data = &b[table_end..];
         let mut last = "";
         for i in 0..n_strings {
-            let o = rd_u32(b, strings_off + 8 + i * 8) as usize;
-            let l = rd_u32(b, strings_off + 12 + i * 8) as usize;
-            let s = data.get(o..o + l).ok_or("string out of range")?;
-            last = std::str::from_utf8(s).map_err(|_| "string is not UTF-8")?;
+            let offset = rd_u32(b, strings_off + 8 + i * 8) as usize;
+            let str_len = rd_u32(b, strings_off + 12 + i * 8) as usize;
+            let text = data
+                .get(offset..offset + str_len)
+                .ok_or("string out of range")?;
+            last = std::str::from_utf8(text).map_err(|_| "string is not UTF-8")?;
         }
         serde_json::from_str::<WarningReport>(last)
             .map_err(|e| format!("warning report unreadable: {e}"))?;
         let s_ok = |i: u32| (i as usize) < n_strings;
         let mut next_turn = 0usize;
         for i in 0..n_traces {
-            let r = traces_off + i * TRACE_REC;
-            let first = rd_u32(b, r + 8) as usize;
-            let n = rd_u32(b, r + 12) as usize;
-            if !s_ok(rd_u32(b, r))
-                || !s_ok(rd_u32(b, r + 4))
+            let rec = traces_off + i * TRACE_REC;
+            let first = rd_u32(b, rec + 8) as usize;
+            let num_turns = rd_u32(b, rec + 12) as usize;
+            if !s_ok(rd_u32(b, rec))
+                || !s_ok(rd_u32(b, rec + 4))
                 || first != next_turn
-                || rd_u32(b, r + 16) == 0
+                || rd_u32(b, rec + 16) == 0
             {
                 return Err(format!("trace record {i} is inconsistent"));
             }
             next_turn = first
-                .checked_add(n)
+                .checked_add(num_turns)
                 .filter(|&e| e <= n_turns)
                 .ok_or("trace turns out of range")?;
             let mut prev_ids = 0u32;
             for k in first..next_turn {
-                let t = turns_off + k * TURN_REC;
-                let lcp = rd_u32(b, t + 40);
-                let n_ids = rd_u32(b, t + 44);
-                let suffix = rd_u64(b, t + 48);
+                let turn_rec = turns_off + k * TURN_REC;
+                let lcp = rd_u32(b, turn_rec + 40);
+                let n_ids = rd_u32(b, turn_rec + 44);
+                let suffix = rd_u64(b, turn_rec + 48);
                 let bad_lcp = lcp > n_ids || lcp > prev_ids || (k == first && lcp != 0);
                 let bad_pool = suffix
                     .checked_add(u64::from(n_ids - lcp.min(n_ids)))
                     .is_none_or(|e| e > pool_len as u64);
-                let bad_str = !(s_ok(rd_u32(b, t + 56))
-                    && s_ok(rd_u32(b, t + 60))
-                    && s_ok(rd_u32(b, t + 64))
-                    && s_ok(rd_u32(b, t + 68)));
-                if bad_lcp || bad_pool || bad_str || rd_u32(b, t + 72) > 1 {
+                let bad_str = !(s_ok(rd_u32(b, turn_rec + 56))
+                    && s_ok(rd_u32(b, turn_rec + 60))
+                    && s_ok(rd_u32(b, turn_rec + 64))
+                    && s_ok(rd_u32(b, turn_rec + 68)));
+                if bad_lcp || bad_pool || bad_str || rd_u32(b, turn_rec + 72) > 1 {
                     return Err(format!("turn record {k} is inconsistent"));
                 }
                 prev_ids = n_ids;
@@ -558,7 +564,7 @@ pub enum Outcome {
 
 /// A directory of cache entries.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub(crate) struct Store {
     dir: PathBuf,
     root: agentx_record::fsio::LazyRoot,
 }
@@ -569,16 +575,16 @@ pub struct Store {
 /// The dataset cache's directory under the agentx home.
 pub const DATASETS_SUBDIR: &str = "datasets";
 
-pub fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(d) =
+    if let Some(dir) =
         env("AGENTX_DATASET_MMAP_CACHE_DIR").or_else(|| env("AIPERF_DATASET_MMAP_CACHE_DIR"))
     {
-        return d;
+        return dir;
     }
     agentx_home().join(DATASETS_SUBDIR)
 }
@@ -598,7 +604,7 @@ pub fn agentx_home() -> PathBuf {
 
 /// A mapped, validated entry.
 #[derive(Debug)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub path: PathBuf,
     pub map: Mapped,
     pub layout: Layout,
@@ -611,7 +617,7 @@ enum Probe<T> {
 }
 
 impl Store {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(dir: impl Into<PathBuf>) -> Self {
         let dir = dir.into();
         Store {
             root: agentx_record::fsio::LazyRoot::new(&dir),
@@ -619,7 +625,7 @@ impl Store {
         }
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -629,7 +635,7 @@ impl Store {
     }
 
     /// The path of the entry for `key`.
-    pub fn entry_path(&self, key: &CacheKey) -> PathBuf {
+    pub(crate) fn entry_path(&self, key: &CacheKey) -> PathBuf {
         self.dir.join(format!("{}.{ENTRY_EXT}", key.short_hex()))
     }
 
@@ -658,7 +664,7 @@ impl Store {
     }
 
     /// Maps the valid entry for `key` if there is one, without building.
-    pub fn get(&self, key: &CacheKey) -> Result<Option<Entry>, DatasetError> {
+    pub(crate) fn get(&self, key: &CacheKey) -> Result<Option<Entry>, DatasetError> {
         Ok(match self.probe(key, &Ok)? {
             Probe::Valid(e) => Some(e),
             _ => None,
@@ -667,7 +673,7 @@ impl Store {
 
     /// Maps the entry for `key`, building it with `build` when missing or invalid. Concurrent callers
     /// with the same key build once: the others wait on the lock and map the result.
-    pub fn get_or_build(
+    pub(crate) fn get_or_build(
         &self,
         key: &CacheKey,
         build: impl FnOnce() -> Result<Vec<u8>, DatasetError>,
@@ -679,7 +685,7 @@ impl Store {
     /// `check` reads a mapped entry whose layout is valid into what the caller keeps, or says why it is
     /// invalid, and an invalid entry is rebuilt like a damaged one. An entry that fails `check` right
     /// after it was built is an error, not a second build.
-    pub fn get_or_build_checked<T>(
+    pub(crate) fn get_or_build_checked<T>(
         &self,
         key: &CacheKey,
         check: impl Fn(Entry) -> Result<T, String>,
@@ -690,14 +696,14 @@ impl Store {
         }
         let root = self
             .root()
-            .map_err(|e| DatasetError::io("create cache directory", &self.dir, e))?;
+            .map_err(|err| DatasetError::io("create cache directory", &self.dir, err))?;
         let lock_name = format!("{}.lock", key.short_hex());
         let lock_path = self.dir.join(&lock_name);
         let lock = root
             .open_for_lock(&lock_name)
-            .map_err(|e| DatasetError::io("open lock", &lock_path, e))?;
+            .map_err(|err| DatasetError::io("open lock", &lock_path, err))?;
         lock.lock()
-            .map_err(|e| DatasetError::io("lock", &lock_path, e))?;
+            .map_err(|err| DatasetError::io("lock", &lock_path, err))?;
         // Re-check under the lock: another process may have built the entry while we waited.
         let outcome = match self.probe(key, &check)? {
             Probe::Valid(v) => return Ok((v, Outcome::Hit)),
@@ -709,8 +715,8 @@ impl Store {
         };
         let bytes = build()?;
         let path = self.entry_path(key);
-        if let Err(e) = root.write_atomic(format!("{}.{ENTRY_EXT}", key.short_hex()), &bytes) {
-            return Err(DatasetError::io("write cache entry", &path, e));
+        if let Err(err) = root.write_atomic(format!("{}.{ENTRY_EXT}", key.short_hex()), &bytes) {
+            return Err(DatasetError::io("write cache entry", &path, err));
         }
         drop(bytes);
         match self.probe(key, &check)? {

@@ -31,13 +31,37 @@ pub enum ChatTemplateError {
          the model's tokenizer_config.json (`hf download ORG/NAME tokenizer_config.json`) into that \
          directory, or drop --apply-chat-template to count the messages' text"
     )]
-    NotFound { tokenizer: PathBuf, looked: String },
+    /// No template beside the tokenizer.
+    NotFound {
+        /// The `tokenizer.json` the template was looked for beside.
+        tokenizer: PathBuf,
+        /// The files looked for, comma-separated.
+        looked: String,
+    },
     #[error("--apply-chat-template: cannot read {path}: {reason}")]
-    Read { path: PathBuf, reason: String },
+    /// The template file could not be read or parsed.
+    Read {
+        /// The template file.
+        path: PathBuf,
+        /// The read or JSON error.
+        reason: String,
+    },
     #[error("--apply-chat-template: the chat template of {path} does not compile: {reason}")]
-    Compile { path: PathBuf, reason: String },
+    /// The template does not compile.
+    Compile {
+        /// The template file.
+        path: PathBuf,
+        /// The template engine's error.
+        reason: String,
+    },
     #[error("the chat template of {path} cannot render this request: {reason}")]
-    Render { path: PathBuf, reason: String },
+    /// The template fails on a request's messages.
+    Render {
+        /// The template file.
+        path: PathBuf,
+        /// The template engine's error.
+        reason: String,
+    },
 }
 
 /// A compiled chat template with its special tokens.
@@ -190,7 +214,7 @@ impl ChatTemplate {
 
     /// [`ChatTemplate::render`] of a messages array given as its JSON text in pieces (a request
     /// body's messages, as the prompt synthesis writes them: the array without its closing `]`).
-    pub fn render_parts(&self, parts: &[bytes::Bytes]) -> Result<String, ChatTemplateError> {
+    pub(crate) fn render_parts(&self, parts: &[bytes::Bytes]) -> Result<String, ChatTemplateError> {
         let mut json = Vec::with_capacity(parts.iter().map(bytes::Bytes::len).sum::<usize>() + 1);
         for p in parts {
             json.extend_from_slice(p);
@@ -209,7 +233,9 @@ impl ChatTemplate {
 /// `--apply-chat-template`.
 #[derive(Debug, Clone)]
 pub struct TemplateCounter {
+    /// The compiled template, shared by the runs of one process.
     pub template: std::sync::Arc<ChatTemplate>,
+    /// The tokenizer that counts the rendered prompt.
     pub counter: super::TokenCounter,
 }
 
@@ -239,7 +265,7 @@ impl TemplateCounter {
     }
 
     /// The tokens of the rendered prompt of a messages array in pieces (as
-    /// [`ChatTemplate::render_parts`] takes it).
+    /// `ChatTemplate::render_parts` takes it).
     pub fn count_parts(&self, parts: &[bytes::Bytes]) -> Result<u64, ChatTemplateError> {
         Ok(self.counter.count(&self.template.render_parts(parts)?))
     }

@@ -11,9 +11,13 @@ use std::path::PathBuf;
 /// Where in a source a problem sits: file, line (1-based, 0 if unknown), column, trace id, field path.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Location {
+    /// The source file (a traces file, or one `*.json` trace of a directory).
     pub file: PathBuf,
+    /// 1-based line; 0 when unknown.
     pub line: u64,
+    /// 1-based column; 0 when unknown.
     pub column: u64,
+    /// The id of the trace the problem is in; `None` before the id is read.
     pub trace: Option<String>,
     /// A path into the trace object, e.g. `requests[3].think_time`.
     pub field: Option<String>,
@@ -43,13 +47,21 @@ impl fmt::Display for Location {
 pub enum DatasetError {
     /// A record breaks its format (weka, Mooncake or TraceLab).
     #[error("{location}: {message}")]
-    Invalid { location: Location, message: String },
+    Invalid {
+        /// Where the record breaks it.
+        location: Location,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
 
     /// A file or directory could not be read or written.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
+        /// What was attempted (`read`, `create`, ...), as the message's verb.
         action: &'static str,
+        /// The file or directory.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: io::Error,
     },
@@ -64,14 +76,20 @@ pub enum DatasetError {
         target.display()
     )]
     SymlinkOutside {
+        /// The symlink.
         entry: PathBuf,
+        /// The dataset directory.
         dir: PathBuf,
+        /// Where the symlink resolves to.
         target: PathBuf,
     },
 
     /// A source holds no traces.
     #[error("{}: no traces found; a weka corpus is a traces.jsonl (one trace per line) or a directory of *.json traces", path.display())]
-    Empty { path: PathBuf },
+    Empty {
+        /// The source file or directory.
+        path: PathBuf,
+    },
 
     /// Neither a path nor a known alias.
     #[error(
@@ -79,7 +97,12 @@ pub enum DatasetError {
          (known: {known}); pass the path of a traces.jsonl, a directory of *.json traces, a known name, \
          or a Hugging Face dataset repository id (org/name) in the local hub cache"
     )]
-    UnknownSource { spec: String, known: String },
+    UnknownSource {
+        /// The `--input-file` value as given.
+        spec: String,
+        /// The known corpus names, comma-separated.
+        known: String,
+    },
 
     /// A JSONL corpus whose first record carries the marks of no format, or of two.
     #[error(
@@ -91,10 +114,15 @@ pub enum DatasetError {
         if matched.is_empty() { String::new() } else { format!("; it looks like both {matched}") }
     )]
     UnknownFormat {
+        /// The JSONL file.
         path: PathBuf,
+        /// 1-based line of the first record.
         line: u64,
+        /// The record's top-level keys, comma-separated.
         keys: String,
+        /// The formats whose marks the record carries when it carries two (empty otherwise).
         matched: String,
+        /// The format names `--format` takes.
         known: String,
     },
 
@@ -105,8 +133,11 @@ pub enum DatasetError {
          `huggingface-cli download {repo} --repo-type dataset`) or set HF_HUB_CACHE to the cache that has it"
     )]
     NotCached {
+        /// The corpus name.
         name: String,
+        /// Its hub repository id (`org/name`).
         repo: String,
+        /// The hub cache directories looked in.
         searched: String,
     },
 
@@ -118,9 +149,13 @@ pub enum DatasetError {
          `huggingface-cli download {repo} {file} --repo-type dataset`)"
     )]
     MissingTracesFile {
+        /// The corpus name (the repository id for a repository outside the table).
         name: String,
+        /// Its hub repository id (`org/name`).
         repo: String,
+        /// The traces file looked for, relative to the snapshot.
         file: String,
+        /// The files the snapshot holds.
         found: String,
     },
 
@@ -135,19 +170,33 @@ pub enum DatasetError {
          tokens); raise it to at least {smallest_peak} to admit any trace"
     )]
     EmptySelection {
+        /// The source path.
         dataset: String,
+        /// The `--max-context-length` value, tokens.
         max_context_length: u64,
+        /// Traces read.
         scanned: u64,
+        /// The smallest peak context of any trace, tokens.
         smallest_peak: u64,
     },
 
     /// A cache entry could not be used or written.
     #[error("dataset cache {}: {reason}", path.display())]
-    Cache { path: PathBuf, reason: String },
+    Cache {
+        /// The cache entry or directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// `--strict` and a corpus with import warnings.
     #[error("{}: {message}", path.display())]
-    Strict { path: PathBuf, message: String },
+    Strict {
+        /// The source path.
+        path: PathBuf,
+        /// The first place of each warning kind.
+        message: String,
+    },
 
     /// A bad argument to a dataset operation (a flag value).
     #[error("{0}")]

@@ -1,9 +1,9 @@
 //! Corpus formats: which parser reads a source ([`Format`]), the options a format's content depends on
 //! ([`FormatSpec`]: block size, the TraceLab join knobs), detection from a source's first record, and
-//! the source file a JSONL format reads ([`jsonl_path`]). [`super::any_format::scan`] reads a source in
+//! the source file a JSONL format reads (`jsonl_path`). `super::any_format::scan` reads a source in
 //! any of them.
 //!
-//! Every format becomes [`ParsedTrace`]s, the shape the weka parser produces, so the cache entry, the
+//! Every format becomes `ParsedTrace`s, the shape the weka parser produces, so the cache entry, the
 //! views, prompt synthesis and the session-tree builder are the same for all of them:
 //! - `weka` ([`super::weka`]): one trace per line (or per `*.json` file), hash ids numbered per trace.
 //! - `mooncake` ([`super::mooncake`]): one request per line, grouped into sessions by `session_id`;
@@ -30,8 +30,11 @@ use super::weka::SourceFiles;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
+    /// Session traces with requests and subagent entries (`traces.jsonl` or `*.json`).
     Weka,
+    /// Mooncake: one request per JSONL row with `input_length` and `hash_ids`.
     Mooncake,
+    /// TraceLab: one LLM round per JSONL row, joined into sessions.
     Tracelab,
 }
 
@@ -117,7 +120,7 @@ impl Default for TracelabJoin {
 impl TracelabJoin {
     /// The knobs from the environment (`get` reads a variable); a value that does not parse is an error
     /// naming the variable.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, DatasetError> {
+    pub(crate) fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, DatasetError> {
         let mut j = TracelabJoin::default();
         let flag = |name: &str, default: bool| -> Result<bool, DatasetError> {
             let Some(v) = get(name) else {
@@ -145,9 +148,10 @@ impl TracelabJoin {
 }
 
 /// A format with the options its content depends on. Stored in the import report of every entry of a
-/// corpus that is not weka ([`super::cache::ImportReport::corpus`]).
+/// corpus that is not weka (`super::cache::ImportReport::corpus`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FormatSpec {
+    /// The format.
     pub format: Format,
     /// Tokens per hash block (Mooncake and TraceLab; weka traces say their own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,7 +167,7 @@ pub struct FormatSpec {
 
 impl FormatSpec {
     /// The weka format.
-    pub const WEKA: FormatSpec = FormatSpec {
+    pub(crate) const WEKA: FormatSpec = FormatSpec {
         format: Format::Weka,
         block_size: None,
         tracelab: None,
@@ -177,7 +181,7 @@ impl FormatSpec {
     }
 
     /// [`Self::resolve`] with the environment read through `get`.
-    pub fn resolve_with(
+    pub(crate) fn resolve_with(
         format: Format,
         block_size: Option<u32>,
         get: impl Fn(&str) -> Option<String>,
@@ -210,7 +214,7 @@ impl FormatSpec {
     /// This spec with every weka trace laid out in `trace_block_size`-token blocks
     /// (`--trace-block-size`; `None` keeps each trace's own). Only weka traces declare a block size:
     /// another format's is `--isl-block-size`.
-    pub fn with_trace_block_size(
+    pub(crate) fn with_trace_block_size(
         mut self,
         trace_block_size: Option<u32>,
     ) -> Result<FormatSpec, DatasetError> {
@@ -246,7 +250,7 @@ impl FormatSpec {
     /// The digest the cache key is derived from: the source digest itself for weka laid out as its
     /// traces declare (keys of weka entries are unchanged), else sha256 over the format spec and the
     /// source digest (another format, or `--trace-block-size`).
-    pub fn keyed_digest(&self, source_digest: &[u8; 32]) -> [u8; 32] {
+    pub(crate) fn keyed_digest(&self, source_digest: &[u8; 32]) -> [u8; 32] {
         if *self == FormatSpec::WEKA {
             return *source_digest;
         }

@@ -1,4 +1,4 @@
-//! Corpus parsing (weka, Mooncake, TraceLab: [`format`]), the content-addressed mmap cache, zero-copy views and prompt synthesis.
+//! Corpus parsing (weka, Mooncake, TraceLab: [`format`](mod@format)), the content-addressed mmap cache, zero-copy views and prompt synthesis.
 //!
 //! The replay engine's entry points:
 //! - [`Dataset::open`] resolves a corpus (in any [`format::Format`]: weka, Mooncake or TraceLab, detected
@@ -28,8 +28,10 @@
 //! ids, seed, vocabulary), and block text of a corpus whose hash ids are global (Mooncake) on (hash id,
 //! seed, vocabulary) alone; nothing here knows about HTTP or time.
 
+#![warn(missing_docs)]
+
 pub mod alias;
-pub mod any_format;
+pub(crate) mod any_format;
 pub mod cache;
 pub mod chat_template;
 pub mod error;
@@ -76,7 +78,7 @@ pub struct OpenOptions {
     /// The output cap (max_tokens) of top-level requests, which the peak context of
     /// `max_context_length` is computed with (aiperf's `--synthesis-max-osl`); `None` is unbounded.
     pub max_osl: Option<u32>,
-    /// The cache directory; `None` uses [`cache::default_dir`].
+    /// The cache directory; `None` uses `cache::default_dir`.
     pub cache_dir: Option<PathBuf>,
     /// The corpus format (`--format`); `None` detects it from the source ([`format::detect`]).
     pub format: Option<format::Format>,
@@ -90,14 +92,14 @@ pub struct OpenOptions {
 
 /// A corpus specification resolved to local files.
 #[derive(Debug, Clone)]
-pub struct ResolvedSource {
+pub(crate) struct ResolvedSource {
     pub files: weka::SourceFiles,
     pub alias: Option<&'static alias::Alias>,
 }
 
 /// Resolves a path, a corpus name of [`alias::ALIASES`] or a hub dataset repository id (`org/name`) to
 /// local files (no network).
-pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
+pub(crate) fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
     let path = Path::new(spec);
     if path.exists() {
         return Ok(ResolvedSource {
@@ -105,16 +107,19 @@ pub fn resolve(spec: &str) -> Result<ResolvedSource, DatasetError> {
             alias: None,
         });
     }
-    if let Some(a) = alias::lookup(spec) {
-        let file = alias::resolve(a)?;
+    if let Some(alias_entry) = alias::lookup(spec) {
+        let file = alias::resolve(alias_entry)?;
         return Ok(ResolvedSource {
             files: weka::SourceFiles::Jsonl(file),
-            alias: Some(a),
+            alias: Some(alias_entry),
         });
     }
     // Any other hub dataset repository (aiperf's `--hf-weka-dataset org/name`); a name ending like a
     // traces file is a mistyped path, not a repository.
-    if hub::is_repo_id(spec) && !spec.ends_with(".jsonl") && !spec.ends_with(".json") {
+    let traces_file = path
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("jsonl") || ext.eq_ignore_ascii_case("json"));
+    if hub::is_repo_id(spec) && !traces_file {
         let file = alias::resolve_repo(spec)?;
         return Ok(ResolvedSource {
             files: weka::SourceFiles::Jsonl(file),
@@ -136,17 +141,17 @@ fn build(
     spec: &format::FormatSpec,
 ) -> Result<Vec<u8>, DatasetError> {
     let started = Instant::now();
-    let mut b = cache::Builder::default();
+    let mut builder = cache::Builder::default();
     if *spec != format::FormatSpec::WEKA {
-        b.set_corpus(*spec);
+        builder.set_corpus(*spec);
     }
     let mut requests = 0usize;
     let mut subagents = 0u64;
     let limit = sel.num_dataset_entries;
-    let mut add = |t: weka::ParsedTrace, b: &mut cache::Builder| {
+    let mut add = |t: weka::ParsedTrace, builder: &mut cache::Builder| {
         requests += t.requests.len();
         subagents += u64::from(t.subagents);
-        b.add(&t).map_err(|reason| DatasetError::Invalid {
+        builder.add(&t).map_err(|reason| DatasetError::Invalid {
             location: Location {
                 trace: Some(t.id.clone()),
                 ..t.location.clone()
@@ -158,7 +163,7 @@ fn build(
         let mut selector = select::Selector::new(*sel);
         any_format::scan(spec, files, |t| {
             if selector.offer(&t) {
-                add(t, &mut b)?;
+                add(t, &mut builder)?;
             }
             Ok(if selector.full() {
                 std::ops::ControlFlow::Break(())
@@ -185,11 +190,11 @@ fn build(
             largest_peak = report.largest_peak,
             "traces selected by --max-context-length (filter, then cap)"
         );
-        b.set_selection(report);
+        builder.set_selection(report);
     } else {
         let mut delivered = 0usize;
         any_format::scan(spec, files, |t| {
-            add(t, &mut b)?;
+            add(t, &mut builder)?;
             delivered += 1;
             Ok(if limit.is_some_and(|l| delivered >= l) {
                 std::ops::ControlFlow::Break(())
@@ -198,10 +203,10 @@ fn build(
             })
         })?;
     }
-    if let Some(n) = limit {
+    if let Some(cap) = limit {
         tracing::info!(
-            traces = b.traces(),
-            cap = n,
+            traces = builder.traces(),
+            cap = cap,
             "dataset capped by --num-dataset-entries"
         );
     }
@@ -214,28 +219,28 @@ fn build(
     tracing::info!(
         source = %files.path().display(),
         format = %spec.format,
-        traces = b.traces(),
+        traces = builder.traces(),
         requests,
-        warnings = b.warnings().total,
+        warnings = builder.warnings().total,
         secs = started.elapsed().as_secs_f64(),
         "dataset imported"
     );
-    Ok(b.finish(key))
+    Ok(builder.finish(key))
 }
 
 impl Dataset {
     /// The warnings of the import that built this dataset's cache entry (counts by kind, first places),
     /// read from the last string of the entry (validated when the entry was opened).
     pub fn warnings(&self) -> warnings::WarningReport {
-        let n = self.entry.layout.n_strings as u32;
-        serde_json::from_str(self.string(n.saturating_sub(1))).unwrap_or_default()
+        let num_strings = self.entry.layout.n_strings as u32;
+        serde_json::from_str(self.string(num_strings.saturating_sub(1))).unwrap_or_default()
     }
 
     /// The counts of the `--max-context-length` selection that built this dataset's entry (scanned,
     /// dropped, kept, smallest and largest peak context); `None` when no context limit was set.
     pub fn selection(&self) -> Option<select::SelectionReport> {
-        let n = self.entry.layout.n_strings as u32;
-        serde_json::from_str::<cache::ImportReport>(self.string(n.saturating_sub(1)))
+        let num_strings = self.entry.layout.n_strings as u32;
+        serde_json::from_str::<cache::ImportReport>(self.string(num_strings.saturating_sub(1)))
             .ok()
             .and_then(|r| r.selection)
     }
@@ -243,8 +248,8 @@ impl Dataset {
     /// The format this dataset's corpus was read as, with its options (weka for an entry that does not
     /// say).
     pub fn corpus_format(&self) -> format::FormatSpec {
-        let n = self.entry.layout.n_strings as u32;
-        serde_json::from_str::<cache::ImportReport>(self.string(n.saturating_sub(1)))
+        let num_strings = self.entry.layout.n_strings as u32;
+        serde_json::from_str::<cache::ImportReport>(self.string(num_strings.saturating_sub(1)))
             .ok()
             .and_then(|r| r.corpus)
             .unwrap_or(format::FormatSpec::WEKA)
@@ -264,13 +269,13 @@ impl Dataset {
     /// Opens a corpus: resolves `spec`, imports it into the cache if needed, and maps the entry.
     pub fn open(spec: &str, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let src = resolve(spec)?;
-        Self::open_resolved(src, opts)
+        Self::open_resolved(&src, opts)
     }
 
     /// Opens a corpus at a local path.
     pub fn open_path(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         Self::open_resolved(
-            ResolvedSource {
+            &ResolvedSource {
                 files: weka::SourceFiles::from_path(path)?,
                 alias: None,
             },
@@ -315,7 +320,10 @@ impl Dataset {
     }
 
     /// Opens an already resolved source.
-    pub fn open_resolved(src: ResolvedSource, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
+    pub(crate) fn open_resolved(
+        src: &ResolvedSource,
+        opts: &OpenOptions,
+    ) -> Result<Dataset, DatasetError> {
         if opts.num_dataset_entries == Some(0) {
             return Err(DatasetError::Argument(
                 "--num-dataset-entries must be at least 1".into(),
@@ -337,35 +345,35 @@ impl Dataset {
         let key = CacheKey::derive_selection(&spec.keyed_digest(&digest), &sel);
         tracing::debug!(key = %key.short_hex(), hashed, %format, "dataset cache key");
         let (entry, outcome) = store.get_or_build(&key, || build(&src.files, &sel, &key, &spec))?;
-        let ds = Dataset {
+        let dataset = Dataset {
             entry,
             source: src.files.path().to_owned(),
             alias: src.alias,
             outcome,
         };
-        if let Some(a) = ds.alias {
+        if let Some(alias_entry) = dataset.alias {
             let selected = sel.num_dataset_entries.is_some() || sel.max_context_length.is_some();
-            if !selected && ds.len() != a.traces as usize {
+            if !selected && dataset.len() != alias_entry.traces as usize {
                 tracing::warn!(
-                    corpus = a.name,
-                    traces = ds.len(),
-                    published = a.traces,
-                    source = %ds.source.display(),
+                    corpus = alias_entry.name,
+                    traces = dataset.len(),
+                    published = alias_entry.traces,
+                    source = %dataset.source.display(),
                     "the cached corpus has a different number of traces than {} was published with \
                      (another revision, or an incomplete download)",
-                    a.repo
+                    alias_entry.repo
                 );
             }
         }
-        let w = ds.warnings();
-        if !w.is_empty() {
+        let report = dataset.warnings();
+        if !report.is_empty() {
             tracing::warn!(
-                source = %ds.source.display(),
+                source = %dataset.source.display(),
                 "dataset has {} import warnings ({}); `agentx-host dataset stats` lists where, --strict refuses them",
-                w.total,
-                w.summary()
+                report.total,
+                report.summary()
             );
         }
-        Ok(ds)
+        Ok(dataset)
     }
 }

@@ -13,14 +13,14 @@ compile_error!("the dataset cache stores little-endian integers and is read in p
 
 /// A read-only map of a whole file.
 #[derive(Debug)]
-pub struct Mapped {
+pub(crate) struct Mapped {
     map: memmap2::Mmap,
 }
 
 impl Mapped {
     /// Maps `file` read-only.
     #[allow(unsafe_code)] // A memory map is unsafe by nature; the invariant above makes it sound.
-    pub fn map(file: &File) -> io::Result<Self> {
+    pub(crate) fn map(file: &File) -> io::Result<Self> {
         // SAFETY: the mapping is read-only and cache entries are immutable once renamed into place (see
         // the module invariant), so the bytes cannot change under the shared slices handed out. A
         // third party truncating the file could still fault the process; that is outside what a
@@ -30,7 +30,7 @@ impl Mapped {
     }
 
     /// The mapped bytes.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.map
     }
 }

@@ -95,15 +95,15 @@ impl Line<'_> {
 
     /// A number as pydantic's lax mode reads it (a JSON number, or a numeric string, with a warning).
     fn number(&mut self, field: &str) -> Result<Option<f64>, DatasetError> {
-        let v = match self.obj.get(field) {
+        let value = match self.obj.get(field) {
             None | Some(Value::Null) => return Ok(None),
-            Some(v) => v,
+            Some(value) => value,
         };
-        let n = match v {
-            Value::Number(n) => n.as_f64(),
+        let parsed = match value {
+            Value::Number(parsed) => parsed.as_f64(),
             Value::String(s) => {
-                let n = s.trim().parse::<f64>().ok();
-                if n.is_some() {
+                let parsed = s.trim().parse::<f64>().ok();
+                if parsed.is_some() {
                     self.warn(
                         WarningKind::CoercedNumber,
                         field,
@@ -112,44 +112,45 @@ impl Line<'_> {
                         ),
                     );
                 }
-                n
+                parsed
             }
             _ => None,
         };
-        n.map(Some)
-            .ok_or_else(|| self.err(field, format!("must be a number, got {v}")))
+        parsed
+            .map(Some)
+            .ok_or_else(|| self.err(field, format!("must be a number, got {value}")))
     }
 
     /// A whole number (an integral float reads as its value, with a warning).
     fn integer(&mut self, field: &str) -> Result<Option<i64>, DatasetError> {
-        let Some(x) = self.number(field)? else {
+        let Some(value) = self.number(field)? else {
             return Ok(None);
         };
-        if x.fract() != 0.0 || !x.is_finite() || x.abs() > 9.0e15 {
-            return Err(self.err(field, format!("must be a whole number, got {x}")));
+        if value.fract() != 0.0 || !value.is_finite() || value.abs() > 9.0e15 {
+            return Err(self.err(field, format!("must be a whole number, got {value}")));
         }
         if matches!(self.obj.get(field), Some(Value::Number(n)) if !n.is_i64() && !n.is_u64()) {
             self.warn(
                 WarningKind::CoercedNumber,
                 field,
-                format!("`{field}` is {x} written as a float; read as the integer {x}"),
+                format!("`{field}` is {value} written as a float; read as the integer {value}"),
             );
         }
-        Ok(Some(x as i64))
+        Ok(Some(value as i64))
     }
 
     /// A time in milliseconds: negative or not finite is dropped with a warning.
     fn millis(&mut self, field: &str, kind: WarningKind) -> Result<Option<f64>, DatasetError> {
-        let Some(x) = self.number(field)? else {
+        let Some(value) = self.number(field)? else {
             return Ok(None);
         };
-        if x.is_finite() && x >= 0.0 {
-            return Ok(Some(x));
+        if value.is_finite() && value >= 0.0 {
+            return Ok(Some(value));
         }
         self.warn(
             kind,
             field,
-            format!("`{field}` is {x}, not a finite number >= 0 (milliseconds); dropped"),
+            format!("`{field}` is {value}, not a finite number >= 0 (milliseconds); dropped"),
         );
         Ok(None)
     }
@@ -186,7 +187,7 @@ fn parse_row(
     text: &str,
     block_size: u32,
 ) -> Result<(Row, Option<String>, Vec<Warning>), DatasetError> {
-    let at = |field: Option<&str>, message: String| DatasetError::Invalid {
+    let invalid_at = |field: Option<&str>, message: String| DatasetError::Invalid {
         location: Location {
             file: path.to_owned(),
             line,
@@ -196,18 +197,18 @@ fn parse_row(
         message,
     };
     let value: Value = serde_json::from_str(text).map_err(|e| {
-        at(
+        invalid_at(
             None,
             format!("not JSON ({e}); a Mooncake trace is one JSON object per line"),
         )
     })?;
     let Value::Object(obj) = value else {
-        return Err(at(
+        return Err(invalid_at(
             None,
             "not a JSON object; a Mooncake trace is one request object per line".into(),
         ));
     };
-    let mut l = Line {
+    let mut parsed = Line {
         path,
         line,
         obj: &obj,
@@ -215,7 +216,7 @@ fn parse_row(
     };
     for mode in ["text_input", "messages", "payload"] {
         if obj.get(mode).is_some_and(|v| !v.is_null()) {
-            return Err(l.err(
+            return Err(parsed.err(
                 mode,
                 format!(
                     "`{mode}` carries a literal prompt, which agentx cannot replay: its dataset cache \
@@ -230,27 +231,27 @@ fn parse_row(
     let session = match obj.get("session_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
-        Some(v) => return Err(l.err("session_id", format!("must be a string, got {v}"))),
+        Some(v) => return Err(parsed.err("session_id", format!("must be a string, got {v}"))),
     };
-    let input = match l.integer("input_length")? {
+    let input = match parsed.integer("input_length")? {
         None => {
-            return Err(l.err(
+            return Err(parsed.err(
                 "input_length",
                 "missing: every request needs its input token count (`input_length`)",
             ))
         }
         Some(n) if n <= 0 || n > i64::from(u32::MAX) => {
-            return Err(l.err(
+            return Err(parsed.err(
                 "input_length",
                 format!("must be in 1..=2^32-1 tokens, got {n}"),
             ))
         }
         Some(n) => n as u32,
     };
-    let output = match l.integer("output_length")? {
+    let output = match parsed.integer("output_length")? {
         None => None,
         Some(n) if n < 0 => {
-            l.warn(
+            parsed.warn(
                 WarningKind::NegativeTokens,
                 "output_length",
                 format!("`output_length` is {n}, a negative token count; read as 0"),
@@ -259,11 +260,11 @@ fn parse_row(
         }
         Some(n) => Some(
             u32::try_from(n)
-                .map_err(|_| l.err("output_length", format!("{n} tokens is above 2^32-1")))?,
+                .map_err(|_| parsed.err("output_length", format!("{n} tokens is above 2^32-1")))?,
         ),
     };
     if output == Some(0) {
-        l.warn(
+        parsed.warn(
             WarningKind::HarnessSchema,
             "output_length",
             "`output_length` is not a positive token count; sent as 1. agentx-harness 1.0.12 \
@@ -272,10 +273,10 @@ fn parse_row(
                 .into(),
         );
     }
-    let hash_ids = l.hash_ids()?;
+    let hash_ids = parsed.hash_ids()?;
     let reach = u64::from(input).div_ceil(u64::from(block_size));
     if hash_ids.len() as u64 > reach {
-        return Err(l.err(
+        return Err(parsed.err(
             "hash_ids",
             format!(
                 "{} hash ids of {block_size} tokens, but input_length {input} fills only {reach} \
@@ -285,9 +286,9 @@ fn parse_row(
             ),
         ));
     }
-    let timestamp_ms = l.millis("timestamp", WarningKind::InvalidTime)?;
-    let delay_ms = l.millis("delay", WarningKind::InvalidDuration)?;
-    let warnings = std::mem::take(&mut l.warnings);
+    let timestamp_ms = parsed.millis("timestamp", WarningKind::InvalidTime)?;
+    let delay_ms = parsed.millis("delay", WarningKind::InvalidDuration)?;
+    let warnings = std::mem::take(&mut parsed.warnings);
     Ok((
         Row {
             line,
@@ -324,7 +325,7 @@ fn read_sessions(path: &Path, block_size: u32) -> Result<Vec<Session>, DatasetEr
             continue;
         }
         let (row, session, warnings) = parse_row(path, line, text.trim(), block_size)?;
-        let (id, explicit) = match session {
+        let (session_id, explicit) = match session {
             Some(s) => (s, true),
             None => (format!("line-{line}"), false),
         };
@@ -333,22 +334,22 @@ fn read_sessions(path: &Path, block_size: u32) -> Result<Vec<Session>, DatasetEr
             line,
             ..Location::default()
         };
-        let i = match by_id.get(&id) {
-            Some(&i) if explicit => i,
-            Some(&i) => {
+        let slot = match by_id.get(&session_id) {
+            Some(&slot) if explicit => slot,
+            Some(&slot) => {
                 return Err(DatasetError::Invalid {
                     location,
                     message: format!(
-                        "this request has no session_id and its generated id {id:?} is already the \
+                        "this request has no session_id and its generated id {session_id:?} is already the \
                          session_id of line {}; rename that session",
-                        sessions[i].location.line
+                        sessions[slot].location.line
                     ),
                 })
             }
             None => {
-                by_id.insert(id.clone(), sessions.len());
+                by_id.insert(session_id.clone(), sessions.len());
                 sessions.push(Session {
-                    id,
+                    id: session_id,
                     rows: Vec::new(),
                     warnings: Vec::new(),
                     location,
@@ -356,8 +357,8 @@ fn read_sessions(path: &Path, block_size: u32) -> Result<Vec<Session>, DatasetEr
                 sessions.len() - 1
             }
         };
-        sessions[i].rows.push(row);
-        sessions[i].warnings.extend(warnings);
+        sessions[slot].rows.push(row);
+        sessions[slot].warnings.extend(warnings);
     }
     Ok(sessions)
 }
@@ -366,21 +367,21 @@ fn read_sessions(path: &Path, block_size: u32) -> Result<Vec<Session>, DatasetEr
 fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
     let mut warnings = s.warnings;
     let timed = s.rows.iter().all(|r| r.timestamp_ms.is_some());
-    let t0 = s.rows.first().and_then(|r| r.timestamp_ms).unwrap_or(0.0);
+    let origin = s.rows.first().and_then(|r| r.timestamp_ms).unwrap_or(0.0);
     let mut elapsed = 0.0f64;
     let mut last_t: Option<f64> = None;
     let mut requests = Vec::with_capacity(s.rows.len());
     for (k, r) in s.rows.iter().enumerate() {
         let think = r.delay_ms.map(|d| d / 1000.0);
-        let t = if timed {
-            (r.timestamp_ms.unwrap_or(t0) - t0) / 1000.0
+        let start = if timed {
+            (r.timestamp_ms.unwrap_or(origin) - origin) / 1000.0
         } else {
             if k > 0 {
                 elapsed += think.unwrap_or(0.0);
             }
             elapsed
         };
-        if let Some(last) = last_t.filter(|&l| t < l) {
+        if let Some(last) = last_t.filter(|&l| start < l) {
             warnings.push(Warning {
                 kind: WarningKind::DecreasingTime,
                 location: Location {
@@ -391,15 +392,15 @@ fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
                     column: 0,
                 },
                 message: format!(
-                    "request start times of the session decrease: {t} s after {last} s; replayed \
+                    "request start times of the session decrease: {start} s after {last} s; replayed \
                      without a wait"
                 ),
             });
         }
-        last_t = Some(t);
+        last_t = Some(start);
         requests.push(ParsedRequest {
             index: k as u32,
-            t,
+            t: start,
             kind: RequestKind::Normal,
             model: String::new(),
             input: r.input,
@@ -432,7 +433,7 @@ fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
 }
 
 /// Reads the sessions of a Mooncake trace file and hands each to `f` until it answers `Break`.
-pub fn scan(
+pub(crate) fn scan(
     path: &Path,
     spec: &FormatSpec,
     mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
@@ -444,14 +445,14 @@ pub fn scan(
             path: path.to_owned(),
         });
     }
-    let mut n = 0usize;
+    let mut count = 0usize;
     for s in sessions {
-        n += 1;
+        count += 1;
         if f(session_trace(s, block_size))?.is_break() {
             break;
         }
     }
-    Ok(n)
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -89,12 +89,16 @@ pub enum Tiling {
 /// A chat role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// The system prompt.
     System,
+    /// The user (and tool results).
     User,
+    /// The model's replies.
     Assistant,
 }
 
 impl Role {
+    /// The OpenAI chat `role` string.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
@@ -108,26 +112,36 @@ impl Role {
 /// system message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
+    /// At the start of the system message.
     SystemPrefix,
+    /// At the end of the system message.
     SystemSuffix,
+    /// At the start of the first user message.
     FirstUserPrefix,
+    /// At the end of the first user message.
     FirstUserSuffix,
 }
 
 /// A marker text and its placement, applied when messages are written.
 #[derive(Debug, Clone, Copy)]
 pub struct CacheBust<'a> {
+    /// Where the marker goes.
     pub placement: Placement,
+    /// The marker text, inserted as is.
     pub text: &'a str,
 }
 
 /// Errors of prompt synthesis.
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
+    /// A session asked to start at a turn past the trajectory's end.
     #[error("trace {trace:?} has {turns} turns; turn {turn} does not exist")]
     NoSuchTurn {
+        /// The trace id.
         trace: String,
+        /// The turn asked for (0-based).
         turn: usize,
+        /// The trajectory's number of turns.
         turns: usize,
     },
 }
@@ -160,15 +174,18 @@ impl PromptSynth {
     }
 
     /// The same text with prompts laid out by `tiling`.
+    #[must_use]
     pub fn with_tiling(mut self, tiling: Tiling) -> Self {
         self.tiling = tiling;
         self
     }
 
+    /// The seed prompt text is drawn with.
     pub fn seed(&self) -> u64 {
         self.seed
     }
 
+    /// How prompts are laid out over the hash ids.
     pub fn tiling(&self) -> Tiling {
         self.tiling
     }
@@ -244,12 +261,12 @@ impl<'a> Conversation<'a> {
                 turns: traj.num_turns(),
             });
         }
-        let mut st = Structure::new(traj, synth.tiling);
-        let mut last = st.step();
+        let mut structure = Structure::new(traj, synth.tiling);
+        let mut last = structure.step();
         for _ in 0..start {
-            last = st.step();
+            last = structure.step();
         }
-        let mut c = Conversation {
+        let mut conv = Conversation {
             synth,
             key: trace_key(synth.seed, traj.id()),
             block_key: if traj.global_hash_ids() {
@@ -258,15 +275,15 @@ impl<'a> Conversation<'a> {
                 trace_key(synth.seed, traj.id())
             },
             mode,
-            st,
+            st: structure,
             live: Vec::new(),
             recorded_history: false,
             gen: 0,
-            json_cache: Default::default(),
+            json_cache: std::cell::RefCell::default(),
             last,
         };
-        c.rebuild_live();
-        Ok(c)
+        conv.rebuild_live();
+        Ok(conv)
     }
 
     fn rebuild_live(&mut self) {
@@ -287,6 +304,7 @@ impl<'a> Conversation<'a> {
     /// A session-tree stream's conversation: in live mode, the history no live reply answered (the
     /// turns before the start, the history rebuilt after a reset, a turn whose request failed) keeps
     /// the recorded assistant text, and only real replies replace it. Recorded mode is unchanged.
+    #[must_use]
     pub fn with_recorded_history(mut self) -> Self {
         if !self.recorded_history {
             self.recorded_history = true;
@@ -327,13 +345,13 @@ impl<'a> Conversation<'a> {
             });
         }
         if self.mode == AssistantMode::Live {
-            if let Some(r) = live_reply {
-                let mut escaped = Vec::with_capacity(r.len() + 16);
-                push_json_escaped(&mut escaped, r);
+            if let Some(reply) = live_reply {
+                let mut escaped = Vec::with_capacity(reply.len() + 16);
+                push_json_escaped(&mut escaped, reply);
                 self.live.push(Msg::Text {
                     role: Role::Assistant,
                     escaped: String::from_utf8(escaped).expect("escaping keeps UTF-8"),
-                    words: r.split_ascii_whitespace().count() as u64,
+                    words: reply.split_ascii_whitespace().count() as u64,
                 });
             }
         }
@@ -347,9 +365,9 @@ impl<'a> Conversation<'a> {
             let mut expected = before;
             if self.st.tiling == Tiling::Reference {
                 // An uncut history keeps every segment as it was, tails included.
-            } else if let Some(l) = expected.last_mut() {
-                l.tail = None;
-                if l.start == l.end {
+            } else if let Some(last) = expected.last_mut() {
+                last.tail = None;
+                if last.start == last.end {
                     expected.pop();
                 }
             }
@@ -393,12 +411,17 @@ impl<'a> Conversation<'a> {
     fn write_content(&self, out: &mut Vec<u8>, m: MsgRef<'_>) {
         match m {
             MsgRef::Blocks(s) => {
-                let bs = self.st.traj.block_size() as usize;
+                let block = self.st.traj.block_size() as usize;
                 out.reserve(super::text::max_bytes(
-                    (s.end - s.start) * bs + s.tail.map_or(0, |t| t.words() as usize),
+                    (s.end - s.start) * block + s.tail.map_or(0, |t| t.words() as usize),
                 ));
                 for &id in &self.st.ids[s.start..s.end] {
-                    push_words(&self.synth.vocab, out, block_stream(self.block_key, id), bs);
+                    push_words(
+                        &self.synth.vocab,
+                        out,
+                        block_stream(self.block_key, id),
+                        block,
+                    );
                 }
                 match s.tail {
                     Some(Tail::Partial { id, words }) => push_words(
@@ -424,15 +447,15 @@ impl<'a> Conversation<'a> {
     fn bust_target(&self, p: Placement) -> Option<usize> {
         let mut first_system = None;
         let mut first_user = None;
-        let mut i = 0;
+        let mut msg_idx = 0;
         self.for_each_msg(|r, _| {
             if r == Role::System && first_system.is_none() {
-                first_system = Some(i);
+                first_system = Some(msg_idx);
             }
             if r == Role::User && first_user.is_none() {
-                first_user = Some(i);
+                first_user = Some(msg_idx);
             }
-            i += 1;
+            msg_idx += 1;
         });
         match p {
             Placement::SystemPrefix | Placement::SystemSuffix => first_system.or(first_user),
@@ -502,38 +525,44 @@ impl<'a> Conversation<'a> {
 
     /// Appends messages `from..` (with the `[` or `,` before each) to `out`, without the closing `]`.
     fn write_messages_from(&self, out: &mut Vec<u8>, bust: Option<CacheBust<'_>>, from: usize) {
-        let target = bust.and_then(|b| self.bust_target(b.placement).map(|i| (i, b)));
+        let target = bust.and_then(|marker| {
+            self.bust_target(marker.placement)
+                .map(|msg_idx| (msg_idx, marker))
+        });
         if from == 0 {
             out.push(b'[');
         }
-        let mut i = 0;
+        let mut msg_idx = 0;
         self.for_each_msg(|role, m| {
-            if i < from {
-                i += 1;
+            if msg_idx < from {
+                msg_idx += 1;
                 return;
             }
-            if i > 0 {
+            if msg_idx > 0 {
                 out.push(b',');
             }
             out.extend_from_slice(b"{\"role\":\"");
             out.extend_from_slice(role.as_str().as_bytes());
             out.extend_from_slice(b"\",\"content\":\"");
-            let mark = target.filter(|(t, _)| *t == i).map(|(_, b)| b);
-            let prefix = mark.filter(|b| {
+            let mark = target
+                .filter(|(t, _)| *t == msg_idx)
+                .map(|(_, marker)| marker);
+            let prefix = mark.filter(|marker| {
                 matches!(
-                    b.placement,
+                    marker.placement,
                     Placement::SystemPrefix | Placement::FirstUserPrefix
                 )
             });
-            if let Some(b) = prefix {
-                push_json_escaped(out, b.text);
+            if let Some(marker) = prefix {
+                push_json_escaped(out, marker.text);
             }
             self.write_content(out, m);
-            if let Some(b) = mark.filter(|b| prefix.is_none() && !b.text.is_empty()) {
-                push_json_escaped(out, b.text);
+            if let Some(marker) = mark.filter(|marker| prefix.is_none() && !marker.text.is_empty())
+            {
+                push_json_escaped(out, marker.text);
             }
             out.extend_from_slice(b"\"}");
-            i += 1;
+            msg_idx += 1;
         });
     }
 
@@ -547,22 +576,17 @@ impl<'a> Conversation<'a> {
     /// Tokens of the current prompt under the word model, markers excluded: exactly the turn's `in` in
     /// recorded mode.
     pub fn prompt_words(&self) -> u64 {
-        let bs = u64::from(self.st.traj.block_size());
-        let mut n = 0;
+        let block = u64::from(self.st.traj.block_size());
+        let mut words = 0;
         self.for_each_msg(|_, m| {
-            n += match m {
-                MsgRef::Blocks(s) => (s.end - s.start) as u64 * bs + s.tail.map_or(0, Tail::words),
+            words += match m {
+                MsgRef::Blocks(s) => {
+                    (s.end - s.start) as u64 * block + s.tail.map_or(0, Tail::words)
+                }
                 MsgRef::Text(_, words) => words,
             }
         });
-        n
-    }
-
-    /// Number of messages of the current turn.
-    pub fn num_messages(&self) -> usize {
-        let mut n = 0;
-        self.for_each_msg(|_, _| n += 1);
-        n
+        words
     }
 }
 
@@ -576,7 +600,9 @@ enum MsgRef<'m> {
 /// An owned chat message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 pub struct Message {
+    /// The chat `role` (`system`, `user` or `assistant`).
     pub role: String,
+    /// The message text.
     pub content: String,
 }
 

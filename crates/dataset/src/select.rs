@@ -17,7 +17,7 @@ use super::weka::ParsedTrace;
 
 /// What selection a caller asks for ([`super::OpenOptions`]'s selection fields).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// Keep at most this many traces (`--num-dataset-entries`).
     pub num_dataset_entries: Option<usize>,
     /// Drop traces whose peak context exceeds this (`--max-context-length`).
@@ -28,7 +28,7 @@ pub struct Selection {
 }
 
 /// The peak context of a trace (see the module doc).
-pub fn peak_context(t: &ParsedTrace, max_osl: Option<u32>) -> u64 {
+pub(crate) fn peak_context(t: &ParsedTrace, max_osl: Option<u32>) -> u64 {
     let cap = |out: u32| max_osl.map_or(out, |m| out.min(m)).max(1);
     t.requests
         .iter()
@@ -55,18 +55,19 @@ pub struct SelectionReport {
     pub kept: u64,
     /// The smallest and largest peak context over the scanned traces.
     pub smallest_peak: u64,
+    /// The largest peak context over the scanned traces.
     pub largest_peak: u64,
 }
 
 /// Filter-then-cap state over traces offered in source order.
 #[derive(Debug, Clone)]
-pub struct Selector {
+pub(crate) struct Selector {
     sel: Selection,
     report: SelectionReport,
 }
 
 impl Selector {
-    pub fn new(sel: Selection) -> Self {
+    pub(crate) fn new(sel: Selection) -> Self {
         Selector {
             sel,
             report: SelectionReport {
@@ -79,7 +80,7 @@ impl Selector {
     }
 
     /// Whether the trace is kept (false: dropped by the context limit). Call only while not [`Self::full`].
-    pub fn offer(&mut self, t: &ParsedTrace) -> bool {
+    pub(crate) fn offer(&mut self, t: &ParsedTrace) -> bool {
         let peak = peak_context(t, self.sel.max_osl);
         let r = &mut self.report;
         r.smallest_peak = if r.scanned == 0 {
@@ -98,17 +99,13 @@ impl Selector {
     }
 
     /// Whether the cap is filled (nothing more needs reading).
-    pub fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.sel
             .num_dataset_entries
             .is_some_and(|n| self.report.kept >= n as u64)
     }
 
-    pub fn report(&self) -> &SelectionReport {
-        &self.report
-    }
-
-    pub fn into_report(self) -> SelectionReport {
+    pub(crate) fn into_report(self) -> SelectionReport {
         self.report
     }
 }
@@ -179,7 +176,7 @@ mod tests {
             }
         }
         assert_eq!(kept, ["s1", "s2"]);
-        let r = s.report();
+        let r = &s.report;
         assert_eq!((r.scanned, r.dropped, r.kept), (4, 2, 2));
         assert_eq!((r.smallest_peak, r.largest_peak), (20, 1010));
         assert_eq!(r.max_context_length, Some(100));

@@ -23,62 +23,62 @@ fn files_of(source: &SourceFiles) -> Vec<PathBuf> {
 }
 
 /// sha256 over the source content (see the module doc).
-pub fn digest(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
-    let mut h = Sha256::new();
+pub(crate) fn digest(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
+    let mut hasher = Sha256::new();
     let dir = matches!(source, SourceFiles::Dir { .. });
     let mut buf = vec![0u8; 1 << 20];
     for path in files_of(source) {
-        let mut f = File::open(&path).map_err(|e| DatasetError::io("open", &path, e))?;
+        let mut file = File::open(&path).map_err(|e| DatasetError::io("open", &path, e))?;
         if dir {
             let name = path
                 .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
+                .map(|read| read.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let len = f
+            let len = file
                 .metadata()
                 .map_err(|e| DatasetError::io("stat", &path, e))?
                 .len();
-            h.update(name.as_bytes());
-            h.update([0]);
-            h.update(len.to_le_bytes());
+            hasher.update(name.as_bytes());
+            hasher.update([0]);
+            hasher.update(len.to_le_bytes());
         }
         loop {
-            let n = f
+            let read = file
                 .read(&mut buf)
                 .map_err(|e| DatasetError::io("read", &path, e))?;
-            if n == 0 {
+            if read == 0 {
                 break;
             }
-            h.update(&buf[..n]);
+            hasher.update(&buf[..read]);
         }
     }
-    Ok(h.finalize().into())
+    Ok(hasher.finalize().into())
 }
 
 /// A hash of the metadata of every file of the source; changes whenever a file may have changed.
 fn fingerprint(source: &SourceFiles) -> Result<[u8; 32], DatasetError> {
-    let mut h = Sha256::new();
-    h.update(b"agentx-source-fingerprint-v1\0");
+    let mut hasher = Sha256::new();
+    hasher.update(b"agentx-source-fingerprint-v1\0");
     for path in files_of(source) {
         let meta = fs::metadata(&path).map_err(|e| DatasetError::io("stat", &path, e))?;
         let canon = fs::canonicalize(&path).unwrap_or(path.clone());
-        h.update(canon.to_string_lossy().as_bytes());
-        h.update([0]);
-        h.update(meta.len().to_le_bytes());
+        hasher.update(canon.to_string_lossy().as_bytes());
+        hasher.update([0]);
+        hasher.update(meta.len().to_le_bytes());
         let mtime = meta
             .modified()
             .ok()
             .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos());
-        h.update(mtime.to_le_bytes());
+        hasher.update(mtime.to_le_bytes());
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
-            h.update(meta.ino().to_le_bytes());
-            h.update(meta.dev().to_le_bytes());
+            hasher.update(meta.ino().to_le_bytes());
+            hasher.update(meta.dev().to_le_bytes());
         }
     }
-    Ok(h.finalize().into())
+    Ok(hasher.finalize().into())
 }
 
 /// The index file of `source`, relative to the cache directory.
@@ -90,33 +90,38 @@ fn index_name(source: &SourceFiles) -> PathBuf {
 
 /// The digest of `source`, from the index when the fingerprint matches, else computed (and indexed).
 /// Returns the digest and whether it was computed now.
-pub fn digest_cached(
+pub(crate) fn digest_cached(
     cache: &super::cache::Store,
     source: &SourceFiles,
 ) -> Result<([u8; 32], bool), DatasetError> {
-    let fp = fingerprint(source)?;
+    let stamp = fingerprint(source)?;
     let rel = index_name(source);
     let idx = cache.dir().join(&rel);
     if let Ok(text) = fs::read_to_string(&idx) {
         let mut parts = text.split_whitespace();
-        if let (Some("agentx-source-v1"), Some(f), Some(d)) =
+        if let (Some("agentx-source-v1"), Some(recorded_fp), Some(source_digest)) =
             (parts.next(), parts.next(), parts.next())
         {
-            if f == hex::encode(fp) {
-                if let Ok(Ok(d)) = hex::decode(d).map(<[u8; 32]>::try_from) {
-                    return Ok((d, false));
+            if recorded_fp == hex::encode(stamp) {
+                if let Ok(Ok(source_digest)) = hex::decode(source_digest).map(<[u8; 32]>::try_from)
+                {
+                    return Ok((source_digest, false));
                 }
             }
         }
     }
-    let d = digest(source)?;
+    let source_digest = digest(source)?;
     // Best effort: a read-only cache directory only costs a re-hash next time.
     let write = || -> std::io::Result<()> {
-        let line = format!("agentx-source-v1 {} {}\n", hex::encode(fp), hex::encode(d));
+        let line = format!(
+            "agentx-source-v1 {} {}\n",
+            hex::encode(stamp),
+            hex::encode(source_digest)
+        );
         cache.root()?.write_atomic(&rel, line.as_bytes()).map(drop)
     };
-    if let Err(e) = write() {
-        tracing::debug!(index = %idx.display(), error = %e, "cannot record the source digest");
+    if let Err(err) = write() {
+        tracing::debug!(index = %idx.display(), error = %err, "cannot record the source digest");
     }
-    Ok((d, true))
+    Ok((source_digest, true))
 }

@@ -25,28 +25,36 @@ use super::weka::SourceFiles;
 /// Summary statistics of a sample, with percentiles by linear interpolation (`k = (n-1)p/100`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Dist {
+    /// Sample size.
     pub count: usize,
+    /// Arithmetic mean (0 for an empty sample, as every field).
     pub mean: f64,
+    /// Smallest value.
     pub min: f64,
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// Largest value.
     pub max: f64,
 }
 
 impl Dist {
+    /// The statistics of sample `v` (all zero when it is empty).
     pub fn of(v: Vec<f64>) -> Dist {
-        let Some(s) = agentx_record::dist::Sorted::new(v) else {
+        let Some(sorted) = agentx_record::dist::Sorted::new(v) else {
             return Dist::default();
         };
         Dist {
-            count: s.len(),
-            mean: s.mean(),
-            min: s.min(),
-            p50: s.percentile(50.0),
-            p90: s.percentile(90.0),
-            p99: s.percentile(99.0),
-            max: s.max(),
+            count: sorted.len(),
+            mean: sorted.mean(),
+            min: sorted.min(),
+            p50: sorted.percentile(50.0),
+            p90: sorted.percentile(90.0),
+            p99: sorted.percentile(99.0),
+            max: sorted.max(),
         }
     }
 }
@@ -54,20 +62,26 @@ impl Dist {
 /// Hit counts of one walk (blocks are hash ids).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct HitCounts {
+    /// Hash blocks sent over the walk's requests.
     pub blocks: u64,
+    /// Blocks seen in any earlier request of the walk (an infinite cache keyed by block).
     pub set_hits: u64,
+    /// Blocks in the longest prefix shared with an earlier request (a prefix cache).
     pub prefix_hits: u64,
 }
 
 impl HitCounts {
+    /// Adds the counts of another walk.
     pub fn add(&mut self, o: HitCounts) {
         self.blocks += o.blocks;
         self.set_hits += o.set_hits;
         self.prefix_hits += o.prefix_hits;
     }
+    /// `set_hits / blocks` (0 without blocks).
     pub fn set_rate(&self) -> f64 {
         ratio(self.set_hits, self.blocks)
     }
+    /// `prefix_hits / blocks` (0 without blocks).
     pub fn prefix_rate(&self) -> f64 {
         ratio(self.prefix_hits, self.blocks)
     }
@@ -83,7 +97,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 /// Theoretical hits of turns `0..=upto` of `traj` (all turns if `upto` is past the end).
 pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
-    let mut c = HitCounts::default();
+    let mut counts = HitCounts::default();
     let mut seen: HashSet<u32> = HashSet::new();
     // A trie of the hash-id sequences of earlier requests: (node, id) -> child; node 0 is the root.
     let mut trie: HashMap<(u32, u32), u32> = HashMap::new();
@@ -93,7 +107,7 @@ pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
         let lcp = turn.lcp_with_previous();
         ids.truncate(lcp);
         ids.extend_from_slice(turn.new_hash_ids());
-        c.blocks += ids.len() as u64;
+        counts.blocks += ids.len() as u64;
         // Set-based: the shared prefix was all seen in the previous request.
         let mut hits = lcp as u64;
         for id in &ids[lcp..] {
@@ -101,7 +115,7 @@ pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
                 hits += 1;
             }
         }
-        c.set_hits += hits;
+        counts.set_hits += hits;
         seen.extend(ids[lcp..].iter().copied());
         // Longest prefix: follow the trie from the shared prefix; create nodes where it ends.
         path.truncate(lcp);
@@ -129,9 +143,9 @@ pub fn theoretical_hits(traj: Trajectory<'_>, upto: usize) -> HitCounts {
             path.push(child);
             node = child;
         }
-        c.prefix_hits += matched as u64;
+        counts.prefix_hits += matched as u64;
     }
-    c
+    counts
 }
 
 /// Each turn's theoretical prefix-cache `(hit, total)` blocks as aiperf's loader stamps them: the
@@ -154,26 +168,41 @@ pub fn prefix_stamps(traj: Trajectory<'_>) -> Vec<(u32, u32)> {
 /// Statistics of a whole corpus.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CorpusStats {
+    /// Trajectories.
     pub traces: usize,
+    /// Requests over all trajectories.
     pub requests: usize,
+    /// Subagent entries parsed and not replayed.
     pub subagents_ignored: u64,
+    /// Turns per trajectory.
     pub turns_per_trace: Dist,
+    /// Input tokens per request.
     pub isl: Dist,
+    /// Output tokens per request.
     pub osl: Dist,
+    /// Input tokens of each trajectory's first request.
     pub start_isl: Dist,
+    /// Input tokens of each trajectory's last request.
     pub end_isl: Dist,
+    /// Recorded think time per request, seconds (requests without one left out).
     pub think_time_s: Dist,
+    /// Requests that record no output tokens.
     pub out_zero_turns: usize,
+    /// Requests whose prompt is not an extension of the previous one (a context cut).
     pub non_monotonic_cuts: usize,
+    /// Per trajectory, the share of blocks seen before (trajectories without blocks left out).
     pub per_trace_set_hit_rate: Dist,
+    /// Hit counts summed over the trajectories.
     pub hits: HitCounts,
+    /// `hits.set_rate()`: the corpus's theoretical hit rate under a block-set cache.
     pub theoretical_hit_rate_set: f64,
+    /// `hits.prefix_rate()`: the corpus's theoretical hit rate under a prefix cache.
     pub theoretical_hit_rate_prefix: f64,
 }
 
 /// Computes [`CorpusStats`] over every turn of every trajectory.
 pub fn corpus_stats(ds: &Dataset) -> CorpusStats {
-    let mut s = CorpusStats {
+    let mut stats = CorpusStats {
         traces: ds.len(),
         requests: ds.total_turns(),
         subagents_ignored: ds.subagents_ignored(),
@@ -188,45 +217,50 @@ pub fn corpus_stats(ds: &Dataset) -> CorpusStats {
             isl.push(f64::from(turn.input_tokens()));
             osl.push(f64::from(turn.output_tokens()));
             if turn.output_tokens() == 0 {
-                s.out_zero_turns += 1;
+                stats.out_zero_turns += 1;
             }
-            if let Some(x) = turn.think_time() {
-                think.push(x);
+            if let Some(think_s) = turn.think_time() {
+                think.push(think_s);
             }
             if k > 0 && turn.lcp_with_previous() < prev_n {
-                s.non_monotonic_cuts += 1;
+                stats.non_monotonic_cuts += 1;
             }
             prev_n = turn.num_hash_ids();
         }
-        if let (Some(a), Some(b)) = (traj.turn(0), traj.turn(traj.num_turns().wrapping_sub(1))) {
-            start.push(f64::from(a.input_tokens()));
-            end.push(f64::from(b.input_tokens()));
+        if let (Some(first), Some(last)) =
+            (traj.turn(0), traj.turn(traj.num_turns().wrapping_sub(1)))
+        {
+            start.push(f64::from(first.input_tokens()));
+            end.push(f64::from(last.input_tokens()));
         }
-        let h = theoretical_hits(traj, usize::MAX);
-        if h.blocks > 0 {
-            per.push(h.set_rate());
+        let hits = theoretical_hits(traj, usize::MAX);
+        if hits.blocks > 0 {
+            per.push(hits.set_rate());
         }
-        s.hits.add(h);
+        stats.hits.add(hits);
     }
-    s.turns_per_trace = Dist::of(turns);
-    s.isl = Dist::of(isl);
-    s.osl = Dist::of(osl);
-    s.start_isl = Dist::of(start);
-    s.end_isl = Dist::of(end);
-    s.think_time_s = Dist::of(think);
-    s.per_trace_set_hit_rate = Dist::of(per);
-    s.theoretical_hit_rate_set = s.hits.set_rate();
-    s.theoretical_hit_rate_prefix = s.hits.prefix_rate();
-    s
+    stats.turns_per_trace = Dist::of(turns);
+    stats.isl = Dist::of(isl);
+    stats.osl = Dist::of(osl);
+    stats.start_isl = Dist::of(start);
+    stats.end_isl = Dist::of(end);
+    stats.think_time_s = Dist::of(think);
+    stats.per_trace_set_hit_rate = Dist::of(per);
+    stats.theoretical_hit_rate_set = stats.hits.set_rate();
+    stats.theoretical_hit_rate_prefix = stats.hits.prefix_rate();
+    stats
 }
 
 /// Flat worker chains of the top level by class (`::fa:`, `::aux:` with reductions, `::wg:`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ChainCounts {
+    /// Forked-agent chains (`::fa:`).
     pub fa: usize,
     /// Aux chains, reductions included (aiperf names both `aux:NNN`).
     pub aux: usize,
+    /// Reductions (also counted in `aux`).
     pub reduction: usize,
+    /// Worker-group members (`::wg:`).
     pub wg: usize,
 }
 
@@ -252,52 +286,61 @@ impl ChainCounts {
 pub struct TreeStats {
     /// The nested-timestamp basis inferred for the corpus (aiperf's `auto`).
     pub nested_basis: &'static str,
+    /// Trees built.
     pub trees: usize,
     /// Traces whose tree could not be built (aiperf refuses them too), and the first reason.
     pub unbuildable: usize,
+    /// The first trace's error, when any tree could not be built.
     pub first_error: Option<String>,
+    /// Trees with at least one child stream.
     pub trees_with_children: usize,
+    /// Streams per tree.
     pub streams_per_tree: Dist,
     /// Deepest stream of a tree (0: the root alone).
     pub depth: Dist,
+    /// Children per branch.
     pub children_per_branch: Dist,
     /// Largest number of a tree's streams whose recorded intervals (first start to last end,
     /// half-open) overlap at one instant.
     pub overlap: Dist,
+    /// SPAWN branches over all trees.
     pub branches: usize,
     /// Branches without a join turn, and the trees that have one.
     pub background_branches: usize,
+    /// Trees with a background branch.
     pub trees_with_background: usize,
     /// Streams of subagent entries (extra chains of an entry included), and the worker chains among
     /// them by class.
     pub subagent_streams: usize,
+    /// Worker chains among the subagent streams, by class.
     pub subagent_chains: ChainCounts,
     /// Subagent entries without a preceding root request.
     pub dropped_subagents: usize,
+    /// Flat worker chains of the top level, by class.
     pub flat_chains: ChainCounts,
 }
 
 /// The largest number of `t`'s streams whose `[first start, last end)` intervals overlap at one instant.
-pub fn tree_overlap(t: &SessionTree) -> usize {
-    let mut ev: Vec<(f64, i32)> = Vec::new();
+pub(crate) fn tree_overlap(t: &SessionTree) -> usize {
+    let mut events: Vec<(f64, i32)> = Vec::new();
     for s in &t.streams {
-        let Some(a) = s.turns.iter().map(|x| x.ts_ms).reduce(f64::min) else {
+        let Some(first_ts) = s.turns.iter().map(|x| x.ts_ms).reduce(f64::min) else {
             continue;
         };
-        let b = s
+        let last_end = s
             .turns
             .iter()
             .map(|x| x.ts_ms + x.api_time_ms.unwrap_or(0.0))
-            .fold(a, f64::max);
-        if b > a {
-            ev.push((a, 1));
-            ev.push((b, -1));
+            .fold(first_ts, f64::max);
+        if last_end > first_ts {
+            events.push((first_ts, 1));
+            events.push((last_end, -1));
         }
     }
     // Ends before starts at one instant: touching intervals do not overlap.
-    ev.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    events.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
     let (mut cur, mut best) = (0i32, 0i32);
-    for (_, d) in ev {
+    for (_, d) in events {
         cur += d;
         best = best.max(cur);
     }
@@ -308,7 +351,7 @@ pub fn tree_overlap(t: &SessionTree) -> usize {
 impl TreeStats {
     /// The figures of these trees.
     pub fn of<'a>(trees: impl IntoIterator<Item = &'a SessionTree>, basis: NestedBasis) -> Self {
-        let mut s = TreeStats {
+        let mut stats = TreeStats {
             nested_basis: match basis {
                 NestedBasis::Absolute => "absolute",
                 NestedBasis::Relative => "relative",
@@ -317,39 +360,39 @@ impl TreeStats {
         };
         let (mut streams, mut depth, mut children, mut overlap) = (vec![], vec![], vec![], vec![]);
         for t in trees {
-            s.trees += 1;
+            stats.trees += 1;
             streams.push(t.streams.len() as f64);
             depth.push(f64::from(
                 t.streams.iter().map(|x| x.depth).max().unwrap_or(0),
             ));
             overlap.push(tree_overlap(t) as f64);
             if t.streams.len() > 1 {
-                s.trees_with_children += 1;
+                stats.trees_with_children += 1;
             }
-            s.branches += t.branches.len();
-            let bg = t.branches.iter().filter(|b| b.join_turn.is_none()).count();
-            s.background_branches += bg;
-            if bg > 0 {
-                s.trees_with_background += 1;
+            stats.branches += t.branches.len();
+            let background = t.branches.iter().filter(|b| b.join_turn.is_none()).count();
+            stats.background_branches += background;
+            if background > 0 {
+                stats.trees_with_background += 1;
             }
             children.extend(t.branches.iter().map(|b| b.children.len() as f64));
-            s.dropped_subagents += t.dropped_subagents.len();
+            stats.dropped_subagents += t.dropped_subagents.len();
             for x in &t.streams {
                 match x.kind {
                     StreamKind::Subagent => {
-                        s.subagent_streams += 1;
-                        s.subagent_chains.add(x.class);
+                        stats.subagent_streams += 1;
+                        stats.subagent_chains.add(x.class);
                     }
-                    StreamKind::Flat => s.flat_chains.add(x.class),
+                    StreamKind::Flat => stats.flat_chains.add(x.class),
                     StreamKind::Main => {}
                 }
             }
         }
-        s.streams_per_tree = Dist::of(streams);
-        s.depth = Dist::of(depth);
-        s.children_per_branch = Dist::of(children);
-        s.overlap = Dist::of(overlap);
-        s
+        stats.streams_per_tree = Dist::of(streams);
+        stats.depth = Dist::of(depth);
+        stats.children_per_branch = Dist::of(children);
+        stats.overlap = Dist::of(overlap);
+        stats
     }
 }
 
@@ -364,7 +407,7 @@ pub fn tree_stats(
 }
 
 /// [`tree_stats`] of a source in format `spec`.
-pub fn tree_stats_of(
+pub(crate) fn tree_stats_of(
     spec: &FormatSpec,
     files: &SourceFiles,
     keep: impl Fn(&str) -> bool,
@@ -389,8 +432,8 @@ pub fn tree_stats_of(
             match tree::build(&t, &opts) {
                 Ok(mut tree) => {
                     // The figures need the shape only: drop the per-turn predecessor lists.
-                    for s in &mut tree.streams {
-                        for turn in &mut s.turns {
+                    for stats in &mut tree.streams {
+                        for turn in &mut stats.turns {
                             turn.replay_predecessors = Vec::new();
                         }
                     }
@@ -406,13 +449,13 @@ pub fn tree_stats_of(
         if relative {
             return Ok(None);
         }
-        let mut s = TreeStats::of(&trees, basis);
-        s.unbuildable = failed;
-        s.first_error = first_error;
-        Ok(Some(s))
+        let mut stats = TreeStats::of(&trees, basis);
+        stats.unbuildable = failed;
+        stats.first_error = first_error;
+        Ok(Some(stats))
     };
     match pass(NestedBasis::Absolute)? {
-        Some(s) => Ok(s),
+        Some(stats) => Ok(stats),
         None => Ok(pass(NestedBasis::Relative)?.expect("no basis check under relative")),
     }
 }

@@ -34,7 +34,9 @@ pub mod subagents;
 /// Generator settings.
 #[derive(Debug, Clone, Default)]
 pub struct SynthOptions {
+    /// Number of traces to write.
     pub traces: usize,
+    /// Seed of every draw; equal options write equal bytes.
     pub seed: u64,
     /// Cap on any request's input tokens (compaction happens before it); `None`: the model's limit.
     pub max_isl: Option<u32>,
@@ -51,13 +53,16 @@ pub struct SynthOptions {
 const REFERENCE_CONTEXT: f64 = 200_000.0;
 
 /// Smallest `--context`: the scaled prefix must still leave room for a conversation.
-pub const MIN_CONTEXT: u32 = 1_024;
+pub(crate) const MIN_CONTEXT: u32 = 1_024;
 
 /// Totals of a generated corpus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SynthSummary {
+    /// Traces written.
     pub traces: usize,
+    /// Requests written (top-level and nested).
     pub requests: usize,
+    /// Bytes written.
     pub bytes: u64,
 }
 
@@ -93,24 +98,24 @@ const SONNET: &str = "claude-sonnet-4-5-20250929";
 
 fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; 20];
-    let mut i = buf.len();
+    let mut pos = buf.len();
     loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
+        pos -= 1;
+        buf[pos] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    out.extend_from_slice(&buf[i..]);
+    out.extend_from_slice(&buf[pos..]);
 }
 
 fn push_secs(out: &mut Vec<u8>, x: f64) {
     // Millisecond resolution, like the proxy's captures.
-    let ms = (x * 1000.0).round() as u64;
-    push_u64(out, ms / 1000);
+    let millis = (x * 1000.0).round() as u64;
+    push_u64(out, millis / 1000);
     out.push(b'.');
-    let frac = ms % 1000;
+    let frac = millis % 1000;
     out.extend_from_slice(&[
         b'0' + (frac / 100) as u8,
         b'0' + (frac / 10 % 10) as u8,
@@ -147,13 +152,13 @@ struct RootChain {
 /// Draws trace `index`'s main session from `rng` (the draws of [`trace_line`], in its order).
 fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
     // Token sizes scale with `f`, outputs with `g` (both 1 without `context`: the same numbers).
-    let f = opts
+    let ctx_scale = opts
         .context
         .map_or(1.0, |c| f64::from(c) / REFERENCE_CONTEXT);
-    let g = f.sqrt();
+    let out_scale = ctx_scale.sqrt();
     let tok = |x: u32| -> u32 {
         if opts.context.is_some() {
-            (f64::from(x) * f).round().max(1.0) as u32
+            (f64::from(x) * ctx_scale).round().max(1.0) as u32
         } else {
             x
         }
@@ -165,8 +170,8 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
     } else {
         tok(200_000)
     };
-    if let Some(m) = opts.max_isl {
-        limit = limit.min(m);
+    if let Some(cap) = opts.max_isl {
+        limit = limit.min(cap);
     }
     // Sessions compact near their limit: 80% of a 200k context, 99% of a 1M-class one.
     let compact_at = (f64::from(limit) * if long_context { 0.99 } else { 0.8 }) as u32;
@@ -178,13 +183,13 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
         .min(limit.saturating_sub(1))
         .max(prefix + 1);
     let mut turns = (rng.lognormal(93.0, 1.0).round() as usize).clamp(1, 1_500);
-    if let Some(m) = opts.max_turns {
-        turns = turns.min(m.max(1));
+    if let Some(cap) = opts.max_turns {
+        turns = turns.min(cap.max(1));
     }
     let start = if long_context {
-        rng.lognormal(150_000.0 * f, 0.8)
+        rng.lognormal(150_000.0 * ctx_scale, 0.8)
     } else {
-        rng.lognormal(20_000.0 * f, 0.9)
+        rng.lognormal(20_000.0 * ctx_scale, 0.9)
     };
     let mut input = (start as u32)
         .min((f64::from(limit) * 0.8) as u32)
@@ -196,25 +201,25 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
     let mut ids: Vec<u32> = Vec::new();
     let mut history: Vec<(u32, usize)> = Vec::new(); // (input, full blocks) per turn, for rewinds
     let mut reqs: Vec<Req> = Vec::with_capacity(turns);
-    let mut t = 0.0f64;
+    let mut clock = 0.0f64;
     let mut prev_stop = "";
     let mut prev_out = 0u32;
-    let mut k = 0usize;
-    while k < turns {
+    let mut turn = 0usize;
+    while turn < turns {
         let mut keep = ids.len();
-        if k > 0 {
+        if turn > 0 {
             // Grow by the previous output plus new content, then cut if needed.
             let add = rng
-                .lognormal(900.0 * f, 1.3)
-                .clamp(f64::from(tok(20)), 60_000.0 * f) as u32;
+                .lognormal(900.0 * ctx_scale, 1.3)
+                .clamp(f64::from(tok(20)), 60_000.0 * ctx_scale) as u32;
             let mut next = input.saturating_add(prev_out).saturating_add(add);
             if next > compact_at || next >= limit {
                 // Compaction: keep the tools+system prefix, replace the rest with a summary.
                 keep = sys_blocks as usize;
                 let room = f64::from(limit.saturating_sub(prefix)) / 3.0;
                 let summary = rng
-                    .lognormal(9_000.0 * f, 0.5)
-                    .clamp(1_000.0 * f, 30_000.0 * f)
+                    .lognormal(9_000.0 * ctx_scale, 0.5)
+                    .clamp(1_000.0 * ctx_scale, 30_000.0 * ctx_scale)
                     .min(room.max(f64::from(tok(200)))) as u32;
                 next = (prefix + summary).min(limit.saturating_sub(1)).max(floor);
             } else if history.len() > 3 && rng.chance(0.004) {
@@ -234,21 +239,22 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
             ids.push(next_id);
             next_id += 1;
         }
-        let (output, stop, think_time) = draw_turn(rng, g, k, k + 1 == turns, prev_stop);
-        t += think_time.unwrap_or(1.0);
+        let (output, stop, think_time) =
+            draw_turn(rng, out_scale, turn, turn + 1 == turns, prev_stop);
+        clock += think_time.unwrap_or(1.0);
         let api_time = 0.4 + f64::from(output) / 70.0 + f64::from(input) / 200_000.0;
         let output_types = match (output, stop) {
             (0, _) => "tool_use",
             (_, "tool_use") => "text,thinking,tool_use",
             _ => "thinking,text",
         };
-        let input_types = if k == 0 || prev_stop == "end_turn" {
+        let input_types = if turn == 0 || prev_stop == "end_turn" {
             "text"
         } else {
             "tool_result"
         };
         reqs.push(Req {
-            t,
+            t: clock,
             streaming: rng.chance(0.7),
             input,
             output,
@@ -260,16 +266,16 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
             api_time,
             think_time,
         });
-        t += api_time;
+        clock += api_time;
         history.push((input, full));
-        k += 1;
+        turn += 1;
         // A streaming / non-streaming pair: the same prompt sent again straight away.
-        if k < turns && rng.chance(0.02) {
-            let twin = twin_of(&reqs[reqs.len() - 1], next_id, ids.len(), t);
-            t += twin.api_time;
+        if turn < turns && rng.chance(0.02) {
+            let twin = twin_of(&reqs[reqs.len() - 1], next_id, ids.len(), clock);
+            clock += twin.api_time;
             history.push((input, full));
             reqs.push(twin);
-            k += 1;
+            turn += 1;
         }
         prev_stop = reqs[reqs.len() - 1].stop;
         prev_out = reqs[reqs.len() - 1].output;
@@ -332,7 +338,7 @@ fn twin_of(prev: &Req, next_id: u32, ids_len: usize, t: f64) -> Req {
 
 /// Generates trace `index` of the corpus as one JSON line (without the newline); with
 /// [`SynthOptions::subagents`], a trace of the with-subagents shape ([`subagents`]).
-pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
+pub(crate) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize {
     if opts.subagents {
         return subagents::trace_line(opts, index, out);
     }
@@ -345,10 +351,10 @@ pub fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -> usize
         ..
     } = root_chain(opts, &mut rng);
     // Serialize; hash ids are rebuilt from (kept prefix of the previous list, new range).
-    let id = format!("trace_{:04}", index + 1);
+    let trace_id = format!("trace_{:04}", index + 1);
     let (mut sum_in, mut sum_out) = (0u64, 0u64);
     out.extend_from_slice(b"{\"id\":\"");
-    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(trace_id.as_bytes());
     out.extend_from_slice(b"\",\"models\":[\"");
     out.extend_from_slice(model.as_bytes());
     out.extend_from_slice(b"\"],\"block_size\":64,\"hash_id_scope\":\"local\",\"tool_tokens\":");
@@ -429,34 +435,34 @@ pub fn write_corpus(opts: &SynthOptions, path: &Path) -> Result<SynthSummary, Da
     if opts.traces == 0 {
         return Err(DatasetError::Argument("--traces must be at least 1".into()));
     }
-    if let Some(c) = opts.context {
-        if c < MIN_CONTEXT {
+    if let Some(context) = opts.context {
+        if context < MIN_CONTEXT {
             return Err(DatasetError::Argument(format!(
-                "--context {c} is too small: the scaled tools+system prefix needs room; use at least {MIN_CONTEXT}"
+                "--context {context} is too small: the scaled tools+system prefix needs room; use at least {MIN_CONTEXT}"
             )));
         }
     }
     // The tools+system prefix alone is up to 17,000 tokens at full scale (85 per 1,000 of context).
     let least = match opts.context {
-        Some(c) => (f64::from(c) * 0.1).ceil() as u32,
+        Some(context) => (f64::from(context) * 0.1).ceil() as u32,
         None => 20_000,
     };
     if opts.max_isl.is_some_and(|m| m < least) {
         return Err(DatasetError::Argument(match opts.context {
-            Some(c) => format!(
-                "--max-isl must be at least {least} tokens with --context {c}: the scaled tools+system prefix alone is up to {}",
-                (f64::from(c) * 0.085).ceil() as u32
+            Some(context) => format!(
+                "--max-isl must be at least {least} tokens with --context {context}: the scaled tools+system prefix alone is up to {}",
+                (f64::from(context) * 0.085).ceil() as u32
             ),
             None => "--max-isl must be at least 20000 tokens: the tools+system prefix alone is up to 17000; \
                      for a small-context server use --context N, which scales the whole trace shape"
                 .into(),
         }));
     }
-    let io = |e| DatasetError::io("write", path, e);
+    let io_err = |e| DatasetError::io("write", path, e);
     // Written beneath the output's directory, opened as a capability, then renamed into place.
-    let (root, name) = agentx_record::fsio::Root::for_file(path).map_err(io)?;
+    let (root, name) = agentx_record::fsio::Root::for_file(path).map_err(io_err)?;
     let tmp = name.with_extension(format!("tmp.{}", std::process::id()));
-    let mut w = BufWriter::with_capacity(1 << 20, root.create_file(&tmp).map_err(io)?);
+    let mut writer = BufWriter::with_capacity(1 << 20, root.create_file(&tmp).map_err(io_err)?);
     let mut line = Vec::new();
     let mut sum = SynthSummary {
         traces: opts.traces,
@@ -467,13 +473,14 @@ pub fn write_corpus(opts: &SynthOptions, path: &Path) -> Result<SynthSummary, Da
         sum.requests += trace_line(opts, i, &mut line);
         line.push(b'\n');
         sum.bytes += line.len() as u64;
-        w.write_all(&line).map_err(io)?;
+        writer.write_all(&line).map_err(io_err)?;
     }
-    w.into_inner()
-        .map_err(|e| io(e.into_error()))?
+    writer
+        .into_inner()
+        .map_err(|e| io_err(e.into_error()))?
         .sync_all()
-        .map_err(io)?;
-    root.rename(&tmp, &name).map_err(io)?;
+        .map_err(io_err)?;
+    root.rename(&tmp, &name).map_err(io_err)?;
     Ok(sum)
 }
 

@@ -8,11 +8,11 @@
 //!   one, its earliest output event (`text`, `reasoning`, `tool_call`); its `api_time` the span to the
 //!   last output event. Rounds without a dated event are dropped; the rest are ordered by submission
 //!   time, then `round_index`.
-//! - Block ids ([`synthesize_hash_ids`]): TraceLab has no content hashes; each round keeps the first
+//! - Block ids (`synthesize_hash_ids`): TraceLab has no content hashes; each round keeps the first
 //!   `prefix_tokens / block_size` ids of the round before and mints fresh ids for the rest of its
 //!   `input_tokens_total / block_size` whole blocks. One id space spans a session and the subagents
 //!   nested in it (hash ids stay per trace).
-//! - Subagent links ([`join`]): a session whose whole span lies inside a spawning tool call's window
+//! - Subagent links (`join`): a session whose whole span lies inside a spawning tool call's window
 //!   (Claude `Agent`/`Task` calls of at least `AIPERF_DATASET_TRACELAB_MIN_SPAWN_MS`; codex sessions'
 //!   `[first spawn_agent, last wait_agent result]` unless `AIPERF_DATASET_TRACELAB_CODEX_SUBAGENT_JOIN`
 //!   is false) of another session of the same `user` and `project` is that call's subagent; the
@@ -39,7 +39,7 @@ use super::error::{DatasetError, Location};
 use super::format::{FormatSpec, TracelabJoin};
 use super::weka::{parse_trace, ParsedTrace};
 
-pub mod join;
+pub(crate) mod join;
 
 const INPUT_EVENTS: [&str; 2] = ["user_message", "tool_result"];
 const OUTPUT_EVENTS: [&str; 3] = ["text", "reasoning", "tool_call"];
@@ -48,47 +48,46 @@ const TIMESTAMP_EPSILON: f64 = 1e-6;
 
 /// One tool call of a round.
 #[derive(Debug, Clone)]
-pub struct Tool {
-    pub name: String,
-    pub emitted_at: Option<f64>,
-    pub result_at: Option<f64>,
-    pub wall_latency_ms: Option<f64>,
+pub(crate) struct Tool {
+    pub(crate) name: String,
+    pub(crate) emitted_at: Option<f64>,
+    pub(crate) result_at: Option<f64>,
+    pub(crate) wall_latency_ms: Option<f64>,
 }
 
 /// One validated row (an LLM round).
 #[derive(Debug, Clone)]
-pub struct Round {
-    pub line: u64,
-    pub round_index: i64,
-    pub input_total: u64,
-    pub prefix: u64,
+pub(crate) struct Round {
+    pub(crate) round_index: i64,
+    pub(crate) input_total: u64,
+    pub(crate) prefix: u64,
     /// `output_tokens` plus `reasoning_output_tokens`.
-    pub output: u64,
-    pub model: String,
-    pub tool_result_first: bool,
-    pub emitted_tool_call: bool,
+    pub(crate) output: u64,
+    pub(crate) model: String,
+    pub(crate) tool_result_first: bool,
+    pub(crate) emitted_tool_call: bool,
     /// Submission time and api time (module docs); `None` without a dated event.
-    pub submitted: Option<f64>,
-    pub api_time: Option<f64>,
+    pub(crate) submitted: Option<f64>,
+    pub(crate) api_time: Option<f64>,
     /// Every dated event and tool time of the round.
-    pub stamps: Vec<f64>,
-    pub tools: Vec<Tool>,
+    pub(crate) stamps: Vec<f64>,
+    pub(crate) tools: Vec<Tool>,
 }
 
 /// One session: its rounds in file order and what the join compares.
 #[derive(Debug, Clone)]
-pub struct Session {
-    pub id: String,
-    pub line: u64,
+pub(crate) struct Session {
+    pub(crate) id: String,
+    pub(crate) line: u64,
     /// `(user, project)` of the first row, as JSON text.
-    pub ident: String,
-    pub codex: bool,
-    pub rounds: Vec<Round>,
+    pub(crate) ident: String,
+    pub(crate) codex: bool,
+    pub(crate) rounds: Vec<Round>,
 }
 
 impl Session {
     /// The wall-clock extent of the session over every event and tool time.
-    pub fn span(&self) -> Option<(f64, f64)> {
+    pub(crate) fn span(&self) -> Option<(f64, f64)> {
         let all = self.rounds.iter().flat_map(|r| r.stamps.iter().copied());
         all.fold(None, |acc, x| match acc {
             None => Some((x, x)),
@@ -99,12 +98,12 @@ impl Session {
 
 /// ISO-8601 to POSIX seconds; a time without an offset is UTC.
 fn parse_ts(s: &str) -> Option<f64> {
-    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
-        return Some(t.timestamp_micros() as f64 / 1e6);
+    if let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
+        return Some(parsed.timestamp_micros() as f64 / 1e6);
     }
     for f in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
-        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s.trim(), f) {
-            return Some(t.and_utc().timestamp_micros() as f64 / 1e6);
+        if let Ok(parsed) = chrono::NaiveDateTime::parse_from_str(s.trim(), f) {
+            return Some(parsed.and_utc().timestamp_micros() as f64 / 1e6);
         }
     }
     None
@@ -133,14 +132,14 @@ impl Row<'_> {
     /// A token count as aiperf reads it (`int(value or 0)`): a number (floored), a numeric string, or
     /// 0 when absent or null; negative reads as 0.
     fn count(&self, field: &str) -> Result<u64, DatasetError> {
-        let x = match self.obj.get(field) {
+        let value = match self.obj.get(field) {
             None | Some(Value::Null | Value::Bool(false)) => return Ok(0),
             Some(Value::Number(n)) => n.as_f64(),
             Some(Value::String(s)) => s.trim().parse::<i64>().ok().map(|v| v as f64),
             Some(_) => None,
         };
-        match x {
-            Some(x) if x.is_finite() => Ok(x.max(0.0).trunc() as u64),
+        match value {
+            Some(value) if value.is_finite() => Ok(value.max(0.0).trunc() as u64),
             _ => Err(self.err(
                 field.to_owned(),
                 format!(
@@ -172,32 +171,34 @@ impl Row<'_> {
         for (i, e) in events.into_iter().flatten().enumerate() {
             let kind = e.get("event_type").and_then(Value::as_str).unwrap_or("");
             emitted_tool_call |= kind == "tool_call";
-            let Some(t) = self.time(format!("timing_events[{i}].timestamp"), e.get("timestamp"))?
+            let Some(stamp) =
+                self.time(format!("timing_events[{i}].timestamp"), e.get("timestamp"))?
             else {
                 continue;
             };
-            stamps.push(t);
+            stamps.push(stamp);
             if INPUT_EVENTS.contains(&kind) {
-                ins.push(t);
+                ins.push(stamp);
             } else if OUTPUT_EVENTS.contains(&kind) {
-                outs.push(t);
+                outs.push(stamp);
             }
         }
         let mut tools = Vec::new();
         let list = self.obj.get("tools").and_then(Value::as_array);
-        for (i, t) in list.into_iter().flatten().enumerate() {
-            let emitted_at = self.time(format!("tools[{i}].emitted_at"), t.get("emitted_at"))?;
-            let result_at = self.time(format!("tools[{i}].result_at"), t.get("result_at"))?;
+        for (i, stamp) in list.into_iter().flatten().enumerate() {
+            let emitted_at =
+                self.time(format!("tools[{i}].emitted_at"), stamp.get("emitted_at"))?;
+            let result_at = self.time(format!("tools[{i}].result_at"), stamp.get("result_at"))?;
             stamps.extend(emitted_at.into_iter().chain(result_at));
             tools.push(Tool {
-                name: t
+                name: stamp
                     .get("tool_name")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned(),
                 emitted_at,
                 result_at,
-                wall_latency_ms: t.get("tool_wall_latency_ms").and_then(Value::as_f64),
+                wall_latency_ms: stamp.get("tool_wall_latency_ms").and_then(Value::as_f64),
             });
         }
         let max = |v: &[f64]| {
@@ -217,7 +218,6 @@ impl Row<'_> {
         };
         let reasoning = self.count("reasoning_output_tokens")?;
         Ok(Round {
-            line: self.line,
             round_index: self
                 .obj
                 .get("round_index")
@@ -260,10 +260,10 @@ fn read_sessions(path: &Path) -> Result<Vec<Session>, DatasetError> {
     let (mut text, mut line) = (String::new(), 0u64);
     loop {
         text.clear();
-        let n = reader
+        let bytes_read = reader
             .read_line(&mut text)
             .map_err(|e| DatasetError::io("read", path, e))?;
-        if n == 0 {
+        if bytes_read == 0 {
             break;
         }
         line += 1;
@@ -290,7 +290,7 @@ fn read_sessions(path: &Path) -> Result<Vec<Session>, DatasetError> {
             obj: &obj,
         }
         .round()?;
-        let i = *by_id.entry(sid.clone()).or_insert_with(|| {
+        let slot = *by_id.entry(sid.clone()).or_insert_with(|| {
             let ident = json!([obj.get("user"), obj.get("project")]).to_string();
             sessions.push(Session {
                 id: sid,
@@ -301,7 +301,7 @@ fn read_sessions(path: &Path) -> Result<Vec<Session>, DatasetError> {
             });
             sessions.len() - 1
         });
-        sessions[i].rounds.push(round);
+        sessions[slot].rounds.push(round);
     }
     Ok(sessions)
 }
@@ -311,15 +311,16 @@ fn read_sessions(path: &Path) -> Result<Vec<Session>, DatasetError> {
 fn order_rounds(rounds: &[Round]) -> Vec<&Round> {
     let mut timed: Vec<&Round> = rounds.iter().filter(|r| r.submitted.is_some()).collect();
     timed.sort_by(|a, b| {
-        let (x, y) = (a.submitted.unwrap_or(0.0), b.submitted.unwrap_or(0.0));
-        x.total_cmp(&y).then(a.round_index.cmp(&b.round_index))
+        let (a_at, b_at) = (a.submitted.unwrap_or(0.0), b.submitted.unwrap_or(0.0));
+        a_at.total_cmp(&b_at)
+            .then(a.round_index.cmp(&b.round_index))
     });
     timed
 }
 
 /// Allocates block ids: consecutive from 1, one space per trace (a session and its subagents).
 #[derive(Debug)]
-pub struct Minter(u64);
+pub(crate) struct Minter(u64);
 
 impl Default for Minter {
     fn default() -> Self {
@@ -337,19 +338,19 @@ impl Minter {
 
 /// The block ids of each round (module docs): `input / bs` whole blocks, of which the first
 /// `min(prefix / bs, previous round's blocks)` are the previous round's.
-pub fn synthesize_hash_ids(
+pub(crate) fn synthesize_hash_ids(
     rounds: &[&Round],
     block_size: u32,
     minter: &mut Minter,
 ) -> Vec<Vec<u64>> {
-    let bs = u64::from(block_size);
+    let block = u64::from(block_size);
     let mut prev: Vec<u64> = Vec::new();
     let mut out = Vec::with_capacity(rounds.len());
     for r in rounds {
         let total = r.input_total;
         let prefix = r.prefix.min(total);
-        let blocks = total / bs;
-        let reuse = (prefix / bs).min(prev.len() as u64).min(blocks);
+        let blocks = total / block;
+        let reuse = (prefix / block).min(prev.len() as u64).min(blocks);
         let mut ids: Vec<u64> = prev[..reuse as usize].to_vec();
         ids.extend(minter.take(blocks - reuse));
         out.push(ids.clone());
@@ -375,9 +376,9 @@ fn requests(
         if !models.contains(&r.model) {
             models.push(r.model.clone());
         }
-        let t = r.submitted.unwrap_or(t0) - t0;
+        let start = r.submitted.unwrap_or(t0) - t0;
         let mut req = json!({
-            "t": round6(t),
+            "t": round6(start),
             "type": "n",
             "model": r.model,
             "in": r.input_total.max(1),
@@ -387,20 +388,20 @@ fn requests(
             "output_types": ["text"],
             "stop": if r.emitted_tool_call { "tool_use" } else { "end_turn" },
         });
-        if let Some(a) = r.api_time {
-            req["api_time"] = json!(round6(a));
+        if let Some(api) = r.api_time {
+            req["api_time"] = json!(round6(api));
         }
-        if let Some(p) = prev_end {
-            req["think_time"] = json!(round6((t - p).max(0.0)));
+        if let Some(prev) = prev_end {
+            req["think_time"] = json!(round6((start - prev).max(0.0)));
         }
         out.push(req);
-        prev_end = Some(t + r.api_time.unwrap_or(0.0));
+        prev_end = Some(start + r.api_time.unwrap_or(0.0));
     }
     out
 }
 
 /// Runs of characters outside `[A-Za-z0-9._-]` become `_`; at most 150 characters.
-pub fn safe_trace_id(id: &str) -> String {
+pub(crate) fn safe_trace_id(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
     let mut in_run = false;
     for c in id.chars() {
@@ -433,15 +434,15 @@ fn subagent_entry(
     let mut inner = requests(&timed, chains, t0, &mut models);
     let entry_t = spawn.start - t0;
     for r in &mut inner {
-        let t = r["t"].as_f64().unwrap_or(entry_t);
-        if t + TIMESTAMP_EPSILON < entry_t {
+        let start = r["t"].as_f64().unwrap_or(entry_t);
+        if start + TIMESTAMP_EPSILON < entry_t {
             return Err(format!(
-                "subagent session {:?} (line {}) has a request at {t} s, before its spawn marker at \
+                "subagent session {:?} (line {}) has a request at {start} s, before its spawn marker at \
                  {entry_t} s; set AIPERF_DATASET_TRACELAB_SUBAGENT_JOIN=false to keep sessions flat",
                 child.id, child.line
             ));
         }
-        if t < entry_t {
+        if start < entry_t {
             r["t"] = json!(entry_t);
         }
     }
@@ -484,11 +485,11 @@ fn build_trace(
     let Some(first) = timed.first() else {
         return Ok(None);
     };
-    let t0 = first.submitted.unwrap_or(0.0);
+    let origin = first.submitted.unwrap_or(0.0);
     let mut minter = Minter::default();
     let chains = synthesize_hash_ids(&timed, block_size, &mut minter);
     let mut models = Vec::new();
-    let reqs = requests(&timed, chains, t0, &mut models);
+    let reqs = requests(&timed, chains, origin, &mut models);
     let times: Vec<f64> = reqs
         .iter()
         .map(|r| r["t"].as_f64().unwrap_or(0.0))
@@ -496,17 +497,20 @@ fn build_trace(
     let mut pending: Vec<Vec<Value>> = vec![Vec::new(); reqs.len()];
     let mut n_subagents = 0u32;
     for (spawn, child) in children {
-        let Some(entry) = subagent_entry(spawn, child, block_size, &mut minter, t0)? else {
+        let Some(entry) = subagent_entry(spawn, child, block_size, &mut minter, origin)? else {
             continue;
         };
-        let et = entry["t"].as_f64().unwrap_or(0.0);
-        let Some(anchor) = times.iter().rposition(|&rt| rt <= et) else {
+        let entry_start = entry["t"].as_f64().unwrap_or(0.0);
+        let Some(anchor) = times.iter().rposition(|&rt| rt <= entry_start) else {
             continue;
         };
         placed.insert(child.id.clone());
-        for m in entry["models"].as_array().into_iter().flatten() {
-            if let Some(m) = m.as_str().filter(|m| !models.iter().any(|x| x == m)) {
-                models.push(m.to_owned());
+        for model in entry["models"].as_array().into_iter().flatten() {
+            if let Some(model) = model
+                .as_str()
+                .filter(|model| !models.iter().any(|x| x == model))
+            {
+                models.push(model.to_owned());
             }
         }
         pending[anchor].push(entry);
@@ -525,11 +529,11 @@ fn build_trace(
     for (req, mut entries) in reqs.into_iter().zip(pending) {
         merged.push(req);
         entries.sort_by(|a, b| {
-            let (x, y) = (
+            let (a_start, b_start) = (
                 a["t"].as_f64().unwrap_or(0.0),
                 b["t"].as_f64().unwrap_or(0.0),
             );
-            x.total_cmp(&y)
+            a_start.total_cmp(&b_start)
         });
         merged.extend(entries);
     }
@@ -548,7 +552,7 @@ fn build_trace(
 
 /// Reads a TraceLab file and hands each trace (root sessions in order, then children that failed to
 /// nest) to `f` until it answers `Break`.
-pub fn scan(
+pub(crate) fn scan(
     path: &Path,
     spec: &FormatSpec,
     mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
@@ -586,8 +590,8 @@ pub fn scan(
         order.push((s, kids));
     }
     for (s, kids) in order {
-        if let Some(b) = convert(s, kids, &mut placed)? {
-            blobs.push((b, s));
+        if let Some(built) = convert(s, kids, &mut placed)? {
+            blobs.push((built, s));
         }
     }
     let fallback: Vec<&Session> = sessions
@@ -601,8 +605,8 @@ pub fn scan(
         );
     }
     for s in fallback {
-        if let Some(b) = convert(s, &[], &mut placed)? {
-            blobs.push((b, s));
+        if let Some(built) = convert(s, &[], &mut placed)? {
+            blobs.push((built, s));
         }
     }
     deliver(path, blobs, &mut f)
@@ -621,10 +625,14 @@ fn children_of<'s>(
     tracing::info!("tracelab subagent join: {}", stats.summary());
     let by_id: HashMap<&str, &Session> = sessions.iter().map(|s| (s.id.as_str(), s)).collect();
     for (child, spawn) in links {
-        let (Some(p), Some(c)) = (by_id.get(spawn.parent.as_str()), by_id.get(child)) else {
+        let (Some(parent), Some(child_session)) =
+            (by_id.get(spawn.parent.as_str()), by_id.get(child))
+        else {
             continue;
         };
-        out.entry(p.id.as_str()).or_default().push((spawn, c));
+        out.entry(parent.id.as_str())
+            .or_default()
+            .push((spawn, child_session));
     }
     out
 }
@@ -636,15 +644,15 @@ fn deliver(
     f: &mut impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     let mut seen: HashMap<String, &Session> = HashMap::new();
-    let mut n = 0usize;
+    let mut delivered = 0usize;
     for (blob, s) in blobs {
-        let id = blob["id"].as_str().unwrap_or_default().to_owned();
+        let trace_id = blob["id"].as_str().unwrap_or_default().to_owned();
         let base = Location {
             file: path.to_owned(),
             line: s.line,
             ..Location::default()
         };
-        if let Some(first) = seen.get(&id) {
+        if let Some(first) = seen.get(&trace_id) {
             return Err(DatasetError::Invalid {
                 location: Location {
                     trace: Some(s.id.clone()),
@@ -652,19 +660,19 @@ fn deliver(
                     ..base
                 },
                 message: format!(
-                    "its trace id {id:?} collides with session {:?} (line {}): ids keep only \
+                    "its trace id {trace_id:?} collides with session {:?} (line {}): ids keep only \
                      [A-Za-z0-9._-]; make the session ids differ in those characters",
                     first.id, first.line
                 ),
             });
         }
-        seen.insert(id, s);
-        n += 1;
+        seen.insert(trace_id, s);
+        delivered += 1;
         if f(parse_trace(&blob.to_string(), &base)?)?.is_break() {
             break;
         }
     }
-    Ok(n)
+    Ok(delivered)
 }
 
 #[cfg(test)]
@@ -673,7 +681,6 @@ mod tests {
 
     fn round(input: u64, prefix: u64, at: f64, tools: Vec<Tool>) -> Round {
         Round {
-            line: 1,
             round_index: 0,
             input_total: input,
             prefix,

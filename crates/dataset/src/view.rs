@@ -25,19 +25,20 @@ impl Dataset {
         self.entry.map.bytes()
     }
 
-    pub(crate) fn string(&self, i: u32) -> &str {
-        let b = self.bytes();
-        let l = &self.entry.layout;
-        let o = rd_u32(b, l.strings_off + 8 + i as usize * 8) as usize;
-        let n = rd_u32(b, l.strings_off + 12 + i as usize * 8) as usize;
-        let data = l.strings_off + 8 + l.n_strings * 8;
+    pub(crate) fn string(&self, index: u32) -> &str {
+        let bytes = self.bytes();
+        let layout = &self.entry.layout;
+        let offset = rd_u32(bytes, layout.strings_off + 8 + index as usize * 8) as usize;
+        let str_len = rd_u32(bytes, layout.strings_off + 12 + index as usize * 8) as usize;
+        let data = layout.strings_off + 8 + layout.n_strings * 8;
         // Validated as UTF-8 when the entry was opened.
-        std::str::from_utf8(&b[data + o..data + o + n]).unwrap_or("")
+        std::str::from_utf8(&bytes[data + offset..data + offset + str_len]).unwrap_or("")
     }
 
     fn pool(&self) -> &[u32] {
-        let l = &self.entry.layout;
-        as_u32s(&self.bytes()[l.pool_off..l.pool_off + l.pool_len * 4]).unwrap_or(&[])
+        let layout = &self.entry.layout;
+        as_u32s(&self.bytes()[layout.pool_off..layout.pool_off + layout.pool_len * 4])
+            .unwrap_or(&[])
     }
 
     /// Number of trajectories (traces).
@@ -45,6 +46,7 @@ impl Dataset {
         self.entry.layout.n_traces
     }
 
+    /// Whether the dataset has no trajectories.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -163,10 +165,12 @@ impl<'d> Trajectory<'d> {
         self.u32_at(16)
     }
 
+    /// Tool-definition tokens of the trace's prompt prefix.
     pub fn tool_tokens(&self) -> u32 {
         self.u32_at(20)
     }
 
+    /// System-prompt tokens of the trace's prompt prefix.
     pub fn system_tokens(&self) -> u32 {
         self.u32_at(24)
     }
@@ -188,29 +192,24 @@ impl<'d> Trajectory<'d> {
         self.u32_at(36) & super::cache::TRACE_GLOBAL_HASH_IDS != 0
     }
 
-    /// Line of the source where the trace starts (1-based; for `*.json` directories always 1).
-    pub fn source_line(&self) -> u32 {
-        self.u32_at(32)
-    }
-
     /// Turn `k`, if it exists.
     pub fn turn(&self, k: usize) -> Option<Turn<'d>> {
         (k < self.num_turns()).then(|| self.turn_unchecked(k))
     }
 
     fn turn_unchecked(&self, k: usize) -> Turn<'d> {
-        let l = &self.ds.entry.layout;
+        let layout = &self.ds.entry.layout;
         Turn {
             traj: *self,
             k,
-            off: l.turns_off + (self.first_turn() + k) * TURN_REC,
+            off: layout.turns_off + (self.first_turn() + k) * TURN_REC,
         }
     }
 
     /// All turns in order.
     pub fn turns(&self) -> impl ExactSizeIterator<Item = Turn<'d>> + 'd {
-        let me = *self;
-        (0..self.num_turns()).map(move |k| me.turn_unchecked(k))
+        let traj = *self;
+        (0..self.num_turns()).map(move |k| traj.turn_unchecked(k))
     }
 }
 
@@ -273,7 +272,7 @@ impl<'d> Turn<'d> {
 
     /// The request records no output length (a Mooncake row without `output_length`): it is sent
     /// without a token limit, and `output_tokens` is 0.
-    pub fn no_output_limit(&self) -> bool {
+    pub(crate) fn no_output_limit(&self) -> bool {
         rd_u32(self.b(), self.off + 76) & super::cache::TURN_NO_OUTPUT_LIMIT != 0
     }
 
@@ -299,30 +298,30 @@ impl<'d> Turn<'d> {
     }
 
     /// The hash ids after the common prefix with the previous turn, a slice of the mapped pool.
-    pub fn new_hash_ids(&self) -> &'d [u32] {
+    pub(crate) fn new_hash_ids(&self) -> &'d [u32] {
         let start = rd_u64(self.b(), self.off + 48) as usize;
-        let n = self.num_hash_ids() - self.lcp_with_previous();
-        &self.traj.ds.pool()[start..start + n]
+        let count = self.num_hash_ids() - self.lcp_with_previous();
+        &self.traj.ds.pool()[start..start + count]
     }
 
     /// This turn's full hash-id list, as slices of the mapped pool.
     pub fn hash_ids(&self) -> HashIds<'d> {
         let mut segs = Vec::new();
         let mut end = self.num_hash_ids();
-        let mut k = self.k;
+        let mut turn_idx = self.k;
         // Walk back through the prefix chain: each turn contributes the part of its own suffix that
         // lies below `end`; validation guarantees each lcp fits within the previous turn's ids.
         while end > 0 {
-            let t = self.traj.turn_unchecked(k);
-            let lcp = t.lcp_with_previous();
+            let turn = self.traj.turn_unchecked(turn_idx);
+            let lcp = turn.lcp_with_previous();
             if end > lcp {
-                segs.push(&t.new_hash_ids()[..end - lcp]);
+                segs.push(&turn.new_hash_ids()[..end - lcp]);
                 end = lcp;
             }
-            if end == 0 || k == 0 {
+            if end == 0 || turn_idx == 0 {
                 break;
             }
-            k -= 1;
+            turn_idx -= 1;
         }
         segs.reverse();
         HashIds {
@@ -369,17 +368,14 @@ pub struct HashIds<'d> {
 }
 
 impl<'d> HashIds<'d> {
+    /// Number of ids.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the list is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// The slices making up the list.
-    pub fn segments(&self) -> &[&'d [u32]] {
-        &self.segs
     }
 
     /// The ids in order.
@@ -389,10 +385,10 @@ impl<'d> HashIds<'d> {
 
     /// The ids copied into a vector.
     pub fn to_vec(&self) -> Vec<u32> {
-        let mut v = Vec::with_capacity(self.len);
+        let mut ids = Vec::with_capacity(self.len);
         for s in &self.segs {
-            v.extend_from_slice(s);
+            ids.extend_from_slice(s);
         }
-        v
+        ids
     }
 }

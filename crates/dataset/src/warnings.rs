@@ -5,7 +5,7 @@
 //!
 //! A warning never stops an import (the value is made replayable: clamped, remapped or dropped, as each
 //! kind says); `--strict` turns the warnings of a corpus into an error. Warnings are counted by kind with
-//! the first [`FIRST_PLACES`] places of each kind, and the report is stored in the cache entry so a warm
+//! the first `FIRST_PLACES` places of each kind, and the report is stored in the cache entry so a warm
 //! open reports the same warnings as the import that built it.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{DatasetError, Location};
 
 /// Places kept per kind.
-pub const FIRST_PLACES: usize = 5;
+pub(crate) const FIRST_PLACES: usize = 5;
 
 /// What a warning is about. The snake_case names are stable: they key `--json` output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -100,8 +100,11 @@ impl fmt::Display for WarningKind {
 /// One warning: its kind, where, and what.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Warning {
+    /// What kind of warning it is.
     pub kind: WarningKind,
+    /// Where in the source it was found.
     pub location: Location,
+    /// What was accepted and how to make the record conform.
     pub message: String,
 }
 
@@ -114,14 +117,18 @@ impl fmt::Display for Warning {
 /// The warnings of one kind: how many, and the first few places (`file:line: trace: field: message`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KindReport {
+    /// Warnings of this kind.
     pub count: u64,
+    /// The first few places, as `file:line: trace: field: message` lines.
     pub first: Vec<String>,
 }
 
 /// The warnings of a corpus, counted by kind (kind names as keys, in name order).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WarningReport {
+    /// Warnings of all kinds.
     pub total: u64,
+    /// The count and first places of each kind, keyed by kind name.
     pub by_kind: BTreeMap<String, KindReport>,
 }
 
@@ -136,6 +143,7 @@ impl WarningReport {
         }
     }
 
+    /// Whether the corpus has no warnings.
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }

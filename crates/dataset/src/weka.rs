@@ -31,7 +31,9 @@ use raw::*;
 /// Recorded transport of a request (`type` `"n"` or `"s"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
+    /// A plain request (`"n"`).
     Normal,
+    /// A streamed request (`"s"`).
     Streaming,
 }
 
@@ -51,26 +53,38 @@ pub struct ParsedRequest {
     /// Position in the `requests` list that holds it: the outer index (subagent entries counted) for a
     /// top-level request, the inner index for a request nested in a subagent entry.
     pub index: u32,
+    /// Start, seconds since the trace's clock origin (the root clock for a nested request, unless the corpus is read with the relative basis).
     pub t: f64,
+    /// Recorded transport.
     pub kind: RequestKind,
+    /// The model the request went to.
     pub model: String,
+    /// Input (prompt) tokens.
     pub input: u32,
+    /// Output tokens (0 when not recorded, see `no_output_limit`).
     pub output: u32,
     /// The request records no output length (a Mooncake row without `output_length`): `output` is 0
     /// and the request is sent without a token limit, as agentx-harness sends it.
-    pub no_output_limit: bool,
+    pub(crate) no_output_limit: bool,
+    /// The prompt's hash-block ids, in prompt order.
     pub hash_ids: Vec<u32>,
+    /// Content types of the new input (`text`, `tool_result`, ...).
     pub input_types: Vec<String>,
+    /// Content types of the reply (`text`, `tool_use`, ...).
     pub output_types: Vec<String>,
+    /// The reply's stop reason (`end_turn`, `tool_use`, ...).
     pub stop: String,
+    /// Seconds from send to the last token; `None` when missing, negative or not finite.
     pub api_time: Option<f64>,
+    /// Seconds between the previous reply and this request; `None` when not recorded or invalid.
     pub think_time: Option<f64>,
+    /// Seconds to the first token; `None` when not recorded.
     pub ttft: Option<f64>,
     /// `api_time` as recorded (negative or non-finite values kept; `api_time` drops them): aiperf's
     /// end-to-start delay uses a negative value as is.
-    pub recorded_api_time: Option<f64>,
+    pub(crate) recorded_api_time: Option<f64>,
     /// `think_time` as recorded (negative or non-finite values kept).
-    pub recorded_think_time: Option<f64>,
+    pub(crate) recorded_think_time: Option<f64>,
 }
 
 /// One validated `type: "subagent"` entry with its nested requests.
@@ -85,7 +99,9 @@ pub struct ParsedSubagent {
     pub agent_id: Option<String>,
     /// `duration_ms` as recorded (negative or non-finite values kept).
     pub duration_ms: Option<f64>,
+    /// Tool-definition tokens of the subagent's prompt prefix.
     pub tool_tokens: u32,
+    /// System-prompt tokens of the subagent's prompt prefix.
     pub system_tokens: u32,
     /// The nested requests in file order (`index` = inner index); their `t` is as recorded (a
     /// non-finite `t` is NaN, with an [`WarningKind::InvalidTime`] warning).
@@ -95,17 +111,24 @@ pub struct ParsedSubagent {
 /// One validated trace: top-level requests, and the subagent entries (which the flat replay ignores).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedTrace {
+    /// The trace's `id`.
     pub id: String,
+    /// The models the trace declares, in file order.
     pub models: Vec<String>,
+    /// Tokens per hash block.
     pub block_size: u32,
+    /// Tool-definition tokens of the root prompt prefix.
     pub tool_tokens: u32,
+    /// System-prompt tokens of the root prompt prefix.
     pub system_tokens: u32,
+    /// The top-level requests in file order (subagent entries excluded).
     pub requests: Vec<ParsedRequest>,
+    /// Number of subagent entries.
     pub subagents: u32,
     /// The largest `in + max(1, out)` over the requests nested in subagent entries (0 without any): the
     /// context those requests ask for, which trace selection by peak context counts (subagent requests
     /// are never capped by an output limit).
-    pub subagent_peak: u64,
+    pub(crate) subagent_peak: u64,
     /// The subagent entries in file order.
     pub subagent_entries: Vec<ParsedSubagent>,
     /// Where the trace starts in its source.
@@ -120,7 +143,12 @@ pub enum SourceFiles {
     /// One trace per line.
     Jsonl(PathBuf),
     /// One trace per `*.json` file, read in file-name order.
-    Dir { dir: PathBuf, files: Vec<PathBuf> },
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// Its `*.json` files, sorted by name.
+        files: Vec<PathBuf>,
+    },
 }
 
 impl SourceFiles {
@@ -141,25 +169,25 @@ impl SourceFiles {
         {
             let entry = entry.map_err(|e| DatasetError::io("list", path, e))?;
             let name = entry.file_name();
-            let p = path.join(&name);
-            if p.extension().is_none_or(|x| x != "json") {
+            let file_path = path.join(&name);
+            if file_path.extension().is_none_or(|x| x != "json") {
                 continue;
             }
             match dir.metadata(&name) {
-                Ok(m) if m.is_file() => files.push(p),
+                Ok(m) if m.is_file() => files.push(file_path),
                 Ok(_) => {}
                 Err(e) => {
-                    let link =
-                        std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+                    let link = std::fs::symlink_metadata(&file_path)
+                        .is_ok_and(|m| m.file_type().is_symlink());
                     if link {
-                        let target = std::fs::read_link(&p).unwrap_or_default();
+                        let target = std::fs::read_link(&file_path).unwrap_or_default();
                         return Err(DatasetError::SymlinkOutside {
-                            entry: p,
+                            entry: file_path,
                             dir: path.to_owned(),
                             target,
                         });
                     }
-                    return Err(DatasetError::io("stat", &p, e));
+                    return Err(DatasetError::io("stat", &file_path, e));
                 }
             }
         }
@@ -245,18 +273,18 @@ impl Ctx<'_> {
     }
 
     /// A duration in seconds: negative or not finite is dropped (a warning).
-    fn duration(&self, path: &str, name: &str, v: Option<Float>) -> Option<f64> {
-        let v = v?;
-        self.coerced(path, name, v.coerced);
-        if v.v.is_finite() && v.v >= 0.0 {
-            return Some(v.v);
+    fn duration(&self, path: &str, name: &str, value: Option<Float>) -> Option<f64> {
+        let value = value?;
+        self.coerced(path, name, value.coerced);
+        if value.v.is_finite() && value.v >= 0.0 {
+            return Some(value.v);
         }
         self.warn(
             WarningKind::InvalidDuration,
             join(path, name),
             format!(
                 "`{name}` is {}, not a finite number >= 0 (seconds); dropped",
-                v.v
+                value.v
             ),
         );
         None
@@ -338,10 +366,10 @@ fn convert_request(
         "s" => RequestKind::Streaming,
         other => unreachable!("caller dispatches on type, got {other}"),
     };
-    if let Some(f) = e.subagent_fields().next() {
+    if let Some(field) = e.subagent_fields().next() {
         return Err(ctx.err(
-            format!("{path}.{f}"),
-            format!("field `{f}` belongs to subagent entries and is not allowed on a request of type {:?}", e.kind),
+            format!("{path}.{field}"),
+            format!("field `{field}` belongs to subagent entries and is not allowed on a request of type {:?}", e.kind),
         ));
     }
     if kind == RequestKind::Normal && e.ttft.is_some() {
@@ -353,7 +381,7 @@ fn convert_request(
     if e.model.is_none() {
         ctx.harness_requires(path, "model", "a request");
     }
-    let t = ctx.time(path, required(ctx, path, "t", e.t, &e.kind)?);
+    let start = ctx.time(path, required(ctx, path, "t", e.t, &e.kind)?);
     let raw_in = required(ctx, path, "in", e.input, &e.kind)?;
     let input = ctx.count(path, "in", raw_in)?;
     if raw_in.v == 0 {
@@ -366,26 +394,26 @@ fn convert_request(
     let output = ctx.count(path, "out", required(ctx, path, "out", e.output, &e.kind)?)?;
     let hash_ids = e.hash_ids.unwrap_or_default();
     ctx.coerced(path, "hash_ids", hash_ids.coerced);
-    if let Some(&(i, v)) = hash_ids.wide.first() {
+    if let Some(&(position, id_value)) = hash_ids.wide.first() {
         let more = match hash_ids.wide.len() - 1 {
             0 => String::new(),
             n => format!(" (and {n} more in this request)"),
         };
         ctx.warn(
             WarningKind::HashIdOutOfRange,
-            format!("{path}.hash_ids[{i}]"),
-            format!("hash id {v} is outside 0..=2^32-1{more}; remapped to a free 32-bit id of this trace"),
+            format!("{path}.hash_ids[{position}]"),
+            format!("hash id {id_value} is outside 0..=2^32-1{more}; remapped to a free 32-bit id of this trace"),
         );
     }
-    let recorded_think_time = e.think_time.map(|v| v.v);
-    let recorded_api_time = e.api_time.map(|v| v.v);
+    let recorded_think_time = e.think_time.map(|id_value| id_value.v);
+    let recorded_api_time = e.api_time.map(|id_value| id_value.v);
     let think_time = ctx.duration(path, "think_time", e.think_time);
     let api_time = ctx.duration(path, "api_time", e.api_time);
     let ttft = ctx.duration(path, "ttft", e.ttft);
     Ok((
         ParsedRequest {
             index: index as u32,
-            t,
+            t: start,
             kind,
             model: e.model.unwrap_or_default(),
             input,
@@ -433,19 +461,19 @@ fn check_subagent(
     index: usize,
     e: RawEntry,
 ) -> Result<CheckedSubagent, DatasetError> {
-    if let Some(f) = e.request_fields().next() {
+    if let Some(field) = e.request_fields().next() {
         return Err(ctx.err(
-            format!("{path}.{f}"),
-            format!("field `{f}` belongs to requests and is not allowed on a subagent entry"),
+            format!("{path}.{field}"),
+            format!("field `{field}` belongs to requests and is not allowed on a subagent entry"),
         ));
     }
-    let t = e.t.ok_or_else(|| {
+    let start = e.t.ok_or_else(|| {
         ctx.err(
             format!("{path}.t"),
             "missing field `t`, required on a subagent entry",
         )
     })?;
-    let marker_t = ctx.time(path, t);
+    let marker_t = ctx.time(path, start);
     for (name, present) in [
         ("subagent_type", e.subagent_type.is_some()),
         ("status", e.status.is_some()),
@@ -455,9 +483,9 @@ fn check_subagent(
             ctx.harness_requires(path, name, "a subagent entry");
         }
     }
-    if let Some(d) = e
+    if let Some(duration) = e
         .duration_ms
-        .filter(|d| d.v.is_finite() && d.v.fract() != 0.0)
+        .filter(|duration| duration.v.is_finite() && duration.v.fract() != 0.0)
     {
         ctx.warn(
             WarningKind::HarnessSchema,
@@ -465,7 +493,7 @@ fn check_subagent(
             format!(
                 "`duration_ms` is {}, not a whole number of milliseconds, which agentx-harness's weka \
                  schema refuses (it refuses the trace); round it",
-                d.v
+                duration.v
             ),
         );
     }
@@ -488,21 +516,21 @@ fn check_subagent(
     let mut peak = 0u64;
     let mut requests = Vec::with_capacity(inner.len());
     let mut wide = Vec::new();
-    for (j, r) in inner.into_iter().enumerate() {
-        let p = format!("{path}.requests[{j}]");
-        match r.kind.as_str() {
+    for (j, request) in inner.into_iter().enumerate() {
+        let req_path = format!("{path}.requests[{j}]");
+        match request.kind.as_str() {
             "n" | "s" => {
-                let (r, w) = convert_request(ctx, &p, j, r)?;
-                peak = peak.max(u64::from(r.input) + u64::from(r.output.max(1)));
-                if !w.is_empty() {
-                    wide.push((requests.len(), w));
+                let (request, warning) = convert_request(ctx, &req_path, j, request)?;
+                peak = peak.max(u64::from(request.input) + u64::from(request.output.max(1)));
+                if !warning.is_empty() {
+                    wide.push((requests.len(), warning));
                 }
-                requests.push(r);
+                requests.push(request);
             }
             other => {
                 return Err(bad_type(
                     ctx,
-                    &p,
+                    &req_path,
                     other,
                     "\"n\", \"s\" (subagents do not nest)",
                 ))
@@ -530,25 +558,28 @@ fn check_subagent(
 fn remap_wide(mut requests: Vec<&mut ParsedRequest>, wide: &[(usize, WideIds)]) {
     let mut used: HashSet<u32> = HashSet::new();
     for (i, r) in requests.iter().enumerate() {
-        let w = wide.iter().find(|(k, _)| *k == i).map(|(_, w)| w);
-        for (j, &id) in r.hash_ids.iter().enumerate() {
-            if !w.is_some_and(|w| w.iter().any(|&(p, _)| p as usize == j)) {
-                used.insert(id);
+        let wide_ids = wide
+            .iter()
+            .find(|(k, _)| *k == i)
+            .map(|(_, wide_ids)| wide_ids);
+        for (j, &new_id) in r.hash_ids.iter().enumerate() {
+            if !wide_ids.is_some_and(|wide_ids| wide_ids.iter().any(|&(p, _)| p as usize == j)) {
+                used.insert(new_id);
             }
         }
     }
     let mut map: HashMap<i128, u32> = HashMap::new();
     let mut next = u32::MAX;
-    for (i, w) in wide {
-        for &(p, v) in w {
-            let id = *map.entry(v).or_insert_with(|| {
+    for (i, wide_ids) in wide {
+        for &(p, v) in wide_ids {
+            let new_id = *map.entry(v).or_insert_with(|| {
                 while used.contains(&next) {
                     next = next.wrapping_sub(1);
                 }
                 used.insert(next);
                 next
             });
-            requests[*i].hash_ids[p as usize] = id;
+            requests[*i].hash_ids[p as usize] = new_id;
         }
     }
 }
@@ -608,32 +639,32 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
         let path = format!("requests[{i}]");
         match e.kind.as_str() {
             "n" | "s" => {
-                let (mut r, w) = convert_request(&ctx, &path, i, e)?;
-                if r.t.is_nan() {
-                    r.t = last_t.unwrap_or(0.0);
-                } else if let Some(last) = last_t.filter(|&l| r.t < l) {
+                let (mut request, warning) = convert_request(&ctx, &path, i, e)?;
+                if request.t.is_nan() {
+                    request.t = last_t.unwrap_or(0.0);
+                } else if let Some(last) = last_t.filter(|&l| request.t < l) {
                     ctx.warn(
                         WarningKind::DecreasingTime,
                         format!("{path}.t"),
                         format!(
                             "request start times decrease: {} after {last}; replayed without a wait",
-                            r.t
+                            request.t
                         ),
                     );
                 }
-                last_t = Some(r.t);
-                if !w.is_empty() {
-                    wide.push((requests.len(), w));
+                last_t = Some(request.t);
+                if !warning.is_empty() {
+                    wide.push((requests.len(), warning));
                 }
-                requests.push(r);
+                requests.push(request);
             }
             "subagent" => {
-                let c = check_subagent(&ctx, &path, i, e)?;
-                subagent_peak = subagent_peak.max(c.peak);
-                for (j, w) in c.wide {
-                    inner_wide.push((subagent_entries.len(), j, w));
+                let checked = check_subagent(&ctx, &path, i, e)?;
+                subagent_peak = subagent_peak.max(checked.peak);
+                for (j, warning) in checked.wide {
+                    inner_wide.push((subagent_entries.len(), j, warning));
                 }
-                subagent_entries.push(c.entry);
+                subagent_entries.push(checked.entry);
                 subagents += 1;
             }
             other => return Err(bad_type(&ctx, &path, other, "\"n\", \"s\", \"subagent\"")),
@@ -642,13 +673,13 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
     if !wide.is_empty() || !inner_wide.is_empty() {
         // Nested requests follow the top-level ones in the list remapped (hash ids are per trace).
         let mut offsets = Vec::with_capacity(subagent_entries.len());
-        let mut n = requests.len();
+        let mut count = requests.len();
         for s in &subagent_entries {
-            offsets.push(n);
-            n += s.requests.len();
+            offsets.push(count);
+            count += s.requests.len();
         }
-        for (s, j, w) in inner_wide {
-            wide.push((offsets[s] + j, w));
+        for (s, j, warning) in inner_wide {
+            wide.push((offsets[s] + j, warning));
         }
         let all: Vec<&mut ParsedRequest> = requests
             .iter_mut()
@@ -675,7 +706,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
         warnings,
     };
     for short in short_prefixes(&trace, block_size) {
-        let w = Warning {
+        let warning = Warning {
             kind: WarningKind::ShortFirstRequest,
             location: short.location(&trace),
             message: format!(
@@ -683,7 +714,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
                 short.describe()
             ),
         };
-        trace.warnings.push(w);
+        trace.warnings.push(warning);
     }
     Ok(trace)
 }
@@ -692,7 +723,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
 /// agentx-harness refuses ("turn-0 system prefix requires N hash blocks but only M were recorded",
 /// `dataset/loader/weka_synth_buf.py` `init_turn_0`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ShortPrefix {
+pub(crate) struct ShortPrefix {
     /// The request's path in the trace (`requests[0].hash_ids`, `requests[3].requests[0].hash_ids`).
     pub field: String,
     /// tool_tokens + system_tokens of the trace or subagent entry.
@@ -706,7 +737,7 @@ pub struct ShortPrefix {
 
 impl ShortPrefix {
     /// Where it is: the trace's location with the field.
-    pub fn location(&self, trace: &ParsedTrace) -> Location {
+    pub(crate) fn location(&self, trace: &ParsedTrace) -> Location {
         Location {
             trace: Some(trace.id.clone()),
             field: Some(self.field.clone()),
@@ -715,7 +746,7 @@ impl ShortPrefix {
     }
 
     /// What is short, in the harness's terms.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "the tools+system prefix ({} tokens) needs {} hash blocks of {} tokens, but only {} were \
              recorded",
@@ -725,7 +756,7 @@ impl ShortPrefix {
 
     /// The smallest block size at which the recorded hash ids hold the prefix (`None`: none does,
     /// the request records no hash id).
-    pub fn smallest_fitting_block_size(&self) -> Option<u64> {
+    pub(crate) fn smallest_fitting_block_size(&self) -> Option<u64> {
         (self.recorded > 0).then(|| self.prefix_tokens.div_ceil(self.recorded).max(1))
     }
 }
@@ -734,11 +765,11 @@ impl ShortPrefix {
 /// out in `block_size`-token blocks, whose hash ids cannot hold that prefix: the first top-level
 /// request (the trace's tool/system tokens) and the first request of every subagent entry listed after
 /// a top-level request (the entry's own; an entry before any is never replayed).
-pub fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> {
-    let check = |field: String, tool: u32, system: u32, r: &ParsedRequest| {
+pub(crate) fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> {
+    let check = |field: String, tool: u32, system: u32, first: &ParsedRequest| {
         let prefix_tokens = u64::from(tool) + u64::from(system);
         let blocks = prefix_tokens.div_ceil(u64::from(block_size));
-        let recorded = r.hash_ids.len() as u64;
+        let recorded = first.hash_ids.len() as u64;
         (blocks > recorded).then_some(ShortPrefix {
             field,
             prefix_tokens,
@@ -762,12 +793,12 @@ pub fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> 
         .iter()
         .filter(|s| s.index > first.index)
     {
-        if let Some(r) = s.requests.first() {
+        if let Some(first) = s.requests.first() {
             out.extend(check(
-                format!("requests[{}].requests[{}].hash_ids", s.index, r.index),
+                format!("requests[{}].requests[{}].hash_ids", s.index, first.index),
                 s.tool_tokens,
                 s.system_tokens,
-                r,
+                first,
             ));
         }
     }
@@ -777,7 +808,10 @@ pub fn short_prefixes(trace: &ParsedTrace, block_size: u32) -> Vec<ShortPrefix> 
 /// `trace` laid out in `block_size`-token blocks whatever it declares (`--trace-block-size`): an error
 /// naming the trace when a stream's first request records too few hash ids for its tools+system
 /// prefix at that size, as the harness refuses it.
-pub fn relayout(mut trace: ParsedTrace, block_size: u32) -> Result<ParsedTrace, DatasetError> {
+pub(crate) fn relayout(
+    mut trace: ParsedTrace,
+    block_size: u32,
+) -> Result<ParsedTrace, DatasetError> {
     if let Some(short) = short_prefixes(&trace, block_size).into_iter().next() {
         let fix = match short.smallest_fitting_block_size() {
             Some(n) => format!("give a --trace-block-size of at least {n}, or drop the flag"),
@@ -804,10 +838,10 @@ pub fn relayout(mut trace: ParsedTrace, block_size: u32) -> Result<ParsedTrace, 
 
 /// Strips serde_json's " at line L column C" suffix; the location is reported separately.
 fn serde_message(e: &serde_json::Error) -> String {
-    let s = e.to_string();
-    match s.rfind(" at line ") {
-        Some(i) => s[..i].to_owned(),
-        None => s,
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
     }
 }
 
@@ -822,8 +856,8 @@ fn sniff_id(text: &str) -> Option<String> {
 
 /// Builds the located error of a trace that failed to parse.
 fn parse_error(text: &str, base: &Location, plain: serde_json::Error) -> DatasetError {
-    let de = &mut serde_json::Deserializer::from_str(text);
-    let (path, inner) = match serde_path_to_error::deserialize::<_, RawTrace>(de) {
+    let deserializer = &mut serde_json::Deserializer::from_str(text);
+    let (path, inner) = match serde_path_to_error::deserialize::<_, RawTrace>(deserializer) {
         Err(e) => (e.path().to_string(), e.into_inner()),
         // The object itself parsed: the error is text after it.
         Ok(_) => (".".to_owned(), plain),
@@ -885,17 +919,17 @@ pub fn for_each_trace(
 /// Reads traces in source order and hands each to `f` until it answers `Break` (nothing after that trace
 /// is read). Returns the number of traces read. Duplicate trace ids are an error naming both places; a
 /// source without any trace is [`DatasetError::Empty`].
-pub fn scan_traces(
+pub(crate) fn scan_traces(
     source: &SourceFiles,
     mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     let mut seen: HashMap<String, Location> = HashMap::new();
     let mut count = 0usize;
     let mut done = false;
-    let mut deliver = |t: ParsedTrace, count: &mut usize| -> Result<bool, DatasetError> {
-        if let Some(first) = seen.get(&t.id) {
-            let mut location = t.location.clone();
-            location.trace = Some(t.id.clone());
+    let mut deliver = |trace: ParsedTrace, count: &mut usize| -> Result<bool, DatasetError> {
+        if let Some(first) = seen.get(&trace.id) {
+            let mut location = trace.location.clone();
+            location.trace = Some(trace.id.clone());
             location.field = Some("id".into());
             return Err(DatasetError::Invalid {
                 location,
@@ -906,9 +940,9 @@ pub fn scan_traces(
                 ),
             });
         }
-        seen.insert(t.id.clone(), t.location.clone());
+        seen.insert(trace.id.clone(), trace.location.clone());
         *count += 1;
-        Ok(f(t)?.is_break())
+        Ok(f(trace)?.is_break())
     };
     match source {
         SourceFiles::Jsonl(path) => {
@@ -918,10 +952,10 @@ pub fn scan_traces(
             let mut lineno = 0u64;
             while !done {
                 line.clear();
-                let n = reader
+                let bytes_read = reader
                     .read_line(&mut line)
                     .map_err(|e| DatasetError::io("read", path, e))?;
-                if n == 0 {
+                if bytes_read == 0 {
                     break;
                 }
                 lineno += 1;
@@ -934,8 +968,8 @@ pub fn scan_traces(
                     line: lineno,
                     ..Location::default()
                 };
-                let t = parse_trace(text, &base)?;
-                done = deliver(t, &mut count)?;
+                let trace = parse_trace(text, &base)?;
+                done = deliver(trace, &mut count)?;
             }
             if count == 0 {
                 return Err(DatasetError::Empty { path: path.clone() });
@@ -956,8 +990,8 @@ pub fn scan_traces(
                     line: 1,
                     ..Location::default()
                 };
-                let t = parse_trace(&buf, &base)?;
-                done = deliver(t, &mut count)?;
+                let trace = parse_trace(&buf, &base)?;
+                done = deliver(trace, &mut count)?;
             }
         }
     }

@@ -41,9 +41,9 @@ pub struct StepInfo {
     /// The cut lost blocks of the previous prompt (a non-monotonic cut).
     pub reset: bool,
     /// Assistant blocks of the delta (before the wire-invariant adjustment).
-    pub assistant_blocks: usize,
+    pub(crate) assistant_blocks: usize,
     /// The user part of the delta was empty (before the adjustment).
-    pub user_delta_empty: bool,
+    pub(crate) user_delta_empty: bool,
 }
 
 /// The block structure of a trajectory, advanced turn by turn; no text.
@@ -82,29 +82,32 @@ impl<'a> Structure<'a> {
 
     /// Applies the next turn.
     pub(super) fn step(&mut self) -> StepInfo {
-        let k = self.turn.map_or(0, |t| t + 1);
-        let turn = self.traj.turn(k).expect("caller checks the turn exists");
+        let turn_idx = self.turn.map_or(0, |t| t + 1);
+        let turn = self
+            .traj
+            .turn(turn_idx)
+            .expect("caller checks the turn exists");
         if self.tiling == Tiling::Reference {
-            let info = self.step_reference(k, turn);
-            self.turn = Some(k);
+            let info = self.step_reference(turn_idx, turn);
+            self.turn = Some(turn_idx);
             return info;
         }
-        let bs = self.traj.block_size() as usize;
+        let block = self.traj.block_size() as usize;
         let lcp = turn.lcp_with_previous();
         self.ids.truncate(lcp);
         self.ids.extend_from_slice(turn.new_hash_ids());
-        let n = self.ids.len();
+        let num_ids = self.ids.len();
         let input = turn.input_tokens() as usize;
-        let full = n.min(input / bs);
-        let rest = (input - full * bs) as u32;
+        let full = num_ids.min(input / block);
+        let rest = (input - full * block) as u32;
         let tail = match rest {
             0 => None,
-            _ if full < n => Some(Tail::Partial {
+            _ if full < num_ids => Some(Tail::Partial {
                 id: self.ids[full],
                 words: rest,
             }),
             _ => Some(Tail::Synth {
-                turn: k as u32,
+                turn: turn_idx as u32,
                 words: rest,
             }),
         };
@@ -114,7 +117,7 @@ impl<'a> Structure<'a> {
             user_delta_empty: false,
         };
         let user_start;
-        if k == 0 {
+        if turn_idx == 0 {
             self.segs.clear();
             user_start = self.push_system(full);
         } else {
@@ -132,19 +135,19 @@ impl<'a> Structure<'a> {
             }
             let prev_out = self
                 .traj
-                .turn(k - 1)
+                .turn(turn_idx - 1)
                 .map_or(0, |t| t.output_tokens() as usize);
-            let a = prev_out.div_ceil(bs).min(full - keep);
-            if a > 0 {
+            let answer_blocks = prev_out.div_ceil(block).min(full - keep);
+            if answer_blocks > 0 {
                 self.segs.push(Seg {
                     role: Role::Assistant,
                     start: keep,
-                    end: keep + a,
+                    end: keep + answer_blocks,
                     tail: None,
                 });
             }
-            info.assistant_blocks = a;
-            user_start = keep + a;
+            info.assistant_blocks = answer_blocks;
+            user_start = keep + answer_blocks;
         }
         let user = Seg {
             role: Role::User,
@@ -159,32 +162,32 @@ impl<'a> Structure<'a> {
             self.segs.push(user);
         }
         self.full = full;
-        self.turn = Some(k);
+        self.turn = Some(turn_idx);
         info
     }
 
     /// Turn 0's `system` message: the tools+system blocks, at most `full` of them. Returns where the
     /// user message starts.
     fn push_system(&mut self, full: usize) -> usize {
-        let s = self.traj.system_blocks().min(full);
-        if s > 0 {
+        let system = self.traj.system_blocks().min(full);
+        if system > 0 {
             self.segs.push(Seg {
                 role: Role::System,
                 start: 0,
-                end: s,
+                end: system,
                 tail: None,
             });
         }
-        s
+        system
     }
 
     /// [`Tiling::Reference`]: applies turn `k` as the reference's `init_turn_0`/`advance_turn` do.
     fn step_reference(&mut self, k: usize, turn: crate::Turn<'a>) -> StepInfo {
-        let bs = self.traj.block_size() as usize;
+        let block = self.traj.block_size() as usize;
         let lcp = turn.lcp_with_previous();
         self.hash.truncate(lcp);
         self.hash.extend_from_slice(turn.new_hash_ids());
-        let geo = Geometry::of(self.hash.len(), turn.input_tokens() as usize, bs);
+        let geo = Geometry::of(self.hash.len(), turn.input_tokens() as usize, block);
         let tail = (geo.synth > 0).then_some(Tail::Synth {
             turn: k as u32,
             words: geo.synth as u32,
@@ -198,10 +201,10 @@ impl<'a> Structure<'a> {
             self.segs.clear();
             self.ids.clear();
             self.ids.extend_from_slice(&self.hash[..geo.covered]);
-            let s = self.push_system(geo.covered);
+            let system = self.push_system(geo.covered);
             let user = Seg {
                 role: Role::User,
-                start: s,
+                start: system,
                 end: geo.covered,
                 tail,
             };
@@ -224,32 +227,32 @@ impl<'a> Structure<'a> {
             .turn(k - 1)
             .map_or(0, |t| t.output_tokens() as usize);
         // No user segment left: the conversation resumes with a user turn.
-        let wanted = match self.segs.iter().any(|s| s.role == Role::User) {
-            true => prev_out.div_ceil(bs),
+        let wanted = match self.segs.iter().any(|system| system.role == Role::User) {
+            true => prev_out.div_ceil(block),
             false => 0,
         };
-        let mut a = wanted.min(new);
+        let mut assistant = wanted.min(new);
         if let Some(cap) = self.caps.get(k).copied().flatten() {
-            a = a.min(cap);
+            assistant = assistant.min(cap);
         }
-        if geo.synth == 0 && a == new && a > 0 {
-            a -= 1;
+        if geo.synth == 0 && assistant == new && assistant > 0 {
+            assistant -= 1;
         }
-        if a > 0 {
+        if assistant > 0 {
             self.segs.push(Seg {
                 role: Role::Assistant,
                 start,
-                end: start + a,
+                end: start + assistant,
                 tail: None,
             });
         }
         let user = Seg {
             role: Role::User,
-            start: start + a,
+            start: start + assistant,
             end: start + new,
             tail,
         };
-        info.assistant_blocks = a;
+        info.assistant_blocks = assistant;
         info.user_delta_empty = user.is_empty();
         if !user.is_empty() {
             self.segs.push(user);
@@ -325,29 +328,29 @@ impl Geometry {
 /// the tile (the reconstruction itself appends from the uncut prefix; the reference's two differ there,
 /// and this follows both as written).
 fn assistant_caps(traj: Trajectory<'_>) -> Vec<Option<usize>> {
-    let n = traj.num_turns();
-    let bs = traj.block_size() as usize;
-    let mut caps = vec![None; n];
-    let mut eff = vec![0usize; n];
+    let num_turns = traj.num_turns();
+    let block = traj.block_size() as usize;
+    let mut caps = vec![None; num_turns];
+    let mut eff = vec![0usize; num_turns];
     let mut tile: Vec<usize> = Vec::new();
-    for (k, turn) in (0..n).filter_map(|k| traj.turn(k).map(|t| (k, t))) {
+    for (k, turn) in (0..num_turns).filter_map(|k| traj.turn(k).map(|t| (k, t))) {
         let lcp = turn.lcp_with_previous();
-        let geo = Geometry::of(turn.num_hash_ids(), turn.input_tokens() as usize, bs);
+        let geo = Geometry::of(turn.num_hash_ids(), turn.input_tokens() as usize, block);
         if k == 0 {
             tile = vec![0; geo.covered];
             continue;
         }
-        let e = lcp.min(tile.len());
-        eff[k] = e;
-        let new = geo.covered.saturating_sub(e);
-        if new == 0 && geo.synth == 0 && e >= 1 {
-            let owner = tile[e - 1];
-            if owner != 0 && e > eff[owner] {
-                let bound = e - 1 - eff[owner];
+        let shared_end = lcp.min(tile.len());
+        eff[k] = shared_end;
+        let new = geo.covered.saturating_sub(shared_end);
+        if new == 0 && geo.synth == 0 && shared_end >= 1 {
+            let owner = tile[shared_end - 1];
+            if owner != 0 && shared_end > eff[owner] {
+                let bound = shared_end - 1 - eff[owner];
                 caps[owner] = Some(caps[owner].map_or(bound, |c: usize| c.min(bound)));
             }
         }
-        tile.truncate(e);
+        tile.truncate(shared_end);
         tile.extend(std::iter::repeat_n(k, new));
     }
     caps
@@ -357,10 +360,10 @@ fn assistant_caps(traj: Trajectory<'_>) -> Vec<Option<usize>> {
 /// whose user delta is empty cannot (the server would see no new user content); in recorded mode, turns
 /// whose whole delta is empty cannot. Turn 0 always can.
 pub fn sendable_starts(traj: Trajectory<'_>, mode: AssistantMode, tiling: Tiling) -> Vec<bool> {
-    let mut s = Structure::new(traj, tiling);
+    let mut structure = Structure::new(traj, tiling);
     (0..traj.num_turns())
         .map(|_| {
-            let info = s.step();
+            let info = structure.step();
             match mode {
                 AssistantMode::Live => !info.user_delta_empty,
                 AssistantMode::Recorded => !(info.user_delta_empty && info.assistant_blocks == 0),

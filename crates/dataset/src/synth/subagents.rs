@@ -5,35 +5,35 @@
 //!
 //! **The root.** Trace `i`'s main session is drawn exactly as the default shape draws trace `i` (same
 //! seed, same stream, same requests and hash ids); everything added is drawn from a second generator
-//! (the seed xor [`SALT`], on the trace's stream), so a trace still depends only on (seed, index).
+//! (the seed xor `SALT`, on the trace's stream), so a trace still depends only on (seed, index).
 //! Times are re-derived in whole milliseconds (`t_k = t_{k-1} + api_{k-1} + gap_k`) so that a request
 //! that starts when the previous one ends is an exact extension for hash-chain detection; a root turn
 //! that joins subagents starts after the last of them ended, its `think_time` the whole wait.
 //!
 //! **Subagent entries** (`type: "subagent"`, listed after the root request that spawns them, in
 //! start order; nested `t` absolute on the root clock, at or after the entry's `t`):
-//! - [`P_SUBAGENTS`] of the traces have subagents. Those have a log-normal number of spawning root
-//!   turns (median [`SPAWNS_MEDIAN`], σ 0.8, 1-12; `tool_use` turns whose successor is neither a
+//! - `P_SUBAGENTS` of the traces have subagents. Those have a log-normal number of spawning root
+//!   turns (median `SPAWNS_MEDIAN`, σ 0.8, 1-12; `tool_use` turns whose successor is neither a
 //!   streaming/non-streaming twin nor a compaction), each spawning a fan-out of 1-5 subagents
-//!   ([`FANOUT`]: 1 55%, 2 22%, 3 13%, 4 6%, 5 4%) that start within a few hundred ms of each other
+//!   (`FANOUT`: 1 55%, 2 22%, 3 13%, 4 6%, 5 4%) that start within a few hundred ms of each other
 //!   and overlap; the next root turn waits for all of them (one SPAWN branch, one join).
-//! - [`P_BACKGROUND`] of those also launch one background subagent (`status: "async_launched"`,
+//! - `P_BACKGROUND` of those also launch one background subagent (`status: "async_launched"`,
 //!   `duration_ms`, `total_tokens` and `tool_use_count` null) from the second-to-last root turn that
 //!   outlives the root: no root turn joins it.
 //! - A subagent is `Explore` (haiku, 55%), `general-purpose` (the root's model, 35%) or `Plan` (the
 //!   root's model, 10%), with the type's declared tool (6-12k) and system (0.6-3k) tokens; subagents
 //!   of one type share the hash ids of that prefix. It makes a log-normal number of sequential
-//!   requests (median [`REQUESTS_MEDIAN`], σ 0.9, 1-120, `--max-turns` caps it too), from the prefix
+//!   requests (median `REQUESTS_MEDIAN`, σ 0.9, 1-120, `--max-turns` caps it too), from the prefix
 //!   plus a task prompt (median 1.5k tokens), each adding the previous output and a tool result
 //!   (median 1.5k tokens), 0.1-60 s apart; it stops before 80% of a standard 200k context (or
 //!   `--max-isl`). `duration_ms` runs from the entry's `t` to the end of its last request plus up to
 //!   120 ms.
 //!
 //! **Flat worker chains** in the top level, which hash-chain detection splits off the main chain:
-//! - [`P_AUX`] of the traces have 1-3 one-shot aux requests issued while a root turn runs: 70% on
+//! - `P_AUX` of the traces have 1-3 one-shot aux requests issued while a root turn runs: 70% on
 //!   haiku (cross-model), 30% on the root's model with a small fresh context (under 12k tokens, so
 //!   under the aux threshold of 16,384); each becomes `::aux:NNN`.
-//! - [`P_FORK`] of the traces have a forked agent (25% of those a second one): 2-5 sequential
+//! - `P_FORK` of the traces have a forked agent (25% of those a second one): 2-5 sequential
 //!   requests on the root's model that start after a root turn, sharing the prefix the main chain had
 //!   1-3 turns earlier and then growing on their own (never past the fork point's length); each
 //!   becomes `::fa:NNN`. Forks are placed after the root's last compaction or rewind, where detection
@@ -49,21 +49,21 @@ use super::{root_chain, write_request, Draws, Req, RootChain, SynthOptions, BLOC
 const HAIKU: &str = "claude-haiku-4-5-20251001";
 
 /// Xored into the seed for the generator of everything but the root.
-pub const SALT: u64 = 0x5ab_a6e7_5eed_0001;
+pub(crate) const SALT: u64 = 0x5ab_a6e7_5eed_0001;
 /// Fraction of traces with subagent entries.
-pub const P_SUBAGENTS: f64 = 0.85;
+pub(crate) const P_SUBAGENTS: f64 = 0.85;
 /// Median number of spawning root turns of a trace with subagents.
-pub const SPAWNS_MEDIAN: f64 = 2.0;
+pub(crate) const SPAWNS_MEDIAN: f64 = 2.0;
 /// Cumulative weights (in %) of a fan-out of 1, 2, 3, 4, 5 subagents.
-pub const FANOUT: [u32; 5] = [55, 77, 90, 96, 100];
+pub(crate) const FANOUT: [u32; 5] = [55, 77, 90, 96, 100];
 /// Fraction of traces with subagents that also launch a background subagent.
-pub const P_BACKGROUND: f64 = 0.25;
+pub(crate) const P_BACKGROUND: f64 = 0.25;
 /// Median number of requests of a subagent.
-pub const REQUESTS_MEDIAN: f64 = 10.0;
+pub(crate) const REQUESTS_MEDIAN: f64 = 10.0;
 /// Fraction of traces with aux requests in the top level.
-pub const P_AUX: f64 = 0.45;
+pub(crate) const P_AUX: f64 = 0.45;
 /// Fraction of traces with a forked flat agent.
-pub const P_FORK: f64 = 0.30;
+pub(crate) const P_FORK: f64 = 0.30;
 
 /// A subagent type: its name, whether it runs on haiku, its declared tool and system token ranges,
 /// and its cumulative share (in %).
@@ -141,17 +141,17 @@ struct Gen<'o> {
 }
 
 impl Gen<'_> {
-    fn tok(&self, x: u32) -> u32 {
+    fn tok(&self, tokens: u32) -> u32 {
         if self.opts.context.is_some() {
-            (f64::from(x) * self.f).round().max(1.0) as u32
+            (f64::from(tokens) * self.f).round().max(1.0) as u32
         } else {
-            x
+            tokens
         }
     }
 
-    fn range_u64(&mut self, lo: u64, hi: u64) -> u64 {
-        let hi = hi.max(lo).min(u64::from(u32::MAX));
-        u64::from(self.rng.range(lo.min(hi) as u32, hi as u32))
+    fn range_u64(&mut self, low: u64, high: u64) -> u64 {
+        let high = high.max(low).min(u64::from(u32::MAX));
+        u64::from(self.rng.range(low.min(high) as u32, high as u32))
     }
 
     /// Appends fresh ids to `ids` until it has `full` of them.
@@ -163,90 +163,100 @@ impl Gen<'_> {
     }
 
     fn fanout(&mut self) -> usize {
-        let x = self.rng.range(1, 100);
-        FANOUT.iter().position(|&w| x <= w).unwrap_or(0) + 1
+        let roll = self.rng.range(1, 100);
+        FANOUT.iter().position(|&w| roll <= w).unwrap_or(0) + 1
     }
 
-    fn api_ms(&self, haiku: bool, input: u32, output: u32) -> u64 {
-        let s = if haiku {
+    fn api_ms(haiku: bool, input: u32, output: u32) -> u64 {
+        let seconds = if haiku {
             0.25 + f64::from(output) / 150.0 + f64::from(input) / 400_000.0
         } else {
             0.4 + f64::from(output) / 70.0 + f64::from(input) / 200_000.0
         };
-        to_ms(s).max(1)
+        to_ms(seconds).max(1)
     }
 
     /// `k` distinct elements of `from` (a partial Fisher-Yates shuffle), sorted.
-    fn pick(&mut self, from: &[usize], k: usize) -> Vec<usize> {
-        let mut v = from.to_vec();
-        let k = k.min(v.len());
-        for i in 0..k {
-            let j = self.rng.range(i as u32, (v.len() - 1) as u32) as usize;
-            v.swap(i, j);
+    fn pick(&mut self, from: &[usize], count: usize) -> Vec<usize> {
+        let mut pool = from.to_vec();
+        let count = count.min(pool.len());
+        for i in 0..count {
+            let other = self.rng.range(i as u32, (pool.len() - 1) as u32) as usize;
+            pool.swap(i, other);
         }
-        v.truncate(k);
-        v.sort_unstable();
-        v
+        pool.truncate(count);
+        pool.sort_unstable();
+        pool
     }
 
     /// A subagent whose entry starts at `marker`; with `outlive`, a background one whose last request
     /// ends after that instant.
     fn subagent(&mut self, marker: u64, agent: usize, outlive: Option<u64>) -> SubEntry {
-        let x = self.rng.range(1, 100);
-        let kind = TYPES.iter().position(|t| x <= t.upto).unwrap_or(0);
-        let ty = &TYPES[kind];
+        let roll = self.rng.range(1, 100);
+        let kind = TYPES
+            .iter()
+            .position(|at_ms| roll <= at_ms.upto)
+            .unwrap_or(0);
+        let spec = &TYPES[kind];
         if self.prefixes[kind].is_none() {
-            let tool = self.rng.range(self.tok(ty.tool.0), self.tok(ty.tool.1));
-            let system = self.rng.range(self.tok(ty.system.0), self.tok(ty.system.1));
+            let tool = self.rng.range(self.tok(spec.tool.0), self.tok(spec.tool.1));
+            let system = self
+                .rng
+                .range(self.tok(spec.system.0), self.tok(spec.system.1));
             let mut ids = Vec::new();
             self.fresh(&mut ids, ((tool + system) / BLOCK) as usize);
             self.prefixes[kind] = Some((tool, system, ids));
         }
         let (tool, system, prefix_ids) = self.prefixes[kind].clone().expect("drawn above");
-        let model = if ty.haiku { HAIKU } else { self.root_model };
-        let (f, g) = (self.f, self.g);
-        let mut n = (self.rng.lognormal(REQUESTS_MEDIAN, 0.9).round() as usize).clamp(1, 120);
-        if let Some(m) = self.opts.max_turns {
-            n = n.min(m.max(1));
+        let model = if spec.haiku { HAIKU } else { self.root_model };
+        let (ctx_scale, out_scale) = (self.f, self.g);
+        let mut count = (self.rng.lognormal(REQUESTS_MEDIAN, 0.9).round() as usize).clamp(1, 120);
+        if let Some(max_turns) = self.opts.max_turns {
+            count = count.min(max_turns.max(1));
         }
         let task = self
             .rng
-            .lognormal(1_500.0 * f, 0.7)
-            .clamp(f64::from(self.tok(200)), 20_000.0 * f) as u32;
+            .lognormal(1_500.0 * ctx_scale, 0.7)
+            .clamp(f64::from(self.tok(200)), 20_000.0 * ctx_scale) as u32;
         let mut input = (tool + system + task)
             .min(self.cap.saturating_sub(1))
             .max(1);
         let mut ids: Vec<u32> = prefix_ids;
         ids.truncate((input / BLOCK) as usize);
-        let mut reqs: Vec<Item> = Vec::with_capacity(n);
-        let mut t = marker + self.range_u64(0, 50);
-        for j in 0..n {
+        let mut reqs: Vec<Item> = Vec::with_capacity(count);
+        let mut at_ms = marker + self.range_u64(0, 50);
+        for j in 0..count {
             let mut think = 0;
             if let Some(prev) = reqs.last() {
                 let add = self
                     .rng
-                    .lognormal(1_500.0 * f, 1.0)
-                    .clamp(f64::from(self.tok(20)), 30_000.0 * f) as u32;
+                    .lognormal(1_500.0 * ctx_scale, 1.0)
+                    .clamp(f64::from(self.tok(20)), 30_000.0 * ctx_scale)
+                    as u32;
                 let next = input.saturating_add(prev.req.output).saturating_add(add);
                 if next >= self.cap {
                     break;
                 }
                 input = next;
                 think = to_ms(self.rng.lognormal(1.0, 0.9).clamp(0.1, 60.0));
-                t = prev.t + to_ms(prev.req.api_time) + think;
+                at_ms = prev.t + to_ms(prev.req.api_time) + think;
             }
-            let last = j + 1 == n;
+            let last = j + 1 == count;
             let output = if last {
-                self.rng.lognormal(500.0 * g, 0.8).clamp(20.0, 8_000.0 * g)
+                self.rng
+                    .lognormal(500.0 * out_scale, 0.8)
+                    .clamp(20.0, 8_000.0 * out_scale)
             } else {
-                self.rng.lognormal(150.0 * g, 1.0).clamp(1.0, 4_000.0 * g)
+                self.rng
+                    .lognormal(150.0 * out_scale, 1.0)
+                    .clamp(1.0, 4_000.0 * out_scale)
             } as u32;
             self.fresh(&mut ids, (input / BLOCK) as usize);
-            let api = self.api_ms(ty.haiku, input, output);
+            let api = Self::api_ms(spec.haiku, input, output);
             reqs.push(Item {
-                t,
+                t: at_ms,
                 req: Req {
-                    t: secs(t),
+                    t: secs(at_ms),
                     streaming: self.rng.chance(0.7),
                     input,
                     output,
@@ -264,20 +274,20 @@ impl Gen<'_> {
         }
         let duration_ms = match outlive {
             Some(until) => {
-                let lr = reqs.last_mut().expect("at least one request");
-                if lr.t + to_ms(lr.req.api_time) <= until {
+                let last_req = reqs.last_mut().expect("at least one request");
+                if last_req.t + to_ms(last_req.req.api_time) <= until {
                     let moved = until + self.range_u64(1, 5_000);
-                    if let Some(th) = lr.req.think_time.as_mut() {
-                        *th += secs(moved - lr.t);
+                    if let Some(think) = last_req.req.think_time.as_mut() {
+                        *think += secs(moved - last_req.t);
                     }
-                    lr.t = moved;
-                    lr.req.t = secs(moved);
+                    last_req.t = moved;
+                    last_req.req.t = secs(moved);
                 }
                 None
             }
             None => {
-                let lr = reqs.last().expect("at least one request");
-                Some(lr.t + to_ms(lr.req.api_time) - marker + self.range_u64(5, 120))
+                let last_req = reqs.last().expect("at least one request");
+                Some(last_req.t + to_ms(last_req.req.api_time) - marker + self.range_u64(5, 120))
             }
         };
         SubEntry {
@@ -292,13 +302,13 @@ impl Gen<'_> {
     }
 
     /// A one-shot aux request at `t`: on haiku, or on the root's model with a small fresh context.
-    fn aux(&mut self, t: u64) -> Item {
+    fn aux(&mut self, at_ms: u64) -> Item {
         let cross = self.rng.chance(0.7);
-        let f = self.f;
+        let ctx_scale = self.f;
         let input = if cross {
-            self.rng.lognormal(700.0 * f, 0.8)
+            self.rng.lognormal(700.0 * ctx_scale, 0.8)
         } else {
-            self.rng.lognormal(2_500.0 * f, 0.7)
+            self.rng.lognormal(2_500.0 * ctx_scale, 0.7)
         }
         .clamp(130.0, 12_000.0)
         .min(f64::from(self.cap.saturating_sub(1)).max(130.0)) as u32;
@@ -306,11 +316,11 @@ impl Gen<'_> {
         let mut ids = Vec::new();
         self.fresh(&mut ids, (input / BLOCK) as usize);
         let model = if cross { HAIKU } else { self.root_model };
-        let api = self.api_ms(cross, input, output);
+        let api = Self::api_ms(cross, input, output);
         Item {
-            t,
+            t: at_ms,
             req: Req {
-                t: secs(t),
+                t: secs(at_ms),
                 streaming: self.rng.chance(0.5),
                 input,
                 output,
@@ -330,29 +340,32 @@ impl Gen<'_> {
     /// A forked agent starting at `start` from `prefix` (the main chain's ids some turns back), its
     /// requests adding at most `budget` blocks in all.
     fn fork(&mut self, prefix: &[u32], budget: usize, start: u64) -> Vec<Item> {
-        let n = (self.rng.range(2, 5) as usize).min(budget);
-        let step = (budget / n).max(1) as u32;
-        let g = self.g;
+        let count = (self.rng.range(2, 5) as usize).min(budget);
+        let step = (budget / count).max(1) as u32;
+        let out_scale = self.g;
         let mut ids = prefix.to_vec();
-        let mut out: Vec<Item> = Vec::with_capacity(n);
-        let mut t = start;
-        for j in 0..n {
+        let mut out: Vec<Item> = Vec::with_capacity(count);
+        let mut at_ms = start;
+        for j in 0..count {
             let mut think = 0;
             if let Some(prev) = out.last() {
                 think = to_ms(self.rng.lognormal(1.5, 1.0).clamp(0.1, 30.0));
-                t = prev.t + to_ms(prev.req.api_time) + think;
+                at_ms = prev.t + to_ms(prev.req.api_time) + think;
             }
             let add = self.rng.range(1, step) as usize;
             let full = ids.len() + add;
             self.fresh(&mut ids, full);
             let input = ids.len() as u32 * BLOCK + self.rng.range(0, BLOCK - 1);
-            let last = j + 1 == n;
-            let output = self.rng.lognormal(200.0 * g, 1.0).clamp(1.0, 4_000.0 * g) as u32;
-            let api = self.api_ms(false, input, output);
+            let last = j + 1 == count;
+            let output = self
+                .rng
+                .lognormal(200.0 * out_scale, 1.0)
+                .clamp(1.0, 4_000.0 * out_scale) as u32;
+            let api = Self::api_ms(false, input, output);
             out.push(Item {
-                t,
+                t: at_ms,
                 req: Req {
-                    t: secs(t),
+                    t: secs(at_ms),
                     streaming: self.rng.chance(0.7),
                     input,
                     output,
@@ -373,9 +386,9 @@ impl Gen<'_> {
 }
 
 /// The hash ids of root request `k`.
-fn root_ids(reqs: &[Req], k: usize) -> Vec<u32> {
+fn root_ids(reqs: &[Req], last: usize) -> Vec<u32> {
     let mut cur = Vec::new();
-    for r in &reqs[..=k] {
+    for r in &reqs[..=last] {
         cur.truncate(r.ids_keep);
         cur.extend(r.ids_new.clone());
     }
@@ -395,8 +408,8 @@ fn push_str_list(out: &mut Vec<u8>, items: &[&str]) {
     out.push(b']');
 }
 
-fn push_opt(out: &mut Vec<u8>, v: Option<u64>) {
-    match v {
+fn push_opt(out: &mut Vec<u8>, value: Option<u64>) {
+    match value {
         Some(x) => push_u64(out, x),
         None => out.extend_from_slice(b"null"),
     }
@@ -420,14 +433,14 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
         next_id,
         mut reqs,
     } = root_chain(opts, &mut Draws::new(opts.seed, index));
-    let f = opts
+    let ctx_scale = opts
         .context
         .map_or(1.0, |c| f64::from(c) / REFERENCE_CONTEXT);
     let mut gen = Gen {
         rng: Draws::new(opts.seed ^ SALT, index),
         opts,
-        f,
-        g: f.sqrt(),
+        f: ctx_scale,
+        g: ctx_scale.sqrt(),
         cap: 0,
         root_model: model,
         next_id,
@@ -438,27 +451,27 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
         .map_or(gen.tok(200_000), |m| m.min(gen.tok(200_000)));
     gen.cap = (f64::from(standard) * 0.8) as u32;
 
-    let n = reqs.len();
+    let count = reqs.len();
     let api: Vec<u64> = reqs.iter().map(|r| to_ms(r.api_time).max(1)).collect();
     let mut gap: Vec<u64> = reqs
         .iter()
         .map(|r| r.think_time.map_or(1000, to_ms))
         .collect();
     let len: Vec<usize> = reqs.iter().map(|r| r.ids_keep + r.ids_new.len()).collect();
-    let cut: Vec<bool> = (0..n)
-        .map(|k| k > 0 && reqs[k].ids_keep < len[k - 1])
+    let cut: Vec<bool> = (0..count)
+        .map(|bg_turn| bg_turn > 0 && reqs[bg_turn].ids_keep < len[bg_turn - 1])
         .collect();
-    let twin: Vec<bool> = (0..n)
-        .map(|k| k > 0 && reqs[k].ids_new.is_empty() && gap[k] == 0)
+    let twin: Vec<bool> = (0..count)
+        .map(|bg_turn| bg_turn > 0 && reqs[bg_turn].ids_new.is_empty() && gap[bg_turn] == 0)
         .collect();
 
     // Subagent plan: spawning turns, and a background subagent from the second-to-last turn.
     let with_sub = gen.rng.chance(P_SUBAGENTS);
-    let background = with_sub && n >= 2 && gen.rng.chance(P_BACKGROUND) && gap[n - 1] >= 2;
-    let candidates: Vec<usize> = (0..n.saturating_sub(1))
-        .filter(|&k| {
-            let reserved = background && k == n - 2;
-            reqs[k].stop == "tool_use" && !twin[k + 1] && !cut[k + 1] && !reserved
+    let background = with_sub && count >= 2 && gen.rng.chance(P_BACKGROUND) && gap[count - 1] >= 2;
+    let candidates: Vec<usize> = (0..count.saturating_sub(1))
+        .filter(|&bg_turn| {
+            let reserved = background && bg_turn == count - 2;
+            reqs[bg_turn].stop == "tool_use" && !twin[bg_turn + 1] && !cut[bg_turn + 1] && !reserved
         })
         .collect();
     let spawns = if with_sub {
@@ -469,32 +482,33 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
     let spawn_turns = gen.pick(&candidates, spawns);
 
     // The root timeline in ms, each join waiting for its fan-out.
-    let (t, mut subs) = root_timeline(&mut gen, &spawn_turns, &api, &mut gap);
+    let (starts, mut subs) = root_timeline(&mut gen, &spawn_turns, &api, &mut gap);
     if background {
-        let k = n - 2;
-        let marker = t[k] + api[k] + gen.range_u64(1, 300).min(gap[n - 1] - 1);
-        let s = gen.subagent(marker, subs.len() + 1, Some(t[n - 1]));
-        subs.push(s);
+        let bg_turn = count - 2;
+        let marker = starts[bg_turn] + api[bg_turn] + gen.range_u64(1, 300).min(gap[count - 1] - 1);
+        let sub = gen.subagent(marker, subs.len() + 1, Some(starts[count - 1]));
+        subs.push(sub);
     }
 
-    let flats = flat_chains(&mut gen, &reqs, &t, &api, &len, &cut, sys_blocks);
+    let flats = flat_chains(&mut gen, &reqs, &starts, &api, &len, &cut, sys_blocks);
 
     // Root times, in whole ms.
-    for (k, r) in reqs.iter_mut().enumerate() {
-        r.t = secs(t[k]);
-        r.api_time = secs(api[k]);
+    for (bg_turn, r) in reqs.iter_mut().enumerate() {
+        r.t = secs(starts[bg_turn]);
+        r.api_time = secs(api[bg_turn]);
         if r.think_time.is_some() {
-            r.think_time = Some(secs(gap[k]));
+            r.think_time = Some(secs(gap[bg_turn]));
         }
     }
 
     // Top-level list order: by start, root requests before entries and flat requests at one instant.
-    let mut order: Vec<(u64, u8, usize, Entry)> = Vec::with_capacity(n + subs.len() + flats.len());
-    order.extend((0..n).map(|k| (t[k], 0, k, Entry::Root(k))));
+    let mut order: Vec<(u64, u8, usize, Entry)> =
+        Vec::with_capacity(count + subs.len() + flats.len());
+    order.extend((0..count).map(|bg_turn| (starts[bg_turn], 0, bg_turn, Entry::Root(bg_turn))));
     order.extend(
         subs.iter()
             .enumerate()
-            .map(|(i, s)| (s.t, 1, i, Entry::Sub(i))),
+            .map(|(i, sub)| (sub.t, 1, i, Entry::Sub(i))),
     );
     order.extend(
         flats
@@ -510,8 +524,8 @@ pub(super) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
             models.push(m);
         }
     };
-    for s in &subs {
-        s.reqs.iter().for_each(|r| note(r.model));
+    for sub in &subs {
+        sub.reqs.iter().for_each(|r| note(r.model));
     }
     flats.iter().for_each(|r| note(r.model));
 
@@ -532,76 +546,79 @@ fn root_timeline(
     api: &[u64],
     gap: &mut [u64],
 ) -> (Vec<u64>, Vec<SubEntry>) {
-    let n = api.len();
-    let mut t = vec![0u64; n];
+    let count = api.len();
+    let mut starts = vec![0u64; count];
     let mut subs: Vec<SubEntry> = Vec::new();
     let mut next_spawn = spawn_turns.iter().copied().peekable();
     let mut wait_until: Option<u64> = None;
-    for k in 0..n {
+    for k in 0..count {
         if k > 0 {
-            let ready = t[k - 1] + api[k - 1];
-            if let Some(w) = wait_until.take() {
-                gap[k] = gap[k].max(w.saturating_sub(ready));
+            let ready = starts[k - 1] + api[k - 1];
+            if let Some(until) = wait_until.take() {
+                gap[k] = gap[k].max(until.saturating_sub(ready));
             }
-            t[k] = ready + gap[k];
+            starts[k] = ready + gap[k];
         }
         if next_spawn.peek() == Some(&k) {
             next_spawn.next();
             let fan = gen.fanout();
-            let base = t[k] + api[k] + gen.range_u64(1, 200);
+            let base = starts[k] + api[k] + gen.range_u64(1, 200);
             let mut end = 0;
             for i in 0..fan {
                 let marker = base + i as u64 * gen.range_u64(0, 150);
-                let s = gen.subagent(marker, subs.len() + 1, None);
-                end = end.max(marker + s.duration_ms.unwrap_or(0));
-                subs.push(s);
+                let sub = gen.subagent(marker, subs.len() + 1, None);
+                end = end.max(marker + sub.duration_ms.unwrap_or(0));
+                subs.push(sub);
             }
             wait_until = Some(end + gen.range_u64(1, 500));
         }
     }
-    (t, subs)
+    (starts, subs)
 }
 
 /// Flat chains: aux one-shots, then forked agents.
 fn flat_chains(
     gen: &mut Gen<'_>,
     reqs: &[Req],
-    t: &[u64],
+    starts: &[u64],
     api: &[u64],
     len: &[usize],
     cut: &[bool],
     sys_blocks: usize,
 ) -> Vec<Item> {
-    let n = reqs.len();
+    let count = reqs.len();
     let mut flats: Vec<Item> = Vec::new();
-    if n >= 2 && gen.rng.chance(P_AUX) {
+    if count >= 2 && gen.rng.chance(P_AUX) {
         for _ in 0..gen.rng.range(1, 3) {
-            let j = gen.rng.range(1, (n - 1) as u32) as usize;
-            let at = t[j] + gen.range_u64(1, api[j]);
-            flats.push(gen.aux(at));
+            let turn = gen.rng.range(1, (count - 1) as u32) as usize;
+            let aux_at = starts[turn] + gen.range_u64(1, api[turn]);
+            flats.push(gen.aux(aux_at));
         }
     }
     if gen.rng.chance(P_FORK) {
-        let last_cut = (0..n).rev().find(|&k| cut[k]).unwrap_or(0);
+        let last_cut = (0..count).rev().find(|&turn| cut[turn]).unwrap_or(0);
         let mut longest_fork = 0usize;
         let forks = if gen.rng.chance(0.25) { 2 } else { 1 };
         for _ in 0..forks {
             let back = gen.rng.range(1, 3) as usize;
-            let cands: Vec<usize> = (back..n.saturating_sub(2))
-                .filter(|&k| {
-                    let d = len[k - back];
-                    k - back >= last_cut && d > sys_blocks && d > longest_fork && len[k] >= d + 2
+            let cands: Vec<usize> = (back..count.saturating_sub(2))
+                .filter(|&turn| {
+                    let prefix_len = len[turn - back];
+                    turn - back >= last_cut
+                        && prefix_len > sys_blocks
+                        && prefix_len > longest_fork
+                        && len[turn] >= prefix_len + 2
                 })
                 .collect();
             if cands.is_empty() {
                 break;
             }
-            let k = cands[gen.rng.range(0, (cands.len() - 1) as u32) as usize];
-            let d = len[k - back];
-            let prefix = root_ids(reqs, k - back);
-            let start = t[k] + api[k] + gen.range_u64(1, 300);
-            flats.extend(gen.fork(&prefix, len[k] - d, start));
-            longest_fork = len[k];
+            let turn = cands[gen.rng.range(0, (cands.len() - 1) as u32) as usize];
+            let prefix_len = len[turn - back];
+            let prefix = root_ids(reqs, turn - back);
+            let start = starts[turn] + api[turn] + gen.range_u64(1, 300);
+            flats.extend(gen.fork(&prefix, len[turn] - prefix_len, start));
+            longest_fork = len[turn];
         }
     }
     flats
@@ -626,9 +643,9 @@ fn write_trace(
     flats: &[Item],
 ) -> usize {
     let (index, models, tool, system) = (head.index, head.models, head.tool, head.system);
-    let id = format!("trace_{:04}", index + 1);
+    let trace_id = format!("trace_{:04}", index + 1);
     out.extend_from_slice(b"{\"id\":\"");
-    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(trace_id.as_bytes());
     out.extend_from_slice(b"\",\"models\":");
     push_str_list(out, models);
     out.extend_from_slice(b",\"block_size\":64,\"hash_id_scope\":\"local\",\"tool_tokens\":");
@@ -645,19 +662,19 @@ fn write_trace(
         }
         match *e {
             Entry::Root(k) => {
-                let r = &reqs[k];
-                cur.truncate(r.ids_keep);
-                cur.extend(r.ids_new.clone());
-                parent_in += u64::from(r.input);
-                parent_out += u64::from(r.output);
-                write_request(out, r, model, &cur);
+                let req = &reqs[k];
+                cur.truncate(req.ids_keep);
+                cur.extend(req.ids_new.clone());
+                parent_in += u64::from(req.input);
+                parent_out += u64::from(req.output);
+                write_request(out, req, model, &cur);
                 count += 1;
             }
             Entry::Flat(j) => {
-                let x = &flats[j];
-                parent_in += u64::from(x.req.input);
-                parent_out += u64::from(x.req.output);
-                write_request(out, &x.req, x.model, &x.ids);
+                let flat = &flats[j];
+                parent_in += u64::from(flat.req.input);
+                parent_out += u64::from(flat.req.output);
+                write_request(out, &flat.req, flat.model, &flat.ids);
                 count += 1;
             }
             Entry::Sub(j) => {
@@ -685,23 +702,23 @@ fn write_trace(
 }
 
 /// Writes one subagent entry with its requests, adding their tokens; returns its number of requests.
-fn write_subagent(out: &mut Vec<u8>, s: &SubEntry, sub_in: &mut u64, sub_out: &mut u64) -> usize {
-    let ty = &TYPES[s.kind];
+fn write_subagent(out: &mut Vec<u8>, sub: &SubEntry, sub_in: &mut u64, sub_out: &mut u64) -> usize {
+    let spec = &TYPES[sub.kind];
     out.extend_from_slice(b"{\"t\":");
-    push_secs(out, secs(s.t));
+    push_secs(out, secs(sub.t));
     out.extend_from_slice(b",\"type\":\"subagent\",\"agent_id\":\"agent_");
-    out.extend_from_slice(format!("{:03}", s.agent).as_bytes());
+    out.extend_from_slice(format!("{:03}", sub.agent).as_bytes());
     out.extend_from_slice(b"\",\"subagent_type\":\"");
-    out.extend_from_slice(ty.name.as_bytes());
+    out.extend_from_slice(spec.name.as_bytes());
     out.extend_from_slice(b"\",\"duration_ms\":");
-    push_opt(out, s.duration_ms);
-    let done = s.duration_ms.is_some();
-    let total: u64 = s
+    push_opt(out, sub.duration_ms);
+    let done = sub.duration_ms.is_some();
+    let total: u64 = sub
         .reqs
         .iter()
         .map(|r| u64::from(r.req.input) + u64::from(r.req.output))
         .sum();
-    let tools = s.reqs.iter().filter(|r| r.req.stop == "tool_use").count() as u64;
+    let tools = sub.reqs.iter().filter(|r| r.req.stop == "tool_use").count() as u64;
     out.extend_from_slice(b",\"total_tokens\":");
     push_opt(out, done.then_some(total));
     out.extend_from_slice(b",\"tool_use_count\":");
@@ -711,7 +728,7 @@ fn write_subagent(out: &mut Vec<u8>, s: &SubEntry, sub_in: &mut u64, sub_out: &m
     } else {
         b",\"status\":\"async_launched\",\"requests\":["
     });
-    for (q, r) in s.reqs.iter().enumerate() {
+    for (q, r) in sub.reqs.iter().enumerate() {
         if q > 0 {
             out.push(b',');
         }
@@ -720,13 +737,13 @@ fn write_subagent(out: &mut Vec<u8>, s: &SubEntry, sub_in: &mut u64, sub_out: &m
         write_request(out, &r.req, r.model, &r.ids);
     }
     out.extend_from_slice(b"],\"models\":");
-    push_str_list(out, &[s.reqs[0].model]);
+    push_str_list(out, &[sub.reqs[0].model]);
     out.extend_from_slice(b",\"tool_tokens\":");
-    push_u64(out, u64::from(s.tool));
+    push_u64(out, u64::from(sub.tool));
     out.extend_from_slice(b",\"system_tokens\":");
-    push_u64(out, u64::from(s.system));
+    push_u64(out, u64::from(sub.system));
     out.push(b'}');
-    s.reqs.len()
+    sub.reqs.len()
 }
 
 #[cfg(test)]

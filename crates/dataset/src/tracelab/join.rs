@@ -18,29 +18,29 @@ const CLAUDE_SPAWN_TOOLS: [&str; 2] = ["Agent", "Task"];
 
 /// One recovered parent -> child link.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Spawn {
-    pub parent: String,
+pub(crate) struct Spawn {
+    pub(crate) parent: String,
     /// The window (POSIX seconds).
-    pub start: f64,
-    pub end: f64,
-    pub duration_ms: i64,
-    pub codex: bool,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    pub(crate) duration_ms: i64,
+    pub(crate) codex: bool,
 }
 
 /// How often the join fired (a containment rate, not an accuracy).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct JoinStats {
-    pub windows: usize,
-    pub windows_codex: usize,
-    pub windows_matched: usize,
-    pub matched: usize,
-    pub matched_codex: usize,
-    pub ambiguous: usize,
-    pub grandchildren: usize,
+pub(crate) struct JoinStats {
+    pub(crate) windows: usize,
+    pub(crate) windows_codex: usize,
+    pub(crate) windows_matched: usize,
+    pub(crate) matched: usize,
+    pub(crate) matched_codex: usize,
+    pub(crate) ambiguous: usize,
+    pub(crate) grandchildren: usize,
 }
 
 impl JoinStats {
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         format!(
             "{} spawn windows ({} claude, {} codex), {} children matched ({} claude, {} codex), \
              {} ambiguous (tightest window kept), {} windows matched no child, {} grandchildren kept \
@@ -94,7 +94,7 @@ fn windows_of(i: usize, s: &Session, knobs: &TracelabJoin) -> Vec<Window> {
 }
 
 /// The links child id -> spawn, in session order, grandchildren left out.
-pub fn build_join_index<'s>(
+pub(crate) fn build_join_index<'s>(
     sessions: &'s [Session],
     knobs: &TracelabJoin,
 ) -> (Vec<(&'s str, Spawn)>, JoinStats) {

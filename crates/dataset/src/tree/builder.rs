@@ -30,12 +30,12 @@ impl<'a> Src<'a> {
 pub(super) struct Split {
     /// Positions in the layer's slice, per chain; chain 0 is the main chain.
     pub chains: Vec<Vec<usize>>,
-    pub classes: Vec<Option<ChainClass>>,
+    pub(crate) classes: Vec<Option<ChainClass>>,
     /// Per chain: the index of the request it forked from.
-    pub fork_index: Vec<Option<u32>>,
+    pub(crate) fork_index: Vec<Option<u32>>,
     pub detection: Option<Detection>,
     /// Positions of the detected main chain (preamble excluded): the classification yardstick.
-    pub detected_main: Vec<usize>,
+    pub(crate) detected_main: Vec<usize>,
 }
 
 /// Splits a layer: preamble, detection, classification. With `top`, the layer keeps its file order
@@ -49,8 +49,8 @@ pub(super) fn split_layer(reqs: &[Req<'_>], p: &ChainParams, top: bool) -> Split
     let pre = chain::preamble(reqs);
     let rest: Vec<usize> = (0..reqs.len()).filter(|&i| Some(i) != pre).collect();
     let sub: Vec<Req<'_>> = rest.iter().map(|&i| reqs[i]).collect();
-    let d = chain::detect(&sub, p);
-    if d.chains.is_empty() {
+    let detection = chain::detect(&sub, p);
+    if detection.chains.is_empty() {
         let mut all: Vec<usize> = (0..reqs.len()).collect();
         if !top {
             by_t(&mut all);
@@ -63,39 +63,50 @@ pub(super) fn split_layer(reqs: &[Req<'_>], p: &ChainParams, top: bool) -> Split
             detected_main: Vec::new(),
         };
     }
-    let detected_main: Vec<usize> = d.chains[d.main_index]
+    let detected_main: Vec<usize> = detection.chains[detection.main_index]
         .requests
         .iter()
         .map(|&q| rest[q])
         .collect();
-    if top && d.worker_indices.is_empty() {
+    if top && detection.worker_indices.is_empty() {
         return Split {
             chains: vec![(0..reqs.len()).collect()],
             classes: vec![None],
             fork_index: vec![None],
-            detection: Some(d),
+            detection: Some(detection),
             detected_main,
         };
     }
     let mut main = detected_main.clone();
-    if let Some(pi) = pre {
-        main.push(pi);
+    if let Some(pre_idx) = pre {
+        main.push(pre_idx);
         by_t(&mut main);
     }
-    let groups = chain::worker_groups(&sub, &d, p);
+    let groups = chain::worker_groups(&sub, &detection, p);
     let mut chains = vec![main];
     let mut classes = vec![None];
     let mut fork_index = vec![None];
-    for &ci in &d.worker_indices {
-        chains.push(d.chains[ci].requests.iter().map(|&q| rest[q]).collect());
-        classes.push(Some(chain::classify(&sub, &d, ci, &groups, p)));
-        fork_index.push(d.chains[ci].fork.as_ref().and_then(|f| f.fork_index));
+    for &ci in &detection.worker_indices {
+        chains.push(
+            detection.chains[ci]
+                .requests
+                .iter()
+                .map(|&q| rest[q])
+                .collect(),
+        );
+        classes.push(Some(chain::classify(&sub, &detection, ci, &groups, p)));
+        fork_index.push(
+            detection.chains[ci]
+                .fork
+                .as_ref()
+                .and_then(|f| f.fork_index),
+        );
     }
     Split {
         chains,
         classes,
         fork_index,
-        detection: Some(d),
+        detection: Some(detection),
         detected_main,
     }
 }
@@ -155,14 +166,17 @@ pub(super) fn check_t(
 pub fn build(trace: &ParsedTrace, opts: &TreeOptions) -> Result<SessionTree, DatasetError> {
     let ctx = Ctx { trace };
     // The importer substitutes a non-finite top-level `t`; aiperf refuses it, and so does the tree.
-    if let Some(w) = trace
+    if let Some(warning) = trace
         .warnings
         .iter()
-        .find(|w| w.kind == WarningKind::InvalidTime)
+        .find(|warning| warning.kind == WarningKind::InvalidTime)
     {
         return Err(DatasetError::Invalid {
-            location: w.location.clone(),
-            message: format!("{}; session trees need a finite start >= 0", w.message),
+            location: warning.location.clone(),
+            message: format!(
+                "{}; session trees need a finite start >= 0",
+                warning.message
+            ),
         });
     }
     for r in &trace.requests {
@@ -180,11 +194,11 @@ pub fn build(trace: &ParsedTrace, opts: &TreeOptions) -> Result<SessionTree, Dat
                 "missing field `agent_id`, required on a subagent entry to name its streams",
             ));
         }
-        let mut ts = Vec::with_capacity(s.requests.len());
+        let mut stamps = Vec::with_capacity(s.requests.len());
         for r in &s.requests {
             let field = || format!("{}.requests[{}].t", path(), r.index);
             check_t(&ctx, field, r.t)?;
-            let t = match opts.basis {
+            let start = match opts.basis {
                 NestedBasis::Relative => s.t + r.t,
                 NestedBasis::Absolute if r.t < s.t - EPS => {
                     return Err(ctx.err(
@@ -204,10 +218,10 @@ pub fn build(trace: &ParsedTrace, opts: &TreeOptions) -> Result<SessionTree, Dat
                     r.t.max(s.t)
                 }
             };
-            check_t(&ctx, field, t)?;
-            ts.push(t);
+            check_t(&ctx, field, start)?;
+            stamps.push(start);
         }
-        inner_t.push(ts);
+        inner_t.push(stamps);
     }
     Builder {
         trace,
@@ -241,7 +255,7 @@ pub(super) struct Plan<'a> {
 impl<'a> Builder<'a> {
     fn run(mut self, ctx: &Ctx<'_>) -> Result<SessionTree, DatasetError> {
         let trace = self.trace;
-        let p = self.opts.chains;
+        let params = self.opts.chains;
         let top: Vec<Src<'a>> = trace
             .requests
             .iter()
@@ -253,27 +267,27 @@ impl<'a> Builder<'a> {
             })
             .collect();
         // Root and flat workers.
-        let (root_reqs, flat) = self.split_root(&top, &p);
+        let (root_reqs, flat) = self.split_root(&top, &params);
         // Subagent chains.
         let mut sub_plans: Vec<Vec<Plan<'a>>> = Vec::new();
         for (si, s) in trace.subagent_entries.iter().enumerate() {
-            sub_plans.push(self.subagent_plans(si, s, &p));
+            sub_plans.push(self.subagent_plans(si, s, &params));
         }
         // Dropped subagents and spawn turns.
         let (spawn_of, dropped) = spawn_turns(trace, &root_reqs, ctx)?;
         self.count_plans(&sub_plans, &spawn_of, &flat);
         let joins = Joins::new(&root_reqs);
-        let mut f = Forest::new(trace, &root_reqs);
+        let mut forest = Forest::new(trace, &root_reqs);
         // Subagent branches: entries grouped by (spawn, join) in first-appearance order.
-        self.add_subagent_branches(&mut f, sub_plans, &spawn_of, &joins);
+        self.add_subagent_branches(&mut forest, sub_plans, &spawn_of, &joins);
         // Flat branches.
-        f.add_flat_branches(trace, flat, &root_reqs, &joins);
+        forest.add_flat_branches(trace, flat, &root_reqs, &joins);
         let Forest {
             mut streams,
             stream_reqs,
             stream_entry,
             branches,
-        } = f;
+        } = forest;
         // Turns.
         for (st, reqs) in stream_reqs.iter().enumerate() {
             let cap = match streams[st].kind {
@@ -284,8 +298,8 @@ impl<'a> Builder<'a> {
         }
         for (b, br) in branches.iter().enumerate() {
             streams[0].turns[br.spawn_turn].spawns.push(b);
-            if let Some(j) = br.join_turn {
-                streams[0].turns[j].joins.push(b);
+            if let Some(join) = br.join_turn {
+                streams[0].turns[join].joins.push(b);
             }
         }
         stamp_prefixes(&mut streams, &stream_reqs, &stream_entry);
@@ -310,13 +324,13 @@ impl<'a> Builder<'a> {
         let mut flat: Vec<Plan<'a>> = Vec::new();
         let root_reqs: Vec<Src<'a>> = if self.opts.split_chains && top.len() > 1 {
             let reqs: Vec<Req<'_>> = top.iter().map(Src::chain_req).collect();
-            let sp = split_layer(&reqs, p, true);
-            if let Some(d) = &sp.detection {
-                self.counts.seams += d.seams_merged;
+            let split = split_layer(&reqs, p, true);
+            if let Some(detection) = &split.detection {
+                self.counts.seams += detection.seams_merged;
             }
-            let base_first = first_hashes(top, &sp.detected_main);
-            for (n, c) in sp.chains.iter().enumerate().skip(1) {
-                let class = sp.classes[n].expect("workers are classified");
+            let base_first = first_hashes(top, &split.detected_main);
+            for (n, c) in split.chains.iter().enumerate().skip(1) {
+                let class = split.classes[n].expect("workers are classified");
                 let first = top[c[0]].req.hash_ids.as_slice();
                 flat.push(Plan {
                     id: format!("{}::{}", trace.id, class.suffix(n - 1)),
@@ -331,10 +345,10 @@ impl<'a> Builder<'a> {
                         first,
                     ),
                     entry: None,
-                    fork_index: sp.fork_index[n],
+                    fork_index: split.fork_index[n],
                 });
             }
-            sp.chains[0].iter().map(|&i| top[i]).collect()
+            split.chains[0].iter().map(|&i| top[i]).collect()
         } else {
             top.to_vec()
         };
@@ -376,22 +390,22 @@ impl<'a> Builder<'a> {
         let mut groups: Vec<((usize, Option<usize>), usize)> = Vec::new();
         for (si, plans) in sub_plans.into_iter().enumerate() {
             let Some(spawn) = spawn_of[si] else { continue };
-            let s = &trace.subagent_entries[si];
+            let entry = &trace.subagent_entries[si];
             let end = self.subagent_end(si);
-            let join = joins.after(s.index, end);
-            let b = match groups.iter().find(|(k, _)| *k == (spawn, join)) {
-                Some(&(_, b)) => {
-                    let br = &mut f.branches[b];
-                    br.start_timestamp_ms = br.start_timestamp_ms.min(1000.0 * s.t);
-                    b
+            let join = joins.after(entry.index, end);
+            let branch_idx = match groups.iter().find(|(k, _)| *k == (spawn, join)) {
+                Some(&(_, branch_idx)) => {
+                    let branch = &mut f.branches[branch_idx];
+                    branch.start_timestamp_ms = branch.start_timestamp_ms.min(1000.0 * entry.t);
+                    branch_idx
                 }
                 None => {
                     f.branches.push(Branch {
-                        id: format!("{}:spawn:{}", trace.id, agent(s)),
+                        id: format!("{}:spawn:{}", trace.id, agent(entry)),
                         children: Vec::new(),
                         spawn_turn: spawn,
                         join_turn: join,
-                        start_timestamp_ms: 1000.0 * s.t,
+                        start_timestamp_ms: 1000.0 * entry.t,
                     });
                     groups.push(((spawn, join), f.branches.len() - 1));
                     f.branches.len() - 1
@@ -410,9 +424,10 @@ impl<'a> Builder<'a> {
                         })
                     }),
                 };
-                f.branches[b].children.push(f.streams.len());
-                let scope = format!("{}::sa:{}", trace.id, agent(s));
-                f.streams.push(child_stream(&pl, b, scope, fork_source));
+                f.branches[branch_idx].children.push(f.streams.len());
+                let scope = format!("{}::sa:{}", trace.id, agent(entry));
+                f.streams
+                    .push(child_stream(&pl, branch_idx, scope, fork_source));
                 f.stream_reqs.push(pl.reqs);
                 f.stream_entry.push(pl.entry);
             }
@@ -433,22 +448,23 @@ impl<'a> Builder<'a> {
 
     /// aiperf's `_sa_end_seconds` on canonical nested starts.
     fn subagent_end(&self, si: usize) -> f64 {
-        let s = &self.trace.subagent_entries[si];
-        if let Some(d) = s.duration_ms {
-            let secs = d / 1000.0;
-            return s.t
+        let entry = &self.trace.subagent_entries[si];
+        if let Some(duration) = entry.duration_ms {
+            let secs = duration / 1000.0;
+            return entry.t
                 + if secs.is_finite() && secs >= 0.0 {
                     secs
                 } else {
                     0.0
                 };
         }
-        s.requests
+        entry
+            .requests
             .iter()
             .zip(&self.inner_t[si])
             .map(|(r, &t)| chain::request_end(t, r.recorded_api_time))
             .reduce(f64::max)
-            .unwrap_or(s.t)
+            .unwrap_or(entry.t)
     }
 
     fn subagent_plans(
@@ -484,12 +500,12 @@ impl<'a> Builder<'a> {
             }];
         }
         let reqs: Vec<Req<'_>> = srcs.iter().map(Src::chain_req).collect();
-        let sp = split_layer(&reqs, p, false);
-        let base_first = first_hashes(&srcs, &sp.detected_main);
+        let split = split_layer(&reqs, p, false);
+        let base_first = first_hashes(&srcs, &split.detected_main);
         let mut plans = Vec::new();
-        for (ci, c) in sp.chains.iter().enumerate() {
+        for (ci, c) in split.chains.iter().enumerate() {
             let chain_reqs: Vec<Src<'a>> = c.iter().map(|&i| srcs[i]).collect();
-            let (id, init) = if ci == 0 {
+            let (stream_id, init) = if ci == 0 {
                 (base.clone(), (s.tool_tokens, s.system_tokens))
             } else {
                 let first = chain_reqs
@@ -497,7 +513,7 @@ impl<'a> Builder<'a> {
                     .map(|r| r.req.hash_ids.as_slice())
                     .find(|h| !h.is_empty())
                     .unwrap_or(&[]);
-                let class = sp.classes[ci].expect("workers are classified");
+                let class = split.classes[ci].expect("workers are classified");
                 (
                     format!("{base}:{}", class.suffix(ci - 1)),
                     chain_init_tokens(
@@ -510,13 +526,13 @@ impl<'a> Builder<'a> {
                 )
             };
             plans.push(Plan {
-                id,
+                id: stream_id,
                 kind: StreamKind::Subagent,
-                class: sp.classes[ci],
+                class: split.classes[ci],
                 reqs: chain_reqs,
                 init,
                 entry: Some((si, ci)),
-                fork_index: sp.fork_index[ci],
+                fork_index: split.fork_index[ci],
             });
         }
         plans
@@ -645,11 +661,11 @@ impl<'a> Forest<'a> {
                 .map(|r| chain::request_end(r.t, r.req.recorded_api_time))
                 .fold(f64::NEG_INFINITY, f64::max);
             let join = joins.after(first.outer, end);
-            let b = match flat_groups.iter().find(|(k, _)| *k == (spawn, join)) {
-                Some(&(_, b)) => {
-                    let br = &mut self.branches[b];
-                    br.start_timestamp_ms = br.start_timestamp_ms.min(1000.0 * first.t);
-                    b
+            let branch_idx = match flat_groups.iter().find(|(k, _)| *k == (spawn, join)) {
+                Some(&(_, branch_idx)) => {
+                    let branch = &mut self.branches[branch_idx];
+                    branch.start_timestamp_ms = branch.start_timestamp_ms.min(1000.0 * first.t);
+                    branch_idx
                 }
                 None => {
                     self.branches.push(Branch {
@@ -673,9 +689,9 @@ impl<'a> Forest<'a> {
                             .map(|k| (st, k))
                     })
             });
-            self.branches[b].children.push(self.streams.len());
+            self.branches[branch_idx].children.push(self.streams.len());
             self.streams
-                .push(child_stream(&pl, b, trace.id.clone(), fork_source));
+                .push(child_stream(&pl, branch_idx, trace.id.clone(), fork_source));
             self.stream_reqs.push(pl.reqs);
             self.stream_entry.push(None);
         }

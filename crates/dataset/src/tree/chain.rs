@@ -13,29 +13,29 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// Seconds of slack in every "ended by" comparison (aiperf's `_EPSILON_SECONDS`).
-pub const EPS: f64 = 1e-6;
+pub(crate) const EPS: f64 = 1e-6;
 
 /// The thresholds of detection and classification (aiperf's `AIPERF_DATASET_WEKA_*` defaults); policy
 /// parameters of AgentX v1.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct ChainParams {
     /// A seam splice is refused when the gap after the tail exceeds this many seconds **and** ...
-    pub seam_max_gap_s: f64,
+    pub(crate) seam_max_gap_s: f64,
     /// ... the fork shares less than this fraction of the tail's blocks.
-    pub seam_min_overlap_ratio: f64,
+    pub(crate) seam_min_overlap_ratio: f64,
     /// Aux: at most this many requests (0 disables aux and reduction classification).
-    pub aux_max_requests: usize,
+    pub(crate) aux_max_requests: usize,
     /// Aux: first input below `max(aux_isl_floor, ⌊aux_isl_ratio · main peak input⌋)`.
-    pub aux_isl_ratio: f64,
-    pub aux_isl_floor: u32,
+    pub(crate) aux_isl_ratio: f64,
+    pub(crate) aux_isl_floor: u32,
     /// Aux: a first request on another model than the main chain's is aux.
-    pub aux_cross_model: bool,
+    pub(crate) aux_cross_model: bool,
     /// Reduction: output in `(0, reduction_osl_max)` (0 disables) ...
-    pub reduction_osl_max: u32,
+    pub(crate) reduction_osl_max: u32,
     /// ... and input > `reduction_ratio · output` (and input ≥ `aux_isl_floor`).
-    pub reduction_ratio: f64,
+    pub(crate) reduction_ratio: f64,
     /// Worker group: at least this many concurrent forks of one parent request (0 disables).
-    pub worker_group_min: usize,
+    pub(crate) worker_group_min: usize,
 }
 
 impl Default for ChainParams {
@@ -56,75 +56,75 @@ impl Default for ChainParams {
 
 /// The fields of one request that detection reads.
 #[derive(Debug, Clone, Copy)]
-pub struct Req<'a> {
+pub(crate) struct Req<'a> {
     /// Position in its `requests` list (outer or inner index).
-    pub index: u32,
+    pub(crate) index: u32,
     /// Start, seconds on the root clock.
-    pub t: f64,
-    pub api_time: Option<f64>,
-    pub model: &'a str,
-    pub hash_ids: &'a [u32],
-    pub input: u32,
-    pub output: u32,
+    pub(crate) t: f64,
+    pub(crate) api_time: Option<f64>,
+    pub(crate) model: &'a str,
+    pub(crate) hash_ids: &'a [u32],
+    pub(crate) input: u32,
+    pub(crate) output: u32,
 }
 
 impl Req<'_> {
     /// Interval end: `t + max(api, 0)`, a missing or non-finite api counting as 0.
-    pub fn end(&self) -> f64 {
+    pub(crate) fn end(&self) -> f64 {
         request_end(self.t, self.api_time)
     }
 }
 
 /// `t + max(api, 0)`, a missing or non-finite api counting as 0.
-pub fn request_end(t: f64, api_time: Option<f64>) -> f64 {
+pub(crate) fn request_end(t: f64, api_time: Option<f64>) -> f64 {
     t + api_time.filter(|a| a.is_finite()).unwrap_or(0.0).max(0.0)
 }
 
 /// Python's float order for values known not to be NaN (`-0.0 == 0.0`).
-pub fn fcmp(a: f64, b: f64) -> Ordering {
+pub(crate) fn fcmp(a: f64, b: f64) -> Ordering {
     a.partial_cmp(&b).unwrap_or(Ordering::Equal)
 }
 
-pub fn lcp(a: &[u32], b: &[u32]) -> usize {
+pub(crate) fn lcp(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Where a chain split off another one.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Fork {
+pub(crate) struct Fork {
     /// The chain forked from (resolved through splices for live chains); `None`: no shared prefix.
-    pub parent_chain: Option<usize>,
+    pub(crate) parent_chain: Option<usize>,
     /// Index of the tail request it forked from.
-    pub fork_index: Option<u32>,
+    pub(crate) fork_index: Option<u32>,
     /// Blocks shared with that request.
-    pub depth: usize,
+    pub(crate) depth: usize,
     /// `t` of the chain's first request.
-    pub fork_time: f64,
+    pub(crate) fork_time: f64,
 }
 
 /// One phase-1 chain.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Chain {
+pub(crate) struct Chain {
     /// Positions in the detected slice, in phase-1 order, spliced continuations appended.
-    pub requests: Vec<usize>,
-    pub fork: Option<Fork>,
-    pub spliced_into: Option<usize>,
+    pub(crate) requests: Vec<usize>,
+    pub(crate) fork: Option<Fork>,
+    pub(crate) spliced_into: Option<usize>,
     /// Position of the last hash-bearing request (phase-1 state).
     tail: Option<usize>,
 }
 
 /// The chains of one layer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Detection {
+pub(crate) struct Detection {
     /// Every phase-1 chain, spliced ones included.
-    pub chains: Vec<Chain>,
+    pub(crate) chains: Vec<Chain>,
     /// The chain holding the earliest request.
-    pub main_index: usize,
+    pub(crate) main_index: usize,
     /// Live non-main chains ordered by first request `(t, index)`.
-    pub worker_indices: Vec<usize>,
-    pub seams_merged: usize,
+    pub(crate) worker_indices: Vec<usize>,
+    pub(crate) seams_merged: usize,
     /// Requests without hash ids (kept on chain 0).
-    pub unclassified_empty_hash: usize,
+    pub(crate) unclassified_empty_hash: usize,
 }
 
 struct Phase1<'r, 'a> {
@@ -155,61 +155,61 @@ impl Phase1<'_, '_> {
     }
 
     fn classify(&mut self, pos: usize) {
-        let r = self.reqs[pos];
-        if r.hash_ids.is_empty() {
+        let req = self.reqs[pos];
+        if req.hash_ids.is_empty() {
             self.unclassified += 1;
             if self.chains.is_empty() {
                 self.new_chain(None);
             }
             self.chains[0].requests.push(pos);
-            self.chain_of.insert(r.index, 0);
+            self.chain_of.insert(req.index, 0);
             return;
         }
         if self.chains.is_empty() {
-            let c = self.new_chain(None);
-            self.append(c, pos);
+            let chain = self.new_chain(None);
+            self.append(chain, pos);
             return;
         }
-        if let Some(c) = self.extension_target(&r) {
-            self.append(c, pos);
+        if let Some(chain) = self.extension_target(&req) {
+            self.append(chain, pos);
             return;
         }
-        let (parent, depth) = self.max_lcp_chain(r.hash_ids);
-        if parent.is_none() && self.chains.iter().all(|c| c.tail.is_none()) {
+        let (parent, depth) = self.max_lcp_chain(req.hash_ids);
+        if parent.is_none() && self.chains.iter().all(|chain| chain.tail.is_none()) {
             self.append(0, pos);
             return;
         }
         let fork_index = parent.and_then(|p| self.chains[p].tail.map(|t| self.reqs[t].index));
-        let c = self.new_chain(Some(Fork {
+        let chain = self.new_chain(Some(Fork {
             parent_chain: parent,
             fork_index,
             depth,
-            fork_time: r.t,
+            fork_time: req.t,
         }));
-        self.append(c, pos);
-        if let (Some(fi), true) = (fork_index, depth > 0) {
-            self.forks_by_tail.entry(fi).or_default().push(c);
+        self.append(chain, pos);
+        if let (Some(fork_at), true) = (fork_index, depth > 0) {
+            self.forks_by_tail.entry(fork_at).or_default().push(chain);
         }
     }
 
     /// The deepest same-model chain whose tail is a full prefix of `r` and ended by `r.t + EPS`; ties
     /// to the lowest index.
-    fn extension_target(&self, r: &Req<'_>) -> Option<usize> {
+    fn extension_target(&self, req: &Req<'_>) -> Option<usize> {
         let mut best: Option<usize> = None;
         let mut best_len = 0usize;
         for (i, c) in self.chains.iter().enumerate() {
-            let Some(tp) = c.tail else { continue };
-            let tail = &self.reqs[tp];
-            let tl = tail.hash_ids.len();
-            if tl > r.hash_ids.len() || (best.is_some() && tl <= best_len) {
+            let Some(tail_pos) = c.tail else { continue };
+            let tail = &self.reqs[tail_pos];
+            let tail_len = tail.hash_ids.len();
+            if tail_len > req.hash_ids.len() || (best.is_some() && tail_len <= best_len) {
                 continue;
             }
-            if tail.model != r.model || tail.end() > r.t + EPS {
+            if tail.model != req.model || tail.end() > req.t + EPS {
                 continue;
             }
-            if r.hash_ids[..tl] == *tail.hash_ids {
+            if req.hash_ids[..tail_len] == *tail.hash_ids {
                 best = Some(i);
-                best_len = tl;
+                best_len = tail_len;
             }
         }
         best
@@ -217,19 +217,19 @@ impl Phase1<'_, '_> {
 
     /// The chain whose tail has the greatest `(LCP, tail length)` with `h` (LCP > 0); ties to the
     /// lowest index.
-    fn max_lcp_chain(&self, h: &[u32]) -> (Option<usize>, usize) {
+    fn max_lcp_chain(&self, ids: &[u32]) -> (Option<usize>, usize) {
         let mut best = None;
         let mut key = (0usize, 0usize);
         for (i, c) in self.chains.iter().enumerate() {
-            let Some(tp) = c.tail else { continue };
-            let tail = self.reqs[tp].hash_ids;
-            let d = lcp(tail, h);
-            if d == 0 {
+            let Some(tail_pos) = c.tail else { continue };
+            let tail = self.reqs[tail_pos].hash_ids;
+            let shared = lcp(tail, ids);
+            if shared == 0 {
                 continue;
             }
-            if (d, tail.len()) > key {
+            if (shared, tail.len()) > key {
                 best = Some(i);
-                key = (d, tail.len());
+                key = (shared, tail.len());
             }
         }
         (best, key.0)
@@ -237,14 +237,14 @@ impl Phase1<'_, '_> {
 }
 
 fn resolve(alias: &HashMap<usize, usize>, mut i: usize) -> usize {
-    while let Some(&j) = alias.get(&i) {
-        i = j;
+    while let Some(&next) = alias.get(&i) {
+        i = next;
     }
     i
 }
 
 /// Detects the chains of `reqs` (indices must be distinct).
-pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
+pub(crate) fn detect(reqs: &[Req<'_>], params: &ChainParams) -> Detection {
     if reqs.is_empty() {
         return Detection {
             chains: Vec::new(),
@@ -256,7 +256,7 @@ pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
     }
     let mut order: Vec<usize> = (0..reqs.len()).collect();
     order.sort_by(|&a, &b| fcmp(reqs[a].t, reqs[b].t).then(reqs[a].index.cmp(&reqs[b].index)));
-    let mut s = Phase1 {
+    let mut state = Phase1 {
         reqs,
         chains: Vec::new(),
         chain_of: HashMap::new(),
@@ -264,7 +264,7 @@ pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
         unclassified: 0,
     };
     for &pos in &order {
-        s.classify(pos);
+        state.classify(pos);
     }
     let pos_of: HashMap<u32, usize> = reqs.iter().enumerate().map(|(i, r)| (r.index, i)).collect();
     let Phase1 {
@@ -273,7 +273,7 @@ pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
         mut forks_by_tail,
         unclassified,
         ..
-    } = s;
+    } = state;
     let mut alias: HashMap<usize, usize> = HashMap::new();
     let seams = resolve_seams(
         reqs,
@@ -282,12 +282,12 @@ pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
         &mut chain_of,
         &mut forks_by_tail,
         &mut alias,
-        p,
+        params,
     );
     for c in &mut chains {
         if c.spliced_into.is_none() {
-            if let Some(f) = c.fork.as_mut() {
-                f.parent_chain = f.parent_chain.map(|pc| resolve(&alias, pc));
+            if let Some(fork) = c.fork.as_mut() {
+                fork.parent_chain = fork.parent_chain.map(|pc| resolve(&alias, pc));
             }
         }
     }
@@ -296,8 +296,8 @@ pub fn detect(reqs: &[Req<'_>], p: &ChainParams) -> Detection {
         .filter(|&i| chains[i].spliced_into.is_none() && i != main_index)
         .collect();
     workers.sort_by(|&a, &b| {
-        let (x, y) = (&reqs[chains[a].requests[0]], &reqs[chains[b].requests[0]]);
-        fcmp(x.t, y.t).then(x.index.cmp(&y.index))
+        let (first_a, first_b) = (&reqs[chains[a].requests[0]], &reqs[chains[b].requests[0]]);
+        fcmp(first_a.t, first_b.t).then(first_a.index.cmp(&first_b.index))
     });
     Detection {
         chains,
@@ -330,16 +330,16 @@ fn resolve_seams(
     let mut seams = 0;
     let mut keys: BinaryHeap<Reverse<u32>> = forks_by_tail.keys().map(|&k| Reverse(k)).collect();
     let mut processed: HashSet<u32> = HashSet::new();
-    while let Some(Reverse(fi)) = keys.pop() {
-        if !processed.insert(fi) {
+    while let Some(Reverse(fork_at)) = keys.pop() {
+        if !processed.insert(fork_at) {
             continue;
         }
-        let owner = resolve(alias, chain_of[&fi]);
-        let tail_pos = pos_of[&fi];
+        let owner = resolve(alias, chain_of[&fork_at]);
+        let tail_pos = pos_of[&fork_at];
         if last_hash_pos(reqs, &chains[owner]) != Some(tail_pos) {
             continue;
         }
-        let registered: Vec<usize> = forks_by_tail[&fi]
+        let registered: Vec<usize> = forks_by_tail[&fork_at]
             .iter()
             .copied()
             .filter(|&ci| chains[ci].spliced_into.is_none())
@@ -366,14 +366,14 @@ fn resolve_seams(
                 continue;
             }
             let first = reqs[chains[ci].requests[0]].hash_ids;
-            let d = lcp(reqs[new_tail].hash_ids, first);
-            if d == 0 {
+            let shared = lcp(reqs[new_tail].hash_ids, first);
+            if shared == 0 {
                 continue;
             }
-            let f = chains[ci].fork.as_mut().expect("checked above");
-            f.fork_index = Some(new_idx);
-            f.depth = d;
-            f.parent_chain = Some(owner);
+            let fork = chains[ci].fork.as_mut().expect("checked above");
+            fork.fork_index = Some(new_idx);
+            fork.depth = shared;
+            fork.parent_chain = Some(owner);
             forks_by_tail.entry(new_idx).or_default().push(ci);
             rekeyed = true;
         }
@@ -399,31 +399,31 @@ fn elect(
     let tail_blocks = tail.hash_ids.len();
     let mut best: Option<(usize, &Fork)> = None;
     for &ci in registered {
-        let Some(f) = chains[ci].fork.as_ref() else {
+        let Some(fork) = chains[ci].fork.as_ref() else {
             continue;
         };
         let first = &reqs[chains[ci].requests[0]];
-        if f.depth == 0 || t_end > first.t + EPS || first.model != tail.model {
+        if fork.depth == 0 || t_end > first.t + EPS || first.model != tail.model {
             continue;
         }
         if tail_blocks > 0 {
             let gap = first.t - t_end;
-            let overlap = f.depth as f64 / tail_blocks as f64;
+            let overlap = fork.depth as f64 / tail_blocks as f64;
             if gap > p.seam_max_gap_s && overlap < p.seam_min_overlap_ratio {
                 continue;
             }
         }
         let better = match best {
             None => true,
-            Some((bi, bf)) => f
+            Some((bi, bf)) => fork
                 .depth
                 .cmp(&bf.depth)
-                .then(fcmp(bf.fork_time, f.fork_time))
+                .then(fcmp(bf.fork_time, fork.fork_time))
                 .then(bi.cmp(&ci))
                 .is_gt(),
         };
         if better {
-            best = Some((ci, f));
+            best = Some((ci, fork));
         }
     }
     best.map(|(ci, _)| ci)
@@ -432,25 +432,25 @@ fn elect(
 /// The earliest request of a layer set aside before detection when it shares no prefix with any
 /// other hash-bearing request and either has `out ≤ 64` (a title-generation call) or none of its
 /// blocks recur. Returns its position in `reqs`.
-pub fn preamble(reqs: &[Req<'_>]) -> Option<usize> {
+pub(crate) fn preamble(reqs: &[Req<'_>]) -> Option<usize> {
     if reqs.len() < 2 {
         return None;
     }
     let first = (0..reqs.len())
         .min_by(|&a, &b| fcmp(reqs[a].t, reqs[b].t).then(reqs[a].index.cmp(&reqs[b].index)))?;
-    let r = &reqs[first];
-    if r.hash_ids.is_empty() {
+    let req = &reqs[first];
+    if req.hash_ids.is_empty() {
         return None;
     }
     let others = || reqs.iter().enumerate().filter(move |&(i, _)| i != first);
-    if others().any(|(_, o)| !o.hash_ids.is_empty() && lcp(r.hash_ids, o.hash_ids) > 0) {
+    if others().any(|(_, o)| !o.hash_ids.is_empty() && lcp(req.hash_ids, o.hash_ids) > 0) {
         return None;
     }
-    if r.output > 64 {
+    if req.output > 64 {
         let blocks: HashSet<u32> = others()
             .flat_map(|(_, o)| o.hash_ids.iter().copied())
             .collect();
-        if r.hash_ids.iter().any(|h| blocks.contains(h)) {
+        if req.hash_ids.iter().any(|h| blocks.contains(h)) {
             return None;
         }
     }
@@ -472,12 +472,13 @@ pub enum ChainClass {
 
 impl ChainClass {
     /// Aux or reduction.
-    pub fn is_aux(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_aux(self) -> bool {
         matches!(self, ChainClass::Aux | ChainClass::Reduction)
     }
 
     /// The conversation-id suffix of worker number `n` of its layer.
-    pub fn suffix(self, n: usize) -> String {
+    pub(crate) fn suffix(self, n: usize) -> String {
         match self {
             ChainClass::Aux | ChainClass::Reduction => format!("aux:{n:03}"),
             ChainClass::WorkerGroup { group, member } => format!("wg:{group:03}_{member:03}"),
@@ -487,7 +488,7 @@ impl ChainClass {
 }
 
 /// aiperf's `is_aux_chain`.
-pub fn is_aux(
+pub(crate) fn is_aux(
     chain: &[&Req<'_>],
     main_peak_in: u32,
     main_model: Option<&str>,
@@ -507,7 +508,7 @@ pub fn is_aux(
 }
 
 /// aiperf's `is_reduction_chain`.
-pub fn is_reduction(chain: &[&Req<'_>], p: &ChainParams) -> bool {
+pub(crate) fn is_reduction(chain: &[&Req<'_>], p: &ChainParams) -> bool {
     if p.reduction_osl_max == 0 || chain.len() != 1 {
         return false;
     }
@@ -525,36 +526,39 @@ type Interval = (f64, f64, u32, usize);
 /// same parent request, in connected components of overlapping `[first t, max end)` intervals
 /// (touching does not overlap) of at least `worker_group_min` members; groups numbered by their
 /// earliest `(t0, first index)`, members by `(t0, first index)`.
-pub fn worker_groups(
+pub(crate) fn worker_groups(
     reqs: &[Req<'_>],
-    d: &Detection,
-    p: &ChainParams,
+    detection: &Detection,
+    params: &ChainParams,
 ) -> HashMap<usize, (usize, usize)> {
     let mut out = HashMap::new();
-    if p.worker_group_min == 0 {
+    if params.worker_group_min == 0 {
         return out;
     }
     // Buckets by fork point in first-seen order.
     let mut buckets: Vec<((usize, u32), Vec<Interval>)> = Vec::new();
-    for &ci in &d.worker_indices {
-        let c = &d.chains[ci];
-        let Some(f) = &c.fork else { continue };
-        let (Some(pc), Some(fi)) = (f.parent_chain, f.fork_index) else {
+    for &ci in &detection.worker_indices {
+        let chain = &detection.chains[ci];
+        let Some(fork) = &chain.fork else { continue };
+        let (Some(parent_chain), Some(fork_at)) = (fork.parent_chain, fork.fork_index) else {
             continue;
         };
-        if f.depth == 0 || c.requests.is_empty() {
+        if fork.depth == 0 || chain.requests.is_empty() {
             continue;
         }
-        let first = &reqs[c.requests[0]];
-        let t1 = c
+        let first = &reqs[chain.requests[0]];
+        let t1 = chain
             .requests
             .iter()
             .map(|&q| reqs[q].end())
             .fold(f64::NEG_INFINITY, f64::max);
         let cand = (first.t, t1, first.index, ci);
-        match buckets.iter_mut().find(|(k, _)| *k == (pc, fi)) {
+        match buckets
+            .iter_mut()
+            .find(|(k, _)| *k == (parent_chain, fork_at))
+        {
             Some((_, v)) => v.push(cand),
-            None => buckets.push(((pc, fi), vec![cand])),
+            None => buckets.push(((parent_chain, fork_at), vec![cand])),
         }
     }
     let mut groups: Vec<Vec<Interval>> = Vec::new();
@@ -562,49 +566,53 @@ pub fn worker_groups(
         cands.sort_by(|a, b| fcmp(a.0, b.0).then(a.2.cmp(&b.2)));
         let mut comp: Vec<Interval> = Vec::new();
         let mut max_end = f64::NEG_INFINITY;
-        for c in cands {
-            if !comp.is_empty() && max_end <= c.0 {
+        for chain in cands {
+            if !comp.is_empty() && max_end <= chain.0 {
                 groups.push(std::mem::take(&mut comp));
             }
             max_end = if comp.is_empty() {
-                c.1
+                chain.1
             } else {
-                max_end.max(c.1)
+                max_end.max(chain.1)
             };
-            comp.push(c);
+            comp.push(chain);
         }
         groups.push(comp);
     }
-    groups.retain(|g| g.len() >= p.worker_group_min);
+    groups.retain(|group| group.len() >= params.worker_group_min);
     // Members are already in (t0, index) order: the minimum is the first.
     groups.sort_by(|a, b| fcmp(a[0].0, b[0].0).then(a[0].2.cmp(&b[0].2)));
-    for (g, comp) in groups.iter().enumerate() {
-        for (m, c) in comp.iter().enumerate() {
-            out.insert(c.3, (g, m));
+    for (group, comp) in groups.iter().enumerate() {
+        for (member, chain) in comp.iter().enumerate() {
+            out.insert(chain.3, (group, member));
         }
     }
     out
 }
 
 /// Classifies worker `ci` of `d` against the detected main chain (preamble excluded).
-pub fn classify(
+pub(crate) fn classify(
     reqs: &[Req<'_>],
-    d: &Detection,
+    detection: &Detection,
     ci: usize,
     groups: &HashMap<usize, (usize, usize)>,
-    p: &ChainParams,
+    params: &ChainParams,
 ) -> ChainClass {
-    let main: Vec<&Req<'_>> = d.chains[d.main_index]
+    let main: Vec<&Req<'_>> = detection.chains[detection.main_index]
         .requests
         .iter()
         .map(|&q| &reqs[q])
         .collect();
     let peak = main.iter().map(|r| r.input).max().unwrap_or(0);
     let model = main.first().map(|r| r.model);
-    let chain: Vec<&Req<'_>> = d.chains[ci].requests.iter().map(|&q| &reqs[q]).collect();
-    if is_aux(&chain, peak, model, p) {
+    let chain: Vec<&Req<'_>> = detection.chains[ci]
+        .requests
+        .iter()
+        .map(|&q| &reqs[q])
+        .collect();
+    if is_aux(&chain, peak, model, params) {
         ChainClass::Aux
-    } else if is_reduction(&chain, p) {
+    } else if is_reduction(&chain, params) {
         ChainClass::Reduction
     } else if let Some(&(group, member)) = groups.get(&ci) {
         ChainClass::WorkerGroup { group, member }

@@ -5,11 +5,11 @@
 //! the trees in dataset order, each tree's streams in tree order, each stream's source requests in
 //! replay order. A stream's trajectory id is its tree's trace id, so prompt text (keyed by trajectory
 //! id) of equal hash ids is equal across a tree's streams. The topology (the [`SessionTree`]s) is the
-//! [`TreeTopology`] of the entry's import report, checksummed with the entry. On reading, the topology
+//! `TreeTopology` of the entry's import report, checksummed with the entry. On reading, the topology
 //! must agree with the trajectories (trees, trace ids, streams, turn counts, every index in range);
 //! an entry that does not is rebuilt like a damaged one, never read.
 //!
-//! The key: sha256 over a domain string of its own, [`TREE_FORMAT_VERSION`], the dataset's
+//! The key: sha256 over a domain string of its own, `TREE_FORMAT_VERSION`, the dataset's
 //! [`CacheKey`] (which covers the source digest, the selection and the dataset format version), the
 //! nested-timestamp basis as asked (`auto` is a function of the dataset's content), the output cap
 //! and the chain options.
@@ -25,7 +25,7 @@ use crate::weka::{ParsedRequest, ParsedTrace, SourceFiles};
 use crate::{Dataset, DatasetError, Location, Trajectory};
 
 /// Bump on any change of what a tree entry stores (the topology's fields, the streams' trajectories).
-pub const TREE_FORMAT_VERSION: u32 = 1;
+pub(crate) const TREE_FORMAT_VERSION: u32 = 1;
 
 /// Options of [`TreeCorpus::open`].
 #[derive(Debug, Clone, Default)]
@@ -47,6 +47,7 @@ pub struct TreeCorpus {
     /// Each turn holds the stream's source request (input, output, hash ids, model, t = ts_ms/1000, api/think/ttft) in replay order;
     /// tool/system tokens of the trajectory = the stream's init_tool_tokens/init_system_tokens; block size = the trace's.
     pub streams: crate::Dataset,
+    /// One tree per trace, in dataset order.
     pub trees: Vec<SessionTree>,
     /// Index in `streams` of each tree's stream 0 (tree i's stream s is `first_stream[i] + s`).
     pub first_stream: Vec<u32>,
@@ -133,27 +134,27 @@ fn first_streams(trees: &[SessionTree]) -> Vec<u32> {
 
 /// The key of the trees of dataset `base` built with `opts` (`basis`: as asked, `None` for `auto`).
 fn tree_key(base: &CacheKey, basis: Option<NestedBasis>, opts: &TreeOptions) -> CacheKey {
-    let mut h = Sha256::new();
-    h.update(b"agentx session trees\0");
-    h.update(TREE_FORMAT_VERSION.to_le_bytes());
-    h.update(b"\0dataset\0");
-    h.update(base.0);
-    h.update(b"\0basis\0");
-    h.update(match basis {
+    let mut hasher = Sha256::new();
+    hasher.update(b"agentx session trees\0");
+    hasher.update(TREE_FORMAT_VERSION.to_le_bytes());
+    hasher.update(b"\0dataset\0");
+    hasher.update(base.0);
+    hasher.update(b"\0basis\0");
+    hasher.update(match basis {
         None => "auto",
         Some(NestedBasis::Absolute) => "absolute",
         Some(NestedBasis::Relative) => "relative",
     });
-    h.update(b"\0max_osl\0");
+    hasher.update(b"\0max_osl\0");
     match opts.max_osl {
-        Some(o) => h.update(u64::from(o).to_le_bytes()),
-        None => h.update(b"none"),
+        Some(o) => hasher.update(u64::from(o).to_le_bytes()),
+        None => hasher.update(b"none"),
     }
-    h.update(b"\0split_chains\0");
-    h.update([u8::from(opts.split_chains)]);
-    h.update(b"\0chains\0");
-    h.update(serde_json::to_vec(&opts.chains).expect("chain parameters serialize"));
-    CacheKey(h.finalize().into())
+    hasher.update(b"\0split_chains\0");
+    hasher.update([u8::from(opts.split_chains)]);
+    hasher.update(b"\0chains\0");
+    hasher.update(serde_json::to_vec(&opts.chains).expect("chain parameters serialize"));
+    CacheKey(hasher.finalize().into())
 }
 
 fn invalid(t: &ParsedTrace, message: String) -> DatasetError {
@@ -181,8 +182,8 @@ fn build_entry(
     let mut found = 0usize;
     let spec = ds.corpus_format();
     any_format::scan(&spec, &SourceFiles::from_path(ds.source_path())?, |t| {
-        if let Some(&i) = want.get(t.id.as_str()) {
-            let traj = ds.trajectory(i).expect("an index of the dataset");
+        if let Some(&slot) = want.get(t.id.as_str()) {
+            let traj = ds.trajectory(slot).expect("an index of the dataset");
             if traj.num_turns() != t.requests.len() {
                 return Err(invalid(
                     &t,
@@ -195,7 +196,7 @@ fn build_entry(
                     ),
                 ));
             }
-            slots[i] = Some(t);
+            slots[slot] = Some(t);
             found += 1;
         }
         Ok(if found == slots.len() {
@@ -205,18 +206,18 @@ fn build_entry(
         })
     })?;
     let mut traces = Vec::with_capacity(slots.len());
-    for (i, t) in slots.into_iter().enumerate() {
+    for (slot, t) in slots.into_iter().enumerate() {
         match t {
             Some(t) => traces.push(t),
             None => {
-                let id = ds
-                    .trajectory(i)
+                let base_id = ds
+                    .trajectory(slot)
                     .map(|t| t.id().to_owned())
                     .unwrap_or_default();
                 return Err(DatasetError::Cache {
                     path: ds.source_path().to_owned(),
                     reason: format!(
-                        "trace {id:?} of the opened dataset is no longer in its source (changed since \
+                        "trace {base_id:?} of the opened dataset is no longer in its source (changed since \
                          it was opened)"
                     ),
                 });
@@ -230,21 +231,21 @@ fn build_entry(
         .map(|t| build(t, &opts))
         .collect::<Result<_, _>>()?;
     let built = started.elapsed().checked_sub(parsed).unwrap();
-    let mut b = cache::Builder::default();
-    b.set_global_hash_ids(ds.global_hash_ids());
+    let mut builder = cache::Builder::default();
+    builder.set_global_hash_ids(ds.global_hash_ids());
     for (t, tree) in traces.iter().zip(&trees) {
         for (s, stream) in tree.streams.iter().enumerate() {
-            let st = stream_trace(t, stream, s == 0).map_err(|m| invalid(t, m))?;
-            b.add(&st).map_err(|m| invalid(t, m))?;
+            let stream_parsed = stream_trace(t, stream, s == 0).map_err(|m| invalid(t, m))?;
+            builder.add(&stream_parsed).map_err(|m| invalid(t, m))?;
         }
     }
-    let streams = b.traces();
+    let streams = builder.traces();
     drop(traces);
-    b.set_trees(TreeTopology {
+    builder.set_trees(TreeTopology {
         basis: opts.basis,
         trees,
     });
-    let bytes = b.finish(key);
+    let bytes = builder.finish(key);
     tracing::info!(
         source = %ds.source_path().display(),
         traces = ds.len(),
@@ -264,7 +265,7 @@ fn build_entry(
 fn stream_trace(t: &ParsedTrace, stream: &Stream, root: bool) -> Result<ParsedTrace, String> {
     let mut requests = Vec::with_capacity(stream.turns.len());
     for (k, turn) in stream.turns.iter().enumerate() {
-        let r = source_request(t, turn.source_outer_idx, turn.source_inner_idx).ok_or_else(|| {
+        let req = source_request(t, turn.source_outer_idx, turn.source_inner_idx).ok_or_else(|| {
             format!(
                 "turn {k} of stream {} names requests[{}]{} as its source, which the trace does not hold",
                 stream.id,
@@ -275,7 +276,7 @@ fn stream_trace(t: &ParsedTrace, stream: &Stream, root: bool) -> Result<ParsedTr
         })?;
         requests.push(ParsedRequest {
             t: turn.ts_ms / 1000.0,
-            ..r.clone()
+            ..req.clone()
         });
     }
     Ok(ParsedTrace {
@@ -322,9 +323,10 @@ fn read(entry: Entry, ds: &Dataset) -> Result<(Dataset, TreeTopology), String> {
         alias: ds.alias,
         outcome: Outcome::Hit,
     };
-    let n = streams.entry.layout.n_strings as u32;
-    let report: cache::ImportReport = serde_json::from_str(streams.string(n.saturating_sub(1)))
-        .map_err(|e| format!("session-tree topology unreadable: {e}"))?;
+    let num_strings = streams.entry.layout.n_strings as u32;
+    let report: cache::ImportReport =
+        serde_json::from_str(streams.string(num_strings.saturating_sub(1)))
+            .map_err(|e| format!("session-tree topology unreadable: {e}"))?;
     let topology = report
         .trees
         .ok_or("a dataset entry, not one of session trees")?;
@@ -377,14 +379,14 @@ fn check(trees: &[SessionTree], streams: &Dataset, ds: &Dataset) -> Result<(), S
 
 /// Every stream, turn and branch index a tree holds points into it.
 fn check_tree(t: &SessionTree) -> Result<(), String> {
-    let n = t.streams.len();
+    let num_streams = t.streams.len();
     let turns = |s: usize| t.streams.get(s).map_or(0, |s| s.turns.len());
     let turn_ok = |(s, k): (usize, usize)| k < turns(s);
-    if n == 0 {
+    if num_streams == 0 {
         return Err("no streams".into());
     }
     for (bi, b) in t.branches.iter().enumerate() {
-        if b.children.iter().any(|&c| c == 0 || c >= n)
+        if b.children.iter().any(|&c| c == 0 || c >= num_streams)
             || !turn_ok((0, b.spawn_turn))
             || b.join_turn.is_some_and(|j| !turn_ok((0, j)))
         {
@@ -392,7 +394,7 @@ fn check_tree(t: &SessionTree) -> Result<(), String> {
         }
     }
     for (si, s) in t.streams.iter().enumerate() {
-        let bad = s.parent.is_some_and(|p| p >= n)
+        let bad = s.parent.is_some_and(|p| p >= num_streams)
             || s.branch.is_some_and(|b| b >= t.branches.len())
             || s.fork_source.is_some_and(|f| !turn_ok(f))
             || s.turns.iter().any(|x| {

@@ -27,7 +27,7 @@
 //! their layer's main chain), seams spliced, and the classes of the worker chains.
 
 mod builder;
-pub mod chain;
+pub(crate) mod chain;
 pub mod corpus;
 mod turns;
 
@@ -73,12 +73,14 @@ impl NestedBasis {
 /// Options of [`build`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TreeOptions {
+    /// How nested timestamps are read.
     pub basis: NestedBasis,
     /// `--synthesis-max-osl`: caps `max_tokens` of root and flat turns (subagent turns are not capped).
     pub max_osl: Option<u32>,
     /// `AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS` (default true): run chain detection. Off: one root
     /// stream in file order and one stream per subagent in `(t, index)` order.
     pub split_chains: bool,
+    /// Chain-detection thresholds.
     pub chains: ChainParams,
 }
 
@@ -95,7 +97,7 @@ impl Default for TreeOptions {
 
 /// What produced a turn's new input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum InputKind {
+pub(crate) enum InputKind {
     ToolResult,
     UserInput,
 }
@@ -118,10 +120,10 @@ pub struct TreeTurn {
     pub ts_ms: f64,
     /// End-to-start delay after the previous turn of the stream; `None` on turn 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay_ms: Option<f64>,
+    pub(crate) delay_ms: Option<f64>,
     /// The delay under `--use-think-time-only` (`1000·think_time` when recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay_ms_think_time_only: Option<f64>,
+    pub(crate) delay_ms_think_time_only: Option<f64>,
     /// `1000·max(0, api_time)`; `None` when missing or not finite.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_time_ms: Option<f64>,
@@ -131,16 +133,19 @@ pub struct TreeTurn {
     pub max_tokens: u32,
     /// Theoretical prefix-cache stamp: leading hash ids already sent by the trace, of all.
     pub prefix_hit_blocks: u32,
+    /// Hash ids of the request (the stamp's denominator).
     pub prefix_total_blocks: u32,
     /// Where the request sits in the trace: outer index, and inner index for a nested request.
     pub source_outer_idx: u32,
+    /// The inner index of a nested request; `None` for a top-level one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_inner_idx: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_kind: Option<InputKind>,
+    pub(crate) input_kind: Option<InputKind>,
     /// Branches (indices into [`SessionTree::branches`]) this turn spawns and joins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spawns: Vec<usize>,
+    /// Branches this turn joins (waits for).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub joins: Vec<usize>,
     /// Replay-barrier predecessors `(stream, turn)` in its scope, sorted by (conversation id, turn).
@@ -151,7 +156,9 @@ pub struct TreeTurn {
 /// One stream (an aiperf conversation).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stream {
+    /// The aiperf conversation id (`<trace>`, `<trace>::sa:<agent>...`, `<trace>::fa:NNN`, ...).
     pub id: String,
+    /// Which part of the trace the stream replays.
     pub kind: StreamKind,
     /// The class of a worker chain (a subagent's chain 0 and the root have none).
     pub class: Option<ChainClass>,
@@ -162,13 +169,14 @@ pub struct Stream {
     /// The branch a child belongs to.
     pub branch: Option<usize>,
     /// Barrier scope: the trace id (root and flat streams) or `<trace>::sa:<agent_id>`.
-    pub replay_scope: String,
+    pub(crate) replay_scope: String,
     /// Turn-0 tool and system tokens (the declared ones, or 0/0 when not proven shared).
-    pub init_tool_tokens: u32,
-    pub init_system_tokens: u32,
+    pub(crate) init_tool_tokens: u32,
+    pub(crate) init_system_tokens: u32,
     /// The stream and turn holding the request this stream forked from (a subagent's chain 0: the
     /// spawning root turn).
-    pub fork_source: Option<(usize, usize)>,
+    pub(crate) fork_source: Option<(usize, usize)>,
+    /// The stream's turns in replay order.
     pub turns: Vec<TreeTurn>,
 }
 
@@ -177,10 +185,13 @@ pub struct Stream {
 pub struct Branch {
     /// `<trace>:spawn:<first agent_id>` or `<trace>:flatspawn:<n of the first worker>`.
     pub id: String,
+    /// The child streams (indices into [`SessionTree::streams`]).
     pub children: Vec<usize>,
+    /// The root turn that starts the children.
     pub spawn_turn: usize,
     /// The root turn that waits for the children; `None`: they run in the background.
     pub join_turn: Option<usize>,
+    /// The children's start, ms on the root clock.
     pub start_timestamp_ms: f64,
 }
 
@@ -188,34 +199,38 @@ pub struct Branch {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TreeCounts {
     /// Nested requests less than 1e-6 s before their marker, moved onto it (absolute basis).
-    pub clamped_requests: usize,
+    pub(crate) clamped_requests: usize,
     /// Retained subagents without requests (one stream without turns each).
-    pub empty_subagents: usize,
+    pub(crate) empty_subagents: usize,
     /// Replayed requests without hash ids.
-    pub empty_hash_requests: usize,
+    pub(crate) empty_hash_requests: usize,
     /// Seams spliced in the top level (subagent layers' seams are not counted, as in aiperf).
-    pub seams: usize,
+    pub(crate) seams: usize,
     /// Worker chains classified aux (reductions included), reduction, worker-group member.
     pub aux: usize,
+    /// Worker chains classified reduction (also counted in `aux`).
     pub reductions: usize,
-    pub worker_group: usize,
+    pub(crate) worker_group: usize,
 }
 
 /// One trace as a tree of streams.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionTree {
+    /// The trace's `id`.
     pub trace_id: String,
     /// Root first, then subagent streams (entry order, chain order), then flat streams.
     pub streams: Vec<Stream>,
+    /// The SPAWN branches, in spawn order.
     pub branches: Vec<Branch>,
     /// `agent_id`s of subagent entries without a preceding root request.
     pub dropped_subagents: Vec<String>,
+    /// Counted outcomes of the build.
     pub counts: TreeCounts,
 }
 
 /// The topology of a tree entry, kept in its import report ([`crate::cache::ImportReport::trees`]; built and read by [`corpus`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TreeTopology {
+pub(crate) struct TreeTopology {
     /// The nested-timestamp basis the trees were built with (the inferred one under `auto`).
     pub basis: NestedBasis,
     /// One tree per trace of the dataset, in dataset order.

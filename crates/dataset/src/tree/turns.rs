@@ -65,7 +65,7 @@ pub(super) fn stamp_prefixes(
             .then(a.3.cmp(&b.3))
     });
     let mut seen: std::collections::HashSet<u32, std::hash::BuildHasherDefault<IdHasher>> =
-        Default::default();
+        std::collections::HashSet::default();
     for &(_, _, _, _, st, k) in &keys {
         let h = &stream_reqs[st][k].req.hash_ids;
         let hit = h.iter().take_while(|id| seen.contains(*id)).count();
