@@ -7,7 +7,6 @@
 //! (because a demo is shorter than the scenario's 900 s floor) runs under `--unsafe-override`, so its
 //! result is marked as not a valid submission.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -339,7 +338,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         timeout: a.rendezvous_timeout,
         merge_into: a.merge_into.clone(),
     };
-    let env = |k: &str| std::env::var(k).ok();
+    let env = |k: &str| super::in_process::env_var(k);
     let (shard, job_run_id) = match super::shard::resolve(&flags, &env)? {
         Some((c, id)) => (Some(c), id),
         None => (None, None),
@@ -355,7 +354,7 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         block_size: a.isl_block_size,
         trace_block_size: a.trace_block_size,
         tokenizer: a.tokenizer.clone(),
-        output: crate::run::artifact_dir::OutputDir::from_flag(a.output_artifact_dir.clone()),
+        output: super::in_process::output_dir(a.output_artifact_dir.clone()),
         overwrite: a.overwrite,
         slice_duration: a.slice_duration,
         goodput: a.goodput.clone(),
@@ -377,8 +376,8 @@ pub fn run_config(a: &RunArgs, argv: Vec<String>) -> anyhow::Result<RunConfig> {
         dry_run: a.dry_run,
         replay_of: None,
         argv,
-        progress: std::io::stderr().is_terminal(),
-        signals: true,
+        progress: super::in_process::stderr_is_terminal(),
+        signals: !super::in_process::in_process(),
     })
 }
 

@@ -3,7 +3,6 @@
 //! given, each error naming the flag or variable and how to fix it.
 
 use crate::scenario::ReplaySetting;
-use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use crate::scenario::types::{Setting, Value};
 fn env_var(suffix: &str) -> Option<(String, String)> {
     for prefix in ["AGENTX_", "AIPERF_"] {
         let k = format!("{prefix}{suffix}");
-        if let Ok(v) = std::env::var(&k) {
+        if let Some(v) = super::in_process::env_var(&k) {
             if !v.trim().is_empty() {
                 return Some((k, v));
             }
@@ -698,7 +697,7 @@ fn client_config(a: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> 
         }
         (None, None) => Duration::from_secs(300),
     };
-    let api_key = std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty());
+    let api_key = super::in_process::env_var(&a.api_key_env).filter(|k| !k.is_empty());
     let api = endpoint_type(a)?;
     let endpoint = a
         .endpoint
@@ -841,7 +840,9 @@ const RUNNER_VARIABLES: [(&str, &str); 13] = [
 fn runner_env_notes(a: &RunArgs) -> Vec<String> {
     let mut notes = Vec::new();
     for (var, flag) in RUNNER_VARIABLES {
-        let Ok(v) = std::env::var(var) else { continue };
+        let Some(v) = super::in_process::env_var(var) else {
+            continue;
+        };
         let v = v.trim();
         if v.is_empty() {
             continue;
@@ -901,7 +902,7 @@ fn intervals(
     let stats_interval = match a.stats_interval {
         Some(0.0) => None,
         Some(x) => Some(positive_secs("--stats-interval", x)?),
-        None if std::io::stderr().is_terminal() => Some(Duration::from_secs(5)),
+        None if super::in_process::stderr_is_terminal() => Some(Duration::from_secs(5)),
         None => Some(Duration::from_secs(30)),
     };
     let warmup_progress_interval = match env_var("SERVICE_WARMUP_PROGRESS_LOG_INTERVAL") {
