@@ -114,7 +114,7 @@ fn run(corpus: &Path, sim: &Sim, scenario: &str, extra: &[&str]) -> Run {
             .chain(extra)
             .map(std::string::ToString::to_string),
     );
-    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+    Run::in_process(tempfile::tempdir().unwrap(), &args, &[])
 }
 
 #[test]

@@ -720,7 +720,7 @@ fn run_against(names: MetricNames) -> Run {
         ]
         .map(str::to_owned),
     );
-    let run = Run::exec(
+    let run = Run::in_process(
         tempfile::tempdir().unwrap(),
         &args,
         &[("AIPERF_SERVER_METRICS_COLLECTION_INTERVAL", "0.2")],

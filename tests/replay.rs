@@ -29,14 +29,13 @@ fn command(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// `agentx-host run agentx-mvp ARGS`, in this process.
 fn run(args: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let out = command(dir.path(), args).output().unwrap();
-    Run {
-        out,
-        dir,
-        took: Duration::ZERO,
-    }
+    let argv: Vec<&str> = ["run", "agentx-mvp"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    Run::in_process(tempfile::tempdir().unwrap(), &argv, &[])
 }
 
 /// Flags of a short run against `url` on the bundled-size fixture corpus.
@@ -90,7 +89,7 @@ fn demo_run_needs_no_flags_and_writes_every_record() {
         "--benchmark-grace-period",
         "10",
     ];
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let out = r.stdout();
     assert!(out.contains("run completed"), "{out}");

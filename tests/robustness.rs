@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::support::{fixture, Run, Sim};
 
 fn run_in(dir: tempfile::TempDir, args: &[&str]) -> Run {
-    Run::exec(dir, args, &[])
+    Run::in_process(dir, args, &[])
 }
 
 /// `agentx-host run` against `url` on the fixture corpus (or `corpus`), plus `extra`.

@@ -191,7 +191,7 @@ fn each_world_refuses_the_other_worlds_calls() {
 
     // The demo run (built-in simulator, bundled corpus) replays with the session-tree scheduler
     // when named by path.
-    let r = Run::exec(
+    let r = Run::in_process(
         tempfile::tempdir().unwrap(),
         &[
             "run",
@@ -218,7 +218,7 @@ fn each_world_refuses_the_other_worlds_calls() {
 #[test]
 fn the_dry_run_of_agentx_v1_is_aiperfs_plan() {
     let fixture = crate::support::fixture("traces-subagents-8.jsonl");
-    let r = Run::exec(
+    let r = Run::in_process(
         tempfile::tempdir().unwrap(),
         &[
             "run",

@@ -296,7 +296,7 @@ async fn a_scraper_of_nothing_but_dead_endpoints_never_fails() {
 /// against the built-in simulator (which exports vLLM's token counters).
 #[test]
 fn the_first_srv_row_has_the_servers_token_throughput() {
-    let r = crate::support::Run::exec(
+    let r = crate::support::Run::in_process(
         tempfile::tempdir().unwrap(),
         &[
             "run",
@@ -341,7 +341,7 @@ fn srv_rows_between_scrapes_keep_the_servers_token_throughput() {
         ]
         .map(String::from),
     );
-    let r = crate::support::Run::exec(
+    let r = crate::support::Run::in_process(
         tempfile::tempdir().unwrap(),
         &args,
         &[("AGENTX_SERVER_METRICS_COLLECTION_INTERVAL", "1")],
@@ -391,7 +391,7 @@ fn the_profiling_counters_equal_the_profiling_records_to_the_token() {
     use crate::support::{boundaries_taken, record_counts, server_counts};
     use agentx::record::Phase;
     let sim = timed_sim();
-    let r = crate::support::Run::exec(
+    let r = crate::support::Run::in_process(
         tempfile::tempdir().unwrap(),
         &tree_run(&sim.url()),
         &[("AGENTX_SERVER_METRICS_COLLECTION_INTERVAL", "3600")],
@@ -459,7 +459,8 @@ fn a_warmup_that_ends_on_the_tick_profiling_begins_is_still_exact() {
     use agentx::client::scrape_journal::{read_journal, SCRAPE_JOURNAL};
     use agentx::record::Phase;
     let sim = timed_sim();
-    let r = crate::support::Run::exec(tempfile::tempdir().unwrap(), &tree_run(&sim.url()), &[]);
+    let r =
+        crate::support::Run::in_process(tempfile::tempdir().unwrap(), &tree_run(&sim.url()), &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let url = format!("{}/metrics", sim.url());
     let records = r.records();

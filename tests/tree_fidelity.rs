@@ -59,7 +59,7 @@ fn run_component(
     .map(str::to_owned)
     .to_vec();
     args.extend(extra.iter().map(std::string::ToString::to_string));
-    Run::exec(tempfile::tempdir().unwrap(), &args, env)
+    Run::in_process(tempfile::tempdir().unwrap(), &args, env)
 }
 
 /// A top-level (or nested) weka request of `ids.len()` full blocks.
