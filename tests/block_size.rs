@@ -49,7 +49,11 @@ fn trace(id: &str, block_size: u64, first_hash_ids: Option<u64>) -> Value {
 
 fn write_corpus(dir: &Path, traces: &[Value]) -> PathBuf {
     let path = dir.join("traces.jsonl");
-    let text: String = traces.iter().map(|t| format!("{t}\n")).collect();
+    let text: String = traces.iter().fold(String::new(), |mut text, trace| {
+        use std::fmt::Write;
+        let _ = writeln!(text, "{trace}");
+        text
+    });
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -114,7 +118,7 @@ fn run(corpus: &Path, sim: &Sim, scenario: &str, extra: &[&str]) -> Run {
             .chain(extra)
             .map(std::string::ToString::to_string),
     );
-    Run::in_process(tempfile::tempdir().unwrap(), &args, &[])
+    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
 }
 
 #[test]

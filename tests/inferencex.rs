@@ -20,7 +20,7 @@ fn replay(url: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
     let mut args = fixture_args("run", url);
     args.extend(["--concurrency", "3", "--benchmark-duration", "2"].map(String::from));
     args.extend(extra.iter().map(std::string::ToString::to_string));
-    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, env);
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     r
 }
@@ -137,13 +137,13 @@ fn bad_switches_and_timeouts_are_refused_with_the_variable_named() {
             "AIPERF_HTTP_TCP_USER_TIMEOUT=\"0\" is not a number of milliseconds",
         ),
     ] {
-        let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[env]);
+        let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[env]);
         assert_eq!(r.code(), 2, "{}", r.stderr());
         assert!(r.stderr().contains(want), "{}", r.stderr());
     }
     let mut bad = args.clone();
     bad.extend(["--connection-reuse-strategy", "always"]);
-    let r = Run::in_process(tempfile::tempdir().unwrap(), &bad, &[]);
+    let r = Run::exec(tempfile::tempdir().unwrap(), &bad, &[]);
     assert_eq!(r.code(), 2);
     assert!(
         r.stderr()
@@ -276,7 +276,7 @@ fn inferencex_current_command_line_runs_through_dry_run() {
         ("AIPERF_SERVER_METRICS_COLLECTION_INTERVAL", "1.0"),
         ("AIPERF_UI_REALTIME_METRICS_ENABLED", "true"),
     ];
-    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &env);
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let plan: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
     assert_eq!(plan["concurrency"], 4);
@@ -308,7 +308,7 @@ fn inferencex_current_command_line_runs_through_dry_run() {
     // silently ignored.
     let mut mvp: Vec<&str> = args.clone();
     mvp.insert(1, "agentx-mvp");
-    let r = Run::in_process(tempfile::tempdir().unwrap(), &mvp, &env);
+    let r = Run::exec(tempfile::tempdir().unwrap(), &mvp, &env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(
         r.stderr()
@@ -323,7 +323,7 @@ fn inferencex_current_command_line_runs_through_dry_run() {
     // says how to fetch it.
     let hub = hub_cache(false);
     let env = [("HF_HUB_CACHE", hub.path().to_str().unwrap())];
-    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &env);
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(
         r.stderr()
@@ -338,7 +338,7 @@ fn inferencex_current_command_line_runs_through_dry_run() {
         ("HF_HUB_CACHE", empty.path().to_str().unwrap()),
         ("HOME", empty.path().to_str().unwrap()),
     ];
-    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &env);
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &env);
     assert_eq!(r.code(), 2);
     assert!(
         r.stderr()
@@ -388,7 +388,7 @@ fn a_run_fills_every_key_the_inferencex_aggregator_reads() {
         ("AIPERF_SERVER_METRICS_COLLECTION_INTERVAL", "0.2"),
         ("AIPERF_REQUIRED_SERVER_METRIC_PREFIX", "sglang:"),
     ];
-    let r = Run::in_process(dir, &args, &env);
+    let r = Run::exec(dir, &args, &env);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let art = r.dir.path().join("results/aiperf_artifacts");
     let profiled = profile_rows_have_what_the_aggregator_reads(&art);

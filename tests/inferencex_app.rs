@@ -720,7 +720,7 @@ fn run_against(names: MetricNames) -> Run {
         ]
         .map(str::to_owned),
     );
-    let run = Run::in_process(
+    let run = Run::exec(
         tempfile::tempdir().unwrap(),
         &args,
         &[("AIPERF_SERVER_METRICS_COLLECTION_INTERVAL", "0.2")],

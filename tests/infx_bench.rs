@@ -137,7 +137,7 @@ fn runner_env(url: &str, hub: &Path) -> Vec<(String, String)> {
 fn exec(argv: &[String], env: &[(String, String)]) -> Run {
     let args: Vec<&str> = argv.iter().map(String::as_str).collect();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    Run::in_process(tempfile::tempdir().unwrap(), &args, &env)
+    Run::exec(tempfile::tempdir().unwrap(), &args, &env)
 }
 
 #[test]

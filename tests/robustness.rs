@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::support::{fixture, Run, Sim};
 
 fn run_in(dir: tempfile::TempDir, args: &[&str]) -> Run {
-    Run::in_process(dir, args, &[])
+    Run::exec(dir, args, &[])
 }
 
 /// `agentx-host run` against `url` on the fixture corpus (or `corpus`), plus `extra`.
@@ -292,8 +292,8 @@ fn client(url: &str) -> Client {
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
         http2: false,
-        routing: Default::default(),
-        reuse: Default::default(),
+        routing: agentx::client::RoutingHeaders::default(),
+        reuse: agentx::client::ConnectionReuse::default(),
         tcp_user_timeout: None,
     })
     .unwrap()

@@ -45,7 +45,8 @@ fn a_v3_component_decides_every_replay_setting_and_rule() {
         "--input-file",
         corpus.to_str().unwrap(),
     ];
-    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
+    // A process: the test reads the run's log lines.
+    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     // No --model: the component discovers the simulator's one model.
     assert!(
@@ -96,7 +97,7 @@ fn a_v3_component_decides_every_replay_setting_and_rule() {
         "client token counts"
     );
     // Burst: the primers (the first warmup request of each lane) are due at the same instant.
-    let mut first: std::collections::BTreeMap<u32, u64> = Default::default();
+    let mut first = std::collections::BTreeMap::<u32, u64>::default();
     for x in &warm {
         let e = first.entry(x.lane).or_insert(x.intended_ns);
         *e = (*e).min(x.intended_ns);

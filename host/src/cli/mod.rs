@@ -148,7 +148,7 @@ pub enum ScenarioCommand {
 /// Parse the command line, run it, and map the result to the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(log_filter(
+    init_tracing(&log_filter(
         std::env::var("AGENTX_LOG").ok(),
         std::env::var("RUST_LOG").ok(),
         cli.quiet,
@@ -204,8 +204,8 @@ fn log_filter(agentx: Option<String>, rust: Option<String>, quiet: bool, verbose
     .to_string()
 }
 
-fn init_tracing(filter: String) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
         errln!("warning: the log filter {filter:?} does not parse ({e}); logging at INFO");
         tracing_subscriber::EnvFilter::new("info")
     });
