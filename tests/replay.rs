@@ -29,6 +29,17 @@ fn command(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// `agentx-host run agentx-mvp ARGS` as a process.
+fn run_process(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let out = command(dir.path(), args).output().unwrap();
+    Run {
+        out,
+        dir,
+        took: Duration::ZERO,
+    }
+}
+
 /// `agentx-host run agentx-mvp ARGS`, in this process.
 fn run(args: &[&str]) -> Run {
     let argv: Vec<&str> = ["run", "agentx-mvp"]
@@ -119,8 +130,8 @@ fn demo_run_needs_no_flags_and_writes_every_record() {
     let stderr = r.stderr();
     assert!(stderr.contains("primers returned"), "{stderr}");
 
-    // The MVP stays built in, by name.
-    let r = run(&[
+    // The MVP stays built in, by name. (A demo run is a process: see `cli::in_process`.)
+    let r = run_process(&[
         "--benchmark-duration",
         "3",
         "--sim-preset",
