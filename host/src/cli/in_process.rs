@@ -18,13 +18,14 @@
 //!
 //! What cannot be taken is refused before anything runs, so a test that needs it stays a process:
 //! - `sim` (a foreground server until a signal) and `sweep` (it forwards SIGINT/SIGTERM itself);
-//! - `run` without `--url` (the demo, which starts its own simulator): in process it ended with
-//!   another exit code than the binary's, for a reason not yet found;
 //! - variables read below the command line, on the run's own threads: the dataset cache's
 //!   directory, TraceLab's join knobs, the Hugging Face cache, `AGENTX_TEST_PANIC`. Given in the
 //!   map, or set in the calling process (where they would leak into the run), they are refused;
 //! - a relative path in the argv that names a file under the working directory (the run reads files
 //!   against the process's directory): pass it absolute.
+//!
+//! Open: an in-process demo run (`run` without `--url`) twice ended with another exit code than the
+//! binary's, and then passed; its test runs it as a process until that is understood.
 //!
 //! Not yet routed (a hook in `run/`): the dataset cache (`run::prepare` opens the default directory
 //! of the process's environment, not `<home>/datasets`) and the `cwd` the manifest records (the
@@ -155,14 +156,8 @@ pub fn run_in_process(
             Ok(cli) => cli,
             Err(clap_error) => return Ok(print_clap_error(&clap_error)),
         };
-        match &cli.command {
-            Command::Sim(_) | Command::Sweep(_) => {
-                bail!("`sim` and `sweep` install signal handlers: run them as a process");
-            }
-            Command::Run(args) if args.url.is_none() => {
-                bail!("a run without --url (the demo, with its own simulator) does not yet run in process: run it as a process");
-            }
-            _ => {}
+        if let Command::Sim(_) | Command::Sweep(_) = cli.command {
+            bail!("`sim` and `sweep` install signal handlers: run them as a process");
         }
         Ok(super::execute(cli, argv.to_vec()))
     });
