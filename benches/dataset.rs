@@ -194,7 +194,10 @@ impl Prompts {
         }
         let assemble_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
         // A whole session: every turn of the longest trajectory, advanced and written.
-        let longest = ds.trajectories().max_by_key(|t| t.num_turns()).unwrap();
+        let longest = ds
+            .trajectories()
+            .max_by_key(agentx::dataset::Trajectory::num_turns)
+            .unwrap();
         let t = Instant::now();
         let mut c = synth
             .conversation(longest, 0, AssistantMode::Recorded)

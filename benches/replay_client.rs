@@ -86,7 +86,7 @@ fn main() {
     let ds = corpus(
         tmp.path(),
         "traces.jsonl",
-        SynthOptions {
+        &SynthOptions {
             traces: 1100,
             seed: 7,
             max_isl: None,
@@ -131,7 +131,7 @@ fn main() {
         let small = corpus(
             tmp.path(),
             "small.jsonl",
-            SynthOptions {
+            &SynthOptions {
                 traces: 1100,
                 seed: 9,
                 max_isl: Some(20_000),
@@ -171,7 +171,7 @@ fn main() {
         let big = corpus(
             tmp.path(),
             "big.jsonl",
-            SynthOptions {
+            &SynthOptions {
                 traces: 200,
                 seed: 11,
                 // Sessions compact at 80 % of this (120k tokens), so contexts stay above 100k for many turns.
@@ -207,8 +207,8 @@ fn main() {
             d.min,
             d.p50,
             d.max,
-            f.peak_rss_growth as f64 / (1 << 20) as f64,
-            f.peak_rss_growth as f64 / 1024.0 / c as f64
+            f.peak_rss_growth as f64 / f64::from(1 << 20),
+            f.peak_rss_growth as f64 / 1024.0 / f64::from(c)
         );
     }
 }

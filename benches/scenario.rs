@@ -179,7 +179,11 @@ fn plan_corpus(i: &mut ScenarioInstance, params: StartParams) {
 fn main() -> anyhow::Result<()> {
     let path: PathBuf = std::env::args()
         .skip(1)
-        .find(|a| a.ends_with(".wasm"))
+        .find(|a| {
+            Path::new(a)
+                .extension()
+                .is_some_and(|ext| ext.eq_ignore_ascii_case("wasm"))
+        })
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-scenarios/dist/agentx-mvp.wasm")

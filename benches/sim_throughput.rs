@@ -127,7 +127,11 @@ fn main() {
             .expect("the server thread's CPU time (/proc/thread-self/schedstat)")
     };
 
-    let prompt: String = (0..200).map(|i| format!("w{i} ")).collect();
+    let prompt: String = (0..200).fold(String::new(), |mut prompt, i| {
+        use std::fmt::Write;
+        let _ = write!(prompt, "w{i} ");
+        prompt
+    });
     let body = Bytes::from(
         serde_json::json!({
             "model": "bench",

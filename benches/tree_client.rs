@@ -212,7 +212,7 @@ impl Bench {
             corpus(
                 work,
                 "traces.jsonl",
-                SynthOptions {
+                &SynthOptions {
                     traces,
                     seed: 1,
                     max_isl: None,
@@ -298,7 +298,7 @@ fn memory_run(bench: &Bench, what: &str, work: &Path) {
         isl.avg,
         infl,
         growth / 1048576.0,
-        growth / 1024.0 / c as f64,
+        growth / 1024.0 / f64::from(c),
         growth / 1024.0 / infl.max(1) as f64,
         growth / (infl.max(1) as f64 * isl.avg)
     );

@@ -29,7 +29,7 @@ fn replay(url: &str, extra: &[&str]) -> Run {
         .map(str::to_owned),
     );
     args.extend(extra.iter().map(std::string::ToString::to_string));
-    Run::exec(
+    Run::in_process(
         tempfile::tempdir().unwrap(),
         &args,
         &[("AGENTX_API_KEY", SECRET)],

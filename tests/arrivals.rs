@@ -93,7 +93,7 @@ fn measured_arrivals_have_the_patterns_rate_and_variation() {
         ("poisson", None, (0.85, 1.15)),
         ("constant", Some(0.02), (0.0, 0.1)),
     ] {
-        let run = Run::exec(
+        let run = Run::in_process(
             tempfile::tempdir().unwrap(),
             &args(&url, corpus, &["--session-arrival-pattern", pattern]),
             &[],
@@ -175,7 +175,7 @@ fn the_dry_run_shows_the_arrival_plan() {
             "2",
         ];
         a.extend_from_slice(extra);
-        let run = Run::exec(tempfile::tempdir().unwrap(), &a, &[]);
+        let run = Run::in_process(tempfile::tempdir().unwrap(), &a, &[]);
         assert_eq!(run.code(), 0, "{}", run.stderr());
         serde_json::from_str::<serde_json::Value>(&run.stdout()).unwrap()
     };
@@ -214,7 +214,7 @@ fn arrivals_are_refused_where_not_allowed_and_bad_values_name_the_flag() {
     let fails = |a: &[&str], want: &str| {
         let mut args = vec!["run", "--dry-run", "--random-seed", "7"];
         args.extend_from_slice(a);
-        let run = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+        let run = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
         assert_ne!(run.code(), 0, "{args:?}");
         assert!(run.stderr().contains(want), "{args:?}: {}", run.stderr());
     };

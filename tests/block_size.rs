@@ -49,7 +49,11 @@ fn trace(id: &str, block_size: u64, first_hash_ids: Option<u64>) -> Value {
 
 fn write_corpus(dir: &Path, traces: &[Value]) -> PathBuf {
     let path = dir.join("traces.jsonl");
-    let text: String = traces.iter().map(|t| format!("{t}\n")).collect();
+    let text: String = traces.iter().fold(String::new(), |mut text, trace| {
+        use std::fmt::Write;
+        let _ = writeln!(text, "{trace}");
+        text
+    });
     std::fs::write(&path, text).unwrap();
     path
 }

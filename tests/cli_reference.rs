@@ -62,7 +62,7 @@ fn check(rel: &str, expected: &[u8]) -> Option<String> {
     }
 }
 
-fn report(stale: Vec<String>) {
+fn report(stale: &[String]) {
     assert!(
         stale.is_empty(),
         "the command-line reference is out of date:\n  {}\nregenerate with:\n  {REGENERATE}",
@@ -73,7 +73,7 @@ fn report(stale: Vec<String>) {
 #[test]
 fn markdown_reference_is_up_to_date() {
     let stale = check("docs/cli.md", markdown().as_bytes());
-    report(stale.into_iter().collect());
+    report(&stale.into_iter().collect::<Vec<String>>());
 }
 
 #[test]
@@ -106,5 +106,5 @@ fn man_pages_are_up_to_date() {
             }
         }
     }
-    report(stale);
+    report(&stale);
 }

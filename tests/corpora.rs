@@ -313,7 +313,7 @@ fn bad_lines_are_named_by_file_line_and_field() {
 fn replay(scenario: &str, corpus: &str, url: &str) -> Run {
     let mut args = corpus_args("run", Some(scenario), &fixture(corpus), url);
     args.extend(["--concurrency", "2", "--benchmark-duration", "3"].map(str::to_owned));
-    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+    Run::in_process(tempfile::tempdir().unwrap(), &args, &[])
 }
 
 fn check_replay(r: &Run, corpus: &str) {
@@ -375,7 +375,7 @@ fn run_takes_the_loader_name_and_the_block_size() {
         ]
         .map(str::to_owned),
     );
-    let small = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let small = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     check_replay(&small, MOONCAKE);
     assert_ne!(key(&small), key(&default), "block size 16 is another entry");
 
@@ -389,7 +389,7 @@ fn run_takes_the_loader_name_and_the_block_size() {
     ] {
         let mut bad = corpus_args("run", Some("agentx-mvp"), &fixture(MOONCAKE), &sim.url());
         bad.extend([flag, value, "--dry-run"].map(str::to_owned));
-        let r = Run::exec(tempfile::tempdir().unwrap(), &bad, &[]);
+        let r = Run::in_process(tempfile::tempdir().unwrap(), &bad, &[]);
         assert_eq!(r.code(), 2, "{}", r.stderr());
         assert!(r.stderr().contains(says), "{}", r.stderr());
     }
@@ -451,7 +451,7 @@ fn a_mooncake_row_without_output_length_is_sent_without_a_limit() {
             ]
             .map(str::to_owned),
         );
-        let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+        let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
         assert_eq!(r.code(), 0, "{scenario}: {}", r.stderr());
         drop(sim);
         // (prompt tokens, token limit) of every request the simulator saw.

@@ -191,7 +191,12 @@ fn concurrent_importers_build_once() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".agxd") || n.contains(".tmp."))
+        .filter(|n| {
+            Path::new(n)
+                .extension()
+                .is_some_and(|ext| ext.eq_ignore_ascii_case("agxd"))
+                || n.contains(".tmp.")
+        })
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
 }

@@ -117,7 +117,7 @@ fn info() -> RunInfo {
         input_config: json!({"endpoint": {"url": "http://127.0.0.1:0"}, "concurrency": 2}),
         seed: Some(42),
         profiling_duration_ns: Some(3_500 * MS),
-        coverage_rule: Default::default(),
+        coverage_rule: aiperf::CoverageRule::default(),
         prefix_stamps: (0..4)
             .map(|s| (format!("trace-{s}"), vec![(1, 4); 8]))
             .collect(),
@@ -127,7 +127,7 @@ fn info() -> RunInfo {
             "hf_dataset_name": "semianalysisai/cc-traces-weka-062126",
             "hf_split": "train",
         })),
-        warmup_naming: Default::default(),
+        warmup_naming: aiperf::WarmupNaming::default(),
         goodput: None,
     }
 }

@@ -19,7 +19,7 @@ fn run_with(extra: &[&str]) -> Run {
     let mut args = fixture_args("run", &sim.url());
     args.extend(["--concurrency", "3", "--benchmark-duration", "3"].map(String::from));
     args.extend(extra.iter().map(std::string::ToString::to_string));
-    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+    Run::in_process(tempfile::tempdir().unwrap(), &args, &[])
 }
 
 #[test]

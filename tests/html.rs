@@ -19,7 +19,7 @@ fn short_run() -> Run {
     let sim = Sim::start(cfg);
     let mut args = fixture_args("run", &sim.url());
     args.extend(["--concurrency", "3", "--benchmark-duration", "3"].map(String::from));
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     r
 }

@@ -292,8 +292,8 @@ fn client(url: &str) -> Client {
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
         http2: false,
-        routing: Default::default(),
-        reuse: Default::default(),
+        routing: agentx::client::RoutingHeaders::default(),
+        reuse: agentx::client::ConnectionReuse::default(),
         tcp_user_timeout: None,
     })
     .unwrap()

@@ -286,25 +286,26 @@ fn cache_bust_marker_is_sha256_of_the_session() {
 
 #[test]
 fn turn_delay_and_validity() {
-    let mut i = load("agentx-mvp.wasm").instantiate().unwrap();
-    let p = DelayParams {
+    let mut instance = load("agentx-mvp.wasm").instantiate().unwrap();
+    let params = DelayParams {
         think_time_only: true,
         cap_seconds: Some(60.0),
     };
-    let d = |i: &mut agentx::scenario::ScenarioInstance, think, gap| {
-        i.turn_delay(
-            p,
-            TurnTiming {
-                think_time: think,
-                timestamp_gap: gap,
-            },
-        )
-        .unwrap()
+    let d = |instance: &mut agentx::scenario::ScenarioInstance, think, gap| {
+        instance
+            .turn_delay(
+                params,
+                TurnTiming {
+                    think_time: think,
+                    timestamp_gap: gap,
+                },
+            )
+            .unwrap()
     };
-    assert_eq!(d(&mut i, Some(12.0), Some(19.0)), 12.0);
-    assert_eq!(d(&mut i, None, Some(19.0)), 19.0);
-    assert_eq!(d(&mut i, Some(600.0), None), 60.0);
-    assert_eq!(d(&mut i, None, None), 0.0);
+    assert_eq!(d(&mut instance, Some(12.0), Some(19.0)), 12.0);
+    assert_eq!(d(&mut instance, None, Some(19.0)), 19.0);
+    assert_eq!(d(&mut instance, Some(600.0), None), 60.0);
+    assert_eq!(d(&mut instance, None, None), 0.0);
 
     let o = |overflows, cancelled, unsafe_override| Outcome {
         total_responses: 1000,
@@ -315,21 +316,21 @@ fn turn_delay_and_validity() {
         overflow_rate_limit: 0.01,
     };
     assert!(
-        i.validity(o(10, false, false)).unwrap().is_empty(),
+        instance.validity(o(10, false, false)).unwrap().is_empty(),
         "1% is not over 1%"
     );
     assert_eq!(
-        i.validity(o(11, false, false)).unwrap(),
+        instance.validity(o(11, false, false)).unwrap(),
         vec!["context_overflow_rate_exceeded".to_string()]
     );
-    let r = i.validity(o(0, true, true)).unwrap();
+    let r = instance.validity(o(0, true, true)).unwrap();
     assert!(r.contains(&"run_cancelled".to_string()), "{r:?}");
     assert!(r.contains(&"unsafe_override".to_string()), "{r:?}");
     let empty = Outcome {
         total_responses: 0,
         ..o(0, false, false)
     };
-    assert!(i.validity(empty).unwrap().is_empty());
+    assert!(instance.validity(empty).unwrap().is_empty());
 }
 
 #[test]

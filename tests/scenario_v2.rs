@@ -33,9 +33,9 @@ fn agentx_v1_answers_through_the_0_2_world() {
     assert_eq!(sc.world(), World::V0_2);
     assert_eq!(load("agentx-mvp.wasm").world(), World::V0_1);
     assert_eq!(load("kvct-v01.wasm").world(), World::V0_1);
-    let mut i = sc.instantiate().unwrap();
-    assert_eq!(i.describe().unwrap().name, "inferencex-agentx-v1");
-    let r = i
+    let mut instance = sc.instantiate().unwrap();
+    assert_eq!(instance.describe().unwrap().name, "inferencex-agentx-v1");
+    let resolved = instance
         .resolve(
             &[
                 set("concurrency", Value::Integers(vec![8])),
@@ -49,8 +49,12 @@ fn agentx_v1_answers_through_the_0_2_world() {
         )
         .unwrap()
         .unwrap();
-    assert!(r.invalid_reasons.is_empty(), "{:?}", r.invalid_reasons);
-    let rules = i.rules(&r.settings).unwrap();
+    assert!(
+        resolved.invalid_reasons.is_empty(),
+        "{:?}",
+        resolved.invalid_reasons
+    );
+    let rules = instance.rules(&resolved.settings).unwrap();
     assert_eq!(rules.system_idle_cap_seconds, Some(10.0));
     assert_eq!(rules.warmup_max_tokens, 1);
 
@@ -69,7 +73,7 @@ fn agentx_v1_answers_through_the_0_2_world() {
         max_ratio: 1.0,
         lead_cap_ms: 10_000.0,
     };
-    let st = i.start_tree(p, 0, &x).unwrap().unwrap();
+    let st = instance.start_tree(p, 0, &x).unwrap().unwrap();
     assert_eq!(st.t_star_ms, Some(258193.74924743973));
     assert_eq!(st.streams[0].next_turn, 3);
     assert_eq!(st.streams[0].warm_turn, Some(2));
@@ -100,7 +104,7 @@ fn agentx_v1_answers_through_the_0_2_world() {
         max_ratio: 0.6,
         ..p
     };
-    let st = i.start_tree(pinned, 0, &tree).unwrap().unwrap();
+    let st = instance.start_tree(pinned, 0, &tree).unwrap().unwrap();
     assert_eq!(st.t_star_ms, Some(30000.0));
     let got: Vec<(u32, u32, bool)> = st
         .streams
@@ -110,7 +114,7 @@ fn agentx_v1_answers_through_the_0_2_world() {
     assert_eq!(got, vec![(0, 2, true), (1, 2, false)]);
 
     // One marker per tree (docs/specs/session-trees.md#cache-bust-marker).
-    let m = i
+    let m = instance
         .cache_bust_tree(
             Placement::FirstTurnPrefix,
             &TreeId {
@@ -122,7 +126,7 @@ fn agentx_v1_answers_through_the_0_2_world() {
         )
         .unwrap();
     assert_eq!(m.text, "[rid:5a1c9f04290b]\n\n");
-    let d = i
+    let d = instance
         .tree_turn_delay(
             DelayParams {
                 think_time_only: false,
@@ -191,7 +195,7 @@ fn each_world_refuses_the_other_worlds_calls() {
 
     // The demo run (built-in simulator, bundled corpus) replays with the session-tree scheduler
     // when named by path.
-    let r = Run::exec(
+    let r = Run::in_process(
         tempfile::tempdir().unwrap(),
         &[
             "run",
@@ -218,7 +222,7 @@ fn each_world_refuses_the_other_worlds_calls() {
 #[test]
 fn the_dry_run_of_agentx_v1_is_aiperfs_plan() {
     let fixture = crate::support::fixture("traces-subagents-8.jsonl");
-    let r = Run::exec(
+    let r = Run::in_process(
         tempfile::tempdir().unwrap(),
         &[
             "run",

@@ -45,6 +45,7 @@ fn a_v3_component_decides_every_replay_setting_and_rule() {
         "--input-file",
         corpus.to_str().unwrap(),
     ];
+    // A process: the test reads the run's log lines.
     let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     // No --model: the component discovers the simulator's one model.
@@ -96,7 +97,7 @@ fn a_v3_component_decides_every_replay_setting_and_rule() {
         "client token counts"
     );
     // Burst: the primers (the first warmup request of each lane) are due at the same instant.
-    let mut first: std::collections::BTreeMap<u32, u64> = Default::default();
+    let mut first = std::collections::BTreeMap::<u32, u64>::default();
     for x in &warm {
         let e = first.entry(x.lane).or_insert(x.intended_ns);
         *e = (*e).min(x.intended_ns);
@@ -153,7 +154,7 @@ fn flags_still_win_and_say_so_and_the_component_refuses_shared_trees() {
         "--dry-run",
         "--json",
     ];
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let plan: Value = serde_json::from_str(&r.stdout()).unwrap();
     let s = &plan["settings"];
@@ -179,7 +180,7 @@ fn flags_still_win_and_say_so_and_the_component_refuses_shared_trees() {
         "9",
         "--dry-run",
     ];
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_ne!(r.code(), 0);
     assert!(
         r.stderr().contains("--concurrency 9") && r.stderr().contains("allow-wrap false"),
@@ -191,7 +192,7 @@ fn flags_still_win_and_say_so_and_the_component_refuses_shared_trees() {
 #[test]
 fn the_default_is_agentx_with_its_preset_and_environment_defaults() {
     let args = ["run", "--dry-run", "--json"];
-    let r = Run::exec(
+    let r = Run::in_process(
         tempfile::tempdir().unwrap(),
         &args,
         &[("AIPERF_HTTP_TCP_USER_TIMEOUT", "60000")],
@@ -246,7 +247,7 @@ fn the_default_is_agentx_with_its_preset_and_environment_defaults() {
     assert_eq!(plan["rules"]["assistant_text"], "recorded");
     // The harness's spelling and the alias name the same component.
     for name in ["inferencex-agentx", "agentx"] {
-        let r = Run::exec(
+        let r = Run::in_process(
             tempfile::tempdir().unwrap(),
             &["run", "--scenario", name, "--dry-run", "--json"],
             &[],
@@ -281,7 +282,7 @@ fn an_earlier_world_sees_the_flags_the_host_applies() {
         "--dry-run",
         "--json",
     ];
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let plan: Value = serde_json::from_str(&r.stdout()).unwrap();
     assert_eq!(
@@ -309,7 +310,7 @@ fn an_earlier_world_sees_the_flags_the_host_applies() {
         "2",
         "--unsafe-override",
     ];
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_ne!(r.code(), 0);
     assert!(r.stderr().contains("--model is required"), "{}", r.stderr());
 }
@@ -364,7 +365,7 @@ fn model_discovery_refuses_what_is_not_one_model_and_says_to_pass_model() {
             "2",
             "--unsafe-override",
         ];
-        let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+        let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
         assert_ne!(r.code(), 0);
         let err = r.stderr();
         assert!(

@@ -289,17 +289,17 @@ async fn a_scraper_journals_the_log_it_hands_over() {
 }
 
 /// Where two JSON values first differ, and how.
-fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
+fn first_difference(a: &Value, b: &Value, at: &str) -> Option<String> {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) if x.len() == y.len() => x
             .iter()
-            .find_map(|(k, v)| first_difference(v, y.get(k)?, format!("{at}.{k}")))
+            .find_map(|(k, v)| first_difference(v, y.get(k)?, &format!("{at}.{k}")))
             .or_else(|| x.keys().ne(y.keys()).then(|| format!("{at}: keys"))),
         (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
             .iter()
             .zip(y)
             .enumerate()
-            .find_map(|(i, (v, w))| first_difference(v, w, format!("{at}[{i}]"))),
+            .find_map(|(i, (v, w))| first_difference(v, w, &format!("{at}[{i}]"))),
         _ => (a != b).then(|| format!("{at}: {a} != {b}")),
     }
 }
@@ -339,7 +339,7 @@ fn a_runs_journal_rebuilds_its_server_metrics_export() {
         input_config: wrote["input_config"].clone(),
     };
     let rebuilt: Value = server_metrics::to_json(&log, window, &meta);
-    if let Some(d) = first_difference(&rebuilt, &wrote, String::new()) {
+    if let Some(d) = first_difference(&rebuilt, &wrote, "") {
         panic!("the rebuilt export differs at {d}");
     }
     let csv = std::fs::read_to_string(art.join(CSV_FILE)).unwrap();

@@ -100,15 +100,15 @@ fn sum_stat(j: &Value, name: &str, stat: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scrapes_the_simulator_and_exports_the_profiling_window() {
-    let mut c = SimConfig::max();
-    c.engines = 2;
-    let h = sim::spawn(c).unwrap();
+    let mut config = SimConfig::max();
+    config.engines = 2;
+    let server = sim::spawn(config).unwrap();
     let down = format!("http://127.0.0.1:{}", closed_port().await);
-    let missing = format!("{}/nothing/metrics", h.url());
+    let missing = format!("{}/nothing/metrics", server.url());
     let garbage = format!("http://{}", garbage_server().await);
     let clock = Clock::start();
     let mut cfg = ScrapeConfig::new(vec![
-        h.url(),
+        server.url(),
         down.clone(),
         missing.clone(),
         garbage.clone(),
@@ -119,7 +119,7 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
 
     // Warmup traffic, seen by a scrape before the profiling window opens: not in the export.
     for _ in 0..3 {
-        chat(h.addr(), 50, 4).await;
+        chat(server.addr(), 50, 4).await;
     }
     let n = wait_for_scrapes(&scraper, 0).await;
     wait_for_scrapes(&scraper, n).await;
@@ -129,7 +129,7 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
     let (mut prompt, mut generated) = (0u64, 0u64);
     for i in 0..10u64 {
         let (w, m) = (20 + i as usize, 3 + i);
-        chat(h.addr(), w, m).await;
+        chat(server.addr(), w, m).await;
         prompt += w as u64;
         generated += m;
         if i % 3 == 0 {
@@ -163,7 +163,7 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
 
     export_counts_the_profiling_traffic(&j, prompt, generated);
 
-    let sim_url = format!("{}/metrics", h.url());
+    let sim_url = format!("{}/metrics", server.url());
     assert_eq!(
         j["summary"]["endpoints_configured"],
         json!([
@@ -191,14 +191,14 @@ async fn scrapes_the_simulator_and_exports_the_profiling_window() {
     assert!(info[&sim_url]["unique_updates"].as_u64().unwrap() >= 2);
 
     let csv = std::fs::read_to_string(&files[1]).unwrap();
-    let port = h.addr().port();
+    let port = server.addr().port();
     assert!(
         csv.contains(&format!(
             "127.0.0.1:{port},counter,vllm:prompt_tokens,tokens,"
         )),
         "{csv}"
     );
-    h.shutdown().await;
+    server.shutdown().await;
 }
 
 /// The scrape log of the four endpoints: the simulator scraped without a failure (the last scrape
@@ -391,7 +391,7 @@ fn the_profiling_counters_equal_the_profiling_records_to_the_token() {
     use crate::support::{boundaries_taken, record_counts, server_counts};
     use agentx::record::Phase;
     let sim = timed_sim();
-    let r = crate::support::Run::exec(
+    let r = crate::support::Run::in_process(
         tempfile::tempdir().unwrap(),
         &tree_run(&sim.url()),
         &[("AGENTX_SERVER_METRICS_COLLECTION_INTERVAL", "3600")],
@@ -459,7 +459,8 @@ fn a_warmup_that_ends_on_the_tick_profiling_begins_is_still_exact() {
     use agentx::client::scrape_journal::{read_journal, SCRAPE_JOURNAL};
     use agentx::record::Phase;
     let sim = timed_sim();
-    let r = crate::support::Run::exec(tempfile::tempdir().unwrap(), &tree_run(&sim.url()), &[]);
+    let r =
+        crate::support::Run::in_process(tempfile::tempdir().unwrap(), &tree_run(&sim.url()), &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let url = format!("{}/metrics", sim.url());
     let records = r.records();
@@ -493,7 +494,7 @@ fn a_warmup_that_ends_on_the_tick_profiling_begins_is_still_exact() {
     assert_eq!(coarse(warm_end, tick, p0), on_tick);
     assert_eq!(e.scrape_ns[start as usize], on_tick);
     let coarse_window = (on_tick, coarse(p1, tick, p0));
-    let j = server_metrics::to_json(&log, coarse_window, &Default::default());
+    let j = server_metrics::to_json(&log, coarse_window, &server_metrics::ExportMeta::default());
     assert_eq!(
         j["summary"]["profiling_window"]["edges"],
         "boundary_scrapes"

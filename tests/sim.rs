@@ -490,21 +490,23 @@ fn sum_series(samples: &HashMap<String, f64>, name: &str) -> f64 {
 
 #[tokio::test]
 async fn metrics_have_vllm_names_types_and_per_engine_series() {
-    let mut c = max_config();
-    c.engines = 2;
-    let h = sim::spawn(c).unwrap();
+    let mut config = max_config();
+    config.engines = 2;
+    let server = sim::spawn(config).unwrap();
     let mut prompt_total = 0;
     for i in 0..6 {
-        let r = chat(&h, &stream_body(&words(10 + i, "m"), 4), &[]).await;
+        let r = chat(&server, &stream_body(&words(10 + i, "m"), 4), &[]).await;
         check_stream(&r, None);
         assert_eq!(r.header("x-sim-engine"), (i % 2).to_string());
         prompt_total += 10 + i;
     }
     // A correlation id pins a session to one engine.
-    let e: Vec<String> = futures_of(&h, 4).await;
+    let e: Vec<String> = futures_of(&server, 4).await;
     assert!(e.windows(2).all(|w| w[0] == w[1]), "{e:?}");
 
-    let r = send(h.addr(), "GET", "/metrics", &[], "").await.unwrap();
+    let r = send(server.addr(), "GET", "/metrics", &[], "")
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
     assert!(r.header("content-type").starts_with("text/plain"));
     let (s, types) = parse_metrics(&r.body);
@@ -552,7 +554,7 @@ async fn metrics_have_vllm_names_types_and_per_engine_series() {
         40.0
     );
     assert_eq!(sum_series(&s, "vllm:num_requests_running"), 0.0);
-    h.shutdown().await;
+    server.shutdown().await;
 }
 
 async fn futures_of(h: &SimHandle, n: usize) -> Vec<String> {
@@ -573,16 +575,16 @@ async fn futures_of(h: &SimHandle, n: usize) -> Vec<String> {
 #[tokio::test]
 async fn max_num_seqs_queues_requests() {
     // One sequence at a time, each taking ~100 ms of fixed decode: the second waits for the first.
-    let mut c = SimConfig::h200();
-    c.max_num_seqs = 1;
-    if let Timing::Modeled(m) = &mut c.timing {
-        m.prefill_overhead = Duration::ZERO;
-        m.itl_base = Duration::from_millis(10);
-        m.itl_per_seq = Duration::ZERO;
+    let mut config = SimConfig::h200();
+    config.max_num_seqs = 1;
+    if let Timing::Modeled(model) = &mut config.timing {
+        model.prefill_overhead = Duration::ZERO;
+        model.itl_base = Duration::from_millis(10);
+        model.itl_per_seq = Duration::ZERO;
     }
-    let h = sim::spawn(c).unwrap();
+    let server = sim::spawn(config).unwrap();
     let (first, second) = (stream_body("first", 10), stream_body("second", 10));
-    let (a, b) = tokio::join!(chat(&h, &first, &[]), chat(&h, &second, &[]));
+    let (a, b) = tokio::join!(chat(&server, &first, &[]), chat(&server, &second, &[]));
     check_stream(&a, None);
     check_stream(&b, None);
     let q = |r: &Reply| r.header("x-sim-queue-ms").parse::<f64>().unwrap();
@@ -592,9 +594,9 @@ async fn max_num_seqs_queues_requests() {
         (q(&b), q(&a))
     };
     assert!(short < 50.0 && long >= 90.0, "queue ms {short} {long}");
-    let (s, _) = parse_metrics(&h.metrics_text());
+    let (s, _) = parse_metrics(&server.metrics_text());
     assert_eq!(sum_series(&s, "vllm:request_queue_time_seconds_count"), 2.0);
-    h.shutdown().await;
+    server.shutdown().await;
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! What several test modules share: fixture paths, a simulator serving on its own runtime, and a
-//! finished `agentx-host` process with its artifact directory.
+//! finished `agentx-host` command (a process, or run in this process) with its artifact directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
@@ -138,9 +139,42 @@ impl Drop for Sim {
     }
 }
 
-/// `agentx-host` in `dir` (its home under `dir/home`), with `env` set over an environment cleared
-/// of the variables that change a replay (`AIPERF_*`, `AGENTX_*`, and a scheduler's `SLURM_*`).
+/// The compiled-component cache every test's home shares (`<home>/compiled`, a link to one
+/// directory under the target directory): entries are named by the component's sha256, the
+/// wasmtime version and the engine configuration and written atomically, so each component is
+/// compiled once per suite run rather than once per test.
+pub(crate) fn shared_compiled_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("agentx-compiled")
+}
+
+/// Creates the home `home` with its compiled-component cache linked to [`shared_compiled_cache`]
+/// (nothing when `home/compiled` exists). With `AGENTX_TEST_PRIVATE_COMPILED` set in the test
+/// process, each home gets a cache of its own instead (under `agentx-compiled-private/`, kept, so
+/// that the compilations of a suite run can be counted).
+pub(crate) fn share_compiled_cache(home: &Path) {
+    static PRIVATE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let link = home.join("compiled");
+    if link.symlink_metadata().is_ok() {
+        return;
+    }
+    let shared = if std::env::var_os("AGENTX_TEST_PRIVATE_COMPILED").is_some() {
+        let nth = PRIVATE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("agentx-compiled-private")
+            .join(format!("{}-{nth}", std::process::id()))
+    } else {
+        shared_compiled_cache()
+    };
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(home).unwrap();
+    std::os::unix::fs::symlink(&shared, &link).unwrap();
+}
+
+/// `agentx-host` in `dir` (its home under `dir/home`, sharing the suite's compiled components), with
+/// `env` set over an environment cleared of the variables that change a replay (`AIPERF_*`,
+/// `AGENTX_*`, and a scheduler's `SLURM_*`).
 pub(crate) fn agentx_command(dir: &Path, env: &[(&str, &str)]) -> std::process::Command {
+    share_compiled_cache(&dir.join("home"));
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"));
     c.current_dir(dir)
         .env("AGENTX_HOME", dir.join("home"))
@@ -158,9 +192,10 @@ pub(crate) fn agentx_command(dir: &Path, env: &[(&str, &str)]) -> std::process::
     c
 }
 
-/// A finished `agentx-host` process: its output, its working directory (a run without
+/// A finished `agentx-host` command: its output, its working directory (a run without
 /// `--output-artifact-dir` writes to a fresh `artifacts/<scenario>-<time>-<id>`, named by
-/// `artifacts/latest`) and how long it took.
+/// `artifacts/latest`) and how long it took. [`Run::exec`] runs the binary; [`Run::in_process`] runs
+/// the command in this process, whose stderr holds what the command printed but not its log lines.
 pub(crate) struct Run {
     pub out: Output,
     pub dir: tempfile::TempDir,
@@ -177,6 +212,49 @@ impl Run {
     ) -> Run {
         let started = std::time::Instant::now();
         let out = agentx_command(dir.path(), env).args(args).output().unwrap();
+        Run {
+            out,
+            dir,
+            took: started.elapsed(),
+        }
+    }
+
+    /// `agentx-host ARGS` run in this process ([`agentx::cli::run_in_process`]) as [`Run::exec`]
+    /// runs it: in `dir`, its home `dir/home`, the environment `env` and nothing of this process's.
+    /// The command's stderr has what it printed, not its log lines. Panics when the command cannot
+    /// run in a process that is not its own (the refusal says why). With `AGENTX_TEST_SPAWN` set in
+    /// the test process it spawns the binary ([`Run::exec`]), to check that both agree.
+    pub(crate) fn in_process<S: AsRef<std::ffi::OsStr>>(
+        dir: tempfile::TempDir,
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> Run {
+        if std::env::var_os("AGENTX_TEST_SPAWN").is_some() {
+            return Run::exec(dir, args, env);
+        }
+        let argv: Vec<String> = args
+            .iter()
+            .map(|arg| {
+                arg.as_ref()
+                    .to_str()
+                    .expect("an in-process argument is UTF-8")
+                    .to_owned()
+            })
+            .collect();
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect();
+        let home = dir.path().join("home");
+        share_compiled_cache(&home);
+        let started = std::time::Instant::now();
+        let done = agentx::cli::run_in_process(&argv, dir.path(), &home, &env)
+            .unwrap_or_else(|refusal| panic!("agentx-host {argv:?} in process: {refusal:#}"));
+        let out = Output {
+            status: std::os::unix::process::ExitStatusExt::from_raw(i32::from(done.code) << 8),
+            stdout: done.stdout.into_bytes(),
+            stderr: done.stderr.into_bytes(),
+        };
         Run {
             out,
             dir,

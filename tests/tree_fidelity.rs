@@ -59,7 +59,12 @@ fn run_component(
     .map(str::to_owned)
     .to_vec();
     args.extend(extra.iter().map(std::string::ToString::to_string));
-    Run::exec(tempfile::tempdir().unwrap(), &args, env)
+    if env.is_empty() {
+        Run::in_process(tempfile::tempdir().unwrap(), &args, env)
+    } else {
+        // A process: the replay reads its fault injection from the process's environment.
+        Run::exec(tempfile::tempdir().unwrap(), &args, env)
+    }
 }
 
 /// A top-level (or nested) weka request of `ids.len()` full blocks.
@@ -73,14 +78,18 @@ fn ids(n: u32, base: u32) -> Vec<u32> {
     (base..base + n).collect()
 }
 
-fn trace(id: &str, requests: Vec<Value>) -> Value {
+fn trace(id: &str, requests: &[Value]) -> Value {
     json!({"id": id, "models": ["m"], "block_size": 64, "hash_id_scope": "local",
         "tool_tokens": 0, "system_tokens": 0, "requests": requests})
 }
 
 fn corpus(dir: &tempfile::TempDir, traces: &[Value]) -> std::path::PathBuf {
     let p = dir.path().join("corpus.jsonl");
-    let text: String = traces.iter().map(|t| format!("{t}\n")).collect();
+    let text: String = traces.iter().fold(String::new(), |mut text, trace| {
+        use std::fmt::Write;
+        let _ = writeln!(text, "{trace}");
+        text
+    });
     std::fs::write(&p, text).unwrap();
     p
 }
@@ -254,7 +263,7 @@ fn a_branch_alive_at_t_star_is_not_started_again_at_its_spawn_turn() {
     let dir = tempfile::tempdir().unwrap();
     let t = trace(
         "ahead",
-        vec![
+        &[
             req(0.0, &ids(4, 1), 0.5),
             req(10.0, &ids(6, 1), 0.5),
             json!({"t": 5.0, "type": "subagent", "agent_id": "sub", "duration_ms": 7500,
@@ -333,7 +342,7 @@ fn a_root_overflow_in_the_cache_pressure_stage_aborts_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let t = trace(
         "swells",
-        vec![
+        &[
             req(0.0, &ids(4, 1), 0.5),
             req(10.0, &ids(6, 1), 0.5),
             req(20.0, &ids(60, 1), 0.5),

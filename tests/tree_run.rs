@@ -61,7 +61,7 @@ fn run_trees(url: &str, concurrency: &str, duration: &str, extra: &[&str]) -> Ru
         "0",
     ];
     args.extend_from_slice(extra);
-    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+    Run::in_process(tempfile::tempdir().unwrap(), &args, &[])
 }
 
 /// A simulator whose responses take a little while (so requests overlap and the order of ends and
@@ -544,7 +544,7 @@ fn awkward_trees_replay_and_unplaceable_timestamps_are_refused() {
         a.extend(extra.iter().map(std::string::ToString::to_string));
         a
     };
-    let r = Run::exec(tempfile::tempdir().unwrap(), &base(&[]), &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &base(&[]), &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let recs = r.records();
     let prof: Vec<_> = recs
@@ -594,7 +594,7 @@ fn awkward_trees_replay_and_unplaceable_timestamps_are_refused() {
     let mut args = base(&["--weka-nested-timestamp-basis", "absolute"]);
     let i = args.iter().position(|a| a == "--input-file").unwrap();
     args[i + 1] = bad.to_str().unwrap().to_string();
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 2, "{}", r.stderr());
     assert!(r.stderr().contains("trace \"early\""), "{}", r.stderr());
     assert!(
@@ -672,7 +672,7 @@ fn a_root_turn_that_overflows_spawns_no_branch_at_its_return() {
         "--stats-interval",
         "0",
     ];
-    let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    let r = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let recs = r.records();
     let overflowed: Vec<_> = recs

@@ -71,8 +71,8 @@ pub(crate) fn flag(name: &str) -> bool {
 }
 
 /// Writes a synthetic corpus to `dir/name` and opens it (its cache in `dir/cache`).
-pub(crate) fn corpus(dir: &Path, name: &str, opts: SynthOptions) -> &'static Dataset {
-    write_corpus(&opts, &dir.join(name)).unwrap();
+pub(crate) fn corpus(dir: &Path, name: &str, opts: &SynthOptions) -> &'static Dataset {
+    write_corpus(opts, &dir.join(name)).unwrap();
     open_corpus(dir, name)
 }
 
@@ -302,8 +302,8 @@ where
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(600),
             http2: false,
-            routing: Default::default(),
-            reuse: Default::default(),
+            routing: agentx::client::RoutingHeaders::default(),
+            reuse: agentx::client::ConnectionReuse::default(),
             tcp_user_timeout: None,
         })
         .unwrap()
@@ -377,7 +377,7 @@ where
     let over: Vec<f64> = records
         .iter()
         .filter(|r| r.phase == Phase::Profiling)
-        .filter_map(|r| r.ttft_ns())
+        .filter_map(RequestRecord::ttft_ns)
         .map(|t| t as f64 / 1e6 - expected_ttft_ms)
         .collect();
     let figures = Figures {

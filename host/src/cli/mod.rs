@@ -15,6 +15,7 @@ use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 pub mod dataset;
 mod extra_inputs;
 pub mod finalize;
+pub mod in_process;
 pub mod merge;
 pub mod report;
 pub mod run;
@@ -24,6 +25,8 @@ pub mod shard;
 pub mod sim;
 pub mod sweep;
 pub mod timeline;
+
+pub use in_process::{run_in_process, Finished};
 
 /// Benchmark engine for LLM inference servers under agentic-coding load.
 #[derive(Debug, Parser)]
@@ -149,12 +152,18 @@ pub enum ScenarioCommand {
 /// Parse the command line, run it, and map the result to the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(log_filter(
+    init_tracing(&log_filter(
         std::env::var("AGENTX_LOG").ok(),
         std::env::var("RUST_LOG").ok(),
         cli.quiet,
         cli.verbose,
     ));
+    execute(cli, std::env::args().skip(1).collect())
+}
+
+/// Runs a parsed command line (`argv` is what it was parsed from, without the program name) and
+/// maps the result to the exit code.
+fn execute(cli: Cli, argv: Vec<String>) -> ExitCode {
     // Commands that send requests (not a plan, not a comparison of finished sweeps).
     let replays = match &cli.command {
         Command::Run(a) => !a.dry_run,
@@ -162,7 +171,7 @@ pub fn main() -> ExitCode {
         Command::Sweep(s) => s.compare.is_none(),
         _ => false,
     };
-    let (code, replayed) = match run(cli) {
+    let (code, replayed) = match run(cli, argv) {
         Ok(code) => (code, replays),
         Err(e) => {
             errln!("error: {e:#}");
@@ -171,12 +180,17 @@ pub fn main() -> ExitCode {
     };
     if replayed {
         // The line InferenceX's wrapper prints and its operators grep for.
-        let rc = (0u8..=255)
-            .find(|c| ExitCode::from(*c) == code)
-            .unwrap_or(2);
+        let rc = exit_code_number(code);
         tracing::info!("replay_rc={rc}");
     }
     code
+}
+
+/// The number of an exit code this program returns (2 for one it does not).
+fn exit_code_number(code: ExitCode) -> u8 {
+    (0u8..=255)
+        .find(|c| ExitCode::from(*c) == code)
+        .unwrap_or(2)
 }
 
 /// The log filter: `AGENTX_LOG`, else `RUST_LOG` (tracing's filter syntax), else the level of
@@ -194,8 +208,8 @@ fn log_filter(agentx: Option<String>, rust: Option<String>, quiet: bool, verbose
     .to_string()
 }
 
-fn init_tracing(filter: String) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
         errln!("warning: the log filter {filter:?} does not parse ({e}); logging at INFO");
         tracing_subscriber::EnvFilter::new("info")
     });
@@ -208,16 +222,16 @@ fn init_tracing(filter: String) {
         .try_init();
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+fn run(cli: Cli, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run::main(*args, std::env::args().skip(1).collect()),
+        Command::Run(args) => run::main(*args, argv),
         Command::Finalize(a) => finalize::main(a),
         Command::Timeline(a) => timeline::main(&a),
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(sim::main(*args)),
         Command::Report(args) => report::main(*args),
-        Command::Sweep(args) => sweep::main(*args, std::env::args().skip(1).collect()),
+        Command::Sweep(args) => sweep::main(*args, argv),
         Command::Plot(args) => report::plot_main(args),
         Command::Merge(args) => merge::main(args),
         Command::Dataset(args) => {

@@ -7,7 +7,6 @@
 //! (because a demo is shorter than the scenario's 900 s floor) runs under `--unsafe-override`, so its
 //! result is marked as not a valid submission.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -358,7 +357,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         timeout: args.rendezvous_timeout,
         merge_into: args.merge_into.clone(),
     };
-    let env = |name: &str| std::env::var(name).ok();
+    let env = |name: &str| super::in_process::env_var(name);
     let (shard, job_run_id) = match super::shard::resolve(&flags, &env)? {
         Some((config, id)) => (Some(config), id),
         None => (None, None),
@@ -374,7 +373,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         block_size: args.isl_block_size,
         trace_block_size: args.trace_block_size,
         tokenizer: args.tokenizer.clone(),
-        output: crate::run::artifact_dir::OutputDir::from_flag(args.output_artifact_dir.clone()),
+        output: super::in_process::output_dir(args.output_artifact_dir.clone()),
         overwrite: args.overwrite,
         slice_duration: args.slice_duration,
         timeline: args.timeline,
@@ -397,8 +396,8 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         dry_run: args.dry_run,
         replay_of: None,
         argv,
-        progress: std::io::stderr().is_terminal(),
-        signals: true,
+        progress: super::in_process::stderr_is_terminal(),
+        signals: !super::in_process::in_process(),
     })
 }
 

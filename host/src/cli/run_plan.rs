@@ -3,7 +3,6 @@
 //! given, each error naming the flag or variable and how to fix it.
 
 use crate::scenario::ReplaySetting;
-use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use crate::scenario::types::{Setting, Value};
 fn env_var(suffix: &str) -> Option<(String, String)> {
     for prefix in ["AGENTX_", "AIPERF_"] {
         let name = format!("{prefix}{suffix}");
-        if let Ok(value) = std::env::var(&name) {
+        if let Some(value) = super::in_process::env_var(&name) {
             if !value.trim().is_empty() {
                 return Some((name, value));
             }
@@ -728,9 +727,7 @@ fn client_config(args: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>
         }
         (None, None) => Duration::from_secs(300),
     };
-    let api_key = std::env::var(&args.api_key_env)
-        .ok()
-        .filter(|key| !key.is_empty());
+    let api_key = super::in_process::env_var(&args.api_key_env).filter(|key| !key.is_empty());
     let api = endpoint_type(args)?;
     let endpoint = args
         .endpoint
@@ -875,7 +872,7 @@ const RUNNER_VARIABLES: [(&str, &str); 13] = [
 fn runner_env_notes(args: &RunArgs) -> Vec<String> {
     let mut notes = Vec::new();
     for (var, flag) in RUNNER_VARIABLES {
-        let Ok(value) = std::env::var(var) else {
+        let Some(value) = super::in_process::env_var(var) else {
             continue;
         };
         let value = value.trim();
@@ -950,7 +947,7 @@ fn intervals(
     let stats_interval = match args.stats_interval {
         Some(0.0) => None,
         Some(seconds) => Some(positive_secs("--stats-interval", seconds)?),
-        None if std::io::stderr().is_terminal() => Some(Duration::from_secs(5)),
+        None if super::in_process::stderr_is_terminal() => Some(Duration::from_secs(5)),
         None => Some(Duration::from_secs(30)),
     };
     let warmup_progress_interval = match env_var("SERVICE_WARMUP_PROGRESS_LOG_INTERVAL") {
