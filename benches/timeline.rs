@@ -128,7 +128,7 @@ fn main() {
     let started = Instant::now();
     let records = write_run(&dir, lanes, hours);
     let records_mib =
-        std::fs::metadata(dir.join(RECORDS_FILE)).unwrap().len() as f64 / (1 << 20) as f64;
+        std::fs::metadata(dir.join(RECORDS_FILE)).unwrap().len() as f64 / f64::from(1 << 20);
     println!(
         "records: {records} ({records_mib:.0} MiB) for {lanes} lanes x {hours} h, written in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -141,7 +141,7 @@ fn main() {
     let counts = write_timeline(&dir, None, trace).unwrap();
     let took = started.elapsed().as_secs_f64();
     let trace_mib =
-        std::fs::metadata(dir.join("trace.json")).unwrap().len() as f64 / (1 << 20) as f64;
+        std::fs::metadata(dir.join("trace.json")).unwrap().len() as f64 / f64::from(1 << 20);
     println!(
         "timeline: {} requests, {} slices, {} flows in {took:.1} s ({:.0} records/s); trace.json {trace_mib:.0} MiB",
         counts.requests,

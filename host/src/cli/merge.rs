@@ -24,7 +24,7 @@ pub struct MergeArgs {
 
 /// Runs `agentx-host merge` and prints what the merge wrote: the record count, the clock skew
 /// between shards, the submission's validity and the files.
-pub fn main(args: MergeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     let merged = crate::run::merge::merge(&args.dirs, &args.output, &args.home.dir())?;
     outln!(
         "merged {} shards: {} records into {} in {:.2} s (clock skew between shards {:.3} ms)",

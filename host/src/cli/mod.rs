@@ -224,16 +224,16 @@ fn init_tracing(filter: &str) {
 
 fn run(cli: Cli, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run::main(*args, argv),
+        Command::Run(args) => run::main(&args, argv),
         Command::Finalize(a) => finalize::main(a),
         Command::Timeline(a) => timeline::main(&a),
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
-        Command::Sim(args) => Ok(sim::main(*args)),
+        Command::Sim(args) => Ok(sim::main(&args)),
         Command::Report(args) => report::main(*args),
-        Command::Sweep(args) => sweep::main(*args, argv),
-        Command::Plot(args) => report::plot_main(args),
-        Command::Merge(args) => merge::main(args),
+        Command::Sweep(args) => sweep::main(&args, argv),
+        Command::Plot(args) => report::plot_main(&args),
+        Command::Merge(args) => merge::main(&args),
         Command::Dataset(args) => {
             dataset::run(args)?;
             Ok(ExitCode::SUCCESS)

@@ -258,7 +258,7 @@ pub struct PlotArgs {
 
 /// Runs `agentx-host plot`: a run's plot and page into the run's directory (the one `DIR` names:
 /// itself, its `latest`, or its only run); a sweep's Pareto view and page for a sweep directory.
-pub fn plot_main(args: PlotArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn plot_main(args: &PlotArgs) -> anyhow::Result<ExitCode> {
     if args.dir.join(crate::export::sweep::SWEEP_JSON).is_file() {
         if args.output.is_some() || args.html.is_some() {
             anyhow::bail!(

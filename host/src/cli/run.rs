@@ -194,7 +194,7 @@ pub(crate) fn replay_main(replay: ReplayArgs) -> anyhow::Result<ExitCode> {
         manifest: std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()),
     });
     cached_dataset(&mut cfg, &recorded);
-    execute_and_print(cfg, run_args.json)
+    execute_and_print(&cfg, run_args.json)
 }
 
 /// Pins a recorded run's scenario by hash: the original path if it still holds those bytes, a
@@ -264,14 +264,14 @@ fn relocate(path: &Path, cwd: Option<&Path>, run_dir: &Path) -> PathBuf {
 }
 
 /// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
-pub fn main(args: RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
-    let cfg = run_config(&args, argv)?;
-    execute_and_print(cfg, args.json)
+pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    let cfg = run_config(args, argv)?;
+    execute_and_print(&cfg, args.json)
 }
 
 /// Runs `cfg` and prints the plan of a dry run (as JSON with `json`), or the summary and outputs.
-fn execute_and_print(cfg: RunConfig, json: bool) -> anyhow::Result<ExitCode> {
-    let outcome = crate::run::execute(&cfg, &Cancel::new())?;
+fn execute_and_print(cfg: &RunConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let outcome = crate::run::execute(cfg, &Cancel::new())?;
     print_outcome(&outcome, json)
 }
 

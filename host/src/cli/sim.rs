@@ -284,7 +284,7 @@ impl SimArgs {
 }
 
 /// `agentx-host sim`: the server these flags describe, in the foreground until interrupted.
-pub fn main(args: SimArgs) -> ExitCode {
+pub(crate) fn main(args: &SimArgs) -> ExitCode {
     match args.to_config() {
         Ok(config) => crate::sim::serve_foreground(config),
         Err(e) => {

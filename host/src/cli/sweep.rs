@@ -147,7 +147,7 @@ fn server_spec(args: &SweepArgs) -> anyhow::Result<Option<ServerSpec>> {
 }
 
 /// Runs `agentx-host sweep`.
-pub fn main(args: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
+pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     if let Some(dirs) = &args.compare {
         let out = &args
             .run
@@ -188,7 +188,7 @@ pub fn main(args: SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     }
     let mut first = args.run.clone();
     first.concurrency = Some(concurrency[0].to_string());
-    let server = server_spec(&args)?;
+    let server = server_spec(args)?;
     if let Some(spec) = &server {
         // Checked as a run against the first point's port; each point gets its own.
         first.url = Some(spec.url.fill(&[("port", "1")]));
