@@ -24,7 +24,6 @@
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 mod conn;
 mod pool;

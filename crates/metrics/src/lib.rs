@@ -7,7 +7,6 @@
 //! publishes ([`interactivity`]).
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod engines;
 pub mod goodput;

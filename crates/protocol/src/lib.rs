@@ -7,7 +7,6 @@
 //! schedules through the transport.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod anthropic;
 mod body;

@@ -31,7 +31,6 @@
 //! scheduler), on a scripted transport (`testkit.rs`).
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod arrivals;
 mod drain;

@@ -11,8 +11,6 @@
 //!
 //! This is the only module that names `wasmtime`.
 
-#![warn(missing_docs)]
-
 pub mod builtin;
 pub mod check;
 mod error;

@@ -30,7 +30,6 @@
 //! streamed answer's headers wait for its first token, and the second stamp is when it went out.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 mod anthropic;
 mod cache;

@@ -7,6 +7,5 @@
 //! and an endpoint that is down or slow loses its batches; both are counted and said once.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod otlp;

@@ -16,7 +16,6 @@
 //! ([`hub`], the same directories as the corpora). Nothing is downloaded.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -62,8 +62,11 @@ pub const UNROUTED_VARIABLES: &[&str] = &[
 /// printing macros (log lines are not kept).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
+    /// The exit code the binary would have ended with.
     pub code: u8,
+    /// What the command printed on stdout.
     pub stdout: String,
+    /// What it printed on stderr with the printing macros (not the log).
     pub stderr: String,
 }
 

@@ -45,10 +45,12 @@ pub struct Cli {
     /// More log lines: -v DEBUG, -vv TRACE.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands of `agentx-host`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Replay agentic sessions against a server under a scenario component (the main job).
@@ -120,6 +122,7 @@ impl HomeArgs {
     }
 }
 
+/// The subcommands of `agentx-host scenario`.
 #[derive(Debug, Subcommand)]
 pub enum ScenarioCommand {
     /// Print a scenario's hash, size, WIT package, description, knobs and locks.
@@ -129,6 +132,7 @@ pub enum ScenarioCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Where the store is.
         #[command(flatten)]
         home: HomeArgs,
     },
@@ -136,6 +140,7 @@ pub enum ScenarioCommand {
     Add {
         /// The component file.
         file: PathBuf,
+        /// Where the store is.
         #[command(flatten)]
         home: HomeArgs,
     },
@@ -144,6 +149,7 @@ pub enum ScenarioCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Where the store is.
         #[command(flatten)]
         home: HomeArgs,
     },

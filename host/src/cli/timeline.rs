@@ -12,6 +12,7 @@ use crate::client::scrape_journal::{read_journal, SCRAPE_JOURNAL};
 use crate::export::timeline::{write_timeline, TimelineCounts, TIMELINE_FILE};
 use crate::metrics::scrape_log::ScrapeLog;
 
+/// Arguments of `agentx-host timeline`: the run's directory and where the trace goes.
 #[derive(Debug, Args)]
 pub struct TimelineArgs {
     /// The run's artifact directory (it holds records.jsonl, and run_manifest.json and
