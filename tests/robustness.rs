@@ -295,6 +295,7 @@ fn client(url: &str) -> Client {
         routing: agentx::client::RoutingHeaders::default(),
         reuse: agentx::client::ConnectionReuse::default(),
         tcp_user_timeout: None,
+        trace_context: false,
     })
     .unwrap()
 }

@@ -16,6 +16,7 @@ mod html;
 mod inferencex;
 mod inferencex_app;
 mod infx_bench;
+mod otlp;
 mod replay;
 mod report;
 mod robustness;

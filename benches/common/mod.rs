@@ -305,6 +305,7 @@ where
             routing: agentx::client::RoutingHeaders::default(),
             reuse: agentx::client::ConnectionReuse::default(),
             tcp_user_timeout: None,
+            trace_context: false,
         })
         .unwrap()
     };

@@ -28,3 +28,4 @@ pub use agentx_replay as replay;
 pub use agentx_replay::ui;
 pub use agentx_scenario as scenario;
 pub use agentx_sim as sim;
+pub use agentx_telemetry as telemetry;

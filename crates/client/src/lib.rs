@@ -33,6 +33,7 @@ pub mod scrape;
 pub mod scrape_journal;
 mod sticky;
 
+use agentx_protocol::trace_context::{traceparent, TRACEPARENT};
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
@@ -178,6 +179,9 @@ pub struct ClientConfig {
     /// `TCP_USER_TIMEOUT` of every connection (Linux): how long sent data may stay unacknowledged
     /// before the kernel drops the connection.
     pub tcp_user_timeout: Option<Duration>,
+    /// Each request carries a W3C `traceparent` derived from its tree and its id
+    /// ([`agentx_protocol::trace_context`]), so a server's spans join the client's.
+    pub trace_context: bool,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -194,6 +198,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("routing", &self.routing)
             .field("reuse", &self.reuse)
             .field("tcp_user_timeout", &self.tcp_user_timeout)
+            .field("trace_context", &self.trace_context)
             .finish()
     }
 }
@@ -235,6 +240,8 @@ pub struct Client {
     request_timeout: Duration,
     routing: std::sync::Arc<RoutingHeaders>,
     reuse: ConnectionReuse,
+    /// Send a `traceparent` with each request.
+    trace_context: bool,
 }
 
 impl std::fmt::Debug for Client {
@@ -323,6 +330,7 @@ impl Client {
             request_timeout: cfg.request_timeout,
             routing: std::sync::Arc::new(cfg.routing.clone()),
             reuse: cfg.reuse,
+            trace_context: cfg.trace_context,
         })
     }
 
@@ -504,7 +512,12 @@ impl Client {
             let req = Request::post(self.uri.clone())
                 .header(CONTENT_TYPE, "application/json")
                 .header("x-request-id", ids.request_id);
-            let req = self.headers(req);
+            let mut req = self.headers(req);
+            if self.trace_context {
+                // The tree's root is the parent of a subagent stream, else the stream itself.
+                let root = ids.parent_correlation_id.unwrap_or(ids.correlation_id);
+                req = req.header(TRACEPARENT, traceparent(root, ids.request_id));
+            }
             self.routing
                 .apply(req, ids.correlation_id, ids.parent_correlation_id)
                 .body(body)

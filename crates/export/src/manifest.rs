@@ -130,6 +130,9 @@ pub struct Manifest {
     /// A merged run: when the merge wrote it (Unix ns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_unix_ns: Option<u64>,
+    /// The OTLP export (`--otlp-endpoint`), once the run ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpInfo>,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -388,6 +391,24 @@ pub struct HttpInfo {
     pub connection_reuse_strategy: String,
     /// `*_HTTP_TCP_USER_TIMEOUT` (ms), when set.
     pub tcp_user_timeout_ms: Option<u64>,
+    /// Every request carried a W3C `traceparent`.
+    #[serde(default)]
+    pub trace_context: bool,
+}
+
+/// What the OTLP export of a run did (`--otlp-endpoint`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OtlpInfo {
+    /// The collector's traces URL.
+    pub endpoint: String,
+    /// Spans the collector took (one per request record and one per stream).
+    pub spans_sent: u64,
+    /// Spans dropped: a full queue, or batches the collector refused or did not take in time.
+    pub spans_dropped: u64,
+    /// Batches that failed.
+    pub batches_failed: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
 }
 
 /// A shard's place in a sharded run.

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use agentx_tokens::TokenCounter;
 
 /// The headers a line keeps (lowercase), when the request carries them.
-pub(crate) const LOGGED_HEADERS: [&str; 8] = [
+pub(crate) const LOGGED_HEADERS: [&str; 9] = [
     "x-request-id",
     "x-correlation-id",
     "x-session-affinity",
@@ -30,6 +30,7 @@ pub(crate) const LOGGED_HEADERS: [&str; 8] = [
     "x-smg-routing-key",
     "x-dynamo-session-id",
     "x-dynamo-parent-session-id",
+    "traceparent",
     "user-agent",
 ];
 

@@ -9,3 +9,4 @@
 #![forbid(unsafe_code)]
 
 pub mod otlp;
+pub mod testkit;

@@ -136,12 +136,15 @@ impl SpanQueue {
 }
 
 impl Exporter {
-    /// Starts the export on the current runtime (call inside it).
-    pub fn start(config: OtlpConfig) -> Result<Exporter, OtlpError> {
+    /// Starts the export on `runtime`.
+    pub fn start(
+        config: OtlpConfig,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Exporter, OtlpError> {
         let url = traces_url(&config.endpoint)?;
         let (sender, records) = mpsc::channel(QUEUE_RECORDS);
         let dropped = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(run(config, url, records, dropped.clone()));
+        let task = runtime.spawn(run(config, url, records, dropped.clone()));
         Ok(Exporter {
             queue: SpanQueue { sender, dropped },
             task,
@@ -495,43 +498,9 @@ mod tests {
     use agentx_record::TreeInfo;
     use std::sync::Mutex;
 
-    /// An OTLP/HTTP receiver on a free port: every span it was sent, decoded.
     async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let kept = spans.clone();
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let kept = kept.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(
-                        move |request: hyper::Request<hyper::body::Incoming>| {
-                            let kept = kept.clone();
-                            async move {
-                                assert_eq!(request.uri().path(), "/v1/traces");
-                                let body = request.into_body().collect().await.unwrap().to_bytes();
-                                let message = ExportTraceServiceRequest::decode(body).unwrap();
-                                for resource in message.resource_spans {
-                                    for scope in resource.scope_spans {
-                                        kept.lock().unwrap().extend(scope.spans);
-                                    }
-                                }
-                                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                    Bytes::new(),
-                                )))
-                            }
-                        },
-                    );
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .await;
-                });
-            }
-        });
-        (url, spans)
+        let receiver = crate::testkit::Receiver::start().await;
+        (receiver.url.clone(), receiver.spans)
     }
 
     fn config(endpoint: String) -> OtlpConfig {
@@ -569,7 +538,7 @@ mod tests {
     #[tokio::test]
     async fn one_span_per_request_and_per_stream_with_the_tree_as_parents() {
         let (url, received) = receiver().await;
-        let exporter = Exporter::start(config(url)).unwrap();
+        let exporter = Exporter::start(config(url), &tokio::runtime::Handle::current()).unwrap();
         let mut root_first = in_stream(rec(0, &[4], 100, 1), "root", 0);
         root_first.tree = child_of(rec(0, &[], 0, 0), "root").tree.map(|mut tree| {
             tree.agent_depth = 0;
@@ -635,7 +604,11 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let exporter = Exporter::start(config(format!("http://127.0.0.1:{port}"))).unwrap();
+        let exporter = Exporter::start(
+            config(format!("http://127.0.0.1:{port}")),
+            &tokio::runtime::Handle::current(),
+        )
+        .unwrap();
         for turn in 0..3 {
             exporter.record(&in_stream(
                 rec(u64::from(turn) * 10, &[2], 10, 1),

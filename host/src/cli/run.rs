@@ -377,6 +377,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         overwrite: args.overwrite,
         slice_duration: args.slice_duration,
         timeline: args.timeline,
+        otlp_endpoint: args.otlp_endpoint.clone(),
         goodput: args.goodput.clone(),
         session_goodput_share: args.session_goodput_share,
         no_server_metrics: args.no_server_metrics,

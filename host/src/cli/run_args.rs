@@ -302,6 +302,15 @@ pub struct RunArgs {
     /// writes afterwards).
     #[arg(help_heading = "Outputs", long)]
     pub(crate) timeline: bool,
+    /// Export one OTLP span per request and per session to this collector (OTLP/HTTP protobuf;
+    /// `http://host:4318`, `/v1/traces` added). Spans a slow collector cannot take are dropped and
+    /// counted; the run never waits for it.
+    #[arg(help_heading = "Outputs", long, value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
+    /// Send a W3C `traceparent` with every request, so a server's spans join agentx's [default:
+    /// on, except under a scenario whose wire is the harness's (agentx)].
+    #[arg(help_heading = "Outputs", long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub(crate) trace_context: Option<bool>,
     /// Service-level objectives of a good request, as aiperf's --goodput: space-separated
     /// METRIC:VALUE pairs in each metric's display unit, e.g. "time_to_first_token:2000
     /// inter_token_latency:50 request_latency:60000" (vLLM's ttft, tpot and e2el are accepted). The

@@ -199,6 +199,7 @@ impl RunPlan {
             apply_chat_template: args.apply_chat_template,
             scrape_interval,
             session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
+            trace_context: args.trace_context,
             sources: given.sources,
             required_metric_prefix: env_var("REQUIRED_SERVER_METRIC_PREFIX"),
             warmup_progress_interval,
@@ -755,6 +756,8 @@ fn client_config(args: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>
         routing,
         reuse: args.connection_reuse_strategy,
         tcp_user_timeout,
+        // Decided with the scenario (RunSettings::apply): off on the harness's wire.
+        trace_context: false,
     };
     Ok((client, url))
 }

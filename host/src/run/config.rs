@@ -49,6 +49,8 @@ pub struct RunConfig {
     pub slice_duration: Option<f64>,
     /// `--timeline`: also write `trace.json` (Chrome/Perfetto trace events) at the end.
     pub timeline: bool,
+    /// `--otlp-endpoint`: the OTLP/HTTP collector the run's spans go to.
+    pub otlp_endpoint: Option<String>,
     /// `--goodput`: the objectives a good request meets.
     pub goodput: Option<crate::metrics::goodput::Goodput>,
     /// `--session-goodput-share`: the share of a session's requests that must be good.
@@ -275,6 +277,8 @@ pub struct RunPlan {
     /// Where each setting handed to the scenario came from: `flag`, `environment` or `demo` (the
     /// values a run without --url implies); a resolved setting not listed is the scenario's.
     pub sources: Vec<(String, &'static str)>,
+    /// `--trace-context`, when given; `None`: on unless the scenario's wire is the harness's.
+    pub trace_context: Option<bool>,
 }
 
 /// The flags a session-tree (0.2.0) scenario acts on and a 0.1.0 one does not.
@@ -653,6 +657,9 @@ impl RunSettings {
         if rp.session_affinity_env.is_none() {
             rp.client.routing.session_affinity = d.session_affinity_header;
         }
+        // A component that decides every setting (agentx) keeps the harness's wire, request for
+        // request: no header of agentx's own unless asked for.
+        rp.client.trace_context = rp.trace_context.unwrap_or(!d.decides_settings);
         c
     }
 }

@@ -144,6 +144,10 @@ pub(super) fn connect(
         prepared,
         planned,
     } = ctx;
+    if let Some(endpoint) = &cfg.otlp_endpoint {
+        // Refused here, before the directory opens and before any request.
+        crate::telemetry::otlp::traces_url(endpoint)?;
+    }
     let run_plan = &cfg.plan;
     let sim = if run_plan.demo {
         let preset: crate::sim::Preset = cfg

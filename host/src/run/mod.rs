@@ -151,7 +151,12 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         planned: &planned,
     };
     let (mut conn, client) = connect::connect(ctx, &runtime)?;
-    let (dir, sink) = run_dir::RunDir::open(ctx, &conn.model, shard.as_ref().map(|s| &s.member))?;
+    let (dir, sink) = run_dir::RunDir::open(
+        ctx,
+        &conn.model,
+        shard.as_ref().map(|s| &s.member),
+        runtime.handle(),
+    )?;
     let stage = ReplayStage {
         ctx,
         rt: &runtime,

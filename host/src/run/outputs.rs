@@ -88,6 +88,10 @@ pub(super) fn finish(
 ) -> anyhow::Result<RunOutcome> {
     let cfg = ctx.cfg;
     let written = sink.close()?;
+    // The sink's watchers are gone: the OTLP export sends what it holds and its stream spans.
+    if let Some(exporter) = d.otlp.take() {
+        d.manifest.otlp = Some(finish_otlp(rt, exporter, cfg));
+    }
     let records_path = d.out.join(crate::record::RECORDS_FILE);
     // Sized by the count written: a long run's records are the end's largest allocation.
     let mut records = Vec::with_capacity(written as usize);
@@ -115,6 +119,37 @@ pub(super) fn finish(
         }
     }
     Ok(out)
+}
+
+/// How long the OTLP export may take at the end to send what it holds.
+const OTLP_DRAIN: Duration = Duration::from_secs(30);
+
+/// Ends the OTLP export (its collector gets [`OTLP_DRAIN`] to take the rest) and says what it did.
+fn finish_otlp(
+    rt: &tokio::runtime::Runtime,
+    exporter: crate::telemetry::otlp::Exporter,
+    cfg: &RunConfig,
+) -> crate::export::manifest::OtlpInfo {
+    let stats = rt.block_on(exporter.finish(OTLP_DRAIN));
+    let endpoint = cfg.otlp_endpoint.clone().unwrap_or_default();
+    if stats.spans_dropped > 0 {
+        tracing::warn!(
+            sent = stats.spans_sent,
+            dropped = stats.spans_dropped,
+            "OTLP export to {endpoint}: {} spans dropped ({})",
+            stats.spans_dropped,
+            stats.last_error.as_deref().unwrap_or("the queue was full")
+        );
+    } else {
+        tracing::info!(sent = stats.spans_sent, "OTLP export to {endpoint}: done");
+    }
+    crate::export::manifest::OtlpInfo {
+        endpoint,
+        spans_sent: stats.spans_sent,
+        spans_dropped: stats.spans_dropped,
+        batches_failed: stats.batches_failed,
+        last_error: stats.last_error,
+    }
 }
 
 /// What a run leaves for its last stage: how the replay ended, the records read back, and the

@@ -29,6 +29,8 @@ pub(super) struct RunDir {
     pub manifest: Manifest,
     /// The manifest's rewrite when profiling begins, off the scheduler's thread.
     noting: std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The OTLP export (`--otlp-endpoint`), fed by the record sink; finished after the sink closes.
+    pub otlp: Option<crate::telemetry::otlp::Exporter>,
 }
 
 impl RunDir {
@@ -38,6 +40,7 @@ impl RunDir {
         ctx: RunCtx<'_>,
         model: &str,
         member: Option<&rendezvous::Member>,
+        runtime: &tokio::runtime::Handle,
     ) -> anyhow::Result<(RunDir, RecordSink)> {
         let RunCtx {
             cfg,
@@ -52,8 +55,13 @@ impl RunDir {
             None => run_dir.clone(),
         };
         let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
-        let sink = RecordSink::create(&art)?;
         let clock = Clock::start();
+        let otlp = otlp_export(ctx, model, clock.anchor_unix_ns(), runtime)?;
+        let watchers = otlp
+            .iter()
+            .map(crate::telemetry::otlp::Exporter::watcher)
+            .collect();
+        let sink = RecordSink::create_watched(&art, watchers)?;
         let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
         manifest.model = Some(model.to_string());
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
@@ -80,6 +88,7 @@ impl RunDir {
             clock,
             manifest,
             noting: std::sync::Arc::default(),
+            otlp,
         };
         d.write_manifest()?;
         Ok((d, sink))
@@ -96,6 +105,7 @@ impl RunDir {
             clock: Clock::from_anchor_unix_ns(manifest.started_unix_ns),
             manifest,
             noting: std::sync::Arc::default(),
+            otlp: None,
         })
     }
 
@@ -155,6 +165,30 @@ impl RunDir {
 
 /// The scenario's rules for the exports, kept in a shard's manifest so that `merge` writes the
 /// exports this run would have written in one process: the coverage rule and the warmup's phase
+/// The OTLP export of `--otlp-endpoint`, started on `runtime` (its URL was checked before the
+/// directory opened).
+fn otlp_export(
+    ctx: RunCtx<'_>,
+    model: &str,
+    anchor_unix_ns: u64,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<Option<crate::telemetry::otlp::Exporter>> {
+    let Some(endpoint) = &ctx.cfg.otlp_endpoint else {
+        return Ok(None);
+    };
+    let config = crate::telemetry::otlp::OtlpConfig {
+        endpoint: endpoint.clone(),
+        model: model.to_string(),
+        anchor_unix_ns,
+        run_id: ctx.planned.run_id.clone(),
+        scenario: format!("{} {}", ctx.prepared.info.name, ctx.prepared.info.version),
+        shard: ctx.cfg.shard.as_ref().map(|shard_cfg| shard_cfg.index),
+    };
+    Ok(Some(crate::telemetry::otlp::Exporter::start(
+        config, runtime,
+    )?))
+}
+
 /// name.
 fn shard_exports(prepared: &Prepared, planned: &Planned) -> manifest::ShardExports {
     manifest::ShardExports {
@@ -233,6 +267,7 @@ fn manifest_of(
                 .client
                 .tcp_user_timeout
                 .map(|d| d.as_millis() as u64),
+            trace_context: run_plan.client.trace_context,
         }),
         concurrency: prepared.settings.concurrency,
         benchmark_duration_s: prepared.settings.duration.as_secs_f64(),
@@ -258,6 +293,7 @@ fn manifest_of(
         shards: None,
         clock_skew_ns: None,
         merged_unix_ns: None,
+        otlp: None,
         extra: serde_json::Map::default(),
     }
 }
