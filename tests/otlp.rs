@@ -13,6 +13,14 @@ use agentx::telemetry::testkit::Receiver;
 
 use super::support::{tree_run_args, Run, Sim};
 
+/// A simulator that keeps every chat request's headers.
+fn recording_sim() -> Sim {
+    Sim::start(SimConfig {
+        record_headers: true,
+        ..SimConfig::default()
+    })
+}
+
 /// A receiver on its own runtime, kept alive for the test.
 fn receiver() -> (tokio::runtime::Runtime, Receiver) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -26,7 +34,7 @@ fn receiver() -> (tokio::runtime::Runtime, Receiver) {
 
 #[test]
 fn a_tree_run_exports_a_span_per_request_and_per_stream_joined_to_the_traceparent_sent() {
-    let sim = Sim::start(SimConfig::default());
+    let sim = recording_sim();
     let (_runtime, collector) = receiver();
     let run = Run::exec(
         tempfile::tempdir().unwrap(),
@@ -100,7 +108,11 @@ fn a_tree_run_exports_a_span_per_request_and_per_stream_joined_to_the_traceparen
             hex(&trace_id(root)),
             hex(&request_span_id(&record.request_id))
         );
-        assert!(sent.contains(&header.as_str()), "{header} was not sent");
+        let got = received
+            .iter()
+            .find(|r| r.header("x-request-id") == Some(record.request_id.as_str()))
+            .and_then(|r| r.header("traceparent"));
+        assert_eq!(got, Some(header.as_str()), "{record:?}");
     }
 
     let manifest = run.json("run_manifest.json");
@@ -128,7 +140,7 @@ fn the_harness_wire_sends_no_traceparent_unless_asked_and_other_scenarios_do() {
     );
 
     // agentx-v1 (aiperf's session trees, not the harness's wire): on by default.
-    let other = Sim::start(SimConfig::default());
+    let other = recording_sim();
     let mut args = tree_run_args(&other.url(), &[]);
     args.insert(1, "agentx-v1".into());
     let run = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);

@@ -312,6 +312,7 @@ fn send(rt: &tokio::runtime::Runtime, c: &Client, n: usize) -> agentx::client::E
                 request_id: &format!("r{n}"),
                 correlation_id: "s0",
                 parent_correlation_id: None,
+                root_correlation_id: None,
                 last: false,
             },
             true,

@@ -514,8 +514,8 @@ impl Client {
                 .header("x-request-id", ids.request_id);
             let mut req = self.headers(req);
             if self.trace_context {
-                // The tree's root is the parent of a subagent stream, else the stream itself.
-                let root = ids.parent_correlation_id.unwrap_or(ids.correlation_id);
+                // The trace is the tree's (a session is its own root).
+                let root = ids.root_correlation_id.unwrap_or(ids.correlation_id);
                 req = req.header(TRACEPARENT, traceparent(root, ids.request_id));
             }
             self.routing

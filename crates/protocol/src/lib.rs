@@ -50,6 +50,9 @@ pub struct RequestIds<'a> {
     pub correlation_id: &'a str,
     /// The parent stream's correlation id (child streams of a session tree).
     pub parent_correlation_id: Option<&'a str>,
+    /// The correlation id of the tree's root stream (a session tree's streams; a single-stream
+    /// session is its own root): the trace its `traceparent` names.
+    pub root_correlation_id: Option<&'a str>,
     /// The session's final turn: a sticky session's connection is released after it.
     pub last: bool,
 }

@@ -139,6 +139,10 @@ pub(super) async fn send_turn(
                     .tree
                     .as_ref()
                     .and_then(|t| t.parent_correlation_id.as_deref()),
+                root_correlation_id: session
+                    .tree
+                    .as_ref()
+                    .map(|t| t.root_correlation_id.as_str()),
                 last: req.turn + 1 >= req.num_turns,
             },
             keep_text,
