@@ -304,6 +304,7 @@ fn fixed_latency_records_time_every_token() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let recs = r.records();
     assert!(recs.len() > 4);
+    let (mut ttfts, mut itls) = (Vec::new(), Vec::new());
     for x in &recs {
         assert!(agentx::metrics::Outcome::of(x).is_ok(), "{x:?}");
         // ignore_eos: exactly the recorded output length (at least one token), each one a chunk.
@@ -311,8 +312,11 @@ fn fixed_latency_records_time_every_token() {
         assert_eq!(x.chunk_offsets_ns.len() as u64, x.osl);
         assert_eq!(x.usage.completion_tokens, Some(x.osl));
         assert!(x.usage.cached_tokens.is_some());
+        // The simulator's fixed delays bound each request from below; how far above they land is
+        // the machine's load, judged on the median below, not per request.
         let ttft = x.ttft_ns().unwrap() as f64 / 1e6;
-        assert!((50.0..500.0).contains(&ttft), "ttft {ttft} ms");
+        assert!(ttft >= 50.0, "ttft {ttft} ms");
+        ttfts.push(ttft);
         assert!(x.first_byte_ns.unwrap() <= x.first_token_ns.unwrap());
         assert!(x.end_ns >= x.send_ns + x.chunk_offsets_ns.last().unwrap());
         // The simulator stamps its own time to first token (at most its fixed 50 ms, counted from
@@ -325,9 +329,16 @@ fn fixed_latency_records_time_every_token() {
         assert_eq!(x.client_ttft_ns(), Some(scheduled - server));
         if x.osl >= 2 {
             let itl = x.itl_ns().unwrap() / 1e6;
-            assert!((1.5..50.0).contains(&itl), "itl {itl} ms");
+            assert!(itl >= 1.5, "itl {itl} ms");
+            itls.push(itl);
         }
     }
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    assert!(median(ttfts) < 500.0, "median ttft");
+    assert!(!itls.is_empty() && median(itls) < 50.0, "median itl");
 }
 
 #[test]
