@@ -207,3 +207,87 @@ fn sweep_report_html_draws_both_views_in_headless_chromium() {
     assert_drawn(&selfcheck(&dom), &[14, 7]);
     assert!(dom.contains("concurrency 16 failed in base"));
 }
+
+/// A session tree three deep (root -> a -> b -> c) as records: each stream's requests, the root's
+/// last after its subagents, failures and cached tokens among them.
+fn three_deep_tree() -> Vec<agentx::record::RequestRecord> {
+    use agentx::record::testkit::{failed, rec};
+    use agentx::record::TreeInfo;
+    let request = |stream: &str, parent: Option<&str>, send_ms: u64, ok: bool| {
+        let mut record = if ok {
+            rec(send_ms, &[40, 90], 2_000, 2)
+        } else {
+            failed(send_ms, 2_000)
+        };
+        record.correlation_id = stream.into();
+        record.request_id = format!("{stream}-{send_ms}");
+        record.trace_id = format!("tree::{stream}");
+        record.usage.cached_tokens = Some(1_500);
+        record.tree = Some(TreeInfo {
+            agent_depth: u8::from(parent.is_some()),
+            root_correlation_id: "root".into(),
+            parent_correlation_id: parent.map(str::to_owned),
+            source_trace_id: "tree".into(),
+            prefix_hit_blocks: 0,
+            prefix_total_blocks: 1,
+            source_outer_idx: None,
+            source_inner_idx: None,
+        });
+        record
+    };
+    vec![
+        request("root", None, 0, true),
+        request("a", Some("root"), 200, true),
+        request("b", Some("a"), 400, true),
+        request("c", Some("b"), 600, false),
+        request("b", Some("a"), 800, true),
+        request("a", Some("root"), 1_000, true),
+        request("root", None, 1_200, true),
+    ]
+}
+
+#[test]
+fn the_session_tree_gantt_draws_a_tree_three_deep_in_headless_chromium() {
+    let Some(browser) = chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let r = short_run();
+    let dir = r.artifacts();
+    // The run's own sessions stay; the tree three deep is the longest, so the chart opens on it.
+    let mut text = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    let tree = three_deep_tree();
+    for record in &tree {
+        let mut record = record.clone();
+        record.send_ns += 1_000_000_000;
+        record.end_ns += 1_000_000_000;
+        record.intended_ns = record.send_ns;
+        record.first_token_ns = record.first_token_ns.map(|t| t + 1_000_000_000);
+        record.first_byte_ns = record.first_byte_ns.map(|t| t + 1_000_000_000);
+        // Stretched to outlast every session of the run.
+        record.end_ns += 60_000_000_000 * u64::from(record.correlation_id == "root");
+        text.push_str(&serde_json::to_string(&record).unwrap());
+        text.push('\n');
+    }
+    std::fs::write(dir.join("records.jsonl"), text).unwrap();
+    let page = r.dir.path().join("tree.html");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_agentx-host"))
+        .args(["plot", dir.to_str().unwrap(), "--html"])
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Session tree") && html.contains("\"depth\":3"));
+
+    let profile = r.dir.path().join("chromium-profile");
+    let o = headless(&browser, &profile, &page, &["--dump-dom"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let check = selfcheck(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(check["errors"], serde_json::json!([]), "{check}");
+    let gantt = &check["gantt"];
+    assert!(gantt["trees"].as_u64().unwrap() >= 2, "{check}");
+    assert_eq!(gantt["rows"], 4, "{check}");
+    assert_eq!(gantt["bars"], tree.len(), "{check}");
+    assert!(gantt["drawn"].as_u64().unwrap() > 0, "{check}");
+}

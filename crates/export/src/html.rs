@@ -147,6 +147,8 @@ pub(crate) struct Page {
     pub(crate) charts: Vec<Chart>,
     /// The heading above the charts; `None`: "Time series".
     pub(crate) charts_heading: Option<String>,
+    /// The session trees the Gantt chart draws ([`crate::gantt::session_trees`]); `None`: no chart.
+    pub(crate) gantt: Option<Value>,
 }
 
 /// An href a page may link to: relative (no scheme) or http(s); `javascript:` and other schemes are
@@ -237,6 +239,8 @@ caption{text-align:left;font-weight:600;padding:4px 0}
 .chart .empty{position:absolute;top:50%;width:100%;text-align:center;color:#cf222e}
 .hint{color:#57606a;font-size:12px}
 #agentx-selfcheck{display:none}
+.gantt{border:1px solid #d8dee4;border-radius:6px;padding:6px;margin-top:6px}
+#agentx-gantt{display:block;width:100%}
 "#;
 
 /// Caught before any other script runs, so the self-check sees errors of uPlot and the page.
@@ -283,8 +287,63 @@ doc.charts.forEach(function(c,i){
   plots.push(u);if(c.group)(groups[c.group]=groups[c.group]||[]).push(u);
 });
 window.addEventListener('resize',function(){plots.forEach(function(u){u.setSize({width:width(u.root.parentNode),height:240})})});
+var gantt={trees:0,rows:0,bars:0,drawn:0};
+(function(){
+  var g=doc.gantt;var pick=document.getElementById('agentx-gantt-pick');
+  if(!g||!pick||!g.trees.length)return;
+  var cv=document.getElementById('agentx-gantt'),tip=document.getElementById('agentx-gantt-tip');
+  gantt.trees=g.trees.length;
+  g.trees.forEach(function(t,i){var o=document.createElement('option');o.value=i;
+    o.textContent=t.reason+': '+t.id+' ('+t.streams.length+' streams, '+t.requests.length+' requests, '+t.wall_s+' s, depth '+t.depth+')';pick.appendChild(o)});
+  var boxes=[];
+  function rowsOf(t){
+    var kids=t.streams.map(function(){return []}),roots=[],order=[];
+    t.streams.forEach(function(s,i){if(s.parent==null)roots.push(i);else kids[s.parent].push(i)});
+    function walk(i){order.push(i);kids[i].forEach(walk)}
+    roots.forEach(walk);
+    t.streams.forEach(function(s,i){if(order.indexOf(i)<0)order.push(i)});
+    var row=[];order.forEach(function(s,r){row[s]=r});return {order:order,row:row};
+  }
+  function draw(){
+    var t=g.trees[+pick.value],r=rowsOf(t),H=18,left=170,top=22;
+    var W=Math.max(400,cv.parentNode.clientWidth-12);var h=top+H*t.streams.length+8;
+    var dpr=window.devicePixelRatio||1;cv.width=W*dpr;cv.height=h*dpr;cv.style.height=h+'px';
+    var cx=cv.getContext('2d');cx.setTransform(dpr,0,0,dpr,0,0);cx.clearRect(0,0,W,h);
+    var end=t.requests.reduce(function(a,q){return Math.max(a,q[3])},1);
+    var x=function(ms){return left+(W-left-8)*ms/end};
+    cx.font='11px sans-serif';cx.fillStyle='#57606a';
+    for(var k=0;k<=5;k++){var ms=end*k/5;cx.fillText((ms/1000).toFixed(1)+' s',x(ms)-10,12)}
+    r.order.forEach(function(s,row){var st=t.streams[s];cx.fillStyle='#24292f';
+      cx.fillText(Array(st.depth+1).join('  ')+st.trace.slice(-24),4,top+row*H+12)});
+    boxes=[];var last={};
+    t.requests.forEach(function(q){
+      var y=top+r.row[q[0]]*H,s=x(q[1]),f=q[2]==null?x(q[3]):x(q[2]),e=x(q[3]);
+      if(last[q[0]]!=null&&q[1]>last[q[0]]){cx.strokeStyle='#8c959f';cx.beginPath();
+        cx.moveTo(x(last[q[0]]),y+8);cx.lineTo(s,y+8);cx.stroke()}
+      last[q[0]]=q[3];
+      var bad=q[6]==1||q[6]==3;
+      cx.fillStyle=bad?'#ff8182':'#9ec5fe';cx.fillRect(s,y+2,Math.max(1,f-s),11);
+      cx.fillStyle=bad?'#cf222e':'#0969da';cx.fillRect(f,y+2,Math.max(1,e-f),11);
+      if(q[4]>0){var share=q[5]==null?0:Math.min(1,q[5]/q[4]);
+        cx.fillStyle='#d0d7de';cx.fillRect(s,y+14,Math.max(1,e-s),2);
+        cx.fillStyle='#1a7f37';cx.fillRect(s,y+14,Math.max(0,(e-s)*share),2)}
+      boxes.push([s,y+2,Math.max(1,e-s),13,q]);
+    });
+    gantt.rows=t.streams.length;gantt.bars=boxes.length;
+    var d=cx.getImageData(0,0,cv.width,cv.height).data,n=0;
+    for(var k=0;k<d.length;k+=4){if(d[k+3]>128&&d[k+2]>200&&d[k]<30)n++}
+    gantt.drawn=n;
+  }
+  cv.addEventListener('mousemove',function(ev){var b=cv.getBoundingClientRect(),px=ev.clientX-b.left,py=ev.clientY-b.top;
+    var hit=boxes.find(function(o){return px>=o[0]&&px<=o[0]+o[2]&&py>=o[1]&&py<=o[1]+o[3]});
+    if(!hit){tip.textContent='';return}var q=hit[4];
+    tip.textContent='sent '+fmt(q[1]/1000)+' s, first token '+(q[2]==null?'-':fmt((q[2]-q[1]))+' ms')+
+      ', end '+fmt((q[3]-q[1]))+' ms, prompt '+q[4]+' tokens, cached '+(q[5]==null?'-':q[5])+
+      ['',' (failed)',' (cancelled)',' (context overflow)'][q[6]]});
+  pick.addEventListener('change',draw);window.addEventListener('resize',draw);draw();
+})();
 setTimeout(function(){
-  var out={charts:plots.length,expected:doc.charts.length,points:[],drawn:[],titles:[],errors:window.__agentxErrors};
+  var out={charts:plots.length,expected:doc.charts.length,points:[],drawn:[],titles:[],gantt:gantt,errors:window.__agentxErrors};
   plots.forEach(function(u){
     var drawn=0;
     try{var cv=u.root.querySelector('canvas');var cx=cv.getContext('2d');
@@ -379,8 +438,22 @@ pub(crate) fn render_page(page: &Page) -> String {
         );
     }
     html.push_str("<div class=\"charts\" id=\"agentx-charts\"></div>\n");
+    if page.gantt.is_some() {
+        html.push_str(
+            "<h2>Session tree</h2><div class=\"hint\">one row per stream (the root, then its \
+             subagents under their parents); each request a bar: light until its first token, dark \
+             to its end, red when it failed; the line under a bar is its prompt, the dark part \
+             the cached tokens; hover a bar for its figures</div>\n\
+             <div class=\"gantt\"><select id=\"agentx-gantt-pick\"></select>\
+             <div id=\"agentx-gantt-tip\" class=\"hint\"></div>\
+             <canvas id=\"agentx-gantt\"></canvas></div>\n",
+        );
+    }
     html.push_str("<pre id=\"agentx-selfcheck\"></pre>\n");
-    let data = json!({"charts": page.charts.iter().map(chart_json).collect::<Vec<_>>()});
+    let data = json!({
+        "charts": page.charts.iter().map(chart_json).collect::<Vec<_>>(),
+        "gantt": page.gantt,
+    });
     // `</` cannot end the script element early once escaped; JSON reads `<\/` as `</`.
     let data = data.to_string().replace("</", "<\\/");
     let _ = write!(
@@ -649,6 +722,7 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
             .collect(),
         charts: panels.iter().map(Chart::from_panel).collect(),
         charts_heading: None,
+        gantt: crate::gantt::session_trees(&a.dir.join(agentx_record::RECORDS_FILE)),
     }
 }
 

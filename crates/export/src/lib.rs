@@ -6,6 +6,7 @@
 
 pub mod aiperf;
 pub mod bmk;
+mod gantt;
 pub mod html;
 pub mod manifest;
 pub mod plot;

@@ -637,6 +637,7 @@ pub(crate) fn sweep_page(s: &Sweep, dir: &Path) -> Page {
         tables,
         charts: charts(&[("", s)]),
         charts_heading: Some("Throughput, interactivity and latency by concurrency".into()),
+        gantt: None,
     }
 }
 

@@ -301,6 +301,7 @@ pub(crate) fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
         tables,
         charts: charts(&[(label_a, a), (label_b, b)]),
         charts_heading: Some("Sweeps overlaid".into()),
+        gantt: None,
     }
 }
 
