@@ -18,8 +18,8 @@
 //!
 //! What cannot be taken is refused before anything runs, so a test that needs it stays a process:
 //! - `sim` (a foreground server until a signal) and `sweep` (it forwards SIGINT/SIGTERM itself);
-//! - variables read below the command line, on the run's own threads: the dataset cache's
-//!   directory, TraceLab's join knobs, the Hugging Face cache, `AGENTX_TEST_PANIC`. Given in the
+//! - variables read below the command line, on the run's own threads: TraceLab's join knobs, the
+//!   Hugging Face cache, `AGENTX_TEST_PANIC`. Given in the
 //!   map, or set in the calling process (where they would leak into the run), they are refused;
 //! - a relative path in the argv that names a file under the working directory (the run reads files
 //!   against the process's directory): pass it absolute.
@@ -27,9 +27,8 @@
 //! Open: an in-process demo run (`run` without `--url`) twice ended with another exit code than the
 //! binary's, and then passed; its test runs it as a process until that is understood.
 //!
-//! Not yet routed (a hook in `run/`): the dataset cache (`run::prepare` opens the default directory
-//! of the process's environment, not `<home>/datasets`) and the `cwd` the manifest records (the
-//! process's). Two in-process commands at once on two threads do not see each other: the
+//! The dataset cache (`*_DATASET_MMAP_CACHE_DIR`, else `<home>/datasets`) and the `cwd` the
+//! manifest records come from the command's own environment and directory. Two in-process commands at once on two threads do not see each other: the
 //! environment, the working directory and the captured output are the calling thread's.
 
 use std::cell::RefCell;
@@ -47,8 +46,6 @@ use crate::run::artifact_dir::{OutputDir, DEFAULT_PARENT};
 /// The variables read below the command line (by the dataset, tokens and replay crates, on the
 /// run's own threads), which an in-process command cannot take from its map.
 pub const UNROUTED_VARIABLES: &[&str] = &[
-    "AGENTX_DATASET_MMAP_CACHE_DIR",
-    "AIPERF_DATASET_MMAP_CACHE_DIR",
     "AIPERF_DATASET_TRACELAB_SUBAGENT_JOIN",
     "AIPERF_DATASET_TRACELAB_CODEX_SUBAGENT_JOIN",
     "AIPERF_DATASET_TRACELAB_MIN_SPAWN_MS",
@@ -122,6 +119,13 @@ pub(crate) fn in_process() -> bool {
 /// Whether stderr is a terminal the command may draw on: never in process.
 pub(crate) fn stderr_is_terminal() -> bool {
     !in_process() && std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// The command's working directory: the in-process one given, else the process's.
+pub(crate) fn current_dir() -> Option<PathBuf> {
+    AMBIENT
+        .with(|slot| slot.borrow().as_ref().map(|ambient| ambient.cwd.clone()))
+        .or_else(|| std::env::current_dir().ok())
 }
 
 /// The run's artifact directory for `--output-artifact-dir` (`flag`): in process, a relative one

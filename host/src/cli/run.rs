@@ -378,6 +378,14 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         slice_duration: args.slice_duration,
         timeline: args.timeline,
         otlp_endpoint: args.otlp_endpoint.clone(),
+        cwd: super::in_process::current_dir(),
+        dataset_cache_dir: [
+            "AGENTX_DATASET_MMAP_CACHE_DIR",
+            "AIPERF_DATASET_MMAP_CACHE_DIR",
+        ]
+        .iter()
+        .find_map(|name| super::in_process::env_var(name).filter(|dir| !dir.is_empty()))
+        .map(PathBuf::from),
         goodput: args.goodput.clone(),
         session_goodput_share: args.session_goodput_share,
         no_server_metrics: args.no_server_metrics,

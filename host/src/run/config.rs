@@ -51,6 +51,10 @@ pub struct RunConfig {
     pub timeline: bool,
     /// `--otlp-endpoint`: the OTLP/HTTP collector the run's spans go to.
     pub otlp_endpoint: Option<String>,
+    /// The working directory the run's relative paths mean (kept in the manifest).
+    pub cwd: Option<PathBuf>,
+    /// The dataset cache's directory (`*_DATASET_MMAP_CACHE_DIR`); `None`: `home/datasets`.
+    pub dataset_cache_dir: Option<PathBuf>,
     /// `--goodput`: the objectives a good request meets.
     pub goodput: Option<crate::metrics::goodput::Goodput>,
     /// `--session-goodput-share`: the share of a session's requests that must be good.

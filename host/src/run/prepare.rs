@@ -381,7 +381,11 @@ fn open_dataset(cfg: &RunConfig) -> anyhow::Result<Dataset> {
         num_dataset_entries: cfg.num_dataset_entries,
         max_context_length: cfg.max_context_length,
         max_osl: None,
-        cache_dir: None,
+        cache_dir: Some(
+            cfg.dataset_cache_dir
+                .clone()
+                .unwrap_or_else(|| cfg.home.join(crate::dataset::cache::DATASETS_SUBDIR)),
+        ),
         format: cfg.format,
         block_size: cfg.block_size,
         trace_block_size: cfg.trace_block_size,

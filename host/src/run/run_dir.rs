@@ -217,7 +217,7 @@ fn manifest_of(
     let lanes = planned.own_lane_plans();
     Manifest {
         argv: cfg.argv.clone(),
-        cwd: std::env::current_dir().ok(),
+        cwd: cfg.cwd.clone(),
         replay_of: cfg.replay_of.as_ref().map(|r| manifest::ReplayOf {
             run_id: r.run_id.clone(),
             manifest: r.manifest.clone(),
