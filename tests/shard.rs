@@ -704,10 +704,13 @@ fn a_shard_with_another_token_is_told_so() {
         "{}",
         stderr(&outs[1])
     );
+    // Shard 1 is named; shard 0's own member, whose join waits as long as the coordinator does,
+    // may give up in the same instant and be named too ("shards 0, 1") on a loaded machine.
+    let missing = stderr(&outs[0]);
     assert!(
-        stderr(&outs[0]).contains("shards 1 did not join within --rendezvous-timeout 5 s"),
-        "{}",
-        stderr(&outs[0])
+        missing.contains("shards 1 did not join within --rendezvous-timeout 5 s")
+            || missing.contains("shards 0, 1 did not join within --rendezvous-timeout 5 s"),
+        "{missing}"
     );
     assert_eq!(sim.requests(), 0);
 }
