@@ -211,8 +211,7 @@ fn sweep_report_html_draws_both_views_in_headless_chromium() {
 /// A session tree three deep (root -> a -> b -> c) as records: each stream's requests, the root's
 /// last after its subagents, failures and cached tokens among them.
 fn three_deep_tree() -> Vec<agentx::record::RequestRecord> {
-    use agentx::record::testkit::{failed, rec};
-    use agentx::record::TreeInfo;
+    use agentx::record::testkit::{failed, in_tree, rec};
     let request = |stream: &str, parent: Option<&str>, send_ms: u64, ok: bool| {
         let mut record = if ok {
             rec(send_ms, &[40, 90], 2_000, 2)
@@ -223,17 +222,7 @@ fn three_deep_tree() -> Vec<agentx::record::RequestRecord> {
         record.request_id = format!("{stream}-{send_ms}");
         record.trace_id = format!("tree::{stream}");
         record.usage.cached_tokens = Some(1_500);
-        record.tree = Some(TreeInfo {
-            agent_depth: u8::from(parent.is_some()),
-            root_correlation_id: "root".into(),
-            parent_correlation_id: parent.map(str::to_owned),
-            source_trace_id: "tree".into(),
-            prefix_hit_blocks: 0,
-            prefix_total_blocks: 1,
-            source_outer_idx: None,
-            source_inner_idx: None,
-        });
-        record
+        in_tree(record, "root", parent)
     };
     vec![
         request("root", None, 0, true),

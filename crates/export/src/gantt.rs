@@ -221,8 +221,8 @@ pub(crate) fn session_trees(path: &Path) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentx_record::testkit::rec;
-    use agentx_record::{TreeInfo, RECORDS_FILE};
+    use agentx_record::testkit::{in_tree, rec};
+    use agentx_record::RECORDS_FILE;
 
     /// A request of stream `stream` under `parent` in the tree of `root`.
     fn request(stream: &str, parent: Option<&str>, root: &str, send_ms: u64) -> RequestRecord {
@@ -230,17 +230,7 @@ mod tests {
         record.correlation_id = stream.into();
         record.request_id = format!("{stream}-{send_ms}");
         record.usage.cached_tokens = Some(40);
-        record.tree = Some(TreeInfo {
-            agent_depth: u8::from(parent.is_some()),
-            root_correlation_id: root.into(),
-            parent_correlation_id: parent.map(str::to_owned),
-            source_trace_id: "t".into(),
-            prefix_hit_blocks: 0,
-            prefix_total_blocks: 1,
-            source_outer_idx: None,
-            source_inner_idx: None,
-        });
-        record
+        in_tree(record, root, parent)
     }
 
     #[test]

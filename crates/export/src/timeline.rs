@@ -626,28 +626,10 @@ fn write_gauges<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentx_record::testkit::{failed, rec};
-    use agentx_record::TreeInfo;
+    use agentx_record::testkit::{failed, in_stream, in_tree, rec};
 
-    fn in_stream(mut record: RequestRecord, stream: &str, turn: u32) -> RequestRecord {
-        record.correlation_id = stream.into();
-        record.request_id = format!("{stream}-{turn}");
-        record.turn = turn;
-        record
-    }
-
-    fn child_of(mut record: RequestRecord, parent: &str) -> RequestRecord {
-        record.tree = Some(TreeInfo {
-            agent_depth: 1,
-            root_correlation_id: parent.into(),
-            parent_correlation_id: Some(parent.into()),
-            source_trace_id: "trace-a".into(),
-            prefix_hit_blocks: 0,
-            prefix_total_blocks: 1,
-            source_outer_idx: None,
-            source_inner_idx: None,
-        });
-        record
+    fn child_of(record: RequestRecord, parent: &str) -> RequestRecord {
+        in_tree(record, parent, Some(parent))
     }
 
     /// A root turn (0-10 ms), a subagent with two turns (12-20, 25-40 ms) running beside the

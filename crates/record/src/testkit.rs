@@ -56,3 +56,28 @@ pub fn failed(send_ms: u64, isl: u64) -> RequestRecord {
     });
     r
 }
+
+/// `record` as turn `turn` of the stream `stream`: its correlation id, and request id
+/// `{stream}-r{turn}`.
+pub fn in_stream(mut record: RequestRecord, stream: &str, turn: u32) -> RequestRecord {
+    record.correlation_id = stream.into();
+    record.request_id = format!("{stream}-r{turn}");
+    record.turn = turn;
+    record
+}
+
+/// `record` in the session tree whose root stream is `root`, its stream a child of `parent`
+/// (`None`: the root stream itself).
+pub fn in_tree(mut record: RequestRecord, root: &str, parent: Option<&str>) -> RequestRecord {
+    record.tree = Some(crate::TreeInfo {
+        agent_depth: u8::from(parent.is_some()),
+        root_correlation_id: root.into(),
+        parent_correlation_id: parent.map(str::to_owned),
+        source_trace_id: record.trace_id.clone(),
+        prefix_hit_blocks: 0,
+        prefix_total_blocks: 1,
+        source_outer_idx: None,
+        source_inner_idx: None,
+    });
+    record
+}

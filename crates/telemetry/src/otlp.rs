@@ -494,8 +494,7 @@ impl Poster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentx_record::testkit::{failed, rec};
-    use agentx_record::TreeInfo;
+    use agentx_record::testkit::{failed, in_stream, in_tree, rec};
     use std::sync::Mutex;
 
     async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
@@ -514,37 +513,15 @@ mod tests {
         }
     }
 
-    fn in_stream(mut record: RequestRecord, stream: &str, turn: u32) -> RequestRecord {
-        record.correlation_id = stream.into();
-        record.request_id = format!("{stream}-r{turn}");
-        record.turn = turn;
-        record
-    }
-
-    fn child_of(mut record: RequestRecord, root: &str) -> RequestRecord {
-        record.tree = Some(TreeInfo {
-            agent_depth: 1,
-            root_correlation_id: root.into(),
-            parent_correlation_id: Some(root.into()),
-            source_trace_id: "trace-a".into(),
-            prefix_hit_blocks: 0,
-            prefix_total_blocks: 1,
-            source_outer_idx: None,
-            source_inner_idx: None,
-        });
-        record
+    fn child_of(record: RequestRecord, root: &str) -> RequestRecord {
+        in_tree(record, root, Some(root))
     }
 
     #[tokio::test]
     async fn one_span_per_request_and_per_stream_with_the_tree_as_parents() {
         let (url, received) = receiver().await;
         let exporter = Exporter::start(config(url), &tokio::runtime::Handle::current()).unwrap();
-        let mut root_first = in_stream(rec(0, &[4], 100, 1), "root", 0);
-        root_first.tree = child_of(rec(0, &[], 0, 0), "root").tree.map(|mut tree| {
-            tree.agent_depth = 0;
-            tree.parent_correlation_id = None;
-            tree
-        });
+        let root_first = in_tree(in_stream(rec(0, &[4], 100, 1), "root", 0), "root", None);
         let records = vec![
             root_first,
             child_of(in_stream(rec(10, &[3], 80, 1), "child", 0), "root"),
