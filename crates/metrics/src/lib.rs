@@ -11,6 +11,7 @@
 pub mod engines;
 pub mod goodput;
 pub mod interactivity;
+pub mod live;
 pub mod prometheus;
 pub mod scrape_log;
 pub mod sessions;

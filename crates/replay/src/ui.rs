@@ -18,27 +18,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use hdrhistogram::Histogram;
 
+pub use agentx_metrics::live::SrvRow;
 use agentx_metrics::Outcome;
 use agentx_record::{Phase, RequestRecord};
-
-/// Latest server-side figures for the `srv` row (`None` renders `-`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SrvRow {
-    /// Percent of prompt tokens served from the prefix cache since the start.
-    pub prefix_cache_hit: Option<f64>,
-    /// Percent of prompt tokens served from an external (offloaded) cache since the start.
-    pub ext_cache_hit: Option<f64>,
-    /// Percent of KV cache in use now.
-    pub kv_usage: Option<f64>,
-    /// Requests the server is running now.
-    pub running: Option<f64>,
-    /// Requests waiting in the server's queue now.
-    pub waiting: Option<f64>,
-    /// Server-counted prompt and generation tokens per second over the last interval.
-    pub tput_in: Option<f64>,
-    /// Server-counted generation tokens per second over the last interval.
-    pub tput_out: Option<f64>,
-}
 
 /// One figure's distribution: values scaled by `scale` to integers (times in microseconds, tokens
 /// as they are, rates in thousandths) in a histogram of three significant digits.
