@@ -267,6 +267,8 @@ impl LiveSnapshot {
 /// What a run knows about itself while it goes (see the module's documentation).
 #[derive(Debug, Default)]
 pub struct LiveRun {
+    lanes: u64,
+    /// Requests in flight per lane id.
     lane_in_flight: Vec<AtomicU32>,
     lanes_busy: AtomicU64,
     sessions_active: AtomicI64,
@@ -310,12 +312,23 @@ impl Drop for InFlight<'_> {
 }
 
 impl LiveRun {
-    /// A run of `lanes` lanes (this process's own in a sharded run).
-    pub fn new(lanes: usize) -> LiveRun {
+    /// A run of the lanes `lane_ids` (this process's own in a sharded run, whose ids are the
+    /// run's: shard 1 of 2 replays lanes 1, 3, 5...).
+    pub fn new(lane_ids: &[u32]) -> LiveRun {
+        let bound = lane_ids.iter().max().map_or(0, |&max| max as usize + 1);
         LiveRun {
-            lane_in_flight: (0..lanes).map(|_| AtomicU32::new(0)).collect(),
+            lanes: lane_ids.len() as u64,
+            lane_in_flight: (0..bound).map(|_| AtomicU32::new(0)).collect(),
             ..LiveRun::default()
         }
+    }
+
+    /// Requests in flight, both phases (cheaper than a snapshot).
+    pub fn requests_in_flight(&self) -> u64 {
+        self.in_flight
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// A request of `phase` on `lane` is being sent: counted sent, and in flight until the
@@ -339,6 +352,11 @@ impl LiveRun {
     /// A session began (`+1`) or ended (`-1`).
     pub fn session_delta(&self, delta: i64) {
         self.sessions_active.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// The replay stopped: sessions cut by the end no longer count as active.
+    pub fn sessions_over(&self) {
+        self.sessions_active.store(0, Ordering::Relaxed);
     }
 
     /// The replay entered the stage `name` of `length` steps.
@@ -401,7 +419,7 @@ impl LiveRun {
         };
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         LiveSnapshot {
-            lanes: self.lane_in_flight.len() as u64,
+            lanes: self.lanes,
             lanes_busy: load(&self.lanes_busy),
             sessions_active: self.sessions_active.load(Ordering::Relaxed).max(0) as u64,
             sent: [load(&self.sent[0]), load(&self.sent[1])],
@@ -455,7 +473,7 @@ mod tests {
             }
             records.push(rec);
         }
-        let live = LiveRun::new(4);
+        let live = LiveRun::new(&[0, 1, 2, 3]);
         for rec in &records {
             live.absorb(rec);
         }
@@ -495,10 +513,11 @@ mod tests {
 
     #[test]
     fn a_lane_is_busy_while_any_of_its_requests_is_in_flight() {
-        let live = LiveRun::new(3);
+        // Shard 1 of 2: lanes 1, 3 and 5.
+        let live = LiveRun::new(&[1, 3, 5]);
         let first = live.begin_request(Phase::Profiling, 1);
         let second = live.begin_request(Phase::Profiling, 1);
-        let other = live.begin_request(Phase::Warmup, 2);
+        let other = live.begin_request(Phase::Warmup, 5);
         let snapshot = live.snapshot();
         assert_eq!((snapshot.lanes, snapshot.lanes_busy), (3, 2));
         assert_eq!((snapshot.sent, snapshot.in_flight), ([1, 2], [1, 2]));

@@ -34,6 +34,7 @@ pub(super) async fn drain(
     mut message: Option<String>,
 ) -> (StopReason, Option<String>) {
     let _ = shared.stop_new.send_replace(true);
+    shared.progress.stage("draining");
     if stop == StopReason::ThresholdExceeded {
         let _ = shared.cancel.send_replace(true);
     }
@@ -65,5 +66,7 @@ pub(super) async fn drain(
             }
         }
     }
+    shared.progress.stage("done");
+    shared.live_run.sessions_over();
     (stop, message)
 }

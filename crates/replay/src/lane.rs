@@ -86,6 +86,7 @@ pub(super) async fn profile_lane(
         if start_turn < traj.num_turns() {
             sh.tally.lock().expect("tally lock").sessions += 1;
             let ready = resume.take();
+            sh.live_run.session_delta(1);
             play_session(
                 &sh,
                 &session,
@@ -96,6 +97,7 @@ pub(super) async fn profile_lane(
                 &mut stop,
             )
             .await;
+            sh.live_run.session_delta(-1);
         }
         sh.client.end_session(&session.correlation_id);
         let can_start = !*stop.borrow() && !*cancel.borrow();

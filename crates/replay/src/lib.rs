@@ -51,7 +51,7 @@ pub mod tree;
 pub mod ui;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,6 +71,7 @@ use session::Session;
 use shard::{shard_warmup, WarmEnd};
 
 use crate::ui::{Live, Progress, SrvRow};
+use agentx_metrics::live::LiveRun;
 
 /// How a replay runs (the resolved configuration the replay needs).
 #[derive(Debug, Clone)]
@@ -282,6 +283,10 @@ pub struct ReplayInputs {
     pub progress: bool,
     /// The latest server figures for the realtime block's `srv` row.
     pub srv_row: Option<SrvRowFn>,
+    /// What the run knows about itself while it goes: the replay counts each send, its return,
+    /// the busy lanes, the active sessions and the stage here (the record sink's watcher adds the
+    /// completed requests), for `--metrics-listen` and the dashboard.
+    pub live: Arc<LiveRun>,
     /// Called once when profiling begins (after warmup); benchmarks and the server-metrics window
     /// hang off it.
     pub on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
@@ -353,7 +358,8 @@ struct Shared {
     concurrency: u64,
     session_seq: AtomicU64,
     request_seq: AtomicU64,
-    in_flight: AtomicU64,
+    /// The run's live counts (requests in flight among them).
+    live_run: Arc<LiveRun>,
     tally: Mutex<Tally>,
     run_short: String,
     live: Live,
@@ -553,7 +559,7 @@ async fn warmup(
                 let elapsed = (shared.clock.now_ns() - warm_start) as f64 / 1e9;
                 tracing::info!(
                     "Phase warmup progress | returned={returned}/{n} | sent={n} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
-                    shared.in_flight.load(Ordering::Relaxed),
+                    shared.live_run.requests_in_flight(),
                     tally.warmup_failed,
                     eta_field(returned as u64, n as u64, elapsed, 0.0)
                 );
@@ -724,7 +730,7 @@ async fn profile(
                 tracing::info!(
                     "Phase profiling progress | returned={} | in_flight={} | errors={} | overflows={} | elapsed={:.1}s",
                     tally.requests,
-                    shared.in_flight.load(Ordering::Relaxed),
+                    shared.live_run.requests_in_flight(),
                     tally.failed,
                     tally.context_overflows,
                     elapsed.as_secs_f64()
@@ -746,7 +752,7 @@ async fn drain(
     stop: StopReason,
     message: Option<String>,
 ) -> (StopReason, Option<String>) {
-    let in_flight = shared.in_flight.load(Ordering::Relaxed);
+    let in_flight = shared.live_run.requests_in_flight();
     if in_flight > 0 && stop != StopReason::ThresholdExceeded {
         tracing::info!(
             in_flight,
@@ -796,6 +802,7 @@ impl Shared {
             interrupt,
             progress,
             srv_row,
+            live,
             on_profiling,
             boundary,
             shard,
@@ -851,10 +858,10 @@ impl Shared {
             threshold_tx,
             session_seq: AtomicU64::new(0),
             request_seq: AtomicU64::new(0),
-            in_flight: AtomicU64::new(0),
             tally: Mutex::new(Tally::default()),
             live: Live::default(),
-            progress: Progress::new(progress),
+            progress: Progress::new(progress, live.clone()),
+            live_run: live,
             srv_row,
             waker,
             stride,
@@ -911,7 +918,7 @@ fn bar(sh: &Shared, prof_start: u64) {
             tally.ok,
             tally.failed,
             tally.context_overflows,
-            sh.in_flight.load(Ordering::Relaxed)
+            sh.live_run.requests_in_flight()
         ),
     );
 }

@@ -3,7 +3,7 @@
 //! `--apply-chat-template` the client-side ISL is the rendered prompt's, counted while the request
 //! is in flight), and its count in the tally and the failed-request threshold.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -110,15 +110,8 @@ pub(super) async fn send_turn(
     cancel: &mut watch::Receiver<bool>,
 ) -> Sent {
     let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
-    /// Counts the request in flight until it returns, or until its task unwinds.
-    struct InFlight<'a>(&'a AtomicU64);
-    impl Drop for InFlight<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-    sh.in_flight.fetch_add(1, Ordering::Relaxed);
-    let in_flight = InFlight(&sh.in_flight);
+    // In flight until it returns, or until its task unwinds.
+    let in_flight = sh.live_run.begin_request(phase, session.lane);
     let template_isl = match (&sh.cfg.chat_template, req.template_parts.take()) {
         (Some(template), Some(parts)) => {
             let template = template.clone();

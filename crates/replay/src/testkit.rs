@@ -15,6 +15,7 @@ use super::transport::{Sending, Transport};
 use super::{timer, ReplayConfig, ReplayInputs};
 use agentx_dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth, TokenCounter};
 use agentx_protocol::{Exchange, Failure, FailureKind, JsonBody, RequestBody, RequestIds};
+use agentx_metrics::live::LiveRun;
 use agentx_record::{read_records, Clock, RecordSink, RequestRecord};
 use agentx_scenario::types::Placement;
 use agentx_scenario::{Limits, ScenarioEngine, ScenarioInstance};
@@ -279,6 +280,8 @@ pub(crate) struct Harness {
     pub sink: RecordSink,
     /// Kept open so the replay is never interrupted.
     pub interrupt: watch::Sender<u32>,
+    /// The replay's live counts, the sink's records added as they are written (lanes 0-63).
+    pub live: Arc<LiveRun>,
 }
 
 impl Harness {
@@ -288,7 +291,13 @@ impl Harness {
         transport: Scripted,
     ) -> (Harness, ReplayInputs) {
         let dir = kept_dir();
-        let sink = RecordSink::create(&agentx_record::fsio::Root::create(&dir).unwrap()).unwrap();
+        let live = Arc::new(LiveRun::new(&(0..64).collect::<Vec<u32>>()));
+        let watched = live.clone();
+        let sink = RecordSink::create_watched(
+            &agentx_record::fsio::Root::create(&dir).unwrap(),
+            vec![Box::new(move |rec: &RequestRecord| watched.absorb(rec))],
+        )
+        .unwrap();
         let clock = Clock::start();
         let (interrupt, rx) = watch::channel(0u32);
         let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::new(1)));
@@ -304,19 +313,38 @@ impl Harness {
             interrupt: rx,
             progress: false,
             srv_row: None,
+            live: live.clone(),
             on_profiling: None,
             boundary: None,
             shard: None,
         };
-        (Harness { sink, interrupt }, inputs)
+        (
+            Harness {
+                sink,
+                interrupt,
+                live,
+            },
+            inputs,
+        )
     }
 
-    /// Every record the replay sent, in the order sent.
+    /// Every record the replay sent, in the order sent. Checks the live counts against them on
+    /// the way: each record was counted sent and completed in its phase, and nothing is left in
+    /// flight or busy.
     pub(crate) fn records(self) -> Vec<RequestRecord> {
         let path = self.sink.path().to_owned();
         self.sink.close().unwrap();
         drop(self.interrupt);
-        read_records(&path).unwrap()
+        let records = read_records(&path).unwrap();
+        let live = self.live.snapshot();
+        for phase in [agentx_record::Phase::Warmup, agentx_record::Phase::Profiling] {
+            let of_phase = records.iter().filter(|rec| rec.phase == phase).count() as u64;
+            let index = usize::from(phase == agentx_record::Phase::Profiling);
+            assert_eq!(live.sent[index], of_phase, "{phase:?} requests counted sent");
+            assert_eq!(live.phase(phase).completed(), of_phase, "{phase:?} completed");
+        }
+        assert_eq!((live.in_flight, live.lanes_busy), ([0, 0], 0), "{live:?}");
+        records
     }
 }
 

@@ -11,7 +11,7 @@
 //! hours keeps the same few hundred KiB, and a block costs the same at its end as at its start. The
 //! exports compute exact percentiles from the records.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -19,6 +19,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use hdrhistogram::Histogram;
 
 pub use agentx_metrics::live::SrvRow;
+use agentx_metrics::live::LiveRun;
 use agentx_metrics::Outcome;
 use agentx_record::{Phase, RequestRecord};
 
@@ -220,14 +221,16 @@ impl Live {
     }
 }
 
-/// A progress bar on a terminal; nothing otherwise.
+/// A progress bar on a terminal; nothing otherwise. The stage and its progress are told to the
+/// run's [`LiveRun`] too, for the views that are not the bar.
 pub(crate) struct Progress {
     bar: Option<ProgressBar>,
+    live: Arc<LiveRun>,
 }
 
 impl Progress {
     /// `enabled`: stderr is a terminal.
-    pub(crate) fn new(enabled: bool) -> Progress {
+    pub(crate) fn new(enabled: bool, live: Arc<LiveRun>) -> Progress {
         let bar = enabled.then(|| {
             let progress_bar =
                 ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
@@ -239,11 +242,12 @@ impl Progress {
             progress_bar.enable_steady_tick(Duration::from_millis(250));
             progress_bar
         });
-        Progress { bar }
+        Progress { bar, live }
     }
 
     /// Starts a phase of `len` steps (seconds of profiling, or warmup requests).
     pub(crate) fn phase(&self, name: &str, len: u64) {
+        self.live.set_stage(name, len);
         if let Some(bar) = &self.bar {
             bar.set_prefix(name.to_string());
             bar.set_length(len);
@@ -251,8 +255,14 @@ impl Progress {
         }
     }
 
+    /// Names a stage with no length of its own (the drain, the end): the bar keeps its place.
+    pub(crate) fn stage(&self, name: &str) {
+        self.live.set_stage(name, 0);
+    }
+
     /// Updates the bar: position and the counts line.
     pub(crate) fn update(&self, pos: u64, msg: String) {
+        self.live.set_progress(pos, &msg);
         if let Some(bar) = &self.bar {
             bar.set_position(pos);
             bar.set_message(msg);

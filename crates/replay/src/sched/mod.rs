@@ -334,7 +334,7 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
     };
     for l in &lanes_plan {
         let lane_tree = sc.planned_tree(l);
-        sc.lanes[l.lane as usize] = Some(lane_tree);
+        sc.hold(l.lane, Some(lane_tree));
     }
     (sc, rest, lanes_plan)
 }

@@ -253,10 +253,18 @@ impl Sched {
             .unwrap_or(lane)
     }
 
+    /// `lane` holds `tree` from now (`None`: no tree); the run's active sessions follow.
+    pub(super) fn hold(&mut self, lane: u32, tree: Option<RtTree>) {
+        let slot = &mut self.lanes[lane as usize];
+        let delta = i64::from(tree.is_some()) - i64::from(slot.is_some());
+        *slot = tree;
+        self.sh.live_run.session_delta(delta);
+    }
+
     /// Starts the next tree of the sampler on `lane` at root turn 0, now; in an open-loop run the
     /// lane's slot is freed instead (arrivals start trees).
     pub(super) fn recycle(&mut self, lane: u32) {
-        self.lanes[lane as usize] = None;
+        self.hold(lane, None);
         if *self.sh.stop_new.borrow() || self.plan.arrivals.is_some() {
             return;
         }
@@ -330,7 +338,7 @@ impl Sched {
             }
         };
         let lane_tree = self.fresh_tree(lane, tree_index, marker, pass);
-        self.lanes[lane as usize] = Some(lane_tree);
+        self.hold(lane, Some(lane_tree));
         if self.stage == Stage::Profiling {
             self.counts.trees_started += 1;
             self.sh.tally.lock().expect("tally lock").sessions += 1;

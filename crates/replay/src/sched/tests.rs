@@ -179,6 +179,8 @@ impl Case {
         let (h, mut inputs) = Harness::inputs(self.corpus.streams, sc, script);
         inputs.boundary = self.boundary;
         let out = run(self.cfg, plan, inputs).await;
+        // Whatever stopped it, no session is left active once the replay returned.
+        assert_eq!(h.live.snapshot().sessions_active, 0);
         let mut recs = h.records();
         recs.sort_by_key(|r| (r.send_ns, r.lane, depth(r)));
         (out, recs)
