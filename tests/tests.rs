@@ -15,6 +15,7 @@ mod goodput;
 mod html;
 mod inferencex;
 mod inferencex_app;
+mod live_metrics;
 mod infx_bench;
 mod otlp;
 mod replay;

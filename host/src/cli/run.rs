@@ -378,6 +378,8 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         slice_duration: args.slice_duration,
         timeline: args.timeline,
         otlp_endpoint: args.otlp_endpoint.clone(),
+        metrics_listen: args.metrics_listen,
+        metrics_linger: std::time::Duration::from_secs_f64(args.metrics_linger.unwrap_or(0.0)),
         cwd: super::in_process::current_dir(),
         dataset_cache_dir: [
             "AGENTX_DATASET_MMAP_CACHE_DIR",

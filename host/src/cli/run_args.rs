@@ -307,6 +307,17 @@ pub struct RunArgs {
     /// counted; the run never waits for it.
     #[arg(help_heading = "Outputs", long, value_name = "URL")]
     pub(crate) otlp_endpoint: Option<String>,
+    /// Serve agentx's own Prometheus metrics (requests sent, in flight and completed by phase,
+    /// tokens, TTFT/ITL/latency/send-lag histograms, busy lanes, active sessions, client CPU) at
+    /// http://ADDR/metrics while the run goes: `HOST:PORT`, or a port alone for every interface
+    /// (`9400` is `0.0.0.0:9400`; port 0 takes a free one, logged). Shard I of a sharded run
+    /// listens on PORT+I. A port in use is refused before any request
+    #[arg(help_heading = "Outputs", long, value_name = "ADDR", value_parser = metrics_addr)]
+    pub(crate) metrics_listen: Option<std::net::SocketAddr>,
+    /// With --metrics-listen: keep serving this long after the run's outputs are written, so a
+    /// Prometheus takes the final values [default: 0]
+    #[arg(help_heading = "Outputs", long, value_name = "SECONDS", requires = "metrics_listen", value_parser = linger)]
+    pub(crate) metrics_linger: Option<f64>,
     /// Send a W3C `traceparent` with every request, so a server's spans join agentx's [default:
     /// on, except under a scenario whose wire is the harness's (agentx)].
     #[arg(help_heading = "Outputs", long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
@@ -448,5 +459,26 @@ fn share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
         _ => Err(format!("{text:?} is not a share in (0, 1], e.g. 0.9")),
+    }
+}
+
+/// `--metrics-listen`'s value: `HOST:PORT`, or a port alone (every interface).
+fn metrics_addr(value: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(port) = value.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    value
+        .to_socket_addrs()
+        .map_err(|error| format!("`{value}` is not HOST:PORT or a port ({error}); e.g. 9400 or 127.0.0.1:9400"))?
+        .next()
+        .ok_or_else(|| format!("`{value}` names no address; e.g. 9400 or 127.0.0.1:9400"))
+}
+
+/// `--metrics-linger`'s value: seconds, at least 0.
+fn linger(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(secs),
+        _ => Err(format!("`{value}` is not a number of seconds from 0 to 86400")),
     }
 }

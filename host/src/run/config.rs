@@ -51,6 +51,11 @@ pub struct RunConfig {
     pub timeline: bool,
     /// `--otlp-endpoint`: the OTLP/HTTP collector the run's spans go to.
     pub otlp_endpoint: Option<String>,
+    /// `--metrics-listen`: where agentx serves its own Prometheus metrics (a shard adds its index
+    /// to the port).
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `--metrics-linger`: how long the endpoint stays up after the outputs are written.
+    pub metrics_linger: std::time::Duration,
     /// The working directory the run's relative paths mean (kept in the manifest).
     pub cwd: Option<PathBuf>,
     /// The dataset cache's directory (`*_DATASET_MMAP_CACHE_DIR`); `None`: `home/datasets`.

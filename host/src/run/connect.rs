@@ -131,6 +131,9 @@ pub(super) struct Connected {
     pub sim: Option<crate::sim::SimThread>,
     pub ccfg: ClientConfig,
     pub model: String,
+    /// `--metrics-listen`'s socket, bound before anything was sent; served once the run's live
+    /// counts exist.
+    pub metrics_listener: Option<std::net::TcpListener>,
 }
 
 /// Starts the simulator when there is no `--url`, builds the client and runs the pre-flight check:
@@ -148,6 +151,14 @@ pub(super) fn connect(
         // Refused here, before the directory opens and before any request.
         crate::telemetry::otlp::traces_url(endpoint)?;
     }
+    // Bound here, so a port in use is refused before the simulator starts or any request goes.
+    let metrics_listener = cfg
+        .metrics_listen
+        .map(|addr| {
+            let shard = cfg.shard.as_ref().map(|shard_cfg| shard_cfg.index);
+            crate::telemetry::prom::bind(crate::telemetry::prom::shard_addr(addr, shard))
+        })
+        .transpose()?;
     let run_plan = &cfg.plan;
     let sim = if run_plan.demo {
         let preset: crate::sim::Preset = cfg
@@ -201,7 +212,15 @@ pub(super) fn connect(
             (Err(e), _) => return Err(anyhow!(e)),
         }
     }
-    Ok((Connected { sim, ccfg, model }, client))
+    Ok((
+        Connected {
+            sim,
+            ccfg,
+            model,
+            metrics_listener,
+        },
+        client,
+    ))
 }
 
 /// The server-metrics scraper: from the start of warmup to after the end, exported over profiling.

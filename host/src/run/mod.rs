@@ -157,6 +157,7 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         shard.as_ref().map(|s| &s.member),
         runtime.handle(),
     )?;
+    let metrics = serve_metrics(&cfg, conn.metrics_listener.take(), &dir, runtime.handle())?;
     let stage = ReplayStage {
         ctx,
         rt: &runtime,
@@ -166,7 +167,55 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     };
     let replayed = stage.run(inst, client, shard, cancel)?;
     drop(conn.sim.take());
-    outputs::finish(ctx, &runtime, &conn, (dir, sink), replayed)
+    let outcome = outputs::finish(ctx, &runtime, &conn, (dir, sink), replayed);
+    if let Some(server) = metrics {
+        linger(&cfg, server, cancel, &runtime);
+    }
+    outcome
+}
+
+/// Serves `--metrics-listen`'s socket from the run's live counts, from now until the run ends.
+fn serve_metrics(
+    cfg: &RunConfig,
+    listener: Option<std::net::TcpListener>,
+    dir: &run_dir::RunDir,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<Option<crate::telemetry::prom::MetricsServer>> {
+    let Some(listener) = listener else {
+        return Ok(None);
+    };
+    let shard = cfg.shard.as_ref().map(|shard_cfg| shard_cfg.index);
+    let server = crate::telemetry::prom::MetricsServer::start(listener, dir.live.clone(), shard, runtime)
+        .context("cannot serve --metrics-listen")?;
+    tracing::info!("agentx metrics at http://{}/metrics", server.addr());
+    Ok(Some(server))
+}
+
+/// Keeps the metrics endpoint up for `--metrics-linger` after the outputs are written (an
+/// interrupt ends the wait), so a Prometheus takes the final values.
+fn linger(
+    cfg: &RunConfig,
+    server: crate::telemetry::prom::MetricsServer,
+    cancel: &Cancel,
+    runtime: &tokio::runtime::Runtime,
+) {
+    if cfg.metrics_linger.is_zero() {
+        return;
+    }
+    tracing::info!(
+        "serving the final metrics at http://{}/metrics for {:.0}s (--metrics-linger)",
+        server.addr(),
+        cfg.metrics_linger.as_secs_f64()
+    );
+    let mut interrupts = cancel.subscribe();
+    let seen = *interrupts.borrow();
+    runtime.block_on(async {
+        tokio::select! {
+            () = tokio::time::sleep(cfg.metrics_linger) => {}
+            _ = interrupts.wait_for(|count| *count > seen) => {}
+        }
+    });
+    server.stop();
 }
 
 /// What every stage after planning reads: the configuration the scenario decided, what the first
@@ -293,6 +342,7 @@ impl ReplayStage<'_> {
             interrupt: cancel.subscribe(),
             progress: cfg.progress,
             srv_row: scraper.clone().map(connect::srv_row),
+            live: self.dir.live.clone(),
             on_profiling: Some(self.dir.on_profiling()),
             boundary: replay_boundaries,
             shard: link,

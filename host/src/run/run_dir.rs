@@ -2,6 +2,7 @@
 //! clock, and the manifest, written before the first request and rewritten as the run learns more.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 
@@ -14,6 +15,7 @@ use crate::export::manifest::{
     self, DatasetId, HttpInfo, Manifest, ScenarioId, SettingRow, ShardInfo, WarningRow,
 };
 use crate::fsio::Root;
+use crate::metrics::live::LiveRun;
 use crate::record::{Clock, RecordSink};
 use crate::scenario;
 
@@ -31,6 +33,9 @@ pub(super) struct RunDir {
     noting: std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// The OTLP export (`--otlp-endpoint`), fed by the record sink; finished after the sink closes.
     pub otlp: Option<crate::telemetry::otlp::Exporter>,
+    /// What the run knows about itself while it goes: the replay counts sends and stages, the
+    /// record sink adds each completed request (`--metrics-listen` and the dashboard read it).
+    pub live: Arc<LiveRun>,
 }
 
 impl RunDir {
@@ -57,10 +62,13 @@ impl RunDir {
         let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
         let clock = Clock::start();
         let otlp = otlp_export(ctx, model, clock.anchor_unix_ns(), runtime)?;
-        let watchers = otlp
-            .iter()
-            .map(crate::telemetry::otlp::Exporter::watcher)
-            .collect();
+        let live = Arc::new(LiveRun::new(&planned.own_lane_ids()));
+        let counted = live.clone();
+        let mut watchers: Vec<crate::record::RecordWatcher> =
+            vec![Box::new(move |rec: &crate::record::RequestRecord| {
+                counted.absorb(rec);
+            })];
+        watchers.extend(otlp.iter().map(crate::telemetry::otlp::Exporter::watcher));
         let sink = RecordSink::create_watched(&art, watchers)?;
         let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
         manifest.model = Some(model.to_string());
@@ -89,6 +97,7 @@ impl RunDir {
             manifest,
             noting: std::sync::Arc::default(),
             otlp,
+            live,
         };
         d.write_manifest()?;
         Ok((d, sink))
@@ -106,6 +115,7 @@ impl RunDir {
             manifest,
             noting: std::sync::Arc::default(),
             otlp: None,
+            live: Arc::default(),
         })
     }
 
@@ -163,8 +173,6 @@ impl RunDir {
     }
 }
 
-/// The scenario's rules for the exports, kept in a shard's manifest so that `merge` writes the
-/// exports this run would have written in one process: the coverage rule and the warmup's phase
 /// The OTLP export of `--otlp-endpoint`, started on `runtime` (its URL was checked before the
 /// directory opened).
 fn otlp_export(
@@ -189,6 +197,8 @@ fn otlp_export(
     )?))
 }
 
+/// The scenario's rules for the exports, kept in a shard's manifest so that `merge` writes the
+/// exports this run would have written in one process: the coverage rule and the warmup's phase
 /// name.
 fn shard_exports(prepared: &Prepared, planned: &Planned) -> manifest::ShardExports {
     manifest::ShardExports {
