@@ -130,8 +130,14 @@ fn the_endpoint_serves_the_documented_series_mid_run_and_the_summary_at_the_end(
         );
     }
     assert_eq!(sample(&mid_run, "agentx_lanes"), Some(4.0), "{mid_run}");
-    assert!(sample(&mid_run, "agentx_sessions_active").unwrap() > 0.0, "{mid_run}");
-    assert!(sample(&mid_run, "process_cpu_seconds_total").unwrap() > 0.0, "{mid_run}");
+    assert!(
+        sample(&mid_run, "agentx_sessions_active").unwrap() > 0.0,
+        "{mid_run}"
+    );
+    assert!(
+        sample(&mid_run, "process_cpu_seconds_total").unwrap() > 0.0,
+        "{mid_run}"
+    );
     assert_eq!(http_get(&addr, "/other").0, 404);
 
     // The outputs are written and the endpoint lingers: its final values are the summary's.
@@ -165,8 +171,14 @@ fn the_endpoint_serves_the_documented_series_mid_run_and_the_summary_at_the_end(
         .map(|outcome| completed("warmup", outcome))
         .sum();
     assert_eq!(warmup, count("warmup_requests"));
-    assert_eq!(profiling("agentx_input_tokens_total"), Some(count("input_tokens")));
-    assert_eq!(profiling("agentx_output_tokens_total"), Some(count("output_tokens")));
+    assert_eq!(
+        profiling("agentx_input_tokens_total"),
+        Some(count("input_tokens"))
+    );
+    assert_eq!(
+        profiling("agentx_output_tokens_total"),
+        Some(count("output_tokens"))
+    );
     let lag = &summary["send_lag_ms"];
     assert_eq!(
         profiling("agentx_send_lag_seconds_count"),
@@ -174,7 +186,10 @@ fn the_endpoint_serves_the_documented_series_mid_run_and_the_summary_at_the_end(
     );
     let lag_sum_s = lag["avg"].as_f64().unwrap() * lag["count"].as_f64().unwrap() / 1e3;
     let served_sum = profiling("agentx_send_lag_seconds_sum").unwrap();
-    assert!((served_sum - lag_sum_s).abs() < 1e-6, "{served_sum} against {lag_sum_s}");
+    assert!(
+        (served_sum - lag_sum_s).abs() < 1e-6,
+        "{served_sum} against {lag_sum_s}"
+    );
     let ttft = &summary["ttft_ms"];
     assert_eq!(
         profiling("agentx_time_to_first_token_seconds_count"),
@@ -191,7 +206,11 @@ fn the_endpoint_serves_the_documented_series_mid_run_and_the_summary_at_the_end(
     );
     assert_eq!(profiling("agentx_requests_in_flight"), Some(0.0));
     assert_eq!(sample(&last, "agentx_lanes_busy"), Some(0.0));
-    assert_eq!(sample(&last, r#"agentx_stage{stage="done"}"#), Some(1.0), "{last}");
+    assert_eq!(
+        sample(&last, r#"agentx_stage{stage="done"}"#),
+        Some(1.0),
+        "{last}"
+    );
 
     // An interrupt ends the linger; the run had completed, so it exits 0.
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
@@ -206,7 +225,15 @@ fn a_port_in_use_is_refused_before_anything_runs() {
     let addr = held.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let out = agentx_command(dir.path(), &[])
-        .args(["run", "--benchmark-duration", "5", "--metrics-listen", &addr, "-o", "run"])
+        .args([
+            "run",
+            "--benchmark-duration",
+            "5",
+            "--metrics-listen",
+            &addr,
+            "-o",
+            "run",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

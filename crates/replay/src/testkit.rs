@@ -14,8 +14,8 @@ use tokio::sync::watch;
 use super::transport::{Sending, Transport};
 use super::{timer, ReplayConfig, ReplayInputs};
 use agentx_dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth, TokenCounter};
-use agentx_protocol::{Exchange, Failure, FailureKind, JsonBody, RequestBody, RequestIds};
 use agentx_metrics::live::LiveRun;
+use agentx_protocol::{Exchange, Failure, FailureKind, JsonBody, RequestBody, RequestIds};
 use agentx_record::{read_records, Clock, RecordSink, RequestRecord};
 use agentx_scenario::types::Placement;
 use agentx_scenario::{Limits, ScenarioEngine, ScenarioInstance};
@@ -337,11 +337,21 @@ impl Harness {
         drop(self.interrupt);
         let records = read_records(&path).unwrap();
         let live = self.live.snapshot();
-        for phase in [agentx_record::Phase::Warmup, agentx_record::Phase::Profiling] {
+        for phase in [
+            agentx_record::Phase::Warmup,
+            agentx_record::Phase::Profiling,
+        ] {
             let of_phase = records.iter().filter(|rec| rec.phase == phase).count() as u64;
             let index = usize::from(phase == agentx_record::Phase::Profiling);
-            assert_eq!(live.sent[index], of_phase, "{phase:?} requests counted sent");
-            assert_eq!(live.phase(phase).completed(), of_phase, "{phase:?} completed");
+            assert_eq!(
+                live.sent[index], of_phase,
+                "{phase:?} requests counted sent"
+            );
+            assert_eq!(
+                live.phase(phase).completed(),
+                of_phase,
+                "{phase:?} completed"
+            );
         }
         assert_eq!((live.in_flight, live.lanes_busy), ([0, 0], 0), "{live:?}");
         records

@@ -35,7 +35,10 @@ async fn a_lane_replays_its_delays_and_recycles_at_the_end_of_its_trace() {
     let (h, inputs) = Harness::inputs(ds, sc, Scripted::new(|_| Reply::ok()));
     let out = run(testkit::config(1.0), plan, inputs).await;
     let live = h.live.snapshot();
-    assert_eq!((live.stage.name.as_str(), live.sessions_active), ("done", 0));
+    assert_eq!(
+        (live.stage.name.as_str(), live.sessions_active),
+        ("done", 0)
+    );
     let recs = h.records();
     let got: Vec<(Phase, &str, u32, u32, f64, f64, f64)> = recs
         .iter()

@@ -18,8 +18,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use hdrhistogram::Histogram;
 
-pub use agentx_metrics::live::SrvRow;
 use agentx_metrics::live::LiveRun;
+pub use agentx_metrics::live::SrvRow;
 use agentx_metrics::Outcome;
 use agentx_record::{Phase, RequestRecord};
 

@@ -239,7 +239,11 @@ impl Exposition {
                 Err(error) => (500, "text/plain", format!("cannot render: {error}\n")),
             }
         } else {
-            (404, "text/plain", "agentx serves /metrics only\n".to_string())
+            (
+                404,
+                "text/plain",
+                "agentx serves /metrics only\n".to_string(),
+            )
         };
         let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
@@ -353,17 +357,23 @@ impl SnapshotCollector {
         totals: &[PhaseTotals; 2],
     ) -> Result<(), std::fmt::Error> {
         let full = format!("{name}_seconds");
-        let mut metric =
-            encoder.encode_descriptor(name, &help(&full), Some(&Unit::Seconds), MetricType::Histogram)?;
+        let mut metric = encoder.encode_descriptor(
+            name,
+            &help(&full),
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
         for (index, phase) in PHASES.iter().enumerate() {
             let labels: &Labels = &[("phase", phase.as_str())];
             let buckets = of(&totals[index]);
-            metric.encode_family(&labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                buckets.sum,
-                buckets.count,
-                &buckets.cumulative(),
-                None,
-            )?;
+            metric
+                .encode_family(&labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    buckets.sum,
+                    buckets.count,
+                    &buckets.cumulative(),
+                    None,
+                )?;
         }
         Ok(())
     }
@@ -384,7 +394,9 @@ impl SnapshotCollector {
 
     fn requests(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snapshot = &self.snapshot;
-        Self::counter_by_phase(encoder, "agentx_requests_sent", |index| snapshot.sent[index])?;
+        Self::counter_by_phase(encoder, "agentx_requests_sent", |index| {
+            snapshot.sent[index]
+        })?;
         let mut in_flight = encoder.encode_descriptor(
             "agentx_requests_in_flight",
             &help("agentx_requests_in_flight"),
@@ -433,8 +445,18 @@ impl SnapshotCollector {
     fn lanes_and_stage(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snapshot = &self.snapshot;
         Self::gauge(encoder, "agentx_lanes", None, snapshot.lanes as f64)?;
-        Self::gauge(encoder, "agentx_lanes_busy", None, snapshot.lanes_busy as f64)?;
-        Self::gauge(encoder, "agentx_sessions_active", None, snapshot.sessions_active as f64)?;
+        Self::gauge(
+            encoder,
+            "agentx_lanes_busy",
+            None,
+            snapshot.lanes_busy as f64,
+        )?;
+        Self::gauge(
+            encoder,
+            "agentx_sessions_active",
+            None,
+            snapshot.sessions_active as f64,
+        )?;
         let stage = &snapshot.stage;
         if !stage.name.is_empty() {
             let mut metric = encoder.encode_descriptor(
@@ -529,34 +551,69 @@ mod tests {
         let text = render(&sample(), None, &process).unwrap();
         for series in SERIES {
             assert!(
-                text.contains(&format!("# HELP {} {}", series.name, series.stability.tag())),
+                text.contains(&format!(
+                    "# HELP {} {}",
+                    series.name,
+                    series.stability.tag()
+                )),
                 "{} missing:\n{text}",
                 series.name
             );
-            assert!(text.contains(&format!("# TYPE {} {}", series.name, series.kind)), "{}", series.name);
+            assert!(
+                text.contains(&format!("# TYPE {} {}", series.name, series.kind)),
+                "{}",
+                series.name
+            );
         }
-        assert_eq!(value(&text, r#"agentx_requests_sent_total{phase="profiling"}"#), Some(1.0));
-        assert_eq!(value(&text, r#"agentx_requests_in_flight{phase="profiling"}"#), Some(1.0));
         assert_eq!(
-            value(&text, r#"agentx_requests_completed_total{phase="profiling",outcome="failed"}"#),
-            Some(1.0)
-        );
-        assert_eq!(value(&text, r#"agentx_input_tokens_total{phase="profiling"}"#), Some(1000.0));
-        assert_eq!(value(&text, r#"agentx_input_tokens_total{phase="warmup"}"#), Some(500.0));
-        assert_eq!(
-            value(&text, r#"agentx_time_to_first_token_seconds_count{phase="profiling"}"#),
+            value(&text, r#"agentx_requests_sent_total{phase="profiling"}"#),
             Some(1.0)
         );
         assert_eq!(
-            value(&text, r#"agentx_time_to_first_token_seconds_bucket{le="0.06",phase="profiling"}"#),
+            value(&text, r#"agentx_requests_in_flight{phase="profiling"}"#),
             Some(1.0)
         );
         assert_eq!(
-            value(&text, r#"agentx_time_to_first_token_seconds_bucket{le="0.04",phase="profiling"}"#),
+            value(
+                &text,
+                r#"agentx_requests_completed_total{phase="profiling",outcome="failed"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, r#"agentx_input_tokens_total{phase="profiling"}"#),
+            Some(1000.0)
+        );
+        assert_eq!(
+            value(&text, r#"agentx_input_tokens_total{phase="warmup"}"#),
+            Some(500.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"agentx_time_to_first_token_seconds_count{phase="profiling"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"agentx_time_to_first_token_seconds_bucket{le="0.06",phase="profiling"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"agentx_time_to_first_token_seconds_bucket{le="0.04",phase="profiling"}"#
+            ),
             Some(0.0)
         );
         assert_eq!(value(&text, "agentx_lanes_busy"), Some(1.0));
-        assert_eq!(value(&text, r#"agentx_stage{stage="profiling"}"#), Some(1.0));
+        assert_eq!(
+            value(&text, r#"agentx_stage{stage="profiling"}"#),
+            Some(1.0)
+        );
         assert_eq!(value(&text, "agentx_stage_progress_ratio"), Some(0.5));
         assert_eq!(value(&text, "process_cpu_seconds_total"), Some(1.5));
         assert_eq!(value(&text, "process_resident_memory_bytes"), Some(4096.0));
@@ -581,8 +638,14 @@ mod tests {
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = held.local_addr().unwrap();
         let error = bind(addr).unwrap_err().to_string();
-        assert!(error.contains(&format!("--metrics-listen {addr}")), "{error}");
-        assert!(error.contains("in use") && error.contains("port 0"), "{error}");
+        assert!(
+            error.contains(&format!("--metrics-listen {addr}")),
+            "{error}"
+        );
+        assert!(
+            error.contains("in use") && error.contains("port 0"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -470,7 +470,9 @@ fn metrics_addr(value: &str) -> Result<std::net::SocketAddr, String> {
     }
     value
         .to_socket_addrs()
-        .map_err(|error| format!("`{value}` is not HOST:PORT or a port ({error}); e.g. 9400 or 127.0.0.1:9400"))?
+        .map_err(|error| {
+            format!("`{value}` is not HOST:PORT or a port ({error}); e.g. 9400 or 127.0.0.1:9400")
+        })?
         .next()
         .ok_or_else(|| format!("`{value}` names no address; e.g. 9400 or 127.0.0.1:9400"))
 }
@@ -479,6 +481,8 @@ fn metrics_addr(value: &str) -> Result<std::net::SocketAddr, String> {
 fn linger(value: &str) -> Result<f64, String> {
     match value.parse::<f64>() {
         Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(secs),
-        _ => Err(format!("`{value}` is not a number of seconds from 0 to 86400")),
+        _ => Err(format!(
+            "`{value}` is not a number of seconds from 0 to 86400"
+        )),
     }
 }

@@ -166,10 +166,12 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         sink: &sink,
     };
     let replayed = stage.run(inst, client, shard, cancel)?;
+    // An interrupt from here on (while the outputs are written, or after) ends the linger.
+    let interrupts_at_end = cancel.interrupts();
     drop(conn.sim.take());
     let outcome = outputs::finish(ctx, &runtime, &conn, (dir, sink), replayed);
     if let Some(server) = metrics {
-        linger(&cfg, server, cancel, &runtime);
+        linger(&cfg, server, (cancel, interrupts_at_end), &runtime);
     }
     outcome
 }
@@ -185,18 +187,20 @@ fn serve_metrics(
         return Ok(None);
     };
     let shard = cfg.shard.as_ref().map(|shard_cfg| shard_cfg.index);
-    let server = crate::telemetry::prom::MetricsServer::start(listener, dir.live.clone(), shard, runtime)
-        .context("cannot serve --metrics-listen")?;
+    let server =
+        crate::telemetry::prom::MetricsServer::start(listener, dir.live.clone(), shard, runtime)
+            .context("cannot serve --metrics-listen")?;
     tracing::info!("agentx metrics at http://{}/metrics", server.addr());
     Ok(Some(server))
 }
 
-/// Keeps the metrics endpoint up for `--metrics-linger` after the outputs are written (an
-/// interrupt ends the wait), so a Prometheus takes the final values.
+/// Keeps the metrics endpoint up for `--metrics-linger` after the outputs are written, so a
+/// Prometheus takes the final values. An interrupt after the replay ended (the count
+/// `interrupts_at_end`) ends the wait.
 fn linger(
     cfg: &RunConfig,
     server: crate::telemetry::prom::MetricsServer,
-    cancel: &Cancel,
+    (cancel, interrupts_at_end): (&Cancel, u32),
     runtime: &tokio::runtime::Runtime,
 ) {
     if cfg.metrics_linger.is_zero() {
@@ -208,11 +212,10 @@ fn linger(
         cfg.metrics_linger.as_secs_f64()
     );
     let mut interrupts = cancel.subscribe();
-    let seen = *interrupts.borrow();
     runtime.block_on(async {
         tokio::select! {
             () = tokio::time::sleep(cfg.metrics_linger) => {}
-            _ = interrupts.wait_for(|count| *count > seen) => {}
+            _ = interrupts.wait_for(|count| *count > interrupts_at_end) => {}
         }
     });
     server.stop();
