@@ -15,6 +15,10 @@ pub const HISTORY: usize = 120;
 /// The time between two samples of the sparklines.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How many samples back the TTFT and ITL titles look for the latest interval that completed a
+/// request.
+pub const TITLE_WINDOW: usize = 10;
+
 /// One interval of the sparklines: what completed between two snapshots.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
@@ -309,19 +313,26 @@ impl Model {
         }
     }
 
-    /// The TTFT sparkline's title: `TTFT 45.2 ms`, the mean of the last interval.
+    /// The latest interval mean of `pick` among the last [`TITLE_WINDOW`] samples: at a low
+    /// rate many seconds complete nothing, and the title keeps the last mean rather than
+    /// blinking; after a longer silence it says `-`.
+    fn latest_mean(&self, pick: fn(&Sample) -> Option<f64>) -> Option<f64> {
+        self.history.iter().rev().take(TITLE_WINDOW).find_map(pick)
+    }
+
+    /// The TTFT sparkline's title: `TTFT 45.2 ms`, the latest interval's mean.
     pub fn ttft_title(&self) -> String {
         format!(
             "TTFT {}",
-            seconds_text(self.history.back().and_then(|sample| sample.ttft_s))
+            seconds_text(self.latest_mean(|sample| sample.ttft_s))
         )
     }
 
-    /// The ITL sparkline's title: `ITL 5.10 ms`, the mean of the last interval.
+    /// The ITL sparkline's title: `ITL 5.1 ms`, the latest interval's mean.
     pub fn itl_title(&self) -> String {
         format!(
             "ITL {}",
-            seconds_text(self.history.back().and_then(|sample| sample.itl_s))
+            seconds_text(self.latest_mean(|sample| sample.itl_s))
         )
     }
 
@@ -481,8 +492,32 @@ mod tests {
                 itl_s: None
             }
         );
-        assert_eq!(model.ttft_title(), "TTFT -");
+        // The titles keep the latest mean through quiet seconds, up to TITLE_WINDOW of them.
+        assert_eq!(model.ttft_title(), "TTFT 700.0 ms");
         assert_eq!(model.history().len(), 2);
+        for second in 4..(2 + TITLE_WINDOW as u64) {
+            model.update(
+                snapshot([
+                    (3, 150, &[0.1, 0.3], &[0.01, 0.03]),
+                    (2, 250, &[0.5, 0.9], &[]),
+                ]),
+                None,
+                Duration::from_secs(second),
+            );
+        }
+        assert_eq!(model.itl_title(), "ITL 30.0 ms");
+        model.update(
+            snapshot([
+                (3, 150, &[0.1, 0.3], &[0.01, 0.03]),
+                (2, 250, &[0.5, 0.9], &[]),
+            ]),
+            None,
+            Duration::from_secs(2 + TITLE_WINDOW as u64),
+        );
+        assert_eq!(
+            (model.ttft_title().as_str(), model.itl_title().as_str()),
+            ("TTFT -", "ITL -")
+        );
     }
 
     #[test]

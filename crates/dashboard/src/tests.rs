@@ -11,7 +11,8 @@ use agentx_record::Phase;
 use crate::testkit::PtyChild;
 use crate::{Dashboard, DashboardSource, LogTail, HEADER};
 
-/// Set in the child's environment: `terminal` (it expects a dashboard) or `pipe` (it expects none).
+/// Set in the child's environment: `terminal` (it expects a dashboard), `pipe` (it expects none)
+/// or `panic` (it panics while its dashboard draws).
 const CHILD: &str = "AGENTX_DASHBOARD_TEST_CHILD";
 
 /// This test binary running only [`dashboard_child`], told to expect `mode`.
@@ -57,10 +58,11 @@ fn dashboard_child() {
             log: log.clone(),
         })
         .expect("the terminal is set up");
-        assert_eq!(dashboard.is_some(), mode == "terminal", "{mode:?}");
+        assert_eq!(dashboard.is_some(), mode != "pipe", "{mode:?}");
         tracing::warn!("during the dashboard");
         // A few frames.
         std::thread::sleep(Duration::from_millis(700));
+        assert!(mode != "panic", "a panic on purpose, the dashboard up");
         if let Some(dashboard) = dashboard {
             dashboard.finish();
         }
@@ -103,6 +105,26 @@ fn on_a_terminal_it_draws_on_the_alternate_screen_and_flushes_the_held_log_after
     let during = text.rfind("WARN during the dashboard").unwrap();
     assert!(leave < during, "{text}");
     assert!(during < at(&text, "INFO after the dashboard"), "{text}");
+}
+
+#[test]
+fn a_panic_restores_the_terminal_before_its_message_and_the_held_log_still_comes_out() {
+    let mut child = PtyChild::spawn(&child_command("panic"), 24, 80).unwrap();
+    let status = child
+        .wait(Duration::from_secs(60))
+        .expect("the child exits");
+    let text = child.text();
+    assert!(!status.success(), "{status:?}\n{text}");
+    let leave = at(&text, "\u{1b}[?1049l");
+    let message = at(&text, "a panic on purpose");
+    assert!(
+        at(&text, "\u{1b}[?1049h") < leave && leave < message,
+        "{text}"
+    );
+    assert!(
+        message < text.rfind("WARN during the dashboard").unwrap(),
+        "{text}"
+    );
 }
 
 #[test]
