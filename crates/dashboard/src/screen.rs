@@ -3,6 +3,10 @@
 //! or a panic anywhere in the process (a panic hook that restores the screen, then calls the hook
 //! that was there before, so the panic's message is printed on the normal screen).
 //!
+//! The terminal's echo is off while the dashboard draws (its other modes stay: input is still
+//! line by line and Ctrl-C still a signal), so a typed key, an Enter that would scroll the screen
+//! or Ctrl-C's `^C` is not written over it.
+//!
 //! Drawing and leaving exclude each other (one lock), so no frame is drawn after the screen was
 //! left; the drawing thread marks itself, so a panic inside a frame leaves without that lock.
 
@@ -49,6 +53,7 @@ pub(crate) fn enter() -> std::io::Result<Screen> {
         Clear(ClearType::All)
     );
     ENTERED.store(true, Ordering::SeqCst);
+    echo::off();
     if let Err(error) = entered {
         leave_locked();
         return Err(error);
@@ -85,11 +90,51 @@ pub(crate) fn leave() {
 /// [`leave`], with [`DRAWING`] held by the caller.
 fn leave_locked() {
     if ENTERED.swap(false, Ordering::SeqCst) {
+        echo::restore();
         let mut stderr = std::io::stderr();
         // Nothing else to do on a terminal that is gone.
         let _ = crossterm::execute!(stderr, LeaveAlternateScreen, Show);
         let _ = stderr.flush();
     }
+}
+
+/// The terminal's echo: turned off on entering, the saved modes put back on leaving.
+#[cfg(unix)]
+mod echo {
+    use std::sync::{Mutex, PoisonError};
+
+    use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions, Termios};
+
+    /// The modes before [`off`], while they are changed.
+    static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
+
+    /// Echo off on stderr's terminal (a terminal that refuses keeps its echo).
+    pub(super) fn off() {
+        let stderr = std::io::stderr();
+        let Ok(saved) = tcgetattr(&stderr) else {
+            return;
+        };
+        let mut quiet = saved.clone();
+        quiet.local_modes.remove(LocalModes::ECHO);
+        if tcsetattr(&stderr, OptionalActions::Now, &quiet).is_ok() {
+            *SAVED.lock().unwrap_or_else(PoisonError::into_inner) = Some(saved);
+        }
+    }
+
+    /// The modes [`off`] saved, back.
+    pub(super) fn restore() {
+        let saved = SAVED.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(saved) = saved {
+            let _ = tcsetattr(std::io::stderr(), OptionalActions::Now, &saved);
+        }
+    }
+}
+
+/// Elsewhere the echo is left as it is.
+#[cfg(not(unix))]
+mod echo {
+    pub(super) fn off() {}
+    pub(super) fn restore() {}
 }
 
 fn install_panic_hook() {

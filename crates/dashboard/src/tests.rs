@@ -60,6 +60,13 @@ fn dashboard_child() {
         .expect("the terminal is set up");
         assert_eq!(dashboard.is_some(), mode != "pipe", "{mode:?}");
         tracing::warn!("during the dashboard");
+        if mode == "terminal" {
+            // The parent types a line once it sees the dashboard: input is still read line by
+            // line (not raw), and the line is not echoed over the dashboard.
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            assert_eq!(line.trim_end(), "typed-while-drawing");
+        }
         // A few frames.
         std::thread::sleep(Duration::from_millis(700));
         assert!(mode != "panic", "a panic on purpose, the dashboard up");
@@ -78,8 +85,14 @@ fn at(haystack: &str, needle: &str) -> usize {
 }
 
 #[test]
-fn on_a_terminal_it_draws_on_the_alternate_screen_and_flushes_the_held_log_after_it() {
+fn on_a_terminal_it_draws_on_the_alternate_screen_without_echo_and_flushes_the_held_log_after_it() {
     let mut child = PtyChild::spawn(&child_command("terminal"), 24, 80).unwrap();
+    assert!(
+        child.wait_for(&[HEADER], Duration::from_secs(60)),
+        "{}",
+        child.text()
+    );
+    child.write(b"typed-while-drawing\n").unwrap();
     let status = child
         .wait(Duration::from_secs(60))
         .expect("the child exits");
@@ -91,6 +104,7 @@ fn on_a_terminal_it_draws_on_the_alternate_screen_and_flushes_the_held_log_after
     let leave = at(&text, "\u{1b}[?1049l");
     let show = text.rfind("\u{1b}[?25h").expect("the cursor shown again");
     assert!(at(&text, "before the dashboard") < enter, "{text}");
+    assert!(!text.contains("typed-while-drawing"), "echoed:\n{text}");
     assert!(enter < hide && hide < leave && leave < show, "{text}");
     // A frame: the header, the stage, the title line, drawn between entering and leaving (an
     // unstyled space is a cursor move, so a word of plain text is looked for alone).
