@@ -112,11 +112,16 @@ impl PtyChild {
             if needles.iter().all(|needle| text.contains(needle)) {
                 return true;
             }
-            if Instant::now() >= deadline || matches!(self.child.try_wait(), Ok(Some(_))) {
+            if Instant::now() >= deadline || self.has_exited() {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether the child has exited.
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     /// Writes `bytes` to the terminal, as typed.

@@ -172,6 +172,7 @@ fn the_pty_child_gets_ctrl_c_as_a_sigint_and_its_exit_status() {
         child.text()
     );
     child.interrupt().unwrap();
+    assert!(!child.has_exited());
     let status = child.wait(Duration::from_secs(30)).expect("sh exits");
     assert_eq!(status.exit_code(), 3, "{}", child.text());
     assert!(child.text().contains("got-int"), "{}", child.text());
