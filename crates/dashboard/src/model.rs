@@ -7,7 +7,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use agentx_metrics::live::{Buckets, LiveSnapshot, PhaseTotals, SrvRow};
+use agentx_metrics::live::{Buckets, LiveSnapshot, SrvRow};
+use agentx_record::Phase;
 
 /// How many samples each sparkline keeps (two minutes at one a second).
 pub const HISTORY: usize = 120;
@@ -100,11 +101,11 @@ impl Sample {
     }
 }
 
-/// Which of the two phases a row of the counts is.
-pub const PHASES: [&str; 2] = ["warmup", "profiling"];
+/// The phases in the order of the snapshot's per-phase arrays.
+const PHASES: [Phase; 2] = [Phase::Warmup, Phase::Profiling];
 
 /// One phase's row of the counts table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PhaseRow {
     /// `warmup` or `profiling`.
     pub phase: &'static str,
@@ -211,18 +212,18 @@ impl Model {
     /// The counts of each phase, warmup first.
     pub fn phase_rows(&self) -> [PhaseRow; 2] {
         [0, 1].map(|index| {
-            let (sent, in_flight, totals) = match &self.latest {
-                Some(snapshot) => (
-                    snapshot.sent[index],
-                    snapshot.in_flight[index],
-                    snapshot.totals[index].clone(),
-                ),
-                None => (0, 0, PhaseTotals::default()),
+            let phase = PHASES[index].as_str();
+            let Some(snapshot) = &self.latest else {
+                return PhaseRow {
+                    phase,
+                    ..PhaseRow::default()
+                };
             };
+            let totals = &snapshot.totals[index];
             PhaseRow {
-                phase: PHASES[index],
-                sent,
-                in_flight,
+                phase,
+                sent: snapshot.sent[index],
+                in_flight: snapshot.in_flight[index],
                 ok: totals.ok,
                 failed: totals.failed,
                 cancelled: totals.cancelled,
@@ -296,7 +297,7 @@ impl Model {
                     format!(
                         "{:.1}s {} {code} {}",
                         error.end_ns as f64 / 1e9,
-                        PHASES[usize::from(error.phase == agentx_record::Phase::Profiling)],
+                        error.phase.as_str(),
                         error.message
                     )
                 })
@@ -404,8 +405,7 @@ pub fn plain_text(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentx_metrics::live::{RecentError, StageProgress};
-    use agentx_record::Phase;
+    use agentx_metrics::live::{PhaseTotals, RecentError, StageProgress};
 
     /// A snapshot whose phases completed `ok` requests of `tokens` output tokens in all, with TTFT
     /// and ITL histograms holding `ttfts` and `itls`.
