@@ -6,6 +6,7 @@ mod block_size;
 mod cli;
 mod cli_reference;
 mod corpora;
+mod dashboard;
 mod dataset;
 mod deploy;
 mod differential;
