@@ -18,6 +18,7 @@ pub mod cli;
 pub mod run;
 
 pub use agentx_client as client;
+pub use agentx_dashboard as dashboard;
 pub use agentx_dataset as dataset;
 pub use agentx_export as export;
 pub use agentx_metrics as metrics;

@@ -36,7 +36,7 @@
 //!     .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
 //!     .try_init();
 //! // ... later, when the run's LiveRun exists:
-//! let live = Arc::new(LiveRun::new(16));
+//! let live = Arc::new(LiveRun::new(&[0, 1, 2, 3]));
 //! let dashboard = Dashboard::start(DashboardSource {
 //!     live: Arc::clone(&live),
 //!     server: None,

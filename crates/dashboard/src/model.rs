@@ -195,12 +195,16 @@ impl Model {
         })
     }
 
-    /// The stage gauge's label: `profiling 12/60  <message>`.
+    /// The stage gauge's label: `profiling 12/60  <message>` (a stage without steps, such as the
+    /// drain, by its name alone).
     pub fn stage_label(&self) -> String {
         let Some(snapshot) = &self.latest else {
             return "starting".to_string();
         };
         let stage = &snapshot.stage;
+        if stage.length == 0 {
+            return self.stage_name().to_string();
+        }
         let mut label = format!("{} {}/{}", self.stage_name(), stage.position, stage.length);
         if !stage.message.is_empty() {
             label.push_str("  ");
@@ -596,6 +600,17 @@ mod tests {
             ]
         );
         assert_eq!(model.server_lines(), [("no server metrics", String::new())]);
+        // A stage without steps (the drain) is named alone, its gauge empty.
+        let mut draining = snapshot([(4, 0, &[], &[]), (9, 0, &[], &[])]);
+        draining.stage = StageProgress {
+            name: "draining".to_string(),
+            ..StageProgress::default()
+        };
+        model.update(draining, None, Duration::from_secs(84));
+        assert_eq!(
+            (model.stage_label().as_str(), model.stage_ratio()),
+            ("draining", 0.0)
+        );
     }
 
     #[test]

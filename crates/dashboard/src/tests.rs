@@ -46,7 +46,7 @@ fn dashboard_child() {
         .with_target(false)
         .finish();
     tracing::subscriber::with_default(subscriber, || {
-        let live = Arc::new(LiveRun::new(8));
+        let live = Arc::new(LiveRun::new(&[0, 1, 2, 3, 4, 5, 6, 7]));
         let _in_flight = live.begin_request(Phase::Profiling, 3);
         live.set_stage("profiling", 20);
         live.set_progress(5, "7 done");

@@ -252,7 +252,7 @@ mod tests {
     /// A model from a real [`LiveRun`]: 4 lanes, 2 busy, the profiling stage a quarter done, one
     /// failure.
     fn model(server: Option<SrvRow>, has_server: bool) -> Model {
-        let live = LiveRun::new(4);
+        let live = LiveRun::new(&[0, 1, 2, 3]);
         let _first = live.begin_request(Phase::Profiling, 0);
         let _second = live.begin_request(Phase::Profiling, 2);
         drop(live.begin_request(Phase::Warmup, 1));

@@ -214,6 +214,13 @@ fn log_filter(agentx: Option<String>, rust: Option<String>, quiet: bool, verbose
     .to_string()
 }
 
+/// The log's writer: stderr, except while `run --ui dashboard` draws (it holds the lines, then
+/// writes them out).
+pub(crate) fn log_tail() -> crate::dashboard::LogTail {
+    static LOG_TAIL: std::sync::OnceLock<crate::dashboard::LogTail> = std::sync::OnceLock::new();
+    LOG_TAIL.get_or_init(crate::dashboard::LogTail::new).clone()
+}
+
 fn init_tracing(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
         errln!("warning: the log filter {filter:?} does not parse ({e}); logging at INFO");
@@ -221,7 +228,8 @@ fn init_tracing(filter: &str) {
     });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // stderr, or held while a dashboard draws.
+        .with_writer(log_tail())
         // Colours only on a terminal: a log file (InferenceX's benchmark.log) stays greppable.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)

@@ -408,6 +408,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         replay_of: None,
         argv,
         progress: super::in_process::stderr_is_terminal(),
+        dashboard: (args.ui == super::run_args::UiMode::Dashboard).then(super::log_tail),
         signals: !super::in_process::in_process(),
     })
 }

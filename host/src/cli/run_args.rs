@@ -343,6 +343,12 @@ pub struct RunArgs {
     /// Seconds between progress lines (default 5 on a terminal, 30 otherwise; 0 turns them off).
     #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
     pub(crate) stats_interval: Option<f64>,
+    /// What stderr shows while the run goes: `progress` (a progress bar on a terminal, progress
+    /// lines otherwise) or `dashboard` (a live terminal dashboard: throughput, TTFT and ITL
+    /// sparklines, the stage, lanes, the server's cache and queue, the last errors and log lines;
+    /// without a terminal, the progress lines). Ctrl-C drains the run either way
+    #[arg(help_heading = "Outputs", long, value_enum, default_value_t = UiMode::Progress)]
+    pub(crate) ui: UiMode,
     /// Print the plan (lanes, start turns, markers) and send nothing.
     #[arg(help_heading = "Outputs", long)]
     pub(crate) dry_run: bool,
@@ -485,4 +491,13 @@ fn linger(value: &str) -> Result<f64, String> {
             "`{value}` is not a number of seconds from 0 to 86400"
         )),
     }
+}
+
+/// `--ui`: what stderr shows while a run goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum UiMode {
+    /// A progress bar on a terminal, progress lines otherwise.
+    Progress,
+    /// The live dashboard on a terminal, progress lines otherwise.
+    Dashboard,
 }

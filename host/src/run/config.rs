@@ -93,6 +93,9 @@ pub struct RunConfig {
     pub argv: Vec<String>,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// `--ui dashboard`: draw the live dashboard on stderr in place of the progress bar (when
+    /// stderr is a terminal), the log going through this writer meanwhile.
+    pub dashboard: Option<crate::dashboard::LogTail>,
     /// Ctrl-C and SIGTERM act on this run (as [`Cancel::interrupt`] does).
     pub signals: bool,
     /// This process's part of a sharded run (`None`: the whole run in one process).

@@ -330,6 +330,8 @@ impl ReplayStage<'_> {
         };
         let replay_boundaries =
             boundaries.map(|boundaries| connect::boundary_hook(boundaries, own));
+        let srv_row = scraper.clone().map(connect::srv_row);
+        let dashboard = self.dashboard(srv_row.clone());
         let inputs = ReplayInputs {
             dataset: prepared.ds,
             synth: planned.synth,
@@ -343,8 +345,8 @@ impl ReplayStage<'_> {
             records: self.sink.sender(),
             clock: self.dir.clock,
             interrupt: cancel.subscribe(),
-            progress: cfg.progress,
-            srv_row: scraper.clone().map(connect::srv_row),
+            progress: cfg.progress && dashboard.is_none(),
+            srv_row,
             live: self.dir.live.clone(),
             on_profiling: Some(self.dir.on_profiling()),
             boundary: replay_boundaries,
@@ -363,6 +365,10 @@ impl ReplayStage<'_> {
                 }
                 Mode::Streams(plan) => (replay::run(replay_cfg, plan.clone(), inputs).await, None),
             };
+            // Before the scraper stops: the dashboard's server figures hold it.
+            if let Some(dashboard) = dashboard {
+                dashboard.finish();
+            }
             drained(
                 cfg,
                 finish.as_ref(),
@@ -391,6 +397,34 @@ impl ReplayStage<'_> {
             finish,
             coordinator,
         })
+    }
+}
+
+impl ReplayStage<'_> {
+    /// `--ui dashboard` on a terminal: the live dashboard, drawn from the run's live counts and
+    /// `server`'s figures until it is finished (`None`: the progress bar or lines instead).
+    fn dashboard(&self, server: Option<replay::SrvRowFn>) -> Option<crate::dashboard::Dashboard> {
+        let log = self.ctx.cfg.dashboard.clone()?;
+        let title = format!(
+            "run {} · {} {} · {}",
+            self.ctx.planned.run_id,
+            self.ctx.prepared.info.name,
+            self.ctx.prepared.info.version,
+            self.conn.ccfg.url
+        );
+        let source = crate::dashboard::DashboardSource {
+            live: self.dir.live.clone(),
+            server,
+            title,
+            log,
+        };
+        match crate::dashboard::Dashboard::start(source) {
+            Ok(dashboard) => dashboard,
+            Err(error) => {
+                tracing::warn!("cannot draw the dashboard ({error}); showing progress instead");
+                None
+            }
+        }
     }
 }
 
