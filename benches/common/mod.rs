@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use agentx::client::{Client, ClientConfig, RequestBody};
 use agentx::dataset::synth::{write_corpus, SynthOptions};
 use agentx::dataset::{AssistantMode, Dataset, OpenOptions, PromptSynth, Tiling, TokenCounter};
+use agentx::metrics::live::LiveRun;
 use agentx::metrics::Dist;
 use agentx::record::{read_records, Clock, Phase, RecordSink, RequestRecord};
 use agentx::replay::{self, Plan, PlanParams, ReplayConfig, ReplayInputs, StopReason};
@@ -286,7 +287,16 @@ where
 {
     let sim = Sim::start(sim_at);
     std::fs::create_dir_all(out).unwrap();
-    let sink = RecordSink::create(&agentx::fsio::Root::create(out).unwrap()).unwrap();
+    // As a run: the live counts (busy lanes for every lane id a bench uses) take each record.
+    let live = Arc::new(LiveRun::new(&(0..4096).collect::<Vec<u32>>()));
+    let counted = live.clone();
+    let sink = RecordSink::create_watched(
+        &agentx::fsio::Root::create(out).unwrap(),
+        vec![Box::new(move |rec: &RequestRecord| {
+            counted.absorb(rec);
+        })],
+    )
+    .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -334,6 +344,7 @@ where
         interrupt: int_rx,
         progress: false,
         srv_row: None,
+        live,
         on_profiling: Some(Box::new(move |_| {
             let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
             let _ = mark_tx.send((cpu_secs(&u), sim_cpu(&sim_at_profiling), Instant::now()));
