@@ -245,3 +245,54 @@ fn a_port_in_use_is_refused_before_anything_runs() {
     assert!(!stderr.contains("simulator started"), "{stderr}");
     assert!(!dir.path().join("run").exists(), "nothing is written");
 }
+
+#[test]
+fn the_guide_lists_every_series_with_its_type_labels_and_stability() {
+    let guide = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guide/observability.md"),
+    )
+    .unwrap();
+    let rows: Vec<Vec<String>> = guide
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            line.trim_matches('|')
+                .split(" | ")
+                .map(|cell| cell.trim().trim_matches('`').to_string())
+                .collect()
+        })
+        .filter(|cells: &Vec<String>| cells.len() == 5)
+        .collect();
+    let listed: Vec<[String; 4]> = rows
+        .iter()
+        .map(|cells| {
+            [
+                cells[0].clone(),
+                cells[1].clone(),
+                cells[2].clone(),
+                cells[3].clone(),
+            ]
+        })
+        .collect();
+    let served: Vec<[String; 4]> = agentx::telemetry::prom::SERIES
+        .iter()
+        .map(|series| {
+            let labels = if series.labels.is_empty() {
+                "-"
+            } else {
+                series.labels
+            };
+            let stability = match series.stability {
+                agentx::telemetry::prom::Stability::Stable => "stable",
+                agentx::telemetry::prom::Stability::Experimental => "experimental",
+            };
+            [
+                series.name.to_string(),
+                series.kind.to_string(),
+                labels.to_string(),
+                stability.to_string(),
+            ]
+        })
+        .collect();
+    assert_eq!(listed, served, "docs/guide/observability.md's series table");
+}

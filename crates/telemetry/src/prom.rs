@@ -378,12 +378,15 @@ impl SnapshotCollector {
         Ok(())
     }
 
-    fn gauge(
+    fn gauge<N>(
         encoder: &mut DescriptorEncoder,
         name: &'static str,
         unit: Option<&Unit>,
-        value: f64,
-    ) -> Result<(), std::fmt::Error> {
+        value: N,
+    ) -> Result<(), std::fmt::Error>
+    where
+        ConstGauge<N>: EncodeMetric,
+    {
         let full = match unit {
             Some(Unit::Bytes) => format!("{name}_bytes"),
             _ => name.to_string(),
@@ -491,7 +494,7 @@ impl SnapshotCollector {
                 encoder,
                 "process_resident_memory",
                 Some(&Unit::Bytes),
-                bytes as f64,
+                i64::try_from(bytes).unwrap_or(i64::MAX),
             )?;
         }
         Ok(())

@@ -262,22 +262,7 @@ impl ReplayStage<'_> {
         let rt = self.rt;
         let run_plan = &cfg.plan;
         let settings = &prepared.settings;
-        let replay_cfg = ReplayConfig {
-            duration: settings.duration,
-            grace: settings.grace,
-            warmup_grace: settings.warmup_grace,
-            failed_request_threshold: settings.failed_request_threshold,
-            placement: settings.placement,
-            mode: run_plan.mode,
-            use_server_token_count: settings.use_server_token_count,
-            overflow_phrases: run_plan.overflow_phrases_env.clone(),
-            run_id: planned.run_id.clone(),
-            stats_interval: settings.stats_interval,
-            trace_idle_cap: settings.trace_idle_cap,
-            timer_thread: true,
-            warmup_progress_interval: run_plan.warmup_progress_interval,
-            chat_template: prepared.chat_template.clone(),
-        };
+        let replay_cfg = self.replay_config();
         tracing::info!(
             scenario = %format!("{} {} sha256:{}", prepared.info.name, prepared.info.version, prepared.sc.hash()),
             run_id = %planned.run_id,
@@ -401,6 +386,33 @@ impl ReplayStage<'_> {
 }
 
 impl ReplayStage<'_> {
+    /// The replay's settings, as the scenario decided them.
+    fn replay_config(&self) -> ReplayConfig {
+        let RunCtx {
+            cfg,
+            prepared,
+            planned,
+        } = self.ctx;
+        let run_plan = &cfg.plan;
+        let settings = &prepared.settings;
+        ReplayConfig {
+            duration: settings.duration,
+            grace: settings.grace,
+            warmup_grace: settings.warmup_grace,
+            failed_request_threshold: settings.failed_request_threshold,
+            placement: settings.placement,
+            mode: run_plan.mode,
+            use_server_token_count: settings.use_server_token_count,
+            overflow_phrases: run_plan.overflow_phrases_env.clone(),
+            run_id: planned.run_id.clone(),
+            stats_interval: settings.stats_interval,
+            trace_idle_cap: settings.trace_idle_cap,
+            timer_thread: true,
+            warmup_progress_interval: run_plan.warmup_progress_interval,
+            chat_template: prepared.chat_template.clone(),
+        }
+    }
+
     /// `--ui dashboard` on a terminal: the live dashboard, drawn from the run's live counts and
     /// `server`'s figures until it is finished (`None`: the progress bar or lines instead).
     fn dashboard(&self, server: Option<replay::SrvRowFn>) -> Option<crate::dashboard::Dashboard> {
