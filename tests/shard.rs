@@ -1064,3 +1064,106 @@ fn two_shards_profiling_counters_equal_both_shards_records() {
     let endpoint = sim.url().trim_start_matches("http://").to_string();
     assert_eq!(csv_counts(&csv, &endpoint), prof);
 }
+
+/// Two free ports in a row: `(port, port + 1)` bound and released.
+fn two_free_ports() -> u16 {
+    loop {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+}
+
+#[test]
+fn each_shard_serves_its_metrics_on_its_own_port_and_labels_its_spans() {
+    let sim = Sim::start(SimConfig::max());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("run");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let collector = runtime.block_on(agentx::telemetry::testkit::Receiver::start());
+    let port = two_free_ports();
+    let listen = format!("127.0.0.1:{port}");
+    let url = sim.url();
+    let extra = [
+        "--metrics-listen",
+        &listen,
+        "--metrics-linger",
+        "300",
+        "--otlp-endpoint",
+        &collector.url,
+    ];
+    let children = start_shards(
+        work.path(),
+        &|_| url.clone(),
+        &out,
+        2,
+        4,
+        &extra,
+        &|_, _| {},
+    );
+    for shard in 0..2u16 {
+        let summary_path = out.join(format!("shard-{shard}/run_summary.json"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        while !summary_path.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        // Lingering after its outputs: shard I on PORT+I, every sample labelled, the final
+        // counts its own summary's.
+        let addr = format!("127.0.0.1:{}", port + shard);
+        let (status, text) = crate::live_metrics::http_get(&addr, "/metrics");
+        assert_eq!(status, 200, "{text}");
+        let label = format!(r#"shard="{shard}""#);
+        for line in text.lines().filter(|line| !line.starts_with('#')) {
+            assert!(line.contains(&label), "shard {shard}: {line}");
+        }
+        let summary = json(&summary_path);
+        let ok = crate::live_metrics::sample(
+            &text,
+            &format!(
+                r#"agentx_requests_completed_total{{{label},phase="profiling",outcome="ok"}}"#
+            ),
+        );
+        assert_eq!(ok, summary["summary"]["requests_ok"].as_f64(), "{text}");
+        assert_eq!(
+            crate::live_metrics::sample(&text, &format!("agentx_lanes{{{label}}}")),
+            Some(2.0)
+        );
+    }
+    for child in &children {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+    }
+    let outs = wait_all(children);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(0), "shard {i}: {}", stderr(o));
+    }
+    // Every span names the shard that sent it: one per record and one per stream of that shard.
+    let spans_by_shard =
+        collector
+            .span_shards()
+            .into_iter()
+            .fold(HashMap::new(), |mut counts, shard| {
+                *counts.entry(shard).or_insert(0usize) += 1;
+                counts
+            });
+    for shard in 0..2i64 {
+        let records = read_records(&out.join(format!("shard-{shard}/records.jsonl"))).unwrap();
+        let streams: std::collections::HashSet<&str> =
+            records.iter().map(|r| r.correlation_id.as_str()).collect();
+        assert_eq!(
+            spans_by_shard.get(&Some(shard)).copied(),
+            Some(records.len() + streams.len()),
+            "{spans_by_shard:?}"
+        );
+    }
+    assert_eq!(spans_by_shard.len(), 2, "{spans_by_shard:?}");
+}

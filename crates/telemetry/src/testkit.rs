@@ -16,6 +16,15 @@ pub struct Receiver {
     pub url: String,
     /// Every span received so far, in arrival order.
     pub spans: Arc<Mutex<Vec<Span>>>,
+    /// The `agentx.shard` resource attribute each span came under, in the same order.
+    shards: Arc<Mutex<Vec<Option<i64>>>>,
+}
+
+/// What the receiver keeps of each export request.
+#[derive(Clone)]
+struct Kept {
+    spans: Arc<Mutex<Vec<Span>>>,
+    shards: Arc<Mutex<Vec<Option<i64>>>>,
 }
 
 impl Receiver {
@@ -29,7 +38,11 @@ impl Receiver {
             listener.local_addr().expect("a bound listener")
         );
         let spans = Arc::new(Mutex::new(Vec::new()));
-        let kept = spans.clone();
+        let shards = Arc::new(Mutex::new(Vec::new()));
+        let kept = Kept {
+            spans: spans.clone(),
+            shards: shards.clone(),
+        };
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let kept = kept.clone();
@@ -47,7 +60,7 @@ impl Receiver {
                 });
             }
         });
-        Receiver { url, spans }
+        Receiver { url, spans, shards }
     }
 
     /// The spans received so far.
@@ -57,12 +70,22 @@ impl Receiver {
             .map(|spans| spans.clone())
             .unwrap_or_default()
     }
+
+    /// The `agentx.shard` resource attribute of each span of [`Receiver::spans`] (`None`: the
+    /// resource had none), in the same order.
+    pub fn span_shards(&self) -> Vec<Option<i64>> {
+        let _spans = self.spans.lock();
+        self.shards
+            .lock()
+            .map(|shards| shards.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Keeps the spans of one export request; 404 for another path, 400 for a body that does not decode.
 async fn take(
     request: hyper::Request<hyper::body::Incoming>,
-    kept: &Mutex<Vec<Span>>,
+    kept: &Kept,
 ) -> hyper::Response<Full<Bytes>> {
     let status = |code: u16| {
         let mut response = hyper::Response::new(Full::new(Bytes::new()));
@@ -78,9 +101,24 @@ async fn take(
     let Ok(message) = ExportTraceServiceRequest::decode(body.to_bytes()) else {
         return status(400);
     };
-    if let Ok(mut spans) = kept.lock() {
+    // Both under the spans' lock, so the two lists stay in step.
+    if let (Ok(mut spans), Ok(mut shards)) = (kept.spans.lock(), kept.shards.lock()) {
         for resource in message.resource_spans {
+            let shard = resource.resource.as_ref().and_then(|resource| {
+                resource
+                    .attributes
+                    .iter()
+                    .find(|attribute| attribute.key == "agentx.shard")
+                    .and_then(|attribute| attribute.value.as_ref()?.value.as_ref())
+                    .and_then(|value| match value {
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(
+                            shard,
+                        ) => Some(*shard),
+                        _ => None,
+                    })
+            });
             for scope in resource.scope_spans {
+                shards.extend(scope.spans.iter().map(|_| shard));
                 spans.extend(scope.spans);
             }
         }
