@@ -22,6 +22,7 @@ mod otlp;
 mod replay;
 mod report;
 mod robustness;
+mod routing;
 mod row_contract;
 mod scenario;
 mod scenario_v2;

@@ -518,9 +518,7 @@ impl Client {
                 let root = ids.root_correlation_id.unwrap_or(ids.correlation_id);
                 req = req.header(TRACEPARENT, traceparent(root, ids.request_id));
             }
-            self.routing
-                .apply(req, ids.correlation_id, ids.parent_correlation_id)
-                .body(body)
+            self.routing.apply(req, &ids).body(body)
         };
         // The pieces are shared, so keeping a copy for the one retry costs no body bytes.
         let again = body.clone();

@@ -151,6 +151,15 @@ pub struct RunArgs {
     /// X_SMG_ROUTING_KEY_FROM_CORRELATION_ID, X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID.
     #[arg(help_heading = "Against what", long, value_name = "NAME")]
     pub(crate) session_header: Option<String>,
+    /// The session headers a router keys on, as one profile in place of the AGENTX_HTTP_* switches:
+    /// `dynamo` (X-Dynamo-Session-ID, X-Dynamo-Parent-Session-ID on subagents, X-Dynamo-Session-Final
+    /// on each stream's last turn: what Dynamo routes by since it removed the body's
+    /// session_control), `smg` (X-SMG-Routing-Key), `session-id` (X-Session-ID), `claude-code` and
+    /// `codex` (the headers those agents send), `custom:NAME` (NAME carries the correlation id) or
+    /// `none`. X-Correlation-ID is always sent. Under the agentx scenario a profile the harness
+    /// cannot send makes the run not a valid submission
+    #[arg(help_heading = "Against what", long, value_name = "PROFILE", value_parser = |text: &str| text.parse::<crate::client::routing::Profile>())]
+    pub(crate) routing_headers: Option<crate::client::routing::Profile>,
     /// Dynamo's conversation-aware routing: every request body carries `nvext.session_control`,
     /// keyed by its stream's correlation id (a subagent's by its parent's): `bind` (with the
     /// lease of --dynamo-session-timeout-seconds) on every turn, `close` on a root stream's final

@@ -73,19 +73,27 @@ fn seconds_value(parsed: Option<Duration>, given: &str) -> Value {
     }
 }
 
-/// The session headers: `--session-header` and the `*_HTTP_X_*_FROM_CORRELATION_ID` switches.
-fn routing_headers(session_header: Option<&str>) -> anyhow::Result<RoutingHeaders> {
+/// The session headers: `--session-header`, and `--routing-headers` or else the
+/// `*_HTTP_X_*_FROM_CORRELATION_ID` switches (which a profile replaces, with a warning when set).
+fn routing_headers(args: &RunArgs) -> anyhow::Result<RoutingHeaders> {
     let mut headers = RoutingHeaders::default();
-    if let Some(header) = session_header {
+    if let Some(header) = args.session_header.as_deref() {
         headers.correlation = hyper::header::HeaderName::from_bytes(header.trim().as_bytes()).map_err(|_| {
             anyhow!("--session-header {header:?} is not a valid HTTP header name; pass e.g. --session-header X-Session-ID")
         })?;
     }
     for (switch, _) in crate::client::routing::SWITCHES {
         if let Some(enabled) = env_bool(&format!("HTTP_{switch}"))? {
+            if let Some(profile) = &args.routing_headers {
+                tracing::warn!(
+                    "HTTP_{switch} is set but --routing-headers {profile} decides the session headers; the switch is ignored"
+                );
+                continue;
+            }
             headers.set(switch, enabled);
         }
     }
+    headers.profile.clone_from(&args.routing_headers);
     Ok(headers)
 }
 
@@ -704,7 +712,7 @@ fn graces(
 /// The client's configuration: routing headers, TCP user timeout, keep-alive, API key, the base
 /// URL as understood, timeouts, reuse; and that URL.
 fn client_config(args: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> {
-    let routing = routing_headers(args.session_header.as_deref())?;
+    let routing = routing_headers(args)?;
     let tcp_user_timeout = match env_var("HTTP_TCP_USER_TIMEOUT") {
         None => Some(Duration::from_millis(DEFAULT_TCP_USER_TIMEOUT_MS)),
         Some((name, value)) => match value.trim().parse::<u64>() {
@@ -789,6 +797,11 @@ fn dynamo_routing(
             tracing::info!(
                 "{name}=headers: Dynamo sessions go as X-Dynamo-Session-ID / X-Dynamo-Parent-Session-ID headers, request bodies carry no nvext.session_control"
             );
+            if let Some(profile) = &routing.profile {
+                bail!(
+                    "{name}=headers and --routing-headers {profile} both decide the session headers; drop one (--routing-headers dynamo sends Dynamo's headers)"
+                );
+            }
             routing.dynamo_session_id = true;
             Ok(None)
         }
@@ -801,8 +814,8 @@ fn dynamo_routing(
 }
 
 /// The host's own request-shape settings as the applied settings show them, each `(name, value,
-/// source)`: Dynamo's routing (`body`, `headers` or off), its lease and `--apply-chat-template`
-/// (the template file replaces `true` once it is found).
+/// source)`: Dynamo's routing (`body`, `headers` or off), its lease, `--apply-chat-template` (the
+/// template file replaces `true` once it is found) and, when given, `--routing-headers`.
 fn host_settings(
     args: &RunArgs,
     dynamo: Option<DynamoRouting>,
@@ -816,7 +829,7 @@ fn host_settings(
         (true, false) => json!("headers"),
     };
     let lease = dynamo.map(|d| d.timeout_s);
-    vec![
+    let mut settings = vec![
         ("use-dynamo-conv-aware-routing", transport, source(enabled)),
         (
             "dynamo-session-timeout-seconds",
@@ -828,7 +841,12 @@ fn host_settings(
             json!(args.apply_chat_template),
             source(args.apply_chat_template),
         ),
-    ]
+    ];
+    // Listed only when given, so a run without it shows the settings it always did.
+    if let Some(profile) = &args.routing_headers {
+        settings.push(("routing-headers", json!(profile.to_string()), "flag"));
+    }
+    settings
 }
 
 /// Variables InferenceX's runner (`infx.bench agentic`) reads to build its command line; the client

@@ -4,7 +4,8 @@
 //!   (a defect: the weka plugin default is passed where a user override belongs;
 //!   docs/agentx-v1-reference.md "Block size"); agentx follows the trace, or `--trace-block-size`;
 //! - it refuses some corpora this importer reads with a warning (the import warnings whose kind
-//!   [`WarningKind::harness_refuses`]).
+//!   [`WarningKind::harness_refuses`]);
+//! - it sends only the session headers its four switches build ([`routing_headers_reason`]).
 //!
 //! Under `--scenario agentx`, the scenario that mirrors the harness's own `--scenario agentx`, a
 //! corpus the harness refuses is refused the same way, with the place, the field and the fix, and a
@@ -30,6 +31,22 @@ pub const HARNESS_CLI_BLOCK_SIZE: u32 = 64;
 /// The scenario that mirrors the harness's `--scenario agentx`, under which a corpus the harness
 /// refuses is refused.
 pub const REFERENCE_SCENARIO: &str = "agentx";
+
+/// The submission-invalid reason of a `--routing-headers` profile under a component that decides
+/// every setting (the harness's wire, request for request): `None` for the profiles the harness
+/// can send with its `*_HTTP_X_*_FROM_CORRELATION_ID` switches (`none`, `session-id`, `smg`), the
+/// reason and why for the rest.
+pub fn routing_headers_reason(
+    profile: &crate::client::routing::Profile,
+) -> Option<(&'static str, String)> {
+    use crate::client::routing::Profile;
+    let why = match profile {
+        Profile::None | Profile::SessionId | Profile::Smg => return None,
+        Profile::Dynamo => "agentx-harness 1.0.12 sends no X-Dynamo-Session-Final".to_string(),
+        other => format!("agentx-harness 1.0.12 cannot send the {other} headers"),
+    };
+    Some(("routing_headers_not_harness", why))
+}
 
 /// The notes of `ds` replayed by `scenario`, each logged; an error when `scenario` is the reference
 /// one and the harness refuses the corpus.

@@ -73,11 +73,23 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     let mut inst = component.instantiate()?;
     let info = inst.describe()?;
     let trees = component.world().trees();
-    let resolved = resolve(&mut inst, &component, &info, run_plan)?;
+    let mut resolved = resolve(&mut inst, &component, &info, run_plan)?;
     let decisions = match trees {
         true => inst.rules_and_decisions(&resolved.settings)?.1,
         false => scenario::Decisions::of_world(component.world()),
     };
+    let profile = run_plan.client.routing.profile.as_ref();
+    if let Some((reason, why)) = profile
+        .filter(|_| decisions.decides_settings)
+        .and_then(super::harness::routing_headers_reason)
+    {
+        tracing::warn!(
+            "--routing-headers {}: {why}, and {} keeps the harness's wire; the run is not a valid submission ({reason})",
+            profile.map(ToString::to_string).unwrap_or_default(),
+            info.name
+        );
+        resolved.invalid_reasons.push(reason.to_string());
+    }
     let mut not_acted_on = TreeFlags::not_acted_on(&run_plan.not_acted_on, trees);
     if let Some(warning) = assistant_not_acted_on(run_plan, &decisions, &info) {
         not_acted_on.push(warning);
