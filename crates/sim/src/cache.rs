@@ -8,87 +8,10 @@
 //! tokens, rounded down to whole blocks. Within one request the first block is the most recently
 //! used, so eviction takes the tails of old prompts before their shared heads.
 //!
-//! [`mix64`] and FNV-1a here are hashes, not random draws (those come from `rand`): block hashes
-//! and [`hash_str`]'s request and session keys must be pure functions of their input.
+//! The block hashes come from [`agentx_tokens::blocks::BlockHasher`].
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-
-/// Hashes prompt words into chained block hashes, one word at a time.
-#[derive(Debug)]
-pub(crate) struct BlockHasher {
-    block_size: u32,
-    in_block: u32,
-    cur: u64,
-    prev: u64,
-    blocks: Vec<u64>,
-}
-
-impl BlockHasher {
-    /// A hasher for blocks of `block_size` tokens.
-    pub(crate) fn new(block_size: u32) -> BlockHasher {
-        BlockHasher {
-            block_size: block_size.max(1),
-            in_block: 0,
-            cur: BLOCK_SEED,
-            prev: CHAIN_SEED,
-            blocks: Vec::new(),
-        }
-    }
-
-    /// Add one token (a whitespace-free word).
-    #[inline]
-    pub(crate) fn push(&mut self, word: &[u8]) {
-        self.cur = (self.cur.rotate_left(23) ^ fnv1a(word)).wrapping_mul(MUL);
-        self.in_block += 1;
-        if self.in_block == self.block_size {
-            self.prev = mix64(self.prev ^ self.cur.wrapping_mul(MUL2));
-            self.blocks.push(self.prev);
-            self.cur = BLOCK_SEED;
-            self.in_block = 0;
-        }
-    }
-
-    /// Add every whitespace-separated word of `text`.
-    pub(crate) fn push_text(&mut self, text: &str) {
-        for w in text.split_ascii_whitespace() {
-            self.push(w.as_bytes());
-        }
-    }
-
-    /// The chained hashes of the full blocks seen so far.
-    pub(crate) fn finish(self) -> Vec<u64> {
-        self.blocks
-    }
-}
-
-const BLOCK_SEED: u64 = 0x243f_6a88_85a3_08d3;
-const CHAIN_SEED: u64 = 0x1319_8a2e_0370_7344;
-const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-const MUL2: u64 = 0xbf58_476d_1ce4_e5b9;
-
-#[inline]
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-/// A 64-bit hash of a string (request ids, seeds).
-pub(crate) fn hash_str(s: &str) -> u64 {
-    mix64(fnv1a(s.as_bytes()))
-}
-
-/// SplitMix64's finaliser: a cheap, well-mixed 64-bit permutation (a hash step, not a generator).
-#[inline]
-pub(crate) fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// Block hashes are already uniformly mixed; hashing them again would only cost time.
 #[derive(Default)]
@@ -258,6 +181,7 @@ impl PrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentx_tokens::blocks::BlockHasher;
 
     fn hashes(text: &str, bs: u32) -> Vec<u64> {
         let mut h = BlockHasher::new(bs);
@@ -271,24 +195,6 @@ mod tests {
             text.push_str(&format!("{tag}{i} "));
         }
         text
-    }
-
-    #[test]
-    fn chained_hashes_depend_on_the_whole_prefix() {
-        let a = hashes(&(words(4, "a") + &words(4, "c")), 4);
-        let b = hashes(&(words(4, "b") + &words(4, "c")), 4);
-        assert_eq!(a.len(), 2);
-        assert_ne!(
-            a[1], b[1],
-            "same second block after a different first block"
-        );
-        // Splitting text differently across messages does not change the hashes.
-        let mut h = BlockHasher::new(4);
-        h.push_text("a0 a1");
-        h.push_text(" a2\na3 c0 c1 c2 c3");
-        assert_eq!(h.finish(), a);
-        // A partial block is not hashed.
-        assert_eq!(hashes(&words(7, "a"), 4).len(), 1);
     }
 
     #[test]

@@ -27,7 +27,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::anthropic;
-use super::cache::{hash_str, mix64};
 use super::config::{SimConfig, Timing};
 use super::engine::{Admission, Engine};
 use super::faults;
@@ -37,6 +36,7 @@ use super::request::{self, Api, ApiError, ChatRequest};
 use super::response::{Ident, Usage};
 use super::stream::{self, Pace, StreamFaults, StreamPlan, TokenStream, Words};
 use agentx_protocol::headers::{RECEIVED_HEADER, RESPONSE_START_HEADER};
+use agentx_tokens::blocks::{hash_str, mix64};
 
 /// How long shutdown waits for in-flight responses before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
