@@ -8,82 +8,33 @@
 //! tokens, rounded down to whole blocks. Within one request the first block is the most recently
 //! used, so eviction takes the tails of old prompts before their shared heads.
 //!
-//! The block hashes come from [`agentx_tokens::blocks::BlockHasher`].
+//! The block hashes come from [`agentx_tokens::blocks::BlockHasher`]; the eviction code is the cache
+//! model's ([`agentx_metrics::kvmodel::Lru`]), so a replay of the same chains predicts this cache.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use agentx_metrics::kvmodel::Lru;
 
-/// Block hashes are already uniformly mixed; hashing them again would only cost time.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-const NIL: u32 = u32::MAX;
-
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    hash: u64,
-    prev: u32,
-    next: u32,
-}
-
-/// An LRU set of block hashes with a capacity in tokens.
+/// The prefix cache of one engine: [`Lru`] over block hashes, with the capacity and the hit in
+/// tokens.
+#[derive(Debug)]
 pub(crate) struct PrefixCache {
     block_size: u32,
-    capacity_blocks: usize,
-    map: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    /// Most recently used.
-    head: u32,
-    /// Least recently used: evicted first.
-    tail: u32,
-}
-
-impl std::fmt::Debug for PrefixCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrefixCache")
-            .field("block_size", &self.block_size)
-            .field("capacity_blocks", &self.capacity_blocks)
-            .field("blocks", &self.map.len())
-            .finish()
-    }
+    lru: Lru,
 }
 
 impl PrefixCache {
     /// A cache of `capacity_tokens` tokens (rounded down to whole blocks); 0 disables caching.
     pub(crate) fn new(block_size: u32, capacity_tokens: u64) -> PrefixCache {
         let block_size = block_size.max(1);
-        let capacity_blocks =
-            (capacity_tokens / u64::from(block_size)).min(u64::from(u32::MAX) - 1);
         PrefixCache {
             block_size,
-            capacity_blocks: capacity_blocks as usize,
-            map: HashMap::default(),
-            slots: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            lru: Lru::new(capacity_tokens / u64::from(block_size)),
         }
     }
 
     /// Blocks currently cached.
     #[cfg(test)]
     fn len_blocks(&self) -> usize {
-        self.map.len()
+        self.lru.len()
     }
 
     /// Match the prompt's blocks against the cache and then cache them all.
@@ -92,89 +43,9 @@ impl PrefixCache {
     /// Returns the cached tokens: the matched prefix blocks times the block size, never covering
     /// the last prompt token.
     pub(crate) fn lookup_and_insert(&mut self, blocks: &[u64], prompt_tokens: u64) -> u64 {
-        if self.capacity_blocks == 0 {
-            return 0;
-        }
         let usable = (prompt_tokens.saturating_sub(1) / u64::from(self.block_size)) as usize;
-        let matched = blocks
-            .iter()
-            .take(usable)
-            .take_while(|h| self.map.contains_key(h))
-            .count();
-        // Walk from the last block to the first so the head of the prompt ends up most recent.
-        for &h in blocks.iter().rev() {
-            match self.map.get(&h) {
-                Some(&slot) => self.move_to_front(slot),
-                None => self.insert_front(h),
-            }
-        }
-        while self.map.len() > self.capacity_blocks {
-            self.evict_tail();
-        }
-        matched as u64 * u64::from(self.block_size)
-    }
-
-    fn unlink(&mut self, i: u32) {
-        let Slot { prev, next, .. } = self.slots[i as usize];
-        if prev == NIL {
-            self.head = next;
-        } else {
-            self.slots[prev as usize].next = next;
-        }
-        if next == NIL {
-            self.tail = prev;
-        } else {
-            self.slots[next as usize].prev = prev;
-        }
-    }
-
-    fn link_front(&mut self, i: u32) {
-        self.slots[i as usize].prev = NIL;
-        self.slots[i as usize].next = self.head;
-        if self.head != NIL {
-            self.slots[self.head as usize].prev = i;
-        }
-        self.head = i;
-        if self.tail == NIL {
-            self.tail = i;
-        }
-    }
-
-    fn move_to_front(&mut self, i: u32) {
-        if self.head != i {
-            self.unlink(i);
-            self.link_front(i);
-        }
-    }
-
-    fn insert_front(&mut self, hash: u64) {
-        let slot = Slot {
-            hash,
-            prev: NIL,
-            next: NIL,
-        };
-        let index = match self.free.pop() {
-            Some(index) => {
-                self.slots[index as usize] = slot;
-                index
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.map.insert(hash, index);
-        self.link_front(index);
-    }
-
-    fn evict_tail(&mut self) {
-        let slot = self.tail;
-        if slot == NIL {
-            return;
-        }
-        self.unlink(slot);
-        self.map.remove(&self.slots[slot as usize].hash);
-        self.free.push(slot);
+        let lookup = self.lru.lookup_and_insert(blocks, usable);
+        lookup.hit_blocks as u64 * u64::from(self.block_size)
     }
 }
 
