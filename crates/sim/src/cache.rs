@@ -1,5 +1,6 @@
-//! The prefix cache of one engine: prompt tokens hashed in fixed-size blocks, least recently used
-//! blocks evicted first.
+//! The prefix cache of one engine (prompt tokens hashed in fixed-size blocks, least recently used
+//! blocks evicted first), and the index of every engine's blocks that says why a prompt's blocks
+//! missed ([`BlockIndex`]).
 //!
 //! Invariants: a block's hash chains the hash of every block before it, so a block matches only
 //! when its whole prefix matches (as in vLLM's automatic prefix caching). Only full blocks are
@@ -10,8 +11,16 @@
 //!
 //! The block hashes come from [`agentx_tokens::blocks::BlockHasher`]; the eviction code is the cache
 //! model's ([`agentx_metrics::kvmodel::Lru`]), so a replay of the same chains predicts this cache.
+//!
+//! The index is updated under the admitting engine's cache lock, with every block that admission
+//! inserted or evicted, before that lock is released; so it always holds what each engine held after
+//! its last admission, in one total order (the admission sequence). Lock order: an engine's state,
+//! then the index, never the other way round.
 
-use agentx_metrics::kvmodel::Lru;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use agentx_metrics::kvmodel::{Lookup, Lru};
 
 /// The prefix cache of one engine: [`Lru`] over block hashes, with the capacity and the hit in
 /// tokens.
@@ -42,10 +51,129 @@ impl PrefixCache {
     /// `blocks` are the chained hashes of the prompt's full blocks and `prompt_tokens` its length.
     /// Returns the cached tokens: the matched prefix blocks times the block size, never covering
     /// the last prompt token.
+    #[cfg(test)]
     pub(crate) fn lookup_and_insert(&mut self, blocks: &[u64], prompt_tokens: u64) -> u64 {
-        let usable = (prompt_tokens.saturating_sub(1) / u64::from(self.block_size)) as usize;
-        let lookup = self.lru.lookup_and_insert(blocks, usable);
+        let lookup = self
+            .lru
+            .lookup_and_insert(blocks, self.usable_blocks(prompt_tokens));
         lookup.hit_blocks as u64 * u64::from(self.block_size)
+    }
+
+    /// Tokens per block.
+    pub(crate) fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// The prompt's leading blocks a hit may cover: never the last prompt token.
+    pub(crate) fn usable_blocks(&self, prompt_tokens: u64) -> usize {
+        (prompt_tokens.saturating_sub(1) / u64::from(self.block_size)) as usize
+    }
+
+    /// Whether block `hash` is cached.
+    pub(crate) fn contains(&self, hash: u64) -> bool {
+        self.lru.contains(hash)
+    }
+
+    /// [`PrefixCache::lookup_and_insert`] with the blocks it inserted and evicted.
+    pub(crate) fn lookup(&mut self, blocks: &[u64], prompt_tokens: u64) -> Lookup {
+        self.lru
+            .lookup_and_insert(blocks, self.usable_blocks(prompt_tokens))
+    }
+
+    /// Blocks evicted for capacity since the cache was made.
+    pub(crate) fn evicted_total(&self) -> u64 {
+        self.lru.evicted_total()
+    }
+}
+
+/// Why a request's uncached prompt tokens missed, in tokens; the three add up to the prompt tokens
+/// minus the cached ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MissTruth {
+    /// No engine had ever cached the block, plus the partial last block and the last token.
+    pub cold: u64,
+    /// An engine had cached the block and evicted it; none held it at admission.
+    pub capacity: u64,
+    /// Another engine held the block at admission.
+    pub routing: u64,
+}
+
+/// Every block any engine ever cached, with how many engines hold it now, and the admission
+/// counter: the server-wide side of each miss's truth.
+#[derive(Debug, Default)]
+pub(crate) struct BlockIndex {
+    state: Mutex<IndexState>,
+}
+
+#[derive(Debug, Default)]
+struct IndexState {
+    /// Block hash to the number of engines holding it now; an entry stays (at 0) once inserted.
+    holders: HashMap<u64, u32>,
+    /// Requests admitted so far, over every engine.
+    admitted: u64,
+}
+
+/// One admission's cache lookup, as [`BlockIndex::admit`] needs it.
+pub(crate) struct Admitted<'a> {
+    /// The prompt's full blocks.
+    pub blocks: &'a [u64],
+    /// The prompt's tokens.
+    pub prompt_tokens: u64,
+    /// Leading blocks a hit may cover.
+    pub usable: usize,
+    /// Whether the engine held each of the first `usable` blocks before the lookup.
+    pub held_before: &'a [bool],
+    /// What the lookup found and changed.
+    pub lookup: &'a Lookup,
+    /// Tokens per block.
+    pub block_size: u32,
+}
+
+impl BlockIndex {
+    /// Numbers one admission and classifies its missed blocks against what every engine held
+    /// before it, then records the blocks it inserted and evicted. Called with the admitting
+    /// engine's state locked. Returns the admission's sequence number (from 1) and its truth.
+    pub(crate) fn admit(&self, admitted: &Admitted<'_>) -> (u64, MissTruth) {
+        let Admitted {
+            blocks,
+            prompt_tokens,
+            usable,
+            held_before,
+            lookup,
+            block_size,
+        } = *admitted;
+        let block = u64::from(block_size);
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut truth = MissTruth::default();
+        let missed = blocks
+            .iter()
+            .zip(held_before)
+            .take(usable)
+            .skip(lookup.hit_blocks);
+        for (hash, &held) in missed {
+            match state.holders.get(hash) {
+                Some(&holders) if holders > u32::from(held) => truth.routing += block,
+                Some(_) => truth.capacity += block,
+                None => truth.cold += block,
+            }
+        }
+        let cached = lookup.hit_blocks as u64 * block;
+        truth.cold += prompt_tokens
+            .saturating_sub(cached)
+            .saturating_sub(truth.routing + truth.capacity + truth.cold);
+        for hash in &lookup.inserted {
+            *state.holders.entry(*hash).or_insert(0) += 1;
+        }
+        for hash in &lookup.evicted {
+            if let Some(holders) = state.holders.get_mut(hash) {
+                *holders = holders.saturating_sub(1);
+            }
+        }
+        state.admitted += 1;
+        (state.admitted, truth)
     }
 }
 
