@@ -65,7 +65,7 @@ fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
         })
 }
 
-// ---- the simulator's fault draws (sim::cache::hash_str, sim::faults::plan), to pick the seed ----
+// ---- the simulator's fault draws (tokens::blocks::hash_str, sim::faults::plan), to pick the seed ----
 
 fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

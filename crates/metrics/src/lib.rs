@@ -3,14 +3,15 @@
 //!
 //! Each rule has one home here: the distribution kernel ([`dist`]), what became of a request
 //! ([`outcome`]), the server engines' metric names ([`engines`]), the within-run stability
-//! block of InferenceX's row ([`stability`]) and the full-response interactivity InferenceX's app
-//! publishes ([`interactivity`]).
+//! block of InferenceX's row ([`stability`]), the full-response interactivity InferenceX's app
+//! publishes ([`interactivity`]) and the KV cache model the simulator's engines run ([`kvmodel`]).
 
 #![forbid(unsafe_code)]
 
 pub mod engines;
 pub mod goodput;
 pub mod interactivity;
+pub mod kvmodel;
 pub mod live;
 pub mod prometheus;
 pub mod scrape_log;

@@ -15,9 +15,9 @@
 use bytes::BytesMut;
 use serde_json::{Map, Value};
 
-use super::cache::BlockHasher;
 use super::request::{ApiError, ChatRequest};
 use super::response::{Ident, Usage};
+use agentx_tokens::blocks::BlockHasher;
 use agentx_tokens::TokenCounter;
 
 fn bad(message: impl Into<String>) -> ApiError {

@@ -1,5 +1,6 @@
-//! The prefix cache of one engine: prompt tokens hashed in fixed-size blocks, least recently used
-//! blocks evicted first.
+//! The prefix cache of one engine (prompt tokens hashed in fixed-size blocks, least recently used
+//! blocks evicted first), and the index of every engine's blocks that says why a prompt's blocks
+//! missed ([`BlockIndex`]).
 //!
 //! Invariants: a block's hash chains the hash of every block before it, so a block matches only
 //! when its whole prefix matches (as in vLLM's automatic prefix caching). Only full blocks are
@@ -8,159 +9,41 @@
 //! tokens, rounded down to whole blocks. Within one request the first block is the most recently
 //! used, so eviction takes the tails of old prompts before their shared heads.
 //!
-//! [`mix64`] and FNV-1a here are hashes, not random draws (those come from `rand`): block hashes
-//! and [`hash_str`]'s request and session keys must be pure functions of their input.
+//! The block hashes come from [`agentx_tokens::blocks::BlockHasher`]; the eviction code is the cache
+//! model's ([`agentx_metrics::kvmodel::Lru`]), so a replay of the same chains predicts this cache.
+//!
+//! The index is updated under the admitting engine's cache lock, with every block that admission
+//! inserted or evicted, before that lock is released; so it always holds what each engine held after
+//! its last admission, in one total order (the admission sequence). Lock order: an engine's state,
+//! then the index, never the other way round.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
 
-/// Hashes prompt words into chained block hashes, one word at a time.
+use agentx_metrics::kvmodel::{Lookup, Lru};
+
+/// The prefix cache of one engine: [`Lru`] over block hashes, with the capacity and the hit in
+/// tokens.
 #[derive(Debug)]
-pub(crate) struct BlockHasher {
-    block_size: u32,
-    in_block: u32,
-    cur: u64,
-    prev: u64,
-    blocks: Vec<u64>,
-}
-
-impl BlockHasher {
-    /// A hasher for blocks of `block_size` tokens.
-    pub(crate) fn new(block_size: u32) -> BlockHasher {
-        BlockHasher {
-            block_size: block_size.max(1),
-            in_block: 0,
-            cur: BLOCK_SEED,
-            prev: CHAIN_SEED,
-            blocks: Vec::new(),
-        }
-    }
-
-    /// Add one token (a whitespace-free word).
-    #[inline]
-    pub(crate) fn push(&mut self, word: &[u8]) {
-        self.cur = (self.cur.rotate_left(23) ^ fnv1a(word)).wrapping_mul(MUL);
-        self.in_block += 1;
-        if self.in_block == self.block_size {
-            self.prev = mix64(self.prev ^ self.cur.wrapping_mul(MUL2));
-            self.blocks.push(self.prev);
-            self.cur = BLOCK_SEED;
-            self.in_block = 0;
-        }
-    }
-
-    /// Add every whitespace-separated word of `text`.
-    pub(crate) fn push_text(&mut self, text: &str) {
-        for w in text.split_ascii_whitespace() {
-            self.push(w.as_bytes());
-        }
-    }
-
-    /// The chained hashes of the full blocks seen so far.
-    pub(crate) fn finish(self) -> Vec<u64> {
-        self.blocks
-    }
-}
-
-const BLOCK_SEED: u64 = 0x243f_6a88_85a3_08d3;
-const CHAIN_SEED: u64 = 0x1319_8a2e_0370_7344;
-const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-const MUL2: u64 = 0xbf58_476d_1ce4_e5b9;
-
-#[inline]
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-/// A 64-bit hash of a string (request ids, seeds).
-pub(crate) fn hash_str(s: &str) -> u64 {
-    mix64(fnv1a(s.as_bytes()))
-}
-
-/// SplitMix64's finaliser: a cheap, well-mixed 64-bit permutation (a hash step, not a generator).
-#[inline]
-pub(crate) fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Block hashes are already uniformly mixed; hashing them again would only cost time.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-const NIL: u32 = u32::MAX;
-
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    hash: u64,
-    prev: u32,
-    next: u32,
-}
-
-/// An LRU set of block hashes with a capacity in tokens.
 pub(crate) struct PrefixCache {
     block_size: u32,
-    capacity_blocks: usize,
-    map: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    /// Most recently used.
-    head: u32,
-    /// Least recently used: evicted first.
-    tail: u32,
-}
-
-impl std::fmt::Debug for PrefixCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrefixCache")
-            .field("block_size", &self.block_size)
-            .field("capacity_blocks", &self.capacity_blocks)
-            .field("blocks", &self.map.len())
-            .finish()
-    }
+    lru: Lru,
 }
 
 impl PrefixCache {
     /// A cache of `capacity_tokens` tokens (rounded down to whole blocks); 0 disables caching.
     pub(crate) fn new(block_size: u32, capacity_tokens: u64) -> PrefixCache {
         let block_size = block_size.max(1);
-        let capacity_blocks =
-            (capacity_tokens / u64::from(block_size)).min(u64::from(u32::MAX) - 1);
         PrefixCache {
             block_size,
-            capacity_blocks: capacity_blocks as usize,
-            map: HashMap::default(),
-            slots: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            lru: Lru::new(capacity_tokens / u64::from(block_size)),
         }
     }
 
     /// Blocks currently cached.
     #[cfg(test)]
     fn len_blocks(&self) -> usize {
-        self.map.len()
+        self.lru.len()
     }
 
     /// Match the prompt's blocks against the cache and then cache them all.
@@ -168,96 +51,136 @@ impl PrefixCache {
     /// `blocks` are the chained hashes of the prompt's full blocks and `prompt_tokens` its length.
     /// Returns the cached tokens: the matched prefix blocks times the block size, never covering
     /// the last prompt token.
+    #[cfg(test)]
     pub(crate) fn lookup_and_insert(&mut self, blocks: &[u64], prompt_tokens: u64) -> u64 {
-        if self.capacity_blocks == 0 {
-            return 0;
-        }
-        let usable = (prompt_tokens.saturating_sub(1) / u64::from(self.block_size)) as usize;
-        let matched = blocks
+        let lookup = self
+            .lru
+            .lookup_and_insert(blocks, self.usable_blocks(prompt_tokens));
+        lookup.hit_blocks as u64 * u64::from(self.block_size)
+    }
+
+    /// Tokens per block.
+    pub(crate) fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// The prompt's leading blocks a hit may cover: never the last prompt token.
+    pub(crate) fn usable_blocks(&self, prompt_tokens: u64) -> usize {
+        (prompt_tokens.saturating_sub(1) / u64::from(self.block_size)) as usize
+    }
+
+    /// Whether block `hash` is cached.
+    pub(crate) fn contains(&self, hash: u64) -> bool {
+        self.lru.contains(hash)
+    }
+
+    /// [`PrefixCache::lookup_and_insert`] with the blocks it inserted and evicted.
+    pub(crate) fn lookup(&mut self, blocks: &[u64], prompt_tokens: u64) -> Lookup {
+        self.lru
+            .lookup_and_insert(blocks, self.usable_blocks(prompt_tokens))
+    }
+
+    /// Blocks evicted for capacity since the cache was made.
+    pub(crate) fn evicted_total(&self) -> u64 {
+        self.lru.evicted_total()
+    }
+}
+
+/// Why a request's uncached prompt tokens missed, in tokens; the three add up to the prompt tokens
+/// minus the cached ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MissTruth {
+    /// No engine had ever cached the block, plus the partial last block and the last token.
+    pub cold: u64,
+    /// An engine had cached the block and evicted it; none held it at admission.
+    pub capacity: u64,
+    /// Another engine held the block at admission.
+    pub routing: u64,
+}
+
+/// Every block any engine ever cached, with how many engines hold it now, and the admission
+/// counter: the server-wide side of each miss's truth.
+#[derive(Debug, Default)]
+pub(crate) struct BlockIndex {
+    state: Mutex<IndexState>,
+}
+
+#[derive(Debug, Default)]
+struct IndexState {
+    /// Block hash to the number of engines holding it now; an entry stays (at 0) once inserted.
+    holders: HashMap<u64, u32>,
+    /// Requests admitted so far, over every engine.
+    admitted: u64,
+}
+
+/// One admission's cache lookup, as [`BlockIndex::admit`] needs it.
+pub(crate) struct Admitted<'a> {
+    /// The prompt's full blocks.
+    pub blocks: &'a [u64],
+    /// The prompt's tokens.
+    pub prompt_tokens: u64,
+    /// Leading blocks a hit may cover.
+    pub usable: usize,
+    /// Whether the engine held each of the first `usable` blocks before the lookup.
+    pub held_before: &'a [bool],
+    /// What the lookup found and changed.
+    pub lookup: &'a Lookup,
+    /// Tokens per block.
+    pub block_size: u32,
+}
+
+impl BlockIndex {
+    /// Numbers one admission and classifies its missed blocks against what every engine held
+    /// before it, then records the blocks it inserted and evicted. Called with the admitting
+    /// engine's state locked. Returns the admission's sequence number (from 1) and its truth.
+    pub(crate) fn admit(&self, admitted: &Admitted<'_>) -> (u64, MissTruth) {
+        let Admitted {
+            blocks,
+            prompt_tokens,
+            usable,
+            held_before,
+            lookup,
+            block_size,
+        } = *admitted;
+        let block = u64::from(block_size);
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut truth = MissTruth::default();
+        let missed = blocks
             .iter()
+            .zip(held_before)
             .take(usable)
-            .take_while(|h| self.map.contains_key(h))
-            .count();
-        // Walk from the last block to the first so the head of the prompt ends up most recent.
-        for &h in blocks.iter().rev() {
-            match self.map.get(&h) {
-                Some(&slot) => self.move_to_front(slot),
-                None => self.insert_front(h),
+            .skip(lookup.hit_blocks);
+        for (hash, &held) in missed {
+            match state.holders.get(hash) {
+                Some(&holders) if holders > u32::from(held) => truth.routing += block,
+                Some(_) => truth.capacity += block,
+                None => truth.cold += block,
             }
         }
-        while self.map.len() > self.capacity_blocks {
-            self.evict_tail();
+        let cached = lookup.hit_blocks as u64 * block;
+        truth.cold += prompt_tokens
+            .saturating_sub(cached)
+            .saturating_sub(truth.routing + truth.capacity + truth.cold);
+        for hash in &lookup.inserted {
+            *state.holders.entry(*hash).or_insert(0) += 1;
         }
-        matched as u64 * u64::from(self.block_size)
-    }
-
-    fn unlink(&mut self, i: u32) {
-        let Slot { prev, next, .. } = self.slots[i as usize];
-        if prev == NIL {
-            self.head = next;
-        } else {
-            self.slots[prev as usize].next = next;
-        }
-        if next == NIL {
-            self.tail = prev;
-        } else {
-            self.slots[next as usize].prev = prev;
-        }
-    }
-
-    fn link_front(&mut self, i: u32) {
-        self.slots[i as usize].prev = NIL;
-        self.slots[i as usize].next = self.head;
-        if self.head != NIL {
-            self.slots[self.head as usize].prev = i;
-        }
-        self.head = i;
-        if self.tail == NIL {
-            self.tail = i;
-        }
-    }
-
-    fn move_to_front(&mut self, i: u32) {
-        if self.head != i {
-            self.unlink(i);
-            self.link_front(i);
-        }
-    }
-
-    fn insert_front(&mut self, hash: u64) {
-        let slot = Slot {
-            hash,
-            prev: NIL,
-            next: NIL,
-        };
-        let index = match self.free.pop() {
-            Some(index) => {
-                self.slots[index as usize] = slot;
-                index
+        for hash in &lookup.evicted {
+            if let Some(holders) = state.holders.get_mut(hash) {
+                *holders = holders.saturating_sub(1);
             }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.map.insert(hash, index);
-        self.link_front(index);
-    }
-
-    fn evict_tail(&mut self) {
-        let slot = self.tail;
-        if slot == NIL {
-            return;
         }
-        self.unlink(slot);
-        self.map.remove(&self.slots[slot as usize].hash);
-        self.free.push(slot);
+        state.admitted += 1;
+        (state.admitted, truth)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentx_tokens::blocks::BlockHasher;
 
     fn hashes(text: &str, bs: u32) -> Vec<u64> {
         let mut h = BlockHasher::new(bs);
@@ -271,24 +194,6 @@ mod tests {
             text.push_str(&format!("{tag}{i} "));
         }
         text
-    }
-
-    #[test]
-    fn chained_hashes_depend_on_the_whole_prefix() {
-        let a = hashes(&(words(4, "a") + &words(4, "c")), 4);
-        let b = hashes(&(words(4, "b") + &words(4, "c")), 4);
-        assert_eq!(a.len(), 2);
-        assert_ne!(
-            a[1], b[1],
-            "same second block after a different first block"
-        );
-        // Splitting text differently across messages does not change the hashes.
-        let mut h = BlockHasher::new(4);
-        h.push_text("a0 a1");
-        h.push_text(" a2\na3 c0 c1 c2 c3");
-        assert_eq!(h.finish(), a);
-        // A partial block is not hashed.
-        assert_eq!(hashes(&words(7, "a"), 4).len(), 1);
     }
 
     #[test]

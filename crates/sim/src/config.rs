@@ -92,6 +92,108 @@ impl FromStr for MetricNames {
     }
 }
 
+/// How the simulator spreads chat requests over its engines (`--router`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Router {
+    /// The first non-empty of the session headers agentx and the harness send (`x-session-affinity`,
+    /// `x-smg-routing-key`, `x-dynamo-session-id`, `x-session-id`, `x-correlation-id`), hashed over
+    /// the engines; round-robin without one (counted in `agentx_sim:router_unkeyed_total`).
+    /// agentx always sends `x-correlation-id`, so every stream is pinned.
+    #[default]
+    AnyHeader,
+    /// Only [`SimConfig::router_header`] pins a session. Its first request binds the session to
+    /// the engine of its parent ([`SimConfig::router_parent_header`]) when the parent is bound,
+    /// else to the hash of its value; requests without it go round-robin and are counted
+    /// (`agentx_sim:router_unkeyed_total`).
+    Session,
+    /// Each request to the next engine, whatever its headers.
+    RoundRobin,
+    /// The engine with the fewest requests running and waiting when the request arrives (the
+    /// lowest index on a tie).
+    LeastLoaded,
+}
+
+impl Router {
+    /// Names accepted by `--router`.
+    pub const NAMES: &'static [&'static str] =
+        &["any-header", "session", "round-robin", "least-loaded"];
+
+    /// The value's name, as `--router` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Router::AnyHeader => "any-header",
+            Router::Session => "session",
+            Router::RoundRobin => "round-robin",
+            Router::LeastLoaded => "least-loaded",
+        }
+    }
+}
+
+impl FromStr for Router {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "any-header" => Ok(Router::AnyHeader),
+            "session" => Ok(Router::Session),
+            "round-robin" => Ok(Router::RoundRobin),
+            "least-loaded" => Ok(Router::LeastLoaded),
+            other => Err(format!(
+                "unknown router `{other}`; use one of {}",
+                Router::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// How an engine's prefix cache evicts and what bounds admission (`--eviction`). Both evict with
+/// the cache model's [`agentx_metrics::kvmodel::Lru`]: least recently used first, and within one
+/// prompt its tail before its head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Eviction {
+    /// Today's policy: the cache's capacity is also the KV budget admission waits for.
+    #[default]
+    TailFirst,
+    /// The cache model's definition, kept fixed whatever `TailFirst` becomes, with admission
+    /// taken off the cache size: requests wait for KV space within `max(cache_capacity_tokens,
+    /// max_num_seqs × max_model_len)`, so a small cache changes what is evicted but not the order
+    /// requests are admitted in.
+    Lru,
+}
+
+impl Eviction {
+    /// Names accepted by `--eviction`.
+    pub const NAMES: &'static [&'static str] = &["tail-first", "lru"];
+
+    /// The value's name, as `--eviction` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Eviction::TailFirst => "tail-first",
+            Eviction::Lru => "lru",
+        }
+    }
+}
+
+impl FromStr for Eviction {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "tail-first" => Ok(Eviction::TailFirst),
+            "lru" => Ok(Eviction::Lru),
+            other => Err(format!(
+                "unknown eviction `{other}`; use one of {}",
+                Eviction::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// The session header [`Router::Session`] keys on by default (Dynamo's).
+pub const DEFAULT_ROUTER_HEADER: &str = "x-dynamo-session-id";
+/// The parent-session header [`Router::Session`] binds a child to its parent by (Dynamo's).
+pub const DEFAULT_ROUTER_PARENT_HEADER: &str = "x-dynamo-parent-session-id";
+
 /// How long prefill and decode take.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Timing {
@@ -194,6 +296,14 @@ pub struct SimConfig {
     pub max_num_seqs: u32,
     /// Data-parallel engines behind the one port, each with its own cache, queue and metrics.
     pub engines: u32,
+    /// How requests are spread over the engines.
+    pub router: Router,
+    /// The session header [`Router::Session`] keys on (case-insensitive).
+    pub router_header: String,
+    /// The header naming a session's parent session, for [`Router::Session`] (case-insensitive).
+    pub router_parent_header: String,
+    /// How the prefix cache evicts and what bounds admission.
+    pub eviction: Eviction,
     /// The timing model.
     pub timing: Timing,
     /// Without `ignore_eos`, the output stops early at a length drawn from `[n/2, 3n/2]` for this
@@ -262,6 +372,10 @@ impl SimConfig {
             cache_capacity_tokens: 1_048_576,
             max_num_seqs: 256,
             engines: 1,
+            router: Router::AnyHeader,
+            router_header: DEFAULT_ROUTER_HEADER.to_string(),
+            router_parent_header: DEFAULT_ROUTER_PARENT_HEADER.to_string(),
+            eviction: Eviction::TailFirst,
             timing: Timing::Instant,
             natural_output_tokens: 256,
             tokens_per_chunk: 1,
@@ -341,6 +455,17 @@ impl SimConfig {
         if self.model.is_empty() {
             return bad("model", "must not be empty".into());
         }
+        for (field, name) in [
+            ("router_header", &self.router_header),
+            ("router_parent_header", &self.router_parent_header),
+        ] {
+            if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return bad(
+                    field,
+                    format!("`{name}` is not an HTTP header name; use letters, digits and `-`, such as {DEFAULT_ROUTER_HEADER}"),
+                );
+            }
+        }
         if let Timing::Modeled(m) = &self.timing {
             if !(m.prefill_tokens_per_s.is_finite() && m.prefill_tokens_per_s > 0.0) {
                 return bad(
@@ -395,6 +520,28 @@ mod tests {
         let mut c = SimConfig::h200();
         c.block_size = 0;
         assert!(c.validate().unwrap_err().to_string().contains("block_size"));
+    }
+
+    #[test]
+    fn routers_and_evictions_parse_by_name() {
+        for name in Router::NAMES {
+            assert_eq!(name.parse::<Router>().unwrap().name(), *name);
+        }
+        for name in Eviction::NAMES {
+            assert_eq!(name.parse::<Eviction>().unwrap().name(), *name);
+        }
+        assert!("sticky"
+            .parse::<Router>()
+            .unwrap_err()
+            .contains("any-header, session, round-robin, least-loaded"));
+        assert!("fifo"
+            .parse::<Eviction>()
+            .unwrap_err()
+            .contains("tail-first, lru"));
+        let mut c = SimConfig::max();
+        c.router_header = "bad name".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("router_header") && e.contains("bad name"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! tokens, the `max_num_seqs` permit), so a client that disconnects at any point leaves the
 //! engine's counts exact. Prefills of one engine are serialised through `prefill_free_at`, the
 //! way one GPU computes one prefill batch at a time; decode steps are per request and only read
-//! the running count.
+//! the running count. Admission looks the prompt up in the engine's cache and, under the same
+//! lock, numbers it in the server-wide admission order and says why each missed token missed
+//! ([`BlockIndex`]).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -14,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::cache::PrefixCache;
-use super::config::{SimConfig, Timing};
+use super::cache::{Admitted, BlockIndex, MissTruth, PrefixCache};
+use super::config::{Eviction, SimConfig, Timing};
 use super::metrics::EngineMetrics;
 
 /// The mutable scheduling state behind one lock.
@@ -33,7 +35,10 @@ pub(crate) struct Engine {
     state: Mutex<State>,
     /// Signalled whenever a running request releases its KV tokens.
     kv_freed: Notify,
+    /// The KV tokens running requests may hold before admission waits (and decode preempts).
     kv_capacity: u64,
+    /// Every engine's blocks and the admission counter, shared by the server's engines.
+    index: Arc<BlockIndex>,
     pub metrics: EngineMetrics,
 }
 
@@ -42,6 +47,10 @@ pub(crate) struct Engine {
 pub(crate) struct Admission {
     pub running: Running,
     pub cached_tokens: u64,
+    /// The request's place in the server-wide admission order (from 1).
+    pub admit_seq: u64,
+    /// Why its uncached prompt tokens missed.
+    pub miss: MissTruth,
     /// Modelled compute time of the prefill (0 with `Timing::Instant`).
     pub prefill: Duration,
     /// Time spent waiting for a sequence slot and KV space.
@@ -98,8 +107,14 @@ impl Drop for Waiting<'_> {
 }
 
 impl Engine {
-    /// A fresh engine for `config`.
-    pub(crate) fn new(config: &SimConfig) -> Engine {
+    /// A fresh engine for `config`, sharing the server's block index.
+    pub(crate) fn new(config: &SimConfig, index: Arc<BlockIndex>) -> Engine {
+        let kv_capacity = match config.eviction {
+            Eviction::TailFirst => config.cache_capacity_tokens,
+            Eviction::Lru => config
+                .cache_capacity_tokens
+                .max(u64::from(config.max_num_seqs).saturating_mul(config.max_model_len)),
+        };
         Engine {
             seqs: Arc::new(Semaphore::new(config.max_num_seqs as usize)),
             state: Mutex::new(State {
@@ -107,7 +122,8 @@ impl Engine {
                 prefill_free_at: None,
             }),
             kv_freed: Notify::new(),
-            kv_capacity: config.cache_capacity_tokens,
+            kv_capacity,
+            index,
             metrics: EngineMetrics::new(config.max_model_len),
         }
     }
@@ -160,26 +176,27 @@ impl Engine {
 
         let now = Instant::now();
         let queued = now.saturating_duration_since(arrival);
-        let (cached_tokens, prefill, first_token_at) = {
+        let (cached_tokens, admit_seq, miss, prefill, first_token_at) = {
             let mut state = self
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let cached = state.cache.lookup_and_insert(blocks, prompt_tokens);
+            let (cached, admit_seq, miss) = self.look_up(&mut state.cache, blocks, prompt_tokens);
             let uncached = prompt_tokens - cached;
-            match timing {
-                Timing::Instant => (cached, Duration::ZERO, None),
+            let (prefill, first_token_at) = match timing {
+                Timing::Instant => (Duration::ZERO, None),
                 // Counted from arrival, as a server's TTFT is: reading and parsing a large body
                 // does not add to it (unless it takes longer than the TTFT itself).
-                Timing::Fixed { ttft, .. } => (cached, *ttft, Some((arrival + *ttft).max(now))),
+                Timing::Fixed { ttft, .. } => (*ttft, Some((arrival + *ttft).max(now))),
                 Timing::Modeled(mt) => {
                     let prefill = mt.prefill(uncached);
                     let start = state.prefill_free_at.map_or(now, |t| t.max(now));
                     let end = start + prefill;
                     state.prefill_free_at = Some(end);
-                    (cached, prefill, Some(end))
+                    (prefill, Some(end))
                 }
-            }
+            };
+            (cached, admit_seq, miss, prefill, first_token_at)
         };
 
         metrics.prompt_tokens.fetch_add(prompt_tokens, Relaxed);
@@ -187,6 +204,9 @@ impl Engine {
             .prefix_cache_queries
             .fetch_add(prompt_tokens, Relaxed);
         metrics.prefix_cache_hits.fetch_add(cached_tokens, Relaxed);
+        metrics.miss_cold.fetch_add(miss.cold, Relaxed);
+        metrics.miss_capacity.fetch_add(miss.capacity, Relaxed);
+        metrics.miss_routing.fetch_add(miss.routing, Relaxed);
         metrics.queue.observe_duration(queued);
         metrics.prompt_len.observe_n(prompt_tokens, 1);
         let ttft = first_token_at.map_or(queued, |t| t.saturating_duration_since(arrival));
@@ -195,9 +215,70 @@ impl Engine {
         Admission {
             running,
             cached_tokens,
+            admit_seq,
+            miss,
             prefill,
             queued,
             first_token_at,
         }
+    }
+
+    /// Looks the prompt up in `cache` (this engine's, locked) and caches it: the cached tokens, the
+    /// admission's sequence number and why the rest missed. Updates the eviction count.
+    fn look_up(
+        &self,
+        cache: &mut PrefixCache,
+        blocks: &[u64],
+        prompt_tokens: u64,
+    ) -> (u64, u64, MissTruth) {
+        let usable = cache.usable_blocks(prompt_tokens).min(blocks.len());
+        let held_before: Vec<bool> = blocks[..usable]
+            .iter()
+            .map(|hash| cache.contains(*hash))
+            .collect();
+        let lookup = cache.lookup(blocks, prompt_tokens);
+        let (admit_seq, miss) = self.index.admit(&Admitted {
+            blocks,
+            prompt_tokens,
+            usable,
+            held_before: &held_before,
+            lookup: &lookup,
+            block_size: cache.block_size(),
+        });
+        self.metrics
+            .evicted_blocks
+            .store(cache.evicted_total(), Relaxed);
+        let cached = lookup.hit_blocks as u64 * u64::from(cache.block_size());
+        (cached, admit_seq, miss)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_eviction_takes_admission_off_the_cache_size() {
+        let mut config = SimConfig::h200();
+        config.cache_capacity_tokens = 4096;
+        let index = Arc::new(BlockIndex::default());
+        let tail_first = Engine::new(&config, index.clone());
+        assert_eq!(
+            tail_first.kv_capacity, 4096,
+            "today: the cache bounds admission"
+        );
+        config.eviction = Eviction::Lru;
+        let lru = Engine::new(&config, index.clone());
+        assert_eq!(
+            lru.kv_capacity,
+            256 * 131_072,
+            "max_num_seqs × max_model_len"
+        );
+        config.cache_capacity_tokens = u64::MAX;
+        assert_eq!(
+            Engine::new(&config, index).kv_capacity,
+            u64::MAX,
+            "a larger cache still counts"
+        );
     }
 }

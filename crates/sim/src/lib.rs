@@ -19,9 +19,15 @@
 //! [`SimHandle`]; [`SimThread`] starts one on a thread and runtime of its own. The replay engine
 //! only ever talks to it through its URL.
 //!
-//! Non-standard response headers expose what the model decided, for tests and diagnostics:
-//! `x-sim-engine`, `x-sim-prompt-tokens`, `x-sim-cached-tokens`, `x-sim-prefill-ms` (modelled
-//! prefill compute, excluding queueing) and `x-sim-queue-ms`. Headers are sent once a request is
+//! Which engine a request runs on is the [`Router`]'s choice (`router`): any session header (the
+//! default), one session header with its parent, round-robin or least loaded.
+//!
+//! Non-standard response headers expose what the model decided, for tests and diagnostics
+//! (their names in `agentx_protocol::headers`): `x-sim-engine`, `x-sim-prompt-tokens`,
+//! `x-sim-cached-tokens`, `x-sim-prefill-ms` (modelled prefill compute, excluding queueing),
+//! `x-sim-queue-ms`, `x-sim-admit-seq` (the admission order over every engine) and the truth of
+//! each miss, `x-sim-miss-cold`, `x-sim-miss-capacity` and `x-sim-miss-routing` (tokens; with the
+//! cached tokens they add up to the prompt tokens). Headers are sent once a request is
 //! admitted to an engine, so a queued stream receives its headers when it starts running.
 //! `x-agentx-sim-request-received-ns` and `x-agentx-sim-response-start-ns` stamp when the request's
 //! last body byte was read and when its first token is due (a one-shot answer: when it is sent), in
@@ -41,9 +47,13 @@ mod metrics;
 mod record;
 mod request;
 mod response;
+mod router;
 mod server;
 mod stream;
 mod thread;
+
+#[cfg(test)]
+mod truth_tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,7 +61,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{Faults, KeepAliveConfig, MetricNames, ModelTiming, Preset, SimConfig, Timing};
+pub use config::{
+    Eviction, Faults, KeepAliveConfig, MetricNames, ModelTiming, Preset, Router, SimConfig, Timing,
+    DEFAULT_ROUTER_HEADER, DEFAULT_ROUTER_PARENT_HEADER,
+};
 pub use foreground::serve_foreground;
 pub use server::Received;
 pub use thread::SimThread;

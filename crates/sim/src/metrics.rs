@@ -39,6 +39,13 @@
 //!   `atom:requests_{running,waiting}`, `atom:kv_cache_blocks_{used,free,total}`,
 //!   `atom:kv_cache_usage_ratio`, `atom:prefix_cache_hit_ratio`.
 //!
+//! Every family's page ends with the simulator's own truth, under `agentx_sim:` names no engine
+//! uses: `agentx_sim:kv_evicted_blocks_total{engine,cause="capacity"}` (each engine's prefix-cache
+//! evictions, exactly the cache model's `Lru::evicted_total`),
+//! `agentx_sim:prompt_miss_tokens_total{engine,cause}` (uncached prompt tokens by why they missed:
+//! `cold`, `capacity`, `routing`) and `agentx_sim:router_unkeyed_total{model_name}` (requests a
+//! session router found no key on).
+//!
 //! Histograms carry cumulative `_bucket{le}`, `_sum` and `_count`. Latencies are stored in
 //! nanoseconds and rendered in seconds.
 
@@ -151,6 +158,14 @@ pub(crate) struct EngineMetrics {
     pub waiting: AtomicU64,
     /// KV tokens held by running requests (the numerator of `kv_cache_usage_perc`).
     pub(crate) kv_tokens: AtomicU64,
+    /// Prefix-cache blocks evicted for capacity (the engine's `Lru::evicted_total`).
+    pub(crate) evicted_blocks: AtomicU64,
+    /// Uncached prompt tokens no engine had ever cached (and each prompt's uncachable tail).
+    pub(crate) miss_cold: AtomicU64,
+    /// Uncached prompt tokens an engine had cached and evicted.
+    pub(crate) miss_capacity: AtomicU64,
+    /// Uncached prompt tokens another engine held.
+    pub(crate) miss_routing: AtomicU64,
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
@@ -175,6 +190,10 @@ impl EngineMetrics {
             running: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             kv_tokens: AtomicU64::new(0),
+            evicted_blocks: AtomicU64::new(0),
+            miss_cold: AtomicU64::new(0),
+            miss_capacity: AtomicU64::new(0),
+            miss_routing: AtomicU64::new(0),
             ttft: Histogram::seconds(TTFT_BUCKETS),
             itl: Histogram::seconds(ITL_BUCKETS),
             e2e: Histogram::seconds(REQUEST_LATENCY_BUCKETS),
@@ -182,6 +201,13 @@ impl EngineMetrics {
             prompt_len: Histogram::new(&lens, 1.0),
             generation_len: Histogram::new(&lens, 1.0),
         }
+    }
+}
+
+impl EngineMetrics {
+    /// Requests the engine holds now, running or waiting (what `LeastLoaded` compares).
+    pub(crate) fn load(&self) -> u64 {
+        self.running.load(Relaxed) + self.waiting.load(Relaxed)
     }
 }
 
@@ -199,6 +225,8 @@ pub(crate) struct Exposition<'a> {
     pub engines: &'a [&'a EngineMetrics],
     /// Whose names the page speaks.
     pub names: MetricNames,
+    /// Requests a session router found no key on.
+    pub unkeyed: u64,
 }
 
 /// Format a number the way Python's prometheus_client does (`3.0`, `0.25`, `+Inf`).
@@ -245,7 +273,52 @@ pub(crate) fn render(x: &Exposition<'_>) -> String {
         MetricNames::Trtllm => trtllm(&mut out, x),
         MetricNames::Atom => atom(&mut out, x),
     }
+    truth(&mut out, x);
     out
+}
+
+/// The simulator's own counters, on every family's page: evictions, misses by cause, unkeyed
+/// requests.
+fn truth(out: &mut String, x: &Exposition<'_>) {
+    let name = "agentx_sim:kv_evicted_blocks_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Prefix-cache blocks evicted, by cause (capacity: the least recently used block made room).",
+    );
+    for (i, m) in x.engines.iter().enumerate() {
+        let labels = format!("engine=\"{i}\"");
+        let v = m.evicted_blocks.load(Relaxed) as f64;
+        sample(out, name, &labels, ",cause=\"capacity\"", v);
+    }
+    let name = "agentx_sim:prompt_miss_tokens_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Uncached prompt tokens by why they missed: cold (never cached anywhere, or the uncachable \
+         tail), capacity (evicted), routing (another engine held them).",
+    );
+    for (i, m) in x.engines.iter().enumerate() {
+        let labels = format!("engine=\"{i}\"");
+        for (cause, v) in [
+            ("cold", &m.miss_cold),
+            ("capacity", &m.miss_capacity),
+            ("routing", &m.miss_routing),
+        ] {
+            let extra = format!(",cause=\"{cause}\"");
+            sample(out, name, &labels, &extra, v.load(Relaxed) as f64);
+        }
+    }
+    metric(
+        out,
+        "agentx_sim:router_unkeyed_total",
+        "counter",
+        "Requests the session router found no session header on (sent round-robin).",
+        &format!("model_name=\"{}\"", escape_label(x.model)),
+        x.unkeyed as f64,
+    );
 }
 
 /// vLLM's page: every engine its own series.
@@ -834,6 +907,7 @@ mod tests {
             capacity_tokens: 1600,
             engines: &[&m],
             names: MetricNames::Vllm,
+            unkeyed: 0,
         });
         let l = "model_name=\"m\",engine=\"0\"";
         for want in [

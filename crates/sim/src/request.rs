@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::cache::BlockHasher;
+use agentx_tokens::blocks::BlockHasher;
 use agentx_tokens::TokenCounter;
 
 /// The API a request came in (its path).

@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::anthropic;
-use super::cache::{hash_str, mix64};
+use super::cache::BlockIndex;
 use super::config::{SimConfig, Timing};
 use super::engine::{Admission, Engine};
 use super::faults;
@@ -35,8 +35,14 @@ use super::metrics::{self, EngineMetrics, Exposition};
 use super::record::{Arrival, RequestLog, LOGGED_HEADERS};
 use super::request::{self, Api, ApiError, ChatRequest};
 use super::response::{Ident, Usage};
+use super::router::Dispatcher;
 use super::stream::{self, Pace, StreamFaults, StreamPlan, TokenStream, Words};
-use agentx_protocol::headers::{RECEIVED_HEADER, RESPONSE_START_HEADER};
+use agentx_protocol::headers::{
+    RECEIVED_HEADER, RESPONSE_START_HEADER, SIM_ADMIT_SEQ_HEADER, SIM_CACHED_TOKENS_HEADER,
+    SIM_ENGINE_HEADER, SIM_MISS_CAPACITY_HEADER, SIM_MISS_COLD_HEADER, SIM_MISS_ROUTING_HEADER,
+    SIM_PREFILL_MS_HEADER, SIM_PROMPT_TOKENS_HEADER, SIM_QUEUE_MS_HEADER,
+};
+use agentx_tokens::blocks::{hash_str, mix64};
 
 /// How long shutdown waits for in-flight responses before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -47,7 +53,8 @@ pub(crate) struct Shared {
     pub engines: Vec<Arc<Engine>>,
     /// Chat completion requests received (numbering for ids, faults and `stop_after`).
     chat_requests: AtomicU64,
-    round_robin: AtomicU64,
+    /// Which engine each request runs on.
+    dispatcher: Dispatcher,
     /// Signalled once `stop_after` requests have arrived.
     stop_accepting: Notify,
     /// Set (and signalled) when the engine dies (`die_at`).
@@ -85,26 +92,19 @@ impl Received {
     }
 }
 
-/// The headers a router would key a session on, in the order the simulator consults them.
-const SESSION_KEYS: [&str; 5] = [
-    "x-session-affinity",
-    "x-smg-routing-key",
-    "x-dynamo-session-id",
-    "x-session-id",
-    "x-correlation-id",
-];
-
 impl Shared {
     /// Fresh state for `config` (already validated), logging requests to `request_log` if given.
     pub(crate) fn new(config: SimConfig, request_log: Option<RequestLog>) -> Shared {
+        let index = Arc::new(BlockIndex::default());
         let engines = (0..config.engines)
-            .map(|_| Arc::new(Engine::new(&config)))
+            .map(|_| Arc::new(Engine::new(&config, index.clone())))
             .collect();
+        let dispatcher = Dispatcher::new(&config);
         Shared {
             config,
             engines,
             chat_requests: AtomicU64::new(0),
-            round_robin: AtomicU64::new(0),
+            dispatcher,
             stop_accepting: Notify::new(),
             dead: AtomicBool::new(false),
             die: Notify::new(),
@@ -123,6 +123,7 @@ impl Shared {
             capacity_tokens: self.config.cache_capacity_tokens,
             engines: &engines,
             names: self.config.metric_names,
+            unkeyed: self.dispatcher.unkeyed(),
         })
     }
 
@@ -354,16 +355,7 @@ impl Meta {
             Some(h) => format!("{prefix}{h}"),
             None => format!("{prefix}{drawn_id:032x}"),
         };
-        let session_key = SESSION_KEYS.iter().find_map(|k| {
-            req.headers()
-                .get(*k)
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty())
-        });
-        let engine_ix = match session_key {
-            Some(c) => hash_str(c) % u64::from(config.engines),
-            None => shared.round_robin.fetch_add(1, Relaxed) % u64::from(config.engines),
-        } as usize;
+        let engine_ix = shared.dispatcher.pick(req.headers(), &shared.engines);
         let logged = shared.request_log.as_ref().map(|_| Arrival {
             seq,
             conn: req.extensions().get::<ConnNo>().map_or(0, |c| c.0),
@@ -474,14 +466,24 @@ async fn chat(
         words: Words::new(config.seed ^ meta.key),
     };
     let sim_headers = [
-        ("x-sim-engine", HeaderValue::from(meta.engine_ix as u64)),
+        (SIM_ENGINE_HEADER, HeaderValue::from(meta.engine_ix as u64)),
         (
-            "x-sim-prompt-tokens",
+            SIM_PROMPT_TOKENS_HEADER,
             HeaderValue::from(parsed.prompt_tokens),
         ),
-        ("x-sim-cached-tokens", HeaderValue::from(adm.cached_tokens)),
-        ("x-sim-prefill-ms", millis(adm.prefill)),
-        ("x-sim-queue-ms", millis(adm.queued)),
+        (
+            SIM_CACHED_TOKENS_HEADER,
+            HeaderValue::from(adm.cached_tokens),
+        ),
+        (SIM_PREFILL_MS_HEADER, millis(adm.prefill)),
+        (SIM_QUEUE_MS_HEADER, millis(adm.queued)),
+        (SIM_ADMIT_SEQ_HEADER, HeaderValue::from(adm.admit_seq)),
+        (SIM_MISS_COLD_HEADER, HeaderValue::from(adm.miss.cold)),
+        (
+            SIM_MISS_CAPACITY_HEADER,
+            HeaderValue::from(adm.miss.capacity),
+        ),
+        (SIM_MISS_ROUTING_HEADER, HeaderValue::from(adm.miss.routing)),
     ];
     let first_token_at = adm.first_token_at;
     if let Some(first_token) =

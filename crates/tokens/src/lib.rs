@@ -14,12 +14,16 @@
 //! tiktoken `o200k_base`), which here is the tokenizer-free word counter; or a Hugging Face model id
 //! (`org/name`, or a bare `name` that matches exactly one cached `org/name`) found in the hub cache
 //! ([`hub`], the same directories as the corpora). Nothing is downloaded.
+//!
+//! [`blocks`] hashes prompt words into chained blocks, the identities the simulator's prefix cache
+//! keys on; the sending side computes the same chain ([`blocks::chain_of`]).
 
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub mod blocks;
 pub mod hub;
 pub mod text;
 

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::sim::{MetricNames, Preset, SimConfig, Timing};
+use crate::sim::{Eviction, MetricNames, Preset, Router, SimConfig, Timing};
 
 /// `--speed`: a time factor or `max` (no delays).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -95,6 +95,26 @@ pub struct SimArgs {
     /// Data-parallel engines behind the port, each with its own `engine` metrics label.
     #[arg(long)]
     pub(crate) engines: Option<u32>,
+    /// Which engine runs each request: any-header (the first session header agentx or the harness
+    /// sends, X-Correlation-ID included, pins a stream), session (only --router-header pins a
+    /// session, and a child session starts on its parent's engine; requests without the header go
+    /// round-robin and are counted), round-robin (headers ignored) or least-loaded (the fewest
+    /// requests running and waiting).
+    #[arg(long, default_value = "any-header", value_name = "ROUTER", value_parser = |s: &str| s.parse::<Router>())]
+    pub(crate) router: Router,
+    /// The session header --router session keys on [default: x-dynamo-session-id].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) router_header: Option<String>,
+    /// The header naming a session's parent session, for --router session [default:
+    /// x-dynamo-parent-session-id].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) router_parent_header: Option<String>,
+    /// Prefix-cache policy: tail-first (least recently used first, a prompt's tail before its head;
+    /// --cache-tokens also bounds the KV that admission waits for) or lru (the cache model's
+    /// definition of the same eviction, with admission bounded by max(--cache-tokens, max_num_seqs ×
+    /// max_model_len), so a small cache does not reorder admission).
+    #[arg(long, default_value = "tail-first", value_name = "POLICY", value_parser = |s: &str| s.parse::<Eviction>())]
+    pub(crate) eviction: Eviction,
     /// Prefill throughput in tokens per second (modelled timing).
     #[arg(long)]
     pub(crate) prefill_tps: Option<f64>,
@@ -247,6 +267,32 @@ impl SimArgs {
             );
         }
 
+        config.router = self.router;
+        config.eviction = self.eviction;
+        for (flag, value, field) in [
+            (
+                "--router-header",
+                &self.router_header,
+                &mut config.router_header,
+            ),
+            (
+                "--router-parent-header",
+                &self.router_parent_header,
+                &mut config.router_parent_header,
+            ),
+        ] {
+            if let Some(name) = value {
+                if self.router != Router::Session {
+                    return Err(format!(
+                        "{flag} only takes effect with --router session (the router is {}); \
+                         add --router session or drop {flag}",
+                        self.router.name()
+                    ));
+                }
+                field.clone_from(name);
+            }
+        }
+
         config.faults.seed = self.fault_seed;
         config.faults.fail_rate = self.fail_rate;
         config.faults.reset_rate = self.reset_rate;
@@ -364,6 +410,32 @@ mod tests {
         assert!(cfg(&["--metric-names", "tgi"])
             .unwrap_err()
             .contains("vllm, sglang, trtllm, atom"));
+        let c = cfg(&[]).unwrap();
+        assert_eq!(
+            (c.router, c.eviction),
+            (Router::AnyHeader, Eviction::TailFirst)
+        );
+        assert_eq!(c.router_header, crate::sim::DEFAULT_ROUTER_HEADER);
+        let c = cfg(&[
+            "--router",
+            "session",
+            "--router-header",
+            "X-Session-ID",
+            "--router-parent-header",
+            "x-parent",
+            "--eviction",
+            "lru",
+        ])
+        .unwrap();
+        assert_eq!((c.router, c.eviction), (Router::Session, Eviction::Lru));
+        assert_eq!(
+            (c.router_header.as_str(), c.router_parent_header.as_str()),
+            ("X-Session-ID", "x-parent")
+        );
+        assert_eq!(
+            cfg(&["--router", "round-robin"]).unwrap().router,
+            Router::RoundRobin
+        );
     }
 
     #[test]
@@ -382,5 +454,17 @@ mod tests {
             .unwrap_err()
             .contains("timed preset"));
         assert!(cfg(&["--engines", "0"]).unwrap_err().contains("engines"));
+        assert!(cfg(&["--router", "sticky"])
+            .unwrap_err()
+            .contains("any-header, session, round-robin, least-loaded"));
+        assert!(cfg(&["--eviction", "fifo"])
+            .unwrap_err()
+            .contains("tail-first, lru"));
+        assert!(cfg(&["--router-header", "x-a"])
+            .unwrap_err()
+            .contains("--router session"));
+        assert!(cfg(&["--router", "session", "--router-header", "bad name"])
+            .unwrap_err()
+            .contains("router_header"));
     }
 }

@@ -1,0 +1,194 @@
+//! Prompt text hashed in fixed-size blocks of words, each block's hash chaining every block before
+//! it: the block identities a prefix cache keys on.
+//!
+//! Invariants: a block's hash chains the hash of every block before it, so a block matches only
+//! when its whole prefix matches (as in vLLM's automatic prefix caching). Only full blocks are
+//! hashed. A token is a whitespace-free word (the tokenizer-free model of this crate), and how the
+//! text is split across messages does not change the hashes. The simulator keys its prefix cache
+//! on these hashes, and [`chain_of`] computes the same chain on the sending side, so a client can
+//! predict which blocks the simulator holds.
+//!
+//! [`mix64`] and FNV-1a here are hashes, not random draws (those come from `rand`): block hashes
+//! and [`hash_str`]'s request and session keys must be pure functions of their input. (`text`'s
+//! stream step is a different function: SplitMix64 with its increment.)
+
+/// Hashes prompt words into chained block hashes, one word at a time.
+#[derive(Debug)]
+pub struct BlockHasher {
+    block_size: u32,
+    in_block: u32,
+    cur: u64,
+    prev: u64,
+    blocks: Vec<u64>,
+}
+
+impl BlockHasher {
+    /// A hasher for blocks of `block_size` tokens.
+    pub fn new(block_size: u32) -> BlockHasher {
+        BlockHasher {
+            block_size: block_size.max(1),
+            in_block: 0,
+            cur: BLOCK_SEED,
+            prev: CHAIN_SEED,
+            blocks: Vec::new(),
+        }
+    }
+
+    /// Add one token (a whitespace-free word).
+    #[inline]
+    pub fn push(&mut self, word: &[u8]) {
+        self.cur = (self.cur.rotate_left(23) ^ fnv1a(word)).wrapping_mul(MUL);
+        self.in_block += 1;
+        if self.in_block == self.block_size {
+            self.prev = mix64(self.prev ^ self.cur.wrapping_mul(MUL2));
+            self.blocks.push(self.prev);
+            self.cur = BLOCK_SEED;
+            self.in_block = 0;
+        }
+    }
+
+    /// Add every whitespace-separated word of `text`.
+    pub fn push_text(&mut self, text: &str) {
+        for w in text.split_ascii_whitespace() {
+            self.push(w.as_bytes());
+        }
+    }
+
+    /// Tokens added so far, the partial block included.
+    pub fn tokens(&self) -> u64 {
+        self.blocks.len() as u64 * u64::from(self.block_size) + u64::from(self.in_block)
+    }
+
+    /// The chained hashes of the full blocks seen so far.
+    pub fn finish(self) -> Vec<u64> {
+        self.blocks
+    }
+}
+
+const BLOCK_SEED: u64 = 0x243f_6a88_85a3_08d3;
+const CHAIN_SEED: u64 = 0x1319_8a2e_0370_7344;
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+const MUL2: u64 = 0xbf58_476d_1ce4_e5b9;
+
+#[inline]
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// A 64-bit hash of a string (request ids, seeds).
+pub fn hash_str(s: &str) -> u64 {
+    mix64(fnv1a(s.as_bytes()))
+}
+
+/// SplitMix64's finaliser: a cheap, well-mixed 64-bit permutation (a hash step, not a generator).
+#[inline]
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The chain of one prompt: its full blocks' chained hashes and its length in tokens (words).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chain {
+    /// The chained hashes of the prompt's full blocks, first block first.
+    pub hashes: Vec<u64>,
+    /// Every token of the prompt, the partial last block included.
+    pub tokens: u64,
+}
+
+/// The chain of the prompt made of `texts` in order (its messages' texts, as the simulator reads
+/// them), in blocks of `block_size` words (0 counts as 1, as [`BlockHasher::new`] does).
+pub fn chain_of<'a>(texts: impl IntoIterator<Item = &'a str>, block_size: u32) -> Chain {
+    let mut hasher = BlockHasher::new(block_size);
+    for text in texts {
+        hasher.push_text(text);
+    }
+    let tokens = hasher.tokens();
+    Chain {
+        hashes: hasher.finish(),
+        tokens,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hashes(text: &str, bs: u32) -> Vec<u64> {
+        let mut h = BlockHasher::new(bs);
+        h.push_text(text);
+        h.finish()
+    }
+
+    fn words(n: usize, tag: &str) -> String {
+        let mut text = String::new();
+        for i in 0..n {
+            text.push_str(&format!("{tag}{i} "));
+        }
+        text
+    }
+
+    #[test]
+    fn chained_hashes_depend_on_the_whole_prefix() {
+        let a = hashes(&(words(4, "a") + &words(4, "c")), 4);
+        let b = hashes(&(words(4, "b") + &words(4, "c")), 4);
+        assert_eq!(a.len(), 2);
+        assert_ne!(
+            a[1], b[1],
+            "same second block after a different first block"
+        );
+        // Splitting text differently across messages does not change the hashes.
+        let mut h = BlockHasher::new(4);
+        h.push_text("a0 a1");
+        h.push_text(" a2\na3 c0 c1 c2 c3");
+        assert_eq!(h.finish(), a);
+        // A partial block is not hashed.
+        assert_eq!(hashes(&words(7, "a"), 4).len(), 1);
+    }
+
+    #[test]
+    fn golden_vectors_are_unchanged() {
+        // Values of the simulator's hasher before it moved here; a change breaks every recorded
+        // expectation of which blocks the simulator holds.
+        assert_eq!(
+            hashes("the quick brown fox jumps over the lazy dog again", 4),
+            [0xb0b3_256c_e5ed_42d4, 0xc401_8a6f_e13f_2615]
+        );
+        assert_eq!(
+            hashes("a b", 1),
+            [0x618b_e18c_3c60_27f9, 0x08be_144d_b4f2_53c3]
+        );
+        assert_eq!(hash_str("t1::sa:a-7"), 0xd59c_14db_67f5_f790);
+        assert_eq!(mix64(7), 0x12ae_3023_7b17_df14);
+    }
+
+    #[test]
+    fn a_prompt_and_its_extension_share_their_leading_hashes() {
+        let turn1 = [words(5, "sys").as_str(), words(14, "user").as_str()].map(str::to_owned);
+        let reply = words(9, "reply");
+        let next = words(6, "next");
+        let first = chain_of(turn1.iter().map(String::as_str), 4);
+        let second = chain_of(
+            turn1
+                .iter()
+                .map(String::as_str)
+                .chain([reply.as_str(), next.as_str()]),
+            4,
+        );
+        assert_eq!(first.tokens, 19);
+        assert_eq!(second.tokens, 34);
+        assert_eq!(first.hashes.len(), 4, "19 tokens: 4 full blocks of 4");
+        assert_eq!(second.hashes.len(), 8);
+        assert_eq!(second.hashes[..4], first.hashes[..], "the shared prefix");
+        // The extension's fifth block spans the first prompt's partial tail and new words.
+        let other = chain_of([words(19, "x").as_str(), reply.as_str()], 4);
+        assert_ne!(other.hashes[4], second.hashes[4]);
+        assert_eq!(chain_of([""], 4), Chain::default());
+    }
+}
