@@ -216,10 +216,10 @@ const fn row(
     }
 }
 
-/// Every header a profile sends; the one home of these names (docs/guide/routing.md has the
-/// sources). Dynamo: `lib/llm/src/protocols/agents.rs` and its session-ids page (session, parent,
-/// final); Claude Code and Codex: the native headers Dynamo's router reads for them; SMG: the
-/// gateway's manual policy key.
+/// Every header a profile sends; the one home of these names (docs/guide/replay.md, "Routing-header
+/// profiles", has the sources). Dynamo: `lib/llm/src/protocols/agents.rs` and its session-ids page
+/// (session, parent, final); Claude Code and Codex: the native headers Dynamo's router reads for
+/// them; SMG: the gateway's manual policy key.
 pub const HEADER_TABLE: &[HeaderRow] = &[
     row(
         "dynamo",
