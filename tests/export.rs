@@ -58,6 +58,7 @@ fn ok(s: u64, turn: u32, send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) ->
         retry: None,
         server_ttft_ns: None,
         tree: None,
+        server: None,
     }
 }
 

@@ -29,6 +29,7 @@ mod scenario_v2;
 mod scenario_v3;
 mod scrape_journal;
 mod server_metrics;
+mod server_timing;
 mod shard;
 mod sim;
 mod support;

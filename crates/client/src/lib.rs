@@ -623,6 +623,7 @@ impl Client {
     ) {
         ex.first_byte = Some(Instant::now());
         ex.server_ttft = server_ttft(resp.headers());
+        ex.server = agentx_protocol::server_side::from_headers(resp.headers());
         self.learn(&resp, capture);
         let status = resp.status();
         ex.status = status.as_u16();

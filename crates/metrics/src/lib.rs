@@ -120,6 +120,12 @@ pub struct Summary {
     /// The sessions under `--goodput`: how many were good, and their slowdown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<sessions::SessionFigures>,
+    /// Where the time to first token went, in milliseconds, when the server said (the built-in
+    /// simulator's headers, Dynamo's `nvext` timing): waiting for the prefill, the prefill, the
+    /// rest of the server's TTFT, and what the client added (send lag included). Absent when no
+    /// successful request carried a server figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_breakdown_ms: Option<TtftBreakdown>,
     /// The full-response ITL and interactivity as InferenceX's app publishes them (with p99.9, the
     /// population deviation and the slow-tail `p90 = 1 / p90(ITL)`); absent when no successful
     /// request had two output tokens.
@@ -204,6 +210,54 @@ impl Summary {
         summary.isl = Dist::of(isl);
         summary.osl = Dist::of(osl);
         summary.full_response = interactivity::FullResponseInteractivity::of(records);
+        summary.ttft_breakdown_ms = TtftBreakdown::of(records);
         summary
+    }
+}
+
+/// Where the time to first token of the successful profiling requests went, each part a
+/// distribution in milliseconds over the requests that gave it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TtftBreakdown {
+    /// Waiting before the prefill began (the server's queue).
+    pub queue: Option<Dist>,
+    /// The prefill.
+    pub prefill: Option<Dist>,
+    /// The rest of the server's own TTFT (its TTFT less queue and prefill: scheduling, the first
+    /// decode step, the frontend), for requests that gave all three.
+    pub server_other: Option<Dist>,
+    /// What the client added: the scheduled TTFT (send lag included) less the server's TTFT.
+    pub client: Option<Dist>,
+}
+
+impl TtftBreakdown {
+    /// The breakdown of `records`' successful profiling requests; `None` when none gave a server
+    /// figure.
+    pub fn of(records: &[RequestRecord]) -> Option<TtftBreakdown> {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let (mut queue, mut prefill, mut other, mut client) = (vec![], vec![], vec![], vec![]);
+        let measured = records
+            .iter()
+            .filter(|rec| rec.phase == Phase::Profiling && Outcome::of(rec) == Outcome::Ok);
+        for rec in measured {
+            let server = rec.server.as_ref();
+            let queue_ns = server.and_then(|side| side.queue_ns);
+            let prefill_ns = server.and_then(|side| side.prefill_ns);
+            queue.extend(queue_ns.map(ms));
+            prefill.extend(prefill_ns.map(ms));
+            if let (Some(ttft), Some(waited), Some(computed)) =
+                (rec.server_ttft(), queue_ns, prefill_ns)
+            {
+                other.push(ms(ttft.saturating_sub(waited + computed)));
+            }
+            client.extend(rec.client_ttft_ns().map(ms));
+        }
+        let breakdown = TtftBreakdown {
+            queue: Dist::of(queue),
+            prefill: Dist::of(prefill),
+            server_other: Dist::of(other),
+            client: Dist::of(client),
+        };
+        (breakdown != TtftBreakdown::default()).then_some(breakdown)
     }
 }

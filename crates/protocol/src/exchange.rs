@@ -70,6 +70,9 @@ impl StreamState {
         if let Some(reason) = &choices.finish_reason {
             ex.finish_reason = Some(reason.to_string());
         }
+        if let Some(nvext) = chunk.nvext {
+            nvext.absorb_into(&mut ex.server);
+        }
         if let Some(usage_json) = chunk.usage {
             ex.usage = Some(Usage {
                 prompt_tokens: usage_json.prompt_tokens,
@@ -90,6 +93,9 @@ pub(crate) struct ChunkJson<'a> {
     usage: Option<UsageJson>,
     #[serde(default)]
     error: Option<serde::de::IgnoredAny>,
+    /// Dynamo's worker and timing figures (on the final chunk, when asked for).
+    #[serde(default)]
+    nvext: Option<crate::server_side::NvExtJson>,
 }
 
 /// The `choices` array, folded while it is read, so a chunk allocates nothing for it: how many choices
@@ -322,6 +328,8 @@ pub struct Exchange {
     /// The server's own time from the request's last body byte to the start of its response, when
     /// its headers say (the built-in simulator's stamps).
     pub server_ttft: Option<Duration>,
+    /// The server's own account of the request (its headers, Dynamo's `nvext`), when it gave one.
+    pub server: Option<agentx_record::ServerSide>,
 }
 
 /// The server's time from a request's last body byte to the start of its response, when both of the
@@ -351,6 +359,7 @@ impl Exchange {
             failure: None,
             retried: None,
             server_ttft: None,
+            server: None,
         }
     }
 
@@ -366,5 +375,39 @@ impl Exchange {
         self.chunk_offsets_ns
             .first()
             .map(|&o| self.sent + Duration::from_nanos(o))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_final_chunks_nvext_lands_in_the_exchange_beside_its_usage() {
+        let mut state = StreamState {
+            api: EndpointType::Chat,
+            keep_text: false,
+            done: false,
+            failure: None,
+        };
+        let sent = Instant::now();
+        let mut exchange = Exchange::new(sent);
+        state.on_chat_event(r#"{"choices":[{"delta":{"content":"hi"}}]}"#, sent, &mut exchange);
+        state.on_chat_event(
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}],
+                "usage":{"prompt_tokens":900,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":640}},
+                "nvext":{"worker_id":{"decode_worker_id":5,"decode_dp_rank":2},
+                         "timing":{"prefill_wait_time_ms":1.5,"prefill_time_ms":20.0,"ttft_ms":25.0}}}"#,
+            sent,
+            &mut exchange,
+        );
+        assert!(state.failure.is_none(), "{:?}", state.failure);
+        let server = exchange.server.expect("nvext read");
+        assert_eq!(server.worker.as_deref(), Some("5/2"));
+        assert_eq!(
+            (server.queue_ns, server.prefill_ns, server.ttft_ns),
+            (Some(1_500_000), Some(20_000_000), Some(25_000_000))
+        );
+        assert_eq!(exchange.usage.and_then(|usage| usage.cached_tokens), Some(640));
     }
 }

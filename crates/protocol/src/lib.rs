@@ -13,6 +13,7 @@ mod body;
 mod exchange;
 pub mod headers;
 pub mod routing;
+pub mod server_side;
 pub mod session_control;
 pub mod sse;
 pub mod trace_context;

@@ -188,6 +188,59 @@ pub struct RequestRecord {
     /// Where a request of a session tree sits in its tree; absent for single-stream sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<TreeInfo>,
+    /// What the server said about the request beyond its answer: the worker it ran on, its own
+    /// queue, prefill and TTFT, its cache truth (the built-in simulator's `x-sim-*` headers,
+    /// Dynamo's `nvext` worker and timing); absent when it said nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerSide>,
+}
+
+/// The server's own account of a request (every figure absent when it did not give it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSide {
+    /// The worker (engine, data-parallel rank) that ran the request: the simulator's engine
+    /// (`"3"`), Dynamo's decode worker and rank (`"7587890/0"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The worker that ran the prefill, when it differs in kind (Dynamo's disaggregated prefill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_worker: Option<String>,
+    /// Time the request waited before its prefill began (the simulator's queue, Dynamo's
+    /// `prefill_wait_time_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ns: Option<u64>,
+    /// Prefill compute (the simulator's modelled prefill, Dynamo's `prefill_time_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_ns: Option<u64>,
+    /// The server's time to first token, when it reports one in its body (Dynamo's `ttft_ms`; the
+    /// simulator's header stamps are [`RequestRecord::server_ttft_ns`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ns: Option<u64>,
+    /// The server's whole time for the request (Dynamo's `total_time_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_ns: Option<u64>,
+    /// The router's predicted cache hit, 0 to 1 (Dynamo's `kv_hit_rate`: overlap blocks over the
+    /// prompt's blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_hit: Option<f64>,
+    /// The request's place in the order the server admitted requests (the simulator's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_seq: Option<u64>,
+    /// Why each missed prompt token missed, as the server knows it (the simulator's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truth: Option<MissTruth>,
+}
+
+/// The server's split of a request's missed prompt tokens (they add up to the prompt tokens less
+/// the cached ones).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissTruth {
+    /// Never cached anywhere (and the partial last block and last token, which no hit covers).
+    pub cold: u64,
+    /// Cached once and evicted for capacity.
+    pub capacity: u64,
+    /// Held by another worker at admission: routed elsewhere.
+    pub routing: u64,
 }
 
 /// The tree fields of a session-tree request (aiperf's `agent_depth`, `parent_correlation_id`,
@@ -242,13 +295,17 @@ impl RequestRecord {
         Some(self.ttft_ns()? + self.send_lag_ns())
     }
 
+    /// The server's own time to first token: its header stamps ([`RequestRecord::server_ttft_ns`],
+    /// the built-in simulator's) or the figure its body reported ([`ServerSide::ttft_ns`], Dynamo's).
+    pub fn server_ttft(&self) -> Option<u64> {
+        self.server_ttft_ns
+            .or_else(|| self.server.as_ref()?.ttft_ns)
+    }
+
     /// What the client added to the time to first token: [`RequestRecord::scheduled_ttft_ns`]
-    /// (send lag included) less the server's own time to first token, when the server stamped it.
+    /// (send lag included) less the server's own time to first token, when the server gave it.
     pub fn client_ttft_ns(&self) -> Option<u64> {
-        Some(
-            self.scheduled_ttft_ns()?
-                .saturating_sub(self.server_ttft_ns?),
-        )
+        Some(self.scheduled_ttft_ns()?.saturating_sub(self.server_ttft()?))
     }
 
     /// End-to-end latency as aiperf measures it (`request_latency`): from the request's start to

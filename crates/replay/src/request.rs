@@ -265,6 +265,7 @@ pub(super) fn to_record(
         error,
         retry: exchange.retried.clone(),
         server_ttft_ns: exchange.server_ttft.map(|d| d.as_nanos() as u64),
+        server: exchange.server.clone(),
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
             (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
@@ -321,6 +322,7 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) ->
         }),
         retry: None,
         server_ttft_ns: None,
+        server: None,
         tree: session.tree.clone(),
     }
 }

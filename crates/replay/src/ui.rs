@@ -331,6 +331,7 @@ mod tests {
             retry: None,
             server_ttft_ns: None,
             tree: None,
+            server: None,
         }
     }
 

@@ -490,6 +490,20 @@ fn print_summary(
     // The same two figures from when each request was due: send lag included.
     outln!("sched ttft    {}", row(&summary.scheduled_ttft_ms));
     outln!("sched latency {}", row(&summary.scheduled_latency_ms));
+    if let Some(split) = &summary.ttft_breakdown_ms {
+        // Medians of each part, over the requests that gave it (they need not add up).
+        let median = |part: &Option<crate::metrics::Dist>| {
+            part.as_ref()
+                .map_or("-".to_string(), |dist| format!("{:.1}", dist.p50))
+        };
+        outln!(
+            "ttft split    p50 queue {}  prefill {}  server other {}  client {} (ms, the server's own figures)",
+            median(&split.queue),
+            median(&split.prefill),
+            median(&split.server_other),
+            median(&split.client)
+        );
+    }
     if let Some(goodput) = &summary.goodput {
         outln!(
             "goodput       {:.2} good req/s, {} good requests ({:.1}% of those sent)",
