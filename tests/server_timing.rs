@@ -23,8 +23,13 @@ fn each_record_keeps_the_simulators_account_and_the_summary_splits_the_ttft() {
     let mut admitted = HashSet::new();
     for rec in &answered {
         let server = rec.server.as_ref().expect("the simulator's headers");
-        assert!(server.worker.is_some() && server.queue_ns.is_some() && server.prefill_ns.is_some());
-        assert!(admitted.insert(server.admit_seq.expect("an admission order")), "unique");
+        assert!(
+            server.worker.is_some() && server.queue_ns.is_some() && server.prefill_ns.is_some()
+        );
+        assert!(
+            admitted.insert(server.admit_seq.expect("an admission order")),
+            "unique"
+        );
         let truth = server.truth.expect("the miss truth");
         let prompt = rec.usage.prompt_tokens.unwrap();
         let cached = rec.usage.cached_tokens.unwrap_or(0);
@@ -42,6 +47,12 @@ fn each_record_keeps_the_simulators_account_and_the_summary_splits_the_ttft() {
         assert_eq!(split[part]["count"].as_u64(), Some(ok), "{part}: {split}");
     }
     // The parts of the server's TTFT fit inside it.
-    assert!(split["prefill"]["p50"].as_f64().unwrap() <= summary["ttft_ms"]["max"].as_f64().unwrap());
-    assert!(run.stdout().contains("ttft split    p50 queue"), "{}", run.stdout());
+    assert!(
+        split["prefill"]["p50"].as_f64().unwrap() <= summary["ttft_ms"]["max"].as_f64().unwrap()
+    );
+    assert!(
+        run.stdout().contains("ttft split    p50 queue"),
+        "{}",
+        run.stdout()
+    );
 }

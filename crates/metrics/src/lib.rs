@@ -261,3 +261,35 @@ impl TtftBreakdown {
         (breakdown != TtftBreakdown::default()).then_some(breakdown)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentx_record::{testkit, ServerSide};
+
+    #[test]
+    fn the_ttft_splits_into_the_servers_queue_prefill_rest_and_the_clients_share() {
+        // TTFT 50 ms from the send, 2 ms of send lag; the server's own TTFT 40 ms of which 10 ms
+        // queue and 25 ms prefill.
+        let mut rec = testkit::rec(100, &[50, 60], 1000, 2);
+        rec.intended_ns = rec.send_ns - 2_000_000;
+        rec.server_ttft_ns = Some(40_000_000);
+        rec.server = Some(ServerSide {
+            queue_ns: Some(10_000_000),
+            prefill_ns: Some(25_000_000),
+            ..ServerSide::default()
+        });
+        // A failed request and one without server figures count for nothing but the client share
+        // they cannot give.
+        let bare = testkit::rec(300, &[50, 60], 1000, 2);
+        let records = [rec, testkit::failed(200, 10), bare];
+        let split = TtftBreakdown::of(&records).expect("one request gave server figures");
+        let median = |part: &Option<Dist>| part.as_ref().map(|dist| (dist.count, dist.p50));
+        assert_eq!(median(&split.queue), Some((1, 10.0)));
+        assert_eq!(median(&split.prefill), Some((1, 25.0)));
+        assert_eq!(median(&split.server_other), Some((1, 5.0)));
+        // 50 + 2 (send lag) - 40.
+        assert_eq!(median(&split.client), Some((1, 12.0)));
+        assert_eq!(TtftBreakdown::of(&records[1..]), None);
+    }
+}

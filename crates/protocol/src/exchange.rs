@@ -392,7 +392,11 @@ mod tests {
         };
         let sent = Instant::now();
         let mut exchange = Exchange::new(sent);
-        state.on_chat_event(r#"{"choices":[{"delta":{"content":"hi"}}]}"#, sent, &mut exchange);
+        state.on_chat_event(
+            r#"{"choices":[{"delta":{"content":"hi"}}]}"#,
+            sent,
+            &mut exchange,
+        );
         state.on_chat_event(
             r#"{"choices":[{"delta":{},"finish_reason":"stop"}],
                 "usage":{"prompt_tokens":900,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":640}},
@@ -408,6 +412,9 @@ mod tests {
             (server.queue_ns, server.prefill_ns, server.ttft_ns),
             (Some(1_500_000), Some(20_000_000), Some(25_000_000))
         );
-        assert_eq!(exchange.usage.and_then(|usage| usage.cached_tokens), Some(640));
+        assert_eq!(
+            exchange.usage.and_then(|usage| usage.cached_tokens),
+            Some(640)
+        );
     }
 }

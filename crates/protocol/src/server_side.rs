@@ -101,7 +101,7 @@ impl NvExtJson {
             let decode = worker_name(ids.decode_worker_id, ids.decode_dp_rank);
             let prefill = worker_name(ids.prefill_worker_id, ids.prefill_dp_rank);
             if decode.is_some() {
-                side.worker = decode.clone();
+                side.worker.clone_from(&decode);
             }
             // Aggregated serving names the same instance twice: one worker.
             if prefill.is_some() && prefill != decode {
@@ -188,9 +188,14 @@ mod tests {
         let mut server = None;
         same.absorb_into(&mut server);
         let server = server.unwrap();
-        assert_eq!((server.worker.as_deref(), server.prefill_worker), (Some("9/1"), None));
+        assert_eq!(
+            (server.worker.as_deref(), server.prefill_worker),
+            (Some("9/1"), None)
+        );
         let mut nothing = None;
-        serde_json::from_str::<NvExtJson>("{}").unwrap().absorb_into(&mut nothing);
+        serde_json::from_str::<NvExtJson>("{}")
+            .unwrap()
+            .absorb_into(&mut nothing);
         assert_eq!(nothing, None);
     }
 }

@@ -305,7 +305,10 @@ impl RequestRecord {
     /// What the client added to the time to first token: [`RequestRecord::scheduled_ttft_ns`]
     /// (send lag included) less the server's own time to first token, when the server gave it.
     pub fn client_ttft_ns(&self) -> Option<u64> {
-        Some(self.scheduled_ttft_ns()?.saturating_sub(self.server_ttft()?))
+        Some(
+            self.scheduled_ttft_ns()?
+                .saturating_sub(self.server_ttft()?),
+        )
     }
 
     /// End-to-end latency as aiperf measures it (`request_latency`): from the request's start to

@@ -135,19 +135,8 @@ impl Transport for Scripted {
             let sent = timer::now();
             assert!(!reply.panic, "scripted panic of request {}", call.n);
             let mut ex = Exchange {
-                sent,
-                first_byte: None,
-                chunk_offsets_ns: Vec::new(),
-                content_chunks: 0,
-                end: sent,
                 status: 200,
-                usage: None,
-                finish_reason: None,
-                text: String::new(),
-                error_body: None,
-                failure: None,
-                retried: None,
-                server_ttft: None,
+                ..Exchange::new(sent)
             };
             let work = async {
                 tokio::time::sleep(reply.ttft).await;
