@@ -156,3 +156,41 @@ fn a_bad_profile_is_refused_naming_the_choices() {
     );
     assert_eq!(sim.received().len(), 0);
 }
+
+/// The summary's `routing` block of a tree run against a four-engine simulator routed by `router`,
+/// with Dynamo's headers sent.
+fn routing_seen(router: agentx::sim::Router) -> serde_json::Value {
+    let sim = Sim::start(SimConfig {
+        engines: 4,
+        router,
+        ..SimConfig::default()
+    });
+    let run = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &tree_run_args(&sim.url(), &["--routing-headers", "dynamo"]),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(
+        run.stdout().contains("sessions stayed on one worker"),
+        "{}",
+        run.stdout()
+    );
+    run.json("run_summary.json")["summary"]["routing"].clone()
+}
+
+#[test]
+fn session_routing_keeps_each_tree_on_one_worker_and_round_robin_does_not() {
+    // By Dynamo's session header, a child bound to its parent's engine: every tree on one worker.
+    let pinned = routing_seen(agentx::sim::Router::Session);
+    assert!(pinned["sessions"].as_u64().unwrap() > 0, "{pinned}");
+    assert_eq!(
+        pinned["sessions_on_one_worker"], pinned["sessions"],
+        "{pinned}"
+    );
+    assert_eq!(pinned["worker_switches"], 0, "{pinned}");
+    // Round-robin ignores the headers: a tree's turns spread over the workers.
+    let spread = routing_seen(agentx::sim::Router::RoundRobin);
+    assert_eq!(spread["workers"], 4, "{spread}");
+    assert!(spread["worker_switches"].as_u64().unwrap() > 0, "{spread}");
+}

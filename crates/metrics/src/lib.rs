@@ -14,6 +14,7 @@ pub mod interactivity;
 pub mod kvmodel;
 pub mod live;
 pub mod prometheus;
+pub mod routing_seen;
 pub mod scrape_log;
 pub mod sessions;
 pub mod slo;
@@ -126,6 +127,9 @@ pub struct Summary {
     /// successful request carried a server figure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_breakdown_ms: Option<TtftBreakdown>,
+    /// Where each session's turns landed, when the responses named their worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing: Option<routing_seen::RoutingSeen>,
     /// The full-response ITL and interactivity as InferenceX's app publishes them (with p99.9, the
     /// population deviation and the slow-tail `p90 = 1 / p90(ITL)`); absent when no successful
     /// request had two output tokens.
@@ -211,6 +215,7 @@ impl Summary {
         summary.osl = Dist::of(osl);
         summary.full_response = interactivity::FullResponseInteractivity::of(records);
         summary.ttft_breakdown_ms = TtftBreakdown::of(records);
+        summary.routing = routing_seen::RoutingSeen::of(records);
         summary
     }
 }

@@ -504,6 +504,15 @@ fn print_summary(
             median(&split.client)
         );
     }
+    if let Some(routing) = &summary.routing {
+        outln!(
+            "workers       {} served; {} of {} sessions stayed on one worker, {} switches",
+            routing.workers,
+            routing.sessions_on_one_worker,
+            routing.sessions,
+            routing.worker_switches
+        );
+    }
     if let Some(goodput) = &summary.goodput {
         outln!(
             "goodput       {:.2} good req/s, {} good requests ({:.1}% of those sent)",
