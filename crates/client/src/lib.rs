@@ -515,7 +515,7 @@ impl Client {
             let mut req = self.headers(req);
             if self.trace_context {
                 // The trace is the tree's (a session is its own root).
-                let root = ids.root_correlation_id.unwrap_or(ids.correlation_id);
+                let root = ids.root();
                 req = req.header(TRACEPARENT, traceparent(root, ids.request_id));
             }
             self.routing.apply(req, &ids).body(body)

@@ -160,11 +160,7 @@ pub(crate) fn session_trees(path: &Path) -> Option<Value> {
     let mut trees: Vec<(String, Tree)> = Vec::new();
     let mut by_root: HashMap<String, usize> = HashMap::new();
     let read = scan_records(path, true, |record| {
-        let root = record
-            .tree
-            .as_ref()
-            .map_or(&record.correlation_id, |tree| &tree.root_correlation_id)
-            .clone();
+        let root = record.session_root().to_owned();
         let at = *by_root.entry(root.clone()).or_insert_with(|| {
             trees.push((root, Tree::default()));
             trees.len() - 1

@@ -33,12 +33,7 @@ impl RoutingSeen {
             let Some(worker) = rec.server.as_ref().and_then(|side| side.worker.as_deref()) else {
                 continue;
             };
-            let session = rec
-                .tree
-                .as_ref()
-                .map_or(rec.correlation_id.as_str(), |tree| {
-                    tree.root_correlation_id.as_str()
-                });
+            let session = rec.session_root();
             by_session
                 .entry(session)
                 .or_default()

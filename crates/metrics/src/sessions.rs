@@ -31,14 +31,6 @@ pub struct SessionFigures {
     pub slowdown: Option<Dist>,
 }
 
-/// The session a record belongs to: its tree's root stream, or its own session.
-fn session_of(r: &RequestRecord) -> &str {
-    match &r.tree {
-        Some(t) => &t.root_correlation_id,
-        None => &r.correlation_id,
-    }
-}
-
 #[derive(Default)]
 struct Acc {
     requests: u64,
@@ -61,7 +53,7 @@ pub fn figures(
         if !matches!(stats::class(r), Class::Valid | Class::Error) {
             continue;
         }
-        let session = per_session.entry(session_of(r)).or_insert_with(|| Acc {
+        let session = per_session.entry(r.session_root()).or_insert_with(|| Acc {
             first_ns: u64::MAX,
             ..Acc::default()
         });

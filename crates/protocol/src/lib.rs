@@ -57,3 +57,12 @@ pub struct RequestIds<'a> {
     /// The session's final turn: a sticky session's connection is released after it.
     pub last: bool,
 }
+
+impl RequestIds<'_> {
+    /// The correlation id of the tree's root stream, the stream's own for a single-stream session
+    /// (the root of its own tree): the trace a `traceparent` names, the session a root-keyed
+    /// routing header carries.
+    pub fn root(&self) -> &str {
+        self.root_correlation_id.unwrap_or(self.correlation_id)
+    }
+}

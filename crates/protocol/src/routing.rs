@@ -365,7 +365,7 @@ impl Profile {
                 .map(|value| vec![(name.clone(), value)])
                 .unwrap_or_default();
         }
-        let root = ids.root_correlation_id.unwrap_or(ids.correlation_id);
+        let root = ids.root();
         let parent = ids.parent_correlation_id;
         let nested = parent.is_some_and(|parent_id| parent_id != root);
         self.rows()

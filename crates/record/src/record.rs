@@ -282,6 +282,15 @@ pub enum TokenSource {
 }
 
 impl RequestRecord {
+    /// The correlation id of the session the request belongs to: its tree's root stream, or its
+    /// own stream (a single-stream session is the root of its own tree). The one rule every
+    /// per-session view (session goodput, the Gantt, OTLP traces, routing) groups by.
+    pub fn session_root(&self) -> &str {
+        self.tree
+            .as_ref()
+            .map_or(&self.correlation_id, |tree| &tree.root_correlation_id)
+    }
+
     /// Time to first token as aiperf measures it (`time_to_first_token`): from the request's start
     /// (`request_start_ns`, before a connection is taken) to the first content chunk.
     pub fn ttft_ns(&self) -> Option<u64> {

@@ -249,7 +249,7 @@ fn note_stream(streams: &mut HashMap<String, Stream>, record: &RequestRecord) {
     let stream = streams
         .entry(record.correlation_id.clone())
         .or_insert_with(|| Stream {
-            trace: trace_id(root_of(record)),
+            trace: trace_id(record.session_root()),
             parent: record
                 .tree
                 .as_ref()
@@ -265,14 +265,6 @@ fn note_stream(streams: &mut HashMap<String, Stream>, record: &RequestRecord) {
     stream.last_end_ns = stream.last_end_ns.max(record.end_ns);
     stream.requests += 1;
     stream.failed |= Outcome::of(record) == Outcome::Failed;
-}
-
-/// The correlation id of the stream at the root of `record`'s tree (its own for a session).
-fn root_of(record: &RequestRecord) -> &str {
-    record
-        .tree
-        .as_ref()
-        .map_or(&record.correlation_id, |tree| &tree.root_correlation_id)
 }
 
 /// A request's span.
@@ -328,7 +320,7 @@ fn request_span(record: &RequestRecord, config: &OtlpConfig) -> Span {
         _ => Status::default(),
     };
     Span {
-        trace_id: trace_id(root_of(record)).to_vec(),
+        trace_id: trace_id(record.session_root()).to_vec(),
         span_id: request_span_id(&record.request_id).to_vec(),
         parent_span_id: stream_span_id(&record.correlation_id).to_vec(),
         name: format!("chat {}", config.model),
