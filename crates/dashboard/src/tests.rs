@@ -171,8 +171,8 @@ fn the_pty_child_gets_ctrl_c_as_a_sigint_and_its_exit_status() {
         "{}",
         child.text()
     );
+    // The child may be gone the moment the signal lands: only its status says what it did.
     child.interrupt().unwrap();
-    assert!(!child.has_exited());
     let status = child.wait(Duration::from_secs(30)).expect("sh exits");
     assert_eq!(status.exit_code(), 3, "{}", child.text());
     assert!(child.text().contains("got-int"), "{}", child.text());
