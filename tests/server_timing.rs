@@ -56,3 +56,29 @@ fn each_record_keeps_the_simulators_account_and_the_summary_splits_the_ttft() {
         run.stdout()
     );
 }
+
+#[test]
+fn server_timing_is_sent_and_under_the_harness_wire_marks_the_run() {
+    let sim = Sim::start(SimConfig::default());
+    let run = Run::exec(
+        tempfile::tempdir().unwrap(),
+        &tree_run_args(&sim.url(), &["--server-timing"]),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let manifest = run.json("run_manifest.json");
+    assert_eq!(
+        manifest["replay_settings"]["server-timing"]["value"], true,
+        "{}",
+        manifest["replay_settings"]
+    );
+    let reasons = run.json("run_summary.json")["submission_invalid_reasons"].clone();
+    assert!(
+        reasons
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|reason| reason == "server_timing_not_harness"),
+        "{reasons}"
+    );
+}

@@ -167,6 +167,13 @@ pub struct RunArgs {
     /// X-Dynamo-Session-ID headers instead. Dynamo before 1.3 rejects `bind`.
     #[arg(help_heading = "Against what", long)]
     pub(crate) use_dynamo_conv_aware_routing: bool,
+    /// Ask the server for its own worker and timing figures on every response (Dynamo's
+    /// `nvext.extra_fields: ["worker_id", "timing"]`, merged into an `nvext` of --extra-inputs):
+    /// each record then keeps the decode and prefill workers, the queue, prefill, TTFT and total
+    /// times and the router's predicted cache hit, and the summary splits the TTFT. Under the agentx
+    /// scenario the run is then not a valid submission (the harness sends no such field)
+    #[arg(help_heading = "Against what", long)]
+    pub(crate) server_timing: bool,
     /// The router's inactivity lease of a bound session, whole seconds [default: 300].
     #[arg(help_heading = "Against what", long, value_name = "SECONDS")]
     pub(crate) dynamo_session_timeout_seconds: Option<String>,

@@ -97,6 +97,40 @@ fn routing_headers(args: &RunArgs) -> anyhow::Result<RoutingHeaders> {
     Ok(headers)
 }
 
+/// What `--server-timing` asks each response for: Dynamo's worker ids and timing.
+pub(crate) const SERVER_TIMING_FIELDS: [&str; 2] = ["worker_id", "timing"];
+
+/// `extra` with `--server-timing`'s `nvext.extra_fields` merged in (added to an `nvext` object the
+/// user gave, or as one of its own); an `nvext` that is not an object, or whose `extra_fields` is
+/// not a list, is an error naming both flags.
+fn with_server_timing(
+    mut extra: Vec<(String, serde_json::Value)>,
+    on: bool,
+) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    use serde_json::{json, Value};
+    if !on {
+        return Ok(extra);
+    }
+    match extra.iter_mut().find(|(key, _)| key == "nvext") {
+        Some((_, Value::Object(nvext))) => {
+            let fields = nvext.entry("extra_fields").or_insert_with(|| json!([]));
+            let Some(list) = fields.as_array_mut() else {
+                bail!("--extra-inputs nvext.extra_fields is {fields}, not a list, and --server-timing adds {SERVER_TIMING_FIELDS:?} to it; pass a list, e.g. nvext:{{\"extra_fields\":[]}}");
+            };
+            for field in SERVER_TIMING_FIELDS {
+                if !list.iter().any(|value| value == field) {
+                    list.push(json!(field));
+                }
+            }
+        }
+        Some((_, other)) => bail!(
+            "--extra-inputs nvext:{other} is not a JSON object, and --server-timing writes nvext.extra_fields into it; pass nvext as an object, e.g. nvext:{{\"annotations\":[]}}"
+        ),
+        None => extra.push(("nvext".into(), json!({ "extra_fields": SERVER_TIMING_FIELDS }))),
+    }
+    Ok(extra)
+}
+
 /// The flags of aiperf's command line that this host accepts but does not act on with a 0.1.0
 /// (single-stream) scenario, each named with why; they are logged as warnings and recorded in the
 /// manifest.
@@ -161,6 +195,7 @@ impl RunPlan {
         let (dataset, loader) = dataset_of(args, demo)?;
         let extra = super::extra_inputs::extra_inputs(&args.extra_inputs, &args.endpoint_type)?;
         let mut given = given(args, demo, &dataset, loader, &extra)?;
+        let extra = with_server_timing(extra, args.server_timing)?;
         let (grace, warmup_grace) = graces(args, &mut given)?;
         let trace_idle_cap = args
             .trace_idle_gap_cap_seconds
@@ -204,6 +239,7 @@ impl RunPlan {
         Ok(RunPlan {
             host_settings,
             dynamo,
+            server_timing: args.server_timing,
             apply_chat_template: args.apply_chat_template,
             scrape_interval,
             session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
@@ -842,9 +878,12 @@ fn host_settings(
             source(args.apply_chat_template),
         ),
     ];
-    // Listed only when given, so a run without it shows the settings it always did.
+    // Listed only when given, so a run without them shows the settings it always did.
     if let Some(profile) = &args.routing_headers {
         settings.push(("routing-headers", json!(profile.to_string()), "flag"));
+    }
+    if args.server_timing {
+        settings.push(("server-timing", json!(true), "flag"));
     }
     settings
 }
@@ -1007,6 +1046,39 @@ mod tests {
         ];
         argv.extend(extra);
         RunPlan::resolve(&Cli::try_parse_from(argv)?.run)
+    }
+
+    #[test]
+    fn server_timing_asks_for_dynamos_fields_beside_what_nvext_holds() {
+        use serde_json::json;
+        let nvext = |plan: &RunPlan| {
+            plan.extra
+                .iter()
+                .find(|(key, _)| key == "nvext")
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(nvext(&resolved(&[]).unwrap()), None);
+        assert_eq!(
+            nvext(&resolved(&["--server-timing"]).unwrap()),
+            Some(json!({"extra_fields": ["worker_id", "timing"]}))
+        );
+        let merged = resolved(&[
+            "--server-timing",
+            "--extra-inputs",
+            r#"nvext:{"annotations":["a"],"extra_fields":["timing"]}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            nvext(&merged),
+            Some(json!({"annotations": ["a"], "extra_fields": ["timing", "worker_id"]}))
+        );
+        let error = resolved(&["--server-timing", "--extra-inputs", "nvext:1"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--server-timing writes nvext.extra_fields"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -256,6 +256,8 @@ pub struct RunPlan {
     pub use_server_token_count: bool,
     /// `--use-dynamo-conv-aware-routing` (body transport): each body's `nvext.session_control`.
     pub dynamo: Option<crate::client::DynamoRouting>,
+    /// `--server-timing`: every body asks for the server's worker and timing figures.
+    pub server_timing: bool,
     /// `--apply-chat-template`: client-side ISL over the model's rendered chat template.
     pub apply_chat_template: bool,
     /// The host's own request-shape settings (`use-dynamo-conv-aware-routing`,

@@ -48,6 +48,10 @@ pub fn routing_headers_reason(
     Some(("routing_headers_not_harness", why))
 }
 
+/// The submission-invalid reason of `--server-timing` under a component that decides every
+/// setting: the harness sends no `nvext.extra_fields`.
+pub const SERVER_TIMING_REASON: &str = "server_timing_not_harness";
+
 /// The notes of `ds` replayed by `scenario`, each logged; an error when `scenario` is the reference
 /// one and the harness refuses the corpus.
 pub fn notes(ds: &Dataset, scenario: &str) -> anyhow::Result<Vec<HarnessNote>> {

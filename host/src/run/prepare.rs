@@ -90,6 +90,16 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         );
         resolved.invalid_reasons.push(reason.to_string());
     }
+    if run_plan.server_timing && decisions.decides_settings {
+        tracing::warn!(
+            "--server-timing: the body asks for nvext.extra_fields, which agentx-harness 1.0.12 never sends, and {} keeps the harness's wire; the run is not a valid submission ({})",
+            info.name,
+            super::harness::SERVER_TIMING_REASON
+        );
+        resolved
+            .invalid_reasons
+            .push(super::harness::SERVER_TIMING_REASON.to_string());
+    }
     let mut not_acted_on = TreeFlags::not_acted_on(&run_plan.not_acted_on, trees);
     if let Some(warning) = assistant_not_acted_on(run_plan, &decisions, &info) {
         not_acted_on.push(warning);
