@@ -16,18 +16,6 @@ use crate::support::agentx_command;
 const ENTER_ALTERNATE: &str = "\u{1b}[?1049h";
 const LEAVE_ALTERNATE: &str = "\u{1b}[?1049l";
 
-/// Every file an interrupted run leaves (as tests/survive.rs's drained runs do).
-const OUTPUTS: [&str; 8] = [
-    "records.jsonl",
-    "run_manifest.json",
-    "run_summary.json",
-    "profile_export.jsonl",
-    "profile_export_aiperf.json",
-    "profile_export_aiperf.csv",
-    "metrics_plots.png",
-    "report.html",
-];
-
 /// Waits until the run being drawn by `child` wrote a profiling record to `records`.
 fn wait_for_profiling(child: &mut PtyChild, records: &Path) {
     let started = Instant::now();
@@ -85,9 +73,7 @@ fn ctrl_c_on_the_dashboard_drains_the_run_writes_every_output_and_restores_the_t
         .rfind("interrupt: no new turns start")
         .unwrap_or_else(|| panic!("no drain warning:\n{text}"));
     assert!(left < warned, "{text}");
-    for name in OUTPUTS {
-        assert!(dir.join(name).is_file(), "{name} missing:\n{text}");
-    }
+    crate::survive::assert_exports(&dir);
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("run_summary.json")).unwrap()).unwrap();
     assert_eq!(summary["stop"], "interrupted", "{summary}");

@@ -11,15 +11,7 @@ use agentx::protocol::trace_context::{hex, request_span_id, stream_span_id, trac
 use agentx::sim::SimConfig;
 use agentx::telemetry::testkit::Receiver;
 
-use super::support::{tree_run_args, Run, Sim};
-
-/// A simulator that keeps every chat request's headers.
-fn recording_sim() -> Sim {
-    Sim::start(SimConfig {
-        record_headers: true,
-        ..SimConfig::default()
-    })
-}
+use super::support::{recording_sim, tree_run_args, Run, Sim};
 
 /// A receiver on its own runtime, kept alive for the test.
 fn receiver() -> (tokio::runtime::Runtime, Receiver) {

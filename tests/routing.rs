@@ -5,16 +5,16 @@
 
 use std::collections::HashMap;
 
-use agentx::sim::SimConfig;
+use agentx::sim::{Received, SimConfig};
 
-use super::support::{tree_run_args, Run, Sim};
+use super::support::{recording_sim, tree_run_args, Run, Sim};
 
-/// A simulator that keeps every chat request's headers.
-fn recording_sim() -> Sim {
-    Sim::start(SimConfig {
-        record_headers: true,
-        ..SimConfig::default()
-    })
+/// What the simulator received, by each request's `X-Request-ID`.
+fn by_request_id(received: &[Received]) -> HashMap<&str, &Received> {
+    received
+        .iter()
+        .filter_map(|request| Some((request.header("x-request-id")?, request)))
+        .collect()
 }
 
 #[test]
@@ -28,10 +28,7 @@ fn dynamo_headers_go_on_the_requests_the_table_names() {
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let records = run.records();
     let received = sim.received();
-    let by_request: HashMap<&str, _> = received
-        .iter()
-        .filter_map(|request| Some((request.header("x-request-id")?, request)))
-        .collect();
+    let by_request = by_request_id(&received);
     let (mut children, mut finals) = (0, 0);
     for record in &records {
         let request = by_request[record.request_id.as_str()];
@@ -108,10 +105,7 @@ fn claude_code_headers_carry_the_root_session_and_the_agent_ids() {
     let run = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let received = sim.received();
-    let by_request: HashMap<&str, _> = received
-        .iter()
-        .filter_map(|request| Some((request.header("x-request-id")?, request)))
-        .collect();
+    let by_request = by_request_id(&received);
     for record in run.records() {
         let request = by_request[record.request_id.as_str()];
         let tree = record.tree.as_ref().expect("a session-tree record");

@@ -92,6 +92,14 @@ pub(crate) fn fixture(name: &str) -> PathBuf {
 
 /// A simulator on its own runtime, serving while the test thread waits on the binary; its
 /// `SimConfig::metric_names` chooses whose metric names `/metrics` speaks.
+/// A default simulator that keeps every chat request's headers ([`Sim::received`]).
+pub(crate) fn recording_sim() -> Sim {
+    Sim::start(SimConfig {
+        record_headers: true,
+        ..SimConfig::default()
+    })
+}
+
 pub(crate) struct Sim {
     rt: tokio::runtime::Runtime,
     handle: Option<SimHandle>,

@@ -80,7 +80,7 @@ fn run_mvp(url: &str, extra: &[&str]) -> Run {
 }
 
 /// Every file a finished run writes is there and parses.
-fn assert_exports(dir: &Path) {
+pub(crate) fn assert_exports(dir: &Path) {
     for f in [
         "records.jsonl",
         "run_manifest.json",

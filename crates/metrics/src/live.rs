@@ -177,8 +177,9 @@ impl PhaseTotals {
         self.ok + self.failed + self.cancelled + self.context_overflows
     }
 
-    fn absorb(&mut self, rec: &RequestRecord) {
-        match Outcome::of(rec) {
+    /// Counts `rec` by `outcome` (its [`Outcome::of`]).
+    fn absorb(&mut self, rec: &RequestRecord, outcome: Outcome) {
+        match outcome {
             Outcome::Ok => {}
             Outcome::Failed => {
                 self.failed += 1;
@@ -389,8 +390,9 @@ impl LiveRun {
             .completed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        completed.totals[phase_index(rec.phase)].absorb(rec);
-        if matches!(Outcome::of(rec), Outcome::Failed) {
+        let outcome = Outcome::of(rec);
+        completed.totals[phase_index(rec.phase)].absorb(rec, outcome);
+        if outcome == Outcome::Failed {
             if let Some(error) = &rec.error {
                 if completed.recent_errors.len() == RECENT_ERRORS {
                     completed.recent_errors.pop_front();

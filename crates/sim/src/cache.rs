@@ -180,12 +180,8 @@ impl BlockIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentx_tokens::blocks::BlockHasher;
-
     fn hashes(text: &str, bs: u32) -> Vec<u64> {
-        let mut h = BlockHasher::new(bs);
-        h.push_text(text);
-        h.finish()
+        agentx_tokens::blocks::chain_of([text], bs).hashes
     }
 
     fn words(n: usize, tag: &str) -> String {

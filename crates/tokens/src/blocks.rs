@@ -121,9 +121,7 @@ mod tests {
     use super::*;
 
     fn hashes(text: &str, bs: u32) -> Vec<u64> {
-        let mut h = BlockHasher::new(bs);
-        h.push_text(text);
-        h.finish()
+        chain_of([text], bs).hashes
     }
 
     fn words(n: usize, tag: &str) -> String {
