@@ -59,6 +59,7 @@ fn ok(s: u64, turn: u32, send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) ->
         server_ttft_ns: None,
         tree: None,
         server: None,
+        prompt_blocks: None,
     }
 }
 
@@ -130,6 +131,7 @@ fn info() -> RunInfo {
         })),
         warmup_naming: aiperf::WarmupNaming::default(),
         goodput: None,
+        cache: None,
     }
 }
 

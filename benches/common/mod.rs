@@ -200,6 +200,7 @@ pub(crate) fn replay_config(conc: u32, secs: f64) -> ReplayConfig {
         timer_thread: true,
         warmup_progress_interval: None,
         chat_template: None,
+        prompt_chain_block_size: Some(16),
     }
 }
 

@@ -51,6 +51,7 @@ use super::text::{block_stream, corpus_key, push_words, tail_stream, trace_key, 
 use super::tokens::TokenCounter;
 use super::view::Trajectory;
 
+mod chain;
 mod layout;
 
 use layout::*;
@@ -244,6 +245,8 @@ pub struct Conversation<'a> {
     /// Bumped whenever `live` is rebuilt rather than extended.
     gen: u64,
     json_cache: std::cell::RefCell<JsonCache>,
+    /// The prompt's block chain as last hashed ([`Conversation::with_prompt_chain`]).
+    chain_cache: std::cell::RefCell<chain::ChainCache>,
     last: StepInfo,
 }
 
@@ -280,6 +283,7 @@ impl<'a> Conversation<'a> {
             recorded_history: false,
             gen: 0,
             json_cache: std::cell::RefCell::default(),
+            chain_cache: std::cell::RefCell::default(),
             last,
         };
         conv.rebuild_live();

@@ -80,6 +80,8 @@ pub struct RunInfo {
     pub warmup_naming: WarmupNaming,
     /// `--goodput`: its figures join the aggregate metrics.
     pub goodput: Option<Goodput>,
+    /// The cache truth, written as `agentx_cache` (its totals and its rows by turn index).
+    pub cache: Option<agentx_metrics::cache_truth::CacheReport>,
 }
 
 /// How `profile_export.jsonl` names the warmup phase: the one place that choice lives. In both
@@ -491,6 +493,13 @@ pub(crate) fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Order
     }
     if let Some(block) = theoretical_prefix_cache_hit(&prof, info) {
         aggregate.put_ordered("theoretical_prefix_cache_hit", block);
+    }
+    if let Some(cache) = &info.cache {
+        // agentx's own key beside aiperf's: the achievable and measured hit, the misses by cause.
+        aggregate.put(
+            "agentx_cache",
+            serde_json::to_value(cache).unwrap_or(Json::Null),
+        );
     }
     aggregate.put("error_summary", error_summary(&prof));
     aggregate.put(
@@ -929,6 +938,7 @@ mod tests {
             dataset: None,
             warmup_naming: WarmupNaming::aiperf013(),
             goodput: None,
+            cache: None,
         }
     }
 

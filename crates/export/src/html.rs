@@ -543,6 +543,117 @@ fn published_table(f: &agentx_metrics::interactivity::FullResponseInteractivity)
 /// The latency and interactivity of the successful profiling requests: aiperf's figures, then
 /// agentx's schedule-anchored pair (from when each request was due) when the records carry it
 /// (aiperf's own exports do not).
+/// The cache truth: the measured and achievable hit and the misses by cause (a table, with a
+/// plain sentence when the unexplained share is large), and the hit and misses by turn index.
+fn cache_truth_section(cache: &agentx_metrics::cache_truth::CacheReport) -> (Table, Vec<Chart>) {
+    let share = |tokens: Option<u64>| {
+        pct(tokens
+            .filter(|_| cache.prompt_tokens > 0)
+            .map(|tokens| tokens as f64 / cache.prompt_tokens as f64))
+    };
+    let miss = &cache.miss;
+    let mut rows = vec![
+        ("measured hit", pct(cache.measured.value)),
+        (
+            "achievable, each worker as routed",
+            pct(cache.achievable.per_worker_as_routed.value),
+        ),
+        (
+            "achievable, one pool at capacity",
+            pct(cache.achievable.pooled_at_capacity.value),
+        ),
+        (
+            "achievable, infinite cache",
+            pct(cache.achievable.infinite.value),
+        ),
+        ("missed: cold", share(Some(miss.cold))),
+        ("missed: capacity", share(Some(miss.capacity))),
+        ("missed: routing", share(Some(miss.routing))),
+        ("missed: context cap", share(Some(miss.context_cap))),
+        ("missed: unexplained", share(miss.unexplained)),
+        ("hit beyond the model (surplus)", share(miss.surplus)),
+        (
+            "model",
+            format!(
+                "{}-token blocks ({}), {} worker(s), routing {}, capacity {}",
+                cache.block_size.value,
+                cache.block_size.source,
+                cache.workers,
+                cache.routing,
+                cache
+                    .capacity_tokens
+                    .as_ref()
+                    .map_or("unknown".to_owned(), |capacity| {
+                        format!("{} tokens ({})", capacity.value, capacity.source)
+                    })
+            ),
+        ),
+    ];
+    let missed = cache.prompt_tokens.saturating_sub(
+        cache
+            .measured
+            .value
+            .map_or(0, |hit| (hit * cache.prompt_tokens as f64) as u64),
+    );
+    if let Some(unexplained) = miss.unexplained.filter(|tokens| *tokens * 10 > missed) {
+        rows.push((
+            "finding",
+            format!(
+                "{} of the {missed} missed prompt tokens are unexplained: the server missed where the model predicts a hit (a smaller real capacity, another eviction policy, a template that rewrites history)",
+                unexplained
+            ),
+        ));
+    }
+    let by_turn =
+        |label: &str, value: &dyn Fn(&agentx_metrics::cache_truth::TurnRow) -> Option<f64>| {
+            ChartSeries {
+                label: label.to_owned(),
+                points: cache
+                    .by_turn
+                    .iter()
+                    .filter_map(|row| Some((f64::from(row.turn), value(row)?)))
+                    .collect(),
+                style: None,
+            }
+        };
+    let of_prompt = |row: &agentx_metrics::cache_truth::TurnRow, tokens: Option<u64>| {
+        tokens
+            .filter(|_| row.prompt_tokens > 0)
+            .map(|tokens| tokens as f64 / row.prompt_tokens as f64)
+    };
+    let chart = |title: &str, series: Vec<ChartSeries>| Chart {
+        title: title.to_owned(),
+        x_label: "turn index".into(),
+        y_label: "share of prompt tokens".into(),
+        style: ChartStyle::Lines,
+        series,
+        group: Some("turn".into()),
+        x_log2: false,
+    };
+    let charts = vec![
+        chart(
+            "Cache hit by turn: achievable against measured",
+            vec![
+                by_turn("achievable", &|row| row.achievable.value),
+                by_turn("measured", &|row| row.measured.value),
+            ],
+        ),
+        chart(
+            "Missed prompt tokens by cause and turn",
+            vec![
+                by_turn("cold", &|row| of_prompt(row, Some(row.miss.cold))),
+                by_turn("capacity", &|row| of_prompt(row, Some(row.miss.capacity))),
+                by_turn("routing", &|row| of_prompt(row, Some(row.miss.routing))),
+                by_turn("context cap", &|row| {
+                    of_prompt(row, Some(row.miss.context_cap))
+                }),
+                by_turn("unexplained", &|row| of_prompt(row, row.miss.unexplained)),
+            ],
+        ),
+    ];
+    (Table::kv("Cache truth (profiling)", rows), charts)
+}
+
 fn latency_table(records: &[ProfileRecord]) -> Table {
     let prof: Vec<&ProfileRecord> = records
         .iter()
@@ -708,6 +819,10 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
         reasons: report.submission_invalid_reasons.clone(),
     });
     let panels = plot::panels(&a.records, a.server.as_ref());
+    let (cache_table, cache_charts) = summary
+        .and_then(|s| s.summary.cache.as_ref())
+        .map(cache_truth_section)
+        .unzip();
     Page {
         title: format!("agentx run {}", scenario_field("name")),
         subtitle: format!(
@@ -719,8 +834,13 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
         tables: [what, requests, throughput, latency]
             .into_iter()
             .chain(published)
+            .chain(cache_table)
             .collect(),
-        charts: panels.iter().map(Chart::from_panel).collect(),
+        charts: panels
+            .iter()
+            .map(Chart::from_panel)
+            .chain(cache_charts.into_iter().flatten())
+            .collect(),
         charts_heading: None,
         gantt: crate::gantt::session_trees(&a.dir.join(agentx_record::RECORDS_FILE)),
     }

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cache_truth;
 pub mod engines;
 pub mod goodput;
 pub mod interactivity;
@@ -130,6 +131,10 @@ pub struct Summary {
     /// Where each session's turns landed, when the responses named their worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<routing_seen::RoutingSeen>,
+    /// The cache truth: the hit the prompts allowed and why each missed token missed (set by the
+    /// run, which knows the server's KV capacity); absent when the records have no prompt chains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<cache_truth::CacheReport>,
     /// The full-response ITL and interactivity as InferenceX's app publishes them (with p99.9, the
     /// population deviation and the slow-tail `p90 = 1 / p90(ITL)`); absent when no successful
     /// request had two output tokens.

@@ -193,6 +193,29 @@ pub struct RequestRecord {
     /// Dynamo's `nvext` worker and timing); absent when it said nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerSide>,
+    /// The prompt's blocks as sent (its chain, by pointer to the earlier request that first sent
+    /// its shared prefix): what the cache model replays; absent in records from before it, and
+    /// when the run hashed no chains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_blocks: Option<PromptBlocks>,
+}
+
+/// A prompt's block chain, kept small: its first `shared` blocks are those of the request `from`
+/// (which sent them first; chained hashes make a shared block a shared prefix), the rest are its
+/// own. Following `from` gives every block's identity without the hashes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptBlocks {
+    /// Words per block of the chain (the unit the client counts prompts in).
+    pub block_size: u32,
+    /// The prompt's full blocks.
+    pub blocks: u32,
+    /// The prompt's words, the partial last block included (to convert into the server's tokens).
+    pub words: u64,
+    /// The leading blocks some earlier request sent first.
+    pub shared: u32,
+    /// The request that first sent block `shared - 1` (absent when `shared` is 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// The server's own account of a request (every figure absent when it did not give it).

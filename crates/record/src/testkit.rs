@@ -43,6 +43,7 @@ pub fn rec(send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) -> RequestRecord
         server_ttft_ns: None,
         tree: None,
         server: None,
+        prompt_blocks: None,
     }
 }
 

@@ -36,6 +36,7 @@ pub mod arrivals;
 mod drain;
 mod lane;
 pub mod plan;
+mod prefix;
 mod recycle;
 mod request;
 pub mod sched;
@@ -110,6 +111,9 @@ pub struct ReplayConfig {
     /// `--apply-chat-template`: each request's client-side ISL is its prompt rendered by the
     /// model's chat template and counted, off the send path (while the request is in flight).
     pub chat_template: Option<agentx_dataset::chat_template::TemplateCounter>,
+    /// Hash each prompt as sent into a block chain of this many words per block and keep it in
+    /// the record ([`agentx_record::PromptBlocks`]), for the cache model; `None` hashes nothing.
+    pub prompt_chain_block_size: Option<u32>,
 }
 
 /// Why the replay stopped.
@@ -372,6 +376,8 @@ struct Shared {
     /// A sharded run publishes its counts here instead of checking the threshold itself.
     shard_tally: Option<watch::Sender<Tally>>,
     boundary: Option<BoundaryHook>,
+    /// The first sender of each prompt block (when the run hashes chains).
+    prefix: Option<prefix::Registry>,
 }
 
 impl Shared {
@@ -838,7 +844,9 @@ impl Shared {
         } else {
             None
         };
+        let prefix = cfg.prompt_chain_block_size.map(prefix::Registry::new);
         let shared = Arc::new(Shared {
+            prefix,
             concurrency,
             run_short: cfg.run_id.chars().take(8).collect(),
             cfg,

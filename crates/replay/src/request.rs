@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use agentx_dataset::AssistantMode;
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
-use agentx_record::{Phase, RecordError, RequestRecord, TokenSource, Usage};
+use agentx_record::{Phase, PromptBlocks, RecordError, RequestRecord, TokenSource, Usage};
 use agentx_scenario::types::{ErrorClass, ErrorResponse};
 
 /// The exit of one request as the lane sees it.
@@ -43,6 +43,31 @@ pub(super) struct Prepared {
     pub(super) source_idx: (Option<u32>, Option<u32>),
     /// The messages' JSON pieces, kept for `--apply-chat-template`'s count (shared, not copied).
     pub(super) template_parts: Option<Vec<Bytes>>,
+    /// The prompt's block chain as registered (when the run hashes chains).
+    pub(super) prompt_blocks: Option<PromptBlocks>,
+}
+
+/// The request id of the run's next request (unique across shards).
+pub(super) fn next_request_id(sh: &Shared) -> String {
+    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+    format!("{}-r{seq}", sh.run_short)
+}
+
+/// The prompt's blocks as `request_id` sends them, registered with the run's first senders
+/// (`None` when the run hashes no chains).
+pub(super) fn prompt_blocks(
+    sh: &Shared,
+    session: &Session,
+    conv: &agentx_dataset::Conversation<'static>,
+    request_id: &str,
+) -> Option<PromptBlocks> {
+    let registry = sh.prefix.as_ref()?;
+    let bust = bust(sh.cfg.placement, &session.marker);
+    Some(
+        conv.with_prompt_chain(bust, registry.block_size, |hashes, words| {
+            registry.register(request_id, hashes, words)
+        }),
+    )
 }
 
 /// The body of a stream's turn (with Dynamo's `session_control` when that is on), and the
@@ -84,11 +109,12 @@ pub(super) fn prepare(
         conv.messages_json_parts(bust),
         last,
     );
-    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+    let request_id = next_request_id(sh);
     let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
     Prepared {
         body,
-        request_id: format!("{}-r{seq}", sh.run_short),
+        prompt_blocks: prompt_blocks(sh, session, conv, &request_id),
+        request_id,
         trace_id: traj.id(),
         turn: turn as u32,
         num_turns: traj.num_turns() as u32,
@@ -266,6 +292,7 @@ pub(super) fn to_record(
         retry: exchange.retried.clone(),
         server_ttft_ns: exchange.server_ttft.map(|d| d.as_nanos() as u64),
         server: exchange.server.clone(),
+        prompt_blocks: req.prompt_blocks,
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
             (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
@@ -289,10 +316,9 @@ pub(super) struct FailedRequest {
 
 /// The record of a [`FailedRequest`]: an error with no response, sent and ended now.
 pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) -> RequestRecord {
-    let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
     let now = sh.clock.now_ns();
     RequestRecord {
-        request_id: format!("{}-r{seq}", sh.run_short),
+        request_id: next_request_id(sh),
         correlation_id: session.correlation_id.clone(),
         session_num: session.session_num,
         phase: f.phase,
@@ -323,6 +349,7 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) ->
         retry: None,
         server_ttft_ns: None,
         server: None,
+        prompt_blocks: None,
         tree: session.tree.clone(),
     }
 }

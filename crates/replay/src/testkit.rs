@@ -260,6 +260,7 @@ pub(crate) fn config(secs: f64) -> ReplayConfig {
         trace_idle_cap: None,
         timer_thread: false,
         chat_template: None,
+        prompt_chain_block_size: Some(16),
     }
 }
 

@@ -332,6 +332,7 @@ mod tests {
             server_ttft_ns: None,
             tree: None,
             server: None,
+            prompt_blocks: None,
         }
     }
 

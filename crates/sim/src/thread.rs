@@ -12,6 +12,7 @@ use super::{spawn, SimConfig, SimError};
 pub struct SimThread {
     addr: SocketAddr,
     model: String,
+    block_size: u32,
     cpu_tx: mpsc::UnboundedSender<std::sync::mpsc::Sender<Option<f64>>>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -29,6 +30,7 @@ impl SimThread {
     /// Starts a server for `config` on a new thread named `agentx-sim` and waits until it listens.
     pub fn start(config: SimConfig) -> Result<SimThread, SimError> {
         let model = config.model.clone();
+        let block_size = config.block_size;
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (cpu_tx, mut cpu_rx) = mpsc::unbounded_channel::<std::sync::mpsc::Sender<_>>();
@@ -73,6 +75,7 @@ impl SimThread {
         Ok(SimThread {
             addr,
             model,
+            block_size,
             cpu_tx,
             stop: Some(stop_tx),
             thread: Some(thread),
@@ -92,6 +95,11 @@ impl SimThread {
     /// The model name the server answers to.
     pub fn model(&self) -> &str {
         &self.model
+    }
+
+    /// Tokens per block of its prefix cache.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
     }
 
     /// CPU seconds the server's thread has run so far (from `/proc/thread-self/schedstat`); `None`

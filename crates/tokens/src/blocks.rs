@@ -13,7 +13,7 @@
 //! stream step is a different function: SplitMix64 with its increment.)
 
 /// Hashes prompt words into chained block hashes, one word at a time.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct BlockHasher {
     block_size: u32,
     in_block: u32,
@@ -49,8 +49,16 @@ impl BlockHasher {
 
     /// Add every whitespace-separated word of `text`.
     pub fn push_text(&mut self, text: &str) {
-        for w in text.split_ascii_whitespace() {
-            self.push(w.as_bytes());
+        self.push_text_bytes(text.as_bytes());
+    }
+
+    /// Add every word of `text` split at ASCII whitespace, as [`BlockHasher::push_text`] does
+    /// (`str::split_ascii_whitespace`'s words, for bytes not yet checked as UTF-8).
+    pub fn push_text_bytes(&mut self, text: &[u8]) {
+        for word in text.split(u8::is_ascii_whitespace) {
+            if !word.is_empty() {
+                self.push(word);
+            }
         }
     }
 
@@ -63,6 +71,40 @@ impl BlockHasher {
     pub fn finish(self) -> Vec<u64> {
         self.blocks
     }
+
+    /// The chained hashes of the full blocks seen so far, without giving the hasher up.
+    pub fn hashes(&self) -> &[u64] {
+        &self.blocks
+    }
+
+    /// The state after the tokens added so far, to come back to with [`BlockHasher::rewind`].
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            in_block: self.in_block,
+            cur: self.cur,
+            prev: self.prev,
+            blocks: self.blocks.len(),
+        }
+    }
+
+    /// Back to the state of `checkpoint` (taken from this hasher, after fewer or as many tokens as
+    /// now): the tokens added since are forgotten, so a prompt that keeps a prefix of the previous
+    /// one hashes only what follows it.
+    pub fn rewind(&mut self, checkpoint: Checkpoint) {
+        self.in_block = checkpoint.in_block;
+        self.cur = checkpoint.cur;
+        self.prev = checkpoint.prev;
+        self.blocks.truncate(checkpoint.blocks);
+    }
+}
+
+/// A [`BlockHasher`]'s state after some prefix of tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    in_block: u32,
+    cur: u64,
+    prev: u64,
+    blocks: usize,
 }
 
 const BLOCK_SEED: u64 = 0x243f_6a88_85a3_08d3;
@@ -130,6 +172,21 @@ mod tests {
             text.push_str(&format!("{tag}{i} "));
         }
         text
+    }
+
+    #[test]
+    fn a_rewound_hasher_hashes_as_if_the_later_tokens_never_came() {
+        let mut hasher = BlockHasher::new(4);
+        hasher.push_text(&words(6, "a"));
+        let after_six = hasher.checkpoint();
+        hasher.push_text(&words(9, "b"));
+        assert_eq!(hasher.hashes().len(), 3);
+        hasher.rewind(after_six);
+        assert_eq!(hasher.tokens(), 6);
+        hasher.push_text(&words(5, "c"));
+        let expected = hashes(&(words(6, "a") + &words(5, "c")), 4);
+        assert_eq!(hasher.hashes(), &expected[..]);
+        assert_eq!(hasher.finish(), expected);
     }
 
     #[test]

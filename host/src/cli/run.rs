@@ -437,6 +437,40 @@ fn print_arrivals(dir: &Path) {
     );
 }
 
+/// The cache truth's two lines: measured and achievable hit, then the misses by cause, each a
+/// share of the prompt tokens.
+fn print_cache_truth(cache: &crate::metrics::cache_truth::CacheReport) {
+    let rate = |rate: &crate::metrics::cache_truth::Rate| {
+        rate.value
+            .map_or("-".to_string(), |value| format!("{:.1}%", 100.0 * value))
+    };
+    outln!(
+        "cache hit     measured {}  achievable {} as routed, {} pooled at capacity, {} infinite (model at {}-token blocks, {} worker(s))",
+        rate(&cache.measured),
+        rate(&cache.achievable.per_worker_as_routed),
+        rate(&cache.achievable.pooled_at_capacity),
+        rate(&cache.achievable.infinite),
+        cache.block_size.value,
+        cache.workers
+    );
+    let share = |tokens: Option<u64>| match tokens {
+        Some(tokens) if cache.prompt_tokens > 0 => {
+            format!("{:.1}%", 100.0 * tokens as f64 / cache.prompt_tokens as f64)
+        }
+        _ => "-".to_string(),
+    };
+    let miss = &cache.miss;
+    outln!(
+        "cache misses  cold {}  capacity {}  routing {}  context cap {}  unexplained {}  surplus {} (of prompt tokens)",
+        share(Some(miss.cold)),
+        share(Some(miss.capacity)),
+        share(Some(miss.routing)),
+        share(Some(miss.context_cap)),
+        share(miss.unexplained),
+        share(miss.surplus)
+    );
+}
+
 fn print_summary(
     outcome: &replay::ReplayOutcome,
     summary: &Summary,
@@ -512,6 +546,9 @@ fn print_summary(
             routing.sessions,
             routing.worker_switches
         );
+    }
+    if let Some(cache) = &summary.cache {
+        print_cache_truth(cache);
     }
     if let Some(goodput) = &summary.goodput {
         outln!(

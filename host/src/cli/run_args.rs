@@ -174,6 +174,17 @@ pub struct RunArgs {
     /// scenario the run is then not a valid submission (the harness sends no such field)
     #[arg(help_heading = "Against what", long)]
     pub(crate) server_timing: bool,
+    /// The server's KV block size in tokens, for the cache model: each prompt is hashed as sent in
+    /// blocks of this many words, and the achievable hit is modelled at it [default: the built-in
+    /// simulator's, else 16 (vLLM's); a block size the server reports
+    /// (`vllm:cache_config_info`) that is a multiple of it is used for the model]
+    #[arg(help_heading = "Against what", long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(crate) kv_block_size: Option<u32>,
+    /// The server's KV cache capacity in tokens, for the achievable hit at that capacity
+    /// [default: what the server reports: vLLM `num_gpu_blocks` x `block_size`, SGLang
+    /// `max_total_num_tokens`, TRT-LLM's max blocks; a reading that disagrees is kept beside it]
+    #[arg(help_heading = "Against what", long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) kv_capacity_tokens: Option<u64>,
     /// The router's inactivity lease of a bound session, whole seconds [default: 300].
     #[arg(help_heading = "Against what", long, value_name = "SECONDS")]
     pub(crate) dynamo_session_timeout_seconds: Option<String>,

@@ -240,6 +240,8 @@ impl RunPlan {
             host_settings,
             dynamo,
             server_timing: args.server_timing,
+            kv_block_size: args.kv_block_size,
+            kv_capacity_tokens: args.kv_capacity_tokens,
             apply_chat_template: args.apply_chat_template,
             scrape_interval,
             session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
@@ -884,6 +886,12 @@ fn host_settings(
     }
     if args.server_timing {
         settings.push(("server-timing", json!(true), "flag"));
+    }
+    if let Some(tokens) = args.kv_block_size {
+        settings.push(("kv-block-size", json!(tokens), "flag"));
+    }
+    if let Some(tokens) = args.kv_capacity_tokens {
+        settings.push(("kv-capacity-tokens", json!(tokens), "flag"));
     }
     settings
 }

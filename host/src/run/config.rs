@@ -258,6 +258,10 @@ pub struct RunPlan {
     pub dynamo: Option<crate::client::DynamoRouting>,
     /// `--server-timing`: every body asks for the server's worker and timing figures.
     pub server_timing: bool,
+    /// `--kv-block-size`: the server's KV block size, for the prompt chains and the cache model.
+    pub kv_block_size: Option<u32>,
+    /// `--kv-capacity-tokens`: the server's KV capacity, for the cache model.
+    pub kv_capacity_tokens: Option<u64>,
     /// `--apply-chat-template`: client-side ISL over the model's rendered chat template.
     pub apply_chat_template: bool,
     /// The host's own request-shape settings (`use-dynamo-conv-aware-routing`,

@@ -129,6 +129,8 @@ pub(super) fn join_shards(cfg: &RunConfig, prepared: &Prepared) -> anyhow::Resul
 /// client, and the model every request names.
 pub(super) struct Connected {
     pub sim: Option<crate::sim::SimThread>,
+    /// Words per block of the prompt chains: `--kv-block-size`, else the built-in simulator's.
+    pub chain_block_size: u32,
     pub ccfg: ClientConfig,
     pub model: String,
     /// `--metrics-listen`'s socket, bound before anything was sent; served once the run's live
@@ -214,6 +216,7 @@ pub(super) fn connect(
     }
     Ok((
         Connected {
+            chain_block_size: chain_block_size(run_plan.kv_block_size, sim.as_ref()),
             sim,
             ccfg,
             model,
@@ -328,6 +331,15 @@ const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Logs what the pre-flight check found: the served model, its context length, and how much of the
 /// plan will overflow it.
+/// Words per block of the prompt chains: `--kv-block-size`, else the built-in simulator's block
+/// size (so its cache is predicted exactly), else vLLM's default of 16 (which coarsens exactly to
+/// any multiple of it).
+fn chain_block_size(flag: Option<u32>, sim: Option<&crate::sim::SimThread>) -> u32 {
+    const VLLM_DEFAULT_BLOCK_SIZE: u32 = 16;
+    flag.or_else(|| sim.map(crate::sim::SimThread::block_size))
+        .unwrap_or(VLLM_DEFAULT_BLOCK_SIZE)
+}
+
 fn report_preflight(
     p: &crate::client::preflight::Preflight,
     plan: &Plan,

@@ -394,6 +394,15 @@ fn write_merged(
         false => dataset_of(first),
     };
     let mut summary = crate::metrics::Summary::of(records);
+    // Each shard registered its own first senders: a block two shards both sent counts as each
+    // one's own, so the model may predict a miss where the server hit (surplus), never the reverse.
+    summary.cache = crate::metrics::cache_truth::cache_report(
+        records,
+        &crate::metrics::cache_truth::ModelSpec {
+            block_size: None,
+            capacity_tokens: None,
+        },
+    );
     if let Some(goodput_spec) = &goodput {
         summary.goodput = Some(goodput_spec.of_run(records));
         let share = first.session_goodput_share.unwrap_or(1.0);
@@ -453,6 +462,7 @@ fn write_merged(
             }),
         warmup_naming: export_rules(first).1,
         goodput,
+        cache: doc.summary.cache.clone(),
     };
     let slice = first.slice_duration;
     let (written, failed) = crate::export::write_run_exports(&art, records, &info, slice, None);

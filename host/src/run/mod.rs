@@ -410,6 +410,7 @@ impl ReplayStage<'_> {
             timer_thread: true,
             warmup_progress_interval: run_plan.warmup_progress_interval,
             chat_template: prepared.chat_template.clone(),
+            prompt_chain_block_size: Some(self.conn.chain_block_size),
         }
     }
 

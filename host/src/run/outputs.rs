@@ -185,6 +185,7 @@ pub(super) fn conclude(
     d.manifest.stop = Some(outcome.stop.as_str().to_string());
     d.write_manifest()?;
     let mut summary = Summary::of(&ended.records);
+    summary.cache = cache_truth(cfg, &ended);
     if let Some(goodput) = &cfg.goodput {
         summary.goodput = Some(goodput.of_run(&ended.records));
         let times = planned.recorded_times(prepared.ds, &ended.records);
@@ -206,7 +207,8 @@ pub(super) fn conclude(
         d.out.join(MANIFEST_FILE),
         summary_path,
     ];
-    let (written_files, mut export_failed) = exports(ctx, d, &ended, &reasons);
+    let (written_files, mut export_failed) =
+        exports(ctx, d, &ended, &reasons, summary.cache.as_ref());
     files.extend(written_files);
     if cfg.timeline {
         match write_timeline(d, ended.scrape_log.as_ref()) {
@@ -237,6 +239,63 @@ pub(super) fn conclude(
         records_path,
         dry_run: None,
     })
+}
+
+/// The run's cache truth: the records' prompt chains through the cache model, at the block size
+/// and KV capacity `--kv-block-size` and `--kv-capacity-tokens` give, else the server's metrics
+/// report (a flag that contradicts the server is kept, with both in the report's notes).
+fn cache_truth(cfg: &RunConfig, ended: &Ended) -> Option<crate::metrics::cache_truth::CacheReport> {
+    use crate::metrics::cache_truth::{self, ModelSpec, Sourced};
+    let mut notes = Vec::new();
+    let server = ended.scrape_log.as_ref().map_or(
+        ModelSpec {
+            block_size: None,
+            capacity_tokens: None,
+        },
+        |log| cache_truth::server_reading(log, &mut notes),
+    );
+    let flag = |name: &str| format!("--{name}");
+    let block_size = match (cfg.plan.kv_block_size, server.block_size) {
+        (Some(value), reported) => {
+            if let Some(reported) = reported.filter(|reported| reported.value != value) {
+                notes.push(format!(
+                    "--kv-block-size {value} contradicts the server's {} ({}); the model uses the flag",
+                    reported.value, reported.source
+                ));
+            }
+            Some(Sourced {
+                value,
+                source: flag("kv-block-size"),
+            })
+        }
+        (None, reported) => reported,
+    };
+    let capacity_tokens = match (cfg.plan.kv_capacity_tokens, server.capacity_tokens) {
+        (Some(value), reported) => {
+            if let Some(reported) = reported.filter(|reported| reported.value != value) {
+                notes.push(format!(
+                    "--kv-capacity-tokens {value} contradicts the server's {} ({}); the model uses the flag",
+                    reported.value, reported.source
+                ));
+            }
+            Some(Sourced {
+                value,
+                source: flag("kv-capacity-tokens"),
+            })
+        }
+        (None, reported) => reported,
+    };
+    let spec = ModelSpec {
+        block_size,
+        capacity_tokens,
+    };
+    let mut report = cache_truth::cache_report(&ended.records, &spec)?;
+    for note in &notes {
+        tracing::warn!("cache truth: {note}");
+    }
+    notes.append(&mut report.notes);
+    report.notes = notes;
+    Some(report)
 }
 
 /// Writes `run_summary.json`; returns its path.
@@ -337,7 +396,13 @@ fn write_timeline(
 }
 
 /// The aiperf-compatible exports, the server metrics, the plot and the page.
-fn exports(ctx: RunCtx<'_>, d: &RunDir, ended: &Ended, reasons: &[String]) -> (Vec<PathBuf>, bool) {
+fn exports(
+    ctx: RunCtx<'_>,
+    d: &RunDir,
+    ended: &Ended,
+    reasons: &[String],
+    cache: Option<&crate::metrics::cache_truth::CacheReport>,
+) -> (Vec<PathBuf>, bool) {
     let RunCtx {
         cfg,
         prepared,
@@ -374,6 +439,7 @@ fn exports(ctx: RunCtx<'_>, d: &RunDir, ended: &Ended, reasons: &[String]) -> (V
             prepared.decisions.warmup_phase_name.clone(),
         ),
         goodput: cfg.goodput.clone(),
+        cache: cache.cloned(),
     };
     let server = scrape_log.map(|log| {
         check_scrapes(cfg, log);

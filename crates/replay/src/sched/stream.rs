@@ -184,10 +184,11 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
             conv.messages_json_parts(bust),
             last,
         );
-        let seq = sh.request_seq.fetch_add(1, Ordering::Relaxed) * sh.stride.1 + sh.stride.0;
+        let request_id = request::next_request_id(&sh);
         request::Prepared {
             body,
-            request_id: format!("{}-r{seq}", sh.run_short),
+            prompt_blocks: request::prompt_blocks(&sh, &session, &conv, &request_id),
+            request_id,
             trace_id: conv_id,
             turn,
             num_turns,
@@ -236,8 +237,13 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
         failed: sent.error,
         end: sent.end,
         next: next.inspect(|c| {
-            // Writes (and, live, caches) the history's JSON: the costly part of a body.
-            let _ = c.messages_json_parts(bust(sh.cfg.placement, &session.marker));
+            // Writes (and, live, caches) the history's JSON: the costly part of a body; and
+            // hashes its new messages into the prompt chain (registered only when it is sent).
+            let marker = bust(sh.cfg.placement, &session.marker);
+            let _ = c.messages_json_parts(marker);
+            if let Some(registry) = &sh.prefix {
+                c.with_prompt_chain(marker, registry.block_size, |_, _| ());
+            }
         }),
         session,
     }

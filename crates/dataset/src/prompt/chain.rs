@@ -1,0 +1,192 @@
+//! The prompt's block chain: the chained hashes of the text a turn sends, as the simulator hashes
+//! what it receives ([`agentx_tokens::blocks`]: each message's text in order, split at whitespace,
+//! in blocks of a given size, the cache-bust marker included where it is written).
+//!
+//! Kept across turns: the hasher's state after each message is remembered, so a turn that keeps
+//! the previous turn's messages hashes only the messages after them, and a session's chains cost
+//! what its new tokens cost, not its whole context per turn. A message is the same as before when
+//! its segment is (recorded mode: a segment that survives a cut is unchanged, as the live JSON
+//! pieces already rely on) or when it has the same place in a live history that was extended, not
+//! rebuilt.
+
+use agentx_tokens::blocks::{BlockHasher, Checkpoint};
+
+use super::{CacheBust, Conversation, MsgRef, Placement, Seg};
+
+/// What identifies a message already hashed.
+#[derive(Debug, Clone, PartialEq)]
+enum MessageKey {
+    /// Recorded mode: the segment.
+    Seg(Seg),
+    /// Live mode: the message's place in the live history of one generation.
+    Live(usize),
+}
+
+/// The hasher of one conversation and its state after each message hashed.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ChainCache {
+    /// The chain's block size; 0 before the first chain.
+    block_size: u32,
+    /// The live history's generation the keys belong to.
+    gen: u64,
+    bust: Option<(Placement, String)>,
+    /// The message that carries the marker.
+    bust_target: Option<usize>,
+    hasher: Option<BlockHasher>,
+    /// Each message hashed, in order, with the hasher's state after it.
+    hashed: Vec<(MessageKey, Checkpoint)>,
+}
+
+impl Conversation<'_> {
+    /// Calls `use_chain` with the current turn's block chain: the chained hashes of its full blocks
+    /// of `block_size` words, and its length in words (the partial last block and the marker
+    /// included). The text is the one [`Conversation::messages_json_parts`] sends with the same
+    /// `bust`.
+    pub fn with_prompt_chain<R>(
+        &self,
+        bust: Option<CacheBust<'_>>,
+        block_size: u32,
+        use_chain: impl FnOnce(&[u64], u64) -> R,
+    ) -> R {
+        let mut cache = self.chain_cache.borrow_mut();
+        let bust_key = bust.map(|marker| (marker.placement, marker.text.to_owned()));
+        let bust_target = bust.and_then(|marker| self.bust_target(marker.placement));
+        if cache.block_size != block_size.max(1)
+            || cache.gen != self.gen
+            || cache.bust != bust_key
+            || cache.bust_target != bust_target
+        {
+            *cache = ChainCache {
+                block_size: block_size.max(1),
+                gen: self.gen,
+                bust: bust_key,
+                bust_target,
+                hasher: Some(BlockHasher::new(block_size)),
+                hashed: Vec::new(),
+            };
+        }
+        let ChainCache {
+            block_size,
+            hasher,
+            hashed,
+            ..
+        } = &mut *cache;
+        let hasher = hasher.get_or_insert_with(|| BlockHasher::new(*block_size));
+        let mut kept = 0;
+        let mut diverged = false;
+        let mut msg_idx = 0;
+        let mut text = Vec::new();
+        self.for_each_msg(|_, message| {
+            let key = match message {
+                MsgRef::Blocks(seg) if self.mode == super::AssistantMode::Recorded => {
+                    MessageKey::Seg(seg.clone())
+                }
+                _ => MessageKey::Live(msg_idx),
+            };
+            if !diverged && hashed.get(msg_idx).is_some_and(|(done, _)| *done == key) {
+                kept = msg_idx + 1;
+            } else {
+                if !diverged {
+                    diverged = true;
+                    rewind_to(hasher, hashed, kept, *block_size);
+                }
+                text.clear();
+                let marker = bust.filter(|_| bust_target == Some(msg_idx));
+                self.write_raw_text(&mut text, message, marker);
+                hasher.push_text_bytes(&text);
+                hashed.push((key, hasher.checkpoint()));
+            }
+            msg_idx += 1;
+        });
+        if !diverged && kept < hashed.len() {
+            rewind_to(hasher, hashed, kept, *block_size);
+        }
+        use_chain(hasher.hashes(), hasher.tokens())
+    }
+
+    /// The text of one message as the server reads it (JSON escapes undone), the marker where it
+    /// goes.
+    fn write_raw_text(
+        &self,
+        out: &mut Vec<u8>,
+        message: MsgRef<'_>,
+        marker: Option<CacheBust<'_>>,
+    ) {
+        let prefix = marker.filter(|marker| {
+            matches!(
+                marker.placement,
+                Placement::SystemPrefix | Placement::FirstUserPrefix
+            )
+        });
+        if let Some(marker) = prefix {
+            out.extend_from_slice(marker.text.as_bytes());
+        }
+        match message {
+            MsgRef::Blocks(_) => self.write_content(out, message),
+            MsgRef::Text(escaped, _) => push_json_unescaped(out, escaped.as_bytes()),
+        }
+        if let Some(marker) = marker.filter(|_| prefix.is_none()) {
+            out.extend_from_slice(marker.text.as_bytes());
+        }
+    }
+}
+
+/// Keeps the first `kept` messages hashed and takes the hasher back to the state after them.
+fn rewind_to(
+    hasher: &mut BlockHasher,
+    hashed: &mut Vec<(MessageKey, Checkpoint)>,
+    kept: usize,
+    block_size: u32,
+) {
+    hashed.truncate(kept);
+    match hashed.last() {
+        Some((_, state)) => hasher.rewind(*state),
+        None => *hasher = BlockHasher::new(block_size),
+    }
+}
+
+/// Appends `escaped` (written by [`super::push_json_escaped`]) with its escapes undone.
+fn push_json_unescaped(out: &mut Vec<u8>, escaped: &[u8]) {
+    let mut pos = 0;
+    while pos < escaped.len() {
+        let byte = escaped[pos];
+        if byte != b'\\' || pos + 1 >= escaped.len() {
+            out.push(byte);
+            pos += 1;
+            continue;
+        }
+        let (unescaped, used) = match escaped[pos + 1] {
+            b'n' => (b'\n', 2),
+            b'r' => (b'\r', 2),
+            b't' => (b'\t', 2),
+            b'u' => {
+                let code = escaped
+                    .get(pos + 2..pos + 6)
+                    .and_then(|hex| std::str::from_utf8(hex).ok())
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+                match code {
+                    Some(code) => (code, 6),
+                    None => (b'\\', 1),
+                }
+            }
+            other => (other, 2),
+        };
+        out.push(unescaped);
+        pos += used;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescaping_undoes_the_escapes_written() {
+        let text = "a \"quoted\" back\\slash\nnew\rline\ttab \u{1}\u{1f} end";
+        let mut escaped = Vec::new();
+        super::super::push_json_escaped(&mut escaped, text);
+        let mut unescaped = Vec::new();
+        push_json_unescaped(&mut unescaped, &escaped);
+        assert_eq!(String::from_utf8(unescaped).unwrap(), text);
+    }
+}

@@ -1,0 +1,291 @@
+use agentx_record::testkit::{in_stream, rec};
+use agentx_record::{MissTruth, PromptBlocks, ServerSide};
+
+use super::*;
+
+/// A stream's turn with a chain of `words` words in blocks of 4, its first `shared` blocks first
+/// sent by `from`, run on `worker` as the `admit`-th request, reporting `cached` tokens.
+struct Turn<'a> {
+    stream: &'a str,
+    turn: u32,
+    send_ms: u64,
+    words: u64,
+    shared: u32,
+    from: Option<&'a str>,
+    worker: &'a str,
+    admit: u64,
+    cached: Option<u64>,
+}
+
+fn record(turn: &Turn<'_>) -> RequestRecord {
+    let mut record = in_stream(
+        rec(turn.send_ms, &[5, 6], turn.words, 2),
+        turn.stream,
+        turn.turn,
+    );
+    record.usage.cached_tokens = turn.cached;
+    record.prompt_blocks = Some(PromptBlocks {
+        block_size: 4,
+        blocks: (turn.words / 4) as u32,
+        words: turn.words,
+        shared: turn.shared,
+        from: turn.from.map(str::to_owned),
+    });
+    record.server = Some(ServerSide {
+        worker: Some(turn.worker.to_owned()),
+        admit_seq: Some(turn.admit),
+        ..ServerSide::default()
+    });
+    record
+}
+
+fn spec(capacity_tokens: Option<u64>) -> ModelSpec {
+    ModelSpec {
+        block_size: None,
+        capacity_tokens: capacity_tokens.map(|value| Sourced {
+            value,
+            source: "--kv-capacity-tokens".to_owned(),
+        }),
+    }
+}
+
+#[test]
+fn a_turn_on_another_worker_misses_its_history_for_routing() {
+    let records = [
+        record(&Turn {
+            stream: "a",
+            turn: 0,
+            send_ms: 0,
+            words: 10,
+            shared: 0,
+            from: None,
+            worker: "0",
+            admit: 1,
+            cached: Some(0),
+        }),
+        record(&Turn {
+            stream: "a",
+            turn: 1,
+            send_ms: 100,
+            words: 18,
+            shared: 2,
+            from: Some("a-r0"),
+            worker: "1",
+            admit: 2,
+            cached: Some(0),
+        }),
+    ];
+    let report = cache_report(&records, &spec(None)).unwrap();
+    assert_eq!((report.workers, report.routing.as_str()), (2, "measured"));
+    // Turn 0: two usable blocks, cold, and its 2-word tail. Turn 1 on worker 1: its first two
+    // blocks sit on worker 0 (routing), the next two are new, plus a 2-word tail.
+    assert_eq!(report.miss.routing, 8);
+    assert_eq!(report.miss.cold, 10 + 10);
+    assert_eq!(report.miss.capacity, 0);
+    assert_eq!(report.miss.unexplained, Some(0));
+    assert_eq!(report.achievable.infinite.value, Some(8.0 / 28.0));
+    assert_eq!(report.achievable.per_worker_as_routed.value, Some(0.0));
+    assert_eq!(report.measured.value, Some(0.0));
+    assert!(report.achievable.pooled_at_capacity.value.is_none());
+    assert!(report
+        .notes
+        .iter()
+        .any(|note| note.contains("--kv-capacity-tokens")));
+    assert_eq!(report.by_turn.len(), 2);
+    assert_eq!(report.by_turn[1].miss.routing, 8);
+}
+
+#[test]
+fn a_prefix_evicted_before_its_return_misses_for_capacity_with_its_gap() {
+    let turn = |stream, turn, send_ms, shared, from, admit, cached| Turn {
+        stream,
+        turn,
+        send_ms,
+        words: 9,
+        shared,
+        from,
+        worker: "0",
+        admit,
+        cached,
+    };
+    let records = [
+        record(&turn("a", 0, 0, 0, None, 1, Some(0))),
+        // Another prompt fills the two-block cache.
+        record(&turn("b", 0, 50, 0, None, 2, Some(0))),
+        // The first prompt again: evicted; the server still hit 8 (more than the model).
+        record(&turn("c", 0, 250, 2, Some("a-r0"), 3, Some(8))),
+    ];
+    let report = cache_report(&records, &spec(Some(8))).unwrap();
+    assert_eq!(report.miss.capacity, 8);
+    assert_eq!(report.miss.cold, 8 + 1 + 8 + 1 + 1);
+    assert_eq!(report.capacity_gap_median_ms, Some(250.0));
+    assert_eq!(report.miss.surplus, Some(8));
+    assert_eq!(report.miss.unexplained, Some(0));
+    // An infinite cache would have hit the third prompt's two blocks.
+    assert_eq!(report.achievable.infinite.value, Some(8.0 / 27.0));
+    assert_eq!(report.achievable.pooled_at_capacity.value, Some(0.0));
+}
+
+#[test]
+fn the_server_hitting_less_than_the_model_is_unexplained() {
+    let first = Turn {
+        stream: "a",
+        turn: 0,
+        send_ms: 0,
+        words: 9,
+        shared: 0,
+        from: None,
+        worker: "0",
+        admit: 1,
+        cached: Some(0),
+    };
+    let again = Turn {
+        stream: "a",
+        turn: 1,
+        send_ms: 10,
+        shared: 2,
+        from: Some("a-r0"),
+        admit: 2,
+        cached: Some(4),
+        ..first
+    };
+    let report = cache_report(&[record(&first), record(&again)], &spec(None)).unwrap();
+    assert_eq!(report.miss.unexplained, Some(4));
+    assert_eq!(report.miss.surplus, Some(0));
+}
+
+#[test]
+fn figures_the_records_cannot_support_are_null_with_the_reason() {
+    let mut no_usage = record(&Turn {
+        stream: "a",
+        turn: 0,
+        send_ms: 0,
+        words: 9,
+        shared: 0,
+        from: None,
+        worker: "0",
+        admit: 1,
+        cached: None,
+    });
+    no_usage.server = None;
+    let report = cache_report(&[no_usage.clone()], &spec(None)).unwrap();
+    assert!(report.measured.value.is_none());
+    assert!(report
+        .measured
+        .null_reason
+        .as_deref()
+        .unwrap()
+        .contains("--enable-prompt-tokens-details"));
+    assert_eq!(report.miss.unexplained, None);
+    assert_eq!(report.routing, "one pool");
+    // Records from before the chains: no report at all.
+    no_usage.prompt_blocks = None;
+    assert!(cache_report(&[no_usage], &spec(None)).is_none());
+}
+
+#[test]
+fn a_refused_long_prompt_misses_every_token_for_the_context_cap() {
+    let mut refused = record(&Turn {
+        stream: "a",
+        turn: 0,
+        send_ms: 0,
+        words: 40,
+        shared: 0,
+        from: None,
+        worker: "0",
+        admit: 1,
+        cached: None,
+    });
+    refused.server = None;
+    refused.first_token_ns = None;
+    refused.context_overflow = true;
+    refused.usage.prompt_tokens = None;
+    let report = cache_report(&[refused], &spec(None)).unwrap();
+    assert_eq!(report.miss.context_cap, 40);
+    assert_eq!(report.prompt_tokens, 40);
+}
+
+#[test]
+fn a_larger_block_size_takes_every_other_chain_block_and_words_scale_to_tokens() {
+    let mut first = record(&Turn {
+        stream: "a",
+        turn: 0,
+        send_ms: 0,
+        words: 17,
+        shared: 0,
+        from: None,
+        worker: "0",
+        admit: 1,
+        cached: Some(0),
+    });
+    let mut again = record(&Turn {
+        stream: "a",
+        turn: 1,
+        send_ms: 5,
+        words: 17,
+        shared: 4,
+        from: Some("a-r0"),
+        worker: "0",
+        admit: 2,
+        cached: Some(16),
+    });
+    // The server counts twice the words (a tokenizer): the model's words scale to its tokens.
+    first.usage.prompt_tokens = Some(34);
+    again.usage.prompt_tokens = Some(34);
+    let eight = ModelSpec {
+        block_size: Some(Sourced {
+            value: 8,
+            source: "vllm:cache_config_info".to_owned(),
+        }),
+        capacity_tokens: None,
+    };
+    let report = cache_report(&[first.clone(), again.clone()], &eight).unwrap();
+    assert_eq!(report.block_size.value, 8);
+    // Two blocks of 8 words hit: 16 words, 32 tokens; the server said 16.
+    assert_eq!(report.achievable.infinite.value, Some(32.0 / 68.0));
+    assert_eq!(report.miss.unexplained, Some(16));
+    // A block size that is not a multiple of the chains' falls back to the chains', with a note.
+    let six = ModelSpec {
+        block_size: Some(Sourced {
+            value: 6,
+            source: "--kv-block-size".to_owned(),
+        }),
+        capacity_tokens: None,
+    };
+    let report = cache_report(&[first, again], &six).unwrap();
+    assert_eq!(report.block_size.value, 4);
+    assert!(report
+        .notes
+        .iter()
+        .any(|note| note.contains("not a multiple")));
+}
+
+#[test]
+fn the_servers_own_split_is_summed_when_every_response_gave_it() {
+    let mut only = record(&Turn {
+        stream: "a",
+        turn: 0,
+        send_ms: 0,
+        words: 9,
+        shared: 0,
+        from: None,
+        worker: "0",
+        admit: 1,
+        cached: Some(0),
+    });
+    only.server.as_mut().unwrap().truth = Some(MissTruth {
+        cold: 9,
+        capacity: 0,
+        routing: 0,
+    });
+    let report = cache_report(&[only], &spec(None)).unwrap();
+    assert_eq!(
+        report.server_split,
+        Some(ServerMissSplit {
+            cold: 9,
+            capacity: 0,
+            routing: 0
+        })
+    );
+    assert_eq!(report.miss.cold, 9);
+}

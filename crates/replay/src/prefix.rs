@@ -1,0 +1,99 @@
+//! Who sent each prompt block first: the registry that turns each request's block chain into the
+//! small [`PromptBlocks`] its record keeps (how many leading blocks an earlier request sent first,
+//! and which one), so the cache model can rebuild every block's identity from the records alone.
+//!
+//! The chains are prefix-closed: a request registers every block of its prompt, and a block's
+//! hash chains every block before it, so when a block is known all blocks before it are too. The
+//! longest known prefix is then found by a binary search, and a request costs the lookups of its
+//! new blocks, not of its whole prompt. Memory is one entry per distinct block the run sent.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::{Arc, Mutex};
+
+use agentx_record::PromptBlocks;
+
+/// The block hashes are already well mixed: they key the map as they are.
+#[derive(Default)]
+struct BlockHashHasher(u64);
+
+impl std::hash::Hasher for BlockHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+}
+
+/// The first sender of every block the run sent.
+pub(crate) struct Registry {
+    /// Words per block of the chains.
+    pub(crate) block_size: u32,
+    first_sender: Mutex<HashMap<u64, Arc<str>, BuildHasherDefault<BlockHashHasher>>>,
+}
+
+impl Registry {
+    /// An empty registry of chains in blocks of `block_size` words.
+    pub(crate) fn new(block_size: u32) -> Registry {
+        Registry {
+            block_size: block_size.max(1),
+            first_sender: Mutex::default(),
+        }
+    }
+
+    /// Registers the prompt of `request_id` (its chain's `hashes`, `words` long) and says which of
+    /// its leading blocks an earlier request sent first.
+    pub(crate) fn register(&self, request_id: &str, hashes: &[u64], words: u64) -> PromptBlocks {
+        let mut first_sender = self.first_sender.lock().expect("prefix registry lock");
+        // The known blocks are a prefix: find its end.
+        let shared = hashes.partition_point(|hash| first_sender.contains_key(hash));
+        let from = shared
+            .checked_sub(1)
+            .and_then(|last_shared| first_sender.get(&hashes[last_shared]))
+            .map(|sender| sender.to_string());
+        if shared < hashes.len() {
+            let sender: Arc<str> = Arc::from(request_id);
+            for &hash in &hashes[shared..] {
+                first_sender.insert(hash, Arc::clone(&sender));
+            }
+        }
+        PromptBlocks {
+            block_size: self.block_size,
+            blocks: u32::try_from(hashes.len()).unwrap_or(u32::MAX),
+            words,
+            shared: u32::try_from(shared).unwrap_or(u32::MAX),
+            from,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompt_points_at_the_request_that_sent_its_shared_prefix_first() {
+        let registry = Registry::new(16);
+        let first = registry.register("r0", &[1, 2, 3], 50);
+        assert_eq!(first.shared, 0);
+        assert_eq!(first.from, None);
+        // The next turn keeps the three blocks and adds two.
+        let second = registry.register("r1", &[1, 2, 3, 4, 5], 90);
+        assert_eq!((second.shared, second.from.as_deref()), (3, Some("r0")));
+        // A subagent shares the first four: block 3 (index 3) was first sent by r1.
+        let child = registry.register("r2", &[1, 2, 3, 4, 9], 80);
+        assert_eq!((child.shared, child.from.as_deref()), (4, Some("r1")));
+        // A prompt that diverges at once shares nothing.
+        let other = registry.register("r3", &[7, 8], 40);
+        assert_eq!((other.shared, other.from), (0, None));
+        assert_eq!((other.block_size, other.blocks, other.words), (16, 2, 40));
+    }
+}

@@ -1,0 +1,219 @@
+//! Cache truth: the block chains the replay hashes from what it sends equal the chains of the
+//! prompts as the simulator reads them, in every assistant mode and tiling, with and without a
+//! cache-bust marker; and against a four-engine simulator whose cache is the model's LRU, the
+//! run's cache report splits the misses exactly as the simulator does (cold, capacity, routing),
+//! with nothing unexplained, under session and round-robin routing and a cache below the working
+//! set.
+
+use agentx::dataset::tokens::blocks::chain_of;
+use agentx::dataset::{
+    AssistantMode, CacheBust, Conversation, Dataset, OpenOptions, Placement, PromptSynth, Tiling,
+};
+
+use agentx::sim::SimConfig;
+use serde_json::Value;
+
+use crate::support::{fixture, tree_run_args, Run, Sim};
+
+fn open_golden_corpus(cache: &std::path::Path) -> Dataset {
+    Dataset::open_path(
+        &fixture("golden").join("tiling").join("corpus.jsonl"),
+        &OpenOptions {
+            num_dataset_entries: Some(8),
+            max_context_length: None,
+            max_osl: None,
+            cache_dir: Some(cache.to_owned()),
+            format: None,
+            block_size: None,
+            trace_block_size: None,
+        },
+    )
+    .expect("open the golden tiling corpus")
+}
+
+/// The chain of the messages as the simulator reads them: each message's content, in order.
+fn chain_of_messages(
+    conv: &Conversation<'_>,
+    bust: Option<CacheBust<'_>>,
+    block_size: u32,
+) -> (Vec<u64>, u64) {
+    let messages = conv.messages(bust);
+    let chain = chain_of(messages.iter().map(|m| m.content.as_str()), block_size);
+    (chain.hashes, chain.tokens)
+}
+
+/// Walks every turn of the first traces, checking the kept chain against the whole prompt's at
+/// two block sizes; returns the turns checked.
+fn check_every_turn(
+    ds: &Dataset,
+    mode: AssistantMode,
+    tiling: Tiling,
+    bust: Option<CacheBust<'_>>,
+) -> usize {
+    let synth = PromptSynth::new(7).with_tiling(tiling);
+    let mut checked = 0;
+    for traj in ds.trajectories() {
+        let mut conv = synth
+            .conversation(traj, 0, mode)
+            .expect("turn 0 exists")
+            .with_recorded_history();
+        for turn in 0..traj.num_turns() {
+            for block_size in [16, 64] {
+                let kept = conv.with_prompt_chain(bust, block_size, |hashes, tokens| {
+                    (hashes.to_vec(), tokens)
+                });
+                assert_eq!(
+                    kept,
+                    chain_of_messages(&conv, bust, block_size),
+                    "trace {} turn {turn}, {mode:?} {tiling:?}, block size {block_size}, marker {:?}",
+                    traj.id(),
+                    bust.map(|marker| marker.placement)
+                );
+                checked += 1;
+            }
+            if conv.is_final() {
+                break;
+            }
+            // Every third turn has no live reply (a failed request), which rebuilds or keeps the
+            // recorded text; the others answer with text that needs JSON escapes.
+            let reply = format!("reply \"{turn}\"\n\twith\\escapes\u{1}and  words");
+            conv.advance((turn % 3 != 2).then_some(reply.as_str()))
+                .expect("a next turn");
+        }
+    }
+    checked
+}
+
+#[test]
+fn the_chain_kept_across_turns_equals_the_chain_of_the_whole_prompt() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = open_golden_corpus(cache.path());
+    let mut checked = 0;
+    for mode in [AssistantMode::Recorded, AssistantMode::Live] {
+        for tiling in [Tiling::RecordedLength, Tiling::Reference] {
+            checked += check_every_turn(&ds, mode, tiling, None);
+        }
+    }
+    assert!(checked > 200, "only {checked} turns checked");
+}
+
+#[test]
+fn the_chain_includes_the_marker_where_it_is_written() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = open_golden_corpus(cache.path());
+    for placement in [
+        Placement::SystemPrefix,
+        Placement::SystemSuffix,
+        Placement::FirstUserPrefix,
+        Placement::FirstUserSuffix,
+    ] {
+        // A prefix marker ends without a space and a suffix one starts without one, so they run
+        // into the words next to them, as on the wire.
+        let bust = CacheBust {
+            placement,
+            text: "[session-3f2a]",
+        };
+        check_every_turn(&ds, AssistantMode::Live, Tiling::RecordedLength, Some(bust));
+        check_every_turn(&ds, AssistantMode::Recorded, Tiling::Reference, Some(bust));
+    }
+}
+
+/// A four-engine simulator whose prefix cache (`capacity_tokens` per engine) is the cache model's
+/// own LRU, routing by `router`.
+fn four_engine_sim(router: agentx::sim::Router, capacity_tokens: u64) -> Sim {
+    Sim::start(SimConfig {
+        engines: 4,
+        router,
+        eviction: agentx::sim::Eviction::Lru,
+        cache_capacity_tokens: capacity_tokens,
+        ..SimConfig::default()
+    })
+}
+
+/// Runs the with-subagents trees against `sim` with Dynamo's session headers; the cache truth of
+/// its summary.
+fn cache_truth_of(sim: &Sim, extra: &[&str]) -> (Value, Vec<agentx::record::RequestRecord>) {
+    let mut args = tree_run_args(&sim.url(), &["--routing-headers", "dynamo"]);
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    let run = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let cache = summary["summary"]["cache"].clone();
+    assert!(cache.is_object(), "no cache truth in {summary}");
+    (cache, run.records())
+}
+
+/// The model's split equals the simulator's own, token for token, and the server hit exactly what
+/// the model predicts.
+fn assert_exact(cache: &Value) {
+    let miss = &cache["miss"];
+    let split = &cache["server_split"];
+    for cause in ["cold", "capacity", "routing"] {
+        assert_eq!(miss[cause], split[cause], "{cause}: {cache:#}");
+    }
+    assert_eq!(miss["unexplained"], 0, "{cache:#}");
+    assert_eq!(miss["surplus"], 0, "{cache:#}");
+    assert_eq!(
+        cache["measured"]["value"], cache["achievable"]["per_worker_as_routed"]["value"],
+        "{cache:#}"
+    );
+    assert_eq!(cache["routing"], "measured");
+    assert_eq!(cache["workers"], 4);
+    assert_eq!(cache["block_size"]["value"], 16);
+}
+
+fn share(cache: &Value, cause: &str) -> f64 {
+    cache["miss"][cause].as_u64().unwrap() as f64 / cache["prompt_tokens"].as_u64().unwrap() as f64
+}
+
+#[test]
+fn session_routing_leaves_no_routing_misses_and_the_model_matches_the_simulator_exactly() {
+    let sim = four_engine_sim(agentx::sim::Router::Session, 1 << 20);
+    let (cache, records) = cache_truth_of(&sim, &[]);
+    assert_exact(&cache);
+    assert_eq!(share(&cache, "routing"), 0.0, "{cache:#}");
+    // The capacity came from the simulator's vllm:cache_config_info.
+    assert_eq!(cache["capacity_tokens"]["value"], 1 << 20, "{cache:#}");
+    assert_eq!(cache["capacity_tokens"]["source"], "vllm:cache_config_info");
+    // Every record kept its chain, at the simulator's block size.
+    assert!(records.iter().all(|record| record
+        .prompt_blocks
+        .as_ref()
+        .is_some_and(|chain| chain.block_size == 16)));
+    let measured = cache["measured"]["value"].as_f64().unwrap();
+    assert!(measured > 0.3, "{cache:#}");
+}
+
+#[test]
+fn round_robin_routing_shows_as_routing_misses_and_a_small_cache_as_capacity_misses() {
+    let sim = four_engine_sim(agentx::sim::Router::RoundRobin, 1 << 20);
+    let (cache, _) = cache_truth_of(&sim, &[]);
+    assert_exact(&cache);
+    let missed = 1.0
+        - cache["achievable"]["per_worker_as_routed"]["value"]
+            .as_f64()
+            .unwrap();
+    assert!(
+        share(&cache, "routing") > 0.5 * missed,
+        "routing is most of the misses: {cache:#}"
+    );
+    // The pooled and infinite caches would have hit far more than the routed one.
+    let infinite = cache["achievable"]["infinite"]["value"].as_f64().unwrap();
+    assert!(infinite > 1.0 - missed + 0.1, "{cache:#}");
+
+    let small = four_engine_sim(agentx::sim::Router::Session, 4096);
+    let (cache, _) = cache_truth_of(&small, &[]);
+    assert_exact(&cache);
+    assert!(share(&cache, "capacity") > 0.05, "{cache:#}");
+    assert!(cache["capacity_gap_median_ms"].as_f64().unwrap() > 0.0);
+    // A capacity given by flag that contradicts the server is noted, and used.
+    let (flagged, _) = cache_truth_of(&small, &["--kv-capacity-tokens", "8192"]);
+    assert_eq!(flagged["capacity_tokens"]["value"], 8192);
+    assert!(
+        flagged["notes"].as_array().unwrap().iter().any(|note| note
+            .as_str()
+            .unwrap()
+            .contains("contradicts the server's 4096")),
+        "{flagged:#}"
+    );
+}
