@@ -43,7 +43,7 @@ impl RunDir {
     /// beside it) and the clock, and writes the manifest before the first request.
     pub(super) fn open(
         ctx: RunCtx<'_>,
-        model: &str,
+        conn: &super::connect::Connected,
         member: Option<&rendezvous::Member>,
         runtime: &tokio::runtime::Handle,
     ) -> anyhow::Result<(RunDir, RecordSink)> {
@@ -61,6 +61,7 @@ impl RunDir {
         };
         let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
         let clock = Clock::start();
+        let model = conn.model.as_str();
         let otlp = otlp_export(ctx, model, clock.anchor_unix_ns(), runtime)?;
         let live = Arc::new(LiveRun::new(&planned.own_lane_ids()));
         let counted = live.clone();
@@ -72,6 +73,7 @@ impl RunDir {
         let sink = RecordSink::create_watched(&art, watchers)?;
         let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
         manifest.model = Some(model.to_string());
+        manifest.cache_preflight = conn.cache_preflight.clone();
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
             manifest.shard = Some(ShardInfo {
                 index: sh.index,
@@ -279,6 +281,7 @@ fn manifest_of(
                 .map(|d| d.as_millis() as u64),
             trace_context: run_plan.client.trace_context,
         }),
+        cache_preflight: None,
         concurrency: prepared.settings.concurrency,
         benchmark_duration_s: prepared.settings.duration.as_secs_f64(),
         assistant_mode: assistant_mode(run_plan.mode).to_string(),
