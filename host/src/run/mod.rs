@@ -153,7 +153,7 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let (mut conn, client) = connect::connect(ctx, &runtime)?;
     let (dir, sink) = run_dir::RunDir::open(
         ctx,
-        &conn,
+        (&conn.model, conn.cache_preflight.as_ref()),
         shard.as_ref().map(|s| &s.member),
         runtime.handle(),
     )?;

@@ -40,10 +40,11 @@ pub(super) struct RunDir {
 
 impl RunDir {
     /// Opens the directory (only now that every check passed), starts the record sink (returned
-    /// beside it) and the clock, and writes the manifest before the first request.
+    /// beside it) and the clock, and writes the manifest before the first request, with what the
+    /// cache preflight found.
     pub(super) fn open(
         ctx: RunCtx<'_>,
-        conn: &super::connect::Connected,
+        (model, cache_preflight): (&str, Option<&manifest::CachePreflight>),
         member: Option<&rendezvous::Member>,
         runtime: &tokio::runtime::Handle,
     ) -> anyhow::Result<(RunDir, RecordSink)> {
@@ -61,7 +62,6 @@ impl RunDir {
         };
         let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
         let clock = Clock::start();
-        let model = conn.model.as_str();
         let otlp = otlp_export(ctx, model, clock.anchor_unix_ns(), runtime)?;
         let live = Arc::new(LiveRun::new(&planned.own_lane_ids()));
         let counted = live.clone();
@@ -73,7 +73,7 @@ impl RunDir {
         let sink = RecordSink::create_watched(&art, watchers)?;
         let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
         manifest.model = Some(model.to_string());
-        manifest.cache_preflight = conn.cache_preflight.clone();
+        manifest.cache_preflight = cache_preflight.cloned();
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
             manifest.shard = Some(ShardInfo {
                 index: sh.index,
