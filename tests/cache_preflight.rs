@@ -269,6 +269,7 @@ fn a_scenario_off_the_reference_wire_probes_first_and_the_manifest_keeps_the_ver
         "{}",
         r.stderr()
     );
+    crate::support::assert_artifacts_match_schemas(&r.artifacts());
     // The probe went first, on a session of its own, and left no record.
     let run_id = manifest["run_id"].as_str().unwrap();
     let sessions = received_sessions(&sim);
@@ -305,6 +306,7 @@ fn a_cache_found_off_is_a_warning_and_under_require_cache_stops_the_run_with_not
     let probe = &r.json("run_manifest.json")["cache_preflight"];
     assert_eq!(probe["verdict"], "caching_off", "{probe}");
     assert_eq!(probe["claim"]["prefix_caching"], false);
+    crate::support::assert_artifacts_match_schemas(&r.artifacts());
     let warning = r
         .stderr()
         .lines()
