@@ -3,6 +3,7 @@
 mod anthropic;
 mod arrivals;
 mod block_size;
+mod cache_preflight;
 mod cache_truth;
 mod cli;
 mod cli_reference;

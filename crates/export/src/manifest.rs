@@ -67,6 +67,9 @@ pub struct Manifest {
     /// The HTTP side: session headers, connection reuse, the TCP user timeout.
     #[serde(default)]
     pub http: Option<HttpInfo>,
+    /// The cache preflight's result (`--cache-preflight`; none when it did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_preflight: Option<CachePreflight>,
     /// Lanes (over every shard of a sharded run).
     #[serde(default)]
     pub concurrency: u32,
@@ -409,6 +412,81 @@ pub struct OtlpInfo {
     pub batches_failed: u64,
     /// The last failure, if any.
     pub last_error: Option<String>,
+}
+
+/// What the cache preflight found: the same two-turn conversation sent twice before the run,
+/// outside every counter window, judged from the repeat's cached tokens (agentx-client's
+/// `preflight::cache`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CachePreflight {
+    /// What it found.
+    pub verdict: CacheVerdict,
+    /// What was found, in one sentence with the figures.
+    pub finding: String,
+    /// The likely causes when the verdict is not `works`, the likeliest first.
+    #[serde(default)]
+    pub causes: Vec<String>,
+    /// What to change, where one change fixes it.
+    #[serde(default)]
+    pub fix: Option<String>,
+    /// The repeat's cached tokens over its prompt tokens (`None`: no usage, or a failure).
+    #[serde(default)]
+    pub repeat_hit_rate: Option<f64>,
+    /// What the server's `/metrics` said of its prefix cache.
+    #[serde(default)]
+    pub claim: CacheClaim,
+    /// The probe's requests, in the order sent.
+    #[serde(default)]
+    pub turns: Vec<CacheProbeTurn>,
+}
+
+/// The cache preflight's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheVerdict {
+    /// The repeat was answered from the cache, and the responses say so.
+    Works,
+    /// The responses carry no cached-token count (no `usage`, or no `prompt_tokens_details`).
+    NoUsageField,
+    /// The responses counted no cached token while the server claims prefix caching or says
+    /// nothing of it.
+    NoHitWhileClaimed,
+    /// The server says its prefix caching is off.
+    CachingOff,
+    /// A probe request failed or timed out.
+    Inconclusive,
+}
+
+/// What the server's `/metrics` said of its prefix cache (vLLM's `cache_config_info`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CacheClaim {
+    /// `enable_prefix_caching`: on, off, or `None` when the server says nothing.
+    pub prefix_caching: Option<bool>,
+    /// The distinct `engine` labels: data-parallel engines behind the port.
+    pub engines: Option<u32>,
+    /// Tokens per cache block.
+    pub block_size: Option<u64>,
+    /// Why nothing was read, or what was missing.
+    pub note: Option<String>,
+}
+
+/// One request of the cache preflight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CacheProbeTurn {
+    /// 1: the conversation's first sending; 2: the repeat.
+    pub pass: u8,
+    /// The turn of the conversation, 1 or 2.
+    pub turn: u8,
+    /// The prompt's words (the word model's count).
+    pub prompt_words: u64,
+    /// `usage.prompt_tokens`.
+    pub prompt_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`.
+    pub cached_tokens: Option<u64>,
+    /// The response carried a `usage` object.
+    pub usage: bool,
+    /// Why the request failed.
+    pub error: Option<String>,
 }
 
 /// A shard's place in a sharded run.

@@ -393,6 +393,14 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         no_server_metrics: args.no_server_metrics,
         server_metrics: args.server_metrics.clone(),
         skip_preflight: args.skip_preflight,
+        cache_preflight: if args.cache_preflight || args.require_cache {
+            Some(true)
+        } else if args.no_cache_preflight {
+            Some(false)
+        } else {
+            None
+        },
+        require_cache: args.require_cache,
         require_valid: args.require_valid,
         failed_request_threshold: args.failed_request_threshold,
         run_id: args.run_id.clone().or(job_run_id),

@@ -203,6 +203,30 @@ pub struct RunArgs {
     /// traces that exceed its context length.
     #[arg(help_heading = "Against what", long)]
     pub(crate) skip_preflight: bool,
+    /// Before the run, send one two-turn conversation twice and check that the server's prefix
+    /// cache answers the repeat and that its responses count the cached tokens (4 requests, before
+    /// every measurement window, no records). The verdict goes into the manifest
+    /// (`cache_preflight`); a warning says what is wrong and its likely cause. On by default,
+    /// except under the scenarios whose wire follows a reference request for request (agentx,
+    /// agentx-v1, agentx-mvp and every component that decides every setting), where this flag
+    /// turns it on
+    #[arg(
+        help_heading = "Against what",
+        long,
+        conflicts_with = "no_cache_preflight"
+    )]
+    pub(crate) cache_preflight: bool,
+    /// Do not run the cache preflight.
+    #[arg(help_heading = "Against what", long)]
+    pub(crate) no_cache_preflight: bool,
+    /// Stop before the run, with nothing written, when the cache preflight does not find a prefix
+    /// cache that works and counts its hits (runs the preflight under every scenario)
+    #[arg(
+        help_heading = "Against what",
+        long,
+        conflicts_with = "no_cache_preflight"
+    )]
+    pub(crate) require_cache: bool,
     /// The simulator preset of a run without --url (h200, cpu-small, max).
     #[arg(
         help_heading = "Against what",

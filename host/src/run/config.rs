@@ -70,6 +70,12 @@ pub struct RunConfig {
     pub server_metrics: Vec<String>,
     /// `--skip-preflight`: the first request is the pre-flight check.
     pub skip_preflight: bool,
+    /// `--cache-preflight` (`Some(true)`, also under `--require-cache`) or `--no-cache-preflight`
+    /// (`Some(false)`); `None`: the scenario's default (`run::harness::cache_preflight_default`).
+    pub cache_preflight: Option<bool>,
+    /// `--require-cache`: a cache preflight whose verdict is not `works` stops the run before
+    /// anything is written.
+    pub require_cache: bool,
     /// Exit code 1 when the run is not a valid submission.
     pub require_valid: bool,
     /// `--failed-request-threshold`: the share of failed requests that stops the run.

@@ -1,6 +1,6 @@
 //! Meeting the others before a run: the shards of a sharded run at the rendezvous, and the server
-//! (the built-in simulator or `--url`) through the client and its pre-flight check; the scraper of
-//! the server's metrics and the realtime block's `srv` row.
+//! (the built-in simulator or `--url`) through the client, its pre-flight check and its cache
+//! preflight; the scraper of the server's metrics and the realtime block's `srv` row.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +11,10 @@ use super::config::{value_json, RunConfig};
 use super::plan::Mode;
 use super::prepare::Prepared;
 use super::{host_name, rendezvous, runtime, RunCtx};
+use crate::client::preflight::cache::{CacheProbe, CacheVerdict, ProbeSpec};
 use crate::client::{Client, ClientConfig};
 use crate::dataset::Dataset;
+use crate::export::manifest::CachePreflight;
 use crate::replay::{self, Plan};
 use crate::scenario::ReplaySetting;
 
@@ -136,6 +138,8 @@ pub(super) struct Connected {
     /// `--metrics-listen`'s socket, bound before anything was sent; served once the run's live
     /// counts exist.
     pub metrics_listener: Option<std::net::TcpListener>,
+    /// What the cache preflight found, for the manifest (`None`: it did not run).
+    pub cache_preflight: Option<CachePreflight>,
 }
 
 /// Starts the simulator when there is no `--url`, builds the client and runs the pre-flight check:
@@ -214,6 +218,7 @@ pub(super) fn connect(
             (Err(e), _) => return Err(anyhow!(e)),
         }
     }
+    let cache_preflight = cache_preflight(ctx, rt, &client, &model)?;
     Ok((
         Connected {
             chain_block_size: chain_block_size(run_plan.kv_block_size, sim.as_ref()),
@@ -221,9 +226,119 @@ pub(super) fn connect(
             ccfg,
             model,
             metrics_listener,
+            cache_preflight,
         },
         client,
     ))
+}
+
+/// The longest one request of the cache preflight (and its `/metrics` read) may take.
+const CACHE_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The cache preflight (`client::preflight::cache`), when it is on: the scenario's default
+/// ([`super::harness::wire_follows_reference`]: off under a reference's wire) unless
+/// `--cache-preflight`, `--no-cache-preflight` or `--require-cache` says otherwise. It runs before
+/// the artifact directory opens and before the scraper starts, so its requests fall outside every
+/// counter window, and it writes no record; in a sharded run only shard 0 sends it (another
+/// shard's could land in the warmup window shard 0's scraper already measures). A verdict other
+/// than `works` is a warning, and under `--require-cache` an error that stops the run.
+fn cache_preflight(
+    ctx: RunCtx<'_>,
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    model: &str,
+) -> anyhow::Result<Option<CachePreflight>> {
+    let RunCtx {
+        cfg,
+        prepared,
+        planned,
+    } = ctx;
+    let reference = super::harness::wire_follows_reference(
+        &prepared.info.name,
+        prepared.decisions.decides_settings,
+    );
+    if !cfg.cache_preflight.unwrap_or(!reference)
+        || cfg.shard.as_ref().is_some_and(|s| s.index != 0)
+    {
+        return Ok(None);
+    }
+    let correlation_id = format!("{}-preflight", planned.run_id);
+    let nonce = super::fresh_id();
+    let body = super::request_body(model, prepared, &cfg.plan);
+    let spec = ProbeSpec {
+        body: &body,
+        extra: &prepared.extra,
+        correlation_id: &correlation_id,
+        nonce: &nonce[..16],
+        read_metrics: !cfg.no_server_metrics,
+        timeout: CACHE_PROBE_TIMEOUT,
+    };
+    let probe = rt.block_on(crate::client::preflight::cache::probe(client, &spec));
+    let said = describe_probe(&probe);
+    if probe.verdict == CacheVerdict::Works {
+        tracing::info!("cache preflight: {said}");
+    } else if cfg.require_cache {
+        // Nothing was written: the directory opens after this.
+        bail!(
+            "cache preflight: {said}\n--require-cache stops a run whose prefix cache does not \
+             work or does not count its hits: fix the server, or run without --require-cache to \
+             proceed anyway (the verdict is then kept in the manifest)"
+        );
+    } else {
+        tracing::warn!("cache preflight: {said} (the run goes on; --require-cache would stop it)");
+    }
+    Ok(Some(manifest_row(probe)))
+}
+
+/// The probe's verdict, finding, likely causes and fix, as one message.
+fn describe_probe(probe: &CacheProbe) -> String {
+    let mut said = format!("{}: {}", probe.verdict.as_str(), probe.finding);
+    if !probe.causes.is_empty() {
+        said.push_str("; likely cause: ");
+        said.push_str(&probe.causes.join("; or "));
+    }
+    if let Some(fix) = &probe.fix {
+        said.push_str("; fix: ");
+        said.push_str(fix);
+    }
+    said
+}
+
+/// The probe as the manifest keeps it.
+fn manifest_row(probe: CacheProbe) -> CachePreflight {
+    use crate::export::manifest::{CacheClaim, CacheProbeTurn, CacheVerdict as Verdict};
+    CachePreflight {
+        verdict: match probe.verdict {
+            CacheVerdict::Works => Verdict::Works,
+            CacheVerdict::NoUsageField => Verdict::NoUsageField,
+            CacheVerdict::NoHitWhileClaimed => Verdict::NoHitWhileClaimed,
+            CacheVerdict::CachingOff => Verdict::CachingOff,
+            CacheVerdict::Inconclusive => Verdict::Inconclusive,
+        },
+        finding: probe.finding,
+        causes: probe.causes,
+        fix: probe.fix,
+        repeat_hit_rate: probe.repeat_hit_rate,
+        claim: CacheClaim {
+            prefix_caching: probe.claim.prefix_caching,
+            engines: probe.claim.engines,
+            block_size: probe.claim.block_size,
+            note: probe.claim.note,
+        },
+        turns: probe
+            .turns
+            .into_iter()
+            .map(|t| CacheProbeTurn {
+                pass: t.pass,
+                turn: t.turn,
+                prompt_words: t.prompt_words,
+                prompt_tokens: t.prompt_tokens,
+                cached_tokens: t.cached_tokens,
+                usage: t.usage,
+                error: t.error,
+            })
+            .collect(),
+    }
 }
 
 /// The server-metrics scraper: from the start of warmup to after the end, exported over profiling.

@@ -5,7 +5,9 @@
 //!   docs/agentx-v1-reference.md "Block size"); agentx follows the trace, or `--trace-block-size`;
 //! - it refuses some corpora this importer reads with a warning (the import warnings whose kind
 //!   [`WarningKind::harness_refuses`]);
-//! - it sends only the session headers its four switches build ([`routing_headers_reason`]).
+//! - it sends only the session headers its four switches build ([`routing_headers_reason`]);
+//! - it sends no request of its own: under a scenario whose wire follows a reference
+//!   ([`wire_follows_reference`]) the cache preflight is off unless asked for.
 //!
 //! Under `--scenario agentx`, the scenario that mirrors the harness's own `--scenario agentx`, a
 //! corpus the harness refuses is refused the same way, with the place, the field and the fix, and a
@@ -31,6 +33,21 @@ pub const HARNESS_CLI_BLOCK_SIZE: u32 = 64;
 /// The scenario that mirrors the harness's `--scenario agentx`, under which a corpus the harness
 /// refuses is refused.
 pub const REFERENCE_SCENARIO: &str = "agentx";
+
+/// The name prefix of the scenarios that mirror InferenceX's commands (`inferencex-agentx-v1`,
+/// the agentx-v1 component; `inferencex-agentx-mvp`, agentx-mvp).
+pub const INFERENCEX_PREFIX: &str = "inferencex-";
+
+/// Whether the scenario named `name` (its `describe` name) sends a reference's wire request for
+/// request: the harness's (the [`REFERENCE_SCENARIO`], and every component that decides every
+/// setting, which the host already holds to the harness's wire for `--routing-headers` and
+/// `--server-timing`) or InferenceX's (the `inferencex-*` scenarios). The request logs of such a
+/// run are compared with the reference's (tests/differential.rs, tests/inferencex.rs), so the host
+/// adds no request of its own to them: the cache preflight is off unless `--cache-preflight` or
+/// `--require-cache` asks for it.
+pub fn wire_follows_reference(name: &str, decides_settings: bool) -> bool {
+    decides_settings || name == REFERENCE_SCENARIO || name.starts_with(INFERENCEX_PREFIX)
+}
 
 /// The submission-invalid reason of a `--routing-headers` profile under a component that decides
 /// every setting (the harness's wire, request for request): `None` for the profiles the harness

@@ -153,7 +153,7 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let (mut conn, client) = connect::connect(ctx, &runtime)?;
     let (dir, sink) = run_dir::RunDir::open(
         ctx,
-        &conn.model,
+        (&conn.model, conn.cache_preflight.as_ref()),
         shard.as_ref().map(|s| &s.member),
         runtime.handle(),
     )?;
@@ -174,6 +174,15 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
         linger(&cfg, server, (cancel, interrupts_at_end), &runtime);
     }
     outcome
+}
+
+/// The run's body builder: the model, the extra inputs, the token field, Dynamo's `nvext` and the
+/// endpoint's shape (the replay's and the cache preflight's requests are written by the same one).
+fn request_body(model: &str, prepared: &Prepared, run_plan: &RunPlan) -> RequestBody {
+    RequestBody::new(model, true, true, &prepared.extra)
+        .with_max_completion_tokens(prepared.trees && !run_plan.legacy_max_tokens)
+        .with_dynamo(prepared.dynamo, &prepared.extra)
+        .with_endpoint_type(run_plan.client.api)
 }
 
 /// Serves `--metrics-listen`'s socket from the run's live counts, from now until the run ends.
@@ -322,10 +331,7 @@ impl ReplayStage<'_> {
             synth: planned.synth,
             counter: prepared.counter.clone(),
             client: Box::new(client),
-            body: RequestBody::new(&self.conn.model, true, true, &prepared.extra)
-                .with_max_completion_tokens(prepared.trees && !run_plan.legacy_max_tokens)
-                .with_dynamo(prepared.dynamo, &prepared.extra)
-                .with_endpoint_type(run_plan.client.api),
+            body: request_body(&self.conn.model, prepared, run_plan),
             scenario: inst,
             records: self.sink.sender(),
             clock: self.dir.clock,

@@ -40,10 +40,11 @@ pub(super) struct RunDir {
 
 impl RunDir {
     /// Opens the directory (only now that every check passed), starts the record sink (returned
-    /// beside it) and the clock, and writes the manifest before the first request.
+    /// beside it) and the clock, and writes the manifest before the first request, with what the
+    /// cache preflight found.
     pub(super) fn open(
         ctx: RunCtx<'_>,
-        model: &str,
+        (model, cache_preflight): (&str, Option<&manifest::CachePreflight>),
         member: Option<&rendezvous::Member>,
         runtime: &tokio::runtime::Handle,
     ) -> anyhow::Result<(RunDir, RecordSink)> {
@@ -72,6 +73,7 @@ impl RunDir {
         let sink = RecordSink::create_watched(&art, watchers)?;
         let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
         manifest.model = Some(model.to_string());
+        manifest.cache_preflight = cache_preflight.cloned();
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
             manifest.shard = Some(ShardInfo {
                 index: sh.index,
@@ -279,6 +281,7 @@ fn manifest_of(
                 .map(|d| d.as_millis() as u64),
             trace_context: run_plan.client.trace_context,
         }),
+        cache_preflight: None,
         concurrency: prepared.settings.concurrency,
         benchmark_duration_s: prepared.settings.duration.as_secs_f64(),
         assistant_mode: assistant_mode(run_plan.mode).to_string(),

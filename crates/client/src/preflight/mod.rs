@@ -10,6 +10,11 @@
 //! the server does not serve. Not fatal (a [`Preflight`] with a note): a 404 or another status, a
 //! body that is not the OpenAI model list, no answer within the time limit; the run goes on without
 //! the model and length checks.
+//!
+//! The cache preflight ([`cache`]) is a second, optional check: the same two-turn conversation sent
+//! twice, to see whether the server's prefix cache answers the repeat.
+
+pub mod cache;
 
 use std::time::Duration;
 
