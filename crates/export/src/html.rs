@@ -599,8 +599,7 @@ fn cache_truth_section(cache: &agentx_metrics::cache_truth::CacheReport) -> (Tab
         rows.push((
             "finding",
             format!(
-                "{} of the {missed} missed prompt tokens are unexplained: the server missed where the model predicts a hit (a smaller real capacity, another eviction policy, a template that rewrites history)",
-                unexplained
+                "{unexplained} of the {missed} missed prompt tokens are unexplained: the server missed where the model predicts a hit (a smaller real capacity, another eviction policy, a template that rewrites history)"
             ),
         ));
     }

@@ -58,7 +58,7 @@ impl Registry {
         let from = shared
             .checked_sub(1)
             .and_then(|last_shared| first_sender.get(&hashes[last_shared]))
-            .map(|sender| sender.to_string());
+            .map(std::string::ToString::to_string);
         if shared < hashes.len() {
             let sender: Arc<str> = Arc::from(request_id);
             for &hash in &hashes[shared..] {
