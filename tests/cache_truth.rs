@@ -204,6 +204,16 @@ fn round_robin_routing_shows_as_routing_misses_and_a_small_cache_as_capacity_mis
     let small = four_engine_sim(agentx::sim::Router::Session, 4096);
     let (cache, _) = cache_truth_of(&small, &[]);
     assert_exact(&cache);
+    // The model evicted exactly the blocks the simulator did.
+    let families = agentx::metrics::prometheus::parse(&small.metrics_text()).unwrap();
+    let evicted: u64 = families
+        .iter()
+        .flat_map(|family| &family.samples)
+        .filter(|sample| sample.name == "agentx_sim:kv_evicted_blocks_total")
+        .map(|sample| sample.value as u64)
+        .sum();
+    assert!(evicted > 0);
+    assert_eq!(cache["evicted_blocks"], evicted, "{cache:#}");
     assert!(share(&cache, "capacity") > 0.05, "{cache:#}");
     assert!(cache["capacity_gap_median_ms"].as_f64().unwrap() > 0.0);
     // A capacity given by flag that contradicts the server is noted, and used.

@@ -167,6 +167,9 @@ pub struct CacheReport {
     /// The server's own split, where every response gave one (the simulator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_split: Option<ServerMissSplit>,
+    /// Blocks the per-worker model evicted for capacity over the whole run (every phase): the
+    /// simulator's `agentx_sim:kv_evicted_blocks_total` when the model is exact.
+    pub evicted_blocks: u64,
     /// Median time from a block's last use to its capacity miss, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_gap_median_ms: Option<f64>,
@@ -318,6 +321,7 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
         },
         miss: totals.miss(),
         server_split: server_split(&order),
+        evicted_blocks: model.per_worker.iter().map(Lru::evicted_total).sum(),
         capacity_gap_median_ms: crate::percentile(&capacity_gaps_ms, 50.0),
         by_turn: by_turn
             .into_iter()
