@@ -1,9 +1,11 @@
 //! Open-loop session arrivals end to end (`--scenario agentx-open --session-arrival-rate`): the
-//! measured inter-arrival statistics of the sessions a run against the built-in simulator started,
-//! the dry run's arrival plan, and the refusals (a scenario that forbids arrivals, bad values).
+//! inter-arrival statistics of the sessions a run against the built-in simulator started (on the
+//! instants each was due, as its records keep them; the send lags, the machine's jitter, are
+//! reported), the dry run's arrival plan, and the refusals (a scenario that forbids arrivals, bad
+//! values).
 //!
-//! Tolerances (the draws are seeded, so they are the same on every run; the slack covers the
-//! client's timer jitter): over the admitted sessions, the measured rate within 2 % and the CV
+//! Tolerances (the draws are seeded, so they are the same on every run): over the admitted
+//! sessions, the rate within 2 % and the CV
 //! within 0.05 of the seeded draws' own over the same arrivals; the rate within three standard
 //! errors of the mean of the configured one for poisson (3/sqrt(n): 16 % for the 334 arrivals of
 //! seed 7, whose draws run 11 % fast) and 2 % for constant; the CV of the gaps within 0.15 of 1 for
@@ -74,12 +76,14 @@ fn admitted_lags(run: &Run) -> Vec<f64> {
         .collect()
 }
 
-/// The admitted sessions of a run: `(ordinal, send time of its first request, seconds)` (the
-/// ordinal is the tree's marker pass).
+/// The admitted sessions of a run: `(ordinal, the instant its first request was due, seconds)`
+/// (the ordinal is the tree's marker pass). The due instants are the schedule the replay kept;
+/// when each request actually went out adds the machine's jitter (its send lag), which a loaded
+/// machine makes large, so the schedule is judged on the due instants and the lags are reported.
 fn admitted(run: &Run) -> Vec<(usize, f64)> {
     admitted_roots(run)
         .iter()
-        .map(|r| (r.recycle_pass as usize, r.send_ns as f64 / 1e9))
+        .map(|r| (r.recycle_pass as usize, r.intended_ns as f64 / 1e9))
         .collect()
 }
 
@@ -130,20 +134,17 @@ fn measured_arrivals_have_the_patterns_rate_and_variation() {
             continue;
         }
         assert!(n >= 250, "{pattern}: {n} sessions");
-        // How late each admitted arrival went out against its due instant: on a machine busy enough
-        // that the lags vary by more than 2 % of the mean gap, that jitter alone moves the gaps' CV
-        // by about the tolerance below, and the CV describes the machine, not the pattern.
+        // How late each admitted arrival went out against its due instant: reported, not judged
+        // (a figure of the machine's load, not of the schedule).
         let lags: Vec<f64> = admitted_lags(&run);
         let lag_mean = lags.iter().sum::<f64>() / lags.len() as f64;
         let lag_std =
             (lags.iter().map(|l| (l - lag_mean).powi(2)).sum::<f64>() / lags.len() as f64).sqrt();
-        if lag_std > 0.02 / RATE {
-            eprintln!(
-                "{pattern}: send lags vary by {:.2} ms (machine loaded); the CV is not judged",
-                lag_std * 1e3
-            );
-            continue;
-        }
+        eprintln!(
+            "{pattern}: send lags mean {:.2} ms, std {:.2} ms",
+            lag_mean * 1e3,
+            lag_std * 1e3
+        );
         assert!(
             (cv - drawn_cv).abs() <= 0.05,
             "{pattern}: cv {cv}, drawn {drawn_cv}"
