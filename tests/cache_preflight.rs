@@ -4,7 +4,7 @@
 //! a run before anything is written).
 
 use agentx::client::preflight::cache::{self, CacheProbe, CacheVerdict, ProbeSpec};
-use agentx::client::{Client, ClientConfig, RequestBody};
+use agentx::client::{Client, RequestBody};
 use agentx::sim::{MetricNames, Router, SimConfig};
 use serde_json::Value;
 
@@ -14,21 +14,7 @@ use crate::support::{corpus_args, fixture, fixture_args, Run, Sim};
 fn probe(sim: &Sim, body: &RequestBody, extra: &[(String, Value)]) -> CacheProbe {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _entered = rt.enter();
-    let client = Client::new(&ClientConfig {
-        url: sim.url(),
-        endpoint: "/v1/chat/completions".into(),
-        api: agentx::client::EndpointType::Chat,
-        api_key: None,
-        idle_timeout: std::time::Duration::from_secs(300),
-        connect_timeout: std::time::Duration::from_secs(5),
-        request_timeout: std::time::Duration::from_secs(60),
-        http2: false,
-        routing: agentx::client::RoutingHeaders::default(),
-        reuse: agentx::client::ConnectionReuse::default(),
-        tcp_user_timeout: None,
-        trace_context: false,
-    })
-    .unwrap();
+    let client = Client::new(&crate::support::chat_client_config(&sim.url())).unwrap();
     let spec = ProbeSpec {
         body,
         extra,
@@ -190,21 +176,7 @@ fn an_unreachable_server_is_inconclusive_with_why() {
     drop(sim);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _entered = rt.enter();
-    let client = Client::new(&ClientConfig {
-        url,
-        endpoint: "/v1/chat/completions".into(),
-        api: agentx::client::EndpointType::Chat,
-        api_key: None,
-        idle_timeout: std::time::Duration::from_secs(300),
-        connect_timeout: std::time::Duration::from_secs(5),
-        request_timeout: std::time::Duration::from_secs(60),
-        http2: false,
-        routing: agentx::client::RoutingHeaders::default(),
-        reuse: agentx::client::ConnectionReuse::default(),
-        tcp_user_timeout: None,
-        trace_context: false,
-    })
-    .unwrap();
+    let client = Client::new(&crate::support::chat_client_config(&url)).unwrap();
     let body = run_body(&[]);
     let spec = ProbeSpec {
         body: &body,

@@ -20,12 +20,7 @@ fn open_golden_corpus(cache: &std::path::Path) -> Dataset {
         &fixture("golden").join("tiling").join("corpus.jsonl"),
         &OpenOptions {
             num_dataset_entries: Some(8),
-            max_context_length: None,
-            max_osl: None,
-            cache_dir: Some(cache.to_owned()),
-            format: None,
-            block_size: None,
-            trace_block_size: None,
+            ..crate::support::open_options(cache)
         },
     )
     .expect("open the golden tiling corpus")

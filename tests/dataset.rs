@@ -20,15 +20,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn opts(cache: &Path) -> OpenOptions {
-    OpenOptions {
-        num_dataset_entries: None,
-        max_context_length: None,
-        max_osl: None,
-        cache_dir: Some(cache.to_owned()),
-        format: None,
-        block_size: None,
-        trace_block_size: None,
-    }
+    crate::support::open_options(cache)
 }
 
 fn bin() -> Command {

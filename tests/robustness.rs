@@ -284,18 +284,9 @@ fn answer(s: &mut TcpStream) {
 
 fn client(url: &str) -> Client {
     Client::new(&ClientConfig {
-        url: url.to_owned(),
-        endpoint: "/v1/chat/completions".into(),
-        api: agentx::client::EndpointType::Chat,
-        api_key: None,
-        idle_timeout: Duration::from_secs(300),
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
-        http2: false,
-        routing: agentx::client::RoutingHeaders::default(),
-        reuse: agentx::client::ConnectionReuse::default(),
-        tcp_user_timeout: None,
-        trace_context: false,
+        ..crate::support::chat_client_config(url)
     })
     .unwrap()
 }

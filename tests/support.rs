@@ -473,3 +473,35 @@ pub(crate) fn assert_artifacts_match_schemas(dir: &Path) {
         );
     }
 }
+
+/// The client settings of a test that talks to a server by hand: chat completions at `url`, no
+/// key, pooled connections, 5 s to connect and 60 s per request.
+pub(crate) fn chat_client_config(url: &str) -> agentx::client::ClientConfig {
+    agentx::client::ClientConfig {
+        url: url.to_owned(),
+        endpoint: "/v1/chat/completions".into(),
+        api: agentx::client::EndpointType::Chat,
+        api_key: None,
+        idle_timeout: Duration::from_secs(300),
+        connect_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(60),
+        http2: false,
+        routing: agentx::client::RoutingHeaders::default(),
+        reuse: agentx::client::ConnectionReuse::default(),
+        tcp_user_timeout: None,
+        trace_context: false,
+    }
+}
+
+/// The options of opening a corpus into the cache at `cache`: every trace, as it declares itself.
+pub(crate) fn open_options(cache: &Path) -> agentx::dataset::OpenOptions {
+    agentx::dataset::OpenOptions {
+        num_dataset_entries: None,
+        max_context_length: None,
+        max_osl: None,
+        cache_dir: Some(cache.to_owned()),
+        format: None,
+        block_size: None,
+        trace_block_size: None,
+    }
+}
