@@ -17,6 +17,22 @@ struct Turn<'a> {
     cached: Option<u64>,
 }
 
+/// A stream's first turn of 9 words, the first request the server admitted, on worker 0, with no
+/// cached tokens.
+fn first_turn(stream: &str) -> Turn<'_> {
+    Turn {
+        stream,
+        turn: 0,
+        send_ms: 0,
+        words: 9,
+        shared: 0,
+        from: None,
+        worker: "0",
+        admit: 1,
+        cached: Some(0),
+    }
+}
+
 fn record(turn: &Turn<'_>) -> RequestRecord {
     let mut record = in_stream(
         rec(turn.send_ms, &[5, 6], turn.words, 2),
@@ -128,17 +144,7 @@ fn a_prefix_evicted_before_its_return_misses_for_capacity_with_its_gap() {
 
 #[test]
 fn the_server_hitting_less_than_the_model_is_unexplained() {
-    let first = Turn {
-        stream: "a",
-        turn: 0,
-        send_ms: 0,
-        words: 9,
-        shared: 0,
-        from: None,
-        worker: "0",
-        admit: 1,
-        cached: Some(0),
-    };
+    let first = first_turn("a");
     let again = Turn {
         stream: "a",
         turn: 1,
@@ -157,15 +163,8 @@ fn the_server_hitting_less_than_the_model_is_unexplained() {
 #[test]
 fn figures_the_records_cannot_support_are_null_with_the_reason() {
     let mut no_usage = record(&Turn {
-        stream: "a",
-        turn: 0,
-        send_ms: 0,
-        words: 9,
-        shared: 0,
-        from: None,
-        worker: "0",
-        admit: 1,
         cached: None,
+        ..first_turn("a")
     });
     no_usage.server = None;
     let report = cache_report(&[no_usage.clone()], &spec(None)).unwrap();
@@ -262,17 +261,7 @@ fn a_larger_block_size_takes_every_other_chain_block_and_words_scale_to_tokens()
 
 #[test]
 fn the_servers_own_split_is_summed_when_every_response_gave_it() {
-    let mut only = record(&Turn {
-        stream: "a",
-        turn: 0,
-        send_ms: 0,
-        words: 9,
-        shared: 0,
-        from: None,
-        worker: "0",
-        admit: 1,
-        cached: Some(0),
-    });
+    let mut only = record(&first_turn("a"));
     only.server.as_mut().unwrap().truth = Some(MissTruth {
         cold: 9,
         capacity: 0,
