@@ -93,6 +93,54 @@ fn the_chain_kept_across_turns_equals_the_chain_of_the_whole_prompt() {
 }
 
 #[test]
+fn the_chain_stays_true_through_compactions_and_mid_trace_starts() {
+    // Long with-subagents traces squeezed into a small context: their contexts reset (compact)
+    // again and again, and a segment rebuilt after a reset can sit where an old one sat.
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("compacted.jsonl");
+    agentx::dataset::synth::write_corpus(
+        &agentx::dataset::synth::SynthOptions {
+            traces: 6,
+            seed: 7,
+            max_isl: None,
+            max_turns: Some(400),
+            context: Some(4096),
+            subagents: true,
+        },
+        &corpus,
+    )
+    .unwrap();
+    let ds = Dataset::open_path(&corpus, &crate::support::open_options(dir.path())).unwrap();
+    let synth = PromptSynth::new(7);
+    let mut checked = 0;
+    for traj in ds.trajectories() {
+        for start in [0, traj.num_turns() / 3] {
+            let mut conv = synth
+                .conversation(traj, start, AssistantMode::Recorded)
+                .expect("the start turn exists")
+                .with_recorded_history();
+            loop {
+                let kept =
+                    conv.with_prompt_chain(None, 16, |hashes, tokens| (hashes.to_vec(), tokens));
+                assert_eq!(
+                    kept,
+                    chain_of_messages(&conv, None, 16),
+                    "trace {} from turn {start}, turn {}",
+                    traj.id(),
+                    conv.turn()
+                );
+                checked += 1;
+                if conv.is_final() {
+                    break;
+                }
+                conv.advance(None).expect("a next turn");
+            }
+        }
+    }
+    assert!(checked > 500, "only {checked} turns checked");
+}
+
+#[test]
 fn the_chain_includes_the_marker_where_it_is_written() {
     let cache = tempfile::tempdir().unwrap();
     let ds = open_golden_corpus(cache.path());

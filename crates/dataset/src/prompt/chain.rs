@@ -5,9 +5,9 @@
 //! Kept across turns: the hasher's state after each message is remembered, so a turn that keeps
 //! the previous turn's messages hashes only the messages after them, and a session's chains cost
 //! what its new tokens cost, not its whole context per turn. A message is the same as before when
-//! its segment is (recorded mode: a segment that survives a cut is unchanged, as the live JSON
-//! pieces already rely on) or when it has the same place in a live history that was extended, not
-//! rebuilt.
+//! its segment and the hash ids it covers are (recorded mode: a segment rebuilt after a context
+//! reset may sit at the same positions over other ids) or when it has the same place in a live
+//! history that was extended, not rebuilt.
 
 use agentx_tokens::blocks::{BlockHasher, Checkpoint};
 
@@ -16,8 +16,9 @@ use super::{CacheBust, Conversation, MsgRef, Placement, Seg};
 /// What identifies a message already hashed.
 #[derive(Debug, Clone, PartialEq)]
 enum MessageKey {
-    /// Recorded mode: the segment.
-    Seg(Seg),
+    /// Recorded mode: the segment and a fingerprint of the hash ids it covers (after a context
+    /// reset, a segment rebuilt at the same positions can cover other ids).
+    Seg(Seg, u64),
     /// Live mode: the message's place in the live history of one generation.
     Live(usize),
 }
@@ -79,7 +80,7 @@ impl Conversation<'_> {
         self.for_each_msg(|_, message| {
             let key = match message {
                 MsgRef::Blocks(seg) if self.mode == super::AssistantMode::Recorded => {
-                    MessageKey::Seg(seg.clone())
+                    MessageKey::Seg(seg.clone(), self.ids_fingerprint(seg))
                 }
                 _ => MessageKey::Live(msg_idx),
             };
@@ -102,6 +103,15 @@ impl Conversation<'_> {
             rewind_to(hasher, hashed, kept, *block_size);
         }
         use_chain(hasher.hashes(), hasher.tokens())
+    }
+
+    /// A fingerprint of the hash ids `seg` covers.
+    fn ids_fingerprint(&self, seg: &Seg) -> u64 {
+        self.st.ids[seg.start..seg.end]
+            .iter()
+            .fold(0x9e37_79b9_7f4a_7c15, |acc: u64, &id| {
+                agentx_tokens::blocks::mix64(acc ^ u64::from(id))
+            })
     }
 
     /// The text of one message as the server reads it (JSON escapes undone), the marker where it
