@@ -56,7 +56,8 @@ AGENTX_HOME="$WORK/home" "$AGENTX" run --url "http://127.0.0.1:$PORT" --model sm
   --concurrency "$CONCURRENCY" --benchmark-duration "$DURATION" --benchmark-grace-period 60 \
   --random-seed 42 --unsafe-override --stats-interval 30 \
   --trajectory-start-min-ratio 0.6 --trajectory-start-max-ratio 0.95 \
-  --endpoint-type "$API" --output-artifact-dir "$OUT/artifacts$SUFFIX" 2>"$OUT/agentx$SUFFIX.log" \
+  --endpoint-type "$API" --output-artifact-dir "$OUT/artifacts$SUFFIX" ${AGENTX_REAL_SERVER_EXTRA:-} \
+  2>"$OUT/agentx$SUFFIX.log" \
   | tee "$OUT/summary$SUFFIX.txt"
 CODE=${PIPESTATUS[0]}
 set -e

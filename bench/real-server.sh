@@ -15,6 +15,8 @@
 # checks that every request either succeeded or was classified (context overflow in llama.cpp's own
 # wording), that the exports and the `report` JSON are complete and that the scraped `llamacpp:*` metrics
 # are in the server-metrics export, then prints the run's summary. A benchmark, not a test: not in .ci/run.
+# AGENTX_REAL_SERVER_EXTRA adds flags to the replays (e.g. "--kv-capacity-tokens 16384": llama.cpp
+# reports no KV capacity, so the cache truth's at-capacity figures need it).
 #
 # Everything lives under bench/.real-server (gitignored); AGENTX_REAL_SERVER_DIR moves it.
 set -euo pipefail
