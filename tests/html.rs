@@ -89,12 +89,13 @@ fn report_html_draws_every_chart_in_headless_chromium_without_errors() {
     );
     let check = selfcheck(&dom);
     assert_eq!(check["errors"], serde_json::json!([]), "{check}");
-    assert_eq!(check["charts"], 12, "{check}");
-    assert_eq!(check["expected"], 12, "{check}");
+    // The twelve time series and the cache truth's two charts by turn index.
+    assert_eq!(check["charts"], 14, "{check}");
+    assert_eq!(check["expected"], 14, "{check}");
     let titles = check["titles"].as_array().unwrap();
     let points = check["points"].as_array().unwrap();
     let drawn = check["drawn"].as_array().unwrap();
-    for i in 0..12 {
+    for i in 0..14 {
         let title = titles[i].as_str().unwrap();
         let n = points[i].as_u64().unwrap();
         // The simulator serves vLLM's metrics, so the server panels have data too; the errors
@@ -106,6 +107,9 @@ fn report_html_draws_every_chart_in_headless_chromium_without_errors() {
         );
     }
     assert!(titles.iter().any(|t| t == "TTFT (mean per second)"));
+    assert!(titles
+        .iter()
+        .any(|t| t == "Cache hit by turn: achievable against measured"));
 }
 
 /// A hand-made sweep of four points (conc 16 failed), its per-GPU throughput falling in

@@ -517,7 +517,8 @@ fn print_summary(
         summary.output_token_throughput,
         summary.input_token_throughput
     );
-    if let Some(cached) = summary.cached_tokens {
+    // With the cache truth, its `cache hit` line says the same over the server's prompt tokens.
+    if let Some(cached) = summary.cached_tokens.filter(|_| summary.cache.is_none()) {
         if summary.input_tokens > 0 {
             outln!(
                 "prefix cache  {:.1}% of input tokens served from cache",
