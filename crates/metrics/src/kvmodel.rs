@@ -14,9 +14,13 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Block hashes are already uniformly mixed; hashing them again would only cost time.
+/// Block hashes are already uniformly mixed; hashing them again would only cost time. The hasher
+/// of every map keyed by block hashes ([`BlockHashMap`]).
 #[derive(Default)]
-struct IdHasher(u64);
+pub struct IdHasher(u64);
+
+/// A map keyed by block hashes, which key it as they are.
+pub type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {

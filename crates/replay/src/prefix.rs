@@ -7,37 +7,16 @@
 //! longest known prefix is then found by a binary search, and a request costs the lookups of its
 //! new blocks, not of its whole prompt. Memory is one entry per distinct block the run sent.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex};
 
+use agentx_metrics::kvmodel::BlockHashMap;
 use agentx_record::PromptBlocks;
-
-/// The block hashes are already well mixed: they key the map as they are.
-#[derive(Default)]
-struct BlockHashHasher(u64);
-
-impl std::hash::Hasher for BlockHashHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0 << 8) | u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, hash: u64) {
-        self.0 = hash;
-    }
-}
 
 /// The first sender of every block the run sent.
 pub(crate) struct Registry {
     /// Words per block of the chains.
     pub(crate) block_size: u32,
-    first_sender: Mutex<HashMap<u64, Arc<str>, BuildHasherDefault<BlockHashHasher>>>,
+    first_sender: Mutex<BlockHashMap<Arc<str>>>,
 }
 
 impl Registry {

@@ -245,7 +245,7 @@ pub(super) fn conclude(
 /// and KV capacity `--kv-block-size` and `--kv-capacity-tokens` give, else the server's metrics
 /// report (a flag that contradicts the server is kept, with both in the report's notes).
 fn cache_truth(cfg: &RunConfig, ended: &Ended) -> Option<crate::metrics::cache_truth::CacheReport> {
-    use crate::metrics::cache_truth::{self, ModelSpec, Sourced};
+    use crate::metrics::cache_truth::{self, ModelSpec};
     let mut notes = Vec::new();
     let server = ended.scrape_log.as_ref().map_or(
         ModelSpec {
@@ -254,37 +254,18 @@ fn cache_truth(cfg: &RunConfig, ended: &Ended) -> Option<crate::metrics::cache_t
         },
         |log| cache_truth::server_reading(log, &mut notes),
     );
-    let flag = |name: &str| format!("--{name}");
-    let block_size = match (cfg.plan.kv_block_size, server.block_size) {
-        (Some(value), reported) => {
-            if let Some(reported) = reported.filter(|reported| reported.value != value) {
-                notes.push(format!(
-                    "--kv-block-size {value} contradicts the server's {} ({}); the model uses the flag",
-                    reported.value, reported.source
-                ));
-            }
-            Some(Sourced {
-                value,
-                source: flag("kv-block-size"),
-            })
-        }
-        (None, reported) => reported,
-    };
-    let capacity_tokens = match (cfg.plan.kv_capacity_tokens, server.capacity_tokens) {
-        (Some(value), reported) => {
-            if let Some(reported) = reported.filter(|reported| reported.value != value) {
-                notes.push(format!(
-                    "--kv-capacity-tokens {value} contradicts the server's {} ({}); the model uses the flag",
-                    reported.value, reported.source
-                ));
-            }
-            Some(Sourced {
-                value,
-                source: flag("kv-capacity-tokens"),
-            })
-        }
-        (None, reported) => reported,
-    };
+    let block_size = flag_or_server(
+        cfg.plan.kv_block_size,
+        server.block_size,
+        "kv-block-size",
+        &mut notes,
+    );
+    let capacity_tokens = flag_or_server(
+        cfg.plan.kv_capacity_tokens,
+        server.capacity_tokens,
+        "kv-capacity-tokens",
+        &mut notes,
+    );
     let spec = ModelSpec {
         block_size,
         capacity_tokens,
@@ -296,6 +277,29 @@ fn cache_truth(cfg: &RunConfig, ended: &Ended) -> Option<crate::metrics::cache_t
     notes.append(&mut report.notes);
     report.notes = notes;
     Some(report)
+}
+
+/// The flag `--{flag}`'s value when given (noting a server reading it contradicts), else the
+/// server's reading.
+fn flag_or_server<T: PartialEq + std::fmt::Display>(
+    given: Option<T>,
+    reported: Option<crate::metrics::cache_truth::Sourced<T>>,
+    flag: &str,
+    notes: &mut Vec<String>,
+) -> Option<crate::metrics::cache_truth::Sourced<T>> {
+    let Some(value) = given else {
+        return reported;
+    };
+    if let Some(reported) = reported.filter(|reported| reported.value != value) {
+        notes.push(format!(
+            "--{flag} {value} contradicts the server's {} ({}); the model uses the flag",
+            reported.value, reported.source
+        ));
+    }
+    Some(crate::metrics::cache_truth::Sourced {
+        value,
+        source: format!("--{flag}"),
+    })
 }
 
 /// Writes `run_summary.json`; returns its path.
