@@ -44,6 +44,27 @@ step "corpus: dataset synth --context $CORPUS_CTX (server slots: $SLOT_CTX)"
 "$AGENTX" dataset synth --traces 60 --seed 5 --context "$CORPUS_CTX" --max-turns 30 -o "$OUT/traces.jsonl"
 "$AGENTX" dataset stats "$OUT/traces.jsonl" | head -20
 
+# The cache preflight alone (--require-cache stops before the run either way: `--benchmark-duration 1`
+# keeps the run short where it does not): as the server is, then with llama.cpp's prompt cache off.
+preflight() {
+  local label="$1"; shift
+  set +e
+  AGENTX_HOME="$WORK/home" "$AGENTX" run --url "http://127.0.0.1:$PORT" --model smollm2 \
+    --input-file "$OUT/traces.jsonl" --custom-dataset-type weka_trace --streaming --concurrency 1 \
+    --benchmark-duration 1 --benchmark-grace-period 0 --unsafe-override --require-cache \
+    --output-artifact-dir "$OUT/preflight-$label" "$@" >"$OUT/preflight-$label.txt" 2>&1
+  local code=$?
+  set -e
+  echo "cache preflight ($label): exit code $code"
+  grep -E "cache preflight" "$OUT/preflight-$label.txt" | head -3 || true
+  return $code
+}
+step "cache preflight: as the server is, then with cache_prompt: false"
+preflight on || { echo "PROBLEM: the cache preflight did not find llama.cpp's prompt cache working"; exit 1; }
+if preflight off --extra-inputs cache_prompt:false; then
+  echo "PROBLEM: the cache preflight did not find the prompt cache off under cache_prompt: false"; exit 1
+fi
+
 # One replay of the corpus in API $1 (chat keeps the unsuffixed output names), its report and checks.
 replay() {
 API="$1"
@@ -71,7 +92,7 @@ step "report ($API)"
 
 step "checks ($API)"
 python3 - "$OUT" "$SUFFIX" <<'EOF'
-import json, sys, collections, pathlib
+import json, os, sys, collections, pathlib
 out = pathlib.Path(sys.argv[1]); suffix = sys.argv[2]; art = out / ("artifacts" + suffix)
 recs = [json.loads(l) for l in open(art / "records.jsonl")]
 kinds = collections.Counter()
@@ -113,10 +134,26 @@ srv = agg.get("server_metrics", {})
 hits = {k: v for k, v in srv.get("cache", {}).items() if "hit" in k}
 hits["theoretical_cache_hit_rate"] = agg.get("request_metrics", {}).get("cache", {}).get("theoretical_cache_hit_rate")
 print(f"report (nested): adapter {srv.get('adapter')}; cache hit rates: {hits}")
+cache = s.get("cache")
+if cache:
+    rate = lambda r: "null" if r.get("value") is None else f"{100 * r['value']:.1f} %"
+    ach = cache["achievable"]
+    cap = cache.get("capacity_tokens") or {}
+    print(f"cache truth: {cache['requests']} requests, {cache['prompt_tokens']} prompt tokens; block "
+          f"{cache['block_size']['value']} ({cache['block_size']['source']}), capacity "
+          f"{cap.get('value')} ({cap.get('source')})")
+    print(f"  measured {rate(cache['measured'])}; achievable: infinite {rate(ach['infinite'])}, "
+          f"at capacity {rate(ach['pooled_at_capacity'])}, per worker as routed {rate(ach['per_worker_as_routed'])}")
+    print("  missed tokens: " + ", ".join(f"{k} {v}" for k, v in cache["miss"].items()))
+    for note in cache.get("notes", []):
+        print("  note:", note)
 problems = []
 if unclassified: problems.append(f"{len(unclassified)} unclassified failures: {unclassified[:3]}")
 if missing: problems.append(f"missing outputs: {missing}")
 if not llama: problems.append("no llamacpp:* metric in server_metrics_export.json")
+if not cache: problems.append("no cache truth in run_summary.json")
+elif "/props" not in ((cache.get("capacity_tokens") or {}).get("source") or "") and "--kv-capacity-tokens" not in os.environ.get("AGENTX_REAL_SERVER_EXTRA", ""):
+    problems.append(f"the cache model's capacity did not come from llama.cpp's /props: {cache.get('capacity_tokens')}")
 if problems:
     print("PROBLEMS:\n  " + "\n  ".join(problems)); sys.exit(1)
 print("all requests succeeded or were classified; exports, report and llamacpp metrics present")

@@ -15,8 +15,11 @@
 # checks that every request either succeeded or was classified (context overflow in llama.cpp's own
 # wording), that the exports and the `report` JSON are complete and that the scraped `llamacpp:*` metrics
 # are in the server-metrics export, then prints the run's summary. A benchmark, not a test: not in .ci/run.
-# AGENTX_REAL_SERVER_EXTRA adds flags to the replays (e.g. "--kv-capacity-tokens 16384": llama.cpp
-# reports no KV capacity, so the cache truth's at-capacity figures need it).
+# Before the replays, the cache preflight runs twice with --require-cache: as the server is (it must find
+# the cache working) and with `cache_prompt: false` sent through --extra-inputs (it must find it off and
+# stop). The checks print the cache truth: measured and achievable hit, the misses by cause, and the
+# capacity the model used (llama.cpp's slots, read from its /props). AGENTX_REAL_SERVER_EXTRA adds flags
+# to the replays.
 #
 # Everything lives under bench/.real-server (gitignored); AGENTX_REAL_SERVER_DIR moves it.
 set -euo pipefail

@@ -296,3 +296,71 @@ fn round_robin_routing_shows_as_routing_misses_and_a_small_cache_as_capacity_mis
         "{flagged:#}"
     );
 }
+
+/// The achievable hit before a run: `dataset stats` walks the corpus with lanes side by side, and
+/// the dry run walks the plan's lanes, both through the same cache model; a capacity below the
+/// lanes' working set loses hits to eviction, one above it loses none.
+#[test]
+fn the_achievable_hit_before_a_run_in_corpus_and_plan_order() {
+    let corpus = fixture("traces-24.jsonl");
+    let corpus = corpus.to_str().unwrap();
+    let stats = |extra: &[&str]| {
+        let mut args = vec!["dataset", "stats", corpus, "--json"];
+        args.extend_from_slice(extra);
+        let run = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        serde_json::from_str::<Value>(&run.stdout()).unwrap()
+    };
+    let small = stats(&["--concurrency", "8", "--kv-capacity-tokens", "200000"]);
+    let walked = &small["achievable"];
+    let infinite = walked["infinite"].as_f64().unwrap();
+    // The infinite cache is the corpus's prefix hit (in tokens rather than blocks).
+    let theoretical = small["theoretical_hit_rate_prefix"].as_f64().unwrap();
+    assert!((infinite - theoretical).abs() < 0.01, "{walked}");
+    assert!(
+        walked["at_capacity"].as_f64().unwrap() < infinite - 0.05,
+        "{walked}"
+    );
+    assert!(walked["evicted_blocks"].as_u64().unwrap() > 0, "{walked}");
+    assert_eq!(walked["requests"], small["requests"]);
+    let ample = stats(&["--concurrency", "8", "--kv-capacity-tokens", "100000000"]);
+    assert_eq!(
+        ample["achievable"]["at_capacity"],
+        ample["achievable"]["infinite"]
+    );
+    assert_eq!(ample["achievable"]["evicted_blocks"], 0);
+    assert!(stats(&[])["achievable"]["at_capacity"].is_null());
+
+    for scenario in ["agentx-mvp", "agentx"] {
+        let args = [
+            "run",
+            "--dry-run",
+            "--json",
+            "--scenario",
+            scenario,
+            "--dataset",
+            corpus,
+            "--concurrency",
+            "8",
+            "--random-seed",
+            "3",
+            "--kv-capacity-tokens",
+            "100000",
+        ];
+        let run = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let plan: Value = serde_json::from_str(&run.stdout()).unwrap();
+        let walked = &plan["achievable"];
+        assert_eq!(walked["lanes"], 8, "{scenario}: {walked}");
+        assert_eq!(walked["capacity_tokens"], 100000);
+        assert!(
+            walked["requests"].as_u64().unwrap() >= 8,
+            "{scenario}: {walked}"
+        );
+        let at_capacity = walked["at_capacity"].as_f64().unwrap();
+        assert!(
+            at_capacity < walked["infinite"].as_f64().unwrap(),
+            "{scenario}: {walked}"
+        );
+    }
+}

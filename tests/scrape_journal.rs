@@ -374,7 +374,9 @@ fn a_killed_runs_journal_keeps_its_scrapes() {
     // Flushes until the journal holds ten scrapes: the boundary scrape at profiling's start flushes
     // early too, so a count of lines says little about the scrapes they carry.
     let journaled_scrapes = |path: &std::path::Path| {
-        read_journal(path).map_or(0, |log| log.endpoints.first().map_or(0, |e| e.scrapes()))
+        read_journal(path).map_or(0, |log| {
+            log.endpoints.first().map_or(0, EndpointLog::scrapes)
+        })
     };
     while journaled_scrapes(&path) < 10 {
         assert!(std::time::Instant::now() < deadline, "no journal flushes");

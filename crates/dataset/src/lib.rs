@@ -28,6 +28,7 @@
 //! ids, seed, vocabulary), and block text of a corpus whose hash ids are global (Mooncake) on (hash id,
 //! seed, vocabulary) alone; nothing here knows about HTTP or time.
 
+pub mod achievable;
 pub mod alias;
 pub(crate) mod any_format;
 pub mod cache;

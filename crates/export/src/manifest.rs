@@ -70,6 +70,10 @@ pub struct Manifest {
     /// The cache preflight's result (`--cache-preflight`; none when it did not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_preflight: Option<CachePreflight>,
+    /// A llama.cpp server's slots (its `/props`), read before the run: the KV capacity the cache
+    /// model uses when the server's metrics give none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_slots: Option<agentx_metrics::cache_truth::SlotPool>,
     /// Lanes (over every shard of a sharded run).
     #[serde(default)]
     pub concurrency: u32,

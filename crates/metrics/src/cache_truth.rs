@@ -53,6 +53,32 @@ pub struct ModelSpec {
     pub capacity_tokens: Option<Sourced<u64>>,
 }
 
+/// A llama.cpp server's slots, from its `GET /props` (`total_slots`, and each slot's context
+/// `default_generation_settings.n_ctx`): its KV capacity, which its metrics do not carry. Each
+/// slot keeps the tokens of the last prompt it ran; the model pools them (`slots` x the slot's
+/// context) as one LRU of that many tokens. The server's host-memory prompt cache (`--cache-ram`)
+/// can restore a prompt a slot dropped; the model does not see it, so its hits show as surplus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SlotPool {
+    /// Slots (`-np`).
+    pub slots: u32,
+    /// Tokens of context per slot.
+    pub slot_context_tokens: u64,
+}
+
+impl SlotPool {
+    /// The pool's capacity in tokens, and where it came from.
+    pub fn capacity(&self) -> Sourced<u64> {
+        Sourced {
+            value: u64::from(self.slots) * self.slot_context_tokens,
+            source: format!(
+                "llama.cpp /props: {} slots x {} tokens",
+                self.slots, self.slot_context_tokens
+            ),
+        }
+    }
+}
+
 /// A rate, or why there is none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Rate {

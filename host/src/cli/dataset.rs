@@ -154,6 +154,8 @@ pub(crate) enum DatasetCommand {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        achievable: AchievableArgs,
     },
     /// Write a synthetic corpus with the shape of the public 949-trace corpus (with --subagents, of
     /// the 393-trace with-subagents corpus).
@@ -316,7 +318,11 @@ pub(crate) fn run(args: DatasetArgs) -> Result<(), DatasetError> {
                 }
             }
         }
-        DatasetCommand::Stats { source, json } => stats(&source, json),
+        DatasetCommand::Stats {
+            source,
+            json,
+            achievable,
+        } => stats(&source, json, &achievable),
         DatasetCommand::Synth {
             traces,
             seed,
@@ -581,11 +587,32 @@ fn print_turns(traj: Trajectory<'_>) {
     }
 }
 
+/// The cache model's walk of `dataset stats` ([`crate::dataset::achievable`]).
+#[derive(Debug, Args)]
+pub(crate) struct AchievableArgs {
+    /// Lanes that play the traces side by side for the achievable hit (each trace once, from its
+    /// first turn, in dataset order and recorded time)
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: u32,
+    /// A server's KV capacity in tokens: adds the hit an LRU of that size allows the lanes
+    /// (the infinite cache's alone without it)
+    #[arg(long, value_name = "TOKENS")]
+    kv_capacity_tokens: Option<u64>,
+}
+
 /// `dataset stats`.
-fn stats(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
+fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), DatasetError> {
     let dataset = source.open()?;
     let corpus = corpus_stats(&dataset);
     let trees = dataset_tree_stats(&dataset)?;
+    let achievable = crate::dataset::achievable::walk(
+        &dataset,
+        &crate::dataset::achievable::corpus_order(
+            walk.concurrency as usize,
+            walk.kv_capacity_tokens,
+            dataset.len(),
+        ),
+    );
     if json {
         let mut doc = serde_json::to_value(&corpus).unwrap_or_default();
         if let Some(fields) = doc.as_object_mut() {
@@ -600,6 +627,10 @@ fn stats(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
             if let Some(format) = format_json(&dataset) {
                 fields.insert("format".into(), format);
             }
+            fields.insert(
+                "achievable".into(),
+                serde_json::to_value(&achievable).unwrap_or_default(),
+            );
         }
         outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(());
@@ -623,6 +654,9 @@ fn stats(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
         "theoretical hit rate (lcp)  {:.2}%",
         100.0 * corpus.theoretical_hit_rate_prefix
     );
+    if let Some(hit) = &achievable {
+        print_achievable(hit);
+    }
     outln!();
     outln!(
         "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -656,6 +690,29 @@ fn stats(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
     outln!();
     print_warnings(&dataset.warnings());
     Ok(())
+}
+
+/// The achievable-hit lines of `dataset stats`.
+fn print_achievable(hit: &crate::dataset::achievable::PlannedHit) {
+    let at_capacity = match (hit.at_capacity, hit.capacity_tokens) {
+        (Some(rate), Some(tokens)) => format!(
+            "; LRU of {tokens} tokens {:.2}% ({} blocks evicted)",
+            100.0 * rate,
+            hit.evicted_blocks.unwrap_or(0)
+        ),
+        _ => "; --kv-capacity-tokens adds an LRU of a server's size".to_owned(),
+    };
+    outln!(
+        "achievable hit              infinite {:.2}%{at_capacity}",
+        100.0 * hit.infinite
+    );
+    outln!(
+        "  the cache model over {} lane(s) in recorded time, {}-token blocks, {} requests, {:.0} s",
+        hit.lanes,
+        hit.block_size,
+        hit.requests,
+        hit.span_s
+    );
 }
 
 /// `dataset synth`.

@@ -140,6 +140,9 @@ pub(super) struct Connected {
     pub metrics_listener: Option<std::net::TcpListener>,
     /// What the cache preflight found, for the manifest (`None`: it did not run).
     pub cache_preflight: Option<CachePreflight>,
+    /// A llama.cpp server's slots, for the cache model's capacity (`None`: not llama.cpp, or its
+    /// `/props` did not say).
+    pub server_slots: Option<crate::metrics::cache_truth::SlotPool>,
 }
 
 /// Starts the simulator when there is no `--url`, builds the client and runs the pre-flight check:
@@ -201,21 +204,22 @@ pub(super) fn connect(
             prepared.info.name
         ),
     };
+    let mut server_slots = None;
     if !cfg.skip_preflight {
-        let checked = rt.block_on(crate::client::preflight::check(
-            &client,
-            &model,
-            ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT),
-        ));
-        match (checked, &planned.mode) {
-            (Ok(pre), Mode::Streams(plan)) => report_preflight(&pre, plan, prepared.ds, &model),
-            (Ok(pre), Mode::Trees(_)) => {
+        let timeout = ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT);
+        let checked = rt.block_on(crate::client::preflight::check(&client, &model, timeout));
+        // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
+        let pre = checked.map_err(|e| anyhow!(e))?;
+        match &planned.mode {
+            Mode::Streams(plan) => report_preflight(&pre, plan, prepared.ds, &model),
+            Mode::Trees(_) => {
                 if let Some(note) = &pre.note {
                     tracing::warn!("pre-flight: {note}");
                 }
             }
-            // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
-            (Err(e), _) => return Err(anyhow!(e)),
+        }
+        if pre.llama_cpp {
+            server_slots = read_slots(&client, rt, timeout);
         }
     }
     let cache_preflight = cache_preflight(ctx, rt, &client, &model)?;
@@ -227,6 +231,7 @@ pub(super) fn connect(
             model,
             metrics_listener,
             cache_preflight,
+            server_slots,
         },
         client,
     ))
@@ -440,12 +445,33 @@ pub(super) fn srv_row(scraper: Arc<crate::client::scrape::Scraper>) -> replay::S
     })
 }
 
+/// A llama.cpp server's slot pool from its `/props` (`client::preflight::slots`); a server that
+/// does not say is warned about, and the cache model's at-capacity figures go without a capacity.
+fn read_slots(
+    client: &Client,
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+) -> Option<crate::metrics::cache_truth::SlotPool> {
+    match rt.block_on(crate::client::preflight::slots::read(client, timeout)) {
+        Ok(pool) => {
+            tracing::info!(
+                "pre-flight: llama.cpp serves {} slots of {} tokens of context",
+                pool.slots,
+                pool.slot_context_tokens
+            );
+            Some(pool)
+        }
+        Err(why) => {
+            tracing::warn!("pre-flight: the server is llama.cpp and its slots are unknown ({why}); the cache model has no capacity unless --kv-capacity-tokens gives one");
+            None
+        }
+    }
+}
+
 /// The longest the pre-flight `GET /v1/models` may take (a server that does not answer in that time
 /// is warned about, not refused).
 const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Logs what the pre-flight check found: the served model, its context length, and how much of the
-/// plan will overflow it.
 /// Words per block of the prompt chains: `--kv-block-size`, else the built-in simulator's block
 /// size (so its cache is predicted exactly), else vLLM's default of 16 (which coarsens exactly to
 /// any multiple of it).
@@ -455,6 +481,8 @@ fn chain_block_size(flag: Option<u32>, sim: Option<&crate::sim::SimThread>) -> u
         .unwrap_or(VLLM_DEFAULT_BLOCK_SIZE)
 }
 
+/// Logs what the pre-flight check found: the served model, its context length, and how much of the
+/// plan will overflow it.
 fn report_preflight(
     p: &crate::client::preflight::Preflight,
     plan: &Plan,

@@ -400,7 +400,7 @@ fn write_merged(
         records,
         &crate::metrics::cache_truth::ModelSpec {
             block_size: None,
-            capacity_tokens: None,
+            capacity_tokens: first.server_slots.map(|pool| pool.capacity()),
         },
     );
     if let Some(goodput_spec) = &goodput {

@@ -17,6 +17,7 @@ mod kept;
 pub mod merge;
 pub mod outputs;
 pub mod plan;
+mod plan_hit;
 pub mod prepare;
 pub mod rendezvous;
 pub mod run_dir;
@@ -153,7 +154,11 @@ pub fn execute(cfg: &RunConfig, cancel: &Cancel) -> anyhow::Result<RunOutcome> {
     let (mut conn, client) = connect::connect(ctx, &runtime)?;
     let (dir, sink) = run_dir::RunDir::open(
         ctx,
-        (&conn.model, conn.cache_preflight.as_ref()),
+        &run_dir::ServerFacts {
+            model: &conn.model,
+            cache_preflight: conn.cache_preflight.as_ref(),
+            server_slots: conn.server_slots,
+        },
         shard.as_ref().map(|s| &s.member),
         runtime.handle(),
     )?;

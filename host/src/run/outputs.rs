@@ -185,7 +185,7 @@ pub(super) fn conclude(
     d.manifest.stop = Some(outcome.stop.as_str().to_string());
     d.write_manifest()?;
     let mut summary = Summary::of(&ended.records);
-    summary.cache = cache_truth(cfg, &ended);
+    summary.cache = cache_truth(cfg, &ended, d.manifest.server_slots);
     if let Some(goodput) = &cfg.goodput {
         summary.goodput = Some(goodput.of_run(&ended.records));
         let times = planned.recorded_times(prepared.ds, &ended.records);
@@ -243,17 +243,25 @@ pub(super) fn conclude(
 
 /// The run's cache truth: the records' prompt chains through the cache model, at the block size
 /// and KV capacity `--kv-block-size` and `--kv-capacity-tokens` give, else the server's metrics
-/// report (a flag that contradicts the server is kept, with both in the report's notes).
-fn cache_truth(cfg: &RunConfig, ended: &Ended) -> Option<crate::metrics::cache_truth::CacheReport> {
+/// report, else (the capacity) a llama.cpp server's slots (a flag that contradicts the server is
+/// kept, with both in the report's notes).
+fn cache_truth(
+    cfg: &RunConfig,
+    ended: &Ended,
+    server_slots: Option<crate::metrics::cache_truth::SlotPool>,
+) -> Option<crate::metrics::cache_truth::CacheReport> {
     use crate::metrics::cache_truth::{self, ModelSpec};
     let mut notes = Vec::new();
-    let server = ended.scrape_log.as_ref().map_or(
+    let mut server = ended.scrape_log.as_ref().map_or(
         ModelSpec {
             block_size: None,
             capacity_tokens: None,
         },
         |log| cache_truth::server_reading(log, &mut notes),
     );
+    if server.capacity_tokens.is_none() {
+        server.capacity_tokens = server_slots.map(|pool| pool.capacity());
+    }
     let block_size = flag_or_server(
         cfg.plan.kv_block_size,
         server.block_size,

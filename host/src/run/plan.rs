@@ -135,11 +135,19 @@ pub(super) fn plan(
             open_loop(&mut tree_plan, arrivals, settings.duration);
         }
         if cfg.dry_run {
-            let json = tree_dry_run_json(cfg, prepared, &mut tree_plan);
-            let dry_run = DryRun {
-                json,
-                table: tree_plan.table,
-            };
+            let mut json = tree_dry_run_json(cfg, prepared, &mut tree_plan);
+            let mut table = tree_plan.table;
+            let hit = super::plan_hit::of_trees(
+                prepared.ds,
+                &tree_plan.lanes,
+                cfg.plan.kv_capacity_tokens,
+                settings.duration.as_secs_f64(),
+            );
+            if let Some(hit) = hit {
+                table.push_str(&format!("\n{}", super::plan_hit::table_line(&hit, true)));
+                json["achievable"] = json!(hit);
+            }
+            let dry_run = DryRun { json, table };
             return Ok(Planning::Dry(RunOutcome::planned(
                 dir(&run_id),
                 run_id,
@@ -244,6 +252,16 @@ fn single_stream_dry_run(
     let mut table = plan.table();
     for l in &plan.lanes {
         table.push_str(&format!("\nlane {:>4} marker {:?}", l.lane, l.marker));
+    }
+    let hit = super::plan_hit::of_streams(
+        prepared.ds,
+        plan,
+        cfg.plan.kv_capacity_tokens,
+        prepared.settings.duration.as_secs_f64(),
+    );
+    if let Some(hit) = hit {
+        table.push_str(&format!("\n{}", super::plan_hit::table_line(&hit, false)));
+        json["achievable"] = json!(hit);
     }
     DryRun { json, table }
 }

@@ -38,13 +38,23 @@ pub(super) struct RunDir {
     pub live: Arc<LiveRun>,
 }
 
+/// What the run learnt of the server before its first request, for the manifest.
+pub(super) struct ServerFacts<'a> {
+    /// The model every request names.
+    pub model: &'a str,
+    /// What the cache preflight found (`None`: it did not run).
+    pub cache_preflight: Option<&'a manifest::CachePreflight>,
+    /// A llama.cpp server's slots (`None`: not llama.cpp, or `/props` did not say).
+    pub server_slots: Option<crate::metrics::cache_truth::SlotPool>,
+}
+
 impl RunDir {
     /// Opens the directory (only now that every check passed), starts the record sink (returned
     /// beside it) and the clock, and writes the manifest before the first request, with what the
     /// cache preflight found.
     pub(super) fn open(
         ctx: RunCtx<'_>,
-        (model, cache_preflight): (&str, Option<&manifest::CachePreflight>),
+        server: &ServerFacts<'_>,
         member: Option<&rendezvous::Member>,
         runtime: &tokio::runtime::Handle,
     ) -> anyhow::Result<(RunDir, RecordSink)> {
@@ -62,7 +72,7 @@ impl RunDir {
         };
         let art = artifact_dir::open(&cfg.output, &run_dir, &out, cfg.overwrite)?;
         let clock = Clock::start();
-        let otlp = otlp_export(ctx, model, clock.anchor_unix_ns(), runtime)?;
+        let otlp = otlp_export(ctx, server.model, clock.anchor_unix_ns(), runtime)?;
         let live = Arc::new(LiveRun::new(&planned.own_lane_ids()));
         let counted = live.clone();
         let mut watchers: Vec<crate::record::RecordWatcher> =
@@ -72,8 +82,9 @@ impl RunDir {
         watchers.extend(otlp.iter().map(crate::telemetry::otlp::Exporter::watcher));
         let sink = RecordSink::create_watched(&art, watchers)?;
         let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
-        manifest.model = Some(model.to_string());
-        manifest.cache_preflight = cache_preflight.cloned();
+        manifest.model = Some(server.model.to_string());
+        manifest.cache_preflight = server.cache_preflight.cloned();
+        manifest.server_slots = server.server_slots;
         if let (Some(sh), Some(m)) = (&cfg.shard, member) {
             manifest.shard = Some(ShardInfo {
                 index: sh.index,
@@ -282,6 +293,7 @@ fn manifest_of(
             trace_context: run_plan.client.trace_context,
         }),
         cache_preflight: None,
+        server_slots: None,
         concurrency: prepared.settings.concurrency,
         benchmark_duration_s: prepared.settings.duration.as_secs_f64(),
         assistant_mode: assistant_mode(run_plan.mode).to_string(),

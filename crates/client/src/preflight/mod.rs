@@ -15,6 +15,7 @@
 //! twice, to see whether the server's prefix cache answers the repeat.
 
 pub mod cache;
+pub mod slots;
 
 use std::time::Duration;
 
@@ -34,6 +35,9 @@ pub struct Preflight {
     pub max_model_len: Option<u64>,
     /// Why the checks were partly skipped (a status, a body, a timeout), for a warning.
     pub note: Option<String>,
+    /// The model entry says llama.cpp serves it (`owned_by: "llamacpp"`): its slots are in `/props`
+    /// ([`slots`]).
+    pub llama_cpp: bool,
 }
 
 /// Why the run cannot start.
@@ -266,10 +270,15 @@ pub(crate) fn parse_models(body: &str, model: &str) -> Option<Preflight> {
         .find(|m| m.get("id").and_then(Value::as_str) == Some(model))
         .or(if data.len() == 1 { data.first() } else { None });
     let max_model_len = entry.and_then(context_length);
+    let llama_cpp = entry
+        .and_then(|m| m.get("owned_by"))
+        .and_then(Value::as_str)
+        == Some("llamacpp");
     Some(Preflight {
         models,
         max_model_len,
         note: None,
+        llama_cpp,
     })
 }
 
@@ -306,6 +315,7 @@ mod tests {
         let p = parse_models(b, "other").unwrap();
         assert_eq!(p.models, vec!["smollm2"]);
         assert_eq!(p.max_model_len, Some(4096));
+        assert!(p.llama_cpp);
     }
 
     #[test]
