@@ -158,6 +158,38 @@ fn the_chain_includes_the_marker_where_it_is_written() {
         };
         check_every_turn(&ds, AssistantMode::Live, Tiling::RecordedLength, Some(bust));
         check_every_turn(&ds, AssistantMode::Recorded, Tiling::Reference, Some(bust));
+        check_masked_chains(&ds, placement);
+    }
+}
+
+/// Two sessions of each trace with different markers: their chains differ, their masked chains
+/// are equal, and equal the chain of the prompt with the marker written as `#`.
+fn check_masked_chains(ds: &Dataset, placement: Placement) {
+    let synth = PromptSynth::new(7);
+    let marker = |text| CacheBust { placement, text };
+    let masked_text = marker("#");
+    for traj in ds.trajectories().take(3) {
+        let conv = synth
+            .conversation(traj, 1, AssistantMode::Recorded)
+            .expect("turn 1 exists");
+        let chain =
+            |text| conv.with_prompt_chain(Some(marker(text)), 16, |hashes, _| hashes.to_vec());
+        let masked = |text| {
+            conv.with_masked_prompt_chain(Some(marker(text)), 16, |hashes, words| {
+                (hashes.to_vec(), words)
+            })
+        };
+        assert_ne!(chain("[rid:0001]"), chain("[rid:0002]"), "{placement:?}");
+        assert_eq!(masked("[rid:0001]"), masked("[rid:0002]"), "{placement:?}");
+        assert_eq!(
+            masked("[rid:0001]"),
+            Some(chain_of_messages(&conv, Some(masked_text), 16)),
+            "{placement:?}"
+        );
+        assert_eq!(
+            conv.with_masked_prompt_chain(None, 16, |_, words| words),
+            None
+        );
     }
 }
 
@@ -176,7 +208,18 @@ fn four_engine_sim(router: agentx::sim::Router, capacity_tokens: u64) -> Sim {
 /// Runs the with-subagents trees against `sim` with Dynamo's session headers; the cache truth of
 /// its summary.
 fn cache_truth_of(sim: &Sim, extra: &[&str]) -> (Value, Vec<agentx::record::RequestRecord>) {
+    cache_truth_at(sim, 4, extra)
+}
+
+/// [`cache_truth_of`] with `lanes` lanes.
+fn cache_truth_at(
+    sim: &Sim,
+    lanes: u32,
+    extra: &[&str],
+) -> (Value, Vec<agentx::record::RequestRecord>) {
     let mut args = tree_run_args(&sim.url(), &["--routing-headers", "dynamo"]);
+    let concurrency = args.iter().position(|arg| arg == "--concurrency").unwrap() + 1;
+    args[concurrency] = lanes.to_string();
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     let run = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
@@ -191,9 +234,15 @@ fn cache_truth_of(sim: &Sim, extra: &[&str]) -> (Value, Vec<agentx::record::Requ
 fn assert_exact(cache: &Value) {
     let miss = &cache["miss"];
     let split = &cache["server_split"];
-    for cause in ["cold", "capacity", "routing"] {
+    for cause in ["capacity", "routing"] {
         assert_eq!(miss[cause], split[cause], "{cause}: {cache:#}");
     }
+    // The simulator knows no marker: what the marker kept from hitting is cold to it.
+    assert_eq!(
+        missed(cache, "cold") + missed(cache, "bust"),
+        split["cold"].as_u64().unwrap(),
+        "{cache:#}"
+    );
     assert_eq!(miss["unexplained"], 0, "{cache:#}");
     assert_eq!(miss["surplus"], 0, "{cache:#}");
     assert_eq!(
@@ -211,27 +260,49 @@ fn missed(cache: &Value, cause: &str) -> u64 {
     cache["miss"][cause].as_u64().unwrap()
 }
 
-/// Every session ran on one worker, and every subagent on its root's.
+/// Every stream ran on one worker, and every subagent whose root the server admitted first on its
+/// root's. (A tree started mid-way primes its alive streams at once: a subagent the server admits
+/// before its root cannot find the root bound, and is bound by its own header.)
 fn assert_each_tree_on_one_worker(records: &[agentx::record::RequestRecord]) {
-    let mut worker_of = std::collections::HashMap::new();
+    use std::collections::HashMap;
+    // Each stream's worker and the admission number of its first request.
+    let mut streams: HashMap<&str, (&str, u64)> = HashMap::new();
     for record in records {
-        let worker = record
-            .server
-            .as_ref()
-            .and_then(|server| server.worker.clone());
-        let worker = worker.unwrap_or_else(|| panic!("{} named no worker", record.request_id));
+        let server = record.server.as_ref();
+        let worker = server.and_then(|server| server.worker.as_deref());
+        let admitted = server.and_then(|server| server.admit_seq);
+        let (Some(worker), Some(admitted)) = (worker, admitted) else {
+            panic!("{} named no worker or admission", record.request_id);
+        };
+        let stream = streams
+            .entry(record.correlation_id.as_str())
+            .or_insert((worker, admitted));
+        assert_eq!(
+            stream.0, worker,
+            "{} ({:?}, turn {}) of stream {} moved worker",
+            record.request_id, record.phase, record.turn, record.correlation_id
+        );
+        stream.1 = stream.1.min(admitted);
+    }
+    let mut bound_to_root = 0;
+    for record in records {
         let tree = record.tree.as_ref().expect("a tree run's record");
-        for session in [&record.correlation_id, &tree.root_correlation_id] {
-            let bound = worker_of
-                .entry(session.clone())
-                .or_insert_with(|| worker.clone());
+        let (Some(child), Some(root)) = (
+            streams.get(record.correlation_id.as_str()),
+            streams.get(tree.root_correlation_id.as_str()),
+        ) else {
+            continue;
+        };
+        if tree.agent_depth > 0 && root.1 < child.1 {
             assert_eq!(
-                *bound, worker,
-                "{} of session {session} moved worker",
-                record.request_id
+                child.0, root.0,
+                "subagent stream {} is not on its root's worker",
+                record.correlation_id
             );
+            bound_to_root += 1;
         }
     }
+    assert!(bound_to_root > 0, "no subagent followed its root");
 }
 
 #[test]
@@ -253,6 +324,15 @@ fn session_routing_keeps_each_tree_on_one_worker_and_the_model_matches_the_simul
         .is_some_and(|chain| chain.block_size == 16)));
     let measured = cache["measured"]["value"].as_f64().unwrap();
     assert!(measured > 0.3, "{cache:#}");
+
+    // Twelve lanes on eight trees: lanes share trees, each with its own marker, so blocks one
+    // session sent miss in another for the marker alone, and the split stays exact.
+    // A simulator of its own: one that served the run above still holds that run's prompts.
+    let fresh = four_engine_sim(agentx::sim::Router::Session, 1 << 20);
+    let (shared, records) = cache_truth_at(&fresh, 12, &[]);
+    assert_exact(&shared);
+    assert_each_tree_on_one_worker(&records);
+    assert!(missed(&shared, "bust") > 0, "{shared:#}");
 }
 
 #[test]

@@ -247,6 +247,8 @@ pub struct Conversation<'a> {
     json_cache: std::cell::RefCell<JsonCache>,
     /// The prompt's block chain as last hashed ([`Conversation::with_prompt_chain`]).
     chain_cache: std::cell::RefCell<chain::ChainCache>,
+    /// The chain with the marker masked ([`Conversation::with_masked_prompt_chain`]).
+    masked_chain_cache: std::cell::RefCell<chain::ChainCache>,
     last: StepInfo,
 }
 
@@ -284,6 +286,7 @@ impl<'a> Conversation<'a> {
             gen: 0,
             json_cache: std::cell::RefCell::default(),
             chain_cache: std::cell::RefCell::default(),
+            masked_chain_cache: std::cell::RefCell::default(),
             last,
         };
         conv.rebuild_live();

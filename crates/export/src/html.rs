@@ -567,6 +567,7 @@ fn cache_truth_section(cache: &agentx_metrics::cache_truth::CacheReport) -> (Tab
             pct(cache.achievable.infinite.value),
         ),
         ("missed: cold", share(Some(miss.cold))),
+        ("missed: cache-bust marker", share(Some(miss.bust))),
         ("missed: capacity", share(Some(miss.capacity))),
         ("missed: routing", share(Some(miss.routing))),
         ("missed: context cap", share(Some(miss.context_cap))),
@@ -641,6 +642,7 @@ fn cache_truth_section(cache: &agentx_metrics::cache_truth::CacheReport) -> (Tab
             "Missed prompt tokens by cause and turn",
             vec![
                 by_turn("cold", &|row| of_prompt(row, Some(row.miss.cold))),
+                by_turn("bust", &|row| of_prompt(row, Some(row.miss.bust))),
                 by_turn("capacity", &|row| of_prompt(row, Some(row.miss.capacity))),
                 by_turn("routing", &|row| of_prompt(row, Some(row.miss.routing))),
                 by_turn("context cap", &|row| {

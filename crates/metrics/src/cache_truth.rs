@@ -13,7 +13,9 @@
 //!   the model of what happened, whose misses are split by cause. A missed block held by another
 //!   worker missed for **routing**; one cached before and evicted everywhere for **capacity**
 //!   (with the time since its last use); a block never sent before is **cold**, as are the partial
-//!   last block and the last token no hit covers. A request the server refused as too long missed
+//!   last block and the last token no hit covers, unless another session had sent it with its own
+//!   cache-bust marker: then the marker missed it by design (**bust**; the record's
+//!   `shared_unmarked`). A request the server refused as too long missed
 //!   every token for the **context cap**.
 //!
 //! Against the measurement (each response's cached tokens): where the server hit less than the
@@ -124,6 +126,10 @@ pub struct Achievable {
 pub struct MissTokens {
     /// Never sent before, plus each prompt's partial last block and last token.
     pub cold: u64,
+    /// Cache-bust by design: never sent before with this marker, but sent by another session
+    /// with its own (the scenario's marker kept it from hitting).
+    #[serde(default)]
+    pub bust: u64,
     /// Cached once, evicted for capacity everywhere.
     pub capacity: u64,
     /// Cached on another worker than the one the request ran on.
@@ -312,7 +318,12 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
                 .chunks_exact(factor as usize)
                 .map(|chunk| chunk[chunk.len() - 1]),
         );
-        let outcome = model.admit(rec, &model_keys, block_size.value, workers.rank_of(rec));
+        let outcome = model.admit(
+            rec,
+            &model_keys,
+            (block_size.value, factor),
+            workers.rank_of(rec),
+        );
         if rec.phase == Phase::Profiling {
             totals.add(rec, &outcome);
             by_turn.entry(rec.turn).or_default().add(rec, &outcome);
@@ -521,6 +532,7 @@ struct Modelled {
     hit_pooled: u64,
     hit_routed: u64,
     cold: u64,
+    bust: u64,
     capacity: u64,
     routing: u64,
 }
@@ -571,16 +583,23 @@ impl Model {
         }
     }
 
-    /// Runs one admitted request through every cache; its hits and misses in words.
+    /// Runs one admitted request through every cache (`block_size` words a model block, of
+    /// `chain_blocks` chain blocks); its hits and misses in words.
     fn admit(
         &mut self,
         rec: &RequestRecord,
         keys: &[u64],
-        block_size: u32,
+        (block_size, chain_blocks): (u32, u32),
         rank: usize,
     ) -> Modelled {
         let block = u64::from(block_size);
         let words = rec.prompt_blocks.as_ref().map_or(0, |chain| chain.words);
+        // Model blocks another session sent with its own marker.
+        let sent_unmarked = rec
+            .prompt_blocks
+            .as_ref()
+            .and_then(|chain| chain.shared_unmarked)
+            .map_or(0, |shared| (shared / chain_blocks.max(1)) as usize);
         let usable = (words.saturating_sub(1) / block).min(keys.len() as u64) as usize;
         let mut modelled = Modelled {
             hit_infinite: self.infinite.lookup_and_insert(keys, usable).hit_blocks as u64 * block,
@@ -593,7 +612,7 @@ impl Model {
             .lookup_and_insert(keys, usable)
             .hit_blocks;
         modelled.hit_routed = hit as u64 * block;
-        for key in &keys[hit..usable] {
+        for (position, key) in keys.iter().enumerate().take(usable).skip(hit) {
             let elsewhere = self
                 .per_worker
                 .iter()
@@ -605,6 +624,8 @@ impl Model {
                 modelled.capacity += block;
                 self.capacity_gaps_ms
                     .push(rec.send_ns.saturating_sub(last) as f64 / 1e6);
+            } else if position < sent_unmarked {
+                modelled.bust += block;
             } else {
                 modelled.cold += block;
             }
@@ -652,6 +673,7 @@ impl Totals {
         let routed = to_tokens(modelled.hit_routed);
         self.hit_routed += routed;
         self.miss.cold += to_tokens(modelled.cold);
+        self.miss.bust += to_tokens(modelled.bust);
         self.miss.capacity += to_tokens(modelled.capacity);
         self.miss.routing += to_tokens(modelled.routing);
         match rec.usage.cached_tokens {

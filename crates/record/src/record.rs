@@ -216,6 +216,11 @@ pub struct PromptBlocks {
     /// The request that first sent block `shared - 1` (absent when `shared` is 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// With the cache-bust marker masked (as if every session wrote the same marker): the leading
+    /// blocks some earlier request sent first. Blocks past `shared` and before this are ones only
+    /// the marker kept from hitting. Absent when the prompt carries no marker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_unmarked: Option<u32>,
 }
 
 /// The server's own account of a request (every figure absent when it did not give it).

@@ -17,6 +17,8 @@ pub(crate) struct Registry {
     /// Words per block of the chains.
     pub(crate) block_size: u32,
     first_sender: Mutex<BlockHashMap<Arc<str>>>,
+    /// Every block of the chains with the marker masked.
+    masked_sent: Mutex<BlockHashMap<()>>,
 }
 
 impl Registry {
@@ -25,7 +27,19 @@ impl Registry {
         Registry {
             block_size: block_size.max(1),
             first_sender: Mutex::default(),
+            masked_sent: Mutex::default(),
         }
+    }
+
+    /// Registers the chain of a prompt with its marker masked; the leading blocks of it an
+    /// earlier request sent (the value of [`PromptBlocks::shared_unmarked`]).
+    pub(crate) fn register_masked(&self, hashes: &[u64]) -> u32 {
+        let mut sent = self.masked_sent.lock().expect("prefix registry lock");
+        let shared = hashes.partition_point(|hash| sent.contains_key(hash));
+        for &hash in &hashes[shared..] {
+            sent.insert(hash, ());
+        }
+        u32::try_from(shared).unwrap_or(u32::MAX)
     }
 
     /// Registers the prompt of `request_id` (its chain's `hashes`, `words` long) and says which of
@@ -50,6 +64,7 @@ impl Registry {
             words,
             shared: u32::try_from(shared).unwrap_or(u32::MAX),
             from,
+            shared_unmarked: None,
         }
     }
 }
@@ -74,5 +89,13 @@ mod tests {
         let other = registry.register("r3", &[7, 8], 40);
         assert_eq!((other.shared, other.from), (0, None));
         assert_eq!((other.block_size, other.blocks, other.words), (16, 2, 40));
+    }
+
+    #[test]
+    fn masked_chains_count_the_blocks_sent_before_in_any_session() {
+        let registry = Registry::new(16);
+        assert_eq!(registry.register_masked(&[1, 2, 3]), 0);
+        assert_eq!(registry.register_masked(&[1, 2, 4, 5]), 2);
+        assert_eq!(registry.register_masked(&[1, 2, 4, 5, 6]), 4);
     }
 }

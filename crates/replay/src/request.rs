@@ -63,11 +63,14 @@ pub(super) fn prompt_blocks(
 ) -> Option<PromptBlocks> {
     let registry = sh.prefix.as_ref()?;
     let bust = bust(sh.cfg.placement, &session.marker);
-    Some(
-        conv.with_prompt_chain(bust, registry.block_size, |hashes, words| {
-            registry.register(request_id, hashes, words)
-        }),
-    )
+    let mut blocks = conv.with_prompt_chain(bust, registry.block_size, |hashes, words| {
+        registry.register(request_id, hashes, words)
+    });
+    blocks.shared_unmarked =
+        conv.with_masked_prompt_chain(bust, registry.block_size, |hashes, _| {
+            registry.register_masked(hashes)
+        });
+    Some(blocks)
 }
 
 /// The body of a stream's turn (with Dynamo's `session_control` when that is on), and the

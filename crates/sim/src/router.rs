@@ -2,8 +2,10 @@
 //! with parents, round-robin, or by load.
 //!
 //! Invariants: with [`Router::Session`] a session's engine is fixed by its first request and never
-//! changes; a child session's first request finds its parent bound, because a parent's turn always
-//! precedes the spawn of its children. Dispatch is a pure function of the headers, the arrival order
+//! changes; a child session whose parent is bound goes to its parent's engine. A spawned child finds
+//! its parent bound (the parent's turn precedes the spawn), but a tree started mid-way primes its
+//! alive streams at once, and a child admitted before its parent is bound by its own key, as a
+//! router that has not seen the parent would. Dispatch is a pure function of the headers, the arrival order
 //! and (for `LeastLoaded`) the engines' counts, so a rerun routes the same way.
 
 use std::collections::HashMap;

@@ -49,7 +49,42 @@ impl Conversation<'_> {
         block_size: u32,
         use_chain: impl FnOnce(&[u64], u64) -> R,
     ) -> R {
-        let mut cache = self.chain_cache.borrow_mut();
+        self.chain_in(&self.chain_cache, bust, block_size, use_chain)
+    }
+
+    /// Calls `use_chain` with the chain of the same prompt with its cache-bust marker masked (each
+    /// word of the marker written as `#`, so the words and the block boundaries stay): the chain
+    /// two sessions of one trace share but for their markers, which tells a miss the marker caused
+    /// from a cold one. `None` without a marker.
+    pub fn with_masked_prompt_chain<R>(
+        &self,
+        bust: Option<CacheBust<'_>>,
+        block_size: u32,
+        use_chain: impl FnOnce(&[u64], u64) -> R,
+    ) -> Option<R> {
+        let marker = bust?;
+        let masked = mask_words(marker.text);
+        let masked_bust = CacheBust {
+            placement: marker.placement,
+            text: &masked,
+        };
+        Some(self.chain_in(
+            &self.masked_chain_cache,
+            Some(masked_bust),
+            block_size,
+            use_chain,
+        ))
+    }
+
+    /// The chain of the current turn with `bust`, kept in `cache` across turns.
+    fn chain_in<R>(
+        &self,
+        cache: &std::cell::RefCell<ChainCache>,
+        bust: Option<CacheBust<'_>>,
+        block_size: u32,
+        use_chain: impl FnOnce(&[u64], u64) -> R,
+    ) -> R {
+        let mut cache = cache.borrow_mut();
         let bust_key = bust.map(|marker| (marker.placement, marker.text.to_owned()));
         let bust_target = bust.and_then(|marker| self.bust_target(marker.placement));
         if cache.block_size != block_size.max(1)
@@ -141,6 +176,22 @@ impl Conversation<'_> {
     }
 }
 
+/// `text` with each word (a run of non-whitespace) written as one `#`, the whitespace kept.
+fn mask_words(text: &str) -> String {
+    let mut masked = String::with_capacity(text.len());
+    let mut in_word = false;
+    for character in text.chars() {
+        if character.is_whitespace() {
+            masked.push(character);
+            in_word = false;
+        } else if !in_word {
+            masked.push('#');
+            in_word = true;
+        }
+    }
+    masked
+}
+
 /// Keeps the first `kept` messages hashed and takes the hasher back to the state after them.
 fn rewind_to(
     hasher: &mut BlockHasher,
@@ -189,6 +240,13 @@ fn push_json_unescaped(out: &mut Vec<u8>, escaped: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_masked_marker_keeps_its_words_and_loses_its_text() {
+        assert_eq!(mask_words("[rid:38681fd7841f]\n\n"), "#\n\n");
+        assert_eq!(mask_words(" two words\t"), " # #\t");
+        assert_eq!(mask_words(""), "");
+    }
 
     #[test]
     fn unescaping_undoes_the_escapes_written() {

@@ -46,6 +46,7 @@ fn record(turn: &Turn<'_>) -> RequestRecord {
         words: turn.words,
         shared: turn.shared,
         from: turn.from.map(str::to_owned),
+        shared_unmarked: None,
     });
     record.server = Some(ServerSide {
         worker: Some(turn.worker.to_owned()),
@@ -277,4 +278,25 @@ fn the_servers_own_split_is_summed_when_every_response_gave_it() {
         })
     );
     assert_eq!(report.miss.cold, 9);
+}
+
+#[test]
+fn blocks_another_session_sent_with_its_own_marker_miss_for_the_bust() {
+    let mut first = record(&first_turn("a"));
+    first.prompt_blocks.as_mut().unwrap().shared_unmarked = Some(0);
+    // A second session of the same trace: its marker makes every block new, but with the markers
+    // masked its first block was sent by the first session.
+    let mut second = record(&Turn {
+        stream: "b",
+        admit: 2,
+        send_ms: 10,
+        ..first_turn("b")
+    });
+    second.prompt_blocks.as_mut().unwrap().shared_unmarked = Some(1);
+    let report = cache_report(&[first, second], &spec(None)).unwrap();
+    // Each has two usable blocks and a 1-word tail: the first's all cold; the second's first
+    // block missed for the bust, the rest cold.
+    assert_eq!(report.miss.bust, 4);
+    assert_eq!(report.miss.cold, 9 + 4 + 1);
+    assert_eq!(report.by_turn[0].miss.bust, 4);
 }
