@@ -250,6 +250,10 @@ fn assert_exact(cache: &Value) {
         "{cache:#}"
     );
     assert_eq!(cache["routing"], "measured");
+    // The simulator's counters over the profiling window say what its responses said.
+    let counters = cache["measured_counters"]["device"].as_f64().unwrap();
+    let measured = cache["measured"]["value"].as_f64().unwrap();
+    assert!((counters - measured).abs() < 1e-9, "{cache:#}");
     // The engines the responses named: a short run may leave one of the four unused.
     let workers = cache["workers"].as_u64().unwrap();
     assert!((1..=4).contains(&workers), "{cache:#}");

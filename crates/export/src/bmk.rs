@@ -878,6 +878,36 @@ fn put_run(r: &mut BmkReport, run: Option<&RunSummary>, notes: &mut Vec<String>)
     }
 }
 
+/// The prefix-cache hit the server's counters give over `window` of `log`, by tier: the report's
+/// `cache.*` figures by the same rule (`backends`), for the run's cache truth. `None` when no
+/// engine's hit counter is in the log.
+pub fn counter_hit(
+    log: &agentx_metrics::scrape_log::ScrapeLog,
+    window: (u64, u64),
+) -> Option<agentx_metrics::cache_truth::CounterHit> {
+    let doc =
+        crate::server_metrics::to_json(log, window, &crate::server_metrics::ExportMeta::default());
+    let metrics = ServerMetrics::parse(
+        &doc.to_string(),
+        Path::new(crate::server_metrics::JSON_FILE),
+    )
+    .ok()?;
+    let figures = backends::figures(&metrics);
+    let hit = agentx_metrics::cache_truth::CounterHit {
+        device: figures.get("cache.gpu_cache_hit_rate"),
+        device_source: figures
+            .source("cache.gpu_cache_hit_rate")
+            .map(str::to_owned),
+        host: figures.get("cache.cpu_cache_hit_rate").filter(|_| {
+            figures.source("cache.cpu_cache_hit_rate")
+                != figures.source("cache.external_cache_hit_rate")
+        }),
+        external: figures.get("cache.external_cache_hit_rate"),
+        overall: figures.get("cache.overall_cache_hit_rate"),
+    };
+    (hit.device.is_some() || hit.external.is_some() || hit.overall.is_some()).then_some(hit)
+}
+
 #[cfg(test)]
 mod tests;
 

@@ -553,7 +553,17 @@ fn cache_truth_section(cache: &agentx_metrics::cache_truth::CacheReport) -> (Tab
     };
     let miss = &cache.miss;
     let mut rows = vec![
-        ("measured hit", pct(cache.measured.value)),
+        (
+            "measured hit (the responses' cached tokens)",
+            pct(cache.measured.value),
+        ),
+        (
+            "measured hit (the server's counters)",
+            pct(cache
+                .measured_counters
+                .as_ref()
+                .and_then(|counters| counters.device.or(counters.overall))),
+        ),
         (
             "achievable, each worker as routed",
             pct(cache.achievable.per_worker_as_routed.value),

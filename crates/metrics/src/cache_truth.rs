@@ -81,6 +81,27 @@ impl SlotPool {
     }
 }
 
+/// The hit the server's own counters give over the profiling window, by tier: the same figures
+/// the InferenceX report publishes (`cache.*`), computed by its rule for each engine. `None`
+/// fields: the server exports no counter for that tier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CounterHit {
+    /// The device (GPU) tier: its hits over its lookups.
+    pub device: Option<f64>,
+    /// Where `device` came from (the counters and the formula).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_source: Option<String>,
+    /// The host (CPU) tier, where the engine splits it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<f64>,
+    /// The external (offload, LMCache) tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<f64>,
+    /// Every tier together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overall: Option<f64>,
+}
+
 /// A rate, or why there is none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Rate {
@@ -192,6 +213,10 @@ pub struct CacheReport {
     pub prompt_tokens: u64,
     /// The hit the responses reported (their cached tokens).
     pub measured: Rate,
+    /// The hit the server's counters give over the profiling window; absent without a scrape log
+    /// or a hit counter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_counters: Option<CounterHit>,
     /// The hit the prompts allowed.
     pub achievable: Achievable,
     /// The missed tokens by cause.
@@ -351,6 +376,7 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
         requests: totals.requests,
         prompt_tokens: totals.prompt,
         measured: totals.measured(),
+        measured_counters: None,
         achievable: Achievable {
             infinite: Rate::of(totals.hit_infinite, totals.prompt),
             pooled_at_capacity: model.capacity_rate(totals.hit_pooled, totals.prompt),

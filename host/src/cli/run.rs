@@ -452,8 +452,15 @@ fn print_cache_truth(cache: &crate::metrics::cache_truth::CacheReport) {
         rate.value
             .map_or("-".to_string(), |value| format!("{:.1}%", 100.0 * value))
     };
+    let counters = cache
+        .measured_counters
+        .as_ref()
+        .and_then(|counters| counters.device.or(counters.overall))
+        .map_or(String::new(), |hit| {
+            format!(" (counters {:.1}%)", 100.0 * hit)
+        });
     outln!(
-        "cache hit     measured {}  achievable {} as routed, {} pooled at capacity, {} infinite (model at {}-token blocks, {} worker(s))",
+        "cache hit     measured {}{counters}  achievable {} as routed, {} pooled at capacity, {} infinite (model at {}-token blocks, {} worker(s))",
         rate(&cache.measured),
         rate(&cache.achievable.per_worker_as_routed),
         rate(&cache.achievable.pooled_at_capacity),

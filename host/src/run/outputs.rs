@@ -186,6 +186,13 @@ pub(super) fn conclude(
     d.write_manifest()?;
     let mut summary = Summary::of(&ended.records);
     summary.cache = cache_truth(cfg, &ended, d.manifest.server_slots);
+    if let (Some(cache), Some(log), Some(window)) = (
+        summary.cache.as_mut(),
+        ended.scrape_log.as_ref(),
+        ended.outcome.profiling_ns,
+    ) {
+        cache.measured_counters = crate::export::bmk::counter_hit(log, window);
+    }
     if let Some(goodput) = &cfg.goodput {
         summary.goodput = Some(goodput.of_run(&ended.records));
         let times = planned.recorded_times(prepared.ds, &ended.records);
