@@ -79,8 +79,11 @@ fn dynamo_headers_go_on_the_requests_the_table_names() {
             "X-Dynamo-Session-Final"
         ])
     );
+    assert_eq!(manifest["http"]["routing_profile"], "dynamo");
     // The default scenario keeps the harness's wire, which has no X-Dynamo-Session-Final.
     let summary = run.json("run_summary.json");
+    // The summary names what was sent, as the manifest does.
+    assert_eq!(summary["http"], manifest["http"]);
     assert!(
         summary["submission_invalid_reasons"]
             .as_array()

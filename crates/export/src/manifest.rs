@@ -392,8 +392,11 @@ pub struct WarningRow {
 pub struct HttpInfo {
     /// The header that carries each session's correlation id.
     pub correlation_header: String,
-    /// The session-affinity headers sent with it.
+    /// The session-affinity headers sent with it (a profile's every header that it can send).
     pub session_headers: Vec<String>,
+    /// `--routing-headers`'s profile (`dynamo`, `custom:NAME`...), when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_profile: Option<String>,
     /// How connections are reused across requests.
     pub connection_reuse_strategy: String,
     /// `*_HTTP_TCP_USER_TIMEOUT` (ms), when set.

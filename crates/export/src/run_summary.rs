@@ -84,6 +84,10 @@ pub struct RunSummary {
     /// How the server-metrics export found its profiling window (absent without server metrics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_metrics_window: Option<ServerMetricsWindow>,
+    /// The headers that carried each session to the router, and the routing profile (the
+    /// manifest's `http`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::manifest::HttpInfo>,
     /// An open-loop run's session arrivals (absent for a closed loop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<ArrivalsSummary>,

@@ -192,6 +192,25 @@ pub struct TurnRow {
     pub miss: MissTokens,
 }
 
+/// One session's figures (a session tree counts as one session: its root stream's id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionRow {
+    /// The session's root correlation id.
+    pub session: String,
+    /// The trace it replays.
+    pub trace_id: String,
+    /// Profiling requests of the session.
+    pub requests: u64,
+    /// Their prompt tokens.
+    pub prompt_tokens: u64,
+    /// The measured hit.
+    pub measured: Rate,
+    /// The per-worker model's hit.
+    pub achievable: Rate,
+    /// Their missed tokens by cause.
+    pub miss: MissTokens,
+}
+
 /// The run's cache truth.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CacheReport {
@@ -232,6 +251,10 @@ pub struct CacheReport {
     pub capacity_gap_median_ms: Option<f64>,
     /// The figures by turn index.
     pub by_turn: Vec<TurnRow>,
+    /// The figures by session, in the order the server admitted each one's first profiling
+    /// request (a refused one's last).
+    #[serde(default)]
+    pub by_session: Vec<SessionRow>,
     /// What the reader should know (a block size that could not be used, missing figures).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -332,6 +355,7 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
     let mut model = Model::new(spec, &block_size, workers.count(), &mut notes);
     let mut totals = Totals::default();
     let mut by_turn: BTreeMap<u32, Totals> = BTreeMap::new();
+    let mut by_session: Sessions = Sessions::default();
     let factor = block_size.value / chain_block_size;
     let mut chain_scratch = Vec::new();
     let mut model_keys = Vec::new();
@@ -352,6 +376,7 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
         if rec.phase == Phase::Profiling {
             totals.add(rec, &outcome);
             by_turn.entry(rec.turn).or_default().add(rec, &outcome);
+            by_session.of(rec).add(rec, &outcome);
         }
     }
     for rec in chained
@@ -360,6 +385,7 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
     {
         totals.add_overflow(rec);
         by_turn.entry(rec.turn).or_default().add_overflow(rec);
+        by_session.of(rec).add_overflow(rec);
     }
     let mut capacity_gaps_ms = std::mem::take(&mut model.capacity_gaps_ms);
     capacity_gaps_ms.sort_by(f64::total_cmp);
@@ -397,9 +423,49 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
                 miss: row.miss(),
             })
             .collect(),
+        by_session: by_session.rows(),
         block_size,
         notes,
     })
+}
+
+/// Totals by session, in order of first appearance.
+#[derive(Default)]
+struct Sessions<'r> {
+    index: HashMap<&'r str, usize>,
+    rows: Vec<(&'r str, &'r str, Totals)>,
+}
+
+impl<'r> Sessions<'r> {
+    /// The totals of `rec`'s session.
+    fn of(&mut self, rec: &'r RequestRecord) -> &mut Totals {
+        let session = rec.session_root();
+        let next = self.rows.len();
+        let at = *self.index.entry(session).or_insert(next);
+        if at == next {
+            let trace = rec
+                .tree
+                .as_ref()
+                .map_or(rec.trace_id.as_str(), |tree| tree.source_trace_id.as_str());
+            self.rows.push((session, trace, Totals::default()));
+        }
+        &mut self.rows[at].2
+    }
+
+    fn rows(self) -> Vec<SessionRow> {
+        self.rows
+            .into_iter()
+            .map(|(session, trace_id, row)| SessionRow {
+                session: session.to_owned(),
+                trace_id: trace_id.to_owned(),
+                requests: row.requests,
+                prompt_tokens: row.prompt,
+                measured: row.measured(),
+                achievable: Rate::of(row.hit_routed, row.prompt),
+                miss: row.miss(),
+            })
+            .collect()
+    }
 }
 
 /// The model's block size: the spec's when it is a multiple of the chains', else the chains'.

@@ -69,6 +69,16 @@ impl RoutingHeaders {
         true
     }
 
+    /// [`RoutingHeaders::names`], with a custom profile's header: every name that may be sent
+    /// besides the correlation header, for the manifest and the summary.
+    pub fn sent_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.names().iter().map(|name| (*name).to_owned()).collect();
+        if let Some(Profile::Custom(name)) = &self.profile {
+            names.push(name.as_str().to_owned());
+        }
+        names
+    }
+
     /// The header names sent besides the correlation header, for logs and the manifest.
     pub fn names(&self) -> Vec<&'static str> {
         if let Some(profile) = &self.profile {
@@ -627,6 +637,20 @@ mod tests {
             "custom:X-Route-Key".parse::<Profile>().unwrap().to_string(),
             "custom:x-route-key"
         );
+    }
+
+    #[test]
+    fn the_names_sent_include_a_custom_profiles_header() {
+        let routing = RoutingHeaders {
+            profile: Some("custom:X-My-Session".parse().unwrap()),
+            ..RoutingHeaders::default()
+        };
+        assert_eq!(routing.sent_names(), ["x-my-session"]);
+        let dynamo = RoutingHeaders {
+            profile: Some("dynamo".parse().unwrap()),
+            ..RoutingHeaders::default()
+        };
+        assert_eq!(dynamo.sent_names(), dynamo.names());
     }
 
     #[test]

@@ -355,6 +355,7 @@ fn write_summary(
         wasmtime_version: Some(scenario::WASMTIME_VERSION.to_owned()),
         shards: None,
         server_metrics_window: server_window,
+        http: d.manifest.http.clone(),
         arrivals: arrivals_summary(prepared, d.manifest.trees.as_ref(), outcome.profiling_ns),
         extra: serde_json::Map::default(),
     };

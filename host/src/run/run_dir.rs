@@ -278,13 +278,13 @@ fn manifest_of(
         session_goodput_share: cfg.goodput.as_ref().map(|_| cfg.session_goodput_share),
         http: Some(HttpInfo {
             correlation_header: run_plan.client.routing.correlation.as_str().to_string(),
-            session_headers: run_plan
+            session_headers: run_plan.client.routing.sent_names(),
+            routing_profile: run_plan
                 .client
                 .routing
-                .names()
-                .iter()
-                .map(std::string::ToString::to_string)
-                .collect(),
+                .profile
+                .as_ref()
+                .map(std::string::ToString::to_string),
             connection_reuse_strategy: run_plan.client.reuse.as_str().to_string(),
             tcp_user_timeout_ms: run_plan
                 .client

@@ -300,3 +300,38 @@ fn blocks_another_session_sent_with_its_own_marker_miss_for_the_bust() {
     assert_eq!(report.miss.cold, 9 + 4 + 1);
     assert_eq!(report.by_turn[0].miss.bust, 4);
 }
+
+#[test]
+fn each_session_has_its_own_row_and_the_rows_add_up() {
+    let records = [
+        record(&first_turn("a")),
+        record(&Turn {
+            admit: 2,
+            send_ms: 5,
+            ..first_turn("b")
+        }),
+        record(&Turn {
+            turn: 1,
+            admit: 3,
+            send_ms: 10,
+            words: 13,
+            shared: 2,
+            from: Some("a-r0"),
+            cached: Some(8),
+            ..first_turn("a")
+        }),
+    ];
+    let report = cache_report(&records, &spec(None)).unwrap();
+    let sessions: Vec<(&str, u64)> = report
+        .by_session
+        .iter()
+        .map(|row| (row.session.as_str(), row.requests))
+        .collect();
+    assert_eq!(sessions, [("a", 2), ("b", 1)]);
+    let prompt: u64 = report.by_session.iter().map(|row| row.prompt_tokens).sum();
+    assert_eq!(prompt, report.prompt_tokens);
+    let cold: u64 = report.by_session.iter().map(|row| row.miss.cold).sum();
+    assert_eq!(cold, report.miss.cold);
+    // Session a's second turn hit its first turn's two blocks.
+    assert_eq!(report.by_session[0].measured.value, Some(8.0 / 22.0));
+}
