@@ -694,18 +694,7 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
 
 /// The achievable-hit lines of `dataset stats`.
 fn print_achievable(hit: &crate::dataset::achievable::PlannedHit) {
-    let at_capacity = match (hit.at_capacity, hit.capacity_tokens) {
-        (Some(rate), Some(tokens)) => format!(
-            "; LRU of {tokens} tokens {:.2}% ({} blocks evicted)",
-            100.0 * rate,
-            hit.evicted_blocks.unwrap_or(0)
-        ),
-        _ => "; --kv-capacity-tokens adds an LRU of a server's size".to_owned(),
-    };
-    outln!(
-        "achievable hit              infinite {:.2}%{at_capacity}",
-        100.0 * hit.infinite
-    );
+    outln!("achievable hit              {}", hit.rates());
     outln!(
         "  the cache model over {} lane(s) in recorded time, {}-token blocks, {} requests, {:.0} s",
         hit.lanes,

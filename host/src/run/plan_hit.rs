@@ -92,23 +92,15 @@ fn rest_of(pool: &[usize], lanes: &[LaneStart]) -> Vec<usize> {
 
 /// The dry run's table line.
 pub(super) fn table_line(hit: &PlannedHit, trees: bool) -> String {
-    let at_capacity = match (hit.at_capacity, hit.capacity_tokens) {
-        (Some(rate), Some(tokens)) => format!(
-            ", LRU of {tokens} tokens {:.1}% ({} blocks evicted)",
-            100.0 * rate,
-            hit.evicted_blocks.unwrap_or(0)
-        ),
-        _ => ", --kv-capacity-tokens adds an LRU of the server's size".to_owned(),
-    };
     let scope = if trees {
         "the trees' top-level requests, "
     } else {
         ""
     };
     format!(
-        "achievable hit in plan order: infinite {:.1}%{at_capacity} \
-         ({scope}{} requests in {:.0} s of recorded time, {}-token blocks of the corpus)",
-        100.0 * hit.infinite,
+        "achievable hit in plan order: {}; \
+         {scope}{} requests in {:.0} s of recorded time, {}-token blocks of the corpus",
+        hit.rates(),
         hit.requests,
         hit.span_s,
         hit.block_size

@@ -88,6 +88,22 @@ pub struct PlannedHit {
     pub span_s: f64,
 }
 
+impl PlannedHit {
+    /// The rates in a phrase: `infinite 89.0%, LRU of 200000 tokens 75.5% (67778 blocks evicted)`,
+    /// or the infinite one and how to get the other.
+    pub fn rates(&self) -> String {
+        let at_capacity = match (self.at_capacity, self.capacity_tokens) {
+            (Some(rate), Some(tokens)) => format!(
+                ", LRU of {tokens} tokens {:.1}% ({} blocks evicted)",
+                100.0 * rate,
+                self.evicted_blocks.unwrap_or(0)
+            ),
+            _ => " (--kv-capacity-tokens adds an LRU of a server's size)".to_owned(),
+        };
+        format!("infinite {:.1}%{at_capacity}", 100.0 * self.infinite)
+    }
+}
+
 /// Infinite capacity, in blocks (the LRU's largest).
 const UNBOUNDED_BLOCKS: u64 = u32::MAX as u64 - 1;
 
