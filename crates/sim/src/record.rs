@@ -21,8 +21,9 @@ use sha2::{Digest, Sha256};
 
 use agentx_tokens::TokenCounter;
 
-/// The headers a line keeps (lowercase), when the request carries them.
-pub(crate) const LOGGED_HEADERS: [&str; 9] = [
+/// The headers a line keeps besides the routing profiles' (lowercase), when the request
+/// carries them.
+const LOGGED_BESIDE_PROFILES: [&str; 9] = [
     "x-request-id",
     "x-correlation-id",
     "x-session-affinity",
@@ -33,6 +34,25 @@ pub(crate) const LOGGED_HEADERS: [&str; 9] = [
     "traceparent",
     "user-agent",
 ];
+
+/// The headers a line keeps (lowercase): [`LOGGED_BESIDE_PROFILES`], then every other header a
+/// routing profile sends (agentx-protocol's `routing::HEADER_TABLE`, the one home of their names).
+pub(crate) fn logged_headers() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: Vec<String> = LOGGED_BESIDE_PROFILES
+            .iter()
+            .map(|name| (*name).to_owned())
+            .collect();
+        for row in agentx_protocol::routing::HEADER_TABLE {
+            let name = row.name.to_ascii_lowercase();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    })
+}
 
 /// The open request log.
 pub(crate) struct RequestLog {
@@ -57,7 +77,7 @@ pub(crate) struct Arrival {
     pub conn: u64,
     /// When it arrived.
     pub at: tokio::time::Instant,
-    /// The kept headers ([`LOGGED_HEADERS`]) and their values.
+    /// The kept headers ([`logged_headers`]) and their values.
     pub headers: Vec<(&'static str, String)>,
 }
 
@@ -221,6 +241,24 @@ fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_keeps_every_header_a_routing_profile_sends() {
+        let names = logged_headers();
+        assert_eq!(
+            &names[..LOGGED_BESIDE_PROFILES.len()],
+            LOGGED_BESIDE_PROFILES
+        );
+        for row in agentx_protocol::routing::HEADER_TABLE {
+            let name = row.name.to_ascii_lowercase();
+            assert_eq!(
+                names.iter().filter(|kept| **kept == name).count(),
+                1,
+                "{name}"
+            );
+        }
+        assert!(names.iter().any(|name| name == "x-claude-code-session-id"));
+    }
 
     fn line(body: &str) -> Value {
         let now = tokio::time::Instant::now();

@@ -32,7 +32,7 @@ use super::config::{SimConfig, Timing};
 use super::engine::{Admission, Engine};
 use super::faults;
 use super::metrics::{self, EngineMetrics, Exposition};
-use super::record::{Arrival, RequestLog, LOGGED_HEADERS};
+use super::record::{logged_headers, Arrival, RequestLog};
 use super::request::{self, Api, ApiError, ChatRequest};
 use super::response::{Ident, Usage};
 use super::router::Dispatcher;
@@ -360,11 +360,14 @@ impl Meta {
             seq,
             conn: req.extensions().get::<ConnNo>().map_or(0, |c| c.0),
             at: arrival,
-            headers: LOGGED_HEADERS
+            headers: logged_headers()
                 .iter()
-                .filter_map(|k| {
-                    let value = req.headers().get(*k)?;
-                    Some((*k, String::from_utf8_lossy(value.as_bytes()).into_owned()))
+                .filter_map(|name| {
+                    let value = req.headers().get(name.as_str())?;
+                    Some((
+                        name.as_str(),
+                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    ))
                 })
                 .collect(),
         });
