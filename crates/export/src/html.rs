@@ -578,6 +578,7 @@ fn cache_truth_section(cache: &agentx_metrics::cache_truth::CacheReport) -> (Tab
         ),
         ("missed: cold", share(Some(miss.cold))),
         ("missed: cache-bust marker", share(Some(miss.bust))),
+        ("missed: history diverged", share(Some(miss.divergence))),
         ("missed: capacity", share(Some(miss.capacity))),
         ("missed: routing", share(Some(miss.routing))),
         ("missed: context cap", share(Some(miss.context_cap))),
@@ -653,6 +654,9 @@ fn cache_truth_section(cache: &agentx_metrics::cache_truth::CacheReport) -> (Tab
             vec![
                 by_turn("cold", &|row| of_prompt(row, Some(row.miss.cold))),
                 by_turn("bust", &|row| of_prompt(row, Some(row.miss.bust))),
+                by_turn("divergence", &|row| {
+                    of_prompt(row, Some(row.miss.divergence))
+                }),
                 by_turn("capacity", &|row| of_prompt(row, Some(row.miss.capacity))),
                 by_turn("routing", &|row| of_prompt(row, Some(row.miss.routing))),
                 by_turn("context cap", &|row| {

@@ -15,7 +15,8 @@
 //!   (with the time since its last use); a block never sent before is **cold**, as are the partial
 //!   last block and the last token no hit covers, unless another session had sent it with its own
 //!   cache-bust marker: then the marker missed it by design (**bust**; the record's
-//!   `shared_unmarked`). A request the server refused as too long missed
+//!   `shared_unmarked`), or unless the stream's previous request had sent that position and this
+//!   prompt rewrote it (**divergence**: a compaction, a rebuilt history). A request the server refused as too long missed
 //!   every token for the **context cap**.
 //!
 //! Against the measurement (each response's cached tokens): where the server hit less than the
@@ -151,6 +152,11 @@ pub struct MissTokens {
     /// with its own (the scenario's marker kept it from hitting).
     #[serde(default)]
     pub bust: u64,
+    /// The history diverged: the session's previous request had sent this position, and this
+    /// prompt rewrote it (a compaction, a history rebuilt or rendered differently), from where the
+    /// two part up to the previous prompt's length.
+    #[serde(default)]
+    pub divergence: u64,
     /// Cached once, evicted for capacity everywhere.
     pub capacity: u64,
     /// Cached on another worker than the one the request ran on.
@@ -625,6 +631,7 @@ struct Modelled {
     hit_routed: u64,
     cold: u64,
     bust: u64,
+    divergence: u64,
     capacity: u64,
     routing: u64,
 }
@@ -636,6 +643,8 @@ struct Model {
     per_worker: Vec<Lru>,
     /// Every block ever cached, with when it was last used (send time, ns).
     last_use: HashMap<u64, u64>,
+    /// Each stream's last admitted prompt (its model keys), by correlation id.
+    previous: HashMap<String, Vec<u64>>,
     capacity_gaps_ms: Vec<f64>,
 }
 
@@ -663,6 +672,7 @@ impl Model {
                 .map(|_| Lru::new(capacity_blocks.unwrap_or(unbounded)))
                 .collect(),
             last_use: HashMap::new(),
+            previous: HashMap::new(),
             capacity_gaps_ms: Vec::new(),
         }
     }
@@ -704,6 +714,18 @@ impl Model {
             .lookup_and_insert(keys, usable)
             .hit_blocks;
         modelled.hit_routed = hit as u64 * block;
+        // The positions of the stream's previous prompt that this one rewrote.
+        let rewritten = self
+            .previous
+            .get(&rec.correlation_id)
+            .map_or(0..0, |previous| {
+                let kept = previous
+                    .iter()
+                    .zip(keys)
+                    .take_while(|(before, now)| before == now)
+                    .count();
+                kept..previous.len()
+            });
         for (position, key) in keys.iter().enumerate().take(usable).skip(hit) {
             let elsewhere = self
                 .per_worker
@@ -718,6 +740,8 @@ impl Model {
                     .push(rec.send_ns.saturating_sub(last) as f64 / 1e6);
             } else if position < sent_unmarked {
                 modelled.bust += block;
+            } else if rewritten.contains(&position) {
+                modelled.divergence += block;
             } else {
                 modelled.cold += block;
             }
@@ -726,6 +750,8 @@ impl Model {
         for key in keys {
             self.last_use.insert(*key, rec.send_ns);
         }
+        self.previous
+            .insert(rec.correlation_id.clone(), keys.to_vec());
         modelled
     }
 }
@@ -766,6 +792,7 @@ impl Totals {
         self.hit_routed += routed;
         self.miss.cold += to_tokens(modelled.cold);
         self.miss.bust += to_tokens(modelled.bust);
+        self.miss.divergence += to_tokens(modelled.divergence);
         self.miss.capacity += to_tokens(modelled.capacity);
         self.miss.routing += to_tokens(modelled.routing);
         match rec.usage.cached_tokens {

@@ -476,9 +476,10 @@ fn print_cache_truth(cache: &crate::metrics::cache_truth::CacheReport) {
     };
     let miss = &cache.miss;
     outln!(
-        "cache misses  cold {}  bust {}  capacity {}  routing {}  context cap {}  unexplained {}  surplus {} (of prompt tokens)",
+        "cache misses  cold {}  bust {}  divergence {}  capacity {}  routing {}  context cap {}  unexplained {}  surplus {} (of prompt tokens)",
         share(Some(miss.cold)),
         share(Some(miss.bust)),
+        share(Some(miss.divergence)),
         share(Some(miss.capacity)),
         share(Some(miss.routing)),
         share(Some(miss.context_cap)),

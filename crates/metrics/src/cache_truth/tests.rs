@@ -335,3 +335,29 @@ fn each_session_has_its_own_row_and_the_rows_add_up() {
     // Session a's second turn hit its first turn's two blocks.
     assert_eq!(report.by_session[0].measured.value, Some(8.0 / 22.0));
 }
+
+#[test]
+fn a_prompt_that_rewrites_its_sessions_history_misses_there_for_divergence() {
+    let first = record(&Turn {
+        words: 17,
+        ..first_turn("a")
+    });
+    // The next turn keeps the first block and rewrites the next three (a compaction): its
+    // positions 1 to 3 were sent by the turn before, with other text.
+    let second = record(&Turn {
+        turn: 1,
+        admit: 2,
+        send_ms: 10,
+        words: 21,
+        shared: 1,
+        from: Some("a-r0"),
+        cached: Some(4),
+        ..first_turn("a")
+    });
+    let report = cache_report(&[first, second], &spec(None)).unwrap();
+    // The second turn: one block hit; of its four usable blocks after it, three rewrite the first
+    // turn's (the first had four full blocks), the fourth is new, plus a 1-word tail.
+    assert_eq!(report.miss.divergence, 3 * 4);
+    assert_eq!(report.miss.cold, 16 + 1 + 4 + 1);
+    assert_eq!(report.miss.unexplained, Some(0));
+}
