@@ -592,10 +592,16 @@ fn print_turns(traj: Trajectory<'_>) {
 pub(crate) struct AchievableArgs {
     /// Lanes that play the traces side by side for the achievable hit (each trace once, from its
     /// first turn, in dataset order and recorded time)
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_name = "N",
+        requires = "kv_capacity_tokens",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
     concurrency: u32,
-    /// A server's KV capacity in tokens: adds the hit an LRU of that size allows the lanes
-    /// (the infinite cache's alone without it)
+    /// A server's KV capacity in tokens: adds the hit an LRU of that size allows the lanes, beside
+    /// an infinite cache's (every block of the corpus through the cache model, so not without it)
     #[arg(long, value_name = "TOKENS")]
     kv_capacity_tokens: Option<u64>,
 }
@@ -605,14 +611,17 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
     let dataset = source.open()?;
     let corpus = corpus_stats(&dataset);
     let trees = dataset_tree_stats(&dataset)?;
-    let achievable = crate::dataset::achievable::walk(
-        &dataset,
-        &crate::dataset::achievable::corpus_order(
-            walk.concurrency as usize,
-            walk.kv_capacity_tokens,
-            dataset.len(),
-        ),
-    );
+    // The walk touches every block of the corpus: only when a capacity asks for it.
+    let achievable = walk.kv_capacity_tokens.and_then(|capacity_tokens| {
+        crate::dataset::achievable::walk(
+            &dataset,
+            &crate::dataset::achievable::corpus_order(
+                walk.concurrency as usize,
+                Some(capacity_tokens),
+                dataset.len(),
+            ),
+        )
+    });
     if json {
         let mut doc = serde_json::to_value(&corpus).unwrap_or_default();
         if let Some(fields) = doc.as_object_mut() {
@@ -627,10 +636,12 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
             if let Some(format) = format_json(&dataset) {
                 fields.insert("format".into(), format);
             }
-            fields.insert(
-                "achievable".into(),
-                serde_json::to_value(&achievable).unwrap_or_default(),
-            );
+            if let Some(achievable) = &achievable {
+                fields.insert(
+                    "achievable".into(),
+                    serde_json::to_value(achievable).unwrap_or_default(),
+                );
+            }
         }
         outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return Ok(());
