@@ -97,9 +97,13 @@ pub(super) fn table_line(hit: &PlannedHit, trees: bool) -> String {
     } else {
         ""
     };
+    let stopped = hit
+        .stopped
+        .as_ref()
+        .map_or(String::new(), |why| format!("; {why}"));
     format!(
         "achievable hit in plan order: {}; \
-         {scope}{} requests in {:.0} s of recorded time, {}-token blocks of the corpus",
+         {scope}{} requests in {:.0} s of recorded time, {}-token blocks of the corpus{stopped}",
         hit.rates(),
         hit.requests,
         hit.span_s,

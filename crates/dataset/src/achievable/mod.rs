@@ -86,6 +86,10 @@ pub struct PlannedHit {
     pub evicted_blocks: Option<u64>,
     /// Recorded seconds the counted requests span (the due time of the last one).
     pub span_s: f64,
+    /// Why the walk stopped short of its horizon, when it did: a corpus that records no time
+    /// between requests (played once through), or the walk's request budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 impl PlannedHit {
@@ -103,6 +107,9 @@ impl PlannedHit {
         format!("infinite {:.1}%{at_capacity}", 100.0 * self.infinite)
     }
 }
+
+/// The most requests one walk plays (a long horizon over a small corpus recycles it many times).
+const MAX_WALKED_REQUESTS: u64 = 500_000;
 
 /// Infinite capacity, in blocks (the LRU's largest).
 const UNBOUNDED_BLOCKS: u64 = u32::MAX as u64 - 1;
@@ -214,6 +221,23 @@ pub fn walk(dataset: &Dataset, spec: &WalkSpec) -> Option<PlannedHit> {
         });
     }
     let mut queue: VecDeque<usize> = spec.queue.iter().copied().collect();
+    // One pass: the lanes' traces from their starts and the queue's whole.
+    let one_pass: u64 = spec
+        .lanes
+        .iter()
+        .map(|start| {
+            dataset.trajectory(start.trace).map_or(0, |trajectory| {
+                trajectory.num_turns().saturating_sub(start.first_turn)
+            })
+        })
+        .chain(spec.queue.iter().map(|&trace| {
+            dataset
+                .trajectory(trace)
+                .map_or(0, |trajectory| trajectory.num_turns())
+        }))
+        .sum::<usize>() as u64;
+    let mut walked = 0u64;
+    let mut stopped = None;
     // Due times in microseconds of recorded time, then the lane: a total order.
     let mut due: BinaryHeap<Reverse<(u64, usize)>> =
         (0..lanes.len()).map(|lane| Reverse((0, lane))).collect();
@@ -232,6 +256,20 @@ pub fn walk(dataset: &Dataset, spec: &WalkSpec) -> Option<PlannedHit> {
         if state.turn < trajectory.num_turns() {
             caches.request(trajectory, state.turn, state.salt, true);
             last_us = at_us;
+            walked += 1;
+        }
+        if spec.recycle && at_us == 0 && walked >= one_pass.max(1) {
+            stopped = Some(format!(
+                "the corpus records no time between requests: each trace played once ({walked} requests)"
+            ));
+            break;
+        }
+        if walked >= MAX_WALKED_REQUESTS {
+            stopped = Some(format!(
+                "stopped after {walked} requests, {:.0} s of recorded time",
+                at_us as f64 / 1e6
+            ));
+            break;
         }
         let next_us = at_us + (gap_after(trajectory, state.turn) * 1e6) as u64;
         state.turn += 1;
@@ -270,6 +308,7 @@ pub fn walk(dataset: &Dataset, spec: &WalkSpec) -> Option<PlannedHit> {
             .map(|_| rate(caches.bounded_hit_tokens)),
         evicted_blocks: caches.bounded.as_ref().map(Lru::evicted_total),
         span_s: last_us as f64 / 1e6,
+        stopped,
     })
 }
 

@@ -113,3 +113,40 @@ fn a_recycled_trace_shares_its_prefix_unless_each_session_is_unique() {
     let shared = walk(&dataset, &spec(false)).unwrap();
     assert_eq!(shared.infinite, (384.0 + 9.0 * 64.0) / 1536.0);
 }
+
+#[test]
+fn a_corpus_without_time_is_played_once_through_not_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = (0..3)
+        .map(|trace| {
+            format!(
+                r#"{{"id":"t{trace}","models":["m"],"block_size":64,"hash_id_scope":"local","requests":[{{"t":0,"type":"n","model":"m","in":128,"out":1,"hash_ids":[1,2]}}]}}"#
+            )
+        })
+        .collect();
+    let path = dir.path().join("traces.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let dataset = Dataset::open_path(
+        &path,
+        &OpenOptions {
+            cache_dir: Some(dir.path().join("cache")),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    let spec = WalkSpec {
+        lanes: vec![LaneStart {
+            trace: 0,
+            first_turn: 0,
+            warm: false,
+        }],
+        queue: vec![1, 2],
+        recycle: true,
+        unique_sessions: true,
+        capacity_tokens: None,
+        horizon_s: Some(600.0),
+    };
+    let hit = walk(&dataset, &spec).unwrap();
+    assert_eq!(hit.requests, 3);
+    assert!(hit.stopped.unwrap().contains("no time"));
+}
