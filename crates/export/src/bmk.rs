@@ -887,11 +887,7 @@ pub fn counter_hit(
 ) -> Option<agentx_metrics::cache_truth::CounterHit> {
     let doc =
         crate::server_metrics::to_json(log, window, &crate::server_metrics::ExportMeta::default());
-    let metrics = ServerMetrics::parse(
-        &doc.to_string(),
-        Path::new(crate::server_metrics::JSON_FILE),
-    )
-    .ok()?;
+    let metrics = ServerMetrics::of_doc(&doc, Path::new(crate::server_metrics::JSON_FILE)).ok()?;
     let figures = backends::figures(&metrics);
     let hit = agentx_metrics::cache_truth::CounterHit {
         device: figures.get("cache.gpu_cache_hit_rate"),

@@ -315,7 +315,7 @@ pub fn walk(dataset: &Dataset, spec: &WalkSpec) -> Option<PlannedHit> {
 /// The walk of `dataset stats`: `concurrency` lanes playing every trace once from turn 0, in
 /// dataset order, each trace its own session.
 pub fn corpus_order(concurrency: usize, capacity_tokens: Option<u64>, traces: usize) -> WalkSpec {
-    let lanes = concurrency.clamp(1, traces.max(1)).min(traces);
+    let lanes = concurrency.max(1).min(traces);
     WalkSpec {
         lanes: (0..lanes)
             .map(|trace| LaneStart {

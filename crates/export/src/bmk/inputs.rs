@@ -39,15 +39,19 @@ pub(crate) struct ServerMetrics {
 impl ServerMetrics {
     /// Parses the file's text; `path` names it in errors.
     pub(crate) fn parse(text: &str, path: &Path) -> Result<ServerMetrics, ReportError> {
+        let doc: Value = serde_json::from_str(text).map_err(|e| ReportError::File {
+            path: path.to_owned(),
+            message: format!("not JSON ({e}); expected aiperf's server metrics export"),
+        })?;
+        ServerMetrics::of_doc(&doc, path)
+    }
+
+    /// Reads the export's parsed JSON; `path` names it in errors.
+    pub(crate) fn of_doc(doc: &Value, path: &Path) -> Result<ServerMetrics, ReportError> {
         let err = |message: String| ReportError::File {
             path: path.to_owned(),
             message,
         };
-        let doc: Value = serde_json::from_str(text).map_err(|e| {
-            err(format!(
-                "not JSON ({e}); expected aiperf's server metrics export"
-            ))
-        })?;
         let mut out = ServerMetrics::default();
         let metrics = match doc.get("metrics") {
             None | Some(Value::Null) => return Ok(out),
