@@ -675,8 +675,11 @@ impl Sched {
         }
     }
 
-    /// Moves pending timers (of one tree, or all) earlier so that the earliest is due at `target`
-    /// (never before now), keeping their order.
+    /// Moves pending timers (of one tree, or all) earlier so that the earliest is due at `target`,
+    /// keeping their order. A target the scheduler reached late (it saw the response that started
+    /// the idle time after `target` had passed) stays the timer's due time: the turn fires at once
+    /// and its intended time is the capped schedule, so the lateness shows as send lag instead of
+    /// moving the schedule.
     pub(super) fn shift(&mut self, only: Option<(u32, u64)>, target: Instant, system: bool) {
         let mine = |t: &Timer| only.is_none_or(|(l, g)| t.lane == l && t.gen == g);
         let Some(earliest) = self
@@ -692,12 +695,11 @@ impl Sched {
             return;
         }
         let shift_by = earliest - target;
-        let now = timer::now();
         let timers: Vec<Timer> = std::mem::take(&mut self.heap)
             .into_iter()
             .map(|Reverse(mut t)| {
                 if mine(&t) {
-                    t.at = t.at.checked_sub(shift_by).unwrap_or(now).max(now);
+                    t.at = t.at.checked_sub(shift_by).unwrap_or(target);
                 }
                 t
             })
@@ -747,7 +749,7 @@ impl Sched {
         };
         if cap.is_finite() && cap >= 0.0 {
             let target = self.idle_since + Duration::from_secs_f64(cap);
-            self.shift(None, target.max(timer::now()), true);
+            self.shift(None, target, true);
         }
     }
 
