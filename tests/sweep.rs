@@ -111,7 +111,13 @@ fn every_point_is_a_replayable_run_with_its_report(out: &Path, s: &Value) {
             p["total_token_throughput_per_gpu"].as_f64().unwrap(),
         );
         assert!((t / 2.0 - g).abs() < 1e-6);
+        // And the jobs: per hour, per GPU (over --gpus 2), as the point's run summary has them.
         let dir = out.join(format!("conc_{n}"));
+        let jobs = &json(&dir.join("run_summary.json"))["summary"]["jobs"];
+        assert_eq!(p["jobs_ok"], jobs["ok"], "{p}");
+        let per_hour = p["jobs_per_hour"].as_f64().unwrap();
+        assert_eq!(per_hour, jobs["jobs_per_hour"].as_f64().unwrap());
+        assert_eq!(p["jobs_per_hour_per_gpu"].as_f64().unwrap(), per_hour / 2.0);
         let m = json(&dir.join("run_manifest.json"));
         assert_eq!(m["concurrency"], n);
         assert_eq!(m["seed"], 42);
@@ -129,9 +135,18 @@ fn every_point_is_a_replayable_run_with_its_report(out: &Path, s: &Value) {
     let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3);
     assert!(csv.lines().nth(2).unwrap().starts_with("3,completed,"));
+    assert!(
+        csv.lines().next().unwrap().ends_with(
+            ",jobs_ok,jobs_partial,jobs_per_hour,jobs_per_hour_per_gpu,jobs_per_hour_per_user"
+        ),
+        "{csv}"
+    );
     for view in ["sweep_pareto.png", "report.html"] {
         assert!(out.join(view).is_file(), "{view}");
     }
+    // The page draws the job view beside the token one.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("jobs/h per GPU vs jobs/h per user"));
 }
 
 /// `plot SWEEPDIR` draws the sweep again (not the first point's run page over it); `report`

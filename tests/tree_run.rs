@@ -826,3 +826,90 @@ fn goodput_counts_trees_as_sessions() {
     assert_eq!(x["share"], 0.5);
     assert!(x["slowdown"]["count"].as_u64().unwrap() > 0, "{x}");
 }
+
+/// Jobs: the count run_summary.json gives equals the count this test makes from records.jsonl and
+/// the fixture's trees by the rule written out here (every stream with turns sent from turn 0 to
+/// its last, all in profiling, none cancelled, overflowed or failed); the lanes' first trees (t*)
+/// and the trees the window cut are partial, never jobs.
+#[test]
+fn jobs_are_the_trees_replayed_whole_inside_the_window() {
+    let mut cfg = SimConfig::max();
+    cfg.timing = Timing::Fixed {
+        ttft: std::time::Duration::from_millis(5),
+        itl: std::time::Duration::ZERO,
+    };
+    let sim = Sim::start(cfg);
+    let r = run_trees(
+        &sim.url(),
+        "2",
+        "6",
+        &["--trace-idle-gap-cap-seconds", "0.05", "--gpus", "2"],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let records = r.records();
+    let trees = trees();
+    let mut runtime: BTreeMap<&str, Vec<&RequestRecord>> = BTreeMap::new();
+    for x in &records {
+        runtime.entry(x.session_root()).or_default().push(x);
+    }
+    let whole = runtime
+        .values()
+        .filter(|tree_records| {
+            let source = &tree_records[0].tree.as_ref().unwrap().source_trace_id;
+            let shape = &trees[source];
+            let clean = tree_records.iter().all(|x| {
+                x.phase == Phase::Profiling
+                    && !x.cancelled
+                    && !x.context_overflow
+                    && x.error.is_none()
+            });
+            let every_turn = shape.streams.iter().all(|stream| {
+                (0..stream.turns.len() as u32).all(|turn| {
+                    tree_records
+                        .iter()
+                        .any(|x| x.trace_id == stream.id && x.turn == turn)
+                })
+            });
+            clean && every_turn
+        })
+        .count() as u64;
+    let jobs = &r.summary()["summary"]["jobs"];
+    assert_eq!(jobs["ok"], whole, "{jobs}");
+    assert!(whole > 0, "no tree ran whole in the window: {jobs}");
+    // Each lane's first tree began at t*, before the window.
+    assert!(jobs["partial_start"].as_u64().unwrap() >= 2, "{jobs}");
+    let counted = [
+        "ok",
+        "with_errors",
+        "partial_start",
+        "partial_end",
+        "ended_early",
+    ]
+    .iter()
+    .map(|k| jobs[k].as_u64().unwrap())
+    .sum::<u64>();
+    assert_eq!(
+        counted,
+        runtime.len() as u64,
+        "every tree in one class: {jobs}"
+    );
+    let window_s = jobs["window_s"].as_f64().unwrap();
+    let per_hour = jobs["jobs_per_hour"].as_f64().unwrap();
+    assert!(
+        (per_hour - 3600.0 * whole as f64 / window_s).abs() < 1e-6,
+        "{jobs}"
+    );
+    assert_eq!(
+        jobs["jobs_per_hour_per_gpu"].as_f64().unwrap(),
+        per_hour / 2.0
+    );
+    assert_eq!(
+        jobs["jobs_per_hour_per_lane"].as_f64().unwrap(),
+        per_hour / 2.0
+    );
+    assert!(
+        r.stdout().contains(&format!("jobs          {whole} whole")),
+        "{}",
+        r.stdout()
+    );
+}

@@ -490,6 +490,32 @@ fn goodput_rows(m: &agentx_metrics::Summary) -> Vec<(&'static str, String)> {
     rows
 }
 
+/// The jobs: whole traces replayed inside the window and their rates, the partial ones apart.
+fn jobs_table(jobs: &agentx_metrics::jobs::JobFigures) -> Table {
+    let dist = |d: &Option<agentx_metrics::Dist>, f: fn(&agentx_metrics::Dist) -> f64| {
+        num(d.as_ref().map(f), 2)
+    };
+    Table::kv(
+        "Jobs (whole traces in the profiling window)",
+        vec![
+            ("whole jobs", jobs.ok.to_string()),
+            ("jobs/h", num(Some(jobs.jobs_per_hour), 1)),
+            ("jobs/h per GPU", num(jobs.jobs_per_hour_per_gpu, 1)),
+            ("jobs/h per lane", num(jobs.jobs_per_hour_per_lane, 2)),
+            ("jobs/h per user", num(jobs.jobs_per_hour_per_user, 2)),
+            ("job wall p50 (s)", dist(&jobs.wall_s, |d| d.p50)),
+            ("job slowdown p50", dist(&jobs.slowdown, |d| d.p50)),
+            ("begun before the window", jobs.partial_start.to_string()),
+            ("cut by the window's end", jobs.partial_end.to_string()),
+            (
+                "ended early (context overflow)",
+                jobs.ended_early.to_string(),
+            ),
+            ("whole, with errors", jobs.with_errors.to_string()),
+        ],
+    )
+}
+
 pub(crate) fn num(v: Option<f64>, digits: usize) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{x:.digits$}"),
@@ -825,6 +851,9 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
         throughput_rows.extend(goodput_rows(run_metrics));
     }
     let throughput = Table::kv("Throughput", throughput_rows);
+    let jobs = summary
+        .and_then(|s| s.summary.jobs.as_ref())
+        .map(jobs_table);
     let latency = latency_table(&a.records);
     let published = summary
         .and_then(|s| s.summary.full_response.as_ref())
@@ -846,8 +875,10 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
             conc,
         ),
         verdict,
-        tables: [what, requests, throughput, latency]
+        tables: [what, requests, throughput]
             .into_iter()
+            .chain(jobs)
+            .chain([latency])
             .chain(published)
             .chain(cache_table)
             .collect(),

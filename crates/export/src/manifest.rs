@@ -64,6 +64,9 @@ pub struct Manifest {
     /// `--session-goodput-share`, with `goodput`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_goodput_share: Option<f64>,
+    /// `--gpus`: the GPUs behind the server, for a merge's per-GPU figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
     /// The HTTP side: session headers, connection reuse, the TCP user timeout.
     #[serde(default)]
     pub http: Option<HttpInfo>,

@@ -100,6 +100,22 @@ pub struct Point {
     pub invalid_reasons: Vec<String>,
     /// The point's InferenceX report, relative to the sweep's directory.
     pub report: Option<String>,
+    /// Whole jobs (traces replayed inside the window, every request ok); `None` for files written
+    /// before jobs were counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs_ok: Option<u64>,
+    /// Partial jobs: begun before the window or cut by its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs_partial: Option<u64>,
+    /// Whole jobs per hour of the profiling window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs_per_hour: Option<f64>,
+    /// `jobs_per_hour` over `--gpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs_per_hour_per_gpu: Option<f64>,
+    /// 3,600 s over the mean job wall time: jobs per hour a user sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs_per_hour_per_user: Option<f64>,
     /// The server started for the point (`--server-cmd`): command, port, readiness and exit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerInfo>,
@@ -129,6 +145,11 @@ impl Point {
             valid: false,
             invalid_reasons: Vec::new(),
             report: None,
+            jobs_ok: None,
+            jobs_partial: None,
+            jobs_per_hour: None,
+            jobs_per_hour_per_gpu: None,
+            jobs_per_hour_per_user: None,
             server: None,
         }
     }
@@ -308,7 +329,8 @@ impl Sweep {
              total_token_throughput,output_token_throughput,total_token_throughput_per_gpu,\
              output_token_throughput_per_gpu,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,itl_p50_ms,\
              itl_p90_ms,itl_p99_ms,e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,interactivity,\
-             server_cache_hit_rate,valid,invalid_reasons,error\n",
+             server_cache_hit_rate,valid,invalid_reasons,error,jobs_ok,jobs_partial,jobs_per_hour,\
+             jobs_per_hour_per_gpu,jobs_per_hour_per_user\n",
         );
         let fmt_num = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
         let quote = |s: &str| {
@@ -348,6 +370,11 @@ impl Sweep {
                 p.valid.to_string(),
                 quote(&p.invalid_reasons.join(";")),
                 quote(p.error.as_deref().unwrap_or("")),
+                p.jobs_ok.map(|n| n.to_string()).unwrap_or_default(),
+                p.jobs_partial.map(|n| n.to_string()).unwrap_or_default(),
+                fmt_num(p.jobs_per_hour),
+                fmt_num(p.jobs_per_hour_per_gpu),
+                fmt_num(p.jobs_per_hour_per_user),
             ];
             out.push_str(&row.join(","));
             out.push('\n');
@@ -360,12 +387,28 @@ impl Sweep {
 /// throughput without GPUs): no other point is at least as good on both and better on one. Sorted by
 /// interactivity.
 pub(crate) fn pareto(points: &[Point]) -> Vec<usize> {
-    let coords = |p: &Point| {
+    pareto_by(points, |p| {
         let y = p
             .total_token_throughput_per_gpu
             .or(p.total_token_throughput)?;
         Some((p.interactivity?, y))
-    };
+    })
+}
+
+/// Indices of the points on the Pareto frontier of jobs per hour per user against jobs per hour
+/// per GPU (or in all without GPUs), sorted by jobs per hour per user.
+pub(crate) fn jobs_pareto(points: &[Point]) -> Vec<usize> {
+    pareto_by(points, |p| {
+        Some((
+            p.jobs_per_hour_per_user?,
+            p.jobs_per_hour_per_gpu.or(p.jobs_per_hour)?,
+        ))
+    })
+}
+
+/// Indices of the points no other point dominates on `coords` (both higher is better), sorted by
+/// the first coordinate.
+fn pareto_by(points: &[Point], coords: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<usize> {
     let mut front: Vec<usize> = (0..points.len())
         .filter(|&i| {
             let Some((x, y)) = coords(&points[i]) else {
@@ -436,7 +479,11 @@ mod tests {
         let rows: Vec<&str> = csv.lines().collect();
         assert_eq!(rows.len(), 3);
         assert!(rows[1].starts_with("1,completed,0,0,0,10.000000,"));
-        assert!(rows[2].ends_with("\"refused, \"\"x\"\"\""), "{}", rows[2]);
+        assert!(
+            rows[2].ends_with("\"refused, \"\"x\"\"\",,,,,"),
+            "{}",
+            rows[2]
+        );
         assert!(Sweep::read(&dir.path().join("none")).unwrap().is_none());
     }
 }

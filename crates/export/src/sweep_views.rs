@@ -504,7 +504,48 @@ fn charts(sweeps: &[(&str, &Sweep)]) -> Vec<Chart> {
             group: None,
             x_log2: true,
         },
+        jobs_chart(sweeps, gpu, &name),
     ]
+}
+
+/// The job view: whole jobs per hour per GPU (or in all) against jobs per hour per user, one
+/// point per concurrency and the frontier (`sweep::jobs_pareto`), beside the token view.
+fn jobs_chart(sweeps: &[(&str, &Sweep)], gpu: bool, name: &dyn Fn(&str, &str) -> String) -> Chart {
+    let y_label = if gpu { "jobs/h per GPU" } else { "jobs/h" };
+    let mut series = Vec::new();
+    for (label, sweep) in sweeps {
+        let done: Vec<Point> = sweep.points.iter().filter(|p| p.done()).cloned().collect();
+        let coords = |p: &Point| -> Option<(f64, f64)> {
+            let y = if gpu {
+                p.jobs_per_hour_per_gpu
+            } else {
+                p.jobs_per_hour
+            };
+            Some((finite(p.jobs_per_hour_per_user)?, finite(y)?))
+        };
+        series.push(ChartSeries {
+            label: name(label, "points"),
+            points: done.iter().filter_map(coords).collect(),
+            style: None,
+        });
+        series.push(ChartSeries {
+            label: name(label, "Pareto frontier"),
+            points: sweep::jobs_pareto(&done)
+                .into_iter()
+                .filter_map(|i| coords(&done[i]))
+                .collect(),
+            style: Some(ChartStyle::Lines),
+        });
+    }
+    Chart {
+        title: format!("{y_label} vs jobs/h per user"),
+        x_label: "jobs/h per user (3,600 s / mean job wall time)".into(),
+        y_label: y_label.into(),
+        style: ChartStyle::Points,
+        series,
+        group: None,
+        x_log2: false,
+    }
 }
 
 /// The page of a sweep: what was swept, one row per point (with a link to the point's own
@@ -760,6 +801,10 @@ mod tests {
             p99: Some(e2e * 1.5),
         };
         p.server_cache_hit_rate = Some(hit);
+        // Jobs on the token view's scale: per user as interactivity, per GPU a tenth.
+        p.jobs_per_hour_per_user = Some(intvty);
+        p.jobs_per_hour_per_gpu = Some(per_gpu / 10.0);
+        p.jobs_per_hour = Some(per_gpu * 0.8);
         p.valid = true;
         p
     }
@@ -915,7 +960,13 @@ mod tests {
         assert!(h.contains("server refused"));
         let doc = chart_doc(&h);
         let charts = doc["charts"].as_array().unwrap();
-        assert_eq!(charts.len(), 2);
+        assert_eq!(charts.len(), 3);
+        assert_eq!(charts[2]["title"], "jobs/h per GPU vs jobs/h per user");
+        assert_eq!(
+            charts[2]["series"][1]["x"],
+            serde_json::json!([20, 80, 100])
+        );
+        assert_eq!(charts[2]["series"][1]["y"], serde_json::json!([15, 4, 1]));
         assert_eq!(charts[0]["style"], "points");
         assert_eq!(charts[0]["series"][0]["label"], "points");
         assert_eq!(charts[0]["series"][1]["label"], "Pareto frontier");

@@ -12,6 +12,7 @@ pub mod cache_truth;
 pub mod engines;
 pub mod goodput;
 pub mod interactivity;
+pub mod jobs;
 pub mod kvmodel;
 pub mod live;
 pub mod prometheus;
@@ -122,6 +123,10 @@ pub struct Summary {
     /// The sessions under `--goodput`: how many were good, and their slowdown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<sessions::SessionFigures>,
+    /// The jobs: traces replayed whole inside the profiling window, per hour, per GPU, per lane
+    /// and per user (set by the run, which knows the corpus's trees and the window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<jobs::JobFigures>,
     /// Where the time to first token went, in milliseconds, when the server said (the built-in
     /// simulator's headers, Dynamo's `nvext` timing): waiting for the prefill, the prefill, the
     /// rest of the server's TTFT, and what the client added (send lag included). Absent when no

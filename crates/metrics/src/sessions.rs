@@ -31,13 +31,65 @@ pub struct SessionFigures {
     pub slowdown: Option<Dist>,
 }
 
-#[derive(Default)]
-struct Acc {
-    requests: u64,
-    good: u64,
-    first_ns: u64,
-    last_ns: u64,
-    recorded: Option<(f64, f64)>,
+/// One session's span: its first intended send and last end as replayed, and the recorded span of
+/// the same turns (ms on the trace's clock) when the corpus gave their times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionSpan {
+    /// Profiling requests of the session (successful or failed, overflows apart).
+    pub requests: u64,
+    /// The earliest intended send of those requests.
+    pub first_intended_ns: u64,
+    /// The latest end of those requests.
+    pub last_end_ns: u64,
+    /// The first recorded start and last recorded end of the same turns, ms on the trace's clock.
+    pub recorded_ms: Option<(f64, f64)>,
+}
+
+impl SessionSpan {
+    /// Seconds from the first intended send to the last end.
+    pub fn replayed_s(&self) -> f64 {
+        self.last_end_ns.saturating_sub(self.first_intended_ns) as f64 / 1e9
+    }
+
+    /// Replayed over recorded wall time of the same turns; `None` without a recorded span.
+    pub fn slowdown(&self) -> Option<f64> {
+        let (start, end) = self.recorded_ms?;
+        (end > start).then(|| self.replayed_s() * 1000.0 / (end - start))
+    }
+}
+
+/// Each session's span over the profiling requests that succeeded or failed (context overflows
+/// and warmup apart), keyed by [`RequestRecord::session_root`]: the one home of the slowdown rule,
+/// which session goodput and the jobs both read.
+pub fn spans<'a>(
+    records: &'a [RequestRecord],
+    recorded: &RecordedTimes,
+) -> BTreeMap<&'a str, SessionSpan> {
+    let mut per_session: BTreeMap<&str, SessionSpan> = BTreeMap::new();
+    for r in records {
+        if !matches!(stats::class(r), Class::Valid | Class::Error) {
+            continue;
+        }
+        let span = per_session.entry(r.session_root()).or_insert(SessionSpan {
+            requests: 0,
+            first_intended_ns: u64::MAX,
+            last_end_ns: 0,
+            recorded_ms: None,
+        });
+        span.requests += 1;
+        span.first_intended_ns = span.first_intended_ns.min(r.intended_ns);
+        span.last_end_ns = span.last_end_ns.max(r.end_ns);
+        let turn = recorded
+            .get(&r.trace_id)
+            .and_then(|turns| turns.get(r.turn as usize));
+        if let Some(&(start, end)) = turn {
+            span.recorded_ms = Some(match span.recorded_ms {
+                Some((first, last)) => (first.min(start), last.max(end)),
+                None => (start, end),
+            });
+        }
+    }
+    per_session
 }
 
 /// The figures over a run's records, `good` judging each request and `share` the share of a
@@ -48,41 +100,24 @@ pub fn figures(
     share: f64,
     recorded: &RecordedTimes,
 ) -> SessionFigures {
-    let mut per_session: BTreeMap<&str, Acc> = BTreeMap::new();
+    let per_session = spans(records, recorded);
+    let mut good_requests: HashMap<&str, u64> = HashMap::new();
     for r in records {
-        if !matches!(stats::class(r), Class::Valid | Class::Error) {
-            continue;
-        }
-        let session = per_session.entry(r.session_root()).or_insert_with(|| Acc {
-            first_ns: u64::MAX,
-            ..Acc::default()
-        });
-        session.requests += 1;
-        session.good += u64::from(good.is_good(r));
-        session.first_ns = session.first_ns.min(r.intended_ns);
-        session.last_ns = session.last_ns.max(r.end_ns);
-        let turn = recorded
-            .get(&r.trace_id)
-            .and_then(|turns| turns.get(r.turn as usize));
-        if let Some(&(start, end)) = turn {
-            session.recorded = Some(match session.recorded {
-                Some((s0, e0)) => (s0.min(start), e0.max(end)),
-                None => (start, end),
-            });
+        if matches!(stats::class(r), Class::Valid | Class::Error) && good.is_good(r) {
+            *good_requests.entry(r.session_root()).or_default() += 1;
         }
     }
     let sessions = per_session.len() as u64;
     let good_sessions = per_session
-        .values()
-        .filter(|a| a.good as f64 >= share * a.requests as f64 - 1e-9)
+        .iter()
+        .filter(|(root, span)| {
+            let good = good_requests.get(*root).copied().unwrap_or(0);
+            good as f64 >= share * span.requests as f64 - 1e-9
+        })
         .count() as u64;
     let slowdowns: Vec<f64> = per_session
         .values()
-        .filter_map(|a| {
-            let (start, end) = a.recorded?;
-            let replayed_ms = a.last_ns.saturating_sub(a.first_ns) as f64 / 1e6;
-            (end > start).then(|| replayed_ms / (end - start))
-        })
+        .filter_map(SessionSpan::slowdown)
         .collect();
     SessionFigures {
         sessions,

@@ -390,6 +390,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         .map(PathBuf::from),
         goodput: args.goodput.clone(),
         session_goodput_share: args.session_goodput_share,
+        gpus: args.gpus,
         no_server_metrics: args.no_server_metrics,
         server_metrics: args.server_metrics.clone(),
         skip_preflight: args.skip_preflight,
@@ -590,12 +591,37 @@ fn print_summary(
             100.0 * sessions.share
         );
     }
+    if let Some(jobs) = &summary.jobs {
+        print_jobs(jobs);
+    }
     if reasons.is_empty() {
         outln!("submission    valid");
     } else {
         outln!("submission    not valid: {}", reasons.join(", "));
     }
     outln!("records       {} ({written} requests)", records.display());
+}
+
+/// The jobs line: whole jobs and their rates, the partial ones counted apart.
+fn print_jobs(jobs: &crate::metrics::jobs::JobFigures) {
+    let mut rates = format!("{:.1}/h", jobs.jobs_per_hour);
+    if let Some(per_gpu) = jobs.jobs_per_hour_per_gpu {
+        rates.push_str(&format!(", {per_gpu:.1}/h per GPU"));
+    }
+    if let Some(per_user) = jobs.jobs_per_hour_per_user {
+        rates.push_str(&format!(", {per_user:.1}/h per user"));
+    }
+    let slowdown = jobs.slowdown.as_ref().map_or(String::new(), |dist| {
+        format!("; slowdown p50 {:.2}", dist.p50)
+    });
+    outln!(
+        "jobs          {} whole ({rates}){slowdown}; partial: {} begun before the window, {} cut by its end; {} ended early, {} with errors",
+        jobs.ok,
+        jobs.partial_start,
+        jobs.partial_end,
+        jobs.ended_early,
+        jobs.with_errors
+    );
 }
 
 #[cfg(test)]

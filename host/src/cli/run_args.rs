@@ -94,6 +94,10 @@ pub struct RunArgs {
     /// Server base URL. Without it, the built-in simulator is started and the bundled corpus replayed.
     #[arg(help_heading = "Against what", long, value_name = "URL")]
     pub(crate) url: Option<String>,
+    /// GPUs behind the server: the divisor of the per-GPU figures (throughput and jobs per hour
+    /// per GPU).
+    #[arg(help_heading = "Against what", long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) gpus: Option<u32>,
     /// Request path [default: /v1/chat/completions, or /v1/messages with --endpoint-type anthropic].
     #[arg(help_heading = "Against what", long, value_name = "PATH")]
     pub(crate) endpoint: Option<String>,

@@ -1,5 +1,5 @@
 //! `agentx-host sweep`: the run's flags plus the sweep's (`--concurrency` as a list, `--resume`,
-//! `--gpus`, `--idle-timeout`, `--result-filename`, `--server-cmd` and `--server-ready-timeout`),
+//! `--idle-timeout`, `--result-filename`, `--server-cmd` and `--server-ready-timeout`),
 //! the call of [`crate::run::sweep::run_sweep`] and its table.
 
 use std::path::{Path, PathBuf};
@@ -31,9 +31,6 @@ pub struct SweepArgs {
     /// Keep the points a previous invocation of the same sweep finished; run the rest.
     #[arg(long)]
     pub(crate) resume: bool,
-    /// GPUs behind the server: adds throughput per GPU to the summary.
-    #[arg(long, value_name = "N")]
-    pub(crate) gpus: Option<u32>,
     /// Between points, wait at most this long for every server to show nothing running or waiting.
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
     pub(crate) idle_timeout: f64,
@@ -222,7 +219,7 @@ pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCo
         find_max,
         concurrency,
         resume: args.resume,
-        gpus: args.gpus,
+        gpus: args.run.gpus,
         idle_timeout,
         result_filename: args.result_filename.clone(),
         identity: Identity::resolve(&identity.into())?,

@@ -388,11 +388,9 @@ fn write_merged(
         ),
         None => None,
     };
-    // The corpus, opened once, for a single-stream run (a tree run's records carry their stamps).
-    let dataset = match records.iter().any(|r| r.tree.is_some()) {
-        true => None,
-        false => dataset_of(first),
-    };
+    let is_tree_run = records.iter().any(|r| r.tree.is_some());
+    let dataset = dataset_of(first);
+    let (times, shapes) = corpus_facts(dataset.as_ref(), is_tree_run, records);
     let mut summary = crate::metrics::Summary::of(records);
     // Each shard registered its own first senders: a block two shards both sent counts as each
     // one's own, so the model may predict a miss where the server hit (surplus), never the reverse.
@@ -403,13 +401,19 @@ fn write_merged(
             capacity_tokens: first.server_slots.map(|pool| pool.capacity()),
         },
     );
+    summary.jobs = crate::metrics::jobs::figures(
+        records,
+        &shapes,
+        &times,
+        crate::metrics::jobs::JobDenominators {
+            window_ns: (profiling_start, profiling_end),
+            lanes: (first.concurrency > 0).then_some(first.concurrency),
+            gpus: first.gpus,
+        },
+    );
     if let Some(goodput_spec) = &goodput {
         summary.goodput = Some(goodput_spec.of_run(records));
         let share = first.session_goodput_share.unwrap_or(1.0);
-        let times = dataset
-            .as_ref()
-            .map(|dataset| super::plan::recorded_times(dataset, records))
-            .unwrap_or_default();
         summary.sessions = Some(crate::metrics::sessions::figures(
             records,
             goodput_spec,
@@ -495,6 +499,42 @@ fn stamps(
     }
     ds.map(|ds| super::plan::prefix_stamps(ds, records))
         .unwrap_or_default()
+}
+
+/// What the merge reads of the corpus the shards replayed: each stream's recorded times (the
+/// slowdown's baseline) and, for a session-tree run, each tree's streams (what a whole job runs),
+/// from the trees as the default nested basis builds them. Empty without the corpus.
+fn corpus_facts(
+    dataset: Option<&crate::dataset::Dataset>,
+    is_tree_run: bool,
+    records: &[RequestRecord],
+) -> (
+    crate::metrics::sessions::RecordedTimes,
+    crate::metrics::jobs::JobShapes,
+) {
+    let Some(ds) = dataset else {
+        return Default::default();
+    };
+    if !is_tree_run {
+        return (
+            super::plan::recorded_times(ds, records),
+            crate::metrics::jobs::JobShapes::new(),
+        );
+    }
+    let open = crate::dataset::tree::corpus::TreeOpen::default();
+    match crate::dataset::tree::corpus::TreeCorpus::open(ds, &open) {
+        Ok(corpus) => (
+            super::plan::tree_recorded_times(&corpus, records),
+            super::plan::job_shapes(&corpus, records),
+        ),
+        Err(e) => {
+            tracing::warn!(
+                "{}: its session trees: {e}; the merged export has no session slowdown, and its jobs are judged by the streams the records show",
+                ds.source_path().display()
+            );
+            Default::default()
+        }
+    }
 }
 
 /// The dataset the shards replayed, for what the merge reads of the corpus (the theoretical

@@ -193,9 +193,23 @@ pub(super) fn conclude(
     ) {
         cache.measured_counters = crate::export::bmk::counter_hit(log, window);
     }
+    let times = planned.recorded_times(prepared.ds, &ended.records);
+    summary.jobs = crate::metrics::jobs::figures(
+        &ended.records,
+        &planned.job_shapes(&ended.records),
+        &times,
+        crate::metrics::jobs::JobDenominators {
+            window_ns: outcome.profiling_ns.unwrap_or((0, 0)),
+            lanes: prepared
+                .settings
+                .arrivals
+                .is_none()
+                .then_some(prepared.settings.concurrency),
+            gpus: cfg.gpus,
+        },
+    );
     if let Some(goodput) = &cfg.goodput {
         summary.goodput = Some(goodput.of_run(&ended.records));
-        let times = planned.recorded_times(prepared.ds, &ended.records);
         let share = cfg.session_goodput_share;
         summary.sessions = Some(crate::metrics::sessions::figures(
             &ended.records,

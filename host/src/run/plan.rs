@@ -82,7 +82,19 @@ impl Planned {
     ) -> crate::metrics::sessions::RecordedTimes {
         match &self.mode {
             Mode::Streams(_) => recorded_times(ds, records),
-            Mode::Trees(tp) => tp.recorded_times(records),
+            Mode::Trees(tp) => tree_recorded_times(tp.corpus, records),
+        }
+    }
+
+    /// The streams each replayed tree must run through for a whole job (none for single-stream
+    /// sessions, which their records' turn counts judge).
+    pub(super) fn job_shapes(
+        &self,
+        records: &[crate::record::RequestRecord],
+    ) -> crate::metrics::jobs::JobShapes {
+        match &self.mode {
+            Mode::Streams(_) => crate::metrics::jobs::JobShapes::new(),
+            Mode::Trees(tp) => job_shapes(tp.corpus, records),
         }
     }
 }
@@ -440,25 +452,44 @@ impl TreePlanned {
     }
 }
 
-impl TreePlanned {
-    /// Each replayed stream's recorded turns (start and end, ms on its trace's clock), for the
-    /// sessions' slowdown.
-    pub(crate) fn recorded_times(
-        &self,
-        records: &[crate::record::RequestRecord],
-    ) -> crate::metrics::sessions::RecordedTimes {
-        let wanted: std::collections::HashSet<&str> =
-            records.iter().map(|r| r.trace_id.as_str()).collect();
-        let mut out = crate::metrics::sessions::RecordedTimes::new();
-        for s in self.corpus.trees.iter().flat_map(|t| &t.streams) {
-            if wanted.contains(s.id.as_str()) && !out.contains_key(&s.id) {
-                let turns = s.turns.iter();
-                let times = turns.map(|x| (x.ts_ms, x.ts_ms + x.api_time_ms.unwrap_or(0.0)));
-                out.insert(s.id.clone(), times.collect());
-            }
+/// Each replayed stream of a tree corpus: its recorded turns (start and end, ms on its trace's
+/// clock), for the sessions' slowdown.
+pub(crate) fn tree_recorded_times(
+    corpus: &dataset::tree::corpus::TreeCorpus,
+    records: &[crate::record::RequestRecord],
+) -> crate::metrics::sessions::RecordedTimes {
+    let wanted: std::collections::HashSet<&str> =
+        records.iter().map(|r| r.trace_id.as_str()).collect();
+    let mut out = crate::metrics::sessions::RecordedTimes::new();
+    for s in corpus.trees.iter().flat_map(|t| &t.streams) {
+        if wanted.contains(s.id.as_str()) && !out.contains_key(&s.id) {
+            let turns = s.turns.iter();
+            let times = turns.map(|x| (x.ts_ms, x.ts_ms + x.api_time_ms.unwrap_or(0.0)));
+            out.insert(s.id.clone(), times.collect());
         }
-        out
     }
+    out
+}
+
+/// The streams with turns of each tree the records replayed (by trace id): what a whole job runs.
+pub(crate) fn job_shapes(
+    corpus: &dataset::tree::corpus::TreeCorpus,
+    records: &[crate::record::RequestRecord],
+) -> crate::metrics::jobs::JobShapes {
+    let wanted: std::collections::HashSet<&str> = records
+        .iter()
+        .filter_map(|r| r.tree.as_ref().map(|t| t.source_trace_id.as_str()))
+        .collect();
+    corpus
+        .trees
+        .iter()
+        .filter(|tree| wanted.contains(tree.trace_id.as_str()))
+        .map(|tree| {
+            let streams = tree.streams.iter().filter(|s| !s.turns.is_empty());
+            let shape = streams.map(|s| (s.id.clone(), s.turns.len() as u32));
+            (tree.trace_id.clone(), shape.collect())
+        })
+        .collect()
 }
 
 /// How many arrival offsets the dry run lists.

@@ -76,8 +76,7 @@ impl SweepOutcome {
 }
 
 /// The flags whose value a point replaces or that only the sweep has.
-const SWEEP_ONLY: [&str; 6] = [
-    "--gpus",
+const SWEEP_ONLY: [&str; 5] = [
     "--idle-timeout",
     "--result-filename",
     "--compare",
@@ -668,6 +667,13 @@ fn point_of(
         point.output_token_throughput_per_gpu = point
             .output_token_throughput
             .map(|tput| tput / f64::from(gpus));
+    }
+    if let Some(jobs) = &summary.jobs {
+        point.jobs_ok = Some(jobs.ok);
+        point.jobs_partial = Some(jobs.partial_start + jobs.partial_end);
+        point.jobs_per_hour = Some(jobs.jobs_per_hour);
+        point.jobs_per_hour_per_gpu = jobs.jobs_per_hour_per_gpu;
+        point.jobs_per_hour_per_user = jobs.jobs_per_hour_per_user;
     }
     let tail = |dist: &Option<crate::metrics::Dist>| Tail {
         p50: dist.as_ref().map(|d| d.p50),
