@@ -496,9 +496,7 @@ fn find_max_brackets_bisects_and_resumes() {
         .stdout()
         .contains(&format!("find-max      concurrency {answer} meets the SLO")));
     let page = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(page.contains(&format!(
-        "the highest concurrency that meets it is {answer}"
-    )));
+    assert!(page.contains(&format!("max concurrent agents {answer} ")));
     // aiperf's max-goodput-under-slo: of the points that met the SLO (which asks for 90 % good
     // requests), the one with the most goodput.
     let passing: Vec<(u64, f64)> = slo["points"]
@@ -540,6 +538,31 @@ fn find_max_brackets_bisects_and_resumes() {
     );
     assert_eq!(r.code(), 2);
     assert!(r.stderr().contains("--goodput"), "{}", r.stderr());
+    // A session objective needs --session-slo; an unknown figure is refused with the names.
+    let r = sweep(
+        &sim.url(),
+        work.path(),
+        &["--concurrency", "1", "--slo", "sessions_meeting_slo:0.9"],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr()
+            .contains("names sessions_meeting_slo, which only a run with --session-slo measures"),
+        "{}",
+        r.stderr()
+    );
+    let r = sweep(
+        &sim.url(),
+        work.path(),
+        &["--concurrency", "1", "--session-slo", "ttft_p91:5"],
+    );
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr()
+            .contains("\"ttft_p91\" is not a session figure; name one of ttft_p90"),
+        "{}",
+        r.stderr()
+    );
     let r = sweep(
         &sim.url(),
         work.path(),
@@ -547,4 +570,83 @@ fn find_max_brackets_bisects_and_resumes() {
     );
     assert_eq!(r.code(), 2);
     assert!(r.stderr().contains("--slo"), "{}", r.stderr());
+}
+
+/// `--find-max` on a session objective (every session's median output speed at least 52 tokens/s,
+/// on a simulator whose ITL is 5 ms plus 5 ms per running request: about 66 tokens/s at 2 lanes, 40
+/// at 4; the search at a resolution of 2 lanes runs 1, 8, 4, 2) finds what a plain sweep over the
+/// same points, judged here from each point's `summary.session_slo`, finds; the answer names the
+/// objective that bound it.
+#[test]
+fn find_max_on_a_session_objective_matches_a_manual_sweep() {
+    let mut cfg = SimConfig::max();
+    cfg.timing = agentx::sim::Timing::Modeled(agentx::sim::ModelTiming {
+        prefill_tokens_per_s: 1e6,
+        prefill_overhead: std::time::Duration::from_millis(5),
+        itl_base: std::time::Duration::from_millis(5),
+        itl_per_seq: std::time::Duration::from_millis(5),
+        speed: 1.0,
+    });
+    let sim = Sim::start(cfg);
+    let session_slo = ["--session-slo", "output_speed:52", "--ignore-trace-delays"];
+    let work = tempfile::tempdir().unwrap();
+    let mut flags = vec![
+        "--concurrency",
+        "1,8",
+        "--slo",
+        "sessions_meeting_slo:0.9",
+        "--find-max",
+        "--find-max-resolution",
+        "2",
+    ];
+    flags.extend(session_slo);
+    let r = sweep(&sim.url(), work.path(), &flags);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let found = json(&work.path().join("sweep/sweep.json"))["slo"]["find_max"].clone();
+    let mut points: Vec<u64> = found["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    points.sort_unstable();
+
+    // The same points as a plain sweep, judged here.
+    let manual = tempfile::tempdir().unwrap();
+    let list = points
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut flags = vec!["--concurrency", list.as_str()];
+    flags.extend(session_slo);
+    let r = sweep(&sim.url(), manual.path(), &flags);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let meets = |n: u64| {
+        let summary = json(
+            &manual
+                .path()
+                .join(format!("sweep/conc_{n}/run_summary.json")),
+        );
+        let sessions = &summary["summary"]["session_slo"];
+        sessions["meeting_fraction"].as_f64().unwrap() >= 0.9
+    };
+    let first_failing = points.iter().copied().find(|&n| !meets(n));
+    let answer = points
+        .iter()
+        .copied()
+        .filter(|&n| first_failing.is_none_or(|fail| n < fail))
+        .max();
+    assert_eq!(found["max_concurrency"].as_u64(), answer, "{found}");
+    assert_eq!(found["max_concurrency"], 2, "{found}");
+    assert_eq!(
+        found["bound_by"],
+        serde_json::json!(["sessions_meeting_slo"])
+    );
+    assert!(found["jobs_per_hour"].as_f64().is_some(), "{found}");
+    assert_eq!(
+        found["agents_per_gpu"].as_f64(),
+        Some(1.0),
+        "2 agents on --gpus 2"
+    );
 }

@@ -64,6 +64,9 @@ pub struct Manifest {
     /// `--session-goodput-share`, with `goodput`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_goodput_share: Option<f64>,
+    /// `--session-slo`'s objectives, for a merge's session figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_slo: Option<String>,
     /// `--gpus`: the GPUs behind the server, for a merge's per-GPU figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,

@@ -198,6 +198,9 @@ pub struct SloPoint {
     /// The run's goodput, when it measured one (`--goodput`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<f64>,
+    /// The objectives the point missed (a point that did not complete misses none by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missed: Vec<String>,
 }
 
 /// The `--find-max` answer and how it was reached.
@@ -218,6 +221,15 @@ pub struct FindMaxAnswer {
     /// `good_request_fraction:F` among the objectives, aiperf's `max-goodput-under-slo` answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_goodput: Option<GoodputPeak>,
+    /// The objectives the first failing point missed: what bound the answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bound_by: Vec<String>,
+    /// Whole jobs per hour at the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs_per_hour: Option<f64>,
+    /// The answer's concurrent agents per GPU (`--gpus`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents_per_gpu: Option<f64>,
 }
 
 /// The passing point with the most goodput.

@@ -707,33 +707,45 @@ fn slo_table(r: &crate::sweep::SloReport) -> Table {
             row
         })
         .collect();
-    let answer = match &r.find_max {
-        None => String::new(),
-        Some(f) => {
-            (match (f.max_concurrency, f.bracketed) {
-                (Some(n), true) => format!(
-                ": the highest concurrency that meets it is {n} ({} does not; resolution {} lanes)",
-                f.first_failing.map_or("-".into(), |x| x.to_string()),
-                f.resolution
-            ),
-                (Some(n), false) => {
-                    format!(": every point met it, up to {n}; the maximum may lie above")
-                }
-                (None, _) => ": not even the first point meets it".to_string(),
-            }) + &f.max_goodput.as_ref().map_or(String::new(), |g| {
-                format!(
-                    "; the most goodput among the points that meet it: {:.2} requests/s at {}",
-                    g.goodput, g.concurrency
-                )
-            })
-        }
-    };
+    let answer = r.find_max.as_ref().map_or(String::new(), find_max_title);
     Table {
         title: format!("SLO {}{answer}", r.slo),
         header,
         rows,
         links: Vec::new(),
     }
+}
+
+/// The `--find-max` answer as the SLO table's title says it: the most concurrent agents, what
+/// bound them, the jobs there and the most goodput.
+fn find_max_title(found: &crate::sweep::FindMaxAnswer) -> String {
+    let mut title = match (found.max_concurrency, found.bracketed) {
+        (Some(n), true) => format!(
+            ": max concurrent agents {n} ({} does not meet it, bound by {}; resolution {} lanes)",
+            found.first_failing.map_or("-".into(), |x| x.to_string()),
+            if found.bound_by.is_empty() {
+                "-".to_string()
+            } else {
+                found.bound_by.join(", ")
+            },
+            found.resolution
+        ),
+        (Some(n), false) => format!(": every point met it, up to {n}; the maximum may lie above"),
+        (None, _) => ": not even the first point meets it".to_string(),
+    };
+    if let Some(jobs) = found.jobs_per_hour {
+        title.push_str(&format!("; {jobs:.1} jobs/h there"));
+    }
+    if let Some(agents) = found.agents_per_gpu {
+        title.push_str(&format!(", {agents:.2} agents per GPU"));
+    }
+    if let Some(best) = &found.max_goodput {
+        title.push_str(&format!(
+            "; the most goodput among the points that meet it: {:.2} requests/s at {}",
+            best.goodput, best.concurrency
+        ));
+    }
+    title
 }
 
 fn write_file(dir: &Root, name: &str, data: &[u8]) -> Result<PathBuf, ViewError> {

@@ -123,6 +123,9 @@ pub struct Summary {
     /// The sessions under `--goodput`: how many were good, and their slowdown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<sessions::SessionFigures>,
+    /// The sessions under `--session-slo`: how many met every objective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_slo: Option<sessions::SessionSloFigures>,
     /// The jobs: traces replayed whole inside the profiling window, per hour, per GPU, per lane
     /// and per user (set by the run, which knows the corpus's trees and the window).
     #[serde(default, skip_serializing_if = "Option::is_none")]

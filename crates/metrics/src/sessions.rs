@@ -132,6 +132,154 @@ pub fn figures(
     }
 }
 
+/// `--session-slo`: what a session meeting its objectives is, judged on its own requests (an
+/// AgentPerf-style tier is `ttft_p90` plus `output_speed`). The percentiles are stated, not implied:
+/// `ttft_p90:MS` bounds the p90 of the session's times to first token; `e2e_interactivity:TOK_S`
+/// bounds from below aiperf's E2E-normalized interactivity p90 over the session's requests;
+/// `output_speed:TOK_S` bounds from below the median of its requests' output speed (aiperf's
+/// `output_token_throughput_per_user`); `slowdown:X` bounds its replayed over recorded wall time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSlo {
+    spec: String,
+    objectives: Vec<(SessionObjective, f64)>,
+}
+
+/// One figure a session is judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SessionObjective {
+    TtftP90,
+    E2eInteractivity,
+    OutputSpeed,
+    Slowdown,
+}
+
+const SESSION_OBJECTIVES: [(&str, SessionObjective); 4] = [
+    ("ttft_p90", SessionObjective::TtftP90),
+    ("e2e_interactivity", SessionObjective::E2eInteractivity),
+    ("output_speed", SessionObjective::OutputSpeed),
+    ("slowdown", SessionObjective::Slowdown),
+];
+
+/// What the sessions of a run made of `--session-slo`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct SessionSloFigures {
+    /// The objectives as given.
+    pub spec: String,
+    /// Sessions with at least one profiling request.
+    pub sessions: u64,
+    /// Sessions that met every objective (a session without the figure an objective names, e.g.
+    /// no successful request, does not).
+    pub meeting: u64,
+    /// `meeting / sessions`: the `sessions_meeting_slo` figure `--slo` may bound.
+    pub meeting_fraction: f64,
+}
+
+impl SessionSlo {
+    /// Parses `name:bound` pairs (spaces or commas between them); an error names the pair and the
+    /// figures a session objective may name.
+    pub fn parse(text: &str) -> Result<SessionSlo, String> {
+        let example = "\"ttft_p90:2000 output_speed:20\"";
+        let mut objectives: Vec<(SessionObjective, f64)> = Vec::new();
+        for (pair, name, bound) in crate::goodput::bound_pairs(text, "--session-slo", example)? {
+            let Some(&(_, objective)) = SESSION_OBJECTIVES.iter().find(|(n, _)| *n == name) else {
+                let names: Vec<&str> = SESSION_OBJECTIVES.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "--session-slo {pair:?}: {name:?} is not a session figure; name one of {}",
+                    names.join(", ")
+                ));
+            };
+            if objectives.iter().any(|(o, _)| *o == objective) {
+                return Err(format!("--session-slo names {name} twice"));
+            }
+            objectives.push((objective, bound));
+        }
+        Ok(SessionSlo {
+            spec: text.trim().to_string(),
+            objectives,
+        })
+    }
+
+    /// The objectives as given.
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// Judges every session of the records (the sessions [`spans`] finds).
+    pub fn judge(&self, records: &[RequestRecord], recorded: &RecordedTimes) -> SessionSloFigures {
+        let per_session = spans(records, recorded);
+        let mut by_session: HashMap<&str, Vec<&RequestRecord>> = HashMap::new();
+        for r in records {
+            if stats::class(r) == Class::Valid {
+                by_session.entry(r.session_root()).or_default().push(r);
+            }
+        }
+        let meeting = per_session
+            .iter()
+            .filter(|(root, span)| {
+                let valid = by_session.get(*root).map_or(&[][..], Vec::as_slice);
+                self.objectives.iter().all(|&(objective, bound)| {
+                    session_figure(objective, valid, span).is_some_and(|figure| match objective {
+                        SessionObjective::TtftP90 | SessionObjective::Slowdown => figure <= bound,
+                        SessionObjective::E2eInteractivity | SessionObjective::OutputSpeed => {
+                            figure >= bound
+                        }
+                    })
+                })
+            })
+            .count() as u64;
+        let sessions = per_session.len() as u64;
+        SessionSloFigures {
+            spec: self.spec.clone(),
+            sessions,
+            meeting,
+            meeting_fraction: if sessions > 0 {
+                meeting as f64 / sessions as f64
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// One session's figure for `objective`, from its successful requests and its span.
+fn session_figure(
+    objective: SessionObjective,
+    valid: &[&RequestRecord],
+    span: &SessionSpan,
+) -> Option<f64> {
+    match objective {
+        SessionObjective::TtftP90 => {
+            let ttfts: Vec<f64> = valid
+                .iter()
+                .filter_map(|r| r.ttft_ns())
+                .map(|ns| ns as f64 / 1e6)
+                .collect();
+            Dist::of(ttfts).map(|dist| dist.p90)
+        }
+        SessionObjective::E2eInteractivity => {
+            stats::e2e_normalized_interactivity(valid.iter().copied())
+                .into_iter()
+                .find(|(metric, _)| metric.tag == stats::E2E_NORMALIZED_INTERACTIVITY_P90.tag)
+                .and_then(|(_, value)| value.as_f64())
+        }
+        SessionObjective::OutputSpeed => {
+            let speeds: Vec<f64> = valid
+                .iter()
+                .filter_map(|r| {
+                    stats::record_values(r)
+                        .into_iter()
+                        .find(|(metric, _)| {
+                            metric.tag == stats::OUTPUT_TOKEN_THROUGHPUT_PER_USER.tag
+                        })
+                        .and_then(|(_, value)| value.as_f64())
+                })
+                .collect();
+            Dist::of(speeds).map(|dist| dist.p50)
+        }
+        SessionObjective::Slowdown => span.slowdown(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +349,33 @@ mod tests {
         }
         let f = figures(&[root, child], &g, 1.0, &RecordedTimes::new());
         assert_eq!((f.sessions, f.good_sessions), (1, 0));
+    }
+
+    #[test]
+    fn a_session_meets_its_objectives_on_its_own_requests() {
+        // Session a: TTFTs 100 and 200 ms, one token every 10 ms (100 tokens/s). Session b: TTFTs
+        // 100 and 900 ms, one token every 50 ms (20 tokens/s).
+        let records = vec![
+            in_session(rec(0, &[100, 110, 120], 10, 3), "a", 0),
+            in_session(rec(1000, &[200, 210, 220], 10, 3), "a", 1),
+            in_session(rec(0, &[100, 150, 200], 10, 3), "b", 0),
+            in_session(rec(1000, &[900, 950, 1000], 10, 3), "b", 1),
+        ];
+        let none = RecordedTimes::new();
+        let judge = |spec: &str| SessionSlo::parse(spec).unwrap().judge(&records, &none);
+        // The p90 of a's TTFTs is 190 ms; of b's, 820 ms.
+        assert_eq!(judge("ttft_p90:500").meeting, 1);
+        assert_eq!(judge("ttft_p90:1000").meeting, 2);
+        assert_eq!(judge("output_speed:50").meeting, 1);
+        assert_eq!(judge("output_speed:15 ttft_p90:1000").meeting_fraction, 1.0);
+        // No recorded span: no slowdown, so no session meets a slowdown bound.
+        assert_eq!(judge("slowdown:100").meeting, 0);
+        let error = SessionSlo::parse("ttft_p90:1 ttft_p90:2").unwrap_err();
+        assert!(error.contains("twice"), "{error}");
+        let error = SessionSlo::parse("tpot:5").unwrap_err();
+        assert!(
+            error.contains("name one of ttft_p90, e2e_interactivity"),
+            "{error}"
+        );
     }
 }

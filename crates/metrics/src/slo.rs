@@ -2,13 +2,16 @@
 //! figure of `profile_export_aiperf.json` against a bound. A record metric names its statistic as a
 //! suffix (`time_to_first_token_p90`, `inter_token_latency_avg`; `avg` when none is given); a
 //! run-level metric is named as is (`request_throughput`, `goodput`, `good_request_fraction`,
-//! `e2e_normalized_interactivity_p90`). Throughputs, goodput and fractions are met at or above
+//! `e2e_normalized_interactivity_p90`). The figures of `run_summary.json` that no aiperf file has are
+//! named too: `sessions_meeting_slo` (the share of sessions meeting `--session-slo`),
+//! `good_session_fraction` (`--goodput`), `jobs_per_hour` (and `_per_gpu`, `_per_user`) and
+//! `job_slowdown_p50`/`_p90`/`_p99`. Throughputs, goodput, rates and fractions are met at or above
 //! their bound, every other figure at or below; a figure the run does not have is not met.
 
 use serde_json::Value;
 
-use crate::goodput;
 use crate::stats::{self, MetricDef, STAT_KEYS};
+use crate::{goodput, Summary};
 
 /// The run-level figures an objective may name as they are.
 const RUN_METRICS: [MetricDef; 11] = [
@@ -25,18 +28,125 @@ const RUN_METRICS: [MetricDef; 11] = [
     goodput::GOOD_REQUEST_FRACTION,
 ];
 
-/// One objective: a figure (`tag`, and the statistic for a record metric) and its bound.
+/// A figure of `run_summary.json` an objective may name: its name, whether more is better, what
+/// the run must have measured, and how to read it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SummaryFigure {
+    name: &'static str,
+    larger_is_better: bool,
+    /// The flag the runs need for the figure to exist (`None`: every run has it).
+    needs: Option<&'static str>,
+    read: fn(&Summary) -> Option<f64>,
+}
+
+impl PartialEq for SummaryFigure {
+    fn eq(&self, other: &SummaryFigure) -> bool {
+        self.name == other.name
+    }
+}
+
+const SUMMARY_FIGURES: [SummaryFigure; 8] = [
+    SummaryFigure {
+        name: "sessions_meeting_slo",
+        larger_is_better: true,
+        needs: Some("--session-slo"),
+        read: |s| s.session_slo.as_ref().map(|f| f.meeting_fraction),
+    },
+    SummaryFigure {
+        name: "good_session_fraction",
+        larger_is_better: true,
+        needs: Some("--goodput"),
+        read: |s| s.sessions.as_ref().map(|f| f.good_session_fraction),
+    },
+    SummaryFigure {
+        name: "jobs_per_hour",
+        larger_is_better: true,
+        needs: None,
+        read: |s| s.jobs.as_ref().map(|j| j.jobs_per_hour),
+    },
+    SummaryFigure {
+        name: "jobs_per_hour_per_gpu",
+        larger_is_better: true,
+        needs: Some("--gpus"),
+        read: |s| s.jobs.as_ref().and_then(|j| j.jobs_per_hour_per_gpu),
+    },
+    SummaryFigure {
+        name: "jobs_per_hour_per_user",
+        larger_is_better: true,
+        needs: None,
+        read: |s| s.jobs.as_ref().and_then(|j| j.jobs_per_hour_per_user),
+    },
+    SummaryFigure {
+        name: "job_slowdown_p50",
+        larger_is_better: false,
+        needs: None,
+        read: |s| {
+            s.jobs
+                .as_ref()
+                .and_then(|j| j.slowdown.as_ref())
+                .map(|d| d.p50)
+        },
+    },
+    SummaryFigure {
+        name: "job_slowdown_p90",
+        larger_is_better: false,
+        needs: None,
+        read: |s| {
+            s.jobs
+                .as_ref()
+                .and_then(|j| j.slowdown.as_ref())
+                .map(|d| d.p90)
+        },
+    },
+    SummaryFigure {
+        name: "job_slowdown_p99",
+        larger_is_better: false,
+        needs: None,
+        read: |s| {
+            s.jobs
+                .as_ref()
+                .and_then(|j| j.slowdown.as_ref())
+                .map(|d| d.p99)
+        },
+    },
+];
+
+/// Where an objective's figure is read.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Source {
+    /// `profile_export_aiperf.json`: the metric's tag and the statistic's key (`avg`, `p90`, ...).
+    Aggregate {
+        tag: &'static str,
+        stat: &'static str,
+    },
+    /// `run_summary.json`'s summary.
+    Summary(SummaryFigure),
+}
+
+/// One objective: a figure and its bound.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RunSlo {
     /// As given, e.g. `time_to_first_token_p90`.
     pub name: String,
-    /// The tag of the figure's metric in `profile_export_aiperf.json`.
-    pub tag: &'static str,
-    /// `avg`, `p90`, ...: the key of the figure in the metric's block.
-    pub stat: &'static str,
+    pub source: Source,
     /// The bound, in the figure's unit.
     pub bound: f64,
     pub(crate) larger_is_better: bool,
+}
+
+impl RunSlo {
+    /// The flag a run needs for this objective's figure to exist.
+    fn needs(&self) -> Option<&'static str> {
+        let goodput_tags = [
+            goodput::GOOD_REQUEST_COUNT.tag,
+            goodput::GOODPUT.tag,
+            goodput::GOOD_REQUEST_FRACTION.tag,
+        ];
+        match &self.source {
+            Source::Aggregate { tag, .. } => goodput_tags.contains(tag).then_some("--goodput"),
+            Source::Summary(figure) => figure.needs,
+        }
+    }
 }
 
 /// The objectives of `--slo`, in the order given.
@@ -56,6 +166,9 @@ pub struct Judged {
     /// or not an objective names it: which passing point has the most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<f64>,
+    /// The objectives the run missed, by name, in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missed: Vec<String>,
 }
 
 /// `name` as a run-level metric, or a record metric with a statistic suffix.
@@ -85,55 +198,85 @@ impl SloSet {
         let mut slos: Vec<RunSlo> = Vec::new();
         let example = "\"time_to_first_token_p90:2000 inter_token_latency_p90:50\"";
         for (pair, name, bound) in goodput::bound_pairs(text, "--slo", example)? {
-            let (metric, stat) = resolve(name).ok_or_else(|| {
-                let run: Vec<&str> = RUN_METRICS.iter().map(|m| m.tag).collect();
-                format!(
-                    "--slo {pair:?}: {name:?} is not a figure of a run; name a per-request metric with a statistic (METRIC_{{{}}}, e.g. time_to_first_token_p90) or one of {}",
-                    STAT_KEYS.join(","),
-                    run.join(", ")
-                )
-            })?;
-            if slos.iter().any(|s| s.tag == metric.tag && s.stat == stat) {
+            let (source, larger_is_better) = if let Some(figure) =
+                SUMMARY_FIGURES.iter().find(|f| f.name == name)
+            {
+                (Source::Summary(*figure), figure.larger_is_better)
+            } else {
+                let (metric, stat) = resolve(name).ok_or_else(|| {
+                    let run: Vec<&str> = RUN_METRICS
+                        .iter()
+                        .map(|m| m.tag)
+                        .chain(SUMMARY_FIGURES.iter().map(|f| f.name))
+                        .collect();
+                    format!(
+                        "--slo {pair:?}: {name:?} is not a figure of a run; name a per-request metric with a statistic (METRIC_{{{}}}, e.g. time_to_first_token_p90) or one of {}",
+                        STAT_KEYS.join(","),
+                        run.join(", ")
+                    )
+                })?;
+                let source = Source::Aggregate {
+                    tag: metric.tag,
+                    stat,
+                };
+                (source, goodput::larger_is_better(metric.unit))
+            };
+            if slos.iter().any(|s| s.source == source) {
                 return Err(format!("--slo names {name} twice"));
             }
             slos.push(RunSlo {
                 name: name.to_string(),
-                tag: metric.tag,
-                stat,
+                source,
                 bound,
-                larger_is_better: goodput::larger_is_better(metric.unit),
+                larger_is_better,
             });
         }
         Ok(SloSet { slos })
     }
 
-    /// The goodput objectives `--slo` needs the runs to measure, if it names a goodput figure.
-    pub fn needs_goodput(&self) -> bool {
-        self.slos.iter().any(|s| {
-            [
-                goodput::GOOD_REQUEST_COUNT,
-                goodput::GOODPUT,
-                goodput::GOOD_REQUEST_FRACTION,
-            ]
-            .iter()
-            .any(|g| g.tag == s.tag)
+    /// The flags the runs need for the figures the objectives name (`--goodput`, `--session-slo`,
+    /// `--gpus`), each once.
+    pub fn needs(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let mut seen = Vec::new();
+        self.slos.iter().filter_map(move |slo| {
+            let flag = slo.needs()?;
+            (!seen.contains(&flag)).then(|| {
+                seen.push(flag);
+                flag
+            })
         })
     }
 
-    /// Judges a run by its `profile_export_aiperf.json` (`None`: the run left none).
-    pub fn judge(&self, aggregate: Option<&Value>) -> Judged {
+    /// The objectives, as given, whose figure needs `flag`.
+    pub fn naming(&self, flag: &str) -> Vec<&str> {
+        self.slos
+            .iter()
+            .filter(|slo| slo.needs() == Some(flag))
+            .map(|slo| slo.name.as_str())
+            .collect()
+    }
+
+    /// Judges a run by its `profile_export_aiperf.json` and its summary (`None`: the run left
+    /// none).
+    pub fn judge(&self, aggregate: Option<&Value>, summary: Option<&Summary>) -> Judged {
         let mut figures = std::collections::BTreeMap::new();
-        let mut meets = true;
+        let mut missed = Vec::new();
         for slo in &self.slos {
-            let figure = aggregate
-                .and_then(|a| a.get(slo.tag))
-                .and_then(|b| b.get(slo.stat))
-                .and_then(Value::as_f64);
-            meets &= match figure {
+            let figure = match &slo.source {
+                Source::Aggregate { tag, stat } => aggregate
+                    .and_then(|a| a.get(*tag))
+                    .and_then(|b| b.get(*stat))
+                    .and_then(Value::as_f64),
+                Source::Summary(figure) => summary.and_then(figure.read),
+            };
+            let met = match figure {
                 Some(figure) if slo.larger_is_better => figure >= slo.bound,
                 Some(figure) => figure <= slo.bound,
                 None => false,
             };
+            if !met {
+                missed.push(slo.name.clone());
+            }
             figures.insert(slo.name.clone(), figure);
         }
         let goodput = aggregate
@@ -141,9 +284,10 @@ impl SloSet {
             .and_then(|b| b.get("avg"))
             .and_then(Value::as_f64);
         Judged {
-            meets,
+            meets: missed.is_empty(),
             figures,
             goodput,
+            missed,
         }
     }
 }
@@ -162,7 +306,10 @@ mod tests {
         let got: Vec<(&str, &str, bool)> = s
             .slos
             .iter()
-            .map(|x| (x.tag, x.stat, x.larger_is_better))
+            .map(|x| match x.source {
+                Source::Aggregate { tag, stat } => (tag, stat, x.larger_is_better),
+                Source::Summary(figure) => (figure.name, "", x.larger_is_better),
+            })
             .collect();
         assert_eq!(
             got,
@@ -173,7 +320,7 @@ mod tests {
                 ("good_request_fraction", "avg", true),
             ]
         );
-        assert!(s.needs_goodput());
+        assert_eq!(s.needs().collect::<Vec<_>>(), ["--goodput"]);
         let e = SloSet::parse("ttft_p90:5").unwrap_err();
         assert!(
             e.contains("not a figure of a run") && e.contains("request_throughput"),
@@ -196,20 +343,20 @@ mod tests {
             "time_to_first_token": {"unit": "ms", "avg": 900.0, "p90": 1800.0},
             "request_throughput": {"unit": "requests/sec", "avg": 6.5},
         });
-        let j = s.judge(Some(&agg));
+        let j = s.judge(Some(&agg), None);
         assert!(j.meets);
         assert_eq!(j.figures["time_to_first_token_p90"], Some(1800.0));
         let slow = json!({
             "time_to_first_token": {"unit": "ms", "p90": 2100.0},
             "request_throughput": {"unit": "requests/sec", "avg": 6.5},
         });
-        assert!(!s.judge(Some(&slow)).meets);
+        assert!(!s.judge(Some(&slow), None).meets);
         let few = json!({
             "time_to_first_token": {"unit": "ms", "p90": 100.0},
             "request_throughput": {"unit": "requests/sec", "avg": 4.0},
         });
-        assert!(!s.judge(Some(&few)).meets);
-        let none = s.judge(None);
+        assert!(!s.judge(Some(&few), None).meets);
+        let none = s.judge(None, None);
         assert!(!none.meets);
         assert_eq!(none.figures["request_throughput"], None);
     }

@@ -230,6 +230,15 @@ pub enum Value {
 }
 
 impl Value {
+    /// The value as a number, when it is one (`None` for a list).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Int(v) => Some(*v as f64),
+            Value::Float(v) => Some(*v),
+            Value::List(_) => None,
+        }
+    }
+
     /// The values this contributes to the run's distribution (a list contributes each element, as
     /// aiperf flattens list metrics such as `inter_chunk_latency`).
     fn push_into(&self, out: &mut Vec<f64>) {

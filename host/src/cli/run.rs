@@ -391,6 +391,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         goodput: args.goodput.clone(),
         session_goodput_share: args.session_goodput_share,
         gpus: args.gpus,
+        session_slo: args.session_slo.clone(),
         no_server_metrics: args.no_server_metrics,
         server_metrics: args.server_metrics.clone(),
         skip_preflight: args.skip_preflight,

@@ -388,6 +388,15 @@ pub struct RunArgs {
     /// good sessions and each session's slowdown (replayed over recorded wall time).
     #[arg(help_heading = "Outputs", long, value_name = "SHARE", default_value_t = 1.0, requires = "goodput", value_parser = share)]
     pub(crate) session_goodput_share: f64,
+    /// Objectives a session meets, judged on its own requests: space-separated NAME:BOUND pairs of
+    /// `ttft_p90:MS` (p90 of its times to first token), `e2e_interactivity:TOK_S` (its E2E-normalized
+    /// interactivity p90, at least), `output_speed:TOK_S` (median output speed of its requests, at
+    /// least) and `slowdown:X` (replayed over recorded wall time, at most). An AgentPerf-style tier
+    /// is "ttft_p90:2000 output_speed:20". run_summary.json's `summary.session_slo` counts the
+    /// sessions meeting them; `sweep --slo sessions_meeting_slo:F --find-max` finds the most
+    /// concurrent agents at which a share F does.
+    #[arg(help_heading = "Outputs", long, value_name = "SLOS", value_parser = |s: &str| crate::metrics::sessions::SessionSlo::parse(s))]
+    pub(crate) session_slo: Option<crate::metrics::sessions::SessionSlo>,
     /// Do not scrape the server's Prometheus `/metrics`.
     #[arg(help_heading = "Outputs", long)]
     pub(crate) no_server_metrics: bool,

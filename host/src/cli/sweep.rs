@@ -202,11 +202,7 @@ pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCo
     let idle_timeout = crate::run::positive_secs("--idle-timeout", args.idle_timeout)?;
     let dir = sweep_dir(args.run.output_artifact_dir.as_deref(), args.resume)?;
     if let Some((text, slo)) = &args.slo {
-        if slo.needs_goodput() && run.goodput.is_none() {
-            anyhow::bail!(
-                "--slo {text:?} names a goodput figure, which only a run with --goodput measures: add --goodput with the per-request objectives"
-            );
-        }
+        slo_needs_are_met(text, slo, &run)?;
     }
     let find_max = args.find_max.then(|| FindMax {
         ladder: concurrency.clone(),
@@ -291,6 +287,34 @@ pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCo
     Ok(ExitCode::from(out.code()))
 }
 
+/// Refuses `--slo` objectives whose figures the runs would not measure, naming the flag to add.
+fn slo_needs_are_met(
+    text: &str,
+    slo: &crate::metrics::slo::SloSet,
+    run: &crate::run::RunConfig,
+) -> anyhow::Result<()> {
+    for flag in slo.needs() {
+        let (given, fix) = match flag {
+            "--goodput" => (
+                run.goodput.is_some(),
+                "add --goodput with the per-request objectives",
+            ),
+            "--session-slo" => (
+                run.session_slo.is_some(),
+                "add --session-slo with the objectives a session meets, e.g. \"ttft_p90:2000 output_speed:20\"",
+            ),
+            _ => (run.gpus.is_some(), "add --gpus N"),
+        };
+        if !given {
+            anyhow::bail!(
+                "--slo {text:?} names {}, which only a run with {flag} measures: {fix}",
+                slo.naming(flag).join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Each point's verdict under --slo, and the --find-max answer.
 fn print_slo(sweep: &crate::export::sweep::Sweep) {
     let Some(slo_report) = &sweep.slo else { return };
@@ -309,8 +333,13 @@ fn print_slo(sweep: &crate::export::sweep::Sweep) {
     if let Some(found) = &slo_report.find_max {
         match (found.max_concurrency, found.bracketed) {
             (Some(max), true) => outln!(
-                "find-max      concurrency {max} meets the SLO; {} does not (resolution {} lanes)",
+                "find-max      concurrency {max} meets the SLO; {} does not, bound by {} (resolution {} lanes)",
                 found.first_failing.map_or("-".into(), |x| x.to_string()),
+                if found.bound_by.is_empty() {
+                    "-".to_string()
+                } else {
+                    found.bound_by.join(", ")
+                },
                 found.resolution
             ),
             (Some(max), false) => outln!(
@@ -320,6 +349,12 @@ fn print_slo(sweep: &crate::export::sweep::Sweep) {
                 "find-max      not even concurrency {} meets the SLO; start --concurrency lower",
                 found.order.first().map_or("-".into(), std::string::ToString::to_string)
             ),
+        }
+        if let (Some(max), Some(jobs)) = (found.max_concurrency, found.jobs_per_hour) {
+            let per_gpu = found.agents_per_gpu.map_or(String::new(), |agents| {
+                format!(", {agents:.2} agents per GPU")
+            });
+            outln!("max-agents    {max} concurrent agents: {jobs:.1} jobs/h{per_gpu}");
         }
         if let Some(best) = &found.max_goodput {
             outln!(

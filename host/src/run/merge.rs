@@ -411,6 +411,11 @@ fn write_merged(
             gpus: first.gpus,
         },
     );
+    if let Some(spec) = &first.session_slo {
+        let slo = crate::metrics::sessions::SessionSlo::parse(spec)
+            .map_err(|e| anyhow!("shard 0's manifest: session_slo {spec:?}: {e}"))?;
+        summary.session_slo = Some(slo.judge(records, &times));
+    }
     if let Some(goodput_spec) = &goodput {
         summary.goodput = Some(goodput_spec.of_run(records));
         let share = first.session_goodput_share.unwrap_or(1.0);

@@ -208,6 +208,10 @@ pub(super) fn conclude(
             gpus: cfg.gpus,
         },
     );
+    summary.session_slo = cfg
+        .session_slo
+        .as_ref()
+        .map(|slo| slo.judge(&ended.records, &times));
     if let Some(goodput) = &cfg.goodput {
         summary.goodput = Some(goodput.of_run(&ended.records));
         let share = cfg.session_goodput_share;

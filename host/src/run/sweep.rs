@@ -305,18 +305,12 @@ pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutc
             Some(f) => match f.next(&verdicts) {
                 Step::Run(concurrency) => concurrency,
                 Step::Done { answer, bracketed } => {
-                    let report = sweep.slo.as_mut().expect("--find-max has an --slo");
-                    report.find_max = Some(FindMaxAnswer {
-                        max_concurrency: answer,
-                        bracketed,
-                        first_failing: verdicts
-                            .iter()
-                            .find(|(_, m)| !**m)
-                            .map(|(concurrency, _)| *concurrency),
-                        resolution: f.resolution_at(answer.unwrap_or(0)),
-                        order: order.clone(),
-                        max_goodput: report.max_goodput(),
-                    });
+                    let found = find_max_answer(f, answer, bracketed, &order, &sweep, cfg.gpus);
+                    sweep
+                        .slo
+                        .as_mut()
+                        .expect("--find-max has an --slo")
+                        .find_max = Some(found);
                     break;
                 }
             },
@@ -339,6 +333,7 @@ pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutc
                 meets: judged.meets,
                 figures: judged.figures,
                 goodput: judged.goodput,
+                missed: judged.missed,
             });
             report.points.sort_by_key(|p| p.concurrency);
         }
@@ -359,14 +354,50 @@ pub fn run_sweep(cfg: &SweepConfig, cancel: &Cancel) -> anyhow::Result<SweepOutc
     })
 }
 
-/// A point's verdict under `--slo`, from the aggregate its run left (a point that did not
-/// complete does not meet it).
+/// The `--find-max` answer once the search is done: the highest passing concurrency, the first
+/// failing one and the objectives it missed, and the jobs and agents per GPU at the answer.
+fn find_max_answer(
+    search: &FindMax,
+    answer: Option<u32>,
+    bracketed: bool,
+    order: &[u32],
+    sweep: &Sweep,
+    gpus: Option<u32>,
+) -> FindMaxAnswer {
+    let report = sweep.slo.as_ref().expect("--find-max has an --slo");
+    let first_failing = report.points.iter().find(|p| !p.meets);
+    let at_answer = answer.and_then(|n| sweep.points.iter().find(|p| p.concurrency == n));
+    FindMaxAnswer {
+        max_concurrency: answer,
+        bracketed,
+        first_failing: first_failing.map(|p| p.concurrency),
+        resolution: search.resolution_at(answer.unwrap_or(0)),
+        order: order.to_vec(),
+        max_goodput: report.max_goodput(),
+        bound_by: first_failing.map(|p| p.missed.clone()).unwrap_or_default(),
+        jobs_per_hour: at_answer.and_then(|p| p.jobs_per_hour),
+        agents_per_gpu: answer
+            .zip(gpus)
+            .map(|(n, gpus)| f64::from(n) / f64::from(gpus.max(1))),
+    }
+}
+
+/// A point's verdict under `--slo`, from the aggregate and the run summary its run left (a point
+/// that did not complete does not meet it).
 fn judge(slo: &SloSet, dir: &Path, done: bool) -> crate::metrics::slo::Judged {
     let aggregate = std::fs::read(dir.join(crate::export::bmk::PROFILE_AIPERF))
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    let mut judgement = slo.judge(aggregate.as_ref());
-    judgement.meets &= done;
+    let summary = crate::export::run_summary::RunSummary::read_dir(dir)
+        .ok()
+        .map(|run| run.summary);
+    let mut judgement = slo.judge(aggregate.as_ref(), summary.as_ref());
+    if !done {
+        judgement.meets = false;
+        judgement
+            .missed
+            .insert(0, "the run did not complete".into());
+    }
     judgement
 }
 
