@@ -50,6 +50,9 @@ use agentx_record::Clock;
 /// The journal's file name in the artifact directory.
 pub const SCRAPE_JOURNAL: &str = "server_metrics_journal.jsonl";
 
+/// The GPU telemetry scraper's journal (`--gpu-telemetry`), in the same format.
+pub const GPU_TELEMETRY_JOURNAL: &str = "gpu_telemetry_journal.jsonl";
+
 /// The format version the header carries; [`read_journal`] reads this one and version 1 (the
 /// same lines without boundary scrapes).
 pub(crate) const JOURNAL_VERSION: u32 = 2;
@@ -112,9 +115,14 @@ pub struct JournalFile {
 impl JournalFile {
     /// Creates (truncating) [`SCRAPE_JOURNAL`] in `dir`.
     pub fn create(dir: &Root) -> std::io::Result<JournalFile> {
+        JournalFile::create_named(dir, SCRAPE_JOURNAL)
+    }
+
+    /// Creates (truncating) the journal `name` in `dir` (e.g. [`GPU_TELEMETRY_JOURNAL`]).
+    pub fn create_named(dir: &Root, name: &str) -> std::io::Result<JournalFile> {
         Ok(JournalFile {
-            file: Arc::new(dir.create_file(SCRAPE_JOURNAL)?),
-            path: dir.join(SCRAPE_JOURNAL),
+            file: Arc::new(dir.create_file(name)?),
+            path: dir.join(name),
         })
     }
 

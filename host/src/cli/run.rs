@@ -394,6 +394,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         session_slo: args.session_slo.clone(),
         no_server_metrics: args.no_server_metrics,
         server_metrics: args.server_metrics.clone(),
+        gpu_telemetry: gpu_telemetry_urls(args)?,
         skip_preflight: args.skip_preflight,
         cache_preflight: if args.cache_preflight || args.require_cache {
             Some(true)
@@ -601,6 +602,37 @@ fn print_summary(
         outln!("submission    not valid: {}", reasons.join(", "));
     }
     outln!("records       {} ({written} requests)", records.display());
+}
+
+/// `--gpu-telemetry`'s exporter URLs: empty under `--no-gpu-telemetry` (which wins, with a
+/// warning); aiperf's collector keywords and CSV files are refused with the fix.
+fn gpu_telemetry_urls(args: &RunArgs) -> anyhow::Result<Vec<String>> {
+    if args.gpu_telemetry.is_empty() {
+        return Ok(Vec::new());
+    }
+    if args.no_gpu_telemetry {
+        tracing::warn!(
+            "--no-gpu-telemetry wins over --gpu-telemetry: no GPU telemetry is collected"
+        );
+        return Ok(Vec::new());
+    }
+    let mut urls = Vec::new();
+    for given in &args.gpu_telemetry {
+        let lower = given.to_ascii_lowercase();
+        let keyword = ["pynvml", "amdsmi", "dashboard"].contains(&lower.as_str());
+        let csv = std::path::Path::new(given)
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("csv"));
+        if keyword || csv {
+            anyhow::bail!(
+                "--gpu-telemetry {given}: agentx scrapes telemetry exporters only (no local collector or metrics CSV); give the exporter's URL, e.g. http://node1:9400/metrics (DCGM) or http://node1:5000/metrics (AMD)"
+            );
+        }
+        let url = crate::client::scrape::metrics_url(given)
+            .map_err(|e| anyhow::anyhow!("--gpu-telemetry {given}: {e}"))?;
+        urls.push(url);
+    }
+    Ok(urls)
 }
 
 /// The jobs line: whole jobs and their rates, the partial ones counted apart.

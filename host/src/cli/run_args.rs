@@ -404,6 +404,15 @@ pub struct RunArgs {
     /// and repeatable: every prefill, decode and frontend endpoint of a disaggregated deployment).
     #[arg(help_heading = "Outputs", long, value_name = "URL", num_args = 1..)]
     pub(crate) server_metrics: Vec<String>,
+    /// GPU telemetry exporters to scrape (Prometheus text: NVIDIA's DCGM exporter, default port
+    /// 9400, or AMD's Device Metrics Exporter, port 5000; a base URL gets `/metrics`), several per
+    /// flag and repeatable (one per node). Scraped on the run's clock with a boundary scrape at each
+    /// phase edge (interval: AGENTX_GPU_COLLECTION_INTERVAL or AIPERF_GPU_COLLECTION_INTERVAL);
+    /// run_summary.json's `summary.energy` gives the profiling window's energy, power and joules
+    /// per token, request and job. Run DCGM's exporter with `-c 1000` (its default refreshes every
+    /// 30 s).
+    #[arg(help_heading = "Outputs", long, value_name = "URL", num_args = 1..)]
+    pub(crate) gpu_telemetry: Vec<String>,
     /// Seconds between progress lines (default 5 on a terminal, 30 otherwise; 0 turns them off).
     #[arg(help_heading = "Outputs", long, value_name = "SECONDS")]
     pub(crate) stats_interval: Option<f64>,
@@ -441,7 +450,7 @@ pub struct RunArgs {
     /// are more lanes than traces.
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub(crate) allow_dataset_wrap: bool,
-    /// Accepted for aiperf compatibility: agentx collects no GPU telemetry.
+    /// Collect no GPU telemetry, even with --gpu-telemetry (it wins, as in aiperf).
     #[arg(help_heading = "aiperf and InferenceX compatibility", long)]
     pub(crate) no_gpu_telemetry: bool,
     /// Accepted for aiperf compatibility (agentx never runs tokenizer code).

@@ -165,9 +165,6 @@ fn not_acted_on(args: &RunArgs) -> Vec<String> {
     if args.dynamo_session_timeout_seconds.is_some() && !args.use_dynamo_conv_aware_routing {
         notes.push("--dynamo-session-timeout-seconds: it is the lease of --use-dynamo-conv-aware-routing, which is off".to_string());
     }
-    if args.no_gpu_telemetry {
-        notes.push("--no-gpu-telemetry: agentx collects no GPU telemetry".to_string());
-    }
     if args.tokenizer_trust_remote_code {
         notes.push("--tokenizer-trust-remote-code: agentx loads tokenizer.json files only and never runs a tokenizer's code".to_string());
     }
@@ -244,6 +241,9 @@ impl RunPlan {
             kv_capacity_tokens: args.kv_capacity_tokens,
             apply_chat_template: args.apply_chat_template,
             scrape_interval,
+            gpu_scrape_interval: env_var("GPU_COLLECTION_INTERVAL")
+                .map(|(name, value)| crate::client::scrape::parse_interval(&name, &value))
+                .transpose()?,
             session_affinity_env: env_bool("HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID")?,
             trace_context: args.trace_context,
             sources: given.sources,

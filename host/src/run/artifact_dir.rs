@@ -34,6 +34,7 @@ pub const RUN_FILES: &[&str] = &[
     crate::export::server_metrics::JSON_FILE,
     crate::export::server_metrics::CSV_FILE,
     crate::client::scrape_journal::SCRAPE_JOURNAL,
+    crate::client::scrape_journal::GPU_TELEMETRY_JOURNAL,
     crate::export::plot::PLOT_FILE,
     crate::export::html::HTML_FILE,
 ];

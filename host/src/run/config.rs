@@ -72,6 +72,8 @@ pub struct RunConfig {
     pub no_server_metrics: bool,
     /// More `/metrics` endpoints besides the server's own.
     pub server_metrics: Vec<String>,
+    /// `--gpu-telemetry`'s exporters (empty under `--no-gpu-telemetry`, which wins).
+    pub gpu_telemetry: Vec<String>,
     /// `--skip-preflight`: the first request is the pre-flight check.
     pub skip_preflight: bool,
     /// `--cache-preflight` (`Some(true)`, also under `--require-cache`) or `--no-cache-preflight`
@@ -299,6 +301,9 @@ pub struct RunPlan {
     /// The server-metrics scrape interval (`*_SERVER_METRICS_COLLECTION_INTERVAL`); `None` for the
     /// scraper's default.
     pub scrape_interval: Option<Duration>,
+    /// The GPU telemetry scrape interval (`*_GPU_COLLECTION_INTERVAL`); `None` for the scraper's
+    /// default (333 ms, aiperf's).
+    pub gpu_scrape_interval: Option<Duration>,
     /// `*_HTTP_X_SESSION_AFFINITY_FROM_CORRELATION_ID` as the environment set it (it then wins
     /// over the scenario's default).
     pub session_affinity_env: Option<bool>,

@@ -346,48 +346,10 @@ fn manifest_row(probe: CacheProbe) -> CachePreflight {
     }
 }
 
-/// The server-metrics scraper: from the start of warmup to after the end, exported over profiling.
-/// In a sharded run only shard 0 scrapes: the servers are the same for all.
-pub(super) fn start_scraper(
-    cfg: &RunConfig,
-    rt: &tokio::runtime::Runtime,
-    url: &str,
-    dir: &super::run_dir::RunDir,
-) -> anyhow::Result<Option<Arc<crate::client::scrape::Scraper>>> {
-    if cfg.no_server_metrics || cfg.shard.as_ref().is_some_and(|s| s.index != 0) {
-        return Ok(None);
-    }
-    let mut urls = vec![crate::client::scrape::metrics_url(url)?];
-    for u in &cfg.server_metrics {
-        urls.push(
-            crate::client::scrape::metrics_url(u)
-                .with_context(|| format!("--server-metrics {u}"))?,
-        );
-    }
-    let mut scfg = crate::client::scrape::ScrapeConfig::new(urls);
-    if let Some(interval) = cfg.plan.scrape_interval {
-        scfg.interval = interval;
-    }
-    // The journal keeps the scrapes of a run killed before its end; a run goes on without it.
-    match crate::client::scrape_journal::JournalFile::create(&dir.art) {
-        Ok(f) => scfg.journal = Some(f),
-        Err(e) => tracing::warn!(
-            "cannot create {}: {e}; a run killed before its end will lose its server metrics",
-            dir.art
-                .join(crate::client::scrape_journal::SCRAPE_JOURNAL)
-                .display()
-        ),
-    }
-    let _g = rt.enter();
-    Ok(Some(Arc::new(crate::client::scrape::Scraper::start(
-        scfg, dir.clock,
-    )?)))
-}
-
 /// The replay's boundary hook: takes the boundary scrapes `only` names and ignores the others
 /// (a sharded run's coordinator takes the global edges).
 pub(super) fn boundary_hook(
-    boundaries: crate::client::scrape::Boundaries,
+    boundaries: super::scrapers::AllBoundaries,
     only: &'static [crate::metrics::scrape_log::Boundary],
 ) -> replay::BoundaryHook {
     Arc::new(move |at| {

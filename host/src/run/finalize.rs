@@ -39,7 +39,16 @@ pub fn finalize(cfg: &RunConfig, dir: &Path, reason: Option<String>) -> anyhow::
     };
     let mut d = RunDir::reopen(dir, manifest)?;
     let (records, torn) = salvage_records(&d)?;
-    let scrape_log = scrapes(dir);
+    let scrape_log = scrapes(
+        dir,
+        crate::client::scrape_journal::SCRAPE_JOURNAL,
+        "server metrics",
+    );
+    let gpu_log = scrapes(
+        dir,
+        crate::client::scrape_journal::GPU_TELEMETRY_JOURNAL,
+        "GPU telemetry",
+    );
     let reason = reason.unwrap_or_else(|| DEFAULT_REASON.to_string());
     let outcome = killed_outcome(&d.manifest, &records, &reason);
     // The last response, or profiling's end (which is at least that).
@@ -67,6 +76,7 @@ pub fn finalize(cfg: &RunConfig, dir: &Path, reason: Option<String>) -> anyhow::
             d.manifest.url.clone()
         },
         scrape_log,
+        gpu_log,
     };
     let ctx = super::RunCtx {
         cfg: &cfg,
@@ -131,23 +141,20 @@ fn salvage_records(d: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<Str
     Ok((records, Some(format!("line {}: {} bytes", t.line, t.bytes))))
 }
 
-/// The server metrics scraped until the last journal flush before the end (at most
-/// [`crate::client::scrape_journal::FLUSH_EVERY`] lost); `None` when the run scraped none (shards
-/// but the first, `--no-server-metrics`) or its journal is unreadable (said why).
-fn scrapes(dir: &Path) -> Option<crate::metrics::scrape_log::ScrapeLog> {
-    use crate::client::scrape_journal::{read_journal, SCRAPE_JOURNAL};
-    let path = dir.join(SCRAPE_JOURNAL);
+/// The metrics (`what`) scraped until the last journal flush before the end (at most
+/// [`crate::client::scrape_journal::FLUSH_EVERY`] lost), from the journal `name`; `None` when the
+/// run scraped none (shards but the first, `--no-server-metrics`, no `--gpu-telemetry`) or its
+/// journal is unreadable (said why).
+fn scrapes(dir: &Path, name: &str, what: &str) -> Option<crate::metrics::scrape_log::ScrapeLog> {
+    let path = dir.join(name);
     if !path.is_file() {
-        tracing::info!(
-            "{} has no {SCRAPE_JOURNAL}: no server metrics are exported",
-            dir.display()
-        );
+        tracing::info!("{} has no {name}: no {what} are exported", dir.display());
         return None;
     }
-    match read_journal(&path) {
+    match crate::client::scrape_journal::read_journal(&path) {
         Ok(log) => Some(log),
         Err(e) => {
-            tracing::warn!("the server metrics are not exported: {e}");
+            tracing::warn!("the {what} are not exported: {e}");
             None
         }
     }

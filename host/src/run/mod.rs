@@ -21,11 +21,10 @@ mod plan_hit;
 pub mod prepare;
 pub mod rendezvous;
 pub mod run_dir;
+mod scrapers;
 pub mod server_cmd;
 pub mod shard;
 pub mod sweep;
-
-use std::sync::Arc;
 
 use anyhow::Context;
 
@@ -288,8 +287,8 @@ impl ReplayStage<'_> {
             mode = ?run_plan.mode,
             "replay starting"
         );
-        let scraper = connect::start_scraper(cfg, rt, &self.conn.ccfg.url, self.dir)?;
-        let boundaries = scraper.as_ref().map(|settings| settings.boundaries());
+        let scrapers = scrapers::Scrapers::start(cfg, rt, &self.conn.ccfg.url, self.dir)?;
+        let boundaries = scrapers.boundaries();
         let sharded = shard.is_some();
         // A sharded run: say this shard is ready, and start warmup when every shard is. Shard 0's
         // scraper (the only one) takes the boundary scrapes at the global phase edges: warmup's
@@ -329,7 +328,7 @@ impl ReplayStage<'_> {
         };
         let replay_boundaries =
             boundaries.map(|boundaries| connect::boundary_hook(boundaries, own));
-        let srv_row = scraper.clone().map(connect::srv_row);
+        let srv_row = scrapers.server.clone().map(connect::srv_row);
         let dashboard = self.dashboard(srv_row.clone());
         let inputs = ReplayInputs {
             dataset: prepared.ds,
@@ -348,7 +347,7 @@ impl ReplayStage<'_> {
             boundary: replay_boundaries,
             shard: link,
         };
-        let (outcome, tree_counts, scrape_log) = rt.block_on(async {
+        let (outcome, tree_counts, scraped) = rt.block_on(async {
             if cfg.signals {
                 tokio::spawn(forward_signals(cancel.clone()));
             }
@@ -365,31 +364,16 @@ impl ReplayStage<'_> {
             if let Some(dashboard) = dashboard {
                 dashboard.finish();
             }
-            drained(
-                cfg,
-                finish.as_ref(),
-                coordinator.as_ref(),
-                scraper.as_deref(),
-            )
-            .await;
+            drained(cfg, finish.as_ref(), coordinator.as_ref(), &scrapers).await;
             // The final scrape comes after profiling ended, so counters capture the end state.
-            let log = match scraper.map(Arc::try_unwrap) {
-                Some(Ok(settings)) => Some(settings.stop().await),
-                Some(Err(_)) => {
-                    tracing::warn!(
-                        "the metrics scraper is still shared; server metrics are not exported"
-                    );
-                    None
-                }
-                None => None,
-            };
-            (outcome, counts, log)
+            (outcome, counts, scrapers.stop().await)
         });
         self.dir.profiling_noted();
         Ok(outputs::Replayed {
             outcome,
             tree_counts,
-            scrape_log,
+            scrape_log: scraped.server,
+            gpu_log: scraped.gpu,
             finish,
             coordinator,
         })
@@ -459,7 +443,7 @@ async fn drained(
     cfg: &RunConfig,
     finish: Option<&rendezvous::Finish>,
     coordinator: Option<&rendezvous::Coordinator>,
-    scraper: Option<&crate::client::scrape::Scraper>,
+    scrapers: &scrapers::Scrapers,
 ) {
     if let Some(finish) = finish {
         finish.drained();
@@ -474,9 +458,7 @@ async fn drained(
              taken now",
             wait.as_secs()
         );
-        if let Some(scraper) = scraper {
-            scraper.boundary(Boundary::ProfilingComplete).await;
-        }
+        scrapers.boundary(Boundary::ProfilingComplete).await;
     }
 }
 

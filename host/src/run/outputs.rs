@@ -24,6 +24,8 @@ pub(super) struct Replayed {
     pub outcome: ReplayOutcome,
     pub tree_counts: Option<replay::sched::TreeCounts>,
     pub scrape_log: Option<crate::metrics::scrape_log::ScrapeLog>,
+    /// The GPU telemetry scraped (`--gpu-telemetry`).
+    pub gpu_log: Option<crate::metrics::scrape_log::ScrapeLog>,
     /// The shard's end of the rendezvous, and shard 0's coordinator.
     pub finish: Option<rendezvous::Finish>,
     pub coordinator: Option<rendezvous::Coordinator>,
@@ -109,6 +111,7 @@ pub(super) fn finish(
             conn.ccfg.url.clone()
         },
         scrape_log: r.scrape_log,
+        gpu_log: r.gpu_log,
     };
     let mut out = conclude(ctx, &mut d, ended)?;
     if let (Some(fin), Some(sh)) = (r.finish, &cfg.shard) {
@@ -162,6 +165,8 @@ pub(super) struct Ended {
     /// Where the requests went, as the summary names it.
     pub url: String,
     pub scrape_log: Option<crate::metrics::scrape_log::ScrapeLog>,
+    /// The GPU telemetry scraped (`--gpu-telemetry`).
+    pub gpu_log: Option<crate::metrics::scrape_log::ScrapeLog>,
 }
 
 /// The end every run shares, reached in its own process or afterwards by [`super::finalize`]: the
