@@ -209,7 +209,18 @@ pub struct Fetch {
 }
 
 /// Failed fetches by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default)]
 pub struct FailureCounts {
     /// Connections that could not be made.
     pub connect: u64,
