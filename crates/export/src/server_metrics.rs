@@ -21,7 +21,8 @@
 //! profiling begins is still on the right side. An edge whose boundary scrape is missing (failed
 //! twice, a log without boundaries, a run killed before it) falls back to the periodic scrapes
 //! around the replay's window (the last at or before its start, the first at or after its end) and
-//! `summary.profiling_window.notes` says so. The rate divides by the time between the two edge
+//! `summary.profiling_window.notes` says so (the rule's home is
+//! `agentx_metrics::scrape_log::window`). The rate divides by the time between the two edge
 //! scrapes. `summary.boundary_scrapes` lists every boundary scrape (phase-tagged, as aiperf tags
 //! them) and `summary.phase_time_ranges` each phase's range; the CSV repeats both as `#` lines.
 //! Timestamps (`*_ns`) are Unix nanoseconds;
@@ -36,8 +37,9 @@ use serde_json::{json, Value};
 
 use agentx_metrics::percentile;
 use agentx_metrics::prometheus::MetricType;
+use agentx_metrics::scrape_log::window::{span, Edges, Phase, Span};
 use agentx_metrics::scrape_log::{
-    Boundary, EndpointLog, FailureCounts, Fetch, FetchOutcome, HistogramTrack, ScrapeLog,
+    window, Boundary, EndpointLog, FailureCounts, Fetch, FetchOutcome, HistogramTrack, ScrapeLog,
     SeriesLog, Track,
 };
 use agentx_metrics::stats::PERCENTILES;
@@ -193,138 +195,10 @@ impl EndpointCtx<'_> {
     }
 }
 
-/// The indices into an endpoint's scrapes that bound a window.
-#[derive(Debug, Clone)]
-struct Span {
-    /// Reference scrape: the window's start boundary scrape, or the last one at or before the
-    /// start (else the first one).
-    from: u32,
-    /// The end boundary scrape, or the first scrape at or after the end (else the last one).
-    to: u32,
-    /// The scrapes a gauge is read at: from the start boundary scrape to the end one, or those
-    /// inside `[start, end]` by time.
-    inside: std::ops::Range<u32>,
-    secs: f64,
-}
-
-impl Span {
-    /// The span between two scrapes of `e`, both included.
-    fn between(e: &EndpointLog, from: u32, to: u32) -> Span {
-        let to = to.max(from);
-        let times = &e.scrape_ns;
-        let (from_ns, to_ns) = (times[from as usize], times[to as usize]);
-        Span {
-            from,
-            to,
-            inside: from..to + 1,
-            secs: to_ns.saturating_sub(from_ns) as f64 / 1e9,
-        }
-    }
-}
-
-/// The span of a time window, by scrape times: the last scrape at or before its start to the
-/// first at or after its end.
-fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
-    let times = &e.scrape_ns;
-    if times.is_empty() {
-        return None;
-    }
-    let first_inside = times.partition_point(|&x| x < start);
-    let past_inside = times.partition_point(|&x| x <= end);
-    let from = if first_inside < times.len() && times[first_inside] == start {
-        first_inside
-    } else {
-        first_inside.saturating_sub(1)
-    };
-    let to = if past_inside > 0 && times[past_inside - 1] == end {
-        past_inside - 1
-    } else {
-        past_inside.min(times.len() - 1)
-    };
-    let window_secs = (end - start) as f64 / 1e9;
-    let secs = if times[to] > times[from] {
-        (times[to] - times[from]) as f64 / 1e9
-    } else {
-        window_secs
-    };
-    Some(Span {
-        from: from as u32,
-        to: to as u32,
-        inside: first_inside as u32..past_inside as u32,
-        secs,
-    })
-}
-
-/// A phase window of the export: the boundary scrapes that bound it, and the time window that
-/// stands in for a missing one.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Phase {
-    pub(crate) name: &'static str,
-    pub(crate) start: Boundary,
-    pub(crate) end: Boundary,
-    /// Clock offsets of the phase (the replay's), for an edge without its boundary scrape.
-    pub(crate) window: (u64, u64),
-}
-
-/// Where one endpoint's window edges come from, and what the export says about them.
-#[derive(Debug, Clone)]
-struct Edges {
-    span: Span,
-    /// Both edges are boundary scrapes.
-    exact: bool,
-    notes: Vec<String>,
-}
-
-/// The edges of `phase` on endpoint `e`: its boundary scrapes by index; an edge whose boundary
-/// scrape is missing (failed twice, or never asked for) falls back to the periodic scrapes around
-/// the phase's time window, and the notes say so. `None` when the endpoint has no scrape.
+/// The edges of `phase` on endpoint `e` ([`window::edges`]), its notes dating scrapes as the export
+/// writes times.
 fn edges(e: &EndpointLog, log: &ScrapeLog, phase: &Phase) -> Option<Edges> {
-    let by_time = span(e, phase.window)?;
-    let time_of = |i: u32| iso_utc(log.clock.unix_ns(e.scrape_ns[i as usize]));
-    if e.boundaries.is_empty() {
-        let (from, to) = (by_time.from, by_time.to);
-        return Some(Edges {
-            span: by_time,
-            exact: false,
-            notes: vec![format!(
-                "{}: no boundary scrapes (a log written before they existed): the {} window runs \
-                 from the periodic scrape at {} to the one at {}, and requests that ended between \
-                 a scrape and a phase edge count on the wrong side of it",
-                e.url,
-                phase.name,
-                time_of(from),
-                time_of(to)
-            )],
-        });
-    }
-    let mut notes = Vec::new();
-    let mut edge = |end_boundary: Boundary, periodic: u32| -> (u32, bool) {
-        let why = match e.boundary(end_boundary).map(|x| &x.taken) {
-            Some(Ok(i)) => return (*i, true),
-            Some(Err(why)) => format!("failed twice ({why})"),
-            None => "was never taken (the run stopped before it)".to_string(),
-        };
-        notes.push(format!(
-            "{}: the {} boundary scrape {why}; the {} window's edge there is the periodic scrape \
-             at {} instead",
-            e.url,
-            end_boundary.as_str(),
-            phase.name,
-            time_of(periodic)
-        ));
-        (periodic, false)
-    };
-    let (from, start_boundary) = edge(phase.start, by_time.from);
-    let (to, end_boundary) = edge(phase.end, by_time.to);
-    Some(Edges {
-        span: if start_boundary || end_boundary {
-            Span::between(e, from, to)
-        } else {
-            by_time
-        },
-        exact: start_boundary && end_boundary,
-        notes,
-    })
+    window::edges(e, phase, &|ns| iso_utc(log.clock.unix_ns(ns)))
 }
 
 /// Mean and sample deviation, over the values in scrape order (aiperf's gauge statistics).
@@ -610,16 +484,6 @@ pub(crate) struct Aggregate {
     pub(crate) range: Option<(u64, u64)>,
     /// The edges that are not boundary scrapes, and the series whose increase is not published.
     pub(crate) notes: Vec<String>,
-}
-
-/// The profiling phase of a run whose replay profiled over `window` (clock offsets).
-pub(crate) fn profiling(window: (u64, u64)) -> Phase {
-    Phase {
-        name: "profiling",
-        start: Boundary::ProfilingStart,
-        end: Boundary::ProfilingComplete,
-        window,
-    }
 }
 
 /// Aggregate every endpoint's series over `phase`, from its boundary scrapes ([`edges`]).
@@ -911,7 +775,7 @@ pub fn window_summary(
     log: &ScrapeLog,
     window: (u64, u64),
 ) -> crate::run_summary::ServerMetricsWindow {
-    let phase = profiling(window);
+    let phase = Phase::profiling(window);
     let mut exact = true;
     let mut notes = Vec::new();
     for e in &log.endpoints {
@@ -952,7 +816,7 @@ fn window_json(prof: &Aggregate) -> Value {
 
 /// The `server_metrics_export.json` document.
 pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value {
-    let prof = aggregate_phase(log, &profiling(window));
+    let prof = aggregate_phase(log, &Phase::profiling(window));
     let warm = warmup(log);
     let configured: Vec<&str> = log.endpoints.iter().map(|e| e.url.as_str()).collect();
     let successful: Vec<&str> = log
@@ -1101,7 +965,7 @@ fn csv_header(log: &ScrapeLog, prof: &Aggregate, meta: &ExportMeta) -> String {
 /// metrics (labels as columns), then `_info` gauges as key/value rows; sections are separated by
 /// a blank line.
 pub fn to_csv(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> String {
-    let prof = aggregate_phase(log, &profiling(window));
+    let prof = aggregate_phase(log, &Phase::profiling(window));
     let mut out = csv_header(log, &prof, meta);
     let metrics = prof.metrics;
     let sections: [(MetricType, &[&str]); 4] = [

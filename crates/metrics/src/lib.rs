@@ -2,15 +2,18 @@
 //! No I/O and no clocks: everything here is a function of the records it is given.
 //!
 //! Each rule has one home here: the distribution kernel ([`dist`]), what became of a request
-//! ([`outcome`]), the server engines' metric names ([`engines`]), the within-run stability
+//! ([`outcome`]), the server engines' metric names ([`engines`]), the GPU exporters' names
+//! ([`gpu`]) and a window's GPU energy ([`energy`]), the within-run stability
 //! block of InferenceX's row ([`stability`]), the full-response interactivity InferenceX's app
 //! publishes ([`interactivity`]) and the KV cache model the simulator's engines run ([`kvmodel`]).
 
 #![forbid(unsafe_code)]
 
 pub mod cache_truth;
+pub mod energy;
 pub mod engines;
 pub mod goodput;
+pub mod gpu;
 pub mod interactivity;
 pub mod jobs;
 pub mod kvmodel;

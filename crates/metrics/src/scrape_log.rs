@@ -3,7 +3,7 @@
 //! label set a [`Track`] of change points or a [`HistogramTrack`]), the scrapes taken at the run's
 //! phase boundaries ([`Boundary`], [`BoundaryScrape`]), and the [`ServerSnapshot`] of the latest
 //! values for the live view. The scraper (`client::scrape`) fills these; the exports and reports
-//! read them. No I/O here.
+//! read them. Where a window's edges fall on an endpoint's scrapes is [`window`]. No I/O here.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
@@ -13,6 +13,8 @@ use std::time::Duration;
 use crate::engines::{names, HitRate, ENGINES};
 use crate::prometheus::{self, MetricType};
 use agentx_record::Clock;
+
+pub mod window;
 
 /// One value of a [`Track`] from a scrape index on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -207,7 +209,18 @@ pub struct Fetch {
 }
 
 /// Failed fetches by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default)]
 pub struct FailureCounts {
     /// Connections that could not be made.
     pub connect: u64,

@@ -275,7 +275,27 @@ pub struct Faults {
     /// open connection is closed (streams cut mid-response) and new connections are refused, as
     /// when an engine crashes (out of KV memory at 98-100 % usage, a CUDA error).
     pub die_at: Option<u64>,
+    /// After this many `GET /dcgm/metrics` pages, every GPU's energy counter restarts from 0 (an
+    /// exporter or driver restart), for tests of the energy's reset handling.
+    pub gpu_counter_reset_after: Option<u32>,
 }
+
+/// The simulated GPU behind each engine (`--gpu-power`): its power follows the engine's running
+/// requests, `idle_w + per_running_w × running`, and `GET /dcgm/metrics` serves it as
+/// dcgm-exporter does (`gpu` module).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuModel {
+    /// Watts with nothing running.
+    pub idle_w: f64,
+    /// Watts each running request adds.
+    pub per_running_w: f64,
+    /// Serve `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (without it, a reader integrates the power).
+    pub energy_counter: bool,
+}
+
+/// The most watts a [`GpuModel`] figure takes (in milliwatts times a running count, its power
+/// stays far inside 64 bits).
+pub const MAX_GPU_WATTS: f64 = 1e6;
 
 /// Everything the simulated server needs to know.
 #[derive(Debug, Clone, PartialEq)]
@@ -331,6 +351,8 @@ pub struct SimConfig {
     pub headers_at_first_token: bool,
     /// Whose metric names `/metrics` speaks (`--metric-names`).
     pub metric_names: MetricNames,
+    /// One simulated GPU per engine, served at `GET /dcgm/metrics` (`--gpu-power`); none without.
+    pub gpu: Option<GpuModel>,
 }
 
 /// How long the server keeps a connection between requests.
@@ -388,6 +410,7 @@ impl SimConfig {
             record_requests: None,
             headers_at_first_token: false,
             metric_names: MetricNames::Vllm,
+            gpu: None,
         };
         match preset {
             Preset::H200 => SimConfig {
@@ -478,6 +501,16 @@ impl SimConfig {
                     "speed",
                     format!("must be a positive number or `max`, got {}", m.speed),
                 );
+            }
+        }
+        if let Some(gpu) = &self.gpu {
+            for (field, watts) in [("idle_w", gpu.idle_w), ("per_running_w", gpu.per_running_w)] {
+                if !(watts.is_finite() && (0.0..=MAX_GPU_WATTS).contains(&watts)) {
+                    return bad(
+                        field,
+                        format!("must be watts from 0 to {MAX_GPU_WATTS}, got {watts}"),
+                    );
+                }
             }
         }
         let faults = &self.faults;

@@ -7,7 +7,8 @@
 //! way one GPU computes one prefill batch at a time; decode steps are per request and only read
 //! the running count. Admission looks the prompt up in the engine's cache and, under the same
 //! lock, numbers it in the server-wide admission order and says why each missed token missed
-//! ([`BlockIndex`]).
+//! ([`BlockIndex`]). An engine with a simulated GPU ([`PowerMeter`]) tells its meter of every
+//! change of the running count, where the count changes.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 
 use super::cache::{Admitted, BlockIndex, MissTruth, PrefixCache};
 use super::config::{Eviction, SimConfig, Timing};
+use super::gpu::PowerMeter;
 use super::metrics::EngineMetrics;
 
 /// The mutable scheduling state behind one lock.
@@ -40,6 +42,8 @@ pub(crate) struct Engine {
     /// Every engine's blocks and the admission counter, shared by the server's engines.
     index: Arc<BlockIndex>,
     pub metrics: EngineMetrics,
+    /// The engine's simulated GPU ([`SimConfig::gpu`]).
+    pub(crate) gpu: Option<PowerMeter>,
 }
 
 /// What admission decided for a request.
@@ -85,6 +89,9 @@ impl Drop for Running {
     fn drop(&mut self) {
         let metrics = &self.engine.metrics;
         metrics.running.fetch_sub(1, Relaxed);
+        if let Some(gpu) = &self.engine.gpu {
+            gpu.release(std::time::Instant::now());
+        }
         metrics.kv_tokens.fetch_sub(self.kv_tokens, Relaxed);
         self.engine.kv_freed.notify_waiters();
     }
@@ -125,6 +132,9 @@ impl Engine {
             kv_capacity,
             index,
             metrics: EngineMetrics::new(config.max_model_len),
+            gpu: config
+                .gpu
+                .map(|model| PowerMeter::new(&model, std::time::Instant::now())),
         }
     }
 
@@ -167,6 +177,9 @@ impl Engine {
             }
         };
         metrics.running.fetch_add(1, Relaxed);
+        if let Some(gpu) = &self.gpu {
+            gpu.admit(std::time::Instant::now());
+        }
         metrics.kv_tokens.fetch_add(prompt_tokens, Relaxed);
         let running = Running {
             engine: self.clone(),

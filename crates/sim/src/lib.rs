@@ -8,7 +8,9 @@
 //! Messages API on the same engines (`anthropic`: its body, events, usage and errors). Behind the port sit one or more
 //! data-parallel engines, each with a prefix cache (chained block hashes, LRU in tokens), a
 //! `max_num_seqs` queue and a timing model (see [`Timing`]); faults are injected on demand,
-//! deterministically by seed.
+//! deterministically by seed. With [`SimConfig::gpu`] each engine has a simulated GPU whose power
+//! follows its running requests, served as dcgm-exporter serves it at `GET /dcgm/metrics` (`gpu`),
+//! and [`SimHandle::gpu_energy_joules`] gives each GPU's exact energy.
 //!
 //! Prompt tokens follow the tokenizer-free model of [`agentx_tokens`]: one token per
 //! whitespace-separated word of the messages' text. Generated text is one vocabulary word per
@@ -43,6 +45,7 @@ mod config;
 mod engine;
 mod faults;
 mod foreground;
+mod gpu;
 mod metrics;
 mod record;
 mod request;
@@ -62,8 +65,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{
-    Eviction, Faults, KeepAliveConfig, MetricNames, ModelTiming, Preset, Router, SimConfig, Timing,
-    DEFAULT_ROUTER_HEADER, DEFAULT_ROUTER_PARENT_HEADER,
+    Eviction, Faults, GpuModel, KeepAliveConfig, MetricNames, ModelTiming, Preset, Router,
+    SimConfig, Timing, DEFAULT_ROUTER_HEADER, DEFAULT_ROUTER_PARENT_HEADER, MAX_GPU_WATTS,
 };
 pub use foreground::serve_foreground;
 pub use server::Received;
@@ -147,6 +150,12 @@ impl SimHandle {
     /// Chat completion requests received so far.
     pub fn chat_requests(&self) -> u64 {
         self.shared.chat_requests()
+    }
+
+    /// Each engine's GPU's energy so far, in joules, exact (its power integrated at every change
+    /// of its running requests; [`SimConfig::gpu`]); empty without simulated GPUs.
+    pub fn gpu_energy_joules(&self) -> Vec<f64> {
+        self.shared.gpu_energy_joules()
     }
 
     /// Every chat request's headers and connection, in arrival order (with

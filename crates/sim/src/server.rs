@@ -31,6 +31,7 @@ use super::cache::BlockIndex;
 use super::config::{SimConfig, Timing};
 use super::engine::{Admission, Engine};
 use super::faults;
+use super::gpu;
 use super::metrics::{self, EngineMetrics, Exposition};
 use super::record::{logged_headers, Arrival, RequestLog};
 use super::request::{self, Api, ApiError, ChatRequest};
@@ -66,6 +67,8 @@ pub(crate) struct Shared {
     accepted: AtomicU64,
     /// The request log (`--record-requests`).
     request_log: Option<RequestLog>,
+    /// `GET /dcgm/metrics` pages served (for `Faults::gpu_counter_reset_after`).
+    gpu_pages: AtomicU64,
 }
 
 /// The number of the connection a request came on (0 for the first accepted), as a request
@@ -111,6 +114,7 @@ impl Shared {
             received: std::sync::Mutex::new(Vec::new()),
             accepted: AtomicU64::new(0),
             request_log,
+            gpu_pages: AtomicU64::new(0),
         }
     }
 
@@ -125,6 +129,43 @@ impl Shared {
             names: self.config.metric_names,
             unkeyed: self.dispatcher.unkeyed(),
         })
+    }
+
+    /// The dcgm-exporter page of the engines' GPUs, `None` without simulated GPUs. The page after
+    /// `Faults::gpu_counter_reset_after` pages shows every energy counter restarted.
+    pub(crate) fn dcgm_text(&self) -> Option<String> {
+        let model = self.config.gpu?;
+        let served = self.gpu_pages.fetch_add(1, Relaxed);
+        let now = std::time::Instant::now();
+        if self.config.faults.gpu_counter_reset_after.map(u64::from) == Some(served) {
+            tracing::warn!(
+                "every simulated GPU's energy counter restarts from 0 after {served} pages \
+                 (gpu_counter_reset_after)"
+            );
+            for meter in self.engines.iter().filter_map(|e| e.gpu.as_ref()) {
+                meter.reset_counter(now);
+            }
+        }
+        let views: Vec<gpu::GpuView> = self
+            .engines
+            .iter()
+            .filter_map(|e| {
+                Some(gpu::GpuView {
+                    reading: e.gpu.as_ref()?.read(now),
+                    kv_tokens: e.metrics.kv_tokens.load(Relaxed),
+                })
+            })
+            .collect();
+        Some(gpu::render(&views, model.energy_counter))
+    }
+
+    /// Each engine's GPU's energy so far, joules (empty without simulated GPUs).
+    pub(crate) fn gpu_energy_joules(&self) -> Vec<f64> {
+        let now = std::time::Instant::now();
+        self.engines
+            .iter()
+            .filter_map(|e| Some(gpu::joules(e.gpu.as_ref()?.read(now).energy_pj)))
+            .collect()
     }
 
     /// Chat completion requests received so far.
@@ -241,7 +282,7 @@ pub(crate) async fn handle(
     let path = req.uri().path();
     let route = match path {
         "/v1/chat/completions" | "/v1/messages" => Some(Method::POST),
-        "/health" | "/v1/models" | "/metrics" => Some(Method::GET),
+        "/health" | "/v1/models" | "/metrics" | "/dcgm/metrics" => Some(Method::GET),
         _ => None,
     };
     match route {
@@ -260,6 +301,14 @@ pub(crate) async fn handle(
                 "text/plain; version=0.0.4; charset=utf-8",
                 shared.metrics_text(),
             )),
+            "/dcgm/metrics" => Ok(match shared.dcgm_text() {
+                Some(page) => full(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    page,
+                ),
+                None => json(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#),
+            }),
             "/v1/messages" => chat(shared, req, Api::Anthropic).await,
             _ => chat(shared, req, Api::Chat).await,
         },

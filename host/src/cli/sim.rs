@@ -8,7 +8,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::sim::{Eviction, MetricNames, Preset, Router, SimConfig, Timing};
+use crate::sim::{
+    Eviction, GpuModel, MetricNames, Preset, Router, SimConfig, Timing, MAX_GPU_WATTS,
+};
 
 /// `--speed`: a time factor or `max` (no delays).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +49,26 @@ fn parse_ms(text: &str) -> Result<Duration, String> {
         Ok((ms, Ok(duration))) if ms >= 0.0 => Ok(duration),
         _ => Err(format!(
             "`{text}` is not a duration; use milliseconds such as 50 or 0.5"
+        )),
+    }
+}
+
+/// `--gpu-power IDLE,PER_SEQ`: two numbers of watts.
+fn parse_gpu_power(text: &str) -> Result<(f64, f64), String> {
+    let watts: Vec<Option<f64>> = text
+        .split(',')
+        .map(|part| {
+            part.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|w| w.is_finite() && (0.0..=MAX_GPU_WATTS).contains(w))
+        })
+        .collect();
+    match watts[..] {
+        [Some(idle), Some(per_seq)] => Ok((idle, per_seq)),
+        _ => Err(format!(
+            "`{text}` is not IDLE,PER_SEQ: give two numbers of watts from 0 to {MAX_GPU_WATTS}, \
+             such as 100,50 (100 W idle, 50 W more per running request)"
         )),
     }
 }
@@ -197,6 +219,15 @@ pub struct SimArgs {
     /// engine's own names, labels and `_total` spellings.
     #[arg(long, default_value = "vllm", value_name = "FAMILY", value_parser = |s: &str| s.parse::<MetricNames>())]
     pub(crate) metric_names: MetricNames,
+    /// Give each engine a simulated GPU drawing IDLE watts plus PER_SEQ watts per running request
+    /// (e.g. 100,50), served as NVIDIA's dcgm-exporter serves it at /dcgm/metrics (for
+    /// `--gpu-telemetry http://HOST:PORT/dcgm`).
+    #[arg(long, value_name = "IDLE,PER_SEQ", value_parser = parse_gpu_power)]
+    pub(crate) gpu_power: Option<(f64, f64)>,
+    /// Leave the GPUs' energy counter (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION) off /dcgm/metrics, as
+    /// an exporter without it, so a reader integrates the power.
+    #[arg(long, requires = "gpu_power")]
+    pub(crate) no_energy_counter: bool,
 }
 
 impl SimArgs {
@@ -319,6 +350,11 @@ impl SimArgs {
         config.keep_alive.header = self.keep_alive_header;
         config.headers_at_first_token = self.headers_at_first_token;
         config.metric_names = self.metric_names;
+        config.gpu = self.gpu_power.map(|(idle_w, per_running_w)| GpuModel {
+            idle_w,
+            per_running_w,
+            energy_counter: !self.no_energy_counter,
+        });
         if let Some(stall) = self.stall_ms {
             config.faults.stall = stall;
         } else if self.stall_rate > 0.0 {
@@ -436,6 +472,31 @@ mod tests {
             cfg(&["--router", "round-robin"]).unwrap().router,
             Router::RoundRobin
         );
+    }
+
+    #[test]
+    fn gpu_power_gives_each_engine_a_simulated_gpu() {
+        assert_eq!(cfg(&[]).unwrap().gpu, None);
+        let model = |args: &[&str]| cfg(args).unwrap().gpu.unwrap();
+        assert_eq!(
+            model(&["--gpu-power", "100,50"]),
+            GpuModel {
+                idle_w: 100.0,
+                per_running_w: 50.0,
+                energy_counter: true
+            }
+        );
+        assert!(!model(&["--gpu-power", "0,12.5", "--no-energy-counter"]).energy_counter);
+        for bad in ["100", "100,50,1", "100,watts", "1e9,1", "100,NaN"] {
+            let e = cfg(&["--gpu-power", bad]).unwrap_err();
+            assert!(
+                e.contains("is not IDLE,PER_SEQ") && e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+        assert!(cfg(&["--no-energy-counter"])
+            .unwrap_err()
+            .contains("--gpu-power"));
     }
 
     #[test]
