@@ -132,6 +132,7 @@ fn info() -> RunInfo {
         warmup_naming: aiperf::WarmupNaming::default(),
         goodput: None,
         cache: None,
+        energy: None,
     }
 }
 

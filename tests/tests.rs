@@ -12,6 +12,7 @@ mod dashboard;
 mod dataset;
 mod deploy;
 mod differential;
+mod energy;
 mod export;
 mod front_door;
 mod goodput;

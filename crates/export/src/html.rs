@@ -516,6 +516,50 @@ fn jobs_table(jobs: &agentx_metrics::jobs::JobFigures) -> Table {
     )
 }
 
+/// The tables of what the run's capacity came to, where the run has them: its jobs and its GPUs'
+/// energy.
+fn capacity_tables(summary: &agentx_metrics::Summary) -> Vec<Table> {
+    [
+        summary.jobs.as_ref().map(jobs_table),
+        summary.energy.as_ref().map(energy_table),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The GPUs' energy over the profiling window, and why the reading is partial when it is.
+fn energy_table(energy: &agentx_metrics::energy::EnergyReport) -> Table {
+    let source = energy
+        .source
+        .map_or("-".to_string(), |source| format!("{source:?}"));
+    let mut rows = vec![
+        ("GPUs", energy.gpus.to_string()),
+        ("source", source),
+        ("energy (J)", num(energy.total_gpu_energy_j, 1)),
+        (
+            "average power, all GPUs (W)",
+            num(energy.avg_total_gpu_power_w, 1),
+        ),
+        (
+            "J per successful request",
+            num(energy.joules_per_successful_query, 3),
+        ),
+        ("J per output token", num(energy.joules_per_output_token, 4)),
+        ("J per total token", num(energy.joules_per_total_token, 5)),
+        ("J per whole job", num(energy.joules_per_job, 1)),
+        ("agents per MW (GPU power)", num(energy.agents_per_mw, 0)),
+        ("power valid (InferenceX)", energy.power_valid.to_string()),
+    ];
+    rows.extend(
+        energy
+            .reasons
+            .iter()
+            .map(|reason| ("partial", reason.clone())),
+    );
+    Table::kv("Energy (GPU telemetry, profiling window)", rows)
+}
+
 pub(crate) fn num(v: Option<f64>, digits: usize) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{x:.digits$}"),
@@ -851,9 +895,7 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
         throughput_rows.extend(goodput_rows(run_metrics));
     }
     let throughput = Table::kv("Throughput", throughput_rows);
-    let jobs = summary
-        .and_then(|s| s.summary.jobs.as_ref())
-        .map(jobs_table);
+    let capacity = summary.map_or_else(Vec::new, |s| capacity_tables(&s.summary));
     let latency = latency_table(&a.records);
     let published = summary
         .and_then(|s| s.summary.full_response.as_ref())
@@ -877,7 +919,7 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
         verdict,
         tables: [what, requests, throughput]
             .into_iter()
-            .chain(jobs)
+            .chain(capacity)
             .chain([latency])
             .chain(published)
             .chain(cache_table)

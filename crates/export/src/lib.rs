@@ -7,6 +7,7 @@
 pub mod aiperf;
 pub mod bmk;
 mod gantt;
+pub mod gpu_telemetry;
 pub mod html;
 pub mod manifest;
 pub mod plot;

@@ -129,6 +129,10 @@ pub struct Summary {
     /// The sessions under `--session-slo`: how many met every objective.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_slo: Option<sessions::SessionSloFigures>,
+    /// The GPUs' energy over the profiling window (`--gpu-telemetry`): joules, power, joules per
+    /// token, request and job, and whether the reading is whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<energy::EnergyReport>,
     /// The jobs: traces replayed whole inside the profiling window, per hour, per GPU, per lane
     /// and per user (set by the run, which knows the corpus's trees and the window).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -275,9 +275,10 @@ pub struct Faults {
     /// open connection is closed (streams cut mid-response) and new connections are refused, as
     /// when an engine crashes (out of KV memory at 98-100 % usage, a CUDA error).
     pub die_at: Option<u64>,
-    /// After this many `GET /dcgm/metrics` pages, every GPU's energy counter restarts from 0 (an
-    /// exporter or driver restart), for tests of the energy's reset handling.
-    pub gpu_counter_reset_after: Option<u32>,
+    /// Every this many `GET /dcgm/metrics` pages, every GPU's energy counter restarts from 0 (an
+    /// exporter or driver restart), for tests of the energy's reset handling: a window longer than
+    /// that many scrapes sees at least one reset, however long the run before it took.
+    pub gpu_counter_reset_every: Option<u32>,
 }
 
 /// The simulated GPU behind each engine (`--gpu-power`): its power follows the engine's running

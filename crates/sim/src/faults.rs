@@ -61,7 +61,7 @@ mod tests {
             malformed_rate: 0.0,
             stop_after: None,
             die_at: None,
-            gpu_counter_reset_after: None,
+            gpu_counter_reset_every: None,
         };
         let mut fails = 0;
         let mut resets = 0;

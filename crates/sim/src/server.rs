@@ -67,7 +67,7 @@ pub(crate) struct Shared {
     accepted: AtomicU64,
     /// The request log (`--record-requests`).
     request_log: Option<RequestLog>,
-    /// `GET /dcgm/metrics` pages served (for `Faults::gpu_counter_reset_after`).
+    /// `GET /dcgm/metrics` pages served (for `Faults::gpu_counter_reset_every`).
     gpu_pages: AtomicU64,
 }
 
@@ -132,15 +132,17 @@ impl Shared {
     }
 
     /// The dcgm-exporter page of the engines' GPUs, `None` without simulated GPUs. The page after
-    /// `Faults::gpu_counter_reset_after` pages shows every energy counter restarted.
+    /// Every `Faults::gpu_counter_reset_every` pages, a page shows every energy counter restarted.
     pub(crate) fn dcgm_text(&self) -> Option<String> {
         let model = self.config.gpu?;
         let served = self.gpu_pages.fetch_add(1, Relaxed);
         let now = std::time::Instant::now();
-        if self.config.faults.gpu_counter_reset_after.map(u64::from) == Some(served) {
+        let reset_every = self.config.faults.gpu_counter_reset_every.map(u64::from);
+        if reset_every.is_some_and(|every| every > 0 && served > 0 && served.is_multiple_of(every))
+        {
             tracing::warn!(
                 "every simulated GPU's energy counter restarts from 0 after {served} pages \
-                 (gpu_counter_reset_after)"
+                 (gpu_counter_reset_every)"
             );
             for meter in self.engines.iter().filter_map(|e| e.gpu.as_ref()) {
                 meter.reset_counter(now);

@@ -596,6 +596,9 @@ fn print_summary(
     if let Some(jobs) = &summary.jobs {
         print_jobs(jobs);
     }
+    if let Some(energy) = &summary.energy {
+        print_energy(energy);
+    }
     if reasons.is_empty() {
         outln!("submission    valid");
     } else {
@@ -633,6 +636,32 @@ fn gpu_telemetry_urls(args: &RunArgs) -> anyhow::Result<Vec<String>> {
         urls.push(url);
     }
     Ok(urls)
+}
+
+/// The energy line: joules, power and joules per output token and job over the window, or why the
+/// reading is partial.
+fn print_energy(energy: &crate::metrics::energy::EnergyReport) {
+    let figure = |value: Option<f64>, unit: &str| {
+        value.map_or("-".to_string(), |v| format!("{v:.3} {unit}"))
+    };
+    let source = energy.source.map_or("no reading", |source| match source {
+        crate::metrics::energy::EnergySource::EnergyCounter => "energy counter",
+        crate::metrics::energy::EnergySource::PowerIntegration => "integrated power",
+        crate::metrics::energy::EnergySource::Mixed => "counter and integrated power",
+    });
+    outln!(
+        "energy        {} over {} GPUs ({source}), {} average; {} per output token, {} per job{}",
+        figure(energy.total_gpu_energy_j, "J"),
+        energy.gpus,
+        figure(energy.avg_total_gpu_power_w, "W"),
+        figure(energy.joules_per_output_token, "J"),
+        figure(energy.joules_per_job, "J"),
+        if energy.partial {
+            format!("; partial: {}", energy.reasons.join("; "))
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// The jobs line: whole jobs and their rates, the partial ones counted apart.

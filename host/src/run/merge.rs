@@ -411,6 +411,13 @@ fn write_merged(
             gpus: first.gpus,
         },
     );
+    let energy = merged_energy(
+        &shards[0].dir,
+        (profiling_start, profiling_end),
+        &summary,
+        first,
+    );
+    summary.energy = energy.as_ref().map(|(report, _)| report.clone());
     if let Some(spec) = &first.session_slo {
         let slo = crate::metrics::sessions::SessionSlo::parse(spec)
             .map_err(|e| anyhow!("shard 0's manifest: session_slo {spec:?}: {e}"))?;
@@ -436,10 +443,11 @@ fn write_merged(
     doc.started_unix_ns = Some(anchor as u64);
     doc.shards = Some(count);
     files.push(put(RUN_SUMMARY, doc.to_json_pretty().as_bytes())?);
-    // Shard 0 scraped the servers for the whole run; its files hold the server's view.
+    // Shard 0 scraped the servers and GPUs for the whole run; its files hold their view.
     for name in [
         crate::export::server_metrics::JSON_FILE,
         crate::export::server_metrics::CSV_FILE,
+        crate::export::gpu_telemetry::JSONL_FILE,
     ] {
         if let Ok(bytes) = std::fs::read(shards[0].dir.join(name)) {
             files.push(put(name, &bytes)?);
@@ -472,6 +480,7 @@ fn write_merged(
         warmup_naming: export_rules(first).1,
         goodput,
         cache: doc.summary.cache.clone(),
+        energy,
     };
     let slice = first.slice_duration;
     let (written, failed) = crate::export::write_run_exports(&art, records, &info, slice, None);
@@ -504,6 +513,41 @@ fn stamps(
     }
     ds.map(|ds| super::plan::prefix_stamps(ds, records))
         .unwrap_or_default()
+}
+
+/// The GPUs' energy over the merged window from shard 0's GPU telemetry journal (the only shard
+/// that scrapes), per request, token and job of every shard, and their platform; `None` without
+/// one.
+fn merged_energy(
+    shard0: &Path,
+    window: (u64, u64),
+    summary: &crate::metrics::Summary,
+    first: &Manifest,
+) -> Option<(
+    crate::metrics::energy::EnergyReport,
+    crate::metrics::gpu::Vendor,
+)> {
+    let path = shard0.join(crate::client::scrape_journal::GPU_TELEMETRY_JOURNAL);
+    if !path.is_file() {
+        return None;
+    }
+    let log = match crate::client::scrape_journal::read_journal(&path) {
+        Ok(log) => log,
+        Err(e) => {
+            tracing::warn!("the merged run has no GPU energy: {e}");
+            return None;
+        }
+    };
+    let denominators = crate::metrics::energy::Denominators {
+        requests_ok: summary.requests_ok,
+        input_tokens: summary.input_tokens,
+        output_tokens: summary.output_tokens,
+        jobs_ok: summary.jobs.as_ref().map(|jobs| jobs.ok),
+        lanes: (first.concurrency > 0).then_some(u64::from(first.concurrency)),
+        expected_gpus: first.gpus.map(u64::from),
+    };
+    let report = crate::metrics::energy::EnergyReport::of(&log, window, denominators);
+    Some((report, crate::export::gpu_telemetry::platform(&log)))
 }
 
 /// What the merge reads of the corpus the shards replayed: each stream's recorded times (the

@@ -213,6 +213,7 @@ pub(super) fn conclude(
             gpus: cfg.gpus,
         },
     );
+    summary.energy = energy(&ended, &summary, prepared, cfg.gpus);
     summary.session_slo = cfg
         .session_slo
         .as_ref()
@@ -237,8 +238,7 @@ pub(super) fn conclude(
         d.out.join(MANIFEST_FILE),
         summary_path,
     ];
-    let (written_files, mut export_failed) =
-        exports(ctx, d, &ended, &reasons, summary.cache.as_ref());
+    let (written_files, mut export_failed) = exports(ctx, d, &ended, &reasons, &summary);
     files.extend(written_files);
     if cfg.timeline {
         match write_timeline(d, ended.scrape_log.as_ref()) {
@@ -269,6 +269,36 @@ pub(super) fn conclude(
         records_path,
         dry_run: None,
     })
+}
+
+/// The GPUs' energy over the profiling window, per successful request, token and whole job
+/// (`--gpu-telemetry`); `None` when the run scraped no GPU or has no profiling window. With
+/// `--gpus`, another count of GPUs reporting makes the power invalid (InferenceX's rule).
+fn energy(
+    ended: &Ended,
+    summary: &Summary,
+    prepared: &super::prepare::Prepared,
+    gpus: Option<u32>,
+) -> Option<crate::metrics::energy::EnergyReport> {
+    let log = ended.gpu_log.as_ref()?;
+    let window = ended.outcome.profiling_ns?;
+    let denominators = crate::metrics::energy::Denominators {
+        requests_ok: summary.requests_ok,
+        input_tokens: summary.input_tokens,
+        output_tokens: summary.output_tokens,
+        jobs_ok: summary.jobs.as_ref().map(|jobs| jobs.ok),
+        lanes: prepared
+            .settings
+            .arrivals
+            .is_none()
+            .then_some(u64::from(prepared.settings.concurrency)),
+        expected_gpus: gpus.map(u64::from),
+    };
+    let report = crate::metrics::energy::EnergyReport::of(log, window, denominators);
+    for reason in &report.reasons {
+        tracing::warn!("GPU energy: {reason}");
+    }
+    Some(report)
 }
 
 /// The run's cache truth: the records' prompt chains through the cache model, at the block size
@@ -444,7 +474,7 @@ fn exports(
     d: &RunDir,
     ended: &Ended,
     reasons: &[String],
-    cache: Option<&crate::metrics::cache_truth::CacheReport>,
+    summary: &Summary,
 ) -> (Vec<PathBuf>, bool) {
     let RunCtx {
         cfg,
@@ -482,7 +512,13 @@ fn exports(
             prepared.decisions.warmup_phase_name.clone(),
         ),
         goodput: cfg.goodput.clone(),
-        cache: cache.cloned(),
+        cache: summary.cache.clone(),
+        energy: summary.energy.clone().zip(
+            ended
+                .gpu_log
+                .as_ref()
+                .map(crate::export::gpu_telemetry::platform),
+        ),
     };
     let server = scrape_log.map(|log| {
         check_scrapes(cfg, log);
@@ -492,13 +528,26 @@ fn exports(
         };
         (log, meta)
     });
-    crate::export::write_run_exports(
+    let (mut files, mut failed) = crate::export::write_run_exports(
         &d.art,
         records,
         &info,
         cfg.slice_duration,
         server.as_ref().map(|(log, meta)| (*log, meta)),
-    )
+    );
+    if let Some(log) = &ended.gpu_log {
+        match crate::export::gpu_telemetry::write_jsonl(&d.art, log, d.clock.anchor_unix_ns()) {
+            Ok(path) => files.push(path),
+            Err(e) => {
+                tracing::error!(
+                    "cannot write {}: {e}",
+                    crate::export::gpu_telemetry::JSONL_FILE
+                );
+                failed = true;
+            }
+        }
+    }
+    (files, failed)
 }
 
 /// Warnings about the scrapes: an endpoint without the engine prefix InferenceX's recipe names,

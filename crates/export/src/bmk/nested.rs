@@ -310,6 +310,7 @@ pub(crate) fn compute_nested(input: &ReportInput<'_>) -> Result<BmkReport, Repor
     let mut notes: Vec<String> = Vec::new();
     let mut report = BmkReport::default();
     put_identity(&mut report, input, &mut notes)?;
+    put_power(&mut report, input, &mut notes);
     let ok = put_accounting(&mut report, input, &mut notes);
     let (traces, (isl_sum, osl_sum)) = put_request_metrics(&mut report, input, &ok, &mut notes);
 
@@ -342,6 +343,48 @@ pub(crate) fn compute_nested(input: &ReportInput<'_>) -> Result<BmkReport, Repor
     }
     report.round_floats();
     Ok(report)
+}
+
+/// InferenceX's power keys (`power_metric_schema_version` 2) from the run's GPU energy over the
+/// profiling window (`--gpu-telemetry`): `power_valid` 1 and the seven whole-deployment figures
+/// when the reading is whole and counts the row's `num_gpus` GPUs (InferenceX's
+/// `expected_gpu_count_mismatch` otherwise), else `power_valid` 0 with the reasons in the
+/// warnings. Nothing when the run read no GPU.
+fn put_power(report: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
+    let Some(energy) = input.run.and_then(|run| run.summary.energy.as_ref()) else {
+        return;
+    };
+    report.set("power_metric_schema_version", json!(2));
+    let mut reasons: Vec<String> = energy.reasons.clone();
+    let expected = input.identity.num_gpus();
+    if energy.gpus != expected {
+        reasons.push(format!(
+            "expected_gpu_count_mismatch: {} GPUs reported energy, the row's num_gpus is {expected}",
+            energy.gpus
+        ));
+    }
+    let valid = energy.power_valid && reasons.is_empty();
+    report.set("power_valid", json!(u8::from(valid)));
+    if !valid {
+        notes.extend(reasons.into_iter().map(|reason| format!("power: {reason}")));
+        return;
+    }
+    for (key, value) in [
+        ("avg_power_w", energy.avg_power_w),
+        ("avg_total_gpu_power_w", energy.avg_total_gpu_power_w),
+        ("total_gpu_energy_j", energy.total_gpu_energy_j),
+        (
+            "joules_per_successful_query",
+            energy.joules_per_successful_query,
+        ),
+        ("joules_per_input_token", energy.joules_per_input_token),
+        ("joules_per_output_token", energy.joules_per_output_token),
+        ("joules_per_total_token", energy.joules_per_total_token),
+    ] {
+        if let Some(value) = value.filter(|v| v.is_finite()) {
+            report.set(key, json!(value));
+        }
+    }
 }
 
 /// What the figures mean (`request_metrics.metric_definitions`).

@@ -261,7 +261,7 @@ async fn a_counter_reset_after_a_page_is_a_partial_report_naming_the_gpu() {
         idle_w: 1000.0,
         ..model(true)
     });
-    config.faults.gpu_counter_reset_after = Some(1);
+    config.faults.gpu_counter_reset_every = Some(1);
     let sim = spawn(config).unwrap();
     let first = get(sim.addr(), "/dcgm/metrics").await.2;
     let second = get(sim.addr(), "/dcgm/metrics").await.2;
