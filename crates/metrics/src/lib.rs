@@ -14,6 +14,7 @@ pub mod goodput;
 pub mod interactivity;
 pub mod kvmodel;
 pub mod live;
+pub mod precision;
 pub mod prometheus;
 pub mod routing_seen;
 pub mod scrape_log;
