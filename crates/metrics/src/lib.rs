@@ -18,6 +18,7 @@ pub mod interactivity;
 pub mod jobs;
 pub mod kvmodel;
 pub mod live;
+pub mod precision;
 pub mod prometheus;
 pub mod routing_seen;
 pub mod scrape_log;
