@@ -522,10 +522,42 @@ fn capacity_tables(summary: &agentx_metrics::Summary) -> Vec<Table> {
     [
         summary.jobs.as_ref().map(jobs_table),
         summary.energy.as_ref().map(energy_table),
+        summary.intervals.as_ref().map(intervals_table),
     ]
     .into_iter()
     .flatten()
     .collect()
+}
+
+/// The headline figures' confidence intervals, and the warning of a run with few sessions.
+fn intervals_table(intervals: &agentx_metrics::precision::Intervals) -> Table {
+    let mut rows: Vec<(&str, String)> = intervals
+        .figures
+        .iter()
+        .map(|(name, interval)| {
+            (
+                name.as_str(),
+                format!(
+                    "{} [{}, {}]",
+                    num(Some(interval.estimate), 4),
+                    num(Some(interval.lo), 4),
+                    num(Some(interval.hi), 4)
+                ),
+            )
+        })
+        .collect();
+    if let Some(warning) = &intervals.warning {
+        rows.push(("warning", warning.clone()));
+    }
+    Table::kv(
+        &format!(
+            "Precision: {:.0} % intervals, {} sessions resampled {} times",
+            100.0 * intervals.level,
+            intervals.sessions,
+            intervals.resamples
+        ),
+        rows,
+    )
 }
 
 /// The GPUs' energy over the profiling window, and why the reading is partial when it is.

@@ -64,6 +64,9 @@ pub struct Manifest {
     /// `--session-goodput-share`, with `goodput`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_goodput_share: Option<f64>,
+    /// `--confidence`, for a merge's intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
     /// `--session-slo`'s objectives, for a merge's session figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_slo: Option<String>,

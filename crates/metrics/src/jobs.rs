@@ -89,7 +89,8 @@ pub struct JobDenominators {
     pub gpus: Option<u32>,
 }
 
-/// Each session of the run (by [`RequestRecord::session_root`]) and how it ended as a job.
+/// Each session of the run with a profiling request (by [`RequestRecord::session_root`]) and how
+/// it ended as a job; a session wholly in warmup is no part of the window and is left out.
 pub fn classify<'a>(
     records: &'a [RequestRecord],
     shapes: &JobShapes,
@@ -103,6 +104,7 @@ pub fn classify<'a>(
     }
     sessions
         .into_iter()
+        .filter(|(_, session)| session.iter().any(|r| r.phase == Phase::Profiling))
         .map(|(root, session)| (root, class_of(&session, shapes)))
         .collect()
 }

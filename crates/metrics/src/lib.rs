@@ -134,6 +134,10 @@ pub struct Summary {
     /// token, request and job, and whether the reading is whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy: Option<energy::EnergyReport>,
+    /// The headline figures' confidence intervals: a session bootstrap, seeded from the run's seed
+    /// (`--confidence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<precision::Intervals>,
     /// The jobs: traces replayed whole inside the profiling window, per hour, per GPU, per lane
     /// and per user (set by the run, which knows the corpus's trees and the window).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -36,6 +36,7 @@ use crate::stats::{self, MetricDef};
 
 mod bootstrap;
 pub mod compare;
+mod run;
 pub mod student;
 mod table;
 
@@ -45,6 +46,7 @@ mod coverage_tests;
 pub use bootstrap::{
     bootstrap, default_resamples, Interval, Intervals, DEFAULT_RESAMPLES, MIN_RESAMPLES,
 };
+pub use run::{run_table, RunJudgments};
 pub use student::{between_trials, BetweenTrials};
 pub use table::{Judgments, SessionTable, Unit};
 

@@ -92,6 +92,30 @@ pub fn spans<'a>(
     per_session
 }
 
+/// The sessions (by root) whose share of good requests reached `share`: the one home of the good
+/// session rule.
+pub fn good_session_roots<'a>(
+    records: &'a [RequestRecord],
+    good: &Goodput,
+    share: f64,
+) -> std::collections::HashSet<&'a str> {
+    let mut counts: HashMap<&str, (u64, u64)> = HashMap::new();
+    for r in records {
+        if matches!(stats::class(r), Class::Valid | Class::Error) {
+            let (requests, good_requests) = counts.entry(r.session_root()).or_default();
+            *requests += 1;
+            *good_requests += u64::from(good.is_good(r));
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(_, (requests, good_requests))| {
+            *good_requests as f64 >= share * *requests as f64 - 1e-9
+        })
+        .map(|(root, _)| root)
+        .collect()
+}
+
 /// The figures over a run's records, `good` judging each request and `share` the share of a
 /// session's requests that must be good.
 pub fn figures(
@@ -101,20 +125,8 @@ pub fn figures(
     recorded: &RecordedTimes,
 ) -> SessionFigures {
     let per_session = spans(records, recorded);
-    let mut good_requests: HashMap<&str, u64> = HashMap::new();
-    for r in records {
-        if matches!(stats::class(r), Class::Valid | Class::Error) && good.is_good(r) {
-            *good_requests.entry(r.session_root()).or_default() += 1;
-        }
-    }
     let sessions = per_session.len() as u64;
-    let good_sessions = per_session
-        .iter()
-        .filter(|(root, span)| {
-            let good = good_requests.get(*root).copied().unwrap_or(0);
-            good as f64 >= share * span.requests as f64 - 1e-9
-        })
-        .count() as u64;
+    let good_sessions = good_session_roots(records, good, share).len() as u64;
     let slowdowns: Vec<f64> = per_session
         .values()
         .filter_map(SessionSpan::slowdown)
@@ -206,6 +218,26 @@ impl SessionSlo {
 
     /// Judges every session of the records (the sessions [`spans`] finds).
     pub fn judge(&self, records: &[RequestRecord], recorded: &RecordedTimes) -> SessionSloFigures {
+        let sessions = spans(records, recorded).len() as u64;
+        let meeting = self.meeting(records, recorded).len() as u64;
+        SessionSloFigures {
+            spec: self.spec.clone(),
+            sessions,
+            meeting,
+            meeting_fraction: if sessions > 0 {
+                meeting as f64 / sessions as f64
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// The sessions (by root) that met every objective.
+    pub fn meeting<'a>(
+        &self,
+        records: &'a [RequestRecord],
+        recorded: &RecordedTimes,
+    ) -> std::collections::HashSet<&'a str> {
         let per_session = spans(records, recorded);
         let mut by_session: HashMap<&str, Vec<&RequestRecord>> = HashMap::new();
         for r in records {
@@ -213,7 +245,7 @@ impl SessionSlo {
                 by_session.entry(r.session_root()).or_default().push(r);
             }
         }
-        let meeting = per_session
+        per_session
             .iter()
             .filter(|(root, span)| {
                 let valid = by_session.get(*root).map_or(&[][..], Vec::as_slice);
@@ -226,18 +258,8 @@ impl SessionSlo {
                     })
                 })
             })
-            .count() as u64;
-        let sessions = per_session.len() as u64;
-        SessionSloFigures {
-            spec: self.spec.clone(),
-            sessions,
-            meeting,
-            meeting_fraction: if sessions > 0 {
-                meeting as f64 / sessions as f64
-            } else {
-                0.0
-            },
-        }
+            .map(|(root, _)| *root)
+            .collect()
     }
 }
 

@@ -392,6 +392,7 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         session_goodput_share: args.session_goodput_share,
         gpus: args.gpus,
         session_slo: args.session_slo.clone(),
+        confidence: args.confidence,
         no_server_metrics: args.no_server_metrics,
         server_metrics: args.server_metrics.clone(),
         gpu_telemetry: gpu_telemetry_urls(args)?,
@@ -599,6 +600,9 @@ fn print_summary(
     if let Some(energy) = &summary.energy {
         print_energy(energy);
     }
+    if let Some(intervals) = &summary.intervals {
+        print_intervals(intervals);
+    }
     if reasons.is_empty() {
         outln!("submission    valid");
     } else {
@@ -636,6 +640,31 @@ fn gpu_telemetry_urls(args: &RunArgs) -> anyhow::Result<Vec<String>> {
         urls.push(url);
     }
     Ok(urls)
+}
+
+/// The precision line: the level, the sessions resampled and the intervals of three headline
+/// figures (every figure's is in run_summary.json), with the warning of a small run.
+fn print_intervals(intervals: &crate::metrics::precision::Intervals) {
+    let shown: Vec<String> = ["ttft_p90", "output_token_throughput", "jobs_per_hour"]
+        .iter()
+        .filter_map(|name| {
+            let interval = intervals.figures.get(*name)?;
+            Some(format!(
+                "{name} {:.4} [{:.4}, {:.4}]",
+                interval.estimate, interval.lo, interval.hi
+            ))
+        })
+        .collect();
+    outln!(
+        "precision     {:.0}% intervals over {} sessions: {}{}",
+        100.0 * intervals.level,
+        intervals.sessions,
+        shown.join(", "),
+        intervals
+            .warning
+            .as_ref()
+            .map_or(String::new(), |warning| format!("; {warning}"))
+    );
 }
 
 /// The energy line: joules, power and joules per output token and job over the window, or why the

@@ -397,6 +397,11 @@ pub struct RunArgs {
     /// concurrent agents at which a share F does.
     #[arg(help_heading = "Outputs", long, value_name = "SLOS", value_parser = |s: &str| crate::metrics::sessions::SessionSlo::parse(s))]
     pub(crate) session_slo: Option<crate::metrics::sessions::SessionSlo>,
+    /// The confidence level of the headline figures' intervals (run_summary.json's
+    /// `summary.intervals`: a session bootstrap seeded from the run's seed), of `--trials`' spread
+    /// and of `compare`'s verdicts.
+    #[arg(help_heading = "Outputs", long, visible_alias = "confidence-level", value_name = "LEVEL", default_value = "0.95", value_parser = confidence_level)]
+    pub(crate) confidence: crate::metrics::precision::Level,
     /// Do not scrape the server's Prometheus `/metrics`.
     #[arg(help_heading = "Outputs", long)]
     pub(crate) no_server_metrics: bool,
@@ -573,4 +578,13 @@ pub(crate) enum UiMode {
     Progress,
     /// The live dashboard on a terminal, progress lines otherwise.
     Dashboard,
+}
+
+/// `--confidence`: a level in (0, 1).
+fn confidence_level(text: &str) -> Result<crate::metrics::precision::Level, String> {
+    let level: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number; give a level in (0, 1), e.g. 0.95"))?;
+    crate::metrics::precision::Level::new(level)
 }

@@ -64,6 +64,8 @@ pub struct RunConfig {
     pub goodput: Option<crate::metrics::goodput::Goodput>,
     /// `--session-goodput-share`: the share of a session's requests that must be good.
     pub session_goodput_share: f64,
+    /// `--confidence`: the level of the intervals.
+    pub confidence: crate::metrics::precision::Level,
     /// `--session-slo`: the objectives a session meets.
     pub session_slo: Option<crate::metrics::sessions::SessionSlo>,
     /// `--gpus`: the GPUs behind the server, the per-GPU figures' divisor.

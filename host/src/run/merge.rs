@@ -390,49 +390,13 @@ fn write_merged(
     };
     let is_tree_run = records.iter().any(|r| r.tree.is_some());
     let dataset = dataset_of(first);
-    let (times, shapes) = corpus_facts(dataset.as_ref(), is_tree_run, records);
-    let mut summary = crate::metrics::Summary::of(records);
-    // Each shard registered its own first senders: a block two shards both sent counts as each
-    // one's own, so the model may predict a miss where the server hit (surplus), never the reverse.
-    summary.cache = crate::metrics::cache_truth::cache_report(
-        records,
-        &crate::metrics::cache_truth::ModelSpec {
-            block_size: None,
-            capacity_tokens: first.server_slots.map(|pool| pool.capacity()),
-        },
-    );
-    summary.jobs = crate::metrics::jobs::figures(
-        records,
-        &shapes,
-        &times,
-        crate::metrics::jobs::JobDenominators {
-            window_ns: (profiling_start, profiling_end),
-            lanes: (first.concurrency > 0).then_some(first.concurrency),
-            gpus: first.gpus,
-        },
-    );
-    let energy = merged_energy(
-        &shards[0].dir,
-        (profiling_start, profiling_end),
-        &summary,
-        first,
-    );
-    summary.energy = energy.as_ref().map(|(report, _)| report.clone());
-    if let Some(spec) = &first.session_slo {
-        let slo = crate::metrics::sessions::SessionSlo::parse(spec)
-            .map_err(|e| anyhow!("shard 0's manifest: session_slo {spec:?}: {e}"))?;
-        summary.session_slo = Some(slo.judge(records, &times));
-    }
-    if let Some(goodput_spec) = &goodput {
-        summary.goodput = Some(goodput_spec.of_run(records));
-        let share = first.session_goodput_share.unwrap_or(1.0);
-        summary.sessions = Some(crate::metrics::sessions::figures(
-            records,
-            goodput_spec,
-            share,
-            &times,
-        ));
-    }
+    let (summary, energy) = merged_summary(
+        shards,
+        timeline,
+        goodput.as_ref(),
+        dataset.as_ref(),
+        is_tree_run,
+    )?;
     let mut doc = shards[0].summary.clone();
     doc.stop = Some(stop);
     doc.message = (!message.is_empty()).then(|| message.join("; "));
@@ -513,6 +477,118 @@ fn stamps(
     }
     ds.map(|ds| super::plan::prefix_stamps(ds, records))
         .unwrap_or_default()
+}
+
+/// The merged run's summary over every shard's records: the figures, the cache truth, the jobs, the
+/// GPUs' energy (with their platform), the sessions and the intervals, judged as shard 0's manifest
+/// records.
+fn merged_summary(
+    shards: &[Shard],
+    timeline: &Timeline,
+    goodput: Option<&crate::metrics::goodput::Goodput>,
+    dataset: Option<&crate::dataset::Dataset>,
+    is_tree_run: bool,
+) -> anyhow::Result<(
+    crate::metrics::Summary,
+    Option<(
+        crate::metrics::energy::EnergyReport,
+        crate::metrics::gpu::Vendor,
+    )>,
+)> {
+    let records = &timeline.records;
+    let (profiling_start, profiling_end) = timeline.window.unwrap_or((0, 0));
+    let first = &shards[0].manifest;
+    let (times, shapes) = corpus_facts(dataset, is_tree_run, records);
+    let mut summary = crate::metrics::Summary::of(records);
+    // Each shard registered its own first senders: a block two shards both sent counts as each
+    // one's own, so the model may predict a miss where the server hit (surplus), never the reverse.
+    summary.cache = crate::metrics::cache_truth::cache_report(
+        records,
+        &crate::metrics::cache_truth::ModelSpec {
+            block_size: None,
+            capacity_tokens: first.server_slots.map(|pool| pool.capacity()),
+        },
+    );
+    summary.jobs = crate::metrics::jobs::figures(
+        records,
+        &shapes,
+        &times,
+        crate::metrics::jobs::JobDenominators {
+            window_ns: (profiling_start, profiling_end),
+            lanes: (first.concurrency > 0).then_some(first.concurrency),
+            gpus: first.gpus,
+        },
+    );
+    let energy = merged_energy(
+        &shards[0].dir,
+        (profiling_start, profiling_end),
+        &summary,
+        first,
+    );
+    summary.energy = energy.as_ref().map(|(report, _)| report.clone());
+    if let Some(spec) = &first.session_slo {
+        let slo = crate::metrics::sessions::SessionSlo::parse(spec)
+            .map_err(|e| anyhow!("shard 0's manifest: session_slo {spec:?}: {e}"))?;
+        summary.session_slo = Some(slo.judge(records, &times));
+    }
+    summary.intervals = Some(merged_intervals(
+        records,
+        (profiling_start, profiling_end),
+        &summary,
+        first,
+        (&times, &shapes),
+        goodput,
+    )?);
+    if let Some(goodput_spec) = goodput {
+        summary.goodput = Some(goodput_spec.of_run(records));
+        let share = first.session_goodput_share.unwrap_or(1.0);
+        summary.sessions = Some(crate::metrics::sessions::figures(
+            records,
+            goodput_spec,
+            share,
+            &times,
+        ));
+    }
+    Ok((summary, energy))
+}
+
+/// The merged run's intervals over every shard's sessions, with the judgments shard 0's manifest
+/// records, at its `--confidence` and seed.
+fn merged_intervals(
+    records: &[RequestRecord],
+    window: (u64, u64),
+    summary: &crate::metrics::Summary,
+    first: &Manifest,
+    (times, shapes): (
+        &crate::metrics::sessions::RecordedTimes,
+        &crate::metrics::jobs::JobShapes,
+    ),
+    goodput: Option<&crate::metrics::goodput::Goodput>,
+) -> anyhow::Result<crate::metrics::precision::Intervals> {
+    use crate::metrics::precision;
+    let session_slo = first
+        .session_slo
+        .as_deref()
+        .map(crate::metrics::sessions::SessionSlo::parse)
+        .transpose()
+        .map_err(|e| anyhow!("shard 0's manifest: session_slo: {e}"))?;
+    let level = precision::Level::new(first.confidence.unwrap_or(0.95))
+        .map_err(|e| anyhow!("shard 0's manifest: confidence {e}"))?;
+    let judged = precision::RunJudgments {
+        goodput: goodput.map(|goodput| (goodput, first.session_goodput_share.unwrap_or(1.0))),
+        session_slo: session_slo.as_ref(),
+        recorded: times,
+        shapes,
+        energy_j: summary.energy.as_ref().and_then(|e| e.total_gpu_energy_j),
+    };
+    let table = precision::run_table(records, window.1.saturating_sub(window.0), &judged);
+    Ok(precision::bootstrap(
+        &table,
+        &precision::FIGURES,
+        level,
+        None,
+        first.seed,
+    ))
 }
 
 /// The GPUs' energy over the merged window from shard 0's GPU telemetry journal (the only shard

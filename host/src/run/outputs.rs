@@ -198,36 +198,7 @@ pub(super) fn conclude(
     ) {
         cache.measured_counters = crate::export::bmk::counter_hit(log, window);
     }
-    let times = planned.recorded_times(prepared.ds, &ended.records);
-    summary.jobs = crate::metrics::jobs::figures(
-        &ended.records,
-        &planned.job_shapes(&ended.records),
-        &times,
-        crate::metrics::jobs::JobDenominators {
-            window_ns: outcome.profiling_ns.unwrap_or((0, 0)),
-            lanes: prepared
-                .settings
-                .arrivals
-                .is_none()
-                .then_some(prepared.settings.concurrency),
-            gpus: cfg.gpus,
-        },
-    );
-    summary.energy = energy(&ended, &summary, prepared, cfg.gpus);
-    summary.session_slo = cfg
-        .session_slo
-        .as_ref()
-        .map(|slo| slo.judge(&ended.records, &times));
-    if let Some(goodput) = &cfg.goodput {
-        summary.goodput = Some(goodput.of_run(&ended.records));
-        let share = cfg.session_goodput_share;
-        summary.sessions = Some(crate::metrics::sessions::figures(
-            &ended.records,
-            goodput,
-            share,
-            &times,
-        ));
-    }
+    judge_run(ctx, &ended, &mut summary);
     let server_window = ended.scrape_log.as_ref().map(|log| {
         let window = outcome.profiling_ns.unwrap_or((0, 0));
         crate::export::server_metrics::window_summary(log, window)
@@ -269,6 +240,70 @@ pub(super) fn conclude(
         records_path,
         dry_run: None,
     })
+}
+
+/// What the run judged beyond the records' own figures: its jobs, the GPUs' energy, the sessions
+/// under `--session-slo` and `--goodput`, and the headline figures' intervals (a session bootstrap
+/// at `--confidence`, seeded from the run's seed, over the same judgments).
+fn judge_run(ctx: RunCtx<'_>, ended: &Ended, summary: &mut Summary) {
+    let RunCtx {
+        cfg,
+        prepared,
+        planned,
+    } = ctx;
+    let records = &ended.records;
+    let window_ns = ended.outcome.profiling_ns.unwrap_or((0, 0));
+    let times = planned.recorded_times(prepared.ds, records);
+    let shapes = planned.job_shapes(records);
+    summary.jobs = crate::metrics::jobs::figures(
+        records,
+        &shapes,
+        &times,
+        crate::metrics::jobs::JobDenominators {
+            window_ns,
+            lanes: prepared
+                .settings
+                .arrivals
+                .is_none()
+                .then_some(prepared.settings.concurrency),
+            gpus: cfg.gpus,
+        },
+    );
+    summary.energy = energy(ended, summary, prepared, cfg.gpus);
+    summary.session_slo = cfg
+        .session_slo
+        .as_ref()
+        .map(|slo| slo.judge(records, &times));
+    if let Some(goodput) = &cfg.goodput {
+        summary.goodput = Some(goodput.of_run(records));
+        let share = cfg.session_goodput_share;
+        summary.sessions = Some(crate::metrics::sessions::figures(
+            records, goodput, share, &times,
+        ));
+    }
+    use crate::metrics::precision;
+    let judged = precision::RunJudgments {
+        goodput: cfg
+            .goodput
+            .as_ref()
+            .map(|goodput| (goodput, cfg.session_goodput_share)),
+        session_slo: cfg.session_slo.as_ref(),
+        recorded: &times,
+        shapes: &shapes,
+        energy_j: summary.energy.as_ref().and_then(|e| e.total_gpu_energy_j),
+    };
+    let table = precision::run_table(records, window_ns.1.saturating_sub(window_ns.0), &judged);
+    let intervals = precision::bootstrap(
+        &table,
+        &precision::FIGURES,
+        cfg.confidence,
+        None,
+        planned.seed,
+    );
+    if let Some(warning) = &intervals.warning {
+        tracing::warn!("intervals: {warning}");
+    }
+    summary.intervals = Some(intervals);
 }
 
 /// The GPUs' energy over the profiling window, per successful request, token and whole job

@@ -277,6 +277,7 @@ fn manifest_of(
             .map(agentx_metrics::goodput::Goodput::spec),
         session_goodput_share: cfg.goodput.as_ref().map(|_| cfg.session_goodput_share),
         gpus: cfg.gpus,
+        confidence: Some(cfg.confidence.get()),
         session_slo: cfg.session_slo.as_ref().map(|slo| slo.spec().to_string()),
         http: Some(HttpInfo {
             correlation_header: run_plan.client.routing.correlation.as_str().to_string(),
