@@ -43,3 +43,4 @@ mod tiling;
 mod timeline;
 mod tree_fidelity;
 mod tree_run;
+mod trials;

@@ -16,6 +16,7 @@ pub mod server_metrics;
 pub mod sweep;
 pub mod sweep_views;
 pub mod timeline;
+pub mod trials;
 
 use std::path::PathBuf;
 

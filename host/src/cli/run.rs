@@ -266,7 +266,68 @@ fn relocate(path: &Path, cwd: Option<&Path>, run_dir: &Path) -> PathBuf {
 /// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
 pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     let cfg = run_config(args, argv)?;
+    if let Some(count) = args.trials {
+        let trials = crate::run::trials::TrialsConfig {
+            count,
+            same_seed: args.same_seed,
+        };
+        return run_trials(&cfg, trials, args.output_artifact_dir.as_deref());
+    }
     execute_and_print(&cfg, args.json)
+}
+
+/// `--trials`: the trials into the given directory (or a fresh `artifacts/trials-<time>-<id>`,
+/// which `artifacts/latest` then names), each trial's summary as a run prints it, then the
+/// spread of the headline figures.
+fn run_trials(
+    cfg: &RunConfig,
+    trials: crate::run::trials::TrialsConfig,
+    given: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
+    use crate::run::artifact_dir::{OutputDir, DEFAULT_PARENT};
+    let dir = given.map_or_else(
+        || {
+            let id = format!("{:016x}", crate::run::draw_seed());
+            OutputDir::default().resolve("trials", &id, false)
+        },
+        std::path::Path::to_owned,
+    );
+    let outcome = crate::run::trials::run_trials(cfg, trials, &dir, &Cancel::new())?;
+    if let (None, Some(name)) = (given, dir.file_name()) {
+        crate::run::artifact_dir::link_latest(
+            std::path::Path::new(DEFAULT_PARENT),
+            std::path::Path::new(name),
+        );
+    }
+    let summary = &outcome.summary;
+    for trial in &summary.trials {
+        outln!(
+            "trial {}       seed {}, {} ({})",
+            trial.index,
+            trial.seed,
+            trial.stop.as_deref().unwrap_or("not run"),
+            trial.error.as_deref().unwrap_or(&trial.dir)
+        );
+    }
+    for (name, spread) in &summary.between {
+        let interval = match (spread.lo, spread.hi) {
+            (Some(lo), Some(hi)) => format!(" [{lo:.4}, {hi:.4}]"),
+            _ => String::new(),
+        };
+        outln!(
+            "  {name:<26} mean {:.4}{interval}  sd {:.4}  range {:.4}-{:.4} over {} trials",
+            spread.mean,
+            spread.sd,
+            spread.min,
+            spread.max,
+            spread.trials
+        );
+    }
+    outln!(
+        "outputs       {}",
+        dir.join(crate::export::trials::TRIALS_JSON).display()
+    );
+    Ok(ExitCode::from(outcome.code))
 }
 
 /// Runs `cfg` and prints the plan of a dry run (as JSON with `json`), or the summary and outputs.

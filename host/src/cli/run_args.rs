@@ -430,6 +430,16 @@ pub struct RunArgs {
     /// Print the plan (lanes, start turns, markers) and send nothing.
     #[arg(help_heading = "Outputs", long)]
     pub(crate) dry_run: bool,
+    /// Run the point N times, each a complete run in `<dir>/trial_<i>/` with the seed plus i, then
+    /// `<dir>/trials.json`: each headline figure's spread between the trials (mean, deviation,
+    /// range, the Student-t interval of the mean at --confidence) and the intervals of every
+    /// trial's sessions pooled.
+    #[arg(help_heading = "How long and how hard", long, alias = "num-profile-runs", value_name = "N", value_parser = trials_count, conflicts_with_all = ["dry_run", "shard"])]
+    pub(crate) trials: Option<u32>,
+    /// With --trials: every trial uses the one seed, so the trials differ by the server only (the
+    /// workload is the same each time).
+    #[arg(help_heading = "How long and how hard", long, requires = "trials")]
+    pub(crate) same_seed: bool,
     /// With --dry-run: print the plan as JSON.
     #[arg(help_heading = "Outputs", long, requires = "dry_run")]
     pub(crate) json: bool,
@@ -587,4 +597,13 @@ fn confidence_level(text: &str) -> Result<crate::metrics::precision::Level, Stri
         .parse()
         .map_err(|_| format!("{text:?} is not a number; give a level in (0, 1), e.g. 0.95"))?;
     crate::metrics::precision::Level::new(level)
+}
+
+/// `--trials`: 1 or more.
+fn trials_count(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err("0 trials: give 1 or more".to_string()),
+        Ok(count) => Ok(count),
+        Err(_) => Err(format!("{text:?} is not a count of trials; give 1 or more")),
+    }
 }

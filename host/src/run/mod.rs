@@ -25,6 +25,7 @@ mod scrapers;
 pub mod server_cmd;
 pub mod shard;
 pub mod sweep;
+pub mod trials;
 
 use anyhow::Context;
 

@@ -198,7 +198,7 @@ fn differences(old: &SweepInputs, new: &SweepInputs) -> Vec<String> {
 }
 
 /// The seed the run config names, if any.
-fn given_seed(cfg: &RunConfig) -> Option<u64> {
+pub(super) fn given_seed(cfg: &RunConfig) -> Option<u64> {
     crate::scenario::last_named(&cfg.plan.settings, ReplaySetting::RandomSeed.name()).and_then(
         |s| match s.value {
             Value::Integer(i) => u64::try_from(i).ok(),
