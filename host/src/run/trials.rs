@@ -124,7 +124,7 @@ fn trial_argv(argv: &[String], dir: &Path, seed: u64) -> Vec<String> {
             _ => (arg.as_str(), None),
         };
         match flag {
-            "--same-seed" => continue,
+            "--same-seed" => {}
             "--trials"
             | "--num-profile-runs"
             | "--output-artifact-dir"
@@ -133,7 +133,6 @@ fn trial_argv(argv: &[String], dir: &Path, seed: u64) -> Vec<String> {
                 if inline.is_none() {
                     args.next();
                 }
-                continue;
             }
             _ => out.push(arg.clone()),
         }
