@@ -117,3 +117,109 @@ fn bad_counts_and_levels_are_refused_before_anything_runs() {
     }
     assert_eq!(sim.requests(), 0);
 }
+
+fn precision_run(url: &str, scenario: Option<&str>, extra: &[&str]) -> Run {
+    let mut args = match scenario {
+        Some(scenario) => crate::support::corpus_args(
+            "run",
+            Some(scenario),
+            &crate::support::fixture("traces-24.jsonl"),
+            url,
+        ),
+        None => fixture_args("run", url),
+    };
+    args.extend(["--concurrency", "8", "--ignore-trace-delays"].map(String::from));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
+    Run::exec(tempfile::tempdir().unwrap(), &args, &[])
+}
+
+/// `--target-precision` stops profiling once the figure's interval is that tight, never before
+/// `--min-duration`, as a completed run (exit 0); a scenario that locks the duration refuses it
+/// with its rule, and an unknown figure or a minimum past the duration is refused before the run.
+#[test]
+fn a_precision_target_stops_profiling_early_where_the_scenario_allows_it() {
+    let sim = Sim::start(SimConfig::max());
+    let kvct = crate::scenario::dist("kvct-v01.wasm");
+    let run = precision_run(
+        &sim.url(),
+        Some(kvct.to_str().unwrap()),
+        &[
+            "--benchmark-duration",
+            "60",
+            "--target-precision",
+            "request_throughput:25",
+            "--min-duration",
+            "4",
+        ],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let manifest = run.json("run_manifest.json");
+    assert_eq!(
+        manifest["stop"],
+        "target_precision_reached",
+        "{}",
+        run.stderr()
+    );
+    let window = manifest["profiling_ns"].as_array().unwrap();
+    let profiled_s = (window[1].as_u64().unwrap() - window[0].as_u64().unwrap()) as f64 / 1e9;
+    assert!((4.0..60.0).contains(&profiled_s), "profiled {profiled_s} s");
+    assert!(
+        run.stderr().contains("--target-precision reached after"),
+        "{}",
+        run.stderr()
+    );
+    let intervals = &run.summary()["summary"]["intervals"]["figures"]["request_throughput"];
+    assert!(intervals["lo"].as_f64().unwrap() <= intervals["hi"].as_f64().unwrap());
+
+    // The default scenario locks the duration.
+    let run = precision_run(
+        &sim.url(),
+        None,
+        &[
+            "--benchmark-duration",
+            "2",
+            "--target-precision",
+            "ttft_p90:5",
+            "--min-duration",
+            "1",
+        ],
+    );
+    assert_eq!(run.code(), 2);
+    assert!(
+        run.stderr().contains("it locks benchmark-duration") && run.stderr().contains("kvct-v01"),
+        "{}",
+        run.stderr()
+    );
+    let run = precision_run(
+        &sim.url(),
+        Some(kvct.to_str().unwrap()),
+        &[
+            "--benchmark-duration",
+            "2",
+            "--target-precision",
+            "ttft_p91:5",
+        ],
+    );
+    assert_eq!(run.code(), 2);
+    assert!(
+        run.stderr().contains("ttft_p90"),
+        "the names are listed: {}",
+        run.stderr()
+    );
+    let run = precision_run(
+        &sim.url(),
+        Some(kvct.to_str().unwrap()),
+        &[
+            "--benchmark-duration",
+            "2",
+            "--target-precision",
+            "ttft_p90:5",
+        ],
+    );
+    assert_eq!(run.code(), 2);
+    assert!(
+        run.stderr().contains("--min-duration 60 s is longer"),
+        "{}",
+        run.stderr()
+    );
+}

@@ -352,6 +352,7 @@ where
         })),
         boundary: None,
         shard: None,
+        early_stop: None,
     }));
     let (p0, s0, t0) = mark_rx.recv().unwrap();
     let wall = t0.elapsed().as_secs_f64();

@@ -56,7 +56,7 @@ pub(super) async fn drain(
                 break;
             }
             _ = again => {
-                if stop == StopReason::Completed {
+                if !stop.cancelled() {
                     stop = StopReason::Interrupted;
                     message = Some("interrupted while draining; in-flight requests were cancelled".into());
                 }

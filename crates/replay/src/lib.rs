@@ -130,12 +130,16 @@ pub enum StopReason {
     /// The process ended without finishing (SIGKILL, out of memory, a job's time limit); its
     /// exports were written afterwards by `agentx-host finalize`.
     Killed,
+    /// `--target-precision` was reached before the duration: profiling stopped sending and drained
+    /// like a completed run (not a cut-short one).
+    PrecisionReached,
 }
 
 impl StopReason {
-    /// Whether the stop cut the run short (anything but [`StopReason::Completed`]).
+    /// Whether the stop cut the run short (anything but [`StopReason::Completed`] and
+    /// [`StopReason::PrecisionReached`]).
     pub fn cancelled(self) -> bool {
-        self != StopReason::Completed
+        !matches!(self, StopReason::Completed | StopReason::PrecisionReached)
     }
 
     /// The reason's name in the run's artifacts (`completed`, `warmup_failed`, ...); [`StopReason::parse`]
@@ -147,6 +151,7 @@ impl StopReason {
             StopReason::ThresholdExceeded => "failed_request_threshold_exceeded",
             StopReason::Interrupted => "interrupted",
             StopReason::Killed => "killed",
+            StopReason::PrecisionReached => "target_precision_reached",
         }
     }
 
@@ -158,6 +163,7 @@ impl StopReason {
             StopReason::ThresholdExceeded,
             StopReason::Interrupted,
             StopReason::Killed,
+            StopReason::PrecisionReached,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -299,6 +305,9 @@ pub struct ReplayInputs {
     pub boundary: Option<BoundaryHook>,
     /// The other shards of a sharded run; `None` for a run in one process.
     pub shard: Option<ShardLink>,
+    /// Set (with the line that says why) when `--target-precision` is reached: profiling stops
+    /// sending and drains like a completed run. `None` without a precision target.
+    pub early_stop: Option<watch::Receiver<Option<String>>>,
 }
 
 /// What one shard's replay exchanges with the other shards of a sharded run (through the run's
@@ -408,6 +417,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         mut remote_stop,
         local_stop,
         mut threshold_rx,
+        mut early_stop,
     } = rest;
     let lanes = plan.lanes;
     shared.boundary(Boundary::WarmupStart).await;
@@ -448,6 +458,7 @@ pub async fn run(cfg: ReplayConfig, plan: Plan, inputs: ReplayInputs) -> ReplayO
         remote: remote_stop.as_mut(),
         local: local_stop.as_ref(),
         shard: stride.0,
+        early: early_stop.as_mut(),
     };
     let (stop, message) = profile(&shared, &mut tasks, prof_start, deadline, stops).await;
     let sending_stopped = shared.boundary_later(Boundary::ProfilingEnd);
@@ -680,6 +691,22 @@ struct Stops<'a> {
     remote: Option<&'a mut watch::Receiver<Option<(StopReason, String)>>>,
     local: Option<&'a mpsc::UnboundedSender<(StopReason, String)>>,
     shard: u64,
+    /// `--target-precision` reached (the line that says so).
+    early: Option<&'a mut watch::Receiver<Option<String>>>,
+}
+
+/// The line of a reached precision target, when one is; pending forever without a target.
+async fn precision_reached(
+    early: &mut Option<&mut watch::Receiver<Option<String>>>,
+) -> Option<String> {
+    match early {
+        Some(rx) => rx
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|v| v.clone()),
+        None => std::future::pending().await,
+    }
 }
 
 /// Profiling until the duration, a threshold trip, an interrupt (here or in another shard), or
@@ -697,6 +724,7 @@ async fn profile(
         mut remote,
         local,
         shard,
+        mut early,
     } = stops;
     let mut stop = StopReason::Completed;
     let mut message = None;
@@ -727,6 +755,10 @@ async fn profile(
             }
             Some((why, text)) = shard::other_shard(&mut remote) => {
                 (stop, message) = shard::stopped_by(why, text);
+                break;
+            }
+            Some(text) = precision_reached(&mut early) => {
+                (stop, message) = (StopReason::PrecisionReached, Some(text));
                 break;
             }
             _ = tick.tick(), if ticker.is_some() => {
@@ -785,6 +817,7 @@ struct Rest {
     remote_stop: Option<watch::Receiver<Option<(StopReason, String)>>>,
     local_stop: Option<mpsc::UnboundedSender<(StopReason, String)>>,
     threshold_rx: watch::Receiver<bool>,
+    early_stop: Option<watch::Receiver<Option<String>>>,
 }
 
 impl Shared {
@@ -812,6 +845,7 @@ impl Shared {
             on_profiling,
             boundary,
             shard,
+            early_stop,
         } = inputs;
         let (stride, link) = match shard {
             Some(l) => {
@@ -884,6 +918,7 @@ impl Shared {
             remote_stop,
             local_stop,
             threshold_rx,
+            early_stop,
         };
         (shared, rest)
     }

@@ -307,6 +307,7 @@ impl Harness {
             on_profiling: None,
             boundary: None,
             shard: None,
+            early_stop: None,
         };
         (
             Harness {

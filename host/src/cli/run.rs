@@ -454,6 +454,8 @@ pub(crate) fn run_config(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<Ru
         gpus: args.gpus,
         session_slo: args.session_slo.clone(),
         confidence: args.confidence,
+        target_precision: args.target_precision.clone(),
+        min_duration: crate::run::positive_secs("--min-duration", args.min_duration)?,
         no_server_metrics: args.no_server_metrics,
         server_metrics: args.server_metrics.clone(),
         gpu_telemetry: gpu_telemetry_urls(args)?,

@@ -440,6 +440,23 @@ pub struct RunArgs {
     /// workload is the same each time).
     #[arg(help_heading = "How long and how hard", long, requires = "trials")]
     pub(crate) same_seed: bool,
+    /// Stop profiling once FIG's interval (at --confidence) is within PCT % of its estimate, e.g.
+    /// `output_token_throughput:5` (repeatable: every target must be met). Checked every few
+    /// seconds, never before --min-duration; the duration stays the limit. A scenario that locks
+    /// the duration (agentx, agentx-mvp) refuses it. FIG is a headline figure: ttft_p50, ttft_p90,
+    /// ttft_p99, itl_p50, itl_p90, latency_p90, request_throughput, output_token_throughput,
+    /// total_token_throughput, cache_hit, goodput, jobs_per_hour, ...
+    #[arg(help_heading = "How long and how hard", long, value_name = "FIG:PCT", value_parser = target_precision, conflicts_with = "trials")]
+    pub(crate) target_precision: Vec<crate::run::config::TargetPrecision>,
+    /// With --target-precision: profile at least this long before stopping early.
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        value_name = "SECONDS",
+        default_value_t = 60.0,
+        requires = "target_precision"
+    )]
+    pub(crate) min_duration: f64,
     /// With --dry-run: print the plan as JSON.
     #[arg(help_heading = "Outputs", long, requires = "dry_run")]
     pub(crate) json: bool,
@@ -606,4 +623,19 @@ fn trials_count(text: &str) -> Result<u32, String> {
         Ok(count) => Ok(count),
         Err(_) => Err(format!("{text:?} is not a count of trials; give 1 or more")),
     }
+}
+
+/// `--target-precision FIG:PCT`: a headline figure and a half-width in percent of its estimate.
+fn target_precision(text: &str) -> Result<crate::run::config::TargetPrecision, String> {
+    let (name, percent) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not FIG:PCT, e.g. output_token_throughput:5"))?;
+    let figure = crate::metrics::precision::Figure::parse(name.trim())?;
+    let percent: f64 = percent
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p: &f64| p.is_finite() && *p > 0.0 && *p < 100.0)
+        .ok_or_else(|| format!("{text:?}: PCT must be a percentage in (0, 100), e.g. 5"))?;
+    Ok(crate::run::config::TargetPrecision { figure, percent })
 }

@@ -66,6 +66,10 @@ pub struct RunConfig {
     pub session_goodput_share: f64,
     /// `--confidence`: the level of the intervals.
     pub confidence: crate::metrics::precision::Level,
+    /// `--target-precision`: stop profiling once every figure's interval is this tight.
+    pub target_precision: Vec<TargetPrecision>,
+    /// `--min-duration`: profiling runs at least this long before a precision target stops it.
+    pub min_duration: std::time::Duration,
     /// `--session-slo`: the objectives a session meets.
     pub session_slo: Option<crate::metrics::sessions::SessionSlo>,
     /// `--gpus`: the GPUs behind the server, the per-GPU figures' divisor.
@@ -721,4 +725,14 @@ pub fn positive_secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
         Ok(d) if d > Duration::ZERO && v <= MAX_SECS => Ok(d),
         _ => bail!("{flag} {v} must be a positive number of seconds (at most {MAX_SECS})"),
     }
+}
+
+/// One `--target-precision` target: a headline figure and the half-width of its interval it must
+/// reach, in percent of its estimate.
+#[derive(Debug, Clone, Copy)]
+pub struct TargetPrecision {
+    /// The figure.
+    pub figure: &'static crate::metrics::precision::Figure,
+    /// The half-width, % of the estimate.
+    pub percent: f64,
 }

@@ -18,6 +18,7 @@ pub mod merge;
 pub mod outputs;
 pub mod plan;
 mod plan_hit;
+mod precision_stop;
 pub mod prepare;
 pub mod rendezvous;
 pub mod run_dir;
@@ -347,6 +348,11 @@ impl ReplayStage<'_> {
             on_profiling: Some(self.dir.on_profiling()),
             boundary: replay_boundaries,
             shard: link,
+            early_stop: self
+                .dir
+                .precision
+                .as_ref()
+                .map(|watch| watch.start(cfg, self.dir.clock, planned.seed, rt)),
         };
         let (outcome, tree_counts, scraped) = rt.block_on(async {
             if cfg.signals {

@@ -114,6 +114,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     )?;
     let allows = allows_arrivals(&component, &info, run_plan, decisions.decides_settings)?;
     settings.open_loop(&resolved, allows)?;
+    allows_early_stop(&component, &info, cfg, settings.duration)?;
     if settings.arrivals.is_some() && cfg.shard.is_some() {
         bail!("--session-arrival-rate is not supported in a sharded run: run the open-loop arrivals in one process");
     }
@@ -177,6 +178,44 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         harness_notes,
     };
     Ok((prepared, inst, effective))
+}
+
+/// Refuses `--target-precision` under a scenario that locks the duration (a point of its sweep may
+/// not stop early), with the scenario's own rule, and a `--min-duration` past the duration.
+fn allows_early_stop(
+    sc: &Scenario,
+    info: &Info,
+    cfg: &RunConfig,
+    duration: std::time::Duration,
+) -> anyhow::Result<()> {
+    let Some(target) = cfg.target_precision.first() else {
+        return Ok(());
+    };
+    let flag = format!(
+        "--target-precision {}:{}",
+        target.figure.name, target.percent
+    );
+    if let Some(lock) = info
+        .locks
+        .iter()
+        .find(|l| l.setting == ReplaySetting::BenchmarkDuration.name())
+    {
+        bail!(
+            "the scenario {} {} (sha256:{}) refuses this configuration:\n  {flag}: it locks benchmark-duration ({}); a point may not stop early. Use a scenario without that lock, e.g. --scenario path/to/kvct-v01.wasm",
+            info.name,
+            info.version,
+            &sc.hash()[..16],
+            lock.rule
+        );
+    }
+    if cfg.min_duration > duration {
+        bail!(
+            "--min-duration {} s is longer than the profiling duration ({} s): {flag} could never stop the run early; lower --min-duration or raise --benchmark-duration",
+            cfg.min_duration.as_secs_f64(),
+            duration.as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// The scenario's own knob of open-loop session arrivals.

@@ -36,6 +36,8 @@ pub(super) struct RunDir {
     /// What the run knows about itself while it goes: the replay counts sends and stages, the
     /// record sink adds each completed request (`--metrics-listen` and the dashboard read it).
     pub live: Arc<LiveRun>,
+    /// `--target-precision`'s profiling records so far (fed by the record sink).
+    pub precision: Option<super::precision_stop::PrecisionWatch>,
 }
 
 /// What the run learnt of the server before its first request, for the manifest.
@@ -80,6 +82,13 @@ impl RunDir {
                 counted.absorb(rec);
             })];
         watchers.extend(otlp.iter().map(crate::telemetry::otlp::Exporter::watcher));
+        let precision =
+            (!cfg.target_precision.is_empty()).then(super::precision_stop::PrecisionWatch::default);
+        watchers.extend(
+            precision
+                .iter()
+                .map(super::precision_stop::PrecisionWatch::watcher),
+        );
         let sink = RecordSink::create_watched(&art, watchers)?;
         let mut manifest = manifest_of(cfg, prepared, planned, clock.anchor_unix_ns());
         manifest.model = Some(server.model.to_string());
@@ -111,6 +120,7 @@ impl RunDir {
             noting: std::sync::Arc::default(),
             otlp,
             live,
+            precision,
         };
         d.write_manifest()?;
         Ok((d, sink))
@@ -129,6 +139,7 @@ impl RunDir {
             noting: std::sync::Arc::default(),
             otlp: None,
             live: Arc::default(),
+            precision: None,
         })
     }
 

@@ -215,6 +215,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         link,
         mut remote_stop,
         local_stop,
+        mut early_stop,
     } = rest;
     let sh = sc.sh.clone();
     sh.boundary(Boundary::WarmupStart).await;
@@ -277,6 +278,7 @@ async fn schedule(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> Tr
         remote: remote_stop.as_mut(),
         local: local_stop.as_ref(),
         shard: stride.0,
+        early: early_stop.as_mut(),
     };
     let (stop, message) = profile(&mut sc, start, prof_start, stops).await;
     let sending_stopped = sh.boundary_later(Boundary::ProfilingEnd);
@@ -439,6 +441,7 @@ async fn profile(
         mut remote,
         local,
         shard,
+        mut early,
     } = stops;
     let sh = sc.sh.clone();
     sh.progress
@@ -486,6 +489,10 @@ async fn profile(
             }
             Some((why, text)) = crate::shard::other_shard(&mut remote) => {
                 (stop, message) = crate::shard::stopped_by(why, text);
+                break;
+            }
+            Some(text) = super::precision_reached(&mut early) => {
+                (stop, message) = (StopReason::PrecisionReached, Some(text));
                 break;
             }
             _ = tick.tick(), if ticker.is_some() => {
