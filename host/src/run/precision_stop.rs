@@ -117,7 +117,8 @@ impl Check {
             let interval = intervals.figures.get(target.figure.name)?;
             let half_width = (interval.hi - interval.lo) / 2.0;
             let percent = 100.0 * half_width / interval.estimate.abs();
-            if !(percent <= target.percent) {
+            // A NaN (an estimate of 0) is not met either.
+            if percent.is_nan() || percent > target.percent {
                 return None;
             }
             met.push(format!(
