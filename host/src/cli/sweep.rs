@@ -191,6 +191,11 @@ pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCo
         first.url = Some(spec.url.fill(&[("port", "1")]));
     }
     let run = run_config(&first, argv)?;
+    if let Some(trials) = args.run.trials {
+        anyhow::bail!(
+            "--trials {trials} on a sweep: a sweep's points are not repeated yet; repeat one point with `agentx-host run --trials {trials} --concurrency N`, or run the sweep again with another --random-seed and compare the two with `agentx-host compare`"
+        );
+    }
     if run.shard.is_some() {
         anyhow::bail!(
             "a sweep runs in one process: shard each point with `agentx-host run --shard I/N` (or srun) instead"
