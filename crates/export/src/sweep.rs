@@ -232,6 +232,17 @@ pub struct FindMaxAnswer {
     pub agents_per_gpu: Option<f64>,
 }
 
+impl FindMaxAnswer {
+    /// The objectives that bound the answer, as a list for a line (`-` for none).
+    pub fn bound_by_text(&self) -> String {
+        if self.bound_by.is_empty() {
+            "-".to_string()
+        } else {
+            self.bound_by.join(", ")
+        }
+    }
+}
+
 /// The passing point with the most goodput.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoodputPeak {

@@ -723,11 +723,7 @@ fn find_max_title(found: &crate::sweep::FindMaxAnswer) -> String {
         (Some(n), true) => format!(
             ": max concurrent agents {n} ({} does not meet it, bound by {}; resolution {} lanes)",
             found.first_failing.map_or("-".into(), |x| x.to_string()),
-            if found.bound_by.is_empty() {
-                "-".to_string()
-            } else {
-                found.bound_by.join(", ")
-            },
+            found.bound_by_text(),
             found.resolution
         ),
         (Some(n), false) => format!(": every point met it, up to {n}; the maximum may lie above"),

@@ -699,14 +699,7 @@ struct Stops<'a> {
 async fn precision_reached(
     early: &mut Option<&mut watch::Receiver<Option<String>>>,
 ) -> Option<String> {
-    match early {
-        Some(rx) => rx
-            .wait_for(Option::is_some)
-            .await
-            .ok()
-            .and_then(|v| v.clone()),
-        None => std::future::pending().await,
-    }
+    shard::once_set(early).await
 }
 
 /// Profiling until the duration, a threshold trip, an interrupt (here or in another shard), or

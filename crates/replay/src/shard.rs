@@ -96,7 +96,14 @@ pub(super) fn interrupted(
 pub(super) async fn other_shard(
     remote: &mut Option<&mut watch::Receiver<Option<(StopReason, String)>>>,
 ) -> Option<(StopReason, String)> {
-    match remote {
+    once_set(remote).await
+}
+
+/// The value a watch is set to, once it is; pending forever without a watch.
+pub(super) async fn once_set<T: Clone>(
+    watched: &mut Option<&mut watch::Receiver<Option<T>>>,
+) -> Option<T> {
+    match watched {
         Some(rx) => rx
             .wait_for(Option::is_some)
             .await

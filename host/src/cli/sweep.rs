@@ -340,11 +340,7 @@ fn print_slo(sweep: &crate::export::sweep::Sweep) {
             (Some(max), true) => outln!(
                 "find-max      concurrency {max} meets the SLO; {} does not, bound by {} (resolution {} lanes)",
                 found.first_failing.map_or("-".into(), |x| x.to_string()),
-                if found.bound_by.is_empty() {
-                    "-".to_string()
-                } else {
-                    found.bound_by.join(", ")
-                },
+                found.bound_by_text(),
                 found.resolution
             ),
             (Some(max), false) => outln!(
