@@ -114,6 +114,20 @@ fn the_windows_energy_is_the_simulators_and_each_joule_figure_divides_it() {
         .unwrap();
     let per_token_j = energy["joules_per_output_token"].as_f64().unwrap();
     assert!((per_token_mj - 1e3 * per_token_j).abs() < 1e-9 * per_token_mj.max(1.0));
+    let telemetry = &aggregate["telemetry_data"];
+    let endpoint = format!("{}/dcgm", sim.url().trim_start_matches("http://"));
+    let gpu = &telemetry["endpoints"][&endpoint]["gpus"]["gpu_0"];
+    assert_eq!(gpu["gpu_uuid"], "GPU-agentx-sim-0", "{telemetry}");
+    let power = &gpu["metrics"]["nvidia_power_usage"];
+    assert_eq!(power["unit"], "W");
+    assert!(power["min"].as_f64().unwrap() >= IDLE_W, "{power}");
+    let energy_mj = gpu["metrics"]["nvidia_energy_consumption"]["avg"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (energy_mj * 1e6 / total - 1.0).abs() < 0.05,
+        "{energy_mj} MJ against {total} J"
+    );
     assert!(run.stdout().contains("energy        "), "{}", run.stdout());
 }
 

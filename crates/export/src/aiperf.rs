@@ -82,12 +82,9 @@ pub struct RunInfo {
     pub goodput: Option<Goodput>,
     /// The cache truth, written as `agentx_cache` (its totals and its rows by turn index).
     pub cache: Option<agentx_metrics::cache_truth::CacheReport>,
-    /// The GPUs' energy over the window (`--gpu-telemetry`) and their platform: aiperf's energy
-    /// metrics (`nvidia_total_gpu_energy`, ...).
-    pub energy: Option<(
-        agentx_metrics::energy::EnergyReport,
-        agentx_metrics::gpu::Vendor,
-    )>,
+    /// The GPUs over the window (`--gpu-telemetry`): aiperf's energy metrics
+    /// (`nvidia_total_gpu_energy`, ...) and `telemetry_data`.
+    pub energy: Option<crate::gpu_telemetry::GpuWindow>,
 }
 
 /// How `profile_export.jsonl` names the warmup phase: the one place that choice lives. In both
@@ -500,10 +497,12 @@ pub(crate) fn aggregate_json(records: &[RequestRecord], info: &RunInfo) -> Order
     if let Some(block) = theoretical_prefix_cache_hit(&prof, info) {
         aggregate.put_ordered("theoretical_prefix_cache_hit", block);
     }
-    if let Some((energy, vendor)) = &info.energy {
-        for (tag, unit, value) in crate::gpu_telemetry::aggregate_metrics(energy, *vendor) {
+    if let Some(gpus) = &info.energy {
+        for (tag, unit, value) in crate::gpu_telemetry::aggregate_metrics(&gpus.energy, gpus.vendor)
+        {
             aggregate.put(&tag, json!({"unit": unit, "avg": value}));
         }
+        aggregate.put("telemetry_data", gpus.telemetry_data.clone());
     }
     if let Some(cache) = &info.cache {
         // agentx's own key beside aiperf's: the achievable and measured hit, the misses by cause.

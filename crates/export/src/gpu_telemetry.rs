@@ -111,6 +111,144 @@ pub fn jsonl(log: &ScrapeLog, anchor_unix_ns: u64) -> String {
     out
 }
 
+/// aiperf's unit of a `telemetry_data` field.
+fn field_unit(metric: &gpu::GpuMetric) -> &'static str {
+    match metric.quantity {
+        Quantity::Power => "W",
+        Quantity::Energy => "MJ",
+        Quantity::Utilization => "%",
+        Quantity::MemoryUsed => "GB",
+        Quantity::SmClock => "MHz",
+        Quantity::Throttle => "",
+    }
+}
+
+/// One field's statistics over the window's scrapes, as aiperf's `JsonMetricResult`: a counter's
+/// increase (`avg`), else the mean, range, population deviation and percentiles of the samples.
+fn field_stats(metric: &gpu::GpuMetric, mut values: Vec<f64>) -> Option<Json> {
+    let (&first, &last) = (values.first()?, values.last()?);
+    let unit = field_unit(metric);
+    if metric.quantity == Quantity::Energy {
+        return Some(json!({"unit": unit, "avg": (last - first).max(0.0), "count": values.len()}));
+    }
+    values.sort_unstable_by(f64::total_cmp);
+    let mean = agentx_record::dist::mean(&values);
+    let mut block = json!({
+        "unit": unit,
+        "avg": mean,
+        "min": values[0],
+        "max": values[values.len() - 1],
+        "std": agentx_record::dist::std(&values, mean, agentx_record::dist::Deviation::Population),
+        "count": values.len(),
+    });
+    for p in [1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0] {
+        block[format!("p{p:.0}")] = json!(agentx_record::dist::percentile(&values, p));
+    }
+    Some(block)
+}
+
+/// `profile_export_aiperf.json`'s `telemetry_data`, as aiperf writes it: the endpoints configured
+/// and read, the window's wall-clock edges, and per endpoint (`host:port`) and GPU (`gpu_<index>`)
+/// each field's statistics over the scrapes inside the window `(start, end)` on the run's clock.
+pub fn telemetry_data(log: &ScrapeLog, (start, end): (u64, u64), anchor_unix_ns: u64) -> Json {
+    let display = |url: &str| {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        rest.strip_suffix("/metrics").unwrap_or(rest).to_string()
+    };
+    let wall = |ns: u64| {
+        chrono::DateTime::from_timestamp_nanos((anchor_unix_ns + ns) as i64)
+            .naive_utc()
+            .format("%Y-%m-%dT%H:%M:%S%.6f")
+            .to_string()
+    };
+    let mut endpoints = Map::new();
+    for endpoint in &log.endpoints {
+        let mut gpus = Map::new();
+        for lines in endpoint_gpus(endpoint).values() {
+            let mut metrics = Map::new();
+            for metric in gpu::all() {
+                let Some(field) = metric.aiperf_field else {
+                    continue;
+                };
+                if metrics.contains_key(field) {
+                    continue;
+                }
+                let values: Vec<f64> = lines
+                    .fields
+                    .iter()
+                    .filter(|(idx, _)| {
+                        let at = endpoint.scrape_ns[**idx as usize];
+                        (start..=end).contains(&at)
+                    })
+                    .filter_map(|(_, fields)| fields.get(field)?.as_f64())
+                    .collect();
+                if lines.vendor == metric.vendor {
+                    if let Some(block) = field_stats(metric, values) {
+                        metrics.insert(field.to_string(), block);
+                    }
+                }
+            }
+            let index = lines.identity.index.clone().unwrap_or_default();
+            gpus.insert(
+                format!("gpu_{index}"),
+                json!({
+                    "gpu_index": index.parse::<u64>().unwrap_or(0),
+                    "gpu_name": lines.identity.model.clone().unwrap_or_default(),
+                    "gpu_uuid": lines.identity.uuid.clone().unwrap_or_else(|| lines.identity.key.clone()),
+                    "platform": lines.vendor.name(),
+                    "hostname": lines.identity.hostname,
+                    "metrics": metrics,
+                }),
+            );
+        }
+        endpoints.insert(display(&endpoint.url), json!({ "gpus": gpus }));
+    }
+    let configured: Vec<String> = log.endpoints.iter().map(|e| display(&e.url)).collect();
+    let successful: Vec<String> = log
+        .endpoints
+        .iter()
+        .filter(|e| !e.scrape_ns.is_empty())
+        .map(|e| display(&e.url))
+        .collect();
+    json!({
+        "summary": {
+            "endpoints_configured": configured,
+            "endpoints_successful": successful,
+            "start_time": wall(start),
+            "end_time": wall(end),
+        },
+        "endpoints": endpoints,
+    })
+}
+
+/// What `profile_export_aiperf.json` carries of the GPUs: the window's energy, their platform (the
+/// metric names' prefix) and `telemetry_data`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuWindow {
+    /// The window's energy.
+    pub energy: EnergyReport,
+    /// The GPUs' platform.
+    pub vendor: Vendor,
+    /// aiperf's `telemetry_data` block.
+    pub telemetry_data: Json,
+}
+
+impl GpuWindow {
+    /// The GPU side of the window `(start, end)` on the run's clock (`anchor_unix_ns` its start).
+    pub fn of(
+        log: &ScrapeLog,
+        window: (u64, u64),
+        anchor_unix_ns: u64,
+        energy: EnergyReport,
+    ) -> GpuWindow {
+        GpuWindow {
+            energy,
+            vendor: platform(log),
+            telemetry_data: telemetry_data(log, window, anchor_unix_ns),
+        }
+    }
+}
+
 /// Writes `gpu_telemetry_export.jsonl` into the run's directory.
 pub fn write_jsonl(art: &Root, log: &ScrapeLog, anchor_unix_ns: u64) -> std::io::Result<PathBuf> {
     art.write_atomic(JSONL_FILE, jsonl(log, anchor_unix_ns).as_bytes())

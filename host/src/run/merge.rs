@@ -490,10 +490,7 @@ fn merged_summary(
     is_tree_run: bool,
 ) -> anyhow::Result<(
     crate::metrics::Summary,
-    Option<(
-        crate::metrics::energy::EnergyReport,
-        crate::metrics::gpu::Vendor,
-    )>,
+    Option<crate::export::gpu_telemetry::GpuWindow>,
 )> {
     let records = &timeline.records;
     let (profiling_start, profiling_end) = timeline.window.unwrap_or((0, 0));
@@ -519,13 +516,18 @@ fn merged_summary(
             gpus: first.gpus,
         },
     );
+    // Shard 0's scrapes are on its own clock: the merged window moved back onto it.
+    let shard0_delta = u64::try_from(shards[0].anchor - timeline.anchor).unwrap_or(0);
     let energy = merged_energy(
         &shards[0].dir,
-        (profiling_start, profiling_end),
+        (
+            profiling_start.saturating_sub(shard0_delta),
+            profiling_end.saturating_sub(shard0_delta),
+        ),
         &summary,
         first,
     );
-    summary.energy = energy.as_ref().map(|(report, _)| report.clone());
+    summary.energy = energy.as_ref().map(|gpus| gpus.energy.clone());
     if let Some(spec) = &first.session_slo {
         let slo = crate::metrics::sessions::SessionSlo::parse(spec)
             .map_err(|e| anyhow!("shard 0's manifest: session_slo {spec:?}: {e}"))?;
@@ -599,10 +601,7 @@ fn merged_energy(
     window: (u64, u64),
     summary: &crate::metrics::Summary,
     first: &Manifest,
-) -> Option<(
-    crate::metrics::energy::EnergyReport,
-    crate::metrics::gpu::Vendor,
-)> {
+) -> Option<crate::export::gpu_telemetry::GpuWindow> {
     let path = shard0.join(crate::client::scrape_journal::GPU_TELEMETRY_JOURNAL);
     if !path.is_file() {
         return None;
@@ -623,7 +622,10 @@ fn merged_energy(
         expected_gpus: first.gpus.map(u64::from),
     };
     let report = crate::metrics::energy::EnergyReport::of(&log, window, denominators);
-    Some((report, crate::export::gpu_telemetry::platform(&log)))
+    let anchor = first.started_unix_ns;
+    Some(crate::export::gpu_telemetry::GpuWindow::of(
+        &log, window, anchor, report,
+    ))
 }
 
 /// What the merge reads of the corpus the shards replayed: each stream's recorded times (the

@@ -548,12 +548,18 @@ fn exports(
         ),
         goodput: cfg.goodput.clone(),
         cache: summary.cache.clone(),
-        energy: summary.energy.clone().zip(
-            ended
-                .gpu_log
-                .as_ref()
-                .map(crate::export::gpu_telemetry::platform),
-        ),
+        energy: summary
+            .energy
+            .clone()
+            .zip(ended.gpu_log.as_ref())
+            .map(|(energy, log)| {
+                crate::export::gpu_telemetry::GpuWindow::of(
+                    log,
+                    (p0, p1),
+                    d.clock.anchor_unix_ns(),
+                    energy,
+                )
+            }),
     };
     let server = scrape_log.map(|log| {
         check_scrapes(cfg, log);
