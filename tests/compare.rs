@@ -53,7 +53,7 @@ fn short_corpus(dir: &Path) -> PathBuf {
 fn run(url: &str, corpus: &Path, out: &Path, seed: &str, lanes: &str, seconds: &str) {
     let mut args = corpus_args("run", Some("agentx-mvp"), corpus, url);
     let at = args.iter().position(|arg| arg == "--random-seed").unwrap();
-    args[at + 1] = seed.to_owned();
+    seed.clone_into(&mut args[at + 1]);
     args.extend(
         [
             "--concurrency",

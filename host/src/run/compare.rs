@@ -75,7 +75,12 @@ pub fn compare(a: &Path, b: &Path, level: Option<Level>) -> anyhow::Result<Compa
             let (level, seed) = level_and_seed(level, &read_run(first_a)?.manifest)?;
             report.level = level.get();
             for (concurrency, dir_a, dir_b) in common {
-                let family = pair(&[dir_a.clone()], &[dir_b.clone()], level, seed)?;
+                let family = pair(
+                    std::slice::from_ref(dir_a),
+                    std::slice::from_ref(dir_b),
+                    level,
+                    seed,
+                )?;
                 report.points.push(PointFamily {
                     concurrency,
                     family,
