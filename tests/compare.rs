@@ -10,15 +10,15 @@ use serde_json::Value;
 
 use crate::support::{corpus_args, fixture, Run, Sim};
 
-/// A simulator whose decode step is 10 ms scaled by `speed` whatever runs beside it (so lanes do
-/// not slow each other) and whose prefill costs 5 ms plus 1 µs per uncached prompt token.
-fn sim(speed: f64) -> Sim {
+/// A simulator whose decode step is 10 ms scaled by `speed`, plus `per_seq` for each other
+/// sequence running, and whose prefill costs 5 ms plus 1 µs per uncached prompt token.
+fn sim(speed: f64, per_seq: Duration) -> Sim {
     let mut cfg = SimConfig::max();
     cfg.timing = Timing::Modeled(ModelTiming {
         prefill_tokens_per_s: 1e6,
         prefill_overhead: Duration::from_millis(5),
         itl_base: Duration::from_millis(10),
-        itl_per_seq: Duration::ZERO,
+        itl_per_seq: per_seq,
         speed,
     });
     Sim::start(cfg)
@@ -49,15 +49,14 @@ fn short_corpus(dir: &Path) -> PathBuf {
     path
 }
 
-/// A run of the short corpus against `url` into `out`, with `lanes` lanes for `seconds`.
-fn run(url: &str, corpus: &Path, out: &Path, seed: &str, lanes: &str, seconds: &str) {
-    let mut args = corpus_args("run", Some("agentx-mvp"), corpus, url);
+/// A run of the short corpus under `scenario` against `url` into `out` for `seconds`, then
+/// `extra`.
+fn run(url: &str, corpus: &Path, out: &Path, seed: &str, seconds: &str, extra: &[&str]) {
+    let mut args = corpus_args("run", None, corpus, url);
     let at = args.iter().position(|arg| arg == "--random-seed").unwrap();
     seed.clone_into(&mut args[at + 1]);
     args.extend(
         [
-            "--concurrency",
-            lanes,
             "--benchmark-duration",
             seconds,
             "--ignore-trace-delays",
@@ -66,9 +65,13 @@ fn run(url: &str, corpus: &Path, out: &Path, seed: &str, lanes: &str, seconds: &
         ]
         .map(String::from),
     );
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     let r = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
 }
+
+/// One closed-loop lane of the `agentx-mvp` scenario.
+const ONE_LANE: [&str; 4] = ["--scenario", "agentx-mvp", "--concurrency", "1"];
 
 /// `agentx-host compare A B -o OUT --json`.
 fn compare(a: &Path, b: &Path, out: &Path) -> Run {
@@ -107,10 +110,24 @@ fn written(r: &Run, out: &Path) -> Value {
 fn runs_that_differ_only_by_their_seed_show_no_difference() {
     let work = tempfile::tempdir().unwrap();
     let corpus = short_corpus(work.path());
-    let server = sim(1.0);
+    // Sessions arrive at random (an open loop), so the number running, and with it the decode
+    // step, varies from request to request: a figure's spread is the workload's, not the host's
+    // timer jitter.
+    let server = sim(1.0, Duration::from_millis(5));
+    let open = [
+        "--scenario",
+        "agentx-open",
+        "--concurrency",
+        "64",
+        "--session-arrival-rate",
+        "15",
+    ];
+    // Both at once against one server: whatever else loads the host loads both alike.
     let (a, b) = (work.path().join("a"), work.path().join("b"));
-    run(&server.url(), &corpus, &a, "42", "4", "3");
-    run(&server.url(), &corpus, &b, "43", "4", "3");
+    std::thread::scope(|scope| {
+        scope.spawn(|| run(&server.url(), &corpus, &a, "42", "3", &open));
+        run(&server.url(), &corpus, &b, "43", "3", &open);
+    });
     assert!(
         sessions(&a) >= 30 && sessions(&b) >= 30,
         "{} {}",
@@ -143,16 +160,51 @@ fn runs_that_differ_only_by_their_seed_show_no_difference() {
         );
         assert!(lo <= 1.0 && 1.0 <= hi, "{name}: {figure}");
     }
+
+    // Both runs as the trials of one point: their sessions pooled over the sum of their windows.
+    let trials = work.path().join("trials");
+    std::fs::create_dir(&trials).unwrap();
+    std::fs::write(trials.join("trials.json"), "{}\n").unwrap();
+    std::os::unix::fs::symlink(&a, trials.join("trial_0")).unwrap();
+    std::os::unix::fs::symlink(&b, trials.join("trial_1")).unwrap();
+    let out = work.path().join("cmp-trials");
+    let json = written(&compare(&trials, &trials, &out), &out);
+    assert_eq!(json["kind"], "trials");
+    let pooled = json["figures"]["request_throughput"]["a"].as_f64().unwrap();
+    let (rate_a, window_a) = rate_and_window(&a);
+    let (rate_b, window_b) = rate_and_window(&b);
+    let expected = (rate_a * window_a + rate_b * window_b) / (window_a + window_b);
+    assert!(
+        (pooled - expected).abs() < 1e-9 * expected,
+        "{pooled} {expected}"
+    );
+    assert!(pooled != rate_a && pooled != rate_b, "{pooled}");
+}
+
+/// A run's request throughput (its interval's estimate) and its profiling window in seconds.
+fn rate_and_window(run: &Path) -> (f64, f64) {
+    let read = |name: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(run.join(name)).unwrap()).unwrap()
+    };
+    let rate = read("run_summary.json")["summary"]["intervals"]["figures"]["request_throughput"]
+        ["estimate"]
+        .as_f64()
+        .unwrap();
+    let window = &read("run_manifest.json")["profiling_ns"];
+    let ns = window[1].as_u64().unwrap() - window[0].as_u64().unwrap();
+    (rate, ns as f64 / 1e9)
 }
 
 #[test]
 fn a_server_a_quarter_faster_shows_b_faster_on_itl() {
     let work = tempfile::tempdir().unwrap();
     let corpus = short_corpus(work.path());
-    let (slow, fast) = (sim(1.0), sim(1.25));
+    let (slow, fast) = (sim(1.0, Duration::ZERO), sim(1.25, Duration::ZERO));
     let (a, b) = (work.path().join("a"), work.path().join("b"));
-    run(&slow.url(), &corpus, &a, "42", "1", "6");
-    run(&fast.url(), &corpus, &b, "42", "1", "6");
+    std::thread::scope(|scope| {
+        scope.spawn(|| run(&slow.url(), &corpus, &a, "42", "6", &ONE_LANE));
+        run(&fast.url(), &corpus, &b, "42", "6", &ONE_LANE);
+    });
     let out = work.path().join("cmp");
     let r = compare(&a, &b, &out);
     let json = written(&r, &out);
@@ -199,9 +251,9 @@ fn a_server_a_quarter_faster_shows_b_faster_on_itl() {
 fn what_is_not_two_comparable_directories_is_refused_by_name() {
     let work = tempfile::tempdir().unwrap();
     let corpus = short_corpus(work.path());
-    let server = sim(4.0);
+    let server = sim(4.0, Duration::ZERO);
     let a = work.path().join("a");
-    run(&server.url(), &corpus, &a, "42", "2", "1");
+    run(&server.url(), &corpus, &a, "42", "1", &ONE_LANE);
     let out = work.path().join("cmp");
 
     let missing = work.path().join("nowhere");
