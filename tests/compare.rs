@@ -314,6 +314,7 @@ fn what_is_not_two_comparable_directories_is_refused_by_name() {
     let r = compare(&sweep, &sweep, &out);
     let json = written(&r, &out);
     assert_eq!(json["kind"], "sweep");
+    assert!(out.join("sweep_compare.html").is_file());
     assert_eq!(json["points"][0]["concurrency"], 2);
     let figures = json["points"][0]["figures"].as_object().unwrap();
     assert!(!figures.is_empty());

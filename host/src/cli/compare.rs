@@ -23,8 +23,8 @@ pub struct CompareArgs {
     /// else 0.95].
     #[arg(long, visible_alias = "confidence-level", value_name = "LEVEL", value_parser = confidence_level)]
     pub(crate) confidence: Option<Level>,
-    /// Where compare.json and compare.html go [default: a fresh
-    /// artifacts/compare-<UTC time>-<id>].
+    /// Where compare.json and compare.html go (with two sweeps, also their overlaid views,
+    /// sweep_compare.*) [default: a fresh artifacts/compare-<UTC time>-<id>].
     #[arg(short = 'o', long, alias = "artifact-dir", value_name = "DIR")]
     pub(crate) output_artifact_dir: Option<PathBuf>,
     /// Print compare.json instead of a line per figure.
@@ -49,7 +49,13 @@ pub(crate) fn main(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         let id = format!("{:016x}", rand::RngExt::random::<u64>(&mut rand::rng()));
         crate::run::artifact_dir::OutputDir::default().resolve("compare", &id, false)
     });
-    let written = write(&report, &out)?;
+    let mut written = write(&report, &out)?;
+    if report.kind == crate::export::compare::Kind::Sweep {
+        // Two sweeps are also drawn overlaid, as `sweep --compare` draws them.
+        written.extend(crate::export::sweep_views::write_compare(
+            &args.a, &args.b, &out,
+        )?);
+    }
     if args.json {
         out!("{}", report.to_json_pretty());
     } else {
