@@ -72,7 +72,7 @@ pub fn compare(a: &Path, b: &Path, level: Option<Level>) -> anyhow::Result<Compa
                     points_b.keys().collect::<Vec<_>>()
                 );
             };
-            let (level, seed) = level_and_seed(level, &read_run(first_a)?.manifest)?;
+            let (level, seed) = level_and_seed(level, &manifest_of(first_a)?)?;
             report.level = level.get();
             for (concurrency, dir_a, dir_b) in common {
                 let family = pair(
@@ -96,7 +96,7 @@ pub fn compare(a: &Path, b: &Path, level: Option<Level>) -> anyhow::Result<Compa
         }
         (held_a, held_b) => {
             let (dirs_a, dirs_b) = (run_dirs(held_a), run_dirs(held_b));
-            let (level, seed) = level_and_seed(level, &read_run(&dirs_a[0])?.manifest)?;
+            let (level, seed) = level_and_seed(level, &manifest_of(&dirs_a[0])?)?;
             report.level = level.get();
             report.whole = Some(pair(&dirs_a, &dirs_b, level, seed)?);
         }
@@ -194,8 +194,13 @@ struct RunFiles {
     energy_j: Option<f64>,
 }
 
+/// A run's manifest.
+fn manifest_of(dir: &Path) -> anyhow::Result<Manifest> {
+    Manifest::read_dir(dir).map_err(|e| anyhow!("{e}"))
+}
+
 fn read_run(dir: &Path) -> anyhow::Result<RunFiles> {
-    let manifest = Manifest::read_dir(dir).map_err(|e| anyhow!("{e}"))?;
+    let manifest = manifest_of(dir)?;
     let [start, end] = manifest.profiling_ns.ok_or_else(|| {
         anyhow!(
             "{}: no profiling window (profiling_ns): the run never profiled, so it has no figures to compare",
