@@ -7,6 +7,7 @@ mod cache_preflight;
 mod cache_truth;
 mod cli;
 mod cli_reference;
+mod compare;
 mod corpora;
 mod dashboard;
 mod dataset;

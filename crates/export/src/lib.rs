@@ -6,6 +6,7 @@
 
 pub mod aiperf;
 pub mod bmk;
+pub mod compare;
 mod gantt;
 pub mod gpu_telemetry;
 pub mod html;

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 
+pub mod compare;
 pub mod dataset;
 mod extra_inputs;
 pub mod finalize;
@@ -93,6 +94,11 @@ pub enum Command {
         )),
     )]
     Sweep(Box<sweep::SweepArgs>),
+    /// Compare run B with run A figure by figure (two runs, two --trials points or two sweeps):
+    /// B / A with its interval from session bootstraps of both, and a verdict ("B faster by
+    /// 12 % (9 %-15 %)", "no difference shown") holding for all figures together; compare.json and
+    /// compare.html.
+    Compare(compare::CompareArgs),
     /// Merge the shard directories of a sharded run into one artifact directory that reads like a
     /// run in one process.
     Merge(merge::MergeArgs),
@@ -248,6 +254,7 @@ fn run(cli: Cli, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         Command::Sweep(args) => sweep::main(&args, argv),
         Command::Plot(args) => report::plot_main(&args),
         Command::Merge(args) => merge::main(&args),
+        Command::Compare(args) => compare::main(&args),
         Command::Dataset(args) => {
             dataset::run(args)?;
             Ok(ExitCode::SUCCESS)

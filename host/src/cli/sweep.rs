@@ -44,7 +44,8 @@ pub struct SweepArgs {
     pub(crate) result_filename: String,
     /// Compare two finished sweeps instead of running one: their points overlaid in the same views
     /// and the ratio B/A per concurrency, written to --output-artifact-dir (sweep_compare.json,
-    /// .csv, .png, .html).
+    /// .csv, .png, .html); and, as `agentx-host compare` judges them, each common concurrency's
+    /// figures with their intervals and verdicts (compare.json, compare.html).
     #[arg(long, num_args = 2, value_names = ["DIR_A", "DIR_B"])]
     pub(crate) compare: Option<Vec<std::path::PathBuf>>,
     /// Start a fresh server for every point: CMD runs under `sh -c` in a process group of its
@@ -162,6 +163,17 @@ pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCo
         for note in &comparison.notes {
             errln!("note: {note}");
         }
+        // The same verdicts as `agentx-host compare`, per common concurrency.
+        let given_level = argv
+            .iter()
+            .any(|arg| arg.starts_with("--confidence"))
+            .then_some(args.run.confidence);
+        let verdicts = crate::run::compare::compare(&dirs[0], &dirs[1], given_level)?;
+        for line in verdicts.lines() {
+            outln!("{line}");
+        }
+        let mut files = files;
+        files.extend(super::compare::write(&verdicts, out)?);
         outln!("compare       {}", out.display());
         for file in &files {
             if let Some(name) = file.file_name() {

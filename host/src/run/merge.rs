@@ -631,7 +631,7 @@ fn merged_energy(
 /// What the merge reads of the corpus the shards replayed: each stream's recorded times (the
 /// slowdown's baseline) and, for a session-tree run, each tree's streams (what a whole job runs),
 /// from the trees as the default nested basis builds them. Empty without the corpus.
-fn corpus_facts(
+pub(super) fn corpus_facts(
     dataset: Option<&crate::dataset::Dataset>,
     is_tree_run: bool,
     records: &[RequestRecord],
@@ -666,7 +666,7 @@ fn corpus_facts(
 
 /// The dataset the shards replayed, for what the merge reads of the corpus (the theoretical
 /// prefix-cache hit rate, the sessions' recorded times); `None`, with a warning, when it is gone.
-fn dataset_of(m: &Manifest) -> Option<crate::dataset::Dataset> {
+pub(super) fn dataset_of(m: &Manifest) -> Option<crate::dataset::Dataset> {
     let src = m.dataset.source.display().to_string();
     if src.is_empty() {
         return None;

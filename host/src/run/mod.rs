@@ -8,6 +8,7 @@
 //! but logs.
 
 pub mod artifact_dir;
+pub mod compare;
 pub mod config;
 pub mod connect;
 pub mod finalize;

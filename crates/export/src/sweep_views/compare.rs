@@ -1,5 +1,6 @@
-//! Two sweeps side by side (`agentx-host compare`): the per-concurrency figures of each, their ratios,
-//! and the comparison's JSON, CSV, chart and page.
+//! Two sweeps side by side (`sweep --compare`): the per-concurrency figures of each, their point
+//! ratios, and the overlay's JSON, CSV, chart and page. The verdicts with intervals are
+//! [`crate::compare`]'s.
 
 use super::*;
 
