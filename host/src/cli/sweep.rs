@@ -147,40 +147,7 @@ fn server_spec(args: &SweepArgs) -> anyhow::Result<Option<ServerSpec>> {
 /// Runs `agentx-host sweep`.
 pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     if let Some(dirs) = &args.compare {
-        let out = &args
-            .run
-            .output_artifact_dir
-            .clone()
-            .unwrap_or_else(|| crate::run::artifact_dir::DEFAULT_PARENT.into());
-        let files = crate::export::sweep_views::write_compare(&dirs[0], &dirs[1], out)?;
-        let comparison = crate::export::sweep_views::compare(
-            &crate::export::sweep_views::read_sweep(&dirs[0])?,
-            &crate::export::sweep_views::read_sweep(&dirs[1])?,
-            &dirs[0].display().to_string(),
-            &dirs[1].display().to_string(),
-        );
-        out!("{}", comparison.csv());
-        for note in &comparison.notes {
-            errln!("note: {note}");
-        }
-        // The same verdicts as `agentx-host compare`, per common concurrency.
-        let given_level = argv
-            .iter()
-            .any(|arg| arg.starts_with("--confidence"))
-            .then_some(args.run.confidence);
-        let verdicts = crate::run::compare::compare(&dirs[0], &dirs[1], given_level)?;
-        for line in verdicts.lines() {
-            outln!("{line}");
-        }
-        let mut files = files;
-        files.extend(super::compare::write(&verdicts, out)?);
-        outln!("compare       {}", out.display());
-        for file in &files {
-            if let Some(name) = file.file_name() {
-                outln!("  {}", name.to_string_lossy());
-            }
-        }
-        return Ok(ExitCode::SUCCESS);
+        return compare_sweeps(args, &argv, dirs);
     }
     let concurrency = parse_concurrency(args.run.concurrency.as_deref().ok_or_else(|| {
         anyhow!("--concurrency is required: the sweep's points, e.g. --concurrency 1,4,16,64,256")
@@ -302,6 +269,49 @@ pub(crate) fn main(args: &SweepArgs, argv: Vec<String>) -> anyhow::Result<ExitCo
         errln!("interrupted: the finished points are kept; rerun with --resume to run the rest");
     }
     Ok(ExitCode::from(out.code()))
+}
+
+/// `sweep --compare A B`: the two sweeps overlaid (`sweep_compare.*`) and the same verdicts as
+/// `agentx-host compare`, per common concurrency.
+fn compare_sweeps(
+    args: &SweepArgs,
+    argv: &[String],
+    dirs: &[std::path::PathBuf],
+) -> anyhow::Result<ExitCode> {
+    let out = &args
+        .run
+        .output_artifact_dir
+        .clone()
+        .unwrap_or_else(|| crate::run::artifact_dir::DEFAULT_PARENT.into());
+    let files = crate::export::sweep_views::write_compare(&dirs[0], &dirs[1], out)?;
+    let comparison = crate::export::sweep_views::compare(
+        &crate::export::sweep_views::read_sweep(&dirs[0])?,
+        &crate::export::sweep_views::read_sweep(&dirs[1])?,
+        &dirs[0].display().to_string(),
+        &dirs[1].display().to_string(),
+    );
+    out!("{}", comparison.csv());
+    for note in &comparison.notes {
+        errln!("note: {note}");
+    }
+    // The same verdicts as `agentx-host compare`, per common concurrency.
+    let given_level = argv
+        .iter()
+        .any(|arg| arg.starts_with("--confidence"))
+        .then_some(args.run.confidence);
+    let verdicts = crate::run::compare::compare(&dirs[0], &dirs[1], given_level)?;
+    for line in verdicts.lines() {
+        outln!("{line}");
+    }
+    let mut files = files;
+    files.extend(super::compare::write(&verdicts, out)?);
+    outln!("compare       {}", out.display());
+    for file in &files {
+        if let Some(name) = file.file_name() {
+            outln!("  {}", name.to_string_lossy());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Refuses `--slo` objectives whose figures the runs would not measure, naming the flag to add.
