@@ -463,6 +463,10 @@ fn charts(sweeps: &[(&str, &Sweep)]) -> Vec<Chart> {
     };
     let mut pareto = Vec::new();
     let mut ttft = Vec::new();
+    // The job view where some point counted jobs (files from before jobs were counted have none).
+    let has_jobs = sweeps
+        .iter()
+        .any(|(_, s)| s.points.iter().any(|p| p.jobs_per_hour_per_user.is_some()));
     for (label, s) in sweeps {
         let chart_views = views(s, gpu);
         pareto.push(ChartSeries {
@@ -504,8 +508,10 @@ fn charts(sweeps: &[(&str, &Sweep)]) -> Vec<Chart> {
             group: None,
             x_log2: true,
         },
-        jobs_chart(sweeps, gpu, &name),
     ]
+    .into_iter()
+    .chain(has_jobs.then(|| jobs_chart(sweeps, gpu, &name)))
+    .collect()
 }
 
 /// The job view: whole jobs per hour per GPU (or in all) against jobs per hour per user, one
