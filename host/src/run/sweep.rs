@@ -847,9 +847,10 @@ mod tests {
         .map(String::from)
         .to_vec();
         let p = point_argv(&argv, 4, Path::new("out/conc_4"), 7, None);
+        // --gpus is a run flag too: each point divides its own figures by it.
         assert_eq!(
             p.join(" "),
-            "run --url http://h:8000 --benchmark-duration 60 --concurrency 4 --output-artifact-dir out/conc_4 --random-seed 7"
+            "run --url http://h:8000 --gpus=8 --benchmark-duration 60 --concurrency 4 --output-artifact-dir out/conc_4 --random-seed 7"
         );
         assert!(!inputs_argv(&argv).contains(&"--resume".to_string()));
         // A point of a sweep with --server-cmd runs against its server's URL.
