@@ -30,8 +30,8 @@ use common::{arg, corpus, mvp_plan, mvp_replay, Figures, SimAt};
 
 #[allow(clippy::too_many_arguments)]
 fn replay_once(
-    ds: &'static Dataset,
-    synth: &'static PromptSynth,
+    ds: &Dataset,
+    synth: &PromptSynth,
     sim_at: SimAt,
     conc: u32,
     secs: f64,
@@ -95,7 +95,7 @@ fn main() {
             subagents: false,
         },
     );
-    let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::new(42)));
+    let synth = &PromptSynth::new(42);
     println!(
         "corpus: {} synthetic traces, {} requests; live-assistant mode, think time off",
         ds.len(),
@@ -106,7 +106,7 @@ fn main() {
     println!("{}", common::cost_header());
     for &c in &conc {
         let f = replay_once(
-            ds,
+            &ds,
             synth,
             SimAt::Thread(Box::new(SimConfig::max())),
             c,
@@ -141,7 +141,7 @@ fn main() {
             },
         );
         let f = replay_once(
-            small,
+            &small,
             synth,
             SimAt::Thread(Box::new(cfg)),
             c,
@@ -182,7 +182,7 @@ fn main() {
             },
         );
         let f = replay_once(
-            big,
+            &big,
             synth,
             SimAt::Process(&[
                 "--ttft-ms",

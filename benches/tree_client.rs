@@ -75,7 +75,7 @@ const MEMORY_SIM: &[&str] = &[
 
 /// The corpus's trees and their planner view.
 struct Trees {
-    corpus: &'static TreeCorpus,
+    corpus: std::sync::Arc<TreeCorpus>,
     wit: Vec<Tree>,
 }
 
@@ -126,11 +126,9 @@ fn tree_plan(t: &Trees, conc: u32) -> (TreePlan, agentx::scenario::ScenarioInsta
         s.offset_ms = 0.0;
         s.lead_ms = 0.0;
     }
-    let c = t.corpus;
+    let c = &t.corpus;
     let plan = TreePlan {
-        streams: &c.streams,
-        trees: &c.trees,
-        first_stream: &c.first_stream,
+        corpus: std::sync::Arc::clone(c),
         whole: agentx::replay::tree::Whole::of(&lanes),
         lanes,
         shard: None,
@@ -151,9 +149,9 @@ fn tree_plan(t: &Trees, conc: u32) -> (TreePlan, agentx::scenario::ScenarioInsta
 
 /// A measured session-tree replay.
 fn tree_replay(
-    ds: &'static Dataset,
+    ds: &Dataset,
     t: &Trees,
-    synth: &'static PromptSynth,
+    synth: &PromptSynth,
     sim_at: SimAt,
     conc: u32,
     secs: f64,
@@ -195,9 +193,9 @@ fn row(conc: u32, what: &str, f: &Figures, in_flight: &str, trees: &str) -> Stri
 /// What every replay of the bench reads: the corpus, its trees, the prompt synthesizer and the
 /// profiling time per run.
 struct Bench {
-    ds: &'static Dataset,
+    ds: Dataset,
     trees: Trees,
-    synth: &'static PromptSynth,
+    synth: PromptSynth,
     secs: f64,
 }
 
@@ -225,7 +223,7 @@ impl Bench {
         let written = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let tc = TreeCorpus::open(
-            ds,
+            &ds,
             &TreeOpen {
                 cache_dir: Some(work.join("cache")),
                 ..TreeOpen::default()
@@ -233,7 +231,7 @@ impl Bench {
         )
         .unwrap();
         let built = t1.elapsed().as_secs_f64();
-        let tc: &'static TreeCorpus = Box::leak(Box::new(tc));
+        let tc = std::sync::Arc::new(tc);
         if !memory_run {
             println!(
                 "corpus: {} synthetic with-subagents traces ({} top-level requests), written and opened in {written:.1} s; \
@@ -248,10 +246,10 @@ impl Bench {
         Bench {
             ds,
             trees: Trees {
-                corpus: tc,
                 wit: tc.trees.iter().map(wit_tree).collect(),
+                corpus: tc,
             },
-            synth: Box::leak(Box::new(PromptSynth::new(42))),
+            synth: PromptSynth::new(42),
             secs,
         }
     }
@@ -259,7 +257,7 @@ impl Bench {
     /// One measured replay (`trees`, `mvp-streams` or `mvp-traces`) at `c` lanes: its figures, the
     /// peak requests in flight and the trees started.
     fn replay(&self, what: &str, sim: SimAt, c: u32, out: &Path) -> (Figures, u64, Option<u64>) {
-        let (ds, synth, secs) = (self.ds, self.synth, self.secs);
+        let (ds, synth, secs) = (&self.ds, &self.synth, self.secs);
         match what {
             "trees" => {
                 let (f, n) = tree_replay(ds, &self.trees, synth, sim, c, secs, out);

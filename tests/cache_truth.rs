@@ -28,7 +28,7 @@ fn open_golden_corpus(cache: &std::path::Path) -> Dataset {
 
 /// The chain of the messages as the simulator reads them: each message's content, in order.
 fn chain_of_messages(
-    conv: &Conversation<'_>,
+    conv: &Conversation,
     bust: Option<CacheBust<'_>>,
     block_size: u32,
 ) -> (Vec<u64>, u64) {

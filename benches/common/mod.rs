@@ -72,14 +72,14 @@ pub(crate) fn flag(name: &str) -> bool {
 }
 
 /// Writes a synthetic corpus to `dir/name` and opens it (its cache in `dir/cache`).
-pub(crate) fn corpus(dir: &Path, name: &str, opts: &SynthOptions) -> &'static Dataset {
+pub(crate) fn corpus(dir: &Path, name: &str, opts: &SynthOptions) -> Dataset {
     write_corpus(opts, &dir.join(name)).unwrap();
     open_corpus(dir, name)
 }
 
 /// Opens the corpus `dir/name` (its cache in `dir/cache`).
-pub(crate) fn open_corpus(dir: &Path, name: &str) -> &'static Dataset {
-    let ds = Dataset::open_path(
+pub(crate) fn open_corpus(dir: &Path, name: &str) -> Dataset {
+    Dataset::open_path(
         &dir.join(name),
         &OpenOptions {
             num_dataset_entries: None,
@@ -91,8 +91,7 @@ pub(crate) fn open_corpus(dir: &Path, name: &str) -> &'static Dataset {
             trace_block_size: None,
         },
     )
-    .unwrap();
-    Box::leak(Box::new(ds))
+    .unwrap()
 }
 
 /// A simulator in its own process (`agentx-host sim`), so this process's memory is the client's alone.
@@ -273,8 +272,8 @@ impl RssPeak {
 /// and nothing but overflows and end-of-grace cancellations may fail.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn measure<T, F, Fut>(
-    ds: &'static Dataset,
-    synth: &'static PromptSynth,
+    ds: &Dataset,
+    synth: &PromptSynth,
     scenario: ScenarioInstance,
     sim_at: SimAt,
     run_id: &str,
@@ -334,8 +333,8 @@ where
     let sim_at_profiling = sim.thread.clone();
     let u0 = getrusage(UsageWho::RUSAGE_SELF).unwrap();
     let (stop, extra) = rt.block_on(replay(ReplayInputs {
-        dataset: ds,
-        synth,
+        dataset: ds.clone(),
+        synth: synth.clone(),
         counter: TokenCounter::Words,
         client: Box::new(client),
         body,
@@ -418,11 +417,7 @@ pub(crate) fn scenario(name: &str) -> ScenarioInstance {
 /// The single-stream (agentx-mvp) plan of `ds` at `conc` lanes, seed 42, starts drawn between
 /// `ratios` of each trace, think times off (every delay 0): the client is kept as busy as the lanes
 /// allow.
-pub(crate) fn mvp_plan(
-    ds: &'static Dataset,
-    conc: u32,
-    ratios: (f64, f64),
-) -> (Plan, ScenarioInstance) {
+pub(crate) fn mvp_plan(ds: &Dataset, conc: u32, ratios: (f64, f64)) -> (Plan, ScenarioInstance) {
     let mut inst = scenario("agentx-mvp.wasm");
     let params = PlanParams {
         concurrency: conc,
@@ -448,8 +443,8 @@ pub(crate) fn mvp_plan(
 /// A measured single-stream replay (`replay::run`) of `plan` for `secs` of profiling.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn mvp_replay(
-    ds: &'static Dataset,
-    synth: &'static PromptSynth,
+    ds: &Dataset,
+    synth: &PromptSynth,
     plan: Plan,
     inst: ScenarioInstance,
     sim_at: SimAt,

@@ -17,9 +17,9 @@
 //!   [`chat_template::ChatTemplate::beside`] reads the model's chat template next to that
 //!   `tokenizer.json` (`--apply-chat-template`).
 //!
-//! Views and conversations borrow the [`Dataset`] and the [`PromptSynth`]. A replay that moves
-//! conversations into spawned tasks borrows them as `'static`: a run keeps each one once per
-//! process and distinct input (`run::kept`), so runs in one process share them.
+//! Views borrow the [`Dataset`]. A [`Conversation`] owns what it reads: a clone of the dataset (a
+//! handle on the shared mapping) and of the [`PromptSynth`] (its vocabulary is shared), so a replay
+//! moves conversations into spawned tasks, and what a run opened is freed when its last task ends.
 //!
 //! Import warnings (what aiperf accepts beyond this importer's checks, [`warnings`]) never fail an open;
 //! they are logged as one line and kept in the entry ([`Dataset::warnings`], [`Dataset::check_strict`]).
@@ -49,6 +49,7 @@ pub mod warnings;
 pub mod weka;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use agentx_tokens as tokens;
@@ -311,8 +312,8 @@ impl Dataset {
             ))
         })?;
         Ok(Dataset {
-            entry,
-            source,
+            entry: Arc::new(entry),
+            source: source.into(),
             alias: None,
             outcome: cache::Outcome::Hit,
         })
@@ -345,8 +346,8 @@ impl Dataset {
         tracing::debug!(key = %key.short_hex(), hashed, %format, "dataset cache key");
         let (entry, outcome) = store.get_or_build(&key, || build(&src.files, &sel, &key, &spec))?;
         let dataset = Dataset {
-            entry,
-            source: src.files.path().to_owned(),
+            entry: Arc::new(entry),
+            source: src.files.path().into(),
             alias: src.alias,
             outcome,
         };

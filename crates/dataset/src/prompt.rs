@@ -45,6 +45,8 @@
 //! text of the turn it answers (aiperf 0.13 always sends the recorded text in tree replays:
 //! docs/agentx-v1-reference.md P3).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::text::{block_stream, corpus_key, push_words, tail_stream, trace_key, Vocabulary};
@@ -147,11 +149,12 @@ pub enum PromptError {
     },
 }
 
-/// The settings that determine prompt text: the seed and the word vocabulary.
+/// The settings that determine prompt text: the seed and the word vocabulary. A clone shares the
+/// vocabulary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptSynth {
     seed: u64,
-    vocab: Vocabulary,
+    vocab: Arc<Vocabulary>,
     tiling: Tiling,
 }
 
@@ -160,7 +163,7 @@ impl PromptSynth {
     pub fn new(seed: u64) -> Self {
         PromptSynth {
             seed,
-            vocab: Vocabulary::STANDARD,
+            vocab: Arc::new(Vocabulary::STANDARD),
             tiling: Tiling::RecordedLength,
         }
     }
@@ -169,7 +172,7 @@ impl PromptSynth {
     pub fn for_counter(seed: u64, counter: &TokenCounter) -> Self {
         PromptSynth {
             seed,
-            vocab: counter.vocabulary().unwrap_or(Vocabulary::STANDARD),
+            vocab: Arc::new(counter.vocabulary().unwrap_or(Vocabulary::STANDARD)),
             tiling: Tiling::RecordedLength,
         }
     }
@@ -192,12 +195,13 @@ impl PromptSynth {
     }
 
     /// A session of `traj` whose first request is turn `start` (with the history of turns 0..start).
-    pub fn conversation<'a>(
-        &'a self,
-        traj: Trajectory<'a>,
+    /// The conversation holds its own handles on the dataset and this synthesizer's vocabulary.
+    pub fn conversation(
+        &self,
+        traj: Trajectory<'_>,
         start: usize,
         mode: AssistantMode,
-    ) -> Result<Conversation<'a>, PromptError> {
+    ) -> Result<Conversation, PromptError> {
         Conversation::new(self, traj, start, mode)
     }
 }
@@ -229,14 +233,14 @@ struct JsonCache {
 
 /// A session's messages, turn by turn.
 #[derive(Debug, Clone)]
-pub struct Conversation<'a> {
-    synth: &'a PromptSynth,
+pub struct Conversation {
+    synth: PromptSynth,
     /// The key of the trace's synthesized tails.
     key: u64,
     /// The key of block text: the trace's key, or the corpus's when its hash ids are global.
     block_key: u64,
     mode: AssistantMode,
-    st: Structure<'a>,
+    st: Structure,
     /// Live mode only: the messages as sent.
     live: Vec<Msg>,
     /// Live mode: history not answered live keeps its recorded assistant segments
@@ -252,10 +256,10 @@ pub struct Conversation<'a> {
     last: StepInfo,
 }
 
-impl<'a> Conversation<'a> {
+impl Conversation {
     fn new(
-        synth: &'a PromptSynth,
-        traj: Trajectory<'a>,
+        synth: &PromptSynth,
+        traj: Trajectory<'_>,
         start: usize,
         mode: AssistantMode,
     ) -> Result<Self, PromptError> {
@@ -272,7 +276,7 @@ impl<'a> Conversation<'a> {
             last = structure.step();
         }
         let mut conv = Conversation {
-            synth,
+            synth: synth.clone(),
             key: trace_key(synth.seed, traj.id()),
             block_key: if traj.global_hash_ids() {
                 corpus_key(synth.seed)
@@ -326,13 +330,13 @@ impl<'a> Conversation<'a> {
     }
 
     /// The trajectory being replayed.
-    pub fn trajectory(&self) -> Trajectory<'a> {
-        self.st.traj
+    pub fn trajectory(&self) -> Trajectory<'_> {
+        self.st.traj()
     }
 
     /// Whether the current turn is the trajectory's last.
     pub fn is_final(&self) -> bool {
-        self.turn() + 1 >= self.st.traj.num_turns()
+        self.turn() + 1 >= self.st.traj().num_turns()
     }
 
     /// What the step into the current turn did (reset, delta sizes).
@@ -343,8 +347,8 @@ impl<'a> Conversation<'a> {
     /// Moves to the next turn. In live mode `live_reply` (the server's reply to the current turn) is
     /// appended as an assistant message first; in recorded mode it is ignored.
     pub fn advance(&mut self, live_reply: Option<&str>) -> Result<StepInfo, PromptError> {
-        let traj = self.st.traj;
         if self.is_final() {
+            let traj = self.st.traj();
             return Err(PromptError::NoSuchTurn {
                 trace: traj.id().to_owned(),
                 turn: self.turn() + 1,
@@ -418,7 +422,7 @@ impl<'a> Conversation<'a> {
     fn write_content(&self, out: &mut Vec<u8>, m: MsgRef<'_>) {
         match m {
             MsgRef::Blocks(s) => {
-                let block = self.st.traj.block_size() as usize;
+                let block = self.st.traj().block_size() as usize;
                 out.reserve(super::text::max_bytes(
                     (s.end - s.start) * block + s.tail.map_or(0, |t| t.words() as usize),
                 ));
@@ -583,7 +587,7 @@ impl<'a> Conversation<'a> {
     /// Tokens of the current prompt under the word model, markers excluded: exactly the turn's `in` in
     /// recorded mode.
     pub fn prompt_words(&self) -> u64 {
-        let block = u64::from(self.st.traj.block_size());
+        let block = u64::from(self.st.traj().block_size());
         let mut words = 0;
         self.for_each_msg(|_, m| {
             words += match m {

@@ -4,18 +4,21 @@
 //! and hash-id lists are slices of the mapped pool. Every index a view follows was bounds-checked when the
 //! entry was validated ([`super::cache::Layout::parse`]), so no accessor can fail on an opened dataset.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use super::alias::Alias;
 use super::cache::{rd_f64, rd_u32, rd_u64, CacheKey, Entry, Outcome, TRACE_REC, TURN_REC};
 use super::mmap::as_u32s;
 use super::weka::RequestKind;
 
-/// An opened corpus: a mapped, validated cache entry plus where it came from.
-#[derive(Debug)]
+/// An opened corpus: a mapped, validated cache entry plus where it came from. A clone is another
+/// handle on the same mapping (the entry is shared), so a replay's tasks and conversations each hold
+/// one and the mapping lives as long as the last of them.
+#[derive(Debug, Clone)]
 pub struct Dataset {
-    pub(crate) entry: Entry,
-    pub(crate) source: PathBuf,
+    pub(crate) entry: Arc<Entry>,
+    pub(crate) source: Arc<Path>,
     pub(crate) alias: Option<&'static Alias>,
     pub(crate) outcome: Outcome,
 }
@@ -63,20 +66,22 @@ impl Dataset {
 
     /// The trajectory at `index` in dataset order.
     pub fn trajectory(&self, index: usize) -> Option<Trajectory<'_>> {
-        (index < self.len()).then(|| Trajectory {
+        (index < self.len()).then(|| self.trajectory_at(index))
+    }
+
+    /// The trajectory at `index`, which the caller took from a trajectory of this dataset.
+    pub(crate) fn trajectory_at(&self, index: usize) -> Trajectory<'_> {
+        debug_assert!(index < self.len());
+        Trajectory {
             ds: self,
             index,
             rec: self.entry.layout.traces_off + index * TRACE_REC,
-        })
+        }
     }
 
     /// All trajectories in dataset order.
     pub fn trajectories(&self) -> impl ExactSizeIterator<Item = Trajectory<'_>> + '_ {
-        (0..self.len()).map(move |i| Trajectory {
-            ds: self,
-            index: i,
-            rec: self.entry.layout.traces_off + i * TRACE_REC,
-        })
+        (0..self.len()).map(move |index| self.trajectory_at(index))
     }
 
     /// The trajectory with trace id `id` (a linear scan).

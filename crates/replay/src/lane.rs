@@ -18,7 +18,7 @@ pub(super) enum Warmed {
     /// With the conversation of the lane's first profiling turn (k+1), built while other warmup
     /// requests are still in flight, so that 256 lanes do not all build theirs when profiling begins
     /// (their sends are due then, and the building would show as send lag).
-    Ok(Option<Box<agentx_dataset::Conversation<'static>>>),
+    Ok(Option<Box<agentx_dataset::Conversation>>),
     /// A context overflow: the trajectory ends, the lane recycles when profiling begins.
     Overflow,
     /// Anything else: the warmup (and so the run) fails.
@@ -65,7 +65,7 @@ pub(super) async fn profile_lane(
     first: Lane,
     prof_start: u64,
     warm_overflowed: bool,
-    mut resume: Option<Box<agentx_dataset::Conversation<'static>>>,
+    mut resume: Option<Box<agentx_dataset::Conversation>>,
 ) {
     let mut cancel = sh.cancel.subscribe();
     let mut stop = sh.stop_new.subscribe();
@@ -125,7 +125,7 @@ pub(super) async fn play_session(
     sh: &Arc<Shared>,
     session: &Session,
     start: usize,
-    ready: Option<Box<agentx_dataset::Conversation<'static>>>,
+    ready: Option<Box<agentx_dataset::Conversation>>,
     mut intended: u64,
     cancel: &mut watch::Receiver<bool>,
     stop: &mut watch::Receiver<bool>,

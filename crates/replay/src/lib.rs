@@ -272,9 +272,9 @@ pub struct ReplayOutcome {
 /// Everything a replay borrows for its whole life.
 pub struct ReplayInputs {
     /// The corpus the lanes replay.
-    pub dataset: &'static Dataset,
+    pub dataset: Dataset,
     /// Builds each request's prompt text from the corpus's token counts.
-    pub synth: &'static PromptSynth,
+    pub synth: PromptSynth,
     /// Counts the client-side input and output tokens of each request.
     pub counter: TokenCounter,
     /// The HTTP side (the client crate's `Client` in a run).
@@ -351,8 +351,8 @@ pub type BoundaryHook = Arc<
 
 struct Shared {
     cfg: ReplayConfig,
-    ds: &'static Dataset,
-    synth: &'static PromptSynth,
+    ds: Dataset,
+    synth: PromptSynth,
     counter: TokenCounter,
     client: Box<dyn Transport>,
     body: RequestBody,
@@ -496,7 +496,7 @@ struct Warmup {
     /// Lanes whose warmup request overflowed the context (they recycle when profiling begins).
     overflowed: HashSet<u32>,
     /// The first profiling turn's conversation of each lane, built during warmup.
-    resume: HashMap<u32, Box<agentx_dataset::Conversation<'static>>>,
+    resume: HashMap<u32, Box<agentx_dataset::Conversation>>,
     failures: Vec<String>,
     interrupted: bool,
 }

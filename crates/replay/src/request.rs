@@ -28,10 +28,10 @@ pub(super) struct Sent {
 }
 
 /// A request ready to send.
-pub(super) struct Prepared {
+pub(super) struct Prepared<'conv> {
     pub(super) body: JsonBody,
     pub(super) request_id: String,
-    pub(super) trace_id: &'static str,
+    pub(super) trace_id: &'conv str,
     pub(super) turn: u32,
     pub(super) num_turns: u32,
     pub(super) max_tokens: u32,
@@ -58,7 +58,7 @@ pub(super) fn next_request_id(sh: &Shared) -> String {
 pub(super) fn prompt_blocks(
     sh: &Shared,
     session: &Session,
-    conv: &agentx_dataset::Conversation<'static>,
+    conv: &agentx_dataset::Conversation,
     request_id: &str,
 ) -> Option<PromptBlocks> {
     let registry = sh.prefix.as_ref()?;
@@ -95,11 +95,11 @@ pub(super) fn body_of(
 }
 
 /// Writes the conversation's current turn as a request body.
-pub(super) fn prepare(
+pub(super) fn prepare<'conv>(
     sh: &Shared,
     session: &Session,
-    conv: &agentx_dataset::Conversation<'static>,
-) -> Prepared {
+    conv: &'conv agentx_dataset::Conversation,
+) -> Prepared<'conv> {
     let traj = conv.trajectory();
     let turn = conv.turn();
     let max_tokens = traj.turn(turn).map_or(1, |t| t.max_tokens());
@@ -133,7 +133,7 @@ pub(super) fn prepare(
 pub(super) async fn send_turn(
     sh: &Arc<Shared>,
     session: &Session,
-    mut req: Prepared,
+    mut req: Prepared<'_>,
     phase: Phase,
     intended: u64,
     cancel: &mut watch::Receiver<bool>,
@@ -204,7 +204,7 @@ pub(super) async fn send_turn(
 pub(super) fn to_record(
     sh: &Shared,
     session: &Session,
-    req: Prepared,
+    req: Prepared<'_>,
     phase: Phase,
     intended: u64,
     exchange: &Exchange,
@@ -305,8 +305,8 @@ pub(super) fn to_record(
 }
 
 /// A request that failed before (or instead of) an exchange with the server.
-pub(super) struct FailedRequest {
-    pub(super) trace_id: &'static str,
+pub(super) struct FailedRequest<'trace> {
+    pub(super) trace_id: &'trace str,
     pub(super) turn: u32,
     pub(super) num_turns: u32,
     pub(super) max_tokens: u32,
@@ -318,7 +318,7 @@ pub(super) struct FailedRequest {
 }
 
 /// The record of a [`FailedRequest`]: an error with no response, sent and ended now.
-pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest) -> RequestRecord {
+pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest<'_>) -> RequestRecord {
     let now = sh.clock.now_ns();
     RequestRecord {
         request_id: next_request_id(sh),

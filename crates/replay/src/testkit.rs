@@ -221,16 +221,15 @@ pub(crate) fn corpus_file(dir: &Path, traces: &[Value]) -> PathBuf {
 }
 
 /// Opens a weka corpus (its cache beside it).
-pub(crate) fn open(dir: &Path, path: &Path) -> &'static Dataset {
-    let ds = Dataset::open_path(
+pub(crate) fn open(dir: &Path, path: &Path) -> Dataset {
+    Dataset::open_path(
         path,
         &OpenOptions {
             cache_dir: Some(dir.join("cache")),
             ..OpenOptions::default()
         },
     )
-    .unwrap();
-    Box::leak(Box::new(ds))
+    .unwrap()
 }
 
 /// A built-in scenario component, instantiated (`agentx-v1` for trees, `agentx-mvp` for lanes).
@@ -276,7 +275,7 @@ pub(crate) struct Harness {
 
 impl Harness {
     pub(crate) fn inputs(
-        dataset: &'static Dataset,
+        dataset: Dataset,
         scenario: ScenarioInstance,
         transport: Scripted,
     ) -> (Harness, ReplayInputs) {
@@ -290,7 +289,7 @@ impl Harness {
         .unwrap();
         let clock = Clock::start();
         let (interrupt, rx) = watch::channel(0u32);
-        let synth: &'static PromptSynth = Box::leak(Box::new(PromptSynth::new(1)));
+        let synth = PromptSynth::new(1);
         let inputs = ReplayInputs {
             dataset,
             synth,

@@ -211,7 +211,7 @@ pub(super) fn connect(
         // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
         let pre = checked.map_err(|e| anyhow!(e))?;
         match &planned.mode {
-            Mode::Streams(plan) => report_preflight(&pre, plan, prepared.ds, &model),
+            Mode::Streams(plan) => report_preflight(&pre, plan, &prepared.ds, &model),
             Mode::Trees(_) => {
                 if let Some(note) = &pre.note {
                     tracing::warn!("pre-flight: {note}");

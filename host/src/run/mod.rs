@@ -14,7 +14,6 @@ pub mod connect;
 pub mod finalize;
 pub mod find_max;
 pub mod harness;
-mod kept;
 pub mod merge;
 pub mod outputs;
 pub mod plan;
@@ -334,8 +333,8 @@ impl ReplayStage<'_> {
         let srv_row = scrapers.server.clone().map(connect::srv_row);
         let dashboard = self.dashboard(srv_row.clone());
         let inputs = ReplayInputs {
-            dataset: prepared.ds,
-            synth: planned.synth,
+            dataset: prepared.ds.clone(),
+            synth: planned.synth.clone(),
             counter: prepared.counter.clone(),
             client: Box::new(client),
             body: request_body(&self.conn.model, prepared, run_plan),

@@ -253,7 +253,7 @@ fn judge_run(ctx: RunCtx<'_>, ended: &Ended, summary: &mut Summary) {
     } = ctx;
     let records = &ended.records;
     let window_ns = ended.outcome.profiling_ns.unwrap_or((0, 0));
-    let times = planned.recorded_times(prepared.ds, records);
+    let times = planned.recorded_times(&prepared.ds, records);
     let shapes = planned.job_shapes(records);
     summary.jobs = crate::metrics::jobs::figures(
         records,
@@ -538,7 +538,7 @@ fn exports(
             required_ratio: planned.coverage_required_ratio(),
             content: prepared.decisions.decides_settings,
         },
-        prefix_stamps: planned.prefix_stamps(prepared.ds, records),
+        prefix_stamps: planned.prefix_stamps(&prepared.ds, records),
         dataset: prepared
             .ds
             .alias()

@@ -18,7 +18,7 @@ use crate::scenario::{self, ScenarioInstance};
 pub(super) struct Planned {
     pub run_id: String,
     pub seed: u64,
-    pub synth: &'static PromptSynth,
+    pub synth: PromptSynth,
     pub mode: Mode,
 }
 
@@ -82,7 +82,7 @@ impl Planned {
     ) -> crate::metrics::sessions::RecordedTimes {
         match &self.mode {
             Mode::Streams(_) => recorded_times(ds, records),
-            Mode::Trees(tp) => tree_recorded_times(tp.corpus, records),
+            Mode::Trees(tp) => tree_recorded_times(&tp.corpus, records),
         }
     }
 
@@ -94,7 +94,7 @@ impl Planned {
     ) -> crate::metrics::jobs::JobShapes {
         match &self.mode {
             Mode::Streams(_) => crate::metrics::jobs::JobShapes::new(),
-            Mode::Trees(tp) => job_shapes(tp.corpus, records),
+            Mode::Trees(tp) => job_shapes(&tp.corpus, records),
         }
     }
 }
@@ -117,10 +117,8 @@ pub(super) fn plan(
 ) -> anyhow::Result<Planning> {
     let settings = &prepared.settings;
     let conc = settings.concurrency;
-    let synth = super::kept::synth(
-        PromptSynth::for_counter(seed, &prepared.counter)
-            .with_tiling(tiling(prepared.decisions.prompt_tiling)),
-    );
+    let synth = PromptSynth::for_counter(seed, &prepared.counter)
+        .with_tiling(tiling(prepared.decisions.prompt_tiling));
     let run_id = run_id.unwrap_or_else(fresh_id);
     let dir = |run_id: &str| {
         cfg.output
@@ -128,7 +126,7 @@ pub(super) fn plan(
     };
     if prepared.trees {
         let mut tree_plan = plan_trees(&mut TreeDryRun {
-            ds: prepared.ds,
+            ds: &prepared.ds,
             basis: cfg.nested_basis,
             dataset_key: &prepared.dataset_key,
             inst,
@@ -150,7 +148,7 @@ pub(super) fn plan(
             let mut json = tree_dry_run_json(cfg, prepared, &mut tree_plan);
             let mut table = tree_plan.table;
             let hit = super::plan_hit::of_trees(
-                prepared.ds,
+                &prepared.ds,
                 &tree_plan.lanes,
                 cfg.plan.kv_capacity_tokens,
                 settings.duration.as_secs_f64(),
@@ -204,7 +202,7 @@ pub(super) fn plan(
         tiling: synth.tiling(),
         run_id: run_id.clone(),
     };
-    let full_plan = Plan::build(prepared.ds, inst, &params)?;
+    let full_plan = Plan::build(&prepared.ds, inst, &params)?;
     let mut plan = match &cfg.shard {
         Some(shard_cfg) => full_plan.shard(shard_cfg.index, shard_cfg.count),
         None => full_plan,
@@ -266,7 +264,7 @@ fn single_stream_dry_run(
         table.push_str(&format!("\nlane {:>4} marker {:?}", l.lane, l.marker));
     }
     let hit = super::plan_hit::of_streams(
-        prepared.ds,
+        &prepared.ds,
         plan,
         cfg.plan.kv_capacity_tokens,
         prepared.settings.duration.as_secs_f64(),
@@ -354,7 +352,7 @@ pub(crate) struct TreeDryRun<'a> {
 /// A planned session-tree run: the corpus's trees (from the dataset cache), every lane's start, the
 /// scenario's rules and every turn's delay, with the plan's JSON and table for `--dry-run`.
 pub(crate) struct TreePlanned {
-    pub(crate) corpus: &'static dataset::tree::corpus::TreeCorpus,
+    pub(crate) corpus: std::sync::Arc<dataset::tree::corpus::TreeCorpus>,
     /// Every lane of the whole plan (a shard replays its own, [`TreePlanned::own_lanes`]).
     pub(crate) lanes: Vec<replay::tree::TreeLane>,
     /// A sharded run's `(index, count)`.
@@ -408,9 +406,7 @@ impl TreePlanned {
             }
         });
         replay::sched::TreePlan {
-            streams: &self.corpus.streams,
-            trees: &self.corpus.trees,
-            first_stream: &self.corpus.first_stream,
+            corpus: std::sync::Arc::clone(&self.corpus),
             lanes,
             whole: replay::tree::Whole::of(&self.lanes),
             shard,
@@ -531,13 +527,11 @@ fn open_loop(tp: &mut TreePlanned, o: &replay::sched::OpenLoop, duration: std::t
 /// alive streams, the rules and the delays.
 fn plan_trees(d: &mut TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     let t0 = std::time::Instant::now();
-    let corpus = super::kept::corpus(d.ds.cache_key(), d.basis, || {
-        let open = dataset::tree::corpus::TreeOpen {
-            basis: d.basis,
-            ..Default::default()
-        };
-        Ok(dataset::tree::corpus::TreeCorpus::open(d.ds, &open)?)
-    })?;
+    let open = dataset::tree::corpus::TreeOpen {
+        basis: d.basis,
+        ..Default::default()
+    };
+    let corpus = std::sync::Arc::new(dataset::tree::corpus::TreeCorpus::open(d.ds, &open)?);
     let opened_in = t0.elapsed();
     let trees: Vec<_> = corpus.trees.iter().map(replay::tree::wit_tree).collect();
     let built_in = t0.elapsed();
@@ -572,7 +566,7 @@ fn plan_trees(d: &mut TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     let lanes = planned.lanes;
     let planned_in = t0.elapsed().checked_sub(built_in).unwrap();
     let delays_ms = tree_delays(
-        corpus,
+        &corpus,
         d.inst,
         scenario::types_v2::DelayParams {
             think_time_only: d.think_only,

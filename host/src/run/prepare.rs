@@ -41,7 +41,7 @@ pub(super) struct Prepared {
     pub dynamo: Option<crate::client::DynamoRouting>,
     /// The host's own request-shape settings (name, value, source), the run plan's.
     pub host_settings: Vec<(&'static str, serde_json::Value, &'static str)>,
-    pub ds: &'static Dataset,
+    pub ds: Dataset,
     pub dataset_key: String,
     /// Where the replay of the corpus parts from agentx-harness 1.0.12's CLI (`run::harness`).
     pub harness_notes: Vec<crate::export::manifest::HarnessNote>,
@@ -151,7 +151,6 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
         }
     }
     let harness_notes = super::harness::notes(&dataset, &info.name)?;
-    let dataset = super::kept::dataset(dataset);
     let effective = cfg.clone();
     let mode_source = match (decisions.assistant_text, effective.plan.mode_given) {
         (Some(_), _) => "scenario",

@@ -38,7 +38,7 @@ pub(super) struct ChainCache {
     hashed: Vec<(MessageKey, Checkpoint)>,
 }
 
-impl Conversation<'_> {
+impl Conversation {
     /// Calls `use_chain` with the current turn's block chain: the chained hashes of its full blocks
     /// of `block_size` words, and its length in words (the partial last block and the marker
     /// included). The text is the one [`Conversation::messages_json_parts`] sends with the same

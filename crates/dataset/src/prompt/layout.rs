@@ -2,6 +2,7 @@
 //! form which message under either [`Tiling`] (the module docs of `prompt` describe both).
 
 use super::*;
+use crate::Dataset;
 
 /// Words past the last full block of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,8 +49,11 @@ pub struct StepInfo {
 
 /// The block structure of a trajectory, advanced turn by turn; no text.
 #[derive(Debug, Clone)]
-pub(super) struct Structure<'a> {
-    pub(super) traj: Trajectory<'a>,
+pub(super) struct Structure {
+    /// The corpus the trajectory is read from (a handle on its mapping).
+    dataset: Dataset,
+    /// The trajectory's index in `dataset` (checked when the structure was made).
+    trace: usize,
     pub(super) tiling: Tiling,
     /// The hash ids the segments index: the turn's recorded ids ([`Tiling::RecordedLength`]), the
     /// blocks of the history buffer ([`Tiling::Reference`]).
@@ -63,10 +67,11 @@ pub(super) struct Structure<'a> {
     pub(super) turn: Option<usize>,
 }
 
-impl<'a> Structure<'a> {
-    pub(super) fn new(traj: Trajectory<'a>, tiling: Tiling) -> Self {
+impl Structure {
+    pub(super) fn new(traj: Trajectory<'_>, tiling: Tiling) -> Self {
         Structure {
-            traj,
+            dataset: traj.dataset().clone(),
+            trace: traj.index(),
             tiling,
             ids: Vec::new(),
             hash: Vec::new(),
@@ -80,19 +85,22 @@ impl<'a> Structure<'a> {
         }
     }
 
+    /// The trajectory being laid out.
+    pub(super) fn traj(&self) -> Trajectory<'_> {
+        self.dataset.trajectory_at(self.trace)
+    }
+
     /// Applies the next turn.
     pub(super) fn step(&mut self) -> StepInfo {
         let turn_idx = self.turn.map_or(0, |t| t + 1);
-        let turn = self
-            .traj
-            .turn(turn_idx)
-            .expect("caller checks the turn exists");
         if self.tiling == Tiling::Reference {
-            let info = self.step_reference(turn_idx, turn);
+            let info = self.step_reference(turn_idx);
             self.turn = Some(turn_idx);
             return info;
         }
-        let block = self.traj.block_size() as usize;
+        let traj = self.dataset.trajectory_at(self.trace);
+        let turn = traj.turn(turn_idx).expect("caller checks the turn exists");
+        let block = traj.block_size() as usize;
         let lcp = turn.lcp_with_previous();
         self.ids.truncate(lcp);
         self.ids.extend_from_slice(turn.new_hash_ids());
@@ -134,7 +142,7 @@ impl<'a> Structure<'a> {
                 }
             }
             let prev_out = self
-                .traj
+                .traj()
                 .turn(turn_idx - 1)
                 .map_or(0, |t| t.output_tokens() as usize);
             let answer_blocks = prev_out.div_ceil(block).min(full - keep);
@@ -169,7 +177,7 @@ impl<'a> Structure<'a> {
     /// Turn 0's `system` message: the tools+system blocks, at most `full` of them. Returns where the
     /// user message starts.
     fn push_system(&mut self, full: usize) -> usize {
-        let system = self.traj.system_blocks().min(full);
+        let system = self.traj().system_blocks().min(full);
         if system > 0 {
             self.segs.push(Seg {
                 role: Role::System,
@@ -182,8 +190,10 @@ impl<'a> Structure<'a> {
     }
 
     /// [`Tiling::Reference`]: applies turn `k` as the reference's `init_turn_0`/`advance_turn` do.
-    fn step_reference(&mut self, k: usize, turn: crate::Turn<'a>) -> StepInfo {
-        let block = self.traj.block_size() as usize;
+    fn step_reference(&mut self, k: usize) -> StepInfo {
+        let traj = self.dataset.trajectory_at(self.trace);
+        let turn = traj.turn(k).expect("caller checks the turn exists");
+        let block = traj.block_size() as usize;
         let lcp = turn.lcp_with_previous();
         self.hash.truncate(lcp);
         self.hash.extend_from_slice(turn.new_hash_ids());
@@ -223,7 +233,7 @@ impl<'a> Structure<'a> {
         self.ids
             .extend_from_slice(&self.hash[lcp.min(geo.covered)..geo.covered]);
         let prev_out = self
-            .traj
+            .traj()
             .turn(k - 1)
             .map_or(0, |t| t.output_tokens() as usize);
         // No user segment left: the conversation resumes with a user turn.

@@ -318,7 +318,7 @@ fn source_request(t: &ParsedTrace, outer: u32, inner: Option<u32>) -> Option<&Pa
 /// `ds`. Any disagreement makes the entry invalid.
 fn read(entry: Entry, ds: &Dataset) -> Result<(Dataset, TreeTopology), String> {
     let streams = Dataset {
-        entry,
+        entry: std::sync::Arc::new(entry),
         source: ds.source.clone(),
         alias: ds.alias,
         outcome: Outcome::Hit,

@@ -58,6 +58,42 @@ mod stream;
 mod tests;
 mod warmup;
 
+/// One tree of the plan's corpus, held apart from the scheduler's state: a handle on the corpus
+/// and the tree's index in it.
+#[derive(Clone)]
+pub(super) struct TreeRef {
+    corpus: Arc<TreeCorpus>,
+    index: usize,
+}
+
+impl TreeRef {
+    /// The tree's `index`-th tree of `corpus`.
+    pub(super) fn new(corpus: &Arc<TreeCorpus>, index: usize) -> TreeRef {
+        TreeRef {
+            corpus: Arc::clone(corpus),
+            index,
+        }
+    }
+
+    /// The trajectory of the tree's stream `stream`.
+    pub(super) fn stream_trajectory(&self, stream: u32) -> agentx_dataset::Trajectory<'_> {
+        self.corpus.stream(self.index, stream as usize)
+    }
+
+    /// The conversation id of the tree's stream `stream`.
+    pub(super) fn stream_id(&self, stream: u32) -> &str {
+        &self.streams[stream as usize].id
+    }
+}
+
+impl std::ops::Deref for TreeRef {
+    type Target = SessionTree;
+
+    fn deref(&self) -> &SessionTree {
+        &self.corpus.trees[self.index]
+    }
+}
+
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,8 +105,8 @@ use super::tree::{Sampler, TreeLane, Whole};
 use super::{
     bar, timer, ReplayConfig, ReplayInputs, ReplayOutcome, Rest, Shared, StopReason, Tally,
 };
+use agentx_dataset::tree::corpus::TreeCorpus;
 use agentx_dataset::tree::SessionTree;
-use agentx_dataset::Dataset;
 use agentx_metrics::scrape_log::Boundary;
 use agentx_scenario::types_v2::ReplayRules;
 use state::{Sched, St};
@@ -79,12 +115,9 @@ use stream::Stage;
 /// What the scheduler replays: the corpus's trees and their streams' trajectories, the planned
 /// lanes, the scenario's rules and every turn's delay.
 pub struct TreePlan {
-    /// One trajectory per stream: tree `i`'s stream `s` is `first_stream[i] + s`.
-    pub streams: &'static Dataset,
-    /// The corpus's session trees, in corpus order.
-    pub trees: &'static [SessionTree],
-    /// Per tree, the index in `streams` of its stream 0.
-    pub first_stream: &'static [u32],
+    /// The corpus's session trees, in corpus order, and one trajectory per stream
+    /// ([`TreeCorpus::stream`]). The replay's tasks share it; it is freed with the last of them.
+    pub corpus: Arc<TreeCorpus>,
     /// The lanes this process replays (a shard's are numbered from 0 here; see [`TreeShard`]).
     pub lanes: Vec<TreeLane>,
     /// Where the sampler goes on from for recycled trees.
@@ -302,8 +335,9 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
     };
     let (sh, rest) = Shared::build(cfg, inputs, Vec::new(), recycler, n_lanes as u64);
     let passes: HashMap<String, u32> = plan.whole.passes.clone();
-    let n_trees = plan.trees.len();
-    let trees: &'static [SessionTree] = plan.trees;
+    let corpus = Arc::clone(&plan.corpus);
+    let trees = &corpus.trees;
+    let n_trees = trees.len();
     let usable = |t: usize| !trees[t].streams[0].turns.is_empty();
     let sampler = match &plan.shard {
         Some(s) => Sampler::new(

@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 use super::stream::{guarded, Done, Job, Stage};
-use super::{Pressure, TreeCounts, TreePlan};
+use super::{Pressure, TreeCounts, TreePlan, TreeRef};
 use crate::tree::TreeLane;
 use crate::{timer, Session, Shared};
-use agentx_dataset::tree::SessionTree;
 use agentx_dataset::Conversation;
 use agentx_record::{Phase, TreeInfo};
 use agentx_scenario::types_v2::TreeId;
@@ -35,7 +34,7 @@ pub(super) struct RtStream {
     pub(super) st: St,
     pub(super) next: u32,
     /// The conversation at `next`, when it was built beforehand.
-    pub(super) conv: Option<Box<Conversation<'static>>>,
+    pub(super) conv: Option<Box<Conversation>>,
     pub(super) session: Option<Session>,
 }
 
@@ -94,9 +93,8 @@ pub(super) struct Sched {
 }
 
 impl Sched {
-    pub(super) fn tree(&self, t: usize) -> &'static SessionTree {
-        let trees: &'static [SessionTree] = self.plan.trees;
-        &trees[t]
+    pub(super) fn tree(&self, t: usize) -> TreeRef {
+        TreeRef::new(&self.plan.corpus, t)
     }
 
     pub(super) fn push_timer(&mut self, lane: u32, stream: u32, at: Instant) {
@@ -239,7 +237,8 @@ impl Sched {
     }
 
     pub(super) fn draw_tree(&mut self) -> Option<usize> {
-        let trees: &'static [SessionTree] = self.plan.trees;
+        let corpus = Arc::clone(&self.plan.corpus);
+        let trees = &corpus.trees;
         self.sampler
             .next(trees.len(), |t| !trees[t].streams[0].turns.is_empty())
     }
@@ -352,7 +351,8 @@ impl Sched {
     /// Starts branch `b` of the tree on `lane`: each child's turn 0 at `base` plus its recorded
     /// distance from `ref_ts`.
     pub(super) fn start_branch(&mut self, lane: u32, b: usize, base: Instant, ref_ts: f64) {
-        let trees: &'static [SessionTree] = self.plan.trees;
+        let corpus = Arc::clone(&self.plan.corpus);
+        let trees = &corpus.trees;
         let Some(lane_tree) = self.lanes[lane as usize].as_mut() else {
             return;
         };
@@ -456,13 +456,11 @@ impl Sched {
         let lane_no = self.lane_id(lane);
         let stage = self.stage;
         let phase = stage.phase();
-        let trees: &'static [SessionTree] = self.plan.trees;
-        let first_stream = self.plan.first_stream;
+        let corpus = Arc::clone(&self.plan.corpus);
         let Some(lane_tree) = self.lanes[lane as usize].as_mut() else {
             return;
         };
-        let tree_index = lane_tree.tree;
-        let tree = &trees[tree_index];
+        let tree = TreeRef::new(&corpus, lane_tree.tree);
         let stream_state = &mut lane_tree.streams[s as usize];
         let Some(session) = stream_state.session.take() else {
             // Not expected: a stream is dispatched only with its session. Marking it in flight
@@ -519,13 +517,8 @@ impl Sched {
                 Some(recorded_turn.source_outer_idx),
                 recorded_turn.source_inner_idx,
             ),
-            traj: self
-                .plan
-                .streams
-                .trajectory(first_stream[tree_index] as usize + s as usize)
-                .expect("stream exists"),
             num_turns: tree.streams[s as usize].turns.len() as u32,
-            conv_id: &tree.streams[s as usize].id,
+            tree,
             conv,
             session,
         };
@@ -540,7 +533,8 @@ impl Sched {
             // The system idle cap counts from the response that left nothing in flight.
             self.idle_since = d.end;
         }
-        let trees: &'static [SessionTree] = self.plan.trees;
+        let corpus = Arc::clone(&self.plan.corpus);
+        let trees = &corpus.trees;
         let Some(lane_tree) = self.lanes[d.lane as usize].as_mut() else {
             self.counts.late_events += 1;
             return;
@@ -601,7 +595,8 @@ impl Sched {
             let next = d.turn + 1;
             lane_tree.streams[stream_index].next = next;
             lane_tree.streams[stream_index].conv = d.next;
-            let global_stream = self.plan.first_stream[lane_tree.tree] as usize + stream_index;
+            let global_stream =
+                self.plan.corpus.first_stream[lane_tree.tree] as usize + stream_index;
             let delay = if d.stage == Stage::Pressure {
                 0.0
             } else {

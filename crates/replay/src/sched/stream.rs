@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::TreeRef;
 use crate::{bust, request, timer, Session, Shared};
 use agentx_dataset::{AssistantMode, Conversation, Trajectory};
 use agentx_record::Phase;
@@ -40,7 +41,7 @@ pub(super) struct Done {
     pub(super) end: Instant,
     /// The conversation at the stream's next turn (none after the last turn or when it could not
     /// be built).
-    pub(super) next: Option<Box<Conversation<'static>>>,
+    pub(super) next: Option<Box<Conversation>>,
     pub(super) session: Session,
 }
 
@@ -55,11 +56,11 @@ pub(super) struct Job {
     pub(super) max_tokens: u32,
     pub(super) prefix: (u32, u32),
     pub(super) source_idx: (Option<u32>, Option<u32>),
-    pub(super) traj: Trajectory<'static>,
     pub(super) num_turns: u32,
-    pub(super) conv_id: &'static str,
+    /// The stream's tree (its conversation id and trajectory).
+    pub(super) tree: TreeRef,
     /// The conversation at `turn`, when it was built beforehand.
-    pub(super) conv: Option<Box<Conversation<'static>>>,
+    pub(super) conv: Option<Box<Conversation>>,
     pub(super) session: Session,
 }
 
@@ -68,9 +69,9 @@ pub(super) struct Job {
 /// [`Conversation::with_recorded_history`]).
 fn tree_conversation(
     sh: &Shared,
-    traj: Trajectory<'static>,
+    traj: Trajectory<'_>,
     turn: u32,
-) -> Result<Conversation<'static>, agentx_dataset::PromptError> {
+) -> Result<Conversation, agentx_dataset::PromptError> {
     sh.synth
         .conversation(traj, turn as usize, sh.cfg.mode)
         .map(Conversation::with_recorded_history)
@@ -80,10 +81,9 @@ fn tree_conversation(
 /// the stream ends: its tree drains and every count it held is released.
 pub(super) async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
     let spare = job.session.clone();
-    let (who, conv_id) = (
-        (job.lane, job.gen, job.stream, job.turn, job.stage),
-        job.conv_id,
-    );
+    let who = (job.lane, job.gen, job.stream, job.turn, job.stage);
+    let tree = job.tree.clone();
+    let conv_id = tree.stream_id(job.stream);
     let (num_turns, max_tokens, intended) = (job.num_turns, job.max_tokens, job.intended);
     let (prefix, source_idx) = (job.prefix, job.source_idx);
     let recorded = AtomicBool::new(false);
@@ -146,15 +146,15 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
         max_tokens,
         prefix,
         source_idx,
-        traj,
         num_turns,
-        conv_id,
+        tree,
         conv,
         session,
     } = job;
+    let conv_id = tree.stream_id(s);
     let conv = match conv {
         Some(c) => Ok(*c),
-        None => tree_conversation(&sh, traj, turn),
+        None => tree_conversation(&sh, tree.stream_trajectory(s), turn),
     };
     let mut conv = match conv {
         Ok(c) => c,
@@ -213,7 +213,9 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
     let next = if last || sent.overflow {
         None
     } else if stage == Stage::Primers {
-        tree_conversation(&sh, traj, turn + 1).ok().map(Box::new)
+        tree_conversation(&sh, tree.stream_trajectory(s), turn + 1)
+            .ok()
+            .map(Box::new)
     } else {
         let reply = match sh.cfg.mode {
             AssistantMode::Live => sent.reply.as_deref(),

@@ -15,12 +15,8 @@ use agentx_dataset::tree::corpus::{TreeCorpus, TreeOpen};
 use agentx_dataset::tree::Branch;
 use agentx_record::{Phase, RequestRecord};
 
-/// The corpus's trees and their streams, leaked for the replay's life.
-struct Corpus {
-    streams: &'static Dataset,
-    trees: Vec<SessionTree>,
-    first_stream: &'static [u32],
-}
+/// The corpus's trees and their streams; a test edits its tree before the replay shares it.
+type Corpus = TreeCorpus;
 
 fn corpus() -> Corpus {
     let dir = testkit::kept_dir();
@@ -36,23 +32,17 @@ fn corpus() -> Corpus {
     let path = testkit::corpus_file(&dir, &[t]);
     let ds = testkit::open(&dir, &path);
     let c = TreeCorpus::open(
-        ds,
+        &ds,
         &TreeOpen {
             cache_dir: Some(dir.join("cache")),
             ..TreeOpen::default()
         },
     )
     .unwrap();
-    let c: &'static TreeCorpus = Box::leak(Box::new(c));
-    let trees = c.trees.clone();
-    assert_eq!(trees.len(), 1);
-    let lens: Vec<usize> = trees[0].streams.iter().map(|s| s.turns.len()).collect();
+    assert_eq!(c.trees.len(), 1);
+    let lens: Vec<usize> = c.trees[0].streams.iter().map(|s| s.turns.len()).collect();
     assert_eq!(lens, [3, 2], "a root of 3 turns and a child of 2");
-    Corpus {
-        streams: &c.streams,
-        trees,
-        first_stream: &c.first_stream,
-    }
+    c
 }
 
 /// The tree with no branch, join or replay predecessor: each test adds its own.
@@ -154,17 +144,15 @@ impl Case {
     /// Replays the case on `script`: the outcome and the records, sorted by send time (then lane
     /// and stream).
     async fn run(self, script: Scripted) -> (TreeOutcome, Vec<RequestRecord>) {
-        let trees: &'static [SessionTree] = Box::leak(self.corpus.trees.into_boxed_slice());
-        let delays_ms = trees[0]
+        let corpus = Arc::new(self.corpus);
+        let delays_ms = corpus.trees[0]
             .streams
             .iter()
             .enumerate()
             .map(|(s, st)| self.delays[s][..st.turns.len()].to_vec())
             .collect();
         let plan = TreePlan {
-            streams: self.corpus.streams,
-            trees,
-            first_stream: self.corpus.first_stream,
+            corpus: Arc::clone(&corpus),
             whole: crate::tree::Whole::of(&self.lanes),
             lanes: self.lanes,
             shard: None,
@@ -176,7 +164,7 @@ impl Case {
             arrivals: self.arrivals,
         };
         let sc = testkit::scenario(agentx_scenario::builtin::BUILTIN_V1, "builtin:agentx-v1");
-        let (h, mut inputs) = Harness::inputs(self.corpus.streams, sc, script);
+        let (h, mut inputs) = Harness::inputs(corpus.streams.clone(), sc, script);
         inputs.boundary = self.boundary;
         let out = run(self.cfg, plan, inputs).await;
         // Whatever stopped it, no session is left active once the replay returned.

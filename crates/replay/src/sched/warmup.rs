@@ -11,7 +11,6 @@ use super::stream::{Done, Stage};
 use super::{Pressure, Wake};
 use crate::timer;
 use crate::tree::TreeLane;
-use agentx_dataset::tree::SessionTree;
 use agentx_metrics::scrape_log::Boundary;
 
 /// How the warmup ended when profiling may follow.
@@ -423,7 +422,7 @@ impl Sched {
         let tree = self.lanes[d.lane as usize]
             .as_ref()
             .filter(|lane_tree| lane_tree.gen == d.gen)
-            .map(|lane_tree| self.tree(lane_tree.tree).trace_id.as_str())?;
+            .map(|lane_tree| &self.plan.corpus.trees[lane_tree.tree].trace_id)?;
         let what = match (&d.failed, d.overflow) {
             (_, true) => "overflowed the context".to_string(),
             (Some(e), false) => format!("failed: {e}"),
@@ -479,7 +478,8 @@ impl Sched {
 
     /// Every stream profiling resumes after the pressure stage, with its offset.
     fn handoff_due(&self) -> Vec<Resume> {
-        let trees: &'static [SessionTree] = self.plan.trees;
+        let corpus = std::sync::Arc::clone(&self.plan.corpus);
+        let trees = &corpus.trees;
         let mut due: Vec<Resume> = Vec::new();
         for lane_tree in self.lanes.iter().flatten() {
             let tree = &trees[lane_tree.tree];
