@@ -224,26 +224,16 @@ fn read_run(dir: &Path) -> anyhow::Result<RunFiles> {
 
 /// The session table of the runs in `dirs` pooled (their sessions together over the sum of their
 /// windows, their energy summed when every run has one), judged by the first run's manifest.
-fn pooled_table(dirs: &[PathBuf]) -> anyhow::Result<SessionTable> {
+pub(super) fn pooled_table(dirs: &[PathBuf]) -> anyhow::Result<SessionTable> {
     let runs = dirs
         .iter()
         .map(|dir| read_run(dir))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let first = &runs[0].manifest;
-    let goodput = first
-        .goodput
-        .as_deref()
-        .map(|spec| {
-            crate::metrics::goodput::Goodput::parse(spec)
-                .map_err(|e| anyhow!("{}: goodput {spec:?}: {e}", dirs[0].display()))
-        })
-        .transpose()?;
-    let session_slo = first
-        .session_slo
-        .as_deref()
-        .map(crate::metrics::sessions::SessionSlo::parse)
-        .transpose()
-        .map_err(|e| anyhow!("{}: session_slo: {e}", dirs[0].display()))?;
+    let judgments = super::merge::RecordedJudgments::of(
+        first,
+        &dirs[0].join(MANIFEST_FILE).display().to_string(),
+    )?;
     let records: Vec<RequestRecord> = runs
         .iter()
         .flat_map(|run| run.records.iter().cloned())
@@ -253,14 +243,6 @@ fn pooled_table(dirs: &[PathBuf]) -> anyhow::Result<SessionTable> {
     let is_tree_run = records.iter().any(|record| record.tree.is_some());
     let dataset = super::merge::dataset_of(first);
     let (times, shapes) = super::merge::corpus_facts(dataset.as_ref(), is_tree_run, &records);
-    let judged = precision::RunJudgments {
-        goodput: goodput
-            .as_ref()
-            .map(|goodput| (goodput, first.session_goodput_share.unwrap_or(1.0))),
-        session_slo: session_slo.as_ref(),
-        recorded: &times,
-        shapes: &shapes,
-        energy_j,
-    };
+    let judged = judgments.run_judgments(&times, &shapes, energy_j);
     Ok(precision::run_table(&records, window_ns, &judged))
 }

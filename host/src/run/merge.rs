@@ -381,22 +381,11 @@ fn write_merged(
     }
     files.push(put(RECORDS_FILE, &jsonl)?);
     files.push(put(MANIFEST_FILE, manifest.to_json_pretty().as_bytes())?);
-    let goodput = match &first.goodput {
-        Some(spec) => Some(
-            crate::metrics::goodput::Goodput::parse(spec)
-                .map_err(|e| anyhow!("shard 0's manifest: goodput {spec:?}: {e}"))?,
-        ),
-        None => None,
-    };
+    let judgments = RecordedJudgments::of(first, "shard 0's manifest")?;
     let is_tree_run = records.iter().any(|r| r.tree.is_some());
     let dataset = dataset_of(first);
-    let (summary, energy) = merged_summary(
-        shards,
-        timeline,
-        goodput.as_ref(),
-        dataset.as_ref(),
-        is_tree_run,
-    )?;
+    let (summary, energy) =
+        merged_summary(shards, timeline, &judgments, dataset.as_ref(), is_tree_run)?;
     let mut doc = shards[0].summary.clone();
     doc.stop = Some(stop);
     doc.message = (!message.is_empty()).then(|| message.join("; "));
@@ -442,7 +431,7 @@ fn write_merged(
                 crate::export::aiperf::alias_dataset_json(a, first.dataset.num_dataset_entries)
             }),
         warmup_naming: export_rules(first).1,
-        goodput,
+        goodput: judgments.goodput,
         cache: doc.summary.cache.clone(),
         energy,
     };
@@ -485,7 +474,7 @@ fn stamps(
 fn merged_summary(
     shards: &[Shard],
     timeline: &Timeline,
-    goodput: Option<&crate::metrics::goodput::Goodput>,
+    judgments: &RecordedJudgments,
     dataset: Option<&crate::dataset::Dataset>,
     is_tree_run: bool,
 ) -> anyhow::Result<(
@@ -528,9 +517,7 @@ fn merged_summary(
         first,
     );
     summary.energy = energy.as_ref().map(|gpus| gpus.energy.clone());
-    if let Some(spec) = &first.session_slo {
-        let slo = crate::metrics::sessions::SessionSlo::parse(spec)
-            .map_err(|e| anyhow!("shard 0's manifest: session_slo {spec:?}: {e}"))?;
+    if let Some(slo) = &judgments.session_slo {
         summary.session_slo = Some(slo.judge(records, &times));
     }
     summary.intervals = Some(merged_intervals(
@@ -539,15 +526,14 @@ fn merged_summary(
         &summary,
         first,
         (&times, &shapes),
-        goodput,
+        judgments,
     )?);
-    if let Some(goodput_spec) = goodput {
+    if let Some(goodput_spec) = &judgments.goodput {
         summary.goodput = Some(goodput_spec.of_run(records));
-        let share = first.session_goodput_share.unwrap_or(1.0);
         summary.sessions = Some(crate::metrics::sessions::figures(
             records,
             goodput_spec,
-            share,
+            judgments.session_goodput_share,
             &times,
         ));
     }
@@ -565,24 +551,13 @@ fn merged_intervals(
         &crate::metrics::sessions::RecordedTimes,
         &crate::metrics::jobs::JobShapes,
     ),
-    goodput: Option<&crate::metrics::goodput::Goodput>,
+    judgments: &RecordedJudgments,
 ) -> anyhow::Result<crate::metrics::precision::Intervals> {
     use crate::metrics::precision;
-    let session_slo = first
-        .session_slo
-        .as_deref()
-        .map(crate::metrics::sessions::SessionSlo::parse)
-        .transpose()
-        .map_err(|e| anyhow!("shard 0's manifest: session_slo: {e}"))?;
     let level = precision::Level::new(first.confidence.unwrap_or(0.95))
         .map_err(|e| anyhow!("shard 0's manifest: confidence {e}"))?;
-    let judged = precision::RunJudgments {
-        goodput: goodput.map(|goodput| (goodput, first.session_goodput_share.unwrap_or(1.0))),
-        session_slo: session_slo.as_ref(),
-        recorded: times,
-        shapes,
-        energy_j: summary.energy.as_ref().and_then(|e| e.total_gpu_energy_j),
-    };
+    let energy_j = summary.energy.as_ref().and_then(|e| e.total_gpu_energy_j);
+    let judged = judgments.run_judgments(times, shapes, energy_j);
     let table = precision::run_table(records, window.1.saturating_sub(window.0), &judged);
     Ok(precision::bootstrap(
         &table,
@@ -660,6 +635,60 @@ pub(super) fn corpus_facts(
                 ds.source_path().display()
             );
             Default::default()
+        }
+    }
+}
+
+/// The judgments a run's manifest records, parsed: `--goodput` with its session share and
+/// `--session-slo` (what a merge, `compare` and `--trials` judge read-back runs by).
+pub(super) struct RecordedJudgments {
+    pub(super) goodput: Option<crate::metrics::goodput::Goodput>,
+    pub(super) session_goodput_share: f64,
+    pub(super) session_slo: Option<crate::metrics::sessions::SessionSlo>,
+}
+
+impl RecordedJudgments {
+    /// What `manifest` records; `whose` names it in an error.
+    pub(super) fn of(manifest: &Manifest, whose: &str) -> anyhow::Result<RecordedJudgments> {
+        let goodput = manifest
+            .goodput
+            .as_deref()
+            .map(|spec| {
+                crate::metrics::goodput::Goodput::parse(spec)
+                    .map_err(|e| anyhow!("{whose}: goodput {spec:?}: {e}"))
+            })
+            .transpose()?;
+        let session_slo = manifest
+            .session_slo
+            .as_deref()
+            .map(|spec| {
+                crate::metrics::sessions::SessionSlo::parse(spec)
+                    .map_err(|e| anyhow!("{whose}: session_slo {spec:?}: {e}"))
+            })
+            .transpose()?;
+        Ok(RecordedJudgments {
+            goodput,
+            session_goodput_share: manifest.session_goodput_share.unwrap_or(1.0),
+            session_slo,
+        })
+    }
+
+    /// The session table's judgments, with the corpus facts and the run's energy.
+    pub(super) fn run_judgments<'a>(
+        &'a self,
+        recorded: &'a crate::metrics::sessions::RecordedTimes,
+        shapes: &'a crate::metrics::jobs::JobShapes,
+        energy_j: Option<f64>,
+    ) -> crate::metrics::precision::RunJudgments<'a> {
+        crate::metrics::precision::RunJudgments {
+            goodput: self
+                .goodput
+                .as_ref()
+                .map(|goodput| (goodput, self.session_goodput_share)),
+            session_slo: self.session_slo.as_ref(),
+            recorded,
+            shapes,
+            energy_j,
         }
     }
 }

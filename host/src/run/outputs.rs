@@ -261,11 +261,7 @@ fn judge_run(ctx: RunCtx<'_>, ended: &Ended, summary: &mut Summary) {
         &times,
         crate::metrics::jobs::JobDenominators {
             window_ns,
-            lanes: prepared
-                .settings
-                .arrivals
-                .is_none()
-                .then_some(prepared.settings.concurrency),
+            lanes: prepared.closed_loop_lanes(),
             gpus: cfg.gpus,
         },
     );
@@ -322,11 +318,7 @@ fn energy(
         input_tokens: summary.input_tokens,
         output_tokens: summary.output_tokens,
         jobs_ok: summary.jobs.as_ref().map(|jobs| jobs.ok),
-        lanes: prepared
-            .settings
-            .arrivals
-            .is_none()
-            .then_some(u64::from(prepared.settings.concurrency)),
+        lanes: prepared.closed_loop_lanes().map(u64::from),
         expected_gpus: gpus.map(u64::from),
     };
     let report = crate::metrics::energy::EnergyReport::of(log, window, denominators);

@@ -47,6 +47,17 @@ pub(super) struct Prepared {
     pub harness_notes: Vec<crate::export::manifest::HarnessNote>,
 }
 
+impl Prepared {
+    /// The lanes of a closed-loop run (`--concurrency`); none under open-loop arrivals, where no
+    /// fixed number of lanes shares the load.
+    pub(super) fn closed_loop_lanes(&self) -> Option<u32> {
+        self.settings
+            .arrivals
+            .is_none()
+            .then_some(self.settings.concurrency)
+    }
+}
+
 /// Loads the scenario (by the recorded hash for a rerun), resolves the settings (its refusals as
 /// one error, its warnings logged), and opens the dataset. The scenario's instance goes on to the
 /// planner and then to the replay, with the configuration as the scenario decided it (what every

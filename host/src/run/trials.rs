@@ -12,7 +12,6 @@ use super::config::RunConfig;
 use super::{draw_seed, execute, Cancel, RunOutcome};
 use crate::export::trials::{Trial, TrialsSummary, SCHEMA};
 use crate::metrics::precision::{self, Level};
-use crate::record::RequestRecord;
 use crate::scenario::types::Value;
 use crate::scenario::ReplaySetting;
 
@@ -160,28 +159,11 @@ fn trial_row(index: u32, seed: u64, dir: String, outcome: &RunOutcome) -> Trial 
     }
 }
 
-/// One completed trial as read back: its records, window, energy and its figures' estimates.
-struct Finished {
-    records: Vec<RequestRecord>,
-    window_ns: u64,
-    energy_j: Option<f64>,
-    estimates: std::collections::BTreeMap<String, f64>,
-}
-
-fn read_trial(dir: &Path) -> anyhow::Result<Finished> {
-    let manifest = crate::export::manifest::Manifest::read_dir(dir)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+/// A completed trial's figures' estimates, from its `run_summary.json`.
+fn trial_estimates(dir: &Path) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
     let summary = crate::export::run_summary::RunSummary::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
-    let mut records = Vec::new();
-    crate::record::scan_records(&dir.join(crate::record::RECORDS_FILE), false, |r| {
-        records.push(r);
-    })
-    .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
-    let window_ns = manifest
-        .profiling_ns
-        .map_or(0, |[start, end]| end.saturating_sub(start));
-    let estimates = summary
+    Ok(summary
         .summary
         .intervals
         .as_ref()
@@ -192,22 +174,12 @@ fn read_trial(dir: &Path) -> anyhow::Result<Finished> {
                 .map(|(name, interval)| (name.clone(), interval.estimate))
                 .collect()
         })
-        .unwrap_or_default();
-    Ok(Finished {
-        records,
-        window_ns,
-        energy_j: summary
-            .summary
-            .energy
-            .as_ref()
-            .and_then(|e| e.total_gpu_energy_j),
-        estimates,
-    })
+        .unwrap_or_default())
 }
 
 /// `trials.json` of the trials run: the spread of each figure over the completed trials and the
 /// pooled intervals (their sessions together over the sum of their windows, so a rate is the
-/// trials' mean rate).
+/// trials' mean rate, judged as `compare` judges pooled runs).
 fn summarise(
     base: &RunConfig,
     dir: &Path,
@@ -216,41 +188,46 @@ fn summarise(
 ) -> anyhow::Result<TrialsSummary> {
     let level: Level = base.confidence;
     let mut finished = Vec::new();
+    let mut estimates = Vec::new();
     for trial in trials.iter().filter(|t| t.stop.is_some()) {
-        match read_trial(&dir.join(&trial.dir)) {
-            Ok(read) => finished.push(read),
+        let trial_dir = dir.join(&trial.dir);
+        match trial_estimates(&trial_dir) {
+            Ok(read) => {
+                estimates.push(read);
+                finished.push(trial_dir);
+            }
             Err(e) => tracing::warn!("trial {} is left out of the summary: {e:#}", trial.index),
         }
     }
     let mut between = std::collections::BTreeMap::new();
     for figure in &precision::FIGURES {
-        let values: Vec<f64> = finished
+        let values: Vec<f64> = estimates
             .iter()
-            .filter_map(|trial| trial.estimates.get(figure.name).copied())
+            .filter_map(|trial| trial.get(figure.name).copied())
             .collect();
         if let Some(spread) = precision::between_trials(&values, level) {
             between.insert(figure.name.to_string(), spread);
         }
     }
-    let pooled = (!finished.is_empty()).then(|| {
-        let records: Vec<RequestRecord> = finished.iter().flat_map(|t| t.records.clone()).collect();
-        let window_ns = finished.iter().map(|t| t.window_ns).sum();
-        let energy_j = finished.iter().map(|t| t.energy_j).sum::<Option<f64>>();
-        let (recorded, shapes) = Default::default();
-        let judged = precision::RunJudgments {
-            goodput: base
-                .goodput
-                .as_ref()
-                .map(|goodput| (goodput, base.session_goodput_share)),
-            session_slo: base.session_slo.as_ref(),
-            recorded: &recorded,
-            shapes: &shapes,
-            energy_j,
-        };
-        let table = precision::run_table(&records, window_ns, &judged);
-        let seed = trials.first().map_or(0, |t| t.seed);
-        precision::bootstrap(&table, &precision::FIGURES, level, None, seed)
-    });
+    let pooled = match finished.is_empty() {
+        true => None,
+        false => match super::compare::pooled_table(&finished) {
+            Ok(table) => {
+                let seed = trials.first().map_or(0, |t| t.seed);
+                Some(precision::bootstrap(
+                    &table,
+                    &precision::FIGURES,
+                    level,
+                    None,
+                    seed,
+                ))
+            }
+            Err(e) => {
+                tracing::warn!("the trials' pooled intervals are left out: {e:#}");
+                None
+            }
+        },
+    };
     Ok(TrialsSummary {
         schema: SCHEMA.to_string(),
         same_seed,
