@@ -506,7 +506,7 @@ impl Client {
         body: JsonBody,
         ids: RequestIds<'_>,
         keep_text: bool,
-        ex: &mut Exchange,
+        exchange: &mut Exchange,
     ) {
         let build = |body: JsonBody| {
             let req = Request::post(self.uri.clone())
@@ -525,7 +525,7 @@ impl Client {
         let mut req = match build(body) {
             Ok(r) => r,
             Err(e) => {
-                ex.fail(Failure::new(
+                exchange.fail(Failure::new(
                     0,
                     FailureKind::Request,
                     format!("cannot build the request: {e}"),
@@ -538,13 +538,13 @@ impl Client {
             let spare = match build(again) {
                 Ok(r) => r,
                 Err(e) => {
-                    ex.fail(Failure::new(0, FailureKind::Request, e.to_string()));
+                    exchange.fail(Failure::new(0, FailureKind::Request, e.to_string()));
                     return;
                 }
             };
             let resp = match self.pools.sticky.send(ids.correlation_id, req, spare).await {
                 Ok((r, retried)) => {
-                    ex.retried = retried;
+                    exchange.retried = retried;
                     r
                 }
                 Err(e) => {
@@ -553,12 +553,12 @@ impl Client {
                     } else {
                         FailureKind::Reset
                     };
-                    ex.fail(Failure::new(0, kind, e.message));
+                    exchange.fail(Failure::new(0, kind, e.message));
                     return;
                 }
             };
             return self
-                .read_response(resp, Some(&capture), keep_text, ex)
+                .read_response(resp, Some(&capture), keep_text, exchange)
                 .await;
         }
         let pool = match self.reuse {
@@ -568,17 +568,17 @@ impl Client {
         let first = pool.request(req).await;
         let resp = match first {
             Ok(r) => r,
-            Err(e) if !e.is_connect() && reused_before(&e, ex.sent) => {
+            Err(e) if !e.is_connect() && reused_before(&e, exchange.sent) => {
                 // The connection was opened before this request and failed before any response
                 // byte: most likely the server closed it as we reused it. Once more, on a new one.
                 let why = error_chain(&e);
-                ex.retried = Some(format!(
+                exchange.retried = Some(format!(
                     "a reused connection failed before any response byte ({why}); sent again on a new connection"
                 ));
                 let req = match build(again) {
                     Ok(r) => r,
                     Err(e) => {
-                        ex.fail(Failure::new(0, FailureKind::Request, e.to_string()));
+                        exchange.fail(Failure::new(0, FailureKind::Request, e.to_string()));
                         return;
                     }
                 };
@@ -590,7 +590,7 @@ impl Client {
                         } else {
                             FailureKind::Reset
                         };
-                        ex.fail(Failure::new(
+                        exchange.fail(Failure::new(
                             0,
                             kind,
                             format!("{} (after a retry: {why})", error_chain(&e)),
@@ -605,28 +605,28 @@ impl Client {
                 } else {
                     FailureKind::Reset
                 };
-                ex.fail(Failure::new(0, kind, error_chain(&e)));
+                exchange.fail(Failure::new(0, kind, error_chain(&e)));
                 return;
             }
         };
-        self.read_response(resp, Some(&capture), keep_text, ex)
+        self.read_response(resp, Some(&capture), keep_text, exchange)
             .await;
     }
 
-    /// Reads a response to its end into `ex`: status, error body, or the token stream.
+    /// Reads a response to its end into `exchange`: status, error body, or the token stream.
     async fn read_response(
         &self,
         resp: hyper::Response<hyper::body::Incoming>,
         capture: Option<&hyper_util::client::legacy::connect::CaptureConnection>,
         keep_text: bool,
-        ex: &mut Exchange,
+        exchange: &mut Exchange,
     ) {
-        ex.first_byte = Some(Instant::now());
-        ex.server_ttft = server_ttft(resp.headers());
-        ex.server = agentx_protocol::server_side::from_headers(resp.headers());
+        exchange.first_byte = Some(Instant::now());
+        exchange.server_ttft = server_ttft(resp.headers());
+        exchange.server = agentx_protocol::server_side::from_headers(resp.headers());
         self.learn(&resp, capture);
         let status = resp.status();
-        ex.status = status.as_u16();
+        exchange.status = status.as_u16();
         let mut body = resp.into_body();
         if !status.is_success() {
             let mut excerpt = Vec::new();
@@ -647,7 +647,7 @@ impl Client {
             let text = String::from_utf8_lossy(&excerpt).into_owned();
             let (kind, message) = server_error_message(&text);
             let mut failure = Failure::new(
-                ex.status,
+                exchange.status,
                 FailureKind::Http,
                 format!(
                     "HTTP {status}: {message}{}",
@@ -655,8 +655,8 @@ impl Client {
                 ),
             );
             failure.server_type = kind;
-            ex.error_body = Some(text);
-            ex.fail(failure);
+            exchange.error_body = Some(text);
+            exchange.fail(failure);
             return;
         }
         let mut dec = SseDecoder::new();
@@ -672,15 +672,15 @@ impl Client {
                 Some(Ok(f)) => f,
                 Some(Err(e)) => {
                     let failure = Failure::new(
-                        ex.status,
+                        exchange.status,
                         FailureKind::Reset,
                         format!(
                             "the connection broke mid-stream after {} content chunks: {}",
-                            ex.chunk_offsets_ns.len(),
+                            exchange.chunk_offsets_ns.len(),
                             error_chain(&e)
                         ),
                     );
-                    ex.fail(failure);
+                    exchange.fail(failure);
                     return;
                 }
             };
@@ -688,17 +688,17 @@ impl Client {
                 continue;
             };
             let now = Instant::now();
-            let fed = dec.feed(data, |event| state.on_event(event, now, ex));
+            let fed = dec.feed(data, |event| state.on_event(event, now, exchange));
             if let Err(error) = fed {
-                ex.fail(Failure::new(
-                    ex.status,
+                exchange.fail(Failure::new(
+                    exchange.status,
                     FailureKind::MalformedSse,
                     error.to_string(),
                 ));
                 return;
             }
             if let Some(failure) = state.failure.take() {
-                ex.fail(failure);
+                exchange.fail(failure);
                 return;
             }
             if state.done {
@@ -712,10 +712,13 @@ impl Client {
                 "the stream ended without"
             };
             let why = format!("{why} {}", self.api.end_marker());
-            ex.fail(Failure::new(
-                ex.status,
+            exchange.fail(Failure::new(
+                exchange.status,
                 FailureKind::Incomplete,
-                format!("{why} after {} content chunks", ex.chunk_offsets_ns.len()),
+                format!(
+                    "{why} after {} content chunks",
+                    exchange.chunk_offsets_ns.len()
+                ),
             ));
         }
     }
@@ -723,8 +726,8 @@ impl Client {
 
 /// Whether a request error happened on a connection that was open before the request was sent
 /// (a reused one), as the connection's [`conn::ConnMeta`] tells.
-fn reused_before(e: &hyper_util::client::legacy::Error, sent: Instant) -> bool {
-    let Some(info) = e.connect_info() else {
+fn reused_before(error: &hyper_util::client::legacy::Error, sent: Instant) -> bool {
+    let Some(info) = error.connect_info() else {
         return false;
     };
     let mut ext = hyper::http::Extensions::new();

@@ -39,9 +39,9 @@ pub(crate) struct KeepAlive {
 impl KeepAlive {
     /// Parses `timeout=5, max=100` (either part optional, any order, case-insensitive); `None` when
     /// neither is there.
-    pub(crate) fn parse(v: &str) -> Option<KeepAlive> {
+    pub(crate) fn parse(header: &str) -> Option<KeepAlive> {
         let mut parsed = KeepAlive::default();
-        for part in v.split(',') {
+        for part in header.split(',') {
             let Some((name, value)) = part.split_once('=') else {
                 continue;
             };

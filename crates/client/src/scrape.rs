@@ -453,7 +453,7 @@ struct Flushes {
 /// what the file holds ([`JournalWriter::spill`]); once more when `done` says the final scrapes are
 /// in. Hands the writer back at the end (`None` when its thread failed).
 async fn journal(
-    mut w: JournalWriter,
+    mut writer: JournalWriter,
     logs: Vec<Arc<Mutex<EndpointLog>>>,
     wake: Flushes,
 ) -> Option<JournalWriter> {
@@ -475,33 +475,33 @@ async fn journal(
         }
         let took = std::time::Instant::now();
         for (i, l) in logs.iter().enumerate() {
-            w.take(i, &lock(l));
+            writer.take(i, &lock(l));
         }
         let took = took.elapsed();
-        w = match tokio::task::spawn_blocking(move || {
+        writer = match tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
-            let bytes = w.write_logged();
+            let bytes = writer.write_logged();
             tracing::trace!(
                 bytes,
                 take_us = took.as_micros() as u64,
                 write_us = started.elapsed().as_micros() as u64,
                 "server metrics journal appended"
             );
-            w
+            writer
         })
         .await
         {
-            Ok(w) => w,
+            Ok(writer) => writer,
             Err(e) => {
                 tracing::warn!("the server metrics journal stopped: {e}");
                 return None;
             }
         };
         for (i, l) in logs.iter().enumerate() {
-            w.spill(i, &mut lock(l));
+            writer.spill(i, &mut lock(l));
         }
         if last {
-            return Some(w);
+            return Some(writer);
         }
     }
 }
@@ -678,9 +678,9 @@ impl Endpoint {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut chain = e.to_string();
-    let mut cur = e.source();
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut chain = error.to_string();
+    let mut cur = error.source();
     while let Some(source) = cur {
         chain.push_str(": ");
         chain.push_str(&source.to_string());

@@ -486,9 +486,9 @@ impl Cursor {
     }
 
     /// What `log` gained since the last call, and the cursor moved past it.
-    fn delta(&mut self, ep: usize, log: &EndpointLog) -> Delta {
+    fn delta(&mut self, endpoint_index: usize, log: &EndpointLog) -> Delta {
         let mut delta = Delta {
-            ep,
+            ep: endpoint_index,
             ..Delta::default()
         };
         delta.fetches = (log.fetches.get(self.fetches..).unwrap_or(&[]).iter())
@@ -608,29 +608,30 @@ impl JournalWriter {
         }
     }
 
-    /// Takes what endpoint `ep`'s log gained since the last take, to be written by the next write.
-    /// Cheap (no I/O, no formatting): the scraper calls it under the endpoint's lock.
-    pub(crate) fn take(&mut self, ep: usize, log: &EndpointLog) {
+    /// Takes what endpoint `endpoint_index`'s log gained since the last take, to be written by the
+    /// next write. Cheap (no I/O, no formatting): the scraper calls it under the endpoint's lock.
+    pub(crate) fn take(&mut self, endpoint_index: usize, log: &EndpointLog) {
         if self.stopped {
             return;
         }
-        if let Some(cursor) = self.cursors.get_mut(ep) {
-            let delta = cursor.delta(ep, log);
+        if let Some(cursor) = self.cursors.get_mut(endpoint_index) {
+            let delta = cursor.delta(endpoint_index, log);
             if !delta.is_empty() {
                 self.pending.push(delta);
             }
         }
     }
 
-    /// After a write, drops from endpoint `ep`'s log the change points the file now holds (each
-    /// track keeps its first value and its latest: what the live view and the next scrape read),
-    /// so a run's memory does not grow with its scrapes; [`read_journal`] gives the whole log back.
+    /// After a write, drops from endpoint `endpoint_index`'s log the change points the file now
+    /// holds (each track keeps its first value and its latest: what the live view and the next
+    /// scrape read), so a run's memory does not grow with its scrapes; [`read_journal`] gives the
+    /// whole log back.
     /// Nothing is dropped while something taken is unwritten, nor once journaling stopped.
-    pub(crate) fn spill(&mut self, ep: usize, log: &mut EndpointLog) {
+    pub(crate) fn spill(&mut self, endpoint_index: usize, log: &mut EndpointLog) {
         if self.stopped || !self.pending.is_empty() {
             return;
         }
-        if let Some(cursor) = self.cursors.get_mut(ep) {
+        if let Some(cursor) = self.cursors.get_mut(endpoint_index) {
             self.spilled |= cursor.spill(log);
         }
     }

@@ -7,22 +7,23 @@ use super::error::DatasetError;
 use super::format::{jsonl_path, Format, FormatSpec};
 use super::weka::{ParsedTrace, SourceFiles};
 
-/// Reads the traces of a source in format `spec` and hands each to `f` until it answers `Break`.
-/// Returns the number of traces read; a source without any trace is [`DatasetError::Empty`].
+/// Reads the traces of a source in format `spec` and hands each to `on_trace` until it answers
+/// `Break`. Returns the number of traces read; a source without any trace is
+/// [`DatasetError::Empty`].
 pub(crate) fn scan(
     spec: &FormatSpec,
     files: &SourceFiles,
-    f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+    on_trace: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     match spec.format {
         Format::Weka => match spec.trace_block_size {
-            None => super::weka::scan_traces(files, f),
+            None => super::weka::scan_traces(files, on_trace),
             Some(n) => {
-                let mut f = f;
-                super::weka::scan_traces(files, |t| f(super::weka::relayout(t, n)?))
+                let mut on_trace = on_trace;
+                super::weka::scan_traces(files, |t| on_trace(super::weka::relayout(t, n)?))
             }
         },
-        Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, f),
-        Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, f),
+        Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, on_trace),
+        Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, on_trace),
     }
 }

@@ -132,16 +132,16 @@ pub(crate) fn checksum(bytes: &[u8]) -> u64 {
 }
 
 #[inline]
-pub(crate) fn rd_u32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+pub(crate) fn rd_u32(bytes: &[u8], offset: usize) -> u32 {
+    u32::from_le_bytes(bytes[offset..offset + 4].try_into().expect("4 bytes"))
 }
 #[inline]
-pub(crate) fn rd_u64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+pub(crate) fn rd_u64(bytes: &[u8], offset: usize) -> u64 {
+    u64::from_le_bytes(bytes[offset..offset + 8].try_into().expect("8 bytes"))
 }
 #[inline]
-pub(crate) fn rd_f64(b: &[u8], o: usize) -> f64 {
-    f64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+pub(crate) fn rd_f64(bytes: &[u8], offset: usize) -> f64 {
+    f64::from_le_bytes(bytes[offset..offset + 8].try_into().expect("8 bytes"))
 }
 
 /// Interns strings into the table: trace ids, models, stop reasons, type lists.
@@ -153,15 +153,15 @@ struct Interner {
 }
 
 impl Interner {
-    fn intern(&mut self, s: &str) -> Result<u32, String> {
-        if let Some(&slot) = self.index.get(s) {
+    fn intern(&mut self, text: &str) -> Result<u32, String> {
+        if let Some(&slot) = self.index.get(text) {
             return Ok(slot);
         }
         let off = u32::try_from(self.bytes.len()).map_err(|_| "string table exceeds 4 GiB")?;
         let slot = u32::try_from(self.spans.len()).map_err(|_| "too many strings")?;
-        self.bytes.extend_from_slice(s.as_bytes());
-        self.spans.push((off, s.len() as u32));
-        self.index.insert(s.to_owned(), slot);
+        self.bytes.extend_from_slice(text.as_bytes());
+        self.spans.push((off, text.len() as u32));
+        self.index.insert(text.to_owned(), slot);
         Ok(slot)
     }
 }
@@ -222,24 +222,24 @@ impl Default for Builder {
     }
 }
 
-fn opt(v: Option<f64>) -> f64 {
-    v.unwrap_or(f64::NAN)
+fn opt(value: Option<f64>) -> f64 {
+    value.unwrap_or(f64::NAN)
 }
 
 impl Builder {
     /// Adds one validated trace.
-    pub(crate) fn add(&mut self, t: &ParsedTrace) -> Result<(), String> {
-        let id_index = self.strings.intern(&t.id)?;
-        let models = self.strings.intern(&t.models.join("\n"))?;
+    pub(crate) fn add(&mut self, trace: &ParsedTrace) -> Result<(), String> {
+        let id_index = self.strings.intern(&trace.id)?;
+        let models = self.strings.intern(&trace.models.join("\n"))?;
         let first_turn = self.n_turns;
         let num_requests =
-            u32::try_from(t.requests.len()).map_err(|_| "too many requests in one trace")?;
+            u32::try_from(trace.requests.len()).map_err(|_| "too many requests in one trace")?;
         self.n_turns = self
             .n_turns
             .checked_add(num_requests)
             .ok_or("more than 2^32 requests in the corpus")?;
         let mut prev: &[u32] = &[];
-        for r in &t.requests {
+        for r in &trace.requests {
             let lcp = prev
                 .iter()
                 .zip(&r.hash_ids)
@@ -286,11 +286,11 @@ impl Builder {
             models,
             first_turn,
             num_requests,
-            t.block_size,
-            t.tool_tokens,
-            t.system_tokens,
-            t.subagents,
-            u32::try_from(t.location.line).unwrap_or(u32::MAX),
+            trace.block_size,
+            trace.tool_tokens,
+            trace.system_tokens,
+            trace.subagents,
+            u32::try_from(trace.location.line).unwrap_or(u32::MAX),
             if self.global_hash_ids {
                 TRACE_GLOBAL_HASH_IDS
             } else {
@@ -303,8 +303,8 @@ impl Builder {
             .n_traces
             .checked_add(1)
             .ok_or("more than 2^32 traces")?;
-        self.subagents += u64::from(t.subagents);
-        for w in &t.warnings {
+        self.subagents += u64::from(trace.subagents);
+        for w in &trace.warnings {
             self.warnings.add(w);
         }
         Ok(())
@@ -421,45 +421,45 @@ pub(crate) struct Layout {
 
 impl Layout {
     /// Validates an entry: header, checksums, key, section bounds and every record's references.
-    pub(crate) fn parse(b: &[u8], expected: Option<&CacheKey>) -> Result<Layout, String> {
-        if b.len() < HEADER_LEN {
+    pub(crate) fn parse(bytes: &[u8], expected: Option<&CacheKey>) -> Result<Layout, String> {
+        if bytes.len() < HEADER_LEN {
             return Err(format!(
                 "{} bytes is shorter than the {HEADER_LEN}-byte header (truncated)",
-                b.len()
+                bytes.len()
             ));
         }
-        if b[0..8] != MAGIC {
+        if bytes[0..8] != MAGIC {
             return Err("not an agentx dataset cache entry (bad magic)".into());
         }
-        let version = rd_u32(b, 8);
+        let version = rd_u32(bytes, 8);
         if version != FORMAT_VERSION {
             return Err(format!(
                 "format version {version}, this build reads {FORMAT_VERSION}"
             ));
         }
-        if checksum(&b[..120]) != rd_u64(b, 120) {
+        if checksum(&bytes[..120]) != rd_u64(bytes, 120) {
             return Err("header checksum mismatch".into());
         }
-        let file_len = rd_u64(b, 16);
-        if rd_u32(b, 12) as usize != HEADER_LEN || file_len != b.len() as u64 {
+        let file_len = rd_u64(bytes, 16);
+        if rd_u32(bytes, 12) as usize != HEADER_LEN || file_len != bytes.len() as u64 {
             return Err(format!(
                 "length {} but the header says {file_len} (truncated or foreign)",
-                b.len()
+                bytes.len()
             ));
         }
-        let key = CacheKey(b[24..56].try_into().expect("32 bytes"));
+        let key = CacheKey(bytes[24..56].try_into().expect("32 bytes"));
         if expected.is_some_and(|k| *k != key) {
             return Err("entry holds a different key".into());
         }
-        if checksum(&b[HEADER_LEN..]) != rd_u64(b, 112) {
+        if checksum(&bytes[HEADER_LEN..]) != rd_u64(bytes, 112) {
             return Err("body checksum mismatch (corrupt)".into());
         }
-        let n_traces = rd_u32(b, 56) as usize;
-        let n_turns = rd_u32(b, 60) as usize;
-        let pool_len = usize::try_from(rd_u64(b, 64)).map_err(|_| "pool too large")?;
-        let subagents = rd_u64(b, 72);
+        let n_traces = rd_u32(bytes, 56) as usize;
+        let n_turns = rd_u32(bytes, 60) as usize;
+        let pool_len = usize::try_from(rd_u64(bytes, 64)).map_err(|_| "pool too large")?;
+        let subagents = rd_u64(bytes, 72);
         let off = |offset: usize| {
-            usize::try_from(rd_u64(b, offset)).map_err(|_| "offset too large".to_string())
+            usize::try_from(rd_u64(bytes, offset)).map_err(|_| "offset too large".to_string())
         };
         let (traces_off, turns_off, pool_off, strings_off) =
             (off(80)?, off(88)?, off(96)?, off(104)?);
@@ -471,22 +471,22 @@ impl Layout {
             || !fits(traces_off, n_traces.checked_mul(TRACE_REC), turns_off)
             || !fits(turns_off, n_turns.checked_mul(TURN_REC), pool_off)
             || !fits(pool_off, pool_len.checked_mul(4), strings_off)
-            || !fits(strings_off, Some(8), b.len())
+            || !fits(strings_off, Some(8), bytes.len())
             || pool_off % 4 != 0
         {
             return Err("section bounds out of range".into());
         }
-        let n_strings = rd_u32(b, strings_off) as usize;
+        let n_strings = rd_u32(bytes, strings_off) as usize;
         let table_end = strings_off
             .checked_add(8)
             .and_then(|x| n_strings.checked_mul(8).and_then(|y| x.checked_add(y)))
-            .filter(|&e| e <= b.len())
+            .filter(|&e| e <= bytes.len())
             .ok_or("string table out of range")?;
-        let data = &b[table_end..];
+        let data = &bytes[table_end..];
         let mut last = "";
         for i in 0..n_strings {
-            let offset = rd_u32(b, strings_off + 8 + i * 8) as usize;
-            let str_len = rd_u32(b, strings_off + 12 + i * 8) as usize;
+            let offset = rd_u32(bytes, strings_off + 8 + i * 8) as usize;
+            let str_len = rd_u32(bytes, strings_off + 12 + i * 8) as usize;
             let text = data
                 .get(offset..offset + str_len)
                 .ok_or("string out of range")?;
@@ -498,12 +498,12 @@ impl Layout {
         let mut next_turn = 0usize;
         for i in 0..n_traces {
             let rec = traces_off + i * TRACE_REC;
-            let first = rd_u32(b, rec + 8) as usize;
-            let num_turns = rd_u32(b, rec + 12) as usize;
-            if !s_ok(rd_u32(b, rec))
-                || !s_ok(rd_u32(b, rec + 4))
+            let first = rd_u32(bytes, rec + 8) as usize;
+            let num_turns = rd_u32(bytes, rec + 12) as usize;
+            if !s_ok(rd_u32(bytes, rec))
+                || !s_ok(rd_u32(bytes, rec + 4))
                 || first != next_turn
-                || rd_u32(b, rec + 16) == 0
+                || rd_u32(bytes, rec + 16) == 0
             {
                 return Err(format!("trace record {i} is inconsistent"));
             }
@@ -514,18 +514,18 @@ impl Layout {
             let mut prev_ids = 0u32;
             for k in first..next_turn {
                 let turn_rec = turns_off + k * TURN_REC;
-                let lcp = rd_u32(b, turn_rec + 40);
-                let n_ids = rd_u32(b, turn_rec + 44);
-                let suffix = rd_u64(b, turn_rec + 48);
+                let lcp = rd_u32(bytes, turn_rec + 40);
+                let n_ids = rd_u32(bytes, turn_rec + 44);
+                let suffix = rd_u64(bytes, turn_rec + 48);
                 let bad_lcp = lcp > n_ids || lcp > prev_ids || (k == first && lcp != 0);
                 let bad_pool = suffix
                     .checked_add(u64::from(n_ids - lcp.min(n_ids)))
                     .is_none_or(|e| e > pool_len as u64);
-                let bad_str = !(s_ok(rd_u32(b, turn_rec + 56))
-                    && s_ok(rd_u32(b, turn_rec + 60))
-                    && s_ok(rd_u32(b, turn_rec + 64))
-                    && s_ok(rd_u32(b, turn_rec + 68)));
-                if bad_lcp || bad_pool || bad_str || rd_u32(b, turn_rec + 72) > 1 {
+                let bad_str = !(s_ok(rd_u32(bytes, turn_rec + 56))
+                    && s_ok(rd_u32(bytes, turn_rec + 60))
+                    && s_ok(rd_u32(bytes, turn_rec + 64))
+                    && s_ok(rd_u32(bytes, turn_rec + 68)));
+                if bad_lcp || bad_pool || bad_str || rd_u32(bytes, turn_rec + 72) > 1 {
                     return Err(format!("turn record {k} is inconsistent"));
                 }
                 prev_ids = n_ids;
@@ -534,7 +534,7 @@ impl Layout {
         if next_turn != n_turns {
             return Err("turn records not covered by traces".into());
         }
-        as_u32s(&b[pool_off..pool_off + pool_len * 4]).ok_or("pool misaligned")?;
+        as_u32s(&bytes[pool_off..pool_off + pool_len * 4]).ok_or("pool misaligned")?;
         Ok(Layout {
             key,
             n_traces,
@@ -546,7 +546,7 @@ impl Layout {
             pool_off,
             strings_off,
             n_strings,
-            file_len: b.len(),
+            file_len: bytes.len(),
         })
     }
 }

@@ -282,15 +282,17 @@ const MOONCAKE_KEYS: [&str; 5] = [
     "hash_ids",
 ];
 
-/// The formats whose marks the object `v` carries.
-fn matches(v: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
+/// The formats whose marks the object `object` carries.
+fn matches(object: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
     let mut out = Vec::new();
-    if v.contains_key("requests") {
+    if object.contains_key("requests") {
         out.push(Format::Weka);
     }
-    if TRACELAB_KEYS.iter().all(|k| v.contains_key(*k)) {
+    if TRACELAB_KEYS.iter().all(|k| object.contains_key(*k)) {
         out.push(Format::Tracelab);
-    } else if MOONCAKE_KEYS.iter().any(|k| v.contains_key(*k)) && !v.contains_key("requests") {
+    } else if MOONCAKE_KEYS.iter().any(|k| object.contains_key(*k))
+        && !object.contains_key("requests")
+    {
         out.push(Format::Mooncake);
     }
     out

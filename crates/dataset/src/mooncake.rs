@@ -364,14 +364,18 @@ fn read_sessions(path: &Path, block_size: u32) -> Result<Vec<Session>, DatasetEr
 }
 
 /// One session as a trace: turns in file order, start times relative to the session's first line.
-fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
-    let mut warnings = s.warnings;
-    let timed = s.rows.iter().all(|r| r.timestamp_ms.is_some());
-    let origin = s.rows.first().and_then(|r| r.timestamp_ms).unwrap_or(0.0);
+fn session_trace(session: Session, block_size: u32) -> ParsedTrace {
+    let mut warnings = session.warnings;
+    let timed = session.rows.iter().all(|r| r.timestamp_ms.is_some());
+    let origin = session
+        .rows
+        .first()
+        .and_then(|r| r.timestamp_ms)
+        .unwrap_or(0.0);
     let mut elapsed = 0.0f64;
     let mut last_t: Option<f64> = None;
-    let mut requests = Vec::with_capacity(s.rows.len());
-    for (k, r) in s.rows.iter().enumerate() {
+    let mut requests = Vec::with_capacity(session.rows.len());
+    for (k, r) in session.rows.iter().enumerate() {
         let think = r.delay_ms.map(|d| d / 1000.0);
         let start = if timed {
             (r.timestamp_ms.unwrap_or(origin) - origin) / 1000.0
@@ -385,9 +389,9 @@ fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
             warnings.push(Warning {
                 kind: WarningKind::DecreasingTime,
                 location: Location {
-                    file: s.location.file.clone(),
+                    file: session.location.file.clone(),
                     line: r.line,
-                    trace: Some(s.id.clone()),
+                    trace: Some(session.id.clone()),
                     field: Some("timestamp".into()),
                     column: 0,
                 },
@@ -418,7 +422,7 @@ fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
         });
     }
     ParsedTrace {
-        id: s.id,
+        id: session.id,
         models: Vec::new(),
         block_size,
         tool_tokens: 0,
@@ -427,16 +431,17 @@ fn session_trace(s: Session, block_size: u32) -> ParsedTrace {
         subagents: 0,
         subagent_peak: 0,
         subagent_entries: Vec::new(),
-        location: s.location,
+        location: session.location,
         warnings,
     }
 }
 
-/// Reads the sessions of a Mooncake trace file and hands each to `f` until it answers `Break`.
+/// Reads the sessions of a Mooncake trace file and hands each to `on_trace` until it answers
+/// `Break`.
 pub(crate) fn scan(
     path: &Path,
     spec: &FormatSpec,
-    mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+    mut on_trace: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     let block_size = spec.block_size();
     let sessions = read_sessions(path, block_size)?;
@@ -448,7 +453,7 @@ pub(crate) fn scan(
     let mut count = 0usize;
     for s in sessions {
         count += 1;
-        if f(session_trace(s, block_size))?.is_break() {
+        if on_trace(session_trace(s, block_size))?.is_break() {
             break;
         }
     }

@@ -401,26 +401,26 @@ impl Conversation {
         Ok(info)
     }
 
-    fn for_each_msg(&self, mut f: impl FnMut(Role, MsgRef<'_>)) {
+    fn for_each_msg(&self, mut visit: impl FnMut(Role, MsgRef<'_>)) {
         match self.mode {
             AssistantMode::Recorded => self
                 .st
                 .segs
                 .iter()
-                .for_each(|s| f(s.role, MsgRef::Blocks(s))),
+                .for_each(|s| visit(s.role, MsgRef::Blocks(s))),
             AssistantMode::Live => self.live.iter().for_each(|m| match m {
-                Msg::Blocks(s) => f(s.role, MsgRef::Blocks(s)),
+                Msg::Blocks(s) => visit(s.role, MsgRef::Blocks(s)),
                 Msg::Text {
                     role,
                     escaped,
                     words,
-                } => f(*role, MsgRef::Text(escaped, *words)),
+                } => visit(*role, MsgRef::Text(escaped, *words)),
             }),
         }
     }
 
-    fn write_content(&self, out: &mut Vec<u8>, m: MsgRef<'_>) {
-        match m {
+    fn write_content(&self, out: &mut Vec<u8>, message: MsgRef<'_>) {
+        match message {
             MsgRef::Blocks(s) => {
                 let block = self.st.traj().block_size() as usize;
                 out.reserve(super::text::max_bytes(
@@ -455,7 +455,7 @@ impl Conversation {
     }
 
     /// Index of the message that takes the marker.
-    fn bust_target(&self, p: Placement) -> Option<usize> {
+    fn bust_target(&self, placement: Placement) -> Option<usize> {
         let mut first_system = None;
         let mut first_user = None;
         let mut msg_idx = 0;
@@ -468,7 +468,7 @@ impl Conversation {
             }
             msg_idx += 1;
         });
-        match p {
+        match placement {
             Placement::SystemPrefix | Placement::SystemSuffix => first_system.or(first_user),
             Placement::FirstUserPrefix | Placement::FirstUserSuffix => first_user,
         }
@@ -617,10 +617,10 @@ pub struct Message {
     pub content: String,
 }
 
-/// Appends `s` JSON-escaped (without quotes).
-pub fn push_json_escaped(out: &mut Vec<u8>, s: &str) {
+/// Appends `text` JSON-escaped (without quotes).
+pub fn push_json_escaped(out: &mut Vec<u8>, text: &str) {
     let mut last = 0;
-    let b = s.as_bytes();
+    let b = text.as_bytes();
     for (i, &c) in b.iter().enumerate() {
         let esc: Option<&[u8]> = match c {
             b'"' => Some(b"\\\""),

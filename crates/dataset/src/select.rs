@@ -28,14 +28,15 @@ pub(crate) struct Selection {
 }
 
 /// The peak context of a trace (see the module doc).
-pub(crate) fn peak_context(t: &ParsedTrace, max_osl: Option<u32>) -> u64 {
+pub(crate) fn peak_context(trace: &ParsedTrace, max_osl: Option<u32>) -> u64 {
     let cap = |out: u32| max_osl.map_or(out, |m| out.min(m)).max(1);
-    t.requests
+    trace
+        .requests
         .iter()
         .map(|r| u64::from(r.input) + u64::from(cap(r.output)))
         .max()
         .unwrap_or(0)
-        .max(t.subagent_peak)
+        .max(trace.subagent_peak)
 }
 
 /// The counts of one selection pass, stored in the cache entry next to the import warnings.
@@ -80,8 +81,8 @@ impl Selector {
     }
 
     /// Whether the trace is kept (false: dropped by the context limit). Call only while not [`Self::full`].
-    pub(crate) fn offer(&mut self, t: &ParsedTrace) -> bool {
-        let peak = peak_context(t, self.sel.max_osl);
+    pub(crate) fn offer(&mut self, trace: &ParsedTrace) -> bool {
+        let peak = peak_context(trace, self.sel.max_osl);
         let r = &mut self.report;
         r.smallest_peak = if r.scanned == 0 {
             peak

@@ -42,9 +42,9 @@ pub struct Dist {
 }
 
 impl Dist {
-    /// The statistics of sample `v` (all zero when it is empty).
-    pub fn of(v: Vec<f64>) -> Dist {
-        let Some(sorted) = agentx_record::dist::Sorted::new(v) else {
+    /// The statistics of sample `values` (all zero when it is empty).
+    pub fn of(values: Vec<f64>) -> Dist {
+        let Some(sorted) = agentx_record::dist::Sorted::new(values) else {
             return Dist::default();
         };
         Dist {
@@ -72,10 +72,10 @@ pub struct HitCounts {
 
 impl HitCounts {
     /// Adds the counts of another walk.
-    pub fn add(&mut self, o: HitCounts) {
-        self.blocks += o.blocks;
-        self.set_hits += o.set_hits;
-        self.prefix_hits += o.prefix_hits;
+    pub fn add(&mut self, other: HitCounts) {
+        self.blocks += other.blocks;
+        self.set_hits += other.set_hits;
+        self.prefix_hits += other.prefix_hits;
     }
     /// `set_hits / blocks` (0 without blocks).
     pub fn set_rate(&self) -> f64 {
@@ -320,10 +320,11 @@ pub struct TreeStats {
     pub flat_chains: ChainCounts,
 }
 
-/// The largest number of `t`'s streams whose `[first start, last end)` intervals overlap at one instant.
-pub(crate) fn tree_overlap(t: &SessionTree) -> usize {
+/// The largest number of `tree`'s streams whose `[first start, last end)` intervals overlap at one
+/// instant.
+pub(crate) fn tree_overlap(tree: &SessionTree) -> usize {
     let mut events: Vec<(f64, i32)> = Vec::new();
-    for s in &t.streams {
+    for s in &tree.streams {
         let Some(first_ts) = s.turns.iter().map(|x| x.ts_ms).reduce(f64::min) else {
             continue;
         };

@@ -77,12 +77,12 @@ impl Draws {
         rng.set_stream(index as u64);
         Draws(rng)
     }
-    fn chance(&mut self, p: f64) -> bool {
-        self.0.random_bool(p)
+    fn chance(&mut self, probability: f64) -> bool {
+        self.0.random_bool(probability)
     }
-    /// Uniform in `[lo, hi]`.
-    fn range(&mut self, lo: u32, hi: u32) -> u32 {
-        self.0.random_range(lo..=hi)
+    /// Uniform in `[low, high]`.
+    fn range(&mut self, low: u32, high: u32) -> u32 {
+        self.0.random_range(low..=high)
     }
     /// Log-normal with this median (`e^mu`) and `sigma`.
     fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
@@ -96,23 +96,23 @@ const BLOCK: u32 = 64;
 const OPUS: &str = "claude-opus-4-5-20251101";
 const SONNET: &str = "claude-sonnet-4-5-20250929";
 
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+fn push_u64(out: &mut Vec<u8>, mut value: u64) {
     let mut buf = [0u8; 20];
     let mut pos = buf.len();
     loop {
         pos -= 1;
-        buf[pos] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
+        buf[pos] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
             break;
         }
     }
     out.extend_from_slice(&buf[pos..]);
 }
 
-fn push_secs(out: &mut Vec<u8>, x: f64) {
+fn push_secs(out: &mut Vec<u8>, seconds: f64) {
     // Millisecond resolution, like the proxy's captures.
-    let millis = (x * 1000.0).round() as u64;
+    let millis = (seconds * 1000.0).round() as u64;
     push_u64(out, millis / 1000);
     out.push(b'.');
     let frac = millis % 1000;
@@ -290,19 +290,20 @@ fn root_chain(opts: &SynthOptions, rng: &mut Draws) -> RootChain {
     }
 }
 
-/// Turn `k`'s output tokens, stop reason and think time (`g` scales outputs; `last`: the last
-/// turn, which ends the session).
+/// Turn `turn_index`'s output tokens, stop reason and think time (`scale` scales outputs; `last`:
+/// the last turn, which ends the session).
 fn draw_turn(
     rng: &mut Draws,
-    g: f64,
-    k: usize,
+    scale: f64,
+    turn_index: usize,
     last: bool,
     prev_stop: &str,
 ) -> (u32, &'static str, Option<f64>) {
     let output = if rng.chance(0.03) {
         0
     } else {
-        rng.lognormal(180.0 * g, 1.1).clamp(1.0, 32_000.0 * g) as u32
+        rng.lognormal(180.0 * scale, 1.1)
+            .clamp(1.0, 32_000.0 * scale) as u32
     };
     let stop = if last || (output > 0 && rng.chance(0.1)) {
         "end_turn"
@@ -311,7 +312,7 @@ fn draw_turn(
     } else {
         "tool_use"
     };
-    let think_time = if k == 0 {
+    let think_time = if turn_index == 0 {
         Some(0.0)
     } else if rng.chance(0.01) {
         None
@@ -324,12 +325,12 @@ fn draw_turn(
 }
 
 /// The same prompt as `prev` sent again straight away, streaming the other way.
-fn twin_of(prev: &Req, next_id: u32, ids_len: usize, t: f64) -> Req {
+fn twin_of(prev: &Req, next_id: u32, ids_len: usize, time: f64) -> Req {
     let mut twin = Req {
         ids_new: next_id..next_id,
         ids_keep: ids_len,
         think_time: Some(0.0),
-        t,
+        t: time,
         ..*prev
     };
     twin.streaming = !twin.streaming;
@@ -382,19 +383,19 @@ pub(crate) fn trace_line(opts: &SynthOptions, index: usize, out: &mut Vec<u8>) -
 }
 
 /// One request object (`{"t":...}`) with these hash ids.
-fn write_request(out: &mut Vec<u8>, r: &Req, model: &str, ids: &[u32]) {
+fn write_request(out: &mut Vec<u8>, request: &Req, model: &str, ids: &[u32]) {
     out.extend_from_slice(b"{\"t\":");
-    push_secs(out, r.t);
-    out.extend_from_slice(if r.streaming {
+    push_secs(out, request.t);
+    out.extend_from_slice(if request.streaming {
         b",\"type\":\"s\",\"model\":\""
     } else {
         b",\"type\":\"n\",\"model\":\""
     });
     out.extend_from_slice(model.as_bytes());
     out.extend_from_slice(b"\",\"in\":");
-    push_u64(out, u64::from(r.input));
+    push_u64(out, u64::from(request.input));
     out.extend_from_slice(b",\"out\":");
-    push_u64(out, u64::from(r.output));
+    push_u64(out, u64::from(request.output));
     out.extend_from_slice(b",\"hash_ids\":[");
     for (j, h) in ids.iter().enumerate() {
         if j > 0 {
@@ -403,29 +404,29 @@ fn write_request(out: &mut Vec<u8>, r: &Req, model: &str, ids: &[u32]) {
         push_u64(out, u64::from(*h));
     }
     out.extend_from_slice(b"],\"input_types\":[");
-    for (j, s) in r.input_types.split(',').enumerate() {
+    for (j, s) in request.input_types.split(',').enumerate() {
         out.extend_from_slice(if j > 0 { b",\"" } else { b"\"" });
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
     }
     out.extend_from_slice(b"],\"output_types\":[");
-    for (j, s) in r.output_types.split(',').enumerate() {
+    for (j, s) in request.output_types.split(',').enumerate() {
         out.extend_from_slice(if j > 0 { b",\"" } else { b"\"" });
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
     }
     out.extend_from_slice(b"],\"stop\":\"");
-    out.extend_from_slice(r.stop.as_bytes());
+    out.extend_from_slice(request.stop.as_bytes());
     out.extend_from_slice(b"\",\"api_time\":");
-    push_secs(out, r.api_time);
+    push_secs(out, request.api_time);
     out.extend_from_slice(b",\"think_time\":");
-    match r.think_time {
+    match request.think_time {
         Some(x) => push_secs(out, x),
         None => out.extend_from_slice(b"null"),
     }
-    if r.streaming {
+    if request.streaming {
         out.extend_from_slice(b",\"ttft\":");
-        push_secs(out, 0.3 + f64::from(r.input) / 150_000.0);
+        push_secs(out, 0.3 + f64::from(request.input) / 150_000.0);
     }
     out.push(b'}');
 }

@@ -97,12 +97,12 @@ impl Session {
 }
 
 /// ISO-8601 to POSIX seconds; a time without an offset is UTC.
-fn parse_ts(s: &str) -> Option<f64> {
-    if let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
+fn parse_ts(text: &str) -> Option<f64> {
+    if let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(text.trim()) {
         return Some(parsed.timestamp_micros() as f64 / 1e6);
     }
     for f in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
-        if let Ok(parsed) = chrono::NaiveDateTime::parse_from_str(s.trim(), f) {
+        if let Ok(parsed) = chrono::NaiveDateTime::parse_from_str(text.trim(), f) {
             return Some(parsed.and_utc().timestamp_micros() as f64 / 1e6);
         }
     }
@@ -150,8 +150,8 @@ impl Row<'_> {
         }
     }
 
-    fn time(&self, field: String, v: Option<&Value>) -> Result<Option<f64>, DatasetError> {
-        match v {
+    fn time(&self, field: String, value: Option<&Value>) -> Result<Option<f64>, DatasetError> {
+        match value {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) if s.is_empty() => Ok(None),
             Some(Value::String(s)) => parse_ts(s).map(Some).ok_or_else(|| {
@@ -160,7 +160,10 @@ impl Row<'_> {
                     format!("{s:?} is not an ISO-8601 time (e.g. 2025-06-01T12:00:00.123Z)"),
                 )
             }),
-            Some(v) => Err(self.err(field, format!("must be an ISO-8601 time string, got {v}"))),
+            Some(value) => Err(self.err(
+                field,
+                format!("must be an ISO-8601 time string, got {value}"),
+            )),
         }
     }
 
@@ -329,10 +332,10 @@ impl Default for Minter {
 }
 
 impl Minter {
-    fn take(&mut self, n: u64) -> impl Iterator<Item = u64> {
+    fn take(&mut self, count: u64) -> impl Iterator<Item = u64> {
         let start = self.0;
-        self.0 += n;
-        start..start + n
+        self.0 += count;
+        start..start + count
     }
 }
 
@@ -359,15 +362,15 @@ pub(crate) fn synthesize_hash_ids(
     out
 }
 
-fn round6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
+fn round6(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
 }
 
-/// Rounds as weka `type: "n"` requests with times relative to `t0`; also the models they name.
+/// Rounds as weka `type: "n"` requests with times relative to `origin`; also the models they name.
 fn requests(
     rounds: &[&Round],
     chains: Vec<Vec<u64>>,
-    t0: f64,
+    origin: f64,
     models: &mut Vec<String>,
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(rounds.len());
@@ -376,7 +379,7 @@ fn requests(
         if !models.contains(&r.model) {
             models.push(r.model.clone());
         }
-        let start = r.submitted.unwrap_or(t0) - t0;
+        let start = r.submitted.unwrap_or(origin) - origin;
         let mut req = json!({
             "t": round6(start),
             "type": "n",
@@ -423,7 +426,7 @@ fn subagent_entry(
     child: &Session,
     block_size: u32,
     minter: &mut Minter,
-    t0: f64,
+    origin: f64,
 ) -> Result<Option<Value>, String> {
     let timed = order_rounds(&child.rounds);
     if timed.is_empty() {
@@ -431,8 +434,8 @@ fn subagent_entry(
     }
     let chains = synthesize_hash_ids(&timed, block_size, minter);
     let mut models = Vec::new();
-    let mut inner = requests(&timed, chains, t0, &mut models);
-    let entry_t = spawn.start - t0;
+    let mut inner = requests(&timed, chains, origin, &mut models);
+    let entry_t = spawn.start - origin;
     for r in &mut inner {
         let start = r["t"].as_f64().unwrap_or(entry_t);
         if start + TIMESTAMP_EPSILON < entry_t {
@@ -476,12 +479,12 @@ fn subagent_entry(
 /// One session and its matched children as a weka trace object; `None` without dated rounds. The ids
 /// of the children placed under a parent request go into `placed`.
 fn build_trace(
-    s: &Session,
+    session: &Session,
     block_size: u32,
     children: &[(join::Spawn, &Session)],
     placed: &mut HashSet<String>,
 ) -> Result<Option<Value>, String> {
-    let timed = order_rounds(&s.rounds);
+    let timed = order_rounds(&session.rounds);
     let Some(first) = timed.first() else {
         return Ok(None);
     };
@@ -538,7 +541,7 @@ fn build_trace(
         merged.extend(entries);
     }
     Ok(Some(json!({
-        "id": safe_trace_id(&s.id),
+        "id": safe_trace_id(&session.id),
         "models": models,
         "block_size": block_size,
         "hash_id_scope": "local",
@@ -551,11 +554,11 @@ fn build_trace(
 }
 
 /// Reads a TraceLab file and hands each trace (root sessions in order, then children that failed to
-/// nest) to `f` until it answers `Break`.
+/// nest) to `on_trace` until it answers `Break`.
 pub(crate) fn scan(
     path: &Path,
     spec: &FormatSpec,
-    mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+    mut on_trace: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     let block_size = spec.block_size();
     let knobs = spec.tracelab.unwrap_or_default();
@@ -609,7 +612,7 @@ pub(crate) fn scan(
             blobs.push((built, s));
         }
     }
-    deliver(path, blobs, &mut f)
+    deliver(path, blobs, &mut on_trace)
 }
 
 /// The children each parent session nests (parents by id, children in session order).
@@ -641,7 +644,7 @@ fn children_of<'s>(
 fn deliver(
     path: &Path,
     blobs: Vec<(Value, &Session)>,
-    f: &mut impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+    on_trace: &mut impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     let mut seen: HashMap<String, &Session> = HashMap::new();
     let mut delivered = 0usize;
@@ -668,7 +671,7 @@ fn deliver(
         }
         seen.insert(trace_id, s);
         delivered += 1;
-        if f(parse_trace(&blob.to_string(), &base)?)?.is_break() {
+        if on_trace(parse_trace(&blob.to_string(), &base)?)?.is_break() {
             break;
         }
     }

@@ -129,8 +129,8 @@ pub struct Trajectory<'d> {
 }
 
 impl<'d> Trajectory<'d> {
-    fn u32_at(&self, o: usize) -> u32 {
-        rd_u32(self.ds.bytes(), self.rec + o)
+    fn u32_at(&self, offset: usize) -> u32 {
+        rd_u32(self.ds.bytes(), self.rec + offset)
     }
 
     /// The dataset this trajectory belongs to.
@@ -197,17 +197,17 @@ impl<'d> Trajectory<'d> {
         self.u32_at(36) & super::cache::TRACE_GLOBAL_HASH_IDS != 0
     }
 
-    /// Turn `k`, if it exists.
-    pub fn turn(&self, k: usize) -> Option<Turn<'d>> {
-        (k < self.num_turns()).then(|| self.turn_unchecked(k))
+    /// Turn `index`, if it exists.
+    pub fn turn(&self, index: usize) -> Option<Turn<'d>> {
+        (index < self.num_turns()).then(|| self.turn_unchecked(index))
     }
 
-    fn turn_unchecked(&self, k: usize) -> Turn<'d> {
+    fn turn_unchecked(&self, index: usize) -> Turn<'d> {
         let layout = &self.ds.entry.layout;
         Turn {
             traj: *self,
-            k,
-            off: layout.turns_off + (self.first_turn() + k) * TURN_REC,
+            k: index,
+            off: layout.turns_off + (self.first_turn() + index) * TURN_REC,
         }
     }
 
@@ -226,8 +226,8 @@ pub struct Turn<'d> {
     off: usize,
 }
 
-fn opt(x: f64) -> Option<f64> {
-    (!x.is_nan()).then_some(x)
+fn opt(value: f64) -> Option<f64> {
+    (!value.is_nan()).then_some(value)
 }
 
 impl<'d> Turn<'d> {

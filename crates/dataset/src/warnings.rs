@@ -134,12 +134,15 @@ pub struct WarningReport {
 
 impl WarningReport {
     /// Counts one warning, keeping its place if it is among the first of its kind.
-    pub fn add(&mut self, w: &Warning) {
+    pub fn add(&mut self, warning: &Warning) {
         self.total += 1;
-        let k = self.by_kind.entry(w.kind.as_str().to_owned()).or_default();
+        let k = self
+            .by_kind
+            .entry(warning.kind.as_str().to_owned())
+            .or_default();
         k.count += 1;
         if k.first.len() < FIRST_PLACES {
-            k.first.push(w.to_string());
+            k.first.push(warning.to_string());
         }
     }
 

@@ -254,20 +254,20 @@ impl Ctx<'_> {
     }
 
     /// A token count: negative reads as 0 (a warning); above 2^32-1 cannot be replayed.
-    fn count(&self, path: &str, name: &str, v: Int) -> Result<u32, DatasetError> {
-        self.coerced(path, name, v.coerced);
-        if v.v < 0 {
+    fn count(&self, path: &str, name: &str, value: Int) -> Result<u32, DatasetError> {
+        self.coerced(path, name, value.coerced);
+        if value.v < 0 {
             self.warn(
                 WarningKind::NegativeTokens,
                 join(path, name),
-                format!("`{name}` is {}, a negative token count; read as 0", v.v),
+                format!("`{name}` is {}, a negative token count; read as 0", value.v),
             );
             return Ok(0);
         }
-        u32::try_from(v.v).map_err(|_| {
+        u32::try_from(value.v).map_err(|_| {
             self.err(
                 join(path, name),
-                format!("{} tokens is above 2^32-1 and cannot be replayed", v.v),
+                format!("{} tokens is above 2^32-1 and cannot be replayed", value.v),
             )
         })
     }
@@ -303,27 +303,27 @@ impl Ctx<'_> {
     }
 
     /// A start time `t`: returns NaN for a non-finite value (the caller substitutes the previous `t`).
-    fn time(&self, path: &str, v: Float) -> f64 {
-        self.coerced(path, "t", v.coerced);
-        if !v.v.is_finite() {
+    fn time(&self, path: &str, value: Float) -> f64 {
+        self.coerced(path, "t", value.coerced);
+        if !value.v.is_finite() {
             self.warn(
                 WarningKind::InvalidTime,
                 join(path, "t"),
                 format!(
                     "`t` is {}, not finite; read as the previous request's start",
-                    v.v
+                    value.v
                 ),
             );
             return f64::NAN;
         }
-        if v.v < 0.0 {
+        if value.v < 0.0 {
             self.warn(
                 WarningKind::InvalidTime,
                 join(path, "t"),
-                format!("`t` is {}, before the trace's start", v.v),
+                format!("`t` is {}, before the trace's start", value.v),
             );
         }
-        v.v
+        value.v
     }
 }
 
@@ -339,10 +339,10 @@ fn required<T>(
     ctx: &Ctx<'_>,
     path: &str,
     name: &str,
-    v: Option<T>,
+    value: Option<T>,
     kind: &str,
 ) -> Result<T, DatasetError> {
-    v.ok_or_else(|| {
+    value.ok_or_else(|| {
         ctx.err(
             format!("{path}.{name}"),
             format!("missing field `{name}`, required on a request of type {kind:?}"),
@@ -359,30 +359,30 @@ fn convert_request(
     ctx: &Ctx<'_>,
     path: &str,
     index: usize,
-    e: RawEntry,
+    entry: RawEntry,
 ) -> Result<(ParsedRequest, WideIds), DatasetError> {
-    let kind = match e.kind.as_str() {
+    let kind = match entry.kind.as_str() {
         "n" => RequestKind::Normal,
         "s" => RequestKind::Streaming,
         other => unreachable!("caller dispatches on type, got {other}"),
     };
-    if let Some(field) = e.subagent_fields().next() {
+    if let Some(field) = entry.subagent_fields().next() {
         return Err(ctx.err(
             format!("{path}.{field}"),
-            format!("field `{field}` belongs to subagent entries and is not allowed on a request of type {:?}", e.kind),
+            format!("field `{field}` belongs to subagent entries and is not allowed on a request of type {:?}", entry.kind),
         ));
     }
-    if kind == RequestKind::Normal && e.ttft.is_some() {
+    if kind == RequestKind::Normal && entry.ttft.is_some() {
         return Err(ctx.err(
             format!("{path}.ttft"),
             "`ttft` is only recorded on streaming requests (type \"s\")",
         ));
     }
-    if e.model.is_none() {
+    if entry.model.is_none() {
         ctx.harness_requires(path, "model", "a request");
     }
-    let start = ctx.time(path, required(ctx, path, "t", e.t, &e.kind)?);
-    let raw_in = required(ctx, path, "in", e.input, &e.kind)?;
+    let start = ctx.time(path, required(ctx, path, "t", entry.t, &entry.kind)?);
+    let raw_in = required(ctx, path, "in", entry.input, &entry.kind)?;
     let input = ctx.count(path, "in", raw_in)?;
     if raw_in.v == 0 {
         ctx.warn(
@@ -391,8 +391,12 @@ fn convert_request(
             "`in` is 0: the request is replayed with its hash-id blocks only",
         );
     }
-    let output = ctx.count(path, "out", required(ctx, path, "out", e.output, &e.kind)?)?;
-    let hash_ids = e.hash_ids.unwrap_or_default();
+    let output = ctx.count(
+        path,
+        "out",
+        required(ctx, path, "out", entry.output, &entry.kind)?,
+    )?;
+    let hash_ids = entry.hash_ids.unwrap_or_default();
     ctx.coerced(path, "hash_ids", hash_ids.coerced);
     if let Some(&(position, id_value)) = hash_ids.wide.first() {
         let more = match hash_ids.wide.len() - 1 {
@@ -405,24 +409,24 @@ fn convert_request(
             format!("hash id {id_value} is outside 0..=2^32-1{more}; remapped to a free 32-bit id of this trace"),
         );
     }
-    let recorded_think_time = e.think_time.map(|id_value| id_value.v);
-    let recorded_api_time = e.api_time.map(|id_value| id_value.v);
-    let think_time = ctx.duration(path, "think_time", e.think_time);
-    let api_time = ctx.duration(path, "api_time", e.api_time);
-    let ttft = ctx.duration(path, "ttft", e.ttft);
+    let recorded_think_time = entry.think_time.map(|id_value| id_value.v);
+    let recorded_api_time = entry.api_time.map(|id_value| id_value.v);
+    let think_time = ctx.duration(path, "think_time", entry.think_time);
+    let api_time = ctx.duration(path, "api_time", entry.api_time);
+    let ttft = ctx.duration(path, "ttft", entry.ttft);
     Ok((
         ParsedRequest {
             index: index as u32,
             t: start,
             kind,
-            model: e.model.unwrap_or_default(),
+            model: entry.model.unwrap_or_default(),
             input,
             output,
             no_output_limit: false,
             hash_ids: hash_ids.ids,
-            input_types: e.input_types.unwrap_or_default(),
-            output_types: e.output_types.unwrap_or_default(),
-            stop: e.stop.unwrap_or_default(),
+            input_types: entry.input_types.unwrap_or_default(),
+            output_types: entry.output_types.unwrap_or_default(),
+            stop: entry.stop.unwrap_or_default(),
             api_time,
             think_time,
             ttft,
@@ -450,8 +454,8 @@ struct CheckedSubagent {
 
 /// A subagent's declared token count: read as aiperf's integer, clamped into 0..=2^32-1 (only the
 /// session-tree builder uses it, to size a turn-0 system segment).
-fn clamp_count(v: Option<Int>) -> u32 {
-    v.map_or(0, |v| u32::try_from(v.v.max(0)).unwrap_or(u32::MAX))
+fn clamp_count(value: Option<Int>) -> u32 {
+    value.map_or(0, |v| u32::try_from(v.v.max(0)).unwrap_or(u32::MAX))
 }
 
 /// Validates a subagent entry (its nested requests included).
@@ -459,15 +463,15 @@ fn check_subagent(
     ctx: &Ctx<'_>,
     path: &str,
     index: usize,
-    e: RawEntry,
+    entry: RawEntry,
 ) -> Result<CheckedSubagent, DatasetError> {
-    if let Some(field) = e.request_fields().next() {
+    if let Some(field) = entry.request_fields().next() {
         return Err(ctx.err(
             format!("{path}.{field}"),
             format!("field `{field}` belongs to requests and is not allowed on a subagent entry"),
         ));
     }
-    let start = e.t.ok_or_else(|| {
+    let start = entry.t.ok_or_else(|| {
         ctx.err(
             format!("{path}.t"),
             "missing field `t`, required on a subagent entry",
@@ -475,15 +479,15 @@ fn check_subagent(
     })?;
     let marker_t = ctx.time(path, start);
     for (name, present) in [
-        ("subagent_type", e.subagent_type.is_some()),
-        ("status", e.status.is_some()),
-        ("models", e.models.is_some()),
+        ("subagent_type", entry.subagent_type.is_some()),
+        ("status", entry.status.is_some()),
+        ("models", entry.models.is_some()),
     ] {
         if !present {
             ctx.harness_requires(path, name, "a subagent entry");
         }
     }
-    if let Some(duration) = e
+    if let Some(duration) = entry
         .duration_ms
         .filter(|duration| duration.v.is_finite() && duration.v.fract() != 0.0)
     {
@@ -497,17 +501,17 @@ fn check_subagent(
             ),
         );
     }
-    let duration_ms = e.duration_ms.map(|v| v.v);
-    ctx.duration(path, "duration_ms", e.duration_ms);
+    let duration_ms = entry.duration_ms.map(|v| v.v);
+    ctx.duration(path, "duration_ms", entry.duration_ms);
     for (name, v) in [
-        ("total_tokens", e.total_tokens),
-        ("tool_use_count", e.tool_use_count),
-        ("tool_tokens", e.tool_tokens),
-        ("system_tokens", e.system_tokens),
+        ("total_tokens", entry.total_tokens),
+        ("tool_use_count", entry.tool_use_count),
+        ("tool_tokens", entry.tool_tokens),
+        ("system_tokens", entry.system_tokens),
     ] {
         ctx.coerced(path, name, v.is_some_and(|v| v.coerced));
     }
-    let inner = e.requests.ok_or_else(|| {
+    let inner = entry.requests.ok_or_else(|| {
         ctx.err(
             format!("{path}.requests"),
             "missing field `requests`, required on a subagent entry",
@@ -541,10 +545,10 @@ fn check_subagent(
         entry: ParsedSubagent {
             index: index as u32,
             t: marker_t,
-            agent_id: e.agent_id,
+            agent_id: entry.agent_id,
             duration_ms,
-            tool_tokens: clamp_count(e.tool_tokens),
-            system_tokens: clamp_count(e.system_tokens),
+            tool_tokens: clamp_count(entry.tool_tokens),
+            system_tokens: clamp_count(entry.system_tokens),
             requests,
         },
         peak,
@@ -837,8 +841,8 @@ pub(crate) fn relayout(
 }
 
 /// Strips serde_json's " at line L column C" suffix; the location is reported separately.
-fn serde_message(e: &serde_json::Error) -> String {
-    let text = e.to_string();
+fn serde_message(error: &serde_json::Error) -> String {
+    let text = error.to_string();
     match text.rfind(" at line ") {
         Some(i) => text[..i].to_owned(),
         None => text,
@@ -894,19 +898,19 @@ pub fn parse_trace(text: &str, base: &Location) -> Result<ParsedTrace, DatasetEr
     convert_trace(raw, base)
 }
 
-/// Reads traces in source order and hands each to `f`; stops after `limit` traces if given. Returns
-/// the number of traces read. Duplicate trace ids are an error naming both places.
+/// Reads traces in source order and hands each to `on_trace`; stops after `limit` traces if given.
+/// Returns the number of traces read. Duplicate trace ids are an error naming both places.
 pub fn for_each_trace(
     source: &SourceFiles,
     limit: Option<usize>,
-    mut f: impl FnMut(ParsedTrace) -> Result<(), DatasetError>,
+    mut on_trace: impl FnMut(ParsedTrace) -> Result<(), DatasetError>,
 ) -> Result<usize, DatasetError> {
     if limit == Some(0) {
         return Ok(0);
     }
     let mut delivered = 0usize;
     scan_traces(source, |t| {
-        f(t)?;
+        on_trace(t)?;
         delivered += 1;
         Ok(if limit.is_some_and(|l| delivered >= l) {
             ControlFlow::Break(())
@@ -916,12 +920,12 @@ pub fn for_each_trace(
     })
 }
 
-/// Reads traces in source order and hands each to `f` until it answers `Break` (nothing after that trace
-/// is read). Returns the number of traces read. Duplicate trace ids are an error naming both places; a
-/// source without any trace is [`DatasetError::Empty`].
+/// Reads traces in source order and hands each to `on_trace` until it answers `Break` (nothing
+/// after that trace is read). Returns the number of traces read. Duplicate trace ids are an error
+/// naming both places; a source without any trace is [`DatasetError::Empty`].
 pub(crate) fn scan_traces(
     source: &SourceFiles,
-    mut f: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
+    mut on_trace: impl FnMut(ParsedTrace) -> Result<ControlFlow<()>, DatasetError>,
 ) -> Result<usize, DatasetError> {
     let mut seen: HashMap<String, Location> = HashMap::new();
     let mut count = 0usize;
@@ -942,7 +946,7 @@ pub(crate) fn scan_traces(
         }
         seen.insert(trace.id.clone(), trace.location.clone());
         *count += 1;
-        Ok(f(trace)?.is_break())
+        Ok(on_trace(trace)?.is_break())
     };
     match source {
         SourceFiles::Jsonl(path) => {

@@ -267,8 +267,8 @@ fn unix(info: &RunInfo, ns: u64) -> u64 {
 
 /// The error a failed or cancelled record carries; a cancellation without a recorded error gets
 /// aiperf's code and type for one.
-fn record_error(r: &RequestRecord) -> Option<RecordError> {
-    match (&r.error, r.cancelled) {
+fn record_error(record: &RequestRecord) -> Option<RecordError> {
+    match (&record.error, record.cancelled) {
         (Some(e), _) => Some(e.clone()),
         (None, true) => Some(RecordError {
             code: 499,
@@ -286,20 +286,20 @@ fn record_error(r: &RequestRecord) -> Option<RecordError> {
 /// from `request_start_ns` (the request's start, before a connection is taken). The same two from
 /// when the request was due (`credit_issued_ns`, send lag included) are agentx's own
 /// `scheduled_time_to_first_token` and `scheduled_request_latency`.
-pub(crate) fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
-    if r.context_overflow {
+pub(crate) fn record_line(record: &RequestRecord, info: &RunInfo) -> Option<Ordered> {
+    if record.context_overflow {
         return None;
     }
     let mut metadata = Ordered::default();
-    metadata.put("session_num", r.session_num);
-    metadata.put("x_request_id", r.request_id.as_str());
-    metadata.put("x_correlation_id", r.correlation_id.as_str());
-    metadata.put("conversation_id", r.trace_id.as_str());
-    metadata.put("turn_index", r.turn);
-    let tree = r.tree.as_ref();
+    metadata.put("session_num", record.session_num);
+    metadata.put("x_request_id", record.request_id.as_str());
+    metadata.put("x_correlation_id", record.correlation_id.as_str());
+    metadata.put("conversation_id", record.trace_id.as_str());
+    metadata.put("turn_index", record.turn);
+    let tree = record.tree.as_ref();
     metadata.put(
         "source_trace_id",
-        tree.map_or(r.trace_id.as_str(), |t| t.source_trace_id.as_str()),
+        tree.map_or(record.trace_id.as_str(), |t| t.source_trace_id.as_str()),
     );
     // A session-tree turn's source request (aiperf's Weka loader: the top-level index, plus the
     // index within a subagent's requests). Single-stream turns do not keep their position in the
@@ -310,29 +310,32 @@ pub(crate) fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> 
     metadata.put(
         "source_kind",
         match tree.map(|t| t.agent_depth) {
-            Some(d) if d > 0 && r.trace_id.contains("::sa:") => "weka_subagent",
+            Some(d) if d > 0 && record.trace_id.contains("::sa:") => "weka_subagent",
             Some(d) if d > 0 => "weka_flat",
             _ => "weka_main",
         },
     );
-    metadata.put("credit_issued_ns", unix(info, r.intended_ns));
-    metadata.put("request_start_ns", unix(info, r.send_ns));
-    metadata.put("request_ack_ns", r.first_byte_ns.map(|t| unix(info, t)));
-    metadata.put("request_end_ns", unix(info, r.end_ns));
-    metadata.put("worker_id", format!("worker_{}", r.lane));
+    metadata.put("credit_issued_ns", unix(info, record.intended_ns));
+    metadata.put("request_start_ns", unix(info, record.send_ns));
+    metadata.put(
+        "request_ack_ns",
+        record.first_byte_ns.map(|t| unix(info, t)),
+    );
+    metadata.put("request_end_ns", unix(info, record.end_ns));
+    metadata.put("worker_id", format!("worker_{}", record.lane));
     metadata.put("record_processor_id", "record_processor_0");
-    metadata.put("benchmark_phase", r.phase.as_str());
-    let names = info.warmup_naming.of(r.phase);
+    metadata.put("benchmark_phase", record.phase.as_str());
+    let names = info.warmup_naming.of(record.phase);
     metadata.put("phase_index", names.index);
     metadata.put("profiling_index", names.profiling_index);
     metadata.put("phase_name", names.name);
     metadata.put("phase_kind", names.kind);
-    metadata.put("was_cancelled", r.cancelled);
+    metadata.put("was_cancelled", record.cancelled);
     metadata.put(
         "cancellation_time_ns",
-        r.cancelled.then(|| unix(info, r.end_ns)),
+        record.cancelled.then(|| unix(info, record.end_ns)),
     );
-    metadata.put("context_overflow_skip", r.context_overflow);
+    metadata.put("context_overflow_skip", record.context_overflow);
     // Single-stream sessions are the roots of their own trees.
     match tree {
         Some(t) => {
@@ -343,12 +346,12 @@ pub(crate) fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> 
         None => {
             metadata.put("agent_depth", 0);
             metadata.put("parent_correlation_id", Json::Null);
-            metadata.put("root_correlation_id", r.correlation_id.as_str());
+            metadata.put("root_correlation_id", record.correlation_id.as_str());
         }
     }
 
     let mut metrics = Ordered::default();
-    for (m, v) in stats::record_values(r) {
+    for (m, v) in stats::record_values(record) {
         let mut block = Ordered::default();
         block.put("value", json!(v));
         block.put("unit", m.unit);
@@ -360,7 +363,7 @@ pub(crate) fn record_line(r: &RequestRecord, info: &RunInfo) -> Option<Ordered> 
     line.put_ordered("metrics", metrics);
     line.put(
         "error",
-        record_error(r).map_or(
+        record_error(record).map_or(
             Json::Null,
             |e| json!({ "code": e.code, "type": e.kind, "message": e.message }),
         ),
@@ -395,26 +398,26 @@ pub(crate) fn write_records_jsonl(
 }
 
 /// A record metric's block: unit and every statistic.
-fn stats_block(m: &MetricDef, s: &Stats) -> Ordered {
+fn stats_block(metric: &MetricDef, stats: &Stats) -> Ordered {
     let mut block = Ordered::default();
-    block.put("unit", m.unit);
-    block.put("avg", s.avg);
-    block.put("min", s.min);
-    block.put("max", s.max);
+    block.put("unit", metric.unit);
+    block.put("avg", stats.avg);
+    block.put("min", stats.min);
+    block.put("max", stats.max);
     for (k, _) in PERCENTILES {
-        block.put(k, s.get(k).unwrap_or(0.0));
+        block.put(k, stats.get(k).unwrap_or(0.0));
     }
-    block.put("std", s.std);
-    block.put("count", s.count);
-    block.put("sum", s.sum);
+    block.put("std", stats.std);
+    block.put("count", stats.count);
+    block.put("sum", stats.sum);
     block
 }
 
 /// An aggregate or derived metric's block: unit and the value as `avg`.
-fn scalar_block(m: &MetricDef, v: &Value) -> Ordered {
+fn scalar_block(metric: &MetricDef, value: &Value) -> Ordered {
     let mut block = Ordered::default();
-    block.put("unit", m.unit);
-    block.put("avg", json!(v));
+    block.put("unit", metric.unit);
+    block.put("avg", json!(value));
     block
 }
 
@@ -611,29 +614,29 @@ fn theoretical_prefix_cache_hit(prof: &[&RequestRecord], info: &RunInfo) -> Opti
 }
 
 /// A CSV field, quoted when it has to be.
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+fn csv_field(field: &str) -> String {
+    if field.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
     } else {
-        s.to_string()
+        field.to_string()
     }
 }
 
 /// aiperf's CSV name of a metric: header with the unit in parentheses (none for counts).
-fn csv_name(m: &MetricDef) -> String {
-    if matches!(m.unit, "count" | "requests") {
-        m.header.to_string()
+fn csv_name(metric: &MetricDef) -> String {
+    if matches!(metric.unit, "count" | "requests") {
+        metric.header.to_string()
     } else {
-        format!("{} ({})", m.header, m.unit)
+        format!("{} ({})", metric.header, metric.unit)
     }
 }
 
 /// Counts, token totals and timestamps are integers; everything else has two decimals, as aiperf
 /// formats its CSV.
-fn csv_scalar(m: &MetricDef, v: &Value) -> String {
-    match v {
+fn csv_scalar(metric: &MetricDef, value: &Value) -> String {
+    match value {
         Value::Int(i) => i.to_string(),
-        Value::Float(f) if m.unit == "requests" && f.fract() == 0.0 => format!("{f:.0}"),
+        Value::Float(f) if metric.unit == "requests" && f.fract() == 0.0 => format!("{f:.0}"),
         Value::Float(f) => format!("{f:.2}"),
         Value::List(_) => String::new(),
     }

@@ -254,8 +254,8 @@ impl Serialize for BmkReport {
 }
 
 /// A number, or null when absent or not finite (JSON has no NaN).
-fn num(v: Option<f64>) -> Value {
-    match v {
+fn num(value: Option<f64>) -> Value {
+    match value {
         Some(x) if x.is_finite() => json!(x),
         _ => Value::Null,
     }
@@ -294,9 +294,9 @@ impl Stats {
     }
 }
 
-fn put_stats(r: &mut BmkReport, name: &str, s: Option<Stats>) {
+fn put_stats(report: &mut BmkReport, name: &str, stats: Option<Stats>) {
     for stat in STATS {
-        r.set(format!("{stat}_{name}"), num(s.map(|s| s.get(stat))));
+        report.set(format!("{stat}_{name}"), num(stats.map(|s| s.get(stat))));
     }
 }
 
@@ -559,7 +559,7 @@ pub(crate) fn compute(input: &ReportInput<'_>) -> BmkReport {
 }
 
 /// Identity (docs/specs/inferencex-rows.md#flat-keys).
-fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
+fn put_identity(report: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<String>) {
     let identity = input.identity;
     let Basics {
         conc,
@@ -569,35 +569,35 @@ fn put_identity(r: &mut BmkReport, input: &ReportInput<'_>, notes: &mut Vec<Stri
         dpa,
     } = Basics::of(input, notes);
     let flag = |b: bool| if b { "true" } else { "false" };
-    r.set("hw", identity.hw.clone());
-    r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
-    r.set("image", identity.image.clone());
-    r.set("model", model);
-    r.set("infmax_model_prefix", identity.model_prefix.clone());
-    r.set("framework", identity.framework.clone());
-    r.set("precision", identity.precision.clone());
-    r.set("spec_decoding", identity.spec_decoding.clone());
-    r.set("disagg", identity.disagg);
-    r.set("scenario_type", "agentic-coding");
-    r.set("is_multinode", identity.multinode.is_some());
-    r.set("tp", tp);
-    r.set("ep", ep);
-    r.set("dp_attention", flag(dpa));
-    r.set("offloading", identity.offloading.clone());
+    report.set("hw", identity.hw.clone());
+    report.set("conc", conc.map_or(Value::Null, |c| json!(c)));
+    report.set("image", identity.image.clone());
+    report.set("model", model);
+    report.set("infmax_model_prefix", identity.model_prefix.clone());
+    report.set("framework", identity.framework.clone());
+    report.set("precision", identity.precision.clone());
+    report.set("spec_decoding", identity.spec_decoding.clone());
+    report.set("disagg", identity.disagg);
+    report.set("scenario_type", "agentic-coding");
+    report.set("is_multinode", identity.multinode.is_some());
+    report.set("tp", tp);
+    report.set("ep", ep);
+    report.set("dp_attention", flag(dpa));
+    report.set("offloading", identity.offloading.clone());
     if let Some(multinode) = &identity.multinode {
-        r.set("prefill_num_workers", multinode.prefill_num_workers);
-        r.set("prefill_tp", multinode.prefill_tp);
-        r.set("prefill_ep", multinode.prefill_ep);
-        r.set("prefill_dp_attention", flag(multinode.prefill_dp_attention));
-        r.set(
+        report.set("prefill_num_workers", multinode.prefill_num_workers);
+        report.set("prefill_tp", multinode.prefill_tp);
+        report.set("prefill_ep", multinode.prefill_ep);
+        report.set("prefill_dp_attention", flag(multinode.prefill_dp_attention));
+        report.set(
             "num_prefill_gpu",
             multinode.prefill_num_workers * multinode.prefill_tp,
         );
-        r.set("decode_num_workers", multinode.decode_num_workers);
-        r.set("decode_tp", multinode.decode_tp);
-        r.set("decode_ep", multinode.decode_ep);
-        r.set("decode_dp_attention", flag(multinode.decode_dp_attention));
-        r.set(
+        report.set("decode_num_workers", multinode.decode_num_workers);
+        report.set("decode_tp", multinode.decode_tp);
+        report.set("decode_ep", multinode.decode_ep);
+        report.set("decode_dp_attention", flag(multinode.decode_dp_attention));
+        report.set(
             "num_decode_gpu",
             multinode.decode_num_workers * multinode.decode_tp,
         );
@@ -654,16 +654,16 @@ impl<'a> Counts<'a> {
 }
 
 /// Requests per second over the 1-second windows of request ends.
-fn put_qps(r: &mut BmkReport, ok: &[&ProfileRecord], notes: &mut Vec<String>) {
+fn put_qps(report: &mut BmkReport, ok: &[&ProfileRecord], notes: &mut Vec<String>) {
     let ends: Vec<u64> = ok.iter().filter_map(|x| x.end_ns).collect();
     match qps_windows(&ends) {
-        Some(Ok(w)) => put_stats(r, "qps", Stats::of(&w)),
+        Some(Ok(w)) => put_stats(report, "qps", Stats::of(&w)),
         Some(Err(mean)) => {
-            put_stats(r, "qps", None);
-            r.set("mean_qps", num(Some(mean)));
+            put_stats(report, "qps", None);
+            report.set("mean_qps", num(Some(mean)));
             notes.push("no full 1-second window of request ends: only mean_qps (requests over the span of ends) is reported".into());
         }
-        None => put_stats(r, "qps", None),
+        None => put_stats(report, "qps", None),
     }
 }
 
@@ -717,15 +717,15 @@ impl ServerValues {
         }
     }
 
-    fn get(&self, k: &str) -> Option<f64> {
-        self.vals.get(k).copied().flatten()
+    fn get(&self, key: &str) -> Option<f64> {
+        self.vals.get(key).copied().flatten()
     }
 }
 
 /// The server's cache, offload and token figures, with the records' sums (ISL, OSL) standing in for
 /// the token totals a server did not export; the records' own cache hit rate.
 fn put_server_totals(
-    r: &mut BmkReport,
+    report: &mut BmkReport,
     server: &ServerValues,
     ok: &[&ProfileRecord],
     (isl_sum, osl_sum): (f64, f64),
@@ -740,24 +740,24 @@ fn put_server_totals(
         "kv_offload_time_cpu_to_gpu",
         "cpu_kv_cache_usage_pct",
     ] {
-        r.set(k, num(server_value(k)));
+        report.set(k, num(server_value(k)));
     }
     let tok = |v: Option<f64>, fallback: f64| json!(v.unwrap_or(fallback).round() as u64);
-    r.set(
+    report.set(
         "total_prompt_tokens",
         tok(server_value("total_prompt_tokens"), isl_sum),
     );
-    r.set(
+    report.set(
         "total_generation_tokens",
         tok(server_value("total_generation_tokens"), osl_sum),
     );
-    r.set("total_requests_completed", ok.len() as u64);
+    report.set("total_requests_completed", ok.len() as u64);
     let cache_read: Option<f64> = ok
         .iter()
         .map(|x| x.cache_read_tokens.zip(x.isl).map(|(c, _)| c))
         .sum();
     let all_isl = ok.iter().all(|x| x.isl.is_some());
-    r.set(
+    report.set(
         "response_cache_hit_rate",
         num(if all_isl && !ok.is_empty() {
             ratio(cache_read, Some(isl_sum))
@@ -769,7 +769,7 @@ fn put_server_totals(
 
 /// Throughput over the span of the successful requests.
 fn put_throughput(
-    r: &mut BmkReport,
+    report: &mut BmkReport,
     id: &Identity,
     ok: &[&ProfileRecord],
     (isl_sum, osl_sum): (f64, f64),
@@ -786,58 +786,63 @@ fn put_throughput(
     let per_gpu = |v: Option<f64>| v.filter(|_| gpus > 0).map(|x| x / gpus as f64);
     let (tin, tout) = (tput(isl_sum), tput(osl_sum));
     let ttot = tin.zip(tout).map(|(a, b)| a + b);
-    r.set("input_tput_tps", num(tin));
-    r.set("output_tput_tps", num(tout));
-    r.set("total_tput_tps", num(ttot));
-    r.set("duration_seconds", num(duration));
-    r.set("tput_per_gpu", num(per_gpu(ttot)));
-    r.set("output_tput_per_gpu", num(per_gpu(tout)));
-    r.set("input_tput_per_gpu", num(per_gpu(tin)));
+    report.set("input_tput_tps", num(tin));
+    report.set("output_tput_tps", num(tout));
+    report.set("total_tput_tps", num(ttot));
+    report.set("duration_seconds", num(duration));
+    report.set("tput_per_gpu", num(per_gpu(ttot)));
+    report.set("output_tput_per_gpu", num(per_gpu(tout)));
+    report.set("input_tput_per_gpu", num(per_gpu(tin)));
     if gpus == 0 {
         notes.push("the GPU count is 0 (TP, or prefill and decode workers x TP): per-GPU throughputs are null".into());
     }
 }
 
 /// Additions beyond InferenceX's schema.
-fn put_additions(r: &mut BmkReport, c: &Counts<'_>, server: &ServerValues, itl: Option<Stats>) {
+fn put_additions(
+    report: &mut BmkReport,
+    counts: &Counts<'_>,
+    server: &ServerValues,
+    itl: Option<Stats>,
+) {
     let server_value = |k: &str| server.get(k);
-    let (total, ok) = (c.total, &c.ok);
-    r.set("num_requests_failed", total - ok.len() as u64);
-    r.set("num_requests_cancelled", c.cancelled);
-    r.set("num_warmup_requests_excluded", c.warmup as u64);
-    r.set("context_overflow_count", c.overflows);
-    r.set(
+    let (total, ok) = (counts.total, &counts.ok);
+    report.set("num_requests_failed", total - ok.len() as u64);
+    report.set("num_requests_cancelled", counts.cancelled);
+    report.set("num_warmup_requests_excluded", counts.warmup as u64);
+    report.set("context_overflow_count", counts.overflows);
+    report.set(
         "context_overflow_rate",
         if total == 0 {
             0.0
         } else {
-            c.overflows as f64 / total as f64
+            counts.overflows as f64 / total as f64
         },
     );
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    for x in c.prof.iter().filter(|x| !x.outcome().is_ok()) {
+    for x in counts.prof.iter().filter(|x| !x.outcome().is_ok()) {
         let kind = x.error.as_ref().map_or("cancelled".into(), |e| {
             e.kind.clone().unwrap_or_else(|| "unknown".into())
         });
         *errors.entry(kind).or_default() += 1;
     }
-    r.set("errors_by_type", json!(errors));
-    r.set(
+    report.set("errors_by_type", json!(errors));
+    report.set(
         "server_external_cache_hit_rate",
         num(server_value("server_external_cache_hit_rate")),
     );
-    r.set(
+    report.set(
         "gpu_kv_cache_usage_pct",
         num(server_value("gpu_kv_cache_usage_pct")),
     );
     for stat in ["mean", "p75", "p90", "p95"] {
         let itl_stat = itl.map(|s| s.get(stat));
-        r.set(
+        report.set(
             format!("{stat}_intvty_at_tpot"),
             num(itl_stat.filter(|x| *x > 0.0).map(|x| 1.0 / x)),
         );
     }
-    r.set(
+    report.set(
         "metric_definitions",
         json!({
             "intvty": "statistics of per-request interactivity 1/ITL (tokens/s/user); pXX_intvty is the pXX percentile of that distribution, the fast side (about 1/p(100-XX) TPOT)",
@@ -852,22 +857,22 @@ fn put_additions(r: &mut BmkReport, c: &Counts<'_>, server: &ServerValues, itl: 
 }
 
 /// What the run summary says of the run: dataset, scenario, seed, validity.
-fn put_run(r: &mut BmkReport, run: Option<&RunSummary>, notes: &mut Vec<String>) {
+fn put_run(report: &mut BmkReport, run: Option<&RunSummary>, notes: &mut Vec<String>) {
     if let Some(run) = run {
-        r.set(
+        report.set(
             "dataset",
             json!({"alias": run.dataset_alias(), "source": run.dataset_source()}),
         );
-        r.set(
+        report.set(
             "scenario",
             run.scenario.as_ref().map_or(Value::Null, |s| json!(s)),
         );
-        r.set("seed", run.seed.map_or(Value::Null, |s| json!(s)));
-        r.set(
+        report.set("seed", run.seed.map_or(Value::Null, |s| json!(s)));
+        report.set(
             "submission_valid",
             run.submission_valid.map_or(Value::Null, Value::Bool),
         );
-        r.set(
+        report.set(
             "submission_invalid_reasons",
             json!(run.submission_invalid_reasons),
         );

@@ -119,15 +119,15 @@ pub(crate) struct Chart {
 
 impl Chart {
     /// A time-series chart of one `plot` panel, in the `time` group.
-    pub(crate) fn from_panel(p: &plot::Panel) -> Chart {
+    pub(crate) fn from_panel(panel: &plot::Panel) -> Chart {
         Chart {
-            title: p.title.clone(),
+            title: panel.title.clone(),
             x_label: "s since the first send".into(),
-            y_label: p.unit.clone(),
+            y_label: panel.unit.clone(),
             style: ChartStyle::Lines,
             series: vec![ChartSeries {
-                label: p.unit.clone(),
-                points: p.points.clone(),
+                label: panel.unit.clone(),
+                points: panel.points.clone(),
                 style: None,
             }],
             group: Some("time".into()),
@@ -164,9 +164,9 @@ fn safe_href(href: &str) -> bool {
     }
 }
 
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
@@ -181,34 +181,34 @@ fn esc(s: &str) -> String {
 
 /// A number rounded to 4 significant digits as a JSON number (`null` when not finite): the charts
 /// need no more, and it keeps the page small.
-fn compact(v: f64) -> Value {
-    if !v.is_finite() {
+fn compact(value: f64) -> Value {
+    if !value.is_finite() {
         return Value::Null;
     }
-    if v == v.trunc() && v.abs() < 1e15 {
-        return json!(v as i64);
+    if value == value.trunc() && value.abs() < 1e15 {
+        return json!(value as i64);
     }
-    let digits = 3 - v.abs().log10().floor() as i32;
-    let text = format!("{:.*}", digits.clamp(0, 12) as usize, v);
+    let digits = 3 - value.abs().log10().floor() as i32;
+    let text = format!("{:.*}", digits.clamp(0, 12) as usize, value);
     text.parse::<f64>().map_or(Value::Null, |x| json!(x))
 }
 
-fn style_name(s: ChartStyle) -> &'static str {
-    match s {
+fn style_name(style: ChartStyle) -> &'static str {
+    match style {
         ChartStyle::Lines => "lines",
         ChartStyle::Points => "points",
     }
 }
 
-fn chart_json(c: &Chart) -> Value {
+fn chart_json(chart: &Chart) -> Value {
     json!({
-        "title": c.title,
-        "x": c.x_label,
-        "y": c.y_label,
-        "style": style_name(c.style),
-        "group": c.group,
-        "xlog2": c.x_log2,
-        "series": c.series.iter().map(|s| {
+        "title": chart.title,
+        "x": chart.x_label,
+        "y": chart.y_label,
+        "style": style_name(chart.style),
+        "group": chart.group,
+        "xlog2": chart.x_log2,
+        "series": chart.series.iter().map(|s| {
             let mut pts = s.points.clone();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             json!({
@@ -466,16 +466,16 @@ pub(crate) fn render_page(page: &Page) -> String {
 
 /// A table cell: `v` with `digits` decimals, `-` when absent or not finite.
 /// The throughput table's rows of `--goodput`: good requests, and the sessions.
-fn goodput_rows(m: &agentx_metrics::Summary) -> Vec<(&'static str, String)> {
+fn goodput_rows(summary: &agentx_metrics::Summary) -> Vec<(&'static str, String)> {
     let mut rows = Vec::new();
-    if let Some(goodput) = m.goodput {
+    if let Some(goodput) = summary.goodput {
         rows.extend([
             ("goodput (good requests/s)", num(Some(goodput.goodput), 2)),
             ("good requests", goodput.good_request_count.to_string()),
             ("good fraction", pct(Some(goodput.good_request_fraction))),
         ]);
     }
-    if let Some(sessions) = &m.sessions {
+    if let Some(sessions) = &summary.sessions {
         let slowdown =
             |f: fn(&agentx_metrics::Dist) -> f64| num(sessions.slowdown.as_ref().map(f), 2);
         rows.extend([
@@ -592,41 +592,43 @@ fn energy_table(energy: &agentx_metrics::energy::EnergyReport) -> Table {
     Table::kv("Energy (GPU telemetry, profiling window)", rows)
 }
 
-pub(crate) fn num(v: Option<f64>, digits: usize) -> String {
-    match v {
+pub(crate) fn num(value: Option<f64>, digits: usize) -> String {
+    match value {
         Some(x) if x.is_finite() => format!("{x:.digits$}"),
         _ => "-".into(),
     }
 }
 
 /// A table cell: a 0-1 fraction as a percentage, `-` when absent or not finite.
-pub(crate) fn pct(v: Option<f64>) -> String {
-    match v {
+pub(crate) fn pct(fraction: Option<f64>) -> String {
+    match fraction {
         Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
         _ => "-".into(),
     }
 }
 
-fn dist_row(name: &str, d: Option<&Dist>) -> Vec<String> {
-    let cell = |g: fn(&Dist) -> f64| num(d.map(g), 2);
+fn dist_row(name: &str, dist: Option<&Dist>) -> Vec<String> {
+    let cell = |g: fn(&Dist) -> f64| num(dist.map(g), 2);
     vec![
         name.to_owned(),
         cell(|d| d.p50),
         cell(|d| d.p90),
         cell(|d| d.p99),
         cell(|d| d.avg),
-        d.map_or("0".into(), |d| d.count.to_string()),
+        dist.map_or("0".into(), |d| d.count.to_string()),
     ]
 }
 
 /// The full-response ITL and interactivity as InferenceX's app publishes them (`metrics::interactivity`).
-fn published_table(f: &agentx_metrics::interactivity::FullResponseInteractivity) -> Table {
+fn published_table(
+    interactivity: &agentx_metrics::interactivity::FullResponseInteractivity,
+) -> Table {
     use agentx_metrics::interactivity::PublishedStats;
     let row = |name: &str, s: &PublishedStats, scale: f64, digits: usize| {
         let cells = [s.mean, s.p50, s.p90, s.p99, s.p99_9, s.std];
         std::iter::once(name.to_owned())
             .chain(cells.map(|v| num(Some(v * scale), digits)))
-            .chain(std::iter::once(f.requests.to_string()))
+            .chain(std::iter::once(interactivity.requests.to_string()))
             .collect()
     };
     Table {
@@ -635,8 +637,8 @@ fn published_table(f: &agentx_metrics::interactivity::FullResponseInteractivity)
             .map(str::to_owned)
             .to_vec(),
         rows: vec![
-            row("full-response ITL", &f.itl_s, 1e3, 2),
-            row("interactivity", &f.tokens_per_s_per_user, 1.0, 2),
+            row("full-response ITL", &interactivity.itl_s, 1e3, 2),
+            row("interactivity", &interactivity.tokens_per_s_per_user, 1.0, 2),
         ],
         links: Vec::new(),
     }
@@ -818,11 +820,15 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
 /// The page of one run, from its parsed artifacts (the run summary among them) and its manifest
 /// (`run_manifest.json`, when present: what a run that did not finish has).
 /// The identity only sets the GPU count of per-GPU figures, which the page does not show.
-pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Manifest>) -> Page {
+pub(crate) fn run_page(
+    artifacts: &Artifacts,
+    identity: &Identity,
+    manifest: Option<&Manifest>,
+) -> Page {
     let traces = Traces::Unavailable {
         reason: "not read for the HTML report".into(),
     };
-    let report = bmk::compute(&a.input(identity, &traces));
+    let report = bmk::compute(&artifacts.input(identity, &traces));
     let figure = |k: &str| report.f64(k);
     let count = |k: &str| {
         report
@@ -831,7 +837,7 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
     };
 
     // The run summary when there is one, else the manifest of a run that did not finish.
-    let summary = a.run.as_ref();
+    let summary = artifacts.run.as_ref();
     let (run_id, url, conc, seed, dataset_name) = match (summary, manifest) {
         (Some(s), _) => (
             s.run_id.clone(),
@@ -928,15 +934,15 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
     }
     let throughput = Table::kv("Throughput", throughput_rows);
     let capacity = summary.map_or_else(Vec::new, |s| capacity_tables(&s.summary));
-    let latency = latency_table(&a.records);
+    let latency = latency_table(&artifacts.records);
     let published = summary
         .and_then(|s| s.summary.full_response.as_ref())
         .map(published_table);
-    let verdict = a.run.as_ref().map(|report| Verdict {
+    let verdict = artifacts.run.as_ref().map(|report| Verdict {
         valid: report.submission_valid,
         reasons: report.submission_invalid_reasons.clone(),
     });
-    let panels = plot::panels(&a.records, a.server.as_ref());
+    let panels = plot::panels(&artifacts.records, artifacts.server.as_ref());
     let (cache_table, cache_charts) = summary
         .and_then(|s| s.summary.cache.as_ref())
         .map(cache_truth_section)
@@ -962,7 +968,7 @@ pub(crate) fn run_page(a: &Artifacts, identity: &Identity, manifest: Option<&Man
             .chain(cache_charts.into_iter().flatten())
             .collect(),
         charts_heading: None,
-        gantt: crate::gantt::session_trees(&a.dir.join(agentx_record::RECORDS_FILE)),
+        gantt: crate::gantt::session_trees(&artifacts.dir.join(agentx_record::RECORDS_FILE)),
     }
 }
 

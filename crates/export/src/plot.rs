@@ -50,15 +50,15 @@ pub(crate) struct Panel {
 /// Per-second bins of the profiling records by end time: `(sums, counts)` per bin.
 fn bins(
     records: &[&ProfileRecord],
-    t0: u64,
-    f: impl Fn(&ProfileRecord) -> Option<f64>,
+    origin_ns: u64,
+    value_of: impl Fn(&ProfileRecord) -> Option<f64>,
 ) -> Vec<(f64, f64)> {
     let mut acc: Vec<(f64, f64)> = Vec::new();
     for r in records {
-        let (Some(end), Some(value)) = (r.end_ns, f(r)) else {
+        let (Some(end), Some(value)) = (r.end_ns, value_of(r)) else {
             continue;
         };
-        let bin = (end.saturating_sub(t0) / 1_000_000_000) as usize;
+        let bin = (end.saturating_sub(origin_ns) / 1_000_000_000) as usize;
         if acc.len() <= bin {
             acc.resize(bin + 1, (0.0, 0.0));
         }
@@ -85,9 +85,9 @@ fn mean_per_second(acc: &[(f64, f64)]) -> Vec<(f64, f64)> {
 
 /// A server metric's timeslices aggregated across series by slice index: counters sum `stat`, gauges
 /// average it. Time is the slice's start relative to the first slice of the metric.
-fn server_series(m: &ServerMetrics, names: &[&str], stat: &str) -> Vec<(f64, f64)> {
+fn server_series(server: &ServerMetrics, names: &[&str], stat: &str) -> Vec<(f64, f64)> {
     for name in names {
-        let Some(metric) = m.metrics.get(*name) else {
+        let Some(metric) = server.metrics.get(*name) else {
             continue;
         };
         let series_count = metric
@@ -139,9 +139,9 @@ fn server_series(m: &ServerMetrics, names: &[&str], stat: &str) -> Vec<(f64, f64
 }
 
 /// Hit rate per slice from two counters' per-slice increases.
-fn server_ratio(m: &ServerMetrics, hits: &str, queries: &str) -> Vec<(f64, f64)> {
-    let hits_series = server_series(m, &[hits], "total");
-    let queries_series = server_series(m, &[queries], "total");
+fn server_ratio(server: &ServerMetrics, hits: &str, queries: &str) -> Vec<(f64, f64)> {
+    let hits_series = server_series(server, &[hits], "total");
+    let queries_series = server_series(server, &[queries], "total");
     hits_series
         .iter()
         .zip(&queries_series)
@@ -153,12 +153,12 @@ fn server_ratio(m: &ServerMetrics, hits: &str, queries: &str) -> Vec<(f64, f64)>
 /// The first engine's hit rate the export has both counters of (a rate by label share has no
 /// per-slice split here, and `hits / (hits + rest)` reads as `hits / rest` per slice would not:
 /// both are left to the report).
-fn server_hit_rate(m: &ServerMetrics) -> Vec<(f64, f64)> {
+fn server_hit_rate(server: &ServerMetrics) -> Vec<(f64, f64)> {
     ENGINES
         .iter()
         .flat_map(|e| e.hit_rate)
         .filter_map(|h| match *h {
-            HitRate::Ratio { hits, of } => Some(server_ratio(m, hits, of)),
+            HitRate::Ratio { hits, of } => Some(server_ratio(server, hits, of)),
             HitRate::Share { .. } | HitRate::OverSum { .. } => None,
         })
         .find(|points| !points.is_empty())
@@ -166,11 +166,11 @@ fn server_hit_rate(m: &ServerMetrics) -> Vec<(f64, f64)> {
 }
 
 /// GPU KV usage as a fraction, from the first engine the export has a usage gauge of.
-fn server_kv_usage(m: &ServerMetrics) -> Vec<(f64, f64)> {
+fn server_kv_usage(server: &ServerMetrics) -> Vec<(f64, f64)> {
     ENGINES
         .iter()
         .map(|e| {
-            let mut points = server_series(m, e.kv_usage, "avg");
+            let mut points = server_series(server, e.kv_usage, "avg");
             if e.kv_usage_percent {
                 points.iter_mut().for_each(|(_, v)| *v /= 100.0);
             }
@@ -277,8 +277,8 @@ pub(crate) fn panels(records: &[ProfileRecord], server: Option<&ServerMetrics>) 
     ]
 }
 
-fn draw_err<E: std::fmt::Debug>(e: E) -> PlotError {
-    PlotError::Draw(format!("{e:?}"))
+fn draw_err<E: std::fmt::Debug>(error: E) -> PlotError {
+    PlotError::Draw(format!("{error:?}"))
 }
 
 /// The band above the panels: what was run, and whether it is a valid submission.
@@ -292,10 +292,10 @@ pub(crate) struct Header {
 
 impl Header {
     /// The header of a run from its summary (scenario, model, concurrency, verdict).
-    pub(crate) fn of(a: &bmk::Artifacts) -> Header {
-        let Some(summary) = &a.run else {
+    pub(crate) fn of(artifacts: &bmk::Artifacts) -> Header {
+        let Some(summary) = &artifacts.run else {
             return Header {
-                title: format!("agentx run: {}", a.dir.display()),
+                title: format!("agentx run: {}", artifacts.dir.display()),
                 ..Header::default()
             };
         };

@@ -155,17 +155,17 @@ pub struct ScenarioRef {
     pub extra: serde_json::Map<String, Value>,
 }
 
-fn is_empty_path(p: &Path) -> bool {
-    p.as_os_str().is_empty()
+fn is_empty_path(path: &Path) -> bool {
+    path.as_os_str().is_empty()
 }
 
 impl From<ScenarioId> for ScenarioRef {
-    fn from(s: ScenarioId) -> ScenarioRef {
+    fn from(scenario: ScenarioId) -> ScenarioRef {
         ScenarioRef {
-            name: s.name,
-            version: s.version,
-            sha256: s.sha256,
-            source: s.source,
+            name: scenario.name,
+            version: scenario.version,
+            sha256: scenario.sha256,
+            source: scenario.source,
             extra: serde_json::Map::default(),
         }
     }

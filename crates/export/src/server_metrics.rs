@@ -86,8 +86,8 @@ pub struct ExportMeta {
 pub(crate) struct Ordered(Vec<(String, Value)>);
 
 impl Ordered {
-    fn put(&mut self, k: &str, v: impl Into<Value>) {
-        self.0.push((k.to_string(), v.into()));
+    fn put(&mut self, key: &str, value: impl Into<Value>) {
+        self.0.push((key.to_string(), value.into()));
     }
 
     /// The value of `key`.
@@ -108,13 +108,13 @@ impl Serialize for Ordered {
 
 /// A number for JSON: integral values as integers (counts read `19`, not `19.0`), non-finite
 /// values as `null`.
-fn num(v: f64) -> Value {
-    if !v.is_finite() {
+fn num(value: f64) -> Value {
+    if !value.is_finite() {
         Value::Null
-    } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
-        json!(v as i64)
+    } else if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        json!(value as i64)
     } else {
-        json!(v)
+        json!(value)
     }
 }
 
@@ -141,8 +141,8 @@ const MAX_SERIES_SLICES: u64 = 86_400;
 /// Per-second slices of one counter or gauge series over `window`.
 fn series_slices(
     kind: MetricType,
-    t: &Track,
-    ep: &EndpointCtx<'_>,
+    track: &Track,
+    endpoint: &EndpointCtx<'_>,
     window: (u64, u64),
 ) -> Vec<Ordered> {
     let (start, end) = window;
@@ -153,9 +153,11 @@ fn series_slices(
     let mut slice_start = start;
     while slice_start < end {
         let slice_end = (slice_start + SLICE_NS).min(end);
-        let stats = span(ep.e, (slice_start, slice_end)).and_then(|s| match kind {
-            MetricType::Counter => counter_stats(t, ep, &s).map(|(slice_json, _)| slice_json),
-            _ => gauge_stats(t, &s),
+        let stats = span(endpoint.e, (slice_start, slice_end)).and_then(|s| match kind {
+            MetricType::Counter => {
+                counter_stats(track, endpoint, &s).map(|(slice_json, _)| slice_json)
+            }
+            _ => gauge_stats(track, &s),
         });
         let mut slice_json = Ordered::default();
         slice_json.put("start_ns", slice_start - start);
@@ -189,29 +191,29 @@ struct EndpointCtx<'a> {
 }
 
 impl EndpointCtx<'_> {
-    /// The time of scrape `i`, as the export writes times.
-    fn at(&self, i: u32) -> String {
-        iso_utc(self.clock.unix_ns(self.e.scrape_ns[i as usize]))
+    /// The time of scrape `scrape_index`, as the export writes times.
+    fn at(&self, scrape_index: u32) -> String {
+        iso_utc(self.clock.unix_ns(self.e.scrape_ns[scrape_index as usize]))
     }
 }
 
-/// The edges of `phase` on endpoint `e` ([`window::edges`]), its notes dating scrapes as the export
-/// writes times.
-fn edges(e: &EndpointLog, log: &ScrapeLog, phase: &Phase) -> Option<Edges> {
-    window::edges(e, phase, &|ns| iso_utc(log.clock.unix_ns(ns)))
+/// The edges of `phase` on endpoint `endpoint_log` ([`window::edges`]), its notes dating scrapes as
+/// the export writes times.
+fn edges(endpoint_log: &EndpointLog, log: &ScrapeLog, phase: &Phase) -> Option<Edges> {
+    window::edges(endpoint_log, phase, &|ns| iso_utc(log.clock.unix_ns(ns)))
 }
 
 /// Mean and sample deviation, over the values in scrape order (aiperf's gauge statistics).
-fn mean_std(v: &[f64]) -> (f64, f64) {
-    let mean = dist::mean(v);
-    (mean, dist::std(v, mean, Deviation::Sample))
+fn mean_std(values: &[f64]) -> (f64, f64) {
+    let mean = dist::mean(values);
+    (mean, dist::std(values, mean, Deviation::Sample))
 }
 
-fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {
-    let mut values: Vec<f64> = s.inside.clone().filter_map(|i| t.at(i)).collect();
+fn gauge_stats(track: &Track, span: &Span) -> Option<Ordered> {
+    let mut values: Vec<f64> = span.inside.clone().filter_map(|i| track.at(i)).collect();
     if values.is_empty() {
         // No scrape fell inside the window: the end state stands for it.
-        values.extend(t.at(s.to));
+        values.extend(track.at(span.to));
     }
     values.retain(|x| !x.is_nan());
     if values.is_empty() {
@@ -232,8 +234,8 @@ fn gauge_stats(t: &Track, s: &Span) -> Option<Ordered> {
 
 /// Why a counter's increase over a span is not published: it went backwards (a server restart)
 /// or went missing between two of the span's scrapes.
-fn broken_counter(ep: &EndpointCtx<'_>, values: &[(u32, Option<f64>)]) -> Option<String> {
-    let time_of = |i: u32| ep.at(i);
+fn broken_counter(endpoint: &EndpointCtx<'_>, values: &[(u32, Option<f64>)]) -> Option<String> {
+    let time_of = |i: u32| endpoint.at(i);
     let mut prev: Option<(u32, f64)> = None;
     for &(i, value) in values {
         match (prev, value) {
@@ -268,13 +270,13 @@ fn broken_counter(ep: &EndpointCtx<'_>, values: &[(u32, Option<f64>)]) -> Option
 /// no negative or mixed increase is ever published.
 fn counter_stats(
     track: &Track,
-    ep: &EndpointCtx<'_>,
+    endpoint: &EndpointCtx<'_>,
     span: &Span,
 ) -> Option<(Ordered, Option<String>)> {
     let values: Vec<(u32, Option<f64>)> = (span.from..=span.to).map(|i| (i, track.at(i))).collect();
     let first_present = values.iter().position(|(_, v)| v.is_some())?;
     let mut stats = Ordered::default();
-    if let Some(why) = broken_counter(ep, &values[first_present..]) {
+    if let Some(why) = broken_counter(endpoint, &values[first_present..]) {
         stats.put("total", Value::Null);
         stats.put("rate", Value::Null);
         return Some((stats, Some(why)));
@@ -291,7 +293,7 @@ fn counter_stats(
     let mut prev: Option<(u64, f64)> = None;
     for &(i, value) in &values[first_present..] {
         let Some(value) = value else { continue };
-        let now = ep.e.scrape_ns[i as usize];
+        let now = endpoint.e.scrape_ns[i as usize];
         if let Some((prev_ns, prev_value)) = prev {
             if now > prev_ns {
                 rates.push((value - prev_value) / ((now - prev_ns) as f64 / 1e9));
@@ -324,7 +326,7 @@ fn counter_stats(
     let note = born.then(|| {
         format!(
             "first seen at the scrape at {}, inside the window: counted from 0",
-            ep.at(values[first_present].0)
+            endpoint.at(values[first_present].0)
         )
     });
     Some((stats, note))
@@ -359,20 +361,22 @@ pub(crate) fn bucket_quantile(bounds: &[f64], cumulative: &[f64], q: f64) -> Opt
 /// estimates of the bucket deltas, and the delta of each bucket. One that went backwards or went
 /// missing inside the span gets `count` `null`, no buckets and the note of why (as a counter).
 fn histogram_stats(
-    h: &HistogramTrack,
-    ep: &EndpointCtx<'_>,
-    s: &Span,
+    histogram: &HistogramTrack,
+    endpoint: &EndpointCtx<'_>,
+    span: &Span,
 ) -> Option<(Ordered, Option<Ordered>, Option<String>)> {
-    let values: Vec<(u32, Option<f64>)> = (s.from..=s.to).map(|i| (i, h.count.at(i))).collect();
+    let values: Vec<(u32, Option<f64>)> = (span.from..=span.to)
+        .map(|i| (i, histogram.count.at(i)))
+        .collect();
     let first_present = values.iter().position(|(_, quantile)| quantile.is_some())?;
-    let tracks = std::iter::once(&h.count)
-        .chain(std::iter::once(&h.sum))
-        .chain(h.buckets.iter().map(|b| &b.track));
+    let tracks = std::iter::once(&histogram.count)
+        .chain(std::iter::once(&histogram.sum))
+        .chain(histogram.buckets.iter().map(|b| &b.track));
     for t in tracks {
-        let quantile: Vec<(u32, Option<f64>)> = (s.from + first_present as u32..=s.to)
+        let quantile: Vec<(u32, Option<f64>)> = (span.from + first_present as u32..=span.to)
             .map(|i| (i, t.at(i)))
             .collect();
-        if let Some(why) = broken_counter(ep, &quantile) {
+        if let Some(why) = broken_counter(endpoint, &quantile) {
             let mut stats = Ordered::default();
             stats.put("count", Value::Null);
             return Some((stats, None, Some(why)));
@@ -381,20 +385,20 @@ fn histogram_stats(
     // A histogram first seen inside the span counts from 0.
     let born = first_present > 0;
     let delta = |t: &Track| {
-        let base = if born { None } else { t.at(s.from) };
-        t.at(s.to).unwrap_or(0.0) - base.unwrap_or(0.0)
+        let base = if born { None } else { t.at(span.from) };
+        t.at(span.to).unwrap_or(0.0) - base.unwrap_or(0.0)
     };
-    let count = delta(&h.count);
-    let sum = delta(&h.sum);
-    let deltas: Vec<f64> = h.buckets.iter().map(|b| delta(&b.track)).collect();
+    let count = delta(&histogram.count);
+    let sum = delta(&histogram.sum);
+    let deltas: Vec<f64> = histogram.buckets.iter().map(|b| delta(&b.track)).collect();
     let mut buckets = Ordered::default();
-    for (b, d) in h.buckets.iter().zip(&deltas) {
+    for (b, d) in histogram.buckets.iter().zip(&deltas) {
         buckets.put(&b.le_text, num(*d));
     }
     let note = born.then(|| {
         format!(
             "first seen at the scrape at {}, inside the window: counted from 0",
-            ep.at(values[first_present].0)
+            endpoint.at(values[first_present].0)
         )
     });
     let mut stats = Ordered::default();
@@ -402,7 +406,7 @@ fn histogram_stats(
     if count <= 0.0 {
         return Some((stats, Some(buckets), note));
     }
-    let secs = s.secs;
+    let secs = span.secs;
     stats.put(
         "count_rate",
         num(if secs > 0.0 { count / secs } else { 0.0 }),
@@ -410,7 +414,7 @@ fn histogram_stats(
     stats.put("sum", num(sum));
     stats.put("sum_rate", num(if secs > 0.0 { sum / secs } else { 0.0 }));
     stats.put("avg", num(sum / count));
-    let bounds: Vec<f64> = h.buckets.iter().map(|b| b.le).collect();
+    let bounds: Vec<f64> = histogram.buckets.iter().map(|b| b.le).collect();
     for (k, p) in PERCENTILES {
         let quantile = bucket_quantile(&bounds, &deltas, p / 100.0).unwrap_or(f64::NAN);
         stats.put(&format!("{k}_estimate"), num(quantile));
@@ -578,14 +582,14 @@ pub(crate) fn iso_utc(unix_ns: u64) -> String {
     time
 }
 
-fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordered {
+fn endpoint_info(endpoint_log: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordered {
     let unix = |ns: u64| log.clock.unix_ns(ns);
-    let ok: Vec<&Fetch> = e
+    let ok: Vec<&Fetch> = endpoint_log
         .fetches
         .iter()
         .filter(|f| matches!(f.outcome, FetchOutcome::Ok { .. }))
         .collect();
-    let updates: Vec<u64> = e
+    let updates: Vec<u64> = endpoint_log
         .fetches
         .iter()
         .filter_map(|f| match f.outcome {
@@ -594,12 +598,15 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
         })
         .collect();
     let mut info = Ordered::default();
-    info.put("total_fetches", e.fetches.len() as u64);
+    info.put("total_fetches", endpoint_log.fetches.len() as u64);
     info.put(
         "first_fetch_ns",
-        e.fetches.first().map(|f| unix(f.start_ns)),
+        endpoint_log.fetches.first().map(|f| unix(f.start_ns)),
     );
-    info.put("last_fetch_ns", e.fetches.last().map(|f| unix(f.start_ns)));
+    info.put(
+        "last_fetch_ns",
+        endpoint_log.fetches.last().map(|f| unix(f.start_ns)),
+    );
     info.put(
         "avg_fetch_latency_ms",
         (!ok.is_empty())
@@ -632,14 +639,15 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
     );
     let in_window = |f: &&Fetch| f.start_ns >= window.0 && f.start_ns <= window.1;
     info.put("successful_fetches", ok.len() as u64);
-    info.put("failed_fetches", e.failures.total());
+    info.put("failed_fetches", endpoint_log.failures.total());
     info.put(
         "fetches_in_window",
-        e.fetches.iter().filter(in_window).count() as u64,
+        endpoint_log.fetches.iter().filter(in_window).count() as u64,
     );
     info.put(
         "failed_fetches_in_window",
-        e.fetches
+        endpoint_log
+            .fetches
             .iter()
             .filter(in_window)
             .filter(|f| !matches!(f.outcome, FetchOutcome::Ok { .. }))
@@ -651,12 +659,12 @@ fn endpoint_info(e: &EndpointLog, log: &ScrapeLog, window: (u64, u64)) -> Ordere
         timeout,
         body,
         parse,
-    } = e.failures;
+    } = endpoint_log.failures;
     info.put(
         "failures",
         json!({"connect": connect, "status": status, "timeout": timeout, "body": body, "parse": parse}),
     );
-    info.put("last_error", e.last_error.clone());
+    info.put("last_error", endpoint_log.last_error.clone());
     info
 }
 
@@ -877,13 +885,13 @@ pub fn to_json(log: &ScrapeLog, window: (u64, u64), meta: &ExportMeta) -> Value 
     serde_json::to_value(top).unwrap_or_default()
 }
 
-fn csv_field(out: &mut String, s: &str) {
-    if s.contains([',', '"', '\n', '\r']) {
+fn csv_field(out: &mut String, field: &str) {
+    if field.contains([',', '"', '\n', '\r']) {
         out.push('"');
-        out.push_str(&s.replace('"', "\"\""));
+        out.push_str(&field.replace('"', "\"\""));
         out.push('"');
     } else {
-        out.push_str(s);
+        out.push_str(field);
     }
 }
 
@@ -899,8 +907,8 @@ fn csv_row(out: &mut String, fields: &[String]) {
 
 /// A value as aiperf's CSV writes it: integers plain, other numbers with 4 decimals, nothing
 /// for missing values.
-fn csv_num(v: Option<&Value>) -> String {
-    match v {
+fn csv_num(value: Option<&Value>) -> String {
+    match value {
         Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => i.to_string(),
             (None, Some(f)) => format!("{f:.4}"),

@@ -106,11 +106,11 @@ fn per_gpu(sweeps: &[&Sweep]) -> bool {
     !sweeps.is_empty() && sweeps.iter().all(|s| s.inputs.gpus.is_some())
 }
 
-fn throughput(p: &Point, per_gpu: bool) -> Option<f64> {
+fn throughput(point: &Point, per_gpu: bool) -> Option<f64> {
     if per_gpu {
-        p.total_token_throughput_per_gpu
+        point.total_token_throughput_per_gpu
     } else {
-        p.total_token_throughput
+        point.total_token_throughput
     }
 }
 
@@ -124,8 +124,8 @@ fn throughput_label(per_gpu: bool) -> &'static str {
 
 const INTERACTIVITY_LABEL: &str = "interactivity (tokens/s/user)";
 
-fn finite(v: Option<f64>) -> Option<f64> {
-    v.filter(|x| x.is_finite())
+fn finite(value: Option<f64>) -> Option<f64> {
+    value.filter(|x| x.is_finite())
 }
 
 /// What the views draw of one sweep: the points that did not fail, by concurrency.
@@ -141,9 +141,9 @@ struct Views {
     failed: Vec<u32>,
 }
 
-fn views(s: &Sweep, per_gpu: bool) -> Views {
+fn views(sweep: &Sweep, per_gpu: bool) -> Views {
     let mut out = Views::default();
-    let mut pts: Vec<&Point> = s.points.iter().collect();
+    let mut pts: Vec<&Point> = sweep.points.iter().collect();
     pts.sort_by_key(|p| p.concurrency);
     for p in &pts {
         if !p.done() {
@@ -158,7 +158,7 @@ fn views(s: &Sweep, per_gpu: bool) -> Views {
         }
     }
     // The frontier of the drawn axes: `pareto` takes per-GPU throughput when a point has it.
-    let drawable: Vec<Point> = s
+    let drawable: Vec<Point> = sweep
         .points
         .iter()
         .filter(|p| p.done())
@@ -229,9 +229,9 @@ pub(crate) fn render_png(
 }
 
 /// The line above the panels: how many points each sweep shows, and the failed ones.
-fn caption(vs: &[(&str, Views)]) -> String {
+fn caption(labelled_views: &[(&str, Views)]) -> String {
     let mut caption = String::new();
-    for (label, v) in vs {
+    for (label, v) in labelled_views {
         let point_count = v.pareto.len().max(v.ttft_p90.len());
         let total = point_count + v.failed.len();
         if !caption.is_empty() {
@@ -252,14 +252,18 @@ fn caption(vs: &[(&str, Views)]) -> String {
 type Area<'b> = DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>;
 
 /// Throughput against interactivity, with each sweep's frontier.
-fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(), ViewError> {
+fn draw_frontier(
+    area: &Area<'_>,
+    labelled_views: &[(&str, Views)],
+    gpu: bool,
+) -> Result<(), ViewError> {
     let plot_err = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
-    let legend = vs.len() > 1;
-    let xmax = vs
+    let legend = labelled_views.len() > 1;
+    let xmax = labelled_views
         .iter()
         .flat_map(|(_, v)| v.pareto.iter().map(|p| p.0))
         .fold(0.0f64, f64::max);
-    let ymax = vs
+    let ymax = labelled_views
         .iter()
         .flat_map(|(_, v)| v.pareto.iter().map(|p| p.1))
         .fold(0.0f64, f64::max);
@@ -280,7 +284,7 @@ fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(),
         .label_style(("sans-serif", 12))
         .draw()
         .map_err(|x| plot_err(Box::new(x)))?;
-    for (i, (label, v)) in vs.iter().enumerate() {
+    for (i, (label, v)) in labelled_views.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let frontier = chart
             .draw_series(LineSeries::new(
@@ -315,17 +319,17 @@ fn draw_frontier(area: &Area<'_>, vs: &[(&str, Views)], gpu: bool) -> Result<(),
             .draw()
             .map_err(|x| plot_err(Box::new(x)))?;
     }
-    if vs.iter().all(|(_, v)| v.pareto.is_empty()) {
+    if labelled_views.iter().all(|(_, v)| v.pareto.is_empty()) {
         no_data(area).map_err(|x| plot_err(Box::new(x)))?;
     }
     Ok(())
 }
 
 /// TTFT p90 against concurrency (log2 x).
-fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
+fn draw_ttft(area: &Area<'_>, labelled_views: &[(&str, Views)]) -> Result<(), ViewError> {
     let plot_err = draw_err::<Box<dyn std::error::Error>>("the sweep plot");
-    let legend = vs.len() > 1;
-    let concurrencies: Vec<f64> = vs
+    let legend = labelled_views.len() > 1;
+    let concurrencies: Vec<f64> = labelled_views
         .iter()
         .flat_map(|(_, v)| v.ttft_p90.iter().map(|p| f64::from(p.0.max(1)).log2()))
         .collect();
@@ -339,7 +343,7 @@ fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
     } else {
         (-0.5, 0.5)
     };
-    let tmax = vs
+    let tmax = labelled_views
         .iter()
         .flat_map(|(_, v)| v.ttft_p90.iter().map(|p| p.1))
         .fold(0.0f64, f64::max);
@@ -367,7 +371,7 @@ fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
         .label_style(("sans-serif", 12))
         .draw()
         .map_err(|x| plot_err(Box::new(x)))?;
-    for (i, (label, v)) in vs.iter().enumerate() {
+    for (i, (label, v)) in labelled_views.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let points: Vec<(f64, f64)> = v
             .ttft_p90
@@ -403,7 +407,7 @@ fn draw_ttft(area: &Area<'_>, vs: &[(&str, Views)]) -> Result<(), ViewError> {
             .draw()
             .map_err(|x| plot_err(Box::new(x)))?;
     }
-    if vs.iter().all(|(_, v)| v.ttft_p90.is_empty()) {
+    if labelled_views.iter().all(|(_, v)| v.ttft_p90.is_empty()) {
         no_data(area).map_err(|x| plot_err(Box::new(x)))?;
     }
     Ok(())
@@ -436,16 +440,16 @@ fn no_data<DB: DrawingBackend>(
     ))
 }
 
-fn status(s: PointStatus) -> &'static str {
-    match s {
+fn status(point_status: PointStatus) -> &'static str {
+    match point_status {
         PointStatus::Completed => "completed",
         PointStatus::Resumed => "resumed",
         PointStatus::Failed => "failed",
     }
 }
 
-fn strs<const N: usize>(a: [&str; N]) -> Vec<String> {
-    a.map(str::to_owned).to_vec()
+fn strs<const N: usize>(strings: [&str; N]) -> Vec<String> {
+    strings.map(str::to_owned).to_vec()
 }
 
 /// The two interactive views of one or more labelled sweeps: the Pareto view (points and frontier
@@ -556,9 +560,9 @@ fn jobs_chart(sweeps: &[(&str, &Sweep)], gpu: bool, name: &dyn Fn(&str, &str) ->
 
 /// The page of a sweep: what was swept, one row per point (with a link to the point's own
 /// `report.html` where `dir` has it) and the two views.
-pub(crate) fn sweep_page(s: &Sweep, dir: &Path) -> Page {
-    let gpu = per_gpu(&[s]);
-    let inputs = &s.inputs;
+pub(crate) fn sweep_page(sweep: &Sweep, dir: &Path) -> Page {
+    let gpu = per_gpu(&[sweep]);
+    let inputs = &sweep.inputs;
     let conc: Vec<String> = inputs.concurrency.iter().map(u32::to_string).collect();
     let what = Table::kv(
         "Sweep",
@@ -572,7 +576,7 @@ pub(crate) fn sweep_page(s: &Sweep, dir: &Path) -> Page {
             ("command", inputs.argv.join(" ")),
         ],
     );
-    let mut pts: Vec<&Point> = s.points.iter().collect();
+    let mut pts: Vec<&Point> = sweep.points.iter().collect();
     pts.sort_by_key(|p| p.concurrency);
     let tput = if gpu { "tokens/s/GPU" } else { "tokens/s" };
     let mut rows = Vec::new();
@@ -650,7 +654,7 @@ pub(crate) fn sweep_page(s: &Sweep, dir: &Path) -> Page {
         links,
     };
     let mut tables = vec![what, points];
-    if let Some(slo) = &s.slo {
+    if let Some(slo) = &sweep.slo {
         tables.push(slo_table(slo));
     }
     let failed: Vec<Vec<String>> = pts
@@ -682,22 +686,22 @@ pub(crate) fn sweep_page(s: &Sweep, dir: &Path) -> Page {
         ),
         verdict: None,
         tables,
-        charts: charts(&[("", s)]),
+        charts: charts(&[("", sweep)]),
         charts_heading: Some("Throughput, interactivity and latency by concurrency".into()),
         gantt: None,
     }
 }
 
 /// `--slo`: each point's verdict and figures, titled with the `--find-max` answer.
-fn slo_table(r: &crate::sweep::SloReport) -> Table {
-    let names: Vec<String> = r
+fn slo_table(report: &crate::sweep::SloReport) -> Table {
+    let names: Vec<String> = report
         .points
         .first()
         .map(|p| p.figures.keys().cloned().collect())
         .unwrap_or_default();
     let mut header = vec!["concurrency".to_string(), "meets the SLO".to_string()];
     header.extend(names.iter().cloned());
-    let rows = r
+    let rows = report
         .points
         .iter()
         .map(|p| {
@@ -713,9 +717,12 @@ fn slo_table(r: &crate::sweep::SloReport) -> Table {
             row
         })
         .collect();
-    let answer = r.find_max.as_ref().map_or(String::new(), find_max_title);
+    let answer = report
+        .find_max
+        .as_ref()
+        .map_or(String::new(), find_max_title);
     Table {
-        title: format!("SLO {}{answer}", r.slo),
+        title: format!("SLO {}{answer}", report.slo),
         header,
         rows,
         links: Vec::new(),

@@ -99,11 +99,11 @@ struct Event<'a> {
 }
 
 impl<'a> Event<'a> {
-    fn new(name: &'a str, ph: &'static str, ts_ns: u64, pid: u32, tid: u32) -> Event<'a> {
+    fn new(name: &'a str, phase: &'static str, ts_ns: u64, pid: u32, tid: u32) -> Event<'a> {
         Event {
             name,
             cat: "",
-            ph,
+            ph: phase,
             ts: micros(ts_ns),
             dur: None,
             pid,

@@ -332,14 +332,14 @@ impl EnergyReport {
     }
 }
 
-/// The time of the boundary scrape `index` of `e`.
-fn scrape_time(e: &EndpointLog, index: u32) -> u64 {
-    e.scrape_ns[index as usize]
+/// The time of the boundary scrape `index` of `log`.
+fn scrape_time(log: &EndpointLog, index: u32) -> u64 {
+    log.scrape_ns[index as usize]
 }
 
 /// `C connect, T timeout failures` (and the other kinds when there were any), with the last error.
-fn failure_text(e: &EndpointLog) -> String {
-    let f = &e.failures;
+fn failure_text(log: &EndpointLog) -> String {
+    let f = &log.failures;
     let mut text = format!("{} connect, {} timeout", f.connect, f.timeout);
     for (n, kind) in [
         (f.status, "HTTP status"),
@@ -351,7 +351,7 @@ fn failure_text(e: &EndpointLog) -> String {
         }
     }
     text.push_str(" failures");
-    if let Some(last) = &e.last_error {
+    if let Some(last) = &log.last_error {
         let _ = write!(text, " (the last: {last})");
     }
     text
@@ -359,42 +359,46 @@ fn failure_text(e: &EndpointLog) -> String {
 
 /// One endpoint over the window: its edges, its GPUs' series and their energy.
 fn measure_endpoint(
-    e: &EndpointLog,
+    log: &EndpointLog,
     window: (u64, u64),
     seen_uuids: &mut BTreeMap<String, String>,
     findings: &mut Findings,
 ) -> EndpointEnergy {
     let mut endpoint = EndpointEnergy {
-        url: e.url.clone(),
-        failures: e.failures,
+        url: log.url.clone(),
+        failures: log.failures,
         edges: "interpolated".to_string(),
         seconds: secs(window.1 - window.0),
         ..EndpointEnergy::default()
     };
-    let edges = window::edges(e, &Phase::profiling(window), &|ns| {
+    let edges = window::edges(log, &Phase::profiling(window), &|ns| {
         format!("{:.3} s", secs(ns))
     });
     let Some(edges) = edges else {
-        findings.missing(format!("{} unreachable: {}", e.url, failure_text(e)));
+        findings.missing(format!("{} unreachable: {}", log.url, failure_text(log)));
         return endpoint;
     };
     let start = if edges.from_boundary {
-        scrape_time(e, edges.span.from)
+        scrape_time(log, edges.span.from)
     } else {
         window.0
     };
     let end = if edges.to_boundary {
-        scrape_time(e, edges.span.to)
+        scrape_time(log, edges.span.to)
     } else {
         window.1
     };
     let (start, end) = if end > start { (start, end) } else { window };
     let reach = (start.min(window.0), end.max(window.1));
-    if !e.scrape_ns.iter().any(|t| (reach.0..=reach.1).contains(t)) {
+    if !log
+        .scrape_ns
+        .iter()
+        .any(|t| (reach.0..=reach.1).contains(t))
+    {
         findings.missing(format!(
             "{} unreachable: no successful scrape in the window; {}",
-            e.url,
-            failure_text(e)
+            log.url,
+            failure_text(log)
         ));
         return endpoint;
     }
@@ -404,7 +408,7 @@ fn measure_endpoint(
         findings.notes.push(format!(
             "{}: {} not a boundary scrape: the values there are interpolated between the periodic \
              scrapes around the replay's window edge",
-            e.url,
+            log.url,
             match (edges.from_boundary, edges.to_boundary) {
                 (false, false) => "neither window edge is",
                 (false, true) => "the window's start is",
@@ -413,17 +417,17 @@ fn measure_endpoint(
         ));
     }
     endpoint.seconds = secs(end - start);
-    endpoint.scrapes = e
+    endpoint.scrapes = log
         .scrape_ns
         .iter()
         .filter(|t| (start..=end).contains(*t))
         .count() as u64;
-    let by_gpu = gpu_series(e);
+    let by_gpu = gpu_series(log);
     if by_gpu.is_empty() {
         findings.missing(format!(
             "{}: no GPU metric on its page (such as DCGM_FI_DEV_POWER_USAGE or \
              gpu_package_power): give a dcgm-exporter or AMD Device Metrics Exporter URL",
-            e.url
+            log.url
         ));
     }
     for (identity, series) in by_gpu {
@@ -431,28 +435,28 @@ fn measure_endpoint(
             if let Some(first) = seen_uuids.get(uuid) {
                 findings.notes.push(format!(
                     "{} {}: also on {first}, counted once (from there)",
-                    e.url,
+                    log.url,
                     identity.display()
                 ));
                 continue;
             }
-            seen_uuids.insert(uuid.clone(), e.url.clone());
+            seen_uuids.insert(uuid.clone(), log.url.clone());
         }
-        let measured = measure_gpu(e, &identity, &series, (start, end), findings);
+        let measured = measure_gpu(log, &identity, &series, (start, end), findings);
         endpoint.gpus.push(measured);
     }
     endpoint
 }
 
-/// Every GPU's series on `e`, one per quantity: the quantity's first name in the table that the GPU
-/// has (of AMD's clocks, the lowest `clock_index`).
-fn gpu_series(e: &EndpointLog) -> BTreeMap<GpuIdentity, BTreeMap<Quantity, Chosen<'_>>> {
+/// Every GPU's series on `log`, one per quantity: the quantity's first name in the table that the
+/// GPU has (of AMD's clocks, the lowest `clock_index`).
+fn gpu_series(log: &EndpointLog) -> BTreeMap<GpuIdentity, BTreeMap<Quantity, Chosen<'_>>> {
     let mut by_gpu: BTreeMap<GpuIdentity, BTreeMap<Quantity, Chosen<'_>>> = BTreeMap::new();
-    for name in e.families.keys() {
+    for name in log.families.keys() {
         let Some(metric) = gpu::metric(name) else {
             continue;
         };
-        for (labels, track) in e.scalars(name) {
+        for (labels, track) in log.scalars(name) {
             if !metric.accepts(labels) {
                 continue;
             }
@@ -494,14 +498,14 @@ fn clock_index(labels: &Labels) -> u64 {
         .unwrap_or(0)
 }
 
-/// The finite values of `track` at each of `e`'s scrapes.
-fn samples(e: &EndpointLog, track: &Track) -> Vec<Sample> {
-    (0..e.scrape_ns.len() as u32)
+/// The finite values of `track` at each of `log`'s scrapes.
+fn samples(log: &EndpointLog, track: &Track) -> Vec<Sample> {
+    (0..log.scrape_ns.len() as u32)
         .filter_map(|idx| {
             let value = track.at(idx).filter(|v| v.is_finite())?;
             Some(Sample {
                 idx,
-                t: e.scrape_ns[idx as usize],
+                t: log.scrape_ns[idx as usize],
                 value,
             })
         })
@@ -595,12 +599,12 @@ fn integrated(samples: &[Sample], (start, end): (u64, u64)) -> f64 {
 
 /// The median time between an accumulator's changes inside `(start, end)`, seconds: how often
 /// the exporter updates it. `None` with fewer than two changes.
-fn update_period(e: &EndpointLog, track: &Track, (start, end): (u64, u64)) -> Option<f64> {
+fn update_period(log: &EndpointLog, track: &Track, (start, end): (u64, u64)) -> Option<f64> {
     let times: Vec<u64> = track
         .points()
         .iter()
         .filter(|p| p.present)
-        .map(|p| e.scrape_ns[p.idx as usize])
+        .map(|p| log.scrape_ns[p.idx as usize])
         .filter(|t| (start..=end).contains(t))
         .collect();
     let gaps: Vec<f64> = times.windows(2).map(|w| secs(w[1] - w[0])).collect();
@@ -609,14 +613,14 @@ fn update_period(e: &EndpointLog, track: &Track, (start, end): (u64, u64)) -> Op
 
 /// One GPU over `(start, end)`: its energy (accumulator or power) and the other figures.
 fn measure_gpu(
-    e: &EndpointLog,
+    log: &EndpointLog,
     identity: &GpuIdentity,
     series: &BTreeMap<Quantity, Chosen<'_>>,
     (start, end): (u64, u64),
     findings: &mut Findings,
 ) -> GpuEnergy {
     let span = (start, end);
-    let name = format!("{} {}", e.url, identity.display());
+    let name = format!("{} {}", log.url, identity.display());
     let mut g = GpuEnergy {
         id: identity.key.clone(),
         index: identity.index.clone(),
@@ -624,7 +628,7 @@ fn measure_gpu(
         model: identity.model.clone(),
         ..GpuEnergy::default()
     };
-    let of = |quantity: Quantity| series.get(&quantity).map(|c| (c, samples(e, c.track)));
+    let of = |quantity: Quantity| series.get(&quantity).map(|c| (c, samples(log, c.track)));
     let counter = of(Quantity::Energy).filter(|(_, all)| relevant(all, span).len() >= 2);
     if let Some((chosen, all)) = counter {
         let used = relevant(&all, span);
@@ -642,7 +646,7 @@ fn measure_gpu(
         g.samples = used.len() as u64;
         g.covered = covered(used, span);
         g.max_gap_s = max_gap(used);
-        g.update_s = update_period(e, chosen.track, span);
+        g.update_s = update_period(log, chosen.track, span);
     } else if let Some((chosen, all)) = of(Quantity::Power) {
         let used = relevant(&all, span);
         g.samples = used.len() as u64;
@@ -682,20 +686,20 @@ fn measure_gpu(
             100.0 * g.covered
         ));
     }
-    others(e, series, span, &mut g);
+    others(log, series, span, &mut g);
     g
 }
 
 /// Utilisation, memory, SM clock and throttle reasons over the scrapes between the edges.
 fn others(
-    e: &EndpointLog,
+    log: &EndpointLog,
     series: &BTreeMap<Quantity, Chosen<'_>>,
     (start, end): (u64, u64),
-    g: &mut GpuEnergy,
+    gpu_energy: &mut GpuEnergy,
 ) {
     let inside = |quantity: Quantity| -> Vec<f64> {
         series.get(&quantity).map_or_else(Vec::new, |chosen| {
-            samples(e, chosen.track)
+            samples(log, chosen.track)
                 .into_iter()
                 .filter(|s| (start..=end).contains(&s.t))
                 .map(|s| chosen.metric.to_report_unit(s.value))
@@ -703,10 +707,10 @@ fn others(
         })
     };
     let util = inside(Quantity::Utilization);
-    g.util_avg = (!util.is_empty()).then(|| crate::dist::mean(&util));
-    g.mem_used_mib_max = inside(Quantity::MemoryUsed).into_iter().reduce(f64::max);
+    gpu_energy.util_avg = (!util.is_empty()).then(|| crate::dist::mean(&util));
+    gpu_energy.mem_used_mib_max = inside(Quantity::MemoryUsed).into_iter().reduce(f64::max);
     let clock = inside(Quantity::SmClock);
-    g.sm_clock_mhz = clock
+    gpu_energy.sm_clock_mhz = clock
         .iter()
         .copied()
         .reduce(f64::min)
@@ -717,10 +721,10 @@ fn others(
     let masks = inside(Quantity::Throttle);
     for mask in &masks {
         for reason in gpu::throttle_reasons(*mask) {
-            *g.throttle.entry(reason.to_string()).or_insert(0.0) += 1.0;
+            *gpu_energy.throttle.entry(reason.to_string()).or_insert(0.0) += 1.0;
         }
     }
-    for share in g.throttle.values_mut() {
+    for share in gpu_energy.throttle.values_mut() {
         *share /= masks.len() as f64;
     }
 }

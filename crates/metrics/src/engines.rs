@@ -278,8 +278,11 @@ pub const ENGINES: [Engine; 6] = [
 ];
 
 /// Every engine's names for one figure, in table order.
-pub fn names(of: impl Fn(&Engine) -> &'static [&'static str]) -> Vec<&'static str> {
-    ENGINES.iter().flat_map(|e| of(e).iter().copied()).collect()
+pub fn names(names_of: impl Fn(&Engine) -> &'static [&'static str]) -> Vec<&'static str> {
+    ENGINES
+        .iter()
+        .flat_map(|e| names_of(e).iter().copied())
+        .collect()
 }
 
 #[cfg(test)]

@@ -172,12 +172,12 @@ impl Goodput {
         pairs.join(" ")
     }
 
-    /// Whether `r` succeeded and met every objective.
-    pub(crate) fn is_good(&self, r: &RequestRecord) -> bool {
-        if stats::class(r) != stats::Class::Valid {
+    /// Whether `record` succeeded and met every objective.
+    pub(crate) fn is_good(&self, record: &RequestRecord) -> bool {
+        if stats::class(record) != stats::Class::Valid {
             return false;
         }
-        let values = stats::record_values(r);
+        let values = stats::record_values(record);
         self.slos.iter().all(|slo| {
             let figure = values.iter().find_map(|(m, figure)| match figure {
                 _ if m.tag != slo.metric.tag => None,

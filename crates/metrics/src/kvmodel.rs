@@ -154,8 +154,8 @@ impl Lru {
         lookup
     }
 
-    fn unlink(&mut self, i: u32) {
-        let Slot { prev, next, .. } = self.slots[i as usize];
+    fn unlink(&mut self, slot: u32) {
+        let Slot { prev, next, .. } = self.slots[slot as usize];
         if prev == NIL {
             self.head = next;
         } else {
@@ -168,22 +168,22 @@ impl Lru {
         }
     }
 
-    fn link_front(&mut self, i: u32) {
-        self.slots[i as usize].prev = NIL;
-        self.slots[i as usize].next = self.head;
+    fn link_front(&mut self, slot: u32) {
+        self.slots[slot as usize].prev = NIL;
+        self.slots[slot as usize].next = self.head;
         if self.head != NIL {
-            self.slots[self.head as usize].prev = i;
+            self.slots[self.head as usize].prev = slot;
         }
-        self.head = i;
+        self.head = slot;
         if self.tail == NIL {
-            self.tail = i;
+            self.tail = slot;
         }
     }
 
-    fn move_to_front(&mut self, i: u32) {
-        if self.head != i {
-            self.unlink(i);
-            self.link_front(i);
+    fn move_to_front(&mut self, slot: u32) {
+        if self.head != slot {
+            self.unlink(slot);
+            self.link_front(slot);
         }
     }
 

@@ -28,8 +28,8 @@ pub enum MetricType {
 
 impl MetricType {
     /// The type a `# TYPE` line (or [`MetricType::as_str`]) names.
-    pub fn parse(s: &str) -> Option<MetricType> {
-        Some(match s {
+    pub fn parse(name: &str) -> Option<MetricType> {
+        Some(match name {
             "counter" => MetricType::Counter,
             "gauge" => MetricType::Gauge,
             "histogram" => MetricType::Histogram,
@@ -116,12 +116,12 @@ fn err(line_no: usize, line: &str, message: impl Into<String>) -> ParseError {
     }
 }
 
-fn is_name_start(c: u8) -> bool {
-    c.is_ascii_alphabetic() || c == b'_' || c == b':'
+fn is_name_start(byte: u8) -> bool {
+    byte.is_ascii_alphabetic() || byte == b'_' || byte == b':'
 }
 
-fn is_name_char(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b':'
+fn is_name_char(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b':'
 }
 
 /// A cursor over one line.
@@ -171,8 +171,8 @@ impl<'a> Cursor<'a> {
 }
 
 /// Parse a sample value: a float, `NaN`, `+Inf`, `-Inf` (any case).
-pub fn parse_value(s: &str) -> Option<f64> {
-    match s.to_ascii_lowercase().as_str() {
+pub fn parse_value(text: &str) -> Option<f64> {
+    match text.to_ascii_lowercase().as_str() {
         "nan" => Some(f64::NAN),
         "+inf" | "inf" => Some(f64::INFINITY),
         "-inf" => Some(f64::NEG_INFINITY),
@@ -181,15 +181,15 @@ pub fn parse_value(s: &str) -> Option<f64> {
             if other.chars().any(|c| c.is_ascii_alphabetic() && c != 'e') {
                 None
             } else {
-                s.parse().ok()
+                text.parse().ok()
             }
         }
     }
 }
 
-fn unescape_help(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
+fn unescape_help(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
     while let Some(character) = chars.next() {
         if character == '\\' {
             match chars.next() {
@@ -354,16 +354,16 @@ impl Builder {
         }
     }
 
-    fn sample(&mut self, s: Sample) {
-        let index = match self.owner.get(&s.name) {
+    fn sample(&mut self, sample: Sample) {
+        let index = match self.owner.get(&sample.name) {
             Some(&index) => index,
             None => {
-                let index = self.family(&s.name.clone(), MetricType::Untyped);
-                self.owner.insert(s.name.clone(), index);
+                let index = self.family(&sample.name.clone(), MetricType::Untyped);
+                self.owner.insert(sample.name.clone(), index);
                 index
             }
         };
-        self.families[index].samples.push(s);
+        self.families[index].samples.push(sample);
     }
 }
 

@@ -95,16 +95,16 @@ impl Track {
 
     /// Appends a change point read back from a journal, as [`Track::push`] recorded it: points
     /// keep scrape order (several at one index only if a page repeated the series).
-    pub fn append(&mut self, p: Point) -> Result<(), String> {
+    pub fn append(&mut self, point: Point) -> Result<(), String> {
         if let Some(last) = self.points.last() {
-            if p.idx < last.idx {
+            if point.idx < last.idx {
                 return Err(format!(
                     "a change point at scrape {} comes after one at scrape {}",
-                    p.idx, last.idx
+                    point.idx, last.idx
                 ));
             }
         }
-        self.points.push(p);
+        self.points.push(point);
         Ok(())
     }
 }
@@ -281,8 +281,8 @@ impl Boundary {
     }
 
     /// The boundary [`Boundary::as_str`] names.
-    pub fn parse(s: &str) -> Option<Boundary> {
-        Boundary::ALL.into_iter().find(|b| b.as_str() == s)
+    pub fn parse(name: &str) -> Option<Boundary> {
+        Boundary::ALL.into_iter().find(|b| b.as_str() == name)
     }
 
     /// The phase its scrape belongs to, as aiperf tags a boundary scrape with its own phase.
@@ -342,9 +342,12 @@ impl EndpointLog {
         }
     }
 
-    /// The latest scrape taken at `b`, if any was asked for.
-    pub fn boundary(&self, b: Boundary) -> Option<&BoundaryScrape> {
-        self.boundaries.iter().rev().find(|x| x.boundary == b)
+    /// The latest scrape taken at `boundary`, if any was asked for.
+    pub fn boundary(&self, boundary: Boundary) -> Option<&BoundaryScrape> {
+        self.boundaries
+            .iter()
+            .rev()
+            .find(|x| x.boundary == boundary)
     }
 
     /// Counts a failed fetch and keeps `message` as the latest error (warned the first time, logged at
@@ -488,11 +491,11 @@ impl EndpointLog {
     /// One page of [`EndpointLog::from_pages`] folded in.
     pub fn ingest_page(
         &mut self,
-        t: u64,
+        scrape_ns: u64,
         page: Option<&str>,
     ) -> Result<(), prometheus::ParseError> {
         let fetch = Fetch {
-            start_ns: t,
+            start_ns: scrape_ns,
             latency_ns: 0,
             outcome: FetchOutcome::Connect,
         };
@@ -500,7 +503,7 @@ impl EndpointLog {
             Some(text) => {
                 let mut hasher = DefaultHasher::new();
                 text.hash(&mut hasher);
-                self.ingest(fetch, t, hasher.finish(), prometheus::parse(text)?);
+                self.ingest(fetch, scrape_ns, hasher.finish(), prometheus::parse(text)?);
             }
             None => self.fail(fetch, "connection refused".to_string()),
         }

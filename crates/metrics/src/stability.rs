@@ -75,11 +75,11 @@ impl Metric {
     }
 
     /// The latency the metric's percentiles are taken of (ITL for interactivity), when positive.
-    fn latency(self, s: &Sample<'_>) -> Option<f64> {
+    fn latency(self, sample: &Sample<'_>) -> Option<f64> {
         match self {
-            Metric::Ttft => s.ttft_s,
-            Metric::E2el => s.e2el_s,
-            Metric::Intvty => s.itl_s,
+            Metric::Ttft => sample.ttft_s,
+            Metric::E2el => sample.e2el_s,
+            Metric::Intvty => sample.itl_s,
         }
         .filter(|v| v.is_finite() && *v > 0.0)
     }

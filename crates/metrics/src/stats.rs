@@ -267,12 +267,12 @@ pub enum Class {
     Error,
 }
 
-/// How `r` counts in aiperf's aggregate.
-pub fn class(r: &RequestRecord) -> Class {
-    if r.phase == Phase::Warmup {
+/// How `record` counts in aiperf's aggregate.
+pub fn class(record: &RequestRecord) -> Class {
+    if record.phase == Phase::Warmup {
         return Class::Warmup;
     }
-    match Outcome::of(r) {
+    match Outcome::of(record) {
         Outcome::ContextOverflow => Class::ContextOverflow,
         Outcome::Ok => Class::Valid,
         Outcome::Failed | Outcome::Cancelled => Class::Error,

@@ -160,13 +160,13 @@ impl UsageJson {
     }
 }
 
-/// One event of a Messages stream into `ex` (see the module's documentation).
-pub fn on_event(state: &mut StreamState, event: &str, now: Instant, ex: &mut Exchange) {
+/// One event of a Messages stream into `exchange` (see the module's documentation).
+pub fn on_event(state: &mut StreamState, event: &str, now: Instant, exchange: &mut Exchange) {
     let parsed: Event<'_> = match serde_json::from_str(event) {
         Ok(e) => e,
         Err(e) => {
             state.failure = Some(Failure::new(
-                ex.status,
+                exchange.status,
                 FailureKind::MalformedSse,
                 format!(
                     "malformed SSE: an event is not an Anthropic Messages event ({e}): {:?}; \
@@ -180,7 +180,7 @@ pub fn on_event(state: &mut StreamState, event: &str, now: Instant, ex: &mut Exc
     match parsed.kind.as_ref() {
         "message_start" => {
             if let Some(usage) = parsed.message.and_then(|m| m.usage) {
-                usage.merge(ex.usage.get_or_insert_with(Usage::default));
+                usage.merge(exchange.usage.get_or_insert_with(Usage::default));
             }
         }
         "content_block_start" | "content_block_delta" => {
@@ -191,33 +191,34 @@ pub fn on_event(state: &mut StreamState, event: &str, now: Instant, ex: &mut Exc
             if text.is_empty() && thinking.is_empty() {
                 return;
             }
-            ex.chunk_offsets_ns
-                .push(now.saturating_duration_since(ex.sent).as_nanos() as u64);
+            exchange
+                .chunk_offsets_ns
+                .push(now.saturating_duration_since(exchange.sent).as_nanos() as u64);
             if !text.is_empty() {
-                ex.content_chunks += 1;
+                exchange.content_chunks += 1;
                 if state.keep_text {
-                    ex.text.push_str(text);
+                    exchange.text.push_str(text);
                 }
             }
         }
         "message_delta" => {
             if let Some(reason) = parsed.delta.and_then(|d| d.stop_reason) {
-                ex.finish_reason = Some(reason.into_owned());
+                exchange.finish_reason = Some(reason.into_owned());
             }
             if let Some(usage) = parsed.usage {
-                usage.merge(ex.usage.get_or_insert_with(Usage::default));
+                usage.merge(exchange.usage.get_or_insert_with(Usage::default));
             }
         }
         "message_stop" => state.done = true,
         "error" => {
             let (kind, message) = server_error_message(event);
             let mut failure = Failure::new(
-                ex.status,
+                exchange.status,
                 FailureKind::StreamError,
                 format!("the server sent an error event mid-stream: {message}"),
             );
             failure.server_type = kind;
-            ex.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
+            exchange.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
             state.failure = Some(failure);
         }
         // `ping`, `content_block_stop`, and event types added later.

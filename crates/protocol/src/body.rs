@@ -23,8 +23,8 @@ impl EndpointType {
     pub const NAMES: &'static str = "chat, anthropic";
 
     /// The type `--endpoint-type` names.
-    pub fn parse(s: &str) -> Option<EndpointType> {
-        match s {
+    pub fn parse(name: &str) -> Option<EndpointType> {
+        match name {
             "chat" => Some(EndpointType::Chat),
             "anthropic" => Some(EndpointType::Anthropic),
             _ => None,
@@ -157,8 +157,8 @@ impl RequestBody {
     /// The token limit sent as `max_completion_tokens` (aiperf 0.13 and agentx-harness 1.0.12 for
     /// session trees; `max_tokens` only with their legacy flag) instead of `max_tokens`.
     #[must_use]
-    pub fn with_max_completion_tokens(mut self, on: bool) -> RequestBody {
-        self.token_field = if on {
+    pub fn with_max_completion_tokens(mut self, enabled: bool) -> RequestBody {
+        self.token_field = if enabled {
             b",\"max_completion_tokens\":"
         } else {
             b",\"max_tokens\":"

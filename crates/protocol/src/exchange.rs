@@ -25,7 +25,7 @@ pub struct StreamState {
 
 impl StreamState {
     /// One chat-completions event (the OpenAI chunk shape) of a stream still going.
-    pub(crate) fn on_chat_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
+    pub(crate) fn on_chat_event(&mut self, event: &str, now: Instant, exchange: &mut Exchange) {
         if event == "[DONE]" {
             self.done = true;
             return;
@@ -34,7 +34,7 @@ impl StreamState {
             Ok(c) => c,
             Err(e) => {
                 self.failure = Some(Failure::new(
-                    ex.status,
+                    exchange.status,
                     FailureKind::MalformedSse,
                     format!(
                         "malformed SSE: an event is not a JSON chunk ({e}): {:?}",
@@ -47,34 +47,34 @@ impl StreamState {
         if chunk.error.is_some() {
             let (kind, message) = server_error_message(event);
             let mut failure = Failure::new(
-                ex.status,
+                exchange.status,
                 FailureKind::StreamError,
                 format!("the server sent an error event mid-stream: {message}"),
             );
             failure.server_type = kind;
-            ex.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
+            exchange.error_body = Some(excerpt(event, ERROR_EXCERPT).to_owned());
             self.failure = Some(failure);
             return;
         }
         let choices = &chunk.choices;
         if choices.with_output > 0 {
-            let offset_ns = now.saturating_duration_since(ex.sent).as_nanos() as u64;
+            let offset_ns = now.saturating_duration_since(exchange.sent).as_nanos() as u64;
             for _ in 0..choices.with_output {
-                ex.chunk_offsets_ns.push(offset_ns);
+                exchange.chunk_offsets_ns.push(offset_ns);
             }
-            ex.content_chunks += choices.with_content;
+            exchange.content_chunks += choices.with_content;
             if self.keep_text {
-                ex.text.push_str(&choices.content);
+                exchange.text.push_str(&choices.content);
             }
         }
         if let Some(reason) = &choices.finish_reason {
-            ex.finish_reason = Some(reason.to_string());
+            exchange.finish_reason = Some(reason.to_string());
         }
         if let Some(nvext) = chunk.nvext {
-            nvext.absorb_into(&mut ex.server);
+            nvext.absorb_into(&mut exchange.server);
         }
         if let Some(usage_json) = chunk.usage {
-            ex.usage = Some(Usage {
+            exchange.usage = Some(Usage {
                 prompt_tokens: usage_json.prompt_tokens,
                 completion_tokens: usage_json.completion_tokens,
                 cached_tokens: usage_json
@@ -206,22 +206,22 @@ pub fn server_error_message(body: &str) -> (Option<String>, String) {
         .unwrap_or_else(|| (None, excerpt(body.trim(), 500).to_owned()))
 }
 
-/// The first `max` bytes of `s`, cut at a character boundary.
-pub fn excerpt(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
+/// The first `max` bytes of `text`, cut at a character boundary.
+pub fn excerpt(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
     }
     let mut end = max;
-    while !s.is_char_boundary(end) {
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    &s[..end]
+    &text[..end]
 }
 
 /// An error and each of its sources, joined with `: `.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut chain = e.to_string();
-    let mut src = e.source();
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut chain = error.to_string();
+    let mut src = error.source();
     while let Some(inner) = src {
         let inner_text = inner.to_string();
         if !chain.contains(&inner_text) {
@@ -363,10 +363,10 @@ impl Exchange {
         }
     }
 
-    /// Records `f` unless an earlier failure was recorded.
-    pub fn fail(&mut self, f: Failure) {
+    /// Records `failure` unless an earlier failure was recorded.
+    pub fn fail(&mut self, failure: Failure) {
         if self.failure.is_none() {
-            self.failure = Some(f);
+            self.failure = Some(failure);
         }
     }
 

@@ -31,13 +31,13 @@ pub const ERROR_EXCERPT: usize = 4096;
 
 impl StreamState {
     /// One event of the stream, read in the shape of the endpoint's API; nothing once it ended.
-    pub fn on_event(&mut self, event: &str, now: Instant, ex: &mut Exchange) {
+    pub fn on_event(&mut self, event: &str, now: Instant, exchange: &mut Exchange) {
         if self.done || self.failure.is_some() {
             return;
         }
         match self.api {
-            EndpointType::Anthropic => anthropic::on_event(self, event, now, ex),
-            EndpointType::Chat => self.on_chat_event(event, now, ex),
+            EndpointType::Anthropic => anthropic::on_event(self, event, now, exchange),
+            EndpointType::Chat => self.on_chat_event(event, now, exchange),
         }
     }
 }

@@ -58,12 +58,12 @@ pub const SWITCHES: [(&str, bool); 4] = [
 
 impl RoutingHeaders {
     /// Sets the switch named like an entry of [`SWITCHES`]; false for an unknown name.
-    pub fn set(&mut self, switch: &str, on: bool) -> bool {
+    pub fn set(&mut self, switch: &str, enabled: bool) -> bool {
         match switch {
-            "X_SESSION_AFFINITY_FROM_CORRELATION_ID" => self.session_affinity = on,
-            "X_SESSION_ID_FROM_CORRELATION_ID" => self.session_id = on,
-            "X_SMG_ROUTING_KEY_FROM_CORRELATION_ID" => self.smg_routing_key = on,
-            "X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID" => self.dynamo_session_id = on,
+            "X_SESSION_AFFINITY_FROM_CORRELATION_ID" => self.session_affinity = enabled,
+            "X_SESSION_ID_FROM_CORRELATION_ID" => self.session_id = enabled,
+            "X_SMG_ROUTING_KEY_FROM_CORRELATION_ID" => self.smg_routing_key = enabled,
+            "X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID" => self.dynamo_session_id = enabled,
             _ => return false,
         }
         true

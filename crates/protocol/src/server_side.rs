@@ -16,8 +16,8 @@ use crate::headers::{
 };
 
 /// Nanoseconds of a millisecond figure (negative or not finite: none).
-fn ns_of_ms(ms: f64) -> Option<u64> {
-    (ms.is_finite() && ms >= 0.0).then(|| (ms * 1e6).round() as u64)
+fn ns_of_ms(millis: f64) -> Option<u64> {
+    (millis.is_finite() && millis >= 0.0).then(|| (millis * 1e6).round() as u64)
 }
 
 /// The simulator's account, from its response headers; `None` when none of them came.

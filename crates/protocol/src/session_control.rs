@@ -51,9 +51,9 @@ pub struct StreamTurn<'a> {
 
 impl DynamoRouting {
     /// The `session_control` object of one request.
-    pub fn session_control(&self, t: StreamTurn<'_>) -> Value {
-        let session_id = t.parent_correlation_id.unwrap_or(t.correlation_id);
-        let closes = t.last && t.parent_correlation_id.is_none();
+    pub fn session_control(&self, turn: StreamTurn<'_>) -> Value {
+        let session_id = turn.parent_correlation_id.unwrap_or(turn.correlation_id);
+        let closes = turn.last && turn.parent_correlation_id.is_none();
         if closes {
             json!({"session_id": session_id, "action": "close"})
         } else {

@@ -38,10 +38,10 @@ pub fn mean(values: &[f64]) -> f64 {
 }
 
 /// The standard deviation of `values` around their `mean`.
-pub fn std(values: &[f64], mean: f64, d: Deviation) -> f64 {
+pub fn std(values: &[f64], mean: f64, deviation: Deviation) -> f64 {
     let count = values.len() as f64;
     let squares = values.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
-    match d {
+    match deviation {
         Deviation::Population => (squares / count).sqrt(),
         Deviation::Sample if values.len() > 1 => (squares / (count - 1.0)).sqrt(),
         Deviation::Sample => 0.0,
@@ -98,9 +98,9 @@ impl Sorted {
         mean(&self.0)
     }
 
-    /// The standard deviation, of the population or of a sample as `d` says.
-    pub fn std(&self, d: Deviation) -> f64 {
-        std(&self.0, self.mean(), d)
+    /// The standard deviation, of the population or of a sample as `deviation` says.
+    pub fn std(&self, deviation: Deviation) -> f64 {
+        std(&self.0, self.mean(), deviation)
     }
 
     /// The linear-interpolation percentile (`p` in 0..=100).

@@ -18,14 +18,25 @@ pub fn stdout_closed() -> bool {
     !capturing && STDOUT_CLOSED.load(Ordering::Relaxed)
 }
 
-fn write(mut w: impl Write, closed: &AtomicBool, args: std::fmt::Arguments<'_>, newline: bool) {
+fn write(
+    mut writer: impl Write,
+    closed: &AtomicBool,
+    args: std::fmt::Arguments<'_>,
+    newline: bool,
+) {
     if closed.load(Ordering::Relaxed) {
         return;
     }
-    let result = w
+    let result = writer
         .write_fmt(args)
-        .and_then(|()| if newline { w.write_all(b"\n") } else { Ok(()) })
-        .and_then(|()| w.flush());
+        .and_then(|()| {
+            if newline {
+                writer.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| writer.flush());
     if result.is_err() {
         // A closed pipe, a full disk or a revoked terminal: nothing more can reach the reader.
         closed.store(true, Ordering::Relaxed);

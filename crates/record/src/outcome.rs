@@ -35,8 +35,12 @@ impl Outcome {
     }
 
     /// The outcome of a record.
-    pub fn of(r: &RequestRecord) -> Outcome {
-        Outcome::classify(r.context_overflow, r.cancelled, r.error.is_some())
+    pub fn of(record: &RequestRecord) -> Outcome {
+        Outcome::classify(
+            record.context_overflow,
+            record.cancelled,
+            record.error.is_some(),
+        )
     }
 
     /// Whether the request succeeded.

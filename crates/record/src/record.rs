@@ -63,10 +63,10 @@ impl Clock {
         now().saturating_duration_since(self.anchor).as_nanos() as u64
     }
 
-    /// Nanoseconds from the anchor to `t` (0 for instants before it).
+    /// Nanoseconds from the anchor to `instant` (0 for instants before it).
     #[inline]
-    pub fn ns_of(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.anchor).as_nanos() as u64
+    pub fn ns_of(&self, instant: Instant) -> u64 {
+        instant.saturating_duration_since(self.anchor).as_nanos() as u64
     }
 
     /// Unix time (ns) of the anchor.

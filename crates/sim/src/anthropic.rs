@@ -39,11 +39,11 @@ fn error_type(status: u16) -> &'static str {
 }
 
 /// The error body in Anthropic's shape.
-pub(crate) fn error_body(e: &ApiError) -> String {
-    let message = serde_json::to_string(&e.message).unwrap_or_else(|_| "\"\"".into());
+pub(crate) fn error_body(error: &ApiError) -> String {
+    let message = serde_json::to_string(&error.message).unwrap_or_else(|_| "\"\"".into());
     format!(
         r#"{{"type":"error","error":{{"type":"{}","message":{message}}}}}"#,
-        error_type(e.status)
+        error_type(error.status)
     )
 }
 
@@ -202,11 +202,11 @@ pub(crate) fn stop_reason(finish_reason: &str) -> &'static str {
 
 /// The `usage` object: `input_tokens` the uncached prompt, the prefix cache's hit as
 /// `cache_read_input_tokens`.
-fn usage_json(u: &Usage, output_tokens: u64) -> String {
+fn usage_json(usage: &Usage, output_tokens: u64) -> String {
     format!(
         r#"{{"input_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":{},"output_tokens":{output_tokens}}}"#,
-        u.prompt_tokens.saturating_sub(u.cached_tokens),
-        u.cached_tokens
+        usage.prompt_tokens.saturating_sub(usage.cached_tokens),
+        usage.cached_tokens
     )
 }
 

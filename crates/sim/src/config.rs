@@ -230,11 +230,11 @@ pub struct ModelTiming {
 
 impl ModelTiming {
     /// Scale a modelled duration by the speed factor.
-    pub(crate) fn scaled(&self, d: Duration) -> Duration {
+    pub(crate) fn scaled(&self, duration: Duration) -> Duration {
         if self.speed == 1.0 {
-            d
+            duration
         } else {
-            d.div_f64(self.speed)
+            duration.div_f64(self.speed)
         }
     }
 

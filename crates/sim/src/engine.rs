@@ -72,11 +72,11 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    /// Account `n` more KV tokens (generated tokens) to this request.
+    /// Account `tokens` more KV tokens (generated tokens) to this request.
     #[inline]
-    pub(crate) fn add_kv(&mut self, n: u64) {
-        self.kv_tokens += n;
-        self.engine.metrics.kv_tokens.fetch_add(n, Relaxed);
+    pub(crate) fn add_kv(&mut self, tokens: u64) {
+        self.kv_tokens += tokens;
+        self.engine.metrics.kv_tokens.fetch_add(tokens, Relaxed);
     }
 
     /// Whether the engine's KV tokens exceed its capacity (a decode step would need preemption).
@@ -101,9 +101,9 @@ impl Drop for Running {
 struct Waiting<'a>(&'a EngineMetrics);
 
 impl<'a> Waiting<'a> {
-    fn new(m: &'a EngineMetrics) -> Self {
-        m.waiting.fetch_add(1, Relaxed);
-        Waiting(m)
+    fn new(metrics: &'a EngineMetrics) -> Self {
+        metrics.waiting.fetch_add(1, Relaxed);
+        Waiting(metrics)
     }
 }
 

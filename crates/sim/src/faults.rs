@@ -24,8 +24,8 @@ pub(crate) struct FaultPlan {
 }
 
 /// Decide the faults of a request with `total_tokens` to generate.
-pub(crate) fn plan(f: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
-    let mut rng = ChaCha8Rng::seed_from_u64(f.seed ^ key);
+pub(crate) fn plan(faults: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
+    let mut rng = ChaCha8Rng::seed_from_u64(faults.seed ^ key);
     let last = total_tokens.saturating_sub(1);
     // Always draw every number, so each decision is independent of the other rates: first the five
     // uniforms that decide (fail, its status, reset, stall, malformed), then the three positions.
@@ -35,13 +35,13 @@ pub(crate) fn plan(f: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
     let bad_pos = rng.random_range(0..=last);
     let clamp = |p: u64| p.min(last);
     FaultPlan {
-        fail: (u_fail < f.fail_rate).then_some(if u_status < 0.5 { 500 } else { 503 }),
+        fail: (u_fail < faults.fail_rate).then_some(if u_status < 0.5 { 500 } else { 503 }),
         stream: StreamFaults {
-            reset_after: (u_reset < f.reset_rate).then_some(clamp(reset_pos)),
-            stall_before: (u_stall < f.stall_rate && f.stall > Duration::ZERO)
+            reset_after: (u_reset < faults.reset_rate).then_some(clamp(reset_pos)),
+            stall_before: (u_stall < faults.stall_rate && faults.stall > Duration::ZERO)
                 .then_some(clamp(stall_pos)),
-            stall: f.stall,
-            malformed_before: (u_bad < f.malformed_rate).then_some(bad_pos),
+            stall: faults.stall,
+            malformed_before: (u_bad < faults.malformed_rate).then_some(bad_pos),
         },
     }
 }

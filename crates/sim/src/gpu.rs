@@ -135,8 +135,8 @@ impl PowerMeter {
 }
 
 /// Joules of picojoules.
-pub(crate) fn joules(pj: u128) -> f64 {
-    pj as f64 / 1e12
+pub(crate) fn joules(picojoules: u128) -> f64 {
+    picojoules as f64 / 1e12
 }
 
 /// One GPU on the page: its meter's reading and its engine's KV tokens.

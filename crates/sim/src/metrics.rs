@@ -100,15 +100,15 @@ impl Histogram {
         Histogram::new(labels, 1e9)
     }
 
-    /// Record `n` observations of `value` units.
+    /// Record `count` observations of `value` units.
     #[inline]
-    pub(crate) fn observe_n(&self, value: u64, n: u64) {
-        if n == 0 {
+    pub(crate) fn observe_n(&self, value: u64, count: u64) {
+        if count == 0 {
             return;
         }
         let bucket = self.bounds.partition_point(|&b| b < value);
-        self.counts[bucket].fetch_add(n, Relaxed);
-        self.sum.fetch_add(value.saturating_mul(n), Relaxed);
+        self.counts[bucket].fetch_add(count, Relaxed);
+        self.sum.fetch_add(value.saturating_mul(count), Relaxed);
     }
 
     /// Observations so far.
@@ -118,8 +118,8 @@ impl Histogram {
 
     /// Record one duration (for histograms in seconds).
     #[inline]
-    pub(crate) fn observe_duration(&self, d: Duration) {
-        self.observe_n(d.as_nanos().min(u128::from(u64::MAX)) as u64, 1);
+    pub(crate) fn observe_duration(&self, duration: Duration) {
+        self.observe_n(duration.as_nanos().min(u128::from(u64::MAX)) as u64, 1);
     }
 }
 
@@ -230,13 +230,13 @@ pub(crate) struct Exposition<'a> {
 }
 
 /// Format a number the way Python's prometheus_client does (`3.0`, `0.25`, `+Inf`).
-fn num(out: &mut String, v: f64) {
-    if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
-    } else if v.fract() == 0.0 && v.abs() < 1e16 {
-        let _ = write!(out, "{v:.1}");
+fn num(out: &mut String, value: f64) {
+    if value.is_infinite() {
+        out.push_str(if value > 0.0 { "+Inf" } else { "-Inf" });
+    } else if value.fract() == 0.0 && value.abs() < 1e16 {
+        let _ = write!(out, "{value:.1}");
     } else {
-        let _ = write!(out, "{v}");
+        let _ = write!(out, "{value}");
     }
 }
 
@@ -245,7 +245,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn sample(out: &mut String, name: &str, labels: &str, extra: &str, v: f64) {
+fn sample(out: &mut String, name: &str, labels: &str, extra: &str, value: f64) {
     out.push_str(name);
     // `extra` starts with a comma, which an unlabelled series drops.
     let extra = if labels.is_empty() {
@@ -260,26 +260,27 @@ fn sample(out: &mut String, name: &str, labels: &str, extra: &str, v: f64) {
         out.push('}');
     }
     out.push(' ');
-    num(out, v);
+    num(out, value);
     out.push('\n');
 }
 
-/// Render the Prometheus text exposition of every engine, under the names `x.names` chooses.
-pub(crate) fn render(x: &Exposition<'_>) -> String {
+/// Render the Prometheus text exposition of every engine, under the names `exposition.names`
+/// chooses.
+pub(crate) fn render(exposition: &Exposition<'_>) -> String {
     let mut out = String::with_capacity(16 << 10);
-    match x.names {
-        MetricNames::Vllm => vllm(&mut out, x),
-        MetricNames::Sglang => sglang(&mut out, x),
-        MetricNames::Trtllm => trtllm(&mut out, x),
-        MetricNames::Atom => atom(&mut out, x),
+    match exposition.names {
+        MetricNames::Vllm => vllm(&mut out, exposition),
+        MetricNames::Sglang => sglang(&mut out, exposition),
+        MetricNames::Trtllm => trtllm(&mut out, exposition),
+        MetricNames::Atom => atom(&mut out, exposition),
     }
-    truth(&mut out, x);
+    truth(&mut out, exposition);
     out
 }
 
 /// The simulator's own counters, on every family's page: evictions, misses by cause, unkeyed
 /// requests.
-fn truth(out: &mut String, x: &Exposition<'_>) {
+fn truth(out: &mut String, exposition: &Exposition<'_>) {
     let name = "agentx_sim:kv_evicted_blocks_total";
     header(
         out,
@@ -287,7 +288,7 @@ fn truth(out: &mut String, x: &Exposition<'_>) {
         "counter",
         "Prefix-cache blocks evicted, by cause (capacity: the least recently used block made room).",
     );
-    for (i, m) in x.engines.iter().enumerate() {
+    for (i, m) in exposition.engines.iter().enumerate() {
         let labels = format!("engine=\"{i}\"");
         let v = m.evicted_blocks.load(Relaxed) as f64;
         sample(out, name, &labels, ",cause=\"capacity\"", v);
@@ -300,7 +301,7 @@ fn truth(out: &mut String, x: &Exposition<'_>) {
         "Uncached prompt tokens by why they missed: cold (never cached anywhere, or the uncachable \
          tail), capacity (evicted), routing (another engine held them).",
     );
-    for (i, m) in x.engines.iter().enumerate() {
+    for (i, m) in exposition.engines.iter().enumerate() {
         let labels = format!("engine=\"{i}\"");
         for (cause, v) in [
             ("cold", &m.miss_cold),
@@ -316,27 +317,27 @@ fn truth(out: &mut String, x: &Exposition<'_>) {
         "agentx_sim:router_unkeyed_total",
         "counter",
         "Requests the session router found no session header on (sent round-robin).",
-        &format!("model_name=\"{}\"", escape_label(x.model)),
-        x.unkeyed as f64,
+        &format!("model_name=\"{}\"", escape_label(exposition.model)),
+        exposition.unkeyed as f64,
     );
 }
 
 /// vLLM's page: every engine its own series.
-fn vllm(out: &mut String, x: &Exposition<'_>) {
-    let model = escape_label(x.model);
-    let labels: Vec<String> = (0..x.engines.len())
+fn vllm(out: &mut String, exposition: &Exposition<'_>) {
+    let model = escape_label(exposition.model);
+    let labels: Vec<String> = (0..exposition.engines.len())
         .map(|i| format!("model_name=\"{model}\",engine=\"{i}\""))
         .collect();
-    vllm_gauges_and_counters(out, x, &labels);
-    vllm_labelled_counters(out, x, &labels);
-    vllm_histograms(out, x, &labels);
-    vllm_cache_config(out, x);
+    vllm_gauges_and_counters(out, exposition, &labels);
+    vllm_labelled_counters(out, exposition, &labels);
+    vllm_histograms(out, exposition, &labels);
+    vllm_cache_config(out, exposition);
 }
 
 /// vLLM's gauges and its unlabelled counters, one series per engine (`labels`).
-fn vllm_gauges_and_counters(out: &mut String, x: &Exposition<'_>, labels: &[String]) {
+fn vllm_gauges_and_counters(out: &mut String, exposition: &Exposition<'_>, labels: &[String]) {
     let each = |out: &mut String, name: &str, f: &dyn Fn(&EngineMetrics) -> f64| {
-        for (m, l) in x.engines.iter().zip(labels) {
+        for (m, l) in exposition.engines.iter().zip(labels) {
             sample(out, name, l, "", f(m));
         }
     };
@@ -363,7 +364,7 @@ fn vllm_gauges_and_counters(out: &mut String, x: &Exposition<'_>, labels: &[Stri
         "gauge",
         "KV-cache usage. 1 means 100 percent usage.",
     );
-    let cap = x.capacity_tokens.max(1) as f64;
+    let cap = exposition.capacity_tokens.max(1) as f64;
     each(out, "vllm:kv_cache_usage_perc", &|m| {
         (load(&m.kv_tokens) / cap).min(1.0)
     });
@@ -401,13 +402,13 @@ fn vllm_gauges_and_counters(out: &mut String, x: &Exposition<'_>, labels: &[Stri
 }
 
 /// vLLM's counters with a label of their own: prompt tokens by source, requests by finish reason.
-fn vllm_labelled_counters(out: &mut String, x: &Exposition<'_>, labels: &[String]) {
+fn vllm_labelled_counters(out: &mut String, exposition: &Exposition<'_>, labels: &[String]) {
     let load = |a: &AtomicU64| a.load(Relaxed) as f64;
     // Prompt tokens by where they came from (vLLM V1's `prompt_tokens_by_source`): the prefix
     // cache's hits, the rest computed; the simulator has no external KV transfer.
     let name = "vllm:prompt_tokens_by_source_total";
     header(out, name, "counter", "Number of prompt tokens by source.");
-    for (m, l) in x.engines.iter().zip(labels) {
+    for (m, l) in exposition.engines.iter().zip(labels) {
         let (prompt, hits) = (
             m.prompt_tokens.load(Relaxed),
             m.prefix_cache_hits.load(Relaxed),
@@ -428,7 +429,7 @@ fn vllm_labelled_counters(out: &mut String, x: &Exposition<'_>, labels: &[String
         "counter",
         "Count of successfully processed requests.",
     );
-    for (m, l) in x.engines.iter().zip(labels) {
+    for (m, l) in exposition.engines.iter().zip(labels) {
         for (reason, v) in [
             ("stop", &m.success_stop),
             ("length", &m.success_length),
@@ -446,7 +447,7 @@ fn vllm_labelled_counters(out: &mut String, x: &Exposition<'_>, labels: &[String
 }
 
 /// vLLM's latency and length histograms.
-fn vllm_histograms(out: &mut String, x: &Exposition<'_>, labels: &[String]) {
+fn vllm_histograms(out: &mut String, exposition: &Exposition<'_>, labels: &[String]) {
     let hists: [(&str, &str, HistogramOf); 6] = [
         (
             "vllm:time_to_first_token_seconds",
@@ -481,14 +482,14 @@ fn vllm_histograms(out: &mut String, x: &Exposition<'_>, labels: &[String]) {
     ];
     for (name, help, get) in hists {
         header(out, name, "histogram", help);
-        for (m, l) in x.engines.iter().zip(labels) {
+        for (m, l) in exposition.engines.iter().zip(labels) {
             histogram(out, name, l, &[get(m)]);
         }
     }
 }
 
 /// vLLM's cache configuration, an info gauge per engine.
-fn vllm_cache_config(out: &mut String, x: &Exposition<'_>) {
+fn vllm_cache_config(out: &mut String, exposition: &Exposition<'_>) {
     let name = "vllm:cache_config_info";
     header(
         out,
@@ -496,13 +497,13 @@ fn vllm_cache_config(out: &mut String, x: &Exposition<'_>) {
         "gauge",
         "Information of the LLMEngine CacheConfig",
     );
-    let blocks = x.capacity_tokens / u64::from(x.block_size.max(1));
-    for (i, _) in x.engines.iter().enumerate() {
+    let blocks = exposition.capacity_tokens / u64::from(exposition.block_size.max(1));
+    for (i, _) in exposition.engines.iter().enumerate() {
         let _ = writeln!(
             out,
             "{name}{{block_size=\"{}\",enable_prefix_caching=\"{}\",engine=\"{i}\",num_gpu_blocks=\"{blocks}\"}} 1.0",
-            x.block_size,
-            if x.capacity_tokens > 0 { "True" } else { "False" },
+            exposition.block_size,
+            if exposition.capacity_tokens > 0 { "True" } else { "False" },
         );
     }
 }
@@ -536,54 +537,56 @@ fn histogram(out: &mut String, name: &str, labels: &str, hists: &[&Histogram]) {
 }
 
 /// A counter's value summed over the engines.
-fn total(x: &Exposition<'_>, of: fn(&EngineMetrics) -> u64) -> f64 {
-    x.engines.iter().map(|m| of(m) as f64).sum()
+fn total(exposition: &Exposition<'_>, counter: fn(&EngineMetrics) -> u64) -> f64 {
+    exposition.engines.iter().map(|m| counter(m) as f64).sum()
 }
 
 /// The engines' KV tokens held now over their capacity, at most 1.
-fn kv_usage(x: &Exposition<'_>, engines: &[&EngineMetrics]) -> f64 {
+fn kv_usage(exposition: &Exposition<'_>, engines: &[&EngineMetrics]) -> f64 {
     let held: f64 = engines
         .iter()
         .map(|m| m.kv_tokens.load(Relaxed) as f64)
         .sum();
-    let capacity = (x.capacity_tokens.max(1) * engines.len().max(1) as u64) as f64;
+    let capacity = (exposition.capacity_tokens.max(1) * engines.len().max(1) as u64) as f64;
     (held / capacity).min(1.0)
 }
 
 /// KV blocks in use: the tokens held, in whole blocks.
-fn used_blocks(x: &Exposition<'_>) -> f64 {
-    let block = u64::from(x.block_size.max(1));
-    x.engines
+fn used_blocks(exposition: &Exposition<'_>) -> f64 {
+    let block = u64::from(exposition.block_size.max(1));
+    exposition
+        .engines
         .iter()
         .map(|m| m.kv_tokens.load(Relaxed).div_ceil(block) as f64)
         .sum()
 }
 
 /// The KV blocks of every engine.
-fn max_blocks(x: &Exposition<'_>) -> f64 {
-    (x.capacity_tokens / u64::from(x.block_size.max(1)) * x.engines.len() as u64) as f64
+fn max_blocks(exposition: &Exposition<'_>) -> f64 {
+    (exposition.capacity_tokens / u64::from(exposition.block_size.max(1))
+        * exposition.engines.len() as u64) as f64
 }
 
 /// Cached prompt tokens over the prompt tokens looked up, since the engines started.
-fn lifetime_hit_rate(x: &Exposition<'_>) -> f64 {
-    let queries = total(x, |m| m.prefix_cache_queries.load(Relaxed));
+fn lifetime_hit_rate(exposition: &Exposition<'_>) -> f64 {
+    let queries = total(exposition, |m| m.prefix_cache_queries.load(Relaxed));
     if queries > 0.0 {
-        total(x, |m| m.prefix_cache_hits.load(Relaxed)) / queries
+        total(exposition, |m| m.prefix_cache_hits.load(Relaxed)) / queries
     } else {
         0.0
     }
 }
 
 /// Writes one metric of one series.
-fn metric(out: &mut String, name: &str, kind: &str, help: &str, labels: &str, v: f64) {
+fn metric(out: &mut String, name: &str, kind: &str, help: &str, labels: &str, value: f64) {
     header(out, name, kind, help);
-    sample(out, name, labels, "", v);
+    sample(out, name, labels, "", value);
 }
 
 /// SGLang's page: the tokenizer's counters and histograms once for the server, the scheduler's
 /// gauges once per data-parallel rank.
-fn sglang(out: &mut String, x: &Exposition<'_>) {
-    let model = escape_label(x.model);
+fn sglang(out: &mut String, exposition: &Exposition<'_>) {
+    let model = escape_label(exposition.model);
     let server = format!("model_name=\"{model}\"");
     for (name, help, of) in [
         (
@@ -597,7 +600,7 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
             |m| m.generation_tokens.load(Relaxed),
         ),
     ] {
-        metric(out, name, "counter", help, &server, total(x, of));
+        metric(out, name, "counter", help, &server, total(exposition, of));
     }
     let name = "sglang:cached_tokens_total";
     header(
@@ -606,9 +609,13 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
         "counter",
         "Number of cached prompt tokens by source (device/host/storage).",
     );
-    let cached = total(x, |m| m.prefix_cache_hits.load(Relaxed));
+    let cached = total(exposition, |m| m.prefix_cache_hits.load(Relaxed));
     sample(out, name, &server, ",cache_source=\"device\"", cached);
-    let requests: f64 = x.engines.iter().map(|m| m.prompt_len.count() as f64).sum();
+    let requests: f64 = exposition
+        .engines
+        .iter()
+        .map(|m| m.prompt_len.count() as f64)
+        .sum();
     metric(
         out,
         "sglang:num_requests_total",
@@ -636,7 +643,7 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
     ];
     for (name, help, get) in hists {
         header(out, name, "histogram", help);
-        let all: Vec<&Histogram> = x.engines.iter().map(|m| get(m)).collect();
+        let all: Vec<&Histogram> = exposition.engines.iter().map(|m| get(m)).collect();
         histogram(out, name, &server, &all);
     }
     let rank = |i: usize| {
@@ -659,17 +666,17 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
             &|m| m.kv_tokens.load(Relaxed) as f64,
         ),
         ("sglang:token_usage", "The token usage.", &|m| {
-            kv_usage(x, &[m])
+            kv_usage(exposition, &[m])
         }),
         (
             "sglang:max_total_num_tokens",
             "Maximum total number of tokens in the KV cache pool.",
-            &|_| x.capacity_tokens as f64,
+            &|_| exposition.capacity_tokens as f64,
         ),
     ];
     for (name, help, value) in gauges {
         header(out, name, "gauge", help);
-        for (i, m) in x.engines.iter().enumerate() {
+        for (i, m) in exposition.engines.iter().enumerate() {
             sample(out, name, &rank(i), "", value(m));
         }
     }
@@ -677,10 +684,10 @@ fn sglang(out: &mut String, x: &Exposition<'_>) {
 
 /// TensorRT-LLM's page: one series for the server (`trtllm-serve` has one collector), the engines
 /// summed.
-fn trtllm(out: &mut String, x: &Exposition<'_>) {
+fn trtllm(out: &mut String, exposition: &Exposition<'_>) {
     let labels = format!(
         "model_name=\"{}\",engine_type=\"trtllm\"",
-        escape_label(x.model)
+        escape_label(exposition.model)
     );
     let name = "trtllm_request_success_total";
     header(
@@ -697,7 +704,7 @@ fn trtllm(out: &mut String, x: &Exposition<'_>) {
         ("length", |m| m.success_length.load(Relaxed)),
     ] {
         let extra = format!(",finished_reason=\"{reason}\"");
-        sample(out, name, &labels, &extra, total(x, of));
+        sample(out, name, &labels, &extra, total(exposition, of));
     }
     for (name, help, of) in [
         (
@@ -716,30 +723,30 @@ fn trtllm(out: &mut String, x: &Exposition<'_>) {
             |m| m.prefix_cache_hits.load(Relaxed),
         ),
     ] {
-        metric(out, name, "counter", help, &labels, total(x, of));
+        metric(out, name, "counter", help, &labels, total(exposition, of));
     }
-    let max = max_blocks(x);
-    let used = used_blocks(x).min(max);
+    let max = max_blocks(exposition);
+    let used = used_blocks(exposition).min(max);
     for (name, help, v) in [
         (
             "trtllm_num_requests_running",
             "Number of active requests",
-            total(x, |m| m.running.load(Relaxed)),
+            total(exposition, |m| m.running.load(Relaxed)),
         ),
         (
             "trtllm_num_requests_waiting",
             "Number of queued requests",
-            total(x, |m| m.waiting.load(Relaxed)),
+            total(exposition, |m| m.waiting.load(Relaxed)),
         ),
         (
             "trtllm_kv_cache_hit_rate",
             "KV cache hit rate",
-            lifetime_hit_rate(x),
+            lifetime_hit_rate(exposition),
         ),
         (
             "trtllm_kv_cache_utilization",
             "KV cache utilization",
-            kv_usage(x, x.engines),
+            kv_usage(exposition, exposition.engines),
         ),
         (
             "trtllm_kv_cache_max_blocks",
@@ -759,7 +766,7 @@ fn trtllm(out: &mut String, x: &Exposition<'_>) {
         (
             "trtllm_kv_cache_tokens_per_block",
             "Number of tokens per KV cache block",
-            f64::from(x.block_size),
+            f64::from(exposition.block_size),
         ),
     ] {
         metric(out, name, "gauge", help, &labels, v);
@@ -788,29 +795,33 @@ fn trtllm(out: &mut String, x: &Exposition<'_>) {
     ];
     for (name, help, get) in hists {
         header(out, name, "histogram", help);
-        let all: Vec<&Histogram> = x.engines.iter().map(|m| get(m)).collect();
+        let all: Vec<&Histogram> = exposition.engines.iter().map(|m| get(m)).collect();
         histogram(out, name, &labels, &all);
     }
 }
 
 /// ATOM's page: unlabelled series, already summed over the data-parallel ranks.
-fn atom(out: &mut String, x: &Exposition<'_>) {
-    let finished = total(x, |m| m.success_stop.load(Relaxed))
-        + total(x, |m| m.success_length.load(Relaxed))
-        + total(x, |m| m.success_abort.load(Relaxed));
-    let prefills: f64 = x.engines.iter().map(|m| m.prompt_len.count() as f64).sum();
-    let max = max_blocks(x);
-    let used = used_blocks(x).min(max);
+fn atom(out: &mut String, exposition: &Exposition<'_>) {
+    let finished = total(exposition, |m| m.success_stop.load(Relaxed))
+        + total(exposition, |m| m.success_length.load(Relaxed))
+        + total(exposition, |m| m.success_abort.load(Relaxed));
+    let prefills: f64 = exposition
+        .engines
+        .iter()
+        .map(|m| m.prompt_len.count() as f64)
+        .sum();
+    let max = max_blocks(exposition);
+    let used = used_blocks(exposition).min(max);
     for (name, help, v) in [
         (
             "atom:requests_running",
             "Number of requests currently running across data-parallel ranks.",
-            total(x, |m| m.running.load(Relaxed)),
+            total(exposition, |m| m.running.load(Relaxed)),
         ),
         (
             "atom:requests_waiting",
             "Number of requests waiting across data-parallel ranks.",
-            total(x, |m| m.waiting.load(Relaxed)),
+            total(exposition, |m| m.waiting.load(Relaxed)),
         ),
         (
             "atom:kv_cache_blocks_used",
@@ -830,12 +841,12 @@ fn atom(out: &mut String, x: &Exposition<'_>) {
         (
             "atom:kv_cache_usage_ratio",
             "Fraction of KV-cache blocks currently allocated.",
-            kv_usage(x, x.engines),
+            kv_usage(exposition, exposition.engines),
         ),
         (
             "atom:prefix_cache_hit_ratio",
             "Admitted prefix-cache token hit ratio.",
-            lifetime_hit_rate(x),
+            lifetime_hit_rate(exposition),
         ),
     ] {
         metric(out, name, "gauge", help, "", v);
@@ -849,12 +860,12 @@ fn atom(out: &mut String, x: &Exposition<'_>) {
         (
             "atom:prompt_tokens_total",
             "Number of prompt tokens in completed requests.",
-            total(x, |m| m.prompt_tokens.load(Relaxed)),
+            total(exposition, |m| m.prompt_tokens.load(Relaxed)),
         ),
         (
             "atom:generation_tokens_total",
             "Number of generated tokens in completed requests.",
-            total(x, |m| m.generation_tokens.load(Relaxed)),
+            total(exposition, |m| m.generation_tokens.load(Relaxed)),
         ),
         (
             "atom:prefix_cache_requests_total",
@@ -864,20 +875,21 @@ fn atom(out: &mut String, x: &Exposition<'_>) {
         (
             "atom:prefix_cache_cached_tokens_total",
             "Number of prompt tokens served from the admitted prefix cache.",
-            total(x, |m| m.prefix_cache_hits.load(Relaxed)),
+            total(exposition, |m| m.prefix_cache_hits.load(Relaxed)),
         ),
         (
             "atom:prefix_cache_full_tokens_total",
             "Number of prompt tokens considered by prefix-cache accounting.",
-            total(x, |m| m.prefix_cache_queries.load(Relaxed)),
+            total(exposition, |m| m.prefix_cache_queries.load(Relaxed)),
         ),
     ] {
         metric(out, name, "counter", help, "", v);
     }
 }
 
-fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\")
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }

@@ -77,8 +77,8 @@ pub(crate) struct ChatRequest {
     pub blocks: Vec<u64>,
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
+fn type_name(value: &Value) -> &'static str {
+    match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
         Value::Number(_) => "a number",
@@ -283,10 +283,14 @@ fn for_each_text(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Result<
     Ok(())
 }
 
-/// The text parts of message `i`'s content array, each passed to `add`.
-fn content_parts(i: usize, parts: &[Value], add: &mut dyn FnMut(&str)) -> Result<(), ApiError> {
+/// The text parts of message `message_index`'s content array, each passed to `add`.
+fn content_parts(
+    message_index: usize,
+    parts: &[Value],
+    add: &mut dyn FnMut(&str),
+) -> Result<(), ApiError> {
     for (j, p) in parts.iter().enumerate() {
-        let field = || format!("messages[{i}].content[{j}]");
+        let field = || format!("messages[{message_index}].content[{j}]");
         let Value::Object(p) = p else {
             return Err(wrong_type(&field(), "a content part object", p));
         };

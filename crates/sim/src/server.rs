@@ -265,13 +265,13 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<SimBody> {
     full(status, "application/json", body)
 }
 
-fn api_error(e: &ApiError, api: Api) -> Response<SimBody> {
+fn api_error(error: &ApiError, api: Api) -> Response<SimBody> {
     let body = match api {
-        Api::Chat => e.body(),
-        Api::Anthropic => anthropic::error_body(e),
+        Api::Chat => error.body(),
+        Api::Anthropic => anthropic::error_body(error),
     };
     json(
-        StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+        StatusCode::from_u16(error.status).unwrap_or(StatusCode::BAD_REQUEST),
         body,
     )
 }
@@ -317,18 +317,18 @@ pub(crate) async fn handle(
     }
 }
 
-fn models_json(c: &SimConfig) -> String {
+fn models_json(config: &SimConfig) -> String {
     let created = unix_now();
     serde_json::json!({
         "object": "list",
         "data": [{
-            "id": c.model,
+            "id": config.model,
             "object": "model",
             "created": created,
             "owned_by": "vllm",
-            "root": c.model,
+            "root": config.model,
             "parent": null,
-            "max_model_len": c.max_model_len,
+            "max_model_len": config.max_model_len,
             "permission": [],
         }]
     })
@@ -341,8 +341,8 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn millis(d: Duration) -> HeaderValue {
-    HeaderValue::from_str(&format!("{:.3}", d.as_secs_f64() * 1e3))
+fn millis(duration: Duration) -> HeaderValue {
+    HeaderValue::from_str(&format!("{:.3}", duration.as_secs_f64() * 1e3))
         .unwrap_or(HeaderValue::from_static("0"))
 }
 
@@ -433,14 +433,14 @@ impl Meta {
         })
     }
 
-    /// `r` with the request's `x-request-id` echoed.
-    fn with_id(&self, mut r: Response<SimBody>) -> Response<SimBody> {
+    /// `response` with the request's `x-request-id` echoed.
+    fn with_id(&self, mut response: Response<SimBody>) -> Response<SimBody> {
         if let Some(header_id) = &self.header_id {
             if let Ok(value) = HeaderValue::from_str(header_id) {
-                r.headers_mut().insert("x-request-id", value);
+                response.headers_mut().insert("x-request-id", value);
             }
         }
-        r
+        response
     }
 }
 
@@ -453,13 +453,13 @@ struct Accepted {
     received: Instant,
 }
 
-/// `t` in unix nanoseconds (through the wall clock now, so the two stamps of a request differ by
-/// exactly their monotonic difference when read together).
-fn unix_ns_at(t: Instant, now: Instant, unix_now: Duration) -> HeaderValue {
-    let stamp = if t >= now {
-        unix_now + (t - now)
+/// `instant` in unix nanoseconds (through the wall clock now, so the two stamps of a request differ
+/// by exactly their monotonic difference when read together).
+fn unix_ns_at(instant: Instant, now: Instant, unix_now: Duration) -> HeaderValue {
+    let stamp = if instant >= now {
+        unix_now + (instant - now)
     } else {
-        unix_now.saturating_sub(now - t)
+        unix_now.saturating_sub(now - instant)
     };
     HeaderValue::from(stamp.as_nanos() as u64)
 }
@@ -873,9 +873,11 @@ pub(crate) async fn serve(
     while conns.join_next().await.is_some() {}
 }
 
-async fn accept(l: Option<&TcpListener>) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
-    match l {
-        Some(l) => l.accept().await,
+async fn accept(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
         None => std::future::pending().await,
     }
 }

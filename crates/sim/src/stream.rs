@@ -62,10 +62,10 @@ impl Words {
         VOCAB[self.0.random_range(..VOCAB.len())]
     }
 
-    /// `n` words joined by single spaces.
-    pub(crate) fn text(&mut self, n: u64) -> String {
-        let mut text = String::with_capacity(n as usize * 7);
-        for i in 0..n {
+    /// `word_count` words joined by single spaces.
+    pub(crate) fn text(&mut self, word_count: u64) -> String {
+        let mut text = String::with_capacity(word_count as usize * 7);
+        for i in 0..word_count {
             if i > 0 {
                 text.push(' ');
             }
@@ -215,17 +215,17 @@ impl TokenStream {
         false
     }
 
-    fn write_tokens(&mut self, n: u64, last: bool) {
+    fn write_tokens(&mut self, tokens: u64, last: bool) {
         if self.api == Api::Anthropic {
             self.buf.extend_from_slice(anthropic::DELTA_OPEN);
-            self.write_words(n);
+            self.write_words(tokens);
             self.buf.extend_from_slice(anthropic::DELTA_CLOSE);
             return;
         }
         self.buf.extend_from_slice(&self.head);
         self.buf.extend_from_slice(CHOICE_OPEN);
         self.buf.extend_from_slice(CONTENT_OPEN);
-        self.write_words(n);
+        self.write_words(tokens);
         if last {
             self.buf
                 .extend_from_slice(br#""},"logprobs":null,"finish_reason":""#);
@@ -237,9 +237,9 @@ impl TokenStream {
         self.buf.extend_from_slice(EVENT_END);
     }
 
-    /// The next `n` words, a space before each but the answer's first.
-    fn write_words(&mut self, n: u64) {
-        for i in 0..n {
+    /// The next `word_count` words, a space before each but the answer's first.
+    fn write_words(&mut self, word_count: u64) {
+        for i in 0..word_count {
             if self.sent + i > 0 {
                 self.buf.extend_from_slice(b" ");
             }
@@ -354,18 +354,18 @@ impl TokenStream {
         }
     }
 
-    /// Account `n` generated tokens and plan the next decode step.
+    /// Account `tokens` generated tokens and plan the next decode step.
     #[inline]
-    fn step(&mut self, n: u64) {
-        self.running.add_kv(n);
+    fn step(&mut self, tokens: u64) {
+        self.running.add_kv(tokens);
         let metrics = &self.running.engine.metrics;
-        metrics.generation_tokens.fetch_add(n, Relaxed);
+        metrics.generation_tokens.fetch_add(tokens, Relaxed);
         match &self.pace {
-            Pace::Instant => metrics.itl.observe_n(0, n),
+            Pace::Instant => metrics.itl.observe_n(0, tokens),
             Pace::Fixed(itl) => {
                 let itl = *itl;
-                metrics.itl.observe_n(itl.as_nanos() as u64, n);
-                self.due = self.due.map(|d| d + itl * n as u32);
+                metrics.itl.observe_n(itl.as_nanos() as u64, tokens);
+                self.due = self.due.map(|d| d + itl * tokens as u32);
             }
             Pace::Modeled {
                 timing: mt,
@@ -373,9 +373,9 @@ impl TokenStream {
             } => {
                 let running = metrics.running.load(Relaxed);
                 let mut itl = mt.itl(running);
-                metrics.itl.observe_n(itl.as_nanos() as u64, n);
-                itl *= n as u32;
-                if self.sent % block_size.max(&1) < n && self.running.kv_over_capacity() {
+                metrics.itl.observe_n(itl.as_nanos() as u64, tokens);
+                itl *= tokens as u32;
+                if self.sent % block_size.max(&1) < tokens && self.running.kv_over_capacity() {
                     // Out of KV blocks: the newest work is preempted and recomputed.
                     metrics.preemptions.fetch_add(1, Relaxed);
                     itl += mt.prefill(self.usage.prompt_tokens + self.sent);

@@ -123,8 +123,8 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// A 64-bit hash of a string (request ids, seeds).
-pub fn hash_str(s: &str) -> u64 {
-    mix64(fnv1a(s.as_bytes()))
+pub fn hash_str(text: &str) -> u64 {
+    mix64(fnv1a(text.as_bytes()))
 }
 
 /// SplitMix64's finaliser: a cheap, well-mixed 64-bit permutation (a hash step, not a generator).

@@ -236,22 +236,22 @@ pub fn tail_stream(key: u64, turn: u32) -> u64 {
     mix64(key ^ mix64(TAIL_DOMAIN ^ u64::from(turn)))
 }
 
-/// Appends `n` words of the stream `stream` to `out`. The first `m` words of a stream are the same for
-/// every `n >= m`, so a partial block is a byte prefix of the full block.
-pub fn push_words(vocab: &Vocabulary, out: &mut Vec<u8>, stream: u64, n: usize) {
-    if n == 0 {
+/// Appends `word_count` words of the stream `stream` to `out`. The first `m` words of a stream are
+/// the same for every `word_count >= m`, so a partial block is a byte prefix of the full block.
+pub fn push_words(vocab: &Vocabulary, out: &mut Vec<u8>, stream: u64, word_count: usize) {
+    if word_count == 0 {
         return;
     }
     let start = out.len();
     // Write whole 8-byte slots and advance by each word's length: one store per word, no branches on
     // the word length. The final truncate drops the slack of the last slot.
-    out.resize(start + n * SLOT + SLOT, 0);
+    out.resize(start + word_count * SLOT + SLOT, 0);
     let buf = &mut out[start..];
     let mut pos = 0usize;
     let mut state = stream;
     let mut bits = 0u64;
     let mut left = 0u32;
-    for _ in 0..n {
+    for _ in 0..word_count {
         if left == 0 {
             state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
             bits = mix64(state);
@@ -266,9 +266,9 @@ pub fn push_words(vocab: &Vocabulary, out: &mut Vec<u8>, stream: u64, n: usize) 
     out.truncate(start + pos);
 }
 
-/// Upper bound of the bytes `push_words` writes for `n` words.
-pub const fn max_bytes(n: usize) -> usize {
-    n * SLOT
+/// Upper bound of the bytes `push_words` writes for `word_count` words.
+pub const fn max_bytes(word_count: usize) -> usize {
+    word_count * SLOT
 }
 
 #[cfg(test)]

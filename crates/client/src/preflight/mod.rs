@@ -283,17 +283,17 @@ pub(crate) fn parse_models(body: &str, model: &str) -> Option<Preflight> {
 }
 
 /// The context length a model entry reports, under the names servers use for it.
-fn context_length(m: &Value) -> Option<u64> {
+fn context_length(model: &Value) -> Option<u64> {
     let num = |entry: Option<&Value>| -> Option<u64> {
         let value = entry?;
         value
             .as_u64()
             .or_else(|| value.as_f64().filter(|f| *f >= 1.0).map(|f| f as u64))
     };
-    num(m.get("max_model_len"))
-        .or_else(|| num(m.pointer("/meta/n_ctx")))
-        .or_else(|| num(m.get("context_length")))
-        .or_else(|| num(m.get("max_context_length")))
+    num(model.get("max_model_len"))
+        .or_else(|| num(model.pointer("/meta/n_ctx")))
+        .or_else(|| num(model.get("context_length")))
+        .or_else(|| num(model.get("max_context_length")))
         .filter(|&n| n > 0)
 }
 

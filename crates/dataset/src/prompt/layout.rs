@@ -189,17 +189,20 @@ impl Structure {
         system
     }
 
-    /// [`Tiling::Reference`]: applies turn `k` as the reference's `init_turn_0`/`advance_turn` do.
-    fn step_reference(&mut self, k: usize) -> StepInfo {
+    /// [`Tiling::Reference`]: applies turn `turn_index` as the reference's
+    /// `init_turn_0`/`advance_turn` do.
+    fn step_reference(&mut self, turn_index: usize) -> StepInfo {
         let traj = self.dataset.trajectory_at(self.trace);
-        let turn = traj.turn(k).expect("caller checks the turn exists");
+        let turn = traj
+            .turn(turn_index)
+            .expect("caller checks the turn exists");
         let block = traj.block_size() as usize;
         let lcp = turn.lcp_with_previous();
         self.hash.truncate(lcp);
         self.hash.extend_from_slice(turn.new_hash_ids());
         let geo = Geometry::of(self.hash.len(), turn.input_tokens() as usize, block);
         let tail = (geo.synth > 0).then_some(Tail::Synth {
-            turn: k as u32,
+            turn: turn_index as u32,
             words: geo.synth as u32,
         });
         let mut info = StepInfo {
@@ -207,7 +210,7 @@ impl Structure {
             assistant_blocks: 0,
             user_delta_empty: false,
         };
-        if k == 0 {
+        if turn_index == 0 {
             self.segs.clear();
             self.ids.clear();
             self.ids.extend_from_slice(&self.hash[..geo.covered]);
@@ -234,7 +237,7 @@ impl Structure {
             .extend_from_slice(&self.hash[lcp.min(geo.covered)..geo.covered]);
         let prev_out = self
             .traj()
-            .turn(k - 1)
+            .turn(turn_index - 1)
             .map_or(0, |t| t.output_tokens() as usize);
         // No user segment left: the conversation resumes with a user turn.
         let wanted = match self.segs.iter().any(|system| system.role == Role::User) {
@@ -242,7 +245,7 @@ impl Structure {
             false => 0,
         };
         let mut assistant = wanted.min(new);
-        if let Some(cap) = self.caps.get(k).copied().flatten() {
+        if let Some(cap) = self.caps.get(turn_index).copied().flatten() {
             assistant = assistant.min(cap);
         }
         if geo.synth == 0 && assistant == new && assistant > 0 {
@@ -323,11 +326,11 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn of(ids: usize, input: usize, bs: usize) -> Geometry {
-        let full = input / bs;
+    fn of(ids: usize, input: usize, block_size: usize) -> Geometry {
+        let full = input / block_size;
         Geometry {
             covered: ids.min(full),
-            synth: input % bs + full.saturating_sub(ids) * bs,
+            synth: input % block_size + full.saturating_sub(ids) * block_size,
         }
     }
 }

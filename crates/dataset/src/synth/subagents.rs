@@ -118,12 +118,12 @@ struct SubEntry {
     reqs: Vec<Item>,
 }
 
-fn secs(ms: u64) -> f64 {
-    ms as f64 / 1000.0
+fn secs(millis: u64) -> f64 {
+    millis as f64 / 1000.0
 }
 
-fn to_ms(x: f64) -> u64 {
-    (x * 1000.0).round() as u64
+fn to_ms(seconds: f64) -> u64 {
+    (seconds * 1000.0).round() as u64
 }
 
 /// The generator of everything but the root.

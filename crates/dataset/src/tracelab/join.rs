@@ -61,9 +61,9 @@ impl JoinStats {
 /// A window: (start, end, parent index, duration ms, codex).
 type Window = (f64, f64, usize, i64, bool);
 
-fn windows_of(i: usize, s: &Session, knobs: &TracelabJoin) -> Vec<Window> {
-    let tools = s.rounds.iter().flat_map(|r| r.tools.iter());
-    if s.codex {
+fn windows_of(parent_index: usize, session: &Session, knobs: &TracelabJoin) -> Vec<Window> {
+    let tools = session.rounds.iter().flat_map(|r| r.tools.iter());
+    if session.codex {
         if !knobs.codex {
             return Vec::new();
         }
@@ -77,7 +77,13 @@ fn windows_of(i: usize, s: &Session, knobs: &TracelabJoin) -> Vec<Window> {
         let start = spawns.fold(f64::INFINITY, f64::min);
         let end = waits.fold(f64::NEG_INFINITY, f64::max);
         if start.is_finite() && end.is_finite() && end > start {
-            return vec![(start, end, i, ((end - start) * 1000.0) as i64, true)];
+            return vec![(
+                start,
+                end,
+                parent_index,
+                ((end - start) * 1000.0) as i64,
+                true,
+            )];
         }
         return Vec::new();
     }
@@ -88,7 +94,13 @@ fn windows_of(i: usize, s: &Session, knobs: &TracelabJoin) -> Vec<Window> {
             if latency < knobs.min_spawn_ms as f64 {
                 return None;
             }
-            Some((t.emitted_at?, t.result_at?, i, latency as i64, false))
+            Some((
+                t.emitted_at?,
+                t.result_at?,
+                parent_index,
+                latency as i64,
+                false,
+            ))
         })
         .collect()
 }

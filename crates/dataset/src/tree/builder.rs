@@ -40,7 +40,7 @@ pub(super) struct Split {
 
 /// Splits a layer: preamble, detection, classification. With `top`, the layer keeps its file order
 /// when detection finds no worker (aiperf returns early); a subagent layer is always in chain order.
-pub(super) fn split_layer(reqs: &[Req<'_>], p: &ChainParams, top: bool) -> Split {
+pub(super) fn split_layer(reqs: &[Req<'_>], params: &ChainParams, top: bool) -> Split {
     let by_t = |v: &mut Vec<usize>| {
         v.sort_by(|&a, &b| {
             chain::fcmp(reqs[a].t, reqs[b].t).then(reqs[a].index.cmp(&reqs[b].index))
@@ -49,7 +49,7 @@ pub(super) fn split_layer(reqs: &[Req<'_>], p: &ChainParams, top: bool) -> Split
     let pre = chain::preamble(reqs);
     let rest: Vec<usize> = (0..reqs.len()).filter(|&i| Some(i) != pre).collect();
     let sub: Vec<Req<'_>> = rest.iter().map(|&i| reqs[i]).collect();
-    let detection = chain::detect(&sub, p);
+    let detection = chain::detect(&sub, params);
     if detection.chains.is_empty() {
         let mut all: Vec<usize> = (0..reqs.len()).collect();
         if !top {
@@ -82,7 +82,7 @@ pub(super) fn split_layer(reqs: &[Req<'_>], p: &ChainParams, top: bool) -> Split
         main.push(pre_idx);
         by_t(&mut main);
     }
-    let groups = chain::worker_groups(&sub, &detection, p);
+    let groups = chain::worker_groups(&sub, &detection, params);
     let mut chains = vec![main];
     let mut classes = vec![None];
     let mut fork_index = vec![None];
@@ -94,7 +94,7 @@ pub(super) fn split_layer(reqs: &[Req<'_>], p: &ChainParams, top: bool) -> Split
                 .map(|&q| rest[q])
                 .collect(),
         );
-        classes.push(Some(chain::classify(&sub, &detection, ci, &groups, p)));
+        classes.push(Some(chain::classify(&sub, &detection, ci, &groups, params)));
         fork_index.push(
             detection.chains[ci]
                 .fork
@@ -151,12 +151,12 @@ impl Ctx<'_> {
 pub(super) fn check_t(
     ctx: &Ctx<'_>,
     field: impl FnOnce() -> String,
-    t: f64,
+    start: f64,
 ) -> Result<(), DatasetError> {
-    if !t.is_finite() || t < 0.0 || !(1000.0 * t).is_finite() {
+    if !start.is_finite() || start < 0.0 || !(1000.0 * start).is_finite() {
         return Err(ctx.err(
             field(),
-            format!("`t` is {t}: session trees need a finite start >= 0 (seconds)"),
+            format!("`t` is {start}: session trees need a finite start >= 0 (seconds)"),
         ));
     }
     Ok(())
@@ -319,12 +319,16 @@ impl<'a> Builder<'a> {
     }
 
     /// The root's requests and the flat worker chains split off them (`--split-chains`).
-    fn split_root(&mut self, top: &[Src<'a>], p: &ChainParams) -> (Vec<Src<'a>>, Vec<Plan<'a>>) {
+    fn split_root(
+        &mut self,
+        top: &[Src<'a>],
+        params: &ChainParams,
+    ) -> (Vec<Src<'a>>, Vec<Plan<'a>>) {
         let trace = self.trace;
         let mut flat: Vec<Plan<'a>> = Vec::new();
         let root_reqs: Vec<Src<'a>> = if self.opts.split_chains && top.len() > 1 {
             let reqs: Vec<Req<'_>> = top.iter().map(Src::chain_req).collect();
-            let split = split_layer(&reqs, p, true);
+            let split = split_layer(&reqs, params, true);
             if let Some(detection) = &split.detection {
                 self.counts.seams += detection.seams_merged;
             }
@@ -381,7 +385,7 @@ impl<'a> Builder<'a> {
     /// One branch per (spawn, join) of the subagent entries kept, with a stream per chain.
     fn add_subagent_branches(
         &self,
-        f: &mut Forest<'a>,
+        forest: &mut Forest<'a>,
         sub_plans: Vec<Vec<Plan<'a>>>,
         spawn_of: &[Option<usize>],
         joins: &Joins<'_, 'a>,
@@ -395,41 +399,44 @@ impl<'a> Builder<'a> {
             let join = joins.after(entry.index, end);
             let branch_idx = match groups.iter().find(|(k, _)| *k == (spawn, join)) {
                 Some(&(_, branch_idx)) => {
-                    let branch = &mut f.branches[branch_idx];
+                    let branch = &mut forest.branches[branch_idx];
                     branch.start_timestamp_ms = branch.start_timestamp_ms.min(1000.0 * entry.t);
                     branch_idx
                 }
                 None => {
-                    f.branches.push(Branch {
+                    forest.branches.push(Branch {
                         id: format!("{}:spawn:{}", trace.id, agent(entry)),
                         children: Vec::new(),
                         spawn_turn: spawn,
                         join_turn: join,
                         start_timestamp_ms: 1000.0 * entry.t,
                     });
-                    groups.push(((spawn, join), f.branches.len() - 1));
-                    f.branches.len() - 1
+                    groups.push(((spawn, join), forest.branches.len() - 1));
+                    forest.branches.len() - 1
                 }
             };
-            let first_stream = f.streams.len();
+            let first_stream = forest.streams.len();
             for pl in plans {
                 let fork_source = match pl.entry {
                     Some((_, 0)) => Some((0, spawn)),
                     _ => pl.fork_index.and_then(|fi| {
-                        (first_stream..f.streams.len()).find_map(|st| {
-                            f.stream_reqs[st]
+                        (first_stream..forest.streams.len()).find_map(|st| {
+                            forest.stream_reqs[st]
                                 .iter()
                                 .position(|r| r.inner == Some(fi))
                                 .map(|k| (st, k))
                         })
                     }),
                 };
-                f.branches[branch_idx].children.push(f.streams.len());
+                forest.branches[branch_idx]
+                    .children
+                    .push(forest.streams.len());
                 let scope = format!("{}::sa:{}", trace.id, agent(entry));
-                f.streams
+                forest
+                    .streams
                     .push(child_stream(&pl, branch_idx, scope, fork_source));
-                f.stream_reqs.push(pl.reqs);
-                f.stream_entry.push(pl.entry);
+                forest.stream_reqs.push(pl.reqs);
+                forest.stream_entry.push(pl.entry);
             }
         }
     }
@@ -447,8 +454,8 @@ impl<'a> Builder<'a> {
     }
 
     /// aiperf's `_sa_end_seconds` on canonical nested starts.
-    fn subagent_end(&self, si: usize) -> f64 {
-        let entry = &self.trace.subagent_entries[si];
+    fn subagent_end(&self, subagent_index: usize) -> f64 {
+        let entry = &self.trace.subagent_entries[subagent_index];
         if let Some(duration) = entry.duration_ms {
             let secs = duration / 1000.0;
             return entry.t
@@ -461,7 +468,7 @@ impl<'a> Builder<'a> {
         entry
             .requests
             .iter()
-            .zip(&self.inner_t[si])
+            .zip(&self.inner_t[subagent_index])
             .map(|(r, &t)| chain::request_end(t, r.recorded_api_time))
             .reduce(f64::max)
             .unwrap_or(entry.t)
@@ -469,23 +476,23 @@ impl<'a> Builder<'a> {
 
     fn subagent_plans(
         &mut self,
-        si: usize,
-        s: &'a ParsedSubagent,
-        p: &ChainParams,
+        subagent_index: usize,
+        subagent: &'a ParsedSubagent,
+        params: &ChainParams,
     ) -> Vec<Plan<'a>> {
         let trace = self.trace;
-        let srcs: Vec<Src<'a>> = s
+        let srcs: Vec<Src<'a>> = subagent
             .requests
             .iter()
-            .zip(&self.inner_t[si])
+            .zip(&self.inner_t[subagent_index])
             .map(|(r, &t)| Src {
                 req: r,
                 t,
-                outer: s.index,
+                outer: subagent.index,
                 inner: Some(r.index),
             })
             .collect();
-        let base = format!("{}::sa:{}", trace.id, agent(s));
+        let base = format!("{}::sa:{}", trace.id, agent(subagent));
         if !self.opts.split_chains || srcs.is_empty() {
             let mut all = srcs.clone();
             all.sort_by(|a, b| chain::fcmp(a.t, b.t).then(a.inner.cmp(&b.inner)));
@@ -494,19 +501,19 @@ impl<'a> Builder<'a> {
                 kind: StreamKind::Subagent,
                 class: None,
                 reqs: all,
-                init: (s.tool_tokens, s.system_tokens),
-                entry: Some((si, 0)),
+                init: (subagent.tool_tokens, subagent.system_tokens),
+                entry: Some((subagent_index, 0)),
                 fork_index: None,
             }];
         }
         let reqs: Vec<Req<'_>> = srcs.iter().map(Src::chain_req).collect();
-        let split = split_layer(&reqs, p, false);
+        let split = split_layer(&reqs, params, false);
         let base_first = first_hashes(&srcs, &split.detected_main);
         let mut plans = Vec::new();
         for (ci, c) in split.chains.iter().enumerate() {
             let chain_reqs: Vec<Src<'a>> = c.iter().map(|&i| srcs[i]).collect();
             let (stream_id, init) = if ci == 0 {
-                (base.clone(), (s.tool_tokens, s.system_tokens))
+                (base.clone(), (subagent.tool_tokens, subagent.system_tokens))
             } else {
                 let first = chain_reqs
                     .iter()
@@ -517,8 +524,8 @@ impl<'a> Builder<'a> {
                 (
                     format!("{base}:{}", class.suffix(ci - 1)),
                     chain_init_tokens(
-                        s.tool_tokens,
-                        s.system_tokens,
+                        subagent.tool_tokens,
+                        subagent.system_tokens,
                         trace.block_size,
                         base_first,
                         first,
@@ -531,7 +538,7 @@ impl<'a> Builder<'a> {
                 class: split.classes[ci],
                 reqs: chain_reqs,
                 init,
-                entry: Some((si, ci)),
+                entry: Some((subagent_index, ci)),
                 fork_index: split.fork_index[ci],
             });
         }
@@ -698,8 +705,8 @@ impl<'a> Forest<'a> {
     }
 }
 
-pub(super) fn agent(s: &ParsedSubagent) -> &str {
-    s.agent_id.as_deref().unwrap_or_default()
+pub(super) fn agent(subagent: &ParsedSubagent) -> &str {
+    subagent.agent_id.as_deref().unwrap_or_default()
 }
 
 /// The first non-empty hash list of a detected main chain.
@@ -711,21 +718,21 @@ pub(super) fn first_hashes<'a>(srcs: &[Src<'a>], main: &[usize]) -> &'a [u32] {
 }
 
 pub(super) fn child_stream(
-    pl: &Plan<'_>,
+    plan: &Plan<'_>,
     branch: usize,
     scope: String,
     fork_source: Option<(usize, usize)>,
 ) -> Stream {
     Stream {
-        id: pl.id.clone(),
-        kind: pl.kind,
-        class: pl.class,
+        id: plan.id.clone(),
+        kind: plan.kind,
+        class: plan.class,
         depth: 1,
         parent: Some(0),
         branch: Some(branch),
         replay_scope: scope,
-        init_tool_tokens: pl.init.0,
-        init_system_tokens: pl.init.1,
+        init_tool_tokens: plan.init.0,
+        init_system_tokens: plan.init.1,
         fork_source,
         turns: Vec::new(),
     }
@@ -743,11 +750,14 @@ pub(super) fn end_to_start_delay(prev: &Src<'_>, cur: &Src<'_>) -> f64 {
     (start_to_start - api).max(0.0)
 }
 
-pub(super) fn input_kind(r: &ParsedRequest, prev: Option<&ParsedRequest>) -> Option<InputKind> {
-    if r.input_types.iter().any(|t| t == "tool_result") {
+pub(super) fn input_kind(
+    request: &ParsedRequest,
+    prev: Option<&ParsedRequest>,
+) -> Option<InputKind> {
+    if request.input_types.iter().any(|t| t == "tool_result") {
         return Some(InputKind::ToolResult);
     }
-    if !r.input_types.is_empty() {
+    if !request.input_types.is_empty() {
         return Some(InputKind::UserInput);
     }
     match prev.map(|p| p.stop.as_str()) {

@@ -75,9 +75,9 @@ impl Req<'_> {
     }
 }
 
-/// `t + max(api, 0)`, a missing or non-finite api counting as 0.
-pub(crate) fn request_end(t: f64, api_time: Option<f64>) -> f64 {
-    t + api_time.filter(|a| a.is_finite()).unwrap_or(0.0).max(0.0)
+/// `start + max(api, 0)`, a missing or non-finite api counting as 0.
+pub(crate) fn request_end(start: f64, api_time: Option<f64>) -> f64 {
+    start + api_time.filter(|a| a.is_finite()).unwrap_or(0.0).max(0.0)
 }
 
 /// Python's float order for values known not to be NaN (`-0.0 == 0.0`).
@@ -136,11 +136,11 @@ struct Phase1<'r, 'a> {
 }
 
 impl Phase1<'_, '_> {
-    fn append(&mut self, c: usize, pos: usize) {
-        self.chains[c].requests.push(pos);
-        self.chain_of.insert(self.reqs[pos].index, c);
+    fn append(&mut self, chain: usize, pos: usize) {
+        self.chains[chain].requests.push(pos);
+        self.chain_of.insert(self.reqs[pos].index, chain);
         if !self.reqs[pos].hash_ids.is_empty() {
-            self.chains[c].tail = Some(pos);
+            self.chains[chain].tail = Some(pos);
         }
     }
 
@@ -236,11 +236,11 @@ impl Phase1<'_, '_> {
     }
 }
 
-fn resolve(alias: &HashMap<usize, usize>, mut i: usize) -> usize {
-    while let Some(&next) = alias.get(&i) {
-        i = next;
+fn resolve(alias: &HashMap<usize, usize>, mut chain: usize) -> usize {
+    while let Some(&next) = alias.get(&chain) {
+        chain = next;
     }
-    i
+    chain
 }
 
 /// Detects the chains of `reqs` (indices must be distinct).
@@ -308,8 +308,9 @@ pub(crate) fn detect(reqs: &[Req<'_>], params: &ChainParams) -> Detection {
     }
 }
 
-fn last_hash_pos(reqs: &[Req<'_>], c: &Chain) -> Option<usize> {
-    c.requests
+fn last_hash_pos(reqs: &[Req<'_>], chain: &Chain) -> Option<usize> {
+    chain
+        .requests
         .iter()
         .rev()
         .copied()
@@ -325,7 +326,7 @@ fn resolve_seams(
     chain_of: &mut HashMap<u32, usize>,
     forks_by_tail: &mut HashMap<u32, Vec<usize>>,
     alias: &mut HashMap<usize, usize>,
-    p: &ChainParams,
+    params: &ChainParams,
 ) -> usize {
     let mut seams = 0;
     let mut keys: BinaryHeap<Reverse<u32>> = forks_by_tail.keys().map(|&k| Reverse(k)).collect();
@@ -344,7 +345,7 @@ fn resolve_seams(
             .copied()
             .filter(|&ci| chains[ci].spliced_into.is_none())
             .collect();
-        let Some(elected) = elect(reqs, chains, &registered, &reqs[tail_pos], p) else {
+        let Some(elected) = elect(reqs, chains, &registered, &reqs[tail_pos], params) else {
             continue;
         };
         let moved = chains[elected].requests.clone();
@@ -393,7 +394,7 @@ fn elect(
     chains: &[Chain],
     registered: &[usize],
     tail: &Req<'_>,
-    p: &ChainParams,
+    params: &ChainParams,
 ) -> Option<usize> {
     let t_end = tail.end();
     let tail_blocks = tail.hash_ids.len();
@@ -409,7 +410,7 @@ fn elect(
         if tail_blocks > 0 {
             let gap = first.t - t_end;
             let overlap = fork.depth as f64 / tail_blocks as f64;
-            if gap > p.seam_max_gap_s && overlap < p.seam_min_overlap_ratio {
+            if gap > params.seam_max_gap_s && overlap < params.seam_min_overlap_ratio {
                 continue;
             }
         }
@@ -477,12 +478,12 @@ impl ChainClass {
         matches!(self, ChainClass::Aux | ChainClass::Reduction)
     }
 
-    /// The conversation-id suffix of worker number `n` of its layer.
-    pub(crate) fn suffix(self, n: usize) -> String {
+    /// The conversation-id suffix of worker number `ordinal` of its layer.
+    pub(crate) fn suffix(self, ordinal: usize) -> String {
         match self {
-            ChainClass::Aux | ChainClass::Reduction => format!("aux:{n:03}"),
+            ChainClass::Aux | ChainClass::Reduction => format!("aux:{ordinal:03}"),
             ChainClass::WorkerGroup { group, member } => format!("wg:{group:03}_{member:03}"),
-            ChainClass::Agent => format!("fa:{n:03}"),
+            ChainClass::Agent => format!("fa:{ordinal:03}"),
         }
     }
 }
@@ -492,31 +493,31 @@ pub(crate) fn is_aux(
     chain: &[&Req<'_>],
     main_peak_in: u32,
     main_model: Option<&str>,
-    p: &ChainParams,
+    params: &ChainParams,
 ) -> bool {
     let Some(first) = chain.first() else {
         return false;
     };
-    if chain.len() > p.aux_max_requests {
+    if chain.len() > params.aux_max_requests {
         return false;
     }
-    if p.aux_cross_model && main_model.is_some_and(|m| m != first.model) {
+    if params.aux_cross_model && main_model.is_some_and(|m| m != first.model) {
         return true;
     }
-    let threshold = (p.aux_isl_ratio * f64::from(main_peak_in)) as i64;
-    i64::from(first.input) < threshold.max(i64::from(p.aux_isl_floor))
+    let threshold = (params.aux_isl_ratio * f64::from(main_peak_in)) as i64;
+    i64::from(first.input) < threshold.max(i64::from(params.aux_isl_floor))
 }
 
 /// aiperf's `is_reduction_chain`.
-pub(crate) fn is_reduction(chain: &[&Req<'_>], p: &ChainParams) -> bool {
-    if p.reduction_osl_max == 0 || chain.len() != 1 {
+pub(crate) fn is_reduction(chain: &[&Req<'_>], params: &ChainParams) -> bool {
+    if params.reduction_osl_max == 0 || chain.len() != 1 {
         return false;
     }
     let r = chain[0];
     r.output > 0
-        && r.output < p.reduction_osl_max
-        && r.input >= p.aux_isl_floor
-        && f64::from(r.input) > p.reduction_ratio * f64::from(r.output)
+        && r.output < params.reduction_osl_max
+        && r.input >= params.aux_isl_floor
+        && f64::from(r.input) > params.reduction_ratio * f64::from(r.output)
 }
 
 /// A worker's `(first t, max end, first index, chain)`.
@@ -590,11 +591,11 @@ pub(crate) fn worker_groups(
     out
 }
 
-/// Classifies worker `ci` of `d` against the detected main chain (preamble excluded).
+/// Classifies worker `chain_index` of `d` against the detected main chain (preamble excluded).
 pub(crate) fn classify(
     reqs: &[Req<'_>],
     detection: &Detection,
-    ci: usize,
+    chain_index: usize,
     groups: &HashMap<usize, (usize, usize)>,
     params: &ChainParams,
 ) -> ChainClass {
@@ -605,7 +606,7 @@ pub(crate) fn classify(
         .collect();
     let peak = main.iter().map(|r| r.input).max().unwrap_or(0);
     let model = main.first().map(|r| r.model);
-    let chain: Vec<&Req<'_>> = detection.chains[ci]
+    let chain: Vec<&Req<'_>> = detection.chains[chain_index]
         .requests
         .iter()
         .map(|&q| &reqs[q])
@@ -614,7 +615,7 @@ pub(crate) fn classify(
         ChainClass::Aux
     } else if is_reduction(&chain, params) {
         ChainClass::Reduction
-    } else if let Some(&(group, member)) = groups.get(&ci) {
+    } else if let Some(&(group, member)) = groups.get(&chain_index) {
         ChainClass::WorkerGroup { group, member }
     } else {
         ChainClass::Agent

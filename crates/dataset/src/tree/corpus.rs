@@ -157,11 +157,11 @@ fn tree_key(base: &CacheKey, basis: Option<NestedBasis>, opts: &TreeOptions) -> 
     CacheKey(hasher.finalize().into())
 }
 
-fn invalid(t: &ParsedTrace, message: String) -> DatasetError {
+fn invalid(trace: &ParsedTrace, message: String) -> DatasetError {
     DatasetError::Invalid {
         location: Location {
-            trace: Some(t.id.clone()),
-            ..t.location.clone()
+            trace: Some(trace.id.clone()),
+            ..trace.location.clone()
         },
         message,
     }
@@ -262,54 +262,59 @@ fn build_entry(
 
 /// The trajectory of one stream: its turns' source requests in replay order, each starting at the
 /// turn's root-clock time; the trace's warnings go with its root stream only.
-fn stream_trace(t: &ParsedTrace, stream: &Stream, root: bool) -> Result<ParsedTrace, String> {
+fn stream_trace(trace: &ParsedTrace, stream: &Stream, root: bool) -> Result<ParsedTrace, String> {
     let mut requests = Vec::with_capacity(stream.turns.len());
     for (k, turn) in stream.turns.iter().enumerate() {
-        let req = source_request(t, turn.source_outer_idx, turn.source_inner_idx).ok_or_else(|| {
-            format!(
-                "turn {k} of stream {} names requests[{}]{} as its source, which the trace does not hold",
-                stream.id,
-                turn.source_outer_idx,
-                turn.source_inner_idx
-                    .map_or(String::new(), |i| format!(".requests[{i}]"))
-            )
-        })?;
+        let req = source_request(trace, turn.source_outer_idx, turn.source_inner_idx)
+            .ok_or_else(|| {
+                format!(
+                    "turn {k} of stream {} names requests[{}]{} as its source, which the trace does not hold",
+                    stream.id,
+                    turn.source_outer_idx,
+                    turn.source_inner_idx
+                        .map_or(String::new(), |i| format!(".requests[{i}]"))
+                )
+            })?;
         requests.push(ParsedRequest {
             t: turn.ts_ms / 1000.0,
             ..req.clone()
         });
     }
     Ok(ParsedTrace {
-        id: t.id.clone(),
-        models: t.models.clone(),
-        block_size: t.block_size,
+        id: trace.id.clone(),
+        models: trace.models.clone(),
+        block_size: trace.block_size,
         tool_tokens: stream.init_tool_tokens,
         system_tokens: stream.init_system_tokens,
         requests,
         subagents: 0,
         subagent_peak: 0,
         subagent_entries: Vec::new(),
-        location: t.location.clone(),
-        warnings: if root { t.warnings.clone() } else { Vec::new() },
+        location: trace.location.clone(),
+        warnings: if root {
+            trace.warnings.clone()
+        } else {
+            Vec::new()
+        },
     })
 }
 
 /// The request at outer index `outer` (a top-level request), or the one at inner index `inner` of
 /// the subagent entry at `outer`. Both lists are in index order.
-fn source_request(t: &ParsedTrace, outer: u32, inner: Option<u32>) -> Option<&ParsedRequest> {
-    fn find(reqs: &[ParsedRequest], i: u32) -> Option<&ParsedRequest> {
-        reqs.binary_search_by_key(&i, |r| r.index)
+fn source_request(trace: &ParsedTrace, outer: u32, inner: Option<u32>) -> Option<&ParsedRequest> {
+    fn find(reqs: &[ParsedRequest], index: u32) -> Option<&ParsedRequest> {
+        reqs.binary_search_by_key(&index, |r| r.index)
             .ok()
             .map(|p| &reqs[p])
     }
     match inner {
-        None => find(&t.requests, outer),
+        None => find(&trace.requests, outer),
         Some(i) => {
-            let s = t
+            let s = trace
                 .subagent_entries
                 .binary_search_by_key(&outer, |s| s.index)
                 .ok()?;
-            find(&t.subagent_entries[s].requests, i)
+            find(&trace.subagent_entries[s].requests, i)
         }
     }
 }
@@ -378,14 +383,14 @@ fn check(trees: &[SessionTree], streams: &Dataset, ds: &Dataset) -> Result<(), S
 }
 
 /// Every stream, turn and branch index a tree holds points into it.
-fn check_tree(t: &SessionTree) -> Result<(), String> {
-    let num_streams = t.streams.len();
-    let turns = |s: usize| t.streams.get(s).map_or(0, |s| s.turns.len());
+fn check_tree(tree: &SessionTree) -> Result<(), String> {
+    let num_streams = tree.streams.len();
+    let turns = |s: usize| tree.streams.get(s).map_or(0, |s| s.turns.len());
     let turn_ok = |(s, k): (usize, usize)| k < turns(s);
     if num_streams == 0 {
         return Err("no streams".into());
     }
-    for (bi, b) in t.branches.iter().enumerate() {
+    for (bi, b) in tree.branches.iter().enumerate() {
         if b.children.iter().any(|&c| c == 0 || c >= num_streams)
             || !turn_ok((0, b.spawn_turn))
             || b.join_turn.is_some_and(|j| !turn_ok((0, j)))
@@ -393,15 +398,15 @@ fn check_tree(t: &SessionTree) -> Result<(), String> {
             return Err(format!("branch {bi} points outside the tree"));
         }
     }
-    for (si, s) in t.streams.iter().enumerate() {
+    for (si, s) in tree.streams.iter().enumerate() {
         let bad = s.parent.is_some_and(|p| p >= num_streams)
-            || s.branch.is_some_and(|b| b >= t.branches.len())
+            || s.branch.is_some_and(|b| b >= tree.branches.len())
             || s.fork_source.is_some_and(|f| !turn_ok(f))
             || s.turns.iter().any(|x| {
                 x.spawns
                     .iter()
                     .chain(&x.joins)
-                    .any(|&b| b >= t.branches.len())
+                    .any(|&b| b >= tree.branches.len())
                     || x.replay_predecessors.iter().any(|&p| !turn_ok(p))
             });
         if bad {

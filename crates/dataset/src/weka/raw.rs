@@ -13,12 +13,12 @@ pub(super) struct Int {
 
 /// Parses an integer the way pydantic's lax mode does from a string: surrounding whitespace, a sign,
 /// underscores between digits, and a zero fraction are allowed.
-pub(super) fn parse_int_str(s: &str) -> Option<i128> {
-    let s = s.trim();
-    let (neg, digits) = match s.as_bytes().first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
+pub(super) fn parse_int_str(text: &str) -> Option<i128> {
+    let text = text.trim();
+    let (neg, digits) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
     };
     let int = match digits.split_once('.') {
         Some((i, f)) if !f.is_empty() && f.bytes().all(|b| b == b'0') => i,

@@ -49,8 +49,8 @@ pub(crate) struct Detection {
 }
 
 impl Detection {
-    pub(crate) fn has(&self, b: Backend) -> bool {
-        self.backends.contains(&b)
+    pub(crate) fn has(&self, backend: Backend) -> bool {
+        self.backends.contains(&backend)
     }
 
     pub(crate) fn is_unknown(&self) -> bool {
@@ -59,8 +59,8 @@ impl Detection {
 }
 
 /// Detects the engines from the metric names.
-pub(crate) fn detect(m: &ServerMetrics) -> Detection {
-    let metric_names: Vec<String> = m.metrics.keys().cloned().collect();
+pub(crate) fn detect(server: &ServerMetrics) -> Detection {
+    let metric_names: Vec<String> = server.metrics.keys().cloned().collect();
     let backends: Vec<Backend> = Backend::ALL
         .into_iter()
         .filter(|b| metric_names.iter().any(|n| b.owns(n)))
@@ -115,8 +115,8 @@ impl Figures {
 
     /// Sets `key` unless an earlier (preferred) source already did; ignores `None` and non-finite
     /// values.
-    fn put(&mut self, key: &'static str, v: Option<f64>, source: impl Into<String>) {
-        if let Some(value) = v.filter(|x| x.is_finite()) {
+    fn put(&mut self, key: &'static str, measured: Option<f64>, source: impl Into<String>) {
+        if let Some(value) = measured.filter(|x| x.is_finite()) {
             self.values.entry(key).or_insert(Figure {
                 value,
                 source: source.into(),
@@ -138,8 +138,8 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 /// A level (rate, usage): gauges averaged across series; a histogram's `sum / count`.
-fn level(m: &ServerMetrics, name: &str) -> Option<f64> {
-    let metric = m.metrics.get(name)?;
+fn level(server: &ServerMetrics, name: &str) -> Option<f64> {
+    let metric = server.metrics.get(name)?;
     match metric.kind {
         MetricKind::Histogram => {
             let sum: f64 = metric
@@ -154,13 +154,13 @@ fn level(m: &ServerMetrics, name: &str) -> Option<f64> {
                 .sum();
             ratio(Some(sum), Some(count))
         }
-        _ => m.value(name),
+        _ => server.value(name),
     }
 }
 
 /// A gauge's largest value over the window across its series (each series' `max`, else `avg`).
-fn peak(m: &ServerMetrics, name: &str) -> Option<f64> {
-    let metric = m.metrics.get(name)?;
+fn peak(server: &ServerMetrics, name: &str) -> Option<f64> {
+    let metric = server.metrics.get(name)?;
     metric
         .series
         .iter()
@@ -168,9 +168,10 @@ fn peak(m: &ServerMetrics, name: &str) -> Option<f64> {
         .reduce(f64::max)
 }
 
-/// The server-side figures of `m`, from every engine detected (the first source of a figure wins).
-pub(crate) fn figures(m: &ServerMetrics) -> Figures {
-    let detection = detect(m);
+/// The server-side figures of `server`, from every engine detected (the first source of a figure
+/// wins).
+pub(crate) fn figures(server: &ServerMetrics) -> Figures {
+    let detection = detect(server);
     let mut out = Figures {
         detection,
         values: BTreeMap::new(),
@@ -179,22 +180,22 @@ pub(crate) fn figures(m: &ServerMetrics) -> Figures {
     };
     let detected = out.detection.clone();
     if detected.has(Backend::Vllm) {
-        vllm(m, &mut out);
+        vllm(server, &mut out);
     }
     if detected.has(Backend::Sglang) {
-        sglang(m, &mut out);
+        sglang(server, &mut out);
     }
     if detected.has(Backend::Atom) {
-        atom(m, &mut out);
+        atom(server, &mut out);
     }
     if detected.has(Backend::TrtLlm) {
-        trtllm(m, &mut out);
+        trtllm(server, &mut out);
     }
     if detected.has(Backend::LlamaCpp) {
-        llamacpp(m, &mut out);
+        llamacpp(server, &mut out);
     }
     if detected.has(Backend::Dynamo) {
-        dynamo(m, &mut out);
+        dynamo(server, &mut out);
     }
     // The peak KV usage, which InferenceX's app publishes as `gpu_kv_cache_usage_pct`, beside the
     // window average `kv_cache.gpu_usage_pct` the aggregator's row carries.
@@ -203,7 +204,7 @@ pub(crate) fn figures(m: &ServerMetrics) -> Figures {
             let scale = if e.kv_usage_percent { 0.01 } else { 1.0 };
             out.put(
                 "kv_cache.gpu_usage_peak",
-                peak(m, name).map(|v| v * scale),
+                peak(server, name).map(|v| v * scale),
                 format!("{name} (its peak over the window, the largest of every series)"),
             );
         }
@@ -255,49 +256,49 @@ pub(crate) fn figures(m: &ServerMetrics) -> Figures {
     out
 }
 
-fn vllm(m: &ServerMetrics, f: &mut Figures) {
-    let hits = m.value("vllm:prefix_cache_hits");
-    let queries = m.value("vllm:prefix_cache_queries");
-    let ext_hits = m.value("vllm:external_prefix_cache_hits");
-    let ext_queries = m.value("vllm:external_prefix_cache_queries");
-    vllm_by_source(m, f);
-    f.put("cache.prefix_cache_hits", hits, "vllm:prefix_cache_hits");
-    f.put(
+fn vllm(server: &ServerMetrics, figures: &mut Figures) {
+    let hits = server.value("vllm:prefix_cache_hits");
+    let queries = server.value("vllm:prefix_cache_queries");
+    let ext_hits = server.value("vllm:external_prefix_cache_hits");
+    let ext_queries = server.value("vllm:external_prefix_cache_queries");
+    vllm_by_source(server, figures);
+    figures.put("cache.prefix_cache_hits", hits, "vllm:prefix_cache_hits");
+    figures.put(
         "cache.prefix_cache_queries",
         queries,
         "vllm:prefix_cache_queries",
     );
-    f.put(
+    figures.put(
         "cache.gpu_cache_hit_rate",
         ratio(hits, queries),
         "vllm:prefix_cache_hits / vllm:prefix_cache_queries",
     );
-    f.put(
+    figures.put(
         "cache.external_prefix_cache_hits",
         ext_hits,
         "vllm:external_prefix_cache_hits",
     );
-    f.put(
+    figures.put(
         "cache.external_prefix_cache_queries",
         ext_queries,
         "vllm:external_prefix_cache_queries",
     );
-    f.put(
+    figures.put(
         "cache.external_cache_hit_rate",
         ratio(ext_hits, ext_queries),
         "vllm:external_prefix_cache_hits / vllm:external_prefix_cache_queries",
     );
-    f.put(
+    figures.put(
         "cache.cpu_cache_hit_rate",
         ratio(
-            m.value("vllm:cpu_prefix_cache_hits"),
-            m.value("vllm:cpu_prefix_cache_queries"),
+            server.value("vllm:cpu_prefix_cache_hits"),
+            server.value("vllm:cpu_prefix_cache_queries"),
         ),
         "vllm:cpu_prefix_cache_hits / vllm:cpu_prefix_cache_queries",
     );
     if let (Some(hits_total), Some(queries_total)) = (hits, queries) {
         // Tokens missing the local cache are what the external tier is asked for.
-        f.put(
+        figures.put(
             "cache.overall_cache_hit_rate",
             ratio(Some(hits_total + ext_hits.unwrap_or(0.0)), Some(queries_total)),
             "(vllm:prefix_cache_hits + vllm:external_prefix_cache_hits) / vllm:prefix_cache_queries",
@@ -329,27 +330,27 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
             "CPU_to_GPU",
         ),
     ] {
-        f.put(key, m.value(name), name);
-        f.put(
+        figures.put(key, server.value(name), name);
+        figures.put(
             key,
-            m.value_labelled(alt, "transfer_type", dir),
+            server.value_labelled(alt, "transfer_type", dir),
             format!("{alt}{{transfer_type={dir}}}"),
         );
     }
     for name in ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"] {
-        f.put("kv_cache.gpu_usage_pct", m.value(name), name);
+        figures.put("kv_cache.gpu_usage_pct", server.value(name), name);
     }
     for name in ["vllm:cpu_kv_cache_usage_perc", "vllm:cpu_cache_usage_perc"] {
-        f.put("kv_cache.cpu_usage_pct", m.value(name), name);
+        figures.put("kv_cache.cpu_usage_pct", server.value(name), name);
     }
-    f.put(
+    figures.put(
         "tokens.prompt_total",
-        m.value("vllm:prompt_tokens"),
+        server.value("vllm:prompt_tokens"),
         "vllm:prompt_tokens",
     );
-    f.put(
+    figures.put(
         "tokens.generation_total",
-        m.value("vllm:generation_tokens"),
+        server.value("vllm:generation_tokens"),
         "vllm:generation_tokens",
     );
 }
@@ -357,37 +358,38 @@ fn vllm(m: &ServerMetrics, f: &mut Figures) {
 /// vLLM's prompt tokens by where they came from (local compute, the local prefix cache, an
 /// external KV transfer through an offload connector), and the hit rates they give: each over all
 /// prompt tokens, ahead of the `prefix_cache_*` counters' (InferenceX's app reads them first).
-fn vllm_by_source(m: &ServerMetrics, f: &mut Figures) {
-    let by_source = |src: &str| m.value_labelled("vllm:prompt_tokens_by_source", "source", src);
+fn vllm_by_source(server: &ServerMetrics, figures: &mut Figures) {
+    let by_source =
+        |src: &str| server.value_labelled("vllm:prompt_tokens_by_source", "source", src);
     let (compute, local, external) = (
         by_source("local_compute"),
         by_source("local_cache_hit"),
         by_source("external_kv_transfer"),
     );
-    let raw = m.value("vllm:prompt_tokens_by_source");
+    let raw = server.value("vllm:prompt_tokens_by_source");
     if raw.is_none_or(|r| r <= 0.0) {
         return;
     }
     let src = "vllm:prompt_tokens_by_source{source}";
-    f.put("tokens.prompt_by_source.gpu_cache_hit", local, src);
-    f.put(
+    figures.put("tokens.prompt_by_source.gpu_cache_hit", local, src);
+    figures.put(
         "tokens.prompt_by_source.cpu_or_external_cache_hit",
         external,
         src,
     );
-    f.put("tokens.prompt_by_source.computed", compute, src);
-    f.put("tokens.prompt_by_source.raw", raw, src);
-    f.put(
+    figures.put("tokens.prompt_by_source.computed", compute, src);
+    figures.put("tokens.prompt_by_source.raw", raw, src);
+    figures.put(
         "cache.gpu_cache_hit_rate",
         ratio(local, raw),
         "vllm:prompt_tokens_by_source{source=local_cache_hit} / all of vllm:prompt_tokens_by_source",
     );
-    f.put(
+    figures.put(
         "cache.external_cache_hit_rate",
         ratio(external, raw),
         "vllm:prompt_tokens_by_source{source=external_kv_transfer} / all of vllm:prompt_tokens_by_source",
     );
-    f.put(
+    figures.put(
         "cache.overall_cache_hit_rate",
         ratio(Some(local.unwrap_or(0.0) + external.unwrap_or(0.0)), raw),
         "(local_cache_hit + external_kv_transfer) / all of vllm:prompt_tokens_by_source",
@@ -396,69 +398,69 @@ fn vllm_by_source(m: &ServerMetrics, f: &mut Figures) {
 
 /// TensorRT-LLM's figures (`tensorrt_llm/metrics/collector.py`, `MetricsCollector`): the prompt,
 /// cached and generated token counters, KV utilization, and the pool from blocks × tokens per block.
-fn trtllm(m: &ServerMetrics, f: &mut Figures) {
-    let prompt = m.value("trtllm_prompt_tokens");
-    let cached = m.value("trtllm_prompt_cached_tokens");
-    f.put(
+fn trtllm(server: &ServerMetrics, figures: &mut Figures) {
+    let prompt = server.value("trtllm_prompt_tokens");
+    let cached = server.value("trtllm_prompt_cached_tokens");
+    figures.put(
         "cache.prefix_cache_hits",
         cached,
         "trtllm_prompt_cached_tokens",
     );
-    f.put("cache.prefix_cache_queries", prompt, "trtllm_prompt_tokens");
-    f.put(
+    figures.put("cache.prefix_cache_queries", prompt, "trtllm_prompt_tokens");
+    figures.put(
         "cache.gpu_cache_hit_rate",
         ratio(cached, prompt),
         "trtllm_prompt_cached_tokens / trtllm_prompt_tokens",
     );
     // The gauge is the engine's rate since it started (warmup and earlier runs included): only a
     // server without the counters falls back to its window average.
-    f.put(
+    figures.put(
         "cache.gpu_cache_hit_rate",
-        level(m, "trtllm_kv_cache_hit_rate"),
+        level(server, "trtllm_kv_cache_hit_rate"),
         "trtllm_kv_cache_hit_rate (the engine's rate since it started, averaged over the window)",
     );
     if let Some(prompt_total) = prompt {
         let src = "trtllm_prompt_tokens and trtllm_prompt_cached_tokens";
-        f.put("tokens.prompt_by_source.raw", Some(prompt_total), src);
-        f.put("tokens.prompt_by_source.gpu_cache_hit", cached, src);
-        f.put(
+        figures.put("tokens.prompt_by_source.raw", Some(prompt_total), src);
+        figures.put("tokens.prompt_by_source.gpu_cache_hit", cached, src);
+        figures.put(
             "tokens.prompt_by_source.computed",
             cached.map(|c| (prompt_total - c).max(0.0)),
             src,
         );
     }
-    f.put(
+    figures.put(
         "kv_cache.gpu_usage_pct",
-        m.value("trtllm_kv_cache_utilization"),
+        server.value("trtllm_kv_cache_utilization"),
         "trtllm_kv_cache_utilization",
     );
-    f.put(
+    figures.put(
         "kv_cache.cpu_usage_pct",
-        m.value("trtllm_kv_cache_host_utilization"),
+        server.value("trtllm_kv_cache_host_utilization"),
         "trtllm_kv_cache_host_utilization",
     );
     let pool = pool_tokens(
-        m,
+        server,
         "trtllm_kv_cache_max_blocks",
         "trtllm_kv_cache_tokens_per_block",
     );
-    f.put(
+    figures.put(
         "kv_cache.gpu_total_tokens",
         pool,
         "trtllm_kv_cache_max_blocks x trtllm_kv_cache_tokens_per_block, per endpoint",
     );
-    f.put("tokens.prompt_total", prompt, "trtllm_prompt_tokens");
-    f.put(
+    figures.put("tokens.prompt_total", prompt, "trtllm_prompt_tokens");
+    figures.put(
         "tokens.generation_total",
-        m.value("trtllm_generation_tokens"),
+        server.value("trtllm_generation_tokens"),
         "trtllm_generation_tokens",
     );
 }
 
 /// Blocks × tokens per block, summed over endpoints (each its own pool), from the gauges' peaks.
-fn pool_tokens(m: &ServerMetrics, blocks: &str, per_block: &str) -> Option<f64> {
+fn pool_tokens(server: &ServerMetrics, blocks: &str, per_block: &str) -> Option<f64> {
     let peak_by_endpoint = |name: &str| -> Option<BTreeMap<String, f64>> {
-        let metric = m.metrics.get(name)?;
+        let metric = server.metrics.get(name)?;
         let mut out = BTreeMap::new();
         for s in &metric.series {
             if let Some(max) = s.stats.get("max") {
@@ -478,16 +480,16 @@ fn pool_tokens(m: &ServerMetrics, blocks: &str, per_block: &str) -> Option<f64> 
     (!blocks.is_empty()).then_some(total)
 }
 
-fn sglang(m: &ServerMetrics, f: &mut Figures) {
-    let prompt = m.value("sglang:prompt_tokens");
-    let device = m.value_where("sglang:cached_tokens", |s| {
+fn sglang(server: &ServerMetrics, figures: &mut Figures) {
+    let prompt = server.value("sglang:prompt_tokens");
+    let device = server.value_where("sglang:cached_tokens", |s| {
         s.labels
             .get("cache_source")
             .is_none_or(|cached| cached == "device")
     });
-    let host = m.value_labelled("sglang:cached_tokens", "cache_source", "host");
-    let all_cached = m.value("sglang:cached_tokens");
-    if let Some(metric) = m.metrics.get("sglang:cached_tokens") {
+    let host = server.value_labelled("sglang:cached_tokens", "cache_source", "host");
+    let all_cached = server.value("sglang:cached_tokens");
+    if let Some(metric) = server.metrics.get("sglang:cached_tokens") {
         let mut sources: BTreeSet<String> = BTreeSet::new();
         for s in &metric.series {
             sources.insert(
@@ -498,268 +500,268 @@ fn sglang(m: &ServerMetrics, f: &mut Figures) {
             );
         }
         for src in sources {
-            let cached = m.value_where("sglang:cached_tokens", |s| {
+            let cached = server.value_where("sglang:cached_tokens", |s| {
                 s.labels
                     .get("cache_source")
                     .map_or("device", String::as_str)
                     == src
             });
             if let Some(cached) = cached {
-                f.cached_tokens_by_source.insert(src, cached);
+                figures.cached_tokens_by_source.insert(src, cached);
             }
         }
     }
-    f.put(
+    figures.put(
         "cache.gpu_cache_hit_rate",
         ratio(device, prompt),
         "sglang:cached_tokens{cache_source=device} / sglang:prompt_tokens",
     );
-    let cache = m.value_labelled("sglang:realtime_tokens", "mode", "prefill_cache");
-    let compute = m.value_labelled("sglang:realtime_tokens", "mode", "prefill_compute");
-    f.put(
+    let cache = server.value_labelled("sglang:realtime_tokens", "mode", "prefill_cache");
+    let compute = server.value_labelled("sglang:realtime_tokens", "mode", "prefill_compute");
+    figures.put(
         "cache.gpu_cache_hit_rate",
         ratio(cache, cache.zip(compute).map(|(a, b)| a + b)),
         "sglang:realtime_tokens{mode=prefill_cache} / (prefill_cache + prefill_compute)",
     );
-    f.put(
+    figures.put(
         "cache.external_cache_hit_rate",
         ratio(host, prompt),
         "sglang:cached_tokens{cache_source=host} / sglang:prompt_tokens",
     );
-    f.put(
+    figures.put(
         "cache.overall_cache_hit_rate",
         ratio(all_cached, prompt),
         "sglang:cached_tokens (every cache_source) / sglang:prompt_tokens",
     );
-    f.put(
+    figures.put(
         "cache.overall_cache_hit_rate",
-        level(m, "sglang:cache_hit_rate"),
+        level(server, "sglang:cache_hit_rate"),
         "sglang:cache_hit_rate",
     );
-    f.put(
+    figures.put(
         "cache.prefix_cache_hits",
         device,
         "sglang:cached_tokens{cache_source=device}",
     );
-    f.put("cache.prefix_cache_queries", prompt, "sglang:prompt_tokens");
-    f.put(
+    figures.put("cache.prefix_cache_queries", prompt, "sglang:prompt_tokens");
+    figures.put(
         "cache.external_prefix_cache_hits",
         host,
         "sglang:cached_tokens{cache_source=host}",
     );
     if let Some(prompt_total) = prompt {
         let src = "sglang:prompt_tokens and sglang:cached_tokens{cache_source}";
-        f.put("tokens.prompt_by_source.raw", Some(prompt_total), src);
-        f.put("tokens.prompt_by_source.gpu_cache_hit", device, src);
-        f.put(
+        figures.put("tokens.prompt_by_source.raw", Some(prompt_total), src);
+        figures.put("tokens.prompt_by_source.gpu_cache_hit", device, src);
+        figures.put(
             "tokens.prompt_by_source.cpu_or_external_cache_hit",
             host,
             src,
         );
-        f.put(
+        figures.put(
             "tokens.prompt_by_source.computed",
             all_cached.map(|c| (prompt_total - c).max(0.0)),
             src,
         );
     }
-    f.put(
+    figures.put(
         "kv_cache.gpu_usage_pct",
-        m.value("sglang:token_usage"),
+        server.value("sglang:token_usage"),
         "sglang:token_usage",
     );
-    f.put(
+    figures.put(
         "kv_cache.gpu_total_tokens",
-        m.value("sglang:max_total_num_tokens"),
+        server.value("sglang:max_total_num_tokens"),
         "sglang:max_total_num_tokens",
     );
-    let used = m.value("sglang:hicache_host_used_tokens");
-    let total = m.value("sglang:hicache_host_total_tokens");
-    f.put(
+    let used = server.value("sglang:hicache_host_used_tokens");
+    let total = server.value("sglang:hicache_host_total_tokens");
+    figures.put(
         "kv_cache.cpu_used_tokens",
         used,
         "sglang:hicache_host_used_tokens",
     );
-    f.put(
+    figures.put(
         "kv_cache.cpu_total_tokens",
         total,
         "sglang:hicache_host_total_tokens",
     );
-    f.put(
+    figures.put(
         "kv_cache.cpu_usage_pct",
         ratio(used, total),
         "sglang:hicache_host_used_tokens / sglang:hicache_host_total_tokens",
     );
-    f.put("tokens.prompt_total", prompt, "sglang:prompt_tokens");
-    f.put(
+    figures.put("tokens.prompt_total", prompt, "sglang:prompt_tokens");
+    figures.put(
         "tokens.generation_total",
-        m.value("sglang:generation_tokens"),
+        server.value("sglang:generation_tokens"),
         "sglang:generation_tokens",
     );
 }
 
-fn atom(m: &ServerMetrics, f: &mut Figures) {
-    let prompt = m.value("atom:prompt_tokens");
-    let cached = m.value("atom:prefix_cache_cached_tokens");
-    let full = m.value("atom:prefix_cache_full_tokens");
-    let loaded = m.value("atom:lmcache_loaded_tokens");
+fn atom(server: &ServerMetrics, figures: &mut Figures) {
+    let prompt = server.value("atom:prompt_tokens");
+    let cached = server.value("atom:prefix_cache_cached_tokens");
+    let full = server.value("atom:prefix_cache_full_tokens");
+    let loaded = server.value("atom:lmcache_loaded_tokens");
     let (queries, qsrc) = match full {
         Some(v) => (Some(v), "atom:prefix_cache_full_tokens"),
         None => (prompt, "atom:prompt_tokens"),
     };
-    f.put(
+    figures.put(
         "cache.prefix_cache_hits",
         cached,
         "atom:prefix_cache_cached_tokens",
     );
-    f.put("cache.prefix_cache_queries", queries, qsrc);
-    f.put(
+    figures.put("cache.prefix_cache_queries", queries, qsrc);
+    figures.put(
         "cache.gpu_cache_hit_rate",
         ratio(cached, queries),
         format!("atom:prefix_cache_cached_tokens / {qsrc}"),
     );
-    f.put(
+    figures.put(
         "cache.external_prefix_cache_hits",
         loaded,
         "atom:lmcache_loaded_tokens",
     );
-    f.put(
+    figures.put(
         "cache.external_cache_hit_rate",
         ratio(loaded, queries),
         format!("atom:lmcache_loaded_tokens / {qsrc}"),
     );
     if cached.is_some() || loaded.is_some() {
-        f.put(
+        figures.put(
             "cache.overall_cache_hit_rate",
             ratio(Some(cached.unwrap_or(0.0) + loaded.unwrap_or(0.0)), queries),
             format!("(atom:prefix_cache_cached_tokens + atom:lmcache_loaded_tokens) / {qsrc}"),
         );
     }
-    f.put(
+    figures.put(
         "kv_cache.gpu_usage_pct",
-        m.value("atom:kv_cache_usage_ratio"),
+        server.value("atom:kv_cache_usage_ratio"),
         "atom:kv_cache_usage_ratio",
     );
-    f.put("tokens.prompt_total", prompt, "atom:prompt_tokens");
-    f.put(
+    figures.put("tokens.prompt_total", prompt, "atom:prompt_tokens");
+    figures.put(
         "tokens.generation_total",
-        m.value("atom:generation_tokens"),
+        server.value("atom:generation_tokens"),
         "atom:generation_tokens",
     );
 }
 
-fn llamacpp(m: &ServerMetrics, f: &mut Figures) {
+fn llamacpp(server: &ServerMetrics, figures: &mut Figures) {
     // prompt_tokens counts the tokens evaluated; cached ones are reused and not evaluated.
-    let evaluated = m.value("llamacpp:prompt_tokens");
-    let cached = m.value("llamacpp:prompt_tokens_cached");
+    let evaluated = server.value("llamacpp:prompt_tokens");
+    let cached = server.value("llamacpp:prompt_tokens_cached");
     let received = evaluated
         .zip(cached)
         .map(|(evaluated_total, c)| evaluated_total + c);
     let rate_src =
         "llamacpp:prompt_tokens_cached / (llamacpp:prompt_tokens_cached + llamacpp:prompt_tokens)";
-    f.put(
+    figures.put(
         "cache.gpu_cache_hit_rate",
         ratio(cached, received),
         rate_src,
     );
-    f.put(
+    figures.put(
         "cache.overall_cache_hit_rate",
         ratio(cached, received),
         rate_src,
     );
-    f.put(
+    figures.put(
         "cache.prefix_cache_hits",
         cached,
         "llamacpp:prompt_tokens_cached",
     );
-    f.put(
+    figures.put(
         "cache.prefix_cache_queries",
         received,
         "llamacpp:prompt_tokens_cached + llamacpp:prompt_tokens",
     );
     if cached.is_none() {
-        f.notes.push("this llama.cpp build exports no llamacpp:prompt_tokens_cached_total, so its cache hit rate is null; llamacpp:prompt_tokens counts only the prompt tokens it evaluated".into());
+        figures.notes.push("this llama.cpp build exports no llamacpp:prompt_tokens_cached_total, so its cache hit rate is null; llamacpp:prompt_tokens counts only the prompt tokens it evaluated".into());
     }
     if let Some(evaluated_total) = evaluated {
         let src = "llamacpp:prompt_tokens (evaluated) and llamacpp:prompt_tokens_cached";
-        f.put(
+        figures.put(
             "tokens.prompt_by_source.computed",
             Some(evaluated_total),
             src,
         );
-        f.put("tokens.prompt_by_source.gpu_cache_hit", cached, src);
-        f.put("tokens.prompt_by_source.raw", received, src);
+        figures.put("tokens.prompt_by_source.gpu_cache_hit", cached, src);
+        figures.put("tokens.prompt_by_source.raw", received, src);
     }
-    f.put(
+    figures.put(
         "tokens.prompt_total",
         received,
         "llamacpp:prompt_tokens + llamacpp:prompt_tokens_cached",
     );
-    f.put(
+    figures.put(
         "tokens.prompt_total",
         evaluated,
         "llamacpp:prompt_tokens (evaluated tokens only: no cached-token counter)",
     );
-    f.put(
+    figures.put(
         "tokens.generation_total",
-        m.value("llamacpp:tokens_predicted"),
+        server.value("llamacpp:tokens_predicted"),
         "llamacpp:tokens_predicted",
     );
-    f.put(
+    figures.put(
         "kv_cache.gpu_usage_pct",
-        m.value("llamacpp:kv_cache_usage_ratio"),
+        server.value("llamacpp:kv_cache_usage_ratio"),
         "llamacpp:kv_cache_usage_ratio",
     );
 }
 
-fn dynamo(m: &ServerMetrics, f: &mut Figures) {
-    let input = m.value("dynamo_frontend_input_sequence_tokens");
-    let cached = m.value("dynamo_frontend_cached_tokens");
-    f.put(
+fn dynamo(server: &ServerMetrics, figures: &mut Figures) {
+    let input = server.value("dynamo_frontend_input_sequence_tokens");
+    let cached = server.value("dynamo_frontend_cached_tokens");
+    figures.put(
         "cache.frontend_input_tokens",
         input,
         "dynamo_frontend_input_sequence_tokens",
     );
-    f.put(
+    figures.put(
         "cache.frontend_cached_tokens",
         cached,
         "dynamo_frontend_cached_tokens",
     );
     let rate_src = "dynamo_frontend_cached_tokens / dynamo_frontend_input_sequence_tokens";
-    f.put(
+    figures.put(
         "cache.frontend_cache_hit_rate",
         ratio(cached, input),
         rate_src,
     );
-    f.put(
+    figures.put(
         "cache.router_kv_hit_rate",
-        level(m, "dynamo_component_router_kv_hit_rate"),
+        level(server, "dynamo_component_router_kv_hit_rate"),
         "dynamo_component_router_kv_hit_rate",
     );
-    f.put(
+    figures.put(
         "cache.router_shared_cache_hit_rate",
-        level(m, "dynamo_component_router_shared_cache_hit_rate"),
+        level(server, "dynamo_component_router_shared_cache_hit_rate"),
         "dynamo_component_router_shared_cache_hit_rate",
     );
     // Worker figures (from vLLM or SGLang names) come first; the frontend's fill what they lack.
-    f.put("cache.gpu_cache_hit_rate", ratio(cached, input), rate_src);
-    f.put(
+    figures.put("cache.gpu_cache_hit_rate", ratio(cached, input), rate_src);
+    figures.put(
         "cache.overall_cache_hit_rate",
         ratio(cached, input),
         rate_src,
     );
-    f.put(
+    figures.put(
         "kv_cache.gpu_usage_pct",
-        level(m, "dynamo_component_gpu_cache_usage_percent"),
+        level(server, "dynamo_component_gpu_cache_usage_percent"),
         "dynamo_component_gpu_cache_usage_percent",
     );
-    f.put(
+    figures.put(
         "tokens.prompt_total",
         input,
         "dynamo_frontend_input_sequence_tokens",
     );
-    f.put(
+    figures.put(
         "tokens.generation_total",
-        m.value("dynamo_frontend_output_tokens"),
+        server.value("dynamo_frontend_output_tokens"),
         "dynamo_frontend_output_tokens",
     );
 }

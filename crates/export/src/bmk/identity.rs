@@ -229,17 +229,17 @@ pub struct IdentityInput {
     pub decode_hw: Option<String>,
 }
 
-pub(super) fn given(v: &Option<String>) -> Option<&str> {
-    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+pub(super) fn given(setting: &Option<String>) -> Option<&str> {
+    setting.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
 pub(super) fn int_of(
-    v: &Option<String>,
+    setting: &Option<String>,
     default: u64,
     flag: &'static str,
     env: &'static str,
 ) -> Result<u64, ReportError> {
-    match given(v) {
+    match given(setting) {
         None => Ok(default),
         Some(s) => s.parse().map_err(|_| ReportError::Identity {
             flag,
@@ -250,11 +250,11 @@ pub(super) fn int_of(
 }
 
 pub(super) fn bool_of(
-    v: &Option<String>,
+    setting: &Option<String>,
     flag: &'static str,
     env: &'static str,
 ) -> Result<bool, ReportError> {
-    match given(v).map(str::to_ascii_lowercase).as_deref() {
+    match given(setting).map(str::to_ascii_lowercase).as_deref() {
         None => Ok(false),
         Some("1" | "true" | "yes" | "on") => Ok(true),
         Some("0" | "false" | "no" | "off") => Ok(false),
@@ -269,12 +269,12 @@ pub(super) fn bool_of(
 /// `--router` / `--kv-offload-backend-metadata`: `{"name": ..., "version": ...}` with non-empty
 /// strings; `version` may be left out only where `version_optional`. Empty or `null` means none.
 fn component_of(
-    v: &Option<String>,
+    setting: &Option<String>,
     version_optional: bool,
     flag: &'static str,
     env: &'static str,
 ) -> Result<Option<Component>, ReportError> {
-    let Some(text) = given(v).filter(|t| *t != "null") else {
+    let Some(text) = given(setting).filter(|t| *t != "null") else {
         return Ok(None);
     };
     let err = |message: String| ReportError::Identity { flag, env, message };
@@ -313,14 +313,14 @@ fn component_of(
 
 /// The KV offload backend: `--kv-offload-backend-metadata` when given (its name must match
 /// `--kv-offload-backend`), else `{name}` of `--kv-offload-backend`.
-fn offload_backend_of(i: &IdentityInput) -> Result<Option<Component>, ReportError> {
+fn offload_backend_of(input: &IdentityInput) -> Result<Option<Component>, ReportError> {
     let meta = component_of(
-        &i.kv_offload_backend_metadata,
+        &input.kv_offload_backend_metadata,
         true,
         "--kv-offload-backend-metadata",
         "KV_OFFLOAD_BACKEND_METADATA",
     )?;
-    let name = given(&i.kv_offload_backend).filter(|n| *n != "none");
+    let name = given(&input.kv_offload_backend).filter(|n| *n != "none");
     match (meta, name) {
         (Some(m), Some(n)) if m.name != n => Err(ReportError::Identity {
             flag: "--kv-offload-backend-metadata",
@@ -340,8 +340,8 @@ fn offload_backend_of(i: &IdentityInput) -> Result<Option<Component>, ReportErro
 }
 
 /// 64 lower-case hex digits, or empty.
-fn fingerprint_of(v: &Option<String>) -> Result<String, ReportError> {
-    let fingerprint = given(v).unwrap_or_default();
+fn fingerprint_of(setting: &Option<String>) -> Result<String, ReportError> {
+    let fingerprint = given(setting).unwrap_or_default();
     if fingerprint.is_empty()
         || (fingerprint.len() == 64
             && fingerprint
@@ -358,56 +358,56 @@ fn fingerprint_of(v: &Option<String>) -> Result<String, ReportError> {
     }
 }
 
-fn multinode_of(i: &IdentityInput) -> Result<Multinode, ReportError> {
+fn multinode_of(input: &IdentityInput) -> Result<Multinode, ReportError> {
     let mut multinode = Multinode {
         prefill_num_workers: int_of(
-            &i.prefill_num_workers,
+            &input.prefill_num_workers,
             0,
             "--prefill-num-workers",
             "PREFILL_NUM_WORKERS",
         )?,
-        prefill_tp: int_of(&i.prefill_tp, 0, "--prefill-tp", "PREFILL_TP")?,
-        prefill_ep: int_of(&i.prefill_ep, 1, "--prefill-ep", "PREFILL_EP")?,
+        prefill_tp: int_of(&input.prefill_tp, 0, "--prefill-tp", "PREFILL_TP")?,
+        prefill_ep: int_of(&input.prefill_ep, 1, "--prefill-ep", "PREFILL_EP")?,
         prefill_dp_attention: bool_of(
-            &i.prefill_dp_attention,
+            &input.prefill_dp_attention,
             "--prefill-dp-attention",
             "PREFILL_DP_ATTN",
         )?,
         decode_num_workers: int_of(
-            &i.decode_num_workers,
+            &input.decode_num_workers,
             0,
             "--decode-num-workers",
             "DECODE_NUM_WORKERS",
         )?,
-        decode_tp: int_of(&i.decode_tp, 0, "--decode-tp", "DECODE_TP")?,
-        decode_ep: int_of(&i.decode_ep, 1, "--decode-ep", "DECODE_EP")?,
+        decode_tp: int_of(&input.decode_tp, 0, "--decode-tp", "DECODE_TP")?,
+        decode_ep: int_of(&input.decode_ep, 1, "--decode-ep", "DECODE_EP")?,
         decode_dp_attention: bool_of(
-            &i.decode_dp_attention,
+            &input.decode_dp_attention,
             "--decode-dp-attention",
             "DECODE_DP_ATTN",
         )?,
-        prefill_pp: int_of(&i.prefill_pp, 1, "--prefill-pp", "PREFILL_PP_SIZE")?,
+        prefill_pp: int_of(&input.prefill_pp, 1, "--prefill-pp", "PREFILL_PP_SIZE")?,
         prefill_dcp_size: int_of(
-            &i.prefill_dcp_size,
+            &input.prefill_dcp_size,
             1,
             "--prefill-dcp-size",
             "PREFILL_DCP_SIZE",
         )?,
         prefill_pcp_size: int_of(
-            &i.prefill_pcp_size,
+            &input.prefill_pcp_size,
             1,
             "--prefill-pcp-size",
             "PREFILL_PCP_SIZE",
         )?,
-        decode_pp: int_of(&i.decode_pp, 1, "--decode-pp", "DECODE_PP_SIZE")?,
+        decode_pp: int_of(&input.decode_pp, 1, "--decode-pp", "DECODE_PP_SIZE")?,
         decode_dcp_size: int_of(
-            &i.decode_dcp_size,
+            &input.decode_dcp_size,
             1,
             "--decode-dcp-size",
             "DECODE_DCP_SIZE",
         )?,
         decode_pcp_size: int_of(
-            &i.decode_pcp_size,
+            &input.decode_pcp_size,
             1,
             "--decode-pcp-size",
             "DECODE_PCP_SIZE",
@@ -429,16 +429,16 @@ fn multinode_of(i: &IdentityInput) -> Result<Multinode, ReportError> {
 impl Identity {
     /// Resolves raw values with InferenceX's defaults (TP 1, EP 1, PP/DCP/PCP 1, spec decoding
     /// "none", offloading "none", no CPU DRAM, booleans false).
-    pub fn resolve(i: &IdentityInput) -> Result<Identity, ReportError> {
+    pub fn resolve(input: &IdentityInput) -> Result<Identity, ReportError> {
         let owned = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
         let opt = |v: &Option<String>| given(v).map(str::to_owned);
-        let is_multinode = bool_of(&i.is_multinode, "--is-multinode", "IS_MULTINODE")?;
+        let is_multinode = bool_of(&input.is_multinode, "--is-multinode", "IS_MULTINODE")?;
         let multinode = if is_multinode {
-            Some(multinode_of(i)?)
+            Some(multinode_of(input)?)
         } else {
             None
         };
-        let (prefill_hw, decode_hw) = (opt(&i.prefill_hw), opt(&i.decode_hw));
+        let (prefill_hw, decode_hw) = (opt(&input.prefill_hw), opt(&input.decode_hw));
         if prefill_hw.is_some() != decode_hw.is_some() {
             return Err(ReportError::Identity {
                 flag: "--prefill-hw/--decode-hw",
@@ -447,36 +447,36 @@ impl Identity {
             });
         }
         Ok(Identity {
-            hw: owned(&i.hw),
-            conc: match given(&i.conc) {
+            hw: owned(&input.hw),
+            conc: match given(&input.conc) {
                 None => None,
-                Some(_) => Some(int_of(&i.conc, 0, "--conc", "CONC")?),
+                Some(_) => Some(int_of(&input.conc, 0, "--conc", "CONC")?),
             },
-            image: owned(&i.image),
-            model: owned(&i.model),
-            model_prefix: owned(&i.model_prefix),
-            framework: owned(&i.framework),
-            precision: owned(&i.precision),
-            spec_decoding: given(&i.spec_decoding).unwrap_or("none").to_owned(),
-            disagg: bool_of(&i.disagg, "--disagg", "DISAGG")?,
-            tp: int_of(&i.tp, 1, "--tp", "TP")?,
-            ep: int_of(&i.ep, 1, "--ep", "EP_SIZE")?,
-            dp_attention: bool_of(&i.dp_attention, "--dp-attention", "DP_ATTENTION")?,
-            offloading: given(&i.kv_offloading).unwrap_or("none").to_owned(),
+            image: owned(&input.image),
+            model: owned(&input.model),
+            model_prefix: owned(&input.model_prefix),
+            framework: owned(&input.framework),
+            precision: owned(&input.precision),
+            spec_decoding: given(&input.spec_decoding).unwrap_or("none").to_owned(),
+            disagg: bool_of(&input.disagg, "--disagg", "DISAGG")?,
+            tp: int_of(&input.tp, 1, "--tp", "TP")?,
+            ep: int_of(&input.ep, 1, "--ep", "EP_SIZE")?,
+            dp_attention: bool_of(&input.dp_attention, "--dp-attention", "DP_ATTENTION")?,
+            offloading: given(&input.kv_offloading).unwrap_or("none").to_owned(),
             multinode,
-            pp: int_of(&i.pp, 1, "--pp", "PP_SIZE")?,
-            dcp_size: int_of(&i.dcp_size, 1, "--dcp-size", "DCP_SIZE")?,
-            pcp_size: int_of(&i.pcp_size, 1, "--pcp-size", "PCP_SIZE")?,
-            recipe_fingerprint: fingerprint_of(&i.recipe_fingerprint)?,
-            kv_offload_backend: offload_backend_of(i)?,
+            pp: int_of(&input.pp, 1, "--pp", "PP_SIZE")?,
+            dcp_size: int_of(&input.dcp_size, 1, "--dcp-size", "DCP_SIZE")?,
+            pcp_size: int_of(&input.pcp_size, 1, "--pcp-size", "PCP_SIZE")?,
+            recipe_fingerprint: fingerprint_of(&input.recipe_fingerprint)?,
+            kv_offload_backend: offload_backend_of(input)?,
             allocated_cpu_dram_gb: int_of(
-                &i.allocated_cpu_dram_gb,
+                &input.allocated_cpu_dram_gb,
                 0,
                 "--allocated-cpu-dram-gb",
                 "TOTAL_CPU_DRAM_GB",
             )?,
-            router: component_of(&i.router, false, "--router", "ROUTER_METADATA")?,
-            kv_p2p_transfer: opt(&i.kv_p2p_transfer),
+            router: component_of(&input.router, false, "--router", "ROUTER_METADATA")?,
+            kv_p2p_transfer: opt(&input.kv_p2p_transfer),
             prefill_hw,
             decode_hw,
         })

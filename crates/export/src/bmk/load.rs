@@ -165,11 +165,11 @@ pub(crate) fn open_traces(
 /// figures empty rather than guess, as InferenceX's aggregator does); else the run summary's
 /// corpus (a local corpus keeps its theoretical hit rate and expected lengths).
 pub(crate) fn open_artifact_traces(
-    a: &Artifacts,
+    artifacts: &Artifacts,
     spec: Option<&str>,
     opts: &OpenOptions,
 ) -> Traces {
-    let hf_path = a
+    let hf_path = artifacts
         .aiperf
         .as_ref()
         .and_then(|x| x.dataset.as_ref())
@@ -179,7 +179,7 @@ pub(crate) fn open_artifact_traces(
         .filter(|s| !s.is_empty());
     match (spec, hf_path) {
         (None, Some(repo)) => hub_snapshot_traces(repo, opts),
-        _ => open_traces(a.run.as_ref(), spec, opts),
+        _ => open_traces(artifacts.run.as_ref(), spec, opts),
     }
 }
 

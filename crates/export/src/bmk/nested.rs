@@ -52,12 +52,12 @@ const SOURCE_LABELS: [&str; 5] = [
 ];
 
 /// Rounds every non-integer number to 5 decimals, in place.
-pub(super) fn round5(v: &mut Value) {
-    match v {
+pub(super) fn round5(value: &mut Value) {
+    match value {
         Value::Number(n) if n.is_f64() => {
             if let Some(number) = n.as_f64() {
                 let rounded = (number * 1e5).round() / 1e5;
-                *v = serde_json::Number::from_f64(rounded).map_or(Value::Null, Value::Number);
+                *value = serde_json::Number::from_f64(rounded).map_or(Value::Null, Value::Number);
             }
         }
         Value::Array(a) => a.iter_mut().for_each(round5),
@@ -66,8 +66,8 @@ pub(super) fn round5(v: &mut Value) {
     }
 }
 
-fn num(v: Option<f64>) -> Value {
-    match v {
+fn num(value: Option<f64>) -> Value {
+    match value {
         Some(x) if x.is_finite() => json!(x),
         _ => Value::Null,
     }
@@ -82,9 +82,9 @@ fn null_dist() -> Value {
     )
 }
 
-fn mean_std(v: &[f64]) -> (f64, f64) {
-    let mean = dist::mean(v);
-    (mean, dist::std(v, mean, Deviation::Population))
+fn mean_std(values: &[f64]) -> (f64, f64) {
+    let mean = dist::mean(values);
+    (mean, dist::std(values, mean, Deviation::Population))
 }
 
 /// `{mean, p50, p75, p90, p95, std}` of a sample (population std, linear percentiles).
@@ -114,16 +114,16 @@ pub(super) fn inverse_dist(times: &[f64]) -> Value {
 }
 
 /// The full-response ITL of a record (s): aiperf's figure, else `(E2EL - TTFT) / (OSL - 1)`.
-pub(super) fn full_response_itl(x: &ProfileRecord) -> Option<f64> {
-    if let Some(itl) = x.full_response_itl_s {
+pub(super) fn full_response_itl(record: &ProfileRecord) -> Option<f64> {
+    if let Some(itl) = record.full_response_itl_s {
         return Some(itl);
     }
-    let (e2el, ttft, osl) = (x.e2el_s?, x.ttft_s?, x.osl?);
+    let (e2el, ttft, osl) = (record.e2el_s?, record.ttft_s?, record.osl?);
     (osl >= 2.0 && e2el > ttft).then(|| (e2el - ttft) / (osl - 1.0))
 }
 
-fn tf(b: bool) -> &'static str {
-    if b {
+fn tf(flag: bool) -> &'static str {
+    if flag {
         "true"
     } else {
         "false"
@@ -131,10 +131,10 @@ fn tf(b: bool) -> &'static str {
 }
 
 /// Sets `obj[path]` (dot-separated), creating objects on the way.
-fn put_path(obj: &mut Map<String, Value>, path: &str, v: Value) {
+fn put_path(obj: &mut Map<String, Value>, path: &str, value: Value) {
     match path.split_once('.') {
         None => {
-            obj.insert(path.to_string(), v);
+            obj.insert(path.to_string(), value);
         }
         Some((head, rest)) => {
             let child = obj
@@ -144,7 +144,7 @@ fn put_path(obj: &mut Map<String, Value>, path: &str, v: Value) {
                 *child = Value::Object(Map::new());
             }
             if let Value::Object(c) = child {
-                put_path(c, rest, v);
+                put_path(c, rest, value);
             }
         }
     }
@@ -188,9 +188,9 @@ const SERVER_KEYS: [&str; 33] = [
 ];
 
 /// Distinct endpoints and kept labels of every series.
-fn sources_of(m: &ServerMetrics) -> Vec<Value> {
+fn sources_of(server: &ServerMetrics) -> Vec<Value> {
     let mut seen: BTreeSet<(String, BTreeMap<String, String>)> = BTreeSet::new();
-    for metric in m.metrics.values() {
+    for metric in server.metrics.values() {
         for s in &metric.series {
             let labels: BTreeMap<String, String> = s
                 .labels
@@ -403,7 +403,7 @@ fn definitions() -> Value {
 /// `result_schema_version`, the identity, `num_gpus` and the dataset; fails when the strict row
 /// cannot be written for want of a fact.
 fn put_identity(
-    r: &mut BmkReport,
+    report: &mut BmkReport,
     input: &ReportInput<'_>,
     notes: &mut Vec<String>,
 ) -> Result<(), ReportError> {
@@ -420,61 +420,61 @@ fn put_identity(
     if !gaps.is_empty() {
         return Err(ReportError::Row { gaps });
     }
-    r.set("result_schema_version", RESULT_SCHEMA_VERSION);
-    r.set("hw", identity.hw.clone());
-    r.set("conc", conc.map_or(Value::Null, |c| json!(c)));
-    r.set("image", identity.image.clone());
-    r.set("recipe_fingerprint", identity.recipe_fingerprint.clone());
-    r.set("model", model);
-    r.set("infmax_model_prefix", identity.model_prefix.clone());
-    r.set("framework", identity.framework.clone());
-    r.set("precision", identity.precision.clone());
-    r.set("spec_decoding", identity.spec_decoding.clone());
-    r.set("disagg", identity.disagg);
-    r.set("scenario_type", "agentic-coding");
-    r.set("is_multinode", identity.multinode.is_some());
-    r.set("num_gpus", identity.num_gpus());
-    r.set("tp", tp);
-    r.set("ep", ep);
-    r.set("dp_attention", tf(dpa));
-    r.set("kv_offloading", identity.offloading.clone());
-    r.set("kv_offload_backend", json!(identity.kv_offload_backend));
-    r.set("allocated_cpu_dram_gb", identity.allocated_cpu_dram_gb);
+    report.set("result_schema_version", RESULT_SCHEMA_VERSION);
+    report.set("hw", identity.hw.clone());
+    report.set("conc", conc.map_or(Value::Null, |c| json!(c)));
+    report.set("image", identity.image.clone());
+    report.set("recipe_fingerprint", identity.recipe_fingerprint.clone());
+    report.set("model", model);
+    report.set("infmax_model_prefix", identity.model_prefix.clone());
+    report.set("framework", identity.framework.clone());
+    report.set("precision", identity.precision.clone());
+    report.set("spec_decoding", identity.spec_decoding.clone());
+    report.set("disagg", identity.disagg);
+    report.set("scenario_type", "agentic-coding");
+    report.set("is_multinode", identity.multinode.is_some());
+    report.set("num_gpus", identity.num_gpus());
+    report.set("tp", tp);
+    report.set("ep", ep);
+    report.set("dp_attention", tf(dpa));
+    report.set("kv_offloading", identity.offloading.clone());
+    report.set("kv_offload_backend", json!(identity.kv_offload_backend));
+    report.set("allocated_cpu_dram_gb", identity.allocated_cpu_dram_gb);
     match &identity.multinode {
         None => {
-            r.set("pp", identity.pp);
-            r.set("dcp_size", identity.dcp_size);
-            r.set("pcp_size", identity.pcp_size);
+            report.set("pp", identity.pp);
+            report.set("dcp_size", identity.dcp_size);
+            report.set("pcp_size", identity.pcp_size);
         }
         Some(m) => {
-            r.set("prefill_num_workers", m.prefill_num_workers);
-            r.set("prefill_tp", m.prefill_tp);
-            r.set("prefill_pp", m.prefill_pp);
-            r.set("prefill_dcp_size", m.prefill_dcp_size);
-            r.set("prefill_pcp_size", m.prefill_pcp_size);
-            r.set("prefill_ep", m.prefill_ep);
-            r.set("prefill_dp_attention", tf(m.prefill_dp_attention));
-            r.set("num_prefill_gpu", m.prefill_gpus());
-            r.set("decode_num_workers", m.decode_num_workers);
-            r.set("decode_tp", m.decode_tp);
-            r.set("decode_pp", m.decode_pp);
-            r.set("decode_dcp_size", m.decode_dcp_size);
-            r.set("decode_pcp_size", m.decode_pcp_size);
-            r.set("decode_ep", m.decode_ep);
-            r.set("decode_dp_attention", tf(m.decode_dp_attention));
-            r.set("num_decode_gpu", m.decode_gpus());
+            report.set("prefill_num_workers", m.prefill_num_workers);
+            report.set("prefill_tp", m.prefill_tp);
+            report.set("prefill_pp", m.prefill_pp);
+            report.set("prefill_dcp_size", m.prefill_dcp_size);
+            report.set("prefill_pcp_size", m.prefill_pcp_size);
+            report.set("prefill_ep", m.prefill_ep);
+            report.set("prefill_dp_attention", tf(m.prefill_dp_attention));
+            report.set("num_prefill_gpu", m.prefill_gpus());
+            report.set("decode_num_workers", m.decode_num_workers);
+            report.set("decode_tp", m.decode_tp);
+            report.set("decode_pp", m.decode_pp);
+            report.set("decode_dcp_size", m.decode_dcp_size);
+            report.set("decode_pcp_size", m.decode_pcp_size);
+            report.set("decode_ep", m.decode_ep);
+            report.set("decode_dp_attention", tf(m.decode_dp_attention));
+            report.set("num_decode_gpu", m.decode_gpus());
             if let (Some(prefill), Some(dataset_json)) = (&identity.prefill_hw, &identity.decode_hw)
             {
-                r.set("prefill_hw", prefill.clone());
-                r.set("decode_hw", dataset_json.clone());
+                report.set("prefill_hw", prefill.clone());
+                report.set("decode_hw", dataset_json.clone());
             }
         }
     }
     if let Some(router) = &identity.router {
-        r.set("router", json!(router));
+        report.set("router", json!(router));
     }
     if let Some(p2p) = &identity.kv_p2p_transfer {
-        r.set("kv_p2p_transfer", p2p.clone());
+        report.set("kv_p2p_transfer", p2p.clone());
     }
     let dataset = input.aiperf.and_then(|a| a.dataset.clone()).or_else(|| {
         input
@@ -482,7 +482,7 @@ fn put_identity(
             .map(|run| json!({"alias": run.dataset_alias(), "source": run.dataset_source()}))
     });
     if let Some(dataset_json) = dataset.filter(Value::is_object) {
-        r.set("dataset", dataset_json);
+        report.set("dataset", dataset_json);
     }
     Ok(())
 }
@@ -490,7 +490,7 @@ fn put_identity(
 /// Request accounting: every line counts; errors (any phase) and warmup rows are dropped. Returns
 /// the profiled (successful) records.
 fn put_accounting<'a>(
-    r: &mut BmkReport,
+    report: &mut BmkReport,
     input: &ReportInput<'a>,
     notes: &mut Vec<String>,
 ) -> Vec<&'a ProfileRecord> {
@@ -529,9 +529,9 @@ fn put_accounting<'a>(
         ));
     }
     let records_total = records.len() as u64;
-    r.set("num_requests_total", records_total + unwritten);
-    r.set("num_requests_successful", ok.len() as u64);
-    r.set(
+    report.set("num_requests_total", records_total + unwritten);
+    report.set("num_requests_successful", ok.len() as u64);
+    report.set(
         "request_accounting",
         json!({
             "records_total": records_total,
@@ -548,7 +548,7 @@ fn put_accounting<'a>(
 /// `request_metrics` (QPS, latency, tokens, throughput, cache); returns the trace figures and the
 /// records' ISL and OSL sums for the server section.
 fn put_request_metrics(
-    r: &mut BmkReport,
+    report: &mut BmkReport,
     input: &ReportInput<'_>,
     ok: &[&ProfileRecord],
     notes: &mut Vec<String>,
@@ -622,7 +622,7 @@ fn put_request_metrics(
         ));
     }
     let stability = stability_of(input, ok, duration, notes);
-    r.set(
+    report.set(
         "request_metrics",
         json!({
             "qps": qps,

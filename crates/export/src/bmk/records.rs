@@ -161,8 +161,8 @@ pub(super) fn metric_value<'a>(
     }
 }
 
-pub(super) fn kind_of(v: &Value) -> &'static str {
-    match v {
+pub(super) fn kind_of(value: &Value) -> &'static str {
+    match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
         Value::Number(_) => "a number",
@@ -191,8 +191,8 @@ pub(super) fn latency(
 }
 
 /// Python truthiness of the `error` field: null, false, "" and empty containers mean no error.
-pub(super) fn failure_of(v: &Value) -> Option<Failure> {
-    match v {
+pub(super) fn failure_of(value: &Value) -> Option<Failure> {
+    match value {
         Value::Null | Value::Bool(false) => None,
         Value::String(s) if s.is_empty() => None,
         Value::Array(a) if a.is_empty() => None,

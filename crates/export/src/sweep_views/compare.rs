@@ -24,18 +24,18 @@ pub(crate) struct Figures {
 }
 
 impl Figures {
-    fn of(p: &Point, per_gpu: bool) -> Figures {
-        if !p.done() {
+    fn of(point: &Point, per_gpu: bool) -> Figures {
+        if !point.done() {
             return Figures::default();
         }
         Figures {
-            throughput: finite(throughput(p, per_gpu)),
-            interactivity: finite(p.interactivity),
-            ttft_p50_ms: finite(p.ttft_ms.p50),
-            ttft_p90_ms: finite(p.ttft_ms.p90),
-            itl_p50_ms: finite(p.itl_ms.p50),
-            e2e_p90_ms: finite(p.e2e_ms.p90),
-            server_cache_hit_rate: finite(p.server_cache_hit_rate),
+            throughput: finite(throughput(point, per_gpu)),
+            interactivity: finite(point.interactivity),
+            ttft_p50_ms: finite(point.ttft_ms.p50),
+            ttft_p90_ms: finite(point.ttft_ms.p90),
+            itl_p50_ms: finite(point.itl_ms.p50),
+            e2e_p90_ms: finite(point.e2e_ms.p90),
+            server_cache_hit_rate: finite(point.server_cache_hit_rate),
         }
     }
 
@@ -99,15 +99,15 @@ pub struct Comparison {
 
 /// Compares sweep B with sweep A: one row per concurrency present in both (the last point of a
 /// concurrency counts), with the ratios B/A.
-pub fn compare(a: &Sweep, b: &Sweep, label_a: &str, label_b: &str) -> Comparison {
-    let gpu = per_gpu(&[a, b]);
+pub fn compare(sweep_a: &Sweep, sweep_b: &Sweep, label_a: &str, label_b: &str) -> Comparison {
+    let gpu = per_gpu(&[sweep_a, sweep_b]);
     let by_conc = |s: &Sweep| -> BTreeMap<u32, Point> {
         s.points
             .iter()
             .map(|p| (p.concurrency, p.clone()))
             .collect()
     };
-    let (points_a, points_b) = (by_conc(a), by_conc(b));
+    let (points_a, points_b) = (by_conc(sweep_a), by_conc(sweep_b));
     let mut comparison = Comparison {
         label_a: label_a.into(),
         label_b: label_b.into(),
@@ -128,7 +128,7 @@ pub fn compare(a: &Sweep, b: &Sweep, label_a: &str, label_b: &str) -> Comparison
     if !gpu {
         comparison.notes.push(format!(
             "throughput is total tokens/s, not per GPU: {} without --gpus",
-            match (a.inputs.gpus, b.inputs.gpus) {
+            match (sweep_a.inputs.gpus, sweep_b.inputs.gpus) {
                 (None, None) => "both sweeps ran".to_owned(),
                 (None, _) => format!("{label_a} ran"),
                 _ => format!("{label_b} ran"),
@@ -205,9 +205,9 @@ impl Comparison {
 }
 
 /// The page of a comparison: the ratios, the figures of both and the two views overlaid.
-pub(crate) fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
-    let (label_a, label_b) = (c.label_a.as_str(), c.label_b.as_str());
-    let tput = if c.throughput_per_gpu {
+pub(crate) fn compare_page(comparison: &Comparison, sweep_a: &Sweep, sweep_b: &Sweep) -> Page {
+    let (label_a, label_b) = (comparison.label_a.as_str(), comparison.label_b.as_str());
+    let tput = if comparison.throughput_per_gpu {
         "tokens/s/GPU"
     } else {
         "tokens/s"
@@ -215,7 +215,7 @@ pub(crate) fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
     let ratio_cell = |v: Option<f64>| v.map_or("-".into(), |r| format!("{r:.3}"));
     let mut ratios = Vec::new();
     let mut values = Vec::new();
-    for r in &c.rows {
+    for r in &comparison.rows {
         let mut row = vec![
             r.concurrency.to_string(),
             status(r.status_a).to_owned(),
@@ -284,11 +284,11 @@ pub(crate) fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
             links: Vec::new(),
         },
     ];
-    if !c.notes.is_empty() {
+    if !comparison.notes.is_empty() {
         tables.push(Table {
             title: "Notes".into(),
             header: strs(["note"]),
-            rows: c.notes.iter().map(|n| vec![n.clone()]).collect(),
+            rows: comparison.notes.iter().map(|n| vec![n.clone()]).collect(),
             links: Vec::new(),
         });
     }
@@ -296,11 +296,11 @@ pub(crate) fn compare_page(c: &Comparison, a: &Sweep, b: &Sweep) -> Page {
         title: format!("agentx sweep comparison: {label_b} / {label_a}"),
         subtitle: format!(
             "A = {label_a} · B = {label_b} · {} concurrencies in common",
-            c.rows.len()
+            comparison.rows.len()
         ),
         verdict: None,
         tables,
-        charts: charts(&[(label_a, a), (label_b, b)]),
+        charts: charts(&[(label_a, sweep_a), (label_b, sweep_b)]),
         charts_heading: Some("Sweeps overlaid".into()),
         gantt: None,
     }

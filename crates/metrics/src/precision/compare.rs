@@ -71,30 +71,31 @@ pub struct Comparison {
     pub figures: BTreeMap<String, FigureComparison>,
 }
 
-/// The ratios B/A of `figures` between the runs of tables `a` and `b`, their intervals holding
-/// together at `level`, from `resamples` replicates of each run (`None`: the
+/// The ratios B/A of `figures` between the runs of tables `table_a` and `table_b`, their intervals
+/// holding together at `level`, from `resamples` replicates of each run (`None`: the
 /// [`default_resamples`] of the larger run) seeded from `seed`. A figure either table cannot give,
 /// or that is 0 in A, is left out (and not counted in the family).
 pub fn ratio(
-    a: &SessionTable,
-    b: &SessionTable,
+    table_a: &SessionTable,
+    table_b: &SessionTable,
     figures: &[Figure],
     level: Level,
     resamples: Option<usize>,
     seed: u64,
 ) -> Comparison {
-    let resamples = resamples.unwrap_or_else(|| default_resamples(a.requests().max(b.requests())));
+    let resamples =
+        resamples.unwrap_or_else(|| default_resamples(table_a.requests().max(table_b.requests())));
     let compared: Vec<(Figure, f64, f64)> = figures
         .iter()
         .filter_map(|figure| {
-            let (in_a, in_b) = (a.estimate(figure)?, b.estimate(figure)?);
+            let (in_a, in_b) = (table_a.estimate(figure)?, table_b.estimate(figure)?);
             (in_a != 0.0).then_some((*figure, in_a, in_b))
         })
         .collect();
     let family_level = level.bonferroni(compared.len());
     let measured: Vec<Figure> = compared.iter().map(|(figure, ..)| *figure).collect();
-    let replicates_a = replicates(a, &measured, resamples, seed ^ SEED_SALT);
-    let replicates_b = replicates(b, &measured, resamples, seed ^ SEED_SALT ^ B_SALT);
+    let replicates_a = replicates(table_a, &measured, resamples, seed ^ SEED_SALT);
+    let replicates_b = replicates(table_b, &measured, resamples, seed ^ SEED_SALT ^ B_SALT);
     let mut compared_figures = BTreeMap::new();
     for (((figure, in_a, in_b), of_a), of_b) in compared.iter().zip(replicates_a).zip(replicates_b)
     {
@@ -130,15 +131,15 @@ pub fn ratio(
 }
 
 /// The change, whether B is better, and the verdict in words, of a ratio B/A and its interval.
-pub fn verdict(figure: &Figure, ratio: f64, lo: f64, hi: f64) -> (Change, Option<bool>, String) {
-    if lo <= 1.0 && hi >= 1.0 {
+pub fn verdict(figure: &Figure, ratio: f64, low: f64, high: f64) -> (Change, Option<bool>, String) {
+    if low <= 1.0 && high >= 1.0 {
         return (
             Change::NoDifferenceShown,
             None,
             "no difference shown".to_owned(),
         );
     }
-    let increased = lo > 1.0;
+    let increased = low > 1.0;
     let change = match (figure.measure.is_time(), increased) {
         (true, true) => Change::Slower,
         (true, false) => Change::Faster,
@@ -153,9 +154,9 @@ pub fn verdict(figure: &Figure, ratio: f64, lo: f64, hi: f64) -> (Change, Option
         Change::Lower | Change::NoDifferenceShown => "lower",
     };
     let (by, from, to) = if increased {
-        (ratio - 1.0, lo - 1.0, hi - 1.0)
+        (ratio - 1.0, low - 1.0, high - 1.0)
     } else {
-        (1.0 - ratio, 1.0 - hi, 1.0 - lo)
+        (1.0 - ratio, 1.0 - high, 1.0 - low)
     };
     let [by, from, to] = [by, from, to].map(|share| share * 100.0);
     // Whole percents when the smallest is 5 % or more, tenths below.

@@ -26,10 +26,10 @@ pub struct Span {
 }
 
 impl Span {
-    /// The span between two scrapes of `e`, both included.
-    pub fn between(e: &EndpointLog, from: u32, to: u32) -> Span {
+    /// The span between two scrapes of `log`, both included.
+    pub fn between(log: &EndpointLog, from: u32, to: u32) -> Span {
         let to = to.max(from);
-        let times = &e.scrape_ns;
+        let times = &log.scrape_ns;
         let (from_ns, to_ns) = (times[from as usize], times[to as usize]);
         Span {
             from,
@@ -42,8 +42,8 @@ impl Span {
 
 /// The span of a time window, by scrape times: the last scrape at or before its start to the
 /// first at or after its end. `None` when the endpoint has no scrape.
-pub fn span(e: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
-    let times = &e.scrape_ns;
+pub fn span(log: &EndpointLog, (start, end): (u64, u64)) -> Option<Span> {
+    let times = &log.scrape_ns;
     if times.is_empty() {
         return None;
     }
@@ -115,14 +115,14 @@ pub struct Edges {
     pub notes: Vec<String>,
 }
 
-/// The edges of `phase` on endpoint `e`: its boundary scrapes by index; an edge whose boundary
+/// The edges of `phase` on endpoint `log`: its boundary scrapes by index; an edge whose boundary
 /// scrape is missing (failed twice, or never asked for) falls back to the periodic scrapes around
 /// the phase's time window, and the notes say so, dating scrapes with `time_of` (given a scrape's
 /// clock offset). `None` when the endpoint has no scrape.
-pub fn edges(e: &EndpointLog, phase: &Phase, time_of: &dyn Fn(u64) -> String) -> Option<Edges> {
-    let by_time = span(e, phase.window)?;
-    let time_of = |i: u32| time_of(e.scrape_ns[i as usize]);
-    if e.boundaries.is_empty() {
+pub fn edges(log: &EndpointLog, phase: &Phase, time_of: &dyn Fn(u64) -> String) -> Option<Edges> {
+    let by_time = span(log, phase.window)?;
+    let time_of = |i: u32| time_of(log.scrape_ns[i as usize]);
+    if log.boundaries.is_empty() {
         let (from, to) = (by_time.from, by_time.to);
         return Some(Edges {
             span: by_time,
@@ -133,7 +133,7 @@ pub fn edges(e: &EndpointLog, phase: &Phase, time_of: &dyn Fn(u64) -> String) ->
                 "{}: no boundary scrapes (a log written before they existed): the {} window runs \
                  from the periodic scrape at {} to the one at {}, and requests that ended between \
                  a scrape and a phase edge count on the wrong side of it",
-                e.url,
+                log.url,
                 phase.name,
                 time_of(from),
                 time_of(to)
@@ -142,7 +142,7 @@ pub fn edges(e: &EndpointLog, phase: &Phase, time_of: &dyn Fn(u64) -> String) ->
     }
     let mut notes = Vec::new();
     let mut edge = |end_boundary: Boundary, periodic: u32| -> (u32, bool) {
-        let why = match e.boundary(end_boundary).map(|x| &x.taken) {
+        let why = match log.boundary(end_boundary).map(|x| &x.taken) {
             Some(Ok(i)) => return (*i, true),
             Some(Err(why)) => format!("failed twice ({why})"),
             None => "was never taken (the run stopped before it)".to_string(),
@@ -150,7 +150,7 @@ pub fn edges(e: &EndpointLog, phase: &Phase, time_of: &dyn Fn(u64) -> String) ->
         notes.push(format!(
             "{}: the {} boundary scrape {why}; the {} window's edge there is the periodic scrape \
              at {} instead",
-            e.url,
+            log.url,
             end_boundary.as_str(),
             phase.name,
             time_of(periodic)
@@ -161,7 +161,7 @@ pub fn edges(e: &EndpointLog, phase: &Phase, time_of: &dyn Fn(u64) -> String) ->
     let (to, end_boundary) = edge(phase.end, by_time.to);
     Some(Edges {
         span: if start_boundary || end_boundary {
-            Span::between(e, from, to)
+            Span::between(log, from, to)
         } else {
             by_time
         },
