@@ -40,8 +40,8 @@ pub enum Pattern {
 
 impl Pattern {
     /// `poisson`, `constant` or `gamma` (any case, surrounding space ignored).
-    pub fn parse(s: &str) -> Option<Pattern> {
-        match s.trim().to_ascii_lowercase().as_str() {
+    pub fn parse(text: &str) -> Option<Pattern> {
+        match text.trim().to_ascii_lowercase().as_str() {
             "poisson" => Some(Pattern::Poisson),
             "constant" => Some(Pattern::Constant),
             "gamma" => Some(Pattern::Gamma),
@@ -114,11 +114,11 @@ impl ArrivalSpec {
         }
     }
 
-    /// The first `n` arrival offsets from the start, seconds (what the schedule fires on time).
-    pub fn offsets(&self, n: usize) -> Vec<f64> {
+    /// The first `count` arrival offsets from the start, seconds (what the schedule fires on time).
+    pub fn offsets(&self, count: usize) -> Vec<f64> {
         let mut process = Process::new(self);
         let mut next_offset = 0.0;
-        (0..n)
+        (0..count)
             .map(|_| {
                 let this = next_offset;
                 next_offset += process.gap_s();
@@ -221,8 +221,8 @@ impl Schedule {
         }
     }
 
-    fn instant(&self, s: f64) -> Instant {
-        self.start + Duration::from_secs_f64(s.clamp(0.0, 1e9))
+    fn instant(&self, offset_s: f64) -> Instant {
+        self.start + Duration::from_secs_f64(offset_s.clamp(0.0, 1e9))
     }
 
     /// When the next arrival is due.

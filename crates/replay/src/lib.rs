@@ -156,7 +156,7 @@ impl StopReason {
     }
 
     /// The reason [`StopReason::as_str`] names, if any.
-    pub fn parse(s: &str) -> Option<StopReason> {
+    pub fn parse(text: &str) -> Option<StopReason> {
         [
             StopReason::Completed,
             StopReason::WarmupFailed,
@@ -166,7 +166,7 @@ impl StopReason {
             StopReason::PrecisionReached,
         ]
         .into_iter()
-        .find(|r| r.as_str() == s)
+        .find(|r| r.as_str() == text)
     }
 }
 
@@ -390,16 +390,20 @@ struct Shared {
 }
 
 impl Shared {
-    /// Takes the boundary scrape `b` and waits until it is in the log (at once without a scraper).
-    async fn boundary(&self, b: Boundary) {
+    /// Takes the boundary scrape `boundary` and waits until it is in the log (at once without a
+    /// scraper).
+    async fn boundary(&self, boundary: Boundary) {
         if let Some(take) = &self.boundary {
-            take(b).await;
+            take(boundary).await;
         }
     }
 
-    /// Takes the boundary scrape `b` without waiting: the task to wait for before the next one.
-    fn boundary_later(&self, b: Boundary) -> Option<tokio::task::JoinHandle<()>> {
-        self.boundary.as_ref().map(|take| tokio::spawn(take(b)))
+    /// Takes the boundary scrape `boundary` without waiting: the task to wait for before the next
+    /// one.
+    fn boundary_later(&self, boundary: Boundary) -> Option<tokio::task::JoinHandle<()>> {
+        self.boundary
+            .as_ref()
+            .map(|take| tokio::spawn(take(boundary)))
     }
 }
 

@@ -129,13 +129,13 @@ impl Plan {
     pub fn build(
         ds: &Dataset,
         scenario: &mut ScenarioInstance,
-        p: &PlanParams,
+        params: &PlanParams,
     ) -> Result<Plan, PlanError> {
         let wit: Vec<Trajectory> = ds
             .trajectories()
-            .map(|t| wit_trajectory(t, p, t.id().to_owned()))
+            .map(|t| wit_trajectory(t, params, t.id().to_owned()))
             .collect();
-        let starts = scenario.plan_starts(p.start, &wit)?;
+        let starts = scenario.plan_starts(params.start, &wit)?;
         let pool: Vec<usize> = starts
             .iter()
             .enumerate()
@@ -145,7 +145,7 @@ impl Plan {
         if pool.is_empty() {
             return Err(PlanError::NoUsableTrace { traces: ds.len() });
         }
-        let conc = p.concurrency as usize;
+        let conc = params.concurrency as usize;
         let wrapped = pool.len() < conc;
         let mut lanes = Vec::with_capacity(conc);
         for lane in 0..conc {
@@ -156,17 +156,17 @@ impl Plan {
             let start_turn = if lane < pool.len() {
                 starts[trace].expect("pool traces have a start")
             } else {
-                let salted = wit_trajectory(traj, p, format!("{}:{lane}", traj.id()));
-                match scenario.start_turn(p.start, &salted)? {
+                let salted = wit_trajectory(traj, params, format!("{}:{lane}", traj.id()));
+                match scenario.start_turn(params.start, &salted)? {
                     Some(start_turn) => start_turn,
                     None => starts[trace].expect("pool traces have a start"),
                 }
             };
             let marker = scenario
                 .cache_bust(
-                    p.placement,
+                    params.placement,
                     &SessionId {
-                        run_id: p.run_id.clone(),
+                        run_id: params.run_id.clone(),
                         recycle_pass: 0,
                         lane: lane as u32,
                         trace_id: traj.id().to_owned(),
@@ -194,7 +194,7 @@ impl Plan {
                 turn_delays.push(if turn.index() == 0 {
                     0.0
                 } else {
-                    scenario.turn_delay(p.delay, timing)?
+                    scenario.turn_delay(params.delay, timing)?
                 });
                 prev_t = Some(turn.t());
             }
@@ -308,11 +308,11 @@ impl Plan {
 }
 
 fn wit_trajectory(
-    t: agentx_dataset::Trajectory<'_>,
-    p: &PlanParams,
+    trajectory: agentx_dataset::Trajectory<'_>,
+    params: &PlanParams,
     trace_id: String,
 ) -> Trajectory {
-    let unsendable = sendable_starts(t, p.mode, p.tiling)
+    let unsendable = sendable_starts(trajectory, params.mode, params.tiling)
         .iter()
         .enumerate()
         .filter(|(_, ok)| !**ok)
@@ -320,7 +320,7 @@ fn wit_trajectory(
         .collect();
     Trajectory {
         trace_id,
-        num_turns: t.num_turns() as u32,
+        num_turns: trajectory.num_turns() as u32,
         unsendable,
     }
 }

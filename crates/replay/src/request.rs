@@ -318,19 +318,23 @@ pub(super) struct FailedRequest<'trace> {
 }
 
 /// The record of a [`FailedRequest`]: an error with no response, sent and ended now.
-pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest<'_>) -> RequestRecord {
+pub(super) fn failed_record(
+    sh: &Shared,
+    session: &Session,
+    failed: FailedRequest<'_>,
+) -> RequestRecord {
     let now = sh.clock.now_ns();
     RequestRecord {
         request_id: next_request_id(sh),
         correlation_id: session.correlation_id.clone(),
         session_num: session.session_num,
-        phase: f.phase,
+        phase: failed.phase,
         lane: session.lane,
-        trace_id: f.trace_id.to_owned(),
-        turn: f.turn,
-        num_turns: f.num_turns,
+        trace_id: failed.trace_id.to_owned(),
+        turn: failed.turn,
+        num_turns: failed.num_turns,
         recycle_pass: session.recycle_pass,
-        intended_ns: f.intended.min(now),
+        intended_ns: failed.intended.min(now),
         send_ns: now,
         first_byte_ns: None,
         first_token_ns: None,
@@ -340,14 +344,14 @@ pub(super) fn failed_record(sh: &Shared, session: &Session, f: FailedRequest<'_>
         osl: 0,
         token_source: TokenSource::Client,
         usage: Usage::default(),
-        max_tokens: f.max_tokens,
+        max_tokens: failed.max_tokens,
         finish_reason: None,
         cancelled: false,
         context_overflow: false,
         error: Some(RecordError {
             code: 0,
-            kind: f.kind.to_owned(),
-            message: f.message,
+            kind: failed.kind.to_owned(),
+            message: failed.message,
         }),
         retry: None,
         server_ttft_ns: None,

@@ -10,10 +10,10 @@ use agentx_scenario::types_v2::{Branch, Tree, TreeStream};
 
 /// The planner's view of a tree: every stream's turn starts (ms on the root clock) and the root's
 /// branches with their children, spawn and join turns and recorded starts. Prompts never cross.
-pub fn wit_tree(t: &SessionTree) -> Tree {
+pub fn wit_tree(tree: &SessionTree) -> Tree {
     Tree {
-        trace_id: t.trace_id.clone(),
-        streams: t
+        trace_id: tree.trace_id.clone(),
+        streams: tree
             .streams
             .iter()
             .map(|s| TreeStream {
@@ -22,7 +22,7 @@ pub fn wit_tree(t: &SessionTree) -> Tree {
                 unsendable: Vec::new(),
             })
             .collect(),
-        branches: t
+        branches: tree
             .branches
             .iter()
             .map(|b| Branch {
@@ -225,10 +225,10 @@ pub struct TreePlanParams {
 /// draws, as aiperf). Markers count trees per base trace in mint order.
 pub fn plan_lanes(
     trees: &[Tree],
-    p: &TreePlanParams,
+    plan_params: &TreePlanParams,
     scenario: &mut agentx_scenario::ScenarioInstance,
 ) -> Result<PlannedLanes, agentx_scenario::ScenarioError> {
-    let mut lanes = Vec::with_capacity(p.concurrency as usize);
+    let mut lanes = Vec::with_capacity(plan_params.concurrency as usize);
     if trees.is_empty() {
         return Ok(PlannedLanes {
             lanes,
@@ -236,15 +236,15 @@ pub fn plan_lanes(
         });
     }
     let params = agentx_scenario::types_v2::TreeParams {
-        seed: p.seed,
-        min_ratio: p.min_ratio,
-        max_ratio: p.max_ratio,
-        lead_cap_ms: p.lead_cap_ms,
+        seed: plan_params.seed,
+        min_ratio: plan_params.min_ratio,
+        max_ratio: plan_params.max_ratio,
+        lead_cap_ms: plan_params.lead_cap_ms,
     };
     let mut passes: HashMap<&str, u32> = HashMap::new();
-    let attempts = p.concurrency as usize + 2 * trees.len();
+    let attempts = plan_params.concurrency as usize + 2 * trees.len();
     let mut draw = 0usize;
-    while lanes.len() < p.concurrency as usize && draw < attempts {
+    while lanes.len() < plan_params.concurrency as usize && draw < attempts {
         let tree = &trees[draw % trees.len()];
         draw += 1;
         let lane = lanes.len() as u32;
@@ -253,9 +253,9 @@ pub fn plan_lanes(
         };
         let pass = passes.entry(tree.trace_id.as_str()).or_insert(0);
         let marker = scenario.cache_bust_tree(
-            p.placement,
+            plan_params.placement,
             &agentx_scenario::types_v2::TreeId {
-                run_id: p.run_id.clone(),
+                run_id: plan_params.run_id.clone(),
                 pass: *pass,
                 lane,
                 trace_id: tree.trace_id.clone(),
@@ -387,21 +387,23 @@ pub(crate) struct Sampler {
 }
 
 impl Sampler {
-    /// Shard `shard`'s sampler (`owners` from [`tree_owners`], `None` in one process) over `n`
-    /// trees, `usable` the trees with root turns. A shard that owns no usable tree (lanes far
-    /// outnumber trees) samples every tree, as lanes then share trees anyway.
+    /// Shard `shard`'s sampler (`owners` from [`tree_owners`], `None` in one process) over
+    /// `tree_count` trees, `usable` the trees with root turns. A shard that owns no usable tree
+    /// (lanes far outnumber trees) samples every tree, as lanes then share trees anyway.
     pub(crate) fn new(
         next: usize,
         owners: Option<Vec<u32>>,
         shard: u32,
-        n: usize,
+        tree_count: usize,
         usable: impl Fn(usize) -> bool,
     ) -> Sampler {
         let mine = owners.map(|o| o.iter().map(|&s| s == shard).collect::<Vec<bool>>());
         let mine = match mine {
-            Some(m) if !(0..n).any(|t| m.get(t).copied().unwrap_or(false) && usable(t)) => {
+            Some(m)
+                if !(0..tree_count).any(|t| m.get(t).copied().unwrap_or(false) && usable(t)) =>
+            {
                 tracing::warn!(
-                    "shard {shard} owns none of the corpus's {n} trees (more lanes than trees): its lanes recycle trees of the whole corpus, which other shards may replay at the same time"
+                    "shard {shard} owns none of the corpus's {tree_count} trees (more lanes than trees): its lanes recycle trees of the whole corpus, which other shards may replay at the same time"
                 );
                 None
             }
@@ -410,10 +412,14 @@ impl Sampler {
         Sampler { next, mine }
     }
 
-    /// The next tree (of `n`), if any is usable.
-    pub(crate) fn next(&mut self, n: usize, usable: impl Fn(usize) -> bool) -> Option<usize> {
-        for _ in 0..n {
-            let t = self.next % n;
+    /// The next tree (of `tree_count`), if any is usable.
+    pub(crate) fn next(
+        &mut self,
+        tree_count: usize,
+        usable: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        for _ in 0..tree_count {
+            let t = self.next % tree_count;
             self.next += 1;
             let mine = self
                 .mine

@@ -40,9 +40,9 @@ impl Quantiles {
         }
     }
 
-    fn push(&mut self, v: f64) {
-        if v.is_finite() && v >= 0.0 {
-            let scaled = (v * self.scale).round() as u64;
+    fn push(&mut self, value: f64) {
+        if value.is_finite() && value >= 0.0 {
+            let scaled = (value * self.scale).round() as u64;
             // The histogram grows to take the value; past what it can (none here) the value is
             // counted at its top instead of dropped.
             if self.h.record(scaled).is_err() {
@@ -51,9 +51,10 @@ impl Quantiles {
         }
     }
 
-    /// The `p`th percentile (0-100), `None` before the first value.
-    fn at(&self, p: f64) -> Option<f64> {
-        (!self.h.is_empty()).then(|| self.h.value_at_quantile(p / 100.0) as f64 / self.scale)
+    /// The value at percentile `percentile` (0-100), `None` before the first value.
+    fn at(&self, percentile: f64) -> Option<f64> {
+        (!self.h.is_empty())
+            .then(|| self.h.value_at_quantile(percentile / 100.0) as f64 / self.scale)
     }
 }
 
@@ -101,43 +102,48 @@ pub(crate) struct Live {
     s: Mutex<Samples>,
 }
 
-fn ms(v: f64) -> String {
-    if v < 1.0 {
+fn ms(millis: f64) -> String {
+    if millis < 1.0 {
         "<1ms".to_string()
-    } else if v >= 10_000.0 {
-        format!("{:.1}s", v / 1000.0)
+    } else if millis >= 10_000.0 {
+        format!("{:.1}s", millis / 1000.0)
     } else {
-        format!("{v:.0}ms")
+        format!("{millis:.0}ms")
     }
 }
 
-fn pcts(q: &Quantiles, ps: &[f64], fmt: impl Fn(f64) -> String) -> String {
-    ps.iter()
+fn pcts(quantiles: &Quantiles, percentiles: &[f64], fmt: impl Fn(f64) -> String) -> String {
+    percentiles
+        .iter()
         .map(|&p| {
-            let value = q.at(p).map(&fmt).unwrap_or_else(|| "-".into());
+            let value = quantiles.at(p).map(&fmt).unwrap_or_else(|| "-".into());
             format!("p{}={value}", p as u32)
         })
         .collect::<Vec<_>>()
         .join(" ")
 }
 
-fn pct(x: Option<f64>) -> String {
-    x.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into())
+fn pct(percent: Option<f64>) -> String {
+    percent
+        .map(|v| format!("{v:.1}%"))
+        .unwrap_or_else(|| "-".into())
 }
 
-fn num(x: Option<f64>) -> String {
-    x.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
+fn num(value: Option<f64>) -> String {
+    value
+        .map(|v| format!("{v:.0}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 impl Live {
     /// Adds a finished request (warmup records are ignored).
-    pub(crate) fn record(&self, r: &RequestRecord) {
-        if r.phase != Phase::Profiling {
+    pub(crate) fn record(&self, record: &RequestRecord) {
+        if record.phase != Phase::Profiling {
             return;
         }
         let mut stats = self.s.lock().expect("live stats lock");
         stats.done += 1;
-        match Outcome::of(r) {
+        match Outcome::of(record) {
             Outcome::Ok => {}
             Outcome::ContextOverflow => return,
             Outcome::Failed | Outcome::Cancelled => {
@@ -146,22 +152,22 @@ impl Live {
             }
         }
         stats.ok += 1;
-        stats.tokens_in += r.isl;
-        stats.tokens_out += r.osl;
-        if let Some(ttft_ns) = r.ttft_ns() {
+        stats.tokens_in += record.isl;
+        stats.tokens_out += record.osl;
+        if let Some(ttft_ns) = record.ttft_ns() {
             stats.ttft_ms.push(ttft_ns as f64 / 1e6);
         }
-        if let Some(itl_ns) = r.itl_ns() {
+        if let Some(itl_ns) = record.itl_ns() {
             stats.itl_ms.push(itl_ns / 1e6);
             if itl_ns > 0.0 {
                 stats.intvty.push(1e9 / itl_ns);
             }
         }
-        if let Some(latency_ns) = r.latency_ns() {
+        if let Some(latency_ns) = record.latency_ns() {
             stats.e2e_ms.push(latency_ns as f64 / 1e6);
         }
-        stats.isl.push(r.isl as f64);
-        stats.osl.push(r.osl as f64);
+        stats.isl.push(record.isl as f64);
+        stats.osl.push(record.osl as f64);
     }
 
     /// The realtime block at `elapsed` into the phase.

@@ -379,17 +379,17 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
 /// the pressure stage: where the stage left it, see [`Sched::hand_off`]); a lane whose root primer
 /// overflowed starts a fresh tree. Returns the start on the run clock and as an instant.
 fn start_profiling(
-    sc: &mut Sched,
+    sched: &mut Sched,
     lanes_plan: &[TreeLane],
     (warmed, handoff_t0): (&warmup::Warmed, Option<f64>),
     on_profiling: Option<Box<dyn FnOnce(u64) + Send>>,
 ) -> (u64, Instant) {
-    let sh = sc.sh.clone();
-    sc.stage = Stage::Profiling;
-    sc.heap.clear();
+    let sh = sched.sh.clone();
+    sched.stage = Stage::Profiling;
+    sched.heap.clear();
     let prof_start = sh.clock.now_ns();
     let start = timer::now();
-    sc.idle_since = start;
+    sched.idle_since = start;
     if let Some(notify) = on_profiling {
         notify(prof_start);
     }
@@ -403,33 +403,35 @@ fn start_profiling(
         sh.cfg.duration.as_secs_f64()
     );
     // T0 of the whole plan: every shard's streams are due on one timeline.
-    let t0_all = sc.plan.whole.t0_ms;
+    let t0_all = sched.plan.whole.t0_ms;
     if warmed.pressured {
-        sc.hand_off(start, handoff_t0);
+        sched.hand_off(start, handoff_t0);
     }
-    if let Some(open_loop) = sc.plan.arrivals {
+    if let Some(open_loop) = sched.plan.arrivals {
         tracing::info!(
             "open-loop session arrivals: {} per second ({}), at most {} sessions in flight",
             open_loop.spec.rate,
             open_loop.spec.pattern.name(),
             open_loop.slots
         );
-        sc.schedule = Some(super::arrivals::Schedule::new(&open_loop.spec, start));
-        sc.counts.arrivals = Some(super::arrivals::ArrivalCounts::default());
+        sched.schedule = Some(super::arrivals::Schedule::new(&open_loop.spec, start));
+        sched.counts.arrivals = Some(super::arrivals::ArrivalCounts::default());
     }
     for l in lanes_plan.iter().filter(|_| !warmed.pressured) {
-        let overflowed = sc.lanes[l.lane as usize].as_ref().is_none_or(|lane_tree| {
-            l.streams.iter().any(|s| s.index == 0) && lane_tree.streams[0].st == St::Done
-        });
-        sc.counts.trees_started += 1;
+        let overflowed = sched.lanes[l.lane as usize]
+            .as_ref()
+            .is_none_or(|lane_tree| {
+                l.streams.iter().any(|s| s.index == 0) && lane_tree.streams[0].st == St::Done
+            });
+        sched.counts.trees_started += 1;
         sh.tally.lock().expect("tally lock").sessions += 1;
         if overflowed {
-            sc.counts.trees_started -= 1;
+            sched.counts.trees_started -= 1;
             sh.tally.lock().expect("tally lock").sessions -= 1;
-            sc.recycle(l.lane);
+            sched.recycle(l.lane);
             continue;
         }
-        let t0 = if sc.plan.burst {
+        let t0 = if sched.plan.burst {
             l.streams
                 .iter()
                 .filter(|s| !s.waiting)
@@ -440,11 +442,11 @@ fn start_profiling(
         };
         let t0 = if t0.is_finite() { t0 } else { 0.0 };
         for s in &l.streams {
-            let lane_tree = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            let lane_tree = sched.lanes[l.lane as usize].as_mut().expect("planned");
             lane_tree.streams[s.index as usize].next = s.next_turn;
             lane_tree.streams[s.index as usize].st = St::Waiting;
             let after = (s.offset_ms - t0).max(0.0);
-            sc.push_timer(
+            sched.push_timer(
                 l.lane,
                 s.index,
                 start + Duration::from_secs_f64(after / 1000.0),
@@ -452,11 +454,11 @@ fn start_profiling(
         }
     }
     // Trees that start with only future work: the per-tree idle cap counts from the start.
-    for lane in 0..sc.lanes.len() as u32 {
-        if let Some(lane_tree) = sc.lanes[lane as usize].as_mut() {
+    for lane in 0..sched.lanes.len() as u32 {
+        if let Some(lane_tree) = sched.lanes[lane as usize].as_mut() {
             lane_tree.last_end = start;
         }
-        sc.settle(lane);
+        sched.settle(lane);
     }
     (prof_start, start)
 }
@@ -464,7 +466,7 @@ fn start_profiling(
 /// Profiling until the duration, the threshold, an interrupt, or every lane out of trees: why it
 /// stopped, and a line that explains an early stop.
 async fn profile(
-    sc: &mut Sched,
+    sched: &mut Sched,
     start: Instant,
     prof_start: u64,
     stops: super::Stops<'_>,
@@ -477,7 +479,7 @@ async fn profile(
         shard,
         mut early,
     } = stops;
-    let sh = sc.sh.clone();
+    let sh = sched.sh.clone();
     sh.progress
         .phase("profiling", sh.cfg.duration.as_secs().max(1));
     let deadline = tokio::time::Instant::from_std(start + sh.cfg.duration);
@@ -487,25 +489,25 @@ async fn profile(
     let mut bar_tick = tokio::time::interval(Duration::from_millis(500));
     let mut stop = StopReason::Completed;
     let mut message = None;
-    sc.fire_due();
-    sc.cap_system_idle();
+    sched.fire_due();
+    sched.cap_system_idle();
     let mut wake = Wake::new();
     let deadline = tokio::time::sleep_until(deadline);
     tokio::pin!(deadline);
     loop {
-        wake.arm(&sh, sc.next_wake());
+        wake.arm(&sh, sched.next_wake());
         tokio::select! {
-            Some(r) = sc.tasks.join_next() => {
+            Some(r) = sched.tasks.join_next() => {
                 if let Ok(finished) = r {
-                    sc.on_done(finished);
+                    sched.on_done(finished);
                 }
-                sc.fire_due();
-                sc.cap_system_idle();
+                sched.fire_due();
+                sched.cap_system_idle();
             }
             () = &mut wake.fut => {
                 wake.fired();
-                sc.fire_due();
-                sc.cap_system_idle();
+                sched.fire_due();
+                sched.cap_system_idle();
             }
             () = &mut deadline => break,
             _ = threshold_rx.wait_for(|t| *t) => {
@@ -534,13 +536,13 @@ async fn profile(
                 let tally = sh.tally.lock().expect("tally lock").clone();
                 tracing::info!(
                     "Phase profiling progress | returned={} | in_flight={} | trees={} | errors={} | overflows={} | elapsed={:.1}s",
-                    tally.requests, sc.in_flight, sc.counts.trees_started, tally.failed, tally.context_overflows, elapsed.as_secs_f64()
+                    tally.requests, sched.in_flight, sched.counts.trees_started, tally.failed, tally.context_overflows, elapsed.as_secs_f64()
                 );
                 let srv = sh.srv_row.as_ref().and_then(|f| f());
                 sh.progress.block(&sh.live.block(elapsed, "profiling", srv.as_ref()));
             }
             _ = bar_tick.tick() => bar(&sh, prof_start),
-            () = async {}, if sc.tasks.is_empty() && sc.heap.is_empty() && sc.schedule.is_none() => {
+            () = async {}, if sched.tasks.is_empty() && sched.heap.is_empty() && sched.schedule.is_none() => {
                 // Nothing in flight and nothing to come: every lane is out of trees.
                 break;
             }
@@ -552,15 +554,15 @@ async fn profile(
 /// The stop ([`crate::drain`]): the pending wake-ups are dropped, and the requests in
 /// flight are waited out with the state machine taking in each one that ends.
 async fn drain(
-    sc: &mut Sched,
+    sched: &mut Sched,
     interrupt: &mut watch::Receiver<u32>,
     stop: StopReason,
     message: Option<String>,
 ) -> (StopReason, Option<String>) {
-    sc.heap.clear();
-    sc.schedule = None;
-    let sh = sc.sh.clone();
-    super::drain::drain(&sh, sc, interrupt, stop, message).await
+    sched.heap.clear();
+    sched.schedule = None;
+    let sh = sched.sh.clone();
+    super::drain::drain(&sh, sched, interrupt, stop, message).await
 }
 
 impl super::drain::InFlight for Sched {
@@ -581,8 +583,8 @@ impl super::drain::InFlight for Sched {
 }
 
 /// The outcome of a replay that reached profiling.
-fn finish(sc: Sched, stop: StopReason, message: Option<String>, prof_start: u64) -> TreeOutcome {
-    let sh = &sc.sh;
+fn finish(sched: Sched, stop: StopReason, message: Option<String>, prof_start: u64) -> TreeOutcome {
+    let sh = &sched.sh;
     sh.progress.finish();
     let prof_end = sh.clock.now_ns();
     let tally: Tally = sh.tally.lock().expect("tally lock").clone();
@@ -592,8 +594,8 @@ fn finish(sc: Sched, stop: StopReason, message: Option<String>, prof_start: u64)
         tally.cancelled,
         tally.failed,
         tally.context_overflows,
-        sc.counts.trees_started,
-        sc.counts.trees_drained,
+        sched.counts.trees_started,
+        sched.counts.trees_drained,
         (prof_end - prof_start) as f64 / 1e9,
         if stop.cancelled() { " | was_cancelled=True" } else { "" }
     );
@@ -604,6 +606,6 @@ fn finish(sc: Sched, stop: StopReason, message: Option<String>, prof_start: u64)
             profiling_ns: Some((prof_start, prof_end)),
             message,
         },
-        counts: sc.counts,
+        counts: sched.counts,
     }
 }

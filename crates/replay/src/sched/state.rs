@@ -93,8 +93,8 @@ pub(super) struct Sched {
 }
 
 impl Sched {
-    pub(super) fn tree(&self, t: usize) -> TreeRef {
-        TreeRef::new(&self.plan.corpus, t)
+    pub(super) fn tree(&self, tree_index: usize) -> TreeRef {
+        TreeRef::new(&self.plan.corpus, tree_index)
     }
 
     pub(super) fn push_timer(&mut self, lane: u32, stream: u32, at: Instant) {
@@ -142,13 +142,19 @@ impl Sched {
         session
     }
 
-    /// A runtime tree of corpus tree `t` on `lane`, every stream not started.
-    pub(super) fn fresh_tree(&mut self, lane: u32, t: usize, marker: String, pass: u32) -> RtTree {
+    /// A runtime tree of corpus tree `tree_index` on `lane`, every stream not started.
+    pub(super) fn fresh_tree(
+        &mut self,
+        lane: u32,
+        tree_index: usize,
+        marker: String,
+        pass: u32,
+    ) -> RtTree {
         self.gen += 1;
-        let tree = self.tree(t);
+        let tree = self.tree(tree_index);
         let mut lane_tree = RtTree {
             gen: self.gen,
-            tree: t,
+            tree: tree_index,
             lane,
             marker,
             root_corr: String::new(),
@@ -348,20 +354,20 @@ impl Sched {
         true
     }
 
-    /// Starts branch `b` of the tree on `lane`: each child's turn 0 at `base` plus its recorded
-    /// distance from `ref_ts`.
-    pub(super) fn start_branch(&mut self, lane: u32, b: usize, base: Instant, ref_ts: f64) {
+    /// Starts branch `branch` of the tree on `lane`: each child's turn 0 at `base` plus its
+    /// recorded distance from `ref_ts`.
+    pub(super) fn start_branch(&mut self, lane: u32, branch: usize, base: Instant, ref_ts: f64) {
         let corpus = Arc::clone(&self.plan.corpus);
         let trees = &corpus.trees;
         let Some(lane_tree) = self.lanes[lane as usize].as_mut() else {
             return;
         };
-        if lane_tree.started[b] {
+        if lane_tree.started[branch] {
             return;
         }
-        lane_tree.started[b] = true;
+        lane_tree.started[branch] = true;
         let tree = &trees[lane_tree.tree];
-        for &c in &tree.branches[b].children {
+        for &c in &tree.branches[branch].children {
             let Some(first) = tree.streams[c].turns.first() else {
                 if let Some(lane_tree) = self.lanes[lane as usize].as_mut() {
                     lane_tree.streams[c].st = St::Done;
@@ -389,11 +395,12 @@ impl Sched {
         }
     }
 
-    /// Why stream `s`'s next turn must wait, if it must: `Some(true)` a join, `Some(false)` the
-    /// barrier.
-    pub(super) fn holds(&self, lane_tree: &RtTree, s: u32) -> Option<bool> {
+    /// Why stream `stream`'s next turn must wait, if it must: `Some(true)` a join, `Some(false)`
+    /// the barrier.
+    pub(super) fn holds(&self, lane_tree: &RtTree, stream: u32) -> Option<bool> {
         let tree = self.tree(lane_tree.tree);
-        let turn = &tree.streams[s as usize].turns[lane_tree.streams[s as usize].next as usize];
+        let turn =
+            &tree.streams[stream as usize].turns[lane_tree.streams[stream as usize].next as usize];
         for &b in &turn.joins {
             if lane_tree.started[b]
                 && tree.branches[b]
@@ -412,8 +419,8 @@ impl Sched {
         None
     }
 
-    /// Sends stream `s`'s next turn now, or holds it.
-    pub(super) fn release(&mut self, lane: u32, s: u32, intended: u64, force: bool) {
+    /// Sends stream `stream`'s next turn now, or holds it.
+    pub(super) fn release(&mut self, lane: u32, stream: u32, intended: u64, force: bool) {
         if *self.sh.stop_new.borrow() {
             return;
         }
@@ -428,31 +435,31 @@ impl Sched {
             if self.paused || self.pressure_sent[lane as usize] >= limit {
                 // Deferred: profiling resumes the stream at this turn.
                 let lane_tree = self.lanes[lane as usize].as_mut().expect("tree");
-                lane_tree.streams[s as usize].st = St::Waiting;
+                lane_tree.streams[stream as usize].st = St::Waiting;
                 return;
             }
         }
         if !force && self.stage != Stage::Primers {
-            if let Some(join) = self.holds(lane_tree, s) {
+            if let Some(join) = self.holds(lane_tree, stream) {
                 let lane_tree = self.lanes[lane as usize].as_mut().expect("tree");
-                if lane_tree.streams[s as usize].st != St::Held {
+                if lane_tree.streams[stream as usize].st != St::Held {
                     if join {
                         self.counts.join_waits += 1;
                     } else {
                         self.counts.barrier_waits += 1;
                     }
                 }
-                lane_tree.streams[s as usize].st = St::Held;
-                if !lane_tree.held.iter().any(|h| h.0 == s) {
-                    lane_tree.held.push((s, intended));
+                lane_tree.streams[stream as usize].st = St::Held;
+                if !lane_tree.held.iter().any(|h| h.0 == stream) {
+                    lane_tree.held.push((stream, intended));
                 }
                 return;
             }
         }
-        self.dispatch(lane, s, intended);
+        self.dispatch(lane, stream, intended);
     }
 
-    pub(super) fn dispatch(&mut self, lane: u32, s: u32, intended: u64) {
+    pub(super) fn dispatch(&mut self, lane: u32, stream: u32, intended: u64) {
         let lane_no = self.lane_id(lane);
         let stage = self.stage;
         let phase = stage.phase();
@@ -461,24 +468,24 @@ impl Sched {
             return;
         };
         let tree = TreeRef::new(&corpus, lane_tree.tree);
-        let stream_state = &mut lane_tree.streams[s as usize];
+        let stream_state = &mut lane_tree.streams[stream as usize];
         let Some(session) = stream_state.session.take() else {
             // Not expected: a stream is dispatched only with its session. Marking it in flight
             // would keep its tree from draining for the rest of the run; it ends here instead.
             tracing::error!(
                 "stream {} of tree {} on lane {lane_no} has no session; it ends here",
-                tree.streams[s as usize].id,
+                tree.streams[stream as usize].id,
                 tree.trace_id
             );
             stream_state.st = St::Done;
-            lane_tree.held.retain(|h| h.0 != s);
+            lane_tree.held.retain(|h| h.0 != stream);
             return;
         };
         let turn = stream_state.next;
         stream_state.st = St::InFlight;
         let conv = stream_state.conv.take();
         lane_tree.in_flight += 1;
-        lane_tree.held.retain(|h| h.0 != s);
+        lane_tree.held.retain(|h| h.0 != stream);
         let gen = lane_tree.gen;
         if stage == Stage::Pressure {
             self.pressure_sent[lane as usize] += 1;
@@ -486,9 +493,9 @@ impl Sched {
         }
         self.in_flight += 1;
         self.counts.peak_in_flight = self.counts.peak_in_flight.max(self.in_flight);
-        let recorded_turn = &tree.streams[s as usize].turns[turn as usize];
+        let recorded_turn = &tree.streams[stream as usize].turns[turn as usize];
         // A branch that began before this root turn's recorded end starts at the turn's issue.
-        if s == 0 && stage != Stage::Primers {
+        if stream == 0 && stage != Stage::Primers {
             let api = recorded_turn.api_time_ms.unwrap_or(0.0);
             let now = timer::now();
             for &b in &recorded_turn.spawns {
@@ -501,7 +508,7 @@ impl Sched {
         let job = Job {
             lane,
             gen,
-            stream: s,
+            stream,
             turn,
             stage,
             intended,
@@ -517,7 +524,7 @@ impl Sched {
                 Some(recorded_turn.source_outer_idx),
                 recorded_turn.source_inner_idx,
             ),
-            num_turns: tree.streams[s as usize].turns.len() as u32,
+            num_turns: tree.streams[stream as usize].turns.len() as u32,
             tree,
             conv,
             session,
@@ -527,41 +534,41 @@ impl Sched {
 
     /// A response came back: the stream moves on, spawns and joins follow, held turns are
     /// re-checked, and a drained tree's lane recycles.
-    pub(super) fn on_done(&mut self, d: Done) {
+    pub(super) fn on_done(&mut self, done: Done) {
         self.in_flight -= 1;
         if self.in_flight == 0 {
             // The system idle cap counts from the response that left nothing in flight.
-            self.idle_since = d.end;
+            self.idle_since = done.end;
         }
         let corpus = Arc::clone(&self.plan.corpus);
         let trees = &corpus.trees;
-        let Some(lane_tree) = self.lanes[d.lane as usize].as_mut() else {
+        let Some(lane_tree) = self.lanes[done.lane as usize].as_mut() else {
             self.counts.late_events += 1;
             return;
         };
-        if lane_tree.gen != d.gen {
+        if lane_tree.gen != done.gen {
             self.counts.late_events += 1;
             return;
         }
         lane_tree.in_flight -= 1;
-        lane_tree.last_end = lane_tree.last_end.max(d.end);
+        lane_tree.last_end = lane_tree.last_end.max(done.end);
         let tree = &trees[lane_tree.tree];
-        let stream_index = d.stream as usize;
+        let stream_index = done.stream as usize;
         let stream = &tree.streams[stream_index];
-        lane_tree.done_upto[stream_index] = lane_tree.done_upto[stream_index].max(d.turn + 1);
-        lane_tree.streams[stream_index].session = Some(d.session);
-        let last = d.turn as usize + 1 >= stream.turns.len();
+        lane_tree.done_upto[stream_index] = lane_tree.done_upto[stream_index].max(done.turn + 1);
+        lane_tree.streams[stream_index].session = Some(done.session);
+        let last = done.turn as usize + 1 >= stream.turns.len();
         let ends = last
-            || d.next.is_none()
-            || (d.overflow && (stream_index != 0 || self.plan.rules.overflow_ends_tree));
-        if d.stage == Stage::Primers {
+            || done.next.is_none()
+            || (done.overflow && (stream_index != 0 || self.plan.rules.overflow_ends_tree));
+        if done.stage == Stage::Primers {
             // A primer: the stream resumes in profiling at the turn after it.
             let stream_state = &mut lane_tree.streams[stream_index];
-            stream_state.conv = d.next;
+            stream_state.conv = done.next;
             // A root primer that overflowed, or failed under rules that judge warmup failures
             // instead of aborting: the lane starts a fresh tree when profiling begins.
-            let failed_root = d.failed.is_some() && !self.plan.rules.warmup_failure_aborts;
-            if stream_index == 0 && (d.overflow || failed_root) {
+            let failed_root = done.failed.is_some() && !self.plan.rules.warmup_failure_aborts;
+            if stream_index == 0 && (done.overflow || failed_root) {
                 stream_state.st = St::Done;
             } else {
                 stream_state.st = St::Waiting;
@@ -571,33 +578,33 @@ impl Sched {
         // An overflow before the last turn is the stream's death: a dead root spawns nothing at its
         // return (aiperf skips the branch orchestrator's intercept on such a return; a last-turn
         // overflow still spawns, and a branch started at the turn's issue stays started).
-        let terminal_overflow = d.overflow && !last;
+        let terminal_overflow = done.overflow && !last;
         if stream_index == 0 && !terminal_overflow {
             // Branches not started at the turn's issue start at its return.
-            let lane = d.lane;
-            for &b in &stream.turns[d.turn as usize].spawns {
+            let lane = done.lane;
+            for &b in &stream.turns[done.turn as usize].spawns {
                 let start = tree.branches[b].start_timestamp_ms;
-                self.start_branch(lane, b, d.end, start);
+                self.start_branch(lane, b, done.end, start);
             }
         }
-        let lane_tree = self.lanes[d.lane as usize].as_mut().expect("tree");
+        let lane_tree = self.lanes[done.lane as usize].as_mut().expect("tree");
         if ends {
             lane_tree.streams[stream_index].st = St::Done;
-            if d.overflow {
+            if done.overflow {
                 tracing::info!(
                     "stream {} ended at turn {}/{} (context overflow)",
                     stream.id,
-                    d.turn,
+                    done.turn,
                     stream.turns.len()
                 );
             }
         } else {
-            let next = d.turn + 1;
+            let next = done.turn + 1;
             lane_tree.streams[stream_index].next = next;
-            lane_tree.streams[stream_index].conv = d.next;
+            lane_tree.streams[stream_index].conv = done.next;
             let global_stream =
                 self.plan.corpus.first_stream[lane_tree.tree] as usize + stream_index;
-            let delay = if d.stage == Stage::Pressure {
+            let delay = if done.stage == Stage::Pressure {
                 0.0
             } else {
                 self.plan.delays_ms[global_stream]
@@ -607,12 +614,12 @@ impl Sched {
                     .max(0.0)
             };
             self.push_timer(
-                d.lane,
-                d.stream,
-                d.end + Duration::from_secs_f64(delay / 1000.0),
+                done.lane,
+                done.stream,
+                done.end + Duration::from_secs_f64(delay / 1000.0),
             );
         }
-        self.settle(d.lane);
+        self.settle(done.lane);
     }
 
     /// Re-checks a tree's held turns, releases them when nothing else can, applies the per-tree

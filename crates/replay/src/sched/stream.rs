@@ -297,9 +297,10 @@ impl<F: std::future::Future> std::future::Future for CatchPanic<'_, F> {
 }
 
 /// The text of a panic's payload.
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
-        .or_else(|| p.downcast_ref::<String>().cloned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".into())
 }

@@ -31,15 +31,15 @@ pub(super) struct WarmupStop {
 
 /// The warmup: the primers, then the optional cache-pressure stage.
 pub(super) async fn run(
-    sc: &mut Sched,
+    sched: &mut Sched,
     lanes_plan: &[TreeLane],
     interrupt: &mut watch::Receiver<u32>,
 ) -> Result<Warmed, WarmupStop> {
-    let (start, primers) = primers(sc, lanes_plan, interrupt).await?;
-    let pressured = match sc.plan.pressure {
+    let (start, primers) = primers(sched, lanes_plan, interrupt).await?;
+    let pressured = match sched.plan.pressure {
         Some(p) => {
-            sc.sh.boundary(Boundary::PressureStart).await;
-            match pressure_stage(sc, p, interrupt).await {
+            sched.sh.boundary(Boundary::PressureStart).await;
+            match pressure_stage(sched, p, interrupt).await {
                 Ok(()) => true,
                 Err(PressureStop::Interrupted) => {
                     return Err(WarmupStop {
@@ -68,16 +68,16 @@ pub(super) async fn run(
 /// recorded position lines up with t* (or all at once); returns when all of them returned, with
 /// when they were released and how many there were.
 async fn primers(
-    sc: &mut Sched,
+    sched: &mut Sched,
     lanes_plan: &[TreeLane],
     interrupt: &mut watch::Receiver<u32>,
 ) -> Result<(Instant, u64), WarmupStop> {
-    let sh = sc.sh.clone();
+    let sh = sched.sh.clone();
     let n_lanes = lanes_plan.len();
     let warm_start = timer::now();
-    let spread = sc.plan.rules.warmup_spread && !sc.plan.burst;
+    let spread = sched.plan.rules.warmup_spread && !sched.plan.burst;
     // The whole plan's largest lead: every shard's primers line up with one t*.
-    let max_lead = sc.plan.whole.max_lead_ms;
+    let max_lead = sched.plan.whole.max_lead_ms;
     let mut primers = 0u64;
     for l in lanes_plan {
         for s in &l.streams {
@@ -89,10 +89,10 @@ async fn primers(
             } else {
                 0.0
             };
-            let lane_tree = sc.lanes[l.lane as usize].as_mut().expect("planned");
+            let lane_tree = sched.lanes[l.lane as usize].as_mut().expect("planned");
             lane_tree.streams[s.index as usize].next = warm_turn;
             primers += 1;
-            sc.push_timer(
+            sched.push_timer(
                 l.lane,
                 s.index,
                 warm_start + Duration::from_secs_f64(off / 1000.0),
@@ -102,7 +102,7 @@ async fn primers(
     sh.progress.phase("warmup", primers);
     tracing::info!(
         "Phase warmup started | target: {primers} primers over {n_lanes} lanes (max_tokens={}, {})",
-        sc.plan.rules.warmup_max_tokens,
+        sched.plan.rules.warmup_max_tokens,
         if spread {
             format!("spread over {max_lead:.0} ms")
         } else {
@@ -116,16 +116,16 @@ async fn primers(
     let mut failures: Vec<String> = Vec::new();
     let mut interrupted = false;
     let mut wake = Wake::new();
-    let mut beat = Heartbeat::new(sc);
+    let mut beat = Heartbeat::new(sched);
     while returned < primers {
-        wake.arm(&sh, sc.next_wake());
+        wake.arm(&sh, sched.next_wake());
         tokio::select! {
             () = beat.tick() => {
                 // Primers still spread ahead cannot return before their release.
                 let ahead = (max_lead / 1000.0 - timer::now().saturating_duration_since(warm_start).as_secs_f64()).max(0.0);
-                log_progress(sc, "primers", returned, primers, warm_start, ahead);
+                log_progress(sched, "primers", returned, primers, warm_start, ahead);
             }
-            Some(r) = sc.tasks.join_next() => {
+            Some(r) = sched.tasks.join_next() => {
                 let Ok(finished) = r else {
                     failures.push("a warmup task failed".into());
                     returned += 1;
@@ -138,47 +138,47 @@ async fn primers(
                 let (overflow, failed) = (finished.overflow, finished.failed.clone());
                 let next_turn = finished.turn + 1;
                 let stream = finished.stream;
-                sc.on_done(finished);
-                if let Some(lane_tree) = sc.lanes[lane as usize].as_mut() {
+                sched.on_done(finished);
+                if let Some(lane_tree) = sched.lanes[lane as usize].as_mut() {
                     lane_tree.streams[stream as usize].next = next_turn;
                 }
                 // The lane as the whole plan numbers it (a shard's own start at 0).
-                let lane = sc.lane_id(lane);
+                let lane = sched.lane_id(lane);
                 match (overflow, failed) {
                     (true, _) if depth0 => {
-                        sc.counts.warmup_root_overflows += 1;
+                        sched.counts.warmup_root_overflows += 1;
                         tracing::info!("warmup: lane {lane}'s root primer overflowed the context; the lane starts a fresh tree when profiling begins");
                     }
-                    (false, Some(e)) if depth0 && sc.plan.rules.warmup_failure_aborts => {
+                    (false, Some(e)) if depth0 && sched.plan.rules.warmup_failure_aborts => {
                         failures.push(format!("lane {lane} root primer: {e}"));
                     }
                     (false, Some(e)) if depth0 => {
-                        sc.counts.warmup_root_failures += 1;
+                        sched.counts.warmup_root_failures += 1;
                         tracing::warn!("warmup: lane {lane}'s root primer failed ({e}); the lane starts a fresh tree when profiling begins");
                     }
                     (_, Some(e)) => {
-                        sc.counts.warmup_child_failures += 1;
+                        sched.counts.warmup_child_failures += 1;
                         tracing::warn!("warmup: lane {lane} stream {stream} primer failed ({e}); the stream goes on");
                     }
                     _ => {}
                 }
                 if failures.is_empty() {
-                    failures.extend(sc.warmup_threshold());
+                    failures.extend(sched.warmup_threshold());
                 }
                 if !failures.is_empty() {
                     let _ = sh.cancel.send_replace(true);
-                    while sc.tasks.join_next().await.is_some() {}
+                    while sched.tasks.join_next().await.is_some() {}
                     break;
                 }
             }
             () = &mut wake.fut => {
                 wake.fired();
-                sc.fire_due();
+                sched.fire_due();
             }
             _ = interrupt.changed() => {
                 interrupted = true;
                 let _ = sh.cancel.send_replace(true);
-                while sc.tasks.join_next().await.is_some() {}
+                while sched.tasks.join_next().await.is_some() {}
                 break;
             }
         }
@@ -210,115 +210,115 @@ pub(super) enum PressureStop {
 /// the run fails. The reference then exits without outputs; agentx keeps every record and writes
 /// its outputs, marked `warmup_failed`.
 async fn pressure_stage(
-    sc: &mut Sched,
-    p: Pressure,
+    sched: &mut Sched,
+    pressure: Pressure,
     interrupt: &mut watch::Receiver<u32>,
 ) -> Result<(), PressureStop> {
-    sc.stage = Stage::Pressure;
-    sc.heap.clear();
+    sched.stage = Stage::Pressure;
+    sched.heap.clear();
     let now = timer::now();
     tracing::info!(
         "warmup: cache-pressure stage ({})",
-        match p {
+        match pressure {
             Pressure::RequestsPerLane(n) => format!("{n} requests per lane"),
             Pressure::Duration(d) => format!("{:.0} s", d.as_secs_f64()),
         }
     );
-    for lane in 0..sc.lanes.len() as u32 {
-        let Some(lane_tree) = sc.lanes[lane as usize].as_mut() else {
+    for lane in 0..sched.lanes.len() as u32 {
+        let Some(lane_tree) = sched.lanes[lane as usize].as_mut() else {
             continue;
         };
         lane_tree.timers = 0;
         if lane_tree.streams[0].st == St::Done
             && lane_tree.streams.iter().all(|s| s.st != St::Waiting)
         {
-            sc.recycle(lane);
+            sched.recycle(lane);
             continue;
         }
         let waiting: Vec<u32> = (0..lane_tree.streams.len() as u32)
             .filter(|&s| lane_tree.streams[s as usize].st == St::Waiting)
             .collect();
         for s in waiting {
-            sc.push_timer(lane, s, now);
+            sched.push_timer(lane, s, now);
         }
     }
-    let end = match p {
+    let end = match pressure {
         Pressure::Duration(d) => Some(tokio::time::Instant::from_std(now + d)),
         Pressure::RequestsPerLane(_) => None,
     };
     // The drain's deadline, set when releases stop.
     let mut drain_deadline: Option<tokio::time::Instant> = None;
-    sc.fire_due();
+    sched.fire_due();
     let mut wake = Wake::new();
-    let mut beat = Heartbeat::new(sc);
+    let mut beat = Heartbeat::new(sched);
     let failure = loop {
-        if let Pressure::RequestsPerLane(n) = p {
-            if sc.pressure_sent.iter().all(|&x| x >= n) {
-                sc.paused = true;
+        if let Pressure::RequestsPerLane(n) = pressure {
+            if sched.pressure_sent.iter().all(|&x| x >= n) {
+                sched.paused = true;
             }
         }
-        if sc.paused && drain_deadline.is_none() {
-            drain_deadline = Some(match sc.sh.cfg.warmup_grace {
+        if sched.paused && drain_deadline.is_none() {
+            drain_deadline = Some(match sched.sh.cfg.warmup_grace {
                 Some(g) => tokio::time::Instant::now() + g,
                 None => tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400),
             });
         }
-        if sc.tasks.is_empty() && (sc.paused || sc.heap.is_empty()) {
+        if sched.tasks.is_empty() && (sched.paused || sched.heap.is_empty()) {
             break None;
         }
-        wake.arm(&sc.sh, sc.next_wake());
+        wake.arm(&sched.sh, sched.next_wake());
         tokio::select! {
             () = beat.tick() => {
-                let (done, total, floor) = pressure_progress(sc, p, now, end);
-                log_progress(sc, "cache pressure", done, total, now, floor);
+                let (done, total, floor) = pressure_progress(sched, pressure, now, end);
+                log_progress(sched, "cache pressure", done, total, now, floor);
             }
-            Some(r) = sc.tasks.join_next() => {
+            Some(r) = sched.tasks.join_next() => {
                 if let Ok(finished) = r {
-                    if let Some(failure) = sc.pressure_root_failure(&finished) {
+                    if let Some(failure) = sched.pressure_root_failure(&finished) {
                         break Some(PressureStop::Failed(failure));
                     }
                     let failed = finished.failed.is_some();
-                    sc.on_done(finished);
-                    if let Some(failure) = failed.then(|| sc.warmup_threshold()).flatten() {
+                    sched.on_done(finished);
+                    if let Some(failure) = failed.then(|| sched.warmup_threshold()).flatten() {
                         break Some(PressureStop::Failed(failure));
                     }
                 }
-                sc.fire_due();
+                sched.fire_due();
             }
             () = &mut wake.fut => {
                 wake.fired();
-                sc.fire_due();
+                sched.fire_due();
             }
             () = async {
                 match end {
                     Some(e) => tokio::time::sleep_until(e).await,
                     None => std::future::pending().await,
                 }
-            }, if !sc.paused => sc.paused = true,
+            }, if !sched.paused => sched.paused = true,
             () = async {
                 match drain_deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending().await,
                 }
             }, if drain_deadline.is_some() => {
-                let left = sc.tasks.len();
+                let left = sched.tasks.len();
                 tracing::warn!("warmup: the cache-pressure drain outlasted the warmup grace period; cancelling {left} in-flight warmup requests");
                 break Some(PressureStop::Failed(format!(
                     "{left} cache-pressure requests did not return within the warmup grace period {:?} and were cancelled",
-                    sc.sh.cfg.warmup_grace.unwrap_or_default()
+                    sched.sh.cfg.warmup_grace.unwrap_or_default()
                 )));
             }
             _ = interrupt.changed() => break Some(PressureStop::Interrupted),
         }
     };
     if let Some(stop) = failure {
-        let _ = sc.sh.cancel.send_replace(true);
-        while sc.tasks.join_next().await.is_some() {}
+        let _ = sched.sh.cancel.send_replace(true);
+        while sched.tasks.join_next().await.is_some() {}
         return Err(stop);
     }
     tracing::info!(
-        requests = sc.counts.pressure_requests,
-        trees = sc.counts.pressure_trees,
+        requests = sched.counts.pressure_requests,
+        trees = sched.counts.pressure_trees,
         "warmup: cache-pressure stage drained"
     );
     Ok(())
@@ -331,9 +331,9 @@ struct Heartbeat {
 }
 
 impl Heartbeat {
-    fn new(sc: &Sched) -> Heartbeat {
+    fn new(sched: &Sched) -> Heartbeat {
         Heartbeat {
-            tick: sc.sh.cfg.warmup_progress_interval.map(|i| {
+            tick: sched.sh.cfg.warmup_progress_interval.map(|i| {
                 let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 interval
@@ -354,12 +354,12 @@ impl Heartbeat {
 
 /// The `Phase warmup progress` line of `stage`: `done` of `total` returned since `since`, never
 /// finishing before `floor` seconds from now.
-fn log_progress(sc: &Sched, stage: &str, done: u64, total: u64, since: Instant, floor: f64) {
-    let tally = sc.sh.tally.lock().expect("tally lock").clone();
+fn log_progress(sched: &Sched, stage: &str, done: u64, total: u64, since: Instant, floor: f64) {
+    let tally = sched.sh.tally.lock().expect("tally lock").clone();
     let elapsed = timer::now().saturating_duration_since(since).as_secs_f64();
     tracing::info!(
         "Phase warmup progress | {stage} | returned={done}/{total} | in_flight={} | errors={} | elapsed={elapsed:.1}s | {}",
-        sc.tasks.len(),
+        sched.tasks.len(),
         tally.warmup_failed,
         crate::eta_field(done, total, elapsed, floor)
     );
@@ -368,16 +368,16 @@ fn log_progress(sc: &Sched, stage: &str, done: u64, total: u64, since: Instant, 
 /// The cache-pressure stage's progress: requests returned of the requests it sends (lanes × the
 /// per-lane count), or seconds elapsed of its duration; and the time it cannot end before.
 fn pressure_progress(
-    sc: &Sched,
-    p: Pressure,
+    sched: &Sched,
+    pressure: Pressure,
     start: Instant,
     end: Option<tokio::time::Instant>,
 ) -> (u64, u64, f64) {
-    match p {
+    match pressure {
         Pressure::RequestsPerLane(n) => {
-            let sent: u64 = sc.pressure_sent.iter().sum();
-            let returned = sent.saturating_sub(sc.tasks.len() as u64);
-            (returned, n * sc.pressure_sent.len() as u64, 0.0)
+            let sent: u64 = sched.pressure_sent.iter().sum();
+            let returned = sent.saturating_sub(sched.tasks.len() as u64);
+            (returned, n * sched.pressure_sent.len() as u64, 0.0)
         }
         Pressure::Duration(d) => {
             let left = end.map_or(0.0, |e| {
@@ -415,23 +415,23 @@ impl Sched {
 
     /// A root request of the pressure stage that failed, was cancelled or overflowed: why the run
     /// stops (when the scenario's rules abort on a failed depth-0 warmup request).
-    pub(super) fn pressure_root_failure(&self, d: &Done) -> Option<String> {
-        if d.stream != 0 || !self.plan.rules.warmup_failure_aborts {
+    pub(super) fn pressure_root_failure(&self, done: &Done) -> Option<String> {
+        if done.stream != 0 || !self.plan.rules.warmup_failure_aborts {
             return None;
         }
-        let tree = self.lanes[d.lane as usize]
+        let tree = self.lanes[done.lane as usize]
             .as_ref()
-            .filter(|lane_tree| lane_tree.gen == d.gen)
+            .filter(|lane_tree| lane_tree.gen == done.gen)
             .map(|lane_tree| &self.plan.corpus.trees[lane_tree.tree].trace_id)?;
-        let what = match (&d.failed, d.overflow) {
+        let what = match (&done.failed, done.overflow) {
             (_, true) => "overflowed the context".to_string(),
             (Some(e), false) => format!("failed: {e}"),
             (None, false) => return None,
         };
         Some(format!(
             "lane {} root request (tree {tree}, turn {}) of the cache-pressure stage {what}",
-            self.lane_id(d.lane),
-            d.turn
+            self.lane_id(done.lane),
+            done.turn
         ))
     }
 
