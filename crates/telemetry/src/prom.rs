@@ -353,7 +353,7 @@ impl SnapshotCollector {
     fn histogram_by_phase(
         encoder: &mut DescriptorEncoder,
         name: &'static str,
-        of: impl Fn(&PhaseTotals) -> &Buckets,
+        buckets_of: impl Fn(&PhaseTotals) -> &Buckets,
         totals: &[PhaseTotals; 2],
     ) -> Result<(), std::fmt::Error> {
         let full = format!("{name}_seconds");
@@ -365,7 +365,7 @@ impl SnapshotCollector {
         )?;
         for (index, phase) in PHASES.iter().enumerate() {
             let labels: &Labels = &[("phase", phase.as_str())];
-            let buckets = of(&totals[index]);
+            let buckets = buckets_of(&totals[index]);
             metric
                 .encode_family(&labels)?
                 .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
