@@ -105,10 +105,10 @@ pub(crate) const SERVER_TIMING_FIELDS: [&str; 2] = ["worker_id", "timing"];
 /// not a list, is an error naming both flags.
 fn with_server_timing(
     mut extra: Vec<(String, serde_json::Value)>,
-    on: bool,
+    enabled: bool,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     use serde_json::{json, Value};
-    if !on {
+    if !enabled {
         return Ok(extra);
     }
     match extra.iter_mut().find(|(key, _)| key == "nvext") {

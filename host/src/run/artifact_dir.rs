@@ -104,8 +104,8 @@ impl OutputDir {
 }
 
 /// A scenario name as a directory name: letters, digits, `.`, `_` and `-`; anything else a `_`.
-fn safe_name(s: &str) -> String {
-    let n: String = s
+fn safe_name(name: &str) -> String {
+    let n: String = name
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {

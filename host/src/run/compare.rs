@@ -37,20 +37,24 @@ impl Holding {
 }
 
 /// Compares B with A at `level` (`None`: A's `--confidence`, else 0.95), seeded from A's seed.
-pub fn compare(a: &Path, b: &Path, level: Option<Level>) -> anyhow::Result<CompareReport> {
-    let (held_a, held_b) = (holding("A", a)?, holding("B", b)?);
+pub fn compare(
+    path_a: &Path,
+    path_b: &Path,
+    level: Option<Level>,
+) -> anyhow::Result<CompareReport> {
+    let (held_a, held_b) = (holding("A", path_a)?, holding("B", path_b)?);
     if held_a.kind() != held_b.kind() {
         anyhow::bail!(
             "A {} is a {} directory and B {} is a {} directory: compare a run with a run, trials with trials, a sweep with a sweep",
-            a.display(),
+            path_a.display(),
             held_a.kind().name(),
-            b.display(),
+            path_b.display(),
             held_b.kind().name()
         );
     }
     let mut report = CompareReport {
-        a: a.display().to_string(),
-        b: b.display().to_string(),
+        a: path_a.display().to_string(),
+        b: path_b.display().to_string(),
         kind: held_a.kind(),
         level: 0.0,
         whole: None,
@@ -66,8 +70,8 @@ pub fn compare(a: &Path, b: &Path, level: Option<Level>) -> anyhow::Result<Compa
             let Some((_, first_a, _)) = common.peek() else {
                 anyhow::bail!(
                     "the sweeps {} and {} have no finished concurrency in common: A ran {:?}, B ran {:?}",
-                    a.display(),
-                    b.display(),
+                    path_a.display(),
+                    path_b.display(),
                     points_a.keys().collect::<Vec<_>>(),
                     points_b.keys().collect::<Vec<_>>()
                 );

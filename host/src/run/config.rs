@@ -190,7 +190,12 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
-    pub(crate) fn planned(dir: PathBuf, run_id: String, concurrency: u32, d: DryRun) -> RunOutcome {
+    pub(crate) fn planned(
+        dir: PathBuf,
+        run_id: String,
+        concurrency: u32,
+        dry_run: DryRun,
+    ) -> RunOutcome {
         RunOutcome {
             code: 0,
             records_path: dir.join(crate::record::RECORDS_FILE),
@@ -202,7 +207,7 @@ impl RunOutcome {
             summary: None,
             submission_invalid_reasons: Vec::new(),
             records_written: 0,
-            dry_run: Some(d),
+            dry_run: Some(dry_run),
         }
     }
 
@@ -351,8 +356,8 @@ impl TreeFlags {
 }
 
 /// JSON of a scenario setting value.
-pub(crate) fn value_json(v: &Value) -> serde_json::Value {
-    match v {
+pub(crate) fn value_json(value: &Value) -> serde_json::Value {
+    match value {
         Value::Absent => serde_json::Value::Null,
         Value::Flag(b) => json!(b),
         Value::Integer(i) => json!(i),
@@ -519,10 +524,14 @@ pub struct RunSettings {
 }
 
 impl RunSettings {
-    /// Reads and checks the settings of `resolve`'s answer; `fb` holds what the flags and
+    /// Reads and checks the settings of `resolve`'s answer; `fallback` holds what the flags and
     /// environment said, for the settings a component of an earlier world does not answer
     /// (`decides`: a 0.3.0 component, which must answer them all).
-    pub fn of(resolved: &Resolved, decides: bool, fb: &Fallback) -> anyhow::Result<RunSettings> {
+    pub fn of(
+        resolved: &Resolved,
+        decides: bool,
+        fallback: &Fallback,
+    ) -> anyhow::Result<RunSettings> {
         let eff = Effective(resolved);
         if decides {
             let missing: Vec<&str> = scenario::REPLAY_SETTINGS
@@ -570,7 +579,7 @@ impl RunSettings {
                 _ => None,
             }
         } else {
-            fb.pressure
+            fallback.pressure
         };
         Ok(RunSettings {
             concurrency,
@@ -586,36 +595,36 @@ impl RunSettings {
             ignore_eos: eff.flag(ReplaySetting::IgnoreEos),
             grace: match or_plan(ReplaySetting::BenchmarkGracePeriod) {
                 true => eff.seconds_or_inf(ReplaySetting::BenchmarkGracePeriod)?,
-                false => fb.grace,
+                false => fallback.grace,
             },
             warmup_grace: match or_plan(ReplaySetting::WarmupGracePeriod) {
                 true => eff.seconds_or_inf(ReplaySetting::WarmupGracePeriod)?,
-                false => fb.warmup_grace,
+                false => fallback.warmup_grace,
             },
             failed_request_threshold: match or_plan(ReplaySetting::FailedRequestThreshold) {
                 true => eff.number(ReplaySetting::FailedRequestThreshold),
-                false => fb.failed_request_threshold,
+                false => fallback.failed_request_threshold,
             },
             pressure,
             trace_idle_cap: match or_plan(ReplaySetting::TraceIdleGapCapSeconds) {
                 true => secs(ReplaySetting::TraceIdleGapCapSeconds, "--trace-idle-gap-cap-seconds")?,
-                false => fb.trace_idle_cap,
+                false => fallback.trace_idle_cap,
             },
             burst: match or_plan(ReplaySetting::BurstPhaseStarts) {
                 true => eff.flag(ReplaySetting::BurstPhaseStarts).unwrap_or(false),
-                false => fb.burst,
+                false => fallback.burst,
             },
             num_dataset_entries: match or_plan(ReplaySetting::NumDatasetEntries) {
                 true => eff.number(ReplaySetting::NumDatasetEntries).map(|n| n.max(0.0) as usize),
-                false => fb.num_dataset_entries,
+                false => fallback.num_dataset_entries,
             },
             slice_duration: match or_plan(ReplaySetting::SliceDuration) {
                 true => eff.number(ReplaySetting::SliceDuration),
-                false => fb.slice_duration,
+                false => fallback.slice_duration,
             },
             use_server_token_count: match or_plan(ReplaySetting::UseServerTokenCount) {
                 true => eff.flag(ReplaySetting::UseServerTokenCount).unwrap_or(false),
-                false => fb.use_server_token_count,
+                false => fallback.use_server_token_count,
             },
             stats_interval: match or_plan(ReplaySetting::StatsInterval) {
                 true => match eff.number(ReplaySetting::StatsInterval) {
@@ -623,7 +632,7 @@ impl RunSettings {
                     Some(x) => Some(positive_secs(ReplaySetting::StatsInterval.name(), x)?),
                     None => None,
                 },
-                false => fb.stats_interval,
+                false => fallback.stats_interval,
             },
             tcp_user_timeout: match or_plan(ReplaySetting::HttpTcpUserTimeout) {
                 true => match eff.number(ReplaySetting::HttpTcpUserTimeout) {
@@ -631,7 +640,7 @@ impl RunSettings {
                     Some(ms) => bail!("the scenario resolved http-tcp-user-timeout to {ms} ms, which is not a number of milliseconds from 1"),
                     None => None,
                 },
-                false => fb.tcp_user_timeout,
+                false => fallback.tcp_user_timeout,
             },
             arrivals: None,
         })
@@ -671,9 +680,9 @@ impl RunSettings {
     }
 
     /// `cfg` with every setting the scenario decided in place of what the flags said, and the
-    /// decisions of `d` (the assistant text, the affinity header's default): what the later stages
-    /// read.
-    pub fn apply(&self, cfg: &RunConfig, d: &scenario::Decisions) -> RunConfig {
+    /// decisions of `decisions` (the assistant text, the affinity header's default): what the
+    /// later stages read.
+    pub fn apply(&self, cfg: &RunConfig, decisions: &scenario::Decisions) -> RunConfig {
         let mut c = cfg.clone();
         c.failed_request_threshold = self.failed_request_threshold;
         c.num_dataset_entries = self.num_dataset_entries;
@@ -688,17 +697,17 @@ impl RunSettings {
         rp.use_server_token_count = self.use_server_token_count;
         rp.stats_interval = self.stats_interval;
         rp.client.tcp_user_timeout = self.tcp_user_timeout;
-        match d.assistant_text {
+        match decisions.assistant_text {
             Some(scenario::AssistantText::Recorded) => rp.mode = AssistantMode::Recorded,
             Some(scenario::AssistantText::Live) => rp.mode = AssistantMode::Live,
             None => {}
         }
         if rp.session_affinity_env.is_none() {
-            rp.client.routing.session_affinity = d.session_affinity_header;
+            rp.client.routing.session_affinity = decisions.session_affinity_header;
         }
         // A component that decides every setting (agentx) keeps the harness's wire, request for
         // request: no header of agentx's own unless asked for.
-        rp.client.trace_context = rp.trace_context.unwrap_or(!d.decides_settings);
+        rp.client.trace_context = rp.trace_context.unwrap_or(!decisions.decides_settings);
         c
     }
 }
@@ -720,10 +729,10 @@ fn placement(name: &str) -> anyhow::Result<Placement> {
 pub const MAX_SECS: f64 = 1e9;
 
 /// A positive duration of at most [`MAX_SECS`], or an error naming `flag`.
-pub fn positive_secs(flag: &str, v: f64) -> anyhow::Result<Duration> {
-    match Duration::try_from_secs_f64(v) {
-        Ok(d) if d > Duration::ZERO && v <= MAX_SECS => Ok(d),
-        _ => bail!("{flag} {v} must be a positive number of seconds (at most {MAX_SECS})"),
+pub fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d > Duration::ZERO && secs <= MAX_SECS => Ok(d),
+        _ => bail!("{flag} {secs} must be a positive number of seconds (at most {MAX_SECS})"),
     }
 }
 

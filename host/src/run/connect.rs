@@ -149,7 +149,7 @@ pub(super) struct Connected {
 /// the last checks before the artifact directory is touched. The client goes on to the replay.
 pub(super) fn connect(
     ctx: RunCtx<'_>,
-    rt: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Runtime,
 ) -> anyhow::Result<(Connected, Client)> {
     let RunCtx {
         cfg,
@@ -187,7 +187,7 @@ pub(super) fn connect(
         tracing::info!(url = %ccfg.url, preset = %cfg.sim_preset, "built-in simulator started");
     }
     let client = {
-        let _g = rt.enter();
+        let _g = runtime.enter();
         Client::new(&ccfg)?
     };
     let model = match (&sim, &run_plan.model) {
@@ -195,7 +195,7 @@ pub(super) fn connect(
         (Some(sim), None) => sim.model().to_owned(),
         (None, None) if prepared.decisions.discover_model => {
             let timeout = ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT);
-            let model = rt.block_on(crate::client::preflight::discover(&client, timeout))?;
+            let model = runtime.block_on(crate::client::preflight::discover(&client, timeout))?;
             tracing::info!("no --model given: the server serves one model, `{model}`; using it");
             model
         }
@@ -207,7 +207,7 @@ pub(super) fn connect(
     let mut server_slots = None;
     if !cfg.skip_preflight {
         let timeout = ccfg.connect_timeout.min(PREFLIGHT_TIMEOUT);
-        let checked = rt.block_on(crate::client::preflight::check(&client, &model, timeout));
+        let checked = runtime.block_on(crate::client::preflight::check(&client, &model, timeout));
         // Nothing was sent and nothing written: an earlier run in the directory stays as it was.
         let pre = checked.map_err(|e| anyhow!(e))?;
         match &planned.mode {
@@ -219,10 +219,10 @@ pub(super) fn connect(
             }
         }
         if pre.llama_cpp {
-            server_slots = read_slots(&client, rt, timeout);
+            server_slots = read_slots(&client, runtime, timeout);
         }
     }
-    let cache_preflight = cache_preflight(ctx, rt, &client, &model)?;
+    let cache_preflight = cache_preflight(ctx, runtime, &client, &model)?;
     Ok((
         Connected {
             chain_block_size: chain_block_size(run_plan.kv_block_size, sim.as_ref()),
@@ -249,7 +249,7 @@ const CACHE_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 /// than `works` is a warning, and under `--require-cache` an error that stops the run.
 fn cache_preflight(
     ctx: RunCtx<'_>,
-    rt: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Runtime,
     client: &Client,
     model: &str,
 ) -> anyhow::Result<Option<CachePreflight>> {
@@ -278,7 +278,7 @@ fn cache_preflight(
         read_metrics: !cfg.no_server_metrics,
         timeout: CACHE_PROBE_TIMEOUT,
     };
-    let probe = rt.block_on(crate::client::preflight::cache::probe(client, &spec));
+    let probe = runtime.block_on(crate::client::preflight::cache::probe(client, &spec));
     let said = describe_probe(&probe);
     if probe.verdict == CacheVerdict::Works {
         tracing::info!("cache preflight: {said}");
@@ -411,10 +411,10 @@ pub(super) fn srv_row(scraper: Arc<crate::client::scrape::Scraper>) -> replay::S
 /// does not say is warned about, and the cache model's at-capacity figures go without a capacity.
 fn read_slots(
     client: &Client,
-    rt: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Runtime,
     timeout: Duration,
 ) -> Option<crate::metrics::cache_truth::SlotPool> {
-    match rt.block_on(crate::client::preflight::slots::read(client, timeout)) {
+    match runtime.block_on(crate::client::preflight::slots::read(client, timeout)) {
         Ok(pool) => {
             tracing::info!(
                 "pre-flight: llama.cpp serves {} slots of {} tokens of context",
@@ -446,16 +446,16 @@ fn chain_block_size(flag: Option<u32>, sim: Option<&crate::sim::SimThread>) -> u
 /// Logs what the pre-flight check found: the served model, its context length, and how much of the
 /// plan will overflow it.
 fn report_preflight(
-    p: &crate::client::preflight::Preflight,
+    preflight: &crate::client::preflight::Preflight,
     plan: &Plan,
     ds: &Dataset,
     model: &str,
 ) {
-    if let Some(note) = &p.note {
+    if let Some(note) = &preflight.note {
         tracing::warn!("pre-flight: {note}");
     }
-    let Some(len) = p.max_model_len else {
-        if p.note.is_none() {
+    let Some(len) = preflight.max_model_len else {
+        if preflight.note.is_none() {
             tracing::info!("pre-flight: the server serves `{model}` and reports no context length");
         }
         return;

@@ -87,9 +87,9 @@ pub fn finalize(cfg: &RunConfig, dir: &Path, reason: Option<String>) -> anyhow::
 }
 
 /// Refuses a directory whose run finished (its summary is written) or that a shard wrote.
-fn check_unfinished(dir: &Path, m: &Manifest) -> anyhow::Result<()> {
+fn check_unfinished(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
     let summary = dir.join(crate::export::run_summary::RUN_SUMMARY);
-    if let (Some(f), true) = (&m.finalized, summary.is_file()) {
+    if let (Some(f), true) = (&manifest.finalized, summary.is_file()) {
         bail!(
             "{} was finalized already ({}; {} records): its exports are written",
             dir.display(),
@@ -97,7 +97,7 @@ fn check_unfinished(dir: &Path, m: &Manifest) -> anyhow::Result<()> {
             f.records
         );
     }
-    if let (Some(stop), true) = (&m.stop, summary.is_file()) {
+    if let (Some(stop), true) = (&manifest.stop, summary.is_file()) {
         bail!(
             "{} holds a run that finished ({stop}) and wrote its exports: nothing to finalize \
              (`agentx-host plot {}` remakes the plot and the page)",
@@ -105,7 +105,7 @@ fn check_unfinished(dir: &Path, m: &Manifest) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    if m.shard.is_some() {
+    if manifest.shard.is_some() {
         bail!(
             "{} is one shard of a sharded run: a sharded run is finished by its shards; rerun it, \
              or merge the shards that finished with `agentx-host merge`",
@@ -118,8 +118,8 @@ fn check_unfinished(dir: &Path, m: &Manifest) -> anyhow::Result<()> {
 /// The records on disk. A last line cut off by the kill (no newline, not JSON) is left out, and
 /// `records.jsonl` is rewritten without it so every reader sees whole records; a bad line before
 /// the last is an error naming it.
-fn salvage_records(d: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<String>)> {
-    let path = d.out.join(RECORDS_FILE);
+fn salvage_records(dir: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<String>)> {
+    let path = dir.out.join(RECORDS_FILE);
     if !path.is_file() {
         bail!("cannot read {}: the run left no records", path.display());
     }
@@ -135,7 +135,7 @@ fn salvage_records(d: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<Str
         t.bytes
     );
     // The whole records before it stay as they are: the file is cut where the torn line begins.
-    d.art
+    dir.art
         .truncate(RECORDS_FILE, t.offset)
         .with_context(|| format!("cannot cut the torn line off {}", path.display()))?;
     Ok((records, Some(format!("line {}: {} bytes", t.line, t.bytes))))
@@ -162,14 +162,14 @@ fn scrapes(dir: &Path, name: &str, what: &str) -> Option<crate::metrics::scrape_
 
 /// How a killed run ended: the counts of its records, profiling from its noted start (or, for a
 /// manifest without one, the first profiling request's intended send) to its last response.
-fn killed_outcome(m: &Manifest, records: &[RequestRecord], reason: &str) -> ReplayOutcome {
+fn killed_outcome(manifest: &Manifest, records: &[RequestRecord], reason: &str) -> ReplayOutcome {
     let first_profiling = records
         .iter()
         .filter(|r| r.phase == Phase::Profiling)
         .map(|r| r.intended_ns)
         .min();
-    let start = m.profiling_started_ns.or(first_profiling);
-    let stop = match m.stop.as_deref() {
+    let start = manifest.profiling_started_ns.or(first_profiling);
+    let stop = match manifest.stop.as_deref() {
         // Killed while writing its exports: the recorded stop stands.
         Some(s) => StopReason::parse(s).unwrap_or(StopReason::Killed),
         None => StopReason::Killed,

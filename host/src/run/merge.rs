@@ -253,7 +253,7 @@ impl Timeline {
 }
 
 /// The manifest: shard 0's, with the whole plan and the shards.
-fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
+fn merged_manifest(shards: &[Shard], timeline: &Timeline, stop: &str) -> Manifest {
     let first = &shards[0].manifest;
     let mut manifest = first.clone();
     let mut lanes: Vec<LanePlan> = shards
@@ -264,12 +264,12 @@ fn merged_manifest(shards: &[Shard], tl: &Timeline, stop: &str) -> Manifest {
     manifest.lanes = lanes;
     manifest.shard = None;
     manifest.shard_exports = None;
-    manifest.trees = tree_counts(shards, &tl.records);
-    manifest.shards = Some(tl.shard_rows.clone());
-    manifest.clock_skew_ns = Some(tl.clock_skew_ns);
-    manifest.started_unix_ns = tl.anchor as u64;
+    manifest.trees = tree_counts(shards, &timeline.records);
+    manifest.shards = Some(timeline.shard_rows.clone());
+    manifest.clock_skew_ns = Some(timeline.clock_skew_ns);
+    manifest.started_unix_ns = timeline.anchor as u64;
     manifest.ended_unix_ns = shards.iter().filter_map(|s| s.manifest.ended_unix_ns).max();
-    manifest.profiling_ns = tl.window.map(|(a, b)| [a, b]);
+    manifest.profiling_ns = timeline.window.map(|(a, b)| [a, b]);
     manifest.merged_unix_ns = Some(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -313,12 +313,12 @@ fn peak_in_flight(records: &[RequestRecord]) -> u64 {
 /// The scenario's rules for the exports that a shard's manifest keeps (`shard_exports`): the
 /// coverage rule and the warmup's naming; aiperf 0.13's when absent.
 fn export_rules(
-    m: &Manifest,
+    manifest: &Manifest,
 ) -> (
     crate::export::aiperf::CoverageRule,
     crate::export::aiperf::WarmupNaming,
 ) {
-    let Some(rules) = &m.shard_exports else {
+    let Some(rules) = &manifest.shard_exports else {
         return (
             crate::export::aiperf::CoverageRule::default(),
             crate::export::aiperf::WarmupNaming::default(),
@@ -448,8 +448,8 @@ fn write_merged(
     Ok(files)
 }
 
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+fn same_dir(first: &Path, second: &Path) -> bool {
+    match (std::fs::canonicalize(first), std::fs::canonicalize(second)) {
         (Ok(x), Ok(y)) => x == y,
         _ => false,
     }
@@ -695,13 +695,13 @@ impl RecordedJudgments {
 
 /// The dataset the shards replayed, for what the merge reads of the corpus (the theoretical
 /// prefix-cache hit rate, the sessions' recorded times); `None`, with a warning, when it is gone.
-pub(super) fn dataset_of(m: &Manifest) -> Option<crate::dataset::Dataset> {
-    let src = m.dataset.source.display().to_string();
+pub(super) fn dataset_of(manifest: &Manifest) -> Option<crate::dataset::Dataset> {
+    let src = manifest.dataset.source.display().to_string();
     if src.is_empty() {
         return None;
     }
     match crate::dataset::Dataset::open_path(
-        &m.dataset.source,
+        &manifest.dataset.source,
         &crate::dataset::OpenOptions::default(),
     ) {
         Ok(ds) => Some(ds),
@@ -734,11 +734,11 @@ fn tree_stamps(records: &[RequestRecord]) -> std::collections::HashMap<String, V
 /// in a run), plus the reasons `resolve` gave before the run.
 fn validity(
     shards: &[Shard],
-    tl: &Timeline,
+    timeline: &Timeline,
     cancelled: bool,
     home: &Path,
 ) -> anyhow::Result<Vec<String>> {
-    let (records, window) = (&tl.records, tl.window);
+    let (records, window) = (&timeline.records, timeline.window);
     let manifest = &shards[0].manifest;
     let sha = manifest.scenario.sha256.as_str();
     let source = manifest.scenario.source.to_str().unwrap_or_default();

@@ -74,9 +74,9 @@ pub fn draw_seed() -> u64 {
     entropy() & (i64::MAX as u64)
 }
 
-/// The name of shard `i`'s directory under a sharded run's `--output-artifact-dir`.
-pub fn shard_dir_name(i: u32) -> String {
-    format!("shard-{i}")
+/// The name of shard `index`'s directory under a sharded run's `--output-artifact-dir`.
+pub fn shard_dir_name(index: u32) -> String {
+    format!("shard-{index}")
 }
 
 /// A multi-thread runtime with every driver.

@@ -83,26 +83,26 @@ fn verdict(
 /// none loses the records.
 pub(super) fn finish(
     ctx: RunCtx<'_>,
-    rt: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Runtime,
     conn: &Connected,
-    (mut d, sink): (RunDir, RecordSink),
-    r: Replayed,
+    (mut dir, sink): (RunDir, RecordSink),
+    replayed: Replayed,
 ) -> anyhow::Result<RunOutcome> {
     let cfg = ctx.cfg;
     let written = sink.close()?;
     // The sink's watchers are gone: the OTLP export sends what it holds and its stream spans.
-    if let Some(exporter) = d.otlp.take() {
-        d.manifest.otlp = Some(finish_otlp(rt, exporter, cfg));
+    if let Some(exporter) = dir.otlp.take() {
+        dir.manifest.otlp = Some(finish_otlp(runtime, exporter, cfg));
     }
-    let records_path = d.out.join(crate::record::RECORDS_FILE);
+    let records_path = dir.out.join(crate::record::RECORDS_FILE);
     // Sized by the count written: a long run's records are the end's largest allocation.
     let mut records = Vec::with_capacity(written as usize);
     scan_records(&records_path, false, |r| records.push(r))
         .map_err(|e| anyhow!("reading back records: {e}"))?;
-    d.manifest.trees = r.tree_counts;
-    d.manifest.ended_unix_ns = Some(d.clock.unix_ns(d.clock.now_ns()));
+    dir.manifest.trees = replayed.tree_counts;
+    dir.manifest.ended_unix_ns = Some(dir.clock.unix_ns(dir.clock.now_ns()));
     let ended = Ended {
-        outcome: r.outcome,
+        outcome: replayed.outcome,
         records,
         written,
         url: if cfg.plan.demo {
@@ -110,12 +110,13 @@ pub(super) fn finish(
         } else {
             conn.ccfg.url.clone()
         },
-        scrape_log: r.scrape_log,
-        gpu_log: r.gpu_log,
+        scrape_log: replayed.scrape_log,
+        gpu_log: replayed.gpu_log,
     };
-    let mut out = conclude(ctx, &mut d, ended)?;
-    if let (Some(fin), Some(sh)) = (r.finish, &cfg.shard) {
-        let (merged, failed) = finish_shards(cfg, rt, sh, fin, r.coordinator, &mut d)?;
+    let mut out = conclude(ctx, &mut dir, ended)?;
+    if let (Some(fin), Some(sh)) = (replayed.finish, &cfg.shard) {
+        let (merged, failed) =
+            finish_shards(cfg, runtime, sh, fin, replayed.coordinator, &mut dir)?;
         out.files.extend(merged);
         if failed {
             out.code = 2;
@@ -129,11 +130,11 @@ const OTLP_DRAIN: Duration = Duration::from_secs(30);
 
 /// Ends the OTLP export (its collector gets [`OTLP_DRAIN`] to take the rest) and says what it did.
 fn finish_otlp(
-    rt: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Runtime,
     exporter: crate::telemetry::otlp::Exporter,
     cfg: &RunConfig,
 ) -> crate::export::manifest::OtlpInfo {
-    let stats = rt.block_on(exporter.finish(OTLP_DRAIN));
+    let stats = runtime.block_on(exporter.finish(OTLP_DRAIN));
     let endpoint = cfg.otlp_endpoint.clone().unwrap_or_default();
     if stats.spans_dropped > 0 {
         tracing::warn!(
@@ -174,7 +175,7 @@ pub(super) struct Ended {
 /// failed, 1 when the run stopped early or is invalid under `--require-valid`).
 pub(super) fn conclude(
     ctx: RunCtx<'_>,
-    d: &mut RunDir,
+    dir: &mut RunDir,
     ended: Ended,
 ) -> anyhow::Result<RunOutcome> {
     let RunCtx {
@@ -182,15 +183,15 @@ pub(super) fn conclude(
         prepared,
         planned,
     } = ctx;
-    let records_path = d.out.join(crate::record::RECORDS_FILE);
+    let records_path = dir.out.join(crate::record::RECORDS_FILE);
     let outcome = &ended.outcome;
     let reasons = verdict(prepared, outcome, &ended.records)?;
-    d.manifest.profiling_ns = outcome.profiling_ns.map(|(a, b)| [a, b]);
-    d.manifest.profiling_started_ns = outcome.profiling_ns.map(|(a, _)| a);
-    d.manifest.stop = Some(outcome.stop.as_str().to_string());
-    d.write_manifest()?;
+    dir.manifest.profiling_ns = outcome.profiling_ns.map(|(a, b)| [a, b]);
+    dir.manifest.profiling_started_ns = outcome.profiling_ns.map(|(a, _)| a);
+    dir.manifest.stop = Some(outcome.stop.as_str().to_string());
+    dir.write_manifest()?;
     let mut summary = Summary::of(&ended.records);
-    summary.cache = cache_truth(cfg, &ended, d.manifest.server_slots);
+    summary.cache = cache_truth(cfg, &ended, dir.manifest.server_slots);
     if let (Some(cache), Some(log), Some(window)) = (
         summary.cache.as_mut(),
         ended.scrape_log.as_ref(),
@@ -203,16 +204,16 @@ pub(super) fn conclude(
         let window = outcome.profiling_ns.unwrap_or((0, 0));
         crate::export::server_metrics::window_summary(log, window)
     });
-    let summary_path = write_summary(ctx, d, &ended, &reasons, &summary, server_window)?;
+    let summary_path = write_summary(ctx, dir, &ended, &reasons, &summary, server_window)?;
     let mut files = vec![
         records_path.clone(),
-        d.out.join(MANIFEST_FILE),
+        dir.out.join(MANIFEST_FILE),
         summary_path,
     ];
-    let (written_files, mut export_failed) = exports(ctx, d, &ended, &reasons, &summary);
+    let (written_files, mut export_failed) = exports(ctx, dir, &ended, &reasons, &summary);
     files.extend(written_files);
     if cfg.timeline {
-        match write_timeline(d, ended.scrape_log.as_ref()) {
+        match write_timeline(dir, ended.scrape_log.as_ref()) {
             Ok(path) => files.push(path),
             Err(e) => {
                 tracing::error!("{e:#}");
@@ -229,7 +230,7 @@ pub(super) fn conclude(
     };
     Ok(RunOutcome {
         code,
-        dir: d.out.clone(),
+        dir: dir.out.clone(),
         run_id: planned.run_id.clone(),
         concurrency: prepared.settings.concurrency,
         files,
@@ -400,7 +401,7 @@ fn flag_or_server<T: PartialEq + std::fmt::Display>(
 /// Writes `run_summary.json`; returns its path.
 fn write_summary(
     ctx: RunCtx<'_>,
-    d: &RunDir,
+    dir: &RunDir,
     ended: &Ended,
     reasons: &[String],
     summary: &Summary,
@@ -425,8 +426,8 @@ fn write_summary(
         benchmark_duration_s: Some(prepared.settings.duration.as_secs_f64()),
         assistant_mode: Some(assistant_mode(run_plan.mode).to_owned()),
         url: Some(url.clone()),
-        model: d.manifest.model.clone(),
-        started_unix_ns: Some(d.clock.anchor_unix_ns()),
+        model: dir.manifest.model.clone(),
+        started_unix_ns: Some(dir.clock.anchor_unix_ns()),
         submission_valid: Some(reasons.is_empty()),
         submission_invalid_reasons: reasons.to_vec(),
         records: Some(written),
@@ -435,12 +436,12 @@ fn write_summary(
         wasmtime_version: Some(scenario::WASMTIME_VERSION.to_owned()),
         shards: None,
         server_metrics_window: server_window,
-        http: d.manifest.http.clone(),
-        arrivals: arrivals_summary(prepared, d.manifest.trees.as_ref(), outcome.profiling_ns),
+        http: dir.manifest.http.clone(),
+        arrivals: arrivals_summary(prepared, dir.manifest.trees.as_ref(), outcome.profiling_ns),
         extra: serde_json::Map::default(),
     };
-    let path = d.out.join(RUN_SUMMARY);
-    d.art
+    let path = dir.out.join(RUN_SUMMARY);
+    dir.art
         .write_atomic(RUN_SUMMARY, doc.to_json_pretty().as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
@@ -475,14 +476,14 @@ fn arrivals_summary(
 
 /// `--timeline`: the run as trace events, next to its records.
 fn write_timeline(
-    d: &RunDir,
+    dir: &RunDir,
     scrape_log: Option<&crate::metrics::scrape_log::ScrapeLog>,
 ) -> anyhow::Result<PathBuf> {
     use crate::export::timeline::{self, TIMELINE_FILE};
-    let path = d.out.join(TIMELINE_FILE);
+    let path = dir.out.join(TIMELINE_FILE);
     let file = std::fs::File::create(&path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    let counts = timeline::write_timeline(&d.out, scrape_log, file)
+    let counts = timeline::write_timeline(&dir.out, scrape_log, file)
         .with_context(|| format!("writing {}", path.display()))?;
     tracing::info!(
         requests = counts.requests,
@@ -498,7 +499,7 @@ fn write_timeline(
 /// The aiperf-compatible exports, the server metrics, the plot and the page.
 fn exports(
     ctx: RunCtx<'_>,
-    d: &RunDir,
+    dir: &RunDir,
     ended: &Ended,
     reasons: &[String],
     summary: &Summary,
@@ -511,10 +512,10 @@ fn exports(
     let (outcome, records) = (&ended.outcome, &ended.records);
     let scrape_log = ended.scrape_log.as_ref();
     let (p0, p1) = outcome.profiling_ns.unwrap_or((0, 0));
-    let input_config = json!(d.manifest.resolved_settings);
+    let input_config = json!(dir.manifest.resolved_settings);
     let info = crate::export::aiperf::RunInfo {
         benchmark_id: planned.run_id.clone(),
-        anchor_unix_ns: d.clock.anchor_unix_ns(),
+        anchor_unix_ns: dir.clock.anchor_unix_ns(),
         profiling_start_ns: p0,
         profiling_end_ns: p1,
         scenario_name: prepared.info.name.clone(),
@@ -548,7 +549,7 @@ fn exports(
                 crate::export::gpu_telemetry::GpuWindow::of(
                     log,
                     (p0, p1),
-                    d.clock.anchor_unix_ns(),
+                    dir.clock.anchor_unix_ns(),
                     energy,
                 )
             }),
@@ -562,14 +563,14 @@ fn exports(
         (log, meta)
     });
     let (mut files, mut failed) = crate::export::write_run_exports(
-        &d.art,
+        &dir.art,
         records,
         &info,
         cfg.slice_duration,
         server.as_ref().map(|(log, meta)| (*log, meta)),
     );
     if let Some(log) = &ended.gpu_log {
-        match crate::export::gpu_telemetry::write_jsonl(&d.art, log, d.clock.anchor_unix_ns()) {
+        match crate::export::gpu_telemetry::write_jsonl(&dir.art, log, dir.clock.anchor_unix_ns()) {
             Ok(path) => files.push(path),
             Err(e) => {
                 tracing::error!(
@@ -611,36 +612,36 @@ fn check_scrapes(cfg: &RunConfig, log: &crate::metrics::scrape_log::ScrapeLog) {
 /// report and merges into `--merge-into`. Returns the merged files and whether the merge failed.
 fn finish_shards(
     cfg: &RunConfig,
-    rt: &tokio::runtime::Runtime,
-    sh: &super::shard::ShardConfig,
+    runtime: &tokio::runtime::Runtime,
+    shard: &super::shard::ShardConfig,
     fin: rendezvous::Finish,
     coordinator: Option<rendezvous::Coordinator>,
-    d: &mut RunDir,
+    dir: &mut RunDir,
 ) -> anyhow::Result<(Vec<PathBuf>, bool)> {
-    let wait = sh.timeout.max(Duration::from_secs(600));
-    if let Err(e) = rt.block_on(fin.done(wait)) {
+    let wait = shard.timeout.max(Duration::from_secs(600));
+    if let Err(e) = runtime.block_on(fin.done(wait)) {
         tracing::error!("rendezvous: {e:#}");
     }
     let Some(c) = coordinator else {
         return Ok((Vec::new(), false));
     };
-    match rt.block_on(c.finish(wait)) {
+    match runtime.block_on(c.finish(wait)) {
         Ok(report) => {
             if !report.lost.is_empty() {
                 tracing::error!(lost = ?report.lost, "rendezvous: shards were lost before they were done");
             }
-            if let Some(s) = d.manifest.shard.as_mut() {
+            if let Some(s) = dir.manifest.shard.as_mut() {
                 s.rendezvous = Some(report);
             }
-            d.write_manifest()?;
+            dir.write_manifest()?;
         }
         Err(e) => tracing::error!("rendezvous: {e:#}"),
     }
-    let Some(into) = &sh.merge_into else {
+    let Some(into) = &shard.merge_into else {
         return Ok((Vec::new(), false));
     };
-    let dirs: Vec<PathBuf> = (0..sh.count)
-        .map(|i| d.run_dir.join(shard_dir_name(i)))
+    let dirs: Vec<PathBuf> = (0..shard.count)
+        .map(|i| dir.run_dir.join(shard_dir_name(i)))
         .collect();
     match merge::merge(&dirs, into, &cfg.home) {
         Ok(m) => {

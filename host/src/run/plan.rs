@@ -317,16 +317,16 @@ fn tree_dry_run_json(
 /// The warning of a run with more lanes than `what` (traces or trees): each is replayed on
 /// several lanes at once, each with its own start and marker; past a hundred lanes apiece, the
 /// prefix cache sees mostly one corpus's prefixes.
-fn warn_shared(conc: u32, n: usize, what: &str) {
-    let per = (conc as usize).div_ceil(n.max(1));
+fn warn_shared(conc: u32, count: usize, what: &str) {
+    let per = (conc as usize).div_ceil(count.max(1));
     if per >= 100 {
         tracing::warn!(
-            "{n} {what} for {conc} lanes: each is replayed on about {per} lanes at once (own start and marker each); \
+            "{count} {what} for {conc} lanes: each is replayed on about {per} lanes at once (own start and marker each); \
              a larger corpus gives a more realistic cache load (--dataset, or fewer lanes)"
         );
     } else {
         tracing::warn!(
-            "{n} {what} for {conc} lanes: lanes share them, about {per} lanes each (each with its own start and marker)"
+            "{count} {what} for {conc} lanes: lanes share them, about {per} lanes each (each with its own start and marker)"
         );
     }
 }
@@ -494,83 +494,87 @@ const DRY_RUN_ARRIVALS: usize = 20;
 /// An open-loop run's plan: no lanes (no t*, no warmup primers; each arrival starts a tree at root
 /// turn 0 from the corpus's first tree on), and the dry run's arrival plan in place of the lanes:
 /// the process, the ceiling, the arrivals expected in the duration and the first offsets.
-fn open_loop(tp: &mut TreePlanned, o: &replay::sched::OpenLoop, duration: std::time::Duration) {
-    tp.lanes.clear();
-    tp.next_draw = 0;
-    let first = o.spec.offsets(DRY_RUN_ARRIVALS);
-    let mut plan = o.spec.json();
-    plan["ceiling"] = json!(o.slots);
-    plan["expected_arrivals"] = json!(o.spec.rate * duration.as_secs_f64());
+fn open_loop(
+    planned: &mut TreePlanned,
+    open_loop: &replay::sched::OpenLoop,
+    duration: std::time::Duration,
+) {
+    planned.lanes.clear();
+    planned.next_draw = 0;
+    let first = open_loop.spec.offsets(DRY_RUN_ARRIVALS);
+    let mut plan = open_loop.spec.json();
+    plan["ceiling"] = json!(open_loop.slots);
+    plan["expected_arrivals"] = json!(open_loop.spec.rate * duration.as_secs_f64());
     plan["first_offsets_s"] = json!(first);
-    tp.json["lanes"] = json!([]);
-    tp.json["arrivals"] = plan;
+    planned.json["lanes"] = json!([]);
+    planned.json["arrivals"] = plan;
     let mut table = format!(
         "open-loop session arrivals: {} per second, {}{}, at most {} sessions in flight (an arrival over it is rejected); about {:.0} in {:.0} s\n",
-        o.spec.rate,
-        o.spec.pattern.name(),
-        o.spec
+        open_loop.spec.rate,
+        open_loop.spec.pattern.name(),
+        open_loop.spec
             .smoothness
             .map(|k| format!(" (shape {k})"))
             .unwrap_or_default(),
-        o.slots,
-        o.spec.rate * duration.as_secs_f64(),
+        open_loop.slots,
+        open_loop.spec.rate * duration.as_secs_f64(),
         duration.as_secs_f64()
     );
     table.push_str("arrival  at (s)\n");
     for (i, at) in first.iter().enumerate() {
         table.push_str(&format!("{i:>7}  {at:.3}\n"));
     }
-    tp.table = table;
+    planned.table = table;
 }
 
 /// Plans a session-tree run (a 0.2.0 scenario): the corpus's trees, every lane's t*, marker and
 /// alive streams, the rules and the delays.
-fn plan_trees(d: &mut TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
+fn plan_trees(dry_run: &mut TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
     let t0 = std::time::Instant::now();
     let open = dataset::tree::corpus::TreeOpen {
-        basis: d.basis,
+        basis: dry_run.basis,
         ..Default::default()
     };
-    let corpus = std::sync::Arc::new(dataset::tree::corpus::TreeCorpus::open(d.ds, &open)?);
+    let corpus = std::sync::Arc::new(dataset::tree::corpus::TreeCorpus::open(dry_run.ds, &open)?);
     let opened_in = t0.elapsed();
     let trees: Vec<_> = corpus.trees.iter().map(replay::tree::wit_tree).collect();
     let built_in = t0.elapsed();
-    let rules = d.inst.rules(&d.resolved.settings)?;
+    let rules = dry_run.inst.rules(&dry_run.resolved.settings)?;
     if !rules.recycle_from_turn_zero {
         bail!(
             "the scenario {} asks that a drained lane not restart its next tree at turn 0 (recycle-from-turn-zero false), which this host does not implement; use a scenario that recycles from turn 0",
-            d.info.name
+            dry_run.info.name
         );
     }
-    if !rules.allow_wrap && trees.len() < d.concurrency as usize {
+    if !rules.allow_wrap && trees.len() < dry_run.concurrency as usize {
         bail!(
             "--concurrency {} is more lanes than the corpus's {} trees, and the scenario {} does not let lanes share trees (allow-wrap false); lower --concurrency or use a larger corpus",
-            d.concurrency,
+            dry_run.concurrency,
             trees.len(),
-            d.info.name
+            dry_run.info.name
         );
     }
     let planned = replay::tree::plan_lanes(
         &trees,
         &replay::tree::TreePlanParams {
-            concurrency: d.concurrency,
-            seed: d.seed,
-            min_ratio: d.ratios.0,
-            max_ratio: d.ratios.1,
+            concurrency: dry_run.concurrency,
+            seed: dry_run.seed,
+            min_ratio: dry_run.ratios.0,
+            max_ratio: dry_run.ratios.1,
             lead_cap_ms: rules.system_idle_cap_seconds.unwrap_or(10.0) * 1000.0,
-            placement: d.placement,
-            run_id: d.run_id.clone(),
+            placement: dry_run.placement,
+            run_id: dry_run.run_id.clone(),
         },
-        d.inst,
+        dry_run.inst,
     )?;
     let lanes = planned.lanes;
     let planned_in = t0.elapsed().checked_sub(built_in).unwrap();
     let delays_ms = tree_delays(
         &corpus,
-        d.inst,
+        dry_run.inst,
         scenario::types_v2::DelayParams {
-            think_time_only: d.think_only,
-            cap_seconds: d.cap,
+            think_time_only: dry_run.think_only,
+            cap_seconds: dry_run.cap,
         },
     )?;
     let delays_in = t0
@@ -593,25 +597,25 @@ fn plan_trees(d: &mut TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
         delays_ms = format!("{:.2}", delays_in.as_secs_f64() * 1e3),
         "session-tree plan timings"
     );
-    if trees.len() < d.concurrency as usize {
-        warn_shared(d.concurrency, trees.len(), "trees");
+    if trees.len() < dry_run.concurrency as usize {
+        warn_shared(dry_run.concurrency, trees.len(), "trees");
     }
-    if lanes.len() < d.concurrency as usize {
+    if lanes.len() < dry_run.concurrency as usize {
         bail!(
             "only {} of {} lanes could start: the corpus has {} trees, none of the others has a usable start",
             lanes.len(),
-            d.concurrency,
+            dry_run.concurrency,
             trees.len()
         );
     }
     let streams: usize = trees.iter().map(|t| t.streams.len()).sum();
     let json = json!({
-        "scenario": {"name": d.info.name, "version": d.info.version, "sha256": d.hash,
+        "scenario": {"name": dry_run.info.name, "version": dry_run.info.version, "sha256": dry_run.hash,
                      "world": scenario::World::V0_2.as_str()},
-        "run_id": d.run_id,
-        "seed": d.seed,
-        "concurrency": d.concurrency,
-        "dataset": {"traces": d.ds.len(), "trees": trees.len(), "streams": streams, "cache_key": d.dataset_key},
+        "run_id": dry_run.run_id,
+        "seed": dry_run.seed,
+        "concurrency": dry_run.concurrency,
+        "dataset": {"traces": dry_run.ds.len(), "trees": trees.len(), "streams": streams, "cache_key": dry_run.dataset_key},
         "rules": {
             "warmup_max_tokens": rules.warmup_max_tokens,
             "warmup_spread": rules.warmup_spread,
@@ -643,7 +647,7 @@ fn plan_trees(d: &mut TreeDryRun<'_>) -> anyhow::Result<TreePlanned> {
 fn tree_delays(
     corpus: &dataset::tree::corpus::TreeCorpus,
     inst: &mut ScenarioInstance,
-    dp: scenario::types_v2::DelayParams,
+    delay_params: scenario::types_v2::DelayParams,
 ) -> anyhow::Result<Vec<Vec<f64>>> {
     let mut delays_ms = Vec::with_capacity(corpus.streams.len());
     for (i, t) in corpus.trees.iter().enumerate() {
@@ -652,7 +656,7 @@ fn tree_delays(
             let mut v = vec![0.0; s.turns.len()];
             for (k, w) in s.turns.windows(2).enumerate() {
                 v[k + 1] = inst.tree_turn_delay(
-                    dp,
+                    delay_params,
                     scenario::types_v2::TurnTimes {
                         ts_ms: w[1].ts_ms,
                         prev_ts_ms: w[0].ts_ms,
@@ -745,8 +749,8 @@ pub(crate) fn recorded_times(
 }
 
 /// The dataset's tiling for the scenario's decision.
-fn tiling(t: scenario::PromptTiling) -> dataset::Tiling {
-    match t {
+fn tiling(tiling: scenario::PromptTiling) -> dataset::Tiling {
+    match tiling {
         scenario::PromptTiling::RecordedLength => dataset::Tiling::RecordedLength,
         scenario::PromptTiling::Reference => dataset::Tiling::Reference,
     }

@@ -42,7 +42,7 @@ impl PrecisionWatch {
         cfg: &RunConfig,
         clock: crate::record::Clock,
         seed: u64,
-        rt: &tokio::runtime::Runtime,
+        runtime: &tokio::runtime::Runtime,
     ) -> watch::Receiver<Option<String>> {
         let (tx, rx) = watch::channel(None);
         let check = Check {
@@ -56,7 +56,7 @@ impl PrecisionWatch {
             clock,
         };
         let every = (cfg.min_duration / 5).clamp(Duration::from_secs(1), Duration::from_secs(10));
-        rt.spawn(async move {
+        runtime.spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;

@@ -193,7 +193,7 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
 /// Refuses `--target-precision` under a scenario that locks the duration (a point of its sweep may
 /// not stop early), with the scenario's own rule, and a `--min-duration` past the duration.
 fn allows_early_stop(
-    sc: &Scenario,
+    scenario: &Scenario,
     info: &Info,
     cfg: &RunConfig,
     duration: std::time::Duration,
@@ -214,7 +214,7 @@ fn allows_early_stop(
             "the scenario {} {} (sha256:{}) refuses this configuration:\n  {flag}: it locks benchmark-duration ({}); a point may not stop early. Use a scenario without that lock, e.g. --scenario path/to/kvct-v01.wasm",
             info.name,
             info.version,
-            &sc.hash()[..16],
+            &scenario.hash()[..16],
             lock.rule
         );
     }
@@ -235,13 +235,13 @@ pub(crate) const ARRIVAL_KNOB: &str = ReplaySetting::SessionArrivalRate.name();
 /// every setting and lists the `session-arrival-rate` knob (`agentx-open`). A rate given to one
 /// that does not is refused with the scenario's own rule of its timing (its `timing-mode` lock).
 fn allows_arrivals(
-    sc: &Scenario,
+    scenario: &Scenario,
     info: &Info,
-    rp: &RunPlan,
+    run_plan: &RunPlan,
     decides: bool,
 ) -> anyhow::Result<bool> {
     let allows = decides && info.knobs.iter().any(|k| k.name == ARRIVAL_KNOB);
-    let given = rp
+    let given = run_plan
         .settings
         .iter()
         .find(|s| s.name == ARRIVAL_KNOB && s.explicit);
@@ -256,19 +256,23 @@ fn allows_arrivals(
              use a scenario that allows them, e.g. --scenario agentx-open",
             info.name,
             info.version,
-            &sc.hash()[..16]
+            &scenario.hash()[..16]
         );
     }
     Ok(allows)
 }
 
 /// The assistant-text flag or variable a user gave when the scenario decides otherwise.
-fn assistant_not_acted_on(rp: &RunPlan, d: &scenario::Decisions, info: &Info) -> Option<String> {
-    let decided = match d.assistant_text? {
+fn assistant_not_acted_on(
+    run_plan: &RunPlan,
+    decisions: &scenario::Decisions,
+    info: &Info,
+) -> Option<String> {
+    let decided = match decisions.assistant_text? {
         scenario::AssistantText::Recorded => dataset::AssistantMode::Recorded,
         scenario::AssistantText::Live => dataset::AssistantMode::Live,
     };
-    (rp.mode_given && rp.mode != decided).then(|| {
+    (run_plan.mode_given && run_plan.mode != decided).then(|| {
         format!(
             "--recorded-assistant / *_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES: the scenario {} decides the assistant text ({decided:?}), as its reference does",
             info.name
@@ -278,13 +282,19 @@ fn assistant_not_acted_on(rp: &RunPlan, d: &scenario::Decisions, info: &Info) ->
 
 /// Where each resolved setting came from: the flags and environment as [`RunPlan::sources`] says,
 /// and the scenario for what it filled or changed.
-fn sources(resolved: &Resolved, rp: &RunPlan) -> std::collections::BTreeMap<String, &'static str> {
+fn sources(
+    resolved: &Resolved,
+    run_plan: &RunPlan,
+) -> std::collections::BTreeMap<String, &'static str> {
     resolved
         .settings
         .iter()
         .map(|s| {
-            let given = scenario::last_named(&rp.settings, &s.name);
-            let source = match (given, rp.sources.iter().rev().find(|(n, _)| *n == s.name)) {
+            let given = scenario::last_named(&run_plan.settings, &s.name);
+            let source = match (
+                given,
+                run_plan.sources.iter().rev().find(|(n, _)| *n == s.name),
+            ) {
                 (Some(g), Some((_, src))) if g.value == s.value => *src,
                 _ => "scenario",
             };
@@ -297,23 +307,23 @@ fn sources(resolved: &Resolved, rp: &RunPlan) -> std::collections::BTreeMap<Stri
 /// list of concurrencies), its warnings logged.
 fn resolve(
     inst: &mut ScenarioInstance,
-    sc: &Scenario,
+    scenario: &Scenario,
     info: &Info,
-    rp: &RunPlan,
+    run_plan: &RunPlan,
 ) -> anyhow::Result<Resolved> {
-    let resolved = match inst.resolve(&rp.settings, entropy())? {
+    let resolved = match inst.resolve(&run_plan.settings, entropy())? {
         Ok(r) => r,
         Err(violations) => {
             let mut msg = format!(
                 "the scenario {} {} (sha256:{}) refuses this configuration:",
                 info.name,
                 info.version,
-                &sc.hash()[..16]
+                &scenario.hash()[..16]
             );
             for v in &violations {
                 msg.push_str(&format!("\n  {}: {}", flag_of(&v.setting), v.message));
             }
-            if let Some(c) = &rp.concurrency_list {
+            if let Some(c) = &run_plan.concurrency_list {
                 msg.push_str(&format!(
                     "\n(for one run per concurrency, `agentx-host sweep --concurrency {c}`)"
                 ));
@@ -321,7 +331,7 @@ fn resolve(
             bail!(msg);
         }
     };
-    if let Some(c) = &rp.concurrency_list {
+    if let Some(c) = &run_plan.concurrency_list {
         bail!(
             "--concurrency {c}: a run has one concurrency; for one run per point use `agentx-host sweep --concurrency {c}`"
         );

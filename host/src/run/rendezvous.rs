@@ -221,8 +221,8 @@ enum Msg {
 
 /// Why another shard stopped the run (an interrupt when its reason is not one this shard knows,
 /// or the normal end, which is no reason to stop the others).
-fn reason_of(s: &str) -> StopReason {
-    match StopReason::parse(s) {
+fn reason_of(reason: &str) -> StopReason {
+    match StopReason::parse(reason) {
         Some(r @ (StopReason::ThresholdExceeded | StopReason::WarmupFailed)) => r,
         _ => StopReason::Interrupted,
     }
@@ -235,16 +235,16 @@ fn wall_ns() -> u64 {
         .unwrap_or(0)
 }
 
-async fn send(w: &mut OwnedWriteHalf, m: &Msg) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(m).map_err(std::io::Error::other)?;
+async fn send(writer: &mut OwnedWriteHalf, message: &Msg) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    w.write_all(&line).await
+    writer.write_all(&line).await
 }
 
 /// Reads the next message; `Ok(None)` at the end of the stream.
-async fn recv(r: &mut BufReader<OwnedReadHalf>) -> anyhow::Result<Option<Msg>> {
+async fn recv(reader: &mut BufReader<OwnedReadHalf>) -> anyhow::Result<Option<Msg>> {
     let mut line = String::new();
-    if r.read_line(&mut line).await? == 0 {
+    if reader.read_line(&mut line).await? == 0 {
         return Ok(None);
     }
     let m = serde_json::from_str(line.trim_end())
@@ -253,9 +253,9 @@ async fn recv(r: &mut BufReader<OwnedReadHalf>) -> anyhow::Result<Option<Msg>> {
 }
 
 /// Reads the first line of a connection not yet admitted, at most [`MAX_HELLO_BYTES`].
-async fn recv_first(r: &mut BufReader<OwnedReadHalf>) -> Result<Msg, String> {
+async fn recv_first(reader: &mut BufReader<OwnedReadHalf>) -> Result<Msg, String> {
     let mut line = Vec::new();
-    let n = (&mut *r)
+    let n = (&mut *reader)
         .take(MAX_HELLO_BYTES)
         .read_until(b'\n', &mut line)
         .await

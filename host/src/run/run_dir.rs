@@ -232,8 +232,8 @@ fn shard_exports(prepared: &Prepared, planned: &Planned) -> manifest::ShardExpor
     }
 }
 
-pub(super) fn assistant_mode(m: AssistantMode) -> &'static str {
-    match m {
+pub(super) fn assistant_mode(mode: AssistantMode) -> &'static str {
+    match mode {
         AssistantMode::Live => "live",
         AssistantMode::Recorded => "recorded",
     }

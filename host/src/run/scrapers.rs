@@ -55,7 +55,7 @@ impl Scrapers {
     /// Starts the scrapers the run asks for, from the start of warmup to after the end.
     pub(super) fn start(
         cfg: &RunConfig,
-        rt: &tokio::runtime::Runtime,
+        runtime: &tokio::runtime::Runtime,
         url: &str,
         dir: &super::run_dir::RunDir,
     ) -> anyhow::Result<Scrapers> {
@@ -76,7 +76,7 @@ impl Scrapers {
                 );
             }
             Some(start_one(
-                rt,
+                runtime,
                 dir,
                 urls,
                 cfg.plan.scrape_interval,
@@ -90,7 +90,7 @@ impl Scrapers {
             let urls = cfg.gpu_telemetry.clone();
             let interval = cfg.plan.gpu_scrape_interval;
             Some(start_one(
-                rt,
+                runtime,
                 dir,
                 urls,
                 interval,
@@ -130,7 +130,7 @@ impl Scrapers {
 /// Starts one scraper over `urls`, journaled to `journal` in the run's directory (a run goes on
 /// without its journal, said why).
 fn start_one(
-    rt: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Runtime,
     dir: &super::run_dir::RunDir,
     urls: Vec<String>,
     interval: Option<std::time::Duration>,
@@ -148,7 +148,7 @@ fn start_one(
             dir.art.join(journal).display()
         ),
     }
-    let _guard = rt.enter();
+    let _guard = runtime.enter();
     Ok(Arc::new(Scraper::start(scrape_cfg, dir.clock)?))
 }
 

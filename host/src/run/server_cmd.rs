@@ -495,19 +495,19 @@ fn group_alive(pgid: Pid) -> bool {
         })
 }
 
-fn exit_of(how: ServerEnd, s: ExitStatus) -> ServerExit {
+fn exit_of(how: ServerEnd, status: ExitStatus) -> ServerExit {
     ServerExit {
         how,
-        code: s.code(),
-        signal: s.signal(),
+        code: status.code(),
+        signal: status.signal(),
     }
 }
 
-fn describe(s: ExitStatus) -> String {
-    match (s.code(), s.signal()) {
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
         (Some(c), _) => format!("exit code {c}"),
         (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => s.to_string(),
+        _ => status.to_string(),
     }
 }
 

@@ -89,7 +89,7 @@ const SWEEP_ONLY: [&str; 5] = [
 /// without the sweep's own flags.
 fn point_argv(
     sweep_argv: &[String],
-    n: u32,
+    concurrency: u32,
     dir: &Path,
     seed: u64,
     url: Option<&str>,
@@ -126,7 +126,7 @@ fn point_argv(
     }
     out.extend([
         "--concurrency".to_string(),
-        n.to_string(),
+        concurrency.to_string(),
         "--output-artifact-dir".to_string(),
         dir.display().to_string(),
         "--random-seed".to_string(),
@@ -415,23 +415,23 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
-    /// The point of concurrency `n`: kept from the sweep resumed, or run now. `None`: interrupted
-    /// before it ran. A point that cannot wait for idle servers is recorded as failed (and the
-    /// sweep summary written).
-    fn point(&mut self, n: u32, sweep: &mut Sweep) -> anyhow::Result<Option<Point>> {
+    /// The point of concurrency `concurrency`: kept from the sweep resumed, or run now. `None`:
+    /// interrupted before it ran. A point that cannot wait for idle servers is recorded as failed
+    /// (and the sweep summary written).
+    fn point(&mut self, concurrency: u32, sweep: &mut Sweep) -> anyhow::Result<Option<Point>> {
         let cfg = self.cfg;
-        let rel = format!("conc_{n}");
+        let rel = format!("conc_{concurrency}");
         let dir = cfg.dir.join(&rel);
         if let Some(point) = self
             .previous
             .and_then(|s| {
                 s.points
                     .iter()
-                    .find(|point| point.concurrency == n && point.done())
+                    .find(|point| point.concurrency == concurrency && point.done())
             })
             .filter(|_| dir.join(crate::export::run_summary::RUN_SUMMARY).exists())
         {
-            tracing::info!("sweep: concurrency {n} finished before; kept (--resume)");
+            tracing::info!("sweep: concurrency {concurrency} finished before; kept (--resume)");
             let mut point = point.clone();
             point.status = PointStatus::Resumed;
             return Ok(Some(point));
@@ -442,9 +442,11 @@ impl Pass<'_> {
         // A point's fresh server has nothing left to finish.
         if self.ran_one && !self.servers.is_empty() && cfg.server.is_none() {
             if let Err(e) = wait_idle(self.servers, cfg.idle_timeout, self.cancel) {
-                tracing::error!("sweep: concurrency {n} not run: {e}");
-                let failed = Point::failed(n, rel, e);
-                sweep.points.retain(|point| point.concurrency != n);
+                tracing::error!("sweep: concurrency {concurrency} not run: {e}");
+                let failed = Point::failed(concurrency, rel, e);
+                sweep
+                    .points
+                    .retain(|point| point.concurrency != concurrency);
                 sweep.points.push(failed.clone());
                 write(sweep, self.root)?;
                 return Ok(Some(failed));
@@ -458,29 +460,29 @@ impl Pass<'_> {
                 .rename(&rel, &aside_rel)
                 .map_err(|e| anyhow!("cannot move the unfinished {} aside: {e}", dir.display()))?;
             tracing::warn!(
-                "sweep: the unfinished run of concurrency {n} was moved to {}",
+                "sweep: the unfinished run of concurrency {concurrency} was moved to {}",
                 aside.display()
             );
         }
-        tracing::info!("sweep: concurrency {n} into {}", dir.display());
+        tracing::info!("sweep: concurrency {concurrency} into {}", dir.display());
         let mut run = self.base.clone();
         crate::scenario::set_explicit(
             &mut run.plan.settings,
             ReplaySetting::Concurrency,
-            Value::Integers(vec![i64::from(n)]),
+            Value::Integers(vec![i64::from(concurrency)]),
         );
         run.output = super::artifact_dir::OutputDir::Given(dir.clone());
         run.run_id = None;
-        run.argv = point_argv(&cfg.run.argv, n, &dir, self.seed, None);
+        run.argv = point_argv(&cfg.run.argv, concurrency, &dir, self.seed, None);
         // The sweep forwards the signals itself (below), between points too.
         run.signals = false;
         self.ran_one = true;
         let point = match &cfg.server {
-            Some(spec) => served_point(spec, n, rel, run, cfg, self.root, self.cancel),
-            None => run_point(n, rel, &run, cfg, self.root, self.cancel),
+            Some(spec) => served_point(spec, concurrency, rel, run, cfg, self.root, self.cancel),
+            None => run_point(concurrency, rel, &run, cfg, self.root, self.cancel),
         };
         if let Some(e) = &point.error {
-            tracing::error!("sweep: concurrency {n} failed: {e}");
+            tracing::error!("sweep: concurrency {concurrency} failed: {e}");
         }
         Ok(Some(point))
     }
@@ -496,7 +498,7 @@ fn write(sweep: &Sweep, dir: &crate::fsio::Root) -> anyhow::Result<Vec<PathBuf>>
 
 /// One point's run, and its row.
 fn run_point(
-    n: u32,
+    concurrency: u32,
     rel: String,
     run: &RunConfig,
     cfg: &SweepConfig,
@@ -504,8 +506,8 @@ fn run_point(
     cancel: &Cancel,
 ) -> Point {
     match execute(run, cancel) {
-        Ok(out) => point_of(n, rel, &out, cfg, root),
-        Err(e) => Point::failed(n, rel, format!("{e:#}")),
+        Ok(out) => point_of(concurrency, rel, &out, cfg, root),
+        Err(e) => Point::failed(concurrency, rel, format!("{e:#}")),
     }
 }
 
@@ -514,7 +516,7 @@ fn run_point(
 /// A server that does not become ready fails this point only.
 fn served_point(
     spec: &ServerSpec,
-    n: u32,
+    concurrency: u32,
     rel: String,
     mut run: RunConfig,
     cfg: &SweepConfig,
@@ -523,7 +525,7 @@ fn served_point(
 ) -> Point {
     let log = format!("{rel}/{}", server_cmd::LOG_FILE);
     let started = server_cmd::free_port().and_then(|port| {
-        let (command, url) = spec.fill(port, n);
+        let (command, url) = spec.fill(port, concurrency);
         let base = crate::client::base_url(&url, &run.plan.client.endpoint).map_err(|e| {
             ServerError::Template {
                 flag: "--url",
@@ -545,20 +547,26 @@ fn served_point(
     });
     let mut server = match started {
         Ok(s) => s,
-        Err(e) => return Point::failed(n, rel, e.to_string()),
+        Err(e) => return Point::failed(concurrency, rel, e.to_string()),
     };
     let url = server.info().url.clone();
     run.plan.url = Some(url.clone());
     run.plan.client.url.clone_from(&url);
     // The point's run names the sweep's seed (set in `run_sweep`).
     let seed = given_seed(&run).unwrap_or_default();
-    run.argv = point_argv(&cfg.run.argv, n, &cfg.dir.join(&rel), seed, Some(&url));
+    run.argv = point_argv(
+        &cfg.run.argv,
+        concurrency,
+        &cfg.dir.join(&rel),
+        seed,
+        Some(&url),
+    );
     if let Err(e) = server.wait_ready(&run.plan.client, spec.ready_timeout, cancel) {
-        let mut p = Point::failed(n, rel, e.to_string());
+        let mut p = Point::failed(concurrency, rel, e.to_string());
         p.server = Some(server.stop(server_cmd::STOP_GRACE));
         return p;
     }
-    let mut p = run_point(n, rel.clone(), &run, cfg, root, cancel);
+    let mut p = run_point(concurrency, rel.clone(), &run, cfg, root, cancel);
     let died = server.exited();
     let info = server.stop(server_cmd::STOP_GRACE);
     if died {

@@ -377,7 +377,7 @@ impl Gate {
 /// message on.
 pub(super) fn spawn_conn(
     reader_half: BufReader<OwnedReadHalf>,
-    mut w: OwnedWriteHalf,
+    mut writer: OwnedWriteHalf,
     id: usize,
     ev_tx: mpsc::UnboundedSender<Event>,
 ) -> mpsc::UnboundedSender<Msg> {
@@ -385,11 +385,11 @@ pub(super) fn spawn_conn(
     let pong_tx = out_tx.clone();
     tokio::spawn(async move {
         while let Some(message) = out_rx.recv().await {
-            if send(&mut w, &message).await.is_err() {
+            if send(&mut writer, &message).await.is_err() {
                 break;
             }
             if matches!(message, Msg::Bye | Msg::Refuse { .. }) {
-                let _ = w.shutdown().await;
+                let _ = writer.shutdown().await;
                 break;
             }
         }
@@ -553,10 +553,16 @@ impl Phases {
         Some(Edge::Complete)
     }
 
-    /// A message of shard `i`: the global edge it completes, if any.
-    fn on_msg(&mut self, i: u32, m: Msg, reference: &Hello, members: &Members<'_>) -> Option<Edge> {
+    /// A message of shard `shard`: the global edge it completes, if any.
+    fn on_msg(
+        &mut self,
+        shard: u32,
+        msg: Msg,
+        reference: &Hello,
+        members: &Members<'_>,
+    ) -> Option<Edge> {
         let count = reference.count as usize;
-        match m {
+        match msg {
             Msg::Ready => {
                 self.ready += 1;
                 if self.ready == count {
@@ -573,7 +579,8 @@ impl Phases {
                 if ok {
                     self.warm_ok += 1;
                 } else if self.warm_fail.is_none() {
-                    self.warm_fail = Some(message.unwrap_or_else(|| format!("shard {i} failed")));
+                    self.warm_fail =
+                        Some(message.unwrap_or_else(|| format!("shard {shard} failed")));
                 }
                 if self.warm_seen == count {
                     match &self.warm_fail {
@@ -602,7 +609,7 @@ impl Phases {
                 cancelled,
             } => {
                 self.tallies
-                    .insert(i, (requests, failed, overflows, cancelled));
+                    .insert(shard, (requests, failed, overflows, cancelled));
                 if let (Some(threshold), false) = (reference.failed_request_threshold, self.stopped)
                 {
                     let (req, fail, over, canc) =
@@ -638,28 +645,28 @@ impl Phases {
                 members.broadcast(&Msg::Stop { reason, message });
             }
             Msg::Drained => {
-                self.drained.insert(i);
+                self.drained.insert(shard);
                 return self.all_drained(count);
             }
             Msg::Done => {
-                self.done.insert(i);
+                self.done.insert(shard);
             }
             _ => {}
         }
         None
     }
 
-    /// Shard `i`'s connection closed: the global edge that completes, if any.
-    fn on_closed(&mut self, i: u32, count: usize, members: &Members<'_>) -> Option<Edge> {
-        if !self.done.contains(&i) && !self.lost.contains(&i) {
-            self.lost.push(i);
-            tracing::error!("rendezvous: shard {i} lost its connection before it was done");
+    /// Shard `shard`'s connection closed: the global edge that completes, if any.
+    fn on_closed(&mut self, shard: u32, count: usize, members: &Members<'_>) -> Option<Edge> {
+        if !self.done.contains(&shard) && !self.lost.contains(&shard) {
+            self.lost.push(shard);
+            tracing::error!("rendezvous: shard {shard} lost its connection before it was done");
             if !self.stopped {
                 self.stopped = true;
                 members.broadcast(&Msg::Stop {
                     reason: StopReason::Interrupted.as_str().into(),
                     message: format!(
-                        "shard {i} lost its connection to the rendezvous, so every shard stopped"
+                        "shard {shard} lost its connection to the rendezvous, so every shard stopped"
                     ),
                 });
             }
