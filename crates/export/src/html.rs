@@ -817,6 +817,31 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
     }
 }
 
+/// The page's throughput table: rates, cache hit rates, and goodput when the run judged it.
+fn throughput_table(
+    figure: &dyn Fn(&str) -> Option<f64>,
+    summary: Option<&agentx_metrics::Summary>,
+) -> Table {
+    let mut rows = vec![
+        ("requests/s", num(figure("mean_qps"), 2)),
+        ("input tokens/s", num(figure("input_tput_tps"), 0)),
+        ("output tokens/s", num(figure("output_tput_tps"), 0)),
+        ("total tokens/s", num(figure("total_tput_tps"), 0)),
+        (
+            "server cache hit rate",
+            pct(figure("server_gpu_cache_hit_rate")),
+        ),
+        (
+            "response cache hit rate",
+            pct(figure("response_cache_hit_rate")),
+        ),
+    ];
+    if let Some(summary) = summary {
+        rows.extend(goodput_rows(summary));
+    }
+    Table::kv("Throughput", rows)
+}
+
 /// The page of one run, from its parsed artifacts (the run summary among them) and its manifest
 /// (`run_manifest.json`, when present: what a run that did not finish has).
 /// The identity only sets the GPU count of per-GPU figures, which the page does not show.
@@ -915,24 +940,7 @@ pub(crate) fn run_page(
             ("duration (s)", num(figure("duration_seconds"), 1)),
         ],
     );
-    let mut throughput_rows = vec![
-        ("requests/s", num(figure("mean_qps"), 2)),
-        ("input tokens/s", num(figure("input_tput_tps"), 0)),
-        ("output tokens/s", num(figure("output_tput_tps"), 0)),
-        ("total tokens/s", num(figure("total_tput_tps"), 0)),
-        (
-            "server cache hit rate",
-            pct(figure("server_gpu_cache_hit_rate")),
-        ),
-        (
-            "response cache hit rate",
-            pct(figure("response_cache_hit_rate")),
-        ),
-    ];
-    if let Some(run_metrics) = summary.map(|s| &s.summary) {
-        throughput_rows.extend(goodput_rows(run_metrics));
-    }
-    let throughput = Table::kv("Throughput", throughput_rows);
+    let throughput = throughput_table(&figure, summary.map(|s| &s.summary));
     let capacity = summary.map_or_else(Vec::new, |s| capacity_tables(&s.summary));
     let latency = latency_table(&artifacts.records);
     let published = summary
