@@ -160,15 +160,18 @@ fn responses_event(facts: &mut ReplyFacts, event: &str, now: Instant) {
     }
 }
 
+/// A count of a reply's `usage` object.
+fn usage_count(usage: Option<&Value>, name: &str) -> Option<u64> {
+    usage
+        .and_then(|usage| usage.get(name))
+        .and_then(Value::as_u64)
+}
+
 /// A finished Responses object: its usage, status and output items.
 fn read_responses_result(facts: &mut ReplyFacts, response: &Value) {
     let usage = response.get("usage");
-    facts.prompt_tokens = usage
-        .and_then(|usage| usage.get("input_tokens"))
-        .and_then(Value::as_u64);
-    facts.completion_tokens = usage
-        .and_then(|usage| usage.get("output_tokens"))
-        .and_then(Value::as_u64);
+    facts.prompt_tokens = usage_count(usage, "input_tokens");
+    facts.completion_tokens = usage_count(usage, "output_tokens");
     for item in response
         .get("output")
         .and_then(Value::as_array)
@@ -198,12 +201,8 @@ fn whole_reply(api: Api, bytes: &[u8]) -> ReplyFacts {
     match api {
         Api::Chat => {
             let usage = reply.get("usage");
-            facts.prompt_tokens = usage
-                .and_then(|usage| usage.get("prompt_tokens"))
-                .and_then(Value::as_u64);
-            facts.completion_tokens = usage
-                .and_then(|usage| usage.get("completion_tokens"))
-                .and_then(Value::as_u64);
+            facts.prompt_tokens = usage_count(usage, "prompt_tokens");
+            facts.completion_tokens = usage_count(usage, "completion_tokens");
             let choice = reply.pointer("/choices/0");
             let message = choice.and_then(|choice| choice.get("message"));
             facts.text = message
@@ -223,11 +222,7 @@ fn whole_reply(api: Api, bytes: &[u8]) -> ReplyFacts {
         }
         Api::Anthropic => {
             let usage = reply.get("usage");
-            let count = |name: &str| {
-                usage
-                    .and_then(|usage| usage.get(name))
-                    .and_then(Value::as_u64)
-            };
+            let count = |name: &str| usage_count(usage, name);
             facts.prompt_tokens = count("input_tokens").map(|input| {
                 input
                     + count("cache_read_input_tokens").unwrap_or(0)
