@@ -5,6 +5,7 @@ mod arrivals;
 mod block_size;
 mod cache_preflight;
 mod cache_truth;
+mod capture;
 mod cli;
 mod cli_reference;
 mod compare;

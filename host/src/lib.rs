@@ -17,6 +17,7 @@ extern crate agentx_record as printing;
 pub mod cli;
 pub mod run;
 
+pub use agentx_capture as capture;
 pub use agentx_client as client;
 pub use agentx_dashboard as dashboard;
 pub use agentx_dataset as dataset;

@@ -293,6 +293,19 @@ impl TokenCounter {
         }
     }
 
+    /// The tokens of `text` as keys a block hash chains: a tokenizer's token ids, or under the word
+    /// model each whitespace-separated word's 64-bit hash. Equal text gives equal keys, so equal
+    /// prompt prefixes give equal blocks.
+    pub fn token_keys(&self, text: &str) -> Vec<u64> {
+        match self {
+            TokenCounter::Hf(tokenizer) => match tokenizer.encode(text, false) {
+                Ok(encoding) => encoding.get_ids().iter().map(|&id| u64::from(id)).collect(),
+                Err(_) => word_keys(text),
+            },
+            TokenCounter::Words => word_keys(text),
+        }
+    }
+
     /// The synthesis vocabulary whose words are single tokens for this counter (with their leading
     /// space); `None` when a tokenizer keeps none of them.
     pub fn vocabulary(&self) -> Option<Vocabulary> {
@@ -313,6 +326,13 @@ impl TokenCounter {
             }
         }
     }
+}
+
+/// The word model's token keys: each whitespace-separated word's hash.
+fn word_keys(text: &str) -> Vec<u64> {
+    text.split_ascii_whitespace()
+        .map(blocks::hash_str)
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! Data goes to stdout (tables, or JSON with `--json`), logs to stderr. Errors are returned typed and
 //! turned into exit code 2 by the caller.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -79,6 +79,15 @@ impl From<FormatArg> for crate::dataset::format::Format {
 }
 
 impl SourceArgs {
+    /// `--cache-dir`, else `--home`'s datasets directory; `None`: the default cache.
+    fn cache_dir(&self) -> Option<PathBuf> {
+        self.cache_dir.clone().or_else(|| {
+            self.home
+                .as_ref()
+                .map(|home| home.join(crate::dataset::cache::DATASETS_SUBDIR))
+        })
+    }
+
     fn open(&self) -> Result<Dataset, DatasetError> {
         let dataset = Dataset::open(
             &self.source,
@@ -86,11 +95,7 @@ impl SourceArgs {
                 num_dataset_entries: self.num_dataset_entries,
                 max_context_length: self.max_context_length,
                 max_osl: None,
-                cache_dir: self.cache_dir.clone().or_else(|| {
-                    self.home
-                        .as_ref()
-                        .map(|home| home.join(crate::dataset::cache::DATASETS_SUBDIR))
-                }),
+                cache_dir: self.cache_dir(),
                 format: self.format.map(Into::into),
                 block_size: self.block_size,
                 trace_block_size: None,
@@ -156,6 +161,22 @@ pub(crate) enum DatasetCommand {
         json: bool,
         #[command(flatten)]
         achievable: AchievableArgs,
+    },
+    /// How faithfully a run replayed a corpus (a capture, say): input and output tokens and the
+    /// gaps inside each stream, planned against replayed; each tree's shape against the replayed
+    /// instances that ran it whole; the hit the corpus allows against the run's. Exit code 1 when a
+    /// tree's shape differs or the input tokens are off by more than --isl-tolerance.
+    Fidelity {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The run's artifact directory (it holds records.jsonl).
+        run_dir: PathBuf,
+        /// Largest relative input-token error, at the 99th percentile of the matched requests.
+        #[arg(long, default_value_t = 0.01, value_name = "FRACTION")]
+        isl_tolerance: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a synthetic corpus with the shape of the public 949-trace corpus (with --subagents, of
     /// the 393-trace with-subagents corpus).
@@ -289,8 +310,111 @@ fn print_trees(trees: &TreeStats) {
 }
 
 /// Runs a dataset subcommand.
-pub(crate) fn run(args: DatasetArgs) -> Result<(), DatasetError> {
+/// Runs a `dataset` command.
+pub(crate) fn main(args: DatasetArgs) -> anyhow::Result<std::process::ExitCode> {
     match args.command {
+        DatasetCommand::Fidelity {
+            source,
+            run_dir,
+            isl_tolerance,
+            json,
+        } => fidelity(&source, &run_dir, isl_tolerance, json),
+        command => {
+            run(command)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `dataset fidelity`: the report, printed, and whether it is within tolerance.
+fn fidelity(
+    source: &SourceArgs,
+    run_dir: &Path,
+    isl_tolerance: f64,
+    json: bool,
+) -> anyhow::Result<std::process::ExitCode> {
+    if !run_dir.join(crate::record::RECORDS_FILE).is_file() {
+        anyhow::bail!(
+            "{} holds no {}: name a run's artifact directory",
+            run_dir.display(),
+            crate::record::RECORDS_FILE
+        );
+    }
+    let dataset = source.open()?;
+    let report = crate::run::fidelity::fidelity(&dataset, run_dir, source.cache_dir())?;
+    let within = report.within(isl_tolerance);
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_fidelity(&report, isl_tolerance, within);
+    }
+    Ok(match within {
+        true => std::process::ExitCode::SUCCESS,
+        false => std::process::ExitCode::from(1),
+    })
+}
+
+fn print_fidelity(report: &crate::run::fidelity::FidelityReport, tolerance: f64, within: bool) {
+    outln!(
+        "matched requests   {} ({} ok records of no corpus turn)",
+        report.matched,
+        report.unmatched
+    );
+    outln!(
+        "{:<18} {:>10} {:>10} {:>10} {:>10}",
+        "",
+        "mean",
+        "p50",
+        "p99",
+        "max"
+    );
+    for (name, spread, scale) in [
+        ("ISL error %", &report.isl_relative_error, 100.0),
+        ("OSL error %", &report.osl_relative_error, 100.0),
+        ("gap error ms", &report.gap_error_ms, 1.0),
+    ] {
+        outln!(
+            "{name:<18} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
+            spread.mean * scale,
+            spread.p50 * scale,
+            spread.p99 * scale,
+            spread.max * scale
+        );
+    }
+    for tree in &report.trees {
+        outln!(
+            "tree {:<24} planned {:?}, replayed whole {:?}: {}",
+            tree.trace_id,
+            tree.planned,
+            tree.replayed_whole,
+            if tree.equal { "equal" } else { "DIFFERENT" }
+        );
+    }
+    outln!(
+        "hit                planned {:.1} %, replayed {}",
+        report.planned_hit * 100.0,
+        report
+            .replayed_hit
+            .map_or("- (no cache truth in the run)".into(), |hit| format!(
+                "{:.1} %",
+                hit * 100.0
+            ))
+    );
+    outln!(
+        "verdict            {} (tree shapes equal, ISL p99 error within {:.2} %)",
+        if within {
+            "within tolerance"
+        } else {
+            "OUT OF TOLERANCE"
+        },
+        tolerance * 100.0
+    );
+}
+
+/// Runs a `dataset` command that reads or writes corpora only.
+fn run(command: DatasetCommand) -> Result<(), DatasetError> {
+    match command {
+        DatasetCommand::Fidelity { .. } => Ok(()),
         DatasetCommand::Import { source, json } => import(&source, json),
         DatasetCommand::Inspect {
             source,

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{self, ScenarioEngine, ScenarioStore, StoredScenario};
 
+pub mod capture;
 pub mod compare;
 pub mod dataset;
 mod extra_inputs;
@@ -105,6 +106,10 @@ pub enum Command {
     /// Draw metrics_plots.png and report.html (per-second time series, headline numbers, verdict) from a
     /// run's artifact directory.
     Plot(report::PlotArgs),
+    /// Record real agent sessions: a reverse proxy in front of an endpoint (OpenAI chat, Anthropic
+    /// Messages, Responses) that passes every reply through as it streams and writes a weka corpus
+    /// (counts, times, block ids of the real token stream; no text unless --keep-text).
+    Capture(Box<capture::CaptureArgs>),
     /// Write a run as Chrome/Perfetto trace events (trace.json): a track per lane and stream,
     /// request slices, think gaps, subagent arrows, phase edges and the server's gauges.
     Timeline(timeline::TimelineArgs),
@@ -247,6 +252,7 @@ fn run(cli: Cli, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::main(&args, argv),
         Command::Finalize(a) => finalize::main(a),
         Command::Timeline(a) => timeline::main(&a),
+        Command::Capture(args) => capture::main(&args),
         Command::Replay(args) => run::replay_main(args),
         Command::Scenario(cmd) => scenario_command(cmd),
         Command::Sim(args) => Ok(sim::main(&args)),
@@ -255,10 +261,7 @@ fn run(cli: Cli, argv: Vec<String>) -> anyhow::Result<ExitCode> {
         Command::Plot(args) => report::plot_main(&args),
         Command::Merge(args) => merge::main(&args),
         Command::Compare(args) => compare::main(&args),
-        Command::Dataset(args) => {
-            dataset::run(args)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Dataset(args) => dataset::main(args),
     }
 }
 

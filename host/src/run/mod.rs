@@ -11,6 +11,7 @@ pub mod artifact_dir;
 pub mod compare;
 pub mod config;
 pub mod connect;
+pub mod fidelity;
 pub mod finalize;
 pub mod find_max;
 pub mod harness;
