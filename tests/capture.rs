@@ -78,6 +78,37 @@ async fn chat(
     Ok(reply)
 }
 
+/// A streamed Messages request through `proxy`: the reply's text.
+async fn messages(proxy: SocketAddr, body: &Value) -> String {
+    let stream = TcpStream::connect(proxy).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let request = Request::post("/v1/messages")
+        .header("host", proxy.to_string())
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-06-01")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&bytes)
+        .split("\n\n")
+        .filter_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|event| {
+            event
+                .pointer("/delta/text")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
 /// `words` words of filler (a file's content, a task), each distinct enough to hash apart.
 fn filler(tag: &str, words: usize) -> String {
     (0..words)
@@ -284,4 +315,53 @@ fn fidelity_refuses_a_directory_that_is_not_a_run() {
         "{}",
         run.stderr()
     );
+}
+
+#[test]
+fn a_messages_session_without_headers_is_placed_by_its_prompts_and_keeps_text_when_asked() {
+    let sim = Sim::start(SimConfig::default());
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("capture");
+    let mut config = capture_config(&sim.url(), &dir);
+    config.keep_text = true;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let manifest = runtime.block_on(async {
+        let capture = agentx::capture::start(config).await.unwrap();
+        let mut history = vec![json!({"role": "user", "content": filler("ask", 200)})];
+        for turn in 0..2 {
+            let body = json!({"model": "agentx-sim", "max_tokens": 16, "stream": true,
+                "system": [{"type": "text", "text": format!("{} {SECRET}", filler("rules", 100))}],
+                "messages": history});
+            let reply = messages(capture.addr(), &body).await;
+            assert!(!reply.is_empty());
+            history.push(json!({"role": "assistant", "content": [{"type": "text", "text": reply}]}));
+            history.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("t{turn}"), "content": filler("out", 80)}]}));
+        }
+        capture.finish().await.unwrap()
+    });
+    assert_eq!(
+        (manifest.traces, manifest.streams, manifest.corpus_requests),
+        (1, 1, 2)
+    );
+    assert_eq!(manifest.identified_by["structure"], 2);
+    let corpus = std::fs::read_to_string(dir.join("traces.jsonl")).unwrap();
+    assert!(!corpus.contains(SECRET));
+    let trace: Value = serde_json::from_str(corpus.trim()).unwrap();
+    let second = &trace["requests"][1];
+    assert_eq!(second["input_types"], json!(["tool_result"]));
+    assert!(trace["system_tokens"].as_u64().unwrap() >= 101);
+    // The text is beside the corpus, by trace and time.
+    let text = std::fs::read_to_string(dir.join("capture_text.jsonl")).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["trace"], "capture_0001");
+    assert!(lines[1]["request"]["system"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains(SECRET));
+    assert!(!lines[0]["reply"].as_str().unwrap().is_empty());
 }
