@@ -353,6 +353,23 @@ mod tests {
     }
 
     #[test]
+    fn token_keys_are_a_tokenizers_ids_or_the_words_hashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = r#"{"version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": [], "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"},
+            "post_processor": null, "decoder": null, "model": {"type": "WordLevel",
+            "vocab": {"the": 7, "and": 8, "for": 9, "this": 10}, "unk_token": "the"}}"#;
+        let path = dir.path().join(TOKENIZER_FILE);
+        std::fs::write(&path, tokenizer).unwrap();
+        let counter = TokenCounter::from_file(&path).unwrap();
+        assert_eq!(counter.token_keys("this and the for"), [10, 8, 7, 9]);
+        let words = TokenCounter::Words.token_keys("a b a");
+        assert_eq!(words.len(), 3);
+        assert_eq!(words[0], words[2]);
+        assert_ne!(words[0], words[1]);
+    }
+
+    #[test]
     fn paths_are_a_file_or_a_directory_holding_tokenizer_json() {
         let dir = tempfile::tempdir().unwrap();
         let none: Vec<PathBuf> = Vec::new();
