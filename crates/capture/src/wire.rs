@@ -261,21 +261,15 @@ fn input_types(api: Api, last: Option<&Value>) -> Vec<String> {
     types
 }
 
-/// Tokens of a prompt's leading keys in blocks of `block_size`, each block's id chaining every
-/// block before it (a block is equal only where its whole prefix is), as a prefix cache keys them.
+/// The prompt's full blocks of `block_size` tokens, each block's id chaining every block before
+/// it (a block is equal only where its whole prefix is), as a prefix cache keys them: the chained
+/// hashes of `agentx_tokens::blocks::BlockHasher`, fed the token keys.
 pub fn block_chain(keys: &[u64], block_size: u32) -> Vec<u64> {
-    let block = block_size.max(1) as usize;
-    let mut previous = 0x6a09_e667_f3bc_c908_u64;
-    keys.chunks_exact(block)
-        .map(|tokens| {
-            let mut hash = previous;
-            for &key in tokens {
-                hash = agentx_tokens::blocks::mix64(hash ^ key);
-            }
-            previous = hash;
-            hash
-        })
-        .collect()
+    let mut hasher = agentx_tokens::blocks::BlockHasher::new(block_size);
+    for &key in keys {
+        hasher.push_key(key);
+    }
+    hasher.finish()
 }
 
 #[cfg(test)]

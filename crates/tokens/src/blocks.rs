@@ -37,7 +37,14 @@ impl BlockHasher {
     /// Add one token (a whitespace-free word).
     #[inline]
     pub fn push(&mut self, word: &[u8]) {
-        self.cur = (self.cur.rotate_left(23) ^ fnv1a(word)).wrapping_mul(MUL);
+        self.push_key(fnv1a(word));
+    }
+
+    /// Add one token given by its key: a tokenizer's token id, or a word's hash ([`Self::push`]
+    /// adds a word by its FNV-1a hash).
+    #[inline]
+    pub fn push_key(&mut self, key: u64) {
+        self.cur = (self.cur.rotate_left(23) ^ key).wrapping_mul(MUL);
         self.in_block += 1;
         if self.in_block == self.block_size {
             self.prev = mix64(self.prev ^ self.cur.wrapping_mul(MUL2));
