@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use crate::wire::Api;
 
-/// Longest whole (non-streamed) reply read for its usage; a longer one is passed on unread.
+/// Longest whole (non-streamed) reply read for its usage; a longer one is still passed on whole,
+/// and journalled as broken with that reason.
 const MAX_WHOLE_REPLY: usize = 64 << 20;
 
 /// What a finished reply said.
@@ -44,6 +45,10 @@ pub struct ReplyReader {
     exchange: Exchange,
     responses: ReplyFacts,
     whole: Vec<u8>,
+    /// A whole reply was longer than [`MAX_WHOLE_REPLY`].
+    whole_cut: bool,
+    /// What the SSE decoder found wrong with the stream's bytes.
+    sse_error: Option<String>,
 }
 
 impl ReplyReader {
@@ -67,6 +72,8 @@ impl ReplyReader {
             exchange,
             responses: ReplyFacts::default(),
             whole: Vec::new(),
+            whole_cut: false,
+            sse_error: None,
         }
     }
 
@@ -76,6 +83,8 @@ impl ReplyReader {
         if !self.streaming {
             if self.whole.len() + bytes.len() <= MAX_WHOLE_REPLY {
                 self.whole.extend_from_slice(bytes);
+            } else {
+                self.whole_cut = true;
             }
             return;
         }
@@ -90,17 +99,28 @@ impl ReplyReader {
             Api::Chat | Api::Anthropic => state.on_event(event, now, exchange),
         });
         if let Err(error) = fed {
-            self.responses.malformed = Some(error.to_string());
+            self.sse_error.get_or_insert(error.to_string());
         }
     }
 
     /// What the reply said, once it ended.
     pub fn finish(self) -> ReplyFacts {
+        if self.whole_cut {
+            return ReplyFacts {
+                malformed: Some(format!(
+                    "the whole reply is longer than {} MiB; its usage was not read",
+                    MAX_WHOLE_REPLY >> 20
+                )),
+                ..ReplyFacts::default()
+            };
+        }
         if !self.streaming {
             return whole_reply(self.api, &self.whole);
         }
         if self.api == Api::Responses {
-            return self.responses;
+            let mut facts = self.responses;
+            facts.malformed = self.sse_error.or(facts.malformed);
+            return facts;
         }
         let exchange = self.exchange;
         let usage = exchange.usage.unwrap_or_default();
@@ -120,7 +140,7 @@ impl ReplyReader {
                 .state
                 .failure
                 .map(|failure| failure.message)
-                .or(self.responses.malformed),
+                .or(self.sse_error),
         }
     }
 }
