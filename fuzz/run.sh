@@ -17,8 +17,11 @@ cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
 TARGETS=(sse weka prometheus manifest scenario_results)
 # 16 codegen units: the library pulls wasmtime, whose single-unit instrumented build is several times
-# slower; the code under test runs a little slower for it.
+# slower; the code under test runs a little slower for it. The smoke builds without optimisation
+# (`--dev`, the dev profile of fuzz/Cargo.toml): a few seconds per target need coverage, not speed, and
+# that build from scratch takes about half the time of the optimised one the long runs use.
 BUILD=(-s none --debug-assertions --codegen-units 16)
+SMOKE_BUILD=(-s none --dev --codegen-units 16)
 LIMITS=(-timeout=10 -rss_limit_mb=2048 -max_len=8192)
 
 build() { cargo fuzz build "${BUILD[@]}" "$@"; }
@@ -61,6 +64,7 @@ case "$mode" in
     ;;
   smoke)
     secs=${1:-5}
+    BUILD=("${SMOKE_BUILD[@]}")
     build
     fail=0
     for t in "${TARGETS[@]}"; do
