@@ -33,6 +33,7 @@ pub mod alias;
 pub(crate) mod any_format;
 pub mod cache;
 pub mod chat_template;
+pub mod dynamo;
 pub mod error;
 pub mod format;
 mod mmap;
