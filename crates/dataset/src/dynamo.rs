@@ -6,8 +6,8 @@
 //!
 //! The graph holds what Dynamo's replay holds: each request's session, start and end on one corpus
 //! clock (milliseconds), its token counts and block ids, the requests it waits for, and the recorded
-//! gap after them (`delay + tool_wait_ms`, spec §3.6, §4a). A request trace gets its edges from
-//! Dynamo's lowering rules (§3: sequence, Claude tool metadata, or spawn/join inferred from times);
+//! gap after them (`delay + tool_wait_ms`, the spec's sections 3.6 and 4a). A request trace gets its edges from
+//! Dynamo's lowering rules (section 3: sequence, Claude tool metadata, or spawn/join inferred from times);
 //! an Agentic Mooncake file states them. Block ids are global to the corpus ([`Format::global_hash_ids`]):
 //! a request trace's rolling block hashes, which name a whole prefix, are numbered in first-seen
 //! order as Dynamo's `RollingHashIdMapper` numbers them; Agentic Mooncake ids are kept.

@@ -1,4 +1,4 @@
-//! Dynamo's Agentic Mooncake (spec §4) read into a [`Graph`]: v1 rows (`wait_for`, `delay`,
+//! Dynamo's Agentic Mooncake (docs/specs/dynamo-traces.md, section 4) read into a [`Graph`]: v1 rows (`wait_for`, `delay`,
 //! `tool_wait_ms`), or v2 rows after a `{"schema":"dynamo.agentic_mooncake","version":2,...}` header
 //! (`dependencies`, `not_before_ms`). The header line tells the versions apart.
 //!

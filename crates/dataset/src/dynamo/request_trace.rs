@@ -1,5 +1,5 @@
-//! `dynamo.request.trace.v1` captures (spec §1) read into a [`Graph`] by Dynamo's lowering rules
-//! (spec §3, `lower_agentic_mooncake_rows`).
+//! `dynamo.request.trace.v1` captures (docs/specs/dynamo-traces.md, section 1) read into a [`Graph`] by
+//! Dynamo's lowering rules (section 3, `lower_agentic_mooncake_rows`).
 //!
 //! - Records: one JSON object per line, bare or in a sink envelope `{"timestamp", "event": {...}}`.
 //!   `request_end` rows are requests; `tool_end`/`tool_error` rows are tool intervals; `tool_start`
@@ -19,7 +19,7 @@
 //!   started no later, and the parent's first request that starts once the child's last-finishing
 //!   request ended waits for it. A request's gap is its start minus the latest end it waits for.
 //!
-//! Refused (spec §6), each naming file:line and the field: an unknown `schema` or `event_type`, a
+//! Refused (the spec's section 6), each naming file:line and the field: an unknown `schema` or `event_type`, a
 //! `request_end` without `request` or `replay`, a missing `request_received_ms`, `output_tokens` or
 //! `event_time_unix_ms`, a hash count other than ceil(input_length / trace_block_size), a zero or
 //! mixed block size, a `--block-size` that differs, inconsistent completion hashes, a duplicate

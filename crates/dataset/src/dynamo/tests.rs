@@ -79,7 +79,7 @@ fn claude_tool(session: &str, start: u64, end: u64, claude: serde_json::Value) -
     .to_string()
 }
 
-/// The spec's §9 example: c1 waits for p1 (spawn), p2 for p1 and c1 (join).
+/// The spec's minimal example (section 9): c1 waits for p1 (spawn), p2 for p1 and c1 (join).
 fn minimal() -> Vec<String> {
     vec![
         req("p1", "run:root", None, 1000, 1100, 3, &[11, 22]),
