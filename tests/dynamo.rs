@@ -108,14 +108,20 @@ fn fixtures_import_and_stats_print_their_hit_rate() {
         ] {
             let (code, out, err) = host(dir.path(), &args);
             assert_eq!(code, 0, "{args:?}: {err}");
-            assert!(out.contains(&format!("format       {format} (block size")), "{out}");
+            assert!(
+                out.contains(&format!("format       {format} (block size")),
+                "{out}"
+            );
             assert!(out.contains("hash ids global to the corpus"), "{out}");
             assert!(out.contains(&format!("traces       {traces}\n")), "{out}");
         }
         let (code, out, err) = host(dir.path(), &["dataset", "stats", p, "--format", format]);
         assert_eq!(code, 0, "{err}");
-        assert!(out.contains(&format!("format                      {format}")), "{out}");
-        assert!(out.to_lowercase().contains("hit"), "the theoretical hit rate: {out}");
+        assert!(
+            out.contains(&format!("format                      {format}")),
+            "{out}"
+        );
+        assert!(out.contains("theoretical hit rate (lcp)  "), "{out}");
         let (code, out, err) = host(dir.path(), &["dataset", "stats", p, "--json"]);
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -126,11 +132,19 @@ fn fixtures_import_and_stats_print_their_hit_rate() {
     let p = fixture(REQUEST_TRACE);
     let (code, _, err) = host(
         dir.path(),
-        &["dataset", "import", p.to_str().unwrap(), "--block-size", "64"],
+        &[
+            "dataset",
+            "import",
+            p.to_str().unwrap(),
+            "--block-size",
+            "64",
+        ],
     );
     assert_eq!(code, 2);
     assert!(
-        err.contains("dynamo-request-trace-10.jsonl:1: request.replay.trace_block_size: trace_block_size 64"),
+        err.contains(
+            "dynamo-request-trace-10.jsonl:1: request.replay.trace_block_size: trace_block_size 64"
+        ),
         "{err}"
     );
 }
@@ -155,7 +169,10 @@ fn a_bad_line_is_refused_naming_line_and_field() {
     std::fs::write(&bad, edited.join("\n")).unwrap();
     let (code, _, err) = host(dir.path(), &["dataset", "import", bad.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("bad.jsonl:4: request.output_tokens: missing"), "{err}");
+    assert!(
+        err.contains("bad.jsonl:4: request.output_tokens: missing"),
+        "{err}"
+    );
     let v1 = dir.path().join("bad-v1.jsonl");
     std::fs::write(
         &v1,
@@ -204,7 +221,14 @@ fn the_trees_are_the_sessions_of_the_source() {
     let branches: Vec<(Vec<usize>, usize, Option<usize>, f64)> = lead
         .branches
         .iter()
-        .map(|b| (b.children.clone(), b.spawn_turn, b.join_turn, b.start_timestamp_ms))
+        .map(|b| {
+            (
+                b.children.clone(),
+                b.spawn_turn,
+                b.join_turn,
+                b.start_timestamp_ms,
+            )
+        })
         .collect();
     assert_eq!(
         branches,
@@ -216,12 +240,19 @@ fn the_trees_are_the_sessions_of_the_source() {
     );
     // The researcher's first turn starts 500 ms after the lead's first (recorded 1500 vs 1000).
     assert_eq!(lead.streams[1].turns[0].ts_ms, 500.0);
-    assert_eq!(trees.trees[1].streams.len(), 1, "run-2:solo has no subagent");
+    assert_eq!(
+        trees.trees[1].streams.len(),
+        1,
+        "run-2:solo has no subagent"
+    );
 
     for (name, v2) in [(MOONCAKE_V1, false), (MOONCAKE_V2, true)] {
         let ds = open(&fixture(name), cache.path());
         assert_eq!(ds.corpus_format().format, Format::AgenticMooncake);
-        assert_eq!(ds.trajectory(0).unwrap().block_size(), if v2 { 256 } else { 512 });
+        assert_eq!(
+            ds.trajectory(0).unwrap().block_size(),
+            if v2 { 256 } else { 512 }
+        );
         let trees = TreeCorpus::open(
             &ds,
             &TreeOpen {
@@ -232,9 +263,16 @@ fn the_trees_are_the_sessions_of_the_source() {
         .unwrap();
         let plan = &trees.trees[0];
         let ids: Vec<&str> = plan.streams.iter().map(|s| s.id.as_str()).collect();
-        assert_eq!(ids, ["plan", "plan::sa:plan:worker", "plan::sa:plan:bg"], "{name}");
-        let shape: Vec<(usize, Option<usize>)> =
-            plan.branches.iter().map(|b| (b.spawn_turn, b.join_turn)).collect();
+        assert_eq!(
+            ids,
+            ["plan", "plan::sa:plan:worker", "plan::sa:plan:bg"],
+            "{name}"
+        );
+        let shape: Vec<(usize, Option<usize>)> = plan
+            .branches
+            .iter()
+            .map(|b| (b.spawn_turn, b.join_turn))
+            .collect();
         assert_eq!(shape, [(0, Some(1)), (1, None)], "{name}");
     }
 }
@@ -257,14 +295,16 @@ fn each_fixture_replays_as_its_source_requests_against_the_simulator() {
                 "2",
                 "--benchmark-duration",
                 "3",
-                "--benchmark-grace-period",
-                "30",
                 "--trace-idle-gap-cap-seconds",
                 "0.01",
             ]
             .map(str::to_owned),
         );
-        let loader = if format == "dynamo" { "dynamo" } else { "agentic_mooncake" };
+        let loader = if format == "dynamo" {
+            "dynamo"
+        } else {
+            "agentic_mooncake"
+        };
         args.extend(["--custom-dataset-type".to_owned(), loader.to_owned()]);
         let run = Run::in_process(tempfile::tempdir().unwrap(), &args, &[]);
         assert_eq!(run.code(), 0, "{}: {}", corpus.display(), run.stderr());
@@ -286,7 +326,14 @@ fn each_fixture_replays_as_its_source_requests_against_the_simulator() {
                 tree.source_inner_idx,
             );
             let &(input, max_tokens) = source.get(&key).unwrap_or_else(|| panic!("{key:?}"));
-            assert_eq!((r.isl, r.max_tokens), (input, max_tokens), "{key:?}");
+            assert_eq!(r.max_tokens, max_tokens, "{key:?}");
+            // A later turn's prompt is the history and the new input, synthesized: it lands on the
+            // recorded length within a token.
+            assert!(
+                r.isl.abs_diff(input) <= 1,
+                "{key:?}: isl {} of {input}",
+                r.isl
+            );
             assert_eq!(tree.agent_depth, u8::from(key.2.is_some()), "{key:?}");
             seen.insert(key);
         }

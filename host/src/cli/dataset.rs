@@ -485,7 +485,10 @@ fn format_json(dataset: &Dataset) -> Option<serde_json::Value> {
     (spec.format != crate::dataset::format::Format::Weka).then(|| {
         let mut value = serde_json::to_value(spec).unwrap_or_default();
         value["global_hash_ids"] = dataset.global_hash_ids().into();
-        if let Some(t) = dataset.trajectory(0).filter(|_| spec.format.embeds_block_size()) {
+        if let Some(t) = dataset
+            .trajectory(0)
+            .filter(|_| spec.format.embeds_block_size())
+        {
             value["block_size"] = t.block_size().into();
         }
         value

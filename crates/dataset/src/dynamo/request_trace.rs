@@ -192,7 +192,22 @@ fn parse_line(
     )?;
     let context = agent_context(&rec)?;
     match event_type {
-        "request_end" => records.requests.push(request(&rec, event_time, context)?),
+        "request_end" => {
+            let request = request(&rec, event_time, context)?;
+            if request.output == 0 {
+                let session = request.context.as_ref().map(|(s, _)| s.clone());
+                graph.warn(
+                    WarningKind::HarnessSchema,
+                    session.as_deref(),
+                    line,
+                    "request.output_tokens",
+                    "`output_tokens` is 0 (a cancelled stream?); sent as 1 (Dynamo's agent-loadgen and \
+                     agentx-harness refuse a request whose output length is below 1)"
+                        .into(),
+                );
+            }
+            records.requests.push(request);
+        }
         "tool_end" | "tool_error" => {
             if let Some(tool) = tool(graph, &rec, event_time, context)? {
                 records.tools.push(tool);
