@@ -14,6 +14,7 @@ mod dashboard;
 mod dataset;
 mod deploy;
 mod differential;
+mod dynamo;
 mod energy;
 mod export;
 mod front_door;

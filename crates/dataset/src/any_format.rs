@@ -25,5 +25,11 @@ pub(crate) fn scan(
         },
         Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, on_trace),
         Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, on_trace),
+        Format::Dynamo => {
+            super::dynamo::scan_request_trace(jsonl_path(files, spec.format)?, spec, on_trace)
+        }
+        Format::AgenticMooncake => {
+            super::dynamo::scan_agentic_mooncake(jsonl_path(files, spec.format)?, spec, on_trace)
+        }
     }
 }

@@ -45,7 +45,7 @@ impl fmt::Display for Location {
 /// Everything that can go wrong opening, importing or synthesizing a dataset.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
-    /// A record breaks its format (weka, Mooncake or TraceLab).
+    /// A record breaks its format (weka, Mooncake, TraceLab or Dynamo).
     #[error("{location}: {message}")]
     Invalid {
         /// Where the record breaks it.
@@ -109,7 +109,9 @@ pub enum DatasetError {
         "{}:{line}: cannot tell the corpus format from its first record (keys: {keys}{}); the formats \
          are {known} (a weka trace has `id` and `requests`, a Mooncake request `input_length` and \
          `hash_ids`, a TraceLab round `session_id`, `round_index`, `input_tokens_total`, \
-         `prefix_tokens`, `newly_append_tokens` and `timing_events`); pass --format NAME",
+         `prefix_tokens`, `newly_append_tokens` and `timing_events`, a Dynamo record \
+         `\"schema\":\"dynamo.request.trace.v1\"`, an Agentic Mooncake row `request_id` and \
+         `wait_for`); pass --format NAME",
         path.display(),
         if matched.is_empty() { String::new() } else { format!("; it looks like both {matched}") }
     )]

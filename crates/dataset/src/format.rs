@@ -12,6 +12,11 @@
 //! - `tracelab` ([`super::tracelab`]): one LLM round per line, grouped by `session_id`, block ids
 //!   minted from the recorded prefix split, subagent sessions nested into their parents by timing
 //!   containment.
+//! - `dynamo` ([`super::dynamo`]): NVIDIA Dynamo's `dynamo.request.trace.v1` captures (JSONL or
+//!   multi-member `.jsonl.gz`), sessions from `agent_context`, subagent sessions nested into their
+//!   parents by Dynamo's own spawn/join rules; hash ids global to the corpus (rolling block hashes).
+//! - `agentic-mooncake` ([`super::dynamo`]): Dynamo's Agentic Mooncake rows, v1 (`wait_for`) or v2
+//!   (a `dynamo.agentic_mooncake` header line and `dependencies`); hash ids global to the corpus.
 //!
 //! The cache key of a weka corpus is what it was before other formats existed; any other format's key
 //! also covers its [`FormatSpec`] (so a changed block size or join knob builds another entry).
@@ -36,18 +41,33 @@ pub enum Format {
     Mooncake,
     /// TraceLab: one LLM round per JSONL row, joined into sessions.
     Tracelab,
+    /// NVIDIA Dynamo's `dynamo.request.trace.v1` capture: one event per JSONL row.
+    Dynamo,
+    /// Dynamo's Agentic Mooncake: Mooncake rows with dependencies (v1 `wait_for`, v2 header and
+    /// `dependencies`).
+    #[serde(rename = "agentic-mooncake")]
+    AgenticMooncake,
 }
 
 impl Format {
     /// Every format, in the order messages list them.
-    pub const ALL: [Format; 3] = [Format::Weka, Format::Mooncake, Format::Tracelab];
+    pub const ALL: [Format; 5] = [
+        Format::Weka,
+        Format::Mooncake,
+        Format::Tracelab,
+        Format::Dynamo,
+        Format::AgenticMooncake,
+    ];
 
-    /// aiperf's name for the loader of the format (`--custom-dataset-type`).
+    /// aiperf's name for the loader of the format (`--custom-dataset-type`); for the two Dynamo
+    /// formats, which no aiperf release reads, Dynamo's own `--trace-format` names.
     pub fn aiperf_loader(self) -> &'static str {
         match self {
             Format::Weka => "weka_trace",
             Format::Mooncake => "mooncake_trace",
             Format::Tracelab => "tracelab",
+            Format::Dynamo => "dynamo",
+            Format::AgenticMooncake => "agentic_mooncake",
         }
     }
 
@@ -62,6 +82,8 @@ impl Format {
             Format::Weka => "weka",
             Format::Mooncake => "mooncake",
             Format::Tracelab => "tracelab",
+            Format::Dynamo => "dynamo",
+            Format::AgenticMooncake => "agentic-mooncake",
         }
     }
 
@@ -70,19 +92,36 @@ impl Format {
         Format::ALL.map(Format::as_str).join(", ")
     }
 
-    /// Whether a hash id names the same block of text in every trace of the corpus.
+    /// Whether a hash id names the same block of text in every trace of the corpus (Mooncake's ids;
+    /// Dynamo's rolling block hashes, which name a whole prefix, mapped to one id space per corpus).
     pub fn global_hash_ids(self) -> bool {
-        matches!(self, Format::Mooncake)
+        matches!(
+            self,
+            Format::Mooncake | Format::Dynamo | Format::AgenticMooncake
+        )
     }
 
-    /// Tokens per hash block when none is given: aiperf's defaults (512 for Mooncake traces, 64 for
-    /// TraceLab); `None` for weka, whose traces say their own.
+    /// Tokens per hash block when none is given: aiperf's defaults (512 for Mooncake traces, also
+    /// Agentic Mooncake v1, 64 for TraceLab); `None` for weka, whose traces say their own, and for
+    /// Dynamo request traces, whose rows carry `trace_block_size`. An Agentic Mooncake v2 header's
+    /// `block_size` wins over the default.
     pub fn default_block_size(self) -> Option<u32> {
         match self {
-            Format::Weka => None,
-            Format::Mooncake => Some(512),
+            Format::Weka | Format::Dynamo => None,
+            Format::Mooncake | Format::AgenticMooncake => Some(512),
             Format::Tracelab => Some(64),
         }
+    }
+
+    /// Whether a source in this format may be gzip-compressed (Dynamo's `.jsonl.gz` sinks).
+    pub fn reads_gzip(self) -> bool {
+        matches!(self, Format::Dynamo | Format::AgenticMooncake)
+    }
+
+    /// Whether the format's rows may declare their own block size, which a `--block-size` must then
+    /// equal (Dynamo request traces, Agentic Mooncake v2).
+    pub fn embeds_block_size(self) -> bool {
+        matches!(self, Format::Dynamo | Format::AgenticMooncake)
     }
 }
 
@@ -153,7 +192,8 @@ impl TracelabJoin {
 pub struct FormatSpec {
     /// The format.
     pub format: Format,
-    /// Tokens per hash block (Mooncake and TraceLab; weka traces say their own).
+    /// Tokens per hash block (Mooncake and TraceLab; weka traces say their own). For the Dynamo
+    /// formats the `--block-size` given, which the rows' own must equal; `None`: the rows'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u32>,
     /// TraceLab only.
@@ -202,7 +242,11 @@ impl FormatSpec {
         }
         Ok(FormatSpec {
             format,
-            block_size: block_size.or(format.default_block_size()),
+            block_size: if format.embeds_block_size() {
+                block_size
+            } else {
+                block_size.or(format.default_block_size())
+            },
             tracelab: match format {
                 Format::Tracelab => Some(TracelabJoin::from_env(get)?),
                 _ => None,
@@ -240,7 +284,8 @@ impl FormatSpec {
         Ok(self)
     }
 
-    /// The block size of a Mooncake or TraceLab corpus.
+    /// The block size of a Mooncake or TraceLab corpus (of a Dynamo corpus, the one given, else the
+    /// default; its traces hold the one their rows declare).
     pub fn block_size(&self) -> u32 {
         self.block_size
             .or(self.format.default_block_size())
@@ -282,8 +327,34 @@ const MOONCAKE_KEYS: [&str; 5] = [
     "hash_ids",
 ];
 
+/// The keys of an Agentic Mooncake v1 row beyond a Mooncake row's (Dynamo's `AgenticMooncakeRow`).
+const AGENTIC_MOONCAKE_KEYS: [&str; 6] = [
+    "wait_for",
+    "prefix_reset",
+    "tool_wait_ms",
+    "request_kind",
+    "branches",
+    "tool_events",
+];
+
+/// The `schema` of a record: its own, or that of the `event` a sink envelope wraps.
+fn schema_of(object: &serde_json::Map<String, serde_json::Value>) -> Option<&str> {
+    object
+        .get("schema")
+        .and_then(|s| s.as_str())
+        .or_else(|| object.get("event")?.get("schema")?.as_str())
+}
+
 /// The formats whose marks the object `object` carries.
 fn matches(object: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
+    match schema_of(object) {
+        // Any version: the parser refuses one it does not read, naming it.
+        Some(s) if s.starts_with("dynamo.request.trace") => return vec![Format::Dynamo],
+        Some(s) if s.starts_with("dynamo.agentic_mooncake") => {
+            return vec![Format::AgenticMooncake]
+        }
+        _ => {}
+    }
     let mut out = Vec::new();
     if object.contains_key("requests") {
         out.push(Format::Weka);
@@ -293,30 +364,65 @@ fn matches(object: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
     } else if MOONCAKE_KEYS.iter().any(|k| object.contains_key(*k))
         && !object.contains_key("requests")
     {
-        out.push(Format::Mooncake);
+        let agentic = object.contains_key("request_id")
+            && AGENTIC_MOONCAKE_KEYS
+                .iter()
+                .any(|k| object.contains_key(*k));
+        out.push(if agentic {
+            Format::AgenticMooncake
+        } else {
+            Format::Mooncake
+        });
     }
     out
 }
 
 /// Detects the format of a source from its first record: a directory is weka; a JSONL file is the one
-/// format whose marks its first non-empty line carries. A first line that is not a JSON object, or an
-/// object with an `id` and no other format's marks, is read as weka (whose parser then says what is
-/// wrong, where). Two formats' marks, or none, is an error naming the formats.
+/// format whose marks its first non-empty line carries (a `schema` of `dynamo.request.trace.*` or
+/// `dynamo.agentic_mooncake`, bare or in a sink envelope's `event`, marks a Dynamo format; a Mooncake
+/// row with `request_id` and a dependency key is Agentic Mooncake v1). A first line that is not a JSON
+/// object, or an object with an `id` and no other format's marks, is read as weka (whose parser then
+/// says what is wrong, where). Two formats' marks, or none, is an error naming the formats. A gzip file
+/// is read through its decompressor; only the Dynamo formats read one.
 pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     let path = match files {
         SourceFiles::Dir { .. } => return Ok(Format::Weka),
         SourceFiles::Jsonl(p) => p,
     };
-    let Some((line, text)) = first_line(path)? else {
-        return Ok(Format::Weka);
+    let gzip = is_gzip(path)?;
+    let first = match first_line(path) {
+        Err(DatasetError::Io { source, .. }) if gzip => {
+            return Err(DatasetError::Argument(format!(
+                "{}: gzip-compressed, and its first line does not decompress ({source}); only the \
+                 {} and {} formats read gzip: decompress it first (`gunzip -k {}`)",
+                path.display(),
+                Format::Dynamo,
+                Format::AgenticMooncake,
+                path.display()
+            )))
+        }
+        other => other?,
+    };
+    let Some((line, text)) = first else {
+        return if gzip {
+            Err(gzipped(path))
+        } else {
+            Ok(Format::Weka)
+        };
     };
     let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(&text)
     else {
-        return Ok(Format::Weka);
+        return if gzip {
+            Err(gzipped(path))
+        } else {
+            Ok(Format::Weka)
+        };
     };
     let found = matches(&obj);
     match found.as_slice() {
+        [one] if gzip && !one.reads_gzip() => Err(gzipped(path)),
         [one] => Ok(*one),
+        [] if gzip => Err(gzipped(path)),
         [] if obj.contains_key("id") => Ok(Format::Weka),
         _ => {
             let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
@@ -336,17 +442,35 @@ pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     }
 }
 
-/// The first non-empty line of `path` (1-based number, trimmed text), `None` for an empty file. A
-/// gzip-compressed file is refused with the command that decompresses it.
-fn first_line(path: &Path) -> Result<Option<(u64, String)>, DatasetError> {
+/// Whether `path` starts with the gzip magic bytes.
+fn is_gzip(path: &Path) -> Result<bool, DatasetError> {
     let file = File::open(path).map_err(|e| DatasetError::io("open", path, e))?;
     let mut reader = BufReader::new(file);
     let head = reader
         .fill_buf()
         .map_err(|e| DatasetError::io("read", path, e))?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        return Err(gzipped(path));
-    }
+    Ok(head.starts_with(&[0x1f, 0x8b]))
+}
+
+/// A reader of the text of `path`: a gzip file (every member of a multi-member one, as Dynamo's
+/// segmented sinks write them) through its decompressor, any other file as is.
+pub(crate) fn open_text(path: &Path) -> Result<Box<dyn BufRead>, DatasetError> {
+    let gzip = is_gzip(path)?;
+    let file = File::open(path).map_err(|e| DatasetError::io("open", path, e))?;
+    Ok(if gzip {
+        Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::read::MultiGzDecoder::new(BufReader::new(file)),
+        ))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 20, file))
+    })
+}
+
+/// The first non-empty line of `path` (1-based number, trimmed text), `None` for an empty file; a
+/// gzip file is decompressed.
+fn first_line(path: &Path) -> Result<Option<(u64, String)>, DatasetError> {
+    let mut reader = open_text(path)?;
     let mut line = String::new();
     let mut n = 0u64;
     loop {
@@ -367,13 +491,14 @@ fn first_line(path: &Path) -> Result<Option<(u64, String)>, DatasetError> {
 /// The error of a gzip-compressed corpus.
 pub(crate) fn gzipped(path: &Path) -> DatasetError {
     DatasetError::Argument(format!(
-        "{}: gzip-compressed; agentx reads the JSONL itself: decompress it first (`gunzip -k {}`)",
+        "{}: gzip-compressed; agentx reads this format's JSONL itself (only dynamo and \
+         agentic-mooncake sources may be gzip): decompress it first (`gunzip -k {}`)",
         path.display(),
         path.display()
     ))
 }
 
-/// The one JSONL file of a Mooncake or TraceLab source.
+/// The one JSONL file of a Mooncake, TraceLab or Dynamo source.
 pub(crate) fn jsonl_path(files: &SourceFiles, format: Format) -> Result<&Path, DatasetError> {
     match files {
         SourceFiles::Jsonl(p) => Ok(p),

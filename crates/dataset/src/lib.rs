@@ -1,7 +1,7 @@
-//! Corpus parsing (weka, Mooncake, TraceLab: [`format`](mod@format)), the content-addressed mmap cache, zero-copy views and prompt synthesis.
+//! Corpus parsing (weka, Mooncake, TraceLab, NVIDIA Dynamo: [`format`](mod@format)), the content-addressed mmap cache, zero-copy views and prompt synthesis.
 //!
 //! The replay engine's entry points:
-//! - [`Dataset::open`] resolves a corpus (in any [`format::Format`]: weka, Mooncake or TraceLab, detected
+//! - [`Dataset::open`] resolves a corpus (in any [`format::Format`]: weka, Mooncake, TraceLab or Dynamo, detected
 //!   or named; a `traces.jsonl`, a directory of `*.json` traces, a name from
 //!   [`alias::ALIASES`] or a dataset repository id found in the Hugging Face hub cache, [`hub`]), selects
 //!   traces ([`select`]: `--max-context-length`, `--num-dataset-entries`), imports them into the cache on
@@ -33,6 +33,7 @@ pub mod alias;
 pub(crate) mod any_format;
 pub mod cache;
 pub mod chat_template;
+pub mod dynamo;
 pub mod error;
 pub mod format;
 mod mmap;

@@ -433,6 +433,7 @@ fn session_trace(session: Session, block_size: u32) -> ParsedTrace {
         subagent_entries: Vec::new(),
         location: session.location,
         warnings,
+        explicit_sessions: false,
     }
 }
 

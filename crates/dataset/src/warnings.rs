@@ -48,11 +48,18 @@ pub enum WarningKind {
     /// `duration_ms` that is not a whole number, a Mooncake `output_length` of 0 or below); read as this
     /// importer reads it. agentx-harness refuses such a trace (`--scenario agentx` does too).
     HarnessSchema,
+    /// A record Dynamo's loader skips without a word (a Dynamo request trace's line that is not a
+    /// JSON object, a tool event without `agent_context` or ending before it starts); skipped too.
+    DroppedRecord,
+    /// A dependency of a Dynamo corpus the session-tree replay plays otherwise than Dynamo's
+    /// lowering: a child session started while its spawning request was in flight, one no request
+    /// spawned (a trace of its own), a join on a request before the child session's last.
+    InexactEdge,
 }
 
 impl WarningKind {
     /// Every kind, in report order.
-    pub const ALL: [WarningKind; 10] = [
+    pub const ALL: [WarningKind; 12] = [
         WarningKind::CoercedNumber,
         WarningKind::EmptyId,
         WarningKind::NegativeTokens,
@@ -63,6 +70,8 @@ impl WarningKind {
         WarningKind::InvalidDuration,
         WarningKind::ShortFirstRequest,
         WarningKind::HarnessSchema,
+        WarningKind::DroppedRecord,
+        WarningKind::InexactEdge,
     ];
 
     /// Whether agentx-harness 1.0.12 refuses a corpus with this warning (at its trace-declared block
@@ -87,6 +96,8 @@ impl WarningKind {
             WarningKind::InvalidDuration => "invalid_duration",
             WarningKind::ShortFirstRequest => "short_first_request",
             WarningKind::HarnessSchema => "harness_schema",
+            WarningKind::DroppedRecord => "dropped_record",
+            WarningKind::InexactEdge => "inexact_edge",
         }
     }
 }

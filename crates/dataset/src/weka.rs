@@ -106,6 +106,21 @@ pub struct ParsedSubagent {
     /// The nested requests in file order (`index` = inner index); their `t` is as recorded (a
     /// non-finite `t` is NaN, with an [`WarningKind::InvalidTime`] warning).
     pub requests: Vec<ParsedRequest>,
+    /// Which top-level request waits for the subagent (inferred from times for weka and TraceLab; a
+    /// Dynamo trace names it).
+    pub(crate) join: SubagentJoin,
+}
+
+/// Which top-level request of its trace waits for a subagent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SubagentJoin {
+    /// The first top-level request after the entry that starts once the subagent ended (aiperf's
+    /// rule, the session-tree builder's).
+    Inferred,
+    /// None: the subagent runs in the background.
+    Background,
+    /// The top-level request at this outer index.
+    At(u32),
 }
 
 /// One validated trace: top-level requests, and the subagent entries (which the flat replay ignores).
@@ -135,6 +150,9 @@ pub struct ParsedTrace {
     pub location: Location,
     /// What the trace does beyond this importer's checks that aiperf accepts.
     pub warnings: Vec<Warning>,
+    /// The trace's streams are given (a Dynamo session is one stream, its subagents are named
+    /// sessions): the session-tree builder splits no chains off it.
+    pub(crate) explicit_sessions: bool,
 }
 
 /// The files of a local corpus, in the order their traces are read.
@@ -550,6 +568,7 @@ fn check_subagent(
             tool_tokens: clamp_count(entry.tool_tokens),
             system_tokens: clamp_count(entry.system_tokens),
             requests,
+            join: SubagentJoin::Inferred,
         },
         peak,
         wide,
@@ -708,6 +727,7 @@ fn convert_trace(raw: RawTrace, base: &Location) -> Result<ParsedTrace, DatasetE
         subagent_entries,
         location: base.clone(),
         warnings,
+        explicit_sessions: false,
     };
     for short in short_prefixes(&trace, block_size) {
         let warning = Warning {

@@ -49,8 +49,9 @@ pub(crate) struct SourceArgs {
     /// The corpus format [default: detected from the first record when only one format fits].
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub(crate) format: Option<FormatArg>,
-    /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake, 64 tracelab]
-    /// (weka traces say their own).
+    /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake and
+    /// agentic-mooncake v1, 64 tracelab] (weka traces say their own; dynamo request traces and
+    /// agentic-mooncake v2 declare theirs, which this must equal).
     #[arg(long, value_name = "TOKENS")]
     pub(crate) block_size: Option<u32>,
 }
@@ -65,6 +66,12 @@ pub(crate) enum FormatArg {
     Mooncake,
     /// One LLM round per line (the TraceLab agentic-coding corpus), subagent sessions joined by timing.
     Tracelab,
+    /// NVIDIA Dynamo's `dynamo.request.trace.v1` capture (JSONL or .jsonl.gz): sessions from
+    /// agent_context, subagent sessions spawned and joined by Dynamo's rules, hash ids global.
+    Dynamo,
+    /// Dynamo's Agentic Mooncake: v1 rows with wait_for, or v2 (a header line, then rows with
+    /// dependencies); hash ids global.
+    AgenticMooncake,
 }
 
 impl From<FormatArg> for crate::dataset::format::Format {
@@ -74,6 +81,8 @@ impl From<FormatArg> for crate::dataset::format::Format {
             FormatArg::Weka => Format::Weka,
             FormatArg::Mooncake => Format::Mooncake,
             FormatArg::Tracelab => Format::Tracelab,
+            FormatArg::Dynamo => Format::Dynamo,
+            FormatArg::AgenticMooncake => Format::AgenticMooncake,
         }
     }
 }
@@ -476,6 +485,12 @@ fn format_json(dataset: &Dataset) -> Option<serde_json::Value> {
     (spec.format != crate::dataset::format::Format::Weka).then(|| {
         let mut value = serde_json::to_value(spec).unwrap_or_default();
         value["global_hash_ids"] = dataset.global_hash_ids().into();
+        if let Some(t) = dataset
+            .trajectory(0)
+            .filter(|_| spec.format.embeds_block_size())
+        {
+            value["block_size"] = t.block_size().into();
+        }
         value
     })
 }
@@ -491,10 +506,14 @@ fn print_format(dataset: &Dataset) {
     } else {
         "per trace"
     };
+    // A Dynamo corpus declares its block size in its rows: its traces hold it.
+    let block_size = match dataset.trajectory(0) {
+        Some(t) if spec.format.embeds_block_size() => t.block_size(),
+        _ => spec.block_size(),
+    };
     let mut line = format!(
-        "format       {} (block size {}, hash ids {scope}",
+        "format       {} (block size {block_size}, hash ids {scope}",
         spec.format,
-        spec.block_size()
     );
     if let Some(join) = spec.tracelab {
         line.push_str(&format!(

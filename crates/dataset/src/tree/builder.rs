@@ -326,7 +326,8 @@ impl<'a> Builder<'a> {
     ) -> (Vec<Src<'a>>, Vec<Plan<'a>>) {
         let trace = self.trace;
         let mut flat: Vec<Plan<'a>> = Vec::new();
-        let root_reqs: Vec<Src<'a>> = if self.opts.split_chains && top.len() > 1 {
+        let split = self.opts.split_chains && !trace.explicit_sessions;
+        let root_reqs: Vec<Src<'a>> = if split && top.len() > 1 {
             let reqs: Vec<Req<'_>> = top.iter().map(Src::chain_req).collect();
             let split = split_layer(&reqs, params, true);
             if let Some(detection) = &split.detection {
@@ -395,8 +396,11 @@ impl<'a> Builder<'a> {
         for (si, plans) in sub_plans.into_iter().enumerate() {
             let Some(spawn) = spawn_of[si] else { continue };
             let entry = &trace.subagent_entries[si];
-            let end = self.subagent_end(si);
-            let join = joins.after(entry.index, end);
+            let join = match entry.join {
+                SubagentJoin::Inferred => joins.after(entry.index, self.subagent_end(si)),
+                SubagentJoin::Background => None,
+                SubagentJoin::At(outer) => joins.root_reqs.iter().position(|r| r.outer == outer),
+            };
             let branch_idx = match groups.iter().find(|(k, _)| *k == (spawn, join)) {
                 Some(&(_, branch_idx)) => {
                     let branch = &mut forest.branches[branch_idx];
@@ -493,7 +497,7 @@ impl<'a> Builder<'a> {
             })
             .collect();
         let base = format!("{}::sa:{}", trace.id, agent(subagent));
-        if !self.opts.split_chains || srcs.is_empty() {
+        if !self.opts.split_chains || trace.explicit_sessions || srcs.is_empty() {
             let mut all = srcs.clone();
             all.sort_by(|a, b| chain::fcmp(a.t, b.t).then(a.inner.cmp(&b.inner)));
             return vec![Plan {

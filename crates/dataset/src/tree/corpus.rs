@@ -296,6 +296,7 @@ fn stream_trace(trace: &ParsedTrace, stream: &Stream, root: bool) -> Result<Pars
         } else {
             Vec::new()
         },
+        explicit_sessions: trace.explicit_sessions,
     })
 }
 
@@ -623,6 +624,7 @@ mod tests {
                     subagent_entries: Vec::new(),
                     location: Location::default(),
                     warnings: Vec::new(),
+                    explicit_sessions: false,
                 })
                 .unwrap();
             }

@@ -11,6 +11,10 @@
 //! scheduling or prompt text: the host scheduler replays a [`SessionTree`]; prompt synthesis (the
 //! message roles and `reset_context` of each turn) stays with [`super::prompt`].
 //!
+//! A trace whose sessions are given (`ParsedTrace::explicit_sessions`, the Dynamo formats) keeps each
+//! layer one stream (no chain detection), and a subagent entry may name its join turn
+//! (`ParsedSubagent::join`) in place of the inferred one.
+//!
 //! Invariants of a built tree: stream 0 is the root; every other stream has depth 1, the root as
 //! parent, and exactly one branch; turn timestamps are finite; a stream's turns are in replay order.
 //!
@@ -39,7 +43,7 @@ use std::collections::HashMap;
 
 use super::error::{DatasetError, Location};
 use super::warnings::WarningKind;
-use super::weka::{ParsedRequest, ParsedSubagent, ParsedTrace};
+use super::weka::{ParsedRequest, ParsedSubagent, ParsedTrace, SubagentJoin};
 use chain::{ChainClass, ChainParams, Detection, Req, EPS};
 
 /// How nested (subagent) timestamps are read: chosen once per corpus (`--weka-nested-timestamp-basis`).
