@@ -48,9 +48,9 @@ def main():
         {"role": "assistant", "content": [{"type": "output_text", "text": "first answer"}]},
         {"role": "user", "content": "second question"},
     ]
-    with client.responses.stream(
-        model=MODEL, input=history, max_output_tokens=5, extra_body={"ignore_eos": True}
-    ) as stream:
+    # Without ignore_eos and below its limit the reply stops on its own: `response.completed`,
+    # which the stream helper's final response needs.
+    with client.responses.stream(model=MODEL, input=history, max_output_tokens=4096) as stream:
         helper_deltas = sum(1 for e in stream if e.type == "response.output_text.delta")
         helper_final = stream.get_final_response()
     whole = client.responses.create(
@@ -80,7 +80,9 @@ def main():
                 "second_cached_tokens": second.usage.input_tokens_details.cached_tokens,
                 "helper_deltas": helper_deltas,
                 "helper_input_tokens": helper_final.usage.input_tokens,
-                "helper_output_text": helper_final.output_text,
+                "helper_output_tokens": helper_final.usage.output_tokens,
+                "helper_output_words": len(helper_final.output_text.split()),
+                "helper_status": helper_final.status,
                 "non_stream_tokens": len(whole.output_text.split()),
                 "non_stream_usage": whole.usage.output_tokens,
                 "non_stream_status": whole.status,
