@@ -180,9 +180,13 @@ fn anthropic_overflow_is_classified_and_a_refused_shape_names_the_flag() {
     );
     assert!(e.message.contains("--endpoint-type anthropic"), "{e:?}");
 
-    let r = replay(&url, &["--endpoint-type", "responses"]);
+    let r = replay(&url, &["--endpoint-type", "completions"]);
     assert_eq!(r.code(), 2);
-    assert!(r.stderr().contains("chat, anthropic"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("chat, anthropic, responses"),
+        "{}",
+        r.stderr()
+    );
 }
 
 /// The official `anthropic` Python package streams from the simulator's `/v1/messages` as a

@@ -27,6 +27,7 @@ mod live_metrics;
 mod otlp;
 mod replay;
 mod report;
+mod responses;
 mod robustness;
 mod routing;
 mod row_contract;

@@ -19,7 +19,9 @@
 //!   ([`session_control`]: `bind` with the lease, `close` on a root stream's final turn).
 //!
 //! - Under `--endpoint-type anthropic` the bodies and the stream are Anthropic's Messages API
-//!   ([`anthropic`]): the key goes as `x-api-key`, with `anthropic-version`.
+//!   ([`anthropic`]): the key goes as `x-api-key`, with `anthropic-version`. Under
+//!   `--endpoint-type responses` they are the OpenAI Responses API (`agentx_protocol::responses`),
+//!   the key as for chat.
 //!
 //! The `Authorization` header is marked sensitive and never appears in `Debug` output or records.
 
@@ -235,7 +237,7 @@ pub struct Client {
     base: String,
     uri: Uri,
     api: EndpointType,
-    /// `Authorization: Bearer` (chat) or `x-api-key` (Anthropic).
+    /// `Authorization: Bearer` (chat, Responses) or `x-api-key` (Anthropic).
     auth: Option<(hyper::header::HeaderName, HeaderValue)>,
     request_timeout: Duration,
     routing: std::sync::Arc<RoutingHeaders>,
@@ -301,7 +303,9 @@ impl Client {
         let auth = match &cfg.api_key {
             Some(k) => {
                 let (name, value) = match cfg.api {
-                    EndpointType::Chat => (AUTHORIZATION, format!("Bearer {k}")),
+                    EndpointType::Chat | EndpointType::Responses => {
+                        (AUTHORIZATION, format!("Bearer {k}"))
+                    }
                     EndpointType::Anthropic => (
                         hyper::header::HeaderName::from_static("x-api-key"),
                         k.clone(),

@@ -2,7 +2,8 @@
 //! [`JsonBody`]), sent with vectored writes without being copied into one buffer. A body's only
 //! per-stream part is Dynamo's `nvext.session_control` ([`super::session_control`]), written into
 //! the tail after the messages. A Messages API body (`--endpoint-type anthropic`) is written by
-//! [`super::anthropic`] from the same pieces.
+//! [`super::anthropic`] from the same pieces, a Responses API body (`--endpoint-type responses`) by
+//! [`super::responses`].
 
 use super::session_control::{DynamoRouting, StreamTurn};
 use bytes::Bytes;
@@ -16,17 +17,20 @@ pub enum EndpointType {
     Chat,
     /// Anthropic's Messages API ([`super::anthropic`]).
     Anthropic,
+    /// OpenAI's Responses API ([`super::responses`]).
+    Responses,
 }
 
 impl EndpointType {
     /// The names `--endpoint-type` takes.
-    pub const NAMES: &'static str = "chat, anthropic";
+    pub const NAMES: &'static str = "chat, anthropic, responses";
 
     /// The type `--endpoint-type` names.
     pub fn parse(name: &str) -> Option<EndpointType> {
         match name {
             "chat" => Some(EndpointType::Chat),
             "anthropic" => Some(EndpointType::Anthropic),
+            "responses" => Some(EndpointType::Responses),
             _ => None,
         }
     }
@@ -36,16 +40,22 @@ impl EndpointType {
         match self {
             EndpointType::Chat => "/v1/chat/completions",
             EndpointType::Anthropic => super::anthropic::PATH,
+            EndpointType::Responses => super::responses::PATH,
         }
     }
 
     /// What a refusal of the request's shape adds to its message: the endpoint type and the flags
-    /// (Anthropic's Messages API only; a chat refusal's message is the server's).
+    /// (Anthropic's Messages API and the Responses API; a chat refusal's message is the server's).
     pub fn refusal_hint(self, status: hyper::StatusCode, uri: &Uri) -> String {
         match (self, status.as_u16()) {
             (EndpointType::Anthropic, 404 | 405 | 415 | 422) => format!(
                 " (a Messages API body of --endpoint-type anthropic sent to {}: does the server \
                  serve the Anthropic Messages API there? Else pass --endpoint, or --endpoint-type chat)",
+                uri.path()
+            ),
+            (EndpointType::Responses, 404 | 405 | 415 | 422) => format!(
+                " (a Responses API body of --endpoint-type responses sent to {}: does the server \
+                 serve the OpenAI Responses API there? Else pass --endpoint, or --endpoint-type chat)",
                 uri.path()
             ),
             _ => String::new(),
@@ -57,6 +67,17 @@ impl EndpointType {
         match self {
             EndpointType::Chat => "`data: [DONE]`",
             EndpointType::Anthropic => "a `message_stop` event",
+            EndpointType::Responses => "a `response.completed` (or `response.incomplete`) event",
+        }
+    }
+
+    /// The body keys this API's body sets itself beyond [`RequestBody::RESERVED`]: `--extra-inputs`
+    /// may not name them.
+    pub fn own_fields(self) -> &'static [&'static str] {
+        match self {
+            EndpointType::Chat => &[],
+            EndpointType::Anthropic => &["system"],
+            EndpointType::Responses => &super::responses::OWN_FIELDS,
         }
     }
 }
@@ -209,6 +230,16 @@ impl RequestBody {
             self.write_extra(&mut tail, turn);
             let mut out = Vec::new();
             super::anthropic::write_body(&mut out, head, &messages, max_tokens, &tail);
+            return JsonBody::from_parts(vec![Bytes::from(out)]);
+        }
+        if self.api == EndpointType::Responses {
+            // `{"model":M` without `,"messages":`, then the rest of the tail after `store`.
+            let head = &self.head[..self.head.len() - b",\"messages\":".len()];
+            let mut tail = Vec::with_capacity(64 + self.extra_json.len());
+            self.write_extra(&mut tail, turn);
+            let mut out = Vec::new();
+            let limit = (max_tokens, self.stream);
+            super::responses::write_body(&mut out, head, &messages, limit, &tail);
             return JsonBody::from_parts(vec![Bytes::from(out)]);
         }
         let mut parts = Vec::with_capacity(messages.len() + 2);

@@ -1,10 +1,10 @@
 //! What a request and its response are, apart from how they travel: the JSON bodies (chat
-//! completions and Anthropic Messages, [`RequestBody`] from shared pieces, [`JsonBody`]), the
-//! incremental SSE decoder ([`sse`]), the [`Exchange`] a request ends in with the [`Failure`] that
-//! says what went wrong, the routing headers and Dynamo's session control, the header names the
-//! built-in simulator stamps ([`headers`]), and the replay's side of the HTTP client
-//! ([`transport::Transport`]). No sockets: the client crate sends, the simulator serves, the replay
-//! schedules through the transport.
+//! completions, Anthropic Messages and the OpenAI Responses API, [`RequestBody`] from shared
+//! pieces, [`JsonBody`]), the incremental SSE decoder ([`sse`]), the [`Exchange`] a request ends
+//! in with the [`Failure`] that says what went wrong, the routing headers and Dynamo's session
+//! control, the header names the built-in simulator stamps ([`headers`]), and the replay's side of
+//! the HTTP client ([`transport::Transport`]). No sockets: the client crate sends, the simulator
+//! serves, the replay schedules through the transport.
 
 #![forbid(unsafe_code)]
 
@@ -12,6 +12,7 @@ pub mod anthropic;
 mod body;
 mod exchange;
 pub mod headers;
+pub mod responses;
 pub mod routing;
 pub mod server_side;
 pub mod session_control;
@@ -37,6 +38,7 @@ impl StreamState {
         }
         match self.api {
             EndpointType::Anthropic => anthropic::on_event(self, event, now, exchange),
+            EndpointType::Responses => responses::on_event(self, event, now, exchange),
             EndpointType::Chat => self.on_chat_event(event, now, exchange),
         }
     }

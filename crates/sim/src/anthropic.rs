@@ -258,6 +258,13 @@ pub(crate) fn write_end(out: &mut BytesMut, finish_reason: &str, usage: &Usage) 
     event(out, "message_delta", &delta);
 }
 
+/// An `error` event (`api_error`) with `message`, as Anthropic sends one mid-stream.
+pub(crate) fn write_error(out: &mut BytesMut, message: &str) {
+    let message = serde_json::to_string(message).unwrap_or_else(|_| "\"\"".into());
+    let data = format!(r#"{{"type":"error","error":{{"type":"api_error","message":{message}}}}}"#);
+    event(out, "error", &data);
+}
+
 /// `message_stop`.
 pub(crate) fn write_stop(out: &mut BytesMut) {
     event(out, "message_stop", r#"{"type":"message_stop"}"#);

@@ -268,6 +268,12 @@ pub struct Faults {
     pub stall_rate: f64,
     /// Fraction of streams that carry one malformed SSE event.
     pub malformed_rate: f64,
+    /// Fraction of streams that end cleanly mid-answer, without the API's end marker (`data:
+    /// [DONE]`, `message_stop`, `response.completed`): the body ends, the connection stays.
+    pub truncate_rate: f64,
+    /// Fraction of streams that end mid-answer with the API's error event (chat's `{"error"}`
+    /// chunk, Anthropic's `error`, the Responses API's `response.failed`).
+    pub stream_error_rate: f64,
     /// Stop accepting connections after this many requests (later requests on open connections
     /// get the connection closed without an answer).
     pub stop_after: Option<u64>,
@@ -520,6 +526,8 @@ impl SimConfig {
             ("reset_rate", faults.reset_rate),
             ("stall_rate", faults.stall_rate),
             ("malformed_rate", faults.malformed_rate),
+            ("truncate_rate", faults.truncate_rate),
+            ("stream_error_rate", faults.stream_error_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return bad(field, format!("must be a fraction in [0, 1], got {rate}"));

@@ -33,6 +33,10 @@ pub(crate) fn plan(faults: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
     let reset_pos = rng.random_range(1..=last.max(1));
     let stall_pos = rng.random_range(1..=last.max(1));
     let bad_pos = rng.random_range(0..=last);
+    // Drawn after the first eight, so adding them moved no earlier decision.
+    let [u_truncate, u_error]: [f64; 2] = rng.random();
+    let truncate_pos = rng.random_range(1..=last.max(1));
+    let error_pos = rng.random_range(1..=last.max(1));
     let clamp = |p: u64| p.min(last);
     FaultPlan {
         fail: (u_fail < faults.fail_rate).then_some(if u_status < 0.5 { 500 } else { 503 }),
@@ -42,6 +46,8 @@ pub(crate) fn plan(faults: &Faults, key: u64, total_tokens: u64) -> FaultPlan {
                 .then_some(clamp(stall_pos)),
             stall: faults.stall,
             malformed_before: (u_bad < faults.malformed_rate).then_some(bad_pos),
+            truncate_after: (u_truncate < faults.truncate_rate).then_some(clamp(truncate_pos)),
+            error_after: (u_error < faults.stream_error_rate).then_some(clamp(error_pos)),
         },
     }
 }
@@ -59,6 +65,8 @@ mod tests {
             stall: Duration::from_millis(10),
             stall_rate: 1.0,
             malformed_rate: 0.0,
+            truncate_rate: 0.0,
+            stream_error_rate: 0.0,
             stop_after: None,
             die_at: None,
             gpu_counter_reset_every: None,

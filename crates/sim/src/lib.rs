@@ -4,10 +4,11 @@
 //! `GET /metrics` over real HTTP/1.1 the way vLLM's OpenAI server does: the same SSE chunk
 //! sequence, usage with `prompt_tokens_details.cached_tokens`, vLLM's error bodies and
 //! context-length wording, and vLLM's Prometheus metric names (or SGLang's, TensorRT-LLM's or
-//! ATOM's: [`MetricNames`]). `POST /v1/messages` is Anthropic's
-//! Messages API on the same engines (`anthropic`: its body, events, usage and errors). Behind the port sit one or more
-//! data-parallel engines, each with a prefix cache (chained block hashes, LRU in tokens), a
-//! `max_num_seqs` queue and a timing model (see [`Timing`]); faults are injected on demand,
+//! ATOM's: [`MetricNames`]). `POST /v1/messages` is Anthropic's Messages API on the same engines
+//! (`anthropic`: its body, events, usage and errors), `POST /v1/responses` the OpenAI Responses
+//! API (`responses`: its body and events). Behind the port sit one or more data-parallel engines,
+//! each with a prefix cache (chained block hashes, LRU in tokens), a `max_num_seqs` queue and a
+//! timing model (see [`Timing`]); faults are injected on demand,
 //! deterministically by seed. With [`SimConfig::gpu`] each engine has a simulated GPU whose power
 //! follows its running requests, served as dcgm-exporter serves it at `GET /dcgm/metrics` (`gpu`),
 //! and [`SimHandle::gpu_energy_joules`] gives each GPU's exact energy.
@@ -50,6 +51,7 @@ mod metrics;
 mod record;
 mod request;
 mod response;
+mod responses;
 mod router;
 mod server;
 mod stream;

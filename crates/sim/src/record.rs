@@ -5,7 +5,8 @@
 //! A line holds what identifies the request across clients and what shapes the load: its arrival
 //! time, the identity and routing headers, the model, the token limits and stream options as sent,
 //! the other top-level fields with their values (sampling parameters, Dynamo's `nvext`), the
-//! prompt tokens as the simulator counts them, each message's role and token count, the
+//! prompt tokens as the simulator counts them, each message's role and token count (a Responses
+//! API request's `input` items are its messages), the
 //! cache-bust marker (`[rid:…]`) if the first user message carries one, and a digest of the messages
 //! with that marker removed (two runs that differ only by their run id digest alike). Requests whose
 //! body is not a valid chat request are logged with their error instead.
@@ -171,6 +172,7 @@ fn describe(
         "stream_options",
         "max_tokens",
         "max_completion_tokens",
+        "max_output_tokens",
         "ignore_eos",
     ] {
         out.insert(key.into(), obj.get(key).cloned().unwrap_or(Value::Null));
@@ -186,8 +188,10 @@ fn describe(
                     | "stream_options"
                     | "max_tokens"
                     | "max_completion_tokens"
+                    | "max_output_tokens"
                     | "ignore_eos"
                     | "messages"
+                    | "input"
             )
         })
         .collect();
@@ -199,11 +203,16 @@ fn describe(
         .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
         .collect();
     out.insert("other_values".into(), Value::Object(values));
-    let messages = obj
-        .get("messages")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    // A Responses API request's messages are its `input` items (a string is one user message).
+    let one_input;
+    let messages = match obj.get("messages").or_else(|| obj.get("input")) {
+        Some(Value::Array(items)) => items.as_slice(),
+        Some(Value::String(text)) => {
+            one_input = [json!({"role": "user", "content": text})];
+            &one_input[..]
+        }
+        _ => &[],
+    };
     let mut digest = Sha256::new();
     let mut roles = Vec::with_capacity(messages.len());
     let mut tokens = Vec::with_capacity(messages.len());
@@ -304,6 +313,38 @@ mod tests {
         );
         assert_ne!(a["digest"], c["digest"]);
         assert_eq!(c["marker"], Value::Null);
+    }
+
+    #[test]
+    fn a_responses_request_logs_its_input_items_as_the_chat_messages() {
+        let chat = line(
+            r#"{"model":"m","max_tokens":7,"messages":[
+                {"role":"system","content":"a b c"},
+                {"role":"user","content":"[rid:0123456789ab]\n\nd e"},
+                {"role":"assistant","content":"f"}]}"#,
+        );
+        let responses = line(
+            r#"{"model":"m","max_output_tokens":7,"stream":true,"store":false,"input":[
+                {"role":"system","content":[{"type":"input_text","text":"a b c"}]},
+                {"role":"user","content":[{"type":"input_text","text":"[rid:0123456789ab]\n\nd e"}]},
+                {"role":"assistant","content":[{"type":"output_text","text":"f"}]}]}"#,
+        );
+        for key in [
+            "digest",
+            "roles",
+            "message_tokens",
+            "prompt_tokens",
+            "marker",
+        ] {
+            assert_eq!(responses[key], chat[key], "{key}");
+        }
+        assert_eq!(responses["max_output_tokens"], 7);
+        assert_eq!(responses["other_fields"], json!(["store"]));
+        let one = line(r#"{"input":"g h"}"#);
+        assert_eq!(
+            (&one["roles"], &one["prompt_tokens"]),
+            (&json!(["user"]), &json!(2))
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub(crate) enum Api {
     Chat,
     /// `POST /v1/messages` ([`super::anthropic`]).
     Anthropic,
+    /// `POST /v1/responses` ([`super::responses`]).
+    Responses,
 }
 
 /// An error answered with vLLM's JSON shape:
@@ -88,7 +90,7 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-fn wrong_type(field: &str, want: &str, got: &Value) -> ApiError {
+pub(crate) fn wrong_type(field: &str, want: &str, got: &Value) -> ApiError {
     let mut error = ApiError::bad_request(format!(
         "field `{field}` must be {want}, got {}",
         type_name(got)
@@ -97,7 +99,7 @@ fn wrong_type(field: &str, want: &str, got: &Value) -> ApiError {
     error
 }
 
-fn opt_bool(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn opt_bool(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -105,7 +107,10 @@ fn opt_bool(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiEr
     }
 }
 
-fn opt_positive_int(obj: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
+pub(crate) fn opt_positive_int(
+    obj: &Map<String, Value>,
+    field: &str,
+) -> Result<Option<u64>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => match n.as_u64() {

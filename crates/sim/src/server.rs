@@ -36,6 +36,7 @@ use super::metrics::{self, EngineMetrics, Exposition};
 use super::record::{logged_headers, Arrival, RequestLog};
 use super::request::{self, Api, ApiError, ChatRequest};
 use super::response::{Ident, Usage};
+use super::responses;
 use super::router::Dispatcher;
 use super::stream::{self, Pace, StreamFaults, StreamPlan, TokenStream, Words};
 use agentx_protocol::headers::{
@@ -267,7 +268,8 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<SimBody> {
 
 fn api_error(error: &ApiError, api: Api) -> Response<SimBody> {
     let body = match api {
-        Api::Chat => error.body(),
+        // vLLM answers its `/v1/responses` with the same error shape as chat.
+        Api::Chat | Api::Responses => error.body(),
         Api::Anthropic => anthropic::error_body(error),
     };
     json(
@@ -283,7 +285,7 @@ pub(crate) async fn handle(
 ) -> Result<Response<SimBody>, Dropped> {
     let path = req.uri().path();
     let route = match path {
-        "/v1/chat/completions" | "/v1/messages" => Some(Method::POST),
+        "/v1/chat/completions" | "/v1/messages" | "/v1/responses" => Some(Method::POST),
         "/health" | "/v1/models" | "/metrics" | "/dcgm/metrics" => Some(Method::GET),
         _ => None,
     };
@@ -312,6 +314,7 @@ pub(crate) async fn handle(
                 None => json(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#),
             }),
             "/v1/messages" => chat(shared, req, Api::Anthropic).await,
+            "/v1/responses" => chat(shared, req, Api::Responses).await,
             _ => chat(shared, req, Api::Chat).await,
         },
     }
@@ -401,6 +404,7 @@ impl Meta {
         let prefix = match api {
             Api::Chat => "chatcmpl-",
             Api::Anthropic => "msg_",
+            Api::Responses => "resp_",
         };
         let request_id = match &header_id {
             Some(h) => format!("{prefix}{h}"),
@@ -464,7 +468,8 @@ fn unix_ns_at(instant: Instant, now: Instant, unix_now: Duration) -> HeaderValue
     HeaderValue::from(stamp.as_nanos() as u64)
 }
 
-/// A chat completion or, with [`Api::Anthropic`], a Messages API request.
+/// A chat completion or, with [`Api::Anthropic`], a Messages API request, with [`Api::Responses`]
+/// a Responses API request.
 async fn chat(
     shared: Arc<Shared>,
     req: Request<Incoming>,
@@ -611,6 +616,7 @@ async fn read_chat(
     let parsed = match api {
         Api::Chat => request::parse_chat(&body, config.block_size, &config.tokenizer),
         Api::Anthropic => anthropic::parse(&body, config.block_size, &config.tokenizer),
+        Api::Responses => responses::parse(&body, config.block_size, &config.tokenizer),
     };
     match parsed {
         Ok(r) => Ok(check_chat(config, r, api, received)),
@@ -771,6 +777,7 @@ async fn one_shot(
     let write = match api {
         Api::Chat => stream::completion_json,
         Api::Anthropic => anthropic::message_json,
+        Api::Responses => responses::response_object,
     };
     let mut body = write(&answer.ident, &text, answer.finish_reason, &answer.usage);
     if faults.malformed_before.is_some() {
@@ -834,7 +841,7 @@ pub(crate) async fn serve(
                         let (shared, served, ka_header) = (shared.clone(), served.clone(), ka_header.clone());
                         req.extensions_mut().insert(ConnNo(conn_no));
                         if shared.config.record_headers
-                            && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/messages") {
+                            && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/messages" | "/v1/responses") {
                             shared.record(conn_no, &req);
                         }
                         async move {

@@ -9,7 +9,8 @@
 //! Event order is exactly vLLM's: a role chunk (`delta: {"role":"assistant","content":""}`),
 //! one content chunk per token (the last one carrying `finish_reason` and `stop_reason`), a usage
 //! chunk with `choices: []` when `stream_options.include_usage` is set, then `data: [DONE]`.
-//! A Messages API stream has the same timing with Anthropic's events ([`super::anthropic`]).
+//! A Messages API stream has the same timing with Anthropic's events ([`super::anthropic`]), a
+//! Responses API stream with the Responses events ([`super::responses`]).
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,6 +29,7 @@ use super::config::ModelTiming;
 use super::engine::Running;
 use super::request::Api;
 use super::response::{Ident, Usage};
+use super::responses;
 
 /// Flush a frame once this much is buffered, so one slow client never buffers a whole answer.
 pub(crate) const FLUSH_BYTES: usize = 16 << 10;
@@ -100,7 +102,14 @@ pub(crate) struct StreamFaults {
     pub stall: Duration,
     /// Insert one malformed event before this token.
     pub(crate) malformed_before: Option<u64>,
+    /// End the body cleanly, without the end marker, once this many tokens have been sent.
+    pub(crate) truncate_after: Option<u64>,
+    /// Send the API's error event and end once this many tokens have been sent.
+    pub(crate) error_after: Option<u64>,
 }
+
+/// The message of an injected mid-stream error.
+const STREAM_ERROR: &str = "simulated engine failure mid-stream (--stream-error-rate)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -110,6 +119,9 @@ enum Stage {
     Done,
     Reset,
     End,
+    /// Ended before its end marker (`--truncate-rate`, `--stream-error-rate`): the body ends as
+    /// at [`Stage::End`], and the request counts as aborted.
+    Cut,
 }
 
 /// Everything a stream needs at construction.
@@ -154,6 +166,10 @@ pub(crate) struct TokenStream {
     words: Words,
     faults: StreamFaults,
     buf: BytesMut,
+    /// The Responses events' numbering.
+    seq: responses::Sequence,
+    /// The reply so far (a Responses stream's `done` events repeat it whole).
+    text: String,
 }
 
 const CHOICE_OPEN: &[u8] = br#""choices":[{"index":0,"delta":"#;
@@ -190,6 +206,8 @@ impl TokenStream {
             words: plan.words,
             faults: plan.faults,
             buf: BytesMut::with_capacity(4096),
+            seq: responses::Sequence::default(),
+            text: String::new(),
         }
     }
 
@@ -222,6 +240,12 @@ impl TokenStream {
             self.buf.extend_from_slice(anthropic::DELTA_CLOSE);
             return;
         }
+        if self.api == Api::Responses {
+            responses::write_delta_open(&mut self.buf, &mut self.seq, &self.ident);
+            self.write_words(tokens);
+            self.buf.extend_from_slice(responses::DELTA_CLOSE);
+            return;
+        }
         self.buf.extend_from_slice(&self.head);
         self.buf.extend_from_slice(CHOICE_OPEN);
         self.buf.extend_from_slice(CONTENT_OPEN);
@@ -245,6 +269,12 @@ impl TokenStream {
             }
             let word = self.words.next_word();
             self.buf.extend_from_slice(word.as_bytes());
+            if self.api == Api::Responses {
+                if self.sent + i > 0 {
+                    self.text.push(' ');
+                }
+                self.text.push_str(word);
+            }
         }
     }
 
@@ -257,13 +287,19 @@ impl TokenStream {
                     if self.must_wait(&mut now) {
                         return;
                     }
-                    if self.api == Api::Anthropic {
-                        anthropic::write_start(&mut self.buf, &self.ident, &self.usage);
-                    } else {
-                        self.buf.extend_from_slice(&self.head);
-                        self.buf.extend_from_slice(CHOICE_OPEN);
-                        self.buf.extend_from_slice(ROLE_DELTA);
-                        self.buf.extend_from_slice(EVENT_END);
+                    match self.api {
+                        Api::Anthropic => {
+                            anthropic::write_start(&mut self.buf, &self.ident, &self.usage);
+                        }
+                        Api::Responses => {
+                            responses::write_start(&mut self.buf, &mut self.seq, &self.ident);
+                        }
+                        Api::Chat => {
+                            self.buf.extend_from_slice(&self.head);
+                            self.buf.extend_from_slice(CHOICE_OPEN);
+                            self.buf.extend_from_slice(ROLE_DELTA);
+                            self.buf.extend_from_slice(EVENT_END);
+                        }
                     }
                     self.stage = Stage::Tokens;
                 }
@@ -275,6 +311,15 @@ impl TokenStream {
                             Stage::Done
                         };
                         continue;
+                    }
+                    if self.faults.truncate_after == Some(self.sent) {
+                        self.stage = Stage::Cut;
+                        return;
+                    }
+                    if self.faults.error_after == Some(self.sent) {
+                        self.write_error();
+                        self.stage = Stage::Cut;
+                        return;
                     }
                     if self.faults.reset_after == Some(self.sent) {
                         // Pause before cutting, so what was sent reaches the client first
@@ -297,13 +342,19 @@ impl TokenStream {
                     }
                     if self.faults.malformed_before == Some(self.sent) {
                         self.faults.malformed_before = None;
-                        if self.api == Api::Anthropic {
-                            self.buf.extend_from_slice(anthropic::DELTA_MALFORMED);
-                        } else {
-                            self.buf.extend_from_slice(&self.head);
-                            // Cut short inside the choices array: the JSON never closes.
-                            self.buf.extend_from_slice(br#""choices":[{"index":0,"del"#);
-                            self.buf.extend_from_slice(EVENT_END);
+                        match self.api {
+                            Api::Anthropic => {
+                                self.buf.extend_from_slice(anthropic::DELTA_MALFORMED);
+                            }
+                            Api::Responses => {
+                                self.buf.extend_from_slice(responses::DELTA_MALFORMED);
+                            }
+                            Api::Chat => {
+                                self.buf.extend_from_slice(&self.head);
+                                // Cut short inside the choices array: the JSON never closes.
+                                self.buf.extend_from_slice(br#""choices":[{"index":0,"del"#);
+                                self.buf.extend_from_slice(EVENT_END);
+                            }
                         }
                     }
                     let mut tokens = self.per_chunk.min(self.total - self.sent);
@@ -312,6 +363,8 @@ impl TokenStream {
                         self.faults.reset_after,
                         self.faults.stall_before,
                         self.faults.malformed_before,
+                        self.faults.truncate_after,
+                        self.faults.error_after,
                     ]
                     .into_iter()
                     .flatten()
@@ -332,6 +385,18 @@ impl TokenStream {
                     anthropic::write_end(&mut self.buf, self.finish_reason, &self.usage);
                     self.stage = Stage::Done;
                 }
+                Stage::Usage if self.api == Api::Responses => {
+                    let reply = (&self.ident, self.text.as_str());
+                    let usage = &self.usage;
+                    responses::write_end(
+                        &mut self.buf,
+                        &mut self.seq,
+                        reply,
+                        self.finish_reason,
+                        usage,
+                    );
+                    self.stage = Stage::Done;
+                }
                 Stage::Usage => {
                     self.buf.extend_from_slice(&self.head);
                     self.buf.extend_from_slice(br#""choices":[],"usage":"#);
@@ -344,12 +409,40 @@ impl TokenStream {
                     match self.api {
                         Api::Chat => self.buf.extend_from_slice(b"data: [DONE]\n\n"),
                         Api::Anthropic => anthropic::write_stop(&mut self.buf),
+                        // `response.completed` (or `incomplete`) ended it.
+                        Api::Responses => {}
                     }
                     self.finish();
                     self.stage = Stage::End;
                     return;
                 }
-                Stage::Reset | Stage::End => return,
+                Stage::Reset | Stage::End | Stage::Cut => return,
+            }
+        }
+    }
+
+    /// The API's error event for an injected mid-stream failure (`--stream-error-rate`), with the
+    /// output so far in its usage.
+    fn write_error(&mut self) {
+        match self.api {
+            Api::Chat => {
+                let message = serde_json::to_string(STREAM_ERROR).unwrap_or_default();
+                self.buf.extend_from_slice(
+                    format!(
+                        r#"data: {{"error":{{"object":"error","message":{message},"type":"InternalServerError","param":null,"code":500}}}}"#
+                    )
+                    .as_bytes(),
+                );
+                self.buf.extend_from_slice(EVENT_END);
+            }
+            Api::Anthropic => anthropic::write_error(&mut self.buf, STREAM_ERROR),
+            Api::Responses => {
+                let usage = Usage {
+                    completion_tokens: self.sent,
+                    ..self.usage
+                };
+                let ident = &self.ident;
+                responses::write_failed(&mut self.buf, &mut self.seq, ident, &usage, STREAM_ERROR);
             }
         }
     }
@@ -435,7 +528,7 @@ impl Body for TokenStream {
                 this.sleeping = false;
             }
             match this.stage {
-                Stage::End => {
+                Stage::End | Stage::Cut => {
                     if this.buf.is_empty() {
                         return Poll::Ready(None);
                     }
@@ -460,7 +553,7 @@ impl Body for TokenStream {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.stage == Stage::End && self.buf.is_empty()
+        matches!(self.stage, Stage::End | Stage::Cut) && self.buf.is_empty()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -24,10 +24,14 @@ pub(super) fn extra_inputs(
                 RequestBody::RESERVED.join(", ")
             );
         }
-        if key == "system" && endpoint_type == "anthropic" {
+        let own = crate::client::EndpointType::parse(endpoint_type)
+            .map_or(&[][..], crate::client::EndpointType::own_fields);
+        if own.contains(&key) {
             bail!(
-                "--extra-inputs system:... would replace the `system` blocks agentx writes from the \
-                 trace under --endpoint-type anthropic; remove it"
+                "--extra-inputs {key}:... would replace a field agentx writes itself under \
+                 --endpoint-type {endpoint_type} ({}: the trace's prompt and output limit, and \
+                 nothing kept on the server); remove it",
+                own.join(", ")
             );
         }
         extra.retain(|(old, _)| old != key);

@@ -99,12 +99,14 @@ pub struct RunArgs {
     /// per GPU).
     #[arg(help_heading = "Against what", long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) gpus: Option<u32>,
-    /// Request path [default: /v1/chat/completions, or /v1/messages with --endpoint-type anthropic].
+    /// Request path [default: /v1/chat/completions, /v1/messages with --endpoint-type anthropic,
+    /// /v1/responses with --endpoint-type responses].
     #[arg(help_heading = "Against what", long, value_name = "PATH")]
     pub(crate) endpoint: Option<String>,
-    /// The API the requests speak: `chat` (OpenAI chat completions) or `anthropic` (Anthropic's
+    /// The API the requests speak: `chat` (OpenAI chat completions), `anthropic` (Anthropic's
     /// Messages API: `system` and content blocks, `anthropic-version`, the key as `x-api-key`, its
-    /// streamed events).
+    /// streamed events) or `responses` (the OpenAI Responses API: `input` items,
+    /// `max_output_tokens`, its streamed `response.*` events).
     #[arg(help_heading = "Against what", long, default_value = "chat")]
     pub(crate) endpoint_type: String,
     /// Model name sent in every request. With --url and no model, a scenario that discovers it

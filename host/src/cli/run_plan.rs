@@ -326,15 +326,23 @@ impl Given {
     }
 }
 
-/// `--endpoint-type`, checked.
+/// `--endpoint-type`, checked, and against the flags its API cannot honour.
 fn endpoint_type(args: &RunArgs) -> anyhow::Result<EndpointType> {
-    EndpointType::parse(&args.endpoint_type).ok_or_else(|| {
+    let api = EndpointType::parse(&args.endpoint_type).ok_or_else(|| {
         anyhow!(
             "--endpoint-type {} is not supported; use one of: {}",
             args.endpoint_type,
             EndpointType::NAMES
         )
-    })
+    })?;
+    if api == EndpointType::Responses && args.use_legacy_max_tokens {
+        bail!(
+            "--use-legacy-max-tokens sends the output limit as chat's `max_tokens`, which the \
+             Responses API does not have: --endpoint-type responses always sends it as \
+             `max_output_tokens`; remove the flag"
+        );
+    }
+    Ok(api)
 }
 
 /// `--custom-dataset-type`'s format (aiperf's loader names); `None`: detected from the corpus.

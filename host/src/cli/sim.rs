@@ -180,6 +180,14 @@ pub struct SimArgs {
     /// Fraction of streams carrying one malformed SSE event.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
     pub(crate) malformed_rate: f64,
+    /// Fraction of streams that end cleanly mid-answer without the API's end marker (`data:
+    /// [DONE]`, `message_stop`, `response.completed`).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub(crate) truncate_rate: f64,
+    /// Fraction of streams that end mid-answer with the API's error event (an `{"error"}` chunk,
+    /// Anthropic's `error`, the Responses API's `response.failed`).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub(crate) stream_error_rate: f64,
     /// Stop accepting connections after this many chat completion requests.
     #[arg(long)]
     pub(crate) stop_after: Option<u64>,
@@ -329,6 +337,8 @@ impl SimArgs {
         config.faults.reset_rate = self.reset_rate;
         config.faults.stall_rate = self.stall_rate;
         config.faults.malformed_rate = self.malformed_rate;
+        config.faults.truncate_rate = self.truncate_rate;
+        config.faults.stream_error_rate = self.stream_error_rate;
         config.faults.stop_after = self.stop_after;
         config.faults.die_at = self.die_at_request;
         if let Some(seconds) = self.keep_alive_timeout {
