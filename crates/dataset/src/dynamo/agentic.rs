@@ -85,7 +85,7 @@ pub(crate) fn read(path: &Path, spec: &FormatSpec) -> Result<Graph, DatasetError
         });
     }
     graph.block_size = block_size(&file, spec);
-    build(&mut graph, file.rows)?;
+    build(&mut graph, &file.rows)?;
     Ok(graph)
 }
 
@@ -104,16 +104,13 @@ fn parse_line(
     text: &str,
 ) -> Result<(), DatasetError> {
     let path = graph.path.clone();
-    let obj = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(obj)) => obj,
-        _ => {
-            return Err(invalid(
-                &path,
-                line,
-                "",
-                "not a JSON object; an Agentic Mooncake file is one row object per line",
-            ))
-        }
+    let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text) else {
+        return Err(invalid(
+            &path,
+            line,
+            "",
+            "not a JSON object; an Agentic Mooncake file is one row object per line",
+        ));
     };
     let fields = Fields {
         path: &path,
@@ -416,9 +413,8 @@ fn dependencies(fields: &Fields<'_>) -> Result<Vec<Dep>, DatasetError> {
                 ))
             }
         }
-        let delay_ms = match dep.opt_millis("delay_ms")? {
-            Some(d) => d,
-            None => return Err(dep.err("delay_ms", "missing: the wait after the dependency (ms)")),
+        let Some(delay_ms) = dep.opt_millis("delay_ms")? else {
+            return Err(dep.err("delay_ms", "missing: the wait after the dependency (ms)"));
         };
         out.push(Dep {
             id: id.to_owned(),
@@ -430,7 +426,7 @@ fn dependencies(fields: &Fields<'_>) -> Result<Vec<Dep>, DatasetError> {
 }
 
 /// Nodes in file order, sessions in first-row order, edges resolved, times placed.
-fn build(graph: &mut Graph, rows: Vec<Row>) -> Result<(), DatasetError> {
+fn build(graph: &mut Graph, rows: &[Row]) -> Result<(), DatasetError> {
     let mut by_id: HashMap<&str, usize> = HashMap::new();
     for (i, row) in rows.iter().enumerate() {
         if let Some(first) = by_id.insert(&row.id, i) {

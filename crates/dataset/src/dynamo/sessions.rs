@@ -59,9 +59,9 @@ pub(super) fn traces(mut graph: Graph) -> Result<Vec<ParsedTrace>, DatasetError>
     roots.sort_by_key(|&s| graph.sessions[s].nodes[0]);
     let mut root_of: Vec<usize> = (0..graph.sessions.len()).collect();
     let mut children: HashMap<usize, Vec<Child>> = HashMap::new();
-    for s in 0..graph.sessions.len() {
+    for (s, root) in root_of.iter_mut().enumerate() {
         if let (Some(p), Some(spawn)) = (parent(s), topology.spawn[s]) {
-            root_of[s] = p;
+            *root = p;
             children.entry(p).or_default().push(Child {
                 session: s,
                 spawn,

@@ -69,7 +69,7 @@ fn req(
 }
 
 /// A `tool_end` line of `session` with Claude metadata `claude`.
-fn claude_tool(session: &str, start: u64, end: u64, claude: serde_json::Value) -> String {
+fn claude_tool(session: &str, start: u64, end: u64, claude: &serde_json::Value) -> String {
     serde_json::json!({
         "schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": end,
         "agent_context": {"session_id": session},
@@ -145,14 +145,14 @@ fn claude_metadata_names_spawn_and_join_exactly_and_background_has_none() {
             "r",
             1100,
             1350,
-            serde_json::json!({"source_request_id": "p1",
+            &serde_json::json!({"source_request_id": "p1",
             "consumer_request_id": "p4", "child_session_id": "c", "execution_mode": "blocking"}),
         ),
         claude_tool(
             "r",
             1700,
             1700,
-            serde_json::json!({"source_request_id": "p4",
+            &serde_json::json!({"source_request_id": "p4",
             "child_session_id": "bg", "execution_mode": "background"}),
         ),
     ];
@@ -306,7 +306,7 @@ fn every_refusal_names_line_and_field() {
         (
             with(&|v| {
                 v["request"]["replay"]["completion_sequence_hashes"] =
-                    serde_json::json!([9, 9, 5, 6])
+                    serde_json::json!([9, 9, 5, 6]);
             }),
             ":2: request.replay.completion_sequence_hashes",
         ),
@@ -333,7 +333,7 @@ fn every_refusal_names_line_and_field() {
 #[test]
 fn bad_claude_metadata_and_cycles_are_refused() {
     let mut base = minimal();
-    let tool = |claude: serde_json::Value| claude_tool("run:root", 1100, 1150, claude);
+    let tool = |claude: serde_json::Value| claude_tool("run:root", 1100, 1150, &claude);
     let cases = [
         (
             tool(serde_json::json!({"source_request_id": "zz", "execution_mode": "blocking"})),
@@ -400,7 +400,7 @@ fn tools_dynamo_drops_are_warned_and_a_block_size_must_match() {
         "run:root",
         1100,
         1150,
-        serde_json::json!({"source_request_id": "p1", "execution_mode": "blocking"}),
+        &serde_json::json!({"source_request_id": "p1", "execution_mode": "blocking"}),
     ))
     .unwrap();
     loose.as_object_mut().unwrap().remove("agent_context");
@@ -409,7 +409,7 @@ fn tools_dynamo_drops_are_warned_and_a_block_size_must_match() {
         "run:root",
         1150,
         1100,
-        serde_json::json!({"source_request_id": "p1", "execution_mode": "blocking"}),
+        &serde_json::json!({"source_request_id": "p1", "execution_mode": "blocking"}),
     ));
     lines.push("[1, 2]".into());
     let t = &scan_text(Format::Dynamo, &lines).unwrap()[0];
