@@ -54,8 +54,14 @@ pub struct RunArgs {
     #[arg(help_heading = "What to replay", long, value_name = "PATH")]
     pub(crate) input_file: Option<PathBuf>,
     /// The format of --input-file, by aiperf's loader name: `weka_trace`, `mooncake_trace` or
-    /// `tracelab` [default: detected from the first record when only one format fits].
-    #[arg(help_heading = "What to replay", long, value_name = "TYPE")]
+    /// `tracelab`, or by `dataset --format`'s name [default: detected from the first record when only
+    /// one format fits]. `graph-ir` is refused: its replay is not in this build yet.
+    #[arg(
+        help_heading = "What to replay",
+        long,
+        visible_alias = "format",
+        value_name = "TYPE"
+    )]
     pub(crate) custom_dataset_type: Option<String>,
     /// Tokens per hash block of a Mooncake or TraceLab corpus [default: 512 mooncake, 64 tracelab]
     /// (weka traces say their own).

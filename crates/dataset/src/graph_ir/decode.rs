@@ -1,6 +1,7 @@
 //! Strict decoding of graph and trace records from JSON values, as aiperf's `decode.py` and msgspec
-//! do (docs/specs/agent-graph-ir.md#81-parse-and-decode-errors): unknown fields are refused everywhere
-//! except `graph.provenance` (folded into `extra`); a node's kind is `node_type` or the legacy `kind`,
+//! do
+//! (docs/specs/agent-graph-ir.md#81-parse-and-decode-errors-graphparseerror-in-parserpy-graphdecodeerror-in-decodepy):
+//! unknown fields are refused everywhere except `graph.provenance` (folded into `extra`); a node's kind is `node_type` or the legacy `kind`,
 //! and only `llm` is known; `messages` is an alias of `prompt` (not both); `dispatch_overrides` was
 //! renamed `extra_body`; an edge's `edge_type` may only be `static` and `branches` is refused; counts are
 //! `>= 1` or `"all"`; delays are finite and `>= 0`; `max_tokens >= 1`.

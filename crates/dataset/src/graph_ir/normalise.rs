@@ -1,6 +1,6 @@
 //! What aiperf's parser does to a workload after decoding it (docs/specs/agent-graph-ir.md#1-file-layout,
-//! #4-channels-and-reducers), in its order: the linear-chat shorthand (a graph with no nodes becomes
-//! node `_llm` with prompt `[system?, "@messages"]`, output `messages`, edges `START -> _llm -> END`),
+//! docs/specs/agent-graph-ir.md#4-channels-and-reducers-modelspychannelspec-channeltype-reducername),
+//! in its order: the linear-chat shorthand (a graph with no nodes becomes node `_llm` with prompt `[system?, "@messages"]`, output `messages`, edges `START -> _llm -> END`),
 //! START/END injection (no edge from `START`: `START -> n` for every node that no edge targets; no
 //! edge to `END`: `n -> END` for every node that is no edge's source), `trace.messages` moved into
 //! `initial_state.messages`, and channel auto-derivation (a channel that is read or written but not
