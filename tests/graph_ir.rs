@@ -1,6 +1,6 @@
-//! `dataset validate|stats --format graph-ir` on the aiperf Agent Graph IR fixtures: exit codes, the
-//! printed figures and refusals, and `run`/`dataset import` refusing a graph-ir workload (its replay is
-//! not in this build yet).
+//! `dataset validate|stats --format graph-ir` on the aiperf Agent Graph IR fixtures: exit codes,
+//! the printed figures and refusals, and `run`/`dataset import` refusing a graph-ir workload (its
+//! replay is not in this build yet).
 
 use std::path::Path;
 

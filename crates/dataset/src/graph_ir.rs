@@ -1,10 +1,10 @@
-//! aiperf's Agent Graph IR v2.0, the dataset side (docs/specs/agent-graph-ir.md): a workload file read
-//! strictly ([`read`](self) and `decode`: JSONL records or one JSON document), normalised as aiperf
-//! normalises it (`normalise`: the linear-chat shorthand, START/END injection, `trace.messages`,
-//! channel auto-derivation), validated (`validate`: aiperf's rules, the scheduler's refusals, and the
-//! run-time failures a loader can see statically), and lowered into the immutable [`GraphCorpus`] the
-//! replay runs ([`model`], whose invariants an executor relies on without checking again), with the
-//! figures of `dataset stats` ([`stats`]).
+//! aiperf's Agent Graph IR v2.0, the dataset side (docs/specs/agent-graph-ir.md): a workload file
+//! read strictly ([`read`](self) and `decode`: JSONL records or one JSON document), normalised as
+//! aiperf normalises it (`normalise`: the linear-chat shorthand, START/END injection,
+//! `trace.messages`, channel auto-derivation), validated (`validate`: aiperf's rules, the
+//! scheduler's refusals, and the run-time failures a loader can see statically), and lowered into
+//! the immutable [`GraphCorpus`] the replay runs ([`model`], whose invariants an executor relies on
+//! without checking again), with the figures of `dataset stats` ([`stats`]).
 //!
 //! A graph corpus is not a corpus of session traces: it does not go through the mmap cache or
 //! `any_format::scan`. [`load`] is its one entry.

@@ -1,13 +1,14 @@
 //! Strict decoding of graph and trace records from JSON values, as aiperf's `decode.py` and msgspec
 //! do
 //! (docs/specs/agent-graph-ir.md#81-parse-and-decode-errors-graphparseerror-in-parserpy-graphdecodeerror-in-decodepy):
-//! unknown fields are refused everywhere except `graph.provenance` (folded into `extra`); a node's kind is `node_type` or the legacy `kind`,
-//! and only `llm` is known; `messages` is an alias of `prompt` (not both); `dispatch_overrides` was
-//! renamed `extra_body`; an edge's `edge_type` may only be `static` and `branches` is refused; counts are
-//! `>= 1` or `"all"`; delays are finite and `>= 0`; `max_tokens >= 1`.
+//! unknown fields are refused everywhere except `graph.provenance` (folded into `extra`); a node's
+//! kind is `node_type` or the legacy `kind`, and only `llm` is known; `messages` is an alias of
+//! `prompt` (not both); `dispatch_overrides` was renamed `extra_body`; an edge's `edge_type` may
+//! only be `static` and `branches` is refused; counts are `>= 1` or `"all"`; delays are finite and
+//! `>= 0`; `max_tokens >= 1`.
 //!
-//! Every error is a [`DatasetError::Invalid`] whose location is the record's file and line and the JSON
-//! path of the field (`graph.nodes.plan.max_tokens`, `graph.edges[a->b].min_start_delay_us`,
+//! Every error is a [`DatasetError::Invalid`] whose location is the record's file and line and the
+//! JSON path of the field (`graph.nodes.plan.max_tokens`, `graph.edges[a->b].min_start_delay_us`,
 //! `traces[0].initial_state`), and whose message says what to write instead.
 
 use std::collections::BTreeMap;
@@ -514,7 +515,8 @@ fn requirement(value: &Value, path: String, place: &Place) -> Result<Requirement
     Ok(Requirement { channel, count })
 }
 
-/// A channel name of a `@name` reference: `None` for a literal (no `@`), the unescaped literal for `@@`.
+/// A channel name of a `@name` reference: `None` for a literal (no `@`), the unescaped literal for
+/// `@@`.
 fn reference(text: &str) -> Result<Option<&str>, String> {
     match text.strip_prefix('@') {
         None => Ok(None),

@@ -1,9 +1,10 @@
-//! The records of an Agent Graph IR workload as decoded, before normalisation: the graph record, its
-//! nodes, channels and edges, and the trace records (docs/specs/agent-graph-ir.md#2-top-level-records).
+//! The records of an Agent Graph IR workload as decoded, before normalisation: the graph record,
+//! its nodes, channels and edges, and the trace records
+//! (docs/specs/agent-graph-ir.md#2-top-level-records).
 //!
 //! These are the file's own shapes, field for field, with the place each record was read from. The
-//! decoder ([`super::decode`]) fills them strictly; [`super::normalise`] rewrites them in place as aiperf
-//! does; the validator reads them; [`super::model`] lowers them into the replay's model.
+//! decoder ([`super::decode`]) fills them strictly; [`super::normalise`] rewrites them in place as
+//! aiperf does; the validator reads them; [`super::model`] lowers them into the replay's model.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,8 +24,8 @@ pub const LINEAR_CHAT_NODE: &str = "_llm";
 /// The channel a trace's `messages` moves into.
 pub const MESSAGES_CHANNEL: &str = "messages";
 
-/// Where a record was read: the file and, in JSONL, its line (0 in a JSON document, or for the graph
-/// of a workload that has no graph record).
+/// Where a record was read: the file and, in JSONL, its line (0 in a JSON document, or for the
+/// graph of a workload that has no graph record).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Place {
     /// The workload file.

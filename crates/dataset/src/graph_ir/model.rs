@@ -4,25 +4,26 @@
 //! every node, static channel text resolved from its `initial_state`, dynamic splices named by the
 //! producer node whose reply fills them).
 //!
-//! Invariants of a [`GraphCorpus`] (the loader refuses whatever breaks one, so an executor re-checks
-//! nothing):
-//! - every [`NodeIndex`] and [`ChannelIndex`] is in range of its graph; every trace's graph is in range
-//!   of the corpus, and its `prompts` has one entry per node of that graph;
+//! Invariants of a [`GraphCorpus`] (the loader refuses whatever breaks one, so an executor
+//! re-checks nothing):
+//! - every [`NodeIndex`] and [`ChannelIndex`] is in range of its graph; every trace's graph is in
+//!   range of the corpus, and its `prompts` has one entry per node of that graph;
 //! - the static edges are acyclic and every node is reachable from `START`;
 //!   [`Graph::topological_order`] lists every node once, each after all its predecessors;
-//! - a node with an [`Anchor::Dispatch`] or [`Anchor::FirstToken`] in-edge has exactly that one in-edge;
-//!   a first-token anchor always has its dispatch fallback; only a `START` edge is [`Anchor::Start`],
-//!   and no `START` edge is anchored on dispatch or first token;
-//! - [`Node::on_completion`] and [`Node::on_dispatch`] are exactly the targets of the node's completion
-//!   and dispatch/first-token out-edges (`END` left out); [`Graph::entries`] the targets of `START`;
+//! - a node with an [`Anchor::Dispatch`] or [`Anchor::FirstToken`] in-edge has exactly that one
+//!   in-edge; a first-token anchor always has its dispatch fallback; only a `START` edge is
+//!   [`Anchor::Start`], and no `START` edge is anchored on dispatch or first token;
+//! - [`Node::on_completion`] and [`Node::on_dispatch`] are exactly the targets of the node's
+//!   completion and dispatch/first-token out-edges (`END` left out); [`Graph::entries`] the targets
+//!   of `START`;
 //! - every delay is finite and >= 0;
 //! - an overwrite channel has at most one writer; every fan-in count is >= 1 (or 0 for `all` on a
 //!   channel nobody writes), and no greater than the writers that can write before the node, so a
 //!   fan-in is never orphaned and never waits forever;
 //! - every prompt reference is resolved: static text and messages are the trace's seeds, of the
-//!   channel's type; every dynamic producer writes the channel and completes before the reading node
-//!   dispatches (a path from it starts with a completion edge), listed in topological order, and the
-//!   writers of every read channel form one edge chain;
+//!   channel's type; every dynamic producer writes the channel and completes before the reading
+//!   node dispatches (a path from it starts with a completion edge), listed in topological order,
+//!   and the writers of every read channel form one edge chain;
 //! - either every node carries a recorded start or none does ([`GraphCorpus::timestamped`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -47,31 +48,31 @@ pub struct ChannelIndex(pub u32);
 /// What an in-edge's gate is anchored on, with its delays in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Anchor {
-    /// From `START`: the node may fire `min_start_delay_us` after the trace starts (the larger of the
-    /// edge's `min_start_delay_us` and `delay_after_predecessor_us`).
+    /// From `START`: the node may fire `min_start_delay_us` after the trace starts (the larger of
+    /// the edge's `min_start_delay_us` and `delay_after_predecessor_us`).
     Start {
         /// Delay after the trace's start.
         min_start_delay_us: f64,
     },
-    /// The source's completion (`delay_after_predecessor_us`, 0 for an ordering-only edge); the node
-    /// is scheduled when the source completes.
+    /// The source's completion (`delay_after_predecessor_us`, 0 for an ordering-only edge); the
+    /// node is scheduled when the source completes.
     Completion {
         /// The predecessor.
         source: NodeIndex,
         /// Delay after its response completes.
         delay_us: f64,
     },
-    /// The source's dispatch (`delay_after_predecessor_start_us`); the node is scheduled when the source
-    /// is dispatched and does not wait for its completion.
+    /// The source's dispatch (`delay_after_predecessor_start_us`); the node is scheduled when the
+    /// source is dispatched and does not wait for its completion.
     Dispatch {
         /// The predecessor.
         source: NodeIndex,
         /// Delay after its dispatch.
         delay_us: f64,
     },
-    /// The source's first streamed token (`delay_after_predecessor_first_token_us`); scheduled at the
-    /// source's dispatch, gated at its first token, or at dispatch + `dispatch_fallback_us` when the
-    /// source ends without one.
+    /// The source's first streamed token (`delay_after_predecessor_first_token_us`); scheduled at
+    /// the source's dispatch, gated at its first token, or at dispatch + `dispatch_fallback_us`
+    /// when the source ends without one.
     FirstToken {
         /// The predecessor.
         source: NodeIndex,
@@ -99,8 +100,8 @@ impl Anchor {
 pub struct InEdge {
     /// The anchor and its delay.
     pub anchor: Anchor,
-    /// The edge's `min_start_delay_us` (0 when unset; on a `START` edge it is in the anchor): the node
-    /// may fire no earlier than this after its inputs are ready.
+    /// The edge's `min_start_delay_us` (0 when unset; on a `START` edge it is in the anchor): the
+    /// node may fire no earlier than this after its inputs are ready.
     pub min_start_delay_us: f64,
 }
 
@@ -238,7 +239,8 @@ pub enum PromptPart {
         /// Its content, concatenated.
         content: Vec<Piece>,
     },
-    /// The replies of `producers` to messages channel `channel`, one assistant message each, in order.
+    /// The replies of `producers` to messages channel `channel`, one assistant message each, in
+    /// order.
     Replies {
         /// The channel spliced.
         channel: ChannelIndex,
@@ -304,8 +306,8 @@ impl GraphCorpus {
     }
 }
 
-/// The nodes a node's completion happens before: every node on a path from it whose first edge is not
-/// anchored on its dispatch.
+/// The nodes a node's completion happens before: every node on a path from it whose first edge is
+/// not anchored on its dispatch.
 fn after_completion(graph: &GraphRecord, id: &str) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
     let mut queue: VecDeque<&str> = graph
@@ -717,7 +719,8 @@ fn graph(lowering: &Lowering<'_>) -> Graph {
     }
 }
 
-/// The prompts of every node of `record` for `trace`; `Err` with a finding per unresolvable reference.
+/// The prompts of every node of `record` for `trace`; `Err` with a finding per unresolvable
+/// reference.
 fn trace_prompts(
     trace: &TraceRecord,
     record: &GraphRecord,

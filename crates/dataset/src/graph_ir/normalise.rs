@@ -1,14 +1,16 @@
-//! What aiperf's parser does to a workload after decoding it (docs/specs/agent-graph-ir.md#1-file-layout,
+//! What aiperf's parser does to a workload after decoding it
+//! (docs/specs/agent-graph-ir.md#1-file-layout,
 //! docs/specs/agent-graph-ir.md#4-channels-and-reducers-modelspychannelspec-channeltype-reducername),
-//! in its order: the linear-chat shorthand (a graph with no nodes becomes node `_llm` with prompt `[system?, "@messages"]`, output `messages`, edges `START -> _llm -> END`),
-//! START/END injection (no edge from `START`: `START -> n` for every node that no edge targets; no
-//! edge to `END`: `n -> END` for every node that is no edge's source), `trace.messages` moved into
+//! in its order: the linear-chat shorthand (a graph with no nodes becomes node `_llm` with prompt
+//! `[system?, "@messages"]`, output `messages`, edges `START -> _llm -> END`), START/END injection
+//! (no edge from `START`: `START -> n` for every node that no edge targets; no edge to `END`: `n ->
+//! END` for every node that is no edge's source), `trace.messages` moved into
 //! `initial_state.messages`, and channel auto-derivation (a channel that is read or written but not
 //! declared gets a spec).
 //!
-//! aiperf builds the linear chat inside auto-derivation, after injection; here it comes first, which
-//! gives the same graph: a graph without nodes gets no injected edges, and the shorthand declares its
-//! own.
+//! aiperf builds the linear chat inside auto-derivation, after injection; here it comes first,
+//! which gives the same graph: a graph without nodes gets no injected edges, and the shorthand
+//! declares its own.
 
 use std::collections::BTreeMap;
 
@@ -131,9 +133,10 @@ fn by_name(name: &str) -> ChannelSpec {
     }
 }
 
-/// Declares every channel that is used but not declared: a prompt-level `@x` is messages/add_messages,
-/// an `@x` inside content text/overwrite, any other (an output, an initial_state or replay_outputs key,
-/// an input's channel) by its name: `messages` is messages/add_messages, the rest text/overwrite.
+/// Declares every channel that is used but not declared: a prompt-level `@x` is
+/// messages/add_messages, an `@x` inside content text/overwrite, any other (an output, an
+/// initial_state or replay_outputs key, an input's channel) by its name: `messages` is
+/// messages/add_messages, the rest text/overwrite.
 fn derive_channels(workload: &mut Workload) {
     let mut derived: BTreeMap<String, ChannelSpec> = BTreeMap::new();
     let mut offer = |name: &str, spec: ChannelSpec| {

@@ -1,7 +1,7 @@
-//! Reading a workload file into records (docs/specs/agent-graph-ir.md#1-file-layout): JSONL records with
-//! a `kind` discriminator (`graph` at most once, before every trace; `trace` or none; anything else
-//! refused), or one JSON document `{graph, traces}`. YAML is not read: a file that is neither `.jsonl`
-//! nor `.json` is refused with the command that converts it.
+//! Reading a workload file into records (docs/specs/agent-graph-ir.md#1-file-layout): JSONL records
+//! with a `kind` discriminator (`graph` at most once, before every trace; `trace` or none; anything
+//! else refused), or one JSON document `{graph, traces}`. YAML is not read: a file that is neither
+//! `.jsonl` nor `.json` is refused with the command that converts it.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -2,12 +2,12 @@
 //! fan-in nodes, channels by reducer) and the prefix-cache hit its prompts allow in theory.
 //!
 //! The hit rule: within each trace, nodes in topological order; each node's prompt is its messages'
-//! content text (roles left out) tokenized with the counter (the word model by default) and hashed in
-//! `block_size`-token blocks with chained hashes ([`agentx_tokens::blocks`]); a dynamic splice (a
-//! producer's reply) counts as the producer's `max_tokens` fresh tokens (0 without one), the same
-//! tokens wherever that reply is read in the trace and never equal to text. A block hits when its
-//! chained hash was seen earlier in the same trace; the rate is hits over all full blocks of all
-//! traces.
+//! content text (roles left out) tokenized with the counter (the word model by default) and hashed
+//! in `block_size`-token blocks with chained hashes ([`agentx_tokens::blocks`]); a dynamic splice
+//! (a producer's reply) counts as the producer's `max_tokens` fresh tokens (0 without one), the
+//! same tokens wherever that reply is read in the trace and never equal to text. A block hits when
+//! its chained hash was seen earlier in the same trace; the rate is hits over all full blocks of
+//! all traces.
 
 use std::collections::HashSet;
 

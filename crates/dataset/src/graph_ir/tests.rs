@@ -1,5 +1,6 @@
-//! The graph IR loader on the fixtures: the public sample, the worked example, the two-trace fixture,
-//! every invalid case of the spec's table, and the normalisation, lowering and stats rules.
+//! The graph IR loader on the fixtures: the public sample, the worked example, the two-trace
+//! fixture, every invalid case of the spec's table, and the normalisation, lowering and stats
+//! rules.
 
 use std::path::{Path, PathBuf};
 
@@ -190,8 +191,8 @@ fn two_traces_share_a_graph_with_dispatch_anchors_splices_and_replies() {
     assert_ne!(seed(0), seed(1), "each trace's own initial_state");
 }
 
-/// The refusal of a fixture: (rule, location field, line, message) of every finding, or of the decode
-/// error (rule "").
+/// The refusal of a fixture: (rule, location field, line, message) of every finding, or of the
+/// decode error (rule "").
 fn refusal(path: &Path) -> Vec<(String, String, u64, String)> {
     match load(path, false) {
         Ok(_) => panic!("{} loaded", path.display()),

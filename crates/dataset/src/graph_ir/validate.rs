@@ -1,14 +1,15 @@
-//! The static validator of a normalised workload (docs/specs/agent-graph-ir.md#82-validator-findings-validatorpy-and-scheduler-errors-schedulerpy-2a1):
-//! aiperf's rules 1, 9, 11, 12, 13, 15, 21, 54, 55, 56 and 57 with its messages, locations and fixes;
-//! the scheduler's refusal of mixed-anchor and multi-start-anchored fan-in (its refusals of a start or
-//! first-token anchor on a `START` edge and of a first-token edge without its start fallback are the
-//! same conditions as rules 54 and 55, reported once under those rules); and the checks aiperf leaves
-//! to run time that a loader can make statically: a fan-in that can never complete (`fan-in`: a count
-//! above the writers that can write before the node, which aiperf fails with `ChannelOrphanedError`
-//! or waits on forever), a corpus whose nodes are partly timestamped (`partly-timestamped`, which
-//! aiperf's open-loop replay refuses), and a `graph_ref` that names no graph (`graph-ref`, a warning:
-//! the trace runs the workload's graph, as aiperf falls back). Every finding is collected, not only
-//! the first.
+//! The static validator of a normalised workload
+//! (docs/specs/agent-graph-ir.md#82-validator-findings-validatorpy-and-scheduler-errors-schedulerpy-2a1):
+//! aiperf's rules 1, 9, 11, 12, 13, 15, 21, 54, 55, 56 and 57 with its messages, locations and
+//! fixes; the scheduler's refusal of mixed-anchor and multi-start-anchored fan-in (its refusals of
+//! a start or first-token anchor on a `START` edge and of a first-token edge without its start
+//! fallback are the same conditions as rules 54 and 55, reported once under those rules); and the
+//! checks aiperf leaves to run time that a loader can make statically: a fan-in that can never
+//! complete (`fan-in`: a count above the writers that can write before the node, which aiperf fails
+//! with `ChannelOrphanedError` or waits on forever), a corpus whose nodes are partly timestamped
+//! (`partly-timestamped`, which aiperf's open-loop replay refuses), and a `graph_ref` that names no
+//! graph (`graph-ref`, a warning: the trace runs the workload's graph, as aiperf falls back). Every
+//! finding is collected, not only the first.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -201,7 +202,8 @@ fn rule_12_version(graph: &GraphRecord) -> Option<Finding> {
     })
 }
 
-/// rule-13: an adapter-emitted graph must say its tool (empty: error; the default `manual`: warning).
+/// rule-13: an adapter-emitted graph must say its tool (empty: error; the default `manual`:
+/// warning).
 fn rule_13_provenance_tool(graph: &GraphRecord) -> Option<Finding> {
     let provenance = &graph.provenance;
     if provenance.source == "hand-authored" {
@@ -306,8 +308,8 @@ fn rule_54_edge_delay_exclusivity(graph: &GraphRecord) -> Vec<Finding> {
     out
 }
 
-/// rule-55: a first-token anchor needs its start fallback, excludes the completion anchor and cannot
-/// leave START.
+/// rule-55: a first-token anchor needs its start fallback, excludes the completion anchor and
+/// cannot leave START.
 fn rule_55_first_token_anchor_shape(graph: &GraphRecord) -> Vec<Finding> {
     let mut out = Vec::new();
     for edge in graph

@@ -1,6 +1,6 @@
-//! `dataset validate|stats --format graph-ir`: an aiperf Agent Graph IR workload read, validated and
-//! summarised through `dataset::graph_ir`, and the refusal of every command that would replay or
-//! import one (its replay is not in this build yet).
+//! `dataset validate|stats --format graph-ir`: an aiperf Agent Graph IR workload read, validated
+//! and summarised through `dataset::graph_ir`, and the refusal of every command that would replay
+//! or import one (its replay is not in this build yet).
 
 use std::process::ExitCode;
 
@@ -76,7 +76,8 @@ pub(super) fn validate(source: &SourceArgs, json: bool) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// `dataset stats --format graph-ir`, in `--block-size` blocks (64 by default) under the word model.
+/// `dataset stats --format graph-ir`, in `--block-size` blocks (64 by default) under the word
+/// model.
 pub(super) fn stats(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
     if source.block_size == Some(0) {
         return Err(DatasetError::Argument(
