@@ -19,6 +19,7 @@ mod energy;
 mod export;
 mod front_door;
 mod goodput;
+mod graph_ir;
 mod html;
 mod inferencex;
 mod inferencex_app;

@@ -1,5 +1,5 @@
 //! The typed errors of the dataset module: where a trace is wrong, a source that cannot be found or read,
-//! and a cache that cannot be written.
+//! a cache that cannot be written, and the findings of a graph validator ([`Finding`]).
 //!
 //! Every message is lower-case and says what is wrong, where (file:line, trace id, request index and
 //! field) and, where there is one, how to fix it.
@@ -40,6 +40,70 @@ impl fmt::Display for Location {
         }
         Ok(())
     }
+}
+
+/// How serious a validator finding is: an error refuses the corpus, a warning is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The corpus is refused.
+    Error,
+    /// Reported; refused only under `--strict`.
+    Warning,
+}
+
+/// One finding of a validator: the rule it breaks, where, what is wrong and how to fix it. The rule ids
+/// are aiperf's where aiperf has the rule (`rule-9`, ...), else a name of agentx's own check.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Finding {
+    /// The rule, e.g. `rule-21` or `scheduler`.
+    pub rule: String,
+    /// Error or warning.
+    pub severity: Severity,
+    /// Where: file, line (of a JSONL record; 0 in a JSON document) and the JSON path as `field`.
+    #[serde(serialize_with = "location_text")]
+    pub location: Location,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+fn location_text<S: serde::Serializer>(location: &Location, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(location)
+}
+
+impl Finding {
+    /// Whether the finding refuses the corpus.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let severity = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(
+            f,
+            "{}: {severity} {}: {} (fix: {})",
+            self.location, self.rule, self.message, self.fix
+        )
+    }
+}
+
+/// The lines of a refusal: every finding, errors first, one per line.
+fn findings_text(findings: &[Finding]) -> String {
+    let errors = findings.iter().filter(|f| f.is_error()).count();
+    let mut text = format!("{errors} error(s), {} warning(s)", findings.len() - errors);
+    let (first, rest): (Vec<&Finding>, Vec<&Finding>) = findings.iter().partition(|f| f.is_error());
+    for finding in first.into_iter().chain(rest) {
+        text.push_str("\n  ");
+        text.push_str(&finding.to_string());
+    }
+    text
 }
 
 /// Everything that can go wrong opening, importing or synthesizing a dataset.
@@ -198,6 +262,15 @@ pub enum DatasetError {
         path: PathBuf,
         /// The first place of each warning kind.
         message: String,
+    },
+
+    /// A graph corpus its validator refuses: every finding, errors and warnings.
+    #[error("{}: the graph corpus is refused: {}", path.display(), findings_text(findings))]
+    GraphRefused {
+        /// The source file.
+        path: PathBuf,
+        /// Every finding (at least one error, or a warning under `--strict`).
+        findings: Vec<Finding>,
     },
 
     /// A bad argument to a dataset operation (a flag value).

@@ -21,6 +21,9 @@
 //! handle on the shared mapping) and of the [`PromptSynth`] (its vocabulary is shared), so a replay
 //! moves conversations into spawned tasks, and what a run opened is freed when its last task ends.
 //!
+//! An aiperf Agent Graph IR workload is not a corpus of session traces: [`graph_ir::load`] reads,
+//! validates and lowers it into a [`graph_ir::GraphCorpus`] outside the cache.
+//!
 //! Import warnings (what aiperf accepts beyond this importer's checks, [`warnings`]) never fail an open;
 //! they are logged as one line and kept in the entry ([`Dataset::warnings`], [`Dataset::check_strict`]).
 //!
@@ -36,6 +39,7 @@ pub mod chat_template;
 pub mod dynamo;
 pub mod error;
 pub mod format;
+pub mod graph_ir;
 mod mmap;
 pub mod mooncake;
 pub mod prompt;

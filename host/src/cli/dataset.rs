@@ -1,7 +1,10 @@
-//! `agentx-host dataset import|inspect|stats|synth`: arguments and output of the dataset subcommands.
+//! `agentx-host dataset import|inspect|stats|validate|fidelity|synth`: arguments and output of the dataset
+//! subcommands (a graph-ir workload's in [`graph_ir`]).
 //!
 //! Data goes to stdout (tables, or JSON with `--json`), logs to stderr. Errors are returned typed and
 //! turned into exit code 2 by the caller.
+
+pub(crate) mod graph_ir;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -51,7 +54,8 @@ pub(crate) struct SourceArgs {
     pub(crate) format: Option<FormatArg>,
     /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake and
     /// agentic-mooncake v1, 64 tracelab] (weka traces say their own; dynamo request traces and
-    /// agentic-mooncake v2 declare theirs, which this must equal).
+    /// agentic-mooncake v2 declare theirs, which this must equal), and of a graph-ir workload's stats
+    /// [default: 64].
     #[arg(long, value_name = "TOKENS")]
     pub(crate) block_size: Option<u32>,
 }
@@ -72,17 +76,23 @@ pub(crate) enum FormatArg {
     /// Dynamo's Agentic Mooncake: v1 rows with wait_for, or v2 (a header line, then rows with
     /// dependencies); hash ids global.
     AgenticMooncake,
+    /// aiperf's Agent Graph IR v2.0 (JSONL records, or one {graph, traces} JSON document): `dataset
+    /// validate` and `dataset stats` only; its replay is not in this build yet.
+    GraphIr,
 }
 
-impl From<FormatArg> for crate::dataset::format::Format {
-    fn from(arg: FormatArg) -> Self {
+impl FormatArg {
+    /// The session-trace format this names; `None` for graph-ir, which is not a session-trace corpus
+    /// (it is read by `dataset::graph_ir`, not the cache).
+    fn trace_format(self) -> Option<crate::dataset::format::Format> {
         use crate::dataset::format::Format;
-        match arg {
-            FormatArg::Weka => Format::Weka,
-            FormatArg::Mooncake => Format::Mooncake,
-            FormatArg::Tracelab => Format::Tracelab,
-            FormatArg::Dynamo => Format::Dynamo,
-            FormatArg::AgenticMooncake => Format::AgenticMooncake,
+        match self {
+            FormatArg::Weka => Some(Format::Weka),
+            FormatArg::Mooncake => Some(Format::Mooncake),
+            FormatArg::Tracelab => Some(Format::Tracelab),
+            FormatArg::Dynamo => Some(Format::Dynamo),
+            FormatArg::AgenticMooncake => Some(Format::AgenticMooncake),
+            FormatArg::GraphIr => None,
         }
     }
 }
@@ -98,6 +108,9 @@ impl SourceArgs {
     }
 
     fn open(&self) -> Result<Dataset, DatasetError> {
+        if self.format == Some(FormatArg::GraphIr) {
+            return Err(graph_ir::not_replayable("this command"));
+        }
         let dataset = Dataset::open(
             &self.source,
             &OpenOptions {
@@ -105,7 +118,7 @@ impl SourceArgs {
                 max_context_length: self.max_context_length,
                 max_osl: None,
                 cache_dir: self.cache_dir(),
-                format: self.format.map(Into::into),
+                format: self.format.and_then(FormatArg::trace_format),
                 block_size: self.block_size,
                 trace_block_size: None,
             },
@@ -125,6 +138,16 @@ pub(crate) enum ModeArg {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum DatasetCommand {
+    /// Check a corpus without replaying it: every error with its place and fix (exit code 2), and its
+    /// warnings. A session-trace corpus is imported into the cache (as `import`); a graph-ir workload
+    /// is read, normalised and validated.
+    Validate {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate a corpus and build its cache entry (or find it); print what it holds and its warnings.
     Import {
         #[command(flatten)]
@@ -328,6 +351,7 @@ pub(crate) fn main(args: DatasetArgs) -> anyhow::Result<std::process::ExitCode> 
             isl_tolerance,
             json,
         } => fidelity(&source, &run_dir, isl_tolerance, json),
+        DatasetCommand::Validate { source, json } => validate(&source, json),
         command => {
             run(command)?;
             Ok(std::process::ExitCode::SUCCESS)
@@ -423,7 +447,7 @@ fn print_fidelity(report: &crate::run::fidelity::FidelityReport, tolerance: f64,
 /// Runs a `dataset` command that reads or writes corpora only.
 fn run(command: DatasetCommand) -> Result<(), DatasetError> {
     match command {
-        DatasetCommand::Fidelity { .. } => Ok(()),
+        DatasetCommand::Fidelity { .. } | DatasetCommand::Validate { .. } => Ok(()),
         DatasetCommand::Import { source, json } => import(&source, json),
         DatasetCommand::Inspect {
             source,
@@ -751,6 +775,15 @@ pub(crate) struct AchievableArgs {
 
 /// `dataset stats`.
 fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), DatasetError> {
+    if source.format == Some(FormatArg::GraphIr) {
+        if let Some(capacity) = walk.kv_capacity_tokens {
+            return Err(DatasetError::Argument(format!(
+                "--kv-capacity-tokens {capacity}: the achievable-hit walk plays session traces in \
+                 recorded time; a graph-ir workload has no such lanes: drop the flag"
+            )));
+        }
+        return graph_ir::stats(source, json);
+    }
     let dataset = source.open()?;
     let corpus = corpus_stats(&dataset);
     let trees = dataset_tree_stats(&dataset)?;
@@ -844,6 +877,35 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
     outln!();
     print_warnings(&dataset.warnings());
     Ok(())
+}
+
+/// `dataset validate`: a graph-ir workload through its validator, any other corpus through its import.
+fn validate(source: &SourceArgs, json: bool) -> anyhow::Result<std::process::ExitCode> {
+    if source.format == Some(FormatArg::GraphIr) {
+        return graph_ir::validate(source, json);
+    }
+    let dataset = source.open()?;
+    let warnings = dataset.warnings();
+    if json {
+        let doc = serde_json::json!({
+            "source": dataset.source_path().display().to_string(),
+            "format": dataset.corpus_format().format,
+            "valid": true,
+            "traces": dataset.len(),
+            "requests": dataset.total_turns(),
+            "warnings": warnings,
+        });
+        outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        outln!(
+            "valid {} corpus: {} traces, {} requests",
+            dataset.corpus_format().format,
+            dataset.len(),
+            dataset.total_turns()
+        );
+        print_warnings(&warnings);
+    }
+    Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// The achievable-hit lines of `dataset stats`.

@@ -350,7 +350,15 @@ pub(super) fn corpus_format(args: &RunArgs) -> anyhow::Result<Option<dataset::fo
     let Some(loader) = &args.custom_dataset_type else {
         return Ok(None);
     };
-    match dataset::format::Format::of_aiperf_loader(loader) {
+    if loader == "graph-ir" {
+        return Err(super::dataset::graph_ir::not_replayable("run").into());
+    }
+    let by_name = || {
+        dataset::format::Format::ALL
+            .into_iter()
+            .find(|format| format.as_str() == loader)
+    };
+    match dataset::format::Format::of_aiperf_loader(loader).or_else(by_name) {
         Some(format) => Ok(Some(format)),
         None => bail!(
             "--custom-dataset-type {loader} is not supported; use one of {}",
