@@ -25,5 +25,6 @@ pub(crate) fn scan(
         },
         Format::Mooncake => super::mooncake::scan(jsonl_path(files, spec.format)?, spec, on_trace),
         Format::Tracelab => super::tracelab::scan(jsonl_path(files, spec.format)?, spec, on_trace),
+        Format::Otel => super::otel::scan(files, spec, on_trace),
     }
 }

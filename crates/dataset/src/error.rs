@@ -109,7 +109,8 @@ pub enum DatasetError {
         "{}:{line}: cannot tell the corpus format from its first record (keys: {keys}{}); the formats \
          are {known} (a weka trace has `id` and `requests`, a Mooncake request `input_length` and \
          `hash_ids`, a TraceLab round `session_id`, `round_index`, `input_tokens_total`, \
-         `prefix_tokens`, `newly_append_tokens` and `timing_events`); pass --format NAME",
+         `prefix_tokens`, `newly_append_tokens` and `timing_events`, an OTel trace `resourceSpans`, or \
+         `spans` and no `requests`); pass --format NAME",
         path.display(),
         if matched.is_empty() { String::new() } else { format!("; it looks like both {matched}") }
     )]

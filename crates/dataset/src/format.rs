@@ -12,6 +12,9 @@
 //! - `tracelab` ([`super::tracelab`]): one LLM round per line, grouped by `session_id`, block ids
 //!   minted from the recorded prefix split, subagent sessions nested into their parents by timing
 //!   containment.
+//! - `otel` ([`super::otel`]): OpenTelemetry GenAI spans (OTLP JSON or the flattened span dict),
+//!   grouped into sessions by trace, block ids minted from the recorded messages' common prefix,
+//!   subagents from nested `invoke_agent` spans.
 //!
 //! The cache key of a weka corpus is what it was before other formats existed; any other format's key
 //! also covers its [`FormatSpec`] (so a changed block size or join knob builds another entry).
@@ -36,18 +39,27 @@ pub enum Format {
     Mooncake,
     /// TraceLab: one LLM round per JSONL row, joined into sessions.
     Tracelab,
+    /// OpenTelemetry GenAI traces: OTLP JSON or flattened spans, one session per trace.
+    Otel,
 }
 
 impl Format {
     /// Every format, in the order messages list them.
-    pub const ALL: [Format; 3] = [Format::Weka, Format::Mooncake, Format::Tracelab];
+    pub const ALL: [Format; 4] = [
+        Format::Weka,
+        Format::Mooncake,
+        Format::Tracelab,
+        Format::Otel,
+    ];
 
-    /// aiperf's name for the loader of the format (`--custom-dataset-type`).
+    /// aiperf's name for the loader of the format (`--custom-dataset-type`); aiperf has no loader of
+    /// OTel traces, so that one is agentx's own name, `otel`.
     pub fn aiperf_loader(self) -> &'static str {
         match self {
             Format::Weka => "weka_trace",
             Format::Mooncake => "mooncake_trace",
             Format::Tracelab => "tracelab",
+            Format::Otel => "otel",
         }
     }
 
@@ -62,6 +74,7 @@ impl Format {
             Format::Weka => "weka",
             Format::Mooncake => "mooncake",
             Format::Tracelab => "tracelab",
+            Format::Otel => "otel",
         }
     }
 
@@ -76,12 +89,13 @@ impl Format {
     }
 
     /// Tokens per hash block when none is given: aiperf's defaults (512 for Mooncake traces, 64 for
-    /// TraceLab); `None` for weka, whose traces say their own.
+    /// TraceLab), 64 for OTel traces (as the public weka corpora); `None` for weka, whose traces say
+    /// their own.
     pub fn default_block_size(self) -> Option<u32> {
         match self {
             Format::Weka => None,
             Format::Mooncake => Some(512),
-            Format::Tracelab => Some(64),
+            Format::Tracelab | Format::Otel => Some(64),
         }
     }
 }
@@ -295,16 +309,21 @@ fn matches(object: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
     {
         out.push(Format::Mooncake);
     }
+    if super::otel::marks(object) {
+        out.push(Format::Otel);
+    }
     out
 }
 
-/// Detects the format of a source from its first record: a directory is weka; a JSONL file is the one
-/// format whose marks its first non-empty line carries. A first line that is not a JSON object, or an
-/// object with an `id` and no other format's marks, is read as weka (whose parser then says what is
-/// wrong, where). Two formats' marks, or none, is an error naming the formats.
+/// Detects the format of a source from its first record: a directory is weka, or otel when its first
+/// `*.json` file is an OTel trace; a JSONL file is the one format whose marks its first non-empty line
+/// carries. A first line that is not a JSON object is otel when the file's first JSON value is an OTel
+/// trace (a pretty-printed file), else weka; an object with an `id` and no other format's marks is read
+/// as weka (whose parser then says what is wrong, where). Two formats' marks, or none, is an error
+/// naming the formats.
 pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     let path = match files {
-        SourceFiles::Dir { .. } => return Ok(Format::Weka),
+        SourceFiles::Dir { files, .. } => return Ok(super::otel::detect_dir(files)),
         SourceFiles::Jsonl(p) => p,
     };
     let Some((line, text)) = first_line(path)? else {
@@ -312,7 +331,7 @@ pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     };
     let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(&text)
     else {
-        return Ok(Format::Weka);
+        return Ok(super::otel::detect_document(path));
     };
     let found = matches(&obj);
     match found.as_slice() {

@@ -48,11 +48,22 @@ pub enum WarningKind {
     /// `duration_ms` that is not a whole number, a Mooncake `output_length` of 0 or below); read as this
     /// importer reads it. agentx-harness refuses such a trace (`--scenario agentx` does too).
     HarnessSchema,
+    /// An OTel LLM span with error status (code 2); dropped, as guidellm and aiperf drop it.
+    ErrorSpan,
+    /// An OTel LLM span equal to another of its session (start, end and attributes); dropped, as
+    /// inference-perf drops it.
+    DuplicateSpan,
+    /// An OTel LLM span without input or output token counts or messages; dropped, as guidellm
+    /// skips it.
+    UntokenizedSpan,
+    /// An OTel LLM span without token counts whose counts were estimated from its messages
+    /// (`len(text) // 4` per message, as inference-perf estimates them).
+    EstimatedTokens,
 }
 
 impl WarningKind {
     /// Every kind, in report order.
-    pub const ALL: [WarningKind; 10] = [
+    pub const ALL: [WarningKind; 14] = [
         WarningKind::CoercedNumber,
         WarningKind::EmptyId,
         WarningKind::NegativeTokens,
@@ -63,6 +74,10 @@ impl WarningKind {
         WarningKind::InvalidDuration,
         WarningKind::ShortFirstRequest,
         WarningKind::HarnessSchema,
+        WarningKind::ErrorSpan,
+        WarningKind::DuplicateSpan,
+        WarningKind::UntokenizedSpan,
+        WarningKind::EstimatedTokens,
     ];
 
     /// Whether agentx-harness 1.0.12 refuses a corpus with this warning (at its trace-declared block
@@ -87,6 +102,10 @@ impl WarningKind {
             WarningKind::InvalidDuration => "invalid_duration",
             WarningKind::ShortFirstRequest => "short_first_request",
             WarningKind::HarnessSchema => "harness_schema",
+            WarningKind::ErrorSpan => "error_span",
+            WarningKind::DuplicateSpan => "duplicate_span",
+            WarningKind::UntokenizedSpan => "untokenized_span",
+            WarningKind::EstimatedTokens => "estimated_tokens",
         }
     }
 }
