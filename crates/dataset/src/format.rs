@@ -309,10 +309,35 @@ fn matches(object: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
     {
         out.push(Format::Mooncake);
     }
-    if super::otel::marks(object) {
+    if otel_marks(object) {
         out.push(Format::Otel);
     }
     out
+}
+
+/// An OTel record: an OTLP `ExportTraceServiceRequest` (`resourceSpans`), a session row (a `spans`
+/// list) or a flattened span (`trace_id` and `span_id`), without weka's `requests`.
+pub(crate) fn otel_marks(object: &serde_json::Map<String, serde_json::Value>) -> bool {
+    !object.contains_key("requests")
+        && (object.contains_key("resourceSpans")
+            || object.get("spans").is_some_and(serde_json::Value::is_array)
+            || (object.contains_key("span_id") && object.contains_key("trace_id")))
+}
+
+/// The format of a JSON document whose first line is not a JSON object (a pretty-printed file, or
+/// a directory's `*.json` file): otel when its first JSON value is an OTel record, else weka (whose
+/// parser then says what is wrong).
+pub(crate) fn document_format(path: &Path) -> Format {
+    let Ok(file) = File::open(path) else {
+        return Format::Weka;
+    };
+    let first = serde_json::Deserializer::from_reader(BufReader::new(file))
+        .into_iter::<serde_json::Value>()
+        .next();
+    match first {
+        Some(Ok(serde_json::Value::Object(obj))) if otel_marks(&obj) => Format::Otel,
+        _ => Format::Weka,
+    }
 }
 
 /// Detects the format of a source from its first record: a directory is weka, or otel when its first
@@ -323,7 +348,9 @@ fn matches(object: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
 /// naming the formats.
 pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     let path = match files {
-        SourceFiles::Dir { files, .. } => return Ok(super::otel::detect_dir(files)),
+        SourceFiles::Dir { files, .. } => {
+            return Ok(files.first().map_or(Format::Weka, |f| document_format(f)))
+        }
         SourceFiles::Jsonl(p) => p,
     };
     let Some((line, text)) = first_line(path)? else {
@@ -331,7 +358,7 @@ pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     };
     let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(&text)
     else {
-        return Ok(super::otel::detect_document(path));
+        return Ok(document_format(path));
     };
     let found = matches(&obj);
     match found.as_slice() {
@@ -425,6 +452,18 @@ mod tests {
                      "newly_append_tokens":1,"timing_events":[]}"#;
         assert_eq!(matches(&obj(tl)), [Format::Tracelab]);
         assert!(matches(&obj(r#"{"foo":1}"#)).is_empty());
+        for otel in [
+            r#"{"resourceSpans":[]}"#,
+            r#"{"trace_id":"t","spans":[]}"#,
+            r#"{"session_id":"s","harness":"h","spans":[]}"#,
+            r#"{"trace_id":"t","span_id":"a","start_time":"2026-01-01T00:00:00"}"#,
+        ] {
+            assert_eq!(matches(&obj(otel)), [Format::Otel], "{otel}");
+        }
+        assert_eq!(
+            matches(&obj(r#"{"id":"a","requests":[],"spans":[]}"#)),
+            [Format::Weka]
+        );
         assert_eq!(
             matches(&obj(r#"{"requests":[],"input_length":1}"#)),
             [Format::Weka]

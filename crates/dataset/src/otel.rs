@@ -29,10 +29,9 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use super::error::{DatasetError, Location};
-use super::format::{Format, FormatSpec};
+use super::format::FormatSpec;
 use super::weka::{parse_trace, ParsedTrace, SourceFiles};
 
 mod messages;
@@ -81,36 +80,6 @@ impl OtelSummary {
         self.duplicate_spans += facts.duplicate_spans;
         self.untokenized_spans += facts.untokenized_spans;
         self.estimated_tokens += facts.estimated_tokens;
-    }
-}
-
-/// Whether a record carries the marks of an OTel trace: `resourceSpans` (OTLP), a `spans` list, or a
-/// span's `trace_id` and `span_id`, without weka's `requests`.
-pub(crate) fn marks(object: &Map<String, Value>) -> bool {
-    read::is_otel_record(object)
-}
-
-/// A directory's format: otel when its first `*.json` file is an OTel trace, else weka.
-pub(crate) fn detect_dir(files: &[PathBuf]) -> Format {
-    match files.first() {
-        Some(first) => detect_document(first),
-        None => Format::Weka,
-    }
-}
-
-/// A file whose first line is not a JSON object: otel when its first JSON value is an OTel trace
-/// (a pretty-printed file), else weka (whose parser then says what is wrong).
-pub(crate) fn detect_document(path: &Path) -> Format {
-    let Ok(file) = std::fs::File::open(path) else {
-        return Format::Weka;
-    };
-    let reader = std::io::BufReader::new(file);
-    let first = serde_json::Deserializer::from_reader(reader)
-        .into_iter::<Value>()
-        .next();
-    match first {
-        Some(Ok(Value::Object(obj))) if marks(&obj) => Format::Otel,
-        _ => Format::Weka,
     }
 }
 

@@ -96,16 +96,6 @@ pub(crate) struct SessionSpans {
     pub(crate) spans: Vec<Span>,
 }
 
-/// The object keys that mark an OTel record (format detection).
-pub(crate) fn is_otel_record(object: &Map<String, Value>) -> bool {
-    if object.contains_key("requests") {
-        return false;
-    }
-    object.contains_key("resourceSpans")
-        || object.get("spans").is_some_and(Value::is_array)
-        || (object.contains_key("span_id") && object.contains_key("trace_id"))
-}
-
 /// Where an error is: file, line, session and field.
 struct Place<'a> {
     file: &'a Path,

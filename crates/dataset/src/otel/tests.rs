@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::format::{document_format, Format};
 
 /// The traces and the summary of `lines` (one JSONL file), at `block_size` tokens a block.
 fn load(lines: &[Value], block_size: u32) -> Result<(Vec<ParsedTrace>, OtelSummary), String> {
@@ -310,12 +311,9 @@ fn a_pretty_printed_file_and_a_directory_of_traces_read_as_documents() {
         serde_json::to_string_pretty(&spec_example()).unwrap(),
     )
     .unwrap();
-    assert_eq!(detect_document(&pretty), Format::Otel);
+    assert_eq!(document_format(&pretty), Format::Otel);
     let files = SourceFiles::from_path(dir.path()).unwrap();
-    let SourceFiles::Dir { files: list, .. } = &files else {
-        panic!("a directory")
-    };
-    assert_eq!(detect_dir(list), Format::Otel);
+    assert_eq!(crate::format::detect(&files).unwrap(), Format::Otel);
     for source in [SourceFiles::Jsonl(pretty.clone()), files] {
         let spec = FormatSpec::resolve_with(Format::Otel, None, |_| None).unwrap();
         let mut n = 0;
