@@ -49,8 +49,8 @@ pub(crate) struct SourceArgs {
     /// The corpus format [default: detected from the first record when only one format fits].
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub(crate) format: Option<FormatArg>,
-    /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake, 64 tracelab]
-    /// (weka traces say their own).
+    /// Tokens per hash block of a mooncake, tracelab or otel corpus [default: 512 mooncake, 64
+    /// tracelab and otel] (weka traces say their own).
     #[arg(long, value_name = "TOKENS")]
     pub(crate) block_size: Option<u32>,
 }
@@ -65,6 +65,9 @@ pub(crate) enum FormatArg {
     Mooncake,
     /// One LLM round per line (the TraceLab agentic-coding corpus), subagent sessions joined by timing.
     Tracelab,
+    /// OpenTelemetry GenAI traces: OTLP JSON or flattened spans (one session per line, or one trace
+    /// per *.json file), subagents from nested invoke_agent spans.
+    Otel,
 }
 
 impl From<FormatArg> for crate::dataset::format::Format {
@@ -74,6 +77,7 @@ impl From<FormatArg> for crate::dataset::format::Format {
             FormatArg::Weka => Format::Weka,
             FormatArg::Mooncake => Format::Mooncake,
             FormatArg::Tracelab => Format::Tracelab,
+            FormatArg::Otel => Format::Otel,
         }
     }
 }
@@ -507,6 +511,52 @@ fn print_format(dataset: &Dataset) {
     outln!("{line})");
 }
 
+/// What an OTel corpus holds beyond its traces, read from its source; `None` for another format.
+fn otel_summary(
+    dataset: &Dataset,
+) -> Result<Option<crate::dataset::otel::OtelSummary>, DatasetError> {
+    let spec = dataset.corpus_format();
+    if spec.format != crate::dataset::format::Format::Otel {
+        return Ok(None);
+    }
+    crate::dataset::otel::summarize(dataset.source_path(), &spec).map(Some)
+}
+
+/// `dataset stats --json`'s `otel`: the summary, and which history each session can replay.
+fn otel_json(otel: &crate::dataset::otel::OtelSummary) -> serde_json::Value {
+    let mut value = serde_json::to_value(otel).unwrap_or_default();
+    value["history_trace_sessions"] = (otel.sessions - otel.sessions_without_requests).into();
+    value["history_runtime_sessions"] = otel.runtime_sessions.into();
+    value
+}
+
+/// The human lines of an OTel corpus's summary.
+fn print_otel(otel: &crate::dataset::otel::OtelSummary) {
+    let replayed = otel.sessions - otel.sessions_without_requests;
+    outln!(
+        "otel sessions               {replayed} replayed of {} ({} subagents)",
+        otel.sessions,
+        otel.subagents
+    );
+    outln!(
+        "otel requests               {} ({} with messages, {} prefixes assumed)",
+        otel.requests,
+        otel.requests_with_messages,
+        otel.assumed_prefix
+    );
+    outln!(
+        "otel history=runtime        {} of {replayed} sessions (history=trace: all)",
+        otel.runtime_sessions
+    );
+    outln!(
+        "otel spans dropped          {} error, {} duplicate, {} without token counts ({} estimated)",
+        otel.error_spans,
+        otel.duplicate_spans,
+        otel.untokenized_spans,
+        otel.estimated_tokens
+    );
+}
+
 /// `dataset import`: imports (or maps from the cache) and says what it found.
 fn import(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
     let started = Instant::now();
@@ -735,6 +785,7 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
     let dataset = source.open()?;
     let corpus = corpus_stats(&dataset);
     let trees = dataset_tree_stats(&dataset)?;
+    let otel = otel_summary(&dataset)?;
     // The walk touches every block of the corpus: only when a capacity asks for it.
     let achievable = walk.kv_capacity_tokens.and_then(|capacity_tokens| {
         crate::dataset::achievable::walk(
@@ -759,6 +810,9 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
             );
             if let Some(format) = format_json(&dataset) {
                 fields.insert("format".into(), format);
+            }
+            if let Some(otel) = &otel {
+                fields.insert("otel".into(), otel_json(otel));
             }
             if let Some(achievable) = &achievable {
                 fields.insert(
@@ -789,6 +843,9 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
         "theoretical hit rate (lcp)  {:.2}%",
         100.0 * corpus.theoretical_hit_rate_prefix
     );
+    if let Some(otel) = &otel {
+        print_otel(otel);
+    }
     if let Some(hit) = &achievable {
         print_achievable(hit);
     }

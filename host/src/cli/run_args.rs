@@ -53,12 +53,13 @@ pub struct RunArgs {
     /// Local weka traces: a `traces.jsonl` or a directory of `*.json`.
     #[arg(help_heading = "What to replay", long, value_name = "PATH")]
     pub(crate) input_file: Option<PathBuf>,
-    /// The format of --input-file, by aiperf's loader name: `weka_trace`, `mooncake_trace` or
-    /// `tracelab` [default: detected from the first record when only one format fits].
+    /// The format of --input-file, by aiperf's loader name: `weka_trace`, `mooncake_trace`,
+    /// `tracelab`, or `otel` (OpenTelemetry GenAI traces, agentx's own name) [default: detected from
+    /// the first record when only one format fits].
     #[arg(help_heading = "What to replay", long, value_name = "TYPE")]
     pub(crate) custom_dataset_type: Option<String>,
-    /// Tokens per hash block of a Mooncake or TraceLab corpus [default: 512 mooncake, 64 tracelab]
-    /// (weka traces say their own).
+    /// Tokens per hash block of a Mooncake, TraceLab or OTel corpus [default: 512 mooncake, 64
+    /// tracelab and otel] (weka traces say their own).
     #[arg(
         help_heading = "What to replay",
         long = "isl-block-size",

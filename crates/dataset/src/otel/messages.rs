@@ -1,6 +1,6 @@
 //! Recorded messages reduced to keys: each message of `gen_ai.system_instructions`,
 //! `gen_ai.input.messages` and `gen_ai.output.messages` (or `gen_ai.output.text`) is normalized
-//! (docs/specs/otel-genai-traces.md §2: the OTel parts shape and the OpenAI shape give the same
+//! (docs/specs/otel-genai-traces.md#2-attributes: the OTel parts shape and the OpenAI shape give the same
 //! message) and kept only as a [`Msg`]: a 64-bit hash of its canonical JSON and its length in
 //! characters. No text outlives [`prompt_of`].
 //!

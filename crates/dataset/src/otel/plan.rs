@@ -1,4 +1,4 @@
-//! One session's spans as a weka trace (docs/specs/otel-genai-traces.md §3): which spans are
+//! One session's spans as a weka trace (docs/specs/otel-genai-traces.md#3-building-the-plan): which spans are
 //! requests, which agent each belongs to, their order, timing and block ids.
 //!
 //! - Requests: [`Span::is_request`]; an error span (status 2), a span without both token counts
@@ -21,7 +21,7 @@
 //!   shared, floored to whole blocks. Without messages on either, the previous request's whole
 //!   prompt is assumed to be the prefix (an agent's prompt grows by appending), counted as
 //!   `assumed_prefix`.
-//! - `history=runtime` (spec §4) holds for a session when every request records its messages and
+//! - `history=runtime` (docs/specs/otel-genai-traces.md#4-history-semantics) holds for a session when every request records its messages and
 //!   each request of an agent begins with the previous one's input and output messages.
 //! - A subagent is a `type: "subagent"` entry after the last root request that starts at or before
 //!   it (its marker: the earlier of its `invoke_agent` start and its first request); one that no root

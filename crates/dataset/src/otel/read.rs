@@ -1,5 +1,5 @@
 //! Reading an OTel source into sessions of validated spans: the two layers of
-//! docs/specs/otel-genai-traces.md §1 (OTLP JSON and the flattened span dict) decoded with serde_json
+//! docs/specs/otel-genai-traces.md#1-two-layers (OTLP JSON and the flattened span dict) decoded with serde_json
 //! into one [`Span`] shape.
 //!
 //! - A JSONL file is one record per line; a file whose first line is not JSON is one JSON document
@@ -67,7 +67,7 @@ pub(crate) struct Span {
 }
 
 impl Span {
-    /// An LLM request to replay (spec §3 step 2): an LLM operation; without an operation, or with one
+    /// An LLM request to replay (docs/specs/otel-genai-traces.md#3-building-the-plan, step 2): an LLM operation; without an operation, or with one
     /// the conventions do not define, a span with both token counts (guidellm) or a name starting with
     /// `chat ` (inference-perf).
     pub(crate) fn is_request(&self) -> bool {

@@ -48,7 +48,7 @@ fn message(role: &str, text: &str) -> Value {
     json!({"role": role, "content": text})
 }
 
-/// The spec's §7 flat example: two requests sharing a one-message prefix.
+/// The flat example of docs/specs/otel-genai-traces.md#7-minimal-valid-examples: two requests sharing a one-message prefix.
 fn spec_example() -> Value {
     let mut a = chat(12, 3);
     a["gen_ai.input.messages"] = json!([message("user", "hi")]).to_string().into();
