@@ -291,7 +291,7 @@ fn the_session_tree_follows_the_spans() {
     let a = ds.find(OTLP_TRACE).unwrap();
     assert_eq!((a.num_turns(), a.subagents()), (3, 1));
     // c4 continues c1 (1200 tokens: 18 blocks), c5 continues c4 (1600 tokens: 25 blocks).
-    let lcp: Vec<u32> = (1..3)
+    let lcp: Vec<usize> = (1..3)
         .map(|k| a.turn(k).unwrap().lcp_with_previous())
         .collect();
     assert_eq!(lcp, [18, 25]);

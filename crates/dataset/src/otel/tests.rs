@@ -334,3 +334,43 @@ fn no_message_text_reaches_a_trace() {
         assert!(!shown.contains(text), "{text} in {shown}");
     }
 }
+
+#[test]
+fn the_fixtures_summarize_as_their_readme_says() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    let spec = FormatSpec::resolve_with(Format::Otel, None, |_| None).unwrap();
+    let summary = |name: &str| summarize(&root.join(name), &spec).unwrap();
+    let otlp = summary("otel-agents.otlp.jsonl");
+    assert_eq!(
+        (
+            otlp.sessions,
+            otlp.requests,
+            otlp.subagents,
+            otlp.runtime_sessions
+        ),
+        (2, 7, 1, 1)
+    );
+    assert_eq!(
+        (
+            otlp.error_spans,
+            otlp.duplicate_spans,
+            otlp.assumed_prefix,
+            otlp.requests_with_messages
+        ),
+        (1, 1, 1, 5)
+    );
+    let flat = summary("otel-sessions.flat.jsonl");
+    assert_eq!(
+        (flat.sessions, flat.requests, flat.runtime_sessions),
+        (2, 5, 1)
+    );
+    let sample = summary("inference-perf_simple_chain.otel.json");
+    assert_eq!(
+        (
+            sample.requests,
+            sample.estimated_tokens,
+            sample.runtime_sessions
+        ),
+        (3, 3, 1)
+    );
+}
