@@ -25,6 +25,7 @@ mod inferencex;
 mod inferencex_app;
 mod infx_bench;
 mod live_metrics;
+mod otel;
 mod otlp;
 mod replay;
 mod report;

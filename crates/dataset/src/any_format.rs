@@ -31,5 +31,6 @@ pub(crate) fn scan(
         Format::AgenticMooncake => {
             super::dynamo::scan_agentic_mooncake(jsonl_path(files, spec.format)?, spec, on_trace)
         }
+        Format::Otel => super::otel::scan(files, spec, on_trace),
     }
 }

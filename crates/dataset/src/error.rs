@@ -175,7 +175,7 @@ pub enum DatasetError {
          `hash_ids`, a TraceLab round `session_id`, `round_index`, `input_tokens_total`, \
          `prefix_tokens`, `newly_append_tokens` and `timing_events`, a Dynamo record \
          `\"schema\":\"dynamo.request.trace.v1\"`, an Agentic Mooncake row `request_id` and \
-         `wait_for`); pass --format NAME",
+         `wait_for`, an OTel trace `resourceSpans`, or `spans` and no `requests`); pass --format NAME",
         path.display(),
         if matched.is_empty() { String::new() } else { format!("; it looks like both {matched}") }
     )]

@@ -17,6 +17,9 @@
 //!   parents by Dynamo's own spawn/join rules; hash ids global to the corpus (rolling block hashes).
 //! - `agentic-mooncake` ([`super::dynamo`]): Dynamo's Agentic Mooncake rows, v1 (`wait_for`) or v2
 //!   (a `dynamo.agentic_mooncake` header line and `dependencies`); hash ids global to the corpus.
+//! - `otel` ([`super::otel`]): OpenTelemetry GenAI spans (OTLP JSON or the flattened span dict),
+//!   grouped into sessions by trace, block ids minted from the recorded messages' common prefix,
+//!   subagents from nested `invoke_agent` spans.
 //!
 //! The cache key of a weka corpus is what it was before other formats existed; any other format's key
 //! also covers its [`FormatSpec`] (so a changed block size or join knob builds another entry).
@@ -47,20 +50,24 @@ pub enum Format {
     /// `dependencies`).
     #[serde(rename = "agentic-mooncake")]
     AgenticMooncake,
+    /// OpenTelemetry GenAI traces: OTLP JSON or flattened spans, one session per trace.
+    Otel,
 }
 
 impl Format {
     /// Every format, in the order messages list them.
-    pub const ALL: [Format; 5] = [
+    pub const ALL: [Format; 6] = [
         Format::Weka,
         Format::Mooncake,
         Format::Tracelab,
         Format::Dynamo,
         Format::AgenticMooncake,
+        Format::Otel,
     ];
 
     /// aiperf's name for the loader of the format (`--custom-dataset-type`); for the two Dynamo
-    /// formats, which no aiperf release reads, Dynamo's own `--trace-format` names.
+    /// formats, which no aiperf release reads, Dynamo's own `--trace-format` names; aiperf has no
+    /// loader of OTel traces either, so that one is agentx's own name, `otel`.
     pub fn aiperf_loader(self) -> &'static str {
         match self {
             Format::Weka => "weka_trace",
@@ -68,6 +75,7 @@ impl Format {
             Format::Tracelab => "tracelab",
             Format::Dynamo => "dynamo",
             Format::AgenticMooncake => "agentic_mooncake",
+            Format::Otel => "otel",
         }
     }
 
@@ -84,6 +92,7 @@ impl Format {
             Format::Tracelab => "tracelab",
             Format::Dynamo => "dynamo",
             Format::AgenticMooncake => "agentic-mooncake",
+            Format::Otel => "otel",
         }
     }
 
@@ -102,14 +111,14 @@ impl Format {
     }
 
     /// Tokens per hash block when none is given: aiperf's defaults (512 for Mooncake traces, also
-    /// Agentic Mooncake v1, 64 for TraceLab); `None` for weka, whose traces say their own, and for
-    /// Dynamo request traces, whose rows carry `trace_block_size`. An Agentic Mooncake v2 header's
-    /// `block_size` wins over the default.
+    /// Agentic Mooncake v1, 64 for TraceLab), 64 for OTel traces (as the public weka corpora); `None`
+    /// for weka, whose traces say their own, and for Dynamo request traces, whose rows carry
+    /// `trace_block_size`. An Agentic Mooncake v2 header's `block_size` wins over the default.
     pub fn default_block_size(self) -> Option<u32> {
         match self {
             Format::Weka | Format::Dynamo => None,
             Format::Mooncake | Format::AgenticMooncake => Some(512),
-            Format::Tracelab => Some(64),
+            Format::Tracelab | Format::Otel => Some(64),
         }
     }
 
@@ -374,19 +383,51 @@ fn matches(object: &serde_json::Map<String, serde_json::Value>) -> Vec<Format> {
             Format::Mooncake
         });
     }
+    if otel_marks(object) {
+        out.push(Format::Otel);
+    }
     out
 }
 
-/// Detects the format of a source from its first record: a directory is weka; a JSONL file is the one
-/// format whose marks its first non-empty line carries (a `schema` of `dynamo.request.trace.*` or
-/// `dynamo.agentic_mooncake`, bare or in a sink envelope's `event`, marks a Dynamo format; a Mooncake
-/// row with `request_id` and a dependency key is Agentic Mooncake v1). A first line that is not a JSON
-/// object, or an object with an `id` and no other format's marks, is read as weka (whose parser then
-/// says what is wrong, where). Two formats' marks, or none, is an error naming the formats. A gzip file
-/// is read through its decompressor; only the Dynamo formats read one.
+/// An OTel record: an OTLP `ExportTraceServiceRequest` (`resourceSpans`), a session row (a `spans`
+/// list) or a flattened span (`trace_id` and `span_id`), without weka's `requests`.
+pub(crate) fn otel_marks(object: &serde_json::Map<String, serde_json::Value>) -> bool {
+    !object.contains_key("requests")
+        && (object.contains_key("resourceSpans")
+            || object.get("spans").is_some_and(serde_json::Value::is_array)
+            || (object.contains_key("span_id") && object.contains_key("trace_id")))
+}
+
+/// The format of a JSON document whose first line is not a JSON object (a pretty-printed file, or
+/// a directory's `*.json` file): otel when its first JSON value is an OTel record, else weka (whose
+/// parser then says what is wrong).
+pub(crate) fn document_format(path: &Path) -> Format {
+    let Ok(file) = File::open(path) else {
+        return Format::Weka;
+    };
+    let first = serde_json::Deserializer::from_reader(BufReader::new(file))
+        .into_iter::<serde_json::Value>()
+        .next();
+    match first {
+        Some(Ok(serde_json::Value::Object(obj))) if otel_marks(&obj) => Format::Otel,
+        _ => Format::Weka,
+    }
+}
+
+/// Detects the format of a source from its first record: a directory is weka, or otel when its first
+/// `*.json` file is an OTel trace; a JSONL file is the one format whose marks its first non-empty line
+/// carries (a `schema` of `dynamo.request.trace.*` or `dynamo.agentic_mooncake`, bare or in a sink
+/// envelope's `event`, marks a Dynamo format; a Mooncake row with `request_id` and a dependency key is
+/// Agentic Mooncake v1). A first line that is not a JSON object is otel when the file's first JSON
+/// value is an OTel trace (a pretty-printed file), else weka; an object with an `id` and no other
+/// format's marks is read as weka (whose parser then says what is wrong, where). Two formats' marks,
+/// or none, is an error naming the formats. A gzip file is read through its decompressor; only the
+/// Dynamo formats read one.
 pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
     let path = match files {
-        SourceFiles::Dir { .. } => return Ok(Format::Weka),
+        SourceFiles::Dir { files, .. } => {
+            return Ok(files.first().map_or(Format::Weka, |f| document_format(f)))
+        }
         SourceFiles::Jsonl(p) => p,
     };
     let gzip = is_gzip(path)?;
@@ -415,7 +456,7 @@ pub fn detect(files: &SourceFiles) -> Result<Format, DatasetError> {
         return if gzip {
             Err(gzipped(path))
         } else {
-            Ok(Format::Weka)
+            Ok(document_format(path))
         };
     };
     let found = matches(&obj);
@@ -531,6 +572,18 @@ mod tests {
                      "newly_append_tokens":1,"timing_events":[]}"#;
         assert_eq!(matches(&obj(tl)), [Format::Tracelab]);
         assert!(matches(&obj(r#"{"foo":1}"#)).is_empty());
+        for otel in [
+            r#"{"resourceSpans":[]}"#,
+            r#"{"trace_id":"t","spans":[]}"#,
+            r#"{"session_id":"s","harness":"h","spans":[]}"#,
+            r#"{"trace_id":"t","span_id":"a","start_time":"2026-01-01T00:00:00"}"#,
+        ] {
+            assert_eq!(matches(&obj(otel)), [Format::Otel], "{otel}");
+        }
+        assert_eq!(
+            matches(&obj(r#"{"id":"a","requests":[],"spans":[]}"#)),
+            [Format::Weka]
+        );
         assert_eq!(
             matches(&obj(r#"{"requests":[],"input_length":1}"#)),
             [Format::Weka]

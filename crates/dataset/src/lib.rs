@@ -1,7 +1,7 @@
-//! Corpus parsing (weka, Mooncake, TraceLab, NVIDIA Dynamo: [`format`](mod@format)), the content-addressed mmap cache, zero-copy views and prompt synthesis.
+//! Corpus parsing (weka, Mooncake, TraceLab, NVIDIA Dynamo, OTel GenAI traces: [`format`](mod@format)), the content-addressed mmap cache, zero-copy views and prompt synthesis.
 //!
 //! The replay engine's entry points:
-//! - [`Dataset::open`] resolves a corpus (in any [`format::Format`]: weka, Mooncake, TraceLab or Dynamo, detected
+//! - [`Dataset::open`] resolves a corpus (in any [`format::Format`]: weka, Mooncake, TraceLab, Dynamo or OTel, detected
 //!   or named; a `traces.jsonl`, a directory of `*.json` traces, a name from
 //!   [`alias::ALIASES`] or a dataset repository id found in the Hugging Face hub cache, [`hub`]), selects
 //!   traces ([`select`]: `--max-context-length`, `--num-dataset-entries`), imports them into the cache on
@@ -42,6 +42,7 @@ pub mod format;
 pub mod graph_ir;
 mod mmap;
 pub mod mooncake;
+pub mod otel;
 pub mod prompt;
 pub mod select;
 pub mod source;

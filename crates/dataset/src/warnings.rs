@@ -55,11 +55,22 @@ pub enum WarningKind {
     /// lowering: a child session started while its spawning request was in flight, one no request
     /// spawned (a trace of its own), a join on a request before the child session's last.
     InexactEdge,
+    /// An OTel LLM span with error status (code 2); dropped, as guidellm and aiperf drop it.
+    ErrorSpan,
+    /// An OTel LLM span equal to another of its session (start, end and attributes); dropped, as
+    /// inference-perf drops it.
+    DuplicateSpan,
+    /// An OTel LLM span without input or output token counts or messages; dropped, as guidellm
+    /// skips it.
+    UntokenizedSpan,
+    /// An OTel LLM span without token counts whose counts were estimated from its messages
+    /// (`len(text) // 4` per message, as inference-perf estimates them).
+    EstimatedTokens,
 }
 
 impl WarningKind {
     /// Every kind, in report order.
-    pub const ALL: [WarningKind; 12] = [
+    pub const ALL: [WarningKind; 16] = [
         WarningKind::CoercedNumber,
         WarningKind::EmptyId,
         WarningKind::NegativeTokens,
@@ -72,6 +83,10 @@ impl WarningKind {
         WarningKind::HarnessSchema,
         WarningKind::DroppedRecord,
         WarningKind::InexactEdge,
+        WarningKind::ErrorSpan,
+        WarningKind::DuplicateSpan,
+        WarningKind::UntokenizedSpan,
+        WarningKind::EstimatedTokens,
     ];
 
     /// Whether agentx-harness 1.0.12 refuses a corpus with this warning (at its trace-declared block
@@ -98,6 +113,10 @@ impl WarningKind {
             WarningKind::HarnessSchema => "harness_schema",
             WarningKind::DroppedRecord => "dropped_record",
             WarningKind::InexactEdge => "inexact_edge",
+            WarningKind::ErrorSpan => "error_span",
+            WarningKind::DuplicateSpan => "duplicate_span",
+            WarningKind::UntokenizedSpan => "untokenized_span",
+            WarningKind::EstimatedTokens => "estimated_tokens",
         }
     }
 }

@@ -52,10 +52,10 @@ pub(crate) struct SourceArgs {
     /// The corpus format [default: detected from the first record when only one format fits].
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub(crate) format: Option<FormatArg>,
-    /// Tokens per hash block of a mooncake or tracelab corpus [default: 512 mooncake and
-    /// agentic-mooncake v1, 64 tracelab] (weka traces say their own; dynamo request traces and
-    /// agentic-mooncake v2 declare theirs, which this must equal), and of a graph-ir workload's stats
-    /// [default: 64].
+    /// Tokens per hash block of a mooncake, tracelab or otel corpus [default: 512 mooncake and
+    /// agentic-mooncake v1, 64 tracelab and otel] (weka traces say their own; dynamo request traces
+    /// and agentic-mooncake v2 declare theirs, which this must equal), and of a graph-ir workload's
+    /// stats [default: 64].
     #[arg(long, value_name = "TOKENS")]
     pub(crate) block_size: Option<u32>,
 }
@@ -76,6 +76,9 @@ pub(crate) enum FormatArg {
     /// Dynamo's Agentic Mooncake: v1 rows with wait_for, or v2 (a header line, then rows with
     /// dependencies); hash ids global.
     AgenticMooncake,
+    /// OpenTelemetry GenAI traces: OTLP JSON or flattened spans (one session per line, or one trace
+    /// per *.json file), subagents from nested invoke_agent spans.
+    Otel,
     /// aiperf's Agent Graph IR v2.0 (JSONL records, or one {graph, traces} JSON document): `dataset
     /// validate` and `dataset stats` only; its replay is not in this build yet.
     GraphIr,
@@ -92,6 +95,7 @@ impl FormatArg {
             FormatArg::Tracelab => Some(Format::Tracelab),
             FormatArg::Dynamo => Some(Format::Dynamo),
             FormatArg::AgenticMooncake => Some(Format::AgenticMooncake),
+            FormatArg::Otel => Some(Format::Otel),
             FormatArg::GraphIr => None,
         }
     }
@@ -550,6 +554,52 @@ fn print_format(dataset: &Dataset) {
     outln!("{line})");
 }
 
+/// What an OTel corpus holds beyond its traces, read from its source; `None` for another format.
+fn otel_summary(
+    dataset: &Dataset,
+) -> Result<Option<crate::dataset::otel::OtelSummary>, DatasetError> {
+    let spec = dataset.corpus_format();
+    if spec.format != crate::dataset::format::Format::Otel {
+        return Ok(None);
+    }
+    crate::dataset::otel::summarize(dataset.source_path(), &spec).map(Some)
+}
+
+/// `dataset stats --json`'s `otel`: the summary, and which history each session can replay.
+fn otel_json(otel: &crate::dataset::otel::OtelSummary) -> serde_json::Value {
+    let mut value = serde_json::to_value(otel).unwrap_or_default();
+    value["history_trace_sessions"] = (otel.sessions - otel.sessions_without_requests).into();
+    value["history_runtime_sessions"] = otel.runtime_sessions.into();
+    value
+}
+
+/// The human lines of an OTel corpus's summary.
+fn print_otel(otel: &crate::dataset::otel::OtelSummary) {
+    let replayed = otel.sessions - otel.sessions_without_requests;
+    outln!(
+        "otel sessions               {replayed} replayed of {} ({} subagents)",
+        otel.sessions,
+        otel.subagents
+    );
+    outln!(
+        "otel requests               {} ({} with messages, {} prefixes assumed)",
+        otel.requests,
+        otel.requests_with_messages,
+        otel.assumed_prefix
+    );
+    outln!(
+        "otel history=runtime        {} of {replayed} sessions (history=trace: all)",
+        otel.runtime_sessions
+    );
+    outln!(
+        "otel spans dropped          {} error, {} duplicate, {} without token counts ({} estimated)",
+        otel.error_spans,
+        otel.duplicate_spans,
+        otel.untokenized_spans,
+        otel.estimated_tokens
+    );
+}
+
 /// `dataset import`: imports (or maps from the cache) and says what it found.
 fn import(source: &SourceArgs, json: bool) -> Result<(), DatasetError> {
     let started = Instant::now();
@@ -787,6 +837,7 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
     let dataset = source.open()?;
     let corpus = corpus_stats(&dataset);
     let trees = dataset_tree_stats(&dataset)?;
+    let otel = otel_summary(&dataset)?;
     // The walk touches every block of the corpus: only when a capacity asks for it.
     let achievable = walk.kv_capacity_tokens.and_then(|capacity_tokens| {
         crate::dataset::achievable::walk(
@@ -811,6 +862,9 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
             );
             if let Some(format) = format_json(&dataset) {
                 fields.insert("format".into(), format);
+            }
+            if let Some(otel) = &otel {
+                fields.insert("otel".into(), otel_json(otel));
             }
             if let Some(achievable) = &achievable {
                 fields.insert(
@@ -841,6 +895,9 @@ fn stats(source: &SourceArgs, json: bool, walk: &AchievableArgs) -> Result<(), D
         "theoretical hit rate (lcp)  {:.2}%",
         100.0 * corpus.theoretical_hit_rate_prefix
     );
+    if let Some(otel) = &otel {
+        print_otel(otel);
+    }
     if let Some(hit) = &achievable {
         print_achievable(hit);
     }

@@ -54,9 +54,10 @@ pub struct RunArgs {
     #[arg(help_heading = "What to replay", long, value_name = "PATH")]
     pub(crate) input_file: Option<PathBuf>,
     /// The format of --input-file, by aiperf's loader name: `weka_trace`, `mooncake_trace` or
-    /// `tracelab`, by Dynamo's `dynamo` (request traces) and `agentic_mooncake`, or by `dataset
-    /// --format`'s name [default: detected from the first record when only one format fits].
-    /// `graph-ir` is refused: its replay is not in this build yet.
+    /// `tracelab`, by Dynamo's `dynamo` (request traces) and `agentic_mooncake`, by `otel`
+    /// (OpenTelemetry GenAI traces, agentx's own name), or by `dataset --format`'s name [default:
+    /// detected from the first record when only one format fits]. `graph-ir` is refused: its replay
+    /// is not in this build yet.
     #[arg(
         help_heading = "What to replay",
         long,
@@ -64,8 +65,9 @@ pub struct RunArgs {
         value_name = "TYPE"
     )]
     pub(crate) custom_dataset_type: Option<String>,
-    /// Tokens per hash block of a Mooncake or TraceLab corpus [default: 512 mooncake, 64 tracelab]
-    /// (weka traces say their own; a Dynamo corpus's rows declare theirs, which this must equal).
+    /// Tokens per hash block of a Mooncake, TraceLab or OTel corpus [default: 512 mooncake, 64
+    /// tracelab and otel] (weka traces say their own; a Dynamo corpus's rows declare theirs, which
+    /// this must equal).
     #[arg(
         help_heading = "What to replay",
         long = "isl-block-size",
