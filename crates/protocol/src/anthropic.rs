@@ -18,7 +18,7 @@
 
 use serde::Deserialize;
 
-use super::exchange::{excerpt, server_error_message, StreamState};
+use super::exchange::{excerpt, malformed_event, server_error_message, StreamState};
 use super::{Exchange, Failure, FailureKind, ERROR_EXCERPT};
 use agentx_record::Usage;
 use std::borrow::Cow;
@@ -165,14 +165,12 @@ pub fn on_event(state: &mut StreamState, event: &str, now: Instant, exchange: &m
     let parsed: Event<'_> = match serde_json::from_str(event) {
         Ok(e) => e,
         Err(e) => {
-            state.failure = Some(Failure::new(
-                exchange.status,
-                FailureKind::MalformedSse,
-                format!(
-                    "malformed SSE: an event is not an Anthropic Messages event ({e}): {:?}; \
-                     does the endpoint serve the Messages API of --endpoint-type anthropic?",
-                    excerpt(event, 200)
-                ),
+            state.failure = Some(malformed_event(
+                exchange,
+                "an Anthropic Messages event",
+                &e,
+                event,
+                "; does the endpoint serve the Messages API of --endpoint-type anthropic?",
             ));
             return;
         }

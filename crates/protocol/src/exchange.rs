@@ -33,14 +33,7 @@ impl StreamState {
         let chunk: ChunkJson<'_> = match serde_json::from_str(event) {
             Ok(c) => c,
             Err(e) => {
-                self.failure = Some(Failure::new(
-                    exchange.status,
-                    FailureKind::MalformedSse,
-                    format!(
-                        "malformed SSE: an event is not a JSON chunk ({e}): {:?}",
-                        excerpt(event, 200)
-                    ),
-                ));
+                self.failure = Some(malformed_event(exchange, "a JSON chunk", &e, event, ""));
                 return;
             }
         };
@@ -204,6 +197,25 @@ pub fn server_error_message(body: &str) -> (Option<String>, String) {
         .as_ref()
         .and_then(pick)
         .unwrap_or_else(|| (None, excerpt(body.trim(), 500).to_owned()))
+}
+
+/// The failure of a stream event that does not parse as `what` (an API's event shape): the parser's
+/// `error`, the event's first 200 bytes, then `hint` (what to check, or empty).
+pub(crate) fn malformed_event(
+    exchange: &Exchange,
+    what: &str,
+    error: &serde_json::Error,
+    event: &str,
+    hint: &str,
+) -> Failure {
+    Failure::new(
+        exchange.status,
+        FailureKind::MalformedSse,
+        format!(
+            "malformed SSE: an event is not {what} ({error}): {:?}{hint}",
+            excerpt(event, 200)
+        ),
+    )
 }
 
 /// The first `max` bytes of `text`, cut at a character boundary.

@@ -25,7 +25,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::exchange::{excerpt, StreamState};
+use super::exchange::{excerpt, malformed_event, StreamState};
 use super::{Exchange, Failure, FailureKind, ERROR_EXCERPT};
 use agentx_record::Usage;
 use std::borrow::Cow;
@@ -191,14 +191,12 @@ pub fn on_event(state: &mut StreamState, event: &str, now: Instant, exchange: &m
     let parsed: Event<'_> = match serde_json::from_str(event) {
         Ok(e) => e,
         Err(e) => {
-            state.failure = Some(Failure::new(
-                exchange.status,
-                FailureKind::MalformedSse,
-                format!(
-                    "malformed SSE: an event is not a Responses API event ({e}): {:?}; \
-                     does the endpoint serve the Responses API of --endpoint-type responses?",
-                    excerpt(event, 200)
-                ),
+            state.failure = Some(malformed_event(
+                exchange,
+                "a Responses API event",
+                &e,
+                event,
+                "; does the endpoint serve the Responses API of --endpoint-type responses?",
             ));
             return;
         }
