@@ -158,26 +158,36 @@ impl Line<'_> {
     fn hash_ids(&self) -> Result<Vec<u32>, DatasetError> {
         match self.obj.get("hash_ids") {
             None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(a)) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    v.as_u64()
-                        .and_then(|x| u32::try_from(x).ok())
-                        .ok_or_else(|| {
-                            self.err(
-                                &format!("hash_ids[{i}]"),
-                                format!(
-                                    "{v} is not a hash id this replay keeps (an integer in 0..=2^32-1); \
-                                     renumber the corpus's hash ids"
-                                ),
-                            )
-                        })
-                })
-                .collect(),
+            Some(Value::Array(values)) => {
+                hash_id_values(values).map_err(|(field, message)| self.err(&field, message))
+            }
             Some(v) => Err(self.err("hash_ids", format!("must be a list of integers, got {v}"))),
         }
     }
+}
+
+/// A `hash_ids` list as this replay keeps it (each id in `0..=2^32-1`), or the first entry that is
+/// not one: its field (`hash_ids[i]`) and what is wrong. Mooncake's and Dynamo's agentic Mooncake
+/// lists share the rule.
+pub(crate) fn hash_id_values(values: &[Value]) -> Result<Vec<u32>, (String, String)> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(index, value)| {
+            value
+                .as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| {
+                    (
+                        format!("hash_ids[{index}]"),
+                        format!(
+                            "{value} is not a hash id this replay keeps (an integer in \
+                             0..=2^32-1); renumber the corpus's hash ids"
+                        ),
+                    )
+                })
+        })
+        .collect()
 }
 
 /// Validates one line into a row and its session id (`None`: a session of its own).

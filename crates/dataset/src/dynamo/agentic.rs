@@ -323,24 +323,8 @@ fn lengths(
 }
 
 fn hash_ids(fields: &Fields<'_>, input: u32, block: u32) -> Result<Vec<u32>, DatasetError> {
-    let ids: Vec<u32> = fields
-        .array("hash_ids")?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.as_u64()
-                .and_then(|x| u32::try_from(x).ok())
-                .ok_or_else(|| {
-                    fields.err(
-                        &format!("hash_ids[{i}]"),
-                        format!(
-                            "{v} is not a hash id this replay keeps (an integer in 0..=2^32-1); \
-                             renumber the corpus's hash ids"
-                        ),
-                    )
-                })
-        })
-        .collect::<Result<_, _>>()?;
+    let ids = crate::mooncake::hash_id_values(fields.array("hash_ids")?)
+        .map_err(|(field, message)| fields.err(&field, message))?;
     let reach = u64::from(input).div_ceil(u64::from(block));
     if ids.len() as u64 > reach {
         return Err(fields.err(
