@@ -692,7 +692,13 @@ impl Client {
                 continue;
             };
             let now = Instant::now();
+            let before = exchange.chunk_offsets_ns.len();
             let fed = dec.feed(data, |event| state.on_event(event, now, exchange));
+            if before == 0 {
+                if let (Some(hook), Some(first)) = (ids.on_first_token, exchange.first_token()) {
+                    (hook.0)(first);
+                }
+            }
             if let Err(error) = fed {
                 exchange.fail(Failure::new(
                     exchange.status,
