@@ -1,6 +1,7 @@
 //! `run --format graph-ir FILE`: an aiperf Agent Graph IR workload replayed through
-//! `replay::graph` (docs/specs/agent-graph-ir.md §9). The workload is loaded and validated as
-//! `dataset validate --format graph-ir` does (a refused one stops here with the same findings),
+//! `replay::graph` (docs/specs/agent-graph-ir.md#9-scheduling-and-concurrency). The workload is
+//! loaded and validated as `dataset validate --format graph-ir` does (a refused one stops here
+//! with the same findings),
 //! the built-in simulator serves without `--url`, and the run directory gets `records.jsonl` and
 //! the aiperf exports (`export::write_run_exports`).
 //!
@@ -151,7 +152,7 @@ pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
     drop(sim);
     let records_path = sink.path().to_owned();
     sink.close()?;
-    let records = read_records(&records_path)?;
+    let records = read_records(&records_path).map_err(|e| anyhow!(e))?;
     let info = run_info(&run_id, &cfg, clock, (start_ns, end_ns));
     let (files, failed) = crate::export::write_run_exports(&root, &records, &info, None, None);
     if let (Some(parent), Some(name)) = (latest_parent, dir.file_name()) {

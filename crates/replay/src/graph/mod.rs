@@ -1,6 +1,7 @@
-//! The replay of an aiperf Agent Graph IR corpus (docs/specs/agent-graph-ir.md §9): lanes of trace
-//! instances, each run by the per-trace executor ([`trace`]), their recycling under a stop
-//! condition, and the open-loop start of a timestamped corpus.
+//! The replay of an aiperf Agent Graph IR corpus
+//! (docs/specs/agent-graph-ir.md#9-scheduling-and-concurrency): lanes of trace instances, each
+//! run by the per-trace executor ([`trace`]), their recycling under a stop condition, and the
+//! open-loop start of a timestamped corpus.
 //!
 //! - **Lanes**: `concurrency` trace instances in flight; one instance may have several nodes in
 //!   flight. Without a stop condition the run is one pass over the corpus's traces, in file order.
@@ -62,7 +63,8 @@ impl GraphConfig {
 }
 
 /// How every node's body is shaped: the run's model and extra inputs, the endpoint, the token
-/// field. A node's own `model`, `streaming`, `raw_tools` and `extra_body` apply over these.
+/// field. A node's own `model`, `raw_tools` and `extra_body` apply over these (every request is
+/// streamed: the client reads event streams only, so a node's `streaming: false` is not honoured).
 #[derive(Debug, Clone)]
 pub struct BodyShape {
     /// The run's model (`--model`), for nodes that name none.
@@ -177,6 +179,17 @@ fn graph_offsets(corpus: &GraphCorpus) -> Vec<Duration> {
 
 /// Runs the corpus's trace instances to the end (one pass, or until the stop condition).
 pub async fn run(cfg: GraphConfig, inputs: GraphInputs) -> GraphOutcome {
+    let nodes = inputs.corpus.graphs().iter().flat_map(|g| &g.nodes);
+    let headed: Vec<&str> = nodes
+        .filter(|n| !n.request.extra_headers.is_empty())
+        .map(|n| n.id.as_str())
+        .collect();
+    if !headed.is_empty() {
+        tracing::warn!(
+            "nodes {headed:?} set extra_headers, which this replay does not send (the client \
+             sends the run's headers only)"
+        );
+    }
     let bodies = inputs
         .corpus
         .graphs()

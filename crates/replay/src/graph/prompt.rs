@@ -1,8 +1,11 @@
-//! A graph node's request and its record: the body builder of each node (the run's shape with the
-//! node's model, streaming, tools and `extra_body` over it), the prompt built at dispatch from the
-//! trace's resolved parts and the live replies it splices (docs/specs/agent-graph-ir.md §3 prompt
-//! grammar, §7: a native prompt is literal messages, its ISL whatever they tokenize to, its OSL the
-//! node's `max_tokens`), and the [`RequestRecord`] of its exchange.
+//! A graph node's request and its record: the body builder of each node (the run's shape with
+//! the node's model, tools and `extra_body` over it, always streamed), the prompt built at
+//! dispatch from the trace's resolved parts and the live replies it splices (the prompt grammar
+//! of
+//! docs/specs/agent-graph-ir.md#3-nodes-modelspy_basenode-modelspyllmnode-modelspynodekind-unknown-fields-rejected;
+//! docs/specs/agent-graph-ir.md#7-isl-osl-and-prefix: a native prompt is literal messages, its ISL
+//! whatever they tokenize to, its OSL the node's `max_tokens`), and the [`RequestRecord`] of its
+//! exchange.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -56,7 +59,8 @@ pub(super) fn bodies(graph: &Graph, shape: &BodyShape) -> Vec<RequestBody> {
                 extra.push(("tools".into(), Value::Array(tools.clone())));
             }
             let model = request.model.as_deref().unwrap_or(&shape.model);
-            RequestBody::new(model, request.streaming, request.streaming, &extra)
+            // Streamed whatever `streaming` says: the client reads event streams only.
+            RequestBody::new(model, true, true, &extra)
                 .with_max_completion_tokens(shape.max_completion_tokens)
                 .with_endpoint_type(shape.api)
         })

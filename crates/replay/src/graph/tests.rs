@@ -17,7 +17,7 @@ use agentx_dataset::TokenCounter;
 use agentx_protocol::EndpointType;
 use agentx_record::{read_records, Clock, RecordSink, RequestRecord};
 
-/// The §11 worked example, each prompt naming its node.
+/// The worked example (docs/specs/agent-graph-ir.md#11-minimal-valid-example), each prompt naming its node.
 fn worked_example() -> Value {
     json!({
       "graph": {

@@ -1,4 +1,8 @@
-//! One trace instance, as aiperf's `TraceExecutor` runs it (docs/specs/agent-graph-ir.md §5, §6, §9):
+//! One trace instance, as aiperf's `TraceExecutor` runs it
+//! (docs/specs/agent-graph-ir.md#9-scheduling-and-concurrency), with the anchors of
+//! docs/specs/agent-graph-ir.md#5-edges-and-timing-anchors-modelspystaticedge-unknown-fields-rejected
+//! and the fan-in of
+//! docs/specs/agent-graph-ir.md#6-fan-in-modelspychannelrequirement-unknown-fields-rejected-count-always-serialized:
 //! the entry nodes scheduled at the instance's start; a node scheduled once, by the first of its
 //! in-edges whose anchor happens (later schedules are dropped); then held until the first-token
 //! latch of its first-token edge's source is set (at the first token, or when the source ends
@@ -201,7 +205,8 @@ impl<'g> Instance<'g> {
     fn dispatched(&mut self, node: NodeIndex, at: Instant) {
         self.stages[node.0 as usize] = Stage::InFlight;
         self.times[node.0 as usize].dispatched = Some(at);
-        for &next in &self.graph.node(node).on_dispatch {
+        let graph = self.graph;
+        for &next in &graph.node(node).on_dispatch {
             self.schedule(next);
         }
     }
@@ -218,9 +223,10 @@ impl<'g> Instance<'g> {
                     return;
                 };
                 self.stages[index] = Stage::Done;
-                self.writes[self.graph.node(node).output.0 as usize] += 1;
+                let graph = self.graph;
+                self.writes[graph.node(node).output.0 as usize] += 1;
                 self.replies.insert(node, reply);
-                for &next in &self.graph.node(node).on_completion {
+                for &next in &graph.node(node).on_completion {
                     self.schedule(next);
                 }
             }
