@@ -191,7 +191,14 @@ fn import_inspect_and_a_dry_run_refuse_a_graph_ir_workload() {
     let file = graph_fixture("worked-example.json");
     for (args, said) in [
         (
-            vec!["run", "--input-file", &file, "--format", "graph-ir", "--dry-run"],
+            vec![
+                "run",
+                "--input-file",
+                &file,
+                "--format",
+                "graph-ir",
+                "--dry-run",
+            ],
             "a graph-ir workload has none",
         ),
         (

@@ -98,13 +98,19 @@ fn the_worked_example_fires_each_node_at_its_anchor() {
     assert_eq!(log.len(), 3);
     for (rec, limit) in [(plan, 256), (child, 128), (join, 64)] {
         assert_eq!(rec.max_tokens, limit);
-        assert_eq!(log[&rec.request_id]["max_completion_tokens"], limit, "{rec:#?}");
+        assert_eq!(
+            log[&rec.request_id]["max_completion_tokens"], limit,
+            "{rec:#?}"
+        );
     }
     for name in ["profile_export.jsonl", "profile_export_aiperf.json"] {
         assert!(run.artifacts().join(name).exists(), "{name}");
     }
     let profile = std::fs::read_to_string(run.artifacts().join("profile_export.jsonl")).unwrap();
-    assert!(profile.contains("t1/child"), "the node is named in the profile export");
+    assert!(
+        profile.contains("t1/child"),
+        "the node is named in the profile export"
+    );
 }
 
 #[test]
@@ -112,7 +118,11 @@ fn spliced_prompts_carry_the_producers_live_replies() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("requests.jsonl");
     let sim = recording_sim(&log);
-    let run = replay(&sim.url(), "review-two-traces.json", &["--concurrency", "2"]);
+    let run = replay(
+        &sim.url(),
+        "review-two-traces.json",
+        &["--concurrency", "2"],
+    );
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let records = run.records();
     assert_eq!(records.len(), 8, "two traces of four nodes");
@@ -130,7 +140,11 @@ fn spliced_prompts_carry_the_producers_live_replies() {
         // search reads `@brief` (triage's reply) after "Find the files that ".
         let searched = &log[&search.request_id];
         let tokens = searched["message_tokens"].as_array().unwrap();
-        assert_eq!(tokens.last().unwrap(), &Value::from(4 + triage.osl), "{searched}");
+        assert_eq!(
+            tokens.last().unwrap(),
+            &Value::from(4 + triage.osl),
+            "{searched}"
+        );
         // patch splices `@history`: the seed, then search's reply as an assistant message.
         let patched = &log[&patch.request_id];
         assert_eq!(
@@ -163,7 +177,9 @@ fn the_public_doc_sample_runs_its_one_node_per_trace() {
 
 #[test]
 fn a_refused_workload_stops_run_with_the_validators_findings() {
-    let file = fixture("invalid/graph-ir/01-cycle.json").display().to_string();
+    let file = fixture("invalid/graph-ir/01-cycle.json")
+        .display()
+        .to_string();
     let run = Run::in_process(
         tempfile::tempdir().unwrap(),
         &["run", "--format", "graph-ir", "--input-file", &file],
@@ -184,7 +200,9 @@ fn a_refused_workload_stops_run_with_the_validators_findings() {
             "--format",
             "graph-ir",
             "--input-file",
-            &fixture("graph-ir/worked-example.json").display().to_string(),
+            &fixture("graph-ir/worked-example.json")
+                .display()
+                .to_string(),
             "--request-rate",
             "5",
         ],
@@ -192,7 +210,9 @@ fn a_refused_workload_stops_run_with_the_validators_findings() {
     );
     assert_eq!(paced.code(), 2);
     assert!(
-        paced.stderr().contains("--request-rate cannot pace a graph-ir replay"),
+        paced
+            .stderr()
+            .contains("--request-rate cannot pace a graph-ir replay"),
         "{}",
         paced.stderr()
     );

@@ -53,7 +53,11 @@ fn workload_path(args: &RunArgs) -> anyhow::Result<PathBuf> {
 }
 
 /// The graph replay's settings from the flags.
-fn config(args: &RunArgs, corpus: &graph_ir::GraphCorpus, run_id: &str) -> anyhow::Result<GraphConfig> {
+fn config(
+    args: &RunArgs,
+    corpus: &graph_ir::GraphCorpus,
+    run_id: &str,
+) -> anyhow::Result<GraphConfig> {
     let concurrency = match &args.concurrency {
         None => 1,
         Some(text) => text.trim().parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {

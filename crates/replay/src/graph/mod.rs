@@ -19,9 +19,9 @@
 //! its `trace_id` names `TRACE/NODE`, and the tree's `source_trace_id` names the trace.
 
 mod prompt;
-mod trace;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -221,7 +221,11 @@ pub async fn run(cfg: GraphConfig, inputs: GraphInputs) -> GraphOutcome {
 }
 
 /// Stops the run at the duration or an interrupt.
-async fn watch_stop(ctx: Arc<Ctx>, duration: Option<Duration>, mut interrupt: watch::Receiver<u32>) {
+async fn watch_stop(
+    ctx: Arc<Ctx>,
+    duration: Option<Duration>,
+    mut interrupt: watch::Receiver<u32>,
+) {
     let deadline = async {
         match duration {
             Some(d) => tokio::time::sleep(d).await,

@@ -16,9 +16,7 @@ use serde_json::Value;
 use super::{BodyShape, Ctx};
 use agentx_dataset::graph_ir::{Graph, NodeIndex, Piece, PromptPart};
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestBody};
-use agentx_record::{
-    Phase, RecordError, RequestRecord, TokenSource, TreeInfo, NO_OUTPUT_LIMIT,
-};
+use agentx_record::{Phase, RecordError, RequestRecord, TokenSource, TreeInfo, NO_OUTPUT_LIMIT};
 
 /// One node's dispatch, as its request task takes it.
 #[derive(Debug)]
@@ -118,7 +116,11 @@ pub(super) fn body(ctx: &Ctx, sending: &Sending) -> (JsonBody, String, u32) {
         text.push_str(content);
     }
     let builder = &ctx.bodies[ctx.corpus.traces()[sending.trace].graph][sending.node.0 as usize];
-    (builder.build(max_tokens, vec![Bytes::from(json)]), text, max_tokens)
+    (
+        builder.build(max_tokens, vec![Bytes::from(json)]),
+        text,
+        max_tokens,
+    )
 }
 
 /// The record of `sending`'s exchange.

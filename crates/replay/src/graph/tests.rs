@@ -49,8 +49,10 @@ fn worked_example() -> Value {
 
 /// Three entry nodes writing `notes`, and `sum` after all three waiting for `count` writes.
 fn fan_in(count: Value) -> Value {
-    let writer = |id: &str| json!({"output": "notes", "max_tokens": 4,
-        "prompt": [{"role": "user", "content": format!("NODE:{id}")}]});
+    let writer = |id: &str| {
+        json!({"output": "notes", "max_tokens": 4,
+        "prompt": [{"role": "user", "content": format!("NODE:{id}")}]})
+    };
     json!({
       "graph": {
         "version": "2.0",
@@ -82,7 +84,11 @@ fn corpus(workload: &Value) -> Arc<graph_ir::GraphCorpus> {
 
 /// The node a call is for (from its prompt's `NODE:<id>`).
 fn node_of(call: &Call) -> String {
-    let at = call.body.find("NODE:").expect("every test prompt names its node") + 5;
+    let at = call
+        .body
+        .find("NODE:")
+        .expect("every test prompt names its node")
+        + 5;
     call.body[at..]
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric())
@@ -136,7 +142,10 @@ fn node(rec: &RequestRecord) -> &str {
 
 /// Send time of `id`'s record in ms from the clock's start.
 fn sent_ms(records: &[RequestRecord], id: &str) -> u64 {
-    let rec = records.iter().find(|r| node(r) == id).unwrap_or_else(|| panic!("{id} sent"));
+    let rec = records
+        .iter()
+        .find(|r| node(r) == id)
+        .unwrap_or_else(|| panic!("{id} sent"));
     rec.send_ns / 1_000_000
 }
 
@@ -145,7 +154,11 @@ async fn a_first_token_edge_fires_at_the_first_token_plus_its_delay() {
     // Every reply: first token at 100 ms, ends at 140 ms.
     let (outcome, records) = replay(&worked_example(), one_pass(), |_, _| Reply::ok()).await;
     assert_eq!(sent_ms(&records, "plan"), 0);
-    assert_eq!(sent_ms(&records, "child"), 600, "plan's first token + 0.5 s");
+    assert_eq!(
+        sent_ms(&records, "child"),
+        600,
+        "plan's first token + 0.5 s"
+    );
     // join: both writes to notes (child ends at 740), and plan's end + 1 s = 1140.
     assert_eq!(sent_ms(&records, "join"), 1140);
     assert_eq!(outcome.dispatches, 3);
@@ -168,7 +181,10 @@ async fn a_first_token_edge_falls_back_to_dispatch_plus_its_start_delay() {
     assert_eq!(sent_ms(&records, "child"), 2000, "plan's dispatch + 2 s");
     // plan failed: it wrote nothing, so join's count of 2 writes is never met.
     assert!(records.iter().all(|r| node(r) != "join"));
-    assert_eq!((outcome.failed, outcome.stalled, outcome.complete), (1, 1, 0));
+    assert_eq!(
+        (outcome.failed, outcome.stalled, outcome.complete),
+        (1, 1, 0)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -306,7 +322,10 @@ async fn one_pass_sends_every_node_of_every_trace_once() {
         ..one_pass()
     };
     let (outcome, records) = replay(&workload, cfg, |_, _| Reply::ok()).await;
-    assert_eq!((outcome.instances, outcome.complete, outcome.dispatches), (2, 2, 6));
+    assert_eq!(
+        (outcome.instances, outcome.complete, outcome.dispatches),
+        (2, 2, 6)
+    );
     let mut sent: Vec<&str> = records.iter().map(|r| r.trace_id.as_str()).collect();
     sent.sort();
     assert_eq!(

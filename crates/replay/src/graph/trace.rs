@@ -125,13 +125,17 @@ impl<'g> Instance<'g> {
 
     /// Whether the first-token latches `node` waits on are set.
     fn latched(&self, node: NodeIndex) -> bool {
-        self.graph.node(node).in_edges.iter().all(|edge| match edge.anchor {
-            Anchor::FirstToken { source, .. } => {
-                let times = &self.times[source.0 as usize];
-                times.first_token.is_some() || times.ended.is_some()
-            }
-            _ => true,
-        })
+        self.graph
+            .node(node)
+            .in_edges
+            .iter()
+            .all(|edge| match edge.anchor {
+                Anchor::FirstToken { source, .. } => {
+                    let times = &self.times[source.0 as usize];
+                    times.first_token.is_some() || times.ended.is_some()
+                }
+                _ => true,
+            })
     }
 
     /// Whether every fan-in requirement of `node` is met.
@@ -151,12 +155,12 @@ impl<'g> Instance<'g> {
         for edge in &spec.in_edges {
             let at = match edge.anchor {
                 Anchor::Start { min_start_delay_us } => Some(self.start + us(min_start_delay_us)),
-                Anchor::Completion { source, delay_us } => {
-                    self.times[source.0 as usize].ended.map(|t| t + us(delay_us))
-                }
-                Anchor::Dispatch { source, delay_us } => {
-                    self.times[source.0 as usize].dispatched.map(|t| t + us(delay_us))
-                }
+                Anchor::Completion { source, delay_us } => self.times[source.0 as usize]
+                    .ended
+                    .map(|t| t + us(delay_us)),
+                Anchor::Dispatch { source, delay_us } => self.times[source.0 as usize]
+                    .dispatched
+                    .map(|t| t + us(delay_us)),
                 Anchor::FirstToken {
                     source,
                     delay_us,
@@ -239,7 +243,10 @@ impl<'g> Instance<'g> {
     }
 
     fn in_flight(&self) -> usize {
-        self.stages.iter().filter(|s| **s == Stage::InFlight).count()
+        self.stages
+            .iter()
+            .filter(|s| **s == Stage::InFlight)
+            .count()
     }
 
     fn count(&self, stage: Stage) -> u64 {
@@ -339,11 +346,15 @@ async fn send(
             &mut never,
         )
         .await;
-    let reply = exchange
-        .failure
-        .is_none()
-        .then(|| exchange.text.clone());
-    let record = prompt::record(&ctx, &sending, request_id, &prompt_text, max_tokens, &exchange);
+    let reply = exchange.failure.is_none().then(|| exchange.text.clone());
+    let record = prompt::record(
+        &ctx,
+        &sending,
+        request_id,
+        &prompt_text,
+        max_tokens,
+        &exchange,
+    );
     ctx.records.send(record);
     let _ = tx.send(Event::Done(node, exchange.end, reply));
 }
