@@ -125,7 +125,9 @@ pub(crate) struct Ctx {
     request_count: Option<u64>,
     dispatched: AtomicU64,
     request_seq: AtomicU64,
-    stopped: AtomicBool,
+    /// Shared with the stop's watcher, which holds nothing else of the run (the records' sender
+    /// must be gone when the replay returns).
+    stopped: Arc<AtomicBool>,
 }
 
 impl Ctx {
@@ -208,9 +210,13 @@ pub async fn run(cfg: GraphConfig, inputs: GraphInputs) -> GraphOutcome {
         request_count: cfg.request_count,
         dispatched: AtomicU64::new(0),
         request_seq: AtomicU64::new(0),
-        stopped: AtomicBool::new(false),
+        stopped: Arc::new(AtomicBool::new(false)),
     });
-    let watcher = tokio::spawn(watch_stop(ctx.clone(), cfg.duration, inputs.interrupt));
+    let watcher = tokio::spawn(watch_stop(
+        ctx.stopped.clone(),
+        cfg.duration,
+        inputs.interrupt,
+    ));
     let outcome = if cfg.open_loop {
         open_loop(&ctx, &cfg).await
     } else {
@@ -222,7 +228,7 @@ pub async fn run(cfg: GraphConfig, inputs: GraphInputs) -> GraphOutcome {
 
 /// Stops the run at the duration or an interrupt.
 async fn watch_stop(
-    ctx: Arc<Ctx>,
+    stopped: Arc<AtomicBool>,
     duration: Option<Duration>,
     mut interrupt: watch::Receiver<u32>,
 ) {
@@ -236,7 +242,7 @@ async fn watch_stop(
         () = deadline => {}
         _ = interrupt.wait_for(|count| *count > 0) => {}
     }
-    ctx.stop();
+    stopped.store(true, Ordering::Relaxed);
 }
 
 /// The closed loop: `concurrency` lanes, each starting the next trace when its instance ends.
