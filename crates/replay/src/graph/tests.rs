@@ -333,3 +333,49 @@ async fn one_pass_sends_every_node_of_every_trace_once() {
         ["t1/child", "t1/join", "t1/plan", "t2/child", "t2/join", "t2/plan"]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_duration_stops_new_dispatches_and_lanes_recycle_until_it() {
+    // An instance takes 1280 ms (join at 1140 + 140); the second's join (at 2420) falls after
+    // the 2 s stop and is never dispatched.
+    let cfg = GraphConfig {
+        duration: Some(Duration::from_secs(2)),
+        ..one_pass()
+    };
+    let (outcome, records) = replay(&worked_example(), cfg, |_, _| Reply::ok()).await;
+    assert_eq!(
+        (outcome.instances, outcome.dispatches),
+        (2, 5),
+        "{outcome:?}"
+    );
+    assert_eq!((outcome.complete, outcome.stalled), (1, 1));
+    assert_eq!(records.len(), 5);
+    assert_eq!(
+        sent_ms(&records[3..], "plan"),
+        1280,
+        "the lane's next instance"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_loop_starts_every_trace_at_once_capped_by_the_concurrency() {
+    let mut workload = worked_example();
+    workload["traces"] = json!([{"id": "t1", "initial_state": {"task": "a"}},
+                                {"id": "t2", "initial_state": {"task": "b"}},
+                                {"id": "t3", "initial_state": {"task": "c"}}]);
+    let cfg = GraphConfig {
+        concurrency: 2,
+        open_loop: true,
+        ..one_pass()
+    };
+    let (outcome, records) = replay(&workload, cfg, |_, _| Reply::ok()).await;
+    assert_eq!((outcome.instances, outcome.dispatches), (3, 9));
+    let plans: Vec<u64> = records
+        .iter()
+        .filter(|r| node(r) == "plan")
+        .map(|r| r.send_ns / 1_000_000)
+        .collect();
+    // Two at once, the third when a slot frees.
+    assert_eq!(plans.iter().filter(|&&ms| ms == 0).count(), 2, "{plans:?}");
+    assert!(plans.contains(&1280), "{plans:?}");
+}
