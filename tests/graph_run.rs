@@ -27,14 +27,13 @@ fn recording_sim(log: &Path) -> Sim {
     Sim::start(cfg)
 }
 
-/// `run --format graph-ir` of the fixture `name` against `url`.
+/// `run --format graph-ir FILE` of the fixture `name` against `url`.
 fn replay(url: &str, name: &str, extra: &[&str]) -> Run {
     let file = fixture("graph-ir").join(name).display().to_string();
     let mut args = vec![
         "run",
         "--format",
         "graph-ir",
-        "--input-file",
         &file,
         "--url",
         url,

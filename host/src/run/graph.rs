@@ -42,14 +42,27 @@ fn refused_flags(args: &RunArgs) -> Vec<&'static str> {
     .collect()
 }
 
-/// The workload's path (`--input-file` or `--dataset`).
+/// The workload's path: `--input-file`, `--dataset`, or the positional (a graph-ir run has no
+/// scenario component, so `run --format graph-ir FILE` names the workload there).
 fn workload_path(args: &RunArgs) -> anyhow::Result<PathBuf> {
-    args.input_file
-        .clone()
-        .or_else(|| args.dataset.as_ref().map(PathBuf::from))
-        .ok_or_else(|| {
-            anyhow!("--format graph-ir replays a workload file: give it as --input-file FILE")
-        })
+    if let Some(scenario) = &args.scenario_flag {
+        bail!("--scenario {scenario}: a graph-ir run has no scenario component; drop the flag");
+    }
+    let given = [
+        args.input_file.clone(),
+        args.dataset.as_ref().map(PathBuf::from),
+        args.scenario.as_ref().map(PathBuf::from),
+    ];
+    let mut given = given.into_iter().flatten();
+    match (given.next(), given.next()) {
+        (Some(path), None) => Ok(path),
+        (None, _) => bail!("--format graph-ir replays a workload file: give it, e.g. `agentx-host run --format graph-ir FILE`"),
+        (Some(first), Some(second)) => bail!(
+            "--format graph-ir replays one workload file, and both {} and {} were given: keep one",
+            first.display(),
+            second.display()
+        ),
+    }
 }
 
 /// The graph replay's settings from the flags.
@@ -97,6 +110,11 @@ pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let path = workload_path(args)?;
+    // In process, a relative path is the command's working directory's.
+    let path = match crate::cli::in_process::current_dir() {
+        Some(cwd) if path.is_relative() && crate::cli::in_process::in_process() => cwd.join(path),
+        _ => path,
+    };
     let corpus = Arc::new(graph_ir::load(&path, false)?);
     for warning in corpus.warnings() {
         tracing::warn!("{warning}");
