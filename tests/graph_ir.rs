@@ -1,6 +1,6 @@
 //! `dataset validate|stats --format graph-ir` on the aiperf Agent Graph IR fixtures: exit codes,
-//! the printed figures and refusals, and `run`/`dataset import` refusing a graph-ir workload (its
-//! replay is not in this build yet).
+//! the printed figures and refusals, and `dataset import|inspect` and `run --dry-run` refusing a
+//! graph-ir workload (`run` replays it: `graph_run.rs`).
 
 use std::path::Path;
 
@@ -187,28 +187,32 @@ fn stats_print_the_graph_figures_and_the_in_trace_hit() {
 }
 
 #[test]
-fn run_and_import_refuse_a_graph_ir_workload() {
+fn import_inspect_and_a_dry_run_refuse_a_graph_ir_workload() {
     let file = graph_fixture("worked-example.json");
-    for args in [
-        vec![
-            "run",
-            "--input-file",
-            file.as_str(),
-            "--format",
-            "graph-ir",
-            "--dry-run",
-        ],
-        vec!["dataset", "import", "--format", "graph-ir", file.as_str()],
-        vec!["dataset", "inspect", "--format", "graph-ir", file.as_str()],
+    for (args, said) in [
+        (
+            vec![
+                "run",
+                "--input-file",
+                &file,
+                "--format",
+                "graph-ir",
+                "--dry-run",
+            ],
+            "a graph-ir workload has none",
+        ),
+        (
+            vec!["dataset", "import", "--format", "graph-ir", &file],
+            "`agentx-host run --format graph-ir FILE` replays it",
+        ),
+        (
+            vec!["dataset", "inspect", "--format", "graph-ir", &file],
+            "`agentx-host run --format graph-ir FILE` replays it",
+        ),
     ] {
         let run = agentx(&args);
         assert_eq!(run.code(), 2, "{args:?}: {}", run.stdout());
-        assert!(
-            run.stderr()
-                .contains("the Agent Graph IR replay is not in this build yet"),
-            "{args:?}: {}",
-            run.stderr()
-        );
+        assert!(run.stderr().contains(said), "{args:?}: {}", run.stderr());
     }
     let run = agentx(&[
         "dataset",

@@ -305,6 +305,7 @@ fn send(rt: &tokio::runtime::Runtime, c: &Client, n: usize) -> agentx::client::E
                 parent_correlation_id: None,
                 root_correlation_id: None,
                 last: false,
+                on_first_token: None,
             },
             true,
             &mut rx,

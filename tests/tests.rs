@@ -20,6 +20,7 @@ mod export;
 mod front_door;
 mod goodput;
 mod graph_ir;
+mod graph_run;
 mod html;
 mod inferencex;
 mod inferencex_app;

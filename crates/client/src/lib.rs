@@ -562,7 +562,12 @@ impl Client {
                 }
             };
             return self
-                .read_response(resp, Some(&capture), keep_text, exchange)
+                .read_response(
+                    resp,
+                    Some(&capture),
+                    (keep_text, ids.on_first_token),
+                    exchange,
+                )
                 .await;
         }
         let pool = match self.reuse {
@@ -613,16 +618,22 @@ impl Client {
                 return;
             }
         };
-        self.read_response(resp, Some(&capture), keep_text, exchange)
-            .await;
+        self.read_response(
+            resp,
+            Some(&capture),
+            (keep_text, ids.on_first_token),
+            exchange,
+        )
+        .await;
     }
 
-    /// Reads a response to its end into `exchange`: status, error body, or the token stream.
+    /// Reads a response to its end into `exchange`: status, error body, or the token stream (its
+    /// first chunk told to `on_first_token` as it arrives).
     async fn read_response(
         &self,
         resp: hyper::Response<hyper::body::Incoming>,
         capture: Option<&hyper_util::client::legacy::connect::CaptureConnection>,
-        keep_text: bool,
+        (keep_text, on_first_token): (bool, Option<agentx_protocol::FirstTokenHook<'_>>),
         exchange: &mut Exchange,
     ) {
         exchange.first_byte = Some(Instant::now());
@@ -692,7 +703,13 @@ impl Client {
                 continue;
             };
             let now = Instant::now();
+            let before = exchange.chunk_offsets_ns.len();
             let fed = dec.feed(data, |event| state.on_event(event, now, exchange));
+            if before == 0 {
+                if let (Some(hook), Some(first)) = (on_first_token, exchange.first_token()) {
+                    (hook.0)(first);
+                }
+            }
             if let Err(error) = fed {
                 exchange.fail(Failure::new(
                     exchange.status,

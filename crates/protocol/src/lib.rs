@@ -58,6 +58,20 @@ pub struct RequestIds<'a> {
     pub root_correlation_id: Option<&'a str>,
     /// The session's final turn: a sticky session's connection is released after it.
     pub last: bool,
+    /// Told the instant of the response's first content chunk as it arrives (a graph replay gates
+    /// first-token-anchored edges on it); `None` tells nobody.
+    pub on_first_token: Option<FirstTokenHook<'a>>,
+}
+
+/// What a transport calls with the instant of a response's first content chunk, once, while the
+/// response still streams.
+#[derive(Clone, Copy)]
+pub struct FirstTokenHook<'a>(pub &'a (dyn Fn(Instant) + Send + Sync));
+
+impl std::fmt::Debug for FirstTokenHook<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FirstTokenHook")
+    }
 }
 
 impl RequestIds<'_> {

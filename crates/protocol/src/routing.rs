@@ -457,6 +457,7 @@ mod tests {
             parent_correlation_id: Some("p0"),
             root_correlation_id: Some("p0"),
             last: false,
+            on_first_token: None,
         };
         let req = r.apply(req, &ids).body(()).unwrap();
         let h = req.headers();
@@ -494,6 +495,7 @@ mod tests {
             parent_correlation_id: parent,
             root_correlation_id: Some(if parent.is_some() { "r0" } else { corr }),
             last,
+            on_first_token: None,
         }
     }
 

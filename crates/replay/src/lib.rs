@@ -26,7 +26,8 @@
 //!
 //! The files: this one runs the phases of the single-stream replay, `lane` a lane's sessions,
 //! `request` one request (body, send, record, tally), [`transport`] what the replay needs from a
-//! client, [`sched`] the session-tree scheduler, `shard.rs` a shard's warmup hand-off to the other
+//! client, [`sched`] the session-tree scheduler, [`graph`] the replay of an Agent Graph IR
+//! corpus, `shard.rs` a shard's warmup hand-off to the other
 //! shards. The paused-time tests are in `tests.rs` (this replay) and `sched/tests.rs` (the tree
 //! scheduler), on a scripted transport (`testkit.rs`).
 
@@ -34,6 +35,7 @@
 
 pub mod arrivals;
 mod drain;
+pub mod graph;
 mod lane;
 pub mod plan;
 mod prefix;

@@ -166,6 +166,7 @@ pub(super) async fn send_turn(
                     .as_ref()
                     .map(|t| t.root_correlation_id.as_str()),
                 last: req.turn + 1 >= req.num_turns,
+                on_first_token: None,
             },
             keep_text,
             cancel,

@@ -29,6 +29,8 @@ pub(crate) struct Call {
     pub nth: u32,
     /// A child stream of a session tree (it names a parent).
     pub child: bool,
+    /// The request's body as sent.
+    pub body: String,
 }
 
 /// How the scripted server answers a request.
@@ -36,7 +38,7 @@ pub(crate) struct Call {
 pub(crate) struct Reply {
     pub ttft: Duration,
     pub itl: Duration,
-    /// Streamed tokens (one word each).
+    /// Streamed tokens (one word each, `w<n>` for the `n`th request).
     pub tokens: u32,
     /// An HTTP error instead: status and body.
     pub fail: Option<(u16, String)>,
@@ -109,7 +111,7 @@ impl Scripted {
 impl Transport for Scripted {
     fn send<'a>(
         &'a self,
-        _body: JsonBody,
+        body: JsonBody,
         ids: RequestIds<'a>,
         _keep_text: bool,
         cancel: &'a mut watch::Receiver<bool>,
@@ -123,6 +125,7 @@ impl Transport for Scripted {
                 n,
                 nth: *nth,
                 child: ids.parent_correlation_id.is_some(),
+                body: String::from_utf8_lossy(&body.to_vec()).into_owned(),
             };
             *nth += 1;
             call
@@ -157,9 +160,14 @@ impl Transport for Scripted {
                         tokio::time::sleep(reply.itl).await;
                     }
                     let at = timer::now().duration_since(sent).as_nanos() as u64;
+                    if i == 0 {
+                        if let Some(hook) = ids.on_first_token {
+                            (hook.0)(timer::now());
+                        }
+                    }
                     ex.chunk_offsets_ns.push(at);
                     ex.content_chunks += 1;
-                    ex.text.push_str("word ");
+                    ex.text.push_str(&format!("w{} ", call.n));
                 }
                 ex.finish_reason = Some("stop".into());
             };

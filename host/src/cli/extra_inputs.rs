@@ -8,7 +8,7 @@ use crate::client::RequestBody;
 /// a word that starts with `{` is a JSON object of fields; otherwise comma-separated `key:value`
 /// pairs whose values are typed by [`coerce`]. One extension: a value that starts with `{` or `[`
 /// and parses as JSON is that JSON (aiperf would send it as a string), and its commas do not split.
-pub(super) fn extra_inputs(
+pub(crate) fn extra_inputs(
     words: &[String],
     endpoint_type: &str,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {

@@ -56,8 +56,8 @@ pub struct RunArgs {
     /// The format of --input-file, by aiperf's loader name: `weka_trace`, `mooncake_trace` or
     /// `tracelab`, by Dynamo's `dynamo` (request traces) and `agentic_mooncake`, by `otel`
     /// (OpenTelemetry GenAI traces, agentx's own name), or by `dataset --format`'s name [default:
-    /// detected from the first record when only one format fits]. `graph-ir` is refused: its replay
-    /// is not in this build yet.
+    /// detected from the first record when only one format fits]. `graph-ir` (aiperf's Agent Graph
+    /// IR) replays its traces' graphs with --concurrency trace instances in flight.
     #[arg(
         help_heading = "What to replay",
         long,

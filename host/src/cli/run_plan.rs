@@ -351,7 +351,7 @@ pub(super) fn corpus_format(args: &RunArgs) -> anyhow::Result<Option<dataset::fo
         return Ok(None);
     };
     if loader == "graph-ir" {
-        return Err(super::dataset::graph_ir::not_replayable("run").into());
+        return Err(super::dataset::graph_ir::not_replayable("this command").into());
     }
     let by_name = || {
         dataset::format::Format::ALL
@@ -765,7 +765,7 @@ fn graces(
 
 /// The client's configuration: routing headers, TCP user timeout, keep-alive, API key, the base
 /// URL as understood, timeouts, reuse; and that URL.
-fn client_config(args: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> {
+pub(crate) fn client_config(args: &RunArgs) -> anyhow::Result<(ClientConfig, Option<String>)> {
     let routing = routing_headers(args)?;
     let tcp_user_timeout = match env_var("HTTP_TCP_USER_TIMEOUT") {
         None => Some(Duration::from_millis(DEFAULT_TCP_USER_TIMEOUT_MS)),

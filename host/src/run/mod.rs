@@ -14,6 +14,7 @@ pub mod connect;
 pub mod fidelity;
 pub mod finalize;
 pub mod find_max;
+pub mod graph;
 pub mod harness;
 pub mod merge;
 pub mod outputs;

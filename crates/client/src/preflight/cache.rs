@@ -290,6 +290,7 @@ async fn send_turn(
         parent_correlation_id: None,
         root_correlation_id: None,
         last,
+        on_first_token: None,
     };
     // Nothing cancels the probe but its own time limit.
     let (_keep, mut never) = watch::channel(false);

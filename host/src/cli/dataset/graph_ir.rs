@@ -11,9 +11,10 @@ use crate::dataset::{DatasetError, TokenCounter};
 /// The refusal of `what` (a command) on a graph-ir workload.
 pub(crate) fn not_replayable(what: &str) -> DatasetError {
     DatasetError::Argument(format!(
-        "--format graph-ir: {what} needs a replayable corpus, and the Agent Graph IR replay is not in \
-         this build yet; `agentx-host dataset validate --format graph-ir FILE` checks such a workload \
-         and `agentx-host dataset stats --format graph-ir FILE` summarises it"
+        "--format graph-ir: {what} needs a session-trace corpus, and a graph-ir workload is none: \
+         `agentx-host run --format graph-ir FILE` replays it, `agentx-host dataset validate \
+         --format graph-ir FILE` checks it and `agentx-host dataset stats --format graph-ir FILE` \
+         summarises it"
     ))
 }
 
