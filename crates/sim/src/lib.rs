@@ -59,6 +59,8 @@ mod stream;
 mod thread;
 
 #[cfg(test)]
+mod reply_tests;
+#[cfg(test)]
 mod truth_tests;
 
 use std::net::SocketAddr;
