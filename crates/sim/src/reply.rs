@@ -36,10 +36,8 @@ pub(crate) struct ToolCall {
     pub name_json: String,
     /// The arguments' text in its pieces, each escaped as a JSON string literal body.
     pub pieces: Vec<String>,
-    /// The arguments' whole text (not valid JSON when `malformed`).
+    /// The arguments' whole text (not valid JSON when `--malformed-tool-call-rate` cut it).
     pub arguments: String,
-    /// The arguments were cut so that they do not parse (`--malformed-tool-call-rate`).
-    pub malformed: bool,
 }
 
 impl ReplyPlan {
@@ -70,7 +68,6 @@ impl ReplyPlan {
                     .map(json_body)
                     .collect(),
                 arguments,
-                malformed,
             }
         });
         ReplyPlan { reasoning, tool }
@@ -123,7 +120,6 @@ mod tests {
         assert_eq!(joined, tool.arguments);
         let parsed: serde_json::Value = serde_json::from_str(&tool.arguments).unwrap();
         assert!(parsed["path"].as_str().unwrap().starts_with("src/module_"));
-        assert!(!tool.malformed);
         // Deterministic by seed and request.
         let again = ReplyPlan::of((&replies(1.0), &faults), 7, (20, 5), Some("Bash"));
         assert_eq!(again.tool.unwrap().arguments, tool.arguments);
@@ -137,7 +133,6 @@ mod tests {
         };
         let plan = ReplyPlan::of((&replies(1.0), &faults), 3, (2, 0), None);
         let tool = plan.tool.as_ref().unwrap();
-        assert!(tool.malformed);
         assert_eq!(tool.name_json, crate::DEFAULT_TOOL_NAME);
         assert_eq!(plan.tool_tokens(), 2);
         assert!(serde_json::from_str::<serde_json::Value>(&tool.arguments).is_err());
