@@ -946,6 +946,53 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_and_tool_calls_follow_aiperf_and_are_absent_without_them() {
+        // Sent at 100 ms; reasoning chunks at +20, +30, the first output at +60 ms; 10 tokens.
+        let mut r = rec(100, &[20, 30, 60], 50, 10);
+        r.reply.first_output_ns = Some(160_000_000);
+        r.reply.reasoning_tokens = Some(4);
+        r.usage.reasoning_tokens = Some(4);
+        r.reply.tool_calls = 2;
+        r.reply.tool_call_parse_failures = 1;
+        let v = record_values(&r);
+        let get = |tag: &str| v.iter().find(|(m, _)| m.tag == tag).map(|(_, x)| x.clone());
+        assert_eq!(get("time_to_first_token"), Some(Value::Float(20.0)));
+        assert_eq!(get("time_to_first_output_token"), Some(Value::Float(60.0)));
+        assert_eq!(get("reasoning_token_count"), Some(Value::Int(4)));
+        assert_eq!(get("usage_reasoning_tokens"), Some(Value::Int(4)));
+        // The OSL holds the reasoning; aiperf's output tokens do not.
+        assert_eq!(get("output_sequence_length"), Some(Value::Int(10)));
+        assert_eq!(get("output_token_count"), Some(Value::Int(6)));
+        assert_eq!(get("tool_call_count"), Some(Value::Int(2)));
+        assert_eq!(get("tool_call_parse_failure_count"), Some(Value::Int(1)));
+        let aggregate = Aggregate::of([&r, &r]).values(0);
+        let total = |tag: &str| {
+            aggregate
+                .iter()
+                .find(|(m, _)| m.tag == tag)
+                .map(|(_, x)| x.clone())
+        };
+        assert_eq!(total("total_reasoning_tokens"), Some(Value::Int(8)));
+        assert_eq!(total("total_tool_call_parse_failures"), Some(Value::Int(2)));
+
+        let plain = rec(0, &[20, 30], 10, 3);
+        let tags: Vec<&str> = record_values(&plain).iter().map(|(m, _)| m.tag).collect();
+        for absent in [
+            "time_to_first_output_token",
+            "reasoning_token_count",
+            "usage_reasoning_tokens",
+            "tool_call_count",
+            "tool_call_parse_failure_count",
+        ] {
+            assert!(!tags.contains(&absent), "{absent}");
+        }
+        let aggregate = Aggregate::of([&plain]).values(0);
+        assert!(aggregate.iter().all(
+            |(m, _)| !m.tag.starts_with("total_reasoning") && !m.tag.starts_with("total_tool")
+        ));
+    }
+
+    #[test]
     fn distributions_skip_warmup_and_overflow_and_flatten_lists() {
         let mut warm = rec(0, &[1000], 9999, 2);
         warm.phase = Phase::Warmup;
