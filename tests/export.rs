@@ -27,7 +27,7 @@ fn ok(s: u64, turn: u32, send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) ->
     let send = send_ms * MS;
     let offsets: Vec<u64> = chunks_ms.iter().map(|c| c * MS).collect();
     RequestRecord {
-        reply: Default::default(),
+        reply: agentx::record::ReplyStats::default(),
         request_id: format!("req-{s}-{turn}"),
         correlation_id: format!("corr-{s}"),
         session_num: s,
@@ -82,7 +82,7 @@ fn records() -> Vec<RequestRecord> {
     let mut warm = ok(0, 0, 0, &[40, 50, 60], 1_000, 3);
     warm.phase = Phase::Warmup;
     let overflow = RequestRecord {
-        reply: Default::default(),
+        reply: agentx::record::ReplyStats::default(),
         context_overflow: true,
         ..with_error(ok(3, 5, 1_800, &[], 200_000, 0), 400, "context_overflow")
     };

@@ -527,10 +527,10 @@ impl Exchange {
         }
         let call = &mut self.tool_calls[index];
         if !id.is_empty() {
-            call.id = id.to_owned();
+            id.clone_into(&mut call.id);
         }
         if !name.is_empty() {
-            call.name = name.to_owned();
+            name.clone_into(&mut call.name);
         }
         call.arguments.push_str(arguments);
     }

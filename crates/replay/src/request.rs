@@ -348,7 +348,7 @@ pub(super) fn failed_record(
 ) -> RequestRecord {
     let now = sh.clock.now_ns();
     RequestRecord {
-        reply: Default::default(),
+        reply: ReplyStats::default(),
         request_id: next_request_id(sh),
         correlation_id: session.correlation_id.clone(),
         session_num: session.session_num,
