@@ -27,6 +27,7 @@ fn ok(s: u64, turn: u32, send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) ->
     let send = send_ms * MS;
     let offsets: Vec<u64> = chunks_ms.iter().map(|c| c * MS).collect();
     RequestRecord {
+        reply: agentx::record::ReplyStats::default(),
         request_id: format!("req-{s}-{turn}"),
         correlation_id: format!("corr-{s}"),
         session_num: s,
@@ -49,6 +50,7 @@ fn ok(s: u64, turn: u32, send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) ->
             prompt_tokens: Some(isl),
             completion_tokens: Some(osl),
             cached_tokens: Some(isl / 2),
+            reasoning_tokens: None,
         },
         max_tokens: 256,
         finish_reason: Some("stop".into()),
@@ -80,6 +82,7 @@ fn records() -> Vec<RequestRecord> {
     let mut warm = ok(0, 0, 0, &[40, 50, 60], 1_000, 3);
     warm.phase = Phase::Warmup;
     let overflow = RequestRecord {
+        reply: agentx::record::ReplyStats::default(),
         context_overflow: true,
         ..with_error(ok(3, 5, 1_800, &[], 200_000, 0), 400, "context_overflow")
     };

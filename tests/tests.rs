@@ -28,6 +28,7 @@ mod infx_bench;
 mod live_metrics;
 mod otel;
 mod otlp;
+mod reasoning;
 mod replay;
 mod report;
 mod responses;

@@ -128,8 +128,9 @@ impl ReplyReader {
         ReplyFacts {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
-            thinking: exchange.chunk_offsets_ns.len() as u64 > exchange.content_chunks,
-            tool_use: matches!(stop.as_deref(), Some("tool_calls" | "tool_use")),
+            thinking: exchange.reasoning_chunks > 0,
+            tool_use: !exchange.tool_calls.is_empty()
+                || matches!(stop.as_deref(), Some("tool_calls" | "tool_use")),
             first_output: exchange
                 .chunk_offsets_ns
                 .first()

@@ -942,7 +942,8 @@ mod tests {
             Some(Usage {
                 prompt_tokens: Some(5),
                 completion_tokens: Some(2),
-                cached_tokens: Some(3)
+                cached_tokens: Some(3),
+                reasoning_tokens: None,
             })
         );
         st.on_event("[DONE]", now, &mut ex);

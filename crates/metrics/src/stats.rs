@@ -37,6 +37,13 @@ pub(crate) const INPUT_SEQUENCE_LENGTH: MetricDef =
 /// aiperf's `time_to_first_token` ("Time to First Token", ms).
 pub(crate) const TIME_TO_FIRST_TOKEN: MetricDef =
     def("time_to_first_token", "Time to First Token", "ms");
+/// aiperf's `time_to_first_output_token` ("Time to First Output Token", ms): to the first
+/// non-reasoning output (content or a tool-call delta); absent when the reply had none.
+pub(crate) const TIME_TO_FIRST_OUTPUT_TOKEN: MetricDef = def(
+    "time_to_first_output_token",
+    "Time to First Output Token",
+    "ms",
+);
 /// aiperf's `time_to_second_token` ("Time to Second Token", ms).
 pub(crate) const TIME_TO_SECOND_TOKEN: MetricDef =
     def("time_to_second_token", "Time to Second Token", "ms");
@@ -51,6 +58,10 @@ pub(crate) const OUTPUT_SEQUENCE_LENGTH: MetricDef =
 /// aiperf's `output_token_count` ("Output Token Count", tokens).
 pub(crate) const OUTPUT_TOKEN_COUNT: MetricDef =
     def("output_token_count", "Output Token Count", "tokens");
+/// aiperf's `reasoning_token_count` ("Reasoning Token Count", tokens): the server's
+/// `reasoning_tokens` with server counts, else the reasoning text's tokens; absent without reasoning.
+pub(crate) const REASONING_TOKEN_COUNT: MetricDef =
+    def("reasoning_token_count", "Reasoning Token Count", "tokens");
 /// aiperf's `inter_token_latency` ("Inter Token Latency", ms).
 pub(crate) const INTER_TOKEN_LATENCY: MetricDef =
     def("inter_token_latency", "Inter Token Latency", "ms");
@@ -93,6 +104,19 @@ pub(crate) const USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
     "Usage Prompt Cache Read Tokens",
     "tokens",
 );
+/// aiperf's `usage_reasoning_tokens` ("Usage Reasoning Tokens", tokens): the usage's
+/// `reasoning_tokens`, when the server reported them.
+pub(crate) const USAGE_REASONING_TOKENS: MetricDef =
+    def("usage_reasoning_tokens", "Usage Reasoning Tokens", "tokens");
+/// agentx's own: the tool calls a reply made; absent for a reply without one.
+pub(crate) const TOOL_CALL_COUNT: MetricDef = def("tool_call_count", "Tool Call Count", "calls");
+/// agentx's own: the tool calls of a reply whose arguments were not valid JSON at the end of the
+/// stream; written beside `tool_call_count`, so its `sum` is the run's parse failures.
+pub(crate) const TOOL_CALL_PARSE_FAILURE_COUNT: MetricDef = def(
+    "tool_call_parse_failure_count",
+    "Tool Call Parse Failure Count",
+    "calls",
+);
 /// aiperf's `error_isl` ("Error Input Sequence Length", tokens).
 pub(crate) const ERROR_ISL: MetricDef = def("error_isl", "Error Input Sequence Length", "tokens");
 /// agentx's own: the time to first token from when the request was due (`credit_issued_ns`), send
@@ -109,15 +133,18 @@ pub(crate) const SCHEDULED_REQUEST_LATENCY: MetricDef = def(
     "ms",
 );
 
-/// Every record metric, in output order: aiperf's, then agentx's schedule-anchored pair.
-pub(crate) const RECORD_METRICS: [MetricDef; 19] = [
+/// Every record metric, in output order: aiperf's, then agentx's schedule-anchored pair and tool
+/// calls.
+pub(crate) const RECORD_METRICS: [MetricDef; 24] = [
     INPUT_SEQUENCE_LENGTH,
     TIME_TO_FIRST_TOKEN,
+    TIME_TO_FIRST_OUTPUT_TOKEN,
     TIME_TO_SECOND_TOKEN,
     REQUEST_LATENCY,
     INTER_CHUNK_LATENCY,
     OUTPUT_SEQUENCE_LENGTH,
     OUTPUT_TOKEN_COUNT,
+    REASONING_TOKEN_COUNT,
     FULL_DECODE_DURATION,
     INTER_TOKEN_LATENCY,
     FULL_RESPONSE_INTER_TOKEN_LATENCY,
@@ -127,8 +154,11 @@ pub(crate) const RECORD_METRICS: [MetricDef; 19] = [
     USAGE_COMPLETION_TOKENS,
     USAGE_TOTAL_TOKENS,
     USAGE_PROMPT_CACHE_READ_TOKENS,
+    USAGE_REASONING_TOKENS,
     SCHEDULED_TIME_TO_FIRST_TOKEN,
     SCHEDULED_REQUEST_LATENCY,
+    TOOL_CALL_COUNT,
+    TOOL_CALL_PARSE_FAILURE_COUNT,
     ERROR_ISL,
 ];
 
@@ -194,6 +224,17 @@ pub(crate) const TOTAL_USAGE_PROMPT_CACHE_READ_TOKENS: MetricDef = def(
     "total_usage_prompt_cache_read_tokens",
     "Total Usage Prompt Cache Read Tokens",
     "tokens",
+);
+/// aiperf's `total_reasoning_tokens` ("Total Reasoning Tokens", tokens): the sum of
+/// `reasoning_token_count`; absent when no record had reasoning.
+pub(crate) const TOTAL_REASONING_TOKENS: MetricDef =
+    def("total_reasoning_tokens", "Total Reasoning Tokens", "tokens");
+/// agentx's own: tool calls whose arguments did not parse, over the valid records; absent when no
+/// reply made a tool call.
+pub(crate) const TOTAL_TOOL_CALL_PARSE_FAILURES: MetricDef = def(
+    "total_tool_call_parse_failures",
+    "Total Tool Call Parse Failures",
+    "calls",
 );
 /// aiperf's `request_throughput` ("Request Throughput", requests/sec).
 pub(crate) const REQUEST_THROUGHPUT: MetricDef =
@@ -290,6 +331,9 @@ pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
     if let Some(ttft) = record.ttft_ns() {
         out.push((TIME_TO_FIRST_TOKEN, Value::Float(ms(ttft as f64))));
     }
+    if let Some(ttfo) = record.ttfo_ns() {
+        out.push((TIME_TO_FIRST_OUTPUT_TOKEN, Value::Float(ms(ttfo as f64))));
+    }
     let offsets = &record.chunk_offsets_ns;
     if offsets.len() >= 2 {
         out.push((
@@ -308,8 +352,13 @@ pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
         out.push((INTER_CHUNK_LATENCY, Value::List(gaps)));
     }
     out.push((OUTPUT_SEQUENCE_LENGTH, Value::Int(record.osl)));
-    // Reasoning tokens are not counted apart from content, so the output token count is the OSL.
-    out.push((OUTPUT_TOKEN_COUNT, Value::Int(record.osl)));
+    // aiperf's output tokens are the OSL less the reasoning (clamped at 0, as aiperf clamps).
+    let reasoning = record.reply.reasoning_tokens;
+    let output_tokens = record.osl.saturating_sub(reasoning.unwrap_or(0));
+    out.push((OUTPUT_TOKEN_COUNT, Value::Int(output_tokens)));
+    if let Some(reasoning) = reasoning {
+        out.push((REASONING_TOKEN_COUNT, Value::Int(reasoning)));
+    }
     if let Some(decode_ns) = record.full_decode_ns() {
         out.push((FULL_DECODE_DURATION, Value::Float(ms(decode_ns as f64))));
     }
@@ -346,6 +395,9 @@ pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
     if let Some(cached) = usage.cached_tokens {
         out.push((USAGE_PROMPT_CACHE_READ_TOKENS, Value::Int(cached)));
     }
+    if let Some(reasoning) = usage.reasoning_tokens {
+        out.push((USAGE_REASONING_TOKENS, Value::Int(reasoning)));
+    }
     if let Some(scheduled_ttft) = record.scheduled_ttft_ns() {
         out.push((
             SCHEDULED_TIME_TO_FIRST_TOKEN,
@@ -356,6 +408,14 @@ pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
         out.push((
             SCHEDULED_REQUEST_LATENCY,
             Value::Float(ms(scheduled_latency as f64)),
+        ));
+    }
+    let reply = &record.reply;
+    if reply.tool_calls > 0 {
+        out.push((TOOL_CALL_COUNT, Value::Int(u64::from(reply.tool_calls))));
+        out.push((
+            TOOL_CALL_PARSE_FAILURE_COUNT,
+            Value::Int(u64::from(reply.tool_call_parse_failures)),
         ));
     }
     out
@@ -624,6 +684,10 @@ pub struct Aggregate {
     pub(crate) total_osl: u64,
     /// Sum of `cached_tokens` over valid records that reported it; `None` when none did.
     pub(crate) total_cached_tokens: Option<u64>,
+    /// Sum of the reasoning tokens over valid records that had reasoning; `None` when none did.
+    pub(crate) total_reasoning_tokens: Option<u64>,
+    /// Tool calls of the valid records, and those whose arguments did not parse.
+    pub(crate) tool_calls: (u64, u64),
     /// Valid requests per second of `duration_s`.
     pub request_throughput: Option<f64>,
     /// Output tokens per second of `duration_s`.
@@ -693,6 +757,12 @@ impl Aggregate {
                         aggregate.total_cached_tokens =
                             Some(aggregate.total_cached_tokens.unwrap_or(0) + cached);
                     }
+                    if let Some(reasoning) = r.reply.reasoning_tokens {
+                        aggregate.total_reasoning_tokens =
+                            Some(aggregate.total_reasoning_tokens.unwrap_or(0) + reasoning);
+                    }
+                    aggregate.tool_calls.0 += u64::from(r.reply.tool_calls);
+                    aggregate.tool_calls.1 += u64::from(r.reply.tool_call_parse_failures);
                 }
             }
         }
@@ -765,6 +835,14 @@ impl Aggregate {
             (
                 TOTAL_USAGE_PROMPT_CACHE_READ_TOKENS,
                 self.total_cached_tokens.map(Value::Int),
+            ),
+            (
+                TOTAL_REASONING_TOKENS,
+                self.total_reasoning_tokens.map(Value::Int),
+            ),
+            (
+                TOTAL_TOOL_CALL_PARSE_FAILURES,
+                (self.tool_calls.0 > 0).then_some(Value::Int(self.tool_calls.1)),
             ),
             (REQUEST_THROUGHPUT, float(self.request_throughput)),
             (OUTPUT_TOKEN_THROUGHPUT, float(self.output_token_throughput)),
@@ -865,6 +943,53 @@ mod tests {
         let mut c = rec(0, &[20, 40], 10, 3);
         c.cancelled = true;
         assert_eq!(record_values(&c), vec![(ERROR_ISL, Value::Int(10))]);
+    }
+
+    #[test]
+    fn reasoning_and_tool_calls_follow_aiperf_and_are_absent_without_them() {
+        // Sent at 100 ms; reasoning chunks at +20, +30, the first output at +60 ms; 10 tokens.
+        let mut r = rec(100, &[20, 30, 60], 50, 10);
+        r.reply.first_output_ns = Some(160_000_000);
+        r.reply.reasoning_tokens = Some(4);
+        r.usage.reasoning_tokens = Some(4);
+        r.reply.tool_calls = 2;
+        r.reply.tool_call_parse_failures = 1;
+        let v = record_values(&r);
+        let get = |tag: &str| v.iter().find(|(m, _)| m.tag == tag).map(|(_, x)| x.clone());
+        assert_eq!(get("time_to_first_token"), Some(Value::Float(20.0)));
+        assert_eq!(get("time_to_first_output_token"), Some(Value::Float(60.0)));
+        assert_eq!(get("reasoning_token_count"), Some(Value::Int(4)));
+        assert_eq!(get("usage_reasoning_tokens"), Some(Value::Int(4)));
+        // The OSL holds the reasoning; aiperf's output tokens do not.
+        assert_eq!(get("output_sequence_length"), Some(Value::Int(10)));
+        assert_eq!(get("output_token_count"), Some(Value::Int(6)));
+        assert_eq!(get("tool_call_count"), Some(Value::Int(2)));
+        assert_eq!(get("tool_call_parse_failure_count"), Some(Value::Int(1)));
+        let aggregate = Aggregate::of([&r, &r]).values(0);
+        let total = |tag: &str| {
+            aggregate
+                .iter()
+                .find(|(m, _)| m.tag == tag)
+                .map(|(_, x)| x.clone())
+        };
+        assert_eq!(total("total_reasoning_tokens"), Some(Value::Int(8)));
+        assert_eq!(total("total_tool_call_parse_failures"), Some(Value::Int(2)));
+
+        let plain = rec(0, &[20, 30], 10, 3);
+        let tags: Vec<&str> = record_values(&plain).iter().map(|(m, _)| m.tag).collect();
+        for absent in [
+            "time_to_first_output_token",
+            "reasoning_token_count",
+            "usage_reasoning_tokens",
+            "tool_call_count",
+            "tool_call_parse_failure_count",
+        ] {
+            assert!(!tags.contains(&absent), "{absent}");
+        }
+        let aggregate = Aggregate::of([&plain]).values(0);
+        assert!(aggregate.iter().all(
+            |(m, _)| !m.tag.starts_with("total_reasoning") && !m.tag.starts_with("total_tool")
+        ));
     }
 
     #[test]

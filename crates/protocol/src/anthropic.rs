@@ -11,9 +11,10 @@
 //!   `cache_read_input_tokens` as the cached prompt tokens; the prompt tokens are
 //!   `input_tokens` plus both cache counts, as Anthropic counts the uncached rest alone),
 //!   `content_block_start` / `content_block_delta` (non-empty `text` and `thinking` count as output
-//!   and are timestamped; `text` alone is content), `message_delta` (the stop reason as the server
-//!   wrote it, the output tokens), `message_stop` (the end), `ping` and `content_block_stop`
-//!   (nothing), `error` (a stream error, its body kept for the scenario's classifier). An event of
+//!   and are timestamped; `text` alone is content, `thinking` reasoning; a `tool_use` block starts
+//!   a tool call, its `input_json_delta` pieces are the arguments), `message_delta` (the stop
+//!   reason as the server wrote it, the output tokens), `message_stop` (the end), `ping` and
+//!   `content_block_stop` (nothing), `error` (a stream error, its body kept for the scenario's classifier). An event of
 //!   another type is skipped, as Anthropic's versioning rules ask of clients.
 
 use serde::Deserialize;
@@ -124,12 +125,54 @@ struct StartJson {
 /// A content block (`content_block_start`) or a delta (`content_block_delta`, `message_delta`).
 #[derive(Deserialize)]
 struct BlockJson<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     text: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     thinking: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     stop_reason: Option<Cow<'a, str>>,
+}
+
+impl BlockJson<'_> {
+    /// A block's start or delta into `exchange`: non-empty text is content, non-empty thinking is
+    /// reasoning, a `tool_use` block starts a tool call whose `input_json_delta`s follow (blocks
+    /// stream one after another, so a delta belongs to the last call).
+    fn absorb(&self, state: &StreamState, now: Instant, exchange: &mut Exchange) {
+        match self.kind.as_deref() {
+            Some("tool_use") => {
+                let index = exchange.tool_calls.len() as u32;
+                let id = self.id.as_deref().unwrap_or("");
+                let name = self.name.as_deref().unwrap_or("");
+                exchange.tool_call_delta(now, index, (id, name), "");
+                return;
+            }
+            Some("input_json_delta") => {
+                let index = exchange.tool_calls.len().saturating_sub(1) as u32;
+                let piece = self.partial_json.as_deref().unwrap_or("");
+                if !piece.is_empty() {
+                    exchange.tool_call_delta(now, index, ("", ""), piece);
+                }
+                return;
+            }
+            _ => {}
+        }
+        let text = self.text.as_deref().unwrap_or("");
+        let thinking = self.thinking.as_deref().unwrap_or("");
+        if !thinking.is_empty() {
+            exchange.reasoning_delta(now, thinking, state.keep_text);
+        }
+        if !text.is_empty() {
+            exchange.content_delta(now, text, state.keep_text);
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -184,20 +227,7 @@ pub fn on_event(state: &mut StreamState, event: &str, now: Instant, exchange: &m
         "content_block_start" | "content_block_delta" => {
             let block = parsed.content_block.or(parsed.delta);
             let Some(content) = block else { return };
-            let text = content.text.as_deref().unwrap_or("");
-            let thinking = content.thinking.as_deref().unwrap_or("");
-            if text.is_empty() && thinking.is_empty() {
-                return;
-            }
-            exchange
-                .chunk_offsets_ns
-                .push(now.saturating_duration_since(exchange.sent).as_nanos() as u64);
-            if !text.is_empty() {
-                exchange.content_chunks += 1;
-                if state.keep_text {
-                    exchange.text.push_str(text);
-                }
-            }
+            content.absorb(state, now, exchange);
         }
         "message_delta" => {
             if let Some(reason) = parsed.delta.and_then(|d| d.stop_reason) {
@@ -323,9 +353,68 @@ mod tests {
             Some(Usage {
                 prompt_tokens: Some(37),
                 completion_tokens: Some(3),
-                cached_tokens: Some(30)
+                cached_tokens: Some(30),
+                reasoning_tokens: None,
             })
         );
+    }
+
+    #[test]
+    fn thinking_then_text_then_a_tool_use_block() {
+        let sent = Instant::now();
+        let mut ex = Exchange::new(sent);
+        let mut st = state();
+        for (i, e) in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"let me"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" see"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"ok"}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"path\":"}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"a.rs\"}"}}"#,
+            r#"{"type":"content_block_stop","index":2}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let now = sent + std::time::Duration::from_millis(i as u64 + 1);
+            st.on_event(e, now, &mut ex);
+            assert!(st.failure.is_none(), "{e}");
+        }
+        assert!(st.done);
+        assert_eq!(ex.reasoning_chunks, 2);
+        assert_eq!(ex.reasoning_text, "let me see");
+        assert_eq!(ex.chunk_offsets_ns[0], 2_000_000);
+        // The first text delta is the first output, after two reasoning chunks.
+        assert_eq!(ex.first_output_offset_ns, Some(7_000_000));
+        assert_eq!(ex.tool_calls.len(), 1);
+        let call = &ex.tool_calls[0];
+        assert_eq!((call.id.as_str(), call.name.as_str()), ("toolu_1", "Read"));
+        assert_eq!(call.arguments, r#"{"path":"a.rs"}"#);
+        assert!(call.parsed);
+        assert_eq!(ex.finish_reason.as_deref(), Some("tool_use"));
+    }
+
+    #[test]
+    fn a_tool_use_whose_input_never_closes_does_not_parse() {
+        let now = Instant::now();
+        let mut ex = Exchange::new(now);
+        let mut st = state();
+        for e in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"path\":\"a"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ] {
+            st.on_event(e, now, &mut ex);
+        }
+        assert_eq!(ex.first_output_offset_ns, Some(0));
+        assert_eq!(ex.tool_call_parse_failures(), 1);
     }
 
     #[test]

@@ -1,5 +1,12 @@
-//! What one request gave: the stream's state while it arrives (chunks, usage, the reply text), the
-//! [`Exchange`] it ends in and the [`Failure`] that says what went wrong.
+//! What one request gave: the stream's state while it arrives (chunks, usage, the reply text, the
+//! reasoning and the tool calls), the [`Exchange`] it ends in and the [`Failure`] that says what
+//! went wrong.
+//!
+//! Output, for every API: a non-empty content, reasoning or tool-call delta is a chunk
+//! (`chunk_offsets_ns`, whose first is the TTFT, reasoning included, as aiperf's); the first
+//! content or tool-call delta is the first output (`first_output_offset_ns`, aiperf's TTFO). Chat
+//! reads reasoning from `delta.reasoning_content` (vLLM's) or `delta.reasoning`, and tool calls
+//! from `delta.tool_calls[]`, whose pieces are joined by their `index`.
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -56,9 +63,17 @@ impl StreamState {
                 exchange.chunk_offsets_ns.push(offset_ns);
             }
             exchange.content_chunks += choices.with_content;
+            exchange.reasoning_chunks += choices.with_reasoning;
+            if choices.with_content > 0 || !choices.tool_calls.is_empty() {
+                exchange.first_output_offset_ns.get_or_insert(offset_ns);
+            }
             if self.keep_text {
                 exchange.text.push_str(&choices.content);
+                exchange.reasoning_text.push_str(&choices.reasoning);
             }
+        }
+        for piece in &choices.tool_calls {
+            exchange.tool_call_piece(piece.index, &piece.id, &piece.name, &piece.arguments);
         }
         if let Some(reason) = &choices.finish_reason {
             exchange.finish_reason = Some(reason.to_string());
@@ -73,6 +88,9 @@ impl StreamState {
                 cached_tokens: usage_json
                     .prompt_tokens_details
                     .and_then(|d| d.cached_tokens),
+                reasoning_tokens: usage_json
+                    .completion_tokens_details
+                    .and_then(|d| d.reasoning_tokens),
             });
         }
     }
@@ -92,13 +110,50 @@ pub(crate) struct ChunkJson<'a> {
 }
 
 /// The `choices` array, folded while it is read, so a chunk allocates nothing for it: how many choices
-/// carried output (content or reasoning) or content, their content joined, the last finish reason.
+/// carried output (content, reasoning or a tool-call piece), content or reasoning, their content
+/// and reasoning joined, their tool-call pieces, the last finish reason.
 #[derive(Default)]
 pub(crate) struct Choices<'a> {
     with_output: u64,
     with_content: u64,
+    with_reasoning: u64,
     content: Cow<'a, str>,
+    reasoning: Cow<'a, str>,
+    tool_calls: Vec<ToolCallPiece<'a>>,
     finish_reason: Option<Cow<'a, str>>,
+}
+
+/// One piece of a chat tool call (`delta.tool_calls[]`): the first names the call, the rest carry
+/// more of its arguments.
+#[derive(Deserialize)]
+pub(crate) struct ToolCallPiece<'a> {
+    #[serde(default)]
+    index: u32,
+    #[serde(default, borrow)]
+    id: Cow<'a, str>,
+    #[serde(default, borrow)]
+    function: FunctionPiece<'a>,
+    #[serde(skip)]
+    name: Cow<'a, str>,
+    #[serde(skip)]
+    arguments: Cow<'a, str>,
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct FunctionPiece<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+/// `text` appended to `into`, borrowing while `into` is empty.
+fn join<'a>(into: &mut Cow<'a, str>, text: Cow<'a, str>) {
+    if into.is_empty() {
+        *into = text;
+    } else {
+        into.to_mut().push_str(&text);
+    }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
@@ -115,23 +170,32 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
             ) -> Result<Self::Value, A::Error> {
                 let mut acc = Choices::default();
                 while let Some(choice) = seq.next_element::<ChoiceJson<'a>>()? {
-                    let content = choice.delta.content.unwrap_or_default();
-                    let reasoning = choice
-                        .delta
+                    let delta = choice.delta;
+                    let content = delta.content.unwrap_or_default();
+                    let reasoning = delta
                         .reasoning_content
-                        .as_deref()
-                        .or(choice.delta.reasoning.as_deref());
-                    if !content.is_empty() || reasoning.is_some_and(|r| !r.is_empty()) {
+                        .or(delta.reasoning)
+                        .unwrap_or_default();
+                    let mut pieces = delta.tool_calls.unwrap_or_default();
+                    pieces.retain_mut(|piece| {
+                        piece.name = piece.function.name.take().unwrap_or_default();
+                        piece.arguments = piece.function.arguments.take().unwrap_or_default();
+                        !(piece.id.is_empty()
+                            && piece.name.is_empty()
+                            && piece.arguments.is_empty())
+                    });
+                    if !content.is_empty() || !reasoning.is_empty() || !pieces.is_empty() {
                         acc.with_output += 1;
                     }
                     if !content.is_empty() {
                         acc.with_content += 1;
-                        if acc.content.is_empty() {
-                            acc.content = content;
-                        } else {
-                            acc.content.to_mut().push_str(&content);
-                        }
+                        join(&mut acc.content, content);
                     }
+                    if !reasoning.is_empty() {
+                        acc.with_reasoning += 1;
+                        join(&mut acc.reasoning, reasoning);
+                    }
+                    acc.tool_calls.append(&mut pieces);
                     if choice.finish_reason.is_some() {
                         acc.finish_reason = choice.finish_reason;
                     }
@@ -159,6 +223,8 @@ pub(crate) struct DeltaJson<'a> {
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolCallPiece<'a>>>,
 }
 
 #[derive(Deserialize)]
@@ -169,12 +235,20 @@ pub(crate) struct UsageJson {
     completion_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens_details: Option<DetailsJson>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetailsJson>,
 }
 
 #[derive(Deserialize)]
 pub(crate) struct DetailsJson {
     #[serde(default)]
     cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CompletionDetailsJson {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 /// The server's error type and message from an OpenAI-style error body (`{"error": {...}}`,
@@ -342,6 +416,27 @@ pub struct Exchange {
     pub server_ttft: Option<Duration>,
     /// The server's own account of the request (its headers, Dynamo's `nvext`), when it gave one.
     pub server: Option<agentx_record::ServerSide>,
+    /// Offset from `sent` of the first non-reasoning output (content or tool-call delta).
+    pub first_output_offset_ns: Option<u64>,
+    /// Reasoning chunks received.
+    pub reasoning_chunks: u64,
+    /// The reasoning text, joined (collected when `text` is, i.e. when asked for).
+    pub reasoning_text: String,
+    /// The tool calls the reply made, their arguments as streamed.
+    pub tool_calls: Vec<ReplyToolCall>,
+}
+
+/// A tool call of a reply, as it was streamed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplyToolCall {
+    /// The call's id (chat's `id`, Anthropic's `tool_use` id, the Responses `call_id`).
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// The arguments' JSON text, its pieces joined.
+    pub arguments: String,
+    /// The arguments were valid JSON at the end of the stream.
+    pub parsed: bool,
 }
 
 /// The server's time from a request's last body byte to the start of its response, when both of the
@@ -372,7 +467,85 @@ impl Exchange {
             retried: None,
             server_ttft: None,
             server: None,
+            first_output_offset_ns: None,
+            reasoning_chunks: 0,
+            reasoning_text: String::new(),
+            tool_calls: Vec::new(),
         }
+    }
+
+    /// The offset from `sent` of `now`.
+    pub(crate) fn offset_ns(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.sent).as_nanos() as u64
+    }
+
+    /// A non-empty reasoning delta arrived at `now` (`text` kept when `keep_text`).
+    pub(crate) fn reasoning_delta(&mut self, now: Instant, text: &str, keep_text: bool) {
+        self.chunk_offsets_ns.push(self.offset_ns(now));
+        self.reasoning_chunks += 1;
+        if keep_text {
+            self.reasoning_text.push_str(text);
+        }
+    }
+
+    /// A non-empty content delta arrived at `now` (`text` kept when `keep_text`).
+    pub(crate) fn content_delta(&mut self, now: Instant, text: &str, keep_text: bool) {
+        let offset_ns = self.offset_ns(now);
+        self.chunk_offsets_ns.push(offset_ns);
+        self.first_output_offset_ns.get_or_insert(offset_ns);
+        self.content_chunks += 1;
+        if keep_text {
+            self.text.push_str(text);
+        }
+    }
+
+    /// A tool call's piece arrived at `now`: output, timestamped; `arguments` joined to the call
+    /// at `index` (a call at a new index starts there).
+    pub(crate) fn tool_call_delta(
+        &mut self,
+        now: Instant,
+        index: u32,
+        (id, name): (&str, &str),
+        arguments: &str,
+    ) {
+        if id.is_empty() && name.is_empty() && arguments.is_empty() {
+            return;
+        }
+        let offset_ns = self.offset_ns(now);
+        self.chunk_offsets_ns.push(offset_ns);
+        self.first_output_offset_ns.get_or_insert(offset_ns);
+        self.tool_call_piece(index, id, name, arguments);
+    }
+
+    /// `arguments` joined to the tool call at `index` (its id and name set when given), without a
+    /// timestamp (chat's pieces are timestamped with their chunk).
+    pub(crate) fn tool_call_piece(&mut self, index: u32, id: &str, name: &str, arguments: &str) {
+        let index = index as usize;
+        if self.tool_calls.len() <= index {
+            self.tool_calls
+                .resize_with(index + 1, ReplyToolCall::default);
+        }
+        let call = &mut self.tool_calls[index];
+        if !id.is_empty() {
+            id.clone_into(&mut call.id);
+        }
+        if !name.is_empty() {
+            name.clone_into(&mut call.name);
+        }
+        call.arguments.push_str(arguments);
+    }
+
+    /// Marks each tool call whose arguments are valid JSON (an empty text is none); called when the
+    /// stream ends.
+    pub fn settle_tool_calls(&mut self) {
+        for call in &mut self.tool_calls {
+            call.parsed = serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_ok();
+        }
+    }
+
+    /// The tool calls whose arguments did not parse.
+    pub fn tool_call_parse_failures(&self) -> usize {
+        self.tool_calls.iter().filter(|call| !call.parsed).count()
     }
 
     /// Records `failure` unless an earlier failure was recorded.
@@ -393,6 +566,80 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `chunks` read as a chat stream ending in `[DONE]`, each 1 ms after the last.
+    fn read_chat(chunks: &[&str]) -> Exchange {
+        let mut state = StreamState {
+            api: EndpointType::Chat,
+            keep_text: true,
+            done: false,
+            failure: None,
+        };
+        let sent = Instant::now();
+        let mut exchange = Exchange::new(sent);
+        for (i, chunk) in chunks.iter().chain(&["[DONE]"]).enumerate() {
+            let now = sent + Duration::from_millis(i as u64 + 1);
+            state.on_event(chunk, now, &mut exchange);
+            assert!(state.failure.is_none(), "{chunk}: {:?}", state.failure);
+        }
+        assert!(state.done);
+        exchange
+    }
+
+    #[test]
+    fn reasoning_then_content_gives_a_first_output_after_the_first_token() {
+        let ex = read_chat(&[
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning":" so"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"yes"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3,"completion_tokens_details":{"reasoning_tokens":2}}}"#,
+        ]);
+        assert_eq!(ex.chunk_offsets_ns, vec![2_000_000, 3_000_000, 4_000_000]);
+        assert_eq!(ex.first_output_offset_ns, Some(4_000_000));
+        assert_eq!((ex.reasoning_chunks, ex.content_chunks), (2, 1));
+        assert_eq!(
+            (ex.reasoning_text.as_str(), ex.text.as_str()),
+            ("hmm so", "yes")
+        );
+        assert_eq!(ex.usage.unwrap().reasoning_tokens, Some(2));
+        // Without reasoning the first output is the first token.
+        let plain = read_chat(&[r#"{"choices":[{"delta":{"content":"a"}}]}"#]);
+        assert_eq!(
+            plain.first_output_offset_ns,
+            plain.chunk_offsets_ns.first().copied()
+        );
+        assert_eq!(plain.usage, None);
+    }
+
+    #[test]
+    fn tool_call_pieces_join_by_index_across_chunks() {
+        let ex = read_chat(&[
+            r#"{"choices":[{"delta":{"reasoning_content":"plan"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"Bash","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"cmd\""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"call_2","function":{"name":"Read","arguments":"{\"path"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":":\"ls\"}"}}]},"finish_reason":"tool_calls"}]}"#,
+        ]);
+        assert_eq!(ex.first_output_offset_ns, Some(2_000_000));
+        assert_eq!(ex.chunk_offsets_ns.len(), 5);
+        assert_eq!(ex.content_chunks, 0);
+        assert_eq!(ex.tool_calls.len(), 2);
+        assert_eq!(
+            ex.tool_calls[0],
+            ReplyToolCall {
+                id: "call_1".into(),
+                name: "Bash".into(),
+                arguments: r#"{"cmd":"ls"}"#.into(),
+                parsed: true,
+            }
+        );
+        // The second call's arguments never close.
+        assert_eq!(ex.tool_calls[1].arguments, r#"{"path"#);
+        assert!(!ex.tool_calls[1].parsed);
+        assert_eq!(ex.tool_call_parse_failures(), 1);
+        assert_eq!(ex.finish_reason.as_deref(), Some("tool_calls"));
+    }
 
     #[test]
     fn the_final_chunks_nvext_lands_in_the_exchange_beside_its_usage() {

@@ -41,6 +41,9 @@ impl StreamState {
             EndpointType::Responses => responses::on_event(self, event, now, exchange),
             EndpointType::Chat => self.on_chat_event(event, now, exchange),
         }
+        if self.done {
+            exchange.settle_tool_calls();
+        }
     }
 }
 

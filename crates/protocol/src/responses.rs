@@ -12,14 +12,17 @@
 //! - [`on_event`] reads one event of the stream as it arrives, by its `type`:
 //!   `response.output_text.delta` (a non-empty `delta` is output, timestamped, and content),
 //!   `response.reasoning_text.delta` and `response.reasoning_summary_text.delta` (a non-empty `delta`
-//!   is output, timestamped, not content), `response.completed` and `response.incomplete` (the end:
+//!   is output, timestamped, reasoning), `response.output_item.added` of a `function_call` item
+//!   (a tool call starts, named by its `call_id` and `name`; output),
+//!   `response.function_call_arguments.delta` (its arguments' next piece; output),
+//!   `response.completed` and `response.incomplete` (the end:
 //!   the response's `usage`, with `input_tokens` as the prompt tokens, OpenAI's count including the
 //!   cached ones, and `input_tokens_details.cached_tokens` as the cached tokens; the stop reason is
 //!   `incomplete_details.reason` when the response is incomplete, `max_output_tokens` at the limit,
-//!   else its `status`), `response.failed` and `error` (a stream error, its body kept for the
+//!   else its `status`; `output_tokens_details.reasoning_tokens` as the reasoning tokens), `response.failed` and `error` (a stream error, its body kept for the
 //!   scenario's classifier, the error's `code` as the server's type). Every other event
-//!   (`response.created`, `response.in_progress`, the item and part events, the `done` events,
-//!   tool-call argument deltas, types added later) is skipped. There is no `[DONE]`: a stream
+//!   (`response.created`, `response.in_progress`, the other item and part events, the `done`
+//!   events, types added later) is skipped. There is no `[DONE]`: a stream
 //!   that ends without `response.completed`, `response.incomplete` or a failure is incomplete.
 
 use serde::Deserialize;
@@ -106,6 +109,19 @@ struct Event<'a> {
     delta: Option<Cow<'a, str>>,
     #[serde(default)]
     response: Option<ResponseJson>,
+    #[serde(default, borrow)]
+    item: Option<ItemJson<'a>>,
+}
+
+/// An output item (`response.output_item.added`): a `function_call` names a tool call.
+#[derive(Deserialize)]
+struct ItemJson<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    call_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
 }
 
 /// The response object a `response.completed`, `response.incomplete` or `response.failed` carries.
@@ -135,6 +151,14 @@ struct UsageJson {
     output_tokens: Option<u64>,
     #[serde(default)]
     input_tokens_details: Option<DetailsJson>,
+    #[serde(default)]
+    output_tokens_details: Option<OutputDetailsJson>,
+}
+
+#[derive(Deserialize)]
+struct OutputDetailsJson {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -151,6 +175,7 @@ impl ResponseJson {
                 prompt_tokens: usage.input_tokens,
                 completion_tokens: usage.output_tokens,
                 cached_tokens: usage.input_tokens_details.and_then(|d| d.cached_tokens),
+                reasoning_tokens: usage.output_tokens_details.and_then(|d| d.reasoning_tokens),
             });
         }
         let reason = self.incomplete_details.and_then(|d| d.reason);
@@ -202,22 +227,31 @@ pub fn on_event(state: &mut StreamState, event: &str, now: Instant, exchange: &m
         }
     };
     match parsed.kind.as_ref() {
-        kind @ ("response.output_text.delta"
-        | "response.reasoning_text.delta"
-        | "response.reasoning_summary_text.delta") => {
+        "response.output_text.delta" => {
             let delta = parsed.delta.as_deref().unwrap_or("");
-            if delta.is_empty() {
+            if !delta.is_empty() {
+                exchange.content_delta(now, delta, state.keep_text);
+            }
+        }
+        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+            let delta = parsed.delta.as_deref().unwrap_or("");
+            if !delta.is_empty() {
+                exchange.reasoning_delta(now, delta, state.keep_text);
+            }
+        }
+        "response.output_item.added" => {
+            let Some(item) = parsed.item.filter(|i| i.kind == "function_call") else {
                 return;
-            }
-            exchange
-                .chunk_offsets_ns
-                .push(now.saturating_duration_since(exchange.sent).as_nanos() as u64);
-            if kind == "response.output_text.delta" {
-                exchange.content_chunks += 1;
-                if state.keep_text {
-                    exchange.text.push_str(delta);
-                }
-            }
+            };
+            let index = exchange.tool_calls.len() as u32;
+            let id = item.call_id.as_deref().unwrap_or("");
+            let name = item.name.as_deref().unwrap_or("");
+            exchange.tool_call_delta(now, index, (id, name), "");
+        }
+        "response.function_call_arguments.delta" => {
+            let delta = parsed.delta.as_deref().unwrap_or("");
+            let index = exchange.tool_calls.len().saturating_sub(1) as u32;
+            exchange.tool_call_delta(now, index, ("", ""), delta);
         }
         "response.completed" | "response.incomplete" => {
             if let Some(response) = parsed.response {
@@ -248,7 +282,7 @@ pub fn on_event(state: &mut StreamState, event: &str, now: Instant, exchange: &m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EndpointType;
+    use crate::{EndpointType, ReplyToolCall};
     use bytes::Bytes;
     use serde_json::json;
 
@@ -330,16 +364,21 @@ mod tests {
             &mut ex,
         );
         assert!(st.done);
-        assert_eq!(ex.chunk_offsets_ns.len(), 3);
-        assert_eq!(ex.content_chunks, 2);
+        // The reasoning, two content deltas and an arguments delta.
+        assert_eq!(ex.chunk_offsets_ns.len(), 4);
+        assert_eq!((ex.content_chunks, ex.reasoning_chunks), (2, 1));
         assert_eq!(ex.text, "a b");
+        assert_eq!(ex.reasoning_text, "hm");
+        assert_eq!(ex.tool_calls.len(), 1);
+        assert!(ex.tool_calls[0].parsed, "{:?}", ex.tool_calls);
         assert_eq!(ex.finish_reason.as_deref(), Some("max_output_tokens"));
         assert_eq!(
             ex.usage,
             Some(Usage {
                 prompt_tokens: Some(37),
                 completion_tokens: Some(3),
-                cached_tokens: Some(30)
+                cached_tokens: Some(30),
+                reasoning_tokens: Some(1),
             })
         );
         let mut ex = Exchange::new(now);
@@ -352,6 +391,70 @@ mod tests {
         assert!(st.done && st.failure.is_none());
         assert_eq!(ex.finish_reason.as_deref(), Some("completed"));
         assert_eq!(ex.usage.unwrap().cached_tokens, None);
+    }
+
+    /// `events` read in order, each at its own instant (1 ms apart), into a fresh exchange.
+    fn read(events: &[&str]) -> Exchange {
+        let sent = Instant::now();
+        let mut ex = Exchange::new(sent);
+        let mut st = state();
+        for (i, e) in events.iter().enumerate() {
+            let now = sent + std::time::Duration::from_millis(i as u64 + 1);
+            st.on_event(e, now, &mut ex);
+            assert!(st.failure.is_none(), "{e}: {:?}", st.failure);
+        }
+        assert!(st.done);
+        ex
+    }
+
+    #[test]
+    fn reasoning_then_text_sets_the_first_output_after_the_first_token() {
+        let ex = read(&[
+            r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}"#,
+            r#"{"type":"response.reasoning_text.delta","item_id":"rs_1","output_index":0,"content_index":0,"delta":"think"}"#,
+            r#"{"type":"response.reasoning_text.delta","item_id":"rs_1","output_index":0,"content_index":0,"delta":" more"}"#,
+            r#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":1,"content_index":0,"delta":"answer"}"#,
+            r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":5,"output_tokens":3,"output_tokens_details":{"reasoning_tokens":2}}}}"#,
+        ]);
+        assert_eq!(ex.chunk_offsets_ns, vec![2_000_000, 3_000_000, 4_000_000]);
+        assert_eq!(ex.first_output_offset_ns, Some(4_000_000));
+        assert_eq!((ex.reasoning_chunks, ex.content_chunks), (2, 1));
+        assert_eq!(ex.reasoning_text, "think more");
+        assert_eq!(ex.usage.unwrap().reasoning_tokens, Some(2));
+        assert!(ex.tool_calls.is_empty());
+    }
+
+    #[test]
+    fn a_function_call_joins_its_argument_pieces_and_flags_bad_json() {
+        let call = |last_piece: &str| {
+            let last = format!(
+                r#"{{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":0,"delta":"{last_piece}"}}"#
+            );
+            read(&[
+                r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc_1","call_id":"call_9","name":"Bash","arguments":""}}"#,
+                r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":0,"delta":"{\"cmd\":"}"#,
+                &last,
+                r#"{"type":"response.function_call_arguments.done","item_id":"fc_1","output_index":0,"arguments":"{}"}"#,
+                r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+            ])
+        };
+        let ex = call(r#"\"ls\"}"#);
+        assert_eq!(
+            ex.tool_calls,
+            vec![ReplyToolCall {
+                id: "call_9".into(),
+                name: "Bash".into(),
+                arguments: r#"{"cmd":"ls"}"#.into(),
+                parsed: true,
+            }]
+        );
+        // The item's start is the first output.
+        assert_eq!(ex.first_output_offset_ns, Some(1_000_000));
+        assert_eq!(ex.chunk_offsets_ns.len(), 3);
+        assert_eq!(ex.content_chunks, 0);
+        let bad = call(r#"\"ls\""#);
+        assert!(!bad.tool_calls[0].parsed);
+        assert_eq!(bad.tool_call_parse_failures(), 1);
     }
 
     #[test]

@@ -109,6 +109,11 @@ pub struct Usage {
     pub completion_tokens: Option<u64>,
     /// `prompt_tokens_details.cached_tokens`.
     pub cached_tokens: Option<u64>,
+    /// The reasoning tokens among `completion_tokens` (chat's
+    /// `completion_tokens_details.reasoning_tokens`, the Responses API's
+    /// `output_tokens_details.reasoning_tokens`); absent when the server did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
 }
 
 /// What went wrong with a request.
@@ -198,6 +203,41 @@ pub struct RequestRecord {
     /// when the run hashed no chains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_blocks: Option<PromptBlocks>,
+    /// What the reply held beside its text: the first non-reasoning output, the reasoning tokens,
+    /// the tool calls; absent when the reply had none of them (and in records from before it).
+    #[serde(default, skip_serializing_if = "ReplyStats::is_empty")]
+    pub reply: ReplyStats,
+}
+
+/// The reasoning and tool calls of a reply ([`RequestRecord::reply`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyStats {
+    /// The first non-reasoning output (a content or tool-call delta) arrived, on the run clock;
+    /// absent when the reply had none. Equal to [`RequestRecord::first_token_ns`] for a reply
+    /// without reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_ns: Option<u64>,
+    /// The reply's reasoning tokens: the server's usage when it gave them, else the client's
+    /// count of the reasoning text; absent when there was no reasoning at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// Tool calls the reply made.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_calls: u32,
+    /// Tool calls whose arguments were not valid JSON at the end of the stream.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_call_parse_failures: u32,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
+}
+
+impl ReplyStats {
+    /// Nothing to say (no output, reasoning or tool call).
+    pub fn is_empty(&self) -> bool {
+        *self == ReplyStats::default()
+    }
 }
 
 /// A prompt's block chain, kept small: its first `shared` blocks are those of the request `from`
@@ -319,8 +359,17 @@ impl RequestRecord {
             .map_or(&self.correlation_id, |tree| &tree.root_correlation_id)
     }
 
+    /// Time to first output token as aiperf measures it (`time_to_first_output_token`): from the
+    /// request's start to the first non-reasoning output (content or a tool-call delta).
+    pub fn ttfo_ns(&self) -> Option<u64> {
+        self.reply
+            .first_output_ns
+            .map(|t| t.saturating_sub(self.send_ns))
+    }
+
     /// Time to first token as aiperf measures it (`time_to_first_token`): from the request's start
-    /// (`request_start_ns`, before a connection is taken) to the first content chunk.
+    /// (`request_start_ns`, before a connection is taken) to the first non-empty chunk, reasoning
+    /// included.
     pub fn ttft_ns(&self) -> Option<u64> {
         self.first_token_ns.map(|t| t.saturating_sub(self.send_ns))
     }

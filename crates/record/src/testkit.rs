@@ -11,6 +11,7 @@ pub fn rec(send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) -> RequestRecord
     let offsets: Vec<u64> = chunks_ms.iter().map(|&c| ns(c)).collect();
     let end = send + offsets.last().copied().unwrap_or(0) + ns(1);
     RequestRecord {
+        reply: crate::ReplyStats::default(),
         request_id: format!("req-{send_ms}"),
         correlation_id: "corr-0".into(),
         session_num: 0,
@@ -33,6 +34,7 @@ pub fn rec(send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) -> RequestRecord
             prompt_tokens: Some(isl),
             completion_tokens: Some(osl),
             cached_tokens: None,
+            reasoning_tokens: None,
         },
         max_tokens: 100,
         finish_reason: Some("stop".into()),

@@ -15,7 +15,9 @@ use bytes::Bytes;
 
 use agentx_dataset::AssistantMode;
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
-use agentx_record::{Phase, PromptBlocks, RecordError, RequestRecord, TokenSource, Usage};
+use agentx_record::{
+    Phase, PromptBlocks, RecordError, ReplyStats, RequestRecord, TokenSource, Usage,
+};
 use agentx_scenario::types::{ErrorClass, ErrorResponse};
 
 /// The exit of one request as the lane sees it.
@@ -214,17 +216,30 @@ pub(super) fn to_record(
     let server = sh.cfg.use_server_token_count
         && usage.prompt_tokens.is_some()
         && usage.completion_tokens.is_some();
-    let (isl, osl, token_source) = if server {
+    // The client's count of the reasoning, as aiperf's: the reasoning text's tokens, absent when
+    // there was none.
+    let client_reasoning =
+        (!exchange.reasoning_text.is_empty()).then(|| sh.counter.count(&exchange.reasoning_text));
+    let (isl, osl, token_source, reasoning_tokens) = if server {
         (
             usage.prompt_tokens.unwrap_or(0),
             usage.completion_tokens.unwrap_or(0),
             TokenSource::Server,
+            usage.reasoning_tokens,
         )
     } else {
+        // aiperf's client-side OSL: the content, the tool calls' arguments and the reasoning.
+        let arguments: u64 = exchange
+            .tool_calls
+            .iter()
+            .map(|call| sh.counter.count(&call.arguments))
+            .sum();
+        let content = sh.counter.count(&exchange.text) + arguments;
         (
             req.client_isl,
-            sh.counter.count(&exchange.text),
+            content + client_reasoning.unwrap_or(0),
             TokenSource::Client,
+            usage.reasoning_tokens.or(client_reasoning),
         )
     };
     let mut context_overflow = false;
@@ -297,6 +312,14 @@ pub(super) fn to_record(
         server_ttft_ns: exchange.server_ttft.map(|d| d.as_nanos() as u64),
         server: exchange.server.clone(),
         prompt_blocks: req.prompt_blocks,
+        reply: ReplyStats {
+            first_output_ns: exchange
+                .first_output_offset_ns
+                .map(|offset| send_ns + offset),
+            reasoning_tokens,
+            tool_calls: exchange.tool_calls.len() as u32,
+            tool_call_parse_failures: exchange.tool_call_parse_failures() as u32,
+        },
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
             (t.source_outer_idx, t.source_inner_idx) = req.source_idx;
@@ -326,6 +349,7 @@ pub(super) fn failed_record(
 ) -> RequestRecord {
     let now = sh.clock.now_ns();
     RequestRecord {
+        reply: ReplyStats::default(),
         request_id: next_request_id(sh),
         correlation_id: session.correlation_id.clone(),
         session_num: session.session_num,

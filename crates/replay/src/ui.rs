@@ -304,6 +304,7 @@ mod tests {
         let send = 1_000_000;
         let first = ttft_ms * 1_000_000;
         RequestRecord {
+            reply: agentx_record::ReplyStats::default(),
             request_id: "r".into(),
             correlation_id: "c".into(),
             session_num: 0,

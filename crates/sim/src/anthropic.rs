@@ -120,6 +120,7 @@ pub(crate) fn parse(
         max_tokens: Some(max_tokens),
         prompt_tokens,
         blocks: hasher.finish(),
+        tool_name: super::request::first_tool_name(&obj),
     })
 }
 
@@ -196,6 +197,7 @@ fn blocks_text(field: &str, blocks: &[Value], add: &mut dyn FnMut(&str)) -> Resu
 pub(crate) fn stop_reason(finish_reason: &str) -> &'static str {
     match finish_reason {
         "length" => "max_tokens",
+        "tool_calls" => "tool_use",
         _ => "end_turn",
     }
 }
@@ -218,8 +220,9 @@ fn event(out: &mut BytesMut, name: &str, data: &str) {
     out.extend_from_slice(b"\n\n");
 }
 
-/// `message_start`, the text block's start and a `ping`.
-pub(crate) fn write_start(out: &mut BytesMut, ident: &Ident, usage: &Usage) {
+/// `message_start`, the first block's start (a `thinking` block when the reply reasons first, else
+/// the text block) and a `ping`.
+pub(crate) fn write_start(out: &mut BytesMut, ident: &Ident, usage: &Usage, thinking: bool) {
     let start = format!(
         r#"{{"type":"message_start","message":{{"id":"{}","type":"message","role":"assistant","model":"{}","content":[],"stop_reason":null,"stop_sequence":null,"usage":{}}}}}"#,
         ident.id_json,
@@ -227,12 +230,65 @@ pub(crate) fn write_start(out: &mut BytesMut, ident: &Ident, usage: &Usage) {
         usage_json(usage, 1)
     );
     event(out, "message_start", &start);
-    event(
-        out,
-        "content_block_start",
-        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
-    );
+    if thinking {
+        event(
+            out,
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+        );
+    } else {
+        write_text_start(out, 0);
+    }
     event(out, "ping", r#"{"type": "ping"}"#);
+}
+
+fn write_text_start(out: &mut BytesMut, index: u32) {
+    let start = format!(
+        r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"text","text":""}}}}"#
+    );
+    event(out, "content_block_start", &start);
+}
+
+/// `content_block_stop` of the block at `index`.
+fn write_block_stop(out: &mut BytesMut, index: u32) {
+    let stop = format!(r#"{{"type":"content_block_stop","index":{index}}}"#);
+    event(out, "content_block_stop", &stop);
+}
+
+/// The thinking block's end (its `signature_delta`, its stop) and the text block's start at 1.
+pub(crate) fn write_thinking_end(out: &mut BytesMut, ident: &Ident) {
+    let signature = format!(
+        r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"signature_delta","signature":"sig_{}"}}}}"#,
+        ident.id_json
+    );
+    event(out, "content_block_delta", &signature);
+    write_block_stop(out, 0);
+    write_text_start(out, 1);
+}
+
+/// The text block's (at `index`) end and the `tool_use` block's start after it.
+pub(crate) fn write_tool_start(out: &mut BytesMut, ident: &Ident, index: u32, name_json: &str) {
+    write_block_stop(out, index);
+    let start = format!(
+        r#"{{"type":"content_block_start","index":{},"content_block":{{"type":"tool_use","id":"toolu_{}","name":"{name_json}","input":{{}}}}}}"#,
+        index + 1,
+        ident.id_json
+    );
+    event(out, "content_block_start", &start);
+}
+
+/// The head of a delta of the block at `index` of `kind` (`thinking_delta` with its `thinking`,
+/// `text_delta` with its `text`, `input_json_delta` with its `partial_json`), up to its string's
+/// first character; [`DELTA_CLOSE`] ends it.
+pub(crate) fn write_delta_open(out: &mut BytesMut, index: u32, (kind, field): (&str, &str)) {
+    if index == 0 && kind == "text_delta" {
+        out.extend_from_slice(DELTA_OPEN);
+        return;
+    }
+    let head = format!(
+        "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"{kind}\",\"{field}\":\""
+    );
+    out.extend_from_slice(head.as_bytes());
 }
 
 /// The head of a text delta, up to its text's first character.
@@ -243,13 +299,10 @@ pub(crate) const DELTA_CLOSE: &[u8] = b"\"}}\n\n";
 pub(crate) const DELTA_MALFORMED: &[u8] =
     b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"del\n\n";
 
-/// `content_block_stop` and `message_delta` with the stop reason and the output tokens.
-pub(crate) fn write_end(out: &mut BytesMut, finish_reason: &str, usage: &Usage) {
-    event(
-        out,
-        "content_block_stop",
-        r#"{"type":"content_block_stop","index":0}"#,
-    );
+/// The last block's (at `index`) `content_block_stop` and `message_delta` with the stop reason and
+/// the output tokens.
+pub(crate) fn write_end(out: &mut BytesMut, index: u32, finish_reason: &str, usage: &Usage) {
+    write_block_stop(out, index);
     let delta = format!(
         r#"{{"type":"message_delta","delta":{{"stop_reason":"{}","stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#,
         stop_reason(finish_reason),

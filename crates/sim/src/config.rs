@@ -274,6 +274,9 @@ pub struct Faults {
     /// Fraction of streams that end mid-answer with the API's error event (chat's `{"error"}`
     /// chunk, Anthropic's `error`, the Responses API's `response.failed`).
     pub stream_error_rate: f64,
+    /// Fraction of the tool calls ([`Replies::tool_call_rate`]) whose arguments are streamed as
+    /// text that is not valid JSON (the object never closes).
+    pub malformed_tool_call_rate: f64,
     /// Stop accepting connections after this many requests (later requests on open connections
     /// get the connection closed without an answer).
     pub stop_after: Option<u64>,
@@ -286,6 +289,24 @@ pub struct Faults {
     /// that many scrapes sees at least one reset, however long the run before it took.
     pub gpu_counter_reset_every: Option<u32>,
 }
+
+/// What a streamed reply holds beside its text: reasoning before it, a tool call after it. Both are
+/// part of the reply's output tokens, so the reply still ends at `max_tokens` exactly.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Replies {
+    /// Reasoning tokens streamed before the content of every reply (chat's
+    /// `delta.reasoning_content`, an Anthropic `thinking` block, a Responses `reasoning` item),
+    /// reported as the usage's reasoning tokens. A reply without `ignore_eos` draws its content
+    /// length as before and adds these; any reply is cut at `max_tokens`, reasoning first.
+    pub reasoning_tokens: u32,
+    /// Fraction of replies that end with one tool call (deterministic by the fault seed and the
+    /// request), its arguments streamed in pieces: the first tool of the request's `tools`, else
+    /// [`DEFAULT_TOOL_NAME`].
+    pub tool_call_rate: f64,
+}
+
+/// The tool a reply calls when its request names no tools.
+pub const DEFAULT_TOOL_NAME: &str = "read_file";
 
 /// The simulated GPU behind each engine (`--gpu-power`): its power follows the engine's running
 /// requests, `idle_w + per_running_w × running`, and `GET /dcgm/metrics` serves it as
@@ -344,6 +365,8 @@ pub struct SimConfig {
     pub max_body_bytes: usize,
     /// How prompt tokens are counted: words (agentx's tokenizer-free synthesis) or a tokenizer.json.
     pub tokenizer: agentx_tokens::TokenCounter,
+    /// Reasoning and tool calls in streamed replies.
+    pub replies: Replies,
     /// Injected faults.
     pub faults: Faults,
     /// When connections are closed between requests.
@@ -411,6 +434,7 @@ impl SimConfig {
             seed: 0,
             max_body_bytes: 64 << 20,
             tokenizer: agentx_tokens::TokenCounter::Words,
+            replies: Replies::default(),
             faults: Faults::default(),
             keep_alive: KeepAliveConfig::default(),
             record_headers: false,
@@ -528,6 +552,8 @@ impl SimConfig {
             ("malformed_rate", faults.malformed_rate),
             ("truncate_rate", faults.truncate_rate),
             ("stream_error_rate", faults.stream_error_rate),
+            ("malformed_tool_call_rate", faults.malformed_tool_call_rate),
+            ("tool_call_rate", self.replies.tool_call_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return bad(field, format!("must be a fraction in [0, 1], got {rate}"));

@@ -67,6 +67,7 @@ mod tests {
             malformed_rate: 0.0,
             truncate_rate: 0.0,
             stream_error_rate: 0.0,
+            malformed_tool_call_rate: 0.0,
             stop_after: None,
             die_at: None,
             gpu_counter_reset_every: None,

@@ -49,6 +49,7 @@ mod foreground;
 mod gpu;
 mod metrics;
 mod record;
+mod reply;
 mod request;
 mod response;
 mod responses;
@@ -57,6 +58,8 @@ mod server;
 mod stream;
 mod thread;
 
+#[cfg(test)]
+mod reply_tests;
 #[cfg(test)]
 mod truth_tests;
 
@@ -67,8 +70,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{
-    Eviction, Faults, GpuModel, KeepAliveConfig, MetricNames, ModelTiming, Preset, Router,
-    SimConfig, Timing, DEFAULT_ROUTER_HEADER, DEFAULT_ROUTER_PARENT_HEADER, MAX_GPU_WATTS,
+    Eviction, Faults, GpuModel, KeepAliveConfig, MetricNames, ModelTiming, Preset, Replies, Router,
+    SimConfig, Timing, DEFAULT_ROUTER_HEADER, DEFAULT_ROUTER_PARENT_HEADER, DEFAULT_TOOL_NAME,
+    MAX_GPU_WATTS,
 };
 pub use foreground::serve_foreground;
 pub use server::Received;

@@ -77,6 +77,19 @@ pub(crate) struct ChatRequest {
     pub prompt_tokens: u64,
     /// Chained hashes of the prompt's full cache blocks.
     pub blocks: Vec<u64>,
+    /// The name of the request's first tool, which a reply's tool call calls.
+    pub tool_name: Option<String>,
+}
+
+/// The name of the request's first tool: `tools[0].function.name` (chat's shape) or
+/// `tools[0].name` (Anthropic's and the Responses API's); `None` without tools.
+pub(crate) fn first_tool_name(obj: &serde_json::Map<String, Value>) -> Option<String> {
+    let tool = obj.get("tools")?.as_array()?.first()?;
+    let name = tool
+        .get("function")
+        .and_then(|function| function.get("name"))
+        .or_else(|| tool.get("name"))?;
+    name.as_str().map(str::to_owned)
 }
 
 fn type_name(value: &Value) -> &'static str {
@@ -169,6 +182,7 @@ pub(crate) fn parse_chat(
         max_tokens,
         prompt_tokens,
         blocks: hasher.finish(),
+        tool_name: first_tool_name(&obj),
     })
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cached_tokens: u64,
+    /// The reasoning tokens among `completion_tokens`.
+    pub reasoning_tokens: u64,
 }
 
 impl Usage {
@@ -43,12 +45,20 @@ impl Usage {
         let mut json = String::with_capacity(128);
         let _ = write!(
             json,
-            r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
+            r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}"#,
             self.prompt_tokens,
             self.prompt_tokens + self.completion_tokens,
             self.completion_tokens,
             self.cached_tokens
         );
+        if self.reasoning_tokens > 0 {
+            let _ = write!(
+                json,
+                r#","completion_tokens_details":{{"reasoning_tokens":{}}}"#,
+                self.reasoning_tokens
+            );
+        }
+        json.push('}');
         out.extend_from_slice(json.as_bytes());
     }
 }

@@ -77,6 +77,7 @@ pub(crate) fn parse(
         max_tokens,
         prompt_tokens,
         blocks: hasher.finish(),
+        tool_name: super::request::first_tool_name(&obj),
     })
 }
 
@@ -175,10 +176,11 @@ fn message_text(
 /// The `usage` object.
 fn usage_json(usage: &Usage) -> String {
     format!(
-        r#"{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}"#,
+        r#"{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},"output_tokens_details":{{"reasoning_tokens":{}}},"total_tokens":{}}}"#,
         usage.prompt_tokens,
         usage.cached_tokens,
         usage.completion_tokens,
+        usage.reasoning_tokens,
         usage.prompt_tokens + usage.completion_tokens
     )
 }
@@ -250,8 +252,9 @@ fn event(out: &mut BytesMut, seq: &mut Sequence, kind: &str, rest: &str) {
     out.extend_from_slice(text.as_bytes());
 }
 
-/// `response.created`, `response.in_progress`, the message item's and its text part's start.
-pub(crate) fn write_start(out: &mut BytesMut, seq: &mut Sequence, ident: &Ident) {
+/// `response.created`, `response.in_progress`, then the first item's start: the reasoning item when
+/// the reply reasons first, else the message item and its text part.
+pub(crate) fn write_start(out: &mut BytesMut, seq: &mut Sequence, ident: &Ident, reasoning: bool) {
     let in_progress = response_json(
         ident,
         &Standing {
@@ -265,31 +268,167 @@ pub(crate) fn write_start(out: &mut BytesMut, seq: &mut Sequence, ident: &Ident)
     for kind in ["response.created", "response.in_progress"] {
         event(out, seq, kind, &format!(r#""response":{in_progress}}}"#));
     }
+    if reasoning {
+        let item = reasoning_item(ident, "in_progress", None);
+        event(
+            out,
+            seq,
+            "response.output_item.added",
+            &format!(r#""output_index":0,"item":{item}}}"#),
+        );
+    } else {
+        write_message_start(out, seq, ident, 0);
+    }
+}
+
+/// The message item's and its text part's start, at `index`.
+fn write_message_start(out: &mut BytesMut, seq: &mut Sequence, ident: &Ident, index: u32) {
     let item = message_item(ident, "in_progress", None);
     event(
         out,
         seq,
         "response.output_item.added",
-        &format!(r#""output_index":0,"item":{item}}}"#),
+        &format!(r#""output_index":{index},"item":{item}}}"#),
     );
     event(
         out,
         seq,
         "response.content_part.added",
         &format!(
-            r#""item_id":"{}","output_index":0,"content_index":0,"part":{{"type":"output_text","text":"","annotations":[],"logprobs":[]}}}}"#,
+            r#""item_id":"{}","output_index":{index},"content_index":0,"part":{{"type":"output_text","text":"","annotations":[],"logprobs":[]}}}}"#,
             item_id(ident)
         ),
     );
 }
 
-/// The head of a text delta, up to its text's first character.
-pub(crate) fn write_delta_open(out: &mut BytesMut, seq: &mut Sequence, ident: &Ident) {
+/// The reasoning item, its text (a JSON string literal) when given.
+fn reasoning_item(ident: &Ident, status: &str, text_json: Option<&str>) -> String {
+    let content = text_json.map_or(String::new(), |text| {
+        format!(r#"{{"type":"reasoning_text","text":{text}}}"#)
+    });
+    format!(
+        r#"{{"id":"rs_{}","type":"reasoning","status":"{status}","summary":[],"content":[{content}]}}"#,
+        ident.id_json
+    )
+}
+
+/// The reasoning item's end (`response.reasoning_text.done`, `response.output_item.done`) and the
+/// message item's start at 1; returns the finished reasoning item.
+pub(crate) fn write_reasoning_end(
+    out: &mut BytesMut,
+    seq: &mut Sequence,
+    ident: &Ident,
+    reasoning: &str,
+) -> String {
+    let text_json = serde_json::to_string(reasoning).unwrap_or_else(|_| "\"\"".into());
+    event(
+        out,
+        seq,
+        "response.reasoning_text.done",
+        &format!(
+            r#""item_id":"rs_{}","output_index":0,"content_index":0,"text":{text_json}}}"#,
+            ident.id_json
+        ),
+    );
+    let done = reasoning_item(ident, "completed", Some(&text_json));
+    event(
+        out,
+        seq,
+        "response.output_item.done",
+        &format!(r#""output_index":0,"item":{done}}}"#),
+    );
+    write_message_start(out, seq, ident, 1);
+    done
+}
+
+/// The head of a reasoning delta, up to its text's first character; [`DELTA_CLOSE`] ends it.
+pub(crate) fn write_reasoning_delta_open(out: &mut BytesMut, seq: &mut Sequence, ident: &Ident) {
+    let head = format!(
+        "event: response.reasoning_text.delta\ndata: {{\"type\":\"response.reasoning_text.delta\",\"sequence_number\":{},\"item_id\":\"rs_{}\",\"output_index\":0,\"content_index\":0,\"delta\":\"",
+        seq.next(),
+        ident.id_json
+    );
+    out.extend_from_slice(head.as_bytes());
+}
+
+/// The function call item (`call_id` and `name`, no arguments yet), at `index`.
+fn function_call_item(ident: &Ident, status: &str, name_json: &str, arguments: &str) -> String {
+    let arguments = serde_json::to_string(arguments).unwrap_or_else(|_| "\"\"".into());
+    format!(
+        r#"{{"id":"fc_{id}","type":"function_call","status":"{status}","call_id":"call_{id}","name":"{name_json}","arguments":{arguments}}}"#,
+        id = ident.id_json
+    )
+}
+
+/// The function call item's start at `index`.
+pub(crate) fn write_tool_start(
+    out: &mut BytesMut,
+    seq: &mut Sequence,
+    ident: &Ident,
+    index: u32,
+    name_json: &str,
+) {
+    let item = function_call_item(ident, "in_progress", name_json, "");
+    event(
+        out,
+        seq,
+        "response.output_item.added",
+        &format!(r#""output_index":{index},"item":{item}}}"#),
+    );
+}
+
+/// The head of an arguments delta of the call at `index`, up to its text's first character;
+/// [`DELTA_CLOSE`] ends it.
+pub(crate) fn write_arguments_delta_open(
+    out: &mut BytesMut,
+    seq: &mut Sequence,
+    ident: &Ident,
+    index: u32,
+) {
+    let head = format!(
+        "event: response.function_call_arguments.delta\ndata: {{\"type\":\"response.function_call_arguments.delta\",\"sequence_number\":{},\"item_id\":\"fc_{}\",\"output_index\":{index},\"delta\":\"",
+        seq.next(),
+        ident.id_json
+    );
+    out.extend_from_slice(head.as_bytes());
+}
+
+/// The function call's end at `index` (`response.function_call_arguments.done` with the whole
+/// `arguments`, `response.output_item.done`); returns the finished item.
+pub(crate) fn write_tool_end(
+    out: &mut BytesMut,
+    seq: &mut Sequence,
+    (ident, index): (&Ident, u32),
+    name_json: &str,
+    arguments: &str,
+) -> String {
+    let arguments_json = serde_json::to_string(arguments).unwrap_or_else(|_| "\"\"".into());
+    event(
+        out,
+        seq,
+        "response.function_call_arguments.done",
+        &format!(
+            r#""item_id":"fc_{}","output_index":{index},"name":"{name_json}","arguments":{arguments_json}}}"#,
+            ident.id_json
+        ),
+    );
+    let done = function_call_item(ident, "completed", name_json, arguments);
+    event(
+        out,
+        seq,
+        "response.output_item.done",
+        &format!(r#""output_index":{index},"item":{done}}}"#),
+    );
+    done
+}
+
+/// The head of a text delta of the message at `index`, up to its text's first character.
+pub(crate) fn write_delta_open(out: &mut BytesMut, seq: &mut Sequence, ident: &Ident, index: u32) {
     use std::fmt::Write as _;
     let mut text = String::with_capacity(200);
     let _ = write!(
         text,
-        "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":{},\"item_id\":\"{}\",\"output_index\":0,\"content_index\":0,\"logprobs\":[],\"delta\":\"",
+        "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":{},\"item_id\":\"{}\",\"output_index\":{index},\"content_index\":0,\"logprobs\":[],\"delta\":\"",
         seq.next(),
         item_id(ident)
     );
@@ -304,6 +443,7 @@ pub(crate) const DELTA_MALFORMED: &[u8] =
 
 /// The text's, the part's and the item's `done` events, then `response.completed` or, at the
 /// output limit, `response.incomplete`; `text` is the whole reply.
+#[cfg(test)]
 pub(crate) fn write_end(
     out: &mut BytesMut,
     seq: &mut Sequence,
@@ -311,6 +451,18 @@ pub(crate) fn write_end(
     finish_reason: &str,
     usage: &Usage,
 ) {
+    let done_item = write_message_end(out, seq, (ident, 0), text);
+    write_final(out, seq, ident, &done_item, (finish_reason, usage));
+}
+
+/// The message's (at `index`) text's, part's and item's `done` events; `text` is the whole
+/// reply. Returns the finished item.
+pub(crate) fn write_message_end(
+    out: &mut BytesMut,
+    seq: &mut Sequence,
+    (ident, index): (&Ident, u32),
+    text: &str,
+) -> String {
     let text_json = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into());
     let item = item_id(ident);
     event(
@@ -318,7 +470,7 @@ pub(crate) fn write_end(
         seq,
         "response.output_text.done",
         &format!(
-            r#""item_id":"{item}","output_index":0,"content_index":0,"text":{text_json},"logprobs":[]}}"#
+            r#""item_id":"{item}","output_index":{index},"content_index":0,"text":{text_json},"logprobs":[]}}"#
         ),
     );
     event(
@@ -326,7 +478,7 @@ pub(crate) fn write_end(
         seq,
         "response.content_part.done",
         &format!(
-            r#""item_id":"{item}","output_index":0,"content_index":0,"part":{{"type":"output_text","text":{text_json},"annotations":[],"logprobs":[]}}}}"#
+            r#""item_id":"{item}","output_index":{index},"content_index":0,"part":{{"type":"output_text","text":{text_json},"annotations":[],"logprobs":[]}}}}"#
         ),
     );
     let done_item = message_item(ident, "completed", Some(&text_json));
@@ -334,9 +486,21 @@ pub(crate) fn write_end(
         out,
         seq,
         "response.output_item.done",
-        &format!(r#""output_index":0,"item":{done_item}}}"#),
+        &format!(r#""output_index":{index},"item":{done_item}}}"#),
     );
-    let (kind, body) = final_response(ident, &done_item, finish_reason, usage);
+    done_item
+}
+
+/// `response.completed` or, at the output limit, `response.incomplete`, its output the finished
+/// `items` (joined by commas).
+pub(crate) fn write_final(
+    out: &mut BytesMut,
+    seq: &mut Sequence,
+    ident: &Ident,
+    items: &str,
+    (finish_reason, usage): (&str, &Usage),
+) {
+    let (kind, body) = final_response(ident, items, finish_reason, usage);
     event(out, seq, kind, &format!(r#""response":{body}}}"#));
 }
 
@@ -464,6 +628,7 @@ mod tests {
             prompt_tokens: 30,
             completion_tokens: 2,
             cached_tokens: 16,
+            reasoning_tokens: 0,
         }
     }
 
@@ -486,9 +651,9 @@ mod tests {
         let ident = Ident::new("resp_1", "m", 7);
         let mut seq = Sequence::default();
         let mut out = BytesMut::new();
-        write_start(&mut out, &mut seq, &ident);
+        write_start(&mut out, &mut seq, &ident, false);
         for word in ["a", " b"] {
-            write_delta_open(&mut out, &mut seq, &ident);
+            write_delta_open(&mut out, &mut seq, &ident, 0);
             out.extend_from_slice(word.as_bytes());
             out.extend_from_slice(DELTA_CLOSE);
         }

@@ -34,6 +34,7 @@ use super::faults;
 use super::gpu;
 use super::metrics::{self, EngineMetrics, Exposition};
 use super::record::{logged_headers, Arrival, RequestLog};
+use super::reply::ReplyPlan;
 use super::request::{self, Api, ApiError, ChatRequest};
 use super::response::{Ident, Usage};
 use super::responses;
@@ -485,13 +486,30 @@ async fn chat(
         Err(e) => return Ok(meta.with_id(api_error(&e, api))),
     };
     let config = &shared.config;
+    // Reasoning comes before the drawn content and counts toward max_tokens, as on real servers.
+    let reasoning_wanted = if parsed.stream {
+        u64::from(config.replies.reasoning_tokens)
+    } else {
+        0
+    };
     let total = if parsed.ignore_eos {
         max_tokens
     } else {
         let natural = u64::from(config.natural_output_tokens.max(1));
         meta.draws
             .random_range(natural.div_ceil(2)..=natural + natural / 2)
+            .saturating_add(reasoning_wanted)
             .min(max_tokens)
+    };
+    let reply = if parsed.stream {
+        ReplyPlan::of(
+            (&config.replies, &config.faults),
+            meta.key,
+            (total, reasoning_wanted.min(total)),
+            parsed.tool_name.as_deref(),
+        )
+    } else {
+        ReplyPlan::default()
     };
     let plan = faults::plan(&config.faults, meta.key, total);
     if let Some(status) = plan.fail {
@@ -516,13 +534,17 @@ async fn chat(
             prompt_tokens: parsed.prompt_tokens,
             completion_tokens: total,
             cached_tokens: adm.cached_tokens,
+            reasoning_tokens: reply.reasoning,
         },
-        finish_reason: if total == max_tokens {
+        finish_reason: if reply.tool.is_some() {
+            "tool_calls"
+        } else if total == max_tokens {
             "length"
         } else {
             "stop"
         },
         words: Words::new(config.seed ^ meta.key),
+        reply,
     };
     let sim_headers = [
         (SIM_ENGINE_HEADER, HeaderValue::from(meta.engine_ix as u64)),
@@ -688,6 +710,8 @@ struct Answer {
     usage: Usage,
     finish_reason: &'static str,
     words: Words,
+    /// The reasoning and the tool call (none in a one-shot answer).
+    reply: ReplyPlan,
 }
 
 /// A streamed answer: the tokens flow from the admission's first-token time at the pace of the
@@ -727,6 +751,7 @@ fn streamed(
         words: answer.words,
         tokens_per_chunk: config.tokens_per_chunk,
         faults,
+        reply: answer.reply,
     })));
     response
 }

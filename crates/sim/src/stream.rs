@@ -9,6 +9,9 @@
 //! Event order is exactly vLLM's: a role chunk (`delta: {"role":"assistant","content":""}`),
 //! one content chunk per token (the last one carrying `finish_reason` and `stop_reason`), a usage
 //! chunk with `choices: []` when `stream_options.include_usage` is set, then `data: [DONE]`.
+//! A reply that reasons ([`ReplyPlan`]) streams its reasoning first, as vLLM's reasoning parsers
+//! do (`delta.reasoning_content`), and one that calls a tool ends with the call's pieces
+//! (`delta.tool_calls`, the first naming the call, finish reason `tool_calls`).
 //! A Messages API stream has the same timing with Anthropic's events ([`super::anthropic`]), a
 //! Responses API stream with the Responses events ([`super::responses`]).
 
@@ -27,6 +30,7 @@ use rand::{RngExt, SeedableRng};
 use super::anthropic;
 use super::config::ModelTiming;
 use super::engine::Running;
+use super::reply::ReplyPlan;
 use super::request::Api;
 use super::response::{Ident, Usage};
 use super::responses;
@@ -141,6 +145,16 @@ pub(crate) struct StreamPlan {
     pub words: Words,
     pub tokens_per_chunk: u32,
     pub faults: StreamFaults,
+    /// The reasoning before the text and the tool call after it.
+    pub reply: ReplyPlan,
+}
+
+/// The parts of a reply, in the order they stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Part {
+    Reasoning,
+    Text,
+    Tool,
 }
 
 /// The SSE body of a streamed chat completion.
@@ -170,13 +184,20 @@ pub(crate) struct TokenStream {
     seq: responses::Sequence,
     /// The reply so far (a Responses stream's `done` events repeat it whole).
     text: String,
+    /// The reasoning so far (a Responses stream's `done` events repeat it whole).
+    reasoning_text: String,
+    /// The reasoning and the tool call.
+    reply: ReplyPlan,
+    /// The part whose block is open (Anthropic's content block, a Responses output item).
+    part: Part,
+    /// The finished output items of a Responses stream, joined by commas.
+    done_items: String,
 }
 
 const CHOICE_OPEN: &[u8] = br#""choices":[{"index":0,"delta":"#;
 const ROLE_DELTA: &[u8] =
     br#"{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#;
 const CONTENT_OPEN: &[u8] = br#"{"content":""#;
-const CONTENT_CLOSE: &[u8] = br#""},"logprobs":null,"finish_reason":null}]}"#;
 const EVENT_END: &[u8] = b"\n\n";
 
 impl TokenStream {
@@ -208,6 +229,97 @@ impl TokenStream {
             buf: BytesMut::with_capacity(4096),
             seq: responses::Sequence::default(),
             text: String::new(),
+            reasoning_text: String::new(),
+            part: if plan.reply.reasoning > 0 {
+                Part::Reasoning
+            } else {
+                Part::Text
+            },
+            reply: plan.reply,
+            done_items: String::new(),
+        }
+    }
+
+    /// The part token `index` belongs to.
+    fn part_of(&self, index: u64) -> Part {
+        if index < self.reply.reasoning {
+            Part::Reasoning
+        } else if index < self.total - self.reply.tool_tokens() {
+            Part::Text
+        } else {
+            Part::Tool
+        }
+    }
+
+    /// The index one past the last token of `part`.
+    fn part_end(&self, part: Part) -> u64 {
+        match part {
+            Part::Reasoning => self.reply.reasoning,
+            Part::Text => self.total - self.reply.tool_tokens(),
+            Part::Tool => self.total,
+        }
+    }
+
+    /// The index (Anthropic's block, the Responses output item) of `part`'s block.
+    fn block_index(&self, part: Part) -> u32 {
+        let text = u32::from(self.reply.reasoning > 0);
+        match part {
+            Part::Reasoning => 0,
+            Part::Text => text,
+            Part::Tool => text + 1,
+        }
+    }
+
+    /// Closes the open blocks up to `part` and opens each after it (the text block always opens,
+    /// empty when the reply's tokens went to reasoning and the tool call).
+    fn enter(&mut self, part: Part) {
+        while self.part < part {
+            match (self.api, self.part) {
+                (Api::Anthropic, Part::Reasoning) => {
+                    anthropic::write_thinking_end(&mut self.buf, &self.ident);
+                }
+                (Api::Anthropic, _) => {
+                    let name = self
+                        .reply
+                        .tool
+                        .as_ref()
+                        .map_or("", |t| t.name_json.as_str());
+                    let index = self.block_index(Part::Text);
+                    anthropic::write_tool_start(&mut self.buf, &self.ident, index, name);
+                }
+                (Api::Responses, Part::Reasoning) => {
+                    let item = responses::write_reasoning_end(
+                        &mut self.buf,
+                        &mut self.seq,
+                        &self.ident,
+                        &self.reasoning_text,
+                    );
+                    self.done_items.push_str(&item);
+                }
+                (Api::Responses, _) => {
+                    let index = self.block_index(Part::Text);
+                    let item = responses::write_message_end(
+                        &mut self.buf,
+                        &mut self.seq,
+                        (&self.ident, index),
+                        &self.text,
+                    );
+                    push_item(&mut self.done_items, &item);
+                    let name = self
+                        .reply
+                        .tool
+                        .as_ref()
+                        .map_or("", |t| t.name_json.as_str());
+                    let seq = &mut self.seq;
+                    responses::write_tool_start(&mut self.buf, seq, &self.ident, index + 1, name);
+                }
+                (Api::Chat, _) => {}
+            }
+            self.part = if self.part == Part::Reasoning {
+                Part::Text
+            } else {
+                Part::Tool
+            };
         }
     }
 
@@ -234,14 +346,24 @@ impl TokenStream {
     }
 
     fn write_tokens(&mut self, tokens: u64, last: bool) {
+        match self.part {
+            Part::Reasoning => self.write_reasoning(tokens, last),
+            Part::Tool => self.write_tool_pieces(tokens, last),
+            Part::Text => self.write_text(tokens, last),
+        }
+    }
+
+    fn write_text(&mut self, tokens: u64, last: bool) {
         if self.api == Api::Anthropic {
-            self.buf.extend_from_slice(anthropic::DELTA_OPEN);
+            let index = self.block_index(Part::Text);
+            anthropic::write_delta_open(&mut self.buf, index, ("text_delta", "text"));
             self.write_words(tokens);
             self.buf.extend_from_slice(anthropic::DELTA_CLOSE);
             return;
         }
         if self.api == Api::Responses {
-            responses::write_delta_open(&mut self.buf, &mut self.seq, &self.ident);
+            let index = self.block_index(Part::Text);
+            responses::write_delta_open(&mut self.buf, &mut self.seq, &self.ident, index);
             self.write_words(tokens);
             self.buf.extend_from_slice(responses::DELTA_CLOSE);
             return;
@@ -250,27 +372,121 @@ impl TokenStream {
         self.buf.extend_from_slice(CHOICE_OPEN);
         self.buf.extend_from_slice(CONTENT_OPEN);
         self.write_words(tokens);
+        self.buf.extend_from_slice(b"\"}");
+        self.close_choice(last);
+    }
+
+    /// A chat choice's end after its delta: the finish reason on the reply's last chunk.
+    fn close_choice(&mut self, last: bool) {
         if last {
             self.buf
-                .extend_from_slice(br#""},"logprobs":null,"finish_reason":""#);
+                .extend_from_slice(br#","logprobs":null,"finish_reason":""#);
             self.buf.extend_from_slice(self.finish_reason.as_bytes());
             self.buf.extend_from_slice(br#"","stop_reason":null}]}"#);
         } else {
-            self.buf.extend_from_slice(CONTENT_CLOSE);
+            self.buf
+                .extend_from_slice(br#","logprobs":null,"finish_reason":null}]}"#);
         }
         self.buf.extend_from_slice(EVENT_END);
     }
 
+    /// `tokens` reasoning words in the API's reasoning delta.
+    fn write_reasoning(&mut self, tokens: u64, last: bool) {
+        match self.api {
+            Api::Anthropic => {
+                let kind = ("thinking_delta", "thinking");
+                anthropic::write_delta_open(&mut self.buf, 0, kind);
+            }
+            Api::Responses => {
+                responses::write_reasoning_delta_open(&mut self.buf, &mut self.seq, &self.ident);
+            }
+            Api::Chat => {
+                self.buf.extend_from_slice(&self.head);
+                self.buf.extend_from_slice(CHOICE_OPEN);
+                self.buf.extend_from_slice(br#"{"reasoning_content":""#);
+            }
+        }
+        for i in 0..tokens {
+            if self.sent + i > 0 {
+                self.buf.extend_from_slice(b" ");
+                if self.api == Api::Responses {
+                    self.reasoning_text.push(' ');
+                }
+            }
+            let word = self.words.next_word();
+            self.buf.extend_from_slice(word.as_bytes());
+            if self.api == Api::Responses {
+                self.reasoning_text.push_str(word);
+            }
+        }
+        match self.api {
+            Api::Anthropic => self.buf.extend_from_slice(anthropic::DELTA_CLOSE),
+            Api::Responses => self.buf.extend_from_slice(responses::DELTA_CLOSE),
+            Api::Chat => {
+                self.buf.extend_from_slice(b"\"}");
+                self.close_choice(last);
+            }
+        }
+    }
+
+    /// The tool call's next `tokens` pieces of its arguments in the API's delta; chat's first
+    /// piece names the call.
+    fn write_tool_pieces(&mut self, tokens: u64, last: bool) {
+        let Some(tool) = self.reply.tool.as_ref() else {
+            return;
+        };
+        let first = (self.sent - self.part_end(Part::Text)) as usize;
+        let pieces = &tool.pieces[first..first + tokens as usize];
+        match self.api {
+            Api::Anthropic => {
+                let index = self.block_index(Part::Tool);
+                let kind = ("input_json_delta", "partial_json");
+                anthropic::write_delta_open(&mut self.buf, index, kind);
+            }
+            Api::Responses => {
+                let index = self.block_index(Part::Tool);
+                let seq = &mut self.seq;
+                responses::write_arguments_delta_open(&mut self.buf, seq, &self.ident, index);
+            }
+            Api::Chat => {
+                self.buf.extend_from_slice(&self.head);
+                self.buf.extend_from_slice(CHOICE_OPEN);
+                self.buf.extend_from_slice(br#"{"tool_calls":[{"index":0,"#);
+                if first == 0 {
+                    let named = format!(
+                        r#""id":"call_{}","type":"function","function":{{"name":"{}","arguments":""#,
+                        self.ident.id_json, tool.name_json
+                    );
+                    self.buf.extend_from_slice(named.as_bytes());
+                } else {
+                    self.buf.extend_from_slice(br#""function":{"arguments":""#);
+                }
+            }
+        }
+        for piece in pieces {
+            self.buf.extend_from_slice(piece.as_bytes());
+        }
+        match self.api {
+            Api::Anthropic => self.buf.extend_from_slice(anthropic::DELTA_CLOSE),
+            Api::Responses => self.buf.extend_from_slice(responses::DELTA_CLOSE),
+            Api::Chat => {
+                self.buf.extend_from_slice(b"\"}}]}");
+                self.close_choice(last);
+            }
+        }
+    }
+
     /// The next `word_count` words, a space before each but the answer's first.
     fn write_words(&mut self, word_count: u64) {
+        let start = self.reply.reasoning;
         for i in 0..word_count {
-            if self.sent + i > 0 {
+            if self.sent + i > start {
                 self.buf.extend_from_slice(b" ");
             }
             let word = self.words.next_word();
             self.buf.extend_from_slice(word.as_bytes());
             if self.api == Api::Responses {
-                if self.sent + i > 0 {
+                if self.sent + i > start {
                     self.text.push(' ');
                 }
                 self.text.push_str(word);
@@ -289,10 +505,18 @@ impl TokenStream {
                     }
                     match self.api {
                         Api::Anthropic => {
-                            anthropic::write_start(&mut self.buf, &self.ident, &self.usage);
+                            let thinking = self.part == Part::Reasoning;
+                            anthropic::write_start(
+                                &mut self.buf,
+                                &self.ident,
+                                &self.usage,
+                                thinking,
+                            );
                         }
                         Api::Responses => {
-                            responses::write_start(&mut self.buf, &mut self.seq, &self.ident);
+                            let reasoning = self.part == Part::Reasoning;
+                            let seq = &mut self.seq;
+                            responses::write_start(&mut self.buf, seq, &self.ident, reasoning);
                         }
                         Api::Chat => {
                             self.buf.extend_from_slice(&self.head);
@@ -357,7 +581,10 @@ impl TokenStream {
                             }
                         }
                     }
-                    let mut tokens = self.per_chunk.min(self.total - self.sent);
+                    let part = self.part_of(self.sent);
+                    self.enter(part);
+                    // A chunk holds one part's tokens.
+                    let mut tokens = self.per_chunk.min(self.part_end(part) - self.sent);
                     // Fault points fall on chunk boundaries.
                     for p in [
                         self.faults.reset_after,
@@ -382,19 +609,13 @@ impl TokenStream {
                     }
                 }
                 Stage::Usage if self.api == Api::Anthropic => {
-                    anthropic::write_end(&mut self.buf, self.finish_reason, &self.usage);
+                    self.enter(self.last_part());
+                    let index = self.block_index(self.part);
+                    anthropic::write_end(&mut self.buf, index, self.finish_reason, &self.usage);
                     self.stage = Stage::Done;
                 }
                 Stage::Usage if self.api == Api::Responses => {
-                    let reply = (&self.ident, self.text.as_str());
-                    let usage = &self.usage;
-                    responses::write_end(
-                        &mut self.buf,
-                        &mut self.seq,
-                        reply,
-                        self.finish_reason,
-                        usage,
-                    );
+                    self.write_responses_end();
                     self.stage = Stage::Done;
                 }
                 Stage::Usage => {
@@ -419,6 +640,48 @@ impl TokenStream {
                 Stage::Reset | Stage::End | Stage::Cut => return,
             }
         }
+    }
+
+    /// The part a reply ends in: the tool call's when it makes one, else the text's.
+    fn last_part(&self) -> Part {
+        if self.reply.tool.is_some() {
+            Part::Tool
+        } else {
+            Part::Text
+        }
+    }
+
+    /// A Responses stream's end: the open items closed, then `response.completed` (or
+    /// `response.incomplete`) listing every item.
+    fn write_responses_end(&mut self) {
+        self.enter(self.last_part());
+        let index = self.block_index(self.part);
+        let item = match self.reply.tool.as_ref() {
+            Some(tool) => {
+                let reply = (&self.ident, index);
+                let seq = &mut self.seq;
+                responses::write_tool_end(
+                    &mut self.buf,
+                    seq,
+                    reply,
+                    &tool.name_json,
+                    &tool.arguments,
+                )
+            }
+            None => {
+                let reply = (&self.ident, index);
+                responses::write_message_end(&mut self.buf, &mut self.seq, reply, &self.text)
+            }
+        };
+        push_item(&mut self.done_items, &item);
+        let end = (self.finish_reason, &self.usage);
+        responses::write_final(
+            &mut self.buf,
+            &mut self.seq,
+            &self.ident,
+            &self.done_items,
+            end,
+        );
     }
 
     /// The API's error event for an injected mid-stream failure (`--stream-error-rate`), with the
@@ -561,6 +824,14 @@ impl Body for TokenStream {
     }
 }
 
+/// `item` appended to the comma-separated `items`.
+fn push_item(items: &mut String, item: &str) {
+    if !items.is_empty() {
+        items.push(',');
+    }
+    items.push_str(item);
+}
+
 /// The one-shot (`stream: false`) completion object, as vLLM serialises it.
 pub(crate) fn completion_json(
     ident: &Ident,
@@ -606,6 +877,7 @@ mod tests {
                 prompt_tokens: 3,
                 completion_tokens: 2,
                 cached_tokens: 1,
+                reasoning_tokens: 0,
             },
         );
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();

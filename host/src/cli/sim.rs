@@ -152,6 +152,16 @@ pub struct SimArgs {
     /// Tokens per streamed content chunk.
     #[arg(long)]
     pub(crate) tokens_per_chunk: Option<u32>,
+    /// Reasoning tokens streamed before the content of every streamed reply (chat's
+    /// `delta.reasoning_content`, an Anthropic `thinking` block, a Responses `reasoning` item),
+    /// reported in the usage; they count toward `max_tokens`.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub(crate) reasoning_tokens: u32,
+    /// Fraction of streamed replies that end with one tool call (chosen by --fault-seed and the
+    /// request): the first tool of the request's `tools`, else `read_file`, its arguments streamed
+    /// in pieces.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub(crate) tool_call_rate: f64,
     /// Seed of the generated text.
     #[arg(long = "random-seed", alias = "seed", value_name = "SEED")]
     pub(crate) seed: Option<u64>,
@@ -188,6 +198,10 @@ pub struct SimArgs {
     /// Anthropic's `error`, the Responses API's `response.failed`).
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
     pub(crate) stream_error_rate: f64,
+    /// Fraction of tool calls (--tool-call-rate) whose arguments are not valid JSON (the object
+    /// never closes).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub(crate) malformed_tool_call_rate: f64,
     /// Stop accepting connections after this many chat completion requests.
     #[arg(long)]
     pub(crate) stop_after: Option<u64>,
@@ -339,6 +353,9 @@ impl SimArgs {
         config.faults.malformed_rate = self.malformed_rate;
         config.faults.truncate_rate = self.truncate_rate;
         config.faults.stream_error_rate = self.stream_error_rate;
+        config.faults.malformed_tool_call_rate = self.malformed_tool_call_rate;
+        config.replies.reasoning_tokens = self.reasoning_tokens;
+        config.replies.tool_call_rate = self.tool_call_rate;
         config.faults.stop_after = self.stop_after;
         config.faults.die_at = self.die_at_request;
         if let Some(seconds) = self.keep_alive_timeout {
