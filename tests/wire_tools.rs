@@ -90,13 +90,17 @@ fn tools_wire_matches_text_wire(api: &str) {
     let tools_sent = by_key(&tools, &tool_lines);
     let text_sent = by_key(&text, &text_lines);
     assert!(!tools_sent.is_empty());
-    let (mut matched, mut pairs) = (0, 0);
+    let (mut matched, mut pairs, mut with_tools) = (0, 0, 0);
     let (mut cached_tools, mut cached_text) = (0u64, 0u64);
     for (plan_key, (record, line)) in &tools_sent {
-        // Tool schemas in every request, their descriptions the trace's recorded tool text.
+        // Tool schemas, their descriptions the trace's recorded tool text (a trace without tool
+        // tokens, or a first prompt shorter than its tool text, has none on either wire).
         let tool_tokens = line["tool_tokens"].as_u64().unwrap();
-        assert!(!line["tools"].as_array().unwrap().is_empty(), "{line}");
-        assert!(tool_tokens == 512 || tool_tokens == 1024, "{line}");
+        let has_tools = !line["tools"].as_array().unwrap().is_empty();
+        if has_tools {
+            assert!(tool_tokens == 512 || tool_tokens == 1024, "{line}");
+            with_tools += 1;
+        }
         // A tool call is followed by its result.
         let kinds: Vec<&str> = line["message_kinds"]
             .as_array()
@@ -123,7 +127,10 @@ fn tools_wire_matches_text_wire(api: &str) {
         cached_tools += record.usage.cached_tokens.unwrap_or(0);
         cached_text += text_record.usage.cached_tokens.unwrap_or(0);
     }
-    assert!(matched > 0 && pairs > 0, "{matched} matched, {pairs} pairs");
+    assert!(
+        matched > 0 && pairs > 0 && with_tools > tools_sent.len() / 2,
+        "{matched} matched, {pairs} pairs, {with_tools} with tools"
+    );
     // Shared prefixes stay shared: the cache reads as much as on the text wire.
     assert!(cached_text > 0);
     assert!(
