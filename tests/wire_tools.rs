@@ -66,7 +66,10 @@ fn key(record: &RequestRecord) -> (String, String, u32, String) {
 }
 
 /// Each record of `run` by its plan key, with the simulator's line of it.
-fn by_key(run: &Run, lines: &HashMap<String, Value>) -> HashMap<(String, String, u32, String), (RequestRecord, Value)> {
+fn by_key(
+    run: &Run,
+    lines: &HashMap<String, Value>,
+) -> HashMap<(String, String, u32, String), (RequestRecord, Value)> {
     run.records()
         .into_iter()
         .filter_map(|record| {

@@ -305,7 +305,13 @@ mod tests {
             Bytes::from_static(br#",{"role":"user","content":"more"}"#),
         ];
         let mut out = Vec::new();
-        write_body(&mut out, br#"{"model":"m""#, (&msgs, None), 0, br#","k":1}"#);
+        write_body(
+            &mut out,
+            br#"{"model":"m""#,
+            (&msgs, None),
+            0,
+            br#","k":1}"#,
+        );
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             v,
@@ -323,7 +329,10 @@ mod tests {
         write_body(
             &mut out,
             br#"{"model":"m""#,
-            (&[Bytes::from_static(br#"[{"role":"user","content":"x"}"#)], None),
+            (
+                &[Bytes::from_static(br#"[{"role":"user","content":"x"}"#)],
+                None,
+            ),
             7,
             b"}",
         );

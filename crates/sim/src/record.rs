@@ -204,7 +204,9 @@ fn agent_text_of(message: &Value) -> (String, String) {
     if m.get("reasoning_content").is_some() {
         note("reasoning", &mut kinds);
     }
-    if m.get("tool_calls").is_some_and(|calls| calls.as_array().is_some_and(|c| !c.is_empty())) {
+    if m.get("tool_calls")
+        .is_some_and(|calls| calls.as_array().is_some_and(|c| !c.is_empty()))
+    {
         note("tool_call", &mut kinds);
     }
     chat_message_extras(m, &mut |s| texts.push(s.to_owned()));
@@ -224,7 +226,11 @@ fn agent_text_of(message: &Value) -> (String, String) {
         }
     }
     texts.retain(|t| !t.is_empty());
-    let kind = if kinds.is_empty() { "text".to_owned() } else { kinds.join("+") };
+    let kind = if kinds.is_empty() {
+        "text".to_owned()
+    } else {
+        kinds.join("+")
+    };
     (texts.join("\n"), kind)
 }
 

@@ -350,7 +350,11 @@ pub struct RunArgs {
     /// tool-using turn as a tool call and its result) or `text` (the tools as system text)
     /// [default: the scenario's; tools under agent-wire]. Only under a scenario that lists the
     /// `wire` knob (`agent-wire`); `agentx` refuses `--wire tools`.
-    #[arg(help_heading = "How long and how hard", long, value_name = "text|tools")]
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        value_name = "text|tools"
+    )]
     pub(crate) wire: Option<String>,
     /// Whether the history's assistant turns carry the live reply's reasoning: `keep` or `drop`
     /// [default: the scenario's; drop under agent-wire]. Only under a scenario that lists the knob

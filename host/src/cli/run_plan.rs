@@ -665,7 +665,11 @@ fn wire_settings(
         if !matches!(kept.as_str(), "keep" | "drop") {
             bail!("--reasoning-in-history {kept:?} is neither keep nor drop; pass e.g. --reasoning-in-history keep");
         }
-        put(ReplaySetting::ReasoningInHistory, Value::Text(kept.clone()), true);
+        put(
+            ReplaySetting::ReasoningInHistory,
+            Value::Text(kept.clone()),
+            true,
+        );
     }
     Ok(())
 }

@@ -685,7 +685,11 @@ impl Prepared {
         // The agent's wire, under a scenario that decides it (listed only then, so every other
         // scenario's settings are unchanged).
         if let Some(agent_wire) = &settings.agent_wire {
-            let kept = if agent_wire.keep_reasoning { "keep" } else { "drop" };
+            let kept = if agent_wire.keep_reasoning {
+                "keep"
+            } else {
+                "drop"
+            };
             for (name, value) in [
                 (ReplaySetting::Wire.name(), json!(agent_wire.wire.name())),
                 (ReplaySetting::ReasoningInHistory.name(), json!(kept)),
