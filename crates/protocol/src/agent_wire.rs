@@ -81,3 +81,68 @@ pub(crate) fn write_parameters(out: &mut Vec<u8>, function: &ToolFunction<'_>) {
 pub(crate) fn write_string(out: &mut Vec<u8>, text: &str) {
     serde_json::to_writer(&mut *out, text).expect("string serializes");
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use serde_json::{json, Value};
+
+    /// The chat messages of the agent's wire: a tool call with kept reasoning, its result.
+    fn chat_wire() -> (Vec<Bytes>, Bytes) {
+        let messages = vec![Bytes::from_static(
+            br#"[{"role":"system","content":" s"},{"role":"user","content":" u"},{"role":"assistant","content":null,"reasoning_content":"think","tool_calls":[{"id":"call_0","type":"function","function":{"name":"tool_0","arguments":"{\"input\":\" a b\"}"}}]},{"role":"tool","tool_call_id":"call_0","content":" r"}"#,
+        )];
+        let tools = Bytes::from_static(
+            br#"[{"type":"function","function":{"name":"tool_0","description":" d e","parameters":{"type":"object"}}}]"#,
+        );
+        (messages, tools)
+    }
+
+    #[test]
+    fn the_messages_body_carries_tools_tool_use_results_and_thinking() {
+        let (messages, tools) = chat_wire();
+        let mut out = Vec::new();
+        let pieces = (&messages[..], Some(&tools[..]));
+        super::super::anthropic::write_body(&mut out, br#"{"model":"m""#, pieces, 5, b"}");
+        let body: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            body["tools"],
+            json!([{"name": "tool_0", "description": " d e", "input_schema": {"type": "object"}}])
+        );
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "think", "signature": ""},
+                {"type": "tool_use", "id": "call_0", "name": "tool_0", "input": {"input": " a b"}}]})
+        );
+        assert_eq!(
+            body["messages"][2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_0", "content": " r"}]})
+        );
+    }
+
+    #[test]
+    fn the_responses_body_carries_tools_function_calls_outputs_and_reasoning() {
+        let (messages, tools) = chat_wire();
+        let mut out = Vec::new();
+        let pieces = (&messages[..], Some(&tools[..]));
+        super::super::responses::write_body(&mut out, br#"{"model":"m""#, pieces, (5, true), b"}");
+        let body: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            body["tools"],
+            json!([{"type": "function", "name": "tool_0", "description": " d e", "parameters": {"type": "object"}}])
+        );
+        let input = body["input"].as_array().unwrap();
+        assert_eq!(input[2]["type"], "reasoning");
+        assert_eq!(input[2]["summary"][0]["text"], "think");
+        assert_eq!(
+            input[3],
+            json!({"type": "function_call", "call_id": "call_0", "name": "tool_0", "arguments": "{\"input\":\" a b\"}"})
+        );
+        assert_eq!(
+            input[4],
+            json!({"type": "function_call_output", "call_id": "call_0", "output": " r"})
+        );
+    }
+}
