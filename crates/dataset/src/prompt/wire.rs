@@ -186,11 +186,13 @@ impl Conversation {
                     seen_system = true;
                     shapes[index] = Shape::System;
                 }
-                (Role::Assistant, Some(turn)) if tools > 0 && uses_tool(turn) => {
-                    if roles.get(index + 1).is_some_and(|(r, _)| *r == Role::User) {
-                        shapes[index] = Shape::Call(turn);
-                        shapes[index + 1] = Shape::Result(turn);
-                    }
+                (Role::Assistant, Some(turn))
+                    if tools > 0
+                        && uses_tool(turn)
+                        && roles.get(index + 1).is_some_and(|(r, _)| *r == Role::User) =>
+                {
+                    shapes[index] = Shape::Call(turn);
+                    shapes[index + 1] = Shape::Result(turn);
                 }
                 _ => {}
             }
