@@ -52,3 +52,4 @@ mod timeline;
 mod tree_fidelity;
 mod tree_run;
 mod trials;
+mod wire_tools;

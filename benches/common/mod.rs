@@ -200,6 +200,8 @@ pub(crate) fn replay_config(conc: u32, secs: f64) -> ReplayConfig {
         warmup_progress_interval: None,
         chat_template: None,
         prompt_chain_block_size: Some(16),
+        wire: agentx::dataset::Wire::Text,
+        keep_reasoning: false,
     }
 }
 

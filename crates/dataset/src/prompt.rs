@@ -55,9 +55,11 @@ use super::view::Trajectory;
 
 mod chain;
 mod layout;
+mod wire;
 
 use layout::*;
 pub use layout::{sendable_starts, StepInfo};
+pub use wire::{Wire, TOOL_WORDS};
 
 /// Live mode: more cached pieces than this and the later ones are merged into one.
 const MAX_JSON_PARTS: usize = 8;
@@ -215,6 +217,8 @@ enum Msg {
         role: Role,
         escaped: String,
         words: u64,
+        /// The turn the reply answers.
+        turn: u32,
     },
 }
 
@@ -254,6 +258,14 @@ pub struct Conversation {
     /// The chain with the marker masked ([`Conversation::with_masked_prompt_chain`]).
     masked_chain_cache: std::cell::RefCell<chain::ChainCache>,
     last: StepInfo,
+    /// How the messages carry the agent's tools ([`Wire`]).
+    wire: Wire,
+    /// Whether the live replies' reasoning is kept in the history.
+    keeps_reasoning: bool,
+    /// The kept reasoning by the turn it answered: JSON-escaped, and its word count.
+    reasoning: Vec<(u32, String, u64)>,
+    /// The tools array of [`Wire::Tools`], made once.
+    tools_cache: std::cell::OnceCell<Option<Bytes>>,
 }
 
 impl Conversation {
@@ -292,6 +304,10 @@ impl Conversation {
             chain_cache: std::cell::RefCell::default(),
             masked_chain_cache: std::cell::RefCell::default(),
             last,
+            wire: Wire::Text,
+            keeps_reasoning: false,
+            reasoning: Vec::new(),
+            tools_cache: std::cell::OnceCell::new(),
         };
         conv.rebuild_live();
         Ok(conv)
@@ -363,6 +379,7 @@ impl Conversation {
                     role: Role::Assistant,
                     escaped: String::from_utf8(escaped).expect("escaping keeps UTF-8"),
                     words: reply.split_ascii_whitespace().count() as u64,
+                    turn: self.turn() as u32,
                 });
             }
         }
@@ -401,7 +418,7 @@ impl Conversation {
         Ok(info)
     }
 
-    fn for_each_msg(&self, mut visit: impl FnMut(Role, MsgRef<'_>)) {
+    fn for_each_msg<'s>(&'s self, mut visit: impl FnMut(Role, MsgRef<'s>)) {
         match self.mode {
             AssistantMode::Recorded => self
                 .st
@@ -414,7 +431,8 @@ impl Conversation {
                     role,
                     escaped,
                     words,
-                } => visit(*role, MsgRef::Text(escaped, *words)),
+                    turn,
+                } => visit(*role, MsgRef::Text(escaped, *words, Some(*turn))),
             }),
         }
     }
@@ -450,7 +468,7 @@ impl Conversation {
                     None => {}
                 }
             }
-            MsgRef::Text(escaped, _) => out.extend_from_slice(escaped.as_bytes()),
+            MsgRef::Text(escaped, _, _) => out.extend_from_slice(escaped.as_bytes()),
         }
     }
 
@@ -536,6 +554,9 @@ impl Conversation {
 
     /// Appends messages `from..` (with the `[` or `,` before each) to `out`, without the closing `]`.
     fn write_messages_from(&self, out: &mut Vec<u8>, bust: Option<CacheBust<'_>>, from: usize) {
+        if self.agent_wire() {
+            return self.write_agent_messages_from(out, bust, from);
+        }
         let target = bust.and_then(|marker| {
             self.bust_target(marker.placement)
                 .map(|msg_idx| (msg_idx, marker))
@@ -585,8 +606,12 @@ impl Conversation {
     }
 
     /// Tokens of the current prompt under the word model, markers excluded: exactly the turn's `in` in
-    /// recorded mode.
+    /// recorded mode (plus the reasoning the history keeps, [`Wire`]).
     pub fn prompt_words(&self) -> u64 {
+        self.message_words() + self.reasoning_words()
+    }
+
+    fn message_words(&self) -> u64 {
         let block = u64::from(self.st.traj().block_size());
         let mut words = 0;
         self.for_each_msg(|_, m| {
@@ -594,7 +619,7 @@ impl Conversation {
                 MsgRef::Blocks(s) => {
                     (s.end - s.start) as u64 * block + s.tail.map_or(0, Tail::words)
                 }
-                MsgRef::Text(_, words) => words,
+                MsgRef::Text(_, words, _) => words,
             }
         });
         words
@@ -604,8 +629,8 @@ impl Conversation {
 #[derive(Clone, Copy)]
 enum MsgRef<'m> {
     Blocks(&'m Seg),
-    /// Already JSON-escaped text and its word count.
-    Text(&'m str, u64),
+    /// Already JSON-escaped text, its word count and the turn a live reply answers.
+    Text(&'m str, u64, Option<u32>),
 }
 
 /// An owned chat message.

@@ -19,6 +19,7 @@
 
 use serde::Deserialize;
 
+use super::agent_wire::{read_messages, read_tools, write_parameters, write_string, ChatMessage};
 use super::exchange::{excerpt, malformed_event, server_error_message, StreamState};
 use super::{Exchange, Failure, FailureKind, ERROR_EXCERPT};
 use agentx_record::Usage;
@@ -31,14 +32,6 @@ pub const VERSION: &str = "2023-06-01";
 /// The default request path.
 pub const PATH: &str = "/v1/messages";
 
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    role: Cow<'a, str>,
-    #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
-}
-
 fn text_block(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(br#"{"type":"text","text":"#);
     serde_json::to_writer(&mut *out, text).expect("string serializes");
@@ -49,12 +42,13 @@ fn text_block(out: &mut Vec<u8>, text: &str) {
 const NO_LIMIT_MAX_TOKENS: u32 = 1024;
 
 /// Writes the Messages body: `head` is `{"model":M` (without the chat body's `,"messages":`),
-/// `messages` the chat messages array without its closing `]` in pieces, `tail` what follows
-/// `stream` (the extra inputs, Dynamo's `nvext`) with the closing `}`.
+/// `messages` the chat messages array without its closing `]` in pieces, `tools` the chat `tools`
+/// array of the agent's wire, `tail` what follows `stream` (the extra inputs, Dynamo's `nvext`)
+/// with the closing `}`.
 pub(crate) fn write_body(
     out: &mut Vec<u8>,
     head: &[u8],
-    messages: &[bytes::Bytes],
+    (messages, tools): (&[bytes::Bytes], Option<&[u8]>),
     max_tokens: u32,
     tail: &[u8],
 ) {
@@ -63,8 +57,8 @@ pub(crate) fn write_body(
         array.extend_from_slice(p);
     }
     array.push(b']');
-    // The pieces are the synthesis's own JSON: an array of `{"role","content"}` objects.
-    let msgs: Vec<Message<'_>> = serde_json::from_slice(&array).unwrap_or_default();
+    // The pieces are the synthesis's own JSON: an array of chat messages.
+    let msgs = read_messages(&array);
     out.extend_from_slice(head);
     // The Messages API requires max_tokens: a request without a limit gets the API's usual 1024, as
     // agentx-harness 1.0.12 sends it (aiperf/endpoints/anthropic_messages.py:491-493).
@@ -76,6 +70,7 @@ pub(crate) fn write_body(
     out.extend_from_slice(br#","max_tokens":"#);
     out.extend_from_slice(max_tokens.to_string().as_bytes());
     out.extend_from_slice(br#","stream":true"#);
+    write_tools(out, tools);
     let mut system = msgs.iter().filter(|m| m.role == "system").peekable();
     if system.peek().is_some() {
         out.extend_from_slice(br#","system":["#);
@@ -92,14 +87,83 @@ pub(crate) fn write_body(
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(br#"{"role":"#);
-        serde_json::to_writer(&mut *out, m.role.as_ref()).expect("string serializes");
-        out.extend_from_slice(br#","content":["#);
-        text_block(out, m.content.as_deref().unwrap_or(""));
-        out.extend_from_slice(b"]}");
+        write_message(out, m);
     }
     out.push(b']');
     out.extend_from_slice(tail);
+}
+
+/// `,"tools":[{"name","description","input_schema"}]` of the agent's wire.
+fn write_tools(out: &mut Vec<u8>, tools: Option<&[u8]>) {
+    let tools = read_tools(tools);
+    if tools.is_empty() {
+        return;
+    }
+    out.extend_from_slice(br#","tools":["#);
+    for (i, tool) in tools.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"name":"#);
+        write_string(out, &tool.function.name);
+        out.extend_from_slice(br#","description":"#);
+        write_string(out, &tool.function.description);
+        out.extend_from_slice(br#","input_schema":"#);
+        write_parameters(out, &tool.function);
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// One message of `messages`: a text block, after a `thinking` block when the history keeps the
+/// reasoning; an assistant tool call as `tool_use` blocks, a `tool` message as a user
+/// `tool_result` block.
+fn write_message(out: &mut Vec<u8>, m: &ChatMessage<'_>) {
+    let text = m.content.as_deref().unwrap_or("");
+    if let Some(id) = &m.tool_call_id {
+        out.extend_from_slice(br#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"#);
+        write_string(out, id);
+        out.extend_from_slice(br#","content":"#);
+        write_string(out, text);
+        out.extend_from_slice(b"}]}");
+        return;
+    }
+    out.extend_from_slice(br#"{"role":"#);
+    write_string(out, &m.role);
+    out.extend_from_slice(br#","content":["#);
+    let mut blocks = 0;
+    if let Some(thinking) = &m.reasoning_content {
+        out.extend_from_slice(br#"{"type":"thinking","thinking":"#);
+        write_string(out, thinking);
+        out.extend_from_slice(br#","signature":""}"#);
+        blocks += 1;
+    }
+    if m.tool_calls.is_empty() || !text.is_empty() {
+        if blocks > 0 {
+            out.push(b',');
+        }
+        text_block(out, text);
+        blocks += 1;
+    }
+    for call in &m.tool_calls {
+        if blocks > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"type":"tool_use","id":"#);
+        write_string(out, &call.id);
+        out.extend_from_slice(br#","name":"#);
+        write_string(out, &call.function.name);
+        out.extend_from_slice(br#","input":"#);
+        match serde_json::from_str::<serde_json::Value>(&call.function.arguments) {
+            Ok(input @ serde_json::Value::Object(_)) => {
+                serde_json::to_writer(&mut *out, &input).expect("value serializes");
+            }
+            _ => out.extend_from_slice(b"{}"),
+        }
+        out.push(b'}');
+        blocks += 1;
+    }
+    out.extend_from_slice(b"]}");
 }
 
 #[derive(Deserialize)]
@@ -271,7 +335,13 @@ mod tests {
             Bytes::from_static(br#",{"role":"user","content":"more"}"#),
         ];
         let mut out = Vec::new();
-        write_body(&mut out, br#"{"model":"m""#, &msgs, 0, br#","k":1}"#);
+        write_body(
+            &mut out,
+            br#"{"model":"m""#,
+            (&msgs, None),
+            0,
+            br#","k":1}"#,
+        );
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             v,
@@ -289,7 +359,10 @@ mod tests {
         write_body(
             &mut out,
             br#"{"model":"m""#,
-            &[Bytes::from_static(br#"[{"role":"user","content":"x"}"#)],
+            (
+                &[Bytes::from_static(br#"[{"role":"user","content":"x"}"#)],
+                None,
+            ),
             7,
             b"}",
         );
@@ -301,7 +374,7 @@ mod tests {
         write_body(
             &mut out,
             br#"{"model":"m""#,
-            &user,
+            (&user, None),
             agentx_record::NO_OUTPUT_LIMIT,
             b"}",
         );

@@ -208,19 +208,32 @@ impl RequestBody {
     /// array without its closing `]` (as `agentx_dataset::Conversation::messages_json_parts` gives
     /// it), and its pieces are sent as they are, not copied.
     pub fn build(&self, max_tokens: u32, messages: Vec<Bytes>) -> JsonBody {
-        self.build_parts(max_tokens, messages, None)
+        self.build_parts(max_tokens, (messages, None), None)
     }
 
     /// [`RequestBody::build`] for one turn of a stream: with Dynamo's conversation-aware routing
     /// on, the body carries the turn's `nvext.session_control`.
     pub fn build_for(&self, max_tokens: u32, messages: Vec<Bytes>, turn: StreamTurn) -> JsonBody {
-        self.build_parts(max_tokens, messages, Some(turn))
+        self.build_parts(max_tokens, (messages, None), Some(turn))
+    }
+
+    /// [`RequestBody::build_for`] on the agent's wire: `tools` is the chat `tools` array the
+    /// request carries (`agentx_dataset::Conversation::tools_json`), written in the API's shape;
+    /// `None` is [`RequestBody::build_for`]'s body.
+    pub fn build_with_tools(
+        &self,
+        max_tokens: u32,
+        messages: Vec<Bytes>,
+        tools: Option<Bytes>,
+        turn: StreamTurn,
+    ) -> JsonBody {
+        self.build_parts(max_tokens, (messages, tools), Some(turn))
     }
 
     fn build_parts(
         &self,
         max_tokens: u32,
-        messages: Vec<Bytes>,
+        (messages, tools): (Vec<Bytes>, Option<Bytes>),
         turn: Option<StreamTurn>,
     ) -> JsonBody {
         if self.api == EndpointType::Anthropic {
@@ -229,7 +242,8 @@ impl RequestBody {
             let mut tail = Vec::with_capacity(64 + self.extra_json.len());
             self.write_extra(&mut tail, turn);
             let mut out = Vec::new();
-            super::anthropic::write_body(&mut out, head, &messages, max_tokens, &tail);
+            let pieces = (&messages[..], tools.as_deref());
+            super::anthropic::write_body(&mut out, head, pieces, max_tokens, &tail);
             return JsonBody::from_parts(vec![Bytes::from(out)]);
         }
         if self.api == EndpointType::Responses {
@@ -239,7 +253,8 @@ impl RequestBody {
             self.write_extra(&mut tail, turn);
             let mut out = Vec::new();
             let limit = (max_tokens, self.stream);
-            super::responses::write_body(&mut out, head, &messages, limit, &tail);
+            let pieces = (&messages[..], tools.as_deref());
+            super::responses::write_body(&mut out, head, pieces, limit, &tail);
             return JsonBody::from_parts(vec![Bytes::from(out)]);
         }
         let mut parts = Vec::with_capacity(messages.len() + 2);
@@ -247,6 +262,10 @@ impl RequestBody {
         parts.extend(messages);
         let mut tail = Vec::with_capacity(160 + self.extra_json.len());
         tail.push(b']');
+        if let Some(tools) = &tools {
+            tail.extend_from_slice(b",\"tools\":");
+            tail.extend_from_slice(tools);
+        }
         self.write_tail(&mut tail, max_tokens, turn);
         parts.push(Bytes::from(tail));
         JsonBody::from_parts(parts)

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agent_wire;
 pub mod anthropic;
 mod body;
 mod exchange;

@@ -28,6 +28,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::agent_wire::{read_messages, read_tools, write_parameters, write_string, ChatMessage};
 use super::exchange::{excerpt, malformed_event, StreamState};
 use super::{Exchange, Failure, FailureKind, ERROR_EXCERPT};
 use agentx_record::Usage;
@@ -41,21 +42,14 @@ pub const PATH: &str = "/v1/responses";
 /// ([`crate::RequestBody::RESERVED`]): `--extra-inputs` may not name them.
 pub const OWN_FIELDS: [&str; 4] = ["input", "instructions", "max_output_tokens", "store"];
 
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    role: Cow<'a, str>,
-    #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
-}
-
 /// Writes the Responses body: `head` is `{"model":M` (without the chat body's `,"messages":`),
-/// `messages` the chat messages array without its closing `]` in pieces, `tail` what follows
-/// `store` (the extra inputs, Dynamo's `nvext`) with the closing `}`.
+/// `messages` the chat messages array without its closing `]` in pieces, `tools` the chat `tools`
+/// array of the agent's wire, `tail` what follows `store` (the extra inputs, Dynamo's `nvext`)
+/// with the closing `}`.
 pub(crate) fn write_body(
     out: &mut Vec<u8>,
     head: &[u8],
-    messages: &[bytes::Bytes],
+    (messages, tools): (&[bytes::Bytes], Option<&[u8]>),
     (max_tokens, stream): (u32, bool),
     tail: &[u8],
 ) {
@@ -64,29 +58,18 @@ pub(crate) fn write_body(
         array.extend_from_slice(piece);
     }
     array.push(b']');
-    // The pieces are the synthesis's own JSON: an array of `{"role","content"}` objects.
-    let msgs: Vec<Message<'_>> = serde_json::from_slice(&array).unwrap_or_default();
+    // The pieces are the synthesis's own JSON: an array of chat messages.
+    let msgs = read_messages(&array);
     out.extend_from_slice(head);
     out.extend_from_slice(br#","input":["#);
     for (i, message) in msgs.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        let part = if message.role == "assistant" {
-            "output_text"
-        } else {
-            "input_text"
-        };
-        out.extend_from_slice(br#"{"role":"#);
-        serde_json::to_writer(&mut *out, message.role.as_ref()).expect("string serializes");
-        out.extend_from_slice(br#","content":[{"type":""#);
-        out.extend_from_slice(part.as_bytes());
-        out.extend_from_slice(br#"","text":"#);
-        serde_json::to_writer(&mut *out, message.content.as_deref().unwrap_or(""))
-            .expect("string serializes");
-        out.extend_from_slice(b"}]}");
+        write_items(out, message);
     }
     out.push(b']');
+    write_tools(out, tools);
     // A turn without a limit is sent without one, as the chat body is.
     if max_tokens != agentx_record::NO_OUTPUT_LIMIT {
         out.extend_from_slice(br#","max_output_tokens":"#);
@@ -99,6 +82,82 @@ pub(crate) fn write_body(
     });
     out.extend_from_slice(br#","store":false"#);
     out.extend_from_slice(tail);
+}
+
+/// `,"tools":[{"type":"function","name","description","parameters"}]` of the agent's wire.
+fn write_tools(out: &mut Vec<u8>, tools: Option<&[u8]>) {
+    let tools = read_tools(tools);
+    if tools.is_empty() {
+        return;
+    }
+    out.extend_from_slice(br#","tools":["#);
+    for (i, tool) in tools.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"type":"function","name":"#);
+        write_string(out, &tool.function.name);
+        out.extend_from_slice(br#","description":"#);
+        write_string(out, &tool.function.description);
+        out.extend_from_slice(br#","parameters":"#);
+        write_parameters(out, &tool.function);
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// The `input` items of one chat message: a `reasoning` item first when the history keeps the
+/// reasoning, then the message (`{"role","content":[part]}`, an assistant turn's part an
+/// `output_text`), or a `function_call` item per tool call, or the `function_call_output` of a
+/// `tool` message.
+fn write_items(out: &mut Vec<u8>, message: &ChatMessage<'_>) {
+    let text = message.content.as_deref().unwrap_or("");
+    if let Some(call_id) = &message.tool_call_id {
+        out.extend_from_slice(br#"{"type":"function_call_output","call_id":"#);
+        write_string(out, call_id);
+        out.extend_from_slice(br#","output":"#);
+        write_string(out, text);
+        out.push(b'}');
+        return;
+    }
+    let mut items = 0;
+    if let Some(reasoning) = &message.reasoning_content {
+        out.extend_from_slice(br#"{"type":"reasoning","summary":[{"type":"summary_text","text":"#);
+        write_string(out, reasoning);
+        out.extend_from_slice(b"}]}");
+        items += 1;
+    }
+    if message.tool_calls.is_empty() || !text.is_empty() {
+        if items > 0 {
+            out.push(b',');
+        }
+        let part = if message.role == "assistant" {
+            "output_text"
+        } else {
+            "input_text"
+        };
+        out.extend_from_slice(br#"{"role":"#);
+        write_string(out, &message.role);
+        out.extend_from_slice(br#","content":[{"type":""#);
+        out.extend_from_slice(part.as_bytes());
+        out.extend_from_slice(br#"","text":"#);
+        write_string(out, text);
+        out.extend_from_slice(b"}]}");
+        items += 1;
+    }
+    for call in &message.tool_calls {
+        if items > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"type":"function_call","call_id":"#);
+        write_string(out, &call.id);
+        out.extend_from_slice(br#","name":"#);
+        write_string(out, &call.function.name);
+        out.extend_from_slice(br#","arguments":"#);
+        write_string(out, &call.function.arguments);
+        out.push(b'}');
+        items += 1;
+    }
 }
 
 #[derive(Deserialize)]
@@ -299,7 +358,7 @@ mod tests {
         write_body(
             &mut out,
             br#"{"model":"m""#,
-            &msgs,
+            (&msgs, None),
             (0, true),
             br#","k":1}"#,
         );
@@ -320,7 +379,7 @@ mod tests {
         let mut out = Vec::new();
         let user = [Bytes::from_static(br#"[{"role":"user","content":"x"}"#)];
         let no_limit = (agentx_record::NO_OUTPUT_LIMIT, false);
-        write_body(&mut out, br#"{"model":"m""#, &user, no_limit, b"}");
+        write_body(&mut out, br#"{"model":"m""#, (&user, None), no_limit, b"}");
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert!(v.get("max_output_tokens").is_none(), "{v}");
         assert_eq!(v["stream"], false);

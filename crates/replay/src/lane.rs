@@ -27,10 +27,7 @@ pub(super) enum Warmed {
 
 pub(super) async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) -> Warmed {
     let traj = sh.ds.trajectory(lane.trace).expect("planned trace exists");
-    let conv = match sh
-        .synth
-        .conversation(traj, lane.start_turn as usize, sh.cfg.mode)
-    {
+    let conv = match super::request::conversation(sh, traj, lane.start_turn as usize) {
         Ok(c) => c,
         Err(e) => return Warmed::Failed(e.to_string()),
     };
@@ -43,7 +40,7 @@ pub(super) async fn warmup_lane(sh: &Arc<Shared>, lane: &Lane, start_ns: u64) ->
         None => {
             let next = lane.start_turn as usize + 1;
             let conv = (next < traj.num_turns())
-                .then(|| sh.synth.conversation(traj, next, sh.cfg.mode).ok())
+                .then(|| super::request::conversation(sh, traj, next).ok())
                 .flatten()
                 .map(|c| {
                     // Writes (and, live, caches) the history's JSON: the costly part of a body.
@@ -136,7 +133,7 @@ pub(super) async fn play_session(
         .expect("planned trace exists");
     let built = match ready {
         Some(c) => Ok(*c),
-        None => sh.synth.conversation(traj, start, sh.cfg.mode),
+        None => super::request::conversation(sh, traj, start),
     };
     let mut conv = match built {
         Ok(c) => c,
@@ -168,6 +165,9 @@ pub(super) async fn play_session(
             AssistantMode::Live => sent.reply.as_deref(),
             AssistantMode::Recorded => None,
         };
+        if let Some(reasoning) = &sent.reasoning {
+            conv.keep_reasoning(reasoning);
+        }
         if let Err(error) = conv.advance(reply) {
             tracing::error!("{error}; the session ends here");
             return;

@@ -116,6 +116,11 @@ pub struct ReplayConfig {
     /// Hash each prompt as sent into a block chain of this many words per block and keep it in
     /// the record ([`agentx_record::PromptBlocks`]), for the cache model; `None` hashes nothing.
     pub prompt_chain_block_size: Option<u32>,
+    /// How requests carry the agent's tools (`--wire`, the scenario's decision).
+    pub wire: agentx_dataset::Wire,
+    /// `--reasoning-in-history keep`: the history's assistant turns carry the live reply's
+    /// reasoning ([`agentx_protocol::Exchange::reasoning_text`]).
+    pub keep_reasoning: bool,
 }
 
 /// Why the replay stopped.

@@ -26,6 +26,8 @@ pub(super) struct Sent {
     /// The record's error as `message (type)`.
     pub(super) error: Option<String>,
     pub(super) reply: Option<String>,
+    /// The live reply's reasoning, when the history keeps it and it had some.
+    pub(super) reasoning: Option<String>,
     pub(super) end: Instant,
 }
 
@@ -81,7 +83,7 @@ pub(super) fn body_of(
     sh: &Shared,
     session: &Session,
     max_tokens: u32,
-    messages: Vec<Bytes>,
+    (messages, tools): (Vec<Bytes>, Option<Bytes>),
     last: bool,
 ) -> (JsonBody, Option<Vec<Bytes>>) {
     let parts = sh.cfg.chat_template.is_some().then(|| messages.clone());
@@ -93,7 +95,26 @@ pub(super) fn body_of(
             .and_then(|t| t.parent_correlation_id.as_deref()),
         last,
     };
-    (sh.body.build_for(max_tokens, messages, turn), parts)
+    let body = match tools {
+        Some(tools) => sh
+            .body
+            .build_with_tools(max_tokens, messages, Some(tools), turn),
+        None => sh.body.build_for(max_tokens, messages, turn),
+    };
+    (body, parts)
+}
+
+/// A session of `traj` whose first request is turn `start`, on the run's wire.
+pub(super) fn conversation(
+    sh: &Shared,
+    traj: agentx_dataset::Trajectory<'_>,
+    start: usize,
+) -> Result<agentx_dataset::Conversation, agentx_dataset::PromptError> {
+    let conv = sh.synth.conversation(traj, start, sh.cfg.mode)?;
+    Ok(match (sh.cfg.wire, sh.cfg.keep_reasoning) {
+        (agentx_dataset::Wire::Text, false) => conv,
+        (wire, keep) => conv.with_wire(wire, keep),
+    })
 }
 
 /// Writes the conversation's current turn as a request body.
@@ -111,7 +132,7 @@ pub(super) fn prepare<'conv>(
         sh,
         session,
         max_tokens,
-        conv.messages_json_parts(bust),
+        (conv.messages_json_parts(bust), conv.tools_json()),
         last,
     );
     let request_id = next_request_id(sh);
@@ -197,6 +218,9 @@ pub(super) async fn send_turn(
             .as_ref()
             .map(|e| format!("{} ({})", e.message, e.kind)),
         reply: (rec.error.is_none() && keep_text).then_some(exchange.text),
+        reasoning: (rec.error.is_none() && sh.cfg.keep_reasoning)
+            .then_some(exchange.reasoning_text)
+            .filter(|text| !text.is_empty()),
         end: exchange.end,
     };
     account(sh, &rec);

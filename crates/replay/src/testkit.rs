@@ -268,6 +268,8 @@ pub(crate) fn config(secs: f64) -> ReplayConfig {
         timer_thread: false,
         chat_template: None,
         prompt_chain_block_size: Some(16),
+        wire: agentx_dataset::Wire::Text,
+        keep_reasoning: false,
     }
 }
 

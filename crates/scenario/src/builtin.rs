@@ -18,13 +18,19 @@ pub const BUILTIN_MVP: &[u8] = include_bytes!("../../../guest-scenarios/dist/age
 /// arrivals (`--session-arrival-rate`), world 0.3.0.
 pub const BUILTIN_OPEN: &[u8] = include_bytes!("../../../guest-scenarios/dist/agentx-open.wasm");
 
+/// The agent-wire component built into the host: agentx that also decides the request's wire
+/// (`--wire`, `--reasoning-in-history`), world 0.3.0.
+pub const BUILTIN_AGENT_WIRE: &[u8] =
+    include_bytes!("../../../guest-scenarios/dist/agent-wire.wasm");
+
 /// The components built into the host: file stem, the other names it answers to, bytes. The first
 /// is the default.
-const BUILTINS: [(&str, &[&str], &[u8]); 4] = [
+const BUILTINS: [(&str, &[&str], &[u8]); 5] = [
     ("agentx", &["inferencex-agentx"], BUILTIN_SCENARIO),
     ("agentx-v1", &["inferencex-agentx-v1"], BUILTIN_V1),
     ("agentx-mvp", &["inferencex-agentx-mvp"], BUILTIN_MVP),
     ("agentx-open", &["agentx-open"], BUILTIN_OPEN),
+    ("agent-wire", &["agent-wire"], BUILTIN_AGENT_WIRE),
 ];
 
 /// Whether `name` names a built-in component (its file stem or scenario name).

@@ -71,6 +71,8 @@ replay_settings! {
     SessionArrivalSmoothness = "session-arrival-smoothness",
     SynthesisMaxIsl = "synthesis-max-isl",
     UserCentricRate = "user-centric-rate",
+    Wire = "wire",
+    ReasoningInHistory = "reasoning-in-history",
 }
 
 impl std::fmt::Display for ReplaySetting {

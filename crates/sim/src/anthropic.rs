@@ -101,6 +101,7 @@ pub(crate) fn parse(
         prompt_tokens += counter.count(text);
         hasher.push_text(text);
     };
+    super::agent_text::tools_text(&obj, &mut add);
     match obj.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => add(s),
@@ -164,8 +165,8 @@ fn for_each_message(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Resu
     Ok(())
 }
 
-/// The text of content blocks; a block without a `type` is refused, blocks without text (images,
-/// tool uses) carry no tokens.
+/// The text of content blocks; a block without a `type` is refused; a `tool_use` block's input
+/// counts its string values; blocks without text (images) carry no tokens.
 fn blocks_text(field: &str, blocks: &[Value], add: &mut dyn FnMut(&str)) -> Result<(), ApiError> {
     for (j, b) in blocks.iter().enumerate() {
         let block_type = b.get("type").and_then(Value::as_str);
@@ -177,6 +178,11 @@ fn blocks_text(field: &str, blocks: &[Value], add: &mut dyn FnMut(&str)) -> Resu
             Some("thinking") => {
                 if let Some(Value::String(s)) = b.get("thinking") {
                     add(s);
+                }
+            }
+            Some("tool_use") => {
+                if let Some(input) = b.get("input") {
+                    super::agent_text::strings_of(input, add);
                 }
             }
             Some("tool_result") => match b.get("content") {

@@ -40,6 +40,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agent_text;
 mod anthropic;
 mod cache;
 mod config;

@@ -139,6 +139,101 @@ fn content_text(content: Option<&Value>) -> String {
     }
 }
 
+/// The names of the request's tools and the tokens of their descriptions.
+fn tools_of(obj: &Map<String, Value>, counter: &TokenCounter) -> (Vec<String>, u64) {
+    let mut names = Vec::new();
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        for tool in tools {
+            let schema = tool.get("function").unwrap_or(tool);
+            let name = schema.get("name").and_then(Value::as_str).unwrap_or("?");
+            names.push(name.to_owned());
+        }
+    }
+    let mut tokens = 0;
+    super::agent_text::tools_text(obj, &mut |text| tokens += counter.count(text));
+    (names, tokens)
+}
+
+/// Every text of one message or input item the model reads (its content, a tool call's
+/// arguments, a tool result, the reasoning), joined by newlines, and what it is on the agent's
+/// wire: `text`, `tool_call`, `tool_result` or `reasoning` (joined by `+` when several).
+fn agent_text_of(message: &Value) -> (String, String) {
+    use super::agent_text::{arguments_text, chat_message_extras, strings_of};
+    let mut texts: Vec<String> = Vec::new();
+    let mut kinds: Vec<&str> = Vec::new();
+    let note = |kind: &'static str, kinds: &mut Vec<&str>| {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    };
+    let Value::Object(m) = message else {
+        return (String::new(), "text".into());
+    };
+    let text = |key: &str| m.get(key).and_then(Value::as_str);
+    match (text("role"), text("type")) {
+        (Some("tool"), _) | (None, Some("function_call_output")) => note("tool_result", &mut kinds),
+        (None, Some("function_call")) => note("tool_call", &mut kinds),
+        (None, Some("reasoning")) => note("reasoning", &mut kinds),
+        _ => {}
+    }
+    if let Some(Value::Array(parts)) = m.get("content") {
+        for part in parts {
+            match part.get("type").and_then(Value::as_str) {
+                Some("tool_use") => note("tool_call", &mut kinds),
+                Some("tool_result") => note("tool_result", &mut kinds),
+                Some("thinking") => note("reasoning", &mut kinds),
+                _ => {}
+            }
+            for key in ["text", "thinking"] {
+                if let Some(Value::String(s)) = part.get(key) {
+                    texts.push(s.clone());
+                }
+            }
+            if let Some(input) = part.get("input") {
+                strings_of(input, &mut |s| texts.push(s.to_owned()));
+            }
+            match part.get("content") {
+                Some(Value::String(s)) => texts.push(s.clone()),
+                Some(inner @ Value::Array(_)) => texts.push(content_text(Some(inner))),
+                _ => {}
+            }
+        }
+    } else {
+        texts.push(content_text(m.get("content")));
+    }
+    if m.get("reasoning_content").is_some() {
+        note("reasoning", &mut kinds);
+    }
+    if m.get("tool_calls")
+        .is_some_and(|calls| calls.as_array().is_some_and(|c| !c.is_empty()))
+    {
+        note("tool_call", &mut kinds);
+    }
+    chat_message_extras(m, &mut |s| texts.push(s.to_owned()));
+    if let Some(arguments) = text("arguments") {
+        arguments_text(arguments, &mut |s| texts.push(s.to_owned()));
+    }
+    if let Some(output) = text("output") {
+        texts.push(output.to_owned());
+    }
+    for key in ["summary"] {
+        if let Some(Value::Array(parts)) = m.get(key) {
+            for part in parts {
+                if let Some(Value::String(s)) = part.get("text") {
+                    texts.push(s.clone());
+                }
+            }
+        }
+    }
+    texts.retain(|t| !t.is_empty());
+    let kind = if kinds.is_empty() {
+        "text".to_owned()
+    } else {
+        kinds.join("+")
+    };
+    (texts.join("\n"), kind)
+}
+
 /// The JSON line of one request.
 fn describe(
     arrival: &Arrival,
@@ -192,6 +287,7 @@ fn describe(
                     | "ignore_eos"
                     | "messages"
                     | "input"
+                    | "tools"
             )
         })
         .collect();
@@ -218,9 +314,19 @@ fn describe(
     let mut tokens = Vec::with_capacity(messages.len());
     let mut found_marker: Option<String> = None;
     let mut total = 0u64;
+    let (tool_names, tool_tokens) = tools_of(&obj, counter);
+    total += tool_tokens;
+    out.insert("tools".into(), json!(tool_names));
+    out.insert("tool_tokens".into(), json!(tool_tokens));
+    let mut kinds = Vec::with_capacity(messages.len());
     for m in messages {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("?");
-        let mut text = content_text(m.get("content"));
+        let role = m
+            .get("role")
+            .or_else(|| m.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let (mut text, kind) = agent_text_of(m);
+        kinds.push(kind);
         total += counter.count(&text);
         if found_marker.is_none() && role == "user" {
             if let Some(found) = marker(&text) {
@@ -239,6 +345,7 @@ fn describe(
     out.insert("messages".into(), json!(messages.len()));
     out.insert("roles".into(), json!(roles));
     out.insert("message_tokens".into(), json!(tokens));
+    out.insert("message_kinds".into(), json!(kinds));
     out.insert("marker".into(), json!(found_marker));
     out.insert(
         "digest".into(),

@@ -170,10 +170,12 @@ pub(crate) fn parse_chat(
     } = options(&obj)?;
     let mut prompt_tokens = 0u64;
     let mut hasher = BlockHasher::new(block_size);
-    for_each_text(&obj, &mut |text: &str| {
+    let mut add = |text: &str| {
         prompt_tokens += counter.count(text);
         hasher.push_text(text);
-    })?;
+    };
+    super::agent_text::tools_text(&obj, &mut add);
+    for_each_text(&obj, &mut add)?;
     Ok(ChatRequest {
         model,
         stream,
@@ -249,7 +251,8 @@ fn options(obj: &Map<String, Value>) -> Result<Options, ApiError> {
     })
 }
 
-/// Calls `add` with the text of every message, in order (string contents and `text` parts).
+/// Calls `add` with the text of every message, in order (string contents and `text` parts, then an
+/// assistant message's `reasoning_content` and its tool calls' arguments).
 fn for_each_text(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Result<(), ApiError> {
     let messages = match obj.get("messages") {
         None => {
@@ -298,6 +301,7 @@ fn for_each_text(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Result<
                 ))
             }
         }
+        super::agent_text::chat_message_extras(m, add);
     }
     Ok(())
 }

@@ -62,6 +62,7 @@ pub(crate) fn parse(
         prompt_tokens += counter.count(text);
         hasher.push_text(text);
     };
+    super::agent_text::tools_text(&obj, &mut add);
     match obj.get("instructions") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => add(s),
@@ -83,7 +84,7 @@ pub(crate) fn parse(
 
 /// Calls `add` with the text of every input item, in order: a message's string content or its
 /// `input_text`/`output_text` parts, a function call's `arguments`, a function call output's
-/// `output`; other items (reasoning, images) carry no tokens.
+/// `output`, a reasoning item's summary and content texts; other items (images) carry no tokens.
 fn for_each_input(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Result<(), ApiError> {
     let items =
         match obj.get("input") {
@@ -106,8 +107,21 @@ fn for_each_input(obj: &Map<String, Value>, add: &mut dyn FnMut(&str)) -> Result
         let text = |key: &str| item.get(key).and_then(Value::as_str);
         match text("type") {
             None | Some("message") => message_text(i, item, add)?,
-            Some("function_call") => add(text("arguments").unwrap_or("")),
+            Some("function_call") => {
+                super::agent_text::arguments_text(text("arguments").unwrap_or(""), add);
+            }
             Some("function_call_output") => add(text("output").unwrap_or("")),
+            Some("reasoning") => {
+                for key in ["summary", "content"] {
+                    if let Some(Value::Array(parts)) = item.get(key) {
+                        for part in parts {
+                            if let Some(Value::String(s)) = part.get("text") {
+                                add(s);
+                            }
+                        }
+                    }
+                }
+            }
             Some(_) => {}
         }
     }

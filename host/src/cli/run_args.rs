@@ -346,6 +346,21 @@ pub struct RunArgs {
     /// --arrival-smoothness: 1 is poisson, below is burstier, above smoother) [default: 1].
     #[arg(help_heading = "How long and how hard", long, value_name = "SHAPE")]
     pub(crate) session_arrival_smoothness: Option<f64>,
+    /// How a request carries the agent's tools: `tools` (tool schemas in the request, each recorded
+    /// tool-using turn as a tool call and its result) or `text` (the tools as system text)
+    /// [default: the scenario's; tools under agent-wire]. Only under a scenario that lists the
+    /// `wire` knob (`agent-wire`); `agentx` refuses `--wire tools`.
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        value_name = "text|tools"
+    )]
+    pub(crate) wire: Option<String>,
+    /// Whether the history's assistant turns carry the live reply's reasoning: `keep` or `drop`
+    /// [default: the scenario's; drop under agent-wire]. Only under a scenario that lists the knob
+    /// (`agent-wire`).
+    #[arg(help_heading = "How long and how hard", long, value_name = "keep|drop")]
+    pub(crate) reasoning_in_history: Option<String>,
 
     /// Directory of the run's outputs [default: a fresh artifacts/<scenario>-<UTC time>-<id>, with
     /// artifacts/latest pointing at it]. A directory that holds another run is refused unless

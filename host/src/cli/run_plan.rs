@@ -518,6 +518,7 @@ fn given(
         put(ReplaySetting::FixedSchedule, Value::Flag(true), true);
     }
     arrival_settings(args, &mut put)?;
+    wire_settings(args, &mut put)?;
     if let Some((_, value)) = extra.iter().find(|(key, _)| key == "ignore_eos") {
         match value.as_bool() {
             Some(flag) => put(ReplaySetting::IgnoreEos, Value::Flag(flag), true),
@@ -642,6 +643,31 @@ fn arrival_settings(
         put(
             ReplaySetting::SessionArrivalSmoothness,
             Value::Number(shape),
+            true,
+        );
+    }
+    Ok(())
+}
+
+/// The agent's wire flags, checked where they are given (the scenario decides whether it allows
+/// them, and their defaults).
+fn wire_settings(
+    args: &RunArgs,
+    put: &mut impl FnMut(ReplaySetting, Value, bool),
+) -> anyhow::Result<()> {
+    if let Some(wire) = &args.wire {
+        if crate::dataset::Wire::parse(wire).is_none() {
+            bail!("--wire {wire:?} is not a wire; use tools or text");
+        }
+        put(ReplaySetting::Wire, Value::Text(wire.clone()), true);
+    }
+    if let Some(kept) = &args.reasoning_in_history {
+        if !matches!(kept.as_str(), "keep" | "drop") {
+            bail!("--reasoning-in-history {kept:?} is neither keep nor drop; pass e.g. --reasoning-in-history keep");
+        }
+        put(
+            ReplaySetting::ReasoningInHistory,
+            Value::Text(kept.clone()),
             true,
         );
     }

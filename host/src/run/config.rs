@@ -521,6 +521,18 @@ pub struct RunSettings {
     /// Open-loop session arrivals, as a scenario that allows them resolved them
     /// ([`RunSettings::open_loop`]).
     pub arrivals: Option<replay::sched::OpenLoop>,
+    /// The agent's wire, as a scenario that decides it resolved it ([`RunSettings::agent_wire`]);
+    /// `None`: the text wire without reasoning, as every other scenario sends.
+    pub agent_wire: Option<AgentWire>,
+}
+
+/// How requests carry the agent's tools and reasoning, as the `agent-wire` scenario resolved it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentWire {
+    /// `wire`: tool schemas, calls and results in the request, or the tools as system text.
+    pub wire: dataset::Wire,
+    /// `reasoning-in-history keep`: the history's assistant turns carry the live reply's reasoning.
+    pub keep_reasoning: bool,
 }
 
 impl RunSettings {
@@ -643,7 +655,35 @@ impl RunSettings {
                 false => fallback.tcp_user_timeout,
             },
             arrivals: None,
+            agent_wire: None,
         })
+    }
+
+    /// The agent's wire of the resolved settings. Only a scenario that decides it (`allows`: its
+    /// `describe` lists the `wire` knob, and it decides every setting) answers it; the host then
+    /// applies exactly what it returned. A scenario that does not is refused by the caller when the
+    /// flags ask for it.
+    pub fn agent_wire(&mut self, resolved: &Resolved, allows: bool) -> anyhow::Result<()> {
+        if !allows {
+            return Ok(());
+        }
+        let eff = Effective(resolved);
+        let wire = match eff.text(ReplaySetting::Wire) {
+            None => dataset::Wire::Text,
+            Some(name) => dataset::Wire::parse(name).ok_or_else(|| {
+                anyhow!("the scenario resolved wire to {name:?}, which this host does not know (text, tools)")
+            })?,
+        };
+        let keep_reasoning = match eff.text(ReplaySetting::ReasoningInHistory) {
+            None | Some("drop") => false,
+            Some("keep") => true,
+            Some(other) => bail!("the scenario resolved reasoning-in-history to {other:?}, which this host does not know (keep, drop)"),
+        };
+        self.agent_wire = Some(AgentWire {
+            wire,
+            keep_reasoning,
+        });
+        Ok(())
     }
 
     /// The open-loop session arrivals of the resolved settings. Only a scenario that allows them

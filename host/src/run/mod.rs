@@ -415,6 +415,10 @@ impl ReplayStage<'_> {
             warmup_progress_interval: run_plan.warmup_progress_interval,
             chat_template: prepared.chat_template.clone(),
             prompt_chain_block_size: Some(self.conn.chain_block_size),
+            wire: settings
+                .agent_wire
+                .map_or(crate::dataset::Wire::Text, |w| w.wire),
+            keep_reasoning: settings.agent_wire.is_some_and(|w| w.keep_reasoning),
         }
     }
 

@@ -11,7 +11,7 @@ use super::{entropy, load, BUNDLED_CORPUS};
 use crate::dataset::chat_template::TemplateCounter;
 use crate::dataset::{self, Dataset, OpenOptions, TokenCounter};
 use crate::export::manifest::{AppliedSetting, AppliedSettings};
-use crate::scenario::types::{Info, Resolved};
+use crate::scenario::types::{Info, Resolved, Value};
 use crate::scenario::ReplaySetting;
 use crate::scenario::{self, Scenario, ScenarioInstance};
 
@@ -125,6 +125,8 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     )?;
     let allows = allows_arrivals(&component, &info, run_plan, decisions.decides_settings)?;
     settings.open_loop(&resolved, allows)?;
+    let decides_wire = allows_wire(&component, &info, run_plan, decisions.decides_settings)?;
+    settings.agent_wire(&resolved, decides_wire)?;
     allows_early_stop(&component, &info, cfg, settings.duration)?;
     if settings.arrivals.is_some() && cfg.shard.is_some() {
         bail!("--session-arrival-rate is not supported in a sharded run: run the open-loop arrivals in one process");
@@ -257,6 +259,40 @@ fn allows_arrivals(
             info.name,
             info.version,
             &scenario.hash()[..16]
+        );
+    }
+    Ok(allows)
+}
+
+/// The scenario's own knob of the agent's wire.
+pub(crate) const WIRE_KNOB: &str = ReplaySetting::Wire.name();
+
+/// Whether the scenario decides the agent's wire: a session-tree component that decides every
+/// setting and lists the `wire` knob (`agent-wire`). An explicit `--wire tools` or
+/// `--reasoning-in-history` given to one that does not is refused, naming the scenario that
+/// decides them.
+fn allows_wire(
+    scenario: &Scenario,
+    info: &Info,
+    run_plan: &RunPlan,
+    decides: bool,
+) -> anyhow::Result<bool> {
+    let allows = decides && info.knobs.iter().any(|k| k.name == WIRE_KNOB);
+    let asked = run_plan.settings.iter().find(|s| {
+        s.explicit
+            && ((s.name == WIRE_KNOB && s.value != Value::Text("text".into()))
+                || s.name == ReplaySetting::ReasoningInHistory.name())
+    });
+    if let (false, Some(s)) = (allows, asked) {
+        bail!(
+            "the scenario {} {} (sha256:{}) refuses this configuration:\n  --{} {}: the scenario sends the tools as system text and has no {} knob (its wire is agentx-harness's); \
+             use a scenario that decides the agent's wire, e.g. --scenario agent-wire",
+            info.name,
+            info.version,
+            &scenario.hash()[..16],
+            s.name,
+            super::config::value_json(&s.value).as_str().unwrap_or_default(),
+            s.name,
         );
     }
     Ok(allows)
@@ -641,6 +677,22 @@ impl Prepared {
                     ReplaySetting::SessionArrivalSmoothness.name(),
                     json!(open_loop.spec.smoothness),
                 ),
+            ] {
+                let source = self.sources.get(name).copied().unwrap_or("scenario");
+                out.insert(name.to_string(), AppliedSetting::new(value, source));
+            }
+        }
+        // The agent's wire, under a scenario that decides it (listed only then, so every other
+        // scenario's settings are unchanged).
+        if let Some(agent_wire) = &settings.agent_wire {
+            let kept = if agent_wire.keep_reasoning {
+                "keep"
+            } else {
+                "drop"
+            };
+            for (name, value) in [
+                (ReplaySetting::Wire.name(), json!(agent_wire.wire.name())),
+                (ReplaySetting::ReasoningInHistory.name(), json!(kept)),
             ] {
                 let source = self.sources.get(name).copied().unwrap_or("scenario");
                 out.insert(name.to_string(), AppliedSetting::new(value, source));

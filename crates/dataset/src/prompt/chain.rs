@@ -168,7 +168,7 @@ impl Conversation {
         }
         match message {
             MsgRef::Blocks(_) => self.write_content(out, message),
-            MsgRef::Text(escaped, _) => push_json_unescaped(out, escaped.as_bytes()),
+            MsgRef::Text(escaped, _, _) => push_json_unescaped(out, escaped.as_bytes()),
         }
         if let Some(marker) = marker.filter(|_| prefix.is_none()) {
             out.extend_from_slice(marker.text.as_bytes());

@@ -25,6 +25,9 @@ impl Tail {
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Seg {
     pub(super) role: Role,
+    /// The turn the segment belongs to: the turn an assistant segment answers, the turn whose new
+    /// content a user segment is (0 for the system message).
+    pub(super) turn: u32,
     pub(super) start: usize,
     pub(super) end: usize,
     pub(super) tail: Option<Tail>,
@@ -149,6 +152,7 @@ impl Structure {
             if answer_blocks > 0 {
                 self.segs.push(Seg {
                     role: Role::Assistant,
+                    turn: turn_idx as u32 - 1,
                     start: keep,
                     end: keep + answer_blocks,
                     tail: None,
@@ -159,6 +163,7 @@ impl Structure {
         }
         let user = Seg {
             role: Role::User,
+            turn: turn_idx as u32,
             start: user_start,
             end: full,
             tail,
@@ -181,6 +186,7 @@ impl Structure {
         if system > 0 {
             self.segs.push(Seg {
                 role: Role::System,
+                turn: 0,
                 start: 0,
                 end: system,
                 tail: None,
@@ -217,6 +223,7 @@ impl Structure {
             let system = self.push_system(geo.covered);
             let user = Seg {
                 role: Role::User,
+                turn: 0,
                 start: system,
                 end: geo.covered,
                 tail,
@@ -254,6 +261,7 @@ impl Structure {
         if assistant > 0 {
             self.segs.push(Seg {
                 role: Role::Assistant,
+                turn: turn_index as u32 - 1,
                 start,
                 end: start + assistant,
                 tail: None,
@@ -261,6 +269,7 @@ impl Structure {
         }
         let user = Seg {
             role: Role::User,
+            turn: turn_index as u32,
             start: start + assistant,
             end: start + new,
             tail,
@@ -303,6 +312,7 @@ impl Structure {
             return;
         }
         let end = last.end;
+        let turn = self.turn.map_or(0, |t| t as u32 + 1);
         last.end -= 1;
         last.tail = None;
         if last.is_empty() {
@@ -310,6 +320,7 @@ impl Structure {
         }
         self.segs.push(Seg {
             role: Role::User,
+            turn,
             start: end - 1,
             end,
             tail: None,

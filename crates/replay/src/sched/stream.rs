@@ -72,9 +72,7 @@ fn tree_conversation(
     traj: Trajectory<'_>,
     turn: u32,
 ) -> Result<Conversation, agentx_dataset::PromptError> {
-    sh.synth
-        .conversation(traj, turn as usize, sh.cfg.mode)
-        .map(Conversation::with_recorded_history)
+    crate::request::conversation(sh, traj, turn as usize).map(Conversation::with_recorded_history)
 }
 
 /// Runs a job's request. A panic in it becomes a failed record with the panic as its cause, and
@@ -181,7 +179,7 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
             &sh,
             &session,
             max_tokens,
-            conv.messages_json_parts(bust),
+            (conv.messages_json_parts(bust), conv.tools_json()),
             last,
         );
         let request_id = request::next_request_id(&sh);
@@ -221,6 +219,9 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
             AssistantMode::Live => sent.reply.as_deref(),
             AssistantMode::Recorded => None,
         };
+        if let Some(reasoning) = &sent.reasoning {
+            conv.keep_reasoning(reasoning);
+        }
         match conv.advance(reply) {
             Ok(_) => Some(Box::new(conv)),
             Err(e) => {
