@@ -228,7 +228,7 @@ fn run_info(run_id: &str, cfg: &GraphConfig, clock: Clock, window: (u64, u64)) -
         seed: None,
         profiling_duration_ns: cfg.duration.map(|d| d.as_nanos() as u64),
         coverage_rule: CoverageRule::default(),
-        prefix_stamps: Default::default(),
+        prefix_stamps: std::collections::HashMap::default(),
         dataset: None,
         warmup_naming: WarmupNaming::default(),
         goodput: None,

@@ -48,7 +48,7 @@ fn worked_example() -> Value {
 }
 
 /// Three entry nodes writing `notes`, and `sum` after all three waiting for `count` writes.
-fn fan_in(count: Value) -> Value {
+fn fan_in(count: &Value) -> Value {
     let writer = |id: &str| {
         json!({"output": "notes", "max_tokens": 4,
         "prompt": [{"role": "user", "content": format!("NODE:{id}")}]})
@@ -91,7 +91,7 @@ fn node_of(call: &Call) -> String {
         + 5;
     call.body[at..]
         .chars()
-        .take_while(|c| c.is_ascii_alphanumeric())
+        .take_while(char::is_ascii_alphanumeric)
         .collect()
 }
 
@@ -233,14 +233,14 @@ fn staggered(node: &str, _: &Call) -> Reply {
 
 #[tokio::test(start_paused = true)]
 async fn a_count_n_fan_in_fires_at_the_nth_write() {
-    let (outcome, records) = replay(&fan_in(json!(2)), one_pass(), staggered).await;
+    let (outcome, records) = replay(&fan_in(&json!(2)), one_pass(), staggered).await;
     assert_eq!(sent_ms(&records, "sum"), 340);
     assert_eq!(outcome.dispatches, 4);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_count_all_fan_in_waits_for_every_writer() {
-    let (_, records) = replay(&fan_in(json!("all")), one_pass(), staggered).await;
+    let (_, records) = replay(&fan_in(&json!("all")), one_pass(), staggered).await;
     assert_eq!(sent_ms(&records, "sum"), 540);
 }
 
@@ -307,7 +307,7 @@ async fn lanes_recycle_traces_until_the_request_count() {
     assert_eq!(records.len(), 7);
     // Three instances: two whole (3 each) and one cut after its first node.
     let mut instances: Vec<&str> = records.iter().map(|r| r.correlation_id.as_str()).collect();
-    instances.sort();
+    instances.sort_unstable();
     instances.dedup();
     assert_eq!(instances.len(), 3, "{instances:?}");
 }
@@ -327,7 +327,7 @@ async fn one_pass_sends_every_node_of_every_trace_once() {
         (2, 2, 6)
     );
     let mut sent: Vec<&str> = records.iter().map(|r| r.trace_id.as_str()).collect();
-    sent.sort();
+    sent.sort_unstable();
     assert_eq!(
         sent,
         ["t1/child", "t1/join", "t1/plan", "t2/child", "t2/join", "t2/plan"]
