@@ -16,20 +16,31 @@ use serde_json::Value;
 
 use crate::support::{tree_run_args, Run, Sim};
 
-/// A simulator that logs every request to `log`.
-fn recording_sim(log: &Path) -> Sim {
+/// A simulator that logs every request to `log`, streaming `reasoning_tokens` of reasoning before
+/// each reply.
+fn recording_sim(log: &Path, reasoning_tokens: u32) -> Sim {
     let mut cfg = SimConfig::max();
     cfg.record_headers = true;
     cfg.record_requests = Some(log.to_owned());
+    cfg.replies.reasoning_tokens = reasoning_tokens;
     Sim::start(cfg)
 }
 
 /// A session-tree replay of the fixture under `agent-wire` in `api`, with `extra` flags, and the
 /// simulator's log of it.
 fn replay(api: &str, extra: &[&str]) -> (Run, HashMap<String, Value>) {
+    replay_with_reasoning(api, 0, extra)
+}
+
+/// [`replay`] against a simulator whose replies stream `reasoning_tokens` of reasoning first.
+fn replay_with_reasoning(
+    api: &str,
+    reasoning_tokens: u32,
+    extra: &[&str],
+) -> (Run, HashMap<String, Value>) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("requests.jsonl");
-    let sim = recording_sim(&log);
+    let sim = recording_sim(&log, reasoning_tokens);
     let mut flags = vec![
         "--scenario",
         "agent-wire",
@@ -184,6 +195,47 @@ fn reasoning_in_history_is_stated_and_changes_nothing_without_reasoning() {
         }
     }
     assert!(matched > 0);
+}
+
+/// Live replies that reason: `keep` threads each reply's reasoning back into the history (a
+/// reasoning part in the recorded message kinds, and more prompt tokens than `drop` sends for the
+/// same request), `drop` sends none, in each API's shape.
+#[test]
+fn kept_reasoning_reaches_the_history_in_every_api_and_dropped_reasoning_does_not() {
+    const REASONING: u32 = 6;
+    for api in ["chat", "anthropic", "responses"] {
+        let flags = |mode| ["--wire", "tools", "--reasoning-in-history", mode];
+        let (keep, keep_lines) = replay_with_reasoning(api, REASONING, &flags("keep"));
+        let (dropped, drop_lines) = replay_with_reasoning(api, REASONING, &flags("drop"));
+        let has_reasoning = |line: &Value| {
+            line["message_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|kind| kind.as_str().unwrap().contains("reasoning"))
+        };
+        assert!(
+            !drop_lines.values().any(has_reasoning),
+            "{api}: drop sent reasoning"
+        );
+        let kept = by_key(&keep, &keep_lines);
+        let (mut matched, mut longer) = (0, 0);
+        for (plan_key, (record, _)) in by_key(&dropped, &drop_lines) {
+            let Some((kept_record, kept_line)) = kept.get(&plan_key) else {
+                continue;
+            };
+            matched += 1;
+            assert!(kept_record.isl >= record.isl, "{api} {plan_key:?}");
+            if has_reasoning(kept_line) {
+                assert!(kept_record.isl > record.isl, "{api} {plan_key:?}");
+                longer += 1;
+            }
+        }
+        assert!(
+            matched > 0 && longer > 0,
+            "{api}: {matched} matched, {longer} with kept reasoning"
+        );
+    }
 }
 
 #[test]

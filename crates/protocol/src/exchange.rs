@@ -405,8 +405,6 @@ pub struct Exchange {
     pub finish_reason: Option<String>,
     /// The reply text (when asked for).
     pub text: String,
-    /// The reply's reasoning text (filled by the stream readers that read it; empty otherwise).
-    pub reasoning_text: String,
     /// The first [`ERROR_EXCERPT`] bytes of an error body or error event.
     pub error_body: Option<String>,
     /// What went wrong, when something did.
@@ -464,7 +462,6 @@ impl Exchange {
             usage: None,
             finish_reason: None,
             text: String::new(),
-            reasoning_text: String::new(),
             error_body: None,
             failure: None,
             retried: None,

@@ -13,7 +13,7 @@ use super::session::Session;
 use super::{bust, Shared};
 use bytes::Bytes;
 
-use agentx_dataset::AssistantMode;
+use agentx_dataset::{AssistantMode, TokenCounter};
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
 use agentx_record::{
     Phase, PromptBlocks, RecordError, ReplyStats, RequestRecord, TokenSource, Usage,
@@ -161,7 +161,9 @@ pub(super) async fn send_turn(
     intended: u64,
     cancel: &mut watch::Receiver<bool>,
 ) -> Sent {
-    let keep_text = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
+    let keep_reply = sh.cfg.mode == AssistantMode::Live || !sh.cfg.use_server_token_count;
+    // The reply's text (and reasoning) is read when the history or the client's count needs it.
+    let keep_text = keep_reply || sh.cfg.keep_reasoning;
     // In flight until it returns, or until its task unwinds.
     let in_flight = sh.live_run.begin_request(phase, session.lane);
     let template_isl = match (&sh.cfg.chat_template, req.template_parts.take()) {
@@ -217,7 +219,7 @@ pub(super) async fn send_turn(
             .error
             .as_ref()
             .map(|e| format!("{} ({})", e.message, e.kind)),
-        reply: (rec.error.is_none() && keep_text).then_some(exchange.text),
+        reply: (rec.error.is_none() && keep_reply).then_some(exchange.text),
         reasoning: (rec.error.is_none() && sh.cfg.keep_reasoning)
             .then_some(exchange.reasoning_text)
             .filter(|text| !text.is_empty()),
@@ -228,6 +230,66 @@ pub(super) async fn send_turn(
     sent
 }
 
+/// A reply's token counts, by aiperf's rule: the server's `usage` when the run reads it and it gave
+/// both counts; else the client's ISL, and an OSL of the content, the tool calls' arguments and the
+/// reasoning. The one home of that rule for every replay that writes records.
+pub(crate) struct ReplyCounts {
+    pub(crate) isl: u64,
+    pub(crate) osl: u64,
+    pub(crate) token_source: TokenSource,
+    /// The server's reasoning count, else the client's count of the reasoning text (absent when
+    /// there was none).
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
+impl ReplyCounts {
+    pub(crate) fn of(
+        exchange: &Exchange,
+        counter: &TokenCounter,
+        use_server_token_count: bool,
+        client_isl: u64,
+    ) -> ReplyCounts {
+        let usage = exchange.usage.unwrap_or_default();
+        let client_reasoning =
+            (!exchange.reasoning_text.is_empty()).then(|| counter.count(&exchange.reasoning_text));
+        match (usage.prompt_tokens, usage.completion_tokens) {
+            (Some(isl), Some(osl)) if use_server_token_count => ReplyCounts {
+                isl,
+                osl,
+                token_source: TokenSource::Server,
+                reasoning_tokens: usage.reasoning_tokens,
+            },
+            _ => {
+                let arguments: u64 = exchange
+                    .tool_calls
+                    .iter()
+                    .map(|call| counter.count(&call.arguments))
+                    .sum();
+                let content = counter.count(&exchange.text) + arguments;
+                ReplyCounts {
+                    isl: client_isl,
+                    osl: content + client_reasoning.unwrap_or(0),
+                    token_source: TokenSource::Client,
+                    reasoning_tokens: usage.reasoning_tokens.or(client_reasoning),
+                }
+            }
+        }
+    }
+
+    /// The record's account of the reply (first output, reasoning, tool calls) for a request sent
+    /// at `send_ns`.
+    pub(crate) fn reply_stats(&self, exchange: &Exchange, send_ns: u64) -> ReplyStats {
+        ReplyStats {
+            first_output_ns: exchange
+                .first_output_offset_ns
+                .map(|offset| send_ns + offset),
+            reasoning_tokens: self.reasoning_tokens,
+            tool_calls: exchange.tool_calls.len() as u32,
+            tool_call_parse_failures: exchange.tool_call_parse_failures() as u32,
+        }
+    }
+}
+
 pub(super) fn to_record(
     sh: &Shared,
     session: &Session,
@@ -236,36 +298,12 @@ pub(super) fn to_record(
     intended: u64,
     exchange: &Exchange,
 ) -> RequestRecord {
-    let usage = exchange.usage.unwrap_or_default();
-    let server = sh.cfg.use_server_token_count
-        && usage.prompt_tokens.is_some()
-        && usage.completion_tokens.is_some();
-    // The client's count of the reasoning, as aiperf's: the reasoning text's tokens, absent when
-    // there was none.
-    let client_reasoning =
-        (!exchange.reasoning_text.is_empty()).then(|| sh.counter.count(&exchange.reasoning_text));
-    let (isl, osl, token_source, reasoning_tokens) = if server {
-        (
-            usage.prompt_tokens.unwrap_or(0),
-            usage.completion_tokens.unwrap_or(0),
-            TokenSource::Server,
-            usage.reasoning_tokens,
-        )
-    } else {
-        // aiperf's client-side OSL: the content, the tool calls' arguments and the reasoning.
-        let arguments: u64 = exchange
-            .tool_calls
-            .iter()
-            .map(|call| sh.counter.count(&call.arguments))
-            .sum();
-        let content = sh.counter.count(&exchange.text) + arguments;
-        (
-            req.client_isl,
-            content + client_reasoning.unwrap_or(0),
-            TokenSource::Client,
-            usage.reasoning_tokens.or(client_reasoning),
-        )
-    };
+    let counts = ReplyCounts::of(
+        exchange,
+        &sh.counter,
+        sh.cfg.use_server_token_count,
+        req.client_isl,
+    );
     let mut context_overflow = false;
     let error = exchange.failure.as_ref().map(|f| {
         let mut kind = f.kind.as_str().to_string();
@@ -323,10 +361,10 @@ pub(super) fn to_record(
         first_token_ns: exchange.first_token().map(|t| sh.clock.ns_of(t)),
         chunk_offsets_ns: exchange.chunk_offsets_ns.clone(),
         end_ns: sh.clock.ns_of(exchange.end),
-        isl,
-        osl,
-        token_source,
-        usage,
+        isl: counts.isl,
+        osl: counts.osl,
+        token_source: counts.token_source,
+        usage: exchange.usage.unwrap_or_default(),
         max_tokens: req.max_tokens,
         finish_reason: exchange.finish_reason.clone(),
         cancelled,
@@ -336,14 +374,7 @@ pub(super) fn to_record(
         server_ttft_ns: exchange.server_ttft.map(|d| d.as_nanos() as u64),
         server: exchange.server.clone(),
         prompt_blocks: req.prompt_blocks,
-        reply: ReplyStats {
-            first_output_ns: exchange
-                .first_output_offset_ns
-                .map(|offset| send_ns + offset),
-            reasoning_tokens,
-            tool_calls: exchange.tool_calls.len() as u32,
-            tool_call_parse_failures: exchange.tool_call_parse_failures() as u32,
-        },
+        reply: counts.reply_stats(exchange, send_ns),
         tree: session.tree.clone().map(|mut t| {
             (t.prefix_hit_blocks, t.prefix_total_blocks) = req.prefix;
             (t.source_outer_idx, t.source_inner_idx) = req.source_idx;

@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::{BodyShape, Ctx};
 use agentx_dataset::graph_ir::{Graph, NodeIndex, Piece, PromptPart};
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestBody};
-use agentx_record::{Phase, RecordError, RequestRecord, TokenSource, TreeInfo, NO_OUTPUT_LIMIT};
+use agentx_record::{Phase, RecordError, RequestRecord, TreeInfo, NO_OUTPUT_LIMIT};
 
 /// One node's dispatch, as its request task takes it.
 #[derive(Debug)]
@@ -135,17 +135,12 @@ pub(super) fn record(
     let trace = &ctx.corpus.traces()[sending.trace];
     let graph = ctx.corpus.graph_of(trace);
     let node = graph.node(sending.node);
-    let usage = exchange.usage.unwrap_or_default();
-    let (isl, osl, token_source) = match (usage.prompt_tokens, usage.completion_tokens) {
-        (Some(prompt), Some(completion)) if ctx.use_server_token_count => {
-            (prompt, completion, TokenSource::Server)
-        }
-        _ => (
-            ctx.counter.count(prompt_text),
-            ctx.counter.count(&exchange.text),
-            TokenSource::Client,
-        ),
-    };
+    let counts = crate::request::ReplyCounts::of(
+        exchange,
+        &ctx.counter,
+        ctx.use_server_token_count,
+        ctx.counter.count(prompt_text),
+    );
     let error = exchange.failure.as_ref().map(|failure| RecordError {
         code: failure.status,
         kind: match &failure.server_type {
@@ -180,10 +175,10 @@ pub(super) fn record(
         first_token_ns: exchange.first_token().map(|t| ctx.clock.ns_of(t)),
         chunk_offsets_ns: exchange.chunk_offsets_ns.clone(),
         end_ns: ctx.clock.ns_of(exchange.end),
-        isl,
-        osl,
-        token_source,
-        usage,
+        isl: counts.isl,
+        osl: counts.osl,
+        token_source: counts.token_source,
+        usage: exchange.usage.unwrap_or_default(),
         max_tokens,
         finish_reason: exchange.finish_reason.clone(),
         cancelled,
@@ -193,6 +188,7 @@ pub(super) fn record(
         server_ttft_ns: exchange.server_ttft.map(|d| d.as_nanos() as u64),
         server: exchange.server.clone(),
         prompt_blocks: None,
+        reply: counts.reply_stats(exchange, send_ns),
         tree: Some(TreeInfo {
             agent_depth: u8::from(!graph.entries.contains(&sending.node)),
             root_correlation_id: sending.instance.clone(),
