@@ -63,14 +63,50 @@ pub(crate) fn read_messages(array: &[u8]) -> Vec<ChatMessage<'_>> {
 }
 
 /// The chat `tools` array, empty when absent or unreadable.
-pub(crate) fn read_tools(tools: Option<&[u8]>) -> Vec<ChatTool<'_>> {
+fn read_tools(tools: Option<&[u8]>) -> Vec<ChatTool<'_>> {
     tools
         .and_then(|json| serde_json::from_slice(json).ok())
         .unwrap_or_default()
 }
 
+/// Which API's tool objects [`write_tools`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ToolShape {
+    /// Anthropic Messages: `{"name","description","input_schema"}`.
+    Messages,
+    /// OpenAI Responses: `{"type":"function","name","description","parameters"}`.
+    Responses,
+}
+
+/// `,"tools":[...]` of the agent's wire in `shape`, from the chat `tools` array; nothing when it
+/// has no tools.
+pub(crate) fn write_tools(out: &mut Vec<u8>, tools: Option<&[u8]>, shape: ToolShape) {
+    let tools = read_tools(tools);
+    if tools.is_empty() {
+        return;
+    }
+    let (opening, schema_key): (&[u8], &[u8]) = match shape {
+        ToolShape::Messages => (br#"{"name":"#, br#","input_schema":"#),
+        ToolShape::Responses => (br#"{"type":"function","name":"#, br#","parameters":"#),
+    };
+    out.extend_from_slice(br#","tools":["#);
+    for (i, tool) in tools.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(opening);
+        write_string(out, &tool.function.name);
+        out.extend_from_slice(br#","description":"#);
+        write_string(out, &tool.function.description);
+        out.extend_from_slice(schema_key);
+        write_parameters(out, &tool.function);
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
 /// Writes a tool's parameters schema, `{"type":"object"}` when it has none.
-pub(crate) fn write_parameters(out: &mut Vec<u8>, function: &ToolFunction<'_>) {
+fn write_parameters(out: &mut Vec<u8>, function: &ToolFunction<'_>) {
     match &function.parameters {
         Some(schema) => serde_json::to_writer(&mut *out, schema).expect("value serializes"),
         None => out.extend_from_slice(br#"{"type":"object"}"#),

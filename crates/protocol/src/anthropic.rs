@@ -19,7 +19,7 @@
 
 use serde::Deserialize;
 
-use super::agent_wire::{read_messages, read_tools, write_parameters, write_string, ChatMessage};
+use super::agent_wire::{read_messages, write_string, write_tools, ChatMessage, ToolShape};
 use super::exchange::{excerpt, malformed_event, server_error_message, StreamState};
 use super::{Exchange, Failure, FailureKind, ERROR_EXCERPT};
 use agentx_record::Usage;
@@ -70,7 +70,7 @@ pub(crate) fn write_body(
     out.extend_from_slice(br#","max_tokens":"#);
     out.extend_from_slice(max_tokens.to_string().as_bytes());
     out.extend_from_slice(br#","stream":true"#);
-    write_tools(out, tools);
+    write_tools(out, tools, ToolShape::Messages);
     let mut system = msgs.iter().filter(|m| m.role == "system").peekable();
     if system.peek().is_some() {
         out.extend_from_slice(br#","system":["#);
@@ -91,28 +91,6 @@ pub(crate) fn write_body(
     }
     out.push(b']');
     out.extend_from_slice(tail);
-}
-
-/// `,"tools":[{"name","description","input_schema"}]` of the agent's wire.
-fn write_tools(out: &mut Vec<u8>, tools: Option<&[u8]>) {
-    let tools = read_tools(tools);
-    if tools.is_empty() {
-        return;
-    }
-    out.extend_from_slice(br#","tools":["#);
-    for (i, tool) in tools.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(br#"{"name":"#);
-        write_string(out, &tool.function.name);
-        out.extend_from_slice(br#","description":"#);
-        write_string(out, &tool.function.description);
-        out.extend_from_slice(br#","input_schema":"#);
-        write_parameters(out, &tool.function);
-        out.push(b'}');
-    }
-    out.push(b']');
 }
 
 /// One message of `messages`: a text block, after a `thinking` block when the history keeps the

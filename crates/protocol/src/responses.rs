@@ -28,7 +28,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::agent_wire::{read_messages, read_tools, write_parameters, write_string, ChatMessage};
+use super::agent_wire::{read_messages, write_string, write_tools, ChatMessage, ToolShape};
 use super::exchange::{excerpt, malformed_event, StreamState};
 use super::{Exchange, Failure, FailureKind, ERROR_EXCERPT};
 use agentx_record::Usage;
@@ -69,7 +69,7 @@ pub(crate) fn write_body(
         write_items(out, message);
     }
     out.push(b']');
-    write_tools(out, tools);
+    write_tools(out, tools, ToolShape::Responses);
     // A turn without a limit is sent without one, as the chat body is.
     if max_tokens != agentx_record::NO_OUTPUT_LIMIT {
         out.extend_from_slice(br#","max_output_tokens":"#);
@@ -82,28 +82,6 @@ pub(crate) fn write_body(
     });
     out.extend_from_slice(br#","store":false"#);
     out.extend_from_slice(tail);
-}
-
-/// `,"tools":[{"type":"function","name","description","parameters"}]` of the agent's wire.
-fn write_tools(out: &mut Vec<u8>, tools: Option<&[u8]>) {
-    let tools = read_tools(tools);
-    if tools.is_empty() {
-        return;
-    }
-    out.extend_from_slice(br#","tools":["#);
-    for (i, tool) in tools.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(br#"{"type":"function","name":"#);
-        write_string(out, &tool.function.name);
-        out.extend_from_slice(br#","description":"#);
-        write_string(out, &tool.function.description);
-        out.extend_from_slice(br#","parameters":"#);
-        write_parameters(out, &tool.function);
-        out.push(b'}');
-    }
-    out.push(b']');
 }
 
 /// The `input` items of one chat message: a `reasoning` item first when the history keeps the
