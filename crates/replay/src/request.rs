@@ -14,7 +14,7 @@ use super::{bust, Shared};
 use bytes::Bytes;
 
 use agentx_dataset::{AssistantMode, TokenCounter};
-use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestIds, StreamTurn};
+use agentx_protocol::{Exchange, Failure, FailureKind, JsonBody, RequestIds, StreamTurn};
 use agentx_record::{
     Phase, PromptBlocks, RecordError, ReplyStats, RequestRecord, TokenSource, Usage,
 };
@@ -290,6 +290,19 @@ impl ReplyCounts {
     }
 }
 
+/// The record's error for `failure`, whose class is `kind` (the failure's own, or what the scenario
+/// classified it as), with the server's error type after a `:` when its body named one.
+pub(crate) fn record_error(failure: &Failure, kind: String) -> RecordError {
+    RecordError {
+        code: failure.status,
+        kind: match &failure.server_type {
+            Some(server_type) => format!("{kind}:{server_type}"),
+            None => kind,
+        },
+        message: failure.message.clone(),
+    }
+}
+
 pub(super) fn to_record(
     sh: &Shared,
     session: &Session,
@@ -331,14 +344,7 @@ pub(super) fn to_record(
                 Err(e) => tracing::error!("{e}; the error counts as an ordinary failure"),
             }
         }
-        if let Some(server_type) = &f.server_type {
-            kind = format!("{kind}:{server_type}");
-        }
-        RecordError {
-            code: f.status,
-            kind,
-            message: f.message.clone(),
-        }
+        record_error(f, kind)
     });
     let cancelled = exchange
         .failure

@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::{BodyShape, Ctx};
 use agentx_dataset::graph_ir::{Graph, NodeIndex, Piece, PromptPart};
 use agentx_protocol::{Exchange, FailureKind, JsonBody, RequestBody};
-use agentx_record::{Phase, RecordError, RequestRecord, TreeInfo, NO_OUTPUT_LIMIT};
+use agentx_record::{Phase, RequestRecord, TreeInfo, NO_OUTPUT_LIMIT};
 
 /// One node's dispatch, as its request task takes it.
 #[derive(Debug)]
@@ -141,14 +141,10 @@ pub(super) fn record(
         ctx.use_server_token_count,
         ctx.counter.count(prompt_text),
     );
-    let error = exchange.failure.as_ref().map(|failure| RecordError {
-        code: failure.status,
-        kind: match &failure.server_type {
-            Some(server) => format!("{}:{server}", failure.kind.as_str()),
-            None => failure.kind.as_str().to_string(),
-        },
-        message: failure.message.clone(),
-    });
+    let error = exchange
+        .failure
+        .as_ref()
+        .map(|failure| crate::request::record_error(failure, failure.kind.as_str().to_string()));
     let cancelled = exchange
         .failure
         .as_ref()
