@@ -25,7 +25,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 DIST=$HERE/dist
-COMPONENTS=(agentx-mvp kvct-v01 agentx-v1 agentx probe-v3 agentx-open agent-wire)
+COMPONENTS=(agentx-mvp kvct-v01 agentx-v1 agentx probe-v3 agentx-open agent-wire graph-ir)
 APT_PACKAGES=(rustc-web cargo-web rust-web-src rust-web-llvm lld-22 libstd-rust-web-dev)
 COMPONENT_LD=/usr/lib/rustlib/x86_64-unknown-linux-gnu/bin/wasm-component-ld
 WASM_LD=/usr/bin/wasm-ld-22

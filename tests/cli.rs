@@ -111,7 +111,7 @@ fn bad_references_exit_2_with_a_clear_message() {
         ("sha256:abc", "expected 8 to 64 hex digits"),
         (
             "no-such-scenario",
-            "is neither built in (agentx (default), agentx-v1, agentx-mvp, agentx-open, agent-wire) nor in the store",
+            "is neither built in (agentx (default), agentx-v1, agentx-mvp, agentx-open, agent-wire, graph-ir) nor in the store",
         ),
         ("Cargo.toml", "is not a WebAssembly file"),
     ];

@@ -216,3 +216,127 @@ fn a_refused_workload_stops_run_with_the_validators_findings() {
         paced.stderr()
     );
 }
+
+/// The `graph-ir` component decides the replay: its stop condition and lanes are what ran, and
+/// the manifest pins the component's and the workload's sha256, the seed and what it resolved.
+#[test]
+fn the_graph_scenario_decides_the_replay_and_the_manifest_pins_it() {
+    use sha2::{Digest, Sha256};
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("requests.jsonl");
+    let sim = recording_sim(&log);
+    let run = replay(
+        &sim.url(),
+        "worked-example.json",
+        &[
+            "--request-count",
+            "4",
+            "--concurrency",
+            "2",
+            "--random-seed",
+            "9",
+        ],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    // Two lanes recycle the one trace until the fourth dispatch.
+    let records = run.records();
+    assert_eq!(records.len(), 4, "{records:#?}");
+    assert_eq!(logged(&log).len(), 4);
+    let manifest = run.json("run_manifest.json");
+    let component = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-scenarios/dist/graph-ir.wasm"),
+    )
+    .unwrap();
+    assert_eq!(manifest["scenario"]["name"], "graph-ir");
+    assert_eq!(
+        manifest["scenario"]["sha256"],
+        hex::encode(Sha256::digest(&component))
+    );
+    let workload = std::fs::read(fixture("graph-ir/worked-example.json")).unwrap();
+    assert_eq!(
+        manifest["dataset"]["cache_key"],
+        format!("graph-ir:sha256:{}", hex::encode(Sha256::digest(&workload)))
+    );
+    assert_eq!(
+        (manifest["seed"].as_u64(), manifest["seed_drawn"].as_bool()),
+        (Some(9), Some(false))
+    );
+    let resolved: HashMap<&str, &Value> = manifest["resolved_settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| (row["name"].as_str().unwrap(), &row["value"]))
+        .collect();
+    assert_eq!(resolved["request-count"], 4);
+    assert_eq!(resolved["concurrency"], 2);
+    assert_eq!(resolved["open-loop-replay"], true);
+    assert!(manifest["ended_unix_ns"].as_u64() > manifest["started_unix_ns"].as_u64());
+    crate::support::assert_artifacts_match_schemas(&run.artifacts());
+    let aiperf = run.json("profile_export_aiperf.json");
+    assert_eq!(
+        aiperf["metadata"]["scenario"]["component_sha256"],
+        manifest["scenario"]["sha256"]
+    );
+}
+
+/// A session scenario cannot decide a graph replay, the graph scenario cannot run session traces,
+/// and a session-trace run refuses the graph-only flags.
+#[test]
+fn graph_and_session_scenarios_refuse_each_others_runs() {
+    let workload = fixture("graph-ir/worked-example.json")
+        .display()
+        .to_string();
+    let run = |args: &[&str]| Run::in_process(tempfile::tempdir().unwrap(), args, &[]);
+    let session_scenario = run(&[
+        "run",
+        "--format",
+        "graph-ir",
+        "--input-file",
+        &workload,
+        "--scenario",
+        "agentx",
+    ]);
+    assert_eq!(session_scenario.code(), 2);
+    assert!(
+        session_scenario
+            .stderr()
+            .contains("does not decide a graph-ir replay")
+            && session_scenario.stderr().contains("--scenario graph-ir"),
+        "{}",
+        session_scenario.stderr()
+    );
+    let graph_scenario = run(&["run", "--scenario", "graph-ir", "--benchmark-duration", "1"]);
+    assert_eq!(graph_scenario.code(), 2);
+    assert!(
+        graph_scenario
+            .stderr()
+            .contains("decides graph-ir replays, not session traces"),
+        "{}",
+        graph_scenario.stderr()
+    );
+    let graph_flag = run(&["run", "--request-count", "3", "--replay-speedup", "2"]);
+    assert_eq!(graph_flag.code(), 2);
+    assert!(
+        graph_flag
+            .stderr()
+            .contains("--request-count, --replay-speedup: only a graph-ir replay"),
+        "{}",
+        graph_flag.stderr()
+    );
+    let list = run(&[
+        "run",
+        "--format",
+        "graph-ir",
+        "--input-file",
+        &workload,
+        "--concurrency",
+        "2,4",
+    ]);
+    assert_eq!(list.code(), 2);
+    assert!(
+        list.stderr()
+            .contains("--concurrency 2,4: a graph-ir run takes one number"),
+        "{}",
+        list.stderr()
+    );
+}

@@ -23,14 +23,20 @@ pub const BUILTIN_OPEN: &[u8] = include_bytes!("../../../guest-scenarios/dist/ag
 pub const BUILTIN_AGENT_WIRE: &[u8] =
     include_bytes!("../../../guest-scenarios/dist/agent-wire.wasm");
 
+/// The graph-ir component built into the host: the scenario of an aiperf Agent Graph IR replay
+/// (`run --format graph-ir FILE`: admission, stop conditions, the pacing flags it refuses), world
+/// 0.3.0.
+pub const BUILTIN_GRAPH_IR: &[u8] = include_bytes!("../../../guest-scenarios/dist/graph-ir.wasm");
+
 /// The components built into the host: file stem, the other names it answers to, bytes. The first
 /// is the default.
-const BUILTINS: [(&str, &[&str], &[u8]); 5] = [
+const BUILTINS: [(&str, &[&str], &[u8]); 6] = [
     ("agentx", &["inferencex-agentx"], BUILTIN_SCENARIO),
     ("agentx-v1", &["inferencex-agentx-v1"], BUILTIN_V1),
     ("agentx-mvp", &["inferencex-agentx-mvp"], BUILTIN_MVP),
     ("agentx-open", &["agentx-open"], BUILTIN_OPEN),
     ("agent-wire", &["agent-wire"], BUILTIN_AGENT_WIRE),
+    ("graph-ir", &["graph-ir"], BUILTIN_GRAPH_IR),
 ];
 
 /// Whether `name` names a built-in component (its file stem or scenario name).

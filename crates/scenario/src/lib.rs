@@ -34,7 +34,7 @@ mod world2;
 mod world3;
 
 pub use decisions::{AssistantText, Decisions, PromptTiling, TreeCoverage};
-pub use setting_lookup::{last_named, set_explicit};
+pub use setting_lookup::{decides_graph_replays, last_named, set_explicit};
 pub use setting_names::{ReplaySetting, REPLAY_SETTINGS};
 
 pub use error::ScenarioError;

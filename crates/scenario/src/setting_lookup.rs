@@ -5,6 +5,14 @@
 use crate::types::{Resolved, Setting, Value};
 use crate::ReplaySetting;
 
+/// Whether a component decides aiperf Agent Graph IR replays (`run --format graph-ir`): its
+/// `describe` lists the `open-loop-replay` knob, as `graph-ir` does and no session scenario does.
+pub fn decides_graph_replays(info: &crate::types::Info) -> bool {
+    info.knobs
+        .iter()
+        .any(|knob| knob.name == ReplaySetting::OpenLoopReplay.name())
+}
+
 /// The entry of `settings` that decides `name`: the last one that names it.
 pub fn last_named<'a>(settings: &'a [Setting], name: &str) -> Option<&'a Setting> {
     settings.iter().rev().find(|setting| setting.name == name)

@@ -73,6 +73,9 @@ replay_settings! {
     UserCentricRate = "user-centric-rate",
     Wire = "wire",
     ReasoningInHistory = "reasoning-in-history",
+    RequestCount = "request-count",
+    OpenLoopReplay = "open-loop-replay",
+    ReplaySpeedup = "replay-speedup",
 }
 
 impl std::fmt::Display for ReplaySetting {

@@ -266,7 +266,7 @@ fn relocate(path: &Path, cwd: Option<&Path>, run_dir: &Path) -> PathBuf {
 /// `agentx-host run`; `argv` is the command line after the program name (kept in the manifest).
 pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
     if args.custom_dataset_type.as_deref() == Some("graph-ir") {
-        return crate::run::graph::main(args);
+        return crate::run::graph::main(args, argv);
     }
     let cfg = run_config(args, argv)?;
     if let Some(count) = args.trials {

@@ -361,6 +361,31 @@ pub struct RunArgs {
     /// (`agent-wire`).
     #[arg(help_heading = "How long and how hard", long, value_name = "keep|drop")]
     pub(crate) reasoning_in_history: Option<String>,
+    /// A graph-ir run's stop condition: this many LLM node dispatches (not traces), freed lanes
+    /// recycling traces until then. Only under a scenario that lists the knob (`graph-ir`, the
+    /// default of `--format graph-ir`).
+    #[arg(help_heading = "How long and how hard", long, value_name = "N")]
+    pub(crate) request_count: Option<u64>,
+    /// A graph-ir corpus with recorded trace starts: start each trace at its recorded offset, its
+    /// nodes still obeying their dependencies [default: the scenario's; on under graph-ir].
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        overrides_with = "no_open_loop_replay"
+    )]
+    pub(crate) open_loop_replay: bool,
+    /// A graph-ir corpus with recorded trace starts: run its traces on closed-loop lanes instead
+    /// (--concurrency of them).
+    #[arg(
+        help_heading = "How long and how hard",
+        long,
+        overrides_with = "open_loop_replay"
+    )]
+    pub(crate) no_open_loop_replay: bool,
+    /// A graph-ir open-loop replay: divide the recorded trace-start offsets by this factor
+    /// [default: the scenario's; 1.0 under graph-ir].
+    #[arg(help_heading = "How long and how hard", long, value_name = "FACTOR")]
+    pub(crate) replay_speedup: Option<f64>,
 
     /// Directory of the run's outputs [default: a fresh artifacts/<scenario>-<UTC time>-<id>, with
     /// artifacts/latest pointing at it]. A directory that holds another run is refused unless

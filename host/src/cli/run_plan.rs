@@ -519,6 +519,7 @@ fn given(
     }
     arrival_settings(args, &mut put)?;
     wire_settings(args, &mut put)?;
+    refuse_graph_flags(args)?;
     if let Some((_, value)) = extra.iter().find(|(key, _)| key == "ignore_eos") {
         match value.as_bool() {
             Some(flag) => put(ReplaySetting::IgnoreEos, Value::Flag(flag), true),
@@ -647,6 +648,27 @@ fn arrival_settings(
         );
     }
     Ok(())
+}
+
+/// The flags only a graph-ir replay reads: a session-trace run refuses them rather than ignore them.
+fn refuse_graph_flags(args: &RunArgs) -> anyhow::Result<()> {
+    let given: Vec<&str> = [
+        ("--request-count", args.request_count.is_some()),
+        ("--open-loop-replay", args.open_loop_replay),
+        ("--no-open-loop-replay", args.no_open_loop_replay),
+        ("--replay-speedup", args.replay_speedup.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}: only a graph-ir replay (`agentx-host run --format graph-ir FILE`) reads it; a \
+         session-trace run stops at --benchmark-duration and its scenario paces it",
+        given.join(", ")
+    )
 }
 
 /// The agent's wire flags, checked where they are given (the scenario decides whether it allows

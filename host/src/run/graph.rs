@@ -1,18 +1,18 @@
 //! `run --format graph-ir FILE`: an aiperf Agent Graph IR workload replayed through
 //! `replay::graph` (docs/specs/agent-graph-ir.md#9-scheduling-and-concurrency). The workload is
 //! loaded and validated as `dataset validate --format graph-ir` does (a refused one stops here
-//! with the same findings),
-//! the built-in simulator serves without `--url`, and the run directory gets `records.jsonl` and
-//! the aiperf exports (`export::write_run_exports`).
+//! with the same findings), the built-in simulator serves without `--url`, and the run directory
+//! gets `manifest.json`, `records.jsonl` and the aiperf exports (`export::write_run_exports`).
 //!
-//! It is a path of its own beside the session-trace stages: no scenario component resolves its
-//! settings (aiperf's graph runtime has no such component), so the flags it reads are read here:
-//! `--concurrency` (trace instances in flight, default 1), `--benchmark-duration` (a stop
-//! condition: freed lanes recycle traces until it passes); without it the run is one pass over the
-//! traces. A timestamped corpus starts its traces at their recorded offsets (open loop, aiperf's
-//! default for timestamped replay), any other runs closed-loop lanes. `--request-rate`,
-//! `--user-centric-rate` and `--fixed-schedule` are refused, as aiperf refuses them: a graph's
-//! pacing is its recorded delays.
+//! A scenario component decides the replay, as for session traces: `graph-ir` (built in, the
+//! default here) or any component whose `describe` lists the `open-loop-replay` knob. The host
+//! hands it the flags (`--concurrency`, `--benchmark-duration`, `--request-count`,
+//! `--[no-]open-loop-replay`, `--replay-speedup`, and the pacing flags it refuses) and replays
+//! what it resolved; the manifest pins the component's sha256 and the workload's.
+//!
+//! What the host reads from the corpus itself: open-loop admission applies only to a corpus with
+//! recorded trace starts (any other runs closed-loop lanes, as in aiperf); an absent concurrency
+//! leaves open-loop admission ungated and runs one closed-loop lane, as the component states.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,30 +24,122 @@ use anyhow::{anyhow, bail, Context};
 use crate::cli::run_args::RunArgs;
 use crate::dataset::graph_ir;
 use crate::export::aiperf::{CoverageRule, RunInfo, WarmupNaming};
+use crate::export::manifest::{
+    DatasetId, Manifest, ScenarioId, SettingRow, WarningRow, MANIFEST_FILE,
+};
+use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
 use crate::record::fsio::Root;
 use crate::record::{read_records, Clock, RecordSink};
 use crate::replay::graph::{BodyShape, GraphConfig, GraphInputs, GraphOutcome};
 use crate::run::artifact_dir::{link_latest, OutputDir};
+use crate::scenario::types::{Info, Resolved, Setting, Value};
+use crate::scenario::{ReplaySetting, Scenario};
 
-/// The flags a graph replay refuses, each with whether it was given.
-fn refused_flags(args: &RunArgs) -> Vec<&'static str> {
-    [
-        ("--request-rate", args.request_rate.is_some()),
-        ("--user-centric-rate", args.user_centric_rate.is_some()),
-        ("--fixed-schedule", args.fixed_schedule),
-        ("--trials", args.trials.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(flag, given)| given.then_some(flag))
-    .collect()
+/// The scenario of `run --format graph-ir` when `--scenario` names none.
+pub(crate) const DEFAULT_GRAPH_SCENARIO: &str = "graph-ir";
+
+/// The graph scenario loaded and resolved.
+struct GraphScenario {
+    component: Scenario,
+    info: Info,
+    resolved: Resolved,
 }
 
-/// The workload's path: `--input-file`, `--dataset`, or the positional (a graph-ir run has no
-/// scenario component, so `run --format graph-ir FILE` names the workload there).
-fn workload_path(args: &RunArgs) -> anyhow::Result<PathBuf> {
-    if let Some(scenario) = &args.scenario_flag {
-        bail!("--scenario {scenario}: a graph-ir run has no scenario component; drop the flag");
+/// Loads `--scenario` (default `graph-ir`), checks that it decides graph replays, and resolves
+/// the flags with it (its refusals as one error naming each flag).
+fn graph_scenario(args: &RunArgs) -> anyhow::Result<GraphScenario> {
+    let name = args
+        .scenario_flag
+        .as_deref()
+        .unwrap_or(DEFAULT_GRAPH_SCENARIO);
+    let component = crate::run::load(Some(name), &args.home.dir())?;
+    let mut instance = component.instantiate()?;
+    let info = instance.describe()?;
+    if !crate::scenario::decides_graph_replays(&info) {
+        bail!(
+            "--scenario {name}: {} {} replays session traces and does not decide a graph-ir \
+             replay (its knobs have no {}); drop --scenario, or name a graph scenario such as \
+             --scenario {DEFAULT_GRAPH_SCENARIO}",
+            info.name,
+            info.version,
+            ReplaySetting::OpenLoopReplay.name()
+        );
     }
+    let given = given_settings(args)?;
+    let resolved =
+        super::prepare::resolve_settings(&mut instance, &component, &info, &given, None)?;
+    Ok(GraphScenario {
+        component,
+        info,
+        resolved,
+    })
+}
+
+/// The flags a graph scenario reads, as settings (given ones only, each explicit).
+fn given_settings(args: &RunArgs) -> anyhow::Result<Vec<Setting>> {
+    let mut given = Vec::new();
+    let mut put = |name: ReplaySetting, value: Value| {
+        given.push(Setting {
+            name: name.name().to_string(),
+            value,
+            explicit: true,
+        });
+    };
+    if let Some(text) = &args.concurrency {
+        let list: Result<Vec<i64>, _> = text.split(',').map(|x| x.trim().parse()).collect();
+        let list = list.map_err(|_| {
+            anyhow!("--concurrency {text:?} is not a number of trace instances; pass e.g. --concurrency 4")
+        })?;
+        put(ReplaySetting::Concurrency, Value::Integers(list));
+    }
+    let numbers = [
+        (ReplaySetting::BenchmarkDuration, args.benchmark_duration),
+        (ReplaySetting::ReplaySpeedup, args.replay_speedup),
+        (ReplaySetting::RequestRate, args.request_rate),
+        (ReplaySetting::UserCentricRate, args.user_centric_rate),
+        (ReplaySetting::SessionArrivalRate, args.session_arrival_rate),
+    ];
+    for (name, value) in numbers {
+        if let Some(value) = value {
+            put(name, Value::Number(value));
+        }
+    }
+    if let Some(count) = args.request_count {
+        let count = i64::try_from(count).map_err(|_| {
+            anyhow!(
+                "--request-count {count} is too large; pass at most {}",
+                i64::MAX
+            )
+        })?;
+        put(ReplaySetting::RequestCount, Value::Integer(count));
+    }
+    if args.open_loop_replay || args.no_open_loop_replay {
+        put(
+            ReplaySetting::OpenLoopReplay,
+            Value::Flag(args.open_loop_replay),
+        );
+    }
+    if args.fixed_schedule {
+        put(ReplaySetting::FixedSchedule, Value::Flag(true));
+    }
+    if args.unsafe_override {
+        put(ReplaySetting::UnsafeOverride, Value::Flag(true));
+    }
+    if let Some(seed) = args.random_seed {
+        let seed = i64::try_from(seed).map_err(|_| {
+            anyhow!(
+                "--random-seed {seed} is too large; pass a seed from 0 to {}",
+                i64::MAX
+            )
+        })?;
+        put(ReplaySetting::RandomSeed, Value::Integer(seed));
+    }
+    Ok(given)
+}
+
+/// The workload's path: `--input-file`, `--dataset`, or the positional (`run --format graph-ir
+/// FILE` names the workload there; `--scenario` names the component).
+fn workload_path(args: &RunArgs) -> anyhow::Result<PathBuf> {
     let given = [
         args.input_file.clone(),
         args.dataset.as_ref().map(PathBuf::from),
@@ -65,43 +157,60 @@ fn workload_path(args: &RunArgs) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// The graph replay's settings from the flags.
+/// The graph replay's settings as the scenario resolved them, applied to this corpus.
 fn config(
-    args: &RunArgs,
+    resolved: &Resolved,
     corpus: &graph_ir::GraphCorpus,
     run_id: &str,
+    use_server_token_count: bool,
 ) -> anyhow::Result<GraphConfig> {
-    let concurrency = match &args.concurrency {
-        None => 1,
-        Some(text) => text.trim().parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-            anyhow!("--concurrency {text}: a graph-ir run takes one number of trace instances in flight (at least 1)")
-        })?,
+    let value = |name: ReplaySetting| resolved.setting(name).filter(|v| **v != Value::Absent);
+    let number = |name: ReplaySetting| match value(name) {
+        Some(Value::Number(x)) => Some(*x),
+        Some(Value::Integer(n)) => Some(*n as f64),
+        _ => None,
     };
-    let duration = match args.benchmark_duration {
+    let concurrency = match value(ReplaySetting::Concurrency) {
         None => None,
-        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
-        Some(secs) => bail!("--benchmark-duration {secs}: give a positive number of seconds"),
+        Some(Value::Integer(n)) => Some(*n),
+        Some(Value::Integers(list)) if list.len() == 1 => Some(list[0]),
+        Some(other) => bail!(
+            "the scenario resolved concurrency to {other:?}, not one number of trace instances"
+        ),
     };
+    let concurrency = concurrency
+        .map(|n| u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| anyhow!("the scenario resolved concurrency to {n}, not a number of trace instances from 1")))
+        .transpose()?;
+    let duration = number(ReplaySetting::BenchmarkDuration)
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64);
+    let request_count = match value(ReplaySetting::RequestCount) {
+        Some(Value::Integer(n)) if *n >= 1 => Some(*n as u64),
+        _ => None,
+    };
+    let open_loop_replay = !matches!(
+        value(ReplaySetting::OpenLoopReplay),
+        Some(Value::Flag(false))
+    );
+    let replay_speedup = number(ReplaySetting::ReplaySpeedup)
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .unwrap_or(1.0);
     Ok(GraphConfig {
         concurrency,
-        request_count: None,
+        request_count,
         duration,
-        open_loop: corpus.timestamped(),
+        open_loop: open_loop_replay && corpus.timestamped(),
+        replay_speedup,
         run_id: run_id.to_owned(),
-        use_server_token_count: args.use_server_token_count,
+        use_server_token_count,
     })
 }
 
-/// Runs a graph-ir workload and prints its counts; exit 0, or 1 when a request failed.
-pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let refused = refused_flags(args);
-    if !refused.is_empty() {
-        bail!(
-            "{} cannot pace a graph-ir replay: its pacing is the graph's recorded delays \
-             (aiperf refuses them too); use --concurrency (trace instances in flight) and \
-             --benchmark-duration",
-            refused.join(", ")
-        );
+/// Runs a graph-ir workload and prints its counts; exit 0, or 1 when a request failed. `argv` is
+/// the command line after the program name (kept in the manifest).
+pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    if args.trials.is_some() {
+        bail!("--trials repeats a session-trace run; a graph-ir replay is one run: repeat the command");
     }
     if args.dry_run {
         bail!(
@@ -109,6 +218,7 @@ pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
              `agentx-host dataset stats --format graph-ir FILE` summarises it"
         );
     }
+    let scenario = graph_scenario(args)?;
     let path = workload_path(args)?;
     // In process, a relative path is the command's working directory's.
     let path = match crate::cli::in_process::current_dir() {
@@ -119,9 +229,60 @@ pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
     for warning in corpus.warnings() {
         tracing::warn!("{warning}");
     }
+    let workload = WorkloadId::of(&path, &corpus)?;
     let run_id = format!("{:016x}", crate::run::draw_seed());
-    let cfg = config(args, &corpus, &run_id)?;
-    let (client_cfg, url) = crate::cli::run_plan::client_config(args)?;
+    let cfg = config(
+        &scenario.resolved,
+        &corpus,
+        &run_id,
+        args.use_server_token_count,
+    )?;
+    let (dir, latest_parent) = run_dir(args, &run_id)?;
+    let root = Root::create(&dir)?;
+    let mut manifest = manifest(args, argv, &scenario, &workload, &cfg);
+    write_manifest(&root, &manifest)?;
+    let served = serve(args, &root, cfg.clone(), corpus)?;
+    manifest.ended_unix_ns = Some(served.clock.unix_ns(served.window_ns.1));
+    manifest.model = Some(served.model.clone());
+    manifest.stop = Some(stop_reason(&cfg, &served).to_owned());
+    manifest.profiling_ns = Some([served.window_ns.0, served.window_ns.1]);
+    manifest.profiling_started_ns = Some(served.window_ns.0);
+    write_manifest(&root, &manifest)?;
+    let records = read_records(&served.records_path).map_err(|e| anyhow!(e))?;
+    let info = run_info(&run_id, &cfg, &scenario, &served);
+    let (files, failed) = crate::export::write_run_exports(&root, &records, &info, None, None);
+    write_summary(&root, &manifest, &cfg, &served, &records)?;
+    if let (Some(parent), Some(name)) = (latest_parent, dir.file_name()) {
+        link_latest(&parent, Path::new(name));
+    }
+    print(&served.outcome, &dir, files.len());
+    if failed {
+        return Ok(ExitCode::from(2));
+    }
+    Ok(if served.outcome.failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// What a finished replay leaves: its counts, the records file, the clock and the window.
+struct Served {
+    outcome: GraphOutcome,
+    records_path: PathBuf,
+    model: String,
+    clock: Clock,
+    window_ns: (u64, u64),
+}
+
+/// Replays the corpus against `--url` or the built-in simulator, its records into `root`.
+fn serve(
+    args: &RunArgs,
+    root: &Root,
+    cfg: GraphConfig,
+    corpus: Arc<graph_ir::GraphCorpus>,
+) -> anyhow::Result<Served> {
+    let (mut client_cfg, url) = crate::cli::run_plan::client_config(args)?;
     let runtime = crate::run::runtime()?;
     let sim = match url {
         Some(_) => None,
@@ -136,7 +297,6 @@ pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
             )
         }
     };
-    let mut client_cfg = client_cfg;
     if let Some(sim) = &sim {
         client_cfg.url = sim.url();
     }
@@ -149,16 +309,14 @@ pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
         let _entered = runtime.enter();
         crate::client::Client::new(&client_cfg)?
     };
-    let (dir, latest_parent) = run_dir(args, &run_id)?;
-    let root = Root::create(&dir)?;
-    let sink = RecordSink::create(&root)?;
+    let sink = RecordSink::create(root)?;
     let clock = Clock::start();
     let (_interrupts, interrupt) = tokio::sync::watch::channel(0u32);
     let inputs = GraphInputs {
         corpus,
         client: Box::new(client),
         body: BodyShape {
-            model,
+            model: model.clone(),
             extra: args_extra(args)?,
             max_completion_tokens: !args.use_legacy_max_tokens,
             api: client_cfg.api,
@@ -169,26 +327,45 @@ pub(crate) fn main(args: &RunArgs) -> anyhow::Result<ExitCode> {
         interrupt,
     };
     let start_ns = clock.now_ns();
-    let outcome = runtime.block_on(crate::replay::graph::run(cfg.clone(), inputs));
+    let outcome = runtime.block_on(crate::replay::graph::run(cfg, inputs));
     let end_ns = clock.now_ns();
     drop(sim);
     let records_path = sink.path().to_owned();
     sink.close()?;
-    let records = read_records(&records_path).map_err(|e| anyhow!(e))?;
-    let info = run_info(&run_id, &cfg, clock, (start_ns, end_ns));
-    let (files, failed) = crate::export::write_run_exports(&root, &records, &info, None, None);
-    if let (Some(parent), Some(name)) = (latest_parent, dir.file_name()) {
-        link_latest(&parent, Path::new(name));
-    }
-    print(&outcome, &dir, files.len());
-    if failed {
-        return Ok(ExitCode::from(2));
-    }
-    Ok(if outcome.failed > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+    Ok(Served {
+        outcome,
+        records_path,
+        model,
+        clock,
+        window_ns: (start_ns, end_ns),
     })
+}
+
+/// The workload as the manifest pins it: its path, its bytes' sha256, its traces.
+struct WorkloadId {
+    path: PathBuf,
+    sha256: String,
+    traces: usize,
+}
+
+impl WorkloadId {
+    fn of(path: &Path, corpus: &graph_ir::GraphCorpus) -> anyhow::Result<WorkloadId> {
+        use sha2::{Digest, Sha256};
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read the workload {}", path.display()))?;
+        Ok(WorkloadId {
+            path: path.to_owned(),
+            sha256: hex::encode(Sha256::digest(&bytes)),
+            traces: corpus.traces().len(),
+        })
+    }
+}
+
+/// Writes `run_manifest.json` as it stands.
+fn write_manifest(root: &Root, manifest: &Manifest) -> anyhow::Result<()> {
+    root.write_atomic(MANIFEST_FILE, manifest.to_json_pretty().as_bytes())
+        .with_context(|| format!("cannot write {MANIFEST_FILE}"))?;
+    Ok(())
 }
 
 /// `--extra-inputs` as the session-trace runs read them.
@@ -206,26 +383,178 @@ fn run_dir(args: &RunArgs, run_id: &str) -> anyhow::Result<(PathBuf, Option<Path
     Ok((dir, out.latest_parent().map(Path::to_owned)))
 }
 
+/// The manifest of a graph replay about to start: what pins it (the component's and the
+/// workload's sha256, the resolved settings, the command line). Its session-trace fields stay
+/// empty: a graph replay has no lanes plan.
+fn manifest(
+    args: &RunArgs,
+    argv: Vec<String>,
+    scenario: &GraphScenario,
+    workload: &WorkloadId,
+    cfg: &GraphConfig,
+) -> Manifest {
+    let resolved = &scenario.resolved;
+    let started_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64);
+    Manifest {
+        argv,
+        cwd: crate::cli::in_process::current_dir().or_else(|| std::env::current_dir().ok()),
+        replay_of: None,
+        run_id: cfg.run_id.clone(),
+        seed: resolved.seed,
+        seed_drawn: resolved.seed_drawn,
+        scenario: ScenarioId {
+            name: scenario.info.name.clone(),
+            version: scenario.info.version.clone(),
+            sha256: scenario.component.hash().to_string(),
+            source: scenario.component.path().to_owned(),
+        },
+        dataset: DatasetId {
+            source: workload.path.clone(),
+            alias: None,
+            cache_key: Some(format!("graph-ir:sha256:{}", workload.sha256)),
+            traces: workload.traces,
+            num_dataset_entries: None,
+            trace_block_size: None,
+            harness_notes: Vec::new(),
+        },
+        resolved_settings: resolved
+            .settings
+            .iter()
+            .map(|s| SettingRow {
+                name: s.name.clone(),
+                value: super::config::value_json(&s.value),
+                explicit: s.explicit,
+            })
+            .collect(),
+        replay_settings: None,
+        warnings: resolved
+            .warnings
+            .iter()
+            .map(|w| WarningRow {
+                setting: w.setting.clone(),
+                message: w.message.clone(),
+            })
+            .collect(),
+        not_acted_on: Vec::new(),
+        resolve_invalid_reasons: resolved.invalid_reasons.clone(),
+        slice_duration: None,
+        goodput: None,
+        session_goodput_share: None,
+        gpus: None,
+        confidence: None,
+        session_slo: None,
+        http: None,
+        cache_preflight: None,
+        server_slots: None,
+        concurrency: cfg.concurrency.unwrap_or(0),
+        benchmark_duration_s: cfg.duration.map_or(0.0, |d| d.as_secs_f64()),
+        assistant_mode: "live".to_string(),
+        url: args
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("builtin-simulator:{}", args.sim_preset)),
+        lanes: Vec::new(),
+        host_version: env!("CARGO_PKG_VERSION").to_string(),
+        wasmtime_version: crate::scenario::WASMTIME_VERSION.to_string(),
+        started_unix_ns,
+        ended_unix_ns: None,
+        shard: None,
+        trees: None,
+        profiling_started_ns: None,
+        profiling_ns: None,
+        stop: None,
+        finalized: None,
+        model: None,
+        server: None,
+        shard_exports: None,
+        shards: None,
+        clock_skew_ns: None,
+        merged_unix_ns: None,
+        otlp: None,
+        extra: serde_json::Map::default(),
+    }
+}
+
+/// Why the replay stopped, in `run_summary.json`'s words: its request count spent, its duration
+/// passed, or every trace instance ended (`completed`).
+fn stop_reason(cfg: &GraphConfig, served: &Served) -> &'static str {
+    let elapsed_ns = served.window_ns.1.saturating_sub(served.window_ns.0);
+    if cfg
+        .request_count
+        .is_some_and(|count| served.outcome.dispatches >= count)
+    {
+        "request-count"
+    } else if cfg
+        .duration
+        .is_some_and(|duration| elapsed_ns >= duration.as_nanos() as u64)
+    {
+        "duration"
+    } else {
+        "completed"
+    }
+}
+
+/// Writes `run_summary.json`: the manifest's identity of the run, how it stopped, the records'
+/// figures.
+fn write_summary(
+    root: &Root,
+    manifest: &Manifest,
+    cfg: &GraphConfig,
+    served: &Served,
+    records: &[crate::record::RequestRecord],
+) -> anyhow::Result<()> {
+    let doc = RunSummary {
+        run_id: Some(manifest.run_id.clone()),
+        stop: Some(stop_reason(cfg, served).to_owned()),
+        message: None,
+        scenario: Some(manifest.scenario.clone().into()),
+        dataset: Some(manifest.dataset.clone()),
+        seed: Some(manifest.seed),
+        seed_drawn: manifest.seed_drawn,
+        concurrency: cfg.concurrency.map(u64::from),
+        benchmark_duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+        assistant_mode: Some(manifest.assistant_mode.clone()),
+        url: Some(manifest.url.clone()),
+        model: manifest.model.clone(),
+        started_unix_ns: Some(served.clock.anchor_unix_ns()),
+        submission_valid: Some(manifest.resolve_invalid_reasons.is_empty()),
+        submission_invalid_reasons: manifest.resolve_invalid_reasons.clone(),
+        records: Some(records.len() as u64),
+        summary: crate::metrics::Summary::of(records),
+        host_version: Some(manifest.host_version.clone()),
+        wasmtime_version: Some(manifest.wasmtime_version.clone()),
+        ..RunSummary::default()
+    };
+    root.write_atomic(RUN_SUMMARY, doc.to_json_pretty().as_bytes())
+        .with_context(|| format!("cannot write {RUN_SUMMARY}"))?;
+    Ok(())
+}
+
 /// What the aiperf exports need beyond the records.
-fn run_info(run_id: &str, cfg: &GraphConfig, clock: Clock, window: (u64, u64)) -> RunInfo {
+fn run_info(run_id: &str, cfg: &GraphConfig, scenario: &GraphScenario, served: &Served) -> RunInfo {
+    let resolved = &scenario.resolved;
     RunInfo {
         benchmark_id: run_id.to_owned(),
-        anchor_unix_ns: clock.anchor_unix_ns(),
-        profiling_start_ns: window.0,
-        profiling_end_ns: window.1,
-        scenario_name: "graph-ir".into(),
-        scenario_version: "2.0".into(),
-        scenario_sha256: String::new(),
-        submission_valid: true,
-        submission_invalid_reasons: Vec::new(),
+        anchor_unix_ns: served.clock.anchor_unix_ns(),
+        profiling_start_ns: served.window_ns.0,
+        profiling_end_ns: served.window_ns.1,
+        scenario_name: scenario.info.name.clone(),
+        scenario_version: scenario.info.version.clone(),
+        scenario_sha256: scenario.component.hash().to_string(),
+        submission_valid: resolved.invalid_reasons.is_empty(),
+        submission_invalid_reasons: resolved.invalid_reasons.clone(),
         was_cancelled: false,
         input_config: serde_json::json!({
             "format": "graph-ir",
             "concurrency": cfg.concurrency,
             "benchmark_duration": cfg.duration.map(|d| d.as_secs_f64()),
+            "request_count": cfg.request_count,
             "open_loop": cfg.open_loop,
+            "replay_speedup": cfg.replay_speedup,
         }),
-        seed: None,
+        seed: Some(resolved.seed),
         profiling_duration_ns: cfg.duration.map(|d| d.as_nanos() as u64),
         coverage_rule: CoverageRule::default(),
         prefix_stamps: std::collections::HashMap::default(),

@@ -83,6 +83,16 @@ pub(super) fn prepare(cfg: &RunConfig) -> anyhow::Result<(Prepared, ScenarioInst
     }
     let mut inst = component.instantiate()?;
     let info = inst.describe()?;
+    if scenario::decides_graph_replays(&info) {
+        bail!(
+            "the scenario {} {} decides graph-ir replays, not session traces: run it as \
+             `agentx-host run --format graph-ir FILE --scenario {}`, or name a session scenario \
+             (e.g. --scenario agentx)",
+            info.name,
+            info.version,
+            info.name
+        );
+    }
     let trees = component.world().trees();
     let mut resolved = resolve(&mut inst, &component, &info, run_plan)?;
     let decisions = match trees {
@@ -347,7 +357,35 @@ fn resolve(
     info: &Info,
     run_plan: &RunPlan,
 ) -> anyhow::Result<Resolved> {
-    let resolved = match inst.resolve(&run_plan.settings, entropy())? {
+    let sweep_hint = run_plan
+        .concurrency_list
+        .as_ref()
+        .map(|c| format!("(for one run per concurrency, `agentx-host sweep --concurrency {c}`)"));
+    let resolved = resolve_settings(
+        inst,
+        scenario,
+        info,
+        &run_plan.settings,
+        sweep_hint.as_deref(),
+    )?;
+    if let Some(c) = &run_plan.concurrency_list {
+        bail!(
+            "--concurrency {c}: a run has one concurrency; for one run per point use `agentx-host sweep --concurrency {c}`"
+        );
+    }
+    Ok(resolved)
+}
+
+/// The scenario's `resolve` of the settings as given: its refusals as one error (each naming its
+/// flag, then `hint` when given), its warnings logged.
+pub(super) fn resolve_settings(
+    inst: &mut ScenarioInstance,
+    scenario: &Scenario,
+    info: &Info,
+    given: &[crate::scenario::types::Setting],
+    hint: Option<&str>,
+) -> anyhow::Result<Resolved> {
+    let resolved = match inst.resolve(given, entropy())? {
         Ok(r) => r,
         Err(violations) => {
             let mut msg = format!(
@@ -359,19 +397,12 @@ fn resolve(
             for v in &violations {
                 msg.push_str(&format!("\n  {}: {}", flag_of(&v.setting), v.message));
             }
-            if let Some(c) = &run_plan.concurrency_list {
-                msg.push_str(&format!(
-                    "\n(for one run per concurrency, `agentx-host sweep --concurrency {c}`)"
-                ));
+            if let Some(hint) = hint {
+                msg.push_str(&format!("\n{hint}"));
             }
             bail!(msg);
         }
     };
-    if let Some(c) = &run_plan.concurrency_list {
-        bail!(
-            "--concurrency {c}: a run has one concurrency; for one run per point use `agentx-host sweep --concurrency {c}`"
-        );
-    }
     log_resolve_warnings(&resolved);
     Ok(resolved)
 }

@@ -8,9 +8,10 @@
 //!   With one (`request_count`, counting LLM node dispatches, or `duration`) a freed lane starts the
 //!   next trace, wrapping to the first: traces recycle until the stop.
 //! - **Open loop** ([`GraphConfig::open_loop`]): each trace starts at its graph's recorded offset
-//!   (the earliest `recorded_start_unix_ms` of its graph less the corpus's earliest), and
-//!   `concurrency` caps the instances in flight (a due trace waits for a free one). A native
-//!   workload has one graph, so its traces are all due at once.
+//!   (the earliest `recorded_start_unix_ms` of its graph less the corpus's earliest, divided by
+//!   [`GraphConfig::replay_speedup`]), and `concurrency`, when set, caps the instances in flight
+//!   (a due trace waits for a free one). A native workload has one graph, so its traces are all
+//!   due at once.
 //! - **Stop**: once the request count is spent or the duration passed, no node dispatches; the
 //!   requests in flight finish and are recorded, and every instance ends.
 //!
@@ -40,8 +41,10 @@ use crate::Transport;
 /// How a graph replay runs.
 #[derive(Debug, Clone)]
 pub struct GraphConfig {
-    /// Trace instances in flight at once (at least 1).
-    pub concurrency: u32,
+    /// Trace instances in flight at once (at least 1). `None`: one closed-loop lane, and no cap on
+    /// open-loop arrivals (aiperf gates its timestamp replay only under an explicit
+    /// `--concurrency`).
+    pub concurrency: Option<u32>,
     /// Stop after this many LLM node dispatches (traces recycle until then).
     pub request_count: Option<u64>,
     /// Stop dispatching after this long (traces recycle until then).
@@ -49,6 +52,8 @@ pub struct GraphConfig {
     /// Start each trace at its recorded offset (capped by `concurrency`) instead of lanes that
     /// start the next trace when one ends.
     pub open_loop: bool,
+    /// Divides the recorded offsets of an open-loop start (1.0: as recorded).
+    pub replay_speedup: f64,
     /// The run's id: its first 8 characters start every instance and request id.
     pub run_id: String,
     /// Token counts from the server's `usage` when it sends both counts.
@@ -251,7 +256,7 @@ async fn lanes(ctx: &Arc<Ctx>, cfg: &GraphConfig) -> GraphOutcome {
     let next = Arc::new(AtomicU64::new(0));
     let recycles = cfg.recycles();
     let mut set = tokio::task::JoinSet::new();
-    for _ in 0..cfg.concurrency.max(1) {
+    for _ in 0..cfg.concurrency.unwrap_or(1).max(1) {
         let (ctx, next) = (ctx.clone(), next.clone());
         set.spawn(async move {
             let mut outcome = GraphOutcome::default();
@@ -268,10 +273,17 @@ async fn lanes(ctx: &Arc<Ctx>, cfg: &GraphConfig) -> GraphOutcome {
     sum(set).await
 }
 
-/// The open loop: every trace at its graph's recorded offset, at most `concurrency` in flight.
+/// The open loop: every trace at its graph's recorded offset, at most `concurrency` in flight
+/// when it is set.
 async fn open_loop(ctx: &Arc<Ctx>, cfg: &GraphConfig) -> GraphOutcome {
-    let offsets = graph_offsets(&ctx.corpus);
-    let slots = Arc::new(Semaphore::new(cfg.concurrency.max(1) as usize));
+    let offsets: Vec<Duration> = graph_offsets(&ctx.corpus)
+        .into_iter()
+        .map(|offset| offset.div_f64(cfg.replay_speedup))
+        .collect();
+    let cap = cfg
+        .concurrency
+        .map_or(Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
+    let slots = Arc::new(Semaphore::new(cap));
     let start = tokio::time::Instant::now();
     let mut order: Vec<usize> = (0..ctx.corpus.traces().len()).collect();
     order.sort_by_key(|&i| offsets[ctx.corpus.traces()[i].graph]);

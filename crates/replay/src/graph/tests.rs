@@ -126,10 +126,11 @@ async fn replay(
 
 fn one_pass() -> GraphConfig {
     GraphConfig {
-        concurrency: 1,
+        concurrency: Some(1),
         request_count: None,
         duration: None,
         open_loop: false,
+        replay_speedup: 1.0,
         run_id: "graphrun".into(),
         use_server_token_count: false,
     }
@@ -298,7 +299,7 @@ async fn add_messages_appends_and_overwrite_replaces_in_the_prompts() {
 #[tokio::test(start_paused = true)]
 async fn lanes_recycle_traces_until_the_request_count() {
     let cfg = GraphConfig {
-        concurrency: 2,
+        concurrency: Some(2),
         request_count: Some(7),
         ..one_pass()
     };
@@ -318,7 +319,7 @@ async fn one_pass_sends_every_node_of_every_trace_once() {
     workload["traces"] = json!([{"id": "t1", "initial_state": {"task": "a"}},
                                 {"id": "t2", "initial_state": {"task": "b"}}]);
     let cfg = GraphConfig {
-        concurrency: 4,
+        concurrency: Some(4),
         ..one_pass()
     };
     let (outcome, records) = replay(&workload, cfg, |_, _| Reply::ok()).await;
@@ -364,7 +365,7 @@ async fn an_open_loop_starts_every_trace_at_once_capped_by_the_concurrency() {
                                 {"id": "t2", "initial_state": {"task": "b"}},
                                 {"id": "t3", "initial_state": {"task": "c"}}]);
     let cfg = GraphConfig {
-        concurrency: 2,
+        concurrency: Some(2),
         open_loop: true,
         ..one_pass()
     };
@@ -378,4 +379,29 @@ async fn an_open_loop_starts_every_trace_at_once_capped_by_the_concurrency() {
     // Two at once, the third when a slot frees.
     assert_eq!(plans.iter().filter(|&&ms| ms == 0).count(), 2, "{plans:?}");
     assert!(plans.contains(&1280), "{plans:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_loop_without_a_concurrency_admits_every_due_trace() {
+    let mut workload = worked_example();
+    workload["traces"] = json!([{"id": "t1", "initial_state": {"task": "a"}},
+                                {"id": "t2", "initial_state": {"task": "b"}},
+                                {"id": "t3", "initial_state": {"task": "c"}}]);
+    let cfg = GraphConfig {
+        concurrency: None,
+        open_loop: true,
+        ..one_pass()
+    };
+    let (outcome, records) = replay(&workload, cfg, |_, _| Reply::ok()).await;
+    assert_eq!((outcome.instances, outcome.dispatches), (3, 9));
+    let plans: Vec<u64> = records
+        .iter()
+        .filter(|r| node(r) == "plan")
+        .map(|r| r.send_ns / 1_000_000)
+        .collect();
+    assert_eq!(
+        plans,
+        [0, 0, 0],
+        "aiperf gates open-loop admission only under --concurrency"
+    );
 }
