@@ -340,3 +340,63 @@ fn graph_and_session_scenarios_refuse_each_others_runs() {
         list.stderr()
     );
 }
+
+/// Ctrl-C stops a graph replay as it stops a session replay: nothing new dispatches, the records
+/// already measured are kept, the exports and the summary are written, the stop is `interrupted`,
+/// the verdict says `run_cancelled`, and the exit code is 1.
+#[cfg(unix)]
+#[test]
+fn an_interrupt_keeps_the_records_and_writes_the_summary() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = recording_sim(&dir.path().join("requests.jsonl"));
+    let file = fixture("graph-ir/worked-example.json")
+        .display()
+        .to_string();
+    let child = crate::support::agentx_command(dir.path(), &[])
+        .args([
+            "run",
+            "--format",
+            "graph-ir",
+            "--input-file",
+            &file,
+            "--url",
+            &sim.url(),
+            "--model",
+            "agentx-sim",
+            "--concurrency",
+            "2",
+            "--benchmark-duration",
+            "600",
+            "--output-artifact-dir",
+            "out",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_dir = dir.path().join("out");
+    crate::support::wait_for_records(&out_dir.join("records.jsonl"), 4, Duration::from_secs(60));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupt"), "{err}");
+    let records = agentx::record::read_records(&out_dir.join("records.jsonl")).unwrap();
+    assert!(records.len() >= 4, "{}", records.len());
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("run_summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["stop"], "interrupted");
+    assert_eq!(summary["records"], records.len());
+    assert!(summary["submission_invalid_reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|reason| reason == "run_cancelled"));
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("run_manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["stop"], "interrupted");
+    assert!(out_dir.join("profile_export_aiperf.json").exists());
+}

@@ -292,7 +292,7 @@ impl ReplyCounts {
 
 /// The record's error for `failure`, whose class is `kind` (the failure's own, or what the scenario
 /// classified it as), with the server's error type after a `:` when its body named one.
-pub(crate) fn record_error(failure: &Failure, kind: String) -> RecordError {
+fn record_error(failure: &Failure, kind: String) -> RecordError {
     RecordError {
         code: failure.status,
         kind: match &failure.server_type {
@@ -301,6 +301,44 @@ pub(crate) fn record_error(failure: &Failure, kind: String) -> RecordError {
         },
         message: failure.message.clone(),
     }
+}
+
+/// The record's error of a failed exchange and whether it was a context overflow: the scenario's
+/// `classify-error` of the status and body (`phrases` overriding its list when given), or the
+/// failure's own class when it says no or cannot answer. A cancellation is never classified.
+pub(crate) fn classified_error(
+    scenario: &std::sync::Mutex<agentx_scenario::ScenarioInstance>,
+    phrases: Option<&[String]>,
+    exchange: &Exchange,
+) -> (Option<RecordError>, bool) {
+    let Some(failure) = exchange.failure.as_ref() else {
+        return (None, false);
+    };
+    let mut kind = failure.kind.as_str().to_string();
+    let mut context_overflow = false;
+    if failure.kind != FailureKind::Cancelled {
+        let body = exchange
+            .error_body
+            .clone()
+            .unwrap_or_else(|| failure.message.clone());
+        let response = ErrorResponse {
+            status: failure.status,
+            body_excerpt: body,
+        };
+        let answer = scenario
+            .lock()
+            .expect("scenario lock")
+            .classify_error(&response, phrases);
+        match answer {
+            Ok(class) if class.class == ErrorClass::ContextOverflow => {
+                context_overflow = true;
+                kind = "context_overflow".into();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!("{e}; the error counts as an ordinary failure"),
+        }
+    }
+    (Some(record_error(failure, kind)), context_overflow)
 }
 
 pub(super) fn to_record(
@@ -317,35 +355,8 @@ pub(super) fn to_record(
         sh.cfg.use_server_token_count,
         req.client_isl,
     );
-    let mut context_overflow = false;
-    let error = exchange.failure.as_ref().map(|f| {
-        let mut kind = f.kind.as_str().to_string();
-        if f.kind != FailureKind::Cancelled {
-            let body = exchange
-                .error_body
-                .clone()
-                .unwrap_or_else(|| f.message.clone());
-            let resp = ErrorResponse {
-                status: f.status,
-                body_excerpt: body,
-            };
-            let phrases = sh.cfg.overflow_phrases.as_deref();
-            match sh
-                .scenario
-                .lock()
-                .expect("scenario lock")
-                .classify_error(&resp, phrases)
-            {
-                Ok(c) if c.class == ErrorClass::ContextOverflow => {
-                    context_overflow = true;
-                    kind = "context_overflow".into();
-                }
-                Ok(_) => {}
-                Err(e) => tracing::error!("{e}; the error counts as an ordinary failure"),
-            }
-        }
-        record_error(f, kind)
-    });
+    let (error, context_overflow) =
+        classified_error(&sh.scenario, sh.cfg.overflow_phrases.as_deref(), exchange);
     let cancelled = exchange
         .failure
         .as_ref()

@@ -15,9 +15,11 @@
 //!   a graph's pacing is its recorded delays (aiperf refuses them too). They are errors, not locks:
 //!   `unsafe-override` cannot turn them on, because the graph runtime has no use for them.
 //!
-//! What a graph replay shares with the session replays (the context-overflow phrases, the
-//! submission rules of `validity`) is `agentx`'s (`policy_harness::agentx`). The tree entry points
-//! are `agentx`'s too; a graph replay never calls them.
+//! What a graph replay shares with the session replays is `agentx`'s: the context-overflow phrases
+//! and rate limit (`context-overflow-substrings`, `context-overflow-rate-limit`, resolved here with
+//! `agentx`'s defaults), `classify-error` and the submission rules of `validity`
+//! (`policy_harness::agentx`). The tree entry points are `agentx`'s too; a graph replay never calls
+//! them.
 
 use policy::settings::Resolver;
 use policy::types::{
@@ -38,6 +40,8 @@ const OPEN_LOOP: &str = "open-loop-replay";
 const SPEEDUP: &str = "replay-speedup";
 const UNSAFE: &str = "unsafe-override";
 const SEED: &str = "random-seed";
+const OVERFLOW_PHRASES: &str = "context-overflow-substrings";
+const OVERFLOW_LIMIT: &str = "context-overflow-rate-limit";
 /// The settings a graph replay refuses, each with the reason in aiperf's words.
 const REFUSED: [&str; 4] = [
     "request-rate",
@@ -47,7 +51,9 @@ const REFUSED: [&str; 4] = [
 ];
 const REFUSAL: &str = "cannot pace a graph-ir replay: its pacing is the graph's recorded delays (aiperf refuses it too); use --concurrency (trace instances in flight), --benchmark-duration or --request-count";
 /// The settings this scenario reads; any other given setting is left as given.
-const KNOBS: [&str; 7] = [
+const KNOBS: [&str; 9] = [
+    OVERFLOW_PHRASES,
+    OVERFLOW_LIMIT,
     CONCURRENCY,
     DURATION,
     REQUEST_COUNT,
@@ -124,6 +130,8 @@ pub fn resolve(given: Vec<Setting>, entropy: u64) -> Result<Resolved, Vec<Violat
     concurrency(&mut r);
     stop_conditions(&mut r);
     admission(&mut r);
+    r.overflow_phrases(Some(&policy::mvp::OVERFLOW_PHRASES));
+    r.overflow_rate_limit(policy::validity::DEFAULT_OVERFLOW_RATE_LIMIT);
     let unsafe_override = r.flag(UNSAFE).unwrap_or(false);
     r.set(UNSAFE, Value::Flag(unsafe_override));
     let (seed, drawn) = r.seed(entropy);
@@ -147,6 +155,8 @@ fn describe() -> Info {
         knob(SPEEDUP, "divides the recorded trace-start offsets of an open-loop replay", Some("1.0")),
         knob(UNSAFE, "turn lock violations into warnings; the run is then not a valid submission", Some("false")),
         knob(SEED, "the run's seed (recorded; a graph replay draws nothing from it)", None),
+        knob(OVERFLOW_PHRASES, "the phrases of a failed response's body that make it a context overflow (agentx's list by default; empty disables detection)", None),
+        knob(OVERFLOW_LIMIT, "the largest share of responses that may be context overflows in a valid submission", Some("0.01")),
     ];
     debug_assert_eq!(knobs.len(), KNOBS.len());
     let locks = REFUSED
@@ -231,6 +241,13 @@ mod tests {
         assert_eq!(value_of(&resolved, SPEEDUP), Some(&Value::Number(1.0)));
         assert_eq!(value_of(&resolved, CONCURRENCY), None);
         assert!(resolved.seed_drawn);
+        assert_eq!(
+            value_of(&resolved, OVERFLOW_LIMIT),
+            Some(&Value::Number(0.01))
+        );
+        assert!(
+            matches!(value_of(&resolved, OVERFLOW_PHRASES), Some(Value::Texts(list)) if !list.is_empty())
+        );
         assert!(resolved.invalid_reasons.is_empty());
     }
 

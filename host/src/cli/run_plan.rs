@@ -568,7 +568,7 @@ fn number_flags(args: &RunArgs, put: &mut impl FnMut(ReplaySetting, Value, bool)
 
 /// The context-overflow rule's variables (`AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS`, `..._RATE_LIMIT`),
 /// handed to the scenario; returns the phrases when the variable set them.
-fn overflow_env(
+pub(crate) fn overflow_env(
     put: &mut impl FnMut(ReplaySetting, Value, bool),
 ) -> anyhow::Result<Option<Vec<String>>> {
     let mut phrases = None;

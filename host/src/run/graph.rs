@@ -33,7 +33,7 @@ use crate::record::{read_records, Clock, RecordSink};
 use crate::replay::graph::{BodyShape, GraphConfig, GraphInputs, GraphOutcome};
 use crate::run::artifact_dir::{link_latest, OutputDir};
 use crate::scenario::types::{Info, Resolved, Setting, Value};
-use crate::scenario::{ReplaySetting, Scenario};
+use crate::scenario::{ReplaySetting, Scenario, ScenarioInstance};
 
 /// The scenario of `run --format graph-ir` when `--scenario` names none.
 pub(crate) const DEFAULT_GRAPH_SCENARIO: &str = "graph-ir";
@@ -43,11 +43,14 @@ struct GraphScenario {
     component: Scenario,
     info: Info,
     resolved: Resolved,
+    /// `AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS`, overriding the component's phrases when set.
+    overflow_phrases: Option<Vec<String>>,
 }
 
 /// Loads `--scenario` (default `graph-ir`), checks that it decides graph replays, and resolves
-/// the flags with it (its refusals as one error naming each flag).
-fn graph_scenario(args: &RunArgs) -> anyhow::Result<GraphScenario> {
+/// the flags with it (its refusals as one error naming each flag); the instance goes on to the
+/// replay, which asks it to classify failed responses.
+fn graph_scenario(args: &RunArgs) -> anyhow::Result<(GraphScenario, ScenarioInstance)> {
     let name = args
         .scenario_flag
         .as_deref()
@@ -65,18 +68,24 @@ fn graph_scenario(args: &RunArgs) -> anyhow::Result<GraphScenario> {
             ReplaySetting::OpenLoopReplay.name()
         );
     }
-    let given = given_settings(args)?;
+    let (given, overflow_phrases) = given_settings(args)?;
     let resolved =
         super::prepare::resolve_settings(&mut instance, &component, &info, &given, None)?;
-    Ok(GraphScenario {
-        component,
-        info,
-        resolved,
-    })
+    Ok((
+        GraphScenario {
+            component,
+            info,
+            resolved,
+            overflow_phrases,
+        },
+        instance,
+    ))
 }
 
-/// The flags a graph scenario reads, as settings (given ones only, each explicit).
-fn given_settings(args: &RunArgs) -> anyhow::Result<Vec<Setting>> {
+/// The flags a graph scenario reads, as settings (given ones only, each explicit), and the
+/// context-overflow phrases of the environment (`AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS`), which
+/// override the scenario's list when set.
+fn given_settings(args: &RunArgs) -> anyhow::Result<(Vec<Setting>, Option<Vec<String>>)> {
     let mut given = Vec::new();
     let mut put = |name: ReplaySetting, value: Value| {
         given.push(Setting {
@@ -85,6 +94,8 @@ fn given_settings(args: &RunArgs) -> anyhow::Result<Vec<Setting>> {
             explicit: true,
         });
     };
+    let overflow_phrases =
+        crate::cli::run_plan::overflow_env(&mut |name, value, _| put(name, value))?;
     if let Some(text) = &args.concurrency {
         let list: Result<Vec<i64>, _> = text.split(',').map(|x| x.trim().parse()).collect();
         let list = list.map_err(|_| {
@@ -134,7 +145,7 @@ fn given_settings(args: &RunArgs) -> anyhow::Result<Vec<Setting>> {
         })?;
         put(ReplaySetting::RandomSeed, Value::Integer(seed));
     }
-    Ok(given)
+    Ok((given, overflow_phrases))
 }
 
 /// The workload's path: `--input-file`, `--dataset`, or the positional (`run --format graph-ir
@@ -218,7 +229,7 @@ pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode
              `agentx-host dataset stats --format graph-ir FILE` summarises it"
         );
     }
-    let scenario = graph_scenario(args)?;
+    let (scenario, instance) = graph_scenario(args)?;
     let path = workload_path(args)?;
     // In process, a relative path is the command's working directory's.
     let path = match crate::cli::in_process::current_dir() {
@@ -235,13 +246,14 @@ pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode
         &scenario.resolved,
         &corpus,
         &run_id,
-        args.use_server_token_count,
+        !args.client_token_count,
     )?;
     let (dir, latest_parent) = run_dir(args, &run_id)?;
     let root = Root::create(&dir)?;
     let mut manifest = manifest(args, argv, &scenario, &workload, &cfg);
     write_manifest(&root, &manifest)?;
-    let served = serve(args, &root, cfg.clone(), corpus)?;
+    let classifier = (instance, scenario.overflow_phrases.clone());
+    let served = serve(args, &root, cfg.clone(), corpus, classifier)?;
     manifest.ended_unix_ns = Some(served.clock.unix_ns(served.window_ns.1));
     manifest.model = Some(served.model.clone());
     manifest.stop = Some(stop_reason(&cfg, &served).to_owned());
@@ -249,9 +261,10 @@ pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode
     manifest.profiling_started_ns = Some(served.window_ns.0);
     write_manifest(&root, &manifest)?;
     let records = read_records(&served.records_path).map_err(|e| anyhow!(e))?;
-    let info = run_info(&run_id, &cfg, &scenario, &served);
+    let reasons = verdict(&scenario, &cfg, &served, &records)?;
+    let info = run_info(&run_id, &cfg, &scenario, &served, &reasons);
     let (files, failed) = crate::export::write_run_exports(&root, &records, &info, None, None);
-    write_summary(&root, &manifest, &cfg, &served, &records)?;
+    write_summary(&root, &manifest, (&cfg, &served), &records, &reasons)?;
     if let (Some(parent), Some(name)) = (latest_parent, dir.file_name()) {
         link_latest(&parent, Path::new(name));
     }
@@ -259,7 +272,7 @@ pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode
     if failed {
         return Ok(ExitCode::from(2));
     }
-    Ok(if served.outcome.failed > 0 {
+    Ok(if served.outcome.failed > 0 || served.interrupted {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -268,6 +281,8 @@ pub(crate) fn main(args: &RunArgs, argv: Vec<String>) -> anyhow::Result<ExitCode
 
 /// What a finished replay leaves: its counts, the records file, the clock and the window.
 struct Served {
+    /// Ctrl-C or SIGTERM stopped the replay (nothing new dispatched after the first).
+    interrupted: bool,
     outcome: GraphOutcome,
     records_path: PathBuf,
     model: String,
@@ -281,6 +296,7 @@ fn serve(
     root: &Root,
     cfg: GraphConfig,
     corpus: Arc<graph_ir::GraphCorpus>,
+    (scenario, overflow_phrases): (ScenarioInstance, Option<Vec<String>>),
 ) -> anyhow::Result<Served> {
     let (mut client_cfg, url) = crate::cli::run_plan::client_config(args)?;
     let runtime = crate::run::runtime()?;
@@ -311,7 +327,8 @@ fn serve(
     };
     let sink = RecordSink::create(root)?;
     let clock = Clock::start();
-    let (_interrupts, interrupt) = tokio::sync::watch::channel(0u32);
+    let cancel = super::Cancel::new();
+    runtime.spawn(super::forward_signals(cancel.clone()));
     let inputs = GraphInputs {
         corpus,
         client: Box::new(client),
@@ -324,7 +341,9 @@ fn serve(
         counter: crate::dataset::TokenCounter::Words,
         records: sink.sender(),
         clock,
-        interrupt,
+        interrupt: cancel.subscribe(),
+        scenario,
+        overflow_phrases,
     };
     let start_ns = clock.now_ns();
     let outcome = runtime.block_on(crate::replay::graph::run(cfg, inputs));
@@ -333,6 +352,7 @@ fn serve(
     let records_path = sink.path().to_owned();
     sink.close()?;
     Ok(Served {
+        interrupted: cancel.interrupts() > 0,
         outcome,
         records_path,
         model,
@@ -477,11 +497,13 @@ fn manifest(
     }
 }
 
-/// Why the replay stopped, in `run_summary.json`'s words: its request count spent, its duration
-/// passed, or every trace instance ended (`completed`).
+/// Why the replay stopped, in `run_summary.json`'s words: an interrupt, its request count spent,
+/// its duration passed, or every trace instance ended (`completed`).
 fn stop_reason(cfg: &GraphConfig, served: &Served) -> &'static str {
     let elapsed_ns = served.window_ns.1.saturating_sub(served.window_ns.0);
-    if cfg
+    if served.interrupted {
+        "interrupted"
+    } else if cfg
         .request_count
         .is_some_and(|count| served.outcome.dispatches >= count)
     {
@@ -501,9 +523,9 @@ fn stop_reason(cfg: &GraphConfig, served: &Served) -> &'static str {
 fn write_summary(
     root: &Root,
     manifest: &Manifest,
-    cfg: &GraphConfig,
-    served: &Served,
+    (cfg, served): (&GraphConfig, &Served),
     records: &[crate::record::RequestRecord],
+    reasons: &[String],
 ) -> anyhow::Result<()> {
     let doc = RunSummary {
         run_id: Some(manifest.run_id.clone()),
@@ -519,8 +541,8 @@ fn write_summary(
         url: Some(manifest.url.clone()),
         model: manifest.model.clone(),
         started_unix_ns: Some(served.clock.anchor_unix_ns()),
-        submission_valid: Some(manifest.resolve_invalid_reasons.is_empty()),
-        submission_invalid_reasons: manifest.resolve_invalid_reasons.clone(),
+        submission_valid: Some(reasons.is_empty()),
+        submission_invalid_reasons: reasons.to_vec(),
         records: Some(records.len() as u64),
         summary: crate::metrics::Summary::of(records),
         host_version: Some(manifest.host_version.clone()),
@@ -532,8 +554,62 @@ fn write_summary(
     Ok(())
 }
 
+/// Why the run is not a valid submission, as the scenario's `validity` judges its records (the
+/// overflow rate, an interrupt, the TTFT and ITL coverage of the profiling window: the configured
+/// duration, or the replay's own span without one), with the reasons its `resolve` gave.
+fn verdict(
+    scenario: &GraphScenario,
+    cfg: &GraphConfig,
+    served: &Served,
+    records: &[crate::record::RequestRecord],
+) -> anyhow::Result<Vec<String>> {
+    let resolved = &scenario.resolved;
+    let overflows = records.iter().filter(|r| r.context_overflow).count() as u64;
+    let failed = records
+        .iter()
+        .filter(|r| r.error.is_some() && !r.context_overflow && !r.cancelled)
+        .count() as u64;
+    let base = crate::scenario::types::Outcome {
+        total_responses: records.len() as u64,
+        context_overflows: overflows,
+        failed,
+        cancelled: served.interrupted,
+        unsafe_override: matches!(
+            resolved.setting(ReplaySetting::UnsafeOverride),
+            Some(Value::Flag(true))
+        ),
+        // A component that states no limit has no overflow-rate rule.
+        overflow_rate_limit: match resolved.setting(ReplaySetting::ContextOverflowRateLimit) {
+            Some(Value::Number(limit)) => *limit,
+            _ => 1.0,
+        },
+    };
+    let span_ns = served.window_ns.1.saturating_sub(served.window_ns.0);
+    let duration_ns = cfg.duration.map_or(span_ns, |d| d.as_nanos() as u64);
+    let coverage = crate::metrics::stats::Coverage::of(records, served.window_ns.0, duration_ns);
+    let reasons = scenario.component.instantiate()?.tree_validity(
+        base,
+        crate::scenario::TreeCoverage {
+            profiling_seconds: duration_ns as f64 / 1e9,
+            ttft: coverage.map(|c| c.ttft_ratio),
+            itl: coverage.map(|c| c.inter_token_latency_ratio),
+            content: coverage.map(|c| c.streaming_content_ratio),
+        },
+    )?;
+    Ok(crate::scenario::check::invalid_reasons(
+        reasons,
+        &resolved.invalid_reasons,
+    ))
+}
+
 /// What the aiperf exports need beyond the records.
-fn run_info(run_id: &str, cfg: &GraphConfig, scenario: &GraphScenario, served: &Served) -> RunInfo {
+fn run_info(
+    run_id: &str,
+    cfg: &GraphConfig,
+    scenario: &GraphScenario,
+    served: &Served,
+    reasons: &[String],
+) -> RunInfo {
     let resolved = &scenario.resolved;
     RunInfo {
         benchmark_id: run_id.to_owned(),
@@ -543,9 +619,9 @@ fn run_info(run_id: &str, cfg: &GraphConfig, scenario: &GraphScenario, served: &
         scenario_name: scenario.info.name.clone(),
         scenario_version: scenario.info.version.clone(),
         scenario_sha256: scenario.component.hash().to_string(),
-        submission_valid: resolved.invalid_reasons.is_empty(),
-        submission_invalid_reasons: resolved.invalid_reasons.clone(),
-        was_cancelled: false,
+        submission_valid: reasons.is_empty(),
+        submission_invalid_reasons: reasons.to_vec(),
+        was_cancelled: served.interrupted,
         input_config: serde_json::json!({
             "format": "graph-ir",
             "concurrency": cfg.concurrency,

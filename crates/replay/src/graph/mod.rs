@@ -25,7 +25,7 @@ mod tests;
 mod trace;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -35,6 +35,7 @@ use agentx_dataset::graph_ir::GraphCorpus;
 use agentx_dataset::TokenCounter;
 use agentx_protocol::{EndpointType, RequestBody};
 use agentx_record::{Clock, RecordSender};
+use agentx_scenario::ScenarioInstance;
 
 use crate::Transport;
 
@@ -98,6 +99,10 @@ pub struct GraphInputs {
     pub clock: Clock,
     /// The run's interrupts so far: at the first nothing new dispatches, in-flight requests end.
     pub interrupt: watch::Receiver<u32>,
+    /// The run's scenario, which classifies failed responses (context overflows).
+    pub scenario: ScenarioInstance,
+    /// The context-overflow phrases that override the scenario's list, when given.
+    pub overflow_phrases: Option<Vec<String>>,
 }
 
 /// Counts of a finished graph replay.
@@ -126,6 +131,8 @@ pub(crate) struct Ctx {
     pub(crate) records: RecordSender,
     pub(crate) clock: Clock,
     pub(crate) use_server_token_count: bool,
+    pub(crate) scenario: Mutex<ScenarioInstance>,
+    pub(crate) overflow_phrases: Option<Vec<String>>,
     pub(crate) run_short: String,
     request_count: Option<u64>,
     dispatched: AtomicU64,
@@ -211,6 +218,8 @@ pub async fn run(cfg: GraphConfig, inputs: GraphInputs) -> GraphOutcome {
         records: inputs.records,
         clock: inputs.clock,
         use_server_token_count: cfg.use_server_token_count,
+        scenario: Mutex::new(inputs.scenario),
+        overflow_phrases: inputs.overflow_phrases,
         run_short: cfg.run_id.chars().take(8).collect(),
         request_count: cfg.request_count,
         dispatched: AtomicU64::new(0),

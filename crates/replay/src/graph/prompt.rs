@@ -141,10 +141,8 @@ pub(super) fn record(
         ctx.use_server_token_count,
         ctx.counter.count(prompt_text),
     );
-    let error = exchange
-        .failure
-        .as_ref()
-        .map(|failure| crate::request::record_error(failure, failure.kind.as_str().to_string()));
+    let (error, context_overflow) =
+        crate::request::classified_error(&ctx.scenario, ctx.overflow_phrases.as_deref(), exchange);
     let cancelled = exchange
         .failure
         .as_ref()
@@ -178,7 +176,7 @@ pub(super) fn record(
         max_tokens,
         finish_reason: exchange.finish_reason.clone(),
         cancelled,
-        context_overflow: false,
+        context_overflow,
         error,
         retry: exchange.retried.clone(),
         server_ttft_ns: exchange.server_ttft.map(|d| d.as_nanos() as u64),

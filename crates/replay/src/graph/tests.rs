@@ -117,6 +117,11 @@ async fn replay(
         records: sink.sender(),
         clock: Clock::start(),
         interrupt,
+        scenario: crate::testkit::scenario(
+            agentx_scenario::builtin::BUILTIN_GRAPH_IR,
+            "graph-ir.wasm",
+        ),
+        overflow_phrases: None,
     };
     let outcome = super::run(cfg, inputs).await;
     let path = sink.path().to_owned();
@@ -179,6 +184,9 @@ async fn a_first_token_edge_falls_back_to_dispatch_plus_its_start_delay() {
         _ => Reply::ok(),
     };
     let (outcome, records) = replay(&worked_example(), one_pass(), script).await;
+    let plan = records.iter().find(|r| node(r) == "plan").unwrap();
+    assert!(!plan.context_overflow);
+    assert_eq!(plan.error.as_ref().map(|e| e.code), Some(500));
     assert_eq!(sent_ms(&records, "child"), 2000, "plan's dispatch + 2 s");
     // plan failed: it wrote nothing, so join's count of 2 writes is never met.
     assert!(records.iter().all(|r| node(r) != "join"));
@@ -403,5 +411,21 @@ async fn an_open_loop_without_a_concurrency_admits_every_due_trace() {
         plans,
         [0, 0, 0],
         "aiperf gates open-loop admission only under --concurrency"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_scenario_classifies_a_context_overflow() {
+    let script = |node: &str, _: &Call| match node {
+        "child" => Reply::overflow(),
+        _ => Reply::ok(),
+    };
+    let (outcome, records) = replay(&worked_example(), one_pass(), script).await;
+    assert_eq!(outcome.failed, 1);
+    let child = records.iter().find(|r| node(r) == "child").unwrap();
+    assert!(child.context_overflow, "{child:?}");
+    assert_eq!(
+        child.error.as_ref().map(|e| e.kind.as_str()),
+        Some("context_overflow")
     );
 }
