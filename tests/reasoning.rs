@@ -154,6 +154,21 @@ fn reasoning_delays_the_first_output_and_malformed_tool_calls_are_counted_in_eve
                 .unwrap()
                 > 0.0
         );
+        // The run summary says the same: reasoning tokens, parse failures, TTFO after TTFT.
+        let summary = &run.summary()["summary"];
+        let reply = &summary["reply"];
+        assert_eq!(
+            reply["reasoning_tokens"].as_f64(),
+            Some(reasoning_sum),
+            "{api}: {reply}"
+        );
+        assert_eq!(reply["tool_call_parse_failures"], calls, "{api}: {reply}");
+        assert!(
+            reply["ttfo_ms"]["p50"].as_f64() > summary["ttft_ms"]["p50"].as_f64(),
+            "{api}: {reply}"
+        );
+        let page = std::fs::read_to_string(run.artifacts().join("report.html")).unwrap();
+        assert!(page.contains("TTFO (after reasoning)"), "{api}");
     }
 }
 
@@ -189,5 +204,8 @@ fn without_reasoning_the_first_output_is_the_first_token_and_no_reasoning_is_cou
             "{api}"
         );
         assert!(aggregate.get("total_tool_call_parse_failures").is_none());
+        assert!(run.summary()["summary"].get("reply").is_none(), "{api}");
+        let page = std::fs::read_to_string(run.artifacts().join("report.html")).unwrap();
+        assert!(!page.contains("TTFO (after reasoning)"), "{api}");
     }
 }

@@ -793,6 +793,12 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
             .map(|s| 1.0 / s)
             .collect(),
     );
+    // The first output after the reasoning, when some reply reasoned (it equals the TTFT otherwise).
+    let reasoned = prof
+        .iter()
+        .any(|x| x.ttfo_s.is_some_and(|ttfo| Some(ttfo) != x.ttft_s));
+    let ttfo_row =
+        reasoned.then(|| dist_row("TTFO (after reasoning)", ms_of(|x| x.ttfo_s).as_ref()));
     let scheduled_rows = [
         ("TTFT from due", ms_of(|x| x.scheduled_ttft_s)),
         ("E2E from due", ms_of(|x| x.scheduled_e2el_s)),
@@ -811,6 +817,7 @@ fn latency_table(records: &[ProfileRecord]) -> Table {
             dist_row("interactivity", interactivity.as_ref()),
         ]
         .into_iter()
+        .chain(ttfo_row)
         .chain(scheduled_rows)
         .collect(),
         links: Vec::new(),
@@ -1125,6 +1132,7 @@ mod tests {
                 ttft_s: Some(0.1 + (i % 7) as f64 * 0.0123),
                 e2el_s: Some(3.25),
                 scheduled_ttft_s: None,
+                ttfo_s: None,
                 scheduled_e2el_s: None,
                 itl_s: Some(0.010 + (i % 5) as f64 * 0.000_37),
                 full_response_itl_s: None,

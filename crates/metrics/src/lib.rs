@@ -151,6 +151,10 @@ pub struct Summary {
     /// Where each session's turns landed, when the responses named their worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<routing_seen::RoutingSeen>,
+    /// The replies' reasoning and tool calls: time to first output token, reasoning tokens, tool
+    /// calls and their parse failures; absent when no successful reply reasoned or called a tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<ReplyFigures>,
     /// The cache truth: the hit the prompts allowed and why each missed token missed (set by the
     /// run, which knows the server's KV capacity); absent when the records have no prompt chains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -241,7 +245,54 @@ impl Summary {
         summary.full_response = interactivity::FullResponseInteractivity::of(records);
         summary.ttft_breakdown_ms = TtftBreakdown::of(records);
         summary.routing = routing_seen::RoutingSeen::of(records);
+        summary.reply = ReplyFigures::of(records);
         summary
+    }
+}
+
+/// What the successful profiling replies said beyond their content (reasoning models, agents that
+/// call tools): aiperf's time to first output token (after the reasoning) and reasoning tokens,
+/// and agentx's tool-call counts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplyFigures {
+    /// Milliseconds from each request's start to its first non-reasoning output (aiperf's
+    /// `time_to_first_output_token`); equal to the TTFT for a reply without reasoning.
+    pub ttfo_ms: Option<Dist>,
+    /// Reasoning tokens over the replies (aiperf's `total_reasoning_tokens`).
+    pub reasoning_tokens: u64,
+    /// Replies that reasoned.
+    pub reasoning_replies: u64,
+    /// Tool calls the replies made.
+    pub tool_calls: u64,
+    /// Tool calls whose arguments were not valid JSON when the stream ended.
+    pub tool_call_parse_failures: u64,
+}
+
+impl ReplyFigures {
+    /// Over the successful profiling records; `None` when none reasoned or called a tool.
+    pub fn of(records: &[RequestRecord]) -> Option<ReplyFigures> {
+        let mut figures = ReplyFigures::default();
+        let mut ttfo = Vec::new();
+        let ok = records
+            .iter()
+            .filter(|r| r.phase == Phase::Profiling && Outcome::of(r) == Outcome::Ok);
+        for record in ok {
+            let reply = &record.reply;
+            if let Some(tokens) = reply.reasoning_tokens.filter(|tokens| *tokens > 0) {
+                figures.reasoning_tokens += tokens;
+                figures.reasoning_replies += 1;
+            }
+            figures.tool_calls += u64::from(reply.tool_calls);
+            figures.tool_call_parse_failures += u64::from(reply.tool_call_parse_failures);
+            if let Some(ns) = record.ttfo_ns() {
+                ttfo.push(ns as f64 / 1e6);
+            }
+        }
+        if figures.reasoning_replies == 0 && figures.tool_calls == 0 {
+            return None;
+        }
+        figures.ttfo_ms = Dist::of(ttfo);
+        Some(figures)
     }
 }
 

@@ -606,6 +606,16 @@ fn print_summary(
         }
     }
     outln!("ttft (ms)     {}", row(&summary.ttft_ms));
+    if let Some(reply) = &summary.reply {
+        outln!("ttfo (ms)     {}", row(&reply.ttfo_ms));
+        outln!(
+            "replies       {} reasoning tokens in {} replies, {} tool calls ({} not valid JSON)",
+            reply.reasoning_tokens,
+            reply.reasoning_replies,
+            reply.tool_calls,
+            reply.tool_call_parse_failures
+        );
+    }
     outln!("itl (ms)      {}", row(&summary.itl_ms));
     outln!("latency (ms)  {}", row(&summary.latency_ms));
     outln!("send lag (ms) {}", row(&summary.send_lag_ms));

@@ -67,6 +67,8 @@ pub(crate) struct ProfileRecord {
     /// request was due (absent from aiperf's own exports).
     pub(crate) scheduled_ttft_s: Option<f64>,
     pub(crate) scheduled_e2el_s: Option<f64>,
+    /// aiperf's `time_to_first_output_token`: to the first output after the reasoning.
+    pub(crate) ttfo_s: Option<f64>,
     pub(crate) itl_s: Option<f64>,
     /// aiperf's `full_response_inter_token_latency` (the whole response over its tokens), when the
     /// record writer gave it.
@@ -255,6 +257,7 @@ pub(super) fn parse_record(text: &str, line: usize) -> Result<ProfileRecord, Str
         e2el_s: latency(metrics, "request_latency")?,
         scheduled_ttft_s: latency(metrics, "scheduled_time_to_first_token")?,
         scheduled_e2el_s: latency(metrics, "scheduled_request_latency")?,
+        ttfo_s: latency(metrics, "time_to_first_output_token")?,
         itl_s: latency(metrics, "inter_token_latency")?,
         full_response_itl_s: latency(metrics, "full_response_inter_token_latency")?,
         isl: count("input_sequence_length")?,
