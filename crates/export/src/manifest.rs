@@ -17,7 +17,7 @@ pub const MANIFEST_FILE: &str = "run_manifest.json";
 
 /// A run's manifest: everything that pins it, and how it ended. Only `argv`, `run_id`, `seed` and
 /// `scenario.sha256` are required to read one (what a rerun needs).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Manifest {
     /// The command line, without the program name (what `replay` reruns).
     pub argv: Vec<String>,
@@ -219,7 +219,7 @@ pub struct ReplayOf {
 }
 
 /// The scenario component a run loaded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ScenarioId {
     /// The component's name, as its `describe` gives it.
     #[serde(default)]

@@ -24,9 +24,7 @@ use anyhow::{anyhow, bail, Context};
 use crate::cli::run_args::RunArgs;
 use crate::dataset::graph_ir;
 use crate::export::aiperf::{CoverageRule, RunInfo, WarmupNaming};
-use crate::export::manifest::{
-    DatasetId, Manifest, ScenarioId, SettingRow, WarningRow, MANIFEST_FILE,
-};
+use crate::export::manifest::{DatasetId, Manifest, ScenarioId, MANIFEST_FILE};
 use crate::export::run_summary::{RunSummary, RUN_SUMMARY};
 use crate::record::fsio::Root;
 use crate::record::{read_records, Clock, RecordSink};
@@ -417,10 +415,10 @@ fn manifest(
     let started_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos() as u64);
+    let (resolved_settings, warnings) = super::run_dir::resolved_rows(resolved);
     Manifest {
         argv,
         cwd: crate::cli::in_process::current_dir().or_else(|| std::env::current_dir().ok()),
-        replay_of: None,
         run_id: cfg.run_id.clone(),
         seed: resolved.seed,
         seed_drawn: resolved.seed_drawn,
@@ -432,42 +430,13 @@ fn manifest(
         },
         dataset: DatasetId {
             source: workload.path.clone(),
-            alias: None,
             cache_key: Some(format!("graph-ir:sha256:{}", workload.sha256)),
             traces: workload.traces,
-            num_dataset_entries: None,
-            trace_block_size: None,
-            harness_notes: Vec::new(),
+            ..DatasetId::default()
         },
-        resolved_settings: resolved
-            .settings
-            .iter()
-            .map(|s| SettingRow {
-                name: s.name.clone(),
-                value: super::config::value_json(&s.value),
-                explicit: s.explicit,
-            })
-            .collect(),
-        replay_settings: None,
-        warnings: resolved
-            .warnings
-            .iter()
-            .map(|w| WarningRow {
-                setting: w.setting.clone(),
-                message: w.message.clone(),
-            })
-            .collect(),
-        not_acted_on: Vec::new(),
+        resolved_settings,
+        warnings,
         resolve_invalid_reasons: resolved.invalid_reasons.clone(),
-        slice_duration: None,
-        goodput: None,
-        session_goodput_share: None,
-        gpus: None,
-        confidence: None,
-        session_slo: None,
-        http: None,
-        cache_preflight: None,
-        server_slots: None,
         concurrency: cfg.concurrency.unwrap_or(0),
         benchmark_duration_s: cfg.duration.map_or(0.0, |d| d.as_secs_f64()),
         assistant_mode: "live".to_string(),
@@ -475,25 +444,10 @@ fn manifest(
             .url
             .clone()
             .unwrap_or_else(|| format!("builtin-simulator:{}", args.sim_preset)),
-        lanes: Vec::new(),
         host_version: env!("CARGO_PKG_VERSION").to_string(),
         wasmtime_version: crate::scenario::WASMTIME_VERSION.to_string(),
         started_unix_ns,
-        ended_unix_ns: None,
-        shard: None,
-        trees: None,
-        profiling_started_ns: None,
-        profiling_ns: None,
-        stop: None,
-        finalized: None,
-        model: None,
-        server: None,
-        shard_exports: None,
-        shards: None,
-        clock_skew_ns: None,
-        merged_unix_ns: None,
-        otlp: None,
-        extra: serde_json::Map::default(),
+        ..Manifest::default()
     }
 }
 

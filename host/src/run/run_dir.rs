@@ -249,6 +249,7 @@ fn manifest_of(
     let run_plan = &cfg.plan;
     let resolved = &prepared.resolved;
     let lanes = planned.own_lane_plans();
+    let (resolved_settings, warnings) = resolved_rows(resolved);
     Manifest {
         argv: cfg.argv.clone(),
         cwd: cfg.cwd.clone(),
@@ -261,24 +262,9 @@ fn manifest_of(
         seed_drawn: resolved.seed_drawn,
         scenario: scenario_id(prepared),
         dataset: dataset_id(prepared, cfg.num_dataset_entries),
-        resolved_settings: resolved
-            .settings
-            .iter()
-            .map(|s| SettingRow {
-                name: s.name.clone(),
-                value: value_json(&s.value),
-                explicit: s.explicit,
-            })
-            .collect(),
+        resolved_settings,
         replay_settings: Some(prepared.applied_settings()),
-        warnings: resolved
-            .warnings
-            .iter()
-            .map(|w| WarningRow {
-                setting: w.setting.clone(),
-                message: w.message.clone(),
-            })
-            .collect(),
+        warnings,
         not_acted_on: prepared.not_acted_on.clone(),
         resolve_invalid_reasons: resolved.invalid_reasons.clone(),
         slice_duration: cfg.slice_duration,
@@ -335,6 +321,30 @@ fn manifest_of(
         otlp: None,
         extra: serde_json::Map::default(),
     }
+}
+
+/// What the scenario resolved, as the manifest lists it: every setting, and its warnings.
+pub(super) fn resolved_rows(
+    resolved: &crate::scenario::types::Resolved,
+) -> (Vec<SettingRow>, Vec<WarningRow>) {
+    let settings = resolved
+        .settings
+        .iter()
+        .map(|s| SettingRow {
+            name: s.name.clone(),
+            value: value_json(&s.value),
+            explicit: s.explicit,
+        })
+        .collect();
+    let warnings = resolved
+        .warnings
+        .iter()
+        .map(|w| WarningRow {
+            setting: w.setting.clone(),
+            message: w.message.clone(),
+        })
+        .collect();
+    (settings, warnings)
 }
 
 /// The scenario as the manifest and the run summary name it.
