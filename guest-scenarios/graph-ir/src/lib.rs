@@ -22,13 +22,7 @@
 //! them.
 
 use policy::settings::Resolver;
-use policy::types::{
-    Classification, ErrorResponse, Info, Knob, Lock, Marker, Placement, Resolved, Setting, Value,
-    Violation,
-};
-use policy_harness::agentx::Agentx;
-use policy_harness::tree::{Tree, TreeParams, TreeStart};
-use policy_harness::{DelayParams, Outcome, Rules, ScenarioV3, TreeId, TurnTimes};
+use policy::types::{Info, Knob, Lock, Resolved, Setting, Value, Violation};
 
 pub const NAME: &str = "graph-ir";
 pub const VERSION: &str = "0.1.0";
@@ -178,39 +172,7 @@ fn describe() -> Info {
 /// The graph replay's scenario.
 pub struct GraphIr;
 
-impl ScenarioV3 for GraphIr {
-    fn describe() -> Info {
-        describe()
-    }
-
-    fn resolve(given: Vec<Setting>, entropy: u64) -> Result<Resolved, Vec<Violation>> {
-        resolve(given, entropy)
-    }
-
-    fn rules(resolved: &[Setting]) -> Rules {
-        <Agentx as ScenarioV3>::rules(resolved)
-    }
-
-    fn start_tree(params: &TreeParams, lane: u32, tree: &Tree) -> Option<TreeStart> {
-        <Agentx as ScenarioV3>::start_tree(params, lane, tree)
-    }
-
-    fn cache_bust(target: Placement, tree: &TreeId) -> Marker {
-        <Agentx as ScenarioV3>::cache_bust(target, tree)
-    }
-
-    fn classify_error(response: &ErrorResponse, phrases: Option<&[String]>) -> Classification {
-        <Agentx as ScenarioV3>::classify_error(response, phrases)
-    }
-
-    fn turn_delay(params: &DelayParams, times: &TurnTimes) -> f64 {
-        <Agentx as ScenarioV3>::turn_delay(params, times)
-    }
-
-    fn validity(outcome: &Outcome) -> Vec<String> {
-        <Agentx as ScenarioV3>::validity(outcome)
-    }
-}
+policy_harness::agentx_with_own_settings!(GraphIr);
 
 policy_harness::export_scenario_v3!(crate::GraphIr);
 

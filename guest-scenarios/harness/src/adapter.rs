@@ -2,6 +2,64 @@
 //! `agentx:scenario@0.3.0`; conversions field for field between the generated bindings and this
 //! crate's types.
 
+/// `agentx_with_own_settings!(S)`: [`crate::ScenarioV3`] for `S` as `agentx` with its own settings:
+/// `describe` and `resolve` are the calling crate's `describe()` and `resolve(given, entropy)`, and
+/// every other entry point is [`crate::agentx::Agentx`]'s. New components that add knobs to
+/// `agentx` (or, as `graph-ir`, answer other settings) use it; `agentx-open` and `agent-wire`
+/// spell the same delegation out, as they were released, so that their bytes stay what sweeps
+/// pinned.
+#[macro_export]
+macro_rules! agentx_with_own_settings {
+    ($scenario:ident) => {
+        impl $crate::ScenarioV3 for $scenario {
+            fn describe() -> $crate::types::Info {
+                describe()
+            }
+
+            fn resolve(
+                given: Vec<$crate::types::Setting>,
+                entropy: u64,
+            ) -> Result<$crate::types::Resolved, Vec<$crate::types::Violation>> {
+                resolve(given, entropy)
+            }
+
+            fn rules(resolved: &[$crate::types::Setting]) -> $crate::Rules {
+                <$crate::agentx::Agentx as $crate::ScenarioV3>::rules(resolved)
+            }
+
+            fn start_tree(
+                params: &$crate::tree::TreeParams,
+                lane: u32,
+                tree: &$crate::tree::Tree,
+            ) -> Option<$crate::tree::TreeStart> {
+                <$crate::agentx::Agentx as $crate::ScenarioV3>::start_tree(params, lane, tree)
+            }
+
+            fn cache_bust(
+                target: $crate::types::Placement,
+                tree: &$crate::TreeId,
+            ) -> $crate::types::Marker {
+                <$crate::agentx::Agentx as $crate::ScenarioV3>::cache_bust(target, tree)
+            }
+
+            fn classify_error(
+                response: &$crate::types::ErrorResponse,
+                phrases: Option<&[String]>,
+            ) -> $crate::types::Classification {
+                <$crate::agentx::Agentx as $crate::ScenarioV3>::classify_error(response, phrases)
+            }
+
+            fn turn_delay(params: &$crate::DelayParams, times: &$crate::TurnTimes) -> f64 {
+                <$crate::agentx::Agentx as $crate::ScenarioV3>::turn_delay(params, times)
+            }
+
+            fn validity(outcome: &$crate::Outcome) -> Vec<String> {
+                <$crate::agentx::Agentx as $crate::ScenarioV3>::validity(outcome)
+            }
+        }
+    };
+}
+
 /// `export_scenario_v3!(S)`: the component of a [`crate::ScenarioV3`] through the WIT world
 /// `agentx:scenario@0.3.0` (`../../wit/v0.3` relative to the component crate).
 #[macro_export]
