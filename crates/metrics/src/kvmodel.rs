@@ -14,17 +14,22 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Block hashes are already uniformly mixed; hashing them again would only cost time. The hasher
-/// of every map keyed by block hashes ([`BlockHashMap`]).
+/// The hasher of every map keyed by block keys ([`BlockHashMap`]): one multiply by 2^64/phi and a
+/// fold of the high half into the low (Fibonacci hashing), far cheaper than SipHash. Block hashes
+/// are mixed already, but not every key is one: the cache truth keys a block by its first sender
+/// and position packed into one number, and the table takes its bucket from the key's low bits
+/// and its control byte from the top ones. Taken as they are, every request's block at one
+/// position would share a bucket, and a run's model would take time in the square of its records.
 #[derive(Default)]
-pub struct IdHasher(u64);
+pub struct BlockKeyHasher(u64);
 
-/// A map keyed by block hashes, which key it as they are.
-pub type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+/// A map keyed by block keys, hashed by [`BlockKeyHasher`].
+pub type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<BlockKeyHasher>>;
 
-impl Hasher for IdHasher {
+impl Hasher for BlockKeyHasher {
     fn finish(&self) -> u64 {
-        self.0
+        let spread = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        spread ^ (spread >> 32)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -60,7 +65,7 @@ pub struct Lookup {
 /// A least-recently-used set of block keys with a capacity in blocks.
 pub struct Lru {
     capacity_blocks: usize,
-    map: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    map: BlockHashMap<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Most recently used.
@@ -224,6 +229,25 @@ impl Lru {
 
 #[cfg(test)]
 mod tests {
+
+    /// Keys that differ only in their high bits (the cache truth's packed sender and position)
+    /// land in different buckets (the low bits) and carry different control bytes (the top 7).
+    #[test]
+    fn packed_keys_spread_over_buckets_and_control_bytes() {
+        use std::hash::BuildHasher;
+        let build = BuildHasherDefault::<BlockKeyHasher>::default();
+        let hashes: Vec<u64> = (0..1024u64)
+            .map(|owner| build.hash_one((owner << 24) | 5))
+            .collect();
+        let buckets: std::collections::HashSet<u64> = hashes.iter().map(|h| h & 0xFFF).collect();
+        let controls: std::collections::HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(
+            buckets.len() > 600,
+            "{} distinct buckets of 4096",
+            buckets.len()
+        );
+        assert_eq!(controls.len(), 128, "every control byte in use");
+    }
     use super::*;
 
     /// Distinct keys `from..from + n`, standing for one prompt's chained block keys.
