@@ -342,9 +342,11 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
 
 def measure(
     a: argparse.Namespace, tool: str, conc: int, tag: str, cmd: list[str], out: pathlib.Path,
-    sim: Sim, proc: subprocess.Popen, reaper: Reaper, started: float,
+    sim: Sim, proc: subprocess.Popen, reaper: Reaper, started: float, streaming_cap_s: float | None = None,
 ) -> dict:  # fmt: skip
-    """Samples the tool's process tree and the simulator's token count until the tool exits."""
+    """Samples the tool's process tree and the simulator's token count until the tool exits. A tool
+    with no profile_export.jsonl is measured over the span the simulator's token count moved, or over
+    its first `streaming_cap_s` seconds when that is given."""
     samples = []  # (t, tree cpu, tree rss, tokens, sim cpu, wall-clock ns)
     peak_pss = 0
     limit = a.duration + a.grace + a.startup_timeout
@@ -392,6 +394,8 @@ def measure(
         moved = [i for i in range(1, len(samples)) if samples[i][3] > samples[i - 1][3]]
         if moved:
             i0, i1 = moved[0] - 1, moved[-1]
+            if streaming_cap_s is not None:
+                i1 = max(i for i in range(i0, i1 + 1) if samples[i][0] - samples[i0][0] <= streaming_cap_s)
             row["window"] = "streaming"
     if i0 is not None:
         secs = samples[i1][0] - samples[i0][0]
