@@ -619,21 +619,21 @@ def make_corpus(a: argparse.Namespace, dest: pathlib.Path, max_turns: int | None
     }  # fmt: skip
 
 
-def make_tokenizer(out: pathlib.Path) -> None:
+def make_tokenizer(out: pathlib.Path, words: list[str] | None = None) -> None:
     """An offline Hugging Face tokenizer for aiperf: one token per whitespace-separated word.
 
     The machines this runs on cannot reach the Hugging Face hub, and aiperf's built-in tiktoken encoding
     downloads its ranks on first use. A WordLevel tokenizer over every word of aiperf's prompt corpus
     counts exactly as agentx's simulator does, so both tools' prompts and the server's usage agree.
+    Without aiperf in this Python (a run of the peers alone), the words are 32,768 made-up ones: they
+    count the same way. `words`, when given, are the vocabulary instead.
     """
     if (out / "tokenizer.json").exists():
         return
-    import aiperf
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    corpus = pathlib.Path(aiperf.__file__).parent / "dataset/generator/assets/shakespeare.txt"
     vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2}
-    for w in sorted(set(corpus.read_text(encoding="utf-8").split())):
+    for w in words if words is not None else tokenizer_words():
         vocab.setdefault(w, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -644,6 +644,16 @@ def make_tokenizer(out: pathlib.Path) -> None:
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30, **special}
     (out / "tokenizer_config.json").write_text(json.dumps(config))
     (out / "special_tokens_map.json").write_text(json.dumps(special))
+
+
+def tokenizer_words() -> list[str]:
+    """The words of aiperf's prompt corpus, or made-up ones without aiperf."""
+    try:
+        import aiperf
+    except ImportError:
+        return [f"w{n}" for n in range(1 << 15)]
+    corpus = pathlib.Path(aiperf.__file__).parent / "dataset/generator/assets/shakespeare.txt"
+    return sorted(set(corpus.read_text(encoding="utf-8").split()))
 
 
 def ratio(x, y):

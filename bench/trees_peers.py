@@ -67,10 +67,10 @@ def why_not(a: argparse.Namespace, peer: str) -> str | None:
 def version(a: argparse.Namespace, peer: str) -> str:
     path = getattr(a, peer.replace("-", "_"))
     probe = subprocess.run([path, "--version"], capture_output=True, text=True)
-    said = (probe.stdout + probe.stderr).strip().splitlines() or ["?"]
+    said = probe.stdout.strip().splitlines() or probe.stderr.strip().splitlines() or ["?"]
     commit = pathlib.Path(path + ".commit")
     built_from = f" (built from {commit.read_text().strip()})" if commit.is_file() else ""
-    return said[-1] + built_from
+    return said[0] + built_from
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -166,6 +166,8 @@ def workload(a: argparse.Namespace, peer: str) -> dict:
             "--duration seconds of streaming",
         }
     a.guidellm_corpus = guidellm_corpus(a.replay_corpus, a.out / "guidellm-corpus.jsonl")
+    a.guidellm_tokenizer = a.out / "tokenizer-guidellm"
+    compare.make_tokenizer(a.guidellm_tokenizer, guidellm_words(a.guidellm))
     return {
         "mode": "--profile kind=replay on the same weka traces (--data kind=weka, subagents included), "
         "sessions packed so that as many are in flight as there are lanes (min_concurrent_sessions)",
@@ -204,6 +206,20 @@ def guidellm_corpus(corpus: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
     return dest
 
 
+def guidellm_words(guidellm: str) -> list[str]:
+    """The words guidellm writes its synthetic prompts with (Faker's English lorem list), as written:
+    lower case, capitalised, and each of those with a full stop. guidellm builds each hash id's block
+    from Faker text through the tokenizer and needs the blocks to differ, which a vocabulary that maps
+    its words to one unknown token defeats; each word still counts as one token, as the simulator
+    counts."""
+    python = pathlib.Path(guidellm).parent / "python"
+    listed = subprocess.run(
+        [str(python), "-c", "from faker.providers.lorem.en_US import Provider; print('\\n'.join(Provider.word_list))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    return [form for word in listed for base in (word, word.capitalize()) for form in (base, base + ".")]
+
+
 def guidellm_cmd(a: argparse.Namespace, conc: int, url: str, out: pathlib.Path) -> list[str]:
     traces = sum(1 for _ in open(a.guidellm_corpus))
     data = {
@@ -211,13 +227,18 @@ def guidellm_cmd(a: argparse.Namespace, conc: int, url: str, out: pathlib.Path) 
         "duration_column": "api_time", "max_wait": a.max_gap_s, "max_session_wait": 0.001,
         "min_concurrent_sessions": conc, "copies": max(1, math.ceil(2 * conc / max(traces, 1))),
     }  # fmt: skip
-    backend = {"kind": "openai_http", "target": url, "model": compare.MODEL, "stream": True}
+    # A turn the trace ended with tool_use expects a tool call; the simulator streams text, and the
+    # trace goes on (as agentx's replay does) instead of being cut there.
+    backend = {"kind": "openai_http", "target": url, "model": compare.MODEL, "stream": True,
+               "tool_call_missing_behavior": "ignore_continue"}  # fmt: skip
     return [
         a.guidellm, "run", "--backend", json.dumps(backend), "--profile", json.dumps({"kind": "replay"}),
-        "--data", json.dumps(data), "--tokenizer", json.dumps({"kind": "huggingface_auto", "model": str(a.tokenizer_dir)}),
+        "--data", json.dumps(data), "--tokenizer", json.dumps({"kind": "huggingface_auto", "model": str(a.guidellm_tokenizer)}),
         "--constraint", json.dumps({"kind": "max_duration", "seconds": a.duration}),
         "--output", json.dumps({"kind": "json", "path": str(out / RESULT["guidellm"])}),
-        "--seed", json.dumps({"kind": "static", "seed": a.seed}), "--disable-console-interactive",
+        "--seed", json.dumps({"kind": "static", "value": a.seed}), "--disable-console-interactive",
+        # Keep no prompts or outputs in its result (its timings and token counts are always kept).
+        "--metrics", json.dumps({"kind": "generative", "sample_size": 0}),
     ]  # fmt: skip
 
 
@@ -260,4 +281,29 @@ def vllm_bench_figures(result: dict) -> dict:
         # Each turn leaves when the previous reply ends plus the fixed pause: there is no due time to
         # measure a lag against.
         "send_lag_note": "not measurable: vllm-bench keeps no due time per request",
+    }
+
+
+def guidellm_figures(result: dict) -> dict:
+    """From guidellm's benchmarks.json: its TTFT percentiles over the successful requests, the
+    request totals, and the send lag (each request's start less its targeted start) p99."""
+    benchmark = (result.get("benchmarks") or [{}])[0]
+    metrics = benchmark.get("metrics") or {}
+    successful = (metrics.get("time_to_first_token_ms") or {}).get("successful") or {}
+    ttft = (successful.get("percentiles") or {}) if successful.get("count") else {}
+    totals = metrics.get("request_totals") or {}
+    lags = sorted(
+        (t["request_start"] - t["targeted_start"]) * 1000
+        for status in ("successful", "errored", "incomplete")
+        for request in ((benchmark.get("requests") or {}).get(status) or [])
+        for t in [(request.get("info") or {}).get("timings") or {}]
+        if isinstance(t.get("request_start"), (int, float)) and isinstance(t.get("targeted_start"), (int, float))
+    )  # fmt: skip
+    return {
+        "ttft_p50_ms": ttft.get("p50"),
+        "ttft_p99_ms": ttft.get("p99"),
+        "requests": totals.get("successful"),
+        "errors": totals.get("errored"),
+        "send_lag_p99_ms": round(lags[min(int(len(lags) * 0.99), len(lags) - 1)], 3) if lags else None,
+        "send_lag_requests": len(lags),
     }
