@@ -285,25 +285,20 @@ def vllm_bench_figures(result: dict) -> dict:
 
 
 def guidellm_figures(result: dict) -> dict:
-    """From guidellm's benchmarks.json: its TTFT percentiles over the successful requests, the
-    request totals, and the send lag (each request's start less its targeted start) p99."""
+    """From guidellm's benchmarks.json: its TTFT percentiles over the successful requests, the request
+    totals, and its send lag: `request_dispatch_delay`, each request's start less its targeted start
+    (seconds, over every request)."""
     benchmark = (result.get("benchmarks") or [{}])[0]
     metrics = benchmark.get("metrics") or {}
     successful = (metrics.get("time_to_first_token_ms") or {}).get("successful") or {}
     ttft = (successful.get("percentiles") or {}) if successful.get("count") else {}
     totals = metrics.get("request_totals") or {}
-    lags = sorted(
-        (t["request_start"] - t["targeted_start"]) * 1000
-        for status in ("successful", "errored", "incomplete")
-        for request in ((benchmark.get("requests") or {}).get(status) or [])
-        for t in [(request.get("info") or {}).get("timings") or {}]
-        if isinstance(t.get("request_start"), (int, float)) and isinstance(t.get("targeted_start"), (int, float))
-    )  # fmt: skip
+    dispatch = (metrics.get("request_dispatch_delay") or {}).get("total") or {}
+    lag_p99_s = (dispatch.get("percentiles") or {}).get("p99") if dispatch.get("count") else None
     return {
         "ttft_p50_ms": ttft.get("p50"),
         "ttft_p99_ms": ttft.get("p99"),
         "requests": totals.get("successful"),
         "errors": totals.get("errored"),
-        "send_lag_p99_ms": round(lags[min(int(len(lags) * 0.99), len(lags) - 1)], 3) if lags else None,
-        "send_lag_requests": len(lags),
+        "send_lag_p99_ms": round(lag_p99_s * 1000, 3) if isinstance(lag_p99_s, (int, float)) else None,
     }
