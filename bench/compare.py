@@ -342,9 +342,11 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
 
 def measure(
     a: argparse.Namespace, tool: str, conc: int, tag: str, cmd: list[str], out: pathlib.Path,
-    sim: Sim, proc: subprocess.Popen, reaper: Reaper, started: float,
+    sim: Sim, proc: subprocess.Popen, reaper: Reaper, started: float, streaming_cap_s: float | None = None,
 ) -> dict:  # fmt: skip
-    """Samples the tool's process tree and the simulator's token count until the tool exits."""
+    """Samples the tool's process tree and the simulator's token count until the tool exits. A tool
+    with no profile_export.jsonl is measured over the span the simulator's token count moved, or over
+    its first `streaming_cap_s` seconds when that is given."""
     samples = []  # (t, tree cpu, tree rss, tokens, sim cpu, wall-clock ns)
     peak_pss = 0
     limit = a.duration + a.grace + a.startup_timeout
@@ -392,6 +394,8 @@ def measure(
         moved = [i for i in range(1, len(samples)) if samples[i][3] > samples[i - 1][3]]
         if moved:
             i0, i1 = moved[0] - 1, moved[-1]
+            if streaming_cap_s is not None:
+                i1 = max(i for i in range(i0, i1 + 1) if samples[i][0] - samples[i0][0] <= streaming_cap_s)
             row["window"] = "streaming"
     if i0 is not None:
         secs = samples[i1][0] - samples[i0][0]
@@ -615,21 +619,21 @@ def make_corpus(a: argparse.Namespace, dest: pathlib.Path, max_turns: int | None
     }  # fmt: skip
 
 
-def make_tokenizer(out: pathlib.Path) -> None:
+def make_tokenizer(out: pathlib.Path, words: list[str] | None = None) -> None:
     """An offline Hugging Face tokenizer for aiperf: one token per whitespace-separated word.
 
     The machines this runs on cannot reach the Hugging Face hub, and aiperf's built-in tiktoken encoding
     downloads its ranks on first use. A WordLevel tokenizer over every word of aiperf's prompt corpus
     counts exactly as agentx's simulator does, so both tools' prompts and the server's usage agree.
+    Without aiperf in this Python (a run of the peers alone), the words are 32,768 made-up ones: they
+    count the same way. `words`, when given, are the vocabulary instead.
     """
     if (out / "tokenizer.json").exists():
         return
-    import aiperf
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    corpus = pathlib.Path(aiperf.__file__).parent / "dataset/generator/assets/shakespeare.txt"
     vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2}
-    for w in sorted(set(corpus.read_text(encoding="utf-8").split())):
+    for w in words if words is not None else tokenizer_words():
         vocab.setdefault(w, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -640,6 +644,16 @@ def make_tokenizer(out: pathlib.Path) -> None:
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30, **special}
     (out / "tokenizer_config.json").write_text(json.dumps(config))
     (out / "special_tokens_map.json").write_text(json.dumps(special))
+
+
+def tokenizer_words() -> list[str]:
+    """The words of aiperf's prompt corpus, or made-up ones without aiperf."""
+    try:
+        import aiperf
+    except ImportError:
+        return [f"w{n}" for n in range(1 << 15)]
+    corpus = pathlib.Path(aiperf.__file__).parent / "dataset/generator/assets/shakespeare.txt"
+    return sorted(set(corpus.read_text(encoding="utf-8").split()))
 
 
 def ratio(x, y):

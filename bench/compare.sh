@@ -15,7 +15,11 @@
 # bench/differential.sh installs it) and aiperf into a venv of its own, $AIPERF_TREES_VENV
 # (bench/.venv-aiperf): both ship a Python package named `aiperf`, so one venv cannot hold the two. The
 # rest of the flags go to bench/compare_trees.py (see `--help` there); it prints a table and writes
-# bench/out-trees/compare-trees.json and compare-trees.md.
+# bench/out-trees/compare-trees.json and compare-trees.md. Two optional peers join when they can:
+# vllm-bench, built from source at a pinned commit by bench/peers/build_vllm_bench.sh (its target
+# directory outside the repository), and guidellm 0.8.1, installed by bench/peers/install_guidellm.sh
+# into $GUIDELLM_VENV (bench/.venv-guidellm). One that cannot be built or installed prints why, and its
+# column stays empty with that reason in the JSON.
 #
 #   bench/compare.sh --trees                                  # 1, 64, 256, 1024 lanes
 #   bench/compare.sh --trees --levels 1,64 --duration 30      # a shorter look
@@ -50,6 +54,24 @@ if [ "$TREES" = 0 ] && ! "$VENV/bin/aiperf" --version 2>/dev/null | grep -q "$AI
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "aiperf==$AIPERF_VERSION"
 fi
 
+# The optional peers: vllm-bench built from source, guidellm in a venv of its own. A peer that cannot be
+# built or installed is not fatal: compare_trees.py is told why, and its column stays empty.
+PEER_ARGS=()
+if [ "$TREES" = 1 ]; then
+  for peer in vllm-bench guidellm; do
+    script="bench/peers/build_vllm_bench.sh"
+    [ "$peer" = guidellm ] && script="bench/peers/install_guidellm.sh"
+    err=$(mktemp)
+    if path=$("$script" 2>"$err"); then
+      PEER_ARGS+=("--$peer" "$path")
+    else
+      cat "$err" >&2
+      PEER_ARGS+=("--why-not" "$peer=$(tail -1 "$err")")
+    fi
+    rm -f "$err"
+  done
+fi
+
 if ! command -v cc >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
 fi
@@ -64,7 +86,7 @@ if [ "$TREES" = 1 ]; then
     --aiperf "$AIPERF_VENV/bin/aiperf" \
     --floor "$TARGET_DIR/release/agentx-bench-floor" \
     --hyper-floor "$TARGET_DIR/release/examples/agentx-bench-hyper-floor" \
-    "$@"
+    "${PEER_ARGS[@]}" "$@"
 fi
 exec "$VENV/bin/python" bench/compare.py \
   --agentx "$TARGET_DIR/release/agentx-host" \

@@ -50,8 +50,9 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import compare  # noqa: E402
 import differential  # noqa: E402
+import trees_peers  # noqa: E402
 
-TOOLS = ("agentx", "harness", "aiperf")
+TOOLS = ("agentx", "harness", "aiperf", *trees_peers.PEERS)
 PUBLIC_TRACES = 393  # the public with-subagents corpus
 
 
@@ -207,12 +208,15 @@ def corpus_stats(jsonl: pathlib.Path) -> dict:
 def tool_cmd(a: argparse.Namespace, tool: str, corpus: pathlib.Path, url: str, conc: int, out: pathlib.Path) -> list[str]:
     """The same session-tree replay for every tool: bench/differential.py's command line for agentx and
     the harness, the seed and grace period made explicit; aiperf gets the harness's preset as flags."""
+    if tool in trees_peers.PEERS:
+        return trees_peers.command(a, tool, corpus, url, conc, out)
     extra = ["--random-seed", str(a.seed), "--benchmark-grace-period", str(a.grace)]
+    job = {"harness": a.harness, "agentx_extra": []}
     if tool in ("agentx", "harness"):
-        return differential.tool_cmd(a, tool, corpus, url, conc, out) + extra
+        return differential.tool_cmd(a, tool, corpus, url, conc, out, job) + extra
     # aiperf 0.13 has no `agentx` scenario: its inferencex-agentx-mvp (agentic replay) with the
     # harness's preset as flags, less the cache-pressure warmup stage, which 0.13 does not have.
-    cmd = differential.tool_cmd(a, "harness", corpus, url, conc, out)
+    cmd = differential.tool_cmd(a, "harness", corpus, url, conc, out, job)
     cmd[0] = a.aiperf
     cmd[cmd.index("--scenario") + 1] = compare.SCENARIO
     preset = list(differential.PRESET_AS_FLAGS)
@@ -231,6 +235,8 @@ AIPERF_PRESET_CHANGES = {
 
 
 def tool_env(a: argparse.Namespace, tool: str, cache: pathlib.Path) -> dict[str, str]:
+    if tool in trees_peers.PEERS:
+        return trees_peers.env(a, tool, cache)
     env = differential.tool_env(a, "harness" if tool == "aiperf" else tool, cache)
     if tool == "aiperf":
         env["AIPERF_DATASET_CONFIGURATION_TIMEOUT"] = "1800"
@@ -281,6 +287,18 @@ def first_recorded_ns(record: pathlib.Path) -> int | None:
         return None
 
 
+def agentx_send_lag_p99(out: pathlib.Path) -> float | None:
+    """agentx's send lag p99 (how late a request left against when it was due), from its
+    run_summary.json."""
+    for path in out.rglob("run_summary.json"):
+        try:
+            lag = json.loads(path.read_text())["summary"].get("send_lag_ms") or {}
+        except (OSError, json.JSONDecodeError, KeyError, AttributeError):
+            return None
+        return lag.get("p99")
+    return None
+
+
 def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
     tag = f"{tool}-c{conc}"
     out = a.out / "runs" / tag
@@ -300,12 +318,18 @@ def replay(a: argparse.Namespace, tool: str, conc: int) -> dict:
     cache_state = "warm" if cache.is_dir() and any(cache.iterdir()) else "cold"
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=tool_env(a, tool, cache), start_new_session=True)
     reaper = compare.Reaper(proc)
+    # A peer keeps no profiling phase: its window is its first --duration seconds of streaming.
+    streaming_cap_s = a.duration if tool in trees_peers.PEERS else None
     try:
-        row = compare.measure(a, tool, conc, tag, cmd, out, sim, proc, reaper, started)
+        row = compare.measure(a, tool, conc, tag, cmd, out, sim, proc, reaper, started, streaming_cap_s)
     finally:
         compare.kill_tree(reaper)
         log.close()
         sim.stop()
+    if tool in trees_peers.PEERS:
+        row.update(trees_peers.figures(tool, out, a.ttft_ms))
+    elif tool == "agentx":
+        row["send_lag_p99_ms"] = agentx_send_lag_p99(out)
     first = first_recorded_ns(record)
     row["first_request_s"] = round((first - launched_ns) / 1e9, 2) if first else None
     row["dataset_cache"] = cache_state  # the tool's dataset cache, as the previous level left it
@@ -331,6 +355,64 @@ def aiperf_unavailable(a: argparse.Namespace) -> str | None:
     if not version.startswith("0.13"):
         return f"{a.aiperf} is aiperf {version}, not 0.13 (agentx-harness ships a package named aiperf too)"
     return None
+
+
+# Where each optional tool's `{"ran": ..., "why_not": ...}` is kept in the report.
+OPTIONAL_KEY = {"harness": "harness_run", "aiperf": "aiperf", **{peer: peer for peer in trees_peers.PEERS}}
+
+
+def optional_tools(a: argparse.Namespace, report: dict, version) -> list[str]:
+    """agentx, then every optional tool that can take part in this run. Each optional tool gets
+    `{"ran": ..., "why_not": ...}` in the report; one that cannot run says why and keeps an empty column."""
+    tools = ["agentx"]
+    given_why = dict(item.split("=", 1) for item in a.why_not if "=" in item)
+    checks = {
+        "harness": lambda: None if a.harness else "not given (--harness): bench/compare.sh --trees installs agentx-harness and passes it",
+        "aiperf": lambda: aiperf_unavailable(a),
+        **{peer: (lambda peer=peer: given_why.get(peer) or trees_peers.why_not(a, peer)) for peer in trees_peers.PEERS},
+    }  # fmt: skip
+    for tool, check in checks.items():
+        why = check()
+        status = report[OPTIONAL_KEY[tool]] = {"ran": why is None, "why_not": why}
+        if why:
+            print(f"{tool}: skipped: {why}", flush=True)
+            continue
+        tools.append(tool)
+        if tool == "aiperf":
+            status.update(
+                version=version([a.aiperf, "--version"]),
+                flags="--scenario inferencex-agentx-mvp and the harness's preset as flags, less "
+                "--warmup-requests-per-lane (0.13 has no cache-pressure warmup stage)",
+            )  # fmt: skip
+        elif tool in trees_peers.PEERS:
+            status.update(version=trees_peers.version(a, tool), **trees_peers.workload(a, tool))
+    return tools
+
+
+def replay_levels(a: argparse.Namespace, report: dict, levels: list[int], tools: list[str], json_path: pathlib.Path) -> list[dict]:
+    """Every tool at every level, then the floors; the JSON is rewritten after each run. agentx and the
+    harness alternate (the order flips at each level); an optional tool whose run gets no window is
+    left out of the later levels, with why."""
+    rows: list[dict] = []
+    print("replay", flush=True)
+    for i, c in enumerate(levels):
+        pair = [t for t in ("agentx", "harness") if t in tools]
+        if i % 2:
+            pair.reverse()
+        for tool in pair + [t for t in tools if t not in pair and report[OPTIONAL_KEY[t]]["ran"]]:
+            run_started = time.monotonic()
+            rows.append(replay(a, tool, c))
+            rows[-1]["run_wall_s"] = round(time.monotonic() - run_started, 1)
+            if tool not in pair and rows[-1].get("tokens_per_s") is None:
+                # It did not get through a run of this workload: say why, and go on without it.
+                why = f"no window at concurrency {c}: {rows[-1].get('note') or 'see its log'}"
+                report[OPTIONAL_KEY[tool]].update(ran=False, why_not=why)
+                print(f"{tool}: skipped from here on: {why}", flush=True)
+            json_path.write_text(json.dumps({**report, "runs": rows}, indent=2))
+        for tool, binary in (("floor", a.floor), ("hyper-floor", a.hyper_floor)):
+            if binary:
+                rows.append(compare.floor_run(a, c, tool, binary))
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -397,6 +479,9 @@ def table(rows: list[dict], levels: list[int], tools: list[str]) -> tuple[str, l
             entry[key] = {**vals, "harness_over_agentx": r}
             lines.append(f"{c:>5} {label:<15}" + "".join(f"{compare.fmt(vals[t], f):>12}" for t in tools)
                          + f"{compare.fmt(r, '{:.2f}x'):>16}")  # fmt: skip
+        lag = by.get(("agentx", c), {}).get("send_lag_p99_ms")
+        entry["agentx_send_lag_p99_ms"] = lag
+        lines.append(f"{c:>5} {'send lag p99 ms':<15}{compare.fmt(lag, '{:.2f}'):>12}")
         for q in ("p50", "p99"):
             v = client_added(by.get(("agentx", c), {}), q)
             entry[f"agentx_client_added_ttft_{q}_ms"] = v
@@ -412,7 +497,7 @@ def table(rows: list[dict], levels: list[int], tools: list[str]) -> tuple[str, l
     return "\n".join(lines), summary
 
 
-TOOL_NAMES = {"agentx": "agentx", "harness": "agentx-harness 1.0.12", "aiperf": "aiperf 0.13"}
+TOOL_NAMES = {"agentx": "agentx", "harness": "agentx-harness 1.0.12", "aiperf": "aiperf 0.13", **trees_peers.NAMES}
 
 
 def markdown(rows: list[dict], levels: list[int], tools: list[str]) -> str:
@@ -424,8 +509,8 @@ def markdown(rows: list[dict], levels: list[int], tools: list[str]) -> str:
 
     out = [
         "| conc | client | tokens/s | CPU-s per 1k tokens | peak RSS (PSS) MiB | TTFT overhead p50 / p99 ms "
-        "| client-added TTFT p50 / p99 ms | first request s | warmup s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| client-added TTFT p50 / p99 ms | send lag p99 ms | first request s | warmup s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in levels:
         for t in [*tools, *compare.FLOORS]:
@@ -439,7 +524,8 @@ def markdown(rows: list[dict], levels: list[int], tools: list[str]) -> str:
                      if r.get("client_ttft_added_ms") else "-")  # fmt: skip
             out.append(
                 f"| {c} | {name} | {cell(r.get('tokens_per_s'), '{:,.0f}')} | {cell(r.get('cpu_s_per_1k_tokens'), '{:.4f}')} "
-                f"| {rss} | {ttft} | {added} | {cell(r.get('first_request_s'))} | {cell(r.get('warmup_s'))} |"
+                f"| {rss} | {ttft} | {added} | {cell(r.get('send_lag_p99_ms'))} | {cell(r.get('first_request_s'))} "
+                f"| {cell(r.get('warmup_s'))} |"
             )
     return "\n".join(out) + "\n"
 
@@ -451,6 +537,8 @@ def complete(rows: list[dict], levels: list[int], tools: list[str]) -> list[str]
     for c in levels:
         for t in tools:
             for key, _, _ in FIGURES:
+                if key == "warmup_s" and t in trees_peers.PEERS:
+                    continue  # the peers have no warmup phase
                 if by.get((t, c), {}).get(key) is None:
                     missing.append(f"{t} c{c} {key}")
         if client_added(by.get(("agentx", c), {}), "p99") is None:
@@ -464,8 +552,12 @@ def complete(rows: list[dict], levels: list[int], tools: list[str]) -> list[str]
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--agentx", required=True, help="the agentx-host binary")
-    p.add_argument("--harness", required=True, help="agentx-harness's `agentx` executable")
+    p.add_argument("--harness", help="agentx-harness's `agentx` executable (its column stays empty without it)")
     p.add_argument("--aiperf", help="aiperf 0.13's `aiperf` executable (in a venv without agentx-harness)")
+    p.add_argument("--vllm-bench", help="the vllm-bench binary (bench/peers/build_vllm_bench.sh); optional")
+    p.add_argument("--guidellm", help="guidellm 0.8.1's `guidellm` executable (bench/peers/install_guidellm.sh); optional")
+    p.add_argument("--why-not", action="append", default=[], metavar="PEER=REASON",
+                   help="a peer that could not be built or installed, and why (bench/compare.sh passes it)")  # fmt: skip
     p.add_argument("--floor", help="the bench/floor.c binary")
     p.add_argument("--hyper-floor", help="the bench/hyper_floor.rs binary")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/out-trees"))
@@ -488,7 +580,7 @@ def main() -> int:
     p.add_argument("--keep-request-logs", action="store_true", help="keep the simulator's request logs (logs/)")
     p.add_argument("--label", default="", help="a note stored in the JSON (say, a validation run on a shared machine)")
     a = p.parse_args()
-    for flag in ("agentx", "harness", "aiperf", "floor", "hyper_floor"):
+    for flag in ("agentx", "harness", "aiperf", "floor", "hyper_floor"):  # the peers' paths: trees_peers.why_not
         path = getattr(a, flag)
         if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
             p.error(f"--{flag.replace('_', '-')} {path}: not an executable file (bench/compare.sh --trees builds and installs them)")
@@ -525,10 +617,12 @@ def main() -> int:
         "machine": compare.machine(),
         "agentx": version([a.agentx, "--version"]),
         "harness": "agentx-harness " + version([str(pathlib.Path(a.harness).parent / "python"), "-c",
-                                                "import importlib.metadata as m; print(m.version('agentx-harness'))"]),  # fmt: skip
+                                                "import importlib.metadata as m; print(m.version('agentx-harness'))"])
+        if a.harness else None,  # fmt: skip
         "mode": "session trees: agentx `run --scenario agentx` against agentx-harness `profile --scenario agentx` "
         "(same corpus, --random-seed, --concurrency, --benchmark-duration, --benchmark-grace-period, "
-        "--unsafe-override; the scenario's preset otherwise), aiperf 0.13 agentic replay with the preset as flags",
+        "--unsafe-override; the scenario's preset otherwise), aiperf 0.13 agentic replay with the preset as flags; "
+        "vllm-bench and guidellm as bench/trees_peers.py runs them",
         "simulator": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "process": "agentx-host sim --record-requests, one per run"},
         "pinned": None if a.no_pin else {"simulator_cpus": a.sim_cpus, "client_cpus": a.tool_cpus},
         "duration_s": a.duration,
@@ -540,45 +634,18 @@ def main() -> int:
     compare.make_tokenizer(a.tokenizer_dir)
     report["replay_corpus"] = make_corpus(a, a.replay_corpus, full=False)
     print(f"replay corpus: {report['replay_corpus']}", flush=True)
-    tools = ["agentx", "harness"]
-    why = aiperf_unavailable(a)
-    report["aiperf"] = {"ran": why is None, "why_not": why}
-    if why:
-        print(f"aiperf: skipped: {why}", flush=True)
-    else:
-        report["aiperf"].update(
-            version=version([a.aiperf, "--version"]),
-            flags="--scenario inferencex-agentx-mvp and the harness's preset as flags, less "
-            "--warmup-requests-per-lane (0.13 has no cache-pressure warmup stage)",
-        )  # fmt: skip
-        tools.append("aiperf")
+    tools = optional_tools(a, report, version)
     report["tools"] = tools
     if a.prep:
         report["prep_corpus"] = make_corpus(a, a.prep_corpus, full=True)
         print(f"dataset-preparation corpus: {report['prep_corpus']}", flush=True)
-        report["prep"] = prep(a, tools)
-    rows: list[dict] = []
+        report["prep"] = prep(a, [t for t in tools if t not in trees_peers.PEERS])
     json_path = a.out / "compare-trees.json"
-    print("replay", flush=True)
-    for i, c in enumerate(levels):
-        pair = ["agentx", "harness"] if i % 2 == 0 else ["harness", "agentx"]
-        for tool in pair + (["aiperf"] if report["aiperf"]["ran"] else []):
-            run_started = time.monotonic()
-            rows.append(replay(a, tool, c))
-            rows[-1]["run_wall_s"] = round(time.monotonic() - run_started, 1)
-            if tool == "aiperf" and rows[-1].get("tokens_per_s") is None:
-                # Its agentic replay of this corpus did not get through a run: say why, and go on without it.
-                why = f"no profiling window at concurrency {c}: {rows[-1].get('note') or 'see its log'}"
-                report["aiperf"].update(ran=False, why_not=why)
-                print(f"aiperf: skipped from here on: {why}", flush=True)
-            json_path.write_text(json.dumps({**report, "runs": rows}, indent=2))
-        for tool, binary in (("floor", a.floor), ("hyper-floor", a.hyper_floor)):
-            if binary:
-                rows.append(compare.floor_run(a, c, tool, binary))
+    rows = replay_levels(a, report, levels, tools, json_path)
     text, summary = table(rows, levels, tools)
     report["table"] = summary
     report["runs"] = rows
-    report["missing"] = complete(rows, levels, [t for t in tools if t != "aiperf" or report["aiperf"]["ran"]])
+    report["missing"] = complete(rows, levels, [t for t in tools if t == "agentx" or report[OPTIONAL_KEY[t]]["ran"]])
     md = markdown(rows, levels, tools)
     print("\n" + text + "\n\n" + md)
     if report["missing"]:
