@@ -366,12 +366,18 @@ async fn the_duration_stops_new_dispatches_and_lanes_recycle_until_it() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_open_loop_starts_every_trace_at_once_capped_by_the_concurrency() {
+/// The worked example's graph with three traces.
+fn three_traces() -> Value {
     let mut workload = worked_example();
     workload["traces"] = json!([{"id": "t1", "initial_state": {"task": "a"}},
                                 {"id": "t2", "initial_state": {"task": "b"}},
                                 {"id": "t3", "initial_state": {"task": "c"}}]);
+    workload
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_loop_starts_every_trace_at_once_capped_by_the_concurrency() {
+    let workload = three_traces();
     let cfg = GraphConfig {
         concurrency: Some(2),
         open_loop: true,
@@ -391,10 +397,7 @@ async fn an_open_loop_starts_every_trace_at_once_capped_by_the_concurrency() {
 
 #[tokio::test(start_paused = true)]
 async fn an_open_loop_without_a_concurrency_admits_every_due_trace() {
-    let mut workload = worked_example();
-    workload["traces"] = json!([{"id": "t1", "initial_state": {"task": "a"}},
-                                {"id": "t2", "initial_state": {"task": "b"}},
-                                {"id": "t3", "initial_state": {"task": "c"}}]);
+    let workload = three_traces();
     let cfg = GraphConfig {
         concurrency: None,
         open_loop: true,
