@@ -414,6 +414,27 @@ fn dataset_of(args: &RunArgs, demo: bool) -> anyhow::Result<(DatasetSource, &'st
     Ok((dataset, loader))
 }
 
+/// `--concurrency`'s points (one, or a sweep's list), each a number of `what`; `example` in the
+/// refusal.
+pub(crate) fn concurrency_points(text: &str, what: &str, example: u32) -> anyhow::Result<Vec<i64>> {
+    text.split(',')
+        .map(|x| x.trim().parse::<i64>())
+        .collect::<Result<Vec<i64>, _>>()
+        .map_err(|_| {
+            anyhow!("--concurrency {text:?} is not a number of {what}; pass e.g. --concurrency {example}")
+        })
+}
+
+/// `--random-seed` as the scenario takes it (0 to 2^63-1).
+pub(crate) fn seed_value(seed: u64) -> anyhow::Result<Value> {
+    i64::try_from(seed).map(Value::Integer).map_err(|_| {
+        anyhow!(
+            "--random-seed {seed} is too large; pass a seed from 0 to {}",
+            i64::MAX
+        )
+    })
+}
+
 /// The core settings of the run (lanes, duration, seed, start ratios, dataset, the locked
 /// options, the overflow rule's variables).
 fn given(
@@ -432,13 +453,7 @@ fn given(
     let mut concurrency_list = None;
     match &args.concurrency {
         Some(text) => {
-            let list: Result<Vec<i64>, _> =
-                text.split(',').map(|x| x.trim().parse::<i64>()).collect();
-            let list = list.map_err(|_| {
-                anyhow!(
-                    "--concurrency {text:?} is not a number of lanes; pass e.g. --concurrency 16"
-                )
-            })?;
+            let list = concurrency_points(text, "lanes", 16)?;
             if list.len() > 1 {
                 concurrency_list = Some(text.clone());
             }
@@ -465,13 +480,7 @@ fn given(
         None => {}
     }
     if let Some(seed) = args.random_seed {
-        if seed > i64::MAX as u64 {
-            bail!(
-                "--random-seed {seed} is too large; pass a seed from 0 to {}",
-                i64::MAX
-            );
-        }
-        put(ReplaySetting::RandomSeed, Value::Integer(seed as i64), true);
+        put(ReplaySetting::RandomSeed, seed_value(seed)?, true);
     }
     let unsafe_override = args.unsafe_override || demo;
     put(

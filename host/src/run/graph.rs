@@ -95,10 +95,7 @@ fn given_settings(args: &RunArgs) -> anyhow::Result<(Vec<Setting>, Option<Vec<St
     let overflow_phrases =
         crate::cli::run_plan::overflow_env(&mut |name, value, _| put(name, value))?;
     if let Some(text) = &args.concurrency {
-        let list: Result<Vec<i64>, _> = text.split(',').map(|x| x.trim().parse()).collect();
-        let list = list.map_err(|_| {
-            anyhow!("--concurrency {text:?} is not a number of trace instances; pass e.g. --concurrency 4")
-        })?;
+        let list = crate::cli::run_plan::concurrency_points(text, "trace instances", 4)?;
         put(ReplaySetting::Concurrency, Value::Integers(list));
     }
     let numbers = [
@@ -135,13 +132,10 @@ fn given_settings(args: &RunArgs) -> anyhow::Result<(Vec<Setting>, Option<Vec<St
         put(ReplaySetting::UnsafeOverride, Value::Flag(true));
     }
     if let Some(seed) = args.random_seed {
-        let seed = i64::try_from(seed).map_err(|_| {
-            anyhow!(
-                "--random-seed {seed} is too large; pass a seed from 0 to {}",
-                i64::MAX
-            )
-        })?;
-        put(ReplaySetting::RandomSeed, Value::Integer(seed));
+        put(
+            ReplaySetting::RandomSeed,
+            crate::cli::run_plan::seed_value(seed)?,
+        );
     }
     Ok((given, overflow_phrases))
 }

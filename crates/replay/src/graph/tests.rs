@@ -147,6 +147,15 @@ fn node(rec: &RequestRecord) -> &str {
 }
 
 /// Send time of `id`'s record in ms from the clock's start.
+/// When every dispatch of node `id` was sent, in ms, in record order.
+fn every_sent_ms(records: &[RequestRecord], id: &str) -> Vec<u64> {
+    records
+        .iter()
+        .filter(|r| node(r) == id)
+        .map(|r| r.send_ns / 1_000_000)
+        .collect()
+}
+
 fn sent_ms(records: &[RequestRecord], id: &str) -> u64 {
     let rec = records
         .iter()
@@ -385,11 +394,7 @@ async fn an_open_loop_starts_every_trace_at_once_capped_by_the_concurrency() {
     };
     let (outcome, records) = replay(&workload, cfg, |_, _| Reply::ok()).await;
     assert_eq!((outcome.instances, outcome.dispatches), (3, 9));
-    let plans: Vec<u64> = records
-        .iter()
-        .filter(|r| node(r) == "plan")
-        .map(|r| r.send_ns / 1_000_000)
-        .collect();
+    let plans = every_sent_ms(&records, "plan");
     // Two at once, the third when a slot frees.
     assert_eq!(plans.iter().filter(|&&ms| ms == 0).count(), 2, "{plans:?}");
     assert!(plans.contains(&1280), "{plans:?}");
@@ -405,11 +410,7 @@ async fn an_open_loop_without_a_concurrency_admits_every_due_trace() {
     };
     let (outcome, records) = replay(&workload, cfg, |_, _| Reply::ok()).await;
     assert_eq!((outcome.instances, outcome.dispatches), (3, 9));
-    let plans: Vec<u64> = records
-        .iter()
-        .filter(|r| node(r) == "plan")
-        .map(|r| r.send_ns / 1_000_000)
-        .collect();
+    let plans = every_sent_ms(&records, "plan");
     assert_eq!(
         plans,
         [0, 0, 0],
