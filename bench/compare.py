@@ -431,6 +431,8 @@ def measure(
 FLOORS = {
     "floor": "bench/floor.c: epoll_wait + recv per wake-up, nothing parsed",
     "hyper-floor": "bench/hyper_floor.rs: tokio + hyper-util's pooled client, nothing parsed",
+    "traffic-floor": "bench/hyper_floor.rs --replay: agentx's run's requests at their offsets and sizes, "
+    "on tokio + hyper-util's pooled client, nothing parsed",
 }
 
 
@@ -462,6 +464,70 @@ def floor_run(a: argparse.Namespace, conc: int, tool: str, binary: str) -> dict:
             window_s=round(t1 - t0, 2), tokens=int(k1 - k0), tokens_per_s=round((k1 - k0) / (t1 - t0), 1),
             cpu_s=round(c1 - c0, 3), cpu_s_per_1k_tokens=round((c1 - c0) / (k1 - k0) * 1000, 5),
         )  # fmt: skip
+    print(f"  {tag}: {row.get('tokens_per_s')} tok/s, {row.get('cpu_s_per_1k_tokens')} CPU-s/1k tok", flush=True)
+    return row
+
+
+def run_start_wall_ns(out: pathlib.Path) -> int | None:
+    """The wall-clock instant of an agentx run's offset 0: a request's `request_start_ns`
+    (profile_export.jsonl) less its `send_ns` (records.jsonl)."""
+    starts = {m.get("x_request_id"): m.get("request_start_ns") for m in export_metadata(out)}
+    for p in out.rglob("records.jsonl"):
+        with open(p, "rb") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                start = starts.get(record.get("request_id"))
+                if isinstance(start, int) and isinstance(record.get("send_ns"), int):
+                    return start - record["send_ns"]
+        return None
+    return None
+
+
+def traffic_floor_run(a: argparse.Namespace, conc: int, binary: str, agentx_out: pathlib.Path) -> dict:
+    """bench/hyper_floor.rs --replay on the agentx run in `agentx_out`: the same requests at the same
+    offsets, measured over the same window of offsets as agentx's profiling window (compare.measure's),
+    so the CPU per token of the two differs only by what agentx does beyond moving the bytes."""
+    tag = f"traffic-floor-c{conc}"
+    row: dict = {"tool": "traffic-floor", "concurrency": conc, "client": FLOORS["traffic-floor"]}
+    span, run_t0 = profiling_span(agentx_out), run_start_wall_ns(agentx_out)
+    if not span or run_t0 is None:
+        row["why_not"] = f"the agentx run in {agentx_out} has no profiling window or no records.jsonl"
+        print(f"  {tag}: {row['why_not']}", flush=True)
+        return row
+    span = (span[0], min(span[1], span[0] + int(a.duration * 1e9)))
+    offsets = (span[0] - run_t0, span[1] - run_t0)
+    sim = Sim(a.agentx, a.ttft_ms, a.itl_ms, a.out / "logs" / f"sim-{tag}.log", a.sim_cpus)
+    log = open(a.out / "logs" / f"{tag}.log", "wb")
+    proc = subprocess.Popen(
+        pinned(a.tool_cpus) + [binary, str(sim.port), "--replay", str(agentx_out)], stdout=subprocess.PIPE,
+        stderr=log, start_new_session=True,
+    )  # fmt: skip
+    reaper = Reaper(proc)
+    samples = []  # (wall ns, tree cpu, tree rss, tokens)
+    try:
+        first = proc.stdout.readline().decode().split()
+        t0 = int(first[1]) if len(first) == 2 and first[0] == "t0_wall_ns" else None
+        window = (t0 + offsets[0], t0 + offsets[1]) if t0 is not None else None
+        while window and not reaper.poll() and time.time_ns() < window[1] + 1e9:
+            cpu, rss, _ = tree_usage(proc.pid)
+            samples.append((time.time_ns(), cpu, rss, sim.tokens()))
+            time.sleep(0.5)
+    finally:
+        kill_tree(reaper)
+        log.close()
+        sim.stop()
+    inside = [smp for smp in samples if window and window[0] <= smp[0] <= window[1]]
+    if len(inside) >= 2 and inside[-1][3] > inside[0][3]:
+        secs, tokens, cpu = (inside[-1][0] - inside[0][0]) / 1e9, inside[-1][3] - inside[0][3], inside[-1][1] - inside[0][1]
+        row.update(
+            window_s=round(secs, 2), tokens=int(tokens), tokens_per_s=round(tokens / secs, 1), cpu_s=round(cpu, 3),
+            cpu_s_per_1k_tokens=round(cpu / tokens * 1000, 5), peak_rss_mib=round(max(s[2] for s in samples) / 2**20, 1),
+        )  # fmt: skip
+    else:
+        row["why_not"] = f"no window: it exited early or streamed nothing; see {a.out / 'logs' / (tag + '.log')}"
     print(f"  {tag}: {row.get('tokens_per_s')} tok/s, {row.get('cpu_s_per_1k_tokens')} CPU-s/1k tok", flush=True)
     return row
 

@@ -412,6 +412,9 @@ def replay_levels(a: argparse.Namespace, report: dict, levels: list[int], tools:
         for tool, binary in (("floor", a.floor), ("hyper-floor", a.hyper_floor)):
             if binary:
                 rows.append(compare.floor_run(a, c, tool, binary))
+        if a.hyper_floor and "agentx" in tools:
+            # agentx's own traffic again, without agentx: its requests at their offsets and sizes.
+            rows.append(compare.traffic_floor_run(a, c, a.hyper_floor, a.out / "runs" / f"agentx-c{c}"))
     return rows
 
 
@@ -493,10 +496,19 @@ def table(rows: list[dict], levels: list[int], tools: list[str]) -> tuple[str, l
             entry[f"{key}_tokens_per_s"] = fr.get("tokens_per_s")
             lines.append(f"{c:>5} {tool + ' CPU-s/1k':<15}{compare.fmt(fr.get('cpu_s_per_1k_tokens'), '{:.4f}'):>12}"
                          f"   ({compare.fmt(fr.get('tokens_per_s'), '{:,.0f}')} tok/s)")  # fmt: skip
+        over = compare.ratio(by.get(("agentx", c), {}).get("cpu_s_per_1k_tokens"),
+                             by.get(("traffic-floor", c), {}).get("cpu_s_per_1k_tokens"))  # fmt: skip
+        entry["agentx_over_traffic_floor"] = over
+        lines.append(f"{c:>5} {'agentx/traffic':<15}{compare.fmt(over, '{:.2f}x'):>12}")
         summary.append(entry)
     return "\n".join(lines), summary
 
 
+FLOOR_NAMES = {
+    "floor": "floor: C",
+    "hyper-floor": "floor: tokio+hyper",
+    "traffic-floor": "floor: agentx's traffic on tokio+hyper",
+}
 TOOL_NAMES = {"agentx": "agentx", "harness": "agentx-harness 1.0.12", "aiperf": "aiperf 0.13", **trees_peers.NAMES}
 
 
@@ -517,7 +529,7 @@ def markdown(rows: list[dict], levels: list[int], tools: list[str]) -> str:
             r = by.get((t, c))
             if not r:
                 continue
-            name = TOOL_NAMES.get(t, {"floor": "floor: C", "hyper-floor": "floor: tokio+hyper"}.get(t, t))
+            name = TOOL_NAMES.get(t, FLOOR_NAMES.get(t, t))
             rss = f"{cell(r.get('peak_rss_mib'), '{:,.0f}')} ({cell(r.get('peak_pss_mib'), '{:,.0f}')})" if t in tools else "-"
             ttft = f"{cell(r.get('ttft_overhead_p50_ms'))} / {cell(r.get('ttft_overhead_p99_ms'))}" if t in tools else "-"
             added = (f"{cell(client_added(r, 'p50'))} / {cell(client_added(r, 'p99'))}"

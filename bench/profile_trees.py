@@ -110,7 +110,8 @@ def main() -> None:
     p.add_argument("--max-gap-s", type=float, default=10)
     p.add_argument("--ttft-ms", type=float, default=50)
     p.add_argument("--itl-ms", type=float, default=10)
-    p.add_argument("--hyper-floor", help="the bench/hyper_floor.rs binary, measured at every level too")
+    p.add_argument("--hyper-floor", help="the bench/hyper_floor.rs binary, measured at every level too, saturated "
+                   "and replaying the level's agentx run (compare.traffic_floor_run)")
     p.add_argument("--floor-window", type=float, default=20, help="seconds the floor is measured over")
     p.add_argument("--perf", action="store_true", help="record a CPU profile of each run")
     p.add_argument("--perf-delay", type=float, default=60, help="seconds after launch perf attaches")
@@ -132,6 +133,8 @@ def main() -> None:
             rows.append(run_level(a, conc, rep))
             if a.hyper_floor:
                 rows.append(compare.floor_run(a, conc, "hyper-floor", a.hyper_floor) | {"rep": rep})
+                agentx_out = a.out / f"run-c{conc}-r{rep}"
+                rows.append(compare.traffic_floor_run(a, conc, a.hyper_floor, agentx_out) | {"rep": rep})
     (a.out / "profile-trees.json").write_text(json.dumps(rows, indent=1))
 
 

@@ -143,6 +143,22 @@ pub enum SeriesLog {
 /// Labels of a series, sorted by name (`le` removed from histogram buckets).
 pub type Labels = Vec<(String, String)>;
 
+/// Whether `labels` (a sample's, as written) name the series `key` (sorted, without a histogram's
+/// `le`): the same pairs, in any order.
+fn same_series(key: &Labels, labels: &[(String, String)], histogram: bool) -> bool {
+    let mut count = 0;
+    for pair in labels {
+        if histogram && pair.0 == "le" {
+            continue;
+        }
+        if key.binary_search(pair).is_err() {
+            return false;
+        }
+        count += 1;
+    }
+    count == key.len()
+}
+
 /// One metric family as seen on one endpoint.
 #[derive(Debug, Clone)]
 pub struct FamilyLog {
@@ -400,27 +416,40 @@ impl EndpointLog {
             if fam.help.is_empty() && !f.help.is_empty() {
                 fam.help.clone_from(&f.help);
             }
+            // The series of the sample before: a histogram's buckets, sum and count follow each
+            // other with the same labels, so their key is made (and looked up) once per series.
+            let mut current: Option<Labels> = None;
             for s in &f.samples {
                 let role = f.role(s);
                 let histogram = fam.kind == MetricType::Histogram;
                 if role == "_created" || (!histogram && !matches!(role, "" | "_total")) {
                     continue;
                 }
-                let mut labels: Labels = s
-                    .labels
-                    .iter()
-                    .filter(|(k, _)| !(histogram && k == "le"))
-                    .cloned()
-                    .collect();
-                labels.sort();
-                fam.seen.insert(labels.clone(), idx);
-                let series = fam.series.entry(labels).or_insert_with(|| {
-                    if histogram {
-                        SeriesLog::Histogram(HistogramTrack::default())
-                    } else {
-                        SeriesLog::Scalar(Track::default())
+                let key = match current.take() {
+                    Some(key) if same_series(&key, &s.labels, histogram) => key,
+                    _ => {
+                        let mut labels: Labels = s
+                            .labels
+                            .iter()
+                            .filter(|(k, _)| !(histogram && k == "le"))
+                            .cloned()
+                            .collect();
+                        labels.sort();
+                        fam.seen.insert(labels.clone(), idx);
+                        fam.series.entry(labels.clone()).or_insert_with(|| {
+                            if histogram {
+                                SeriesLog::Histogram(HistogramTrack::default())
+                            } else {
+                                SeriesLog::Scalar(Track::default())
+                            }
+                        });
+                        labels
                     }
-                });
+                };
+                let Some(series) = fam.series.get_mut(&key) else {
+                    continue;
+                };
+                current = Some(key);
                 match series {
                     SeriesLog::Scalar(t) => t.push(idx, Some(s.value)),
                     SeriesLog::Histogram(h) => match role {

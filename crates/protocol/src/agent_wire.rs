@@ -11,13 +11,13 @@ use std::borrow::Cow;
 pub(crate) struct ChatMessage<'a> {
     #[serde(borrow)]
     pub(crate) role: Cow<'a, str>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     pub(crate) content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     pub(crate) reasoning_content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub(crate) tool_calls: Vec<ToolCall<'a>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     pub(crate) tool_call_id: Option<Cow<'a, str>>,
 }
 

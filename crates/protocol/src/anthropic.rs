@@ -167,19 +167,24 @@ struct StartJson {
 /// A content block (`content_block_start`) or a delta (`content_block_delta`, `message_delta`).
 #[derive(Deserialize)]
 struct BlockJson<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(
+        rename = "type",
+        default,
+        borrow,
+        deserialize_with = "crate::exchange::borrowed_str"
+    )]
     kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     partial_json: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     text: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     thinking: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     stop_reason: Option<Cow<'a, str>>,
 }
 

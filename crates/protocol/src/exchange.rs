@@ -96,17 +96,59 @@ impl StreamState {
     }
 }
 
+/// A string field that may be absent or `null`, borrowed from the event when it has no escapes.
+/// (serde's own `Option<Cow<str>>` copies every string into a new allocation: it borrows a `Cow`
+/// only as a field's direct type.) For `#[serde(default, borrow, deserialize_with = ...)]`.
+pub(crate) fn borrowed_str<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'a, str>>, D::Error> {
+    struct Text;
+    impl<'de> serde::de::Visitor<'de> for Text {
+        type Value = Cow<'de, str>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(text))
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(text.to_owned()))
+        }
+        fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(text))
+        }
+    }
+    struct MaybeText;
+    impl<'de> serde::de::Visitor<'de> for MaybeText {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(Text).map(Some)
+        }
+    }
+    deserializer.deserialize_option(MaybeText)
+}
+
 #[derive(Deserialize)]
 pub(crate) struct ChunkJson<'a> {
     #[serde(default, borrow)]
     choices: Choices<'a>,
+    /// Boxed, as `nvext`: a chunk is moved while it is read, and these come once per stream.
     #[serde(default)]
-    usage: Option<UsageJson>,
+    usage: Option<Box<UsageJson>>,
     #[serde(default)]
     error: Option<serde::de::IgnoredAny>,
     /// Dynamo's worker and timing figures (on the final chunk, when asked for).
     #[serde(default)]
-    nvext: Option<crate::server_side::NvExtJson>,
+    nvext: Option<Box<crate::server_side::NvExtJson>>,
 }
 
 /// The `choices` array, folded while it is read, so a chunk allocates nothing for it: how many choices
@@ -141,9 +183,9 @@ pub(crate) struct ToolCallPiece<'a> {
 
 #[derive(Deserialize, Default)]
 pub(crate) struct FunctionPiece<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     arguments: Option<Cow<'a, str>>,
 }
 
@@ -211,17 +253,17 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
 pub(crate) struct ChoiceJson<'a> {
     #[serde(default, borrow)]
     delta: DeltaJson<'a>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize, Default)]
 pub(crate) struct DeltaJson<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     reasoning_content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     reasoning: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolCallPiece<'a>>>,
@@ -566,6 +608,26 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A chunk's strings are borrowed from the event unless they hold escapes; `null` and an absent
+    /// field are `None`; a number where a string belongs is an error, as before.
+    #[test]
+    fn chunk_strings_borrow_from_the_event() {
+        let event = r#"{"choices":[{"delta":{"content":"plain","reasoning":null},"finish_reason":"stop"}]}"#;
+        let chunk: ChunkJson<'_> = serde_json::from_str(event).unwrap();
+        assert!(matches!(chunk.choices.content, Cow::Borrowed("plain")));
+        assert!(matches!(
+            chunk.choices.finish_reason,
+            Some(Cow::Borrowed("stop"))
+        ));
+        assert_eq!(chunk.choices.with_reasoning, 0);
+        let escaped = r#"{"choices":[{"delta":{"content":"a\n\"b\""}}]}"#;
+        let chunk: ChunkJson<'_> = serde_json::from_str(escaped).unwrap();
+        assert!(matches!(&chunk.choices.content, Cow::Owned(text) if text == "a\n\"b\""));
+        assert!(chunk.choices.finish_reason.is_none());
+        let wrong = r#"{"choices":[{"delta":{"content":7}}]}"#;
+        assert!(serde_json::from_str::<ChunkJson<'_>>(wrong).is_err());
+    }
 
     /// `chunks` read as a chat stream ending in `[DONE]`, each 1 ms after the last.
     fn read_chat(chunks: &[&str]) -> Exchange {

@@ -142,7 +142,7 @@ fn write_items(out: &mut Vec<u8>, message: &ChatMessage<'_>) {
 struct Event<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     delta: Option<Cow<'a, str>>,
     #[serde(default)]
     response: Option<ResponseJson>,
@@ -155,9 +155,9 @@ struct Event<'a> {
 struct ItemJson<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     call_id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::exchange::borrowed_str")]
     name: Option<Cow<'a, str>>,
 }
 

@@ -18,8 +18,7 @@ mod store;
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -172,7 +171,7 @@ pub struct ScenarioEngine {
     engine: Engine,
     limits: Limits,
     compiled_dir: Option<agentx_record::fsio::LazyRoot>,
-    _ticker: Arc<EpochTicker>,
+    ticker: Arc<EpochTicker>,
 }
 
 impl std::fmt::Debug for ScenarioEngine {
@@ -184,14 +183,81 @@ impl std::fmt::Debug for ScenarioEngine {
     }
 }
 
-/// Advances the engine's epoch from a background thread until dropped.
+/// Advances the engine's epoch from a background thread while a guest call is in progress, until
+/// dropped. Between calls (most of a run: a scenario is called to plan, to classify an error, to
+/// judge validity) the thread waits without waking, so an idle replay pays no timer wake-ups for it;
+/// a call's deadline counts ticks from the call's start either way.
 struct EpochTicker {
-    stop: Arc<AtomicBool>,
+    state: Arc<TickerState>,
+}
+
+/// The calls in progress, and whether the ticker should stop.
+#[derive(Default)]
+struct TickerState {
+    calls: Mutex<TickerCalls>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct TickerCalls {
+    in_progress: usize,
+    stop: bool,
+}
+
+impl TickerState {
+    fn calls(&self) -> std::sync::MutexGuard<'_, TickerCalls> {
+        // The lock guards two plain fields: a panic while holding it leaves them consistent.
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The ticker thread: ticks every [`EPOCH_TICK`] while a call is in progress.
+    fn run(&self, engine: &Engine) {
+        loop {
+            {
+                let mut calls = self.calls();
+                while calls.in_progress == 0 && !calls.stop {
+                    calls = self
+                        .wake
+                        .wait(calls)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                if calls.stop {
+                    return;
+                }
+            }
+            std::thread::sleep(EPOCH_TICK);
+            engine.increment_epoch();
+        }
+    }
+}
+
+impl EpochTicker {
+    /// Marks a guest call in progress until the returned guard is dropped.
+    fn ticking(&self) -> Ticking {
+        let mut calls = self.state.calls();
+        calls.in_progress += 1;
+        if calls.in_progress == 1 {
+            self.state.wake.notify_one();
+        }
+        Ticking(self.state.clone())
+    }
+}
+
+/// A guest call in progress (see [`EpochTicker::ticking`]).
+struct Ticking(Arc<TickerState>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.calls().in_progress -= 1;
+    }
 }
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.state.calls().stop = true;
+        self.state.wake.notify_one();
     }
 }
 
@@ -209,18 +275,13 @@ impl ScenarioEngine {
             .max_wasm_stack(1 << 20);
         let engine = Engine::new(&config).map_err(|e| ScenarioError::Engine(e.to_string()))?;
 
-        let stop = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(TickerState::default());
         {
             let engine = engine.clone();
-            let stop = stop.clone();
+            let state = state.clone();
             std::thread::Builder::new()
                 .name("agentx-epoch".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(EPOCH_TICK);
-                        engine.increment_epoch();
-                    }
-                })
+                .spawn(move || state.run(&engine))
                 .map_err(|e| ScenarioError::Engine(format!("cannot start epoch thread: {e}")))?;
         }
 
@@ -237,7 +298,7 @@ impl ScenarioEngine {
             engine,
             limits,
             compiled_dir,
-            _ticker: Arc::new(EpochTicker { stop }),
+            ticker: Arc::new(EpochTicker { state }),
         })
     }
 
@@ -474,6 +535,7 @@ impl Scenario {
         );
         store.limiter(|s| &mut s.limiter);
         arm(&mut store, limits)?;
+        let _ticking = self.inner.engine.ticker.ticking();
         let bound = match &self.inner.pre {
             Pre::V1(pre) => pre.instantiate(&mut store).map(Bound::V1),
             Pre::V2(pre) => pre.instantiate(&mut store).map(Bound::V2),
@@ -588,6 +650,7 @@ macro_rules! guest_call {
             _ => return Err($self.wrong_world($export)),
         };
         let $store = &mut $self.store;
+        let _ticking = $self.scenario.inner.engine.ticker.ticking();
         match $body {
             Ok(answer) => Ok(answer),
             Err(error) => {
