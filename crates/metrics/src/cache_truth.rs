@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, HashMap};
 use agentx_record::{Phase, RequestRecord};
 use serde::{Deserialize, Serialize};
 
-use crate::kvmodel::Lru;
+use crate::kvmodel::{BlockHashMap, Lru};
 
 /// What "hit" means in every figure of the report.
 pub const HIT_DEFINITION: &str = "cached prompt tokens / prompt tokens";
@@ -394,7 +394,7 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
         by_session.of(rec).add_overflow(rec);
     }
     let mut capacity_gaps_ms = std::mem::take(&mut model.capacity_gaps_ms);
-    capacity_gaps_ms.sort_by(f64::total_cmp);
+    capacity_gaps_ms.sort_by(|a, b| a.0.total_cmp(&b.0));
     Some(CacheReport {
         definition: HIT_DEFINITION.to_owned(),
         chain_block_size,
@@ -417,7 +417,7 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
         miss: totals.miss(),
         server_split: server_split(&order),
         evicted_blocks: model.per_worker.iter().map(Lru::evicted_total).sum(),
-        capacity_gap_median_ms: crate::percentile(&capacity_gaps_ms, 50.0),
+        capacity_gap_median_ms: agentx_record::dist::percentile_of_runs(&capacity_gaps_ms, 50.0),
         by_turn: by_turn
             .into_iter()
             .map(|(turn, row)| TurnRow {
@@ -638,14 +638,54 @@ struct Modelled {
 
 /// The three caches and what the attribution remembers.
 struct Model {
-    infinite: Lru,
     pooled: Option<Lru>,
     per_worker: Vec<Lru>,
-    /// Every block ever cached, with when it was last used (send time, ns).
-    last_use: HashMap<u64, u64>,
-    /// Each stream's last admitted prompt (its model keys), by correlation id.
-    previous: HashMap<String, Vec<u64>>,
-    capacity_gaps_ms: Vec<f64>,
+    /// Every block ever cached, with when it was last used (send time, ns): also the infinite
+    /// cache, which never evicts, so a block is in it exactly when it is here.
+    last_use: BlockHashMap<u64>,
+    /// Each stream's last admitted prompt (its model keys, as runs), by correlation id.
+    previous: HashMap<String, KeyRuns>,
+    /// The time since a capacity-missed block was last used, ms, one entry per run of blocks with
+    /// the same time (a prompt's blocks share their last use): (gap, blocks).
+    capacity_gaps_ms: Vec<(f64, u64)>,
+}
+
+/// A prompt's model keys as runs of consecutive keys (first key, length): a block's key is its
+/// first sender and its position, so a prompt is a few runs, whatever its length.
+#[derive(Debug, Default)]
+struct KeyRuns {
+    runs: Vec<(u64, u64)>,
+    len: usize,
+}
+
+impl KeyRuns {
+    fn of(keys: &[u64]) -> KeyRuns {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &key in keys {
+            match runs.last_mut() {
+                Some((first, len)) if first.wrapping_add(*len) == key => *len += 1,
+                _ => runs.push((key, 1)),
+            }
+        }
+        KeyRuns {
+            runs,
+            len: keys.len(),
+        }
+    }
+
+    /// How many leading keys `keys` shares with these.
+    fn common_prefix(&self, keys: &[u64]) -> usize {
+        let mut kept = 0;
+        for &(first, len) in &self.runs {
+            for offset in 0..len {
+                if keys.get(kept) != Some(&first.wrapping_add(offset)) {
+                    return kept;
+                }
+                kept += 1;
+            }
+        }
+        kept
+    }
 }
 
 impl Model {
@@ -666,12 +706,11 @@ impl Model {
             );
         }
         Model {
-            infinite: Lru::new(unbounded),
             pooled: capacity_blocks.map(|blocks| Lru::new(blocks.saturating_mul(workers as u64))),
             per_worker: (0..workers)
                 .map(|_| Lru::new(capacity_blocks.unwrap_or(unbounded)))
                 .collect(),
-            last_use: HashMap::new(),
+            last_use: BlockHashMap::default(),
             previous: HashMap::new(),
             capacity_gaps_ms: Vec::new(),
         }
@@ -703,8 +742,13 @@ impl Model {
             .and_then(|chain| chain.shared_unmarked)
             .map_or(0, |shared| (shared / chain_blocks.max(1)) as usize);
         let usable = (words.saturating_sub(1) / block).min(keys.len() as u64) as usize;
+        let ever_cached = keys
+            .iter()
+            .take(usable)
+            .take_while(|key| self.last_use.contains_key(key))
+            .count();
         let mut modelled = Modelled {
-            hit_infinite: self.infinite.lookup_and_insert(keys, usable).hit_blocks as u64 * block,
+            hit_infinite: ever_cached as u64 * block,
             hit_pooled: self.pooled.as_mut().map_or(0, |pool| {
                 pool.lookup_and_insert(keys, usable).hit_blocks as u64 * block
             }),
@@ -718,14 +762,7 @@ impl Model {
         let rewritten = self
             .previous
             .get(&rec.correlation_id)
-            .map_or(0..0, |previous| {
-                let kept = previous
-                    .iter()
-                    .zip(keys)
-                    .take_while(|(before, now)| before == now)
-                    .count();
-                kept..previous.len()
-            });
+            .map_or(0..0, |previous| previous.common_prefix(keys)..previous.len);
         for (position, key) in keys.iter().enumerate().take(usable).skip(hit) {
             let elsewhere = self
                 .per_worker
@@ -736,8 +773,11 @@ impl Model {
                 modelled.routing += block;
             } else if let Some(&last) = self.last_use.get(key) {
                 modelled.capacity += block;
-                self.capacity_gaps_ms
-                    .push(rec.send_ns.saturating_sub(last) as f64 / 1e6);
+                let gap_ms = rec.send_ns.saturating_sub(last) as f64 / 1e6;
+                match self.capacity_gaps_ms.last_mut() {
+                    Some((run_gap, blocks)) if run_gap.total_cmp(&gap_ms).is_eq() => *blocks += 1,
+                    _ => self.capacity_gaps_ms.push((gap_ms, 1)),
+                }
             } else if position < sent_unmarked {
                 modelled.bust += block;
             } else if rewritten.contains(&position) {
@@ -751,7 +791,7 @@ impl Model {
             self.last_use.insert(*key, rec.send_ns);
         }
         self.previous
-            .insert(rec.correlation_id.clone(), keys.to_vec());
+            .insert(rec.correlation_id.clone(), KeyRuns::of(keys));
         modelled
     }
 }

@@ -22,6 +22,32 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[below] + (sorted[above] - sorted[below]) * (rank - below as f64))
 }
 
+/// [`percentile`] of the sorted data written as runs of equal values, `(value, count)` in
+/// ascending order of value: the same number as `percentile` of the runs written out one value per
+/// count, without writing them out. `None` when the runs hold no value.
+pub fn percentile_of_runs(runs: &[(f64, u64)], p: f64) -> Option<f64> {
+    let total: u64 = runs.iter().map(|run| run.1).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (total - 1) as f64 * p / 100.0;
+    let below = rank.floor() as u64;
+    let above = rank.ceil() as u64;
+    // The value at 0-based position `index` of the written-out data.
+    let at = |index: u64| {
+        let mut seen = 0;
+        for &(value, count) in runs {
+            seen += count;
+            if index < seen {
+                return value;
+            }
+        }
+        runs[runs.len() - 1].0
+    };
+    let (low, high) = (at(below), at(above));
+    Some(low + (high - low) * (rank - below as f64))
+}
+
 /// Which standard deviation a figure reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deviation {
@@ -112,6 +138,23 @@ impl Sorted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs give what the values written out give, at every percentile and for every split of
+    /// equal values into runs.
+    #[test]
+    fn percentile_of_runs_is_percentile_of_the_values() {
+        let runs = [(0.5, 3), (1.0, 1), (2.5, 4), (2.5, 2), (9.0, 1)];
+        let mut values: Vec<f64> = runs
+            .iter()
+            .flat_map(|&(value, count)| std::iter::repeat_n(value, count as usize))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        for p in [0.0, 1.0, 25.0, 50.0, 62.5, 90.0, 99.0, 100.0] {
+            assert_eq!(percentile_of_runs(&runs, p), percentile(&values, p), "p{p}");
+        }
+        assert_eq!(percentile_of_runs(&[], 50.0), None);
+        assert_eq!(percentile_of_runs(&[(3.0, 0)], 50.0), None);
+    }
 
     #[test]
     fn percentile_interpolates_like_numpy() {

@@ -361,3 +361,27 @@ fn a_prompt_that_rewrites_its_sessions_history_misses_there_for_divergence() {
     assert_eq!(report.miss.cold, 16 + 1 + 4 + 1);
     assert_eq!(report.miss.unexplained, Some(0));
 }
+
+/// A prompt's keys as runs: the common prefix with another prompt is the one of the keys written
+/// out, across run boundaries and at either end.
+#[test]
+fn key_runs_keep_the_common_prefix() {
+    let owner = |ix: u64, from: u64, to: u64| (from..to).map(move |position| (ix << 24) | position);
+    let previous: Vec<u64> = owner(0, 0, 5).chain(owner(3, 5, 9)).collect();
+    let runs = KeyRuns::of(&previous);
+    assert_eq!(runs.runs.len(), 2);
+    assert_eq!(runs.len, 9);
+    let written_out = |keys: &[u64]| {
+        previous
+            .iter()
+            .zip(keys)
+            .take_while(|(before, now)| before == now)
+            .count()
+    };
+    let longer: Vec<u64> = previous.iter().copied().chain(owner(7, 9, 12)).collect();
+    let diverged: Vec<u64> = owner(0, 0, 5).chain(owner(4, 5, 9)).collect();
+    let shorter: Vec<u64> = owner(0, 0, 3).collect();
+    for keys in [&longer[..], &diverged, &shorter, &[], &previous] {
+        assert_eq!(runs.common_prefix(keys), written_out(keys));
+    }
+}
