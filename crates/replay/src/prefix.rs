@@ -5,7 +5,15 @@
 //! The chains are prefix-closed: a request registers every block of its prompt, and a block's
 //! hash chains every block before it, so when a block is known all blocks before it are too. The
 //! longest known prefix is then found by a binary search, and a request costs the lookups of its
-//! new blocks, not of its whole prompt. Memory is one entry per distinct block the run sent.
+//! new blocks, not of its whole prompt.
+//!
+//! Memory is one entry per distinct block the run sent, less the blocks of session trees that
+//! ended: a block whose hash chains a tree's cache-bust marker can be sent by that tree alone (the
+//! marker is the tree's own, a recycled tree draws a new one), so once the tree is gone nobody can
+//! send it again and its entry is dropped ([`Registry::forget`]), without changing any later
+//! request's figures. The blocks before the marker (a system prompt other trees share) stay. So a
+//! long run's registry holds its live trees' blocks and the blocks shared across trees, not
+//! everything it ever sent.
 
 use std::sync::{Arc, Mutex};
 
@@ -40,6 +48,26 @@ impl Registry {
             sent.insert(hash, ());
         }
         u32::try_from(shared).unwrap_or(u32::MAX)
+    }
+
+    /// Drops the entries of `hashes`: blocks of a tree that ended, which chain its marker.
+    pub(crate) fn forget(&self, hashes: &[u64]) {
+        if hashes.is_empty() {
+            return;
+        }
+        let mut first_sender = self.first_sender.lock().expect("prefix registry lock");
+        for hash in hashes {
+            first_sender.remove(hash);
+        }
+    }
+
+    /// Blocks in the registry now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.first_sender
+            .lock()
+            .expect("prefix registry lock")
+            .len()
     }
 
     /// Registers the prompt of `request_id` (its chain's `hashes`, `words` long) and says which of
@@ -89,6 +117,20 @@ mod tests {
         let other = registry.register("r3", &[7, 8], 40);
         assert_eq!((other.shared, other.from), (0, None));
         assert_eq!((other.block_size, other.blocks, other.words), (16, 2, 40));
+    }
+
+    /// Forgetting a tree's marked blocks leaves the blocks before its marker, which another tree
+    /// still finds with the first sender it had.
+    #[test]
+    fn a_tree_forgets_the_blocks_of_its_marker_only() {
+        let registry = Registry::new(16);
+        // Blocks 1 and 2 come before the marker (a shared system prompt); 3.. chain it.
+        registry.register("a0", &[1, 2, 3, 4], 64);
+        registry.register("a1", &[1, 2, 3, 4, 5], 80);
+        registry.forget(&[3, 4, 5]);
+        assert_eq!(registry.len(), 2);
+        let other = registry.register("b0", &[1, 2, 9], 48);
+        assert_eq!((other.shared, other.from.as_deref()), (2, Some("a0")));
     }
 
     #[test]

@@ -65,11 +65,37 @@ pub(super) fn prompt_blocks(
     conv: &agentx_dataset::Conversation,
     request_id: &str,
 ) -> Option<PromptBlocks> {
+    prompt_blocks_marked(sh, session, conv, request_id, None)
+}
+
+/// [`prompt_blocks`], and the blocks the request sent first that chain its marker added to
+/// `marked_first_sent` when given: a session tree hands them to the registry's
+/// [`crate::prefix::Registry::forget`] when it ends.
+pub(super) fn prompt_blocks_marked(
+    sh: &Shared,
+    session: &Session,
+    conv: &agentx_dataset::Conversation,
+    request_id: &str,
+    marked_first_sent: Option<&mut Vec<u64>>,
+) -> Option<PromptBlocks> {
     let registry = sh.prefix.as_ref()?;
     let bust = bust(sh.cfg.placement, &session.marker);
+    // The blocks sent first, with the index of the first of them.
+    let mut first_sent: Option<(usize, Vec<u64>)> = None;
+    let collect = marked_first_sent.is_some();
     let mut blocks = conv.with_prompt_chain(bust, registry.block_size, |hashes, words| {
-        registry.register(request_id, hashes, words)
+        let blocks = registry.register(request_id, hashes, words);
+        if collect {
+            let shared = (blocks.shared as usize).min(hashes.len());
+            first_sent = Some((shared, hashes[shared..].to_vec()));
+        }
+        blocks
     });
+    if let (Some(out), Some((shared, hashes)), Some(marked_from)) =
+        (marked_first_sent, first_sent, conv.marked_from_block())
+    {
+        out.extend(hashes.iter().skip(marked_from.saturating_sub(shared)));
+    }
     blocks.shared_unmarked =
         conv.with_masked_prompt_chain(bust, registry.block_size, |hashes, _| {
             registry.register_masked(hashes)

@@ -36,6 +36,9 @@ pub(super) struct ChainCache {
     hasher: Option<BlockHasher>,
     /// Each message hashed, in order, with the hasher's state after it.
     hashed: Vec<(MessageKey, Checkpoint)>,
+    /// The chain position (in words) of the marker's first word, once the message that carries it
+    /// was hashed: every block from the one holding it on chains the marker.
+    marker_word: Option<u64>,
 }
 
 impl Conversation {
@@ -50,6 +53,16 @@ impl Conversation {
         use_chain: impl FnOnce(&[u64], u64) -> R,
     ) -> R {
         self.chain_in(&self.chain_cache, bust, block_size, use_chain)
+    }
+
+    /// The index of the first block of the last [`Conversation::with_prompt_chain`] chain whose hash
+    /// chains the cache-bust marker: that block and every later one belong to this marker alone,
+    /// so no prompt without it (another session's, another tree's) can send them. `None` without a
+    /// marker, or before a chain was made.
+    pub fn marked_from_block(&self) -> Option<usize> {
+        let cache = self.chain_cache.borrow();
+        let word = cache.marker_word?;
+        Some((word / u64::from(cache.block_size.max(1))) as usize)
     }
 
     /// Calls `use_chain` with the chain of the same prompt with its cache-bust marker masked (each
@@ -99,12 +112,14 @@ impl Conversation {
                 bust_target,
                 hasher: Some(BlockHasher::new(block_size)),
                 hashed: Vec::new(),
+                marker_word: None,
             };
         }
         let ChainCache {
             block_size,
             hasher,
             hashed,
+            marker_word,
             ..
         } = &mut *cache;
         let hasher = hasher.get_or_insert_with(|| BlockHasher::new(*block_size));
@@ -129,7 +144,17 @@ impl Conversation {
                 text.clear();
                 let marker = bust.filter(|_| bust_target == Some(msg_idx));
                 self.write_raw_text(&mut text, message, marker);
+                let before = hasher.tokens();
                 hasher.push_text_bytes(&text);
+                if let Some(marker) = marker.filter(|marker| !marker.text.trim().is_empty()) {
+                    // A prefix marker starts the message; any other ends it.
+                    *marker_word = Some(match marker.placement {
+                        Placement::SystemPrefix | Placement::FirstUserPrefix => before,
+                        Placement::SystemSuffix | Placement::FirstUserSuffix => hasher
+                            .tokens()
+                            .saturating_sub(marker.text.split_ascii_whitespace().count() as u64),
+                    });
+                }
                 hashed.push((key, hasher.checkpoint()));
             }
             msg_idx += 1;

@@ -366,6 +366,7 @@ fn setup(cfg: ReplayConfig, plan: TreePlan, inputs: ReplayInputs) -> (Sched, Res
         paused: false,
         counts: TreeCounts::default(),
         schedule: None,
+        markers_seen: Some(std::collections::HashSet::new()),
         plan,
     };
     for l in &lanes_plan {

@@ -58,6 +58,9 @@ pub(super) struct RtTree {
     pub(super) origin_ms: f64,
     /// The end of the tree's last response (or its start): the per-tree idle cap counts from it.
     pub(super) last_end: Instant,
+    /// The blocks the tree's requests sent first that chain its marker: the prefix registry
+    /// forgets them when the tree leaves its lane.
+    pub(super) marked_first_sent: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -90,6 +93,10 @@ pub(super) struct Sched {
     pub(super) counts: TreeCounts,
     /// An open-loop run's arrival schedule, from the start of profiling to the stop.
     pub(super) schedule: Option<crate::arrivals::Schedule>,
+    /// The markers of the trees started so far, while every one was new: a tree's marked blocks
+    /// are forgotten when it leaves its lane only while no marker came twice (`None` from the
+    /// first repeat on, which keeps every block from then).
+    pub(super) markers_seen: Option<std::collections::HashSet<String>>,
 }
 
 impl Sched {
@@ -150,6 +157,15 @@ impl Sched {
         marker: String,
         pass: u32,
     ) -> RtTree {
+        if let Some(seen) = &mut self.markers_seen {
+            if !marker.is_empty() && !seen.insert(marker.clone()) {
+                tracing::warn!(
+                    "the scenario gave two trees the same cache-bust marker ({marker:?}): they share \
+                     their cached prompts; the prefix registry keeps every block from now on"
+                );
+                self.markers_seen = None;
+            }
+        }
         self.gen += 1;
         let tree = self.tree(tree_index);
         let mut lane_tree = RtTree {
@@ -176,6 +192,7 @@ impl Sched {
             pass,
             origin_ms: tree.streams[0].turns.first().map_or(0.0, |t| t.ts_ms),
             last_end: timer::now(),
+            marked_first_sent: Vec::new(),
         };
         let root = self.new_session(&lane_tree, 0);
         lane_tree.root_corr.clone_from(&root.correlation_id);
@@ -262,8 +279,19 @@ impl Sched {
     pub(super) fn hold(&mut self, lane: u32, tree: Option<RtTree>) {
         let slot = &mut self.lanes[lane as usize];
         let delta = i64::from(tree.is_some()) - i64::from(slot.is_some());
-        *slot = tree;
+        let left = std::mem::replace(slot, tree);
         self.sh.live_run.session_delta(delta);
+        if let Some(left) = left {
+            self.forget_marked(&left.marked_first_sent);
+        }
+    }
+
+    /// The prefix registry forgets blocks of a tree that left its lane (see `crate::prefix`), while
+    /// the run's markers are all distinct.
+    pub(super) fn forget_marked(&self, marked_first_sent: &[u64]) {
+        if let (Some(registry), Some(_)) = (&self.sh.prefix, &self.markers_seen) {
+            registry.forget(marked_first_sent);
+        }
     }
 
     /// Starts the next tree of the sampler on `lane` at root turn 0, now; in an open-loop run the
@@ -542,15 +570,19 @@ impl Sched {
         }
         let corpus = Arc::clone(&self.plan.corpus);
         let trees = &corpus.trees;
-        let Some(lane_tree) = self.lanes[done.lane as usize].as_mut() else {
-            self.counts.late_events += 1;
-            return;
+        let lane_tree = match self.lanes[done.lane as usize].as_mut() {
+            Some(lane_tree) if lane_tree.gen == done.gen => lane_tree,
+            _ => {
+                self.counts.late_events += 1;
+                // Its tree has left the lane: nobody can send its marked blocks again.
+                self.forget_marked(&done.marked_first_sent);
+                return;
+            }
         };
-        if lane_tree.gen != done.gen {
-            self.counts.late_events += 1;
-            return;
-        }
         lane_tree.in_flight -= 1;
+        lane_tree
+            .marked_first_sent
+            .extend_from_slice(&done.marked_first_sent);
         lane_tree.last_end = lane_tree.last_end.max(done.end);
         let tree = &trees[lane_tree.tree];
         let stream_index = done.stream as usize;

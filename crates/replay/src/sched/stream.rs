@@ -43,6 +43,9 @@ pub(super) struct Done {
     /// be built).
     pub(super) next: Option<Box<Conversation>>,
     pub(super) session: Session,
+    /// The blocks this request sent first that chain its tree's marker (the prefix registry
+    /// forgets them when the tree ends).
+    pub(super) marked_first_sent: Vec<u64>,
 }
 
 /// One request of a stream, as its task takes it.
@@ -126,6 +129,8 @@ pub(super) async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
                 end: timer::now(),
                 next: None,
                 session: spare,
+                // A panicked task's blocks stay registered: its tree may still send them.
+                marked_first_sent: Vec::new(),
             }
         }
     }
@@ -169,9 +174,11 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
                 end: timer::now(),
                 next: None,
                 session,
+                marked_first_sent: Vec::new(),
             };
         }
     };
+    let mut marked_first_sent = Vec::new();
     let req = {
         let bust = bust(sh.cfg.placement, &session.marker);
         let last = turn + 1 >= num_turns;
@@ -185,7 +192,13 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
         let request_id = request::next_request_id(&sh);
         request::Prepared {
             body,
-            prompt_blocks: request::prompt_blocks(&sh, &session, &conv, &request_id),
+            prompt_blocks: request::prompt_blocks_marked(
+                &sh,
+                &session,
+                &conv,
+                &request_id,
+                Some(&mut marked_first_sent),
+            ),
             request_id,
             trace_id: conv_id,
             turn,
@@ -240,16 +253,21 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
         failed: sent.error,
         end: sent.end,
         next: next.inspect(|c| {
-            // Writes (and, live, caches) the history's JSON: the costly part of a body; and
-            // hashes its new messages into the prompt chain (registered only when it is sent).
+            // Live: writes and caches the history's JSON, the costly part of a body (recorded
+            // histories are written whole at send time and not kept, so there is nothing to do
+            // ahead); and hashes its new messages into the prompt chain (registered only when it
+            // is sent).
             let marker = bust(sh.cfg.placement, &session.marker);
-            let _ = c.messages_json_parts(marker);
+            if sh.cfg.mode == AssistantMode::Live {
+                let _ = c.messages_json_parts(marker);
+            }
             if let Some(registry) = &sh.prefix {
                 c.with_prompt_chain(marker, registry.block_size, |_, _| ());
                 c.with_masked_prompt_chain(marker, registry.block_size, |_, _| ());
             }
         }),
         session,
+        marked_first_sent,
     }
 }
 
