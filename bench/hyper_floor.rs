@@ -61,59 +61,91 @@ fn main() -> ExitCode {
     ) else {
         return usage();
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hyper-floor: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(rt) = runtime() else {
+        return ExitCode::FAILURE;
     };
     let uri = format!("http://127.0.0.1:{port}/v1/chat/completions");
     let end = Instant::now() + Duration::from_secs_f64(secs);
-    let failed = rt.block_on(async move {
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(usize::MAX)
-            .build(http);
-        let tasks: Vec<_> = (0..conns)
+    let failures = rt.block_on(async move {
+        let client = client();
+        let tasks = (0..conns)
             .map(|_| {
                 let (client, uri) = (client.clone(), uri.clone());
                 tokio::spawn(async move {
                     while Instant::now() < end {
-                        let req = Request::post(uri.as_str())
-                            .header("content-type", "application/json")
-                            .body(Full::new(Bytes::from_static(BODY.as_bytes())))
-                            .map_err(|e| e.to_string())?;
-                        let mut body = client
-                            .request(req)
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .into_body();
-                        while let Some(frame) = body.frame().await {
-                            frame.map_err(|e| e.to_string())?;
-                        }
+                        stream_one(&client, &uri, Bytes::from_static(BODY.as_bytes())).await?;
                     }
-                    Ok::<(), String>(())
+                    Ok(())
                 })
             })
             .collect();
-        let mut failed = None;
-        for t in tasks {
-            match t.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failed = Some(e),
-                Err(e) => failed = Some(e.to_string()),
-            }
-        }
-        failed
+        join(tasks).await
     });
-    match failed {
-        Some(e) => {
-            eprintln!("hyper-floor: a request failed: {e}");
+    exit_code(&failures)
+}
+
+/// The multi-thread runtime with every driver, as agentx's.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("hyper-floor: cannot start the runtime: {e}");
+            None
+        }
+    }
+}
+
+type Pooled = Client<HttpConnector, Full<Bytes>>;
+
+/// hyper-util's pooled client, with `TCP_NODELAY`, as agentx's pool sets it up.
+fn client() -> Pooled {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(usize::MAX)
+        .build(http)
+}
+
+/// Posts `body` and reads the response body frame by frame to its end, parsing nothing.
+async fn stream_one(client: &Pooled, uri: &str, body: Bytes) -> Result<(), String> {
+    let req = Request::post(uri)
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    let mut response = client
+        .request(req)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_body();
+    while let Some(frame) = response.frame().await {
+        frame.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Waits for every task; the failures, in task order.
+async fn join(tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>) -> Vec<String> {
+    let mut failures = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    failures
+}
+
+fn exit_code(failures: &[String]) -> ExitCode {
+    match failures.first() {
+        Some(first) => {
+            eprintln!(
+                "hyper-floor: {} requests failed; the first: {first}",
+                failures.len()
+            );
             ExitCode::FAILURE
         }
         None => ExitCode::SUCCESS,
@@ -127,11 +159,6 @@ mod replay {
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
     use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    use hyper::Request;
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
 
     /// A prompt word: about the bytes of a synthesized word and its space (the simulator counts words).
     const WORD: &str = "word ";
@@ -209,67 +236,29 @@ mod replay {
             .map(|request| (request.offset, body(request, &filler)))
             .collect();
         drop(filler);
-        let rt = match tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("hyper-floor: cannot start the runtime: {e}");
-                return ExitCode::FAILURE;
-            }
+        let Some(rt) = super::runtime() else {
+            return ExitCode::FAILURE;
         };
         let uri = format!("http://127.0.0.1:{port}/v1/chat/completions");
         let failures = rt.block_on(async move {
-            let mut http = HttpConnector::new();
-            http.set_nodelay(true);
-            let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(usize::MAX)
-                .build(http);
+            let client = super::client();
             let start = Instant::now();
             let wall = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |since| since.as_nanos());
             println!("t0_wall_ns {wall}");
-            let tasks: Vec<_> = bodies
+            let tasks = bodies
                 .into_iter()
                 .map(|(offset, body)| {
                     let (client, uri) = (client.clone(), uri.clone());
                     tokio::spawn(async move {
                         tokio::time::sleep_until((start + offset).into()).await;
-                        let req = Request::post(uri.as_str())
-                            .header("content-type", "application/json")
-                            .body(Full::new(body))
-                            .map_err(|e| e.to_string())?;
-                        let mut response = client
-                            .request(req)
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .into_body();
-                        while let Some(frame) = response.frame().await {
-                            frame.map_err(|e| e.to_string())?;
-                        }
-                        Ok::<(), String>(())
+                        super::stream_one(&client, &uri, body).await
                     })
                 })
                 .collect();
-            let mut failures = Vec::new();
-            for task in tasks {
-                match task.await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => failures.push(e),
-                    Err(e) => failures.push(e.to_string()),
-                }
-            }
-            failures
+            super::join(tasks).await
         });
-        if let Some(first) = failures.first() {
-            eprintln!(
-                "hyper-floor: {} requests failed; the first: {first}",
-                failures.len()
-            );
-            return ExitCode::FAILURE;
-        }
-        ExitCode::SUCCESS
+        super::exit_code(&failures)
     }
 }
