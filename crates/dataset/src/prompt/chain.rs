@@ -146,13 +146,17 @@ impl Conversation {
                 self.write_raw_text(&mut text, message, marker);
                 let before = hasher.tokens();
                 hasher.push_text_bytes(&text);
-                if let Some(marker) = marker.filter(|marker| !marker.text.trim().is_empty()) {
+                // The marker's words as the hasher splits them (a marker of none chains nothing).
+                let marker_words = marker.map_or(0, |marker| {
+                    marker.text.split_ascii_whitespace().count() as u64
+                });
+                if let Some(marker) = marker.filter(|_| marker_words > 0) {
                     // A prefix marker starts the message; any other ends it.
                     *marker_word = Some(match marker.placement {
                         Placement::SystemPrefix | Placement::FirstUserPrefix => before,
-                        Placement::SystemSuffix | Placement::FirstUserSuffix => hasher
-                            .tokens()
-                            .saturating_sub(marker.text.split_ascii_whitespace().count() as u64),
+                        Placement::SystemSuffix | Placement::FirstUserSuffix => {
+                            hasher.tokens().saturating_sub(marker_words)
+                        }
                     });
                 }
                 hashed.push((key, hasher.checkpoint()));

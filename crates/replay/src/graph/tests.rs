@@ -146,7 +146,6 @@ fn node(rec: &RequestRecord) -> &str {
     rec.trace_id.rsplit('/').next().unwrap()
 }
 
-/// Send time of `id`'s record in ms from the clock's start.
 /// When every dispatch of node `id` was sent, in ms, in record order.
 fn every_sent_ms(records: &[RequestRecord], id: &str) -> Vec<u64> {
     records
@@ -156,6 +155,7 @@ fn every_sent_ms(records: &[RequestRecord], id: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Send time of `id`'s record in ms from the clock's start.
 fn sent_ms(records: &[RequestRecord], id: &str) -> u64 {
     let rec = records
         .iter()
