@@ -754,6 +754,55 @@ fn tree_streams_keep_the_recorded_history_until_their_first_live_reply() {
     assert!(started > 0 && rebuilt > 0 && replaced > 0 && kept > 0);
 }
 
+/// A recorded-mode body written a frame at a time is the body written at once, byte for byte and
+/// at the length it announced, whatever the frame size, marker placement and escaping, at every
+/// turn (tails, cuts and context resets included); live mode and the agent wire keep their pieces.
+#[test]
+fn messages_written_as_sent_equal_the_messages_written_at_once() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = Dataset::open_path(&fixture("traces-24.jsonl"), &opts(cache.path())).unwrap();
+    let s = PromptSynth::new(11);
+    let markers = [
+        (None, ""),
+        (Some(Placement::FirstUserPrefix), "[rid:feedfacecafe]\n\n"),
+        (Some(Placement::FirstUserSuffix), "\n\"quoted\" \u{1}"),
+        (Some(Placement::SystemPrefix), ""),
+        (Some(Placement::SystemSuffix), "\n\n[rid:x]"),
+    ];
+    let mut requests = 0;
+    for traj in ds.trajectories().take(6) {
+        let mut c = s.conversation(traj, 0, AssistantMode::Recorded).unwrap();
+        loop {
+            for &(placement, text) in &markers {
+                let bust = placement.map(|placement| CacheBust { placement, text });
+                let mut whole = Vec::new();
+                c.write_messages_json(&mut whole, bust);
+                whole.pop(); // the closing `]`
+                for budget in [1, 700, 1 << 20] {
+                    let mut writer = c.messages_json_writer(bust).expect("recorded chat wire");
+                    assert_eq!(writer.remaining(), whole.len() as u64);
+                    let mut sent = Vec::new();
+                    while writer.remaining() > 0 {
+                        let mut frame = Vec::new();
+                        writer.write_next(&mut frame, budget);
+                        assert!(!frame.is_empty(), "{} turn {}: an empty frame", traj.id(), c.turn());
+                        sent.extend_from_slice(&frame);
+                    }
+                    assert!(sent == whole, "{} turn {} budget {budget}", traj.id(), c.turn());
+                    requests += 1;
+                }
+            }
+            if c.is_final() {
+                break;
+            }
+            c.advance(None).unwrap();
+        }
+    }
+    assert!(requests > 100);
+    let live = s.conversation(ds.trajectory(0).unwrap(), 0, AssistantMode::Live).unwrap();
+    assert!(live.messages_json_writer(None).is_none());
+}
+
 /// Live mode reuses the JSON of the messages already sent; every turn's bytes must equal a fresh
 /// synthesis of the same history, whether written into one buffer or handed out as shared pieces
 /// (whose number stays bounded however long the session runs).

@@ -55,6 +55,13 @@ pub use agentx_protocol::{
     JsonBody, RequestBody, RequestIds, RoutingHeaders,
 };
 
+/// The most an HTTP/1 connection buffers (hyper's default is 400 KiB). A body goes out a frame at
+/// a time while the socket takes it; when the server reads slowly (one core reading a thousand
+/// long prompts) the frames queued at each connection wait in the client's memory, so the queue is
+/// kept to two frames of a written body ([`agentx_protocol::WrittenPiece`]). It also bounds the
+/// read buffer, which only a response head must fit in.
+pub(crate) const HTTP1_MAX_BUF: usize = 64 << 10;
+
 /// Makes room for `needed` open files (sockets of the lanes, plus the process's own): raises the
 /// soft `RLIMIT_NOFILE` towards the hard limit when it is lower, as a server would. Returns
 /// `Err((soft, hard))` when even the hard limit is below `needed`.

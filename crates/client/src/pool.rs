@@ -124,6 +124,7 @@ fn build(connector: TrackedConnector, idle: Duration, max_idle: usize, http2: bo
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .http2_only(http2)
+        .http1_max_buf_size(super::HTTP1_MAX_BUF)
         .build(connector)
 }
 

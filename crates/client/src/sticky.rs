@@ -107,7 +107,9 @@ impl Sticky {
             tokio::spawn(conn);
             Ok(Sender::H2(send))
         } else {
-            let (send, conn) = hyper::client::conn::http1::handshake(io)
+            let (send, conn) = hyper::client::conn::http1::Builder::new()
+                .max_buf_size(super::HTTP1_MAX_BUF)
+                .handshake(io)
                 .await
                 .map_err(|e| {
                     connect_err(format!("HTTP/1.1 handshake: {}", super::error_chain(&e)))

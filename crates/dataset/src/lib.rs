@@ -63,8 +63,8 @@ pub use agentx_tokens::{hub, text};
 pub use cache::{CacheKey, Outcome};
 pub use error::{DatasetError, Location};
 pub use prompt::{
-    sendable_starts, AssistantMode, CacheBust, Conversation, Message, Placement, PromptError,
-    PromptSynth, Role, StepInfo, Tiling, Wire,
+    sendable_starts, AssistantMode, CacheBust, Conversation, Message, MessagesWriter, Placement,
+    PromptError, PromptSynth, Role, StepInfo, Tiling, Wire,
 };
 pub use tokens::TokenCounter;
 pub use view::{Dataset, HashIds, Trajectory, Turn};

@@ -49,17 +49,20 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::text::{block_stream, corpus_key, push_words, tail_stream, trace_key, Vocabulary};
+use super::text::{block_stream, corpus_key, tail_stream, trace_key, Vocabulary};
 use super::tokens::TokenCounter;
 use super::view::Trajectory;
 
 mod chain;
 mod layout;
 mod wire;
+mod writer;
 
 use layout::*;
 pub use layout::{sendable_starts, StepInfo};
 pub use wire::{Wire, TOOL_WORDS};
+pub use writer::MessagesWriter;
+use writer::{BlockText, BufferSink, Plan, TextSink};
 
 /// Live mode: more cached pieces than this and the later ones are merged into one.
 const MAX_JSON_PARTS: usize = 8;
@@ -438,37 +441,35 @@ impl Conversation {
     }
 
     fn write_content(&self, out: &mut Vec<u8>, message: MsgRef<'_>) {
+        let text = self.block_text();
+        self.emit_content(&mut BufferSink { out, text: &text }, message);
+    }
+
+    /// How this conversation's block text is made.
+    fn block_text(&self) -> BlockText {
+        BlockText {
+            vocab: Arc::clone(&self.synth.vocab),
+            block_key: self.block_key,
+            block_words: self.st.traj().block_size() as usize,
+        }
+    }
+
+    /// A message's content (JSON-escaped) into `sink`.
+    fn emit_content(&self, sink: &mut impl TextSink, message: MsgRef<'_>) {
         match message {
             MsgRef::Blocks(s) => {
-                let block = self.st.traj().block_size() as usize;
-                out.reserve(super::text::max_bytes(
-                    (s.end - s.start) * block + s.tail.map_or(0, |t| t.words() as usize),
-                ));
-                for &id in &self.st.ids[s.start..s.end] {
-                    push_words(
-                        &self.synth.vocab,
-                        out,
-                        block_stream(self.block_key, id),
-                        block,
-                    );
-                }
+                sink.blocks(&self.st.ids[s.start..s.end]);
                 match s.tail {
-                    Some(Tail::Partial { id, words }) => push_words(
-                        &self.synth.vocab,
-                        out,
-                        block_stream(self.block_key, id),
-                        words as usize,
-                    ),
-                    Some(Tail::Synth { turn, words }) => push_words(
-                        &self.synth.vocab,
-                        out,
-                        tail_stream(self.key, turn),
-                        words as usize,
-                    ),
+                    Some(Tail::Partial { id, words }) => {
+                        sink.words(block_stream(self.block_key, id), words as usize);
+                    }
+                    Some(Tail::Synth { turn, words }) => {
+                        sink.words(tail_stream(self.key, turn), words as usize);
+                    }
                     None => {}
                 }
             }
-            MsgRef::Text(escaped, _, _) => out.extend_from_slice(escaped.as_bytes()),
+            MsgRef::Text(escaped, _, _) => sink.bytes(escaped.as_bytes()),
         }
     }
 
@@ -557,13 +558,34 @@ impl Conversation {
         if self.agent_wire() {
             return self.write_agent_messages_from(out, bust, from);
         }
+        let text = self.block_text();
+        self.emit_messages_from(&mut BufferSink { out, text: &text }, bust, from);
+    }
+
+    /// The messages array of the current turn without its closing `]`, the same bytes as
+    /// [`Conversation::messages_json_parts`], written as it is sent: recorded mode on the chat wire
+    /// only (`None` otherwise; live mode keeps its history's pieces, the agent wire writes them at
+    /// once).
+    pub fn messages_json_writer(&self, bust: Option<CacheBust<'_>>) -> Option<MessagesWriter> {
+        if self.mode != AssistantMode::Recorded || self.agent_wire() {
+            return None;
+        }
+        let mut plan = Plan::new(self.block_text());
+        self.emit_messages_from(&mut plan, bust, 0);
+        Some(plan.into_writer())
+    }
+
+    /// Messages `from..` of the chat wire into `sink`, as [`Conversation::write_messages_from`]
+    /// writes them.
+    fn emit_messages_from(&self, sink: &mut impl TextSink, bust: Option<CacheBust<'_>>, from: usize) {
         let target = bust.and_then(|marker| {
             self.bust_target(marker.placement)
                 .map(|msg_idx| (msg_idx, marker))
         });
         if from == 0 {
-            out.push(b'[');
+            sink.bytes(b"[");
         }
+        let mut escaped_marker = Vec::new();
         let mut msg_idx = 0;
         self.for_each_msg(|role, m| {
             if msg_idx < from {
@@ -571,29 +593,32 @@ impl Conversation {
                 return;
             }
             if msg_idx > 0 {
-                out.push(b',');
+                sink.bytes(b",");
             }
-            out.extend_from_slice(b"{\"role\":\"");
-            out.extend_from_slice(role.as_str().as_bytes());
-            out.extend_from_slice(b"\",\"content\":\"");
+            sink.bytes(b"{\"role\":\"");
+            sink.bytes(role.as_str().as_bytes());
+            sink.bytes(b"\",\"content\":\"");
             let mark = target
                 .filter(|(t, _)| *t == msg_idx)
                 .map(|(_, marker)| marker);
+            if let Some(marker) = mark {
+                escaped_marker.clear();
+                push_json_escaped(&mut escaped_marker, marker.text);
+            }
             let prefix = mark.filter(|marker| {
                 matches!(
                     marker.placement,
                     Placement::SystemPrefix | Placement::FirstUserPrefix
                 )
             });
-            if let Some(marker) = prefix {
-                push_json_escaped(out, marker.text);
+            if prefix.is_some() {
+                sink.bytes(&escaped_marker);
             }
-            self.write_content(out, m);
-            if let Some(marker) = mark.filter(|marker| prefix.is_none() && !marker.text.is_empty())
-            {
-                push_json_escaped(out, marker.text);
+            self.emit_content(sink, m);
+            if mark.is_some_and(|marker| prefix.is_none() && !marker.text.is_empty()) {
+                sink.bytes(&escaped_marker);
             }
-            out.extend_from_slice(b"\"}");
+            sink.bytes(b"\"}");
             msg_idx += 1;
         });
     }

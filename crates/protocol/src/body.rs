@@ -257,9 +257,43 @@ impl RequestBody {
             super::responses::write_body(&mut out, head, pieces, limit, &tail);
             return JsonBody::from_parts(vec![Bytes::from(out)]);
         }
-        let mut parts = Vec::with_capacity(messages.len() + 2);
-        parts.push(self.head.clone());
-        parts.extend(messages);
+        self.chat_body(
+            max_tokens,
+            (messages.into_iter().map(Piece::Shared), tools),
+            turn,
+        )
+    }
+
+    /// [`RequestBody::build_with_tools`] with the messages written as they are sent
+    /// ([`WrittenPiece`]: the array without its closing `]`). The Messages and Responses APIs
+    /// rewrite the messages into their shapes, so for them the piece is written whole first.
+    pub fn build_written(
+        &self,
+        max_tokens: u32,
+        messages: Box<dyn WrittenPiece>,
+        tools: Option<Bytes>,
+        turn: StreamTurn,
+    ) -> JsonBody {
+        if self.api != EndpointType::Chat {
+            let mut whole = Vec::with_capacity(messages.remaining() as usize);
+            let mut messages = messages;
+            while messages.remaining() > 0 {
+                messages.write_next(&mut whole, usize::MAX);
+            }
+            let pieces = (vec![Bytes::from(whole)], tools);
+            return self.build_parts(max_tokens, pieces, Some(turn));
+        }
+        let pieces = (std::iter::once(Piece::Written(messages)), tools);
+        self.chat_body(max_tokens, pieces, Some(turn))
+    }
+
+    /// The chat body: the head, the messages' pieces, and the tail after them.
+    fn chat_body(
+        &self,
+        max_tokens: u32,
+        (messages, tools): (impl Iterator<Item = Piece>, Option<Bytes>),
+        turn: Option<StreamTurn>,
+    ) -> JsonBody {
         let mut tail = Vec::with_capacity(160 + self.extra_json.len());
         tail.push(b']');
         if let Some(tools) = &tools {
@@ -267,8 +301,9 @@ impl RequestBody {
             tail.extend_from_slice(tools);
         }
         self.write_tail(&mut tail, max_tokens, turn);
-        parts.push(Bytes::from(tail));
-        JsonBody::from_parts(parts)
+        let head = std::iter::once(Piece::Shared(self.head.clone()));
+        let tail = std::iter::once(Piece::Shared(Bytes::from(tail)));
+        JsonBody::from_pieces(head.chain(messages).chain(tail))
     }
 
     /// Everything after the messages array. A turn without a limit
@@ -300,21 +335,67 @@ impl RequestBody {
     }
 }
 
-/// A request body made of shared pieces with an exact length (so it goes out with `Content-Length`).
-/// hyper queues the pieces and writes them with vectored writes, so a long conversation's JSON is
-/// never copied into one buffer on its way to the socket.
+/// A piece of a body written as it is sent: its length is known before its first byte, its text is
+/// made a frame at a time (the messages of a recorded-mode history, which are a function of their
+/// hash ids, so a request waiting for a busy server holds a frame and not its whole history).
+pub trait WrittenPiece: Send + Sync + std::fmt::Debug {
+    /// Bytes not yet written.
+    fn remaining(&self) -> u64;
+    /// Appends the next bytes to `out`, about `budget` of them (at least one while any remain).
+    fn write_next(&mut self, out: &mut Vec<u8>, budget: usize);
+    /// The same piece from where this one stands (the copy a retry sends).
+    fn clone_piece(&self) -> Box<dyn WrittenPiece>;
+}
+
+/// One piece of a [`JsonBody`].
+#[derive(Debug)]
+enum Piece {
+    Shared(Bytes),
+    Written(Box<dyn WrittenPiece>),
+}
+
+impl Piece {
+    fn len(&self) -> u64 {
+        match self {
+            Piece::Shared(bytes) => bytes.len() as u64,
+            Piece::Written(piece) => piece.remaining(),
+        }
+    }
+}
+
+impl Clone for Piece {
+    fn clone(&self) -> Piece {
+        match self {
+            Piece::Shared(bytes) => Piece::Shared(bytes.clone()),
+            Piece::Written(piece) => Piece::Written(piece.clone_piece()),
+        }
+    }
+}
+
+/// The bytes a written piece makes per frame: a frame is one buffer hyper queues for a vectored
+/// write.
+const WRITTEN_FRAME: usize = 32 << 10;
+
+/// A request body made of pieces with an exact length (so it goes out with `Content-Length`):
+/// shared pieces, which hyper queues and writes with vectored writes, so a long conversation's
+/// JSON is never copied into one buffer on its way to the socket, and written pieces
+/// ([`WrittenPiece`]), made a frame at a time as the connection takes them.
 #[derive(Debug, Clone, Default)]
 pub struct JsonBody {
-    parts: std::collections::VecDeque<Bytes>,
+    parts: std::collections::VecDeque<Piece>,
     len: u64,
 }
 
 impl JsonBody {
     /// A body of these pieces, sent in order.
     pub fn from_parts(parts: Vec<Bytes>) -> JsonBody {
-        let parts: std::collections::VecDeque<Bytes> =
-            parts.into_iter().filter(|p| !p.is_empty()).collect();
-        let len = parts.iter().map(|p| p.len() as u64).sum();
+        JsonBody::from_pieces(parts.into_iter().map(Piece::Shared))
+    }
+
+    fn from_pieces(pieces: impl IntoIterator<Item = Piece>) -> JsonBody {
+        let parts: std::collections::VecDeque<Piece> =
+            pieces.into_iter().filter(|p| p.len() > 0).collect();
+        let len = parts.iter().map(Piece::len).sum();
         JsonBody { parts, len }
     }
 
@@ -331,8 +412,16 @@ impl JsonBody {
     /// The whole body in one buffer (for tests and diagnostics; sending never does this).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut whole = Vec::with_capacity(self.len as usize);
-        for p in &self.parts {
-            whole.extend_from_slice(p);
+        for piece in &self.parts {
+            match piece {
+                Piece::Shared(bytes) => whole.extend_from_slice(bytes),
+                Piece::Written(piece) => {
+                    let mut piece = piece.clone_piece();
+                    while piece.remaining() > 0 {
+                        piece.write_next(&mut whole, usize::MAX);
+                    }
+                }
+            }
         }
         whole
     }
@@ -346,11 +435,22 @@ impl http_body::Body for JsonBody {
         mut self: std::pin::Pin<&mut Self>,
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let next = self.parts.pop_front();
-        if let Some(piece) = &next {
-            self.len -= piece.len() as u64;
+        let frame = match self.parts.pop_front() {
+            None => None,
+            Some(Piece::Shared(bytes)) => Some(bytes),
+            Some(Piece::Written(mut piece)) => {
+                let mut frame = Vec::with_capacity(WRITTEN_FRAME + 1024);
+                piece.write_next(&mut frame, WRITTEN_FRAME);
+                if piece.remaining() > 0 {
+                    self.parts.push_front(Piece::Written(piece));
+                }
+                Some(Bytes::from(frame))
+            }
+        };
+        if let Some(bytes) = &frame {
+            self.len = self.len.saturating_sub(bytes.len() as u64);
         }
-        std::task::Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
+        std::task::Poll::Ready(frame.map(|bytes| Ok(http_body::Frame::data(bytes))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -359,5 +459,85 @@ impl http_body::Body for JsonBody {
 
     fn size_hint(&self) -> http_body::SizeHint {
         http_body::SizeHint::with_exact(self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body;
+
+    /// `left` bytes of `b'x'`, `step` at a time.
+    #[derive(Debug, Clone)]
+    struct Letters {
+        left: u64,
+        step: u64,
+    }
+
+    impl WrittenPiece for Letters {
+        fn remaining(&self) -> u64 {
+            self.left
+        }
+
+        fn write_next(&mut self, out: &mut Vec<u8>, budget: usize) {
+            let target = out.len() + budget.min(1 << 30);
+            while self.left > 0 && out.len() < target {
+                let n = self.step.min(self.left);
+                out.extend(std::iter::repeat_n(b'x', n as usize));
+                self.left -= n;
+            }
+        }
+
+        fn clone_piece(&self) -> Box<dyn WrittenPiece> {
+            Box::new(self.clone())
+        }
+    }
+
+    fn frames(mut body: JsonBody) -> Vec<Bytes> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut frames = Vec::new();
+        while let std::task::Poll::Ready(Some(Ok(frame))) =
+            std::pin::Pin::new(&mut body).poll_frame(&mut cx)
+        {
+            assert_eq!(
+                body.size_hint().exact(),
+                Some(body.len()),
+                "the length left stays exact"
+            );
+            frames.push(frame.into_data().expect("data frame"));
+        }
+        assert!(body.is_end_stream() && body.is_empty());
+        frames
+    }
+
+    /// A written body announces its exact length, sends it in frames of about the frame size,
+    /// and is the body the same messages make as shared pieces.
+    #[test]
+    fn a_written_body_sends_its_announced_length_in_frames() {
+        let body = RequestBody::new("m", true, true, &[]);
+        let turn = StreamTurn {
+            correlation_id: "c",
+            parent_correlation_id: None,
+            last: false,
+        };
+        let messages = 100_000 + 13;
+        let letters = Letters {
+            left: messages,
+            step: 70,
+        };
+        let written = body.build_written(7, Box::new(letters.clone()), None, turn);
+        let whole = "x".repeat(messages as usize);
+        let shared = body.build_for(7, vec![Bytes::from(whole)], turn);
+        assert_eq!(written.len(), shared.len());
+        assert_eq!(written.to_vec(), shared.to_vec());
+        let sent = frames(written.clone());
+        assert!(sent.len() >= 4, "{} frames", sent.len());
+        assert!(sent.iter().all(|f| f.len() <= WRITTEN_FRAME + 70 && !f.is_empty()));
+        assert_eq!(sent.concat(), shared.to_vec());
+        // The Messages API takes the messages whole.
+        let anthropic = body.clone().with_endpoint_type(EndpointType::Anthropic);
+        let written = anthropic.build_written(7, Box::new(letters), None, turn);
+        assert_eq!(written.to_vec(), anthropic.build_for(7, vec![Bytes::from("x".repeat(messages as usize))], turn).to_vec());
     }
 }

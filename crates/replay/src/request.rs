@@ -13,7 +13,7 @@ use super::session::Session;
 use super::{bust, Shared};
 use bytes::Bytes;
 
-use agentx_dataset::{AssistantMode, TokenCounter};
+use agentx_dataset::{AssistantMode, CacheBust, TokenCounter};
 use agentx_protocol::{Exchange, Failure, FailureKind, JsonBody, RequestIds, StreamTurn};
 use agentx_record::{
     Phase, PromptBlocks, RecordError, ReplyStats, RequestRecord, TokenSource, Usage,
@@ -104,15 +104,16 @@ pub(super) fn prompt_blocks_marked(
 }
 
 /// The body of a stream's turn (with Dynamo's `session_control` when that is on), and the
-/// messages' pieces the chat-template count renders when `--apply-chat-template` is on.
+/// messages' pieces the chat-template count renders when `--apply-chat-template` is on. A
+/// recorded-mode history is written as it is sent ([`WrittenMessages`]); with the chat template on,
+/// or in live mode, the body is made of the history's pieces.
 pub(super) fn body_of(
     sh: &Shared,
     session: &Session,
     max_tokens: u32,
-    (messages, tools): (Vec<Bytes>, Option<Bytes>),
+    (conv, bust): (&agentx_dataset::Conversation, Option<CacheBust<'_>>),
     last: bool,
 ) -> (JsonBody, Option<Vec<Bytes>>) {
-    let parts = sh.cfg.chat_template.is_some().then(|| messages.clone());
     let turn = StreamTurn {
         correlation_id: &session.correlation_id,
         parent_correlation_id: session
@@ -121,6 +122,19 @@ pub(super) fn body_of(
             .and_then(|t| t.parent_correlation_id.as_deref()),
         last,
     };
+    let tools = conv.tools_json();
+    let written = sh
+        .cfg
+        .chat_template
+        .is_none()
+        .then(|| conv.messages_json_writer(bust))
+        .flatten();
+    if let Some(writer) = written {
+        let messages = Box::new(WrittenMessages(writer));
+        return (sh.body.build_written(max_tokens, messages, tools, turn), None);
+    }
+    let messages = conv.messages_json_parts(bust);
+    let parts = sh.cfg.chat_template.is_some().then(|| messages.clone());
     let body = match tools {
         Some(tools) => sh
             .body
@@ -128,6 +142,24 @@ pub(super) fn body_of(
         None => sh.body.build_for(max_tokens, messages, turn),
     };
     (body, parts)
+}
+
+/// A recorded-mode history written a frame at a time as hyper sends the body.
+#[derive(Debug, Clone)]
+struct WrittenMessages(agentx_dataset::MessagesWriter);
+
+impl agentx_protocol::WrittenPiece for WrittenMessages {
+    fn remaining(&self) -> u64 {
+        self.0.remaining()
+    }
+
+    fn write_next(&mut self, out: &mut Vec<u8>, budget: usize) {
+        self.0.write_next(out, budget);
+    }
+
+    fn clone_piece(&self) -> Box<dyn agentx_protocol::WrittenPiece> {
+        Box::new(self.clone())
+    }
 }
 
 /// A session of `traj` whose first request is turn `start`, on the run's wire.
@@ -158,7 +190,7 @@ pub(super) fn prepare<'conv>(
         sh,
         session,
         max_tokens,
-        (conv.messages_json_parts(bust), conv.tools_json()),
+        (conv, bust),
         last,
     );
     let request_id = next_request_id(sh);

@@ -248,6 +248,25 @@ pub fn push_words(vocab: &Vocabulary, out: &mut Vec<u8>, stream: u64, word_count
     out.resize(start + word_count * SLOT + SLOT, 0);
     let buf = &mut out[start..];
     let mut pos = 0usize;
+    for_each_word(stream, word_count, |idx| {
+        buf[pos..pos + SLOT].copy_from_slice(&vocab.slots[idx]);
+        pos += vocab.lens[idx] as usize;
+    });
+    out.truncate(start + pos);
+}
+
+/// The bytes [`push_words`] appends for the same words, without writing them: a body whose text
+/// is written as it is sent knows its length before the first byte.
+pub fn words_len(vocab: &Vocabulary, stream: u64, word_count: usize) -> usize {
+    let mut len = 0usize;
+    for_each_word(stream, word_count, |idx| len += vocab.lens[idx] as usize);
+    len
+}
+
+/// Calls `visit` with the vocabulary index of each of the first `word_count` words of `stream`:
+/// six 10-bit draws from each 64-bit mix of a Weyl sequence.
+#[inline(always)]
+fn for_each_word(stream: u64, word_count: usize, mut visit: impl FnMut(usize)) {
     let mut state = stream;
     let mut bits = 0u64;
     let mut left = 0u32;
@@ -257,13 +276,10 @@ pub fn push_words(vocab: &Vocabulary, out: &mut Vec<u8>, stream: u64, word_count
             bits = mix64(state);
             left = 6;
         }
-        let idx = (bits & (VOCAB_LEN as u64 - 1)) as usize;
+        visit((bits & (VOCAB_LEN as u64 - 1)) as usize);
         bits >>= 10;
         left -= 1;
-        buf[pos..pos + SLOT].copy_from_slice(&vocab.slots[idx]);
-        pos += vocab.lens[idx] as usize;
     }
-    out.truncate(start + pos);
 }
 
 /// Upper bound of the bytes `push_words` writes for `word_count` words.
@@ -282,6 +298,19 @@ mod tests {
             assert!(w.len() >= 3 && w.len() < SLOT, "{w}");
             assert!(w.bytes().all(|b| b.is_ascii_lowercase()), "{w}");
             assert!(seen.insert(w), "duplicate {w}");
+        }
+    }
+
+    #[test]
+    fn words_len_is_the_length_push_words_writes() {
+        let short_words = Vocabulary::filtered(|word| word.len() <= 4).expect("short words");
+        for vocab in [&Vocabulary::STANDARD, &short_words] {
+            for (id, count) in [(0, 0), (1, 1), (7, 16), (9, 64), (11, 1000)] {
+                let stream = block_stream(trace_key(42, "t"), id);
+                let mut out = vec![b'x'];
+                push_words(vocab, &mut out, stream, count);
+                assert_eq!(words_len(vocab, stream, count), out.len() - 1, "{id} {count}");
+            }
         }
     }
 

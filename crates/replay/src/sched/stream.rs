@@ -186,7 +186,7 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
             &sh,
             &session,
             max_tokens,
-            (conv.messages_json_parts(bust), conv.tools_json()),
+            (&conv, bust),
             last,
         );
         let request_id = request::next_request_id(&sh);
