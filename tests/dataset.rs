@@ -785,10 +785,20 @@ fn messages_written_as_sent_equal_the_messages_written_at_once() {
                     while writer.remaining() > 0 {
                         let mut frame = Vec::new();
                         writer.write_next(&mut frame, budget);
-                        assert!(!frame.is_empty(), "{} turn {}: an empty frame", traj.id(), c.turn());
+                        assert!(
+                            !frame.is_empty(),
+                            "{} turn {}: an empty frame",
+                            traj.id(),
+                            c.turn()
+                        );
                         sent.extend_from_slice(&frame);
                     }
-                    assert!(sent == whole, "{} turn {} budget {budget}", traj.id(), c.turn());
+                    assert!(
+                        sent == whole,
+                        "{} turn {} budget {budget}",
+                        traj.id(),
+                        c.turn()
+                    );
                     requests += 1;
                 }
             }
@@ -799,7 +809,9 @@ fn messages_written_as_sent_equal_the_messages_written_at_once() {
         }
     }
     assert!(requests > 100);
-    let live = s.conversation(ds.trajectory(0).unwrap(), 0, AssistantMode::Live).unwrap();
+    let live = s
+        .conversation(ds.trajectory(0).unwrap(), 0, AssistantMode::Live)
+        .unwrap();
     assert!(live.messages_json_writer(None).is_none());
 }
 

@@ -577,7 +577,12 @@ impl Conversation {
 
     /// Messages `from..` of the chat wire into `sink`, as [`Conversation::write_messages_from`]
     /// writes them.
-    fn emit_messages_from(&self, sink: &mut impl TextSink, bust: Option<CacheBust<'_>>, from: usize) {
+    fn emit_messages_from(
+        &self,
+        sink: &mut impl TextSink,
+        bust: Option<CacheBust<'_>>,
+        from: usize,
+    ) {
         let target = bust.and_then(|marker| {
             self.bust_target(marker.placement)
                 .map(|msg_idx| (msg_idx, marker))

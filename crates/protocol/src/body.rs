@@ -533,11 +533,18 @@ mod tests {
         assert_eq!(written.to_vec(), shared.to_vec());
         let sent = frames(written.clone());
         assert!(sent.len() >= 4, "{} frames", sent.len());
-        assert!(sent.iter().all(|f| f.len() <= WRITTEN_FRAME + 70 && !f.is_empty()));
+        assert!(sent
+            .iter()
+            .all(|f| f.len() <= WRITTEN_FRAME + 70 && !f.is_empty()));
         assert_eq!(sent.concat(), shared.to_vec());
         // The Messages API takes the messages whole.
         let anthropic = body.clone().with_endpoint_type(EndpointType::Anthropic);
         let written = anthropic.build_written(7, Box::new(letters), None, turn);
-        assert_eq!(written.to_vec(), anthropic.build_for(7, vec![Bytes::from("x".repeat(messages as usize))], turn).to_vec());
+        assert_eq!(
+            written.to_vec(),
+            anthropic
+                .build_for(7, vec![Bytes::from("x".repeat(messages as usize))], turn)
+                .to_vec()
+        );
     }
 }

@@ -65,37 +65,33 @@ pub(super) fn prompt_blocks(
     conv: &agentx_dataset::Conversation,
     request_id: &str,
 ) -> Option<PromptBlocks> {
-    prompt_blocks_marked(sh, session, conv, request_id, None)
+    prompt_blocks_marked(sh, session, conv, request_id, false)
 }
 
-/// [`prompt_blocks`], and the blocks the request sent first that chain its marker added to
-/// `marked_first_sent` when given: a session tree hands them to the registry's
-/// [`crate::prefix::Registry::forget`] when it ends.
+/// [`prompt_blocks`]; with `tree_marker`, the blocks that chain the session's marker go to the
+/// marker's own table, which the scheduler drops when the tree leaves its lane
+/// ([`crate::prefix::Registry::forget`]).
 pub(super) fn prompt_blocks_marked(
     sh: &Shared,
     session: &Session,
     conv: &agentx_dataset::Conversation,
     request_id: &str,
-    marked_first_sent: Option<&mut Vec<u64>>,
+    tree_marker: bool,
 ) -> Option<PromptBlocks> {
     let registry = sh.prefix.as_ref()?;
     let bust = bust(sh.cfg.placement, &session.marker);
-    // The blocks sent first, with the index of the first of them.
-    let mut first_sent: Option<(usize, Vec<u64>)> = None;
-    let collect = marked_first_sent.is_some();
-    let mut blocks = conv.with_prompt_chain(bust, registry.block_size, |hashes, words| {
-        let blocks = registry.register(request_id, hashes, words);
-        if collect {
-            let shared = (blocks.shared as usize).min(hashes.len());
-            first_sent = Some((shared, hashes[shared..].to_vec()));
-        }
-        blocks
-    });
-    if let (Some(out), Some((shared, hashes)), Some(marked_from)) =
-        (marked_first_sent, first_sent, conv.marked_from_block())
-    {
-        out.extend(hashes.iter().skip(marked_from.saturating_sub(shared)));
-    }
+    let mut blocks =
+        conv.with_marked_prompt_chain(bust, registry.block_size, |hashes, words, marked_from| {
+            let marked = marked_from
+                .filter(|_| tree_marker)
+                .map(|from| (session.marker.as_str(), from));
+            let chain = crate::prefix::Chain {
+                hashes,
+                words,
+                marked,
+            };
+            registry.register(request_id, chain)
+        });
     blocks.shared_unmarked =
         conv.with_masked_prompt_chain(bust, registry.block_size, |hashes, _| {
             registry.register_masked(hashes)
@@ -131,7 +127,10 @@ pub(super) fn body_of(
         .flatten();
     if let Some(writer) = written {
         let messages = Box::new(WrittenMessages(writer));
-        return (sh.body.build_written(max_tokens, messages, tools, turn), None);
+        return (
+            sh.body.build_written(max_tokens, messages, tools, turn),
+            None,
+        );
     }
     let messages = conv.messages_json_parts(bust);
     let parts = sh.cfg.chat_template.is_some().then(|| messages.clone());
@@ -186,13 +185,7 @@ pub(super) fn prepare<'conv>(
     let max_tokens = traj.turn(turn).map_or(1, |t| t.max_tokens());
     let bust = bust(sh.cfg.placement, &session.marker);
     let last = turn + 1 >= traj.num_turns();
-    let (body, template_parts) = body_of(
-        sh,
-        session,
-        max_tokens,
-        (conv, bust),
-        last,
-    );
+    let (body, template_parts) = body_of(sh, session, max_tokens, (conv, bust), last);
     let request_id = next_request_id(sh);
     let client_isl = conv.prompt_words() + sh.counter.count(&session.marker);
     Prepared {

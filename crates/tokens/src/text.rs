@@ -309,7 +309,11 @@ mod tests {
                 let stream = block_stream(trace_key(42, "t"), id);
                 let mut out = vec![b'x'];
                 push_words(vocab, &mut out, stream, count);
-                assert_eq!(words_len(vocab, stream, count), out.len() - 1, "{id} {count}");
+                assert_eq!(
+                    words_len(vocab, stream, count),
+                    out.len() - 1,
+                    "{id} {count}"
+                );
             }
         }
     }

@@ -52,6 +52,19 @@ impl Conversation {
         block_size: u32,
         use_chain: impl FnOnce(&[u64], u64) -> R,
     ) -> R {
+        self.chain_in(&self.chain_cache, bust, block_size, |hashes, words, _| {
+            use_chain(hashes, words)
+        })
+    }
+
+    /// [`Conversation::with_prompt_chain`], with the index of the chain's first block that
+    /// chains the cache-bust marker ([`Conversation::marked_from_block`]) as the third argument.
+    pub fn with_marked_prompt_chain<R>(
+        &self,
+        bust: Option<CacheBust<'_>>,
+        block_size: u32,
+        use_chain: impl FnOnce(&[u64], u64, Option<usize>) -> R,
+    ) -> R {
         self.chain_in(&self.chain_cache, bust, block_size, use_chain)
     }
 
@@ -85,7 +98,7 @@ impl Conversation {
             &self.masked_chain_cache,
             Some(masked_bust),
             block_size,
-            use_chain,
+            |hashes, words, _| use_chain(hashes, words),
         ))
     }
 
@@ -95,7 +108,7 @@ impl Conversation {
         cache: &std::cell::RefCell<ChainCache>,
         bust: Option<CacheBust<'_>>,
         block_size: u32,
-        use_chain: impl FnOnce(&[u64], u64) -> R,
+        use_chain: impl FnOnce(&[u64], u64, Option<usize>) -> R,
     ) -> R {
         let mut cache = cache.borrow_mut();
         let bust_key = bust.map(|marker| (marker.placement, marker.text.to_owned()));
@@ -166,7 +179,8 @@ impl Conversation {
         if !diverged && kept < hashed.len() {
             rewind_to(hasher, hashed, kept, *block_size);
         }
-        use_chain(hasher.hashes(), hasher.tokens())
+        let marked_from = marker_word.map(|word| (word / u64::from(*block_size)) as usize);
+        use_chain(hasher.hashes(), hasher.tokens(), marked_from)
     }
 
     /// A fingerprint of the hash ids `seg` covers.

@@ -205,8 +205,6 @@ impl MessagesWriter {
                 }
             }
         }
-        self.remaining = self
-            .remaining
-            .saturating_sub((out.len() - before) as u64);
+        self.remaining = self.remaining.saturating_sub((out.len() - before) as u64);
     }
 }

@@ -58,9 +58,6 @@ pub(super) struct RtTree {
     pub(super) origin_ms: f64,
     /// The end of the tree's last response (or its start): the per-tree idle cap counts from it.
     pub(super) last_end: Instant,
-    /// The blocks the tree's requests sent first that chain its marker: the prefix registry
-    /// forgets them when the tree leaves its lane.
-    pub(super) marked_first_sent: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -192,7 +189,6 @@ impl Sched {
             pass,
             origin_ms: tree.streams[0].turns.first().map_or(0.0, |t| t.ts_ms),
             last_end: timer::now(),
-            marked_first_sent: Vec::new(),
         };
         let root = self.new_session(&lane_tree, 0);
         lane_tree.root_corr.clone_from(&root.correlation_id);
@@ -282,15 +278,15 @@ impl Sched {
         let left = std::mem::replace(slot, tree);
         self.sh.live_run.session_delta(delta);
         if let Some(left) = left {
-            self.forget_marked(&left.marked_first_sent);
+            self.forget_marked(&left.marker);
         }
     }
 
     /// The prefix registry forgets blocks of a tree that left its lane (see `crate::prefix`), while
     /// the run's markers are all distinct.
-    pub(super) fn forget_marked(&self, marked_first_sent: &[u64]) {
+    pub(super) fn forget_marked(&self, marker: &str) {
         if let (Some(registry), Some(_)) = (&self.sh.prefix, &self.markers_seen) {
-            registry.forget(marked_first_sent);
+            registry.forget(marker);
         }
     }
 
@@ -574,15 +570,13 @@ impl Sched {
             Some(lane_tree) if lane_tree.gen == done.gen => lane_tree,
             _ => {
                 self.counts.late_events += 1;
-                // Its tree has left the lane: nobody can send its marked blocks again.
-                self.forget_marked(&done.marked_first_sent);
+                // Its tree has left the lane: nobody can send its marked blocks again (the
+                // request registered them after the tree's table was dropped).
+                self.forget_marked(&done.session.marker);
                 return;
             }
         };
         lane_tree.in_flight -= 1;
-        lane_tree
-            .marked_first_sent
-            .extend_from_slice(&done.marked_first_sent);
         lane_tree.last_end = lane_tree.last_end.max(done.end);
         let tree = &trees[lane_tree.tree];
         let stream_index = done.stream as usize;

@@ -43,9 +43,6 @@ pub(super) struct Done {
     /// be built).
     pub(super) next: Option<Box<Conversation>>,
     pub(super) session: Session,
-    /// The blocks this request sent first that chain its tree's marker (the prefix registry
-    /// forgets them when the tree ends).
-    pub(super) marked_first_sent: Vec<u64>,
 }
 
 /// One request of a stream, as its task takes it.
@@ -130,7 +127,6 @@ pub(super) async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
                 next: None,
                 session: spare,
                 // A panicked task's blocks stay registered: its tree may still send them.
-                marked_first_sent: Vec::new(),
             }
         }
     }
@@ -174,31 +170,18 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
                 end: timer::now(),
                 next: None,
                 session,
-                marked_first_sent: Vec::new(),
             };
         }
     };
-    let mut marked_first_sent = Vec::new();
     let req = {
         let bust = bust(sh.cfg.placement, &session.marker);
         let last = turn + 1 >= num_turns;
-        let (body, template_parts) = request::body_of(
-            &sh,
-            &session,
-            max_tokens,
-            (&conv, bust),
-            last,
-        );
+        let (body, template_parts) =
+            request::body_of(&sh, &session, max_tokens, (&conv, bust), last);
         let request_id = request::next_request_id(&sh);
         request::Prepared {
             body,
-            prompt_blocks: request::prompt_blocks_marked(
-                &sh,
-                &session,
-                &conv,
-                &request_id,
-                Some(&mut marked_first_sent),
-            ),
+            prompt_blocks: request::prompt_blocks_marked(&sh, &session, &conv, &request_id, true),
             request_id,
             trace_id: conv_id,
             turn,
@@ -267,7 +250,6 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
             }
         }),
         session,
-        marked_first_sent,
     }
 }
 
