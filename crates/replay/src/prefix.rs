@@ -23,6 +23,7 @@ use agentx_metrics::kvmodel::BlockHashMap;
 use agentx_record::PromptBlocks;
 
 /// A prompt's chain as [`Registry::register`] takes it.
+#[derive(Clone, Copy)]
 pub(crate) struct Chain<'a> {
     /// The chained block hashes.
     pub(crate) hashes: &'a [u64],
@@ -130,7 +131,8 @@ impl Registry {
         }
         let from = known.checked_sub(1).and_then(|last_known| {
             let tables = (&*shared, marked.as_deref());
-            sender(tables, marked_from, (last_known, hashes[last_known])).map(|id| id.to_string())
+            sender(tables, marked_from, (last_known, hashes[last_known]))
+                .map(std::string::ToString::to_string)
         });
         if known < hashes.len() {
             let first: Arc<str> = Arc::from(request_id);
