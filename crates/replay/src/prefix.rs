@@ -81,7 +81,7 @@ impl Registry {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         let senders = self.first_sender.lock().expect("prefix registry lock");
-        senders.shared.len() + senders.by_marker.values().map(|t| t.len()).sum::<usize>()
+        senders.shared.len() + senders.by_marker.values().map(HashMap::len).sum::<usize>()
     }
 
     /// Registers the prompt of `request_id` and says which of its leading blocks an earlier
