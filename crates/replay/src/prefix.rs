@@ -7,20 +7,24 @@
 //! longest known prefix is then found by a binary search, and a request costs the lookups of its
 //! new blocks, not of its whole prompt.
 //!
-//! Memory is one entry per distinct block the run sent, less the blocks of session trees that
-//! ended. A block whose hash chains a tree's cache-bust marker can be sent by that tree alone (the
-//! marker is the tree's own, a recycled tree draws a new one), so such blocks are kept in a table
-//! of the marker's own, dropped whole when the tree leaves its lane ([`Registry::forget`]) without
-//! changing any later request's figures: nobody can send them again. The blocks before the marker
-//! (a system prompt other trees share) are in the run's shared table and stay. So a long run's
-//! registry holds its live trees' blocks and the blocks shared across trees, not everything it
-//! ever sent, and a tree that ends costs one table drop, not a list of its blocks.
+//! Memory: the blocks before a tree's cache-bust marker (a system prompt other trees share) are
+//! in the run's shared table, one entry per distinct block. A block whose hash chains a tree's
+//! marker can be sent by that tree alone (the marker is the tree's own, a recycled tree draws a new
+//! one), so a tree's blocks from its marker on are kept apart, as the chains the tree sent
+//! ([`marked`], 8 bytes a block), and dropped whole when the tree leaves its lane
+//! ([`Registry::forget`]) without changing any later request's figures: nobody can send them
+//! again. So a long run's registry holds its live trees' blocks and the blocks shared across trees,
+//! not everything it ever sent.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agentx_metrics::kvmodel::BlockHashMap;
 use agentx_record::PromptBlocks;
+
+mod marked;
+
+use marked::MarkedChains;
 
 /// A prompt's chain as [`Registry::register`] takes it.
 #[derive(Clone, Copy)]
@@ -30,15 +34,15 @@ pub(crate) struct Chain<'a> {
     /// Its length in words.
     pub(crate) words: u64,
     /// The tree's marker and the index of the chain's first block that chains it: that block and
-    /// every later one go to the marker's table. `None` keeps every block in the shared table.
+    /// every later one go to the marker's chains. `None` keeps every block in the shared table.
     pub(crate) marked: Option<(&'a str, usize)>,
 }
 
-/// The first senders: the shared table and one table per marker.
+/// The first senders: the shared table, and each tree's chains from its marker on.
 #[derive(Default)]
 struct Senders {
     shared: BlockHashMap<Arc<str>>,
-    by_marker: HashMap<Box<str>, BlockHashMap<Arc<str>>>,
+    by_marker: HashMap<Box<str>, MarkedChains>,
 }
 
 /// The first sender of every block the run sent.
@@ -48,6 +52,22 @@ pub(crate) struct Registry {
     first_sender: Mutex<Senders>,
     /// Every block of the chains with the marker masked.
     masked_sent: Mutex<BlockHashMap<()>>,
+}
+
+/// The length of the prefix of `0..len` where `known` holds (it holds on a prefix: a block is known
+/// only when every block before it is).
+fn known_prefix(len: usize, known: impl Fn(usize) -> bool) -> usize {
+    // Every index below `known_end` is known, none from `unknown_from` on.
+    let (mut known_end, mut unknown_from) = (0, len);
+    while known_end < unknown_from {
+        let mid = known_end + (unknown_from - known_end) / 2;
+        if known(mid) {
+            known_end = mid + 1;
+        } else {
+            unknown_from = mid;
+        }
+    }
+    known_end
 }
 
 impl Registry {
@@ -71,17 +91,22 @@ impl Registry {
         u32::try_from(shared).unwrap_or(u32::MAX)
     }
 
-    /// Drops the table of `marker`: the blocks of a tree that ended, which chain its marker.
+    /// Drops the chains of `marker`: the blocks of a tree that ended, which chain its marker.
     pub(crate) fn forget(&self, marker: &str) {
         let mut senders = self.first_sender.lock().expect("prefix registry lock");
         senders.by_marker.remove(marker);
     }
 
-    /// Blocks in the registry now.
+    /// Blocks in the registry now (a block two of a tree's branches share counted twice).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         let senders = self.first_sender.lock().expect("prefix registry lock");
-        senders.shared.len() + senders.by_marker.values().map(HashMap::len).sum::<usize>()
+        senders.shared.len()
+            + senders
+                .by_marker
+                .values()
+                .map(MarkedChains::len)
+                .sum::<usize>()
     }
 
     /// Registers the prompt of `request_id` and says which of its leading blocks an earlier
@@ -90,58 +115,39 @@ impl Registry {
         let mut guard = self.first_sender.lock().expect("prefix registry lock");
         let Senders { shared, by_marker } = &mut *guard;
         let hashes = chain.hashes;
-        // Blocks from `marked_from` on are in the marker's table, the ones before in the shared.
-        let (marked_from, mut marked) = match chain.marked {
+        // Blocks from `marked_from` on are in the marker's chains, the ones before in the table.
+        let (marked_from, marked) = match chain.marked {
             Some((marker, from)) if from < hashes.len() => {
                 if !by_marker.contains_key(marker) {
-                    by_marker.insert(marker.into(), BlockHashMap::default());
+                    by_marker.insert(marker.into(), MarkedChains::default());
                 }
                 (from, by_marker.get_mut(marker))
             }
             _ => (hashes.len(), None),
         };
-        // The table that holds block `index`, and its first sender there.
-        fn sender<'t>(
-            tables: (
-                &'t BlockHashMap<Arc<str>>,
-                Option<&'t BlockHashMap<Arc<str>>>,
-            ),
-            marked_from: usize,
-            hash: (usize, u64),
-        ) -> Option<&'t Arc<str>> {
-            let (shared, marked) = tables;
-            let (index, hash) = hash;
-            let table = if index < marked_from {
-                Some(shared)
-            } else {
-                marked
-            };
-            table.and_then(|table| table.get(&hash))
+        let known_unmarked = known_prefix(marked_from, |i| shared.contains_key(&hashes[i]));
+        let known_marked = marked
+            .as_deref()
+            .filter(|_| known_unmarked == marked_from)
+            .map(|chains| chains.known(hashes, marked_from));
+        let known = known_marked.map_or(known_unmarked, |known| known.end);
+        let from = match known.checked_sub(1) {
+            Some(last) if last < marked_from => shared.get(&hashes[last]),
+            Some(last) => marked
+                .as_deref()
+                .zip(known_marked)
+                .and_then(|(chains, known)| chains.sender(known, last)),
+            None => None,
         }
-        // The known blocks are a prefix: find its end by a binary search.
-        let (mut known, mut unknown) = (0, hashes.len());
-        while known < unknown {
-            let mid = known + (unknown - known) / 2;
-            let tables = (&*shared, marked.as_deref());
-            if sender(tables, marked_from, (mid, hashes[mid])).is_some() {
-                known = mid + 1;
-            } else {
-                unknown = mid;
-            }
-        }
-        let from = known.checked_sub(1).and_then(|last_known| {
-            let tables = (&*shared, marked.as_deref());
-            sender(tables, marked_from, (last_known, hashes[last_known]))
-                .map(std::string::ToString::to_string)
-        });
+        .map(std::string::ToString::to_string);
         if known < hashes.len() {
             let first: Arc<str> = Arc::from(request_id);
-            for (index, &hash) in hashes.iter().enumerate().skip(known) {
-                let table = match marked.as_deref_mut() {
-                    Some(table) if index >= marked_from => table,
-                    _ => &mut *shared,
-                };
-                table.insert(hash, Arc::clone(&first));
+            for &hash in &hashes[known..marked_from.max(known)] {
+                shared.insert(hash, Arc::clone(&first));
+            }
+            if let Some(chains) = marked {
+                let known = known_marked.unwrap_or(marked::Known::none(marked_from));
+                chains.register(hashes, marked_from, known, &first);
             }
         }
         PromptBlocks {
@@ -209,6 +215,99 @@ mod tests {
         assert_eq!(registry.len(), 3);
         let other = registry.register("b0", plain(&[1, 2, 9], 48));
         assert_eq!((other.shared, other.from.as_deref()), (2, Some("a0")));
+    }
+
+    /// The marker's chains answer as one table of every block ever sent would: over trees whose
+    /// sessions share a system prompt, start their marker at different blocks, extend their
+    /// chains turn by turn, reset them, and follow one another.
+    #[test]
+    fn marked_chains_answer_as_a_table_of_every_block() {
+        let mut draw = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |below: u64| {
+            draw = draw.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (draw >> 33) % below
+        };
+        let registry = Registry::new(16);
+        let mut table: BlockHashMap<String> = BlockHashMap::default();
+        let chain_of = |tokens: &[u64], marker: (u64, usize)| -> Vec<u64> {
+            let mut hash = 0u64;
+            let mut chain = Vec::new();
+            for (position, &token) in tokens.iter().enumerate() {
+                let token = if position == marker.1 {
+                    token ^ (marker.0 << 40)
+                } else {
+                    token
+                };
+                hash = agentx_dataset::tokens::blocks::mix64(hash ^ token);
+                chain.push(hash);
+            }
+            chain
+        };
+        let (mut requests, mut known_past_marker, mut from_earlier_turn) = (0, 0, 0);
+        for tree in 0..6u64 {
+            let marker = format!("[rid:{tree}]");
+            // Each session: its tokens and the block its marker starts at.
+            let mut sessions: Vec<(Vec<u64>, usize)> = Vec::new();
+            for turn in 0..40 {
+                let pick = next(4) as usize;
+                if sessions.is_empty() || pick == 0 {
+                    // A new session: the shared system prompt, and sometimes a prefix of another
+                    // session of the tree, with its marker at its own block.
+                    let system = 1 + next(3) as usize;
+                    let mut tokens: Vec<u64> = (0..system as u64).collect();
+                    let at = system + next(2) as usize;
+                    if let Some((other, other_at)) = sessions.last().filter(|_| next(2) == 0) {
+                        tokens =
+                            other[..(*other_at + 1 + next(3) as usize).min(other.len())].to_vec();
+                        sessions.push((tokens, *other_at));
+                    } else {
+                        tokens.extend((0..at + 2 - system).map(|_| 100 + next(5)));
+                        sessions.push((tokens, at));
+                    }
+                }
+                let index = next(sessions.len() as u64) as usize;
+                let (tokens, at) = &mut sessions[index];
+                if next(5) == 0 {
+                    // A context reset: cut, then new blocks.
+                    let cut = (*at + 1 + next(4) as usize).min(tokens.len());
+                    tokens.truncate(cut);
+                }
+                tokens.extend((0..1 + next(4)).map(|_| 100 + next(5)));
+                let chain = chain_of(tokens, (tree + 1, *at));
+                let request_id = format!("t{tree}-r{turn}");
+                let expected_shared = chain.partition_point(|hash| table.contains_key(hash));
+                let expected_from = expected_shared
+                    .checked_sub(1)
+                    .map(|last| table[&chain[last]].clone());
+                for &hash in &chain[expected_shared..] {
+                    table.insert(hash, request_id.clone());
+                }
+                let got = registry.register(
+                    &request_id,
+                    Chain {
+                        hashes: &chain,
+                        words: 16 * chain.len() as u64,
+                        marked: Some((&marker, *at)),
+                    },
+                );
+                assert_eq!(
+                    (got.shared as usize, &got.from),
+                    (expected_shared, &expected_from),
+                    "{request_id}"
+                );
+                requests += 1;
+                known_past_marker += usize::from(expected_shared > *at + 1);
+                from_earlier_turn += usize::from(
+                    got.from
+                        .is_some_and(|from| from.starts_with(&format!("t{tree}-"))),
+                );
+            }
+        }
+        assert_eq!(requests, 240);
+        assert!(
+            known_past_marker > 100 && from_earlier_turn > 100,
+            "{known_past_marker} {from_earlier_turn}"
+        );
     }
 
     #[test]
