@@ -97,7 +97,7 @@ impl Registry {
         senders.by_marker.remove(marker);
     }
 
-    /// Blocks in the registry now (a block two of a tree's branches share counted twice).
+    /// Blocks in the registry now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         let senders = self.first_sender.lock().expect("prefix registry lock");
@@ -126,17 +126,15 @@ impl Registry {
             _ => (hashes.len(), None),
         };
         let known_unmarked = known_prefix(marked_from, |i| shared.contains_key(&hashes[i]));
-        let known_marked = marked
-            .as_deref()
-            .filter(|_| known_unmarked == marked_from)
-            .map(|chains| chains.known(hashes, marked_from));
-        let known = known_marked.map_or(known_unmarked, |known| known.end);
+        let known = match marked.as_deref() {
+            Some(chains) if known_unmarked == marked_from => chains.known(hashes, marked_from),
+            _ => known_unmarked,
+        };
         let from = match known.checked_sub(1) {
             Some(last) if last < marked_from => shared.get(&hashes[last]),
             Some(last) => marked
                 .as_deref()
-                .zip(known_marked)
-                .and_then(|(chains, known)| chains.sender(known, last)),
+                .and_then(|chains| chains.sender(hashes, last)),
             None => None,
         }
         .map(std::string::ToString::to_string);
@@ -146,8 +144,7 @@ impl Registry {
                 shared.insert(hash, Arc::clone(&first));
             }
             if let Some(chains) = marked {
-                let known = known_marked.unwrap_or(marked::Known::none(marked_from));
-                chains.register(hashes, marked_from, known, &first);
+                chains.register(hashes, marked_from, known.max(marked_from), &first);
             }
         }
         PromptBlocks {
@@ -295,6 +292,8 @@ mod tests {
                     (expected_shared, &expected_from),
                     "{request_id}"
                 );
+                // Every block is held once: no branch copies another's.
+                assert_eq!(registry.len(), table.len(), "{request_id}");
                 requests += 1;
                 known_past_marker += usize::from(expected_shared > *at + 1);
                 from_earlier_turn += usize::from(

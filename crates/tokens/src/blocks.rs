@@ -103,6 +103,15 @@ impl BlockHasher {
         self.prev = checkpoint.prev;
         self.blocks.truncate(checkpoint.blocks);
     }
+
+    /// Gives back the room the chain grew into beyond an eighth of its length: a conversation
+    /// keeps its chain between turns, and a vector that grew by doubling holds up to as much
+    /// again unused.
+    pub fn shrink_slack(&mut self) {
+        if self.blocks.capacity() > self.blocks.len() + self.blocks.len() / 8 {
+            self.blocks.shrink_to_fit();
+        }
+    }
 }
 
 /// A [`BlockHasher`]'s state after some prefix of tokens.

@@ -179,6 +179,9 @@ impl Conversation {
         if !diverged && kept < hashed.len() {
             rewind_to(hasher, hashed, kept, *block_size);
         }
+        if diverged {
+            hasher.shrink_slack();
+        }
         let marked_from = marker_word.map(|word| (word / u64::from(*block_size)) as usize);
         use_chain(hasher.hashes(), hasher.tokens(), marked_from)
     }

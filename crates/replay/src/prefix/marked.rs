@@ -2,15 +2,18 @@
 //! one table entry per block.
 //!
 //! A block's hash chains every block before it, so two chains that hold the same hash at position
-//! `i` agree on every position before it: whether a prompt's block is known is whether some chain
-//! sent before holds the same hash at the same position, and the known blocks of a prompt run
-//! from the start to where it parts from the chain it follows furthest. A tree's requests mostly
-//! extend the chain of the turn before (one branch per session, grown in place); a context reset
-//! or a request that parts from every branch starts a new branch with a copy of the part it
-//! shares. So a tree costs 8 bytes per block it sent, where a table of first senders costs about
-//! four times that.
+//! `i` agree on every position before it: a prompt's known blocks run from its start to where it
+//! parts from everything sent before. A tree's sessions mostly extend the chain of their turn
+//! before, so each is kept as a branch, grown in place. When a turn parts from its branch before
+//! the branch's end (the turn before ended in a tail this one replaces, or the context was cut),
+//! the branch is cut there and the blocks past the cut, still sent and so still known, move to a
+//! small table ([`MarkedChains::cut`]). So a tree costs 8 bytes per block of its live chains and a
+//! table entry per block it dropped, where a table of first senders costs about four times that
+//! for every block.
 
 use std::sync::Arc;
+
+use agentx_metrics::kvmodel::BlockHashMap;
 
 /// One branch: chain positions `from..from + hashes.len()`, and who sent each run of them first.
 #[derive(Debug)]
@@ -25,6 +28,13 @@ struct Branch {
 impl Branch {
     fn end(&self) -> usize {
         self.from + self.hashes.len()
+    }
+
+    /// Whether the branch holds `chain`'s block at `position`.
+    fn holds(&self, chain: &[u64], position: usize) -> bool {
+        position >= self.from
+            && position < self.end()
+            && self.hashes[position - self.from] == chain[position]
     }
 
     /// Where `chain` parts from this branch, searching from position `start` (`start` when it
@@ -47,99 +57,111 @@ impl Branch {
     }
 }
 
+/// Appends a run that starts at `position` unless the last run has the same sender.
+fn push_run(senders: &mut Vec<(usize, Arc<str>)>, position: usize, sender: Arc<str>) {
+    if !senders
+        .last()
+        .is_some_and(|(_, last)| Arc::ptr_eq(last, &sender))
+    {
+        senders.push((position, sender));
+    }
+}
+
 /// The chains one tree sent from its marker on.
 #[derive(Debug, Default)]
 pub(super) struct MarkedChains {
     branches: Vec<Branch>,
-}
-
-/// How far a chain's marked blocks are known: where it parts from the branch it follows
-/// furthest, and that branch.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Known {
-    pub(super) end: usize,
-    branch: Option<usize>,
-}
-
-impl Known {
-    /// No block from `start` on is known.
-    pub(super) fn none(start: usize) -> Known {
-        Known {
-            end: start,
-            branch: None,
-        }
-    }
+    /// Blocks cut from the end of a branch when a later chain parted from it before its end, with
+    /// their first senders: still known.
+    cut: BlockHashMap<Arc<str>>,
 }
 
 impl MarkedChains {
-    /// How far `chain`'s blocks from position `start` (its marker's first block) were sent before.
-    pub(super) fn known(&self, chain: &[u64], start: usize) -> Known {
-        let mut known = Known::none(start);
-        for (index, branch) in self.branches.iter().enumerate() {
-            let end = branch.parts_at(chain, start);
-            if end > known.end {
-                known = Known {
-                    end,
-                    branch: Some(index),
-                };
-            }
+    /// How far `chain`'s blocks from position `start` (its marker's first block) were sent before:
+    /// the position of its first block nobody sent.
+    pub(super) fn known(&self, chain: &[u64], start: usize) -> usize {
+        let holds = |position: usize| {
+            self.branches
+                .iter()
+                .any(|branch| branch.holds(chain, position))
+                || self.cut.contains_key(&chain[position])
+        };
+        start + super::known_prefix(chain.len() - start, |i| holds(start + i))
+    }
+
+    /// The first sender of `chain`'s block at `position`, if it was sent.
+    pub(super) fn sender(&self, chain: &[u64], position: usize) -> Option<&Arc<str>> {
+        match self.branches.iter().find(|b| b.holds(chain, position)) {
+            Some(branch) => Some(branch.sender_at(position)),
+            None => self.cut.get(&chain[position]),
         }
-        known
     }
 
-    /// The first sender of the known block at `position` (before `known.end`).
-    pub(super) fn sender(&self, known: Known, position: usize) -> Option<&Arc<str>> {
-        let branch = &self.branches[known.branch?];
-        (position < known.end).then(|| branch.sender_at(position))
-    }
-
-    /// Records that `sender` sent `chain`'s blocks from `known.end` on first.
+    /// Records that `sender` sent `chain`'s blocks from `known` on first (`start`: the marker's
+    /// first block).
     pub(super) fn register(
         &mut self,
         chain: &[u64],
         start: usize,
-        known: Known,
+        known: usize,
         sender: &Arc<str>,
     ) {
-        if known.end >= chain.len() {
+        if known >= chain.len() {
             return;
         }
-        if let Some(branch) = known
-            .branch
-            .map(|index| &mut self.branches[index])
-            .filter(|branch| branch.end() == known.end)
-        {
-            // The chain extends the branch: grow it in place.
-            branch.hashes.reserve_exact(chain.len() - known.end);
-            branch.hashes.extend_from_slice(&chain[known.end..]);
-            branch.senders.push((known.end, Arc::clone(sender)));
-            return;
-        }
-        // A new branch, with the part it shares and who sent that part first.
-        let mut senders: Vec<(usize, Arc<str>)> = Vec::new();
-        if let Some(followed) = known.branch.map(|index| &self.branches[index]) {
-            for (first, run_sender) in &followed.senders {
-                if *first >= known.end {
-                    break;
+        // The branch the chain follows furthest, if it shares a block with any.
+        let followed = self
+            .branches
+            .iter()
+            .enumerate()
+            .map(|(index, branch)| (index, branch.parts_at(chain, start)))
+            .filter(|&(_, parted)| parted > start)
+            .max_by_key(|&(_, parted)| parted);
+        let (branch, parted) = match followed {
+            Some((index, parted)) => {
+                let branch = &mut self.branches[index];
+                // Cut the branch where the chain parts from it; its blocks past the cut stay known.
+                for position in parted..branch.end() {
+                    let first = Arc::clone(branch.sender_at(position));
+                    self.cut
+                        .insert(branch.hashes[position - branch.from], first);
                 }
-                let first = (*first).max(start);
-                match senders.last_mut() {
-                    Some(last) if last.0 == first => last.1 = Arc::clone(run_sender),
-                    _ => senders.push((first, Arc::clone(run_sender))),
-                }
+                branch.hashes.truncate(parted - branch.from);
+                branch.senders.retain(|(first, _)| *first < parted);
+                (branch, parted)
             }
+            None => {
+                self.branches.push(Branch {
+                    from: start,
+                    hashes: Vec::new(),
+                    senders: Vec::new(),
+                });
+                (self.branches.last_mut().expect("just pushed"), start)
+            }
+        };
+        // Blocks from the cut to `known` were known as cut blocks: they join the branch with
+        // their first senders.
+        for position in parted..known {
+            let first = self.cut.remove(&chain[position]);
+            push_run(
+                &mut branch.senders,
+                position,
+                first.unwrap_or_else(|| Arc::clone(sender)),
+            );
         }
-        senders.push((known.end, Arc::clone(sender)));
-        self.branches.push(Branch {
-            from: start,
-            hashes: chain[start..].to_vec(),
-            senders,
-        });
+        push_run(&mut branch.senders, known, Arc::clone(sender));
+        branch.hashes.reserve_exact(chain.len() - parted);
+        branch.hashes.extend_from_slice(&chain[parted..]);
     }
 
-    /// Blocks held, a block shared by two branches counted twice.
+    /// Blocks held.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.branches.iter().map(|branch| branch.hashes.len()).sum()
+        self.cut.len()
+            + self
+                .branches
+                .iter()
+                .map(|branch| branch.hashes.len())
+                .sum::<usize>()
     }
 }
