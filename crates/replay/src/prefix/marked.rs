@@ -141,8 +141,8 @@ impl MarkedChains {
         };
         // Blocks from the cut to `known` were known as cut blocks: they join the branch with
         // their first senders.
-        for position in parted..known {
-            let first = self.cut.remove(&chain[position]);
+        for (position, hash) in chain.iter().enumerate().take(known).skip(parted) {
+            let first = self.cut.remove(hash);
             push_run(
                 &mut branch.senders,
                 position,
