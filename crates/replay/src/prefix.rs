@@ -22,8 +22,10 @@ use std::sync::{Arc, Mutex};
 use agentx_metrics::kvmodel::BlockHashMap;
 use agentx_record::PromptBlocks;
 
+mod block_set;
 mod marked;
 
+use block_set::BlockSet;
 use marked::MarkedChains;
 
 /// A prompt's chain as [`Registry::register`] takes it.
@@ -51,7 +53,7 @@ pub(crate) struct Registry {
     pub(crate) block_size: u32,
     first_sender: Mutex<Senders>,
     /// Every block of the chains with the marker masked.
-    masked_sent: Mutex<BlockHashMap<()>>,
+    masked_sent: Mutex<BlockSet>,
 }
 
 /// The length of the prefix of `0..len` where `known` holds (it holds on a prefix: a block is known
@@ -84,9 +86,9 @@ impl Registry {
     /// earlier request sent (the value of [`PromptBlocks::shared_unmarked`]).
     pub(crate) fn register_masked(&self, hashes: &[u64]) -> u32 {
         let mut sent = self.masked_sent.lock().expect("prefix registry lock");
-        let shared = hashes.partition_point(|hash| sent.contains_key(hash));
+        let shared = hashes.partition_point(|&hash| sent.contains(hash));
         for &hash in &hashes[shared..] {
-            sent.insert(hash, ());
+            sent.insert(hash);
         }
         u32::try_from(shared).unwrap_or(u32::MAX)
     }
