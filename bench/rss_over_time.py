@@ -119,8 +119,9 @@ def main() -> None:
                             "rss_mib": round(reading[0] / 1024, 1), "anon_mib": round(reading[1] / 1024, 1)})
         time.sleep(a.every)
     # The run's end (grace, exports, the cache-truth report) is not the replay: fit over the
-    # samples up to the benchmark duration after the settle time.
-    end_s = a.duration + a.settle / 6
+    # samples from the settle time to the benchmark duration (the warmup before profiling makes
+    # that end a little early, never late).
+    end_s = a.duration
     fitted = [(s["t_s"], s["rss_mib"]) for s in samples if a.settle <= s["t_s"] <= end_s]
     slope = slope_per_minute(fitted)
     fit = None
