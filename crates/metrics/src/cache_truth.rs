@@ -345,6 +345,23 @@ pub fn server_reading(log: &crate::scrape_log::ScrapeLog, notes: &mut Vec<String
 /// The cache truth of `records` under `spec`; `None` when no record has a prompt chain (records
 /// from before chains, or a run that hashed none).
 pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<CacheReport> {
+    report_of(records, spec, Forget::Unreached).map(|(report, _)| report)
+}
+
+/// Whether the model forgets the blocks no later chain reaches (tests compare with keeping all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Forget {
+    Unreached,
+    #[cfg(test)]
+    Nothing,
+}
+
+/// [`cache_report`], and the blocks the model still remembered at the end.
+fn report_of(
+    records: &[RequestRecord],
+    spec: &ModelSpec,
+    forget: Forget,
+) -> Option<(CacheReport, usize)> {
     let chained: Vec<&RequestRecord> = records
         .iter()
         .filter(|rec| rec.prompt_blocks.is_some())
@@ -365,7 +382,8 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
     let factor = block_size.value / chain_block_size;
     let mut chain_scratch = Vec::new();
     let mut model_keys = Vec::new();
-    for rec in &order {
+    let forget_after = keys.last_reached(&order);
+    for (rank, rec) in order.iter().enumerate() {
         keys.fill(rec, &mut chain_scratch);
         model_keys.clear();
         model_keys.extend(
@@ -379,6 +397,12 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
             (block_size.value, factor),
             workers.rank_of(rec),
         );
+        for &owner in forget_after[rank]
+            .iter()
+            .filter(|_| forget == Forget::Unreached)
+        {
+            model.forget(keys.own_keys(owner, factor));
+        }
         if rec.phase == Phase::Profiling {
             totals.add(rec, &outcome);
             by_turn.entry(rec.turn).or_default().add(rec, &outcome);
@@ -395,7 +419,8 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
     }
     let mut capacity_gaps_ms = std::mem::take(&mut model.capacity_gaps_ms);
     capacity_gaps_ms.sort_by(|a, b| a.0.total_cmp(&b.0));
-    Some(CacheReport {
+    let remembered = model.last_use.len();
+    let report = CacheReport {
         definition: HIT_DEFINITION.to_owned(),
         chain_block_size,
         capacity_tokens: spec.capacity_tokens.clone(),
@@ -432,7 +457,8 @@ pub fn cache_report(records: &[RequestRecord], spec: &ModelSpec) -> Option<Cache
         by_session: by_session.rows(),
         block_size,
         notes,
-    })
+    };
+    Some((report, remembered))
 }
 
 /// Totals by session, in order of first appearance.
@@ -525,18 +551,34 @@ impl<'r> ChainKeys<'r> {
             return;
         };
         out.resize(blocks.blocks as usize, 0);
+        self.walk(rec, |owner, positions| {
+            for (position, key) in out
+                .iter_mut()
+                .enumerate()
+                .take(positions.end)
+                .skip(positions.start)
+            {
+                *key = ((owner as u64) << 24) | position as u64;
+            }
+        });
+    }
+
+    /// Calls `owns` with each request whose blocks `rec`'s chain holds (its index, or a number past
+    /// the records for a first sender with no record) and the chain positions it sent first, from
+    /// `rec`'s own blocks back along `from`.
+    fn walk(&self, rec: &RequestRecord, mut owns: impl FnMut(usize, std::ops::Range<usize>)) {
+        let Some(blocks) = &rec.prompt_blocks else {
+            return;
+        };
         let mut owner = self.index.get(rec.request_id.as_str()).copied();
         let mut upto = blocks.blocks as usize;
         let mut current = Some(blocks);
         while let Some(chain) = current {
             let shared = (chain.shared as usize).min(upto);
-            let owner_key = match owner {
-                Some(ix) => ix as u64,
-                None => break,
+            let Some(owner_ix) = owner else {
+                break;
             };
-            for (position, key) in out.iter_mut().enumerate().take(upto).skip(shared) {
-                *key = (owner_key << 24) | position as u64;
-            }
+            owns(owner_ix, shared..upto);
             upto = shared;
             if upto == 0 {
                 return;
@@ -549,12 +591,42 @@ impl<'r> ChainKeys<'r> {
                 let mut missing = self.missing.borrow_mut();
                 let next = self.records.len() + missing.len();
                 let ix = *missing.entry(from.to_owned()).or_insert(next);
-                for (position, key) in out.iter_mut().enumerate().take(upto) {
-                    *key = ((ix as u64) << 24) | position as u64;
-                }
+                drop(missing);
+                owns(ix, 0..upto);
                 return;
             }
         }
+    }
+
+    /// For each admission rank, the chained records whose own blocks no later admitted record's
+    /// chain reaches: after that rank the model can forget them (`Model::forget`).
+    fn last_reached(&self, order: &[&RequestRecord]) -> Vec<Vec<usize>> {
+        let mut last_rank = vec![None; self.records.len()];
+        for (rank, rec) in order.iter().enumerate() {
+            self.walk(rec, |owner, _| {
+                if let Some(last) = last_rank.get_mut(owner) {
+                    *last = Some(rank);
+                }
+            });
+        }
+        let mut after_rank = vec![Vec::new(); order.len()];
+        for (owner, last) in last_rank.into_iter().enumerate() {
+            if let Some(rank) = last {
+                after_rank[rank].push(owner);
+            }
+        }
+        after_rank
+    }
+
+    /// The model keys of the blocks record `owner` sent first (`factor` chain blocks a model
+    /// block, keyed by its last chain block).
+    fn own_keys(&self, owner: usize, factor: u32) -> impl Iterator<Item = u64> + '_ {
+        let blocks = self.records[owner].prompt_blocks.as_ref();
+        let (shared, end) = blocks.map_or((0, 0), |b| (b.shared as usize, b.blocks as usize));
+        let factor = factor.max(1) as usize;
+        (shared.min(end)..end)
+            .filter(move |position| (position + 1) % factor == 0)
+            .map(move |position| ((owner as u64) << 24) | position as u64)
     }
 }
 
@@ -640,8 +712,10 @@ struct Modelled {
 struct Model {
     pooled: Option<Lru>,
     per_worker: Vec<Lru>,
-    /// Every block ever cached, with when it was last used (send time, ns): also the infinite
-    /// cache, which never evicts, so a block is in it exactly when it is here.
+    /// Every block ever cached that a later admitted request's chain can still reach, with when
+    /// it was last used (send time, ns): also the infinite cache, which never evicts, so a block a
+    /// later request looks up is in it exactly when it is here. The blocks no later chain reaches
+    /// are forgotten ([`Model::forget`]), so it holds the run's reachable blocks, not every block.
     last_use: BlockHashMap<u64>,
     /// Each stream's last admitted prompt (its model keys, as runs), by correlation id.
     previous: HashMap<String, KeyRuns>,
@@ -721,6 +795,15 @@ impl Model {
             Rate::of(hit, prompt)
         } else {
             Rate::none("no KV capacity reading; pass --kv-capacity-tokens")
+        }
+    }
+
+    /// Drops `keys` from the blocks ever cached: no later admitted request's chain reaches them,
+    /// so no later lookup can find them, and no figure changes. The LRU models keep them: they
+    /// still take room there until evicted.
+    fn forget(&mut self, keys: impl Iterator<Item = u64>) {
+        for key in keys {
+            self.last_use.remove(&key);
         }
     }
 

@@ -385,3 +385,59 @@ fn key_runs_keep_the_common_prefix() {
         assert_eq!(runs.common_prefix(keys), written_out(keys));
     }
 }
+
+/// Forgetting the blocks no later chain reaches changes no figure: over streams that extend their
+/// prompts, cut them, and start from other streams' prompts, on two workers with a small cache, the
+/// report is the one a model that keeps every block gives, and the model ends holding fewer blocks.
+#[test]
+fn forgetting_unreached_blocks_changes_no_figure() {
+    let mut draw = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |below: u64| {
+        draw = draw.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (draw >> 33) % below
+    };
+    let streams = ["a", "b", "c", "d", "e"];
+    // Each stream's last request and its block count.
+    let mut last: Vec<Option<(String, u32)>> = vec![None; streams.len()];
+    let mut records = Vec::new();
+    for index in 0..300u64 {
+        let stream_ix = next(streams.len() as u64) as usize;
+        let turn = records
+            .iter()
+            .filter(|r: &&RequestRecord| r.correlation_id == streams[stream_ix])
+            .count() as u32;
+        // Most turns extend the stream's prompt; some cut it, some start from another stream's.
+        let source = match next(10) {
+            0 => last[next(streams.len() as u64) as usize].clone(),
+            1 => last[stream_ix].clone().map(|(id, blocks)| (id, blocks / 2)),
+            _ => last[stream_ix].clone(),
+        };
+        let (from, shared) = source.map_or((None, 0), |(id, blocks)| (Some(id), blocks));
+        let blocks = shared + 1 + next(6) as u32;
+        let mut record = record(&Turn {
+            stream: streams[stream_ix],
+            turn,
+            send_ms: 10 * index,
+            words: u64::from(blocks) * 4 + next(4),
+            shared,
+            from: from.as_deref(),
+            worker: if next(2) == 0 { "0" } else { "1" },
+            admit: index + 1,
+            cached: Some(0),
+        });
+        record.request_id = format!("{}-r{turn}", streams[stream_ix]);
+        last[stream_ix] = Some((record.request_id.clone(), blocks));
+        records.push(record);
+    }
+    for capacity in [Some(64), None] {
+        let spec = spec(capacity);
+        let (forgetting, remembered) = report_of(&records, &spec, Forget::Unreached).unwrap();
+        let (keeping, all) = report_of(&records, &spec, Forget::Nothing).unwrap();
+        assert_eq!(forgetting, keeping);
+        assert!(
+            remembered < all / 2,
+            "{remembered} of {all} blocks remembered"
+        );
+        assert!(keeping.miss.capacity > 0 || capacity.is_none());
+    }
+}
