@@ -521,6 +521,11 @@ fn model_block_size(spec: &ModelSpec, chain: u32, notes: &mut Vec<String>) -> So
     }
 }
 
+/// A block's model key: the request that sent it first (its index) and its chain position.
+fn block_key(owner: usize, position: usize) -> u64 {
+    ((owner as u64) << 24) | position as u64
+}
+
 /// Each chained record's blocks, by following `from`.
 struct ChainKeys<'r> {
     /// Request id to index of the chained records.
@@ -558,7 +563,7 @@ impl<'r> ChainKeys<'r> {
                 .take(positions.end)
                 .skip(positions.start)
             {
-                *key = ((owner as u64) << 24) | position as u64;
+                *key = block_key(owner, position);
             }
         });
     }
@@ -626,7 +631,7 @@ impl<'r> ChainKeys<'r> {
         let factor = factor.max(1) as usize;
         (shared.min(end)..end)
             .filter(move |position| (position + 1) % factor == 0)
-            .map(move |position| ((owner as u64) << 24) | position as u64)
+            .map(move |position| block_key(owner, position))
     }
 }
 

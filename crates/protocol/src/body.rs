@@ -276,10 +276,7 @@ impl RequestBody {
     ) -> JsonBody {
         if self.api != EndpointType::Chat {
             let mut whole = Vec::with_capacity(messages.remaining() as usize);
-            let mut messages = messages;
-            while messages.remaining() > 0 {
-                messages.write_next(&mut whole, usize::MAX);
-            }
+            write_whole(messages, &mut whole);
             let pieces = (vec![Bytes::from(whole)], tools);
             return self.build_parts(max_tokens, pieces, Some(turn));
         }
@@ -345,6 +342,13 @@ pub trait WrittenPiece: Send + Sync + std::fmt::Debug {
     fn write_next(&mut self, out: &mut Vec<u8>, budget: usize);
     /// The same piece from where this one stands (the copy a retry sends).
     fn clone_piece(&self) -> Box<dyn WrittenPiece>;
+}
+
+/// Appends all that is left of `piece` to `out`.
+fn write_whole(mut piece: Box<dyn WrittenPiece>, out: &mut Vec<u8>) {
+    while piece.remaining() > 0 {
+        piece.write_next(out, usize::MAX);
+    }
 }
 
 /// One piece of a [`JsonBody`].
@@ -415,12 +419,7 @@ impl JsonBody {
         for piece in &self.parts {
             match piece {
                 Piece::Shared(bytes) => whole.extend_from_slice(bytes),
-                Piece::Written(piece) => {
-                    let mut piece = piece.clone_piece();
-                    while piece.remaining() > 0 {
-                        piece.write_next(&mut whole, usize::MAX);
-                    }
-                }
+                Piece::Written(piece) => write_whole(piece.clone_piece(), &mut whole),
             }
         }
         whole

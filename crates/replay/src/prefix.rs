@@ -56,22 +56,6 @@ pub(crate) struct Registry {
     masked_sent: Mutex<BlockSet>,
 }
 
-/// The length of the prefix of `0..len` where `known` holds (it holds on a prefix: a block is known
-/// only when every block before it is).
-fn known_prefix(len: usize, known: impl Fn(usize) -> bool) -> usize {
-    // Every index below `known_end` is known, none from `unknown_from` on.
-    let (mut known_end, mut unknown_from) = (0, len);
-    while known_end < unknown_from {
-        let mid = known_end + (unknown_from - known_end) / 2;
-        if known(mid) {
-            known_end = mid + 1;
-        } else {
-            unknown_from = mid;
-        }
-    }
-    known_end
-}
-
 impl Registry {
     /// An empty registry of chains in blocks of `block_size` words.
     pub(crate) fn new(block_size: u32) -> Registry {
@@ -127,7 +111,8 @@ impl Registry {
             }
             _ => (hashes.len(), None),
         };
-        let known_unmarked = known_prefix(marked_from, |i| shared.contains_key(&hashes[i]));
+        let known_unmarked =
+            hashes[..marked_from].partition_point(|hash| shared.contains_key(hash));
         let known = match marked.as_deref() {
             Some(chains) if known_unmarked == marked_from => chains.known(hashes, marked_from),
             _ => known_unmarked,

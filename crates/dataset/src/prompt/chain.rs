@@ -74,8 +74,7 @@ impl Conversation {
     /// marker, or before a chain was made.
     pub fn marked_from_block(&self) -> Option<usize> {
         let cache = self.chain_cache.borrow();
-        let word = cache.marker_word?;
-        Some((word / u64::from(cache.block_size.max(1))) as usize)
+        marked_from(cache.marker_word, cache.block_size)
     }
 
     /// Calls `use_chain` with the chain of the same prompt with its cache-bust marker masked (each
@@ -182,7 +181,7 @@ impl Conversation {
         if diverged {
             hasher.shrink_slack();
         }
-        let marked_from = marker_word.map(|word| (word / u64::from(*block_size)) as usize);
+        let marked_from = marked_from(*marker_word, *block_size);
         use_chain(hasher.hashes(), hasher.tokens(), marked_from)
     }
 
@@ -220,6 +219,11 @@ impl Conversation {
             out.extend_from_slice(marker.text.as_bytes());
         }
     }
+}
+
+/// The index of the block that holds the marker's first word (at `marker_word` in the chain).
+fn marked_from(marker_word: Option<u64>, block_size: u32) -> Option<usize> {
+    marker_word.map(|word| (word / u64::from(block_size.max(1))) as usize)
 }
 
 /// `text` with each word (a run of non-whitespace) written as one `#`, the whitespace kept.

@@ -45,7 +45,7 @@ impl Branch {
             return start;
         }
         let common = chain.len().min(self.end()) - start;
-        start + super::known_prefix(common, |i| chain[start + i] == self.hashes[i])
+        start + known_prefix(common, |i| chain[start + i] == self.hashes[i])
     }
 
     /// The first sender of the block at `position`.
@@ -55,6 +55,22 @@ impl Branch {
             .partition_point(|(first, _)| *first <= position);
         &self.senders[run.saturating_sub(1)].1
     }
+}
+
+/// The length of the prefix of `0..len` where `known` holds (it holds on a prefix: a block is known
+/// only when every block before it is).
+fn known_prefix(len: usize, known: impl Fn(usize) -> bool) -> usize {
+    // Every index below `known_end` is known, none from `unknown_from` on.
+    let (mut known_end, mut unknown_from) = (0, len);
+    while known_end < unknown_from {
+        let mid = known_end + (unknown_from - known_end) / 2;
+        if known(mid) {
+            known_end = mid + 1;
+        } else {
+            unknown_from = mid;
+        }
+    }
+    known_end
 }
 
 /// Appends a run that starts at `position` unless the last run has the same sender.
@@ -86,7 +102,7 @@ impl MarkedChains {
                 .any(|branch| branch.holds(chain, position))
                 || self.cut.contains_key(&chain[position])
         };
-        start + super::known_prefix(chain.len() - start, |i| holds(start + i))
+        start + known_prefix(chain.len() - start, |i| holds(start + i))
     }
 
     /// The first sender of `chain`'s block at `position`, if it was sent.

@@ -126,7 +126,6 @@ pub(super) async fn guarded(sh: Arc<Shared>, job: Job) -> Done {
                 end: timer::now(),
                 next: None,
                 session: spare,
-                // A panicked task's blocks stay registered: its tree may still send them.
             }
         }
     }
