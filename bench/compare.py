@@ -143,7 +143,11 @@ def metric_sum(text: str, name: str) -> float:
 
 class Sim:
     """An `agentx-host sim` process on a free port with a fixed TTFT and inter-token latency (and a
-    context of `max_model_len` tokens, which a request without a token limit streams to the end of)."""
+    context of `max_model_len` tokens, which a request without a token limit streams to the end of).
+    Its answers' headers wait for their first token (`--headers-at-first-token`): the stamp of when
+    the first token went out is then when it did, not when it was due, so the simulator's own
+    lateness (its timer, its one core) is its own time and not the client-added TTFT's. Every
+    client gets the same first-token instants either way."""
 
     def __init__(
         self, agentx: str, ttft_ms: float, itl_ms: float, log: pathlib.Path, cpus: str | None = None, extra: tuple = (),
@@ -153,7 +157,7 @@ class Sim:
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = pinned(cpus) + [
             agentx, "sim", "--port", str(self.port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
-            "--served-model-name", MODEL, "--max-model-len", str(max_model_len), *extra,
+            "--served-model-name", MODEL, "--max-model-len", str(max_model_len), "--headers-at-first-token", *extra,
         ]  # fmt: skip
         self.log = open(log, "wb")
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)

@@ -71,6 +71,7 @@ impl std::fmt::Debug for RequestLog {
 }
 
 /// What the server knows of a request when it logs it.
+#[derive(Clone)]
 pub(crate) struct Arrival {
     /// The request's number (1 for the first chat request).
     pub seq: u64,

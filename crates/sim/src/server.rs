@@ -598,7 +598,7 @@ async fn chat(
 /// Reads the body (refusing an oversized one), logs it, parses it and checks the model and the
 /// context: the request, or the API error to answer with.
 async fn read_chat(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     meta: &Meta,
     req: Request<Incoming>,
     api: Api,
@@ -632,17 +632,40 @@ async fn read_chat(
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
     let received = Instant::now();
-    if let (Some(log), Some(logged)) = (&shared.request_log, &meta.logged) {
-        log.log(logged, &body, &config.tokenizer);
-    }
-    let parsed = match api {
-        Api::Chat => request::parse_chat(&body, config.block_size, &config.tokenizer),
-        Api::Anthropic => anthropic::parse(&body, config.block_size, &config.tokenizer),
-        Api::Responses => responses::parse(&body, config.block_size, &config.tokenizer),
+    let parsed = if body.len() > PARSE_ELSEWHERE_BYTES {
+        let (shared, logged) = (Arc::clone(shared), meta.logged.clone());
+        tokio::task::spawn_blocking(move || parse_body(&shared, logged.as_ref(), &body, api))
+            .await
+            .map_err(|e| Dropped::Body(format!("parsing the request body failed: {e}")))?
+    } else {
+        parse_body(shared, meta.logged.as_ref(), &body, api)
     };
     match parsed {
         Ok(r) => Ok(check_chat(config, r, api, received)),
         Err(e) => Ok(Err(e)),
+    }
+}
+
+/// Bodies longer than this are logged and parsed on a blocking thread: the server goes on reading
+/// the other connections meanwhile, so their requests' last bytes are read (and stamped, as
+/// `x-agentx-sim-request-received-ns`) when they come, not after a long prompt's parse.
+pub(crate) const PARSE_ELSEWHERE_BYTES: usize = 256 << 10;
+
+/// Logs a request's body (with `--record-requests`) and parses it in its API's shape.
+fn parse_body(
+    shared: &Shared,
+    logged: Option<&crate::record::Arrival>,
+    body: &[u8],
+    api: Api,
+) -> Result<ChatRequest, ApiError> {
+    let config = &shared.config;
+    if let (Some(log), Some(logged)) = (&shared.request_log, logged) {
+        log.log(logged, body, &config.tokenizer);
+    }
+    match api {
+        Api::Chat => request::parse_chat(body, config.block_size, &config.tokenizer),
+        Api::Anthropic => anthropic::parse(body, config.block_size, &config.tokenizer),
+        Api::Responses => responses::parse(body, config.block_size, &config.tokenizer),
     }
 }
 

@@ -305,3 +305,29 @@ async fn a_replay_through_the_cache_model_predicts_every_hit_and_eviction() {
     assert!(evictions > 0, "the workload evicts");
     sim.shutdown().await;
 }
+
+/// A body past the size the server parses on a blocking thread (a 60,000-word prompt, about 470 KB)
+/// is read as a small one is: its exact prompt count, its blocks cached for its repeat, and a small
+/// request sent beside it answered too.
+#[tokio::test]
+async fn a_long_prompt_parsed_off_the_worker_counts_and_caches_as_a_short_one() {
+    let mut c = config(1, Router::RoundRobin);
+    c.block_size = 16;
+    let sim = spawn(c).unwrap();
+    let long = words(60_000, "w");
+    assert!(long.len() > super::server::PARSE_ELSEWHERE_BYTES);
+    let short = words(40, "s");
+    let (long_prompt, short_prompt) = ([long.as_str()], [short.as_str()]);
+    let (first, beside) = tokio::join!(
+        chat(sim.addr(), &long_prompt, &[]),
+        chat(sim.addr(), &short_prompt, &[])
+    );
+    assert_eq!((first.prompt, first.cached), (60_000, 0));
+    assert_eq!(beside.prompt, 40);
+    let again = chat(sim.addr(), &[long.as_str()], &[]).await;
+    assert_eq!(
+        (again.prompt, again.cached),
+        (60_000, 60_000 / 16 * 16 - 16)
+    );
+    sim.shutdown().await;
+}

@@ -44,7 +44,10 @@ impl BlockSet {
         let mut added: Vec<u64> = self.recent.drain().map(|(hash, ())| hash).collect();
         added.sort_unstable();
         let old_len = self.sorted.len();
-        self.sorted.reserve_exact(added.len());
+        // Doubling, not exact: an exact reserve moved the whole vector to new pages at every
+        // merge (a 16th of its length added each time), a stall of milliseconds on the runtime's
+        // worker once it holds millions of blocks. The capacity past the length is never written.
+        self.sorted.reserve(added.len());
         self.sorted.resize(old_len + added.len(), 0);
         // `write` is the next slot to fill from the back; `old` and `new` count what is left of
         // each run.
@@ -59,7 +62,6 @@ impl BlockSet {
                 new -= 1;
             }
         }
-        self.recent.shrink_to(MIN_RECENT);
     }
 }
 
