@@ -278,11 +278,13 @@ def export_phases(out: pathlib.Path) -> dict:
 
 
 def first_recorded_ns(record: pathlib.Path) -> int | None:
-    """The arrival (unix ns) of the first request in the simulator's request log."""
+    """When the simulator logged its first request (unix ns): the earliest of the log's first lines
+    (a body over 256 KiB is logged once its parse on a blocking thread ends, so a line can follow
+    one that arrived after it; `seq` is the arrival order)."""
     try:
         with open(record, "rb") as f:
-            line = f.readline()
-        return int(json.loads(line)["unix_ns"]) if line.strip() else None
+            stamps = [int(json.loads(line)["unix_ns"]) for line, _ in zip(f, range(256)) if line.strip()]
+        return min(stamps) if stamps else None
     except (OSError, ValueError, KeyError, json.JSONDecodeError):
         return None
 

@@ -213,8 +213,9 @@ def normalize(sim_log: pathlib.Path, run_dir: pathlib.Path, tool: str, plan: lis
     for md in export.values():
         if md.get("x_correlation_id") and md.get("conversation_id"):
             corr_conv[md["x_correlation_id"]] = md["conversation_id"]
-    received = read_jsonl(sim_log)
-    t0 = received[0]["unix_ns"] if received else 0
+    # In arrival order: a body over 256 KiB is logged when its parse (on a blocking thread) ends.
+    received = sorted(read_jsonl(sim_log), key=lambda r: r.get("seq", 0))
+    t0 = min((r["unix_ns"] for r in received if "unix_ns" in r), default=0)
     # Trees: the k-th root correlation id of a trace, in order of first appearance.
     tree_of_root: dict[str, str] = {}
     seen_per_trace: collections.Counter = collections.Counter()

@@ -10,6 +10,10 @@
 //! cache-bust marker (`[rid:…]`) if the first user message carries one, and a digest of the messages
 //! with that marker removed (two runs that differ only by their run id digest alike). Requests whose
 //! body is not a valid chat request are logged with their error instead.
+//!
+//! A line is written when its body has been read and parsed: a body over 256 KiB is parsed on a
+//! blocking thread (the server's `PARSE_ELSEWHERE_BYTES`), so its line can follow the line of a
+//! request that arrived after it. `seq` is the arrival order.
 
 use std::fs::File;
 use std::io::Write;
