@@ -79,6 +79,67 @@ fn check_every_turn(
     checked
 }
 
+/// Walks every turn of the first traces as the replay registers them: each turn's masked chain
+/// leaves out the blocks forgotten after the turn before (every one of them in the set of
+/// registered blocks) and gives the rest of the whole masked prompt's chain, as if nothing had been
+/// forgotten; returns the turns checked.
+fn check_masked_forgetting(ds: &Dataset, mode: AssistantMode, bust: CacheBust<'_>) -> usize {
+    let synth = PromptSynth::new(7);
+    let masked = CacheBust {
+        placement: bust.placement,
+        text: "#",
+    };
+    let mut checked = 0;
+    for traj in ds.trajectories() {
+        let mut conv = synth
+            .conversation(traj, 0, mode)
+            .expect("turn 0 exists")
+            .with_recorded_history();
+        let mut registered = std::collections::HashSet::new();
+        for turn in 0..traj.num_turns() {
+            let (known, tail, words) = conv
+                .with_masked_prompt_chain(Some(bust), 16, |known, tail, words| {
+                    (known, tail.to_vec(), words)
+                })
+                .expect("a marker");
+            let (whole, whole_words) = chain_of_messages(&conv, Some(masked), 16);
+            let at = format!("trace {} turn {turn}, {mode:?}", traj.id());
+            assert_eq!((&tail[..], words), (&whole[known..], whole_words), "{at}");
+            assert!(
+                whole[..known].iter().all(|h| registered.contains(h)),
+                "{at}"
+            );
+            registered.extend(tail);
+            conv.forget_masked_chain();
+            checked += 1;
+            if conv.is_final() {
+                break;
+            }
+            let reply = format!("reply \"{turn}\"\n\twith\\escapes and  words");
+            conv.advance((turn % 3 != 2).then_some(reply.as_str()))
+                .expect("a next turn");
+        }
+    }
+    checked
+}
+
+#[test]
+fn the_masked_chain_forgets_what_was_registered_and_goes_on_as_the_whole() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = open_golden_corpus(cache.path());
+    let mut checked = 0;
+    for placement in [Placement::SystemPrefix, Placement::FirstUserSuffix] {
+        for mode in [AssistantMode::Recorded, AssistantMode::Live] {
+            let bust = CacheBust {
+                placement,
+                text: "[session-3f2a]",
+            };
+            checked += check_masked_forgetting(&ds, mode, bust);
+        }
+    }
+    assert!(checked > 100, "only {checked} turns checked");
+}
+
 #[test]
 fn the_chain_kept_across_turns_equals_the_chain_of_the_whole_prompt() {
     let cache = tempfile::tempdir().unwrap();
@@ -175,7 +236,8 @@ fn check_masked_chains(ds: &Dataset, placement: Placement) {
         let chain =
             |text| conv.with_prompt_chain(Some(marker(text)), 16, |hashes, _| hashes.to_vec());
         let masked = |text| {
-            conv.with_masked_prompt_chain(Some(marker(text)), 16, |hashes, words| {
+            conv.with_masked_prompt_chain(Some(marker(text)), 16, |known, hashes, words| {
+                assert_eq!(known, 0, "nothing was forgotten");
                 (hashes.to_vec(), words)
             })
         };
@@ -197,7 +259,7 @@ fn check_masked_chains(ds: &Dataset, placement: Placement) {
             "{placement:?}"
         );
         assert_eq!(
-            conv.with_masked_prompt_chain(None, 16, |_, words| words),
+            conv.with_masked_prompt_chain(None, 16, |_, _, words| words),
             None
         );
     }

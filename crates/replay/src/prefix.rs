@@ -67,14 +67,16 @@ impl Registry {
     }
 
     /// Registers the chain of a prompt with its marker masked; the leading blocks of it an
-    /// earlier request sent (the value of [`PromptBlocks::shared_unmarked`]).
-    pub(crate) fn register_masked(&self, hashes: &[u64]) -> u32 {
+    /// earlier request sent (the value of [`PromptBlocks::shared_unmarked`]). `hashes` follows
+    /// `known` leading blocks the caller registered before (its conversation's earlier prompts,
+    /// whose hashes it no longer holds): the set never forgets, so they count as sent.
+    pub(crate) fn register_masked(&self, known: usize, hashes: &[u64]) -> u32 {
         let mut sent = self.masked_sent.lock().expect("prefix registry lock");
         let shared = hashes.partition_point(|&hash| sent.contains(hash));
         for &hash in &hashes[shared..] {
             sent.insert(hash);
         }
-        u32::try_from(shared).unwrap_or(u32::MAX)
+        u32::try_from(known + shared).unwrap_or(u32::MAX)
     }
 
     /// Drops the chains of `marker`: the blocks of a tree that ended, which chain its marker.
@@ -299,8 +301,11 @@ mod tests {
     #[test]
     fn masked_chains_count_the_blocks_sent_before_in_any_session() {
         let registry = Registry::new(16);
-        assert_eq!(registry.register_masked(&[1, 2, 3]), 0);
-        assert_eq!(registry.register_masked(&[1, 2, 4, 5]), 2);
-        assert_eq!(registry.register_masked(&[1, 2, 4, 5, 6]), 4);
+        assert_eq!(registry.register_masked(0, &[1, 2, 3]), 0);
+        assert_eq!(registry.register_masked(0, &[1, 2, 4, 5]), 2);
+        assert_eq!(registry.register_masked(0, &[1, 2, 4, 5, 6]), 4);
+        // A chain whose first blocks the caller knows are registered (its own earlier prompt).
+        assert_eq!(registry.register_masked(4, &[6, 7]), 5);
+        assert_eq!(registry.register_masked(5, &[7, 8]), 6);
     }
 }

@@ -93,9 +93,11 @@ pub(super) fn prompt_blocks_marked(
             registry.register(request_id, chain)
         });
     blocks.shared_unmarked =
-        conv.with_masked_prompt_chain(bust, registry.block_size, |hashes, _| {
-            registry.register_masked(hashes)
+        conv.with_masked_prompt_chain(bust, registry.block_size, |known, hashes, _| {
+            registry.register_masked(known, hashes)
         });
+    // The registry's set of masked blocks never forgets: the conversation need not keep them.
+    conv.forget_masked_chain();
     Some(blocks)
 }
 

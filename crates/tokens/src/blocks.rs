@@ -19,6 +19,9 @@ pub struct BlockHasher {
     in_block: u32,
     cur: u64,
     prev: u64,
+    /// Leading block hashes given up by [`BlockHasher::forget_hashes`]: `blocks` holds the ones
+    /// after them.
+    forgotten: usize,
     blocks: Vec<u64>,
 }
 
@@ -30,6 +33,7 @@ impl BlockHasher {
             in_block: 0,
             cur: BLOCK_SEED,
             prev: CHAIN_SEED,
+            forgotten: 0,
             blocks: Vec::new(),
         }
     }
@@ -71,17 +75,32 @@ impl BlockHasher {
 
     /// Tokens added so far, the partial block included.
     pub fn tokens(&self) -> u64 {
-        self.blocks.len() as u64 * u64::from(self.block_size) + u64::from(self.in_block)
+        (self.forgotten + self.blocks.len()) as u64 * u64::from(self.block_size)
+            + u64::from(self.in_block)
     }
 
-    /// The chained hashes of the full blocks seen so far.
+    /// The chained hashes of the full blocks seen so far (after the forgotten ones).
     pub fn finish(self) -> Vec<u64> {
         self.blocks
     }
 
-    /// The chained hashes of the full blocks seen so far, without giving the hasher up.
+    /// The chained hashes of the full blocks seen so far (after the forgotten ones), without
+    /// giving the hasher up.
     pub fn hashes(&self) -> &[u64] {
         &self.blocks
+    }
+
+    /// How many leading block hashes [`BlockHasher::forget_hashes`] gave up: [`BlockHasher::hashes`]
+    /// starts at the block of this index.
+    pub fn forgotten(&self) -> usize {
+        self.forgotten
+    }
+
+    /// Gives up the hashes of the full blocks so far, keeping the state that chains the next ones:
+    /// for a caller that has stored them elsewhere and needs only what comes after.
+    pub fn forget_hashes(&mut self) {
+        self.forgotten += self.blocks.len();
+        self.blocks = Vec::new();
     }
 
     /// The state after the tokens added so far, to come back to with [`BlockHasher::rewind`].
@@ -90,18 +109,25 @@ impl BlockHasher {
             in_block: self.in_block,
             cur: self.cur,
             prev: self.prev,
-            blocks: self.blocks.len(),
+            blocks: self.forgotten + self.blocks.len(),
         }
     }
 
     /// Back to the state of `checkpoint` (taken from this hasher, after fewer or as many tokens as
     /// now): the tokens added since are forgotten, so a prompt that keeps a prefix of the previous
     /// one hashes only what follows it.
+    /// A checkpoint inside the forgotten blocks forgets from it on: the state it restores chains
+    /// the blocks after it, whose hashes were given up.
     pub fn rewind(&mut self, checkpoint: Checkpoint) {
         self.in_block = checkpoint.in_block;
         self.cur = checkpoint.cur;
         self.prev = checkpoint.prev;
-        self.blocks.truncate(checkpoint.blocks);
+        if checkpoint.blocks >= self.forgotten {
+            self.blocks.truncate(checkpoint.blocks - self.forgotten);
+        } else {
+            self.forgotten = checkpoint.blocks;
+            self.blocks.clear();
+        }
     }
 
     /// Gives back the room the chain grew into beyond an eighth of its length: a conversation
@@ -177,6 +203,41 @@ pub fn chain_of<'a>(texts: impl IntoIterator<Item = &'a str>, block_size: u32) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hasher that forgets its hashes chains the next blocks as one that kept them, counts the
+    /// same tokens, and rewinds to a checkpoint before or after what it forgot.
+    #[test]
+    fn forgetting_hashes_keeps_the_chain() {
+        let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+        let mut kept = BlockHasher::new(8);
+        let mut forgetting = BlockHasher::new(8);
+        let mut early = None;
+        for (i, word) in words.iter().enumerate() {
+            kept.push(word.as_bytes());
+            forgetting.push(word.as_bytes());
+            if i == 20 {
+                early = Some(forgetting.checkpoint());
+            }
+            if i == 43 {
+                forgetting.forget_hashes();
+            }
+        }
+        assert_eq!(forgetting.forgotten(), 5);
+        assert_eq!(forgetting.tokens(), kept.tokens());
+        assert_eq!(forgetting.hashes(), &kept.hashes()[5..]);
+        assert_eq!(forgetting.checkpoint(), kept.checkpoint());
+        // Back inside the forgotten blocks: everything after the checkpoint is forgotten too.
+        let early = early.expect("taken at word 20");
+        forgetting.rewind(early);
+        kept.rewind(early);
+        assert_eq!((forgetting.forgotten(), forgetting.hashes()), (2, &[][..]));
+        for word in &words[21..60] {
+            kept.push(word.as_bytes());
+            forgetting.push(word.as_bytes());
+        }
+        assert_eq!(forgetting.hashes(), &kept.hashes()[2..]);
+        assert_eq!(forgetting.tokens(), kept.tokens());
+    }
 
     fn hashes(text: &str, bs: u32) -> Vec<u64> {
         chain_of([text], bs).hashes

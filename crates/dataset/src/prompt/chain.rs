@@ -52,8 +52,8 @@ impl Conversation {
         block_size: u32,
         use_chain: impl FnOnce(&[u64], u64) -> R,
     ) -> R {
-        self.chain_in(&self.chain_cache, bust, block_size, |hashes, words, _| {
-            use_chain(hashes, words)
+        self.chain_in(&self.chain_cache, bust, block_size, |hasher, _| {
+            use_chain(hasher.hashes(), hasher.tokens())
         })
     }
 
@@ -65,7 +65,12 @@ impl Conversation {
         block_size: u32,
         use_chain: impl FnOnce(&[u64], u64, Option<usize>) -> R,
     ) -> R {
-        self.chain_in(&self.chain_cache, bust, block_size, use_chain)
+        self.chain_in(
+            &self.chain_cache,
+            bust,
+            block_size,
+            |hasher, marked_from| use_chain(hasher.hashes(), hasher.tokens(), marked_from),
+        )
     }
 
     /// The index of the first block of the last [`Conversation::with_prompt_chain`] chain whose hash
@@ -81,11 +86,15 @@ impl Conversation {
     /// word of the marker written as `#`, so the words and the block boundaries stay): the chain
     /// two sessions of one trace share but for their markers, which tells a miss the marker caused
     /// from a cold one. `None` without a marker.
+    ///
+    /// `use_chain` gets how many leading blocks are left out (those
+    /// [`Conversation::forget_masked_chain`] gave up, as far as this prompt still begins with them),
+    /// the hashes of the blocks after them, and the prompt's length in words.
     pub fn with_masked_prompt_chain<R>(
         &self,
         bust: Option<CacheBust<'_>>,
         block_size: u32,
-        use_chain: impl FnOnce(&[u64], u64) -> R,
+        use_chain: impl FnOnce(usize, &[u64], u64) -> R,
     ) -> Option<R> {
         let marker = bust?;
         let masked = mask_words(marker.text);
@@ -97,8 +106,18 @@ impl Conversation {
             &self.masked_chain_cache,
             Some(masked_bust),
             block_size,
-            |hashes, words, _| use_chain(hashes, words),
+            |hasher, _| use_chain(hasher.forgotten(), hasher.hashes(), hasher.tokens()),
         ))
+    }
+
+    /// Gives up the hashes of the masked chain made so far, keeping what chains its next blocks:
+    /// for a caller that stored them (the prefix registry's set of masked blocks, which never
+    /// forgets), so that a conversation holds the hashes of its masked prompt only until they are
+    /// registered. Later chains of [`Conversation::with_masked_prompt_chain`] leave them out.
+    pub fn forget_masked_chain(&self) {
+        if let Some(hasher) = self.masked_chain_cache.borrow_mut().hasher.as_mut() {
+            hasher.forget_hashes();
+        }
     }
 
     /// The chain of the current turn with `bust`, kept in `cache` across turns.
@@ -107,7 +126,7 @@ impl Conversation {
         cache: &std::cell::RefCell<ChainCache>,
         bust: Option<CacheBust<'_>>,
         block_size: u32,
-        use_chain: impl FnOnce(&[u64], u64, Option<usize>) -> R,
+        use_chain: impl FnOnce(&BlockHasher, Option<usize>) -> R,
     ) -> R {
         let mut cache = cache.borrow_mut();
         let bust_key = bust.map(|marker| (marker.placement, marker.text.to_owned()));
@@ -182,7 +201,7 @@ impl Conversation {
             hasher.shrink_slack();
         }
         let marked_from = marked_from(*marker_word, *block_size);
-        use_chain(hasher.hashes(), hasher.tokens(), marked_from)
+        use_chain(hasher, marked_from)
     }
 
     /// A fingerprint of the hash ids `seg` covers.

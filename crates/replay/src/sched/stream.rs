@@ -245,7 +245,7 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
             }
             if let Some(registry) = &sh.prefix {
                 c.with_prompt_chain(marker, registry.block_size, |_, _| ());
-                c.with_masked_prompt_chain(marker, registry.block_size, |_, _| ());
+                c.with_masked_prompt_chain(marker, registry.block_size, |_, _, _| ());
             }
         }),
         session,
