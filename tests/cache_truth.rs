@@ -37,6 +37,14 @@ fn chain_of_messages(
     (chain.hashes, chain.tokens)
 }
 
+/// The conversation's next turn. Every third turn has no live reply (a failed request), which
+/// rebuilds or keeps the recorded text; the others answer with text that needs JSON escapes.
+fn advance_with_a_reply(conv: &mut Conversation, turn: usize) {
+    let reply = format!("reply \"{turn}\"\n\twith\\escapes\u{1}and  words");
+    conv.advance((turn % 3 != 2).then_some(reply.as_str()))
+        .expect("a next turn");
+}
+
 /// Walks every turn of the first traces, checking the kept chain against the whole prompt's at
 /// two block sizes; returns the turns checked.
 fn check_every_turn(
@@ -69,11 +77,7 @@ fn check_every_turn(
             if conv.is_final() {
                 break;
             }
-            // Every third turn has no live reply (a failed request), which rebuilds or keeps the
-            // recorded text; the others answer with text that needs JSON escapes.
-            let reply = format!("reply \"{turn}\"\n\twith\\escapes\u{1}and  words");
-            conv.advance((turn % 3 != 2).then_some(reply.as_str()))
-                .expect("a next turn");
+            advance_with_a_reply(&mut conv, turn);
         }
     }
     checked
@@ -115,9 +119,7 @@ fn check_masked_forgetting(ds: &Dataset, mode: AssistantMode, bust: CacheBust<'_
             if conv.is_final() {
                 break;
             }
-            let reply = format!("reply \"{turn}\"\n\twith\\escapes and  words");
-            conv.advance((turn % 3 != 2).then_some(reply.as_str()))
-                .expect("a next turn");
+            advance_with_a_reply(&mut conv, turn);
         }
     }
     checked
