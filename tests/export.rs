@@ -42,7 +42,7 @@ fn ok(s: u64, turn: u32, send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) ->
         first_byte_ns: Some(send + 2 * MS),
         first_token_ns: offsets.first().map(|o| send + o),
         end_ns: send + offsets.last().copied().unwrap_or(0) + MS,
-        chunk_offsets_ns: offsets,
+        chunk_offsets_ns: offsets.into(),
         isl,
         osl,
         token_source: TokenSource::Server,

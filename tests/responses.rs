@@ -81,7 +81,8 @@ fn logged(path: &Path) -> HashMap<String, Value> {
 /// The mean gap between a record's output chunks, ns.
 fn mean_itl(r: &RequestRecord) -> f64 {
     let offsets = &r.chunk_offsets_ns;
-    (offsets[offsets.len() - 1] - offsets[0]) as f64 / (offsets.len() - 1).max(1) as f64
+    (offsets.last().unwrap_or(0) - offsets.first().unwrap_or(0)) as f64
+        / (offsets.len() - 1).max(1) as f64
 }
 
 #[test]

@@ -134,7 +134,7 @@ impl ReplyReader {
             first_output: exchange
                 .chunk_offsets_ns
                 .first()
-                .map(|&offset| exchange.sent + std::time::Duration::from_nanos(offset)),
+                .map(|offset| exchange.sent + std::time::Duration::from_nanos(offset)),
             text: exchange.text,
             stop,
             malformed: self

@@ -401,7 +401,7 @@ fn report_of(
             .iter()
             .filter(|_| forget == Forget::Unreached)
         {
-            model.forget(keys.own_keys(owner, factor));
+            model.forget(owner);
         }
         if rec.phase == Phase::Profiling {
             totals.add(rec, &outcome);
@@ -419,7 +419,7 @@ fn report_of(
     }
     let mut capacity_gaps_ms = std::mem::take(&mut model.capacity_gaps_ms);
     capacity_gaps_ms.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let remembered = model.last_use.len();
+    let remembered = model.last_use.owners();
     let report = CacheReport {
         definition: HIT_DEFINITION.to_owned(),
         chain_block_size,
@@ -526,6 +526,55 @@ fn block_key(owner: usize, position: usize) -> u64 {
     ((owner as u64) << 24) | position as u64
 }
 
+/// The key's first sender and chain position ([`block_key`] read back).
+fn key_parts(key: u64) -> (u64, u32) {
+    (key >> 24, (key & 0xFF_FFFF) as u32)
+}
+
+/// When each block ever cached was last used, by its first sender. A request's chain holds a
+/// first sender's blocks from that sender's first own position up to where the chain leaves it,
+/// so every use of a sender's blocks is a prefix of them: each sender keeps a few steps (an end
+/// position and a time) instead of an entry a block. A 20-minute replay's report held hundreds of
+/// MB of block entries; the steps hold a few words a request.
+#[derive(Debug, Default)]
+struct LastUse {
+    /// By first sender: (end position, send time ns) steps whose ends fall from first to last.
+    /// A position below the first step's end is remembered, last used at the time of the last
+    /// step whose end is above it (the later uses cover the shorter prefixes).
+    steps: BlockHashMap<Vec<(u32, u64)>>,
+}
+
+impl LastUse {
+    /// When the block `key` was last used; `None` when it was never cached or is forgotten.
+    fn get(&self, key: u64) -> Option<u64> {
+        let (owner, position) = key_parts(key);
+        let steps = self.steps.get(&owner)?;
+        let step = steps.iter().rev().find(|(end, _)| *end > position)?;
+        Some(step.1)
+    }
+
+    /// The block `key` was used at `at`, and so were the first sender's blocks before it (the
+    /// chain that holds a block holds those too).
+    fn insert(&mut self, key: u64, at: u64) {
+        let (owner, position) = key_parts(key);
+        let steps = self.steps.entry(owner).or_default();
+        while steps.last().is_some_and(|(end, _)| *end <= position + 1) {
+            steps.pop();
+        }
+        steps.push((position + 1, at));
+    }
+
+    /// Forgets the blocks request `owner` sent first.
+    fn forget(&mut self, owner: usize) {
+        self.steps.remove(&(owner as u64));
+    }
+
+    /// How many first senders' blocks are remembered.
+    fn owners(&self) -> usize {
+        self.steps.len()
+    }
+}
+
 /// Each chained record's blocks, by following `from`.
 struct ChainKeys<'r> {
     /// Request id to index of the chained records.
@@ -622,17 +671,6 @@ impl<'r> ChainKeys<'r> {
         }
         after_rank
     }
-
-    /// The model keys of the blocks record `owner` sent first (`factor` chain blocks a model
-    /// block, keyed by its last chain block).
-    fn own_keys(&self, owner: usize, factor: u32) -> impl Iterator<Item = u64> + '_ {
-        let blocks = self.records[owner].prompt_blocks.as_ref();
-        let (shared, end) = blocks.map_or((0, 0), |b| (b.shared as usize, b.blocks as usize));
-        let factor = factor.max(1) as usize;
-        (shared.min(end)..end)
-            .filter(move |position| (position + 1) % factor == 0)
-            .map(move |position| block_key(owner, position))
-    }
 }
 
 /// The records the server admitted, in the order it admitted them: by the simulator's admission
@@ -721,7 +759,7 @@ struct Model {
     /// it was last used (send time, ns): also the infinite cache, which never evicts, so a block a
     /// later request looks up is in it exactly when it is here. The blocks no later chain reaches
     /// are forgotten ([`Model::forget`]), so it holds the run's reachable blocks, not every block.
-    last_use: BlockHashMap<u64>,
+    last_use: LastUse,
     /// Each stream's last admitted prompt (its model keys, as runs), by correlation id.
     previous: HashMap<String, KeyRuns>,
     /// The time since a capacity-missed block was last used, ms, one entry per run of blocks with
@@ -789,7 +827,7 @@ impl Model {
             per_worker: (0..workers)
                 .map(|_| Lru::new(capacity_blocks.unwrap_or(unbounded)))
                 .collect(),
-            last_use: BlockHashMap::default(),
+            last_use: LastUse::default(),
             previous: HashMap::new(),
             capacity_gaps_ms: Vec::new(),
         }
@@ -803,13 +841,11 @@ impl Model {
         }
     }
 
-    /// Drops `keys` from the blocks ever cached: no later admitted request's chain reaches them,
-    /// so no later lookup can find them, and no figure changes. The LRU models keep them: they
-    /// still take room there until evicted.
-    fn forget(&mut self, keys: impl Iterator<Item = u64>) {
-        for key in keys {
-            self.last_use.remove(&key);
-        }
+    /// Drops the blocks request `owner` sent first from the blocks ever cached: no later admitted
+    /// request's chain reaches them, so no later lookup can find them, and no figure changes. The
+    /// LRU models keep them: they still take room there until evicted.
+    fn forget(&mut self, owner: usize) {
+        self.last_use.forget(owner);
     }
 
     /// Runs one admitted request through every cache (`block_size` words a model block, of
@@ -833,7 +869,7 @@ impl Model {
         let ever_cached = keys
             .iter()
             .take(usable)
-            .take_while(|key| self.last_use.contains_key(key))
+            .take_while(|key| self.last_use.get(**key).is_some())
             .count();
         let mut modelled = Modelled {
             hit_infinite: ever_cached as u64 * block,
@@ -859,7 +895,7 @@ impl Model {
                 .any(|(other, cache)| other != rank && cache.contains(*key));
             if elsewhere {
                 modelled.routing += block;
-            } else if let Some(&last) = self.last_use.get(key) {
+            } else if let Some(last) = self.last_use.get(*key) {
                 modelled.capacity += block;
                 let gap_ms = rec.send_ns.saturating_sub(last) as f64 / 1e6;
                 match self.capacity_gaps_ms.last_mut() {
@@ -875,8 +911,8 @@ impl Model {
             }
         }
         modelled.cold += words.saturating_sub(usable as u64 * block);
-        for key in keys {
-            self.last_use.insert(*key, rec.send_ns);
+        for &key in keys {
+            self.last_use.insert(key, rec.send_ns);
         }
         self.previous
             .insert(rec.correlation_id.clone(), KeyRuns::of(keys));

@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::dist::{Deviation, Sorted};
+use super::dist::{Deviation, Nanos, Sorted};
 use super::Outcome;
 use agentx_record::{Phase, RequestRecord};
 
@@ -335,20 +335,14 @@ pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
         out.push((TIME_TO_FIRST_OUTPUT_TOKEN, Value::Float(ms(ttfo as f64))));
     }
     let offsets = &record.chunk_offsets_ns;
-    if offsets.len() >= 2 {
-        out.push((
-            TIME_TO_SECOND_TOKEN,
-            Value::Float(ms(offsets[1].saturating_sub(offsets[0]) as f64)),
-        ));
+    if let Some(second_ns) = offsets.gaps().next() {
+        out.push((TIME_TO_SECOND_TOKEN, Value::Float(ms(second_ns as f64))));
     }
     if let Some(latency) = record.latency_ns() {
         out.push((REQUEST_LATENCY, Value::Float(ms(latency as f64))));
     }
     if offsets.len() >= 2 {
-        let gaps = offsets
-            .windows(2)
-            .map(|w| ms(w[1].saturating_sub(w[0]) as f64))
-            .collect();
+        let gaps = offsets.gaps().map(|gap_ns| ms(gap_ns as f64)).collect();
         out.push((INTER_CHUNK_LATENCY, Value::List(gaps)));
     }
     out.push((OUTPUT_SEQUENCE_LENGTH, Value::Int(record.osl)));
@@ -480,9 +474,13 @@ impl Stats {
     /// As [`Stats::of`], sorting `v` in place (no copy: a long run's flattened inter-chunk
     /// latencies run to millions of values).
     pub(crate) fn of_vec(values: Vec<f64>) -> Option<Stats> {
-        let sorted = Sorted::new(values)?;
+        Some(Stats::of_sorted(&Sorted::new(values)?))
+    }
+
+    /// The statistics of a sorted sample.
+    fn of_sorted(sorted: &Sorted) -> Stats {
         let at_percentile = |q| sorted.percentile(q);
-        Some(Stats {
+        Stats {
             avg: sorted.mean(),
             min: sorted.min(),
             max: sorted.max(),
@@ -498,7 +496,7 @@ impl Stats {
             std: sorted.std(Deviation::Population),
             count: sorted.len(),
             sum: sorted.sum(),
-        })
+        }
     }
 
     /// A statistic by its aiperf key (`avg`, `min`, `max`, `sum`, `p1`..`p99`, `std`, `count`).
@@ -551,27 +549,42 @@ where
         .filter(|r| r.phase == phase && !r.context_overflow);
     // Each list is reserved at its bound before it is filled: a long run's inter-chunk latencies
     // run to tens of millions of values, and a list grown by doubling held up to three times them.
+    // They are gathered as nanosecond counts, at 4 bytes each, not as the milliseconds of
+    // `record_values` (the same figures: `Sorted::of_nanos_as_ms`).
     let (count, chunks) = (kept.clone()).fold((0, 0), |(count, c), r| {
         (count + 1, c + r.chunk_offsets_ns.len())
     });
     let mut values: Vec<Vec<f64>> = RECORD_METRICS
         .iter()
-        .map(|m| match m.tag == INTER_CHUNK_LATENCY.tag {
-            true => Vec::with_capacity(chunks),
-            false => Vec::with_capacity(count),
-        })
+        .map(|_| Vec::with_capacity(count))
         .collect();
+    let mut chunk_gaps = Nanos::with_capacity(chunks);
     for r in kept {
         for (m, v) in record_values(r) {
+            if m.tag == INTER_CHUNK_LATENCY.tag {
+                continue;
+            }
             if let Some(index) = RECORD_METRICS.iter().position(|d| d.tag == m.tag) {
                 v.push_into(&mut values[index]);
             }
         }
+        if Outcome::of(r).is_ok() {
+            r.chunk_offsets_ns
+                .gaps()
+                .for_each(|gap_ns| chunk_gaps.push(gap_ns));
+        }
     }
+    let mut chunk_gaps = Sorted::of_nanos_as_ms(chunk_gaps);
     RECORD_METRICS
         .iter()
         .zip(values)
-        .filter_map(|(m, v)| Stats::of_vec(v).map(|s| (*m, s)))
+        .filter_map(|(m, v)| {
+            let stats = match m.tag == INTER_CHUNK_LATENCY.tag {
+                true => chunk_gaps.take().map(|sorted| Stats::of_sorted(&sorted)),
+                false => Stats::of_vec(v),
+            };
+            stats.map(|s| (*m, s))
+        })
         .collect()
 }
 
@@ -633,7 +646,7 @@ impl Coverage {
         }
         let (mut ttft_at, mut itl_at, mut content_at) = (None::<u64>, None::<u64>, None::<u64>);
         for r in records {
-            if let Some(&last) = r.chunk_offsets_ns.last() {
+            if let Some(last) = r.chunk_offsets_ns.last() {
                 let content_ns = r.send_ns + last;
                 content_at = Some(content_at.map_or(content_ns, |m| m.max(content_ns)));
             }
@@ -888,6 +901,48 @@ mod tests {
         let one = Stats::of(&[7.0]).unwrap();
         assert_eq!((one.std, one.p1, one.p99), (0.0, 7.0, 7.0));
         assert!(Stats::of(&[]).is_none());
+    }
+
+    /// The inter-chunk latencies gathered as nanosecond counts give, to the bit, the statistics of
+    /// every record's list of them in `record_values` (aiperf's flattened values): gaps over
+    /// 4.29 s, ties, a one-chunk reply, a failed request, a context overflow left out.
+    #[test]
+    fn chunk_gaps_are_the_flattened_record_lists() {
+        let mut records = vec![
+            rec(0, &[20, 30, 30, 45], 10, 4),
+            rec(5, &[7_000, 7_010, 12_000, 12_001], 10, 4),
+            rec(9, &[15], 10, 1),
+            rec(11, &[3, 13, 23, 33, 43], 10, 5),
+            failed(12, 10),
+        ];
+        let mut overflow = rec(13, &[1, 90_000], 10, 2);
+        overflow.context_overflow = true;
+        records.push(overflow);
+        records[1].chunk_offsets_ns = vec![7_000_000_001, 7_010_000_000, 12_000_000_007].into();
+        let flattened: Vec<f64> = records
+            .iter()
+            .filter(|r| !r.context_overflow)
+            .flat_map(record_values)
+            .filter(|(m, _)| m.tag == INTER_CHUNK_LATENCY.tag)
+            .flat_map(|(_, v)| match v {
+                Value::List(gaps) => gaps,
+                _ => unreachable!("inter-chunk latency is a list"),
+            })
+            .collect();
+        assert_eq!(flattened.len(), 3 + 2 + 4);
+        let gathered = distributions(&records)
+            .into_iter()
+            .find(|(m, _)| m.tag == INTER_CHUNK_LATENCY.tag)
+            .unwrap()
+            .1;
+        let expected = Stats::of(&flattened).unwrap();
+        let bits = |s: &Stats| {
+            [
+                "avg", "min", "max", "sum", "std", "count", "p1", "p25", "p50", "p90", "p99",
+            ]
+            .map(|key| s.get(key).unwrap().to_bits())
+        };
+        assert_eq!(bits(&gathered), bits(&expected));
     }
 
     #[test]

@@ -446,7 +446,7 @@ mod tests {
         assert!(st.done);
         assert_eq!(ex.reasoning_chunks, 2);
         assert_eq!(ex.reasoning_text, "let me see");
-        assert_eq!(ex.chunk_offsets_ns[0], 2_000_000);
+        assert_eq!(ex.chunk_offsets_ns.first(), Some(2_000_000));
         // The first text delta is the first output, after two reasoning chunks.
         assert_eq!(ex.first_output_offset_ns, Some(7_000_000));
         assert_eq!(ex.tool_calls.len(), 1);

@@ -434,7 +434,7 @@ pub struct Exchange {
     /// When the response's first byte arrived.
     pub first_byte: Option<Instant>,
     /// Offsets from `sent` of each non-empty content or reasoning chunk.
-    pub chunk_offsets_ns: Vec<u64>,
+    pub chunk_offsets_ns: agentx_record::ChunkOffsets,
     /// Non-empty content chunks (reasoning excluded).
     pub content_chunks: u64,
     /// When the response ended (or failed).
@@ -497,7 +497,7 @@ impl Exchange {
         Exchange {
             sent,
             first_byte: None,
-            chunk_offsets_ns: Vec::new(),
+            chunk_offsets_ns: agentx_record::ChunkOffsets::new(),
             content_chunks: 0,
             end: sent,
             status: 0,
@@ -601,7 +601,7 @@ impl Exchange {
     pub fn first_token(&self) -> Option<Instant> {
         self.chunk_offsets_ns
             .first()
-            .map(|&o| self.sent + Duration::from_nanos(o))
+            .map(|offset_ns| self.sent + Duration::from_nanos(offset_ns))
     }
 }
 
@@ -667,10 +667,7 @@ mod tests {
         assert_eq!(ex.usage.unwrap().reasoning_tokens, Some(2));
         // Without reasoning the first output is the first token.
         let plain = read_chat(&[r#"{"choices":[{"delta":{"content":"a"}}]}"#]);
-        assert_eq!(
-            plain.first_output_offset_ns,
-            plain.chunk_offsets_ns.first().copied()
-        );
+        assert_eq!(plain.first_output_offset_ns, plain.chunk_offsets_ns.first());
         assert_eq!(plain.usage, None);
     }
 

@@ -16,10 +16,16 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
-    let rank = (sorted.len() - 1) as f64 * p / 100.0;
+    Some(interpolated(sorted.len(), p, |index| sorted[index]))
+}
+
+/// The linear-interpolation percentile `p` of `len` sorted values, `at(i)` the `i`th.
+fn interpolated(len: usize, p: f64, at: impl Fn(usize) -> f64) -> f64 {
+    let rank = (len - 1) as f64 * p / 100.0;
     let below = rank.floor() as usize;
     let above = rank.ceil() as usize;
-    Some(sorted[below] + (sorted[above] - sorted[below]) * (rank - below as f64))
+    let low = at(below);
+    low + (at(above) - low) * (rank - below as f64)
 }
 
 /// [`percentile`] of the sorted data written as runs of equal values, `(value, count)` in
@@ -65,73 +71,169 @@ pub fn mean(values: &[f64]) -> f64 {
 
 /// The standard deviation of `values` around their `mean`.
 pub fn std(values: &[f64], mean: f64, deviation: Deviation) -> f64 {
-    let count = values.len() as f64;
     let squares = values.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
+    deviation_of(squares, values.len(), deviation)
+}
+
+/// The standard deviation of `count` values whose squared distances from their mean sum to
+/// `squares`.
+fn deviation_of(squares: f64, count: usize, deviation: Deviation) -> f64 {
     match deviation {
-        Deviation::Population => (squares / count).sqrt(),
-        Deviation::Sample if values.len() > 1 => (squares / (count - 1.0)).sqrt(),
+        Deviation::Population => (squares / count as f64).sqrt(),
+        Deviation::Sample if count > 1 => (squares / (count as f64 - 1.0)).sqrt(),
         Deviation::Sample => 0.0,
     }
 }
 
 /// A non-empty sample, sorted ascending (`f64::total_cmp`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sorted(Vec<f64>);
+pub struct Sorted(Values);
+
+/// How a [`Sorted`] holds its values.
+#[derive(Debug, Clone, PartialEq)]
+enum Values {
+    /// The values themselves.
+    Floats(Vec<f64>),
+    /// Nanosecond counts, read as milliseconds (`ns as f64 / 1e6`): those under `u32::MAX` at 4
+    /// bytes each, then the rest (every one of which is larger).
+    NanosAsMs { short: Vec<u32>, long: Vec<u64> },
+}
+
+/// A sample of nanosecond counts, collected at 4 bytes a value under 4.29 s: a long run's
+/// inter-chunk latencies run to tens of millions of values ([`Sorted::of_nanos_as_ms`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Nanos {
+    short: Vec<u32>,
+    long: Vec<u64>,
+}
+
+impl Nanos {
+    /// Room for `count` values under 4.29 s.
+    pub fn with_capacity(count: usize) -> Nanos {
+        Nanos {
+            short: Vec::with_capacity(count),
+            long: Vec::new(),
+        }
+    }
+
+    /// One more value.
+    pub fn push(&mut self, ns: u64) {
+        match u32::try_from(ns) {
+            Ok(short) if short != u32::MAX => self.short.push(short),
+            _ => self.long.push(ns),
+        }
+    }
+
+    /// How many values there are.
+    pub fn len(&self) -> usize {
+        self.short.len() + self.long.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Nanoseconds in milliseconds, as every figure in milliseconds is computed from them.
+fn nanos_as_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
 
 impl Sorted {
-    /// Sorts `values` in place (no copy: a long run's flattened inter-chunk latencies run to
-    /// millions of values); `None` for no values.
+    /// Sorts `values` in place (no copy); `None` for no values.
     pub fn new(mut values: Vec<f64>) -> Option<Sorted> {
         if values.is_empty() {
             return None;
         }
         values.sort_unstable_by(f64::total_cmp);
-        Some(Sorted(values))
+        Some(Sorted(Values::Floats(values)))
+    }
+
+    /// The sample of `nanos` in milliseconds (`ns as f64 / 1e6`), sorted in place: the same
+    /// figures as [`Sorted::new`] of the milliseconds, at half the memory or less; `None` for no
+    /// values.
+    pub fn of_nanos_as_ms(nanos: Nanos) -> Option<Sorted> {
+        let Nanos {
+            mut short,
+            mut long,
+        } = nanos;
+        if short.is_empty() && long.is_empty() {
+            return None;
+        }
+        // The conversion to milliseconds keeps the order, so sorting the counts sorts the values.
+        short.sort_unstable();
+        long.sort_unstable();
+        Some(Sorted(Values::NanosAsMs { short, long }))
+    }
+
+    /// The value at `index` of the ascending order.
+    fn at(&self, index: usize) -> f64 {
+        match &self.0 {
+            Values::Floats(values) => values[index],
+            Values::NanosAsMs { short, long } => match short.get(index) {
+                Some(&ns) => nanos_as_ms(u64::from(ns)),
+                None => nanos_as_ms(long[index - short.len()]),
+            },
+        }
     }
 
     /// The values, in ascending order.
-    pub fn values(&self) -> &[f64] {
-        &self.0
+    pub fn iter(&self) -> impl Iterator<Item = f64> + '_ {
+        let (floats, short, long) = match &self.0 {
+            Values::Floats(values) => (values.as_slice(), &[][..], &[][..]),
+            Values::NanosAsMs { short, long } => (&[][..], short.as_slice(), long.as_slice()),
+        };
+        let nanos = short
+            .iter()
+            .map(|&ns| u64::from(ns))
+            .chain(long.iter().copied());
+        floats.iter().copied().chain(nanos.map(nanos_as_ms))
     }
 
     /// How many values there are (at least one).
     pub fn len(&self) -> usize {
-        self.0.len()
+        match &self.0 {
+            Values::Floats(values) => values.len(),
+            Values::NanosAsMs { short, long } => short.len() + long.len(),
+        }
     }
 
     /// Never true: a `Sorted` holds at least one value.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
     /// The smallest value.
     pub fn min(&self) -> f64 {
-        self.0[0]
+        self.at(0)
     }
 
     /// The largest value.
     pub fn max(&self) -> f64 {
-        self.0[self.0.len() - 1]
+        self.at(self.len() - 1)
     }
 
     /// The sum, in ascending order.
     pub fn sum(&self) -> f64 {
-        self.0.iter().sum()
+        self.iter().sum()
     }
 
     /// The mean, summed in ascending order.
     pub fn mean(&self) -> f64 {
-        mean(&self.0)
+        self.sum() / self.len() as f64
     }
 
     /// The standard deviation, of the population or of a sample as `deviation` says.
     pub fn std(&self, deviation: Deviation) -> f64 {
-        std(&self.0, self.mean(), deviation)
+        let mean = self.mean();
+        let squares = self.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
+        deviation_of(squares, self.len(), deviation)
     }
 
-    /// The linear-interpolation percentile (`p` in 0..=100).
+    /// The linear-interpolation percentile (`p` in 0..=100), as [`percentile`].
     pub fn percentile(&self, p: f64) -> f64 {
-        percentile(&self.0, p).unwrap_or(f64::NAN)
+        interpolated(self.len(), p, |index| self.at(index))
     }
 }
 
@@ -181,9 +283,45 @@ mod tests {
     fn sorted_sample() {
         assert!(Sorted::new(vec![]).is_none());
         let s = Sorted::new(vec![4.0, 1.0, 3.0, 2.0]).unwrap();
-        assert_eq!(s.values(), &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(s.iter().collect::<Vec<_>>(), [1.0, 2.0, 3.0, 4.0]);
         assert_eq!((s.min(), s.max(), s.sum(), s.len()), (1.0, 4.0, 10.0, 4));
         assert_eq!(s.percentile(50.0), 2.5);
         assert_eq!(s.std(Deviation::Population), 1.25f64.sqrt());
+    }
+
+    /// Nanoseconds held as counts give, to the bit, the figures of their milliseconds held as
+    /// floats: over and under `u32::MAX`, ties, one value.
+    #[test]
+    fn nanos_as_ms_are_the_floats_of_their_milliseconds() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(11);
+        assert!(Sorted::of_nanos_as_ms(Nanos::default()).is_none());
+        for size in [1usize, 2, 3, 10, 1000] {
+            let mut nanos = Nanos::with_capacity(size);
+            let mut floats = Vec::new();
+            for _ in 0..size {
+                let ns = match rng.random_range(0..4) {
+                    0 => u64::from(u32::MAX) + rng.random_range(0..10_000_000_000),
+                    1 => 10_000_000,
+                    _ => rng.random_range(0..100_000_000),
+                };
+                nanos.push(ns);
+                floats.push(ns as f64 / 1e6);
+            }
+            assert_eq!(nanos.len(), size);
+            let (compact, plain) = (
+                Sorted::of_nanos_as_ms(nanos).unwrap(),
+                Sorted::new(floats).unwrap(),
+            );
+            assert!(compact.iter().eq(plain.iter()));
+            let figures = |s: &Sorted| {
+                let mut all = vec![s.min(), s.max(), s.sum(), s.mean(), s.len() as f64];
+                all.push(s.std(Deviation::Population));
+                all.push(s.std(Deviation::Sample));
+                all.extend([0.0, 1.0, 33.3, 50.0, 90.0, 99.0, 100.0].map(|p| s.percentile(p)));
+                all.into_iter().map(f64::to_bits).collect::<Vec<_>>()
+            };
+            assert_eq!(figures(&compact), figures(&plain), "size {size}");
+        }
     }
 }

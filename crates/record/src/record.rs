@@ -18,6 +18,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ChunkOffsets;
+
 /// The monotonic clock, read through tokio: the system's clock in a run (no extra work), the
 /// paused virtual clock in tests that pause tokio's time, so records of a replay under test carry
 /// virtual offsets.
@@ -159,7 +161,7 @@ pub struct RequestRecord {
     /// The first non-empty content (or reasoning) chunk.
     pub first_token_ns: Option<u64>,
     /// Each non-empty content chunk's arrival, as offsets from `send_ns`.
-    pub chunk_offsets_ns: Vec<u64>,
+    pub chunk_offsets_ns: ChunkOffsets,
     /// The response ended (last byte read) or the request was given up.
     pub end_ns: u64,
     /// Tokens of the prompt: the server's count, or the client's when server counts are off or absent.
@@ -400,7 +402,7 @@ impl RequestRecord {
     /// End-to-end latency as aiperf measures it (`request_latency`): from the request's start to
     /// its last content chunk.
     pub fn latency_ns(&self) -> Option<u64> {
-        self.chunk_offsets_ns.last().copied()
+        self.chunk_offsets_ns.last()
     }
 
     /// End-to-end latency to the last content chunk from when the request was due (exported as

@@ -25,7 +25,7 @@ pub fn rec(send_ms: u64, chunks_ms: &[u64], isl: u64, osl: u64) -> RequestRecord
         send_ns: send,
         first_byte_ns: Some(send + ns(1)),
         first_token_ns: offsets.first().map(|o| send + o),
-        chunk_offsets_ns: offsets,
+        chunk_offsets_ns: offsets.into(),
         end_ns: end,
         isl,
         osl,

@@ -488,7 +488,7 @@ pub(super) fn failed_record(
         send_ns: now,
         first_byte_ns: None,
         first_token_ns: None,
-        chunk_offsets_ns: Vec::new(),
+        chunk_offsets_ns: agentx_record::ChunkOffsets::new(),
         end_ns: now,
         isl: 0,
         osl: 0,

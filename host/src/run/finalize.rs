@@ -123,7 +123,9 @@ fn salvage_records(dir: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<S
     if !path.is_file() {
         bail!("cannot read {}: the run left no records", path.display());
     }
-    let mut records = Vec::new();
+    // Sized by the file's lines: a long run's records are the end's largest allocation, and a
+    // vector grown by doubling held up to twice them.
+    let mut records = Vec::with_capacity(line_count(&path)?);
     let torn = scan_records(&path, true, |r| records.push(r)).map_err(|e| anyhow!("{e}"))?;
     let Some(t) = torn else {
         return Ok((records, None));
@@ -139,6 +141,24 @@ fn salvage_records(dir: &RunDir) -> anyhow::Result<(Vec<RequestRecord>, Option<S
         .truncate(RECORDS_FILE, t.offset)
         .with_context(|| format!("cannot cut the torn line off {}", path.display()))?;
     Ok((records, Some(format!("line {}: {} bytes", t.line, t.bytes))))
+}
+
+/// The lines of the file at `path` (a torn last line counted).
+fn line_count(path: &Path) -> anyhow::Result<usize> {
+    use std::io::Read;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut lines = 0;
+    loop {
+        let read = file
+            .read(&mut buf)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if read == 0 {
+            return Ok(lines + 1);
+        }
+        lines += buf[..read].iter().filter(|byte| **byte == b'\n').count();
+    }
 }
 
 /// The metrics (`what`) scraped until the last journal flush before the end (at most

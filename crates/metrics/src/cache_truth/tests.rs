@@ -441,3 +441,43 @@ fn forgetting_unreached_blocks_changes_no_figure() {
         assert!(keeping.miss.capacity > 0 || capacity.is_none());
     }
 }
+
+/// The steps a first sender keeps answer as a map of every block would: chains that each hold a
+/// prefix of a sender's blocks (from its first own position, at the model's alignment), used at
+/// times in any order, some senders forgotten.
+#[test]
+fn last_use_steps_answer_as_a_map_of_every_block() {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(5);
+    for factor in [1usize, 4] {
+        let mut steps = LastUse::default();
+        let mut every: HashMap<u64, u64> = HashMap::new();
+        let starts: Vec<usize> = (0..6).map(|_| rng.random_range(0..40)).collect();
+        for _ in 0..400 {
+            let owner = rng.random_range(0..starts.len());
+            if rng.random_range(0..30) == 0 {
+                steps.forget(owner);
+                every.retain(|key, _| key_parts(*key).0 != owner as u64);
+                continue;
+            }
+            let at = rng.random_range(0..1_000_000u64);
+            let upto = starts[owner] + rng.random_range(0..60);
+            for position in (starts[owner]..upto).filter(|p| (p + 1) % factor == 0) {
+                let key = block_key(owner, position);
+                steps.insert(key, at);
+                every.insert(key, at);
+            }
+            for (probe, &start) in starts.iter().enumerate() {
+                for position in (start..start + 70).filter(|p| (p + 1) % factor == 0) {
+                    let key = block_key(probe, position);
+                    assert_eq!(
+                        steps.get(key),
+                        every.get(&key).copied(),
+                        "{probe}:{position}"
+                    );
+                }
+            }
+        }
+        assert!(steps.owners() <= starts.len());
+    }
+}

@@ -66,7 +66,7 @@ fn synthetic_run(between_sd: f64, rng: &mut ChaCha8Rng) -> Vec<RequestRecord> {
         for turn in 0..PER_SESSION {
             let noise = WITHIN_SD * standard_normal(rng);
             let mut record = rec(0, &[], 100, 1);
-            record.chunk_offsets_ns = vec![(1e9 * (level + noise).exp()).round() as u64];
+            record.chunk_offsets_ns = vec![(1e9 * (level + noise).exp()).round() as u64].into();
             records.push(in_stream(record, &format!("s{session:03}"), turn));
         }
     }
