@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::dist::{Deviation, Nanos, Sorted};
+use super::dist::{nanos_in_passes, Deviation, NanosFigures, Sorted};
 use super::Outcome;
 use agentx_record::{Phase, RequestRecord};
 
@@ -477,6 +477,31 @@ impl Stats {
         Some(Stats::of_sorted(&Sorted::new(values)?))
     }
 
+    /// The percentiles every distribution reports.
+    const PERCENTILES: [f64; 9] = [1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0];
+
+    /// The statistics of nanosecond counts walked in passes, read in milliseconds.
+    fn of_nanos(figures: &NanosFigures) -> Stats {
+        let at_percentile = |p| figures.percentile(p).unwrap_or(f64::NAN);
+        Stats {
+            avg: figures.mean,
+            min: figures.min,
+            max: figures.max,
+            p1: at_percentile(1.0),
+            p5: at_percentile(5.0),
+            p10: at_percentile(10.0),
+            p25: at_percentile(25.0),
+            p50: at_percentile(50.0),
+            p75: at_percentile(75.0),
+            p90: at_percentile(90.0),
+            p95: at_percentile(95.0),
+            p99: at_percentile(99.0),
+            std: figures.std_population,
+            count: figures.len,
+            sum: figures.sum,
+        }
+    }
+
     /// The statistics of a sorted sample.
     fn of_sorted(sorted: &Sorted) -> Stats {
         let at_percentile = |q| sorted.percentile(q);
@@ -547,19 +572,12 @@ where
     let kept = records
         .into_iter()
         .filter(|r| r.phase == phase && !r.context_overflow);
-    // Each list is reserved at its bound before it is filled: a long run's inter-chunk latencies
-    // run to tens of millions of values, and a list grown by doubling held up to three times them.
-    // They are gathered as nanosecond counts, at 4 bytes each, not as the milliseconds of
-    // `record_values` (the same figures: `Sorted::of_nanos_as_ms`).
-    let (count, chunks) = (kept.clone()).fold((0, 0), |(count, c), r| {
-        (count + 1, c + r.chunk_offsets_ns.len())
-    });
+    let count = kept.clone().count();
     let mut values: Vec<Vec<f64>> = RECORD_METRICS
         .iter()
         .map(|_| Vec::with_capacity(count))
         .collect();
-    let mut chunk_gaps = Nanos::with_capacity(chunks);
-    for r in kept {
+    for r in kept.clone() {
         for (m, v) in record_values(r) {
             if m.tag == INTER_CHUNK_LATENCY.tag {
                 continue;
@@ -568,25 +586,29 @@ where
                 v.push_into(&mut values[index]);
             }
         }
-        if Outcome::of(r).is_ok() {
-            r.chunk_offsets_ns
-                .gaps()
-                .for_each(|gap_ns| chunk_gaps.push(gap_ns));
-        }
     }
-    let mut chunk_gaps = Sorted::of_nanos_as_ms(chunk_gaps);
+    // A long run's inter-chunk latencies run to tens of millions: they are not gathered from
+    // `record_values` as milliseconds but walked in passes over the records' own chunk times
+    // (the same figures to the bit: `dist::nanos_in_passes`).
+    let ok = kept.filter(|r| Outcome::of(r).is_ok());
+    let gaps = || ok.clone().flat_map(|r| r.chunk_offsets_ns.gaps());
+    let mut chunk_gaps = nanos_in_passes(gaps, CHUNK_GAPS_PER_PASS, &Stats::PERCENTILES);
     RECORD_METRICS
         .iter()
         .zip(values)
         .filter_map(|(m, v)| {
             let stats = match m.tag == INTER_CHUNK_LATENCY.tag {
-                true => chunk_gaps.take().map(|sorted| Stats::of_sorted(&sorted)),
+                true => chunk_gaps.take().map(|figures| Stats::of_nanos(&figures)),
                 false => Stats::of_vec(v),
             };
             stats.map(|s| (*m, s))
         })
         .collect()
 }
+
+/// How many inter-chunk latencies a pass of [`distributions_of_phase`] sorts at most (one bucket
+/// of 65,536 ns may hold more): 16 MB of them, where a 20-minute run at 256 lanes has 19 million.
+const CHUNK_GAPS_PER_PASS: usize = 1 << 22;
 
 /// aiperf's E2E-normalized interactivity at p75 and p90: `1 / percentile(latency_s / OSL, p)`
 /// over valid profiling records whose latency, OSL, TTFT and ISL are all positive. Left out when no

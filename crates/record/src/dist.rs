@@ -87,58 +87,7 @@ fn deviation_of(squares: f64, count: usize, deviation: Deviation) -> f64 {
 
 /// A non-empty sample, sorted ascending (`f64::total_cmp`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sorted(Values);
-
-/// How a [`Sorted`] holds its values.
-#[derive(Debug, Clone, PartialEq)]
-enum Values {
-    /// The values themselves.
-    Floats(Vec<f64>),
-    /// Nanosecond counts, read as milliseconds (`ns as f64 / 1e6`): those under `u32::MAX` at 4
-    /// bytes each, then the rest (every one of which is larger).
-    NanosAsMs { short: Vec<u32>, long: Vec<u64> },
-}
-
-/// A sample of nanosecond counts, collected at 4 bytes a value under 4.29 s: a long run's
-/// inter-chunk latencies run to tens of millions of values ([`Sorted::of_nanos_as_ms`]).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Nanos {
-    short: Vec<u32>,
-    long: Vec<u64>,
-}
-
-impl Nanos {
-    /// Room for `count` values under 4.29 s.
-    pub fn with_capacity(count: usize) -> Nanos {
-        Nanos {
-            short: Vec::with_capacity(count),
-            long: Vec::new(),
-        }
-    }
-
-    /// One more value.
-    pub fn push(&mut self, ns: u64) {
-        match u32::try_from(ns) {
-            Ok(short) if short != u32::MAX => self.short.push(short),
-            _ => self.long.push(ns),
-        }
-    }
-
-    /// How many values there are.
-    pub fn len(&self) -> usize {
-        self.short.len() + self.long.len()
-    }
-
-    /// True when there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Nanoseconds in milliseconds, as every figure in milliseconds is computed from them.
-fn nanos_as_ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
+pub struct Sorted(Vec<f64>);
 
 impl Sorted {
     /// Sorts `values` in place (no copy); `None` for no values.
@@ -147,93 +96,213 @@ impl Sorted {
             return None;
         }
         values.sort_unstable_by(f64::total_cmp);
-        Some(Sorted(Values::Floats(values)))
-    }
-
-    /// The sample of `nanos` in milliseconds (`ns as f64 / 1e6`), sorted in place: the same
-    /// figures as [`Sorted::new`] of the milliseconds, at half the memory or less; `None` for no
-    /// values.
-    pub fn of_nanos_as_ms(nanos: Nanos) -> Option<Sorted> {
-        let Nanos {
-            mut short,
-            mut long,
-        } = nanos;
-        if short.is_empty() && long.is_empty() {
-            return None;
-        }
-        // The conversion to milliseconds keeps the order, so sorting the counts sorts the values.
-        short.sort_unstable();
-        long.sort_unstable();
-        Some(Sorted(Values::NanosAsMs { short, long }))
-    }
-
-    /// The value at `index` of the ascending order.
-    fn at(&self, index: usize) -> f64 {
-        match &self.0 {
-            Values::Floats(values) => values[index],
-            Values::NanosAsMs { short, long } => match short.get(index) {
-                Some(&ns) => nanos_as_ms(u64::from(ns)),
-                None => nanos_as_ms(long[index - short.len()]),
-            },
-        }
+        Some(Sorted(values))
     }
 
     /// The values, in ascending order.
-    pub fn iter(&self) -> impl Iterator<Item = f64> + '_ {
-        let (floats, short, long) = match &self.0 {
-            Values::Floats(values) => (values.as_slice(), &[][..], &[][..]),
-            Values::NanosAsMs { short, long } => (&[][..], short.as_slice(), long.as_slice()),
-        };
-        let nanos = short
-            .iter()
-            .map(|&ns| u64::from(ns))
-            .chain(long.iter().copied());
-        floats.iter().copied().chain(nanos.map(nanos_as_ms))
+    pub fn values(&self) -> &[f64] {
+        &self.0
     }
 
     /// How many values there are (at least one).
     pub fn len(&self) -> usize {
-        match &self.0 {
-            Values::Floats(values) => values.len(),
-            Values::NanosAsMs { short, long } => short.len() + long.len(),
-        }
+        self.0.len()
     }
 
     /// Never true: a `Sorted` holds at least one value.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 
     /// The smallest value.
     pub fn min(&self) -> f64 {
-        self.at(0)
+        self.0[0]
     }
 
     /// The largest value.
     pub fn max(&self) -> f64 {
-        self.at(self.len() - 1)
+        self.0[self.0.len() - 1]
     }
 
     /// The sum, in ascending order.
     pub fn sum(&self) -> f64 {
-        self.iter().sum()
+        self.0.iter().sum()
     }
 
     /// The mean, summed in ascending order.
     pub fn mean(&self) -> f64 {
-        self.sum() / self.len() as f64
+        mean(&self.0)
     }
 
     /// The standard deviation, of the population or of a sample as `deviation` says.
     pub fn std(&self, deviation: Deviation) -> f64 {
-        let mean = self.mean();
-        let squares = self.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
-        deviation_of(squares, self.len(), deviation)
+        std(&self.0, self.mean(), deviation)
     }
 
-    /// The linear-interpolation percentile (`p` in 0..=100), as [`percentile`].
+    /// The linear-interpolation percentile (`p` in 0..=100).
     pub fn percentile(&self, p: f64) -> f64 {
-        interpolated(self.len(), p, |index| self.at(index))
+        percentile(&self.0, p).unwrap_or(f64::NAN)
+    }
+}
+
+/// Nanoseconds in milliseconds, as every figure in milliseconds is computed from them.
+fn nanos_as_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The figures of a sample of nanosecond counts read in milliseconds (`ns as f64 / 1e6`), as
+/// [`Sorted`] gives them for the milliseconds to the bit, computed by [`nanos_in_passes`] without a
+/// sorted copy of the sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NanosFigures {
+    /// How many values.
+    pub len: usize,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+    /// The sum, in ascending order.
+    pub sum: f64,
+    /// The mean, summed in ascending order.
+    pub mean: f64,
+    /// The population standard deviation, its squares summed in ascending order.
+    pub std_population: f64,
+    /// Each percentile asked for, with its value.
+    pub percentiles: Vec<(f64, f64)>,
+}
+
+impl NanosFigures {
+    /// The value of percentile `p`, when it was asked for.
+    pub fn percentile(&self, p: f64) -> Option<f64> {
+        let found = self.percentiles.iter().find(|(asked, _)| *asked == p);
+        found.map(|(_, value)| *value)
+    }
+}
+
+/// The figures of the nanosecond counts `source()` yields, read in milliseconds, at the
+/// `percentiles` asked for. A long run's inter-chunk latencies run to tens of millions of values:
+/// sorting a copy of them took as much memory again as the records they come from. Here the values
+/// are walked in ascending order in groups of at most about `budget` (one bucket of 65,536 ns can
+/// exceed it), each group gathered by a pass over the source and sorted, so the sums run in the
+/// same order as [`Sorted`]'s and every figure is the same to the bit. Twice the groups' passes,
+/// and one more for their sizes; `None` when the source yields nothing.
+pub fn nanos_in_passes<I, F>(source: F, budget: usize, percentiles: &[f64]) -> Option<NanosFigures>
+where
+    F: Fn() -> I,
+    I: Iterator<Item = u64>,
+{
+    let walk = AscendingWalk::new(&source, budget)?;
+    let len = walk.len;
+    let ranks: std::collections::BTreeSet<usize> = percentiles
+        .iter()
+        .flat_map(|&p| {
+            let rank = (len - 1) as f64 * p / 100.0;
+            [rank.floor() as usize, rank.ceil() as usize]
+        })
+        .chain([0, len - 1])
+        .collect();
+    let mut at_rank = std::collections::BTreeMap::new();
+    // The fold starts where `Iterator::sum` starts, so the sums equal `Sorted`'s.
+    let mut sum = std::iter::empty::<f64>().sum::<f64>();
+    walk.each(&source, |index, value| {
+        sum += value;
+        if ranks.contains(&index) {
+            at_rank.insert(index, value);
+        }
+    });
+    let mean = sum / len as f64;
+    let mut squares = std::iter::empty::<f64>().sum::<f64>();
+    walk.each(&source, |_, value| {
+        squares += (value - mean) * (value - mean);
+    });
+    Some(NanosFigures {
+        len,
+        min: at_rank[&0],
+        max: at_rank[&(len - 1)],
+        sum,
+        mean,
+        std_population: deviation_of(squares, len, Deviation::Population),
+        percentiles: percentiles
+            .iter()
+            .map(|&p| (p, interpolated(len, p, |index| at_rank[&index])))
+            .collect(),
+    })
+}
+
+/// The buckets of 65,536 ns a value under 2^32 ns falls in.
+const BUCKET_BITS: u32 = 16;
+
+/// How [`nanos_in_passes`] walks a source in ascending order: groups of whole buckets, and the
+/// values of 2^32 ns or more (few: gaps over 4.29 s) kept sorted apart, after every group.
+struct AscendingWalk {
+    /// Each group's first and last bucket.
+    groups: Vec<(u64, u64)>,
+    long: Vec<u64>,
+    len: usize,
+}
+
+impl AscendingWalk {
+    fn new<I: Iterator<Item = u64>>(
+        source: &impl Fn() -> I,
+        budget: usize,
+    ) -> Option<AscendingWalk> {
+        let mut counts = vec![0usize; 1 << (u32::BITS - BUCKET_BITS)];
+        let mut long = Vec::new();
+        for value in source() {
+            match u32::try_from(value) {
+                Ok(short) => counts[(short >> BUCKET_BITS) as usize] += 1,
+                Err(_) => long.push(value),
+            }
+        }
+        long.sort_unstable();
+        let len = counts.iter().sum::<usize>() + long.len();
+        if len == 0 {
+            return None;
+        }
+        let mut groups = Vec::new();
+        let mut open: Option<(u64, u64, usize)> = None;
+        for (bucket, &count) in counts.iter().enumerate().filter(|(_, count)| **count > 0) {
+            let bucket = bucket as u64;
+            open = match open {
+                Some((first, _, held)) if held + count <= budget.max(1) => {
+                    Some((first, bucket, held + count))
+                }
+                Some((first, last, _)) => {
+                    groups.push((first, last));
+                    Some((bucket, bucket, count))
+                }
+                None => Some((bucket, bucket, count)),
+            };
+        }
+        groups.extend(open.map(|(first, last, _)| (first, last)));
+        Some(AscendingWalk { groups, long, len })
+    }
+
+    /// Calls `each` with every value's index and milliseconds, in ascending order.
+    fn each<I: Iterator<Item = u64>>(
+        &self,
+        source: &impl Fn() -> I,
+        mut each: impl FnMut(usize, f64),
+    ) {
+        let mut index = 0;
+        let mut group_values: Vec<u32> = Vec::new();
+        for &(first, last) in &self.groups {
+            group_values.clear();
+            group_values.extend(source().filter_map(|value| {
+                let short = u32::try_from(value).ok()?;
+                let bucket = u64::from(short >> BUCKET_BITS);
+                (first..=last).contains(&bucket).then_some(short)
+            }));
+            group_values.sort_unstable();
+            for &value in &group_values {
+                each(index, nanos_as_ms(u64::from(value)));
+                index += 1;
+            }
+        }
+        for &value in &self.long {
+            each(index, nanos_as_ms(value));
+            index += 1;
+        }
     }
 }
 
@@ -283,45 +352,43 @@ mod tests {
     fn sorted_sample() {
         assert!(Sorted::new(vec![]).is_none());
         let s = Sorted::new(vec![4.0, 1.0, 3.0, 2.0]).unwrap();
-        assert_eq!(s.iter().collect::<Vec<_>>(), [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(s.values(), &[1.0, 2.0, 3.0, 4.0]);
         assert_eq!((s.min(), s.max(), s.sum(), s.len()), (1.0, 4.0, 10.0, 4));
         assert_eq!(s.percentile(50.0), 2.5);
         assert_eq!(s.std(Deviation::Population), 1.25f64.sqrt());
     }
 
-    /// Nanoseconds held as counts give, to the bit, the figures of their milliseconds held as
-    /// floats: over and under `u32::MAX`, ties, one value.
+    /// Nanoseconds walked in passes give, to the bit, the figures of their milliseconds sorted
+    /// as floats: over and under 2^32 ns, ties, one value, groups of one bucket over the budget,
+    /// budgets from one value to all.
     #[test]
-    fn nanos_as_ms_are_the_floats_of_their_milliseconds() {
+    fn nanos_in_passes_are_the_sorted_figures_of_their_milliseconds() {
         use rand::{RngExt, SeedableRng};
         let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(11);
-        assert!(Sorted::of_nanos_as_ms(Nanos::default()).is_none());
+        let asked = [0.0, 1.0, 5.0, 33.3, 50.0, 90.0, 99.0, 100.0];
+        assert!(nanos_in_passes(std::iter::empty, 4, &asked).is_none());
         for size in [1usize, 2, 3, 10, 1000] {
-            let mut nanos = Nanos::with_capacity(size);
-            let mut floats = Vec::new();
-            for _ in 0..size {
-                let ns = match rng.random_range(0..4) {
+            let nanos: Vec<u64> = (0..size)
+                .map(|_| match rng.random_range(0..5) {
                     0 => u64::from(u32::MAX) + rng.random_range(0..10_000_000_000),
                     1 => 10_000_000,
+                    2 => 10_000_000 + rng.random_range(0..1_000),
                     _ => rng.random_range(0..100_000_000),
-                };
-                nanos.push(ns);
-                floats.push(ns as f64 / 1e6);
+                })
+                .collect();
+            let plain = Sorted::new(nanos.iter().map(|&ns| ns as f64 / 1e6).collect()).unwrap();
+            for budget in [1, 7, 100, usize::MAX] {
+                let walked = nanos_in_passes(|| nanos.iter().copied(), budget, &asked).unwrap();
+                let bits = |values: &[f64]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                let mut expected = vec![plain.min(), plain.max(), plain.sum(), plain.mean()];
+                expected.push(plain.std(Deviation::Population));
+                expected.extend(asked.map(|p| plain.percentile(p)));
+                let mut got = vec![walked.min, walked.max, walked.sum, walked.mean];
+                got.push(walked.std_population);
+                got.extend(asked.map(|p| walked.percentile(p).unwrap()));
+                assert_eq!(bits(&got), bits(&expected), "size {size}, budget {budget}");
+                assert_eq!(walked.len, size);
             }
-            assert_eq!(nanos.len(), size);
-            let (compact, plain) = (
-                Sorted::of_nanos_as_ms(nanos).unwrap(),
-                Sorted::new(floats).unwrap(),
-            );
-            assert!(compact.iter().eq(plain.iter()));
-            let figures = |s: &Sorted| {
-                let mut all = vec![s.min(), s.max(), s.sum(), s.mean(), s.len() as f64];
-                all.push(s.std(Deviation::Population));
-                all.push(s.std(Deviation::Sample));
-                all.extend([0.0, 1.0, 33.3, 50.0, 90.0, 99.0, 100.0].map(|p| s.percentile(p)));
-                all.into_iter().map(f64::to_bits).collect::<Vec<_>>()
-            };
-            assert_eq!(figures(&compact), figures(&plain), "size {size}");
         }
     }
 }
