@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::dist::{nanos_in_passes, Deviation, NanosFigures, Sorted};
+use super::dist::{nanos_in_passes, Figures, Sorted};
 use super::Outcome;
 use agentx_record::{Phase, RequestRecord};
 
@@ -474,14 +474,15 @@ impl Stats {
     /// As [`Stats::of`], sorting `v` in place (no copy: a long run's flattened inter-chunk
     /// latencies run to millions of values).
     pub(crate) fn of_vec(values: Vec<f64>) -> Option<Stats> {
-        Some(Stats::of_sorted(&Sorted::new(values)?))
+        let sorted = Sorted::new(values)?;
+        Some(Stats::of_figures(&sorted.figures(&Stats::PERCENTILES)))
     }
 
     /// The percentiles every distribution reports.
     const PERCENTILES: [f64; 9] = [1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0];
 
-    /// The statistics of nanosecond counts walked in passes, read in milliseconds.
-    fn of_nanos(figures: &NanosFigures) -> Stats {
+    /// The statistics of a sample's figures (the [`Stats::PERCENTILES`] among them).
+    fn of_figures(figures: &Figures) -> Stats {
         let at_percentile = |p| figures.percentile(p).unwrap_or(f64::NAN);
         Stats {
             avg: figures.mean,
@@ -499,28 +500,6 @@ impl Stats {
             std: figures.std_population,
             count: figures.len,
             sum: figures.sum,
-        }
-    }
-
-    /// The statistics of a sorted sample.
-    fn of_sorted(sorted: &Sorted) -> Stats {
-        let at_percentile = |q| sorted.percentile(q);
-        Stats {
-            avg: sorted.mean(),
-            min: sorted.min(),
-            max: sorted.max(),
-            p1: at_percentile(1.0),
-            p5: at_percentile(5.0),
-            p10: at_percentile(10.0),
-            p25: at_percentile(25.0),
-            p50: at_percentile(50.0),
-            p75: at_percentile(75.0),
-            p90: at_percentile(90.0),
-            p95: at_percentile(95.0),
-            p99: at_percentile(99.0),
-            std: sorted.std(Deviation::Population),
-            count: sorted.len(),
-            sum: sorted.sum(),
         }
     }
 
@@ -598,7 +577,7 @@ where
         .zip(values)
         .filter_map(|(m, v)| {
             let stats = match m.tag == INTER_CHUNK_LATENCY.tag {
-                true => chunk_gaps.take().map(|figures| Stats::of_nanos(&figures)),
+                true => chunk_gaps.take().map(|figures| Stats::of_figures(&figures)),
                 false => Stats::of_vec(v),
             };
             stats.map(|s| (*m, s))

@@ -143,6 +143,22 @@ impl Sorted {
     pub fn percentile(&self, p: f64) -> f64 {
         percentile(&self.0, p).unwrap_or(f64::NAN)
     }
+
+    /// The sample's figures, with the `percentiles` asked for.
+    pub fn figures(&self, percentiles: &[f64]) -> Figures {
+        Figures {
+            len: self.len(),
+            min: self.min(),
+            max: self.max(),
+            sum: self.sum(),
+            mean: self.mean(),
+            std_population: self.std(Deviation::Population),
+            percentiles: percentiles
+                .iter()
+                .map(|&p| (p, self.percentile(p)))
+                .collect(),
+        }
+    }
 }
 
 /// Nanoseconds in milliseconds, as every figure in milliseconds is computed from them.
@@ -150,11 +166,10 @@ fn nanos_as_ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// The figures of a sample of nanosecond counts read in milliseconds (`ns as f64 / 1e6`), as
-/// [`Sorted`] gives them for the milliseconds to the bit, computed by [`nanos_in_passes`] without a
-/// sorted copy of the sample.
+/// A sample's figures: what [`Sorted::figures`] reads off a sorted sample, and what
+/// [`nanos_in_passes`] gives, to the same bits, for nanosecond counts without a sorted copy.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NanosFigures {
+pub struct Figures {
     /// How many values.
     pub len: usize,
     /// The smallest.
@@ -171,7 +186,7 @@ pub struct NanosFigures {
     pub percentiles: Vec<(f64, f64)>,
 }
 
-impl NanosFigures {
+impl Figures {
     /// The value of percentile `p`, when it was asked for.
     pub fn percentile(&self, p: f64) -> Option<f64> {
         let found = self.percentiles.iter().find(|(asked, _)| *asked == p);
@@ -186,7 +201,7 @@ impl NanosFigures {
 /// exceed it), each group gathered by a pass over the source and sorted, so the sums run in the
 /// same order as [`Sorted`]'s and every figure is the same to the bit. Twice the groups' passes,
 /// and one more for their sizes; `None` when the source yields nothing.
-pub fn nanos_in_passes<I, F>(source: F, budget: usize, percentiles: &[f64]) -> Option<NanosFigures>
+pub fn nanos_in_passes<I, F>(source: F, budget: usize, percentiles: &[f64]) -> Option<Figures>
 where
     F: Fn() -> I,
     I: Iterator<Item = u64>,
@@ -215,7 +230,7 @@ where
     walk.each(&source, |_, value| {
         squares += (value - mean) * (value - mean);
     });
-    Some(NanosFigures {
+    Some(Figures {
         len,
         min: at_rank[&0],
         max: at_rank[&(len - 1)],
@@ -379,14 +394,17 @@ mod tests {
             let plain = Sorted::new(nanos.iter().map(|&ns| ns as f64 / 1e6).collect()).unwrap();
             for budget in [1, 7, 100, usize::MAX] {
                 let walked = nanos_in_passes(|| nanos.iter().copied(), budget, &asked).unwrap();
-                let bits = |values: &[f64]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                let mut expected = vec![plain.min(), plain.max(), plain.sum(), plain.mean()];
-                expected.push(plain.std(Deviation::Population));
-                expected.extend(asked.map(|p| plain.percentile(p)));
-                let mut got = vec![walked.min, walked.max, walked.sum, walked.mean];
-                got.push(walked.std_population);
-                got.extend(asked.map(|p| walked.percentile(p).unwrap()));
-                assert_eq!(bits(&got), bits(&expected), "size {size}, budget {budget}");
+                let bits = |f: &Figures| {
+                    let mut all = vec![f.min, f.max, f.sum, f.mean, f.std_population];
+                    all.extend(f.percentiles.iter().map(|(_, value)| *value));
+                    (f.len, all.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+                };
+                let expected = plain.figures(&asked);
+                assert_eq!(
+                    bits(&walked),
+                    bits(&expected),
+                    "size {size}, budget {budget}"
+                );
                 assert_eq!(walked.len, size);
             }
         }
