@@ -230,16 +230,18 @@ where
     walk.each(&source, |_, value| {
         squares += (value - mean) * (value - mean);
     });
+    // Every rank is walked when the source yields the same values at each call, as it must.
+    let at = |index: usize| at_rank.get(&index).copied().unwrap_or(f64::NAN);
     Some(Figures {
         len,
-        min: at_rank[&0],
-        max: at_rank[&(len - 1)],
+        min: at(0),
+        max: at(len - 1),
         sum,
         mean,
         std_population: deviation_of(squares, len, Deviation::Population),
         percentiles: percentiles
             .iter()
-            .map(|&p| (p, interpolated(len, p, |index| at_rank[&index])))
+            .map(|&p| (p, interpolated(len, p, at)))
             .collect(),
     })
 }
