@@ -177,7 +177,7 @@ impl Goodput {
         if stats::class(record) != stats::Class::Valid {
             return false;
         }
-        let values = stats::record_values(record);
+        let values = stats::record_scalar_values(record);
         self.slos.iter().all(|slo| {
             let figure = values.iter().find_map(|(m, figure)| match figure {
                 _ if m.tag != slo.metric.tag => None,

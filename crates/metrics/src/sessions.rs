@@ -288,7 +288,7 @@ fn session_figure(
             let speeds: Vec<f64> = valid
                 .iter()
                 .filter_map(|r| {
-                    stats::record_values(r)
+                    stats::record_scalar_values(r)
                         .into_iter()
                         .find(|(metric, _)| {
                             metric.tag == stats::OUTPUT_TOKEN_THROUGHPUT_PER_USER.tag

@@ -324,6 +324,25 @@ pub fn class(record: &RequestRecord) -> Class {
 /// cancelled request carries only `error_isl`; a metric that cannot be computed (no chunks, OSL < 2,
 /// no usage) is absent, as in aiperf.
 pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
+    values_of(record, ChunkGaps::Listed)
+}
+
+/// [`record_values`] without the inter-chunk latencies' list: what a reader of one request's
+/// figures (a goodput objective, a bootstrap cell, the distributions) takes, without a list of a
+/// value a chunk built per request and dropped.
+pub fn record_scalar_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
+    values_of(record, ChunkGaps::Left)
+}
+
+/// Whether [`values_of`] lists a request's inter-chunk latencies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ChunkGaps {
+    Listed,
+    Left,
+}
+
+/// [`record_values`], the inter-chunk list as `chunk_gaps` says.
+fn values_of(record: &RequestRecord, chunk_gaps: ChunkGaps) -> Vec<(MetricDef, Value)> {
     if !Outcome::of(record).is_ok() {
         return vec![(ERROR_ISL, Value::Int(record.isl))];
     }
@@ -341,7 +360,7 @@ pub fn record_values(record: &RequestRecord) -> Vec<(MetricDef, Value)> {
     if let Some(latency) = record.latency_ns() {
         out.push((REQUEST_LATENCY, Value::Float(ms(latency as f64))));
     }
-    if offsets.len() >= 2 {
+    if offsets.len() >= 2 && chunk_gaps == ChunkGaps::Listed {
         let gaps = offsets.gaps().map(|gap_ns| ms(gap_ns as f64)).collect();
         out.push((INTER_CHUNK_LATENCY, Value::List(gaps)));
     }
@@ -557,10 +576,7 @@ where
         .map(|_| Vec::with_capacity(count))
         .collect();
     for r in kept.clone() {
-        for (m, v) in record_values(r) {
-            if m.tag == INTER_CHUNK_LATENCY.tag {
-                continue;
-            }
+        for (m, v) in record_scalar_values(r) {
             if let Some(index) = RECORD_METRICS.iter().position(|d| d.tag == m.tag) {
                 v.push_into(&mut values[index]);
             }

@@ -188,7 +188,7 @@ impl SessionTable {
             cells[Column::GoodRequests.index()] += f64::from(u8::from(judge(record)));
         }
         let units = self.keys.len();
-        let values = stats::record_values(record);
+        let values = stats::record_scalar_values(record);
         for (sample, store) in Sample::ALL.iter().zip(&mut self.samples) {
             let tag = sample.metric().tag;
             let value = values.iter().find_map(|(metric, value)| match value {
