@@ -14,7 +14,7 @@ use agentx::record::{Phase, RequestRecord};
 use agentx::sim::{Faults, SimConfig, Timing};
 use serde_json::Value;
 
-use crate::support::{fixture_args, Run, Sim};
+use crate::support::{fixture_args, plan_key, Run, Sim};
 
 const SECRET: &str = "sk-agentx-responses-test-9e2a";
 
@@ -56,16 +56,6 @@ fn recording_sim(log: &Path) -> Sim {
     cfg.record_headers = true;
     cfg.record_requests = Some(log.to_owned());
     Sim::start(cfg)
-}
-
-/// A request of a plan: which session replays which trace's turn.
-fn key(r: &RequestRecord) -> (String, String, u32, bool) {
-    (
-        r.correlation_id.clone(),
-        r.trace_id.clone(),
-        r.turn,
-        r.phase == Phase::Warmup,
-    )
 }
 
 /// The request log's lines by the request id they came with.
@@ -132,12 +122,22 @@ fn responses_replay_sends_the_chat_prompt_and_measures_as_chat() {
     let chat = replay(&sim.url(), "responses-test", &[]);
     assert_eq!(chat.code(), 0, "{}", chat.stderr());
     drop(sim);
-    let chat_recs: HashMap<_, _> = chat.records().into_iter().map(|x| (key(&x), x)).collect();
+    let chat_recs: HashMap<_, _> = chat
+        .records()
+        .into_iter()
+        .map(|x| (plan_key(&x), x))
+        .collect();
     let (responses_sent, chat_sent) = (logged(&responses_log), logged(&chat_log));
     let mut matched = 0;
     let (mut itl_responses, mut itl_chat) = (0.0, 0.0);
     for x in &recs {
-        let Some(c) = chat_recs.get(&key(x)) else {
+        let Some(c) = chat_recs.get(&plan_key(x)) else {
+            // A later turn's lane and trace depend on timing: compared when both replays ran it.
+            assert_ne!(
+                x.phase,
+                Phase::Warmup,
+                "a warmup request is in every replay: {x:#?}"
+            );
             continue;
         };
         // What the server counted and answered: the same tokens, the same cache hit (the
@@ -180,7 +180,10 @@ fn responses_replay_sends_the_chat_prompt_and_measures_as_chat() {
         );
         matched += 1;
     }
-    assert!(matched >= 4, "{matched} requests in both replays");
+    assert!(
+        matched >= 2,
+        "{matched} requests in both replays (a warmup per lane)"
+    );
     // The pace is the engine model's in both: never faster than its ITL, and alike.
     let (itl_responses, itl_chat) = (
         itl_responses / f64::from(matched),

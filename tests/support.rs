@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use agentx::record::{read_records, RequestRecord};
+use agentx::record::{read_records, Phase, RequestRecord};
 use agentx::sim::{self, SimConfig, SimHandle};
 use serde_json::Value;
 
@@ -371,6 +371,21 @@ pub(crate) fn server_counts(metrics: &Value, url: &str) -> [u64; 4] {
     })
 }
 
+/// A request of a plan: which trace's turn it replays, in which pass over the trace (the first
+/// pass starts at a sampled turn with the trace's own history, a recycled one at turn 0 with every
+/// reply live), and whether as a lane's warmup. The session (`correlation_id`) is not part of it:
+/// sessions are numbered as lanes dispatch, which timing orders. Only the warmup requests (one per lane, at the lane's sampled start) are sure to be in both
+/// of two replays; how far a lane gets in the profiling phase depends on the machine's load. The
+/// cache-bust marker differs between runs in its bytes, never in its length.
+pub(crate) fn plan_key(r: &RequestRecord) -> (String, u32, u32, bool) {
+    (
+        r.trace_id.clone(),
+        r.turn,
+        r.recycle_pass,
+        r.phase == Phase::Warmup,
+    )
+}
+
 /// What the simulator counted for the records of `phase`, as [`server_counts`] gives it: the
 /// prompt, completion and cached tokens of each record's usage (the server's own counts, which it
 /// adds to its counters when it admits a request and as it generates), and one request per record
@@ -384,7 +399,7 @@ pub(crate) fn server_counts(metrics: &Value, url: &str) -> [u64; 4] {
 /// notices the closed connection, which may be after the last scrape; its record has no usage.
 /// The runs of these tests give every request the time to finish, and this fails on a cancelled
 /// record rather than guess.
-pub(crate) fn record_counts(records: &[RequestRecord], phase: agentx::record::Phase) -> [u64; 4] {
+pub(crate) fn record_counts(records: &[RequestRecord], phase: Phase) -> [u64; 4] {
     let of: Vec<&RequestRecord> = records.iter().filter(|r| r.phase == phase).collect();
     let cancelled: Vec<&str> = of
         .iter()
