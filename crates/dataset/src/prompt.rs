@@ -256,10 +256,9 @@ pub struct Conversation {
     /// Bumped whenever `live` is rebuilt rather than extended.
     gen: u64,
     json_cache: std::cell::RefCell<JsonCache>,
-    /// The prompt's block chain as last hashed ([`Conversation::with_prompt_chain`]).
+    /// The prompt's block chains as last hashed ([`Conversation::with_prompt_chain`], and with the
+    /// marker masked [`Conversation::with_masked_prompt_chain`]).
     chain_cache: std::cell::RefCell<chain::ChainCache>,
-    /// The chain with the marker masked ([`Conversation::with_masked_prompt_chain`]).
-    masked_chain_cache: std::cell::RefCell<chain::ChainCache>,
     last: StepInfo,
     /// How the messages carry the agent's tools ([`Wire`]).
     wire: Wire,
@@ -305,7 +304,6 @@ impl Conversation {
             gen: 0,
             json_cache: std::cell::RefCell::default(),
             chain_cache: std::cell::RefCell::default(),
-            masked_chain_cache: std::cell::RefCell::default(),
             last,
             wire: Wire::Text,
             keeps_reasoning: false,

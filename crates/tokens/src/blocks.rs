@@ -66,11 +66,17 @@ impl BlockHasher {
     /// Add every word of `text` split at ASCII whitespace, as [`BlockHasher::push_text`] does
     /// (`str::split_ascii_whitespace`'s words, for bytes not yet checked as UTF-8).
     pub fn push_text_bytes(&mut self, text: &[u8]) {
-        for word in text.split(u8::is_ascii_whitespace) {
-            if !word.is_empty() {
-                self.push(word);
-            }
-        }
+        for_each_word_key(text, |key| self.push_key(key));
+    }
+
+    /// [`BlockHasher::push_text_bytes`] into this hasher and into `twin`, each word hashed once:
+    /// two chains of the same text that differ only in what was pushed into them apart (a prompt
+    /// and the same prompt with its cache-bust marker masked).
+    pub fn push_text_bytes_twin(&mut self, twin: &mut BlockHasher, text: &[u8]) {
+        for_each_word_key(text, |key| {
+            self.push_key(key);
+            twin.push_key(key);
+        });
     }
 
     /// Tokens added so far, the partial block included.
@@ -154,14 +160,37 @@ const CHAIN_SEED: u64 = 0x1319_8a2e_0370_7344;
 const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 const MUL2: u64 = 0xbf58_476d_1ce4_e5b9;
 
+/// Calls `each` with the FNV-1a hash of every word of `text` split at ASCII whitespace, in order:
+/// the split and the hash in one pass over the bytes.
+#[inline]
+fn for_each_word_key(text: &[u8], mut each: impl FnMut(u64)) {
+    let mut hash = FNV_OFFSET;
+    let mut in_word = false;
+    for &byte in text {
+        if byte.is_ascii_whitespace() {
+            if in_word {
+                each(hash);
+                hash = FNV_OFFSET;
+                in_word = false;
+            }
+        } else {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+            in_word = true;
+        }
+    }
+    if in_word {
+        each(hash);
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
 #[inline]
 fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
+    bytes.iter().fold(FNV_OFFSET, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME)
+    })
 }
 
 /// A 64-bit hash of a string (request ids, seeds).
@@ -203,6 +232,52 @@ pub fn chain_of<'a>(texts: impl IntoIterator<Item = &'a str>, block_size: u32) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass split and hash reads the words `split_ascii_whitespace` reads, and a twin push
+    /// gives both hashers the chain each would have alone.
+    #[test]
+    fn word_keys_and_twins_hash_as_the_words_one_by_one() {
+        let texts = [
+            "",
+            " ",
+            "one",
+            "  two words\t\n",
+            "tab\tsep\x0cform\rfeed\x0b vertical-tab-is-a-word",
+            "caf\u{e9} na\u{ef}ve \u{a0}nbsp-inside \u{3000}ideographic",
+        ];
+        for block_size in [1, 3, 16] {
+            for text in texts {
+                let mut by_words = BlockHasher::new(block_size);
+                for word in text.split_ascii_whitespace() {
+                    by_words.push(word.as_bytes());
+                }
+                let mut one_pass = BlockHasher::new(block_size);
+                one_pass.push_text_bytes(text.as_bytes());
+                assert_eq!(one_pass.checkpoint(), by_words.checkpoint(), "{text:?}");
+                assert_eq!(one_pass.hashes(), by_words.hashes(), "{text:?}");
+
+                let (mut first, mut twin) =
+                    (BlockHasher::new(block_size), BlockHasher::new(block_size));
+                first.push_text("marker ");
+                twin.push_text("# ");
+                for _ in 0..5 {
+                    first.push_text_bytes_twin(&mut twin, text.as_bytes());
+                }
+                let (mut alone, mut twin_alone) =
+                    (BlockHasher::new(block_size), BlockHasher::new(block_size));
+                alone.push_text("marker ");
+                twin_alone.push_text("# ");
+                for _ in 0..5 {
+                    alone.push_text(text);
+                    twin_alone.push_text(text);
+                }
+                assert_eq!(first.checkpoint(), alone.checkpoint());
+                assert_eq!(first.hashes(), alone.hashes());
+                assert_eq!(twin.checkpoint(), twin_alone.checkpoint());
+                assert_eq!(twin.hashes(), twin_alone.hashes());
+            }
+        }
+    }
 
     /// A hasher that forgets its hashes chains the next blocks as one that kept them, counts the
     /// same tokens, and rewinds to a checkpoint before or after what it forgot.

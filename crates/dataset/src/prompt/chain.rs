@@ -8,6 +8,10 @@
 //! its segment and the hash ids it covers are (recorded mode: a segment rebuilt after a context
 //! reset may sit at the same positions over other ids) or when it has the same place in a live
 //! history that was extended, not rebuilt.
+//!
+//! With a cache-bust marker, the same pass keeps the chain of the prompt with the marker masked:
+//! every message but the marker's has the same words in both, so each of its words is split and
+//! hashed once and pushed into both chains.
 
 use agentx_tokens::blocks::{BlockHasher, Checkpoint};
 
@@ -23,7 +27,8 @@ enum MessageKey {
     Live(usize),
 }
 
-/// The hasher of one conversation and its state after each message hashed.
+/// The hashers of one conversation (the prompt's chain, and with a marker the same chain with the
+/// marker masked) and their states after each message hashed.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ChainCache {
     /// The chain's block size; 0 before the first chain.
@@ -34,11 +39,22 @@ pub(super) struct ChainCache {
     /// The message that carries the marker.
     bust_target: Option<usize>,
     hasher: Option<BlockHasher>,
-    /// Each message hashed, in order, with the hasher's state after it.
-    hashed: Vec<(MessageKey, Checkpoint)>,
+    /// The chain of the same text with the marker's words masked; `None` without a marker. Every
+    /// message but the marker's is pushed into both at once, each word hashed once.
+    masked: Option<BlockHasher>,
+    /// Each message hashed, in order, with the hashers' states after it.
+    hashed: Vec<Hashed>,
     /// The chain position (in words) of the marker's first word, once the message that carries it
     /// was hashed: every block from the one holding it on chains the marker.
     marker_word: Option<u64>,
+}
+
+/// A message hashed, and the hashers' states after it.
+#[derive(Debug, Clone)]
+struct Hashed {
+    key: MessageKey,
+    after: Checkpoint,
+    masked_after: Option<Checkpoint>,
 }
 
 impl Conversation {
@@ -52,8 +68,8 @@ impl Conversation {
         block_size: u32,
         use_chain: impl FnOnce(&[u64], u64) -> R,
     ) -> R {
-        self.chain_in(&self.chain_cache, bust, block_size, |hasher, _| {
-            use_chain(hasher.hashes(), hasher.tokens())
+        self.chain_in(bust, block_size, |hashers| {
+            use_chain(hashers.plain.hashes(), hashers.plain.tokens())
         })
     }
 
@@ -65,12 +81,13 @@ impl Conversation {
         block_size: u32,
         use_chain: impl FnOnce(&[u64], u64, Option<usize>) -> R,
     ) -> R {
-        self.chain_in(
-            &self.chain_cache,
-            bust,
-            block_size,
-            |hasher, marked_from| use_chain(hasher.hashes(), hasher.tokens(), marked_from),
-        )
+        self.chain_in(bust, block_size, |hashers| {
+            use_chain(
+                hashers.plain.hashes(),
+                hashers.plain.tokens(),
+                hashers.marked_from,
+            )
+        })
     }
 
     /// The index of the first block of the last [`Conversation::with_prompt_chain`] chain whose hash
@@ -96,18 +113,12 @@ impl Conversation {
         block_size: u32,
         use_chain: impl FnOnce(usize, &[u64], u64) -> R,
     ) -> Option<R> {
-        let marker = bust?;
-        let masked = mask_words(marker.text);
-        let masked_bust = CacheBust {
-            placement: marker.placement,
-            text: &masked,
-        };
-        Some(self.chain_in(
-            &self.masked_chain_cache,
-            Some(masked_bust),
-            block_size,
-            |hasher, _| use_chain(hasher.forgotten(), hasher.hashes(), hasher.tokens()),
-        ))
+        bust?;
+        self.chain_in(bust, block_size, |hashers| {
+            hashers
+                .masked
+                .map(|masked| use_chain(masked.forgotten(), masked.hashes(), masked.tokens()))
+        })
     }
 
     /// Gives up the hashes of the masked chain made so far, keeping what chains its next blocks:
@@ -115,20 +126,20 @@ impl Conversation {
     /// forgets), so that a conversation holds the hashes of its masked prompt only until they are
     /// registered. Later chains of [`Conversation::with_masked_prompt_chain`] leave them out.
     pub fn forget_masked_chain(&self) {
-        if let Some(hasher) = self.masked_chain_cache.borrow_mut().hasher.as_mut() {
-            hasher.forget_hashes();
+        if let Some(masked) = self.chain_cache.borrow_mut().masked.as_mut() {
+            masked.forget_hashes();
         }
     }
 
-    /// The chain of the current turn with `bust`, kept in `cache` across turns.
+    /// The chains of the current turn with `bust`, kept across turns: a message already hashed
+    /// (the same key at the same place) is not hashed again.
     fn chain_in<R>(
         &self,
-        cache: &std::cell::RefCell<ChainCache>,
         bust: Option<CacheBust<'_>>,
         block_size: u32,
-        use_chain: impl FnOnce(&BlockHasher, Option<usize>) -> R,
+        use_chains: impl FnOnce(Hashers<'_>) -> R,
     ) -> R {
-        let mut cache = cache.borrow_mut();
+        let mut cache = self.chain_cache.borrow_mut();
         let bust_key = bust.map(|marker| (marker.placement, marker.text.to_owned()));
         let bust_target = bust.and_then(|marker| self.bust_target(marker.placement));
         if cache.block_size != block_size.max(1)
@@ -139,6 +150,7 @@ impl Conversation {
             *cache = ChainCache {
                 block_size: block_size.max(1),
                 gen: self.gen,
+                masked: bust.map(|_| BlockHasher::new(block_size)),
                 bust: bust_key,
                 bust_target,
                 hasher: Some(BlockHasher::new(block_size)),
@@ -149,6 +161,7 @@ impl Conversation {
         let ChainCache {
             block_size,
             hasher,
+            masked,
             hashed,
             marker_word,
             ..
@@ -165,18 +178,16 @@ impl Conversation {
                 }
                 _ => MessageKey::Live(msg_idx),
             };
-            if !diverged && hashed.get(msg_idx).is_some_and(|(done, _)| *done == key) {
+            if !diverged && hashed.get(msg_idx).is_some_and(|done| done.key == key) {
                 kept = msg_idx + 1;
             } else {
                 if !diverged {
                     diverged = true;
-                    rewind_to(hasher, hashed, kept, *block_size);
+                    rewind_to(hasher, masked.as_mut(), hashed, kept, *block_size);
                 }
-                text.clear();
                 let marker = bust.filter(|_| bust_target == Some(msg_idx));
-                self.write_raw_text(&mut text, message, marker);
                 let before = hasher.tokens();
-                hasher.push_text_bytes(&text);
+                self.hash_message(hasher, masked.as_mut(), &mut text, message, marker);
                 // The marker's words as the hasher splits them (a marker of none chains nothing).
                 let marker_words = marker.map_or(0, |marker| {
                     marker.text.split_ascii_whitespace().count() as u64
@@ -190,18 +201,59 @@ impl Conversation {
                         }
                     });
                 }
-                hashed.push((key, hasher.checkpoint()));
+                hashed.push(Hashed {
+                    key,
+                    after: hasher.checkpoint(),
+                    masked_after: masked.as_ref().map(BlockHasher::checkpoint),
+                });
             }
             msg_idx += 1;
         });
         if !diverged && kept < hashed.len() {
-            rewind_to(hasher, hashed, kept, *block_size);
+            rewind_to(hasher, masked.as_mut(), hashed, kept, *block_size);
         }
         if diverged {
             hasher.shrink_slack();
+            if let Some(masked) = masked.as_mut() {
+                masked.shrink_slack();
+            }
         }
-        let marked_from = marked_from(*marker_word, *block_size);
-        use_chain(hasher, marked_from)
+        use_chains(Hashers {
+            plain: hasher,
+            masked: masked.as_ref(),
+            marked_from: marked_from(*marker_word, *block_size),
+        })
+    }
+
+    /// Hashes one message into `hasher`, and into `masked` with the marker's words masked. Only the
+    /// marker's message is written twice; every other one is split and hashed once for both.
+    fn hash_message(
+        &self,
+        hasher: &mut BlockHasher,
+        masked: Option<&mut BlockHasher>,
+        text: &mut Vec<u8>,
+        message: MsgRef<'_>,
+        marker: Option<CacheBust<'_>>,
+    ) {
+        text.clear();
+        self.write_raw_text(text, message, marker);
+        let Some(masked) = masked else {
+            hasher.push_text_bytes(text);
+            return;
+        };
+        let Some(marker) = marker else {
+            hasher.push_text_bytes_twin(masked, text);
+            return;
+        };
+        hasher.push_text_bytes(text);
+        let masked_text = mask_words(marker.text);
+        let masked_marker = CacheBust {
+            placement: marker.placement,
+            text: &masked_text,
+        };
+        text.clear();
+        self.write_raw_text(text, message, Some(masked_marker));
+        masked.push_text_bytes(text);
     }
 
     /// A fingerprint of the hash ids `seg` covers.
@@ -261,17 +313,36 @@ fn mask_words(text: &str) -> String {
     masked
 }
 
-/// Keeps the first `kept` messages hashed and takes the hasher back to the state after them.
+/// The chains of a turn, as [`Conversation::chain_in`] hands them over.
+struct Hashers<'a> {
+    plain: &'a BlockHasher,
+    masked: Option<&'a BlockHasher>,
+    /// The index of the plain chain's first block that chains the marker.
+    marked_from: Option<usize>,
+}
+
+/// Keeps the first `kept` messages hashed and takes the hashers back to their states after them.
 fn rewind_to(
     hasher: &mut BlockHasher,
-    hashed: &mut Vec<(MessageKey, Checkpoint)>,
+    masked: Option<&mut BlockHasher>,
+    hashed: &mut Vec<Hashed>,
     kept: usize,
     block_size: u32,
 ) {
     hashed.truncate(kept);
     match hashed.last() {
-        Some((_, state)) => hasher.rewind(*state),
-        None => *hasher = BlockHasher::new(block_size),
+        Some(done) => {
+            hasher.rewind(done.after);
+            if let (Some(masked), Some(state)) = (masked, done.masked_after) {
+                masked.rewind(state);
+            }
+        }
+        None => {
+            *hasher = BlockHasher::new(block_size);
+            if let Some(masked) = masked {
+                *masked = BlockHasher::new(block_size);
+            }
+        }
     }
 }
 
