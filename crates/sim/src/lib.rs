@@ -33,7 +33,7 @@
 //! cached tokens they add up to the prompt tokens). Headers are sent once a request is
 //! admitted to an engine, so a queued stream receives its headers when it starts running.
 //! `x-agentx-sim-request-received-ns` and `x-agentx-sim-response-start-ns` stamp when the request's
-//! last body byte was read and when its first token is due (a one-shot answer: when it is sent), in
+//! last body byte arrived (the kernel's receive timestamp, [`rx_stamp`]) and when its first token is due (a one-shot answer: when it is sent), in
 //! unix nanoseconds: their difference is the server's own time to first token, which the client
 //! records (`server_ttft_ns`) to separate what it added itself. With `headers_at_first_token` a
 //! streamed answer's headers wait for its first token, and the second stamp is when it went out.
@@ -55,6 +55,7 @@ mod request;
 mod response;
 mod responses;
 mod router;
+mod rx_stamp;
 mod server;
 mod stream;
 mod thread;

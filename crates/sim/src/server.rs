@@ -39,6 +39,7 @@ use super::request::{self, Api, ApiError, ChatRequest};
 use super::response::{Ident, Usage};
 use super::responses;
 use super::router::Dispatcher;
+use super::rx_stamp::{RxClock, RxStamped};
 use super::stream::{self, Pace, StreamFaults, StreamPlan, TokenStream, Words};
 use agentx_protocol::headers::{
     RECEIVED_HEADER, RESPONSE_START_HEADER, SIM_ADMIT_SEQ_HEADER, SIM_CACHED_TOKENS_HEADER,
@@ -456,6 +457,9 @@ struct Accepted {
     max_tokens: u64,
     /// When the body's last byte was read.
     received: Instant,
+    /// When it arrived at the server's socket, in unix time (the kernel's stamp of the read that
+    /// brought it, [`crate::rx_stamp`]); `None` where the kernel gives no stamp.
+    arrived: Option<Duration>,
 }
 
 /// `instant` in unix nanoseconds (through the wall clock now, so the two stamps of a request differ
@@ -481,6 +485,7 @@ async fn chat(
         parsed,
         max_tokens,
         received,
+        arrived,
     } = match read_chat(&shared, &meta, req, api).await? {
         Ok(a) => a,
         Err(e) => return Ok(meta.with_id(api_error(&e, api))),
@@ -590,7 +595,12 @@ async fn chat(
     for (name, v) in sim_headers {
         headers.insert(name, v);
     }
-    headers.insert(RECEIVED_HEADER, unix_ns_at(received, now, unix));
+    // The kernel's stamp when there is one: how late this server read the request is its own time.
+    let arrived = arrived.filter(|&at| at <= unix).map_or_else(
+        || unix_ns_at(received, now, unix),
+        |at| HeaderValue::from(at.as_nanos() as u64),
+    );
+    headers.insert(RECEIVED_HEADER, arrived);
     headers.insert(RESPONSE_START_HEADER, unix_ns_at(start, now, unix));
     Ok(meta.with_id(response))
 }
@@ -622,6 +632,7 @@ async fn read_chat(
             param: None,
         }
     };
+    let rx_clock = req.extensions().get::<RxClock>().cloned();
     // Refused before reading when its length is declared.
     if declared.is_some_and(|l| l > limit as u64) {
         return Ok(Err(too_large(declared)));
@@ -632,6 +643,7 @@ async fn read_chat(
         Err(e) => return Err(Dropped::Body(e.to_string())),
     };
     let received = Instant::now();
+    let arrived = rx_clock.and_then(|clock| clock.last());
     let parsed = if body.len() > PARSE_ELSEWHERE_BYTES {
         let (shared, logged) = (Arc::clone(shared), meta.logged.clone());
         tokio::task::spawn_blocking(move || parse_body(&shared, logged.as_ref(), &body, api))
@@ -641,7 +653,12 @@ async fn read_chat(
         parse_body(shared, meta.logged.as_ref(), &body, api)
     };
     match parsed {
-        Ok(r) => Ok(check_chat(config, r, api, received)),
+        Ok(r) => Ok(
+            check_chat(config, r, api, received).map(|accepted| Accepted {
+                arrived,
+                ..accepted
+            }),
+        ),
         Err(e) => Ok(Err(e)),
     }
 }
@@ -703,6 +720,7 @@ fn check_chat(
         parsed,
         max_tokens,
         received,
+        arrived: None,
     })
 }
 
@@ -881,6 +899,7 @@ pub(crate) async fn serve(
             accepted = accept(listener.as_ref()), if listener.is_some() => match accepted {
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
+                    let (stream, rx_clock) = RxStamped::new(stream);
                     let shared = shared.clone();
                     let served = Arc::new(AtomicU64::new(0));
                     let ka_header = ka_header.clone();
@@ -888,6 +907,7 @@ pub(crate) async fn serve(
                     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                         let (shared, served, ka_header) = (shared.clone(), served.clone(), ka_header.clone());
                         req.extensions_mut().insert(ConnNo(conn_no));
+                        req.extensions_mut().insert(rx_clock.clone());
                         if shared.config.record_headers
                             && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/messages" | "/v1/responses") {
                             shared.record(conn_no, &req);
