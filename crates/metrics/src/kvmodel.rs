@@ -14,6 +14,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+mod tables;
+
+pub use tables::{BlockMap, BlockSet};
+
 /// The hasher of every map keyed by block keys ([`BlockHashMap`]): one multiply by 2^64/phi and a
 /// fold of the high half into the low (Fibonacci hashing), far cheaper than SipHash. Block hashes
 /// are mixed already, but not every key is one: the cache truth keys a block by its first sender
@@ -65,7 +69,7 @@ pub struct Lookup {
 /// A least-recently-used set of block keys with a capacity in blocks.
 pub struct Lru {
     capacity_blocks: usize,
-    map: BlockHashMap<u32>,
+    map: BlockMap<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Most recently used.
@@ -91,7 +95,7 @@ impl Lru {
     pub fn new(capacity_blocks: u64) -> Lru {
         Lru {
             capacity_blocks: capacity_blocks.min(u64::from(u32::MAX) - 1) as usize,
-            map: HashMap::default(),
+            map: BlockMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             head: NIL,
@@ -117,7 +121,7 @@ impl Lru {
 
     /// Whether `key` is cached now.
     pub fn contains(&self, key: u64) -> bool {
-        self.map.contains_key(&key)
+        self.map.contains_key(key)
     }
 
     /// Blocks evicted for capacity since the cache was made.
@@ -139,11 +143,11 @@ impl Lru {
         lookup.hit_blocks = keys
             .iter()
             .take(usable)
-            .take_while(|key| self.map.contains_key(key))
+            .take_while(|&&key| self.map.contains_key(key))
             .count();
         // Walk from the last block to the first so the head of the prompt ends up most recent.
         for &key in keys.iter().rev() {
-            match self.map.get(&key) {
+            match self.map.get(key) {
                 Some(&slot) => self.move_to_front(slot),
                 None => {
                     self.insert_front(key);
@@ -220,7 +224,7 @@ impl Lru {
         }
         self.unlink(slot);
         let key = self.slots[slot as usize].key;
-        self.map.remove(&key);
+        self.map.remove(key);
         self.free.push(slot);
         self.evicted += 1;
         Some(key)

@@ -19,13 +19,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agentx_metrics::kvmodel::BlockHashMap;
 use agentx_record::PromptBlocks;
 
-mod block_set;
 mod marked;
 
-use block_set::BlockSet;
+use agentx_metrics::kvmodel::{BlockMap, BlockSet};
 use marked::MarkedChains;
 
 /// A prompt's chain as [`Registry::register`] takes it.
@@ -43,7 +41,7 @@ pub(crate) struct Chain<'a> {
 /// The first senders: the shared table, and each tree's chains from its marker on.
 #[derive(Default)]
 struct Senders {
-    shared: BlockHashMap<Arc<str>>,
+    shared: BlockMap<Arc<str>>,
     by_marker: HashMap<Box<str>, MarkedChains>,
 }
 
@@ -114,13 +112,13 @@ impl Registry {
             _ => (hashes.len(), None),
         };
         let known_unmarked =
-            hashes[..marked_from].partition_point(|hash| shared.contains_key(hash));
+            hashes[..marked_from].partition_point(|&hash| shared.contains_key(hash));
         let known = match marked.as_deref() {
             Some(chains) if known_unmarked == marked_from => chains.known(hashes, marked_from),
             _ => known_unmarked,
         };
         let from = match known.checked_sub(1) {
-            Some(last) if last < marked_from => shared.get(&hashes[last]),
+            Some(last) if last < marked_from => shared.get(hashes[last]),
             Some(last) => marked
                 .as_deref()
                 .and_then(|chains| chains.sender(hashes, last)),
@@ -214,7 +212,7 @@ mod tests {
             (draw >> 33) % below
         };
         let registry = Registry::new(16);
-        let mut table: BlockHashMap<String> = BlockHashMap::default();
+        let mut table: agentx_metrics::kvmodel::BlockHashMap<String> = HashMap::default();
         let chain_of = |tokens: &[u64], marker: (u64, usize)| -> Vec<u64> {
             let mut hash = 0u64;
             let mut chain = Vec::new();

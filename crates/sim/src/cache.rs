@@ -17,10 +17,9 @@
 //! its last admission, in one total order (the admission sequence). Lock order: an engine's state,
 //! then the index, never the other way round.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
-use agentx_metrics::kvmodel::{Lookup, Lru};
+use agentx_metrics::kvmodel::{BlockMap, Lookup, Lru};
 
 /// The prefix cache of one engine: [`Lru`] over block hashes, with the capacity and the hit in
 /// tokens.
@@ -108,7 +107,7 @@ pub(crate) struct BlockIndex {
 #[derive(Debug, Default)]
 struct IndexState {
     /// Block hash to the number of engines holding it now; an entry stays (at 0) once inserted.
-    holders: HashMap<u64, u32>,
+    holders: BlockMap<u32>,
     /// Requests admitted so far, over every engine.
     admitted: u64,
 }
@@ -154,7 +153,7 @@ impl BlockIndex {
             .take(usable)
             .skip(lookup.hit_blocks);
         for (hash, &held) in missed {
-            match state.holders.get(hash) {
+            match state.holders.get(*hash) {
                 Some(&holders) if holders > u32::from(held) => truth.routing += block,
                 Some(_) => truth.capacity += block,
                 None => truth.cold += block,
@@ -165,10 +164,10 @@ impl BlockIndex {
             .saturating_sub(cached)
             .saturating_sub(truth.routing + truth.capacity + truth.cold);
         for hash in &lookup.inserted {
-            *state.holders.entry(*hash).or_insert(0) += 1;
+            *state.holders.get_or_insert(*hash, 0) += 1;
         }
         for hash in &lookup.evicted {
-            if let Some(holders) = state.holders.get_mut(hash) {
+            if let Some(holders) = state.holders.get_mut(*hash) {
                 *holders = holders.saturating_sub(1);
             }
         }
