@@ -40,6 +40,14 @@ impl RxClock {
     }
 }
 
+/// The bytes one read takes at most.
+const SCRATCH_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// Where a read lands before it is copied to its caller: one per thread, not one per connection.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; SCRATCH_BYTES]);
+}
+
 /// An accepted connection that stamps its reads ([`RxClock`]).
 pub(crate) struct RxStamped {
     stream: TcpStream,
@@ -74,16 +82,23 @@ impl AsyncRead for RxStamped {
         }
         loop {
             std::task::ready!(this.stream.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            let read = this.stream.try_io(tokio::io::Interest::READABLE, || {
-                stamping::read(&this.stream, unfilled, &mut this.control)
+            // Read into the thread's scratch and copied: the caller's buffer is uninitialised, and
+            // zeroing all of it for each read costs more than copying what was read.
+            let read = SCRATCH.with_borrow_mut(|scratch| {
+                let room = buf.remaining().min(scratch.len());
+                let read = this.stream.try_io(tokio::io::Interest::READABLE, || {
+                    stamping::read(&this.stream, &mut scratch[..room], &mut this.control)
+                });
+                if let Ok((bytes, _)) = read {
+                    buf.put_slice(&scratch[..bytes]);
+                }
+                read
             });
             match read {
-                Ok((bytes, stamp)) => {
+                Ok((_, stamp)) => {
                     if let Some(unix_nanos) = stamp {
                         this.clock.set(unix_nanos);
                     }
-                    buf.advance(bytes);
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
