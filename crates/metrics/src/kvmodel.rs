@@ -32,7 +32,7 @@ pub type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<BlockKeyHasher>>;
 
 impl Hasher for BlockKeyHasher {
     fn finish(&self) -> u64 {
-        let spread = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let spread = self.0.wrapping_mul(FIBONACCI);
         spread ^ (spread >> 32)
     }
     fn write(&mut self, bytes: &[u8]) {
@@ -44,6 +44,9 @@ impl Hasher for BlockKeyHasher {
         self.0 = n;
     }
 }
+
+/// 2^64 divided by the golden ratio, odd: [`BlockKeyHasher`]'s multiplier.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
 
 const NIL: u32 = u32::MAX;
 
@@ -69,7 +72,7 @@ pub struct Lookup {
 /// A least-recently-used set of block keys with a capacity in blocks.
 pub struct Lru {
     capacity_blocks: usize,
-    map: BlockMap<u32>,
+    map: BlockHashMap<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Most recently used.
@@ -95,7 +98,7 @@ impl Lru {
     pub fn new(capacity_blocks: u64) -> Lru {
         Lru {
             capacity_blocks: capacity_blocks.min(u64::from(u32::MAX) - 1) as usize,
-            map: BlockMap::default(),
+            map: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             head: NIL,
@@ -121,7 +124,7 @@ impl Lru {
 
     /// Whether `key` is cached now.
     pub fn contains(&self, key: u64) -> bool {
-        self.map.contains_key(key)
+        self.map.contains_key(&key)
     }
 
     /// Blocks evicted for capacity since the cache was made.
@@ -143,11 +146,11 @@ impl Lru {
         lookup.hit_blocks = keys
             .iter()
             .take(usable)
-            .take_while(|&&key| self.map.contains_key(key))
+            .take_while(|&&key| self.map.contains_key(&key))
             .count();
         // Walk from the last block to the first so the head of the prompt ends up most recent.
         for &key in keys.iter().rev() {
-            match self.map.get(key) {
+            match self.map.get(&key) {
                 Some(&slot) => self.move_to_front(slot),
                 None => {
                     self.insert_front(key);
@@ -224,7 +227,7 @@ impl Lru {
         }
         self.unlink(slot);
         let key = self.slots[slot as usize].key;
-        self.map.remove(key);
+        self.map.remove(&key);
         self.free.push(slot);
         self.evicted += 1;
         Some(key)
