@@ -146,13 +146,16 @@ impl Sorted {
 
     /// The sample's figures, with the `percentiles` asked for.
     pub fn figures(&self, percentiles: &[f64]) -> Figures {
+        // One sum for the sum, the mean and the deviation (`mean` divides the same sum).
+        let sum = self.sum();
+        let mean = sum / self.len() as f64;
         Figures {
             len: self.len(),
             min: self.min(),
             max: self.max(),
-            sum: self.sum(),
-            mean: self.mean(),
-            std_population: self.std(Deviation::Population),
+            sum,
+            mean,
+            std_population: std(&self.0, mean, Deviation::Population),
             percentiles: percentiles
                 .iter()
                 .map(|&p| (p, self.percentile(p)))

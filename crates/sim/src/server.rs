@@ -653,12 +653,7 @@ async fn read_chat(
         parse_body(shared, meta.logged.as_ref(), &body, api)
     };
     match parsed {
-        Ok(r) => Ok(
-            check_chat(config, r, api, received).map(|accepted| Accepted {
-                arrived,
-                ..accepted
-            }),
-        ),
+        Ok(r) => Ok(check_chat(config, r, api, (received, arrived))),
         Err(e) => Ok(Err(e)),
     }
 }
@@ -691,7 +686,7 @@ fn check_chat(
     config: &SimConfig,
     parsed: ChatRequest,
     api: Api,
-    received: Instant,
+    (received, arrived): (Instant, Option<Duration>),
 ) -> Result<Accepted, ApiError> {
     if let Some(model) = &parsed.model {
         if config.strict_model && model != &config.model {
@@ -720,7 +715,7 @@ fn check_chat(
         parsed,
         max_tokens,
         received,
-        arrived: None,
+        arrived,
     })
 }
 
