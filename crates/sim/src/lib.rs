@@ -49,6 +49,7 @@ mod faults;
 mod foreground;
 mod gpu;
 mod metrics;
+mod prep;
 mod record;
 mod reply;
 mod request;

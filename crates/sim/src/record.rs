@@ -11,8 +11,8 @@
 //! with that marker removed (two runs that differ only by their run id digest alike). Requests whose
 //! body is not a valid chat request are logged with their error instead.
 //!
-//! A line is written when its body has been read and parsed: a body over 256 KiB is parsed on a
-//! blocking thread (the server's `PARSE_ELSEWHERE_BYTES`), so its line can follow the line of a
+//! A line is written when its body has been read and parsed: a body over 16 KiB is parsed on a
+//! request-preparation thread (`prep::PREPARE_INLINE_BYTES`), so its line can follow the line of a
 //! request that arrived after it. `seq` is the arrival order.
 
 use std::fs::File;

@@ -33,6 +33,7 @@ use super::engine::{Admission, Engine};
 use super::faults;
 use super::gpu;
 use super::metrics::{self, EngineMetrics, Exposition};
+use super::prep::{Preparer, PREPARE_INLINE_BYTES};
 use super::record::{logged_headers, Arrival, RequestLog};
 use super::reply::ReplyPlan;
 use super::request::{self, Api, ApiError, ChatRequest};
@@ -72,6 +73,8 @@ pub(crate) struct Shared {
     request_log: Option<RequestLog>,
     /// `GET /dcgm/metrics` pages served (for `Faults::gpu_counter_reset_every`).
     gpu_pages: AtomicU64,
+    /// The threads that log and parse long bodies off the reactor.
+    preparer: Preparer,
 }
 
 /// The number of the connection a request came on (0 for the first accepted), as a request
@@ -118,6 +121,7 @@ impl Shared {
             accepted: AtomicU64::new(0),
             request_log,
             gpu_pages: AtomicU64::new(0),
+            preparer: Preparer::default(),
         }
     }
 
@@ -644,11 +648,12 @@ async fn read_chat(
     };
     let received = Instant::now();
     let arrived = rx_clock.and_then(|clock| clock.last());
-    let parsed = if body.len() > PARSE_ELSEWHERE_BYTES {
-        let (shared, logged) = (Arc::clone(shared), meta.logged.clone());
-        tokio::task::spawn_blocking(move || parse_body(&shared, logged.as_ref(), &body, api))
-            .await
-            .map_err(|e| Dropped::Body(format!("parsing the request body failed: {e}")))?
+    let parsed = if body.len() > PREPARE_INLINE_BYTES {
+        let (job_shared, logged) = (Arc::clone(shared), meta.logged.clone());
+        let prepare = move || parse_body(&job_shared, logged.as_ref(), &body, api);
+        shared.preparer.run(prepare).await.map_err(|_| {
+            Dropped::Body("parsing the request body failed: its preparation thread ended".into())
+        })?
     } else {
         parse_body(shared, meta.logged.as_ref(), &body, api)
     };
@@ -657,11 +662,6 @@ async fn read_chat(
         Err(e) => Ok(Err(e)),
     }
 }
-
-/// Bodies longer than this are logged and parsed on a blocking thread: the server goes on reading
-/// the other connections meanwhile, so their requests' last bytes are read (and stamped, as
-/// `x-agentx-sim-request-received-ns`) when they come, not after a long prompt's parse.
-pub(crate) const PARSE_ELSEWHERE_BYTES: usize = 256 << 10;
 
 /// Logs a request's body (with `--record-requests`) and parses it in its API's shape.
 fn parse_body(

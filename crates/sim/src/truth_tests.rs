@@ -306,7 +306,7 @@ async fn a_replay_through_the_cache_model_predicts_every_hit_and_eviction() {
     sim.shutdown().await;
 }
 
-/// A body past the size the server parses on a blocking thread (a 60,000-word prompt, about 470 KB)
+/// A body past the size the server parses on its reactor (a 60,000-word prompt, about 470 KB)
 /// is read as a small one is: its exact prompt count, its blocks cached for its repeat, and a small
 /// request sent beside it answered too.
 #[tokio::test]
@@ -315,7 +315,7 @@ async fn a_long_prompt_parsed_off_the_worker_counts_and_caches_as_a_short_one() 
     c.block_size = 16;
     let sim = spawn(c).unwrap();
     let long = words(60_000, "w");
-    assert!(long.len() > super::server::PARSE_ELSEWHERE_BYTES);
+    assert!(long.len() > super::prep::PREPARE_INLINE_BYTES);
     let short = words(40, "s");
     let (long_prompt, short_prompt) = ([long.as_str()], [short.as_str()]);
     let (first, beside) = tokio::join!(
