@@ -86,7 +86,8 @@ fn check_every_turn(
 /// Walks every turn of the first traces as the replay registers them: each turn's masked chain
 /// leaves out the blocks forgotten after the turn before (every one of them in the set of
 /// registered blocks) and gives the rest of the whole masked prompt's chain, as if nothing had been
-/// forgotten; returns the turns checked.
+/// forgotten; the plain chain the same, with the last forgotten block's hash; returns the turns
+/// checked.
 fn check_masked_forgetting(ds: &Dataset, mode: AssistantMode, bust: CacheBust<'_>) -> usize {
     let synth = PromptSynth::new(7);
     let masked = CacheBust {
@@ -100,6 +101,7 @@ fn check_masked_forgetting(ds: &Dataset, mode: AssistantMode, bust: CacheBust<'_
             .expect("turn 0 exists")
             .with_recorded_history();
         let mut registered = std::collections::HashSet::new();
+        let mut sent = std::collections::HashSet::new();
         for turn in 0..traj.num_turns() {
             let (known, tail, words) = conv
                 .with_masked_prompt_chain(Some(bust), 16, |known, tail, words| {
@@ -114,7 +116,27 @@ fn check_masked_forgetting(ds: &Dataset, mode: AssistantMode, bust: CacheBust<'_
                 "{at}"
             );
             registered.extend(tail);
-            conv.forget_masked_chain();
+            // The plain chain likewise: the blocks after the ones given up, joined to them by the
+            // last one's hash.
+            let (forgotten, last_forgotten, plain_tail, plain_words) = conv
+                .with_marked_prompt_chain(Some(bust), 16, |prompt| {
+                    let tail = prompt.hashes.to_vec();
+                    (prompt.forgotten, prompt.last_forgotten, tail, prompt.words)
+                });
+            let (plain, _) = chain_of_messages(&conv, Some(bust), 16);
+            assert_eq!(
+                (&plain_tail[..], plain_words),
+                (&plain[forgotten..], whole_words),
+                "{at}"
+            );
+            assert_eq!(
+                last_forgotten,
+                forgotten.checked_sub(1).map(|last| plain[last]),
+                "{at}"
+            );
+            assert!(plain[..forgotten].iter().all(|h| sent.contains(h)), "{at}");
+            sent.extend(plain_tail);
+            conv.forget_chains();
             checked += 1;
             if conv.is_final() {
                 break;
@@ -126,7 +148,7 @@ fn check_masked_forgetting(ds: &Dataset, mode: AssistantMode, bust: CacheBust<'_
 }
 
 #[test]
-fn the_masked_chain_forgets_what_was_registered_and_goes_on_as_the_whole() {
+fn both_chains_forget_what_was_registered_and_go_on_as_the_whole() {
     let cache = tempfile::tempdir().unwrap();
     let ds = open_golden_corpus(cache.path());
     let mut checked = 0;

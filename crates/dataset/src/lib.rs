@@ -64,7 +64,7 @@ pub use cache::{CacheKey, Outcome};
 pub use error::{DatasetError, Location};
 pub use prompt::{
     sendable_starts, AssistantMode, CacheBust, Conversation, Message, MessagesWriter, Placement,
-    PromptError, PromptSynth, Role, StepInfo, Tiling, Wire,
+    PromptChain, PromptError, PromptSynth, Role, StepInfo, Tiling, Wire,
 };
 pub use tokens::TokenCounter;
 pub use view::{Dataset, HashIds, Trajectory, Turn};

@@ -58,6 +58,7 @@ mod layout;
 mod wire;
 mod writer;
 
+pub use chain::PromptChain;
 use layout::*;
 pub use layout::{sendable_starts, StepInfo};
 pub use wire::{Wire, TOOL_WORDS};

@@ -26,16 +26,43 @@ mod marked;
 use agentx_metrics::kvmodel::{BlockMap, BlockSet};
 use marked::MarkedChains;
 
-/// A prompt's chain as [`Registry::register`] takes it.
+/// A prompt's chain as [`Registry::register`] takes it: the blocks after the leading ones its
+/// conversation gave up once an earlier prompt of it was registered.
 #[derive(Clone, Copy)]
 pub(crate) struct Chain<'a> {
-    /// The chained block hashes.
+    /// Leading blocks left out: registered before, by the conversation's earlier prompts, so known.
+    pub(crate) forgotten: usize,
+    /// The hash of the last of them (`None` when `forgotten` is 0): where the chain's blocks join
+    /// what was registered.
+    pub(crate) last_forgotten: Option<u64>,
+    /// The chained hashes of the blocks after them.
     pub(crate) hashes: &'a [u64],
     /// Its length in words.
     pub(crate) words: u64,
     /// The tree's marker and the index of the chain's first block that chains it: that block and
     /// every later one go to the marker's chains. `None` keeps every block in the shared table.
     pub(crate) marked: Option<(&'a str, usize)>,
+}
+
+impl Chain<'_> {
+    /// Blocks in the whole chain, the forgotten ones included.
+    pub(crate) fn len(&self) -> usize {
+        self.forgotten + self.hashes.len()
+    }
+
+    /// The hash of the block at `position`: any block from the last forgotten one on.
+    pub(crate) fn hash_at(&self, position: usize) -> Option<u64> {
+        match position.checked_sub(self.forgotten) {
+            Some(index) => self.hashes.get(index).copied(),
+            None if position + 1 == self.forgotten => self.last_forgotten,
+            None => None,
+        }
+    }
+
+    /// The first position whose hash is held here: the last forgotten block, else the first.
+    pub(crate) fn first_held(&self) -> usize {
+        self.forgotten.saturating_sub(1)
+    }
 }
 
 /// The first senders: the shared table, and each tree's chains from its marker on.
@@ -83,6 +110,16 @@ impl Registry {
         senders.by_marker.remove(marker);
     }
 
+    /// Branches of `marker`'s chains now.
+    #[cfg(test)]
+    pub(crate) fn branches(&self, marker: &str) -> usize {
+        let senders = self.first_sender.lock().expect("prefix registry lock");
+        senders
+            .by_marker
+            .get(marker)
+            .map_or(0, MarkedChains::branches)
+    }
+
     /// Blocks in the registry now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -100,43 +137,51 @@ impl Registry {
     pub(crate) fn register(&self, request_id: &str, chain: Chain<'_>) -> PromptBlocks {
         let mut guard = self.first_sender.lock().expect("prefix registry lock");
         let Senders { shared, by_marker } = &mut *guard;
-        let hashes = chain.hashes;
+        let len = chain.len();
         // Blocks from `marked_from` on are in the marker's chains, the ones before in the table.
         let (marked_from, marked) = match chain.marked {
-            Some((marker, from)) if from < hashes.len() => {
+            Some((marker, from)) if from < len => {
                 if !by_marker.contains_key(marker) {
                     by_marker.insert(marker.into(), MarkedChains::default());
                 }
                 (from, by_marker.get_mut(marker))
             }
-            _ => (hashes.len(), None),
+            _ => (len, None),
         };
-        let known_unmarked =
-            hashes[..marked_from].partition_point(|&hash| shared.contains_key(hash));
+        // The forgotten blocks are known; the table is searched after them.
+        let searched = chain.forgotten.min(marked_from);
+        let known_unmarked = searched
+            + chain.hashes[..marked_from - searched]
+                .partition_point(|&hash| shared.contains_key(hash));
         let known = match marked.as_deref() {
-            Some(chains) if known_unmarked == marked_from => chains.known(hashes, marked_from),
+            Some(chains) if known_unmarked == marked_from => chains.known(&chain, marked_from),
             _ => known_unmarked,
         };
-        let from = match known.checked_sub(1) {
-            Some(last) if last < marked_from => shared.get(hashes[last]),
-            Some(last) => marked
-                .as_deref()
-                .and_then(|chains| chains.sender(hashes, last)),
-            None => None,
-        }
-        .map(std::string::ToString::to_string);
-        if known < hashes.len() {
+        let from = known.checked_sub(1).and_then(|last| {
+            let hash = chain.hash_at(last)?;
+            if last < marked_from {
+                shared.get(hash)
+            } else {
+                marked
+                    .as_deref()
+                    .and_then(|chains| chains.sender(last, hash))
+            }
+        });
+        let from = from.map(std::string::ToString::to_string);
+        if known < len {
             let first: Arc<str> = Arc::from(request_id);
-            for &hash in &hashes[known..marked_from.max(known)] {
-                shared.insert(hash, Arc::clone(&first));
+            for position in known..marked_from.max(known) {
+                if let Some(hash) = chain.hash_at(position) {
+                    shared.insert(hash, Arc::clone(&first));
+                }
             }
             if let Some(chains) = marked {
-                chains.register(hashes, marked_from, known.max(marked_from), &first);
+                chains.register(&chain, marked_from, known.max(marked_from), &first);
             }
         }
         PromptBlocks {
             block_size: self.block_size,
-            blocks: u32::try_from(hashes.len()).unwrap_or(u32::MAX),
+            blocks: u32::try_from(len).unwrap_or(u32::MAX),
             words: chain.words,
             shared: u32::try_from(known).unwrap_or(u32::MAX),
             from,
@@ -151,6 +196,8 @@ mod tests {
 
     fn plain(hashes: &[u64], words: u64) -> Chain<'_> {
         Chain {
+            forgotten: 0,
+            last_forgotten: None,
             hashes,
             words,
             marked: None,
@@ -182,6 +229,8 @@ mod tests {
     fn a_tree_forgets_the_blocks_of_its_marker_only() {
         let registry = Registry::new(16);
         let marked = |hashes: &'static [u64], from: usize| Chain {
+            forgotten: 0,
+            last_forgotten: None,
             hashes,
             words: 16 * hashes.len() as u64,
             marked: Some(("[rid:a]", from)),
@@ -203,7 +252,8 @@ mod tests {
 
     /// The marker's chains answer as one table of every block ever sent would: over trees whose
     /// sessions share a system prompt, start their marker at different blocks, extend their
-    /// chains turn by turn, reset them, and follow one another.
+    /// chains turn by turn, reset them, follow one another, and leave out the leading blocks they
+    /// registered before (as a conversation that gave up its hashes does), or do not.
     #[test]
     fn marked_chains_answer_as_a_table_of_every_block() {
         let mut draw = 0x2545_f491_4f6c_dd1d_u64;
@@ -228,10 +278,12 @@ mod tests {
             chain
         };
         let (mut requests, mut known_past_marker, mut from_earlier_turn) = (0, 0, 0);
+        let mut forgetting = 0;
         for tree in 0..6u64 {
             let marker = format!("[rid:{tree}]");
-            // Each session: its tokens and the block its marker starts at.
-            let mut sessions: Vec<(Vec<u64>, usize)> = Vec::new();
+            // Each session: its tokens, the block its marker starts at, and how many leading
+            // blocks it registered and gave up.
+            let mut sessions: Vec<(Vec<u64>, usize, usize)> = Vec::new();
             for turn in 0..40 {
                 let pick = next(4) as usize;
                 if sessions.is_empty() || pick == 0 {
@@ -240,21 +292,23 @@ mod tests {
                     let system = 1 + next(3) as usize;
                     let mut tokens: Vec<u64> = (0..system as u64).collect();
                     let at = system + next(2) as usize;
-                    if let Some((other, other_at)) = sessions.last().filter(|_| next(2) == 0) {
+                    if let Some((other, other_at, _)) = sessions.last().filter(|_| next(2) == 0) {
                         tokens =
                             other[..(*other_at + 1 + next(3) as usize).min(other.len())].to_vec();
-                        sessions.push((tokens, *other_at));
+                        sessions.push((tokens, *other_at, 0));
                     } else {
                         tokens.extend((0..at + 2 - system).map(|_| 100 + next(5)));
-                        sessions.push((tokens, at));
+                        sessions.push((tokens, at, 0));
                     }
                 }
                 let index = next(sessions.len() as u64) as usize;
-                let (tokens, at) = &mut sessions[index];
+                let (tokens, at, forgotten) = &mut sessions[index];
                 if next(5) == 0 {
-                    // A context reset: cut, then new blocks.
+                    // A context reset: cut, then new blocks; what was given up past the cut is
+                    // hashed again.
                     let cut = (*at + 1 + next(4) as usize).min(tokens.len());
                     tokens.truncate(cut);
+                    *forgotten = (*forgotten).min(cut);
                 }
                 tokens.extend((0..1 + next(4)).map(|_| 100 + next(5)));
                 let chain = chain_of(tokens, (tree + 1, *at));
@@ -269,11 +323,18 @@ mod tests {
                 let got = registry.register(
                     &request_id,
                     Chain {
-                        hashes: &chain,
+                        forgotten: *forgotten,
+                        last_forgotten: forgotten.checked_sub(1).map(|last| chain[last]),
+                        hashes: &chain[*forgotten..],
                         words: 16 * chain.len() as u64,
                         marked: Some((&marker, *at)),
                     },
                 );
+                // Half the sessions give up what they registered, as a conversation does.
+                if tree % 2 == 1 || next(3) == 0 {
+                    *forgotten = chain.len();
+                }
+                forgetting += usize::from(*forgotten > *at + 1);
                 assert_eq!(
                     (got.shared as usize, &got.from),
                     (expected_shared, &expected_from),
@@ -291,9 +352,44 @@ mod tests {
         }
         assert_eq!(requests, 240);
         assert!(
+            forgetting > 60,
+            "{forgetting} registrations left out blocks past a marker"
+        );
+        assert!(
             known_past_marker > 100 && from_earlier_turn > 100,
             "{known_past_marker} {from_earlier_turn}"
         );
+    }
+
+    /// A conversation that gives up its hashes once registered extends its one branch turn by turn,
+    /// as one that keeps them does, and finds its own earlier blocks.
+    #[test]
+    fn a_chain_without_its_registered_blocks_extends_its_branch() {
+        let registry = Registry::new(16);
+        let chain: Vec<u64> = (1..=12).collect();
+        let mut forgotten = 0;
+        let mut answers = Vec::new();
+        for (turn, end) in [4usize, 7, 7, 12].into_iter().enumerate() {
+            let got = registry.register(
+                &format!("r{turn}"),
+                Chain {
+                    forgotten,
+                    last_forgotten: forgotten.checked_sub(1).map(|last| chain[last]),
+                    hashes: &chain[forgotten..end],
+                    words: 16 * end as u64,
+                    marked: Some(("[rid:a]", 2)),
+                },
+            );
+            assert_eq!(got.blocks as usize, end);
+            answers.push((got.shared, got.from));
+            forgotten = end;
+        }
+        let from = |r: &str| Some(r.to_string());
+        assert_eq!(
+            answers,
+            [(0, None), (4, from("r0")), (7, from("r1")), (7, from("r1"))]
+        );
+        assert_eq!((registry.len(), registry.branches("[rid:a]")), (12, 1));
     }
 
     #[test]

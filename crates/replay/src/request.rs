@@ -80,24 +80,27 @@ pub(super) fn prompt_blocks_marked(
 ) -> Option<PromptBlocks> {
     let registry = sh.prefix.as_ref()?;
     let bust = bust(sh.cfg.placement, &session.marker);
-    let mut blocks =
-        conv.with_marked_prompt_chain(bust, registry.block_size, |hashes, words, marked_from| {
-            let marked = marked_from
-                .filter(|_| tree_marker)
-                .map(|from| (session.marker.as_str(), from));
-            let chain = crate::prefix::Chain {
-                hashes,
-                words,
-                marked,
-            };
-            registry.register(request_id, chain)
-        });
+    let mut blocks = conv.with_marked_prompt_chain(bust, registry.block_size, |prompt| {
+        let marked = prompt
+            .marked_from
+            .filter(|_| tree_marker)
+            .map(|from| (session.marker.as_str(), from));
+        let chain = crate::prefix::Chain {
+            forgotten: prompt.forgotten,
+            last_forgotten: prompt.last_forgotten,
+            hashes: prompt.hashes,
+            words: prompt.words,
+            marked,
+        };
+        registry.register(request_id, chain)
+    });
     blocks.shared_unmarked =
         conv.with_masked_prompt_chain(bust, registry.block_size, |known, hashes, _| {
             registry.register_masked(known, hashes)
         });
-    // The registry's set of masked blocks never forgets: the conversation need not keep them.
-    conv.forget_masked_chain();
+    // The registry knows these blocks now (the masked set for ever, the marker's chains while the
+    // tree lives, and so while this conversation does): the conversation need not keep them.
+    conv.forget_chains();
     Some(blocks)
 }
 

@@ -22,6 +22,8 @@ pub struct BlockHasher {
     /// Leading block hashes given up by [`BlockHasher::forget_hashes`]: `blocks` holds the ones
     /// after them.
     forgotten: usize,
+    /// The hash of the last forgotten block (meaningless while `forgotten` is 0).
+    last_forgotten: u64,
     blocks: Vec<u64>,
 }
 
@@ -34,6 +36,7 @@ impl BlockHasher {
             cur: BLOCK_SEED,
             prev: CHAIN_SEED,
             forgotten: 0,
+            last_forgotten: 0,
             blocks: Vec::new(),
         }
     }
@@ -102,9 +105,19 @@ impl BlockHasher {
         self.forgotten
     }
 
+    /// The hash of the last block [`BlockHasher::forget_hashes`] gave up (the block before
+    /// [`BlockHasher::hashes`]), `None` when none was: what a caller that stored the forgotten
+    /// blocks looks the chain up by.
+    pub fn last_forgotten(&self) -> Option<u64> {
+        (self.forgotten > 0).then_some(self.last_forgotten)
+    }
+
     /// Gives up the hashes of the full blocks so far, keeping the state that chains the next ones:
     /// for a caller that has stored them elsewhere and needs only what comes after.
     pub fn forget_hashes(&mut self) {
+        if let Some(&last) = self.blocks.last() {
+            self.last_forgotten = last;
+        }
         self.forgotten += self.blocks.len();
         self.blocks = Vec::new();
     }
@@ -131,7 +144,9 @@ impl BlockHasher {
         if checkpoint.blocks >= self.forgotten {
             self.blocks.truncate(checkpoint.blocks - self.forgotten);
         } else {
+            // The chain's state after a block is that block's hash.
             self.forgotten = checkpoint.blocks;
+            self.last_forgotten = checkpoint.prev;
             self.blocks.clear();
         }
     }
@@ -298,6 +313,7 @@ mod tests {
             }
         }
         assert_eq!(forgetting.forgotten(), 5);
+        assert_eq!(forgetting.last_forgotten(), Some(kept.hashes()[4]));
         assert_eq!(forgetting.tokens(), kept.tokens());
         assert_eq!(forgetting.hashes(), &kept.hashes()[5..]);
         assert_eq!(forgetting.checkpoint(), kept.checkpoint());
@@ -306,12 +322,18 @@ mod tests {
         forgetting.rewind(early);
         kept.rewind(early);
         assert_eq!((forgetting.forgotten(), forgetting.hashes()), (2, &[][..]));
+        assert_eq!(forgetting.last_forgotten(), Some(kept.hashes()[1]));
         for word in &words[21..60] {
             kept.push(word.as_bytes());
             forgetting.push(word.as_bytes());
         }
         assert_eq!(forgetting.hashes(), &kept.hashes()[2..]);
         assert_eq!(forgetting.tokens(), kept.tokens());
+        // Forgetting with nothing new keeps the last forgotten block; a fresh hasher has none.
+        forgetting.forget_hashes();
+        forgetting.forget_hashes();
+        assert_eq!(forgetting.last_forgotten(), kept.hashes().last().copied());
+        assert_eq!(BlockHasher::new(8).last_forgotten(), None);
     }
 
     fn hashes(text: &str, bs: u32) -> Vec<u64> {

@@ -61,7 +61,8 @@ impl Conversation {
     /// Calls `use_chain` with the current turn's block chain: the chained hashes of its full blocks
     /// of `block_size` words, and its length in words (the partial last block and the marker
     /// included). The text is the one [`Conversation::messages_json_parts`] sends with the same
-    /// `bust`.
+    /// `bust`. The hashes start after any blocks [`Conversation::forget_chains`] gave up: the whole
+    /// chain for a conversation that never forgot.
     pub fn with_prompt_chain<R>(
         &self,
         bust: Option<CacheBust<'_>>,
@@ -73,20 +74,23 @@ impl Conversation {
         })
     }
 
-    /// [`Conversation::with_prompt_chain`], with the index of the chain's first block that
-    /// chains the cache-bust marker ([`Conversation::marked_from_block`]) as the third argument.
+    /// The current turn's chain as the replay registers it: the blocks after those
+    /// [`Conversation::forget_chains`] gave up (as far as this prompt still begins with them), and
+    /// where the marker's blocks start ([`Conversation::marked_from_block`]).
     pub fn with_marked_prompt_chain<R>(
         &self,
         bust: Option<CacheBust<'_>>,
         block_size: u32,
-        use_chain: impl FnOnce(&[u64], u64, Option<usize>) -> R,
+        use_chain: impl FnOnce(PromptChain<'_>) -> R,
     ) -> R {
         self.chain_in(bust, block_size, |hashers| {
-            use_chain(
-                hashers.plain.hashes(),
-                hashers.plain.tokens(),
-                hashers.marked_from,
-            )
+            use_chain(PromptChain {
+                forgotten: hashers.plain.forgotten(),
+                last_forgotten: hashers.plain.last_forgotten(),
+                hashes: hashers.plain.hashes(),
+                words: hashers.plain.tokens(),
+                marked_from: hashers.marked_from,
+            })
         })
     }
 
@@ -121,12 +125,17 @@ impl Conversation {
         })
     }
 
-    /// Gives up the hashes of the masked chain made so far, keeping what chains its next blocks:
-    /// for a caller that stored them (the prefix registry's set of masked blocks, which never
-    /// forgets), so that a conversation holds the hashes of its masked prompt only until they are
-    /// registered. Later chains of [`Conversation::with_masked_prompt_chain`] leave them out.
-    pub fn forget_masked_chain(&self) {
-        if let Some(masked) = self.chain_cache.borrow_mut().masked.as_mut() {
+    /// Gives up the hashes of both chains made so far, keeping what chains their next blocks: for a
+    /// caller that stored them (the prefix registry, which knows every block it was given while the
+    /// conversation's tree lives), so that a conversation holds its prompt's hashes only until they
+    /// are registered. Later chains of [`Conversation::with_marked_prompt_chain`] and
+    /// [`Conversation::with_masked_prompt_chain`] leave them out.
+    pub fn forget_chains(&self) {
+        let mut cache = self.chain_cache.borrow_mut();
+        if let Some(plain) = cache.hasher.as_mut() {
+            plain.forget_hashes();
+        }
+        if let Some(masked) = cache.masked.as_mut() {
             masked.forget_hashes();
         }
     }
@@ -311,6 +320,22 @@ fn mask_words(text: &str) -> String {
         }
     }
     masked
+}
+
+/// A turn's block chain as [`Conversation::with_marked_prompt_chain`] gives it: the blocks after
+/// the leading ones the conversation gave up.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptChain<'a> {
+    /// Leading blocks left out ([`Conversation::forget_chains`]): the caller stored them before.
+    pub forgotten: usize,
+    /// The hash of the last of them; `None` when none are left out.
+    pub last_forgotten: Option<u64>,
+    /// The chained hashes of the blocks after them.
+    pub hashes: &'a [u64],
+    /// The prompt's length in words.
+    pub words: u64,
+    /// The index (in the whole chain) of the first block that chains the cache-bust marker.
+    pub marked_from: Option<usize>,
 }
 
 /// The chains of a turn, as [`Conversation::chain_in`] hands them over.

@@ -10,15 +10,22 @@
 //! small table ([`MarkedChains::cut`]). So a tree costs 8 bytes per block of its live chains and a
 //! table entry per block it dropped, where a table of first senders costs about four times that
 //! for every block.
+//!
+//! A conversation gives up its chain's hashes once they are registered ([`super::Chain`]), so a
+//! later prompt of it comes with the hashes after them only, and the hash of the last one given
+//! up. A branch can therefore start past the marker's first block: where a chain whose earlier
+//! blocks are held elsewhere (cut from another branch) goes on.
 
 use std::sync::Arc;
 
 use agentx_metrics::kvmodel::BlockHashMap;
 
+use super::Chain;
+
 /// One branch: chain positions `from..from + hashes.len()`, and who sent each run of them first.
 #[derive(Debug)]
 struct Branch {
-    /// The chain position of `hashes[0]`: the first block that chains the marker.
+    /// The chain position of `hashes[0]`: the marker's first block, or a later one.
     from: usize,
     hashes: Vec<u64>,
     /// `(first position, sender)` of each run of blocks one request sent first, in order.
@@ -30,22 +37,28 @@ impl Branch {
         self.from + self.hashes.len()
     }
 
-    /// Whether the branch holds `chain`'s block at `position`.
-    fn holds(&self, chain: &[u64], position: usize) -> bool {
-        position >= self.from
-            && position < self.end()
-            && self.hashes[position - self.from] == chain[position]
+    /// Whether the branch holds the block `hash` at `position`.
+    fn holds(&self, position: usize, hash: u64) -> bool {
+        position >= self.from && position < self.end() && self.hashes[position - self.from] == hash
     }
 
-    /// Where `chain` parts from this branch, searching from position `start` (`start` when it
-    /// shares nothing from there).
-    fn parts_at(&self, chain: &[u64], start: usize) -> usize {
-        if self.from != start {
-            // A branch whose marker starts elsewhere holds other text from `start` on.
-            return start;
+    /// Where `chain` parts from this branch, looking from position `start` (the marker's first
+    /// block) on; `None` when it holds none of the chain's blocks from there. A block's hash chains
+    /// every block before it, so the chain follows the branch from the first position both hold
+    /// to where they part.
+    fn parts_at(&self, chain: &Chain<'_>, start: usize) -> Option<usize> {
+        let first = self.from.max(start).max(chain.first_held());
+        let shared_end = chain.len().min(self.end());
+        if first >= shared_end || !chain.hash_at(first).is_some_and(|h| self.holds(first, h)) {
+            return None;
         }
-        let common = chain.len().min(self.end()) - start;
-        start + known_prefix(common, |i| chain[start + i] == self.hashes[i])
+        let after = first + 1;
+        let held = |i: usize| {
+            chain
+                .hash_at(after + i)
+                .is_some_and(|hash| self.holds(after + i, hash))
+        };
+        Some(after + known_prefix(shared_end - after, held))
     }
 
     /// The first sender of the block at `position`.
@@ -94,22 +107,21 @@ pub(super) struct MarkedChains {
 
 impl MarkedChains {
     /// How far `chain`'s blocks from position `start` (its marker's first block) were sent before:
-    /// the position of its first block nobody sent.
-    pub(super) fn known(&self, chain: &[u64], start: usize) -> usize {
-        let holds = |position: usize| {
-            self.branches
-                .iter()
-                .any(|branch| branch.holds(chain, position))
-                || self.cut.contains_key(&chain[position])
+    /// the position of its first block nobody sent. Its forgotten blocks were.
+    pub(super) fn known(&self, chain: &Chain<'_>, start: usize) -> usize {
+        let holds = |position: usize| match chain.hash_at(position) {
+            Some(hash) => self.sender(position, hash).is_some(),
+            None => false,
         };
-        start + known_prefix(chain.len() - start, |i| holds(start + i))
+        let from = start.max(chain.forgotten);
+        from + known_prefix(chain.len().saturating_sub(from), |i| holds(from + i))
     }
 
-    /// The first sender of `chain`'s block at `position`, if it was sent.
-    pub(super) fn sender(&self, chain: &[u64], position: usize) -> Option<&Arc<str>> {
-        match self.branches.iter().find(|b| b.holds(chain, position)) {
+    /// The first sender of the block `hash` at `position`, if it was sent.
+    pub(super) fn sender(&self, position: usize, hash: u64) -> Option<&Arc<str>> {
+        match self.branches.iter().find(|b| b.holds(position, hash)) {
             Some(branch) => Some(branch.sender_at(position)),
-            None => self.cut.get(&chain[position]),
+            None => self.cut.get(&hash),
         }
     }
 
@@ -117,21 +129,21 @@ impl MarkedChains {
     /// first block).
     pub(super) fn register(
         &mut self,
-        chain: &[u64],
+        chain: &Chain<'_>,
         start: usize,
         known: usize,
         sender: &Arc<str>,
     ) {
-        if known >= chain.len() {
+        let len = chain.len();
+        if known >= len {
             return;
         }
-        // The branch the chain follows furthest, if it shares a block with any.
+        // The branch the chain follows furthest, if it holds any of its blocks.
         let followed = self
             .branches
             .iter()
             .enumerate()
-            .map(|(index, branch)| (index, branch.parts_at(chain, start)))
-            .filter(|&(_, parted)| parted > start)
+            .filter_map(|(index, branch)| Some((index, branch.parts_at(chain, start)?)))
             .max_by_key(|&(_, parted)| parted);
         let (branch, parted) = match followed {
             Some((index, parted)) => {
@@ -147,18 +159,23 @@ impl MarkedChains {
                 (branch, parted)
             }
             None => {
+                // A new branch, from the first block whose hash the chain holds: the forgotten
+                // blocks before it are in other branches, or were cut from them.
+                let from = start.max(chain.forgotten);
                 self.branches.push(Branch {
-                    from: start,
+                    from,
                     hashes: Vec::new(),
                     senders: Vec::new(),
                 });
-                (self.branches.last_mut().expect("just pushed"), start)
+                (self.branches.last_mut().expect("just pushed"), from)
             }
         };
         // Blocks from the cut to `known` were known as cut blocks: they join the branch with
         // their first senders.
-        for (position, hash) in chain.iter().enumerate().take(known).skip(parted) {
-            let first = self.cut.remove(hash);
+        for position in parted..known {
+            let first = chain
+                .hash_at(position)
+                .and_then(|hash| self.cut.remove(&hash));
             push_run(
                 &mut branch.senders,
                 position,
@@ -166,8 +183,15 @@ impl MarkedChains {
             );
         }
         push_run(&mut branch.senders, known, Arc::clone(sender));
-        branch.hashes.reserve_exact(chain.len() - parted);
-        branch.hashes.extend_from_slice(&chain[parted..]);
+        let tail = &chain.hashes[parted - chain.forgotten..];
+        branch.hashes.reserve_exact(tail.len());
+        branch.hashes.extend_from_slice(tail);
+    }
+
+    /// Branches held.
+    #[cfg(test)]
+    pub(super) fn branches(&self) -> usize {
+        self.branches.len()
     }
 
     /// Blocks held.
