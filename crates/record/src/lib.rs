@@ -14,7 +14,6 @@ mod chunks;
 pub mod dist;
 pub mod fsio;
 pub mod outcome;
-pub mod priority;
 mod record;
 pub mod testkit;
 
