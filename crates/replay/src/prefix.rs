@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use agentx_dataset::PromptChain;
 use agentx_record::PromptBlocks;
 
 mod marked;
@@ -27,41 +28,20 @@ use agentx_metrics::kvmodel::{BlockMap, BlockSet};
 use marked::MarkedChains;
 
 /// A prompt's chain as [`Registry::register`] takes it: the blocks after the leading ones its
-/// conversation gave up once an earlier prompt of it was registered.
+/// conversation gave up once an earlier prompt of it was registered, and the tree's marker.
 #[derive(Clone, Copy)]
 pub(crate) struct Chain<'a> {
-    /// Leading blocks left out: registered before, by the conversation's earlier prompts, so known.
-    pub(crate) forgotten: usize,
-    /// The hash of the last of them (`None` when `forgotten` is 0): where the chain's blocks join
-    /// what was registered.
-    pub(crate) last_forgotten: Option<u64>,
-    /// The chained hashes of the blocks after them.
-    pub(crate) hashes: &'a [u64],
-    /// Its length in words.
-    pub(crate) words: u64,
-    /// The tree's marker and the index of the chain's first block that chains it: that block and
-    /// every later one go to the marker's chains. `None` keeps every block in the shared table.
-    pub(crate) marked: Option<(&'a str, usize)>,
+    /// The blocks, as the conversation gives them.
+    pub(crate) prompt: PromptChain<'a>,
+    /// The tree's marker: the chain's blocks from its `marked_from` on go to the marker's chains.
+    /// `None` keeps every block in the shared table.
+    pub(crate) marker: Option<&'a str>,
 }
 
 impl Chain<'_> {
-    /// Blocks in the whole chain, the forgotten ones included.
-    pub(crate) fn len(&self) -> usize {
-        self.forgotten + self.hashes.len()
-    }
-
-    /// The hash of the block at `position`: any block from the last forgotten one on.
-    pub(crate) fn hash_at(&self, position: usize) -> Option<u64> {
-        match position.checked_sub(self.forgotten) {
-            Some(index) => self.hashes.get(index).copied(),
-            None if position + 1 == self.forgotten => self.last_forgotten,
-            None => None,
-        }
-    }
-
-    /// The first position whose hash is held here: the last forgotten block, else the first.
-    pub(crate) fn first_held(&self) -> usize {
-        self.forgotten.saturating_sub(1)
+    /// The tree's marker and the index of the chain's first block that chains it.
+    fn marked(&self) -> Option<(&str, usize)> {
+        self.marker.zip(self.prompt.marked_from)
     }
 }
 
@@ -137,9 +117,10 @@ impl Registry {
     pub(crate) fn register(&self, request_id: &str, chain: Chain<'_>) -> PromptBlocks {
         let mut guard = self.first_sender.lock().expect("prefix registry lock");
         let Senders { shared, by_marker } = &mut *guard;
-        let len = chain.len();
+        let prompt = &chain.prompt;
+        let len = prompt.len();
         // Blocks from `marked_from` on are in the marker's chains, the ones before in the table.
-        let (marked_from, marked) = match chain.marked {
+        let (marked_from, marked) = match chain.marked() {
             Some((marker, from)) if from < len => {
                 if !by_marker.contains_key(marker) {
                     by_marker.insert(marker.into(), MarkedChains::default());
@@ -149,16 +130,16 @@ impl Registry {
             _ => (len, None),
         };
         // The forgotten blocks are known; the table is searched after them.
-        let searched = chain.forgotten.min(marked_from);
+        let searched = prompt.forgotten.min(marked_from);
         let known_unmarked = searched
-            + chain.hashes[..marked_from - searched]
+            + prompt.hashes[..marked_from - searched]
                 .partition_point(|&hash| shared.contains_key(hash));
         let known = match marked.as_deref() {
-            Some(chains) if known_unmarked == marked_from => chains.known(&chain, marked_from),
+            Some(chains) if known_unmarked == marked_from => chains.known(prompt, marked_from),
             _ => known_unmarked,
         };
         let from = known.checked_sub(1).and_then(|last| {
-            let hash = chain.hash_at(last)?;
+            let hash = prompt.hash_at(last)?;
             if last < marked_from {
                 shared.get(hash)
             } else {
@@ -171,18 +152,18 @@ impl Registry {
         if known < len {
             let first: Arc<str> = Arc::from(request_id);
             for position in known..marked_from.max(known) {
-                if let Some(hash) = chain.hash_at(position) {
+                if let Some(hash) = prompt.hash_at(position) {
                     shared.insert(hash, Arc::clone(&first));
                 }
             }
             if let Some(chains) = marked {
-                chains.register(&chain, marked_from, known.max(marked_from), &first);
+                chains.register(prompt, marked_from, known.max(marked_from), &first);
             }
         }
         PromptBlocks {
             block_size: self.block_size,
             blocks: u32::try_from(len).unwrap_or(u32::MAX),
-            words: chain.words,
+            words: prompt.words,
             shared: u32::try_from(known).unwrap_or(u32::MAX),
             from,
             shared_unmarked: None,
@@ -194,14 +175,28 @@ impl Registry {
 mod tests {
     use super::*;
 
-    fn plain(hashes: &[u64], words: u64) -> Chain<'_> {
+    /// The chain of `whole` without its first `forgotten` blocks, in the marker's chains from the
+    /// block `marked` gives on.
+    fn chain<'a>(
+        whole: &'a [u64],
+        forgotten: usize,
+        words: u64,
+        marked: Option<(&'a str, usize)>,
+    ) -> Chain<'a> {
         Chain {
-            forgotten: 0,
-            last_forgotten: None,
-            hashes,
-            words,
-            marked: None,
+            prompt: PromptChain {
+                forgotten,
+                last_forgotten: forgotten.checked_sub(1).map(|last| whole[last]),
+                hashes: &whole[forgotten..],
+                words,
+                marked_from: marked.map(|(_, from)| from),
+            },
+            marker: marked.map(|(marker, _)| marker),
         }
+    }
+
+    fn plain(hashes: &[u64], words: u64) -> Chain<'_> {
+        chain(hashes, 0, words, None)
     }
 
     #[test]
@@ -228,12 +223,8 @@ mod tests {
     #[test]
     fn a_tree_forgets_the_blocks_of_its_marker_only() {
         let registry = Registry::new(16);
-        let marked = |hashes: &'static [u64], from: usize| Chain {
-            forgotten: 0,
-            last_forgotten: None,
-            hashes,
-            words: 16 * hashes.len() as u64,
-            marked: Some(("[rid:a]", from)),
+        let marked = |hashes: &'static [u64], from: usize| {
+            chain(hashes, 0, 16 * hashes.len() as u64, Some(("[rid:a]", from)))
         };
         // Blocks 1 and 2 come before the marker (a shared system prompt); 3.. chain it.
         registry.register("a0", marked(&[1, 2, 3, 4], 2));
@@ -311,28 +302,27 @@ mod tests {
                     *forgotten = (*forgotten).min(cut);
                 }
                 tokens.extend((0..1 + next(4)).map(|_| 100 + next(5)));
-                let chain = chain_of(tokens, (tree + 1, *at));
+                let whole = chain_of(tokens, (tree + 1, *at));
                 let request_id = format!("t{tree}-r{turn}");
-                let expected_shared = chain.partition_point(|hash| table.contains_key(hash));
+                let expected_shared = whole.partition_point(|hash| table.contains_key(hash));
                 let expected_from = expected_shared
                     .checked_sub(1)
-                    .map(|last| table[&chain[last]].clone());
-                for &hash in &chain[expected_shared..] {
+                    .map(|last| table[&whole[last]].clone());
+                for &hash in &whole[expected_shared..] {
                     table.insert(hash, request_id.clone());
                 }
                 let got = registry.register(
                     &request_id,
-                    Chain {
-                        forgotten: *forgotten,
-                        last_forgotten: forgotten.checked_sub(1).map(|last| chain[last]),
-                        hashes: &chain[*forgotten..],
-                        words: 16 * chain.len() as u64,
-                        marked: Some((&marker, *at)),
-                    },
+                    chain(
+                        &whole,
+                        *forgotten,
+                        16 * whole.len() as u64,
+                        Some((&marker, *at)),
+                    ),
                 );
                 // Half the sessions give up what they registered, as a conversation does.
                 if tree % 2 == 1 || next(3) == 0 {
-                    *forgotten = chain.len();
+                    *forgotten = whole.len();
                 }
                 forgetting += usize::from(*forgotten > *at + 1);
                 assert_eq!(
@@ -366,19 +356,18 @@ mod tests {
     #[test]
     fn a_chain_without_its_registered_blocks_extends_its_branch() {
         let registry = Registry::new(16);
-        let chain: Vec<u64> = (1..=12).collect();
+        let whole: Vec<u64> = (1..=12).collect();
         let mut forgotten = 0;
         let mut answers = Vec::new();
         for (turn, end) in [4usize, 7, 7, 12].into_iter().enumerate() {
             let got = registry.register(
                 &format!("r{turn}"),
-                Chain {
+                chain(
+                    &whole[..end],
                     forgotten,
-                    last_forgotten: forgotten.checked_sub(1).map(|last| chain[last]),
-                    hashes: &chain[forgotten..end],
-                    words: 16 * end as u64,
-                    marked: Some(("[rid:a]", 2)),
-                },
+                    16 * end as u64,
+                    Some(("[rid:a]", 2)),
+                ),
             );
             assert_eq!(got.blocks as usize, end);
             answers.push((got.shared, got.from));

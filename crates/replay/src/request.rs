@@ -80,19 +80,9 @@ pub(super) fn prompt_blocks_marked(
 ) -> Option<PromptBlocks> {
     let registry = sh.prefix.as_ref()?;
     let bust = bust(sh.cfg.placement, &session.marker);
+    let marker = tree_marker.then_some(session.marker.as_str());
     let mut blocks = conv.with_marked_prompt_chain(bust, registry.block_size, |prompt| {
-        let marked = prompt
-            .marked_from
-            .filter(|_| tree_marker)
-            .map(|from| (session.marker.as_str(), from));
-        let chain = crate::prefix::Chain {
-            forgotten: prompt.forgotten,
-            last_forgotten: prompt.last_forgotten,
-            hashes: prompt.hashes,
-            words: prompt.words,
-            marked,
-        };
-        registry.register(request_id, chain)
+        registry.register(request_id, crate::prefix::Chain { prompt, marker })
     });
     blocks.shared_unmarked =
         conv.with_masked_prompt_chain(bust, registry.block_size, |known, hashes, _| {

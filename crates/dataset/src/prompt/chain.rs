@@ -338,6 +338,32 @@ pub struct PromptChain<'a> {
     pub marked_from: Option<usize>,
 }
 
+impl PromptChain<'_> {
+    /// Blocks in the whole chain, the forgotten ones included.
+    pub fn len(&self) -> usize {
+        self.forgotten + self.hashes.len()
+    }
+
+    /// Whether the chain has no block at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The hash of the block at `position`: any block from the last forgotten one on.
+    pub fn hash_at(&self, position: usize) -> Option<u64> {
+        match position.checked_sub(self.forgotten) {
+            Some(index) => self.hashes.get(index).copied(),
+            None if position + 1 == self.forgotten => self.last_forgotten,
+            None => None,
+        }
+    }
+
+    /// The first position whose hash is held here: the last forgotten block, else the first.
+    pub fn first_held(&self) -> usize {
+        self.forgotten.saturating_sub(1)
+    }
+}
+
 /// The chains of a turn, as [`Conversation::chain_in`] hands them over.
 struct Hashers<'a> {
     plain: &'a BlockHasher,

@@ -11,7 +11,7 @@
 //! table entry per block it dropped, where a table of first senders costs about four times that
 //! for every block.
 //!
-//! A conversation gives up its chain's hashes once they are registered ([`super::Chain`]), so a
+//! A conversation gives up its chain's hashes once they are registered ([`PromptChain`]), so a
 //! later prompt of it comes with the hashes after them only, and the hash of the last one given
 //! up. A branch can therefore start past the marker's first block: where a chain whose earlier
 //! blocks are held elsewhere (cut from another branch) goes on.
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use agentx_metrics::kvmodel::BlockHashMap;
 
-use super::Chain;
+use agentx_dataset::PromptChain;
 
 /// One branch: chain positions `from..from + hashes.len()`, and who sent each run of them first.
 #[derive(Debug)]
@@ -46,7 +46,7 @@ impl Branch {
     /// block) on; `None` when it holds none of the chain's blocks from there. A block's hash chains
     /// every block before it, so the chain follows the branch from the first position both hold
     /// to where they part.
-    fn parts_at(&self, chain: &Chain<'_>, start: usize) -> Option<usize> {
+    fn parts_at(&self, chain: &PromptChain<'_>, start: usize) -> Option<usize> {
         let first = self.from.max(start).max(chain.first_held());
         let shared_end = chain.len().min(self.end());
         if first >= shared_end || !chain.hash_at(first).is_some_and(|h| self.holds(first, h)) {
@@ -108,7 +108,7 @@ pub(super) struct MarkedChains {
 impl MarkedChains {
     /// How far `chain`'s blocks from position `start` (its marker's first block) were sent before:
     /// the position of its first block nobody sent. Its forgotten blocks were.
-    pub(super) fn known(&self, chain: &Chain<'_>, start: usize) -> usize {
+    pub(super) fn known(&self, chain: &PromptChain<'_>, start: usize) -> usize {
         let holds = |position: usize| match chain.hash_at(position) {
             Some(hash) => self.sender(position, hash).is_some(),
             None => false,
@@ -129,7 +129,7 @@ impl MarkedChains {
     /// first block).
     pub(super) fn register(
         &mut self,
-        chain: &Chain<'_>,
+        chain: &PromptChain<'_>,
         start: usize,
         known: usize,
         sender: &Arc<str>,
