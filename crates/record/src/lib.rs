@@ -14,6 +14,7 @@ mod chunks;
 pub mod dist;
 pub mod fsio;
 pub mod outcome;
+pub mod priority;
 mod record;
 pub mod testkit;
 

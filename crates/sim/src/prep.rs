@@ -170,20 +170,10 @@ fn take(queue: &Queue, backlog: bool) -> Option<Job> {
     waiting.jobs.pop_front().map(|queued| queued.job)
 }
 
-/// Raises the calling thread's nice value by [`PREP_NICE`] (Linux keeps one per thread: `who` 0
-/// is the calling thread, not the process).
-#[cfg(target_os = "linux")]
+/// Raises the calling thread's nice value by [`PREP_NICE`].
 fn lower_priority() {
-    use rustix::process::{getpriority_process, setpriority_process};
-    let lowered = getpriority_process(None)
-        .and_then(|nice| setpriority_process(None, (nice + PREP_NICE).min(19)));
-    if let Err(e) = lowered {
-        tracing::debug!("a request-preparation thread keeps its priority: {e}");
-    }
+    agentx_record::priority::lower_current_thread(PREP_NICE);
 }
-
-#[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
 
 #[cfg(test)]
 mod tests {
