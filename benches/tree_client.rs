@@ -31,17 +31,11 @@ mod common;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// And its arenas committed on demand, as `agentx-host` sets them before `main`.
+/// And its options, as `agentx-host` sets them before `main`.
 #[allow(unsafe_code)] // an ELF constructor: a plain function pointer, run once by the loader
 #[used]
 #[link_section = ".init_array"]
-static COMMIT_ON_DEMAND: extern "C" fn() = commit_on_demand;
-
-#[allow(unsafe_code)]
-extern "C" fn commit_on_demand() {
-    // SAFETY: sets one of the allocator's options (`mi_option_arena_eager_commit`, index 4).
-    unsafe { libmimalloc_sys::mi_option_set(4, 0) }
-}
+static ALLOCATOR_OPTIONS: extern "C" fn() = agentx::allocator::set_options;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -8,12 +8,14 @@
 //! here under its module name so that the binary, the integration tests, the benches and the fuzz
 //! targets reach the whole library as `agentx::<module>`.
 //!
-//! Unsafe code is denied; the binary's allocator constructor (`main.rs`) allows it for one item.
+//! Unsafe code is denied; the allocator's options ([`allocator`]) and the binary's constructor that
+//! sets them (`main.rs`) allow it for one item each.
 
 /// The printing macros (`outln!`, `out!`, `errln!`) for every module of the command line.
 #[macro_use]
 extern crate agentx_record as printing;
 
+pub mod allocator;
 pub mod cli;
 pub mod run;
 

@@ -9,26 +9,13 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_arena_eager_commit` (the index in its `mimalloc.h` enum, v2 and v3 alike).
-#[cfg(target_os = "linux")]
-const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-
-/// Commits the allocator's arenas as they are used. By default mimalloc commits a whole arena up
-/// front on Linux and its freed pages stay resident: a session-tree replay at 64 lanes held 95-105
-/// MiB more at its peak than with commit on demand (58-61), for the same CPU per token. The option
-/// is read when the first arena is reserved, so it is set before `main` (an ELF constructor).
+/// The allocator's options ([`agentx::allocator`]), set before `main`: mimalloc reads them when it
+/// reserves its first arena.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // an ELF constructor: a plain function pointer, run once by the loader
 #[used]
 #[link_section = ".init_array"]
-static COMMIT_ON_DEMAND: extern "C" fn() = commit_on_demand;
-
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-extern "C" fn commit_on_demand() {
-    // SAFETY: sets one of the allocator's options; nothing is allocated or read.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0) }
-}
+static ALLOCATOR_OPTIONS: extern "C" fn() = agentx::allocator::set_options;
 
 fn main() -> ExitCode {
     agentx::cli::main()
