@@ -553,7 +553,10 @@ impl Client {
                     return;
                 }
             };
-            let resp = match self.pools.sticky.send(ids.correlation_id, req, spare).await {
+            // Boxed: the sticky send (a connection's handshake, HTTP/1 or HTTP/2) is 8 KB of state,
+            // which every request's future would otherwise hold, sticky or not.
+            let sent = Box::pin(self.pools.sticky.send(ids.correlation_id, req, spare)).await;
+            let resp = match sent {
                 Ok((r, retried)) => {
                     exchange.retried = retried;
                     r
