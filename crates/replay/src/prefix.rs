@@ -48,7 +48,14 @@ impl Chain<'_> {
 /// The first senders: the shared table, and each tree's chains from its marker on.
 #[derive(Default)]
 struct Senders {
-    shared: BlockMap<Arc<str>>,
+    /// Each block's first sender, as its index in `shared_senders`: 16 bytes an entry, where the
+    /// sender's `Arc<str>` itself made 24 (the table holds every distinct block before a marker,
+    /// hundreds of thousands on a long corpus).
+    shared: BlockMap<u32>,
+    /// The requests that sent a block of the shared table first, each once. The table never
+    /// forgets, and every sender here sent at least one of its blocks first, so this grows with
+    /// the corpus's distinct blocks, not with the run's requests.
+    shared_senders: Vec<Arc<str>>,
     by_marker: HashMap<Box<str>, MarkedChains>,
 }
 
@@ -100,6 +107,13 @@ impl Registry {
             .map_or(0, MarkedChains::branches)
     }
 
+    /// Requests the shared table names as a first sender.
+    #[cfg(test)]
+    pub(crate) fn shared_senders(&self) -> usize {
+        let senders = self.first_sender.lock().expect("prefix registry lock");
+        senders.shared_senders.len()
+    }
+
     /// Blocks in the registry now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -116,7 +130,11 @@ impl Registry {
     /// request sent first.
     pub(crate) fn register(&self, request_id: &str, chain: Chain<'_>) -> PromptBlocks {
         let mut guard = self.first_sender.lock().expect("prefix registry lock");
-        let Senders { shared, by_marker } = &mut *guard;
+        let Senders {
+            shared,
+            shared_senders,
+            by_marker,
+        } = &mut *guard;
         let prompt = &chain.prompt;
         let len = prompt.len();
         // Blocks from `marked_from` on are in the marker's chains, the ones before in the table.
@@ -141,7 +159,9 @@ impl Registry {
         let from = known.checked_sub(1).and_then(|last| {
             let hash = prompt.hash_at(last)?;
             if last < marked_from {
-                shared.get(hash)
+                shared
+                    .get(hash)
+                    .and_then(|&index| shared_senders.get(index as usize))
             } else {
                 marked
                     .as_deref()
@@ -151,9 +171,13 @@ impl Registry {
         let from = from.map(std::string::ToString::to_string);
         if known < len {
             let first: Arc<str> = Arc::from(request_id);
-            for position in known..marked_from.max(known) {
-                if let Some(hash) = prompt.hash_at(position) {
-                    shared.insert(hash, Arc::clone(&first));
+            if known < marked_from {
+                let index = u32::try_from(shared_senders.len()).expect("under 2^32 senders");
+                shared_senders.push(Arc::clone(&first));
+                for position in known..marked_from {
+                    if let Some(hash) = prompt.hash_at(position) {
+                        shared.insert(hash, index);
+                    }
                 }
             }
             if let Some(chains) = marked {
@@ -215,6 +239,10 @@ mod tests {
         let other = registry.register("r3", plain(&[7, 8], 40));
         assert_eq!((other.shared, other.from), (0, None));
         assert_eq!((other.block_size, other.blocks, other.words), (16, 2, 40));
+        // A request that sends only known blocks is not kept as a sender.
+        let again = registry.register("r4", plain(&[1, 2, 3, 4], 60));
+        assert_eq!((again.shared, again.from.as_deref()), (4, Some("r1")));
+        assert_eq!((registry.len(), registry.shared_senders()), (8, 4));
     }
 
     /// A tree's blocks from its marker on are found by its later requests, across the two tables,
