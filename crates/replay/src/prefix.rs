@@ -51,7 +51,7 @@ struct Senders {
     /// Each block's first sender, as its index in `shared_senders`: 16 bytes an entry, where the
     /// sender's `Arc<str>` itself made 24 (the table holds every distinct block before a marker,
     /// hundreds of thousands on a long corpus).
-    shared: BlockMap<u32>,
+    shared: BlockMap<usize>,
     /// The requests that sent a block of the shared table first, each once. The table never
     /// forgets, and every sender here sent at least one of its blocks first, so this grows with
     /// the corpus's distinct blocks, not with the run's requests.
@@ -161,7 +161,7 @@ impl Registry {
             if last < marked_from {
                 shared
                     .get(hash)
-                    .and_then(|&index| shared_senders.get(index as usize))
+                    .and_then(|&index| shared_senders.get(index))
             } else {
                 marked
                     .as_deref()
@@ -172,7 +172,7 @@ impl Registry {
         if known < len {
             let first: Arc<str> = Arc::from(request_id);
             if known < marked_from {
-                let index = u32::try_from(shared_senders.len()).expect("under 2^32 senders");
+                let index = shared_senders.len();
                 shared_senders.push(Arc::clone(&first));
                 for position in known..marked_from {
                     if let Some(hash) = prompt.hash_at(position) {
