@@ -7,8 +7,8 @@
 //!   more at its peak than with commit on demand (58-61), for the same CPU per token.
 //! - Freed pages go back to the system after [`PURGE_DELAY_MS`], not after mimalloc v3's default
 //!   of a second (ten for a whole arena's): at 1,024 lanes, where bodies of every size come and
-//!   go, a session-tree replay held 392 MiB at its peak with the default and 364-368 with 0 or 10
-//!   ms, in alternating runs.
+//!   go, a session-tree replay held 392-402 MiB at its peak with the default and 364-369 with 0 or
+//!   10 ms, in alternating runs.
 
 /// mimalloc's `mi_option_arena_eager_commit` (the index in its `mimalloc.h` enum, v2 and v3 alike).
 const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;

@@ -3,19 +3,21 @@
 //! runtime thread runs first instead of waiting out another thread's burst.
 
 /// Raises the calling thread's nice value by `by` (at most to 19). Linux keeps one per thread
-/// (`setpriority` with `who` 0 is the calling thread, not the process); elsewhere, and where the
-/// kernel refuses, the thread keeps its priority.
+/// (`setpriority` with `who` 0 is the calling thread, not the process); elsewhere the thread keeps
+/// its priority. An error is the kernel's refusal: the thread keeps its priority, slower to yield
+/// its core, and nothing else changes.
 #[cfg(target_os = "linux")]
-pub fn lower_current_thread(by: i32) {
+pub fn lower_current_thread(by: i32) -> std::io::Result<()> {
     use rustix::process::{getpriority_process, setpriority_process};
-    // A refusal leaves the thread at its priority: slower to yield the core, nothing else.
-    let _refused =
-        getpriority_process(None).and_then(|nice| setpriority_process(None, (nice + by).min(19)));
+    let nice = getpriority_process(None)?;
+    Ok(setpriority_process(None, (nice + by).min(19))?)
 }
 
 /// Raises the calling thread's nice value by `by`: not on this platform.
 #[cfg(not(target_os = "linux"))]
-pub fn lower_current_thread(_by: i32) {}
+pub fn lower_current_thread(_by: i32) -> std::io::Result<()> {
+    Ok(())
+}
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
@@ -24,7 +26,7 @@ mod tests {
         use rustix::process::getpriority_process;
         let caller = getpriority_process(None).expect("the caller's nice value");
         let lowered = std::thread::spawn(|| {
-            super::lower_current_thread(10);
+            super::lower_current_thread(10).expect("a thread may lower its own priority");
             getpriority_process(None).ok()
         })
         .join()

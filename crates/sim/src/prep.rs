@@ -172,7 +172,9 @@ fn take(queue: &Queue, backlog: bool) -> Option<Job> {
 
 /// Raises the calling thread's nice value by [`PREP_NICE`].
 fn lower_priority() {
-    agentx_record::priority::lower_current_thread(PREP_NICE);
+    if let Err(e) = agentx_record::priority::lower_current_thread(PREP_NICE) {
+        tracing::debug!("a request-preparation thread keeps its priority: {e}");
+    }
 }
 
 #[cfg(test)]
