@@ -10,6 +10,8 @@ use agentx::dataset::{
     AssistantMode, CacheBust, Conversation, Dataset, OpenOptions, Placement, PromptSynth, Tiling,
 };
 
+use std::collections::HashSet;
+
 use agentx::sim::SimConfig;
 use serde_json::Value;
 
@@ -162,6 +164,119 @@ fn both_chains_forget_what_was_registered_and_go_on_as_the_whole() {
         }
     }
     assert!(checked > 100, "only {checked} turns checked");
+}
+
+/// Each turn's conversation made anew (as a stream's next turn after a warmup primer is), adopting
+/// the chains its turn before made and registered: both chains leave out only blocks the turn
+/// before registered, and give the rest of the whole prompt's chains. Returns the turns checked and
+/// the blocks they did not hash again.
+fn check_adopted_chains(ds: &Dataset, tiling: Tiling, bust: CacheBust<'_>) -> (usize, usize) {
+    let synth = PromptSynth::new(7).with_tiling(tiling);
+    let masked = CacheBust {
+        placement: bust.placement,
+        text: "#",
+    };
+    let conversation = |traj, turn| {
+        synth
+            .conversation(traj, turn, AssistantMode::Recorded)
+            .expect("the turn exists")
+            .with_recorded_history()
+    };
+    let (mut checked, mut adopted) = (0, 0);
+    for traj in ds.trajectories() {
+        let (mut sent, mut masked_sent) = (HashSet::new(), HashSet::new());
+        let mut earlier: Option<Conversation> = None;
+        for turn in 0..traj.num_turns() {
+            let conv = conversation(traj, turn);
+            if let Some(earlier) = &earlier {
+                conv.adopt_chains(earlier);
+            }
+            let at = format!("trace {} turn {turn}, {tiling:?} {:?}", traj.id(), bust.placement);
+            let (forgotten, tail) = conv.with_marked_prompt_chain(Some(bust), 16, |prompt| {
+                (prompt.forgotten, prompt.hashes.to_vec())
+            });
+            let (plain, _) = chain_of_messages(&conv, Some(bust), 16);
+            assert_eq!(&tail[..], &plain[forgotten..], "{at}");
+            assert!(plain[..forgotten].iter().all(|h| sent.contains(h)), "{at}");
+            let (known, masked_tail) = conv
+                .with_masked_prompt_chain(Some(bust), 16, |known, tail, _| (known, tail.to_vec()))
+                .expect("a marker");
+            let (whole_masked, _) = chain_of_messages(&conv, Some(masked), 16);
+            assert_eq!(&masked_tail[..], &whole_masked[known..], "{at}");
+            assert!(
+                whole_masked[..known].iter().all(|h| masked_sent.contains(h)),
+                "{at}"
+            );
+            sent.extend(tail);
+            masked_sent.extend(masked_tail);
+            conv.forget_chains();
+            adopted += forgotten;
+            checked += 1;
+            earlier = Some(conv);
+        }
+    }
+    (checked, adopted)
+}
+
+#[test]
+fn a_conversation_made_anew_takes_over_the_chains_of_its_turn_before() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = open_golden_corpus(cache.path());
+    let (mut checked, mut adopted) = (0, 0);
+    for tiling in [Tiling::RecordedLength, Tiling::Reference] {
+        for placement in [Placement::SystemPrefix, Placement::FirstUserSuffix] {
+            let bust = CacheBust {
+                placement,
+                text: "[session-3f2a]",
+            };
+            let (turns, blocks) = check_adopted_chains(&ds, tiling, bust);
+            checked += turns;
+            adopted += blocks;
+        }
+    }
+    assert!(checked > 100, "only {checked} turns checked");
+    assert!(adopted > 1000, "only {adopted} blocks taken over");
+}
+
+#[test]
+fn chains_are_not_taken_over_across_modes_traces_or_markers() {
+    let cache = tempfile::tempdir().unwrap();
+    let ds = open_golden_corpus(cache.path());
+    let synth = PromptSynth::new(7);
+    let bust = CacheBust {
+        placement: Placement::SystemPrefix,
+        text: "[session-3f2a]",
+    };
+    let mut trajectories = ds.trajectories();
+    let (first, second) = (trajectories.next().unwrap(), trajectories.next().unwrap());
+    let registered = |traj, mode| {
+        let conv = synth.conversation(traj, 0, mode).expect("turn 0 exists");
+        conv.with_marked_prompt_chain(Some(bust), 16, |_| ());
+        conv.forget_chains();
+        conv
+    };
+    let forgotten_after = |next: &Conversation, earlier: &Conversation, bust| {
+        next.adopt_chains(earlier);
+        next.with_marked_prompt_chain(Some(bust), 16, |prompt| prompt.forgotten)
+    };
+    let recorded = AssistantMode::Recorded;
+    let next = |traj, mode| synth.conversation(traj, 1, mode).expect("turn 1 exists");
+    // Live mode knows a message by its place in one history.
+    let live = AssistantMode::Live;
+    assert_eq!(forgotten_after(&next(first, live), &registered(first, live), bust), 0);
+    // Another trace's chains are not this one's.
+    let other = registered(second, recorded);
+    assert_eq!(forgotten_after(&next(first, recorded), &other, bust), 0);
+    // Another marker starts the chains anew.
+    let earlier = registered(first, recorded);
+    let another = CacheBust {
+        placement: Placement::SystemPrefix,
+        text: "[session-9c1d]",
+    };
+    assert_eq!(forgotten_after(&next(first, recorded), &earlier, another), 0);
+    // The same trace and marker take them over.
+    let earlier = registered(first, recorded);
+    assert!(forgotten_after(&next(first, recorded), &earlier, bust) > 0);
 }
 
 #[test]

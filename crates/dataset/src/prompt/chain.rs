@@ -13,6 +13,8 @@
 //! every message but the marker's has the same words in both, so each of its words is split and
 //! hashed once and pushed into both chains.
 
+use std::sync::Arc;
+
 use agentx_tokens::blocks::{BlockHasher, Checkpoint};
 
 use super::{CacheBust, Conversation, MsgRef, Placement, Seg};
@@ -123,6 +125,31 @@ impl Conversation {
                 .masked
                 .map(|masked| use_chain(masked.forgotten(), masked.hashes(), masked.tokens()))
         })
+    }
+
+    /// Takes over the chains `earlier` made: `earlier` is this conversation's stream at an earlier
+    /// turn, rebuilt rather than advanced (a stream's next turn after a warmup primer is its
+    /// recorded history, made anew). The messages both share are not hashed again, and the blocks
+    /// `earlier` gave up stay given up: the registry has them. Without this, the rebuilt
+    /// conversation hashes its whole prompt and holds every hash until it is sent, through the
+    /// warmup: with 1,024 lanes' primers that was 84 MB of hashes held at once.
+    ///
+    /// Recorded mode only, where a message is known by its content (its segment and the hash ids
+    /// it covers); live mode knows a message by its place in one history, which a rebuilt
+    /// conversation does not share. A conversation of another trajectory or text takes nothing.
+    pub fn adopt_chains(&self, earlier: &Conversation) {
+        let recorded = self.mode == super::AssistantMode::Recorded
+            && earlier.mode == super::AssistantMode::Recorded;
+        let same_text = self.key == earlier.key
+            && self.block_key == earlier.block_key
+            && Arc::ptr_eq(&self.synth.vocab, &earlier.synth.vocab)
+            && self.st.same_trajectory(&earlier.st);
+        if !(recorded && same_text) {
+            return;
+        }
+        let mut adopted = earlier.chain_cache.take();
+        adopted.gen = self.gen;
+        *self.chain_cache.borrow_mut() = adopted;
     }
 
     /// Gives up the hashes of both chains made so far, keeping what chains their next blocks: for a

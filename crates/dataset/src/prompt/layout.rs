@@ -88,6 +88,13 @@ impl Structure {
         }
     }
 
+    /// Whether `other` lays out the same trajectory of the same corpus, with the same tiling.
+    pub(super) fn same_trajectory(&self, other: &Structure) -> bool {
+        std::sync::Arc::ptr_eq(&self.dataset.entry, &other.dataset.entry)
+            && self.trace == other.trace
+            && self.tiling == other.tiling
+    }
+
     /// The trajectory being laid out.
     pub(super) fn traj(&self) -> Trajectory<'_> {
         self.dataset.trajectory_at(self.trace)

@@ -206,9 +206,14 @@ async fn request(sh: Arc<Shared>, job: Job, recorded: &AtomicBool) -> Done {
     let next = if last || sent.overflow {
         None
     } else if stage == Stage::Primers {
+        // The primer's chains carry over: the next turn hashes only what its prompt adds, not the
+        // whole prompt, and holds it through the rest of the warmup.
         tree_conversation(&sh, tree.stream_trajectory(s), turn + 1)
             .ok()
-            .map(Box::new)
+            .map(|next| {
+                next.adopt_chains(&conv);
+                Box::new(next)
+            })
     } else {
         let reply = match sh.cfg.mode {
             AssistantMode::Live => sent.reply.as_deref(),
