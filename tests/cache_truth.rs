@@ -191,7 +191,11 @@ fn check_adopted_chains(ds: &Dataset, tiling: Tiling, bust: CacheBust<'_>) -> (u
             if let Some(earlier) = &earlier {
                 conv.adopt_chains(earlier);
             }
-            let at = format!("trace {} turn {turn}, {tiling:?} {:?}", traj.id(), bust.placement);
+            let at = format!(
+                "trace {} turn {turn}, {tiling:?} {:?}",
+                traj.id(),
+                bust.placement
+            );
             let (forgotten, tail) = conv.with_marked_prompt_chain(Some(bust), 16, |prompt| {
                 (prompt.forgotten, prompt.hashes.to_vec())
             });
@@ -204,7 +208,9 @@ fn check_adopted_chains(ds: &Dataset, tiling: Tiling, bust: CacheBust<'_>) -> (u
             let (whole_masked, _) = chain_of_messages(&conv, Some(masked), 16);
             assert_eq!(&masked_tail[..], &whole_masked[known..], "{at}");
             assert!(
-                whole_masked[..known].iter().all(|h| masked_sent.contains(h)),
+                whole_masked[..known]
+                    .iter()
+                    .all(|h| masked_sent.contains(h)),
                 "{at}"
             );
             sent.extend(tail);
@@ -263,7 +269,10 @@ fn chains_are_not_taken_over_across_modes_traces_or_markers() {
     let next = |traj, mode| synth.conversation(traj, 1, mode).expect("turn 1 exists");
     // Live mode knows a message by its place in one history.
     let live = AssistantMode::Live;
-    assert_eq!(forgotten_after(&next(first, live), &registered(first, live), bust), 0);
+    assert_eq!(
+        forgotten_after(&next(first, live), &registered(first, live), bust),
+        0
+    );
     // Another trace's chains are not this one's.
     let other = registered(second, recorded);
     assert_eq!(forgotten_after(&next(first, recorded), &other, bust), 0);
@@ -273,7 +282,10 @@ fn chains_are_not_taken_over_across_modes_traces_or_markers() {
         placement: Placement::SystemPrefix,
         text: "[session-9c1d]",
     };
-    assert_eq!(forgotten_after(&next(first, recorded), &earlier, another), 0);
+    assert_eq!(
+        forgotten_after(&next(first, recorded), &earlier, another),
+        0
+    );
     // The same trace and marker take them over.
     let earlier = registered(first, recorded);
     assert!(forgotten_after(&next(first, recorded), &earlier, bust) > 0);

@@ -61,8 +61,9 @@ pub(super) struct Structure {
     /// The hash ids the segments index: the turn's recorded ids ([`Tiling::RecordedLength`]), the
     /// blocks of the history buffer ([`Tiling::Reference`]).
     pub(super) ids: Vec<u32>,
-    /// Reference tiling: the current turn's recorded hash ids.
-    pub(super) hash: Vec<u32>,
+    /// Reference tiling: how many hash ids the current turn records. The ids themselves are not
+    /// kept: the ones a turn adds to the buffer are its new ones, read from the corpus.
+    pub(super) recorded_ids: usize,
     /// Reference tiling: the per-turn cap of assistant blocks ([`assistant_caps`]).
     pub(super) caps: Vec<Option<usize>>,
     pub(super) segs: Vec<Seg>,
@@ -77,7 +78,7 @@ impl Structure {
             trace: traj.index(),
             tiling,
             ids: Vec::new(),
-            hash: Vec::new(),
+            recorded_ids: 0,
             caps: match tiling {
                 Tiling::RecordedLength => Vec::new(),
                 Tiling::Reference => assistant_caps(traj),
@@ -205,15 +206,21 @@ impl Structure {
     /// [`Tiling::Reference`]: applies turn `turn_index` as the reference's
     /// `init_turn_0`/`advance_turn` do.
     fn step_reference(&mut self, turn_index: usize) -> StepInfo {
-        let traj = self.dataset.trajectory_at(self.trace);
+        // A handle of its own: the turn's new ids are read from the mapping while the layout
+        // changes.
+        let dataset = self.dataset.clone();
+        let traj = dataset.trajectory_at(self.trace);
         let turn = traj
             .turn(turn_index)
             .expect("caller checks the turn exists");
         let block = traj.block_size() as usize;
         let lcp = turn.lcp_with_previous();
-        self.hash.truncate(lcp);
-        self.hash.extend_from_slice(turn.new_hash_ids());
-        let geo = Geometry::of(self.hash.len(), turn.input_tokens() as usize, block);
+        // The turn records the previous turn's first `lcp` ids (as far as it had them), then its
+        // new ones: id `i` from `kept` on is `new_ids[i - kept]`.
+        let kept = lcp.min(self.recorded_ids);
+        let new_ids = turn.new_hash_ids();
+        self.recorded_ids = kept + new_ids.len();
+        let geo = Geometry::of(self.recorded_ids, turn.input_tokens() as usize, block);
         let tail = (geo.synth > 0).then_some(Tail::Synth {
             turn: turn_index as u32,
             words: geo.synth as u32,
@@ -226,7 +233,7 @@ impl Structure {
         if turn_index == 0 {
             self.segs.clear();
             self.ids.clear();
-            self.ids.extend_from_slice(&self.hash[..geo.covered]);
+            self.ids.extend_from_slice(&new_ids[..geo.covered - kept]);
             let system = self.push_system(geo.covered);
             let user = Seg {
                 role: Role::User,
@@ -247,8 +254,11 @@ impl Structure {
         }
         let start = self.ids.len();
         let new = geo.covered.saturating_sub(lcp);
-        self.ids
-            .extend_from_slice(&self.hash[lcp.min(geo.covered)..geo.covered]);
+        if lcp < geo.covered {
+            // Ids from `lcp` on are new ones, as `lcp` is at least `kept`.
+            self.ids
+                .extend_from_slice(&new_ids[lcp - kept..geo.covered - kept]);
+        }
         let prev_out = self
             .traj()
             .turn(turn_index - 1)
