@@ -155,18 +155,22 @@ fn a_bad_profile_is_refused_naming_the_choices() {
 }
 
 /// The summary's `routing` block of a tree run against a four-engine simulator routed by `router`,
-/// with Dynamo's headers sent.
-fn routing_seen(router: agentx::sim::Router) -> serde_json::Value {
+/// with Dynamo's headers sent, and the tree run's flags changed as `flags` says.
+fn routing_seen(router: agentx::sim::Router, flags: &[(&str, &str)]) -> serde_json::Value {
     let sim = Sim::start(SimConfig {
         engines: 4,
         router,
         ..SimConfig::default()
     });
-    let run = Run::exec(
-        tempfile::tempdir().unwrap(),
-        &tree_run_args(&sim.url(), &["--routing-headers", "dynamo"]),
-        &[],
-    );
+    let mut args = tree_run_args(&sim.url(), &["--routing-headers", "dynamo"]);
+    for (flag, value) in flags {
+        let at = args
+            .iter()
+            .position(|arg| arg == flag)
+            .expect("the tree run sets the flag");
+        (*value).clone_into(&mut args[at + 1]);
+    }
+    let run = Run::exec(tempfile::tempdir().unwrap(), &args, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     assert!(
         run.stdout().contains("sessions stayed on one worker"),
@@ -179,15 +183,20 @@ fn routing_seen(router: agentx::sim::Router) -> serde_json::Value {
 #[test]
 fn session_routing_keeps_each_tree_on_one_worker_and_round_robin_does_not() {
     // By Dynamo's session header, a child bound to its parent's engine: every tree on one worker.
-    let pinned = routing_seen(agentx::sim::Router::Session);
+    let pinned = routing_seen(agentx::sim::Router::Session, &[]);
     assert!(pinned["sessions"].as_u64().unwrap() > 0, "{pinned}");
     assert_eq!(
         pinned["sessions_on_one_worker"], pinned["sessions"],
         "{pinned}"
     );
     assert_eq!(pinned["worker_switches"], 0, "{pinned}");
-    // Round-robin ignores the headers: a tree's turns spread over the workers.
-    let spread = routing_seen(agentx::sim::Router::RoundRobin);
-    assert_eq!(spread["workers"], 4, "{spread}");
+    // Round-robin ignores the headers: a tree's turns spread over the workers. One lane, so that
+    // a tree's turns follow each other at the simulator and its counter moves each to the next
+    // worker (with four lanes, the other trees' turns could fall between them so that each landed
+    // where its last did: a loaded machine's 7 requests of 4 trees had no switch), and a window
+    // long enough for a tree's two turns on a loaded machine.
+    let one_lane = [("--concurrency", "1"), ("--benchmark-duration", "12")];
+    let spread = routing_seen(agentx::sim::Router::RoundRobin, &one_lane);
+    assert!(spread["workers"].as_u64().unwrap() > 1, "{spread}");
     assert!(spread["worker_switches"].as_u64().unwrap() > 0, "{spread}");
 }
