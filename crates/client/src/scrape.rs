@@ -29,8 +29,6 @@
 //! [`PageReader`] reads a page once on the same client and request (the sweep's wait for idle
 //! servers): every `/metrics` fetch of the host goes through this module.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -43,7 +41,6 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::scrape_journal::{read_journal, JournalFile, JournalWriter, FLUSH_EVERY};
-use agentx_metrics::prometheus;
 use agentx_record::Clock;
 
 pub use agentx_metrics::scrape_log::{
@@ -649,22 +646,13 @@ impl Endpoint {
             Ok(Ok(v)) => v,
         };
         let text = String::from_utf8_lossy(&body);
-        let mut hasher = DefaultHasher::new();
-        text.hash(&mut hasher);
-        match prometheus::parse(&text) {
-            Ok(families) => {
-                let mut log = lock(&self.log);
-                log.ingest(
-                    fetch(FetchOutcome::Ok { changed: true }),
-                    t_ns,
-                    hasher.finish(),
-                    families,
-                );
-                Ok(log.scrape_ns.len() as u32 - 1)
-            }
+        let fetched = fetch(FetchOutcome::Ok { changed: true });
+        let mut log = lock(&self.log);
+        match log.ingest_text(fetched, t_ns, &text) {
+            Ok(()) => Ok(log.scrape_ns.len() as u32 - 1),
             Err(e) => {
                 let msg = format!("not Prometheus text: {e}");
-                lock(&self.log).fail(fetch(FetchOutcome::Parse), msg.clone());
+                log.fail(fetch(FetchOutcome::Parse), msg.clone());
                 Err(msg)
             }
         }
@@ -693,8 +681,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
     use agentx_metrics::prometheus::MetricType;
-    use std::collections::hash_map::DefaultHasher;
-    use std::hash::{Hash, Hasher};
 
     #[test]
     fn metrics_urls() {
@@ -774,9 +760,7 @@ s{{quantile=\"0.5\"}} 1\n"
             latency_ns: 1,
             outcome: FetchOutcome::Ok { changed: true },
         };
-        let mut h = DefaultHasher::new();
-        text.hash(&mut h);
-        log.ingest(f, t, h.finish(), prometheus::parse(text).unwrap());
+        log.ingest_text(f, t, text).unwrap();
     }
 
     #[test]

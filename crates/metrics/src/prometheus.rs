@@ -172,18 +172,21 @@ impl<'a> Cursor<'a> {
 
 /// Parse a sample value: a float, `NaN`, `+Inf`, `-Inf` (any case).
 pub fn parse_value(text: &str) -> Option<f64> {
-    match text.to_ascii_lowercase().as_str() {
-        "nan" => Some(f64::NAN),
-        "+inf" | "inf" => Some(f64::INFINITY),
-        "-inf" => Some(f64::NEG_INFINITY),
-        other => {
-            // Rust also accepts "infinity"; the format does not, and a bare word is malformed.
-            if other.chars().any(|c| c.is_ascii_alphabetic() && c != 'e') {
-                None
-            } else {
-                text.parse().ok()
-            }
-        }
+    let is = |word: &str| text.eq_ignore_ascii_case(word);
+    if is("nan") {
+        Some(f64::NAN)
+    } else if is("+inf") || is("inf") {
+        Some(f64::INFINITY)
+    } else if is("-inf") {
+        Some(f64::NEG_INFINITY)
+    } else if text
+        .bytes()
+        .any(|b| b.is_ascii_alphabetic() && !b.eq_ignore_ascii_case(&b'e'))
+    {
+        // Rust also accepts "infinity"; the format does not, and a bare word is malformed.
+        None
+    } else {
+        text.parse().ok()
     }
 }
 
@@ -354,7 +357,8 @@ impl Builder {
         }
     }
 
-    fn sample(&mut self, sample: Sample) {
+    /// Adds `sample` to its family; where it went (family, sample).
+    fn sample(&mut self, sample: Sample) -> (usize, usize) {
         let index = match self.owner.get(&sample.name) {
             Some(&index) => index,
             None => {
@@ -363,17 +367,56 @@ impl Builder {
                 index
             }
         };
-        self.families[index].samples.push(sample);
+        let samples = &mut self.families[index].samples;
+        samples.push(sample);
+        (index, samples.len() - 1)
     }
+}
+
+/// One line of a page, as [`parse_page`] read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineShape {
+    /// A blank line or a comment (`# HELP`, `# TYPE` or an ordinary one).
+    Text,
+    /// A sample: the line's first `key_len` bytes are everything before its value (its name, its
+    /// labels and the blanks after them), and it is sample `sample` of family `family`.
+    Sample {
+        /// Bytes of the line (without a trailing `\r`) before the value.
+        key_len: usize,
+        /// Whether a timestamp follows the value.
+        timestamp: bool,
+        /// Index into the families.
+        family: usize,
+        /// Index into that family's samples.
+        sample: usize,
+    },
+}
+
+/// A parsed page: its families, and the shape of each of its lines (`str::lines`, in order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// The families, in order of first appearance.
+    pub families: Vec<Family>,
+    /// One shape per line.
+    pub lines: Vec<LineShape>,
 }
 
 /// Parse one exposition page into its families, in order of first appearance.
 pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
+    parse_page(text).map(|page| page.families)
+}
+
+/// Parse one exposition page into its families and the shape of each line.
+pub fn parse_page(text: &str) -> Result<Page, ParseError> {
     let mut builder = Builder::default();
+    let mut lines = Vec::new();
     for (n, raw) in text.lines().enumerate() {
         let line_no = n + 1;
         let line = raw.trim_end_matches('\r');
         let trimmed = line.trim_start_matches([' ', '\t']);
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            lines.push(LineShape::Text);
+        }
         if trimmed.is_empty() {
             continue;
         }
@@ -422,6 +465,7 @@ pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
             Vec::new()
         };
         cursor.skip_ws();
+        let key_len = line.len() - trimmed.len() + cursor.i;
         let value_text = cursor.token();
         if value_text.is_empty() {
             return Err(err(
@@ -453,14 +497,23 @@ pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
                 format!("unexpected {:?} after the sample", cursor.rest()),
             ));
         }
-        builder.sample(Sample {
+        let (family, sample) = builder.sample(Sample {
             name,
             labels,
             value,
             timestamp_ms,
         });
+        lines.push(LineShape::Sample {
+            key_len,
+            timestamp: timestamp_ms.is_some(),
+            family,
+            sample,
+        });
     }
-    Ok(builder.families)
+    Ok(Page {
+        families: builder.families,
+        lines,
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,10 @@ use crate::engines::{names, HitRate, ENGINES};
 use crate::prometheus::{self, MetricType};
 use agentx_record::Clock;
 
+pub mod page_template;
 pub mod window;
+
+use page_template::{Kept, PageTemplate, Role, Slot};
 
 /// One value of a [`Track`] from a scrape index on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -157,6 +160,44 @@ fn same_series(key: &Labels, labels: &[(String, String)], histogram: bool) -> bo
         count += 1;
     }
     count == key.len()
+}
+
+/// The bucket of histogram series `h` that bucket sample `s` counts (added, in order of its
+/// bound, when the series has none with that bound yet); `None` for a sample without a numeric
+/// `le`.
+fn bucket_role(h: &mut HistogramTrack, s: &prometheus::Sample) -> Option<Role> {
+    let le_text = s.label("le")?;
+    let bound = prometheus::parse_value(le_text)?;
+    let index = match h.buckets.iter().position(|b| b.le == bound) {
+        Some(index) => index,
+        None => {
+            let index = h.buckets.partition_point(|b| b.le < bound);
+            let bucket = Bucket {
+                le: bound,
+                le_text: le_text.to_string(),
+                track: Track::default(),
+            };
+            h.buckets.insert(index, bucket);
+            index
+        }
+    };
+    let le_bits = h.buckets[index].le.to_bits();
+    Some(Role::Bucket { index, le_bits })
+}
+
+/// Records `value` at scrape `idx` in `series`, in the place `role` names.
+fn fold(series: &mut SeriesLog, role: Role, idx: u32, value: f64) {
+    match (series, role) {
+        (SeriesLog::Scalar(track), Role::Value) => track.push(idx, Some(value)),
+        (SeriesLog::Histogram(h), Role::Sum) => h.sum.push(idx, Some(value)),
+        (SeriesLog::Histogram(h), Role::Count) => h.count.push(idx, Some(value)),
+        (SeriesLog::Histogram(h), Role::Bucket { index, .. }) => {
+            if let Some(bucket) = h.buckets.get_mut(index) {
+                bucket.track.push(idx, Some(value));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// One metric family as seen on one endpoint.
@@ -341,6 +382,8 @@ pub struct EndpointLog {
     /// The boundary scrapes, in the order they were asked for.
     pub boundaries: Vec<BoundaryScrape>,
     last_hash: Option<u64>,
+    /// The last fully parsed page's shape (see [`page_template`]).
+    template: Kept,
 }
 
 impl EndpointLog {
@@ -355,6 +398,7 @@ impl EndpointLog {
             last_error: None,
             boundaries: Vec::new(),
             last_hash: None,
+            template: Kept::default(),
         }
     }
 
@@ -386,22 +430,58 @@ impl EndpointLog {
         self.fetches.push(fetch);
     }
 
-    /// Fold one parsed page, scraped at `t_ns`, into the series.
-    pub fn ingest(
+    /// Fold one page's text, fetched at `t_ns`, into the series: only its values when every line
+    /// but the values is the last page's (see [`page_template`]), else parsed in full.
+    pub fn ingest_text(
         &mut self,
-        mut fetch: Fetch,
+        fetch: Fetch,
         t_ns: u64,
-        hash: u64,
-        families: Vec<prometheus::Family>,
-    ) {
+        text: &str,
+    ) -> Result<(), prometheus::ParseError> {
+        let mut hasher = DefaultHasher::new();
+        text.hash(&mut hasher);
+        let hash = hasher.finish();
+        if let Some(template) = self.template.0.take() {
+            let values = template.values(text);
+            if let Some(values) = values.filter(|_| self.fits(&template)) {
+                let idx = self.begin_scrape(fetch, t_ns, hash);
+                self.fold_values(&template, &values, idx);
+                self.mark_absent(idx);
+                self.template.0 = Some(template);
+                return Ok(());
+            }
+        }
+        let page = prometheus::parse_page(text)?;
+        let slots = self.fold_families(fetch, t_ns, hash, &page.families);
+        self.template.0 = PageTemplate::new(text, &page, &slots);
+        Ok(())
+    }
+
+    /// Counts a successful fetch and its scrape time; the scrape's index.
+    fn begin_scrape(&mut self, mut fetch: Fetch, t_ns: u64, hash: u64) -> u32 {
         let changed = self.last_hash != Some(hash);
         self.last_hash = Some(hash);
         fetch.outcome = FetchOutcome::Ok { changed };
         self.fetches.push(fetch);
-        let idx = self.scrape_ns.len() as u32;
         self.scrape_ns.push(t_ns);
+        self.scrape_ns.len() as u32 - 1
+    }
+
+    /// Folds a page's families in, creating the families, series and buckets it brings; where each
+    /// sample's value went (`[family][sample]`, `None` for the ones left out).
+    fn fold_families(
+        &mut self,
+        fetch: Fetch,
+        t_ns: u64,
+        hash: u64,
+        families: &[prometheus::Family],
+    ) -> Vec<Vec<Option<Slot>>> {
+        let idx = self.begin_scrape(fetch, t_ns, hash);
+        let mut slots = Vec::with_capacity(families.len());
         for f in families {
+            let mut family_slots = vec![None; f.samples.len()];
             if f.kind == MetricType::Summary || f.name.ends_with("_created") {
+                slots.push(family_slots);
                 continue;
             }
             let fam = self
@@ -411,6 +491,7 @@ impl EndpointLog {
             if fam.kind != f.kind {
                 // A family that changed type (a restarted server of another version) keeps its
                 // first type; its new samples are not comparable with the old ones.
+                slots.push(family_slots);
                 continue;
             }
             if fam.help.is_empty() && !f.help.is_empty() {
@@ -419,7 +500,7 @@ impl EndpointLog {
             // The series of the sample before: a histogram's buckets, sum and count follow each
             // other with the same labels, so their key is made (and looked up) once per series.
             let mut current: Option<Labels> = None;
-            for s in &f.samples {
+            for (s, slot) in f.samples.iter().zip(&mut family_slots) {
                 let role = f.role(s);
                 let histogram = fam.kind == MetricType::Histogram;
                 if role == "_created" || (!histogram && !matches!(role, "" | "_total")) {
@@ -449,42 +530,72 @@ impl EndpointLog {
                 let Some(series) = fam.series.get_mut(&key) else {
                     continue;
                 };
+                let role = match (&mut *series, role) {
+                    (SeriesLog::Scalar(_), _) => Some(Role::Value),
+                    (SeriesLog::Histogram(_), "_sum") => Some(Role::Sum),
+                    (SeriesLog::Histogram(_), "_count") => Some(Role::Count),
+                    (SeriesLog::Histogram(h), "_bucket") => bucket_role(h, s),
+                    (SeriesLog::Histogram(_), _) => None,
+                };
+                if let Some(role) = role {
+                    fold(series, role, idx, s.value);
+                    *slot = Some(Slot {
+                        family: f.name.clone(),
+                        labels: key.clone(),
+                        role,
+                    });
+                }
                 current = Some(key);
-                match series {
-                    SeriesLog::Scalar(t) => t.push(idx, Some(s.value)),
-                    SeriesLog::Histogram(h) => match role {
-                        "_sum" => h.sum.push(idx, Some(s.value)),
-                        "_count" => h.count.push(idx, Some(s.value)),
-                        "_bucket" => {
-                            let Some(le_text) = s.label("le") else {
-                                continue;
-                            };
-                            let Some(bound) = prometheus::parse_value(le_text) else {
-                                continue;
-                            };
-                            let bucket_index = match h.buckets.iter().position(|b| b.le == bound) {
-                                Some(bucket_index) => bucket_index,
-                                None => {
-                                    let insert_at = h.buckets.partition_point(|b| b.le < bound);
-                                    h.buckets.insert(
-                                        insert_at,
-                                        Bucket {
-                                            le: bound,
-                                            le_text: le_text.to_string(),
-                                            track: Track::default(),
-                                        },
-                                    );
-                                    insert_at
-                                }
-                            };
-                            h.buckets[bucket_index].track.push(idx, Some(s.value));
-                        }
-                        _ => {}
-                    },
+            }
+            slots.push(family_slots);
+        }
+        self.mark_absent(idx);
+        slots
+    }
+
+    /// Whether every series and bucket `template`'s values go to is in the log as it was when the
+    /// template was made.
+    fn fits(&self, template: &PageTemplate) -> bool {
+        template.groups.iter().all(|group| {
+            let series = self
+                .families
+                .get(&group.family)
+                .and_then(|fam| fam.series.get(&group.labels));
+            group.roles.iter().all(|role| match (series, role) {
+                (Some(SeriesLog::Scalar(_)), Role::Value) => true,
+                (Some(SeriesLog::Histogram(_)), Role::Sum | Role::Count) => true,
+                (Some(SeriesLog::Histogram(h)), Role::Bucket { index, le_bits }) => {
+                    h.buckets.get(*index).map(|b| b.le.to_bits()) == Some(*le_bits)
+                }
+                _ => false,
+            })
+        })
+    }
+
+    /// Folds in `values`, one per role of `template`'s groups in order, at scrape `idx`.
+    fn fold_values(&mut self, template: &PageTemplate, values: &[f64], idx: u32) {
+        let mut values = values.iter();
+        for group in &template.groups {
+            let Some(fam) = self.families.get_mut(&group.family) else {
+                continue;
+            };
+            match fam.seen.get_mut(&group.labels) {
+                Some(seen) => *seen = idx,
+                None => {
+                    fam.seen.insert(group.labels.clone(), idx);
                 }
             }
+            let Some(series) = fam.series.get_mut(&group.labels) else {
+                continue;
+            };
+            for (role, value) in group.roles.iter().zip(values.by_ref()) {
+                fold(series, *role, idx, *value);
+            }
         }
-        // Series missing from this page are absent from this scrape on.
+    }
+
+    /// Series missing from scrape `idx`'s page are absent from this scrape on.
+    fn mark_absent(&mut self, idx: u32) {
         for fam in self.families.values_mut() {
             for (labels, series) in &mut fam.series {
                 if fam.seen.get(labels) == Some(&idx) {
@@ -529,11 +640,7 @@ impl EndpointLog {
             outcome: FetchOutcome::Connect,
         };
         match page {
-            Some(text) => {
-                let mut hasher = DefaultHasher::new();
-                text.hash(&mut hasher);
-                self.ingest(fetch, scrape_ns, hasher.finish(), prometheus::parse(text)?);
-            }
+            Some(text) => self.ingest_text(fetch, scrape_ns, text)?,
             None => self.fail(fetch, "connection refused".to_string()),
         }
         Ok(())
