@@ -572,10 +572,13 @@ impl EndpointLog {
         })
     }
 
-    /// Folds in `values`, one per role of `template`'s groups in order, at scrape `idx`.
+    /// Folds in `values`, one per role of `template`'s groups in order, at scrape `idx`. Each
+    /// group takes its own values first, so one the log lacks leaves the others' in place.
     fn fold_values(&mut self, template: &PageTemplate, values: &[f64], idx: u32) {
-        let mut values = values.iter();
+        let mut values = values;
         for group in &template.groups {
+            let (group_values, rest) = values.split_at(group.roles.len().min(values.len()));
+            values = rest;
             let Some(fam) = self.families.get_mut(&group.family) else {
                 continue;
             };
@@ -588,7 +591,7 @@ impl EndpointLog {
             let Some(series) = fam.series.get_mut(&group.labels) else {
                 continue;
             };
-            for (role, value) in group.roles.iter().zip(values.by_ref()) {
+            for (role, value) in group.roles.iter().zip(group_values) {
                 fold(series, *role, idx, *value);
             }
         }
